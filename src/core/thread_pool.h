@@ -1,0 +1,85 @@
+// A fixed pool of worker threads for data-parallel loops.
+//
+// Decode runs hundreds of short parallel loops per token, so dispatch cost
+// matters more than fairness: workers spin briefly on a generation counter
+// before sleeping, tasks are claimed with one atomic add, and the calling
+// thread works too. A loop started from inside a task runs inline (no nesting).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace brioche {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Calls fn(task) for every task in [0, n_tasks), spread over the threads.
+  template <typename Fn>
+  void run(int n_tasks, Fn&& fn) {
+    if (n_tasks <= 0) return;
+    if (n_tasks == 1 || workers_.empty() || in_task_) {
+      for (int t = 0; t < n_tasks; ++t) fn(t);
+      return;
+    }
+    auto call = [](void* ctx, int task) { (*static_cast<std::remove_reference_t<Fn>*>(ctx))(task); };
+    dispatch(n_tasks, call, static_cast<void*>(&fn));
+  }
+
+  // Splits [0, n) into about size() * 4 chunks of at least `grain` items and
+  // calls fn(begin, end) for each.
+  template <typename Fn>
+  void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
+    if (n <= 0) return;
+    grain = std::max<int64_t>(grain, 1);
+    int64_t max_chunks = (n + grain - 1) / grain;
+    int64_t chunks = std::min<int64_t>(max_chunks, int64_t(size()) * 4);
+    if (chunks <= 1) {
+      fn(int64_t(0), n);
+      return;
+    }
+    int64_t per = (n + chunks - 1) / chunks;
+    run(int(chunks), [&](int c) {
+      int64_t begin = int64_t(c) * per;
+      int64_t end = std::min(n, begin + per);
+      if (begin < end) fn(begin, end);
+    });
+  }
+
+  // The process-wide pool used by CPU ops. Sized once (e.g. from --threads)
+  // before first use; defaults to the number of hardware threads.
+  static ThreadPool& global();
+  static void configure_global(int n_threads);
+
+ private:
+  using TaskFn = void (*)(void*, int);
+  void dispatch(int n_tasks, TaskFn fn, void* ctx);
+  void worker_loop(int index);
+  void work_on_current_job();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> next_task_{0};
+  std::atomic<int> workers_done_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> sleepers_{0};
+  TaskFn job_fn_ = nullptr;
+  void* job_ctx_ = nullptr;
+  int job_tasks_ = 0;
+  static thread_local bool in_task_;
+};
+
+}  // namespace brioche
