@@ -1,0 +1,39 @@
+// The input of one model forward: a ragged batch over many sequences.
+//
+// Every row is one token of some sequence. Rows of one sequence are
+// consecutive and in position order; a prefilling sequence contributes many
+// rows, a decoding one a single row. Each sequence owns a block table: the
+// list of KV-cache blocks that hold its positions, position p living in block
+// block_table[p / block_size] at offset p % block_size. The engine allocates
+// blocks (and may share full blocks between sequences with equal prefixes);
+// the model only reads and writes the K/V rows the tables point to.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace brioche::model {
+
+struct SequenceView {
+  int32_t first_row = 0;                 // index of this sequence's first row in the batch
+  int32_t n_rows = 0;                    // rows of this sequence in the batch
+  int32_t n_past = 0;                    // positions already in the KV cache before these rows
+  std::span<const int32_t> block_table;  // covers positions [0, n_past + n_rows)
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;          // [n_rows]
+  std::vector<int32_t> positions;       // [n_rows] = n_past + offset within the sequence
+  std::vector<uint8_t> wants_logits;    // [n_rows] 1 where the caller needs logits
+  std::vector<SequenceView> sequences;  // each row belongs to exactly one sequence
+
+  int32_t n_rows() const { return int32_t(tokens.size()); }
+  int32_t n_logit_rows() const {
+    int32_t n = 0;
+    for (uint8_t w : wants_logits) n += w;
+    return n;
+  }
+};
+
+}  // namespace brioche::model

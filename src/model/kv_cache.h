@@ -1,0 +1,52 @@
+// Paged key/value cache: fixed-size blocks shared by all sequences.
+//
+// For every layer, K and V are tensors [n_blocks, block_size, n_kv_heads, head_dim].
+// Position p of a sequence lives in block block_table[p / block_size] at
+// slot p % block_size (see forward_batch.h). The engine hands out block ids;
+// this class only owns the memory.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/model_config.h"
+
+namespace brioche::model {
+
+struct KvCacheOptions {
+  int block_size = 16;
+  int n_blocks = 0;
+  DType dtype = DType::F32;  // F32 or F16
+};
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& config, KvCacheOptions options);
+
+  int block_size() const { return options_.block_size; }
+  int n_blocks() const { return options_.n_blocks; }
+  DType dtype() const { return options_.dtype; }
+  int n_layers() const { return int(keys_.size()); }
+  size_t bytes() const;
+
+  // [n_blocks, block_size, n_kv_heads, head_dim]
+  Tensor& keys(int layer) { return keys_[layer]; }
+  Tensor& values(int layer) { return values_[layer]; }
+  const Tensor& keys(int layer) const { return keys_[layer]; }
+  const Tensor& values(int layer) const { return values_[layer]; }
+
+  // Copies block `src` over block `dst` in every layer (copy-on-write of a
+  // shared prefix block before a sequence appends to it).
+  void copy_block(int src, int dst);
+
+  // Bytes one block takes over all layers, K and V (for sizing the cache).
+  static size_t block_bytes(const ModelConfig& config, int block_size, DType dtype);
+
+ private:
+  KvCacheOptions options_;
+  std::vector<Tensor> keys_;
+  std::vector<Tensor> values_;
+};
+
+}  // namespace brioche::model

@@ -1,0 +1,57 @@
+// A loaded Llama-family model and its batched forward pass.
+//
+//   auto model = Model::load("SmolLM2-135M-Instruct.Q4_1.gguf");
+//   KvCache cache(model->config(), {.block_size = 16, .n_blocks = 256});
+//   ForwardBatch batch = ...;             // rows of several sequences
+//   Tensor logits;                        // resized by forward
+//   model->forward(batch, cache, logits); // [batch.n_logit_rows(), vocab]
+//
+// Weights are used in their stored dtype (zero-copy from the GGUF mmap or the
+// safetensors files); small vectors (norms, biases) are converted to f32.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+
+namespace brioche::formats {
+class GgufFile;
+}
+
+namespace brioche::model {
+
+struct LoadOptions {
+  int max_context = 0;  // override of the trained context length; 0 keeps it
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // `path` is a .gguf file or a Hugging Face safetensors directory.
+  // Unknown architectures and missing tensors are brioche::Error naming the
+  // architecture/tensor and the file.
+  static std::unique_ptr<Model> load(const std::string& path, LoadOptions options = {});
+
+  virtual const ModelConfig& config() const = 0;
+  // The GGUF file (tokenizer, chat template metadata); nullptr for safetensors.
+  virtual const formats::GgufFile* gguf() const = 0;
+  // Directory of a safetensors checkpoint (tokenizer.json lives there); "" for GGUF.
+  virtual std::string directory() const = 0;
+  // GGUF tokenizer.chat_template or tokenizer_config.json's, "" if none.
+  virtual std::string chat_template() const = 0;
+
+  // Runs all rows of `batch`, appending their K/V to `cache` through the
+  // block tables, and writes logits for the rows with wants_logits, in row
+  // order: logits becomes f32 [batch.n_logit_rows(), vocab_size].
+  virtual void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) = 0;
+
+  // Bytes of weights (as stored).
+  virtual size_t weight_bytes() const = 0;
+};
+
+}  // namespace brioche::model

@@ -1,0 +1,48 @@
+// Causal multi-head attention over a paged KV cache, for a ragged batch.
+//
+// The cache of one layer holds K and V as [n_blocks, block_size, n_kv_heads,
+// head_dim] (f32 or f16). A sequence's position p lives in block
+// block_table[p / block_size], slot p % block_size. Query row i of a sequence
+// sits at position n_past + i and attends to positions [0, n_past + i]
+// (or the last `sliding_window` of them), with GQA: query head h reads KV
+// head h / (n_heads / n_kv_heads).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/tensor.h"
+
+namespace brioche::ops {
+
+struct AttentionSequence {
+  int32_t first_row = 0;                 // first batch row of the sequence
+  int32_t n_rows = 0;                    // its rows in this batch
+  int32_t n_past = 0;                    // positions already cached before them
+  std::span<const int32_t> block_table;  // covers [0, n_past + n_rows)
+};
+
+struct AttentionParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;      // usually 1/sqrt(head_dim)
+  int sliding_window = 0;  // attend only to keys with p − key < window; 0 = all
+};
+
+// Writes the batch's new keys/values into the cache at each row's position.
+//   k, v    : f32 [n_rows, n_kv_heads * head_dim]
+//   k_cache, v_cache : [n_blocks, block_size, n_kv_heads, head_dim], f32 or f16
+void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences,
+              Tensor& k_cache, Tensor& v_cache);
+
+// out[r, h·d:(h+1)·d] = Σ_j softmax_j(scale · q_h·k_j) v_j over the row's
+// visible positions j (already in the cache: call store_kv first).
+//   q   : f32 [n_rows, n_heads * head_dim]
+//   out : f32 [n_rows, n_heads * head_dim]
+// Rows not covered by any sequence are left untouched.
+void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     std::span<const AttentionSequence> sequences, const AttentionParams& params,
+                     Tensor& out);
+
+}  // namespace brioche::ops
