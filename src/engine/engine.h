@@ -1,0 +1,125 @@
+// The inference engine: one thread that owns the model and runs steps.
+//
+//   auto engine = Engine::load({.model_path = path});
+//   GenerationRequest req{.prompt_tokens = engine->tokenize("Hello")};
+//   engine->generate(req, [](const GenerationEvent& e) { fputs(e.text.c_str(), stdout); });
+//
+// Any thread may submit() or cancel(); events flow back through the
+// RequestHandle. Each step the engine thread
+//   1. drops cancelled requests (freeing their KV blocks),
+//   2. gives every running sequence one decode token, allocating a KV block
+//      when it crosses a block boundary; if none is left it preempts the
+//      newest sequences (blocks freed, requeued, recomputed later - never dropped),
+//   3. fills the rest of the token budget with chunked prefill of running
+//      and then waiting sequences, reusing cached prefix blocks,
+//   4. runs one ragged forward over all rows and samples the sequences whose
+//      last row produced logits.
+// Determinism: every row of the CPU forward is computed independently of the
+// other rows in the batch and each sequence has its own seeded sampler, so a
+// seeded request produces the same tokens alone or batched, and after a
+// preemption (recompute gives the same K/V).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+
+namespace brioche::model {
+class Model;
+}
+namespace brioche::tokenizer {
+class Tokenizer;
+}
+
+namespace brioche::engine {
+
+struct SchedulerOptions {
+  int32_t max_batch_tokens = 512;   // rows per forward (decodes + prefill chunks)
+  int32_t max_running = 64;         // sequences holding KV blocks at once
+  bool prefix_cache = true;
+};
+
+struct EngineOptions {
+  std::string model_path;
+  KvSizing kv;
+  SchedulerOptions scheduler;
+};
+
+struct EngineStats {
+  int32_t waiting = 0;             // sequences queued (new or preempted)
+  int32_t running = 0;             // sequences holding KV blocks
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_cached = 0;    // free but holding reusable prefixes
+  uint64_t prefix_hit_blocks = 0;
+  uint64_t prefix_query_blocks = 0;
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
+  uint64_t prompt_tokens_computed = 0;  // prefill rows actually run
+  uint64_t generated_tokens = 0;
+  uint64_t requests_finished = 0;
+};
+
+class Engine {
+ public:
+  // Builds the engine around a model and tokenizer (real or fake) and starts
+  // the engine thread.
+  Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> codec, SchedulerOptions options = {});
+  // Loads a GGUF / safetensors model and its tokenizer.
+  static std::unique_ptr<Engine> load(const EngineOptions& options);
+  ~Engine();  // cancels everything in flight and joins the engine thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe. Invalid requests (empty prompt, prompt >= context, n < 1)
+  // get a handle whose only event is a FinishReason::Error.
+  std::shared_ptr<RequestHandle> submit(GenerationRequest request);
+  void cancel(uint64_t request_id);
+  // Blocking helper: submits and calls on_event for every event until done.
+  // Returns the final (done) event.
+  GenerationEvent generate(GenerationRequest request, const std::function<void(const GenerationEvent&)>& on_event);
+
+  // Stops taking work, cancels in-flight requests and joins the thread.
+  void shutdown();
+
+  std::vector<int32_t> tokenize(std::string_view text, bool add_bos = false) const {
+    return codec_->encode(text, add_bos);
+  }
+  const TextCodec& codec() const { return *codec_; }
+  int32_t context_length() const { return context_length_; }
+  int32_t vocab_size() const { return vocab_size_; }
+  // Model extras for the server (chat template, tokenizer); null for fakes.
+  const std::shared_ptr<model::Model>& model() const { return model_; }
+  const std::shared_ptr<const tokenizer::Tokenizer>& tokenizer() const { return tokenizer_; }
+  EngineStats stats() const;
+
+ private:
+  class Scheduler;
+  void thread_main();
+
+  std::shared_ptr<model::Model> model_;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<TextCodec> codec_;
+  std::unique_ptr<Scheduler> scheduler_;
+  int32_t context_length_ = 0;
+  int32_t vocab_size_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::pair<std::shared_ptr<RequestHandle>, GenerationRequest>> inbox_;
+  std::vector<std::weak_ptr<RequestHandle>> live_;  // for cancel(id)
+  bool stopping_ = false;
+  std::atomic<uint64_t> next_id_{1};
+  std::thread thread_;
+};
+
+}  // namespace brioche::engine

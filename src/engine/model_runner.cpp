@@ -1,0 +1,80 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace brioche::engine {
+namespace {
+
+class TransformerRunner final : public ModelRunner {
+ public:
+  TransformerRunner(std::shared_ptr<model::Model> model, const KvSizing& sizing) : model_(std::move(model)) {
+    const model::ModelConfig& config = model_->config();
+    int32_t trained = config.max_context > 0 ? config.max_context : 2048;
+    context_ = sizing.max_context > 0 ? sizing.max_context : std::min<int32_t>(trained, 8192);
+    int32_t n_blocks = sizing.n_blocks;
+    if (n_blocks <= 0) {
+      size_t per_block = model::KvCache::block_bytes(config, sizing.block_size, DType::F32);
+      n_blocks = int32_t(std::max<size_t>(sizing.kv_memory_bytes / per_block, 1));
+      // Always room for at least one full-length sequence.
+      n_blocks = std::max(n_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
+    }
+    cache_ = std::make_unique<model::KvCache>(
+        config, model::KvCacheOptions{.block_size = sizing.block_size, .n_blocks = n_blocks, .dtype = DType::F32});
+  }
+
+  int32_t vocab_size() const override { return model_->config().vocab_size; }
+  int32_t context_length() const override { return context_; }
+  int32_t kv_block_size() const override { return cache_->block_size(); }
+  int32_t kv_block_count() const override { return cache_->n_blocks(); }
+  void forward(const model::ForwardBatch& batch, Tensor& logits) override { model_->forward(batch, *cache_, logits); }
+
+ private:
+  std::shared_ptr<model::Model> model_;
+  std::unique_ptr<model::KvCache> cache_;
+  int32_t context_ = 0;
+};
+
+class DetokenizerStream final : public TextStream {
+ public:
+  explicit DetokenizerStream(std::shared_ptr<const tokenizer::Tokenizer> tokenizer)
+      : tokenizer_(std::move(tokenizer)), detok_(*tokenizer_, {.skip_special = true}) {}
+  std::string push(int32_t token) override { return detok_.push(token); }
+  std::string flush() override { return detok_.flush(); }
+
+ private:
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  tokenizer::StreamingDetokenizer detok_;
+};
+
+class TokenizerCodec final : public TextCodec {
+ public:
+  explicit TokenizerCodec(std::shared_ptr<const tokenizer::Tokenizer> tokenizer) : tokenizer_(std::move(tokenizer)) {}
+  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override {
+    return tokenizer_->encode(text, {.add_special = add_bos, .parse_special = true});
+  }
+  std::vector<int32_t> eos_ids() const override { return tokenizer_->eos_ids(); }
+  std::string token_bytes(int32_t token) const override { return tokenizer_->token_bytes(token); }
+  std::unique_ptr<TextStream> new_stream() const override { return std::make_unique<DetokenizerStream>(tokenizer_); }
+
+ private:
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelRunner> make_model_runner(std::shared_ptr<model::Model> model, const KvSizing& sizing) {
+  BRIOCHE_CHECK(model != nullptr, "make_model_runner: expected a loaded model, got null");
+  return std::make_unique<TransformerRunner>(std::move(model), sizing);
+}
+
+std::unique_ptr<TextCodec> make_text_codec(std::shared_ptr<const tokenizer::Tokenizer> tokenizer) {
+  BRIOCHE_CHECK(tokenizer != nullptr, "make_text_codec: expected a tokenizer, got null");
+  return std::make_unique<TokenizerCodec>(std::move(tokenizer));
+}
+
+}  // namespace brioche::engine

@@ -1,0 +1,71 @@
+// What the engine needs from a model and a tokenizer, as two small interfaces.
+//
+// The engine's scheduler only builds ragged batches and reads logits; it does
+// not care whether the rows go through the real transformer or through a toy
+// model in a test. ModelRunner wraps model::Model + model::KvCache; TextCodec
+// wraps tokenizer::Tokenizer (+ StreamingDetokenizer). Tests plug in small
+// deterministic fakes to check scheduling (block tables, prefix reuse,
+// preemption) in milliseconds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/forward_batch.h"
+
+namespace brioche::model {
+class Model;
+}
+namespace brioche::tokenizer {
+class Tokenizer;
+}
+
+namespace brioche::engine {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t context_length() const = 0;  // positions a sequence may use
+  virtual int32_t kv_block_size() const = 0;
+  virtual int32_t kv_block_count() const = 0;
+  // Writes K/V of every row through the block tables and sets
+  // logits = f32 [batch.n_logit_rows(), vocab_size()] in row order.
+  // Every row's result depends only on its own sequence (row-independent math).
+  virtual void forward(const model::ForwardBatch& batch, Tensor& logits) = 0;
+};
+
+// Incremental ids -> text for one generated sequence.
+class TextStream {
+ public:
+  virtual ~TextStream() = default;
+  virtual std::string push(int32_t token) = 0;  // complete UTF-8 only
+  virtual std::string flush() = 0;
+};
+
+class TextCodec {
+ public:
+  virtual ~TextCodec() = default;
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
+  virtual std::vector<int32_t> eos_ids() const = 0;
+  // The bytes one token decodes to (for logprobs "token" / "bytes").
+  virtual std::string token_bytes(int32_t token) const = 0;
+  virtual std::unique_ptr<TextStream> new_stream() const = 0;
+};
+
+struct KvSizing {
+  int32_t block_size = 16;
+  int32_t n_blocks = 0;          // 0: derive from kv_memory_bytes
+  size_t kv_memory_bytes = 256ull << 20;
+  int32_t max_context = 0;       // 0: the model's trained context (capped at 8192)
+};
+
+// The real thing: model::Model + a KvCache sized by `sizing`.
+std::unique_ptr<ModelRunner> make_model_runner(std::shared_ptr<model::Model> model, const KvSizing& sizing);
+std::unique_ptr<TextCodec> make_text_codec(std::shared_ptr<const tokenizer::Tokenizer> tokenizer);
+
+}  // namespace brioche::engine
