@@ -1,0 +1,147 @@
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/vec_f32.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+
+namespace brioche::backend::cpu {
+
+void store_kv(const StoreKvArgs& a) {
+  const int64_t slot_elems = a.kv_dim;  // one position: all kv heads
+  const int64_t block_elems = int64_t(a.cache.block_size) * slot_elems;
+  for (int s = 0; s < a.n_sequences; ++s) {
+    const KvSequence& seq = a.sequences[s];
+    ThreadPool::global().parallel_for(seq.n_rows, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        int64_t pos = seq.n_past + i;
+        int64_t block = seq.block_table[pos / a.cache.block_size];
+        int64_t offset = block * block_elems + (pos % a.cache.block_size) * slot_elems;
+        const float* k = a.k + (seq.first_row + i) * a.k_stride;
+        const float* v = a.v + (seq.first_row + i) * a.v_stride;
+        if (a.cache.f16) {
+          uint16_t* kd = static_cast<uint16_t*>(a.cache.k) + offset;
+          uint16_t* vd = static_cast<uint16_t*>(a.cache.v) + offset;
+          for (int64_t e = 0; e < slot_elems; ++e) {
+            kd[e] = f32_to_f16(k[e]);
+            vd[e] = f32_to_f16(v[e]);
+          }
+        } else {
+          std::memcpy(static_cast<float*>(a.cache.k) + offset, k, slot_elems * sizeof(float));
+          std::memcpy(static_cast<float*>(a.cache.v) + offset, v, slot_elems * sizeof(float));
+        }
+      }
+    });
+  }
+}
+
+namespace {
+
+inline float dot_kv(const float* q, const float* k, int n) { return dot_f32(q, k, n); }
+inline float dot_kv(const float* q, const uint16_t* k, int n) { return dot_f32_f16(q, k, n); }
+inline void axpy_kv(float* y, float a, const float* v, int n) { axpy_f32(y, a, v, n); }
+inline void axpy_kv(float* y, float a, const uint16_t* v, int n) { axpy_f32_f16(y, a, v, n); }
+
+// One unit of work: rows [row_begin, row_end) of one sequence, one query head.
+struct AttentionTask {
+  int sequence;
+  int head;
+  int32_t row_begin, row_end;  // offsets within the sequence
+};
+
+// Attention of one query row against positions [first_key, last_key] with
+// the online (streaming) softmax, one cache block at a time:
+//   m' = max(m, max_j s_j);  l' = l·e^(m−m') + Σ_j e^(s_j−m');
+//   acc' = acc·e^(m−m') + Σ_j e^(s_j−m')·v_j;   out = acc / l.
+template <typename T>
+void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head, const float* q,
+                int64_t first_key, int64_t last_key, float* scores, float* acc, float* out) {
+  const int d = a.head_dim;
+  const int bs = a.cache.block_size;
+  const int64_t slot_stride = int64_t(a.n_kv_heads) * d;  // elements per position
+  const int64_t block_stride = int64_t(bs) * slot_stride;
+  const T* k_base = static_cast<const T*>(a.cache.k) + int64_t(kv_head) * d;
+  const T* v_base = static_cast<const T*>(a.cache.v) + int64_t(kv_head) * d;
+
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0.0f;
+  std::fill(acc, acc + d, 0.0f);
+  for (int64_t key0 = first_key; key0 <= last_key;) {
+    int64_t block_index = key0 / bs;
+    int64_t slot0 = key0 % bs;
+    int64_t n = std::min<int64_t>(bs - slot0, last_key - key0 + 1);
+    int64_t block = seq.block_table[block_index];
+    const T* kb = k_base + block * block_stride + slot0 * slot_stride;
+    const T* vb = v_base + block * block_stride + slot0 * slot_stride;
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      scores[j] = dot_kv(q, kb + j * slot_stride, d) * a.scale;
+      block_max = std::max(block_max, scores[j]);
+    }
+    float m_new = std::max(m, block_max);
+    float correction = std::exp(m - m_new);  // 0 on the first block (m = −inf)
+    if (correction != 1.0f) {
+      scale_f32(acc, correction, d);
+      l *= correction;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      float p = std::exp(scores[j] - m_new);
+      l += p;
+      axpy_kv(acc, p, vb + j * slot_stride, d);
+    }
+    m = m_new;
+    key0 += n;
+  }
+  float inv_l = 1.0f / l;
+  for (int i = 0; i < d; ++i) out[i] = acc[i] * inv_l;
+}
+
+template <typename T>
+void paged_attention_typed(const PagedAttentionArgs& a) {
+  // Tasks: sequences × heads × chunks of rows, so both a long prefill and a
+  // batch of single-row decodes spread over the threads.
+  constexpr int32_t kRowsPerTask = 16;
+  std::vector<AttentionTask> tasks;
+  for (int s = 0; s < a.n_sequences; ++s) {
+    const KvSequence& seq = a.sequences[s];
+    for (int h = 0; h < a.n_heads; ++h) {
+      for (int32_t r = 0; r < seq.n_rows; r += kRowsPerTask) {
+        tasks.push_back({s, h, r, std::min(seq.n_rows, r + kRowsPerTask)});
+      }
+    }
+  }
+  const int group = a.n_heads / a.n_kv_heads;
+  ThreadPool::global().run(int(tasks.size()), [&](int t) {
+    const AttentionTask& task = tasks[t];
+    const KvSequence& seq = a.sequences[task.sequence];
+    thread_local std::vector<float> scratch;
+    scratch.resize(size_t(a.cache.block_size) + size_t(a.head_dim));
+    float* scores = scratch.data();
+    float* acc = scores + a.cache.block_size;
+    for (int32_t i = task.row_begin; i < task.row_end; ++i) {
+      int64_t row = seq.first_row + i;
+      int64_t pos = int64_t(seq.n_past) + i;
+      int64_t first_key = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
+      const float* q = a.q + row * a.q_stride + int64_t(task.head) * a.head_dim;
+      float* out = a.out + row * a.out_stride + int64_t(task.head) * a.head_dim;
+      attend_row<T>(a, seq, task.head / group, q, first_key, pos, scores, acc, out);
+    }
+  });
+}
+
+}  // namespace
+
+void paged_attention(const PagedAttentionArgs& a) {
+  if (a.cache.f16) {
+    paged_attention_typed<uint16_t>(a);
+  } else {
+    paged_attention_typed<float>(a);
+  }
+}
+
+}  // namespace brioche::backend::cpu

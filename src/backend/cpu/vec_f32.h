@@ -1,0 +1,99 @@
+// Small f32 vector kernels shared by the CPU ops (AVX2+FMA with a scalar tail).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define BRIOCHE_VEC_AVX2 1
+#endif
+
+namespace brioche::backend::cpu {
+
+#if BRIOCHE_VEC_AVX2
+inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+#endif
+
+// Σ a[i]·b[i]
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if BRIOCHE_VEC_AVX2
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  sum = hsum256(_mm256_add_ps(acc0, acc1));
+#endif
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Σ a[i]·f16(b[i])
+inline float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
+
+// y[i] = y[i]·s
+inline void scale_f32(float* y, float s, int64_t n) {
+  int64_t i = 0;
+#if BRIOCHE_VEC_AVX2
+  __m256 vs = _mm256_set1_ps(s);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vs));
+#endif
+  for (; i < n; ++i) y[i] *= s;
+}
+
+// y[i] += a·x[i]
+inline void axpy_f32(float* y, float a, const float* x, int64_t n) {
+  int64_t i = 0;
+#if BRIOCHE_VEC_AVX2
+  __m256 va = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace brioche::backend::cpu
+
+#include "core/half.h"
+
+namespace brioche::backend::cpu {
+
+inline float dot_f32_f16(const float* a, const uint16_t* b, int64_t n) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if BRIOCHE_VEC_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    __m256 vb = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), vb, acc);
+  }
+  sum = hsum256(acc);
+#endif
+  for (; i < n; ++i) sum += a[i] * f16_to_f32(b[i]);
+  return sum;
+}
+
+// y[i] += a·f16(x[i])
+inline void axpy_f32_f16(float* y, float a, const uint16_t* x, int64_t n) {
+  int64_t i = 0;
+#if BRIOCHE_VEC_AVX2
+  __m256 va = _mm256_set1_ps(a);
+  for (; i + 8 <= n; i += 8) {
+    __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
+  }
+#endif
+  for (; i < n; ++i) y[i] += a * f16_to_f32(x[i]);
+}
+
+}  // namespace brioche::backend::cpu

@@ -1,0 +1,30 @@
+// Shape/dtype preconditions shared by the f32 element-wise ops.
+#pragma once
+
+#include <string_view>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace brioche::ops::detail {
+
+// A CPU f32 tensor viewed as rows of `dim` contiguous floats: rank 1 is one
+// row, rank 2 is [rows, dim]; the row stride may be larger than dim.
+struct F32Rows {
+  float* data;
+  int64_t n_rows, dim, stride;  // stride in floats
+};
+
+inline F32Rows f32_rows(const Tensor& t, std::string_view op, std::string_view what) {
+  BRIOCHE_CHECK(t.defined(), op, ": ", what, " is undefined");
+  BRIOCHE_CHECK(t.dtype() == DType::F32, op, ": ", what, " must be f32, got ", t.describe());
+  BRIOCHE_CHECK(t.device() == Device::CPU, op, ": ", what, " must be on the CPU");
+  BRIOCHE_CHECK(t.rank() == 1 || t.rank() == 2, op, ": ", what, " must be rank 1 or 2, got ",
+                t.describe());
+  BRIOCHE_CHECK(t.stride(-1) == 4, op, ": ", what, " rows must be contiguous, got ", t.describe());
+  if (t.rank() == 1) return {t.data_as<float>(), 1, t.dim(0), t.dim(0)};
+  BRIOCHE_CHECK(t.stride(0) % 4 == 0, op, ": ", what, " row stride must be whole floats");
+  return {t.data_as<float>(), t.dim(0), t.dim(1), t.stride(0) / 4};
+}
+
+}  // namespace brioche::ops::detail

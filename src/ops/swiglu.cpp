@@ -1,0 +1,20 @@
+#include "ops/swiglu.h"
+
+#include "backend/cpu/swiglu.h"
+#include "ops/check_f32.h"
+
+namespace brioche::ops {
+
+void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  auto g = detail::f32_rows(gate, "swiglu", "gate");
+  auto u = detail::f32_rows(up, "swiglu", "up");
+  auto y = detail::f32_rows(out, "swiglu", "out");
+  BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && y.n_rows == g.n_rows && y.dim == g.dim,
+                "swiglu: shapes differ: gate ", gate.describe(), ", up ", up.describe(), ", out ",
+                out.describe());
+  backend::cpu::swiglu({.gate = g.data, .up = u.data, .out = y.data, .n_rows = g.n_rows,
+                        .dim = g.dim, .gate_stride = g.stride, .up_stride = u.stride,
+                        .out_stride = y.stride});
+}
+
+}  // namespace brioche::ops
