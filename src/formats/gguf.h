@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -135,6 +136,8 @@ class GgufFile {
   uint64_t data_offset_ = 0;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<GgufTensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> metadata_index_;
+  std::unordered_map<std::string, size_t> tensor_index_;
 };
 
 // Writes GGUF version 3 files (tests, fuzz seeds, the random-weight model

@@ -1,0 +1,252 @@
+// Hugging Face model directories: config.json plus one safetensors file or an
+// index of shards; MLX affine-quantized linears repacked into brioche blocks.
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "formats/safetensors.h"
+
+namespace brioche::formats {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, ": JSON at byte ", e.byte > 0 ? e.byte - 1 : 0, ": expected valid JSON, found: ", e.what());
+  }
+}
+
+// A shard name from an index must stay inside the model directory.
+void check_shard_name(const std::string& index_path, const std::string& tensor, const std::string& shard) {
+  fs::path p(shard);
+  bool escapes = p.is_absolute() || shard.empty();
+  for (const auto& part : p) escapes = escapes || part == "..";
+  if (escapes) {
+    fail(index_path, ": weight_map['", tensor, "']: expected a file name inside the directory, found \"",
+         shard, "\"");
+  }
+}
+
+// One scale or bias of a group as f32, whatever its stored float type.
+float load_float(const RawTensor& t, size_t i) {
+  if (t.dtype == "F32") {
+    float f;
+    std::memcpy(&f, t.data + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, t.data + 2 * i, 2);
+  return t.dtype == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+}  // namespace
+
+SafetensorsDir SafetensorsDir::open(const std::string& dir) {
+  SafetensorsDir out;
+  out.dir_ = dir;
+  if (!fs::is_directory(dir)) fail(dir, ": expected a model directory, found ", fs::exists(dir) ? "a file" : "nothing");
+  std::string config_path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_path)) fail(config_path, ": expected the model's config.json, found nothing");
+  out.config_ = std::make_shared<nlohmann::json>(read_json_file(config_path));
+  if (!out.config_->is_object()) fail(config_path, ": expected a JSON object, found ", out.config_->type_name());
+
+  std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
+  std::string single_path = (fs::path(dir) / "model.safetensors").string();
+  std::vector<std::string> shard_files;
+  nlohmann::json weight_map;
+  if (fs::exists(index_path)) {
+    nlohmann::json index = read_json_file(index_path);
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+      fail(index_path, ": expected an object with a \"weight_map\" object");
+    }
+    weight_map = index["weight_map"];
+    for (auto it = weight_map.begin(); it != weight_map.end(); ++it) {
+      if (!it->is_string()) {
+        fail(index_path, ": weight_map['", it.key(), "']: expected a file name, found ", it->dump());
+      }
+      std::string shard = it->get<std::string>();
+      check_shard_name(index_path, it.key(), shard);
+      if (std::find(shard_files.begin(), shard_files.end(), shard) == shard_files.end()) shard_files.push_back(shard);
+    }
+    std::sort(shard_files.begin(), shard_files.end());
+  } else if (fs::exists(single_path)) {
+    shard_files.push_back("model.safetensors");
+  } else {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.path().extension() == ".safetensors") shard_files.push_back(entry.path().filename().string());
+    }
+    std::sort(shard_files.begin(), shard_files.end());
+    if (shard_files.empty()) {
+      fail(dir, ": expected model.safetensors, model.safetensors.index.json or *.safetensors, found none");
+    }
+  }
+
+  for (const auto& shard : shard_files) {
+    auto file = SafetensorsFile::open((fs::path(dir) / shard).string());
+    size_t file_id = out.files_.size();
+    for (const auto& t : file->tensors()) {
+      auto [it, inserted] = out.file_index_.emplace(t.name, file_id);
+      if (!inserted) {
+        fail(file->path(), ": tensor '", t.name, "' expected once in the directory, found again (first in ",
+             out.files_[it->second]->path(), ")");
+      }
+    }
+    out.files_.push_back(std::move(file));
+  }
+  for (auto it = weight_map.begin(); it != weight_map.end(); ++it) {
+    auto found = out.file_index_.find(it.key());
+    std::string shard_path = (fs::path(dir) / it->get<std::string>()).string();
+    if (found == out.file_index_.end() || out.files_[found->second]->path() != shard_path) {
+      fail(index_path, ": weight_map['", it.key(), "']: expected the tensor in ", it->get<std::string>(),
+           ", found ", found == out.file_index_.end() ? std::string("it in no shard") : "it in " + out.files_[found->second]->path());
+    }
+  }
+  return out;
+}
+
+const nlohmann::json& SafetensorsDir::config() const { return *config_; }
+
+bool SafetensorsDir::has(std::string_view name) const { return file_index_.count(std::string(name)) != 0; }
+
+std::vector<std::string> SafetensorsDir::names() const {
+  std::vector<std::string> out;
+  out.reserve(file_index_.size());
+  for (const auto& [name, id] : file_index_) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const SafetensorsFile& SafetensorsDir::file_of(std::string_view name) const {
+  auto it = file_index_.find(std::string(name));
+  if (it == file_index_.end()) {
+    fail(dir_, ": tensor '", name, "' expected, found absent (", file_index_.size(), " tensors)");
+  }
+  return *files_[it->second];
+}
+
+Tensor SafetensorsDir::tensor(std::string_view name) const { return file_of(name).tensor(name); }
+
+RawTensor SafetensorsDir::raw(std::string_view name) const { return file_of(name).raw(name); }
+
+std::optional<AffineQuant> SafetensorsDir::quantization(std::string_view prefix) const {
+  const nlohmann::json* q = nullptr;
+  for (const char* key : {"quantization", "quantization_config"}) {
+    auto it = config_->find(key);
+    if (it != config_->end() && it->is_object()) {
+      q = &*it;
+      break;
+    }
+  }
+  if (q == nullptr) return std::nullopt;
+  std::string where = dir_ + "/config.json: quantization";
+  auto mode = q->find("mode");
+  if (mode != q->end() && *mode != "affine") {
+    fail(where, ".mode: expected \"affine\", found ", mode->dump());
+  }
+  auto read_int = [&](const nlohmann::json& obj, const char* key, const std::string& at, int fallback) {
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      if (fallback > 0) return fallback;
+      fail(where, at, ": expected an integer \"", key, "\", found nothing");
+    }
+    if (!it->is_number_integer()) fail(where, at, ".", key, ": expected an integer, found ", it->dump());
+    return it->get<int>();
+  };
+  auto layer = q->find(std::string(prefix));
+  if (layer != q->end()) {
+    if (layer->is_boolean() && !layer->get<bool>()) return std::nullopt;
+    if (layer->is_object()) {
+      std::string at = "['" + std::string(prefix) + "']";
+      int bits = read_int(*layer, "bits", at, q->contains("bits") ? read_int(*q, "bits", "", 0) : 0);
+      int group = read_int(*layer, "group_size", at, q->contains("group_size") ? read_int(*q, "group_size", "", 0) : 0);
+      return AffineQuant{bits, group};
+    }
+  }
+  return AffineQuant{read_int(*q, "bits", "", 0), read_int(*q, "group_size", "", 0)};
+}
+
+bool SafetensorsDir::is_quantized(std::string_view prefix) const {
+  std::string p(prefix);
+  return has(p + ".scales") && quantization(prefix).has_value();
+}
+
+Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
+  std::string p(prefix);
+  auto quant = quantization(prefix);
+  if (!quant) fail(dir_, ": '", p, "' expected MLX quantization in config.json, found none for it");
+  DType dtype;
+  if (!affine_dtype(quant->bits, quant->group_size, &dtype)) {
+    fail(dir_, ": '", p, "' quantization expected bits 4 or 8 and group_size 32, 64 or 128, found bits ",
+         quant->bits, " group_size ", quant->group_size);
+  }
+  RawTensor w = raw(p + ".weight");    // [..., out, in * bits / 32] u32 words
+  RawTensor s = raw(p + ".scales");    // [..., out, in / group]
+  RawTensor b = raw(p + ".biases");    // [..., out, in / group]
+  const std::string& wfile = file_of(p + ".weight").path();
+  if (w.dtype != "U32") fail(wfile, ": tensor '", p, ".weight' expected dtype U32 (MLX packed), found ", w.dtype);
+  if (w.shape.size() < 2 || w.shape.size() > size_t(kMaxRank)) {
+    fail(wfile, ": tensor '", p, ".weight' expected rank 2..", kMaxRank, ", found ", w.shape.size());
+  }
+  const int64_t words_per_row = w.shape.back();
+  const int64_t in = words_per_row * 32 / quant->bits;
+  const int64_t groups = in / quant->group_size;
+  if (in % quant->group_size != 0) {
+    fail(wfile, ": tensor '", p, ".weight' has ", in, " inputs per row, expected a multiple of group_size ",
+         quant->group_size);
+  }
+  for (const RawTensor* t : {&s, &b}) {
+    const char* what = t == &s ? ".scales" : ".biases";
+    if (t->dtype != "F32" && t->dtype != "F16" && t->dtype != "BF16") {
+      fail(file_of(p + what).path(), ": tensor '", p, what, "' expected dtype F32, F16 or BF16, found ", t->dtype);
+    }
+    std::vector<int64_t> expected(w.shape.begin(), w.shape.end() - 1);
+    expected.push_back(groups);
+    if (t->shape != expected) {
+      fail(file_of(p + what).path(), ": tensor '", p, what, "' expected shape [", nlohmann::json(expected).dump(),
+           "] to match the weight, found ", nlohmann::json(t->shape).dump());
+    }
+  }
+  std::vector<int64_t> shape(w.shape.begin(), w.shape.end() - 1);
+  shape.push_back(in);
+  Tensor out = Tensor::zeros(dtype, shape.data(), int(shape.size()));
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  // MLX packs element j of a row at bit j*bits of its u32 words, least
+  // significant first; on a little-endian host those bytes already are the
+  // block's packed q (element j at bit j*bits of the byte stream), so a group
+  // is two f32 values followed by a plain copy of its group*bits/8 bytes.
+  const size_t q_bytes = size_t(quant->group_size) * quant->bits / 8;
+  const size_t block_bytes = size_t(dtype_info(dtype).block_bytes);
+  uint8_t* dst = static_cast<uint8_t*>(out.data());
+  ThreadPool::global().parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const uint8_t* q_row = w.data + size_t(r) * size_t(words_per_row) * 4;
+      uint8_t* block = dst + size_t(r) * size_t(groups) * block_bytes;
+      for (int64_t g = 0; g < groups; ++g, block += block_bytes) {
+        float scale = load_float(s, size_t(r * groups + g));
+        float bias = load_float(b, size_t(r * groups + g));
+        std::memcpy(block, &scale, 4);
+        std::memcpy(block + 4, &bias, 4);
+        std::memcpy(block + 8, q_row + size_t(g) * q_bytes, q_bytes);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace brioche::formats

@@ -1,0 +1,85 @@
+// safetensors writer: JSON header (padded with spaces to a multiple of 8 so the
+// data section stays aligned), then tensors back to back in name order.
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+
+namespace brioche::formats {
+
+void SafetensorsWriter::add(std::string name, const Tensor& tensor) {
+  BRIOCHE_CHECK(tensor.defined() && tensor.device() == Device::CPU, "SafetensorsWriter: tensor '", name,
+                "' must be a defined CPU tensor");
+  BRIOCHE_CHECK(tensor.is_contiguous(), "SafetensorsWriter: tensor '", name, "' must be contiguous, got ",
+                tensor.describe());
+  std::string dtype;
+  switch (tensor.dtype()) {
+    case DType::F32: dtype = "F32"; break;
+    case DType::F16: dtype = "F16"; break;
+    case DType::BF16: dtype = "BF16"; break;
+    case DType::I32: dtype = "I32"; break;
+    default: fail("SafetensorsWriter: tensor '", name, "' has dtype ", dtype_name(tensor.dtype()),
+                  ", expected f32, f16, bf16 or i32");
+  }
+  std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().begin() + tensor.rank());
+  add_raw(std::move(name), dtype, std::move(shape), tensor.data(), tensor.nbytes());
+}
+
+void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
+                                const void* data, size_t nbytes) {
+  BRIOCHE_CHECK(name != "__metadata__" && !name.empty(), "SafetensorsWriter: invalid tensor name '", name, "'");
+  int elem = safetensors_dtype_size(dtype);
+  BRIOCHE_CHECK(elem > 0, "SafetensorsWriter: tensor '", name, "' has unknown dtype ", dtype);
+  uint64_t numel = 1;
+  for (int64_t d : shape) {
+    BRIOCHE_CHECK(d >= 0, "SafetensorsWriter: tensor '", name, "' has a negative dim ", d);
+    numel *= uint64_t(d);
+  }
+  BRIOCHE_CHECK(numel * uint64_t(elem) == nbytes, "SafetensorsWriter: tensor '", name, "' expected ",
+                numel * uint64_t(elem), " bytes for its shape, found ", nbytes);
+  BRIOCHE_CHECK(tensors_.count(name) == 0, "SafetensorsWriter: tensor '", name, "' added twice");
+  PendingTensor t{std::move(dtype), std::move(shape), {}};
+  const auto* p = static_cast<const uint8_t*>(data);
+  t.bytes.assign(p, p + nbytes);
+  tensors_.emplace(std::move(name), std::move(t));
+}
+
+void SafetensorsWriter::set_metadata(std::map<std::string, std::string> metadata) {
+  metadata_ = std::move(metadata);
+}
+
+std::vector<uint8_t> SafetensorsWriter::serialize() const {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors_) {
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');
+  uint64_t len = text.size();
+  std::vector<uint8_t> out(8 + len + offset);
+  std::memcpy(out.data(), &len, 8);
+  std::memcpy(out.data() + 8, text.data(), len);
+  uint8_t* dst = out.data() + 8 + len;
+  for (const auto& [name, t] : tensors_) {
+    if (!t.bytes.empty()) std::memcpy(dst, t.bytes.data(), t.bytes.size());
+    dst += t.bytes.size();
+  }
+  return out;
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  std::vector<uint8_t> bytes = serialize();
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) fail(path, ": cannot open for writing");
+  file.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  file.close();
+  if (!file) fail(path, ": write of ", bytes.size(), " bytes failed");
+}
+
+}  // namespace brioche::formats
