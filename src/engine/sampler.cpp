@@ -1,0 +1,267 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "engine/logprobs.h"
+
+namespace brioche::engine {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// vLLM's _SAMPLING_EPS: below this temperature sampling is greedy.
+constexpr float kGreedyTemperature = 1e-5f;
+// Top-p sorts a flat candidate set in growing partial selections: first the
+// best kFirstNucleus, then 8x more, and so on, until the mass reaches top_p.
+constexpr size_t kFullSortBelow = 4096;
+constexpr size_t kFirstNucleus = 1024;
+
+// Buffers of vocab size, reused across calls on the same thread, so that a
+// Sampler (one per request) holds no per-vocab memory of its own.
+struct Scratch {
+  std::vector<float> raw_logits;  // [vocab] copy kept for raw logprobs
+  std::vector<float> values;      // [vocab] for nth_element (top-k)
+  std::vector<float> weight;      // [vocab] exp(l - max) of candidates
+  std::vector<int32_t> ids;       // [n_candidates] ascending token ids
+  std::vector<int32_t> order;     // [n_candidates] by decreasing l (top-p)
+  std::vector<uint64_t> seen;     // [ceil(vocab / 64)] bitset for distinct tokens
+  std::vector<int32_t> sorted_output;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+bool is_finite_or_neg_inf(float x) { return !std::isnan(x) && x != std::numeric_limits<float>::infinity(); }
+
+}  // namespace
+
+Sampler::Sampler(SamplingParams params, int vocab_size)
+    : params_(std::move(params)),
+      vocab_size_(vocab_size),
+      rng_(params_.seed ? *params_.seed : SamplerRng::random_seed()) {
+  const SamplingParams& p = params_;
+  BRIOCHE_CHECK(vocab_size > 0, "Sampler: expected vocab_size > 0, got ", vocab_size);
+  BRIOCHE_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f,
+                "sampling params: expected temperature >= 0, got ", p.temperature);
+  BRIOCHE_CHECK(p.top_k >= -1, "sampling params: expected top_k >= 0 (0 or -1: off), got ", p.top_k);
+  BRIOCHE_CHECK(p.top_p >= 0.0f && p.top_p <= 1.0f, "sampling params: expected top_p in [0, 1], got ", p.top_p);
+  BRIOCHE_CHECK(p.min_p >= 0.0f && p.min_p <= 1.0f, "sampling params: expected min_p in [0, 1], got ", p.min_p);
+  BRIOCHE_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
+                "sampling params: expected repetition_penalty > 0, got ", p.repetition_penalty);
+  BRIOCHE_CHECK(std::isfinite(p.presence_penalty), "sampling params: expected a finite presence_penalty, got ",
+                p.presence_penalty);
+  BRIOCHE_CHECK(std::isfinite(p.frequency_penalty), "sampling params: expected a finite frequency_penalty, got ",
+                p.frequency_penalty);
+  BRIOCHE_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= vocab_size,
+                "sampling params: expected top_logprobs in [0, ", vocab_size, "], got ", p.top_logprobs);
+  for (const auto& [token, bias] : p.logit_bias) {
+    BRIOCHE_CHECK(token >= 0 && token < vocab_size, "sampling params: logit_bias token ", token,
+                  " is outside the vocabulary [0, ", vocab_size, ")");
+    BRIOCHE_CHECK(std::isfinite(bias), "sampling params: logit_bias for token ", token, " must be finite, got ",
+                  bias);
+  }
+}
+
+bool Sampler::is_greedy() const { return params_.temperature < kGreedyTemperature; }
+
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
+                              std::span<const int32_t> output) const {
+  const int vocab = vocab_size_;
+  auto check_token = [vocab](int32_t token, const char* where) {
+    BRIOCHE_CHECK(token >= 0 && token < vocab, "Sampler: ", where, " token ", token,
+                  " is outside the vocabulary [0, ", vocab, ")");
+  };
+
+  const float r = params_.repetition_penalty;
+  if (r != 1.0f && (!prompt.empty() || !output.empty())) {
+    // Each distinct token once: a bitset marks the tokens already penalized.
+    std::vector<uint64_t>& seen = scratch().seen;
+    seen.assign(size_t(vocab + 63) / 64, 0);
+    for (const auto history : {prompt, output}) {
+      for (const int32_t token : history) {
+        check_token(token, history.data() == prompt.data() ? "prompt" : "output");
+        uint64_t& word = seen[size_t(token) >> 6];
+        const uint64_t bit = uint64_t(1) << (token & 63);
+        if (word & bit) continue;
+        word |= bit;
+        float& l = logits[size_t(token)];
+        l = l > 0.0f ? l / r : l * r;
+      }
+    }
+  }
+
+  const float presence = params_.presence_penalty;
+  const float frequency = params_.frequency_penalty;
+  if ((presence != 0.0f || frequency != 0.0f) && !output.empty()) {
+    std::vector<int32_t>& sorted = scratch().sorted_output;
+    sorted.assign(output.begin(), output.end());
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size();) {
+      size_t j = i;
+      while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+      check_token(sorted[i], "output");
+      const float count = float(j - i);
+      logits[size_t(sorted[i])] -= presence + frequency * count;
+      i = j;
+    }
+  }
+
+  for (const auto& [token, bias] : params_.logit_bias) logits[size_t(token)] += bias;
+}
+
+void Sampler::apply_mask(std::span<float> logits, const uint32_t* allowed_mask) const {
+  if (allowed_mask == nullptr) return;
+  const size_t vocab = logits.size();
+  const size_t n_words = (vocab + 31) / 32;
+  for (size_t w = 0; w < n_words; ++w) {
+    uint32_t banned = ~allowed_mask[w];
+    if (w == n_words - 1 && vocab % 32 != 0) banned &= (uint32_t(1) << (vocab % 32)) - 1;  // bits past vocab
+    while (banned != 0) {
+      const int bit = __builtin_ctz(banned);
+      banned &= banned - 1;
+      logits[w * 32 + size_t(bit)] = kNegInf;
+    }
+  }
+}
+
+Sampler::Result Sampler::sample(const SamplerRow& row) {
+  std::span<float> logits = row.logits;
+  BRIOCHE_CHECK(logits.size() == size_t(vocab_size_), "Sampler: expected a logits row of ", vocab_size_,
+                " entries (vocab), got ", logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    BRIOCHE_CHECK(is_finite_or_neg_inf(logits[i]), "Sampler: expected finite logits, found ", logits[i],
+                  " at token ", i);
+  }
+
+  Result result;
+  const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
+  double raw_log_z = 0.0;
+  if (want_logprobs) {
+    raw_log_z = log_softmax_normalizer(logits);
+    result.top = top_logprobs(logits, params_.top_logprobs, raw_log_z);
+    scratch().raw_logits.assign(logits.begin(), logits.end());
+  }
+
+  apply_penalties(logits, row.prompt, row.output);
+  apply_mask(logits, row.allowed_mask);
+
+  if (is_greedy()) {
+    // Plain argmax; the first maximum wins (as torch.argmax).
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i) {
+      if (logits[i] > logits[best]) best = i;
+    }
+    BRIOCHE_CHECK(logits[best] != kNegInf,
+                  "Sampler: no token is allowed (grammar mask and logit bias exclude all ", vocab_size_, ")");
+    result.token = int32_t(best);
+  } else {
+    result.token = sample_truncated(logits);
+  }
+
+  result.logprob = want_logprobs ? float(double(scratch().raw_logits[size_t(result.token)]) - raw_log_z)
+                                 : std::numeric_limits<float>::quiet_NaN();
+  return result;
+}
+
+int32_t Sampler::sample_truncated(std::span<float> logits) {
+  Scratch& s = scratch();
+  const size_t vocab = logits.size();
+  const float temperature = params_.temperature;
+
+  float max_logit = kNegInf;
+  for (float& l : logits) {
+    l = l / temperature;  // divide (not multiply by 1/T) to match HF bit for bit
+    max_logit = std::max(max_logit, l);
+  }
+  BRIOCHE_CHECK(max_logit != kNegInf,
+                "Sampler: no token is allowed (grammar mask and logit bias exclude all ", vocab_size_, ")");
+
+  // Top-k: the k-th largest value, ties included.
+  float top_k_bound = kNegInf;
+  if (params_.top_k > 0 && size_t(params_.top_k) < vocab) {
+    s.values.assign(logits.begin(), logits.end());
+    const auto kth = s.values.begin() + (params_.top_k - 1);
+    std::nth_element(s.values.begin(), kth, s.values.end(), std::greater<float>());
+    top_k_bound = *kth;
+  }
+  // Min-p: p / p_max = exp(l - max) >= min_p  <=>  l >= max + log(min_p).
+  const float min_p_bound = params_.min_p > 0.0f ? max_logit + std::log(params_.min_p) : kNegInf;
+  const bool use_top_p = params_.top_p < 1.0f;
+
+  // Candidates: finite tokens above the top-k bound (top-p needs the mass of
+  // all of them); without top-p the min-p bound prunes too.
+  const float candidate_bound = use_top_p ? top_k_bound : std::max(top_k_bound, min_p_bound);
+  s.weight.resize(vocab);
+  s.ids.clear();
+  double candidate_mass = 0.0;
+  for (size_t i = 0; i < vocab; ++i) {
+    const float l = logits[i];
+    if (l >= candidate_bound && l != kNegInf) {
+      const float w = std::exp(l - max_logit);
+      s.weight[i] = w;
+      candidate_mass += w;
+      s.ids.push_back(int32_t(i));
+    }
+  }
+
+  float top_p_bound = kNegInf;
+  if (use_top_p) {
+    auto ranks_before = [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    };
+    s.order.assign(s.ids.begin(), s.ids.end());
+    const double target = double(params_.top_p) * candidate_mass;
+    size_t sorted_count = s.order.size() <= kFullSortBelow ? s.order.size() : kFirstNucleus;
+    size_t walked = 0;
+    double mass_before = 0.0;  // mass of the tokens ranked before s.order[walked]
+    bool cut = false;
+    while (!cut) {
+      // s.order[0, sorted_count) are the best sorted_count tokens, in order.
+      if (sorted_count < s.order.size()) {
+        std::nth_element(s.order.begin() + walked, s.order.begin() + sorted_count, s.order.end(), ranks_before);
+      }
+      std::sort(s.order.begin() + walked, s.order.begin() + sorted_count, ranks_before);
+      for (; walked < sorted_count; ++walked) {
+        if (walked > 0 && mass_before >= target) {
+          cut = true;
+          break;
+        }
+        mass_before += s.weight[size_t(s.order[walked])];
+      }
+      if (sorted_count == s.order.size()) break;  // everything kept
+      sorted_count = std::min(s.order.size(), sorted_count * 8);
+    }
+    top_p_bound = logits[size_t(s.order[walked - 1])];
+  }
+
+  const float bound = std::max({top_k_bound, top_p_bound, min_p_bound});
+  // Kept tokens in ascending id order, and their total mass in that order.
+  size_t kept = 0;
+  double kept_mass = 0.0;
+  for (const int32_t id : s.ids) {
+    if (logits[size_t(id)] >= bound) {
+      s.ids[kept++] = id;
+      kept_mass += s.weight[size_t(id)];
+    }
+  }
+  s.ids.resize(kept);
+  for (float& l : logits) {
+    if (l < bound) l = kNegInf;
+  }
+
+  // Inverse CDF: the first token whose cumulative mass exceeds u * mass.
+  const double target = rng_.next_unit() * kept_mass;
+  double cumulative = 0.0;
+  for (const int32_t id : s.ids) {
+    cumulative += s.weight[size_t(id)];
+    if (cumulative > target) return id;
+  }
+  return s.ids.back();  // u * mass rounded up to the full mass
+}
+
+}  // namespace brioche::engine
