@@ -28,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/model_runner.h"
@@ -116,7 +117,8 @@ class Engine {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<std::pair<std::shared_ptr<RequestHandle>, GenerationRequest>> inbox_;
-  std::vector<std::weak_ptr<RequestHandle>> live_;  // for cancel(id)
+  std::unordered_map<uint64_t, std::weak_ptr<RequestHandle>> live_;  // for cancel(id)
+  EngineStats snapshot_;  // scheduler stats after the last step
   bool stopping_ = false;
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;

@@ -1,0 +1,209 @@
+#include "engine/engine.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace brioche::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "error";
+}
+
+// ---- RequestHandle ---------------------------------------------------------
+
+void RequestHandle::push(GenerationEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    if (event.done) finished_.store(true);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+std::optional<GenerationEvent> RequestHandle::next() {
+  std::unique_lock lock(mutex_);
+  if (taken_done_) return std::nullopt;
+  ready_.wait(lock, [&] { return !events_.empty(); });
+  GenerationEvent event = std::move(events_.front());
+  events_.pop_front();
+  if (event.done) taken_done_ = true;
+  return event;
+}
+
+std::optional<GenerationEvent> RequestHandle::next_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (taken_done_) return std::nullopt;
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  GenerationEvent event = std::move(events_.front());
+  events_.pop_front();
+  if (event.done) taken_done_ = true;
+  return event;
+}
+
+std::vector<GenerationEvent> RequestHandle::drain() {
+  std::lock_guard lock(mutex_);
+  std::vector<GenerationEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  for (const GenerationEvent& e : out)
+    if (e.done) taken_done_ = true;
+  return out;
+}
+
+// ---- Engine ------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> codec, SchedulerOptions options)
+    : codec_(std::move(codec)) {
+  BRIOCHE_CHECK(runner && codec_, "Engine: expected a model runner and a text codec");
+  context_length_ = runner->context_length();
+  vocab_size_ = runner->vocab_size();
+  scheduler_ = std::make_unique<Scheduler>(std::move(runner), *codec_, options);
+  snapshot_ = scheduler_->stats();
+  thread_ = std::thread([this] { thread_main(); });
+}
+
+namespace {
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+}  // namespace
+
+std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
+  std::shared_ptr<model::Model> model = model::Model::load(options.model_path, {.max_context = options.kv.max_context});
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  if (model->gguf() != nullptr) {
+    tok = tokenizer::Tokenizer::from_gguf(*model->gguf());
+  } else {
+    std::filesystem::path dir = model->directory();
+    std::string json = read_text_file(dir / "tokenizer.json");
+    BRIOCHE_CHECK(!json.empty(), "Engine::load: expected ", (dir / "tokenizer.json").string(), " next to the model");
+    tok = tokenizer::Tokenizer::from_tokenizer_json(json, read_text_file(dir / "tokenizer_config.json"));
+  }
+  auto engine = std::make_unique<Engine>(make_model_runner(model, options.kv), make_text_codec(tok), options.scheduler);
+  engine->model_ = std::move(model);
+  engine->tokenizer_ = std::move(tok);
+  return engine;
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest request) {
+  auto handle = std::make_shared<RequestHandle>(next_id_.fetch_add(1));
+  auto reject = [&](std::string message) {
+    GenerationEvent event;
+    event.finish = FinishReason::Error;
+    event.error = std::move(message);
+    event.done = true;
+    event.usage.prompt_tokens = int32_t(request.prompt_tokens.size());
+    handle->push(std::move(event));
+    if (request.on_events) request.on_events();
+    return handle;
+  };
+  if (request.prompt_tokens.empty()) return reject("the prompt is empty: expected at least one token");
+  if (int32_t(request.prompt_tokens.size()) >= context_length_)
+    return reject(error_message("the prompt has ", request.prompt_tokens.size(),
+                                " tokens but the context holds ", context_length_, " (prompt + at least one generated token)"));
+  for (int32_t t : request.prompt_tokens)
+    if (t < 0 || t >= vocab_size_) return reject(error_message("prompt token ", t, " is outside the vocabulary [0, ", vocab_size_, ")"));
+  if (request.n < 1 || request.n > 128) return reject(error_message("n must be in [1, 128], got ", request.n));
+  if (request.max_tokens < 1) return reject(error_message("max_tokens must be at least 1, got ", request.max_tokens));
+  if (request.top_logprobs > 20) return reject(error_message("top_logprobs must be in [0, 20], got ", request.top_logprobs));
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return reject("the engine is shutting down");
+    live_[handle->id()] = handle;
+    inbox_.emplace_back(handle, std::move(request));
+  }
+  wake_.notify_all();
+  return handle;
+}
+
+void Engine::cancel(uint64_t request_id) {
+  std::shared_ptr<RequestHandle> handle;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = live_.find(request_id);
+    if (it != live_.end()) handle = it->second.lock();
+  }
+  if (handle) {
+    handle->cancel();
+    wake_.notify_all();
+  }
+}
+
+GenerationEvent Engine::generate(GenerationRequest request, const std::function<void(const GenerationEvent&)>& on_event) {
+  std::shared_ptr<RequestHandle> handle = submit(std::move(request));
+  GenerationEvent last;
+  while (std::optional<GenerationEvent> event = handle->next()) {
+    if (on_event) on_event(*event);
+    last = std::move(*event);
+  }
+  return last;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mutex_);
+  EngineStats s = snapshot_;
+  for (const auto& [handle, request] : inbox_) s.waiting += request.n;
+  return s;
+}
+
+void Engine::thread_main() {
+  for (;;) {
+    std::vector<std::pair<std::shared_ptr<RequestHandle>, GenerationRequest>> arrivals;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !inbox_.empty() || scheduler_->has_work(); });
+      if (stopping_) break;
+      arrivals.swap(inbox_);
+    }
+    for (auto& [handle, request] : arrivals) scheduler_->add(std::move(handle), std::move(request));
+    scheduler_->step();
+    EngineStats s = scheduler_->stats();
+    std::lock_guard lock(mutex_);
+    snapshot_ = s;
+    // Forget handles whose requests are over.
+    for (auto it = live_.begin(); it != live_.end();) {
+      auto h = it->second.lock();
+      it = (!h || h->finished()) ? live_.erase(it) : std::next(it);
+    }
+  }
+  // Shutdown: everything still queued or running is cancelled.
+  std::vector<std::pair<std::shared_ptr<RequestHandle>, GenerationRequest>> arrivals;
+  {
+    std::lock_guard lock(mutex_);
+    arrivals.swap(inbox_);
+  }
+  for (auto& [handle, request] : arrivals) scheduler_->add(std::move(handle), std::move(request));
+  scheduler_->finish_all(FinishReason::Cancelled, "the engine shut down");
+  std::lock_guard lock(mutex_);
+  snapshot_ = scheduler_->stats();
+  live_.clear();
+}
+
+}  // namespace brioche::engine

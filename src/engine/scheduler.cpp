@@ -1,0 +1,381 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace brioche::engine {
+
+Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCodec& codec, SchedulerOptions options)
+    : runner_(std::move(runner)),
+      codec_(codec),
+      options_(options),
+      blocks_(runner_->kv_block_count(), runner_->kv_block_size()),
+      eos_ids_(codec.eos_ids()) {
+  BRIOCHE_CHECK(options_.max_batch_tokens > 0 && options_.max_running > 0,
+                "SchedulerOptions: expected positive max_batch_tokens and max_running, got ",
+                options_.max_batch_tokens, " and ", options_.max_running);
+}
+
+void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationRequest request) {
+  auto state = std::make_shared<RequestState>();
+  state->handle = std::move(handle);
+  state->request = std::move(request);
+  const GenerationRequest& req = state->request;
+  state->open_choices = req.n;
+  state->usage.prompt_tokens = int32_t(req.prompt_tokens.size());
+  for (int32_t choice = 0; choice < req.n; ++choice) {
+    auto seq = std::make_unique<Sequence>();
+    seq->request = state;
+    seq->choice = choice;
+    seq->order = next_order_++;
+    seq->tokens = req.prompt_tokens;
+    seq->n_prompt = int32_t(req.prompt_tokens.size());
+    SamplingParams params = req.sampling;
+    // Forks of a seeded request get distinct but reproducible streams.
+    if (params.seed && choice > 0) params.seed = *params.seed + uint64_t(choice);
+    params.logprobs = req.top_logprobs >= 0;
+    params.top_logprobs = std::max(0, req.top_logprobs);
+    seq->sampler = std::make_unique<Sampler>(std::move(params), runner_->vocab_size());
+    seq->text = codec_.new_stream();
+    seq->stop = std::make_unique<StopMatcher>(req.stop);
+    waiting_.push_back(std::move(seq));
+  }
+}
+
+void Engine::Scheduler::step() {
+  drop_cancelled();
+  std::vector<Planned> planned = plan();
+  if (planned.empty()) {
+    if (!running_.empty()) {
+      // Every running sequence is stuck waiting for blocks held by the others
+      // (long prefills): make room by recomputing the newest later.
+      preempt(newest_running({}));
+    } else if (!waiting_.empty()) {
+      Sequence* head = waiting_.front().get();
+      if (head->choice == 0 || head->request->prompt_ready) {
+        finish(head, FinishReason::Error,
+               error_message("the prompt needs ", (head->tokens.size() + blocks_.block_size() - 1) / blocks_.block_size(),
+                             " KV blocks but the cache has ", blocks_.total_blocks()));
+      }
+    }
+    return;
+  }
+  ++steps_;
+  try {
+    run(planned);
+  } catch (const std::exception& e) {
+    std::string message = error_message("model step failed: ", e.what());
+    for (const Planned& p : planned) {
+      bool alive = std::any_of(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == p.seq; });
+      if (alive) finish(p.seq, FinishReason::Error, message);
+    }
+  }
+}
+
+void Engine::Scheduler::drop_cancelled() {
+  std::vector<Sequence*> doomed;
+  for (auto& seq : running_)
+    if (seq->request->handle->cancel_requested()) doomed.push_back(seq.get());
+  for (auto& seq : waiting_)
+    if (seq->request->handle->cancel_requested()) doomed.push_back(seq.get());
+  for (Sequence* seq : doomed) finish(seq, FinishReason::Cancelled);
+}
+
+bool Engine::Scheduler::ensure_blocks(Sequence& seq, int32_t n_positions) {
+  int32_t bs = blocks_.block_size();
+  int32_t need = (n_positions + bs - 1) / bs - int32_t(seq.block_table.size());
+  if (need <= 0) return true;
+  if (need > blocks_.available_blocks()) return false;
+  for (int32_t i = 0; i < need; ++i) seq.block_table.push_back(*blocks_.allocate());
+  return true;
+}
+
+int32_t Engine::Scheduler::fit_chunk(const Sequence& seq, int32_t wanted) const {
+  int64_t capacity = int64_t(seq.block_table.size() + blocks_.available_blocks()) * blocks_.block_size();
+  return int32_t(std::clamp<int64_t>(capacity - seq.n_computed, 0, wanted));
+}
+
+void Engine::Scheduler::match_prefix(Sequence& seq) {
+  if (!options_.prefix_cache || seq.n_computed != 0 || !seq.block_table.empty()) return;
+  int32_t bs = blocks_.block_size();
+  // Leave at least one token to run: its logits are needed.
+  int32_t max_blocks = (int32_t(seq.tokens.size()) - 1) / bs;
+  BlockHash parent = 0;
+  for (int32_t b = 0; b < max_blocks; ++b) {
+    std::span<const int32_t> block_tokens(seq.tokens.data() + size_t(b) * bs, size_t(bs));
+    BlockHash h = chain_block_hash(parent, block_tokens);
+    std::optional<int32_t> hit = blocks_.lookup(h, block_tokens);
+    if (!hit) break;
+    seq.block_table.push_back(*hit);
+    seq.block_hashes.push_back(h);
+    parent = h;
+  }
+  seq.n_computed = int32_t(seq.block_table.size()) * bs;
+}
+
+void Engine::Scheduler::register_full_blocks(Sequence& seq) {
+  int32_t bs = blocks_.block_size();
+  int32_t full = seq.n_computed / bs;
+  while (int32_t(seq.block_hashes.size()) < full) {
+    size_t b = seq.block_hashes.size();
+    BlockHash parent = b == 0 ? 0 : seq.block_hashes[b - 1];
+    std::span<const int32_t> block_tokens(seq.tokens.data() + b * size_t(bs), size_t(bs));
+    BlockHash h = chain_block_hash(parent, block_tokens);
+    if (options_.prefix_cache) blocks_.register_full_block(seq.block_table[b], h, block_tokens);
+    seq.block_hashes.push_back(h);
+  }
+}
+
+void Engine::Scheduler::release_blocks(Sequence& seq) {
+  // Tail first: the LRU then evicts a prefix's later blocks before its head,
+  // which is the part other requests are most likely to share.
+  for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) blocks_.release(*it);
+  seq.block_table.clear();
+  seq.block_hashes.clear();
+  seq.n_computed = 0;
+}
+
+Sequence* Engine::Scheduler::newest_running(const std::vector<Planned>& planned) const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    bool is_planned = std::any_of(planned.begin(), planned.end(), [&](const Planned& p) { return p.seq == it->get(); });
+    if (!is_planned) return it->get();
+  }
+  return nullptr;
+}
+
+void Engine::Scheduler::preempt(Sequence* seq) {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
+  BRIOCHE_CHECK(it != running_.end(), "Scheduler::preempt: sequence is not running");
+  release_blocks(*seq);
+  ++preemptions_;
+  // Back to the front of the queue: it resumes before newer arrivals, by
+  // recomputing prompt + generated tokens (often straight from the prefix cache).
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+}
+
+std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
+  std::vector<Planned> planned;
+  int32_t budget = options_.max_batch_tokens;
+
+  // 1. One decode row for each running sequence, oldest first; preempt the
+  // newest when blocks run out.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* seq = running_[i].get();
+    if (seq->remaining() != 1) continue;
+    bool have_blocks = ensure_blocks(*seq, seq->n_computed + 1);
+    while (!have_blocks) {
+      Sequence* victim = newest_running(planned);
+      if (victim == seq && running_.size() == 1) {
+        // Alone and still out of blocks: the cache cannot hold it any longer.
+        finish(seq, FinishReason::Length);
+        --i;
+        break;
+      }
+      bool self = victim == seq;
+      preempt(victim);
+      if (self) {
+        --i;
+        break;
+      }
+      have_blocks = ensure_blocks(*seq, seq->n_computed + 1);
+    }
+    if (!have_blocks) continue;
+    planned.push_back({seq, 1});
+    --budget;
+  }
+
+  // 2. Prefill chunks of running sequences that are mid-prompt.
+  for (auto& owned : running_) {
+    if (budget <= 0) break;
+    Sequence* seq = owned.get();
+    if (seq->remaining() <= 1) continue;
+    int32_t chunk = fit_chunk(*seq, std::min(seq->remaining(), budget));
+    if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) continue;
+    planned.push_back({seq, chunk});
+    budget -= chunk;
+  }
+
+  // 3. Admit waiting sequences in order while budget, blocks and slots last.
+  for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0;) {
+    if (int32_t(running_.size()) >= options_.max_running) break;
+    Sequence* seq = it->get();
+    if (seq->choice > 0 && !seq->request->prompt_ready) {
+      ++it;  // a fork waits until its parent's prompt blocks are cached
+      continue;
+    }
+    match_prefix(*seq);
+    int32_t chunk = fit_chunk(*seq, std::min(seq->remaining(), budget));
+    if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) {
+      release_blocks(*seq);  // waiting sequences hold no blocks
+      break;
+    }
+    if (!seq->ever_admitted && seq->choice == 0) seq->request->usage.cached_prompt_tokens = seq->n_computed;
+    seq->ever_admitted = true;
+    planned.push_back({seq, chunk});
+    budget -= chunk;
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
+  }
+  // Keep running_ oldest first (preempted sequences come back with their old order).
+  std::stable_sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return a->order < b->order; });
+  return planned;
+}
+
+void Engine::Scheduler::run(const std::vector<Planned>& planned) {
+  model::ForwardBatch& batch = batch_;
+  batch.tokens.clear();
+  batch.positions.clear();
+  batch.wants_logits.clear();
+  batch.sequences.clear();
+  for (const Planned& p : planned) {
+    Sequence& seq = *p.seq;
+    model::SequenceView view;
+    view.first_row = batch.n_rows();
+    view.n_rows = p.chunk;
+    view.n_past = seq.n_computed;
+    view.block_table = std::span<const int32_t>(seq.block_table);
+    batch.sequences.push_back(view);
+    bool reaches_end = seq.n_computed + p.chunk == int32_t(seq.tokens.size());
+    for (int32_t r = 0; r < p.chunk; ++r) {
+      int32_t pos = seq.n_computed + r;
+      batch.tokens.push_back(seq.tokens[size_t(pos)]);
+      batch.positions.push_back(pos);
+      batch.wants_logits.push_back(reaches_end && r == p.chunk - 1 ? 1 : 0);
+    }
+    if (seq.remaining() > 1) prompt_rows_ += uint64_t(p.chunk);
+  }
+  runner_->forward(batch, logits_);
+
+  // Sample in plan order; finishing a sequence destroys it, so collect first.
+  int32_t logit_row = 0;
+  std::vector<std::pair<Sequence*, int32_t>> to_sample;
+  for (const Planned& p : planned) {
+    Sequence& seq = *p.seq;
+    seq.n_computed += p.chunk;
+    register_full_blocks(seq);
+    if (seq.n_computed == int32_t(seq.tokens.size())) {
+      if (seq.choice == 0 && seq.n_computed >= seq.n_prompt) seq.request->prompt_ready = true;
+      to_sample.push_back({&seq, logit_row++});
+    }
+  }
+  int32_t vocab = runner_->vocab_size();
+  for (auto [seq, row] : to_sample) {
+    SamplerRow sampler_row{
+        .logits = std::span<float>(logits_.row_as<float>(row), size_t(vocab)),
+        .prompt = std::span<const int32_t>(seq->tokens.data(), size_t(seq->n_prompt)),
+        .output = std::span<const int32_t>(seq->tokens.data() + seq->n_prompt, seq->tokens.size() - size_t(seq->n_prompt)),
+        .allowed_mask = nullptr,
+    };
+    accept_token(*seq, seq->sampler->sample(sampler_row));
+  }
+}
+
+// Text through the stop matcher; at the end of generation also what it held back.
+static std::string through_stops(StopMatcher& stop, const std::string& text, bool at_end, bool* stopped) {
+  StopMatcher::Step step = stop.push(text);
+  *stopped = step.stopped;
+  if (at_end && !step.stopped) step.emit += stop.flush();
+  return std::move(step.emit);
+}
+
+void Engine::Scheduler::accept_token(Sequence& seq, const Sampler::Result& sampled) {
+  RequestState& state = *seq.request;
+  const GenerationRequest& req = state.request;
+  int32_t token = sampled.token;
+  GenerationEvent event;
+  event.choice = seq.choice;
+  event.tokens.push_back(token);
+  if (req.top_logprobs >= 0) {
+    TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = sampled.logprob, .top = {}};
+    for (auto [id, value] : sampled.top) lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
+    event.logprobs.push_back(std::move(lp));
+  }
+  seq.tokens.push_back(token);
+  ++seq.n_generated;
+  ++generated_;
+  ++state.usage.completion_tokens;
+
+  bool is_eos = !req.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  bool out_of_room = seq.n_generated >= req.max_tokens || int32_t(seq.tokens.size()) >= runner_->context_length();
+  bool stopped = false;
+  std::optional<FinishReason> reason;
+  if (is_eos) {
+    // The eos token itself is not text.
+    event.text = through_stops(*seq.stop, seq.text->flush(), true, &stopped);
+    reason = FinishReason::Stop;
+  } else {
+    std::string piece = seq.text->push(token);
+    if (out_of_room) piece += seq.text->flush();
+    event.text = through_stops(*seq.stop, piece, out_of_room, &stopped);
+    if (stopped) reason = FinishReason::Stop;
+    else if (out_of_room) reason = FinishReason::Length;
+  }
+  if (reason) {
+    event.finish = reason;
+    finish(&seq, std::move(event));
+    return;
+  }
+  state.handle->push(std::move(event));
+  if (req.on_events) req.on_events();
+}
+
+void Engine::Scheduler::finish(Sequence* seq, FinishReason reason, const std::string& error) {
+  GenerationEvent event;
+  event.choice = seq->choice;
+  event.finish = reason;
+  event.error = error;
+  finish(seq, std::move(event));
+}
+
+void Engine::Scheduler::finish(Sequence* seq, GenerationEvent event) {
+  RequestState& state = *seq->request;
+  // Forks waiting for this choice's prompt must not wait forever.
+  if (seq->choice == 0) state.prompt_ready = true;
+  if (--state.open_choices == 0) {
+    event.done = true;
+    event.usage = state.usage;
+    ++finished_requests_;
+  }
+  std::shared_ptr<RequestState> keep = seq->request;  // outlives the sequence
+  remove(seq);
+  keep->handle->push(std::move(event));
+  if (keep->request.on_events) keep->request.on_events();
+}
+
+void Engine::Scheduler::remove(Sequence* seq) {
+  release_blocks(*seq);
+  auto match = [&](const auto& s) { return s.get() == seq; };
+  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
+    running_.erase(it);
+    return;
+  }
+  if (auto it = std::find_if(waiting_.begin(), waiting_.end(), match); it != waiting_.end()) waiting_.erase(it);
+}
+
+void Engine::Scheduler::finish_all(FinishReason reason, const std::string& message) {
+  while (!running_.empty()) finish(running_.back().get(), reason, message);
+  while (!waiting_.empty()) finish(waiting_.back().get(), reason, message);
+}
+
+EngineStats Engine::Scheduler::stats() const {
+  EngineStats s;
+  BlockAllocatorStats b = blocks_.stats();
+  s.waiting = int32_t(waiting_.size());
+  s.running = int32_t(running_.size());
+  s.kv_blocks_total = b.total_blocks;
+  s.kv_blocks_used = b.used_blocks;
+  s.kv_blocks_cached = b.cached_free_blocks;
+  s.prefix_hit_blocks = b.prefix_hit_blocks;
+  s.prefix_query_blocks = b.prefix_query_blocks;
+  s.preemptions = preemptions_;
+  s.steps = steps_;
+  s.prompt_tokens_computed = prompt_rows_;
+  s.generated_tokens = generated_;
+  s.requests_finished = finished_requests_;
+  return s;
+}
+
+}  // namespace brioche::engine

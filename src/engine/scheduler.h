@@ -1,0 +1,102 @@
+// The engine thread's state: sequences, KV block tables and the step loop.
+//
+// Only the engine thread touches a Scheduler. A request with n choices
+// becomes n sequences; a sequence's `tokens` are its prompt followed by what
+// it generated, and `n_computed` counts the leading tokens whose K/V are in
+// the cache. Rows to run are always tokens[n_computed, n_computed + chunk):
+// a decode is simply a chunk of one. Logits are wanted when the chunk reaches
+// the last token, and the sampled token is appended.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/block_allocator.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop.h"
+
+namespace brioche::engine {
+
+struct RequestState {
+  std::shared_ptr<RequestHandle> handle;
+  GenerationRequest request;
+  int32_t open_choices = 0;
+  bool prompt_ready = false;  // choice 0 computed the whole prompt: forks may start
+  Usage usage;
+};
+
+struct Sequence {
+  std::shared_ptr<RequestState> request;
+  int32_t choice = 0;
+  uint64_t order = 0;  // arrival order; preemption takes the newest
+  std::vector<int32_t> tokens;  // prompt + generated
+  int32_t n_prompt = 0;
+  int32_t n_computed = 0;
+  std::vector<int32_t> block_table;     // KV blocks covering positions [0, n_computed + pending)
+  std::vector<BlockHash> block_hashes;  // chained hashes of the full, computed blocks
+  int32_t n_generated = 0;
+  bool ever_admitted = false;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextStream> text;
+  std::unique_ptr<StopMatcher> stop;
+
+  int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
+};
+
+class Engine::Scheduler {
+ public:
+  Scheduler(std::unique_ptr<ModelRunner> runner, const TextCodec& codec, SchedulerOptions options);
+
+  void add(std::shared_ptr<RequestHandle> handle, GenerationRequest request);
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // One scheduling + forward + sampling round.
+  void step();
+  // Finishes every sequence with `reason` (shutdown).
+  void finish_all(FinishReason reason, const std::string& message);
+  EngineStats stats() const;
+
+  int32_t context_length() const { return runner_->context_length(); }
+  int32_t vocab_size() const { return runner_->vocab_size(); }
+
+ private:
+  struct Planned {
+    Sequence* seq;
+    int32_t chunk;
+  };
+
+  void drop_cancelled();
+  std::vector<Planned> plan();
+  // Grows the block table so positions [0, n_positions) are covered; false if short of blocks.
+  bool ensure_blocks(Sequence& seq, int32_t n_positions);
+  // Largest chunk (<= wanted) whose positions fit in held + available blocks.
+  int32_t fit_chunk(const Sequence& seq, int32_t wanted) const;
+  void match_prefix(Sequence& seq);
+  void register_full_blocks(Sequence& seq);
+  void release_blocks(Sequence& seq);
+  void preempt(Sequence* seq);
+  void run(const std::vector<Planned>& planned);
+  void accept_token(Sequence& seq, const Sampler::Result& sampled);
+  void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
+  void finish(Sequence* seq, GenerationEvent event);  // event.finish set by the caller
+  void remove(Sequence* seq);
+  Sequence* newest_running(const std::vector<Planned>& planned) const;
+
+  std::unique_ptr<ModelRunner> runner_;
+  const TextCodec& codec_;
+  SchedulerOptions options_;
+  BlockAllocator blocks_;
+  std::vector<int32_t> eos_ids_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // oldest first
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order
+  uint64_t next_order_ = 0;
+  Tensor logits_;
+  model::ForwardBatch batch_;
+  uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
+};
+
+}  // namespace brioche::engine

@@ -1,0 +1,230 @@
+// Scheduler behaviour on the toy model (tests/engine/toy_model.h): its tokens
+// depend on K/V read back through the block tables, so any scheduling bug
+// (wrong sharing, stale block, bad resume) changes the output.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/toy_model.h"
+
+namespace brioche::engine {
+namespace {
+
+using testing::ToyCodec;
+using testing::ToyConfig;
+using testing::ToyRunner;
+
+std::unique_ptr<Engine> make_toy_engine(ToyConfig config, SchedulerOptions options = {}, std::vector<int32_t> eos = {}) {
+  return std::make_unique<Engine>(std::make_unique<ToyRunner>(config), std::make_unique<ToyCodec>(eos), options);
+}
+
+std::vector<int32_t> prompt_of(int32_t length, int32_t salt) {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < length; ++i) p.push_back((i * 7 + salt * 13 + 1) % 64);
+  return p;
+}
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerationRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+// Stats are published after each step, a moment after that step's events:
+// wait until `n` requests have finished in the published numbers.
+EngineStats settled_stats(const Engine& engine, uint64_t n_finished) {
+  for (int i = 0; i < 400; ++i) {
+    EngineStats s = engine.stats();
+    if (s.requests_finished >= n_finished) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return engine.stats();
+}
+
+struct Collected {
+  std::vector<std::vector<int32_t>> tokens;  // per choice
+  std::vector<std::string> text;
+  std::vector<FinishReason> finish;
+  GenerationEvent last;
+};
+
+Collected collect(RequestHandle& handle, int32_t n = 1) {
+  Collected c;
+  c.tokens.resize(size_t(n));
+  c.text.resize(size_t(n));
+  c.finish.resize(size_t(n), FinishReason::Error);
+  while (std::optional<GenerationEvent> e = handle.next()) {
+    auto& toks = c.tokens[size_t(e->choice)];
+    toks.insert(toks.end(), e->tokens.begin(), e->tokens.end());
+    c.text[size_t(e->choice)] += e->text;
+    if (e->finish) c.finish[size_t(e->choice)] = *e->finish;
+    c.last = *e;
+  }
+  return c;
+}
+
+TEST(EngineScheduler, GreedyMatchesCachelessReference) {
+  auto engine = make_toy_engine({});
+  std::vector<int32_t> prompt = prompt_of(11, 1);
+  Collected c = collect(*engine->submit(greedy(prompt, 9)));
+  EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompt, 9, 64));
+  EXPECT_EQ(c.finish[0], FinishReason::Length);
+  EXPECT_TRUE(c.last.done);
+  EXPECT_EQ(c.last.usage.prompt_tokens, 11);
+  EXPECT_EQ(c.last.usage.completion_tokens, 9);
+  EXPECT_EQ(c.text[0].size(), 9u);
+  EXPECT_EQ(settled_stats(*engine, 1).kv_blocks_used, 0);
+}
+
+TEST(EngineScheduler, ChunkedPrefillOfALongPromptMatchesReference) {
+  auto engine = make_toy_engine({.context = 512, .n_blocks = 80}, {.max_batch_tokens = 8});
+  std::vector<int32_t> prompt = prompt_of(61, 2);
+  Collected c = collect(*engine->submit(greedy(prompt, 5)));
+  EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompt, 5, 64));
+  EXPECT_EQ(settled_stats(*engine, 1).steps, 8u + 4u);  // 61 rows in chunks of <= 8, then decodes
+}
+
+TEST(EngineScheduler, ConcurrentRequestsEachMatchTheirReference) {
+  auto engine = make_toy_engine({});
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int32_t i = 0; i < 8; ++i) handles.push_back(engine->submit(greedy(prompt_of(5 + i * 3, i), 6 + i)));
+  for (int32_t i = 0; i < 8; ++i) {
+    Collected c = collect(*handles[size_t(i)]);
+    EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompt_of(5 + i * 3, i), 6 + i, 64)) << "request " << i;
+  }
+}
+
+TEST(EngineScheduler, PrefixCacheServesARepeatedPrompt) {
+  auto engine = make_toy_engine({});
+  std::vector<int32_t> prompt = prompt_of(18, 3);  // 4 full blocks of 4 + 2
+  Collected first = collect(*engine->submit(greedy(prompt, 4)));
+  EXPECT_EQ(first.last.usage.cached_prompt_tokens, 0);
+  uint64_t rows_before = settled_stats(*engine, 1).prompt_tokens_computed;
+  Collected second = collect(*engine->submit(greedy(prompt, 4)));
+  EXPECT_EQ(second.tokens[0], first.tokens[0]);
+  EXPECT_EQ(second.last.usage.cached_prompt_tokens, 16);
+  EngineStats after_second = settled_stats(*engine, 2);
+  EXPECT_EQ(after_second.prompt_tokens_computed - rows_before, 2u);  // only the partial last block
+  EXPECT_GE(after_second.prefix_hit_blocks, 4u);
+  // A prompt sharing only the first 2 blocks reuses exactly those.
+  std::vector<int32_t> forked = prompt;
+  forked[9] = (forked[9] + 1) % 64;
+  Collected third = collect(*engine->submit(greedy(forked, 4)));
+  EXPECT_EQ(third.last.usage.cached_prompt_tokens, 8);
+  EXPECT_EQ(third.tokens[0], ToyRunner::greedy_reference(forked, 4, 64));
+}
+
+TEST(EngineScheduler, PreemptionResumesWithIdenticalTokens) {
+  // 12 blocks of 4 = 48 positions for 4 sequences that each grow to 40.
+  auto engine = make_toy_engine({.context = 512, .block_size = 4, .n_blocks = 12}, {.prefix_cache = false});
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int32_t i = 0; i < 4; ++i) handles.push_back(engine->submit(greedy(prompt_of(10, 10 + i), 30)));
+  for (int32_t i = 0; i < 4; ++i) {
+    Collected c = collect(*handles[size_t(i)]);
+    EXPECT_EQ(c.finish[0], FinishReason::Length);
+    EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompt_of(10, 10 + i), 30, 64)) << "request " << i;
+  }
+  EngineStats s = settled_stats(*engine, 4);
+  EXPECT_GT(s.preemptions, 0u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+}
+
+TEST(EngineScheduler, CancellationFreesBlocksAtTheNextStep) {
+  auto engine = make_toy_engine({.context = 100000, .n_blocks = 30000});
+  auto handle = engine->submit(greedy(prompt_of(9, 4), 50000));
+  std::optional<GenerationEvent> first = handle->next();
+  ASSERT_TRUE(first.has_value());
+  engine->cancel(handle->id());
+  Collected rest = collect(*handle);
+  EXPECT_EQ(rest.finish[0], FinishReason::Cancelled);
+  EXPECT_TRUE(rest.last.done);
+  EXPECT_LT(rest.last.usage.completion_tokens, 50000);
+  EngineStats s = settled_stats(*engine, 1);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.running, 0);
+}
+
+TEST(EngineScheduler, SeededSamplingIsTheSameAloneAndBatched) {
+  auto make = [](int32_t i) {
+    GenerationRequest r;
+    r.prompt_tokens = prompt_of(7 + i, 20 + i);
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = uint64_t(1000 + i);
+    r.max_tokens = 12;
+    return r;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto engine = make_toy_engine({});
+    for (int32_t i = 0; i < 6; ++i) alone.push_back(collect(*engine->submit(make(i))).tokens[0]);
+  }
+  auto engine = make_toy_engine({});
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int32_t i = 0; i < 6; ++i) handles.push_back(engine->submit(make(i)));
+  for (int32_t i = 0; i < 6; ++i) EXPECT_EQ(collect(*handles[size_t(i)]).tokens[0], alone[size_t(i)]) << "request " << i;
+}
+
+TEST(EngineScheduler, ForksShareThePromptAndFollowTheirSeeds) {
+  auto engine = make_toy_engine({});
+  GenerationRequest r;
+  r.prompt_tokens = prompt_of(13, 5);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 77;
+  r.max_tokens = 8;
+  r.n = 3;
+  Collected forks = collect(*engine->submit(r), 3);
+  EXPECT_EQ(forks.last.usage.completion_tokens, 24);
+  EXPECT_GE(settled_stats(*engine, 1).prefix_hit_blocks, 6u);  // 3 full prompt blocks, for each of 2 forks
+  for (int32_t choice = 0; choice < 3; ++choice) {
+    GenerationRequest single = r;
+    single.n = 1;
+    single.sampling.seed = 77 + uint64_t(choice);
+    EXPECT_EQ(collect(*engine->submit(single)).tokens[0], forks.tokens[size_t(choice)]) << "choice " << choice;
+  }
+}
+
+TEST(EngineScheduler, StopStringsEosAndErrors) {
+  auto engine = make_toy_engine({}, {}, /*eos=*/{});
+  std::vector<int32_t> prompt = prompt_of(6, 6);
+  std::vector<int32_t> ref = ToyRunner::greedy_reference(prompt, 10, 64);
+  std::string text;
+  for (int32_t t : ref) text += char('a' + t % 26);
+  GenerationRequest r = greedy(prompt, 10);
+  r.stop = {text.substr(4, 2)};
+  Collected c = collect(*engine->submit(r));
+  EXPECT_EQ(c.finish[0], FinishReason::Stop);
+  EXPECT_EQ(c.text[0], text.substr(0, text.find(text.substr(4, 2))));
+
+  auto eos_engine = make_toy_engine({}, {}, /*eos=*/{ref[3]});
+  Collected e = collect(*eos_engine->submit(greedy(prompt, 10)));
+  EXPECT_EQ(e.finish[0], FinishReason::Stop);
+  EXPECT_EQ(e.tokens[0].size(), size_t(std::find(ref.begin(), ref.end(), ref[3]) - ref.begin() + 1));
+
+  Collected too_long = collect(*engine->submit(greedy(prompt_of(600, 1), 4)));
+  EXPECT_EQ(too_long.finish[0], FinishReason::Error);
+  EXPECT_NE(too_long.last.error.find("context"), std::string::npos) << too_long.last.error;
+  Collected empty = collect(*engine->submit(greedy({}, 4)));
+  EXPECT_EQ(empty.finish[0], FinishReason::Error);
+}
+
+TEST(EngineScheduler, GenerateHelperAndShutdownCancelsInFlight) {
+  auto engine = make_toy_engine({.context = 100000, .n_blocks = 30000});
+  int events = 0;
+  GenerationEvent last = engine->generate(greedy(prompt_of(5, 1), 3), [&](const GenerationEvent&) { ++events; });
+  EXPECT_TRUE(last.done);
+  EXPECT_EQ(events, 3);
+  auto handle = engine->submit(greedy(prompt_of(5, 2), 90000));
+  handle->next();
+  engine->shutdown();
+  Collected rest = collect(*handle);
+  EXPECT_EQ(rest.finish[0], FinishReason::Cancelled);
+  Collected after = collect(*engine->submit(greedy(prompt_of(5, 3), 3)));
+  EXPECT_EQ(after.finish[0], FinishReason::Error);
+}
+
+}  // namespace
+}  // namespace brioche::engine
