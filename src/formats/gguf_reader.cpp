@@ -256,9 +256,11 @@ void GgufParser::read_tensor_info(GgufFile& file, uint64_t index) {
     error_at(ne_at, field + " ne[0]", "expected a multiple of the ", dtype_name(info.dtype), " block size ",
              dinfo.block_elems, ", found ", ne[0]);
   }
+  // nbytes = rows * (ne[0] / block_elems) * block_bytes, each product checked.
   uint64_t rows = ne[0] == 0 ? 0 : uint64_t(numel / ne[0]);
-  uint64_t nbytes;
-  if (__builtin_mul_overflow(rows, uint64_t(row_bytes(info.dtype, ne[0])), &nbytes)) {
+  uint64_t row_size, nbytes;
+  if (__builtin_mul_overflow(uint64_t(ne[0] / dinfo.block_elems), uint64_t(dinfo.block_bytes), &row_size) ||
+      __builtin_mul_overflow(rows, row_size, &nbytes) || nbytes > uint64_t(INT64_MAX)) {
     error_at(ne_at, field + " shape", "expected a byte size below 2^64, found an overflowing product");
   }
   info.nbytes = nbytes;
