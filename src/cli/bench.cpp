@@ -1,0 +1,200 @@
+// `brioche bench`: prompt-processing and generation speed and peak memory,
+// measured on the model forward itself (no sampling, no HTTP), as a table.
+//
+//   pp N : one forward over an N-token prompt (a fresh sequence each repeat)
+//   tg N : N single-token decode steps after a short prompt
+//   tg N xB: B sequences decoding together (aggregate tokens/s)
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/common.h"
+#include "cli/subcommands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace brioche::cli {
+
+namespace {
+
+struct BenchFlags {
+  ModelFlags model;
+  std::vector<int> prompt_lengths{128};
+  std::vector<int> generate_lengths{64};
+  std::vector<int> batch_sizes{1};
+  int repetitions = 3;
+};
+
+// One sequence's slice of the KV cache: a contiguous run of blocks.
+struct BenchSequence {
+  std::vector<int32_t> block_table;
+  int32_t n_past = 0;
+};
+
+class BenchRig {
+ public:
+  BenchRig(model::Model& model, int max_sequences, int max_positions) : model_(model) {
+    const int block = 16;
+    blocks_per_sequence_ = (max_positions + block - 1) / block;
+    cache_ = std::make_unique<model::KvCache>(
+        model.config(), model::KvCacheOptions{.block_size = block, .n_blocks = blocks_per_sequence_ * max_sequences});
+    sequences_.resize(max_sequences);
+    for (int s = 0; s < max_sequences; ++s) {
+      for (int b = 0; b < blocks_per_sequence_; ++b) sequences_[s].block_table.push_back(s * blocks_per_sequence_ + b);
+    }
+  }
+
+  void reset() {
+    for (auto& s : sequences_) s.n_past = 0;
+  }
+
+  // Appends tokens[s] to sequence s for s in [0, tokens.size()), in one forward.
+  void step(const std::vector<std::vector<int32_t>>& tokens) {
+    model::ForwardBatch batch;
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      auto& seq = sequences_[s];
+      batch.sequences.push_back({.first_row = batch.n_rows(),
+                                 .n_rows = int32_t(tokens[s].size()),
+                                 .n_past = seq.n_past,
+                                 .block_table = seq.block_table});
+      for (size_t i = 0; i < tokens[s].size(); ++i) {
+        batch.tokens.push_back(tokens[s][i]);
+        batch.positions.push_back(seq.n_past + int32_t(i));
+        batch.wants_logits.push_back(i + 1 == tokens[s].size());
+      }
+      seq.n_past += int32_t(tokens[s].size());
+    }
+    model_.forward(batch, *cache_, logits_);
+  }
+
+  // Greedy next token of each sequence from the last step's logits.
+  std::vector<int32_t> argmax() const {
+    std::vector<int32_t> out;
+    const int64_t vocab = logits_.dim(1);
+    for (int64_t r = 0; r < logits_.dim(0); ++r) {
+      const float* row = logits_.row_as<float>(r);
+      out.push_back(int32_t(std::max_element(row, row + vocab) - row));
+    }
+    return out;
+  }
+
+ private:
+  model::Model& model_;
+  int blocks_per_sequence_ = 0;
+  std::unique_ptr<model::KvCache> cache_;
+  std::vector<BenchSequence> sequences_;
+  Tensor logits_;
+};
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
+struct Measurement {
+  double mean = 0, stddev = 0;
+};
+
+Measurement summarize(const std::vector<double>& rates) {
+  Measurement m;
+  m.mean = std::accumulate(rates.begin(), rates.end(), 0.0) / rates.size();
+  for (double r : rates) m.stddev += (r - m.mean) * (r - m.mean);
+  m.stddev = rates.size() > 1 ? std::sqrt(m.stddev / (rates.size() - 1)) : 0.0;
+  return m;
+}
+
+int bench(const BenchFlags& flags) {
+  flags.model.apply();
+  std::string path = resolve_model_path(flags.model.model);
+  std::unique_ptr<model::Model> model;
+  try {
+    model = model::Model::load(path);
+  } catch (const Error& e) {
+    throw UsageError{e.what()};
+  }
+  const int vocab = model->config().vocab_size;
+  const int max_prompt = *std::max_element(flags.prompt_lengths.begin(), flags.prompt_lengths.end());
+  const int max_gen = *std::max_element(flags.generate_lengths.begin(), flags.generate_lengths.end());
+  const int max_batch = *std::max_element(flags.batch_sizes.begin(), flags.batch_sizes.end());
+  BenchRig rig(*model, max_batch, std::max(max_prompt, max_gen + 16) + 1);
+  std::mt19937 rng(1234);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));
+    return t;
+  };
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+
+  std::printf("model: %s (%s, %.1f MiB), threads: %d\n", path.c_str(), model->config().architecture.c_str(),
+              model->weight_bytes() / 1048576.0, ThreadPool::global().size());
+  std::printf("| %-12s | %14s | %10s |\n", "test", "tokens/s", "stddev");
+  std::printf("|--------------|----------------|------------|\n");
+  auto row = [](const std::string& test, Measurement m) {
+    std::printf("| %-12s | %14.2f | %10.2f |\n", test.c_str(), m.mean, m.stddev);
+    std::fflush(stdout);
+  };
+
+  rig.reset();
+  rig.step({random_tokens(8)});  // warm-up: page in weights, spin up threads
+  for (int n : flags.prompt_lengths) {
+    std::vector<double> rates;
+    for (int r = 0; r < flags.repetitions; ++r) {
+      rig.reset();
+      auto tokens = random_tokens(n);
+      auto start = Clock::now();
+      rig.step({tokens});
+      rates.push_back(n / seconds_since(start));
+    }
+    row("pp " + std::to_string(n), summarize(rates));
+  }
+  for (int b : flags.batch_sizes) {
+    for (int n : flags.generate_lengths) {
+      std::vector<double> rates;
+      for (int r = 0; r < flags.repetitions; ++r) {
+        rig.reset();
+        std::vector<std::vector<int32_t>> prompts(b);
+        for (auto& p : prompts) p = random_tokens(4);
+        rig.step(prompts);
+        auto start = Clock::now();
+        for (int i = 0; i < n; ++i) {
+          auto next = rig.argmax();
+          std::vector<std::vector<int32_t>> step(b);
+          for (int s = 0; s < b; ++s) step[s] = {next[s]};
+          rig.step(step);
+        }
+        rates.push_back(double(n) * b / seconds_since(start));
+      }
+      row("tg " + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : ""), summarize(rates));
+    }
+  }
+  std::printf("peak RSS: %.1f MiB\n", peak_rss_mib());
+  return kExitOk;
+}
+
+}  // namespace
+
+Subcommand add_bench_command(CLI::App& root) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* app = root.add_subcommand("bench", "measure prompt processing and generation speed and peak memory");
+  flags->model.add_to(*app);
+  app->add_option("-p,--prompt-tokens", flags->prompt_lengths, "prompt lengths to time (repeatable)")
+      ->check(CLI::Range(1, 65536));
+  app->add_option("-n,--gen-tokens", flags->generate_lengths, "generation lengths to time (repeatable)")
+      ->check(CLI::Range(1, 65536));
+  app->add_option("-b,--batch", flags->batch_sizes, "sequences decoding together (repeatable)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("-r,--repetitions", flags->repetitions, "repeats per test")->check(CLI::Range(1, 1000));
+  return {app, [flags] { return bench(*flags); }};
+}
+
+}  // namespace brioche::cli

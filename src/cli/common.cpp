@@ -1,0 +1,37 @@
+#include "cli/common.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "core/thread_pool.h"
+
+namespace brioche::cli {
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("BRIOCHE_MODEL"); env && *env) return env;
+  const char* home = std::getenv("HOME");
+  std::string base = home ? home : ".";
+  return base + "/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::string resolve_model_path(const std::string& flag_value) {
+  std::string path = flag_value.empty() ? default_model_path() : flag_value;
+  if (std::filesystem::exists(path)) return path;
+  if (flag_value.empty()) {
+    throw UsageError{"default model not found at " + path + "; run scripts/setup.sh to fetch it, or pass -m MODEL"};
+  }
+  throw UsageError{"model not found: " + path + " (expected a .gguf file or a safetensors directory)"};
+}
+
+void ModelFlags::add_to(CLI::App& app) {
+  app.add_option("-m,--model", model, "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
+  app.add_option("-t,--threads", threads, "CPU threads (default: all)")->check(CLI::Range(0, 1024));
+}
+
+void ModelFlags::apply() const {
+  int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  ThreadPool::configure_global(n);
+}
+
+}  // namespace brioche::cli

@@ -1,0 +1,35 @@
+// Pieces every subcommand shares: the default model, exit codes, flag groups.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace brioche::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the job failed (I/O, model, runtime)
+inline constexpr int kExitUsage = 2;    // the user asked for something invalid
+
+// A user error (bad flag value, missing file): printed as one line, exit 2.
+struct UsageError {
+  std::string message;
+};
+
+// $BRIOCHE_MODEL, else the model scripts/setup.sh fetches.
+std::string default_model_path();
+
+// Resolves a -m argument: "" means the default model; a missing path is a
+// UsageError that says how to get the default model or what was expected.
+std::string resolve_model_path(const std::string& flag_value);
+
+// Flags shared by the commands that load a model.
+struct ModelFlags {
+  std::string model;
+  int threads = 0;  // 0: all hardware threads
+  void add_to(CLI::App& app);
+  // Sizes the CPU thread pool; call once, before loading.
+  void apply() const;
+};
+
+}  // namespace brioche::cli
