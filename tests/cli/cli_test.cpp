@@ -1,0 +1,108 @@
+// The `brioche` program as a user runs it: exit codes, one-line errors,
+// streamed output, on the default model.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "cli/common.h"
+#include "formats/gguf.h"
+
+namespace brioche::cli {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Outcome run_brioche(const std::string& args) {
+  std::string command = std::string(BRIOCHE_BINARY_DIR) + "/brioche " + args + " 2>&1";
+  Outcome outcome;
+  FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) outcome.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
+int count_lines(const std::string& s) {
+  int lines = 0;
+  for (char c : s) lines += c == '\n';
+  return lines;
+}
+
+bool have_default_model() { return std::filesystem::exists(default_model_path()); }
+
+TEST(Cli, UnknownFlagIsOneLineUsageError) {
+  Outcome o = run_brioche("run --no-such-flag");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(count_lines(o.output), 1) << o.output;
+  EXPECT_NE(o.output.find("--no-such-flag"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("--help"), std::string::npos) << o.output;
+}
+
+TEST(Cli, MissingModelFileSaysWhatWasExpected) {
+  Outcome o = run_brioche("run -m /nonexistent/model.gguf -p hi");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(count_lines(o.output), 1) << o.output;
+  EXPECT_NE(o.output.find("/nonexistent/model.gguf"), std::string::npos) << o.output;
+}
+
+TEST(Cli, UnknownArchitectureIsUsageError) {
+  auto path = std::filesystem::temp_directory_path() / "brioche_cli_test_gpt2.gguf";
+  formats::GgufWriter writer;
+  writer.add("general.architecture", formats::GgufValue::string("gpt2"));
+  writer.write(path.string());
+  Outcome o = run_brioche("info " + path.string());
+  std::filesystem::remove(path);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(count_lines(o.output), 1) << o.output;
+  EXPECT_NE(o.output.find("gpt2"), std::string::npos) << o.output;
+}
+
+TEST(Cli, InfoDescribesTheDefaultModel) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
+  Outcome o = run_brioche("info");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  for (const char* expected : {"llama", "30 layers", "hidden 576", "q4_1", "vocab 49152", "chat template  present"}) {
+    EXPECT_NE(o.output.find(expected), std::string::npos) << "missing '" << expected << "' in:\n" << o.output;
+  }
+}
+
+TEST(Cli, GreedyRunIsDeterministicAndReportsSpeed) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
+  Outcome a = run_brioche("run -p 'What is the capital of France?' --temp 0 -n 16 -t 2");
+  Outcome b = run_brioche("run -p 'What is the capital of France?' --temp 0 -n 16 -t 2");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto text = [](const std::string& s) { return s.substr(0, s.find("\n[")); };
+  EXPECT_EQ(text(a.output), text(b.output));
+  EXPECT_NE(a.output.find("Paris"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("tok/s"), std::string::npos) << a.output;
+}
+
+TEST(Cli, SeededSamplingRepeats) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
+  Outcome a = run_brioche("run -p 'Tell me a story.' --temp 1 --seed 7 -n 12 -t 2");
+  Outcome b = run_brioche("run -p 'Tell me a story.' --temp 1 --seed 7 -n 12 -t 2");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto text = [](const std::string& s) { return s.substr(0, s.find("\n[")); };
+  EXPECT_EQ(text(a.output), text(b.output));
+}
+
+TEST(Cli, BenchPrintsATable) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
+  Outcome o = run_brioche("bench -p 16 -n 4 -r 1 -t 2");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("| pp 16"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("| tg 4"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("peak RSS"), std::string::npos) << o.output;
+}
+
+}  // namespace
+}  // namespace brioche::cli
