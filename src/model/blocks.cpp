@@ -1,0 +1,69 @@
+#include "model/blocks.h"
+
+#include <cmath>
+
+#include "ops/add.h"
+#include "ops/matmul.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace brioche::model {
+
+Activations ActivationBuffers::view(const ModelConfig& c, int64_t n) {
+  if (n > capacity_) {
+    capacity_ = std::max<int64_t>(n, 1);
+    full_.x = Tensor::zeros(DType::F32, {capacity_, c.hidden_size});
+    full_.h = Tensor::zeros(DType::F32, {capacity_, c.hidden_size});
+    full_.q = Tensor::zeros(DType::F32, {capacity_, c.q_dim()});
+    full_.k = Tensor::zeros(DType::F32, {capacity_, c.kv_dim()});
+    full_.v = Tensor::zeros(DType::F32, {capacity_, c.kv_dim()});
+    full_.attn = Tensor::zeros(DType::F32, {capacity_, c.q_dim()});
+    full_.out = Tensor::zeros(DType::F32, {capacity_, c.hidden_size});
+    full_.gate = Tensor::zeros(DType::F32, {capacity_, c.intermediate_size});
+    full_.up = Tensor::zeros(DType::F32, {capacity_, c.intermediate_size});
+  }
+  auto rows = [n](const Tensor& t) { return t.slice(0, 0, n); };
+  return {rows(full_.x),    rows(full_.h),   rows(full_.q),   rows(full_.k),  rows(full_.v),
+          rows(full_.attn), rows(full_.out), rows(full_.gate), rows(full_.up)};
+}
+
+void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  ops::matmul(x, w, y);
+  if (bias.defined()) ops::add_bias(y, bias);
+}
+
+void attention_block(const ModelConfig& c, const LayerWeights& w, const AttentionContext& ctx,
+                     Tensor& k_cache, Tensor& v_cache, Activations& a) {
+  const int64_t n = a.h.dim(0);
+  linear(a.h, w.wq, w.bq, a.q);
+  linear(a.h, w.wk, w.bk, a.k);
+  linear(a.h, w.wv, w.bv, a.v);
+  if (w.q_norm.defined()) {
+    // Qwen3: RMSNorm over each head's head_dim values, before RoPE.
+    Tensor q_heads = a.q.reshape({n * c.n_heads, c.head_dim});
+    Tensor k_heads = a.k.reshape({n * c.n_kv_heads, c.head_dim});
+    ops::rms_norm(q_heads, w.q_norm, c.rms_eps, q_heads);
+    ops::rms_norm(k_heads, w.k_norm, c.rms_eps, k_heads);
+  }
+  ops::rope(a.q, ctx.positions,
+            {.style = c.rope.style, .n_heads = c.n_heads, .head_dim = c.head_dim, .inv_freq = ctx.inv_freq});
+  ops::rope(a.k, ctx.positions,
+            {.style = c.rope.style, .n_heads = c.n_kv_heads, .head_dim = c.head_dim, .inv_freq = ctx.inv_freq});
+  ops::store_kv(a.k, a.v, ctx.sequences, k_cache, v_cache);
+  ops::paged_attention(a.q, k_cache, v_cache, ctx.sequences,
+                       {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                        .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                        .sliding_window = c.sliding_window},
+                       a.attn);
+  linear(a.attn, w.wo, w.bo, a.out);
+}
+
+void mlp_block(const LayerWeights& w, Activations& a) {
+  ops::matmul(a.h, w.w_gate, a.gate);
+  ops::matmul(a.h, w.w_up, a.up);
+  ops::swiglu(a.gate, a.up, a.gate);
+  ops::matmul(a.gate, w.w_down, a.out);
+}
+
+}  // namespace brioche::model

@@ -1,0 +1,55 @@
+// Shared transformer blocks of the Llama family, composed by llama.cpp.
+//
+// Every block reads a.h (the normed residual stream) and writes a.out; the
+// caller adds a.out to a.x. Buffers are [n_rows, ...] f32.
+#pragma once
+
+#include <span>
+
+#include "core/tensor.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+#include "ops/attention.h"
+
+namespace brioche::model {
+
+// Activations of one forward, views of length n_rows into reusable buffers.
+struct Activations {
+  Tensor x;           // [n, hidden]   residual stream
+  Tensor h;           // [n, hidden]   normed block input
+  Tensor q;           // [n, q_dim]
+  Tensor k, v;        // [n, kv_dim]
+  Tensor attn;        // [n, q_dim]    attention output before o_proj
+  Tensor out;         // [n, hidden]   block output
+  Tensor gate, up;    // [n, inter]
+};
+
+// Owns the activation memory; grows to the largest batch seen.
+class ActivationBuffers {
+ public:
+  Activations view(const ModelConfig& config, int64_t n_rows);
+
+ private:
+  int64_t capacity_ = 0;
+  Activations full_;
+};
+
+// y = x·wᵀ (+ bias when defined)
+void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
+
+struct AttentionContext {
+  std::span<const int32_t> positions;                // [n_rows]
+  std::span<const ops::AttentionSequence> sequences;
+  std::span<const float> inv_freq;                   // [head_dim/2] RoPE frequencies
+};
+
+// Pre-normed self-attention: q/k/v projections (+bias), optional per-head
+// q/k RMSNorm (Qwen3), RoPE, K/V appended to the paged cache, causal GQA
+// attention, output projection.  a.h -> a.out
+void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx,
+                     Tensor& k_cache, Tensor& v_cache, Activations& a);
+
+// SwiGLU MLP: down(silu(gate(h)) · up(h)).  a.h -> a.out
+void mlp_block(const LayerWeights& w, Activations& a);
+
+}  // namespace brioche::model

@@ -1,0 +1,44 @@
+#include "model/kv_cache.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace brioche::model {
+
+KvCache::KvCache(const ModelConfig& config, KvCacheOptions options) : options_(options) {
+  BRIOCHE_CHECK(options.block_size > 0 && options.n_blocks > 0, "KV cache: block_size ",
+                options.block_size, " and n_blocks ", options.n_blocks, " must be positive");
+  BRIOCHE_CHECK(options.dtype == DType::F32 || options.dtype == DType::F16,
+                "KV cache: dtype must be f32 or f16, got ", dtype_name(options.dtype));
+  for (int l = 0; l < config.n_layers; ++l) {
+    keys_.push_back(Tensor::zeros(options.dtype, {options.n_blocks, options.block_size,
+                                                  config.n_kv_heads, config.head_dim}));
+    values_.push_back(Tensor::zeros(options.dtype, {options.n_blocks, options.block_size,
+                                                    config.n_kv_heads, config.head_dim}));
+  }
+}
+
+size_t KvCache::bytes() const {
+  size_t n = 0;
+  for (size_t l = 0; l < keys_.size(); ++l) n += keys_[l].nbytes() + values_[l].nbytes();
+  return n;
+}
+
+size_t KvCache::block_bytes(const ModelConfig& config, int block_size, DType dtype) {
+  return 2 * size_t(config.n_layers) * size_t(block_size) * size_t(config.kv_dim()) *
+         size_t(dtype_info(dtype).block_bytes);
+}
+
+void KvCache::copy_block(int src, int dst) {
+  BRIOCHE_CHECK(src >= 0 && src < n_blocks() && dst >= 0 && dst < n_blocks(), "KV cache: copy_block(",
+                src, ", ", dst, ") outside [0, ", n_blocks(), ")");
+  if (src == dst) return;
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    for (Tensor* t : {&keys_[l], &values_[l]}) {
+      std::memcpy(t->row_ptr(dst), t->row_ptr(src), size_t(t->stride(0)));
+    }
+  }
+}
+
+}  // namespace brioche::model

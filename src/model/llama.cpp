@@ -1,0 +1,120 @@
+// The Llama architecture family: Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3,
+// SmolLM2. One pre-norm decoder, differing only in flags of ModelConfig:
+//
+//   x = embed(tokens)
+//   for each layer:
+//     x = x + attention(rms_norm(x))      (qkv bias, q/k norm, RoPE variant)
+//     x = x + swiglu_mlp(rms_norm(x))
+//   logits = lm_head(rms_norm(x))         (lm_head = embed when tied)
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "model/blocks.h"
+#include "model/llama.h"
+#include "ops/add.h"
+#include "ops/embedding.h"
+#include "ops/matmul.h"
+#include "ops/rms_norm.h"
+
+namespace brioche::model {
+
+LlamaModel::LlamaModel(Checkpoint checkpoint)
+    : ck_(std::move(checkpoint)),
+      inv_freq_(ops::rope_inv_freq(ck_.config.head_dim, ck_.config.rope.theta, ck_.config.rope.scaling,
+                                   ck_.config.rope.freq_factors)) {}
+
+const formats::GgufFile* LlamaModel::gguf() const { return ck_.gguf.get(); }
+
+size_t LlamaModel::weight_bytes() const {
+  const ModelWeights& w = ck_.weights;
+  size_t n = w.token_embd.nbytes() + w.output_norm.nbytes();
+  if (!ck_.config.tied_embeddings) n += w.output.nbytes();
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.bo,
+                            &l.q_norm, &l.k_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      n += t->nbytes();
+  }
+  return n;
+}
+
+void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
+  const ModelConfig& c = ck_.config;
+  const int32_t n = batch.n_rows();
+  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
+                "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
+                batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  BRIOCHE_CHECK(cache.n_layers() == c.n_layers && cache.keys(0).dim(2) == c.n_kv_heads &&
+                    cache.keys(0).dim(3) == c.head_dim,
+                "forward: KV cache of ", cache.n_layers(), " layers x ", cache.keys(0).describe(),
+                " does not fit the model (", c.n_layers, " layers, ", c.n_kv_heads, " kv heads of ",
+                c.head_dim, ")");
+  std::vector<uint8_t> covered(size_t(n), 0);
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceView& seq = batch.sequences[s];
+    BRIOCHE_CHECK(seq.first_row >= 0 && seq.n_rows >= 0 && seq.first_row + seq.n_rows <= n,
+                  "forward: sequence ", s, " rows [", seq.first_row, ", ", seq.first_row + seq.n_rows,
+                  ") outside the batch of ", n, " rows");
+    for (int32_t i = 0; i < seq.n_rows; ++i) {
+      int32_t r = seq.first_row + i;
+      BRIOCHE_CHECK(!covered[r], "forward: row ", r, " belongs to two sequences");
+      covered[r] = 1;
+      BRIOCHE_CHECK(batch.positions[r] == seq.n_past + i, "forward: row ", r, " of sequence ", s,
+                    " has position ", batch.positions[r], ", expected n_past + ", i, " = ",
+                    seq.n_past + i);
+    }
+  }
+  for (int32_t r = 0; r < n; ++r) {
+    BRIOCHE_CHECK(covered[r], "forward: row ", r, " belongs to no sequence");
+    BRIOCHE_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < c.vocab_size, "forward: token ",
+                  batch.tokens[r], " at row ", r, " is outside the vocabulary of ", c.vocab_size);
+  }
+}
+
+void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
+  const ModelConfig& c = ck_.config;
+  const ModelWeights& w = ck_.weights;
+  check_batch(batch, cache);
+  const int64_t n = batch.n_rows();
+  const int64_t n_logits = batch.n_logit_rows();
+  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits ||
+      logits.dim(1) != c.vocab_size || logits.dtype() != DType::F32) {
+    logits = Tensor::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size});
+    if (n_logits == 0) logits = logits.slice(0, 0, 0);
+  }
+  if (n == 0) return;
+
+  std::vector<ops::AttentionSequence> sequences;
+  sequences.reserve(batch.sequences.size());
+  for (const SequenceView& s : batch.sequences)
+    sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
+  AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_};
+
+  Activations a = buffers_.view(c, n);
+  ops::embedding(w.token_embd, batch.tokens, a.x);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const LayerWeights& lw = w.layers[layer];
+    ops::rms_norm(a.x, lw.attn_norm, c.rms_eps, a.h);
+    attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a);
+    ops::add(a.x, a.out, a.x);
+    ops::rms_norm(a.x, lw.ffn_norm, c.rms_eps, a.h);
+    mlp_block(lw, a);
+    ops::add(a.x, a.out, a.x);
+  }
+  if (n_logits == 0) return;
+
+  // Only rows that need logits go through the final norm and the lm_head.
+  // a.h is free now: gather those rows into its first n_logits rows.
+  Tensor last = a.h.slice(0, 0, n_logits);  // [n_logits, hidden]
+  int64_t j = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    if (batch.wants_logits[r])
+      std::memcpy(last.row_ptr(j++), a.x.row_ptr(r), size_t(c.hidden_size) * sizeof(float));
+  }
+  ops::rms_norm(last, w.output_norm, c.rms_eps, last);
+  ops::matmul(last, w.output, logits);
+}
+
+}  // namespace brioche::model

@@ -1,0 +1,32 @@
+// The Llama-family model (see llama.cpp for the architecture).
+#pragma once
+
+#include <vector>
+
+#include "model/blocks.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace brioche::model {
+
+// Not reentrant: forward reuses activation buffers (one engine thread owns a model).
+class LlamaModel final : public Model {
+ public:
+  explicit LlamaModel(Checkpoint checkpoint);
+
+  const ModelConfig& config() const override { return ck_.config; }
+  const formats::GgufFile* gguf() const override;
+  std::string directory() const override { return ck_.directory; }
+  std::string chat_template() const override { return ck_.chat_template; }
+  void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
+  size_t weight_bytes() const override;
+
+ private:
+  void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+
+  Checkpoint ck_;
+  std::vector<float> inv_freq_;  // [head_dim/2] RoPE frequencies, scaling applied
+  ActivationBuffers buffers_;
+};
+
+}  // namespace brioche::model
