@@ -74,9 +74,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
   for (size_t id = 0; id < n; ++id) {
     const std::string& text = texts[id];
     const int64_t type = types[id];
-    if (type == kControl || type == kUserDefined) {
-      impl->added_tokens.push_back(AddedToken{.content = text, .id = static_cast<int32_t>(id), .special = type == kControl});
-      impl->special[id] = type == kControl;
+    // Control, unknown and user-defined tokens are matched in text (as llama.cpp
+    // and Hugging Face's added tokens do); the first two are special.
+    if (type == kControl || type == kUnknown || type == kUserDefined) {
+      const bool special = type != kUserDefined;
+      impl->added_tokens.push_back(AddedToken{.content = text, .id = static_cast<int32_t>(id), .special = special});
+      impl->special[id] = special;
     }
     if (byte_level) {
       auto bytes = byte_level_decode(text);
