@@ -1,0 +1,41 @@
+// `brioche serve`: the OpenAI-compatible HTTP server (see server/server.h).
+#include "cli/common.h"
+#include "cli/load_engine.h"
+#include "cli/subcommands.h"
+#include "server/server.h"
+
+namespace brioche::cli {
+
+Subcommand add_serve_command(CLI::App& root) {
+  CLI::App* app = root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  auto model = std::make_shared<ModelFlags>();
+  auto opts = std::make_shared<server::ServerOptions>();
+  auto kv_mb = std::make_shared<int>(256);
+  auto ctx = std::make_shared<int>(0);
+  auto timeout = std::make_shared<double>(600);
+  model->add_to(*app);
+  app->add_option("--host", opts->host, "address to listen on")->capture_default_str();
+  app->add_option("--port", opts->port, "TCP port (0: any free port)")->capture_default_str();
+  app->add_option("--api-key", opts->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  app->add_option("--model-name", opts->model_name, "model id reported by /v1/models (default: file name)");
+  app->add_option("--max-queue", opts->max_queue, "generation requests in flight before answering 429")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app->add_option("--max-body", opts->max_body_bytes, "request body limit in bytes (413 above)")->capture_default_str();
+  app->add_option("--timeout", *timeout, "per-request timeout in seconds")->check(CLI::PositiveNumber)->capture_default_str();
+  app->add_option("--io-threads", opts->io_threads, "HTTP threads")->check(CLI::Range(1, 64))->capture_default_str();
+  app->add_option("--kv-mb", *kv_mb, "KV cache memory in MiB")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app->add_option("--ctx", *ctx, "context length (0: the model's, capped at 8192)")->check(CLI::Range(0, 1 << 20));
+  app->add_option("--max-batch-tokens", opts->engine.scheduler.max_batch_tokens, "rows per engine step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app->add_option("--max-running", opts->engine.scheduler.max_running, "sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
+  app->add_option("--web-dir", opts->web_dir, "serve the web UI from this folder at /");
+  app->add_flag("--quiet", opts->quiet, "no startup banner");
+  return {app, [=] {
+            opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;
+            opts->engine.kv.max_context = *ctx;
+            opts->request_timeout_s = *timeout;
+            std::shared_ptr<engine::Engine> engine = load_engine(*model, opts->engine);
+            opts->engine.model_path = resolve_model_path(model->model);
+            return server::serve_until_signal(std::move(engine), *opts);
+          }};
+}
+
+}  // namespace brioche::cli

@@ -1,0 +1,614 @@
+// Boost.Beast HTTP/1.1 server: listener, per-connection sessions, routing.
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <utility>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/chat_prompt.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+#include "model/model.h"
+
+namespace brioche::server {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Shared state of a running server.
+class App : public std::enable_shared_from_this<App> {
+ public:
+  App(std::shared_ptr<engine::Engine> engine, ServerOptions options);
+  void start();
+  void begin_shutdown();
+  void wait();
+  uint16_t port() const { return port_; }
+
+  std::shared_ptr<engine::Engine> engine;
+  ServerOptions options;
+  Metrics metrics;
+  std::string model_id;
+  std::unique_ptr<ChatPrompter> prompter;
+  ToolSyntax tool_syntax = ToolSyntax::Hermes;
+  std::atomic<bool> shutting_down{false};
+  net::io_context ioc;
+
+ private:
+  void do_accept();
+  tcp::acceptor acceptor_{ioc};
+  uint16_t port_ = 0;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable stopped_cv_;
+  bool stopped_ = false;
+  std::atomic<bool> shutdown_started_{false};
+};
+
+namespace {
+
+const char* endpoint_label(Endpoint e) {
+  switch (e) {
+    case Endpoint::ChatCompletions: return "chat_completions";
+    case Endpoint::Completions: return "completions";
+    case Endpoint::Responses: return "responses";
+  }
+  return "other";
+}
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, std::shared_ptr<App> app)
+      : stream_(std::move(socket)), app_(std::move(app)), timer_(stream_.get_executor()) {
+    ++app_->metrics.open_connections;
+  }
+  ~Session() {
+    --app_->metrics.open_connections;
+    if (handle_ && !handle_->finished()) handle_->cancel();
+  }
+
+  void start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+ private:
+  using Response = http::response<http::string_body>;
+
+  void do_read() {
+    parser_.emplace();
+    parser_->body_limit(app_->options.max_body_bytes);
+    parser_->header_limit(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(300));  // idle keep-alive / slow client limit
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, size_t) {
+    if (ec == http::error::body_limit) {
+      send_error(ApiError{.status = 413,
+                          .message = "the request body exceeds the limit of " + std::to_string(app_->options.max_body_bytes) + " bytes",
+                          .type = "invalid_request_error", .param = "", .code = "request_too_large"},
+                 /*close=*/true);
+      return;
+    }
+    if (ec) {
+      if (ec != http::error::end_of_stream && ec != beast::error::timeout && ec != net::error::operation_aborted &&
+          ec != net::error::connection_reset && ec != net::error::eof) {
+        // Malformed HTTP: answer once, then close.
+        send_error(status_error(400, "malformed HTTP request: " + ec.message()), true);
+        return;
+      }
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      return;
+    }
+    stream_.expires_never();
+    request_ = parser_->release();
+    started_ = Clock::now();
+    route();
+  }
+
+  void add_common_headers(Response& res) {
+    res.set(http::field::server, "brioche");
+    if (!app_->options.cors_origin.empty()) {
+      res.set(http::field::access_control_allow_origin, app_->options.cors_origin);
+      res.set("Access-Control-Expose-Headers", "Retry-After");
+    }
+  }
+
+  void send(Response res, bool close = false) {
+    add_common_headers(res);
+    res.keep_alive(!close && request_.keep_alive());
+    res.prepare_payload();
+    auto sp = std::make_shared<Response>(std::move(res));
+    bool keep = sp->keep_alive();
+    http::async_write(stream_, *sp, [self = shared_from_this(), sp, keep](beast::error_code ec, size_t) {
+      if (ec || !keep) {
+        beast::error_code ignored;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+        return;
+      }
+      self->do_read();
+    });
+  }
+
+  void send_json(int status, const json& body, bool close = false) {
+    Response res{http::status(status), request_.version()};
+    res.set(http::field::content_type, "application/json");
+    res.body() = dump_json(body);
+    send(std::move(res), close);
+  }
+
+  void send_error(const ApiError& error, bool close = false) {
+    if (!endpoint_.empty()) app_->metrics.count_request(endpoint_, error.status);
+    Response res{http::status(error.status), request_.version() ? request_.version() : 11};
+    res.set(http::field::content_type, "application/json");
+    if (error.status == 429 || error.status == 503) res.set(http::field::retry_after, "1");
+    if (error.status == 401) res.set(http::field::www_authenticate, "Bearer");
+    res.body() = dump_json(error.to_json());
+    send(std::move(res), close);
+  }
+
+  void route() {
+    std::string target(request_.target());
+    std::string path = target.substr(0, target.find('?'));
+    http::verb method = request_.method();
+    endpoint_.clear();
+
+    if (method == http::verb::options) {  // CORS preflight
+      Response res{http::status::no_content, request_.version()};
+      res.set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+      res.set(http::field::access_control_allow_headers, "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project, X-Stainless-*");
+      res.set(http::field::access_control_max_age, "86400");
+      send(std::move(res));
+      return;
+    }
+    if (path == "/health") {
+      if (app_->shutting_down) return send_json(503, {{"status", "shutting_down"}});
+      return send_json(200, {{"status", "ok"}});
+    }
+    if (path == "/metrics" && method == http::verb::get) {
+      Response res{http::status::ok, request_.version()};
+      res.set(http::field::content_type, "text/plain; version=0.0.4");
+      res.body() = app_->metrics.render(app_->engine->stats());
+      return send(std::move(res));
+    }
+    bool api = path.rfind("/v1/", 0) == 0;
+    if (api && !app_->options.api_key.empty()) {
+      std::string auth(request_[http::field::authorization]);
+      if (auth != "Bearer " + app_->options.api_key)
+        return send_error(ApiError{.status = 401,
+                                   .message = auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
+                                   .type = "invalid_request_error", .param = "", .code = "invalid_api_key"});
+    }
+    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+      if (method != http::verb::get) return send_error(status_error(405, "use GET for " + path));
+      json model = {{"id", app_->model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "brioche"},
+                    {"max_model_len", app_->engine->context_length()}};
+      if (path == "/v1/models") return send_json(200, {{"object", "list"}, {"data", json::array({model})}});
+      std::string id = path.substr(std::string("/v1/models/").size());
+      if (id == app_->model_id) return send_json(200, model);
+      return send_error(ApiError{.status = 404, .message = "model '" + id + "' does not exist", .type = "invalid_request_error",
+                         .param = "model", .code = "model_not_found"});
+    }
+    std::optional<Endpoint> endpoint;
+    if (path == "/v1/chat/completions") endpoint = Endpoint::ChatCompletions;
+    else if (path == "/v1/completions") endpoint = Endpoint::Completions;
+    else if (path == "/v1/responses") endpoint = Endpoint::Responses;
+    if (endpoint) {
+      endpoint_ = endpoint_label(*endpoint);
+      if (method != http::verb::post) return send_error(status_error(405, "use POST for " + path));
+      return start_generation(*endpoint);
+    }
+    if (method == http::verb::get && !app_->options.web_dir.empty() && !api) return serve_static(path);
+    send_error(ApiError{.status = 404, .message = "no route for " + std::string(request_.method_string()) + " " + path,
+                .type = "invalid_request_error", .param = "", .code = "not_found"});
+  }
+
+  void serve_static(const std::string& path) {
+    std::string rel = path == "/" ? "index.html" : path.substr(1);
+    if (rel.find("..") != std::string::npos) return send_error(status_error(404, "not found"));
+    std::filesystem::path file = std::filesystem::path(app_->options.web_dir) / rel;
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return send_error(status_error(404, "no file " + rel));
+    std::ostringstream body;
+    body << in.rdbuf();
+    Response res{http::status::ok, request_.version()};
+    std::string ext = file.extension().string();
+    res.set(http::field::content_type, ext == ".html" ? "text/html; charset=utf-8" : ext == ".js" ? "text/javascript" : ext == ".css" ? "text/css" : "application/octet-stream");
+    res.body() = body.str();
+    send(std::move(res));
+  }
+
+  // ---- generation ---------------------------------------------------------
+
+  void start_generation(Endpoint endpoint) {
+    if (app_->shutting_down) return send_error(ApiError{.status = 503, .message = "the server is shutting down", .type = "server_error", .param = "", .code = "shutting_down"});
+    ApiRequest req;
+    engine::GenerationRequest gen;
+    ResponseContext ctx;
+    try {
+      req = parse_api_request(endpoint, request_.body());
+      if (!req.model.empty() && req.model != app_->model_id)
+        throw ApiError{.status = 400, .message = "model '" + req.model + "' is not served here; this server serves '" + app_->model_id + "'",
+                       .type = "invalid_request_error", .param = "model", .code = "model_not_found"};
+      gen = std::move(req.generation);
+      ctx.endpoint = endpoint;
+      ctx.model = app_->model_id;
+      ctx.stream = req.stream;
+      ctx.include_usage = req.include_usage;
+      ctx.n = gen.n;
+      ctx.logprobs = req.logprobs;
+      gen.top_logprobs = req.logprobs ? req.top_logprobs : -1;
+      const engine::Engine& eng = *app_->engine;
+      if (endpoint == Endpoint::Completions) {
+        if (!req.prompt_token_ids.empty()) {
+          gen.prompt_tokens = req.prompt_token_ids;
+          for (int32_t t : gen.prompt_tokens)
+            if (t < 0 || t >= eng.vocab_size()) throw invalid_param("prompt", "token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(eng.vocab_size()) + ")");
+        } else {
+          bool add_bos = app_->engine->tokenizer() && app_->engine->tokenizer()->add_bos();
+          gen.prompt_tokens = eng.tokenize(req.prompt, add_bos);
+        }
+        if (req.echo) ctx.echo_text = req.prompt;
+      } else {
+        bool use_tools = !req.tools.is_null() && req.tool_choice != ToolChoiceMode::None;
+        json tools = use_tools ? req.tools : json();
+        if (use_tools && req.tool_choice == ToolChoiceMode::Named) {
+          json only = json::array();
+          for (const json& t : req.tools) if (t["function"]["name"] == req.tool_choice_name) only.push_back(t);
+          tools = only;
+        }
+        std::string prompt = app_->prompter->render({.messages = req.messages, .tools = tools, .enable_thinking = req.enable_thinking});
+        ctx.parser.split_reasoning = true;
+        ctx.parser.tools = use_tools ? app_->tool_syntax : ToolSyntax::None;
+        size_t think = prompt.rfind("<think>");
+        ctx.parser.starts_in_reasoning = think != std::string::npos && prompt.find("</think>", think) == std::string::npos &&
+                                         prompt.size() - think < 16;
+        // tool_choice required / named: open the call in the prompt so the model must fill it in.
+        if (use_tools && (req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named)) {
+          std::string open = app_->tool_syntax == ToolSyntax::Llama3Json ? "" : "<tool_call>\n";
+          if (req.tool_choice == ToolChoiceMode::Named)
+            open += app_->tool_syntax == ToolSyntax::Llama3Json ? "{\"name\": \"" + req.tool_choice_name + "\", \"parameters\": "
+                                                                 : "{\"name\": \"" + req.tool_choice_name + "\", \"arguments\": ";
+          prompt += open;
+          ctx.prefill = open;
+        }
+        std::string bos = app_->engine->tokenizer() && app_->engine->tokenizer()->bos_id() >= 0
+                              ? app_->engine->tokenizer()->token_text(app_->engine->tokenizer()->bos_id()) : "";
+        bool add_bos = app_->engine->tokenizer() && app_->engine->tokenizer()->add_bos() && (bos.empty() || prompt.rfind(bos, 0) != 0);
+        gen.prompt_tokens = eng.tokenize(prompt, add_bos);
+      }
+      int32_t n_prompt = int32_t(gen.prompt_tokens.size());
+      if (n_prompt == 0) throw invalid_param(endpoint == Endpoint::Completions ? "prompt" : "messages", "the prompt is empty");
+      if (n_prompt >= eng.context_length())
+        throw ApiError{.status = 400, .message = "the prompt has " + std::to_string(n_prompt) + " tokens but the model's context holds " +
+                                                 std::to_string(eng.context_length()) + " (including at least one generated token)",
+                       .type = "invalid_request_error", .param = endpoint == Endpoint::Completions ? "prompt" : "messages",
+                       .code = "context_length_exceeded"};
+      int32_t room = eng.context_length() - n_prompt;
+      gen.max_tokens = req.max_tokens_given ? std::min(gen.max_tokens, room) : std::min(endpoint == Endpoint::Completions ? gen.max_tokens : room, room);
+    } catch (const ApiError& e) {
+      return send_error(e);
+    } catch (const brioche::Error& e) {
+      return send_error(status_error(400, e.what()));
+    }
+    if (app_->metrics.in_flight.load() >= app_->options.max_queue)
+      return send_error(ApiError{.status = 429, .message = "too many requests in flight (" + std::to_string(app_->options.max_queue) + "); retry shortly",
+                         .type = "rate_limit_error", .param = "", .code = "queue_full"});
+    ++app_->metrics.in_flight;
+    counted_in_flight_ = true;
+    // Keeps this session alive while the engine works (events are posted through a weak_ptr).
+    keep_alive_ = shared_from_this();
+    n_prompt_tokens_ = int64_t(gen.prompt_tokens.size());
+    builder_.emplace(std::move(ctx));
+    last_token_.assign(size_t(gen.n), Clock::time_point{});
+    std::weak_ptr<Session> weak = weak_from_this();
+    auto executor = stream_.get_executor();
+    gen.on_events = [weak, executor] {
+      if (auto self = weak.lock()) net::post(executor, [self] { self->pump_events(); });
+    };
+    handle_ = app_->engine->submit(std::move(gen));
+    if (req.stream) start_stream();
+    watch_disconnect();
+    timer_.expires_after(std::chrono::milliseconds(int64_t(app_->options.request_timeout_s * 1000)));
+    timer_.async_wait([weak](beast::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) {
+        self->timed_out_ = true;
+        if (self->handle_) self->handle_->cancel();
+      }
+    });
+    pump_events();
+  }
+
+  void start_stream() {
+    stream_mode_ = true;
+    auto res = std::make_shared<http::response<http::empty_body>>(http::status::ok, request_.version());
+    res->set(http::field::server, "brioche");
+    res->set(http::field::content_type, "text/event-stream");
+    res->set(http::field::cache_control, "no-cache");
+    res->set("X-Accel-Buffering", "no");
+    if (!app_->options.cors_origin.empty()) res->set(http::field::access_control_allow_origin, app_->options.cors_origin);
+    res->chunked(true);
+    res->keep_alive(request_.keep_alive());
+    auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    writing_ = true;
+    http::async_write_header(stream_, *sr, [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) return self->on_client_gone();
+      self->flush_stream();
+    });
+    outgoing_ += builder_->stream_prelude();
+  }
+
+  // A read-readiness wait: if the peer closes while we generate, cancel.
+  void watch_disconnect() {
+    stream_.socket().async_wait(tcp::socket::wait_read, [weak = weak_from_this()](beast::error_code ec) {
+      auto self = weak.lock();
+      if (!self || ec || !self->handle_ || self->handle_->finished()) return;
+      char byte;
+      ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->on_client_gone();
+      // n > 0: a pipelined request; it is read after this response.
+    });
+  }
+
+  void on_client_gone() {
+    client_gone_ = true;
+    if (handle_ && !handle_->finished()) handle_->cancel();
+  }
+
+  void pump_events() {
+    if (!handle_) return;
+    auto now = Clock::now();
+    for (engine::GenerationEvent& e : handle_->drain()) {
+      if (!e.tokens.empty() && e.choice < int(last_token_.size())) {
+        Clock::time_point& last = last_token_[size_t(e.choice)];
+        if (last == Clock::time_point{}) app_->metrics.ttft_seconds.observe(std::chrono::duration<double>(now - started_).count());
+        else app_->metrics.inter_token_seconds.observe(std::chrono::duration<double>(now - last).count());
+        last = now;
+      }
+      std::string text = builder_->on_event(e);
+      if (stream_mode_) outgoing_ += text;
+    }
+    if (stream_mode_) flush_stream();
+    if (builder_->done() && !finished_) finish_generation();
+  }
+
+  void flush_stream() {
+    if (writing_ || client_gone_) return;
+    if (outgoing_.empty()) {
+      if (finished_ && !last_chunk_sent_) {
+        last_chunk_sent_ = true;
+        writing_ = true;
+        net::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, size_t) {
+          self->writing_ = false;
+          if (ec || !self->request_.keep_alive()) {
+            beast::error_code ignored;
+            self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+            return;
+          }
+          self->reset_generation();
+          self->do_read();
+        });
+      }
+      return;
+    }
+    auto data = std::make_shared<std::string>(std::move(outgoing_));
+    outgoing_.clear();
+    writing_ = true;
+    net::async_write(stream_, http::make_chunk(net::buffer(*data)), [self = shared_from_this(), data](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) return self->on_client_gone();
+      self->flush_stream();
+    });
+  }
+
+  void finish_generation() {
+    finished_ = true;
+    std::shared_ptr<Session> self = std::move(keep_alive_);  // released when this call returns
+    timer_.cancel();
+    if (counted_in_flight_) {
+      --app_->metrics.in_flight;
+      counted_in_flight_ = false;
+    }
+    app_->metrics.add_tokens(n_prompt_tokens_, builder_->generated_tokens());
+    app_->metrics.request_seconds.observe(std::chrono::duration<double>(Clock::now() - started_).count());
+    if (builder_->cancelled()) ++app_->metrics.cancelled_requests;
+    if (stream_mode_) {
+      app_->metrics.count_request(endpoint_, 200);
+      flush_stream();
+      return;
+    }
+    if (client_gone_) return;
+    if (builder_->cancelled()) {
+      if (timed_out_)
+        return send_error(ApiError{.status = 408, .message = "the request exceeded the server's timeout of " + std::to_string(int(app_->options.request_timeout_s)) + " s",
+                           .type = "timeout_error", .param = "", .code = "timeout"});
+      return send_error(ApiError{.status = 503, .message = "the request was cancelled because the server is shutting down", .type = "server_error", .param = "", .code = "shutting_down"});
+    }
+    if (builder_->any_error()) return send_error(ApiError{.status = 500, .message = builder_->error(), .type = "server_error", .param = "", .code = ""});
+    app_->metrics.count_request(endpoint_, 200);
+    json body = builder_->final_body();
+    reset_generation();
+    send_json(200, body);
+  }
+
+  void reset_generation() {
+    handle_.reset();
+    builder_.reset();
+    stream_mode_ = finished_ = last_chunk_sent_ = timed_out_ = client_gone_ = false;
+    outgoing_.clear();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::shared_ptr<App> app_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  std::string endpoint_;
+  Clock::time_point started_;
+  net::steady_timer timer_;
+
+  std::shared_ptr<engine::RequestHandle> handle_;
+  std::optional<ResponseBuilder> builder_;
+  std::vector<Clock::time_point> last_token_;
+  std::string outgoing_;
+  int64_t n_prompt_tokens_ = 0;
+  bool stream_mode_ = false, writing_ = false, finished_ = false, last_chunk_sent_ = false;
+  bool timed_out_ = false, client_gone_ = false, counted_in_flight_ = false;
+  std::shared_ptr<Session> keep_alive_;
+};
+
+std::string model_stem(const std::string& path) {
+  std::filesystem::path p(path);
+  std::string name = p.filename().string();
+  if (name.empty()) name = p.parent_path().filename().string();
+  for (const char* ext : {".gguf", ".safetensors"})
+    if (name.size() > strlen(ext) && name.compare(name.size() - strlen(ext), strlen(ext), ext) == 0) name.resize(name.size() - strlen(ext));
+  return name.empty() ? "brioche" : name;
+}
+
+}  // namespace
+
+App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::move(eng)), options(std::move(opts)) {
+  model_id = !options.model_name.empty() ? options.model_name : model_stem(options.engine.model_path);
+  std::string source, bos, eos;
+  if (engine->model()) source = engine->model()->chat_template();
+  if (auto tok = engine->tokenizer()) {
+    if (tok->bos_id() >= 0) bos = tok->token_text(tok->bos_id());
+    if (tok->eos_id() >= 0) eos = tok->token_text(tok->eos_id());
+  }
+  prompter = std::make_unique<ChatPrompter>(source, bos, eos);
+  tool_syntax = tool_syntax_for_template(source);
+}
+
+void App::start() {
+  // Many idle streaming clients need many descriptors.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  tcp::endpoint endpoint(net::ip::make_address(options.host), options.port);
+  acceptor_.open(endpoint.protocol());
+  acceptor_.set_option(net::socket_base::reuse_address(true));
+  acceptor_.bind(endpoint);
+  acceptor_.listen(net::socket_base::max_listen_connections);
+  port_ = acceptor_.local_endpoint().port();
+  do_accept();
+  int n = std::max(1, options.io_threads);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { ioc.run(); });
+}
+
+void App::do_accept() {
+  acceptor_.async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !self->acceptor_.is_open()) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true));
+      std::make_shared<Session>(std::move(socket), self)->start();
+    }
+    self->do_accept();
+  });
+}
+
+void App::begin_shutdown() {
+  if (shutdown_started_.exchange(true)) return;
+  shutting_down = true;
+  net::post(ioc, [self = shared_from_this()] {
+    beast::error_code ignored;
+    self->acceptor_.close(ignored);
+  });
+  // Let in-flight requests finish, then cancel what is left.
+  auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(options.shutdown_grace_s * 1000));
+  while (metrics.in_flight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  engine->shutdown();  // cancels the rest; their sessions answer and close
+  auto drain_deadline = Clock::now() + std::chrono::seconds(2);
+  while (metrics.in_flight.load() > 0 && Clock::now() < drain_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // last writes
+  ioc.stop();
+  for (auto& t : threads_)
+    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
+  {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+  }
+  stopped_cv_.notify_all();
+}
+
+void App::wait() {
+  std::unique_lock lock(mutex_);
+  stopped_cv_.wait(lock, [&] { return stopped_; });
+}
+
+Server::Server(std::shared_ptr<engine::Engine> engine, ServerOptions options)
+    : app_(std::make_shared<App>(std::move(engine), std::move(options))) {
+  app_->start();
+}
+
+Server::~Server() { shutdown(); }
+uint16_t Server::port() const { return app_->port(); }
+void Server::shutdown() { app_->begin_shutdown(); }
+void Server::wait() { app_->wait(); }
+
+int run_server(const ServerOptions& options) {
+  std::shared_ptr<engine::Engine> engine;
+  try {
+    engine = engine::Engine::load(options.engine);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "brioche serve: cannot load %s: %s\n", options.engine.model_path.c_str(), e.what());
+    return 1;
+  }
+  return serve_until_signal(std::move(engine), options);
+}
+
+int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptions& options) {
+  // Signals: block them in every thread, and wait for one in a dedicated thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::unique_ptr<Server> server;
+  try {
+    server = std::make_unique<Server>(engine, options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "brioche serve: cannot listen on %s:%u: %s\n", options.host.c_str(), unsigned(options.port), e.what());
+    return 1;
+  }
+  if (!options.quiet) {
+    std::string url = "http://" + options.host + ":" + std::to_string(server->port());
+    std::printf("brioche serve: %s on %s (context %d)\n", options.engine.model_path.c_str(), url.c_str(), engine->context_length());
+    std::printf("  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
+                "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'\n",
+                url.c_str(), options.api_key.empty() ? "" : " -H 'Authorization: Bearer $KEY'");
+    std::fflush(stdout);
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  if (!options.quiet) std::fprintf(stderr, "brioche serve: %s, finishing in-flight requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server->shutdown();
+  server.reset();
+  engine.reset();
+  return 0;
+}
+
+}  // namespace brioche::server

@@ -1,0 +1,67 @@
+// Splits generated text into reasoning, content and tool calls, while streaming.
+//
+// Reasoning: text inside <think>...</think> at the start of the output (or
+// from the start when the prompt already opened <think>) becomes
+// `reasoning_content`.
+// Tool calls, two syntaxes:
+//   Hermes / Qwen:  <tool_call>{"name": "f", "arguments": {...}}</tool_call>  (several allowed)
+//   Llama-3 JSON:   the whole output is {"name": "f", "parameters": {...}}
+//                   (optionally after <|python_tag|>; several joined by ';')
+// Text that might still turn into a marker ("<tool_c") is held back until it
+// is decided, so streamed content never shows half a tag. A tool call that
+// does not parse as JSON is returned as plain content, never dropped.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace brioche::server {
+
+enum class ToolSyntax { None, Hermes, Llama3Json };
+
+struct ParsedToolCall {
+  std::string id;         // "call_<random>"
+  std::string name;
+  std::string arguments;  // JSON text of the arguments object
+};
+
+struct ParsedDelta {
+  std::string content;
+  std::string reasoning;
+  std::vector<ParsedToolCall> tool_calls;
+  bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
+};
+
+struct OutputParserOptions {
+  bool split_reasoning = true;
+  bool starts_in_reasoning = false;  // the prompt ended inside <think>
+  ToolSyntax tools = ToolSyntax::None;
+};
+
+class OutputParser {
+ public:
+  explicit OutputParser(OutputParserOptions options);
+  ParsedDelta push(std::string_view text);
+  ParsedDelta finish();  // end of output: release what was held back
+  int tool_call_count() const { return n_tool_calls_; }
+
+ private:
+  enum class Mode { Start, Reasoning, Content, HermesCall, JsonCall };
+  void run(ParsedDelta& out, bool at_end);
+  bool parse_call_object(std::string_view json_text, ParsedDelta& out);
+
+  OutputParserOptions options_;
+  Mode mode_;
+  std::string pending_;
+  bool content_started_ = false;  // non-whitespace content was emitted
+  bool strip_leading_ws_ = false;  // after </think>
+  int n_tool_calls_ = 0;
+};
+
+// Picks the tool-call syntax a chat template expects.
+ToolSyntax tool_syntax_for_template(const std::string& chat_template);
+
+std::string random_id(std::string_view prefix, int length = 24);
+
+}  // namespace brioche::server
