@@ -175,7 +175,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (method == http::verb::options) {  // CORS preflight
       Response res{http::status::no_content, request_.version()};
       res.set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
-      res.set(http::field::access_control_allow_headers, "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project, X-Stainless-*");
+      // Echo what the browser asks for (the openai JS client sends x-stainless-* headers).
+      std::string asked(request_[http::field::access_control_request_headers]);
+      res.set(http::field::access_control_allow_headers, asked.empty() ? "Authorization, Content-Type" : asked);
       res.set(http::field::access_control_max_age, "86400");
       send(std::move(res));
       return;
