@@ -1,0 +1,121 @@
+#include "backend/cpu/attention_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace brioche::backend::cpu {
+
+namespace {
+
+inline float dot(const float* __restrict a, const float* __restrict b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float a, const float* __restrict x, float* __restrict y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Whether key row j (absolute) is visible from query row i, both in one span.
+struct Visibility {
+  const ops::DenseAttentionLayout& layout;
+  int window;
+  bool operator()(int64_t i, int64_t j) const {
+    if (j > i) return false;
+    if (!layout.branch.empty()) {
+      const uint8_t bj = layout.branch[j];
+      if (bj != 0 && bj != layout.branch[i]) return false;
+    }
+    if (window > 0 && layout.positions[i] - layout.positions[j] >= window) return false;
+    return true;
+  }
+};
+
+}  // namespace
+
+void dense_attention(const DenseAttentionArgs& a) {
+  const auto& p = a.params;
+  const int d = p.head_dim, group = p.n_heads / p.n_kv_heads;
+  const Visibility visible{a.layout, p.sliding_window};
+  const int64_t n_tasks = int64_t(a.layout.spans.size()) * p.n_heads;
+  ThreadPool::global().parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;  // [span rows] for one query row
+    for (int64_t t = begin; t < end; ++t) {
+      const auto& span = a.layout.spans[size_t(t / p.n_heads)];
+      const int h = int(t % p.n_heads), kvh = h / group;
+      scores.resize(size_t(span.n_rows));
+      for (int64_t i = span.first_row; i < span.first_row + span.n_rows; ++i) {
+        const float* qi = a.q + i * a.ld_q + h * d;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = span.first_row; j <= i; ++j) {
+          float s = -std::numeric_limits<float>::infinity();
+          if (visible(i, j)) s = p.scale * dot(qi, a.k + j * a.ld_k + kvh * d, d);
+          scores[size_t(j - span.first_row)] = s;
+          m = std::max(m, s);
+        }
+        float* oi = a.out_w + i * a.ld_out + h * d;
+        std::memset(oi, 0, sizeof(float) * size_t(d));
+        float sum = 0.0f;
+        for (int64_t j = span.first_row; j <= i; ++j) {
+          const float s = scores[size_t(j - span.first_row)];
+          if (s == -std::numeric_limits<float>::infinity()) continue;
+          const float e = std::exp(s - m);
+          sum += e;
+          axpy(e, a.v + j * a.ld_v + kvh * d, oi, d);
+        }
+        const float inv = 1.0f / sum;
+        for (int c = 0; c < d; ++c) oi[c] *= inv;
+        a.lse_w[i * a.ld_lse + h] = m + std::log(sum);
+      }
+    }
+  });
+}
+
+// One task per (span, KV head): it owns dk/dv of that head in that span, so
+// the query heads of its GQA group accumulate there without races.
+void dense_attention_backward(const DenseAttentionArgs& a) {
+  const auto& p = a.params;
+  const int d = p.head_dim, group = p.n_heads / p.n_kv_heads;
+  const Visibility visible{a.layout, p.sliding_window};
+  const int64_t n_tasks = int64_t(a.layout.spans.size()) * p.n_kv_heads;
+  ThreadPool::global().parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const auto& span = a.layout.spans[size_t(t / p.n_kv_heads)];
+      const int kvh = int(t % p.n_kv_heads);
+      const int64_t r0 = span.first_row, r1 = span.first_row + span.n_rows;
+      for (int64_t j = r0; j < r1; ++j) {
+        std::memset(a.dk + j * a.ld_dk + kvh * d, 0, sizeof(float) * size_t(d));
+        std::memset(a.dv + j * a.ld_dv + kvh * d, 0, sizeof(float) * size_t(d));
+      }
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int64_t i = r0; i < r1; ++i) {
+          const float* qi = a.q + i * a.ld_q + h * d;
+          const float* oi = a.out + i * a.ld_out + h * d;
+          const float* doi = a.dout + i * a.ld_dout + h * d;
+          float* dqi = a.dq + i * a.ld_dq + h * d;
+          std::memset(dqi, 0, sizeof(float) * size_t(d));
+          const float lse = a.lse[i * a.ld_lse + h];
+          const float D = dot(doi, oi, d);
+          for (int64_t j = r0; j <= i; ++j) {
+            if (!visible(i, j)) continue;
+            const float* kj = a.k + j * a.ld_k + kvh * d;
+            const float* vj = a.v + j * a.ld_v + kvh * d;
+            const float pij = std::exp(p.scale * dot(qi, kj, d) - lse);
+            const float ds = pij * (dot(doi, vj, d) - D);
+            axpy(pij, doi, a.dv + j * a.ld_dv + kvh * d, d);
+            axpy(p.scale * ds, kj, dqi, d);
+            axpy(p.scale * ds, qi, a.dk + j * a.ld_dk + kvh * d, d);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace brioche::backend::cpu

@@ -1,0 +1,45 @@
+#include "ops/layer_backward.h"
+
+#include <vector>
+
+#include "backend/cpu/layer_backward.h"
+#include "ops/check_f32.h"
+
+namespace brioche::ops {
+
+void rms_norm_backward(const Tensor& x, const Tensor& weight, float eps, const Tensor& dy, Tensor& dx) {
+  auto xs = detail::f32_rows(x, "rms_norm_backward", "x");
+  auto ws = detail::f32_rows(weight, "rms_norm_backward", "weight");
+  auto gs = detail::f32_rows(dy, "rms_norm_backward", "dy");
+  auto os = detail::f32_rows(dx, "rms_norm_backward", "dx");
+  BRIOCHE_CHECK(ws.n_rows == 1 && ws.dim == xs.dim && gs.dim == xs.dim && os.dim == xs.dim &&
+                    gs.n_rows == xs.n_rows && os.n_rows == xs.n_rows,
+                "rms_norm_backward: shapes x ", x.describe(), ", weight ", weight.describe(), ", dy ",
+                dy.describe(), ", dx ", dx.describe(), " do not agree");
+  backend::cpu::rms_norm_backward({.x = xs.data, .weight = ws.data, .dy = gs.data, .dx = os.data,
+                                   .n_rows = xs.n_rows, .dim = xs.dim, .x_stride = xs.stride,
+                                   .dy_stride = gs.stride, .dx_stride = os.stride, .eps = eps});
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
+  auto g = detail::f32_rows(gate, "swiglu_backward", "gate");
+  auto u = detail::f32_rows(up, "swiglu_backward", "up");
+  auto d = detail::f32_rows(dout, "swiglu_backward", "dout");
+  auto dg = detail::f32_rows(dgate, "swiglu_backward", "dgate");
+  auto du = detail::f32_rows(dup, "swiglu_backward", "dup");
+  for (const auto* t : {&u, &d, &dg, &du}) {
+    BRIOCHE_CHECK(t->n_rows == g.n_rows && t->dim == g.dim, "swiglu_backward: every tensor must be ",
+                  gate.describe(), "-shaped");
+  }
+  backend::cpu::swiglu_backward({.gate = g.data, .up = u.data, .dout = d.data, .dgate = dg.data, .dup = du.data,
+                                 .n_rows = g.n_rows, .dim = g.dim, .ld_gate = g.stride, .ld_up = u.stride,
+                                 .ld_dout = d.stride, .ld_dgate = dg.stride, .ld_dup = du.stride});
+}
+
+void rope_backward(Tensor& dx, std::span<const int32_t> positions, const RopeParams& params) {
+  std::vector<int32_t> negated(positions.begin(), positions.end());
+  for (int32_t& p : negated) p = -p;
+  rope(dx, negated, params);
+}
+
+}  // namespace brioche::ops

@@ -1,0 +1,37 @@
+#include "ops/linear_backward.h"
+
+#include "backend/cpu/linear_backward.h"
+#include "ops/check_f32.h"
+
+namespace brioche::ops {
+
+void matmul_input_grad(const Tensor& dy, const Tensor& w, Tensor& dx, GradWrite mode) {
+  auto g = detail::f32_rows(dy, "matmul_input_grad", "dy");
+  auto out = detail::f32_rows(dx, "matmul_input_grad", "dx");
+  BRIOCHE_CHECK(w.defined() && w.rank() == 2, "matmul_input_grad: weight must be rank 2, got ", w.describe());
+  BRIOCHE_CHECK(g.dim == w.dim(0) && out.dim == w.dim(1) && g.n_rows == out.n_rows,
+                "matmul_input_grad: dy ", dy.describe(), " · w ", w.describe(), " does not give dx ",
+                dx.describe());
+  switch (w.device()) {
+    case Device::CPU:
+      backend::cpu::matmul_input_grad({.dy = g.data, .wtype = w.dtype(), .w = w.data(),
+                                       .w_row_bytes = size_t(w.stride(0)), .dx = out.data, .ld_dy = g.stride,
+                                       .ld_dx = out.stride, .n = g.n_rows, .m = g.dim, .k = out.dim,
+                                       .accumulate = mode == GradWrite::Accumulate});
+      return;
+    case Device::CUDA: fail("matmul_input_grad: weight ", w.describe(), " is on CUDA but the CUDA backend is not built");
+  }
+}
+
+void matmul_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dw) {
+  auto g = detail::f32_rows(dy, "matmul_weight_grad", "dy");
+  auto xs = detail::f32_rows(x, "matmul_weight_grad", "x");
+  auto w = detail::f32_rows(dw, "matmul_weight_grad", "dw");
+  BRIOCHE_CHECK(g.n_rows == xs.n_rows && w.n_rows == g.dim && w.dim == xs.dim, "matmul_weight_grad: dyᵀ ",
+                dy.describe(), " · x ", x.describe(), " does not give dw ", dw.describe());
+  backend::cpu::matmul_weight_grad({.dy = g.data, .x = xs.data, .dw = w.data, .ld_dy = g.stride,
+                                    .ld_x = xs.stride, .ld_dw = w.stride, .n = g.n_rows, .m = g.dim,
+                                    .k = xs.dim});
+}
+
+}  // namespace brioche::ops

@@ -1,0 +1,60 @@
+// Per-token log-probabilities through the frozen LM head, and their backward.
+//
+//   z = h·Wᵀ (vocab V),  logp_t = z_t − lse(z),  lse = log Σ_v e^{z_v}
+//   d logp_t / d z_v = 1[v = t] − softmax(z)_v,   dh = Σ_v dz_v W_v
+//
+// FusedLogpHead never materialises [tokens, V] logits: the forward walks the
+// vocabulary in chunks with an online log-sum-exp (running max m and sum s:
+// on a chunk with max m', s ← s·e^{m−m'} + Σ e^{z−m'}), keeping only lse per
+// token; the backward recomputes each chunk's logits, forms the chunk's dz
+// and accumulates dh = dz·W_chunk. Memory: [tokens, chunk] instead of
+// [tokens, V]. PlainLogpHead is the full-logits reference.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "train/token_batch.h"
+
+namespace brioche::train {
+
+class LogpHead {
+ public:
+  virtual ~LogpHead() = default;
+  // hidden: final-normed f32 [n_rows, H]; returns logp per scored token.
+  virtual std::vector<float> forward(const Tensor& hidden, std::span<const ScoredToken> scored) = 0;
+  // d_logp per scored token (from the loss); writes d_hidden [n_rows, H]
+  // (zero on rows no token is scored from).
+  virtual void backward(std::span<const float> d_logp, Tensor& d_hidden) = 0;
+};
+
+class FusedLogpHead final : public LogpHead {
+ public:
+  // w_out: [V, H] any dtype; chunk: vocabulary rows per tile.
+  FusedLogpHead(const Tensor& w_out, int64_t chunk);
+  std::vector<float> forward(const Tensor& hidden, std::span<const ScoredToken> scored) override;
+  void backward(std::span<const float> d_logp, Tensor& d_hidden) override;
+
+ private:
+  const Tensor& w_;
+  int64_t chunk_;
+  Tensor gathered_;               // [n_scored, H] hidden rows of the scored tokens
+  std::vector<float> lse_;        // [n_scored]
+  std::vector<ScoredToken> scored_;
+};
+
+class PlainLogpHead final : public LogpHead {
+ public:
+  explicit PlainLogpHead(const Tensor& w_out) : w_(w_out) {}
+  std::vector<float> forward(const Tensor& hidden, std::span<const ScoredToken> scored) override;
+  void backward(std::span<const float> d_logp, Tensor& d_hidden) override;
+
+ private:
+  const Tensor& w_;
+  Tensor gathered_;  // [n_scored, H]
+  Tensor probs_;     // [n_scored, V] softmax (the memory the fused head avoids)
+  std::vector<ScoredToken> scored_;
+};
+
+}  // namespace brioche::train

@@ -1,0 +1,130 @@
+#include "train/train_model.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/embedding.h"
+#include "ops/layer_backward.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+
+namespace brioche::train {
+
+namespace {
+
+Tensor copy_of(const Tensor& t) {
+  Tensor out = Tensor::zeros(DType::F32, {t.dim(0), t.dim(1)});
+  for (int64_t r = 0; r < t.dim(0); ++r) std::memcpy(out.row_ptr(r), t.row_ptr(r), size_t(t.dim(1)) * 4);
+  return out;
+}
+
+size_t bytes_of(const LayerCache& c) {
+  size_t n = 0;
+  for (const Tensor* t : {&c.x_in, &c.h1, &c.q_raw, &c.k_raw, &c.q, &c.k, &c.v, &c.attn, &c.lse, &c.x_mid, &c.h2,
+                          &c.gate, &c.up, &c.act})
+    n += t->nbytes();
+  for (const auto& u : c.lora_u) n += u.nbytes();
+  return n;
+}
+
+}  // namespace
+
+TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainModelOptions options)
+    : ck_(ck), adapter_(adapter), options_(options) {
+  const auto& c = ck.config;
+  BRIOCHE_CHECK(options.segment_size >= 0, "train: segment_size must be >= 0, got ", options.segment_size);
+  inv_freq_ = ops::rope_inv_freq(c.head_dim, c.rope.theta, c.rope.scaling, c.rope.freq_factors);
+  if (adapter) {
+    BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(),
+                  " layers, model ", c.n_layers);
+  }
+}
+
+int TrainModel::first_trainable_layer() const {
+  return adapter_ ? adapter_->first_adapted_layer() : ck_.config.n_layers;
+}
+
+LayerContext TrainModel::context(const TokenBatch& batch, const ops::DenseAttentionLayout& layout,
+                                 const ForwardOptions& o) const {
+  return {.config = ck_.config, .positions = batch.positions, .layout = layout, .inv_freq = inv_freq_,
+          .dropout_seed = o.dropout_seed, .adapter_enabled = o.adapter_enabled};
+}
+
+LayerParams TrainModel::params(int layer) const {
+  return {.weights = ck_.weights.layers[size_t(layer)], .adapter = adapter_, .layer = layer};
+}
+
+Tensor TrainModel::frozen_prefix(const TokenBatch& batch) const {
+  const auto& c = ck_.config;
+  Tensor x = Tensor::zeros(DType::F32, {batch.n_rows(), c.hidden_size});
+  ops::embedding(ck_.weights.token_embd, batch.tokens, x);
+  const auto layout = batch.layout();
+  const LayerContext ctx = context(batch, layout, {.adapter_enabled = false, .for_backward = false});
+  LayerCache scratch;
+  for (int l = 0; l < first_trainable_layer(); ++l) layer_forward(ctx, params(l), x, scratch);
+  return x;
+}
+
+Tensor TrainModel::forward(const TokenBatch& batch, const ForwardOptions& options) {
+  return forward(batch, frozen_prefix(batch), options);
+}
+
+Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& o) {
+  const auto& c = ck_.config;
+  BRIOCHE_CHECK(prefix_out.dim(0) == batch.n_rows() && prefix_out.dim(1) == c.hidden_size,
+                "train forward: prefix output ", prefix_out.describe(), " does not match ", batch.n_rows(),
+                " rows of ", c.hidden_size);
+  Tensor x = copy_of(prefix_out);
+  caches_.clear();
+  boundaries_.clear();
+  batch_ = o.for_backward ? &batch : nullptr;
+  layout_ = batch.layout();
+  forward_options_ = o;
+  const LayerContext ctx = context(batch, layout_, o);
+  const int first = first_trainable_layer(), n_layers = c.n_layers;
+  const bool keep_all = o.for_backward && options_.segment_size == 0;
+  if (keep_all) caches_.resize(size_t(n_layers - first));
+  LayerCache scratch;
+  for (int l = first; l < n_layers; ++l) {
+    if (o.for_backward && !keep_all && (l - first) % options_.segment_size == 0) boundaries_.push_back(copy_of(x));
+    layer_forward(ctx, params(l), x, keep_all ? caches_[size_t(l - first)] : scratch);
+  }
+  x_final_ = o.for_backward ? copy_of(x) : Tensor();
+  Tensor h = Tensor::zeros(DType::F32, {batch.n_rows(), c.hidden_size});
+  ops::rms_norm(x, ck_.weights.output_norm, c.rms_eps, h);
+  return h;
+}
+
+void TrainModel::backward(const Tensor& d_hidden) {
+  BRIOCHE_CHECK(batch_ != nullptr, "train backward: no forward(for_backward) to differentiate");
+  const auto& c = ck_.config;
+  const int64_t n = batch_->n_rows();
+  Tensor dx = Tensor::zeros(DType::F32, {n, c.hidden_size});
+  ops::rms_norm_backward(x_final_, ck_.weights.output_norm, c.rms_eps, d_hidden, dx);
+  const LayerContext ctx = context(*batch_, layout_, forward_options_);
+  const int first = first_trainable_layer(), n_layers = c.n_layers;
+  if (options_.segment_size == 0) {
+    for (int l = n_layers - 1; l >= first; --l) layer_backward(ctx, params(l), caches_[size_t(l - first)], dx);
+  } else {
+    const int seg = options_.segment_size;
+    std::vector<LayerCache> segment(static_cast<size_t>(seg));
+    for (int s = int(boundaries_.size()) - 1; s >= 0; --s) {
+      const int l0 = first + s * seg, l1 = std::min(n_layers, l0 + seg);
+      Tensor x = copy_of(boundaries_[size_t(s)]);  // recompute this segment, saving activations
+      for (int l = l0; l < l1; ++l) layer_forward(ctx, params(l), x, segment[size_t(l - l0)]);
+      for (int l = l1 - 1; l >= l0; --l) layer_backward(ctx, params(l), segment[size_t(l - l0)], dx);
+    }
+  }
+  batch_ = nullptr;
+  caches_.clear();
+  boundaries_.clear();
+}
+
+size_t TrainModel::saved_bytes() const {
+  size_t n = x_final_.nbytes();
+  for (const auto& cache : caches_) n += bytes_of(cache);
+  for (const auto& b : boundaries_) n += b.nbytes();
+  return n;
+}
+
+}  // namespace brioche::train

@@ -1,0 +1,79 @@
+// The Llama-family stack for LoRA training: embedding, frozen layers below
+// the adapter, trainable layers (forward saving activations, backward
+// accumulating LoRA grads), final norm. The LM head and the loss live apart
+// (lm_head.h, losses.h): this class maps tokens to final hidden states and
+// hidden-state gradients back to LoRA gradients.
+//
+// Segmented backward (segment_size > 0): the forward keeps only the residual
+// stream at every segment_size-th trainable layer; the backward recomputes
+// one segment's activations at a time (same dropout masks: they are a pure
+// function of the seed) and walks it backward. Peak activation memory drops
+// from all trainable layers to one segment for ~one extra forward.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/weights.h"
+#include "train/lora.h"
+#include "train/token_batch.h"
+#include "train/train_layer.h"
+
+namespace brioche::train {
+
+struct TrainModelOptions {
+  int segment_size = 0;  // trainable layers per recompute segment; 0 = keep every layer's activations
+};
+
+struct ForwardOptions {
+  uint64_t dropout_seed = 0;
+  bool adapter_enabled = true;
+  bool for_backward = true;  // false: inference-only (eval, reference log-probs)
+};
+
+class TrainModel {
+ public:
+  TrainModel(const model::Checkpoint& checkpoint, LoraAdapter* adapter, TrainModelOptions options = {});
+
+  const model::ModelConfig& config() const { return ck_.config; }
+  const model::ModelWeights& weights() const { return ck_.weights; }
+  // Layers below this one carry no adapter: their output depends only on the
+  // tokens, so callers may cache it (frozen_prefix).
+  int first_trainable_layer() const;
+
+  // Residual stream entering first_trainable_layer(): embedding + frozen layers.  [n_rows, hidden]
+  Tensor frozen_prefix(const TokenBatch& batch) const;
+
+  // From the frozen-prefix output to the final-normed hidden states [n_rows, hidden].
+  // With for_backward the batch must stay alive until backward().
+  Tensor forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& options);
+  // Convenience: frozen_prefix + forward.
+  Tensor forward(const TokenBatch& batch, const ForwardOptions& options);
+
+  // d_hidden: d loss / d final-normed hidden [n_rows, hidden]. Accumulates
+  // LoRA gradients; returns nothing (the embedding is frozen).
+  void backward(const Tensor& d_hidden);
+
+  // Bytes held for the backward after the last forward (activations + boundaries).
+  size_t saved_bytes() const;
+
+ private:
+  LayerContext context(const TokenBatch& batch, const ops::DenseAttentionLayout& layout,
+                       const ForwardOptions& options) const;
+  LayerParams params(int layer) const;
+
+  const model::Checkpoint& ck_;
+  LoraAdapter* adapter_;
+  TrainModelOptions options_;
+  std::vector<float> inv_freq_;
+
+  // State saved by forward(for_backward) for backward().
+  const TokenBatch* batch_ = nullptr;
+  ops::DenseAttentionLayout layout_;
+  ForwardOptions forward_options_;
+  std::vector<LayerCache> caches_;     // per trainable layer (segment_size == 0)
+  std::vector<Tensor> boundaries_;     // residual at each segment start (segment_size > 0)
+  Tensor x_final_;                     // [n, hidden] before the final norm
+};
+
+}  // namespace brioche::train
