@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/add.h"
+#include "ops/device.h"
 #include "ops/matmul.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -10,18 +11,20 @@
 
 namespace brioche::model {
 
-Activations ActivationBuffers::view(const ModelConfig& c, int64_t n) {
-  if (n > capacity_) {
+Activations ActivationBuffers::view(const ModelConfig& c, int64_t n, Device device) {
+  if (n > capacity_ || device != device_) {
     capacity_ = std::max<int64_t>(n, 1);
-    full_.x = Tensor::zeros(DType::F32, {capacity_, c.hidden_size});
-    full_.h = Tensor::zeros(DType::F32, {capacity_, c.hidden_size});
-    full_.q = Tensor::zeros(DType::F32, {capacity_, c.q_dim()});
-    full_.k = Tensor::zeros(DType::F32, {capacity_, c.kv_dim()});
-    full_.v = Tensor::zeros(DType::F32, {capacity_, c.kv_dim()});
-    full_.attn = Tensor::zeros(DType::F32, {capacity_, c.q_dim()});
-    full_.out = Tensor::zeros(DType::F32, {capacity_, c.hidden_size});
-    full_.gate = Tensor::zeros(DType::F32, {capacity_, c.intermediate_size});
-    full_.up = Tensor::zeros(DType::F32, {capacity_, c.intermediate_size});
+    device_ = device;
+    auto make = [&](int64_t width) { return ops::zeros(DType::F32, {capacity_, width}, device); };
+    full_.x = make(c.hidden_size);
+    full_.h = make(c.hidden_size);
+    full_.q = make(c.q_dim());
+    full_.k = make(c.kv_dim());
+    full_.v = make(c.kv_dim());
+    full_.attn = make(c.q_dim());
+    full_.out = make(c.hidden_size);
+    full_.gate = make(c.intermediate_size);
+    full_.up = make(c.intermediate_size);
   }
   auto rows = [n](const Tensor& t) { return t.slice(0, 0, n); };
   return {rows(full_.x),    rows(full_.h),   rows(full_.q),   rows(full_.k),  rows(full_.v),

@@ -27,10 +27,11 @@ struct Activations {
 // Owns the activation memory; grows to the largest batch seen.
 class ActivationBuffers {
  public:
-  Activations view(const ModelConfig& config, int64_t n_rows);
+  Activations view(const ModelConfig& config, int64_t n_rows, Device device = Device::CPU);
 
  private:
   int64_t capacity_ = 0;
+  Device device_ = Device::CPU;
   Activations full_;
 };
 

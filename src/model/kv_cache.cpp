@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/device.h"
 
 namespace brioche::model {
 
@@ -12,10 +13,10 @@ KvCache::KvCache(const ModelConfig& config, KvCacheOptions options) : options_(o
   BRIOCHE_CHECK(options.dtype == DType::F32 || options.dtype == DType::F16,
                 "KV cache: dtype must be f32 or f16, got ", dtype_name(options.dtype));
   for (int l = 0; l < config.n_layers; ++l) {
-    keys_.push_back(Tensor::zeros(options.dtype, {options.n_blocks, options.block_size,
-                                                  config.n_kv_heads, config.head_dim}));
-    values_.push_back(Tensor::zeros(options.dtype, {options.n_blocks, options.block_size,
-                                                    config.n_kv_heads, config.head_dim}));
+    keys_.push_back(ops::zeros(options.dtype, {options.n_blocks, options.block_size,
+                                               config.n_kv_heads, config.head_dim}, options.device));
+    values_.push_back(ops::zeros(options.dtype, {options.n_blocks, options.block_size,
+                                                 config.n_kv_heads, config.head_dim}, options.device));
   }
 }
 
@@ -36,7 +37,8 @@ void KvCache::copy_block(int src, int dst) {
   if (src == dst) return;
   for (size_t l = 0; l < keys_.size(); ++l) {
     for (Tensor* t : {&keys_[l], &values_[l]}) {
-      std::memcpy(t->row_ptr(dst), t->row_ptr(src), size_t(t->stride(0)));
+      Tensor to = t->slice(0, dst, dst + 1);
+      ops::copy(t->slice(0, src, src + 1), to);
     }
   }
 }

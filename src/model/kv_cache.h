@@ -18,6 +18,7 @@ struct KvCacheOptions {
   int block_size = 16;
   int n_blocks = 0;
   DType dtype = DType::F32;  // F32 or F16
+  Device device = Device::CPU;  // the model's device (Model::device())
 };
 
 class KvCache {
@@ -27,6 +28,7 @@ class KvCache {
   int block_size() const { return options_.block_size; }
   int n_blocks() const { return options_.n_blocks; }
   DType dtype() const { return options_.dtype; }
+  Device device() const { return options_.device; }
   int n_layers() const { return int(keys_.size()); }
   size_t bytes() const;
 

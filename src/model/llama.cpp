@@ -15,6 +15,7 @@
 #include "model/blocks.h"
 #include "model/llama.h"
 #include "ops/add.h"
+#include "ops/device.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
 #include "ops/rms_norm.h"
@@ -46,6 +47,10 @@ void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) co
   BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
                 "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
                 batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  BRIOCHE_CHECK(cache.n_layers() == 0 || cache.keys(0).device() == device(),
+                "forward: the KV cache is on ", cache.keys(0).device() == Device::CUDA ? "cuda" : "cpu",
+                " but the model is on ", device() == Device::CUDA ? "cuda" : "cpu",
+                " (set KvCacheOptions::device to Model::device())");
   BRIOCHE_CHECK(cache.n_layers() == c.n_layers && cache.keys(0).dim(2) == c.n_kv_heads &&
                     cache.keys(0).dim(3) == c.head_dim,
                 "forward: KV cache of ", cache.n_layers(), " layers x ", cache.keys(0).describe(),
@@ -79,9 +84,11 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
   check_batch(batch, cache);
   const int64_t n = batch.n_rows();
   const int64_t n_logits = batch.n_logit_rows();
+  // Logits stay where the caller's tensor lives (host by default).
+  const Device logits_device = logits.defined() ? logits.device() : Device::CPU;
   if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits ||
       logits.dim(1) != c.vocab_size || logits.dtype() != DType::F32) {
-    logits = Tensor::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size});
+    logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, logits_device);
     if (n_logits == 0) logits = logits.slice(0, 0, 0);
   }
   if (n == 0) return;
@@ -92,7 +99,7 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
     sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
   AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_};
 
-  Activations a = buffers_.view(c, n);
+  Activations a = buffers_.view(c, n, device());
   ops::embedding(w.token_embd, batch.tokens, a.x);
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
@@ -107,14 +114,32 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
 
   // Only rows that need logits go through the final norm and the lm_head.
   // a.h is free now: gather those rows into its first n_logits rows.
+  // Runs of consecutive rows move in one copy (all rows when decoding).
   Tensor last = a.h.slice(0, 0, n_logits);  // [n_logits, hidden]
   int64_t j = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    if (batch.wants_logits[r])
-      std::memcpy(last.row_ptr(j++), a.x.row_ptr(r), size_t(c.hidden_size) * sizeof(float));
+  for (int64_t r = 0; r < n;) {
+    if (!batch.wants_logits[r]) {
+      ++r;
+      continue;
+    }
+    int64_t end = r;
+    while (end < n && batch.wants_logits[end]) ++end;
+    Tensor to = last.slice(0, j, j + (end - r));
+    ops::copy(a.x.slice(0, r, end), to);
+    j += end - r;
+    r = end;
   }
   ops::rms_norm(last, w.output_norm, c.rms_eps, last);
-  ops::matmul(last, w.output, logits);
+  if (logits.device() == device()) {
+    ops::matmul(last, w.output, logits);
+    return;
+  }
+  // Model on the device, logits wanted on the host: one copy back.
+  if (!device_logits_.defined() || device_logits_.dim(0) < n_logits)
+    device_logits_ = ops::zeros(DType::F32, {n_logits, c.vocab_size}, device());
+  Tensor dl = device_logits_.slice(0, 0, n_logits);
+  ops::matmul(last, w.output, dl);
+  ops::copy(dl, logits);
 }
 
 }  // namespace brioche::model

@@ -20,6 +20,7 @@ class LlamaModel final : public Model {
   std::string chat_template() const override { return ck_.chat_template; }
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
   size_t weight_bytes() const override;
+  Device device() const override { return ck_.weights.token_embd.device(); }
 
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
@@ -27,6 +28,7 @@ class LlamaModel final : public Model {
   Checkpoint ck_;
   std::vector<float> inv_freq_;  // [head_dim/2] RoPE frequencies, scaling applied
   ActivationBuffers buffers_;
+  Tensor device_logits_;  // [n_logits, vocab] on the device, when the caller's logits are on the host
 };
 
 }  // namespace brioche::model

@@ -36,6 +36,9 @@ ModelConfig read_config(const formats::GgufFile& f, const std::string& arch) {
   c.rope.theta = float(f.get_float(key("rope.freq_base"), 10000.0));
   c.rope.style = (arch == "llama" || arch == "mistral") ? ops::RopeStyle::Interleaved
                                                         : ops::RopeStyle::NeoX;
+  int rotary_dims = int(f.get_int(key("rope.dimension_count"), c.head_dim));
+  BRIOCHE_CHECK(rotary_dims == c.head_dim, path, ": ", key("rope.dimension_count"), " expected ",
+                c.head_dim, " (RoPE over the whole head), found ", rotary_dims);
   int value_dim = int(f.get_int(key("attention.value_length"), c.head_dim));
   BRIOCHE_CHECK(value_dim == c.head_dim, path, ": ", key("attention.value_length"), " expected ",
                 c.head_dim, " (= key_length), found ", value_dim);

@@ -5,14 +5,35 @@
 #include "core/error.h"
 #include "model/llama.h"
 #include "model/weights.h"
+#include "model/device_weights.h"
+#include "ops/quantize.h"
 
 namespace brioche::model {
+
+namespace {
+
+void convert_weights(Checkpoint& ck, DType dtype) {
+  ModelWeights& w = ck.weights;
+  auto convert = [dtype](Tensor& t) {
+    if (t.defined() && t.dtype() != dtype) t = ops::convert(t, dtype);
+  };
+  convert(w.token_embd);
+  if (ck.config.tied_embeddings) w.output = w.token_embd;
+  else convert(w.output);
+  for (LayerWeights& l : w.layers)
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) convert(*t);
+  ck.config.weight_dtype = dtype;
+}
+
+}  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) fail(path, ": expected a .gguf file or a safetensors model directory, found nothing");
   Checkpoint ck = fs::is_directory(path) ? load_safetensors_checkpoint(path) : load_gguf_checkpoint(path);
   if (options.max_context > 0) ck.config.max_context = options.max_context;
+  if (options.convert_weights) convert_weights(ck, *options.convert_weights);
+  if (options.device != Device::CPU) move_weights(ck, options.device);
   const ModelConfig& c = ck.config;
   BRIOCHE_CHECK(c.n_heads > 0 && c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, path,
                 ": attention heads ", c.n_heads, " must be a multiple of kv heads ", c.n_kv_heads);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -26,6 +27,15 @@ namespace brioche::model {
 
 struct LoadOptions {
   int max_context = 0;  // override of the trained context length; 0 keeps it
+  // Convert every weight matrix to this dtype at load (e.g. F32 to run a
+  // quantized file at full precision, for accuracy checks); F32/F16/BF16 or
+  // a quantized dtype. Unset keeps the stored dtypes (zero-copy).
+  std::optional<DType> convert_weights;
+  // Where weights and activations live. Device::CUDA uploads every weight
+  // at load; the KV cache passed to forward must be on the same device
+  // (KvCacheOptions::device) and logits land where the caller's tensor is
+  // (a CUDA logits tensor stays on the device).
+  Device device = Device::CPU;
 };
 
 class Model {
@@ -49,6 +59,9 @@ class Model {
   // block tables, and writes logits for the rows with wants_logits, in row
   // order: logits becomes f32 [batch.n_logit_rows(), vocab_size].
   virtual void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) = 0;
+
+  // Where the weights live (LoadOptions::device).
+  virtual Device device() const { return Device::CPU; }
 
   // Bytes of weights (as stored).
   virtual size_t weight_bytes() const = 0;
