@@ -1,0 +1,453 @@
+// Lowering: IR expression -> Thompson NFA (with epsilons) per rule ->
+// epsilon removal -> merge of states with identical futures -> global tables.
+#include "grammar/automaton.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace brioche::grammar {
+namespace {
+
+constexpr uint32_t kMaxCodepoint = 0x10FFFF;
+
+struct LocalState {
+  std::vector<int32_t> eps;
+  std::vector<ByteEdge> bytes;
+  std::vector<RuleEdge> rules;
+};
+
+struct Fragment {
+  int32_t start, end;
+};
+
+// Sorted, merged codepoint ranges of a class (complemented when negated).
+std::vector<std::pair<uint32_t, uint32_t>> normalize_class(const Expr& e) {
+  auto r = e.ranges;
+  std::sort(r.begin(), r.end());
+  std::vector<std::pair<uint32_t, uint32_t>> merged;
+  for (auto [lo, hi] : r) {
+    hi = std::min(hi, kMaxCodepoint);
+    if (lo > hi) continue;
+    if (!merged.empty() && lo <= merged.back().second + 1)
+      merged.back().second = std::max(merged.back().second, hi);
+    else
+      merged.emplace_back(lo, hi);
+  }
+  if (!e.negated) return merged;
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  uint32_t next = 0;
+  for (auto [lo, hi] : merged) {
+    if (lo > next) out.emplace_back(next, lo - 1);
+    next = hi + 1;
+  }
+  if (next <= kMaxCodepoint) out.emplace_back(next, kMaxCodepoint);
+  return out;
+}
+
+using ByteSeq = std::vector<std::pair<uint8_t, uint8_t>>;
+
+void encode(uint32_t cp, int len, uint8_t* out) {
+  if (len == 1) {
+    out[0] = static_cast<uint8_t>(cp);
+  } else if (len == 2) {
+    out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
+    out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+  } else if (len == 3) {
+    out[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
+    out[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+  } else {
+    out[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
+    out[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Splits [lo, hi] (same UTF-8 length) into byte-range sequences: the classic
+// recursion on the first position whose bytes are not both at their
+// extremes. Each sequence is a product of per-position byte ranges.
+void split_same_length(uint32_t lo, uint32_t hi, int len, std::vector<ByteSeq>& out) {
+  // Find the largest suffix of continuation positions that spans fully.
+  for (int i = 1; i < len; ++i) {
+    uint32_t mask = (1u << (6 * i)) - 1;
+    if ((lo & ~mask) != (hi & ~mask)) {
+      if ((lo & mask) != 0) {
+        split_same_length(lo, lo | mask, len, out);
+        split_same_length((lo | mask) + 1, hi, len, out);
+        return;
+      }
+      if ((hi & mask) != mask) {
+        split_same_length(lo, (hi & ~mask) - 1, len, out);
+        split_same_length(hi & ~mask, hi, len, out);
+        return;
+      }
+    }
+  }
+  uint8_t a[4], b[4];
+  encode(lo, len, a);
+  encode(hi, len, b);
+  ByteSeq seq;
+  for (int i = 0; i < len; ++i) seq.emplace_back(a[i], b[i]);
+  out.push_back(std::move(seq));
+}
+
+std::vector<ByteSeq> utf8_sequences(uint32_t lo, uint32_t hi) {
+  static const uint32_t kLenMax[4] = {0x7F, 0x7FF, 0xFFFF, kMaxCodepoint};
+  std::vector<ByteSeq> out;
+  uint32_t start = lo;
+  for (int len = 1; len <= 4 && start <= hi; ++len) {
+    if (start > kLenMax[len - 1]) continue;
+    uint32_t end = std::min(hi, kLenMax[len - 1]);
+    split_same_length(start, end, len, out);
+    start = end + 1;
+  }
+  return out;
+}
+
+class RuleBuilder {
+ public:
+  RuleBuilder(const Grammar& g, const AutomatonLimits& limits) : g_(g), limits_(limits) {}
+
+  std::vector<LocalState> states;
+
+  int32_t new_state() {
+    BRIOCHE_CHECK(states.size() < limits_.max_states, "grammar too large: more than ", limits_.max_states,
+                  " automaton states (size budget); reduce repetition counts or schema size");
+    states.emplace_back();
+    return static_cast<int32_t>(states.size() - 1);
+  }
+
+  Fragment build(int32_t id) {
+    const Expr& e = g_.exprs[id];
+    switch (e.kind) {
+      case Expr::Kind::kEmpty: {
+        int32_t s = new_state();
+        return {s, s};
+      }
+      case Expr::Kind::kBytes: {
+        int32_t s = new_state(), cur = s;
+        for (unsigned char c : e.bytes) {
+          int32_t n = new_state();
+          states[cur].bytes.push_back({c, c, n});
+          cur = n;
+        }
+        return {s, cur};
+      }
+      case Expr::Kind::kCharClass: {
+        int32_t s = new_state(), t = new_state();
+        // Share prefixes of the byte sequences (a small trie keyed by range).
+        std::map<std::pair<int32_t, std::pair<uint8_t, uint8_t>>, int32_t> trie;
+        for (auto [lo, hi] : normalize_class(e)) {
+          for (const ByteSeq& seq : utf8_sequences(lo, hi)) {
+            int32_t cur = s;
+            for (size_t i = 0; i < seq.size(); ++i) {
+              if (i + 1 == seq.size()) {
+                states[cur].bytes.push_back({seq[i].first, seq[i].second, t});
+              } else {
+                auto key = std::make_pair(cur, seq[i]);
+                auto it = trie.find(key);
+                if (it == trie.end()) {
+                  int32_t n = new_state();
+                  states[cur].bytes.push_back({seq[i].first, seq[i].second, n});
+                  it = trie.emplace(key, n).first;
+                }
+                cur = it->second;
+              }
+            }
+          }
+        }
+        return {s, t};
+      }
+      case Expr::Kind::kRuleRef: {
+        int32_t s = new_state(), t = new_state();
+        states[s].rules.push_back({e.rule, t});
+        return {s, t};
+      }
+      case Expr::Kind::kSequence: {
+        Fragment f = build(e.children[0]);
+        for (size_t i = 1; i < e.children.size(); ++i) {
+          Fragment n = build(e.children[i]);
+          states[f.end].eps.push_back(n.start);
+          f.end = n.end;
+        }
+        return f;
+      }
+      case Expr::Kind::kChoice: {
+        int32_t s = new_state(), t = new_state();
+        for (int32_t c : e.children) {
+          Fragment f = build(c);
+          states[s].eps.push_back(f.start);
+          states[f.end].eps.push_back(t);
+        }
+        return {s, t};
+      }
+      case Expr::Kind::kRepeat: {
+        int32_t child = e.children[0];
+        int32_t s = new_state(), cur = s;
+        for (int32_t i = 0; i < e.min_repeat; ++i) {
+          Fragment f = build(child);
+          states[cur].eps.push_back(f.start);
+          cur = f.end;
+        }
+        if (e.max_repeat < 0) {
+          Fragment f = build(child);
+          states[cur].eps.push_back(f.start);
+          states[f.end].eps.push_back(cur);
+          return {s, cur};
+        }
+        int32_t t = new_state();
+        for (int32_t i = e.min_repeat; i < e.max_repeat; ++i) {
+          Fragment f = build(child);
+          states[cur].eps.push_back(f.start);
+          states[cur].eps.push_back(t);
+          cur = f.end;
+        }
+        states[cur].eps.push_back(t);
+        return {s, t};
+      }
+    }
+    fail("grammar: unknown expression kind");
+  }
+
+ private:
+  const Grammar& g_;
+  const AutomatonLimits& limits_;
+};
+
+struct FinalState {
+  bool accepting = false;
+  std::vector<ByteEdge> bytes;
+  std::vector<RuleEdge> rules;
+  bool operator==(const FinalState& o) const {
+    if (accepting != o.accepting || bytes.size() != o.bytes.size() || rules.size() != o.rules.size()) return false;
+    for (size_t i = 0; i < bytes.size(); ++i)
+      if (bytes[i].lo != o.bytes[i].lo || bytes[i].hi != o.bytes[i].hi || bytes[i].target != o.bytes[i].target)
+        return false;
+    for (size_t i = 0; i < rules.size(); ++i)
+      if (rules[i].rule != o.rules[i].rule || rules[i].target != o.rules[i].target) return false;
+    return true;
+  }
+};
+
+void canonicalize(FinalState& st) {
+  std::sort(st.bytes.begin(), st.bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
+    return a.target != b.target ? a.target < b.target : a.lo < b.lo;
+  });
+  // Merge overlapping/adjacent ranges that go to the same target.
+  std::vector<ByteEdge> merged;
+  for (const ByteEdge& e : st.bytes) {
+    if (!merged.empty() && merged.back().target == e.target && e.lo <= merged.back().hi + 1)
+      merged.back().hi = std::max(merged.back().hi, e.hi);
+    else
+      merged.push_back(e);
+  }
+  std::sort(merged.begin(), merged.end(), [](const ByteEdge& a, const ByteEdge& b) {
+    return a.lo != b.lo ? a.lo < b.lo : a.target < b.target;
+  });
+  st.bytes = std::move(merged);
+  std::sort(st.rules.begin(), st.rules.end(), [](const RuleEdge& a, const RuleEdge& b) {
+    return a.rule != b.rule ? a.rule < b.rule : a.target < b.target;
+  });
+  st.rules.erase(std::unique(st.rules.begin(), st.rules.end(),
+                             [](const RuleEdge& a, const RuleEdge& b) {
+                               return a.rule == b.rule && a.target == b.target;
+                             }),
+                 st.rules.end());
+}
+
+uint64_t hash_state(const FinalState& st) {
+  uint64_t h = st.accepting ? 0x9e3779b97f4a7c15ull : 0x12345ull;
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; h ^= h >> 29; };
+  for (auto& e : st.bytes) mix((uint64_t(e.lo) << 40) | (uint64_t(e.hi) << 32) | uint32_t(e.target));
+  for (auto& e : st.rules) mix((uint64_t(uint32_t(e.rule)) << 32) | uint32_t(e.target) | (1ull << 63));
+  return h;
+}
+
+// Epsilon removal + merging of equivalent states; returns the rule's
+// states (local ids 0..n-1, start = 0) with targets in local ids.
+std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
+  const auto& ls = b.states;
+  size_t n = ls.size();
+  // Epsilon closures, computed on demand for reachable states only.
+  std::vector<int32_t> remap(n, -1);
+  std::vector<int32_t> order;  // local ids in discovery order
+  std::vector<FinalState> out;
+  std::vector<int32_t> work{f.start};
+  remap[f.start] = 0;
+  order.push_back(f.start);
+  out.emplace_back();
+  std::vector<uint32_t> seen(n, 0);
+  uint32_t stamp = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    int32_t src = order[k];
+    ++stamp;
+    std::vector<int32_t> stack{src};
+    seen[src] = stamp;
+    FinalState st;
+    while (!stack.empty()) {
+      int32_t s = stack.back();
+      stack.pop_back();
+      if (s == f.end) st.accepting = true;
+      for (auto& e : ls[s].bytes) st.bytes.push_back(e);
+      for (auto& e : ls[s].rules) st.rules.push_back(e);
+      for (int32_t t : ls[s].eps)
+        if (seen[t] != stamp) {
+          seen[t] = stamp;
+          stack.push_back(t);
+        }
+    }
+    auto target_of = [&](int32_t t) {
+      if (remap[t] < 0) {
+        remap[t] = static_cast<int32_t>(order.size());
+        order.push_back(t);
+        out.emplace_back();
+      }
+      return remap[t];
+    };
+    for (auto& e : st.bytes) e.target = target_of(e.target);
+    for (auto& e : st.rules) e.target = target_of(e.target);
+    out[k] = std::move(st);
+  }
+  // Merge states with identical (accepting, edges) until nothing changes:
+  // they have the same future, so sharing them shrinks the mask tables.
+  for (;;) {
+    for (auto& st : out) canonicalize(st);
+    std::unordered_map<uint64_t, std::vector<int32_t>> buckets;
+    std::vector<int32_t> rep(out.size());
+    bool changed = false;
+    for (size_t i = 0; i < out.size(); ++i) {
+      rep[i] = static_cast<int32_t>(i);
+      auto& bucket = buckets[hash_state(out[i])];
+      for (int32_t j : bucket)
+        if (out[j] == out[i]) {
+          rep[i] = j;
+          changed = true;
+          break;
+        }
+      if (rep[i] == static_cast<int32_t>(i)) bucket.push_back(static_cast<int32_t>(i));
+    }
+    if (!changed) break;
+    // Compact: keep representatives, renumber (start stays 0).
+    std::vector<int32_t> id(out.size(), -1);
+    std::vector<FinalState> next;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (rep[i] == static_cast<int32_t>(i)) {
+        id[i] = static_cast<int32_t>(next.size());
+        next.push_back(std::move(out[i]));
+      }
+    for (auto& st : next) {
+      for (auto& e : st.bytes) e.target = id[rep[e.target]];
+      for (auto& e : st.rules) e.target = id[rep[e.target]];
+    }
+    out = std::move(next);
+  }
+  return out;
+}
+
+}  // namespace
+
+Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits) {
+  Automaton a;
+  a.root_rule = grammar.root;
+  size_t num_rules = grammar.rules.size();
+  a.rule_start.resize(num_rules);
+  std::vector<std::vector<FinalState>> per_rule(num_rules);
+  size_t total = 0;
+  for (size_t r = 0; r < num_rules; ++r) {
+    a.rule_names.push_back(grammar.rules[r].name);
+    BRIOCHE_CHECK(grammar.rules[r].body >= 0, "grammar: rule '", grammar.rules[r].name, "' has no body");
+    RuleBuilder b(grammar, limits);
+    Fragment f = b.build(grammar.rules[r].body);
+    per_rule[r] = finish_rule(b, f);
+    a.rule_start[r] = static_cast<int32_t>(total);
+    total += per_rule[r].size();
+    BRIOCHE_CHECK(total <= limits.max_states, "grammar too large: more than ", limits.max_states,
+                  " automaton states (size budget)");
+  }
+  a.states.reserve(total);
+  for (size_t r = 0; r < num_rules; ++r) {
+    int32_t base = a.rule_start[r];
+    for (auto& st : per_rule[r]) {
+      AutomatonState s;
+      s.rule = static_cast<int32_t>(r);
+      s.accepting = st.accepting;
+      s.byte_begin = static_cast<uint32_t>(a.byte_edges.size());
+      for (auto e : st.bytes) {
+        e.target += base;
+        s.first_byte_lo = std::min(s.first_byte_lo, e.lo);
+        s.first_byte_hi = std::max(s.first_byte_hi, e.hi);
+        a.byte_edges.push_back(e);
+      }
+      s.byte_end = static_cast<uint32_t>(a.byte_edges.size());
+      s.rule_begin = static_cast<uint32_t>(a.rule_edges.size());
+      for (auto e : st.rules) {
+        e.target += base;
+        a.rule_edges.push_back(e);
+      }
+      s.rule_end = static_cast<uint32_t>(a.rule_edges.size());
+      a.states.push_back(s);
+    }
+  }
+
+  // Left recursion makes the pushdown closure non-terminating; reject it.
+  // nullable[r]: the rule can complete without reading a byte.
+  std::vector<char> nullable(num_rules, 0);
+  auto reach_nullable = [&](int32_t r, std::vector<int32_t>* first_calls) {
+    std::vector<char> seen(a.states.size(), 0);
+    std::vector<int32_t> stack{a.rule_start[r]};
+    bool can_end = false;
+    while (!stack.empty()) {
+      int32_t s = stack.back();
+      stack.pop_back();
+      if (seen[s]) continue;
+      seen[s] = 1;
+      const AutomatonState& st = a.states[s];
+      if (st.accepting) can_end = true;
+      for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
+        const RuleEdge& e = a.rule_edges[i];
+        if (first_calls) first_calls->push_back(e.rule);
+        if (nullable[e.rule]) stack.push_back(e.target);
+      }
+    }
+    return can_end;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < num_rules; ++r)
+      if (!nullable[r] && reach_nullable(static_cast<int32_t>(r), nullptr)) nullable[r] = changed = true;
+  }
+  std::vector<std::vector<int32_t>> first(num_rules);
+  for (size_t r = 0; r < num_rules; ++r) reach_nullable(static_cast<int32_t>(r), &first[r]);
+  // Cycle search in the "may call first" graph.
+  std::vector<int> color(num_rules, 0);
+  std::vector<int32_t> path;
+  std::function<void(int32_t)> dfs = [&](int32_t r) {
+    color[r] = 1;
+    path.push_back(r);
+    for (int32_t c : first[r]) {
+      if (color[c] == 1) {
+        std::string cycle;
+        bool on = false;
+        for (int32_t p : path) {
+          if (p == c) on = true;
+          if (on) cycle += a.rule_names[p] + " -> ";
+        }
+        fail("grammar: left recursion is not supported (", cycle, a.rule_names[c],
+             "); rewrite it with repetition, e.g. expr ::= term (\"+\" term)*");
+      }
+      if (color[c] == 0) dfs(c);
+    }
+    path.pop_back();
+    color[r] = 2;
+  };
+  for (size_t r = 0; r < num_rules; ++r)
+    if (color[r] == 0) dfs(static_cast<int32_t>(r));
+  return a;
+}
+
+}  // namespace brioche::grammar

@@ -1,0 +1,55 @@
+// Byte-level pushdown automaton lowered from the grammar IR.
+//
+// Each rule becomes an epsilon-free NFA over bytes whose edges either read a
+// byte range or call another rule (push; return to the edge's target when
+// the callee reaches an accepting state). Character classes are expanded to
+// UTF-8 byte sequences over codepoints 0..0x10FFFF (surrogates included,
+// overlong forms excluded), so tokens that split a character mid-sequence
+// are handled exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace brioche::grammar {
+
+struct ByteEdge {
+  uint8_t lo, hi;  // inclusive byte range
+  int32_t target;  // global state id
+};
+
+struct RuleEdge {
+  int32_t rule;    // callee
+  int32_t target;  // state to continue at after the callee completes
+};
+
+struct AutomatonState {
+  int32_t rule = -1;
+  bool accepting = false;
+  uint32_t byte_begin = 0, byte_end = 0;  // into Automaton::byte_edges
+  uint32_t rule_begin = 0, rule_end = 0;  // into Automaton::rule_edges
+  uint8_t first_byte_lo = 255, first_byte_hi = 0;  // bounds of all byte edges (fast reject)
+};
+
+struct AutomatonLimits {
+  size_t max_states = 2'000'000;  // size budget; exceeding it fails the build
+};
+
+class Automaton {
+ public:
+  static Automaton build(const Grammar& grammar, const AutomatonLimits& limits = {});
+
+  std::vector<AutomatonState> states;
+  std::vector<ByteEdge> byte_edges;
+  std::vector<RuleEdge> rule_edges;
+  std::vector<int32_t> rule_start;  // per rule: its start state
+  std::vector<std::string> rule_names;
+  int32_t root_rule = 0;
+
+  bool has_byte_edges(int32_t s) const { return states[s].byte_begin != states[s].byte_end; }
+};
+
+}  // namespace brioche::grammar

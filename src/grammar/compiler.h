@@ -1,0 +1,100 @@
+// Grammar x vocabulary compilation: for every automaton state that can read
+// a byte, which tokens are accepted whatever the enclosing stack is, and
+// which must be checked at run time because they finish the state's rule
+// part-way through the token (the caller decides the rest). Everything else
+// is rejected. The matcher turns this into a per-step mask with a few
+// bitset ORs plus a small trie walk over the uncertain tokens.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/grammar.h"
+#include "grammar/vocabulary.h"
+
+namespace brioche::grammar {
+
+struct CompileLimits {
+  double max_seconds = 30.0;               // time budget of one compilation
+  size_t max_mask_bytes = 1024ull << 20;   // size budget of the mask tables
+  AutomatonLimits automaton;
+};
+
+// Token classification of one automaton state.
+struct StateMask {
+  // Accepted tokens: a bitset over token ids when large, else sorted ids.
+  std::vector<uint32_t> accepted_bits;  // [num_words] or empty
+  std::vector<int32_t> accepted_ids;
+  // Tokens that need the full stack, as sorted vocabulary ranks, with the
+  // number of leading bytes each shares with the previous entry.
+  std::vector<int32_t> uncertain_ranks;
+  std::vector<uint16_t> uncertain_lcp;
+  size_t bytes() const {
+    return accepted_bits.size() * 4 + accepted_ids.size() * 4 + uncertain_ranks.size() * 6;
+  }
+};
+
+struct CompileStats {
+  int32_t num_states = 0;            // automaton states
+  int32_t num_scannable_states = 0;  // states with a mask entry
+  int32_t num_distinct_masks = 0;    // after sharing identical entries
+  size_t mask_bytes = 0;
+  double seconds = 0.0;
+};
+
+class CompiledGrammar {
+ public:
+  static std::shared_ptr<const CompiledGrammar> compile(const Grammar& grammar,
+                                                        std::shared_ptr<const Vocabulary> vocabulary,
+                                                        const CompileLimits& limits = {});
+
+  const Automaton& automaton() const { return automaton_; }
+  const Vocabulary& vocabulary() const { return *vocabulary_; }
+  const std::shared_ptr<const Vocabulary>& vocabulary_ptr() const { return vocabulary_; }
+  // Mask entry of a state that can read a byte (nullptr otherwise).
+  const StateMask* mask_of_state(int32_t state) const {
+    int32_t m = mask_index_[state];
+    return m < 0 ? nullptr : &masks_[m];
+  }
+  const CompileStats& stats() const { return stats_; }
+
+ private:
+  Automaton automaton_;
+  std::shared_ptr<const Vocabulary> vocabulary_;
+  std::vector<int32_t> mask_index_;  // per state
+  std::vector<StateMask> masks_;
+  CompileStats stats_;
+};
+
+struct GrammarCacheOptions {
+  size_t max_entries = 64;  // least recently used entries are evicted past this
+  CompileLimits limits;
+};
+
+// Compiled grammars of one vocabulary, keyed by the grammar's content hash.
+// Thread-safe; concurrent requests for the same grammar may compile twice.
+class GrammarCache {
+ public:
+  GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, GrammarCacheOptions options = {});
+  std::shared_ptr<const CompiledGrammar> get(const Grammar& grammar);
+  size_t hits() const { return hits_; }
+  size_t misses() const { return misses_; }
+  size_t size() const;
+  void clear();
+
+ private:
+  using Entry = std::pair<uint64_t, std::shared_ptr<const CompiledGrammar>>;
+  std::shared_ptr<const Vocabulary> vocabulary_;
+  GrammarCacheOptions options_;
+  mutable std::mutex mutex_;
+  std::list<Entry> lru_;  // front = most recent
+  std::unordered_map<uint64_t, std::list<Entry>::iterator> index_;
+  size_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace brioche::grammar

@@ -1,0 +1,99 @@
+// Grammar IR: a context-free grammar over Unicode text, and its front ends
+// (EBNF/GBNF, JSON Schema, regex, choice lists, builtin JSON).
+//
+// The IR is an expression arena: a rule's body is an expression tree of
+// literals, character classes, rule references, sequences, choices and
+// bounded/unbounded repetitions. The automaton builder (automaton.h) lowers
+// it to byte-level per-rule automata; the compiler and matcher work there.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace brioche::grammar {
+
+// One node of the expression arena. Children are arena indices.
+struct Expr {
+  enum class Kind : uint8_t {
+    kEmpty,      // matches ""
+    kBytes,      // literal byte string (UTF-8 of the source text)
+    kCharClass,  // one Unicode codepoint in (or, negated, not in) `ranges`
+    kRuleRef,    // another rule, by index
+    kSequence,   // children in order
+    kChoice,     // any one child
+    kRepeat,     // child repeated min..max times (max < 0: unbounded)
+  };
+  Kind kind = Kind::kEmpty;
+  std::string bytes;                                  // kBytes
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;  // kCharClass, inclusive codepoints
+  bool negated = false;                               // kCharClass
+  int32_t rule = -1;                                  // kRuleRef
+  std::vector<int32_t> children;                      // kSequence, kChoice, kRepeat (1 child)
+  int32_t min_repeat = 0, max_repeat = -1;            // kRepeat
+};
+
+struct Rule {
+  std::string name;
+  int32_t body = -1;       // expression index
+  int32_t lookahead = -1;  // optional lookahead assertion (parsed, kept, not enforced)
+};
+
+// Options for the JSON Schema front end.
+struct SchemaOptions {
+  // true: any JSON whitespace between tokens, at most `max_whitespace` in a
+  // row (a run bound keeps a model from looping on blanks). false: compact
+  // fixed separators `, ` and `: ` with no whitespace choice points.
+  bool any_whitespace = true;
+  int max_whitespace = 20;  // <= 0: unbounded (xgrammar's default)
+  // strict: objects allow only the listed properties unless
+  // additionalProperties says otherwise; arrays allow only the listed items.
+  bool strict = true;
+};
+
+class Grammar {
+ public:
+  std::vector<Expr> exprs;
+  std::vector<Rule> rules;
+  int32_t root = 0;
+
+  // Front ends. All throw brioche::Error with what was expected, what was
+  // found and where (line:column, JSON pointer, or pattern offset).
+  static Grammar from_ebnf(const std::string& text, const std::string& root_rule = "root");
+  static Grammar from_json_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options = {});
+  static Grammar from_json_schema(const std::string& schema_text, const SchemaOptions& options = {});
+  static Grammar from_regex(const std::string& pattern);
+  static Grammar from_choices(const std::vector<std::string>& choices);
+  static Grammar builtin_json();
+
+  // EBNF text that parses back (from_ebnf) to an equivalent grammar.
+  std::string to_ebnf() const;
+
+  // Stable content hash (for the compiled-grammar cache).
+  uint64_t content_hash() const;
+
+  // Arena builders.
+  int32_t add(Expr e);
+  int32_t empty();
+  int32_t bytes(std::string b);
+  int32_t char_class(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated);
+  int32_t rule_ref(int32_t rule);
+  int32_t sequence(std::vector<int32_t> children);
+  int32_t choice(std::vector<int32_t> children);
+  int32_t repeat(int32_t child, int32_t min_repeat, int32_t max_repeat);
+  int32_t add_rule(std::string name);  // body left unset
+  int32_t find_rule(const std::string& name) const;  // -1 if absent
+};
+
+// EBNF escaping helpers shared by the text-emitting front ends.
+std::string ebnf_quote(const std::string& utf8);  // "..." literal with escapes
+
+// JSON Schema -> EBNF text (what from_json_schema parses), for inspection.
+std::string json_schema_to_ebnf(const nlohmann::ordered_json& schema, const SchemaOptions& options = {});
+// Regex -> EBNF expression text (no rule header); used by schema `pattern`.
+std::string regex_to_ebnf_expr(const std::string& pattern, bool inside_json_string);
+
+}  // namespace brioche::grammar

@@ -1,0 +1,588 @@
+// JSON Schema -> EBNF text -> Grammar.
+//
+// The language follows xgrammar's converter (the oracle our tests compare
+// against): properties in declaration order, optional ones skippable,
+// additional properties after the declared ones with keys that differ from
+// every declared key, strict mode by default. Whitespace between tokens is
+// `[ \n\r\t]{0,N}` (any_whitespace) or the fixed separators ", " / ": ".
+// Unsupported keywords fail with the keyword and its JSON pointer.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar/schema_formats.h"
+#include "grammar/utf8.h"
+
+namespace brioche::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Keywords that describe but do not constrain; skipped silently.
+const std::set<std::string> kAnnotations = {
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding", "discriminator", "example",
+    "strict", "name", "$anchor", "xml", "externalDocs"};
+
+// Keywords the converter handles (per type, checked in visit_*).
+const std::set<std::string> kHandled = {
+    "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf",
+    "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable"};
+
+std::string pointer_child(const std::string& ptr, const std::string& key) {
+  std::string k;
+  for (char c : key) {
+    if (c == '~') k += "~0";
+    else if (c == '/') k += "~1";
+    else k += c;
+  }
+  return ptr + "/" + k;
+}
+
+std::string sanitize(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "r_" + out;
+  return out;
+}
+
+class SchemaConverter {
+ public:
+  SchemaConverter(const Json& root, const SchemaOptions& opt) : root_(root), opt_(opt) {
+    if (opt_.any_whitespace)
+      ws_ = opt_.max_whitespace > 0 ? "[ \\n\\r\\t]{0," + std::to_string(opt_.max_whitespace) + "}" : "[ \\n\\r\\t]*";
+  }
+
+  std::string convert() {
+    std::string body = visit(root_, "", "root");
+    std::string out = "root ::= " + body + "\n";
+    for (auto& [name, text] : rules_) out += name + " ::= " + text + "\n";
+    return out;
+  }
+
+ private:
+  const Json& root_;
+  SchemaOptions opt_;
+  std::string ws_;  // empty when !any_whitespace
+  std::vector<std::pair<std::string, std::string>> rules_;
+  std::set<std::string> names_{"root"};
+  std::map<std::string, std::string> ref_rules_;  // JSON pointer -> rule name
+  std::set<std::string> basics_;
+
+  [[noreturn]] void unsupported(const std::string& keyword, const std::string& ptr, const std::string& why) {
+    fail("JSON schema: unsupported '", keyword, "' at ", ptr.empty() ? "#" : "#" + ptr, ": ", why);
+  }
+
+  std::string fresh(const std::string& hint) {
+    std::string base = sanitize(hint), name = base;
+    for (int i = 1; names_.count(name); ++i) name = base + "_" + std::to_string(i);
+    names_.insert(name);
+    return name;
+  }
+  std::string add_rule(const std::string& hint, const std::string& body) {
+    std::string name = fresh(hint);
+    rules_.emplace_back(name, body);
+    return name;
+  }
+
+  // Whitespace-aware separators.
+  std::string ws() const { return ws_.empty() ? "" : " " + ws_ + " "; }
+  std::string comma() const { return ws_.empty() ? "\", \"" : ws() + "\",\"" + ws(); }
+  std::string colon() const { return ws_.empty() ? "\": \"" : ws() + "\":\"" + ws(); }
+  std::string open(char c) const { return std::string("\"") + c + "\"" + ws(); }
+  std::string close(char c) const { return ws() + "\"" + c + "\""; }
+
+  // Shared building blocks, emitted once when first used.
+  std::string basic(const std::string& name) {
+    if (basics_.insert(name).second) {
+      names_.insert(name);
+      std::string body;
+      if (name == "json_escape") body = "[\"\\\\/bfnrt] | \"u\" [A-Fa-f0-9]{4}";
+      else if (name == "json_char") body = "[^\"\\\\\\x00-\\x1f] | \"\\\\\" " + basic("json_escape");
+      else if (name == "json_string") body = "\"\\\"\" (" + basic("json_char") + ")* \"\\\"\"";
+      else if (name == "json_integer") body = "\"0\" | \"-\"? [1-9] [0-9]*";
+      else if (name == "json_number")
+        body = "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [+\\-]? [0-9]+)?";
+      else if (name == "json_boolean") body = "\"true\" | \"false\"";
+      else if (name == "json_null") body = "\"null\"";
+      else if (name == "json_value")
+        body = basic("json_number") + " | " + basic("json_string") + " | " + basic("json_boolean") + " | " +
+               basic("json_null") + " | " + basic("json_array") + " | " + basic("json_object");
+      else if (name == "json_array")
+        body = open('[') + basic("json_value") + " (" + comma() + basic("json_value") + ")*" + close(']') + " | " +
+               open('[') + "\"]\"";
+      else if (name == "json_object")
+        body = open('{') + basic("json_string") + colon() + basic("json_value") + " (" + comma() +
+               basic("json_string") + colon() + basic("json_value") + ")*" + close('}') + " | " + open('{') + "\"}\"";
+      else fail("internal: unknown basic rule ", name);
+      rules_.emplace_back(name, body);
+    }
+    return name;
+  }
+
+  static std::string literal(const Json& v) { return ebnf_quote(v.dump()); }
+
+  const Json& resolve(const std::string& ref, const std::string& ptr) {
+    if (ref.empty() || ref[0] != '#') unsupported("$ref", ptr, "only local references (#/...) are supported, got '" + ref + "'");
+    const Json* cur = &root_;
+    size_t pos = 1;
+    while (pos < ref.size()) {
+      if (ref[pos] != '/') unsupported("$ref", ptr, "malformed JSON pointer '" + ref + "'");
+      size_t next = ref.find('/', pos + 1);
+      std::string tok = ref.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+      std::string key;
+      for (size_t i = 0; i < tok.size(); ++i) {
+        if (tok[i] == '~' && i + 1 < tok.size()) {
+          key += tok[i + 1] == '1' ? '/' : '~';
+          ++i;
+        } else {
+          key += tok[i];
+        }
+      }
+      if (cur->is_object() && cur->contains(key)) {
+        cur = &(*cur)[key];
+      } else if (cur->is_array() && !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit) &&
+                 std::stoul(key) < cur->size()) {
+        cur = &(*cur)[std::stoul(key)];
+      } else {
+        unsupported("$ref", ptr, "reference '" + ref + "' does not resolve");
+      }
+      pos = next == std::string::npos ? ref.size() : next;
+    }
+    return *cur;
+  }
+
+  std::string visit(const Json& s, const std::string& ptr, const std::string& hint) {
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return basic("json_value");
+      unsupported("false", ptr, "the schema 'false' matches nothing");
+    }
+    if (!s.is_object()) unsupported("schema", ptr, "expected an object or boolean, found " + s.dump());
+    for (auto& [k, v] : s.items())
+      if (!kHandled.count(k) && !kAnnotations.count(k))
+        unsupported(k, ptr, "this keyword is not implemented; remove it or rewrite the schema without it");
+
+    if (s.contains("$ref")) {
+      const std::string ref = s["$ref"].get<std::string>();
+      auto it = ref_rules_.find(ref);
+      if (it != ref_rules_.end()) return it->second;
+      std::string name = fresh(ref.rfind('/') != std::string::npos ? ref.substr(ref.rfind('/') + 1) : "ref");
+      ref_rules_[ref] = name;  // before visiting: recursion refers back to it
+      size_t slot = rules_.size();
+      rules_.emplace_back(name, "");
+      std::string body = visit(resolve(ref, ptr), ref.substr(1), name);
+      rules_[slot].second = body;
+      return name;
+    }
+    if (s.contains("const")) return literal(s["const"]);
+    if (s.contains("enum")) {
+      const Json& e = s["enum"];
+      if (!e.is_array() || e.empty()) unsupported("enum", ptr, "expected a non-empty array");
+      std::string out;
+      for (auto& v : e) out += (out.empty() ? "" : " | ") + literal(v);
+      return "(" + out + ")";
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (s.contains(key)) {
+        const Json& alts = s[key];
+        if (!alts.is_array() || alts.empty()) unsupported(key, ptr, "expected a non-empty array");
+        std::string out;
+        for (size_t i = 0; i < alts.size(); ++i)
+          out += (i ? " | " : "") + visit(merge_siblings(s, alts[i], key), pointer_child(pointer_child(ptr, key), std::to_string(i)), hint + "_" + std::to_string(i));
+        return add_rule(hint + "_case", out);
+      }
+    }
+    if (s.contains("allOf")) return visit(merge_all_of(s, ptr), ptr, hint);
+
+    bool nullable = s.contains("nullable") && s["nullable"].is_boolean() && s["nullable"].get<bool>();
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) types.push_back(t.get<std::string>());
+      else if (t.is_array()) for (auto& x : t) types.push_back(x.get<std::string>());
+      else unsupported("type", ptr, "expected a string or an array of strings");
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
+      types.push_back("array");
+    } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+      types.push_back("string");
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types.push_back("number");
+    } else {
+      return nullable ? basic("json_value") : basic("json_value");
+    }
+    if (nullable && std::find(types.begin(), types.end(), "null") == types.end()) types.push_back("null");
+    std::vector<std::string> alts;
+    for (const std::string& t : types) alts.push_back(visit_type(s, t, ptr, types.size() > 1 ? hint + "_" + t : hint));
+    if (alts.size() == 1) return alts[0];
+    std::string out;
+    for (auto& a : alts) out += (out.empty() ? "" : " | ") + a;
+    return "(" + out + ")";
+  }
+
+  // anyOf/oneOf branches inherit the parent's other keywords (e.g. a shared
+  // "type" next to anyOf); only keys absent from the branch are copied.
+  Json merge_siblings(const Json& parent, const Json& branch, const char* key) {
+    if (!branch.is_object()) return branch;
+    Json merged = branch;
+    for (auto& [k, v] : parent.items())
+      if (k != key && !kAnnotations.count(k) && !merged.contains(k)) merged[k] = v;
+    return merged;
+  }
+
+  // allOf of object-like schemas: properties and required are unioned, other
+  // keywords must agree. Anything else is reported instead of being guessed.
+  Json merge_all_of(const Json& s, const std::string& ptr) {
+    const Json& parts = s["allOf"];
+    if (!parts.is_array() || parts.empty()) unsupported("allOf", ptr, "expected a non-empty array");
+    Json merged = Json::object();
+    for (auto& [k, v] : s.items())
+      if (k != "allOf") merged[k] = v;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Json* part = &parts[i];
+      std::string part_ptr = pointer_child(pointer_child(ptr, "allOf"), std::to_string(i));
+      while (part->is_object() && part->contains("$ref")) part = &resolve((*part)["$ref"].get<std::string>(), part_ptr);
+      if (!part->is_object()) unsupported("allOf", part_ptr, "expected object schemas");
+      for (auto& [k, v] : part->items()) {
+        if (kAnnotations.count(k)) continue;
+        if (k == "properties") {
+          if (!merged.contains("properties")) merged["properties"] = Json::object();
+          for (auto& [pk, pv] : v.items()) {
+            if (merged["properties"].contains(pk) && merged["properties"][pk] != pv)
+              unsupported("allOf", part_ptr, "property '" + pk + "' is defined differently in two branches");
+            merged["properties"][pk] = pv;
+          }
+        } else if (k == "required") {
+          if (!merged.contains("required")) merged["required"] = Json::array();
+          for (auto& r : v)
+            if (std::find(merged["required"].begin(), merged["required"].end(), r) == merged["required"].end())
+              merged["required"].push_back(r);
+        } else if (k == "allOf") {
+          unsupported("allOf", part_ptr, "nested allOf");
+        } else if (merged.contains(k) && merged[k] != v) {
+          unsupported("allOf", part_ptr, "keyword '" + k + "' has conflicting values across branches");
+        } else {
+          merged[k] = v;
+        }
+      }
+    }
+    return merged;
+  }
+
+  std::string visit_type(const Json& s, const std::string& type, const std::string& ptr, const std::string& hint) {
+    if (type == "null") return basic("json_null");
+    if (type == "boolean") return basic("json_boolean");
+    if (type == "integer") return visit_integer(s, ptr, hint);
+    if (type == "number") return visit_number(s, ptr, hint);
+    if (type == "string") return visit_string(s, ptr, hint);
+    if (type == "array") return visit_array(s, ptr, hint);
+    if (type == "object") return visit_object(s, ptr, hint);
+    unsupported("type", ptr, "unknown type '" + type + "'");
+  }
+
+  // ---- numbers -------------------------------------------------------------
+
+  using Bound = NumberBound;
+  Bound bound(const Json& s, const char* inclusive, const char* exclusive, const std::string& ptr) {
+    Bound b;
+    if (s.contains(inclusive)) {
+      if (!s[inclusive].is_number()) unsupported(inclusive, ptr, "expected a number");
+      b = Bound{true, s[inclusive].get<double>(), false};
+    }
+    if (s.contains(exclusive)) {
+      const Json& e = s[exclusive];
+      if (e.is_boolean()) {  // draft 4: a flag on minimum/maximum
+        b.exclusive = e.get<bool>();
+      } else if (e.is_number()) {
+        double v = e.get<double>();
+        if (!b.present || (std::string(exclusive) == "exclusiveMinimum" ? v >= b.value : v <= b.value))
+          b = Bound{true, v, true};
+      } else {
+        unsupported(exclusive, ptr, "expected a number or boolean");
+      }
+    }
+    return b;
+  }
+
+  std::string visit_integer(const Json& s, const std::string& ptr, const std::string& hint) {
+    Bound lo = bound(s, "minimum", "exclusiveMinimum", ptr), hi = bound(s, "maximum", "exclusiveMaximum", ptr);
+    if (!lo.present && !hi.present) return basic("json_integer");
+    constexpr double kLimit = 9e15;
+    std::optional<int64_t> a, b;
+    if (lo.present) {
+      if (std::fabs(lo.value) > kLimit) unsupported("minimum", ptr, "bound beyond +-9e15");
+      double v = lo.exclusive ? std::floor(lo.value) + 1 : std::ceil(lo.value);
+      a = static_cast<int64_t>(v);
+    }
+    if (hi.present) {
+      if (std::fabs(hi.value) > kLimit) unsupported("maximum", ptr, "bound beyond +-9e15");
+      double v = hi.exclusive ? std::ceil(hi.value) - 1 : std::floor(hi.value);
+      b = static_cast<int64_t>(v);
+    }
+    if (a && b && *a > *b) unsupported("minimum", ptr, "minimum is greater than maximum: no integer fits");
+    return add_rule(hint + "_int", integer_range(a, b));
+  }
+
+  std::string visit_number(const Json& s, const std::string& ptr, const std::string& hint) {
+    Bound lo = bound(s, "minimum", "exclusiveMinimum", ptr), hi = bound(s, "maximum", "exclusiveMaximum", ptr);
+    if (!lo.present && !hi.present) return basic("json_number");
+    for (const Bound* b : {&lo, &hi})
+      if (b->present && (b->value != std::floor(b->value) || std::fabs(b->value) > 9e15))
+        unsupported(b == &lo ? "minimum" : "maximum", ptr,
+                    "number bounds must be integers (fractional bounds are not implemented)");
+    if (lo.present && hi.present && (lo.value > hi.value || (lo.value == hi.value && (lo.exclusive || hi.exclusive))))
+      unsupported("minimum", ptr, "the range is empty");
+    return add_rule(hint + "_num", number_range(lo, hi));
+  }
+
+  // ---- strings -------------------------------------------------------------
+
+  std::string visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
+    if (s.contains("format")) {
+      std::string f = s["format"].get<std::string>();
+      std::string body = format_ebnf(f);
+      if (body.empty())
+        unsupported("format", ptr, "format '" + f + "' is not implemented (supported: " + supported_formats() + ")");
+      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
+        unsupported("format", ptr, "format combined with pattern/minLength/maxLength");
+      return add_rule(hint + "_" + sanitize(f), "\"\\\"\" (" + body + ") \"\\\"\"");
+    }
+    if (s.contains("pattern")) {
+      if (s.contains("minLength") || s.contains("maxLength"))
+        unsupported("pattern", ptr, "pattern combined with minLength/maxLength");
+      std::string body;
+      try {
+        body = regex_to_ebnf_expr(s["pattern"].get<std::string>(), /*inside_json_string=*/true);
+      } catch (const Error& e) {
+        unsupported("pattern", ptr, e.what());
+      }
+      return add_rule(hint + "_pattern", "\"\\\"\" " + body + " \"\\\"\"");
+    }
+    if (s.contains("minLength") || s.contains("maxLength")) {
+      int64_t lo = s.value("minLength", 0), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
+      if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
+      if (lo > 10000 || hi > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
+      std::string rep = "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
+      return add_rule(hint + "_str", "\"\\\"\" (" + basic("json_char") + ")" + rep + " \"\\\"\"");
+    }
+    return basic("json_string");
+  }
+
+  // ---- arrays --------------------------------------------------------------
+
+  std::string visit_array(const Json& s, const std::string& ptr, const std::string& hint) {
+    int64_t min_items = s.value("minItems", 0);
+    int64_t max_items = s.contains("maxItems") ? s["maxItems"].get<int64_t>() : -1;
+    if (min_items < 0 || (max_items >= 0 && max_items < min_items))
+      unsupported("minItems", ptr, "expected 0 <= minItems <= maxItems");
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      const Json& p = s["prefixItems"];
+      if (!p.is_array()) unsupported("prefixItems", ptr, "expected an array");
+      for (size_t i = 0; i < p.size(); ++i)
+        prefix.push_back(visit(p[i], pointer_child(pointer_child(ptr, "prefixItems"), std::to_string(i)), hint + "_item" + std::to_string(i)));
+    }
+    // Item schema after the prefix: none (closed), a schema, or any value.
+    std::string rest;
+    bool closed = false;
+    if (s.contains("items")) {
+      const Json& it = s["items"];
+      if (it.is_boolean() && !it.get<bool>()) closed = true;
+      else rest = visit(it, pointer_child(ptr, "items"), hint + "_item");
+    } else if (!prefix.empty() && opt_.strict) {
+      closed = true;
+    } else if (prefix.empty() && min_items == 0 && max_items < 0) {
+      return basic("json_array");
+    } else {
+      rest = basic("json_value");
+    }
+    int64_t k = static_cast<int64_t>(prefix.size());
+    if (closed) {
+      if (min_items > k) unsupported("minItems", ptr, "minItems exceeds the number of prefixItems of a closed array");
+      if (max_items < 0 || max_items > k) max_items = k;
+    }
+    if (max_items == 0) return add_rule(hint + "_arr", open('[') + "\"]\"");
+    // Items 1..n: item i is prefix[i-1] or rest. Mandatory up to min_items.
+    auto item = [&](int64_t i) { return i <= k ? prefix[i - 1] : rest; };
+    // tail(i): items i.. (item i not yet emitted; at least one emitted before).
+    std::function<std::string(int64_t)> tail = [&](int64_t i) -> std::string {
+      if (max_items >= 0 && i > max_items) return "\"\"";
+      if (i > k) {
+        // Homogeneous rest: between max(min_items - i + 1, 0) and max - i + 1 more.
+        int64_t need = std::max<int64_t>(min_items - i + 1, 0);
+        std::string rep = max_items >= 0 ? "{" + std::to_string(need) + "," + std::to_string(max_items - i + 1) + "}"
+                                         : "{" + std::to_string(need) + ",}";
+        return "(" + comma() + rest + ")" + rep;
+      }
+      std::string more = comma() + item(i) + " " + tail(i + 1);
+      if (i <= min_items) return "(" + more + ")";
+      return add_rule(hint + "_tail", "\"\" | " + more);
+    };
+    std::string first = item(1) + " " + tail(2);
+    std::string body = open('[') + first + close(']');
+    if (min_items == 0) body += " | " + open('[') + "\"]\"";
+    return add_rule(hint + "_arr", body);
+  }
+
+  // ---- objects -------------------------------------------------------------
+
+  std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint) {
+    std::vector<std::pair<std::string, std::string>> props;  // raw key text, value expr
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      for (auto& r : s["required"]) required.insert(r.get<std::string>());
+    }
+    bool has_props = s.contains("properties") && !s["properties"].empty();
+    if (s.contains("properties")) {
+      for (auto& [k, v] : s["properties"].items())
+        props.emplace_back(k, visit(v, pointer_child(pointer_child(ptr, "properties"), k), hint + "_" + k));
+    }
+    for (const std::string& r : required) {
+      bool found = false;
+      for (auto& p : props) found |= p.first == r;
+      if (!found) props.emplace_back(r, basic("json_value"));  // required but undeclared: any value
+    }
+    // Additional properties: none, a schema, or anything.
+    std::string addl;  // value expr; empty = not allowed
+    if (s.contains("additionalProperties")) {
+      const Json& a = s["additionalProperties"];
+      if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
+      else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
+    } else if (!has_props && required.empty()) {
+      return basic("json_object");  // unconstrained object
+    } else if (!opt_.strict) {
+      addl = basic("json_value");
+    }
+    std::vector<bool> req;
+    std::vector<std::string> kv;
+    for (auto& [k, v] : props) {
+      req.push_back(required.count(k) > 0);
+      kv.push_back(ebnf_quote(Json(k).dump()) + colon() + v);
+    }
+    std::string addl_kv;
+    if (!addl.empty()) {
+      std::vector<std::string> keys;
+      for (auto& p : props) keys.push_back(p.first);
+      addl_kv = add_rule(hint + "_addl_key", excluded_key(keys)) + colon() + addl;
+    }
+    const size_t n = kv.size();
+    // rest[i]: what may follow once at least one member is out, from property i on.
+    std::vector<std::string> rest(n + 1);
+    rest[n] = addl_kv.empty() ? "\"\"" : "(" + comma() + addl_kv + ")*";
+    for (size_t i = n; i-- > 0;) {
+      std::string take = comma() + kv[i] + " " + rest[i + 1];
+      rest[i] = add_rule(hint + "_rest", req[i] ? take : rest[i + 1] + " | " + take);
+    }
+    // first[i]: the first member is property i or later (or an additional one).
+    std::vector<std::string> alternatives;
+    bool all_optional = true;
+    for (size_t i = 0; i < n; ++i) {
+      alternatives.push_back(kv[i] + " " + rest[i + 1]);
+      if (req[i]) {
+        all_optional = false;
+        break;
+      }
+    }
+    if (all_optional && !addl_kv.empty()) alternatives.push_back(addl_kv + " " + rest[n]);
+    std::string body;
+    if (!alternatives.empty()) {
+      std::string members;
+      for (auto& a : alternatives) members += (members.empty() ? "" : " | ") + a;
+      body = open('{') + "(" + members + ")" + close('}');
+    }
+    if (all_optional) body += (body.empty() ? "" : " | ") + open('{') + "\"}\"";
+    return add_rule(hint + "_obj", body);
+  }
+
+  // A JSON string token (quotes included) whose raw text differs from each
+  // of `keys`: a trie over the keys' codepoints where leaving the trie is
+  // free and ending on a full key is not.
+  std::string excluded_key(const std::vector<std::string>& keys) {
+    std::string any_rest = "(" + basic("json_char") + ")* \"\\\"\"";
+    struct Node {
+      std::map<uint32_t, int> kids;
+      bool terminal = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& k : keys) {
+      std::string raw = Json(k).dump();
+      raw = raw.substr(1, raw.size() - 2);
+      int cur = 0;
+      for (size_t i = 0; i < raw.size();) {
+        uint32_t cp;
+        size_t len = decode_utf8(raw, i, &cp);
+        if (len == 0) break;
+        i += len;
+        auto it = trie[cur].kids.find(cp);
+        if (it == trie[cur].kids.end()) {
+          trie.emplace_back();
+          it = trie[cur].kids.emplace(cp, static_cast<int>(trie.size() - 1)).first;
+        }
+        cur = it->second;
+      }
+      trie[cur].terminal = true;
+    }
+    std::vector<std::string> rule_of(trie.size());
+    std::function<std::string(int)> build = [&](int node) -> std::string {
+      const Node& nd = trie[node];
+      std::vector<std::string> alts;
+      if (!nd.terminal) alts.push_back("\"\\\"\"");
+      std::string cls = "[^\"\\\\\\x00-\\x1f";
+      for (auto& [cp, kid] : nd.kids) {
+        std::string c;
+        append_utf8(c, cp);
+        if (cp == '\\' || cp == ']' || cp == '-' || cp == '^' || cp == '[') cls += "\\";
+        cls += c;
+      }
+      cls += "]";
+      alts.push_back(cls + " " + any_rest);
+      alts.push_back("\"\\\\\" " + basic("json_escape") + " " + any_rest);
+      for (auto& [cp, kid] : nd.kids) {
+        std::string c;
+        append_utf8(c, cp);
+        alts.push_back(ebnf_quote(c) + " " + build(kid));
+      }
+      std::string body;
+      for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+      return add_rule("key_excl", body);
+    };
+    return "\"\\\"\" " + build(0);
+  }
+};
+
+}  // namespace
+
+std::string json_schema_to_ebnf(const nlohmann::ordered_json& schema, const SchemaOptions& options) {
+  return SchemaConverter(schema, options).convert();
+}
+
+Grammar Grammar::from_json_schema(const nlohmann::ordered_json& schema, const SchemaOptions& options) {
+  std::string ebnf = json_schema_to_ebnf(schema, options);
+  try {
+    return from_ebnf(ebnf, "root");
+  } catch (const Error& e) {
+    fail("JSON schema: internal conversion produced invalid EBNF (", e.what(), ")\n", ebnf);
+  }
+}
+
+Grammar Grammar::from_json_schema(const std::string& schema_text, const SchemaOptions& options) {
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(schema_text);
+  } catch (const std::exception& e) {
+    fail("JSON schema: expected valid JSON text, parse failed: ", e.what());
+  }
+  return from_json_schema(schema, options);
+}
+
+}  // namespace brioche::grammar

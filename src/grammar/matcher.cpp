@@ -1,0 +1,196 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace brioche::grammar {
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled, MatcherOptions options)
+    : compiled_(std::move(compiled)), options_(options), walker_(compiled_->automaton(), arena_) {
+  BRIOCHE_CHECK(compiled_ != nullptr, "GrammarMatcher: compiled grammar is null");
+  reset();
+}
+
+void GrammarMatcher::reset() {
+  arena_.truncate(0);
+  history_.clear();
+  dropped_steps_ = 0;
+  const Automaton& a = compiled_->automaton();
+  int32_t root = arena_.intern(a.rule_start[a.root_rule], kRootEnd);
+  Frontier f;
+  walker_.closure_of(root, f);
+  history_.push_back(Step{std::move(f), arena_.size(), false});
+}
+
+void GrammarMatcher::push(Frontier f, bool eos) {
+  history_.push_back(Step{std::move(f), arena_.size(), eos});
+  if (options_.max_rollback_tokens >= 0 &&
+      static_cast<int32_t>(history_.size()) > options_.max_rollback_tokens + 1) {
+    history_.erase(history_.begin());
+    ++dropped_steps_;
+  }
+}
+
+bool GrammarMatcher::can_terminate() const { return !history_.back().eos && current().completed; }
+
+bool GrammarMatcher::is_terminated() const {
+  if (history_.back().eos) return true;
+  return current().completed && current().nodes.empty();
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+  if (history_.back().eos) return false;
+  int32_t checkpoint = arena_.size();
+  Frontier cur = current(), next;
+  for (unsigned char c : bytes) {
+    walker_.advance(cur, c, next);
+    if (next.nodes.empty() && !next.completed) {
+      arena_.truncate(checkpoint);
+      return false;
+    }
+    std::swap(cur, next);
+  }
+  push(std::move(cur), false);
+  return true;
+}
+
+bool GrammarMatcher::accept_token(int32_t token_id) {
+  const Vocabulary& v = compiled_->vocabulary();
+  BRIOCHE_CHECK(token_id >= 0 && token_id < v.size(), "GrammarMatcher: token id ", token_id,
+                " out of range [0, ", v.size(), ")");
+  if (history_.back().eos) return false;
+  const auto& eos = v.eos_ids();
+  if (std::find(eos.begin(), eos.end(), token_id) != eos.end()) {
+    if (!can_terminate()) return false;
+    push(current(), true);
+    return true;
+  }
+  // Padded ids past the tokenizer's vocabulary and special tokens never match.
+  if (token_id >= v.num_tokens() || v.is_special(token_id)) return false;
+  return accept_bytes(v.token(token_id));
+}
+
+void GrammarMatcher::rollback(int32_t n) {
+  BRIOCHE_CHECK(n >= 0 && n < static_cast<int32_t>(history_.size()), "GrammarMatcher::rollback(", n,
+                "): only ", history_.size() - 1, " steps can be undone");
+  for (int32_t i = 0; i < n; ++i) history_.pop_back();
+  arena_.truncate(history_.back().arena_size);
+}
+
+void GrammarMatcher::check_uncertain(int32_t node, const StateMask& m, uint32_t* mask) {
+  const Vocabulary& v = compiled_->vocabulary();
+  const auto& sorted = v.sorted_ids();
+  const size_t count = m.uncertain_ranks.size();
+  if (scratch_.empty()) scratch_.resize(64);
+  scratch_[0].clear();
+  scratch_[0].nodes.push_back(node);
+  int32_t valid = 0;
+  size_t j = 0;
+  while (j < count) {
+    if (j > 0) valid = std::min<int32_t>(valid, m.uncertain_lcp[j]);
+    const int32_t rank = m.uncertain_ranks[j];
+    const int32_t id = sorted[rank];
+    if (mask[id >> 5] & (1u << (id & 31))) {  // already allowed by another stack
+      ++j;
+      continue;
+    }
+    std::string_view tok = v.ranked(rank);
+    const int32_t len = static_cast<int32_t>(tok.size());
+    if (scratch_.size() < static_cast<size_t>(len) + 1) scratch_.resize(len + 1);
+    int32_t k = valid;
+    bool dead = false;
+    while (k < len) {
+      walker_.advance(scratch_[k], static_cast<uint8_t>(tok[k]), scratch_[k + 1]);
+      ++k;
+      if (scratch_[k].nodes.empty()) {
+        dead = true;
+        break;
+      }
+    }
+    valid = k;
+    if (!dead) {
+      mask[id >> 5] |= 1u << (id & 31);
+      ++j;
+      continue;
+    }
+    // No stack survives these k bytes: only a token ending exactly here and
+    // completing the grammar is allowed; skip the rest of the subtree.
+    const bool complete_here = scratch_[k].completed;
+    if (len == k && complete_here) mask[id >> 5] |= 1u << (id & 31);
+    ++j;
+    while (j < count && m.uncertain_lcp[j] >= k) {
+      if (complete_here && static_cast<int32_t>(v.ranked(m.uncertain_ranks[j]).size()) == k) {
+        int32_t other = sorted[m.uncertain_ranks[j]];
+        mask[other >> 5] |= 1u << (other & 31);
+      }
+      ++j;
+    }
+  }
+}
+
+void GrammarMatcher::fill_next_token_bitmask(uint32_t* mask) {
+  const Vocabulary& v = compiled_->vocabulary();
+  const int32_t words = v.num_words();
+  std::memset(mask, 0, sizeof(uint32_t) * words);
+  if (history_.back().eos) return;
+  const Frontier& f = current();
+  const int32_t checkpoint = arena_.size();
+  seen_states_.clear();
+  // Context-independent part: OR of each distinct state's accepted set.
+  for (int32_t node : f.nodes) {
+    int32_t s = arena_.node(node).state;
+    if (std::find(seen_states_.begin(), seen_states_.end(), s) != seen_states_.end()) continue;
+    seen_states_.push_back(s);
+    const StateMask* m = compiled_->mask_of_state(s);
+    if (!m) continue;
+    if (!m->accepted_bits.empty()) {
+      const uint32_t* bits = m->accepted_bits.data();
+      for (int32_t w = 0; w < words; ++w) mask[w] |= bits[w];
+    } else {
+      for (int32_t id : m->accepted_ids) mask[id >> 5] |= 1u << (id & 31);
+    }
+  }
+  // Context-dependent part: tokens that leave their rule mid-token.
+  for (int32_t node : f.nodes) {
+    const StateMask* m = compiled_->mask_of_state(arena_.node(node).state);
+    if (m && !m->uncertain_ranks.empty()) check_uncertain(node, *m, mask);
+  }
+  if (f.completed)
+    for (int32_t id : v.eos_ids()) mask[id >> 5] |= 1u << (id & 31);
+  arena_.truncate(checkpoint);
+}
+
+std::string GrammarMatcher::find_jump_forward_string() {
+  std::string out;
+  if (is_terminated()) return out;
+  const int32_t checkpoint = arena_.size();
+  Frontier cur = current(), next;
+  for (int guard = 0; guard < 4096; ++guard) {
+    if (cur.completed) break;
+    uint64_t bits[4];
+    walker_.next_bytes(cur, bits);
+    int count = 0, byte = -1;
+    for (int w = 0; w < 4; ++w) {
+      count += __builtin_popcountll(bits[w]);
+      if (bits[w]) byte = w * 64 + __builtin_ctzll(bits[w]);
+    }
+    if (count != 1) break;
+    walker_.advance(cur, static_cast<uint8_t>(byte), next);
+    out += static_cast<char>(byte);
+    std::swap(cur, next);
+  }
+  arena_.truncate(checkpoint);
+  // Do not end inside a UTF-8 sequence: drop an incomplete trailing character.
+  size_t end = out.size(), i = end;
+  while (i > 0 && (static_cast<unsigned char>(out[i - 1]) & 0xC0) == 0x80) --i;
+  if (i > 0) {
+    unsigned char lead = static_cast<unsigned char>(out[i - 1]);
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (end - (i - 1) < need) out.resize(i - 1);
+  }
+  return out;
+}
+
+}  // namespace brioche::grammar

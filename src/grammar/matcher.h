@@ -1,0 +1,71 @@
+// Per-request grammar state: which bytes/tokens were accepted so far, the
+// next-token mask, termination, rollback and jump-forward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/compiler.h"
+#include "grammar/pda.h"
+
+namespace brioche::grammar {
+
+struct MatcherOptions {
+  // How many accepted tokens rollback() can undo; < 0: unlimited.
+  int32_t max_rollback_tokens = -1;
+};
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled, MatcherOptions options = {});
+
+  // Advances by one token. Returns false (state unchanged) when the grammar
+  // does not allow it. An EOS id is accepted exactly when can_terminate().
+  bool accept_token(int32_t token_id);
+  // Advances by raw bytes (counts as one step for rollback). All or nothing.
+  bool accept_bytes(std::string_view bytes);
+  // Undoes the last n accepted steps (tokens or byte strings).
+  void rollback(int32_t n);
+  void reset();
+
+  // mask: [ceil(vocab_size / 32)] words; bit i of word w is token 32w+i.
+  // Set = allowed. EOS ids are set exactly when the grammar can terminate.
+  void fill_next_token_bitmask(uint32_t* mask);
+  int32_t mask_words() const { return compiled_->vocabulary().num_words(); }
+
+  // The grammar accepts the text so far as complete.
+  bool can_terminate() const;
+  // Finished: an EOS token was accepted, or the text is complete and the
+  // grammar allows no further byte.
+  bool is_terminated() const;
+  // The longest string every continuation must start with (empty if none or
+  // terminated). Stops before a position where the grammar could end.
+  std::string find_jump_forward_string();
+
+  int32_t num_accepted_steps() const { return static_cast<int32_t>(history_.size()) - 1; }
+
+ private:
+  struct Step {
+    Frontier frontier;
+    int32_t arena_size;
+    bool eos = false;
+  };
+  const Frontier& current() const { return history_.back().frontier; }
+  void push(Frontier f, bool eos);
+  // Sets the bits of uncertain tokens of `node` that the full stack accepts.
+  void check_uncertain(int32_t node, const StateMask& m, uint32_t* mask);
+
+  std::shared_ptr<const CompiledGrammar> compiled_;
+  MatcherOptions options_;
+  StackArena arena_;
+  PdaWalker walker_;
+  std::vector<Step> history_;
+  int32_t dropped_steps_ = 0;  // history entries forgotten past max_rollback_tokens
+  std::vector<Frontier> scratch_;
+  std::vector<int32_t> seen_states_;
+};
+
+}  // namespace brioche::grammar

@@ -1,0 +1,349 @@
+// Regex -> EBNF expression. Supports what JSON-schema patterns and
+// guided_regex use in practice: literals and escapes, ".", classes with
+// ranges/negation/\d\w\s, groups (capturing, (?:...), named), alternation,
+// quantifiers * + ? {m} {m,} {m,n} (lazy/possessive suffixes accepted: they
+// do not change the language), and ^ / $ at the ends. The whole pattern must
+// match (xgrammar's convention). Lookaround and backreferences are errors.
+//
+// Inside a JSON string (schema `pattern`), classes and "." exclude the raw
+// bytes JSON forbids there ('"', '\\', U+0000..U+001F), and literal
+// characters are written JSON-escaped, so the result stays valid JSON.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar/utf8.h"
+
+namespace brioche::grammar {
+namespace {
+
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+Ranges normalize(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (auto [lo, hi] : r) {
+    if (!out.empty() && lo <= out.back().second + 1) out.back().second = std::max(out.back().second, hi);
+    else out.emplace_back(lo, hi);
+  }
+  return out;
+}
+Ranges complement(const Ranges& r) {
+  Ranges n = normalize(r), out;
+  uint32_t next = 0;
+  for (auto [lo, hi] : n) {
+    if (lo > next) out.emplace_back(next, lo - 1);
+    next = hi + 1;
+  }
+  if (next <= 0x10FFFF) out.emplace_back(next, 0x10FFFF);
+  return out;
+}
+Ranges subtract(const Ranges& a, const Ranges& b) {
+  Ranges nb = complement(b), out;
+  for (auto [alo, ahi] : normalize(a))
+    for (auto [blo, bhi] : nb) {
+      uint32_t lo = std::max(alo, blo), hi = std::min(ahi, bhi);
+      if (lo <= hi) out.emplace_back(lo, hi);
+    }
+  return normalize(out);
+}
+
+const Ranges kDigit = {{'0', '9'}};
+const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+// ECMAScript \s: the set xgrammar uses too.
+const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
+                       {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+const Ranges kJsonForbidden = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+
+std::string class_text(const Ranges& r) {
+  auto cp_text = [](uint32_t cp) {
+    char buf[16];
+    if (cp < 0x80 && cp >= 0x20 && cp != ']' && cp != '\\' && cp != '-' && cp != '^' && cp != '[' && cp != '"') {
+      buf[0] = static_cast<char>(cp);
+      buf[1] = 0;
+    } else if (cp <= 0xFFFF) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+    } else {
+      std::snprintf(buf, sizeof buf, "\\U%08x", cp);
+    }
+    return std::string(buf);
+  };
+  std::string out = "[";
+  for (auto [lo, hi] : r) {
+    out += cp_text(lo);
+    if (hi != lo) out += "-" + cp_text(hi);
+  }
+  return out + "]";
+}
+
+class RegexParser {
+ public:
+  RegexParser(const std::string& p, bool json) : p_(p), json_(json) {}
+
+  std::string parse() {
+    if (peek('^')) ++pos_;
+    std::string e = parse_alt();
+    if (pos_ < p_.size()) error("end of pattern or '|'");
+    return e;
+  }
+
+ private:
+  const std::string& p_;
+  bool json_;
+  size_t pos_ = 0;
+
+  [[noreturn]] void error(const std::string& expected) const {
+    fail("regex: at offset ", pos_, " of /", p_, "/: expected ", expected, ", found ",
+         pos_ < p_.size() ? "'" + p_.substr(pos_, 8) + "'" : std::string("end of pattern"));
+  }
+  bool peek(char c) const { return pos_ < p_.size() && p_[pos_] == c; }
+
+  std::string parse_alt() {
+    std::vector<std::string> alts{parse_concat()};
+    while (peek('|')) {
+      ++pos_;
+      alts.push_back(parse_concat());
+    }
+    if (alts.size() == 1) return alts[0];
+    std::string out;
+    for (auto& a : alts) out += (out.empty() ? "(" : " | ") + a;
+    return out + ")";
+  }
+
+  std::string parse_concat() {
+    std::string out;
+    while (pos_ < p_.size() && !peek('|') && !peek(')')) {
+      if (peek('$') && (pos_ + 1 == p_.size() || p_[pos_ + 1] == ')' || p_[pos_ + 1] == '|')) {
+        ++pos_;  // end anchor: the whole pattern matches anyway
+        continue;
+      }
+      if (peek('^')) error("'^' only at the start of the pattern");
+      std::string atom = parse_atom();
+      atom = parse_quantifier(atom);
+      out += (out.empty() ? "" : " ") + atom;
+    }
+    return out.empty() ? "\"\"" : "(" + out + ")";
+  }
+
+  std::string parse_quantifier(std::string atom) {
+    for (;;) {
+      if (pos_ >= p_.size()) return atom;
+      char c = p_[pos_];
+      std::string q;
+      if (c == '*' || c == '+' || c == '?') {
+        q = std::string(1, c);
+        ++pos_;
+      } else if (c == '{') {
+        size_t save = pos_++;
+        auto num = [&]() -> long {
+          size_t s = pos_;
+          long v = 0;
+          while (pos_ < p_.size() && std::isdigit(static_cast<unsigned char>(p_[pos_]))) v = v * 10 + (p_[pos_++] - '0');
+          return pos_ == s ? -1 : v;
+        };
+        long lo = num(), hi = lo;
+        if (lo < 0) {  // not a quantifier: literal '{'
+          pos_ = save;
+          return atom;
+        }
+        if (peek(',')) {
+          ++pos_;
+          hi = num();
+        }
+        if (!peek('}')) error("'}' closing the {m,n} quantifier");
+        ++pos_;
+        if (hi >= 0 && hi < lo) error("{m,n} with m <= n");
+        q = "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
+      } else {
+        return atom;
+      }
+      if (peek('?') || peek('+')) ++pos_;  // lazy / possessive: same language
+      atom = "(" + atom + ")" + q;
+    }
+  }
+
+  uint32_t parse_hex(int digits) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; ++i) {
+      if (pos_ >= p_.size() || !std::isxdigit(static_cast<unsigned char>(p_[pos_]))) error("hex digits");
+      char h = p_[pos_++];
+      v = v * 16 + (std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(h) - 'a' + 10);
+    }
+    return v;
+  }
+
+  // Escape after '\': either a class (returns true, fills ranges) or a char.
+  bool parse_escape(Ranges& cls, uint32_t& cp) {
+    if (pos_ >= p_.size()) error("an escape after '\\'");
+    char e = p_[pos_++];
+    switch (e) {
+      case 'd': cls = kDigit; return true;
+      case 'D': cls = complement(kDigit); return true;
+      case 'w': cls = kWord; return true;
+      case 'W': cls = complement(kWord); return true;
+      case 's': cls = kSpace; return true;
+      case 'S': cls = complement(kSpace); return true;
+      case 'n': cp = '\n'; return false;
+      case 'r': cp = '\r'; return false;
+      case 't': cp = '\t'; return false;
+      case 'f': cp = '\f'; return false;
+      case 'v': cp = '\v'; return false;
+      case '0': cp = 0; return false;
+      case 'x': cp = parse_hex(2); return false;
+      case 'u':
+        if (peek('{')) {
+          ++pos_;
+          uint32_t v = 0;
+          while (pos_ < p_.size() && p_[pos_] != '}') v = v * 16 + parse_hex(1);
+          ++pos_;
+          cp = v;
+          return false;
+        }
+        cp = parse_hex(4);
+        return false;
+      case 'b': case 'B': --pos_; error("no word-boundary assertions (\\b, \\B)");
+      default:
+        if (std::isdigit(static_cast<unsigned char>(e))) {
+          --pos_;
+          error("no backreferences");
+        }
+        if (std::isalnum(static_cast<unsigned char>(e))) {
+          --pos_;
+          error("a known escape");
+        }
+        cp = static_cast<unsigned char>(e);
+        return false;
+    }
+  }
+
+  uint32_t parse_literal_cp() {
+    uint32_t cp;
+    size_t len = decode_utf8(p_, pos_, &cp);
+    if (len == 0) error("valid UTF-8");
+    pos_ += len;
+    return cp;
+  }
+
+  std::string class_expr(Ranges r) {
+    if (json_) r = subtract(r, kJsonForbidden);
+    r = normalize(r);
+    if (r.empty()) error("a character class that matches something");
+    return class_text(r);
+  }
+
+  std::string literal_expr(uint32_t cp) {
+    std::string s;
+    if (json_ && (cp < 0x20 || cp == '"' || cp == '\\')) {
+      // Written as the JSON escape of the character.
+      char buf[8];
+      switch (cp) {
+        case '"': s = "\\\""; break;
+        case '\\': s = "\\\\"; break;
+        case '\n': s = "\\n"; break;
+        case '\r': s = "\\r"; break;
+        case '\t': s = "\\t"; break;
+        case '\b': s = "\\b"; break;
+        case '\f': s = "\\f"; break;
+        default: std::snprintf(buf, sizeof buf, "\\u%04x", cp); s = buf;
+      }
+    } else {
+      append_utf8(s, cp);
+    }
+    return ebnf_quote(s);
+  }
+
+  std::string parse_atom() {
+    char c = p_[pos_];
+    if (c == '(') {
+      ++pos_;
+      if (peek('?')) {
+        ++pos_;
+        if (peek(':')) {
+          ++pos_;
+        } else if (peek('<') && pos_ + 1 < p_.size() && p_[pos_ + 1] != '=' && p_[pos_ + 1] != '!') {
+          while (pos_ < p_.size() && p_[pos_] != '>') ++pos_;
+          ++pos_;
+        } else if (peek('P') && pos_ + 1 < p_.size() && p_[pos_ + 1] == '<') {
+          while (pos_ < p_.size() && p_[pos_] != '>') ++pos_;
+          ++pos_;
+        } else {
+          error("a group kind (?: or (?<name> (lookaround is not supported)");
+        }
+      }
+      std::string inner = parse_alt();
+      if (!peek(')')) error("')'");
+      ++pos_;
+      return inner;
+    }
+    if (c == '[') return parse_class();
+    if (c == '.') {
+      ++pos_;
+      return class_expr({{0, 0x10FFFF}});
+    }
+    if (c == '\\') {
+      ++pos_;
+      Ranges cls;
+      uint32_t cp = 0;
+      if (parse_escape(cls, cp)) return class_expr(cls);
+      return literal_expr(cp);
+    }
+    if (c == '*' || c == '+' || c == '?') error("something to repeat before the quantifier");
+    if (c == ')') error("a matching '('");
+    return literal_expr(parse_literal_cp());
+  }
+
+  std::string parse_class() {
+    ++pos_;
+    bool negated = false;
+    if (peek('^')) {
+      negated = true;
+      ++pos_;
+    }
+    Ranges r;
+    bool first = true;
+    while (pos_ < p_.size() && (p_[pos_] != ']' || first)) {
+      first = false;
+      uint32_t lo;
+      if (p_[pos_] == '\\') {
+        ++pos_;
+        Ranges cls;
+        if (parse_escape(cls, lo)) {
+          r.insert(r.end(), cls.begin(), cls.end());
+          continue;
+        }
+      } else {
+        lo = parse_literal_cp();
+      }
+      uint32_t hi = lo;
+      if (pos_ + 1 < p_.size() && p_[pos_] == '-' && p_[pos_ + 1] != ']') {
+        ++pos_;
+        if (p_[pos_] == '\\') {
+          ++pos_;
+          Ranges cls;
+          if (parse_escape(cls, hi)) error("a character after '-' in the class");
+        } else {
+          hi = parse_literal_cp();
+        }
+        if (hi < lo) error("a range lo-hi with lo <= hi");
+      }
+      r.emplace_back(lo, hi);
+    }
+    if (!peek(']')) error("']' closing the class");
+    ++pos_;
+    return class_expr(negated ? complement(r) : r);
+  }
+};
+
+}  // namespace
+
+std::string regex_to_ebnf_expr(const std::string& pattern, bool inside_json_string) {
+  return RegexParser(pattern, inside_json_string).parse();
+}
+
+Grammar Grammar::from_regex(const std::string& pattern) {
+  return from_ebnf("root ::= " + regex_to_ebnf_expr(pattern, false) + "\n", "root");
+}
+
+}  // namespace brioche::grammar

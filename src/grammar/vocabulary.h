@@ -1,0 +1,56 @@
+// A model vocabulary as the grammar engine sees it: the raw bytes of every
+// token id, which ids are special (never produced by a grammar), and which
+// ids end generation (allowed exactly when the grammar can terminate).
+//
+// Tokens are also kept sorted by their bytes: neighbours in that order share
+// prefixes, so walking it is a depth-first walk of the vocabulary trie.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace brioche::grammar {
+
+struct VocabularyOptions {
+  std::vector<int32_t> eos_ids;      // end-of-generation tokens
+  std::vector<int32_t> special_ids;  // control/added tokens; never allowed by a grammar
+  // Width of the mask in tokens; a model may pad its logits beyond the
+  // tokenizer's vocabulary. 0: token_bytes.size(). Padded ids are never allowed.
+  int32_t mask_vocab_size = 0;
+};
+
+class Vocabulary {
+ public:
+  Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions options);
+
+  int32_t size() const { return mask_vocab_size_; }  // mask width in tokens
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t num_words() const { return (mask_vocab_size_ + 31) / 32; }  // uint32 words per mask
+  std::string_view token(int32_t id) const { return tokens_[id]; }
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  bool is_special(int32_t id) const { return special_[id] != 0; }
+  uint64_t content_hash() const { return hash_; }
+
+  // Trie order over the tokens a grammar may produce (non-special, non-empty):
+  // sorted_ids()[rank] is a token id; lcp_with_previous()[rank] is the number
+  // of leading bytes shared with the token at rank-1 (0 for rank 0).
+  const std::vector<int32_t>& sorted_ids() const { return sorted_ids_; }
+  const std::vector<uint16_t>& lcp_with_previous() const { return lcp_prev_; }
+  std::string_view ranked(int32_t rank) const { return tokens_[sorted_ids_[rank]]; }
+  // Ranks whose tokens start with byte b: [first_rank_of_byte[b], first_rank_of_byte[b+1]).
+  const std::vector<int32_t>& first_rank_of_byte() const { return first_rank_of_byte_; }
+
+ private:
+  std::vector<std::string> tokens_;
+  std::vector<char> special_;
+  std::vector<int32_t> eos_ids_;
+  std::vector<int32_t> sorted_ids_;
+  std::vector<uint16_t> lcp_prev_;
+  std::vector<int32_t> first_rank_of_byte_;
+  int32_t mask_vocab_size_ = 0;
+  uint64_t hash_ = 0;
+};
+
+}  // namespace brioche::grammar
