@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/thread_pool.h"
+#include "ops/device.h"
 
 namespace brioche::cli {
 
@@ -27,6 +28,19 @@ std::string resolve_model_path(const std::string& flag_value) {
 void ModelFlags::add_to(CLI::App& app) {
   app.add_option("-m,--model", model, "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
   app.add_option("-t,--threads", threads, "CPU threads (default: all)")->check(CLI::Range(0, 1024));
+  app.add_option("--device", device, "cpu, cuda, or auto (CUDA when a GPU is present)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+Device ModelFlags::resolved_device() const {
+  if (device == "cpu") return Device::CPU;
+  if (device == "cuda") {
+    if (!ops::cuda_available())
+      throw UsageError{"--device cuda: no CUDA device (or this build has no CUDA backend: cmake --preset cuda)"};
+    return Device::CUDA;
+  }
+  return ops::cuda_available() ? Device::CUDA : Device::CPU;
 }
 
 void ModelFlags::apply() const {

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "core/tensor.h"
+
 namespace brioche::cli {
 
 inline constexpr int kExitOk = 0;
@@ -27,7 +29,11 @@ std::string resolve_model_path(const std::string& flag_value);
 struct ModelFlags {
   std::string model;
   int threads = 0;  // 0: all hardware threads
+  std::string device = "auto";  // auto | cpu | cuda
   void add_to(CLI::App& app);
+  // --device resolved: auto is CUDA when this build has it and a GPU is
+  // present, else the CPU; "cuda" without either is a UsageError.
+  Device resolved_device() const;
   // Sizes the CPU thread pool; call once, before loading.
   void apply() const;
 };

@@ -2,6 +2,9 @@
 
 #include "backend/cpu/add.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -13,9 +16,17 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
                     ro.dim == ra.dim,
                 "add: shapes differ: a ", a.describe(), ", b ", b.describe(), ", out ",
                 out.describe());
-  backend::cpu::add({.a = ra.data, .b = rb.data, .out = ro.data, .n_rows = ra.n_rows,
+  const backend::cpu::AddArgs args{.a = ra.data, .b = rb.data, .out = ro.data, .n_rows = ra.n_rows,
                      .dim = ra.dim, .a_stride = ra.stride, .b_stride = rb.stride,
-                     .out_stride = ro.stride});
+                     .out_stride = ro.stride};
+  if (detail::common_device("add", {&a, &b, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::add(args);
+#else
+    detail::fail_no_cuda("add");
+#endif
+  }
+  backend::cpu::add(args);
 }
 
 void add_bias(Tensor& x, const Tensor& bias) {
@@ -23,6 +34,13 @@ void add_bias(Tensor& x, const Tensor& bias) {
   auto rb = detail::f32_rows(bias, "add_bias", "bias");
   BRIOCHE_CHECK(rb.n_rows == 1 && rb.dim == rx.dim, "add_bias: bias must be [", rx.dim, "], got ",
                 bias.describe());
+  if (detail::common_device("add_bias", {&x, &bias}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::add_bias(rx.data, rb.data, rx.n_rows, rx.dim, rx.stride);
+#else
+    detail::fail_no_cuda("add_bias");
+#endif
+  }
   backend::cpu::add_bias(rx.data, rb.data, rx.n_rows, rx.dim, rx.stride);
 }
 

@@ -4,6 +4,9 @@
 
 #include "backend/cpu/attention.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -68,9 +71,17 @@ void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequenc
   BRIOCHE_CHECK(kr.dim == int64_t(n_kv_heads) * head_dim, "store_kv: k rows have ", kr.dim,
                 " values, the cache holds ", n_kv_heads, " x ", head_dim);
   auto seqs = kv_sequences(sequences, kr.n_rows, cache, "store_kv");
-  backend::cpu::store_kv({.k = kr.data, .v = vr.data, .k_stride = kr.stride, .v_stride = vr.stride,
+  const backend::cpu::StoreKvArgs args{.k = kr.data, .v = vr.data, .k_stride = kr.stride, .v_stride = vr.stride,
                           .sequences = seqs.data(), .n_sequences = int(seqs.size()),
-                          .kv_dim = int(kr.dim), .cache = cache});
+                          .kv_dim = int(kr.dim), .cache = cache};
+  if (detail::common_device("store_kv", {&k, &v, &k_cache, &v_cache}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::store_kv(args);
+#else
+    detail::fail_no_cuda("store_kv");
+#endif
+  }
+  backend::cpu::store_kv(args);
 }
 
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -87,12 +98,20 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                 out.describe(), " does not match q ", q.describe());
   auto cache = cache_layer(k_cache, v_cache, p.n_kv_heads, p.head_dim, "paged_attention");
   auto seqs = kv_sequences(sequences, qr.n_rows, cache, "paged_attention");
-  backend::cpu::paged_attention({.q = qr.data, .out = orows.data, .q_stride = qr.stride,
+  const backend::cpu::PagedAttentionArgs args{.q = qr.data, .out = orows.data, .q_stride = qr.stride,
                                  .out_stride = orows.stride, .sequences = seqs.data(),
                                  .n_sequences = int(seqs.size()), .n_heads = p.n_heads,
                                  .n_kv_heads = p.n_kv_heads, .head_dim = p.head_dim,
                                  .scale = p.scale, .sliding_window = p.sliding_window,
-                                 .cache = cache});
+                                 .cache = cache};
+  if (detail::common_device("paged_attention", {&q, &k_cache, &v_cache, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::paged_attention(args);
+#else
+    detail::fail_no_cuda("paged_attention");
+#endif
+  }
+  backend::cpu::paged_attention(args);
 }
 
 }  // namespace brioche::ops

@@ -1,6 +1,7 @@
 // Shape/dtype preconditions shared by the f32 element-wise ops.
 #pragma once
 
+#include <initializer_list>
 #include <string_view>
 
 #include "core/error.h"
@@ -8,7 +9,7 @@
 
 namespace brioche::ops::detail {
 
-// A CPU f32 tensor viewed as rows of `dim` contiguous floats: rank 1 is one
+// An f32 tensor (CPU or CUDA) viewed as rows of `dim` contiguous floats: rank 1 is one
 // row, rank 2 is [rows, dim]; the row stride may be larger than dim.
 struct F32Rows {
   float* data;
@@ -18,13 +19,27 @@ struct F32Rows {
 inline F32Rows f32_rows(const Tensor& t, std::string_view op, std::string_view what) {
   BRIOCHE_CHECK(t.defined(), op, ": ", what, " is undefined");
   BRIOCHE_CHECK(t.dtype() == DType::F32, op, ": ", what, " must be f32, got ", t.describe());
-  BRIOCHE_CHECK(t.device() == Device::CPU, op, ": ", what, " must be on the CPU");
   BRIOCHE_CHECK(t.rank() == 1 || t.rank() == 2, op, ": ", what, " must be rank 1 or 2, got ",
                 t.describe());
   BRIOCHE_CHECK(t.stride(-1) == 4, op, ": ", what, " rows must be contiguous, got ", t.describe());
   if (t.rank() == 1) return {t.data_as<float>(), 1, t.dim(0), t.dim(0)};
   BRIOCHE_CHECK(t.stride(0) % 4 == 0, op, ": ", what, " row stride must be whole floats");
   return {t.data_as<float>(), t.dim(0), t.dim(1), t.stride(0) / 4};
+}
+
+// The device all of an op's tensors live on; mixing devices is an error.
+inline Device common_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
+  Device d = (*tensors.begin())->device();
+  for (const Tensor* t : tensors) {
+    BRIOCHE_CHECK(t->device() == d, op, ": tensors on different devices (", t->describe(), " on ",
+                  t->device() == Device::CUDA ? "cuda" : "cpu", ")");
+  }
+  return d;
+}
+
+// Fails for a CUDA tensor when the CUDA backend is not compiled in.
+[[noreturn]] inline void fail_no_cuda(std::string_view op) {
+  fail(op, ": tensors are on CUDA but this build has no CUDA backend (configure with --preset cuda)");
 }
 
 }  // namespace brioche::ops::detail

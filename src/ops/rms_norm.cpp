@@ -2,6 +2,9 @@
 
 #include "backend/cpu/rms_norm.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -13,8 +16,16 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
                 "], got ", weight.describe());
   BRIOCHE_CHECK(ys.n_rows == xs.n_rows && ys.dim == xs.dim, "rms_norm: out ", out.describe(),
                 " does not match x ", x.describe());
-  backend::cpu::rms_norm({.x = xs.data, .weight = ws.data, .out = ys.data, .n_rows = xs.n_rows,
-                          .dim = xs.dim, .x_stride = xs.stride, .out_stride = ys.stride, .eps = eps});
+  const backend::cpu::RmsNormArgs args{.x = xs.data, .weight = ws.data, .out = ys.data, .n_rows = xs.n_rows,
+                          .dim = xs.dim, .x_stride = xs.stride, .out_stride = ys.stride, .eps = eps};
+  if (detail::common_device("rms_norm", {&x, &weight, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::rms_norm(args);
+#else
+    detail::fail_no_cuda("rms_norm");
+#endif
+  }
+  backend::cpu::rms_norm(args);
 }
 
 }  // namespace brioche::ops

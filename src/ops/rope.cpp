@@ -5,6 +5,9 @@
 
 #include "backend/cpu/rope.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -58,9 +61,17 @@ void rope(Tensor& x, std::span<const int32_t> positions, const RopeParams& p) {
                 " positions for ", rows.n_rows, " rows");
   BRIOCHE_CHECK(int(p.inv_freq.size()) == p.head_dim / 2, "rope: expected ", p.head_dim / 2,
                 " inverse frequencies, found ", p.inv_freq.size());
-  backend::cpu::rope({.x = rows.data, .positions = positions.data(), .inv_freq = p.inv_freq.data(),
+  const backend::cpu::RopeArgs args{.x = rows.data, .positions = positions.data(), .inv_freq = p.inv_freq.data(),
                       .n_rows = rows.n_rows, .x_stride = rows.stride, .n_heads = p.n_heads,
-                      .head_dim = p.head_dim, .interleaved = p.style == RopeStyle::Interleaved});
+                      .head_dim = p.head_dim, .interleaved = p.style == RopeStyle::Interleaved};
+  if (x.device() == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::rope(args);  // positions and frequencies are uploaded
+#else
+    detail::fail_no_cuda("rope");
+#endif
+  }
+  backend::cpu::rope(args);
 }
 
 }  // namespace brioche::ops

@@ -2,6 +2,9 @@
 
 #include "backend/cpu/swiglu.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -12,9 +15,17 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && y.n_rows == g.n_rows && y.dim == g.dim,
                 "swiglu: shapes differ: gate ", gate.describe(), ", up ", up.describe(), ", out ",
                 out.describe());
-  backend::cpu::swiglu({.gate = g.data, .up = u.data, .out = y.data, .n_rows = g.n_rows,
+  const backend::cpu::SwigluArgs args{.gate = g.data, .up = u.data, .out = y.data, .n_rows = g.n_rows,
                         .dim = g.dim, .gate_stride = g.stride, .up_stride = u.stride,
-                        .out_stride = y.stride});
+                        .out_stride = y.stride};
+  if (detail::common_device("swiglu", {&gate, &up, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::swiglu(args);
+#else
+    detail::fail_no_cuda("swiglu");
+#endif
+  }
+  backend::cpu::swiglu(args);
 }
 
 }  // namespace brioche::ops

@@ -1,0 +1,34 @@
+#!/bin/bash
+# One call on the H200 test machine: harness, sanitizer, CPU-vs-CUDA model
+# check, model benchmarks and the torch peer. Expects the binaries built here
+# (cmake --preset cuda && ninja -C build/cuda test_backend cuda_model_bench gen_model)
+# copied to build/dev/ with bench/cuda_pack.sh, and carried: carry ["build/dev"].
+#   bash bench/cuda_device_run.sh [quick|full]
+set -u
+mode=${1:-full}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/build/dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+bin=build/dev
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+echo "== op harness"
+$bin/cuda_ops_test --gtest_filter='Cuda*' 2>&1 | tee "$out/harness.log" | grep -E "^\[  |skipped|Failure|NMSE|error" | head -60
+if command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer memcheck (attention + row ops + runtime)"
+  compute-sanitizer --tool memcheck --print-limit 5 $bin/cuda_ops_test \
+    --gtest_filter='CudaAttention*:CudaRowOps*:CudaRuntime*:CudaArgmax*:CudaEmbedding*' 2>&1 | tail -4
+fi
+echo "== model check: same random model on CPU and CUDA"
+for dt in q4_k bf16 q8_0; do $bin/cuda_model_bench --check --shape smollm2-135m --dtype $dt 2>&1 | tail -1; done
+echo "== model bench"
+run() { $bin/cuda_model_bench "$@" 2>&1 | grep -v "^|---\|^| shape" | tee -a "$out/bench.md"; }
+run --shape smollm2-135m --dtype bf16 --decode 256 --prefill 2048 --batch 64
+run --shape llama3-8b --dtype bf16 --decode 128 --prefill 2048 --batch 64
+if [ "$mode" = full ]; then
+  run --shape llama3-8b --dtype q4_k --decode 128 --prefill 0 --batch 0
+  run --shape llama3-8b --dtype q8_0 --decode 128 --prefill 0 --batch 0
+  run --shape llama3-8b --dtype q4_0 --decode 128 --prefill 0 --batch 0
+  echo "== torch peer"
+  python3 bench/cuda_torch_peer.py --shape smollm2-135m --decode 256 --prefill 2048 --batch 64 2>&1 | tail -3 | tee -a "$out/bench.md"
+  python3 bench/cuda_torch_peer.py --shape llama3-8b 2>&1 | tail -3 | tee -a "$out/bench.md"
+fi

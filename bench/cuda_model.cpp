@@ -1,0 +1,251 @@
+// cuda_model_bench: end-to-end model speed on the device (and a CPU-vs-CUDA
+// check of the same random model), without tokenizer or sampling overheads
+// beyond a greedy argmax on the device.
+//
+//   cuda_model_bench --shape llama3-8b --dtype bf16 [--decode 128] [--prefill 2048]
+//                    [--batch 64 --context 1024] [--device cuda|cpu]
+//   cuda_model_bench --check --shape smollm2-135m --dtype q4_k
+//
+// Measurements (each after a warm-up, median of repeats):
+//   decode b1 : steps of one token after a 128-token prompt; tokens/s
+//   prefill N : one forward over N prompt tokens (logits of the last row)
+//   decode bB@C : B sequences with C cached positions each, one token each per step;
+//                 aggregate tokens/s. Their caches hold zeros (not prefilled:
+//                 65k prompt tokens would dominate the run); attention reads
+//                 every cached position regardless of its value.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/device_weights.h"
+#include "model/llama.h"
+#include "ops/device.h"
+#include "tools/gen_model_lib.h"
+
+namespace brioche {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Options {
+  std::string shape = "smollm2-135m";
+  std::string dtype = "bf16";
+  std::string device = "cuda";
+  int decode = 128, prefill = 2048, batch = 64, context = 1024, batch_steps = 32;
+  bool check = false;
+};
+
+// KV blocks handed out contiguously: sequence s owns [s·per_seq, (s+1)·per_seq).
+struct Rig {
+  model::Model& model;
+  std::unique_ptr<model::KvCache> cache;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<int32_t> n_past;
+  Tensor logits;
+
+  Rig(model::Model& m, int sequences, int positions) : model(m) {
+    const int block = 16, per_seq = (positions + block - 1) / block;
+    cache = std::make_unique<model::KvCache>(
+        m.config(), model::KvCacheOptions{.block_size = block, .n_blocks = per_seq * sequences,
+                                          .dtype = m.device() == Device::CUDA ? DType::F16 : DType::F32,
+                                          .device = m.device()});
+    for (int s = 0; s < sequences; ++s) {
+      tables.emplace_back();
+      for (int b = 0; b < per_seq; ++b) tables.back().push_back(s * per_seq + b);
+    }
+    n_past.assign(size_t(sequences), 0);
+    logits = ops::zeros(DType::F32, {1, m.config().vocab_size}, m.device());
+  }
+
+  // tokens[s] appended to sequence s; logits of each sequence's last row.
+  void step(const std::vector<std::vector<int32_t>>& tokens) {
+    model::ForwardBatch b;
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      b.sequences.push_back({.first_row = b.n_rows(), .n_rows = int32_t(tokens[s].size()),
+                             .n_past = n_past[s], .block_table = tables[s]});
+      for (size_t i = 0; i < tokens[s].size(); ++i) {
+        b.tokens.push_back(tokens[s][i]);
+        b.positions.push_back(n_past[s] + int32_t(i));
+        b.wants_logits.push_back(i + 1 == tokens[s].size());
+      }
+      n_past[s] += int32_t(tokens[s].size());
+    }
+    model.forward(b, *cache, logits);
+  }
+
+  std::vector<int32_t> argmax() {
+    std::vector<int32_t> ids(size_t(logits.dim(0)));
+    ops::argmax_rows(logits, ids);
+    return ids;
+  }
+};
+
+std::vector<int32_t> prompt(int n, int vocab, int salt) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[i] = int32_t((uint64_t(i + 1) * 2654435761u + uint64_t(salt) * 40503u) % uint64_t(vocab));
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::unique_ptr<model::Model> make_model(const Options& o, Device device) {
+  DType dtype;
+  if (!parse_dtype(o.dtype, &dtype)) fail("unknown dtype '", o.dtype, "'");
+  auto t0 = Clock::now();
+  model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(o.shape), dtype);
+  double gen_s = seconds_since(t0);
+  t0 = Clock::now();
+  if (device != Device::CPU) model::move_weights(ck, device);
+  std::fprintf(stderr, "model %s: generated in %.1f s, moved to the device in %.1f s\n", ck.source.c_str(), gen_s,
+               seconds_since(t0));
+  return std::make_unique<model::LlamaModel>(std::move(ck));
+}
+
+int run_check(const Options& o) {
+  auto cpu = make_model(o, Device::CPU);
+  auto gpu = make_model(o, Device::CUDA);
+  const int vocab = cpu->config().vocab_size;
+  Rig rc(*cpu, 2, 256), rg(*gpu, 2, 256);
+  // Two sequences: one prefilling 37 tokens, one 20; then 6 greedy decode steps.
+  std::vector<std::vector<int32_t>> tokens = {prompt(37, vocab, 1), prompt(20, vocab, 2)};
+  double worst = 0;
+  int agree = 0, total = 0;
+  for (int step = 0; step < 7; ++step) {
+    rc.step(tokens);
+    rg.step(tokens);
+    Tensor host = ops::to_device(rg.logits, Device::CPU);
+    double num = 0, den = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < host.dim(0) * int64_t(vocab); ++i) {
+      double a = host.data_as<float>()[i], b = rc.logits.data_as<float>()[i];
+      finite = finite && std::isfinite(a);
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+    double nmse = num / den;
+    worst = std::max(worst, nmse);
+    std::vector<int32_t> ic = rc.argmax(), ig = rg.argmax();
+    for (size_t s = 0; s < ic.size(); ++s) agree += ic[s] == ig[s];
+    total += int(ic.size());
+    std::printf("check step %d: logits NMSE %.3g%s, greedy ids cpu %d/%d cuda %d/%d\n", step, nmse,
+                finite ? "" : " NON-FINITE", ic[0], ic[1], ig[0], ig[1]);
+    if (!finite) return 1;
+    tokens = {{ic[0]}, {ic[1]}};  // follow the CPU's choice on both
+  }
+  std::printf("check %s %s: worst logits NMSE %.3g, greedy agreement %d/%d\n", o.shape.c_str(), o.dtype.c_str(), worst,
+              agree, total);
+  return worst < 1e-3 ? 0 : 1;
+}
+
+int run_bench(const Options& o) {
+  const Device device = o.device == "cpu" ? Device::CPU : Device::CUDA;
+  auto model = make_model(o, device);
+  const int vocab = model->config().vocab_size;
+  const double weight_gb = double(model->weight_bytes()) / 1e9;
+  std::printf("| shape | dtype | device | test | tokens/s | ms/step |\n|---|---|---|---|---|---|\n");
+  auto row = [&](const std::string& test, double tps, double ms) {
+    std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), o.dtype.c_str(), o.device.c_str(),
+                test.c_str(), tps, ms);
+    std::fflush(stdout);
+  };
+  if (o.decode > 0) {
+    Rig rig(*model, 1, 128 + o.decode + 16);
+    rig.step({prompt(128, vocab, 3)});
+    int32_t next = rig.argmax()[0];
+    for (int i = 0; i < 8; ++i) {  // warm-up
+      rig.step({{next}});
+      next = rig.argmax()[0];
+    }
+    auto t0 = Clock::now();
+    for (int i = 0; i < o.decode; ++i) {
+      rig.step({{next}});
+      next = rig.argmax()[0];
+    }
+    double s = seconds_since(t0);
+    row("decode b1", o.decode / s, 1e3 * s / o.decode);
+    std::printf("  (weights %.2f GB: %.0f GB/s effective)\n", weight_gb, weight_gb * o.decode / s);
+  }
+  if (o.prefill > 0) {
+    Rig rig(*model, 1, o.prefill + 16);
+    std::vector<double> times;
+    for (int rep = 0; rep < 4; ++rep) {
+      rig.n_past[0] = 0;
+      ops::synchronize(device);
+      auto t0 = Clock::now();
+      rig.step({prompt(o.prefill, vocab, rep)});
+      rig.argmax();
+      if (rep > 0) times.push_back(seconds_since(t0));  // rep 0 warms up (cuBLASLt heuristics)
+    }
+    double s = median(times);
+    row("prefill " + std::to_string(o.prefill), o.prefill / s, 1e3 * s);
+  }
+  if (o.batch > 0) {
+    Rig rig(*model, o.batch, o.context + o.batch_steps + 16);
+    for (auto& p : rig.n_past) p = o.context;
+    std::vector<std::vector<int32_t>> tokens(size_t(o.batch));
+    for (int s = 0; s < o.batch; ++s) tokens[s] = {int32_t((s * 7919) % vocab)};
+    rig.logits = ops::zeros(DType::F32, {o.batch, vocab}, device);
+    for (int i = 0; i < 3; ++i) {  // warm-up
+      rig.step(tokens);
+      rig.argmax();
+    }
+    auto t0 = Clock::now();
+    for (int i = 0; i < o.batch_steps; ++i) {
+      rig.step(tokens);
+      std::vector<int32_t> ids = rig.argmax();
+      for (int s = 0; s < o.batch; ++s) tokens[s] = {ids[s]};
+    }
+    double s = seconds_since(t0);
+    row("decode b" + std::to_string(o.batch) + "@" + std::to_string(o.context), o.batch * o.batch_steps / s,
+        1e3 * s / o.batch_steps);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace brioche
+
+int main(int argc, char** argv) {
+  using namespace brioche;
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) fail("flag ", f, " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (f == "--shape") o.shape = next();
+      else if (f == "--dtype") o.dtype = next();
+      else if (f == "--device") o.device = next();
+      else if (f == "--decode") o.decode = std::stoi(next());
+      else if (f == "--prefill") o.prefill = std::stoi(next());
+      else if (f == "--batch") o.batch = std::stoi(next());
+      else if (f == "--context") o.context = std::stoi(next());
+      else if (f == "--batch-steps") o.batch_steps = std::stoi(next());
+      else if (f == "--check") o.check = true;
+      else fail("unknown flag ", f);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cuda_model_bench: %s\n", e.what());
+      return 2;
+    }
+  }
+  try {
+    return o.check ? run_check(o) : run_bench(o);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cuda_model_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,356 @@
+// Paged attention on the device: K/V appended through block tables, and
+// causal GQA attention of every batch row against its sequence's cache.
+//
+// One CTA takes (query row, KV head, split of the key range) and all
+// n_heads/n_kv_heads query heads that share that KV head, so each K/V row is
+// read once per group. Its 4 warps stride over the keys U at a time; a lane
+// holds head_dim/32 values of q, k, v and of the accumulator. The softmax is
+// online (base 2, q pre-scaled by scale·log2 e):
+//   m' = max(m, s);  l' = l·2^(m−m') + Σ 2^(s−m');  acc' = acc·2^(m−m') + Σ 2^(s−m')·v
+// With several splits (long contexts, few rows), each writes (acc, m, l) and
+// a combine kernel merges them: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+
+namespace brioche::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kKeysPerStep = 4;  // keys a warp loads before reducing (U)
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttnParams {
+  const float* q;    // [n_rows, n_heads * head_dim], row stride q_stride
+  float* out;        // same layout, row stride out_stride
+  int64_t q_stride, out_stride;
+  const void* k;     // [n_blocks, block_size, n_kv_heads, head_dim]
+  const void* v;
+  int n_heads, n_kv_heads, head_dim, block_size;
+  float scale_log2;  // scale · log2(e)
+  int sliding_window;
+  int n_rows;
+  // Device metadata: row_seq[n_rows] (−1: not covered), row_pos[n_rows],
+  // table_offset[n_sequences], tables[...] (block tables, concatenated).
+  const int32_t* row_seq;
+  const int32_t* row_pos;
+  const int32_t* table_offset;
+  const int32_t* tables;
+  int splits;
+  float* part_acc;  // [n_rows, n_heads, splits, head_dim]
+  float* part_ml;   // [n_rows, n_heads, splits, 2]
+};
+
+template <typename KV, int N>
+__device__ __forceinline__ void load_kv(const KV* p, float out[N]) {
+  if constexpr (sizeof(KV) == 2 && N % 2 == 0) {
+    const __half2* h = reinterpret_cast<const __half2*>(p);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      float2 f = __half22float2(h[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  } else if constexpr (sizeof(KV) == 4 && N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      float4 f = reinterpret_cast<const float4*>(p)[i];
+      out[4 * i] = f.x; out[4 * i + 1] = f.y; out[4 * i + 2] = f.z; out[4 * i + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if constexpr (sizeof(KV) == 2) out[i] = __half2float(reinterpret_cast<const __half*>(p)[i]);
+      else out[i] = reinterpret_cast<const float*>(p)[i];
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// DPL: head_dim / 32 values per lane; kMaxGroup ≥ n_heads / n_kv_heads.
+template <typename KV, int DPL, int kMaxGroup>
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
+  const int r = blockIdx.x / p.n_kv_heads, kv_head = blockIdx.x % p.n_kv_heads;
+  const int split = blockIdx.y;
+  const int seq = p.row_seq[r];
+  if (seq < 0) return;
+  const int group = p.n_heads / p.n_kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = p.row_pos[r];
+  const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
+  const int n_keys = pos - first + 1;
+  const int per_split = (n_keys + p.splits - 1) / p.splits;
+  const int k0 = first + split * per_split;
+  const int k1 = min(pos, k0 + per_split - 1);  // inclusive; k1 < k0 when empty
+  const int32_t* table = p.tables + p.table_offset[seq];
+  const int64_t slot_elems = int64_t(p.n_kv_heads) * p.head_dim;
+  const int64_t head_off = int64_t(kv_head) * p.head_dim + lane * DPL;
+  const KV* k_cache = static_cast<const KV*>(p.k);
+  const KV* v_cache = static_cast<const KV*>(p.v);
+
+  float q[kMaxGroup][DPL], acc[kMaxGroup][DPL], m[kMaxGroup], l[kMaxGroup];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+      acc[g][j] = 0.0f;
+      q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * p.head_dim +
+                                lane * DPL + j] * p.scale_log2
+                          : 0.0f;
+    }
+  }
+
+  for (int base = k0 + warp * kKeysPerStep; base <= k1; base += kWarps * kKeysPerStep) {
+    float kv[kKeysPerStep][DPL];
+    int64_t row_off[kKeysPerStep];
+#pragma unroll
+    for (int u = 0; u < kKeysPerStep; ++u) {
+      const int key = min(base + u, k1);  // clamp: out-of-range keys are masked below
+      const int64_t block = table[key / p.block_size];
+      row_off[u] = (block * p.block_size + key % p.block_size) * slot_elems + head_off;
+      load_kv<KV, DPL>(k_cache + row_off[u], kv[u]);
+    }
+    float s[kMaxGroup][kKeysPerStep];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+#pragma unroll
+      for (int u = 0; u < kKeysPerStep; ++u) {
+        float d = 0.0f;
+        if (g < group) {
+#pragma unroll
+          for (int j = 0; j < DPL; ++j) d += q[g][j] * kv[u][j];
+          d = warp_sum(d);
+        }
+        s[g][u] = base + u <= k1 ? d : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeysPerStep; ++u) load_kv<KV, DPL>(v_cache + row_off[u], kv[u]);
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= group) continue;
+      float m_new = m[g];
+#pragma unroll
+      for (int u = 0; u < kKeysPerStep; ++u) m_new = fmaxf(m_new, s[g][u]);
+      const float corr = exp2f(m[g] - m_new);  // m = −inf the first time: corr 0
+      m[g] = m_new;
+      l[g] *= corr;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) acc[g][j] *= corr;
+#pragma unroll
+      for (int u = 0; u < kKeysPerStep; ++u) {
+        const float e = exp2f(s[g][u] - m_new);
+        l[g] += e;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) acc[g][j] += e * kv[u][j];
+      }
+    }
+  }
+
+  // Merge the warps' states through shared memory.
+  __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
+  __shared__ float sm_acc[kWarps][kMaxGroup][DPL * 32];
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+  }
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) sm_acc[warp][g][lane * DPL + j] = acc[g][j];
+  __syncthreads();
+  const int d = p.head_dim;
+  for (int t = threadIdx.x; t < group * d; t += blockDim.x) {
+    const int g = t / d, e = t % d;
+    float mm = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
+    float ll = 0.0f, aa = 0.0f;
+    if (mm != -INFINITY) {
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(sm_m[w][g] - mm);
+        ll += f * sm_l[w][g];
+        aa += f * sm_acc[w][g][e];
+      }
+    }
+    const int h = kv_head * group + g;
+    if (p.splits == 1) {
+      p.out[int64_t(r) * p.out_stride + int64_t(h) * d + e] = aa / ll;
+    } else {
+      const int64_t part = (int64_t(r) * p.n_heads + h) * p.splits + split;
+      p.part_acc[part * d + e] = aa;
+      if (e == 0) {
+        p.part_ml[2 * part] = mm;
+        p.part_ml[2 * part + 1] = ll;
+      }
+    }
+  }
+}
+
+// One block per (row, head); thread per output value.
+__global__ void combine_kernel(AttnParams p) {
+  const int r = blockIdx.x / p.n_heads, h = blockIdx.x % p.n_heads;
+  if (p.row_seq[r] < 0) return;
+  const int d = p.head_dim;
+  const int64_t part0 = (int64_t(r) * p.n_heads + h) * p.splits;
+  float mm = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) mm = fmaxf(mm, p.part_ml[2 * (part0 + s)]);
+  for (int e = threadIdx.x; e < d; e += blockDim.x) {
+    float ll = 0.0f, aa = 0.0f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float ms = p.part_ml[2 * (part0 + s)];
+      if (ms == -INFINITY) continue;  // empty split
+      const float f = exp2f(ms - mm);
+      ll += f * p.part_ml[2 * (part0 + s) + 1];
+      aa += f * p.part_acc[(part0 + s) * d + e];
+    }
+    p.out[int64_t(r) * p.out_stride + int64_t(h) * d + e] = aa / ll;
+  }
+}
+
+// K/V rows to their cache slots; slot[r] < 0 for rows of no sequence.
+template <typename KV>
+__global__ void store_kv_kernel(const float* k, const float* v, int64_t k_stride, int64_t v_stride,
+                                const int32_t* slot, int64_t n_rows, int kv_dim, KV* k_cache, KV* v_cache) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_rows * kv_dim) return;
+  const int64_t r = t / kv_dim, e = t % kv_dim;
+  const int32_t s = slot[r];
+  if (s < 0) return;
+  const float kv_k = k[r * k_stride + e], kv_v = v[r * v_stride + e];
+  if constexpr (sizeof(KV) == 2) {
+    k_cache[int64_t(s) * kv_dim + e] = __float2half_rn(kv_k);
+    v_cache[int64_t(s) * kv_dim + e] = __float2half_rn(kv_v);
+  } else {
+    k_cache[int64_t(s) * kv_dim + e] = kv_k;
+    v_cache[int64_t(s) * kv_dim + e] = kv_v;
+  }
+}
+
+template <typename KV, int DPL>
+void launch_attention(const AttnParams& p, dim3 grid) {
+  const int group = p.n_heads / p.n_kv_heads;
+  cudaStream_t s = detail::current_stream();
+  if (group <= 4) attention_kernel<KV, DPL, 4><<<grid, kWarps * 32, 0, s>>>(p);
+  else if (group <= 8) attention_kernel<KV, DPL, 8><<<grid, kWarps * 32, 0, s>>>(p);
+  else fail("paged_attention (cuda): at most 8 query heads per KV head, got ", group);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename KV>
+void launch_attention_dim(const AttnParams& p, dim3 grid) {
+  switch (p.head_dim) {
+    case 64: launch_attention<KV, 2>(p, grid); return;
+    case 128: launch_attention<KV, 4>(p, grid); return;
+    case 256: launch_attention<KV, 8>(p, grid); return;
+    default: fail("paged_attention (cuda): head_dim must be 64, 128 or 256, got ", p.head_dim);
+  }
+}
+
+}  // namespace
+
+void store_kv(const backend::cpu::StoreKvArgs& a) {
+  int64_t n_rows = 0;
+  for (int s = 0; s < a.n_sequences; ++s)
+    n_rows = std::max<int64_t>(n_rows, a.sequences[s].first_row + a.sequences[s].n_rows);
+  if (n_rows == 0) return;
+  std::vector<int32_t> slot(size_t(n_rows), -1);
+  for (int s = 0; s < a.n_sequences; ++s) {
+    const backend::cpu::KvSequence& seq = a.sequences[s];
+    for (int32_t i = 0; i < seq.n_rows; ++i) {
+      const int64_t pos = int64_t(seq.n_past) + i;
+      slot[seq.first_row + i] =
+          int32_t(int64_t(seq.block_table[pos / a.cache.block_size]) * a.cache.block_size + pos % a.cache.block_size);
+    }
+  }
+  auto* dslot = static_cast<const int32_t*>(upload_cached(slot.data(), slot.size() * 4));
+  const int64_t total = n_rows * a.kv_dim;
+  const unsigned grid = unsigned((total + 255) / 256);
+  if (a.cache.f16)
+    store_kv_kernel<__half><<<grid, 256, 0, detail::current_stream()>>>(
+        a.k, a.v, a.k_stride, a.v_stride, dslot, n_rows, a.kv_dim, static_cast<__half*>(a.cache.k),
+        static_cast<__half*>(a.cache.v));
+  else
+    store_kv_kernel<float><<<grid, 256, 0, detail::current_stream()>>>(
+        a.k, a.v, a.k_stride, a.v_stride, dslot, n_rows, a.kv_dim, static_cast<float*>(a.cache.k),
+        static_cast<float*>(a.cache.v));
+  CUDA_CHECK_LAUNCH();
+}
+
+void paged_attention(const backend::cpu::PagedAttentionArgs& a) {
+  int n_rows = 0, max_keys = 0;
+  size_t table_total = 0;
+  for (int s = 0; s < a.n_sequences; ++s) {
+    const backend::cpu::KvSequence& seq = a.sequences[s];
+    n_rows = std::max(n_rows, seq.first_row + seq.n_rows);
+    max_keys = std::max(max_keys, seq.n_past + seq.n_rows);
+    table_total += size_t(seq.n_table_blocks);
+  }
+  if (n_rows == 0) return;
+  // Metadata in one upload: row_seq, row_pos, table_offset, tables.
+  std::vector<int32_t> meta(size_t(2 * n_rows + a.n_sequences) + table_total, 0);
+  int32_t* row_seq = meta.data();
+  int32_t* row_pos = row_seq + n_rows;
+  int32_t* table_offset = row_pos + n_rows;
+  int32_t* tables = table_offset + a.n_sequences;
+  std::fill(row_seq, row_seq + n_rows, -1);
+  int32_t offset = 0;
+  for (int s = 0; s < a.n_sequences; ++s) {
+    const backend::cpu::KvSequence& seq = a.sequences[s];
+    for (int32_t i = 0; i < seq.n_rows; ++i) {
+      row_seq[seq.first_row + i] = s;
+      row_pos[seq.first_row + i] = seq.n_past + i;
+    }
+    table_offset[s] = offset;
+    std::copy(seq.block_table, seq.block_table + seq.n_table_blocks, tables + offset);
+    offset += seq.n_table_blocks;
+  }
+  auto* dmeta = static_cast<const int32_t*>(upload_cached(meta.data(), meta.size() * 4));
+
+  // Enough CTAs to fill the GPU (~4 per SM), never splits under 64 keys.
+  static const int n_sms = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  const int base_ctas = n_rows * a.n_kv_heads;
+  int splits = std::max(1, (4 * n_sms + base_ctas - 1) / base_ctas);
+  splits = std::min({splits, std::max(1, max_keys / 64), 64});
+
+  AttnParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
+               .k = a.cache.k, .v = a.cache.v, .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads,
+               .head_dim = a.head_dim, .block_size = a.cache.block_size,
+               .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window, .n_rows = n_rows,
+               .row_seq = dmeta, .row_pos = dmeta + n_rows, .table_offset = dmeta + 2 * n_rows,
+               .tables = dmeta + 2 * n_rows + a.n_sequences, .splits = splits,
+               .part_acc = nullptr, .part_ml = nullptr};
+  std::shared_ptr<void> part_acc, part_ml;
+  if (splits > 1) {
+    const size_t parts = size_t(n_rows) * a.n_heads * splits;
+    part_acc = allocate(parts * a.head_dim * 4);
+    part_ml = allocate(parts * 2 * 4);
+    p.part_acc = static_cast<float*>(part_acc.get());
+    p.part_ml = static_cast<float*>(part_ml.get());
+  }
+  const dim3 grid{unsigned(base_ctas), unsigned(splits), 1u};
+  if (a.cache.f16) launch_attention_dim<__half>(p, grid);
+  else launch_attention_dim<float>(p, grid);
+  if (splits > 1) {
+    combine_kernel<<<unsigned(n_rows * a.n_heads), std::min(a.head_dim, 256), 0, detail::current_stream()>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace brioche::cuda

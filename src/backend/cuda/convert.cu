@@ -1,0 +1,65 @@
+// Conversions feeding cuBLASLt: weights of any dtype to bf16 tiles, and f32
+// activations to bf16/f16.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/quant_decode.cuh"
+
+namespace brioche::cuda {
+
+namespace {
+
+// One thread per 32-element chunk: decode, round to bf16, store 64 bytes.
+template <DType T>
+__global__ void dequantize_bf16_kernel(const uint8_t* w, size_t w_row_bytes, int64_t row_begin,
+                                       int64_t n_rows, int64_t k, __nv_bfloat16* out) {
+  const int64_t chunks_per_row = k / 32;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_rows * chunks_per_row) return;
+  const int64_t r = i / chunks_per_row, c = i % chunks_per_row;
+  float v[32];
+  detail::Decoder<T>::chunk(w + (row_begin + r) * w_row_bytes, c, v);
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + r * k + c * 32);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) dst[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+}
+
+__global__ void convert_rows_kernel(const float* x, int64_t ldx, int64_t n, int64_t k, void* out,
+                                    bool to_f16) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * k) return;
+  const int64_t r = i / k, c = i % k;
+  const float v = x[r * ldx + c];
+  if (to_f16) static_cast<__half*>(out)[i] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+}
+
+}  // namespace
+
+void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin,
+                        int64_t row_end, int64_t k, void* out) {
+  BRIOCHE_CHECK(k % 32 == 0, "dequantize_to_bf16: k must be a multiple of 32, got ", k);
+  const int64_t n_rows = row_end - row_begin;
+  const int64_t threads = n_rows * (k / 32);
+  if (threads <= 0) return;
+  const unsigned grid = unsigned((threads + 255) / 256);
+  bool ok = detail::visit_decodable(wtype, [&]<DType T>() {
+    dequantize_bf16_kernel<T><<<grid, 256, 0, detail::current_stream()>>>(
+        static_cast<const uint8_t*>(w), w_row_bytes, row_begin, n_rows, k,
+        static_cast<__nv_bfloat16*>(out));
+  });
+  BRIOCHE_CHECK(ok, "dequantize_to_bf16: cannot decode ", dtype_name(wtype));
+  CUDA_CHECK_LAUNCH();
+}
+
+void convert_rows_to_16bit(const ConvertRowsArgs& a) {
+  const int64_t total = a.n * a.k;
+  if (total == 0) return;
+  convert_rows_kernel<<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(
+      a.x, a.ldx, a.n, a.k, a.out, a.to_f16);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace brioche::cuda

@@ -1,0 +1,199 @@
+// Row-wise and element-wise kernels: RMSNorm, RoPE, residual add, bias,
+// SwiGLU, softmax, argmax. All f32, rows with a stride in floats.
+#include <cfloat>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+
+namespace brioche::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024).
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x / 32;
+  v = lane < n_warps ? partial[lane] : 0.0f;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ float block_max(float v) {
+  __shared__ float partial[32];
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x / 32;
+  v = lane < n_warps ? partial[lane] : -INFINITY;
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// y = x · (mean(x²) + eps)^(−1/2) · w, one block per row.
+__global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a) {
+  const float* x = a.x + blockIdx.x * a.x_stride;
+  float* y = a.out + blockIdx.x * a.out_stride;
+  float sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) sq += x[i] * x[i];
+  const float inv_rms = rsqrtf(block_sum(sq) / float(a.dim) + a.eps);
+  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) y[i] = x[i] * inv_rms * a.weight[i];
+}
+
+// One thread per rotated pair (row, head, i).
+__global__ void rope_kernel(backend::cpu::RopeArgs a, const int32_t* positions, const float* inv_freq) {
+  const int half = a.head_dim / 2;
+  const int64_t pairs_per_row = int64_t(a.n_heads) * half;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= a.n_rows * pairs_per_row) return;
+  const int64_t r = t / pairs_per_row;
+  const int h = int((t % pairs_per_row) / half), i = int(t % half);
+  // Angle rounded to f32 before sin/cos, as the CPU reference does.
+  const float angle = float(positions[r]) * inv_freq[i];
+  float s, c;
+  sincosf(angle, &s, &c);
+  float* x = a.x + r * a.x_stride + int64_t(h) * a.head_dim;
+  const int i0 = a.interleaved ? 2 * i : i, i1 = a.interleaved ? 2 * i + 1 : i + half;
+  const float x0 = x[i0], x1 = x[i1];
+  x[i0] = x0 * c - x1 * s;
+  x[i1] = x0 * s + x1 * c;
+}
+
+__global__ void add_kernel(backend::cpu::AddArgs a) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= a.n_rows * a.dim) return;
+  const int64_t r = t / a.dim, c = t % a.dim;
+  a.out[r * a.out_stride + c] = a.a[r * a.a_stride + c] + a.b[r * a.b_stride + c];
+}
+
+__global__ void add_bias_kernel(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t stride) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_rows * dim) return;
+  x[(t / dim) * stride + t % dim] += bias[t % dim];
+}
+
+__global__ void swiglu_kernel(backend::cpu::SwigluArgs a) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= a.n_rows * a.dim) return;
+  const int64_t r = t / a.dim, c = t % a.dim;
+  const float g = a.gate[r * a.gate_stride + c], u = a.up[r * a.up_stride + c];
+  a.out[r * a.out_stride + c] = g / (1.0f + __expf(-g)) * u;
+}
+
+__global__ void softmax_kernel(float* x, int64_t n, int64_t stride) {
+  float* row = x + blockIdx.x * stride;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = block_max(m);
+  if (m == -INFINITY) {  // nothing visible
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = 0.0f;
+    return;
+  }
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float e = expf(row[i] - m);
+    row[i] = e;
+    s += e;
+  }
+  const float inv = 1.0f / block_sum(s);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] *= inv;
+}
+
+// First index of the row maximum (NaN never wins).
+__global__ void argmax_kernel(const float* logits, int64_t n, int64_t stride, int32_t* ids) {
+  const float* row = logits + blockIdx.x * stride;
+  float best = -INFINITY;
+  int64_t best_i = n;  // sentinel larger than any index
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best) { best = v; best_i = i; }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+    if (ov > best || (ov == best && oi < best_i)) { best = ov; best_i = oi; }
+  }
+  __shared__ float wv[32];
+  __shared__ int64_t wi[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) { wv[warp] = best; wi[warp] = best_i; }
+  __syncthreads();
+  if (warp == 0) {
+    const int n_warps = blockDim.x / 32;
+    best = lane < n_warps ? wv[lane] : -INFINITY;
+    best_i = lane < n_warps ? wi[lane] : n;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+      if (ov > best || (ov == best && oi < best_i)) { best = ov; best_i = oi; }
+    }
+    if (lane == 0) ids[blockIdx.x] = int32_t(best_i == n ? 0 : best_i);
+  }
+}
+
+unsigned blocks_for(int64_t total, int threads = 256) { return unsigned((total + threads - 1) / threads); }
+
+}  // namespace
+
+void rms_norm(const backend::cpu::RmsNormArgs& a) {
+  if (a.n_rows == 0) return;
+  rms_norm_kernel<<<unsigned(a.n_rows), kRowThreads, 0, detail::current_stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void rope(const backend::cpu::RopeArgs& a) {
+  const int64_t total = a.n_rows * a.n_heads * (a.head_dim / 2);
+  if (total == 0) return;
+  auto* positions = static_cast<const int32_t*>(upload_cached(a.positions, size_t(a.n_rows) * 4));
+  auto* inv_freq = static_cast<const float*>(upload_cached(a.inv_freq, size_t(a.head_dim / 2) * 4));
+  rope_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a, positions, inv_freq);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add(const backend::cpu::AddArgs& a) {
+  const int64_t total = a.n_rows * a.dim;
+  if (total == 0) return;
+  add_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t x_stride) {
+  const int64_t total = n_rows * dim;
+  if (total == 0) return;
+  add_bias_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(x, bias, n_rows, dim, x_stride);
+  CUDA_CHECK_LAUNCH();
+}
+
+void swiglu(const backend::cpu::SwigluArgs& a) {
+  const int64_t total = a.n_rows * a.dim;
+  if (total == 0) return;
+  swiglu_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride) {
+  if (n_rows == 0) return;
+  softmax_kernel<<<unsigned(n_rows), 512, 0, detail::current_stream()>>>(x, n, stride);
+  CUDA_CHECK_LAUNCH();
+}
+
+void argmax_rows(const float* logits, int64_t n_rows, int64_t n, int64_t stride, std::span<int32_t> ids) {
+  BRIOCHE_CHECK(int64_t(ids.size()) == n_rows, "argmax_rows: ", ids.size(), " ids for ", n_rows, " rows");
+  if (n_rows == 0) return;
+  std::shared_ptr<void> dev = allocate(size_t(n_rows) * 4);
+  argmax_kernel<<<unsigned(n_rows), 1024, 0, detail::current_stream()>>>(logits, n, stride,
+                                                                        static_cast<int32_t*>(dev.get()));
+  CUDA_CHECK_LAUNCH();
+  copy_to_host(ids.data(), dev.get(), size_t(n_rows) * 4);
+}
+
+}  // namespace brioche::cuda

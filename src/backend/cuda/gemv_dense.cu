@@ -1,0 +1,129 @@
+// GEMV over f32/f16/bf16 weights (see gemv.cuh): each lane reads 16 bytes of
+// its weight row per step (8 values of 16-bit types, 4 of f32), the warp 512
+// contiguous bytes; four steps are unrolled so several loads are in flight.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.cuh"
+
+namespace brioche::cuda::detail {
+
+namespace {
+
+template <typename W>
+struct Vec16;  // 16 bytes of W decoded to floats
+
+template <>
+struct Vec16<__nv_bfloat16> {
+  static constexpr int kElems = 8;
+  __device__ static void load(const __nv_bfloat16* p, float v[8]) {
+    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(words[i] << 16);
+      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+  }
+  __device__ static float one(const __nv_bfloat16* p) { return __bfloat162float(p[0]); }
+};
+
+template <>
+struct Vec16<__half> {
+  static constexpr int kElems = 8;
+  __device__ static void load(const __half* p, float v[8]) {
+    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 f = __half22float2(h[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+  __device__ static float one(const __half* p) { return __half2float(p[0]); }
+};
+
+template <>
+struct Vec16<float> {
+  static constexpr int kElems = 4;
+  __device__ static void load(const float* p, float v[4]) {
+    float4 f = __ldg(reinterpret_cast<const float4*>(p));
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+  }
+  __device__ static float one(const float* p) { return p[0]; }
+};
+
+template <typename W, int kMaxRows>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_dense_kernel(GemvArgs a, bool vectorized) {
+  constexpr int E = Vec16<W>::kElems;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
+  if (row >= a.m) return;
+  const W* w_row = reinterpret_cast<const W*>(static_cast<const uint8_t*>(a.w) + row * a.w_row_bytes);
+  float acc[kMaxRows];
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) acc[r] = 0.0f;
+  const int64_t k_vec = vectorized ? a.k / (32 * E) * (32 * E) : 0;  // whole warp steps
+#pragma unroll 4
+  for (int64_t e = int64_t(lane) * E; e < k_vec; e += 32 * E) {
+    float v[E];
+    Vec16<W>::load(w_row + e, v);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) {
+      if (r < a.n) {
+        const float* xr = a.x + r * a.ldx + e;
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < E; i += 4) {
+          float4 xv = __ldg(reinterpret_cast<const float4*>(xr + i));
+          s += v[i] * xv.x + v[i + 1] * xv.y + v[i + 2] * xv.z + v[i + 3] * xv.w;
+        }
+        acc[r] += s;
+      }
+    }
+  }
+  for (int64_t e = k_vec + lane; e < a.k; e += 32) {  // tail, one element per lane
+    float wv = Vec16<W>::one(w_row + e);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r)
+      if (r < a.n) acc[r] += wv * a.x[r * a.ldx + e];
+  }
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) {
+    float s = acc[r];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0 && r < a.n) a.y[r * a.ldy + row] = s;
+  }
+}
+
+template <typename W>
+void launch(const GemvArgs& a, bool vec) {
+  dim3 grid(unsigned((a.m + kGemvWarps - 1) / kGemvWarps)), block(kGemvWarps * 32);
+  cudaStream_t s = current_stream();
+  if (a.n == 1) gemv_dense_kernel<W, 1><<<grid, block, 0, s>>>(a, vec);
+  else if (a.n <= 4) gemv_dense_kernel<W, 4><<<grid, block, 0, s>>>(a, vec);
+  else gemv_dense_kernel<W, 8><<<grid, block, 0, s>>>(a, vec);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void gemv_dense(DType wtype, const GemvArgs& a) {
+  BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_dense: n must be 1..8, got ", a.n);
+  // Vector loads need 16-byte aligned rows of w and x; otherwise one element
+  // per lane (odd shapes and strided views in tests).
+  const bool vec = (reinterpret_cast<uintptr_t>(a.w) & 15) == 0 && a.w_row_bytes % 16 == 0 &&
+                   (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 && a.ldx % 4 == 0;
+  switch (wtype) {
+    case DType::BF16: launch<__nv_bfloat16>(a, vec); return;
+    case DType::F16: launch<__half>(a, vec); return;
+    case DType::F32: launch<float>(a, vec); return;
+    default: fail("gemv_dense: unsupported weight dtype ", dtype_name(wtype));
+  }
+}
+
+}  // namespace brioche::cuda::detail

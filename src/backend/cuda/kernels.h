@@ -1,0 +1,58 @@
+// CUDA kernels behind the ops, taking the same argument structs as the CPU
+// backend (backend/cpu/*.h) with device pointers for tensors. Host-side
+// metadata (positions, ids, block tables, RoPE frequencies) stays host
+// memory in the structs: the launchers upload it (upload_cached), so the ops
+// layer dispatches with one line. Everything runs asynchronously on
+// cuda::stream(). Plain C++ header: the kernels exist when BRIOCHE_CUDA=ON.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "backend/cpu/add.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/embedding.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/rms_norm.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/swiglu.h"
+
+namespace brioche::cuda {
+
+// y[n, m] = x[n, k] · w[m, k]ᵀ. n ≤ 8: GEMV kernels that read every weight
+// byte once and dequantize in registers; larger n: cuBLASLt (bf16/f16/f32,
+// quantized weights dequantized to bf16 tiles first).
+void matmul(const cpu::MatmulArgs& args);
+
+void rms_norm(const backend::cpu::RmsNormArgs& args);
+void rope(const backend::cpu::RopeArgs& args);
+void add(const backend::cpu::AddArgs& args);
+void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t x_stride);
+void swiglu(const backend::cpu::SwigluArgs& args);
+void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride);
+// Ids are validated on the host first (an error names the bad id).
+void embedding(const cpu::EmbeddingArgs& args);
+
+void store_kv(const backend::cpu::StoreKvArgs& args);
+// Split over the KV length when few (row, kv head) pairs would fill the GPU.
+void paged_attention(const backend::cpu::PagedAttentionArgs& args);
+
+// ids[r] = argmax_j logits[r, j] (first maximum), copied back to the host.
+//   logits : device f32 [n_rows, n], row stride `stride` floats
+void argmax_rows(const float* logits, int64_t n_rows, int64_t n, int64_t stride, std::span<int32_t> ids);
+
+// Dequantizes rows [row_begin, row_end) of a weight of any dtype to bf16:
+//   w   : [m, k] rows of wtype, row stride w_row_bytes
+//   out : bf16 [row_end - row_begin, k], contiguous
+void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin,
+                        int64_t row_end, int64_t k, void* out);
+// out[i] = bf16(x[i]) (or f16 when `to_f16`) for rows of an f32 matrix.
+struct ConvertRowsArgs {
+  const float* x;  // [n, k], row stride ldx floats
+  int64_t ldx, n, k;
+  void* out;       // [n, k] contiguous 16-bit values
+  bool to_f16;
+};
+void convert_rows_to_16bit(const ConvertRowsArgs& args);
+
+}  // namespace brioche::cuda

@@ -1,0 +1,155 @@
+// y = x·wᵀ on the device: GEMV kernels for decode (n ≤ 8), cuBLASLt for
+// prefill and large batches.
+//
+// cuBLASLt is column-major. Our row-major y[n, m] is the column-major m×n
+// matrix Y (ld = ldy); row-major w[m, k] is column-major k×m, x[n, k] is k×n.
+// So Y = op(W)·X with op = transpose: A = w (TRANSA = T), B = x (N).
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace brioche::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// Largest bf16 tile a quantized weight is expanded into per GEMM.
+constexpr size_t kDequantTileBytes = size_t(128) << 20;
+constexpr int kMaxGemvRows = 8;
+
+struct LtContext {
+  cublasLtHandle_t handle = nullptr;
+  std::shared_ptr<void> workspace;
+};
+
+LtContext& lt() {
+  static LtContext* ctx = [] {
+    auto* c = new LtContext();  // leaked: lives as long as the process
+    CUBLAS_CHECK(cublasLtCreate(&c->handle));
+    c->workspace = allocate(kWorkspaceBytes);
+    return c;
+  }();
+  return *ctx;
+}
+
+struct GemmDesc {
+  cudaDataType_t ab_type;      // A and B element type
+  cublasComputeType_t compute;
+  const void* a; int64_t lda;  // weight, ld in elements
+  const void* b; int64_t ldb;  // activations
+  float* c; int64_t ldc;       // f32 output
+  int64_t m, n, k;
+};
+
+// Algorithm choice per shape, found once by cuBLASLt's heuristic.
+using AlgoKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+void lt_gemm(const GemmDesc& g) {
+  LtContext& ctx = lt();
+  cublasLtMatmulDesc_t op;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, g.compute, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  cublasLtMatrixLayout_t la, lb, lc;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g.ab_type, uint64_t(g.k), uint64_t(g.m), g.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g.ab_type, uint64_t(g.k), uint64_t(g.n), g.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(g.m), uint64_t(g.n), g.ldc));
+
+  static std::mutex mutex;
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+  AlgoKey key{int(g.ab_type), int(g.compute), g.m, g.n, g.k, g.lda, g.ldb, g.ldc};
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard lock(mutex);
+    auto it = algos.find(key);
+    if (it != algos.end()) {
+      algo = it->second;
+    } else {
+      cublasLtMatmulPreference_t pref;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      size_t ws = kWorkspaceBytes;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                        &ws, sizeof ws));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op, la, lb, lc, lc, pref, 1, &result, &found));
+      cublasLtMatmulPreferenceDestroy(pref);
+      BRIOCHE_CHECK(found > 0, "cuBLASLt: no algorithm for a ", g.m, "x", g.n, "x", g.k, " GEMM");
+      algo = result.algo;
+      algos.emplace(key, algo);
+    }
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op, &alpha, g.a, la, g.b, lb, &beta, g.c, lc, g.c, lc, &algo,
+                              ctx.workspace.get(), kWorkspaceBytes, detail::current_stream()));
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+}
+
+void gemm(const cpu::MatmulArgs& a) {
+  const DType wt = a.wtype;
+  if (wt == DType::F32) {
+    // Full f32 (no TF32): f32 weights are the accuracy reference path.
+    lt_gemm({.ab_type = CUDA_R_32F, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
+             .lda = int64_t(a.w_row_bytes / 4), .b = a.x, .ldb = a.ldx, .c = a.y, .ldc = a.ldy,
+             .m = a.m, .n = a.n, .k = a.k});
+    return;
+  }
+  // 16-bit activations: [n, k] contiguous.
+  const bool f16 = wt == DType::F16;
+  std::shared_ptr<void> x16 = allocate(size_t(a.n) * size_t(a.k) * 2);
+  convert_rows_to_16bit({.x = a.x, .ldx = a.ldx, .n = a.n, .k = a.k, .out = x16.get(), .to_f16 = f16});
+  const cudaDataType_t type = f16 ? CUDA_R_16F : CUDA_R_16BF;
+  if (wt == DType::BF16 || wt == DType::F16) {
+    BRIOCHE_CHECK(a.w_row_bytes % 2 == 0, "matmul: 16-bit weight rows of odd byte stride");
+    lt_gemm({.ab_type = type, .compute = CUBLAS_COMPUTE_32F, .a = a.w, .lda = int64_t(a.w_row_bytes / 2),
+             .b = x16.get(), .ldb = a.k, .c = a.y, .ldc = a.ldy, .m = a.m, .n = a.n, .k = a.k});
+    return;
+  }
+  // Quantized: expand row tiles of w to bf16, one GEMM per tile into the
+  // matching columns of y.
+  const int64_t tile_rows =
+      std::max<int64_t>(64, std::min<int64_t>(a.m, int64_t(kDequantTileBytes / (size_t(a.k) * 2))));
+  std::shared_ptr<void> tile = allocate(size_t(tile_rows) * size_t(a.k) * 2);
+  for (int64_t r0 = 0; r0 < a.m; r0 += tile_rows) {
+    const int64_t r1 = std::min(a.m, r0 + tile_rows);
+    dequantize_to_bf16(wt, a.w, a.w_row_bytes, r0, r1, a.k, tile.get());
+    lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k,
+             .b = x16.get(), .ldb = a.k, .c = a.y + r0, .ldc = a.ldy, .m = r1 - r0, .n = a.n, .k = a.k});
+  }
+}
+
+}  // namespace
+
+void matmul(const cpu::MatmulArgs& a) {
+  if (a.n == 0 || a.m == 0) return;
+  if (a.n > kMaxGemvRows) {
+    gemm(a);
+    return;
+  }
+  detail::GemvArgs g{.x = a.x, .ldx = a.ldx, .w = a.w, .w_row_bytes = a.w_row_bytes, .y = a.y,
+                     .ldy = a.ldy, .n = int(a.n), .m = a.m, .k = a.k};
+  if (!dtype_info(a.wtype).quantized) {
+    detail::gemv_dense(a.wtype, g);
+    return;
+  }
+  // The quantized kernels read x with 16-byte loads: copy misaligned rows.
+  std::shared_ptr<void> aligned;
+  if ((reinterpret_cast<uintptr_t>(a.x) & 15) != 0 || a.ldx % 4 != 0) {
+    aligned = allocate(size_t(a.n) * size_t(a.k) * 4);
+    CUDA_CHECK(cudaMemcpy2DAsync(aligned.get(), size_t(a.k) * 4, a.x, size_t(a.ldx) * 4, size_t(a.k) * 4,
+                                 size_t(a.n), cudaMemcpyDeviceToDevice, detail::current_stream()));
+    g.x = static_cast<const float*>(aligned.get());
+    g.ldx = a.k;
+  }
+  detail::gemv_quant(a.wtype, g);
+}
+
+}  // namespace brioche::cuda

@@ -1,0 +1,244 @@
+// Stream, caching allocator, copies and device tensors (see runtime.h).
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/runtime.h"
+
+namespace brioche::cuda {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+void* stream() {
+  // Created on first use and never destroyed: kernels may still be queued
+  // when static destructors run.
+  static cudaStream_t s = [] {
+    cudaStream_t created;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+    return created;
+  }();
+  return s;
+}
+
+void synchronize() { CUDA_CHECK(cudaStreamSynchronize(detail::current_stream())); }
+
+namespace {
+
+// Size classes: multiples of 512 B up to 1 MiB, of 2 MiB above, so a freed
+// block serves any later request of the same class.
+size_t size_class(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (bytes <= (size_t(1) << 20)) return (bytes + 511) / 512 * 512;
+  return (bytes + (size_t(2) << 20) - 1) / (size_t(2) << 20) * (size_t(2) << 20);
+}
+
+class CachingAllocator {
+ public:
+  void* take(size_t cls) {
+    std::lock_guard lock(mutex_);
+    auto it = free_.find(cls);
+    void* p = nullptr;
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      stats_.bytes_cached -= cls;
+    } else {
+      cudaError_t err = cudaMallocAsync(&p, cls, detail::current_stream());
+      if (err == cudaErrorMemoryAllocation) {
+        // Give the cache back and try once more before failing.
+        cudaGetLastError();
+        release_locked();
+        err = cudaMallocAsync(&p, cls, detail::current_stream());
+      }
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        fail("CUDA out of memory: could not allocate ", cls, " bytes (", stats_.bytes_in_use,
+             " in use, ", stats_.bytes_cached, " cached): ", cudaGetErrorString(err));
+      }
+      ++stats_.cuda_mallocs;
+    }
+    stats_.bytes_in_use += cls;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    return p;
+  }
+
+  void give(void* p, size_t cls) {
+    std::lock_guard lock(mutex_);
+    free_[cls].push_back(p);
+    stats_.bytes_in_use -= cls;
+    stats_.bytes_cached += cls;
+  }
+
+  AllocatorStats stats() {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+  void release() {
+    std::lock_guard lock(mutex_);
+    release_locked();
+  }
+
+ private:
+  void release_locked() {
+    for (auto& [cls, blocks] : free_) {
+      for (void* p : blocks) cudaFreeAsync(p, detail::current_stream());
+      stats_.bytes_cached -= cls * blocks.size();
+      blocks.clear();
+    }
+    cudaStreamSynchronize(detail::current_stream());
+  }
+
+  std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  AllocatorStats stats_;
+};
+
+CachingAllocator& allocator() {
+  static auto* a = new CachingAllocator();  // leaked: outlives every tensor
+  return *a;
+}
+
+}  // namespace
+
+std::shared_ptr<void> allocate(size_t bytes) {
+  size_t cls = size_class(bytes);
+  void* p = allocator().take(cls);
+  return std::shared_ptr<void>(p, [cls](void* q) { allocator().give(q, cls); });
+}
+
+AllocatorStats allocator_stats() { return allocator().stats(); }
+void release_cached_memory() { allocator().release(); }
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, detail::current_stream()));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, detail::current_stream()));
+  synchronize();
+}
+
+void copy_device_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, detail::current_stream()));
+}
+
+void fill_bytes(void* dst, uint8_t value, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, detail::current_stream()));
+}
+
+namespace {
+
+// A pinned staging buffer and its device copy. Copies from pinned memory are
+// truly asynchronous (pageable ones may wait for the stream to drain); the
+// event says when the staging buffer may be rewritten.
+struct UploadSlot {
+  std::vector<char> content;  // what the device copy holds, for the cache lookup
+  void* pinned = nullptr;
+  std::shared_ptr<void> device;
+  size_t capacity = 0;
+  cudaEvent_t copied = nullptr;
+};
+
+}  // namespace
+
+const void* upload_cached(const void* host, size_t bytes) {
+  static std::mutex mutex;
+  static std::array<UploadSlot, 16> slots;
+  static size_t next = 0;
+  std::lock_guard lock(mutex);
+  if (bytes == 0) bytes = 1;  // a valid pointer even for empty spans
+  for (UploadSlot& s : slots) {
+    if (s.device && s.content.size() == bytes && std::memcmp(s.content.data(), host, bytes) == 0)
+      return s.device.get();
+  }
+  // Round robin: the slot replaced was written 16 uploads ago; the copy into
+  // its device buffer is ordered after every kernel queued since on the stream.
+  UploadSlot& s = slots[next];
+  next = (next + 1) % slots.size();
+  if (s.copied != nullptr) CUDA_CHECK(cudaEventSynchronize(s.copied));  // staging buffer free
+  else CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+  if (s.capacity < bytes) {
+    if (s.pinned != nullptr) CUDA_CHECK(cudaFreeHost(s.pinned));
+    s.capacity = std::max<size_t>(bytes, 4096);
+    CUDA_CHECK(cudaMallocHost(&s.pinned, s.capacity));
+    s.device = allocate(s.capacity);
+  }
+  s.content.assign(static_cast<const char*>(host), static_cast<const char*>(host) + bytes);
+  std::memcpy(s.pinned, host, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(s.device.get(), s.pinned, bytes, cudaMemcpyHostToDevice, detail::current_stream()));
+  CUDA_CHECK(cudaEventRecord(s.copied, detail::current_stream()));
+  return s.device.get();
+}
+
+Tensor empty(DType dtype, const int64_t* shape, int rank) {
+  // Size through a throwaway view to reuse Tensor's shape checks.
+  Tensor probe = Tensor::view(nullptr, dtype, shape, rank, nullptr, Device::CUDA);
+  std::shared_ptr<void> memory = allocate(probe.nbytes());
+  void* data = memory.get();
+  return Tensor::view(data, dtype, shape, rank, std::move(memory), Device::CUDA);
+}
+
+Tensor empty(DType dtype, std::initializer_list<int64_t> shape) {
+  return empty(dtype, shape.begin(), int(shape.size()));
+}
+
+namespace {
+
+// The tensor as rows of whole bytes: (count, bytes per row, byte stride).
+struct ByteRows {
+  int64_t n_rows;
+  size_t row_bytes;
+  int64_t stride;
+};
+
+ByteRows byte_rows(const Tensor& t) {
+  if (t.is_contiguous()) return {1, t.nbytes(), int64_t(t.nbytes())};
+  // Non-contiguous: only the outer dims may have gaps; rows are contiguous.
+  BRIOCHE_CHECK(t.rank() >= 2, "cuda copy: cannot copy non-contiguous ", t.describe());
+  size_t inner = row_bytes(t.dtype(), t.dim(-1));
+  int64_t rows = 1;
+  for (int i = 0; i < t.rank() - 1; ++i) rows *= t.dim(i);
+  BRIOCHE_CHECK(t.rank() == 2 || t.stride(-2) == int64_t(inner),
+                "cuda copy: only rank-2 tensors may have a row stride, got ", t.describe());
+  return {rows, inner, t.stride(t.rank() == 2 ? 0 : -2)};
+}
+
+}  // namespace
+
+Tensor to_device(const Tensor& host) {
+  BRIOCHE_CHECK(host.defined() && host.device() == Device::CPU, "to_device: expected a CPU tensor, got ",
+                host.defined() ? host.describe() : std::string("an undefined tensor"));
+  Tensor out = empty(host.dtype(), host.shape().data(), host.rank());
+  ByteRows r = byte_rows(host);
+  CUDA_CHECK(cudaMemcpy2DAsync(out.data(), r.row_bytes, host.data(), size_t(r.stride), r.row_bytes,
+                               size_t(r.n_rows), cudaMemcpyHostToDevice, detail::current_stream()));
+  return out;
+}
+
+Tensor to_host(const Tensor& dev) {
+  BRIOCHE_CHECK(dev.defined() && dev.device() == Device::CUDA, "to_host: expected a CUDA tensor, got ",
+                dev.defined() ? dev.describe() : std::string("an undefined tensor"));
+  Tensor out = Tensor::zeros(dev.dtype(), dev.shape().data(), dev.rank());
+  ByteRows r = byte_rows(dev);
+  CUDA_CHECK(cudaMemcpy2DAsync(out.data(), r.row_bytes, dev.data(), size_t(r.stride), r.row_bytes,
+                               size_t(r.n_rows), cudaMemcpyDeviceToHost, detail::current_stream()));
+  synchronize();
+  return out;
+}
+
+}  // namespace brioche::cuda

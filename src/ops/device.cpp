@@ -1,0 +1,114 @@
+#include "ops/device.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#endif
+
+namespace brioche::ops {
+
+namespace {
+
+[[noreturn]] void fail_no_cuda(const char* what) {
+  fail(what, ": a CUDA tensor was requested but this build has no CUDA backend (configure with --preset cuda)");
+}
+
+// Rows of whole bytes: (rows, bytes per row, byte stride between rows).
+struct ByteRows {
+  int64_t n_rows;
+  size_t row_bytes;
+  size_t stride;
+};
+
+ByteRows byte_rows(const Tensor& t, const char* what) {
+  BRIOCHE_CHECK(t.is_contiguous() || t.rank() == 2, "copy: ", what, " ", t.describe(),
+                " must be contiguous or rank 2 with whole rows");
+  if (t.rank() != 2) return {1, t.nbytes(), t.nbytes()};
+  return {t.dim(0), row_bytes(t.dtype(), t.dim(1)), size_t(t.stride(0))};
+}
+
+}  // namespace
+
+bool cuda_available() {
+#if BRIOCHE_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device) {
+  if (device == Device::CPU) return Tensor::zeros(dtype, shape);
+#if BRIOCHE_CUDA
+  Tensor t = cuda::empty(dtype, shape);
+  cuda::fill_bytes(t.data(), 0, t.nbytes());
+  return t;
+#else
+  fail_no_cuda("zeros");
+#endif
+}
+
+Tensor to_device(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+#if BRIOCHE_CUDA
+  return device == Device::CUDA ? cuda::to_device(t) : cuda::to_host(t);
+#else
+  fail_no_cuda("to_device");
+#endif
+}
+
+void copy(const Tensor& src, Tensor& dst) {
+  BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.rank() == dst.rank(),
+                "copy: source ", src.describe(), " and destination ", dst.describe(), " differ");
+  const ByteRows s = byte_rows(src, "source"), d = byte_rows(dst, "destination");
+  if (src.device() == Device::CPU && dst.device() == Device::CPU) {
+    for (int64_t r = 0; r < s.n_rows; ++r)
+      std::memcpy(static_cast<char*>(dst.data()) + r * d.stride, static_cast<const char*>(src.data()) + r * s.stride,
+                  s.row_bytes);
+    return;
+  }
+#if BRIOCHE_CUDA
+  for (int64_t r = 0; r < s.n_rows; ++r) {
+    void* to = static_cast<char*>(dst.data()) + r * d.stride;
+    const void* from = static_cast<const char*>(src.data()) + r * s.stride;
+    if (src.device() == Device::CUDA && dst.device() == Device::CUDA) cuda::copy_device_to_device(to, from, s.row_bytes);
+    else if (dst.device() == Device::CUDA) cuda::copy_to_device(to, from, s.row_bytes);
+    else cuda::copy_to_host(to, from, s.row_bytes);
+  }
+#else
+  fail_no_cuda("copy");
+#endif
+}
+
+void synchronize(Device device) {
+#if BRIOCHE_CUDA
+  if (device == Device::CUDA) cuda::synchronize();
+#else
+  if (device == Device::CUDA) fail_no_cuda("synchronize");
+#endif
+}
+
+void argmax_rows(const Tensor& logits, std::span<int32_t> ids) {
+  BRIOCHE_CHECK(logits.rank() == 2 && logits.dtype() == DType::F32 && logits.stride(1) == 4,
+                "argmax_rows: logits must be f32 [n, vocab] with contiguous rows, got ", logits.describe());
+  BRIOCHE_CHECK(int64_t(ids.size()) == logits.dim(0), "argmax_rows: ", ids.size(), " ids for ", logits.dim(0), " rows");
+  const int64_t n = logits.dim(1), stride = logits.stride(0) / 4;
+  if (logits.device() == Device::CUDA) {
+#if BRIOCHE_CUDA
+    cuda::argmax_rows(logits.data_as<float>(), logits.dim(0), n, stride, ids);
+    return;
+#else
+    fail_no_cuda("argmax_rows");
+#endif
+  }
+  for (int64_t r = 0; r < logits.dim(0); ++r) {
+    const float* row = logits.data_as<float>() + r * stride;
+    ids[r] = int32_t(std::max_element(row, row + n) - row);
+  }
+}
+
+}  // namespace brioche::ops

@@ -1,0 +1,34 @@
+// Tensors on a device: allocation, transfer and copies, for layers above
+// ops that must not include CUDA headers. Every function works in the CPU
+// build; asking for Device::CUDA there is an error that says so.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+
+#include "core/tensor.h"
+
+namespace brioche::ops {
+
+// True when this build has the CUDA backend and the driver sees a GPU.
+bool cuda_available();
+
+// A zero-filled contiguous tensor on `device`.
+Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device);
+
+// `t` itself when it is already on `device`, else a contiguous copy there.
+Tensor to_device(const Tensor& t, Device device);
+
+// dst = src for tensors of equal dtype and shape whose rows are contiguous,
+// on any pair of devices (row strides may differ).
+void copy(const Tensor& src, Tensor& dst);
+
+// Waits for queued work on `device` (no-op on the CPU).
+void synchronize(Device device);
+
+// ids[r] = argmax of row r of f32 logits [n, vocab] (first maximum), on the
+// logits' device; only the ids cross to the host.
+void argmax_rows(const Tensor& logits, std::span<int32_t> ids);
+
+}  // namespace brioche::ops

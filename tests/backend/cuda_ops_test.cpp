@@ -1,0 +1,416 @@
+// Op harness for the CUDA backend: every kernel against the CPU reference
+// (backend/cpu, itself tested against double-precision and oracle goldens),
+// with odd and strided shapes, sentinels around outputs, and NaN/Inf checks.
+//
+// Error measure: NMSE = Σ(y − ref)² / Σ ref² over the whole output.
+// Tolerances (stated, not tuned per case):
+//   * f32 arithmetic on both sides (norms, RoPE, SwiGLU, add, softmax, GEMV
+//     against a double reference of the dequantized weight): NMSE < 1e-10
+//   * GEMM through cuBLASLt in bf16 (n > 8): x and w rounded to bf16
+//     (relative error 2^-9 each): NMSE < 1e-4
+//   * attention with an f16 cache: both sides read the same f16 values: 1e-10;
+//     f32 cache: 1e-10
+//   * embedding and dequantization: bit-exact decode, NMSE < 1e-12
+// Without a GPU (or in the CPU build) every test reports
+// "skipped: no CUDA device".
+#include <gtest/gtest.h>
+
+#if BRIOCHE_CUDA
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/add.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/embedding.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/quant_ref.h"
+#include "backend/cpu/rms_norm.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/softmax.h"
+#include "backend/cpu/swiglu.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "core/error.h"
+#include "core/half.h"
+
+namespace brioche::cuda {
+namespace {
+
+#define REQUIRE_CUDA_DEVICE() \
+  if (device_count() == 0) GTEST_SKIP() << "skipped: no CUDA device"
+
+constexpr float kSentinel = -12345.678f;  // written around outputs, must survive
+constexpr int kPad = 64;                  // sentinel floats after each buffer
+
+// A device copy of host data with kPad sentinel values after it.
+struct DeviceBuffer {
+  std::shared_ptr<void> memory;
+  size_t bytes = 0;
+  template <typename T>
+  T* as() const { return static_cast<T*>(memory.get()); }
+};
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  DeviceBuffer b{allocate(host.size() * sizeof(T) + kPad * sizeof(float)), host.size() * sizeof(T)};
+  copy_to_device(b.memory.get(), host.data(), b.bytes);
+  std::vector<float> pad(kPad, kSentinel);
+  copy_to_device(static_cast<char*>(b.memory.get()) + b.bytes, pad.data(), pad.size() * sizeof(float));
+  return b;
+}
+
+template <typename T>
+std::vector<T> download(const DeviceBuffer& b) {
+  std::vector<T> out(b.bytes / sizeof(T));
+  copy_to_host(out.data(), b.memory.get(), b.bytes);
+  std::vector<float> pad(kPad);
+  copy_to_host(pad.data(), static_cast<char*>(b.memory.get()) + b.bytes, pad.size() * sizeof(float));
+  for (int i = 0; i < kPad; ++i) EXPECT_EQ(pad[i], kSentinel) << "sentinel " << i << " after the buffer overwritten";
+  return out;
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = g(rng);
+  return v;
+}
+
+// NMSE over the positions `take(i)` says are outputs; NaN/Inf fail.
+template <typename A, typename B>
+double nmse(const std::vector<A>& y, const std::vector<B>& ref) {
+  EXPECT_EQ(y.size(), ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < y.size() && i < ref.size(); ++i) {
+    if (!std::isfinite(double(y[i]))) {
+      ADD_FAILURE() << "non-finite output " << y[i] << " at " << i;
+      return INFINITY;
+    }
+    double d = double(y[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den > 0 ? num / den : num;
+}
+
+// ---------------------------------------------------------------- matmul
+
+constexpr DType kAllWeightTypes[] = {
+    DType::F32,         DType::F16,          DType::BF16,        DType::Q8_0,        DType::Q4_0,
+    DType::Q4_1,        DType::Q4_K,         DType::Q5_K,        DType::Q6_K,        DType::AFFINE4_G32,
+    DType::AFFINE4_G64, DType::AFFINE4_G128, DType::AFFINE8_G32, DType::AFFINE8_G64, DType::AFFINE8_G128,
+};
+
+struct MatmulCase {
+  int64_t n, m, k;
+  int64_t x_pad, y_pad;  // extra floats per row (strided views)
+};
+
+void check_matmul(DType wtype, const MatmulCase& c, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << dtype_name(wtype) << " n=" << c.n << " m=" << c.m << " k=" << c.k
+                                  << " x_pad=" << c.x_pad << " y_pad=" << c.y_pad);
+  const size_t rb = row_bytes(wtype, c.k);
+  std::vector<uint8_t> w(rb * size_t(c.m));
+  std::vector<float> wf(size_t(c.m * c.k));
+  std::vector<float> src = gaussian(size_t(c.m * c.k), seed);
+  for (int64_t r = 0; r < c.m; ++r) {
+    cpu::quantize_row_ref(wtype, src.data() + r * c.k, w.data() + r * rb, c.k);
+    cpu::dequantize_row_ref(wtype, w.data() + r * rb, wf.data() + r * c.k, c.k);
+  }
+  const int64_t ldx = c.k + c.x_pad, ldy = c.m + c.y_pad;
+  std::vector<float> x = gaussian(size_t(c.n * ldx), seed + 1);
+  std::vector<double> ref(size_t(c.n * c.m));
+  for (int64_t i = 0; i < c.n; ++i)
+    for (int64_t j = 0; j < c.m; ++j) {
+      double s = 0;
+      for (int64_t e = 0; e < c.k; ++e) s += double(x[i * ldx + e]) * double(wf[j * c.k + e]);
+      ref[i * c.m + j] = s;
+    }
+  // The CPU op itself, as the engine's reference path.
+  std::vector<float> y_cpu(size_t(c.n * c.m));
+  cpu::matmul({.x = x.data(), .ldx = ldx, .wtype = wtype, .w = w.data(), .w_row_bytes = rb, .y = y_cpu.data(),
+               .ldy = c.m, .n = c.n, .m = c.m, .k = c.k});
+
+  DeviceBuffer dw = upload(w), dx = upload(x);
+  DeviceBuffer dy = upload(std::vector<float>(size_t(c.n * ldy), kSentinel));
+  matmul({.x = dx.as<float>(), .ldx = ldx, .wtype = wtype, .w = dw.as<void>(), .w_row_bytes = rb,
+          .y = dy.as<float>(), .ldy = ldy, .n = c.n, .m = c.m, .k = c.k});
+  std::vector<float> y_all = download<float>(dy);
+  std::vector<float> y(size_t(c.n * c.m));
+  for (int64_t i = 0; i < c.n; ++i) {
+    for (int64_t j = 0; j < c.m; ++j) y[i * c.m + j] = y_all[i * ldy + j];
+    for (int64_t j = c.m; j < ldy; ++j) EXPECT_EQ(y_all[i * ldy + j], kSentinel) << "row padding written";
+  }
+  const bool gemm = c.n > 8;
+  EXPECT_LT(nmse(y, ref), gemm ? 1e-4 : 1e-10);
+  EXPECT_LT(nmse(y, y_cpu), 1e-3) << "against cpu::matmul";
+}
+
+TEST(CudaMatmul, EveryDtypeGemvAndGemm) {
+  REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 1;
+  for (DType t : kAllWeightTypes) {
+    for (MatmulCase c : {MatmulCase{1, 37, 512, 0, 0}, MatmulCase{3, 64, 256, 4, 3}, MatmulCase{8, 19, 768, 0, 1},
+                         MatmulCase{5, 130, 1024, 8, 0}, MatmulCase{33, 70, 512, 0, 5},
+                         MatmulCase{130, 300, 256, 4, 0}}) {
+      check_matmul(t, c, seed++);
+    }
+  }
+}
+
+TEST(CudaMatmul, DenseOddInnerSizes) {
+  REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 100;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (MatmulCase c : {MatmulCase{1, 5, 40, 0, 0}, MatmulCase{2, 9, 36, 1, 2}, MatmulCase{1, 33, 576, 0, 0},
+                         MatmulCase{20, 17, 72, 0, 0}}) {
+      check_matmul(t, c, seed++);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- row ops
+
+TEST(CudaRowOps, RmsNormAddSwigluSoftmaxStrided) {
+  REQUIRE_CUDA_DEVICE();
+  for (auto [rows, dim, pad] : {std::tuple{1, 576, 0}, std::tuple{7, 4096, 3}, std::tuple{33, 97, 5}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << dim << " pad " << pad);
+    const int64_t ld = dim + pad;
+    std::vector<float> x = gaussian(size_t(rows * ld), 7), b = gaussian(size_t(rows * ld), 8),
+                       w = gaussian(size_t(dim), 9, 0.5f);
+    DeviceBuffer dx = upload(x), db = upload(b), dw = upload(w);
+    // rms_norm
+    {
+      std::vector<float> ref(size_t(rows * ld), 0.0f);
+      backend::cpu::rms_norm({.x = x.data(), .weight = w.data(), .out = ref.data(), .n_rows = rows, .dim = dim,
+                              .x_stride = ld, .out_stride = ld, .eps = 1e-5f});
+      DeviceBuffer dy = upload(std::vector<float>(size_t(rows * ld), 0.0f));
+      rms_norm({.x = dx.as<float>(), .weight = dw.as<float>(), .out = dy.as<float>(), .n_rows = rows, .dim = dim,
+                .x_stride = ld, .out_stride = ld, .eps = 1e-5f});
+      EXPECT_LT(nmse(download<float>(dy), ref), 1e-10) << "rms_norm";
+    }
+    // add and add_bias
+    {
+      std::vector<float> ref(size_t(rows * ld), 0.0f);
+      backend::cpu::add({.a = x.data(), .b = b.data(), .out = ref.data(), .n_rows = rows, .dim = dim,
+                         .a_stride = ld, .b_stride = ld, .out_stride = ld});
+      DeviceBuffer dy = upload(std::vector<float>(size_t(rows * ld), 0.0f));
+      add({.a = dx.as<float>(), .b = db.as<float>(), .out = dy.as<float>(), .n_rows = rows, .dim = dim,
+           .a_stride = ld, .b_stride = ld, .out_stride = ld});
+      EXPECT_LT(nmse(download<float>(dy), ref), 1e-12) << "add";
+      std::vector<float> xb = x;
+      backend::cpu::add_bias(xb.data(), w.data(), rows, dim, ld);
+      DeviceBuffer dxb = upload(x);
+      add_bias(dxb.as<float>(), dw.as<float>(), rows, dim, ld);
+      EXPECT_LT(nmse(download<float>(dxb), xb), 1e-12) << "add_bias";
+    }
+    // swiglu, in place on gate as the model uses it
+    {
+      std::vector<float> ref = x;
+      backend::cpu::swiglu({.gate = x.data(), .up = b.data(), .out = ref.data(), .n_rows = rows, .dim = dim,
+                            .gate_stride = ld, .up_stride = ld, .out_stride = ld});
+      DeviceBuffer dg = upload(x);
+      swiglu({.gate = dg.as<float>(), .up = db.as<float>(), .out = dg.as<float>(), .n_rows = rows, .dim = dim,
+              .gate_stride = ld, .up_stride = ld, .out_stride = ld});
+      EXPECT_LT(nmse(download<float>(dg), ref), 1e-10) << "swiglu";
+    }
+    // softmax, with one fully masked row
+    {
+      std::vector<float> s = x;
+      for (int64_t i = 0; i < dim; ++i) s[i] = -std::numeric_limits<float>::infinity();
+      std::vector<float> ref = s;
+      backend::cpu::softmax(ref.data(), rows, dim, ld);
+      DeviceBuffer ds = upload(s);
+      softmax(ds.as<float>(), rows, dim, ld);
+      EXPECT_LT(nmse(download<float>(ds), ref), 1e-10) << "softmax";
+    }
+  }
+}
+
+TEST(CudaRowOps, RopeBothPairingsLongPositions) {
+  REQUIRE_CUDA_DEVICE();
+  for (bool interleaved : {true, false}) {
+    for (auto [rows, heads, head_dim] : {std::tuple{5, 3, 64}, std::tuple{2, 32, 128}, std::tuple{9, 2, 10}}) {
+      std::vector<float> inv_freq(size_t(head_dim / 2));
+      for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(500000.0f, -2.0f * i / head_dim) / (i % 3 + 1);
+      std::vector<int32_t> pos(static_cast<size_t>(rows));
+      for (int r = 0; r < rows; ++r) pos[r] = r * 3779 % 131072;  // long-context positions
+      const int64_t ld = int64_t(heads) * head_dim + 2;
+      std::vector<float> x = gaussian(size_t(rows * ld), 11), ref = x;
+      backend::cpu::rope({.x = ref.data(), .positions = pos.data(), .inv_freq = inv_freq.data(), .n_rows = rows,
+                          .x_stride = ld, .n_heads = heads, .head_dim = head_dim, .interleaved = interleaved});
+      DeviceBuffer dx = upload(x);
+      rope({.x = dx.as<float>(), .positions = pos.data(), .inv_freq = inv_freq.data(), .n_rows = rows,
+            .x_stride = ld, .n_heads = heads, .head_dim = head_dim, .interleaved = interleaved});
+      // sincosf on the device vs libm at angles up to ~1e5 rad: both f32 rounding.
+      EXPECT_LT(nmse(download<float>(dx), ref), 1e-9) << (interleaved ? "interleaved" : "neox") << " heads "
+                                                      << heads << " dim " << head_dim;
+    }
+  }
+}
+
+TEST(CudaEmbedding, EveryDtypeMatchesCpuDecode) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t vocab = 50, hidden = 512;
+  const std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+  for (DType t : kAllWeightTypes) {
+    const size_t rb = row_bytes(t, hidden);
+    std::vector<uint8_t> table(rb * vocab);
+    std::vector<float> src = gaussian(size_t(vocab * hidden), 21);
+    for (int64_t r = 0; r < vocab; ++r) cpu::quantize_row_ref(t, src.data() + r * hidden, table.data() + r * rb, hidden);
+    std::vector<float> ref(ids.size() * hidden);
+    cpu::embedding({.dtype = t, .table = table.data(), .row_bytes = rb, .vocab = vocab, .hidden = hidden,
+                    .ids = ids.data(), .n_ids = int64_t(ids.size()), .out = ref.data(), .ldo = hidden});
+    DeviceBuffer dt = upload(table), dy = upload(std::vector<float>(ids.size() * hidden, 0.0f));
+    embedding({.dtype = t, .table = dt.as<void>(), .row_bytes = rb, .vocab = vocab, .hidden = hidden, .ids = ids.data(),
+               .n_ids = int64_t(ids.size()), .out = dy.as<float>(), .ldo = hidden});
+    EXPECT_LT(nmse(download<float>(dy), ref), 1e-12) << dtype_name(t);
+  }
+  const std::vector<int32_t> bad = {3, 50};
+  std::vector<float> table(size_t(vocab * hidden));
+  DeviceBuffer dt = upload(table), dy = upload(std::vector<float>(2 * hidden));
+  EXPECT_THROW(embedding({.dtype = DType::F32, .table = dt.as<void>(), .row_bytes = size_t(hidden) * 4,
+                          .vocab = vocab, .hidden = hidden, .ids = bad.data(), .n_ids = 2, .out = dy.as<float>(),
+                          .ldo = hidden}),
+               Error);
+}
+
+TEST(CudaArgmax, FirstMaximumPerRow) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t rows = 4, n = 128256;
+  std::vector<float> logits = gaussian(size_t(rows * n), 31);
+  logits[5] = 100.0f;              // row 0: single max
+  logits[n + 9] = logits[n + 77777] = 50.0f;  // row 1: tie -> first
+  logits[3 * n + n - 1] = 99.0f;   // row 3: last element
+  DeviceBuffer d = upload(logits);
+  std::vector<int32_t> ids(rows);
+  argmax_rows(d.as<float>(), rows, n, n, ids);
+  EXPECT_EQ(ids[0], 5);
+  EXPECT_EQ(ids[1], 9);
+  EXPECT_EQ(ids[2], int32_t(std::max_element(logits.begin() + 2 * n, logits.begin() + 3 * n) - logits.begin() - 2 * n));
+  EXPECT_EQ(ids[3], n - 1);
+}
+
+// ---------------------------------------------------------------- attention
+
+struct AttentionCase {
+  int n_heads, n_kv_heads, head_dim;
+  bool f16;
+  int sliding_window;
+  std::vector<std::pair<int, int>> sequences;  // (n_past, n_rows)
+};
+
+void check_attention(const AttentionCase& c, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << "heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim
+                                  << (c.f16 ? " f16" : " f32") << " window " << c.sliding_window);
+  const int block_size = 16, kv_dim = c.n_kv_heads * c.head_dim, q_dim = c.n_heads * c.head_dim;
+  // Block tables: sequence s owns blocks in a shuffled order.
+  std::vector<std::vector<int32_t>> tables;
+  int n_blocks = 0, n_rows = 0;
+  for (auto [past, rows] : c.sequences) {
+    int need = (past + rows + block_size - 1) / block_size;
+    std::vector<int32_t> t;
+    for (int b = 0; b < need; ++b) t.push_back(n_blocks + (b * 7 + 3) % need);
+    tables.push_back(t);
+    n_blocks += need;
+    n_rows += rows;
+  }
+  n_rows += 1;  // a trailing row no sequence covers: its output must stay untouched
+  std::vector<backend::cpu::KvSequence> seqs;
+  int row = 0;
+  for (size_t s = 0; s < c.sequences.size(); ++s) {
+    seqs.push_back({row, c.sequences[s].second, c.sequences[s].first, tables[s].data(), int32_t(tables[s].size())});
+    row += c.sequences[s].second;
+  }
+  const size_t elem = c.f16 ? 2 : 4;
+  const size_t cache_elems = size_t(n_blocks) * block_size * kv_dim;
+  // The cache holds random history; store_kv then writes the batch's rows.
+  std::vector<float> hist = gaussian(2 * cache_elems, seed);
+  std::vector<uint8_t> k_cache(cache_elems * elem), v_cache(cache_elems * elem);
+  for (size_t i = 0; i < cache_elems; ++i) {
+    if (c.f16) {
+      reinterpret_cast<uint16_t*>(k_cache.data())[i] = f32_to_f16(hist[i]);
+      reinterpret_cast<uint16_t*>(v_cache.data())[i] = f32_to_f16(hist[cache_elems + i]);
+    } else {
+      reinterpret_cast<float*>(k_cache.data())[i] = hist[i];
+      reinterpret_cast<float*>(v_cache.data())[i] = hist[cache_elems + i];
+    }
+  }
+  std::vector<float> k = gaussian(size_t(n_rows) * kv_dim, seed + 1), v = gaussian(size_t(n_rows) * kv_dim, seed + 2);
+  std::vector<float> q = gaussian(size_t(n_rows) * q_dim, seed + 3);
+  DeviceBuffer dk = upload(k), dv = upload(v), dq = upload(q), dkc = upload(k_cache), dvc = upload(v_cache);
+  DeviceBuffer dout = upload(std::vector<float>(size_t(n_rows) * q_dim, kSentinel));
+  std::vector<float> out(size_t(n_rows) * q_dim, kSentinel);
+
+  backend::cpu::KvCacheLayer host_cache{k_cache.data(), v_cache.data(), c.f16, n_blocks, block_size};
+  backend::cpu::KvCacheLayer dev_cache{dkc.as<void>(), dvc.as<void>(), c.f16, n_blocks, block_size};
+  backend::cpu::store_kv({.k = k.data(), .v = v.data(), .k_stride = kv_dim, .v_stride = kv_dim, .sequences = seqs.data(),
+                          .n_sequences = int(seqs.size()), .kv_dim = kv_dim, .cache = host_cache});
+  store_kv({.k = dk.as<float>(), .v = dv.as<float>(), .k_stride = kv_dim, .v_stride = kv_dim, .sequences = seqs.data(),
+            .n_sequences = int(seqs.size()), .kv_dim = kv_dim, .cache = dev_cache});
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  backend::cpu::paged_attention({.q = q.data(), .out = out.data(), .q_stride = q_dim, .out_stride = q_dim,
+                                 .sequences = seqs.data(), .n_sequences = int(seqs.size()), .n_heads = c.n_heads,
+                                 .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .scale = scale,
+                                 .sliding_window = c.sliding_window, .cache = host_cache});
+  paged_attention({.q = dq.as<float>(), .out = dout.as<float>(), .q_stride = q_dim, .out_stride = q_dim,
+                   .sequences = seqs.data(), .n_sequences = int(seqs.size()), .n_heads = c.n_heads,
+                   .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .scale = scale,
+                   .sliding_window = c.sliding_window, .cache = dev_cache});
+  // The caches must agree byte for byte (same f16 rounding).
+  std::vector<uint8_t> kc = download<uint8_t>(dkc), vc = download<uint8_t>(dvc);
+  EXPECT_TRUE(kc == k_cache) << "K cache differs after store_kv";
+  EXPECT_TRUE(vc == v_cache) << "V cache differs after store_kv";
+  std::vector<float> got = download<float>(dout);
+  const size_t covered = size_t(n_rows - 1) * q_dim;
+  for (size_t i = covered; i < got.size(); ++i) ASSERT_EQ(got[i], kSentinel) << "uncovered row written";
+  got.resize(covered);
+  out.resize(covered);
+  EXPECT_LT(nmse(got, out), 1e-10);
+}
+
+TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
+  REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 40;
+  for (bool f16 : {true, false}) {
+    // Llama-3-8B heads, batched decode with ragged contexts (some split).
+    check_attention({32, 8, 128, f16, 0, {{0, 1}, {17, 1}, {1023, 1}, {4000, 1}}}, seed++);
+    // SmolLM2 heads (group of 3), prefill + decode mixed in one batch.
+    check_attention({9, 3, 64, f16, 0, {{0, 37}, {5, 1}, {40, 20}}}, seed++);
+    // MHA, head_dim 256, long single-row context: many splits.
+    check_attention({4, 4, 256, f16, 0, {{9000, 1}}}, seed++);
+    // Sliding window across block boundaries, GQA 8.
+    check_attention({16, 2, 128, f16, 33, {{100, 3}, {0, 50}}}, seed++);
+  }
+}
+
+TEST(CudaRuntime, TensorRoundTripAndAllocatorReuse) {
+  REQUIRE_CUDA_DEVICE();
+  Tensor host = Tensor::zeros(DType::F32, {3, 5});
+  for (int i = 0; i < 15; ++i) host.data_as<float>()[i] = float(i) * 0.5f;
+  Tensor strided = host.slice(1, 1, 4);  // [3, 3] with row stride 5
+  Tensor dev = to_device(strided);
+  EXPECT_EQ(dev.device(), Device::CUDA);
+  Tensor back = to_host(dev);
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(back.row_as<float>(r)[c], float(r * 5 + c + 1) * 0.5f);
+  synchronize();
+  size_t mallocs = allocator_stats().cuda_mallocs;
+  for (int i = 0; i < 10; ++i) Tensor t = empty(DType::BF16, {1000, 77});
+  EXPECT_LE(allocator_stats().cuda_mallocs, mallocs + 1) << "freed blocks are reused";
+  EXPECT_THROW(to_host(host), Error);
+}
+
+}  // namespace
+}  // namespace brioche::cuda
+
+#else  // CPU build: the harness exists and says so.
+
+TEST(CudaOps, NotBuilt) { GTEST_SKIP() << "skipped: no CUDA device (built without BRIOCHE_CUDA)"; }
+
+#endif
