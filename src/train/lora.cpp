@@ -83,6 +83,25 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, ui
   }
 }
 
+LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, const std::vector<Site>& sites)
+    : config_(lora), scale_(lora.scale()) {
+  BRIOCHE_CHECK(lora.rank > 0, "lora: rank must be positive, got ", lora.rank);
+  layers_.resize(size_t(c.n_layers));
+  first_layer_ = c.n_layers;
+  for (const auto& s : sites) {
+    BRIOCHE_CHECK(s.layer >= 0 && s.layer < c.n_layers, "lora: layer ", s.layer, " outside the model's ",
+                  c.n_layers, " layers");
+    auto f = std::make_unique<LoraFactors>();
+    auto shape = module_shape(c, s.module);
+    f->a = Tensor::zeros(DType::F32, {lora.rank, shape.in});
+    f->b = Tensor::zeros(DType::F32, {shape.out, lora.rank});
+    f->grad_a = Tensor::zeros(DType::F32, {lora.rank, shape.in});
+    f->grad_b = Tensor::zeros(DType::F32, {shape.out, lora.rank});
+    layers_[size_t(s.layer)][size_t(s.module)] = std::move(f);
+    first_layer_ = std::min(first_layer_, s.layer);
+  }
+}
+
 void LoraAdapter::zero_grads() {
   for (auto& e : entries()) {
     std::fill_n(e.factors->grad_a.data_as<float>(), e.factors->grad_a.numel(), 0.0f);

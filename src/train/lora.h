@@ -52,6 +52,13 @@ class LoraAdapter {
  public:
   // Fresh factors for every targeted module of the last num_layers layers.
   LoraAdapter(const model::ModelConfig& config, const LoraConfig& lora, uint64_t seed);
+  // An adapter on exactly the given (layer, module) sites, factors zeroed
+  // (a loaded adapter fills them). lora.num_layers is ignored.
+  struct Site {
+    int layer;
+    Module module;
+  };
+  LoraAdapter(const model::ModelConfig& config, const LoraConfig& lora, const std::vector<Site>& sites);
 
   const LoraConfig& config() const { return config_; }
   float scale() const { return scale_; }

@@ -1,0 +1,198 @@
+#include "train/adapter_io.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "ops/quantize.h"
+
+namespace brioche::train {
+
+namespace {
+
+std::string tensor_name(int layer, Module m, const char* ab) {
+  return "base_model.model.model.layers." + std::to_string(layer) + "." + std::string(module_parent(m)) + "." +
+         std::string(module_name(m)) + "." + ab + ".weight";
+}
+
+// Row r of an interleaved (GGUF llama) head-major matrix <-> Hugging Face row:
+// GGUF row h·d + 2i + s  holds HF row h·d + s·d/2 + i.
+int64_t hf_row_of_gguf_row(int64_t r, int head_dim) {
+  const int64_t h = r / head_dim, within = r % head_dim, i = within / 2, s = within % 2;
+  return h * head_dim + s * (head_dim / 2) + i;
+}
+
+bool permuted_module(Module m) { return m == Module::Q || m == Module::K; }
+
+Tensor copy_f32(const Tensor& t) {
+  Tensor out = Tensor::zeros(DType::F32, {t.dim(0), t.dim(1)});
+  for (int64_t r = 0; r < t.dim(0); ++r) {
+    if (t.dtype() == DType::F32) {
+      std::memcpy(out.row_ptr(r), t.row_ptr(r), size_t(t.dim(1)) * 4);
+    } else {
+      ops::dequantize_row(t.dtype(), t.row_ptr(r), out.row_as<float>(r), t.dim(1));
+    }
+  }
+  return out;
+}
+
+// Reorders the rows of b (a [out, r] lora_B) between GGUF and HF order.
+Tensor reorder_rows(const Tensor& b, int head_dim, bool to_hf) {
+  Tensor out = Tensor::zeros(DType::F32, {b.dim(0), b.dim(1)});
+  for (int64_t r = 0; r < b.dim(0); ++r) {
+    const int64_t hf = hf_row_of_gguf_row(r, head_dim);
+    const int64_t src = to_hf ? r : hf, dst = to_hf ? hf : r;
+    std::memcpy(out.row_ptr(dst), b.row_ptr(src), size_t(b.dim(1)) * 4);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool has_permuted_qk(const model::Checkpoint& ck) {
+  return ck.gguf != nullptr && ck.config.architecture == "llama" && ck.config.rope.style == ops::RopeStyle::Interleaved;
+}
+
+void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Checkpoint& ck,
+                  const AdapterWriteInfo& info) {
+  std::filesystem::create_directories(dir);
+  const bool permute = has_permuted_qk(ck);
+  formats::SafetensorsWriter writer;
+  std::map<int, bool> layers;
+  std::vector<std::string> targets;
+  for (auto& e : adapter.entries()) {
+    layers[e.layer] = true;
+    const std::string name(module_name(e.module));
+    if (std::find(targets.begin(), targets.end(), name) == targets.end()) targets.push_back(name);
+    writer.add(tensor_name(e.layer, e.module, "lora_A"), e.factors->a);
+    writer.add(tensor_name(e.layer, e.module, "lora_B"),
+               permute && permuted_module(e.module) ? reorder_rows(e.factors->b, ck.config.head_dim, true)
+                                                    : e.factors->b);
+  }
+  writer.set_metadata({{"format", "pt"}, {"producer", "brioche"}});
+  writer.write(dir + "/adapter_model.safetensors");
+
+  const auto& c = adapter.config();
+  nlohmann::ordered_json cfg;
+  cfg["peft_type"] = "LORA";
+  cfg["task_type"] = "CAUSAL_LM";
+  cfg["base_model_name_or_path"] =
+      info.base_model.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(info.base_model);
+  cfg["r"] = c.rank;
+  cfg["lora_alpha"] = c.alpha;
+  cfg["lora_dropout"] = c.dropout;
+  cfg["use_rslora"] = c.rs_lora;
+  cfg["target_modules"] = targets;
+  cfg["bias"] = "none";
+  cfg["fan_in_fan_out"] = false;
+  cfg["inference_mode"] = true;
+  cfg["init_lora_weights"] = true;
+  cfg["modules_to_save"] = nullptr;
+  if (int(layers.size()) == ck.config.n_layers) {
+    cfg["layers_to_transform"] = nullptr;
+  } else {
+    std::vector<int> list;
+    for (auto [l, _] : layers) list.push_back(l);
+    cfg["layers_to_transform"] = list;
+  }
+  cfg["rank_pattern"] = nlohmann::ordered_json::object();
+  cfg["alpha_pattern"] = nlohmann::ordered_json::object();
+  std::ofstream out(dir + "/adapter_config.json");
+  BRIOCHE_CHECK(out.good(), "cannot write ", dir, "/adapter_config.json");
+  out << cfg.dump(2) << "\n";
+}
+
+std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& ck) {
+  const std::string config_path = dir + "/adapter_config.json";
+  std::ifstream in(config_path);
+  BRIOCHE_CHECK(in.good(), "adapter: cannot open ", config_path, " (expected a PEFT LoRA adapter directory)");
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail(config_path, ": invalid JSON: ", e.what());
+  }
+  BRIOCHE_CHECK(cfg.value("peft_type", std::string("LORA")) == "LORA", config_path, ": peft_type '",
+                cfg.value("peft_type", std::string()), "' is not LORA");
+  BRIOCHE_CHECK(!cfg.value("use_dora", false), config_path, ": DoRA adapters are not supported");
+  BRIOCHE_CHECK(cfg.contains("r"), config_path, ": missing \"r\"");
+  LoraConfig lora;
+  lora.rank = cfg["r"].get<int>();
+  lora.alpha = cfg.value("lora_alpha", float(lora.rank));
+  lora.rs_lora = cfg.value("use_rslora", false);
+  lora.dropout = 0.0f;
+  BRIOCHE_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
+                    cfg.value("alpha_pattern", nlohmann::json::object()).empty(),
+                config_path, ": per-module rank_pattern/alpha_pattern are not supported");
+
+  const std::string st_path = dir + "/adapter_model.safetensors";
+  auto file = formats::SafetensorsFile::open(st_path);
+  std::vector<LoraAdapter::Site> sites;
+  for (int l = 0; l < ck.config.n_layers; ++l) {
+    for (int m = 0; m < kNumModules; ++m) {
+      const bool has_a = file->has(tensor_name(l, Module(m), "lora_A"));
+      const bool has_b = file->has(tensor_name(l, Module(m), "lora_B"));
+      BRIOCHE_CHECK(has_a == has_b, st_path, ": ", tensor_name(l, Module(m), has_a ? "lora_B" : "lora_A"),
+                    " is missing");
+      if (has_a) sites.push_back({l, Module(m)});
+    }
+  }
+  BRIOCHE_CHECK(!sites.empty(), st_path, ": no LoRA tensors named base_model.model.model.layers.N.<self_attn|mlp>.",
+                "<module>.lora_A.weight");
+  lora.targets.clear();
+  for (const auto& s : sites) {
+    if (std::find(lora.targets.begin(), lora.targets.end(), s.module) == lora.targets.end())
+      lora.targets.push_back(s.module);
+  }
+  auto adapter = std::make_unique<LoraAdapter>(ck.config, lora, sites);
+  const bool permute = has_permuted_qk(ck);
+  for (auto& e : adapter->entries()) {
+    for (const char* ab : {"lora_A", "lora_B"}) {
+      const std::string name = tensor_name(e.layer, e.module, ab);
+      Tensor t = file->tensor(name);
+      Tensor& dst = ab[5] == 'A' ? e.factors->a : e.factors->b;
+      BRIOCHE_CHECK(t.rank() == 2 && t.dim(0) == dst.dim(0) && t.dim(1) == dst.dim(1), st_path, ": tensor '", name,
+                    "' expected shape [", dst.dim(0), ", ", dst.dim(1), "], found ", t.describe());
+      Tensor f = copy_f32(t);
+      if (ab[5] == 'B' && permute && permuted_module(e.module)) f = reorder_rows(f, ck.config.head_dim, false);
+      std::memcpy(dst.data(), f.data(), f.nbytes());
+    }
+  }
+  return adapter;
+}
+
+int merge_adapter(model::Checkpoint& ck, const LoraAdapter& adapter) {
+  int merged = 0;
+  for (int l = 0; l < ck.config.n_layers; ++l) {
+    auto& w = ck.weights.layers[size_t(l)];
+    Tensor* targets[kNumModules] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
+    for (int m = 0; m < kNumModules; ++m) {
+      const LoraFactors* f = adapter.factors(l, Module(m));
+      if (!f) continue;
+      Tensor merged_w = copy_f32(*targets[m]);  // [out, in]
+      const int64_t out = merged_w.dim(0), in = merged_w.dim(1), r = f->a.dim(0);
+      const float s = adapter.scale();
+      for (int64_t o = 0; o < out; ++o) {
+        float* row = merged_w.row_as<float>(o);
+        const float* b = f->b.row_as<float>(o);
+        for (int64_t k = 0; k < r; ++k) {
+          const float coef = s * b[k];
+          const float* a = f->a.row_as<float>(k);
+          for (int64_t i = 0; i < in; ++i) row[i] += coef * a[i];
+        }
+      }
+      *targets[m] = merged_w;
+      ++merged;
+    }
+  }
+  return merged;
+}
+
+}  // namespace brioche::train

@@ -1,0 +1,40 @@
+// LoRA adapters on disk in the PEFT layout, so peft/transformers load ours
+// and we load theirs:
+//   DIR/adapter_config.json        {"peft_type": "LORA", "r", "lora_alpha", "use_rslora",
+//                                   "target_modules", "layers_to_transform", ...}
+//   DIR/adapter_model.safetensors  base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight  [r, in]
+//                                  base_model.model.model.layers.N.mlp.down_proj.lora_B.weight    [out, r]
+//
+// GGUF "llama" checkpoints store Q/K rows permuted for interleaved RoPE
+// (llama.cpp's converter); PEFT adapters live in Hugging Face row order, so
+// lora_B of q_proj/k_proj is un-permuted when written and permuted when
+// loaded onto such a checkpoint.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/weights.h"
+#include "train/lora.h"
+
+namespace brioche::train {
+
+// Whether q/k rows of this checkpoint are in llama.cpp's interleaved order.
+bool has_permuted_qk(const model::Checkpoint& checkpoint);
+
+struct AdapterWriteInfo {
+  std::string base_model;  // recorded as base_model_name_or_path
+};
+void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Checkpoint& checkpoint,
+                  const AdapterWriteInfo& info = {});
+
+// Reads a PEFT LoRA adapter (ours or peft's) for `checkpoint`, checking
+// every shape against the model. Errors name the file and the tensor.
+std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& checkpoint);
+
+// The inference hook: replaces each adapted weight by W + s·B·A as an f32
+// tensor (dequantizing a quantized base), so the unchanged forward runs the
+// adapted model. Returns the number of merged projections.
+int merge_adapter(model::Checkpoint& checkpoint, const LoraAdapter& adapter);
+
+}  // namespace brioche::train
