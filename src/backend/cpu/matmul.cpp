@@ -1,0 +1,109 @@
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant_act.h"
+#include "backend/cpu/quant_ref.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace brioche::cpu {
+
+namespace {
+
+const MatmulKernels* kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx2: return &matmul_kernels_avx2();
+    case Isa::Avx512: return &matmul_kernels_avx512();
+    case Isa::Avx512Vnni: return &matmul_kernels_avx512_vnni();
+    case Isa::Scalar: return nullptr;
+  }
+  return nullptr;
+}
+
+// Splits the m weight rows over the pool. Each task gets a multiple of
+// `tile_rows` rows and enough work (rows * n * k) to amortise dispatch.
+template <typename Fn>
+void for_row_ranges(int64_t m, int64_t n, int64_t k, int tile_rows, Fn&& fn) {
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t work_per_row = std::max<int64_t>(1, n * k);
+  const int64_t min_rows_for_work = (int64_t(1) << 16) / work_per_row + 1;
+  int64_t grain = std::max<int64_t>(tile_rows, min_rows_for_work);
+  grain = (grain + tile_rows - 1) / tile_rows * tile_rows;
+  const int64_t tiles = (m + tile_rows - 1) / tile_rows;
+  const int64_t grain_tiles = grain / tile_rows;
+  pool.parallel_for(tiles, grain_tiles, [&](int64_t t0, int64_t t1) {
+    fn(t0 * tile_rows, std::min(m, t1 * tile_rows));
+  });
+}
+
+// Portable path: decode each weight row to f32 and dot in f32 (no activation
+// quantization). Slow, but it is the reference the SIMD paths are held to.
+void matmul_scalar(const MatmulArgs& a) {
+  for_row_ranges(a.m, a.n, a.k, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> wrow(size_t(a.k));
+    for (int64_t r = r0; r < r1; ++r) {
+      dequantize_row_ref(a.wtype, static_cast<const uint8_t*>(a.w) + r * a.w_row_bytes, wrow.data(), a.k);
+      for (int64_t c = 0; c < a.n; ++c) {
+        const float* xr = a.x + c * a.ldx;
+        float s = 0;
+        for (int64_t i = 0; i < a.k; ++i) s += wrow[size_t(i)] * xr[i];
+        a.y[c * a.ldy + r] = s;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matmul(const MatmulArgs& a) {
+  const auto info = dtype_info(a.wtype);
+  BRIOCHE_CHECK(a.wtype != DType::I32, "matmul: weight dtype i32 is not a number format");
+  BRIOCHE_CHECK(a.k % info.block_elems == 0, "matmul: in_features ", a.k, " is not a multiple of the ",
+                info.name, " block size ", info.block_elems);
+  BRIOCHE_CHECK(a.w_row_bytes >= row_bytes(a.wtype, a.k), "matmul: weight row stride ", a.w_row_bytes,
+                " bytes is smaller than one ", info.name, " row of ", a.k, " elements (",
+                row_bytes(a.wtype, a.k), " bytes)");
+  if (a.n == 0 || a.m == 0) return;
+  if (a.k == 0) {
+    for (int64_t c = 0; c < a.n; ++c) std::fill_n(a.y + c * a.ldy, a.m, 0.0f);
+    return;
+  }
+  const MatmulKernels* kernels = kernels_for(active_isa());
+  if (!kernels) return matmul_scalar(a);
+
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  if (!info.quantized) {
+    FloatRowsJob job{a.wtype, w, a.w_row_bytes, a.x, a.ldx, a.n, a.k, a.y, a.ldy, 0, 0};
+    for_row_ranges(a.m, a.n, a.k, kernels->rows_per_tile, [&](int64_t r0, int64_t r1) {
+      FloatRowsJob part = job;
+      part.row_begin = r0;
+      part.row_end = r1;
+      kernels->float_rows(part);
+    });
+    return;
+  }
+
+  // Quantize the activations once; every weight row reuses them.
+  static thread_local ActScratch scratch;
+  const QuantizedActs acts = scratch.layout(a.n, a.k);
+  if (a.n >= 8) {
+    ThreadPool::global().parallel_for(a.n, 4, [&](int64_t r0, int64_t r1) {
+      quantize_acts(a.x, a.ldx, r0, r1, acts);
+    });
+  } else {
+    quantize_acts(a.x, a.ldx, 0, a.n, acts);
+  }
+  QuantRowsJob job{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0};
+  for_row_ranges(a.m, a.n, a.k, kernels->rows_per_tile, [&](int64_t r0, int64_t r1) {
+    QuantRowsJob part = job;
+    part.row_begin = r0;
+    part.row_end = r1;
+    kernels->quant_rows(part);
+  });
+}
+
+}  // namespace brioche::cpu

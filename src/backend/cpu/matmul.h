@@ -1,0 +1,27 @@
+// CPU matmul against a weight matrix of any dtype: y[n, m] = x[n, k] · w[m, k]ᵀ.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace brioche::cpu {
+
+struct MatmulArgs {
+  const float* x = nullptr;    // [n, k], row stride ldx floats
+  int64_t ldx = 0;
+  DType wtype = DType::F32;
+  const void* w = nullptr;     // [m, k] rows of wtype, row stride w_row_bytes
+  size_t w_row_bytes = 0;
+  float* y = nullptr;          // [n, m], row stride ldy floats
+  int64_t ldy = 0;
+  int64_t n = 0, m = 0, k = 0;
+};
+
+// Multi-threaded on ThreadPool::global(). Quantized weights use 8-bit
+// activations (one quantization of x per call) and integer dot products;
+// f32/f16/bf16 weights use f32 FMA. The instruction set is active_isa().
+void matmul(const MatmulArgs& args);
+
+}  // namespace brioche::cpu

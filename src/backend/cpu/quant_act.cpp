@@ -1,0 +1,86 @@
+#include "backend/cpu/quant_act.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace brioche::cpu {
+
+void ActScratch::Free::operator()(void* p) const { std::free(p); }
+
+QuantizedActs ActScratch::layout(int64_t n_rows, int64_t k) {
+  QuantizedActs acts;
+  acts.n_rows = n_rows;
+  acts.n_blocks = k / 32;
+  acts.n_blocks_padded = (acts.n_blocks + 1) & ~int64_t(1);
+  const size_t q_bytes = size_t(n_rows * acts.n_blocks_padded * 32);
+  const size_t lane_bytes = size_t(n_rows * acts.n_blocks_padded * 8) * sizeof(float);
+  const size_t need = q_bytes + 2 * lane_bytes;
+  if (need > bytes_) {
+    size_t rounded = (need + 4095) & ~size_t(4095);
+    buffer_.reset(std::aligned_alloc(64, rounded));
+    bytes_ = rounded;
+  }
+  auto* base = static_cast<char*>(buffer_.get());
+  acts.q = reinterpret_cast<int8_t*>(base);
+  acts.d_lanes = reinterpret_cast<float*>(base + q_bytes);
+  acts.s_lanes = reinterpret_cast<float*>(base + q_bytes + lane_bytes);
+  return acts;
+}
+
+// AVX2 (the build baseline): per block, amax → scale, round to nearest
+// (ties away from zero, like roundf), pack to int8, lane sums via maddubs.
+void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+                   const QuantizedActs& acts) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i pack_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const float* xr = x + r * ldx;
+    int8_t* q = const_cast<int8_t*>(acts.q_row(r));
+    float* dl = const_cast<float*>(acts.d_row(r));
+    float* sl = const_cast<float*>(acts.s_row(r));
+    for (int64_t b = 0; b < acts.n_blocks; ++b) {
+      const float* xb = xr + 32 * b;
+      __m256 v[4];
+      __m256 amax = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(xb + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float max_abs = _mm_cvtss_f32(m4);
+      const float d = max_abs / 127.0f;
+      const __m256 id = _mm256_set1_ps(max_abs != 0 ? 127.0f / max_abs : 0.0f);
+      __m256i qi[4];
+      for (int i = 0; i < 4; ++i) {
+        __m256 s = _mm256_mul_ps(v[i], id);
+        // round half away from zero: trunc(s + copysign(0.5, s))
+        __m256 r5 = _mm256_or_ps(half, _mm256_and_ps(sign_mask, s));
+        qi[i] = _mm256_cvttps_epi32(_mm256_add_ps(s, r5));
+      }
+      __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
+      __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
+      __m256i p = _mm256_packs_epi16(p01, p23);
+      p = _mm256_permutevar8x32_epi32(p, pack_order);  // undo the per-128 interleave
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), p);
+      // lane sums: Σ of 4 consecutive int8 = maddubs(1, q) then madd(.,1)
+      __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16);
+      _mm256_storeu_ps(sl + 8 * b, _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(d)));
+      _mm256_storeu_ps(dl + 8 * b, _mm256_set1_ps(d));
+    }
+    for (int64_t b = acts.n_blocks; b < acts.n_blocks_padded; ++b) {
+      std::memset(q + 32 * b, 0, 32);
+      std::memset(dl + 8 * b, 0, 32);
+      std::memset(sl + 8 * b, 0, 32);
+    }
+  }
+}
+
+}  // namespace brioche::cpu
