@@ -1,6 +1,10 @@
-// Chat messages -> prompt text, through the model's chat template.
+// Chat messages -> prompt text, through the model's chat template (template/
+// layer: a Jinja subset rendering like transformers' apply_chat_template).
+// A model without a template, or whose template fails to parse, uses the
+// template layer's documented plain format (tmpl::plain_chat_format).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -17,21 +21,19 @@ struct ChatPromptInput {
 class ChatPrompter {
  public:
   // `template_source`: the model's Jinja chat template, "" for none.
-  ChatPrompter(std::string template_source, std::string bos_text, std::string eos_text);
+  ChatPrompter(const std::string& template_source, std::string bos_text, std::string eos_text);
   ~ChatPrompter();
-  // Renders with add_generation_prompt. Throws brioche::Error on template failures.
+  // Renders with add_generation_prompt. Throws brioche::Error on template failures
+  // (e.g. a template's raise_exception for an unsupported role order).
   std::string render(const ChatPromptInput& input) const;
-  const std::string& template_source() const { return source_; }
+  bool has_template() const;
+  // Why the model's template was not usable ("" when it is, or when there is none).
+  const std::string& template_problem() const { return problem_; }
 
  private:
-  std::string source_, bos_, eos_;
   struct Compiled;
   std::unique_ptr<Compiled> compiled_;
+  std::string bos_, eos_, problem_;
 };
-
-// The documented fallback for models without a template (ChatML):
-//   <|im_start|>{role}\n{content}<|im_end|>\n ... <|im_start|>assistant\n
-// Tools are listed in the system turn with Hermes-style <tool_call> instructions.
-std::string render_fallback_chat(const ChatPromptInput& input);
 
 }  // namespace brioche::server

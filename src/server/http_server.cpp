@@ -310,6 +310,7 @@ class Session : public std::enable_shared_from_this<Session> {
     } catch (const ApiError& e) {
       return send_error(e);
     } catch (const brioche::Error& e) {
+      // Template errors (raise_exception on an unsupported conversation) and tokenizer input errors.
       return send_error(status_error(400, e.what()));
     }
     if (app_->metrics.in_flight.load() >= app_->options.max_queue)
@@ -500,7 +501,10 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
     if (tok->eos_id() >= 0) eos = tok->token_text(tok->eos_id());
   }
   prompter = std::make_unique<ChatPrompter>(source, bos, eos);
-  tool_syntax = tool_syntax_for_template(source);
+  if (!prompter->template_problem().empty() && !options.quiet)
+    std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
+                 prompter->template_problem().c_str());
+  tool_syntax = tool_syntax_for_template(prompter->has_template() ? source : "<tool_call>");
 }
 
 void App::start() {

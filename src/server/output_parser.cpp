@@ -148,13 +148,17 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
           pending_.erase(0, lead);
           strip_leading_ws_ = false;
         }
+        // Whitespace around tool calls is layout: dropped before the first
+        // call (when no text came yet), between calls and after the last one.
+        bool layout_ws = !content_started_ || after_tool_call_;
         if (options_.tools == ToolSyntax::Hermes) {
           size_t open = pending_.find(kToolOpen);
           if (open != std::string::npos) {
             std::string before = pending_.substr(0, open);
-            // Whitespace between the content and a tool call is layout, not text.
-            if (!all_space(before) || content_started_) out.content += before;
-            if (!all_space(before)) content_started_ = true;
+            if (!(all_space(before) && layout_ws)) {
+              out.content += before;
+              if (!all_space(before)) content_started_ = true;
+            }
             pending_.erase(0, open + kToolOpen.size());
             mode_ = Mode::HermesCall;
             continue;
@@ -163,13 +167,20 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         size_t keep = 0;
         if (!at_end && options_.tools == ToolSyntax::Hermes) keep = partial_marker_suffix(pending_, kToolOpen);
         std::string emit = pending_.substr(0, pending_.size() - keep);
-        pending_.erase(0, pending_.size() - keep);
-        if (options_.tools == ToolSyntax::Hermes && !content_started_ && all_space(emit) && !at_end) {
-          pending_.insert(0, emit);  // hold leading whitespace: a tool call may follow
-          return;
+        if (options_.tools == ToolSyntax::Hermes && all_space(emit)) {
+          if (at_end && layout_ws) pending_.clear();
+          return;  // whitespace waits: a tool call may follow
         }
-        if (!content_started_ && n_tool_calls_ > 0 && all_space(emit)) emit.clear();
-        if (!all_space(emit)) content_started_ = true;
+        if (options_.tools == ToolSyntax::Hermes && !at_end) {
+          // Trailing whitespace also waits, so it can be dropped before a call.
+          size_t last = emit.find_last_not_of(" \t\r\n");
+          emit.resize(last + 1);
+        }
+        pending_.erase(0, emit.size());
+        if (!all_space(emit)) {
+          content_started_ = true;
+          after_tool_call_ = false;
+        }
         out.content += emit;
         return;
       }
@@ -177,9 +188,12 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         size_t close = pending_.find(kToolClose);
         if (close == std::string::npos && !at_end) return;
         std::string body = close == std::string::npos ? pending_ : pending_.substr(0, close);
-        if (!parse_call_object(body, out)) {
+        if (parse_call_object(body, out)) {
+          after_tool_call_ = true;
+        } else {
           out.content += std::string(kToolOpen) + body + (close == std::string::npos ? "" : std::string(kToolClose));
           content_started_ = true;
+          after_tool_call_ = false;
         }
         pending_.erase(0, close == std::string::npos ? pending_.size() : close + kToolClose.size());
         mode_ = Mode::Content;

@@ -56,6 +56,7 @@ class OutputParser {
   std::string pending_;
   bool content_started_ = false;  // non-whitespace content was emitted
   bool strip_leading_ws_ = false;  // after </think>
+  bool after_tool_call_ = false;   // no text since the last tool call
   int n_tool_calls_ = 0;
 };
 
