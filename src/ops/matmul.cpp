@@ -23,8 +23,10 @@ void matmul(const Tensor& x, const Tensor& w, Tensor& y) {
                 y.describe());
   BRIOCHE_CHECK(n <= 1 || x.stride(1) == 4, "matmul: x rows must be contiguous, got ", x.describe());
   BRIOCHE_CHECK(m <= 1 || y.stride(1) == 4, "matmul: y rows must be contiguous, got ", y.describe());
+#if !BRIOCHE_CUDA
   BRIOCHE_CHECK(w.device() != Device::CUDA, "matmul: weight ", w.describe(),
                 " is on CUDA but the CUDA backend is not built");
+#endif
   BRIOCHE_CHECK(x.device() == w.device() && y.device() == w.device(),
                 "matmul: x, w and y must be on the same device");
   const cpu::MatmulArgs args{.x = x.data_as<float>(), .ldx = x.stride(0) / 4, .wtype = w.dtype(), .w = w.data(),

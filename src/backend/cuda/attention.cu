@@ -318,7 +318,9 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& a) {
   }
   auto* dmeta = static_cast<const int32_t*>(upload_cached(meta.data(), meta.size() * 4));
 
-  // Enough CTAs to fill the GPU (~4 per SM), never splits under 64 keys.
+  // Enough CTAs to fill the GPU (~4 per SM), never splits under 16 keys: a
+  // decode step has few (row, KV head) pairs, and a CTA's walk over its keys
+  // is a latency chain (load K, reduce, exp, load V).
   static const int n_sms = [] {
     int dev = 0, v = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -327,7 +329,7 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& a) {
   }();
   const int base_ctas = n_rows * a.n_kv_heads;
   int splits = std::max(1, (4 * n_sms + base_ctas - 1) / base_ctas);
-  splits = std::min({splits, std::max(1, max_keys / 64), 64});
+  splits = std::min({splits, std::max(1, max_keys / 16), 64});
 
   AttnParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
                .k = a.cache.k, .v = a.cache.v, .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads,

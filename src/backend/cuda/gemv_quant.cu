@@ -9,50 +9,92 @@ namespace brioche::cuda::detail {
 
 namespace {
 
-template <DType T, int kMaxRows>
+// kRowsPerWarp > 1 (single x row only): the warp walks several weight rows
+// with one load of each x chunk kept in registers. For 4-bit weights an x
+// chunk (128 B of f32) is 8x the bytes of its weight chunk, so without this
+// reuse L1 traffic for x, not DRAM, bounds the kernel.
+template <DType T, int kMaxRows, int kRowsPerWarp>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_quant_kernel(GemvArgs a) {
+  static_assert(kRowsPerWarp == 1 || kMaxRows == 1, "row reuse is for a single x row");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
-  if (row >= a.m) return;
-  const uint8_t* w_row = static_cast<const uint8_t*>(a.w) + row * a.w_row_bytes;
-  float acc[kMaxRows];
+  const int64_t row0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * kRowsPerWarp;
+  if (row0 >= a.m) return;
+  float acc[kRowsPerWarp][kMaxRows];
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) acc[r] = 0.0f;
+  for (int w = 0; w < kRowsPerWarp; ++w)
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) acc[w][r] = 0.0f;
   const int64_t n_chunks = a.k / 32;
   for (int64_t c = lane; c < n_chunks; c += 32) {
-    float v[32];
-    Decoder<T>::chunk(w_row, c, v);
+    if constexpr (kRowsPerWarp == 1) {
+      float v[32];
+      Decoder<T>::chunk(static_cast<const uint8_t*>(a.w) + row0 * a.w_row_bytes, c, v);
 #pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-      if (r < a.n) {
-        const float4* xr = reinterpret_cast<const float4*>(a.x + r * a.ldx + c * 32);
-        float s = 0.0f;
+      for (int r = 0; r < kMaxRows; ++r) {
+        if (r < a.n) {
+          const float4* xr = reinterpret_cast<const float4*>(a.x + r * a.ldx + c * 32);
+          float s = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          float4 xv = __ldg(xr + i);
-          s += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z + v[4 * i + 3] * xv.w;
+          for (int i = 0; i < 8; ++i) {
+            float4 xv = __ldg(xr + i);
+            s += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z + v[4 * i + 3] * xv.w;
+          }
+          acc[0][r] += s;
         }
-        acc[r] += s;
+      }
+    } else {
+      float x[32];
+      const float4* xr = reinterpret_cast<const float4*>(a.x + c * 32);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float4 xv = __ldg(xr + i);
+        x[4 * i] = xv.x; x[4 * i + 1] = xv.y; x[4 * i + 2] = xv.z; x[4 * i + 3] = xv.w;
+      }
+#pragma unroll
+      for (int w = 0; w < kRowsPerWarp; ++w) {
+        if (row0 + w < a.m) {
+          float v[32];
+          Decoder<T>::chunk(static_cast<const uint8_t*>(a.w) + (row0 + w) * a.w_row_bytes, c, v);
+          float s = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 32; ++i) s += v[i] * x[i];
+          acc[w][0] += s;
+        }
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) {
-    float s = acc[r];
+  for (int w = 0; w < kRowsPerWarp; ++w) {
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0 && r < a.n) a.y[r * a.ldy + row] = s;
+    for (int r = 0; r < kMaxRows; ++r) {
+      float s = acc[w][r];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0 && r < a.n && row0 + w < a.m) a.y[r * a.ldy + row0 + w] = s;
+    }
   }
+}
+
+template <DType T, int kMaxRows, int kRowsPerWarp>
+void launch_rows(const GemvArgs& a) {
+  const int64_t rows_per_block = int64_t(kGemvWarps) * kRowsPerWarp;
+  gemv_quant_kernel<T, kMaxRows, kRowsPerWarp>
+      <<<unsigned((a.m + rows_per_block - 1) / rows_per_block), kGemvWarps * 32, 0, current_stream()>>>(a);
 }
 
 template <DType T>
 void launch(const GemvArgs& a) {
-  dim3 grid(unsigned((a.m + kGemvWarps - 1) / kGemvWarps)), block(kGemvWarps * 32);
-  cudaStream_t s = current_stream();
-  if (a.n == 1) gemv_quant_kernel<T, 1><<<grid, block, 0, s>>>(a);
-  else if (a.n <= 4) gemv_quant_kernel<T, 4><<<grid, block, 0, s>>>(a);
-  else gemv_quant_kernel<T, 8><<<grid, block, 0, s>>>(a);
+  if (a.n == 1) {
+    // As many rows per warp as still leave ~2 blocks per SM (132 on an H200).
+    if (a.m >= 4 * kGemvWarps * 264) launch_rows<T, 1, 4>(a);
+    else if (a.m >= 2 * kGemvWarps * 264) launch_rows<T, 1, 2>(a);
+    else launch_rows<T, 1, 1>(a);
+  } else if (a.n <= 4) {
+    launch_rows<T, 4, 1>(a);
+  } else {
+    launch_rows<T, 8, 1>(a);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
