@@ -1,5 +1,6 @@
-// The engine on the default model (SmolLM2-135M Q4_1, CPU): batching,
-// preemption and the prefix cache must not change a single token.
+// The engine on the default model (SmolLM2-135M Q4_1, CPU): batching and
+// preemption must not change a single token. (Prefix reuse is covered on the
+// toy model and end to end through usage.prompt_tokens_details.cached_tokens.)
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -60,31 +61,30 @@ TEST(EngineModel, SeededRequestsGiveTheSameTokensAloneAndBatched) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(run_tokens(*handles[size_t(i)]), alone[size_t(i)]) << kPrompts[i];
 }
 
-TEST(EngineModel, PreemptionAndPrefixReuseKeepGreedyTokens) {
-  // 9 blocks of 16 positions; six sequences of ~36 positions need 18: the
+TEST(EngineModel, PreemptionKeepsGreedyTokens) {
+  // 6 blocks of 16 positions; four sequences of ~28 positions need 8: the
   // newest are preempted and recomputed.
-  auto engine = load_or_skip({.kv = {.block_size = 16, .n_blocks = 9, .max_context = 128}});
+  auto engine = load_or_skip({.kv = {.block_size = 16, .n_blocks = 6, .max_context = 80}});
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
   auto request = [&](int i) {
     GenerationRequest r;
     r.prompt_tokens = engine->tokenize(kPrompts[i], true);
     r.sampling.temperature = 0.0f;
-    r.max_tokens = 28;
+    r.max_tokens = 20;
     r.ignore_eos = true;
     return r;
   };
   std::vector<std::vector<int32_t>> alone;
-  for (int i = 0; i < 6; ++i) alone.push_back(run_tokens(*engine->submit(request(i))));
+  for (int i = 0; i < 4; ++i) alone.push_back(run_tokens(*engine->submit(request(i))));
   std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 6; ++i) handles.push_back(engine->submit(request(i)));
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(run_tokens(*handles[size_t(i)]), alone[size_t(i)]) << kPrompts[i];
+  for (int i = 0; i < 4; ++i) handles.push_back(engine->submit(request(i)));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(run_tokens(*handles[size_t(i)]), alone[size_t(i)]) << kPrompts[i];
   EngineStats s = engine->stats();
-  for (int i = 0; i < 200 && s.requests_finished < 12; ++i) {
+  for (int i = 0; i < 200 && s.requests_finished < 8; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     s = engine->stats();
   }
   EXPECT_GT(s.preemptions, 0u);
-  EXPECT_GT(s.prefix_hit_blocks, 0u);  // resumed sequences find their own earlier blocks
   EXPECT_EQ(s.kv_blocks_used, 0);
 }
 
