@@ -50,6 +50,9 @@ PY
     || { echo "setup: sha256 mismatch for $MODEL_DIR/$MODEL_FILE" >&2; exit 1; }
 fi
 
+# The server's end-to-end tests drive it with the official OpenAI client.
+python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai
+
 if [[ "${1:-}" == "--oracles" ]]; then
   python3 -m pip install --quiet tokenizers transformers jinja2 numpy gguf openai
 fi
