@@ -71,10 +71,21 @@ __device__ __forceinline__ void load_kv(const KV* p, float out[N]) {
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+// K and V rows of keys [base, base + kKeysPerStep) (clamped to k1: keys past
+// it are masked by the caller) for this lane's DPL values.
+template <typename KV, int DPL>
+__device__ __forceinline__ void load_step(const AttnParams& p, const int32_t* table, const KV* k_cache,
+                                          const KV* v_cache, int base, int k1, int64_t slot_elems,
+                                          int64_t head_off, float (&k)[kKeysPerStep][DPL],
+                                          float (&v)[kKeysPerStep][DPL]) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
+  for (int u = 0; u < kKeysPerStep; ++u) {
+    const int key = min(base + u, k1);
+    const int64_t block = table[key / p.block_size];
+    const int64_t off = (block * p.block_size + key % p.block_size) * slot_elems + head_off;
+    load_kv<KV, DPL>(k_cache + off, k[u]);
+    load_kv<KV, DPL>(v_cache + off, v[u]);
+  }
 }
 
 // DPL: head_dim / 32 values per lane; kMaxGroup ≥ n_heads / n_kv_heads.
@@ -112,35 +123,42 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
     }
   }
 
-  for (int base = k0 + warp * kKeysPerStep; base <= k1; base += kWarps * kKeysPerStep) {
-    float kv[kKeysPerStep][DPL];
-    int64_t row_off[kKeysPerStep];
-#pragma unroll
-    for (int u = 0; u < kKeysPerStep; ++u) {
-      const int key = min(base + u, k1);  // clamp: out-of-range keys are masked below
-      const int64_t block = table[key / p.block_size];
-      row_off[u] = (block * p.block_size + key % p.block_size) * slot_elems + head_off;
-      load_kv<KV, DPL>(k_cache + row_off[u], kv[u]);
-    }
+  // Software pipeline: the K and V rows of the next step are in flight while
+  // this step's scores and softmax run. Without it a step is a chain of
+  // dependent memory latencies (block table, then K, then V).
+  constexpr int kStride = kWarps * kKeysPerStep;
+  float k_cur[kKeysPerStep][DPL], v_cur[kKeysPerStep][DPL];
+  float k_next[kKeysPerStep][DPL], v_next[kKeysPerStep][DPL];
+  int base = k0 + warp * kKeysPerStep;
+  if (base <= k1) load_step<KV, DPL>(p, table, k_cache, v_cache, base, k1, slot_elems, head_off, k_cur, v_cur);
+  for (; base <= k1; base += kStride) {
+    if (base + kStride <= k1)
+      load_step<KV, DPL>(p, table, k_cache, v_cache, base + kStride, k1, slot_elems, head_off, k_next, v_next);
+    // Scores: q (zero for heads past the group) · k, summed over the warp.
     float s[kMaxGroup][kKeysPerStep];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
 #pragma unroll
       for (int u = 0; u < kKeysPerStep; ++u) {
         float d = 0.0f;
-        if (g < group) {
 #pragma unroll
-          for (int j = 0; j < DPL; ++j) d += q[g][j] * kv[u][j];
-          d = warp_sum(d);
-        }
-        s[g][u] = base + u <= k1 ? d : -INFINITY;
+        for (int j = 0; j < DPL; ++j) d += q[g][j] * k_cur[u][j];
+        s[g][u] = d;
       }
     }
 #pragma unroll
-    for (int u = 0; u < kKeysPerStep; ++u) load_kv<KV, DPL>(v_cache + row_off[u], kv[u]);
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+        for (int u = 0; u < kKeysPerStep; ++u) s[g][u] += __shfl_xor_sync(0xffffffffu, s[g][u], off);
+    }
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
       if (g >= group) continue;
+#pragma unroll
+      for (int u = 0; u < kKeysPerStep; ++u)
+        if (base + u > k1) s[g][u] = -INFINITY;
       float m_new = m[g];
 #pragma unroll
       for (int u = 0; u < kKeysPerStep; ++u) m_new = fmaxf(m_new, s[g][u]);
@@ -154,9 +172,16 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
         const float e = exp2f(s[g][u] - m_new);
         l[g] += e;
 #pragma unroll
-        for (int j = 0; j < DPL; ++j) acc[g][j] += e * kv[u][j];
+        for (int j = 0; j < DPL; ++j) acc[g][j] += e * v_cur[u][j];
       }
     }
+#pragma unroll
+    for (int u = 0; u < kKeysPerStep; ++u)
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) {
+        k_cur[u][j] = k_next[u][j];
+        v_cur[u][j] = v_next[u][j];
+      }
   }
 
   // Merge the warps' states through shared memory.
