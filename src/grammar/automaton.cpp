@@ -111,7 +111,8 @@ std::vector<ByteSeq> utf8_sequences(uint32_t lo, uint32_t hi) {
 
 class RuleBuilder {
  public:
-  RuleBuilder(const Grammar& g, const AutomatonLimits& limits) : g_(g), limits_(limits) {}
+  RuleBuilder(const Grammar& g, const AutomatonLimits& limits, const std::vector<char>& inlined)
+      : g_(g), limits_(limits), inlined_(inlined) {}
 
   std::vector<LocalState> states;
 
@@ -164,6 +165,7 @@ class RuleBuilder {
         return {s, t};
       }
       case Expr::Kind::kRuleRef: {
+        if (inlined_[e.rule]) return build(g_.rules[e.rule].body);
         int32_t s = new_state(), t = new_state();
         states[s].rules.push_back({e.rule, t});
         return {s, t};
@@ -217,7 +219,107 @@ class RuleBuilder {
  private:
   const Grammar& g_;
   const AutomatonLimits& limits_;
+  const std::vector<char>& inlined_;
 };
+
+// Which rules to inline, and which remain (reachable from the root).
+struct RulePlan {
+  std::vector<char> inlined, needed;
+};
+
+RulePlan plan_rules(const Grammar& g, const AutomatonLimits& limits, int32_t num_rules) {
+  const int32_t n = static_cast<int32_t>(g.rules.size());
+  std::vector<std::vector<int32_t>> refs(num_rules);
+  std::function<void(int32_t, std::vector<int32_t>&)> collect = [&](int32_t id, std::vector<int32_t>& out) {
+    const Expr& e = g.exprs[id];
+    if (e.kind == Expr::Kind::kRuleRef) out.push_back(e.rule);
+    for (int32_t c : e.children) collect(c, out);
+  };
+  for (int32_t r = 0; r < n; ++r) collect(g.rules[r].body, refs[r]);
+  // recursive[r]: r reaches itself.
+  std::vector<char> recursive(n, 0);
+  for (int32_t r = 0; r < n; ++r) {
+    std::vector<char> seen(n, 0);
+    std::vector<int32_t> stack(refs[r].begin(), refs[r].end());
+    while (!stack.empty()) {
+      int32_t x = stack.back();
+      stack.pop_back();
+      if (x == r) {
+        recursive[r] = 1;
+        break;
+      }
+      if (x >= n || seen[x]) continue;
+      seen[x] = 1;
+      stack.insert(stack.end(), refs[x].begin(), refs[x].end());
+    }
+  }
+  RulePlan plan;
+  plan.inlined.assign(num_rules, 0);
+  std::vector<int64_t> size(n, -1);
+  std::function<int64_t(int32_t)> expr_size;
+  std::function<int64_t(int32_t)> rule_size = [&](int32_t r) -> int64_t {
+    if (size[r] >= 0) return size[r];
+    size[r] = 1;  // provisional (recursion guard)
+    int64_t s = expr_size(g.rules[r].body);
+    size[r] = s;
+    plan.inlined[r] = !recursive[r] && r != g.root && g.rules[r].lookahead < 0 && s <= limits.inline_limit;
+    return s;
+  };
+  expr_size = [&](int32_t id) -> int64_t {
+    const Expr& e = g.exprs[id];
+    switch (e.kind) {
+      case Expr::Kind::kBytes: return static_cast<int64_t>(e.bytes.size());
+      case Expr::Kind::kCharClass: return 4;
+      case Expr::Kind::kRuleRef: {
+        if (recursive[e.rule]) return 1;
+        int64_t s = rule_size(e.rule);
+        return plan.inlined[e.rule] ? s : 1;
+      }
+      case Expr::Kind::kRepeat: {
+        int64_t copies = e.max_repeat < 0 ? e.min_repeat + 1 : std::max(e.max_repeat, 1);
+        return std::min<int64_t>(expr_size(e.children[0]) * copies + 1, int64_t(1) << 40);
+      }
+      default: {
+        int64_t s = 1;
+        for (int32_t c : e.children) s = std::min<int64_t>(s + expr_size(c), int64_t(1) << 40);
+        return s;
+      }
+    }
+  };
+  for (int32_t r = 0; r < n; ++r) rule_size(r);
+  // Reachability through the rules that stay.
+  plan.needed.assign(num_rules, 0);
+  std::vector<int32_t> work{g.root};
+  plan.needed[g.root] = 1;
+  int32_t next_la = n;
+  std::vector<int32_t> la_rule(n, -1);
+  for (int32_t r = 0; r < n; ++r)
+    if (g.rules[r].lookahead >= 0) la_rule[r] = next_la++;
+  std::function<void(int32_t)> mark = [&](int32_t id) {
+    const Expr& e = g.exprs[id];
+    if (e.kind == Expr::Kind::kRuleRef) {
+      if (plan.inlined[e.rule]) {
+        mark(g.rules[e.rule].body);
+      } else if (!plan.needed[e.rule]) {
+        plan.needed[e.rule] = 1;
+        work.push_back(e.rule);
+      }
+    }
+    for (int32_t c : e.children) mark(c);
+  };
+  while (!work.empty()) {
+    int32_t r = work.back();
+    work.pop_back();
+    if (r < n) {
+      mark(g.rules[r].body);
+      if (la_rule[r] >= 0 && !plan.needed[la_rule[r]]) {
+        plan.needed[la_rule[r]] = 1;
+        mark(g.rules[r].lookahead);
+      }
+    }
+  }
+  return plan;
+}
 
 struct FinalState {
   bool accepting = false;
@@ -354,15 +456,28 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
 Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits) {
   Automaton a;
   a.root_rule = grammar.root;
-  size_t num_rules = grammar.rules.size();
-  a.rule_start.resize(num_rules);
+  const int32_t num_grammar_rules = static_cast<int32_t>(grammar.rules.size());
+  // Lookahead assertions become extra rules after the grammar's own.
+  std::vector<int32_t> la_body;
+  a.rule_lookahead.assign(num_grammar_rules, -1);
+  for (int32_t r = 0; r < num_grammar_rules; ++r)
+    if (grammar.rules[r].lookahead >= 0) {
+      a.rule_lookahead[r] = num_grammar_rules + static_cast<int32_t>(la_body.size());
+      la_body.push_back(grammar.rules[r].lookahead);
+    }
+  const size_t num_rules = num_grammar_rules + la_body.size();
+  a.rule_lookahead.resize(num_rules, -1);
+  RulePlan plan = plan_rules(grammar, limits, static_cast<int32_t>(num_rules));
+  a.rule_start.assign(num_rules, -1);
   std::vector<std::vector<FinalState>> per_rule(num_rules);
   size_t total = 0;
   for (size_t r = 0; r < num_rules; ++r) {
-    a.rule_names.push_back(grammar.rules[r].name);
-    BRIOCHE_CHECK(grammar.rules[r].body >= 0, "grammar: rule '", grammar.rules[r].name, "' has no body");
-    RuleBuilder b(grammar, limits);
-    Fragment f = b.build(grammar.rules[r].body);
+    bool is_la = r >= static_cast<size_t>(num_grammar_rules);
+    a.rule_names.push_back(is_la ? grammar.rules[0].name + "#lookahead" : grammar.rules[r].name);
+    if (!is_la) BRIOCHE_CHECK(grammar.rules[r].body >= 0, "grammar: rule '", grammar.rules[r].name, "' has no body");
+    if (!plan.needed[r]) continue;
+    RuleBuilder b(grammar, limits, plan.inlined);
+    Fragment f = b.build(is_la ? la_body[r - num_grammar_rules] : grammar.rules[r].body);
     per_rule[r] = finish_rule(b, f);
     a.rule_start[r] = static_cast<int32_t>(total);
     total += per_rule[r].size();
@@ -372,6 +487,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   a.states.reserve(total);
   for (size_t r = 0; r < num_rules; ++r) {
     int32_t base = a.rule_start[r];
+    if (base < 0) continue;
     for (auto& st : per_rule[r]) {
       AutomatonState s;
       s.rule = static_cast<int32_t>(r);
@@ -398,6 +514,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   // nullable[r]: the rule can complete without reading a byte.
   std::vector<char> nullable(num_rules, 0);
   auto reach_nullable = [&](int32_t r, std::vector<int32_t>* first_calls) {
+    if (a.rule_start[r] < 0) return false;
     std::vector<char> seen(a.states.size(), 0);
     std::vector<int32_t> stack{a.rule_start[r]};
     bool can_end = false;

@@ -36,6 +36,10 @@ struct AutomatonState {
 
 struct AutomatonLimits {
   size_t max_states = 2'000'000;  // size budget; exceeding it fails the build
+  // Rules up to this size (expression nodes, repetitions expanded) with no
+  // recursion and no lookahead are inlined into their callers: fewer rule
+  // boundaries means fewer tokens whose mask depends on the caller.
+  int64_t inline_limit = 512;
 };
 
 class Automaton {
@@ -45,8 +49,12 @@ class Automaton {
   std::vector<AutomatonState> states;
   std::vector<ByteEdge> byte_edges;
   std::vector<RuleEdge> rule_edges;
-  std::vector<int32_t> rule_start;  // per rule: its start state
+  // Per rule: its start state, or -1 when the rule was inlined into its
+  // callers (small, non-recursive) or is unreachable. Rules past the
+  // grammar's own are lookahead assertions of rule_lookahead.
+  std::vector<int32_t> rule_start;
   std::vector<std::string> rule_names;
+  std::vector<int32_t> rule_lookahead;  // per rule: its lookahead rule, or -1
   int32_t root_rule = 0;
 
   bool has_byte_edges(int32_t s) const { return states[s].byte_begin != states[s].byte_end; }

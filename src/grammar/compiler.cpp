@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "grammar/pda.h"
@@ -34,6 +36,7 @@ class StatePrecompute {
     any_escape_.assign(1, 0);
     escape_.assign(1, 0);
     const AutomatonState& st = a_.states[state];
+    lookahead_ = a_.rule_lookahead[st.rule];
     int32_t valid = 0;  // frontier_[0..valid] hold the current token's prefix
     int32_t rank = 0;
     while (rank < num_ranks) {
@@ -77,8 +80,8 @@ class StatePrecompute {
       auto classify = [&](int32_t r, int32_t token_len) {
         if (token_len == k) {
           if (escape_[k]) accepted_ranks.push_back(r);
-          else if (any_escape_[k - 1]) uncertain_ranks.push_back(r);
-        } else if (any_escape_[k]) {
+          else if (returns_to_caller(r, k - 1)) uncertain_ranks.push_back(r);
+        } else if (returns_to_caller(r, k)) {
           uncertain_ranks.push_back(r);
         }
       };
@@ -92,8 +95,48 @@ class StatePrecompute {
   }
 
  private:
+  // Some stack returned into the caller after j bytes, 1 <= j <= upto, with
+  // the rest of the token compatible with the rule's lookahead assertion
+  // (a rule without one accepts any rest).
+  bool returns_to_caller(int32_t rank, int32_t upto) {
+    if (lookahead_ < 0) return any_escape_[upto] != 0;
+    if (!any_escape_[upto]) return false;
+    std::string_view tok = v_.ranked(rank);
+    for (int32_t j = 1; j <= upto; ++j)
+      if (escape_[j] && lookahead_allows(tok.substr(j))) return true;
+    return false;
+  }
+
+  // Whether `rest` can start what the lookahead rule matches (or contains
+  // a full match of it as a prefix).
+  bool lookahead_allows(std::string_view rest) {
+    std::string key(rest);
+    key += static_cast<char>(lookahead_ & 0xFF);
+    key += static_cast<char>((lookahead_ >> 8) & 0xFF);
+    auto it = lookahead_cache_.find(key);
+    if (it != lookahead_cache_.end()) return it->second;
+    Frontier cur, next;
+    walker_.closure_of(arena_.intern(a_.rule_start[lookahead_], kContext), cur);
+    bool ok = true;
+    if (!cur.escaped) {
+      for (unsigned char c : rest) {
+        walker_.advance(cur, c, next);
+        if (next.escaped) break;
+        if (next.nodes.empty()) {
+          ok = false;
+          break;
+        }
+        std::swap(cur, next);
+      }
+    }
+    lookahead_cache_.emplace(std::move(key), ok);
+    return ok;
+  }
+
   const Automaton& a_;
   const Vocabulary& v_;
+  int32_t lookahead_ = -1;
+  std::unordered_map<std::string, bool> lookahead_cache_;
   StackArena arena_;
   PdaWalker walker_;
   std::vector<Frontier> frontier_;

@@ -205,7 +205,7 @@ value ::= object | array | string | number | "true" | "false" | "null"
 object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
 member ::= string ws ":" ws value
 array ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" escape )* "\""
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" escape )* "\"" (= [ \t\n\r]* [,}\]:])
 escape ::= ["\\/bfnrt] | "u" [0-9a-fA-F]{4}
 number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [+\-]? [0-9]+ )?
 ws ::= [ \t\n\r]*

@@ -107,7 +107,10 @@ class SchemaConverter {
       std::string body;
       if (name == "json_escape") body = "[\"\\\\/bfnrt] | \"u\" [A-Fa-f0-9]{4}";
       else if (name == "json_char") body = "[^\"\\\\\\x00-\\x1f] | \"\\\\\" " + basic("json_escape");
-      else if (name == "json_string") body = "\"\\\"\" (" + basic("json_char") + ")* \"\\\"\"";
+      else if (name == "json_string")
+        // The lookahead (what may follow a string: blanks then , } ] or :)
+        // lets the compiler decide tokens that run past the closing quote.
+        body = "\"\\\"\" (" + basic("json_char") + ")* \"\\\"\" (= " + (ws_.empty() ? "" : ws_ + " ") + "[,}\\]:])";
       else if (name == "json_integer") body = "\"0\" | \"-\"? [1-9] [0-9]*";
       else if (name == "json_number")
         body = "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [+\\-]? [0-9]+)?";
@@ -429,8 +432,16 @@ class SchemaConverter {
       return add_rule(hint + "_tail", "\"\" | " + more);
     };
     std::string first = item(1) + " " + tail(2);
-    std::string body = open('[') + first + close(']');
-    if (min_items == 0) body += " | " + open('[') + "\"]\"";
+    std::string body;
+    if (min_items > 0) {
+      body = open('[') + first + close(']');
+    } else if (k > 0) {
+      // xgrammar's shape for prefixItems: whitespace on both sides of an
+      // optional body (with bounded runs, "[" + 2N blanks + "]" is allowed).
+      body = open('[') + "(\"\" | " + first + ")" + close(']');
+    } else {
+      body = open('[') + first + close(']') + " | " + open('[') + "\"]\"";
+    }
     return add_rule(hint + "_arr", body);
   }
 

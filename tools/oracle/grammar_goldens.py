@@ -66,7 +66,9 @@ def walk(compiled, tok_len, eos, seed, vocab_size, mult):
     tokens, steps, full = [], [], {}
     for step in range(MAX_STEPS + 1):
         m.fill_next_token_bitmask(bm)
-        words = bm[0].numpy().view(np.uint32)
+        words = bm[0].numpy().view(np.uint32).copy()
+        if vocab_size % 32:  # xgrammar may set the padding bits past the vocabulary
+            words[-1] &= np.uint32((1 << (vocab_size % 32)) - 1)
         allowed = np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
         ids = np.nonzero(allowed)[0]
         steps.append([int(len(ids)), format(mask_hash(words, mult), "016x")])
@@ -86,11 +88,8 @@ def walk(compiled, tok_len, eos, seed, vocab_size, mult):
             choice = int(pool[rng.randrange(len(pool))])
         assert m.accept_token(choice), (choice, step)
         tokens.append(choice)
-        if m.is_terminated():
-            m.fill_next_token_bitmask(bm)
-            words = bm[0].numpy().view(np.uint32)
-            n = int(np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size].sum())
-            steps.append([n, format(mask_hash(words, mult), "016x")])
+        if m.is_terminated():  # stop token accepted: nothing is allowed any more
+            steps.append([0, format(0, "016x")])
             break
     return {"seed": seed, "tokens": tokens, "steps": steps, "full": full, "terminated": bool(m.is_terminated())}
 

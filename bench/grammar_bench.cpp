@@ -1,0 +1,145 @@
+// Structured-output engine speed: compile time and per-token mask time on
+// the Llama-3 vocabulary (128k tokens), single thread, the schemas of
+// tools/oracle/grammar_cases.py (same as bench/grammar_xgrammar.py).
+//
+//   ./build/cpu/bench/bench_grammar [tokenizer.json.zst] [walks]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+using namespace brioche::grammar;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+std::vector<int> byte_table() {
+  std::vector<int> table(512, -1);
+  std::vector<bool> kept(256, false);
+  for (int b = 0; b < 256; ++b)
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) {
+      kept[b] = true;
+      table[b] = b;
+    }
+  int n = 0;
+  for (int b = 0; b < 256; ++b)
+    if (!kept[b]) table[256 + n++] = b;
+  return table;
+}
+
+std::shared_ptr<const Vocabulary> load_llama3(const std::string& path) {
+  auto j = nlohmann::json::parse(run("zstd -dc '" + path + "'"));
+  int32_t n = 0;
+  for (auto& [k, v] : j["model"]["vocab"].items()) n = std::max(n, v.get<int32_t>() + 1);
+  for (auto& t : j["added_tokens"]) n = std::max(n, t["id"].get<int32_t>() + 1);
+  std::vector<std::string> tokens(n);
+  auto table = byte_table();
+  for (auto& [k, v] : j["model"]["vocab"].items()) {
+    std::string bytes;
+    for (size_t i = 0; i < k.size();) {
+      unsigned char c = k[i];
+      size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : 3;
+      uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : (c & 0x0F);
+      for (size_t q = 1; q < len; ++q) cp = (cp << 6) | (k[i + q] & 0x3F);
+      i += len;
+      bytes += static_cast<char>(table[cp]);
+    }
+    tokens[v.get<int32_t>()] = bytes;
+  }
+  std::vector<int32_t> special;
+  for (auto& t : j["added_tokens"])
+    if (t["special"].get<bool>()) {
+      tokens[t["id"].get<int32_t>()].clear();
+      special.push_back(t["id"].get<int32_t>());
+    }
+  return std::make_shared<Vocabulary>(std::move(tokens), VocabularyOptions{.eos_ids = {128001, 128009}, .special_ids = special});
+}
+
+// The checkout this file lives in (the bench has no source-dir define).
+std::string source_dir() {
+  std::string f = __FILE__;
+  return f.substr(0, f.rfind("/bench/"));
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tok_path = argc > 1 ? argv[1] : source_dir() + "/tests/fixtures/tokenizers/llama3/tokenizer.json.zst";
+  int walks = argc > 2 ? std::atoi(argv[2]) : 10;
+  auto vocab = load_llama3(tok_path);
+  // The schemas of tools/oracle/grammar_cases.py, dumped by bench/grammar_xgrammar.py --dump.
+  auto cases = nlohmann::ordered_json::parse(run("python3 " + source_dir() + "/bench/grammar_xgrammar.py --dump"));
+  std::printf("%-16s %10s %10s %10s %10s %8s\n", "schema", "compile_ms", "mask_p50us", "mask_p99us", "mask_max_us", "steps");
+  std::vector<double> all_masks, all_compiles;
+  for (auto& c : cases) {
+    std::string name = c["name"].get<std::string>();
+    Grammar g = Grammar::from_json_schema(c["schema"]);
+    std::vector<double> compiles;
+    std::shared_ptr<const CompiledGrammar> compiled;
+    for (int r = 0; r < 3; ++r) {
+      auto t0 = Clock::now();
+      compiled = CompiledGrammar::compile(g, vocab);
+      compiles.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    std::vector<double> masks;
+    std::vector<uint32_t> mask(vocab->num_words());
+    std::mt19937 rng(1234);
+    for (int w = 0; w < walks; ++w) {
+      GrammarMatcher m(compiled);
+      for (int step = 0; step < 64 && !m.is_terminated(); ++step) {
+        auto t0 = Clock::now();
+        m.fill_next_token_bitmask(mask.data());
+        masks.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        std::vector<int32_t> allowed, short_allowed;
+        for (int32_t id = 0; id < vocab->size(); ++id)
+          if (mask[id >> 5] >> (id & 31) & 1) {
+            allowed.push_back(id);
+            if (id < vocab->num_tokens() && vocab->token(id).size() == 1) short_allowed.push_back(id);
+          }
+        if (allowed.empty()) break;
+        bool eos_ok = (mask[128009 >> 5] >> (128009 & 31)) & 1;
+        std::uniform_real_distribution<double> u(0, 1);
+        int32_t pick;
+        if (eos_ok && u(rng) < 0.4) pick = 128009;
+        else {
+          auto& pool = (!short_allowed.empty() && u(rng) < 0.6) ? short_allowed : allowed;
+          pick = pool[rng() % pool.size()];
+        }
+        m.accept_token(pick);
+      }
+    }
+    double cp50 = percentile(compiles, 0.5);
+    all_compiles.push_back(cp50);
+    all_masks.insert(all_masks.end(), masks.begin(), masks.end());
+    std::printf("%-16s %10.2f %10.2f %10.2f %10.2f %8zu\n", name.c_str(), cp50, percentile(masks, 0.5),
+                percentile(masks, 0.99), percentile(masks, 1.0), masks.size());
+  }
+  std::printf("%-16s %10.2f %10.2f %10.2f %10.2f %8zu\n", "ALL (p50s)", percentile(all_compiles, 0.5),
+              percentile(all_masks, 0.5), percentile(all_masks, 0.99), percentile(all_masks, 1.0), all_masks.size());
+  return 0;
+}
