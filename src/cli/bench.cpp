@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "ops/device.h"
 
 namespace brioche::cli {
 
@@ -44,8 +45,14 @@ class BenchRig {
   BenchRig(model::Model& model, int max_sequences, int max_positions) : model_(model) {
     const int block = 16;
     blocks_per_sequence_ = (max_positions + block - 1) / block;
+    // On CUDA the cache is f16 (half the bytes to read per decode step).
+    const bool on_gpu = model.device() == Device::CUDA;
     cache_ = std::make_unique<model::KvCache>(
-        model.config(), model::KvCacheOptions{.block_size = block, .n_blocks = blocks_per_sequence_ * max_sequences});
+        model.config(), model::KvCacheOptions{.block_size = block,
+                                              .n_blocks = blocks_per_sequence_ * max_sequences,
+                                              .dtype = on_gpu ? DType::F16 : DType::F32,
+                                              .device = model.device()});
+    if (on_gpu) logits_ = ops::zeros(DType::F32, {int64_t(max_sequences), model.config().vocab_size}, Device::CUDA);
     sequences_.resize(max_sequences);
     for (int s = 0; s < max_sequences; ++s) {
       for (int b = 0; b < blocks_per_sequence_; ++b) sequences_[s].block_table.push_back(s * blocks_per_sequence_ + b);
@@ -73,16 +80,14 @@ class BenchRig {
       seq.n_past += int32_t(tokens[s].size());
     }
     model_.forward(batch, *cache_, logits_);
+    ops::synchronize(model_.device());  // time the work, not its launch
   }
 
-  // Greedy next token of each sequence from the last step's logits.
+  // Greedy next token of each sequence from the last step's logits
+  // (computed where the logits are: only the ids cross from the GPU).
   std::vector<int32_t> argmax() const {
-    std::vector<int32_t> out;
-    const int64_t vocab = logits_.dim(1);
-    for (int64_t r = 0; r < logits_.dim(0); ++r) {
-      const float* row = logits_.row_as<float>(r);
-      out.push_back(int32_t(std::max_element(row, row + vocab) - row));
-    }
+    std::vector<int32_t> out(size_t(logits_.dim(0)));
+    ops::argmax_rows(logits_, out);
     return out;
   }
 
@@ -117,7 +122,7 @@ int bench(const BenchFlags& flags) {
   std::string path = resolve_model_path(flags.model.model);
   std::unique_ptr<model::Model> model;
   try {
-    model = model::Model::load(path);
+    model = model::Model::load(path, {.device = flags.model.resolved_device()});
   } catch (const Error& e) {
     throw UsageError{e.what()};
   }
@@ -135,8 +140,9 @@ int bench(const BenchFlags& flags) {
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
 
-  std::printf("model: %s (%s, %.1f MiB), threads: %d\n", path.c_str(), model->config().architecture.c_str(),
-              model->weight_bytes() / 1048576.0, ThreadPool::global().size());
+  std::printf("model: %s (%s, %.1f MiB), device: %s, threads: %d\n", path.c_str(),
+              model->config().architecture.c_str(), model->weight_bytes() / 1048576.0,
+              model->device() == Device::CUDA ? "cuda" : "cpu", ThreadPool::global().size());
   std::printf("| %-12s | %14s | %10s |\n", "test", "tokens/s", "stddev");
   std::printf("|--------------|----------------|------------|\n");
   auto row = [](const std::string& test, Measurement m) {
