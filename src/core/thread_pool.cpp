@@ -14,9 +14,10 @@ namespace brioche {
 thread_local bool ThreadPool::in_task_ = false;
 
 namespace {
-// About 100 µs of spinning before a worker sleeps: long enough to bridge the
-// gap between consecutive ops of one forward, short enough to idle politely.
-constexpr int kSpinIterations = 20000;
+// Some tens of microseconds of spinning before a worker sleeps: long enough
+// to bridge the gap between consecutive ops of one forward, short enough to
+// give the core back on a busy machine.
+constexpr int kSpinIterations = 2000;
 
 std::unique_ptr<ThreadPool>& global_pool() {
   static std::unique_ptr<ThreadPool> pool;
@@ -26,25 +27,32 @@ std::unique_ptr<ThreadPool>& global_pool() {
 
 ThreadPool::ThreadPool(int n_threads) {
   n_threads = std::max(1, n_threads);
-  for (int i = 0; i + 1 < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 0; i + 1 < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
     stopping_.store(true);
-    generation_.fetch_add(1);
+    claim_.store(pack(generation_ + 1, 0, 0));
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::work_on_current_job() {
+void ThreadPool::work_on(uint32_t generation) {
   in_task_ = true;
+  uint64_t word = claim_.load(std::memory_order_acquire);
   for (;;) {
-    int task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= job_tasks_) break;
-    job_fn_(job_ctx_, task);
+    uint32_t gen = uint32_t(word >> 32);
+    uint32_t n_tasks = uint32_t(word >> 16) & 0xffff;
+    uint32_t next = uint32_t(word) & 0xffff;
+    if (gen != generation || next >= n_tasks) break;
+    if (!claim_.compare_exchange_weak(word, pack(gen, n_tasks, next + 1), std::memory_order_acq_rel)) continue;
+    // A successful claim of an unfinished task keeps the job (fn, ctx) alive.
+    job_fn_(job_ctx_, int(next));
+    tasks_done_.fetch_add(1, std::memory_order_acq_rel);
+    word = claim_.load(std::memory_order_acquire);
   }
   in_task_ = false;
 }
@@ -52,39 +60,44 @@ void ThreadPool::work_on_current_job() {
 void ThreadPool::dispatch(int n_tasks, TaskFn fn, void* ctx) {
   job_fn_ = fn;
   job_ctx_ = ctx;
-  job_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  workers_done_.store(0, std::memory_order_relaxed);
+  tasks_done_.store(0, std::memory_order_relaxed);
+  const uint32_t generation = ++generation_;
   {
     // Publishing under the lock pairs with the sleepers' predicate check.
     std::lock_guard lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    claim_.store(pack(generation, uint32_t(n_tasks), 0), std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) wake_.notify_all();
-  work_on_current_job();
-  const int n_workers = int(workers_.size());
-  while (workers_done_.load(std::memory_order_acquire) < n_workers) BRIOCHE_PAUSE();
+  work_on(generation);
+  // Every task is claimed; wait for the ones still running elsewhere.
+  for (int spin = 0; tasks_done_.load(std::memory_order_acquire) < n_tasks; ++spin) {
+    if (spin < 4096) {
+      BRIOCHE_PAUSE();
+    } else {
+      std::this_thread::yield();  // let a descheduled worker finish its task
+    }
+  }
 }
 
-void ThreadPool::worker_loop(int) {
-  uint64_t seen = 0;
+void ThreadPool::worker_loop() {
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
+    auto current = [&] { return uint32_t(claim_.load(std::memory_order_acquire) >> 32); };
+    uint32_t gen = current();
     for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
       BRIOCHE_PAUSE();
-      gen = generation_.load(std::memory_order_acquire);
+      gen = current();
     }
     if (gen == seen) {
       std::unique_lock lock(mutex_);
       sleepers_.fetch_add(1);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      wake_.wait(lock, [&] { return current() != seen; });
       sleepers_.fetch_sub(1);
-      gen = generation_.load(std::memory_order_acquire);
+      gen = current();
     }
     seen = gen;
     if (stopping_.load()) return;
-    work_on_current_job();
-    workers_done_.fetch_add(1, std::memory_order_release);
+    work_on(gen);
   }
 }
 

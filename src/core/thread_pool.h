@@ -1,9 +1,11 @@
 // A fixed pool of worker threads for data-parallel loops.
 //
 // Decode runs hundreds of short parallel loops per token, so dispatch cost
-// matters more than fairness: workers spin briefly on a generation counter
-// before sleeping, tasks are claimed with one atomic add, and the calling
-// thread works too. A loop started from inside a task runs inline (no nesting).
+// matters: workers spin briefly before sleeping, tasks are claimed with one
+// compare-and-swap, and the calling thread works too. The caller waits for
+// the tasks to be done, not for every worker to show up: on an oversubscribed
+// machine a descheduled worker simply misses the loop instead of stalling it.
+// A loop started from inside a task runs inline (no nesting).
 #pragma once
 
 #include <algorithm>
@@ -34,7 +36,18 @@ class ThreadPool {
       return;
     }
     auto call = [](void* ctx, int task) { (*static_cast<std::remove_reference_t<Fn>*>(ctx))(task); };
-    dispatch(n_tasks, call, static_cast<void*>(&fn));
+    // The claim word holds 16-bit task counts: run huge loops in rounds.
+    constexpr int kMaxTasks = 0xffff;
+    for (int first = 0; first < n_tasks; first += kMaxTasks) {
+      int count = std::min(kMaxTasks, n_tasks - first);
+      auto shifted = [&](int t) { fn(first + t); };
+      auto call_shifted = [](void* ctx, int task) { (*static_cast<decltype(shifted)*>(ctx))(task); };
+      if (first == 0 && count == n_tasks) {
+        dispatch(count, call, static_cast<void*>(&fn));
+      } else {
+        dispatch(count, call_shifted, static_cast<void*>(&shifted));
+      }
+    }
   }
 
   // Splits [0, n) into about size() * 4 chunks of at least `grain` items and
@@ -65,20 +78,29 @@ class ThreadPool {
  private:
   using TaskFn = void (*)(void*, int);
   void dispatch(int n_tasks, TaskFn fn, void* ctx);
-  void worker_loop(int index);
-  void work_on_current_job();
+  void worker_loop();
+  // Claims and runs tasks of job `generation` until none is left (or the job
+  // is no longer current). Returns how many it ran.
+  void work_on(uint32_t generation);
+
+  // The current job's claim word: generation (32 bits) | task count (16) |
+  // next task index (16). Packing all three makes a claim one CAS that can
+  // never take a task of a newer job with an older job's count.
+  static uint64_t pack(uint32_t generation, uint32_t n_tasks, uint32_t next) {
+    return (uint64_t(generation) << 32) | (uint64_t(n_tasks) << 16) | next;
+  }
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> next_task_{0};
-  std::atomic<int> workers_done_{0};
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> tasks_done_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<int> sleepers_{0};
+  uint32_t generation_ = 0;  // owned by the dispatching thread
+  // Valid while a job of the current generation has unfinished tasks.
   TaskFn job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
-  int job_tasks_ = 0;
   static thread_local bool in_task_;
 };
 
