@@ -467,6 +467,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
     }
   const size_t num_rules = num_grammar_rules + la_body.size();
   a.rule_lookahead.resize(num_rules, -1);
+  a.first_lookahead_rule = num_grammar_rules;
   RulePlan plan = plan_rules(grammar, limits, static_cast<int32_t>(num_rules));
   a.rule_start.assign(num_rules, -1);
   std::vector<std::vector<FinalState>> per_rule(num_rules);
@@ -565,6 +566,23 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   for (size_t r = 0; r < num_rules; ++r)
     if (color[r] == 0) dfs(static_cast<int32_t>(r));
   return a;
+}
+
+std::string Automaton::self_contained_signature(int32_t r) const {
+  int32_t begin = rule_start[r];
+  if (begin < 0) return "";
+  std::string sig;
+  auto put = [&](int32_t v) { sig.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (int32_t s = begin; s < static_cast<int32_t>(states.size()) && states[s].rule == r; ++s) {
+    const AutomatonState& st = states[s];
+    if (st.rule_begin != st.rule_end) return "";
+    put(st.accepting ? -2 : -3);
+    for (uint32_t i = st.byte_begin; i < st.byte_end; ++i) {
+      put(byte_edges[i].lo | (byte_edges[i].hi << 8));
+      put(byte_edges[i].target - begin);
+    }
+  }
+  return sig;
 }
 
 }  // namespace brioche::grammar

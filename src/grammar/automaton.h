@@ -55,6 +55,11 @@ class Automaton {
   std::vector<int32_t> rule_start;
   std::vector<std::string> rule_names;
   std::vector<int32_t> rule_lookahead;  // per rule: its lookahead rule, or -1
+  int32_t first_lookahead_rule = 0;     // rules from here on are lookahead assertions
+
+  // A string describing rule r's automaton relative to its start state,
+  // empty when it calls other rules (then its masks depend on them too).
+  std::string self_contained_signature(int32_t r) const;
   int32_t root_rule = 0;
 
   bool has_byte_edges(int32_t s) const { return states[s].byte_begin != states[s].byte_end; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -86,6 +87,19 @@ class StatePrecompute {
         }
       };
       classify(rank, len);
+      if (!any_escape_[k]) {
+        // Nothing in the subtree can return to the caller: all rejected.
+        // Binary search for its end (ranks sharing these k bytes are contiguous).
+        std::string_view prefix = tok.substr(0, k);
+        int32_t lo = rank + 1, hi = num_ranks;
+        while (lo < hi) {
+          int32_t mid = lo + (hi - lo) / 2;
+          if (v_.ranked(mid).substr(0, k) == prefix) lo = mid + 1;
+          else hi = mid;
+        }
+        rank = lo;
+        continue;
+      }
       ++rank;
       while (rank < num_ranks && lcp[rank] >= k) {
         classify(rank, static_cast<int32_t>(v_.ranked(rank).size()));
@@ -151,6 +165,18 @@ uint64_t hash_mask(const std::vector<int32_t>& acc, const std::vector<int32_t>& 
   return h;
 }
 
+// Masks of self-contained rules (no calls, e.g. a JSON string body) are the
+// same in every grammar that contains the rule: keep them across compiles.
+struct SharedMaskCache {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::shared_ptr<const StateMask>> entries;
+  static constexpr size_t kMaxEntries = 4096;
+};
+SharedMaskCache& shared_masks() {
+  static SharedMaskCache cache;
+  return cache;
+}
+
 }  // namespace
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar,
@@ -171,9 +197,39 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   std::vector<int32_t> acc, unc;
   size_t total_bytes = 0;
   const auto& sorted = v.sorted_ids();
+  // Per rule: the key prefix for the shared cache ("" = not shareable).
+  std::vector<std::string> rule_key(a.rule_start.size());
+  for (size_t r = 0; r < a.rule_start.size(); ++r) {
+    if (static_cast<int32_t>(r) >= a.first_lookahead_rule) continue;
+    std::string sig = a.self_contained_signature(static_cast<int32_t>(r));
+    if (sig.empty()) continue;
+    std::string la;
+    if (a.rule_lookahead[r] >= 0) {
+      la = a.self_contained_signature(a.rule_lookahead[r]);
+      if (la.empty()) continue;
+    }
+    uint64_t vh = v.content_hash();
+    rule_key[r] = std::string(reinterpret_cast<const char*>(&vh), sizeof vh) + std::to_string(sig.size()) + ":" +
+                  sig + "|" + la;
+  }
+  SharedMaskCache& shared = shared_masks();
   for (int32_t s = 0; s < num_states; ++s) {
     if (!a.has_byte_edges(s)) continue;
+    const int32_t rule = a.states[s].rule;
+    if (rule >= a.first_lookahead_rule) continue;  // lookaheads are only matched, never masked
     ++out->stats_.num_scannable_states;
+    std::string key;
+    if (!rule_key[rule].empty()) {
+      key = rule_key[rule] + "#" + std::to_string(s - a.rule_start[rule]);
+      std::lock_guard<std::mutex> lock(shared.mutex);
+      auto it = shared.entries.find(key);
+      if (it != shared.entries.end()) {
+        out->mask_index_[s] = static_cast<int32_t>(out->masks_.size());
+        out->masks_.push_back(*it->second);
+        total_bytes += it->second->bytes();
+        continue;
+      }
+    }
     acc.clear();
     unc.clear();
     pre.run(s, acc, unc);
@@ -219,6 +275,11 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
       by_hash[h].push_back(found);
     }
     out->mask_index_[s] = found;
+    if (!key.empty()) {
+      std::lock_guard<std::mutex> lock(shared.mutex);
+      if (shared.entries.size() >= SharedMaskCache::kMaxEntries) shared.entries.clear();
+      shared.entries.emplace(key, std::make_shared<const StateMask>(out->masks_[found]));
+    }
   }
   out->stats_.num_distinct_masks = static_cast<int32_t>(out->masks_.size());
   out->stats_.mask_bytes = total_bytes;
