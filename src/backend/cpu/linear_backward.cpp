@@ -7,6 +7,10 @@
 #include "core/thread_pool.h"
 #include "ops/quantize.h"
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 namespace brioche::backend::cpu {
 
 namespace {
@@ -26,10 +30,73 @@ void dequantize_tile(const MatmulInputGradArgs& a, int64_t m0, int64_t m1, float
   });
 }
 
+
+// Register-blocked update of a [R rows, 16 columns] block of dx over the
+// weight rows [m0, m1):  dx[r, c..c+16) += Σ_j dy[r, j] · w[j, c..c+16).
+// 2R accumulators stay in registers; each weight vector is loaded once for R rows.
+template <int R>
+void block_update(const float* dy, int64_t ld_dy, const float* w, int64_t ld_w, int64_t m0, int64_t m1, float* dx,
+                  int64_t ld_dx, int64_t c) {
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int64_t j = m0; j < m1; ++j) {
+    const float* wj = w + (j - m0) * ld_w + c;
+    const __m256 w0 = _mm256_loadu_ps(wj), w1 = _mm256_loadu_ps(wj + 8);
+    for (int i = 0; i < R; ++i) {
+      const __m256 b = _mm256_broadcast_ss(dy + i * ld_dy + j);
+      acc[i][0] = _mm256_fmadd_ps(b, w0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(b, w1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    float* out = dx + i * ld_dx + c;
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_loadu_ps(out), acc[i][0]));
+    _mm256_storeu_ps(out + 8, _mm256_add_ps(_mm256_loadu_ps(out + 8), acc[i][1]));
+  }
+#else
+  float acc[R][16] = {};
+  for (int64_t j = m0; j < m1; ++j) {
+    const float* wj = w + (j - m0) * ld_w + c;
+    for (int i = 0; i < R; ++i) {
+      const float b = dy[i * ld_dy + j];
+      for (int t = 0; t < 16; ++t) acc[i][t] += b * wj[t];
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int t = 0; t < 16; ++t) dx[i * ld_dx + c + t] += acc[i][t];
+#endif
+}
+
+// Rows [r0, r0 + rows) (rows ≤ 4), columns [c0, c1), weight rows [m0, m1).
+void update_rows(const MatmulInputGradArgs& a, const float* w_tile, int64_t ld_w, int64_t m0, int64_t m1, int64_t r0,
+                 int rows, int64_t c0, int64_t c1) {
+  const float* dy = a.dy + r0 * a.ld_dy;
+  float* dx = a.dx + r0 * a.ld_dx;
+  int64_t c = c0;
+  for (; c + 16 <= c1; c += 16) {
+    switch (rows) {
+      case 4: block_update<4>(dy, a.ld_dy, w_tile, ld_w, m0, m1, dx, a.ld_dx, c); break;
+      case 3: block_update<3>(dy, a.ld_dy, w_tile, ld_w, m0, m1, dx, a.ld_dx, c); break;
+      case 2: block_update<2>(dy, a.ld_dy, w_tile, ld_w, m0, m1, dx, a.ld_dx, c); break;
+      default: block_update<1>(dy, a.ld_dy, w_tile, ld_w, m0, m1, dx, a.ld_dx, c); break;
+    }
+  }
+  if (c < c1) {  // column tail: scalar
+    for (int i = 0; i < rows; ++i)
+      for (int64_t j = m0; j < m1; ++j) {
+        const float g = dy[i * a.ld_dy + j];
+        const float* wj = w_tile + (j - m0) * ld_w;
+        for (int64_t t = c; t < c1; ++t) dx[i * a.ld_dx + t] += g * wj[t];
+      }
+  }
+}
+
 }  // namespace
 
 // dx[n, :] = Σ_j dy[n, j] · w[j, :], walking w in row tiles so a quantized
 // weight is decoded one tile at a time (f32 weights are read in place).
+// Each tile is split into tasks of 4 dx rows × 128 columns.
 void matmul_input_grad(const MatmulInputGradArgs& a) {
   if (!a.accumulate) {
     for (int64_t r = 0; r < a.n; ++r) std::memset(a.dx + r * a.ld_dx, 0, size_t(a.k) * 4);
@@ -37,6 +104,8 @@ void matmul_input_grad(const MatmulInputGradArgs& a) {
   const bool direct = a.wtype == DType::F32;
   const int64_t tile_rows = std::max<int64_t>(16, std::min<int64_t>(a.m, (1 << 18) / std::max<int64_t>(a.k, 1)));
   std::vector<float> tile(direct ? 0 : size_t(tile_rows * a.k));  // [tile_rows, k]
+  constexpr int64_t kCols = 128;
+  const int64_t row_blocks = (a.n + 3) / 4, col_blocks = (a.k + kCols - 1) / kCols;
   for (int64_t m0 = 0; m0 < a.m; m0 += tile_rows) {
     const int64_t m1 = std::min(a.m, m0 + tile_rows);
     const float* w_tile;
@@ -49,15 +118,14 @@ void matmul_input_grad(const MatmulInputGradArgs& a) {
       w_tile = tile.data();
       ld_w = a.k;
     }
-    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, (m1 - m0) * a.k));
-    ThreadPool::global().parallel_for(a.n, grain, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const float* g = a.dy + r * a.ld_dy;
-        float* out = a.dx + r * a.ld_dx;
-        for (int64_t j = m0; j < m1; ++j) {
-          const float gj = g[j];
-          if (gj != 0.0f) axpy(gj, w_tile + (j - m0) * ld_w, out, a.k);
-        }
+    const int64_t work = (m1 - m0) * 4 * kCols;  // FMAs per task
+    ThreadPool::global().parallel_for(row_blocks * col_blocks, std::max<int64_t>(1, 262144 / work),
+                                      [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t rb = t / col_blocks, cb = t % col_blocks;
+        const int64_t r0 = rb * 4;
+        update_rows(a, w_tile, ld_w, m0, m1, r0, int(std::min<int64_t>(4, a.n - r0)), cb * kCols,
+                    std::min(a.k, (cb + 1) * kCols));
       }
     });
   }

@@ -1,0 +1,69 @@
+// Everything `brioche train` can be told, with the reference trainer's names
+// (JSON config keys == CLI flag names with '-' for '_').
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "train/lora.h"
+#include "train/losses.h"
+#include "train/optimizer.h"
+
+namespace brioche::train {
+
+struct TrainConfig {
+  std::string model;             // .gguf file or safetensors directory
+  std::string data;              // directory with train.jsonl (and valid.jsonl)
+  std::string output = "adapters";  // adapter directory (adapter_path)
+  std::string resume_adapter;    // warm start: factor weights only; optimizer and schedule restart
+
+  Method method = Method::SFT;
+  SftScope sft_scope = SftScope::Full;
+  float orpo_lambda = 0.1f;
+  float beta = 0.1f;             // dpo/ipo/simpo
+  float simpo_gamma = 0.5f;
+
+  std::optional<float> learning_rate;  // default 2e-4 (sft) / 1e-5 (preference)
+  LrSchedule lr_schedule = LrSchedule::Cosine;
+  int warmup = -1;               // -1: min(10, steps/10) for orpo, else 0
+  int iters = 0;                 // optimizer steps; 0: from epochs
+  int epochs = 1;
+  int batch_size = 1;
+  int grad_accumulation_steps = 1;
+  int max_seq_length = 2048;
+  float max_grad_norm = 1.0f;    // 0: no clipping
+  float weight_decay = 0.0f;
+
+  std::optional<int> rank;       // default 8 (sft) / 16 (orpo)
+  std::optional<float> scale;    // LoRA scale s directly (mlx convention); default 1 (sft) / 2 (orpo)
+  std::optional<float> alpha;    // PEFT alpha (s = alpha/r); exclusive with scale
+  bool rs_lora = false;
+  float lora_plus_ratio = 1.0f;
+  float lora_dropout = 0.0f;
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  int num_layers = -1;           // LoRA on the last num_layers layers; -1 = all
+
+  int segment_size = 0;          // segmented backward: layers per recompute segment (0 = off)
+  bool prefix_shared = false;    // one [prompt; chosen; rejected] forward per pair
+  int head_chunk_size = 4096;    // fused CE head vocab chunk; 0 = plain head (full logits)
+
+  int steps_per_eval = 0;        // 0: only at the end
+  int steps_per_report = 10;
+  bool save_checkpoints = false;
+  int seed = 0;
+  int threads = 0;
+  bool quiet = false;
+
+  // Fills unset method-dependent defaults and checks ranges; errors name the field.
+  void finalize();
+  LoraConfig lora_config() const;
+};
+
+// Applies the keys of a JSON object (a --config file); unknown keys are errors.
+void apply_config_json(TrainConfig& config, const nlohmann::json& j, const std::string& source);
+nlohmann::json config_to_json(const TrainConfig& config);
+
+}  // namespace brioche::train

@@ -1,0 +1,298 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "train/adapter_io.h"
+#include "train/objective.h"
+
+namespace brioche::train {
+
+namespace {
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull);
+  x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 29);
+}
+
+}  // namespace
+
+// One data split with its per-example caches.
+struct Trainer::Split {
+  const Dataset* data;
+  std::vector<Tensor> prefix;                             // frozen-prefix rows per example (lazy)
+  std::vector<std::optional<std::array<SequenceLogps, 2>>> reference;  // DPO/IPO, per pair (lazy)
+  size_t prefix_bytes = 0;
+  int size() const { return int(data->size()); }
+};
+
+struct Trainer::MicroBatch {
+  TokenBatch batch;
+  Tensor prefix;                       // [n_rows, hidden] or undefined
+  std::vector<SequenceLogps> reference;
+};
+
+nlohmann::json EvalMetrics::to_json() const {
+  return {{"loss", loss}, {"nll", nll}, {"or", or_loss}, {"accuracy", accuracy}, {"margin", margin},
+          {"chosen_logp", chosen_logp}, {"rejected_logp", rejected_logp}, {"examples", examples}};
+}
+
+size_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return size_t(std::stoull(line.substr(6))) * 1024;
+  }
+  return 0;
+}
+
+Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data) : config_(std::move(config)), ck_(ck) {
+  config_.finalize();
+  loss_config_ = {.method = config_.method, .orpo_lambda = config_.orpo_lambda, .beta = config_.beta,
+                  .simpo_gamma = config_.simpo_gamma};
+  auto own = [](Dataset d) { return std::make_unique<Dataset>(std::move(d)); };
+  owned_train_ = own(std::move(data.train));
+  if (data.valid) owned_valid_ = own(std::move(*data.valid));
+  const bool pref = is_preference(config_.method);
+  auto check = [&](const Dataset& d, const char* name) {
+    BRIOCHE_CHECK(pref ? !d.pairs.empty() && d.examples.empty() : !d.examples.empty() && d.pairs.empty(),
+                  name, " data does not match method ", method_name(config_.method),
+                  pref ? " (needs preference pairs)" : " (needs chat/completion/text examples)");
+  };
+  check(*owned_train_, "training");
+  if (owned_valid_) check(*owned_valid_, "validation");
+  if (!config_.resume_adapter.empty()) {
+    adapter_ = load_adapter(config_.resume_adapter, ck);
+  } else {
+    adapter_ = std::make_unique<LoraAdapter>(ck.config, config_.lora_config(), uint64_t(config_.seed));
+  }
+  model_ = std::make_unique<TrainModel>(ck, adapter_.get(), TrainModelOptions{.segment_size = config_.segment_size});
+  if (config_.head_chunk_size > 0) head_ = std::make_unique<FusedLogpHead>(ck.weights.output, config_.head_chunk_size);
+  else head_ = std::make_unique<PlainLogpHead>(ck.weights.output);
+  auto split = [](const Dataset* d) {
+    auto s = std::make_unique<Split>();
+    s->data = d;
+    s->prefix.resize(d->size());
+    s->reference.resize(d->size());
+    return s;
+  };
+  train_ = split(owned_train_.get());
+  if (owned_valid_) valid_ = split(owned_valid_.get());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::log(const std::string& line) const {
+  if (!config_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indices, bool with_prefix) {
+  const bool pref = is_preference(config_.method);
+  const PreferenceBatchOptions po{.method = config_.method, .sft_scope = config_.sft_scope,
+                                  .prefix_shared = config_.prefix_shared};
+  auto build = [&](const std::vector<int>& idx) {
+    if (pref) {
+      std::vector<const TokenizedPair*> ptrs;
+      for (int i : idx) ptrs.push_back(&s.data->pairs[size_t(i)]);
+      return build_preference_batch(ptrs, po);
+    }
+    std::vector<const TokenizedExample*> ptrs;
+    for (int i : idx) ptrs.push_back(&s.data->examples[size_t(i)]);
+    return build_sft_batch(ptrs, config_.sft_scope);
+  };
+  MicroBatch mb{.batch = build(indices)};
+  // Frozen-prefix rows: per example, cached (each example's rows are contiguous in the batch).
+  constexpr size_t kPrefixCacheLimit = size_t(1) << 30;
+  if (with_prefix && model_->first_trainable_layer() > 0) {
+    const int64_t H = ck_.config.hidden_size;
+    mb.prefix = Tensor::zeros(DType::F32, {mb.batch.n_rows(), H});
+    int64_t row = 0;
+    for (int i : indices) {
+      Tensor rows = s.prefix[size_t(i)];
+      if (!rows.defined()) {
+        rows = model_->frozen_prefix(build({i}));
+        if (s.prefix_bytes + rows.nbytes() <= kPrefixCacheLimit) {
+          s.prefix[size_t(i)] = rows;
+          s.prefix_bytes += rows.nbytes();
+        }
+      }
+      std::memcpy(mb.prefix.row_ptr(row), rows.data(), rows.nbytes());
+      row += rows.dim(0);
+    }
+  }
+  if (needs_reference(config_.method)) {
+    for (int i : indices) {
+      auto& ref = s.reference[size_t(i)];
+      if (!ref) {
+        TokenBatch one = build({i});
+        auto lp = batch_logps(*model_, *head_, one, /*adapter_enabled=*/false);
+        ref = std::array<SequenceLogps, 2>{lp[0], lp[1]};
+      }
+      mb.reference.push_back((*ref)[0]);
+      mb.reference.push_back((*ref)[1]);
+    }
+  }
+  return mb;
+}
+
+EvalMetrics Trainer::evaluate() {
+  Split& s = valid_ ? *valid_ : *train_;
+  EvalMetrics m;
+  double loss_weighted = 0.0, nll_sum = 0.0;
+  int64_t nll_tokens = 0, weight = 0;
+  double or_sum = 0, correct = 0, margin = 0, chosen = 0, rejected = 0;
+  for (int b0 = 0; b0 < s.size(); b0 += config_.batch_size) {
+    std::vector<int> idx(size_t(std::min(config_.batch_size, s.size() - b0)));
+    std::iota(idx.begin(), idx.end(), b0);
+    MicroBatch mb = make_batch(s, idx, true);
+    LossValue v = run_objective(*model_, *head_, mb.batch, loss_config_, mb.reference,
+                                {.backward = false, .prefix_out = mb.prefix.defined() ? &mb.prefix : nullptr});
+    const int64_t w = is_preference(config_.method) ? v.n_pairs : v.tokens;
+    loss_weighted += v.loss * double(w);
+    weight += w;
+    nll_sum += v.nll * double(v.tokens);
+    nll_tokens += v.tokens;
+    or_sum += v.or_loss_sum, correct += v.correct, margin += v.margin_sum;
+    chosen += v.chosen_mean_sum, rejected += v.rejected_mean_sum;
+  }
+  m.examples = s.size();
+  m.loss = weight > 0 ? loss_weighted / double(weight) : 0.0;
+  m.nll = nll_tokens > 0 ? nll_sum / double(nll_tokens) : 0.0;
+  if (is_preference(config_.method)) {
+    const double n = double(s.size());
+    m.or_loss = or_sum / n, m.accuracy = correct / n, m.margin = margin / n;
+    m.chosen_logp = chosen / n, m.rejected_logp = rejected / n;
+  }
+  return m;
+}
+
+TrainResult Trainer::run() {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const int n = train_->size();
+  const int per_step = config_.batch_size * config_.grad_accumulation_steps;
+  const int steps_per_epoch = std::max(1, (n + per_step - 1) / per_step);
+  const int total = config_.iters > 0 ? config_.iters : config_.epochs * steps_per_epoch;
+  int warmup = config_.warmup;
+  if (warmup < 0) warmup = config_.method == Method::ORPO ? std::min(10, total / 10) : 0;
+  const ScheduleConfig schedule{.learning_rate = *config_.learning_rate, .schedule = config_.lr_schedule,
+                                .warmup = warmup, .total_steps = total};
+  AdamW optimizer(*adapter_, {.weight_decay = config_.weight_decay, .lora_plus_ratio = config_.lora_plus_ratio});
+
+  TrainResult result;
+  nlohmann::json evals = nlohmann::json::array();
+  log("train: " + method_name(config_.method) + ", " + std::to_string(n) + " training examples, " +
+      std::to_string(total) + " steps of " + std::to_string(per_step) + ", LoRA rank " +
+      std::to_string(adapter_->config().rank) + " scale " + std::to_string(adapter_->scale()) + " on layers " +
+      std::to_string(adapter_->first_adapted_layer()) + ".." + std::to_string(ck_.config.n_layers - 1) + " (" +
+      std::to_string(adapter_->parameter_count()) + " parameters)");
+
+  std::mt19937_64 rng(uint64_t(config_.seed) * 7919 + 17);
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  size_t cursor = 0;
+  auto next_indices = [&]() {
+    std::vector<int> idx;
+    while (int(idx.size()) < config_.batch_size) {
+      if (cursor == order.size()) {
+        std::shuffle(order.begin(), order.end(), rng);
+        cursor = 0;
+      }
+      idx.push_back(order[cursor++]);
+    }
+    return idx;
+  };
+
+  double train_loss_sum = 0.0;
+  int train_loss_n = 0;
+  int64_t tokens_done = 0;
+  float lr = 0.0f;
+  auto do_eval = [&](int step) {
+    const auto t0 = Clock::now();
+    EvalMetrics m = evaluate();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    nlohmann::json j = m.to_json();
+    j["step"] = step;
+    j["learning_rate"] = lr;
+    j["tokens_per_s"] = elapsed > 0 ? double(tokens_done) / elapsed : 0.0;
+    j["peak_memory_bytes"] = peak_rss_bytes();
+    j["eval_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (train_loss_n > 0) j["train_loss"] = train_loss_sum / train_loss_n;
+    evals.push_back(j);
+    if (!result.first_eval) result.first_eval = m;
+    result.last_eval = m;
+    char line[256];
+    if (is_preference(config_.method)) {
+      std::snprintf(line, sizeof line, "eval step %d: loss %.4f nll %.4f or %.4f accuracy %.3f margin %.4f "
+                    "(chosen %.3f rejected %.3f)", step, m.loss, m.nll, m.or_loss, m.accuracy, m.margin,
+                    m.chosen_logp, m.rejected_logp);
+      if (result.best_margin_step < 0 || m.margin > result.best_margin) {
+        result.best_margin = m.margin;
+        result.best_margin_step = step;
+      }
+    } else {
+      std::snprintf(line, sizeof line, "eval step %d: loss %.4f (ppl %.2f)", step, m.loss, std::exp(m.loss));
+    }
+    log(line);
+    if (config_.save_checkpoints && step > 0) {
+      save_adapter(config_.output + "/checkpoints/step_" + std::to_string(step), *adapter_, ck_,
+                   {.base_model = config_.model});
+    }
+  };
+
+  do_eval(0);
+  for (int step = 0; step < total; ++step) {
+    adapter_->zero_grads();
+    double step_loss = 0.0;
+    for (int micro = 0; micro < config_.grad_accumulation_steps; ++micro) {
+      MicroBatch mb = make_batch(*train_, next_indices(), true);
+      LossValue v = run_objective(*model_, *head_, mb.batch, loss_config_, mb.reference,
+                                  {.dropout_seed = mix(uint64_t(config_.seed), uint64_t(step) * 4096 + micro),
+                                   .grad_scale = 1.0 / config_.grad_accumulation_steps,
+                                   .prefix_out = mb.prefix.defined() ? &mb.prefix : nullptr});
+      step_loss += v.loss / config_.grad_accumulation_steps;
+      tokens_done += mb.batch.n_rows();
+    }
+    const double grad_norm = clip_grad_norm(*adapter_, config_.max_grad_norm);
+    lr = learning_rate_at(schedule, step);
+    optimizer.step(lr);
+    train_loss_sum += step_loss, ++train_loss_n;
+    const int done = step + 1;
+    if (config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      char line[256];
+      std::snprintf(line, sizeof line, "step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.1f tok/s peak %.0f MB", done,
+                    total, train_loss_sum / train_loss_n, lr, grad_norm, double(tokens_done) / elapsed,
+                    double(peak_rss_bytes()) / 1e6);
+      log(line);
+    }
+    const bool eval_now = config_.steps_per_eval > 0 && done % config_.steps_per_eval == 0;
+    if (eval_now || done == total) {
+      do_eval(done);
+      train_loss_sum = 0.0, train_loss_n = 0;
+    }
+  }
+  result.steps = total;
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  save_adapter(config_.output, *adapter_, ck_, {.base_model = config_.model});
+  result.metrics = {{"config", config_to_json(config_)}, {"evals", evals}, {"steps", total},
+                    {"seconds", result.seconds}, {"peak_memory_bytes", peak_rss_bytes()}};
+  if (is_preference(config_.method)) {
+    result.metrics["best_margin"] = result.best_margin;
+    result.metrics["best_margin_step"] = result.best_margin_step;
+  }
+  std::ofstream(config_.output + "/metrics.json") << result.metrics.dump(2) << "\n";
+  log("adapter written to " + config_.output + " (" + std::to_string(result.seconds) + " s)");
+  return result;
+}
+
+}  // namespace brioche::train

@@ -1,0 +1,83 @@
+// The LoRA training loop: batches → objective → clip → AdamW, with periodic
+// validation, checkpoints, metrics.json and progress on stderr.
+//
+//   Trainer trainer(config, checkpoint, {.train = train_set, .valid = &valid_set});
+//   TrainResult result = trainer.run();   // writes config.output/{adapter_*, metrics.json}
+//
+// Caches that keep CPU training cheap without changing the math: the output
+// of the frozen layers below the first adapted layer (it depends only on the
+// tokens) and, for DPO/IPO, the reference log-probs (adapter disabled),
+// both computed once per example.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/weights.h"
+#include "train/dataset.h"
+#include "train/lm_head.h"
+#include "train/optimizer.h"
+#include "train/train_config.h"
+#include "train/train_model.h"
+
+namespace brioche::train {
+
+struct EvalMetrics {
+  double loss = 0.0;
+  double nll = 0.0;        // SFT: the loss; ORPO: its NLL term
+  double or_loss = 0.0;    // preference: mean per-pair objective (ORPO: −log σ(log-odds))
+  double accuracy = 0.0;   // preference: share of pairs with the chosen ahead
+  double margin = 0.0;     // preference: mean (ℓ_w − ℓ_r), length-normalised log-probs
+  double chosen_logp = 0.0, rejected_logp = 0.0;  // mean per-token log-probs
+  int64_t examples = 0;
+  nlohmann::json to_json() const;
+};
+
+struct TrainResult {
+  int steps = 0;
+  double seconds = 0.0;
+  std::optional<EvalMetrics> first_eval, last_eval;  // validation before training and at the end
+  double best_margin = 0.0;
+  int best_margin_step = -1;
+  nlohmann::json metrics;  // what metrics.json holds
+};
+
+struct TrainData {
+  Dataset train;
+  std::optional<Dataset> valid;
+};
+
+class Trainer {
+ public:
+  Trainer(TrainConfig config, const model::Checkpoint& checkpoint, TrainData data);
+  ~Trainer();
+
+  TrainResult run();
+  EvalMetrics evaluate();  // on the validation set (or the training set when there is none)
+  LoraAdapter& adapter() { return *adapter_; }
+  const TrainConfig& config() const { return config_; }
+
+ private:
+  struct Split;
+  struct MicroBatch;
+  MicroBatch make_batch(Split& split, const std::vector<int>& indices, bool with_prefix);
+  void log(const std::string& line) const;
+
+  TrainConfig config_;
+  const model::Checkpoint& ck_;
+  LossConfig loss_config_;
+  std::unique_ptr<LoraAdapter> adapter_;
+  std::unique_ptr<TrainModel> model_;
+  std::unique_ptr<LogpHead> head_;
+  std::unique_ptr<Dataset> owned_train_, owned_valid_;
+  std::unique_ptr<Split> train_, valid_;
+};
+
+// Peak resident memory of this process (VmHWM), bytes; 0 when unknown.
+size_t peak_rss_bytes();
+
+}  // namespace brioche::train
