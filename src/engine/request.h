@@ -18,12 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 
 namespace brioche::engine {
 
 enum class FinishReason : uint8_t {
-  Stop,       // eos token or a stop string
+  Stop,       // eos token, a stop string, or the grammar terminated
   Length,     // max_tokens or the context length
   Cancelled,  // the caller cancelled (client gone, timeout, shutdown)
   Error,      // the request could not run (see GenerationEvent::error)
@@ -38,6 +39,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int32_t n = 1;                       // choices; forks share the prompt's KV blocks
   int32_t top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token + that many alternatives
+  GrammarConstraint constraint;        // structured output; compiled == null: free text
   std::function<void()> on_events;     // called on the engine thread after events were queued
 };
 

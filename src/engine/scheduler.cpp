@@ -40,6 +40,7 @@ void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationReq
     seq->sampler = std::make_unique<Sampler>(std::move(params), runner_->vocab_size());
     seq->text = codec_.new_stream();
     seq->stop = std::make_unique<StopMatcher>(req.stop);
+    if (req.constraint.compiled) seq->constraint = std::make_unique<SequenceConstraint>(req.constraint);
     waiting_.push_back(std::move(seq));
   }
 }
@@ -263,11 +264,22 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned) {
   }
   int32_t vocab = runner_->vocab_size();
   for (auto [seq, row] : to_sample) {
+    // Each row's mask comes from its own matcher (no sharing between rows).
+    const uint32_t* mask = nullptr;
+    if (seq->constraint) {
+      bool any_allowed = true;
+      mask = seq->constraint->next_mask(&any_allowed);
+      if (!any_allowed) {
+        // The grammar allows nothing (not even EOS): never sample an all -inf row.
+        finish(seq, FinishReason::Stop);
+        continue;
+      }
+    }
     SamplerRow sampler_row{
         .logits = std::span<float>(logits_.row_as<float>(row), size_t(vocab)),
         .prompt = std::span<const int32_t>(seq->tokens.data(), size_t(seq->n_prompt)),
         .output = std::span<const int32_t>(seq->tokens.data() + seq->n_prompt, seq->tokens.size() - size_t(seq->n_prompt)),
-        .allowed_mask = nullptr,
+        .allowed_mask = mask,
     };
     accept_token(*seq, seq->sampler->sample(sampler_row));
   }
@@ -282,15 +294,31 @@ static std::string through_stops(StopMatcher& stop, const std::string& text, boo
 }
 
 void Engine::Scheduler::accept_token(Sequence& seq, const Sampler::Result& sampled) {
+  if (!append_token(seq, sampled.token, &sampled)) return;
+  const GenerationRequest& req = seq.request->request;
+  if (!seq.constraint || !req.constraint.jump_forward || req.top_logprobs >= 0) return;
+  // Jump-forward: the grammar allows exactly one continuation. Its tokens are
+  // appended unsampled; the next plan() computes them as one prefill chunk
+  // whose last row gives the logits of the following step.
+  std::string forced = seq.constraint->forced_continuation();
+  if (forced.empty()) return;
+  for (int32_t token : codec_.encode(forced, false)) {
+    bool room = seq.n_generated < req.max_tokens && int32_t(seq.tokens.size()) + 1 < runner_->context_length();
+    if (!room) return;  // the sampled path reports "length" at the limit
+    if (!seq.constraint->accept(token, codec_.token_bytes(token))) return;  // retokenized differently: sample the rest
+    if (!append_token(seq, token, nullptr)) return;
+  }
+}
+
+bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler::Result* sampled) {
   RequestState& state = *seq.request;
   const GenerationRequest& req = state.request;
-  int32_t token = sampled.token;
   GenerationEvent event;
   event.choice = seq.choice;
   event.tokens.push_back(token);
-  if (req.top_logprobs >= 0) {
-    TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = sampled.logprob, .top = {}};
-    for (auto [id, value] : sampled.top) lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
+  if (req.top_logprobs >= 0 && sampled) {
+    TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = sampled->logprob, .top = {}};
+    for (auto [id, value] : sampled->top) lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
     event.logprobs.push_back(std::move(lp));
   }
   seq.tokens.push_back(token);
@@ -299,7 +327,11 @@ void Engine::Scheduler::accept_token(Sequence& seq, const Sampler::Result& sampl
   ++state.usage.completion_tokens;
 
   bool is_eos = !req.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+  // Sampled tokens advance the matcher here; forced ones were accepted by the caller.
+  if (seq.constraint && sampled) seq.constraint->accept(token, codec_.token_bytes(token));
+  bool grammar_done = seq.constraint && seq.constraint->terminated();
   bool out_of_room = seq.n_generated >= req.max_tokens || int32_t(seq.tokens.size()) >= runner_->context_length();
+  bool at_end = out_of_room || grammar_done;
   bool stopped = false;
   std::optional<FinishReason> reason;
   if (is_eos) {
@@ -308,18 +340,20 @@ void Engine::Scheduler::accept_token(Sequence& seq, const Sampler::Result& sampl
     reason = FinishReason::Stop;
   } else {
     std::string piece = seq.text->push(token);
-    if (out_of_room) piece += seq.text->flush();
-    event.text = through_stops(*seq.stop, piece, out_of_room, &stopped);
-    if (stopped) reason = FinishReason::Stop;
+    if (at_end) piece += seq.text->flush();
+    event.text = through_stops(*seq.stop, piece, at_end, &stopped);
+    // A complete grammar is a stop, even when max_tokens was reached on the same token.
+    if (stopped || grammar_done) reason = FinishReason::Stop;
     else if (out_of_room) reason = FinishReason::Length;
   }
   if (reason) {
     event.finish = reason;
     finish(&seq, std::move(event));
-    return;
+    return false;
   }
   state.handle->push(std::move(event));
   if (req.on_events) req.on_events();
+  return true;
 }
 
 void Engine::Scheduler::finish(Sequence* seq, FinishReason reason, const std::string& error) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/block_allocator.h"
+#include "engine/constraint.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -44,6 +45,9 @@ struct Sequence {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
   std::unique_ptr<StopMatcher> stop;
+  // Grammar state; lives with the sequence, so a preempted sequence resumes
+  // (recomputing its K/V) with the matcher exactly where its tokens left it.
+  std::unique_ptr<SequenceConstraint> constraint;
 
   int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
 };
@@ -81,6 +85,9 @@ class Engine::Scheduler {
   void preempt(Sequence* seq);
   void run(const std::vector<Planned>& planned);
   void accept_token(Sequence& seq, const Sampler::Result& sampled);
+  // Appends one generated token (sampled, or forced by jump-forward when
+  // `sampled` is null), emits its text; false when the sequence finished.
+  bool append_token(Sequence& seq, int32_t token, const Sampler::Result* sampled);
   void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
   void finish(Sequence* seq, GenerationEvent event);  // event.finish set by the caller
   void remove(Sequence* seq);

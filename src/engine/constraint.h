@@ -1,0 +1,82 @@
+// Grammar-constrained decoding for one sequence: the bridge between a
+// compiled grammar (grammar/) and the scheduler's sampling loop.
+//
+// Per step the scheduler asks next_mask() for the allowed-token bitmask (it
+// goes into SamplerRow::allowed_mask, applied after penalties and logit bias,
+// before temperature/truncation), samples, and hands the token to accept().
+// A sequence whose grammar terminated is finished with "stop" by the
+// scheduler and never sampled again (its next mask would allow nothing).
+//
+// Thinking models: the grammar constrains the answer, not the reasoning. With
+// `reasoning_close` set the constraint is dormant (no mask) while the output
+// is inside the reasoning block and starts when the close tag has been
+// generated; bytes after the tag in the same token are fed to the matcher.
+// `reasoning_open_token` lets the model choose to open a block at its first
+// step (that token is added to the first mask).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grammar/compiler.h"
+#include "grammar/matcher.h"
+
+namespace brioche::tokenizer {
+class Tokenizer;
+}
+
+namespace brioche::engine {
+
+struct GrammarConstraint {
+  std::shared_ptr<const grammar::CompiledGrammar> compiled;  // null: unconstrained
+  bool starts_in_reasoning = false;   // the prompt left a reasoning block open
+  int32_t reasoning_open_token = -1;  // >= 0: allowed as the first token; opens a block
+  std::string reasoning_close;         // e.g. "</think>"; needed with either of the two above
+  // Forced continuations (the grammar allows exactly one string) are
+  // tokenized and appended without sampling, and computed as prefill rows
+  // of the next forward. The text is the same; the token split may differ
+  // from what the model would have sampled. Not used with logprobs.
+  bool jump_forward = false;
+};
+
+class SequenceConstraint {
+ public:
+  explicit SequenceConstraint(const GrammarConstraint& constraint);
+
+  // Allowed tokens for the next step ([mask words]), or null while dormant
+  // (inside reasoning). `*any_allowed` is false when the grammar allows no
+  // token at all (the caller finishes the sequence instead of sampling).
+  const uint32_t* next_mask(bool* any_allowed);
+  // Advances by a generated token whose bytes are `bytes`. False when the
+  // grammar rejected it (state unchanged); the scheduler keeps going, as the
+  // reference design does: a reject after masking means vocabulary drift.
+  bool accept(int32_t token, std::string_view bytes);
+  bool active() const { return phase_ == Phase::Active; }
+  // The grammar is complete and allows nothing more (or EOS was accepted).
+  bool terminated() const { return active() && matcher_.is_terminated(); }
+  // The string every continuation must start with; empty when dormant or none.
+  std::string forced_continuation();
+  int32_t rejected_tokens() const { return rejected_; }
+
+ private:
+  enum class Phase : uint8_t { MayOpenReasoning, InReasoning, Active };
+
+  grammar::GrammarMatcher matcher_;
+  std::string reasoning_close_;
+  int32_t reasoning_open_token_ = -1;
+  Phase phase_ = Phase::Active;
+  std::string reasoning_tail_;  // last bytes of the reasoning text (close-tag search window)
+  std::vector<uint32_t> mask_;
+  int32_t rejected_ = 0;
+};
+
+// The grammar engine's view of a tokenizer: every id's bytes, its special
+// ids and end-of-generation ids; the mask is `mask_vocab_size` wide (the
+// model's logits row, which may be padded past the tokenizer).
+std::shared_ptr<const grammar::Vocabulary> grammar_vocabulary(const tokenizer::Tokenizer& tokenizer,
+                                                              int32_t mask_vocab_size);
+
+}  // namespace brioche::engine
