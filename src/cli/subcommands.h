@@ -17,5 +17,6 @@ Subcommand add_chat_command(CLI::App& root);
 Subcommand add_info_command(CLI::App& root);
 Subcommand add_bench_command(CLI::App& root);
 Subcommand add_serve_command(CLI::App& root);
+Subcommand add_train_command(CLI::App& root);
 
 }  // namespace brioche::cli
