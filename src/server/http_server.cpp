@@ -22,6 +22,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server.h"
+#include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
 
@@ -49,6 +50,7 @@ class App : public std::enable_shared_from_this<App> {
   std::string model_id;
   std::unique_ptr<ChatPrompter> prompter;
   ToolSyntax tool_syntax = ToolSyntax::Hermes;
+  std::unique_ptr<StructuredOutputCompiler> structured;  // grammar cache over the engine's vocabulary
   std::atomic<bool> shutting_down{false};
   net::io_context ioc;
 
@@ -129,8 +131,9 @@ class Session : public std::enable_shared_from_this<Session> {
     res.set(http::field::server, "brioche");
     if (!app_->options.cors_origin.empty()) {
       res.set(http::field::access_control_allow_origin, app_->options.cors_origin);
-      res.set("Access-Control-Expose-Headers", "Retry-After");
+      res.set("Access-Control-Expose-Headers", "Retry-After, Warning");
     }
+    if (!warning_.empty()) res.set(http::field::warning, warning_);
   }
 
   void send(Response res, bool close = false) {
@@ -270,6 +273,10 @@ class Session : public std::enable_shared_from_this<Session> {
           gen.prompt_tokens = eng.tokenize(req.prompt, add_bos);
         }
         if (req.echo) ctx.echo_text = req.prompt;
+        // No chat template to inject into: a degraded request only gets the Warning header.
+        StructuredOutputPlan plan = app_->structured->prepare(parse_structured_output(request_.body(), req, false, ""));
+        gen.constraint = std::move(plan.constraint);
+        warning_ = std::move(plan.warning);
       } else {
         bool use_tools = !req.tools.is_null() && req.tool_choice != ToolChoiceMode::None;
         json tools = use_tools ? req.tools : json();
@@ -278,6 +285,12 @@ class Session : public std::enable_shared_from_this<Session> {
           for (const json& t : req.tools) if (t["function"]["name"] == req.tool_choice_name) only.push_back(t);
           tools = only;
         }
+        bool opens_call = use_tools && (req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named);
+        StructuredOutputSpec so_spec = parse_structured_output(request_.body(), req, app_->tool_syntax != ToolSyntax::Llama3Json,
+                                                               opens_call && app_->tool_syntax != ToolSyntax::Llama3Json ? "<tool_call>\n" : "");
+        StructuredOutputPlan plan = app_->structured->prepare(so_spec);
+        inject_system_prompt(req.messages, plan.system_prompt);  // degrade path
+        warning_ = std::move(plan.warning);
         std::string prompt = app_->prompter->render({.messages = req.messages, .tools = tools, .enable_thinking = req.enable_thinking});
         ctx.parser.split_reasoning = true;
         ctx.parser.tools = use_tools ? app_->tool_syntax : ToolSyntax::None;
@@ -297,6 +310,10 @@ class Session : public std::enable_shared_from_this<Session> {
                               ? app_->engine->tokenizer()->token_text(app_->engine->tokenizer()->bos_id()) : "";
         bool add_bos = app_->engine->tokenizer() && app_->engine->tokenizer()->add_bos() && (bos.empty() || prompt.rfind(bos, 0) != 0);
         gen.prompt_tokens = eng.tokenize(prompt, add_bos);
+        // Thinking models: the grammar starts after the reasoning block (a call prefilled in the prompt has none).
+        if (so_spec.kind != StructuredOutputSpec::Kind::ToolCall || !so_spec.trigger.empty())
+          start_after_reasoning(plan.constraint, prompt, ctx.parser.starts_in_reasoning, eng);
+        gen.constraint = std::move(plan.constraint);
       }
       int32_t n_prompt = int32_t(gen.prompt_tokens.size());
       if (n_prompt == 0) throw invalid_param(endpoint == Endpoint::Completions ? "prompt" : "messages", "the prompt is empty");
@@ -350,6 +367,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res->set(http::field::cache_control, "no-cache");
     res->set("X-Accel-Buffering", "no");
     if (!app_->options.cors_origin.empty()) res->set(http::field::access_control_allow_origin, app_->options.cors_origin);
+    if (!warning_.empty()) res->set(http::field::warning, warning_);
     res->chunked(true);
     res->keep_alive(request_.keep_alive());
     auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
@@ -476,6 +494,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<Clock::time_point> last_token_;
   std::string outgoing_;
   int64_t n_prompt_tokens_ = 0;
+  std::string warning_;  // structured output degraded: the `Warning` header
   bool stream_mode_ = false, writing_ = false, finished_ = false, last_chunk_sent_ = false;
   bool timed_out_ = false, client_gone_ = false, counted_in_flight_ = false;
   std::shared_ptr<Session> keep_alive_;
@@ -501,6 +520,7 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
     if (tok->eos_id() >= 0) eos = tok->token_text(tok->eos_id());
   }
   prompter = std::make_unique<ChatPrompter>(source, bos, eos);
+  structured = std::make_unique<StructuredOutputCompiler>(*engine);
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
                  prompter->template_problem().c_str());
