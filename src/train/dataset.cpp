@@ -64,7 +64,8 @@ Rendered render_split(const ChatRenderer& render, const json& prompt_msgs, const
   std::string all = render(full, false);
   if (all.compare(0, prompt.size(), prompt) != 0)
     bad_line(at, "the chat template does not render the prompt as a prefix of the full conversation");
-  return {std::move(prompt), all.substr(prompt.size())};
+  std::string response = all.substr(prompt.size());
+  return {std::move(prompt), std::move(response)};
 }
 
 class Tokenize {
