@@ -1,12 +1,12 @@
 // `brioche info MODEL`: what a checkpoint is, without running it.
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <string>
 
 #include "cli/common.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
+#include "engine/model_tokenizer.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
@@ -54,24 +54,6 @@ TensorCensus census_of_safetensors(const std::string& dir) {
   return census;
 }
 
-std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const model::Model& model) {
-  if (model.gguf()) return tokenizer::Tokenizer::from_gguf(*model.gguf());
-  std::filesystem::path dir = model.directory();
-  auto read = [](const std::filesystem::path& p) {
-    std::FILE* f = std::fopen(p.c_str(), "rb");
-    if (!f) return std::string();
-    std::string text;
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    std::fclose(f);
-    return text;
-  };
-  std::string json = read(dir / "tokenizer.json");
-  if (json.empty()) return nullptr;
-  return tokenizer::Tokenizer::from_tokenizer_json(json, read(dir / "tokenizer_config.json"));
-}
-
 int info(const std::string& path_flag) {
   std::string path = resolve_model_path(path_flag);
   std::unique_ptr<model::Model> model;
@@ -110,12 +92,16 @@ int info(const std::string& path_flag) {
   }
   std::printf("%-14s %s\n", "tensors", dtypes.c_str());
 
-  if (auto tok = load_tokenizer(*model)) {
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  try {
+    tok = engine::load_model_tokenizer(*model);
+  } catch (const Error& e) {
+    std::printf("%-14s %s\n", "tokenizer", e.what());
+  }
+  if (tok) {
     auto name = [&](int32_t id) { return id < 0 ? std::string("none") : tok->token_text(id) + " (" + std::to_string(id) + ")"; };
     std::printf("%-14s vocab %d, bos %s, eos %s\n", "tokenizer", tok->vocab_size(), name(tok->bos_id()).c_str(),
                 name(tok->eos_id()).c_str());
-  } else {
-    std::printf("%-14s none found\n", "tokenizer");
   }
   std::string tmpl = model->chat_template();
   if (tmpl.empty()) {

@@ -7,6 +7,7 @@ namespace brioche::cli {
 std::unique_ptr<engine::Engine> load_engine(const ModelFlags& flags, engine::EngineOptions options) {
   flags.apply();
   options.model_path = resolve_model_path(flags.model);
+  options.device = flags.resolved_device();
   try {
     return engine::Engine::load(options);
   } catch (const Error& e) {

@@ -1,8 +1,6 @@
 #include "engine/engine.h"
+#include "engine/model_tokenizer.h"
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "engine/scheduler.h"
@@ -73,27 +71,10 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> c
   thread_ = std::thread([this] { thread_main(); });
 }
 
-namespace {
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-}  // namespace
-
 std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
-  std::shared_ptr<model::Model> model = model::Model::load(options.model_path, {.max_context = options.kv.max_context});
-  std::shared_ptr<const tokenizer::Tokenizer> tok;
-  if (model->gguf() != nullptr) {
-    tok = tokenizer::Tokenizer::from_gguf(*model->gguf());
-  } else {
-    std::filesystem::path dir = model->directory();
-    std::string json = read_text_file(dir / "tokenizer.json");
-    BRIOCHE_CHECK(!json.empty(), "Engine::load: expected ", (dir / "tokenizer.json").string(), " next to the model");
-    tok = tokenizer::Tokenizer::from_tokenizer_json(json, read_text_file(dir / "tokenizer_config.json"));
-  }
+  std::shared_ptr<model::Model> model =
+      model::Model::load(options.model_path, {.max_context = options.kv.max_context, .device = options.device});
+  std::shared_ptr<const tokenizer::Tokenizer> tok = load_model_tokenizer(*model);
   auto engine = std::make_unique<Engine>(make_model_runner(model, options.kv), make_text_codec(tok), options.scheduler);
   engine->model_ = std::move(model);
   engine->tokenizer_ = std::move(tok);

@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/tensor.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 
@@ -51,6 +52,7 @@ struct SchedulerOptions {
 
 struct EngineOptions {
   std::string model_path;
+  Device device = Device::CPU;  // where weights, activations and the KV cache live
   KvSizing kv;
   SchedulerOptions scheduler;
 };
