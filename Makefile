@@ -1,11 +1,13 @@
 # The README's two commands.
-#   make run   — set up a fresh machine, build, and run the default model
+#   make serve — set up a fresh machine, build, and serve the default model
+#                (OpenAI-compatible API; prints the URL and a curl example)
 #   make test  — build and run every test
+# Also: make run PROMPT="..." (one-shot generation in the terminal).
 PRESET ?= cpu
 BUILD := build/$(PRESET)
 PROMPT ?= Write a haiku about bread.
 
-.PHONY: setup build run test clean
+.PHONY: setup build serve run test clean
 
 setup:
 	scripts/setup.sh
@@ -13,6 +15,9 @@ setup:
 build:
 	@test -f $(BUILD)/build.ninja || cmake --preset $(PRESET) >/dev/null
 	cmake --build $(BUILD)
+
+serve: setup build
+	$(BUILD)/brioche serve
 
 run: setup build
 	$(BUILD)/brioche run -p "$(PROMPT)"
