@@ -50,10 +50,11 @@ PY
     || { echo "setup: sha256 mismatch for $MODEL_DIR/$MODEL_FILE" >&2; exit 1; }
 fi
 
-# The server's end-to-end tests drive it with the official OpenAI client.
-python3 -c "import openai" 2>/dev/null || python3 -m pip install --quiet openai
+# The server's end-to-end tests drive it with the official OpenAI client;
+# the structured-output tests judge outputs with jsonschema.
+python3 -c "import openai, jsonschema" 2>/dev/null || python3 -m pip install --quiet openai jsonschema
 
 if [[ "${1:-}" == "--oracles" ]]; then
-  python3 -m pip install --quiet tokenizers transformers jinja2 numpy gguf openai
+  python3 -m pip install --quiet tokenizers transformers jinja2 numpy gguf openai jsonschema
 fi
 echo "setup: ok (model: $MODEL_DIR/$MODEL_FILE)"
