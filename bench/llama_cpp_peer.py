@@ -4,7 +4,7 @@ default model: the bar brioche's CPU backend has to meet.
 
   python3 bench/llama_cpp_peer.py [--threads 2] [--prompt 128] [--gen 64] [--reps 3]
 
-Prints best-of-reps tokens/s for prompt eval (one batch of --prompt tokens)
+Prints the mean (and best) of --reps tokens/s for prompt eval (one batch of --prompt tokens)
 and for generation (--gen single-token decode steps after the prompt).
 """
 import argparse
@@ -29,7 +29,7 @@ def main():
     text = "The quick brown fox jumps over the lazy dog. " * 64
     prompt = llm.tokenize(text.encode())[: args.prompt]
     assert len(prompt) == args.prompt, len(prompt)
-    best_pp, best_tg = 0.0, 0.0
+    pps, tgs = [], []
     for _ in range(args.reps):
         llm.reset()
         t0 = time.perf_counter()
@@ -41,9 +41,12 @@ def main():
             llm.eval([tok])
             tok = int(llm.scores[llm.n_tokens - 1].argmax())
         tg = args.gen / (time.perf_counter() - t0)
-        best_pp, best_tg = max(best_pp, pp), max(best_tg, tg)
+        pps.append(pp)
+        tgs.append(tg)
     print(f"llama-cpp-python {llama_cpp_version}, threads={args.threads}, model={os.path.basename(args.model)}")
-    print(f"pp{args.prompt}: {best_pp:.1f} tok/s   tg{args.gen}: {best_tg:.1f} tok/s   (best of {args.reps})")
+    mean = lambda xs: sum(xs) / len(xs)
+    print(f"llama.cpp pp{args.prompt}: {mean(pps):.1f} tok/s (best {max(pps):.1f})   "
+          f"tg{args.gen}: {mean(tgs):.1f} tok/s (best {max(tgs):.1f})   (mean of {args.reps})")
 
 
 if __name__ == "__main__":
