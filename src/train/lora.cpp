@@ -102,6 +102,11 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, co
   }
 }
 
+void LoraAdapter::set_dropout(float p) {
+  BRIOCHE_CHECK(p >= 0.0f && p < 1.0f, "lora: dropout must be in [0, 1), got ", p);
+  config_.dropout = p;
+}
+
 void LoraAdapter::zero_grads() {
   for (auto& e : entries()) {
     std::fill_n(e.factors->grad_a.data_as<float>(), e.factors->grad_a.numel(), 0.0f);

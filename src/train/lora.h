@@ -68,6 +68,8 @@ class LoraAdapter {
   LoraFactors* factors(int layer, Module m) { return layers_[size_t(layer)][size_t(m)].get(); }
   const LoraFactors* factors(int layer, Module m) const { return layers_[size_t(layer)][size_t(m)].get(); }
 
+  // Training-time dropout on the LoRA input (e.g. when warm-starting a loaded adapter).
+  void set_dropout(float p);
   void zero_grads();
   int64_t parameter_count() const;
   // Every factor with its PEFT-style name suffix ("layers.3.self_attn.q_proj"), in a fixed order.

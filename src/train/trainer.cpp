@@ -71,6 +71,7 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
   if (owned_valid_) check(*owned_valid_, "validation");
   if (!config_.resume_adapter.empty()) {
     adapter_ = load_adapter(config_.resume_adapter, ck);
+    adapter_->set_dropout(config_.lora_dropout);
   } else {
     adapter_ = std::make_unique<LoraAdapter>(ck.config, config_.lora_config(), uint64_t(config_.seed));
   }
