@@ -290,6 +290,20 @@ StructuredOutputSpec parse_structured_output(const std::string& body_text, const
   ordered_json body = ordered_json::parse(body_text, nullptr, false);
   if (body.is_discarded() || !body.is_object()) return spec;  // parse_api_request already rejected it
   bool jump = env("BRIOCHE_GRAMMAR_JUMP") == "1" || bool_field(body, "jump_forward", "request").value_or(false);
+  // Responses API: `text.format` is response_format with the json_schema fields flattened.
+  if (request.endpoint == Endpoint::Responses && !body.contains("response_format")) {
+    auto text = body.find("text");
+    if (text != body.end() && text->is_object() && text->contains("format") && (*text)["format"].is_object()) {
+      ordered_json format = (*text)["format"];
+      ordered_json rf = {{"type", format.value("type", "text")}};
+      if (rf["type"] == "json_schema") {
+        ordered_json js = format;
+        js.erase("type");
+        rf["json_schema"] = js;
+      }
+      body["response_format"] = rf;
+    }
+  }
 
   // The call is the reply: tool_choice required/named wins.
   if (request.tool_choice == ToolChoiceMode::Required || request.tool_choice == ToolChoiceMode::Named) {

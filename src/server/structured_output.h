@@ -2,7 +2,8 @@
 // what, compiling it (through one grammar cache per engine) into the engine's
 // GrammarConstraint, and the degrade path when it cannot be compiled.
 //
-// Fields (chat, completions, responses), highest precedence first (the
+// Fields (chat, completions, responses; the Responses API's `text.format`
+// is read as response_format), highest precedence first (the
 // reference design's order): `guided_grammar` (EBNF/GBNF) >
 // `response_format: {type: json_schema, json_schema: {name, schema, strict,
 // any_whitespace}}` > `response_format: {type: json_object}` >

@@ -117,6 +117,16 @@ TEST(StructuredOutput, StrictToolsUnderAutoWaitForTheCallTag) {
   EXPECT_EQ(parse(body(std::string(kTools) + R"(,"guided_choice":["x"])")).kind, Kind::Choice);
 }
 
+TEST(StructuredOutput, ResponsesTextFormat) {
+  std::string b = R"({"input":"hi","text":{"format":{"type":"json_schema","name":"r","strict":true,"schema":{"type":"integer"}}}})";
+  ApiRequest req = parse_api_request(Endpoint::Responses, b);
+  StructuredOutputSpec s = parse_structured_output(b, req, true, "");
+  EXPECT_EQ(s.kind, Kind::JsonSchema);
+  EXPECT_EQ(s.name, "r");
+  EXPECT_TRUE(s.strict);
+  EXPECT_EQ(s.schema["type"], "integer");
+}
+
 TEST(StructuredOutput, InjectSystemPrompt) {
   json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
   inject_system_prompt(messages, "Use JSON.");

@@ -27,17 +27,17 @@ DEFAULT_MODEL = os.path.expanduser("~/.cache/brioche/models/SmolLM2-135M-Instruc
 SCHEMAS = os.path.join(os.path.dirname(__file__), "structured_schemas.json")
 
 
-def run_one(client, entry, max_tokens, any_whitespace):
+def run_one(client, entry, max_tokens, any_whitespace, extra=None):
     import openai
     t0 = time.time()
     try:
-        return request_one(client, entry, max_tokens, any_whitespace, t0)
+        return request_one(client, entry, max_tokens, any_whitespace, t0, extra or {})
     except openai.BadRequestError as e:  # strict + unsupported schema feature: a named 400
         return {"id": entry["id"], "name": entry["name"], "finish": None, "tokens": 0, "seconds": round(time.time() - t0, 2),
                 "warning": None, "text": "", "verdict": "rejected", "error": str(e)[:300]}
 
 
-def request_one(client, entry, max_tokens, any_whitespace, t0):
+def request_one(client, entry, max_tokens, any_whitespace, t0, extra):
     r = client.chat.completions.with_raw_response.create(
         model="",
         messages=[{"role": "system", "content": "You answer with JSON only."},
@@ -45,7 +45,8 @@ def request_one(client, entry, max_tokens, any_whitespace, t0):
         max_tokens=max_tokens, temperature=0,
         response_format={"type": "json_schema",
                          "json_schema": {"name": entry["name"], "schema": entry["schema"], "strict": True,
-                                         "any_whitespace": any_whitespace}})
+                                         "any_whitespace": any_whitespace}},
+        extra_body=extra)
     warning = r.headers.get("warning")
     c = r.parse()
     choice = c.choices[0]
@@ -65,13 +66,13 @@ def request_one(client, entry, max_tokens, any_whitespace, t0):
     return result
 
 
-def run_all(base_url, entries, concurrency, max_tokens, any_whitespace, log=print):
+def run_all(base_url, entries, concurrency, max_tokens, any_whitespace, extra=None, log=print):
     import openai
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="none", timeout=600, max_retries=0)
     results = []
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-        futures = [pool.submit(run_one, client, e, max_tokens, any_whitespace) for e in entries]
+        futures = [pool.submit(run_one, client, e, max_tokens, any_whitespace, extra) for e in entries]
         for f in concurrent.futures.as_completed(futures):
             r = f.result()
             results.append(r)
@@ -97,9 +98,14 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--compact", action="store_true", help="any_whitespace false")
+    ap.add_argument("--repetition-penalty", type=float, help="sent as the repetition_penalty extension field")
+    ap.add_argument("--only-truncated-in", help="rerun only the schemas that were truncated in this earlier --out file")
     ap.add_argument("--out")
     args = ap.parse_args()
     entries = json.load(open(SCHEMAS))["schemas"]
+    if args.only_truncated_in:
+        again = {r["id"] for r in json.load(open(args.only_truncated_in))["results"] if r["verdict"] == "truncated"}
+        entries = [e for e in entries if e["id"] in again]
     if args.limit:
         entries = entries[:args.limit]
     server = None
@@ -111,7 +117,8 @@ def main():
         server = ServerProcess()
         url = server.url
     try:
-        summary, results = run_all(url, entries, args.concurrency, args.max_tokens, not args.compact)
+        summary, results = run_all(url, entries, args.concurrency, args.max_tokens, not args.compact,
+                                   {"repetition_penalty": args.repetition_penalty} if args.repetition_penalty else None)
     finally:
         if server:
             server.stop()
