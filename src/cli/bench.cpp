@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "cli/common.h"
+#include "cli/load_engine.h"
 #include "cli/subcommands.h"
-#include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "ops/device.h"
@@ -118,14 +118,8 @@ Measurement summarize(const std::vector<double>& rates) {
 }
 
 int bench(const BenchFlags& flags) {
-  flags.model.apply();
-  std::string path = resolve_model_path(flags.model.model);
-  std::unique_ptr<model::Model> model;
-  try {
-    model = model::Model::load(path, {.device = flags.model.resolved_device()});
-  } catch (const Error& e) {
-    throw UsageError{e.what()};
-  }
+  const std::string path = resolve_model_path(flags.model.model);
+  std::shared_ptr<model::Model> model = load_model(flags.model);
   const int vocab = model->config().vocab_size;
   const int max_prompt = *std::max_element(flags.prompt_lengths.begin(), flags.prompt_lengths.end());
   const int max_gen = *std::max_element(flags.generate_lengths.begin(), flags.generate_lengths.end());

@@ -28,6 +28,7 @@ std::string resolve_model_path(const std::string& flag_value) {
 void ModelFlags::add_to(CLI::App& app) {
   app.add_option("-m,--model", model, "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
   app.add_option("-t,--threads", threads, "CPU threads (default: all)")->check(CLI::Range(0, 1024));
+  app.add_option("--adapter", adapter, "LoRA adapter directory (PEFT layout: ours or peft's), merged into the weights");
   app.add_option("--device", device, "cpu, cuda, or auto (CUDA when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();

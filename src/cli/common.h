@@ -30,6 +30,7 @@ struct ModelFlags {
   std::string model;
   int threads = 0;  // 0: all hardware threads
   std::string device = "auto";  // auto | cpu | cuda
+  std::string adapter;          // PEFT LoRA adapter directory, merged at load
   void add_to(CLI::App& app);
   // --device resolved: auto is CUDA when this build has it and a GPU is
   // present, else the CPU; "cuda" without either is a UsageError.

@@ -1,17 +1,33 @@
 #include "cli/load_engine.h"
 
 #include "core/error.h"
+#include "model/weights.h"
+#include "train/adapter_io.h"
 
 namespace brioche::cli {
 
-std::unique_ptr<engine::Engine> load_engine(const ModelFlags& flags, engine::EngineOptions options) {
+std::shared_ptr<model::Model> load_model(const ModelFlags& flags, int max_context) {
   flags.apply();
-  options.model_path = resolve_model_path(flags.model);
-  options.device = flags.resolved_device();
+  const std::string path = resolve_model_path(flags.model);
+  model::LoadOptions options{.max_context = max_context, .device = flags.resolved_device()};
+  if (!flags.adapter.empty()) {
+    options.adjust_checkpoint = [&flags](model::Checkpoint& checkpoint) {
+      train::merge_adapter(checkpoint, *train::load_adapter(flags.adapter, checkpoint));
+    };
+  }
   try {
-    return engine::Engine::load(options);
+    return model::Model::load(path, std::move(options));
   } catch (const Error& e) {
-    throw UsageError{std::string(e.what()) + " (brioche runs llama, mistral, qwen2 and qwen3 models as GGUF or safetensors)"};
+    throw UsageError{e.what()};
+  }
+}
+
+std::unique_ptr<engine::Engine> load_engine(const ModelFlags& flags, engine::EngineOptions options) {
+  std::shared_ptr<model::Model> model = load_model(flags, options.kv.max_context);
+  try {
+    return engine::Engine::from_model(std::move(model), options);
+  } catch (const Error& e) {
+    throw UsageError{e.what()};
   }
 }
 

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/weights.h"
+#include "engine/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/trainer.h"
 
@@ -33,16 +34,6 @@ std::string read_file(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const model::Checkpoint& ck) {
-  if (ck.gguf) return tokenizer::Tokenizer::from_gguf(*ck.gguf);
-  const std::string dir = ck.directory;
-  if (!std::filesystem::exists(dir + "/tokenizer.json"))
-    throw UsageError{"no tokenizer.json in " + dir + " (a safetensors model directory needs one)"};
-  std::string config;
-  if (std::filesystem::exists(dir + "/tokenizer_config.json")) config = read_file(dir + "/tokenizer_config.json");
-  return tokenizer::Tokenizer::from_tokenizer_json(read_file(dir + "/tokenizer.json"), config);
 }
 
 int run(const TrainFlags& flags) {
@@ -80,7 +71,7 @@ int run(const TrainFlags& flags) {
 
   model::Checkpoint ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
                                                                      : model::load_gguf_checkpoint(config.model);
-  auto tok = load_tokenizer(ck);
+  auto tok = engine::load_model_tokenizer(ck.gguf.get(), ck.directory);
   train::DatasetOptions options{.preference = train::is_preference(config.method),
                                 .max_seq_length = config.max_seq_length, .tokenizer = tok.get(),
                                 .render = train::make_chat_renderer(ck.chat_template, *tok), .quiet = config.quiet};

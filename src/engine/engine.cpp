@@ -72,8 +72,12 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> c
 }
 
 std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
-  std::shared_ptr<model::Model> model =
-      model::Model::load(options.model_path, {.max_context = options.kv.max_context, .device = options.device});
+  return from_model(
+      model::Model::load(options.model_path, {.max_context = options.kv.max_context, .device = options.device}),
+      options);
+}
+
+std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, const EngineOptions& options) {
   std::shared_ptr<const tokenizer::Tokenizer> tok = load_model_tokenizer(*model);
   auto engine = std::make_unique<Engine>(make_model_runner(model, options.kv), make_text_codec(tok), options.scheduler);
   engine->model_ = std::move(model);

@@ -79,6 +79,9 @@ class Engine {
   Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> codec, SchedulerOptions options = {});
   // Loads a GGUF / safetensors model and its tokenizer.
   static std::unique_ptr<Engine> load(const EngineOptions& options);
+  // Around an already loaded model (e.g. one with a merged adapter);
+  // options.model_path and options.device are not used.
+  static std::unique_ptr<Engine> from_model(std::shared_ptr<model::Model> model, const EngineOptions& options);
   ~Engine();  // cancels everything in flight and joins the engine thread
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -23,8 +23,12 @@ std::string read_text_file(const std::filesystem::path& path) {
 }  // namespace
 
 std::unique_ptr<tokenizer::Tokenizer> load_model_tokenizer(const model::Model& model) {
-  if (model.gguf() != nullptr) return tokenizer::Tokenizer::from_gguf(*model.gguf());
-  std::filesystem::path dir = model.directory();
+  return load_model_tokenizer(model.gguf(), model.directory());
+}
+
+std::unique_ptr<tokenizer::Tokenizer> load_model_tokenizer(const formats::GgufFile* gguf, const std::string& directory) {
+  if (gguf != nullptr) return tokenizer::Tokenizer::from_gguf(*gguf);
+  std::filesystem::path dir = directory;
   std::string json = read_text_file(dir / "tokenizer.json");
   BRIOCHE_CHECK(!json.empty(), "expected ", (dir / "tokenizer.json").string(), " next to the model's weights");
   return tokenizer::Tokenizer::from_tokenizer_json(json, read_text_file(dir / "tokenizer_config.json"));

@@ -32,6 +32,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
   if (!fs::exists(path)) fail(path, ": expected a .gguf file or a safetensors model directory, found nothing");
   Checkpoint ck = fs::is_directory(path) ? load_safetensors_checkpoint(path) : load_gguf_checkpoint(path);
   if (options.max_context > 0) ck.config.max_context = options.max_context;
+  if (options.adjust_checkpoint) options.adjust_checkpoint(ck);
   if (options.convert_weights) convert_weights(ck, *options.convert_weights);
   if (options.device != Device::CPU) move_weights(ck, options.device);
   const ModelConfig& c = ck.config;

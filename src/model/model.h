@@ -10,6 +10,7 @@
 // safetensors files); small vectors (norms, biases) are converted to f32.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,8 @@ class GgufFile;
 
 namespace brioche::model {
 
+struct Checkpoint;
+
 struct LoadOptions {
   int max_context = 0;  // override of the trained context length; 0 keeps it
   // Convert every weight matrix to this dtype at load (e.g. F32 to run a
@@ -36,6 +39,10 @@ struct LoadOptions {
   // (KvCacheOptions::device) and logits land where the caller's tensor is
   // (a CUDA logits tensor stays on the device).
   Device device = Device::CPU;
+  // Runs on the loaded checkpoint before conversion and upload: how layers
+  // above the model change its weights (e.g. merging a LoRA adapter, which
+  // the train layer knows how to read).
+  std::function<void(Checkpoint&)> adjust_checkpoint;
 };
 
 class Model {

@@ -104,5 +104,32 @@ TEST(Cli, BenchPrintsATable) {
   EXPECT_NE(o.output.find("peak RSS"), std::string::npos) << o.output;
 }
 
+TEST(Cli, TrainedAdapterLoadsIntoRun) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
+  auto dir = std::filesystem::temp_directory_path() / "brioche_cli_test_adapter";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "data");
+  {
+    FILE* f = std::fopen((dir / "data" / "train.jsonl").c_str(), "w");
+    for (int i = 0; i < 4; ++i) {
+      std::fputs(R"({"messages":[{"role":"user","content":"Repeat: blue boats"},{"role":"assistant","content":"BLUE BOATS"}]})"
+                 "\n", f);
+    }
+    std::fclose(f);
+  }
+  Outcome train = run_brioche("train -d " + (dir / "data").string() + " -o " + (dir / "adapter").string() +
+                              " --iters 2 --num-layers 1 --rank 4 --threads 2 -q");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_config.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_model.safetensors"));
+  Outcome adapted = run_brioche("run -p 'Repeat: blue boats' --temp 0 -n 4 -t 2 --adapter " + (dir / "adapter").string());
+  EXPECT_EQ(adapted.exit_code, 0) << adapted.output;
+  Outcome missing = run_brioche("run -p hi --adapter " + (dir / "nope").string());
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_EQ(count_lines(missing.output), 1) << missing.output;
+  EXPECT_NE(missing.output.find("adapter_config.json"), std::string::npos) << missing.output;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace brioche::cli
