@@ -302,7 +302,12 @@ void Engine::Scheduler::accept_token(Sequence& seq, const Sampler::Result& sampl
   // whose last row gives the logits of the following step.
   std::string forced = seq.constraint->forced_continuation();
   if (forced.empty()) return;
-  for (int32_t token : codec_.encode(forced, false)) {
+  // The span's last token is left to the sampler: the model may prefer a
+  // token that runs past the forced bytes (` "A` rather than ` "` + `A`), and
+  // forcing the short one would change the text that follows.
+  std::vector<int32_t> ids = codec_.encode(forced, false);
+  if (!ids.empty()) ids.pop_back();
+  for (int32_t token : ids) {
     bool room = seq.n_generated < req.max_tokens && int32_t(seq.tokens.size()) + 1 < runner_->context_length();
     if (!room) return;  // the sampled path reports "length" at the limit
     if (!seq.constraint->accept(token, codec_.token_bytes(token))) return;  // retokenized differently: sample the rest
