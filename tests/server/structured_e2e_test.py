@@ -131,6 +131,16 @@ class StructuredOutput(unittest.TestCase):
         warning = {k.lower(): v for k, v in headers.items()}.get("warning", "")
         self.assertTrue(warning.startswith("199 brioche"), warning)
         self.assertIn("#/properties/a", warning)
+        # The degrade path told the model in a system message: a longer prompt than without the field.
+        _, _, plain = post(SERVER.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+        self.assertGreater(body["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"] + 10)
+        # Streams carry the header too.
+        req = urllib.request.Request(SERVER.url + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
+                                                      "response_format": schema_format(bad)}).encode())
+        with urllib.request.urlopen(req, timeout=300) as r:
+            self.assertIn("#/properties/a", r.headers.get("Warning", ""))
+            r.read()
         status, headers, body = post(SERVER.url + "/v1/completions", {
             "prompt": "x", "max_tokens": 2, "guided_grammar": "root ::= ("})
         self.assertEqual(status, 200)
