@@ -47,13 +47,18 @@ void Tensor::set_contiguous_strides() {
   }
 }
 
-Tensor Tensor::zeros(DType dtype, const int64_t* shape, int rank) {
+Tensor Tensor::contiguous_layout(DType dtype, const int64_t* shape, int rank) {
   check_shape(dtype, shape, rank);
   Tensor t;
   t.dtype_ = dtype;
   t.rank_ = rank;
   for (int i = 0; i < rank; ++i) t.shape_[i] = shape[i];
   t.set_contiguous_strides();
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, const int64_t* shape, int rank) {
+  Tensor t = contiguous_layout(dtype, shape, rank);
   t.storage_ = allocate_cpu(t.nbytes());
   return t;
 }
@@ -64,12 +69,7 @@ Tensor Tensor::zeros(DType dtype, std::initializer_list<int64_t> shape) {
 
 Tensor Tensor::view(void* data, DType dtype, const int64_t* shape, int rank,
                     std::shared_ptr<void> owner, Device device) {
-  check_shape(dtype, shape, rank);
-  Tensor t;
-  t.dtype_ = dtype;
-  t.rank_ = rank;
-  for (int i = 0; i < rank; ++i) t.shape_[i] = shape[i];
-  t.set_contiguous_strides();
+  Tensor t = contiguous_layout(dtype, shape, rank);
   t.storage_ = std::make_shared<Storage>();
   t.storage_->data = data;
   t.storage_->bytes = t.nbytes();

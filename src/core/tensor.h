@@ -82,6 +82,8 @@ class Tensor {
   Shape strides_{};
 
   void set_contiguous_strides();
+  // Shape, dtype and contiguous strides, without storage yet.
+  static Tensor contiguous_layout(DType dtype, const int64_t* shape, int rank);
 };
 
 }  // namespace brioche

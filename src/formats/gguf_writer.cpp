@@ -2,10 +2,10 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/file_write.h"
 
 namespace brioche::formats {
 
@@ -143,13 +143,6 @@ std::vector<uint8_t> GgufWriter::serialize() const {
   return std::move(out.bytes);
 }
 
-void GgufWriter::write(const std::string& path) const {
-  std::vector<uint8_t> bytes = serialize();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) fail(path, ": cannot open for writing");
-  file.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  file.close();
-  if (!file) fail(path, ": write of ", bytes.size(), " bytes failed");
-}
+void GgufWriter::write(const std::string& path) const { write_file_atomically(path, serialize()); }
 
 }  // namespace brioche::formats

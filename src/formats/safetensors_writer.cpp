@@ -1,12 +1,12 @@
 // safetensors writer: JSON header (padded with spaces to a multiple of 8 so the
 // data section stays aligned), then tensors back to back in name order.
 #include <cstring>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "formats/safetensors.h"
+#include "formats/file_write.h"
 
 namespace brioche::formats {
 
@@ -73,13 +73,6 @@ std::vector<uint8_t> SafetensorsWriter::serialize() const {
   return out;
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
-  std::vector<uint8_t> bytes = serialize();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) fail(path, ": cannot open for writing");
-  file.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  file.close();
-  if (!file) fail(path, ": write of ", bytes.size(), " bytes failed");
-}
+void SafetensorsWriter::write(const std::string& path) const { write_file_atomically(path, serialize()); }
 
 }  // namespace brioche::formats
