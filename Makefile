@@ -7,7 +7,7 @@ PRESET ?= cpu
 BUILD := build/$(PRESET)
 PROMPT ?= Write a haiku about bread.
 
-.PHONY: setup build serve run test clean
+.PHONY: setup build build-cuda serve run test clean
 
 setup:
 	scripts/setup.sh
@@ -15,6 +15,11 @@ setup:
 build:
 	@test -f $(BUILD)/build.ninja || cmake --preset $(PRESET) >/dev/null
 	cmake --build $(BUILD)
+
+# The CUDA backend (sm_90a); compiles and links without a GPU.
+build-cuda:
+	@test -f build/cuda/build.ninja || cmake --preset cuda >/dev/null
+	cmake --build build/cuda
 
 serve: setup build
 	$(BUILD)/brioche serve
