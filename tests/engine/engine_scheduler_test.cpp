@@ -119,7 +119,8 @@ TEST(EngineScheduler, PrefixCacheServesARepeatedPrompt) {
 
 TEST(EngineScheduler, PreemptionResumesWithIdenticalTokens) {
   // 12 blocks of 4 = 48 positions for 4 sequences that each grow to 40.
-  auto engine = make_toy_engine({.context = 512, .block_size = 4, .n_blocks = 12}, {.prefix_cache = false});
+  auto engine = make_toy_engine({.context = 512, .block_size = 4, .n_blocks = 12, .step_delay = std::chrono::milliseconds(2)},
+                                {.prefix_cache = false});
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (int32_t i = 0; i < 4; ++i) handles.push_back(engine->submit(greedy(prompt_of(10, 10 + i), 30)));
   for (int32_t i = 0; i < 4; ++i) {

@@ -8,6 +8,9 @@
 // Like the CPU forward, every row is computed independently of the batch.
 #pragma once
 
+#include <chrono>
+#include <thread>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +34,9 @@ struct ToyConfig {
   int32_t context = 512;
   int32_t block_size = 4;
   int32_t n_blocks = 64;
+  // Time each forward takes, so that tests relying on requests overlapping
+  // (preemption) do not race a model that finishes before the next submit.
+  std::chrono::microseconds step_delay{0};
 };
 
 class ToyRunner final : public ModelRunner {
@@ -47,6 +53,7 @@ class ToyRunner final : public ModelRunner {
   }
 
   void forward(const model::ForwardBatch& batch, Tensor& logits) override {
+    if (config_.step_delay.count() > 0) std::this_thread::sleep_for(config_.step_delay);
     logits = Tensor::zeros(DType::F32, {int64_t(batch.n_logit_rows()), int64_t(config_.vocab)});
     int32_t out_row = 0;
     for (const model::SequenceView& s : batch.sequences) {
