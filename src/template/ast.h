@@ -71,7 +71,7 @@ struct Stmt {
   int column = 0;
   std::string text;                    // Text; Macro name; SetAttr attribute
   ExprPtr expr;                        // Print, For iterable, Set/SetAttr value
-  ExprPtr filter;                      // For: `if` condition; SetBlock/FilterBlock: filter chain on a Name placeholder
+  ExprPtr filter;                      // For: `if` condition; SetBlock/FilterBlock: filter chain whose root Name stands for the block text
   std::vector<std::string> targets;    // For, Set, SetBlock, SetAttr (namespace name)
   bool target_is_tuple = false;        // `for a, b in` / `set a, b =`
   std::vector<std::pair<ExprPtr, Body>> branches;  // If

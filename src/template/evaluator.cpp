@@ -211,7 +211,7 @@ Value Renderer::make_macro(const Stmt& s, const ScopePtr& scope) {
 }
 
 Value Renderer::apply_filter_chain(const Expr& chain, Value input, const ScopePtr& scope) {
-  if (chain.kind != ExprKind::Filter) return input;  // the placeholder at the chain's root
+  if (chain.kind != ExprKind::Filter) return input;  // the chain's root stands for `input`
   Value inner = apply_filter_chain(*chain.operands[0], std::move(input), scope);
   CallArgs args = eval_args(chain, scope);
   return call_filter(chain.name, inner, args);

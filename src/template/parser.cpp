@@ -278,7 +278,7 @@ class Parser {
     return s;
   }
 
-  // `| f(args) | g` applied to a placeholder literal (the block's text).
+  // `| f(args) | g` applied to a stand-in literal that is replaced by the block's rendered text.
   ExprPtr parse_filter_chain() {
     ExprPtr chain = node(ExprKind::Literal, cur());
     while (is_op("|")) chain = parse_filter(std::move(chain));

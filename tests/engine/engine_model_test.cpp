@@ -41,6 +41,17 @@ const char* kPrompts[] = {
     "My favourite fruit is the",
 };
 
+// Runs the four prompts one at a time, then all submitted together (batched,
+// and preempted when the cache is small): each must give the same tokens.
+template <typename MakeRequest>
+void expect_together_equals_alone(Engine& engine, const MakeRequest& request) {
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 4; ++i) alone.push_back(run_tokens(*engine.submit(request(i))));
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 4; ++i) handles.push_back(engine.submit(request(i)));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(run_tokens(*handles[size_t(i)]), alone[size_t(i)]) << kPrompts[i];
+}
+
 TEST(EngineModel, SeededRequestsGiveTheSameTokensAloneAndBatched) {
   auto engine = load_or_skip({.kv = {.max_context = 512}});
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
@@ -54,11 +65,7 @@ TEST(EngineModel, SeededRequestsGiveTheSameTokensAloneAndBatched) {
     r.ignore_eos = true;
     return r;
   };
-  std::vector<std::vector<int32_t>> alone;
-  for (int i = 0; i < 4; ++i) alone.push_back(run_tokens(*engine->submit(request(i))));
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 4; ++i) handles.push_back(engine->submit(request(i)));
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(run_tokens(*handles[size_t(i)]), alone[size_t(i)]) << kPrompts[i];
+  expect_together_equals_alone(*engine, request);
 }
 
 TEST(EngineModel, PreemptionKeepsGreedyTokens) {
@@ -74,11 +81,7 @@ TEST(EngineModel, PreemptionKeepsGreedyTokens) {
     r.ignore_eos = true;
     return r;
   };
-  std::vector<std::vector<int32_t>> alone;
-  for (int i = 0; i < 4; ++i) alone.push_back(run_tokens(*engine->submit(request(i))));
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (int i = 0; i < 4; ++i) handles.push_back(engine->submit(request(i)));
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(run_tokens(*handles[size_t(i)]), alone[size_t(i)]) << kPrompts[i];
+  expect_together_equals_alone(*engine, request);
   EngineStats s = engine->stats();
   for (int i = 0; i < 200 && s.requests_finished < 8; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
