@@ -1,0 +1,366 @@
+// Prefill attention on tensor cores (see attention_prefill.h).
+//
+// CTA = (query head h, tile of kRows = 64 query rows of one sequence); 4 warps,
+// warp w owns rows [16w, 16w + 16). Per key tile of kKeys = 64 keys:
+//   S = Q·Kᵀ            [16, 64] per warp: mma.sync m16n8k16 (f16 in, f32 acc)
+//   m' = max(m, rowmax S);  P = 2^(S − m');  l' = l·2^(m − m') + rowsum P
+//   O' = O·2^(m − m') + P·V   (P rounded to f16 as the mma's A operand)
+// and at the end out = O / l. Q is pre-scaled by scale·log2(e) before its f16
+// rounding, so S is already in base-2 units (as in attention.cu).
+//
+// Data movement: Q (f32 activations) is scaled, rounded and staged once in
+// shared memory, then held as mma A fragments in registers. K and V tiles are
+// gathered from the paged cache (slot = table[key / block_size]·block_size +
+// key % block_size) with 16-byte cp.async into a double buffer: tile t+1
+// loads while tile t computes. Shared rows are D halves; 16-byte chunk c of
+// row r sits at chunk c ^ (r & 7), so the 8 row addresses of each ldmatrix
+// phase fall in 8 different bank groups.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
+//   A[16,16]: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+//   B[16,8] : b0 (k 2t..2t+1, n g)  b1 (k 2t+8.., n g)
+//   C[16,8] : c0,c1 (g, 2t..2t+1)  c2,c3 (g+8, 2t..2t+1)
+// Two adjacent C tiles of S (keys 16j..16j+15) are exactly P's A fragment for
+// the k-step j of P·V, so P never leaves registers.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/attention_prefill.h"
+#include "backend/cuda/cuda_check.h"
+
+namespace brioche::cuda {
+
+namespace {
+
+constexpr int kRows = 64;   // query rows per CTA
+constexpr int kKeys = 64;   // keys per shared-memory tile
+constexpr int kWarps = kRows / 16;
+constexpr int kThreads = kWarps * 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct PrefillParams {
+  const float* q;   // [n_rows, n_heads * D], row stride q_stride floats
+  float* out;       // same layout, row stride out_stride
+  int64_t q_stride, out_stride;
+  const __half* k;  // [n_blocks, block_size, n_kv_heads, D]
+  const __half* v;
+  int n_heads, n_kv_heads, block_size;
+  float scale_log2;    // scale · log2(e)
+  int sliding_window;  // 0 = full causal
+  // Device metadata (one upload): tiles[n_tiles][2] = (sequence, first row
+  // within it); seqs[n_seqs][4] = (first_row, n_rows, n_past, table offset);
+  // tables = the block tables, concatenated.
+  const int32_t* tiles;
+  const int32_t* seqs;
+  const int32_t* tables;
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Offset in halves of 16-byte chunk `chunk` of row `row` (rows of D halves).
+template <int D>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// 16 bytes global -> shared; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+// c[16,8] += a[16,16] · b[16,8]
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);  // .x (low 16 bits) = lo
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+
+// Queues the K and V rows of keys [key0, key0 + kKeys) into one buffer; keys
+// at or past key_end are zero-filled (no table entry covers them).
+template <int D>
+__device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int32_t* table, int kv_head, int key0,
+                                             int key_end, __half* sk, __half* sv) {
+  constexpr int kChunks = D / 8;
+  const int64_t slot_elems = int64_t(p.n_kv_heads) * D;
+#pragma unroll
+  for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int key = key0 + r;
+    const bool valid = key < key_end;
+    int64_t off = 0;
+    if (valid) {
+      const int64_t block = table[key / p.block_size];
+      off = (block * p.block_size + key % p.block_size) * slot_elems + int64_t(kv_head) * D + c * 8;
+    }
+    cp_async_16(sk + swizzled<D>(r, c), p.k + off, valid);
+    cp_async_16(sv + swizzled<D>(r, c), p.v + off, valid);
+  }
+  cp_async_commit();
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) prefill_attention_kernel(PrefillParams p) {
+  constexpr int kChunks = D / 8;   // 16-byte chunks per shared row
+  constexpr int kDSteps = D / 16;  // k-steps of S = Q·Kᵀ
+  extern __shared__ __align__(128) unsigned char smem[];
+  __half* sq = reinterpret_cast<__half*>(smem);  // [kRows][D]
+  __half* sk = sq + kRows * D;                     // [2][kKeys][D]
+  __half* sv = sk + 2 * kKeys * D;                 // [2][kKeys][D]
+
+  const int h = blockIdx.x;
+  const int seq = p.tiles[2 * blockIdx.y], row0 = p.tiles[2 * blockIdx.y + 1];
+  const int first_row = p.seqs[4 * seq], seq_rows = p.seqs[4 * seq + 1], n_past = p.seqs[4 * seq + 2];
+  const int32_t* table = p.tables + p.seqs[4 * seq + 3];
+  const int kv_head = h / (p.n_heads / p.n_kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  const int rows_here = min(kRows, seq_rows - row0);
+  const int pos0 = n_past + row0;             // position of the tile's first row
+  const int pos_last = pos0 + rows_here - 1;  // and of its last
+  const int window = p.sliding_window;
+  const int key_begin = window > 0 ? max(0, pos0 - window + 1) : 0;
+  const int key_end = pos_last + 1;
+  const int tile0 = key_begin / kKeys * kKeys;
+  const int n_tiles = (key_end - tile0 + kKeys - 1) / kKeys;
+
+  load_kv_tile<D>(p, table, kv_head, tile0, key_end, sk, sv);
+
+  // Q: f32 -> ·scale·log2 e -> f16, into shared memory (rows past the
+  // sequence are zeros).
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    uint32_t packed[4] = {0, 0, 0, 0};
+    if (r < rows_here) {
+      const float* src = p.q + int64_t(first_row + row0 + r) * p.q_stride + int64_t(h) * D + c * 8;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) packed[j] = pack_half2(src[2 * j] * p.scale_log2, src[2 * j + 1] * p.scale_log2);
+    }
+    *reinterpret_cast<uint4*>(sq + swizzled<D>(r, c)) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+  __syncthreads();
+  uint32_t qf[kDSteps][4];  // this warp's 16 rows as A fragments
+#pragma unroll
+  for (int kk = 0; kk < kDSteps; ++kk) ldmatrix_x4(qf[kk], sq + swizzled<D>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+
+  // This thread's two rows (g and g + 8 of the warp's 16); rows past the
+  // sequence borrow the last row's position (computed, never written).
+  int qpos[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) qpos[i] = pos0 + min(warp * 16 + g + 8 * i, rows_here - 1);
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int key0 = tile0 + t * kKeys;
+    const int buf = t & 1;
+    if (t + 1 < n_tiles) {
+      load_kv_tile<D>(p, table, kv_head, key0 + kKeys, key_end, sk + (buf ^ 1) * kKeys * D,
+                      sv + (buf ^ 1) * kKeys * D);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const __half* kt = sk + buf * kKeys * D;
+    const __half* vt = sv + buf * kKeys * D;
+
+    // S[16, 64] = Q·Kᵀ: ntile j covers keys key0 + 8j .. + 7.
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kKeys / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, kt + swizzled<D>(np * 16 + (lane & 7) + (lane >> 4) * 8, kk * 2 + ((lane >> 3) & 1)));
+        mma_16816(s[2 * np], qf[kk], b[0], b[1]);
+        mma_16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+    }
+
+    // Causal and window masks, only on tiles that cross a boundary.
+    const bool crosses = key0 + kKeys - 1 > pos0 || (window > 0 && key0 < pos_last - window + 1);
+    if (crosses) {
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * j + 2 * t4 + (e & 1);
+          const int q = qpos[e >> 1];
+          if (key > q || (window > 0 && key <= q - window)) s[j][e] = -INFINITY;
+        }
+    }
+
+    // Online softmax for the two rows; a row's 4 threads (one quad) share m.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = m[i];
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: keep zeros, not NaN
+      const float corr = exp2f(m[i] - base);
+      m[i] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j) {
+        s[j][2 * i] = exp2f(s[j][2 * i] - base);
+        s[j][2 * i + 1] = exp2f(s[j][2 * i + 1] - base);
+        sum += s[j][2 * i] + s[j][2 * i + 1];
+      }
+      l[i] = l[i] * corr + sum;  // this thread's columns; the quad sums at the end
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][2 * i] *= corr;
+        o[n][2 * i + 1] *= corr;
+      }
+    }
+
+    // O[16, D] += P[16, 64] · V[64, D]
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                             pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vt + swizzled<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, np * 2 + (lane >> 4)));
+        mma_16816(o[2 * np], a, b[0], b[1]);
+        mma_16816(o[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's loads overwrite this buffer
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    const int r = warp * 16 + g + 8 * i;
+    if (r >= rows_here) continue;
+    const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
+    float* dst = p.out + int64_t(first_row + row0 + r) * p.out_stride + int64_t(h) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      dst[8 * n] = o[n][2 * i] * inv;
+      dst[8 * n + 1] = o[n][2 * i + 1] * inv;
+    }
+  }
+}
+
+template <int D>
+void launch(const PrefillParams& p, int n_tiles) {
+  constexpr size_t kSmem = size_t(kRows + 4 * kKeys) * D * sizeof(__half);  // Q + double-buffered K, V
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kSmem)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid{unsigned(p.n_heads), unsigned(n_tiles), 1u};
+  prefill_attention_kernel<D><<<grid, kThreads, kSmem, detail::current_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+bool prefill_kernel_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_PREFILL_ATTENTION");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+bool prefill_attention_takes(const backend::cpu::PagedAttentionArgs& a, const backend::cpu::KvSequence& seq) {
+  return a.cache.f16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_kv_heads > 0 &&
+         a.n_heads % a.n_kv_heads == 0 && seq.n_rows >= kPrefillMinRows && prefill_kernel_enabled();
+}
+
+std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::PagedAttentionArgs& a) {
+  std::vector<backend::cpu::KvSequence> rest;
+  // Metadata layout of the upload: tiles, then seqs, then tables (PrefillParams).
+  struct Tile {
+    int32_t seq, row0, work;  // work: keys the tile's last row sees
+  };
+  std::vector<Tile> tiles;
+  std::vector<int32_t> seqs, tables;
+  for (int s = 0; s < a.n_sequences; ++s) {
+    const backend::cpu::KvSequence& seq = a.sequences[s];
+    if (!prefill_attention_takes(a, seq)) {
+      rest.push_back(seq);
+      continue;
+    }
+    const int32_t index = int32_t(seqs.size() / 4);
+    for (int32_t row0 = 0; row0 < seq.n_rows; row0 += kRows) {
+      const int32_t last = seq.n_past + std::min(seq.n_rows, row0 + kRows) - 1;
+      const int32_t work = a.sliding_window > 0 ? std::min(last + 1, a.sliding_window + kRows) : last + 1;
+      tiles.push_back({index, row0, work});
+    }
+    seqs.insert(seqs.end(), {seq.first_row, seq.n_rows, seq.n_past, int32_t(tables.size())});
+    tables.insert(tables.end(), seq.block_table, seq.block_table + seq.n_table_blocks);
+  }
+  if (tiles.empty()) return rest;
+  // Longest tiles first: the grid's tail is then short tiles.
+  std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& x, const Tile& y) { return x.work > y.work; });
+  std::vector<int32_t> meta;
+  meta.reserve(2 * tiles.size() + seqs.size() + tables.size());
+  for (const Tile& t : tiles) meta.insert(meta.end(), {t.seq, t.row0});
+  meta.insert(meta.end(), seqs.begin(), seqs.end());
+  meta.insert(meta.end(), tables.begin(), tables.end());
+  const auto* dmeta = static_cast<const int32_t*>(upload_cached(meta.data(), meta.size() * 4));
+
+  const PrefillParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
+                        .k = static_cast<const __half*>(a.cache.k), .v = static_cast<const __half*>(a.cache.v),
+                        .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads, .block_size = a.cache.block_size,
+                        .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window,
+                        .tiles = dmeta, .seqs = dmeta + 2 * tiles.size(),
+                        .tables = dmeta + 2 * tiles.size() + seqs.size()};
+  if (a.head_dim == 64) launch<64>(p, int(tiles.size()));
+  else launch<128>(p, int(tiles.size()));
+  return rest;
+}
+
+}  // namespace brioche::cuda
