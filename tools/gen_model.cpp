@@ -2,37 +2,82 @@
 // GGUF, for speed tests where no model can be downloaded.
 //
 //   gen_model --shape llama3-8b --dtype q4_k --out /tmp/llama3-8b-q4_k.gguf
+//
+// With a real tokenizer, so that `brioche run/serve` work end to end on the
+// random model (the text is nonsense; the paths are the real ones):
+//   gen_model --tokenizer-only --tokenizer-from SmolLM2.gguf --out tok.gguf   (small, carried)
+//   gen_model --shape smollm2-135m --tokenizer-from tok.gguf --out model.gguf
+// --tokenizer-from copies every tokenizer.* key of that GGUF.
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
+#include "formats/gguf.h"
 #include "tools/gen_model_lib.h"
+
+namespace {
+
+std::vector<std::pair<std::string, brioche::formats::GgufValue>> tokenizer_metadata(const std::string& path) {
+  auto file = brioche::formats::GgufFile::open(path);
+  std::vector<std::pair<std::string, brioche::formats::GgufValue>> out;
+  for (const auto& [key, value] : file->metadata())
+    if (key.starts_with("tokenizer.")) out.emplace_back(key, value);
+  if (out.empty()) brioche::fail(path, ": no tokenizer.* metadata to copy");
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace brioche;
-  std::string shape, dtype_text = "bf16", out;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::string shape, dtype_text = "bf16", out, tokenizer_from;
+  bool tokenizer_only = false;
+  for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
-    if (flag == "--shape") shape = argv[i + 1];
-    else if (flag == "--dtype") dtype_text = argv[i + 1];
-    else if (flag == "--out") out = argv[i + 1];
+    if (flag == "--tokenizer-only") {
+      tokenizer_only = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "gen_model: flag %s needs a value\n", flag.c_str());
+      return 2;
+    }
+    std::string value = argv[++i];
+    if (flag == "--shape") shape = value;
+    else if (flag == "--dtype") dtype_text = value;
+    else if (flag == "--out") out = value;
+    else if (flag == "--tokenizer-from") tokenizer_from = value;
     else {
       std::fprintf(stderr, "gen_model: unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  if (shape.empty() || out.empty()) {
-    std::fprintf(stderr, "usage: gen_model --shape NAME --dtype DTYPE --out FILE.gguf\n  shapes:");
+  if (out.empty() || (shape.empty() && !tokenizer_only) || (tokenizer_only && tokenizer_from.empty())) {
+    std::fprintf(stderr,
+                 "usage: gen_model --shape NAME [--dtype DTYPE] [--tokenizer-from FILE.gguf] --out FILE.gguf\n"
+                 "       gen_model --tokenizer-only --tokenizer-from FILE.gguf --out FILE.gguf\n  shapes:");
     for (const auto& p : tools::shape_presets()) std::fprintf(stderr, " %s", p.name.c_str());
     std::fprintf(stderr, "\n");
     return 2;
   }
   try {
+    std::vector<std::pair<std::string, formats::GgufValue>> extra;
+    if (!tokenizer_from.empty()) extra = tokenizer_metadata(tokenizer_from);
+    if (tokenizer_only) {
+      formats::GgufWriter writer;
+      for (auto& [key, value] : extra) writer.add(key, value);
+      writer.write(out);
+      std::printf("wrote %s (%zu tokenizer keys from %s)\n", out.c_str(), extra.size(), tokenizer_from.c_str());
+      return 0;
+    }
     DType dtype;
     if (!parse_dtype(dtype_text, &dtype)) fail("unknown dtype '", dtype_text, "'");
     model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(shape), dtype);
-    tools::write_gguf(ck, out);
-    std::printf("wrote %s (%s, %s)\n", out.c_str(), shape.c_str(), dtype_text.c_str());
+    tools::write_gguf(ck, out, extra);
+    std::printf("wrote %s (%s, %s%s)\n", out.c_str(), shape.c_str(), dtype_text.c_str(),
+                extra.empty() ? "" : ", with a real tokenizer");
   } catch (const Error& e) {
     std::fprintf(stderr, "gen_model: %s\n", e.what());
     return 1;

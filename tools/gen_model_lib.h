@@ -172,12 +172,15 @@ inline model::Checkpoint random_checkpoint(const ShapePreset& p, DType dtype, ui
 
 // Writes the checkpoint as a GGUF v3 file llama.cpp-style names and metadata
 // (no tokenizer: for speed tests through Model::load, not for chat).
-inline void write_gguf(const model::Checkpoint& ck, const std::string& path) {
+// `extra` metadata (e.g. a real tokenizer's tokenizer.* keys) is added as is.
+inline void write_gguf(const model::Checkpoint& ck, const std::string& path,
+                       const std::vector<std::pair<std::string, formats::GgufValue>>& extra = {}) {
   using formats::GgufType;
   using formats::GgufValue;
   const model::ModelConfig& c = ck.config;
   const std::string a = c.architecture;
   formats::GgufWriter out;
+  for (const auto& [key, value] : extra) out.add(key, value);
   out.add("general.architecture", GgufValue::string(a));
   out.add("general.name", GgufValue::string(ck.source));
   out.add(a + ".context_length", GgufValue::integer(GgufType::U32, c.max_context));

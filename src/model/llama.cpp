@@ -80,7 +80,6 @@ void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) co
 
 void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
   const ModelConfig& c = ck_.config;
-  const ModelWeights& w = ck_.weights;
   check_batch(batch, cache);
   const int64_t n = batch.n_rows();
   const int64_t n_logits = batch.n_logit_rows();
@@ -92,14 +91,34 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
     if (n_logits == 0) logits = logits.slice(0, 0, 0);
   }
   if (n == 0) return;
+  if (graphs_.run(batch, cache, logits, [&](const ForwardBatch& b, Activations& a, Tensor& out) {
+        forward_on_device(b, cache, a, out);
+      }))
+    return;
+  Activations a = buffers_.view(c, n, device());
+  if (n_logits == 0 || logits.device() == device()) {
+    forward_on_device(batch, cache, a, logits);
+    return;
+  }
+  // Model on the device, logits wanted on the host: one copy back.
+  if (!device_logits_.defined() || device_logits_.dim(0) < n_logits)
+    device_logits_ = ops::zeros(DType::F32, {n_logits, c.vocab_size}, device());
+  Tensor dl = device_logits_.slice(0, 0, n_logits);
+  forward_on_device(batch, cache, a, dl);
+  ops::copy(dl, logits);
+}
 
+void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits) {
+  const ModelConfig& c = ck_.config;
+  const ModelWeights& w = ck_.weights;
+  const int64_t n = batch.n_rows();
+  const int64_t n_logits = batch.n_logit_rows();
   std::vector<ops::AttentionSequence> sequences;
   sequences.reserve(batch.sequences.size());
   for (const SequenceView& s : batch.sequences)
     sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
   AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_};
 
-  Activations a = buffers_.view(c, n, device());
   ops::embedding(w.token_embd, batch.tokens, a.x);
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
@@ -130,16 +149,7 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
     r = end;
   }
   ops::rms_norm(last, w.output_norm, c.rms_eps, last);
-  if (logits.device() == device()) {
-    ops::matmul(last, w.output, logits);
-    return;
-  }
-  // Model on the device, logits wanted on the host: one copy back.
-  if (!device_logits_.defined() || device_logits_.dim(0) < n_logits)
-    device_logits_ = ops::zeros(DType::F32, {n_logits, c.vocab_size}, device());
-  Tensor dl = device_logits_.slice(0, 0, n_logits);
-  ops::matmul(last, w.output, dl);
-  ops::copy(dl, logits);
+  ops::matmul(last, w.output, logits);
 }
 
 }  // namespace brioche::model

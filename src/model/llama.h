@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "model/blocks.h"
+#include "model/decode_graphs.h"
 #include "model/model.h"
 #include "model/weights.h"
 
@@ -21,14 +22,19 @@ class LlamaModel final : public Model {
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
   size_t weight_bytes() const override;
   Device device() const override { return ck_.weights.token_embd.device(); }
+  // Decode graphs recorded so far (CUDA; see decode_graphs.h).
+  size_t n_decode_graphs() const { return graphs_.n_graphs(); }
 
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  // The forward proper; `logits` [n_logit_rows, vocab] on the model's device.
+  void forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits);
 
   Checkpoint ck_;
   std::vector<float> inv_freq_;  // [head_dim/2] RoPE frequencies, scaling applied
   ActivationBuffers buffers_;
   Tensor device_logits_;  // [n_logits, vocab] on the device, when the caller's logits are on the host
+  DecodeGraphs graphs_{ck_.config};  // decode steps on CUDA
 };
 
 }  // namespace brioche::model

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
 
 namespace brioche::cuda {
@@ -37,14 +38,25 @@ struct AttnParams {
   int n_rows;
   // Device metadata: row_seq[n_rows] (−1: not covered), row_pos[n_rows],
   // table_offset[n_sequences], tables[...] (block tables, concatenated).
+  // Bound decode steps (graph.h) have no row_seq: row r is sequence r unless
+  // row_pos[r] < 0, and its table starts at tables + r·table_stride.
   const int32_t* row_seq;
   const int32_t* row_pos;
   const int32_t* table_offset;
   const int32_t* tables;
+  int table_stride;
   int splits;
   float* part_acc;  // [n_rows, n_heads, splits, head_dim]
   float* part_ml;   // [n_rows, n_heads, splits, 2]
 };
+
+__device__ __forceinline__ int row_sequence(const AttnParams& p, int r) {
+  return p.row_seq != nullptr ? p.row_seq[r] : (p.row_pos[r] < 0 ? -1 : r);
+}
+
+__device__ __forceinline__ const int32_t* row_table(const AttnParams& p, int seq) {
+  return p.tables + (p.row_seq != nullptr ? int64_t(p.table_offset[seq]) : int64_t(seq) * p.table_stride);
+}
 
 template <typename KV, int N>
 __device__ __forceinline__ void load_kv(const KV* p, float out[N]) {
@@ -93,7 +105,7 @@ template <typename KV, int DPL, int kMaxGroup>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   const int r = blockIdx.x / p.n_kv_heads, kv_head = blockIdx.x % p.n_kv_heads;
   const int split = blockIdx.y;
-  const int seq = p.row_seq[r];
+  const int seq = row_sequence(p, r);
   if (seq < 0) return;
   const int group = p.n_heads / p.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -103,7 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   const int per_split = (n_keys + p.splits - 1) / p.splits;
   const int k0 = first + split * per_split;
   const int k1 = min(pos, k0 + per_split - 1);  // inclusive; k1 < k0 when empty
-  const int32_t* table = p.tables + p.table_offset[seq];
+  const int32_t* table = row_table(p, seq);
   const int64_t slot_elems = int64_t(p.n_kv_heads) * p.head_dim;
   const int64_t head_off = int64_t(kv_head) * p.head_dim + lane * DPL;
   const KV* k_cache = static_cast<const KV*>(p.k);
@@ -226,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
 // One block per (row, head); thread per output value.
 __global__ void combine_kernel(AttnParams p) {
   const int r = blockIdx.x / p.n_heads, h = blockIdx.x % p.n_heads;
-  if (p.row_seq[r] < 0) return;
+  if (row_sequence(p, r) < 0) return;
   const int d = p.head_dim;
   const int64_t part0 = (int64_t(r) * p.n_heads + h) * p.splits;
   float mm = -INFINITY;
@@ -263,6 +275,37 @@ __global__ void store_kv_kernel(const float* k, const float* v, int64_t k_stride
   }
 }
 
+// The same for a bound decode step: row r's slot comes from its position and
+// block table (rows of position −1 are padding).
+template <typename KV>
+__global__ void store_kv_bound_kernel(const float* k, const float* v, int64_t k_stride, int64_t v_stride,
+                                      const int32_t* positions, const int32_t* tables, int table_stride,
+                                      int block_size, int64_t n_rows, int kv_dim, KV* k_cache, KV* v_cache) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n_rows * kv_dim) return;
+  const int64_t r = t / kv_dim, e = t % kv_dim;
+  const int32_t pos = positions[r];
+  if (pos < 0) return;
+  const int64_t s = int64_t(tables[r * table_stride + pos / block_size]) * block_size + pos % block_size;
+  if constexpr (sizeof(KV) == 2) {
+    k_cache[s * kv_dim + e] = __float2half_rn(k[r * k_stride + e]);
+    v_cache[s * kv_dim + e] = __float2half_rn(v[r * v_stride + e]);
+  } else {
+    k_cache[s * kv_dim + e] = k[r * k_stride + e];
+    v_cache[s * kv_dim + e] = v[r * v_stride + e];
+  }
+}
+
+template <typename KV>
+void store_kv_bound(const backend::cpu::StoreKvArgs& a, const DecodeBinding& b) {
+  const int64_t total = int64_t(b.n_rows) * a.kv_dim;
+  const unsigned grid = unsigned((total + 255) / 256);
+  store_kv_bound_kernel<KV><<<grid, 256, 0, detail::current_stream()>>>(
+      a.k, a.v, a.k_stride, a.v_stride, b.positions, b.tables, b.table_stride, a.cache.block_size, b.n_rows,
+      a.kv_dim, static_cast<KV*>(a.cache.k), static_cast<KV*>(a.cache.v));
+  CUDA_CHECK_LAUNCH();
+}
+
 template <typename KV, int DPL>
 void launch_attention(const AttnParams& p, dim3 grid) {
   const int group = p.n_heads / p.n_kv_heads;
@@ -283,9 +326,37 @@ void launch_attention_dim(const AttnParams& p, dim3 grid) {
   }
 }
 
+// The host metadata of a call in one upload: row_seq, row_pos, table_offset,
+// tables (see AttnParams).
+const int32_t* upload_metadata(const backend::cpu::PagedAttentionArgs& a, int n_rows, size_t table_total) {
+  std::vector<int32_t> meta(size_t(2 * n_rows + a.n_sequences) + table_total, 0);
+  int32_t* row_seq = meta.data();
+  int32_t* row_pos = row_seq + n_rows;
+  int32_t* table_offset = row_pos + n_rows;
+  int32_t* tables = table_offset + a.n_sequences;
+  std::fill(row_seq, row_seq + n_rows, -1);
+  int32_t offset = 0;
+  for (int s = 0; s < a.n_sequences; ++s) {
+    const backend::cpu::KvSequence& seq = a.sequences[s];
+    for (int32_t i = 0; i < seq.n_rows; ++i) {
+      row_seq[seq.first_row + i] = s;
+      row_pos[seq.first_row + i] = seq.n_past + i;
+    }
+    table_offset[s] = offset;
+    std::copy(seq.block_table, seq.block_table + seq.n_table_blocks, tables + offset);
+    offset += seq.n_table_blocks;
+  }
+  return static_cast<const int32_t*>(upload_cached(meta.data(), meta.size() * 4));
+}
+
 }  // namespace
 
 void store_kv(const backend::cpu::StoreKvArgs& a) {
+  if (const DecodeBinding* bound = decode_binding()) {
+    if (a.cache.f16) store_kv_bound<__half>(a, *bound);
+    else store_kv_bound<float>(a, *bound);
+    return;
+  }
   int64_t n_rows = 0;
   for (int s = 0; s < a.n_sequences; ++s)
     n_rows = std::max<int64_t>(n_rows, a.sequences[s].first_row + a.sequences[s].n_rows);
@@ -323,26 +394,12 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& a) {
     table_total += size_t(seq.n_table_blocks);
   }
   if (n_rows == 0) return;
-  // Metadata in one upload: row_seq, row_pos, table_offset, tables.
-  std::vector<int32_t> meta(size_t(2 * n_rows + a.n_sequences) + table_total, 0);
-  int32_t* row_seq = meta.data();
-  int32_t* row_pos = row_seq + n_rows;
-  int32_t* table_offset = row_pos + n_rows;
-  int32_t* tables = table_offset + a.n_sequences;
-  std::fill(row_seq, row_seq + n_rows, -1);
-  int32_t offset = 0;
-  for (int s = 0; s < a.n_sequences; ++s) {
-    const backend::cpu::KvSequence& seq = a.sequences[s];
-    for (int32_t i = 0; i < seq.n_rows; ++i) {
-      row_seq[seq.first_row + i] = s;
-      row_pos[seq.first_row + i] = seq.n_past + i;
-    }
-    table_offset[s] = offset;
-    std::copy(seq.block_table, seq.block_table + seq.n_table_blocks, tables + offset);
-    offset += seq.n_table_blocks;
+  const DecodeBinding* bound = decode_binding();
+  if (bound != nullptr) {
+    BRIOCHE_CHECK(n_rows == bound->n_rows, "paged_attention: ", n_rows, " rows but the decode binding has ",
+                  bound->n_rows);
+    max_keys = bound->max_keys;
   }
-  auto* dmeta = static_cast<const int32_t*>(upload_cached(meta.data(), meta.size() * 4));
-
   // Enough CTAs to fill the GPU (~4 per SM), never splits under 16 keys: a
   // decode step has few (row, KV head) pairs, and a CTA's walk over its keys
   // is a latency chain (load K, reduce, exp, load V).
@@ -360,9 +417,20 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& a) {
                .k = a.cache.k, .v = a.cache.v, .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads,
                .head_dim = a.head_dim, .block_size = a.cache.block_size,
                .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window, .n_rows = n_rows,
-               .row_seq = dmeta, .row_pos = dmeta + n_rows, .table_offset = dmeta + 2 * n_rows,
-               .tables = dmeta + 2 * n_rows + a.n_sequences, .splits = splits,
+               .row_seq = nullptr, .row_pos = nullptr, .table_offset = nullptr, .tables = nullptr,
+               .table_stride = 0, .splits = splits,
                .part_acc = nullptr, .part_ml = nullptr};
+  if (bound != nullptr) {
+    p.row_pos = bound->positions;
+    p.tables = bound->tables;
+    p.table_stride = bound->table_stride;
+  } else {
+    const int32_t* dmeta = upload_metadata(a, n_rows, table_total);
+    p.row_seq = dmeta;
+    p.row_pos = dmeta + n_rows;
+    p.table_offset = dmeta + 2 * n_rows;
+    p.tables = dmeta + 2 * n_rows + a.n_sequences;
+  }
   std::shared_ptr<void> part_acc, part_ml;
   if (splits > 1) {
     const size_t parts = size_t(n_rows) * a.n_heads * splits;

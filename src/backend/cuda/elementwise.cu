@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
 
 namespace brioche::cuda {
@@ -193,7 +194,11 @@ void rms_norm(const backend::cpu::RmsNormArgs& a) {
 void rope(const backend::cpu::RopeArgs& a) {
   const int64_t total = a.n_rows * a.n_heads * (a.head_dim / 2);
   if (total == 0) return;
-  auto* positions = static_cast<const int32_t*>(upload_cached(a.positions, size_t(a.n_rows) * 4));
+  const DecodeBinding* bound = decode_binding();
+  BRIOCHE_CHECK(!bound || bound->n_rows == a.n_rows, "rope: ", a.n_rows, " rows but the decode binding has ",
+                bound ? bound->n_rows : 0);
+  auto* positions =
+      bound ? bound->positions : static_cast<const int32_t*>(upload_cached(a.positions, size_t(a.n_rows) * 4));
   auto* inv_freq = static_cast<const float*>(upload_cached(a.inv_freq, size_t(a.head_dim / 2) * 4));
   rope_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a, positions, inv_freq);
   CUDA_CHECK_LAUNCH();

@@ -1,5 +1,6 @@
 // Embedding lookup: rows of a table of any dtype, decoded to f32 on the device.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant_decode.cuh"
 
@@ -37,7 +38,10 @@ void embedding(const cpu::EmbeddingArgs& a) {
                   " is outside the table's vocabulary [0, ", a.vocab, ")");
   }
   if (a.n_ids == 0) return;
-  auto* ids = static_cast<const int32_t*>(upload_cached(a.ids, size_t(a.n_ids) * 4));
+  const DecodeBinding* bound = decode_binding();
+  BRIOCHE_CHECK(!bound || bound->n_rows == a.n_ids, "embedding: ", a.n_ids, " ids but the decode binding has ",
+                bound ? bound->n_rows : 0, " rows");
+  auto* ids = bound ? bound->tokens : static_cast<const int32_t*>(upload_cached(a.ids, size_t(a.n_ids) * 4));
   bool ok = detail::visit_decodable(a.dtype, [&]<DType T>() {
     embedding_kernel<T><<<unsigned(a.n_ids), 128, 0, detail::current_stream()>>>(
         static_cast<const uint8_t*>(a.table), a.row_bytes, a.hidden, ids, a.out, a.ldo);

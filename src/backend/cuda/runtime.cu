@@ -5,10 +5,13 @@
 #include <mutex>
 #include <vector>
 
+#include "backend/cuda/capture_memory.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/runtime.h"
 
 namespace brioche::cuda {
+
+using detail::CaptureMemory;
 
 int device_count() {
   int n = 0;
@@ -46,12 +49,21 @@ class CachingAllocator {
  public:
   void* take(size_t cls) {
     std::lock_guard lock(mutex_);
-    auto it = free_.find(cls);
     void* p = nullptr;
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
+    if (capture_ != nullptr && pop(capture_->free, cls, &p)) {
+      // Freed earlier in this capture: the graph's own nodes run in order.
+    } else if (pop(free_, cls, &p)) {
       stats_.bytes_cached -= cls;
+    } else if (capture_ != nullptr) {
+      // cudaMallocAsync would become a node of the graph; plain cudaMalloc
+      // is allowed in a relaxed capture and gives ordinary memory.
+      cudaError_t err = cudaMalloc(&p, cls);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        fail("CUDA out of memory while recording a graph: could not allocate ", cls, " bytes (",
+             stats_.bytes_in_use, " in use, ", stats_.bytes_cached, " cached): ", cudaGetErrorString(err));
+      }
+      ++stats_.cuda_mallocs;
     } else {
       cudaError_t err = cudaMallocAsync(&p, cls, detail::current_stream());
       if (err == cudaErrorMemoryAllocation) {
@@ -74,9 +86,36 @@ class CachingAllocator {
 
   void give(void* p, size_t cls) {
     std::lock_guard lock(mutex_);
-    free_[cls].push_back(p);
     stats_.bytes_in_use -= cls;
+    if (capture_ != nullptr) {
+      // A graph's scratch memory belongs to the graph until it is destroyed:
+      // handed to later work, a replay would overwrite that work's data.
+      capture_->free[cls].push_back(p);
+      return;
+    }
+    free_[cls].push_back(p);
     stats_.bytes_cached += cls;
+  }
+
+  void begin_capture(CaptureMemory* memory) {
+    std::lock_guard lock(mutex_);
+    BRIOCHE_CHECK(capture_ == nullptr, "cuda: a graph capture is already recording");
+    capture_ = memory;
+  }
+
+  void end_capture() {
+    std::lock_guard lock(mutex_);
+    for (auto& [cls, blocks] : capture_->free) stats_.bytes_in_use += cls * blocks.size();
+    capture_ = nullptr;
+  }
+
+  // A destroyed graph's memory goes back to the cache; work queued after the
+  // graph's last replay on the same stream is the only user that can get it.
+  void release_capture(CaptureMemory& memory) {
+    for (auto& [cls, blocks] : memory.free) {
+      for (void* p : blocks) give(p, cls);
+      blocks.clear();
+    }
   }
 
   AllocatorStats stats() {
@@ -99,8 +138,17 @@ class CachingAllocator {
     cudaStreamSynchronize(detail::current_stream());
   }
 
+  static bool pop(std::map<size_t, std::vector<void*>>& pool, size_t cls, void** p) {
+    auto it = pool.find(cls);
+    if (it == pool.end() || it->second.empty()) return false;
+    *p = it->second.back();
+    it->second.pop_back();
+    return true;
+  }
+
   std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;
+  CaptureMemory* capture_ = nullptr;  // set while a graph is being recorded
   AllocatorStats stats_;
 };
 
@@ -116,6 +164,22 @@ std::shared_ptr<void> allocate(size_t bytes) {
   void* p = allocator().take(cls);
   return std::shared_ptr<void>(p, [cls](void* q) { allocator().give(q, cls); });
 }
+
+namespace detail {
+namespace {
+CaptureMemory* g_recording = nullptr;
+}
+void begin_capture_memory(CaptureMemory* memory) {
+  allocator().begin_capture(memory);
+  g_recording = memory;
+}
+void end_capture_memory() {
+  allocator().end_capture();
+  g_recording = nullptr;
+}
+CaptureMemory* recording_capture() { return g_recording; }
+void release_capture_memory(CaptureMemory& memory) { allocator().release_capture(memory); }
+}  // namespace detail
 
 AllocatorStats allocator_stats() { return allocator().stats(); }
 void release_cached_memory() { allocator().release(); }
@@ -162,6 +226,18 @@ const void* upload_cached(const void* host, size_t bytes) {
   static size_t next = 0;
   std::lock_guard lock(mutex);
   if (bytes == 0) bytes = 1;  // a valid pointer even for empty spans
+  if (detail::CaptureMemory* capture = detail::recording_capture()) {
+    // A graph reads this buffer at every replay: it must never be reused.
+    auto& up = capture->uploads.emplace_back();
+    up.bytes.assign(static_cast<const char*>(host), static_cast<const char*>(host) + bytes);
+    // Not from the allocator: during a capture it may hand out a block that
+    // an earlier node of the same graph uses as scratch, which every replay
+    // would overwrite before this buffer is read.
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    up.device = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    return p;
+  }
   for (UploadSlot& s : slots) {
     if (s.device && s.content.size() == bytes && std::memcmp(s.content.data(), host, bytes) == 0)
       return s.device.get();

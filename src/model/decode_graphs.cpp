@@ -1,0 +1,114 @@
+#include "model/decode_graphs.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "ops/device.h"
+
+namespace brioche::model {
+
+namespace {
+
+// Rows a batch of n decode rows is padded to (0: too many for a graph).
+// Exact up to 8 (the GEMV kernels are sized per row count), then steps of
+// at most 50% so padding wastes little.
+int bucket_rows(int n) {
+  if (n <= 8) return n;
+  for (int b : {12, 16, 24, 32, 48, 64, 96, 128, 192, 256})
+    if (n <= b) return b;
+  return 0;
+}
+
+}  // namespace
+
+bool DecodeGraphs::is_decode_step(const ForwardBatch& batch) {
+  if (batch.n_rows() == 0 || batch.sequences.size() != size_t(batch.n_rows())) return false;
+  for (const SequenceView& s : batch.sequences)
+    if (s.n_rows != 1) return false;
+  return std::all_of(batch.wants_logits.begin(), batch.wants_logits.end(), [](uint8_t w) { return w != 0; });
+}
+
+size_t DecodeGraphs::n_graphs() const {
+  return size_t(std::count_if(buckets_.begin(), buckets_.end(), [](const auto& b) { return !b.second.graph.empty(); }));
+}
+
+ForwardBatch DecodeGraphs::padded(int rows, int width) const {
+  const int32_t* tokens = staging_.data();
+  const int32_t* positions = tokens + rows;
+  const int32_t* tables = positions + rows;
+  ForwardBatch b;
+  for (int r = 0; r < rows; ++r) {
+    // Padding rows (position −1 on the device) pose as a fresh sequence in
+    // block 0 for the host-side checks; the kernels skip them.
+    const int32_t n_past = std::max(positions[r], 0);
+    b.tokens.push_back(tokens[r]);
+    b.positions.push_back(n_past);
+    b.wants_logits.push_back(1);
+    b.sequences.push_back({.first_row = r, .n_rows = 1, .n_past = n_past,
+                           .block_table = std::span<const int32_t>(tables + size_t(r) * width, size_t(width))});
+  }
+  return b;
+}
+
+bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward) {
+  if (cache.device() != Device::CUDA || !ops::decode_graphs_enabled() || !is_decode_step(batch)) return false;
+  const int n = batch.n_rows();
+  const int rows = bucket_rows(n);
+  if (rows == 0) return false;
+  const int block_size = cache.block_size();
+  int needed = 1;  // blocks of the longest sequence after this step
+  for (const SequenceView& s : batch.sequences) needed = std::max(needed, (s.n_past + block_size) / block_size);
+  const int width = std::max(4, int(std::bit_ceil(unsigned(needed))));
+
+  std::vector<const void*> addresses;
+  for (int l = 0; l < cache.n_layers(); ++l) {
+    addresses.push_back(cache.keys(l).data());
+    addresses.push_back(cache.values(l).data());
+  }
+  if (addresses != cache_addresses_) {
+    buckets_.clear();
+    cache_addresses_ = std::move(addresses);
+  }
+
+  // This step's inputs: tokens | positions (−1 for padding) | block tables.
+  staging_.assign(size_t(rows) * size_t(2 + width), 0);
+  int32_t* tokens = staging_.data();
+  int32_t* positions = tokens + rows;
+  int32_t* tables = positions + rows;
+  std::fill(positions, positions + rows, -1);
+  for (const SequenceView& s : batch.sequences) {
+    const int r = s.first_row;
+    tokens[r] = batch.tokens[size_t(r)];
+    positions[r] = s.n_past;
+    const size_t copied = std::min(s.block_table.size(), size_t(width));
+    std::copy_n(s.block_table.begin(), copied, tables + size_t(r) * width);
+  }
+
+  auto [it, fresh] = buckets_.try_emplace({rows, width});
+  Bucket& b = it->second;
+  if (fresh) {
+    b.input_block = ops::zeros(DType::I32, {int64_t(staging_.size())}, Device::CUDA);
+    b.inputs = {.tokens = b.input_block.slice(0, 0, rows),
+                .positions = b.input_block.slice(0, rows, 2 * rows),
+                .tables = b.input_block.slice(0, 2 * rows, int64_t(staging_.size())).reshape({rows, width}),
+                .max_keys = width * block_size};
+    b.logits = ops::zeros(DType::F32, {rows, config_.vocab_size}, Device::CUDA);
+  }
+  const int64_t n_inputs = int64_t(staging_.size());
+  ops::copy(Tensor::view(staging_.data(), DType::I32, &n_inputs, 1, nullptr, Device::CPU), b.input_block);
+
+  if (b.graph.empty()) {
+    const ForwardBatch pb = padded(rows, width);
+    Activations a = b.buffers.view(config_, rows, Device::CUDA);
+    auto record = [&] { forward(pb, a, b.logits); };
+    ops::DecodeGraph::run_eagerly(b.inputs, record);
+    b.graph.capture(b.inputs, record);
+  } else {
+    b.graph.launch();
+  }
+  Tensor out = b.logits.slice(0, 0, n);
+  ops::copy(out, logits);
+  return true;
+}
+
+}  // namespace brioche::model

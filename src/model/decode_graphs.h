@@ -1,0 +1,63 @@
+// Decode steps as CUDA graphs.
+//
+// A batch in which every sequence brings one token and wants its logits (a
+// decode step) runs as a recorded graph of the whole forward: a few hundred
+// kernels for one launch of host time. Its rows are padded up to a bucket
+// size (exact up to 8, then 12, 16, 24, ... 256) and its block tables to a
+// power-of-two width; a bucket's graph, activations, inputs and logits live
+// at fixed device addresses. The first step of a bucket runs eagerly with
+// the same device inputs (it warms up cuBLASLt and checks every launch) and
+// records the graph; later steps upload the inputs in one copy, replay, and
+// copy the logits out.
+//
+// Graphs hold the KV cache's addresses: a different cache drops them all.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "model/blocks.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+#include "ops/device_graph.h"
+
+namespace brioche::model {
+
+class DecodeGraphs {
+ public:
+  // The forward of a decode batch into `a` and device logits [n_rows, vocab].
+  using Forward = std::function<void(const ForwardBatch& batch, Activations& a, Tensor& logits)>;
+
+  explicit DecodeGraphs(const ModelConfig& config) : config_(config) {}
+
+  // Runs `batch` through its bucket's graph and writes its logits (host or
+  // device tensor [n_rows, vocab]). False, with nothing done, when the batch
+  // is not a decode step the graphs take (or graphs are disabled).
+  bool run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward);
+
+  // Buckets recorded so far (for tests and logs).
+  size_t n_graphs() const;
+
+ private:
+  struct Bucket {
+    ActivationBuffers buffers;
+    Tensor input_block;  // i32 [rows · (2 + width)]: tokens | positions | tables
+    ops::DecodeInputs inputs;  // views of input_block
+    Tensor logits;  // [rows, vocab] on the device
+    ops::DecodeGraph graph;
+  };
+
+  static bool is_decode_step(const ForwardBatch& batch);
+  // The padded batch of staging_ that a bucket's forward runs on.
+  ForwardBatch padded(int rows, int width) const;
+
+  const ModelConfig& config_;
+  std::map<std::pair<int, int>, Bucket> buckets_;  // by (rows, table width)
+  std::vector<const void*> cache_addresses_;       // the cache the graphs write
+  std::vector<int32_t> staging_;                   // host copy of a step's input_block
+};
+
+}  // namespace brioche::model
