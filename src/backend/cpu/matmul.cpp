@@ -57,6 +57,10 @@ void matmul_scalar(const MatmulArgs& a) {
   });
 }
 
+// From this many activation rows on, the column kernels (one weight block
+// decoded once for all rows, integer dots per block) beat the row kernels.
+constexpr int64_t kMinColumnRows = 2;
+
 }  // namespace
 
 void matmul(const MatmulArgs& a) {
@@ -89,6 +93,21 @@ void matmul(const MatmulArgs& a) {
 
   // Quantize the activations once; every weight row reuses them.
   static thread_local ActScratch scratch;
+  if (a.n >= kMinColumnRows && kernels->quant_columns_supports(a.wtype)) {
+    const ColumnActs acts = scratch.layout_columns(a.n, a.k);
+    const int64_t padded_rows = acts.n_groups * ColumnActs::kGroup;
+    ThreadPool::global().parallel_for(padded_rows, 8, [&](int64_t r0, int64_t r1) {
+      quantize_acts_columns(a.x, a.ldx, r0, r1, acts);
+    });
+    QuantColumnsJob job{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0};
+    for_row_ranges(a.m, a.n, a.k, kernels->column_tile_rows, [&](int64_t r0, int64_t r1) {
+      QuantColumnsJob part = job;
+      part.row_begin = r0;
+      part.row_end = r1;
+      kernels->quant_columns(part);
+    });
+    return;
+  }
   const QuantizedActs acts = scratch.layout(a.n, a.k);
   if (a.n >= 8) {
     ThreadPool::global().parallel_for(a.n, 4, [&](int64_t r0, int64_t r1) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant_ref.h"

@@ -4,6 +4,8 @@
 // compiles the same kernel source, matmul_kernels.inc, for its instruction
 // set and exports one table. The driver (matmul.cpp) does the threading:
 // it quantizes activations once, then hands each thread a range of weight rows.
+// Single activation rows (decode) use the row kernels, several rows the
+// column kernels (matmul_columns.inc).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,17 @@ struct QuantRowsJob {
   int64_t row_begin, row_end;
 };
 
+// Same with activations in the column layout (n >= 2, matmul_columns.inc).
+struct QuantColumnsJob {
+  DType wtype;
+  const uint8_t* w;         // [m, k] in wtype blocks
+  size_t w_row_bytes;
+  const ColumnActs* acts;   // [n, k]
+  float* y;                 // [n, m]
+  int64_t ldy;
+  int64_t row_begin, row_end;
+};
+
 // Same for f32/f16/bf16 weights against f32 activations x.
 struct FloatRowsJob {
   DType wtype;
@@ -43,6 +56,9 @@ struct MatmulKernels {
   void (*quant_rows)(const QuantRowsJob& job);
   void (*float_rows)(const FloatRowsJob& job);
   int rows_per_tile;  // weight rows one tile handles (threads split on multiples)
+  void (*quant_columns)(const QuantColumnsJob& job);
+  bool (*quant_columns_supports)(DType wtype);
+  int column_tile_rows;  // weight rows one column-kernel tile handles
 };
 
 const MatmulKernels& matmul_kernels_avx2();

@@ -31,14 +31,40 @@ struct QuantizedActs {
   const float* s_row(int64_t r) const { return s_lanes + r * n_blocks_padded * 8; }
 };
 
+// The same activations laid out for the batched kernels
+// (matmul_columns.inc), which put one activation row in each 32-bit lane:
+// rows are taken in groups of 16 ("columns" of y), and for group g, block b,
+// quad t (elements 4t..4t+3 of the block) the 16 rows' four bytes sit side by
+// side, so one 512-bit load gives 16 rows × 4 elements. The bytes are stored
+// as q + 128 (unsigned, as vpdpbusd's unsigned operand wants); the kernel
+// subtracts 128 * Σw once per weight block. Rows past n_rows in the last group
+// are padding: q = 0 (stored 128), d = s = 0, so they add nothing.
+struct ColumnActs {
+  static constexpr int kGroup = 16;  // activation rows per group (one int32 lane each)
+  int64_t n_rows = 0;
+  int64_t n_blocks = 0;   // k / 32
+  int64_t n_groups = 0;   // ceil(n_rows / 16)
+  uint8_t* q = nullptr;   // [n_groups, n_blocks, 8 quads, 16 rows, 4] q + 128
+  float* d = nullptr;     // [n_groups, n_blocks, 16] scale da
+  float* s = nullptr;     // [n_groups, n_blocks, 16] da * Σq over the block
+
+  const uint8_t* q_at(int64_t g, int64_t b) const { return q + (g * n_blocks + b) * 512; }
+  const float* d_at(int64_t g, int64_t b) const { return d + (g * n_blocks + b) * kGroup; }
+  const float* s_at(int64_t g, int64_t b) const { return s + (g * n_blocks + b) * kGroup; }
+};
+
 // Grows as needed and is reused: one per thread that starts matmuls.
 class ActScratch {
  public:
   // Lays out a QuantizedActs for [n_rows, k] (k a multiple of 32) in this buffer.
   QuantizedActs layout(int64_t n_rows, int64_t k);
+  // Lays out a ColumnActs for [n_rows, k] (k a multiple of 32) in this buffer.
+  ColumnActs layout_columns(int64_t n_rows, int64_t k);
 
  private:
   struct Free { void operator()(void* p) const; };
+  char* reserve(size_t bytes);
+
   std::unique_ptr<void, Free> buffer_;
   size_t bytes_ = 0;
 };
@@ -46,5 +72,11 @@ class ActScratch {
 // Quantizes rows [row_begin, row_end) of x (row stride ldx floats) into acts.
 void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
                    const QuantizedActs& acts);
+
+// Quantizes rows [row_begin, row_end) of x into the column layout, with the
+// same rounding as quantize_acts. Rows in [n_rows, n_groups * 16) are written
+// as padding, so callers pass row_end up to n_groups * 16.
+void quantize_acts_columns(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+                           const ColumnActs& acts);
 
 }  // namespace brioche::cpu
