@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
@@ -384,12 +385,22 @@ void store_kv(const backend::cpu::StoreKvArgs& a) {
   CUDA_CHECK_LAUNCH();
 }
 
-void paged_attention(const backend::cpu::PagedAttentionArgs& a) {
-  int n_rows = 0, max_keys = 0;
+void paged_attention(const backend::cpu::PagedAttentionArgs& args) {
+  // Sequences with many rows (prefill) go to the tensor-core kernel of
+  // attention_prefill.cu; the rest (decode rows, bound decode steps) stay here.
+  backend::cpu::PagedAttentionArgs a = args;
+  std::vector<backend::cpu::KvSequence> rest;
+  if (decode_binding() == nullptr) {
+    rest = prefill_attention(args);
+    a.sequences = rest.data();
+    a.n_sequences = int(rest.size());
+  }
+  int n_rows = 0, max_keys = 0, covered_rows = 0;
   size_t table_total = 0;
   for (int s = 0; s < a.n_sequences; ++s) {
     const backend::cpu::KvSequence& seq = a.sequences[s];
     n_rows = std::max(n_rows, seq.first_row + seq.n_rows);
+    covered_rows += seq.n_rows;
     max_keys = std::max(max_keys, seq.n_past + seq.n_rows);
     table_total += size_t(seq.n_table_blocks);
   }
@@ -410,7 +421,8 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& a) {
     return v;
   }();
   const int base_ctas = n_rows * a.n_kv_heads;
-  int splits = std::max(1, (4 * n_sms + base_ctas - 1) / base_ctas);
+  const int covered_ctas = std::max(1, covered_rows * a.n_kv_heads);  // rows of no sequence return at once
+  int splits = std::max(1, (4 * n_sms + covered_ctas - 1) / covered_ctas);
   splits = std::min({splits, std::max(1, max_keys / 16), 64});
 
   AttnParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
