@@ -5,6 +5,7 @@
 //   cuda_model_bench --shape llama3-8b --dtype bf16 [--decode 128] [--prefill 2048]
 //                    [--batch 64 --context 1024] [--device cuda|cpu]
 //   cuda_model_bench --check --shape smollm2-135m --dtype q4_k
+//   cuda_model_bench --gemv --shape llama3-8b --dtype bf16   (decode matmuls alone)
 //
 // Measurements (each after a warm-up, median of repeats):
 //   decode b1 : steps of one token after a 128-token prompt; tokens/s
@@ -25,6 +26,7 @@
 #include "model/device_weights.h"
 #include "model/llama.h"
 #include "ops/device.h"
+#include "ops/matmul.h"
 #include "tools/gen_model_lib.h"
 
 namespace brioche {
@@ -41,7 +43,7 @@ struct Options {
   std::string dtype = "bf16";
   std::string device = "cuda";
   int decode = 128, prefill = 2048, batch = 64, context = 1024, batch_steps = 32;
-  bool check = false;
+  bool check = false, gemv = false;
 };
 
 // KV blocks handed out contiguously: sequence s owns [s·per_seq, (s+1)·per_seq).
@@ -149,6 +151,39 @@ int run_check(const Options& o) {
   return worst < 1e-3 ? 0 : 1;
 }
 
+// Each distinct decode matmul of the model (layer 0's and the lm_head) at
+// one activation row, 200 launches back to back: the GPU runs them end to end
+// (a launch costs less host time than the kernel takes), so the time per
+// launch is the kernel's plus the gap between kernels.
+int run_gemv(const Options& o) {
+  DType dtype;
+  if (!parse_dtype(o.dtype, &dtype)) fail("unknown dtype '", o.dtype, "'");
+  model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(o.shape), dtype);
+  model::move_weights(ck, Device::CUDA);
+  std::printf("| shape | dtype | matmul | rows x cols | us | GB/s |\n|---|---|---|---|---|---|\n");
+  auto time = [&](const std::string& name, const Tensor& w) {
+    Tensor x = ops::zeros(DType::F32, {1, w.dim(1)}, Device::CUDA);
+    Tensor y = ops::zeros(DType::F32, {1, w.dim(0)}, Device::CUDA);
+    for (int i = 0; i < 10; ++i) ops::matmul(x, w, y);
+    ops::synchronize(Device::CUDA);
+    const int reps = 200;
+    auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) ops::matmul(x, w, y);
+    ops::synchronize(Device::CUDA);
+    const double us = 1e6 * seconds_since(t0) / reps;
+    std::printf("| %s | %s | %s | %lld x %lld | %.2f | %.0f |\n", o.shape.c_str(), o.dtype.c_str(), name.c_str(),
+                (long long)w.dim(0), (long long)w.dim(1), us, double(w.nbytes()) / us / 1e3);
+  };
+  const model::LayerWeights& l = ck.weights.layers[0];
+  time("q", l.wq);
+  time("k", l.wk);
+  time("o", l.wo);
+  time("gate", l.w_gate);
+  time("down", l.w_down);
+  time("lm_head", ck.weights.output);
+  return 0;
+}
+
 int run_bench(const Options& o) {
   const Device device = o.device == "cpu" ? Device::CPU : Device::CUDA;
   auto model = make_model(o, device);
@@ -236,6 +271,7 @@ int main(int argc, char** argv) {
       else if (f == "--context") o.context = std::stoi(next());
       else if (f == "--batch-steps") o.batch_steps = std::stoi(next());
       else if (f == "--check") o.check = true;
+      else if (f == "--gemv") o.gemv = true;
       else fail("unknown flag ", f);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cuda_model_bench: %s\n", e.what());
@@ -243,7 +279,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    return o.check ? run_check(o) : run_bench(o);
+    return o.check ? run_check(o) : o.gemv ? run_gemv(o) : run_bench(o);
   } catch (const Error& e) {
     std::fprintf(stderr, "cuda_model_bench: %s\n", e.what());
     return 1;

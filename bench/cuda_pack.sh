@@ -13,9 +13,10 @@ c++ -O2 build/cuda/tests/CMakeFiles/test_backend.dir/backend/cuda_ops_test.cpp.o
   build/cuda/libbrioche_core.a -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lpthread -ldl
 strip build/dev/cuda_ops_test
 strip -o build/dev/test_model build/cuda/tests/test_model  # CudaDecodeGraph.*
+strip -o build/dev/test_backend build/cuda/tests/test_backend  # CudaFusedMatmul.* (needs ops/)
 # Libraries from this machine's distribution that the device image lacks
 # (CUDA's own come from /usr/local/cuda there).
-for lib in $(ldd build/dev/cuda_ops_test build/dev/cuda_model_bench build/dev/test_model build/dev/brioche | awk '/=>/ {print $3}' | sort -u); do
+for lib in $(ldd build/dev/cuda_ops_test build/dev/cuda_model_bench build/dev/test_model build/dev/test_backend build/dev/brioche | awk '/=>/ {print $3}' | sort -u); do
   case "$lib" in
     */libstdc++*|*/libcudart*|*/libc.so*|*/libm.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*|*/ld-linux*|*/libgcc_s*|*/libcuda.so*) ;;
     /usr/local/cuda*) ;;

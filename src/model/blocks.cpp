@@ -4,6 +4,7 @@
 
 #include "ops/add.h"
 #include "ops/device.h"
+#include "ops/fused_matmul.h"
 #include "ops/matmul.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -39,9 +40,12 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
 void attention_block(const ModelConfig& c, const LayerWeights& w, const AttentionContext& ctx,
                      Tensor& k_cache, Tensor& v_cache, Activations& a) {
   const int64_t n = a.h.dim(0);
-  linear(a.h, w.wq, w.bq, a.q);
-  linear(a.h, w.wk, w.bk, a.k);
-  linear(a.h, w.wv, w.bv, a.v);
+  const Tensor* qkv_w[] = {&w.wq, &w.wk, &w.wv};
+  Tensor* qkv[] = {&a.q, &a.k, &a.v};
+  ops::matmul_group(a.h, qkv_w, qkv);
+  if (w.bq.defined()) ops::add_bias(a.q, w.bq);
+  if (w.bk.defined()) ops::add_bias(a.k, w.bk);
+  if (w.bv.defined()) ops::add_bias(a.v, w.bv);
   if (w.q_norm.defined()) {
     // Qwen3: RMSNorm over each head's head_dim values, before RoPE.
     Tensor q_heads = a.q.reshape({n * c.n_heads, c.head_dim});
@@ -59,14 +63,17 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
                         .scale = 1.0f / std::sqrt(float(c.head_dim)),
                         .sliding_window = c.sliding_window},
                        a.attn);
-  linear(a.attn, w.wo, w.bo, a.out);
+  if (w.bo.defined()) {
+    linear(a.attn, w.wo, w.bo, a.out);
+    ops::add(a.x, a.out, a.x);
+  } else {
+    ops::matmul_accumulate(a.attn, w.wo, a.x, a.out);
+  }
 }
 
 void mlp_block(const LayerWeights& w, Activations& a) {
-  ops::matmul(a.h, w.w_gate, a.gate);
-  ops::matmul(a.h, w.w_up, a.up);
-  ops::swiglu(a.gate, a.up, a.gate);
-  ops::matmul(a.gate, w.w_down, a.out);
+  ops::swiglu_matmul(a.h, w.w_gate, w.w_up, a.gate, a.up);
+  ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out);
 }
 
 }  // namespace brioche::model

@@ -1,7 +1,8 @@
 // Shared transformer blocks of the Llama family, composed by llama.cpp.
 //
-// Every block reads a.h (the normed residual stream) and writes a.out; the
-// caller adds a.out to a.x. Buffers are [n_rows, ...] f32.
+// Every block reads a.h (the normed residual stream) and adds its output to
+// the residual stream a.x (fused into the last matmul where the device can;
+// a.out is scratch). Buffers are [n_rows, ...] f32.
 #pragma once
 
 #include <span>
@@ -46,11 +47,11 @@ struct AttentionContext {
 
 // Pre-normed self-attention: q/k/v projections (+bias), optional per-head
 // q/k RMSNorm (Qwen3), RoPE, K/V appended to the paged cache, causal GQA
-// attention, output projection.  a.h -> a.out
+// attention, output projection.  a.x += attention(a.h)
 void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx,
                      Tensor& k_cache, Tensor& v_cache, Activations& a);
 
-// SwiGLU MLP: down(silu(gate(h)) · up(h)).  a.h -> a.out
+// SwiGLU MLP: down(silu(gate(h)) · up(h)).  a.x += mlp(a.h)
 void mlp_block(const LayerWeights& w, Activations& a);
 
 }  // namespace brioche::model

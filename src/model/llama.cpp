@@ -14,7 +14,6 @@
 #include "formats/gguf.h"
 #include "model/blocks.h"
 #include "model/llama.h"
-#include "ops/add.h"
 #include "ops/device.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
@@ -124,10 +123,8 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
     const LayerWeights& lw = w.layers[layer];
     ops::rms_norm(a.x, lw.attn_norm, c.rms_eps, a.h);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a);
-    ops::add(a.x, a.out, a.x);
     ops::rms_norm(a.x, lw.ffn_norm, c.rms_eps, a.h);
     mlp_block(lw, a);
-    ops::add(a.x, a.out, a.x);
   }
   if (n_logits == 0) return;
 

@@ -2,36 +2,43 @@
 
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
+#include "ops/matmul_args.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/kernels.h"
 #endif
 
 namespace brioche::ops {
 
-void matmul(const Tensor& x, const Tensor& w, Tensor& y) {
-  BRIOCHE_CHECK(x.defined() && w.defined() && y.defined(), "matmul: x, w and y must all be defined");
-  BRIOCHE_CHECK(w.rank() == 2, "matmul: weight must be rank 2 [out_features, in_features], got ",
-                w.describe());
-  BRIOCHE_CHECK(x.rank() == 2 && y.rank() == 2, "matmul: x and y must be rank 2, got x ", x.describe(),
-                " and y ", y.describe());
-  BRIOCHE_CHECK(x.dtype() == DType::F32 && y.dtype() == DType::F32, "matmul: x and y must be f32, got x ",
+namespace detail {
+
+cpu::MatmulArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor& y, std::string_view op) {
+  BRIOCHE_CHECK(x.defined() && w.defined() && y.defined(), op, ": x, w and y must all be defined");
+  BRIOCHE_CHECK(w.rank() == 2, op, ": weight must be rank 2 [out_features, in_features], got ", w.describe());
+  BRIOCHE_CHECK(x.rank() == 2 && y.rank() == 2, op, ": x and y must be rank 2, got x ", x.describe(), " and y ",
+                y.describe());
+  BRIOCHE_CHECK(x.dtype() == DType::F32 && y.dtype() == DType::F32, op, ": x and y must be f32, got x ",
                 x.describe(), " and y ", y.describe());
   const int64_t n = x.dim(0), k = x.dim(1), m = w.dim(0);
-  BRIOCHE_CHECK(w.dim(1) == k, "matmul: x ", x.describe(), " has ", k, " features but weight ",
-                w.describe(), " expects ", w.dim(1));
-  BRIOCHE_CHECK(y.dim(0) == n && y.dim(1) == m, "matmul: output must be [", n, ", ", m, "], got ",
-                y.describe());
-  BRIOCHE_CHECK(n <= 1 || x.stride(1) == 4, "matmul: x rows must be contiguous, got ", x.describe());
-  BRIOCHE_CHECK(m <= 1 || y.stride(1) == 4, "matmul: y rows must be contiguous, got ", y.describe());
+  BRIOCHE_CHECK(w.dim(1) == k, op, ": x ", x.describe(), " has ", k, " features but weight ", w.describe(),
+                " expects ", w.dim(1));
+  BRIOCHE_CHECK(y.dim(0) == n && y.dim(1) == m, op, ": output must be [", n, ", ", m, "], got ", y.describe());
+  BRIOCHE_CHECK(n <= 1 || x.stride(1) == 4, op, ": x rows must be contiguous, got ", x.describe());
+  BRIOCHE_CHECK(m <= 1 || y.stride(1) == 4, op, ": y rows must be contiguous, got ", y.describe());
 #if !BRIOCHE_CUDA
-  BRIOCHE_CHECK(w.device() != Device::CUDA, "matmul: weight ", w.describe(),
+  BRIOCHE_CHECK(w.device() != Device::CUDA, op, ": weight ", w.describe(),
                 " is on CUDA but the CUDA backend is not built");
 #endif
-  BRIOCHE_CHECK(x.device() == w.device() && y.device() == w.device(),
-                "matmul: x, w and y must be on the same device");
-  const cpu::MatmulArgs args{.x = x.data_as<float>(), .ldx = x.stride(0) / 4, .wtype = w.dtype(), .w = w.data(),
-                             .w_row_bytes = size_t(w.stride(0)), .y = y.data_as<float>(), .ldy = y.stride(0) / 4,
-                             .n = n, .m = m, .k = k};
+  BRIOCHE_CHECK(x.device() == w.device() && y.device() == w.device(), op,
+                ": x, w and y must be on the same device");
+  return {.x = x.data_as<float>(), .ldx = x.stride(0) / 4, .wtype = w.dtype(), .w = w.data(),
+          .w_row_bytes = size_t(w.stride(0)), .y = y.data_as<float>(), .ldy = y.stride(0) / 4,
+          .n = n, .m = m, .k = k};
+}
+
+}  // namespace detail
+
+void matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+  const cpu::MatmulArgs args = detail::matmul_args(x, w, y, "matmul");
   switch (w.device()) {
     case Device::CPU: cpu::matmul(args); return;
     case Device::CUDA:

@@ -3,9 +3,13 @@
 // row buckets (exact sizes, padded ones through cuBLASLt) and block tables
 // outgrow their width bucket, so graphs are recorded, reused and replaced.
 //
-// Tolerance: the graph sizes attention splits for its bucket's longest
-// context, the eager step for the batch's own, so sums are merged in a
-// different order: logits NMSE < 1e-10 and identical greedy ids.
+// Tolerance: the graph pads 10 rows to 12 (cuBLASLt may pick another
+// algorithm for the other shape) and sizes attention splits for its bucket's
+// longest context, so sums are merged in another order; a last-bit change of
+// a K/V value then rounds to f16 (2^-11 relative) in one cache and not the
+// other, and such flips add up over steps: logits NMSE < 1e-5 (measured
+// ~1e-6 on the H200) and identical greedy ids. A stale input or a graph
+// reading reused memory shows up as NMSE 1e-2 or NaN.
 // Without a GPU every test reports "skipped: no CUDA device".
 #include <gtest/gtest.h>
 
@@ -102,7 +106,7 @@ void check_graphs_match_eager(DType dtype) {
     std::vector<float> ref = forward(model, eager, work, false);
     std::vector<float> got = forward(model, graph, work, true);
     ASSERT_EQ(got.size(), ref.size());
-    EXPECT_LT(nmse(got, ref), 1e-10) << "step " << step << " with " << live << " sequences";
+    EXPECT_LT(nmse(got, ref), 1e-5) << "step " << step << " with " << live << " sequences";
     std::vector<int32_t> ids_ref = argmax_rows(ref, vocab), ids = argmax_rows(got, vocab);
     ASSERT_EQ(ids, ids_ref) << "step " << step;
     for (size_t i = 0; i < work.size(); ++i) next[size_t(work[i].first)] = ids[i];

@@ -4,6 +4,14 @@
 // warp, and dequantized in registers; x rows (a few KB) stay in L1/L2. The
 // number of x rows is a template bound (1, 4 or 8) with a runtime count, so
 // one instantiation serves n in (bound/2, bound].
+//
+// Fusions that save a launch and a pass over y in a decode step:
+//   * parts: up to three weights of one dtype and k (Q, K and V) in one
+//     launch; output row j of the launch is row j − (rows of earlier parts)
+//     of its part.
+//   * accumulate: y += x·wᵀ (the residual add after o_proj and down_proj).
+//   * w_up: y = silu(x·wᵀ) ⊙ (x·w_upᵀ) (SwiGLU; one part, w_up shaped like w),
+//     each warp reading row j of both weights.
 #pragma once
 
 #include <cstdint>
@@ -12,18 +20,63 @@
 
 namespace brioche::cuda::detail {
 
-struct GemvArgs {
-  const float* x;  // [n, k], row stride ldx floats (16-byte aligned rows)
-  int64_t ldx;
+struct GemvPart {
   const void* w;   // [m, k] rows, row stride w_row_bytes
   size_t w_row_bytes;
   float* y;        // [n, m], row stride ldy floats
   int64_t ldy;
+  int64_t m;
+};
+
+struct GemvArgs {
+  const float* x;  // [n, k], row stride ldx floats (16-byte aligned rows)
+  int64_t ldx;
   int n;           // 1..8
-  int64_t m, k;
+  int64_t k;
+  GemvPart parts[3];
+  int n_parts = 1;
+  int64_t m = 0;   // rows over all parts
+  bool accumulate = false;
+  const void* w_up = nullptr;
 };
 
 inline constexpr int kGemvWarps = 4;  // rows of w per block
+
+#ifdef __CUDACC__
+// Where launch row `row` reads its weights and writes its outputs.
+struct GemvTarget {
+  const uint8_t* w;
+  const uint8_t* w_up;  // nullptr unless SwiGLU
+  float* y;             // output column; row r at y[r · ldy]
+  int64_t ldy;
+};
+
+__device__ __forceinline__ GemvTarget gemv_target(const GemvArgs& a, int64_t row) {
+  const GemvPart* p = &a.parts[0];
+  if (row >= a.parts[0].m) {
+    row -= a.parts[0].m;
+    p = &a.parts[1];
+    if (row >= a.parts[1].m) {
+      row -= a.parts[1].m;
+      p = &a.parts[2];
+    }
+  }
+  const size_t off = size_t(row) * p->w_row_bytes;
+  return {static_cast<const uint8_t*>(p->w) + off,
+          a.w_up != nullptr ? static_cast<const uint8_t*>(a.w_up) + off : nullptr, p->y + row, p->ldy};
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+// Lane 0's store of output r: plain, accumulated, or the SwiGLU product.
+template <bool kSwiglu>
+__device__ __forceinline__ void gemv_store(const GemvArgs& a, const GemvTarget& t, int r, float s, float s_up) {
+  float v = s;
+  if constexpr (kSwiglu) v = silu(s) * s_up;
+  float* out = t.y + int64_t(r) * t.ldy;
+  *out = a.accumulate ? *out + v : v;
+}
+#endif
 
 // Launchers, one per file so nvcc runs in parallel.
 void gemv_dense(DType wtype, const GemvArgs& args);  // f32, f16, bf16

@@ -55,18 +55,11 @@ struct Vec16<float> {
   __device__ static float one(const float* p) { return p[0]; }
 };
 
+// Σ_e w[e]·x[r, e] for this lane's share of one weight row, per x row r.
 template <typename W, int kMaxRows>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_dense_kernel(GemvArgs a, bool vectorized) {
+__device__ __forceinline__ void dot_row(const GemvArgs& a, const W* w_row, int lane, int64_t k_vec,
+                                        float (&acc)[kMaxRows]) {
   constexpr int E = Vec16<W>::kElems;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
-  if (row >= a.m) return;
-  const W* w_row = reinterpret_cast<const W*>(static_cast<const uint8_t*>(a.w) + row * a.w_row_bytes);
-  float acc[kMaxRows];
-#pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) acc[r] = 0.0f;
-  const int64_t k_vec = vectorized ? a.k / (32 * E) * (32 * E) : 0;  // whole warp steps
 #pragma unroll 4
   for (int64_t e = int64_t(lane) * E; e < k_vec; e += 32 * E) {
     float v[E];
@@ -91,24 +84,51 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     for (int r = 0; r < kMaxRows; ++r)
       if (r < a.n) acc[r] += wv * a.x[r * a.ldx + e];
   }
+}
+
+template <typename W, int kMaxRows, bool kSwiglu>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_dense_kernel(GemvArgs a, bool vectorized) {
+  constexpr int E = Vec16<W>::kElems;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
+  if (row >= a.m) return;
+  const GemvTarget t = gemv_target(a, row);
+  const int64_t k_vec = vectorized ? a.k / (32 * E) * (32 * E) : 0;  // whole warp steps
+  float acc[kMaxRows], acc_up[kMaxRows];
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) acc[r] = acc_up[r] = 0.0f;
+  dot_row<W, kMaxRows>(a, reinterpret_cast<const W*>(t.w), lane, k_vec, acc);
+  if constexpr (kSwiglu) dot_row<W, kMaxRows>(a, reinterpret_cast<const W*>(t.w_up), lane, k_vec, acc_up);
 #pragma unroll
   for (int r = 0; r < kMaxRows; ++r) {
-    float s = acc[r];
+    float s = acc[r], s_up = acc_up[r];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0 && r < a.n) a.y[r * a.ldy + row] = s;
+    for (int off = 16; off > 0; off >>= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, off);
+      if constexpr (kSwiglu) s_up += __shfl_xor_sync(0xffffffffu, s_up, off);
+    }
+    if (lane == 0 && r < a.n) gemv_store<kSwiglu>(a, t, r, s, s_up);
   }
+}
+
+template <typename W, bool kSwiglu>
+void launch_rows(const GemvArgs& a, bool vec) {
+  dim3 grid(unsigned((a.m + kGemvWarps - 1) / kGemvWarps)), block(kGemvWarps * 32);
+  cudaStream_t s = current_stream();
+  if (a.n == 1) gemv_dense_kernel<W, 1, kSwiglu><<<grid, block, 0, s>>>(a, vec);
+  else if (a.n <= 4) gemv_dense_kernel<W, 4, kSwiglu><<<grid, block, 0, s>>>(a, vec);
+  else gemv_dense_kernel<W, 8, kSwiglu><<<grid, block, 0, s>>>(a, vec);
 }
 
 template <typename W>
 void launch(const GemvArgs& a, bool vec) {
-  dim3 grid(unsigned((a.m + kGemvWarps - 1) / kGemvWarps)), block(kGemvWarps * 32);
-  cudaStream_t s = current_stream();
-  if (a.n == 1) gemv_dense_kernel<W, 1><<<grid, block, 0, s>>>(a, vec);
-  else if (a.n <= 4) gemv_dense_kernel<W, 4><<<grid, block, 0, s>>>(a, vec);
-  else gemv_dense_kernel<W, 8><<<grid, block, 0, s>>>(a, vec);
+  if (a.w_up != nullptr) launch_rows<W, true>(a, vec);
+  else launch_rows<W, false>(a, vec);
   CUDA_CHECK_LAUNCH();
 }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
@@ -116,8 +136,8 @@ void gemv_dense(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_dense: n must be 1..8, got ", a.n);
   // Vector loads need 16-byte aligned rows of w and x; otherwise one element
   // per lane (odd shapes and strided views in tests).
-  const bool vec = (reinterpret_cast<uintptr_t>(a.w) & 15) == 0 && a.w_row_bytes % 16 == 0 &&
-                   (reinterpret_cast<uintptr_t>(a.x) & 15) == 0 && a.ldx % 4 == 0;
+  bool vec = aligned16(a.x) && a.ldx % 4 == 0 && (a.w_up == nullptr || aligned16(a.w_up));
+  for (int p = 0; p < a.n_parts; ++p) vec = vec && aligned16(a.parts[p].w) && a.parts[p].w_row_bytes % 16 == 0;
   switch (wtype) {
     case DType::BF16: launch<__nv_bfloat16>(a, vec); return;
     case DType::F16: launch<__half>(a, vec); return;

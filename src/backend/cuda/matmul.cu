@@ -43,6 +43,7 @@ struct GemmDesc {
   const void* b; int64_t ldb;  // activations
   float* c; int64_t ldc;       // f32 output
   int64_t m, n, k;
+  float beta = 0.0f;           // c = a·b + beta·c
 };
 
 // Algorithm choice per shape, found once by cuBLASLt's heuristic.
@@ -84,8 +85,8 @@ void lt_gemm(const GemmDesc& g) {
       algos.emplace(key, algo);
     }
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op, &alpha, g.a, la, g.b, lb, &beta, g.c, lc, g.c, lc, &algo,
+  const float alpha = 1.0f;
+  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op, &alpha, g.a, la, g.b, lb, &g.beta, g.c, lc, g.c, lc, &algo,
                               ctx.workspace.get(), kWorkspaceBytes, detail::current_stream()));
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
@@ -93,13 +94,13 @@ void lt_gemm(const GemmDesc& g) {
   cublasLtMatmulDescDestroy(op);
 }
 
-void gemm(const cpu::MatmulArgs& a) {
+void gemm(const cpu::MatmulArgs& a, float beta) {
   const DType wt = a.wtype;
   if (wt == DType::F32) {
     // Full f32 (no TF32): f32 weights are the accuracy reference path.
     lt_gemm({.ab_type = CUDA_R_32F, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
              .lda = int64_t(a.w_row_bytes / 4), .b = a.x, .ldb = a.ldx, .c = a.y, .ldc = a.ldy,
-             .m = a.m, .n = a.n, .k = a.k});
+             .m = a.m, .n = a.n, .k = a.k, .beta = beta});
     return;
   }
   // 16-bit activations: [n, k] contiguous.
@@ -110,7 +111,7 @@ void gemm(const cpu::MatmulArgs& a) {
   if (wt == DType::BF16 || wt == DType::F16) {
     BRIOCHE_CHECK(a.w_row_bytes % 2 == 0, "matmul: 16-bit weight rows of odd byte stride");
     lt_gemm({.ab_type = type, .compute = CUBLAS_COMPUTE_32F, .a = a.w, .lda = int64_t(a.w_row_bytes / 2),
-             .b = x16.get(), .ldb = a.k, .c = a.y, .ldc = a.ldy, .m = a.m, .n = a.n, .k = a.k});
+             .b = x16.get(), .ldb = a.k, .c = a.y, .ldc = a.ldy, .m = a.m, .n = a.n, .k = a.k, .beta = beta});
     return;
   }
   // Quantized: expand row tiles of w to bf16, one GEMM per tile into the
@@ -122,20 +123,23 @@ void gemm(const cpu::MatmulArgs& a) {
     const int64_t r1 = std::min(a.m, r0 + tile_rows);
     dequantize_to_bf16(wt, a.w, a.w_row_bytes, r0, r1, a.k, tile.get());
     lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k,
-             .b = x16.get(), .ldb = a.k, .c = a.y + r0, .ldc = a.ldy, .m = r1 - r0, .n = a.n, .k = a.k});
+             .b = x16.get(), .ldb = a.k, .c = a.y + r0, .ldc = a.ldy, .m = r1 - r0, .n = a.n, .k = a.k,
+             .beta = beta});
   }
 }
 
-}  // namespace
+detail::GemvPart gemv_part(const cpu::MatmulArgs& a) {
+  return {.w = a.w, .w_row_bytes = a.w_row_bytes, .y = a.y, .ldy = a.ldy, .m = a.m};
+}
 
-void matmul(const cpu::MatmulArgs& a) {
-  if (a.n == 0 || a.m == 0) return;
-  if (a.n > kMaxGemvRows) {
-    gemm(a);
-    return;
-  }
-  detail::GemvArgs g{.x = a.x, .ldx = a.ldx, .w = a.w, .w_row_bytes = a.w_row_bytes, .y = a.y,
-                     .ldy = a.ldy, .n = int(a.n), .m = a.m, .k = a.k};
+// One GEMV launch over `g` (x, n, k of `a`; its parts and fusions set).
+void gemv(const cpu::MatmulArgs& a, detail::GemvArgs g) {
+  g.x = a.x;
+  g.ldx = a.ldx;
+  g.n = int(a.n);
+  g.k = a.k;
+  g.m = 0;
+  for (int p = 0; p < g.n_parts; ++p) g.m += g.parts[p].m;
   if (!dtype_info(a.wtype).quantized) {
     detail::gemv_dense(a.wtype, g);
     return;
@@ -150,6 +154,41 @@ void matmul(const cpu::MatmulArgs& a) {
     g.ldx = a.k;
   }
   detail::gemv_quant(a.wtype, g);
+}
+
+}  // namespace
+
+void matmul(const cpu::MatmulArgs& a) {
+  if (a.n == 0 || a.m == 0) return;
+  if (a.n > kMaxGemvRows) return gemm(a, 0.0f);
+  gemv(a, {.parts = {gemv_part(a)}});
+}
+
+void matmul_accumulate(const cpu::MatmulArgs& a) {
+  if (a.n == 0 || a.m == 0) return;
+  if (a.n > kMaxGemvRows) return gemm(a, 1.0f);
+  gemv(a, {.parts = {gemv_part(a)}, .accumulate = true});
+}
+
+bool matmul_swiglu(const cpu::MatmulArgs& gate, const void* w_up) {
+  if (gate.n > kMaxGemvRows) return false;
+  if (gate.n == 0 || gate.m == 0) return true;
+  gemv(gate, {.parts = {gemv_part(gate)}, .w_up = w_up});
+  return true;
+}
+
+bool matmul_group(std::span<const cpu::MatmulArgs> parts) {
+  BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "matmul_group: 1 to 3 weights, got ", parts.size());
+  const cpu::MatmulArgs& a = parts[0];
+  if (a.n > kMaxGemvRows) return false;
+  for (const cpu::MatmulArgs& p : parts) {
+    if (p.x != a.x || p.ldx != a.ldx || p.n != a.n || p.k != a.k || p.wtype != a.wtype) return false;
+  }
+  if (a.n == 0) return true;
+  detail::GemvArgs g{.n_parts = int(parts.size())};
+  for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
+  gemv(a, g);
+  return true;
 }
 
 }  // namespace brioche::cuda

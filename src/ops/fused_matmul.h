@@ -1,0 +1,26 @@
+// Matmuls fused with the op that follows them in a transformer block. On the
+// GPU's decode path each is one launch where the plain ops take two or three
+// (a decode step is a few hundred small launches, so they add up); elsewhere
+// (the CPU, many rows on CUDA) each runs as the plain ops in sequence, with
+// `scratch` holding the intermediate, so results match the unfused ops up to
+// float summation order.
+#pragma once
+
+#include <span>
+
+#include "core/tensor.h"
+
+namespace brioche::ops {
+
+// y += x·wᵀ (a residual add).           x [n, k], w [m, k], y and scratch [n, m]
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch);
+
+// out = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ).    w_gate, w_up [inter, k] of one dtype;
+//                                      out and scratch [n, inter]
+void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch);
+
+// ys[i] = x·ws[i]ᵀ for 1–3 weights (Q, K and V), one launch when they share a
+// dtype.
+void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys);
+
+}  // namespace brioche::ops
