@@ -149,6 +149,12 @@ TEST(PagedAttention, F16Cache) {
   run_case({4, 1, 32, 5, DType::F16, 0, {{7, 13}, {0, 3}, {20, 1}}}, 4);
 }
 
+// Full 16-slot blocks take the CPU's 8-keys-at-a-time scoring path, for both
+// cache types (the cases above mostly exercise its scalar tail).
+TEST(PagedAttention, F16CacheFullBlocksDecodeAndPrefill) {
+  run_case({6, 2, 64, 16, DType::F16, 0, {{40, 1}, {0, 33}, {16, 1}, {71, 2}}}, 6);
+}
+
 TEST(PagedAttention, SlidingWindow) {
   run_case({2, 1, 16, 4, DType::F32, 5, {{10, 9}, {0, 12}, {3, 1}}}, 5);
 }

@@ -54,10 +54,70 @@ struct AttentionTask {
   int32_t row_begin, row_end;  // offsets within the sequence
 };
 
+#if BRIOCHE_VEC_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// [Σ a0, Σ a1, ..., Σ a7]: eight horizontal sums in one vector (hadd tree).
+inline __m256 hsum8x8(const __m256 a[8]) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#endif
+
+// scores[j] = scale · q·k_j for n keys at stride slot_stride.
+template <typename T>
+void score_keys(const float* q, const T* kb, int64_t slot_stride, int d, int64_t n, float scale, float* scores) {
+  int64_t j = 0;
+#if BRIOCHE_VEC_AVX2
+  if (d % 8 == 0) {
+    for (; j + 8 <= n; j += 8) {
+      __m256 acc[8];
+      for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
+      for (int i = 0; i < d; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(qv, load8(kb + (j + t) * slot_stride + i), acc[t]);
+      }
+      _mm256_storeu_ps(scores + j, _mm256_mul_ps(hsum8x8(acc), _mm256_set1_ps(scale)));
+    }
+  }
+#endif
+  for (; j < n; ++j) scores[j] = dot_kv(q, kb + j * slot_stride, d) * scale;
+}
+
+// probs[j] = e^(scores[j] - m) for j < n.
+inline void exp_shifted(const float* scores, int64_t n, float m, float* probs) {
+  int64_t j = 0;
+#if BRIOCHE_VEC_AVX2
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(probs + j, exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), _mm256_set1_ps(m))));
+#endif
+  for (; j < n; ++j) probs[j] = std::exp(scores[j] - m);
+}
+
+// acc += Σ_j probs[j] · v_j, each 8-wide slice of acc loaded and stored once.
+template <typename T>
+void accumulate_values(const float* probs, const T* vb, int64_t slot_stride, int d, int64_t n, float* acc) {
+#if BRIOCHE_VEC_AVX2
+  if (d % 8 == 0) {
+    for (int i = 0; i < d; i += 8) {
+      __m256 a = _mm256_loadu_ps(acc + i);
+      for (int64_t j = 0; j < n; ++j) a = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + j), load8(vb + j * slot_stride + i), a);
+      _mm256_storeu_ps(acc + i, a);
+    }
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < n; ++j) axpy_kv(acc, probs[j], vb + j * slot_stride, d);
+}
+
 // Attention of one query row against positions [first_key, last_key] with
 // the online (streaming) softmax, one cache block at a time:
 //   m' = max(m, max_j s_j);  l' = l·e^(m−m') + Σ_j e^(s_j−m');
 //   acc' = acc·e^(m−m') + Σ_j e^(s_j−m')·v_j;   out = acc / l.
+// scores has room for one block of keys.
 template <typename T>
 void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head, const float* q,
                 int64_t first_key, int64_t last_key, float* scores, float* acc, float* out) {
@@ -78,22 +138,18 @@ void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head,
     int64_t block = seq.block_table[block_index];
     const T* kb = k_base + block * block_stride + slot0 * slot_stride;
     const T* vb = v_base + block * block_stride + slot0 * slot_stride;
+    score_keys(q, kb, slot_stride, d, n, a.scale, scores);
     float block_max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n; ++j) {
-      scores[j] = dot_kv(q, kb + j * slot_stride, d) * a.scale;
-      block_max = std::max(block_max, scores[j]);
-    }
+    for (int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scores[j]);
     float m_new = std::max(m, block_max);
     float correction = std::exp(m - m_new);  // 0 on the first block (m = −inf)
     if (correction != 1.0f) {
       scale_f32(acc, correction, d);
       l *= correction;
     }
-    for (int64_t j = 0; j < n; ++j) {
-      float p = std::exp(scores[j] - m_new);
-      l += p;
-      axpy_kv(acc, p, vb + j * slot_stride, d);
-    }
+    exp_shifted(scores, n, m_new, scores);
+    for (int64_t j = 0; j < n; ++j) l += scores[j];
+    accumulate_values(scores, vb, slot_stride, d, n, acc);
     m = m_new;
     key0 += n;
   }
