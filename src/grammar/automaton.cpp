@@ -568,21 +568,117 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   return a;
 }
 
-std::string Automaton::self_contained_signature(int32_t r) const {
-  int32_t begin = rule_start[r];
-  if (begin < 0) return "";
-  std::string sig;
-  auto put = [&](int32_t v) { sig.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  for (int32_t s = begin; s < static_cast<int32_t>(states.size()) && states[s].rule == r; ++s) {
-    const AutomatonState& st = states[s];
-    if (st.rule_begin != st.rule_end) return "";
-    put(st.accepting ? -2 : -3);
-    for (uint32_t i = st.byte_begin; i < st.byte_end; ++i) {
-      put(byte_edges[i].lo | (byte_edges[i].hi << 8));
-      put(byte_edges[i].target - begin);
+int32_t Automaton::rule_size(int32_t r) const {
+  const int32_t begin = rule_start[r];
+  if (begin < 0) return 0;
+  int32_t end = begin;
+  while (end < static_cast<int32_t>(states.size()) && states[end].rule == r) ++end;
+  return end - begin;
+}
+
+namespace {
+
+// Two independent 64-bit streams: together a 128-bit content key.
+struct Hasher128 {
+  uint64_t a = 0x6a09e667f3bcc908ull, b = 0xbb67ae8584caa73bull;
+  void add(uint64_t v) {
+    a = (a ^ v) * 0x100000001b3ull;
+    a ^= a >> 31;
+    b += v * 0x9e3779b97f4a7c15ull;
+    b = (b ^ (b >> 29)) * 0xbf58476d1ce4e5b9ull;
+  }
+};
+
+}  // namespace
+
+std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
+  const int32_t n = static_cast<int32_t>(rule_start.size());
+  // Dependencies: callees and the lookahead rule.
+  std::vector<std::vector<int32_t>> deps(n);
+  for (int32_t r = 0; r < n; ++r) {
+    if (rule_start[r] < 0) continue;
+    const int32_t begin = rule_start[r], size = rule_size(r);
+    for (int32_t s = begin; s < begin + size; ++s)
+      for (uint32_t i = states[s].rule_begin; i < states[s].rule_end; ++i) deps[r].push_back(rule_edges[i].rule);
+    if (rule_lookahead[r] >= 0) deps[r].push_back(rule_lookahead[r]);
+    std::sort(deps[r].begin(), deps[r].end());
+    deps[r].erase(std::unique(deps[r].begin(), deps[r].end()), deps[r].end());
+  }
+  // Tarjan's strongly connected components; components come out callees first.
+  std::vector<int32_t> index(n, -1), low(n, 0), component(n, -1), stack;
+  std::vector<char> on_stack(n, 0);
+  std::vector<std::vector<int32_t>> components;
+  int32_t counter = 0;
+  std::function<void(int32_t)> strong = [&](int32_t v) {
+    index[v] = low[v] = counter++;
+    stack.push_back(v);
+    on_stack[v] = 1;
+    for (int32_t w : deps[v]) {
+      if (index[w] < 0) {
+        strong(w);
+        low[v] = std::min(low[v], low[w]);
+      } else if (on_stack[w]) {
+        low[v] = std::min(low[v], index[w]);
+      }
+    }
+    if (low[v] == index[v]) {
+      std::vector<int32_t> members;
+      int32_t w;
+      do {
+        w = stack.back();
+        stack.pop_back();
+        on_stack[w] = 0;
+        component[w] = static_cast<int32_t>(components.size());
+        members.push_back(w);
+      } while (w != v);
+      std::sort(members.begin(), members.end());
+      components.push_back(std::move(members));
+    }
+  };
+  for (int32_t r = 0; r < n; ++r)
+    if (rule_start[r] >= 0 && index[r] < 0) strong(r);
+
+  std::vector<StructureHash> out(n);
+  for (size_t c = 0; c < components.size(); ++c) {
+    const auto& members = components[c];
+    Hasher128 h;
+    h.add(members.size());
+    for (int32_t r : members) {
+      const int32_t begin = rule_start[r], size = rule_size(r);
+      h.add(0xA0000000ull | static_cast<uint32_t>(size));
+      auto ref = [&](int32_t callee) {
+        if (component[callee] == static_cast<int32_t>(c)) {  // inside the group: its position
+          h.add(0xB0000000ull | static_cast<uint64_t>(std::find(members.begin(), members.end(), callee) - members.begin()));
+        } else {
+          h.add(out[callee].a);
+          h.add(out[callee].b);
+        }
+      };
+      for (int32_t s = begin; s < begin + size; ++s) {
+        const AutomatonState& st = states[s];
+        h.add(st.accepting ? 0xC1 : 0xC0);
+        for (uint32_t i = st.byte_begin; i < st.byte_end; ++i)
+          h.add((uint64_t(byte_edges[i].lo) << 40) | (uint64_t(byte_edges[i].hi) << 32) |
+                static_cast<uint32_t>(byte_edges[i].target - begin));
+        h.add(0xD0);
+        for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
+          ref(rule_edges[i].rule);
+          h.add(static_cast<uint32_t>(rule_edges[i].target - begin));
+        }
+        h.add(0xE0);
+      }
+      if (rule_lookahead[r] >= 0) {
+        h.add(0xF1);
+        ref(rule_lookahead[r]);
+      }
+    }
+    for (size_t i = 0; i < members.size(); ++i) {
+      Hasher128 m = h;
+      m.add(0xF2000000ull | i);
+      out[members[i]] = StructureHash{m.a, m.b};
     }
   }
-  return sig;
+  return out;
 }
 
 }  // namespace brioche::grammar

@@ -57,9 +57,18 @@ class Automaton {
   std::vector<int32_t> rule_lookahead;  // per rule: its lookahead rule, or -1
   int32_t first_lookahead_rule = 0;     // rules from here on are lookahead assertions
 
-  // A string describing rule r's automaton relative to its start state,
-  // empty when it calls other rules (then its masks depend on them too).
-  std::string self_contained_signature(int32_t r) const;
+  // Per rule, a 128-bit hash of everything its token masks depend on: its
+  // states relative to its start, its lookahead, and (recursively) the
+  // rules it calls. Equal hashes (with the same vocabulary) mean equal masks
+  // state by state, in any grammar; mutually recursive rules are hashed as
+  // one group. {0, 0} for rules that were inlined or are unreachable.
+  struct StructureHash {
+    uint64_t a = 0, b = 0;
+    bool operator==(const StructureHash&) const = default;
+  };
+  std::vector<StructureHash> rule_structure_hashes() const;
+  // Number of states of rule r (they are contiguous from rule_start[r]).
+  int32_t rule_size(int32_t r) const;
   int32_t root_rule = 0;
 
   bool has_byte_edges(int32_t s) const { return states[s].byte_begin != states[s].byte_end; }

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "grammar/frontier_dfa.h"
 #include "grammar/pda.h"
 
 namespace brioche::grammar {
@@ -21,100 +22,116 @@ using Clock = std::chrono::steady_clock;
 //   uncertain if not accepted and E[j] for some 1 <= j < L,
 //   rejected  otherwise.
 // Returning at j = 0 is ignored: the matcher's closure already contains the
-// caller's own stacks.
+// caller's own stacks. F[k] are configurations of a lazily built DFA shared
+// by every state of the compile, so each trie node costs one table lookup.
 class StatePrecompute {
  public:
-  StatePrecompute(const Automaton& a, const Vocabulary& v) : a_(a), v_(v), walker_(a, arena_) {}
+  StatePrecompute(const Automaton& a, const Vocabulary& v, FrontierDfa& dfa) : a_(a), v_(v), dfa_(dfa) {
+    const size_t depth = static_cast<size_t>(v_.max_token_length()) + 1;
+    config_.resize(depth);
+    escape_.resize(depth);
+    any_escape_.resize(depth);
+    cursor_.resize(depth);
+    cursor_end_.resize(depth);
+    by_byte_.resize(depth);
+    byte_cursor_.resize(depth);
+    byte_end_.resize(depth);
+    byte_buffer_.resize(32 * depth);
+  }
 
-  void run(int32_t state, std::vector<int32_t>& accepted_ranks, std::vector<int32_t>& uncertain_ranks) {
-    arena_.truncate(0);
-    const auto& lcp = v_.lcp_with_previous();
-    const int32_t num_ranks = static_cast<int32_t>(v_.sorted_ids().size());
-    if (frontier_.empty()) frontier_.resize(64);
-    int32_t base = arena_.intern(state, kContext);
-    frontier_[0].clear();
-    frontier_[0].nodes.push_back(base);
-    any_escape_.assign(1, 0);
-    escape_.assign(1, 0);
-    const AutomatonState& st = a_.states[state];
-    lookahead_ = a_.rule_lookahead[st.rule];
-    int32_t valid = 0;  // frontier_[0..valid] hold the current token's prefix
-    int32_t rank = 0;
-    while (rank < num_ranks) {
-      std::string_view tok = v_.ranked(rank);
-      const int32_t len = static_cast<int32_t>(tok.size());
-      if (rank > 0) valid = std::min<int32_t>(valid, lcp[rank]);
-      if (valid == 0) {
-        // Fast reject of whole first-byte buckets the state cannot read.
-        uint8_t b = static_cast<uint8_t>(tok[0]);
-        if (b < st.first_byte_lo || b > st.first_byte_hi) {
-          rank = b < st.first_byte_lo ? v_.first_rank_of_byte()[st.first_byte_lo]
-                                      : num_ranks;
+  // Appends accepted and uncertain token ids, in rank order.
+  void run(int32_t state, std::vector<int32_t>& accepted, std::vector<int32_t>& uncertain_ranks) {
+    const auto& nodes = v_.trie_nodes();
+    const auto& edges = v_.trie_edges();
+    const auto& sorted = v_.sorted_ids();
+    lookahead_ = a_.rule_lookahead[a_.states[state].rule];
+    lookahead_start_ = lookahead_ >= 0 ? dfa_.start(a_.rule_start[lookahead_]) : -1;
+    config_[0] = dfa_.start(state);
+    escape_[0] = any_escape_[0] = 0;
+    // Depth-first over the trie. At depth d the children to try are either
+    // all of the node's edges (edges[cursor_[d]..cursor_end_[d]) or, when
+    // the configuration reads few bytes and no escape happened on the path,
+    // only the children for those bytes (found by binary search).
+    int32_t d = 0;
+    enter(0, 0);
+    while (d >= 0) {
+      int32_t edge_index;
+      if (by_byte_[d]) {
+        if (byte_cursor_[d] == byte_end_[d]) {
+          --d;
           continue;
         }
-      }
-      if (static_cast<size_t>(len) + 1 > frontier_.size()) frontier_.resize(len + 1);
-      if (any_escape_.size() < static_cast<size_t>(len) + 1) {
-        any_escape_.resize(len + 1);
-        escape_.resize(len + 1);
-      }
-      int32_t k = valid;
-      bool dead = false;
-      while (k < len) {
-        walker_.advance(frontier_[k], static_cast<uint8_t>(tok[k]), frontier_[k + 1]);
-        ++k;
-        escape_[k] = frontier_[k].escaped;
-        any_escape_[k] = any_escape_[k - 1] | escape_[k];
-        if (frontier_[k].nodes.empty()) {
-          dead = true;
-          break;
+        const uint8_t b = byte_buffer_[byte_cursor_[d]++];
+        const Vocabulary::TrieEdge* lo = edges.data() + cursor_[d];
+        const Vocabulary::TrieEdge* hi = edges.data() + cursor_end_[d];
+        const Vocabulary::TrieEdge* it =
+            std::lower_bound(lo, hi, b, [](const Vocabulary::TrieEdge& e, uint8_t x) { return e.byte < x; });
+        if (it == hi || it->byte != b) continue;
+        cursor_[d] = static_cast<int32_t>(it - edges.data()) + 1;  // later bytes are larger
+        edge_index = static_cast<int32_t>(it - edges.data());
+      } else {
+        if (cursor_[d] == cursor_end_[d]) {
+          --d;
+          continue;
         }
+        edge_index = cursor_[d]++;
       }
-      valid = k;
-      if (!dead) {
-        accepted_ranks.push_back(rank);
-        ++rank;
+      const Vocabulary::TrieEdge edge = edges[edge_index];
+      const int32_t c = dfa_.next(config_[d], edge.byte);
+      const uint8_t esc = dfa_.escaped(c) ? 1 : 0;
+      const uint8_t any_esc = any_escape_[d] | esc;
+      const int32_t k = d + 1;
+      if (!dfa_.dead(c)) {
+        const Vocabulary::TrieNode& node = nodes[edge.node];
+        for (int32_t r = node.rank_begin; r < node.rank_begin + node.num_exact; ++r) accepted.push_back(sorted[r]);
+        config_[k] = c;
+        escape_[k] = esc;
+        any_escape_[k] = any_esc;
+        enter(k, edge.node);
+        d = k;
         continue;
       }
-      // Dead after k bytes: this token and every later one sharing these k
-      // bytes are decided by escape_[k] / any_escape_ alone.
-      auto classify = [&](int32_t r, int32_t token_len) {
-        if (token_len == k) {
-          if (escape_[k]) accepted_ranks.push_back(r);
-          else if (returns_to_caller(r, k - 1)) uncertain_ranks.push_back(r);
-        } else if (returns_to_caller(r, k)) {
-          uncertain_ranks.push_back(r);
-        }
-      };
-      classify(rank, len);
-      if (!any_escape_[k]) {
-        // Nothing in the subtree can return to the caller: all rejected.
-        // Binary search for its end (ranks sharing these k bytes are contiguous).
-        std::string_view prefix = tok.substr(0, k);
-        int32_t lo = rank + 1, hi = num_ranks;
-        while (lo < hi) {
-          int32_t mid = lo + (hi - lo) / 2;
-          if (v_.ranked(mid).substr(0, k) == prefix) lo = mid + 1;
-          else hi = mid;
-        }
-        rank = lo;
-        continue;
+      if (!any_esc) continue;  // nothing below returns to the caller: all rejected
+      // Dead after k bytes: this node's tokens and its whole subtree are
+      // decided by escape_ / any_escape_ alone.
+      escape_[k] = esc;
+      any_escape_[k] = any_esc;
+      const Vocabulary::TrieNode& node = nodes[edge.node];
+      const int32_t exact_end = node.rank_begin + node.num_exact;
+      for (int32_t r = node.rank_begin; r < exact_end; ++r) {
+        if (esc) accepted.push_back(sorted[r]);
+        else if (returns_to_caller(r, k - 1)) uncertain_ranks.push_back(r);
       }
-      ++rank;
-      while (rank < num_ranks && lcp[rank] >= k) {
-        classify(rank, static_cast<int32_t>(v_.ranked(rank).size()));
-        ++rank;
-      }
+      for (int32_t r = exact_end; r < node.rank_end; ++r)
+        if (returns_to_caller(r, k)) uncertain_ranks.push_back(r);
     }
   }
 
  private:
+  // Sets up the child iteration of trie node `node` at depth d (config_[d] set).
+  void enter(int32_t d, int32_t node) {
+    const Vocabulary::TrieNode& n = v_.trie_nodes()[node];
+    cursor_[d] = n.kid_begin;
+    cursor_end_[d] = n.kid_end;
+    by_byte_[d] = 0;
+    if (any_escape_[d]) return;  // dead children may still hold uncertain tokens
+    std::string_view bytes = dfa_.readable_bytes(config_[d]);
+    const int32_t kids = n.kid_end - n.kid_begin;
+    // Binary searches cost ~log2(kids) each; a scan costs one lookup per kid.
+    if (static_cast<int32_t>(bytes.size()) * 8 >= kids) return;
+    // (then bytes.size() < 32: kids <= 256)
+    by_byte_[d] = 1;
+    std::copy(bytes.begin(), bytes.end(), byte_buffer_.begin() + 32 * d);
+    byte_cursor_[d] = 32 * d;
+    byte_end_[d] = 32 * d + static_cast<int32_t>(bytes.size());
+  }
+
   // Some stack returned into the caller after j bytes, 1 <= j <= upto, with
   // the rest of the token compatible with the rule's lookahead assertion
   // (a rule without one accepts any rest).
   bool returns_to_caller(int32_t rank, int32_t upto) {
-    if (lookahead_ < 0) return any_escape_[upto] != 0;
     if (!any_escape_[upto]) return false;
+    if (lookahead_ < 0) return true;
     std::string_view tok = v_.ranked(rank);
     for (int32_t j = 1; j <= upto; ++j)
       if (escape_[j] && lookahead_allows(tok.substr(j))) return true;
@@ -124,37 +141,29 @@ class StatePrecompute {
   // Whether `rest` can start what the lookahead rule matches (or contains
   // a full match of it as a prefix).
   bool lookahead_allows(std::string_view rest) {
-    std::string key(rest);
-    key += static_cast<char>(lookahead_ & 0xFF);
-    key += static_cast<char>((lookahead_ >> 8) & 0xFF);
-    auto it = lookahead_cache_.find(key);
-    if (it != lookahead_cache_.end()) return it->second;
-    Frontier cur, next;
-    walker_.closure_of(arena_.intern(a_.rule_start[lookahead_], kContext), cur);
-    bool ok = true;
-    if (!cur.escaped) {
-      for (unsigned char c : rest) {
-        walker_.advance(cur, c, next);
-        if (next.escaped) break;
-        if (next.nodes.empty()) {
-          ok = false;
-          break;
-        }
-        std::swap(cur, next);
-      }
+    int32_t c = lookahead_start_;
+    if (dfa_.escaped(c)) return true;
+    for (unsigned char b : rest) {
+      c = dfa_.next(c, b);
+      if (dfa_.escaped(c)) return true;
+      if (dfa_.dead(c)) return false;
     }
-    lookahead_cache_.emplace(std::move(key), ok);
-    return ok;
+    return true;
   }
 
   const Automaton& a_;
   const Vocabulary& v_;
-  int32_t lookahead_ = -1;
-  std::unordered_map<std::string, bool> lookahead_cache_;
-  StackArena arena_;
-  PdaWalker walker_;
-  std::vector<Frontier> frontier_;
-  std::vector<uint8_t> any_escape_, escape_;
+  FrontierDfa& dfa_;
+
+  int32_t lookahead_ = -1, lookahead_start_ = -1;
+  std::vector<int32_t> config_;  // [max token length + 1] configuration after d bytes
+  std::vector<uint8_t> escape_, any_escape_;
+  std::vector<int32_t> cursor_, cursor_end_;  // per depth: next child edge, end of the child list
+  // Per depth, when children are looked up by byte: the bytes to try,
+  // byte_buffer_[byte_cursor_[d], byte_end_[d]) (32 slots per depth).
+  std::vector<uint8_t> by_byte_;
+  std::vector<int32_t> byte_cursor_, byte_end_;
+  std::vector<uint8_t> byte_buffer_;
 };
 
 uint64_t hash_mask(const std::vector<int32_t>& acc, const std::vector<int32_t>& unc) {
@@ -165,19 +174,59 @@ uint64_t hash_mask(const std::vector<int32_t>& acc, const std::vector<int32_t>& 
   return h;
 }
 
-// Masks of self-contained rules (no calls, e.g. a JSON string body) are the
-// same in every grammar that contains the rule: keep them across compiles.
+// Masks keyed by (vocabulary, rule structure hash, state offset in the
+// rule): equal keys have equal masks in any grammar (Automaton::
+// rule_structure_hashes), so the builtin JSON rules, formats and repeated
+// sub-schemas are computed once per vocabulary and process.
+struct SharedKey {
+  uint64_t vocab, a, b;
+  int32_t offset;
+  bool operator==(const SharedKey&) const = default;
+};
+struct SharedKeyHash {
+  size_t operator()(const SharedKey& k) const {
+    return static_cast<size_t>(k.a ^ (k.vocab * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(k.offset) << 17));
+  }
+};
 struct SharedMaskCache {
   std::mutex mutex;
-  std::unordered_map<std::string, std::shared_ptr<const StateMask>> entries;
-  static constexpr size_t kMaxEntries = 4096;
+  std::unordered_map<SharedKey, std::shared_ptr<const StateMask>, SharedKeyHash> entries;
+  size_t bytes = 0;
+  static constexpr size_t kMaxBytes = 256ull << 20;  // past this the cache starts over
 };
 SharedMaskCache& shared_masks() {
   static SharedMaskCache cache;
   return cache;
 }
 
+std::shared_ptr<const StateMask> make_mask(const Vocabulary& v, const std::vector<int32_t>& acc,
+                                           const std::vector<int32_t>& unc) {
+  auto sm = std::make_shared<StateMask>();
+  if (acc.size() >= static_cast<size_t>(v.num_words())) {  // a list would be larger
+    sm->accepted_bits.assign(v.num_words(), 0);
+    for (int32_t id : acc) sm->accepted_bits[id >> 5] |= 1u << (id & 31);
+  } else {
+    sm->accepted_ids = acc;  // rank order: canonical, and the matcher only ORs them
+  }
+  sm->uncertain_ranks = unc;
+  sm->uncertain_lcp.resize(unc.size(), 0);
+  for (size_t i = 1; i < unc.size(); ++i) {
+    std::string_view p = v.ranked(unc[i - 1]), q = v.ranked(unc[i]);
+    size_t l = 0, m = std::min(p.size(), q.size());
+    while (l < m && p[l] == q[l]) ++l;
+    sm->uncertain_lcp[i] = static_cast<uint16_t>(l);
+  }
+  return sm;
+}
+
 }  // namespace
+
+void clear_shared_mask_cache() {
+  SharedMaskCache& shared = shared_masks();
+  std::lock_guard<std::mutex> lock(shared.mutex);
+  shared.entries.clear();
+  shared.bytes = 0;
+}
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar,
                                                                 std::shared_ptr<const Vocabulary> vocabulary,
@@ -192,41 +241,38 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   out->mask_index_.assign(num_states, -1);
   out->stats_.num_states = num_states;
 
-  StatePrecompute pre(a, v);
-  std::unordered_map<uint64_t, std::vector<int32_t>> by_hash;  // hash -> mask ids
+  FrontierDfa dfa(a);
+  StatePrecompute pre(a, v, dfa);
+  // Distinct masks of this compile: hash -> indices, with their accepted
+  // ids (rank order) for an exact comparison.
+  std::unordered_map<uint64_t, std::vector<int32_t>> by_hash;
+  std::vector<std::vector<int32_t>> accepted_of;
+  std::unordered_map<const StateMask*, int32_t> index_of_shared;
   std::vector<int32_t> acc, unc;
   size_t total_bytes = 0;
-  const auto& sorted = v.sorted_ids();
-  // Per rule: the key prefix for the shared cache ("" = not shareable).
-  std::vector<std::string> rule_key(a.rule_start.size());
-  for (size_t r = 0; r < a.rule_start.size(); ++r) {
-    if (static_cast<int32_t>(r) >= a.first_lookahead_rule) continue;
-    std::string sig = a.self_contained_signature(static_cast<int32_t>(r));
-    if (sig.empty()) continue;
-    std::string la;
-    if (a.rule_lookahead[r] >= 0) {
-      la = a.self_contained_signature(a.rule_lookahead[r]);
-      if (la.empty()) continue;
-    }
-    uint64_t vh = v.content_hash();
-    rule_key[r] = std::string(reinterpret_cast<const char*>(&vh), sizeof vh) + std::to_string(sig.size()) + ":" +
-                  sig + "|" + la;
-  }
+  const std::vector<Automaton::StructureHash> rule_hash = a.rule_structure_hashes();
   SharedMaskCache& shared = shared_masks();
+  auto add_mask = [&](std::shared_ptr<const StateMask> m) {
+    total_bytes += m->bytes();
+    BRIOCHE_CHECK(total_bytes <= limits.max_mask_bytes, "grammar compile exceeded its size budget of ",
+                  limits.max_mask_bytes, " bytes of mask tables");
+    out->masks_.push_back(std::move(m));
+    return static_cast<int32_t>(out->masks_.size() - 1);
+  };
   for (int32_t s = 0; s < num_states; ++s) {
     if (!a.has_byte_edges(s)) continue;
     const int32_t rule = a.states[s].rule;
     if (rule >= a.first_lookahead_rule) continue;  // lookaheads are only matched, never masked
     ++out->stats_.num_scannable_states;
-    std::string key;
-    if (!rule_key[rule].empty()) {
-      key = rule_key[rule] + "#" + std::to_string(s - a.rule_start[rule]);
+    const SharedKey key{v.content_hash(), rule_hash[rule].a, rule_hash[rule].b, s - a.rule_start[rule]};
+    {
       std::lock_guard<std::mutex> lock(shared.mutex);
       auto it = shared.entries.find(key);
       if (it != shared.entries.end()) {
-        out->mask_index_[s] = static_cast<int32_t>(out->masks_.size());
-        out->masks_.push_back(*it->second);
-        total_bytes += it->second->bytes();
+        auto [pos, fresh] = index_of_shared.emplace(it->second.get(), -1);
+        if (fresh) pos->second = add_mask(it->second);
+        out->mask_index_[s] = pos->second;
+        ++out->stats_.num_shared_states;
         continue;
       }
     }
@@ -237,49 +283,30 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
     BRIOCHE_CHECK(elapsed <= limits.max_seconds, "grammar compile exceeded its time budget of ", limits.max_seconds,
                   " s (", out->stats_.num_scannable_states, " of the automaton's ", num_states,
                   " states done); simplify the grammar or raise CompileLimits::max_seconds");
-    uint64_t h = hash_mask(acc, unc);
+    // Identical entries are common (e.g. every position of a whitespace
+    // run); share them.
+    const uint64_t h = hash_mask(acc, unc);
     int32_t found = -1;
-    for (int32_t m : by_hash[h]) {
-      // Identical entries are common (e.g. every string body); share them.
-      const StateMask& sm = out->masks_[m];
-      if (sm.uncertain_ranks == unc) {
+    auto& bucket = by_hash[h];
+    for (int32_t m : bucket)
+      if (out->masks_[m]->uncertain_ranks == unc && accepted_of[m] == acc) {
         found = m;
         break;
       }
-    }
     if (found < 0) {
-      StateMask sm;
-      std::vector<int32_t> ids;
-      ids.reserve(acc.size());
-      for (int32_t r : acc) ids.push_back(sorted[r]);
-      if (ids.size() >= static_cast<size_t>(v.num_words())) {  // a list would be larger
-        sm.accepted_bits.assign(v.num_words(), 0);
-        for (int32_t id : ids) sm.accepted_bits[id >> 5] |= 1u << (id & 31);
-      } else {
-        std::sort(ids.begin(), ids.end());
-        sm.accepted_ids = std::move(ids);
-      }
-      sm.uncertain_ranks = unc;
-      sm.uncertain_lcp.resize(unc.size(), 0);
-      for (size_t i = 1; i < unc.size(); ++i) {
-        std::string_view p = v.ranked(unc[i - 1]), q = v.ranked(unc[i]);
-        size_t l = 0, m = std::min(p.size(), q.size());
-        while (l < m && p[l] == q[l]) ++l;
-        sm.uncertain_lcp[i] = static_cast<uint16_t>(l);
-      }
-      total_bytes += sm.bytes();
-      BRIOCHE_CHECK(total_bytes <= limits.max_mask_bytes, "grammar compile exceeded its size budget of ",
-                    limits.max_mask_bytes, " bytes of mask tables");
-      found = static_cast<int32_t>(out->masks_.size());
-      out->masks_.push_back(std::move(sm));
-      by_hash[h].push_back(found);
+      found = add_mask(make_mask(v, acc, unc));
+      accepted_of.resize(out->masks_.size());
+      accepted_of[found] = acc;
+      bucket.push_back(found);
     }
     out->mask_index_[s] = found;
-    if (!key.empty()) {
-      std::lock_guard<std::mutex> lock(shared.mutex);
-      if (shared.entries.size() >= SharedMaskCache::kMaxEntries) shared.entries.clear();
-      shared.entries.emplace(key, std::make_shared<const StateMask>(out->masks_[found]));
+    const auto& mask = out->masks_[found];
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    if (shared.bytes + mask->bytes() > SharedMaskCache::kMaxBytes) {
+      shared.entries.clear();
+      shared.bytes = 0;
     }
+    if (shared.entries.emplace(key, mask).second) shared.bytes += mask->bytes();
   }
   out->stats_.num_distinct_masks = static_cast<int32_t>(out->masks_.size());
   out->stats_.mask_bytes = total_bytes;

@@ -43,6 +43,7 @@ struct CompileStats {
   int32_t num_states = 0;            // automaton states
   int32_t num_scannable_states = 0;  // states with a mask entry
   int32_t num_distinct_masks = 0;    // after sharing identical entries
+  int32_t num_shared_states = 0;     // entries taken from the process-wide cache
   size_t mask_bytes = 0;
   double seconds = 0.0;
 };
@@ -59,7 +60,7 @@ class CompiledGrammar {
   // Mask entry of a state that can read a byte (nullptr otherwise).
   const StateMask* mask_of_state(int32_t state) const {
     int32_t m = mask_index_[state];
-    return m < 0 ? nullptr : &masks_[m];
+    return m < 0 ? nullptr : masks_[m].get();
   }
   const CompileStats& stats() const { return stats_; }
 
@@ -67,9 +68,15 @@ class CompiledGrammar {
   Automaton automaton_;
   std::shared_ptr<const Vocabulary> vocabulary_;
   std::vector<int32_t> mask_index_;  // per state
-  std::vector<StateMask> masks_;
+  std::vector<std::shared_ptr<const StateMask>> masks_;  // shared with other grammars
   CompileStats stats_;
 };
+
+// Token masks are also kept process-wide per (vocabulary, rule structure),
+// so rules that recur across grammars (the JSON string/number/value rules,
+// formats, repeated sub-schemas) are computed once. This drops them (tests
+// and benchmarks that want a cold compile).
+void clear_shared_mask_cache();
 
 struct GrammarCacheOptions {
   size_t max_entries = 64;  // least recently used entries are evicted past this

@@ -43,6 +43,48 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
   for (int b = 255; b >= 0; --b)
     first_rank_of_byte_[b] = std::min(first_rank_of_byte_[b], first_rank_of_byte_[b + 1]);
 
+  // Trie: token r adds nodes for its prefixes longer than its LCP with
+  // token r-1 (none when it equals r-1). Children are then grouped per
+  // parent; pre-order creation keeps each child list sorted by byte.
+  trie_nodes_.push_back(TrieNode{0, static_cast<int32_t>(sorted_ids_.size()), 0, 0, 0});
+  std::vector<int32_t> parent{-1};
+  std::vector<uint8_t> last_byte{0};
+  std::vector<int32_t> path{0};  // path[d]: node of depth d on the current token
+  for (size_t r = 0; r < sorted_ids_.size(); ++r) {
+    const std::string& t = tokens_[sorted_ids_[r]];
+    const size_t l = lcp_prev_[r];
+    max_token_length_ = std::max<int32_t>(max_token_length_, static_cast<int32_t>(t.size()));
+    path.resize(l + 1);
+    if (r > 0 && l == t.size()) {
+      ++trie_nodes_[path[l]].num_exact;  // same bytes as the previous id
+      continue;
+    }
+    for (size_t d = l + 1; d <= t.size(); ++d) {
+      const int32_t id = static_cast<int32_t>(trie_nodes_.size());
+      trie_nodes_.push_back(TrieNode{static_cast<int32_t>(r), 0, d == t.size() ? 1 : 0, 0, 0});
+      parent.push_back(path[d - 1]);
+      last_byte.push_back(static_cast<uint8_t>(t[d - 1]));
+      path.push_back(id);
+    }
+  }
+  // rank_end: the next node in pre-order outside the subtree starts there;
+  // computed backwards as max over children.
+  for (size_t i = trie_nodes_.size(); i-- > 1;) {
+    TrieNode& n = trie_nodes_[i];
+    n.rank_end = std::max(n.rank_end, n.rank_begin + n.num_exact);
+    TrieNode& p = trie_nodes_[parent[i]];
+    p.rank_end = std::max(p.rank_end, n.rank_end);
+  }
+  std::vector<int32_t> num_kids(trie_nodes_.size() + 1, 0);
+  for (size_t i = 1; i < trie_nodes_.size(); ++i) ++num_kids[parent[i] + 1];
+  for (size_t i = 0; i < trie_nodes_.size(); ++i) num_kids[i + 1] += num_kids[i];
+  trie_edges_.resize(trie_nodes_.size() - 1);
+  for (size_t i = 0; i < trie_nodes_.size(); ++i) {
+    trie_nodes_[i].kid_begin = trie_nodes_[i].kid_end = num_kids[i];
+  }
+  for (size_t i = 1; i < trie_nodes_.size(); ++i)
+    trie_edges_[trie_nodes_[parent[i]].kid_end++] = TrieEdge{last_byte[i], static_cast<int32_t>(i)};
+
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](unsigned char c) { h = (h ^ c) * 1099511628211ull; };
   for (int32_t id = 0; id < n; ++id) {

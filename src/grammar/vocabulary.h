@@ -42,6 +42,24 @@ class Vocabulary {
   // Ranks whose tokens start with byte b: [first_rank_of_byte[b], first_rank_of_byte[b+1]).
   const std::vector<int32_t>& first_rank_of_byte() const { return first_rank_of_byte_; }
 
+  // The same trie as explicit nodes (one per distinct token prefix; node 0
+  // is the empty prefix) with child lists, so a walk reads each shared
+  // prefix byte once, a dead prefix drops its whole subtree, and the
+  // children of a node are read from one contiguous array.
+  struct TrieNode {
+    int32_t rank_begin;  // first rank whose token starts with this prefix
+    int32_t rank_end;    // one past the last such rank
+    int32_t num_exact;   // ranks [rank_begin, rank_begin + num_exact) equal the prefix
+    int32_t kid_begin, kid_end;  // children: trie_edges()[kid_begin, kid_end), by byte
+  };
+  struct TrieEdge {
+    uint8_t byte;
+    int32_t node;
+  };
+  const std::vector<TrieNode>& trie_nodes() const { return trie_nodes_; }
+  const std::vector<TrieEdge>& trie_edges() const { return trie_edges_; }
+  int32_t max_token_length() const { return max_token_length_; }
+
  private:
   std::vector<std::string> tokens_;
   std::vector<char> special_;
@@ -49,6 +67,9 @@ class Vocabulary {
   std::vector<int32_t> sorted_ids_;
   std::vector<uint16_t> lcp_prev_;
   std::vector<int32_t> first_rank_of_byte_;
+  std::vector<TrieNode> trie_nodes_;
+  std::vector<TrieEdge> trie_edges_;
+  int32_t max_token_length_ = 0;
   int32_t mask_vocab_size_ = 0;
   uint64_t hash_ = 0;
 };

@@ -1,0 +1,74 @@
+// A lazily determinised view of the pushdown automaton for the mask
+// compiler. A configuration is a set of stacks (a Frontier: stack-node ids
+// of one shared arena, plus whether some stack returned into the unknown
+// caller); configurations are interned, and the transition of a
+// configuration on a byte is computed once and then read from a table.
+// Walking the vocabulary trie from many start states is then one table
+// lookup per trie node instead of a pushdown closure per byte.
+//
+// Byte classes: bytes that every byte edge of the automaton treats alike
+// (the same ranges contain them) share a table column.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/pda.h"
+
+namespace brioche::grammar {
+
+class FrontierDfa {
+ public:
+  explicit FrontierDfa(const Automaton& automaton, size_t max_configs = 4'000'000);
+
+  // Configuration of the stacks closure(state) over an unknown caller.
+  int32_t start(int32_t state);
+  // Configuration after reading `byte` from configuration c.
+  int32_t next(int32_t c, uint8_t byte) {
+    const size_t slot = static_cast<size_t>(c) * num_classes_ + class_of_[byte];
+    int32_t t = table_[slot];
+    if (t < 0) {
+      t = compute(c, byte);  // may grow table_
+      table_[slot] = t;
+    }
+    return t;
+  }
+  // No stack can read another byte (the walk ends here).
+  bool dead(int32_t c) const { return node_begin_[c] == node_begin_[c + 1]; }
+  // Some stack returned into the caller on the last byte.
+  bool escaped(int32_t c) const { return escaped_[c] != 0; }
+  int32_t num_configs() const { return static_cast<int32_t>(escaped_.size()); }
+  // The bytes some stack of c has an edge for, ascending (every other byte
+  // leads to the dead configuration without an escape).
+  std::string_view readable_bytes(int32_t c) {
+    if (readable_begin_[c] < 0) compute_readable(c);
+    return std::string_view(readable_pool_).substr(readable_begin_[c], readable_size_[c]);
+  }
+
+ private:
+  int32_t compute(int32_t c, uint8_t byte);
+  int32_t intern(Frontier& f);
+  void compute_readable(int32_t c);
+
+  const Automaton& a_;
+  size_t max_configs_;
+  StackArena arena_;
+  PdaWalker walker_;
+  uint8_t class_of_[256];
+  int32_t num_classes_ = 0;
+  std::vector<int32_t> table_;       // [num_configs, num_classes]; -1 = not computed yet
+  std::vector<int32_t> node_begin_;  // [num_configs + 1] into nodes_
+  std::vector<int32_t> nodes_;       // sorted stack-node ids per configuration
+  std::vector<uint8_t> escaped_;
+  std::vector<int32_t> readable_begin_, readable_size_;  // per configuration, into readable_pool_; -1 = not yet
+  std::string readable_pool_;
+  std::unordered_map<std::string, int32_t> index_;  // configuration key -> id
+  Frontier scratch_in_, scratch_out_;
+  std::string key_;
+};
+
+}  // namespace brioche::grammar
