@@ -18,7 +18,8 @@ namespace brioche::cuda {
 constexpr int kPrefillMinRows = 16;
 
 // Whether the prefill kernel serves sequence `seq` of the call `args`: an f16
-// cache, head_dim 64 or 128, at least kPrefillMinRows rows. The environment
+// cache, head_dim 64 or 128, a power-of-two block size, at least
+// kPrefillMinRows rows. The environment
 // variable BRIOCHE_CUDA_PREFILL_ATTENTION=0 turns the kernel off (A/B runs).
 bool prefill_attention_takes(const backend::cpu::PagedAttentionArgs& args, const backend::cpu::KvSequence& seq);
 
