@@ -363,6 +363,8 @@ std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::Page
     tables.insert(tables.end(), seq.block_table, seq.block_table + seq.n_table_blocks);
   }
   if (tiles.empty()) return rest;
+  BRIOCHE_CHECK(tiles.size() <= 65535, "prefill_attention (cuda): at most 65535 tiles of ", kRows,
+                " rows per call (grid y), got ", tiles.size());
   // Longest tiles first: the grid's tail is then short tiles.
   std::stable_sort(tiles.begin(), tiles.end(), [](const Tile& x, const Tile& y) { return x.work > y.work; });
   std::vector<int32_t> meta;
