@@ -9,15 +9,35 @@ With --idle M it first opens M keep-alive connections that stay idle for the
 whole run, checking that new requests are still served while they are held.
 
   python3 bench/server_load.py --url http://127.0.0.1:8080 --clients 64 --requests 1000 --max-tokens 16
+
+With --compare it starts the servers itself (brioche, and llama-cpp-python's
+OpenAI server on the same GGUF with the same thread count), and runs
+1 client and 16 clients (--clients-list) back to back, --rounds times,
+alternating servers, then prints medians and the batching ratio
+(aggregate tok/s at the most clients over 1 client) per server:
+
+  python3 bench/server_load.py --compare --rounds 3 --max-tokens 32
+
+Aggregate tok/s = generated tokens / wall time of the whole load (prefill and
+queueing included). llama-cpp-python's streams carry no usage chunk, so its
+tokens are counted client-side (one streamed content chunk per token); its
+server runs one request at a time (started with --interrupt_requests False:
+by default a new request cancels the stream in progress), so concurrent
+clients queue.
 """
 import argparse
 import asyncio
-import json
+import os
 import statistics
+import subprocess
 import sys
 import time
+import urllib.request
 
 import openai
+
+DEFAULT_MODEL = os.path.expanduser("~/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def percentile(values, p):
@@ -35,15 +55,18 @@ async def one_request(client, i, args, stats):
     ids = set()
     finishes = 0
     usage = None
+    content_chunks = 0
+    extra = {"stream_options": {"include_usage": True}} if args.usage else {}
     stream = await client.chat.completions.create(
         model=args.model, messages=[{"role": "user", "content": f"Request {i}: say something about the number {i}."}],
-        max_tokens=args.max_tokens, temperature=0.7, seed=i, stream=True, stream_options={"include_usage": True})
+        max_tokens=args.max_tokens, temperature=0.7, seed=i, stream=True, **extra)
     async for chunk in stream:
         ids.add(chunk.id)
         if chunk.usage:
             usage = chunk.usage
         for choice in chunk.choices:
             if choice.delta.content:
+                content_chunks += 1
                 now = time.perf_counter()
                 if first is None:
                     first = now
@@ -54,12 +77,12 @@ async def one_request(client, i, args, stats):
             if choice.finish_reason:
                 finishes += 1
     # The client ends the iteration only at "data: [DONE]".
-    if finishes != 1 or len(ids) != 1 or usage is None:
+    if finishes != 1 or len(ids) != 1 or (args.usage and usage is None):
         stats["errors"].append(f"request {i}: finishes={finishes} ids={len(ids)} usage={usage}")
         return
     stats["ids"].append(next(iter(ids)))
     stats["itl"].extend(itl)
-    stats["tokens"] += usage.completion_tokens
+    stats["tokens"] += usage.completion_tokens if args.usage else content_chunks
     stats["completed"] += 1
 
 
@@ -83,6 +106,155 @@ async def idle_connections(url, count):
     return conns, None
 
 
+async def run_load(args):
+    """One load run against args.url; returns the stats dict with wall time."""
+    idle, problem = await idle_connections(args.url, args.idle) if args.idle else ([], None)
+    if problem:
+        return {"problem": problem}
+    stats = {"ttft": [], "itl": [], "ids": [], "errors": [], "tokens": 0, "completed": 0}
+    queue = asyncio.Queue()
+    for i in range(args.requests):
+        queue.put_nowait(i)
+    client = openai.AsyncOpenAI(base_url=args.url + "/v1", api_key=args.api_key, max_retries=0, timeout=600)
+    args.model = (await client.models.list()).data[0].id
+    start = time.perf_counter()
+
+    async def worker():
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                await one_request(client, i, args, stats)
+            except Exception as e:  # noqa: BLE001 - every failure is reported
+                stats["errors"].append(f"request {i}: {type(e).__name__}: {e}")
+
+    await asyncio.gather(*[worker() for _ in range(args.clients)])
+    stats["wall"] = time.perf_counter() - start
+    stats["idle"] = len(idle)
+    for _, w in idle:
+        w.close()
+    await client.close()
+    return stats
+
+
+def report(args, stats):
+    if "problem" in stats:
+        print(stats["problem"])
+        return 1
+    wall = stats["wall"]
+    dup = len(stats["ids"]) - len(set(stats["ids"]))
+    print(f"requests {args.requests}, clients {args.clients}, max_tokens {args.max_tokens}, idle connections {stats['idle']}")
+    print(f"completed {stats['completed']}, errors {len(stats['errors'])}, duplicate ids {dup}, wall {wall:.1f} s")
+    print(f"generated tokens {stats['tokens']}, aggregate {stats['tokens'] / wall:.1f} tok/s, {stats['completed'] / wall:.2f} req/s")
+    print(f"TTFT p50 {percentile(stats['ttft'], 50) * 1e3:.0f} ms, p99 {percentile(stats['ttft'], 99) * 1e3:.0f} ms")
+    print(f"ITL  p50 {percentile(stats['itl'], 50) * 1e3:.1f} ms, p99 {percentile(stats['itl'], 99) * 1e3:.1f} ms")
+    for e in stats["errors"][:10]:
+        print("  " + e)
+    return 0 if not stats["errors"] and dup == 0 and stats["completed"] == args.requests else 1
+
+
+# ---------------------------------------------------------------- --compare
+
+class Server:
+    """A server process started for the comparison, stopped on exit."""
+
+    def __init__(self, name, argv, port, usage):
+        self.name, self.argv, self.port, self.usage = name, argv, port, usage
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(f"/tmp/server_load_{name}_{port}.log", "w")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout=180):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log.name}")
+            try:
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"{self.name} not ready after {timeout} s; see {self.log.name}")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def start_servers(args):
+    servers = []
+    if "brioche" in args.servers:
+        servers.append(Server("brioche", [args.brioche_bin, "serve", "-m", args.gguf, "-t", str(args.threads),
+                                          "--port", str(args.port)], args.port, usage=True))
+    if "llama-cpp" in args.servers:
+        servers.append(Server("llama-cpp", [sys.executable, "-m", "llama_cpp.server", "--model", args.gguf,
+                                            "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
+                                            "--port", str(args.port + 1), "--verbose", "False",
+                                            # its default cancels the running stream when a new request
+                                            # arrives; queue them instead, so every request completes
+                                            "--interrupt_requests", "False"],
+                              args.port + 1, usage=False))
+    return servers
+
+
+async def compare(args):
+    clients_list = [int(c) for c in args.clients_list.split(",")]
+    servers = start_servers(args)
+    results = {(s.name, c): [] for s in servers for c in clients_list}
+    try:
+        for s in servers:
+            s.wait_ready()
+            warm = argparse.Namespace(**vars(args))
+            warm.url, warm.clients, warm.requests, warm.usage, warm.idle = s.url, 1, 1, s.usage, 0
+            await run_load(warm)
+        print(f"load average at start: {os.getloadavg()}")
+        for rnd in range(args.rounds):
+            for s in servers:
+                for c in clients_list:
+                    run = argparse.Namespace(**vars(args))
+                    run.url, run.clients, run.requests, run.usage = s.url, c, c * args.requests_per_client, s.usage
+                    stats = await run_load(run)
+                    rate = stats["tokens"] / stats["wall"]
+                    results[(s.name, c)].append((rate, stats))
+                    print(f"round {rnd + 1} {s.name:9s} {c:3d} clients: {rate:7.1f} tok/s, "
+                          f"{stats['completed']}/{run.requests} completed, {len(stats['errors'])} errors, "
+                          f"TTFT p50 {percentile(stats['ttft'], 50) * 1e3:.0f} ms, "
+                          f"ITL p50 {percentile(stats['itl'], 50) * 1e3:.1f} ms, load {os.getloadavg()[0]:.1f}",
+                          flush=True)
+                    for e in stats["errors"][:3]:
+                        print("   " + e)
+    finally:
+        for s in servers:
+            s.stop()
+    print(f"load average at end: {os.getloadavg()}")
+    print(f"\nmedians over {args.rounds} rounds, max_tokens {args.max_tokens}, {args.requests_per_client} requests "
+          f"per client, {args.threads} threads")
+    print("| server | clients | aggregate tok/s (median) | rounds | TTFT p50 | ITL p50 | errors |")
+    print("|---|---|---|---|---|---|---|")
+    failed = False
+    for s in servers:
+        for c in clients_list:
+            runs = results[(s.name, c)]
+            med = statistics.median(r for r, _ in runs)
+            ttft = statistics.median(percentile(st["ttft"], 50) for _, st in runs) * 1e3
+            itl = statistics.median(percentile(st["itl"], 50) for _, st in runs) * 1e3
+            errors = sum(len(st["errors"]) for _, st in runs)
+            failed |= errors > 0
+            print(f"| {s.name} | {c} | {med:.1f} | {', '.join(f'{r:.1f}' for r, _ in runs)} | {ttft:.0f} ms | "
+                  f"{itl:.1f} ms | {errors} |")
+        lo, hi = min(clients_list), max(clients_list)
+        ratio = statistics.median(r for r, _ in results[(s.name, hi)]) / statistics.median(r for r, _ in results[(s.name, lo)])
+        print(f"| {s.name} | {hi} vs {lo} | {ratio:.2f}x | | | | |")
+    return 1 if failed else 0
+
+
 async def main():
     p = argparse.ArgumentParser()
     p.add_argument("--url", default="http://127.0.0.1:8080")
@@ -91,43 +263,21 @@ async def main():
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--api-key", default="unused")
     p.add_argument("--idle", type=int, default=0, help="idle connections to hold open during the run")
+    p.add_argument("--no-usage", dest="usage", action="store_false",
+                   help="count streamed content chunks as tokens (servers without stream usage)")
+    p.add_argument("--compare", action="store_true", help="start brioche and llama-cpp-python and compare them")
+    p.add_argument("--servers", default="brioche,llama-cpp", help="--compare: which servers (comma-separated)")
+    p.add_argument("--clients-list", default="1,16", help="--compare: client counts, run back to back")
+    p.add_argument("--requests-per-client", type=int, default=3, help="--compare: requests = clients x this")
+    p.add_argument("--rounds", type=int, default=3, help="--compare: repetitions (medians are reported)")
+    p.add_argument("--threads", type=int, default=2, help="--compare: CPU threads of each server")
+    p.add_argument("--port", type=int, default=18380, help="--compare: brioche's port (llama-cpp: +1)")
+    p.add_argument("--gguf", default=DEFAULT_MODEL, help="--compare: model file both servers load")
+    p.add_argument("--brioche-bin", default=os.path.join(REPO, "build/cpu/brioche"))
     args = p.parse_args()
-
-    idle, problem = await idle_connections(args.url, args.idle) if args.idle else ([], None)
-    if problem:
-        print(problem)
-        return 1
-    stats = {"ttft": [], "itl": [], "ids": [], "errors": [], "tokens": 0, "completed": 0}
-    queue = asyncio.Queue()
-    for i in range(args.requests):
-        queue.put_nowait(i)
-    client = openai.AsyncOpenAI(base_url=args.url + "/v1", api_key=args.api_key, max_retries=0, timeout=600)
-    args.model = (await client.models.list()).data[0].id
-    start = time.perf_counter()
-    if True:
-        async def worker():
-            while True:
-                try:
-                    i = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                try:
-                    await one_request(client, i, args, stats)
-                except Exception as e:  # noqa: BLE001 - every failure is reported
-                    stats["errors"].append(f"request {i}: {type(e).__name__}: {e}")
-        await asyncio.gather(*[worker() for _ in range(args.clients)])
-    wall = time.perf_counter() - start
-    for _, w in idle:
-        w.close()
-    dup = len(stats["ids"]) - len(set(stats["ids"]))
-    print(f"requests {args.requests}, clients {args.clients}, max_tokens {args.max_tokens}, idle connections {len(idle)}")
-    print(f"completed {stats['completed']}, errors {len(stats['errors'])}, duplicate ids {dup}, wall {wall:.1f} s")
-    print(f"generated tokens {stats['tokens']}, aggregate {stats['tokens'] / wall:.1f} tok/s, {stats['completed'] / wall:.2f} req/s")
-    print(f"TTFT p50 {percentile(stats['ttft'], 50) * 1e3:.0f} ms, p99 {percentile(stats['ttft'], 99) * 1e3:.0f} ms")
-    print(f"ITL  p50 {percentile(stats['itl'], 50) * 1e3:.1f} ms, p99 {percentile(stats['itl'], 99) * 1e3:.1f} ms")
-    for e in stats["errors"][:10]:
-        print("  " + e)
-    return 0 if not stats["errors"] and dup == 0 and stats["completed"] == args.requests else 1
+    if args.compare:
+        return await compare(args)
+    return report(args, await run_load(args))
 
 
 if __name__ == "__main__":
