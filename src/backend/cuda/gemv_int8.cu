@@ -1,0 +1,198 @@
+// Integer GEMV (gemv_int8.cuh): activation quantization, the dispatch, and
+// the 32-value block types Q8_0, Q4_0 and Q4_1.
+#include "backend/cuda/gemv_int8.h"
+
+#include "backend/cuda/gemv_int8.cuh"
+#include "backend/cuda/runtime.h"
+
+namespace brioche::cuda::detail {
+
+namespace {
+
+// One thread per 4 values, 8 threads per 32-value block (a block never spans
+// two rows since k is a multiple of 32).
+//   x  : [n, k] f32, row stride ldx
+//   q  : [n, k] int8;  ds : [n, k/32] (dx, dx · Σq)
+__global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k, int64_t total_quads,
+                                     int8_t* __restrict__ q, float2* __restrict__ ds) {
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= total_quads) return;  // whole 8-thread groups leave together (total_quads % 8 == 0)
+  const int64_t quads_per_row = k / 4;
+  const int64_t r = g / quads_per_row, c = g % quads_per_row;
+  const float* src = x + r * ldx + 4 * c;
+  const float v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
+  float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off, 8));
+  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int q0 = __float2int_rn(v0 * inv), q1 = __float2int_rn(v1 * inv), q2 = __float2int_rn(v2 * inv),
+            q3 = __float2int_rn(v3 * inv);
+  int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off, 8);
+  char4 packed = make_char4(char(q0), char(q1), char(q2), char(q3));
+  reinterpret_cast<char4*>(q + r * k)[c] = packed;
+  if ((c & 7) == 0) ds[r * (k / 32) + c / 8] = make_float2(d, d * float(sum));
+}
+
+}  // namespace
+
+// Q8_0 pairs of blocks (68 bytes, 4-byte aligned): words 0..16 hold d0 (low
+// half of word 0), q0 (bytes 2..33: re-aligned with a funnel shift), d1 (high
+// half of word 8) and q1 (words 9..16).
+template <>
+struct Dot<DType::Q8_0> {
+  template <int R>
+  __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
+    const int64_t n_pairs = x.n_blocks / 2;
+#pragma unroll 2
+    for (int64_t p = lane; p < n_pairs; p += 32) {
+      const uint8_t* b = w + p * 68;
+      uint32_t v[17];
+#pragma unroll
+      for (int i = 0; i < 17; ++i) v[i] = ldg_u32(b + 4 * i);
+      const float d0 = half_lo(v[0]), d1 = half_hi(v[8]);
+      int q0[8], q1[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        q0[i] = int(__funnelshift_r(v[i], v[i + 1], 16));
+        q1[i] = int(v[9 + i]);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < n) {
+          const int8_t* xq = x.q + r * x.k + p * 64;
+          const int dot0 = dot16(q0 + 4, ldg_x16(xq + 16), dot16(q0, ldg_x16(xq), 0));
+          const int dot1 = dot16(q1 + 4, ldg_x16(xq + 48), dot16(q1, ldg_x16(xq + 32), 0));
+          const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + 2 * p);  // (dx, sx) of blocks 2p, 2p+1
+          acc[r] += d0 * ds.x * float(dot0) + d1 * ds.z * float(dot1);
+        }
+      }
+    }
+  }
+};
+
+// Q4_0 pairs of blocks (36 bytes, 4-byte aligned): d0, q0[16] (bytes 2..17),
+// d1 (high half of word 4), q1 (words 5..8). Byte i holds element i (low
+// nibble) and i + 16 (high); w = d·(q − 8), so Σ w·x = d·(dx·Σq·xq − 8·sx).
+template <>
+struct Dot<DType::Q4_0> {
+  template <int R>
+  __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
+    const int64_t n_pairs = x.n_blocks / 2;
+#pragma unroll 2
+    for (int64_t p = lane; p < n_pairs; p += 32) {
+      const uint8_t* b = w + p * 36;
+      uint32_t v[9];
+#pragma unroll
+      for (int i = 0; i < 9; ++i) v[i] = ldg_u32(b + 4 * i);
+      const float d0 = half_lo(v[0]), d1 = half_hi(v[4]);
+      int lo0[4], hi0[4], lo1[4], hi1[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t q0 = __funnelshift_r(v[i], v[i + 1], 16), q1 = v[5 + i];
+        lo0[i] = int(q0 & 0x0F0F0F0Fu);
+        hi0[i] = int((q0 >> 4) & 0x0F0F0F0Fu);
+        lo1[i] = int(q1 & 0x0F0F0F0Fu);
+        hi1[i] = int((q1 >> 4) & 0x0F0F0F0Fu);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < n) {
+          const int8_t* xq = x.q + r * x.k + p * 64;
+          const int dot0 = dot16(hi0, ldg_x16(xq + 16), dot16(lo0, ldg_x16(xq), 0));
+          const int dot1 = dot16(hi1, ldg_x16(xq + 48), dot16(lo1, ldg_x16(xq + 32), 0));
+          const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + 2 * p);
+          acc[r] += d0 * (ds.x * float(dot0) - 8.0f * ds.y) + d1 * (ds.z * float(dot1) - 8.0f * ds.w);
+        }
+      }
+    }
+  }
+};
+
+// Q4_1 blocks (20 bytes, 4-byte aligned): d, m in word 0, q[16] in words 1..4;
+// w = d·q + m, so Σ w·x = d·dx·Σq·xq + m·sx.
+template <>
+struct Dot<DType::Q4_1> {
+  template <int R>
+  __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
+#pragma unroll 2
+    for (int64_t c = lane; c < x.n_blocks; c += 32) {
+      const uint8_t* b = w + c * 20;
+      uint32_t v[5];
+#pragma unroll
+      for (int i = 0; i < 5; ++i) v[i] = ldg_u32(b + 4 * i);
+      const float d = half_lo(v[0]), m = half_hi(v[0]);
+      int lo[4], hi[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = int(v[1 + i] & 0x0F0F0F0Fu);
+        hi[i] = int((v[1 + i] >> 4) & 0x0F0F0F0Fu);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < n) {
+          const int8_t* xq = x.q + r * x.k + c * 32;
+          const int dot = dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0));
+          const float2 ds = __ldg(x.ds + r * x.n_blocks + c);
+          acc[r] += d * ds.x * float(dot) + m * ds.y;
+        }
+      }
+    }
+  }
+};
+
+void gemv_int8_blocks32(DType wtype, const GemvArgs& a, const Int8Acts& x) {
+  switch (wtype) {
+    case DType::Q8_0: return launch_int8<DType::Q8_0>(a, x);
+    case DType::Q4_0: return launch_int8<DType::Q4_0>(a, x);
+    case DType::Q4_1: return launch_int8<DType::Q4_1>(a, x);
+    default: fail("gemv_int8_blocks32: ", dtype_name(wtype), " is not a 32-value block type");
+  }
+}
+
+bool gemv_int8_covers(DType wtype, const GemvArgs& a) {
+  // Row strides and bases the loads assume: 16-byte loads of K-quant
+  // super-blocks, whole words of the 32-value types, halves for Q6_K (210-byte
+  // super-blocks are read with re-aligned word loads).
+  int64_t k_multiple = 0;
+  size_t row_align = 0, base_align = 4;
+  switch (wtype) {
+    case DType::Q8_0:
+    case DType::Q4_0: k_multiple = 64; row_align = 4; break;
+    case DType::Q4_1: k_multiple = 32; row_align = 4; break;
+    case DType::Q4_K:
+    case DType::Q5_K: k_multiple = 256; row_align = base_align = 16; break;
+    case DType::Q6_K: k_multiple = 256; row_align = 2; break;
+    default: return false;
+  }
+  if (a.k % k_multiple != 0 || a.n < 1 || a.n > 8) return false;
+  // Bases word-aligned at least: Q6_K's re-aligned loads may start 2 bytes
+  // before a super-block, which must stay inside the weight.
+  auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % base_align == 0; };
+  for (int p = 0; p < a.n_parts; ++p)
+    if (!aligned(a.parts[p].w) || a.parts[p].w_row_bytes % row_align != 0) return false;
+  return a.w_up == nullptr || aligned(a.w_up);
+}
+
+void gemv_int8(DType wtype, const GemvArgs& a) {
+  BRIOCHE_CHECK(gemv_int8_covers(wtype, a), "gemv_int8: ", dtype_name(wtype), " with k = ", a.k, ", n = ", a.n,
+                " and these weight strides/alignments is not on the int8 path");
+  // Scratch: q [n, k] int8, then ds [n, k/32] float2 (n·k is a multiple of 32,
+  // so ds starts 16-byte aligned).
+  const int64_t n_blocks = a.k / 32;
+  const size_t q_bytes = size_t(a.n) * size_t(a.k);
+  std::shared_ptr<void> scratch = allocate(q_bytes + size_t(a.n) * size_t(n_blocks) * sizeof(float2));
+  auto* q = static_cast<int8_t*>(scratch.get());
+  auto* ds = reinterpret_cast<float2*>(q + q_bytes);
+  const int64_t total_quads = int64_t(a.n) * a.k / 4;
+  constexpr int kThreads = 256;
+  quantize_acts_kernel<<<unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, current_stream()>>>(
+      a.x, a.ldx, a.k, total_quads, q, ds);
+  CUDA_CHECK_LAUNCH();
+  const Int8Acts x{.q = q, .ds = ds, .k = a.k, .n_blocks = n_blocks};
+  if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
+  else gemv_int8_blocks32(wtype, a, x);
+}
+
+}  // namespace brioche::cuda::detail

@@ -1,0 +1,138 @@
+// Integer GEMV kernels (see gemv_int8.h): shared pieces.
+//
+// Activations. Row r of x is cut into 32-value blocks b with scale
+//   dx_b = max|x_b| / 127,   xq_i = round(x_i / dx_b)  (int8),
+//   sx_b = dx_b · Σ_i xq_i   (the block's sum, for weights with an offset).
+// A weight sub-block of 32 values aligned with x block b, decoded as
+// w_i = dw · q_i + mw (q small integers, dw/mw its scale and offset), gives
+//   Σ_i w_i x_i ≈ dw · dx_b · Σ_i q_i xq_i + mw · sx_b,
+// so the inner sum is __dp4a on int8 lanes (4 products per instruction) and
+// the floats are touched once per 32 values.
+//
+// Work split: one warp per weight row (the grid strides over rows and is
+// sized to one resident wave); lanes take consecutive pieces of the row, so
+// each weight byte is read once, coalesced. Every weight piece is unpacked to
+// int8 lanes with a few bit operations, then reused for all n ≤ 8 x rows.
+// Each dtype has a Dot<T> with one function,
+//   row<R>(w, x, n, lane, acc[R]): acc[r] += lane's share of w · x_r,
+// and the warp sums the lanes. The per-row order of operations does not
+// depend on the launch (grid, parts, fusion), so fused and unfused launches
+// give bit-identical outputs.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.cuh"
+
+namespace brioche::cuda::detail {
+
+struct Int8Acts {
+  const int8_t* q;   // [n, k] int8 values, row stride k
+  const float2* ds;  // [n, k/32] (dx, sx) per 32-value block
+  int64_t k;
+  int64_t n_blocks;  // k / 32
+};
+
+inline constexpr int kInt8Warps = 4;  // weight rows in flight per CTA
+
+#ifdef __CUDACC__
+__device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w))); }
+__device__ __forceinline__ float half_hi(uint32_t w) {
+  return __half2float(__ushort_as_half(uint16_t(w >> 16)));
+}
+__device__ __forceinline__ uint32_t ldg_u32(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+__device__ __forceinline__ uint4 ldg_u128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ int4 ldg_x16(const int8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
+__device__ __forceinline__ int2 ldg_x8(const int8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
+__device__ __forceinline__ float4 ldg_ds2(const float2* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+
+// Σ of 16 int8 products: w[0..3] against the 16 bytes of x.
+__device__ __forceinline__ int dot16(const int w[4], int4 x, int acc) {
+  acc = __dp4a(w[0], x.x, acc);
+  acc = __dp4a(w[1], x.y, acc);
+  acc = __dp4a(w[2], x.z, acc);
+  return __dp4a(w[3], x.w, acc);
+}
+
+// Two words starting at the 2-byte-aligned address p, from aligned loads: the
+// third word is read only when p is not 4-byte aligned, so no byte past
+// p + 8 is touched.
+__device__ __forceinline__ void load_u32x2_a2(const uint8_t* p, uint32_t out[2]) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+  const uint8_t* base = p - (addr & 3);
+  const uint32_t shift = uint32_t(addr & 3) * 8;  // 0 or 16
+  const uint32_t w0 = ldg_u32(base), w1 = ldg_u32(base + 4);
+  const uint32_t w2 = shift != 0 ? ldg_u32(base + 8) : 0u;
+  out[0] = __funnelshift_r(w0, w1, shift);
+  out[1] = __funnelshift_r(w1, w2, shift);
+}
+
+template <DType T>
+struct Dot;
+
+template <DType T, int kMaxRows, bool kSwiglu>
+__global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, Int8Acts x) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n_warps = int64_t(gridDim.x) * kInt8Warps;
+  for (int64_t row = int64_t(blockIdx.x) * kInt8Warps + threadIdx.x / 32; row < a.m; row += n_warps) {
+    const GemvTarget t = gemv_target(a, row);
+    float acc[kMaxRows], acc_up[kMaxRows];
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) acc[r] = acc_up[r] = 0.0f;
+    Dot<T>::template row<kMaxRows>(t.w, x, a.n, lane, acc);
+    if constexpr (kSwiglu) Dot<T>::template row<kMaxRows>(t.w_up, x, a.n, lane, acc_up);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) {
+      float s = acc[r], s_up = acc_up[r];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+        if constexpr (kSwiglu) s_up += __shfl_xor_sync(0xffffffffu, s_up, off);
+      }
+      if (lane == 0 && r < a.n) gemv_store<kSwiglu>(a, t, r, s, s_up);
+    }
+  }
+}
+
+// CTAs for one resident wave of this kernel (at most one per 4 rows).
+template <DType T, int kMaxRows, bool kSwiglu>
+unsigned int8_grid(int64_t m) {
+  static const int64_t resident = [] {
+    int per_sm = 0, device = 0, sms = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kMaxRows, kSwiglu>,
+                                                             kInt8Warps * 32, 0));
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return int64_t(std::max(per_sm, 1)) * sms;
+  }();
+  return unsigned(std::min<int64_t>(resident, (m + kInt8Warps - 1) / kInt8Warps));
+}
+
+template <DType T, int kMaxRows, bool kSwiglu>
+void launch_int8_rows(const GemvArgs& a, const Int8Acts& x) {
+  gemv_int8_kernel<T, kMaxRows, kSwiglu>
+      <<<int8_grid<T, kMaxRows, kSwiglu>(a.m), kInt8Warps * 32, 0, current_stream()>>>(a, x);
+}
+
+// Row bound 1, 4 or 8 (runtime n below it), plain or SwiGLU.
+template <DType T>
+void launch_int8(const GemvArgs& a, const Int8Acts& x) {
+  const bool swiglu = a.w_up != nullptr;
+  if (a.n == 1) swiglu ? launch_int8_rows<T, 1, true>(a, x) : launch_int8_rows<T, 1, false>(a, x);
+  else if (a.n <= 4) swiglu ? launch_int8_rows<T, 4, true>(a, x) : launch_int8_rows<T, 4, false>(a, x);
+  else swiglu ? launch_int8_rows<T, 8, true>(a, x) : launch_int8_rows<T, 8, false>(a, x);
+  CUDA_CHECK_LAUNCH();
+}
+#endif
+
+// Launchers per family (one .cu each, compiled in parallel).
+void gemv_int8_blocks32(DType wtype, const GemvArgs& args, const Int8Acts& x);  // Q8_0, Q4_0, Q4_1
+void gemv_int8_kquants(DType wtype, const GemvArgs& args, const Int8Acts& x);   // Q4_K, Q5_K, Q6_K
+
+}  // namespace brioche::cuda::detail

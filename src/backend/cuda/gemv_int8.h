@@ -1,0 +1,26 @@
+// Decode GEMV with 8-bit activations for block-quantized weights (n ≤ 8):
+// x is quantized once per call to int8 blocks of 32, and every weight block
+// is multiplied with integer dot products (__dp4a) instead of being expanded
+// to f32. See gemv_int8.cuh for the math and the layouts.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/gemv.cuh"
+#include "core/dtype.h"
+
+namespace brioche::cuda::detail {
+
+// True when `wtype` with these arguments runs on the int8 path: Q8_0 and
+// Q4_0 (k a multiple of 64: weights are read as pairs of blocks), Q4_1 (k a
+// multiple of 32), Q4_K, Q5_K and Q6_K (k a multiple of 256), n in 1..8, and
+// weight rows aligned as the loads need (word-aligned for the 32-value types,
+// 16-byte for Q4_K/Q5_K). Everything else keeps the f32-decode kernels of
+// gemv_quant.cu.
+bool gemv_int8_covers(DType wtype, const GemvArgs& args);
+
+// Quantizes x into scratch from the caching allocator and launches the
+// integer GEMV; honours every fusion of GemvArgs (parts, accumulate, w_up).
+void gemv_int8(DType wtype, const GemvArgs& args);
+
+}  // namespace brioche::cuda::detail
