@@ -3,6 +3,9 @@
 // shapes that path does not take) lane l of a warp decodes
 // chunks l, l+32, ... (32 elements each) of its weight row into registers and
 // multiplies them with the matching x values.
+#include <cstdlib>
+#include <string_view>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_int8.h"
@@ -132,8 +135,13 @@ void launch(const GemvArgs& a) {
 void gemv_quant(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(dtype_info(wtype).quantized, "gemv_quant: ", dtype_name(wtype), " is not quantized");
   // Q8_0, Q4_0, Q4_1 and the K-quants: int8 activations and __dp4a
-  // (gemv_int8.cuh); the rest below decode to f32.
-  if (gemv_int8_covers(wtype, a)) return gemv_int8(wtype, a);
+  // (gemv_int8.cuh); the rest below decode to f32. BRIOCHE_CUDA_GEMV_INT8=0
+  // keeps every type on the f32 kernels (for A/B benchmarks).
+  static const bool int8_path = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_GEMV_INT8");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  if (int8_path && gemv_int8_covers(wtype, a)) return gemv_int8(wtype, a);
   BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_quant: n must be 1..8, got ", a.n);
   BRIOCHE_CHECK(a.k % 32 == 0 && a.ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0,
                 "gemv_quant: x rows must be 16-byte aligned with k a multiple of 32, got k ", a.k,
