@@ -24,12 +24,12 @@ void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scra
 
 void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch) {
   const cpu::MatmulArgs gate = detail::matmul_args(x, w_gate, out, "swiglu_matmul");
-  detail::matmul_args(x, w_up, scratch, "swiglu_matmul");
+  const cpu::MatmulArgs up = detail::matmul_args(x, w_up, scratch, "swiglu_matmul");
   BRIOCHE_CHECK(w_up.dtype() == w_gate.dtype() && w_up.shape() == w_gate.shape() &&
                     w_up.stride(0) == w_gate.stride(0),
                 "swiglu_matmul: gate ", w_gate.describe(), " and up ", w_up.describe(), " weights differ");
 #if BRIOCHE_CUDA
-  if (w_gate.device() == Device::CUDA && cuda::matmul_swiglu(gate, w_up.data())) return;
+  if (w_gate.device() == Device::CUDA) return cuda::matmul_swiglu(gate, up);
 #endif
   matmul(x, w_gate, out);
   matmul(x, w_up, scratch);
@@ -42,7 +42,7 @@ void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<
   std::vector<cpu::MatmulArgs> parts;
   for (size_t i = 0; i < ws.size(); ++i) parts.push_back(detail::matmul_args(x, *ws[i], *ys[i], "matmul_group"));
 #if BRIOCHE_CUDA
-  if (ws[0]->device() == Device::CUDA && cuda::matmul_group(parts)) return;
+  if (ws[0]->device() == Device::CUDA) return cuda::matmul_group(parts);
 #endif
   for (size_t i = 0; i < ws.size(); ++i) matmul(x, *ws[i], *ys[i]);
 }

@@ -26,12 +26,13 @@ void matmul(const cpu::MatmulArgs& args);
 // Decode fusions (gemv.cuh), each one launch where it would be two or three:
 // y += x·wᵀ (cuBLASLt with β = 1 for n > 8).
 void matmul_accumulate(const cpu::MatmulArgs& args);
-// y = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ), w_up shaped and typed like gate's weight.
-// False, with nothing done, for n > 8 (the caller runs the plain ops).
-bool matmul_swiglu(const cpu::MatmulArgs& gate, const void* w_up);
-// y_i = x·w_iᵀ for 1–3 weights sharing x, n, k and dtype (Q, K, V). False,
-// with nothing done, for n > 8 or weights that differ.
-bool matmul_group(std::span<const cpu::MatmulArgs> parts);
+// gate.y = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ); `up` (same x, w shaped and typed
+// like gate's) writes up.y only for n > 8, where the two GEMMs share one
+// 16-bit conversion of x.
+void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up);
+// y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
+// conversion of x for the GEMMs above, when they share x and dtype.
+void matmul_group(std::span<const cpu::MatmulArgs> parts);
 
 void rms_norm(const backend::cpu::RmsNormArgs& args);
 void rope(const backend::cpu::RopeArgs& args);

@@ -94,7 +94,19 @@ void lt_gemm(const GemmDesc& g) {
   cublasLtMatmulDescDestroy(op);
 }
 
-void gemm(const cpu::MatmulArgs& a, float beta) {
+// x as the 16-bit activations cuBLASLt takes ([n, k] contiguous; f16 for
+// f16 weights, else bf16), or nothing for f32 weights (full f32 GEMM). One
+// conversion serves every GEMM of a group that shares x.
+std::shared_ptr<void> activations_16bit(const cpu::MatmulArgs& a) {
+  if (a.wtype == DType::F32) return nullptr;
+  std::shared_ptr<void> x16 = allocate(size_t(a.n) * size_t(a.k) * 2);
+  convert_rows_to_16bit({.x = a.x, .ldx = a.ldx, .n = a.n, .k = a.k, .out = x16.get(),
+                         .to_f16 = a.wtype == DType::F16});
+  return x16;
+}
+
+// y = x·wᵀ + beta·y with x16 from activations_16bit(a).
+void gemm(const cpu::MatmulArgs& a, const void* x16, float beta) {
   const DType wt = a.wtype;
   if (wt == DType::F32) {
     // Full f32 (no TF32): f32 weights are the accuracy reference path.
@@ -103,15 +115,11 @@ void gemm(const cpu::MatmulArgs& a, float beta) {
              .m = a.m, .n = a.n, .k = a.k, .beta = beta});
     return;
   }
-  // 16-bit activations: [n, k] contiguous.
-  const bool f16 = wt == DType::F16;
-  std::shared_ptr<void> x16 = allocate(size_t(a.n) * size_t(a.k) * 2);
-  convert_rows_to_16bit({.x = a.x, .ldx = a.ldx, .n = a.n, .k = a.k, .out = x16.get(), .to_f16 = f16});
-  const cudaDataType_t type = f16 ? CUDA_R_16F : CUDA_R_16BF;
   if (wt == DType::BF16 || wt == DType::F16) {
     BRIOCHE_CHECK(a.w_row_bytes % 2 == 0, "matmul: 16-bit weight rows of odd byte stride");
-    lt_gemm({.ab_type = type, .compute = CUBLAS_COMPUTE_32F, .a = a.w, .lda = int64_t(a.w_row_bytes / 2),
-             .b = x16.get(), .ldb = a.k, .c = a.y, .ldc = a.ldy, .m = a.m, .n = a.n, .k = a.k, .beta = beta});
+    lt_gemm({.ab_type = wt == DType::F16 ? CUDA_R_16F : CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
+             .lda = int64_t(a.w_row_bytes / 2), .b = x16, .ldb = a.k, .c = a.y, .ldc = a.ldy, .m = a.m,
+             .n = a.n, .k = a.k, .beta = beta});
     return;
   }
   // Quantized: expand row tiles of w to bf16, one GEMM per tile into the
@@ -123,10 +131,12 @@ void gemm(const cpu::MatmulArgs& a, float beta) {
     const int64_t r1 = std::min(a.m, r0 + tile_rows);
     dequantize_to_bf16(wt, a.w, a.w_row_bytes, r0, r1, a.k, tile.get());
     lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k,
-             .b = x16.get(), .ldb = a.k, .c = a.y + r0, .ldc = a.ldy, .m = r1 - r0, .n = a.n, .k = a.k,
+             .b = x16, .ldb = a.k, .c = a.y + r0, .ldc = a.ldy, .m = r1 - r0, .n = a.n, .k = a.k,
              .beta = beta});
   }
 }
+
+void gemm(const cpu::MatmulArgs& a, float beta) { gemm(a, activations_16bit(a).get(), beta); }
 
 detail::GemvPart gemv_part(const cpu::MatmulArgs& a) {
   return {.w = a.w, .w_row_bytes = a.w_row_bytes, .y = a.y, .ldy = a.ldy, .m = a.m};
@@ -170,25 +180,34 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
   gemv(a, {.parts = {gemv_part(a)}, .accumulate = true});
 }
 
-bool matmul_swiglu(const cpu::MatmulArgs& gate, const void* w_up) {
-  if (gate.n > kMaxGemvRows) return false;
-  if (gate.n == 0 || gate.m == 0) return true;
-  gemv(gate, {.parts = {gemv_part(gate)}, .w_up = w_up});
-  return true;
+void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up) {
+  if (gate.n == 0 || gate.m == 0) return;
+  if (gate.n <= kMaxGemvRows) return gemv(gate, {.parts = {gemv_part(gate)}, .w_up = up.w});
+  std::shared_ptr<void> x16 = activations_16bit(gate);
+  gemm(gate, x16.get(), 0.0f);
+  gemm(up, x16.get(), 0.0f);
+  swiglu({.gate = gate.y, .up = up.y, .out = gate.y, .n_rows = gate.n, .dim = gate.m, .gate_stride = gate.ldy,
+          .up_stride = up.ldy, .out_stride = gate.ldy});
 }
 
-bool matmul_group(std::span<const cpu::MatmulArgs> parts) {
+void matmul_group(std::span<const cpu::MatmulArgs> parts) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "matmul_group: 1 to 3 weights, got ", parts.size());
   const cpu::MatmulArgs& a = parts[0];
-  if (a.n > kMaxGemvRows) return false;
-  for (const cpu::MatmulArgs& p : parts) {
-    if (p.x != a.x || p.ldx != a.ldx || p.n != a.n || p.k != a.k || p.wtype != a.wtype) return false;
+  bool shared = true;  // one x, one dtype: one GEMV launch or one conversion
+  for (const cpu::MatmulArgs& p : parts)
+    shared = shared && p.x == a.x && p.ldx == a.ldx && p.n == a.n && p.k == a.k && p.wtype == a.wtype;
+  if (!shared) {
+    for (const cpu::MatmulArgs& p : parts) cuda::matmul(p);  // not cpu::matmul, which ADL also finds
+    return;
   }
-  if (a.n == 0) return true;
-  detail::GemvArgs g{.n_parts = int(parts.size())};
-  for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
-  gemv(a, g);
-  return true;
+  if (a.n == 0) return;
+  if (a.n <= kMaxGemvRows) {
+    detail::GemvArgs g{.n_parts = int(parts.size())};
+    for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
+    return gemv(a, g);
+  }
+  std::shared_ptr<void> x16 = activations_16bit(a);
+  for (const cpu::MatmulArgs& p : parts) gemm(p, x16.get(), 0.0f);
 }
 
 }  // namespace brioche::cuda
