@@ -57,10 +57,6 @@ void matmul_scalar(const MatmulArgs& a) {
   });
 }
 
-// From this many activation rows on, the column kernels (one weight block
-// decoded once for all rows, integer dots per block) beat the row kernels.
-constexpr int64_t kMinColumnRows = 2;
-
 }  // namespace
 
 void matmul(const MatmulArgs& a) {
@@ -93,7 +89,22 @@ void matmul(const MatmulArgs& a) {
 
   // Quantize the activations once; every weight row reuses them.
   static thread_local ActScratch scratch;
-  if (a.n >= kMinColumnRows && kernels->quant_columns_supports(a.wtype)) {
+  const bool column_type = kernels->quant_columns_supports(a.wtype);
+  if (column_type && a.n <= kMaxFewRows) {
+    // Decode: the few-row kernel, with the column kernels' arithmetic (a
+    // sequence's logits do not depend on what it is batched with).
+    const BlockActs acts = scratch.layout_blocks(a.n, a.k);
+    quantize_acts_blocks(a.x, a.ldx, acts);
+    QuantFewJob job{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0};
+    for_row_ranges(a.m, a.n, a.k, kernels->few_tile_rows, [&](int64_t r0, int64_t r1) {
+      QuantFewJob part = job;
+      part.row_begin = r0;
+      part.row_end = r1;
+      kernels->quant_few(part);
+    });
+    return;
+  }
+  if (column_type) {
     const ColumnActs acts = scratch.layout_columns(a.n, a.k);
     const int64_t padded_rows = acts.n_groups * ColumnActs::kGroup;
     ThreadPool::global().parallel_for(padded_rows, 8, [&](int64_t r0, int64_t r1) {

@@ -39,6 +39,18 @@ struct QuantColumnsJob {
   int64_t row_begin, row_end;
 };
 
+// Same for 1-3 activation rows (decode), with the column kernels' arithmetic.
+struct QuantFewJob {
+  DType wtype;
+  const uint8_t* w;         // [m, k] in wtype blocks
+  size_t w_row_bytes;
+  const BlockActs* acts;    // [n, k], n <= kMaxFewRows
+  float* y;                 // [n, m]
+  int64_t ldy;
+  int64_t row_begin, row_end;
+};
+constexpr int kMaxFewRows = 3;
+
 // Same for f32/f16/bf16 weights against f32 activations x.
 struct FloatRowsJob {
   DType wtype;
@@ -59,6 +71,8 @@ struct MatmulKernels {
   void (*quant_columns)(const QuantColumnsJob& job);
   bool (*quant_columns_supports)(DType wtype);
   int column_tile_rows;  // weight rows one column-kernel tile handles
+  void (*quant_few)(const QuantFewJob& job);  // for the column-kernel types
+  int few_tile_rows;
 };
 
 const MatmulKernels& matmul_kernels_avx2();

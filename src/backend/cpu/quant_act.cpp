@@ -47,6 +47,18 @@ ColumnActs ActScratch::layout_columns(int64_t n_rows, int64_t k) {
   return acts;
 }
 
+BlockActs ActScratch::layout_blocks(int64_t n_rows, int64_t k) {
+  BlockActs acts;
+  acts.n_rows = n_rows;
+  acts.n_blocks = k / 32;
+  const size_t q_bytes = size_t(n_rows * acts.n_blocks * 32);
+  char* base = reserve(q_bytes + 2 * size_t(n_rows * acts.n_blocks) * sizeof(float));
+  acts.q = reinterpret_cast<int8_t*>(base);
+  acts.d = reinterpret_cast<float*>(base + q_bytes);
+  acts.s = acts.d + n_rows * acts.n_blocks;
+  return acts;
+}
+
 namespace {
 
 struct QuantizedBlock {
@@ -86,6 +98,14 @@ inline QuantizedBlock quantize_block(const float* xb) {
   // lane sums: Σ of 4 consecutive int8 = maddubs(1, q) then madd(.,1)
   const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), p), _mm256_set1_epi16(1));
   return {p, sums, max_abs / 127.0f};
+}
+
+// Σq over a block: the 8 lane sums added (exact in int32).
+inline int32_t block_sum(const QuantizedBlock& qb) {
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(qb.lane_sums), _mm256_extracti128_si256(qb.lane_sums, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+  return _mm_cvtsi128_si32(s4);
 }
 
 }  // namespace
@@ -132,12 +152,22 @@ void quantize_acts_columns(const float* x, int64_t ldx, int64_t row_begin, int64
       _mm256_store_si256(reinterpret_cast<__m256i*>(quads),
                          _mm256_xor_si256(qb.q, _mm256_set1_epi8(char(0x80))));  // q + 128
       for (int t = 0; t < 8; ++t) std::memcpy(tile + 64 * t, &quads[t], 4);
-      // Σq over the block: add the 8 lane sums
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(qb.lane_sums), _mm256_extracti128_si256(qb.lane_sums, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
       *d = qb.d;
-      *s = qb.d * float(_mm_cvtsi128_si32(s4));
+      *s = qb.d * float(block_sum(qb));
+    }
+  }
+}
+
+void quantize_acts_blocks(const float* x, int64_t ldx, const BlockActs& acts) {
+  for (int64_t r = 0; r < acts.n_rows; ++r) {
+    int8_t* q = acts.q + r * acts.n_blocks * 32;
+    float* d = acts.d + r * acts.n_blocks;
+    float* s = acts.s + r * acts.n_blocks;
+    for (int64_t b = 0; b < acts.n_blocks; ++b) {
+      const QuantizedBlock qb = quantize_block(x + r * ldx + 32 * b);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), qb.q);
+      d[b] = qb.d;
+      s[b] = qb.d * float(block_sum(qb));
     }
   }
 }

@@ -53,6 +53,21 @@ struct ColumnActs {
   const float* s_at(int64_t g, int64_t b) const { return s + (g * n_blocks + b) * kGroup; }
 };
 
+// A few activation rows (decode: 1-3) for the few-row kernel, with the
+// column layout's per-block numbers (same rounding, same s), so both kernels
+// do the same float arithmetic per output (see matmul_columns.inc).
+struct BlockActs {
+  int64_t n_rows = 0;
+  int64_t n_blocks = 0;  // k / 32
+  int8_t* q = nullptr;   // [n_rows, n_blocks, 32] int8 in element order
+  float* d = nullptr;    // [n_rows, n_blocks] scale da
+  float* s = nullptr;    // [n_rows, n_blocks] da * Σq over the block
+
+  const int8_t* q_row(int64_t r) const { return q + r * n_blocks * 32; }
+  const float* d_row(int64_t r) const { return d + r * n_blocks; }
+  const float* s_row(int64_t r) const { return s + r * n_blocks; }
+};
+
 // Grows as needed and is reused: one per thread that starts matmuls.
 class ActScratch {
  public:
@@ -60,6 +75,8 @@ class ActScratch {
   QuantizedActs layout(int64_t n_rows, int64_t k);
   // Lays out a ColumnActs for [n_rows, k] (k a multiple of 32) in this buffer.
   ColumnActs layout_columns(int64_t n_rows, int64_t k);
+  // Lays out a BlockActs for [n_rows, k] (k a multiple of 32) in this buffer.
+  BlockActs layout_blocks(int64_t n_rows, int64_t k);
 
  private:
   struct Free { void operator()(void* p) const; };
@@ -78,5 +95,9 @@ void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_e
 // as padding, so callers pass row_end up to n_groups * 16.
 void quantize_acts_columns(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
                            const ColumnActs& acts);
+
+// Quantizes the rows of x (row stride ldx floats) into acts (same rounding
+// and s as the column layout).
+void quantize_acts_blocks(const float* x, int64_t ldx, const BlockActs& acts);
 
 }  // namespace brioche::cpu
