@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -340,18 +341,19 @@ void canonicalize(FinalState& st) {
   std::sort(st.bytes.begin(), st.bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
     return a.target != b.target ? a.target < b.target : a.lo < b.lo;
   });
-  // Merge overlapping/adjacent ranges that go to the same target.
-  std::vector<ByteEdge> merged;
-  for (const ByteEdge& e : st.bytes) {
-    if (!merged.empty() && merged.back().target == e.target && e.lo <= merged.back().hi + 1)
-      merged.back().hi = std::max(merged.back().hi, e.hi);
+  // Merge overlapping/adjacent ranges that go to the same target (in place).
+  size_t kept = 0;
+  for (size_t i = 0; i < st.bytes.size(); ++i) {
+    const ByteEdge e = st.bytes[i];
+    if (kept > 0 && st.bytes[kept - 1].target == e.target && e.lo <= st.bytes[kept - 1].hi + 1)
+      st.bytes[kept - 1].hi = std::max(st.bytes[kept - 1].hi, e.hi);
     else
-      merged.push_back(e);
+      st.bytes[kept++] = e;
   }
-  std::sort(merged.begin(), merged.end(), [](const ByteEdge& a, const ByteEdge& b) {
+  st.bytes.resize(kept);
+  std::sort(st.bytes.begin(), st.bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
     return a.lo != b.lo ? a.lo < b.lo : a.target < b.target;
   });
-  st.bytes = std::move(merged);
   std::sort(st.rules.begin(), st.rules.end(), [](const RuleEdge& a, const RuleEdge& b) {
     return a.rule != b.rule ? a.rule < b.rule : a.target < b.target;
   });
@@ -514,16 +516,21 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   // Left recursion makes the pushdown closure non-terminating; reject it.
   // nullable[r]: the rule can complete without reading a byte.
   std::vector<char> nullable(num_rules, 0);
+  // The walk stays inside rule r (edges target the rule's own states);
+  // `seen` is stamped per walk instead of cleared.
+  std::vector<uint32_t> seen(a.states.size(), 0);
+  uint32_t walk = 0;
+  std::vector<int32_t> stack;
   auto reach_nullable = [&](int32_t r, std::vector<int32_t>* first_calls) {
     if (a.rule_start[r] < 0) return false;
-    std::vector<char> seen(a.states.size(), 0);
-    std::vector<int32_t> stack{a.rule_start[r]};
+    ++walk;
+    stack.assign(1, a.rule_start[r]);
     bool can_end = false;
     while (!stack.empty()) {
       int32_t s = stack.back();
       stack.pop_back();
-      if (seen[s]) continue;
-      seen[s] = 1;
+      if (seen[s] == walk) continue;
+      seen[s] = walk;
       const AutomatonState& st = a.states[s];
       if (st.accepting) can_end = true;
       for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
@@ -638,6 +645,37 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
   for (int32_t r = 0; r < n; ++r)
     if (rule_start[r] >= 0 && index[r] < 0) strong(r);
 
+  // Within a recursive group, members are ordered by their own structure
+  // with group-internal calls left anonymous (then by index), so the same
+  // group hashes alike whatever rule numbering a grammar gave it.
+  auto anonymous_hash = [&](int32_t r, int32_t c) {
+    Hasher128 h;
+    const int32_t begin = rule_start[r], size = rule_size(r);
+    for (int32_t s = begin; s < begin + size; ++s) {
+      const AutomatonState& st = states[s];
+      h.add(st.accepting ? 0xC1 : 0xC0);
+      for (uint32_t i = st.byte_begin; i < st.byte_end; ++i)
+        h.add((uint64_t(byte_edges[i].lo) << 40) | (uint64_t(byte_edges[i].hi) << 32) |
+              static_cast<uint32_t>(byte_edges[i].target - begin));
+      // Call edges are stored by callee index, which differs between
+      // grammars: hash them as a sorted set.
+      std::vector<uint64_t> calls;
+      for (uint32_t i = st.rule_begin; i < st.rule_end; ++i)
+        calls.push_back((component[rule_edges[i].rule] == c ? 0xB0ull << 32 : 0xB1ull << 32) |
+                        static_cast<uint32_t>(rule_edges[i].target - begin));
+      std::sort(calls.begin(), calls.end());
+      for (uint64_t x : calls) h.add(x);
+    }
+    return h.a;
+  };
+  for (size_t c = 0; c < components.size(); ++c) {
+    auto& group = components[c];
+    if (group.size() < 2) continue;
+    std::vector<std::pair<uint64_t, int32_t>> keyed;
+    for (int32_t r : group) keyed.emplace_back(anonymous_hash(r, static_cast<int32_t>(c)), r);
+    std::sort(keyed.begin(), keyed.end());
+    for (size_t i = 0; i < group.size(); ++i) group[i] = keyed[i].second;
+  }
   std::vector<StructureHash> out(n);
   for (size_t c = 0; c < components.size(); ++c) {
     const auto& members = components[c];
@@ -646,13 +684,11 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
     for (int32_t r : members) {
       const int32_t begin = rule_start[r], size = rule_size(r);
       h.add(0xA0000000ull | static_cast<uint32_t>(size));
-      auto ref = [&](int32_t callee) {
-        if (component[callee] == static_cast<int32_t>(c)) {  // inside the group: its position
-          h.add(0xB0000000ull | static_cast<uint64_t>(std::find(members.begin(), members.end(), callee) - members.begin()));
-        } else {
-          h.add(out[callee].a);
-          h.add(out[callee].b);
-        }
+      // A callee as two words: its position inside the group, or its hash.
+      auto ref = [&](int32_t callee) -> std::pair<uint64_t, uint64_t> {
+        if (component[callee] == static_cast<int32_t>(c))
+          return {0xB0000000ull | static_cast<uint64_t>(std::find(members.begin(), members.end(), callee) - members.begin()), 0};
+        return {out[callee].a, out[callee].b};
       };
       for (int32_t s = begin; s < begin + size; ++s) {
         const AutomatonState& st = states[s];
@@ -661,15 +697,24 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
           h.add((uint64_t(byte_edges[i].lo) << 40) | (uint64_t(byte_edges[i].hi) << 32) |
                 static_cast<uint32_t>(byte_edges[i].target - begin));
         h.add(0xD0);
+        std::vector<std::tuple<uint64_t, uint64_t, uint32_t>> calls;  // sorted: edge order follows rule indices
         for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
-          ref(rule_edges[i].rule);
-          h.add(static_cast<uint32_t>(rule_edges[i].target - begin));
+          auto [x, y] = ref(rule_edges[i].rule);
+          calls.emplace_back(x, y, static_cast<uint32_t>(rule_edges[i].target - begin));
+        }
+        std::sort(calls.begin(), calls.end());
+        for (auto [x, y, t] : calls) {
+          h.add(x);
+          h.add(y);
+          h.add(t);
         }
         h.add(0xE0);
       }
       if (rule_lookahead[r] >= 0) {
+        auto [x, y] = ref(rule_lookahead[r]);
         h.add(0xF1);
-        ref(rule_lookahead[r]);
+        h.add(x);
+        h.add(y);
       }
     }
     for (size_t i = 0; i < members.size(); ++i) {

@@ -6,7 +6,10 @@
 #include <string>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "grammar/schema_formats.h"
 #include "grammar/frontier_dfa.h"
 #include "grammar/pda.h"
 
@@ -228,12 +231,31 @@ void clear_shared_mask_cache() {
   shared.bytes = 0;
 }
 
+void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
+  CompiledGrammar::compile(Grammar::builtin_json(), vocabulary);
+  nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
+  for (const char* type : {"string", "number", "integer", "boolean", "null", "object", "array"})
+    alternatives.push_back({{"type", type}});
+  std::string formats = supported_formats();
+  for (size_t pos = 0; pos < formats.size();) {
+    size_t end = formats.find(", ", pos);
+    if (end == std::string::npos) end = formats.size();
+    alternatives.push_back({{"type", "string"}, {"format", formats.substr(pos, end - pos)}});
+    pos = end + 2;
+  }
+  const nlohmann::ordered_json schema = {{"type", "array"}, {"items", {{"anyOf", alternatives}}}};
+  for (bool any_whitespace : {true, false})
+    CompiledGrammar::compile(Grammar::from_json_schema(schema, SchemaOptions{.any_whitespace = any_whitespace}),
+                             vocabulary);
+}
+
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar,
                                                                 std::shared_ptr<const Vocabulary> vocabulary,
                                                                 const CompileLimits& limits) {
   auto start = Clock::now();
   auto out = std::make_shared<CompiledGrammar>();
   out->automaton_ = Automaton::build(grammar, limits.automaton);
+  out->stats_.automaton_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out->vocabulary_ = std::move(vocabulary);
   const Automaton& a = out->automaton_;
   const Vocabulary& v = *out->vocabulary_;

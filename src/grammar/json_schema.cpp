@@ -76,6 +76,7 @@ class SchemaConverter {
   std::set<std::string> names_{"root"};
   std::map<std::string, std::string> ref_rules_;  // JSON pointer -> rule name
   std::set<std::string> basics_;
+  std::string key_rest_;  // rule name of an excluded key's free rest, once made
 
   [[noreturn]] void unsupported(const std::string& keyword, const std::string& ptr, const std::string& why) {
     fail("JSON schema: unsupported '", keyword, "' at ", ptr.empty() ? "#" : "#" + ptr, ": ", why);
@@ -110,7 +111,7 @@ class SchemaConverter {
       else if (name == "json_string")
         // The lookahead (what may follow a string: blanks then , } ] or :)
         // lets the compiler decide tokens that run past the closing quote.
-        body = "\"\\\"\" (" + basic("json_char") + ")* \"\\\"\" (= " + (ws_.empty() ? "" : ws_ + " ") + "[,}\\]:])";
+        body = "\"\\\"\" (" + basic("json_char") + ")* \"\\\"\" " + string_lookahead();
       else if (name == "json_integer") body = "\"0\" | \"-\"? [1-9] [0-9]*";
       else if (name == "json_number")
         body = "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [+\\-]? [0-9]+)?";
@@ -132,6 +133,16 @@ class SchemaConverter {
   }
 
   static std::string literal(const Json& v) { return ebnf_quote(v.dump()); }
+
+  // A JSON string rule whose content (between the quotes) is `content`. It
+  // carries json_string's lookahead (a string is followed by blanks and one
+  // of , } ] :), which keeps it a rule of its own: the compiler can decide
+  // tokens that run past the closing quote, and the rule's masks are shared
+  // by every grammar with the same content (e.g. a format).
+  std::string string_rule(const std::string& hint, const std::string& content) {
+    return add_rule(hint, "\"\\\"\" " + content + " \"\\\"\" " + string_lookahead());
+  }
+  std::string string_lookahead() const { return "(= " + (ws_.empty() ? "" : ws_ + " ") + "[,}\\]:])"; }
 
   const Json& resolve(const std::string& ref, const std::string& ptr) {
     if (ref.empty() || ref[0] != '#') unsupported("$ref", ptr, "only local references (#/...) are supported, got '" + ref + "'");
@@ -358,7 +369,7 @@ class SchemaConverter {
         unsupported("format", ptr, "format '" + f + "' is not implemented (supported: " + supported_formats() + ")");
       if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
         unsupported("format", ptr, "format combined with pattern/minLength/maxLength");
-      return add_rule(hint + "_" + sanitize(f), "\"\\\"\" (" + body + ") \"\\\"\"");
+      return string_rule(hint + "_" + sanitize(f), "(" + body + ")");
     }
     if (s.contains("pattern")) {
       if (s.contains("minLength") || s.contains("maxLength"))
@@ -369,14 +380,14 @@ class SchemaConverter {
       } catch (const Error& e) {
         unsupported("pattern", ptr, e.what());
       }
-      return add_rule(hint + "_pattern", "\"\\\"\" " + body + " \"\\\"\"");
+      return string_rule(hint + "_pattern", body);
     }
     if (s.contains("minLength") || s.contains("maxLength")) {
       int64_t lo = s.value("minLength", 0), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
       if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
       if (lo > 10000 || hi > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
       std::string rep = "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
-      return add_rule(hint + "_str", "\"\\\"\" (" + basic("json_char") + ")" + rep + " \"\\\"\"");
+      return string_rule(hint + "_str", "(" + basic("json_char") + ")" + rep);
     }
     return basic("json_string");
   }
@@ -519,7 +530,12 @@ class SchemaConverter {
   // of `keys`: a trie over the keys' codepoints where leaving the trie is
   // free and ending on a full key is not.
   std::string excluded_key(const std::vector<std::string>& keys) {
-    std::string any_rest = "(" + basic("json_char") + ")* \"\\\"\"";
+    // The rest of a key once it differs from every declared key: its own
+    // rule with a lookahead (a key is followed by blanks and ':'), shared by
+    // every trie node (and, through the mask cache, by every grammar).
+    if (key_rest_.empty())
+      key_rest_ = add_rule("key_rest", "(" + basic("json_char") + ")* \"\\\"\" (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
+    const std::string any_rest = key_rest_;
     struct Node {
       std::map<uint32_t, int> kids;
       bool terminal = false;
