@@ -106,9 +106,8 @@ void matmul(const MatmulArgs& a) {
   }
   if (column_type) {
     const ColumnActs acts = scratch.layout_columns(a.n, a.k);
-    const int64_t padded_rows = acts.n_groups * ColumnActs::kGroup;
-    ThreadPool::global().parallel_for(padded_rows, 8, [&](int64_t r0, int64_t r1) {
-      quantize_acts_columns(a.x, a.ldx, r0, r1, acts);
+    ThreadPool::global().parallel_for(acts.n_groups * 2, 1, [&](int64_t o0, int64_t o1) {
+      quantize_acts_columns(a.x, a.ldx, o0, o1, acts);  // 8 rows per octet
     });
     QuantColumnsJob job{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0};
     for_row_ranges(a.m, a.n, a.k, kernels->column_tile_rows, [&](int64_t r0, int64_t r1) {

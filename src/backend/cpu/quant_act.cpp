@@ -75,6 +75,7 @@ inline QuantizedBlock quantize_block(const float* xb) {
   const __m256i pack_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     v[i] = _mm256_loadu_ps(xb + 8 * i);
     amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
@@ -85,6 +86,7 @@ inline QuantizedBlock quantize_block(const float* xb) {
   const float max_abs = _mm_cvtss_f32(m4);
   const __m256 id = _mm256_set1_ps(max_abs != 0 ? 127.0f / max_abs : 0.0f);
   __m256i qi[4];
+#pragma GCC unroll 4
   for (int i = 0; i < 4; ++i) {
     __m256 s = _mm256_mul_ps(v[i], id);
     // round half away from zero: trunc(s + copysign(0.5, s))
@@ -131,29 +133,51 @@ void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_e
   }
 }
 
-void quantize_acts_columns(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+void quantize_acts_columns(const float* x, int64_t ldx, int64_t octet_begin, int64_t octet_end,
                            const ColumnActs& acts) {
   constexpr int G = ColumnActs::kGroup;
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const int64_t g = r / G, lane = r % G;
+  const __m256i flip = _mm256_set1_epi8(char(0x80));
+  for (int64_t octet = octet_begin; octet < octet_end; ++octet) {
+    const int64_t r0 = 8 * octet, g = r0 / G, lane0 = r0 % G;
+    // An octet of padding only: its group has <= 8 rows, which the kernels
+    // read as 8 lanes (matmul_columns.inc), so it is never read.
+    if (r0 >= acts.n_rows) continue;
     for (int64_t b = 0; b < acts.n_blocks; ++b) {
-      // quad t of this row goes to bytes [64 t + 4 lane, +4) of the (g, b) tile
-      uint8_t* tile = const_cast<uint8_t*>(acts.q_at(g, b)) + 4 * lane;
-      float* d = const_cast<float*>(acts.d_at(g, b)) + lane;
-      float* s = const_cast<float*>(acts.s_at(g, b)) + lane;
-      if (r >= acts.n_rows) {
-        for (int t = 0; t < 8; ++t) std::memset(tile + 64 * t, 0x80, 4);
-        *d = 0;
-        *s = 0;
-        continue;
+      // q + 128 of 8 rows: quads[i] holds row r0+i's 8 quads (one per dword)
+      __m256i quads[8];
+      alignas(32) float d[8], s[8];
+      for (int i = 0; i < 8; ++i) {
+        if (r0 + i >= acts.n_rows) {  // padding: q = 0, d = s = 0
+          quads[i] = flip;
+          d[i] = s[i] = 0.0f;
+          continue;
+        }
+        const QuantizedBlock qb = quantize_block(x + (r0 + i) * ldx + 32 * b);
+        quads[i] = _mm256_xor_si256(qb.q, flip);
+        d[i] = qb.d;
+        s[i] = qb.d * float(block_sum(qb));
       }
-      const QuantizedBlock qb = quantize_block(x + r * ldx + 32 * b);
-      alignas(32) uint32_t quads[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(quads),
-                         _mm256_xor_si256(qb.q, _mm256_set1_epi8(char(0x80))));  // q + 128
-      for (int t = 0; t < 8; ++t) std::memcpy(tile + 64 * t, &quads[t], 4);
-      *d = qb.d;
-      *s = qb.d * float(block_sum(qb));
+      // 8x8 dword transpose: out[t] = quad t of the 8 rows, stored at lanes
+      // lane0..lane0+7 of the (g, b) tile's vector t.
+      __m256i t[8], u[8];
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(quads[i], quads[i + 1]);      // row i, i+1: quads 0,1 | 4,5
+        t[i + 1] = _mm256_unpackhi_epi32(quads[i], quads[i + 1]);  // quads 2,3 | 6,7
+      }
+      for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);          // rows i..i+3: quad 0 | 4
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);      // quad 1 | 5
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);  // quad 2 | 6
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);  // quad 3 | 7
+      }
+      uint8_t* tile = const_cast<uint8_t*>(acts.q_at(g, b)) + 4 * lane0;
+      for (int q = 0; q < 4; ++q) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tile + 64 * q), _mm256_permute2x128_si256(u[q], u[q + 4], 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tile + 64 * (q + 4)),
+                            _mm256_permute2x128_si256(u[q], u[q + 4], 0x31));
+      }
+      _mm256_storeu_ps(const_cast<float*>(acts.d_at(g, b)) + lane0, _mm256_load_ps(d));
+      _mm256_storeu_ps(const_cast<float*>(acts.s_at(g, b)) + lane0, _mm256_load_ps(s));
     }
   }
 }

@@ -90,10 +90,10 @@ class ActScratch {
 void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
                    const QuantizedActs& acts);
 
-// Quantizes rows [row_begin, row_end) of x into the column layout, with the
-// same rounding as quantize_acts. Rows in [n_rows, n_groups * 16) are written
-// as padding, so callers pass row_end up to n_groups * 16.
-void quantize_acts_columns(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
+// Quantizes rows [8 octet_begin, 8 octet_end) of x into the column layout,
+// with the same rounding as quantize_acts. Rows in [n_rows, n_groups * 16)
+// are written as padding, so callers cover octets up to n_groups * 2.
+void quantize_acts_columns(const float* x, int64_t ldx, int64_t octet_begin, int64_t octet_end,
                            const ColumnActs& acts);
 
 // Quantizes the rows of x (row stride ldx floats) into acts (same rounding
