@@ -1,11 +1,9 @@
 // `brioche train`: LoRA fine-tuning (SFT, DPO, ORPO, SimPO, IPO) on a JSONL
 // data directory; writes a PEFT-layout adapter, checkpoints and metrics.json.
-// Options come from flags and/or --config file.json (same names; flags win).
+// Options come from flags and/or --config file.json|file.toml (same names; flags win).
 #include <algorithm>
 #include <filesystem>
 #include <thread>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +14,7 @@
 #include "model/weights.h"
 #include "engine/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "train/config_file.h"
 #include "train/trainer.h"
 
 namespace brioche::cli {
@@ -28,25 +27,11 @@ struct TrainFlags {
   bool quiet = false;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError{"cannot read " + path};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 int run(const TrainFlags& flags) {
   train::TrainConfig config;
   if (!flags.config_file.empty()) {
-    nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_file(flags.config_file));
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError{flags.config_file + ": invalid JSON: " + e.what()};
-    }
-    try {
-      train::apply_config_json(config, j, flags.config_file);
+      train::apply_config_file(config, flags.config_file);
     } catch (const Error& e) {
       throw UsageError{e.what()};
     }
@@ -97,7 +82,7 @@ Subcommand add_train_command(CLI::App& root) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* app = root.add_subcommand("train", "LoRA fine-tuning: sft, dpo, orpo, simpo, ipo (PEFT adapter out)");
   TrainFlags& f = *flags;
-  app->add_option("-c,--config", f.config_file, "JSON file of training options (flags override it)");
+  app->add_option("-c,--config", f.config_file, "JSON or TOML (.toml) file of training options, same names (flags override it)");
   app->add_option_function<std::string>("-m,--model", [&f](const std::string& v) { f.overrides["model"] = v; },
                                          "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
   app->add_option_function<std::string>("-d,--data", [&f](const std::string& v) { f.overrides["data"] = v; },

@@ -1,5 +1,7 @@
 #include "train/train_config.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -42,53 +44,147 @@ LoraConfig TrainConfig::lora_config() const {
   return c;
 }
 
+namespace {
+
+using json = nlohmann::json;
+
+// The JSON type an option takes; checked strictly (3.5 is not an integer,
+// 1 is a number), so a typo in a config file is an error, not a truncation.
+enum class Kind { String, Integer, Number, Boolean, StringList };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::String: return "a string";
+    case Kind::Integer: return "an integer";
+    case Kind::Number: return "a number";
+    case Kind::Boolean: return "true or false";
+    case Kind::StringList: return "an array of strings";
+  }
+  return "?";
+}
+
+bool has_kind(const json& v, Kind k) {
+  switch (k) {
+    case Kind::String: return v.is_string();
+    case Kind::Integer: return v.is_number_integer();
+    case Kind::Number: return v.is_number();
+    case Kind::Boolean: return v.is_boolean();
+    case Kind::StringList:
+      return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); });
+  }
+  return false;
+}
+
+struct OptionSpec {
+  std::vector<const char*> names;  // the first is the canonical name; the rest are the reference's aliases
+  Kind kind;
+  void (*set)(TrainConfig&, const json&);
+};
+
+int to_int(const json& v) {
+  const int64_t i = v.get<int64_t>();
+  BRIOCHE_CHECK(i >= INT32_MIN && i <= INT32_MAX, "integer out of range: ", i);
+  return int(i);
+}
+float to_float(const json& v) { return v.get<float>(); }
+
+// Every option of `brioche train` (CLI flags are the names with '-' for '_').
+// Aliases are the reference trainer's job-submit names (orpo_* knobs,
+// warm_start_adapter) and PEFT's (lora_alpha).
+const std::vector<OptionSpec>& option_specs() {
+  static const std::vector<OptionSpec> specs = {
+      {{"model"}, Kind::String, [](TrainConfig& c, const json& v) { c.model = v.get<std::string>(); }},
+      {{"data"}, Kind::String, [](TrainConfig& c, const json& v) { c.data = v.get<std::string>(); }},
+      {{"output", "adapter_path"}, Kind::String, [](TrainConfig& c, const json& v) { c.output = v.get<std::string>(); }},
+      {{"resume_adapter", "warm_start_adapter", "resume_adapter_file"}, Kind::String,
+       [](TrainConfig& c, const json& v) { c.resume_adapter = v.get<std::string>(); }},
+      {{"method"}, Kind::String, [](TrainConfig& c, const json& v) { c.method = parse_method(v.get<std::string>()); }},
+      {{"sft_scope"}, Kind::String,
+       [](TrainConfig& c, const json& v) { c.sft_scope = parse_sft_scope(v.get<std::string>()); }},
+      {{"orpo_lambda"}, Kind::Number, [](TrainConfig& c, const json& v) { c.orpo_lambda = to_float(v); }},
+      {{"beta"}, Kind::Number, [](TrainConfig& c, const json& v) { c.beta = to_float(v); }},
+      {{"simpo_gamma"}, Kind::Number, [](TrainConfig& c, const json& v) { c.simpo_gamma = to_float(v); }},
+      {{"learning_rate"}, Kind::Number, [](TrainConfig& c, const json& v) { c.learning_rate = to_float(v); }},
+      {{"lr_schedule", "orpo_lr_schedule"}, Kind::String,
+       [](TrainConfig& c, const json& v) { c.lr_schedule = parse_lr_schedule(v.get<std::string>()); }},
+      {{"warmup", "orpo_warmup_iters"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.warmup = to_int(v); }},
+      {{"iters"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.iters = to_int(v); }},
+      {{"epochs"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.epochs = to_int(v); }},
+      {{"batch_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.batch_size = to_int(v); }},
+      {{"grad_accumulation_steps"}, Kind::Integer,
+       [](TrainConfig& c, const json& v) { c.grad_accumulation_steps = to_int(v); }},
+      {{"max_seq_length"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.max_seq_length = to_int(v); }},
+      {{"max_grad_norm"}, Kind::Number, [](TrainConfig& c, const json& v) { c.max_grad_norm = to_float(v); }},
+      {{"weight_decay"}, Kind::Number, [](TrainConfig& c, const json& v) { c.weight_decay = to_float(v); }},
+      {{"rank"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.rank = to_int(v); }},
+      {{"scale"}, Kind::Number, [](TrainConfig& c, const json& v) { c.scale = to_float(v); }},
+      {{"alpha", "lora_alpha"}, Kind::Number, [](TrainConfig& c, const json& v) { c.alpha = to_float(v); }},
+      {{"rs_lora"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.rs_lora = v.get<bool>(); }},
+      {{"lora_plus_ratio"}, Kind::Number, [](TrainConfig& c, const json& v) { c.lora_plus_ratio = to_float(v); }},
+      {{"lora_dropout"}, Kind::Number, [](TrainConfig& c, const json& v) { c.lora_dropout = to_float(v); }},
+      {{"target_modules"}, Kind::StringList,
+       [](TrainConfig& c, const json& v) { c.target_modules = v.get<std::vector<std::string>>(); }},
+      {{"num_layers"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.num_layers = to_int(v); }},
+      {{"segment_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.segment_size = to_int(v); }},
+      {{"prefix_shared", "orpo_prefix_shared"}, Kind::Boolean,
+       [](TrainConfig& c, const json& v) { c.prefix_shared = v.get<bool>(); }},
+      {{"head_chunk_size", "chunk_size", "orpo_chunk_size"}, Kind::Integer,
+       [](TrainConfig& c, const json& v) { c.head_chunk_size = to_int(v); }},
+      {{"steps_per_eval"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.steps_per_eval = to_int(v); }},
+      {{"steps_per_report"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.steps_per_report = to_int(v); }},
+      {{"save_checkpoints"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.save_checkpoints = v.get<bool>(); }},
+      {{"seed"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.seed = to_int(v); }},
+      {{"threads"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.threads = to_int(v); }},
+  };
+  return specs;
+}
+
+const OptionSpec* find_option(const std::string& key) {
+  for (const auto& spec : option_specs())
+    for (const char* name : spec.names)
+      if (key == name) return &spec;
+  return nullptr;
+}
+
+}  // namespace
+
 void apply_config_json(TrainConfig& c, const nlohmann::json& j, const std::string& source) {
-  BRIOCHE_CHECK(j.is_object(), source, ": expected a JSON object of training options");
+  apply_config_json(c, j, ConfigSource{.name = source});
+}
+
+void apply_config_json(TrainConfig& c, const nlohmann::json& j, const ConfigSource& source) {
+  BRIOCHE_CHECK(j.is_object(), source.name, ": expected an object of training options, got ", j.type_name());
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    const nlohmann::json& v = it.value();
-    try {
-      if (k == "model") c.model = v.get<std::string>();
-      else if (k == "data") c.data = v.get<std::string>();
-      else if (k == "output" || k == "adapter_path") c.output = v.get<std::string>();
-      else if (k == "resume_adapter" || k == "warm_start_adapter" || k == "resume_adapter_file") c.resume_adapter = v.get<std::string>();
-      else if (k == "method") c.method = parse_method(v.get<std::string>());
-      else if (k == "sft_scope") c.sft_scope = parse_sft_scope(v.get<std::string>());
-      else if (k == "orpo_lambda") c.orpo_lambda = v.get<float>();
-      else if (k == "beta") c.beta = v.get<float>();
-      else if (k == "simpo_gamma") c.simpo_gamma = v.get<float>();
-      else if (k == "learning_rate") c.learning_rate = v.get<float>();
-      else if (k == "lr_schedule") c.lr_schedule = parse_lr_schedule(v.get<std::string>());
-      else if (k == "warmup") c.warmup = v.get<int>();
-      else if (k == "iters") c.iters = v.get<int>();
-      else if (k == "epochs") c.epochs = v.get<int>();
-      else if (k == "batch_size") c.batch_size = v.get<int>();
-      else if (k == "grad_accumulation_steps") c.grad_accumulation_steps = v.get<int>();
-      else if (k == "max_seq_length") c.max_seq_length = v.get<int>();
-      else if (k == "max_grad_norm") c.max_grad_norm = v.get<float>();
-      else if (k == "weight_decay") c.weight_decay = v.get<float>();
-      else if (k == "rank") c.rank = v.get<int>();
-      else if (k == "scale") c.scale = v.get<float>();
-      else if (k == "alpha" || k == "lora_alpha") c.alpha = v.get<float>();
-      else if (k == "rs_lora") c.rs_lora = v.get<bool>();
-      else if (k == "lora_plus_ratio") c.lora_plus_ratio = v.get<float>();
-      else if (k == "lora_dropout") c.lora_dropout = v.get<float>();
-      else if (k == "target_modules") c.target_modules = v.get<std::vector<std::string>>();
-      else if (k == "num_layers") c.num_layers = v.get<int>();
-      else if (k == "segment_size") c.segment_size = v.get<int>();
-      else if (k == "prefix_shared") c.prefix_shared = v.get<bool>();
-      else if (k == "head_chunk_size" || k == "chunk_size") c.head_chunk_size = v.get<int>();
-      else if (k == "steps_per_eval") c.steps_per_eval = v.get<int>();
-      else if (k == "steps_per_report") c.steps_per_report = v.get<int>();
-      else if (k == "save_checkpoints") c.save_checkpoints = v.get<bool>();
-      else if (k == "seed") c.seed = v.get<int>();
-      else if (k == "threads") c.threads = v.get<int>();
-      else fail("unknown option");
-    } catch (const nlohmann::json::exception& e) {
-      fail(source, ": option \"", k, "\": wrong type (", v.type_name(), ")");
-    } catch (const Error& e) {
-      fail(source, ": option \"", k, "\": ", e.what());
+    const json& v = it.value();
+    auto loc = source.key_locations.find(k);
+    const std::string where = loc != source.key_locations.end() ? loc->second : source.name;
+    const OptionSpec* spec = find_option(k);
+    if (!spec) {
+      fail(where, ": option \"", k, "\": unknown option",
+           v.is_object() ? " (options are top-level keys; no sections)" : "");
     }
+    if (!has_kind(v, spec->kind))
+      fail(where, ": option \"", k, "\": wrong type: expected ", kind_name(spec->kind), ", found ", source.type_of(v));
+    try {
+      spec->set(c, v);
+    } catch (const Error& e) {
+      fail(where, ": option \"", k, "\": ", e.what());
+    }
+  }
+}
+
+std::string ConfigSource::type_of(const nlohmann::json& v) const {
+  switch (v.type()) {
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a floating-point number";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return toml ? "a table" : "an object";
+    case json::value_t::null: return "null";
+    default: return v.type_name();
   }
 }
 

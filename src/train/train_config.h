@@ -2,6 +2,7 @@
 // (JSON config keys == CLI flag names with '-' for '_').
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,7 +63,18 @@ struct TrainConfig {
   LoraConfig lora_config() const;
 };
 
-// Applies the keys of a JSON object (a --config file); unknown keys are errors.
+// Where options come from, for errors: "train.toml:12:1: option \"rank\": ...".
+struct ConfigSource {
+  std::string name;                                   // file path or "command line"
+  std::map<std::string, std::string> key_locations;  // option -> "file:line:column" (TOML files)
+  bool toml = false;                                  // type names in errors: "a table" vs "an object"
+  std::string type_of(const nlohmann::json& value) const;
+};
+
+// Applies the keys of a flat JSON object of options (a --config file, the
+// command line). Unknown keys, wrong types (strict: 3.5 is not an integer)
+// and bad values are errors naming the source, the key and, for TOML, the line.
+void apply_config_json(TrainConfig& config, const nlohmann::json& j, const ConfigSource& source);
 void apply_config_json(TrainConfig& config, const nlohmann::json& j, const std::string& source);
 nlohmann::json config_to_json(const TrainConfig& config);
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli/common.h"
@@ -102,6 +103,22 @@ TEST(Cli, BenchPrintsATable) {
   EXPECT_NE(o.output.find("| pp 16"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("| tg 4"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("peak RSS"), std::string::npos) << o.output;
+}
+
+TEST(Cli, TrainTomlConfigErrorsNameFileLineAndKey) {
+  auto dir = std::filesystem::temp_directory_path() / "brioche_cli_test_toml";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "train.toml").string();
+  std::ofstream(path) << "method = \"orpo\"\nrank = \"sixteen\"\n";
+  Outcome o = run_brioche("train --config " + path + " -d " + dir.string());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_EQ(count_lines(o.output), 1) << o.output;
+  EXPECT_NE(o.output.find(path + ":2:1: option \"rank\": wrong type"), std::string::npos) << o.output;
+  std::ofstream(path) << "method = \"orpo\"\nrank = [\n";
+  o = run_brioche("train --config " + path + " -d " + dir.string());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find(path + ":2:10: invalid TOML"), std::string::npos) << o.output;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, TrainedAdapterLoadsIntoRun) {
