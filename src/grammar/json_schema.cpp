@@ -35,7 +35,8 @@ const std::set<std::string> kAnnotations = {
 const std::set<std::string> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf",
     "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable"};
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
+    "patternProperties", "propertyNames", "multipleOf"};
 
 std::string pointer_child(const std::string& ptr, const std::string& key) {
   std::string k;
@@ -223,14 +224,16 @@ class SchemaConverter {
       if (t.is_string()) types.push_back(t.get<std::string>());
       else if (t.is_array()) for (auto& x : t) types.push_back(x.get<std::string>());
       else unsupported("type", ptr, "expected a string or an array of strings");
-    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required") ||
+               s.contains("minProperties") || s.contains("maxProperties") || s.contains("patternProperties") ||
+               s.contains("propertyNames")) {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
     } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
       types.push_back("string");
     } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
-               s.contains("exclusiveMaximum")) {
+               s.contains("exclusiveMaximum") || s.contains("multipleOf")) {
       types.push_back("number");
     } else {
       return nullable ? basic("json_value") : basic("json_value");
@@ -328,7 +331,59 @@ class SchemaConverter {
     return b;
   }
 
+  // multipleOf as (k, p): the value times 10^p must be a multiple of the
+  // integer k; only k = 1 (at most p fraction digits) or p = 0 are expressible.
+  std::optional<int64_t> integer_multiple(const Json& s, const std::string& ptr, bool integer_type, int* decimals) {
+    *decimals = 0;
+    if (!s.contains("multipleOf")) return std::nullopt;
+    const Json& m = s["multipleOf"];
+    if (!m.is_number() || m.get<double>() <= 0) unsupported("multipleOf", ptr, "expected a positive number");
+    if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum"))
+      unsupported("multipleOf", ptr, "combined with minimum/maximum (the intersection is not implemented)");
+    const double v = m.get<double>();
+    if (v == std::floor(v)) {
+      if (v > 1000) unsupported("multipleOf", ptr, "divisors above 1000 are not implemented (one rule per remainder)");
+      return static_cast<int64_t>(v);
+    }
+    for (int p = 1; p <= 9 && !integer_type; ++p)
+      if (std::fabs(v * std::pow(10.0, p) - 1.0) < 1e-9) {
+        *decimals = p;
+        return 1;
+      }
+    unsupported("multipleOf", ptr,
+                integer_type ? "a fractional divisor of an integer is not implemented"
+                             : "only integer divisors and powers of ten (0.1, 0.01, ...) are expressible");
+  }
+
+  // Canonical decimal integers (no leading zeros, no "-0") divisible by k:
+  // a DFA over the value mod k, one rule per remainder.
+  std::string multiple_of_integer(int64_t k, const std::string& hint) {
+    if (k == 1) return basic("json_integer");
+    std::vector<std::string> name(k);
+    for (int64_t r = 0; r < k; ++r) name[r] = fresh(hint + "_mod" + std::to_string(k) + "_" + std::to_string(r));
+    // Digits grouped by the remainder they lead to, as a class.
+    auto steps = [&](int64_t r, int first_digit) {
+      std::map<int64_t, std::string> by_next;
+      for (int d = first_digit; d <= 9; ++d) by_next[(10 * r + d) % k] += static_cast<char>('0' + d);
+      std::vector<std::string> alts;
+      for (auto& [next, digits] : by_next) alts.push_back("[" + digits + "] " + name[next]);
+      return alts;
+    };
+    for (int64_t r = 0; r < k; ++r) {
+      std::vector<std::string> alts = steps(r, 0);
+      if (r == 0) alts.insert(alts.begin(), "\"\"");
+      std::string body;
+      for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+      rules_.emplace_back(name[r], body);
+    }
+    std::string lead;
+    for (auto& a : steps(0, 1)) lead += (lead.empty() ? "" : " | ") + a;
+    return add_rule(hint + "_multiple", "\"0\" | \"-\"? (" + lead + ")");
+  }
+
   std::string visit_integer(const Json& s, const std::string& ptr, const std::string& hint) {
+    int decimals = 0;
+    if (auto k = integer_multiple(s, ptr, /*integer_type=*/true, &decimals)) return multiple_of_integer(*k, hint);
     Bound lo = bound(s, "minimum", "exclusiveMinimum", ptr), hi = bound(s, "maximum", "exclusiveMaximum", ptr);
     if (!lo.present && !hi.present) return basic("json_integer");
     constexpr double kLimit = 9e15;
@@ -348,6 +403,12 @@ class SchemaConverter {
   }
 
   std::string visit_number(const Json& s, const std::string& ptr, const std::string& hint) {
+    int decimals = 0;
+    if (auto k = integer_multiple(s, ptr, /*integer_type=*/false, &decimals)) {
+      // No exponent form (like the bounded numbers): the value is written out.
+      if (decimals == 0) return add_rule(hint + "_num", multiple_of_integer(*k, hint) + " (\".\" \"0\"+)?");
+      return add_rule(hint + "_num", "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]{1," + std::to_string(decimals) + "} \"0\"*)?");
+    }
     Bound lo = bound(s, "minimum", "exclusiveMinimum", ptr), hi = bound(s, "maximum", "exclusiveMaximum", ptr);
     if (!lo.present && !hi.present) return basic("json_number");
     for (const Bound* b : {&lo, &hi})
@@ -367,8 +428,17 @@ class SchemaConverter {
       std::string body = format_ebnf(f);
       if (body.empty())
         unsupported("format", ptr, "format '" + f + "' is not implemented (supported: " + supported_formats() + ")");
-      if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
-        unsupported("format", ptr, "format combined with pattern/minLength/maxLength");
+      if (s.contains("pattern")) unsupported("pattern", ptr, "format combined with pattern");
+      if (s.contains("minLength") || s.contains("maxLength")) {
+        // Exact only for formats of one fixed length: the bounds either
+        // admit it (and add nothing) or admit no string.
+        const int64_t fixed = f == "uuid" ? 36 : f == "date" ? 10 : -1;
+        const char* which = s.contains("maxLength") ? "maxLength" : "minLength";
+        if (fixed < 0)
+          unsupported(which, ptr, "format '" + f + "' combined with minLength/maxLength (its strings vary in length)");
+        if (s.value("minLength", int64_t{0}) > fixed || (s.contains("maxLength") && s["maxLength"].get<int64_t>() < fixed))
+          unsupported(which, ptr, "format '" + f + "' strings have " + std::to_string(fixed) + " characters; none fits");
+      }
       return string_rule(hint + "_" + sanitize(f), "(" + body + ")");
     }
     if (s.contains("pattern")) {
@@ -474,15 +544,63 @@ class SchemaConverter {
       for (auto& p : props) found |= p.first == r;
       if (!found) props.emplace_back(r, basic("json_value"));  // required but undeclared: any value
     }
-    // Additional properties: none, a schema, or anything.
-    std::string addl;  // value expr; empty = not allowed
-    if (s.contains("additionalProperties")) {
+    int64_t min_props = 0, max_props = -1;
+    if (s.contains("minProperties")) {
+      if (!s["minProperties"].is_number_unsigned()) unsupported("minProperties", ptr, "expected a non-negative integer");
+      min_props = s["minProperties"].get<int64_t>();
+    }
+    if (s.contains("maxProperties")) {
+      if (!s["maxProperties"].is_number_unsigned()) unsupported("maxProperties", ptr, "expected a non-negative integer");
+      max_props = s["maxProperties"].get<int64_t>();
+    }
+    if (max_props >= 0 && max_props < min_props) unsupported("minProperties", ptr, "minProperties exceeds maxProperties");
+    if (min_props > 64 || max_props > 64)
+      unsupported(min_props > 64 ? "minProperties" : "maxProperties", ptr,
+                  "bounds above 64 are not implemented (the grammar counts members one rule per count)");
+    const bool counted = min_props > 0 || max_props >= 0;
+    // Additional properties: none, a schema, or anything; their key is any
+    // other string, or what propertyNames / patternProperties allow.
+    std::string addl;      // value expr; empty = not allowed
+    std::string addl_key;  // key expr; empty = any key that differs from the declared ones
+    if (s.contains("patternProperties")) {
+      const Json& pp = s["patternProperties"];
+      const std::string pp_ptr = pointer_child(ptr, "patternProperties");
+      if (!pp.is_object()) unsupported("patternProperties", ptr, "expected an object");
+      if (pp.size() != 1)
+        unsupported("patternProperties", ptr,
+                    "only one pattern is implemented (a key matching several patterns must satisfy all their schemas)");
+      if (has_props || !required.empty() || s.contains("propertyNames") ||
+          (s.contains("additionalProperties") && s["additionalProperties"] != Json(false)))
+        unsupported("patternProperties", ptr,
+                    "combined with properties, required, propertyNames or additionalProperties other than false: "
+                    "keys would need the complement of the pattern");
+      auto [pattern, value_schema] = *pp.items().begin();
+      addl_key = key_rule(hint, pattern, pp_ptr);
+      addl = visit(value_schema, pointer_child(pp_ptr, pattern), hint + "_pp");
+    } else if (s.contains("propertyNames")) {
+      const std::string pn_ptr = pointer_child(ptr, "propertyNames");
+      if (has_props || !required.empty())
+        unsupported("propertyNames", ptr,
+                    "combined with properties/required: declared keys are not checked against propertyNames");
+      Json names = s["propertyNames"];
+      if (!names.is_object()) unsupported("propertyNames", ptr, "expected a schema object");
+      if (!names.contains("type")) names["type"] = "string";
+      if (names["type"] != "string") unsupported("propertyNames", pn_ptr, "property names are strings: expected type string");
+      addl_key = visit(names, pn_ptr, hint + "_name");
+      if (s.contains("additionalProperties")) {
+        const Json& a = s["additionalProperties"];
+        if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
+        else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
+      } else {
+        addl = basic("json_value");
+      }
+    } else if (s.contains("additionalProperties")) {
       const Json& a = s["additionalProperties"];
       if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
       else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
-    } else if (!has_props && required.empty()) {
+    } else if (!has_props && required.empty() && !counted) {
       return basic("json_object");  // unconstrained object
-    } else if (!opt_.strict) {
+    } else if (!opt_.strict || (!has_props && required.empty())) {
       addl = basic("json_value");
     }
     std::vector<bool> req;
@@ -493,37 +611,90 @@ class SchemaConverter {
     }
     std::string addl_kv;
     if (!addl.empty()) {
-      std::vector<std::string> keys;
-      for (auto& p : props) keys.push_back(p.first);
-      addl_kv = add_rule(hint + "_addl_key", excluded_key(keys)) + colon() + addl;
+      if (addl_key.empty()) {
+        std::vector<std::string> keys;
+        for (auto& p : props) keys.push_back(p.first);
+        addl_key = add_rule(hint + "_addl_key", excluded_key(keys));
+      }
+      addl_kv = addl_key + colon() + addl;
     }
-    const size_t n = kv.size();
-    // rest[i]: what may follow once at least one member is out, from property i on.
-    std::vector<std::string> rest(n + 1);
-    rest[n] = addl_kv.empty() ? "\"\"" : "(" + comma() + addl_kv + ")*";
-    for (size_t i = n; i-- > 0;) {
-      std::string take = comma() + kv[i] + " " + rest[i + 1];
-      rest[i] = add_rule(hint + "_rest", req[i] ? take : rest[i + 1] + " | " + take);
-    }
-    // first[i]: the first member is property i or later (or an additional one).
+    const int64_t n = static_cast<int64_t>(kv.size());
+    // rest(i, c): what may follow once c >= 1 members are out, from declared
+    // property i on (nullopt: nothing can satisfy min/maxProperties). The
+    // count only matters up to max (or up to min when there is no max).
+    std::map<std::pair<int64_t, int64_t>, std::optional<std::string>> memo;
+    std::function<std::optional<std::string>(int64_t, int64_t)> rest =
+        [&](int64_t i, int64_t c) -> std::optional<std::string> {
+      if (max_props < 0) c = std::min(c, min_props);
+      auto found = memo.find({i, c});
+      if (found != memo.end()) return found->second;
+      std::optional<std::string> out;
+      if (i == n) {
+        const int64_t need = std::max<int64_t>(0, min_props - c);
+        const int64_t room = max_props >= 0 ? max_props - c : -1;
+        if (addl_kv.empty() || room == 0) {
+          if (need == 0) out = "\"\"";
+        } else if (room < 0 || need <= room) {
+          out = "(" + comma() + addl_kv + "){" + std::to_string(need) + "," + (room >= 0 ? std::to_string(room) : "") + "}";
+          if (!counted) out = "(" + comma() + addl_kv + ")*";
+        }
+      } else {
+        std::vector<std::string> alts;
+        if (!req[i]) {
+          auto skip = rest(i + 1, c);
+          if (skip) alts.push_back(*skip);
+        }
+        if (max_props < 0 || c < max_props) {
+          auto after = rest(i + 1, c + 1);
+          if (after) alts.push_back(comma() + kv[i] + " " + *after);
+        }
+        if (!alts.empty()) {
+          std::string body;
+          for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+          out = add_rule(hint + "_rest", body);
+        }
+      }
+      memo[{i, c}] = out;
+      return out;
+    };
+    // The first member is declared property i (all before it skipped) or,
+    // when every declared property is optional, an additional one.
     std::vector<std::string> alternatives;
     bool all_optional = true;
-    for (size_t i = 0; i < n; ++i) {
-      alternatives.push_back(kv[i] + " " + rest[i + 1]);
+    for (int64_t i = 0; i < n && max_props != 0; ++i) {
+      auto after = rest(i + 1, 1);
+      if (after) alternatives.push_back(kv[i] + " " + *after);
       if (req[i]) {
         all_optional = false;
         break;
       }
     }
-    if (all_optional && !addl_kv.empty()) alternatives.push_back(addl_kv + " " + rest[n]);
+    if (all_optional && !addl_kv.empty() && max_props != 0) {
+      auto after = rest(n, 1);
+      if (after) alternatives.push_back(addl_kv + " " + *after);
+    }
     std::string body;
     if (!alternatives.empty()) {
       std::string members;
       for (auto& a : alternatives) members += (members.empty() ? "" : " | ") + a;
       body = open('{') + "(" + members + ")" + close('}');
     }
-    if (all_optional) body += (body.empty() ? "" : " | ") + open('{') + "\"}\"";
+    if (all_optional && min_props == 0) body += (body.empty() ? "" : " | ") + open('{') + "\"}\"";
+    if (body.empty())
+      unsupported(s.contains("minProperties") ? "minProperties" : "maxProperties", ptr,
+                  "no object satisfies the property counts with the allowed properties");
     return add_rule(hint + "_obj", body);
+  }
+
+  // A key (quotes included) whose content matches `pattern`.
+  std::string key_rule(const std::string& hint, const std::string& pattern, const std::string& ptr) {
+    std::string body;
+    try {
+      body = regex_to_ebnf_expr(pattern, /*inside_json_string=*/true);
+    } catch (const Error& e) {
+      unsupported("patternProperties", ptr, e.what());
+    }
+    return string_rule(hint + "_key", body);
   }
 
   // A JSON string token (quotes included) whose raw text differs from each

@@ -128,7 +128,21 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithPointer) {
   EXPECT_NE(e.find("does not resolve"), std::string::npos) << e;
   e = err(R"({"type":"number","minimum":0.5})");
   EXPECT_NE(e.find("'minimum'"), std::string::npos) << e;
-  e = err(R"({"type":"object","minProperties":1})");
+  e = err(R"({"type":"object","properties":{"a":{"dependentRequired":{"a":["b"]}}}})");
+  EXPECT_NE(e.find("'dependentRequired' at #/properties/a"), std::string::npos) << e;
+  e = err(R"({"if":{"type":"string"},"then":{"maxLength":2}})");
+  EXPECT_NE(e.find("'if' at #"), std::string::npos) << e;
+  e = err(R"({"type":"integer","multipleOf":3,"minimum":1})");
+  EXPECT_NE(e.find("'multipleOf'"), std::string::npos) << e;
+  e = err(R"({"type":"number","multipleOf":0.3})");
+  EXPECT_NE(e.find("'multipleOf'"), std::string::npos) << e;
+  e = err(R"({"type":"object","properties":{"a":{}},"propertyNames":{"pattern":"^a"}})");
+  EXPECT_NE(e.find("'propertyNames'"), std::string::npos) << e;
+  e = err(R"({"type":"object","patternProperties":{"^a":{},"^b":{}}})");
+  EXPECT_NE(e.find("'patternProperties'"), std::string::npos) << e;
+  e = err(R"({"type":"string","format":"email","maxLength":20})");
+  EXPECT_NE(e.find("'maxLength'"), std::string::npos) << e;
+  e = err(R"({"type":"object","properties":{"a":{}},"additionalProperties":false,"minProperties":2})");
   EXPECT_NE(e.find("'minProperties'"), std::string::npos) << e;
   EXPECT_NE(err("{not json").find("valid JSON"), std::string::npos);
 }
