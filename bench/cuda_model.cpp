@@ -6,6 +6,13 @@
 //                    [--batch 64 --context 1024] [--device cuda|cpu]
 //   cuda_model_bench --check --shape smollm2-135m --dtype q4_k
 //   cuda_model_bench --gemv --shape llama3-8b --dtype bf16   (decode matmuls alone)
+//   cuda_model_bench --tp 2 [--check] ...   tensor parallel over 2 GPUs (model/tensor_parallel.h):
+//       forks one process per extra rank before any CUDA work (rank r uses GPU r;
+//       TCP rendezvous on --tp-master, default 127.0.0.1:29517). --tp-rank R runs
+//       one rank only (start each rank yourself, e.g. one per node). --check
+//       compares TP=N with TP=1 on one random checkpoint (shards sliced from it);
+//       speed runs generate each rank's shard directly in its shape on the GPU.
+//   --layers L overrides the preset's layer count (quick checks of big shapes).
 //
 // Measurements (each after a warm-up, median of repeats):
 //   decode b1 : steps of one token after a 128-token prompt; tokens/s
@@ -14,6 +21,9 @@
 //                 aggregate tokens/s. Their caches hold zeros (not prefilled:
 //                 65k prompt tokens would dominate the run); attention reads
 //                 every cached position regardless of its value.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,6 +35,8 @@
 #include "core/error.h"
 #include "model/device_weights.h"
 #include "model/llama.h"
+#include "model/tensor_parallel.h"
+#include "ops/collective.h"
 #include "ops/device.h"
 #include "ops/matmul.h"
 #include "tools/gen_model_lib.h"
@@ -44,7 +56,16 @@ struct Options {
   std::string device = "cuda";
   int decode = 128, prefill = 2048, batch = 64, context = 1024, batch_steps = 32;
   bool check = false, gemv = false;
+  int layers = 0;  // 0: the preset's
+  int tp = 1, tp_rank = -1;
+  std::string tp_master = "127.0.0.1:29517";
 };
+
+tools::ShapePreset preset_of(const Options& o) {
+  tools::ShapePreset p = tools::find_shape(o.shape);
+  if (o.layers > 0) p.layers = o.layers;
+  return p;
+}
 
 // KV blocks handed out contiguously: sequence s owns [s·per_seq, (s+1)·per_seq).
 struct Rig {
@@ -106,7 +127,7 @@ std::unique_ptr<model::Model> make_model(const Options& o, Device device) {
   DType dtype;
   if (!parse_dtype(o.dtype, &dtype)) fail("unknown dtype '", o.dtype, "'");
   auto t0 = Clock::now();
-  model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(o.shape), dtype);
+  model::Checkpoint ck = tools::random_checkpoint(preset_of(o), dtype);
   double gen_s = seconds_since(t0);
   t0 = Clock::now();
   if (device != Device::CPU) model::move_weights(ck, device);
@@ -184,14 +205,15 @@ int run_gemv(const Options& o) {
   return 0;
 }
 
-int run_bench(const Options& o) {
-  const Device device = o.device == "cpu" ? Device::CPU : Device::CUDA;
-  auto model = make_model(o, device);
+int bench_model(const Options& o, model::Model& m) {
+  const Device device = m.device();
+  model::Model* model = &m;
   const int vocab = model->config().vocab_size;
   const double weight_gb = double(model->weight_bytes()) / 1e9;
   std::printf("| shape | dtype | device | test | tokens/s | ms/step |\n|---|---|---|---|---|---|\n");
   auto row = [&](const std::string& test, double tps, double ms) {
-    std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), o.dtype.c_str(), o.device.c_str(),
+    const std::string where = o.tp > 1 ? o.device + " x" + std::to_string(o.tp) + " (TP)" : o.device;
+    std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), o.dtype.c_str(), where.c_str(),
                 test.c_str(), tps, ms);
     std::fflush(stdout);
   };
@@ -210,7 +232,8 @@ int run_bench(const Options& o) {
     }
     double s = seconds_since(t0);
     row("decode b1", o.decode / s, 1e3 * s / o.decode);
-    std::printf("  (weights %.2f GB: %.0f GB/s effective)\n", weight_gb, weight_gb * o.decode / s);
+    std::printf("  (weights %.2f GB%s: %.0f GB/s effective)\n", weight_gb, o.tp > 1 ? " per rank" : "",
+                weight_gb * o.decode / s);
   }
   if (o.prefill > 0) {
     Rig rig(*model, 1, o.prefill + 16);
@@ -249,6 +272,191 @@ int run_bench(const Options& o) {
   return 0;
 }
 
+int run_bench(const Options& o) {
+  auto model = make_model(o, o.device == "cpu" ? Device::CPU : Device::CUDA);
+  return bench_model(o, *model);
+}
+
+// ---------------------------------------------------------------------------
+// Tensor parallelism.
+
+double nmse(const Tensor& got, const Tensor& want) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double a = got.data_as<float>()[i], b = want.data_as<float>()[i];
+    if (!std::isfinite(a)) return INFINITY;
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return num / den;
+}
+
+std::unique_ptr<ops::Collective> join(const Options& o) {
+  auto t0 = Clock::now();
+  auto c = ops::connect_nccl({.rank = o.tp_rank, .size = o.tp, .master = o.tp_master, .timeout_s = 600});
+  std::fprintf(stderr, "rank %d of %d: NCCL communicator ready in %.1f s\n", o.tp_rank, o.tp, seconds_since(t0));
+  return c;
+}
+
+// Greedy decode of TP=1 (rank 0, the whole model on GPU 0) against TP=N
+// (shards sliced from the same random checkpoint), fed the same tokens.
+int run_tp_check(const Options& o) {
+  DType dtype;
+  if (!parse_dtype(o.dtype, &dtype)) fail("unknown dtype '", o.dtype, "'");
+  model::Checkpoint full = tools::random_checkpoint(preset_of(o), dtype);
+  model::Checkpoint shard = model::shard_checkpoint(full, {.rank = o.tp_rank, .size = o.tp});
+  const int vocab = full.config.vocab_size;
+  // Two sequences: one prefilling 37 tokens, one 20; then 6 greedy decode steps.
+  std::vector<std::vector<std::vector<int32_t>>> steps;
+  std::vector<Tensor> want;
+  if (o.tp_rank == 0) {
+    model::move_weights(full, Device::CUDA);
+    model::LlamaModel reference(std::move(full));
+    Rig rig(reference, 2, 256);
+    std::vector<std::vector<int32_t>> tokens = {prompt(37, vocab, 1), prompt(20, vocab, 2)};
+    for (int step = 0; step < 7; ++step) {
+      rig.step(tokens);
+      steps.push_back(tokens);
+      want.push_back(ops::to_device(rig.logits, Device::CPU));
+      std::vector<int32_t> ids = rig.argmax();
+      tokens = {{ids[0]}, {ids[1]}};
+    }
+  }
+  full = {};
+  model::move_weights(shard, Device::CUDA);
+  auto model = std::make_unique<model::LlamaModel>(std::move(shard));
+  auto collective = join(o);
+  if (o.tp_rank != 0) {
+    const int64_t n = model::run_tensor_parallel_worker(*model, *collective);
+    std::fprintf(stderr, "rank %d: %lld forwards, stopped\n", o.tp_rank, (long long)n);
+    return 0;
+  }
+  model::TensorParallelModel tp(std::move(model), std::move(collective));
+  Rig rig(tp, 2, 256);
+  double worst = 0;
+  int agree = 0, total = 0;
+  for (size_t step = 0; step < steps.size(); ++step) {
+    rig.step(steps[step]);
+    const Tensor got = ops::to_device(rig.logits, Device::CPU);
+    const double e = nmse(got, want[step]);
+    worst = std::max(worst, e);
+    std::vector<int32_t> ids = rig.argmax(), ref(2);
+    ops::argmax_rows(want[step], ref);
+    for (size_t s = 0; s < ids.size(); ++s) agree += ids[s] == ref[s];
+    total += int(ids.size());
+    std::printf("tp check step %zu: logits NMSE %.3g, greedy ids TP=1 %d/%d TP=%d %d/%d\n", step, e, ref[0], ref[1],
+                o.tp, ids[0], ids[1]);
+  }
+  std::printf("tp check %s %s (%d layers) TP=%d vs TP=1: worst logits NMSE %.3g, greedy agreement %d/%d, "
+              "decode graphs recorded %zu\n",
+              o.shape.c_str(), o.dtype.c_str(), preset_of(o).layers, o.tp, worst, agree, total,
+              tp.shard().n_decode_graphs());
+  return worst < 1e-4 && agree == total ? 0 : 1;
+}
+
+// This rank's shard generated directly in its shape, one tensor at a time
+// straight to the GPU (a 70B model is never whole in host memory). The
+// weights are random: speed does not depend on which shard a rank holds.
+model::Checkpoint random_shard_on_device(const Options& o, DType dtype) {
+  tools::ShapePreset p = preset_of(o);
+  model::ModelConfig full;
+  full.n_heads = p.heads;
+  full.n_kv_heads = p.kv_heads;
+  full.intermediate_size = p.intermediate;
+  const model::ModelConfig s = model::shard_config(full, {.rank = o.tp_rank, .size = o.tp});
+  p.heads = s.n_heads;
+  p.kv_heads = s.n_kv_heads;
+  p.intermediate = s.intermediate_size;
+  tools::ShapePreset no_layers = p;
+  no_layers.layers = 0;
+  model::Checkpoint ck = tools::random_checkpoint(no_layers, dtype, 1 + uint64_t(o.tp_rank));
+  ck.config.n_layers = p.layers;
+  ck.source = "random:" + o.shape + ":" + o.dtype + " shard " + std::to_string(o.tp_rank) + "/" + std::to_string(o.tp);
+  model::move_weights(ck, Device::CUDA);
+  auto dev = [](const Tensor& t) { return ops::to_device(t, Device::CUDA); };
+  const Tensor ones = dev(tools::ones(p.hidden));
+  const int64_t q_dim = int64_t(p.heads) * p.head_dim, kv_dim = int64_t(p.kv_heads) * p.head_dim;
+  uint64_t id = 1000 + 100000 * uint64_t(o.tp_rank);
+  for (int l = 0; l < p.layers; ++l) {
+    model::LayerWeights lw;
+    lw.attn_norm = ones;
+    lw.ffn_norm = ones;
+    lw.wq = dev(tools::random_tensor(dtype, q_dim, p.hidden, ++id));
+    lw.wk = dev(tools::random_tensor(dtype, kv_dim, p.hidden, ++id));
+    lw.wv = dev(tools::random_tensor(dtype, kv_dim, p.hidden, ++id));
+    lw.wo = dev(tools::random_tensor(dtype, p.hidden, q_dim, ++id));
+    lw.w_gate = dev(tools::random_tensor(dtype, p.intermediate, p.hidden, ++id));
+    lw.w_up = dev(tools::random_tensor(dtype, p.intermediate, p.hidden, ++id));
+    lw.w_down = dev(tools::random_tensor(dtype, p.hidden, p.intermediate, ++id));
+    if (p.qkv_bias) {
+      lw.bq = dev(tools::random_tensor(DType::F32, 1, q_dim, ++id).reshape({q_dim}));
+      lw.bk = dev(tools::random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim}));
+      lw.bv = dev(tools::random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim}));
+    }
+    ck.weights.layers.push_back(std::move(lw));
+  }
+  ops::synchronize(Device::CUDA);
+  return ck;
+}
+
+int run_tp_bench(const Options& o) {
+  DType dtype;
+  if (!parse_dtype(o.dtype, &dtype)) fail("unknown dtype '", o.dtype, "'");
+  auto t0 = Clock::now();
+  auto model = std::make_unique<model::LlamaModel>(random_shard_on_device(o, dtype));
+  std::fprintf(stderr, "rank %d: shard of %s (%.2f GB of weights) generated on GPU %d in %.1f s\n", o.tp_rank,
+               o.shape.c_str(), double(model->weight_bytes()) / 1e9, o.tp_rank, seconds_since(t0));
+  auto collective = join(o);
+  if (o.tp_rank != 0) {
+    const int64_t n = model::run_tensor_parallel_worker(*model, *collective);
+    std::fprintf(stderr, "rank %d: %lld forwards, stopped\n", o.tp_rank, (long long)n);
+    return 0;
+  }
+  std::printf("tensor parallel over %d GPUs: each rank generated its own random shard in its shape (no whole "
+              "checkpoint was sliced)\n",
+              o.tp);
+  model::TensorParallelModel tp(std::move(model), std::move(collective));
+  return bench_model(o, tp);
+}
+
+// Forks ranks 1..tp−1 (before any CUDA or thread-pool work), runs rank 0
+// here, and waits for the others. Returns this process's exit status.
+int run_tensor_parallel(Options o) {
+  std::vector<pid_t> children;
+  if (o.tp_rank < 0) {
+    o.tp_rank = 0;
+    for (int r = 1; r < o.tp; ++r) {
+      std::fflush(nullptr);
+      const pid_t pid = ::fork();
+      if (pid < 0) fail("fork for tensor-parallel rank ", r, " failed");
+      if (pid == 0) {
+        o.tp_rank = r;
+        children.clear();
+        break;
+      }
+      children.push_back(pid);
+    }
+  }
+  int status = 1;
+  try {
+    ops::select_device(o.tp_rank);
+    status = o.check ? run_tp_check(o) : run_tp_bench(o);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cuda_model_bench rank %d: %s\n", o.tp_rank, e.what());
+    status = 1;
+  }
+  std::fflush(nullptr);
+  for (pid_t pid : children) {
+    int ws = 0;
+    ::waitpid(pid, &ws, 0);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+      std::fprintf(stderr, "cuda_model_bench: a tensor-parallel rank (pid %d) failed\n", int(pid));
+      status = 1;
+    }
+  }
+  return status;
+}
+
 }  // namespace
 }  // namespace brioche
 
@@ -272,12 +480,17 @@ int main(int argc, char** argv) {
       else if (f == "--batch-steps") o.batch_steps = std::stoi(next());
       else if (f == "--check") o.check = true;
       else if (f == "--gemv") o.gemv = true;
+      else if (f == "--layers") o.layers = std::stoi(next());
+      else if (f == "--tp") o.tp = std::stoi(next());
+      else if (f == "--tp-rank") o.tp_rank = std::stoi(next());
+      else if (f == "--tp-master") o.tp_master = next();
       else fail("unknown flag ", f);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cuda_model_bench: %s\n", e.what());
       return 2;
     }
   }
+  if (o.tp > 1) return run_tensor_parallel(o);
   try {
     return o.check ? run_check(o) : o.gemv ? run_gemv(o) : run_bench(o);
   } catch (const Error& e) {

@@ -63,7 +63,13 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
                         .scale = 1.0f / std::sqrt(float(c.head_dim)),
                         .sliding_window = c.sliding_window},
                        a.attn);
-  if (w.bo.defined()) {
+  if (ctx.collective != nullptr) {
+    // out = Σ_ranks attn_r·wo_rᵀ, then the bias once.
+    ops::matmul(a.attn, w.wo, a.out);
+    ctx.collective->all_reduce_sum(a.out);
+    if (w.bo.defined()) ops::add_bias(a.out, w.bo);
+    ops::add(a.x, a.out, a.x);
+  } else if (w.bo.defined()) {
     linear(a.attn, w.wo, w.bo, a.out);
     ops::add(a.x, a.out, a.x);
   } else {
@@ -71,8 +77,16 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   }
 }
 
-void mlp_block(const LayerWeights& w, Activations& a) {
+void mlp_block(const LayerWeights& w, Activations& a, ops::Collective* collective) {
   ops::swiglu_matmul(a.h, w.w_gate, w.w_up, a.gate, a.up);
+  if (collective != nullptr) {
+    // SwiGLU is elementwise over the intermediate columns, so each rank's
+    // slice is exact; only down's sum over them is split.
+    ops::matmul(a.gate, w.w_down, a.out);
+    collective->all_reduce_sum(a.out);
+    ops::add(a.x, a.out, a.x);
+    return;
+  }
   ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out);
 }
 

@@ -11,6 +11,7 @@
 #include "model/model_config.h"
 #include "model/weights.h"
 #include "ops/attention.h"
+#include "ops/collective.h"
 
 namespace brioche::model {
 
@@ -43,15 +44,23 @@ struct AttentionContext {
   std::span<const int32_t> positions;                // [n_rows]
   std::span<const ops::AttentionSequence> sequences;
   std::span<const float> inv_freq;                   // [head_dim/2] RoPE frequencies
+  // Tensor parallelism: the weights are this rank's shard and the block's
+  // output a partial sum over ranks (model/tensor_parallel.h).
+  ops::Collective* collective = nullptr;
 };
 
 // Pre-normed self-attention: q/k/v projections (+bias), optional per-head
 // q/k RMSNorm (Qwen3), RoPE, K/V appended to the paged cache, causal GQA
 // attention, output projection.  a.x += attention(a.h)
+// With ctx.collective, `w` holds this rank's heads: the o_proj output is a
+// partial sum, all-reduced in a.out before the residual add (the fused
+// accumulate would add the residual once per rank).
 void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx,
                      Tensor& k_cache, Tensor& v_cache, Activations& a);
 
 // SwiGLU MLP: down(silu(gate(h)) · up(h)).  a.x += mlp(a.h)
-void mlp_block(const LayerWeights& w, Activations& a);
+// With a collective, `w` holds this rank's slice of the intermediate size:
+// down's output is all-reduced in a.out, then added.
+void mlp_block(const LayerWeights& w, Activations& a, ops::Collective* collective = nullptr);
 
 }  // namespace brioche::model

@@ -116,7 +116,8 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   sequences.reserve(batch.sequences.size());
   for (const SequenceView& s : batch.sequences)
     sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
-  AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_};
+  AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_,
+                       .collective = collective_};
 
   ops::embedding(w.token_embd, batch.tokens, a.x);
   for (int layer = 0; layer < c.n_layers; ++layer) {
@@ -124,7 +125,7 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
     ops::rms_norm(a.x, lw.attn_norm, c.rms_eps, a.h);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a);
     ops::rms_norm(a.x, lw.ffn_norm, c.rms_eps, a.h);
-    mlp_block(lw, a);
+    mlp_block(lw, a, collective_);
   }
   if (n_logits == 0) return;
 

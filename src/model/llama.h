@@ -24,6 +24,10 @@ class LlamaModel final : public Model {
   Device device() const override { return ck_.weights.token_embd.device(); }
   // Decode graphs recorded so far (CUDA; see decode_graphs.h).
   size_t n_decode_graphs() const { return graphs_.n_graphs(); }
+  // Tensor parallelism: the checkpoint is this rank's shard
+  // (model/tensor_parallel.h) and every attention and MLP block all-reduces
+  // its partial output through `collective` (not owned; null: one rank).
+  void set_collective(ops::Collective* collective) { collective_ = collective; }
 
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
@@ -35,6 +39,7 @@ class LlamaModel final : public Model {
   ActivationBuffers buffers_;
   Tensor device_logits_;  // [n_logits, vocab] on the device, when the caller's logits are on the host
   DecodeGraphs graphs_{ck_.config};  // decode steps on CUDA
+  ops::Collective* collective_ = nullptr;
 };
 
 }  // namespace brioche::model
