@@ -47,10 +47,11 @@ inline float dot_kv(const float* q, const uint16_t* k, int n) { return dot_f32_f
 inline void axpy_kv(float* y, float a, const float* v, int n) { axpy_f32(y, a, v, n); }
 inline void axpy_kv(float* y, float a, const uint16_t* v, int n) { axpy_f32_f16(y, a, v, n); }
 
-// One unit of work: rows [row_begin, row_end) of one sequence, one query head.
+// One unit of work: rows [row_begin, row_end) of one sequence, the query
+// heads of one kv head.
 struct AttentionTask {
   int sequence;
-  int head;
+  int kv_head;
   int32_t row_begin, row_end;  // offsets within the sequence
 };
 
@@ -75,9 +76,11 @@ void score_keys(const float* q, const T* kb, int64_t slot_stride, int d, int64_t
   if (d % 8 == 0) {
     for (; j + 8 <= n; j += 8) {
       __m256 acc[8];
+#pragma GCC unroll 8
       for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
       for (int i = 0; i < d; i += 8) {
         const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
         for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(qv, load8(kb + (j + t) * slot_stride + i), acc[t]);
       }
       _mm256_storeu_ps(scores + j, _mm256_mul_ps(hsum8x8(acc), _mm256_set1_ps(scale)));
@@ -97,15 +100,23 @@ inline void exp_shifted(const float* scores, int64_t n, float m, float* probs) {
   for (; j < n; ++j) probs[j] = std::exp(scores[j] - m);
 }
 
-// acc += Σ_j probs[j] · v_j, each 8-wide slice of acc loaded and stored once.
+// acc += Σ_j probs[j] · v_j, each 8-wide slice of acc loaded and stored once;
+// the keys are split over 4 independent FMA chains (one chain would wait on
+// the FMA latency at every key).
 template <typename T>
 void accumulate_values(const float* probs, const T* vb, int64_t slot_stride, int d, int64_t n, float* acc) {
 #if BRIOCHE_VEC_AVX2
   if (d % 8 == 0) {
     for (int i = 0; i < d; i += 8) {
-      __m256 a = _mm256_loadu_ps(acc + i);
-      for (int64_t j = 0; j < n; ++j) a = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + j), load8(vb + j * slot_stride + i), a);
-      _mm256_storeu_ps(acc + i, a);
+      __m256 a[4] = {_mm256_loadu_ps(acc + i), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      int64_t j = 0;
+      for (; j + 4 <= n; j += 4) {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c)
+          a[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + j + c), load8(vb + (j + c) * slot_stride + i), a[c]);
+      }
+      for (; j < n; ++j) a[0] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + j), load8(vb + j * slot_stride + i), a[0]);
+      _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
     }
     return;
   }
@@ -159,15 +170,17 @@ void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head,
 
 template <typename T>
 void paged_attention_typed(const PagedAttentionArgs& a) {
-  // Tasks: sequences × heads × chunks of rows, so both a long prefill and a
-  // batch of single-row decodes spread over the threads.
+  // Tasks: sequences × kv heads × chunks of rows, so both a long prefill and
+  // a batch of single-row decodes spread over the threads. A task runs every
+  // query head of its kv head (GQA group) back to back, so the keys and values
+  // it reads from the cache are still in L1/L2 for the group's other heads.
   constexpr int32_t kRowsPerTask = 16;
   std::vector<AttentionTask> tasks;
   for (int s = 0; s < a.n_sequences; ++s) {
     const KvSequence& seq = a.sequences[s];
-    for (int h = 0; h < a.n_heads; ++h) {
+    for (int kv_head = 0; kv_head < a.n_kv_heads; ++kv_head) {
       for (int32_t r = 0; r < seq.n_rows; r += kRowsPerTask) {
-        tasks.push_back({s, h, r, std::min(seq.n_rows, r + kRowsPerTask)});
+        tasks.push_back({s, kv_head, r, std::min(seq.n_rows, r + kRowsPerTask)});
       }
     }
   }
@@ -183,9 +196,11 @@ void paged_attention_typed(const PagedAttentionArgs& a) {
       int64_t row = seq.first_row + i;
       int64_t pos = int64_t(seq.n_past) + i;
       int64_t first_key = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
-      const float* q = a.q + row * a.q_stride + int64_t(task.head) * a.head_dim;
-      float* out = a.out + row * a.out_stride + int64_t(task.head) * a.head_dim;
-      attend_row<T>(a, seq, task.head / group, q, first_key, pos, scores, acc, out);
+      for (int head = task.kv_head * group; head < (task.kv_head + 1) * group; ++head) {
+        const float* q = a.q + row * a.q_stride + int64_t(head) * a.head_dim;
+        float* out = a.out + row * a.out_stride + int64_t(head) * a.head_dim;
+        attend_row<T>(a, seq, task.kv_head, q, first_key, pos, scores, acc, out);
+      }
     }
   });
 }
