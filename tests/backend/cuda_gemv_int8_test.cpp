@@ -4,13 +4,21 @@
 // m, k from 256 to 14,336 (Llama-3-8B's down_proj), and the GemvArgs fusions
 // (Q/K/V parts in one launch, accumulate into y, SwiGLU with w_up).
 //
-// Tolerance: NMSE = Σ(y − ref)² / Σ ref² < 1e-4. The kernel rounds each x to
-// int8 within its 32-value block (step dx = max|x|/127, error variance
-// dx²/12). For Gaussian x, E[max² of 32 |N(0,1)|] ≈ 4.3, so the relative
-// error variance per value is ≈ 4.3/127²/12 ≈ 2.2e-5, and the same holds for
-// a dot product with independent weights: NMSE ≈ 2e-5 expected (the CPU
-// backend quantizes activations the same way, see backend/cpu/quant_act.h).
-// The weight side is exact (integer products, f32 scales once per 32 values).
+// Tolerance. NMSE = Σ(y − ref)² / Σ ref². The kernel rounds each x to int8
+// within its 32-value block (step dx = max|x|/127, error variance dx²/12).
+// For Gaussian x, E[max² of 32 |N(0,1)|] ≈ 4.3, so the relative error variance
+// per value is ≈ 4.3/127²/12 ≈ 2.2e-5, and the same holds for a dot product
+// with independent weights: NMSE ≈ 2–3e-5 expected (the CPU backend
+// quantizes activations the same way, see backend/cpu/quant_act.h). The
+// weight side is exact (integer products, f32 scales once per 32 values).
+// The x rows here have one block scaled by 50, which dominates y: for a
+// single row the error is then that one block's 32 rounding errors, a
+// heavy-tailed quantity (max|x| of a block up to ~3.5σ while its rms can be
+// ~0.8σ): up to 1.65e-4 was measured (Q8_0, n = 1), and a host emulation of
+// the same rounding on the same data gives the same value. So: each case
+// NMSE < 4e-4, and the mean over a test's cases < 1e-4 (SwiGLU adds the
+// errors of two products). A wrong scale, offset or lane mapping gives
+// NMSE ≳ 1e-2.
 // Shapes the int8 path does not take (Q4_0 with an odd block count) must stay
 // on the f32 path, whose own bound is 1e-10.
 // Without a GPU every test reports "skipped: no CUDA device".
@@ -34,7 +42,8 @@ namespace {
 #define REQUIRE_CUDA_DEVICE() \
   if (device_count() == 0) GTEST_SKIP() << "skipped: no CUDA device"
 
-constexpr double kInt8Tolerance = 1e-4;
+constexpr double kInt8Tolerance = 4e-4;      // per case
+constexpr double kInt8MeanTolerance = 1e-4;  // mean over a test's cases
 constexpr float kSentinel = -4242.5f;
 constexpr DType kInt8Types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
@@ -142,12 +151,21 @@ cpu::MatmulArgs args(const float* x, int64_t ldx, DType dtype, const Weight& w, 
           .ldy = y.ldy, .n = y.n, .m = y.m, .k = k};
 }
 
-// Worst NMSE seen per dtype, printed at the end of each test for the record.
+// Worst and mean NMSE per dtype, checked and printed at the end of each test.
 struct Worst {
-  double value[kNumDTypes] = {};
-  void add(DType t, double e) { value[int(t)] = std::max(value[int(t)], e); }
+  double value[kNumDTypes] = {}, sum[kNumDTypes] = {};
+  int count[kNumDTypes] = {};
+  void add(DType t, double e) {
+    value[int(t)] = std::max(value[int(t)], e);
+    sum[int(t)] += e;
+    ++count[int(t)];
+  }
   void print(const char* what) const {
-    for (DType t : kInt8Types) std::printf("  %s %-5s worst NMSE %.2e\n", what, dtype_name(t).data(), value[int(t)]);
+    for (DType t : kInt8Types) {
+      const double mean = count[int(t)] > 0 ? sum[int(t)] / count[int(t)] : 0.0;
+      EXPECT_LT(mean, kInt8MeanTolerance) << what << " " << dtype_name(t) << " mean NMSE";
+      std::printf("  %s %-5s NMSE mean %.2e worst %.2e\n", what, dtype_name(t).data(), mean, value[int(t)]);
+    }
   }
 };
 

@@ -2,6 +2,9 @@
 // the 32-value block types Q8_0, Q4_0 and Q4_1.
 #include "backend/cuda/gemv_int8.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "backend/cuda/gemv_int8.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -13,14 +16,16 @@ namespace {
 // two rows since k is a multiple of 32).
 //   x  : [n, k] f32, row stride ldx
 //   q  : [n, k] int8;  ds : [n, k/32] (dx, dx · Σq)
+// Threads past the end stay for the full-warp shuffles and store nothing.
 __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k, int64_t total_quads,
                                      int8_t* __restrict__ q, float2* __restrict__ ds) {
   const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= total_quads) return;  // whole 8-thread groups leave together (total_quads % 8 == 0)
+  const bool inside = g < total_quads;
   const int64_t quads_per_row = k / 4;
   const int64_t r = g / quads_per_row, c = g % quads_per_row;
   const float* src = x + r * ldx + 4 * c;
-  const float v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
+  const float v0 = inside ? src[0] : 0.0f, v1 = inside ? src[1] : 0.0f, v2 = inside ? src[2] : 0.0f,
+              v3 = inside ? src[3] : 0.0f;
   float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
 #pragma unroll
   for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off, 8));
@@ -30,6 +35,7 @@ __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, i
   int sum = q0 + q1 + q2 + q3;
 #pragma unroll
   for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off, 8);
+  if (!inside) return;
   char4 packed = make_char4(char(q0), char(q1), char(q2), char(q3));
   reinterpret_cast<char4*>(q + r * k)[c] = packed;
   if ((c & 7) == 0) ds[r * (k / 32) + c / 8] = make_float2(d, d * float(sum));
@@ -110,6 +116,45 @@ struct Dot<DType::Q4_0> {
   }
 };
 
+// Q4_0 one block per lane (variant 1): the 18-byte block starts 4-byte
+// aligned (even block) or 2 bytes past (odd block); five aligned words cover
+// it either way (an even block's fifth word ends inside the next block, which
+// exists since the count is even). Re-aligned: d is the low half of word 0
+// shifted right by 0 or 16, q word i the funnel shift of words i, i+1 by 16
+// or 32 (clamped: the high word).
+template <>
+struct Dot<DType::Q4_0, 1> {
+  template <int R>
+  __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
+#pragma unroll 2
+    for (int64_t c = lane; c < x.n_blocks; c += 32) {
+      const uint8_t* b = w + c * 18;
+      const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(b) & 3) * 8;  // 0 or 16
+      const uint8_t* base = b - shift / 8;
+      uint32_t v[5];
+#pragma unroll
+      for (int i = 0; i < 5; ++i) v[i] = ldg_u32(base + 4 * i);
+      const float d = half_lo(v[0] >> shift);
+      int lo[4], hi[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t q = __funnelshift_rc(v[i], v[i + 1], 16 + shift);
+        lo[i] = int(q & 0x0F0F0F0Fu);
+        hi[i] = int((q >> 4) & 0x0F0F0F0Fu);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r < n) {
+          const int8_t* xq = x.q + r * x.k + c * 32;
+          const int dot = dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0));
+          const float2 ds = __ldg(x.ds + r * x.n_blocks + c);
+          acc[r] += d * (ds.x * float(dot) - 8.0f * ds.y);
+        }
+      }
+    }
+  }
+};
+
 // Q4_1 blocks (20 bytes, 4-byte aligned): d, m in word 0, q[16] in words 1..4;
 // w = d·q + m, so Σ w·x = d·dx·Σq·xq + m·sx.
 template <>
@@ -145,10 +190,19 @@ struct Dot<DType::Q4_1> {
 void gemv_int8_blocks32(DType wtype, const GemvArgs& a, const Int8Acts& x) {
   switch (wtype) {
     case DType::Q8_0: return launch_int8<DType::Q8_0>(a, x);
-    case DType::Q4_0: return launch_int8<DType::Q4_0>(a, x);
+    case DType::Q4_0:
+      return int8_variant() == 1 ? launch_int8<DType::Q4_0, 1>(a, x) : launch_int8<DType::Q4_0, 0>(a, x);
     case DType::Q4_1: return launch_int8<DType::Q4_1>(a, x);
     default: fail("gemv_int8_blocks32: ", dtype_name(wtype), " is not a 32-value block type");
   }
+}
+
+int int8_variant() {
+  static const int variant = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_GEMV_INT8_VARIANT");
+    return v != nullptr && std::string_view(v) == "1" ? 1 : 0;
+  }();
+  return variant;
 }
 
 bool gemv_int8_covers(DType wtype, const GemvArgs& a) {

@@ -30,49 +30,69 @@ __device__ __forceinline__ ScaleMinPair k_scale_min_pair(uint32_t s0, uint32_t s
   return {int(sc & 0xFF), int(sc >> 8), int(mn & 0xFF), int(mn >> 8)};
 }
 
-// Which part of a super-block lane `lane` takes in the 4-bit/5-bit types:
-// super-block (lane >> 3) of the warp step, sub-block pair p = (lane >> 1) & 3
-// (sub-blocks 2p and 2p+1 share the 32 bytes qs[32p..32p+32): low nibbles are
-// sub-block 2p, high nibbles 2p+1), and half h = lane & 1 (elements
-// 16h..16h+16 of both sub-blocks). The lane with h = 0 adds the min terms
-// (they use the whole x block's sum).
-struct KLane {
-  int sub, p, h;
-  __device__ explicit KLane(int lane) : sub(lane >> 3), p((lane >> 1) & 3), h(lane & 1) {}
+// Which part of a super-block a lane takes in the 4-bit/5-bit types.
+// Sub-blocks 2p and 2p+1 share the 32 bytes qs[32p..32p+32) (low nibbles are
+// sub-block 2p, high nibbles 2p+1). With kLanes = 8 lanes per super-block a
+// lane takes pair p = (lane >> 1) & 3 and half h = lane & 1 (elements
+// 16h..16h+16 of both sub-blocks); with kLanes = 4 it takes both halves of
+// pair p = lane & 3, so the scale decode and the float epilogue serve 64
+// values. The lane holding half 0 adds the min terms (they use the whole x
+// block's sum).
+template <int kLanes>
+struct KSplit {
+  static_assert(kLanes == 4 || kLanes == 8);
+  static constexpr int kSupersPerStep = 32 / kLanes;
+  static constexpr int kHalves = 8 / kLanes;
+  int sub, p, h0;
+  __device__ explicit KSplit(int lane)
+      : sub(lane / kLanes), p(kLanes == 8 ? (lane >> 1) & 3 : lane & 3), h0(kLanes == 8 ? lane & 1 : 0) {}
 };
 
 }  // namespace
 
 // Q4_K: f16 d, dmin; scales[12]; qs[128]. w = d·sc_j·q − dmin·mn_j, so per
-// sub-block Σ w·x = d·sc_j·dx·Σq·xq − dmin·mn_j·sx.
-template <>
-struct Dot<DType::Q4_K> {
+// sub-block Σ w·x = d·sc_j·dx·Σq·xq − dmin·mn_j·sx. Variant 0: 8 lanes per
+// super-block, 1: 4 lanes.
+template <int kVariant>
+struct Dot<DType::Q4_K, kVariant> {
+  using Split = KSplit<kVariant == 0 ? 8 : 4>;
   template <int R>
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
-    const KLane l(lane);
+    constexpr int kHalves = Split::kHalves;
+    const Split l(lane);
     const int64_t n_super = x.k / 256;
 #pragma unroll 2
-    for (int64_t s = l.sub; s < n_super; s += 4) {
+    for (int64_t s = l.sub; s < n_super; s += Split::kSupersPerStep) {
       const uint8_t* b = w + s * 144;
-      const uint4 head = ldg_u128(b);                         // d, dmin, scales[12]
-      const uint4 qv = ldg_u128(b + 16 + 32 * l.p + 16 * l.h);  // 32 quants of each sub-block half
+      const uint4 head = ldg_u128(b);  // d, dmin, scales[12]
+      uint4 qv[kHalves];
+#pragma unroll
+      for (int hh = 0; hh < kHalves; ++hh) qv[hh] = ldg_u128(b + 16 + 32 * l.p + 16 * (l.h0 + hh));
       const ScaleMinPair sm = k_scale_min_pair(head.y, head.z, head.w, l.p);
-      const float d = half_lo(head.x), dmin = l.h == 0 ? half_hi(head.x) : 0.0f;
+      const float d = half_lo(head.x), dmin = l.h0 == 0 ? half_hi(head.x) : 0.0f;
       const float dl0 = d * float(sm.sc0), dl1 = d * float(sm.sc1);
       const float ml0 = dmin * float(sm.mn0), ml1 = dmin * float(sm.mn1);
-      const uint32_t words[4] = {qv.x, qv.y, qv.z, qv.w};
-      int lo[4], hi[4];
+      int lo[kHalves][4], hi[kHalves][4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        lo[i] = int(words[i] & 0x0F0F0F0Fu);
-        hi[i] = int((words[i] >> 4) & 0x0F0F0F0Fu);
+      for (int hh = 0; hh < kHalves; ++hh) {
+        const uint32_t words[4] = {qv[hh].x, qv[hh].y, qv[hh].z, qv[hh].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          lo[hh][i] = int(words[i] & 0x0F0F0F0Fu);
+          hi[hh][i] = int((words[i] >> 4) & 0x0F0F0F0Fu);
+        }
       }
       const int64_t xb = s * 8 + 2 * l.p;  // x block of sub-block 2p
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < n) {
-          const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * l.h;
-          const int dot0 = dot16(lo, ldg_x16(xq), 0), dot1 = dot16(hi, ldg_x16(xq + 32), 0);
+          const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * l.h0;
+          int dot0 = 0, dot1 = 0;
+#pragma unroll
+          for (int hh = 0; hh < kHalves; ++hh) {
+            dot0 = dot16(lo[hh], ldg_x16(xq + 16 * hh), dot0);
+            dot1 = dot16(hi[hh], ldg_x16(xq + 32 + 16 * hh), dot1);
+          }
           const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + xb);
           acc[r] += dl0 * ds.x * float(dot0) + dl1 * ds.z * float(dot1) - ml0 * ds.y - ml1 * ds.w;
         }
@@ -83,36 +103,51 @@ struct Dot<DType::Q4_K> {
 
 // Q5_K: f16 d, dmin; scales[12]; qh[32]; qs[128]. As Q4_K, plus a fifth bit:
 // bit j of qh[i] for element i of sub-block j.
-template <>
-struct Dot<DType::Q5_K> {
+template <int kVariant>
+struct Dot<DType::Q5_K, kVariant> {
+  using Split = KSplit<kVariant == 0 ? 8 : 4>;
   template <int R>
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
-    const KLane l(lane);
+    constexpr int kHalves = Split::kHalves;
+    const Split l(lane);
     const int64_t n_super = x.k / 256;
     const int j0 = 2 * l.p, j1 = 2 * l.p + 1;
 #pragma unroll 2
-    for (int64_t s = l.sub; s < n_super; s += 4) {
+    for (int64_t s = l.sub; s < n_super; s += Split::kSupersPerStep) {
       const uint8_t* b = w + s * 176;
       const uint4 head = ldg_u128(b);
-      const uint4 hv = ldg_u128(b + 16 + 16 * l.h);
-      const uint4 qv = ldg_u128(b + 48 + 32 * l.p + 16 * l.h);
+      uint4 hv[kHalves], qv[kHalves];
+#pragma unroll
+      for (int hh = 0; hh < kHalves; ++hh) {
+        hv[hh] = ldg_u128(b + 16 + 16 * (l.h0 + hh));
+        qv[hh] = ldg_u128(b + 48 + 32 * l.p + 16 * (l.h0 + hh));
+      }
       const ScaleMinPair sm = k_scale_min_pair(head.y, head.z, head.w, l.p);
-      const float d = half_lo(head.x), dmin = l.h == 0 ? half_hi(head.x) : 0.0f;
+      const float d = half_lo(head.x), dmin = l.h0 == 0 ? half_hi(head.x) : 0.0f;
       const float dl0 = d * float(sm.sc0), dl1 = d * float(sm.sc1);
       const float ml0 = dmin * float(sm.mn0), ml1 = dmin * float(sm.mn1);
-      const uint32_t words[4] = {qv.x, qv.y, qv.z, qv.w}, high[4] = {hv.x, hv.y, hv.z, hv.w};
-      int lo[4], hi[4];
+      int lo[kHalves][4], hi[kHalves][4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        lo[i] = int((words[i] & 0x0F0F0F0Fu) | (((high[i] >> j0) & 0x01010101u) << 4));
-        hi[i] = int(((words[i] >> 4) & 0x0F0F0F0Fu) | (((high[i] >> j1) & 0x01010101u) << 4));
+      for (int hh = 0; hh < kHalves; ++hh) {
+        const uint32_t words[4] = {qv[hh].x, qv[hh].y, qv[hh].z, qv[hh].w};
+        const uint32_t high[4] = {hv[hh].x, hv[hh].y, hv[hh].z, hv[hh].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          lo[hh][i] = int((words[i] & 0x0F0F0F0Fu) | (((high[i] >> j0) & 0x01010101u) << 4));
+          hi[hh][i] = int(((words[i] >> 4) & 0x0F0F0F0Fu) | (((high[i] >> j1) & 0x01010101u) << 4));
+        }
       }
       const int64_t xb = s * 8 + j0;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < n) {
-          const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * l.h;
-          const int dot0 = dot16(lo, ldg_x16(xq), 0), dot1 = dot16(hi, ldg_x16(xq + 32), 0);
+          const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * l.h0;
+          int dot0 = 0, dot1 = 0;
+#pragma unroll
+          for (int hh = 0; hh < kHalves; ++hh) {
+            dot0 = dot16(lo[hh], ldg_x16(xq + 16 * hh), dot0);
+            dot1 = dot16(hi[hh], ldg_x16(xq + 32 + 16 * hh), dot1);
+          }
           const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + xb);
           acc[r] += dl0 * ds.x * float(dot0) + dl1 * ds.z * float(dot1) - ml0 * ds.y - ml1 * ds.w;
         }
@@ -182,9 +217,10 @@ struct Dot<DType::Q6_K> {
 };
 
 void gemv_int8_kquants(DType wtype, const GemvArgs& a, const Int8Acts& x) {
+  const bool alt = int8_variant() == 1;
   switch (wtype) {
-    case DType::Q4_K: return launch_int8<DType::Q4_K>(a, x);
-    case DType::Q5_K: return launch_int8<DType::Q5_K>(a, x);
+    case DType::Q4_K: return alt ? launch_int8<DType::Q4_K, 1>(a, x) : launch_int8<DType::Q4_K, 0>(a, x);
+    case DType::Q5_K: return alt ? launch_int8<DType::Q5_K, 1>(a, x) : launch_int8<DType::Q5_K, 0>(a, x);
     case DType::Q6_K: return launch_int8<DType::Q6_K>(a, x);
     default: fail("gemv_int8_kquants: ", dtype_name(wtype), " is not a K-quant type");
   }
