@@ -102,7 +102,7 @@ const std::vector<OptionSpec>& option_specs() {
       {{"sft_scope"}, Kind::String,
        [](TrainConfig& c, const json& v) { c.sft_scope = parse_sft_scope(v.get<std::string>()); }},
       {{"orpo_lambda"}, Kind::Number, [](TrainConfig& c, const json& v) { c.orpo_lambda = to_float(v); }},
-      {{"beta"}, Kind::Number, [](TrainConfig& c, const json& v) { c.beta = to_float(v); }},
+      {{"beta", "dpo_beta"}, Kind::Number, [](TrainConfig& c, const json& v) { c.beta = to_float(v); }},
       {{"simpo_gamma"}, Kind::Number, [](TrainConfig& c, const json& v) { c.simpo_gamma = to_float(v); }},
       {{"learning_rate"}, Kind::Number, [](TrainConfig& c, const json& v) { c.learning_rate = to_float(v); }},
       {{"lr_schedule", "orpo_lr_schedule"}, Kind::String,

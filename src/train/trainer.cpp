@@ -72,6 +72,17 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
   if (!config_.resume_adapter.empty()) {
     adapter_ = load_adapter(config_.resume_adapter, ck);
     adapter_->set_dropout(config_.lora_dropout);
+    // The adapter's own shape wins over rank/scale/alpha/target_modules; the
+    // config (and so metrics.json) records what is actually trained.
+    const LoraConfig& lc = adapter_->config();
+    config_.rank = lc.rank;
+    config_.alpha = lc.alpha;
+    config_.scale.reset();
+    config_.rs_lora = lc.rs_lora;
+    config_.target_modules.clear();
+    for (Module m : lc.targets) config_.target_modules.emplace_back(module_name(m));
+    log("train: warm start from " + config_.resume_adapter + " (its rank " + std::to_string(lc.rank) + ", alpha " +
+        std::to_string(lc.alpha) + " and target modules; optimizer and schedule restart)");
   } else {
     adapter_ = std::make_unique<LoraAdapter>(ck.config, config_.lora_config(), uint64_t(config_.seed));
   }
@@ -195,6 +206,7 @@ TrainResult Trainer::run() {
       std::to_string(adapter_->config().rank) + " scale " + std::to_string(adapter_->scale()) + " on layers " +
       std::to_string(adapter_->first_adapted_layer()) + ".." + std::to_string(ck_.config.n_layers - 1) + " (" +
       std::to_string(adapter_->parameter_count()) + " parameters)");
+  if (!valid_) log("train: no validation split (DIR/valid.jsonl): evaluations run on the training set");
 
   std::mt19937_64 rng(uint64_t(config_.seed) * 7919 + 17);
   std::vector<int> order(static_cast<size_t>(n));
@@ -286,6 +298,7 @@ TrainResult Trainer::run() {
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   save_adapter(config_.output, *adapter_, ck_, {.base_model = config_.model});
   result.metrics = {{"config", config_to_json(config_)}, {"evals", evals}, {"steps", total},
+                    {"eval_split", valid_ ? "valid" : "train"},
                     {"seconds", result.seconds}, {"peak_memory_bytes", peak_rss_bytes()}};
   if (is_preference(config_.method)) {
     result.metrics["best_margin"] = result.best_margin;

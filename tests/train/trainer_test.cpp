@@ -75,6 +75,8 @@ TEST(Trainer, OrpoWithAllLeversLearnsAndResumes) {
     EXPECT_TRUE(metrics["evals"][1].contains(key)) << key;
   EXPECT_EQ(metrics["best_margin_step"], r.best_margin_step);
   EXPECT_EQ(metrics["config"]["method"], "orpo");
+  EXPECT_EQ(metrics["eval_split"], "valid");
+  EXPECT_DOUBLE_EQ(metrics["best_margin"].get<double>(), r.best_margin);
 
   // Warm start: the loaded adapter reproduces the final validation metrics at step 0.
   TrainConfig resume = c;
@@ -82,10 +84,13 @@ TEST(Trainer, OrpoWithAllLeversLearnsAndResumes) {
   resume.output = out + "/resumed";
   resume.iters = 1;
   resume.save_checkpoints = false;
+  resume.rank = 8;  // the adapter's own rank wins, and metrics.json says so
   Trainer again(resume, ck, {synthetic_pairs(16, 1), synthetic_pairs(16, 2)});
   EvalMetrics m = again.evaluate();
   EXPECT_NEAR(m.loss, r.last_eval->loss, 1e-5);
   EXPECT_NEAR(m.margin, r.last_eval->margin, 1e-5);
+  EXPECT_EQ(*again.config().rank, 4);
+  EXPECT_FLOAT_EQ(*again.config().alpha, 8.0f);  // orpo's default scale 2 · rank 4
 }
 
 TEST(Trainer, RejectsDataOfTheWrongKind) {
