@@ -1,12 +1,20 @@
 // Positive controls on the default model (SmolLM2-135M-Instruct Q4_1, CPU):
 //  - ORPO on a generated "prefer the answer in upper case" preference set
-//    reaches >= 90% validation preference accuracy, and greedy generations of
-//    the adapted model (adapter merged into the base) turn upper case;
-//  - SFT on the same answers lowers validation loss.
-// Kept CI-cheap: LoRA rank 8 on the last 4 of 30 layers (the frozen layers'
-// output is cached per example), prefix-shared forward, response-scope NLL,
-// about 40 optimizer steps of 2 pairs (ORPO, lr 1e-3, lambda 0.5) and 20 of
-// 2 conversations (SFT, lr 1e-3, dropout 0.05).
+//    ("Repeat: the quiet river" -> chosen "THE QUIET RIVER", rejected "the
+//    quiet river") reaches >= 90% validation preference accuracy, and the
+//    adapted model, loaded the way `brioche run --adapter DIR` loads it (PEFT
+//    files read back, merged at load, the inference engine generating),
+//    answers held-out prompts with the upper-case *words* of the prompt - not
+//    just capital letters: garbled spellings ("THE BALLMARLS") fail;
+//  - SFT on the same kind of answers lowers validation loss.
+// Upper-case words are mostly not single tokens here (" QUIET" is " Q" "UI"
+// "ET"), so the adapter has to learn to spell: the phrases recombine a fixed
+// vocabulary (held-out phrases are new combinations of seen words) and LoRA
+// covers the last 8 of 30 layers; with 4 layers the model learns "capitals"
+// but misspells words it has seen (see docs/training.md).
+// Kept CI-cheap: rank 8, frozen layers' output cached per example,
+// prefix-shared forward, response-scope NLL; ORPO 60 steps of 2 pairs
+// (lr 1e-3, lambda 0.5), SFT 20 steps of 2 conversations (lr 1e-3, dropout 0.05).
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -15,9 +23,11 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <set>
 
+#include "engine/engine.h"
+#include "model/model.h"
 #include "model/weights.h"
-#include "ops/matmul.h"
 #include "tokenizer/tokenizer.h"
 #include "train/adapter_io.h"
 #include "train/trainer.h"
@@ -31,27 +41,32 @@ std::string default_model() {
   return std::string(home ? home : "") + "/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-const std::vector<std::string> kPhrases = {
-    "good morning", "the red house", "open the door", "blue sky today", "a quiet river", "fresh bread",
-    "the old bridge", "green apples", "a cold winter", "happy birthday", "slow and steady", "the last train",
-    "bright stars", "warm coffee", "a small garden", "the tall tree", "summer rain", "an empty street",
-    "the big city", "soft music", "a long road", "sweet dreams", "the dark forest", "white clouds",
-    "fast cars", "a new book", "the first snow", "golden light", "a lucky day", "the silver moon",
-    "wild horses", "a paper boat", "the open sea", "quiet nights", "a busy market", "the orange cat",
-    "strong wind", "a secret door", "the morning sun", "little birds", "a deep lake", "the yellow bus",
-    "kind words", "a heavy box", "the sleepy dog", "cool water", "a funny story", "the broken clock",
-    "bright colors", "a tiny mouse", "the snowy hill", "gentle waves", "a warm blanket", "the empty room",
-    "red roses", "a quick fox", "the rainy season", "a wooden chair", "the stone wall", "the pink flower"};
+// "<determiner> <adjective> <noun>" phrases; example k is combination
+// (k * 2741 + 17) mod 3600, a fixed permutation (2741 is prime to 3600), so
+// the split is the same on every platform.
+const char* const kDeterminers[] = {"the", "my", "one", "this"};
+const char* const kAdjectives[] = {"red", "blue", "green", "old", "new", "small", "big", "quiet", "happy", "dark",
+                                   "warm", "cold", "bright", "soft", "fast", "slow", "tall", "little", "sweet", "wild",
+                                   "empty", "open", "busy", "heavy", "kind", "funny", "deep", "white", "black", "golden"};
+const char* const kNouns[] = {"house", "door", "river", "bridge", "tree", "garden", "road", "book", "city", "cat",
+                              "dog", "bird", "boat", "train", "street", "window", "table", "chair", "apple", "flower",
+                              "cloud", "star", "moon", "lake", "hill", "room", "box", "clock", "song", "letter"};
+constexpr int kTrainPhrases = 100, kValidPhrases = 20;
+
+std::string phrase(int k) {
+  const int combo = int((int64_t(k) * 2741 + 17) % (4 * 30 * 30));
+  return std::string(kDeterminers[combo % 4]) + " " + kAdjectives[combo / 4 % 30] + " " + kNouns[combo / 120];
+}
 
 std::string upper(std::string s) {
   for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
   return s;
 }
 
-void write_jsonl(const std::string& path, size_t begin, size_t end, bool preference) {
+void write_jsonl(const std::string& path, int begin, int end, bool preference) {
   std::ofstream out(path);
-  for (size_t i = begin; i < end; ++i) {
-    const std::string& p = kPhrases[i];
+  for (int i = begin; i < end; ++i) {
+    const std::string p = phrase(i);
     nlohmann::json j;
     if (preference) j = {{"prompt", "Repeat: " + p}, {"chosen", upper(p)}, {"rejected", p}};
     else j = {{"messages", {{{"role", "user"}, {"content", "Repeat: " + p}}, {{"role", "assistant"}, {"content", upper(p)}}}}};
@@ -73,44 +88,50 @@ struct SmolFixture {
     std::filesystem::create_directories(dir);
   }
   TrainData data(bool preference) {
-    write_jsonl(dir + "/train.jsonl", 0, 40, preference);
-    write_jsonl(dir + "/valid.jsonl", 40, kPhrases.size(), preference);
+    write_jsonl(dir + "/train.jsonl", 0, kTrainPhrases, preference);
+    write_jsonl(dir + "/valid.jsonl", kTrainPhrases, kTrainPhrases + kValidPhrases, preference);
     DatasetOptions o{.preference = preference, .max_seq_length = 128, .tokenizer = tok.get(), .render = render};
     return {load_dataset(dir + "/train.jsonl", o), load_dataset(dir + "/valid.jsonl", o)};
   }
 };
 
-// Greedy continuation with the full dense forward (no KV cache; a few tokens).
-std::string greedy(const model::Checkpoint& ck, const tokenizer::Tokenizer& tok, const ChatRenderer& render,
-                   const std::string& user, int max_tokens) {
-  nlohmann::ordered_json msgs = nlohmann::ordered_json::array({{{"role", "user"}, {"content", user}}});
-  std::vector<int32_t> ids = tok.encode(render(msgs, true), {.parse_special = true});
-  const size_t prompt_len = ids.size();
-  TrainModel model(ck, nullptr);
-  const auto eos = tok.eos_ids();
-  for (int t = 0; t < max_tokens; ++t) {
-    TokenBatch b;
-    b.tokens = ids;
-    for (int32_t i = 0; i < int32_t(ids.size()); ++i) b.positions.push_back(i);
-    b.spans.push_back({0, int32_t(ids.size())});
-    Tensor h = model.forward(b, {.for_backward = false});
-    Tensor last = h.slice(0, h.dim(0) - 1, h.dim(0));
-    Tensor logits = Tensor::zeros(DType::F32, {1, ck.config.vocab_size});
-    ops::matmul(last, ck.weights.output, logits);
-    const float* z = logits.data_as<float>();
-    const int32_t next = int32_t(std::max_element(z, z + ck.config.vocab_size) - z);
-    if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
-    ids.push_back(next);
+// Greedy answers to `prompts` from the inference engine on the default
+// model, with `adapter_dir` merged at load as `brioche run --adapter` does.
+std::vector<std::string> generate(const std::string& adapter_dir, const tokenizer::Tokenizer& tok,
+                                  const ChatRenderer& render, const std::vector<std::string>& prompts, int max_tokens) {
+  model::LoadOptions options;
+  if (!adapter_dir.empty()) {
+    options.adjust_checkpoint = [&](model::Checkpoint& ck) { merge_adapter(ck, *load_adapter(adapter_dir, ck)); };
   }
-  return tok.decode(std::span<const int32_t>(ids).subspan(prompt_len));
+  auto engine = engine::Engine::from_model(model::Model::load(default_model(), std::move(options)), {});
+  std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+  for (const auto& p : prompts) {
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array({{{"role", "user"}, {"content", p}}});
+    engine::GenerationRequest req{.prompt_tokens = tok.encode(render(msgs, true), {.parse_special = true}),
+                                  .max_tokens = max_tokens};
+    req.sampling.temperature = 0.0f;
+    handles.push_back(engine->submit(std::move(req)));
+  }
+  std::vector<std::string> out;
+  for (auto& h : handles) {
+    std::string text;
+    while (auto e = h->next()) {
+      EXPECT_TRUE(e->error.empty()) << e->error;
+      text += e->text;
+    }
+    out.push_back(text);
+  }
+  return out;
 }
 
-double upper_share(const std::string& s) {
-  int up = 0, letters = 0;
+std::vector<std::string> alphabetic_words(const std::string& s) {
+  std::vector<std::string> words(1);
   for (unsigned char c : s) {
-    if (std::isalpha(c)) ++letters, up += std::isupper(c) ? 1 : 0;
+    if (std::isalpha(c)) words.back() += char(c);
+    else if (!words.back().empty()) words.emplace_back();
   }
-  return letters ? double(up) / letters : 0.0;
+  if (words.back().empty()) words.pop_back();
+  return words;
 }
 
 TEST(PositiveControl, OrpoPrefersUpperCase) {
@@ -124,38 +145,56 @@ TEST(PositiveControl, OrpoPrefersUpperCase) {
   c.sft_scope = SftScope::Response;
   c.orpo_lambda = 0.5f;
   c.learning_rate = 1e-3f;
-  c.iters = 40;
+  c.iters = 60;
   c.batch_size = 1;
   c.grad_accumulation_steps = 2;
   c.rank = 8;
   c.scale = 2.0f;
-  c.num_layers = 4;
+  c.num_layers = 8;
   c.prefix_shared = true;
-  c.steps_per_eval = 20;
-  c.steps_per_report = 10;
+  c.steps_per_eval = 0;  // validation before and after training
+  c.steps_per_report = 20;
   c.seed = 7;
   const auto t0 = std::chrono::steady_clock::now();
   Trainer trainer(c, f.ck, f.data(true));
   TrainResult r = trainer.run();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(r.first_eval && r.last_eval);
-  std::printf("[ orpo control ] %.1f s; val accuracy %.3f -> %.3f, margin %.3f -> %.3f\n", secs,
-              r.first_eval->accuracy, r.last_eval->accuracy, r.first_eval->margin, r.last_eval->margin);
+  std::printf("[ orpo control ] %.1f s; val accuracy %.3f -> %.3f, margin %.3f -> %.3f, chosen logp %.3f -> %.3f\n",
+              secs, r.first_eval->accuracy, r.last_eval->accuracy, r.first_eval->margin, r.last_eval->margin,
+              r.first_eval->chosen_logp, r.last_eval->chosen_logp);
   EXPECT_GE(r.last_eval->accuracy, 0.9);
   EXPECT_GT(r.last_eval->margin, r.first_eval->margin);
   EXPECT_TRUE(std::filesystem::exists(c.output + "/adapter_model.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(c.output + "/metrics.json"));
 
-  // Generations: base vs base + merged adapter (read back from disk).
-  model::Checkpoint adapted = model::load_gguf_checkpoint(default_model());
-  EXPECT_EQ(merge_adapter(adapted, *load_adapter(c.output, adapted)), 4 * 7);
-  for (const char* prompt : {"Repeat: the quiet library", "Repeat: seven blue boats"}) {
-    const std::string before = greedy(f.ck, *f.tok, f.render, prompt, 6);
-    const std::string after = greedy(adapted, *f.tok, f.render, prompt, 6);
-    std::printf("[ orpo control ] %-28s base: %-28s adapted: %s\n", prompt, before.c_str(), after.c_str());
-    EXPECT_GT(upper_share(after), 0.8) << after;
-    EXPECT_GT(upper_share(after), upper_share(before));
+  // Greedy answers to the held-out prompts, base vs adapted (inference engine).
+  std::set<std::string> vocabulary;  // the domain: every word of every phrase, upper case
+  for (int k = 0; k < kTrainPhrases + kValidPhrases; ++k)
+    for (const auto& w : alphabetic_words(upper(phrase(k)))) vocabulary.insert(w);
+  std::vector<std::string> prompts;
+  for (int k = kTrainPhrases; k < kTrainPhrases + kValidPhrases; ++k) prompts.push_back("Repeat: " + phrase(k));
+  const std::vector<std::string> before = generate("", *f.tok, f.render, prompts, 10);
+  const std::vector<std::string> after = generate(c.output, *f.tok, f.render, prompts, 10);
+  int words = 0, domain_words = 0, base_words = 0, base_upper = 0, exact = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::printf("[ orpo control ] %-30s base: %-34s adapted: %s\n", prompts[i].c_str(), before[i].c_str(),
+                after[i].c_str());
+    const auto got = alphabetic_words(after[i]);
+    for (const auto& w : got) {
+      ++words;
+      domain_words += upper(w) == w && vocabulary.count(w) ? 1 : 0;
+    }
+    exact += got == alphabetic_words(upper(phrase(kTrainPhrases + int(i)))) ? 1 : 0;
+    for (const auto& w : alphabetic_words(before[i])) ++base_words, base_upper += upper(w) == w ? 1 : 0;
   }
+  const double domain_share = words ? double(domain_words) / words : 0.0;
+  std::printf("[ orpo control ] adapted: %d/%d words are upper-case domain words, %d/%zu answers exact; "
+              "base: %d/%d words upper case\n", domain_words, words, exact, prompts.size(), base_upper, base_words);
+  // Upper-case words of the domain, not fragments or other words.
+  EXPECT_GE(domain_share, 0.85);
+  EXPECT_GE(exact, int(prompts.size()) / 2);
+  EXPECT_LT(double(base_upper), 0.2 * base_words);
 }
 
 // An adapter on a GGUF llama (Q/K rows permuted for interleaved RoPE) written
