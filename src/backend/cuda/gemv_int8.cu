@@ -78,52 +78,49 @@ struct Dot<DType::Q8_0> {
   }
 };
 
-// Q4_0 pairs of blocks (36 bytes, 4-byte aligned): d0, q0[16] (bytes 2..17),
-// d1 (high half of word 4), q1 (words 5..8). Byte i holds element i (low
-// nibble) and i + 16 (high); w = d·(q − 8), so Σ w·x = d·(dx·Σq·xq − 8·sx).
+// Q8_0, one block per lane (variant 1): 34-byte blocks re-aligned as for
+// Q4_0 below: nine aligned words, d = low half of word 0 >> (0 or 16), q word
+// i = funnel shift of words i, i+1 by 16 or 32.
 template <>
-struct Dot<DType::Q4_0> {
+struct Dot<DType::Q8_0, 1> {
   template <int R>
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
-    const int64_t n_pairs = x.n_blocks / 2;
 #pragma unroll 2
-    for (int64_t p = lane; p < n_pairs; p += 32) {
-      const uint8_t* b = w + p * 36;
+    for (int64_t c = lane; c < x.n_blocks; c += 32) {
+      const uint8_t* b = w + c * 34;
+      const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(b) & 3) * 8;  // 0 or 16
+      const uint8_t* base = b - shift / 8;
       uint32_t v[9];
 #pragma unroll
-      for (int i = 0; i < 9; ++i) v[i] = ldg_u32(b + 4 * i);
-      const float d0 = half_lo(v[0]), d1 = half_hi(v[4]);
-      int lo0[4], hi0[4], lo1[4], hi1[4];
+      for (int i = 0; i < 9; ++i) v[i] = ldg_u32(base + 4 * i);
+      const float d = half_lo(v[0] >> shift);
+      int q[8];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t q0 = __funnelshift_r(v[i], v[i + 1], 16), q1 = v[5 + i];
-        lo0[i] = int(q0 & 0x0F0F0F0Fu);
-        hi0[i] = int((q0 >> 4) & 0x0F0F0F0Fu);
-        lo1[i] = int(q1 & 0x0F0F0F0Fu);
-        hi1[i] = int((q1 >> 4) & 0x0F0F0F0Fu);
-      }
+      for (int i = 0; i < 8; ++i) q[i] = int(__funnelshift_rc(v[i], v[i + 1], 16 + shift));
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < n) {
-          const int8_t* xq = x.q + r * x.k + p * 64;
-          const int dot0 = dot16(hi0, ldg_x16(xq + 16), dot16(lo0, ldg_x16(xq), 0));
-          const int dot1 = dot16(hi1, ldg_x16(xq + 48), dot16(lo1, ldg_x16(xq + 32), 0));
-          const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + 2 * p);
-          acc[r] += d0 * (ds.x * float(dot0) - 8.0f * ds.y) + d1 * (ds.z * float(dot1) - 8.0f * ds.w);
+          const int8_t* xq = x.q + r * x.k + c * 32;
+          const int dot = dot16(q + 4, ldg_x16(xq + 16), dot16(q, ldg_x16(xq), 0));
+          const float2 ds = __ldg(x.ds + r * x.n_blocks + c);
+          acc[r] += d * ds.x * float(dot);
         }
       }
     }
   }
 };
 
-// Q4_0 one block per lane (variant 1): the 18-byte block starts 4-byte
-// aligned (even block) or 2 bytes past (odd block); five aligned words cover
-// it either way (an even block's fifth word ends inside the next block, which
-// exists since the count is even). Re-aligned: d is the low half of word 0
-// shifted right by 0 or 16, q word i the funnel shift of words i, i+1 by 16
-// or 32 (clamped: the high word).
+// Q4_0, one block per lane: f16 d; q[16], byte i holding element i (low
+// nibble) and i + 16 (high); w = d·(q − 8), so Σ w·x = d·(dx·Σq·xq − 8·sx).
+// The 18-byte block starts 4-byte aligned (even block) or 2 bytes past (odd
+// block); five aligned words cover it either way (an even block's fifth word
+// ends inside the next block, which exists since the count is even).
+// Re-aligned: d is the low half of word 0 shifted right by 0 or 16, q word i
+// the funnel shift of words i, i+1 by 16 or 32 (clamped: the high word).
+// (Pairs of blocks per lane, 36 aligned bytes, measured 20-28% slower on the
+// H200: twice the bytes per lane spread each warp load over twice the lines.)
 template <>
-struct Dot<DType::Q4_0, 1> {
+struct Dot<DType::Q4_0> {
   template <int R>
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
 #pragma unroll 2
@@ -189,9 +186,10 @@ struct Dot<DType::Q4_1> {
 
 void gemv_int8_blocks32(DType wtype, const GemvArgs& a, const Int8Acts& x) {
   switch (wtype) {
-    case DType::Q8_0: return launch_int8<DType::Q8_0>(a, x);
+    case DType::Q8_0:
+      return int8_variant() == 1 ? launch_int8<DType::Q8_0, 1>(a, x) : launch_int8<DType::Q8_0, 0>(a, x);
     case DType::Q4_0:
-      return int8_variant() == 1 ? launch_int8<DType::Q4_0, 1>(a, x) : launch_int8<DType::Q4_0, 0>(a, x);
+      return launch_int8<DType::Q4_0>(a, x);
     case DType::Q4_1: return launch_int8<DType::Q4_1>(a, x);
     default: fail("gemv_int8_blocks32: ", dtype_name(wtype), " is not a 32-value block type");
   }
@@ -200,9 +198,19 @@ void gemv_int8_blocks32(DType wtype, const GemvArgs& a, const Int8Acts& x) {
 int int8_variant() {
   static const int variant = [] {
     const char* v = std::getenv("BRIOCHE_CUDA_GEMV_INT8_VARIANT");
-    return v != nullptr && std::string_view(v) == "1" ? 1 : 0;
+    if (v == nullptr) return 0;
+    const std::string_view name(v);
+    return name == "1" ? 1 : name == "2" ? 2 : 0;
   }();
   return variant;
+}
+
+bool int8_balanced_grid() {
+  static const bool balanced = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_GEMV_INT8_BALANCE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return balanced;
 }
 
 bool gemv_int8_covers(DType wtype, const GemvArgs& a) {

@@ -52,16 +52,17 @@ struct KSplit {
 
 // Q4_K: f16 d, dmin; scales[12]; qs[128]. w = d·sc_j·q − dmin·mn_j, so per
 // sub-block Σ w·x = d·sc_j·dx·Σq·xq − dmin·mn_j·sx. Variant 0: 8 lanes per
-// super-block, 1: 4 lanes.
+// super-block, 1: 4 lanes, 2: 8 lanes with 4 steps unrolled.
 template <int kVariant>
 struct Dot<DType::Q4_K, kVariant> {
-  using Split = KSplit<kVariant == 0 ? 8 : 4>;
+  using Split = KSplit<kVariant == 1 ? 4 : 8>;
+  static constexpr int kUnroll = kVariant == 2 ? 4 : 2;  // super-block steps in flight per lane
   template <int R>
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
     constexpr int kHalves = Split::kHalves;
     const Split l(lane);
     const int64_t n_super = x.k / 256;
-#pragma unroll 2
+#pragma unroll(kUnroll)
     for (int64_t s = l.sub; s < n_super; s += Split::kSupersPerStep) {
       const uint8_t* b = w + s * 144;
       const uint4 head = ldg_u128(b);  // d, dmin, scales[12]
@@ -105,14 +106,15 @@ struct Dot<DType::Q4_K, kVariant> {
 // bit j of qh[i] for element i of sub-block j.
 template <int kVariant>
 struct Dot<DType::Q5_K, kVariant> {
-  using Split = KSplit<kVariant == 0 ? 8 : 4>;
+  using Split = KSplit<kVariant == 1 ? 4 : 8>;
+  static constexpr int kUnroll = kVariant == 2 ? 4 : 2;  // super-block steps in flight per lane
   template <int R>
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
     constexpr int kHalves = Split::kHalves;
     const Split l(lane);
     const int64_t n_super = x.k / 256;
     const int j0 = 2 * l.p, j1 = 2 * l.p + 1;
-#pragma unroll 2
+#pragma unroll(kUnroll)
     for (int64_t s = l.sub; s < n_super; s += Split::kSupersPerStep) {
       const uint8_t* b = w + s * 176;
       const uint4 head = ldg_u128(b);
@@ -163,13 +165,15 @@ struct Dot<DType::Q5_K, kVariant> {
 // sc[8hh + 2t + i/16]; w = d·sc·(q − 32). Lane: super-block (lane >> 3), half
 // hh = (lane >> 2) & 1, elements i in [8g, 8g+8) with g = lane & 3, for all
 // four t (one 16-value scale group each).
-template <>
-struct Dot<DType::Q6_K> {
+// Variant 2: 4 steps unrolled instead of 2.
+template <int kVariant>
+struct Dot<DType::Q6_K, kVariant> {
+  static constexpr int kUnroll = kVariant == 2 ? 4 : 2;
   template <int R>
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
     const int sub = lane >> 3, hh = (lane >> 2) & 1, g = lane & 3;
     const int64_t n_super = x.k / 256;
-#pragma unroll 2
+#pragma unroll(kUnroll)
     for (int64_t s = sub; s < n_super; s += 4) {
       const uint8_t* b = w + s * 210;
       uint32_t la[2], lb[2], qh[2], sc[2];
@@ -217,11 +221,15 @@ struct Dot<DType::Q6_K> {
 };
 
 void gemv_int8_kquants(DType wtype, const GemvArgs& a, const Int8Acts& x) {
-  const bool alt = int8_variant() == 1;
+  const int v = int8_variant();
   switch (wtype) {
-    case DType::Q4_K: return alt ? launch_int8<DType::Q4_K, 1>(a, x) : launch_int8<DType::Q4_K, 0>(a, x);
-    case DType::Q5_K: return alt ? launch_int8<DType::Q5_K, 1>(a, x) : launch_int8<DType::Q5_K, 0>(a, x);
-    case DType::Q6_K: return launch_int8<DType::Q6_K>(a, x);
+    case DType::Q4_K:
+      return v == 1 ? launch_int8<DType::Q4_K, 1>(a, x)
+             : v == 2 ? launch_int8<DType::Q4_K, 2>(a, x) : launch_int8<DType::Q4_K, 0>(a, x);
+    case DType::Q5_K:
+      return v == 1 ? launch_int8<DType::Q5_K, 1>(a, x)
+             : v == 2 ? launch_int8<DType::Q5_K, 2>(a, x) : launch_int8<DType::Q5_K, 0>(a, x);
+    case DType::Q6_K: return v == 2 ? launch_int8<DType::Q6_K, 2>(a, x) : launch_int8<DType::Q6_K, 0>(a, x);
     default: fail("gemv_int8_kquants: ", dtype_name(wtype), " is not a K-quant type");
   }
 }
