@@ -412,9 +412,34 @@ class SchemaConverter {
     Bound lo = bound(s, "minimum", "exclusiveMinimum", ptr), hi = bound(s, "maximum", "exclusiveMaximum", ptr);
     if (!lo.present && !hi.present) return basic("json_number");
     for (const Bound* b : {&lo, &hi})
-      if (b->present && (b->value != std::floor(b->value) || std::fabs(b->value) > 9e15))
-        unsupported(b == &lo ? "minimum" : "maximum", ptr,
-                    "number bounds must be integers (fractional bounds are not implemented)");
+      if (b->present && std::fabs(b->value) > 9e15)
+        unsupported(b == &lo ? "minimum" : "maximum", ptr, "bound beyond +-9e15");
+    if ((lo.present && lo.value != std::floor(lo.value)) || (hi.present && hi.value != std::floor(hi.value))) {
+      // Fractional bounds: a DFA over the number's text, one rule per state.
+      if (lo.present && hi.present && (lo.value > hi.value || (lo.value == hi.value && (lo.exclusive || hi.exclusive))))
+        unsupported("minimum", ptr, "the range is empty");
+      DecimalBound dlo, dhi;
+      if (lo.present) dlo = decimal_bound(lo.value, lo.exclusive);
+      if (hi.present) dhi = decimal_bound(hi.value, hi.exclusive);
+      std::vector<std::string> bodies = decimal_range_rules(dlo, dhi);
+      std::vector<std::string> names;
+      for (size_t i = 0; i < bodies.size(); ++i) names.push_back(fresh(hint + "_dec"));
+      for (size_t i = 0; i < bodies.size(); ++i) {
+        std::string body;
+        for (size_t pos = 0; pos < bodies[i].size();) {
+          size_t open_at = bodies[i].find("{R", pos);
+          if (open_at == std::string::npos) {
+            body += bodies[i].substr(pos);
+            break;
+          }
+          size_t close_at = bodies[i].find('}', open_at);
+          body += bodies[i].substr(pos, open_at - pos) + names[std::stoul(bodies[i].substr(open_at + 2, close_at - open_at - 2))];
+          pos = close_at + 1;
+        }
+        rules_.emplace_back(names[i], body);
+      }
+      return names[0];
+    }
     if (lo.present && hi.present && (lo.value > hi.value || (lo.value == hi.value && (lo.exclusive || hi.exclusive))))
       unsupported("minimum", ptr, "the range is empty");
     return add_rule(hint + "_num", number_range(lo, hi));

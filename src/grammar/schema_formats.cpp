@@ -1,6 +1,9 @@
 #include "grammar/schema_formats.h"
 
+#include <charconv>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -126,6 +129,182 @@ std::string number_range(const NumberBound& lo, const NumberBound& hi) {
   std::string out;
   for (auto& x : alts) out += (out.empty() ? "" : " | ") + x;
   return "(" + out + ")";
+}
+
+DecimalBound decimal_bound(double value, bool exclusive) {
+  char buf[512];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, std::fabs(value), std::chars_format::fixed);
+  BRIOCHE_CHECK(ec == std::errc(), "decimal bound: cannot format ", value);
+  std::string text(buf, end);
+  DecimalBound b{true, exclusive, value < 0, text, ""};
+  size_t dot = text.find('.');
+  if (dot != std::string::npos) {
+    b.int_digits = text.substr(0, dot);
+    b.frac_digits = text.substr(dot + 1);
+    while (!b.frac_digits.empty() && b.frac_digits.back() == '0') b.frac_digits.pop_back();
+  }
+  if (b.int_digits == "0" && b.frac_digits.empty()) b.negative = false;
+  return b;
+}
+
+namespace {
+
+// Scanner state for a number text compared against up to two bounds.
+// phase: 0 start, 1 after '-', 2 integer part "0", 3 integer part [1-9][0-9]*,
+// 4 after '.', 5 fraction digits. Per bound: the comparison of the
+// magnitude read so far (-1, 0, 1) -- in the integer part of the digits
+// aligned with the bound's (meaningful only if the lengths end up equal),
+// in the fraction the final one -- and how many fraction digits were compared.
+struct NumberScan {
+  int phase = 0;
+  bool negative = false, nonzero = false;
+  int int_len = 0;  // capped at cap (longer than every bound)
+  int cmp[2] = {0, 0};
+  int frac_pos[2] = {0, 0};
+  auto key() const { return std::make_tuple(phase, negative, nonzero, int_len, cmp[0], cmp[1], frac_pos[0], frac_pos[1]); }
+};
+
+}  // namespace
+
+std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const DecimalBound& hi) {
+  const DecimalBound* bounds[2] = {&lo, &hi};
+  int cap = 1;
+  for (const DecimalBound* b : bounds)
+    if (b->present) cap = std::max<int>(cap, static_cast<int>(b->int_digits.size()) + 1);
+  // Magnitude comparison once the integer part is over.
+  auto int_done = [&](NumberScan& st) {
+    for (int i = 0; i < 2; ++i) {
+      if (!bounds[i]->present) continue;
+      const int n = static_cast<int>(bounds[i]->int_digits.size());
+      const int len = st.phase == 2 ? 1 : st.int_len;
+      if (len < n) st.cmp[i] = -1;
+      else if (len > n) st.cmp[i] = 1;
+    }
+  };
+  auto step = [&](const NumberScan& from, char c) -> std::optional<NumberScan> {
+    NumberScan st = from;
+    const bool digit = c >= '0' && c <= '9';
+    switch (st.phase) {
+      case 0:
+      case 1:
+        if (c == '-' && st.phase == 0) {
+          st.phase = 1;
+          st.negative = true;
+          return st;
+        }
+        if (!digit) return std::nullopt;
+        st.phase = c == '0' ? 2 : 3;
+        st.nonzero = c != '0';
+        st.int_len = 1;
+        for (int i = 0; i < 2; ++i)
+          if (bounds[i]->present) {
+            const char d = bounds[i]->int_digits[0];
+            st.cmp[i] = c < d ? -1 : c > d ? 1 : 0;
+          }
+        return st;
+      case 2:
+      case 3:
+        if (c == '.') {
+          int_done(st);
+          st.phase = 4;
+          return st;
+        }
+        if (!digit || st.phase == 2) return std::nullopt;
+        for (int i = 0; i < 2; ++i)
+          if (bounds[i]->present && st.cmp[i] == 0 && st.int_len < static_cast<int>(bounds[i]->int_digits.size())) {
+            const char d = bounds[i]->int_digits[st.int_len];
+            st.cmp[i] = c < d ? -1 : c > d ? 1 : 0;
+          }
+        st.int_len = std::min(st.int_len + 1, cap);
+        return st;
+      case 4:
+      case 5:
+        if (!digit) return std::nullopt;
+        st.phase = 5;
+        st.nonzero |= c != '0';
+        for (int i = 0; i < 2; ++i) {
+          if (!bounds[i]->present || st.cmp[i] != 0) continue;
+          const std::string& f = bounds[i]->frac_digits;
+          const char d = st.frac_pos[i] < static_cast<int>(f.size()) ? f[st.frac_pos[i]] : '0';
+          st.cmp[i] = c < d ? -1 : c > d ? 1 : 0;
+          st.frac_pos[i] = std::min<int>(st.frac_pos[i] + 1, static_cast<int>(f.size()));
+        }
+        return st;
+    }
+    return std::nullopt;
+  };
+  auto accepting = [&](NumberScan st) {
+    if (st.phase != 2 && st.phase != 3 && st.phase != 5) return false;
+    if (st.phase != 5) int_done(st);
+    for (int i = 0; i < 2; ++i) {
+      const DecimalBound& b = *bounds[i];
+      if (!b.present) continue;
+      // Magnitude left in the bound's fraction (the number stopped early).
+      int mag = st.cmp[i];
+      if (mag == 0 && st.frac_pos[i] < static_cast<int>(b.frac_digits.size())) mag = -1;
+      const int sv = !st.nonzero ? 0 : st.negative ? -1 : 1;
+      const bool bound_zero = b.int_digits == "0" && b.frac_digits.empty();
+      const int sb = bound_zero ? 0 : b.negative ? -1 : 1;
+      int c;  // value vs bound
+      if (sv != sb) c = sv < sb ? -1 : 1;
+      else if (sv == 0) c = 0;
+      else c = sv > 0 ? mag : -mag;
+      const int want = i == 0 ? 1 : -1;  // above the minimum, below the maximum
+      if (c != want && !(c == 0 && !b.exclusive)) return false;
+    }
+    return true;
+  };
+  // Explore, then keep the states that can reach an accepting one.
+  std::map<decltype(NumberScan().key()), int> index;
+  std::vector<NumberScan> states{NumberScan{}};
+  index[states[0].key()] = 0;
+  std::vector<std::vector<std::pair<char, int>>> edges(1);
+  const std::string alphabet = "-.0123456789";
+  for (size_t s = 0; s < states.size(); ++s)
+    for (char c : alphabet) {
+      auto next = step(states[s], c);
+      if (!next) continue;
+      auto [it, fresh] = index.emplace(next->key(), static_cast<int>(states.size()));
+      if (fresh) {
+        BRIOCHE_CHECK(states.size() < 20000, "number range: too many states");
+        states.push_back(*next);
+        edges.emplace_back();
+      }
+      edges[s].emplace_back(c, it->second);
+    }
+  std::vector<char> live(states.size(), 0);
+  for (size_t s = 0; s < states.size(); ++s) live[s] = accepting(states[s]);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t s = 0; s < states.size(); ++s)
+      if (!live[s])
+        for (auto [c, t] : edges[s])
+          if (live[t]) {
+            live[s] = changed = true;
+            break;
+          }
+  }
+  BRIOCHE_CHECK(live[0], "number range: no number lies within the bounds");
+  std::vector<int> rule_of(states.size(), -1);
+  int num_rules = 0;
+  for (size_t s = 0; s < states.size(); ++s)
+    if (live[s]) rule_of[s] = num_rules++;
+  std::vector<std::string> bodies(num_rules);
+  for (size_t s = 0; s < states.size(); ++s) {
+    if (!live[s]) continue;
+    std::map<int, std::string> by_target;  // characters leading to each live state
+    for (auto [c, t] : edges[s])
+      if (live[t]) by_target[rule_of[t]] += c;
+    std::string body = accepting(states[s]) ? "\"\"" : "";
+    for (auto& [t, chars] : by_target) {
+      std::string cls = "[";
+      for (char c : chars) cls += c == '-' ? std::string("\\-") : std::string(1, c);
+      cls += "]";
+      body += (body.empty() ? "" : " | ") + cls + " {R" + std::to_string(t) + "}";
+    }
+    bodies[rule_of[s]] = body;
+  }
+  return bodies;
 }
 
 std::string format_ebnf(const std::string& f) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace brioche::grammar {
 
@@ -20,6 +21,21 @@ struct NumberBound {
   bool exclusive = false;
 };
 std::string number_range(const NumberBound& lo, const NumberBound& hi);
+
+// JSON numbers without exponent whose value lies within decimal bounds
+// (any number of fraction digits on both sides), as a DFA over the number's
+// characters, one EBNF rule per state. Bodies refer to rule j as "{Rj}";
+// rule 0 is the start. States that cannot reach an accepted number are
+// dropped, so every prefix the rules admit can still be completed.
+struct DecimalBound {
+  bool present = false;
+  bool exclusive = false;
+  bool negative = false;
+  std::string int_digits;   // canonical, "0" for zero magnitude
+  std::string frac_digits;  // no trailing zeros
+};
+DecimalBound decimal_bound(double value, bool exclusive);  // shortest round-trip decimal of value
+std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const DecimalBound& hi);
 
 // EBNF expression for the content (between the quotes) of a JSON string in
 // `format`; empty when the format is not supported.

@@ -43,6 +43,46 @@ TEST(SchemaKeywords, AcceptExactlyWhatJsonschemaValidates) {
   EXPECT_GE(checked, 80);
 }
 
+// Random walks never reach a dead end (a mask with nothing allowed before
+// the document is complete): the counting and number-range rules keep only
+// states from which an accepted document is still reachable.
+TEST(SchemaKeywords, WalksAlwaysComplete) {
+  auto golden = nlohmann::ordered_json::parse(
+      testing::read_file(std::string(BRIOCHE_SOURCE_DIR) + "/tests/grammar/golden/schema_keywords.json"));
+  auto vocab = single_bytes();
+  std::vector<uint32_t> mask(vocab->num_words());
+  uint64_t rng = 12345;
+  auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(rng >> 33);
+  };
+  for (const auto& c : golden["cases"]) {
+    auto compiled = CompiledGrammar::compile(
+        Grammar::from_json_schema(c["schema"], SchemaOptions{.any_whitespace = false}), vocab);
+    for (int walk = 0; walk < 10; ++walk) {
+      GrammarMatcher m(compiled);
+      std::string text;
+      for (int step = 0; step < 400 && !m.is_terminated(); ++step) {
+        m.fill_next_token_bitmask(mask.data());
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < vocab->size(); ++id)
+          if (mask[id >> 5] >> (id & 31) & 1) allowed.push_back(id);
+        ASSERT_FALSE(allowed.empty()) << c["name"] << ": dead end after '" << text << "'";
+        const bool can_end = mask[256 >> 5] >> (256 & 31) & 1;
+        // Past 40 steps, end as soon as possible.
+        int32_t pick = can_end && (step > 40 || next() % 3 == 0) ? 256 : allowed[next() % allowed.size()];
+        if (step > 40 && !can_end) {
+          // Prefer closing characters to finish quickly.
+          for (int32_t id : allowed)
+            if (id == '}' || id == '"' || id == ']') pick = id;
+        }
+        ASSERT_TRUE(m.accept_token(pick));
+        if (pick != 256) text += static_cast<char>(pick);
+      }
+    }
+  }
+}
+
 // The counting rules stay exact with free whitespace too.
 TEST(SchemaKeywords, PropertyCountsWithWhitespace) {
   Grammar g = Grammar::from_json_schema(

@@ -14,6 +14,10 @@ import os
 
 import jsonschema
 
+class Raw(str):
+    """A candidate given as JSON text (to test spellings json.dumps never writes, like 0.50)."""
+
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "grammar", "golden", "schema_keywords.json")
 
@@ -51,6 +55,17 @@ CASES = [
     ("property_names_enum",
      {"type": "object", "propertyNames": {"enum": ["red", "green"]}, "minProperties": 1},
      [{}, {"red": 1}, {"red": 1, "green": [2]}, {"blue": 1}]),
+    ("number_fractional_bounds", {"type": "number", "minimum": 0.5, "maximum": 2.25},
+     [0.5, 0.6, 1, 2, 2.25, 2.2499, 0.4999, 0.49, 2.26, 2.2501, 3, -1, 0, 10.5,
+      Raw("0.50"), Raw("2.2500"), Raw("2.25000001"), Raw("1.0"), Raw("0.4999999999")]),
+    ("number_fractional_exclusive", {"type": "number", "exclusiveMinimum": -1.5, "exclusiveMaximum": 0.125},
+     [-1.5, -1.4999, -1, -0.5, 0, 0.1, 0.124, 0.1249999, 0.125, 0.1251, -1.51, -2, 1,
+      Raw("-0"), Raw("-0.0"), Raw("0.1250"), Raw("-1.50")]),
+    ("number_fractional_negative_range", {"type": "number", "minimum": -3.75, "maximum": -0.01},
+     [-3.75, -3.7, -1, -0.01, -0.011, -0.009, 0, -3.76, -4, 0.01]),
+    ("number_fractional_min_only", {"type": "number", "exclusiveMinimum": 99.9},
+     [99.91, 100, 12345, 99.9, 99.89, 9.99, -100]),
+    ("integer_fractional_bounds", {"type": "integer", "minimum": 1.5, "maximum": 4.5}, [1, 2, 3, 4, 5, 0]),
     ("format_uuid_with_length",
      {"type": "string", "format": "uuid", "minLength": 36, "maxLength": 36},
      ["123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-12d3-a456-42661417400", "not-a-uuid"]),
@@ -65,7 +80,10 @@ def main():
            "separators": "json.dumps defaults: ', ' and ': '", "cases": []}
     for name, schema, docs in CASES:
         validator = jsonschema.Draft202012Validator(schema, format_checker=checker)
-        candidates = [{"text": json.dumps(d), "valid": validator.is_valid(d)} for d in docs]
+        candidates = []
+        for d in docs:
+            text = str(d) if isinstance(d, Raw) else json.dumps(d)
+            candidates.append({"text": text, "valid": validator.is_valid(json.loads(text))})
         assert any(c["valid"] for c in candidates) and not all(c["valid"] for c in candidates), name
         out["cases"].append({"name": name, "schema": schema, "candidates": candidates})
     with open(OUT, "w") as f:
