@@ -126,7 +126,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithPointer) {
   EXPECT_NE(e.find("'format'"), std::string::npos) << e;
   e = err(R"({"$ref":"#/$defs/missing"})");
   EXPECT_NE(e.find("does not resolve"), std::string::npos) << e;
-  e = err(R"({"type":"number","minimum":0.5})");
+  e = err(R"({"type":"number","minimum":0.5,"maximum":0.25})");
   EXPECT_NE(e.find("'minimum'"), std::string::npos) << e;
   e = err(R"({"type":"object","properties":{"a":{"dependentRequired":{"a":["b"]}}}})");
   EXPECT_NE(e.find("'dependentRequired' at #/properties/a"), std::string::npos) << e;
