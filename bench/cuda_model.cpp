@@ -57,7 +57,7 @@ struct Options {
   int decode = 128, prefill = 2048, batch = 64, context = 1024, batch_steps = 32;
   bool check = false, gemv = false;
   int layers = 0;  // 0: the preset's
-  int tp = 1, tp_rank = -1;
+  int tp = 0, tp_rank = -1;  // tp 0: no tensor parallelism; 1: one rank through the TP path (NCCL of one)
   std::string tp_master = "127.0.0.1:29517";
 };
 
@@ -212,7 +212,7 @@ int bench_model(const Options& o, model::Model& m) {
   const double weight_gb = double(model->weight_bytes()) / 1e9;
   std::printf("| shape | dtype | device | test | tokens/s | ms/step |\n|---|---|---|---|---|---|\n");
   auto row = [&](const std::string& test, double tps, double ms) {
-    const std::string where = o.tp > 1 ? o.device + " x" + std::to_string(o.tp) + " (TP)" : o.device;
+    const std::string where = o.tp >= 1 ? o.device + " x" + std::to_string(o.tp) + " (TP)" : o.device;
     std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), o.dtype.c_str(), where.c_str(),
                 test.c_str(), tps, ms);
     std::fflush(stdout);
@@ -232,7 +232,7 @@ int bench_model(const Options& o, model::Model& m) {
     }
     double s = seconds_since(t0);
     row("decode b1", o.decode / s, 1e3 * s / o.decode);
-    std::printf("  (weights %.2f GB%s: %.0f GB/s effective)\n", weight_gb, o.tp > 1 ? " per rank" : "",
+    std::printf("  (weights %.2f GB%s: %.0f GB/s effective)\n", weight_gb, o.tp >= 1 ? " per rank" : "",
                 weight_gb * o.decode / s);
   }
   if (o.prefill > 0) {
@@ -490,7 +490,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (o.tp > 1) return run_tensor_parallel(o);
+  if (o.tp >= 1) return run_tensor_parallel(o);
   try {
     return o.check ? run_check(o) : o.gemv ? run_gemv(o) : run_bench(o);
   } catch (const Error& e) {

@@ -32,6 +32,12 @@ void ModelFlags::add_to(CLI::App& app) {
   app.add_option("--device", device, "cpu, cuda, or auto (CUDA when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  app.add_option("--tensor-parallel", tensor_parallel, "split the model over N GPUs (one process each, NCCL)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  // Hidden: how workers (or hand-started ranks) join; see docs/cuda.md.
+  app.add_option("--tp-rank", tp_rank)->group("")->check(CLI::Range(0, 63));
+  app.add_option("--tp-master", tp_master)->group("");
 }
 
 Device ModelFlags::resolved_device() const {

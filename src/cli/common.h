@@ -31,6 +31,13 @@ struct ModelFlags {
   int threads = 0;  // 0: all hardware threads
   std::string device = "auto";  // auto | cpu | cuda
   std::string adapter;          // PEFT LoRA adapter directory, merged at load
+  // --tensor-parallel N: the model split over N GPUs, one process each
+  // (cli/tensor_parallel.h). tp_rank/tp_master are the hidden flags a
+  // worker is started with (or set by hand, one process per rank, e.g. on
+  // several nodes); tp_rank −1 means "launch the workers myself".
+  int tensor_parallel = 1;
+  int tp_rank = -1;
+  std::string tp_master;
   void add_to(CLI::App& app);
   // --device resolved: auto is CUDA when this build has it and a GPU is
   // present, else the CPU; "cuda" without either is a UsageError.

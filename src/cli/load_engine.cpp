@@ -1,5 +1,6 @@
 #include "cli/load_engine.h"
 
+#include "cli/tensor_parallel.h"
 #include "core/error.h"
 #include "model/weights.h"
 #include "train/adapter_io.h"
@@ -16,6 +17,7 @@ std::shared_ptr<model::Model> load_model(const ModelFlags& flags, int max_contex
     };
   }
   try {
+    if (flags.tensor_parallel > 1 || flags.tp_rank >= 0) return load_tensor_parallel(flags, path, std::move(options));
     return model::Model::load(path, std::move(options));
   } catch (const Error& e) {
     throw UsageError{e.what()};

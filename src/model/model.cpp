@@ -6,6 +6,7 @@
 #include "model/llama.h"
 #include "model/weights.h"
 #include "model/device_weights.h"
+#include "model/tensor_parallel.h"
 #include "ops/quantize.h"
 
 namespace brioche::model {
@@ -34,6 +35,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
   if (options.max_context > 0) ck.config.max_context = options.max_context;
   if (options.adjust_checkpoint) options.adjust_checkpoint(ck);
   if (options.convert_weights) convert_weights(ck, *options.convert_weights);
+  if (options.tp_size > 1) ck = shard_checkpoint(ck, {.rank = options.tp_rank, .size = options.tp_size});
   if (options.device != Device::CPU) move_weights(ck, options.device);
   const ModelConfig& c = ck.config;
   BRIOCHE_CHECK(c.n_heads > 0 && c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, path,

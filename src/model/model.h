@@ -43,6 +43,10 @@ struct LoadOptions {
   // above the model change its weights (e.g. merging a LoRA adapter, which
   // the train layer knows how to read).
   std::function<void(Checkpoint&)> adjust_checkpoint;
+  // Tensor parallelism: keep only rank tp_rank's shard of tp_size
+  // (model/tensor_parallel.h), sliced after adjust/convert, before upload.
+  int tp_rank = 0;
+  int tp_size = 1;
 };
 
 class Model {

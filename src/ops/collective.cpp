@@ -61,6 +61,8 @@ std::unique_ptr<Collective> connect_nccl(const CollectiveOptions& o) {
 
 void select_device(int device) { cuda::set_device(device); }
 
+int device_count() { return cuda::device_count(); }
+
 #else
 
 std::unique_ptr<Collective> connect_nccl(const CollectiveOptions& o) {
@@ -71,6 +73,8 @@ std::unique_ptr<Collective> connect_nccl(const CollectiveOptions& o) {
 void select_device(int device) {
   fail("select_device(", device, "): this build has no CUDA backend (configure with --preset cuda)");
 }
+
+int device_count() { return 0; }
 
 #endif
 

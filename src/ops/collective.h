@@ -40,5 +40,7 @@ std::unique_ptr<Collective> connect_nccl(const CollectiveOptions& options);
 
 // Makes GPU `device` this process's device (before any other CUDA work).
 void select_device(int device);
+// GPUs this process can see (0 without CUDA).
+int device_count();
 
 }  // namespace brioche::ops

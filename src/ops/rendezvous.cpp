@@ -193,6 +193,20 @@ HostPort parse_host_port(const std::string& address) {
   return hp;
 }
 
+int free_tcp_port() {
+  Socket s(::socket(AF_INET, SOCK_STREAM, 0));
+  BRIOCHE_CHECK(s.fd >= 0, "free_tcp_port: socket() failed: ", std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  BRIOCHE_CHECK(::bind(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                    ::getsockname(s.fd, reinterpret_cast<sockaddr*>(&a), &len) == 0,
+                "free_tcp_port: ", std::strerror(errno));
+  return ntohs(a.sin_port);
+}
+
 std::vector<uint8_t> rendezvous(const RendezvousOptions& o) {
   BRIOCHE_CHECK(o.size >= 1 && o.rank >= 0 && o.rank < o.size, "rendezvous: rank ", o.rank, " of ", o.size,
                 " (expected 0 <= rank < size)");

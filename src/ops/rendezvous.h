@@ -34,4 +34,8 @@ struct HostPort {
 };
 HostPort parse_host_port(const std::string& address);
 
+// A TCP port free on this machine right now (the kernel's pick), for a
+// rendezvous of ranks that all run here.
+int free_tcp_port();
+
 }  // namespace brioche::ops
