@@ -7,6 +7,7 @@ mkdir -p build/tp/lib
 strip -o build/tp/cuda_model_bench build/cuda/cuda_model_bench
 strip -o build/tp/brioche build/cuda/brioche
 strip -o build/tp/gen_model build/cuda/gen_model
+strip -o build/tp/test_model build/cuda/tests/test_model  # CudaTensorParallel.*
 # The default model's tokenizer alone, for a random-weight model that runs
 # through `brioche run/serve --tensor-parallel` there.
 model=${BRIOCHE_MODEL:-$HOME/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Tensor-parallel checks and benchmarks on a machine with 2+ GPUs (run from
 # the repository root with build/tp/ carried; see docs/cuda.md).
-#   bash build/tp/cuda_tp_run.sh info|single|check|bench8b|bench70b ...
+#   bash build/tp/cuda_tp_run.sh info|test|single|cli1|cli2|check|bench8b|bench70b ...
 set -u
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on a shared host
 nccl_dir=$(python3 -c "import nvidia.nccl,os;print(os.path.join(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0],'lib'))" 2>/dev/null)
@@ -18,6 +18,8 @@ for what in "$@"; do
       timeout 200 $B --tp 2 --check --shape llama3-8b --layers 8 --dtype bf16
       timeout 200 $B --tp 2 --check --shape qwen2.5-7b --layers 4 --dtype bf16
       BRIOCHE_CUDA_GRAPHS=0 timeout 200 $B --tp 2 --check --shape llama3-8b --layers 8 --dtype bf16 | tail -1 ;;
+    test)
+      timeout 120 build/tp/test_model --gtest_filter='CudaTensorParallel.*:TensorParallel*' ;;
     single)  # one GPU: the TP path with an NCCL communicator of one rank vs the plain model
       timeout 200 $B --tp 1 --check --shape llama3-8b --layers 8 --dtype bf16
       BRIOCHE_CUDA_GRAPHS=0 timeout 200 $B --tp 1 --check --shape llama3-8b --layers 8 --dtype bf16 | tail -1
