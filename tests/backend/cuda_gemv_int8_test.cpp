@@ -258,8 +258,9 @@ TEST(CudaGemvInt8, QkvPartsInOneLaunch) {
   worst.print("qkv");
 }
 
-// Q4_0/Q8_0 with an odd number of 32-blocks (k = 96) are not read in pairs:
-// they must stay on the f32 kernels, exact to f32 rounding.
+// Q4_0/Q8_0 with an odd number of 32-blocks (k = 96): the int8 kernels' word
+// loads would end 2 bytes past the row's last block, so these shapes
+// must stay on the f32 kernels, exact to f32 rounding.
 TEST(CudaGemvInt8, OddBlockCountsKeepTheF32Path) {
   REQUIRE_CUDA_DEVICE();
   const int64_t m = 29, k = 96;

@@ -73,11 +73,10 @@ __device__ __forceinline__ void load_u32x2_a2(const uint8_t* p, uint32_t out[2])
   out[1] = __funnelshift_r(w1, w2, shift);
 }
 
-// kVariant picks between work splits of one dtype (0: the default).
-template <DType T, int kVariant = 0>
+template <DType T>
 struct Dot;
 
-template <DType T, int kVariant, int kMaxRows, bool kSwiglu>
+template <DType T, int kMaxRows, bool kSwiglu>
 __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, Int8Acts x) {
   const int lane = threadIdx.x % 32;
   const int64_t n_warps = int64_t(gridDim.x) * kInt8Warps;
@@ -86,8 +85,8 @@ __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, 
     float acc[kMaxRows], acc_up[kMaxRows];
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) acc[r] = acc_up[r] = 0.0f;
-    Dot<T, kVariant>::template row<kMaxRows>(t.w, x, a.n, lane, acc);
-    if constexpr (kSwiglu) Dot<T, kVariant>::template row<kMaxRows>(t.w_up, x, a.n, lane, acc_up);
+    Dot<T>::template row<kMaxRows>(t.w, x, a.n, lane, acc);
+    if constexpr (kSwiglu) Dot<T>::template row<kMaxRows>(t.w_up, x, a.n, lane, acc_up);
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) {
       float s = acc[r], s_up = acc_up[r];
@@ -101,18 +100,16 @@ __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, 
   }
 }
 
-bool int8_balanced_grid();
-
 // CTAs for one resident wave of this kernel. With m rows over `rounds` =
 // ceil(m / resident warps) passes, the grid is cut to ceil(m / rounds) warps
 // so every warp walks the same number of rows: a full wave would leave a last
 // pass with only a few warps streaming (gate/up at 14,336 rows: 3.02 passes,
 // the 4th with 80 warps out of ~4,700).
-template <DType T, int kVariant, int kMaxRows, bool kSwiglu>
+template <DType T, int kMaxRows, bool kSwiglu>
 unsigned int8_grid(int64_t m) {
   static const int64_t resident = [] {
     int per_sm = 0, device = 0, sms = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kVariant, kMaxRows, kSwiglu>,
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kMaxRows, kSwiglu>,
                                                              kInt8Warps * 32, 0));
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -120,33 +117,29 @@ unsigned int8_grid(int64_t m) {
   }();
   const int64_t capacity = resident * kInt8Warps;  // warps
   const int64_t rounds = (m + capacity - 1) / capacity;
-  const int64_t warps = int8_balanced_grid() ? (m + rounds - 1) / rounds : std::min(m, capacity);
+  const int64_t warps = (m + rounds - 1) / rounds;
   return unsigned((warps + kInt8Warps - 1) / kInt8Warps);
 }
 
-template <DType T, int kVariant, int kMaxRows, bool kSwiglu>
+template <DType T, int kMaxRows, bool kSwiglu>
 void launch_int8_rows(const GemvArgs& a, const Int8Acts& x) {
-  gemv_int8_kernel<T, kVariant, kMaxRows, kSwiglu>
-      <<<int8_grid<T, kVariant, kMaxRows, kSwiglu>(a.m), kInt8Warps * 32, 0, current_stream()>>>(a, x);
+  gemv_int8_kernel<T, kMaxRows, kSwiglu>
+      <<<int8_grid<T, kMaxRows, kSwiglu>(a.m), kInt8Warps * 32, 0, current_stream()>>>(a, x);
 }
 
 // Row bound 1, 4 or 8 (runtime n below it), plain or SwiGLU.
-template <DType T, int kVariant = 0>
+template <DType T>
 void launch_int8(const GemvArgs& a, const Int8Acts& x) {
   const bool swiglu = a.w_up != nullptr;
   if (a.n == 1) {
-    swiglu ? launch_int8_rows<T, kVariant, 1, true>(a, x) : launch_int8_rows<T, kVariant, 1, false>(a, x);
+    swiglu ? launch_int8_rows<T, 1, true>(a, x) : launch_int8_rows<T, 1, false>(a, x);
   } else if (a.n <= 4) {
-    swiglu ? launch_int8_rows<T, kVariant, 4, true>(a, x) : launch_int8_rows<T, kVariant, 4, false>(a, x);
+    swiglu ? launch_int8_rows<T, 4, true>(a, x) : launch_int8_rows<T, 4, false>(a, x);
   } else {
-    swiglu ? launch_int8_rows<T, kVariant, 8, true>(a, x) : launch_int8_rows<T, kVariant, 8, false>(a, x);
+    swiglu ? launch_int8_rows<T, 8, true>(a, x) : launch_int8_rows<T, 8, false>(a, x);
   }
   CUDA_CHECK_LAUNCH();
 }
-
-// Which work-split variant to run for the dtypes that have several
-// (BRIOCHE_CUDA_GEMV_INT8_VARIANT=1 or 2 picks an alternative; for A/B runs).
-int int8_variant();
 #endif
 
 // Launchers per family (one .cu each, compiled in parallel).

@@ -12,7 +12,8 @@
 namespace brioche::cuda::detail {
 
 // True when `wtype` with these arguments runs on the int8 path: Q8_0 and
-// Q4_0 (k a multiple of 64: weights are read as pairs of blocks), Q4_1 (k a
+// Q4_0 (k a multiple of 64: their 2-byte-aligned blocks are read as aligned
+// words, and an even block's last word ends inside the next block), Q4_1 (k a
 // multiple of 32), Q4_K, Q5_K and Q6_K (k a multiple of 256), n in 1..8, and
 // weight rows aligned as the loads need (word-aligned for the 32-value types,
 // 16-byte for Q4_K/Q5_K). Everything else keeps the f32-decode kernels of
