@@ -134,11 +134,20 @@ TEST(Cli, TrainedAdapterLoadsIntoRun) {
     }
     std::fclose(f);
   }
-  Outcome train = run_brioche("train -d " + (dir / "data").string() + " -o " + (dir / "adapter").string() +
-                              " --iters 2 --num-layers 1 --rank 4 --threads 2 -q");
+  // Options from a TOML file, the command line overriding one of them (rank).
+  std::ofstream(dir / "train.toml") << "iters = 2\nnum_layers = 1\nrank = 8\nthreads = 2\n";
+  Outcome train = run_brioche("train --config " + (dir / "train.toml").string() + " -d " + (dir / "data").string() +
+                              " -o " + (dir / "adapter").string() + " --rank 4 -q");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_model.safetensors"));
+  {
+    std::ifstream in(dir / "adapter" / "metrics.json");
+    const std::string metrics((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(metrics.find("\"rank\": 4"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("\"iters\": 2"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("\"num_layers\": 1"), std::string::npos) << metrics;
+  }
   Outcome adapted = run_brioche("run -p 'Repeat: blue boats' --temp 0 -n 4 -t 2 --adapter " + (dir / "adapter").string());
   EXPECT_EQ(adapted.exit_code, 0) << adapted.output;
   Outcome missing = run_brioche("run -p hi --adapter " + (dir / "nope").string());
