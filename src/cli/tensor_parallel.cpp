@@ -6,10 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -64,6 +67,45 @@ pid_t start_worker(int rank, const std::string& master) {
   return pid;
 }
 
+// Reaps the workers. A worker that dies while rank 0 still runs would leave
+// rank 0 waiting in its next collective forever (NCCL does not notice a
+// dead peer on one host): end the whole job with an error instead.
+struct WorkerWatchdog {
+  std::vector<pid_t> workers;
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+
+  explicit WorkerWatchdog(std::vector<pid_t> pids) : workers(std::move(pids)) {
+    thread = std::thread([this] {
+      std::vector<pid_t> live = workers;
+      while (!live.empty()) {
+        for (size_t i = 0; i < live.size();) {
+          int status = 0;
+          if (::waitpid(live[i], &status, WNOHANG) != live[i]) {
+            ++i;
+            continue;
+          }
+          if (!stopping) {
+            std::fprintf(stderr, "brioche: tensor-parallel worker (pid %d) %s %d; stopping\n", int(live[i]),
+                         WIFEXITED(status) ? "exited with status" : "was killed by signal",
+                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            std::fflush(nullptr);
+            std::_Exit(kExitFailure);
+          }
+          live.erase(live.begin() + long(i));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+  ~WorkerWatchdog() {
+    if (thread.joinable()) thread.detach();  // process exit ends it
+  }
+};
+
 }  // namespace
 
 std::shared_ptr<model::Model> load_tensor_parallel(const ModelFlags& flags, const std::string& path,
@@ -108,12 +150,11 @@ std::shared_ptr<model::Model> load_tensor_parallel(const ModelFlags& flags, cons
     std::exit(kExitOk);  // the worker has no command of its own to run
   }
   auto* tp = new model::TensorParallelModel(std::move(shard), std::move(collective));
-  return std::shared_ptr<model::Model>(tp, [workers](model::Model* m) {
+  auto watchdog = std::make_shared<WorkerWatchdog>(std::move(workers));
+  return std::shared_ptr<model::Model>(tp, [watchdog](model::Model* m) {
+    watchdog->stopping = true;
     delete m;  // tells the workers to stop
-    for (pid_t pid : workers) {
-      int status = 0;
-      ::waitpid(pid, &status, 0);
-    }
+    watchdog->join();
   });
 }
 
