@@ -99,6 +99,30 @@ TEST_F(DatasetTest, LeftTruncationKeepsTheBoundary) {
   EXPECT_EQ(ds.examples[1].prompt.size(), 1u);
   EXPECT_EQ(ds.examples[1].prompt.back(), full.examples[1].prompt.back());
   EXPECT_EQ(ds.examples[1].response.size(), 19u);
+  // Not quiet: both are reported on stderr, the overflowing line by number.
+  DatasetOptions loud = options(false, 20);
+  loud.quiet = false;
+  ::testing::internal::CaptureStderr();
+  load_dataset(path, loud);
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(warnings, HasSubstr("long.jsonl:2: the response alone exceeds max_seq_length 20"));
+  EXPECT_THAT(warnings, HasSubstr("2 examples longer than max_seq_length 20 were left-truncated"));
+}
+
+TEST_F(DatasetTest, PreferenceTruncationKeepsBothResponses) {
+  auto path = write("long_pairs.jsonl", {R"({"prompt": "one two three four five six seven eight nine ten eleven twelve", )"
+                                         R"("chosen": "A B C D", "rejected": "a"})"});
+  Dataset full = load_dataset(path, options(true, 1000));
+  Dataset ds = load_dataset(path, options(true, 24));
+  ASSERT_EQ(ds.pairs.size(), 1u);
+  EXPECT_EQ(ds.truncated, 1);
+  EXPECT_EQ(ds.response_overflow, 0);
+  // The longer response fits with the prompt; both responses are intact and
+  // the prompt keeps its end (the boundary).
+  EXPECT_EQ(ds.pairs[0].chosen, full.pairs[0].chosen);
+  EXPECT_EQ(ds.pairs[0].rejected, full.pairs[0].rejected);
+  EXPECT_EQ(ds.pairs[0].prompt.size() + ds.pairs[0].chosen.size(), 24u);
+  EXPECT_TRUE(std::equal(ds.pairs[0].prompt.rbegin(), ds.pairs[0].prompt.rend(), full.pairs[0].prompt.rbegin()));
 }
 
 TEST_F(DatasetTest, MalformedLinesNameFileAndLine) {
