@@ -1,5 +1,5 @@
 // Everything `brioche train` can be told, with the reference trainer's names
-// (JSON config keys == CLI flag names with '-' for '_').
+// (JSON/TOML config keys == CLI flag names with '-' for '_'; see config_file.h).
 #pragma once
 
 #include <map>
