@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <limits>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -249,6 +251,126 @@ void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
                              vocabulary);
 }
 
+// Computes, deduplicates and owns the masks of one compiled grammar; kept
+// alive after compile() for the deferred states.
+class MaskBuilder {
+ public:
+  MaskBuilder(const Automaton& a, const Vocabulary& v, const CompileLimits& limits)
+      : a_(a), v_(v), limits_(limits), dfa_(a), pre_(a, v, dfa_), rule_hash_(a.rule_structure_hashes()) {}
+
+  SharedKey key_of(int32_t s) const {
+    const int32_t rule = a_.states[s].rule;
+    return SharedKey{v_.content_hash(), rule_hash_[rule].a, rule_hash_[rule].b, s - a_.rule_start[rule]};
+  }
+
+  // The state's mask from the process-wide cache, or nullptr.
+  const StateMask* shared(int32_t s) {
+    SharedMaskCache& cache = shared_masks();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto it = cache.entries.find(key_of(s));
+    if (it == cache.entries.end()) return nullptr;
+    if (owned_.insert(it->second.get()).second) keep(it->second);
+    return it->second.get();
+  }
+
+  // Upper estimate of the walk from s: tokens under the first two bytes it
+  // can read (most of a narrow state's walk dies right there).
+  int64_t walk_estimate(int32_t s) {
+    const auto& nodes = v_.trie_nodes();
+    const auto& edges = v_.trie_edges();
+    auto child = [&](int32_t node, uint8_t b) -> int32_t {
+      const Vocabulary::TrieEdge* lo = edges.data() + nodes[node].kid_begin;
+      const Vocabulary::TrieEdge* hi = edges.data() + nodes[node].kid_end;
+      auto it = std::lower_bound(lo, hi, b, [](const Vocabulary::TrieEdge& e, uint8_t x) { return e.byte < x; });
+      return it != hi && it->byte == b ? it->node : -1;
+    };
+    const int32_t c0 = dfa_.start(s);
+    int64_t total = 0;
+    for (char b1 : std::string(dfa_.readable_bytes(c0))) {
+      const int32_t n1 = child(0, static_cast<uint8_t>(b1));
+      if (n1 < 0) continue;
+      const int32_t c1 = dfa_.next(c0, static_cast<uint8_t>(b1));
+      if (dfa_.escaped(c1)) return std::numeric_limits<int64_t>::max();  // leaves the rule: keep it eager
+      total += nodes[n1].num_exact;
+      if (dfa_.dead(c1)) continue;
+      for (char b2 : std::string(dfa_.readable_bytes(c1))) {
+        const int32_t n2 = child(n1, static_cast<uint8_t>(b2));
+        if (n2 >= 0) total += nodes[n2].rank_end - nodes[n2].rank_begin;
+      }
+    }
+    return total;
+  }
+
+  const StateMask* compute(int32_t s) {
+    acc_.clear();
+    unc_.clear();
+    pre_.run(s, acc_, unc_);
+    // Identical entries are common (e.g. every position of a whitespace
+    // run); share them.
+    const uint64_t h = hash_mask(acc_, unc_);
+    auto& bucket = by_hash_[h];
+    std::shared_ptr<const StateMask> mask;
+    for (size_t i : bucket)
+      if (masks_[i]->uncertain_ranks == unc_ && accepted_of_[i] == acc_) {
+        mask = masks_[i];
+        break;
+      }
+    if (mask == nullptr) {
+      mask = make_mask(v_, acc_, unc_);
+      bucket.push_back(masks_.size());
+      accepted_of_.resize(masks_.size() + 1);
+      accepted_of_.back() = acc_;
+      keep(mask);
+    }
+    const StateMask* found = mask.get();
+    SharedMaskCache& cache = shared_masks();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    if (cache.bytes + mask->bytes() > SharedMaskCache::kMaxBytes) {
+      cache.entries.clear();
+      cache.bytes = 0;
+    }
+    if (cache.entries.emplace(key_of(s), mask).second) cache.bytes += mask->bytes();
+    return found;
+  }
+
+  size_t total_bytes() const { return total_bytes_; }
+  int32_t num_masks() const { return static_cast<int32_t>(masks_.size()); }
+
+ private:
+  void keep(std::shared_ptr<const StateMask> m) {
+    total_bytes_ += m->bytes();
+    BRIOCHE_CHECK(total_bytes_ <= limits_.max_mask_bytes, "grammar compile exceeded its size budget of ",
+                  limits_.max_mask_bytes, " bytes of mask tables");
+    masks_.push_back(std::move(m));
+  }
+
+  const Automaton& a_;
+  const Vocabulary& v_;
+  CompileLimits limits_;
+  FrontierDfa dfa_;
+  StatePrecompute pre_;
+  std::vector<Automaton::StructureHash> rule_hash_;
+  std::vector<std::shared_ptr<const StateMask>> masks_;  // every mask this grammar uses
+  std::vector<std::vector<int32_t>> accepted_of_;        // per masks_ entry computed here (rank order)
+  std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;
+  std::unordered_set<const StateMask*> owned_;           // cache entries already in masks_
+  std::vector<int32_t> acc_, unc_;
+  size_t total_bytes_ = 0;
+};
+
+CompiledGrammar::CompiledGrammar() = default;
+CompiledGrammar::~CompiledGrammar() = default;
+
+const StateMask* CompiledGrammar::compute_deferred(int32_t state) const {
+  std::lock_guard<std::mutex> lock(builder_mutex_);
+  const StateMask* m = state_mask_[state].load(std::memory_order_acquire);
+  if (m != nullptr) return m;
+  m = builder_->shared(state);
+  if (m == nullptr) m = builder_->compute(state);
+  state_mask_[state].store(m, std::memory_order_release);
+  return m;
+}
+
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar,
                                                                 std::shared_ptr<const Vocabulary> vocabulary,
                                                                 const CompileLimits& limits) {
@@ -260,78 +382,35 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   const Automaton& a = out->automaton_;
   const Vocabulary& v = *out->vocabulary_;
   const int32_t num_states = static_cast<int32_t>(a.states.size());
-  out->mask_index_.assign(num_states, -1);
+  out->state_mask_ = std::make_unique<std::atomic<const StateMask*>[]>(num_states);
+  for (int32_t s = 0; s < num_states; ++s) out->state_mask_[s].store(nullptr, std::memory_order_relaxed);
+  out->deferred_.assign(num_states, 0);
   out->stats_.num_states = num_states;
-
-  FrontierDfa dfa(a);
-  StatePrecompute pre(a, v, dfa);
-  // Distinct masks of this compile: hash -> indices, with their accepted
-  // ids (rank order) for an exact comparison.
-  std::unordered_map<uint64_t, std::vector<int32_t>> by_hash;
-  std::vector<std::vector<int32_t>> accepted_of;
-  std::unordered_map<const StateMask*, int32_t> index_of_shared;
-  std::vector<int32_t> acc, unc;
-  size_t total_bytes = 0;
-  const std::vector<Automaton::StructureHash> rule_hash = a.rule_structure_hashes();
-  SharedMaskCache& shared = shared_masks();
-  auto add_mask = [&](std::shared_ptr<const StateMask> m) {
-    total_bytes += m->bytes();
-    BRIOCHE_CHECK(total_bytes <= limits.max_mask_bytes, "grammar compile exceeded its size budget of ",
-                  limits.max_mask_bytes, " bytes of mask tables");
-    out->masks_.push_back(std::move(m));
-    return static_cast<int32_t>(out->masks_.size() - 1);
-  };
+  out->builder_ = std::make_unique<MaskBuilder>(a, v, limits);
+  MaskBuilder& builder = *out->builder_;
   for (int32_t s = 0; s < num_states; ++s) {
     if (!a.has_byte_edges(s)) continue;
     const int32_t rule = a.states[s].rule;
     if (rule >= a.first_lookahead_rule) continue;  // lookaheads are only matched, never masked
     ++out->stats_.num_scannable_states;
-    const SharedKey key{v.content_hash(), rule_hash[rule].a, rule_hash[rule].b, s - a.rule_start[rule]};
-    {
-      std::lock_guard<std::mutex> lock(shared.mutex);
-      auto it = shared.entries.find(key);
-      if (it != shared.entries.end()) {
-        auto [pos, fresh] = index_of_shared.emplace(it->second.get(), -1);
-        if (fresh) pos->second = add_mask(it->second);
-        out->mask_index_[s] = pos->second;
-        ++out->stats_.num_shared_states;
-        continue;
-      }
+    const StateMask* m = builder.shared(s);
+    if (m != nullptr) {
+      ++out->stats_.num_shared_states;
+    } else if (limits.defer_tokens > 0 && builder.walk_estimate(s) <= limits.defer_tokens) {
+      out->deferred_[s] = 1;
+      ++out->stats_.num_deferred_states;
+      continue;
+    } else {
+      m = builder.compute(s);
+      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      BRIOCHE_CHECK(elapsed <= limits.max_seconds, "grammar compile exceeded its time budget of ", limits.max_seconds,
+                    " s (", out->stats_.num_scannable_states, " of the automaton's ", num_states,
+                    " states done); simplify the grammar or raise CompileLimits::max_seconds");
     }
-    acc.clear();
-    unc.clear();
-    pre.run(s, acc, unc);
-    double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    BRIOCHE_CHECK(elapsed <= limits.max_seconds, "grammar compile exceeded its time budget of ", limits.max_seconds,
-                  " s (", out->stats_.num_scannable_states, " of the automaton's ", num_states,
-                  " states done); simplify the grammar or raise CompileLimits::max_seconds");
-    // Identical entries are common (e.g. every position of a whitespace
-    // run); share them.
-    const uint64_t h = hash_mask(acc, unc);
-    int32_t found = -1;
-    auto& bucket = by_hash[h];
-    for (int32_t m : bucket)
-      if (out->masks_[m]->uncertain_ranks == unc && accepted_of[m] == acc) {
-        found = m;
-        break;
-      }
-    if (found < 0) {
-      found = add_mask(make_mask(v, acc, unc));
-      accepted_of.resize(out->masks_.size());
-      accepted_of[found] = acc;
-      bucket.push_back(found);
-    }
-    out->mask_index_[s] = found;
-    const auto& mask = out->masks_[found];
-    std::lock_guard<std::mutex> lock(shared.mutex);
-    if (shared.bytes + mask->bytes() > SharedMaskCache::kMaxBytes) {
-      shared.entries.clear();
-      shared.bytes = 0;
-    }
-    if (shared.entries.emplace(key, mask).second) shared.bytes += mask->bytes();
+    out->state_mask_[s].store(m, std::memory_order_relaxed);
   }
-  out->stats_.num_distinct_masks = static_cast<int32_t>(out->masks_.size());
-  out->stats_.mask_bytes = total_bytes;
+  out->stats_.num_distinct_masks = builder.num_masks();
+  out->stats_.mask_bytes = builder.total_bytes();
   out->stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
 }

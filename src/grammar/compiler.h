@@ -6,6 +6,7 @@
 // bitset ORs plus a small trie walk over the uncertain tokens.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -23,6 +24,11 @@ struct CompileLimits {
   double max_seconds = 30.0;               // time budget of one compilation
   size_t max_mask_bytes = 1024ull << 20;   // size budget of the mask tables
   AutomatonLimits automaton;
+  // States whose walk covers at most this many tokens (an estimate from
+  // their first two bytes) are left to the first mask that needs them: a
+  // generation visits few of the many small states (e.g. each position of a
+  // whitespace run), and one costs microseconds. 0: compile every state.
+  int64_t defer_tokens = 2048;
 };
 
 // Token classification of one automaton state.
@@ -42,34 +48,46 @@ struct StateMask {
 struct CompileStats {
   int32_t num_states = 0;            // automaton states
   int32_t num_scannable_states = 0;  // states with a mask entry
-  int32_t num_distinct_masks = 0;    // after sharing identical entries
+  int32_t num_distinct_masks = 0;    // after sharing identical entries (at compile time)
   int32_t num_shared_states = 0;     // entries taken from the process-wide cache
+  int32_t num_deferred_states = 0;   // small entries left to the first mask that needs them
   size_t mask_bytes = 0;
   double seconds = 0.0;
   double automaton_seconds = 0.0;    // part of `seconds` spent lowering the grammar
 };
+
+class MaskBuilder;
 
 class CompiledGrammar {
  public:
   static std::shared_ptr<const CompiledGrammar> compile(const Grammar& grammar,
                                                         std::shared_ptr<const Vocabulary> vocabulary,
                                                         const CompileLimits& limits = {});
+  CompiledGrammar();
+  ~CompiledGrammar();
 
   const Automaton& automaton() const { return automaton_; }
   const Vocabulary& vocabulary() const { return *vocabulary_; }
   const std::shared_ptr<const Vocabulary>& vocabulary_ptr() const { return vocabulary_; }
-  // Mask entry of a state that can read a byte (nullptr otherwise).
+  // Mask entry of a state that can read a byte (nullptr otherwise). A
+  // deferred entry (small: few tokens can start there) is computed on first
+  // use, under a lock; thread-safe.
   const StateMask* mask_of_state(int32_t state) const {
-    int32_t m = mask_index_[state];
-    return m < 0 ? nullptr : masks_[m].get();
+    const StateMask* m = state_mask_[state].load(std::memory_order_acquire);
+    if (m != nullptr || !deferred_[state]) return m;
+    return compute_deferred(state);
   }
   const CompileStats& stats() const { return stats_; }
 
  private:
+  const StateMask* compute_deferred(int32_t state) const;
+
   Automaton automaton_;
   std::shared_ptr<const Vocabulary> vocabulary_;
-  std::vector<int32_t> mask_index_;  // per state
-  std::vector<std::shared_ptr<const StateMask>> masks_;  // shared with other grammars
+  std::unique_ptr<std::atomic<const StateMask*>[]> state_mask_;  // per state; null: none or deferred
+  std::vector<uint8_t> deferred_;                                 // per state; fixed after compile
+  mutable std::mutex builder_mutex_;
+  mutable std::unique_ptr<MaskBuilder> builder_;  // owns the masks; builds deferred ones
   CompileStats stats_;
 };
 
