@@ -39,6 +39,7 @@ struct LayerContext {
   std::span<const float> inv_freq;          // [head_dim/2]
   uint64_t dropout_seed = 0;                // per micro-step; replayed by recompute
   bool adapter_enabled = true;
+  bool lora_dropout = true;                 // training forwards only: evaluation sees the whole adapter
 };
 
 struct LayerParams {

@@ -47,7 +47,8 @@ int TrainModel::first_trainable_layer() const {
 LayerContext TrainModel::context(const TokenBatch& batch, const ops::DenseAttentionLayout& layout,
                                  const ForwardOptions& o) const {
   return {.config = ck_.config, .positions = batch.positions, .layout = layout, .inv_freq = inv_freq_,
-          .dropout_seed = o.dropout_seed, .adapter_enabled = o.adapter_enabled};
+          .dropout_seed = o.dropout_seed, .adapter_enabled = o.adapter_enabled,
+          .lora_dropout = o.for_backward};  // like PEFT's eval mode: no dropout in evaluation forwards
 }
 
 LayerParams TrainModel::params(int layer) const {

@@ -28,7 +28,7 @@ struct TrainModelOptions {
 struct ForwardOptions {
   uint64_t dropout_seed = 0;
   bool adapter_enabled = true;
-  bool for_backward = true;  // false: inference-only (eval, reference log-probs)
+  bool for_backward = true;  // false: inference-only (eval, reference log-probs), no LoRA dropout
 };
 
 class TrainModel {

@@ -192,6 +192,36 @@ TEST(TrainGolden, DropoutMasksReplayInSegmentedRecompute) {
   EXPECT_NE(plain, f.run(Method::SFT, SftScope::Full)) << "dropout had no effect";
 }
 
+// Validation sees the whole adapter: evaluation forwards (for_backward =
+// false) apply no LoRA dropout, whatever the seed, as PEFT's eval mode.
+TEST(TrainGolden, NoDropoutInEvaluationForwards) {
+  Fixture f;
+  auto with_dropout = [&](float p) {
+    LoraConfig lora = f.adapter->config();
+    lora.dropout = p;
+    std::vector<LoraAdapter::Site> sites;
+    for (auto& e : f.adapter->entries()) sites.push_back({e.layer, e.module});
+    auto a = std::make_unique<LoraAdapter>(f.ck.config, lora, sites);
+    auto src = f.adapter->entries();
+    auto dst = a->entries();
+    for (size_t i = 0; i < src.size(); ++i) {
+      std::memcpy(dst[i].factors->a.data(), src[i].factors->a.data(), src[i].factors->a.nbytes());
+      std::memcpy(dst[i].factors->b.data(), src[i].factors->b.data(), src[i].factors->b.nbytes());
+    }
+    return a;
+  };
+  auto dropped = with_dropout(0.3f), whole = with_dropout(0.0f);
+  TokenBatch b = f.batch(Method::SFT, SftScope::Full);
+  auto hidden = [&](LoraAdapter& a, ForwardOptions o) {
+    Tensor h = TrainModel(f.ck, &a).forward(b, o);
+    return std::vector<float>(h.data_as<float>(), h.data_as<float>() + h.numel());
+  };
+  const auto reference = hidden(*whole, {.for_backward = false});
+  EXPECT_EQ(hidden(*dropped, {.dropout_seed = 1, .for_backward = false}), reference);
+  EXPECT_EQ(hidden(*dropped, {.dropout_seed = 2, .for_backward = false}), reference);
+  EXPECT_NE(hidden(*dropped, {.dropout_seed = 1, .for_backward = true}), reference) << "dropout had no effect";
+}
+
 TEST(TrainGolden, AdapterWritesPeftLayoutAndRoundTrips) {
   Fixture f;
   const std::string dir = std::string(BRIOCHE_BINARY_DIR) + "/train_test_adapter";
