@@ -419,37 +419,69 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
   }
   // Merge states with identical (accepting, edges) until nothing changes:
   // they have the same future, so sharing them shrinks the mask tables.
-  for (;;) {
-    for (auto& st : out) canonicalize(st);
-    std::unordered_map<uint64_t, std::vector<int32_t>> buckets;
-    std::vector<int32_t> rep(out.size());
-    bool changed = false;
-    for (size_t i = 0; i < out.size(); ++i) {
-      rep[i] = static_cast<int32_t>(i);
-      auto& bucket = buckets[hash_state(out[i])];
-      for (int32_t j : bucket)
-        if (out[j] == out[i]) {
-          rep[i] = j;
-          changed = true;
-          break;
-        }
-      if (rep[i] == static_cast<int32_t>(i)) bucket.push_back(static_cast<int32_t>(i));
-    }
-    if (!changed) break;
-    // Compact: keep representatives, renumber (start stays 0).
-    std::vector<int32_t> id(out.size(), -1);
-    std::vector<FinalState> next;
-    for (size_t i = 0; i < out.size(); ++i)
-      if (rep[i] == static_cast<int32_t>(i)) {
-        id[i] = static_cast<int32_t>(next.size());
-        next.push_back(std::move(out[i]));
-      }
-    for (auto& st : next) {
-      for (auto& e : st.bytes) e.target = id[rep[e.target]];
-      for (auto& e : st.rules) e.target = id[rep[e.target]];
-    }
-    out = std::move(next);
+  // Worklist form: when a state merges away, only its predecessors' edges
+  // change, so only they are looked at again (a chain of n mergeable states
+  // costs O(n), not n rounds over the whole rule).
+  const int32_t count = static_cast<int32_t>(out.size());
+  std::vector<int32_t> rep(count);
+  for (int32_t i = 0; i < count; ++i) rep[i] = i;
+  auto find = [&](int32_t x) {
+    while (rep[x] != x) x = rep[x] = rep[rep[x]];
+    return x;
+  };
+  std::vector<std::vector<int32_t>> preds(count);
+  for (int32_t i = 0; i < count; ++i) {
+    for (auto& e : out[i].bytes) preds[e.target].push_back(i);
+    for (auto& e : out[i].rules) preds[e.target].push_back(i);
   }
+  // Current content of a state: targets through `find`, canonical order.
+  auto content = [&](int32_t i) {
+    FinalState st = out[i];
+    for (auto& e : st.bytes) e.target = find(e.target);
+    for (auto& e : st.rules) e.target = find(e.target);
+    canonicalize(st);
+    return st;
+  };
+  std::unordered_map<uint64_t, std::vector<int32_t>> table;
+  std::vector<int32_t> pending(count);
+  for (int32_t i = 0; i < count; ++i) pending[i] = count - 1 - i;  // pop in index order
+  while (!pending.empty()) {
+    const int32_t i = pending.back();
+    pending.pop_back();
+    if (find(i) != i) continue;
+    FinalState ci = content(i);
+    auto& bucket = table[hash_state(ci)];
+    int32_t twin = -1;
+    for (int32_t j : bucket)
+      if (j != i && find(j) == j && content(j) == ci) {
+        twin = j;
+        break;
+      }
+    if (twin < 0) {
+      if (std::find(bucket.begin(), bucket.end(), i) == bucket.end()) bucket.push_back(i);
+      continue;
+    }
+    // The lower index survives (the start state stays 0).
+    const int32_t keep = std::min(i, twin), gone = std::max(i, twin);
+    rep[gone] = keep;
+    if (std::find(bucket.begin(), bucket.end(), keep) == bucket.end()) bucket.push_back(keep);
+    for (int32_t p : preds[gone]) pending.push_back(p);
+    for (int32_t p : preds[gone]) preds[keep].push_back(p);
+  }
+  // Compact: keep representatives in order, renumber.
+  std::vector<int32_t> id(count, -1);
+  std::vector<FinalState> next;
+  for (int32_t i = 0; i < count; ++i)
+    if (find(i) == i) {
+      id[i] = static_cast<int32_t>(next.size());
+      next.push_back(content(i));
+    }
+  for (auto& st : next) {
+    for (auto& e : st.bytes) e.target = id[e.target];
+    for (auto& e : st.rules) e.target = id[e.target];
+    canonicalize(st);
+  }
+  out = std::move(next);
   return out;
 }
 
