@@ -149,6 +149,21 @@ void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head,
     int64_t block = seq.block_table[block_index];
     const T* kb = k_base + block * block_stride + slot0 * slot_stride;
     const T* vb = v_base + block * block_stride + slot0 * slot_stride;
+    if (key0 + n <= last_key) {
+      // The next block (another place in the cache: the hardware prefetcher
+      // cannot guess it) is fetched while this one is worked on.
+      const int64_t next_block = seq.block_table[block_index + 1];
+      const int64_t rows = std::min<int64_t>(bs, last_key - (key0 + n) + 1);
+      const size_t row_bytes = size_t(d) * sizeof(T);
+      for (int64_t j = 0; j < rows; ++j) {
+        const char* kn = reinterpret_cast<const char*>(k_base + next_block * block_stride + j * slot_stride);
+        const char* vn = reinterpret_cast<const char*>(v_base + next_block * block_stride + j * slot_stride);
+        for (size_t off = 0; off < row_bytes; off += 64) {
+          __builtin_prefetch(kn + off);
+          __builtin_prefetch(vn + off);
+        }
+      }
+    }
     score_keys(q, kb, slot_stride, d, n, a.scale, scores);
     float block_max = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scores[j]);
