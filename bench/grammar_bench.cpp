@@ -2,7 +2,7 @@
 // the Llama-3 vocabulary (128k tokens), single thread, the schemas of
 // tools/oracle/grammar_cases.py (same as bench/grammar_xgrammar.py).
 // Compile = schema -> grammar -> token masks (what xgrammar's
-// compile_json_schema measures), p50 of 3, in two settings:
+// compile_json_schema measures), p50 of 5, in two settings:
 //   cold: the process-wide mask cache cleared first (nothing reused);
 //   warm: cleared, then prewarm_shared_masks(vocab) (the builtin JSON rules
 //         and formats, done once per tokenizer) untimed; the schema's own
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     if (!only.empty() && name != only) continue;
     std::shared_ptr<const CompiledGrammar> compiled;
     std::vector<double> cold, warm;
-    for (int r = 0; r < 3; ++r) {
+    for (int r = 0; r < 5; ++r) {
       // Cold: nothing cached in the process (every mask computed).
       clear_shared_mask_cache();
       cold.push_back(timed_compile(c["schema"], vocab, &compiled));
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
                 all_warm.back(), percentile(firsts, 0.5), percentile(masks, 0.5), percentile(masks, 0.99),
                 percentile(masks, 1.0), percentile(steady, 0.5), percentile(steady, 0.99), masks.size());
   }
-  std::printf("\ncompile over schemas (each the p50 of 3; schema -> grammar -> masks):\n");
+  std::printf("\ncompile over schemas (each the p50 of 5; schema -> grammar -> masks):\n");
   std::printf("  cold  p50 %.2f ms  p90 %.2f ms  max %.2f ms\n", percentile(all_cold, 0.5), percentile(all_cold, 0.9),
               percentile(all_cold, 1.0));
   std::printf("  warm  p50 %.2f ms  p90 %.2f ms  max %.2f ms\n", percentile(all_warm, 0.5), percentile(all_warm, 0.9),

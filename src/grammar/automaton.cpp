@@ -508,7 +508,10 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   size_t total = 0;
   for (size_t r = 0; r < num_rules; ++r) {
     bool is_la = r >= static_cast<size_t>(num_grammar_rules);
-    a.rule_names.push_back(is_la ? grammar.rules[0].name + "#lookahead" : grammar.rules[r].name);
+    std::string name = is_la ? "" : grammar.rules[r].name;
+    for (int32_t owner = 0; is_la && owner < num_grammar_rules; ++owner)
+      if (a.rule_lookahead[owner] == static_cast<int32_t>(r)) name = grammar.rules[owner].name + "#lookahead";
+    a.rule_names.push_back(name);
     if (!is_la) BRIOCHE_CHECK(grammar.rules[r].body >= 0, "grammar: rule '", grammar.rules[r].name, "' has no body");
     if (!plan.needed[r]) continue;
     RuleBuilder b(grammar, limits, plan.inlined);
