@@ -1,0 +1,118 @@
+// The compiler's sharing and deferral: masks of deferred states (computed by
+// the first mask that needs them, possibly from several threads at once) and
+// of states taken from the process-wide cache equal those of a full eager
+// compile; rules with equal structure hash alike across grammars.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "grammar/automaton.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace brioche::grammar {
+namespace {
+
+// Single bytes plus multi-byte pieces of JSON, so tokens cross rule ends.
+std::shared_ptr<const Vocabulary> json_vocab() {
+  static auto v = [] {
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
+    for (const char* t : {"\"", "\":", "\",", "\"}", "{\"", " \"", "  ", "\n ", "12", "345", "true", "false", "null",
+                          "name", "na", "me\"", "\": \"", "\", \"", "-0", ".5", "e+", "[{", "}]", "ab", "abc\""})
+      toks.push_back(t);
+    toks.push_back("");  // EOS
+    const int32_t eos = static_cast<int32_t>(toks.size() - 1);
+    return std::make_shared<const Vocabulary>(std::move(toks), VocabularyOptions{.eos_ids = {eos}, .special_ids = {}});
+  }();
+  return v;
+}
+
+const char* kSchema = R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer","minimum":-5},
+  "tags":{"type":"array","items":{"type":"string","format":"date"}},"x":{}},"required":["name"],
+  "additionalProperties":{"type":"number"}})";
+
+// Masks along seeded random walks.
+std::vector<std::vector<uint32_t>> walk_masks(const std::shared_ptr<const CompiledGrammar>& g, uint32_t seed) {
+  std::vector<std::vector<uint32_t>> out;
+  std::mt19937 rng(seed);
+  for (int walk = 0; walk < 8; ++walk) {
+    GrammarMatcher m(g);
+    for (int step = 0; step < 60 && !m.is_terminated(); ++step) {
+      std::vector<uint32_t> mask(m.mask_words());
+      m.fill_next_token_bitmask(mask.data());
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < json_vocab()->size(); ++id)
+        if (mask[id >> 5] >> (id & 31) & 1) allowed.push_back(id);
+      out.push_back(std::move(mask));
+      if (allowed.empty()) break;
+      m.accept_token(allowed[rng() % allowed.size()]);
+    }
+  }
+  return out;
+}
+
+TEST(Compiler, DeferredStatesEqualEagerOnesAcrossThreads) {
+  Grammar g = Grammar::from_json_schema(std::string(kSchema));
+  clear_shared_mask_cache();
+  auto eager = CompiledGrammar::compile(g, json_vocab(), CompileLimits{.defer_tokens = 0});
+  EXPECT_EQ(eager->stats().num_deferred_states, 0);
+  clear_shared_mask_cache();
+  auto deferred = CompiledGrammar::compile(g, json_vocab());
+  EXPECT_GT(deferred->stats().num_deferred_states, 0);
+  // Four threads fill masks of the same grammar at once; each must see the
+  // eager grammar's masks.
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      auto a = walk_masks(deferred, 100 + t), b = walk_masks(eager, 100 + t);
+      mismatches[t] = a == b ? 0 : 1;
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+TEST(Compiler, SharedMasksEqualFreshOnes) {
+  Grammar g = Grammar::from_json_schema(std::string(kSchema));
+  clear_shared_mask_cache();
+  auto fresh = CompiledGrammar::compile(g, json_vocab(), CompileLimits{.defer_tokens = 0});
+  prewarm_shared_masks(json_vocab());
+  auto shared = CompiledGrammar::compile(g, json_vocab(), CompileLimits{.defer_tokens = 0});
+  EXPECT_GT(shared->stats().num_shared_states, 0);
+  EXPECT_EQ(walk_masks(shared, 7), walk_masks(fresh, 7));
+}
+
+TEST(Compiler, StructureHashIgnoresRuleNumbering) {
+  // The same recursive JSON value group, reached first through a different
+  // rule (so numbered differently), hashes alike.
+  Automaton a = Automaton::build(Grammar::from_json_schema(std::string("{}")));
+  Automaton b = Automaton::build(
+      Grammar::from_json_schema(std::string(R"({"type":"array","items":{"anyOf":[{"type":"object"},{"type":"array"}]}})")));
+  auto ha = a.rule_structure_hashes(), hb = b.rule_structure_hashes();
+  int matched = 0;
+  for (const char* name : {"json_value", "json_array", "json_object", "json_string"}) {
+    int ra = -1, rb = -1;
+    for (size_t r = 0; r < a.rule_names.size(); ++r)
+      if (a.rule_names[r] == name) ra = static_cast<int>(r);
+    for (size_t r = 0; r < b.rule_names.size(); ++r)
+      if (b.rule_names[r] == name) rb = static_cast<int>(r);
+    ASSERT_GE(ra, 0);
+    ASSERT_GE(rb, 0);
+    EXPECT_TRUE(ha[ra] == hb[rb]) << name;
+    matched += ha[ra] == hb[rb];
+  }
+  EXPECT_EQ(matched, 4);
+  // Different rules hash differently.
+  int value = -1, array = -1;
+  for (size_t r = 0; r < a.rule_names.size(); ++r) {
+    if (a.rule_names[r] == "json_value") value = static_cast<int>(r);
+    if (a.rule_names[r] == "json_array") array = static_cast<int>(r);
+  }
+  EXPECT_FALSE(ha[value] == ha[array]);
+}
+
+}  // namespace
+}  // namespace brioche::grammar
