@@ -83,12 +83,15 @@ class StatePrecompute {
       }
       const Vocabulary::TrieEdge edge = edges[edge_index];
       const int32_t c = dfa_.next(config_[d], edge.byte);
-      const uint8_t esc = dfa_.escaped(c) ? 1 : 0;
+      const uint8_t flags = dfa_.flags(c);
+      const uint8_t esc = (flags & FrontierDfa::kEscaped) ? 1 : 0;
       const uint8_t any_esc = any_escape_[d] | esc;
       const int32_t k = d + 1;
-      if (!dfa_.dead(c)) {
+      if (!(flags & FrontierDfa::kDead)) {
         const Vocabulary::TrieNode& node = nodes[edge.node];
-        for (int32_t r = node.rank_begin; r < node.rank_begin + node.num_exact; ++r) accepted.push_back(sorted[r]);
+        if (node.num_exact == 1) accepted.push_back(sorted[node.rank_begin]);
+        else
+          for (int32_t r = node.rank_begin; r < node.rank_begin + node.num_exact; ++r) accepted.push_back(sorted[r]);
         config_[k] = c;
         escape_[k] = esc;
         any_escape_[k] = any_esc;
@@ -120,10 +123,10 @@ class StatePrecompute {
     cursor_end_[d] = n.kid_end;
     by_byte_[d] = 0;
     if (any_escape_[d]) return;  // dead children may still hold uncertain tokens
-    std::string_view bytes = dfa_.readable_bytes(config_[d]);
     const int32_t kids = n.kid_end - n.kid_begin;
     // Binary searches cost ~log2(kids) each; a scan costs one lookup per kid.
-    if (static_cast<int32_t>(bytes.size()) * 8 >= kids) return;
+    if (dfa_.num_readable(config_[d]) * 8 >= kids) return;
+    std::string_view bytes = dfa_.readable_bytes(config_[d]);
     // (then bytes.size() < 32: kids <= 256)
     by_byte_[d] = 1;
     std::copy(bytes.begin(), bytes.end(), byte_buffer_.begin() + 32 * d);

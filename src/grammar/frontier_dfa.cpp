@@ -29,13 +29,21 @@ int32_t FrontierDfa::intern(Frontier& f) {
   std::sort(f.nodes.begin(), f.nodes.end());
   key_.assign(reinterpret_cast<const char*>(f.nodes.data()), f.nodes.size() * sizeof(int32_t));
   key_ += f.escaped ? '\1' : '\0';
-  auto [it, inserted] = index_.emplace(key_, static_cast<int32_t>(escaped_.size()));
+  auto [it, inserted] = index_.emplace(key_, static_cast<int32_t>(flags_.size()));
   if (!inserted) return it->second;
-  BRIOCHE_CHECK(escaped_.size() < max_configs_, "grammar compile: more than ", max_configs_,
+  BRIOCHE_CHECK(flags_.size() < max_configs_, "grammar compile: more than ", max_configs_,
                 " distinct stack configurations (size budget); simplify the grammar");
   nodes_.insert(nodes_.end(), f.nodes.begin(), f.nodes.end());
   node_begin_.push_back(static_cast<int32_t>(nodes_.size()));
-  escaped_.push_back(f.escaped ? 1 : 0);
+  flags_.push_back(static_cast<uint8_t>((f.nodes.empty() ? kDead : 0) | (f.escaped ? kEscaped : 0)));
+  uint64_t bits[4] = {0, 0, 0, 0};
+  for (int32_t id : f.nodes) {
+    const AutomatonState& st = a_.states[arena_.node(id).state];
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
+      for (int b = a_.byte_edges[e].lo; b <= a_.byte_edges[e].hi; ++b) bits[b >> 6] |= 1ull << (b & 63);
+  }
+  num_readable_.push_back(__builtin_popcountll(bits[0]) + __builtin_popcountll(bits[1]) +
+                          __builtin_popcountll(bits[2]) + __builtin_popcountll(bits[3]));
   readable_begin_.push_back(-1);
   readable_size_.push_back(0);
   table_.resize(table_.size() + num_classes_, -1);

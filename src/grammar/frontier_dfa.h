@@ -38,10 +38,15 @@ class FrontierDfa {
     return t;
   }
   // No stack can read another byte (the walk ends here).
-  bool dead(int32_t c) const { return node_begin_[c] == node_begin_[c + 1]; }
+  bool dead(int32_t c) const { return (flags_[c] & kDead) != 0; }
   // Some stack returned into the caller on the last byte.
-  bool escaped(int32_t c) const { return escaped_[c] != 0; }
-  int32_t num_configs() const { return static_cast<int32_t>(escaped_.size()); }
+  bool escaped(int32_t c) const { return (flags_[c] & kEscaped) != 0; }
+  // Both in one load: kDead | kEscaped bits.
+  static constexpr uint8_t kDead = 1, kEscaped = 2;
+  uint8_t flags(int32_t c) const { return flags_[c]; }
+  // How many distinct bytes some stack of c has an edge for.
+  int32_t num_readable(int32_t c) const { return num_readable_[c]; }
+  int32_t num_configs() const { return static_cast<int32_t>(flags_.size()); }
   // The bytes some stack of c has an edge for, ascending (every other byte
   // leads to the dead configuration without an escape).
   std::string_view readable_bytes(int32_t c) {
@@ -63,7 +68,8 @@ class FrontierDfa {
   std::vector<int32_t> table_;       // [num_configs, num_classes]; -1 = not computed yet
   std::vector<int32_t> node_begin_;  // [num_configs + 1] into nodes_
   std::vector<int32_t> nodes_;       // sorted stack-node ids per configuration
-  std::vector<uint8_t> escaped_;
+  std::vector<uint8_t> flags_;          // per configuration: kDead | kEscaped
+  std::vector<int32_t> num_readable_;   // per configuration
   std::vector<int32_t> readable_begin_, readable_size_;  // per configuration, into readable_pool_; -1 = not yet
   std::string readable_pool_;
   std::unordered_map<std::string, int32_t> index_;  // configuration key -> id
