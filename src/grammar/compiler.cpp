@@ -419,7 +419,9 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, GrammarCacheOptions options)
-    : vocabulary_(std::move(vocabulary)), options_(options) {}
+    : vocabulary_(std::move(vocabulary)), options_(options) {
+  if (options_.prewarm) prewarm_shared_masks(vocabulary_);
+}
 
 std::shared_ptr<const CompiledGrammar> GrammarCache::get(const Grammar& grammar) {
   uint64_t key = grammar.content_hash();

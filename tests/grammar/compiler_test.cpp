@@ -85,6 +85,14 @@ TEST(Compiler, SharedMasksEqualFreshOnes) {
   EXPECT_EQ(walk_masks(shared, 7), walk_masks(fresh, 7));
 }
 
+TEST(Compiler, PrewarmedCacheSharesTheJsonRules) {
+  clear_shared_mask_cache();
+  GrammarCache cache(json_vocab(), GrammarCacheOptions{.prewarm = true});
+  auto g = cache.get(Grammar::from_json_schema(std::string(R"({"type":"array","items":{"type":"string"}})")));
+  // The JSON string rule's states come from the prewarmed cache.
+  EXPECT_GT(g->stats().num_shared_states, 0);
+}
+
 TEST(Compiler, StructureHashIgnoresRuleNumbering) {
   // The same recursive JSON value group, reached first through a different
   // rule (so numbered differently), hashes alike.
