@@ -447,6 +447,66 @@ class SchemaConverter {
 
   // ---- strings -------------------------------------------------------------
 
+  // pattern + minLength/maxLength, exact when the pattern is one repeated
+  // atom (a class, an escape like \d, '.', or a literal character:
+  // `^[a-z]+$`, `\d{3,}`): each repetition is one character, so the length
+  // bounds intersect the repetition bounds. Other patterns: a named error.
+  std::string length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr) {
+    auto fail_combination = [&] {
+      unsupported(hi >= 0 ? "maxLength" : "minLength", ptr,
+                  "pattern combined with minLength/maxLength is implemented only for one repeated class or character "
+                  "(like ^[a-z0-9_]+$); found '" + pattern + "'");
+    };
+    std::string p = pattern;
+    if (!p.empty() && p.front() == '^') p.erase(0, 1);
+    if (p.size() >= 2 && p.back() == '$' && p[p.size() - 2] != '\\') p.pop_back();
+    if (p.empty()) fail_combination();
+    size_t end = 0;  // one past the atom
+    if (p[0] == '[') {
+      size_t i = 1;
+      if (i < p.size() && p[i] == '^') ++i;
+      if (i < p.size() && p[i] == ']') fail_combination();
+      for (; i < p.size() && p[i] != ']'; ++i) {
+        if (p[i] == '[') fail_combination();
+        if (p[i] == '\\') ++i;
+      }
+      if (i >= p.size()) fail_combination();
+      end = i + 1;
+    } else if (p[0] == '\\') {
+      if (p.size() < 2 || std::string("dDwWsS.-\\/[](){}*+?^$|").find(p[1]) == std::string::npos) fail_combination();
+      end = 2;
+    } else if (std::string("()|*+?{").find(p[0]) != std::string::npos) {
+      fail_combination();
+    } else {
+      uint32_t cp;
+      end = decode_utf8(p, 0, &cp);
+      if (end == 0) fail_combination();
+    }
+    const std::string atom = p.substr(0, end), quant = p.substr(end);
+    int64_t a = 1, b = 1;  // repetitions of the atom, b < 0: unbounded
+    if (quant == "*") a = 0, b = -1;
+    else if (quant == "+") a = 1, b = -1;
+    else if (quant == "?") a = 0, b = 1;
+    else if (!quant.empty()) {
+      if (quant.front() != '{' || quant.back() != '}') fail_combination();
+      const std::string inner = quant.substr(1, quant.size() - 2);
+      const size_t comma = inner.find(',');
+      auto number = [&](const std::string& t) -> int64_t {
+        if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) fail_combination();
+        return std::stoll(t);
+      };
+      a = number(comma == std::string::npos ? inner : inner.substr(0, comma));
+      b = comma == std::string::npos ? a : comma + 1 == inner.size() ? -1 : number(inner.substr(comma + 1));
+    }
+    const int64_t from = std::max(a, lo);
+    const int64_t to = b < 0 ? hi : hi < 0 ? b : std::min(b, hi);
+    if (to >= 0 && to < from)
+      unsupported(hi >= 0 ? "maxLength" : "minLength", ptr,
+                  "no string matches pattern '" + pattern + "' within the length bounds");
+    if (from > 10000 || to > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
+    return "^" + atom + "{" + std::to_string(from) + "," + (to >= 0 ? std::to_string(to) : "") + "}$";
+  }
+
   std::string visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
     if (s.contains("format")) {
       std::string f = s["format"].get<std::string>();
@@ -467,11 +527,15 @@ class SchemaConverter {
       return string_rule(hint + "_" + sanitize(f), "(" + body + ")");
     }
     if (s.contains("pattern")) {
-      if (s.contains("minLength") || s.contains("maxLength"))
-        unsupported("pattern", ptr, "pattern combined with minLength/maxLength");
+      std::string pattern = s["pattern"].get<std::string>();
+      if (s.contains("minLength") || s.contains("maxLength")) {
+        int64_t lo = s.value("minLength", int64_t{0}), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
+        if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
+        pattern = length_bounded_pattern(pattern, lo, hi, ptr);
+      }
       std::string body;
       try {
-        body = regex_to_ebnf_expr(s["pattern"].get<std::string>(), /*inside_json_string=*/true);
+        body = regex_to_ebnf_expr(pattern, /*inside_json_string=*/true);
       } catch (const Error& e) {
         unsupported("pattern", ptr, e.what());
       }

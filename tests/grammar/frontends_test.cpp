@@ -140,6 +140,10 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithPointer) {
   EXPECT_NE(e.find("'propertyNames'"), std::string::npos) << e;
   e = err(R"({"type":"object","patternProperties":{"^a":{},"^b":{}}})");
   EXPECT_NE(e.find("'patternProperties'"), std::string::npos) << e;
+  e = err(R"({"type":"string","pattern":"^(ab)+$","maxLength":4})");
+  EXPECT_NE(e.find("'maxLength'"), std::string::npos) << e;
+  e = err(R"({"type":"string","pattern":"^[a-z]{5}$","maxLength":4})");
+  EXPECT_NE(e.find("no string matches"), std::string::npos) << e;
   e = err(R"({"type":"string","format":"email","maxLength":20})");
   EXPECT_NE(e.find("'maxLength'"), std::string::npos) << e;
   e = err(R"({"type":"object","properties":{"a":{}},"additionalProperties":false,"minProperties":2})");
