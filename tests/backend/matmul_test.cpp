@@ -179,12 +179,14 @@ TEST_P(MatmulHarness, MatchesDoubleReferenceOnEveryIsa) {
   }
 }
 
-// Batched activations (n >= 2) go through the column kernels
-// (matmul_columns.inc): 16 activation rows per vector, padded groups, 12-row (AVX-512) or 4-row
-// weight tiles with a row tail, vectorized Q4_1/Q8_0 decoders with a block
-// tail. Every n from 1 to 17 plus 33 and 64, block counts 3, 5 and 18, and
-// weight rows 13 and 40 (full tiles plus tail rows), against the reference with
-// the same int8 activations: only f32 rounding may differ.
+// Quantized weights of the column-kernel types go through the few-row kernel
+// (n <= 3: 8 weight rows per vector, a vphaddd tree of block dots) or the
+// column kernels (n >= 4: 16 activation rows per vector, padded groups,
+// 12-row (AVX-512) or 4-row weight tiles with a row tail, vectorized Q4_1 and
+// Q8_0 decoders with a block tail); see matmul_columns.inc. Q6_K keeps the row
+// kernels. Every n from 1 to 17 plus 33 and 64, block counts 3, 5 and 18, and
+// weight rows 13 and 40 (full tiles plus tail rows), against the reference
+// with the same int8 activations: only f32 rounding may differ.
 TEST(MatmulColumns, EveryBatchSizeMatchesInt8Reference) {
   const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
                          DType::Q6_K, DType::AFFINE4_G64, DType::AFFINE8_G32};
