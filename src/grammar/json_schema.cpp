@@ -839,9 +839,11 @@ class SchemaConverter {
         append_utf8(c, cp);
         alts.push_back(ebnf_quote(c) + " " + build(kid));
       }
+      // Its own rule with the key lookahead (blanks then ':'): not inlined,
+      // so a key trie used at several places of an object is compiled once.
       std::string body;
       for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-      return add_rule("key_excl", body);
+      return add_rule("key_excl", "(" + body + ") (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
     };
     return "\"\\\"\" " + build(0);
   }
