@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <limits>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -237,7 +236,9 @@ void clear_shared_mask_cache() {
 }
 
 void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
-  CompiledGrammar::compile(Grammar::builtin_json(), vocabulary);
+  // Every state computed now (none deferred), so all of them enter the cache.
+  const CompileLimits all_states{.defer_tokens = 0};
+  CompiledGrammar::compile(Grammar::builtin_json(), vocabulary, all_states);
   nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
   for (const char* type : {"string", "number", "integer", "boolean", "null", "object", "array"})
     alternatives.push_back({{"type", type}});
@@ -251,7 +252,7 @@ void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
   const nlohmann::ordered_json schema = {{"type", "array"}, {"items", {{"anyOf", alternatives}}}};
   for (bool any_whitespace : {true, false})
     CompiledGrammar::compile(Grammar::from_json_schema(schema, SchemaOptions{.any_whitespace = any_whitespace}),
-                             vocabulary);
+                             vocabulary, all_states);
 }
 
 // Computes, deduplicates and owns the masks of one compiled grammar; kept
@@ -293,7 +294,10 @@ class MaskBuilder {
       const int32_t n1 = child(0, static_cast<uint8_t>(b1));
       if (n1 < 0) continue;
       const int32_t c1 = dfa_.next(c0, static_cast<uint8_t>(b1));
-      if (dfa_.escaped(c1)) return std::numeric_limits<int64_t>::max();  // leaves the rule: keep it eager
+      if (dfa_.escaped(c1)) {  // the rule can end here: every token below may need a lookahead check
+        total += nodes[n1].rank_end - nodes[n1].rank_begin;
+        continue;
+      }
       total += nodes[n1].num_exact;
       if (dfa_.dead(c1)) continue;
       for (char b2 : std::string(dfa_.readable_bytes(c1))) {
@@ -402,15 +406,14 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
     } else if (limits.defer_tokens > 0 && builder.walk_estimate(s) <= limits.defer_tokens) {
       out->deferred_[s] = 1;
       ++out->stats_.num_deferred_states;
-      continue;
     } else {
       m = builder.compute(s);
-      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      BRIOCHE_CHECK(elapsed <= limits.max_seconds, "grammar compile exceeded its time budget of ", limits.max_seconds,
-                    " s (", out->stats_.num_scannable_states, " of the automaton's ", num_states,
-                    " states done); simplify the grammar or raise CompileLimits::max_seconds");
     }
     out->state_mask_[s].store(m, std::memory_order_relaxed);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    BRIOCHE_CHECK(elapsed <= limits.max_seconds, "grammar compile exceeded its time budget of ", limits.max_seconds,
+                  " s (", out->stats_.num_scannable_states, " of the automaton's ", num_states,
+                  " states done); simplify the grammar or raise CompileLimits::max_seconds");
   }
   out->stats_.num_distinct_masks = builder.num_masks();
   out->stats_.mask_bytes = builder.total_bytes();
