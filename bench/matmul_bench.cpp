@@ -1,5 +1,6 @@
 // Matmul throughput on the SmolLM2-135M shapes, per weight dtype, decode
-// (n = 1) and prefill (n = 128). Counters: weight GB/s and GFLOP/s.
+// (n = 1), 16 sequences decoding together (n = 16) and prefill (n = 128).
+// Counters: weight GB/s and GFLOP/s.
 //   ./bench_matmul_bench --benchmark_filter=q4_1
 // Set BRIOCHE_ISA=avx2|avx512|avx512_vnni|scalar to force a path and
 // BRIOCHE_THREADS=n for the pool size (default: all hardware threads).
@@ -68,7 +69,7 @@ int register_all() {
   apply_isa_env();
   for (DType t : kTypes)
     for (const Shape& s : kShapes)
-      for (int64_t n : {1, 128}) {
+      for (int64_t n : {1, 16, 128}) {
         // K-quants need k % 256 == 0: SmolLM2's 576 is not (GGUF files use other types there).
         if (s.k % dtype_info(t).block_elems != 0) continue;
         std::string name = std::string(dtype_name(t)) + "/" + s.name + "/n" + std::to_string(n);
