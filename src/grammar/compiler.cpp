@@ -340,6 +340,19 @@ class MaskBuilder {
     return found;
   }
 
+  // After the eager pass only deferred (small) states are computed, so the
+  // accepted lists kept for deduplication of large masks are dropped: the
+  // builder lives as long as the compiled grammar.
+  void end_eager_pass() {
+    const size_t large = static_cast<size_t>(v_.num_words());
+    for (auto& [hash, bucket] : by_hash_)
+      bucket.erase(std::remove_if(bucket.begin(), bucket.end(),
+                                  [&](size_t i) { return accepted_of_[i].size() >= large; }),
+                   bucket.end());
+    for (auto& accepted : accepted_of_)
+      if (accepted.size() >= large) std::vector<int32_t>().swap(accepted);
+  }
+
   size_t total_bytes() const { return total_bytes_; }
   int32_t num_masks() const { return static_cast<int32_t>(masks_.size()); }
 
@@ -415,6 +428,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
                   " s (", out->stats_.num_scannable_states, " of the automaton's ", num_states,
                   " states done); simplify the grammar or raise CompileLimits::max_seconds");
   }
+  builder.end_eager_pass();
   out->stats_.num_distinct_masks = builder.num_masks();
   out->stats_.mask_bytes = builder.total_bytes();
   out->stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();

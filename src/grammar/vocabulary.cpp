@@ -37,11 +37,6 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
     while (l < m && a[l] == b[l]) ++l;
     lcp_prev_[r] = static_cast<uint16_t>(l);
   }
-  first_rank_of_byte_.assign(257, static_cast<int32_t>(sorted_ids_.size()));
-  for (int32_t r = static_cast<int32_t>(sorted_ids_.size()) - 1; r >= 0; --r)
-    first_rank_of_byte_[static_cast<unsigned char>(tokens_[sorted_ids_[r]][0])] = r;
-  for (int b = 255; b >= 0; --b)
-    first_rank_of_byte_[b] = std::min(first_rank_of_byte_[b], first_rank_of_byte_[b + 1]);
 
   // Trie: token r adds nodes for its prefixes longer than its LCP with
   // token r-1 (none when it equals r-1). Children are then grouped per

@@ -39,8 +39,6 @@ class Vocabulary {
   const std::vector<int32_t>& sorted_ids() const { return sorted_ids_; }
   const std::vector<uint16_t>& lcp_with_previous() const { return lcp_prev_; }
   std::string_view ranked(int32_t rank) const { return tokens_[sorted_ids_[rank]]; }
-  // Ranks whose tokens start with byte b: [first_rank_of_byte[b], first_rank_of_byte[b+1]).
-  const std::vector<int32_t>& first_rank_of_byte() const { return first_rank_of_byte_; }
 
   // The same trie as explicit nodes (one per distinct token prefix; node 0
   // is the empty prefix) with child lists, so a walk reads each shared
@@ -66,7 +64,6 @@ class Vocabulary {
   std::vector<int32_t> eos_ids_;
   std::vector<int32_t> sorted_ids_;
   std::vector<uint16_t> lcp_prev_;
-  std::vector<int32_t> first_rank_of_byte_;
   std::vector<TrieNode> trie_nodes_;
   std::vector<TrieEdge> trie_edges_;
   int32_t max_token_length_ = 0;
