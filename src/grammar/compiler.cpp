@@ -173,12 +173,19 @@ class StatePrecompute {
   std::vector<uint8_t> byte_buffer_;
 };
 
+// Four independent FNV-style lanes (wide masks hold ~100k ids; one
+// dependent multiply chain would dominate).
+uint64_t hash_ids(const std::vector<int32_t>& ids, uint64_t seed) {
+  uint64_t lane[4] = {seed, seed ^ 0x9e3779b97f4a7c15ull, seed ^ 0xbf58476d1ce4e5b9ull, seed ^ 0x94d049bb133111ebull};
+  size_t i = 0;
+  for (; i + 4 <= ids.size(); i += 4)
+    for (int k = 0; k < 4; ++k) lane[k] = (lane[k] ^ static_cast<uint32_t>(ids[i + k])) * 1099511628211ull;
+  for (; i < ids.size(); ++i) lane[0] = (lane[0] ^ static_cast<uint32_t>(ids[i])) * 1099511628211ull;
+  return lane[0] ^ (lane[1] * 3) ^ (lane[2] * 5) ^ (lane[3] * 7) ^ ids.size();
+}
+
 uint64_t hash_mask(const std::vector<int32_t>& acc, const std::vector<int32_t>& unc) {
-  uint64_t h = 1469598103934665603ull ^ acc.size() ^ (unc.size() << 32);
-  for (int32_t x : acc) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
-  h ^= 0xabcdefull;
-  for (int32_t x : unc) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
-  return h;
+  return hash_ids(acc, 1469598103934665603ull) * 31 + hash_ids(unc, 0xabcdefull);
 }
 
 // Masks keyed by (vocabulary, rule structure hash, state offset in the
