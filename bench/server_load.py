@@ -27,6 +27,7 @@ clients queue.
 """
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -86,6 +87,95 @@ async def one_request(client, i, args, stats):
     stats["completed"] += 1
 
 
+async def raw_sse_events(url, path, body, api_key):
+    """POSTs body as JSON over a fresh HTTP/1.1 connection and yields each SSE
+    `data:` payload as it arrives (chunked or close-delimited body).
+    A light client for --client raw: the openai client's per-chunk parsing
+    costs ~1 ms of CPU, which on a 2-core machine competes with the server."""
+    host, port = url.replace("http://", "").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        payload = json.dumps(body).encode()
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {api_key}\r\n"
+                     f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                     f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = head.split(b"\r\n")[0]
+        if b" 200 " not in status + b" ":
+            raise RuntimeError(f"HTTP status {status!r}")
+        chunked = b"transfer-encoding: chunked" in head.lower()
+        pending = b""
+
+        async def body_pieces():
+            if not chunked:
+                while piece := await reader.read(65536):
+                    yield piece
+                return
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    return
+                yield await reader.readexactly(size)
+                await reader.readexactly(2)
+
+        async for piece in body_pieces():
+            pending += piece
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                line = line.rstrip(b"\r")
+                if line.startswith(b"data:"):
+                    yield line[5:].strip().decode()
+    finally:
+        writer.close()
+
+
+async def one_request_raw(_client, i, args, stats):
+    """one_request with the light client: the same checks on the stream."""
+    start = time.perf_counter()
+    first = last = None
+    itl = []
+    ids = set()
+    finishes = 0
+    usage = None
+    content_chunks = 0
+    done = False
+    body = {"model": args.model, "messages": [{"role": "user", "content": f"Request {i}: say something about the number {i}."}],
+            "max_tokens": args.max_tokens, "temperature": 0.7, "seed": i, "stream": True}
+    if args.usage:
+        body["stream_options"] = {"include_usage": True}
+    async for data in raw_sse_events(args.url, "/v1/chat/completions", body, args.api_key):
+        if done:
+            stats["errors"].append(f"request {i}: data after [DONE]")
+            return
+        if data == "[DONE]":
+            done = True
+            continue
+        chunk = json.loads(data)
+        ids.add(chunk["id"])
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices", []):
+            if (choice.get("delta") or {}).get("content"):
+                content_chunks += 1
+                now = time.perf_counter()
+                if first is None:
+                    first = now
+                    stats["ttft"].append(now - start)
+                else:
+                    itl.append(now - last)
+                last = now
+            if choice.get("finish_reason"):
+                finishes += 1
+    if not done or finishes != 1 or len(ids) != 1 or (args.usage and usage is None):
+        stats["errors"].append(f"request {i}: done={done} finishes={finishes} ids={len(ids)} usage={usage}")
+        return
+    stats["ids"].append(next(iter(ids)))
+    stats["itl"].extend(itl)
+    stats["tokens"] += usage["completion_tokens"] if args.usage else content_chunks
+    stats["completed"] += 1
+
+
 async def idle_connections(url, count):
     """Opens `count` keep-alive connections that each make one request and then stay idle."""
     host, port = url.replace("http://", "").split(":")
@@ -126,7 +216,7 @@ async def run_load(args):
             except asyncio.QueueEmpty:
                 return
             try:
-                await one_request(client, i, args, stats)
+                await (one_request_raw if args.client == "raw" else one_request)(client, i, args, stats)
             except Exception as e:  # noqa: BLE001 - every failure is reported
                 stats["errors"].append(f"request {i}: {type(e).__name__}: {e}")
 
@@ -235,7 +325,7 @@ async def compare(args):
             s.stop()
     print(f"load average at end: {os.getloadavg()}")
     print(f"\nmedians over {args.rounds} rounds, max_tokens {args.max_tokens}, {args.requests_per_client} requests "
-          f"per client, {args.threads} threads")
+          f"per client, {args.threads} threads, {args.client} client")
     print("| server | clients | aggregate tok/s (median) | rounds | TTFT p50 | ITL p50 | errors |")
     print("|---|---|---|---|---|---|---|")
     failed = False
@@ -266,6 +356,8 @@ async def main():
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--api-key", default="unused")
     p.add_argument("--idle", type=int, default=0, help="idle connections to hold open during the run")
+    p.add_argument("--client", choices=["openai", "raw"], default="openai",
+                   help="openai: the official async client; raw: a light SSE client (same checks, less CPU)")
     p.add_argument("--no-usage", dest="usage", action="store_false",
                    help="count streamed content chunks as tokens (servers without stream usage)")
     p.add_argument("--compare", action="store_true", help="start brioche and llama-cpp-python and compare them")
