@@ -76,6 +76,22 @@ __device__ __forceinline__ void gemv_store(const GemvArgs& a, const GemvTarget& 
   float* out = t.y + int64_t(r) * t.ldy;
   *out = a.accumulate ? *out + v : v;
 }
+
+// Sums each x row's per-lane partials over the warp and stores them (lane 0).
+template <bool kSwiglu, int kMaxRows>
+__device__ __forceinline__ void gemv_reduce_store(const GemvArgs& a, const GemvTarget& t, int lane,
+                                                  const float (&acc)[kMaxRows], const float (&acc_up)[kMaxRows]) {
+#pragma unroll
+  for (int r = 0; r < kMaxRows; ++r) {
+    float s = acc[r], s_up = acc_up[r];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, off);
+      if constexpr (kSwiglu) s_up += __shfl_xor_sync(0xffffffffu, s_up, off);
+    }
+    if (lane == 0 && r < a.n) gemv_store<kSwiglu>(a, t, r, s, s_up);
+  }
+}
 #endif
 
 // Launchers, one per file so nvcc runs in parallel.

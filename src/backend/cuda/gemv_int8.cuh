@@ -87,16 +87,7 @@ __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, 
     for (int r = 0; r < kMaxRows; ++r) acc[r] = acc_up[r] = 0.0f;
     Dot<T>::template row<kMaxRows>(t.w, x, a.n, lane, acc);
     if constexpr (kSwiglu) Dot<T>::template row<kMaxRows>(t.w_up, x, a.n, lane, acc_up);
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-      float s = acc[r], s_up = acc_up[r];
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-        if constexpr (kSwiglu) s_up += __shfl_xor_sync(0xffffffffu, s_up, off);
-      }
-      if (lane == 0 && r < a.n) gemv_store<kSwiglu>(a, t, r, s, s_up);
-    }
+    gemv_reduce_store<kSwiglu, kMaxRows>(a, t, lane, acc, acc_up);
   }
 }
 

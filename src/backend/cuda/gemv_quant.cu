@@ -85,18 +85,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
   }
 #pragma unroll
-  for (int w = 0; w < kRowsPerWarp; ++w) {
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-      float s = acc[w][r], s_up = acc_up[w][r];
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-        if constexpr (kSwiglu) s_up += __shfl_xor_sync(0xffffffffu, s_up, off);
-      }
-      if (lane == 0 && r < a.n && row0 + w < a.m) gemv_store<kSwiglu>(a, t[w], r, s, s_up);
-    }
-  }
+  for (int w = 0; w < kRowsPerWarp; ++w)
+    if (row0 + w < a.m) gemv_reduce_store<kSwiglu, kMaxRows>(a, t[w], lane, acc[w], acc_up[w]);
 }
 
 template <DType T, int kMaxRows, int kRowsPerWarp, bool kSwiglu>
