@@ -309,8 +309,12 @@ std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const Decim
 
 std::string format_ebnf(const std::string& f) {
   static const std::string kDate = "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])";
+  // Seconds stop at 59: RFC 3339's leap second 60 is valid only at 23:59:60
+  // UTC on the few days that have one, and validators (Python's jsonschema)
+  // reject it, so a constrained answer never uses it. xgrammar allows 60:
+  // a documented difference (tools/oracle/grammar_goldens.py).
   static const std::string kTime =
-      "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" ([0-5] [0-9] | \"60\") (\".\" [0-9]+)? "
+      "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]+)? "
       "(\"Z\" | [+\\-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])";
   static const std::string kOctet = "(\"25\" [0-5] | \"2\" [0-4] [0-9] | [01]? [0-9]? [0-9])";
   static const std::string kPct = "\"%\" [0-9A-Fa-f] [0-9A-Fa-f]";

@@ -193,7 +193,10 @@ TEST(JsonSchema, RecursiveRefsAndFormats) {
   auto fmt = [](const char* f) {
     return Grammar::from_json_schema(nlohmann::ordered_json{{"type", "string"}, {"format", f}});
   };
-  EXPECT_TRUE(accepts(fmt("date-time"), "\"2024-02-29T23:59:60.5+05:30\""));
+  EXPECT_TRUE(accepts(fmt("date-time"), "\"2024-02-29T23:59:59.5+05:30\""));
+  // No leap second: validators reject second 60 (schema_formats.cpp).
+  EXPECT_FALSE(accepts(fmt("date-time"), "\"2024-02-29T23:59:60.5+05:30\""));
+  EXPECT_FALSE(accepts(fmt("time"), "\"23:59:60Z\""));
   EXPECT_FALSE(accepts(fmt("date"), "\"2024-13-01\""));
   EXPECT_TRUE(accepts(fmt("uuid"), "\"123e4567-e89b-12d3-a456-426614174000\""));
   EXPECT_TRUE(accepts(fmt("ipv4"), "\"192.168.0.255\""));

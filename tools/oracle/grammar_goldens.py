@@ -45,10 +45,34 @@ def mask_hash(words_u32, mult):
         return int(np.sum(words_u32.astype(np.uint64) * mult, dtype=np.uint64))
 
 
+# brioche's "time" (and the time part of "date-time") stops seconds at 59;
+# xgrammar's allows the leap second 60, which validators such as Python's
+# jsonschema reject. A documented difference: xgrammar gets those formats as
+# the equivalent pattern of brioche's language, so the masks still compare.
+# (Written for xgrammar 0.2.9's pattern converter: an optional group as
+# "(...|)" — "(...+)?" there lets a digit follow the seconds — and "[-+]"
+# rather than "[+\-]".)
+DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]+|)(Z|[-+]([01][0-9]|2[0-3]):[0-5][0-9])"
+FORMAT_PATTERNS = {"time": "^" + TIME + "$", "date-time": "^" + DATE + "T" + TIME + "$"}
+
+
+def for_xgrammar(schema):
+    if isinstance(schema, list):
+        return [for_xgrammar(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: for_xgrammar(v) for k, v in schema.items()}
+    if out.get("format") in FORMAT_PATTERNS:
+        out["pattern"] = FORMAT_PATTERNS[out.pop("format")]
+    return out
+
+
 def compile_case(compiler, kind, source, options):
     if kind == "json_schema":
         ws = options.get("max_whitespace", MAX_WHITESPACE)
-        return compiler.compile_json_schema(json.dumps(source), any_whitespace=options.get("any_whitespace", True),
+        return compiler.compile_json_schema(json.dumps(for_xgrammar(source)),
+                                            any_whitespace=options.get("any_whitespace", True),
                                             max_whitespace_cnt=ws if ws > 0 else None)
     if kind == "ebnf":
         return compiler.compile_grammar(source)
