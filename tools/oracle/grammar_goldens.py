@@ -49,9 +49,9 @@ def mask_hash(words_u32, mult):
 # xgrammar's allows the leap second 60, which validators such as Python's
 # jsonschema reject. A documented difference: xgrammar gets those formats as
 # the equivalent pattern of brioche's language, so the masks still compare.
-# (Written for xgrammar 0.2.9's pattern converter: an optional group as
-# "(...|)" — "(...+)?" there lets a digit follow the seconds — and "[-+]"
-# rather than "[+\-]".)
+# (Written for xgrammar 0.2.9's JSON-pattern converter: the optional
+# fraction as "(...|)"; there "(...+)?" lets a digit follow the seconds,
+# which its compile_regex does not.)
 DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
 TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]+|)(Z|[-+]([01][0-9]|2[0-3]):[0-5][0-9])"
 FORMAT_PATTERNS = {"time": "^" + TIME + "$", "date-time": "^" + DATE + "T" + TIME + "$"}
