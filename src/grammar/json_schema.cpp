@@ -183,7 +183,9 @@ class SchemaConverter {
     if (!s.is_object()) unsupported("schema", ptr, "expected an object or boolean, found " + s.dump());
     for (auto& [k, v] : s.items())
       if (!kHandled.count(k) && !kAnnotations.count(k))
-        unsupported(k, ptr, "this keyword is not implemented; remove it or rewrite the schema without it");
+        unsupported(k, ptr,
+                    "a context-free grammar cannot enforce it here; expected only the keywords listed in "
+                    "docs/grammar.md (remove it or rewrite the schema without it)");
 
     if (s.contains("$ref")) {
       const std::string ref = s["$ref"].get<std::string>();
@@ -339,10 +341,15 @@ class SchemaConverter {
     const Json& m = s["multipleOf"];
     if (!m.is_number() || m.get<double>() <= 0) unsupported("multipleOf", ptr, "expected a positive number");
     if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum"))
-      unsupported("multipleOf", ptr, "combined with minimum/maximum (the intersection is not implemented)");
+      unsupported("multipleOf", ptr,
+                  "expected multipleOf without minimum/maximum/exclusiveMinimum/exclusiveMaximum, found both "
+                  "(a divisor and a range are each a grammar, their intersection is not one the compiler builds)");
     const double v = m.get<double>();
     if (v == std::floor(v)) {
-      if (v > 1000) unsupported("multipleOf", ptr, "divisors above 1000 are not implemented (one rule per remainder)");
+      if (v > 1000)
+        unsupported("multipleOf", ptr,
+                    "expected an integer divisor of at most 1000 (the grammar has one rule per remainder), found " +
+                        m.dump());
       return static_cast<int64_t>(v);
     }
     for (int p = 1; p <= 9 && !integer_type; ++p)
@@ -351,8 +358,9 @@ class SchemaConverter {
         return 1;
       }
     unsupported("multipleOf", ptr,
-                integer_type ? "a fractional divisor of an integer is not implemented"
-                             : "only integer divisors and powers of ten (0.1, 0.01, ...) are expressible");
+                (integer_type ? "expected an integer divisor for an integer, found "
+                              : "expected an integer divisor or a power of ten (0.1, 0.01, ...), found ") +
+                    m.dump());
   }
 
   // Canonical decimal integers (no leading zeros, no "-0") divisible by k:
@@ -512,8 +520,8 @@ class SchemaConverter {
       std::string f = s["format"].get<std::string>();
       std::string body = format_ebnf(f);
       if (body.empty())
-        unsupported("format", ptr, "format '" + f + "' is not implemented (supported: " + supported_formats() + ")");
-      if (s.contains("pattern")) unsupported("pattern", ptr, "format combined with pattern");
+        unsupported("format", ptr, "expected one of " + supported_formats() + ", found '" + f + "'");
+      if (s.contains("pattern")) unsupported("pattern", ptr, "expected either format or pattern on one string, found both");
       if (s.contains("minLength") || s.contains("maxLength")) {
         // Exact only for formats of one fixed length: the bounds either
         // admit it (and add nothing) or admit no string.
@@ -645,7 +653,8 @@ class SchemaConverter {
     if (max_props >= 0 && max_props < min_props) unsupported("minProperties", ptr, "minProperties exceeds maxProperties");
     if (min_props > 64 || max_props > 64)
       unsupported(min_props > 64 ? "minProperties" : "maxProperties", ptr,
-                  "bounds above 64 are not implemented (the grammar counts members one rule per count)");
+                  "expected a bound of at most 64 (the grammar counts members, one rule per count), found " +
+                      std::to_string(std::max(min_props, max_props)));
     const bool counted = min_props > 0 || max_props >= 0;
     // Additional properties: none, a schema, or anything; their key is any
     // other string, or what propertyNames / patternProperties allow.
