@@ -40,6 +40,18 @@ void for_row_ranges(int64_t m, int64_t n, int64_t k, int tile_rows, Fn&& fn) {
   });
 }
 
+// Runs `kernel` on copies of `job` covering rows [0, a.m) in tiles of
+// tile_rows (each copy's row_begin/row_end set), spread over the pool.
+template <typename Job, typename Kernel>
+void run_row_tiles(const MatmulArgs& a, int tile_rows, const Job& job, Kernel kernel) {
+  for_row_ranges(a.m, a.n, a.k, tile_rows, [&](int64_t r0, int64_t r1) {
+    Job part = job;
+    part.row_begin = r0;
+    part.row_end = r1;
+    kernel(part);
+  });
+}
+
 // Portable path: decode each weight row to f32 and dot in f32 (no activation
 // quantization). Slow, but it is the reference the SIMD paths are held to.
 void matmul_scalar(const MatmulArgs& a) {
@@ -77,13 +89,8 @@ void matmul(const MatmulArgs& a) {
 
   const auto* w = static_cast<const uint8_t*>(a.w);
   if (!info.quantized) {
-    FloatRowsJob job{a.wtype, w, a.w_row_bytes, a.x, a.ldx, a.n, a.k, a.y, a.ldy, 0, 0};
-    for_row_ranges(a.m, a.n, a.k, kernels->rows_per_tile, [&](int64_t r0, int64_t r1) {
-      FloatRowsJob part = job;
-      part.row_begin = r0;
-      part.row_end = r1;
-      kernels->float_rows(part);
-    });
+    const FloatRowsJob job{a.wtype, w, a.w_row_bytes, a.x, a.ldx, a.n, a.k, a.y, a.ldy, 0, 0};
+    run_row_tiles(a, kernels->rows_per_tile, job, kernels->float_rows);
     return;
   }
 
@@ -95,13 +102,8 @@ void matmul(const MatmulArgs& a) {
     // sequence's logits do not depend on what it is batched with).
     const BlockActs acts = scratch.layout_blocks(a.n, a.k);
     quantize_acts_blocks(a.x, a.ldx, acts);
-    QuantFewJob job{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0};
-    for_row_ranges(a.m, a.n, a.k, kernels->few_tile_rows, [&](int64_t r0, int64_t r1) {
-      QuantFewJob part = job;
-      part.row_begin = r0;
-      part.row_end = r1;
-      kernels->quant_few(part);
-    });
+    run_row_tiles(a, kernels->few_tile_rows, QuantFewJob{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0},
+                  kernels->quant_few);
     return;
   }
   if (column_type) {
@@ -109,13 +111,8 @@ void matmul(const MatmulArgs& a) {
     ThreadPool::global().parallel_for(acts.n_groups * 2, 1, [&](int64_t o0, int64_t o1) {
       quantize_acts_columns(a.x, a.ldx, o0, o1, acts);  // 8 rows per octet
     });
-    QuantColumnsJob job{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0};
-    for_row_ranges(a.m, a.n, a.k, kernels->column_tile_rows, [&](int64_t r0, int64_t r1) {
-      QuantColumnsJob part = job;
-      part.row_begin = r0;
-      part.row_end = r1;
-      kernels->quant_columns(part);
-    });
+    run_row_tiles(a, kernels->column_tile_rows, QuantColumnsJob{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0},
+                  kernels->quant_columns);
     return;
   }
   const QuantizedActs acts = scratch.layout(a.n, a.k);
@@ -126,13 +123,8 @@ void matmul(const MatmulArgs& a) {
   } else {
     quantize_acts(a.x, a.ldx, 0, a.n, acts);
   }
-  QuantRowsJob job{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0};
-  for_row_ranges(a.m, a.n, a.k, kernels->rows_per_tile, [&](int64_t r0, int64_t r1) {
-    QuantRowsJob part = job;
-    part.row_begin = r0;
-    part.row_end = r1;
-    kernels->quant_rows(part);
-  });
+  run_row_tiles(a, kernels->rows_per_tile, QuantRowsJob{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0},
+                kernels->quant_rows);
 }
 
 }  // namespace brioche::cpu
