@@ -49,42 +49,65 @@ def percentile(values, p):
     return values[k]
 
 
+class StreamTally:
+    """What one streamed request must look like (one id, one finish, usage when
+    asked) and what it measured (TTFT, inter-token gaps, content chunks); the
+    same checks for both clients."""
+
+    def __init__(self, i, args, stats):
+        self.i, self.args, self.stats = i, args, stats
+        self.start = time.perf_counter()
+        self.first = self.last = None
+        self.itl, self.ids = [], set()
+        self.finishes = self.content_chunks = 0
+        self.usage_tokens = None
+
+    def chunk(self, chunk_id, usage_tokens, choices):
+        """choices: (has_content, finish_reason) per choice of the chunk."""
+        self.ids.add(chunk_id)
+        if usage_tokens is not None:
+            self.usage_tokens = usage_tokens
+        for has_content, finish_reason in choices:
+            if has_content:
+                self.content_chunks += 1
+                now = time.perf_counter()
+                if self.first is None:
+                    self.first = now
+                    self.stats["ttft"].append(now - self.start)
+                else:
+                    self.itl.append(now - self.last)
+                self.last = now
+            if finish_reason:
+                self.finishes += 1
+
+    def close(self, problem=None):
+        if problem is None and (self.finishes != 1 or len(self.ids) != 1 or
+                                (self.args.usage and self.usage_tokens is None)):
+            problem = f"finishes={self.finishes} ids={len(self.ids)} usage={self.usage_tokens}"
+        if problem:
+            self.stats["errors"].append(f"request {self.i}: {problem}")
+            return
+        self.stats["ids"].append(next(iter(self.ids)))
+        self.stats["itl"].extend(self.itl)
+        self.stats["tokens"] += self.usage_tokens if self.args.usage else self.content_chunks
+        self.stats["completed"] += 1
+
+
+def prompt(i):
+    return [{"role": "user", "content": f"Request {i}: say something about the number {i}."}]
+
+
 async def one_request(client, i, args, stats):
-    start = time.perf_counter()
-    first = last = None
-    itl = []
-    ids = set()
-    finishes = 0
-    usage = None
-    content_chunks = 0
+    tally = StreamTally(i, args, stats)
     extra = {"stream_options": {"include_usage": True}} if args.usage else {}
     stream = await client.chat.completions.create(
-        model=args.model, messages=[{"role": "user", "content": f"Request {i}: say something about the number {i}."}],
-        max_tokens=args.max_tokens, temperature=0.7, seed=i, stream=True, **extra)
+        model=args.model, messages=prompt(i), max_tokens=args.max_tokens, temperature=0.7, seed=i, stream=True,
+        **extra)
     async for chunk in stream:
-        ids.add(chunk.id)
-        if chunk.usage:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            if choice.delta.content:
-                content_chunks += 1
-                now = time.perf_counter()
-                if first is None:
-                    first = now
-                    stats["ttft"].append(now - start)
-                else:
-                    itl.append(now - last)
-                last = now
-            if choice.finish_reason:
-                finishes += 1
+        tally.chunk(chunk.id, chunk.usage.completion_tokens if chunk.usage else None,
+                    [(bool(c.delta.content), c.finish_reason) for c in chunk.choices])
     # The client ends the iteration only at "data: [DONE]".
-    if finishes != 1 or len(ids) != 1 or (args.usage and usage is None):
-        stats["errors"].append(f"request {i}: finishes={finishes} ids={len(ids)} usage={usage}")
-        return
-    stats["ids"].append(next(iter(ids)))
-    stats["itl"].extend(itl)
-    stats["tokens"] += usage.completion_tokens if args.usage else content_chunks
-    stats["completed"] += 1
+    tally.close()
 
 
 async def raw_sse_events(url, path, body, api_key):
@@ -132,48 +155,24 @@ async def raw_sse_events(url, path, body, api_key):
 
 async def one_request_raw(_client, i, args, stats):
     """one_request with the light client: the same checks on the stream."""
-    start = time.perf_counter()
-    first = last = None
-    itl = []
-    ids = set()
-    finishes = 0
-    usage = None
-    content_chunks = 0
+    tally = StreamTally(i, args, stats)
     done = False
-    body = {"model": args.model, "messages": [{"role": "user", "content": f"Request {i}: say something about the number {i}."}],
-            "max_tokens": args.max_tokens, "temperature": 0.7, "seed": i, "stream": True}
+    body = {"model": args.model, "messages": prompt(i), "max_tokens": args.max_tokens, "temperature": 0.7,
+            "seed": i, "stream": True}
     if args.usage:
         body["stream_options"] = {"include_usage": True}
     async for data in raw_sse_events(args.url, "/v1/chat/completions", body, args.api_key):
         if done:
-            stats["errors"].append(f"request {i}: data after [DONE]")
-            return
+            return tally.close("data after [DONE]")
         if data == "[DONE]":
             done = True
             continue
         chunk = json.loads(data)
-        ids.add(chunk["id"])
-        if chunk.get("usage"):
-            usage = chunk["usage"]
-        for choice in chunk.get("choices", []):
-            if (choice.get("delta") or {}).get("content"):
-                content_chunks += 1
-                now = time.perf_counter()
-                if first is None:
-                    first = now
-                    stats["ttft"].append(now - start)
-                else:
-                    itl.append(now - last)
-                last = now
-            if choice.get("finish_reason"):
-                finishes += 1
-    if not done or finishes != 1 or len(ids) != 1 or (args.usage and usage is None):
-        stats["errors"].append(f"request {i}: done={done} finishes={finishes} ids={len(ids)} usage={usage}")
-        return
-    stats["ids"].append(next(iter(ids)))
-    stats["itl"].extend(itl)
-    stats["tokens"] += usage["completion_tokens"] if args.usage else content_chunks
-    stats["completed"] += 1
+        usage = chunk.get("usage")
+        tally.chunk(chunk["id"], usage["completion_tokens"] if usage else None,
+                    [(bool((c.get("delta") or {}).get("content")), c.get("finish_reason"))
+                     for c in chunk.get("choices", [])])
+    tally.close(None if done else "no [DONE]")
 
 
 async def idle_connections(url, count):
