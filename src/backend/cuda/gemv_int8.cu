@@ -38,6 +38,28 @@ __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, i
   if ((c & 7) == 0) ds[r * (k / 32) + c / 8] = make_float2(d, d * float(sum));
 }
 
+// The N aligned words covering a block that starts 4-byte aligned or 2 bytes
+// past, and the shift (0 or 16 bits) that re-aligns them: value word i of the
+// block is __funnelshift_rc(v[i], v[i + 1], shift) (its f16 scale the low
+// half of v[0] >> shift).
+template <int N>
+__device__ __forceinline__ uint32_t load_realigned(const uint8_t* b, uint32_t (&v)[N]) {
+  const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(b) & 3) * 8;  // 0 or 16
+  const uint8_t* base = b - shift / 8;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = ldg_u32(base + 4 * i);
+  return shift;
+}
+
+// acc[r] += term(xq, ds) for each x row r < n, with xq the row's int8 block c
+// and ds its (dx, sx).
+template <int R, typename Term>
+__device__ __forceinline__ void add_block_rows(const Int8Acts& x, int n, int64_t c, float acc[R], Term term) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r < n) acc[r] += term(x.q + r * x.k + c * 32, __ldg(x.ds + r * x.n_blocks + c));
+}
+
 }  // namespace
 
 // Q8_0, one block per lane: f16 d; int8 q[32]. The 34-byte blocks are
@@ -50,25 +72,15 @@ struct Dot<DType::Q8_0> {
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
 #pragma unroll 2
     for (int64_t c = lane; c < x.n_blocks; c += 32) {
-      const uint8_t* b = w + c * 34;
-      const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(b) & 3) * 8;  // 0 or 16
-      const uint8_t* base = b - shift / 8;
       uint32_t v[9];
-#pragma unroll
-      for (int i = 0; i < 9; ++i) v[i] = ldg_u32(base + 4 * i);
+      const uint32_t shift = load_realigned(w + c * 34, v);
       const float d = half_lo(v[0] >> shift);
       int q[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) q[i] = int(__funnelshift_rc(v[i], v[i + 1], 16 + shift));
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n) {
-          const int8_t* xq = x.q + r * x.k + c * 32;
-          const int dot = dot16(q + 4, ldg_x16(xq + 16), dot16(q, ldg_x16(xq), 0));
-          const float2 ds = __ldg(x.ds + r * x.n_blocks + c);
-          acc[r] += d * ds.x * float(dot);
-        }
-      }
+      add_block_rows<R>(x, n, c, acc, [&](const int8_t* xq, float2 ds) {
+        return d * ds.x * float(dot16(q + 4, ldg_x16(xq + 16), dot16(q, ldg_x16(xq), 0)));
+      });
     }
   }
 };
@@ -88,12 +100,8 @@ struct Dot<DType::Q4_0> {
   __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
 #pragma unroll 2
     for (int64_t c = lane; c < x.n_blocks; c += 32) {
-      const uint8_t* b = w + c * 18;
-      const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(b) & 3) * 8;  // 0 or 16
-      const uint8_t* base = b - shift / 8;
       uint32_t v[5];
-#pragma unroll
-      for (int i = 0; i < 5; ++i) v[i] = ldg_u32(base + 4 * i);
+      const uint32_t shift = load_realigned(w + c * 18, v);
       const float d = half_lo(v[0] >> shift);
       int lo[4], hi[4];
 #pragma unroll
@@ -102,15 +110,9 @@ struct Dot<DType::Q4_0> {
         lo[i] = int(q & 0x0F0F0F0Fu);
         hi[i] = int((q >> 4) & 0x0F0F0F0Fu);
       }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n) {
-          const int8_t* xq = x.q + r * x.k + c * 32;
-          const int dot = dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0));
-          const float2 ds = __ldg(x.ds + r * x.n_blocks + c);
-          acc[r] += d * (ds.x * float(dot) - 8.0f * ds.y);
-        }
-      }
+      add_block_rows<R>(x, n, c, acc, [&](const int8_t* xq, float2 ds) {
+        return d * (ds.x * float(dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0))) - 8.0f * ds.y);
+      });
     }
   }
 };
@@ -134,15 +136,9 @@ struct Dot<DType::Q4_1> {
         lo[i] = int(v[1 + i] & 0x0F0F0F0Fu);
         hi[i] = int((v[1 + i] >> 4) & 0x0F0F0F0Fu);
       }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n) {
-          const int8_t* xq = x.q + r * x.k + c * 32;
-          const int dot = dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0));
-          const float2 ds = __ldg(x.ds + r * x.n_blocks + c);
-          acc[r] += d * ds.x * float(dot) + m * ds.y;
-        }
-      }
+      add_block_rows<R>(x, n, c, acc, [&](const int8_t* xq, float2 ds) {
+        return d * ds.x * float(dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0))) + m * ds.y;
+      });
     }
   }
 };

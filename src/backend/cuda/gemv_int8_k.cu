@@ -48,6 +48,35 @@ struct KSplit {
       : sub(lane / kLanes), p(kLanes == 8 ? (lane >> 1) & 3 : lane & 3), h0(kLanes == 8 ? lane & 1 : 0) {}
 };
 
+// Scales of a lane's two sub-blocks (2p, 2p + 1) of a Q4_K/Q5_K super-block.
+struct PairScales {
+  float dl0, dl1;  // d · sc of each
+  float ml0, ml1;  // dmin · mn of each (0 on the lane that does not add the mins)
+};
+
+// acc[r] += Σ over the pair of (d·sc·dx·Σq·xq − dmin·mn·sx) for each x row:
+// lo/hi hold this lane's int8 quants of sub-blocks 2p and 2p + 1, starting at
+// value 16·h0 of each; xb is x's block of sub-block 2p.
+template <int R, int kHalves>
+__device__ __forceinline__ void add_sub_block_pair(const Int8Acts& x, int n, int64_t xb, int h0,
+                                                   const int (&lo)[kHalves][4], const int (&hi)[kHalves][4],
+                                                   const PairScales& sc, float acc[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r < n) {
+      const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * h0;
+      int dot0 = 0, dot1 = 0;
+#pragma unroll
+      for (int hh = 0; hh < kHalves; ++hh) {
+        dot0 = dot16(lo[hh], ldg_x16(xq + 16 * hh), dot0);
+        dot1 = dot16(hi[hh], ldg_x16(xq + 32 + 16 * hh), dot1);
+      }
+      const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + xb);
+      acc[r] += sc.dl0 * ds.x * float(dot0) + sc.dl1 * ds.z * float(dot1) - sc.ml0 * ds.y - sc.ml1 * ds.w;
+    }
+  }
+}
+
 }  // namespace
 
 // Q4_K: f16 d, dmin; scales[12]; qs[128]. w = d·sc_j·q − dmin·mn_j, so per
@@ -85,20 +114,7 @@ struct Dot<DType::Q4_K> {
         }
       }
       const int64_t xb = s * 8 + 2 * l.p;  // x block of sub-block 2p
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n) {
-          const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * l.h0;
-          int dot0 = 0, dot1 = 0;
-#pragma unroll
-          for (int hh = 0; hh < kHalves; ++hh) {
-            dot0 = dot16(lo[hh], ldg_x16(xq + 16 * hh), dot0);
-            dot1 = dot16(hi[hh], ldg_x16(xq + 32 + 16 * hh), dot1);
-          }
-          const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + xb);
-          acc[r] += dl0 * ds.x * float(dot0) + dl1 * ds.z * float(dot1) - ml0 * ds.y - ml1 * ds.w;
-        }
-      }
+      add_sub_block_pair<R, kHalves>(x, n, xb, l.h0, lo, hi, {dl0, dl1, ml0, ml1}, acc);
     }
   }
 };
@@ -141,20 +157,7 @@ struct Dot<DType::Q5_K> {
         }
       }
       const int64_t xb = s * 8 + j0;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r < n) {
-          const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * l.h0;
-          int dot0 = 0, dot1 = 0;
-#pragma unroll
-          for (int hh = 0; hh < kHalves; ++hh) {
-            dot0 = dot16(lo[hh], ldg_x16(xq + 16 * hh), dot0);
-            dot1 = dot16(hi[hh], ldg_x16(xq + 32 + 16 * hh), dot1);
-          }
-          const float4 ds = ldg_ds2(x.ds + r * x.n_blocks + xb);
-          acc[r] += dl0 * ds.x * float(dot0) + dl1 * ds.z * float(dot1) - ml0 * ds.y - ml1 * ds.w;
-        }
-      }
+      add_sub_block_pair<R, kHalves>(x, n, xb, l.h0, lo, hi, {dl0, dl1, ml0, ml1}, acc);
     }
   }
 };
