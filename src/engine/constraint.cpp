@@ -66,6 +66,11 @@ std::string SequenceConstraint::forced_continuation() {
   return matcher_.find_jump_forward_string();
 }
 
+int32_t SequenceConstraint::sole_allowed_token() {
+  if (!active()) return -1;
+  return matcher_.sole_allowed_token(mask_.data());
+}
+
 std::shared_ptr<const grammar::Vocabulary> grammar_vocabulary(const tokenizer::Tokenizer& tokenizer,
                                                               int32_t mask_vocab_size) {
   int32_t n = std::min(tokenizer.vocab_size(), mask_vocab_size);

@@ -35,10 +35,10 @@ struct GrammarConstraint {
   bool starts_in_reasoning = false;   // the prompt left a reasoning block open
   int32_t reasoning_open_token = -1;  // >= 0: allowed as the first token; opens a block
   std::string reasoning_close;         // e.g. "</think>"; needed with either of the two above
-  // Forced continuations (the grammar allows exactly one string) are
-  // tokenized and appended without sampling, and computed as prefill rows
-  // of the next forward. The text is the same; the token split may differ
-  // from what the model would have sampled. Not used with logprobs.
+  // Jump-forward: while the grammar allows exactly one token, that token is
+  // appended without sampling (any sampler would have picked it), and the
+  // chain is computed as prefill rows of the next forward. The tokens are
+  // those of an unjumped run. Not used with logprobs.
   bool jump_forward = false;
 };
 
@@ -59,6 +59,9 @@ class SequenceConstraint {
   bool terminated() const { return active() && matcher_.is_terminated(); }
   // The string every continuation must start with; empty when dormant or none.
   std::string forced_continuation();
+  // The only token the next mask allows (never EOS), or -1: none, several,
+  // or dormant (inside reasoning, or the reasoning-open token is allowed).
+  int32_t sole_allowed_token();
   int32_t rejected_tokens() const { return rejected_; }
 
  private:

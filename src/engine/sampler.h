@@ -87,6 +87,12 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
   int vocab_size() const { return vocab_size_; }
   bool is_greedy() const;
+  // A step whose token is fixed (jump-forward: the grammar allows only one)
+  // is not sampled, but the random state advances as sample() would have
+  // (one draw unless greedy), so a seeded stream matches an unjumped run.
+  void skip_draw() {
+    if (!is_greedy()) rng_.next_unit();
+  }
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,

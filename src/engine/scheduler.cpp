@@ -325,20 +325,18 @@ void Engine::Scheduler::accept_token(Sequence& seq, const Sampler::Result& sampl
   if (!append_token(seq, sampled.token, &sampled)) return;
   const GenerationRequest& req = seq.request->request;
   if (!seq.constraint || !req.constraint.jump_forward || req.top_logprobs >= 0) return;
-  // Jump-forward: the grammar allows exactly one continuation. Its tokens are
-  // appended unsampled; the next plan() computes them as one prefill chunk
-  // whose last row gives the logits of the following step.
-  std::string forced = seq.constraint->forced_continuation();
-  if (forced.empty()) return;
-  // The span's last token is left to the sampler: the model may prefer a
-  // token that runs past the forced bytes (` "A` rather than ` "` + `A`), and
-  // forcing the short one would change the text that follows.
-  std::vector<int32_t> ids = codec_.encode(forced, false);
-  if (!ids.empty()) ids.pop_back();
-  for (int32_t token : ids) {
+  // Jump-forward: while the grammar allows exactly one token, the sampler
+  // would pick it whatever the logits, so it is appended unsampled; the next
+  // plan() computes the chain as one prefill chunk whose last row gives the
+  // logits of the following step. Same tokens as an unjumped run (a seeded
+  // sampler still draws once per skipped step, so its stream stays aligned).
+  for (;;) {
     bool room = seq.n_generated < req.max_tokens && int32_t(seq.tokens.size()) + 1 < runner_->context_length();
     if (!room) return;  // the sampled path reports "length" at the limit
-    if (!seq.constraint->accept(token, codec_.token_bytes(token))) return;  // retokenized differently: sample the rest
+    int32_t token = seq.constraint->sole_allowed_token();
+    if (token < 0) return;
+    if (!seq.constraint->accept(token, codec_.token_bytes(token))) return;
+    seq.sampler->skip_draw();
     if (!append_token(seq, token, nullptr)) return;
   }
 }

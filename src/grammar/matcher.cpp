@@ -162,6 +162,26 @@ void GrammarMatcher::fill_next_token_bitmask(uint32_t* mask) {
   arena_.truncate(checkpoint);
 }
 
+int32_t GrammarMatcher::sole_allowed_token(uint32_t* mask) {
+  if (history_.back().eos) return -1;
+  const Frontier& f = current();
+  if (f.completed || f.nodes.empty()) return -1;  // EOS allowed, or nothing
+  // Cheap exit: a state that accepts two tokens on its own, whatever the stack.
+  for (int32_t node : f.nodes) {
+    const StateMask* m = compiled_->mask_of_state(arena_.node(node).state);
+    if (m && (!m->accepted_bits.empty() || m->accepted_ids.size() >= 2)) return -1;
+  }
+  fill_next_token_bitmask(mask);
+  const int32_t words = mask_words();
+  int32_t token = -1;
+  for (int32_t w = 0; w < words; ++w) {
+    if (mask[w] == 0) continue;
+    if (token >= 0 || (mask[w] & (mask[w] - 1)) != 0) return -1;
+    token = w * 32 + __builtin_ctz(mask[w]);
+  }
+  return token;
+}
+
 std::string GrammarMatcher::find_jump_forward_string() {
   std::string out;
   if (is_terminated()) return out;

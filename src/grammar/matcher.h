@@ -44,6 +44,13 @@ class GrammarMatcher {
   // The longest string every continuation must start with (empty if none or
   // terminated). Stops before a position where the grammar could end.
   std::string find_jump_forward_string();
+  // The one token the next mask allows, or -1 when it allows none, several,
+  // or EOS (the grammar could end here). A sampler must pick that token
+  // whatever the logits say, so jump-forward may append it unsampled and the
+  // tokens stay those of an unjumped run. Most states are ruled out from
+  // their cached masks alone (two or more accepted tokens); otherwise the
+  // mask is filled into `mask` ([mask_words()] scratch) and counted.
+  int32_t sole_allowed_token(uint32_t* mask);
 
   int32_t num_accepted_steps() const { return static_cast<int32_t>(history_.size()) - 1; }
 

@@ -2,9 +2,10 @@
 // (SmolLM2-135M Q4_1, CPU): output matches its grammar, a complete grammar
 // finishes with "stop", max_tokens mid-JSON with "length", rows with
 // different grammars share a batch without their masks mixing, preemption
-// keeps the matcher in step, jump-forward keeps the text valid.
+// keeps the matcher in step, jump-forward gives the tokens of an unjumped run.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -219,24 +220,74 @@ TEST(EngineGrammar, PreemptedSequencesResumeWithTheirMatcher) {
   EXPECT_GT(f.engine->stats().preemptions, before);
 }
 
-TEST(EngineGrammar, JumpForwardKeepsTheTextValidWithFewerSteps) {
+const char* kOrderSchema = R"({"type":"object","properties":{
+  "order_id":{"type":"string","format":"uuid"},
+  "status":{"enum":["pending_review","shipped_internationally","cancelled_by_customer"]},
+  "created":{"type":"string","format":"date"},
+  "items":{"type":"array","minItems":1,"maxItems":2,"items":{"type":"object","properties":{
+    "sku":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{4}$"},
+    "quantity":{"type":"integer","minimum":1,"maximum":9}},
+    "required":["sku","quantity"],"additionalProperties":false}}},
+  "required":["order_id","status","created","items"],"additionalProperties":false})";
+
+const char* kToolCallSchema = R"({"type":"object","properties":{
+  "name":{"const":"get_weather_forecast"},
+  "arguments":{"type":"object","properties":{
+    "location":{"type":"string","maxLength":24},
+    "unit":{"enum":["celsius","fahrenheit"]}},
+    "required":["location","unit"],"additionalProperties":false}},
+  "required":["name","arguments"],"additionalProperties":false})";
+
+// Jump-forward appends only tokens that are the sole allowed token at their
+// step, so the tokens (and the text) equal an unjumped run's, greedy or
+// seeded, while the chains go through one prefill forward instead of one
+// decode step each.
+TEST(EngineGrammar, JumpForwardGivesTheTokensOfAnUnjumpedRunInFewerSteps) {
   Fixture f = load_or_skip({.kv = {.max_context = 512}});
   if (!f.engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
-  auto g = compact_schema(kCitySchema);
-  GenerationRequest plain = constrained(f, "A French city as JSON:", g, 64);
-  GenerationRequest jump = plain;
-  jump.constraint.jump_forward = true;
-  uint64_t s0 = f.engine->stats().steps;
-  Output a = collect(*f.engine->submit(plain));
-  uint64_t s1 = f.engine->stats().steps;
-  Output b = collect(*f.engine->submit(jump));
-  uint64_t s2 = f.engine->stats().steps;
-  expect_city(a.text);
-  expect_city(b.text);
-  EXPECT_EQ(b.finish, FinishReason::Stop);
-  EXPECT_EQ(f.engine->tokenizer()->decode(b.tokens), b.text);
-  // `{"city": "` and `", "population": ` are forced: fewer forwards.
-  EXPECT_LT(s2 - s1, s1 - s0) << a.text << " | " << b.text;
+  struct Case {
+    const char* prompt;
+    grammar::Grammar g;
+    float temperature;
+  };
+  std::vector<Case> cases = {
+      {"A French city as JSON:", compact_schema(kCitySchema), 0.0f},
+      {"A student described as JSON:", compact_schema(kPersonSchema), 0.0f},
+      {"A student described as JSON:", grammar::Grammar::from_json_schema(std::string(kPersonSchema)), 0.0f},
+      {"An order as JSON:", compact_schema(kOrderSchema), 0.0f},
+      {"Call the weather tool for Paris:", compact_schema(kToolCallSchema), 0.0f},
+      {"Call the weather tool for Oslo:", grammar::Grammar::from_json_schema(std::string(kToolCallSchema)), 0.0f},
+      {"Status:", grammar::Grammar::from_choices({"pending_review", "shipped_internationally"}), 0.0f},
+      {"Part number:", grammar::Grammar::from_regex(R"(PN-\d{4}-XYZQ)"), 0.0f},
+      // Seeded sampling: a skipped step still advances the sampler's random state.
+      {"An order as JSON:", compact_schema(kOrderSchema), 0.8f},
+      {"Call the weather tool for Rome:", compact_schema(kToolCallSchema), 1.0f},
+  };
+  uint64_t steps_plain = 0, steps_jump = 0;
+  for (Case& c : cases) {
+    GenerationRequest plain = constrained(f, c.prompt, c.g, 160);
+    plain.sampling.temperature = c.temperature;
+    plain.sampling.seed = 1234;
+    GenerationRequest jump = plain;
+    jump.constraint.jump_forward = true;
+    uint64_t s0 = f.engine->stats().steps;
+    Output a = collect(*f.engine->submit(plain));
+    uint64_t s1 = f.engine->stats().steps;
+    Output b = collect(*f.engine->submit(jump));
+    uint64_t s2 = f.engine->stats().steps;
+    EXPECT_EQ(b.tokens, a.tokens) << c.prompt << "\n  plain: " << a.text << "\n  jump:  " << b.text;
+    EXPECT_EQ(b.text, a.text);
+    EXPECT_EQ(b.finish, a.finish) << c.prompt;
+    EXPECT_EQ(b.finish, FinishReason::Stop) << c.prompt << ": " << a.text;
+    EXPECT_LE(s2 - s1, s1 - s0) << c.prompt;
+    steps_plain += s1 - s0;
+    steps_jump += s2 - s1;
+  }
+  // The chains (e.g. the rest of an enum value once it is unique) went
+  // through prefill rows.
+  EXPECT_LT(steps_jump, steps_plain);
+  std::printf("jump-forward: %llu steps vs %llu unjumped over %zu cases\n", (unsigned long long)steps_jump,
+              (unsigned long long)steps_plain, cases.size());
 }
 
 TEST(EngineGrammar, ReasoningBlockIsFreeAndTheAnswerConstrained) {
