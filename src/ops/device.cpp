@@ -64,7 +64,10 @@ Tensor to_device(const Tensor& t, Device device) {
 void copy(const Tensor& src, Tensor& dst) {
   BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.rank() == dst.rank(),
                 "copy: source ", src.describe(), " and destination ", dst.describe(), " differ");
-  const ByteRows s = byte_rows(src, "source"), d = byte_rows(dst, "destination");
+  ByteRows s = byte_rows(src, "source"), d = byte_rows(dst, "destination");
+  if (s.stride == s.row_bytes && d.stride == d.row_bytes) {  // both dense: one copy, not one per row
+    s = d = {1, s.row_bytes * size_t(s.n_rows), s.row_bytes * size_t(s.n_rows)};
+  }
   if (src.device() == Device::CPU && dst.device() == Device::CPU) {
     for (int64_t r = 0; r < s.n_rows; ++r)
       std::memcpy(static_cast<char*>(dst.data()) + r * d.stride, static_cast<const char*>(src.data()) + r * s.stride,
