@@ -4,6 +4,9 @@
 
 #include "backend/cpu/layer_backward.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/train_kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -16,9 +19,17 @@ void rms_norm_backward(const Tensor& x, const Tensor& weight, float eps, const T
                     gs.n_rows == xs.n_rows && os.n_rows == xs.n_rows,
                 "rms_norm_backward: shapes x ", x.describe(), ", weight ", weight.describe(), ", dy ",
                 dy.describe(), ", dx ", dx.describe(), " do not agree");
-  backend::cpu::rms_norm_backward({.x = xs.data, .weight = ws.data, .dy = gs.data, .dx = os.data,
-                                   .n_rows = xs.n_rows, .dim = xs.dim, .x_stride = xs.stride,
-                                   .dy_stride = gs.stride, .dx_stride = os.stride, .eps = eps});
+  const backend::cpu::RmsNormBackwardArgs args{.x = xs.data, .weight = ws.data, .dy = gs.data, .dx = os.data,
+                                               .n_rows = xs.n_rows, .dim = xs.dim, .x_stride = xs.stride,
+                                               .dy_stride = gs.stride, .dx_stride = os.stride, .eps = eps};
+  if (detail::common_device("rms_norm_backward", {&x, &weight, &dy, &dx}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::rms_norm_backward(args);
+#else
+    detail::fail_no_cuda("rms_norm_backward");
+#endif
+  }
+  backend::cpu::rms_norm_backward(args);
 }
 
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup) {
@@ -31,11 +42,22 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, T
     BRIOCHE_CHECK(t->n_rows == g.n_rows && t->dim == g.dim, "swiglu_backward: every tensor must be ",
                   gate.describe(), "-shaped");
   }
-  backend::cpu::swiglu_backward({.gate = g.data, .up = u.data, .dout = d.data, .dgate = dg.data, .dup = du.data,
-                                 .n_rows = g.n_rows, .dim = g.dim, .ld_gate = g.stride, .ld_up = u.stride,
-                                 .ld_dout = d.stride, .ld_dgate = dg.stride, .ld_dup = du.stride});
+  const backend::cpu::SwigluBackwardArgs args{.gate = g.data, .up = u.data, .dout = d.data, .dgate = dg.data,
+                                              .dup = du.data, .n_rows = g.n_rows, .dim = g.dim, .ld_gate = g.stride,
+                                              .ld_up = u.stride, .ld_dout = d.stride, .ld_dgate = dg.stride,
+                                              .ld_dup = du.stride};
+  if (detail::common_device("swiglu_backward", {&gate, &up, &dout, &dgate, &dup}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::swiglu_backward(args);
+#else
+    detail::fail_no_cuda("swiglu_backward");
+#endif
+  }
+  backend::cpu::swiglu_backward(args);
 }
 
+// Runs on dx's device through ops::rope (the CUDA kernel uploads the negated
+// positions like any others): sin(−a) = −sin(a) exactly, so it is the exact transpose.
 void rope_backward(Tensor& dx, std::span<const int32_t> positions, const RopeParams& params) {
   std::vector<int32_t> negated(positions.begin(), positions.end());
   for (int32_t& p : negated) p = -p;

@@ -2,6 +2,9 @@
 
 #include "backend/cpu/linear_backward.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/train_kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -12,15 +15,18 @@ void matmul_input_grad(const Tensor& dy, const Tensor& w, Tensor& dx, GradWrite 
   BRIOCHE_CHECK(g.dim == w.dim(0) && out.dim == w.dim(1) && g.n_rows == out.n_rows,
                 "matmul_input_grad: dy ", dy.describe(), " · w ", w.describe(), " does not give dx ",
                 dx.describe());
-  switch (w.device()) {
-    case Device::CPU:
-      backend::cpu::matmul_input_grad({.dy = g.data, .wtype = w.dtype(), .w = w.data(),
-                                       .w_row_bytes = size_t(w.stride(0)), .dx = out.data, .ld_dy = g.stride,
-                                       .ld_dx = out.stride, .n = g.n_rows, .m = g.dim, .k = out.dim,
-                                       .accumulate = mode == GradWrite::Accumulate});
-      return;
-    case Device::CUDA: fail("matmul_input_grad: weight ", w.describe(), " is on CUDA but the CUDA backend is not built");
+  const backend::cpu::MatmulInputGradArgs args{.dy = g.data, .wtype = w.dtype(), .w = w.data(),
+                                               .w_row_bytes = size_t(w.stride(0)), .dx = out.data,
+                                               .ld_dy = g.stride, .ld_dx = out.stride, .n = g.n_rows, .m = g.dim,
+                                               .k = out.dim, .accumulate = mode == GradWrite::Accumulate};
+  if (detail::common_device("matmul_input_grad", {&dy, &w, &dx}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::matmul_input_grad(args);
+#else
+    detail::fail_no_cuda("matmul_input_grad");
+#endif
   }
+  backend::cpu::matmul_input_grad(args);
 }
 
 void matmul_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dw) {
@@ -29,9 +35,17 @@ void matmul_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dw) {
   auto w = detail::f32_rows(dw, "matmul_weight_grad", "dw");
   BRIOCHE_CHECK(g.n_rows == xs.n_rows && w.n_rows == g.dim && w.dim == xs.dim, "matmul_weight_grad: dyᵀ ",
                 dy.describe(), " · x ", x.describe(), " does not give dw ", dw.describe());
-  backend::cpu::matmul_weight_grad({.dy = g.data, .x = xs.data, .dw = w.data, .ld_dy = g.stride,
-                                    .ld_x = xs.stride, .ld_dw = w.stride, .n = g.n_rows, .m = g.dim,
-                                    .k = xs.dim});
+  const backend::cpu::MatmulWeightGradArgs args{.dy = g.data, .x = xs.data, .dw = w.data, .ld_dy = g.stride,
+                                                .ld_x = xs.stride, .ld_dw = w.stride, .n = g.n_rows, .m = g.dim,
+                                                .k = xs.dim};
+  if (detail::common_device("matmul_weight_grad", {&dy, &x, &dw}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::matmul_weight_grad(args);
+#else
+    detail::fail_no_cuda("matmul_weight_grad");
+#endif
+  }
+  backend::cpu::matmul_weight_grad(args);
 }
 
 }  // namespace brioche::ops

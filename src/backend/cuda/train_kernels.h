@@ -1,0 +1,67 @@
+// CUDA kernels of the training ops (ops/layer_backward.h, linear_backward.h,
+// dropout.h, scaled_add.h, gather_rows.h, logp_head.h, adamw.h), taking the
+// CPU backend's argument structs with device pointers; host metadata (row
+// indices, targets) stays host memory and is uploaded by the launchers.
+// Everything runs asynchronously on cuda::stream() unless it returns a value.
+// Plain C++ header: the kernels exist when BRIOCHE_CUDA=ON.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "backend/cpu/adamw.h"
+#include "backend/cpu/layer_backward.h"
+#include "backend/cpu/linear_backward.h"
+#include "backend/cpu/train_rows.h"
+#include "core/dtype.h"
+
+namespace brioche::cuda {
+
+// One block per row; the two row sums (Σx², Σ w·dy·x) in f32 per thread,
+// reduced over the block.
+void rms_norm_backward(const backend::cpu::RmsNormBackwardArgs& args);
+void swiglu_backward(const backend::cpu::SwigluBackwardArgs& args);
+
+// dx (=|+=) dy·w through cuBLASLt: bf16 weights with a bf16 copy of dy
+// (bf16 keeps f32's exponent range, so small gradients do not underflow as
+// they would in f16); f16 and quantized weights expanded to bf16 row tiles of
+// at most 128 MB (the reduction dimension is split over tiles, β = 1 after
+// the first); f32 weights (LoRA factors) in full f32. f32 accumulation.
+void matmul_input_grad(const backend::cpu::MatmulInputGradArgs& args);
+// dw += dyᵀ·x in full f32 (CUBLAS_COMPUTE_32F, no TF32): the LoRA factor
+// gradients have a rank-sized side, so these GEMMs are bound by reading dy
+// and x (≈ 8 flop/byte), and TF32's 10-bit inputs would cost 1e-3 relative
+// error on the only trained parameters for no speed.
+void matmul_weight_grad(const backend::cpu::MatmulWeightGradArgs& args);
+
+void dropout(const backend::cpu::DropoutArgs& args);
+void add_scaled(const backend::cpu::ScaledAddArgs& args);
+void scale(const backend::cpu::ScaleArgs& args);
+void gather_rows(const backend::cpu::RowIndexArgs& args);
+// Grouped by destination row on the host (rows are host data): each
+// destination row sums its sources in ascending i, no atomics.
+void scatter_add_rows(const backend::cpu::RowIndexArgs& args);
+
+struct LogpHeadDeviceArgs {
+  const float* hidden;     // [n, H], row stride ldh floats
+  int64_t ldh, n, H;
+  DType wtype;
+  const void* w;           // [vocab, H] rows of wtype, row stride w_row_bytes
+  size_t w_row_bytes;
+  int64_t vocab;
+  const int32_t* targets;  // [n] host memory
+  int64_t chunk;
+};
+// lse, logp : [n] device, written.
+void logp_head_forward(const LogpHeadDeviceArgs& args, float* lse, float* logp);
+// d_hidden [n, H] (row stride ld_dh) = or += Σ_v dz·W_v.
+void logp_head_backward(const LogpHeadDeviceArgs& args, const float* lse, const float* d_logp, float* d_hidden,
+                        int64_t ld_dh, bool accumulate);
+
+// One launch for every tensor (a table of pointers uploaded once per call).
+void adamw_step(std::span<const backend::cpu::AdamWTensor> tensors, const backend::cpu::AdamWConstants& k);
+// Fixed grid of f64 per-block partials, summed in order: deterministic.
+double sum_of_squares(std::span<const backend::cpu::F32Block> blocks);
+
+}  // namespace brioche::cuda
