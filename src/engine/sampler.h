@@ -87,6 +87,10 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
   int vocab_size() const { return vocab_size_; }
   bool is_greedy() const;
+  // The next uniform in [0, 1) of this request's stream: the u that sample()
+  // draws for a non-greedy token. engine/device_sampler.h draws it here and
+  // uploads it, so device and host pick the same token from the same logits.
+  double draw_unit() { return rng_.next_unit(); }
   // A step whose token is fixed (jump-forward: the grammar allows only one)
   // is not sampled, but the random state advances as sample() would have
   // (one draw unless greedy), so a seeded stream matches an unjumped run.
