@@ -2,6 +2,9 @@
 
 #include "backend/cpu/attention_backward.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/attention_train.h"
+#endif
 
 namespace brioche::ops {
 
@@ -36,11 +39,19 @@ void dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const De
                 "dense_attention: q ", q.describe(), " k ", k.describe(), " v ", v.describe(), " out ",
                 out.describe(), " lse ", lse.describe(), " do not match ", p.n_heads, " heads of ", p.head_dim);
   check_layout(layout, p, qs.n_rows);
-  backend::cpu::dense_attention({.q = qs.data, .k = ks.data, .v = vs.data, .out = nullptr, .lse = nullptr,
-                                 .dout = nullptr, .out_w = os.data, .lse_w = ls.data, .dq = nullptr,
-                                 .dk = nullptr, .dv = nullptr, .ld_q = qs.stride, .ld_k = ks.stride,
-                                 .ld_v = vs.stride, .ld_out = os.stride, .ld_lse = ls.stride, .ld_dout = 0,
-                                 .ld_dq = 0, .ld_dk = 0, .ld_dv = 0, .layout = layout, .params = p});
+  const backend::cpu::DenseAttentionArgs args{
+      .q = qs.data, .k = ks.data, .v = vs.data, .out = nullptr, .lse = nullptr, .dout = nullptr,
+      .out_w = os.data, .lse_w = ls.data, .dq = nullptr, .dk = nullptr, .dv = nullptr, .ld_q = qs.stride,
+      .ld_k = ks.stride, .ld_v = vs.stride, .ld_out = os.stride, .ld_lse = ls.stride, .ld_dout = 0, .ld_dq = 0,
+      .ld_dk = 0, .ld_dv = 0, .layout = layout, .params = p};
+  if (detail::common_device("dense_attention", {&q, &k, &v, &out, &lse}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::dense_attention(args);
+#else
+    detail::fail_no_cuda("dense_attention");
+#endif
+  }
+  backend::cpu::dense_attention(args);
 }
 
 void dense_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -58,11 +69,20 @@ void dense_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   BRIOCHE_CHECK(ds.dim == qs.dim && dqs.dim == qs.dim && dks.dim == ks.dim && dvs.dim == vs.dim,
                 "dense_attention_backward: gradient shapes do not match q/k/v");
   check_layout(layout, p, qs.n_rows);
-  backend::cpu::dense_attention_backward(
-      {.q = qs.data, .k = ks.data, .v = vs.data, .out = os.data, .lse = ls.data, .dout = ds.data,
-       .out_w = nullptr, .lse_w = nullptr, .dq = dqs.data, .dk = dks.data, .dv = dvs.data, .ld_q = qs.stride,
-       .ld_k = ks.stride, .ld_v = vs.stride, .ld_out = os.stride, .ld_lse = ls.stride, .ld_dout = ds.stride,
-       .ld_dq = dqs.stride, .ld_dk = dks.stride, .ld_dv = dvs.stride, .layout = layout, .params = p});
+  const backend::cpu::DenseAttentionArgs args{
+      .q = qs.data, .k = ks.data, .v = vs.data, .out = os.data, .lse = ls.data, .dout = ds.data,
+      .out_w = nullptr, .lse_w = nullptr, .dq = dqs.data, .dk = dks.data, .dv = dvs.data, .ld_q = qs.stride,
+      .ld_k = ks.stride, .ld_v = vs.stride, .ld_out = os.stride, .ld_lse = ls.stride, .ld_dout = ds.stride,
+      .ld_dq = dqs.stride, .ld_dk = dks.stride, .ld_dv = dvs.stride, .layout = layout, .params = p};
+  if (detail::common_device("dense_attention_backward", {&q, &k, &v, &out, &lse, &dout, &g.dq, &g.dk, &g.dv}) ==
+      Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::dense_attention_backward(args);
+#else
+    detail::fail_no_cuda("dense_attention_backward");
+#endif
+  }
+  backend::cpu::dense_attention_backward(args);
 }
 
 }  // namespace brioche::ops

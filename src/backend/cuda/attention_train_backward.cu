@@ -1,0 +1,346 @@
+// Training attention backward on tensor cores (see attention_train.h), from
+// the saved lse (FA2 style; P recomputed, never stored):
+//   P = 2^(scale·log2 e · Q·Kᵀ − lse·log2 e),  dP = dO·Vᵀ,  dS = P ∘ (dP − D)
+//   dV = Pᵀ·dO,  dK = scale · dSᵀ·Q,  dQ = scale · dS·K
+// Two passes, no atomics, so the gradients are deterministic (the same bits
+// every run, as segmented recompute and accumulation tests want):
+//   * dq pass: CTA = (query head, query block), 4 warps × 16 query rows,
+//     walks the key blocks it sees (K/V double-buffered by cp.async):
+//     3 products per tile (Q·Kᵀ, dO·Vᵀ, dS·K).
+//   * dk/dv pass: CTA = (KV head, key block), 4 warps × 16 key rows (K and V
+//     staged once), walks the query heads of its GQA group × the query
+//     blocks that see it (Q/dO double-buffered): 4 products per tile
+//     (K·Qᵀ, V·dOᵀ, Pᵀ·dO, dSᵀ·Q), computed transposed so that Pᵀ and dSᵀ
+//     stay in registers as A fragments. The GQA group sums in registers.
+// Atomics in f32 for dq (one pass of 5 products) would cost 2 fewer products
+// per tile but make dq order-dependent and need an f32 [n, H·d] accumulator
+// zeroed and read back; the separate pass recomputes Q·Kᵀ and dO·Vᵀ instead.
+#include "backend/cuda/attention_train.cuh"
+#include "backend/cuda/cuda_check.h"
+
+namespace brioche::cuda::train_attention {
+
+namespace {
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
+  constexpr int kDSteps = D / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sk = reinterpret_cast<bf16*>(smem);  // [2][kBlock][D]
+  bf16* sv = sk + 2 * kBlock * D;            // [2][kBlock][D]
+  bf16* sq = sv + 2 * kBlock * D;            // [kBlock][D]
+  bf16* sdo = sq + kBlock * D;               // [kBlock][D]
+
+  const int h = blockIdx.x;
+  const int qbi = p.order[blockIdx.y];
+  const Block qb = load_block(p.blocks, qbi);
+  const int kv_head = h / (p.n_heads / p.n_kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t q_stride = int64_t(p.n_heads) * D, kv_stride = int64_t(p.n_kv_heads) * D;
+  const RowMask mask{p.branch, p.pos, p.window};
+
+  int kbi = next_key_block(p.blocks, qb, qb.span_first, qbi, p.window);
+  Block kb = load_block(p.blocks, kbi);
+  load_tile<D>(sq, p.q + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
+  load_tile<D>(sdo, p.dout + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
+  load_tile<D>(sk, p.k + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
+  load_tile<D>(sv, p.v + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
+  cp_async_commit();
+
+  int qrow[2];
+  bool qvalid[2];
+  float lse2[2], delta[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    qrow[i] = qb.first_row + r;
+    qvalid[i] = r < qb.n_rows;
+    lse2[i] = qvalid[i] ? p.lse2[int64_t(h) * p.n_rows + qrow[i]] : INFINITY;  // invalid rows: P = 0
+    delta[i] = qvalid[i] ? p.delta[int64_t(h) * p.n_rows + qrow[i]] : 0.0f;
+  }
+
+  float dq[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+  for (int buf = 0; kbi <= qbi; buf ^= 1) {
+    const int next = next_key_block(p.blocks, qb, kbi + 1, qbi, p.window);
+    Block next_kb{};
+    if (next <= qbi) {
+      next_kb = load_block(p.blocks, next);
+      load_tile<D>(sk + (buf ^ 1) * kBlock * D, p.k + int64_t(next_kb.first_row) * kv_stride + kv_head * D,
+                   kv_stride, next_kb.n_rows);
+      load_tile<D>(sv + (buf ^ 1) * kBlock * D, p.v + int64_t(next_kb.first_row) * kv_stride + kv_head * D,
+                   kv_stride, next_kb.n_rows);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* kt = sk + buf * kBlock * D;
+    const bf16* vt = sv + buf * kBlock * D;
+
+    // S = Q·Kᵀ and dP = dO·Vᵀ, [16, 64] per warp.
+    float s[kBlock / 8][4], dp[kBlock / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBlock / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+      uint32_t aq[4], ado[4];
+      load_a<D>(aq, sq, warp * 16, kk);
+      load_a<D>(ado, sdo, warp * 16, kk);
+#pragma unroll
+      for (int np = 0; np < kBlock / 16; ++np) {
+        uint32_t b[4];
+        load_b_rows<D>(b, kt, np * 16, kk);
+        mma_16816(s[2 * np], aq, b[0], b[1]);
+        mma_16816(s[2 * np + 1], aq, b[2], b[3]);
+        load_b_rows<D>(b, vt, np * 16, kk);
+        mma_16816(dp[2 * np], ado, b[0], b[1]);
+        mma_16816(dp[2 * np + 1], ado, b[2], b[3]);
+      }
+    }
+    // dS = P ∘ (dP − D), in place of dP.
+    const bool partial = classify(qb, kb, p.window) == kPartial;
+#pragma unroll
+    for (int j = 0; j < kBlock / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[j][e] * p.scale_log2 - lse2[e >> 1];
+        if (partial) {
+          const int c = 8 * j + 2 * t4 + (e & 1);
+          if (!mask.visible(qrow[e >> 1], qvalid[e >> 1], kb.first_row + c, c < kb.n_rows)) x = -INFINITY;
+        }
+        dp[j][e] = fast_exp2(x) * (dp[j][e] - delta[e >> 1]);
+      }
+    // dQ[16, D] += dS[16, 64] · K[64, D]
+#pragma unroll
+    for (int ks = 0; ks < kBlock / 16; ++ks) {
+      uint32_t a[4];
+      c_to_a(a, dp[2 * ks], dp[2 * ks + 1]);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t b[4];
+        load_b_cols<D>(b, kt, ks * 16, np);
+        mma_16816(dq[2 * np], a, b[0], b[1]);
+        mma_16816(dq[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's loads overwrite this buffer
+    kbi = next;
+    kb = next_kb;
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!qvalid[i]) continue;
+    float* dst = p.dq + int64_t(qrow[i]) * p.ld_dq + int64_t(h) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      dst[8 * n] = dq[n][2 * i] * p.scale;
+      dst[8 * n + 1] = dq[n][2 * i + 1] * p.scale;
+    }
+  }
+}
+
+// Queues query block qb of head h (Q and dO tiles by cp.async, committed;
+// lse2 and D rows by plain stores, visible after the next barrier).
+template <int D>
+__device__ __forceinline__ void load_query_block(const Params& p, const Block& qb, int h, bf16* sq, bf16* sdo,
+                                                 float* slse2, float* sdelta) {
+  const int64_t q_stride = int64_t(p.n_heads) * D;
+  load_tile<D>(sq, p.q + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
+  load_tile<D>(sdo, p.dout + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
+  cp_async_commit();
+  if (threadIdx.x < kBlock) {
+    const int r = threadIdx.x;
+    const bool valid = r < qb.n_rows;
+    const int64_t at = int64_t(h) * p.n_rows + qb.first_row + r;
+    slse2[r] = valid ? p.lse2[at] : INFINITY;  // invalid rows: P = 0
+    sdelta[r] = valid ? p.delta[at] : 0.0f;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
+  constexpr int kDSteps = D / 16;
+  constexpr int kHalf = kBlock / 2;  // query rows per sub-step (halves the S/dP registers)
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sk = reinterpret_cast<bf16*>(smem);  // [kBlock][D]
+  bf16* sv = sk + kBlock * D;                // [kBlock][D]
+  bf16* sq = sv + kBlock * D;                // [2][kBlock][D]
+  bf16* sdo = sq + 2 * kBlock * D;           // [2][kBlock][D]
+  float* slse2 = reinterpret_cast<float*>(sdo + 2 * kBlock * D);  // [2][kBlock]
+  float* sdelta = slse2 + 2 * kBlock;                             // [2][kBlock]
+
+  const int kv_head = blockIdx.x;
+  const int group = p.n_heads / p.n_kv_heads;
+  const int kbi = p.order[blockIdx.y];
+  const Block kb = load_block(p.blocks, kbi);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t kv_stride = int64_t(p.n_kv_heads) * D;
+  const RowMask mask{p.branch, p.pos, p.window};
+
+  // This thread's two key rows: g and g + 8 of the warp's 16.
+  int krow[2];
+  bool kvalid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    krow[i] = kb.first_row + r;
+    kvalid[i] = r < kb.n_rows;
+  }
+
+  load_tile<D>(sk, p.k + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
+  load_tile<D>(sv, p.v + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
+  // (head index in the group, query block): the diagonal block is never skipped.
+  int hi = 0, qbi = kbi;
+  Block qb = load_block(p.blocks, qbi);
+  load_query_block<D>(p, qb, kv_head * group, sq, sdo, slse2, sdelta);  // commits K, V with it
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+
+  for (int buf = 0; hi < group; buf ^= 1) {
+    int next_hi = hi, next_qbi = next_query_block(p.blocks, kb, qbi + 1, kb.span_last, p.window);
+    if (next_qbi > kb.span_last) {
+      ++next_hi;
+      next_qbi = kbi;
+    }
+    Block next_qb{};
+    if (next_hi < group) {
+      next_qb = load_block(p.blocks, next_qbi);
+      load_query_block<D>(p, next_qb, kv_head * group + next_hi, sq + (buf ^ 1) * kBlock * D,
+                          sdo + (buf ^ 1) * kBlock * D, slse2 + (buf ^ 1) * kBlock, sdelta + (buf ^ 1) * kBlock);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* qt = sq + buf * kBlock * D;
+    const bf16* dot = sdo + buf * kBlock * D;
+    const float* lse2 = slse2 + buf * kBlock;
+    const float* delta = sdelta + buf * kBlock;
+    const bool partial = classify(qb, kb, p.window) == kPartial;
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, [16 keys, 32 queries] per warp.
+      float s[kHalf / 8][4], dp[kHalf / 8][4];
+#pragma unroll
+      for (int j = 0; j < kHalf / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kDSteps; ++kk) {
+        uint32_t ak[4], av[4];
+        load_a<D>(ak, sk, warp * 16, kk);
+        load_a<D>(av, sv, warp * 16, kk);
+#pragma unroll
+        for (int np = 0; np < kHalf / 16; ++np) {
+          uint32_t b[4];
+          load_b_rows<D>(b, qt, half * kHalf + np * 16, kk);
+          mma_16816(s[2 * np], ak, b[0], b[1]);
+          mma_16816(s[2 * np + 1], ak, b[2], b[3]);
+          load_b_rows<D>(b, dot, half * kHalf + np * 16, kk);
+          mma_16816(dp[2 * np], av, b[0], b[1]);
+          mma_16816(dp[2 * np + 1], av, b[2], b[3]);
+        }
+      }
+      // Pᵀ in s, dSᵀ = Pᵀ ∘ (dPᵀ − D) in dp.
+#pragma unroll
+      for (int j = 0; j < kHalf / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = half * kHalf + 8 * j + 2 * t4 + (e & 1);  // query row in the block
+          float x = s[j][e] * p.scale_log2 - lse2[c];
+          if (partial && !mask.visible(qb.first_row + c, c < qb.n_rows, krow[e >> 1], kvalid[e >> 1]))
+            x = -INFINITY;
+          s[j][e] = fast_exp2(x);
+          dp[j][e] = s[j][e] * (dp[j][e] - delta[c]);
+        }
+      // dV[16, D] += Pᵀ[16, 32] · dO[32, D];  dK[16, D] += dSᵀ[16, 32] · Q[32, D]
+#pragma unroll
+      for (int ks = 0; ks < kHalf / 16; ++ks) {
+        uint32_t ap[4], ads[4];
+        c_to_a(ap, s[2 * ks], s[2 * ks + 1]);
+        c_to_a(ads, dp[2 * ks], dp[2 * ks + 1]);
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {
+          uint32_t b[4];
+          load_b_cols<D>(b, dot, half * kHalf + ks * 16, np);
+          mma_16816(dv[2 * np], ap, b[0], b[1]);
+          mma_16816(dv[2 * np + 1], ap, b[2], b[3]);
+          load_b_cols<D>(b, qt, half * kHalf + ks * 16, np);
+          mma_16816(dk[2 * np], ads, b[0], b[1]);
+          mma_16816(dk[2 * np + 1], ads, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // the next iteration's loads overwrite this buffer
+    hi = next_hi;
+    qbi = next_qbi;
+    qb = next_qb;
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!kvalid[i]) continue;
+    float* dkr = p.dk + int64_t(krow[i]) * p.ld_dk + int64_t(kv_head) * D + 2 * t4;
+    float* dvr = p.dv + int64_t(krow[i]) * p.ld_dv + int64_t(kv_head) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      dkr[8 * n] = dk[n][2 * i] * p.scale;
+      dkr[8 * n + 1] = dk[n][2 * i + 1] * p.scale;
+      dvr[8 * n] = dv[n][2 * i];
+      dvr[8 * n + 1] = dv[n][2 * i + 1];
+    }
+  }
+}
+
+template <int D>
+void launch_dq(const Params& p, int n_blocks) {
+  constexpr size_t kSmem = size_t(6 * kBlock) * D * sizeof(bf16);  // K, V double-buffered; Q, dO
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    return true;
+  }();
+  (void)configured;
+  dq_kernel<D><<<dim3(unsigned(p.n_heads), unsigned(n_blocks)), kThreads, kSmem, detail::current_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void launch_dkdv(const Params& p, int n_blocks) {
+  // K, V; Q, dO double-buffered; lse2 and D rows double-buffered.
+  constexpr size_t kSmem = size_t(6 * kBlock) * D * sizeof(bf16) + 4 * kBlock * sizeof(float);
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    return true;
+  }();
+  (void)configured;
+  dkdv_kernel<D><<<dim3(unsigned(p.n_kv_heads), unsigned(n_blocks)), kThreads, kSmem, detail::current_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_backward_dq(const Params& p, int head_dim, int n_blocks) {
+  if (head_dim == 64) launch_dq<64>(p, n_blocks);
+  else launch_dq<128>(p, n_blocks);
+}
+
+void launch_backward_dkdv(const Params& p, int head_dim, int n_blocks) {
+  if (head_dim == 64) launch_dkdv<64>(p, n_blocks);
+  else launch_dkdv<128>(p, n_blocks);
+}
+
+}  // namespace brioche::cuda::train_attention

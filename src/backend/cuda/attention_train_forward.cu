@@ -1,0 +1,190 @@
+// Training attention forward on tensor cores (see attention_train.h).
+//
+// CTA = (query head h, query block qb); 4 warps, warp w owns rows
+// [16w, 16w + 16) of the block. For each key block kb of the span up to qb
+// that the mask does not skip (classify):
+//   S = Q·Kᵀ · scale·log2 e     [16, 64] per warp (mma.sync, bf16 in, f32 acc)
+//   m' = max(m, rowmax S);  P = 2^(S − m');  l' = l·2^(m − m') + rowsum P
+//   O' = O·2^(m − m') + P·V    (P rounded to bf16 as the A operand)
+// then out = O / l and lse = (m + log2 l)·ln 2 (natural log, as the CPU op).
+// K and V tiles come by cp.async into a double buffer (tile t+1 loads while
+// tile t computes); Q is staged in the second K buffer and held as A
+// fragments in registers. Masks are evaluated per element only on tiles
+// classify() marks partial (diagonal, branch and window boundaries).
+#include "backend/cuda/attention_train.cuh"
+#include "backend/cuda/cuda_check.h"
+
+namespace brioche::cuda::train_attention {
+
+namespace {
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) forward_kernel(Params p) {
+  constexpr int kDSteps = D / 16;  // k-steps of S = Q·Kᵀ
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sk = reinterpret_cast<bf16*>(smem);  // [2][kBlock][D]
+  bf16* sv = sk + 2 * kBlock * D;            // [2][kBlock][D]
+  bf16* sq = sk + kBlock * D;                // [kBlock][D]: K buffer 1 until the loop starts
+
+  const int h = blockIdx.x;
+  const int qbi = p.order[blockIdx.y];
+  const Block qb = load_block(p.blocks, qbi);
+  const int kv_head = h / (p.n_heads / p.n_kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t q_stride = int64_t(p.n_heads) * D, kv_stride = int64_t(p.n_kv_heads) * D;
+  const RowMask mask{p.branch, p.pos, p.window};
+
+  int kbi = next_key_block(p.blocks, qb, qb.span_first, qbi, p.window);  // ≤ qbi: the diagonal is never skipped
+  Block kb = load_block(p.blocks, kbi);
+  load_tile<D>(sk, p.k + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
+  load_tile<D>(sv, p.v + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
+  load_tile<D>(sq, p.q + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t qf[kDSteps][4];  // this warp's 16 rows as A fragments
+#pragma unroll
+  for (int kk = 0; kk < kDSteps; ++kk) load_a<D>(qf[kk], sq, warp * 16, kk);
+  __syncthreads();  // K buffer 1 is free again
+
+  // This thread's two rows: g and g + 8 of the warp's 16.
+  int qrow[2];
+  bool qvalid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    qrow[i] = qb.first_row + r;
+    qvalid[i] = r < qb.n_rows;
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int buf = 0; kbi <= qbi; buf ^= 1) {
+    const int next = next_key_block(p.blocks, qb, kbi + 1, qbi, p.window);
+    Block next_kb{};
+    if (next <= qbi) {
+      next_kb = load_block(p.blocks, next);
+      bf16* nk = sk + (buf ^ 1) * kBlock * D;
+      bf16* nv = sv + (buf ^ 1) * kBlock * D;
+      load_tile<D>(nk, p.k + int64_t(next_kb.first_row) * kv_stride + kv_head * D, kv_stride, next_kb.n_rows);
+      load_tile<D>(nv, p.v + int64_t(next_kb.first_row) * kv_stride + kv_head * D, kv_stride, next_kb.n_rows);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* kt = sk + buf * kBlock * D;
+    const bf16* vt = sv + buf * kBlock * D;
+
+    // S[16, 64] = Q·Kᵀ: n-tile j covers keys 8j .. 8j + 7 of the block.
+    float s[kBlock / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBlock / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kBlock / 16; ++np) {
+        uint32_t b[4];
+        load_b_rows<D>(b, kt, np * 16, kk);
+        mma_16816(s[2 * np], qf[kk], b[0], b[1]);
+        mma_16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+      }
+    }
+    const bool partial = classify(qb, kb, p.window) == kPartial;
+#pragma unroll
+    for (int j = 0; j < kBlock / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] *= p.scale_log2;
+        if (partial) {
+          const int c = 8 * j + 2 * t4 + (e & 1);
+          if (!mask.visible(qrow[e >> 1], qvalid[e >> 1], kb.first_row + c, c < kb.n_rows)) s[j][e] = -INFINITY;
+        }
+      }
+
+    // Online softmax for the two rows; a row's 4 threads (one quad) share m.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = m[i];
+#pragma unroll
+      for (int j = 0; j < kBlock / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: keep zeros, not NaN
+      const float corr = fast_exp2(m[i] - base);
+      m[i] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBlock / 8; ++j) {
+        s[j][2 * i] = fast_exp2(s[j][2 * i] - base);
+        s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - base);
+        sum += s[j][2 * i] + s[j][2 * i + 1];
+      }
+      l[i] = l[i] * corr + sum;  // this thread's columns; the quad sums at the end
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][2 * i] *= corr;
+        o[n][2 * i + 1] *= corr;
+      }
+    }
+
+    // O[16, D] += P[16, 64] · V[64, D]
+#pragma unroll
+    for (int ks = 0; ks < kBlock / 16; ++ks) {
+      uint32_t a[4];
+      c_to_a(a, s[2 * ks], s[2 * ks + 1]);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t b[4];
+        load_b_cols<D>(b, vt, ks * 16, np);
+        mma_16816(o[2 * np], a, b[0], b[1]);
+        mma_16816(o[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's loads overwrite this buffer
+    kbi = next;
+    kb = next_kb;
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    if (!qvalid[i]) continue;
+    const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
+    float* dst = p.out + int64_t(qrow[i]) * p.ld_out + int64_t(h) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      dst[8 * n] = o[n][2 * i] * inv;
+      dst[8 * n + 1] = o[n][2 * i + 1] * inv;
+    }
+    if (t4 == 0) p.lse[int64_t(qrow[i]) * p.ld_lse + h] = (m[i] + log2f(l[i])) * kLn2;
+  }
+}
+
+template <int D>
+void launch(const Params& p, int n_blocks) {
+  constexpr size_t kSmem = size_t(4 * kBlock) * D * sizeof(bf16);  // double-buffered K, V (Q staged in K)
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid{unsigned(p.n_heads), unsigned(n_blocks), 1u};
+  forward_kernel<D><<<grid, kThreads, kSmem, detail::current_stream()>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_forward(const Params& p, int head_dim, int n_blocks) {
+  if (head_dim == 64) launch<64>(p, n_blocks);
+  else launch<128>(p, n_blocks);
+}
+
+}  // namespace brioche::cuda::train_attention
