@@ -308,7 +308,20 @@ std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const Decim
 }
 
 std::string format_ebnf(const std::string& f) {
-  static const std::string kDate = "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])";
+  // Real calendar dates (what validators check: Python's date.fromisoformat,
+  // rfc3339-validator): years 0001-9999, month lengths, Feb 29 only in leap
+  // years. A year is leap when its last two digits YY are a multiple of 4
+  // other than 00 (two digits: even tens with 0/4/8, odd tens with 2/6), or
+  // when YY = 00 and the century CC is such a multiple (2000, not 1900).
+  // xgrammar admits any day 01-31 of any month: a documented difference
+  // (tools/oracle/grammar_goldens.py gives it this language as a pattern).
+  static const std::string kMultipleOf4 = "(\"0\" [48] | [2468] [048] | [13579] [26])";
+  static const std::string kDate =
+      "((\"000\" [1-9] | \"00\" [1-9] [0-9] | \"0\" [1-9] [0-9]{2} | [1-9] [0-9]{3}) \"-\" "
+      "((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+      "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | "
+      "\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8])) | "
+      "([0-9]{2} " + kMultipleOf4 + " | " + kMultipleOf4 + " \"00\") \"-02-29\")";
   // Seconds stop at 59: RFC 3339's leap second 60 is valid only at 23:59:60
   // UTC on the few days that have one, and validators (Python's jsonschema)
   // reject it, so a constrained answer never uses it. xgrammar allows 60:

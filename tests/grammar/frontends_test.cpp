@@ -3,6 +3,8 @@
 // termination, jump-forward, cache and budgets.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -198,12 +200,41 @@ TEST(JsonSchema, RecursiveRefsAndFormats) {
   EXPECT_FALSE(accepts(fmt("date-time"), "\"2024-02-29T23:59:60.5+05:30\""));
   EXPECT_FALSE(accepts(fmt("time"), "\"23:59:60Z\""));
   EXPECT_FALSE(accepts(fmt("date"), "\"2024-13-01\""));
+  EXPECT_FALSE(accepts(fmt("date-time"), "\"2023-02-29T10:00:00Z\""));
+  EXPECT_TRUE(accepts(fmt("date-time"), "\"2000-02-29T10:00:00Z\""));
   EXPECT_TRUE(accepts(fmt("uuid"), "\"123e4567-e89b-12d3-a456-426614174000\""));
   EXPECT_TRUE(accepts(fmt("ipv4"), "\"192.168.0.255\""));
   EXPECT_FALSE(accepts(fmt("ipv4"), "\"256.1.1.1\""));
   EXPECT_TRUE(accepts(fmt("email"), "\"a.b+c@ex-ample.com\""));
   EXPECT_TRUE(accepts(fmt("uri"), "\"https://user@host.org:8080/a/b?q=1#f\""));
   EXPECT_TRUE(accepts(fmt("time"), "\"10:20:30Z\""));
+}
+
+// format "date" admits exactly the real calendar dates (what jsonschema's
+// format checker accepts): every month 00-13 x day 00-32 of years around
+// the leap-year rules, checked against the Gregorian calendar.
+TEST(JsonSchema, DateFormatIsTheCalendar) {
+  GrammarMatcher m = matcher_for(Grammar::from_json_schema(nlohmann::ordered_json{{"type", "string"}, {"format", "date"}}));
+  auto is_leap = [](int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; };
+  auto days_in = [&](int y, int mo) {
+    static const int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return mo == 2 && is_leap(y) ? 29 : kDays[mo - 1];
+  };
+  int checked = 0;
+  for (int y : {0, 1, 4, 96, 100, 400, 1600, 1700, 1800, 1900, 1996, 1999, 2000, 2023, 2024, 2100, 2400, 9996, 9999}) {
+    for (int mo = 0; mo <= 13; ++mo) {
+      for (int d = 0; d <= 32; ++d) {
+        char text[32];
+        std::snprintf(text, sizeof text, "\"%04d-%02d-%02d\"", y, mo, d);
+        bool real = y >= 1 && mo >= 1 && mo <= 12 && d >= 1 && d <= days_in(y, mo);
+        m.reset();
+        bool ok = m.accept_bytes(text) && m.can_terminate();
+        EXPECT_EQ(ok, real) << text;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 19 * 14 * 33);
 }
 
 TEST(Matcher, MaskRollbackTerminationEos) {
@@ -251,6 +282,41 @@ TEST(Matcher, JumpForwardString) {
   EXPECT_EQ(m.find_jump_forward_string(), ", \"kind\": \"person\"}");
   ASSERT_TRUE(m.accept_bytes(", \"kind\": \"person\"}"));
   EXPECT_EQ(m.find_jump_forward_string(), "");
+}
+
+TEST(Matcher, SoleAllowedTokenIsTheOnlyBitOfTheMask) {
+  const Vocabulary& v = *byte_vocab();
+  auto sole_by_mask = [&](GrammarMatcher& m) {
+    std::vector<uint32_t> mask(size_t(m.mask_words()));
+    m.fill_next_token_bitmask(mask.data());
+    int32_t found = -1, count = 0;
+    for (int32_t id = 0; id < v.size(); ++id)
+      if (mask[size_t(id) >> 5] & (1u << (id & 31))) found = id, ++count;
+    return count == 1 && found != eos_id() ? found : -1;
+  };
+  // "x" and "q" have no longer token in this vocabulary: each is the only
+  // choice; then ten digits and "12" are allowed, then EOS.
+  GrammarMatcher m = matcher_for(Grammar::from_ebnf(R"(root ::= "xq" [0-9] | "xq" "abc")"));
+  std::vector<uint32_t> scratch(size_t(m.mask_words()));
+  int32_t x = m.sole_allowed_token(scratch.data());
+  EXPECT_EQ(v.token(x), "x");
+  EXPECT_EQ(x, sole_by_mask(m));
+  ASSERT_TRUE(m.accept_token(x));
+  int32_t q = m.sole_allowed_token(scratch.data());
+  EXPECT_EQ(v.token(q), "q");
+  ASSERT_TRUE(m.accept_token(q));
+  EXPECT_EQ(m.sole_allowed_token(scratch.data()), -1);  // digits, "a", "ab", "abc", "12"
+  EXPECT_EQ(sole_by_mask(m), -1);
+  ASSERT_TRUE(m.accept_bytes("7"));
+  EXPECT_EQ(m.sole_allowed_token(scratch.data()), -1);  // only EOS: never jumped over
+  // "abc" is forced, but "a", "ab" and "abc" are all allowed: the model chooses.
+  GrammarMatcher n = matcher_for(Grammar::from_ebnf(R"(root ::= "abc" [0-9])"));
+  EXPECT_EQ(n.find_jump_forward_string(), "abc");
+  EXPECT_EQ(n.sole_allowed_token(scratch.data()), -1);
+  ASSERT_TRUE(n.accept_bytes("ab"));
+  int32_t c = n.sole_allowed_token(scratch.data());
+  EXPECT_EQ(v.token(c), "c");
+  EXPECT_EQ(c, sole_by_mask(n));
 }
 
 TEST(Matcher, PartialUtf8Tokens) {

@@ -52,9 +52,22 @@ def mask_hash(words_u32, mult):
 # (Written for xgrammar 0.2.9's JSON-pattern converter: the optional
 # fraction as "(...|)"; there "(...+)?" lets a digit follow the seconds,
 # which its compile_regex does not.)
-DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+#
+# Likewise brioche's "date" (and the date part of "date-time") admits only
+# real calendar dates, as jsonschema checks them (date.fromisoformat): years
+# 0001-9999, month lengths, Feb 29 in leap years only; xgrammar's admits day
+# 01-31 of any month and year 0000.
+MULTIPLE_OF_4 = r"(0[48]|[2468][048]|[13579][26])"
+DATE = (r"((000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-"
+        r"((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+        r"|([0-9]{2}" + MULTIPLE_OF_4 + "|" + MULTIPLE_OF_4 + "00)-02-29)")
 TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]+|)(Z|[-+]([01][0-9]|2[0-3]):[0-5][0-9])"
-FORMAT_PATTERNS = {"time": "^" + TIME + "$", "date-time": "^" + DATE + "T" + TIME + "$"}
+FORMAT_PATTERNS = {"date": "^" + DATE + "$", "time": "^" + TIME + "$", "date-time": "^" + DATE + "T" + TIME + "$"}
+
+
+CALENDAR_DATES = {"type": "array", "minItems": 4, "maxItems": 4,
+                  "items": {"anyOf": [{"type": "string", "format": "date"},
+                                      {"type": "string", "format": "date-time"}]}}
 
 
 def for_xgrammar(schema):
@@ -130,6 +143,9 @@ def cases():
         out.append((name, "builtin_json" if ebnf is None else "ebnf", ebnf, {}))
     for name, rx in REGEX:
         out.append((name, "regex", rx, {}))
+    # Appended last so the seeds of the cases above stay the same: dates
+    # where months and leap years matter.
+    out.append(("calendar_dates", "json_schema", CALENDAR_DATES, {"any_whitespace": False}))
     return out
 
 
