@@ -37,6 +37,7 @@ class TransformerRunner final : public ModelRunner {
   int32_t context_length() const override { return context_; }
   int32_t kv_block_size() const override { return cache_->block_size(); }
   int32_t kv_block_count() const override { return cache_->n_blocks(); }
+  Device device() const override { return model_->device(); }
   void forward(const model::ForwardBatch& batch, Tensor& logits) override { model_->forward(batch, *cache_, logits); }
 
  private:

@@ -33,6 +33,9 @@ class ModelRunner {
   virtual int32_t context_length() const = 0;  // positions a sequence may use
   virtual int32_t kv_block_size() const = 0;
   virtual int32_t kv_block_count() const = 0;
+  // Where the model computes: with Device::CUDA the scheduler asks for
+  // device logits and samples them there (device_sampler.h).
+  virtual Device device() const { return Device::CPU; }
   // Writes K/V of every row through the block tables and sets
   // logits = f32 [batch.n_logit_rows(), vocab_size()] in row order.
   // Every row's result depends only on its own sequence (row-independent math).

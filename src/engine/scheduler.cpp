@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "ops/device.h"
 
 namespace brioche::engine {
 
@@ -18,6 +19,10 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
   BRIOCHE_CHECK(options_.max_batch_tokens > 0 && options_.max_running > 0,
                 "SchedulerOptions: expected positive max_batch_tokens and max_running, got ",
                 options_.max_batch_tokens, " and ", options_.max_running);
+  if (runner_->device() == Device::CUDA && DeviceSampler::enabled_by_environment()) {
+    device_sampler_ = std::make_unique<DeviceSampler>(runner_->vocab_size());
+    logits_ = ops::zeros(DType::F32, {1, runner_->vocab_size()}, Device::CUDA);  // the model keeps it there
+  }
 }
 
 void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationRequest request) {
@@ -292,6 +297,21 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned) {
       }
     }
     rows.push_back({seq, row, mask, {}, nullptr});
+  }
+  if (device_sampler_) {
+    std::vector<DeviceSampler::Row> device_rows;
+    device_rows.reserve(rows.size());
+    for (const RowSample& r : rows) {
+      device_rows.push_back({.sampler = r.seq->sampler.get(),
+                             .logit_row = r.row,
+                             .prompt = std::span<const int32_t>(r.seq->tokens.data(), size_t(r.seq->n_prompt)),
+                             .output = std::span<const int32_t>(r.seq->tokens.data() + r.seq->n_prompt,
+                                                                r.seq->tokens.size() - size_t(r.seq->n_prompt)),
+                             .allowed_mask = r.mask});
+    }
+    std::vector<Sampler::Result> results = device_sampler_->sample(logits_, device_rows);
+    for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i].seq, results[i]);
+    return;
   }
   ThreadPool::global().run(int(rows.size()), [&](int i) {
     RowSample& r = rows[size_t(i)];

@@ -15,6 +15,7 @@
 
 #include "engine/block_allocator.h"
 #include "engine/constraint.h"
+#include "engine/device_sampler.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -101,7 +102,8 @@ class Engine::Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // oldest first
   std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order
   uint64_t next_order_ = 0;
-  Tensor logits_;
+  Tensor logits_;  // on the device when device_sampler_ is set
+  std::unique_ptr<DeviceSampler> device_sampler_;  // CUDA model and BRIOCHE_CUDA_SAMPLING != 0
   model::ForwardBatch batch_;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
 };

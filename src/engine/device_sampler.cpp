@@ -1,0 +1,143 @@
+#include "engine/device_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/device.h"
+#include "ops/sample.h"
+
+namespace brioche::engine {
+
+DeviceSampler::DeviceSampler(int32_t vocab_size) : vocab_(vocab_size), entry_of_token_(size_t(vocab_size), -1) {
+  BRIOCHE_CHECK(vocab_size > 0, "DeviceSampler: expected vocab_size > 0, got ", vocab_size);
+}
+
+bool DeviceSampler::enabled_by_environment() {
+  const char* value = std::getenv("BRIOCHE_CUDA_SAMPLING");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+void DeviceSampler::add_entries(const Row& row, cuda::SampleRowParams& params) {
+  const SamplingParams& sp = row.sampler->params();
+  params.entry_begin = int32_t(entries_.size());
+  auto entry_for = [&](int32_t token, const char* where) -> cuda::SamplePenaltyEntry& {
+    BRIOCHE_CHECK(token >= 0 && token < vocab_, "Sampler: ", where, " token ", token, " is outside the vocabulary [0, ",
+                  vocab_, ")");
+    int32_t& slot = entry_of_token_[size_t(token)];
+    if (slot < 0) {
+      slot = int32_t(entries_.size());
+      entries_.push_back({.token = token});
+      touched_.push_back(token);
+    }
+    return entries_[size_t(slot)];
+  };
+  try {
+    if (sp.repetition_penalty != 1.0f) {
+      for (const int32_t token : row.prompt) entry_for(token, "prompt").repeated = 1;
+      for (const int32_t token : row.output) entry_for(token, "output").repeated = 1;
+    }
+    if (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) {
+      for (const int32_t token : row.output) entry_for(token, "output").output_count += 1.0f;
+    }
+    if (!sp.logit_bias.empty()) {
+      // A token's biases added in their order (the host adds them one by one).
+      sorted_bias_.assign(sp.logit_bias.begin(), sp.logit_bias.end());
+      std::stable_sort(sorted_bias_.begin(), sorted_bias_.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t i = 0; i < sorted_bias_.size();) {
+        cuda::SamplePenaltyEntry& entry = entry_for(sorted_bias_[i].first, "logit_bias");
+        entry.bias_begin = int32_t(biases_.size());
+        const int32_t token = sorted_bias_[i].first;
+        for (; i < sorted_bias_.size() && sorted_bias_[i].first == token; ++i) biases_.push_back(sorted_bias_[i].second);
+        entry.bias_end = int32_t(biases_.size());
+      }
+    }
+  } catch (...) {
+    for (const int32_t token : touched_) entry_of_token_[size_t(token)] = -1;
+    touched_.clear();
+    throw;
+  }
+  for (const int32_t token : touched_) entry_of_token_[size_t(token)] = -1;
+  touched_.clear();
+  params.entry_end = int32_t(entries_.size());
+}
+
+const cuda::SampleBatch& DeviceSampler::prepare(std::span<const Row> rows) {
+  params_.clear();
+  entries_.clear();
+  biases_.clear();
+  masks_.clear();
+  const size_t mask_words = (size_t(vocab_) + 31) / 32;
+  for (const Row& row : rows) {
+    BRIOCHE_CHECK(row.sampler != nullptr && row.sampler->vocab_size() == vocab_, "DeviceSampler: expected a Sampler over ",
+                  vocab_, " tokens, got ", row.sampler ? row.sampler->vocab_size() : 0);
+    const SamplingParams& sp = row.sampler->params();
+    cuda::SampleRowParams p;
+    p.logit_row = row.logit_row;
+    if (sp.top_logprobs > cuda::kMaxDeviceTopLogprobs) {
+      p.skip = 1;  // sampled on the host below
+      params_.push_back(p);
+      continue;
+    }
+    p.greedy = row.sampler->is_greedy() ? 1 : 0;
+    p.temperature = sp.temperature;
+    p.top_k = sp.top_k;
+    p.top_p = sp.top_p;
+    p.use_min_p = sp.min_p > 0.0f ? 1 : 0;
+    p.log_min_p = p.use_min_p ? std::log(sp.min_p) : 0.0f;  // float log, as the host's bound
+    p.repetition_penalty = sp.repetition_penalty;
+    p.presence_penalty = sp.presence_penalty;
+    p.frequency_penalty = sp.frequency_penalty;
+    add_entries(row, p);
+    if (row.allowed_mask != nullptr) {
+      p.mask_index = int32_t(masks_.size() / mask_words);
+      masks_.insert(masks_.end(), row.allowed_mask, row.allowed_mask + mask_words);
+    }
+    p.want_logprobs = sp.logprobs || sp.top_logprobs > 0 ? 1 : 0;
+    p.top_logprobs = sp.top_logprobs;
+    p.u = p.greedy ? 0.0 : row.sampler->draw_unit();
+    params_.push_back(p);
+  }
+
+  batch_ = {.vocab = vocab_, .rows = params_, .entries = entries_, .biases = biases_, .masks = masks_};
+  return batch_;
+}
+
+std::vector<Sampler::Result> DeviceSampler::sample(const Tensor& logits, std::span<const Row> rows) {
+  std::vector<Sampler::Result> out(rows.size());
+  if (rows.empty()) return out;
+  const cuda::SampleBatch& batch = prepare(rows);
+  results_.resize(rows.size());
+  ops::sample_rows(logits, batch, results_);
+
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    if (params_[i].skip) {
+      // Too many alternatives for the device: this row's logits come back.
+      Tensor host_row = ops::to_device(logits.slice(0, row.logit_row, row.logit_row + 1), Device::CPU);
+      out[i] = row.sampler->sample({.logits = std::span<float>(host_row.data_as<float>(), size_t(vocab_)),
+                                    .prompt = row.prompt,
+                                    .output = row.output,
+                                    .allowed_mask = row.allowed_mask});
+      continue;
+    }
+    const cuda::SampleResult& r = results_[i];
+    if (r.status == cuda::SampleStatus::BadLogit) {
+      fail("Sampler: expected finite or -inf logits, found ", r.bad_value, " at token ", r.bad_index);
+    }
+    if (r.status == cuda::SampleStatus::NothingAllowed) {
+      fail("Sampler: no token is allowed (grammar mask and logit bias exclude all ", vocab_, ")");
+    }
+    Sampler::Result& result = out[i];
+    result.token = r.token;
+    result.logprob = r.logprob;
+    result.top.reserve(size_t(r.n_top));
+    for (int32_t k = 0; k < r.n_top; ++k) result.top.emplace_back(r.top_tokens[k], r.top_logprobs[k]);
+  }
+  return out;
+}
+
+}  // namespace brioche::engine

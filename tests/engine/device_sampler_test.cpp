@@ -1,0 +1,147 @@
+// The host side of device sampling (engine/device_sampler.h): what is
+// uploaded for each row (parameters, one entry per distinct penalized or
+// biased token, masks, the u drawn from the request's stream) and the
+// switch. Runs everywhere; the kernels are checked by cuda_device_sampler_test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/device_sampler.h"
+#include "ops/sample.h"
+
+namespace brioche::engine {
+namespace {
+
+TEST(DeviceSampler, UploadsParametersEntriesMasksAndDraws) {
+  const int vocab = 100;
+  Sampler greedy({.temperature = 0.0f, .logprobs = true, .top_logprobs = 3}, vocab);
+  SamplingParams sampled_params{.temperature = 0.7f,
+                                .top_k = 20,
+                                .top_p = 0.9f,
+                                .min_p = 0.05f,
+                                .repetition_penalty = 1.3f,
+                                .presence_penalty = 0.5f,
+                                .frequency_penalty = 0.25f,
+                                .logit_bias = {{7, 1.0f}, {3, 2.0f}, {7, -0.5f}, {50, 4.0f}},
+                                .seed = 99};
+  Sampler sampled(sampled_params, vocab), reference(sampled_params, vocab);
+  const std::vector<int32_t> prompt{1, 2, 2, 3};
+  const std::vector<int32_t> output{3, 4, 3, 7};
+  std::vector<uint32_t> mask((vocab + 31) / 32, 0u);
+  mask[0] = 0b1010;
+  mask[3] = 0x8u;
+  const std::vector<DeviceSampler::Row> rows{
+      {.sampler = &greedy, .logit_row = 1},
+      {.sampler = &sampled, .logit_row = 0, .prompt = prompt, .output = output, .allowed_mask = mask.data()}};
+  DeviceSampler device(vocab);
+  const cuda::SampleBatch& batch = device.prepare(rows);
+
+  ASSERT_EQ(batch.vocab, vocab);
+  ASSERT_EQ(batch.rows.size(), 2u);
+  const cuda::SampleRowParams& g = batch.rows[0];
+  EXPECT_EQ(g.logit_row, 1);
+  EXPECT_EQ(g.greedy, 1);
+  EXPECT_EQ(g.want_logprobs, 1);
+  EXPECT_EQ(g.top_logprobs, 3);
+  EXPECT_EQ(g.entry_begin, g.entry_end);  // no penalties, no bias
+  EXPECT_EQ(g.mask_index, -1);
+  EXPECT_EQ(g.u, 0.0);
+
+  const cuda::SampleRowParams& s = batch.rows[1];
+  EXPECT_EQ(s.greedy, 0);
+  EXPECT_EQ(s.temperature, 0.7f);
+  EXPECT_EQ(s.top_k, 20);
+  EXPECT_EQ(s.top_p, 0.9f);
+  EXPECT_EQ(s.use_min_p, 1);
+  EXPECT_EQ(s.log_min_p, std::log(0.05f));  // the host's float bound
+  EXPECT_EQ(s.want_logprobs, 0);
+  EXPECT_EQ(s.u, reference.draw_unit());  // the request's own next u
+  EXPECT_EQ(s.mask_index, 0);
+  ASSERT_EQ(batch.masks.size(), mask.size());
+  EXPECT_EQ(batch.masks[0], 0b1010u);
+  EXPECT_EQ(batch.masks[3], 0x8u);
+
+  // Distinct tokens: 1, 2, 3, 4 (prompt/output: repeated), 7 (output, biased), 50 (biased only).
+  struct Seen {
+    int32_t repeated;
+    float count;
+    std::vector<float> biases;
+  };
+  std::map<int32_t, Seen> entries;
+  for (int32_t e = s.entry_begin; e < s.entry_end; ++e) {
+    const cuda::SamplePenaltyEntry& entry = batch.entries[size_t(e)];
+    EXPECT_EQ(entries.count(entry.token), 0u) << "token " << entry.token << " has two entries";
+    Seen& seen = entries[entry.token];
+    seen.repeated = entry.repeated;
+    seen.count = entry.output_count;
+    seen.biases.assign(batch.biases.begin() + entry.bias_begin, batch.biases.begin() + entry.bias_end);
+  }
+  ASSERT_EQ(entries.size(), 6u);
+  EXPECT_EQ(entries[1].repeated, 1);
+  EXPECT_EQ(entries[1].count, 0.0f);
+  EXPECT_EQ(entries[2].count, 0.0f);
+  EXPECT_EQ(entries[3].count, 2.0f);
+  EXPECT_EQ(entries[3].biases, (std::vector<float>{2.0f}));
+  EXPECT_EQ(entries[4].count, 1.0f);
+  EXPECT_EQ(entries[7].repeated, 1);
+  EXPECT_EQ(entries[7].count, 1.0f);
+  EXPECT_EQ(entries[7].biases, (std::vector<float>{1.0f, -0.5f}));  // in the request's order
+  EXPECT_EQ(entries[50].repeated, 0);
+  EXPECT_EQ(entries[50].biases, (std::vector<float>{4.0f}));
+
+  // A second step reuses the buffers and draws the next u.
+  const cuda::SampleBatch& again = device.prepare(rows);
+  EXPECT_EQ(again.rows[1].u, reference.draw_unit());
+  EXPECT_EQ(again.rows[1].entry_end - again.rows[1].entry_begin, 6);
+}
+
+TEST(DeviceSampler, RejectsTokensOutsideTheVocabulary) {
+  const int vocab = 10;
+  Sampler sampler({.temperature = 1.0f, .repetition_penalty = 1.1f, .seed = 1}, vocab);
+  const std::vector<int32_t> prompt{1, 12};
+  const std::vector<DeviceSampler::Row> rows{{.sampler = &sampler, .prompt = prompt}};
+  DeviceSampler device(vocab);
+  try {
+    device.prepare(rows);
+    ADD_FAILURE() << "token 12 of a 10-token vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt token 12 is outside the vocabulary [0, 10)"), std::string::npos)
+        << e.what();
+  }
+  // The failed row left no marks: the next prepare sees token 1 once.
+  const std::vector<int32_t> ok{1, 1};
+  const std::vector<DeviceSampler::Row> good{{.sampler = &sampler, .prompt = ok}};
+  EXPECT_EQ(device.prepare(good).entries.size(), 1u);
+}
+
+TEST(DeviceSampler, EnvironmentSwitch) {
+  unsetenv("BRIOCHE_CUDA_SAMPLING");
+  EXPECT_TRUE(DeviceSampler::enabled_by_environment());
+  setenv("BRIOCHE_CUDA_SAMPLING", "0", 1);
+  EXPECT_FALSE(DeviceSampler::enabled_by_environment());
+  setenv("BRIOCHE_CUDA_SAMPLING", "1", 1);
+  EXPECT_TRUE(DeviceSampler::enabled_by_environment());
+  unsetenv("BRIOCHE_CUDA_SAMPLING");
+}
+
+TEST(DeviceSampler, HostLogitsAreForTheHostSampler) {
+  std::vector<float> data(20, 0.0f);
+  Tensor logits = Tensor::view(data.data(), DType::F32, {2, 10}, nullptr);
+  std::vector<cuda::SampleRowParams> params(1);
+  cuda::SampleBatch batch{.vocab = 10, .rows = params};
+  std::vector<cuda::SampleResult> results(1);
+  try {
+    ops::sample_rows(logits, batch, results);
+    ADD_FAILURE() << "host logits were sampled by the device path";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected CUDA logits"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace brioche::engine
