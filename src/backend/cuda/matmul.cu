@@ -4,95 +4,20 @@
 // cuBLASLt is column-major. Our row-major y[n, m] is the column-major m×n
 // matrix Y (ld = ldy); row-major w[m, k] is column-major k×m, x[n, k] is k×n.
 // So Y = op(W)·X with op = transpose: A = w (TRANSA = T), B = x (N).
-#include <map>
-#include <mutex>
-#include <tuple>
-
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/lt_gemm.h"
 
 namespace brioche::cuda {
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 // Largest bf16 tile a quantized weight is expanded into per GEMM.
 constexpr size_t kDequantTileBytes = size_t(128) << 20;
 constexpr int kMaxGemvRows = 8;
 
-struct LtContext {
-  cublasLtHandle_t handle = nullptr;
-  std::shared_ptr<void> workspace;
-};
-
-LtContext& lt() {
-  static LtContext* ctx = [] {
-    auto* c = new LtContext();  // leaked: lives as long as the process
-    CUBLAS_CHECK(cublasLtCreate(&c->handle));
-    c->workspace = allocate(kWorkspaceBytes);
-    return c;
-  }();
-  return *ctx;
-}
-
-struct GemmDesc {
-  cudaDataType_t ab_type;      // A and B element type
-  cublasComputeType_t compute;
-  const void* a; int64_t lda;  // weight, ld in elements
-  const void* b; int64_t ldb;  // activations
-  float* c; int64_t ldc;       // f32 output
-  int64_t m, n, k;
-  float beta = 0.0f;           // c = a·b + beta·c
-};
-
-// Algorithm choice per shape, found once by cuBLASLt's heuristic.
-using AlgoKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-
-void lt_gemm(const GemmDesc& g) {
-  LtContext& ctx = lt();
-  cublasLtMatmulDesc_t op;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, g.compute, CUDA_R_32F));
-  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  cublasLtMatrixLayout_t la, lb, lc;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g.ab_type, uint64_t(g.k), uint64_t(g.m), g.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g.ab_type, uint64_t(g.k), uint64_t(g.n), g.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(g.m), uint64_t(g.n), g.ldc));
-
-  static std::mutex mutex;
-  static std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
-  AlgoKey key{int(g.ab_type), int(g.compute), g.m, g.n, g.k, g.lda, g.ldb, g.ldc};
-  cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard lock(mutex);
-    auto it = algos.find(key);
-    if (it != algos.end()) {
-      algo = it->second;
-    } else {
-      cublasLtMatmulPreference_t pref;
-      CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      size_t ws = kWorkspaceBytes;
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                        &ws, sizeof ws));
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op, la, lb, lc, lc, pref, 1, &result, &found));
-      cublasLtMatmulPreferenceDestroy(pref);
-      BRIOCHE_CHECK(found > 0, "cuBLASLt: no algorithm for a ", g.m, "x", g.n, "x", g.k, " GEMM");
-      algo = result.algo;
-      algos.emplace(key, algo);
-    }
-  }
-  const float alpha = 1.0f;
-  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op, &alpha, g.a, la, g.b, lb, &g.beta, g.c, lc, g.c, lc, &algo,
-                              ctx.workspace.get(), kWorkspaceBytes, detail::current_stream()));
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(op);
-}
+using detail::lt_gemm;
 
 // x as the 16-bit activations cuBLASLt takes ([n, k] contiguous; f16 for
 // f16 weights, else bf16), or nothing for f32 weights (full f32 GEMM). One

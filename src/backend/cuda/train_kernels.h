@@ -34,6 +34,11 @@ void matmul_input_grad(const backend::cpu::MatmulInputGradArgs& args);
 // and x (≈ 8 flop/byte), and TF32's 10-bit inputs would cost 1e-3 relative
 // error on the only trained parameters for no speed.
 void matmul_weight_grad(const backend::cpu::MatmulWeightGradArgs& args);
+// Rows [row_begin, row_end) of a weight of any 16-bit or quantized dtype as
+// bf16 [row_end − row_begin, k] contiguous (f16 of any width; quantized via
+// dequantize_to_bf16, k a multiple of 32).
+void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end,
+                         int64_t k, void* out);
 
 void dropout(const backend::cpu::DropoutArgs& args);
 void add_scaled(const backend::cpu::ScaledAddArgs& args);

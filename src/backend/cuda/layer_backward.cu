@@ -1,0 +1,75 @@
+// Backward of RMSNorm and SwiGLU on the device (the math:
+// ops/layer_backward.h). RoPE's backward is ops::rope at negated positions.
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/train_kernels.h"
+
+namespace brioche::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// Sums of two values over the block (blockDim.x a multiple of 32).
+__device__ float2 block_sum2(float2 v) {
+  __shared__ float2 partial[32];
+  for (int off = 16; off > 0; off >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, off);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, off);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x / 32) ? partial[lane] : make_float2(0.0f, 0.0f);
+  for (int off = 16; off > 0; off >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, off);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, off);
+  }
+  return v;
+}
+
+// One block per row: r = (Σx²/D + eps)^(−1/2),  dx += r·w·dy − x·r³·(Σ w·dy·x)/D
+__global__ void rms_norm_backward_kernel(backend::cpu::RmsNormBackwardArgs a) {
+  const float* __restrict__ x = a.x + blockIdx.x * a.x_stride;
+  const float* __restrict__ dy = a.dy + blockIdx.x * a.dy_stride;
+  float* __restrict__ dx = a.dx + blockIdx.x * a.dx_stride;
+  float2 sums = make_float2(0.0f, 0.0f);  // (Σ x², Σ w·dy·x)
+  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) {
+    const float xi = x[i];
+    sums.x += xi * xi;
+    sums.y += a.weight[i] * dy[i] * xi;
+  }
+  sums = block_sum2(sums);
+  const float r = rsqrtf(sums.x / float(a.dim) + a.eps);
+  const float c2 = r * r * r * sums.y / float(a.dim);
+  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) dx[i] += r * a.weight[i] * dy[i] - c2 * x[i];
+}
+
+__global__ void swiglu_backward_kernel(backend::cpu::SwigluBackwardArgs a) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= a.n_rows * a.dim) return;
+  const int64_t r = t / a.dim, c = t % a.dim;
+  const float g = a.gate[r * a.ld_gate + c], u = a.up[r * a.ld_up + c], d = a.dout[r * a.ld_dout + c];
+  const float sig = 1.0f / (1.0f + expf(-g));
+  a.dup[r * a.ld_dup + c] = d * g * sig;                                  // written after reading dout:
+  a.dgate[r * a.ld_dgate + c] = d * u * sig * (1.0f + g * (1.0f - sig));  // dgate/dup may alias it
+}
+
+}  // namespace
+
+void rms_norm_backward(const backend::cpu::RmsNormBackwardArgs& a) {
+  if (a.n_rows == 0 || a.dim == 0) return;
+  const int threads = a.dim >= 4096 ? 1024 : kRowThreads;
+  rms_norm_backward_kernel<<<unsigned(a.n_rows), threads, 0, detail::current_stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward(const backend::cpu::SwigluBackwardArgs& a) {
+  const int64_t total = a.n_rows * a.dim;
+  if (total == 0) return;
+  swiglu_backward_kernel<<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace brioche::cuda

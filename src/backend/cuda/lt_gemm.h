@@ -1,0 +1,31 @@
+// One cuBLASLt GEMM with f32 output, shared by the forward matmul, the
+// backward matmuls and the fused log-prob head (include from .cu files only).
+//
+// Column-major, as cuBLASLt sees it: C[m, n] = alpha · op(A)·op(B) + beta · C,
+// op(A) m×k, op(B) k×n. A row-major [r, c] matrix with row stride ld is the
+// column-major c×r matrix with the same ld.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace brioche::cuda::detail {
+
+struct GemmDesc {
+  cudaDataType_t ab_type;      // A and B element type
+  cublasComputeType_t compute;
+  const void* a; int64_t lda;  // ld in elements
+  const void* b; int64_t ldb;
+  float* c; int64_t ldc;       // f32 output
+  int64_t m, n, k;
+  float beta = 0.0f;           // c = alpha·op(a)·op(b) + beta·c
+  cublasOperation_t op_a = CUBLAS_OP_T;  // the forward's y = x·wᵀ: A = w transposed, B = x
+  cublasOperation_t op_b = CUBLAS_OP_N;
+  float alpha = 1.0f;
+};
+
+// Algorithm per shape found once by cuBLASLt's heuristic; 32 MB workspace.
+void lt_gemm(const GemmDesc& g);
+
+}  // namespace brioche::cuda::detail
