@@ -38,4 +38,17 @@ void scale(Tensor& x, float s) {
   backend::cpu::scale(args);
 }
 
+void fill(Tensor& x, float value) {
+  auto xs = detail::f32_rows(x, "fill", "x");
+  const backend::cpu::ScaleArgs args{.x = xs.data, .n_rows = xs.n_rows, .dim = xs.dim, .ldx = xs.stride, .s = value};
+  if (x.device() == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::fill(args);
+#else
+    detail::fail_no_cuda("fill");
+#endif
+  }
+  backend::cpu::fill(args);
+}
+
 }  // namespace brioche::ops

@@ -12,4 +12,7 @@ void add_scaled(const Tensor& x, float s, Tensor& y);
 // x *= s            x : f32 [n_rows, dim] (or rank 1)
 void scale(Tensor& x, float s);
 
+// x = value         x : f32 [n_rows, dim] (or rank 1); overwrites NaN too
+void fill(Tensor& x, float value);
+
 }  // namespace brioche::ops

@@ -42,6 +42,10 @@ void scale(const ScaleArgs& a) {
   });
 }
 
+void fill(const ScaleArgs& a) {
+  for (int64_t r = 0; r < a.n_rows; ++r) std::fill_n(a.x + r * a.ldx, a.dim, a.s);
+}
+
 void gather_rows(const RowIndexArgs& a) {
   ThreadPool::global().parallel_for(a.n, grain_for(a.dim), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) std::copy_n(a.src + a.rows[i] * a.ld_src, a.dim, a.dst + i * a.ld_dst);

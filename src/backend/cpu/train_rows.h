@@ -30,6 +30,7 @@ struct ScaleArgs {
   float s;
 };
 void scale(const ScaleArgs& args);
+void fill(const ScaleArgs& args);  // x = s
 
 struct RowIndexArgs {
   const float* src;     // gather: [n_src, dim];  scatter: [n, dim]

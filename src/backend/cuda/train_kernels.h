@@ -43,6 +43,7 @@ void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t
 void dropout(const backend::cpu::DropoutArgs& args);
 void add_scaled(const backend::cpu::ScaledAddArgs& args);
 void scale(const backend::cpu::ScaleArgs& args);
+void fill(const backend::cpu::ScaleArgs& args);  // x = args.s
 void gather_rows(const backend::cpu::RowIndexArgs& args);
 // Grouped by destination row on the host (rows are host data): each
 // destination row sums its sources in ascending i, no atomics.

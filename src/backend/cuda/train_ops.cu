@@ -38,6 +38,12 @@ __global__ void scale_kernel(backend::cpu::ScaleArgs a) {
   a.x[(t / a.dim) * a.ldx + t % a.dim] *= a.s;
 }
 
+__global__ void fill_kernel(backend::cpu::ScaleArgs a) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= a.n_rows * a.dim) return;
+  a.x[(t / a.dim) * a.ldx + t % a.dim] = a.s;
+}
+
 __global__ void gather_rows_kernel(const float* src, int64_t ld_src, const int32_t* rows, float* dst,
                                    int64_t ld_dst, int64_t n, int64_t dim) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -119,6 +125,13 @@ void scale(const backend::cpu::ScaleArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
   scale_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fill(const backend::cpu::ScaleArgs& a) {
+  const int64_t total = a.n_rows * a.dim;
+  if (total == 0) return;
+  fill_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
