@@ -159,12 +159,22 @@ class Session : public std::enable_shared_from_this<Session> {
     send(std::move(res), close);
   }
 
+  ApiError timeout_error() const {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", app_->options.request_timeout_s);
+    return ApiError{.status = 408, .message = std::string("the request exceeded the server's per-request timeout of ") + seconds + " s",
+                    .type = "timeout_error", .param = "", .code = "timeout"};
+  }
+
   void send_error(const ApiError& error, bool close = false) {
     if (!endpoint_.empty()) app_->metrics.count_request(endpoint_, error.status);
     Response res{http::status(error.status), request_.version() ? request_.version() : 11};
     res.set(http::field::content_type, "application/json");
     if (error.status == 429 || error.status == 503) res.set(http::field::retry_after, "1");
     if (error.status == 401) res.set(http::field::www_authenticate, "Bearer");
+    // OpenAI clients retry 408 by default; the same request would hit the
+    // same server-side limit again.
+    if (error.code == "timeout") res.set("x-should-retry", "false");
     res.body() = dump_json(error.to_json());
     send(std::move(res), close);
   }
@@ -352,7 +362,7 @@ class Session : public std::enable_shared_from_this<Session> {
     timer_.async_wait([weak](beast::error_code ec) {
       if (ec) return;
       if (auto self = weak.lock()) {
-        self->timed_out_ = true;
+        if (self->builder_) self->builder_->set_cancel_error(self->timeout_error());
         if (self->handle_) self->handle_->cancel();
       }
     });
@@ -455,17 +465,13 @@ class Session : public std::enable_shared_from_this<Session> {
     app_->metrics.request_seconds.observe(std::chrono::duration<double>(Clock::now() - started_).count());
     if (builder_->cancelled()) ++app_->metrics.cancelled_requests;
     if (stream_mode_) {
-      app_->metrics.count_request(endpoint_, 200);
+      // The stream itself went out as 200; the metric records how it ended.
+      app_->metrics.count_request(endpoint_, builder_->cancelled() ? builder_->cancel_error().status : builder_->any_error() ? 500 : 200);
       flush_stream();
       return;
     }
     if (client_gone_) return;
-    if (builder_->cancelled()) {
-      if (timed_out_)
-        return send_error(ApiError{.status = 408, .message = "the request exceeded the server's timeout of " + std::to_string(int(app_->options.request_timeout_s)) + " s",
-                           .type = "timeout_error", .param = "", .code = "timeout"});
-      return send_error(ApiError{.status = 503, .message = "the request was cancelled because the server is shutting down", .type = "server_error", .param = "", .code = "shutting_down"});
-    }
+    if (builder_->cancelled()) return send_error(builder_->cancel_error());
     if (builder_->any_error()) return send_error(ApiError{.status = 500, .message = builder_->error(), .type = "server_error", .param = "", .code = ""});
     app_->metrics.count_request(endpoint_, 200);
     json body = builder_->final_body();
@@ -476,7 +482,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void reset_generation() {
     handle_.reset();
     builder_.reset();
-    stream_mode_ = finished_ = last_chunk_sent_ = timed_out_ = client_gone_ = false;
+    stream_mode_ = finished_ = last_chunk_sent_ = client_gone_ = false;
     outgoing_.clear();
   }
 
@@ -496,7 +502,7 @@ class Session : public std::enable_shared_from_this<Session> {
   int64_t n_prompt_tokens_ = 0;
   std::string warning_;  // structured output degraded: the `Warning` header
   bool stream_mode_ = false, writing_ = false, finished_ = false, last_chunk_sent_ = false;
-  bool timed_out_ = false, client_gone_ = false, counted_in_flight_ = false;
+  bool client_gone_ = false, counted_in_flight_ = false;
   std::shared_ptr<Session> keep_alive_;
 };
 

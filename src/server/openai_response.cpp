@@ -20,6 +20,12 @@ json tool_call_json(const ParsedToolCall& call) {
   return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
+// Stop and length are answers; a cancelled or failed choice has no
+// finish_reason to report (the stream ends with an error instead).
+bool ended_normally(engine::FinishReason r) {
+  return r == engine::FinishReason::Stop || r == engine::FinishReason::Length;
+}
+
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(ResponseContext context) : ctx_(std::move(context)) {
@@ -127,10 +133,9 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
     delta.reasoning += tail.reasoning;
     for (auto& t : tail.tool_calls) delta.tool_calls.push_back(std::move(t));
   }
-  size_t first_new_call = c.tool_calls.size();
   c.content += delta.content;
   c.reasoning += delta.reasoning;
-  for (auto& t : delta.tool_calls) c.tool_calls.push_back(std::move(t));
+  append_tool_call_pieces(c.tool_calls, delta.tool_calls);
   if (e.finish) {
     c.finish_reason = finish_reason_for(c, *e.finish);
     if (*e.finish == engine::FinishReason::Error) error_ = e.error.empty() ? "generation failed" : e.error;
@@ -159,10 +164,19 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
           if (!delta.content.empty()) d["content"] = delta.content;
           if (!delta.reasoning.empty()) d["reasoning_content"] = delta.reasoning;
           if (!delta.tool_calls.empty()) {
+            // OpenAI's shape: a call's first delta has index, id, type and
+            // function.name (and the arguments so far); later deltas only
+            // index and a function.arguments fragment.
             json calls = json::array();
-            for (size_t i = 0; i < delta.tool_calls.size(); ++i) {
-              json tc = tool_call_json(delta.tool_calls[i]);
-              tc["index"] = int(first_new_call + i);
+            for (const ToolCallDelta& piece : delta.tool_calls) {
+              json tc = {{"index", piece.index}};
+              if (!piece.id.empty()) {
+                tc["id"] = piece.id;
+                tc["type"] = "function";
+                tc["function"] = {{"name", piece.name}, {"arguments", piece.arguments}};
+              } else {
+                tc["function"] = {{"arguments", piece.arguments}};
+              }
               calls.push_back(tc);
             }
             d["tool_calls"] = calls;
@@ -173,7 +187,7 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
           chunk["choices"] = json::array({choice});
           out += sse(chunk);
         }
-        if (e.finish) {
+        if (e.finish && ended_normally(*e.finish)) {
           json chunk = chunk_base();
           chunk["choices"] = json::array(
               {{{"index", e.choice}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}}});
@@ -182,10 +196,11 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
         break;
       }
       case Endpoint::Completions: {
-        if (!delta.content.empty() || e.finish || (ctx_.logprobs && !e.logprobs.empty())) {
+        const bool finished = e.finish && ended_normally(*e.finish);
+        if (!delta.content.empty() || finished || (ctx_.logprobs && !e.logprobs.empty())) {
           json chunk = chunk_base();
           json choice = {{"index", e.choice}, {"text", delta.content}, {"logprobs", nullptr},
-                         {"finish_reason", e.finish ? json(c.finish_reason) : json(nullptr)}};
+                         {"finish_reason", finished ? json(c.finish_reason) : json(nullptr)}};
           if (ctx_.logprobs && !e.logprobs.empty()) {
             json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
             size_t start = c.lp_tokens.size() - e.logprobs.size();
@@ -216,7 +231,9 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
         out += sse_event("response.output_text.done",
                          {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"text", c0.content}, {"logprobs", json::array()}});
         out += sse_event("response.content_part.done", {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
-        json item = {{"type", "message"}, {"id", item_id_}, {"status", "completed"}, {"role", "assistant"}, {"content", json::array({part})}};
+        const bool failed = cancelled_ || !error_.empty();
+        json item = {{"type", "message"}, {"id", item_id_}, {"status", failed ? "incomplete" : "completed"}, {"role", "assistant"},
+                     {"content", json::array({part})}};
         out += sse_event("response.output_item.done", {{"output_index", 0}, {"item", item}});
         for (size_t i = 0; i < c0.tool_calls.size(); ++i) {
           const ParsedToolCall& t = c0.tool_calls[i];
@@ -225,7 +242,7 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
           out += sse_event("response.output_item.added", {{"output_index", int(i) + 1}, {"item", fc}});
           out += sse_event("response.output_item.done", {{"output_index", int(i) + 1}, {"item", fc}});
         }
-        std::string status = error_.empty() ? (c0.finish_reason == "length" ? "incomplete" : "completed") : "failed";
+        std::string status = failed ? "failed" : c0.finish_reason == "length" ? "incomplete" : "completed";
         out += sse_event(status == "failed" ? "response.failed" : status == "incomplete" ? "response.incomplete" : "response.completed",
                          {{"response", responses_body(status)}});
       } else {
@@ -235,8 +252,12 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
           chunk["usage"] = usage_json();
           out += sse(chunk);
         }
-        if (!error_.empty() && !cancelled_)
-          out += "data: " + dump_json(json{{"error", {{"message", error_}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}}) + "\n\n";
+        // Cut short (timeout, shutdown, engine error): an error event, which
+        // OpenAI clients raise as an APIError, then [DONE] (as vLLM ends a
+        // failed stream).
+        if (cancelled_) out += "data: " + dump_json(cancel_error_.to_json()) + "\n\n";
+        else if (!error_.empty())
+          out += "data: " + dump_json(ApiError{.status = 500, .message = error_, .type = "server_error", .param = "", .code = ""}.to_json()) + "\n\n";
         out += "data: [DONE]\n\n";
       }
     }
@@ -263,7 +284,9 @@ json ResponseBuilder::responses_body(const std::string& status) const {
                {"output", output}, {"parallel_tool_calls", true}, {"tool_choice", "auto"}, {"tools", json::array()},
                {"error", nullptr}, {"incomplete_details", nullptr}, {"usage", nullptr}};
   if (status == "incomplete") body["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  if (status == "failed") body["error"] = {{"code", "server_error"}, {"message", error_}};
+  if (status == "failed")
+    body["error"] = cancelled_ ? json{{"code", cancel_error_.code}, {"message", cancel_error_.message}}
+                               : json{{"code", "server_error"}, {"message", error_}};
   if (done_) body["usage"] = usage_json();
   return body;
 }

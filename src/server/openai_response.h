@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/output_parser.h"
 
@@ -45,6 +46,14 @@ class ResponseBuilder {
   bool any_error() const { return !error_.empty(); }
   const std::string& error() const { return error_; }
   bool cancelled() const { return cancelled_; }
+  // Why a cancelled request ends (the engine only says "cancelled"): the
+  // session sets a timeout error before cancelling; otherwise it was the
+  // shutdown. A stream already under way ends with this error as an
+  // in-stream `{"error": ...}` event (Responses: `response.failed`) instead
+  // of a finish_reason, which would claim a complete answer; a non-streaming
+  // request answers it as the HTTP error.
+  void set_cancel_error(ApiError error) { cancel_error_ = std::move(error); }
+  const ApiError& cancel_error() const { return cancel_error_; }
   int64_t generated_tokens() const { return usage_.completion_tokens; }
 
  private:
@@ -82,6 +91,8 @@ class ResponseBuilder {
   bool done_ = false;
   bool cancelled_ = false;
   std::string error_;
+  ApiError cancel_error_{.status = 503, .message = "the request was cancelled because the server is shutting down",
+                         .type = "server_error", .param = "", .code = "shutting_down"};
   int64_t sequence_number_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "server/output_parser.h"
 
+#include <algorithm>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -65,26 +66,25 @@ ParsedDelta OutputParser::finish() {
   return out;
 }
 
-bool OutputParser::parse_call_object(std::string_view json_text, ParsedDelta& out) {
-  nlohmann::json v = nlohmann::json::parse(trim(json_text), nullptr, false);
-  std::vector<nlohmann::json> items;
-  if (v.is_object()) items.push_back(v);
-  else if (v.is_array()) items.assign(v.begin(), v.end());
-  else return false;
-  std::vector<ParsedToolCall> calls;
-  for (const nlohmann::json& item : items) {
-    if (!item.is_object() || !item.contains("name") || !item["name"].is_string()) return false;
-    nlohmann::json args = item.contains("arguments") ? item["arguments"]
-                          : item.contains("parameters") ? item["parameters"] : nlohmann::json::object();
-    if (args.is_string()) {  // some models double-encode
-      nlohmann::json inner = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
-      if (!inner.is_discarded()) args = inner;
+void OutputParser::take_calls(std::vector<ToolCallDelta> pieces, ParsedDelta& out) {
+  for (ToolCallDelta& piece : pieces) {
+    if (!out.tool_calls.empty() && out.tool_calls.back().index == piece.index && piece.id.empty()) {
+      out.tool_calls.back().arguments += piece.arguments;
+    } else {
+      out.tool_calls.push_back(std::move(piece));
     }
-    calls.push_back({.id = random_id("call_"), .name = item["name"].get<std::string>(), .arguments = args.dump()});
   }
-  for (auto& c : calls) out.tool_calls.push_back(std::move(c));
-  n_tool_calls_ += int(calls.size());
-  return true;
+  if (scanner_) n_tool_calls_ = std::max(n_tool_calls_, scanner_first_ + scanner_->calls_announced());
+}
+
+void append_tool_call_pieces(std::vector<ParsedToolCall>& calls, const std::vector<ToolCallDelta>& pieces) {
+  for (const ToolCallDelta& piece : pieces) {
+    if (!piece.id.empty()) {
+      calls.push_back({.id = piece.id, .name = piece.name, .arguments = piece.arguments});
+      continue;
+    }
+    if (piece.index >= 0 && size_t(piece.index) < calls.size()) calls[size_t(piece.index)].arguments += piece.arguments;
+  }
 }
 
 void OutputParser::run(ParsedDelta& out, bool at_end) {
@@ -117,6 +117,8 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
           if (rest[0] != '<' || rest.substr(0, kPythonTag.size()) == kPythonTag) {
             if (rest[0] == '<') pending_.erase(0, lead + kPythonTag.size());
             mode_ = Mode::JsonCall;
+            scanner_first_ = n_tool_calls_;
+            scanner_.emplace(n_tool_calls_);
             continue;
           }
         }
@@ -161,6 +163,8 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
             }
             pending_.erase(0, open + kToolOpen.size());
             mode_ = Mode::HermesCall;
+            scanner_first_ = n_tool_calls_;
+            scanner_.emplace(n_tool_calls_);
             continue;
           }
         }
@@ -185,49 +189,54 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         return;
       }
       case Mode::HermesCall: {
+        // The call body goes to the scanner as it arrives, except a tail
+        // that may be the start of </tool_call>.
         size_t close = pending_.find(kToolClose);
+        size_t body_end = close != std::string::npos ? close
+                          : at_end                   ? pending_.size()
+                                                     : pending_.size() - partial_marker_suffix(pending_, kToolClose);
+        take_calls(scanner_->feed(std::string_view(pending_).substr(0, body_end)), out);
+        pending_.erase(0, body_end);
         if (close == std::string::npos && !at_end) return;
-        std::string body = close == std::string::npos ? pending_ : pending_.substr(0, close);
-        if (parse_call_object(body, out)) {
-          after_tool_call_ = true;
-        } else {
-          out.content += std::string(kToolOpen) + body + (close == std::string::npos ? "" : std::string(kToolClose));
+        take_calls(scanner_->finish(), out);
+        if (scanner_->not_a_call()) {
+          out.content += std::string(kToolOpen) + scanner_->text() + (close == std::string::npos ? "" : std::string(kToolClose));
           content_started_ = true;
           after_tool_call_ = false;
+        } else {
+          after_tool_call_ = true;
+          // Text after the call object inside the tags: stray closing
+          // brackets are dropped, anything else is content.
+          std::string_view rest = std::string_view(scanner_->text()).substr(std::min(scanner_->end_offset(), scanner_->text().size()));
+          if (rest.find_first_not_of(" \t\r\n}]") != std::string_view::npos) {
+            out.content += std::string(trim(rest));
+            content_started_ = true;
+            after_tool_call_ = false;
+          }
         }
-        pending_.erase(0, close == std::string::npos ? pending_.size() : close + kToolClose.size());
+        scanner_.reset();
+        if (close != std::string::npos) pending_.erase(0, kToolClose.size());
         mode_ = Mode::Content;
         if (at_end && pending_.empty()) return;
         continue;
       }
       case Mode::JsonCall: {
-        if (!at_end) return;  // a JSON call is the whole output
-        std::string body = pending_;
+        // The output is the call list: everything goes to the scanner.
+        take_calls(scanner_->feed(pending_), out);
         pending_.clear();
-        bool ok = true;
-        int count_before = n_tool_calls_;
-        ParsedDelta calls;
-        size_t start = 0;
-        // Several calls may be joined by ';'.
-        while (ok && start < body.size()) {
-          size_t semi = body.find(';', start);
-          std::string_view piece = std::string_view(body).substr(start, semi == std::string::npos ? std::string::npos : semi - start);
-          if (!all_space(piece)) ok = parse_call_object(piece, calls);
-          if (semi == std::string::npos) break;
-          start = semi + 1;
-        }
-        if (!ok) {
-          // Not separable by ';' (a ';' inside a string): try the whole text.
-          n_tool_calls_ = count_before;
-          calls = {};
-          ok = parse_call_object(body, calls);
-        }
-        if (ok) {
-          for (auto& c : calls.tool_calls) out.tool_calls.push_back(std::move(c));
+        if (at_end) take_calls(scanner_->finish(), out);
+        if (scanner_->not_a_call()) {
+          pending_ = scanner_->text();  // plain JSON (or text) after all: content
+        } else if (scanner_->list_ended()) {
+          pending_ = std::string(trim(std::string_view(scanner_->text()).substr(std::min(scanner_->end_offset(), scanner_->text().size()))));
+          after_tool_call_ = true;
         } else {
-          out.content += body;
+          return;
         }
-        return;
+        scanner_.reset();
+        mode_ = Mode::Content;
+        if (pending_.empty()) return;
+        continue;
       }
     }
   }

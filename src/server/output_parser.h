@@ -5,16 +5,23 @@
 // `reasoning_content`.
 // Tool calls, two syntaxes:
 //   Hermes / Qwen:  <tool_call>{"name": "f", "arguments": {...}}</tool_call>  (several allowed)
-//   Llama-3 JSON:   the whole output is {"name": "f", "parameters": {...}}
+//   Llama-3 JSON:   the output starts with {"name": "f", "parameters": {...}}
 //                   (optionally after <|python_tag|>; several joined by ';')
+// Calls come out as streamed pieces (ToolCallDelta, tool_call_scanner.h): a
+// call is announced with its id and name as soon as the name is complete,
+// then its arguments follow in fragments as they are generated, exactly as
+// the model wrote them, so the fragments concatenate to the final arguments.
 // Text that might still turn into a marker ("<tool_c") is held back until it
 // is decided, so streamed content never shows half a tag. A tool call that
-// does not parse as JSON is returned as plain content, never dropped.
+// never gets a name is returned as plain content, never dropped.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "server/tool_call_scanner.h"
 
 namespace brioche::server {
 
@@ -29,7 +36,7 @@ struct ParsedToolCall {
 struct ParsedDelta {
   std::string content;
   std::string reasoning;
-  std::vector<ParsedToolCall> tool_calls;
+  std::vector<ToolCallDelta> tool_calls;  // pieces, in order (a piece with an id starts a call)
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
 };
 
@@ -49,7 +56,7 @@ class OutputParser {
  private:
   enum class Mode { Start, Reasoning, Content, HermesCall, JsonCall };
   void run(ParsedDelta& out, bool at_end);
-  bool parse_call_object(std::string_view json_text, ParsedDelta& out);
+  void take_calls(std::vector<ToolCallDelta> pieces, ParsedDelta& out);
 
   OutputParserOptions options_;
   Mode mode_;
@@ -58,7 +65,13 @@ class OutputParser {
   bool strip_leading_ws_ = false;  // after </think>
   bool after_tool_call_ = false;   // no text since the last tool call
   int n_tool_calls_ = 0;
+  std::optional<ToolCallScanner> scanner_;
+  int scanner_first_ = 0;  // calls announced before scanner_ started  // the call(s) being read (HermesCall, JsonCall)
 };
+
+// Adds streamed pieces to complete calls: a piece with an id starts call
+// number `index`, later pieces append to its arguments.
+void append_tool_call_pieces(std::vector<ParsedToolCall>& calls, const std::vector<ToolCallDelta>& pieces);
 
 // Picks the tool-call syntax a chat template expects.
 ToolSyntax tool_syntax_for_template(const std::string& chat_template);
