@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/quantize.h"
+#include "backend/cpu/quant_ref.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -25,7 +25,7 @@ void dequantize_tile(const MatmulInputGradArgs& a, int64_t m0, int64_t m1, float
   ThreadPool::global().parallel_for(m1 - m0, 16, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {
       const void* row = static_cast<const char*>(a.w) + size_t(m0 + j) * a.w_row_bytes;
-      ops::dequantize_row(a.wtype, row, tile + j * a.k, a.k);
+      ::brioche::cpu::dequantize_row_ref(a.wtype, row, tile + j * a.k, a.k);  // (backend level: no call up into ops)
     }
   });
 }
