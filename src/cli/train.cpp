@@ -11,7 +11,9 @@
 #include "cli/subcommands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/device_weights.h"
 #include "model/weights.h"
+#include "ops/device.h"
 #include "engine/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/config_file.h"
@@ -56,7 +58,13 @@ int run(const TrainFlags& flags) {
 
   model::Checkpoint ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
                                                                      : model::load_gguf_checkpoint(config.model);
+  const Device device = config.resolved_device();
+  if (device == Device::CUDA && !ops::cuda_available())
+    throw UsageError{"--device cuda: no CUDA device is visible, or this build has no CUDA backend "
+                     "(configure with --preset cuda)"};
   auto tok = engine::load_model_tokenizer(ck.gguf.get(), ck.directory);
+  // Base weights go to the device once, in their stored dtype (bf16, f16, quantized blocks).
+  if (device == Device::CUDA) model::move_weights(ck, device);
   train::DatasetOptions options{.preference = train::is_preference(config.method),
                                 .max_seq_length = config.max_seq_length, .tokenizer = tok.get(),
                                 .render = train::make_chat_renderer(ck.chat_template, *tok), .quiet = config.quiet};
@@ -102,6 +110,8 @@ Subcommand add_train_command(CLI::App& root) {
   option<int>(app, f, "epochs", "passes over the training set when --iters is 0 (default 1)");
   option<int>(app, f, "batch-size", "sequences (pairs) per micro-batch (default 1)");
   option<int>(app, f, "grad-accumulation-steps", "micro-batches per optimizer step (default 1)");
+  app->add_option_function<int>("--grad-accum", [&f](int v) { f.overrides["grad_accumulation_steps"] = v; },
+                                "alias of --grad-accumulation-steps");
   option<int>(app, f, "max-seq-length", "longest sequence; longer prompts are cut on the left (default 2048)");
   option<float>(app, f, "max-grad-norm", "clip the global gradient norm (default 1.0; 0 = off)");
   option<float>(app, f, "weight-decay", "AdamW decoupled weight decay (default 0)");
@@ -114,6 +124,10 @@ Subcommand add_train_command(CLI::App& root) {
   option<std::vector<std::string>>(app, f, "target-modules", "projections to adapt (default all seven)");
   option<int>(app, f, "num-layers", "adapt only the last N layers (default -1 = all)");
   option<int>(app, f, "segment-size", "segmented backward: layers per recompute segment (default 0 = off)");
+  app->add_flag_function("--offload-boundaries", [&f](int64_t) { f.overrides["offload_boundaries"] = true; },
+                         "with --segment-size on CUDA: keep segment boundaries in host memory");
+  app->add_flag_function("--grad-checkpoint", [&f](int64_t) { f.overrides["grad_checkpoint"] = true; },
+                         "recompute every layer in the backward (= --segment-size 1)");
   app->add_flag_function("--prefix-shared", [&f](int64_t) { f.overrides["prefix_shared"] = true; },
                          "one [prompt; chosen; rejected] forward per pair");
   option<int>(app, f, "head-chunk-size", "fused CE head vocabulary chunk (default 4096; 0 = full logits)");
@@ -122,6 +136,10 @@ Subcommand add_train_command(CLI::App& root) {
   app->add_flag_function("--save-checkpoints", [&f](int64_t) { f.overrides["save_checkpoints"] = true; },
                          "write the adapter at every evaluation under OUTPUT/checkpoints/step_N");
   option<std::string>(app, f, "resume-adapter", "warm start from this adapter (weights only)");
+  app->add_option_function<std::string>("--resume", [&f](const std::string& v) { f.overrides["resume_adapter"] = v; },
+                                        "alias of --resume-adapter");
+  option<std::string>(app, f, "device", "cpu (default), cuda or auto: where the base weights, LoRA factors, "
+                                        "optimizer state and activations live");
   option<int>(app, f, "seed", "seed of initialisation, shuffling and dropout (default 0)");
   option<int>(app, f, "threads", "CPU threads (default: all)");
   app->add_flag("-q,--quiet", f.quiet, "no progress on stderr");

@@ -6,7 +6,10 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "ops/device.h"
+#include "ops/gather_rows.h"
 #include "ops/linear_backward.h"
+#include "ops/logp_head.h"
 #include "ops/matmul.h"
 
 namespace brioche::train {
@@ -47,68 +50,42 @@ FusedLogpHead::FusedLogpHead(const Tensor& w_out, int64_t chunk) : w_(w_out), ch
 
 std::vector<float> FusedLogpHead::forward(const Tensor& hidden, std::span<const ScoredToken> scored) {
   check_targets(w_, scored);
-  scored_.assign(scored.begin(), scored.end());
-  gathered_ = gather_rows(hidden, scored);
-  const int64_t n = int64_t(scored.size()), V = w_.dim(0);
-  std::vector<float> m(size_t(n), -std::numeric_limits<float>::infinity()), s(size_t(n), 0.0f), z_t(size_t(n), 0.0f);
+  const int64_t n = int64_t(scored.size());
+  const Device dev = hidden.device();
+  rows_.resize(size_t(n));
+  targets_.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) rows_[size_t(i)] = scored[size_t(i)].row, targets_[size_t(i)] = scored[size_t(i)].target;
   if (n == 0) return {};
-  Tensor logits = Tensor::zeros(DType::F32, {n, std::min(chunk_, V)});  // [n, chunk]
-  for (int64_t v0 = 0; v0 < V; v0 += chunk_) {
-    const int64_t v1 = std::min(V, v0 + chunk_);
-    Tensor z = logits.slice(1, 0, v1 - v0);
-    ops::matmul(gathered_, w_.slice(0, v0, v1), z);
-    ThreadPool::global().parallel_for(n, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const float* zi = z.row_as<float>(i);
-        float mc = -std::numeric_limits<float>::infinity();
-        for (int64_t v = 0; v < v1 - v0; ++v) mc = std::max(mc, zi[v]);
-        const float m_new = std::max(m[size_t(i)], mc);
-        float sum = 0.0f;
-        for (int64_t v = 0; v < v1 - v0; ++v) sum += std::exp(zi[v] - m_new);
-        s[size_t(i)] = s[size_t(i)] * std::exp(m[size_t(i)] - m_new) + sum;
-        m[size_t(i)] = m_new;
-        const int32_t t = scored_[size_t(i)].target;
-        if (t >= v0 && t < v1) z_t[size_t(i)] = zi[t - v0];
-      }
-    });
-  }
-  lse_.resize(size_t(n));
-  std::vector<float> logp(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    lse_[size_t(i)] = m[size_t(i)] + std::log(s[size_t(i)]);
-    logp[size_t(i)] = z_t[size_t(i)] - lse_[size_t(i)];
-  }
-  return logp;
+  gathered_ = ops::zeros(DType::F32, {n, hidden.dim(1)}, dev);
+  ops::gather_rows(hidden, rows_, gathered_);
+  lse_ = ops::zeros(DType::F32, {n}, dev);
+  Tensor logp = ops::zeros(DType::F32, {n}, dev);
+  ops::logp_head_forward({.hidden = gathered_, .weight = w_, .targets = targets_, .chunk = chunk_}, lse_, logp);
+  const Tensor host = ops::to_device(logp, Device::CPU);  // the only [n] floats that cross
+  return std::vector<float>(host.data_as<float>(), host.data_as<float>() + n);
 }
 
 void FusedLogpHead::backward(std::span<const float> d_logp, Tensor& d_hidden) {
-  const int64_t n = int64_t(scored_.size()), V = w_.dim(0), H = gathered_.dim(1);
+  const int64_t n = int64_t(rows_.size());
   BRIOCHE_CHECK(int64_t(d_logp.size()) == n, "fused head: ", d_logp.size(), " gradients for ", n, " tokens");
-  Tensor dg = Tensor::zeros(DType::F32, {n, H});  // [n_scored, H]
+  const Device dev = d_hidden.device();
+  Tensor dh_rows = ops::zeros(DType::F32, {d_hidden.dim(0), d_hidden.dim(1)}, dev);
   if (n > 0) {
-    Tensor logits = Tensor::zeros(DType::F32, {n, std::min(chunk_, V)});
-    for (int64_t v0 = 0; v0 < V; v0 += chunk_) {
-      const int64_t v1 = std::min(V, v0 + chunk_);
-      Tensor z = logits.slice(1, 0, v1 - v0);
-      Tensor w_chunk = w_.slice(0, v0, v1);
-      ops::matmul(gathered_, w_chunk, z);
-      // dz_v = d_logp · (1[v = t] − e^{z_v − lse}), in place over the logits
-      ThreadPool::global().parallel_for(n, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          float* zi = z.row_as<float>(i);
-          const float g = d_logp[size_t(i)], lse = lse_[size_t(i)];
-          for (int64_t v = 0; v < v1 - v0; ++v) zi[v] = -g * std::exp(zi[v] - lse);
-          const int32_t t = scored_[size_t(i)].target;
-          if (t >= v0 && t < v1) zi[t - v0] += g;
-        }
-      });
-      ops::matmul_input_grad(z, w_chunk, dg, ops::GradWrite::Accumulate);
-    }
+    Tensor g_host = Tensor::zeros(DType::F32, {n});
+    std::copy(d_logp.begin(), d_logp.end(), g_host.data_as<float>());
+    const Tensor g = ops::to_device(g_host, dev);
+    Tensor dg = ops::zeros(DType::F32, {n, gathered_.dim(1)}, dev);  // [n_scored, H]
+    ops::logp_head_backward({.hidden = gathered_, .weight = w_, .targets = targets_, .chunk = chunk_}, lse_, g, dg,
+                            ops::GradWrite::Overwrite);
+    ops::scatter_add_rows(dg, rows_, dh_rows);
   }
-  scatter_rows(dg, scored_, d_hidden);
+  d_hidden = dh_rows;
+  gathered_ = Tensor();
 }
 
 std::vector<float> PlainLogpHead::forward(const Tensor& hidden, std::span<const ScoredToken> scored) {
+  BRIOCHE_CHECK(hidden.device() == Device::CPU && w_.device() == Device::CPU,
+                "plain lm head (head_chunk_size 0, full logits) runs on the CPU only; use the fused head on CUDA");
   check_targets(w_, scored);
   scored_.assign(scored.begin(), scored.end());
   gathered_ = gather_rows(hidden, scored);

@@ -8,7 +8,9 @@
 // on a chunk with max m', s ← s·e^{m−m'} + Σ e^{z−m'}), keeping only lse per
 // token; the backward recomputes each chunk's logits, forms the chunk's dz
 // and accumulates dh = dz·W_chunk. Memory: [tokens, chunk] instead of
-// [tokens, V]. PlainLogpHead is the full-logits reference.
+// [tokens, V]. It runs on the device of the hidden states (ops::logp_head_*,
+// ops::gather_rows); only the [n_scored] log-probs and their gradients cross
+// to and from the host. PlainLogpHead is the full-logits reference (CPU).
 #pragma once
 
 #include <span>
@@ -40,8 +42,8 @@ class FusedLogpHead final : public LogpHead {
   const Tensor& w_;
   int64_t chunk_;
   Tensor gathered_;               // [n_scored, H] hidden rows of the scored tokens
-  std::vector<float> lse_;        // [n_scored]
-  std::vector<ScoredToken> scored_;
+  Tensor lse_;                    // f32 [n_scored] on the hidden's device
+  std::vector<int32_t> rows_, targets_;  // [n_scored] per scored token
 };
 
 class PlainLogpHead final : public LogpHead {

@@ -4,7 +4,9 @@
 #include <random>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
+#include "core/dropout_hash.h"
+#include "ops/device.h"
+#include "ops/dropout.h"
 
 namespace brioche::train {
 
@@ -12,14 +14,6 @@ namespace {
 
 constexpr std::array<std::string_view, kNumModules> kNames = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                               "gate_proj", "up_proj", "down_proj"};
-
-// SplitMix64 finaliser: a well-mixed 64-bit hash.
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -62,23 +56,21 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, ui
   const int n = c.n_layers;
   const int adapted = lora.num_layers < 0 ? n : std::min(n, lora.num_layers);
   BRIOCHE_CHECK(adapted > 0, "lora: num_layers must be positive or -1 (all), got ", lora.num_layers);
+  std::vector<Site> sites;
+  for (int l = n - adapted; l < n; ++l)
+    for (Module m : lora.targets) sites.push_back({l, m});
+  allocate(c, sites);
   first_layer_ = n - adapted;
-  layers_.resize(size_t(n));
+  // A drawn in (layer, target order) so a seed gives the same factors as before the flat storage.
   std::mt19937_64 rng(seed);
   for (int l = first_layer_; l < n; ++l) {
     for (Module m : lora.targets) {
-      auto f = std::make_unique<LoraFactors>();
-      auto shape = module_shape(c, m);
-      f->a = Tensor::zeros(DType::F32, {lora.rank, shape.in});
-      f->b = Tensor::zeros(DType::F32, {shape.out, lora.rank});
-      f->grad_a = Tensor::zeros(DType::F32, {lora.rank, shape.in});
-      f->grad_b = Tensor::zeros(DType::F32, {shape.out, lora.rank});
+      LoraFactors& f = *layers_[size_t(l)][size_t(m)];
       // kaiming_uniform_(a=√5): bound = √(6 / ((1 + 5)·fan_in)) = 1/√in
       std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-      const float bound = 1.0f / std::sqrt(float(shape.in));
-      float* a = f->a.data_as<float>();
-      for (int64_t i = 0; i < f->a.numel(); ++i) a[i] = bound * uniform(rng);
-      layers_[size_t(l)][size_t(m)] = std::move(f);
+      const float bound = 1.0f / std::sqrt(float(f.a.dim(1)));
+      float* a = f.a.data_as<float>();
+      for (int64_t i = 0; i < f.a.numel(); ++i) a[i] = bound * uniform(rng);
     }
   }
 }
@@ -86,20 +78,66 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, ui
 LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, const std::vector<Site>& sites)
     : config_(lora), scale_(lora.scale()) {
   BRIOCHE_CHECK(lora.rank > 0, "lora: rank must be positive, got ", lora.rank);
-  layers_.resize(size_t(c.n_layers));
-  first_layer_ = c.n_layers;
   for (const auto& s : sites) {
     BRIOCHE_CHECK(s.layer >= 0 && s.layer < c.n_layers, "lora: layer ", s.layer, " outside the model's ",
                   c.n_layers, " layers");
-    auto f = std::make_unique<LoraFactors>();
-    auto shape = module_shape(c, s.module);
-    f->a = Tensor::zeros(DType::F32, {lora.rank, shape.in});
-    f->b = Tensor::zeros(DType::F32, {shape.out, lora.rank});
-    f->grad_a = Tensor::zeros(DType::F32, {lora.rank, shape.in});
-    f->grad_b = Tensor::zeros(DType::F32, {shape.out, lora.rank});
-    layers_[size_t(s.layer)][size_t(s.module)] = std::move(f);
+  }
+  allocate(c, sites);
+}
+
+void LoraAdapter::allocate(const model::ModelConfig& c, const std::vector<Site>& sites) {
+  model_config_ = c;
+  layers_.clear();
+  layers_.resize(size_t(c.n_layers));
+  first_layer_ = c.n_layers;
+  for (const auto& s : sites) {
+    BRIOCHE_CHECK(!layers_[size_t(s.layer)][size_t(s.module)], "lora: site (layer ", s.layer, ", ",
+                  module_name(s.module), ") given twice");
+    layers_[size_t(s.layer)][size_t(s.module)] = std::make_unique<LoraFactors>();
     first_layer_ = std::min(first_layer_, s.layer);
   }
+  int64_t n_a = 0, n_b = 0;
+  for (auto& e : entries()) {
+    const auto shape = module_shape(c, e.module);
+    n_a += config_.rank * shape.in;
+    n_b += shape.out * config_.rank;
+  }
+  flat_ = {.a = Tensor::zeros(DType::F32, {std::max<int64_t>(n_a, 1)}),
+           .b = Tensor::zeros(DType::F32, {std::max<int64_t>(n_b, 1)}),
+           .grad_a = Tensor::zeros(DType::F32, {std::max<int64_t>(n_a, 1)}),
+           .grad_b = Tensor::zeros(DType::F32, {std::max<int64_t>(n_b, 1)})};
+  bind_views();
+}
+
+void LoraAdapter::bind_views() {
+  int64_t off_a = 0, off_b = 0;
+  const int64_t r = config_.rank;
+  for (auto& e : entries()) {
+    const auto shape = module_shape(model_config_, e.module);
+    LoraFactors& f = *e.factors;
+    f.a = flat_.a.slice(0, off_a, off_a + r * shape.in).reshape({r, shape.in});
+    f.grad_a = flat_.grad_a.slice(0, off_a, off_a + r * shape.in).reshape({r, shape.in});
+    f.b = flat_.b.slice(0, off_b, off_b + shape.out * r).reshape({shape.out, r});
+    f.grad_b = flat_.grad_b.slice(0, off_b, off_b + shape.out * r).reshape({shape.out, r});
+    off_a += r * shape.in;
+    off_b += shape.out * r;
+  }
+}
+
+void LoraAdapter::to_device(Device device) {
+  if (device == this->device()) return;
+  for (Tensor* t : {&flat_.a, &flat_.b, &flat_.grad_a, &flat_.grad_b}) *t = ops::to_device(*t, device);
+  bind_views();
+}
+
+std::unique_ptr<LoraAdapter> LoraAdapter::host_copy() const {
+  std::vector<Site> sites;
+  for (int l = 0; l < int(layers_.size()); ++l)
+    for (int m = 0; m < kNumModules; ++m)
+      if (layers_[size_t(l)][size_t(m)]) sites.push_back({l, Module(m)});
+  auto copy = std::make_unique<LoraAdapter>(model_config_, config_, sites);
+  for (auto [from, to] : {std::pair{&flat_.a, &copy->flat_.a}, std::pair{&flat_.b, &copy->flat_.b}}) ops::copy(*from, *to);
+  return copy;
 }
 
 void LoraAdapter::set_dropout(float p) {
@@ -108,10 +146,13 @@ void LoraAdapter::set_dropout(float p) {
 }
 
 void LoraAdapter::zero_grads() {
-  for (auto& e : entries()) {
-    std::fill_n(e.factors->grad_a.data_as<float>(), e.factors->grad_a.numel(), 0.0f);
-    std::fill_n(e.factors->grad_b.data_as<float>(), e.factors->grad_b.numel(), 0.0f);
+  if (device() == Device::CPU) {
+    for (Tensor* g : {&flat_.grad_a, &flat_.grad_b}) std::fill_n(g->data_as<float>(), g->numel(), 0.0f);
+    return;
   }
+  // A device buffer is replaced by a fresh zero-filled one (the caching allocator reuses the old block).
+  for (Tensor* g : {&flat_.grad_a, &flat_.grad_b}) *g = ops::zeros(DType::F32, {g->numel()}, device());
+  bind_views();
 }
 
 int64_t LoraAdapter::parameter_count() const {
@@ -134,25 +175,14 @@ std::vector<LoraAdapter::Entry> LoraAdapter::entries() {
   return out;
 }
 
-float DropoutStream::factor(int64_t row, int64_t col) const {
-  const uint64_t h = mix64(key ^ mix64(uint64_t(row) * 0x100000001B3ull + uint64_t(col)));
-  const float u = float(h >> 40) * (1.0f / float(1 << 24));  // uniform [0, 1)
-  return u < p ? 0.0f : 1.0f / (1.0f - p);
-}
+float DropoutStream::factor(int64_t row, int64_t col) const { return dropout_factor(key, p, row, col); }
 
 DropoutStream DropoutStream::make(float p, uint64_t step_seed, int layer, Module m) {
-  return {p, mix64(step_seed ^ mix64(uint64_t(layer) * 16 + uint64_t(m) + 1))};
+  return {p, dropout_key(step_seed, layer, int(m))};
 }
 
 void apply_dropout(const DropoutStream& d, const Tensor& src, Tensor& dst) {
-  const int64_t n = src.dim(0), k = src.dim(1);
-  ThreadPool::global().parallel_for(n, 4, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* s = src.row_as<float>(r);
-      float* o = dst.row_as<float>(r);
-      for (int64_t c = 0; c < k; ++c) o[c] = s[c] * d.factor(r, c);
-    }
-  });
+  ops::dropout(src, {.p = d.p, .key = d.key}, dst);
 }
 
 }  // namespace brioche::train

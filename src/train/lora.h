@@ -5,6 +5,11 @@
 // the identity. s = alpha / r, or alpha / sqrt(r) with rs_lora.
 // Dropout acts on the LoRA input only; its mask is a pure function of
 // (seed, layer, module, row, column), so every recompute replays it exactly.
+//
+// Storage: every A factor is a view into one flat f32 buffer, every B into a
+// second, and their gradients into two more, so the optimizer, gradient
+// clipping, zeroing and host<->device moves touch four buffers, not 2·7·L
+// small tensors. The buffers live on the adapter's device (to_device).
 #pragma once
 
 #include <array>
@@ -38,8 +43,13 @@ struct LoraConfig {
 };
 
 struct LoraFactors {
-  Tensor a, b;        // f32 [r, in], [out, r]
+  Tensor a, b;        // f32 [r, in], [out, r]: views into the adapter's flat buffers
   Tensor grad_a, grad_b;
+};
+
+// The adapter's four flat buffers (f32 [n]): all A factors, all B factors, and their gradients.
+struct LoraFlat {
+  Tensor a, b, grad_a, grad_b;
 };
 
 // Input/output features of a projection in a model.
@@ -71,6 +81,15 @@ class LoraAdapter {
   // Training-time dropout on the LoRA input (e.g. when warm-starting a loaded adapter).
   void set_dropout(float p);
   void zero_grads();
+
+  // Where the factors live; to_device moves all four buffers (the views follow).
+  Device device() const { return flat_.a.device(); }
+  void to_device(Device device);
+  // A CPU copy with the same sites and values (for saving a device adapter).
+  std::unique_ptr<LoraAdapter> host_copy() const;
+  LoraFlat& flat() { return flat_; }
+  const LoraFlat& flat() const { return flat_; }
+
   int64_t parameter_count() const;
   // Every factor with its PEFT-style name suffix ("layers.3.self_attn.q_proj"), in a fixed order.
   struct Entry {
@@ -81,15 +100,22 @@ class LoraAdapter {
   std::vector<Entry> entries();
 
  private:
+  // Allocates the flat buffers on the CPU for `sites` (zeros) and points the factors into them.
+  void allocate(const model::ModelConfig& config, const std::vector<Site>& sites);
+  void bind_views();
+
   LoraConfig config_;
   float scale_;
   int first_layer_;
+  model::ModelConfig model_config_;
   std::vector<std::array<std::unique_ptr<LoraFactors>, kNumModules>> layers_;
+  LoraFlat flat_;
 };
 
 // Inverted dropout on the LoRA input: keep with probability 1 − p, scale
 // kept values by 1/(1 − p). The mask of element (row, col) is a hash of the
-// stream key, so forward and recompute agree without storing it.
+// stream key (core/dropout_hash.h, the same on the CPU and CUDA), so forward
+// and recompute agree without storing it.
 struct DropoutStream {
   float p = 0.0f;
   uint64_t key = 0;  // mix of (step seed, layer, module)
@@ -99,7 +125,7 @@ struct DropoutStream {
   static DropoutStream make(float p, uint64_t step_seed, int layer, Module m);
 };
 
-// dst[n, k] = src ⊙ mask (the dropped LoRA input)
+// dst[n, k] = src ⊙ mask (the dropped LoRA input), on the tensors' device; dst may alias src.
 void apply_dropout(const DropoutStream& d, const Tensor& src, Tensor& dst);
 
 }  // namespace brioche::train

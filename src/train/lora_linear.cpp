@@ -1,31 +1,17 @@
 #include "train/lora_linear.h"
 
-#include "core/thread_pool.h"
 #include "ops/add.h"
+#include "ops/device.h"
+#include "ops/fused_matmul.h"
 #include "ops/matmul.h"
+#include "ops/scaled_add.h"
 
 namespace brioche::train {
 
 namespace {
 
-// y += s · t, row by row
-void add_scaled(Tensor& y, const Tensor& t, float s) {
-  const int64_t n = y.dim(0), m = y.dim(1);
-  ThreadPool::global().parallel_for(n, 8, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      float* out = y.row_as<float>(r);
-      const float* in = t.row_as<float>(r);
-      for (int64_t c = 0; c < m; ++c) out[c] += s * in[c];
-    }
-  });
-}
-
-void scale_in_place(Tensor& t, float s) {
-  for (int64_t r = 0; r < t.dim(0); ++r) {
-    float* row = t.row_as<float>(r);
-    for (int64_t c = 0; c < t.dim(1); ++c) row[c] *= s;
-  }
-}
+// Buffers live on the device of the activations (the CPU or the GPU).
+Tensor f32(int64_t n, int64_t d, Device device) { return ops::zeros(DType::F32, {n, d}, device); }
 
 }  // namespace
 
@@ -33,44 +19,43 @@ void lora_linear_forward(const LoraSite& site, const Tensor& x, Tensor& y, Tenso
   ops::matmul(x, *site.weight, y);
   if (site.bias && site.bias->defined()) ops::add_bias(y, *site.bias);
   if (!site.lora) return;
+  const Device dev = x.device();
   const int64_t n = x.dim(0);
   const auto& f = *site.lora;
   Tensor x_in = x;
   if (site.dropout.active()) {
-    x_in = Tensor::zeros(DType::F32, {n, x.dim(1)});
+    x_in = f32(n, x.dim(1), dev);
     apply_dropout(site.dropout, x, x_in);
   }
-  ops::matmul(x_in, f.a, *u);                          // u = drop(x)·Aᵀ   [n, r]
-  Tensor low = Tensor::zeros(DType::F32, {n, y.dim(1)});
-  ops::matmul(*u, f.b, low);                           // u·Bᵀ             [n, out]
-  add_scaled(y, low, site.scale);
+  ops::matmul(x_in, f.a, *u);   // drop(x)·Aᵀ             [n, r]
+  ops::scale(*u, site.scale);   // u = s·drop(x)·Aᵀ       (saved)
+  // y += u·Bᵀ (the scratch is used only where the op runs as matmul + add: the CPU)
+  Tensor scratch = dev == Device::CPU ? f32(n, y.dim(1), dev) : Tensor();
+  ops::matmul_accumulate(*u, f.b, y, scratch);
 }
 
 void lora_linear_backward(const LoraSite& site, const LoraLinearBackward& a) {
   ops::matmul_input_grad(a.dy, *site.weight, a.dx, a.dx_mode);  // dx (=|+=) dy·W
   if (!site.lora) return;
   auto& f = *site.lora;
+  const Device dev = a.dy.device();
   const int64_t n = a.x.dim(0), r = f.a.dim(0);
-  // dB += dyᵀ·(s·u)
-  Tensor su = Tensor::zeros(DType::F32, {n, r});
-  add_scaled(su, a.u, site.scale);
-  ops::matmul_weight_grad(a.dy, su, f.grad_b);
-  // g = s · dy·B
-  Tensor g = Tensor::zeros(DType::F32, {n, r});
+  ops::matmul_weight_grad(a.dy, a.u, f.grad_b);                       // dB += dyᵀ·u
+  Tensor g = f32(n, r, dev);
   ops::matmul_input_grad(a.dy, f.b, g, ops::GradWrite::Overwrite);
-  scale_in_place(g, site.scale);
+  ops::scale(g, site.scale);                                          // g = s·dy·B   [n, r]
   if (!site.dropout.active()) {
     ops::matmul_weight_grad(g, a.x, f.grad_a);                            // dA += gᵀ·x
     ops::matmul_input_grad(g, f.a, a.dx, ops::GradWrite::Accumulate);     // dx += g·A
     return;
   }
-  Tensor xd = Tensor::zeros(DType::F32, {n, a.x.dim(1)});
+  Tensor xd = f32(n, a.x.dim(1), dev);
   apply_dropout(site.dropout, a.x, xd);
   ops::matmul_weight_grad(g, xd, f.grad_a);                               // dA += gᵀ·drop(x)
-  Tensor gx = Tensor::zeros(DType::F32, {n, a.x.dim(1)});
+  Tensor gx = xd;                                                         // (xd is no longer needed)
   ops::matmul_input_grad(g, f.a, gx, ops::GradWrite::Overwrite);
   apply_dropout(site.dropout, gx, gx);                                    // drop' = same mask
-  add_scaled(a.dx, gx, 1.0f);
+  ops::add_scaled(gx, 1.0f, a.dx);
 }
 
 }  // namespace brioche::train

@@ -1,6 +1,6 @@
 // One projection with an optional LoRA adapter, forward and backward:
-//   y  = x·Wᵀ + b + s · u·Bᵀ,      u = drop(x)·Aᵀ            // u: [n, r]
-//   dB += s · dyᵀ·u
+//   y  = x·Wᵀ + b + u·Bᵀ,          u = s · drop(x)·Aᵀ        // u: [n, r], saved
+//   dB += dyᵀ·u
 //   g   = s · dy·B                                           // [n, r]
 //   dA += gᵀ·drop(x)
 //   dx (=|+=) dy·W + drop'(g·A)          (W and b are frozen)

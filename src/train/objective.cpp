@@ -1,5 +1,7 @@
 #include "train/objective.h"
 
+#include "ops/device.h"
+
 namespace brioche::train {
 
 LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& batch, const LossConfig& config,
@@ -11,7 +13,7 @@ LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& bat
   LossValue loss = compute_loss(config, seqs, reference);
   if (o.backward) {
     const std::vector<float> d_logp = token_grads(batch.scored, loss, o.grad_scale);
-    Tensor d_hidden = Tensor::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)});
+    Tensor d_hidden = ops::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)}, hidden.device());  // [n, H]
     head.backward(d_logp, d_hidden);
     model.backward(d_hidden);
   }

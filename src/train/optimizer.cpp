@@ -3,6 +3,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/adamw.h"
+#include "ops/device.h"
+#include "ops/scaled_add.h"
 
 namespace brioche::train {
 
@@ -26,52 +29,42 @@ float learning_rate_at(const ScheduleConfig& c, int step) {
   return float(c.learning_rate * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
+double grad_norm(const LoraAdapter& adapter) {
+  const LoraFlat& f = adapter.flat();
+  const Tensor* grads[] = {&f.grad_a, &f.grad_b};
+  return std::sqrt(ops::sum_of_squares(grads));
+}
+
+float clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? float(max_norm / (norm + 1e-6)) : 1.0f;
+}
+
 double clip_grad_norm(LoraAdapter& adapter, double max_norm) {
-  double sum_sq = 0.0;
-  auto entries = adapter.entries();
-  for (auto& e : entries) {
-    for (const Tensor* g : {&e.factors->grad_a, &e.factors->grad_b}) {
-      const float* p = g->data_as<float>();
-      for (int64_t i = 0; i < g->numel(); ++i) sum_sq += double(p[i]) * p[i];
-    }
-  }
-  const double norm = std::sqrt(sum_sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const float s = float(max_norm / (norm + 1e-6));
-    for (auto& e : entries) {
-      for (Tensor* g : {&e.factors->grad_a, &e.factors->grad_b}) {
-        float* p = g->data_as<float>();
-        for (int64_t i = 0; i < g->numel(); ++i) p[i] *= s;
-      }
-    }
+  const double norm = grad_norm(adapter);
+  const float s = clip_factor(norm, max_norm);
+  if (s != 1.0f) {
+    for (Tensor* g : {&adapter.flat().grad_a, &adapter.flat().grad_b}) ops::scale(*g, s);
   }
   return norm;
 }
 
-AdamW::AdamW(LoraAdapter& adapter, const AdamWConfig& config) : config_(config) {
-  for (auto& e : adapter.entries()) {
-    slots_.push_back({&e.factors->a, &e.factors->grad_a, std::vector<float>(size_t(e.factors->a.numel())),
-                      std::vector<float>(size_t(e.factors->a.numel())), false});
-    slots_.push_back({&e.factors->b, &e.factors->grad_b, std::vector<float>(size_t(e.factors->b.numel())),
-                      std::vector<float>(size_t(e.factors->b.numel())), true});
-  }
+AdamW::AdamW(LoraAdapter& adapter, const AdamWConfig& config) : adapter_(adapter), config_(config) {
+  const Device dev = adapter.device();
+  const LoraFlat& f = adapter.flat();
+  m_a_ = ops::zeros(DType::F32, {f.a.numel()}, dev);
+  v_a_ = ops::zeros(DType::F32, {f.a.numel()}, dev);
+  m_b_ = ops::zeros(DType::F32, {f.b.numel()}, dev);
+  v_b_ = ops::zeros(DType::F32, {f.b.numel()}, dev);
 }
 
-void AdamW::step(float lr) {
+void AdamW::step(float lr, float grad_scale) {
   ++t_;
-  const float b1 = config_.beta1, b2 = config_.beta2;
-  const float c1 = 1.0f - std::pow(b1, float(t_)), c2 = 1.0f - std::pow(b2, float(t_));
-  for (auto& s : slots_) {
-    const float slot_lr = s.is_b ? lr * config_.lora_plus_ratio : lr;
-    float* p = s.param->data_as<float>();
-    const float* g = s.grad->data_as<float>();
-    for (size_t i = 0; i < s.m.size(); ++i) {
-      p[i] -= slot_lr * config_.weight_decay * p[i];
-      s.m[i] = b1 * s.m[i] + (1.0f - b1) * g[i];
-      s.v[i] = b2 * s.v[i] + (1.0f - b2) * g[i] * g[i];
-      p[i] -= slot_lr * (s.m[i] / c1) / (std::sqrt(s.v[i] / c2) + config_.eps);
-    }
-  }
+  LoraFlat& f = adapter_.flat();
+  const ops::AdamWSlot slots[] = {
+      {.param = &f.a, .grad = &f.grad_a, .m = &m_a_, .v = &v_a_, .lr_scale = 1.0f},
+      {.param = &f.b, .grad = &f.grad_b, .m = &m_b_, .v = &v_b_, .lr_scale = config_.lora_plus_ratio}};
+  ops::adamw_step(slots, {.lr = lr, .beta1 = config_.beta1, .beta2 = config_.beta2, .eps = config_.eps,
+                          .weight_decay = config_.weight_decay, .step = t_, .grad_scale = grad_scale});
 }
 
 }  // namespace brioche::train

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "train/lora.h"
 
@@ -27,7 +26,12 @@ struct ScheduleConfig {
 // Learning rate for optimizer step `step` (0-based).
 float learning_rate_at(const ScheduleConfig& config, int step);
 
-// Global L2 norm of all LoRA gradients; scales them to max_norm when above (max_norm > 0).
+// Global L2 norm of all LoRA gradients (on the adapter's device; one number crosses).
+double grad_norm(const LoraAdapter& adapter);
+// The factor that brings a gradient of norm `norm` down to max_norm (1 when
+// below, or max_norm <= 0): max_norm / (norm + 1e-6).
+float clip_factor(double norm, double max_norm);
+// grad_norm, then scales the gradients to max_norm when above (max_norm > 0).
 double clip_grad_norm(LoraAdapter& adapter, double max_norm);
 
 struct AdamWConfig {
@@ -36,21 +40,19 @@ struct AdamWConfig {
   float lora_plus_ratio = 1.0f;  // lr multiplier of the B factors
 };
 
+// Runs on the adapter's device (ops::adamw_step: one launch for A and B);
+// moments are f32 tensors there. Construct after LoraAdapter::to_device.
 class AdamW {
  public:
   AdamW(LoraAdapter& adapter, const AdamWConfig& config);
-  void step(float lr);  // uses and keeps the gradients; call zero_grads after
+  // Uses the gradients times grad_scale (clip_factor) and keeps them; call zero_grads after.
+  void step(float lr, float grad_scale = 1.0f);
   int steps_taken() const { return t_; }
 
  private:
-  struct Slot {
-    Tensor* param;
-    Tensor* grad;
-    std::vector<float> m, v;
-    bool is_b;
-  };
+  LoraAdapter& adapter_;
   AdamWConfig config_;
-  std::vector<Slot> slots_;
+  Tensor m_a_, v_a_, m_b_, v_b_;  // f32, shaped like the adapter's flat A and B buffers
   int t_ = 0;
 };
 

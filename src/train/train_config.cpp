@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "ops/device.h"
 
 namespace brioche::train {
 
@@ -30,6 +31,33 @@ void TrainConfig::finalize() {
     BRIOCHE_CHECK(parse_module(m), "target_modules: unknown module '", m,
                   "' (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
   BRIOCHE_CHECK(!data.empty(), "no data directory (--data DIR with train.jsonl)");
+  BRIOCHE_CHECK(device == "cpu" || device == "cuda" || device == "auto", "device: expected cpu, cuda or auto, got '",
+                device, "'");
+  if (fused_head) {
+    // orpo_fused_ce / orpo_flash_ce: both name our one fused head (vocab-tiled online
+    // log-sum-exp, one kernel family on CUDA); false asks for full logits.
+    if (!*fused_head) head_chunk_size = 0;
+    else if (head_chunk_size == 0) head_chunk_size = 4096;
+    fused_head.reset();
+  }
+  if (grad_checkpoint) {
+    BRIOCHE_CHECK(segment_size == 0 || segment_size == 1,
+                  "grad_checkpoint and segment_size ", segment_size,
+                  " are exclusive (grad_checkpoint is segment_size 1: every layer recomputed in the backward)");
+    segment_size = 1;
+    grad_checkpoint = false;
+  }
+  BRIOCHE_CHECK(!mlp_split, "mlp_split is not supported: the reference splits Gemma4's MLP only; brioche's "
+                "segmented backward (segment_size, grad_checkpoint) recomputes whole layers");
+  BRIOCHE_CHECK(!offload_boundaries || segment_size > 0,
+                "offload_boundaries needs segment_size > 0 (or grad_checkpoint): the segment boundaries are what "
+                "is offloaded");
+}
+
+Device TrainConfig::resolved_device() const {
+  if (device == "cuda") return Device::CUDA;
+  if (device == "auto") return ops::cuda_available() ? Device::CUDA : Device::CPU;
+  return Device::CPU;
 }
 
 LoraConfig TrainConfig::lora_config() const {
@@ -111,7 +139,7 @@ const std::vector<OptionSpec>& option_specs() {
       {{"iters"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.iters = to_int(v); }},
       {{"epochs"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.epochs = to_int(v); }},
       {{"batch_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.batch_size = to_int(v); }},
-      {{"grad_accumulation_steps"}, Kind::Integer,
+      {{"grad_accumulation_steps", "grad_accum"}, Kind::Integer,
        [](TrainConfig& c, const json& v) { c.grad_accumulation_steps = to_int(v); }},
       {{"max_seq_length"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.max_seq_length = to_int(v); }},
       {{"max_grad_norm"}, Kind::Number, [](TrainConfig& c, const json& v) { c.max_grad_norm = to_float(v); }},
@@ -126,6 +154,13 @@ const std::vector<OptionSpec>& option_specs() {
        [](TrainConfig& c, const json& v) { c.target_modules = v.get<std::vector<std::string>>(); }},
       {{"num_layers"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.num_layers = to_int(v); }},
       {{"segment_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.segment_size = to_int(v); }},
+      {{"device"}, Kind::String, [](TrainConfig& c, const json& v) { c.device = v.get<std::string>(); }},
+      {{"offload_boundaries"}, Kind::Boolean,
+       [](TrainConfig& c, const json& v) { c.offload_boundaries = v.get<bool>(); }},
+      {{"orpo_fused_ce", "orpo_flash_ce", "fused_ce"}, Kind::Boolean,
+       [](TrainConfig& c, const json& v) { c.fused_head = v.get<bool>(); }},
+      {{"grad_checkpoint"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.grad_checkpoint = v.get<bool>(); }},
+      {{"mlp_split"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.mlp_split = v.get<bool>(); }},
       {{"prefix_shared", "orpo_prefix_shared"}, Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.prefix_shared = v.get<bool>(); }},
       {{"head_chunk_size", "chunk_size", "orpo_chunk_size"}, Kind::Integer,
@@ -216,7 +251,9 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["lora_dropout"] = c.lora_dropout;
   j["target_modules"] = c.target_modules;
   j["num_layers"] = c.num_layers;
+  j["device"] = c.device;
   j["segment_size"] = c.segment_size;
+  j["offload_boundaries"] = c.offload_boundaries;
   j["prefix_shared"] = c.prefix_shared;
   j["head_chunk_size"] = c.head_chunk_size;
   j["steps_per_eval"] = c.steps_per_eval;

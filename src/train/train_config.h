@@ -47,9 +47,15 @@ struct TrainConfig {
   std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   int num_layers = -1;           // LoRA on the last num_layers layers; -1 = all
 
+  std::string device = "cpu";    // cpu | cuda | auto (cuda when this build and the driver see a GPU)
   int segment_size = 0;          // segmented backward: layers per recompute segment (0 = off)
+  bool offload_boundaries = false;  // segment boundaries in host memory while training on CUDA
   bool prefix_shared = false;    // one [prompt; chosen; rejected] forward per pair
   int head_chunk_size = 4096;    // fused CE head vocab chunk; 0 = plain head (full logits)
+  // The reference's switches, mapped onto the levers above by finalize():
+  std::optional<bool> fused_head;     // orpo_fused_ce / orpo_flash_ce: true = fused head, false = full logits
+  bool grad_checkpoint = false;       // = segment_size 1 (recompute every layer); exclusive with segment_size
+  bool mlp_split = false;             // not supported (an error that says so)
 
   int steps_per_eval = 0;        // 0: only at the end
   int steps_per_report = 10;
@@ -60,6 +66,8 @@ struct TrainConfig {
 
   // Fills unset method-dependent defaults and checks ranges; errors name the field.
   void finalize();
+  // The device `device` names, after resolving auto (Device::CPU in a build without CUDA).
+  Device resolved_device() const;
   LoraConfig lora_config() const;
 };
 

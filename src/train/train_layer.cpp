@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops/add.h"
+#include "ops/device.h"
 #include "ops/layer_backward.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -14,12 +15,10 @@ namespace brioche::train {
 
 namespace {
 
-Tensor f32(int64_t n, int64_t d) { return Tensor::zeros(DType::F32, {n, d}); }
+// Activations live where the residual stream does (the CPU or the GPU).
+Tensor f32(Device device, int64_t n, int64_t d) { return ops::zeros(DType::F32, {n, d}, device); }
 
-void copy_rows(const Tensor& src, Tensor& dst) {
-  for (int64_t r = 0; r < src.dim(0); ++r)
-    std::memcpy(dst.row_ptr(r), src.row_ptr(r), size_t(src.dim(1)) * sizeof(float));
-}
+void copy_rows(const Tensor& src, Tensor& dst) { ops::copy(src, dst); }
 
 LoraSite site(const LayerContext& ctx, const LayerParams& p, Module m, const Tensor& w, const Tensor& bias) {
   LoraSite s{.weight = &w, .bias = &bias};
@@ -33,8 +32,8 @@ LoraSite site(const LayerContext& ctx, const LayerParams& p, Module m, const Ten
   return s;
 }
 
-Tensor lora_u_buffer(const LoraSite& s, int64_t n) {
-  return s.lora ? f32(n, s.lora->a.dim(0)) : Tensor();
+Tensor lora_u_buffer(const LoraSite& s, Device device, int64_t n) {
+  return s.lora ? f32(device, n, s.lora->a.dim(0)) : Tensor();
 }
 
 ops::DenseAttentionParams attention_params(const model::ModelConfig& c) {
@@ -55,27 +54,28 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   const auto& cfg = ctx.config;
   const auto& w = p.weights;
   const int64_t n = x.dim(0);
-  c.x_in = f32(n, cfg.hidden_size);
+  const Device dev = x.device();
+  c.x_in = f32(dev, n, cfg.hidden_size);
   copy_rows(x, c.x_in);
-  c.h1 = f32(n, cfg.hidden_size);
+  c.h1 = f32(dev, n, cfg.hidden_size);
   ops::rms_norm(x, w.attn_norm, cfg.rms_eps, c.h1);
 
-  c.q = f32(n, cfg.q_dim());
-  c.k = f32(n, cfg.kv_dim());
-  c.v = f32(n, cfg.kv_dim());
+  c.q = f32(dev, n, cfg.q_dim());
+  c.k = f32(dev, n, cfg.kv_dim());
+  c.v = f32(dev, n, cfg.kv_dim());
   const Module qkv[3] = {Module::Q, Module::K, Module::V};
   const Tensor* weights[3] = {&w.wq, &w.wk, &w.wv};
   const Tensor* biases[3] = {&w.bq, &w.bk, &w.bv};
   Tensor* outs[3] = {&c.q, &c.k, &c.v};
   for (int i = 0; i < 3; ++i) {
     LoraSite s = site(ctx, p, qkv[i], *weights[i], *biases[i]);
-    c.lora_u[size_t(qkv[i])] = lora_u_buffer(s, n);
+    c.lora_u[size_t(qkv[i])] = lora_u_buffer(s, dev, n);
     lora_linear_forward(s, c.h1, *outs[i], &c.lora_u[size_t(qkv[i])]);
   }
   if (w.q_norm.defined()) {
     // Qwen3: RMSNorm over each head's head_dim values, before RoPE.
-    c.q_raw = f32(n, cfg.q_dim());
-    c.k_raw = f32(n, cfg.kv_dim());
+    c.q_raw = f32(dev, n, cfg.q_dim());
+    c.k_raw = f32(dev, n, cfg.kv_dim());
     copy_rows(c.q, c.q_raw);
     copy_rows(c.k, c.k_raw);
     Tensor qh = c.q.reshape({n * cfg.n_heads, cfg.head_dim});
@@ -85,32 +85,32 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   }
   ops::rope(c.q, ctx.positions, rope_params(ctx, cfg.n_heads));
   ops::rope(c.k, ctx.positions, rope_params(ctx, cfg.n_kv_heads));
-  c.attn = f32(n, cfg.q_dim());
-  c.lse = f32(n, cfg.n_heads);
+  c.attn = f32(dev, n, cfg.q_dim());
+  c.lse = f32(dev, n, cfg.n_heads);
   ops::dense_attention(c.q, c.k, c.v, ctx.layout, attention_params(cfg), c.attn, c.lse);
 
-  Tensor o = f32(n, cfg.hidden_size);
+  Tensor o = f32(dev, n, cfg.hidden_size);
   LoraSite so = site(ctx, p, Module::O, w.wo, w.bo);
-  c.lora_u[size_t(Module::O)] = lora_u_buffer(so, n);
+  c.lora_u[size_t(Module::O)] = lora_u_buffer(so, dev, n);
   lora_linear_forward(so, c.attn, o, &c.lora_u[size_t(Module::O)]);
   ops::add(x, o, x);
-  c.x_mid = f32(n, cfg.hidden_size);
+  c.x_mid = f32(dev, n, cfg.hidden_size);
   copy_rows(x, c.x_mid);
 
-  c.h2 = f32(n, cfg.hidden_size);
+  c.h2 = f32(dev, n, cfg.hidden_size);
   ops::rms_norm(x, w.ffn_norm, cfg.rms_eps, c.h2);
-  c.gate = f32(n, cfg.intermediate_size);
-  c.up = f32(n, cfg.intermediate_size);
+  c.gate = f32(dev, n, cfg.intermediate_size);
+  c.up = f32(dev, n, cfg.intermediate_size);
   LoraSite sg = site(ctx, p, Module::Gate, w.w_gate, kNoBias);
   LoraSite su = site(ctx, p, Module::Up, w.w_up, kNoBias);
-  c.lora_u[size_t(Module::Gate)] = lora_u_buffer(sg, n);
-  c.lora_u[size_t(Module::Up)] = lora_u_buffer(su, n);
+  c.lora_u[size_t(Module::Gate)] = lora_u_buffer(sg, dev, n);
+  c.lora_u[size_t(Module::Up)] = lora_u_buffer(su, dev, n);
   lora_linear_forward(sg, c.h2, c.gate, &c.lora_u[size_t(Module::Gate)]);
   lora_linear_forward(su, c.h2, c.up, &c.lora_u[size_t(Module::Up)]);
-  c.act = f32(n, cfg.intermediate_size);
+  c.act = f32(dev, n, cfg.intermediate_size);
   ops::swiglu(c.gate, c.up, c.act);
   LoraSite sd = site(ctx, p, Module::Down, w.w_down, kNoBias);
-  c.lora_u[size_t(Module::Down)] = lora_u_buffer(sd, n);
+  c.lora_u[size_t(Module::Down)] = lora_u_buffer(sd, dev, n);
   lora_linear_forward(sd, c.act, o, &c.lora_u[size_t(Module::Down)]);
   ops::add(x, o, x);
 }
@@ -119,15 +119,17 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, const LayerCa
   const auto& cfg = ctx.config;
   const auto& w = p.weights;
   const int64_t n = dx.dim(0);
+  const Device dev = dx.device();
   using ops::GradWrite;
 
   // MLP: x_out = x_mid + down(silu(g)·u);  dx (= d x_out) flows to x_mid unchanged.
-  Tensor d_act = f32(n, cfg.intermediate_size);
+  Tensor d_act = f32(dev, n, cfg.intermediate_size);
   lora_linear_backward(site(ctx, p, Module::Down, w.w_down, kNoBias),
                        {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = dx, .dx = d_act});
-  Tensor d_gate = f32(n, cfg.intermediate_size), d_up = f32(n, cfg.intermediate_size);
+  Tensor d_gate = f32(dev, n, cfg.intermediate_size);
+  Tensor& d_up = d_act;  // written in place over d_act (swiglu_backward allows it): one [n, inter] less
   ops::swiglu_backward(c.gate, c.up, d_act, d_gate, d_up);
-  Tensor d_h2 = f32(n, cfg.hidden_size);
+  Tensor d_h2 = f32(dev, n, cfg.hidden_size);
   lora_linear_backward(site(ctx, p, Module::Gate, w.w_gate, kNoBias),
                        {.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_gate, .dx = d_h2});
   lora_linear_backward(site(ctx, p, Module::Up, w.w_up, kNoBias),
@@ -136,16 +138,16 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, const LayerCa
   ops::rms_norm_backward(c.x_mid, w.ffn_norm, cfg.rms_eps, d_h2, dx);  // dx = d x_mid
 
   // Attention: x_mid = x_in + o(attn(...)).
-  Tensor d_attn = f32(n, cfg.q_dim());
+  Tensor d_attn = f32(dev, n, cfg.q_dim());
   lora_linear_backward(site(ctx, p, Module::O, w.wo, w.bo),
                        {.x = c.attn, .u = c.lora_u[size_t(Module::O)], .dy = dx, .dx = d_attn});
-  Tensor dq = f32(n, cfg.q_dim()), dk = f32(n, cfg.kv_dim()), dv = f32(n, cfg.kv_dim());
+  Tensor dq = f32(dev, n, cfg.q_dim()), dk = f32(dev, n, cfg.kv_dim()), dv = f32(dev, n, cfg.kv_dim());
   ops::dense_attention_backward(c.q, c.k, c.v, c.attn, c.lse, d_attn, ctx.layout, attention_params(cfg),
                                 {.dq = dq, .dk = dk, .dv = dv});
   ops::rope_backward(dq, ctx.positions, rope_params(ctx, cfg.n_heads));
   ops::rope_backward(dk, ctx.positions, rope_params(ctx, cfg.n_kv_heads));
   if (w.q_norm.defined()) {
-    Tensor dq_raw = f32(n * cfg.n_heads, cfg.head_dim), dk_raw = f32(n * cfg.n_kv_heads, cfg.head_dim);
+    Tensor dq_raw = f32(dev, n * cfg.n_heads, cfg.head_dim), dk_raw = f32(dev, n * cfg.n_kv_heads, cfg.head_dim);
     ops::rms_norm_backward(c.q_raw.reshape({n * cfg.n_heads, cfg.head_dim}), w.q_norm, cfg.rms_eps,
                            dq.reshape({n * cfg.n_heads, cfg.head_dim}), dq_raw);
     ops::rms_norm_backward(c.k_raw.reshape({n * cfg.n_kv_heads, cfg.head_dim}), w.k_norm, cfg.rms_eps,
@@ -153,7 +155,7 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, const LayerCa
     dq = dq_raw.reshape({n, cfg.q_dim()});
     dk = dk_raw.reshape({n, cfg.kv_dim()});
   }
-  Tensor d_h1 = f32(n, cfg.hidden_size);
+  Tensor d_h1 = f32(dev, n, cfg.hidden_size);
   const Module qkv[3] = {Module::Q, Module::K, Module::V};
   const Tensor* weights[3] = {&w.wq, &w.wk, &w.wv};
   const Tensor* biases[3] = {&w.bq, &w.bk, &w.bv};

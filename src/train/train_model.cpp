@@ -1,8 +1,10 @@
 #include "train/train_model.h"
 
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
+#include "ops/device.h"
 #include "ops/embedding.h"
 #include "ops/layer_backward.h"
 #include "ops/rms_norm.h"
@@ -12,9 +14,11 @@ namespace brioche::train {
 
 namespace {
 
-Tensor copy_of(const Tensor& t) {
-  Tensor out = Tensor::zeros(DType::F32, {t.dim(0), t.dim(1)});
-  for (int64_t r = 0; r < t.dim(0); ++r) std::memcpy(out.row_ptr(r), t.row_ptr(r), size_t(t.dim(1)) * 4);
+// A copy of an f32 [n, d] tensor on `device` (its own device unless told).
+Tensor copy_of(const Tensor& t, std::optional<Device> device = std::nullopt) {
+  if (device && *device != t.device()) return ops::to_device(t, *device);  // one transfer (contiguous result)
+  Tensor out = ops::zeros(DType::F32, {t.dim(0), t.dim(1)}, device.value_or(t.device()));
+  ops::copy(t, out);
   return out;
 }
 
@@ -34,9 +38,15 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
   const auto& c = ck.config;
   BRIOCHE_CHECK(options.segment_size >= 0, "train: segment_size must be >= 0, got ", options.segment_size);
   inv_freq_ = ops::rope_inv_freq(c.head_dim, c.rope.theta, c.rope.scaling, c.rope.freq_factors);
+  device_ = ck.weights.output_norm.device();
+  BRIOCHE_CHECK(!options.offload_boundaries || options.segment_size > 0,
+                "train: offload_boundaries needs segment_size > 0 (the boundaries are what is offloaded)");
   if (adapter) {
     BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(),
                   " layers, model ", c.n_layers);
+    BRIOCHE_CHECK(adapter->device() == device_, "train: the adapter is on ",
+                  adapter->device() == Device::CUDA ? "cuda" : "cpu", ", the model on ",
+                  device_ == Device::CUDA ? "cuda" : "cpu", " (LoraAdapter::to_device)");
   }
 }
 
@@ -57,7 +67,7 @@ LayerParams TrainModel::params(int layer) const {
 
 Tensor TrainModel::frozen_prefix(const TokenBatch& batch) const {
   const auto& c = ck_.config;
-  Tensor x = Tensor::zeros(DType::F32, {batch.n_rows(), c.hidden_size});
+  Tensor x = ops::zeros(DType::F32, {batch.n_rows(), c.hidden_size}, device_);
   ops::embedding(ck_.weights.token_embd, batch.tokens, x);
   const auto layout = batch.layout();
   const LayerContext ctx = context(batch, layout, {.adapter_enabled = false, .for_backward = false});
@@ -87,11 +97,12 @@ Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, co
   if (keep_all) caches_.resize(size_t(n_layers - first));
   LayerCache scratch;
   for (int l = first; l < n_layers; ++l) {
-    if (o.for_backward && !keep_all && (l - first) % options_.segment_size == 0) boundaries_.push_back(copy_of(x));
+    if (o.for_backward && !keep_all && (l - first) % options_.segment_size == 0)
+      boundaries_.push_back(copy_of(x, options_.offload_boundaries ? Device::CPU : device_));
     layer_forward(ctx, params(l), x, keep_all ? caches_[size_t(l - first)] : scratch);
   }
   x_final_ = o.for_backward ? copy_of(x) : Tensor();
-  Tensor h = Tensor::zeros(DType::F32, {batch.n_rows(), c.hidden_size});
+  Tensor h = ops::zeros(DType::F32, {batch.n_rows(), c.hidden_size}, device_);
   ops::rms_norm(x, ck_.weights.output_norm, c.rms_eps, h);
   return h;
 }
@@ -100,7 +111,7 @@ void TrainModel::backward(const Tensor& d_hidden) {
   BRIOCHE_CHECK(batch_ != nullptr, "train backward: no forward(for_backward) to differentiate");
   const auto& c = ck_.config;
   const int64_t n = batch_->n_rows();
-  Tensor dx = Tensor::zeros(DType::F32, {n, c.hidden_size});
+  Tensor dx = ops::zeros(DType::F32, {n, c.hidden_size}, device_);
   ops::rms_norm_backward(x_final_, ck_.weights.output_norm, c.rms_eps, d_hidden, dx);
   const LayerContext ctx = context(*batch_, layout_, forward_options_);
   const int first = first_trainable_layer(), n_layers = c.n_layers;
@@ -111,7 +122,8 @@ void TrainModel::backward(const Tensor& d_hidden) {
     std::vector<LayerCache> segment(static_cast<size_t>(seg));
     for (int s = int(boundaries_.size()) - 1; s >= 0; --s) {
       const int l0 = first + s * seg, l1 = std::min(n_layers, l0 + seg);
-      Tensor x = copy_of(boundaries_[size_t(s)]);  // recompute this segment, saving activations
+      Tensor x = copy_of(boundaries_[size_t(s)], device_);  // recompute this segment, saving activations
+      boundaries_[size_t(s)] = Tensor();                      // (its boundary is no longer needed)
       for (int l = l0; l < l1; ++l) layer_forward(ctx, params(l), x, segment[size_t(l - l0)]);
       for (int l = l1 - 1; l >= l0; --l) layer_backward(ctx, params(l), segment[size_t(l - l0)], dx);
     }
@@ -125,6 +137,13 @@ size_t TrainModel::saved_bytes() const {
   size_t n = x_final_.nbytes();
   for (const auto& cache : caches_) n += bytes_of(cache);
   for (const auto& b : boundaries_) n += b.nbytes();
+  return n;
+}
+
+size_t TrainModel::offloaded_bytes() const {
+  size_t n = 0;
+  for (const auto& b : boundaries_)
+    if (b.device() != device_) n += b.nbytes();
   return n;
 }
 

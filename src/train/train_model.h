@@ -9,6 +9,9 @@
 // one segment's activations at a time (same dropout masks: they are a pure
 // function of the seed) and walks it backward. Peak activation memory drops
 // from all trainable layers to one segment for ~one extra forward.
+//
+// Device: the model's (its weights'); activations are allocated there and
+// every op follows its tensors, so the same code trains on the CPU or CUDA.
 #pragma once
 
 #include <memory>
@@ -23,6 +26,10 @@ namespace brioche::train {
 
 struct TrainModelOptions {
   int segment_size = 0;  // trainable layers per recompute segment; 0 = keep every layer's activations
+  // Keep the segment boundaries in host memory while the model is on the GPU
+  // (copied back one segment at a time by the backward): device memory then
+  // holds one segment's activations, not also L/segment_size residuals.
+  bool offload_boundaries = false;
 };
 
 struct ForwardOptions {
@@ -56,6 +63,9 @@ class TrainModel {
 
   // Bytes held for the backward after the last forward (activations + boundaries).
   size_t saved_bytes() const;
+  // Of those, bytes of boundaries offloaded to host memory.
+  size_t offloaded_bytes() const;
+  Device device() const { return device_; }
 
  private:
   LayerContext context(const TokenBatch& batch, const ops::DenseAttentionLayout& layout,
@@ -65,6 +75,7 @@ class TrainModel {
   const model::Checkpoint& ck_;
   LoraAdapter* adapter_;
   TrainModelOptions options_;
+  Device device_ = Device::CPU;
   std::vector<float> inv_freq_;
 
   // State saved by forward(for_backward) for backward().

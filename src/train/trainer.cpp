@@ -10,8 +10,12 @@
 #include <random>
 
 #include "core/error.h"
+#include "ops/device.h"
 #include "train/adapter_io.h"
 #include "train/objective.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/runtime.h"
+#endif
 
 namespace brioche::train {
 
@@ -43,6 +47,13 @@ struct Trainer::MicroBatch {
 nlohmann::json EvalMetrics::to_json() const {
   return {{"loss", loss}, {"nll", nll}, {"or", or_loss}, {"accuracy", accuracy}, {"margin", margin},
           {"chosen_logp", chosen_logp}, {"rejected_logp", rejected_logp}, {"examples", examples}};
+}
+
+size_t peak_device_bytes() {
+#if BRIOCHE_CUDA
+  if (ops::cuda_available()) return cuda::allocator_stats().peak_bytes_in_use;
+#endif
+  return 0;
 }
 
 size_t peak_rss_bytes() {
@@ -86,7 +97,14 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
   } else {
     adapter_ = std::make_unique<LoraAdapter>(ck.config, config_.lora_config(), uint64_t(config_.seed));
   }
-  model_ = std::make_unique<TrainModel>(ck, adapter_.get(), TrainModelOptions{.segment_size = config_.segment_size});
+  const Device device = config_.resolved_device();
+  BRIOCHE_CHECK(ck.weights.output_norm.device() == device, "train: device ", config_.device, " but the model's weights are on ",
+                ck.weights.output_norm.device() == Device::CUDA ? "cuda" : "the cpu",
+                " (model::move_weights uploads them; `brioche train` does)");
+  adapter_->to_device(device);  // factors, gradients and (in run) the AdamW moments live with the weights
+  model_ = std::make_unique<TrainModel>(ck, adapter_.get(),
+                                        TrainModelOptions{.segment_size = config_.segment_size,
+                                                          .offload_boundaries = config_.offload_boundaries});
   if (config_.head_chunk_size > 0) head_ = std::make_unique<FusedLogpHead>(ck.weights.output, config_.head_chunk_size);
   else head_ = std::make_unique<PlainLogpHead>(ck.weights.output);
   auto split = [](const Dataset* d) {
@@ -101,6 +119,12 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::save(const std::string& dir) {
+  if (adapter_->device() == Device::CPU) return save_adapter(dir, *adapter_, ck_, {.base_model = config_.model});
+  auto host = adapter_->host_copy();
+  save_adapter(dir, *host, ck_, {.base_model = config_.model});
+}
 
 void Trainer::log(const std::string& line) const {
   if (!config_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
@@ -125,7 +149,7 @@ Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indice
   constexpr size_t kPrefixCacheLimit = size_t(1) << 30;
   if (with_prefix && model_->first_trainable_layer() > 0) {
     const int64_t H = ck_.config.hidden_size;
-    mb.prefix = Tensor::zeros(DType::F32, {mb.batch.n_rows(), H});
+    mb.prefix = ops::zeros(DType::F32, {mb.batch.n_rows(), H}, model_->device());
     int64_t row = 0;
     for (int i : indices) {
       Tensor rows = s.prefix[size_t(i)];
@@ -136,7 +160,8 @@ Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indice
           s.prefix_bytes += rows.nbytes();
         }
       }
-      std::memcpy(mb.prefix.row_ptr(row), rows.data(), rows.nbytes());
+      Tensor dst = mb.prefix.slice(0, row, row + rows.dim(0));
+      ops::copy(rows, dst);
       row += rows.dim(0);
     }
   }
@@ -238,6 +263,7 @@ TrainResult Trainer::run() {
     j["learning_rate"] = lr;
     j["tokens_per_s"] = elapsed > 0 ? double(tokens_done) / elapsed : 0.0;
     j["peak_memory_bytes"] = peak_rss_bytes();
+    if (model_->device() == Device::CUDA) j["peak_device_memory_bytes"] = peak_device_bytes();
     j["eval_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
     if (train_loss_n > 0) j["train_loss"] = train_loss_sum / train_loss_n;
     evals.push_back(j);
@@ -256,10 +282,7 @@ TrainResult Trainer::run() {
       std::snprintf(line, sizeof line, "eval step %d: loss %.4f (ppl %.2f)", step, m.loss, std::exp(m.loss));
     }
     log(line);
-    if (config_.save_checkpoints && step > 0) {
-      save_adapter(config_.output + "/checkpoints/step_" + std::to_string(step), *adapter_, ck_,
-                   {.base_model = config_.model});
-    }
+    if (config_.save_checkpoints && step > 0) save(config_.output + "/checkpoints/step_" + std::to_string(step));
   };
 
   do_eval(0);
@@ -275,17 +298,20 @@ TrainResult Trainer::run() {
       step_loss += v.loss / config_.grad_accumulation_steps;
       tokens_done += mb.batch.n_rows();
     }
-    const double grad_norm = clip_grad_norm(*adapter_, config_.max_grad_norm);
+    const double norm = grad_norm(*adapter_);
     lr = learning_rate_at(schedule, step);
-    optimizer.step(lr);
+    optimizer.step(lr, clip_factor(norm, config_.max_grad_norm));  // clipping folded into the update
     train_loss_sum += step_loss, ++train_loss_n;
     const int done = step + 1;
     if (config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       char line[256];
-      std::snprintf(line, sizeof line, "step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.1f tok/s peak %.0f MB", done,
-                    total, train_loss_sum / train_loss_n, lr, grad_norm, double(tokens_done) / elapsed,
-                    double(peak_rss_bytes()) / 1e6);
+      std::snprintf(line, sizeof line, "step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.1f tok/s peak %.0f MB%s", done,
+                    total, train_loss_sum / train_loss_n, lr, norm, double(tokens_done) / elapsed,
+                    double(peak_rss_bytes()) / 1e6,
+                    model_->device() == Device::CUDA
+                        ? (" (device " + std::to_string(peak_device_bytes() / 1000000) + " MB)").c_str()
+                        : "");
       log(line);
     }
     const bool eval_now = config_.steps_per_eval > 0 && done % config_.steps_per_eval == 0;
@@ -296,10 +322,11 @@ TrainResult Trainer::run() {
   }
   result.steps = total;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  save_adapter(config_.output, *adapter_, ck_, {.base_model = config_.model});
+  save(config_.output);
   result.metrics = {{"config", config_to_json(config_)}, {"evals", evals}, {"steps", total},
                     {"eval_split", valid_ ? "valid" : "train"},
                     {"seconds", result.seconds}, {"peak_memory_bytes", peak_rss_bytes()}};
+  if (model_->device() == Device::CUDA) result.metrics["peak_device_memory_bytes"] = peak_device_bytes();
   if (is_preference(config_.method)) {
     result.metrics["best_margin"] = result.best_margin;
     result.metrics["best_margin_step"] = result.best_margin_step;

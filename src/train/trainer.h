@@ -66,6 +66,7 @@ class Trainer {
   struct MicroBatch;
   MicroBatch make_batch(Split& split, const std::vector<int>& indices, bool with_prefix);
   void log(const std::string& line) const;
+  void save(const std::string& dir);  // the adapter in PEFT layout (a host copy when it lives on the GPU)
 
   TrainConfig config_;
   const model::Checkpoint& ck_;
@@ -79,5 +80,7 @@ class Trainer {
 
 // Peak resident memory of this process (VmHWM), bytes; 0 when unknown.
 size_t peak_rss_bytes();
+// Peak bytes handed out by the CUDA allocator (weights, activations, caches); 0 without CUDA.
+size_t peak_device_bytes();
 
 }  // namespace brioche::train

@@ -63,6 +63,8 @@ lora_dropout = 0.05
 target_modules = ["q_proj", "v_proj", "down_proj"]
 num_layers = 12
 segment_size = 2
+device = "auto"
+offload_boundaries = true
 prefix_shared = true
 head_chunk_size = 2048
 steps_per_eval = 25
@@ -77,7 +79,7 @@ threads = 3
     "batch_size": 2, "grad_accumulation_steps": 4, "max_seq_length": 1024, "max_grad_norm": 0.5,
     "weight_decay": 0.01, "rank": 32, "alpha": 64, "rs_lora": true, "lora_plus_ratio": 16.0, "lora_dropout": 0.05,
     "target_modules": ["q_proj", "v_proj", "down_proj"], "num_layers": 12, "segment_size": 2,
-    "prefix_shared": true, "head_chunk_size": 2048, "steps_per_eval": 25, "steps_per_report": 5,
+    "device": "auto", "offload_boundaries": true, "prefix_shared": true, "head_chunk_size": 2048, "steps_per_eval": 25, "steps_per_report": 5,
     "save_checkpoints": true, "seed": 42, "threads": 3})");
   TrainConfig from_toml, from_json, defaults;
   apply_config_file(from_toml, toml);
@@ -118,6 +120,38 @@ lora_alpha = 32
   EXPECT_EQ(c.warmup, 7);
   EXPECT_EQ(c.resume_adapter, "adapters/prev");
   EXPECT_FLOAT_EQ(*c.alpha, 32.0f);
+}
+
+// The reference's remaining switches map onto our levers or say what is not supported.
+TEST(ConfigFile, ReferenceSwitchesMapToLevers) {
+  auto finalized = [](const std::string& name, const std::string& body) {
+    TrainConfig c;
+    apply_config_file(c, write(name, "data = \"d\"\nmethod = \"orpo\"\n" + body));
+    c.finalize();
+    return c;
+  };
+  EXPECT_EQ(finalized("flash.toml", "orpo_flash_ce = true\nhead_chunk_size = 0\n").head_chunk_size, 4096);
+  EXPECT_EQ(finalized("fused.toml", "orpo_fused_ce = true\norpo_chunk_size = 512\n").head_chunk_size, 512);
+  EXPECT_EQ(finalized("plain.toml", "orpo_fused_ce = false\n").head_chunk_size, 0);
+  const TrainConfig ckpt = finalized("ckpt.toml", "grad_checkpoint = true\noffload_boundaries = true\n");
+  EXPECT_EQ(ckpt.segment_size, 1);
+  EXPECT_TRUE(ckpt.offload_boundaries);
+  TrainConfig again = ckpt;
+  again.finalize();  // idempotent (the CLI and the trainer both finalize)
+  EXPECT_EQ(again.segment_size, 1);
+  EXPECT_EQ(finalized("accum.toml", "grad_accum = 3\n").grad_accumulation_steps, 3);
+  auto error = [&](const std::string& name, const std::string& body) {
+    try {
+      finalized(name, body);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error("both.toml", "grad_checkpoint = true\nsegment_size = 4\n"), HasSubstr("exclusive"));
+  EXPECT_THAT(error("mlp.toml", "mlp_split = true\n"), HasSubstr("mlp_split is not supported"));
+  EXPECT_THAT(error("offload.toml", "offload_boundaries = true\n"), HasSubstr("needs segment_size > 0"));
+  EXPECT_THAT(error("device.toml", "device = \"tpu\"\n"), HasSubstr("expected cpu, cuda or auto, got 'tpu'"));
 }
 
 TEST(ConfigFile, MalformedTomlNamesFileAndLine) {
