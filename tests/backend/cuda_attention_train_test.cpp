@@ -9,7 +9,9 @@
 // Tolerance class: bf16 tensor-core inputs (q, k, v, dout, and p / dS as mma
 // operands, relative rounding 2^-9 each) with f32 softmax and accumulation:
 //   out, dq, dk, dv: NMSE < 1e-4 (the harness's bf16 GEMM class)
-//   lse (natural log): max |Δ| < 1e-2 (its error is the score error, ~|s|·2^-8)
+//   lse (natural log): max |Δ| < 1e-2·σq² for q ~ N(0, σq²): its error is the
+//   error of the largest scores, which grows with them (H200: 3.6e-3..6.2e-3
+//   at σq = 1, 1.4e-2..1.9e-2 at σq = 2)
 // The backward of both backends is fed the CPU forward's out and lse, so its
 // error is its own. Without a GPU every test reports "skipped: no CUDA device".
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,7 +40,7 @@ namespace {
 
 constexpr float kSentinel = -12345.678f;
 constexpr double kNmseBound = 1e-4;
-constexpr double kLseBound = 1e-2;
+constexpr double kLseBoundPerSigma2 = 1e-2;
 
 // A [rows, cols] f32 CPU tensor viewed out of [rows, cols + pad] storage
 // (the padding holds sentinels), filled with N(0, sigma²).
@@ -166,7 +169,7 @@ void check_case(const AttentionCase& c) {
   std::printf("  %-34s out %.1e  lse max|d| %.1e  dq %.1e  dk %.1e  dv %.1e\n", c.name.c_str(), e_out, e_lse, e_dq,
               e_dk, e_dv);
   EXPECT_LT(e_out, kNmseBound);
-  EXPECT_LT(e_lse, kLseBound);
+  EXPECT_LT(e_lse, kLseBoundPerSigma2 * c.q_sigma * c.q_sigma);
   EXPECT_LT(e_dq, kNmseBound);
   EXPECT_LT(e_dk, kNmseBound);
   EXPECT_LT(e_dv, kNmseBound);
@@ -245,6 +248,31 @@ TEST(CudaAttentionTrain, LongerPrefixSharedSpan) {
   check_case(c);
 }
 
+// No atomics: the same inputs give the same gradient bits every run.
+TEST(CudaAttentionTrain, BackwardIsDeterministic) {
+  REQUIRE_CUDA_DEVICE();
+  AttentionCase c{.name = "determinism", .n_heads = 8, .n_kv_heads = 2, .head_dim = 128};
+  add_prefix_shared(c, 0, 300, 260, 270);
+  const int n = rows_of(c), hd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  const DenseAttentionLayout layout{.spans = c.spans, .branch = c.branch};
+  const DenseAttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                                    .scale = 0.088f};
+  const Tensor q = on_device(random_rows(n, hd, 0, 11, 1.0f)).view, k = on_device(random_rows(n, kvd, 0, 12, 1.0f)).view,
+               v = on_device(random_rows(n, kvd, 0, 13, 1.0f)).view, dout = on_device(random_rows(n, hd, 0, 14, 1.0f)).view;
+  Tensor out = zeros(DType::F32, {n, hd}, Device::CUDA), lse = zeros(DType::F32, {n, c.n_heads}, Device::CUDA);
+  dense_attention(q, k, v, layout, params, out, lse);
+  std::vector<Tensor> runs;
+  for (int run = 0; run < 2; ++run) {
+    Tensor dq = zeros(DType::F32, {n, hd}, Device::CUDA), dk = zeros(DType::F32, {n, kvd}, Device::CUDA),
+           dv = zeros(DType::F32, {n, kvd}, Device::CUDA);
+    dense_attention_backward(q, k, v, out, lse, dout, layout, params, {.dq = dq, .dk = dk, .dv = dv});
+    for (const Tensor* t : {&dq, &dk, &dv}) runs.push_back(to_device(*t, Device::CPU));
+  }
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(std::memcmp(runs[size_t(i)].data(), runs[size_t(i + 3)].data(), size_t(runs[size_t(i)].numel()) * 4), 0)
+        << "gradient " << i << " differs between two runs";
+}
+
 TEST(CudaAttentionTrain, UnsupportedHeadDimIsAClearError) {
   REQUIRE_CUDA_DEVICE();
   const std::vector<AttentionSpan> spans{{0, 16}};
@@ -318,10 +346,16 @@ void bench_shape(const char* name, int heads, int kv_heads, int d, int prompt, i
               4.0 * d * pairs / (fwd * 1e9), bwd, 10.0 * d * pairs / (bwd * 1e9));
 }
 
-TEST(CudaAttentionTrainBench, DISABLED_PrefixSharedShapes) {
+TEST(CudaAttentionTrainBench, DISABLED_Llama8B_2048_4096) {
   REQUIRE_CUDA_DEVICE();
   bench_shape("llama3-8b 2048+4096+4096", 32, 8, 128, 2048, 4096, 4096);
+}
+TEST(CudaAttentionTrainBench, DISABLED_Llama8B_2048_16384) {
+  REQUIRE_CUDA_DEVICE();
   bench_shape("llama3-8b 2048+16384+16384", 32, 8, 128, 2048, 16384, 16384);
+}
+TEST(CudaAttentionTrainBench, DISABLED_SmolLM2_2048_4096) {
+  REQUIRE_CUDA_DEVICE();
   bench_shape("smollm2 2048+4096+4096", 9, 3, 64, 2048, 4096, 4096);
 }
 

@@ -127,6 +127,12 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
                "r"(valid ? 16 : 0)
                : "memory");
 }
+// 4 bytes global -> shared (through L1); zero-filled when !valid.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

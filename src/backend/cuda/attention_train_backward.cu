@@ -147,28 +147,31 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
   }
 }
 
-// Queues query block qb of head h (Q and dO tiles by cp.async, committed;
-// lse2 and D rows by plain stores, visible after the next barrier).
+// Queues query block qb of head h: Q and dO tiles, lse2 and D rows, by
+// cp.async in one group. Rows past the block are zero-filled; every element
+// that reads them is masked (a short block is always a partial tile).
 template <int D>
 __device__ __forceinline__ void load_query_block(const Params& p, const Block& qb, int h, bf16* sq, bf16* sdo,
                                                  float* slse2, float* sdelta) {
   const int64_t q_stride = int64_t(p.n_heads) * D;
   load_tile<D>(sq, p.q + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
   load_tile<D>(sdo, p.dout + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
-  cp_async_commit();
   if (threadIdx.x < kBlock) {
     const int r = threadIdx.x;
     const bool valid = r < qb.n_rows;
-    const int64_t at = int64_t(h) * p.n_rows + qb.first_row + r;
-    slse2[r] = valid ? p.lse2[at] : INFINITY;  // invalid rows: P = 0
-    sdelta[r] = valid ? p.delta[at] : 0.0f;
+    const int64_t at = valid ? int64_t(h) * p.n_rows + qb.first_row + r : 0;
+    cp_async_4(slse2 + r, p.lse2 + at, valid);
+    cp_async_4(sdelta + r, p.delta + at, valid);
   }
+  cp_async_commit();
 }
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
   constexpr int kDSteps = D / 16;
-  constexpr int kHalf = kBlock / 2;  // query rows per sub-step (halves the S/dP registers)
+  // Query rows per sub-step: at D = 128 half a block (halves the S/dP
+  // registers beside the 128 of the dK/dV accumulators).
+  constexpr int kHalf = D == 64 ? kBlock : kBlock / 2;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sk = reinterpret_cast<bf16*>(smem);  // [kBlock][D]
   bf16* sv = sk + kBlock * D;                // [kBlock][D]
@@ -232,8 +235,8 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
     const bool partial = classify(qb, kb, p.window) == kPartial;
 
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, [16 keys, 32 queries] per warp.
+    for (int half = 0; half < kBlock / kHalf; ++half) {
+      // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, [16 keys, kHalf queries] per warp.
       float s[kHalf / 8][4], dp[kHalf / 8][4];
 #pragma unroll
       for (int j = 0; j < kHalf / 8; ++j)
@@ -267,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
           s[j][e] = fast_exp2(x);
           dp[j][e] = s[j][e] * (dp[j][e] - delta[c]);
         }
-      // dV[16, D] += Pᵀ[16, 32] · dO[32, D];  dK[16, D] += dSᵀ[16, 32] · Q[32, D]
+      // dV[16, D] += Pᵀ[16, kHalf] · dO[kHalf, D];  dK[16, D] += dSᵀ[16, kHalf] · Q[kHalf, D]
 #pragma unroll
       for (int ks = 0; ks < kHalf / 16; ++ks) {
         uint32_t ap[4], ads[4];

@@ -11,6 +11,9 @@
 // tile t computes); Q is staged in the second K buffer and held as A
 // fragments in registers. Masks are evaluated per element only on tiles
 // classify() marks partial (diagonal, branch and window boundaries).
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/attention_train.cuh"
 #include "backend/cuda/cuda_check.h"
 
@@ -18,8 +21,10 @@ namespace brioche::cuda::train_attention {
 
 namespace {
 
-template <int D>
-__global__ void __launch_bounds__(kThreads, 2) forward_kernel(Params p) {
+// kMinCtas CTAs per SM: 3 caps registers at 170 per thread (64 KB of shared
+// memory each at D = 128), as the prefill kernel found best.
+template <int D, int kMinCtas>
+__global__ void __launch_bounds__(kThreads, kMinCtas) forward_kernel(Params p) {
   constexpr int kDSteps = D / 16;  // k-steps of S = Q·Kᵀ
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sk = reinterpret_cast<bf16*>(smem);  // [2][kBlock][D]
@@ -167,24 +172,35 @@ __global__ void __launch_bounds__(kThreads, 2) forward_kernel(Params p) {
   }
 }
 
-template <int D>
+template <int D, int kMinCtas>
 void launch(const Params& p, int n_blocks) {
   constexpr size_t kSmem = size_t(4 * kBlock) * D * sizeof(bf16);  // double-buffered K, V (Q staged in K)
   static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, kMinCtas>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kSmem)));
     return true;
   }();
   (void)configured;
   const dim3 grid{unsigned(p.n_heads), unsigned(n_blocks), 1u};
-  forward_kernel<D><<<grid, kThreads, kSmem, detail::current_stream()>>>(p);
+  forward_kernel<D, kMinCtas><<<grid, kThreads, kSmem, detail::current_stream()>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+// BRIOCHE_CUDA_TRAIN_ATTENTION_CTAS=2 builds for 2 CTAs per SM (A/B runs).
+int min_ctas() {
+  static const int ctas = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_TRAIN_ATTENTION_CTAS");
+    return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 3;
+  }();
+  return ctas;
 }
 
 }  // namespace
 
 void launch_forward(const Params& p, int head_dim, int n_blocks) {
-  if (head_dim == 64) launch<64>(p, n_blocks);
-  else launch<128>(p, n_blocks);
+  const bool three = min_ctas() == 3;
+  if (head_dim == 64) three ? launch<64, 3>(p, n_blocks) : launch<64, 2>(p, n_blocks);
+  else three ? launch<128, 3>(p, n_blocks) : launch<128, 2>(p, n_blocks);
 }
 
 }  // namespace brioche::cuda::train_attention
