@@ -7,6 +7,10 @@
 //                    [--rank 16] [--segment-size 1] [--offload] [--no-prefix-shared] [--steps 3]
 //   train_step_bench --shape llama3-8b --dtype bf16 --method sft --seq 65536 [--longest 65536,131072,...]
 //   --layers L overrides the preset's layer count; --device cpu runs the same on the CPU.
+//   --ballast-gb G holds G GB of device memory for the whole run: with --layers L < the
+//   preset's, it stands for the weights of the missing layers, so a memory limit (the
+//   longest SFT sequence) is found without the time of the missing layers' compute.
+//   (With --offload the missing layers' boundaries would be host memory, not device.)
 //
 // The weights are generated one layer at a time straight to the device (the
 // model is never whole in host memory). Tokens are random. ORPO uses
@@ -45,6 +49,7 @@ struct Options {
   int layers = 0, prompt = 2048, response = 4096, seq = 8192, rank = 16, segment_size = 1, steps = 3;
   int64_t head_chunk = 4096;
   bool offload = false, prefix_shared = true;
+  double ballast_gb = 0;
   std::vector<int> longest;
 };
 
@@ -155,6 +160,7 @@ int run(const Options& o) {
   const Device device = o.device == "cuda" ? Device::CUDA : Device::CPU;
   auto t0 = Clock::now();
   model::Checkpoint ck = random_model(o, device);
+  const Tensor ballast = o.ballast_gb > 0 ? ops::zeros(DType::I32, {int64_t(o.ballast_gb * 1e9 / 4)}, device) : Tensor();
   const double weights_gb = double(device_in_use()) / 1e9;
   std::fprintf(stderr, "model %s (%d layers): generated on %s in %.1f s, %.2f GB on the device\n", ck.source.c_str(),
                ck.config.n_layers, o.device.c_str(), seconds_since(t0), weights_gb);
@@ -231,6 +237,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::stoi(next());
     else if (a == "--head-chunk") o.head_chunk = std::stoll(next());
     else if (a == "--offload") o.offload = true;
+    else if (a == "--ballast-gb") o.ballast_gb = std::stod(next());
     else if (a == "--no-prefix-shared") o.prefix_shared = false;
     else if (a == "--longest") {
       std::stringstream ss(next());

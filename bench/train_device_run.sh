@@ -1,0 +1,66 @@
+#!/bin/bash
+# Training on the H200 test machine, in one call: the CUDA training tests,
+# `brioche train --device cuda` end to end, then train_step_bench (Llama-3-8B
+# shape, bf16, rank 16 on all seven projections) side by side with the
+# transformers + peft peer (bench/train_peft_peer.py), and the longest SFT
+# sequence. Binaries come from bench/train_pack.sh (carry ["build/train-dev"]).
+#   bash bench/train_device_run.sh check|bench|all
+set -u
+mode=${1:-all}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+bin=build/train-dev
+nd=$(python3 -c "import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/$bin/lib:$nd:/usr/local/cuda/lib64 NCCL_NVLS_ENABLE=0
+# The tests read goldens at the path they were built in (BRIOCHE_SOURCE_DIR = /work/main).
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+if [ "$mode" != bench ]; then
+  echo "== CUDA training tests (CPU reference on the same machine)"
+  timeout 240 $bin/test_train --gtest_filter='Cuda*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -60
+  echo "== brioche train --device cuda (random smollm2-135m weights, the real tokenizer) [$(elapsed) s]"
+  $bin/gen_model --shape smollm2-135m --dtype bf16 --tokenizer-from $bin/smollm2-tokenizer.gguf --out /tmp/smol.gguf >/dev/null
+  mkdir -p /tmp/pref
+  python3 - <<'EOF'
+import json, random
+random.seed(1)
+words = "red blue green quiet loud small big old new warm cold bright dark".split()
+nouns = "river book house tree road cloud stone bird lamp door".split()
+with open("/tmp/pref/train.jsonl", "w") as f:
+    for i in range(24):
+        p = " ".join(random.sample(words, 2) + [random.choice(nouns)])
+        f.write(json.dumps({"prompt": "Repeat: " + p, "chosen": p.upper(), "rejected": p}) + "\n")
+EOF
+  timeout 120 $bin/brioche train -m /tmp/smol.gguf --data /tmp/pref --method orpo --iters 6 --batch-size 2 \
+    --device cuda --prefix-shared --grad-checkpoint --offload-boundaries --lora-dropout 0.05 --steps-per-report 2 \
+    -o /tmp/adapter_cuda 2>&1 | tail -6
+  ls /tmp/adapter_cuda
+  python3 -c "import json;m=json.load(open('/tmp/adapter_cuda/metrics.json'));print('metrics: device', m['config']['device'], 'peak_device_memory_bytes', m.get('peak_device_memory_bytes'), 'last eval', {k: round(v, 4) for k, v in m['evals'][-1].items() if k in ('loss','accuracy','margin')})"
+  python3 -c "
+import json, safetensors.torch as st
+t = st.load_file('/tmp/adapter_cuda/adapter_model.safetensors'); c = json.load(open('/tmp/adapter_cuda/adapter_config.json'))
+print('adapter:', len(t), 'tensors, r', c['r'], 'targets', sorted(c['target_modules']))"
+fi
+[ "$mode" = check ] && exit 0
+b=$bin/train_step_bench
+run() { echo "-- $* [$(elapsed) s]"; timeout 150 "$@" 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model |orpo:|sft:|longest|failed|error"; }
+echo "== ours: Llama-3-8B shape, bf16 base, rank 16 x 7 projections, ORPO (prompt 2048, chosen/rejected 4096 each)"
+run $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 4096 --segment-size 1 --offload --steps 3
+run $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 4096 --segment-size 0 --steps 3
+run $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 16384 --segment-size 1 --offload --steps 2
+echo "== peer: transformers + peft, same shape and loss [$(elapsed) s]"
+if ! python3 -c "import peft" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $bin/whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+PYTHONUNBUFFERED=1 timeout 200 python3 bench/train_peft_peer.py --shape llama3-8b --prompt 2048 --runs 4096:0,4096:1,16384:1 \
+  --steps 3 2>&1 | tee -a "$out/peer.log" | grep -E "^\||torch |model built|step|Error|error"
+echo "== longest SFT at batch 1 [$(elapsed) s]"
+# 2 of 32 layers computed; a ballast stands for the other 30 layers' weights (bf16 13.1 GB, q4_0 3.7 GB),
+# so the device memory is the 32-layer model's. Boundaries of the missing layers would be 16 KB/token of host memory each.
+run $b --shape llama3-8b --dtype bf16 --layers 2 --ballast-gb 13.1 --method sft --segment-size 1 --offload \
+  --longest 131072,196608,229376,262144
+run $b --shape llama3-8b --dtype q4_0 --layers 2 --ballast-gb 3.7 --method sft --segment-size 1 --offload \
+  --longest 229376,262144,294912
+echo "done in $(elapsed) s"
