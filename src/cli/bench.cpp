@@ -4,6 +4,9 @@
 //   pp N : one forward over an N-token prompt (a fresh sequence each repeat)
 //   tg N : N single-token decode steps after a short prompt
 //   tg N xB: B sequences decoding together (aggregate tokens/s)
+//   engine tg N xB (--engine): B requests of N tokens through the engine
+//     (scheduler, sampling with --temperature/--top-k/--top-p, detokenizing);
+//     on CUDA sampled on the device unless BRIOCHE_CUDA_SAMPLING=0
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,7 +21,10 @@
 #include "cli/common.h"
 #include "cli/load_engine.h"
 #include "cli/subcommands.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/device_sampler.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "ops/device.h"
 
@@ -32,6 +38,10 @@ struct BenchFlags {
   std::vector<int> generate_lengths{64};
   std::vector<int> batch_sizes{1};
   int repetitions = 3;
+  bool engine = false;
+  float temperature = 0.8f;
+  int top_k = 50;
+  float top_p = 0.95f;
 };
 
 // One sequence's slice of the KV cache: a contiguous run of blocks.
@@ -177,6 +187,50 @@ int bench(const BenchFlags& flags) {
       row("tg " + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : ""), summarize(rates));
     }
   }
+  if (flags.engine) {
+    // The engine's own KV cache, with room for every request at once.
+    engine::EngineOptions options;
+    options.kv = {.block_size = 16, .n_blocks = max_batch * ((max_gen + 16) / 16 + 2) + 8, .max_context = max_gen + 48};
+    options.scheduler.max_running = std::max(64, max_batch);
+    auto engine = engine::Engine::from_model(model, options);
+    const bool on_device = model->device() == Device::CUDA && engine::DeviceSampler::enabled_by_environment();
+    std::printf("engine: T %.2f, top-k %d, top-p %.2f, sampled on the %s\n", flags.temperature, flags.top_k,
+                flags.top_p, on_device ? "device" : "host");
+    auto run_requests = [&](int b, int n, uint64_t seed) {
+      std::vector<std::shared_ptr<engine::RequestHandle>> handles;
+      for (int s = 0; s < b; ++s) {
+        engine::GenerationRequest request;
+        request.prompt_tokens = random_tokens(16);
+        request.max_tokens = n;
+        request.ignore_eos = true;
+        request.sampling = {.temperature = flags.temperature,
+                            .top_k = flags.top_k,
+                            .top_p = flags.top_p,
+                            .seed = seed + uint64_t(s)};
+        handles.push_back(engine->submit(std::move(request)));
+      }
+      size_t generated = 0;
+      for (auto& h : handles) {
+        while (std::optional<engine::GenerationEvent> e = h->next()) {
+          if (e->finish == engine::FinishReason::Error) fail("bench: engine request failed: ", e->error);
+          generated += e->tokens.size();
+        }
+      }
+      return generated;
+    };
+    run_requests(max_batch, 8, 1);  // warm-up: decode graphs for the engine's cache
+    for (int b : flags.batch_sizes) {
+      for (int n : flags.generate_lengths) {
+        std::vector<double> rates;
+        for (int r = 0; r < flags.repetitions; ++r) {
+          auto start = Clock::now();
+          const size_t generated = run_requests(b, n, uint64_t(r) * 1000);
+          rates.push_back(double(generated) / seconds_since(start));
+        }
+        row("engine tg " + std::to_string(n) + (b > 1 ? " x" + std::to_string(b) : ""), summarize(rates));
+      }
+    }
+  }
   std::printf("peak RSS: %.1f MiB\n", peak_rss_mib());
   return kExitOk;
 }
@@ -194,6 +248,11 @@ Subcommand add_bench_command(CLI::App& root) {
   app->add_option("-b,--batch", flags->batch_sizes, "sequences decoding together (repeatable)")
       ->check(CLI::Range(1, 1024));
   app->add_option("-r,--repetitions", flags->repetitions, "repeats per test")->check(CLI::Range(1, 1000));
+  app->add_flag("--engine", flags->engine,
+                "also time generation through the engine (scheduler, sampling, detokenizing; prompt of 16 tokens)");
+  app->add_option("--temperature", flags->temperature, "--engine: sampling temperature")->check(CLI::Range(0.0, 100.0));
+  app->add_option("--top-k", flags->top_k, "--engine: top-k (0: off)")->check(CLI::Range(0, 1 << 30));
+  app->add_option("--top-p", flags->top_p, "--engine: top-p (1: off)")->check(CLI::Range(0.0, 1.0));
   return {app, [flags] { return bench(*flags); }};
 }
 

@@ -145,12 +145,12 @@ __device__ void block_argmax(float& v, int& index, Shared& s) {
 }
 
 // Radix select over the keys of the in-play elements i in [0, n):
-// `in_play(i, key, weight)` returns whether element i takes part and sets its
-// key (and weight, for kByMass).
+// `in_play(i, key)` returns whether element i takes part and sets its key;
+// `weight_of(i)` (kByMass) is asked only for elements still matching the prefix.
 //   !kByMass: the key of the k-th largest (1-based; k <= number in play).
 //   kByMass:  the lowest key v in play whose mass strictly above v is < target (> 0).
-template <bool kByMass, class InPlay>
-__device__ uint32_t radix_select(int n, InPlay in_play, int k, double target, Shared& s) {
+template <bool kByMass, class InPlay, class WeightOf>
+__device__ uint32_t radix_select(int n, InPlay in_play, WeightOf weight_of, int k, double target, Shared& s) {
   const int lane = threadIdx.x & 31;
   uint32_t prefix = 0, prefix_mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -162,8 +162,8 @@ __device__ uint32_t radix_select(int n, InPlay in_play, int k, double target, Sh
     for (int base = threadIdx.x - lane; base < n; base += kThreads) {
       const int i = base + lane;
       uint32_t key = 0;
-      float weight = 0.0f;
-      bool pending = i < n && in_play(i, key, weight) && (key & prefix_mask) == prefix;
+      bool pending = i < n && in_play(i, key) && (key & prefix_mask) == prefix;
+      const float weight = kByMass && pending ? weight_of(i) : 0.0f;
       const uint32_t bin = (key >> shift) & 0xffu;
       unsigned todo = __ballot_sync(kFull, pending);
       while (todo != 0) {  // one add per distinct bin among the lanes
@@ -253,6 +253,11 @@ __device__ uint32_t radix_select(int n, InPlay in_play, int k, double target, Sh
   return prefix;
 }
 
+// For the count-only selects.
+struct NoWeight {
+  __device__ float operator()(int) const { return 0.0f; }
+};
+
 __device__ __forceinline__ bool allowed(const uint32_t* mask, int i) {
   return mask == nullptr || ((mask[i >> 5] >> (i & 31)) & 1u) != 0;
 }
@@ -261,19 +266,19 @@ __device__ __forceinline__ bool allowed(const uint32_t* mask, int i) {
 // lower ids; returns how many.
 __device__ int top_raw_tokens(const float* raw, int vocab, int n, Shared& s) {
   const uint32_t kth = radix_select<false>(
-      vocab, [&](int i, uint32_t& key, float&) { key = order_key(raw[i]); return true; }, n, 0.0, s);
+      vocab, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s);
   int above = 0;
   for (int i = threadIdx.x; i < vocab; i += kThreads) above += order_key(raw[i]) > kth ? 1 : 0;
   above = block_sum(above, s);
   const int ties_needed = n - above;  // >= 1
   const uint32_t id_key = radix_select<false>(
       vocab,
-      [&](int i, uint32_t& key, float&) {
+      [&](int i, uint32_t& key) {
         if (order_key(raw[i]) != kth) return false;
         key = ~uint32_t(i);  // largest key = lowest id
         return true;
       },
-      ties_needed, 0.0, s);
+      NoWeight{}, ties_needed, 0.0, s);
   const int last_tie = int(~id_key);
   if (threadIdx.x == 0) s.n_top = 0;
   __syncthreads();
@@ -393,7 +398,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     float top_k_bound = -kInf;
     if (p.top_k > 0 && p.top_k < vocab) {
       top_k_bound = key_value(radix_select<false>(
-          vocab, [&](int i, uint32_t& key, float&) { key = order_key(proc[i]); return true; }, p.top_k, 0.0, s));
+          vocab, [&](int i, uint32_t& key) { key = order_key(proc[i]); return true; }, NoWeight{}, p.top_k, 0.0, s));
     }
     const float min_p_bound = p.use_min_p ? max_logit + p.log_min_p : -kInf;
     const bool use_top_p = p.top_p < 1.0f;
@@ -411,14 +416,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
       } else {
         top_p_bound = key_value(radix_select<true>(
             vocab,
-            [&](int i, uint32_t& key, float& weight) {
+            [&](int i, uint32_t& key) {
               const float q = proc[i];
               if (!(q >= candidate_bound && q != -kInf)) return false;
               key = order_key(q);
-              weight = token_weight(q, max_logit);
               return true;
             },
-            0, target, s));
+            [&](int i) { return token_weight(proc[i], max_logit); }, 0, target, s));
       }
     }
     const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
