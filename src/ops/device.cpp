@@ -52,6 +52,19 @@ Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device) {
 #endif
 }
 
+Tensor pinned_host_zeros(DType dtype, std::initializer_list<int64_t> shape) {
+#if BRIOCHE_CUDA
+  if (cuda_available()) {
+    Tensor probe = Tensor::view(nullptr, dtype, shape, nullptr);  // (size through Tensor's shape checks)
+    std::shared_ptr<void> memory = cuda::allocate_pinned_host(probe.nbytes());
+    std::memset(memory.get(), 0, probe.nbytes());
+    void* data = memory.get();
+    return Tensor::view(data, dtype, shape, std::move(memory), Device::CPU);
+  }
+#endif
+  return Tensor::zeros(dtype, shape);
+}
+
 Tensor to_device(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return t;
 #if BRIOCHE_CUDA

@@ -17,6 +17,12 @@ bool cuda_available();
 // A zero-filled contiguous tensor on `device`.
 Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device);
 
+// A zero-filled contiguous CPU tensor in page-locked memory when this build
+// has CUDA and a GPU is visible (full-speed copies to and from the device),
+// ordinary host memory otherwise. For long-lived staging buffers (offloaded
+// training activations): each allocation pins pages, which is slow.
+Tensor pinned_host_zeros(DType dtype, std::initializer_list<int64_t> shape);
+
 // `t` itself when it is already on `device`, else a contiguous copy there.
 Tensor to_device(const Tensor& t, Device device);
 

@@ -50,6 +50,18 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
   }
 }
 
+Tensor TrainModel::save_boundary(const Tensor& x) {
+  if (!options_.offload_boundaries || device_ == Device::CPU) return copy_of(x);
+  // Page-locked host buffers, kept across steps (pinning is slow) while the row count stays.
+  const size_t i = boundaries_.size();
+  if (host_boundaries_.size() <= i) host_boundaries_.resize(i + 1);
+  Tensor& host = host_boundaries_[i];
+  if (!host.defined() || host.dim(0) != x.dim(0) || host.dim(1) != x.dim(1))
+    host = ops::pinned_host_zeros(DType::F32, {x.dim(0), x.dim(1)});
+  ops::copy(x, host);  // device -> host, complete on return
+  return host;
+}
+
 int TrainModel::first_trainable_layer() const {
   return adapter_ ? adapter_->first_adapted_layer() : ck_.config.n_layers;
 }
@@ -97,8 +109,7 @@ Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, co
   if (keep_all) caches_.resize(size_t(n_layers - first));
   LayerCache scratch;
   for (int l = first; l < n_layers; ++l) {
-    if (o.for_backward && !keep_all && (l - first) % options_.segment_size == 0)
-      boundaries_.push_back(copy_of(x, options_.offload_boundaries ? Device::CPU : device_));
+    if (o.for_backward && !keep_all && (l - first) % options_.segment_size == 0) boundaries_.push_back(save_boundary(x));
     layer_forward(ctx, params(l), x, keep_all ? caches_[size_t(l - first)] : scratch);
   }
   x_final_ = o.for_backward ? copy_of(x) : Tensor();

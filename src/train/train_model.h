@@ -71,6 +71,8 @@ class TrainModel {
   LayerContext context(const TokenBatch& batch, const ops::DenseAttentionLayout& layout,
                        const ForwardOptions& options) const;
   LayerParams params(int layer) const;
+  // A copy of the residual x kept for the backward: on the device, or in host memory when offloading.
+  Tensor save_boundary(const Tensor& x);
 
   const model::Checkpoint& ck_;
   LoraAdapter* adapter_;
@@ -84,6 +86,7 @@ class TrainModel {
   ForwardOptions forward_options_;
   std::vector<LayerCache> caches_;     // per trainable layer (segment_size == 0)
   std::vector<Tensor> boundaries_;     // residual at each segment start (segment_size > 0)
+  std::vector<Tensor> host_boundaries_;  // pinned host buffers of offloaded boundaries, reused across steps
   Tensor x_final_;                     // [n, hidden] before the final norm
 };
 

@@ -181,6 +181,12 @@ CaptureMemory* recording_capture() { return g_recording; }
 void release_capture_memory(CaptureMemory& memory) { allocator().release_capture(memory); }
 }  // namespace detail
 
+std::shared_ptr<void> allocate_pinned_host(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
 AllocatorStats allocator_stats() { return allocator().stats(); }
 void release_cached_memory() { allocator().release(); }
 

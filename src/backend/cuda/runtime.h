@@ -32,6 +32,11 @@ void synchronize();
 // reused only by work queued later on the same stream.
 std::shared_ptr<void> allocate(size_t bytes);
 
+// Page-locked host memory (cudaMallocHost): copies to and from the device run
+// at the link's full speed and host->device copies stay asynchronous. Freed
+// (cudaFreeHost) when the last owner goes; for long-lived buffers.
+std::shared_ptr<void> allocate_pinned_host(size_t bytes);
+
 struct AllocatorStats {
   size_t bytes_in_use = 0;     // handed out now
   size_t bytes_cached = 0;     // freed, kept for reuse
