@@ -2,6 +2,7 @@
 // RoPE. Activation gradients are written (=) unless the name says accumulate;
 // the RMSNorm input gradient accumulates (+=) because it always lands on the
 // residual stream, which already carries the skip-connection gradient.
+// Each runs on its tensors' device (f32 on CPU and CUDA).
 #pragma once
 
 #include <span>
