@@ -139,13 +139,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Queues rows [0, n_rows) of a tile (row r at src + r·row_stride, D bf16 each)
-// into dst; rows n_rows..kBlock−1 are zero-filled. Does not commit.
-template <int D>
+// Queues rows [0, n_rows) of a tile of kRows rows (row r at src + r·row_stride,
+// D bf16 each) into dst; rows n_rows..kRows−1 are zero-filled. Does not commit.
+template <int D, int kRows = kBlock>
 __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t row_stride, int n_rows) {
   constexpr int kChunks = D / 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < kBlock * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = r < n_rows;
     cp_async_16(dst + swizzled<D>(r, c), src + (valid ? int64_t(r) * row_stride + c * 8 : 0), valid);

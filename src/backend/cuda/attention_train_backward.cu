@@ -22,13 +22,26 @@ namespace brioche::cuda::train_attention {
 
 namespace {
 
+// CTAs per SM the registers are capped for (170 registers at 3): the dq pass
+// fits 3 at both head dims (at D = 128 by walking keys in sub-tiles of 32,
+// 64 KB of shared memory); the dk/dv pass holds 128 accumulator registers at
+// D = 128, so 2 there (96 KB), 3 at D = 64 (48 KB).
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
+constexpr int kDkDvCtas = D == 64 ? 3 : 2;
+constexpr int kDqCtas = 3;
+// Keys per K/V sub-tile of the dq pass: a key block is walked in
+// kBlock / kDqKeys steps.
+template <int D>
+constexpr int kDqKeys = D == 128 ? kBlock / 2 : kBlock;
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, kDqCtas) dq_kernel(Params p) {
   constexpr int kDSteps = D / 16;
+  constexpr int kKeys = kDqKeys<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* sk = reinterpret_cast<bf16*>(smem);  // [2][kBlock][D]
-  bf16* sv = sk + 2 * kBlock * D;            // [2][kBlock][D]
-  bf16* sq = sv + 2 * kBlock * D;            // [kBlock][D]
+  bf16* sk = reinterpret_cast<bf16*>(smem);  // [2][kKeys][D]
+  bf16* sv = sk + 2 * kKeys * D;             // [2][kKeys][D]
+  bf16* sq = sv + 2 * kKeys * D;             // [kBlock][D]
   bf16* sdo = sq + kBlock * D;               // [kBlock][D]
 
   const int h = blockIdx.x;
@@ -40,12 +53,19 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
   const int64_t q_stride = int64_t(p.n_heads) * D, kv_stride = int64_t(p.n_kv_heads) * D;
   const RowMask mask{p.branch, p.pos, p.window};
 
-  int kbi = next_key_block(p.blocks, qb, qb.span_first, qbi, p.window);
+  // Queues sub-tile `sub` of key block kb into buffer `buf` (not committed).
+  auto load_keys = [&](const Block& kb, int sub, int buf) {
+    const int64_t row0 = int64_t(kb.first_row + sub * kKeys) * kv_stride + kv_head * D;
+    const int rows = min(kKeys, kb.n_rows - sub * kKeys);
+    load_tile<D, kKeys>(sk + buf * kKeys * D, p.k + row0, kv_stride, rows);
+    load_tile<D, kKeys>(sv + buf * kKeys * D, p.v + row0, kv_stride, rows);
+  };
+
+  int kbi = next_key_block(p.blocks, qb, qb.span_first, qbi, p.window), sub = 0;
   Block kb = load_block(p.blocks, kbi);
   load_tile<D>(sq, p.q + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
   load_tile<D>(sdo, p.dout + int64_t(qb.first_row) * q_stride + h * D, q_stride, qb.n_rows);
-  load_tile<D>(sk, p.k + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
-  load_tile<D>(sv, p.v + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
+  load_keys(kb, 0, 0);
   cp_async_commit();
 
   int qrow[2];
@@ -65,27 +85,29 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
   for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
   for (int buf = 0; kbi <= qbi; buf ^= 1) {
-    const int next = next_key_block(p.blocks, qb, kbi + 1, qbi, p.window);
-    Block next_kb{};
+    // The next sub-tile: the rest of this block, else the next visible block.
+    int next = kbi, next_sub = sub + 1;
+    Block next_kb = kb;
+    if (next_sub * kKeys >= kb.n_rows) {
+      next = next_key_block(p.blocks, qb, kbi + 1, qbi, p.window);
+      next_sub = 0;
+      if (next <= qbi) next_kb = load_block(p.blocks, next);
+    }
     if (next <= qbi) {
-      next_kb = load_block(p.blocks, next);
-      load_tile<D>(sk + (buf ^ 1) * kBlock * D, p.k + int64_t(next_kb.first_row) * kv_stride + kv_head * D,
-                   kv_stride, next_kb.n_rows);
-      load_tile<D>(sv + (buf ^ 1) * kBlock * D, p.v + int64_t(next_kb.first_row) * kv_stride + kv_head * D,
-                   kv_stride, next_kb.n_rows);
+      load_keys(next_kb, next_sub, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const bf16* kt = sk + buf * kBlock * D;
-    const bf16* vt = sv + buf * kBlock * D;
+    const bf16* kt = sk + buf * kKeys * D;
+    const bf16* vt = sv + buf * kKeys * D;
 
-    // S = Q·Kᵀ and dP = dO·Vᵀ, [16, 64] per warp.
-    float s[kBlock / 8][4], dp[kBlock / 8][4];
+    // S = Q·Kᵀ and dP = dO·Vᵀ, [16, kKeys] per warp.
+    float s[kKeys / 8][4], dp[kKeys / 8][4];
 #pragma unroll
-    for (int j = 0; j < kBlock / 8; ++j)
+    for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
 #pragma unroll
@@ -94,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
       load_a<D>(aq, sq, warp * 16, kk);
       load_a<D>(ado, sdo, warp * 16, kk);
 #pragma unroll
-      for (int np = 0; np < kBlock / 16; ++np) {
+      for (int np = 0; np < kKeys / 16; ++np) {
         uint32_t b[4];
         load_b_rows<D>(b, kt, np * 16, kk);
         mma_16816(s[2 * np], aq, b[0], b[1]);
@@ -107,19 +129,19 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
     // dS = P ∘ (dP − D), in place of dP.
     const bool partial = classify(qb, kb, p.window) == kPartial;
 #pragma unroll
-    for (int j = 0; j < kBlock / 8; ++j)
+    for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[j][e] * p.scale_log2 - lse2[e >> 1];
         if (partial) {
-          const int c = 8 * j + 2 * t4 + (e & 1);
+          const int c = sub * kKeys + 8 * j + 2 * t4 + (e & 1);  // key row in the block
           if (!mask.visible(qrow[e >> 1], qvalid[e >> 1], kb.first_row + c, c < kb.n_rows)) x = -INFINITY;
         }
         dp[j][e] = fast_exp2(x) * (dp[j][e] - delta[e >> 1]);
       }
-    // dQ[16, D] += dS[16, 64] · K[64, D]
+    // dQ[16, D] += dS[16, kKeys] · K[kKeys, D]
 #pragma unroll
-    for (int ks = 0; ks < kBlock / 16; ++ks) {
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
       uint32_t a[4];
       c_to_a(a, dp[2 * ks], dp[2 * ks + 1]);
 #pragma unroll
@@ -132,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 2) dq_kernel(Params p) {
     }
     __syncthreads();  // the next iteration's loads overwrite this buffer
     kbi = next;
+    sub = next_sub;
     kb = next_kb;
   }
 
@@ -167,11 +190,11 @@ __device__ __forceinline__ void load_query_block(const Params& p, const Block& q
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
+__global__ void __launch_bounds__(kThreads, kDkDvCtas<D>) dkdv_kernel(Params p) {
   constexpr int kDSteps = D / 16;
-  // Query rows per sub-step: at D = 128 half a block (halves the S/dP
-  // registers beside the 128 of the dK/dV accumulators).
-  constexpr int kHalf = D == 64 ? kBlock : kBlock / 2;
+  // Query rows per sub-step: half a block (halves the S/dP registers beside
+  // the dK/dV accumulators).
+  constexpr int kHalf = kBlock / 2;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sk = reinterpret_cast<bf16*>(smem);  // [kBlock][D]
   bf16* sv = sk + kBlock * D;                // [kBlock][D]
@@ -311,7 +334,8 @@ __global__ void __launch_bounds__(kThreads, 2) dkdv_kernel(Params p) {
 
 template <int D>
 void launch_dq(const Params& p, int n_blocks) {
-  constexpr size_t kSmem = size_t(6 * kBlock) * D * sizeof(bf16);  // K, V double-buffered; Q, dO
+  // K, V sub-tiles double-buffered; Q, dO
+  constexpr size_t kSmem = size_t(4 * kDqKeys<D> + 2 * kBlock) * D * sizeof(bf16);
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return true;
