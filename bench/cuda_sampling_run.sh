@@ -19,6 +19,9 @@ if command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (sampling kernel)"
   timeout 60 compute-sanitizer --tool memcheck --print-limit 5 $bin/test_engine \
     --gtest_filter='CudaDeviceSampler.SeededRowAloneEqualsBatched:CudaDeviceSampler.ErrorsLikeTheHost' 2>&1 | tail -3
+  echo "== compute-sanitizer racecheck (sampling kernel)"
+  timeout 40 compute-sanitizer --tool racecheck --print-limit 5 $bin/test_engine \
+    --gtest_filter='CudaDeviceSampler.SeededRowAloneEqualsBatched' 2>&1 | tail -3
 fi
 echo "== random smollm2-135m bf16 with the real tokenizer"
 $bin/gen_model --shape smollm2-135m --dtype bf16 --tokenizer-from $bin/smollm2-tokenizer.gguf --out /tmp/smol.gguf | tail -1
