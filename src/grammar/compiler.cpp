@@ -48,6 +48,7 @@ class StatePrecompute {
     const auto& nodes = v_.trie_nodes();
     const auto& edges = v_.trie_edges();
     const auto& sorted = v_.sorted_ids();
+    const auto& bytes_below = v_.trie_bytes_below();
     lookahead_ = a_.rule_lookahead[a_.states[state].rule];
     lookahead_start_ = lookahead_ >= 0 ? dfa_.start(a_.rule_start[lookahead_]) : -1;
     config_[0] = dfa_.start(state);
@@ -91,6 +92,14 @@ class StatePrecompute {
         if (node.num_exact == 1) accepted.push_back(sorted[node.rank_begin]);
         else
           for (int32_t r = node.rank_begin; r < node.rank_begin + node.num_exact; ++r) accepted.push_back(sorted[r]);
+        // Every byte below loops on c (e.g. plain ASCII inside a JSON
+        // string): the whole subtree stays alive, so all of it is accepted
+        // without reading it. Most of a wide state's walk ends here.
+        if (node.rank_end - node.rank_begin - node.num_exact >= kMinBulkTokens &&
+            covered(bytes_below[edge.node], dfa_.self_loop_bytes(c))) {
+          for (int32_t r = node.rank_begin + node.num_exact; r < node.rank_end; ++r) accepted.push_back(sorted[r]);
+          continue;
+        }
         config_[k] = c;
         escape_[k] = esc;
         any_escape_[k] = any_esc;
@@ -115,6 +124,13 @@ class StatePrecompute {
   }
 
  private:
+  // Subtrees smaller than this are walked: the self-loop check costs about
+  // as much as reading a token or two.
+  static constexpr int32_t kMinBulkTokens = 2;
+  static bool covered(const Vocabulary::ByteSet& below, const uint64_t* loop) {
+    return ((below[0] & ~loop[0]) | (below[1] & ~loop[1]) | (below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0;
+  }
+
   // Sets up the child iteration of trie node `node` at depth d (config_[d] set).
   void enter(int32_t d, int32_t node) {
     const Vocabulary::TrieNode& n = v_.trie_nodes()[node];

@@ -46,6 +46,8 @@ int32_t FrontierDfa::intern(Frontier& f) {
                           __builtin_popcountll(bits[2]) + __builtin_popcountll(bits[3]));
   readable_begin_.push_back(-1);
   readable_size_.push_back(0);
+  self_loop_.push_back({0, 0, 0, 0});
+  self_loop_done_.push_back(0);
   table_.resize(table_.size() + num_classes_, -1);
   return it->second;
 }
@@ -77,6 +79,20 @@ void FrontierDfa::compute_readable(int32_t c) {
   for (int b = 0; b < 256; ++b)
     if (bits[b >> 6] >> (b & 63) & 1) readable_pool_ += static_cast<char>(b);
   readable_size_[c] = static_cast<int32_t>(readable_pool_.size()) - readable_begin_[c];
+}
+
+
+void FrontierDfa::compute_self_loop(int32_t c) {
+  std::array<uint64_t, 4> bits{0, 0, 0, 0};
+  if (!dead(c)) {
+    const std::string bytes(readable_bytes(c));  // a copy: next() may grow the pool
+    for (char ch : bytes) {
+      const uint8_t b = static_cast<uint8_t>(ch);
+      if (next(c, b) == c) bits[b >> 6] |= 1ull << (b & 63);
+    }
+  }
+  self_loop_[c] = bits;
+  self_loop_done_[c] = 1;
 }
 
 }  // namespace brioche::grammar

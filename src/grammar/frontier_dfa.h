@@ -10,6 +10,7 @@
 // (the same ranges contain them) share a table column.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -47,6 +48,13 @@ class FrontierDfa {
   // How many distinct bytes some stack of c has an edge for.
   int32_t num_readable(int32_t c) const { return num_readable_[c]; }
   int32_t num_configs() const { return static_cast<int32_t>(flags_.size()); }
+  // Bytes b with next(c, b) == c, as 256 bits ([4] words): a token suffix
+  // made only of them leaves c unchanged (so alive, if c is). Computed on
+  // first use from c's readable bytes.
+  const uint64_t* self_loop_bytes(int32_t c) {
+    if (!self_loop_done_[c]) compute_self_loop(c);
+    return self_loop_[c].data();
+  }
   // The bytes some stack of c has an edge for, ascending (every other byte
   // leads to the dead configuration without an escape).
   std::string_view readable_bytes(int32_t c) {
@@ -58,6 +66,7 @@ class FrontierDfa {
   int32_t compute(int32_t c, uint8_t byte);
   int32_t intern(Frontier& f);
   void compute_readable(int32_t c);
+  void compute_self_loop(int32_t c);
 
   const Automaton& a_;
   size_t max_configs_;
@@ -72,6 +81,8 @@ class FrontierDfa {
   std::vector<int32_t> num_readable_;   // per configuration
   std::vector<int32_t> readable_begin_, readable_size_;  // per configuration, into readable_pool_; -1 = not yet
   std::string readable_pool_;
+  std::vector<std::array<uint64_t, 4>> self_loop_;  // per configuration
+  std::vector<uint8_t> self_loop_done_;             // per configuration
   std::unordered_map<std::string, int32_t> index_;  // configuration key -> id
   Frontier scratch_in_, scratch_out_;
   std::string key_;

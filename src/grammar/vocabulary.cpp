@@ -70,6 +70,14 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
     TrieNode& p = trie_nodes_[parent[i]];
     p.rank_end = std::max(p.rank_end, n.rank_end);
   }
+  // Bytes below each node, children before parents (a child's id is larger).
+  trie_bytes_below_.assign(trie_nodes_.size(), ByteSet{0, 0, 0, 0});
+  for (size_t i = trie_nodes_.size(); i-- > 1;) {
+    ByteSet& p = trie_bytes_below_[parent[i]];
+    const ByteSet& own = trie_bytes_below_[i];
+    for (int w = 0; w < 4; ++w) p[w] |= own[w];
+    p[last_byte[i] >> 6] |= 1ull << (last_byte[i] & 63);
+  }
   std::vector<int32_t> num_kids(trie_nodes_.size() + 1, 0);
   for (size_t i = 1; i < trie_nodes_.size(); ++i) ++num_kids[parent[i] + 1];
   for (size_t i = 0; i < trie_nodes_.size(); ++i) num_kids[i + 1] += num_kids[i];

@@ -6,6 +6,7 @@
 // prefixes, so walking it is a depth-first walk of the vocabulary trie.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -56,6 +57,11 @@ class Vocabulary {
   };
   const std::vector<TrieNode>& trie_nodes() const { return trie_nodes_; }
   const std::vector<TrieEdge>& trie_edges() const { return trie_edges_; }
+  // Per node: the set of bytes on the edges below it (every byte that some
+  // token of the subtree has after the node's prefix), 256 bits. A walk in
+  // a state that loops on all of them accepts the whole subtree unread.
+  using ByteSet = std::array<uint64_t, 4>;
+  const std::vector<ByteSet>& trie_bytes_below() const { return trie_bytes_below_; }
   int32_t max_token_length() const { return max_token_length_; }
 
  private:
@@ -66,6 +72,7 @@ class Vocabulary {
   std::vector<uint16_t> lcp_prev_;
   std::vector<TrieNode> trie_nodes_;
   std::vector<TrieEdge> trie_edges_;
+  std::vector<ByteSet> trie_bytes_below_;  // [trie nodes]
   int32_t max_token_length_ = 0;
   int32_t mask_vocab_size_ = 0;
   uint64_t hash_ = 0;
