@@ -22,20 +22,22 @@ namespace brioche::cuda::train_attention {
 
 namespace {
 
-// CTAs per SM the registers are capped for (170 registers at 3): the dq pass
-// fits 3 at both head dims (at D = 128 by walking keys in sub-tiles of 32,
-// 64 KB of shared memory); the dk/dv pass holds 128 accumulator registers at
-// D = 128, so 2 there (96 KB), 3 at D = 64 (48 KB).
+// CTAs per SM the registers are capped for (170 registers at 3, 255 at 2).
+// The dq pass runs 3 at D = 128 by walking keys in sub-tiles of 32 (64 KB of
+// shared memory; H200, 8B shape: 4.38 -> 3.81 ms against 2 CTAs on whole
+// blocks); the dk/dv pass holds 128 accumulator registers at D = 128, so 2
+// (96 KB). At D = 64 both passes run 2 with whole-block steps: 3 CTAs with
+// 168 registers (small spills) made the SmolLM2 backward 2.24 -> 2.37 ms.
+constexpr int kDkDvCtas = 2;
 template <int D>
-constexpr int kDkDvCtas = D == 64 ? 3 : 2;
-constexpr int kDqCtas = 3;
+constexpr int kDqCtas = D == 128 ? 3 : 2;
 // Keys per K/V sub-tile of the dq pass: a key block is walked in
 // kBlock / kDqKeys steps.
 template <int D>
 constexpr int kDqKeys = D == 128 ? kBlock / 2 : kBlock;
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, kDqCtas) dq_kernel(Params p) {
+__global__ void __launch_bounds__(kThreads, kDqCtas<D>) dq_kernel(Params p) {
   constexpr int kDSteps = D / 16;
   constexpr int kKeys = kDqKeys<D>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -190,11 +192,11 @@ __device__ __forceinline__ void load_query_block(const Params& p, const Block& q
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, kDkDvCtas<D>) dkdv_kernel(Params p) {
+__global__ void __launch_bounds__(kThreads, kDkDvCtas) dkdv_kernel(Params p) {
   constexpr int kDSteps = D / 16;
-  // Query rows per sub-step: half a block (halves the S/dP registers beside
-  // the dK/dV accumulators).
-  constexpr int kHalf = kBlock / 2;
+  // Query rows per sub-step: at D = 128 half a block (halves the S/dP
+  // registers beside the 128 of the dK/dV accumulators).
+  constexpr int kHalf = D == 64 ? kBlock : kBlock / 2;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* sk = reinterpret_cast<bf16*>(smem);  // [kBlock][D]
   bf16* sv = sk + kBlock * D;                // [kBlock][D]
