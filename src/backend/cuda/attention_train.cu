@@ -2,6 +2,8 @@
 // row metadata uploaded once per call, bf16 staging copies of the inputs, and
 // the backward's per-row prologue (D_i = do_i·o_i, lse in base 2).
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -195,15 +197,17 @@ void dense_attention_backward(const backend::cpu::DenseAttentionArgs& a) {
   auto lse2 = allocate(size_t(row_heads) * sizeof(float));   // [H][n_rows]
   {
     const unsigned grid = unsigned((row_heads * 32 + 255) / 256);
-    auto* d16 = static_cast<bf16*>(dout16.get());
-    auto* dl_ = static_cast<float*>(delta.get());
-    auto* l2 = static_cast<float*>(lse2.get());
+    auto* dout_bf16 = static_cast<bf16*>(dout16.get());
+    auto* delta_rows = static_cast<float*>(delta.get());
+    auto* lse2_rows = static_cast<float*>(lse2.get());
     if (d == 64)
       backward_prologue_kernel<64><<<grid, 256, 0, detail::current_stream()>>>(
-          a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse, dl.n_rows, pr.n_heads, d16, dl_, l2);
+          a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse, dl.n_rows, pr.n_heads, dout_bf16, delta_rows,
+          lse2_rows);
     else
       backward_prologue_kernel<128><<<grid, 256, 0, detail::current_stream()>>>(
-          a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse, dl.n_rows, pr.n_heads, d16, dl_, l2);
+          a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse, dl.n_rows, pr.n_heads, dout_bf16, delta_rows,
+          lse2_rows);
     CUDA_CHECK_LAUNCH();
   }
   train_attention::Params p = base_params(a, dl);
