@@ -471,8 +471,14 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (client_gone_) return;
-    if (builder_->cancelled()) return send_error(builder_->cancel_error());
-    if (builder_->any_error()) return send_error(ApiError{.status = 500, .message = builder_->error(), .type = "server_error", .param = "", .code = ""});
+    // Errors also end this generation: a keep-alive connection's next
+    // request must start from a clean session (not `finished_`).
+    if (builder_->cancelled() || builder_->any_error()) {
+      ApiError error = builder_->cancelled() ? builder_->cancel_error()
+                                             : ApiError{.status = 500, .message = builder_->error(), .type = "server_error", .param = "", .code = ""};
+      reset_generation();
+      return send_error(error);
+    }
     app_->metrics.count_request(endpoint_, 200);
     json body = builder_->final_body();
     reset_generation();

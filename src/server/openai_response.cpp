@@ -39,6 +39,7 @@ ResponseBuilder::ResponseBuilder(ResponseContext context) : ctx_(std::move(conte
     if (!ctx_.prefill.empty()) {
       ParsedDelta d = choices_.back().parser.push(ctx_.prefill);
       choices_.back().content += d.content;  // normally empty: the prefill opens a tool call
+      choices_.back().prefill_calls = std::move(d.tool_calls);  // a named call: announced with the first event
     }
     if (!ctx_.echo_text.empty()) {
       choices_.back().content = ctx_.echo_text;
@@ -127,11 +128,19 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
   if (e.choice < 0 || e.choice >= int(choices_.size())) return out;
   Choice& c = choices_[size_t(e.choice)];
   ParsedDelta delta = c.parser.push(e.text);
+  if (!c.prefill_calls.empty()) {
+    // The named call's header (and any arguments in the prefill) goes first,
+    // merged with this event's fragments of the same call.
+    std::vector<ToolCallDelta> pieces = std::move(c.prefill_calls);
+    c.prefill_calls.clear();
+    merge_tool_call_pieces(pieces, std::move(delta.tool_calls));
+    delta.tool_calls = std::move(pieces);
+  }
   if (e.finish) {
     ParsedDelta tail = c.parser.finish();
     delta.content += tail.content;
     delta.reasoning += tail.reasoning;
-    for (auto& t : tail.tool_calls) delta.tool_calls.push_back(std::move(t));
+    merge_tool_call_pieces(delta.tool_calls, std::move(tail.tool_calls));
   }
   c.content += delta.content;
   c.reasoning += delta.reasoning;

@@ -68,6 +68,7 @@ class ResponseBuilder {
     nlohmann::json lp_top = nlohmann::json::array();
     std::vector<int64_t> lp_offsets;
     size_t text_offset = 0;
+    std::vector<ToolCallDelta> prefill_calls;  // call pieces the prompt's prefill announced, sent with the first event
     bool role_sent = false;
     std::string finish_reason;
     explicit Choice(OutputParserOptions o) : parser(o) {}

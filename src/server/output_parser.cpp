@@ -66,14 +66,18 @@ ParsedDelta OutputParser::finish() {
   return out;
 }
 
-void OutputParser::take_calls(std::vector<ToolCallDelta> pieces, ParsedDelta& out) {
-  for (ToolCallDelta& piece : pieces) {
-    if (!out.tool_calls.empty() && out.tool_calls.back().index == piece.index && piece.id.empty()) {
-      out.tool_calls.back().arguments += piece.arguments;
+void merge_tool_call_pieces(std::vector<ToolCallDelta>& into, std::vector<ToolCallDelta> more) {
+  for (ToolCallDelta& piece : more) {
+    if (!into.empty() && into.back().index == piece.index && piece.id.empty()) {
+      into.back().arguments += piece.arguments;
     } else {
-      out.tool_calls.push_back(std::move(piece));
+      into.push_back(std::move(piece));
     }
   }
+}
+
+void OutputParser::take_calls(std::vector<ToolCallDelta> pieces, ParsedDelta& out) {
+  merge_tool_call_pieces(out.tool_calls, std::move(pieces));
   if (scanner_) n_tool_calls_ = std::max(n_tool_calls_, scanner_first_ + scanner_->calls_announced());
 }
 

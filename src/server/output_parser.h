@@ -71,6 +71,10 @@ class OutputParser {
 
 // Adds streamed pieces to complete calls: a piece with an id starts call
 // number `index`, later pieces append to its arguments.
+// Appends pieces to a list of pieces, merging a fragment into the piece
+// before it when both belong to the same call (one entry per call per chunk).
+void merge_tool_call_pieces(std::vector<ToolCallDelta>& into, std::vector<ToolCallDelta> more);
+
 void append_tool_call_pieces(std::vector<ParsedToolCall>& calls, const std::vector<ToolCallDelta>& pieces);
 
 // Picks the tool-call syntax a chat template expects.

@@ -247,6 +247,38 @@ class ServerTest(unittest.TestCase):
                        tools=tools, max_tokens=10, temperature=0)
         self.assertIsNotNone(r2.choices[0].message)
 
+    def test_streamed_tool_call_arguments_arrive_in_fragments(self):
+        # OpenAI's chunk shape: the call's first delta has index, id, type and
+        # function.name; then deltas with index + function.arguments fragments,
+        # which concatenate to the non-streaming arguments (greedy: same tokens).
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                                  "required": ["city"]}}}]
+        kw = dict(messages=[{"role": "user", "content": "What's the weather in Paris?"}], tools=tools,
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}}, temperature=0, max_tokens=40)
+        whole = self.chat(**kw)
+        self.assertEqual(whole.choices[0].finish_reason, "tool_calls")
+        expected = whole.choices[0].message.tool_calls[0]
+        calls, fragments, finish = {}, {}, None
+        for chunk in self.chat(stream=True, **kw):
+            choice = chunk.choices[0]
+            finish = choice.finish_reason or finish
+            for tc in choice.delta.tool_calls or []:
+                if tc.index not in calls:
+                    self.assertTrue(tc.id and tc.type == "function" and tc.function.name, tc)
+                    calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": tc.function.arguments or ""}
+                else:
+                    self.assertIsNone(tc.id)
+                    self.assertIsNone(tc.function.name)
+                    calls[tc.index]["arguments"] += tc.function.arguments
+                fragments[tc.index] = fragments.get(tc.index, 0) + 1
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(list(calls), [0])
+        self.assertEqual(calls[0]["name"], expected.function.name)
+        self.assertEqual(calls[0]["arguments"], expected.function.arguments)
+        json.loads(calls[0]["arguments"])
+        self.assertGreater(fragments[0], 2, "arguments came in one delta")
+
     # ---- errors ------------------------------------------------------------
 
     def test_errors_have_openai_shape(self):
@@ -350,6 +382,71 @@ class AuthAndLimitsTest(unittest.TestCase):
             self.assertEqual(server.proc.wait(timeout=30), 0)
         finally:
             server.stop()
+
+
+class TimeoutTest(unittest.TestCase):
+    """A per-request timeout that hits mid-generation is an error, never a finish_reason."""
+
+    @classmethod
+    def setUpClass(cls):
+        import openai
+        cls.server = ServerProcess("--timeout", "0.5")
+        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused")  # default retries
+        cls.model = cls.client.models.list().data[0].id
+        cls.long = dict(model=cls.model, messages=[{"role": "user", "content": "Write a long story."}], max_tokens=1500,
+                        extra_body={"ignore_eos": True})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def requests_with_status(self, status):
+        with urllib.request.urlopen(self.server.url + "/metrics", timeout=5) as r:
+            return sum(float(line.split()[1]) for line in r.read().decode().splitlines()
+                       if line.startswith("brioche_requests_total{") and f'status="{status}"' in line)
+
+    def test_stream_ends_with_an_error_event(self):
+        import openai
+        before = self.requests_with_status(408)
+        chunks = []
+        with self.assertRaises(openai.APIError) as raised:  # the openai client raises an in-stream error
+            for chunk in self.client.chat.completions.create(stream=True, **self.long):
+                chunks.append(chunk)
+        self.assertEqual(raised.exception.code, "timeout")
+        self.assertIn("timeout", str(raised.exception))
+        self.assertTrue(any(c.choices and c.choices[0].delta.content for c in chunks), "text before the timeout")
+        self.assertTrue(all(c.choices[0].finish_reason is None for c in chunks if c.choices))
+        self.assertEqual(self.requests_with_status(408) - before, 1)
+        # on the wire: the error event, then [DONE]
+        body = json.dumps({"messages": self.long["messages"], "max_tokens": 1500, "ignore_eos": True, "stream": True})
+        code, text = curl("-N", self.server.url + "/v1/chat/completions", "-d", body)
+        events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+        self.assertEqual(code, 200)
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertEqual(json.loads(events[-2])["error"]["code"], "timeout")
+        self.assertNotIn('"finish_reason":"stop"', text)
+
+    def test_non_streaming_is_408_and_not_retried(self):
+        import openai
+        before = self.requests_with_status(408)
+        with self.assertRaises(openai.APIStatusError) as raised:
+            self.client.chat.completions.create(**self.long)
+        self.assertEqual(raised.exception.status_code, 408)
+        self.assertEqual(raised.exception.code, "timeout")
+        self.assertEqual(raised.exception.response.headers.get("x-should-retry"), "false")
+        self.assertEqual(self.requests_with_status(408) - before, 1, "the client retried a server-side timeout")
+        # the same keep-alive connection serves the next request from a clean state
+        chunks = list(self.client.chat.completions.create(model=self.model, messages=self.long["messages"], max_tokens=3,
+                                                          stream=True))
+        self.assertEqual([c.choices[0].finish_reason for c in chunks if c.choices][-1], "length")
+
+    def test_responses_stream_fails(self):
+        events = list(self.client.responses.create(model=self.model, input="Write a long story.", max_output_tokens=1500,
+                                                   stream=True, extra_body={"ignore_eos": True}))
+        self.assertEqual(events[-1].type, "response.failed")
+        self.assertEqual(events[-1].response.status, "failed")
+        self.assertEqual(events[-1].response.error.code, "timeout")
+        self.assertFalse(any(e.type == "response.completed" for e in events))
 
 
 def main():
