@@ -105,6 +105,15 @@ TEST(Cli, BenchPrintsATable) {
   EXPECT_NE(o.output.find("peak RSS"), std::string::npos) << o.output;
 }
 
+TEST(Cli, BenchEngineRowsGoThroughTheSampler) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
+  Outcome o = run_brioche("bench -p 16 -n 4 -b 1 -b 2 -r 1 -t 2 --engine --temperature 0.7 --top-k 20 --top-p 0.9");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("engine: T 0.70, top-k 20, top-p 0.90, sampled on the host"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("| engine tg 4 "), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("| engine tg 4 x2"), std::string::npos) << o.output;
+}
+
 TEST(Cli, TrainTomlConfigErrorsNameFileLineAndKey) {
   auto dir = std::filesystem::temp_directory_path() / "brioche_cli_test_toml";
   std::filesystem::create_directories(dir);
