@@ -49,6 +49,7 @@ class StatePrecompute {
     const auto& edges = v_.trie_edges();
     const auto& sorted = v_.sorted_ids();
     const auto& bytes_below = v_.trie_bytes_below();
+    const auto& utf8_below = v_.trie_utf8_below();
     lookahead_ = a_.rule_lookahead[a_.states[state].rule];
     lookahead_start_ = lookahead_ >= 0 ? dfa_.start(a_.rule_start[lookahead_]) : -1;
     config_[0] = dfa_.start(state);
@@ -96,7 +97,7 @@ class StatePrecompute {
         // string): the whole subtree stays alive, so all of it is accepted
         // without reading it. Most of a wide state's walk ends here.
         if (node.rank_end - node.rank_begin - node.num_exact >= kMinBulkTokens &&
-            covered(bytes_below[edge.node], dfa_.self_loop_bytes(c))) {
+            covered(bytes_below[edge.node], dfa_.self_loop_bytes(c), utf8_below[edge.node], c)) {
           for (int32_t r = node.rank_begin + node.num_exact; r < node.rank_end; ++r) accepted.push_back(sorted[r]);
           continue;
         }
@@ -124,11 +125,15 @@ class StatePrecompute {
   }
 
  private:
-  // Subtrees smaller than this are walked: the self-loop check costs about
-  // as much as reading a token or two.
-  static constexpr int32_t kMinBulkTokens = 2;
-  static bool covered(const Vocabulary::ByteSet& below, const uint64_t* loop) {
-    return ((below[0] & ~loop[0]) | (below[1] & ~loop[1]) | (below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0;
+  // Checked even for one token below: long single-token chains (the tail of
+  // "internationalization") would otherwise be read byte by byte.
+  static constexpr int32_t kMinBulkTokens = 1;
+  // Every token below stays alive in c: its ASCII bytes loop on c, and its
+  // other bytes (if any) form whole characters that c loops on.
+  bool covered(const Vocabulary::ByteSet& below, const uint64_t* loop, uint8_t utf8_below, int32_t c) {
+    if (((below[0] & ~loop[0]) | (below[1] & ~loop[1])) != 0) return false;
+    if (((below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0) return true;
+    return utf8_below && dfa_.loops_on_utf8(c);
   }
 
   // Sets up the child iteration of trie node `node` at depth d (config_[d] set).

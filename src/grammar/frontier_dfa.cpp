@@ -48,6 +48,7 @@ int32_t FrontierDfa::intern(Frontier& f) {
   readable_size_.push_back(0);
   self_loop_.push_back({0, 0, 0, 0});
   self_loop_done_.push_back(0);
+  utf8_loop_.push_back(-1);
   table_.resize(table_.size() + num_classes_, -1);
   return it->second;
 }
@@ -93,6 +94,55 @@ void FrontierDfa::compute_self_loop(int32_t c) {
   }
   self_loop_[c] = bits;
   self_loop_done_[c] = 1;
+}
+
+
+namespace {
+
+// Multi-byte UTF-8 characters as byte ranges per position (lead first).
+struct Utf8Form {
+  int len;
+  uint8_t lo[4], hi[4];
+};
+constexpr Utf8Form kUtf8Forms[] = {
+    {2, {0xC2, 0x80}, {0xDF, 0xBF}},
+    {3, {0xE0, 0xA0, 0x80}, {0xE0, 0xBF, 0xBF}},
+    {3, {0xE1, 0x80, 0x80}, {0xEF, 0xBF, 0xBF}},
+    {4, {0xF0, 0x90, 0x80, 0x80}, {0xF0, 0xBF, 0xBF, 0xBF}},
+    {4, {0xF1, 0x80, 0x80, 0x80}, {0xF3, 0xBF, 0xBF, 0xBF}},
+    {4, {0xF4, 0x80, 0x80, 0x80}, {0xF4, 0x8F, 0xBF, 0xBF}},
+};
+
+}  // namespace
+
+// From configuration c, `pos` bytes into a character of form `seq`: every
+// completion stays alive and ends in `home`. `seen` holds the (c, seq*4+pos)
+// already shown to do so.
+bool FrontierDfa::utf8_returns(int32_t home, int32_t c, int seq, int pos, std::vector<std::pair<int32_t, int>>& seen) {
+  const std::pair<int32_t, int> key{c, seq * 4 + pos};
+  if (std::find(seen.begin(), seen.end(), key) != seen.end()) return true;
+  const Utf8Form& f = kUtf8Forms[seq];
+  for (int b = f.lo[pos]; b <= f.hi[pos]; ++b) {
+    const int32_t n = next(c, static_cast<uint8_t>(b));
+    if (dead(n)) return false;
+    if (pos + 1 == f.len) {
+      if (n != home) return false;
+    } else if (!utf8_returns(home, n, seq, pos + 1, seen)) {
+      return false;
+    }
+  }
+  seen.push_back(key);
+  return true;
+}
+
+bool FrontierDfa::loops_on_utf8(int32_t c) {
+  if (utf8_loop_[c] < 0) {
+    bool ok = !dead(c);
+    std::vector<std::pair<int32_t, int>> seen;
+    for (int seq = 0; ok && seq < static_cast<int>(std::size(kUtf8Forms)); ++seq) ok = utf8_returns(c, c, seq, 0, seen);
+    utf8_loop_[c] = ok ? 1 : 0;
+  }
+  return utf8_loop_[c] == 1;
 }
 
 }  // namespace brioche::grammar

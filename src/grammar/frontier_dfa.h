@@ -55,6 +55,10 @@ class FrontierDfa {
     if (!self_loop_done_[c]) compute_self_loop(c);
     return self_loop_[c].data();
   }
+  // Every well-formed UTF-8 character from U+0080 up (surrogates included)
+  // read from c comes back to c, with every configuration on the way alive
+  // (a string body that takes any character). Computed on first use.
+  bool loops_on_utf8(int32_t c);
   // The bytes some stack of c has an edge for, ascending (every other byte
   // leads to the dead configuration without an escape).
   std::string_view readable_bytes(int32_t c) {
@@ -67,6 +71,7 @@ class FrontierDfa {
   int32_t intern(Frontier& f);
   void compute_readable(int32_t c);
   void compute_self_loop(int32_t c);
+  bool utf8_returns(int32_t home, int32_t c, int seq, int pos, std::vector<std::pair<int32_t, int>>& seen);
 
   const Automaton& a_;
   size_t max_configs_;
@@ -83,6 +88,7 @@ class FrontierDfa {
   std::string readable_pool_;
   std::vector<std::array<uint64_t, 4>> self_loop_;  // per configuration
   std::vector<uint8_t> self_loop_done_;             // per configuration
+  std::vector<int8_t> utf8_loop_;                   // per configuration: -1 not yet, 0/1
   std::unordered_map<std::string, int32_t> index_;  // configuration key -> id
   Frontier scratch_in_, scratch_out_;
   std::string key_;

@@ -6,6 +6,43 @@
 
 namespace brioche::grammar {
 
+namespace {
+
+// well_formed[d] = 1 when t[d..] is a sequence of whole UTF-8 characters
+// (ASCII, or U+0080..U+10FFFF without overlong forms, surrogates allowed),
+// the last one possibly cut off by the end of t.
+void utf8_rests_well_formed(const std::string& t, std::vector<uint8_t>& well_formed) {
+  const size_t n = t.size();
+  well_formed.assign(n + 1, 0);
+  well_formed[n] = 1;
+  for (size_t i = n; i-- > 0;) {
+    const uint8_t b = static_cast<uint8_t>(t[i]);
+    if (b < 0x80) {
+      well_formed[i] = well_formed[i + 1];
+      continue;
+    }
+    // Continuation ranges of a sequence led by b.
+    uint8_t lo[3] = {0x80, 0x80, 0x80}, hi[3] = {0xBF, 0xBF, 0xBF};
+    size_t len;
+    if (b >= 0xC2 && b <= 0xDF) len = 2;
+    else if (b >= 0xE0 && b <= 0xEF) len = 3;
+    else if (b >= 0xF0 && b <= 0xF4) len = 4;
+    else continue;  // a continuation byte or an invalid lead here: not well-formed
+    if (b == 0xE0) lo[0] = 0xA0;
+    if (b == 0xF0) lo[0] = 0x90;
+    if (b == 0xF4) hi[0] = 0x8F;
+    size_t k = 1;
+    for (; k < len && i + k < n; ++k) {
+      const uint8_t c = static_cast<uint8_t>(t[i + k]);
+      if (c < lo[k - 1] || c > hi[k - 1]) break;
+    }
+    if (i + k == n) well_formed[i] = 1;  // cut off (or ended) at the token's end
+    else if (k == len) well_formed[i] = well_formed[i + k];
+  }
+}
+
+}  // namespace
+
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions options)
     : tokens_(std::move(token_bytes)), eos_ids_(std::move(options.eos_ids)) {
   int32_t n = static_cast<int32_t>(tokens_.size());
@@ -45,6 +82,8 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
   std::vector<int32_t> parent{-1};
   std::vector<uint8_t> last_byte{0};
   std::vector<int32_t> path{0};  // path[d]: node of depth d on the current token
+  trie_utf8_below_.push_back(1);
+  std::vector<uint8_t> well_formed;  // [token length + 1]: the token's rest from d is well-formed UTF-8
   for (size_t r = 0; r < sorted_ids_.size(); ++r) {
     const std::string& t = tokens_[sorted_ids_[r]];
     const size_t l = lcp_prev_[r];
@@ -57,10 +96,13 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
     for (size_t d = l + 1; d <= t.size(); ++d) {
       const int32_t id = static_cast<int32_t>(trie_nodes_.size());
       trie_nodes_.push_back(TrieNode{static_cast<int32_t>(r), 0, d == t.size() ? 1 : 0, 0, 0});
+      trie_utf8_below_.push_back(1);
       parent.push_back(path[d - 1]);
       last_byte.push_back(static_cast<uint8_t>(t[d - 1]));
       path.push_back(id);
     }
+    utf8_rests_well_formed(t, well_formed);
+    for (size_t d = 0; d <= t.size(); ++d) trie_utf8_below_[path[d]] &= well_formed[d];
   }
   // rank_end: the next node in pre-order outside the subtree starts there;
   // computed backwards as max over children.

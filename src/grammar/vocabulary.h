@@ -62,6 +62,12 @@ class Vocabulary {
   // a state that loops on all of them accepts the whole subtree unread.
   using ByteSet = std::array<uint64_t, 4>;
   const std::vector<ByteSet>& trie_bytes_below() const { return trie_bytes_below_; }
+  // Per node: 1 when every token of the subtree continues after the node's
+  // prefix with well-formed UTF-8 (whole characters from U+0080 up, the
+  // surrogate range included, the last one possibly cut off by the token's
+  // end), so a state that loops on every such character and on the ASCII
+  // bytes below accepts the whole subtree unread.
+  const std::vector<uint8_t>& trie_utf8_below() const { return trie_utf8_below_; }
   int32_t max_token_length() const { return max_token_length_; }
 
  private:
@@ -73,6 +79,7 @@ class Vocabulary {
   std::vector<TrieNode> trie_nodes_;
   std::vector<TrieEdge> trie_edges_;
   std::vector<ByteSet> trie_bytes_below_;  // [trie nodes]
+  std::vector<uint8_t> trie_utf8_below_;   // [trie nodes]
   int32_t max_token_length_ = 0;
   int32_t mask_vocab_size_ = 0;
   uint64_t hash_ = 0;
