@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -144,11 +145,163 @@ void weigh_tokens(std::span<const float> logits, float max_logit, float bound, s
 #endif
     for (; i < end; ++i) {
       const float l = logits[i];
-      weight[i] = l >= bound && l != kNegInf ? std::exp(l - max_logit) : 0.0f;
+      // Clamped as exp256 is: a finite token never weighs exactly 0.
+      weight[i] = l >= bound && l != kNegInf ? std::exp(std::max(l - max_logit, -87.0f)) : 0.0f;
       mass += weight[i];
     }
     block_mass[b] = double(mass);
   }
+}
+
+// Weight levels: thresholds 2^-1, 2^-2, 2^-4, 2^-8, 2^-12, 2^-16, 2^-24,
+// 2^-32, 2^-64 and "any weight", with the number and the mass of the tokens
+// at or above each, from one vector pass. Top-k and top-p use them to pick a
+// threshold that surely holds what they look for, and then look only at the
+// tokens above it.
+constexpr int kWeightLevels = 10;
+constexpr int kLevelExponents[kWeightLevels - 1] = {1, 2, 4, 8, 12, 16, 24, 32, 64};
+struct WeightLevels {
+  float threshold[kWeightLevels];
+  size_t count[kWeightLevels];
+  double mass[kWeightLevels];  // float sums: only for choosing a level
+};
+
+WeightLevels weight_levels(std::span<const float> weight) {
+  WeightLevels levels;
+  for (int j = 0; j < kWeightLevels - 1; ++j) levels.threshold[j] = std::ldexp(1.0f, -kLevelExponents[j]);
+  levels.threshold[kWeightLevels - 1] = std::numeric_limits<float>::denorm_min();
+  size_t i = 0;
+  uint32_t count[kWeightLevels] = {};
+  float mass[kWeightLevels] = {};
+#if BRIOCHE_VEC_AVX2
+  __m256i count_v[kWeightLevels];
+  __m256 mass_v[kWeightLevels], threshold_v[kWeightLevels];
+  for (int j = 0; j < kWeightLevels; ++j) {
+    count_v[j] = _mm256_setzero_si256();
+    mass_v[j] = _mm256_setzero_ps();
+    threshold_v[j] = _mm256_set1_ps(levels.threshold[j]);
+  }
+  for (; i + 8 <= weight.size(); i += 8) {
+    const __m256 w = _mm256_loadu_ps(weight.data() + i);
+    // Unrolled so that the per-level accumulators stay in registers.
+#pragma GCC unroll 10
+    for (int j = 0; j < kWeightLevels; ++j) {
+      const __m256 at_or_above = _mm256_cmp_ps(w, threshold_v[j], _CMP_GE_OQ);
+      count_v[j] = _mm256_sub_epi32(count_v[j], _mm256_castps_si256(at_or_above));  // mask -1 counts one
+      mass_v[j] = _mm256_add_ps(mass_v[j], _mm256_and_ps(at_or_above, w));
+    }
+  }
+  for (int j = 0; j < kWeightLevels; ++j) {
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), count_v[j]);
+    for (const uint32_t lane : lanes) count[j] += lane;
+    mass[j] = backend::cpu::hsum256(mass_v[j]);
+  }
+#endif
+  for (; i < weight.size(); ++i) {
+    for (int j = 0; j < kWeightLevels; ++j) {
+      if (weight[i] >= levels.threshold[j]) {
+        ++count[j];
+        mass[j] += weight[i];
+      }
+    }
+  }
+  for (int j = 0; j < kWeightLevels; ++j) {
+    levels.count[j] = count[j];
+    levels.mass[j] = double(mass[j]);
+  }
+  return levels;
+}
+
+// The threshold of the first (highest) level that meets `enough`, lowered
+// by a margin of 1e-3 relative: the vector exp may misorder tokens by an
+// ulp or two at a threshold. The lowest level ("any weight") meets anything.
+template <class Enough>
+float first_threshold(const WeightLevels& levels, Enough enough) {
+  for (int j = 0; j < kWeightLevels - 1; ++j) {
+    if (enough(j)) return levels.threshold[j] * 0.999f;
+  }
+  return levels.threshold[kWeightLevels - 1];
+}
+
+// Calls fn(i) for every token with weight >= threshold, in ascending order.
+template <class Fn>
+void for_weights_from(std::span<const float> weight, float threshold, Fn fn) {
+  size_t i = 0;
+#if BRIOCHE_VEC_AVX2
+  const __m256 t = _mm256_set1_ps(threshold);
+  for (; i + 8 <= weight.size(); i += 8) {
+    uint32_t bits = uint32_t(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(weight.data() + i), t, _CMP_GE_OQ)));
+    while (bits != 0) {
+      fn(i + size_t(__builtin_ctz(bits)));
+      bits &= bits - 1;
+    }
+  }
+#endif
+  for (; i < weight.size(); ++i) {
+    if (weight[i] >= threshold) fn(i);
+  }
+}
+
+// The k-th largest logit among the tokens with weight > 0 (ties included),
+// or -inf when fewer than k have weight. Only the tokens above the first
+// level that holds at least k of them go through nth_element (tens to a few
+// thousand, not the vocabulary).
+float kth_largest(std::span<const float> logits, std::span<const float> weight, size_t k, std::vector<float>& values) {
+  const WeightLevels levels = weight_levels(weight);
+  if (levels.count[kWeightLevels - 1] < k) return kNegInf;
+  const float threshold = first_threshold(levels, [&](int j) { return levels.count[j] >= k; });
+  values.clear();
+  for_weights_from(weight, threshold, [&](size_t i) { values.push_back(logits[i]); });
+  const auto kth = values.begin() + ptrdiff_t(k - 1);
+  std::nth_element(values.begin(), kth, values.end(), std::greater<float>());
+  return *kth;
+}
+
+// The weight threshold top-p looks above: the first level whose mass
+// reaches the target (with 1e-4 to spare for the float sums; if that still
+// misjudges, the walk finds no cut and the caller looks at every token).
+float nucleus_threshold(std::span<const float> weight, double target) {
+  const WeightLevels levels = weight_levels(weight);
+  return first_threshold(levels, [&](int j) { return levels.mass[j] >= target * (1.0 + 1e-4); });
+}
+
+// Top-p over the tokens with weight >= threshold (the smallest positive
+// float: every token with weight): walking them from most to least likely,
+// a token is kept while the mass before it is < target. Returns the last
+// kept token's logit, or nothing when the walk ran out of tokens without a
+// cut and some were left out (the caller retries with all of them). Sorts
+// in growing partial selections: first the best kFirstNucleus, then 8x more.
+std::optional<float> nucleus_bound(std::span<const float> logits, std::span<const float> weight, double target,
+                                   float threshold, std::vector<uint64_t>& order) {
+  order.clear();
+  for_weights_from(weight, threshold, [&](size_t i) { order.push_back(rank_key(logits[i], int32_t(i))); });
+  size_t with_weight = 0;
+  if (threshold > std::numeric_limits<float>::denorm_min()) {
+    for_weights_from(weight, std::numeric_limits<float>::denorm_min(), [&](size_t) { ++with_weight; });
+  }
+  const bool left_out = with_weight > order.size();
+  if (order.empty()) return std::nullopt;
+  size_t sorted_count = order.size() <= kFullSortBelow ? order.size() : kFirstNucleus;
+  size_t walked = 0;
+  double mass_before = 0.0;  // mass of the tokens ranked before order[walked]
+  bool cut = false;
+  while (!cut) {
+    // order[0, sorted_count) are the best sorted_count tokens, in order.
+    if (sorted_count < order.size()) std::nth_element(order.begin() + ptrdiff_t(walked), order.begin() + ptrdiff_t(sorted_count), order.end());
+    std::sort(order.begin() + ptrdiff_t(walked), order.begin() + ptrdiff_t(sorted_count));
+    for (; walked < sorted_count; ++walked) {
+      if (walked > 0 && mass_before >= target) {
+        cut = true;
+        break;
+      }
+      mass_before += weight[order[walked] & 0xFFFFFFFFu];
+    }
+    if (sorted_count == order.size()) break;  // everything walked
+    sorted_count = std::min(order.size(), sorted_count * 8);
+  }
+  if (!cut && left_out) return std::nullopt;
+  return logits[order[walked - 1] & 0xFFFFFFFFu];
 }
 
 // Truncation: tokens below `bound` get l = -inf and weight 0; block_mass is
@@ -354,53 +507,34 @@ int32_t Sampler::sample_truncated(std::span<float> logits) {
                 "Sampler: no token is allowed (grammar mask and logit bias exclude all ", vocab_size_, ")");
 
   // Top-k: the k-th largest value, ties included.
-  float top_k_bound = kNegInf;
-  if (params_.top_k > 0 && size_t(params_.top_k) < vocab) {
-    s.values.assign(logits.begin(), logits.end());
-    const auto kth = s.values.begin() + (params_.top_k - 1);
-    std::nth_element(s.values.begin(), kth, s.values.end(), std::greater<float>());
-    top_k_bound = *kth;
-  }
   // Min-p: p / p_max = exp(l - max) >= min_p  <=>  l >= max + log(min_p).
   const float min_p_bound = params_.min_p > 0.0f ? max_logit + std::log(params_.min_p) : kNegInf;
+  const bool use_top_k = params_.top_k > 0 && size_t(params_.top_k) < vocab;
   const bool use_top_p = params_.top_p < 1.0f;
 
-  // Candidates: finite tokens above the top-k bound (top-p needs the mass of
-  // all of them); without top-p the min-p bound prunes too.
-  const float candidate_bound = use_top_p ? top_k_bound : std::max(top_k_bound, min_p_bound);
-  weigh_tokens(logits, max_logit, candidate_bound, s.weight, s.block_mass);
+  // Weights of the candidates: every finite token when top-p is on (it needs
+  // the mass of the whole top-k distribution), else only those min-p keeps.
+  weigh_tokens(logits, max_logit, use_top_p ? kNegInf : min_p_bound, s.weight, s.block_mass);
+
+  // Top-k: the k-th largest value, ties included.
+  float top_k_bound = kNegInf;
+  if (use_top_k) {
+    top_k_bound = kth_largest(logits, s.weight, size_t(params_.top_k), s.values);
+    // Top-p then works on the top-k distribution.
+    if (use_top_p && top_k_bound != kNegInf) drop_below(logits, top_k_bound, s.weight, s.block_mass);
+  }
 
   float top_p_bound = kNegInf;
   if (use_top_p) {
     double candidate_mass = 0.0;
     for (const double m : s.block_mass) candidate_mass += m;
-    s.order.clear();
-    for (size_t i = 0; i < vocab; ++i) {
-      const float l = logits[i];
-      if (l >= candidate_bound && l != kNegInf) s.order.push_back(rank_key(l, int32_t(i)));
-    }
     const double target = double(params_.top_p) * candidate_mass;
-    size_t sorted_count = s.order.size() <= kFullSortBelow ? s.order.size() : kFirstNucleus;
-    size_t walked = 0;
-    double mass_before = 0.0;  // mass of the tokens ranked before s.order[walked]
-    bool cut = false;
-    while (!cut) {
-      // s.order[0, sorted_count) are the best sorted_count tokens, in order.
-      if (sorted_count < s.order.size()) {
-        std::nth_element(s.order.begin() + walked, s.order.begin() + sorted_count, s.order.end());
-      }
-      std::sort(s.order.begin() + walked, s.order.begin() + sorted_count);
-      for (; walked < sorted_count; ++walked) {
-        if (walked > 0 && mass_before >= target) {
-          cut = true;
-          break;
-        }
-        mass_before += s.weight[s.order[walked] & 0xFFFFFFFFu];
-      }
-      if (sorted_count == s.order.size()) break;  // everything kept
-      sorted_count = std::min(s.order.size(), sorted_count * 8);
-    }
-    top_p_bound = logits[s.order[walked - 1] & 0xFFFFFFFFu];
+    // Most of a vocabulary lies far below the nucleus: sort only the tokens
+    // above a weight level that holds the cut (nucleus_threshold), and
+    // everything only if that selection ends without a cut.
+    std::optional<float> bound = nucleus_bound(logits, s.weight, target, nucleus_threshold(s.weight, target), s.order);
+    if (!bound) bound = nucleus_bound(logits, s.weight, target, std::numeric_limits<float>::denorm_min(), s.order);
+    top_p_bound = *bound;
   }
 
   // Kept tokens: l >= bound; the others leave with l = -inf and weight 0.

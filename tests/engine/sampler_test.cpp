@@ -249,7 +249,11 @@ TEST(Sampler, LargeVocabularyMatchesFullSortReference) {
                         Case{1.0f, 1.0f, 0.5f, 0.0f, 0},     // nucleus of thousands: several growths
                         Case{4.0f, 0.7f, 0.95f, 0.0f, 0},    // peaked: first selection suffices
                         Case{1.0f, 1.2f, 0.8f, 0.0f, 5000},  // top-k, then top-p
-                        Case{2.0f, 1.0f, 1.0f, 0.01f, 40}, Case{2.0f, 0.8f, 0.0f, 0.0f, 0}}) {
+                        Case{2.0f, 1.0f, 1.0f, 0.01f, 40}, Case{2.0f, 0.8f, 0.0f, 0.0f, 0},
+                        Case{0.3f, 1.0f, 0.99999f, 0.0f, 0},   // nucleus past every weight level: the full walk
+                        Case{3.0f, 1.0f, 1.0f, 0.0f, 200000},  // top-k deep in the flat tail
+                        Case{3.0f, 0.5f, 1.0f, 0.2f, 3}}) {    // min-p tighter than top-k
+
     SCOPED_TRACE(testing::Message() << "scale " << c.scale << " top_p " << c.top_p << " top_k " << c.top_k);
     const auto logits = random_logits(vocab, c.scale, 11);
     std::vector<float> scaled = logits;
