@@ -160,11 +160,24 @@ class StructuredOutput(unittest.TestCase):
                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
         validate(params, r.choices[0].message.tool_calls[0].function.arguments)
 
-    def test_jump_forward_flag_keeps_output_valid(self):
-        r = self.chat("Describe a person as JSON.", max_tokens=80,
-                      response_format=schema_format(PERSON, "person", any_whitespace=False), extra_body={"jump_forward": True})
-        validate(PERSON, r.choices[0].message.content)
-        self.assertEqual(r.choices[0].finish_reason, "stop")
+    def test_jump_forward_gives_the_unjumped_output(self):
+        # Jump-forward appends only tokens the grammar leaves as the sole choice,
+        # so with and without the flag the content and the token count are equal.
+        order = {"type": "object", "properties": {
+            "status": {"enum": ["pending_review", "shipped_internationally"]},
+            "created": {"type": "string", "format": "date"},
+            "sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"}},
+            "required": ["status", "created", "sku"], "additionalProperties": False}
+        cases = [("Describe a person as JSON.", PERSON, False), ("Describe a person as JSON.", PERSON, True),
+                 ("An order as JSON.", order, False), ("An order as JSON.", order, True)]
+        for prompt, schema, any_ws in cases:
+            fmt = schema_format(schema, "s", any_whitespace=any_ws)
+            plain = self.chat(prompt, max_tokens=120, response_format=fmt)
+            jump = self.chat(prompt, max_tokens=120, response_format=fmt, extra_body={"jump_forward": True})
+            validate(schema, jump.choices[0].message.content)
+            self.assertEqual(jump.choices[0].finish_reason, "stop")
+            self.assertEqual(jump.choices[0].message.content, plain.choices[0].message.content)
+            self.assertEqual(jump.usage.completion_tokens, plain.usage.completion_tokens)
 
     def test_eight_concurrent_requests_with_different_schemas(self):
         schemas = []
