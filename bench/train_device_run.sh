@@ -44,23 +44,28 @@ t = st.load_file('/tmp/adapter_cuda/adapter_model.safetensors'); c = json.load(o
 print('adapter:', len(t), 'tensors, r', c['r'], 'targets', sorted(c['target_modules']))"
 fi
 [ "$mode" = check ] && exit 0
+# Stages in order of importance; each runs only while the call's time allows (budget $2 s, default 290).
+budget=${2:-290}
+left() { [ $(( budget - $(elapsed) )) -gt "$1" ]; }
 b=$bin/train_step_bench
-run() { echo "-- $* [$(elapsed) s]"; timeout 150 "$@" 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model |orpo:|sft:|longest|failed|error"; }
+run() { echo "-- $* [$(elapsed) s]"; timeout 150 "$@" 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model |orpo:|sft:|longest|failed|rror"; }
+peer() {
+  python3 -c "import peft" 2>/dev/null || { python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $bin/whl/*.whl && export PYTHONPATH=/tmp/site; }
+  PYTHONUNBUFFERED=1 timeout 150 python3 bench/train_peft_peer.py --shape llama3-8b --prompt 2048 --runs "$1" --steps 3 2>&1 \
+    | tee -a "$out/peer.log" | grep -E "^\||torch |model built|step|rror"
+}
+orpo="--shape llama3-8b --dtype bf16 --prompt 2048"
 echo "== ours: Llama-3-8B shape, bf16 base, rank 16 x 7 projections, ORPO (prompt 2048, chosen/rejected 4096 each)"
-run $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 4096 --segment-size 1 --offload --steps 3
-run $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 4096 --segment-size 0 --steps 3
-run $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 16384 --segment-size 1 --offload --steps 2
+run $b $orpo --response 4096 --segment-size 1 --offload --steps 3
 echo "== peer: transformers + peft, same shape and loss [$(elapsed) s]"
-if ! python3 -c "import peft" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $bin/whl/*.whl && export PYTHONPATH=/tmp/site
-fi
-PYTHONUNBUFFERED=1 timeout 200 python3 bench/train_peft_peer.py --shape llama3-8b --prompt 2048 --runs 4096:0,4096:1,16384:1 \
-  --steps 3 2>&1 | tee -a "$out/peer.log" | grep -E "^\||torch |model built|step|Error|error"
+left 80 && peer 4096:0,4096:1,16384:1
+left 40 && run $b $orpo --response 4096 --segment-size 0 --steps 3
+left 50 && run $b $orpo --response 16384 --segment-size 1 --offload --steps 2
 echo "== longest SFT at batch 1 [$(elapsed) s]"
 # 2 of 32 layers computed; a ballast stands for the other 30 layers' weights (bf16 13.1 GB, q4_0 3.7 GB),
-# so the device memory is the 32-layer model's. Boundaries of the missing layers would be 16 KB/token of host memory each.
-run $b --shape llama3-8b --dtype bf16 --layers 2 --ballast-gb 13.1 --method sft --segment-size 1 --offload \
-  --longest 131072,196608,229376,262144
-run $b --shape llama3-8b --dtype q4_0 --layers 2 --ballast-gb 3.7 --method sft --segment-size 1 --offload \
-  --longest 229376,262144,294912
+# so device memory is the 32-layer model's; the missing layers' boundaries would be 16 KB/token of host memory each.
+left 45 && run $b --shape llama3-8b --dtype bf16 --layers 2 --ballast-gb 13.1 --method sft --segment-size 1 --offload \
+  --longest 131072,196608,262144
+left 30 && run $b --shape llama3-8b --dtype q4_0 --layers 2 --ballast-gb 3.7 --method sft --segment-size 1 --offload \
+  --longest 262144,327680
 echo "done in $(elapsed) s"
