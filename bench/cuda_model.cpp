@@ -21,6 +21,7 @@
 //                 aggregate tokens/s. Their caches hold zeros (not prefilled:
 //                 65k prompt tokens would dominate the run); attention reads
 //                 every cached position regardless of its value.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -446,10 +447,22 @@ int run_tensor_parallel(Options o) {
     status = 1;
   }
   std::fflush(nullptr);
+  if (o.tp_rank != 0) ::_exit(status);  // a forked rank: no exit-time destructors of CUDA/NCCL state
+  // The other ranks stop when rank 0's model is destroyed; one that has not
+  // exited a minute later is stuck (e.g. in ncclCommDestroy): say so and end it
+  // rather than wait forever.
+  const auto t0 = Clock::now();
   for (pid_t pid : children) {
     int ws = 0;
-    ::waitpid(pid, &ws, 0);
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+    pid_t got = 0;
+    while ((got = ::waitpid(pid, &ws, WNOHANG)) == 0 && seconds_since(t0) < 60) ::usleep(50000);
+    if (got == 0) {
+      std::fprintf(stderr, "cuda_model_bench: tensor-parallel rank (pid %d) still running 60 s after rank 0 finished; "
+                   "killed\n", int(pid));
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &ws, 0);
+      status = 1;
+    } else if (got < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
       std::fprintf(stderr, "cuda_model_bench: a tensor-parallel rank (pid %d) failed\n", int(pid));
       status = 1;
     }
@@ -462,6 +475,9 @@ int run_tensor_parallel(Options o) {
 
 int main(int argc, char** argv) {
   using namespace brioche;
+  // Line by line even into a file or pipe: a run killed by a timeout keeps
+  // what it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];

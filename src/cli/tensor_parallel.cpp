@@ -78,7 +78,21 @@ struct WorkerWatchdog {
   explicit WorkerWatchdog(std::vector<pid_t> pids) : workers(std::move(pids)) {
     thread = std::thread([this] {
       std::vector<pid_t> live = workers;
+      std::chrono::steady_clock::time_point stop_seen{};
       while (!live.empty()) {
+        // Once rank 0 has told the workers to stop they exit within seconds;
+        // one still there after a minute is stuck (e.g. in NCCL teardown):
+        // end it instead of keeping rank 0 from exiting.
+        if (stopping && stop_seen == std::chrono::steady_clock::time_point{}) stop_seen = std::chrono::steady_clock::now();
+        if (stopping && std::chrono::steady_clock::now() - stop_seen > std::chrono::seconds(60)) {
+          for (pid_t pid : live) {
+            std::fprintf(stderr, "brioche: tensor-parallel worker (pid %d) did not exit 60 s after the stop; killed\n",
+                         int(pid));
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+          }
+          break;
+        }
         for (size_t i = 0; i < live.size();) {
           int status = 0;
           if (::waitpid(live[i], &status, WNOHANG) != live[i]) {

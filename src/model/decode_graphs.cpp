@@ -32,6 +32,11 @@ size_t DecodeGraphs::n_graphs() const {
   return size_t(std::count_if(buckets_.begin(), buckets_.end(), [](const auto& b) { return !b.second.graph.empty(); }));
 }
 
+void DecodeGraphs::clear() {
+  buckets_.clear();
+  cache_addresses_.clear();
+}
+
 ForwardBatch DecodeGraphs::padded(int rows, int width) const {
   const int32_t* tokens = staging_.data();
   const int32_t* positions = tokens + rows;

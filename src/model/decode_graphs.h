@@ -40,6 +40,10 @@ class DecodeGraphs {
 
   // Buckets recorded so far (for tests and logs).
   size_t n_graphs() const;
+  // Destroys every graph. A graph that recorded NCCL calls holds a reference
+  // on the communicator (ncclCommDestroy waits until such graphs are gone),
+  // so graphs must be dropped before the communicator is destroyed.
+  void clear();
 
  private:
   struct Bucket {

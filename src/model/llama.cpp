@@ -26,6 +26,12 @@ LlamaModel::LlamaModel(Checkpoint checkpoint)
       inv_freq_(ops::rope_inv_freq(ck_.config.head_dim, ck_.config.rope.theta, ck_.config.rope.scaling,
                                    ck_.config.rope.freq_factors)) {}
 
+void LlamaModel::set_collective(ops::Collective* collective) {
+  if (collective == collective_) return;
+  graphs_.clear();
+  collective_ = collective;
+}
+
 const formats::GgufFile* LlamaModel::gguf() const { return ck_.gguf.get(); }
 
 size_t LlamaModel::weight_bytes() const {

@@ -27,7 +27,9 @@ class LlamaModel final : public Model {
   // Tensor parallelism: the checkpoint is this rank's shard
   // (model/tensor_parallel.h) and every attention and MLP block all-reduces
   // its partial output through `collective` (not owned; null: one rank).
-  void set_collective(ops::Collective* collective) { collective_ = collective; }
+  // Changing it drops the decode graphs (they recorded the old one's calls):
+  // set it to null before destroying a collective the graphs used.
+  void set_collective(ops::Collective* collective);
 
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;

@@ -165,6 +165,9 @@ TensorParallelModel::~TensorParallelModel() {
   } catch (const std::exception&) {
     // The workers are gone already (they failed and said why).
   }
+  // Decode graphs hold NCCL references: gone before the communicator
+  // (members die in reverse order, but say it where it matters).
+  shard_->set_collective(nullptr);
 }
 
 void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
@@ -178,6 +181,14 @@ void TensorParallelModel::forward(const ForwardBatch& batch, KvCache& cache, Ten
 int64_t run_tensor_parallel_worker(LlamaModel& shard, ops::Collective& collective) {
   BRIOCHE_CHECK(collective.rank() != 0, "run_tensor_parallel_worker: rank 0 drives the batches itself");
   shard.set_collective(&collective);
+  // On every way out (stop or error) the shard forgets the collective and
+  // drops its decode graphs: a graph that recorded NCCL calls keeps
+  // ncclCommDestroy waiting forever, and the caller may destroy the
+  // collective before the shard (the hang of the first 2-GPU run).
+  struct Detach {
+    LlamaModel& shard;
+    ~Detach() { shard.set_collective(nullptr); }
+  } detach{shard};
   std::unique_ptr<KvCache> cache;
   Tensor logits = ops::zeros(DType::F32, {1, shard.config().vocab_size}, shard.device());  // stays on the device
   std::vector<int32_t> header(tp_wire::kHeaderWords), payload;
@@ -200,7 +211,6 @@ int64_t run_tensor_parallel_worker(LlamaModel& shard, ops::Collective& collectiv
     shard.forward(batch, *cache, logits);
     ++forwards;
   }
-  shard.set_collective(nullptr);
   return forwards;
 }
 
