@@ -64,7 +64,8 @@ void run_decode(benchmark::State& state, bool constrained, bool any_whitespace, 
   Shared& s = shared();
   if (!s.engine) return state.SkipWithError("default model not found");
   double decode_seconds = 0;
-  int64_t decoded = 0;
+  int64_t decoded = 0, generated = 0;
+  const uint64_t steps_before = s.engine->stats().steps;
   for (auto _ : state) {
     using Clock = std::chrono::steady_clock;
     Clock::time_point first{}, last{};
@@ -77,8 +78,11 @@ void run_decode(benchmark::State& state, bool constrained, bool any_whitespace, 
     });
     decode_seconds += std::chrono::duration<double>(last - first).count();
     decoded += n - 1;
+    generated += n;
   }
   state.counters["decode_tok_per_s"] = double(decoded) / decode_seconds;
+  // Forwards per generated token: below 1 when jump-forward prefilled forced chains.
+  state.counters["steps_per_token"] = double(s.engine->stats().steps - steps_before) / double(generated);
 }
 
 void BM_DecodeUnconstrained(benchmark::State& state) { run_decode(state, false, true, false); }
