@@ -19,7 +19,7 @@ elapsed() { echo $(( $(date +%s) - start )); }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if [ "$mode" != bench ]; then
   echo "== CUDA training tests (CPU reference on the same machine)"
-  timeout 240 $bin/test_train --gtest_filter='Cuda*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -60
+  timeout 90 $bin/test_train --gtest_filter='Cuda*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -60
   echo "== brioche train --device cuda (random smollm2-135m weights, the real tokenizer) [$(elapsed) s]"
   $bin/gen_model --shape smollm2-135m --dtype bf16 --tokenizer-from $bin/smollm2-tokenizer.gguf --out /tmp/smol.gguf >/dev/null
   mkdir -p /tmp/pref

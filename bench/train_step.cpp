@@ -140,7 +140,7 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
       optimizer.step(1e-5f, clip_factor(norm, 1.0));
       ops::synchronize(device);
       if (s == 0) r.first_loss = v.loss;
-      else times.push_back(seconds_since(t0) * 1e3);
+      if (s > 0 || o.steps == 0) times.push_back(seconds_since(t0) * 1e3);  // (--steps 0: the first step's time)
       std::fprintf(stderr, "  step %d: loss %.4f grad_norm %.4f %.0f ms (device in use %.2f GB, peak %.2f GB)\n", s,
                    v.loss, norm, seconds_since(t0) * 1e3, double(device_in_use()) / 1e9, double(device_peak()) / 1e9);
     }
@@ -197,7 +197,7 @@ int run(const Options& o) {
     const train::TokenBatch batch = train::build_sft_batch(exs, train::SftScope::Full);
     std::fprintf(stderr, "sft: %d tokens, %s\n", len, levers.c_str());
     Options one = o;
-    if (!o.longest.empty()) one.steps = 1;
+    if (!o.longest.empty()) one.steps = 0;  // one step per length (its time includes first-use costs)
     const Result r = run_steps(one, ck, device, batch, train::Method::SFT);
     if (!r.ok) {
       std::printf("| %s %s | sft %d | %s | failed: %s |\n", o.shape.c_str(), o.dtype.c_str(), len, levers.c_str(),

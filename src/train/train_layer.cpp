@@ -115,7 +115,7 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   ops::add(x, o, x);
 }
 
-void layer_backward(const LayerContext& ctx, const LayerParams& p, const LayerCache& c, Tensor& dx) {
+void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c, Tensor& dx) {
   const auto& cfg = ctx.config;
   const auto& w = p.weights;
   const int64_t n = dx.dim(0);
@@ -126,16 +126,22 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, const LayerCa
   Tensor d_act = f32(dev, n, cfg.intermediate_size);
   lora_linear_backward(site(ctx, p, Module::Down, w.w_down, kNoBias),
                        {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = dx, .dx = d_act});
+  // Saved activations are released as soon as the backward has read them for
+  // the last time: the [n, inter] ones are the largest buffers of a layer.
+  c.act = Tensor();
   Tensor d_gate = f32(dev, n, cfg.intermediate_size);
   Tensor& d_up = d_act;  // written in place over d_act (swiglu_backward allows it): one [n, inter] less
   ops::swiglu_backward(c.gate, c.up, d_act, d_gate, d_up);
+  c.gate = Tensor(), c.up = Tensor();
   Tensor d_h2 = f32(dev, n, cfg.hidden_size);
   lora_linear_backward(site(ctx, p, Module::Gate, w.w_gate, kNoBias),
                        {.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_gate, .dx = d_h2});
   lora_linear_backward(site(ctx, p, Module::Up, w.w_up, kNoBias),
                        {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2,
                         .dx_mode = GradWrite::Accumulate});
+  d_gate = Tensor(), d_act = Tensor(), c.h2 = Tensor();
   ops::rms_norm_backward(c.x_mid, w.ffn_norm, cfg.rms_eps, d_h2, dx);  // dx = d x_mid
+  c.x_mid = Tensor(), d_h2 = Tensor();
 
   // Attention: x_mid = x_in + o(attn(...)).
   Tensor d_attn = f32(dev, n, cfg.q_dim());
@@ -144,6 +150,7 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, const LayerCa
   Tensor dq = f32(dev, n, cfg.q_dim()), dk = f32(dev, n, cfg.kv_dim()), dv = f32(dev, n, cfg.kv_dim());
   ops::dense_attention_backward(c.q, c.k, c.v, c.attn, c.lse, d_attn, ctx.layout, attention_params(cfg),
                                 {.dq = dq, .dk = dk, .dv = dv});
+  c.q = Tensor(), c.k = Tensor(), c.v = Tensor(), c.attn = Tensor(), d_attn = Tensor();
   ops::rope_backward(dq, ctx.positions, rope_params(ctx, cfg.n_heads));
   ops::rope_backward(dk, ctx.positions, rope_params(ctx, cfg.n_kv_heads));
   if (w.q_norm.defined()) {

@@ -52,6 +52,8 @@ struct LayerParams {
 void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, LayerCache& cache);
 
 // dx [n, hidden]: on entry d loss / d x_out, on exit d loss / d x_in.
-void layer_backward(const LayerContext& ctx, const LayerParams& p, const LayerCache& cache, Tensor& dx);
+// Consumes the cache: each saved activation is released once read for the
+// last time (lowers the backward's peak by the [n, inter] buffers).
+void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& cache, Tensor& dx);
 
 }  // namespace brioche::train
