@@ -318,7 +318,16 @@ class MaskBuilder {
     };
     const int32_t c0 = dfa_.start(s);
     int64_t total = 0;
-    for (char b1 : std::string(dfa_.readable_bytes(c0))) {
+    // One level first: every token starting with a readable byte. Often
+    // already small (digits, hex), and it needs no new DFA transitions.
+    const std::string first_bytes(dfa_.readable_bytes(c0));
+    for (char b1 : first_bytes) {
+      const int32_t n1 = child(0, static_cast<uint8_t>(b1));
+      if (n1 >= 0) total += nodes[n1].rank_end - nodes[n1].rank_begin;
+    }
+    if (total <= limits_.defer_tokens) return total;
+    total = 0;
+    for (char b1 : first_bytes) {
       const int32_t n1 = child(0, static_cast<uint8_t>(b1));
       if (n1 < 0) continue;
       const int32_t c1 = dfa_.next(c0, static_cast<uint8_t>(b1));
