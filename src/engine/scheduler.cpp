@@ -164,6 +164,37 @@ void Engine::Scheduler::preempt(Sequence* seq) {
   running_.erase(it);
 }
 
+namespace {
+
+// Hashes of the prompt blocks a chunk completes: they enter the prefix cache
+// when this step's forward has written them.
+void add_filled_block_hashes(const Sequence& seq, int32_t chunk, int32_t block_size, std::vector<BlockHash>& out) {
+  const size_t full_after = size_t(seq.n_computed + chunk) / size_t(block_size);
+  BlockHash parent = seq.block_hashes.empty() ? 0 : seq.block_hashes.back();
+  for (size_t b = seq.block_hashes.size(); b < full_after; ++b) {
+    parent = chain_block_hash(parent, std::span<const int32_t>(seq.tokens.data() + b * size_t(block_size), size_t(block_size)));
+    out.push_back(parent);
+  }
+}
+
+// Whether a waiting sequence's prompt shares a full block with one that
+// another sequence computes in this step. Such a sequence waits one step and
+// then takes those blocks from the prefix cache, instead of computing the
+// same K/V again: requests that arrive together with one system prompt
+// compute it once.
+bool shares_a_filling_block(const Sequence& seq, int32_t block_size, const std::vector<BlockHash>& filling) {
+  if (filling.empty() || seq.n_computed != 0) return false;
+  const size_t max_blocks = (seq.tokens.size() - 1) / size_t(block_size);  // as match_prefix: one token left to run
+  BlockHash parent = 0;
+  for (size_t b = 0; b < max_blocks; ++b) {
+    parent = chain_block_hash(parent, std::span<const int32_t>(seq.tokens.data() + b * size_t(block_size), size_t(block_size)));
+    if (std::find(filling.begin(), filling.end(), parent) != filling.end()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   std::vector<Planned> planned;
   int32_t budget = options_.max_batch_tokens;
@@ -195,6 +226,9 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     --budget;
   }
 
+  // Prompt blocks this step's prefill chunks complete (see shares_a_filling_block).
+  std::vector<BlockHash> filling;
+
   // 2. Prefill chunks of running sequences that are mid-prompt.
   for (auto& owned : running_) {
     if (budget <= 0) break;
@@ -204,6 +238,7 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) continue;
     planned.push_back({seq, chunk});
     budget -= chunk;
+    if (options_.prefix_cache) add_filled_block_hashes(*seq, chunk, blocks_.block_size(), filling);
   }
 
   // 3. Admit waiting sequences in order while budget, blocks and slots last.
@@ -214,12 +249,17 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
       ++it;  // a fork waits until its parent's prompt blocks are cached
       continue;
     }
+    if (options_.prefix_cache && shares_a_filling_block(*seq, blocks_.block_size(), filling)) {
+      ++it;  // admitted next step, from the prefix cache
+      continue;
+    }
     match_prefix(*seq);
     int32_t chunk = fit_chunk(*seq, std::min(seq->remaining(), budget));
     if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) {
       release_blocks(*seq);  // waiting sequences hold no blocks
       break;
     }
+    if (options_.prefix_cache) add_filled_block_hashes(*seq, chunk, blocks_.block_size(), filling);
     if (!seq->ever_admitted && seq->choice == 0) seq->request->usage.cached_prompt_tokens = seq->n_computed;
     seq->ever_admitted = true;
     planned.push_back({seq, chunk});

@@ -117,6 +117,28 @@ TEST(EngineScheduler, PrefixCacheServesARepeatedPrompt) {
   EXPECT_EQ(third.tokens[0], ToyRunner::greedy_reference(forked, 4, 64));
 }
 
+TEST(EngineScheduler, RequestsArrivingTogetherComputeASharedPrefixOnce) {
+  // Four prompts with the same 3 blocks (of 4) and their own 5-token tails,
+  // submitted at once: the shared blocks are computed by one of them, the
+  // others wait a step and take them from the prefix cache (whatever step
+  // they arrive in), and every output equals its cacheless reference.
+  auto engine = make_toy_engine({});
+  std::vector<int32_t> shared = prompt_of(12, 4);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int32_t i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = shared;
+    for (int32_t t = 0; t < 5; ++t) p.push_back((i * 11 + t * 3 + 5) % 64);
+    prompts.push_back(p);
+    handles.push_back(engine->submit(greedy(p, 5)));
+  }
+  for (int32_t i = 0; i < 4; ++i) {
+    Collected c = collect(*handles[size_t(i)]);
+    EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompts[size_t(i)], 5, 64)) << "request " << i;
+  }
+  EXPECT_EQ(settled_stats(*engine, 4).prompt_tokens_computed, 12u + 4u * 5u);
+}
+
 TEST(EngineScheduler, PreemptionResumesWithIdenticalTokens) {
   // 12 blocks of 4 = 48 positions for 4 sequences that each grow to 40.
   auto engine = make_toy_engine({.context = 512, .block_size = 4, .n_blocks = 12, .step_delay = std::chrono::milliseconds(2)},
