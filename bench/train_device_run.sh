@@ -4,7 +4,8 @@
 # shape, bf16, rank 16 on all seven projections) side by side with the
 # transformers + peft peer (bench/train_peft_peer.py), and the longest SFT
 # sequence. Binaries come from bench/train_pack.sh (carry ["build/train-dev"]).
-#   bash bench/train_device_run.sh check|bench|all
+#   bash bench/train_device_run.sh check|bench|all [budget_s]
+#   bash bench/train_device_run.sh followup   (tests, ORPO 4,096 lean, 4-bit longest SFT: a short second call)
 set -u
 mode=${1:-all}
 out=${OUT:-/tmp/out}
@@ -17,9 +18,17 @@ export LD_LIBRARY_PATH=$PWD/$bin/lib:$nd:/usr/local/cuda/lib64 NCCL_NVLS_ENABLE=
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+if [ "$mode" = followup ]; then
+  timeout 90 $bin/test_train --gtest_filter='CudaTrain.*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -40
+  b=$bin/train_step_bench
+  timeout 60 $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 4096 --segment-size 1 --offload --steps 3 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model "
+  timeout 75 $b --shape llama3-8b --dtype q4_0 --layers 2 --ballast-gb 3.7 --method sft --segment-size 1 --offload \
+    --longest 262144 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model |longest"
+  echo "done in $(elapsed) s"; exit 0
+fi
 if [ "$mode" != bench ]; then
   echo "== CUDA training tests (CPU reference on the same machine)"
-  timeout 90 $bin/test_train --gtest_filter='Cuda*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -60
+  timeout 90 $bin/test_train --gtest_filter='CudaTrain.*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -60
   echo "== brioche train --device cuda (random smollm2-135m weights, the real tokenizer) [$(elapsed) s]"
   $bin/gen_model --shape smollm2-135m --dtype bf16 --tokenizer-from $bin/smollm2-tokenizer.gguf --out /tmp/smol.gguf >/dev/null
   mkdir -p /tmp/pref
