@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "ops/device.h"
 #include "train/adapter_io.h"
+#include "train/data_parallel.h"
 #include "train/objective.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/runtime.h"
@@ -215,7 +216,11 @@ TrainResult Trainer::run() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const int n = train_->size();
-  const int per_step = config_.batch_size * config_.grad_accumulation_steps;
+  const DataParallelShare share{.rank = dp_ ? dp_->rank() : 0, .size = dp_ ? dp_->size() : 1,
+                                .grad_accumulation = config_.grad_accumulation_steps};
+  const bool lead = share.rank == 0;  // evaluates, logs, writes the adapter and metrics.json
+  const int micro_per_step = share.micro_batches_per_step();
+  const int per_step = config_.batch_size * micro_per_step;
   const int steps_per_epoch = std::max(1, (n + per_step - 1) / per_step);
   const int total = config_.iters > 0 ? config_.iters : config_.epochs * steps_per_epoch;
   int warmup = config_.warmup;
@@ -255,6 +260,7 @@ TrainResult Trainer::run() {
   int64_t tokens_done = 0;
   float lr = 0.0f;
   auto do_eval = [&](int step) {
+    if (!lead) return;
     const auto t0 = Clock::now();
     EvalMetrics m = evaluate();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -288,22 +294,31 @@ TrainResult Trainer::run() {
   do_eval(0);
   for (int step = 0; step < total; ++step) {
     adapter_->zero_grads();
-    double step_loss = 0.0;
-    for (int micro = 0; micro < config_.grad_accumulation_steps; ++micro) {
-      MicroBatch mb = make_batch(*train_, next_indices(), true);
+    double step_loss = 0.0, step_tokens = 0.0;
+    for (int micro = 0; micro < micro_per_step; ++micro) {
+      const std::vector<int> indices = next_indices();  // every rank walks the whole step's order
+      if (!share.runs(micro)) continue;
+      MicroBatch mb = make_batch(*train_, indices, true);
       LossValue v = run_objective(*model_, *head_, mb.batch, loss_config_, mb.reference,
                                   {.dropout_seed = mix(uint64_t(config_.seed), uint64_t(step) * 4096 + micro),
-                                   .grad_scale = 1.0 / config_.grad_accumulation_steps,
+                                   .grad_scale = share.grad_scale(),
                                    .prefix_out = mb.prefix.defined() ? &mb.prefix : nullptr});
-      step_loss += v.loss / config_.grad_accumulation_steps;
-      tokens_done += mb.batch.n_rows();
+      step_loss += v.loss / micro_per_step;
+      step_tokens += double(mb.batch.n_rows());
     }
+    if (dp_ != nullptr) {  // one sum of the gradients (and the loss) over the ranks, before clipping
+      all_reduce_gradients(*adapter_, *dp_);
+      const double local[2] = {step_loss, step_tokens};
+      const std::vector<double> total_sums = all_reduce_host_sums(local, *dp_, adapter_->device());
+      step_loss = total_sums[0], step_tokens = total_sums[1];
+    }
+    tokens_done += int64_t(step_tokens + 0.5);
     const double norm = grad_norm(*adapter_);
     lr = learning_rate_at(schedule, step);
     optimizer.step(lr, clip_factor(norm, config_.max_grad_norm));  // clipping folded into the update
     train_loss_sum += step_loss, ++train_loss_n;
     const int done = step + 1;
-    if (config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
+    if (lead && config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       char line[256];
       std::snprintf(line, sizeof line, "step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.1f tok/s peak %.0f MB%s", done,
@@ -322,6 +337,7 @@ TrainResult Trainer::run() {
   }
   result.steps = total;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!lead) return result;  // the other ranks hold the same factors; rank 0 writes them
   save(config_.output);
   result.metrics = {{"config", config_to_json(config_)}, {"evals", evals}, {"steps", total},
                     {"eval_split", valid_ ? "valid" : "train"},

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/weights.h"
+#include "ops/collective.h"
 #include "train/dataset.h"
 #include "train/lm_head.h"
 #include "train/optimizer.h"
@@ -56,6 +57,9 @@ class Trainer {
   Trainer(TrainConfig config, const model::Checkpoint& checkpoint, TrainData data);
   ~Trainer();
 
+  // Data parallel (train/data_parallel.h): this trainer is one rank of
+  // `collective` (not owned). Rank 0 alone evaluates, logs and writes files.
+  void set_data_parallel(ops::Collective* collective) { dp_ = collective; }
   TrainResult run();
   EvalMetrics evaluate();  // on the validation set (or the training set when there is none)
   LoraAdapter& adapter() { return *adapter_; }
@@ -76,6 +80,7 @@ class Trainer {
   std::unique_ptr<LogpHead> head_;
   std::unique_ptr<Dataset> owned_train_, owned_valid_;
   std::unique_ptr<Split> train_, valid_;
+  ops::Collective* dp_ = nullptr;
 };
 
 // Peak resident memory of this process (VmHWM), bytes; 0 when unknown.
