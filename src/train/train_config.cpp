@@ -20,6 +20,7 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(*rank > 0, "rank must be positive, got ", *rank);
   BRIOCHE_CHECK(*learning_rate > 0, "learning_rate must be positive, got ", *learning_rate);
   BRIOCHE_CHECK(batch_size > 0, "batch_size must be positive, got ", batch_size);
+  BRIOCHE_CHECK(gpus >= 1 && gpus <= 64, "gpus must be between 1 and 64, got ", gpus);
   BRIOCHE_CHECK(grad_accumulation_steps > 0, "grad_accumulation_steps must be positive, got ", grad_accumulation_steps);
   BRIOCHE_CHECK(iters >= 0 && epochs > 0, "iters must be >= 0 and epochs > 0");
   BRIOCHE_CHECK(lora_dropout >= 0 && lora_dropout < 1, "lora_dropout must be in [0, 1), got ", lora_dropout);
@@ -155,6 +156,7 @@ const std::vector<OptionSpec>& option_specs() {
       {{"num_layers"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.num_layers = to_int(v); }},
       {{"segment_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.segment_size = to_int(v); }},
       {{"device"}, Kind::String, [](TrainConfig& c, const json& v) { c.device = v.get<std::string>(); }},
+      {{"gpus"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.gpus = to_int(v); }},
       {{"offload_boundaries"}, Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.offload_boundaries = v.get<bool>(); }},
       {{"orpo_fused_ce", "orpo_flash_ce", "fused_ce"}, Kind::Boolean,
@@ -252,6 +254,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["target_modules"] = c.target_modules;
   j["num_layers"] = c.num_layers;
   j["device"] = c.device;
+  j["gpus"] = c.gpus;
   j["segment_size"] = c.segment_size;
   j["offload_boundaries"] = c.offload_boundaries;
   j["prefix_shared"] = c.prefix_shared;

@@ -48,6 +48,7 @@ struct TrainConfig {
   int num_layers = -1;           // LoRA on the last num_layers layers; -1 = all
 
   std::string device = "cpu";    // cpu | cuda | auto (cuda when this build and the driver see a GPU)
+  int gpus = 1;                  // data parallel: ranks (one GPU each) sharing every step's micro-batches
   int segment_size = 0;          // segmented backward: layers per recompute segment (0 = off)
   bool offload_boundaries = false;  // segment boundaries in host memory while training on CUDA
   bool prefix_shared = false;    // one [prompt; chosen; rejected] forward per pair
