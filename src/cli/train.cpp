@@ -3,17 +3,22 @@
 // Options come from flags and/or --config file.json|file.toml (same names; flags win).
 #include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/workers.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/device_weights.h"
 #include "model/weights.h"
+#include "ops/collective.h"
 #include "ops/device.h"
+#include "ops/rendezvous.h"
 #include "engine/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/config_file.h"
@@ -27,7 +32,45 @@ struct TrainFlags {
   std::string config_file;
   nlohmann::json overrides = nlohmann::json::object();  // flags given on the command line
   bool quiet = false;
+  // Data parallel (--gpus N): how a worker rank (or a rank started by hand,
+  // e.g. on another node) joins; −1: launch the workers myself.
+  int dp_rank = -1;
+  std::string dp_master;
 };
+
+const WorkerFlags kDpFlags{.rank_flag = "--dp-rank", .master_flag = "--dp-master"};
+
+// --gpus N: this process is rank 0 (or the rank --dp-rank names) of N, one
+// GPU each; rank 0 starts the others as copies of itself.
+struct DataParallelJob {
+  int rank = 0;
+  int size = 1;
+  std::string master;
+  std::unique_ptr<WorkerWatchdog> watchdog;  // rank 0 of a job it launched
+};
+
+DataParallelJob start_data_parallel(const TrainFlags& flags, const train::TrainConfig& config) {
+  DataParallelJob job{.rank = flags.dp_rank < 0 ? 0 : flags.dp_rank, .size = config.gpus};
+  const std::string n = std::to_string(config.gpus);
+  if (config.resolved_device() != Device::CUDA)
+    throw UsageError{"--gpus " + n + " trains on GPUs: add --device cuda"};
+  if (job.rank >= job.size)
+    throw UsageError{"--dp-rank " + std::to_string(job.rank) + " outside --gpus " + n};
+  const bool launcher = flags.dp_rank < 0;
+  const int visible = ops::device_count();
+  if (launcher && job.size > visible)
+    throw UsageError{"--gpus " + n + ": this machine has " + std::to_string(visible) +
+                     " GPU(s); start ranks on other nodes by hand with --dp-rank and --dp-master (docs/training.md)"};
+  if (!launcher && flags.dp_master.empty()) throw UsageError{"--dp-rank needs --dp-master HOST:PORT of rank 0"};
+  job.master = launcher ? "127.0.0.1:" + std::to_string(ops::free_tcp_port()) : flags.dp_master;
+  if (launcher && job.size > 1) {
+    std::vector<pid_t> workers;
+    for (int r = 1; r < job.size; ++r) workers.push_back(start_worker(kDpFlags, r, job.master));
+    job.watchdog = std::make_unique<WorkerWatchdog>(std::move(workers), "data-parallel training rank");
+  }
+  ops::select_device(job.rank % visible);  // rank r uses local GPU r mod (GPUs on its node)
+  return job;
+}
 
 int run(const TrainFlags& flags) {
   train::TrainConfig config;
@@ -53,6 +96,11 @@ int run(const TrainFlags& flags) {
   } catch (const Error& e) {
     throw UsageError{e.what()};
   }
+  std::optional<DataParallelJob> job;
+  if (config.gpus > 1 || flags.dp_rank >= 0) {
+    job = start_data_parallel(flags, config);
+    if (job->rank != 0) config.quiet = true;  // rank 0 reports for the job
+  }
   ThreadPool::configure_global(config.threads > 0 ? config.threads
                                                   : int(std::max(1u, std::thread::hardware_concurrency())));
 
@@ -71,8 +119,16 @@ int run(const TrainFlags& flags) {
   train::TrainData data{.train = train::load_dataset(train_path, options)};
   if (std::filesystem::exists(valid_path)) data.valid = train::load_dataset(valid_path, options);
   std::filesystem::create_directories(config.output);
+  std::unique_ptr<ops::Collective> collective;
+  if (job) collective = ops::connect_nccl({.rank = job->rank, .size = job->size, .master = job->master, .timeout_s = 600});
   train::Trainer trainer(config, ck, std::move(data));
+  trainer.set_data_parallel(collective.get());
   trainer.run();
+  if (job && job->watchdog) {
+    job->watchdog->stop_expected();  // the workers finish the same steps and exit
+    job->watchdog->join();
+    if (!job->watchdog->all_ok()) return kExitFailure;
+  }
   return kExitOk;
 }
 
@@ -140,6 +196,11 @@ Subcommand add_train_command(CLI::App& root) {
                                         "alias of --resume-adapter");
   option<std::string>(app, f, "device", "cpu (default), cuda or auto: where the base weights, LoRA factors, "
                                         "optimizer state and activations live");
+  option<int>(app, f, "gpus", "data parallel over N GPUs (one process each, NCCL): each takes every N-th "
+                             "micro-batch; N GPUs with --grad-accum A = one GPU with N*A (default 1)");
+  // Hidden: how worker ranks (or ranks started by hand on other nodes) join.
+  app->add_option("--dp-rank", f.dp_rank)->group("")->check(CLI::Range(0, 63));
+  app->add_option("--dp-master", f.dp_master)->group("");
   option<int>(app, f, "seed", "seed of initialisation, shuffling and dropout (default 0)");
   option<int>(app, f, "threads", "CPU threads (default: all)");
   app->add_flag("-q,--quiet", f.quiet, "no progress on stderr");
