@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/vec_f32.h"
 #include "core/error.h"
 
 namespace brioche::engine {
@@ -18,8 +19,27 @@ double log_softmax_normalizer(std::span<const float> logits) {
     max_logit = std::max(max_logit, x);
   }
   if (max_logit == -std::numeric_limits<float>::infinity()) return max_logit;
+  // Sum of exp(x - m): 8 at a time with the vector exp (~2e-7 relative per
+  // term, so log Z is off by ~1e-7: far below the 1e-5 clients see), in
+  // float over 256-token blocks and double across them. A scalar double exp
+  // per token was ~0.4 ms per 49k row.
   double sum = 0.0;
-  for (const float x : logits) sum += std::exp(double(x) - double(max_logit));
+  size_t i = 0;
+  const size_t n = logits.size();
+#if BRIOCHE_VEC_AVX2
+  const __m256 max_v = _mm256_set1_ps(max_logit);
+  const __m256 neg_inf_v = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  while (i + 8 <= n) {
+    __m256 block = _mm256_setzero_ps();
+    for (const size_t end = std::min(n, i + 256); i + 8 <= end; i += 8) {
+      const __m256 x = _mm256_loadu_ps(logits.data() + i);
+      const __m256 finite = _mm256_cmp_ps(x, neg_inf_v, _CMP_GT_OQ);  // exp(-inf) = 0, not exp256's clamp
+      block = _mm256_add_ps(block, _mm256_and_ps(finite, backend::cpu::exp256(_mm256_sub_ps(x, max_v))));
+    }
+    sum += double(backend::cpu::hsum256(block));
+  }
+#endif
+  for (; i < n; ++i) sum += std::exp(double(logits[i]) - double(max_logit));
   return double(max_logit) + std::log(sum);
 }
 
