@@ -10,12 +10,14 @@
 //
 // Tolerances (stated; the measured numbers are printed). CUDA rounds the
 // attention's q, k, v and dout to bf16 (and, with a bf16 base, every GEMM
-// input); the rest is f32 (docs/cuda.md). On the first step: loss within
-// 1e-4 relative (f32 base) / 2e-3 (bf16 base), LoRA gradients within 3e-2 /
-// 5e-2 relative L2. After three AdamW steps (lr 1e-4: Adam's first steps move
-// every factor by about ±lr whatever its gradient's size, so a near-zero
-// gradient whose sign the rounding flips moves it the other way): losses
-// within 1e-3 / 5e-3 relative, factors within 5e-3 relative L2.
+// input); the rest is f32 (docs/cuda.md). First step: loss within 1e-4
+// relative (f32 base) / 5e-4 (bf16 base), LoRA gradients within 1e-2 / 2e-2
+// relative L2. Steps 2-3 (AdamW at lr 1e-4: Adam's first steps move every
+// factor by about ±lr whatever its gradient's size, so the sign of a
+// near-zero gradient matters; at lr 1e-2 the factors drifted 3-4% apart):
+// losses within 5e-4 / 1e-3 relative, factors within 2e-3 relative L2.
+// Measured on the H200 (2026-11-29): step-0 loss 2.4-4.7e-5, gradients
+// 2.9-3.4e-3 (f32) and 5.1e-3 (bf16), later losses ≤ 1.6e-4, factors ≤ 3.7e-4.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,8 +46,8 @@ struct Tolerance {
   double loss0, grad0;  // first step
   double loss, factors; // after AdamW steps
 };
-constexpr Tolerance kF32{1e-4, 3e-2, 1e-3, 5e-3};
-constexpr Tolerance kBf16{2e-3, 5e-2, 5e-3, 5e-3};
+constexpr Tolerance kF32{1e-4, 1e-2, 5e-4, 2e-3};
+constexpr Tolerance kBf16{5e-4, 2e-2, 1e-3, 2e-3};
 
 // A tiny random Llama (2 layers, hidden 128, 2 heads of 64, 1 KV head, vocab 96),
 // every matrix in `dtype`, on `device`.
@@ -225,9 +227,10 @@ TEST(CudaTrain, TrainerRunsOnDeviceLikeOnCpu) {
   c.output = out + "/cuda";
   TrainResult gpu = Trainer(c, ck_gpu, {pairs(8, 1), pairs(8, 2)}).run();
   ASSERT_TRUE(cpu.last_eval && gpu.last_eval);
-  // 12 AdamW steps at lr 1e-2 amplify the attention's bf16 rounding (see the top): 1e-2 relative.
-  EXPECT_NEAR(gpu.last_eval->loss, cpu.last_eval->loss, 1e-2 * std::abs(cpu.last_eval->loss));
-  EXPECT_NEAR(gpu.last_eval->margin, cpu.last_eval->margin, 1e-2 * std::abs(cpu.last_eval->margin) + 1e-3);
+  // 12 AdamW steps at lr 1e-2 amplify the attention's bf16 rounding (see the top): 5e-3 relative
+  // (measured: loss 3e-4, margin 1.3e-3).
+  EXPECT_NEAR(gpu.last_eval->loss, cpu.last_eval->loss, 5e-3 * std::abs(cpu.last_eval->loss));
+  EXPECT_NEAR(gpu.last_eval->margin, cpu.last_eval->margin, 5e-3 * std::abs(cpu.last_eval->margin) + 1e-3);
   EXPECT_TRUE(std::filesystem::exists(out + "/cuda/adapter_model.safetensors"));
   auto metrics = nlohmann::json::parse(std::ifstream(out + "/cuda/metrics.json"));
   EXPECT_GT(metrics["peak_device_memory_bytes"].get<size_t>(), 0u);
