@@ -305,9 +305,10 @@ class MaskBuilder {
     return it->second.get();
   }
 
-  // Upper estimate of the walk from s: tokens under the first two bytes it
-  // can read (most of a narrow state's walk dies right there).
-  int64_t walk_estimate(int32_t s) {
+  // Whether the walk from s is small: an upper estimate of it (the tokens
+  // under the first two bytes s can read; most of a narrow state's walk
+  // dies right there) is at most `limit`. Stops counting past the limit.
+  bool walk_is_small(int32_t s, int64_t limit) {
     const auto& nodes = v_.trie_nodes();
     const auto& edges = v_.trie_edges();
     auto child = [&](int32_t node, uint8_t b) -> int32_t {
@@ -325,7 +326,7 @@ class MaskBuilder {
       const int32_t n1 = child(0, static_cast<uint8_t>(b1));
       if (n1 >= 0) total += nodes[n1].rank_end - nodes[n1].rank_begin;
     }
-    if (total <= limits_.defer_tokens) return total;
+    if (total <= limit) return true;
     total = 0;
     for (char b1 : first_bytes) {
       const int32_t n1 = child(0, static_cast<uint8_t>(b1));
@@ -333,16 +334,17 @@ class MaskBuilder {
       const int32_t c1 = dfa_.next(c0, static_cast<uint8_t>(b1));
       if (dfa_.escaped(c1)) {  // the rule can end here: every token below may need a lookahead check
         total += nodes[n1].rank_end - nodes[n1].rank_begin;
-        continue;
+      } else {
+        total += nodes[n1].num_exact;
+        if (!dfa_.dead(c1))
+          for (char b2 : std::string(dfa_.readable_bytes(c1))) {
+            const int32_t n2 = child(n1, static_cast<uint8_t>(b2));
+            if (n2 >= 0) total += nodes[n2].rank_end - nodes[n2].rank_begin;
+          }
       }
-      total += nodes[n1].num_exact;
-      if (dfa_.dead(c1)) continue;
-      for (char b2 : std::string(dfa_.readable_bytes(c1))) {
-        const int32_t n2 = child(n1, static_cast<uint8_t>(b2));
-        if (n2 >= 0) total += nodes[n2].rank_end - nodes[n2].rank_begin;
-      }
+      if (total > limit) return false;
     }
-    return total;
+    return true;
   }
 
   const StateMask* compute(int32_t s) {
@@ -453,7 +455,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
     const StateMask* m = builder.shared(s);
     if (m != nullptr) {
       ++out->stats_.num_shared_states;
-    } else if (limits.defer_tokens > 0 && builder.walk_estimate(s) <= limits.defer_tokens) {
+    } else if (limits.defer_tokens > 0 && builder.walk_is_small(s, limits.defer_tokens)) {
       out->deferred_[s] = 1;
       ++out->stats_.num_deferred_states;
     } else {

@@ -6,6 +6,18 @@
 #include "core/error.h"
 
 namespace brioche::grammar {
+namespace {
+
+// bits |= the bytes lo..hi (a 256-bit set in four words), a word at a time.
+void set_range(uint64_t* bits, int lo, int hi) {
+  for (int w = lo >> 6; w <= hi >> 6; ++w) {
+    const int from = std::max(lo, w * 64) - w * 64, to = std::min(hi, w * 64 + 63) - w * 64;
+    const uint64_t upper = to == 63 ? ~0ull : (1ull << (to + 1)) - 1;
+    bits[w] |= upper & ~((1ull << from) - 1);
+  }
+}
+
+}  // namespace
 
 FrontierDfa::FrontierDfa(const Automaton& automaton, size_t max_configs)
     : a_(automaton), max_configs_(max_configs), walker_(automaton, arena_) {
@@ -39,8 +51,7 @@ int32_t FrontierDfa::intern(Frontier& f) {
   uint64_t bits[4] = {0, 0, 0, 0};
   for (int32_t id : f.nodes) {
     const AutomatonState& st = a_.states[arena_.node(id).state];
-    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
-      for (int b = a_.byte_edges[e].lo; b <= a_.byte_edges[e].hi; ++b) bits[b >> 6] |= 1ull << (b & 63);
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) set_range(bits, a_.byte_edges[e].lo, a_.byte_edges[e].hi);
   }
   num_readable_.push_back(__builtin_popcountll(bits[0]) + __builtin_popcountll(bits[1]) +
                           __builtin_popcountll(bits[2]) + __builtin_popcountll(bits[3]));
@@ -73,8 +84,7 @@ void FrontierDfa::compute_readable(int32_t c) {
   uint64_t bits[4] = {0, 0, 0, 0};
   for (int32_t i = node_begin_[c]; i < node_begin_[c + 1]; ++i) {
     const AutomatonState& st = a_.states[arena_.node(nodes_[i]).state];
-    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
-      for (int b = a_.byte_edges[e].lo; b <= a_.byte_edges[e].hi; ++b) bits[b >> 6] |= 1ull << (b & 63);
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) set_range(bits, a_.byte_edges[e].lo, a_.byte_edges[e].hi);
   }
   readable_begin_[c] = static_cast<int32_t>(readable_pool_.size());
   for (int b = 0; b < 256; ++b)
