@@ -1,7 +1,8 @@
 // The compiler's sharing and deferral: masks of deferred states (computed by
 // the first mask that needs them, possibly from several threads at once) and
 // of states taken from the process-wide cache equal those of a full eager
-// compile; rules with equal structure hash alike across grammars.
+// compile; rules with equal structure hash alike across grammars; trie
+// subtrees accepted whole give the masks that token-by-token checks give.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -120,6 +121,82 @@ TEST(Compiler, StructureHashIgnoresRuleNumbering) {
     if (a.rule_names[r] == "json_array") array = static_cast<int>(r);
   }
   EXPECT_FALSE(ha[value] == ha[array]);
+}
+
+}  // namespace
+}  // namespace brioche::grammar
+
+namespace brioche::grammar {
+namespace {
+
+// Tokens whose subtrees the compiler accepts whole (plain ASCII words,
+// well-formed UTF-8, a character cut off by the token's end) next to ones it
+// must read (quotes, escapes, control bytes, stray continuation bytes,
+// overlong and out-of-range leads).
+std::shared_ptr<const Vocabulary> text_vocab() {
+  static auto v = [] {
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
+    for (const char* t : {"inter", "international", "internationalization", "in", "int", "caf\xC3\xA9", "caf\xC3",
+                          "\xC3\xA9t\xC3\xA9", "\xE2\x82\xAC", "\xE2\x82", "\xF0\x9F\x98\x80", "\xF0\x9F", "na\xC3\xAFve",
+                          "a\"", "a\\n", "a\\", "x\x01", "x\xA9", "\xC0\xAF", "\xF5\x80", "\xED\xA0\x80", "\xE0\x80\x80",
+                          "ok\", \"", "z\xC3\xA9\"", "tab\t", " \xE4\xB8\xAD\xE6\x96\x87", "\xE4\xB8\xAD\xE6"})
+      toks.push_back(t);
+    toks.push_back("");  // EOS
+    const int32_t eos = static_cast<int32_t>(toks.size() - 1);
+    return std::make_shared<const Vocabulary>(std::move(toks), VocabularyOptions{.eos_ids = {eos}, .special_ids = {}});
+  }();
+  return v;
+}
+
+TEST(Compiler, WholeSubtreeAcceptanceEqualsTokenByTokenChecks) {
+  const Vocabulary& v = *text_vocab();
+  for (const char* schema : {R"({"type":"string"})", R"({"type":"string","maxLength":6})",
+                             R"({"type":"string","pattern":"^[a-z]+$"})", R"({"type":"string","format":"email"})"}) {
+    clear_shared_mask_cache();
+    GrammarMatcher m(CompiledGrammar::compile(Grammar::from_json_schema(std::string(schema)), text_vocab()));
+    for (const char* prefix : {"\"", "\"in", "\"caf\xC3"}) {
+      m.reset();
+      if (!m.accept_bytes(prefix)) continue;  // e.g. pattern: no UTF-8
+      std::vector<uint32_t> mask(size_t(m.mask_words()));
+      m.fill_next_token_bitmask(mask.data());
+      for (int32_t id = 0; id < v.num_tokens(); ++id) {
+        const bool in_mask = mask[size_t(id) >> 5] >> (id & 31) & 1;
+        const bool accepts = m.accept_token(id);
+        if (accepts) m.rollback(1);
+        EXPECT_EQ(in_mask, accepts) << schema << " after " << prefix << ": token " << id << " '" << v.token(id) << "'";
+      }
+    }
+  }
+}
+
+TEST(Vocabulary, BytesAndUtf8BelowEachTrieNode) {
+  const Vocabulary& v = *text_vocab();
+  auto node_of = [&](std::string_view prefix) {
+    int32_t node = 0;
+    for (unsigned char b : prefix) {
+      const auto& n = v.trie_nodes()[size_t(node)];
+      int32_t next = -1;
+      for (int32_t e = n.kid_begin; e < n.kid_end; ++e)
+        if (v.trie_edges()[size_t(e)].byte == b) next = v.trie_edges()[size_t(e)].node;
+      if (next < 0) return -1;
+      node = next;
+    }
+    return node;
+  };
+  auto has = [&](int32_t node, uint8_t b) { return (v.trie_bytes_below()[size_t(node)][b >> 6] >> (b & 63) & 1) != 0; };
+  const int32_t inter = node_of("inter");
+  ASSERT_GE(inter, 0);
+  EXPECT_TRUE(has(inter, 'z'));   // internationalization
+  EXPECT_TRUE(has(inter, 'n'));   // international
+  EXPECT_FALSE(has(inter, 'q'));
+  EXPECT_FALSE(has(inter, '"'));
+  EXPECT_TRUE(v.trie_utf8_below()[size_t(inter)]);
+  EXPECT_TRUE(v.trie_utf8_below()[size_t(node_of("caf"))]);      // "é" and a cut-off "\xC3"
+  EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("x"))]);       // "x\xA9": a stray continuation byte
+  EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("\xC3"))]);    // continues mid-character
+  EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("\xE2\x82"))]);  // "\xAC" below: continues mid-character
+  EXPECT_FALSE(v.trie_utf8_below()[0]);                           // single bytes 0x80.. are tokens
 }
 
 }  // namespace
