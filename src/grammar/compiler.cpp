@@ -317,19 +317,23 @@ class MaskBuilder {
       auto it = std::lower_bound(lo, hi, b, [](const Vocabulary::TrieEdge& e, uint8_t x) { return e.byte < x; });
       return it != hi && it->byte == b ? it->node : -1;
     };
+    if (root_child_.empty()) {  // the root's child per byte, looked up once
+      root_child_.assign(256, -1);
+      for (int32_t e = nodes[0].kid_begin; e < nodes[0].kid_end; ++e) root_child_[edges[e].byte] = edges[e].node;
+    }
     const int32_t c0 = dfa_.start(s);
     int64_t total = 0;
     // One level first: every token starting with a readable byte. Often
     // already small (digits, hex), and it needs no new DFA transitions.
     const std::string first_bytes(dfa_.readable_bytes(c0));
     for (char b1 : first_bytes) {
-      const int32_t n1 = child(0, static_cast<uint8_t>(b1));
+      const int32_t n1 = root_child_[static_cast<uint8_t>(b1)];
       if (n1 >= 0) total += nodes[n1].rank_end - nodes[n1].rank_begin;
     }
     if (total <= limit) return true;
     total = 0;
     for (char b1 : first_bytes) {
-      const int32_t n1 = child(0, static_cast<uint8_t>(b1));
+      const int32_t n1 = root_child_[static_cast<uint8_t>(b1)];
       if (n1 < 0) continue;
       const int32_t c1 = dfa_.next(c0, static_cast<uint8_t>(b1));
       if (dfa_.escaped(c1)) {  // the rule can end here: every token below may need a lookahead check
@@ -414,6 +418,7 @@ class MaskBuilder {
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;
   std::unordered_set<const StateMask*> owned_;           // cache entries already in masks_
   std::vector<int32_t> acc_, unc_;
+  std::vector<int32_t> root_child_;  // [256] trie node of each first byte, -1: none
   size_t total_bytes_ = 0;
 };
 
