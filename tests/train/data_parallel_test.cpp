@@ -7,9 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -18,10 +16,14 @@
 #include "ops/device.h"
 #include "ops/rendezvous.h"
 #include "train/data_parallel.h"
+#include "thread_collective.h"
 #include "train/trainer.h"
 
 namespace brioche::train {
 namespace {
+
+using testing::ThreadCollective;
+using testing::ThreadRanks;
 
 std::string golden(const std::string& name) { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/train/golden/" + name; }
 
@@ -41,68 +43,6 @@ TEST(DataParallelShare, EveryMicroBatchRunsOnExactlyOneRank) {
     }
   }
 }
-
-// The all-reduce of ranks that are threads of one process. The CPU ops share
-// one thread pool that takes one dispatcher at a time, so the ranks compute
-// in turns: a rank holds the baton while it computes and hands it over while
-// it waits for the others' contributions.
-class ThreadRanks {
- public:
-  explicit ThreadRanks(int size) : size_(size) {}
-  int size() const { return size_; }
-  std::mutex baton;
-
-  // Adds `values` (this rank's) and returns the sum over all ranks.
-  std::vector<float> sum(std::unique_lock<std::mutex>& my_baton, const std::vector<float>& values) {
-    std::unique_lock<std::mutex> lock(m_);
-    if (sum_.empty()) sum_.assign(values.size(), 0.0f);
-    EXPECT_EQ(sum_.size(), values.size()) << "ranks all-reduce different lengths";
-    for (size_t i = 0; i < values.size(); ++i) sum_[i] += values[i];
-    const uint64_t round = round_;
-    if (++arrived_ == size_) {
-      result_ = std::move(sum_);
-      sum_.clear();
-      arrived_ = 0;
-      ++round_;
-      done_.notify_all();
-      return result_;
-    }
-    my_baton.unlock();  // let the others compute their part
-    done_.wait(lock, [&] { return round_ != round; });
-    std::vector<float> out = result_;
-    lock.unlock();
-    my_baton.lock();
-    return out;
-  }
-
- private:
-  int size_;
-  std::mutex m_;
-  std::condition_variable done_;
-  std::vector<float> sum_, result_;
-  int arrived_ = 0;
-  uint64_t round_ = 0;
-};
-
-class ThreadCollective final : public ops::Collective {
- public:
-  ThreadCollective(ThreadRanks& ranks, int rank, std::unique_lock<std::mutex>& baton)
-      : ranks_(ranks), rank_(rank), baton_(baton) {}
-  int rank() const override { return rank_; }
-  int size() const override { return ranks_.size(); }
-  void all_reduce_sum(Tensor& t) override {
-    EXPECT_TRUE(t.device() == Device::CPU && t.dtype() == DType::F32 && t.is_contiguous());
-    const float* p = t.data_as<float>();
-    std::vector<float> sum = ranks_.sum(baton_, std::vector<float>(p, p + t.numel()));
-    std::copy(sum.begin(), sum.end(), t.data_as<float>());
-  }
-  void broadcast(std::span<int32_t>, int) override { ADD_FAILURE() << "training does not broadcast"; }
-
- private:
-  ThreadRanks& ranks_;
-  int rank_;
-  std::unique_lock<std::mutex>& baton_;
-};
 
 // Prompts of random tokens; chosen responses use tokens 40..42, rejected 50..52.
 Dataset pairs(int n, uint32_t seed) {
