@@ -104,12 +104,12 @@ int run(const TrainFlags& flags) {
   ThreadPool::configure_global(config.threads > 0 ? config.threads
                                                   : int(std::max(1u, std::thread::hardware_concurrency())));
 
-  model::Checkpoint ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
-                                                                     : model::load_gguf_checkpoint(config.model);
   const Device device = config.resolved_device();
   if (device == Device::CUDA && !ops::cuda_available())
     throw UsageError{"--device cuda: no CUDA device is visible, or this build has no CUDA backend "
                      "(configure with --preset cuda)"};
+  model::Checkpoint ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
+                                                                     : model::load_gguf_checkpoint(config.model);
   auto tok = engine::load_model_tokenizer(ck.gguf.get(), ck.directory);
   // Base weights go to the device once, in their stored dtype (bf16, f16, quantized blocks).
   if (device == Device::CUDA) model::move_weights(ck, device);

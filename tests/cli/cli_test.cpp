@@ -11,6 +11,7 @@
 
 #include "cli/common.h"
 #include "formats/gguf.h"
+#include "ops/device.h"
 
 namespace brioche::cli {
 namespace {
@@ -127,6 +128,30 @@ TEST(Cli, TrainTomlConfigErrorsNameFileLineAndKey) {
   o = run_brioche("train --config " + path + " -d " + dir.string());
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find(path + ":2:10: invalid TOML"), std::string::npos) << o.output;
+  std::filesystem::remove_all(dir);
+}
+
+// The reference trainer's switches: mapped (tested in tests/train) or refused with a reason; --device.
+TEST(Cli, TrainRefusesUnsupportedSwitchesAndDevices) {
+  auto dir = std::filesystem::temp_directory_path() / "brioche_cli_test_switches";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "train.jsonl") << R"({"prompt": "a", "chosen": "b", "rejected": "c"})" << "\n";
+  const std::string data = " -d " + dir.string();
+  Outcome o = run_brioche("train --method orpo --grad-checkpoint --segment-size 4" + data);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("exclusive"), std::string::npos) << o.output;
+  std::ofstream(dir / "mlp.json") << R"({"mlp_split": true})";
+  o = run_brioche("train --config " + (dir / "mlp.json").string() + data);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("mlp_split is not supported"), std::string::npos) << o.output;
+  o = run_brioche("train --device tpu" + data);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("expected cpu, cuda or auto, got 'tpu'"), std::string::npos) << o.output;
+  if (!ops::cuda_available()) {
+    o = run_brioche("train --device cuda --grad-accum 2 --resume " + (dir / "none").string() + data);
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_NE(o.output.find("--device cuda: no CUDA device is visible"), std::string::npos) << o.output;
+  }
   std::filesystem::remove_all(dir);
 }
 
