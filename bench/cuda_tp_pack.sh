@@ -1,23 +1,30 @@
 #!/bin/bash
-# Copies cuda_model_bench and the non-system shared libraries it needs into
-# build/tp/ (carried to the device machine; NCCL and CUDA's libraries are
-# found there, see bench/cuda_tp_run.sh).
+# Copies the multi-GPU binaries (tensor parallelism and data-parallel
+# training) and the non-system shared libraries they need into build/tp/
+# (carried to the device machine; NCCL and CUDA's libraries are found there,
+# see bench/cuda_tp_run.sh). Build first, e.g.
+#   cmake --preset cuda -B build/cuda-tp && ninja -C build/cuda-tp -j2 brioche cuda_model_bench gen_model test_model test_train
+#   BUILD=build/cuda-tp bash bench/cuda_tp_pack.sh
 set -eu
-mkdir -p build/tp/lib
-strip -o build/tp/cuda_model_bench build/cuda/cuda_model_bench
-strip -o build/tp/brioche build/cuda/brioche
-strip -o build/tp/gen_model build/cuda/gen_model
-strip -o build/tp/test_model build/cuda/tests/test_model  # CudaTensorParallel.*
-# The default model's tokenizer alone, for a random-weight model that runs
-# through `brioche run/serve --tensor-parallel` there.
+src=${BUILD:-build/cuda}
+dst=build/tp
+rm -rf $dst
+mkdir -p $dst/lib
+strip -o $dst/cuda_model_bench $src/cuda_model_bench
+strip -o $dst/brioche $src/brioche
+strip -o $dst/gen_model $src/gen_model
+strip -o $dst/test_model $src/tests/test_model  # CudaTensorParallel.*, TensorParallel*
+strip -o $dst/test_train $src/tests/test_train  # CudaDataParallel.*, DataParallel*
+# The default model's tokenizer alone, for random-weight models that run
+# through `brioche run --tensor-parallel` and `brioche train --gpus` there.
 model=${BRIOCHE_MODEL:-$HOME/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-build/tp/gen_model --tokenizer-only --tokenizer-from "$model" --out build/tp/smollm2-tokenizer.gguf
-for lib in $(ldd build/tp/cuda_model_bench build/tp/brioche build/tp/gen_model | awk '/=>/ {print $3}' | sort -u); do
+$dst/gen_model --tokenizer-only --tokenizer-from "$model" --out $dst/smollm2-tokenizer.gguf
+for lib in $(ldd $dst/cuda_model_bench $dst/brioche $dst/gen_model $dst/test_model $dst/test_train | awk '/=>/ {print $3}' | sort -u); do
   case "$lib" in
-    */libstdc++*|*/libcudart*|*/libc.so*|*/libm.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*|*/ld-linux*|*/libgcc_s*|*/libcuda.so*) ;;
+    */libstdc++*|*/libcudart*|*/libc.so*|*/libm.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*|*/ld-linux*|*/libgcc_s*|*/libcuda.so*|*/libnccl*) ;;
     /usr/local/cuda*) ;;
-    *) cp -L "$lib" build/tp/lib/ ;;
+    *) cp -L "$lib" $dst/lib/ ;;
   esac
 done
-cp bench/cuda_tp_run.sh build/tp/
-du -sh build/tp
+cp bench/cuda_tp_run.sh $dst/
+du -sh $dst
