@@ -10,6 +10,7 @@
 #include "ops/gather_rows.h"
 #include "ops/linear_backward.h"
 #include "ops/logp_head.h"
+#include "ops/scaled_add.h"
 #include "ops/matmul.h"
 
 namespace brioche::train {
@@ -69,7 +70,7 @@ void FusedLogpHead::backward(std::span<const float> d_logp, Tensor& d_hidden) {
   const int64_t n = int64_t(rows_.size());
   BRIOCHE_CHECK(int64_t(d_logp.size()) == n, "fused head: ", d_logp.size(), " gradients for ", n, " tokens");
   const Device dev = d_hidden.device();
-  Tensor dh_rows = ops::zeros(DType::F32, {d_hidden.dim(0), d_hidden.dim(1)}, dev);
+  ops::fill(d_hidden, 0.0f);
   if (n > 0) {
     Tensor g_host = Tensor::zeros(DType::F32, {n});
     std::copy(d_logp.begin(), d_logp.end(), g_host.data_as<float>());
@@ -77,9 +78,8 @@ void FusedLogpHead::backward(std::span<const float> d_logp, Tensor& d_hidden) {
     Tensor dg = ops::zeros(DType::F32, {n, gathered_.dim(1)}, dev);  // [n_scored, H]
     ops::logp_head_backward({.hidden = gathered_, .weight = w_, .targets = targets_, .chunk = chunk_}, lse_, g, dg,
                             ops::GradWrite::Overwrite);
-    ops::scatter_add_rows(dg, rows_, dh_rows);
+    ops::scatter_add_rows(dg, rows_, d_hidden);
   }
-  d_hidden = dh_rows;
   gathered_ = Tensor();
 }
 

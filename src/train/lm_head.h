@@ -26,8 +26,8 @@ class LogpHead {
   virtual ~LogpHead() = default;
   // hidden: final-normed f32 [n_rows, H]; returns logp per scored token.
   virtual std::vector<float> forward(const Tensor& hidden, std::span<const ScoredToken> scored) = 0;
-  // d_logp per scored token (from the loss); writes d_hidden [n_rows, H]
-  // (zero on rows no token is scored from).
+  // d_logp per scored token (from the loss); writes d_hidden [n_rows, H] on
+  // the hidden states' device (zero on rows no token is scored from).
   virtual void backward(std::span<const float> d_logp, Tensor& d_hidden) = 0;
 };
 

@@ -14,6 +14,7 @@ LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& bat
   if (o.backward) {
     const std::vector<float> d_logp = token_grads(batch.scored, loss, o.grad_scale);
     Tensor d_hidden = ops::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)}, hidden.device());  // [n, H]
+    hidden = Tensor();  // (the head keeps the rows it scores; the stack's backward does not need these)
     head.backward(d_logp, d_hidden);
     model.backward(d_hidden);
   }

@@ -124,6 +124,7 @@ void TrainModel::backward(const Tensor& d_hidden) {
   const int64_t n = batch_->n_rows();
   Tensor dx = ops::zeros(DType::F32, {n, c.hidden_size}, device_);
   ops::rms_norm_backward(x_final_, ck_.weights.output_norm, c.rms_eps, d_hidden, dx);
+  x_final_ = Tensor();
   const LayerContext ctx = context(*batch_, layout_, forward_options_);
   const int first = first_trainable_layer(), n_layers = c.n_layers;
   if (options_.segment_size == 0) {
