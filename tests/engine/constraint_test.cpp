@@ -133,3 +133,38 @@ TEST(SequenceConstraint, VocabularyMarksSpecialAndEosAndPadsTheMask) {
 
 }  // namespace
 }  // namespace brioche::engine
+
+namespace brioche::engine {
+namespace {
+
+// The token jump-forward may skip: the only one the mask allows, never while
+// dormant or while the model may still open a reasoning block.
+TEST(SequenceConstraint, SoleAllowedTokenIsTheOnlyAllowedOne) {
+  Qwen3& q = qwen3();
+  auto g = grammar::Grammar::from_json_schema(std::string(R"({"type":"object","properties":{"city":{"enum":["Paris"]}},"required":["city"]})"),
+                                              {.any_whitespace = false});
+  SequenceConstraint c(GrammarConstraint{.compiled = q.cache->get(g)});
+  EXPECT_EQ(c.sole_allowed_token(), -1);  // `{` and `{"` both start the text
+  feed(c, "{\"city\": \"Paris\"");
+  const int32_t close = c.sole_allowed_token();  // only `}` completes it
+  ASSERT_GE(close, 0);
+  EXPECT_EQ(q.tok->token_bytes(close), "}");
+  bool any = false;
+  const uint32_t* mask = c.next_mask(&any);
+  int32_t count = 0;
+  for (int32_t id = 0; id < q.tok->vocab_size(); ++id) count += allowed(mask, id) ? 1 : 0;
+  EXPECT_EQ(count, 1);
+  ASSERT_TRUE(c.accept(close, "}"));
+  EXPECT_EQ(c.sole_allowed_token(), -1);  // terminated
+
+  GrammarConstraint thinking{.compiled = q.cache->get(grammar::Grammar::from_choices({"yes"})),
+                             .reasoning_open_token = q.think_open,
+                             .reasoning_close = "</think>"};
+  SequenceConstraint t(thinking);
+  EXPECT_EQ(t.sole_allowed_token(), -1);  // `<think>` is allowed too
+  ASSERT_TRUE(t.accept(q.think_open, "<think>"));
+  EXPECT_EQ(t.sole_allowed_token(), -1);  // dormant: free text
+}
+
+}  // namespace
+}  // namespace brioche::engine
