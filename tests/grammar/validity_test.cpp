@@ -16,6 +16,15 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// "YYYY-MM-DD..." names a day that exists (year >= 1, Gregorian leap years).
+bool real_calendar_date(const std::string& s) {
+  const int y = std::stoi(s.substr(0, 4)), m = std::stoi(s.substr(5, 2)), d = std::stoi(s.substr(8, 2));
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  static const int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const int days = m == 2 && leap ? 29 : kDays[m - 1];
+  return y >= 1 && d >= 1 && d <= days;
+}
+
 // Validates `v` against the subset of JSON Schema the test schemas use.
 class Validator {
  public:
@@ -100,8 +109,10 @@ class Validator {
             {"uuid", R"(^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$)"},
             {"ipv4", R"(^((25[0-5]|2[0-4]\d|[01]?\d?\d)\.){3}(25[0-5]|2[0-4]\d|[01]?\d?\d)$)"},
             {"email", R"(^[^@\s]+@[A-Za-z0-9.-]+$)"}};
-        auto it = kFormats.find(s["format"].get<std::string>());
+        const std::string format = s["format"].get<std::string>();
+        auto it = kFormats.find(format);
         if (it != kFormats.end() && !std::regex_search(str, std::regex(it->second))) return false;
+        if ((format == "date" || format == "date-time") && !real_calendar_date(str)) return false;
       }
     }
     if (v.is_array()) {
