@@ -76,7 +76,8 @@ class TensorParallelModel final : public Model {
 // Ranks 1..N−1: receive batches from rank 0 and run them on `shard` with a
 // KV cache of their own (KvCacheOptions as on rank 0, on the shard's device),
 // until rank 0's TensorParallelModel is destroyed. Returns the number of
-// forwards run.
+// forwards run. On return (or an error) the shard's collective is unset and
+// its decode graphs dropped, so the collective may then be destroyed.
 int64_t run_tensor_parallel_worker(LlamaModel& shard, ops::Collective& collective);
 
 // The wire format of one batch (exposed for tests): a fixed header, then a
