@@ -387,10 +387,11 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
   out.emplace_back();
   std::vector<uint32_t> seen(n, 0);
   uint32_t stamp = 0;
+  std::vector<int32_t> stack;
   for (size_t k = 0; k < order.size(); ++k) {
     int32_t src = order[k];
     ++stamp;
-    std::vector<int32_t> stack{src};
+    stack.assign(1, src);
     seen[src] = stamp;
     FinalState st;
     while (!stack.empty()) {
@@ -435,13 +436,21 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
     for (auto& e : out[i].rules) preds[e.target].push_back(i);
   }
   // Current content of a state: targets through `find`, canonical order.
-  auto content = [&](int32_t i) {
-    FinalState st = out[i];
+  // Written into `st` (reused buffers: this runs for every comparison).
+  auto content_into = [&](int32_t i, FinalState& st) {
+    st.accepting = out[i].accepting;
+    st.bytes.assign(out[i].bytes.begin(), out[i].bytes.end());
+    st.rules.assign(out[i].rules.begin(), out[i].rules.end());
     for (auto& e : st.bytes) e.target = find(e.target);
     for (auto& e : st.rules) e.target = find(e.target);
     canonicalize(st);
+  };
+  auto content = [&](int32_t i) {
+    FinalState st;
+    content_into(i, st);
     return st;
   };
+  FinalState ci, cj;
   std::unordered_map<uint64_t, std::vector<int32_t>> table;
   std::vector<int32_t> pending(count);
   for (int32_t i = 0; i < count; ++i) pending[i] = count - 1 - i;  // pop in index order
@@ -449,14 +458,17 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
     const int32_t i = pending.back();
     pending.pop_back();
     if (find(i) != i) continue;
-    FinalState ci = content(i);
+    content_into(i, ci);
     auto& bucket = table[hash_state(ci)];
     int32_t twin = -1;
-    for (int32_t j : bucket)
-      if (j != i && find(j) == j && content(j) == ci) {
+    for (int32_t j : bucket) {
+      if (j == i || find(j) != j) continue;
+      content_into(j, cj);
+      if (cj == ci) {
         twin = j;
         break;
       }
+    }
     if (twin < 0) {
       if (std::find(bucket.begin(), bucket.end(), i) == bucket.end()) bucket.push_back(i);
       continue;
