@@ -115,13 +115,24 @@ class RuleBuilder {
   RuleBuilder(const Grammar& g, const AutomatonLimits& limits, const std::vector<char>& inlined)
       : g_(g), limits_(limits), inlined_(inlined) {}
 
+  // [num_states()] in use; entries past it are kept for their buffers, so
+  // one builder reused for every rule allocates little.
   std::vector<LocalState> states;
+  int32_t num_states() const { return used_; }
+  void reset() { used_ = 0; }
 
   int32_t new_state() {
-    BRIOCHE_CHECK(states.size() < limits_.max_states, "grammar too large: more than ", limits_.max_states,
+    BRIOCHE_CHECK(static_cast<size_t>(used_) < limits_.max_states, "grammar too large: more than ", limits_.max_states,
                   " automaton states (size budget); reduce repetition counts or schema size");
-    states.emplace_back();
-    return static_cast<int32_t>(states.size() - 1);
+    if (static_cast<size_t>(used_) == states.size()) {
+      states.emplace_back();
+    } else {
+      LocalState& st = states[used_];
+      st.eps.clear();
+      st.bytes.clear();
+      st.rules.clear();
+    }
+    return used_++;
   }
 
   Fragment build(int32_t id) {
@@ -221,6 +232,7 @@ class RuleBuilder {
   const Grammar& g_;
   const AutomatonLimits& limits_;
   const std::vector<char>& inlined_;
+  int32_t used_ = 0;
 };
 
 // Which rules to inline, and which remain (reachable from the root).
@@ -376,7 +388,7 @@ uint64_t hash_state(const FinalState& st) {
 // states (local ids 0..n-1, start = 0) with targets in local ids.
 std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
   const auto& ls = b.states;
-  size_t n = ls.size();
+  size_t n = static_cast<size_t>(b.num_states());
   // Epsilon closures, computed on demand for reachable states only.
   std::vector<int32_t> remap(n, -1);
   std::vector<int32_t> order;  // local ids in discovery order
@@ -517,6 +529,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   RulePlan plan = plan_rules(grammar, limits, static_cast<int32_t>(num_rules));
   a.rule_start.assign(num_rules, -1);
   std::vector<std::vector<FinalState>> per_rule(num_rules);
+  RuleBuilder b(grammar, limits, plan.inlined);
   size_t total = 0;
   for (size_t r = 0; r < num_rules; ++r) {
     bool is_la = r >= static_cast<size_t>(num_grammar_rules);
@@ -526,7 +539,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
     a.rule_names.push_back(name);
     if (!is_la) BRIOCHE_CHECK(grammar.rules[r].body >= 0, "grammar: rule '", grammar.rules[r].name, "' has no body");
     if (!plan.needed[r]) continue;
-    RuleBuilder b(grammar, limits, plan.inlined);
+    b.reset();
     Fragment f = b.build(is_la ? la_body[r - num_grammar_rules] : grammar.rules[r].body);
     per_rule[r] = finish_rule(b, f);
     a.rule_start[r] = static_cast<int32_t>(total);
