@@ -35,7 +35,8 @@ for what in "$@"; do
     info)
       nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       nvidia-smi topo -m 2>&1 | head -4 ;;
-    check)  # TP=2 vs TP=1 (and vs the f32-activation reference) on one random checkpoint
+    check)  # the TP tests (one GPU, incl. teardown after NCCL graphs), then TP=2 vs TP=1 (and vs f32 activations)
+      w 60 $T/test_model --gtest_filter='CudaTensorParallel.*:TensorParallel*' | grep -E "^\[  |skipped|Failure|NMSE|!!"
       w 150 $B --tp 2 --check --shape llama3-8b --layers 8 --dtype bf16
       w 100 $B --tp 2 --check --shape qwen2.5-7b --layers 2 --dtype bf16 | tail -3
       BRIOCHE_CUDA_GRAPHS=0 w 120 $B --tp 2 --check --shape llama3-8b --layers 8 --dtype bf16 | tail -3 ;;

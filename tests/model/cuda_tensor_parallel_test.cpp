@@ -3,6 +3,7 @@
 // into the decode graphs) against the plain model on the same weights.
 // With one rank the all-reduce is the identity, so logits match bit for bit
 // up to the unfused o_proj/down + add (measured NMSE 0 on the H200).
+// Teardown: graphs that captured NCCL go before the communicator.
 // Several ranks need several GPUs: cuda_model_bench --tp N --check
 // (docs/cuda.md). Without a GPU every test reports "skipped: no CUDA device".
 #include <gtest/gtest.h>
@@ -71,6 +72,37 @@ TEST(CudaTensorParallel, OneRankThroughNcclMatchesThePlainModel) {
     next = ids;
   }
   EXPECT_GE(tp.shard().n_decode_graphs(), 1u);  // NCCL calls recorded into a graph
+}
+
+// A decode graph that recorded NCCL calls keeps ncclCommDestroy waiting
+// until the graph is destroyed. Detaching the collective drops the graphs,
+// so the communicator may then go first (the order a worker's locals die
+// in; before the fix this hung the first two-GPU run at exit).
+TEST(CudaTensorParallel, DetachedCollectiveCanBeDestroyedBeforeTheModel) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
+  Checkpoint ck = tools::random_checkpoint(kTiny, DType::BF16, 9);
+  move_weights(ck, Device::CUDA);
+  auto model = std::make_unique<LlamaModel>(std::move(ck));
+  auto collective = ops::connect_nccl({.rank = 0, .size = 1, .master = "127.0.0.1:1"});
+  model->set_collective(collective.get());
+  const KvCacheOptions kv{.block_size = 16, .n_blocks = 16, .dtype = DType::F16, .device = Device::CUDA};
+  KvCache cache(model->config(), kv);
+  BlockPool pool(16, 1);
+  TestSequence seq;
+  auto step = [&](std::vector<int32_t> tokens) {
+    BatchBuilder b({{&seq, std::move(tokens)}}, pool, 16);
+    Tensor logits;
+    model->forward(b.batch, cache, logits);
+    b.commit();
+  };
+  step({5, 6, 7});
+  for (int32_t t : {8, 9, 10}) step({t});  // decode steps: recorded with NCCL inside, replayed
+  ASSERT_GE(model->n_decode_graphs(), 1u);
+  model->set_collective(nullptr);
+  EXPECT_EQ(model->n_decode_graphs(), 0u);
+  collective.reset();  // returns: no graph holds the communicator any more
+  step({11});          // the model goes on without it (a fresh graph, no NCCL)
+  EXPECT_EQ(model->n_decode_graphs(), 1u);
 }
 
 }  // namespace
