@@ -235,7 +235,8 @@ TrainResult Trainer::run() {
       std::to_string(total) + " steps of " + std::to_string(per_step) + ", LoRA rank " +
       std::to_string(adapter_->config().rank) + " scale " + std::to_string(adapter_->scale()) + " on layers " +
       std::to_string(adapter_->first_adapted_layer()) + ".." + std::to_string(ck_.config.n_layers - 1) + " (" +
-      std::to_string(adapter_->parameter_count()) + " parameters)");
+      std::to_string(adapter_->parameter_count()) + " parameters)" +
+      (share.size > 1 ? ", data parallel over " + std::to_string(share.size) + " GPUs" : ""));
   if (!valid_) log("train: no validation split (DIR/valid.jsonl): evaluations run on the training set");
 
   std::mt19937_64 rng(uint64_t(config_.seed) * 7919 + 17);
