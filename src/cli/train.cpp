@@ -124,6 +124,9 @@ int run(const TrainFlags& flags) {
   train::Trainer trainer(config, ck, std::move(data));
   trainer.set_data_parallel(collective.get());
   trainer.run();
+  // Every rank destroys its communicator (NCCL may wait there for the other
+  // ranks to do the same) before rank 0 waits for the workers to exit.
+  collective.reset();
   if (job && job->watchdog) {
     job->watchdog->stop_expected();  // the workers finish the same steps and exit
     job->watchdog->join();
