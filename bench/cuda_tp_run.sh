@@ -75,8 +75,8 @@ for name, n in (("train", 40), ("valid", 8)):
             f.write(json.dumps({"prompt": "Repeat loudly: " + p, "completion": " " + p.upper()}) + "\n")
 PY
       common="-m /tmp/smol.gguf --data /tmp/dpdata --device cuda --iters 8 --batch-size 2 --lora-dropout 0.05 --learning-rate 1e-3 --steps-per-report 4 --seed 1"
-      w 120 $T/brioche train $common --gpus 1 --grad-accum 4 -o /tmp/dp_one 2>&1 | grep -E "^step|eval step|written|rror|!!"
-      w 150 $T/brioche train $common --gpus 2 --grad-accum 2 -o /tmp/dp_two 2>&1 | grep -E "^step|eval step|written|rror|rank|!!"
+      w 120 $T/brioche train $common --gpus 1 --grad-accum 4 -o /tmp/dp_one 2>&1 | grep -E "^step|eval step|written|rror|^brioche|!!"
+      w 150 $T/brioche train $common --gpus 2 --grad-accum 2 -o /tmp/dp_two 2>&1 | grep -E "^step|eval step|written|rror|^brioche|rank|!!"
       python3 - <<'PY'
 import json, math
 try:
