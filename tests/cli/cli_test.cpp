@@ -49,6 +49,25 @@ TEST(Cli, UnknownFlagIsOneLineUsageError) {
   EXPECT_NE(o.output.find("--help"), std::string::npos) << o.output;
 }
 
+// --gpus N (data-parallel training) needs CUDA GPUs and says how to get them.
+TEST(Cli, TrainGpusNeedsCudaDevices) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model not installed";
+  const auto data = std::filesystem::temp_directory_path() / "brioche_cli_test_gpus";
+  std::filesystem::create_directories(data);
+  std::ofstream(data / "train.jsonl") << R"({"text": "hello"})" << "\n";
+  Outcome o = run_brioche("train --gpus 2 --data " + data.string() + " -o " + (data / "out").string());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--gpus 2 trains on GPUs: add --device cuda"), std::string::npos) << o.output;
+  if (!ops::cuda_available()) {
+    o = run_brioche("train --gpus 2 --device cuda --data " + data.string() + " -o " + (data / "out").string());
+    EXPECT_EQ(o.exit_code, 2) << o.output;
+    EXPECT_EQ(count_lines(o.output), 1) << o.output;
+  }
+  o = run_brioche("train --gpus 0 --data " + data.string());
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("gpus must be between 1 and 64"), std::string::npos) << o.output;
+}
+
 TEST(Cli, MissingModelFileSaysWhatWasExpected) {
   Outcome o = run_brioche("run -m /nonexistent/model.gguf -p hi");
   EXPECT_EQ(o.exit_code, 2);
