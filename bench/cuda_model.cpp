@@ -10,7 +10,8 @@
 //       forks one process per extra rank before any CUDA work (rank r uses GPU r;
 //       TCP rendezvous on --tp-master, default 127.0.0.1:29517). --tp-rank R runs
 //       one rank only (start each rank yourself, e.g. one per node). --check
-//       compares TP=N with TP=1 on one random checkpoint (shards sliced from it);
+//       compares TP=N with TP=1 on one random checkpoint (shards sliced from it)
+//       and both with the checkpoint widened to f32 (see run_tp_check);
 //       speed runs generate each rank's shard directly in its shape on the GPU.
 //   --layers L overrides the preset's layer count (quick checks of big shapes).
 //
