@@ -27,4 +27,6 @@ for lib in $(ldd $dst/cuda_model_bench $dst/brioche $dst/gen_model $dst/test_mod
   esac
 done
 cp bench/cuda_tp_run.sh $dst/
+# Which commit the binaries were built from (printed there by `info`).
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench tests tools || echo '+uncommitted')" > $dst/COMMIT
 du -sh $dst

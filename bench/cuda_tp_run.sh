@@ -33,6 +33,7 @@ for what in "$@"; do
   echo "== $what [$(elapsed) s]"
   case $what in
     info)
+      echo "binaries from commit $(cat $T/COMMIT 2>/dev/null || echo unknown)"
       nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
       nvidia-smi topo -m 2>&1 | head -4 ;;
     check)  # the TP tests (one GPU, incl. teardown after NCCL graphs), then TP=2 vs TP=1 (and vs f32 activations)
