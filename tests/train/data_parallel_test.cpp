@@ -17,6 +17,7 @@
 #include "ops/rendezvous.h"
 #include "train/data_parallel.h"
 #include "thread_collective.h"
+#include "tools/gen_model_lib.h"
 #include "train/trainer.h"
 
 namespace brioche::train {
@@ -134,7 +135,10 @@ TEST(DataParallelTrainer, TwoRanksEqualOneWithDoubleAccumulation) {
 
 TEST(CudaDataParallel, OneRankThroughNcclEqualsPlainTraining) {
   if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
-  model::Checkpoint ck = model::load_safetensors_checkpoint(golden("tiny_llama"));
+  // The CUDA training attention takes head_dim 64 or 128 (tiny_llama has 8):
+  // 2 layers, hidden 128, 2 heads of 64, 1 KV head, vocab 96 (pairs() uses ids < 53).
+  const tools::ShapePreset tiny{"tiny-d64", "llama", 96, 128, 192, 2, 2, 1, 64, 10000.0f, false, false};
+  model::Checkpoint ck = tools::random_checkpoint(tiny, DType::F32, 5);
   model::move_weights(ck, Device::CUDA);
   const std::string out = std::string(BRIOCHE_BINARY_DIR) + "/train_data_parallel_cuda_test";
   std::filesystem::remove_all(out);
