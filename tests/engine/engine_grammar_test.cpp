@@ -5,10 +5,12 @@
 // keeps the matcher in step, jump-forward gives the tokens of an unjumped run.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -263,6 +265,14 @@ TEST(EngineGrammar, JumpForwardGivesTheTokensOfAnUnjumpedRunInFewerSteps) {
       {"An order as JSON:", compact_schema(kOrderSchema), 0.8f},
       {"Call the weather tool for Rome:", compact_schema(kToolCallSchema), 1.0f},
   };
+  // The engine thread publishes its stats after the step that delivered a
+  // request's last event, so a reader that has just collected the output may
+  // see the step count before that step: wait for the finished count first.
+  auto steps_after_finishing = [&](uint64_t finished) {
+    for (int spin = 0; spin < 2000 && f.engine->stats().requests_finished < finished; ++spin)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return f.engine->stats().steps;
+  };
   uint64_t steps_plain = 0, steps_jump = 0;
   for (Case& c : cases) {
     GenerationRequest plain = constrained(f, c.prompt, c.g, 160);
@@ -270,11 +280,12 @@ TEST(EngineGrammar, JumpForwardGivesTheTokensOfAnUnjumpedRunInFewerSteps) {
     plain.sampling.seed = 1234;
     GenerationRequest jump = plain;
     jump.constraint.jump_forward = true;
-    uint64_t s0 = f.engine->stats().steps;
+    const uint64_t finished = f.engine->stats().requests_finished;
+    uint64_t s0 = steps_after_finishing(finished);
     Output a = collect(*f.engine->submit(plain));
-    uint64_t s1 = f.engine->stats().steps;
+    uint64_t s1 = steps_after_finishing(finished + 1);
     Output b = collect(*f.engine->submit(jump));
-    uint64_t s2 = f.engine->stats().steps;
+    uint64_t s2 = steps_after_finishing(finished + 2);
     EXPECT_EQ(b.tokens, a.tokens) << c.prompt << "\n  plain: " << a.text << "\n  jump:  " << b.text;
     EXPECT_EQ(b.text, a.text);
     EXPECT_EQ(b.finish, a.finish) << c.prompt;
