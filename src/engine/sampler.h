@@ -28,9 +28,12 @@
 //      the kept tokens in ascending id order.
 //
 // Top-k, top-p and min-p all reduce to a lower bound on l, so the kept set is
-// {t : l[t] >= threshold}. Top-k uses nth_element, top-p sorts only the
-// candidates it needs (growing a partial selection), never all 262k entries
-// of a flat distribution unless it has to.
+// {t : l[t] >= threshold}. The full-vocabulary passes are vector code (exp,
+// division, weights summed in 256-token blocks; the draw walks block sums).
+// Top-k and top-p first find, in one pass, a weight level that surely holds
+// the k-th token or the nucleus cut, then select (nth_element) or sort
+// (growing partial selections) only the tokens above it; a flat
+// distribution falls back to all candidates only if it has to.
 #pragma once
 
 #include <cstdint>
