@@ -136,6 +136,18 @@ TEST(ResponseBuilder, TimeoutMidStreamEndsWithAnErrorEventNotAFinishReason) {
   EXPECT_EQ(builder.cancel_error().status, 408);
 }
 
+TEST(ResponseBuilder, CutStreamWithUsageSendsTheUsageBeforeTheError) {
+  ResponseContext ctx = chat_context(true);
+  ctx.include_usage = true;
+  ResponseBuilder builder(ctx);
+  builder.set_cancel_error({.status = 408, .message = "timeout", .type = "timeout_error", .param = "", .code = "timeout"});
+  std::vector<json> chunks = sse_payloads(run_events(builder, "Once upon a time", 4, engine::FinishReason::Cancelled));
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks[chunks.size() - 3]["usage"]["completion_tokens"], 4);  // the tokens generated before the cut
+  EXPECT_EQ(chunks[chunks.size() - 2]["error"]["code"], "timeout");
+  EXPECT_EQ(chunks.back(), "[DONE]");
+}
+
 TEST(ResponseBuilder, ShutdownMidStreamIsAnErrorTooAndCompletionsHaveNoFinishReason) {
   ResponseBuilder builder({.endpoint = Endpoint::Completions, .model = "m", .stream = true});
   std::vector<json> chunks = sse_payloads(run_events(builder, "abc", 1, engine::FinishReason::Cancelled));
