@@ -17,12 +17,10 @@
 // row r sits at chunk c ^ (r & 7), so the 8 row addresses of each ldmatrix
 // phase fall in 8 different bank groups.
 //
-// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
-//   A[16,16]: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
-//   B[16,8] : b0 (k 2t..2t+1, n g)  b1 (k 2t+8.., n g)
-//   C[16,8] : c0,c1 (g, 2t..2t+1)  c2,c3 (g+8, 2t..2t+1)
-// Two adjacent C tiles of S (keys 16j..16j+15) are exactly P's A fragment for
-// the k-step j of P·V, so P never leaves registers.
+// The swizzle, the fragment layouts and the online-softmax step are in
+// mma_tile.cuh (shared with the training attention): two adjacent C tiles of
+// S (keys 16j..16j+15) are exactly P's A fragment for the k-step j of P·V, so
+// P never leaves registers.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -33,10 +31,13 @@
 
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/mma_tile.cuh"
 
 namespace brioche::cuda {
 
 namespace {
+
+using namespace mma_tile;
 
 constexpr int kRows = 64;   // query rows per CTA
 constexpr int kKeys = 64;   // keys per shared-memory tile
@@ -61,64 +62,6 @@ struct PrefillParams {
   const int32_t* seqs;
   const int32_t* tables;
 };
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Offset in halves of 16-byte chunk `chunk` of row `row` (rows of D halves).
-template <int D>
-__device__ __forceinline__ int swizzled(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
-
-// 16 bytes global -> shared; zero-filled when !valid (src is then not read).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-
-// c[16,8] += a[16,16] · b[16,8]
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 2^x on the SFU (2^−inf = 0); the argument is ≤ 0 here, far from overflow.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);  // .x (low 16 bits) = lo
-  uint32_t u;
-  memcpy(&u, &h, 4);
-  return u;
-}
 
 // Queues the K and V rows of keys [key0, key0 + kKeys) into one buffer; keys
 // at or past key_end are zero-filled (no table entry covers them).
@@ -187,14 +130,14 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     if (r < rows_here) {
       const float* src = p.q + int64_t(first_row + row0 + r) * p.q_stride + int64_t(h) * D + c * 8;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) packed[j] = pack_half2(src[2 * j] * p.scale_log2, src[2 * j + 1] * p.scale_log2);
+      for (int j = 0; j < 4; ++j) packed[j] = pack2<__half>(src[2 * j] * p.scale_log2, src[2 * j + 1] * p.scale_log2);
     }
     *reinterpret_cast<uint4*>(sq + swizzled<D>(r, c)) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
   __syncthreads();
   uint32_t qf[kDSteps][4];  // this warp's 16 rows as A fragments
 #pragma unroll
-  for (int kk = 0; kk < kDSteps; ++kk) ldmatrix_x4(qf[kk], sq + swizzled<D>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+  for (int kk = 0; kk < kDSteps; ++kk) load_a<D>(qf[kk], sq, warp * 16, kk);
   __syncthreads();  // K buffer 1 is free again
 
   // This thread's two rows (g and g + 8 of the warp's 16); rows past the
@@ -222,20 +165,10 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     const __half* kt = sk + buf * kKeys * D;
     const __half* vt = sv + buf * kKeys * D;
 
-    // S[16, 64] = Q·Kᵀ: ntile j covers keys key0 + 8j .. + 7.
+    // S[16, 64] = Q·Kᵀ: n-tile j covers keys key0 + 8j .. + 7.
     float s[kKeys / 8][4];
-#pragma unroll
-    for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-#pragma unroll
-      for (int np = 0; np < kKeys / 16; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, kt + swizzled<D>(np * 16 + (lane & 7) + (lane >> 4) * 8, kk * 2 + ((lane >> 3) & 1)));
-        mma_16816(s[2 * np], qf[kk], b[0], b[1]);
-        mma_16816(s[2 * np + 1], qf[kk], b[2], b[3]);
-      }
-    }
+    uint32_t b_s[4];  // fragment registers (see mma_tile.cuh)
+    mma_a_times_xt<D>(s, qf, kt, b_s);
 
     // Causal and window masks, only on tiles that cross a boundary.
     const bool crosses = key0 + kKeys - 1 > pos0 || (window > 0 && key0 < pos_last - window + 1);
@@ -250,46 +183,11 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
         }
     }
 
-    // Online softmax for the two rows; a row's 4 threads (one quad) share m.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = m[i];
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: keep zeros, not NaN
-      const float corr = fast_exp2(m[i] - base);
-      m[i] = mx;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) {
-        s[j][2 * i] = fast_exp2(s[j][2 * i] - base);
-        s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - base);
-        sum += s[j][2 * i] + s[j][2 * i + 1];
-      }
-      l[i] = l[i] * corr + sum;  // this thread's columns; the quad sums at the end
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][2 * i] *= corr;
-        o[n][2 * i + 1] *= corr;
-      }
-    }
-
-    // O[16, D] += P[16, 64] · V[64, D]
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                             pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vt + swizzled<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, np * 2 + (lane >> 4)));
-        mma_16816(o[2 * np], a, b[0], b[1]);
-        mma_16816(o[2 * np + 1], a, b[2], b[3]);
-      }
-    }
+    // m, l updated, P = 2^(S − m') in place of S, O rescaled (mma_tile.cuh);
+    // then O[16, D] += P[16, 64] · V[64, D] (P rounded to f16).
+    online_softmax_step(s, o, m, l);
+    uint32_t a[4], b[4];
+    mma_add_c_times_x<D>(o, s, vt, a, b);
     __syncthreads();  // the next iteration's loads overwrite this buffer
   }
 

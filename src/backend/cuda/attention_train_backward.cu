@@ -121,11 +121,11 @@ __global__ void __launch_bounds__(kThreads, kDqCtas<D>) dq_kernel(Params p) {
       for (int np = 0; np < kKeys / 16; ++np) {
         uint32_t b[4];
         load_b_rows<D>(b, kt, np * 16, kk);
-        mma_16816(s[2 * np], aq, b[0], b[1]);
-        mma_16816(s[2 * np + 1], aq, b[2], b[3]);
+        mma_16816<bf16>(s[2 * np], aq, b[0], b[1]);
+        mma_16816<bf16>(s[2 * np + 1], aq, b[2], b[3]);
         load_b_rows<D>(b, vt, np * 16, kk);
-        mma_16816(dp[2 * np], ado, b[0], b[1]);
-        mma_16816(dp[2 * np + 1], ado, b[2], b[3]);
+        mma_16816<bf16>(dp[2 * np], ado, b[0], b[1]);
+        mma_16816<bf16>(dp[2 * np + 1], ado, b[2], b[3]);
       }
     }
     // dS = P ∘ (dP − D), in place of dP.
@@ -142,18 +142,8 @@ __global__ void __launch_bounds__(kThreads, kDqCtas<D>) dq_kernel(Params p) {
         dp[j][e] = fast_exp2(x) * (dp[j][e] - delta[e >> 1]);
       }
     // dQ[16, D] += dS[16, kKeys] · K[kKeys, D]
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) {
-      uint32_t a[4];
-      c_to_a(a, dp[2 * ks], dp[2 * ks + 1]);
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t b[4];
-        load_b_cols<D>(b, kt, ks * 16, np);
-        mma_16816(dq[2 * np], a, b[0], b[1]);
-        mma_16816(dq[2 * np + 1], a, b[2], b[3]);
-      }
-    }
+    uint32_t a[4], b_dq[4];  // fragment registers (see mma_tile.cuh)
+    mma_add_c_times_x<D>(dq, dp, kt, a, b_dq);
     __syncthreads();  // the next iteration's loads overwrite this buffer
     kbi = next;
     sub = next_sub;
@@ -276,11 +266,11 @@ __global__ void __launch_bounds__(kThreads, kDkDvCtas) dkdv_kernel(Params p) {
         for (int np = 0; np < kHalf / 16; ++np) {
           uint32_t b[4];
           load_b_rows<D>(b, qt, half * kHalf + np * 16, kk);
-          mma_16816(s[2 * np], ak, b[0], b[1]);
-          mma_16816(s[2 * np + 1], ak, b[2], b[3]);
+          mma_16816<bf16>(s[2 * np], ak, b[0], b[1]);
+          mma_16816<bf16>(s[2 * np + 1], ak, b[2], b[3]);
           load_b_rows<D>(b, dot, half * kHalf + np * 16, kk);
-          mma_16816(dp[2 * np], av, b[0], b[1]);
-          mma_16816(dp[2 * np + 1], av, b[2], b[3]);
+          mma_16816<bf16>(dp[2 * np], av, b[0], b[1]);
+          mma_16816<bf16>(dp[2 * np + 1], av, b[2], b[3]);
         }
       }
       // Pᵀ in s, dSᵀ = Pᵀ ∘ (dPᵀ − D) in dp.
@@ -299,17 +289,17 @@ __global__ void __launch_bounds__(kThreads, kDkDvCtas) dkdv_kernel(Params p) {
 #pragma unroll
       for (int ks = 0; ks < kHalf / 16; ++ks) {
         uint32_t ap[4], ads[4];
-        c_to_a(ap, s[2 * ks], s[2 * ks + 1]);
-        c_to_a(ads, dp[2 * ks], dp[2 * ks + 1]);
+        c_to_a<bf16>(ap, s[2 * ks], s[2 * ks + 1]);
+        c_to_a<bf16>(ads, dp[2 * ks], dp[2 * ks + 1]);
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           uint32_t b[4];
           load_b_cols<D>(b, dot, half * kHalf + ks * 16, np);
-          mma_16816(dv[2 * np], ap, b[0], b[1]);
-          mma_16816(dv[2 * np + 1], ap, b[2], b[3]);
+          mma_16816<bf16>(dv[2 * np], ap, b[0], b[1]);
+          mma_16816<bf16>(dv[2 * np + 1], ap, b[2], b[3]);
           load_b_cols<D>(b, qt, half * kHalf + ks * 16, np);
-          mma_16816(dk[2 * np], ads, b[0], b[1]);
-          mma_16816(dk[2 * np + 1], ads, b[2], b[3]);
+          mma_16816<bf16>(dk[2 * np], ads, b[0], b[1]);
+          mma_16816<bf16>(dk[2 * np + 1], ads, b[2], b[3]);
         }
       }
     }

@@ -88,18 +88,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) forward_kernel(Params p) {
 
     // S[16, 64] = Q·Kᵀ: n-tile j covers keys 8j .. 8j + 7 of the block.
     float s[kBlock / 8][4];
-#pragma unroll
-    for (int j = 0; j < kBlock / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-#pragma unroll
-      for (int np = 0; np < kBlock / 16; ++np) {
-        uint32_t b[4];
-        load_b_rows<D>(b, kt, np * 16, kk);
-        mma_16816(s[2 * np], qf[kk], b[0], b[1]);
-        mma_16816(s[2 * np + 1], qf[kk], b[2], b[3]);
-      }
-    }
+    uint32_t b_s[4];  // fragment registers (see mma_tile.cuh)
+    mma_a_times_xt<D>(s, qf, kt, b_s);
     const bool partial = classify(qb, kb, p.window) == kPartial;
 #pragma unroll
     for (int j = 0; j < kBlock / 8; ++j)
@@ -112,45 +102,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) forward_kernel(Params p) {
         }
       }
 
-    // Online softmax for the two rows; a row's 4 threads (one quad) share m.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = m[i];
-#pragma unroll
-      for (int j = 0; j < kBlock / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: keep zeros, not NaN
-      const float corr = fast_exp2(m[i] - base);
-      m[i] = mx;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kBlock / 8; ++j) {
-        s[j][2 * i] = fast_exp2(s[j][2 * i] - base);
-        s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - base);
-        sum += s[j][2 * i] + s[j][2 * i + 1];
-      }
-      l[i] = l[i] * corr + sum;  // this thread's columns; the quad sums at the end
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][2 * i] *= corr;
-        o[n][2 * i + 1] *= corr;
-      }
-    }
-
-    // O[16, D] += P[16, 64] · V[64, D]
-#pragma unroll
-    for (int ks = 0; ks < kBlock / 16; ++ks) {
-      uint32_t a[4];
-      c_to_a(a, s[2 * ks], s[2 * ks + 1]);
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t b[4];
-        load_b_cols<D>(b, vt, ks * 16, np);
-        mma_16816(o[2 * np], a, b[0], b[1]);
-        mma_16816(o[2 * np + 1], a, b[2], b[3]);
-      }
-    }
+    // m, l updated, P = 2^(S − m') in place of S, O rescaled (mma_tile.cuh);
+    // then O[16, D] += P[16, 64] · V[64, D].
+    online_softmax_step(s, o, m, l);
+    uint32_t a[4], b[4];
+    mma_add_c_times_x<D>(o, s, vt, a, b);
     __syncthreads();  // the next iteration's loads overwrite this buffer
     kbi = next;
     kb = next_kb;
