@@ -29,18 +29,16 @@
 
 #include "model/device_weights.h"
 #include "ops/device.h"
-#include "tools/gen_model_lib.h"
 #include "train/batch_builder.h"
 #include "train/objective.h"
 #include "train/trainer.h"
+#include "train/train_test_data.h"
 
 namespace brioche::train {
 namespace {
 
 #define SKIP_WITHOUT_CUDA() \
   if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
-
-std::string golden(const std::string& name) { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/train/golden/" + name; }
 
 struct Tolerance {
   double loss0, grad0;  // first step
@@ -49,11 +47,9 @@ struct Tolerance {
 constexpr Tolerance kF32{1e-4, 1e-2, 5e-4, 2e-3};
 constexpr Tolerance kBf16{5e-4, 2e-2, 1e-3, 2e-3};
 
-// A tiny random Llama (2 layers, hidden 128, 2 heads of 64, 1 KV head, vocab 96),
-// every matrix in `dtype`, on `device`.
+// The tiny random Llama of train_test_data.h, every matrix in `dtype`, on `device`.
 model::Checkpoint checkpoint(Device device, DType dtype = DType::F32) {
-  const tools::ShapePreset tiny{"tiny-d64", "llama", 96, 128, 192, 2, 2, 1, 64, 10000.0f, false, false};
-  model::Checkpoint ck = tools::random_checkpoint(tiny, dtype, 5);
+  model::Checkpoint ck = tiny_d64_checkpoint(dtype);
   if (device == Device::CUDA) model::move_weights(ck, device);
   return ck;
 }
@@ -188,19 +184,8 @@ TEST(CudaTrain, Bf16BaseStepsMatchCpu) {
 // files written from the device factors, device peak memory in metrics.json.
 TEST(CudaTrain, TrainerRunsOnDeviceLikeOnCpu) {
   SKIP_WITHOUT_CUDA();
-  auto pairs = [](int n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> any(3, 39), good(40, 42), bad(50, 52), len(2, 4);
-    Dataset ds;
-    for (int i = 0; i < n; ++i) {
-      TokenizedPair p{.prompt = {1}};
-      for (int k = len(rng) + 1; k > 0; --k) p.prompt.push_back(any(rng));
-      for (int k = len(rng); k > 0; --k) p.chosen.push_back(good(rng));
-      for (int k = len(rng); k > 0; --k) p.rejected.push_back(bad(rng));
-      ds.pairs.push_back(std::move(p));
-    }
-    return ds;
-  };
+  // Responses without an end token (as this test was measured with).
+  auto pairs = [](int n, uint32_t seed) { return synthetic_pairs(n, seed, std::nullopt); };
   const std::string out = std::string(BRIOCHE_BINARY_DIR) + "/train_cuda_test";
   std::filesystem::remove_all(out);
   TrainConfig c;

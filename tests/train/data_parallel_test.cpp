@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <random>
 #include <thread>
 
 #include "model/device_weights.h"
@@ -17,16 +16,14 @@
 #include "ops/rendezvous.h"
 #include "train/data_parallel.h"
 #include "thread_collective.h"
-#include "tools/gen_model_lib.h"
 #include "train/trainer.h"
+#include "train/train_test_data.h"
 
 namespace brioche::train {
 namespace {
 
 using testing::ThreadCollective;
 using testing::ThreadRanks;
-
-std::string golden(const std::string& name) { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/train/golden/" + name; }
 
 TEST(DataParallelShare, EveryMicroBatchRunsOnExactlyOneRank) {
   for (int size : {1, 2, 3, 4}) {
@@ -43,22 +40,6 @@ TEST(DataParallelShare, EveryMicroBatchRunsOnExactlyOneRank) {
       for (int n : per_rank) EXPECT_EQ(n, accum) << size << " ranks, accumulation " << accum;
     }
   }
-}
-
-// Prompts of random tokens; chosen responses use tokens 40..42, rejected 50..52.
-Dataset pairs(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> any(3, 39), good(40, 42), bad(50, 52), len(2, 4);
-  Dataset ds;
-  for (int i = 0; i < n; ++i) {
-    TokenizedPair p{.prompt = {1}};
-    for (int k = len(rng) + 1; k > 0; --k) p.prompt.push_back(any(rng));
-    for (int k = len(rng); k > 0; --k) p.chosen.push_back(good(rng));
-    for (int k = len(rng); k > 0; --k) p.rejected.push_back(bad(rng));
-    p.chosen.push_back(2), p.rejected.push_back(2);
-    ds.pairs.push_back(std::move(p));
-  }
-  return ds;
 }
 
 TrainConfig config(const std::string& out) {
@@ -95,14 +76,14 @@ TEST(DataParallelTrainer, TwoRanksEqualOneWithDoubleAccumulation) {
 
   TrainConfig one = config(out + "/one");
   one.grad_accumulation_steps = 4;
-  Trainer single(one, ck, {pairs(16, 1), pairs(6, 2)});
+  Trainer single(one, ck, {synthetic_pairs(16, 1), synthetic_pairs(6, 2)});
   const TrainResult want = single.run();
 
   TrainConfig two = config(out + "/two");
   two.grad_accumulation_steps = 2;
   ThreadRanks ranks(2);
   std::vector<std::unique_ptr<Trainer>> trainers;
-  for (int r = 0; r < 2; ++r) trainers.push_back(std::make_unique<Trainer>(two, ck, TrainData{pairs(16, 1), pairs(6, 2)}));
+  for (int r = 0; r < 2; ++r) trainers.push_back(std::make_unique<Trainer>(two, ck, TrainData{synthetic_pairs(16, 1), synthetic_pairs(6, 2)}));
   std::vector<TrainResult> got(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -135,22 +116,20 @@ TEST(DataParallelTrainer, TwoRanksEqualOneWithDoubleAccumulation) {
 
 TEST(CudaDataParallel, OneRankThroughNcclEqualsPlainTraining) {
   if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
-  // The CUDA training attention takes head_dim 64 or 128 (tiny_llama has 8):
-  // 2 layers, hidden 128, 2 heads of 64, 1 KV head, vocab 96 (pairs() uses ids < 53).
-  const tools::ShapePreset tiny{"tiny-d64", "llama", 96, 128, 192, 2, 2, 1, 64, 10000.0f, false, false};
-  model::Checkpoint ck = tools::random_checkpoint(tiny, DType::F32, 5);
+  // The CUDA training attention takes head_dim 64 or 128 (tiny_llama has 8).
+  model::Checkpoint ck = tiny_d64_checkpoint();
   model::move_weights(ck, Device::CUDA);
   const std::string out = std::string(BRIOCHE_BINARY_DIR) + "/train_data_parallel_cuda_test";
   std::filesystem::remove_all(out);
   TrainConfig c = config(out + "/plain");
   c.device = "cuda";
   c.grad_accumulation_steps = 2;
-  Trainer plain(c, ck, {pairs(16, 1), pairs(6, 2)});
+  Trainer plain(c, ck, {synthetic_pairs(16, 1), synthetic_pairs(6, 2)});
   const TrainResult want = plain.run();
   c.output = out + "/nccl";
   auto collective = ops::connect_nccl(
       {.rank = 0, .size = 1, .master = "127.0.0.1:" + std::to_string(ops::free_tcp_port()), .timeout_s = 30});
-  Trainer dp(c, ck, {pairs(16, 1), pairs(6, 2)});
+  Trainer dp(c, ck, {synthetic_pairs(16, 1), synthetic_pairs(6, 2)});
   dp.set_data_parallel(collective.get());
   const TrainResult got = dp.run();
   ASSERT_TRUE(got.last_eval && want.last_eval);

@@ -16,11 +16,10 @@
 #include "train/adapter_io.h"
 #include "train/batch_builder.h"
 #include "train/objective.h"
+#include "train/train_test_data.h"
 
 namespace brioche::train {
 namespace {
-
-std::string golden(const std::string& name) { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/train/golden/" + name; }
 
 struct Fixture {
   model::Checkpoint ck = model::load_safetensors_checkpoint(golden("tiny_llama"));

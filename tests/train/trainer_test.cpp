@@ -7,34 +7,15 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "train/trainer.h"
+#include "train/train_test_data.h"
 
 namespace brioche::train {
 namespace {
-
-std::string golden(const std::string& name) { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/train/golden/" + name; }
-
-// Prompts of random tokens; chosen responses use tokens 40..42, rejected 50..52.
-Dataset synthetic_pairs(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> any(3, 39), good(40, 42), bad(50, 52), len(2, 4);
-  Dataset ds;
-  for (int i = 0; i < n; ++i) {
-    TokenizedPair p;
-    p.prompt.push_back(1);
-    for (int k = len(rng) + 1; k > 0; --k) p.prompt.push_back(any(rng));
-    for (int k = len(rng); k > 0; --k) p.chosen.push_back(good(rng));
-    for (int k = len(rng); k > 0; --k) p.rejected.push_back(bad(rng));
-    p.chosen.push_back(2), p.rejected.push_back(2);
-    ds.pairs.push_back(std::move(p));
-  }
-  return ds;
-}
 
 TEST(Trainer, OrpoWithAllLeversLearnsAndResumes) {
   model::Checkpoint ck = model::load_safetensors_checkpoint(golden("tiny_llama"));
