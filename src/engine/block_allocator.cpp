@@ -1,5 +1,7 @@
 #include "engine/block_allocator.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace brioche::engine {
@@ -57,6 +59,13 @@ void BlockAllocator::evict_cached(int32_t block) {
   if (info.cached) {
     auto it = by_hash_.find(info.hash);
     if (it != by_hash_.end() && it->second == block) by_hash_.erase(it);
+    auto [first, last] = by_parent_.equal_range(info.parent);
+    for (auto child = first; child != last; ++child) {
+      if (child->second == block) {
+        by_parent_.erase(child);
+        break;
+      }
+    }
     info.cached = false;
     info.tokens.clear();
   }
@@ -89,16 +98,36 @@ std::optional<int32_t> BlockAllocator::lookup(BlockHash hash, std::span<const in
   BlockInfo& info = blocks_[size_t(block)];
   if (!std::equal(info.tokens.begin(), info.tokens.end(), block_tokens.begin(), block_tokens.end()))
     return std::nullopt;  // a 64-bit collision: treat as a miss
+  take(block);
+  ++hit_blocks_;
+  return block;
+}
+
+void BlockAllocator::take(int32_t block) {
+  BlockInfo& info = blocks_[size_t(block)];
   if (info.ref_count == 0) {
     lru_.erase(info.lru_pos);
     info.in_lru = false;
   }
   ++info.ref_count;
-  ++hit_blocks_;
-  return block;
 }
 
-void BlockAllocator::register_full_block(int32_t block, BlockHash hash, std::span<const int32_t> block_tokens) {
+std::optional<PartialBlockHit> BlockAllocator::lookup_partial(BlockHash parent, std::span<const int32_t> tokens) {
+  PartialBlockHit best;
+  auto [first, last] = by_parent_.equal_range(parent);
+  for (auto child = first; child != last; ++child) {
+    const std::vector<int32_t>& cached = blocks_[size_t(child->second)].tokens;
+    size_t n = std::min(cached.size(), tokens.size());
+    int32_t same = int32_t(std::mismatch(cached.begin(), cached.begin() + ptrdiff_t(n), tokens.begin()).first - cached.begin());
+    if (same > best.n_tokens) best = {child->second, same};
+  }
+  if (best.n_tokens == 0) return std::nullopt;
+  take(best.block);
+  return best;
+}
+
+void BlockAllocator::register_full_block(int32_t block, BlockHash parent, BlockHash hash,
+                                         std::span<const int32_t> block_tokens) {
   BlockInfo& info = blocks_.at(size_t(block));
   BRIOCHE_CHECK(info.ref_count > 0, "BlockAllocator::register_full_block: block ", block, " is free");
   BRIOCHE_CHECK(int32_t(block_tokens.size()) == block_size_, "BlockAllocator::register_full_block: expected ",
@@ -106,8 +135,10 @@ void BlockAllocator::register_full_block(int32_t block, BlockHash hash, std::spa
   if (info.cached || by_hash_.count(hash)) return;
   info.cached = true;
   info.hash = hash;
+  info.parent = parent;
   info.tokens.assign(block_tokens.begin(), block_tokens.end());
   by_hash_.emplace(hash, block);
+  by_parent_.emplace(parent, block);
 }
 
 BlockAllocatorStats BlockAllocator::stats() const {

@@ -65,6 +65,7 @@ struct EngineStats {
   int32_t kv_blocks_cached = 0;    // free but holding reusable prefixes
   uint64_t prefix_hit_blocks = 0;
   uint64_t prefix_query_blocks = 0;
+  uint64_t prefix_hit_partial_tokens = 0;  // positions copied from cached blocks shared only partly
   uint64_t preemptions = 0;
   uint64_t steps = 0;
   uint64_t prompt_tokens_computed = 0;  // prefill rows actually run

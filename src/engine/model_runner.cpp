@@ -39,6 +39,10 @@ class TransformerRunner final : public ModelRunner {
   int32_t kv_block_count() const override { return cache_->n_blocks(); }
   Device device() const override { return model_->device(); }
   void forward(const model::ForwardBatch& batch, Tensor& logits) override { model_->forward(batch, *cache_, logits); }
+  bool copy_kv_prefix(int32_t src, int32_t dst, int32_t n_tokens) override {
+    cache_->copy_block_prefix(src, dst, n_tokens);
+    return true;
+  }
 
  private:
   std::shared_ptr<model::Model> model_;

@@ -40,6 +40,13 @@ class ModelRunner {
   // logits = f32 [batch.n_logit_rows(), vocab_size()] in row order.
   // Every row's result depends only on its own sequence (row-independent math).
   virtual void forward(const model::ForwardBatch& batch, Tensor& logits) = 0;
+  // Copies K/V of the first n_tokens positions of block src into block dst
+  // (prefix sharing below block granularity). A runner that cannot returns
+  // false and the scheduler shares whole blocks only.
+  virtual bool copy_kv_prefix(int32_t src, int32_t dst, int32_t n_tokens) {
+    (void)src, (void)dst, (void)n_tokens;
+    return false;
+  }
 };
 
 // Incremental ids -> text for one generated sequence.

@@ -121,6 +121,25 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
     parent = h;
   }
   seq.n_computed = int32_t(seq.block_table.size()) * bs;
+  // Below block granularity: a cached block with the same prefix whose first
+  // t tokens equal the next ones of this prompt (requests with one system
+  // prompt differ only after it, mid-block) gives those t positions' K/V by
+  // copy into a fresh block of this sequence. Every row's K/V depends only
+  // on its own prefix, so the copy is what the forward would compute.
+  int32_t reusable = std::min(bs, int32_t(seq.tokens.size()) - 1 - seq.n_computed);
+  if (reusable <= 0) return;
+  std::optional<PartialBlockHit> partial = blocks_.lookup_partial(
+      parent, std::span<const int32_t>(seq.tokens.data() + seq.n_computed, size_t(reusable)));
+  if (!partial) return;
+  std::optional<int32_t> fresh = blocks_.allocate();
+  if (fresh && runner_->copy_kv_prefix(partial->block, *fresh, partial->n_tokens)) {
+    seq.block_table.push_back(*fresh);
+    seq.n_computed += partial->n_tokens;
+    partial_hit_tokens_ += uint64_t(partial->n_tokens);
+  } else if (fresh) {
+    blocks_.release(*fresh);
+  }
+  blocks_.release(partial->block);
 }
 
 void Engine::Scheduler::register_full_blocks(Sequence& seq) {
@@ -131,7 +150,7 @@ void Engine::Scheduler::register_full_blocks(Sequence& seq) {
     BlockHash parent = b == 0 ? 0 : seq.block_hashes[b - 1];
     std::span<const int32_t> block_tokens(seq.tokens.data() + b * size_t(bs), size_t(bs));
     BlockHash h = chain_block_hash(parent, block_tokens);
-    if (options_.prefix_cache) blocks_.register_full_block(seq.block_table[b], h, block_tokens);
+    if (options_.prefix_cache) blocks_.register_full_block(seq.block_table[b], parent, h, block_tokens);
     seq.block_hashes.push_back(h);
   }
 }
@@ -293,7 +312,10 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned) {
       batch.positions.push_back(pos);
       batch.wants_logits.push_back(reaches_end && r == p.chunk - 1 ? 1 : 0);
     }
-    if (seq.remaining() > 1) prompt_rows_ += uint64_t(p.chunk);
+    // Prompt rows: every row of a chunk longer than one (prefill, or a
+    // preempted sequence's recompute), and a lone row that is a prompt token
+    // (the last one, when the rest came from the prefix cache).
+    if (p.chunk > 1 || seq.n_computed < seq.n_prompt) prompt_rows_ += uint64_t(p.chunk);
   }
   runner_->forward(batch, logits_);
 
@@ -495,6 +517,7 @@ EngineStats Engine::Scheduler::stats() const {
   s.kv_blocks_cached = b.cached_free_blocks;
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.prefix_query_blocks = b.prefix_query_blocks;
+  s.prefix_hit_partial_tokens = partial_hit_tokens_;
   s.preemptions = preemptions_;
   s.steps = steps_;
   s.prompt_tokens_computed = prompt_rows_;

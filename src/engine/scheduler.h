@@ -106,6 +106,7 @@ class Engine::Scheduler {
   std::unique_ptr<DeviceSampler> device_sampler_;  // CUDA model and BRIOCHE_CUDA_SAMPLING != 0
   model::ForwardBatch batch_;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
+  uint64_t partial_hit_tokens_ = 0;  // prompt positions copied from partly shared blocks
 };
 
 }  // namespace brioche::engine

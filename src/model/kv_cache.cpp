@@ -31,14 +31,19 @@ size_t KvCache::block_bytes(const ModelConfig& config, int block_size, DType dty
          size_t(dtype_info(dtype).block_bytes);
 }
 
-void KvCache::copy_block(int src, int dst) {
+void KvCache::copy_block(int src, int dst) { copy_block_prefix(src, dst, block_size()); }
+
+void KvCache::copy_block_prefix(int src, int dst, int n_slots) {
   BRIOCHE_CHECK(src >= 0 && src < n_blocks() && dst >= 0 && dst < n_blocks(), "KV cache: copy_block(",
                 src, ", ", dst, ") outside [0, ", n_blocks(), ")");
-  if (src == dst) return;
+  BRIOCHE_CHECK(n_slots >= 0 && n_slots <= block_size(), "KV cache: copy of ", n_slots,
+                " positions, expected 0..", block_size());
+  if (src == dst || n_slots == 0) return;
   for (size_t l = 0; l < keys_.size(); ++l) {
     for (Tensor* t : {&keys_[l], &values_[l]}) {
-      Tensor to = t->slice(0, dst, dst + 1);
-      ops::copy(t->slice(0, src, src + 1), to);
+      // [1, n_slots, n_kv_heads, head_dim]: contiguous, the block's leading positions
+      Tensor to = t->slice(0, dst, dst + 1).slice(1, 0, n_slots);
+      ops::copy(t->slice(0, src, src + 1).slice(1, 0, n_slots), to);
     }
   }
 }

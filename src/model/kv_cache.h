@@ -41,6 +41,10 @@ class KvCache {
   // Copies block `src` over block `dst` in every layer (copy-on-write of a
   // shared prefix block before a sequence appends to it).
   void copy_block(int src, int dst);
+  // Copies the first n_slots positions of block `src` into block `dst` in
+  // every layer (a sequence taking the leading tokens of a cached block that
+  // it shares only partly; its own positions after them are written later).
+  void copy_block_prefix(int src, int dst, int n_slots);
 
   // Bytes one block takes over all layers, K and V (for sizing the cache).
   static size_t block_bytes(const ModelConfig& config, int block_size, DType dtype);

@@ -79,6 +79,9 @@ std::string Metrics::render(const engine::EngineStats& e) const {
         e.kv_blocks_total ? double(e.kv_blocks_used) / double(e.kv_blocks_total) : 0.0);
   counter("brioche_prefix_cache_hit_blocks_total", "KV blocks reused from the prefix cache.", double(e.prefix_hit_blocks));
   counter("brioche_prefix_cache_query_blocks_total", "Full prompt blocks looked up in the prefix cache.", double(e.prefix_query_blocks));
+  counter("brioche_prefix_cache_partial_tokens_total",
+          "Prompt positions whose K/V were copied from a partly shared cached block.",
+          double(e.prefix_hit_partial_tokens));
   counter("brioche_preemptions_total", "Sequences preempted for lack of KV blocks.", double(e.preemptions));
   counter("brioche_engine_steps_total", "Engine steps (batched forwards).", double(e.steps));
   ttft_seconds.write(out, "brioche_time_to_first_token_seconds", "Time from request arrival to the first generated token.");

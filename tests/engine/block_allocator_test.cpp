@@ -45,7 +45,7 @@ TEST(BlockAllocator, PrefixCacheReusesReleasedBlocksUntilEvicted) {
   std::vector<int32_t> tokens = {1, 2, 3, 4};
   BlockHash h = chain_block_hash(0, tokens);
   int32_t b = *alloc.allocate();
-  alloc.register_full_block(b, h, tokens);
+  alloc.register_full_block(b, 0, h, tokens);
   alloc.release(b);
   EXPECT_EQ(alloc.stats().cached_free_blocks, 1);
   // A hit revives the cached block.
@@ -75,7 +75,7 @@ TEST(BlockAllocator, EvictsLeastRecentlyReleasedFirst) {
   for (auto& t : toks) {
     int32_t b = *alloc.allocate();
     hashes.push_back(chain_block_hash(0, t));
-    alloc.register_full_block(b, hashes.back(), t);
+    alloc.register_full_block(b, 0, hashes.back(), t);
     blocks.push_back(b);
   }
   alloc.release(blocks[1]);
@@ -85,6 +85,56 @@ TEST(BlockAllocator, EvictsLeastRecentlyReleasedFirst) {
   EXPECT_FALSE(alloc.lookup(hashes[1], toks[1]).has_value());
   EXPECT_TRUE(alloc.lookup(hashes[0], toks[0]).has_value());
   EXPECT_TRUE(alloc.lookup(hashes[2], toks[2]).has_value());
+}
+
+TEST(BlockAllocator, PartialLookupFindsTheLongestLeadingMatchAfterTheSameParent) {
+  BlockAllocator alloc(4, 4);
+  std::vector<int32_t> head = {1, 2, 3, 4}, x = {5, 6, 7, 8}, y = {5, 6, 9, 9};
+  BlockHash h0 = chain_block_hash(0, head);
+  int32_t b0 = *alloc.allocate();
+  alloc.register_full_block(b0, 0, h0, head);
+  int32_t bx = *alloc.allocate();
+  alloc.register_full_block(bx, h0, chain_block_hash(h0, x), x);
+  int32_t by = *alloc.allocate();
+  alloc.register_full_block(by, h0, chain_block_hash(h0, y), y);
+  alloc.release(bx);
+  alloc.release(by);
+
+  std::vector<int32_t> want = {5, 6, 7, 1};
+  std::optional<PartialBlockHit> hit = alloc.lookup_partial(h0, want);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->block, bx);
+  EXPECT_EQ(hit->n_tokens, 3);
+  EXPECT_EQ(alloc.ref_count(bx), 1);  // retained until the caller has copied
+  alloc.release(bx);
+  // Never longer than what was asked for.
+  std::vector<int32_t> short_want = {5, 6, 9};
+  hit = alloc.lookup_partial(h0, short_want);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->block, by);
+  EXPECT_EQ(hit->n_tokens, 3);
+  alloc.release(by);
+  // Same tokens after another prefix, or no leading token in common: a miss.
+  std::vector<int32_t> five_six = {5, 6};
+  EXPECT_FALSE(alloc.lookup_partial(0, five_six).has_value());
+  std::vector<int32_t> none = {7, 5, 6};
+  EXPECT_FALSE(alloc.lookup_partial(h0, none).has_value());
+  // First blocks are found after parent 0.
+  std::vector<int32_t> head_start = {1, 2, 0};
+  hit = alloc.lookup_partial(0, head_start);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->block, b0);
+  EXPECT_EQ(hit->n_tokens, 2);
+  alloc.release(b0);
+  alloc.release(b0);
+  // An evicted block is no longer a candidate: the free block goes first,
+  // then the least recently released cached one (bx).
+  alloc.allocate();
+  EXPECT_EQ(*alloc.allocate(), bx);
+  hit = alloc.lookup_partial(h0, want);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->block, by);
+  EXPECT_EQ(hit->n_tokens, 2);
 }
 
 }  // namespace

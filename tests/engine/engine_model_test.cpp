@@ -91,5 +91,28 @@ TEST(EngineModel, PreemptionKeepsGreedyTokens) {
   EXPECT_EQ(s.kv_blocks_used, 0);
 }
 
+TEST(EngineModel, APartlySharedKvBlockGivesTheSameGreedyTokens) {
+  // The second run of a prompt shorter than a block takes all but its last
+  // token's K/V by copy from the first run's block: same tokens.
+  auto engine = load_or_skip({.kv = {.max_context = 256}});
+  if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
+  GenerationRequest r;
+  r.prompt_tokens = engine->tokenize(kPrompts[1], true);
+  ASSERT_LT(r.prompt_tokens.size(), 16u);
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = 12;
+  r.ignore_eos = true;
+  std::vector<int32_t> first = run_tokens(*engine->submit(r));
+  std::shared_ptr<RequestHandle> again = engine->submit(r);
+  std::vector<int32_t> second;
+  int32_t cached = -1;
+  while (std::optional<GenerationEvent> e = again->next()) {
+    second.insert(second.end(), e->tokens.begin(), e->tokens.end());
+    if (e->done) cached = e->usage.cached_prompt_tokens;
+  }
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(cached, int32_t(r.prompt_tokens.size()) - 1);
+}
+
 }  // namespace
 }  // namespace brioche::engine

@@ -105,15 +105,18 @@ TEST(EngineScheduler, PrefixCacheServesARepeatedPrompt) {
   uint64_t rows_before = settled_stats(*engine, 1).prompt_tokens_computed;
   Collected second = collect(*engine->submit(greedy(prompt, 4)));
   EXPECT_EQ(second.tokens[0], first.tokens[0]);
-  EXPECT_EQ(second.last.usage.cached_prompt_tokens, 16);
+  // 4 full blocks, and the first of the 2 tokens in the fifth block (copied
+  // from the first request's fifth block, which its generated tokens filled):
+  // the last prompt token always runs, for its logits.
+  EXPECT_EQ(second.last.usage.cached_prompt_tokens, 17);
   EngineStats after_second = settled_stats(*engine, 2);
-  EXPECT_EQ(after_second.prompt_tokens_computed - rows_before, 2u);  // only the partial last block
+  EXPECT_EQ(after_second.prompt_tokens_computed - rows_before, 1u);
   EXPECT_GE(after_second.prefix_hit_blocks, 4u);
-  // A prompt sharing only the first 2 blocks reuses exactly those.
+  // A prompt differing at token 9 reuses the first 2 blocks and token 8.
   std::vector<int32_t> forked = prompt;
   forked[9] = (forked[9] + 1) % 64;
   Collected third = collect(*engine->submit(greedy(forked, 4)));
-  EXPECT_EQ(third.last.usage.cached_prompt_tokens, 8);
+  EXPECT_EQ(third.last.usage.cached_prompt_tokens, 9);
   EXPECT_EQ(third.tokens[0], ToyRunner::greedy_reference(forked, 4, 64));
 }
 
@@ -137,6 +140,43 @@ TEST(EngineScheduler, RequestsArrivingTogetherComputeASharedPrefixOnce) {
     EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompts[size_t(i)], 5, 64)) << "request " << i;
   }
   EXPECT_EQ(settled_stats(*engine, 4).prompt_tokens_computed, 12u + 4u * 5u);
+}
+
+TEST(EngineScheduler, APrefixSharedMidBlockIsCopiedNotRecomputed) {
+  // A 10-token shared prefix is 2 blocks of 4 and 2 tokens of the third
+  // (a system prompt that ends mid-block). After one request computed it,
+  // later ones take the 2 full blocks from the prefix cache and the 2
+  // leading positions of the third by copy, and compute only their tails.
+  auto engine = make_toy_engine({});
+  std::vector<int32_t> shared = prompt_of(10, 5);
+  auto prompt = [&](int32_t i) {
+    std::vector<int32_t> p = shared;
+    for (int32_t t = 0; t < 5; ++t) p.push_back((i * 11 + t * 3 + 5) % 64);
+    return p;
+  };
+  Collected first = collect(*engine->submit(greedy(prompt(0), 3)));
+  EXPECT_EQ(first.tokens[0], ToyRunner::greedy_reference(prompt(0), 3, 64));
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int32_t i = 1; i <= 3; ++i) handles.push_back(engine->submit(greedy(prompt(i), 3)));
+  for (int32_t i = 1; i <= 3; ++i) {
+    Collected c = collect(*handles[size_t(i - 1)]);
+    EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompt(i), 3, 64)) << "request " << i;
+    EXPECT_EQ(c.last.usage.cached_prompt_tokens, 10) << "request " << i;
+  }
+  EngineStats s = settled_stats(*engine, 4);
+  EXPECT_EQ(s.prompt_tokens_computed, 15u + 3u * 5u);
+  EXPECT_EQ(s.prefix_hit_partial_tokens, 3u * 2u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+}
+
+TEST(EngineScheduler, PartialPrefixSharingIsOffWithThePrefixCache) {
+  auto engine = make_toy_engine({}, {.prefix_cache = false});
+  std::vector<int32_t> prompt = prompt_of(10, 6);
+  collect(*engine->submit(greedy(prompt, 6)));
+  Collected again = collect(*engine->submit(greedy(prompt, 6)));
+  EXPECT_EQ(again.tokens[0], ToyRunner::greedy_reference(prompt, 6, 64));
+  EXPECT_EQ(again.last.usage.cached_prompt_tokens, 0);
+  EXPECT_EQ(settled_stats(*engine, 2).prefix_hit_partial_tokens, 0u);
 }
 
 TEST(EngineScheduler, PreemptionResumesWithIdenticalTokens) {

@@ -73,6 +73,14 @@ class ToyRunner final : public ModelRunner {
     rows_run += batch.n_rows();
   }
 
+  bool copy_kv_prefix(int32_t src, int32_t dst, int32_t n_tokens) override {
+    BRIOCHE_CHECK(n_tokens >= 0 && n_tokens <= config_.block_size, "toy copy: ", n_tokens, " positions");
+    for (int32_t i = 0; i < n_tokens; ++i)
+      kv_[size_t(dst) * config_.block_size + size_t(i)] = kv_[size_t(src) * config_.block_size + size_t(i)];
+    ++kv_copies;
+    return true;
+  }
+
   // Greedy continuation computed directly, without any cache: the reference.
   static std::vector<int32_t> greedy_reference(const std::vector<int32_t>& prompt, int32_t n_new, int32_t vocab) {
     uint64_t kv = 12345;
@@ -93,6 +101,7 @@ class ToyRunner final : public ModelRunner {
 
   int64_t forward_calls = 0;
   int64_t rows_run = 0;
+  int64_t kv_copies = 0;
 
  private:
   size_t slot(const model::SequenceView& s, int32_t pos) const {
