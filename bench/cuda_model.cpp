@@ -457,27 +457,8 @@ model::Checkpoint random_shard_on_device(const Options& o, DType dtype) {
   ck.source = "random:" + o.shape + ":" + o.dtype + " shard " + std::to_string(o.tp_rank) + "/" + std::to_string(o.tp);
   model::move_weights(ck, Device::CUDA);
   auto dev = [](const Tensor& t) { return ops::to_device(t, Device::CUDA); };
-  const Tensor ones = dev(tools::ones(p.hidden));
-  const int64_t q_dim = int64_t(p.heads) * p.head_dim, kv_dim = int64_t(p.kv_heads) * p.head_dim;
   uint64_t id = 1000 + 100000 * uint64_t(o.tp_rank);
-  for (int l = 0; l < p.layers; ++l) {
-    model::LayerWeights lw;
-    lw.attn_norm = ones;
-    lw.ffn_norm = ones;
-    lw.wq = dev(tools::random_tensor(dtype, q_dim, p.hidden, ++id));
-    lw.wk = dev(tools::random_tensor(dtype, kv_dim, p.hidden, ++id));
-    lw.wv = dev(tools::random_tensor(dtype, kv_dim, p.hidden, ++id));
-    lw.wo = dev(tools::random_tensor(dtype, p.hidden, q_dim, ++id));
-    lw.w_gate = dev(tools::random_tensor(dtype, p.intermediate, p.hidden, ++id));
-    lw.w_up = dev(tools::random_tensor(dtype, p.intermediate, p.hidden, ++id));
-    lw.w_down = dev(tools::random_tensor(dtype, p.hidden, p.intermediate, ++id));
-    if (p.qkv_bias) {
-      lw.bq = dev(tools::random_tensor(DType::F32, 1, q_dim, ++id).reshape({q_dim}));
-      lw.bk = dev(tools::random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim}));
-      lw.bv = dev(tools::random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim}));
-    }
-    ck.weights.layers.push_back(std::move(lw));
-  }
+  for (int l = 0; l < p.layers; ++l) ck.weights.layers.push_back(tools::random_layer(p, dtype, id, dev));
   ops::synchronize(Device::CUDA);
   return ck;
 }

@@ -85,22 +85,8 @@ model::Checkpoint random_model(const Options& o, Device device) {
   ck.source = "random:" + p.name + ":" + o.dtype;
   if (device == Device::CUDA) model::move_weights(ck, device);
   auto dev = [device](const Tensor& t) { return ops::to_device(t, device); };
-  const Tensor ones = dev(tools::ones(p.hidden));
-  const int64_t q_dim = int64_t(p.heads) * p.head_dim, kv_dim = int64_t(p.kv_heads) * p.head_dim;
   uint64_t id = 1000;
-  for (int l = 0; l < p.layers; ++l) {
-    model::LayerWeights lw;
-    lw.attn_norm = ones;
-    lw.ffn_norm = ones;
-    lw.wq = dev(tools::random_tensor(dtype, q_dim, p.hidden, ++id));
-    lw.wk = dev(tools::random_tensor(dtype, kv_dim, p.hidden, ++id));
-    lw.wv = dev(tools::random_tensor(dtype, kv_dim, p.hidden, ++id));
-    lw.wo = dev(tools::random_tensor(dtype, p.hidden, q_dim, ++id));
-    lw.w_gate = dev(tools::random_tensor(dtype, p.intermediate, p.hidden, ++id));
-    lw.w_up = dev(tools::random_tensor(dtype, p.intermediate, p.hidden, ++id));
-    lw.w_down = dev(tools::random_tensor(dtype, p.hidden, p.intermediate, ++id));
-    ck.weights.layers.push_back(std::move(lw));
-  }
+  for (int l = 0; l < p.layers; ++l) ck.weights.layers.push_back(tools::random_layer(p, dtype, id, dev));
   ops::synchronize(device);
   return ck;
 }

@@ -124,6 +124,32 @@ inline Tensor ones(int64_t n) {
   return t;
 }
 
+// One layer's weights, each tensor generated on the CPU and handed to
+// `place` (a copy to the device, or keep it), so that a large model is never
+// whole in host memory: norms f32 ones, matrices in `dtype`, q/k/v biases
+// small random f32 when p.qkv_bias. Each random tensor takes the next seed
+// (++id).
+template <class Place>
+model::LayerWeights random_layer(const ShapePreset& p, DType dtype, uint64_t& id, Place place) {
+  const int64_t q_dim = int64_t(p.heads) * p.head_dim, kv_dim = int64_t(p.kv_heads) * p.head_dim;
+  model::LayerWeights lw;
+  lw.attn_norm = place(ones(p.hidden));
+  lw.ffn_norm = place(ones(p.hidden));
+  lw.wq = place(random_tensor(dtype, q_dim, p.hidden, ++id));
+  lw.wk = place(random_tensor(dtype, kv_dim, p.hidden, ++id));
+  lw.wv = place(random_tensor(dtype, kv_dim, p.hidden, ++id));
+  lw.wo = place(random_tensor(dtype, p.hidden, q_dim, ++id));
+  lw.w_gate = place(random_tensor(dtype, p.intermediate, p.hidden, ++id));
+  lw.w_up = place(random_tensor(dtype, p.intermediate, p.hidden, ++id));
+  lw.w_down = place(random_tensor(dtype, p.hidden, p.intermediate, ++id));
+  if (p.qkv_bias) {
+    lw.bq = place(random_tensor(DType::F32, 1, q_dim, ++id).reshape({q_dim}));
+    lw.bk = place(random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim}));
+    lw.bv = place(random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim}));
+  }
+  return lw;
+}
+
 // The whole checkpoint in memory (CPU tensors); every matrix in `dtype`,
 // norms f32 ones, biases small random f32.
 inline model::Checkpoint random_checkpoint(const ShapePreset& p, DType dtype, uint64_t seed = 1) {
@@ -149,25 +175,7 @@ inline model::Checkpoint random_checkpoint(const ShapePreset& p, DType dtype, ui
   w.token_embd = random_tensor(dtype, p.vocab, p.hidden, ++id);
   w.output = p.tied ? w.token_embd : random_tensor(dtype, p.vocab, p.hidden, ++id);
   w.output_norm = ones(p.hidden);
-  const int64_t q_dim = int64_t(p.heads) * p.head_dim, kv_dim = int64_t(p.kv_heads) * p.head_dim;
-  for (int l = 0; l < p.layers; ++l) {
-    model::LayerWeights lw;
-    lw.attn_norm = ones(p.hidden);
-    lw.ffn_norm = ones(p.hidden);
-    lw.wq = random_tensor(dtype, q_dim, p.hidden, ++id);
-    lw.wk = random_tensor(dtype, kv_dim, p.hidden, ++id);
-    lw.wv = random_tensor(dtype, kv_dim, p.hidden, ++id);
-    lw.wo = random_tensor(dtype, p.hidden, q_dim, ++id);
-    lw.w_gate = random_tensor(dtype, p.intermediate, p.hidden, ++id);
-    lw.w_up = random_tensor(dtype, p.intermediate, p.hidden, ++id);
-    lw.w_down = random_tensor(dtype, p.hidden, p.intermediate, ++id);
-    if (p.qkv_bias) {
-      lw.bq = random_tensor(DType::F32, 1, q_dim, ++id).reshape({q_dim});
-      lw.bk = random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim});
-      lw.bv = random_tensor(DType::F32, 1, kv_dim, ++id).reshape({kv_dim});
-    }
-    w.layers.push_back(std::move(lw));
-  }
+  for (int l = 0; l < p.layers; ++l) w.layers.push_back(random_layer(p, dtype, id, [](Tensor t) { return t; }));
   return ck;
 }
 
