@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "ops/add.h"
 #include "ops/matmul.h"
@@ -31,8 +32,13 @@ void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Te
 #if BRIOCHE_CUDA
   if (w_gate.device() == Device::CUDA) return cuda::matmul_swiglu(gate, up);
 #endif
-  matmul(x, w_gate, out);
-  matmul(x, w_up, scratch);
+  if (w_gate.device() == Device::CPU) {
+    const cpu::MatmulArgs both[] = {gate, up};  // one activation quantization for the two
+    cpu::matmul_group(both);
+  } else {
+    matmul(x, w_gate, out);
+    matmul(x, w_up, scratch);
+  }
   swiglu(out, scratch, out);
 }
 
@@ -44,6 +50,7 @@ void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<
 #if BRIOCHE_CUDA
   if (ws[0]->device() == Device::CUDA) return cuda::matmul_group(parts);
 #endif
+  if (ws[0]->device() == Device::CPU) return cpu::matmul_group(parts);  // one activation quantization
   for (size_t i = 0; i < ws.size(); ++i) matmul(x, *ws[i], *ys[i]);
 }
 

@@ -257,6 +257,62 @@ TEST(MatmulColumns, RowsAreBitIdenticalAloneAndBatched) {
   }
 }
 
+// matmul_group quantizes the shared x once and splits every part's weight
+// rows in one dispatch: each part's output must be bit-identical to its own
+// matmul() (what keeps a sequence's logits the same alone and batched), and
+// nothing outside each part's y may be written. Parts of mixed dtypes take
+// the per-part fallback.
+TEST(MatmulGroup, EachPartIsBitIdenticalToItsOwnMatmul) {
+  const std::vector<std::vector<DType>> groups = {
+      {DType::Q4_1, DType::Q4_1, DType::Q4_1}, {DType::Q8_0, DType::Q8_0}, {DType::Q4_K, DType::Q4_K, DType::Q4_K},
+      {DType::Q6_K, DType::Q6_K},             {DType::Q4_1, DType::Q8_0}, {DType::F32, DType::F32}};
+  const int64_t part_rows[] = {300, 21, 70};
+  uint32_t seed = 900;
+  for (const std::vector<DType>& types : groups) {
+    const int64_t k = dtype_info(types[0]).block_elems == 32 ? 192 : 512;
+    for (int64_t n : {1, 2, 3, 4, 16, 17, 40}) {
+      std::vector<Problem> problems;
+      for (size_t i = 0; i < types.size(); ++i) {
+        problems.push_back(make_problem(types[i], n, part_rows[i], k, seed++));
+        problems[i].x = problems[0].x;  // the same values (the group reads problems[0]'s copy)
+      }
+      for (Isa isa : available_isas()) {
+        set_isa_override(isa);
+        constexpr int64_t kGuard = 16;
+        std::vector<std::vector<float>> bufs;
+        std::vector<MatmulArgs> parts;
+        for (const Problem& p : problems) {
+          bufs.emplace_back(size_t(2 * kGuard + p.n * (p.m + 1)), -7.0f);
+          parts.push_back({.x = problems[0].x.data(), .ldx = p.k, .wtype = p.wtype, .w = p.w.data(),
+                           .w_row_bytes = row_bytes(p.wtype, p.k), .y = bufs.back().data() + kGuard,
+                           .ldy = p.m + 1, .n = p.n, .m = p.m, .k = p.k});
+        }
+        matmul_group(parts);
+        for (size_t i = 0; i < problems.size(); ++i) {
+          const Problem& p = problems[i];
+          const std::vector<float> alone = run(p);
+          for (int64_t j = 0; j < int64_t(bufs[i].size()); ++j) {
+            const int64_t rel = j - kGuard;
+            const bool inside = rel >= 0 && rel < p.n * (p.m + 1) && rel % (p.m + 1) < p.m;
+            const float got = bufs[i][size_t(j)];
+            if (!inside) {
+              ASSERT_EQ(got, -7.0f) << "write outside part " << i << " at " << rel;
+              continue;
+            }
+            const float want = alone[size_t(rel / (p.m + 1) * p.m + rel % (p.m + 1))];
+            uint32_t a, b;
+            std::memcpy(&a, &got, 4);
+            std::memcpy(&b, &want, 4);
+            ASSERT_EQ(a, b) << dtype_name(p.wtype) << " " << isa_name(isa) << " n=" << n << " part " << i
+                            << " at " << rel << ": group " << got << ", alone " << want;
+          }
+        }
+        clear_isa_override();
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulHarness, ::testing::ValuesIn(kAllWeightTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

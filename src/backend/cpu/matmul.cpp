@@ -69,7 +69,79 @@ void matmul_scalar(const MatmulArgs& a) {
   });
 }
 
+// Whether args name a matmul with a valid, non-empty shape (the checks of
+// matmul()); a group falls back to matmul() per part otherwise, so the
+// errors come from one place.
+bool plain_quantized_shape(const MatmulArgs& a) {
+  const auto info = dtype_info(a.wtype);
+  return info.quantized && a.wtype != DType::I32 && a.n > 0 && a.m > 0 && a.k > 0 && a.k % info.block_elems == 0 &&
+         a.w_row_bytes >= row_bytes(a.wtype, a.k);
+}
+
+// Runs kernel(job for part p, rows [r0, r1)) over the weight rows of every
+// part, in tiles of tile_rows, in one pool dispatch: the parts' tiles are
+// numbered one after the other.
+template <typename Job, typename Kernel>
+void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> jobs, int tile_rows, Kernel kernel) {
+  std::vector<int64_t> first_tile(parts.size() + 1, 0);  // [parts + 1] running tile counts
+  int64_t work_per_row = 1;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    first_tile[p + 1] = first_tile[p] + (parts[p].m + tile_rows - 1) / tile_rows;
+    work_per_row = std::max<int64_t>(work_per_row, parts[p].n * parts[p].k);
+  }
+  const int64_t min_rows_for_work = (int64_t(1) << 16) / work_per_row + 1;
+  const int64_t grain_tiles = std::max<int64_t>(1, (min_rows_for_work + tile_rows - 1) / tile_rows);
+  ThreadPool::global().parallel_for(first_tile.back(), grain_tiles, [&](int64_t t0, int64_t t1) {
+    size_t p = size_t(std::upper_bound(first_tile.begin(), first_tile.end(), t0) - first_tile.begin()) - 1;
+    for (int64_t t = t0; t < t1;) {
+      while (t >= first_tile[p + 1]) ++p;
+      const int64_t end = std::min(t1, first_tile[p + 1]);  // this part's tiles in the range
+      Job part = jobs[p];
+      part.row_begin = (t - first_tile[p]) * tile_rows;
+      part.row_end = std::min(parts[p].m, (end - first_tile[p]) * tile_rows);
+      kernel(part);
+      t = end;
+    }
+  });
+}
+
 }  // namespace
+
+void matmul_group(std::span<const MatmulArgs> parts) {
+  const MatmulKernels* kernels = kernels_for(active_isa());
+  bool shared = kernels != nullptr && parts.size() > 1 && plain_quantized_shape(parts[0]) &&
+                kernels->quant_columns_supports(parts[0].wtype);
+  for (const MatmulArgs& p : parts) {
+    shared = shared && plain_quantized_shape(p) && p.x == parts[0].x && p.ldx == parts[0].ldx && p.n == parts[0].n &&
+             p.k == parts[0].k && p.wtype == parts[0].wtype;
+  }
+  if (!shared) {
+    for (const MatmulArgs& p : parts) matmul(p);
+    return;
+  }
+  // As matmul(): the same quantization and kernels, so each part's output
+  // is bit-identical to its own matmul() call; only the quantization is
+  // shared and the dispatches merged.
+  const MatmulArgs& a = parts[0];
+  static thread_local ActScratch scratch;
+  if (a.n <= kMaxFewRows) {
+    const BlockActs acts = scratch.layout_blocks(a.n, a.k);
+    quantize_acts_blocks(a.x, a.ldx, acts);
+    std::vector<QuantFewJob> jobs;
+    for (const MatmulArgs& p : parts)
+      jobs.push_back({p.wtype, static_cast<const uint8_t*>(p.w), p.w_row_bytes, &acts, p.y, p.ldy, 0, 0});
+    run_group_tiles<QuantFewJob>(parts, jobs, kernels->few_tile_rows, kernels->quant_few);
+    return;
+  }
+  const ColumnActs acts = scratch.layout_columns(a.n, a.k);
+  ThreadPool::global().parallel_for(acts.n_groups * 2, 1, [&](int64_t o0, int64_t o1) {
+    quantize_acts_columns(a.x, a.ldx, o0, o1, acts);  // 8 rows per octet
+  });
+  std::vector<QuantColumnsJob> jobs;
+  for (const MatmulArgs& p : parts)
+    jobs.push_back({p.wtype, static_cast<const uint8_t*>(p.w), p.w_row_bytes, &acts, p.y, p.ldy, 0, 0});
+  run_group_tiles<QuantColumnsJob>(parts, jobs, kernels->column_tile_rows, kernels->quant_columns);
+}
 
 void matmul(const MatmulArgs& a) {
   const auto info = dtype_info(a.wtype);

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 
@@ -23,5 +24,12 @@ struct MatmulArgs {
 // activations (one quantization of x per call) and integer dot products;
 // f32/f16/bf16 weights use f32 FMA. The instruction set is active_isa().
 void matmul(const MatmulArgs& args);
+
+// parts[i].y = x · parts[i].wᵀ for weights that read the same x (Q/K/V,
+// gate/up). When they share a quantized dtype the activations are quantized
+// once for all of them and the weight rows of every part are split over the
+// pool in one dispatch; each output is bit-identical to matmul(parts[i]).
+// Otherwise it runs matmul on each part.
+void matmul_group(std::span<const MatmulArgs> parts);
 
 }  // namespace brioche::cpu
