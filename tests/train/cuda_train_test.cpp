@@ -188,22 +188,11 @@ TEST(CudaTrain, TrainerRunsOnDeviceLikeOnCpu) {
   auto pairs = [](int n, uint32_t seed) { return synthetic_pairs(n, seed, std::nullopt); };
   const std::string out = std::string(BRIOCHE_BINARY_DIR) + "/train_cuda_test";
   std::filesystem::remove_all(out);
-  TrainConfig c;
-  c.data = "(in memory)";
-  c.method = Method::ORPO;
-  c.orpo_lambda = 0.5f;
-  c.learning_rate = 1e-2f;
+  TrainConfig c = tiny_orpo_config(out + "/cpu");
   c.iters = 12;
-  c.batch_size = 2;
   c.grad_accumulation_steps = 2;
-  c.rank = 4;
   c.segment_size = 1;
-  c.offload_boundaries = true;
   c.prefix_shared = true;
-  c.head_chunk_size = 13;
-  c.quiet = true;
-  c.seed = 3;
-  c.output = out + "/cpu";
   c.offload_boundaries = false;  // (CPU: nothing to offload to)
   model::Checkpoint ck_cpu = checkpoint(Device::CPU), ck_gpu = checkpoint(Device::CUDA);
   TrainResult cpu = Trainer(c, ck_cpu, {pairs(8, 1), pairs(8, 2)}).run();

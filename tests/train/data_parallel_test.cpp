@@ -43,19 +43,9 @@ TEST(DataParallelShare, EveryMicroBatchRunsOnExactlyOneRank) {
 }
 
 TrainConfig config(const std::string& out) {
-  TrainConfig c;
-  c.data = "(in memory)";
-  c.output = out;
-  c.method = Method::ORPO;
-  c.orpo_lambda = 0.5f;
-  c.learning_rate = 1e-2f;
+  TrainConfig c = tiny_orpo_config(out);
   c.iters = 6;
-  c.batch_size = 2;
-  c.rank = 4;
   c.lora_dropout = 0.1f;  // the mask seed follows the global micro-batch index
-  c.head_chunk_size = 13;
-  c.quiet = true;
-  c.seed = 3;
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include "model/weights.h"
 #include "tools/gen_model_lib.h"
 #include "train/dataset.h"
+#include "train/train_config.h"
 
 namespace brioche::train {
 
@@ -34,6 +35,23 @@ inline Dataset synthetic_pairs(int n, uint32_t seed, std::optional<int32_t> end_
     ds.pairs.push_back(std::move(p));
   }
   return ds;
+}
+
+// The tiny ORPO run the trainer tests start from: in-memory data, λ 0.5, lr
+// 1e-2, batches of 2 pairs, LoRA rank 4, head chunks of 13 rows, seed 3, quiet.
+inline TrainConfig tiny_orpo_config(const std::string& output) {
+  TrainConfig c;
+  c.data = "(in memory)";
+  c.output = output;
+  c.method = Method::ORPO;
+  c.orpo_lambda = 0.5f;
+  c.learning_rate = 1e-2f;
+  c.batch_size = 2;
+  c.rank = 4;
+  c.head_chunk_size = 13;
+  c.quiet = true;
+  c.seed = 3;
+  return c;
 }
 
 // A tiny random Llama with head_dim 64, the CUDA training attention's smallest
