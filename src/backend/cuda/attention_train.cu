@@ -150,11 +150,27 @@ void check_head_dim(int head_dim, const char* op) {
                 " is not supported; the CUDA training attention takes head_dim 64 or 128");
 }
 
-train_attention::Params base_params(const backend::cpu::DenseAttentionArgs& a, const DeviceLayout& dl) {
+// q, k, v rounded to bf16 for the kernels, contiguous: q [n_rows, H·d],
+// k and v [n_rows, KV·d].
+struct Bf16Qkv {
+  std::shared_ptr<void> q, k, v;
+};
+Bf16Qkv qkv_to_bf16(const backend::cpu::DenseAttentionArgs& a, int n_rows) {
   const auto& p = a.params;
-  return {.n_rows = dl.n_rows, .n_heads = p.n_heads, .n_kv_heads = p.n_kv_heads, .scale = p.scale,
-          .scale_log2 = p.scale * train_attention::kLog2e, .window = p.sliding_window, .blocks = dl.blocks,
-          .branch = dl.branch, .pos = dl.pos};
+  return {.q = to_bf16(a.q, a.ld_q, n_rows, int64_t(p.n_heads) * p.head_dim),
+          .k = to_bf16(a.k, a.ld_k, n_rows, int64_t(p.n_kv_heads) * p.head_dim),
+          .v = to_bf16(a.v, a.ld_v, n_rows, int64_t(p.n_kv_heads) * p.head_dim)};
+}
+
+// What the forward and backward launches share: the bf16 inputs, the shape,
+// the scale and the uploaded layout.
+train_attention::Params base_params(const backend::cpu::DenseAttentionArgs& a, const DeviceLayout& dl,
+                                    const Bf16Qkv& qkv) {
+  const auto& p = a.params;
+  return {.q = static_cast<const bf16*>(qkv.q.get()), .k = static_cast<const bf16*>(qkv.k.get()),
+          .v = static_cast<const bf16*>(qkv.v.get()), .n_rows = dl.n_rows, .n_heads = p.n_heads,
+          .n_kv_heads = p.n_kv_heads, .scale = p.scale, .scale_log2 = p.scale * train_attention::kLog2e,
+          .window = p.sliding_window, .blocks = dl.blocks, .branch = dl.branch, .pos = dl.pos};
 }
 
 }  // namespace
@@ -167,13 +183,8 @@ void dense_attention(const backend::cpu::DenseAttentionArgs& a) {
   const DeviceLayout dl = upload_layout(a.layout, pr.sliding_window, "dense_attention");
   if (dl.n_blocks == 0) return;
   const int d = pr.head_dim;
-  auto q16 = to_bf16(a.q, a.ld_q, dl.n_rows, int64_t(pr.n_heads) * d);
-  auto k16 = to_bf16(a.k, a.ld_k, dl.n_rows, int64_t(pr.n_kv_heads) * d);
-  auto v16 = to_bf16(a.v, a.ld_v, dl.n_rows, int64_t(pr.n_kv_heads) * d);
-  train_attention::Params p = base_params(a, dl);
-  p.q = static_cast<const bf16*>(q16.get());
-  p.k = static_cast<const bf16*>(k16.get());
-  p.v = static_cast<const bf16*>(v16.get());
+  const Bf16Qkv qkv = qkv_to_bf16(a, dl.n_rows);
+  train_attention::Params p = base_params(a, dl, qkv);
   p.out = a.out_w;
   p.lse = a.lse_w;
   p.ld_out = a.ld_out;
@@ -188,9 +199,7 @@ void dense_attention_backward(const backend::cpu::DenseAttentionArgs& a) {
   const DeviceLayout dl = upload_layout(a.layout, pr.sliding_window, "dense_attention_backward");
   if (dl.n_blocks == 0) return;
   const int d = pr.head_dim;
-  auto q16 = to_bf16(a.q, a.ld_q, dl.n_rows, int64_t(pr.n_heads) * d);
-  auto k16 = to_bf16(a.k, a.ld_k, dl.n_rows, int64_t(pr.n_kv_heads) * d);
-  auto v16 = to_bf16(a.v, a.ld_v, dl.n_rows, int64_t(pr.n_kv_heads) * d);
+  const Bf16Qkv qkv = qkv_to_bf16(a, dl.n_rows);
   const int64_t row_heads = int64_t(dl.n_rows) * pr.n_heads;
   auto dout16 = allocate(size_t(row_heads * d) * sizeof(bf16));
   auto delta = allocate(size_t(row_heads) * sizeof(float));  // [H][n_rows]
@@ -200,20 +209,12 @@ void dense_attention_backward(const backend::cpu::DenseAttentionArgs& a) {
     auto* dout_bf16 = static_cast<bf16*>(dout16.get());
     auto* delta_rows = static_cast<float*>(delta.get());
     auto* lse2_rows = static_cast<float*>(lse2.get());
-    if (d == 64)
-      backward_prologue_kernel<64><<<grid, 256, 0, detail::current_stream()>>>(
-          a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse, dl.n_rows, pr.n_heads, dout_bf16, delta_rows,
-          lse2_rows);
-    else
-      backward_prologue_kernel<128><<<grid, 256, 0, detail::current_stream()>>>(
-          a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse, dl.n_rows, pr.n_heads, dout_bf16, delta_rows,
-          lse2_rows);
+    auto* prologue = d == 64 ? backward_prologue_kernel<64> : backward_prologue_kernel<128>;
+    prologue<<<grid, 256, 0, detail::current_stream()>>>(a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse,
+                                                         dl.n_rows, pr.n_heads, dout_bf16, delta_rows, lse2_rows);
     CUDA_CHECK_LAUNCH();
   }
-  train_attention::Params p = base_params(a, dl);
-  p.q = static_cast<const bf16*>(q16.get());
-  p.k = static_cast<const bf16*>(k16.get());
-  p.v = static_cast<const bf16*>(v16.get());
+  train_attention::Params p = base_params(a, dl, qkv);
   p.dout = static_cast<const bf16*>(dout16.get());
   p.lse2 = static_cast<const float*>(lse2.get());
   p.delta = static_cast<const float*>(delta.get());
