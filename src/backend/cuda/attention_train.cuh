@@ -126,6 +126,17 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t ro
   }
 }
 
+// This thread's two rows of block b's tile (rows g and g + 8 of the warp's
+// 16, g = lane / 4): the absolute row, and whether the block has it.
+__device__ __forceinline__ void thread_rows(const Block& b, int warp, int g, int (&row)[2], bool (&valid)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    row[i] = b.first_row + r;
+    valid[i] = r < b.n_rows;
+  }
+}
+
 // The first key block in [from, to] that query block qb does not skip, or to + 1.
 __device__ __forceinline__ int next_key_block(const int32_t* blocks, const Block& qb, int from, int to, int window) {
   for (int b = from; b <= to; ++b)

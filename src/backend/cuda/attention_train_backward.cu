@@ -207,12 +207,7 @@ __global__ void __launch_bounds__(kThreads, kDkDvCtas) dkdv_kernel(Params p) {
   // This thread's two key rows: g and g + 8 of the warp's 16.
   int krow[2];
   bool kvalid[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + g + 8 * i;
-    krow[i] = kb.first_row + r;
-    kvalid[i] = r < kb.n_rows;
-  }
+  thread_rows(kb, warp, g, krow, kvalid);
 
   load_tile<D>(sk, p.k + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);
   load_tile<D>(sv, p.v + int64_t(kb.first_row) * kv_stride + kv_head * D, kv_stride, kb.n_rows);

@@ -56,12 +56,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) forward_kernel(Params p) {
   // This thread's two rows: g and g + 8 of the warp's 16.
   int qrow[2];
   bool qvalid[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + g + 8 * i;
-    qrow[i] = qb.first_row + r;
-    qvalid[i] = r < qb.n_rows;
-  }
+  thread_rows(qb, warp, g, qrow, qvalid);
 
   float o[D / 8][4];
 #pragma unroll
