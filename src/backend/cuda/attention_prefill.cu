@@ -198,12 +198,8 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     const int r = warp * 16 + g + 8 * i;
     if (r >= rows_here) continue;
     const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
-    float* dst = p.out + int64_t(first_row + row0 + r) * p.out_stride + int64_t(h) * D + 2 * t4;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      dst[8 * n] = o[n][2 * i] * inv;
-      dst[8 * n + 1] = o[n][2 * i + 1] * inv;
-    }
+    // out = O / l
+    store_row(p.out + int64_t(first_row + row0 + r) * p.out_stride + int64_t(h) * D + 2 * t4, o, i, inv);
   }
 }
 

@@ -153,12 +153,8 @@ __global__ void __launch_bounds__(kThreads, kDqCtas<D>) dq_kernel(Params p) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (!qvalid[i]) continue;
-    float* dst = p.dq + int64_t(qrow[i]) * p.ld_dq + int64_t(h) * D + 2 * t4;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      dst[8 * n] = dq[n][2 * i] * p.scale;
-      dst[8 * n + 1] = dq[n][2 * i + 1] * p.scale;
-    }
+    // dQ = scale · dS·K
+    store_row(p.dq + int64_t(qrow[i]) * p.ld_dq + int64_t(h) * D + 2 * t4, dq, i, p.scale);
   }
 }
 

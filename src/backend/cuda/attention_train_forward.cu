@@ -113,12 +113,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) forward_kernel(Params p) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
     if (!qvalid[i]) continue;
     const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
-    float* dst = p.out + int64_t(qrow[i]) * p.ld_out + int64_t(h) * D + 2 * t4;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      dst[8 * n] = o[n][2 * i] * inv;
-      dst[8 * n + 1] = o[n][2 * i + 1] * inv;
-    }
+    // out = O / l
+    store_row(p.out + int64_t(qrow[i]) * p.ld_out + int64_t(h) * D + 2 * t4, o, i, inv);
     if (t4 == 0) p.lse[int64_t(qrow[i]) * p.ld_lse + h] = (m[i] + log2f(l[i])) * kLn2;
   }
 }

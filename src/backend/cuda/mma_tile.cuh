@@ -190,6 +190,18 @@ __device__ __forceinline__ void mma_add_c_times_x(float (&acc)[D / 8][4], const 
   }
 }
 
+// Row i ∈ {0, 1} of this thread (row g or g + 8) of accumulator tiles
+// acc[16, 8·kNTiles], times `scale`: its columns 8n + 2t and 8n + 2t + 1 of
+// every n-tile n, to dst[8n] and dst[8n + 1] (dst = the row's column 2t).
+template <int kNTiles>
+__device__ __forceinline__ void store_row(float* dst, const float (&acc)[kNTiles][4], int i, float scale) {
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n) {
+    dst[8 * n] = acc[n][2 * i] * scale;
+    dst[8 * n + 1] = acc[n][2 * i + 1] * scale;
+  }
+}
+
 // One online-softmax step over a tile of scores for this thread's two rows
 // (base-2 units, masked scores −inf); a row's 4 threads (one quad) share m:
 //   m' = max(m, rowmax S);  P = 2^(S − m');  l' = l·2^(m − m') + rowsum P;
