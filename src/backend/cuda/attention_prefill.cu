@@ -193,8 +193,7 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] = quad_sum(l[i]);
     const int r = warp * 16 + g + 8 * i;
     if (r >= rows_here) continue;
     const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key

@@ -109,8 +109,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) forward_kernel(Params p) {
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] = quad_sum(l[i]);
     if (!qvalid[i]) continue;
     const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
     // out = O / l

@@ -190,6 +190,16 @@ __device__ __forceinline__ void mma_add_c_times_x(float (&acc)[D / 8][4], const 
   }
 }
 
+// The max and the sum over a row's quad (the 4 threads that hold its columns).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 // Row i ∈ {0, 1} of this thread (row g or g + 8) of accumulator tiles
 // acc[16, 8·kNTiles], times `scale`: its columns 8n + 2t and 8n + 2t + 1 of
 // every n-tile n, to dst[8n] and dst[8n + 1] (dst = the row's column 2t).
@@ -216,8 +226,7 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kNTiles][4], floa
     float mx = m[i];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = quad_max(mx);
     const float base = mx == -INFINITY ? 0.0f : mx;  // all masked so far: keep zeros, not NaN
     const float corr = fast_exp2(m[i] - base);
     m[i] = mx;
