@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/vec_f32.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
 
@@ -124,14 +125,21 @@ void accumulate_values(const float* probs, const T* vb, int64_t slot_stride, int
   for (int64_t j = 0; j < n; ++j) axpy_kv(acc, probs[j], vb + j * slot_stride, d);
 }
 
-// Attention of one query row against positions [first_key, last_key] with
-// the online (streaming) softmax, one cache block at a time:
+// Attention of one query row of every head of a GQA group (the `group`
+// query heads that read kv head `kv_head`) against positions
+// [first_key, last_key], with the online (streaming) softmax, one cache block
+// at a time; per head:
 //   m' = max(m, max_j s_j);  l' = l·e^(m−m') + Σ_j e^(s_j−m');
 //   acc' = acc·e^(m−m') + Σ_j e^(s_j−m')·v_j;   out = acc / l.
-// scores has room for one block of keys.
+// The group's heads walk the blocks together, so each block is fetched
+// (and the next one prefetched) once for all of them; each head's arithmetic
+// is the same as walking it alone. q and out hold the group's heads at
+// stride head_dim; scores has room for one block of keys, acc for
+// [group, head_dim].
 template <typename T>
-void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head, const float* q,
-                int64_t first_key, int64_t last_key, float* scores, float* acc, float* out) {
+void attend_group(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head, int group, const float* q,
+                  int64_t first_key, int64_t last_key, float* scores, float* acc, float* out) {
+  constexpr int kMaxGroup = 16;
   const int d = a.head_dim;
   const int bs = a.cache.block_size;
   const int64_t slot_stride = int64_t(a.n_kv_heads) * d;  // elements per position
@@ -139,9 +147,12 @@ void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head,
   const T* k_base = static_cast<const T*>(a.cache.k) + int64_t(kv_head) * d;
   const T* v_base = static_cast<const T*>(a.cache.v) + int64_t(kv_head) * d;
 
-  float m = -std::numeric_limits<float>::infinity();
-  float l = 0.0f;
-  std::fill(acc, acc + d, 0.0f);
+  float m[kMaxGroup], l[kMaxGroup];
+  for (int h = 0; h < group; ++h) {
+    m[h] = -std::numeric_limits<float>::infinity();
+    l[h] = 0.0f;
+  }
+  std::fill(acc, acc + int64_t(group) * d, 0.0f);
   for (int64_t key0 = first_key; key0 <= last_key;) {
     int64_t block_index = key0 / bs;
     int64_t slot0 = key0 % bs;
@@ -164,23 +175,28 @@ void attend_row(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head,
         }
       }
     }
-    score_keys(q, kb, slot_stride, d, n, a.scale, scores);
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scores[j]);
-    float m_new = std::max(m, block_max);
-    float correction = std::exp(m - m_new);  // 0 on the first block (m = −inf)
-    if (correction != 1.0f) {
-      scale_f32(acc, correction, d);
-      l *= correction;
+    for (int h = 0; h < group; ++h) {
+      float* acc_h = acc + int64_t(h) * d;
+      score_keys(q + int64_t(h) * d, kb, slot_stride, d, n, a.scale, scores);
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scores[j]);
+      float m_new = std::max(m[h], block_max);
+      float correction = std::exp(m[h] - m_new);  // 0 on the first block (m = −inf)
+      if (correction != 1.0f) {
+        scale_f32(acc_h, correction, d);
+        l[h] *= correction;
+      }
+      exp_shifted(scores, n, m_new, scores);
+      for (int64_t j = 0; j < n; ++j) l[h] += scores[j];
+      accumulate_values(scores, vb, slot_stride, d, n, acc_h);
+      m[h] = m_new;
     }
-    exp_shifted(scores, n, m_new, scores);
-    for (int64_t j = 0; j < n; ++j) l += scores[j];
-    accumulate_values(scores, vb, slot_stride, d, n, acc);
-    m = m_new;
     key0 += n;
   }
-  float inv_l = 1.0f / l;
-  for (int i = 0; i < d; ++i) out[i] = acc[i] * inv_l;
+  for (int h = 0; h < group; ++h) {
+    float inv_l = 1.0f / l[h];
+    for (int i = 0; i < d; ++i) out[int64_t(h) * d + i] = acc[int64_t(h) * d + i] * inv_l;
+  }
 }
 
 template <typename T>
@@ -200,22 +216,23 @@ void paged_attention_typed(const PagedAttentionArgs& a) {
     }
   }
   const int group = a.n_heads / a.n_kv_heads;
+  BRIOCHE_CHECK(group >= 1 && group <= 16 && group * a.n_kv_heads == a.n_heads, "paged_attention: ", a.n_heads,
+                " query heads over ", a.n_kv_heads, " kv heads (expected groups of 1 to 16)");
   ThreadPool::global().run(int(tasks.size()), [&](int t) {
     const AttentionTask& task = tasks[t];
     const KvSequence& seq = a.sequences[task.sequence];
     thread_local std::vector<float> scratch;
-    scratch.resize(size_t(a.cache.block_size) + size_t(a.head_dim));
+    scratch.resize(size_t(a.cache.block_size) + size_t(group) * size_t(a.head_dim));
     float* scores = scratch.data();
-    float* acc = scores + a.cache.block_size;
+    float* acc = scores + a.cache.block_size;  // [group, head_dim]
     for (int32_t i = task.row_begin; i < task.row_end; ++i) {
       int64_t row = seq.first_row + i;
       int64_t pos = int64_t(seq.n_past) + i;
       int64_t first_key = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
-      for (int head = task.kv_head * group; head < (task.kv_head + 1) * group; ++head) {
-        const float* q = a.q + row * a.q_stride + int64_t(head) * a.head_dim;
-        float* out = a.out + row * a.out_stride + int64_t(head) * a.head_dim;
-        attend_row<T>(a, seq, task.kv_head, q, first_key, pos, scores, acc, out);
-      }
+      // The group's query heads are adjacent: heads [kv_head·group, (kv_head+1)·group).
+      const float* q = a.q + row * a.q_stride + int64_t(task.kv_head) * group * a.head_dim;
+      float* out = a.out + row * a.out_stride + int64_t(task.kv_head) * group * a.head_dim;
+      attend_group<T>(a, seq, task.kv_head, group, q, first_key, pos, scores, acc, out);
     }
   });
 }
