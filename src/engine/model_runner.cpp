@@ -40,6 +40,10 @@ class TransformerRunner final : public ModelRunner {
   Device device() const override { return model_->device(); }
   void forward(const model::ForwardBatch& batch, Tensor& logits) override { model_->forward(batch, *cache_, logits); }
   bool copy_kv_prefix(int32_t src, int32_t dst, int32_t n_tokens) override {
+    // Under tensor parallelism this cache is rank 0's KV heads only: a copy
+    // here would leave the other ranks' blocks uncopied (whole-block sharing,
+    // which needs no copy, still applies).
+    if (!model_->kv_cache_is_whole()) return false;
     cache_->copy_block_prefix(src, dst, n_tokens);
     return true;
   }

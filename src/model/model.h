@@ -73,6 +73,11 @@ class Model {
 
   // Where the weights live (LoadOptions::device).
   virtual Device device() const { return Device::CPU; }
+  // False when part of the KV state lives outside the cache passed to
+  // forward (tensor parallelism: the other ranks hold their own KV heads),
+  // so the caller must not edit that cache directly (e.g. copy K/V between
+  // blocks for prefix sharing): only forward keeps every rank in step.
+  virtual bool kv_cache_is_whole() const { return true; }
 
   // Bytes of weights (as stored).
   virtual size_t weight_bytes() const = 0;

@@ -64,6 +64,7 @@ class TensorParallelModel final : public Model {
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
   size_t weight_bytes() const override { return shard_->weight_bytes(); }
   Device device() const override { return shard_->device(); }
+  bool kv_cache_is_whole() const override { return false; }  // workers hold the other KV heads
   int n_ranks() const { return collective_->size(); }
   const LlamaModel& shard() const { return *shard_; }
 

@@ -92,6 +92,10 @@ void expect_tp_matches(DType dtype) {
     auto collective = std::make_unique<brioche::testing::ThreadCollective>(ranks, 0, baton);
     TensorParallelModel tp(std::make_unique<LlamaModel>(shard_checkpoint(full, {.rank = 0, .size = 2})),
                            std::move(collective));
+    // Rank 0's cache holds only its KV heads: the engine must not copy K/V
+    // between its blocks (sub-block prefix sharing) behind the workers' backs.
+    EXPECT_FALSE(tp.kv_cache_is_whole());
+    EXPECT_TRUE(tp.shard().kv_cache_is_whole());
     got = run_steps(tp, tables);
   }  // the stop message: the worker returns
   worker.join();
