@@ -2,6 +2,7 @@
 # Copies the CUDA binaries and the non-system shared libraries they need into
 # build/dev/ (small enough to carry to the device machine).
 set -eu
+source "$(dirname "$0")/pack_common.sh"
 mkdir -p build/dev/lib
 for b in cuda_model_bench gen_model brioche; do
   strip -o build/dev/$b build/cuda/$b
@@ -14,17 +15,6 @@ c++ -O2 build/cuda/tests/CMakeFiles/test_backend.dir/backend/cuda_ops_test.cpp.o
 strip build/dev/cuda_ops_test
 strip -o build/dev/test_model build/cuda/tests/test_model  # CudaDecodeGraph.*
 strip -o build/dev/test_backend build/cuda/tests/test_backend  # CudaFusedMatmul.* (needs ops/)
-# Libraries from this machine's distribution that the device image lacks
-# (CUDA's own come from /usr/local/cuda there).
-for lib in $(ldd build/dev/cuda_ops_test build/dev/cuda_model_bench build/dev/test_model build/dev/test_backend build/dev/brioche | awk '/=>/ {print $3}' | sort -u); do
-  case "$lib" in
-    */libstdc++*|*/libcudart*|*/libc.so*|*/libm.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*|*/ld-linux*|*/libgcc_s*|*/libcuda.so*) ;;
-    /usr/local/cuda*) ;;
-    *) cp -L "$lib" build/dev/lib/ ;;
-  esac
-done
-# The default model's tokenizer alone (tokenizer.* keys, no weights), for a
-# random-weight model that runs through `brioche run/serve` on the device.
-model=${BRIOCHE_MODEL:-$HOME/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-[ -f "$model" ] && build/dev/gen_model --tokenizer-only --tokenizer-from "$model" --out build/dev/smollm2-tokenizer.gguf
+copy_runtime_libs build/dev build/dev/cuda_ops_test build/dev/cuda_model_bench build/dev/test_model build/dev/test_backend build/dev/brioche
+pack_tokenizer build/dev/gen_model build/dev
 du -sh build/dev

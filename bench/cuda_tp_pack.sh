@@ -6,6 +6,7 @@
 #   cmake --preset cuda -B build/cuda-tp && ninja -C build/cuda-tp -j2 brioche cuda_model_bench gen_model test_model test_train
 #   BUILD=build/cuda-tp bash bench/cuda_tp_pack.sh
 set -eu
+source "$(dirname "$0")/pack_common.sh"
 src=${BUILD:-build/cuda}
 dst=build/tp
 rm -rf $dst
@@ -17,15 +18,8 @@ strip -o $dst/test_model $src/tests/test_model  # CudaTensorParallel.*, TensorPa
 strip -o $dst/test_train $src/tests/test_train  # CudaDataParallel.*, DataParallel*
 # The default model's tokenizer alone, for random-weight models that run
 # through `brioche run --tensor-parallel` and `brioche train --gpus` there.
-model=${BRIOCHE_MODEL:-$HOME/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf}
-$dst/gen_model --tokenizer-only --tokenizer-from "$model" --out $dst/smollm2-tokenizer.gguf
-for lib in $(ldd $dst/cuda_model_bench $dst/brioche $dst/gen_model $dst/test_model $dst/test_train | awk '/=>/ {print $3}' | sort -u); do
-  case "$lib" in
-    */libstdc++*|*/libcudart*|*/libc.so*|*/libm.so*|*/libdl.so*|*/libpthread.so*|*/librt.so*|*/ld-linux*|*/libgcc_s*|*/libcuda.so*|*/libnccl*) ;;
-    /usr/local/cuda*) ;;
-    *) cp -L "$lib" $dst/lib/ ;;
-  esac
-done
+pack_tokenizer $dst/gen_model $dst
+copy_runtime_libs $dst $dst/cuda_model_bench $dst/brioche $dst/gen_model $dst/test_model $dst/test_train
 cp bench/cuda_tp_run.sh $dst/
 # Which commit the binaries were built from (printed there by `info`).
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench tests tools || echo '+uncommitted')" > $dst/COMMIT
