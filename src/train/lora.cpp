@@ -175,14 +175,8 @@ std::vector<LoraAdapter::Entry> LoraAdapter::entries() {
   return out;
 }
 
-float DropoutStream::factor(int64_t row, int64_t col) const { return dropout_factor(key, p, row, col); }
-
-DropoutStream DropoutStream::make(float p, uint64_t step_seed, int layer, Module m) {
-  return {p, dropout_key(step_seed, layer, int(m))};
-}
-
-void apply_dropout(const DropoutStream& d, const Tensor& src, Tensor& dst) {
-  ops::dropout(src, {.p = d.p, .key = d.key}, dst);
+ops::DropoutMask lora_dropout_mask(float p, uint64_t step_seed, int layer, Module m) {
+  return {.p = p, .key = dropout_key(step_seed, layer, int(m))};
 }
 
 }  // namespace brioche::train

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/dropout.h"
 #include "model/model_config.h"
 
 namespace brioche::train {
@@ -112,20 +113,10 @@ class LoraAdapter {
   LoraFlat flat_;
 };
 
-// Inverted dropout on the LoRA input: keep with probability 1 − p, scale
-// kept values by 1/(1 − p). The mask of element (row, col) is a hash of the
-// stream key (core/dropout_hash.h, the same on the CPU and CUDA), so forward
-// and recompute agree without storing it.
-struct DropoutStream {
-  float p = 0.0f;
-  uint64_t key = 0;  // mix of (step seed, layer, module)
-  bool active() const { return p > 0.0f; }
-  // Multiplier (0 or 1/(1−p)) of element (row, col).
-  float factor(int64_t row, int64_t col) const;
-  static DropoutStream make(float p, uint64_t step_seed, int layer, Module m);
-};
-
-// dst[n, k] = src ⊙ mask (the dropped LoRA input), on the tensors' device; dst may alias src.
-void apply_dropout(const DropoutStream& d, const Tensor& src, Tensor& dst);
+// Inverted dropout on the LoRA input of (layer, module) in the micro-step
+// with `step_seed`: keep with probability 1 − p, scale kept values by
+// 1/(1 − p); applied with ops::dropout, whose mask is a pure hash of the
+// key, so forward and recompute agree without storing it.
+ops::DropoutMask lora_dropout_mask(float p, uint64_t step_seed, int layer, Module m);
 
 }  // namespace brioche::train

@@ -25,7 +25,7 @@ void lora_linear_forward(const LoraSite& site, const Tensor& x, Tensor& y, Tenso
   Tensor x_in = x;
   if (site.dropout.active()) {
     x_in = f32(n, x.dim(1), dev);
-    apply_dropout(site.dropout, x, x_in);
+    ops::dropout(x, site.dropout, x_in);
   }
   ops::matmul(x_in, f.a, *u);   // drop(x)·Aᵀ             [n, r]
   ops::scale(*u, site.scale);   // u = s·drop(x)·Aᵀ       (saved)
@@ -50,11 +50,11 @@ void lora_linear_backward(const LoraSite& site, const LoraLinearBackward& a) {
     return;
   }
   Tensor xd = f32(n, a.x.dim(1), dev);
-  apply_dropout(site.dropout, a.x, xd);
+  ops::dropout(a.x, site.dropout, xd);
   ops::matmul_weight_grad(g, xd, f.grad_a);                               // dA += gᵀ·drop(x)
   Tensor gx = xd;                                                         // (xd is no longer needed)
   ops::matmul_input_grad(g, f.a, gx, ops::GradWrite::Overwrite);
-  apply_dropout(site.dropout, gx, gx);                                    // drop' = same mask
+  ops::dropout(gx, site.dropout, gx);                                    // drop' = same mask
   ops::add_scaled(gx, 1.0f, a.dx);
 }
 

@@ -17,7 +17,7 @@ struct LoraSite {
   const Tensor* bias = nullptr;     // f32 [out] or undefined
   LoraFactors* lora = nullptr;      // nullptr: plain linear (or adapter disabled)
   float scale = 0.0f;
-  DropoutStream dropout;
+  ops::DropoutMask dropout;
 };
 
 // y [n, out] written; u [n, r] written when the site has LoRA (saved for backward).

@@ -26,7 +26,7 @@ LoraSite site(const LayerContext& ctx, const LayerParams& p, Module m, const Ten
     if (LoraFactors* f = p.adapter->factors(p.layer, m)) {
       s.lora = f;
       s.scale = p.adapter->scale();
-      s.dropout = DropoutStream::make(ctx.lora_dropout ? p.adapter->config().dropout : 0.0f, ctx.dropout_seed, p.layer, m);
+      s.dropout = lora_dropout_mask(ctx.lora_dropout ? p.adapter->config().dropout : 0.0f, ctx.dropout_seed, p.layer, m);
     }
   }
   return s;

@@ -47,6 +47,22 @@ struct Fixture {
       pref.push_back({p[0].get<std::vector<int32_t>>(), p[1].get<std::vector<int32_t>>(), p[2].get<std::vector<int32_t>>()});
   }
 
+  // A copy of the adapter (same sites and factors) with LoRA dropout p.
+  std::unique_ptr<LoraAdapter> adapter_with_dropout(float p) const {
+    LoraConfig lora = adapter->config();
+    lora.dropout = p;
+    std::vector<LoraAdapter::Site> sites;
+    for (auto& e : adapter->entries()) sites.push_back({e.layer, e.module});
+    auto copy = std::make_unique<LoraAdapter>(ck.config, lora, sites);
+    auto src = adapter->entries();
+    auto dst = copy->entries();
+    for (size_t i = 0; i < src.size(); ++i) {
+      std::memcpy(dst[i].factors->a.data(), src[i].factors->a.data(), src[i].factors->a.nbytes());
+      std::memcpy(dst[i].factors->b.data(), src[i].factors->b.data(), src[i].factors->b.nbytes());
+    }
+    return copy;
+  }
+
   TokenBatch batch(Method method, SftScope scope, bool prefix_shared = false) const {
     if (method == Method::SFT) {
       std::vector<const TokenizedExample*> ptrs;
@@ -163,20 +179,7 @@ TEST(TrainGolden, PrefixSharedEqualsTwoForward) {
 
 TEST(TrainGolden, DropoutMasksReplayInSegmentedRecompute) {
   Fixture f;
-  f.adapter = [&] {  // same factors, dropout 0.3
-    LoraConfig lora = f.adapter->config();
-    lora.dropout = 0.3f;
-    std::vector<LoraAdapter::Site> sites;
-    for (auto& e : f.adapter->entries()) sites.push_back({e.layer, e.module});
-    auto a = std::make_unique<LoraAdapter>(f.ck.config, lora, sites);
-    auto src = f.adapter->entries();
-    auto dst = a->entries();
-    for (size_t i = 0; i < src.size(); ++i) {
-      std::memcpy(dst[i].factors->a.data(), src[i].factors->a.data(), src[i].factors->a.nbytes());
-      std::memcpy(dst[i].factors->b.data(), src[i].factors->b.data(), src[i].factors->b.nbytes());
-    }
-    return a;
-  }();
+  f.adapter = f.adapter_with_dropout(0.3f);  // same factors
   auto run = [&](int seg) {
     f.adapter->zero_grads();
     TrainModel model(f.ck, f.adapter.get(), {.segment_size = seg});
@@ -195,21 +198,7 @@ TEST(TrainGolden, DropoutMasksReplayInSegmentedRecompute) {
 // false) apply no LoRA dropout, whatever the seed, as PEFT's eval mode.
 TEST(TrainGolden, NoDropoutInEvaluationForwards) {
   Fixture f;
-  auto with_dropout = [&](float p) {
-    LoraConfig lora = f.adapter->config();
-    lora.dropout = p;
-    std::vector<LoraAdapter::Site> sites;
-    for (auto& e : f.adapter->entries()) sites.push_back({e.layer, e.module});
-    auto a = std::make_unique<LoraAdapter>(f.ck.config, lora, sites);
-    auto src = f.adapter->entries();
-    auto dst = a->entries();
-    for (size_t i = 0; i < src.size(); ++i) {
-      std::memcpy(dst[i].factors->a.data(), src[i].factors->a.data(), src[i].factors->a.nbytes());
-      std::memcpy(dst[i].factors->b.data(), src[i].factors->b.data(), src[i].factors->b.nbytes());
-    }
-    return a;
-  };
-  auto dropped = with_dropout(0.3f), whole = with_dropout(0.0f);
+  auto dropped = f.adapter_with_dropout(0.3f), whole = f.adapter_with_dropout(0.0f);
   TokenBatch b = f.batch(Method::SFT, SftScope::Full);
   auto hidden = [&](LoraAdapter& a, ForwardOptions o) {
     Tensor h = TrainModel(f.ck, &a).forward(b, o);
