@@ -420,8 +420,11 @@ class Session : public std::enable_shared_from_this<Session> {
       std::string text = builder_->on_event(e);
       if (stream_mode_) outgoing_ += text;
     }
+    // Finishing counts the request in the metrics before its last bytes go
+    // out (asio may write them inside the initiating call): a client that
+    // reads /metrics right after the stream ends sees this request.
+    if (builder_->done() && !finished_) return finish_generation();
     if (stream_mode_) flush_stream();
-    if (builder_->done() && !finished_) finish_generation();
   }
 
   void flush_stream() {

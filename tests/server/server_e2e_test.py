@@ -367,10 +367,12 @@ class AuthAndLimitsTest(unittest.TestCase):
         server = ServerProcess("--max-queue", "1")
         try:
             body = json.dumps({"messages": [{"role": "user", "content": "Write a long story."}],
-                               "max_tokens": 60, "stream": True, "ignore_eos": True})
+                               "max_tokens": 200, "stream": True, "ignore_eos": True})
             first = subprocess.Popen(["curl", "-sN", server.url + "/v1/chat/completions", "-d", body],
                                      stdout=subprocess.PIPE, text=True)
-            time.sleep(0.5)
+            # The first stream is in flight once its first event arrives (a fixed sleep raced a fast machine).
+            head = first.stdout.readline()
+            self.assertTrue(head.startswith("data: "), head)
             out = subprocess.run(["curl", "-s", "-i", server.url + "/v1/chat/completions", "-d", body],
                                  capture_output=True, text=True).stdout
             self.assertIn(" 429", out.splitlines()[0])
@@ -378,6 +380,7 @@ class AuthAndLimitsTest(unittest.TestCase):
             # SIGTERM while the first stream runs: it still completes, then the process exits 0.
             server.proc.send_signal(signal.SIGTERM)
             streamed, _ = first.communicate(timeout=60)
+            streamed = head + streamed
             self.assertTrue(streamed.rstrip().endswith("data: [DONE]"), streamed[-300:])
             self.assertEqual(server.proc.wait(timeout=30), 0)
         finally:
