@@ -55,12 +55,12 @@ class BenchRig {
   BenchRig(model::Model& model, int max_sequences, int max_positions) : model_(model) {
     const int block = 16;
     blocks_per_sequence_ = (max_positions + block - 1) / block;
-    // On CUDA the cache is f16 (half the bytes to read per decode step).
+    // f16, as the engine's default cache (engine::KvSizing).
     const bool on_gpu = model.device() == Device::CUDA;
     cache_ = std::make_unique<model::KvCache>(
         model.config(), model::KvCacheOptions{.block_size = block,
                                               .n_blocks = blocks_per_sequence_ * max_sequences,
-                                              .dtype = on_gpu ? DType::F16 : DType::F32,
+                                              .dtype = DType::F16,
                                               .device = model.device()});
     if (on_gpu) logits_ = ops::zeros(DType::F32, {int64_t(max_sequences), model.config().vocab_size}, Device::CUDA);
     sequences_.resize(max_sequences);

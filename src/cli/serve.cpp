@@ -12,6 +12,7 @@ Subcommand add_serve_command(CLI::App& root) {
   auto opts = std::make_shared<server::ServerOptions>();
   auto kv_mb = std::make_shared<int>(256);
   auto ctx = std::make_shared<int>(0);
+  auto kv_type = std::make_shared<std::string>("f16");
   auto timeout = std::make_shared<double>(600);
   model->add_to(*app);
   app->add_option("--host", opts->host, "address to listen on")->capture_default_str();
@@ -23,6 +24,8 @@ Subcommand add_serve_command(CLI::App& root) {
   app->add_option("--timeout", *timeout, "per-request timeout in seconds")->check(CLI::PositiveNumber)->capture_default_str();
   app->add_option("--io-threads", opts->io_threads, "HTTP threads")->check(CLI::Range(1, 64))->capture_default_str();
   app->add_option("--kv-mb", *kv_mb, "KV cache memory in MiB")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app->add_option("--kv-cache-type", *kv_type, "KV cache element type: f16, or f32 (CPU only; exact attention, twice the memory)")
+      ->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
   app->add_option("--ctx", *ctx, "context length (0: the model's, capped at 8192)")->check(CLI::Range(0, 1 << 20));
   app->add_option("--max-batch-tokens", opts->engine.scheduler.max_batch_tokens, "rows per engine step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app->add_option("--max-running", opts->engine.scheduler.max_running, "sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
@@ -31,6 +34,7 @@ Subcommand add_serve_command(CLI::App& root) {
   return {app, [=] {
             opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;
             opts->engine.kv.max_context = *ctx;
+            opts->engine.kv.dtype = *kv_type == "f32" ? DType::F32 : DType::F16;
             opts->request_timeout_s = *timeout;
             std::shared_ptr<engine::Engine> engine = load_engine(*model, opts->engine);
             opts->engine.model_path = resolve_model_path(model->model);

@@ -14,24 +14,24 @@ class TransformerRunner final : public ModelRunner {
  public:
   TransformerRunner(std::shared_ptr<model::Model> model, const KvSizing& sizing) : model_(std::move(model)) {
     const model::ModelConfig& config = model_->config();
+    BRIOCHE_CHECK(sizing.dtype == DType::F16 || (sizing.dtype == DType::F32 && model_->device() == Device::CPU),
+                  "KV cache type ", dtype_name(sizing.dtype), (model_->device() == Device::CUDA ? " on CUDA" : " on the CPU"),
+                  ": expected f16, or f32 on the CPU");
     int32_t trained = config.max_context > 0 ? config.max_context : 2048;
     context_ = sizing.max_context > 0 ? sizing.max_context : std::min<int32_t>(trained, 8192);
     int32_t n_blocks = sizing.n_blocks;
     if (n_blocks <= 0) {
-      size_t per_block = model::KvCache::block_bytes(config, sizing.block_size, kv_dtype());
+      size_t per_block = model::KvCache::block_bytes(config, sizing.block_size, sizing.dtype);
       n_blocks = int32_t(std::max<size_t>(sizing.kv_memory_bytes / per_block, 1));
       // Always room for at least one full-length sequence.
       n_blocks = std::max(n_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
     }
     cache_ = std::make_unique<model::KvCache>(config, model::KvCacheOptions{.block_size = sizing.block_size,
                                                                           .n_blocks = n_blocks,
-                                                                          .dtype = kv_dtype(),
+                                                                          .dtype = sizing.dtype,
                                                                           .device = model_->device()});
   }
 
-  // f32 on the CPU (exact, and the CPU attention reads it fastest); f16 on
-  // the GPU, where decode attention is bound by the bytes it reads.
-  DType kv_dtype() const { return model_->device() == Device::CUDA ? DType::F16 : DType::F32; }
 
   int32_t vocab_size() const override { return model_->config().vocab_size; }
   int32_t context_length() const override { return context_; }

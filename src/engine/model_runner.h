@@ -72,6 +72,10 @@ struct KvSizing {
   int32_t n_blocks = 0;          // 0: derive from kv_memory_bytes
   size_t kv_memory_bytes = 256ull << 20;
   int32_t max_context = 0;       // 0: the model's trained context (capped at 8192)
+  // f16 on every device by default: batched decode attention is bound by the
+  // bytes of K/V it reads (half of f32's; llama.cpp's default too). F32 (CPU
+  // only) keeps attention exact.
+  DType dtype = DType::F16;
 };
 
 // The real thing: model::Model + a KvCache sized by `sizing`.

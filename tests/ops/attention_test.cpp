@@ -7,8 +7,10 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -23,6 +25,11 @@ struct Case {
   int sliding_window;
   std::vector<std::pair<int, int>> seqs;  // (n_past, n_rows)
 };
+
+void expect_matches_reference(const Case& c, const std::vector<ops::AttentionSequence>& seqs,
+                              const std::vector<std::vector<float>>& hist_k,
+                              const std::vector<std::vector<float>>& hist_v, const Tensor& q, const Tensor& out,
+                              float scale, std::string_view isa);
 
 void run_case(const Case& c, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -90,12 +97,26 @@ void run_case(const Case& c, uint32_t seed) {
 
   Tensor q = Tensor::zeros(DType::F32, {n_rows, q_dim});
   for (int64_t i = 0; i < q.numel(); ++i) q.data_as<float>()[i] = dist(rng);
-  Tensor out = Tensor::zeros(DType::F32, {n_rows, q_dim});
   float scale = 1.0f / std::sqrt(float(c.head_dim));
-  ops::paged_attention(q, kc, vc, seqs,
-                       {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-                        .scale = scale, .sliding_window = c.sliding_window},
-                       out);
+  // Every instruction set's kernels: AVX2, and AVX-512 where the CPU has it.
+  for (cpu::Isa isa : cpu::available_isas()) {
+    if (isa == cpu::Isa::Scalar) continue;  // attention has no scalar-only path
+    cpu::set_isa_override(isa);
+    Tensor out = Tensor::zeros(DType::F32, {n_rows, q_dim});
+    ops::paged_attention(q, kc, vc, seqs,
+                         {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                          .scale = scale, .sliding_window = c.sliding_window},
+                         out);
+    cpu::clear_isa_override();
+    expect_matches_reference(c, seqs, hist_k, hist_v, q, out, scale, cpu::isa_name(isa));
+  }
+}
+
+void expect_matches_reference(const Case& c, const std::vector<ops::AttentionSequence>& seqs,
+                              const std::vector<std::vector<float>>& hist_k,
+                              const std::vector<std::vector<float>>& hist_v, const Tensor& q, const Tensor& out,
+                              float scale, std::string_view isa) {
+  const int kv_dim = c.n_kv_heads * c.head_dim;
 
   const int group = c.n_heads / c.n_kv_heads;
   double max_err = 0;
@@ -128,7 +149,7 @@ void run_case(const Case& c, uint32_t seed) {
     }
   }
   EXPECT_LT(max_err, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim
-                           << " block " << c.block_size;
+                           << " block " << c.block_size << " " << isa;
 }
 
 TEST(PagedAttention, SingleSequencePrefill) {
@@ -153,6 +174,13 @@ TEST(PagedAttention, F16Cache) {
 // cache types (the cases above mostly exercise its scalar tail).
 TEST(PagedAttention, F16CacheFullBlocksDecodeAndPrefill) {
   run_case({6, 2, 64, 16, DType::F16, 0, {{40, 1}, {0, 33}, {16, 1}, {71, 2}}}, 6);
+}
+
+// Long rows (hundreds of keys in one softmax), head_dim 128 and 80 (the
+// AVX-512 value loop's 64-wide and 16-wide slices), partial last blocks.
+TEST(PagedAttention, LongRowsWideAndOddHeads) {
+  run_case({8, 2, 128, 16, DType::F32, 0, {{300, 1}, {0, 40}, {517, 1}}}, 7);
+  run_case({5, 1, 80, 16, DType::F16, 0, {{250, 1}, {33, 3}}}, 8);
 }
 
 TEST(PagedAttention, SlidingWindow) {

@@ -4,14 +4,31 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/vec_f32.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
 
 namespace brioche::backend::cpu {
+
+namespace {
+
+// dst[i] = f16(src[i]), rounded to nearest even like f32_to_f16.
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if BRIOCHE_VEC_AVX2
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+}  // namespace
 
 void store_kv(const StoreKvArgs& a) {
   const int64_t slot_elems = a.kv_dim;  // one position: all kv heads
@@ -28,10 +45,8 @@ void store_kv(const StoreKvArgs& a) {
         if (a.cache.f16) {
           uint16_t* kd = static_cast<uint16_t*>(a.cache.k) + offset;
           uint16_t* vd = static_cast<uint16_t*>(a.cache.v) + offset;
-          for (int64_t e = 0; e < slot_elems; ++e) {
-            kd[e] = f32_to_f16(k[e]);
-            vd[e] = f32_to_f16(v[e]);
-          }
+          f32_to_f16_row(k, kd, slot_elems);
+          f32_to_f16_row(v, vd, slot_elems);
         } else {
           std::memcpy(static_cast<float*>(a.cache.k) + offset, k, slot_elems * sizeof(float));
           std::memcpy(static_cast<float*>(a.cache.v) + offset, v, slot_elems * sizeof(float));
@@ -91,14 +106,23 @@ void score_keys(const float* q, const T* kb, int64_t slot_stride, int d, int64_t
   for (; j < n; ++j) scores[j] = dot_kv(q, kb + j * slot_stride, d) * scale;
 }
 
-// probs[j] = e^(scores[j] - m) for j < n.
-inline void exp_shifted(const float* scores, int64_t n, float m, float* probs) {
+// x[j] = e^(x[j] − max x) for j < n; returns Σ_j x[j].
+inline float softmax_numerators(float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
   int64_t j = 0;
+  float sum = 0.0f;
 #if BRIOCHE_VEC_AVX2
-  for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(probs + j, exp256(_mm256_sub_ps(_mm256_loadu_ps(scores + j), _mm256_set1_ps(m))));
+  __m256 vsum = _mm256_setzero_ps();
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(m)));
+    _mm256_storeu_ps(x + j, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  sum = hsum256(vsum);
 #endif
-  for (; j < n; ++j) probs[j] = std::exp(scores[j] - m);
+  for (; j < n; ++j) sum += (x[j] = std::exp(x[j] - m));
+  return sum;
 }
 
 // acc += Σ_j probs[j] · v_j, each 8-wide slice of acc loaded and stored once;
@@ -125,78 +149,80 @@ void accumulate_values(const float* probs, const T* vb, int64_t slot_stride, int
   for (int64_t j = 0; j < n; ++j) axpy_kv(acc, probs[j], vb + j * slot_stride, d);
 }
 
+// AVX2 versions of the inner loops (any head_dim), as AttentionKernels.
+template <typename T>
+const AttentionKernels<T>& attention_kernels_avx2() {
+  static const AttentionKernels<T> kernels{score_keys<T>, accumulate_values<T>};
+  return kernels;
+}
+
+template <typename T>
+const AttentionKernels<T>& kernels_for(int head_dim) {
+  const brioche::cpu::Isa isa = brioche::cpu::active_isa();
+  if (head_dim % 16 == 0 && (isa == brioche::cpu::Isa::Avx512 || isa == brioche::cpu::Isa::Avx512Vnni)) {
+    if constexpr (std::is_same_v<T, float>) return attention_kernels_avx512_f32();
+    else return attention_kernels_avx512_f16();
+  }
+  return attention_kernels_avx2<T>();
+}
+
 // Attention of one query row of every head of a GQA group (the `group`
 // query heads that read kv head `kv_head`) against positions
-// [first_key, last_key], with the online (streaming) softmax, one cache block
-// at a time; per head:
-//   m' = max(m, max_j s_j);  l' = l·e^(m−m') + Σ_j e^(s_j−m');
-//   acc' = acc·e^(m−m') + Σ_j e^(s_j−m')·v_j;   out = acc / l.
-// The group's heads walk the blocks together, so each block is fetched
-// (and the next one prefetched) once for all of them; each head's arithmetic
-// is the same as walking it alone. q and out hold the group's heads at
-// stride head_dim; scores has room for one block of keys, acc for
-// [group, head_dim].
+// [first_key, last_key], in two passes over the paged cache:
+//   s_j = scale·q·k_j for every key (pass 1, one cache block at a time);
+//   p_j = e^(s_j − max s) / Σ e^(s − max s);   out = Σ_j p_j·v_j (pass 2).
+// Holding the whole row of scores (group × keys floats) avoids the online
+// softmax's per-block rescaling. The group's heads walk each block together,
+// so it is fetched (and the next one prefetched) once for all of them. A row
+// is computed the same way whatever else is in the batch, so a sequence's
+// output does not depend on its neighbours. q and out hold the group's heads
+// at stride head_dim; scores has room for group × round_up(keys, 16).
 template <typename T>
-void attend_group(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head, int group, const float* q,
-                  int64_t first_key, int64_t last_key, float* scores, float* acc, float* out) {
-  constexpr int kMaxGroup = 16;
+void attend_group(const PagedAttentionArgs& a, const KvSequence& seq, int kv_head, int group,
+                  const AttentionKernels<T>& kernels, const float* q, int64_t first_key, int64_t last_key,
+                  float* scores, float* out) {
   const int d = a.head_dim;
   const int bs = a.cache.block_size;
   const int64_t slot_stride = int64_t(a.n_kv_heads) * d;  // elements per position
   const int64_t block_stride = int64_t(bs) * slot_stride;
   const T* k_base = static_cast<const T*>(a.cache.k) + int64_t(kv_head) * d;
   const T* v_base = static_cast<const T*>(a.cache.v) + int64_t(kv_head) * d;
+  const int64_t n_keys = last_key - first_key + 1;
+  const int64_t scores_stride = (n_keys + 15) / 16 * 16;
 
-  float m[kMaxGroup], l[kMaxGroup];
-  for (int h = 0; h < group; ++h) {
-    m[h] = -std::numeric_limits<float>::infinity();
-    l[h] = 0.0f;
-  }
-  std::fill(acc, acc + int64_t(group) * d, 0.0f);
-  for (int64_t key0 = first_key; key0 <= last_key;) {
-    int64_t block_index = key0 / bs;
-    int64_t slot0 = key0 % bs;
-    int64_t n = std::min<int64_t>(bs - slot0, last_key - key0 + 1);
-    int64_t block = seq.block_table[block_index];
-    const T* kb = k_base + block * block_stride + slot0 * slot_stride;
-    const T* vb = v_base + block * block_stride + slot0 * slot_stride;
-    if (key0 + n <= last_key) {
-      // The next block (another place in the cache: the hardware prefetcher
-      // cannot guess it) is fetched while this one is worked on.
-      const int64_t next_block = seq.block_table[block_index + 1];
-      const int64_t rows = std::min<int64_t>(bs, last_key - (key0 + n) + 1);
-      const size_t row_bytes = size_t(d) * sizeof(T);
-      for (int64_t j = 0; j < rows; ++j) {
-        const char* kn = reinterpret_cast<const char*>(k_base + next_block * block_stride + j * slot_stride);
-        const char* vn = reinterpret_cast<const char*>(v_base + next_block * block_stride + j * slot_stride);
-        for (size_t off = 0; off < row_bytes; off += 64) {
-          __builtin_prefetch(kn + off);
-          __builtin_prefetch(vn + off);
-        }
+  // Calls fn(offset of the run among the keys, its slots in `base`, run
+  // length) for each run of keys inside one cache block, prefetching the
+  // next block: it is elsewhere in the cache, where the hardware prefetcher
+  // cannot guess it.
+  const size_t row_bytes = size_t(d) * sizeof(T);
+  auto for_each_block = [&](const T* base, auto&& fn) {
+    for (int64_t key0 = first_key; key0 <= last_key;) {
+      const int64_t block_index = key0 / bs;
+      const int64_t slot0 = key0 % bs;
+      const int64_t n = std::min<int64_t>(bs - slot0, last_key - key0 + 1);
+      if (key0 + n <= last_key) {
+        const char* next = reinterpret_cast<const char*>(base + seq.block_table[block_index + 1] * block_stride);
+        const int64_t rows = std::min<int64_t>(bs, last_key - (key0 + n) + 1);
+        for (int64_t j = 0; j < rows; ++j)
+          for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(next + j * slot_stride * int64_t(sizeof(T)) + off);
       }
+      fn(key0 - first_key, base + seq.block_table[block_index] * block_stride + slot0 * slot_stride, n);
+      key0 += n;
     }
-    for (int h = 0; h < group; ++h) {
-      float* acc_h = acc + int64_t(h) * d;
-      score_keys(q + int64_t(h) * d, kb, slot_stride, d, n, a.scale, scores);
-      float block_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scores[j]);
-      float m_new = std::max(m[h], block_max);
-      float correction = std::exp(m[h] - m_new);  // 0 on the first block (m = −inf)
-      if (correction != 1.0f) {
-        scale_f32(acc_h, correction, d);
-        l[h] *= correction;
-      }
-      exp_shifted(scores, n, m_new, scores);
-      for (int64_t j = 0; j < n; ++j) l[h] += scores[j];
-      accumulate_values(scores, vb, slot_stride, d, n, acc_h);
-      m[h] = m_new;
-    }
-    key0 += n;
-  }
-  for (int h = 0; h < group; ++h) {
-    float inv_l = 1.0f / l[h];
-    for (int i = 0; i < d; ++i) out[int64_t(h) * d + i] = acc[int64_t(h) * d + i] * inv_l;
-  }
+  };
+
+  for_each_block(k_base, [&](int64_t offset, const T* kb, int64_t n) {
+    for (int h = 0; h < group; ++h)
+      kernels.score_keys(q + int64_t(h) * d, kb, slot_stride, d, n, a.scale, scores + h * scores_stride + offset);
+  });
+  float inv_sum[16];
+  for (int h = 0; h < group; ++h) inv_sum[h] = 1.0f / softmax_numerators(scores + h * scores_stride, n_keys);
+  std::fill(out, out + int64_t(group) * d, 0.0f);
+  for_each_block(v_base, [&](int64_t offset, const T* vb, int64_t n) {
+    for (int h = 0; h < group; ++h)
+      kernels.accumulate_values(scores + h * scores_stride + offset, vb, slot_stride, d, n, out + int64_t(h) * d);
+  });
+  for (int h = 0; h < group; ++h) scale_f32(out + int64_t(h) * d, inv_sum[h], d);
 }
 
 template <typename T>
@@ -207,8 +233,10 @@ void paged_attention_typed(const PagedAttentionArgs& a) {
   // it reads from the cache are still in L1/L2 for the group's other heads.
   constexpr int32_t kRowsPerTask = 16;
   std::vector<AttentionTask> tasks;
+  int64_t longest = 0;  // keys of the longest row
   for (int s = 0; s < a.n_sequences; ++s) {
     const KvSequence& seq = a.sequences[s];
+    longest = std::max<int64_t>(longest, int64_t(seq.n_past) + seq.n_rows);
     for (int kv_head = 0; kv_head < a.n_kv_heads; ++kv_head) {
       for (int32_t r = 0; r < seq.n_rows; r += kRowsPerTask) {
         tasks.push_back({s, kv_head, r, std::min(seq.n_rows, r + kRowsPerTask)});
@@ -218,13 +246,13 @@ void paged_attention_typed(const PagedAttentionArgs& a) {
   const int group = a.n_heads / a.n_kv_heads;
   BRIOCHE_CHECK(group >= 1 && group <= 16 && group * a.n_kv_heads == a.n_heads, "paged_attention: ", a.n_heads,
                 " query heads over ", a.n_kv_heads, " kv heads (expected groups of 1 to 16)");
+  const AttentionKernels<T>& kernels = kernels_for<T>(a.head_dim);
+  const size_t scratch_floats = size_t(group) * size_t((longest + 15) / 16 * 16);
   ThreadPool::global().run(int(tasks.size()), [&](int t) {
     const AttentionTask& task = tasks[t];
     const KvSequence& seq = a.sequences[task.sequence];
-    thread_local std::vector<float> scratch;
-    scratch.resize(size_t(a.cache.block_size) + size_t(group) * size_t(a.head_dim));
-    float* scores = scratch.data();
-    float* acc = scores + a.cache.block_size;  // [group, head_dim]
+    thread_local std::vector<float> scores;
+    if (scores.size() < scratch_floats) scores.resize(scratch_floats);
     for (int32_t i = task.row_begin; i < task.row_end; ++i) {
       int64_t row = seq.first_row + i;
       int64_t pos = int64_t(seq.n_past) + i;
@@ -232,7 +260,7 @@ void paged_attention_typed(const PagedAttentionArgs& a) {
       // The group's query heads are adjacent: heads [kv_head·group, (kv_head+1)·group).
       const float* q = a.q + row * a.q_stride + int64_t(task.kv_head) * group * a.head_dim;
       float* out = a.out + row * a.out_stride + int64_t(task.kv_head) * group * a.head_dim;
-      attend_group<T>(a, seq, task.kv_head, group, q, first_key, pos, scores, acc, out);
+      attend_group<T>(a, seq, task.kv_head, group, kernels, q, first_key, pos, scores.data(), out);
     }
   });
 }
