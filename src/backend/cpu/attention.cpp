@@ -109,8 +109,21 @@ void score_keys(const float* q, const T* kb, int64_t slot_stride, int d, int64_t
 // x[j] = e^(x[j] − max x) for j < n; returns Σ_j x[j].
 inline float softmax_numerators(float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
   int64_t j = 0;
+#if BRIOCHE_VEC_AVX2
+  // Four running maxima: one would wait on vmaxps's latency at every step.
+  __m256 vmax[4];
+  for (__m256& v : vmax) v = _mm256_set1_ps(m);
+  for (; j + 32 <= n; j += 32)
+    for (int c = 0; c < 4; ++c) vmax[c] = _mm256_max_ps(vmax[c], _mm256_loadu_ps(x + j + 8 * c));
+  for (; j + 8 <= n; j += 8) vmax[0] = _mm256_max_ps(vmax[0], _mm256_loadu_ps(x + j));
+  const __m256 v = _mm256_max_ps(_mm256_max_ps(vmax[0], vmax[1]), _mm256_max_ps(vmax[2], vmax[3]));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  m = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+#endif
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  j = 0;
   float sum = 0.0f;
 #if BRIOCHE_VEC_AVX2
   __m256 vsum = _mm256_setzero_ps();
