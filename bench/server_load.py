@@ -19,7 +19,10 @@ alternating servers, then prints medians and the batching ratio
   python3 bench/server_load.py --compare --rounds 3 --max-tokens 32
 
 Aggregate tok/s = generated tokens / wall time of the whole load (prefill and
-queueing included). llama-cpp-python's streams carry no usage chunk, so its
+queueing included). Full-load tok/s counts only the window in which every
+client has a request in flight (until the first client finds no request left
+to send): with answers of uneven length (EOS), the whole-load figure also
+times the tail in which the last few streams finish with fewer neighbours. llama-cpp-python's streams carry no usage chunk, so its
 tokens are counted client-side (one streamed content chunk per token); its
 server runs one request at a time (started with --interrupt_requests False:
 by default a new request cancels the stream in progress), so concurrent
@@ -71,6 +74,7 @@ class StreamTally:
             if has_content:
                 self.content_chunks += 1
                 now = time.perf_counter()
+                self.stats["chunk_times"].append(now)
                 if self.first is None:
                     self.first = now
                     self.stats["ttft"].append(now - self.start)
@@ -200,7 +204,8 @@ async def run_load(args):
     idle, problem = await idle_connections(args.url, args.idle) if args.idle else ([], None)
     if problem:
         return {"problem": problem}
-    stats = {"ttft": [], "itl": [], "ids": [], "errors": [], "tokens": 0, "completed": 0}
+    stats = {"ttft": [], "itl": [], "ids": [], "errors": [], "tokens": 0, "completed": 0, "chunk_times": [],
+             "worker_ends": []}
     queue = asyncio.Queue()
     for i in range(args.requests):
         queue.put_nowait(i)
@@ -213,6 +218,7 @@ async def run_load(args):
             try:
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
+                stats["worker_ends"].append(time.perf_counter())
                 return
             try:
                 await (one_request_raw if args.client == "raw" else one_request)(client, i, args, stats)
@@ -221,11 +227,25 @@ async def run_load(args):
 
     await asyncio.gather(*[worker() for _ in range(args.clients)])
     stats["wall"] = time.perf_counter() - start
+    stats["full_load"] = full_load_rate(stats, start)
     stats["idle"] = len(idle)
     for _, w in idle:
         w.close()
     await client.close()
     return stats
+
+
+def full_load_rate(stats, start):
+    """Generated tok/s while every client had a request in flight: from the
+    start until the first client found the queue empty (after that the
+    remaining streams finish with fewer neighbours). Content chunks in that
+    window, scaled to tokens by the run's tokens per chunk."""
+    end = min(stats["worker_ends"], default=None)
+    chunks = len(stats["chunk_times"])
+    if end is None or end <= start or chunks == 0:
+        return float("nan")
+    in_window = sum(1 for t in stats["chunk_times"] if t <= end)
+    return in_window * (stats["tokens"] / chunks) / (end - start)
 
 
 def report(args, stats):
@@ -237,6 +257,7 @@ def report(args, stats):
     print(f"requests {args.requests}, clients {args.clients}, max_tokens {args.max_tokens}, idle connections {stats['idle']}")
     print(f"completed {stats['completed']}, errors {len(stats['errors'])}, duplicate ids {dup}, wall {wall:.1f} s")
     print(f"generated tokens {stats['tokens']}, aggregate {stats['tokens'] / wall:.1f} tok/s, {stats['completed'] / wall:.2f} req/s")
+    print(f"full load (all {args.clients} clients in flight): {stats['full_load']:.1f} tok/s")
     print(f"TTFT p50 {percentile(stats['ttft'], 50) * 1e3:.0f} ms, p99 {percentile(stats['ttft'], 99) * 1e3:.0f} ms")
     print(f"ITL  p50 {percentile(stats['itl'], 50) * 1e3:.1f} ms, p99 {percentile(stats['itl'], 99) * 1e3:.1f} ms")
     for e in stats["errors"][:10]:
@@ -315,7 +336,8 @@ async def compare(args):
                     print(f"round {rnd + 1} {s.name:9s} {c:3d} clients: {rate:7.1f} tok/s, "
                           f"{stats['completed']}/{run.requests} completed, {len(stats['errors'])} errors, "
                           f"TTFT p50 {percentile(stats['ttft'], 50) * 1e3:.0f} ms, "
-                          f"ITL p50 {percentile(stats['itl'], 50) * 1e3:.1f} ms, load {os.getloadavg()[0]:.1f}",
+                          f"ITL p50 {percentile(stats['itl'], 50) * 1e3:.1f} ms, full load {stats['full_load']:.1f} tok/s, "
+                          f"load {os.getloadavg()[0]:.1f}",
                           flush=True)
                     for e in stats["errors"][:3]:
                         print("   " + e)
@@ -325,8 +347,8 @@ async def compare(args):
     print(f"load average at end: {os.getloadavg()}")
     print(f"\nmedians over {args.rounds} rounds, max_tokens {args.max_tokens}, {args.requests_per_client} requests "
           f"per client, {args.threads} threads, {args.client} client")
-    print("| server | clients | aggregate tok/s (median) | rounds | TTFT p50 | ITL p50 | errors |")
-    print("|---|---|---|---|---|---|---|")
+    print("| server | clients | aggregate tok/s (median) | rounds | full-load tok/s (median) | TTFT p50 | ITL p50 | errors |")
+    print("|---|---|---|---|---|---|---|---|")
     failed = False
     for s in servers:
         for c in clients_list:
@@ -336,14 +358,17 @@ async def compare(args):
             itl = statistics.median(percentile(st["itl"], 50) for _, st in runs) * 1e3
             errors = sum(len(st["errors"]) for _, st in runs)
             failed |= errors > 0
-            print(f"| {s.name} | {c} | {med:.1f} | {', '.join(f'{r:.1f}' for r, _ in runs)} | {ttft:.0f} ms | "
+            full = statistics.median(st["full_load"] for _, st in runs)
+            print(f"| {s.name} | {c} | {med:.1f} | {', '.join(f'{r:.1f}' for r, _ in runs)} | {full:.1f} | {ttft:.0f} ms | "
                   f"{itl:.1f} ms | {errors} |")
         lo, hi = min(clients_list), max(clients_list)
         ratio = statistics.median(r for r, _ in results[(s.name, hi)]) / statistics.median(r for r, _ in results[(s.name, lo)])
         # each round's pair ran back to back, under the same machine load
         pairs = [h / l for (h, _), (l, _) in zip(results[(s.name, hi)], results[(s.name, lo)])]
+        full_pairs = [h["full_load"] / l["full_load"] for (_, h), (_, l) in zip(results[(s.name, hi)], results[(s.name, lo)])]
         print(f"| {s.name} | {hi} vs {lo} | {ratio:.2f}x (ratio of medians); per round "
-              f"{', '.join(f'{x:.2f}' for x in pairs)}, median {statistics.median(pairs):.2f}x | | | | |")
+              f"{', '.join(f'{x:.2f}' for x in pairs)}, median {statistics.median(pairs):.2f}x | | full load per round "
+              f"{', '.join(f'{x:.2f}' for x in full_pairs)}, median {statistics.median(full_pairs):.2f}x | | | |")
     return 1 if failed else 0
 
 
