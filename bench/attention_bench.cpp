@@ -47,7 +47,8 @@ void BM_DecodeStep(benchmark::State& state, DType dtype) {
   Tensor out = Tensor::zeros(DType::F32, {kSequences, kHeads * kHeadDim});
   const ops::AttentionParams params{.n_heads = kHeads, .n_kv_heads = kKvHeads, .head_dim = kHeadDim, .scale = 0.125f};
   for (auto _ : state) {
-    for (int l = 0; l < kLayers; ++l) ops::paged_attention(q, keys[size_t(l)], values[size_t(l)], sequences, params, out);
+    for (int l = 0; l < kLayers; ++l)
+      ops::paged_attention(q, keys[size_t(l)], values[size_t(l)], sequences, params, out);
     benchmark::DoNotOptimize(out.data_as<float>());
   }
   state.counters["keys/s"] = benchmark::Counter(double(kLayers) * kSequences * context * double(state.iterations()),

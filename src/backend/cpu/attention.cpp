@@ -23,7 +23,8 @@ void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
 #if BRIOCHE_VEC_AVX2
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
 #endif
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
@@ -214,10 +215,12 @@ void attend_group(const PagedAttentionArgs& a, const KvSequence& seq, int kv_hea
       const int64_t slot0 = key0 % bs;
       const int64_t n = std::min<int64_t>(bs - slot0, last_key - key0 + 1);
       if (key0 + n <= last_key) {
-        const char* next = reinterpret_cast<const char*>(base + seq.block_table[block_index + 1] * block_stride);
+        const T* next = base + seq.block_table[block_index + 1] * block_stride;
         const int64_t rows = std::min<int64_t>(bs, last_key - (key0 + n) + 1);
-        for (int64_t j = 0; j < rows; ++j)
-          for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(next + j * slot_stride * int64_t(sizeof(T)) + off);
+        for (int64_t j = 0; j < rows; ++j) {
+          const char* slot = reinterpret_cast<const char*>(next + j * slot_stride);
+          for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(slot + off);
+        }
       }
       fn(key0 - first_key, base + seq.block_table[block_index] * block_stride + slot0 * slot_stride, n);
       key0 += n;

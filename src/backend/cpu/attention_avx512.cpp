@@ -17,7 +17,9 @@ namespace brioche::backend::cpu {
 namespace {
 
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 
 // Sixteen horizontal sums in one vector: out[t] = Σ lanes of r[t]. Each level
 // adds pairs after a shuffle, halving the vectors (45 instructions for 16
