@@ -4,9 +4,10 @@
 // memory (the CUDA allocator's bytes in use, as torch.cuda.max_memory_allocated).
 //
 //   train_step_bench --shape llama3-8b --dtype bf16 --method orpo --prompt 2048 --response 4096
-//                    [--rank 16] [--segment-size 1] [--offload] [--no-prefix-shared] [--steps 3]
+//                    [--rank 16] [--segment-size 1] [--offload] [--mlp-chunk N] [--no-prefix-shared] [--steps 3]
 //   train_step_bench --shape llama3-8b --dtype bf16 --method sft --seq 65536 [--longest 65536,131072,...]
-//   --layers L overrides the preset's layer count; --device cpu runs the same on the CPU.
+//   --layers L overrides the preset's layer count; --device cpu runs the same on the CPU
+//   (peak = the process's peak resident memory there).
 //   --ballast-gb G holds G GB of device memory for the whole run: with --layers L < the
 //   preset's, it stands for the weights of the missing layers, so a memory limit (the
 //   longest SFT sequence) is found without the time of the missing layers' compute.
@@ -25,6 +26,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "core/error.h"
 #include "model/device_weights.h"
@@ -46,7 +49,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 struct Options {
   std::string shape = "llama3-8b", dtype = "bf16", device = "cuda", method = "orpo";
-  int layers = 0, prompt = 2048, response = 4096, seq = 8192, rank = 16, segment_size = 1, steps = 3;
+  int layers = 0, prompt = 2048, response = 4096, seq = 8192, rank = 16, segment_size = 1, steps = 3, mlp_chunk = 0;
   int64_t head_chunk = 4096;
   bool offload = false, prefix_shared = true;
   double ballast_gb = 0;
@@ -59,11 +62,14 @@ size_t device_in_use() {
 #endif
   return 0;
 }
-size_t device_peak() {
+// Peak bytes: the CUDA allocator's on the GPU, the process's resident set on the CPU.
+size_t device_peak(Device device) {
 #if BRIOCHE_CUDA
-  return cuda::allocator_stats().peak_bytes_in_use;
+  if (device == Device::CUDA) return cuda::allocator_stats().peak_bytes_in_use;
 #endif
-  return 0;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return size_t(usage.ru_maxrss) * 1024;
 }
 
 DType parse_dtype_name(const std::string& s) {
@@ -113,7 +119,8 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
   try {
     LoraAdapter adapter(ck.config, {.rank = o.rank, .alpha = 2.0f * float(o.rank)}, 7);
     adapter.to_device(device);
-    TrainModel model(ck, &adapter, {.segment_size = o.segment_size, .offload_boundaries = o.offload});
+    TrainModel model(ck, &adapter,
+                     {.segment_size = o.segment_size, .offload_boundaries = o.offload, .mlp_chunk_rows = o.mlp_chunk});
     FusedLogpHead head(ck.weights.output, o.head_chunk);
     AdamW optimizer(adapter, {});
     const LossConfig loss{.method = method, .orpo_lambda = 0.1f};
@@ -128,7 +135,7 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
       if (s == 0) r.first_loss = v.loss;
       if (s > 0 || o.steps == 0) times.push_back(seconds_since(t0) * 1e3);  // (--steps 0: the first step's time)
       std::fprintf(stderr, "  step %d: loss %.4f grad_norm %.4f %.0f ms (device in use %.2f GB, peak %.2f GB)\n", s,
-                   v.loss, norm, seconds_since(t0) * 1e3, double(device_in_use()) / 1e9, double(device_peak()) / 1e9);
+                   v.loss, norm, seconds_since(t0) * 1e3, double(device_in_use()) / 1e9, double(device_peak(device)) / 1e9);
     }
     std::sort(times.begin(), times.end());
     r.ms_per_step = times.empty() ? 0 : times[times.size() / 2];
@@ -153,7 +160,8 @@ int run(const Options& o) {
   std::mt19937 rng(1);
   const int vocab = ck.config.vocab_size;
   std::string levers = "rank " + std::to_string(o.rank) + ", seg " + std::to_string(o.segment_size) +
-                       (o.offload ? " +offload" : "") + ", head chunk " + std::to_string(o.head_chunk);
+                       (o.offload ? " +offload" : "") + ", head chunk " + std::to_string(o.head_chunk) +
+                       (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "");
   if (o.method == "orpo") {
     train::TokenizedPair pair{.prompt = random_tokens(o.prompt, vocab, rng),
                               .chosen = random_tokens(o.response, vocab, rng),
@@ -172,7 +180,7 @@ int run(const Options& o) {
     }
     std::printf("| %s %s | orpo P %d, %d per branch%s | %s | %.0f ms/step | peak %.2f GB (weights %.2f GB) |\n",
                 o.shape.c_str(), o.dtype.c_str(), o.prompt, o.response, o.prefix_shared ? " (prefix-shared)" : "",
-                levers.c_str(), r.ms_per_step, double(device_peak()) / 1e9, weights_gb);
+                levers.c_str(), r.ms_per_step, double(device_peak(device)) / 1e9, weights_gb);
     return 0;
   }
   std::vector<int> lengths = o.longest.empty() ? std::vector<int>{o.seq} : o.longest;
@@ -192,7 +200,7 @@ int run(const Options& o) {
     }
     longest_ok = len;
     std::printf("| %s %s | sft %d | %s | %.0f ms/step | process peak %.2f GB |\n", o.shape.c_str(), o.dtype.c_str(),
-                len, levers.c_str(), r.ms_per_step, double(device_peak()) / 1e9);
+                len, levers.c_str(), r.ms_per_step, double(device_peak(device)) / 1e9);
     std::fflush(stdout);
   }
   if (!o.longest.empty()) std::printf("longest sft sequence trained: %d tokens\n", longest_ok);
@@ -223,6 +231,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::stoi(next());
     else if (a == "--head-chunk") o.head_chunk = std::stoll(next());
     else if (a == "--offload") o.offload = true;
+    else if (a == "--mlp-chunk") o.mlp_chunk = std::stoi(next());
     else if (a == "--ballast-gb") o.ballast_gb = std::stod(next());
     else if (a == "--no-prefix-shared") o.prefix_shared = false;
     else if (a == "--longest") {

@@ -190,6 +190,8 @@ Subcommand add_train_command(CLI::App& root) {
   app->add_flag_function("--prefix-shared", [&f](int64_t) { f.overrides["prefix_shared"] = true; },
                          "one [prompt; chosen; rejected] forward per pair");
   option<int>(app, f, "head-chunk-size", "fused CE head vocabulary chunk (default 4096; 0 = full logits)");
+  option<int>(app, f, "mlp-chunk-size", "run the MLP over N tokens at a time, recomputing gate/up in the backward "
+                                        "(long sequences: no [tokens, intermediate] buffers; default 0 = off)");
   option<int>(app, f, "steps-per-eval", "validate every N steps (default: only at the end)");
   option<int>(app, f, "steps-per-report", "progress line every N steps (default 10)");
   app->add_flag_function("--save-checkpoints", [&f](int64_t) { f.overrides["save_checkpoints"] = true; },

@@ -15,7 +15,8 @@ void dropout(const Tensor& src, const DropoutMask& mask, Tensor& dst) {
                 dst.describe(), " differ in shape");
   BRIOCHE_CHECK(mask.p >= 0.0f && mask.p < 1.0f, "dropout: p must be in [0, 1), got ", mask.p);
   const backend::cpu::DropoutArgs args{.src = s.data, .dst = d.data, .n_rows = s.n_rows, .dim = s.dim,
-                                       .ld_src = s.stride, .ld_dst = d.stride, .p = mask.p, .key = mask.key};
+                                       .ld_src = s.stride, .ld_dst = d.stride, .p = mask.p, .key = mask.key,
+                                       .first_row = mask.first_row};
   if (detail::common_device("dropout", {&src, &dst}) == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::dropout(args);

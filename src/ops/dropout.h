@@ -14,13 +14,16 @@ namespace brioche::ops {
 struct DropoutMask {
   float p = 0.0f;    // drop probability in [0, 1)
   uint64_t key = 0;  // dropout_key(step_seed, layer, module)
+  // The batch row of the tensor's row 0: a slice of the batch's rows (the
+  // MLP in row chunks) passes its first row, so it draws the batch's mask.
+  int64_t first_row = 0;
   bool active() const { return p > 0.0f; }
 };
 
-// dst[r, c] = src[r, c] · dropout_factor(key, p, r, c)
+// dst[r, c] = src[r, c] · dropout_factor(key, p, first_row + r, c)
 //   src, dst : f32 [n_rows, dim], rows contiguous, same device; dst may alias src.
-// Row r is row r of the tensor passed: callers keep row numbering stable
-// (the whole batch, not a slice) so recomputes replay the same mask.
+// Row numbers are the batch's (first_row + r): recomputes, whole or in row
+// chunks, replay the same mask.
 void dropout(const Tensor& src, const DropoutMask& mask, Tensor& dst);
 
 }  // namespace brioche::ops

@@ -26,6 +26,7 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(lora_dropout >= 0 && lora_dropout < 1, "lora_dropout must be in [0, 1), got ", lora_dropout);
   BRIOCHE_CHECK(segment_size >= 0, "segment_size must be >= 0, got ", segment_size);
   BRIOCHE_CHECK(head_chunk_size >= 0, "head_chunk_size must be >= 0, got ", head_chunk_size);
+  BRIOCHE_CHECK(mlp_chunk_size >= 0, "mlp_chunk_size must be >= 0, got ", mlp_chunk_size);
   BRIOCHE_CHECK(!prefix_shared || is_preference(method), "prefix_shared needs a preference method");
   BRIOCHE_CHECK(lora_plus_ratio > 0, "lora_plus_ratio must be positive, got ", lora_plus_ratio);
   for (const auto& m : target_modules)
@@ -167,6 +168,7 @@ const std::vector<OptionSpec>& option_specs() {
        [](TrainConfig& c, const json& v) { c.prefix_shared = v.get<bool>(); }},
       {{"head_chunk_size", "chunk_size", "orpo_chunk_size"}, Kind::Integer,
        [](TrainConfig& c, const json& v) { c.head_chunk_size = to_int(v); }},
+      {{"mlp_chunk_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.mlp_chunk_size = to_int(v); }},
       {{"steps_per_eval"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.steps_per_eval = to_int(v); }},
       {{"steps_per_report"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.steps_per_report = to_int(v); }},
       {{"save_checkpoints"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.save_checkpoints = v.get<bool>(); }},
@@ -259,6 +261,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["offload_boundaries"] = c.offload_boundaries;
   j["prefix_shared"] = c.prefix_shared;
   j["head_chunk_size"] = c.head_chunk_size;
+  j["mlp_chunk_size"] = c.mlp_chunk_size;
   j["steps_per_eval"] = c.steps_per_eval;
   j["save_checkpoints"] = c.save_checkpoints;
   j["seed"] = c.seed;

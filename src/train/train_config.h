@@ -53,6 +53,7 @@ struct TrainConfig {
   bool offload_boundaries = false;  // segment boundaries in host memory while training on CUDA
   bool prefix_shared = false;    // one [prompt; chosen; rejected] forward per pair
   int head_chunk_size = 4096;    // fused CE head vocab chunk; 0 = plain head (full logits)
+  int mlp_chunk_size = 0;        // MLP over this many tokens at a time, [tokens, inter] never held; 0 = off
   // The reference's switches, mapped onto the levers above by finalize():
   std::optional<bool> fused_head;     // orpo_fused_ce / orpo_flash_ce: true = fused head, false = full logits
   bool grad_checkpoint = false;       // = segment_size 1 (recompute every layer); exclusive with segment_size

@@ -48,6 +48,73 @@ ops::RopeParams rope_params(const LayerContext& ctx, int n_heads) {
 
 const Tensor kNoBias;
 
+// The MLP's three LoRA sites of a layer.
+struct MlpSites {
+  LoraSite gate, up, down;
+  const LoraSite& of(Module m) const { return m == Module::Gate ? gate : m == Module::Up ? up : down; }
+  // The sites for a slice of the batch starting at row r0: dropout draws the
+  // batch's mask of those rows.
+  MlpSites rows(int64_t r0) const {
+    MlpSites s = *this;
+    for (LoraSite* x : {&s.gate, &s.up, &s.down}) x->dropout.first_row = r0;
+    return s;
+  }
+};
+
+MlpSites mlp_sites(const LayerContext& ctx, const LayerParams& p) {
+  return {site(ctx, p, Module::Gate, p.weights.w_gate, kNoBias), site(ctx, p, Module::Up, p.weights.w_up, kNoBias),
+          site(ctx, p, Module::Down, p.weights.w_down, kNoBias)};
+}
+
+// Rows [r0, r1) of a saved [n, r] LoRA buffer (undefined without LoRA on the site).
+Tensor rows_of(const Tensor& t, int64_t r0, int64_t r1) { return t.defined() ? t.slice(0, r0, r1) : Tensor(); }
+
+bool mlp_chunked(const LayerContext& ctx, int64_t n) { return ctx.mlp_chunk_rows > 0 && n > ctx.mlp_chunk_rows; }
+
+// One chunk of rows [r0, r1) of the MLP: buffers of [chunk, inter], reused
+// by every chunk of a layer.
+class MlpChunk {
+ public:
+  MlpChunk(const model::ModelConfig& cfg, Device dev, int64_t rows)
+      : gate_(f32(dev, rows, cfg.intermediate_size)), up_(f32(dev, rows, cfg.intermediate_size)),
+        act_(f32(dev, rows, cfg.intermediate_size)) {}
+
+  // gate, up, act of the rows (from c.h2); the LoRA u of gate and up into
+  // c.lora_u's rows (the same values when recomputed).
+  void forward(const MlpSites& s, LayerCache& c, int64_t r0, int64_t r1) {
+    const int64_t n = r1 - r0;
+    gate = gate_.slice(0, 0, n), up = up_.slice(0, 0, n), act = act_.slice(0, 0, n);
+    const Tensor h2 = c.h2.slice(0, r0, r1);
+    Tensor u_gate = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1);
+    Tensor u_up = rows_of(c.lora_u[size_t(Module::Up)], r0, r1);
+    lora_linear_forward(s.gate, h2, gate, &u_gate);
+    lora_linear_forward(s.up, h2, up, &u_up);
+    ops::swiglu(gate, up, act);
+  }
+
+  // After forward() of the same rows: LoRA gradients of down, gate and up
+  // (+=), and d_h2 (=) for the rows; dx is d x_out of the rows.
+  void backward(const MlpSites& s, const LayerCache& c, int64_t r0, int64_t r1, const Tensor& dx, Tensor& d_h2) {
+    const Tensor h2 = c.h2.slice(0, r0, r1);
+    if (!d_act_.defined()) d_act_ = f32(gate_.device(), gate_.dim(0), gate_.dim(1));  // the backward's only
+    Tensor d_act = d_act_.slice(0, 0, r1 - r0);
+    lora_linear_backward(s.down, {.x = act, .u = rows_of(c.lora_u[size_t(Module::Down)], r0, r1), .dy = dx,
+                                  .dx = d_act});
+    Tensor& d_gate = act;  // act is not read again
+    Tensor& d_up = d_act;  // in place (swiglu_backward allows it)
+    ops::swiglu_backward(gate, up, d_act, d_gate, d_up);
+    lora_linear_backward(s.gate, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1), .dy = d_gate,
+                                  .dx = d_h2});
+    lora_linear_backward(s.up, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Up)], r0, r1), .dy = d_up,
+                                .dx = d_h2, .dx_mode = ops::GradWrite::Accumulate});
+  }
+
+  Tensor gate, up, act;  // views of the current chunk's rows
+
+ private:
+  Tensor gate_, up_, act_, d_act_;
+};
+
 }  // namespace
 
 void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, LayerCache& c) {
@@ -99,19 +166,26 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
 
   c.h2 = f32(dev, n, cfg.hidden_size);
   ops::rms_norm(x, w.ffn_norm, cfg.rms_eps, c.h2);
-  c.gate = f32(dev, n, cfg.intermediate_size);
-  c.up = f32(dev, n, cfg.intermediate_size);
-  LoraSite sg = site(ctx, p, Module::Gate, w.w_gate, kNoBias);
-  LoraSite su = site(ctx, p, Module::Up, w.w_up, kNoBias);
-  c.lora_u[size_t(Module::Gate)] = lora_u_buffer(sg, dev, n);
-  c.lora_u[size_t(Module::Up)] = lora_u_buffer(su, dev, n);
-  lora_linear_forward(sg, c.h2, c.gate, &c.lora_u[size_t(Module::Gate)]);
-  lora_linear_forward(su, c.h2, c.up, &c.lora_u[size_t(Module::Up)]);
-  c.act = f32(dev, n, cfg.intermediate_size);
-  ops::swiglu(c.gate, c.up, c.act);
-  LoraSite sd = site(ctx, p, Module::Down, w.w_down, kNoBias);
-  c.lora_u[size_t(Module::Down)] = lora_u_buffer(sd, dev, n);
-  lora_linear_forward(sd, c.act, o, &c.lora_u[size_t(Module::Down)]);
+  const MlpSites s = mlp_sites(ctx, p);
+  for (Module m : {Module::Gate, Module::Up, Module::Down}) c.lora_u[size_t(m)] = lora_u_buffer(s.of(m), dev, n);
+  if (mlp_chunked(ctx, n)) {
+    // Row chunks: o[rows] = down(silu(gate)·up)[rows], nothing [n, inter] kept.
+    MlpChunk chunk(cfg, dev, ctx.mlp_chunk_rows);
+    for (int64_t r0 = 0; r0 < n; r0 += ctx.mlp_chunk_rows) {
+      const int64_t r1 = std::min(n, r0 + ctx.mlp_chunk_rows);
+      chunk.forward(s.rows(r0), c, r0, r1);
+      Tensor o_rows = o.slice(0, r0, r1), u_down = rows_of(c.lora_u[size_t(Module::Down)], r0, r1);
+      lora_linear_forward(s.rows(r0).down, chunk.act, o_rows, &u_down);
+    }
+  } else {
+    c.gate = f32(dev, n, cfg.intermediate_size);
+    c.up = f32(dev, n, cfg.intermediate_size);
+    lora_linear_forward(s.gate, c.h2, c.gate, &c.lora_u[size_t(Module::Gate)]);
+    lora_linear_forward(s.up, c.h2, c.up, &c.lora_u[size_t(Module::Up)]);
+    c.act = f32(dev, n, cfg.intermediate_size);
+    ops::swiglu(c.gate, c.up, c.act);
+    lora_linear_forward(s.down, c.act, o, &c.lora_u[size_t(Module::Down)]);
+  }
   ops::add(x, o, x);
 }
 
@@ -123,23 +197,31 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
   using ops::GradWrite;
 
   // MLP: x_out = x_mid + down(silu(g)·u);  dx (= d x_out) flows to x_mid unchanged.
-  Tensor d_act = f32(dev, n, cfg.intermediate_size);
-  lora_linear_backward(site(ctx, p, Module::Down, w.w_down, kNoBias),
-                       {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = dx, .dx = d_act});
-  // Saved activations are released as soon as the backward has read them for
-  // the last time: the [n, inter] ones are the largest buffers of a layer.
-  c.act = Tensor();
-  Tensor d_gate = f32(dev, n, cfg.intermediate_size);
-  Tensor& d_up = d_act;  // written in place over d_act (swiglu_backward allows it): one [n, inter] less
-  ops::swiglu_backward(c.gate, c.up, d_act, d_gate, d_up);
-  c.gate = Tensor(), c.up = Tensor();
+  const MlpSites s = mlp_sites(ctx, p);
   Tensor d_h2 = f32(dev, n, cfg.hidden_size);
-  lora_linear_backward(site(ctx, p, Module::Gate, w.w_gate, kNoBias),
-                       {.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_gate, .dx = d_h2});
-  lora_linear_backward(site(ctx, p, Module::Up, w.w_up, kNoBias),
-                       {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2,
-                        .dx_mode = GradWrite::Accumulate});
-  d_gate = Tensor(), d_act = Tensor(), c.h2 = Tensor();
+  if (mlp_chunked(ctx, n)) {
+    MlpChunk chunk(cfg, dev, ctx.mlp_chunk_rows);
+    for (int64_t r0 = 0; r0 < n; r0 += ctx.mlp_chunk_rows) {
+      const int64_t r1 = std::min(n, r0 + ctx.mlp_chunk_rows);
+      chunk.forward(s.rows(r0), c, r0, r1);  // the forward's gate, up and act of these rows, again
+      Tensor dx_rows = dx.slice(0, r0, r1), d_h2_rows = d_h2.slice(0, r0, r1);
+      chunk.backward(s.rows(r0), c, r0, r1, dx_rows, d_h2_rows);
+    }
+  } else {
+    Tensor d_act = f32(dev, n, cfg.intermediate_size);
+    lora_linear_backward(s.down, {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = dx, .dx = d_act});
+    // Saved activations are released as soon as the backward has read them for
+    // the last time: the [n, inter] ones are the largest buffers of a layer.
+    c.act = Tensor();
+    Tensor d_gate = f32(dev, n, cfg.intermediate_size);
+    Tensor& d_up = d_act;  // written in place over d_act (swiglu_backward allows it): one [n, inter] less
+    ops::swiglu_backward(c.gate, c.up, d_act, d_gate, d_up);
+    c.gate = Tensor(), c.up = Tensor();
+    lora_linear_backward(s.gate, {.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_gate, .dx = d_h2});
+    lora_linear_backward(s.up, {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2,
+                                .dx_mode = GradWrite::Accumulate});
+  }
+  c.h2 = Tensor();
   ops::rms_norm_backward(c.x_mid, w.ffn_norm, cfg.rms_eps, d_h2, dx);  // dx = d x_mid
   c.x_mid = Tensor(), d_h2 = Tensor();
 

@@ -6,6 +6,8 @@
 //   q,k = rope(q,k);  a = attention(q,k,v);  x_mid = x + lora_linear_o(a)
 //   h2 = rms(x_mid, ffn_norm);  g,u = lora_linear(h2);  act = silu(g)·u
 //   x_out = x_mid + lora_linear_down(act)
+// The MLP may run in row chunks (LayerContext::mlp_chunk_rows): same values,
+// LoRA gradients summed chunk by chunk.
 #pragma once
 
 #include <span>
@@ -27,7 +29,7 @@ struct LayerCache {
   Tensor q, k, v;       // [n, q_dim], [n, kv_dim] x2, after RoPE
   Tensor attn, lse;     // [n, q_dim], [n, n_heads]
   Tensor x_mid, h2;     // [n, hidden]
-  Tensor gate, up, act; // [n, inter]
+  Tensor gate, up, act; // [n, inter] (empty when the MLP ran in row chunks: the backward recomputes them)
   std::array<Tensor, kNumModules> lora_u;  // [n, r] per adapted module
 };
 
@@ -40,6 +42,11 @@ struct LayerContext {
   uint64_t dropout_seed = 0;                // per micro-step; replayed by recompute
   bool adapter_enabled = true;
   bool lora_dropout = true;                 // training forwards only: evaluation sees the whole adapter
+  // > 0: the MLP runs over this many rows at a time (it is per-token), and
+  // its [n, inter] activations are not saved: the backward recomputes
+  // gate/up one chunk at a time. The layer then never holds more than
+  // [mlp_chunk_rows, inter] of them, for two more GEMMs per backward.
+  int64_t mlp_chunk_rows = 0;
 };
 
 struct LayerParams {

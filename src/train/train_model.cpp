@@ -37,6 +37,7 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
     : ck_(ck), adapter_(adapter), options_(options) {
   const auto& c = ck.config;
   BRIOCHE_CHECK(options.segment_size >= 0, "train: segment_size must be >= 0, got ", options.segment_size);
+  BRIOCHE_CHECK(options.mlp_chunk_rows >= 0, "train: mlp_chunk_size must be >= 0, got ", options.mlp_chunk_rows);
   inv_freq_ = ops::rope_inv_freq(c.head_dim, c.rope.theta, c.rope.scaling, c.rope.freq_factors);
   device_ = ck.weights.output_norm.device();
   BRIOCHE_CHECK(!options.offload_boundaries || options.segment_size > 0,
@@ -70,7 +71,8 @@ LayerContext TrainModel::context(const TokenBatch& batch, const ops::DenseAttent
                                  const ForwardOptions& o) const {
   return {.config = ck_.config, .positions = batch.positions, .layout = layout, .inv_freq = inv_freq_,
           .dropout_seed = o.dropout_seed, .adapter_enabled = o.adapter_enabled,
-          .lora_dropout = o.for_backward};  // like PEFT's eval mode: no dropout in evaluation forwards
+          .lora_dropout = o.for_backward,  // like PEFT's eval mode: no dropout in evaluation forwards
+          .mlp_chunk_rows = options_.mlp_chunk_rows};
 }
 
 LayerParams TrainModel::params(int layer) const {

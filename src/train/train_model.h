@@ -30,6 +30,8 @@ struct TrainModelOptions {
   // (copied back one segment at a time by the backward): device memory then
   // holds one segment's activations, not also L/segment_size residuals.
   bool offload_boundaries = false;
+  // The MLP in row chunks of this many rows (LayerContext::mlp_chunk_rows); 0 = whole batch.
+  int mlp_chunk_rows = 0;
 };
 
 struct ForwardOptions {

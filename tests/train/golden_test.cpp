@@ -166,6 +166,41 @@ TEST(TrainGolden, SegmentedEqualsPlain) {
   expect_same_grads(f.grad_snapshot(), g_plain, 0.0 + 1e-7, "segmented(1) vs plain");
 }
 
+// The MLP in row chunks (gate/up recomputed in the backward) gives the
+// whole-batch loss and LoRA gradients: uneven chunks, one row, with the
+// segmented backward, for every method's batch shape (ORPO: two branches).
+TEST(TrainGolden, MlpChunksEqualWholeBatch) {
+  Fixture f;
+  for (Method m : {Method::SFT, Method::ORPO}) {
+    const double whole = f.run(m, SftScope::Full);
+    auto g_whole = f.grad_snapshot();
+    for (TrainModelOptions o : {TrainModelOptions{.mlp_chunk_rows = 5}, TrainModelOptions{.mlp_chunk_rows = 1},
+                                TrainModelOptions{.segment_size = 1, .mlp_chunk_rows = 7}}) {
+      const double chunked = f.run(m, SftScope::Full, o);
+      EXPECT_NEAR(chunked, whole, 1e-6 * std::abs(whole)) << method_name(m) << " chunk " << o.mlp_chunk_rows;
+      expect_same_grads(f.grad_snapshot(), g_whole, 1e-5, "mlp chunks vs whole batch");
+    }
+  }
+}
+
+// LoRA dropout on a chunk draws the batch's mask of its rows (first_row):
+// chunked and whole-batch runs agree under dropout too.
+TEST(TrainGolden, DropoutMasksFollowMlpChunks) {
+  Fixture f;
+  f.adapter = f.adapter_with_dropout(0.3f);
+  auto run = [&](TrainModelOptions o) {
+    f.adapter->zero_grads();
+    TrainModel model(f.ck, f.adapter.get(), o);
+    PlainLogpHead head(f.ck.weights.output);
+    TokenBatch b = f.batch(Method::SFT, SftScope::Full);
+    return run_objective(model, head, b, f.loss_config(Method::SFT), {}, {.dropout_seed = 99}).loss;
+  };
+  const double whole = run({});
+  auto g_whole = f.grad_snapshot();
+  EXPECT_NEAR(run({.mlp_chunk_rows = 6}), whole, 1e-6 * std::abs(whole));
+  expect_same_grads(f.grad_snapshot(), g_whole, 1e-5, "dropout mlp chunks vs whole");
+}
+
 TEST(TrainGolden, PrefixSharedEqualsTwoForward) {
   Fixture f;
   for (Method m : {Method::ORPO, Method::DPO}) {

@@ -18,7 +18,7 @@ void dropout(const DropoutArgs& a) {
     for (int64_t r = b; r < e; ++r) {
       const float* s = a.src + r * a.ld_src;
       float* o = a.dst + r * a.ld_dst;
-      for (int64_t c = 0; c < a.dim; ++c) o[c] = s[c] * dropout_factor(a.key, a.p, r, c);
+      for (int64_t c = 0; c < a.dim; ++c) o[c] = s[c] * dropout_factor(a.key, a.p, a.first_row + r, c);
     }
   });
 }

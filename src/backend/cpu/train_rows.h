@@ -13,6 +13,7 @@ struct DropoutArgs {
   int64_t n_rows, dim, ld_src, ld_dst;
   float p;
   uint64_t key;
+  int64_t first_row;  // the mask's row number of row 0
 };
 void dropout(const DropoutArgs& args);
 

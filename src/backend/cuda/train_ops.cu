@@ -22,7 +22,7 @@ __global__ void dropout_kernel(backend::cpu::DropoutArgs a) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n_rows * a.dim) return;
   const int64_t r = t / a.dim, c = t % a.dim;
-  a.dst[r * a.ld_dst + c] = a.src[r * a.ld_src + c] * dropout_factor(a.key, a.p, r, c);
+  a.dst[r * a.ld_dst + c] = a.src[r * a.ld_src + c] * dropout_factor(a.key, a.p, a.first_row + r, c);
 }
 
 __global__ void add_scaled_kernel(backend::cpu::ScaledAddArgs a) {
