@@ -68,6 +68,7 @@ gpus = 2
 offload_boundaries = true
 prefix_shared = true
 head_chunk_size = 2048
+mlp_chunk_size = 1024
 steps_per_eval = 25
 steps_per_report = 5
 save_checkpoints = true
@@ -80,7 +81,8 @@ threads = 3
     "batch_size": 2, "grad_accumulation_steps": 4, "max_seq_length": 1024, "max_grad_norm": 0.5,
     "weight_decay": 0.01, "rank": 32, "alpha": 64, "rs_lora": true, "lora_plus_ratio": 16.0, "lora_dropout": 0.05,
     "target_modules": ["q_proj", "v_proj", "down_proj"], "num_layers": 12, "segment_size": 2,
-    "device": "auto", "gpus": 2, "offload_boundaries": true, "prefix_shared": true, "head_chunk_size": 2048, "steps_per_eval": 25, "steps_per_report": 5,
+    "device": "auto", "gpus": 2, "offload_boundaries": true, "prefix_shared": true, "head_chunk_size": 2048,
+    "mlp_chunk_size": 1024, "steps_per_eval": 25, "steps_per_report": 5,
     "save_checkpoints": true, "seed": 42, "threads": 3})");
   TrainConfig from_toml, from_json, defaults;
   apply_config_file(from_toml, toml);
