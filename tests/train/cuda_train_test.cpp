@@ -84,6 +84,7 @@ struct Case {
   bool offload = false;
   float dropout = 0.0f;
   int64_t head_chunk = 16;
+  int mlp_chunk = 0;
 };
 
 // One training stack (model, adapter, head, optimizer) on one device.
@@ -99,7 +100,8 @@ struct Stack {
     adapter->to_device(device);
     model = std::make_unique<TrainModel>(ck, adapter.get(),
                                          TrainModelOptions{.segment_size = c.segment_size,
-                                                           .offload_boundaries = c.offload && device == Device::CUDA});
+                                                           .offload_boundaries = c.offload && device == Device::CUDA,
+                                                           .mlp_chunk_rows = c.mlp_chunk});
     head = std::make_unique<FusedLogpHead>(ck.weights.output, c.head_chunk);
     optimizer = std::make_unique<AdamW>(*adapter, AdamWConfig{.weight_decay = 0.01f, .lora_plus_ratio = 4.0f});
   }
@@ -171,6 +173,15 @@ TEST(CudaTrain, OrpoPrefixSharedSegmentedOffloadDropoutMatchCpu) {
   SKIP_WITHOUT_CUDA();
   const Case c{.name = "orpo prefix+seg2+offload+dropout", .method = Method::ORPO, .prefix_shared = true,
                .segment_size = 2, .offload = true, .dropout = 0.1f, .head_chunk = 7};
+  expect_steps_match(c, DType::F32, kF32);
+}
+
+// The MLP in row chunks with LoRA dropout: each chunk draws the batch's
+// mask rows on the device too (DropoutMask::first_row).
+TEST(CudaTrain, SftMlpChunksWithDropoutMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  const Case c{.name = "sft mlp chunks+dropout", .method = Method::SFT, .segment_size = 1, .dropout = 0.1f,
+               .mlp_chunk = 5};
   expect_steps_match(c, DType::F32, kF32);
 }
 
