@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "ops/attention_backward.h"
 #include "ops/layer_backward.h"
 #include "ops/linear_backward.h"
@@ -114,6 +115,29 @@ TEST(BackwardOps, MatmulInputGradQuantizedEqualsDequantized) {
     Vec va = to_vec(a), vb = to_vec(b);
     for (size_t i = 0; i < va.size(); ++i) ASSERT_NEAR(va[i], vb[i], 1e-4) << dtype_name(t);
   }
+}
+
+// The AVX-512 register blocks (32 columns) sum the weight rows in the same
+// order as AVX2's (16 columns): the same dx, bit for bit, over rows that
+// are not a multiple of 4 and columns that end in a 16- and a scalar tail.
+TEST(BackwardOps, MatmulInputGradSameOnEveryInstructionSet) {
+  std::mt19937 rng(9);
+  const int64_t n = 7, m = 45, k = 250;
+  Tensor dy = to_tensor(random_vec(n * m, rng), n, m), w = to_tensor(random_vec(m * k, rng), m, k);
+  std::vector<Vec> results;
+  for (cpu::Isa isa : cpu::available_isas()) {
+    if (isa == cpu::Isa::Scalar) continue;
+    cpu::set_isa_override(isa);
+    Tensor dx = to_tensor(random_vec(n * k, rng), n, k);
+    Tensor start = to_tensor(to_vec(dx), n, k);
+    matmul_input_grad(dy, w, dx, GradWrite::Accumulate);
+    cpu::clear_isa_override();
+    Vec got = to_vec(dx), base = to_vec(start);
+    for (size_t i = 0; i < got.size(); ++i) got[i] -= base[i];
+    results.push_back(got);
+  }
+  for (size_t r = 1; r < results.size(); ++r)
+    for (size_t i = 0; i < results[0].size(); ++i) ASSERT_NEAR(results[r][i], results[0][i], 1e-5) << "element " << i;
 }
 
 TEST(BackwardOps, RmsNorm) {

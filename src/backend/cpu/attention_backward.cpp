@@ -6,21 +6,17 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/vec_f32.h"
 #include "core/thread_pool.h"
 
 namespace brioche::backend::cpu {
 
 namespace {
 
-inline float dot(const float* __restrict a, const float* __restrict b, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-inline void axpy(float a, const float* __restrict x, float* __restrict y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
-}
+// Vector dot and axpy (vec_f32.h): the scalar loops ran at ~1 GFLOP/s (a
+// float sum cannot be reordered into vectors by the compiler).
+inline float dot(const float* a, const float* b, int n) { return dot_f32(a, b, n); }
+inline void axpy(float a, const float* x, float* y, int n) { axpy_f32(y, a, x, n); }
 
 // Whether key row j (absolute) is visible from query row i, both in one span.
 struct Visibility {
