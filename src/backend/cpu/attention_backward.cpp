@@ -41,7 +41,7 @@ void dense_attention(const DenseAttentionArgs& a) {
   const Visibility visible{a.layout, p.sliding_window};
   const int64_t n_tasks = int64_t(a.layout.spans.size()) * p.n_heads;
   ThreadPool::global().parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;  // [span rows] for one query row
+    std::vector<float> scores, weights;  // [span rows] for one query row
     for (int64_t t = begin; t < end; ++t) {
       const auto& span = a.layout.spans[size_t(t / p.n_heads)];
       const int h = int(t % p.n_heads), kvh = h / group;
@@ -57,13 +57,16 @@ void dense_attention(const DenseAttentionArgs& a) {
         }
         float* oi = a.out_w + i * a.ld_out + h * d;
         std::memset(oi, 0, sizeof(float) * size_t(d));
+        const int64_t n_keys = i - span.first_row + 1;
+        std::vector<float>& e = weights;
+        e.resize(size_t(n_keys));
+        exp_shifted_f32(scores.data(), m, e.data(), n_keys);
         float sum = 0.0f;
         for (int64_t j = span.first_row; j <= i; ++j) {
-          const float s = scores[size_t(j - span.first_row)];
-          if (s == -std::numeric_limits<float>::infinity()) continue;
-          const float e = std::exp(s - m);
-          sum += e;
-          axpy(e, a.v + j * a.ld_v + kvh * d, oi, d);
+          if (scores[size_t(j - span.first_row)] == -std::numeric_limits<float>::infinity()) continue;  // masked
+          const float ej = e[size_t(j - span.first_row)];
+          sum += ej;
+          axpy(ej, a.v + j * a.ld_v + kvh * d, oi, d);
         }
         const float inv = 1.0f / sum;
         for (int c = 0; c < d; ++c) oi[c] *= inv;
@@ -81,6 +84,7 @@ void dense_attention_backward(const DenseAttentionArgs& a) {
   const Visibility visible{a.layout, p.sliding_window};
   const int64_t n_tasks = int64_t(a.layout.spans.size()) * p.n_kv_heads;
   ThreadPool::global().parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> probs;  // [span rows] for one query row
     for (int64_t t = begin; t < end; ++t) {
       const auto& span = a.layout.spans[size_t(t / p.n_kv_heads)];
       const int kvh = int(t % p.n_kv_heads);
@@ -98,11 +102,15 @@ void dense_attention_backward(const DenseAttentionArgs& a) {
           std::memset(dqi, 0, sizeof(float) * size_t(d));
           const float lse = a.lse[i * a.ld_lse + h];
           const float D = dot(doi, oi, d);
+          // p_ij = e^(scale·q_i·k_j − lse_i), the exponentials in one vector pass
+          probs.resize(size_t(i - r0 + 1));
+          for (int64_t j = r0; j <= i; ++j) probs[size_t(j - r0)] = p.scale * dot(qi, a.k + j * a.ld_k + kvh * d, d);
+          exp_shifted_f32(probs.data(), lse, probs.data(), i - r0 + 1);
           for (int64_t j = r0; j <= i; ++j) {
             if (!visible(i, j)) continue;
             const float* kj = a.k + j * a.ld_k + kvh * d;
             const float* vj = a.v + j * a.ld_v + kvh * d;
-            const float pij = std::exp(p.scale * dot(qi, kj, d) - lse);
+            const float pij = probs[size_t(j - r0)];
             const float ds = pij * (dot(doi, vj, d) - D);
             axpy(pij, doi, a.dv + j * a.ld_dv + kvh * d, d);
             axpy(p.scale * ds, kj, dqi, d);

@@ -1,6 +1,7 @@
 // Small f32 vector kernels shared by the CPU ops (AVX2+FMA with a scalar tail).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -64,6 +65,17 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
 
 // Σ a[i]·f16(b[i])
 inline float dot_f32_f16(const float* a, const uint16_t* b, int64_t n);
+
+// y[i] = e^(x[i] − shift) (exp256's accuracy; x = −inf gives ~1e-38 on the
+// vector path, not 0: callers skip masked entries themselves). y may be x.
+inline void exp_shifted_f32(const float* x, float shift, float* y, int64_t n) {
+  int64_t i = 0;
+#if BRIOCHE_VEC_AVX2
+  const __m256 vs = _mm256_set1_ps(shift);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs)));
+#endif
+  for (; i < n; ++i) y[i] = std::exp(x[i] - shift);
+}
 
 // y[i] = y[i]·s
 inline void scale_f32(float* y, float s, int64_t n) {
