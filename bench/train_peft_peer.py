@@ -5,6 +5,7 @@ random-initialised LlamaForCausalLM in bf16, timed the same way.
 
   python3 bench/train_peft_peer.py --shape llama3-8b --prompt 2048 --response 4096 [--grad-checkpointing]
   python3 bench/train_peft_peer.py ... --runs 4096:0,4096:1,16384:1     (branch length : checkpointing)
+  python3 bench/train_peft_peer.py --device cpu --threads 2 --shape smollm2-135m ...   (f32 on the CPU)
 
 What one step is (TRL ORPOTrainer.concatenated_forward + odds_ratio_loss, no
 padding since both branches have the same length):
@@ -17,9 +18,11 @@ padding since both branches have the same length):
   - backward, clip_grad_norm_(1.0), AdamW over the LoRA parameters.
 LoRA: peft r=16, alpha=32, dropout 0, on q,k,v,o,gate,up,down. Peak memory is
 torch.cuda.max_memory_allocated() after reset_peak_memory_stats() (the
-weights included), the median of the timed steps is reported.
+weights included; on the CPU the process's peak resident memory), the median
+of the timed steps is reported.
 """
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -35,6 +38,20 @@ SHAPES = {
 }
 
 
+DEVICE = "cuda"
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_gb():
+    if DEVICE == "cuda":
+        return torch.cuda.max_memory_allocated() / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
 def build_model(shape, layers):
     from transformers import LlamaConfig, LlamaForCausalLM
     from peft import LoraConfig, get_peft_model
@@ -42,10 +59,11 @@ def build_model(shape, layers):
     kw = dict(SHAPES[shape])
     if layers:
         kw["num_hidden_layers"] = layers
-    config = LlamaConfig(**kw, max_position_embeddings=131072, torch_dtype=torch.bfloat16,
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32  # the CPU: f32, as brioche's --dtype f32
+    config = LlamaConfig(**kw, max_position_embeddings=131072, torch_dtype=dtype,
                          attn_implementation="sdpa", tie_word_embeddings=False, use_cache=False)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
+    torch.set_default_dtype(dtype)
+    with torch.device(DEVICE):
         model = LlamaForCausalLM(config)
     torch.set_default_dtype(torch.float32)
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
@@ -84,14 +102,15 @@ def run(model, args, branch, checkpointing):
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5)
-    g = torch.Generator(device="cuda").manual_seed(1)
+    g = torch.Generator(device=DEVICE).manual_seed(1)
     vocab = model.config.vocab_size
-    prompt = torch.randint(3, vocab, (1, args.prompt), device="cuda", generator=g)
-    chosen = torch.cat([prompt, torch.randint(3, vocab, (1, branch), device="cuda", generator=g)], dim=1)
-    rejected = torch.cat([prompt, torch.randint(3, vocab, (1, branch), device="cuda", generator=g)], dim=1)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    prompt = torch.randint(3, vocab, (1, args.prompt), device=DEVICE, generator=g)
+    chosen = torch.cat([prompt, torch.randint(3, vocab, (1, branch), device=DEVICE, generator=g)], dim=1)
+    rejected = torch.cat([prompt, torch.randint(3, vocab, (1, branch), device=DEVICE, generator=g)], dim=1)
+    sync()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     times, first = [], None
     try:
         for step in range(args.steps + 1):
@@ -101,7 +120,7 @@ def run(model, args, branch, checkpointing):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
-            torch.cuda.synchronize()
+            sync()
             dt = (time.perf_counter() - t0) * 1e3
             if step == 0:
                 first = loss.item()
@@ -111,16 +130,17 @@ def run(model, args, branch, checkpointing):
     except torch.cuda.OutOfMemoryError as e:
         print(f"| peer transformers+peft | orpo P {args.prompt}, {branch} per branch | "
               f"checkpointing {'on' if checkpointing else 'off'} | out of memory | "
-              f"peak {torch.cuda.max_memory_allocated() / 1e9:.2f} GB |", flush=True)
+              f"peak {peak_gb():.2f} GB |", flush=True)
         del opt
         torch.cuda.empty_cache()
         return
-    peak = torch.cuda.max_memory_allocated() / 1e9
+    peak = peak_gb()
     print(f"| peer transformers+peft | orpo P {args.prompt}, {branch} per branch | "
           f"checkpointing {'on' if checkpointing else 'off'} | {statistics.median(times):.0f} ms/step | "
           f"peak {peak:.2f} GB | first loss {first:.4f} |", flush=True)
     del opt
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
 
 
 def main():
@@ -132,15 +152,21 @@ def main():
     ap.add_argument("--grad-checkpointing", action="store_true")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--runs", default="", help="branch:checkpointing,... (overrides --response/--grad-checkpointing)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--threads", type=int, default=0, help="--device cpu: torch threads (0: torch's default)")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    if args.threads:
+        torch.set_num_threads(args.threads)
     import transformers, peft
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}, "
-          f"{torch.cuda.get_device_name()}", file=sys.stderr, flush=True)
+    where = torch.cuda.get_device_name() if DEVICE == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}, {where}",
+          file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     model = build_model(args.shape, args.layers)
-    torch.cuda.synchronize()
-    print(f"model built in {time.perf_counter() - t0:.1f} s, "
-          f"{torch.cuda.memory_allocated() / 1e9:.2f} GB", file=sys.stderr, flush=True)
+    sync()
+    print(f"model built in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     runs = [(args.response, args.grad_checkpointing)]
     if args.runs:
         runs = [(int(r.split(":")[0]), r.split(":")[1] == "1") for r in args.runs.split(",")]
