@@ -261,25 +261,21 @@ float kth_largest(std::span<const float> logits, std::span<const float> weight, 
 // The weight threshold top-p looks above: the first level whose mass
 // reaches the target (with 1e-4 to spare for the float sums; if that still
 // misjudges, the walk finds no cut and the caller looks at every token).
-float nucleus_threshold(std::span<const float> weight, double target) {
-  const WeightLevels levels = weight_levels(weight);
+float nucleus_threshold(const WeightLevels& levels, double target) {
   return first_threshold(levels, [&](int j) { return levels.mass[j] >= target * (1.0 + 1e-4); });
 }
 
 // Top-p over the tokens with weight >= threshold (the smallest positive
-// float: every token with weight): walking them from most to least likely,
-// a token is kept while the mass before it is < target. Returns the last
-// kept token's logit, or nothing when the walk ran out of tokens without a
-// cut and some were left out (the caller retries with all of them). Sorts
-// in growing partial selections: first the best kFirstNucleus, then 8x more.
+// float: every token with weight; with_weight of them have weight): walking
+// them from most to least likely, a token is kept while the mass before it
+// is < target. Returns the last kept token's logit, or nothing when the walk
+// ran out of tokens without a cut and some were left out (the caller retries
+// with all of them). Sorts in growing partial selections: first the best
+// kFirstNucleus, then 8x more.
 std::optional<float> nucleus_bound(std::span<const float> logits, std::span<const float> weight, double target,
-                                   float threshold, std::vector<uint64_t>& order) {
+                                   float threshold, size_t with_weight, std::vector<uint64_t>& order) {
   order.clear();
   for_weights_from(weight, threshold, [&](size_t i) { order.push_back(rank_key(logits[i], int32_t(i))); });
-  size_t with_weight = 0;
-  if (threshold > std::numeric_limits<float>::denorm_min()) {
-    for_weights_from(weight, std::numeric_limits<float>::denorm_min(), [&](size_t) { ++with_weight; });
-  }
   const bool left_out = with_weight > order.size();
   if (order.empty()) return std::nullopt;
   size_t sorted_count = order.size() <= kFullSortBelow ? order.size() : kFirstNucleus;
@@ -288,7 +284,8 @@ std::optional<float> nucleus_bound(std::span<const float> logits, std::span<cons
   bool cut = false;
   while (!cut) {
     // order[0, sorted_count) are the best sorted_count tokens, in order.
-    if (sorted_count < order.size()) std::nth_element(order.begin() + ptrdiff_t(walked), order.begin() + ptrdiff_t(sorted_count), order.end());
+    if (sorted_count < order.size())
+      std::nth_element(order.begin() + ptrdiff_t(walked), order.begin() + ptrdiff_t(sorted_count), order.end());
     std::sort(order.begin() + ptrdiff_t(walked), order.begin() + ptrdiff_t(sorted_count));
     for (; walked < sorted_count; ++walked) {
       if (walked > 0 && mass_before >= target) {
@@ -532,8 +529,14 @@ int32_t Sampler::sample_truncated(std::span<float> logits) {
     // Most of a vocabulary lies far below the nucleus: sort only the tokens
     // above a weight level that holds the cut (nucleus_threshold), and
     // everything only if that selection ends without a cut.
-    std::optional<float> bound = nucleus_bound(logits, s.weight, target, nucleus_threshold(s.weight, target), s.order);
-    if (!bound) bound = nucleus_bound(logits, s.weight, target, std::numeric_limits<float>::denorm_min(), s.order);
+    // One pass gives both the level to look above and how many tokens have weight.
+    const WeightLevels levels = weight_levels(s.weight);
+    const size_t with_weight = levels.count[kWeightLevels - 1];
+    std::optional<float> bound =
+        nucleus_bound(logits, s.weight, target, nucleus_threshold(levels, target), with_weight, s.order);
+    if (!bound) {
+      bound = nucleus_bound(logits, s.weight, target, std::numeric_limits<float>::denorm_min(), with_weight, s.order);
+    }
     top_p_bound = *bound;
   }
 
