@@ -105,6 +105,21 @@ int32_t Engine::Scheduler::fit_chunk(const Sequence& seq, int32_t wanted) const 
   return int32_t(std::clamp<int64_t>(capacity - seq.n_computed, 0, wanted));
 }
 
+namespace {
+
+// Chained hash of full token block b of seq (b < tokens / block_size), cached.
+BlockHash block_hash(Sequence& seq, size_t b, int32_t block_size) {
+  while (seq.token_hashes.size() <= b) {
+    const size_t i = seq.token_hashes.size();
+    const BlockHash parent = i == 0 ? 0 : seq.token_hashes[i - 1];
+    seq.token_hashes.push_back(
+        chain_block_hash(parent, std::span<const int32_t>(seq.tokens.data() + i * size_t(block_size), size_t(block_size))));
+  }
+  return seq.token_hashes[b];
+}
+
+}  // namespace
+
 void Engine::Scheduler::match_prefix(Sequence& seq) {
   if (!options_.prefix_cache || seq.n_computed != 0 || !seq.block_table.empty()) return;
   int32_t bs = blocks_.block_size();
@@ -113,13 +128,13 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
   BlockHash parent = 0;
   for (int32_t b = 0; b < max_blocks; ++b) {
     std::span<const int32_t> block_tokens(seq.tokens.data() + size_t(b) * bs, size_t(bs));
-    BlockHash h = chain_block_hash(parent, block_tokens);
+    BlockHash h = block_hash(seq, size_t(b), bs);
     std::optional<int32_t> hit = blocks_.lookup(h, block_tokens);
     if (!hit) break;
     seq.block_table.push_back(*hit);
-    seq.block_hashes.push_back(h);
     parent = h;
   }
+  seq.registered_blocks = int32_t(seq.block_table.size());  // already in the cache
   seq.n_computed = int32_t(seq.block_table.size()) * bs;
   // Below block granularity: a cached block with the same prefix whose first
   // t tokens equal the next ones of this prompt (requests with one system
@@ -145,13 +160,12 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
 void Engine::Scheduler::register_full_blocks(Sequence& seq) {
   int32_t bs = blocks_.block_size();
   int32_t full = seq.n_computed / bs;
-  while (int32_t(seq.block_hashes.size()) < full) {
-    size_t b = seq.block_hashes.size();
-    BlockHash parent = b == 0 ? 0 : seq.block_hashes[b - 1];
+  for (; seq.registered_blocks < full; ++seq.registered_blocks) {
+    if (!options_.prefix_cache) continue;
+    const size_t b = size_t(seq.registered_blocks);
     std::span<const int32_t> block_tokens(seq.tokens.data() + b * size_t(bs), size_t(bs));
-    BlockHash h = chain_block_hash(parent, block_tokens);
-    if (options_.prefix_cache) blocks_.register_full_block(seq.block_table[b], parent, h, block_tokens);
-    seq.block_hashes.push_back(h);
+    const BlockHash parent = b == 0 ? 0 : block_hash(seq, b - 1, bs);
+    blocks_.register_full_block(seq.block_table[b], parent, block_hash(seq, b, bs), block_tokens);
   }
 }
 
@@ -160,7 +174,7 @@ void Engine::Scheduler::release_blocks(Sequence& seq) {
   // which is the part other requests are most likely to share.
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) blocks_.release(*it);
   seq.block_table.clear();
-  seq.block_hashes.clear();
+  seq.registered_blocks = 0;
   seq.n_computed = 0;
 }
 
@@ -187,13 +201,9 @@ namespace {
 
 // Hashes of the prompt blocks a chunk completes: they enter the prefix cache
 // when this step's forward has written them.
-void add_filled_block_hashes(const Sequence& seq, int32_t chunk, int32_t block_size, std::vector<BlockHash>& out) {
+void add_filled_block_hashes(Sequence& seq, int32_t chunk, int32_t block_size, std::vector<BlockHash>& out) {
   const size_t full_after = size_t(seq.n_computed + chunk) / size_t(block_size);
-  BlockHash parent = seq.block_hashes.empty() ? 0 : seq.block_hashes.back();
-  for (size_t b = seq.block_hashes.size(); b < full_after; ++b) {
-    parent = chain_block_hash(parent, std::span<const int32_t>(seq.tokens.data() + b * size_t(block_size), size_t(block_size)));
-    out.push_back(parent);
-  }
+  for (size_t b = size_t(seq.registered_blocks); b < full_after; ++b) out.push_back(block_hash(seq, b, block_size));
 }
 
 // Whether a waiting sequence's prompt shares a full block with one that
@@ -201,13 +211,11 @@ void add_filled_block_hashes(const Sequence& seq, int32_t chunk, int32_t block_s
 // then takes those blocks from the prefix cache, instead of computing the
 // same K/V again: requests that arrive together with one system prompt
 // compute it once.
-bool shares_a_filling_block(const Sequence& seq, int32_t block_size, const std::vector<BlockHash>& filling) {
+bool shares_a_filling_block(Sequence& seq, int32_t block_size, const std::vector<BlockHash>& filling) {
   if (filling.empty() || seq.n_computed != 0) return false;
   const size_t max_blocks = (seq.tokens.size() - 1) / size_t(block_size);  // as match_prefix: one token left to run
-  BlockHash parent = 0;
   for (size_t b = 0; b < max_blocks; ++b) {
-    parent = chain_block_hash(parent, std::span<const int32_t>(seq.tokens.data() + b * size_t(block_size), size_t(block_size)));
-    if (std::find(filling.begin(), filling.end(), parent) != filling.end()) return true;
+    if (std::find(filling.begin(), filling.end(), block_hash(seq, b, block_size)) != filling.end()) return true;
   }
   return false;
 }

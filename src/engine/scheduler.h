@@ -40,7 +40,11 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t n_computed = 0;
   std::vector<int32_t> block_table;     // KV blocks covering positions [0, n_computed + pending)
-  std::vector<BlockHash> block_hashes;  // chained hashes of the full, computed blocks
+  // Chained hashes of the token blocks, extended on demand (scheduler.cpp
+  // block_hash): a block's hash depends only on the tokens up to its end, so
+  // it is computed once however often the prompt is matched.
+  std::vector<BlockHash> token_hashes;
+  int32_t registered_blocks = 0;  // full computed blocks offered to the prefix cache
   int32_t n_generated = 0;
   bool ever_admitted = false;
   std::unique_ptr<Sampler> sampler;
