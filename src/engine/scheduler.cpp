@@ -112,8 +112,8 @@ BlockHash block_hash(Sequence& seq, size_t b, int32_t block_size) {
   while (seq.token_hashes.size() <= b) {
     const size_t i = seq.token_hashes.size();
     const BlockHash parent = i == 0 ? 0 : seq.token_hashes[i - 1];
-    seq.token_hashes.push_back(
-        chain_block_hash(parent, std::span<const int32_t>(seq.tokens.data() + i * size_t(block_size), size_t(block_size))));
+    const std::span<const int32_t> block_tokens(seq.tokens.data() + i * size_t(block_size), size_t(block_size));
+    seq.token_hashes.push_back(chain_block_hash(parent, block_tokens));
   }
   return seq.token_hashes[b];
 }

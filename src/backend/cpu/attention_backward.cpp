@@ -13,10 +13,6 @@ namespace brioche::backend::cpu {
 
 namespace {
 
-// Vector dot and axpy (vec_f32.h): the scalar loops ran at ~1 GFLOP/s (a
-// float sum cannot be reordered into vectors by the compiler).
-inline float dot(const float* a, const float* b, int n) { return dot_f32(a, b, n); }
-inline void axpy(float a, const float* x, float* y, int n) { axpy_f32(y, a, x, n); }
 
 // Whether key row j (absolute) is visible from query row i, both in one span.
 struct Visibility {
@@ -51,7 +47,7 @@ void dense_attention(const DenseAttentionArgs& a) {
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t j = span.first_row; j <= i; ++j) {
           float s = -std::numeric_limits<float>::infinity();
-          if (visible(i, j)) s = p.scale * dot(qi, a.k + j * a.ld_k + kvh * d, d);
+          if (visible(i, j)) s = p.scale * dot_f32(qi, a.k + j * a.ld_k + kvh * d, d);
           scores[size_t(j - span.first_row)] = s;
           m = std::max(m, s);
         }
@@ -66,7 +62,7 @@ void dense_attention(const DenseAttentionArgs& a) {
           if (scores[size_t(j - span.first_row)] == -std::numeric_limits<float>::infinity()) continue;  // masked
           const float ej = e[size_t(j - span.first_row)];
           sum += ej;
-          axpy(ej, a.v + j * a.ld_v + kvh * d, oi, d);
+          axpy_f32(oi, ej, a.v + j * a.ld_v + kvh * d, d);
         }
         const float inv = 1.0f / sum;
         for (int c = 0; c < d; ++c) oi[c] *= inv;
@@ -101,20 +97,21 @@ void dense_attention_backward(const DenseAttentionArgs& a) {
           float* dqi = a.dq + i * a.ld_dq + h * d;
           std::memset(dqi, 0, sizeof(float) * size_t(d));
           const float lse = a.lse[i * a.ld_lse + h];
-          const float D = dot(doi, oi, d);
+          const float D = dot_f32(doi, oi, d);
           // p_ij = e^(scale·q_i·k_j − lse_i), the exponentials in one vector pass
           probs.resize(size_t(i - r0 + 1));
-          for (int64_t j = r0; j <= i; ++j) probs[size_t(j - r0)] = p.scale * dot(qi, a.k + j * a.ld_k + kvh * d, d);
+          for (int64_t j = r0; j <= i; ++j)
+            probs[size_t(j - r0)] = p.scale * dot_f32(qi, a.k + j * a.ld_k + kvh * d, d);
           exp_shifted_f32(probs.data(), lse, probs.data(), i - r0 + 1);
           for (int64_t j = r0; j <= i; ++j) {
             if (!visible(i, j)) continue;
             const float* kj = a.k + j * a.ld_k + kvh * d;
             const float* vj = a.v + j * a.ld_v + kvh * d;
             const float pij = probs[size_t(j - r0)];
-            const float ds = pij * (dot(doi, vj, d) - D);
-            axpy(pij, doi, a.dv + j * a.ld_dv + kvh * d, d);
-            axpy(p.scale * ds, kj, dqi, d);
-            axpy(p.scale * ds, qi, a.dk + j * a.ld_dk + kvh * d, d);
+            const float ds = pij * (dot_f32(doi, vj, d) - D);
+            axpy_f32(a.dv + j * a.ld_dv + kvh * d, pij, doi, d);
+            axpy_f32(dqi, p.scale * ds, kj, d);
+            axpy_f32(a.dk + j * a.ld_dk + kvh * d, p.scale * ds, qi, d);
           }
         }
       }
