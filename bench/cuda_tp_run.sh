@@ -63,18 +63,8 @@ for what in "$@"; do
     dp2)  # data-parallel LoRA training: --gpus 2 with grad-accum 2 vs one GPU with grad-accum 4
       w 100 $T/test_train --gtest_filter='CudaDataParallel.*:DataParallel*' | grep -E "^\[ |skipped|Failure|data parallel|!!"
       $T/gen_model --shape smollm2-135m --dtype bf16 --tokenizer-from $T/smollm2-tokenizer.gguf --out /tmp/smol.gguf >/dev/null
-      mkdir -p /tmp/dpdata
-      python3 - <<'PY'
-import json, random
-random.seed(2)
-words = "red blue green quiet loud small big old new warm cold bright dark".split()
-nouns = "river book house tree road cloud stone bird lamp door".split()
-for name, n in (("train", 40), ("valid", 8)):
-    with open(f"/tmp/dpdata/{name}.jsonl", "w") as f:
-        for i in range(n):
-            p = " ".join(random.sample(words, 2) + [random.choice(nouns)])
-            f.write(json.dumps({"prompt": "Repeat loudly: " + p, "completion": " " + p.upper()}) + "\n")
-PY
+      python3 bench/upper_case_data.py --out /tmp/dpdata --format completion --train 40 --valid 8 --seed 2 \
+        --prefix "Repeat loudly: "
       common="-m /tmp/smol.gguf --data /tmp/dpdata --device cuda --iters 8 --batch-size 2 --lora-dropout 0.05 --learning-rate 1e-3 --steps-per-report 4 --seed 1"
       w 120 $T/brioche train $common --gpus 1 --grad-accum 4 -o /tmp/dp_one 2>&1 | grep -E "^step|eval step|written|rror|^brioche|!!"
       w 150 $T/brioche train $common --gpus 2 --grad-accum 2 -o /tmp/dp_two 2>&1 | grep -E "^step|eval step|written|rror|^brioche|rank|!!"

@@ -31,17 +31,7 @@ if [ "$mode" != bench ]; then
   timeout 90 $bin/test_train --gtest_filter='CudaTrain.*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -60
   echo "== brioche train --device cuda (random smollm2-135m weights, the real tokenizer) [$(elapsed) s]"
   $bin/gen_model --shape smollm2-135m --dtype bf16 --tokenizer-from $bin/smollm2-tokenizer.gguf --out /tmp/smol.gguf >/dev/null
-  mkdir -p /tmp/pref
-  python3 - <<'EOF'
-import json, random
-random.seed(1)
-words = "red blue green quiet loud small big old new warm cold bright dark".split()
-nouns = "river book house tree road cloud stone bird lamp door".split()
-with open("/tmp/pref/train.jsonl", "w") as f:
-    for i in range(24):
-        p = " ".join(random.sample(words, 2) + [random.choice(nouns)])
-        f.write(json.dumps({"prompt": "Repeat: " + p, "chosen": p.upper(), "rejected": p}) + "\n")
-EOF
+  python3 bench/upper_case_data.py --out /tmp/pref --format preference --train 24 --seed 1
   timeout 120 $bin/brioche train -m /tmp/smol.gguf --data /tmp/pref --method orpo --iters 6 --batch-size 2 \
     --device cuda --prefix-shared --grad-checkpoint --offload-boundaries --lora-dropout 0.05 --steps-per-report 2 \
     -o /tmp/adapter_cuda 2>&1 | tail -6
