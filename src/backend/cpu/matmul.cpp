@@ -1,6 +1,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
@@ -40,17 +41,6 @@ void for_row_ranges(int64_t m, int64_t n, int64_t k, int tile_rows, Fn&& fn) {
   });
 }
 
-// Runs `kernel` on copies of `job` covering rows [0, a.m) in tiles of
-// tile_rows (each copy's row_begin/row_end set), spread over the pool.
-template <typename Job, typename Kernel>
-void run_row_tiles(const MatmulArgs& a, int tile_rows, const Job& job, Kernel kernel) {
-  for_row_ranges(a.m, a.n, a.k, tile_rows, [&](int64_t r0, int64_t r1) {
-    Job part = job;
-    part.row_begin = r0;
-    part.row_end = r1;
-    kernel(part);
-  });
-}
 
 // Portable path: decode each weight row to f32 and dot in f32 (no activation
 // quantization). Slow, but it is the reference the SIMD paths are held to.
@@ -78,12 +68,16 @@ bool plain_quantized_shape(const MatmulArgs& a) {
          a.w_row_bytes >= row_bytes(a.wtype, a.k);
 }
 
+constexpr size_t kMaxGroupParts = 8;  // Q/K/V and gate/up: 3 and 2; more run one matmul each
+
 // Runs kernel(job for part p, rows [r0, r1)) over the weight rows of every
 // part, in tiles of tile_rows, in one pool dispatch: the parts' tiles are
 // numbered one after the other.
 template <typename Job, typename Kernel>
 void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> jobs, int tile_rows, Kernel kernel) {
-  std::vector<int64_t> first_tile(parts.size() + 1, 0);  // [parts + 1] running tile counts
+  BRIOCHE_CHECK(!parts.empty() && parts.size() <= kMaxGroupParts, "matmul_group: ", parts.size(),
+                " parts, expected 1 to ", kMaxGroupParts);
+  std::array<int64_t, kMaxGroupParts + 1> first_tile{};  // running tile counts, [parts + 1] used
   int64_t work_per_row = 1;
   for (size_t p = 0; p < parts.size(); ++p) {
     first_tile[p + 1] = first_tile[p] + (parts[p].m + tile_rows - 1) / tile_rows;
@@ -91,8 +85,9 @@ void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> job
   }
   const int64_t min_rows_for_work = (int64_t(1) << 16) / work_per_row + 1;
   const int64_t grain_tiles = std::max<int64_t>(1, (min_rows_for_work + tile_rows - 1) / tile_rows);
-  ThreadPool::global().parallel_for(first_tile.back(), grain_tiles, [&](int64_t t0, int64_t t1) {
-    size_t p = size_t(std::upper_bound(first_tile.begin(), first_tile.end(), t0) - first_tile.begin()) - 1;
+  ThreadPool::global().parallel_for(first_tile[parts.size()], grain_tiles, [&](int64_t t0, int64_t t1) {
+    const auto used_end = first_tile.begin() + ptrdiff_t(parts.size() + 1);
+    size_t p = size_t(std::upper_bound(first_tile.begin(), used_end, t0) - first_tile.begin()) - 1;
     for (int64_t t = t0; t < t1;) {
       while (t >= first_tile[p + 1]) ++p;
       const int64_t end = std::min(t1, first_tile[p + 1]);  // this part's tiles in the range
@@ -105,12 +100,19 @@ void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> job
   });
 }
 
+// Runs `kernel` on copies of `job` covering rows [0, a.m) in tiles of
+// tile_rows (each copy's row_begin/row_end set): a group of one.
+template <typename Job, typename Kernel>
+void run_row_tiles(const MatmulArgs& a, int tile_rows, const Job& job, Kernel kernel) {
+  run_group_tiles<Job>(std::span<const MatmulArgs>(&a, 1), std::span<const Job>(&job, 1), tile_rows, kernel);
+}
+
 }  // namespace
 
 void matmul_group(std::span<const MatmulArgs> parts) {
   const MatmulKernels* kernels = kernels_for(active_isa());
-  bool shared = kernels != nullptr && parts.size() > 1 && plain_quantized_shape(parts[0]) &&
-                kernels->quant_columns_supports(parts[0].wtype);
+  bool shared = kernels != nullptr && parts.size() > 1 && parts.size() <= kMaxGroupParts &&
+                plain_quantized_shape(parts[0]) && kernels->quant_columns_supports(parts[0].wtype);
   for (const MatmulArgs& p : parts) {
     shared = shared && plain_quantized_shape(p) && p.x == parts[0].x && p.ldx == parts[0].ldx && p.n == parts[0].n &&
              p.k == parts[0].k && p.wtype == parts[0].wtype;
