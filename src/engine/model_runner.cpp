@@ -15,8 +15,8 @@ class TransformerRunner final : public ModelRunner {
   TransformerRunner(std::shared_ptr<model::Model> model, const KvSizing& sizing) : model_(std::move(model)) {
     const model::ModelConfig& config = model_->config();
     BRIOCHE_CHECK(sizing.dtype == DType::F16 || (sizing.dtype == DType::F32 && model_->device() == Device::CPU),
-                  "KV cache type ", dtype_name(sizing.dtype), (model_->device() == Device::CUDA ? " on CUDA" : " on the CPU"),
-                  ": expected f16, or f32 on the CPU");
+                  "KV cache type ", dtype_name(sizing.dtype),
+                  model_->device() == Device::CUDA ? " on CUDA" : " on the CPU", ": expected f16, or f32 on the CPU");
     int32_t trained = config.max_context > 0 ? config.max_context : 2048;
     context_ = sizing.max_context > 0 ? sizing.max_context : std::min<int32_t>(trained, 8192);
     int32_t n_blocks = sizing.n_blocks;
@@ -31,7 +31,6 @@ class TransformerRunner final : public ModelRunner {
                                                                           .dtype = sizing.dtype,
                                                                           .device = model_->device()});
   }
-
 
   int32_t vocab_size() const override { return model_->config().vocab_size; }
   int32_t context_length() const override { return context_; }
