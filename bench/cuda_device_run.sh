@@ -3,7 +3,10 @@
 # check, model benchmarks and the torch peer. Expects the binaries built here
 # (cmake --preset cuda && ninja -C build/cuda test_backend cuda_model_bench gen_model)
 # copied to build/dev/ with bench/cuda_pack.sh, and carried: carry ["build/dev"].
-#   bash bench/cuda_device_run.sh [quick|full]
+#   bash bench/cuda_device_run.sh [quick|full|pdl]
+# pdl: the checks, then decode with and without programmatic dependent
+# launch and L2 prefetch (BRIOCHE_CUDA_PDL / BRIOCHE_CUDA_PREFETCH), in
+# alternation, instead of the full benchmark.
 set -u
 mode=${1:-full}
 out=${OUT:-/tmp/out}
@@ -40,6 +43,21 @@ if [ -f $bin/smollm2-tokenizer.gguf ]; then
   curl -s localhost:8765/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":16,"response_format":{"type":"json_object"}}' | head -c 600; echo
   kill $spid; wait $spid
+fi
+if [ "$mode" = pdl ]; then
+  echo "== decode b1: PDL + prefetch (default) / PDL only / neither, alternating"
+  ab() {
+    for env in "" "BRIOCHE_CUDA_PREFETCH=0" "BRIOCHE_CUDA_PDL=0" ""; do
+      echo "-- ${env:-default} $*"
+      env $env $bin/cuda_model_bench "$@" --prefill 0 --batch 0 2>&1 | grep "decode b1" | tee -a "$out/pdl.md"
+    done
+  }
+  ab --shape smollm2-135m --dtype bf16 --decode 512
+  ab --shape llama3-8b --dtype bf16 --decode 128
+  ab --shape llama3-8b --dtype q4_k --decode 128
+  ab --shape llama3-8b --dtype q8_0 --decode 128
+  ab --shape llama3-8b --dtype q4_0 --decode 128
+  exit 0
 fi
 echo "== model bench"
 run() { $bin/cuda_model_bench "$@" 2>&1 | grep -v "^|---\|^| shape" | tee -a "$out/bench.md"; }

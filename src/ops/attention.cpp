@@ -4,6 +4,7 @@
 
 #include "backend/cpu/attention.h"
 #include "ops/check_f32.h"
+#include "ops/rope_args.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/kernels.h"
 #endif
@@ -57,10 +58,11 @@ std::vector<backend::cpu::KvSequence> kv_sequences(std::span<const AttentionSequ
   return out;
 }
 
-}  // namespace
-
-void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences,
-              Tensor& k_cache, Tensor& v_cache) {
+// The checked arguments of a store_kv call; `seqs` holds the converted
+// sequences the arguments point to.
+backend::cpu::StoreKvArgs store_kv_args(const Tensor& k, const Tensor& v,
+                                        std::span<const AttentionSequence> sequences, Tensor& k_cache,
+                                        Tensor& v_cache, std::vector<backend::cpu::KvSequence>& seqs) {
   auto kr = detail::f32_rows(k, "store_kv", "k");
   auto vr = detail::f32_rows(v, "store_kv", "v");
   BRIOCHE_CHECK(kr.n_rows == vr.n_rows && kr.dim == vr.dim, "store_kv: k ", k.describe(),
@@ -70,10 +72,18 @@ void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequenc
   auto cache = cache_layer(k_cache, v_cache, n_kv_heads, head_dim, "store_kv");
   BRIOCHE_CHECK(kr.dim == int64_t(n_kv_heads) * head_dim, "store_kv: k rows have ", kr.dim,
                 " values, the cache holds ", n_kv_heads, " x ", head_dim);
-  auto seqs = kv_sequences(sequences, kr.n_rows, cache, "store_kv");
-  const backend::cpu::StoreKvArgs args{.k = kr.data, .v = vr.data, .k_stride = kr.stride, .v_stride = vr.stride,
-                          .sequences = seqs.data(), .n_sequences = int(seqs.size()),
-                          .kv_dim = int(kr.dim), .cache = cache};
+  seqs = kv_sequences(sequences, kr.n_rows, cache, "store_kv");
+  return {.k = kr.data, .v = vr.data, .k_stride = kr.stride, .v_stride = vr.stride,
+          .sequences = seqs.data(), .n_sequences = int(seqs.size()), .kv_dim = int(kr.dim),
+          .cache = cache};
+}
+
+}  // namespace
+
+void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences,
+              Tensor& k_cache, Tensor& v_cache) {
+  std::vector<backend::cpu::KvSequence> seqs;
+  const backend::cpu::StoreKvArgs args = store_kv_args(k, v, sequences, k_cache, v_cache, seqs);
   if (detail::common_device("store_kv", {&k, &v, &k_cache, &v_cache}) == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::store_kv(args);
@@ -82,6 +92,28 @@ void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequenc
 #endif
   }
   backend::cpu::store_kv(args);
+}
+
+void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions,
+                   const RopeParams& q_rope, std::span<const AttentionSequence> sequences,
+                   Tensor& k_cache, Tensor& v_cache) {
+  BRIOCHE_CHECK(k_cache.rank() == 4, "rope_store_kv: caches must be [n_blocks, block_size, n_kv_heads, ",
+                "head_dim], got ", k_cache.describe());
+  RopeParams k_rope = q_rope;
+  k_rope.n_heads = int(k_cache.dim(2));
+  if (detail::common_device("rope_store_kv", {&q, &k, &v, &k_cache, &v_cache}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    std::vector<backend::cpu::KvSequence> seqs;
+    const backend::cpu::RopeArgs q_args = detail::rope_args(q, positions, q_rope);
+    const backend::cpu::RopeArgs k_args = detail::rope_args(k, positions, k_rope);
+    return cuda::rope_store_kv(q_args, k_args, store_kv_args(k, v, sequences, k_cache, v_cache, seqs));
+#else
+    detail::fail_no_cuda("rope_store_kv");
+#endif
+  }
+  rope(q, positions, q_rope);
+  rope(k, positions, k_rope);
+  store_kv(k, v, sequences, k_cache, v_cache);
 }
 
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

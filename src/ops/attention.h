@@ -12,6 +12,7 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "ops/rope.h"
 
 namespace brioche::ops {
 
@@ -35,6 +36,13 @@ struct AttentionParams {
 //   k_cache, v_cache : [n_blocks, block_size, n_kv_heads, head_dim], f32 or f16
 void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences,
               Tensor& k_cache, Tensor& v_cache);
+
+// rope(q), rope(k) (with q_rope's rotation, k's heads from the cache), then
+// store_kv(k, v): the step between a layer's QKV projection and its
+// attention. One kernel on CUDA; the same results as the three calls.
+void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions,
+                   const RopeParams& q_rope, std::span<const AttentionSequence> sequences,
+                   Tensor& k_cache, Tensor& v_cache);
 
 // out[r, h·d:(h+1)·d] = Σ_j softmax_j(scale · q_h·k_j) v_j over the row's
 // visible positions j (already in the cache: call store_kv first).

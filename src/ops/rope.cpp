@@ -5,6 +5,7 @@
 
 #include "backend/cpu/rope.h"
 #include "ops/check_f32.h"
+#include "ops/rope_args.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/kernels.h"
 #endif
@@ -51,8 +52,10 @@ std::vector<float> rope_inv_freq(int rotary_dims, float theta, const RopeScaling
   return inv_freq;
 }
 
-void rope(Tensor& x, std::span<const int32_t> positions, const RopeParams& p) {
-  auto rows = detail::f32_rows(x, "rope", "x");
+namespace detail {
+
+backend::cpu::RopeArgs rope_args(Tensor& x, std::span<const int32_t> positions, const RopeParams& p) {
+  auto rows = f32_rows(x, "rope", "x");
   BRIOCHE_CHECK(p.head_dim > 0 && p.head_dim % 2 == 0, "rope: head_dim must be even, got ",
                 p.head_dim);
   BRIOCHE_CHECK(rows.dim == int64_t(p.n_heads) * p.head_dim, "rope: x must be [n, ", p.n_heads,
@@ -61,9 +64,15 @@ void rope(Tensor& x, std::span<const int32_t> positions, const RopeParams& p) {
                 " positions for ", rows.n_rows, " rows");
   BRIOCHE_CHECK(int(p.inv_freq.size()) == p.head_dim / 2, "rope: expected ", p.head_dim / 2,
                 " inverse frequencies, found ", p.inv_freq.size());
-  const backend::cpu::RopeArgs args{.x = rows.data, .positions = positions.data(), .inv_freq = p.inv_freq.data(),
-                      .n_rows = rows.n_rows, .x_stride = rows.stride, .n_heads = p.n_heads,
-                      .head_dim = p.head_dim, .interleaved = p.style == RopeStyle::Interleaved};
+  return {.x = rows.data, .positions = positions.data(), .inv_freq = p.inv_freq.data(),
+          .n_rows = rows.n_rows, .x_stride = rows.stride, .n_heads = p.n_heads,
+          .head_dim = p.head_dim, .interleaved = p.style == RopeStyle::Interleaved};
+}
+
+}  // namespace detail
+
+void rope(Tensor& x, std::span<const int32_t> positions, const RopeParams& p) {
+  const backend::cpu::RopeArgs args = detail::rope_args(x, positions, p);
   if (x.device() == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::rope(args);  // positions and frequencies are uploaded

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/add.h"
@@ -444,6 +445,55 @@ TEST(CudaAttention, PrefillTensorCoresRaggedGqaWindows) {
   }
   // The f32 cache stays on the paged kernel (exact).
   check_attention({8, 2, 128, false, 0, {{10, 70}}}, seed++);
+}
+
+// The decode step's fused RoPE + K/V store against the three kernels it
+// replaces: q, k and both caches bit-identical (f16 and f32 caches, both
+// pairings, GQA, a row no sequence covers), and q against the CPU rotation.
+TEST(CudaAttention, RopeStoreKvSameBitsAsRopeThenStoreKv) {
+  REQUIRE_CUDA_DEVICE();
+  const int n_heads = 6, n_kv_heads = 2, head_dim = 64, block_size = 4, n_blocks = 6;
+  const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, n_rows = 6;
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  const std::vector<int32_t> pos = {5, 6, 7, 0, 1, 9};  // the last row is covered by no sequence
+  const std::vector<int32_t> table_a = {3, 0}, table_b = {5};
+  const std::vector<backend::cpu::KvSequence> seqs = {{0, 3, 5, table_a.data(), 2}, {3, 2, 0, table_b.data(), 1}};
+  for (bool f16 : {true, false}) {
+    for (bool interleaved : {true, false}) {
+      const std::vector<float> q = gaussian(size_t(n_rows) * q_dim, 3), k = gaussian(size_t(n_rows) * kv_dim, 4),
+                               v = gaussian(size_t(n_rows) * kv_dim, 5);
+      const std::vector<uint8_t> cache(size_t(n_blocks) * block_size * kv_dim * (f16 ? 2 : 4), 0x5a);
+      DeviceBuffer q1 = upload(q), k1 = upload(k), v1 = upload(v), kc1 = upload(cache), vc1 = upload(cache);
+      DeviceBuffer q2 = upload(q), k2 = upload(k), v2 = upload(v), kc2 = upload(cache), vc2 = upload(cache);
+      auto rope_of = [&](DeviceBuffer& x, int heads) {
+        return backend::cpu::RopeArgs{.x = x.as<float>(), .positions = pos.data(), .inv_freq = inv_freq.data(),
+                                      .n_rows = n_rows, .x_stride = heads * head_dim, .n_heads = heads,
+                                      .head_dim = head_dim, .interleaved = interleaved};
+      };
+      auto store_of = [&](DeviceBuffer& kb, DeviceBuffer& vb, DeviceBuffer& kc, DeviceBuffer& vc) {
+        return backend::cpu::StoreKvArgs{.k = kb.as<float>(), .v = vb.as<float>(), .k_stride = kv_dim,
+                                         .v_stride = kv_dim, .sequences = seqs.data(), .n_sequences = 2,
+                                         .kv_dim = kv_dim,
+                                         .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
+      };
+      cuda::rope(rope_of(q1, n_heads));  // ADL also finds backend::cpu's
+      cuda::rope(rope_of(k1, n_kv_heads));
+      cuda::store_kv(store_of(k1, v1, kc1, vc1));
+      rope_store_kv(rope_of(q2, n_heads), rope_of(k2, n_kv_heads), store_of(k2, v2, kc2, vc2));
+      const std::string what = std::string(f16 ? "f16" : "f32") + (interleaved ? " interleaved" : " neox");
+      EXPECT_TRUE(download<float>(q1) == download<float>(q2)) << what << ": q";
+      EXPECT_TRUE(download<float>(k1) == download<float>(k2)) << what << ": k";
+      const std::vector<uint8_t> kc = download<uint8_t>(kc2);
+      EXPECT_TRUE(download<uint8_t>(kc1) == kc) << what << ": K cache";
+      EXPECT_TRUE(download<uint8_t>(vc1) == download<uint8_t>(vc2)) << what << ": V cache";
+      EXPECT_NE(kc, cache) << what << ": nothing stored";
+      std::vector<float> q_ref = q;
+      backend::cpu::rope({.x = q_ref.data(), .positions = pos.data(), .inv_freq = inv_freq.data(), .n_rows = n_rows,
+                          .x_stride = q_dim, .n_heads = n_heads, .head_dim = head_dim, .interleaved = interleaved});
+      EXPECT_LT(nmse(download<float>(q2), q_ref), 1e-9) << what << ": q against the CPU";
+    }
+  }
 }
 
 TEST(CudaRuntime, TensorRoundTripAndAllocatorReuse) {

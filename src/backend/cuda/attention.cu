@@ -18,6 +18,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace brioche::cuda {
 
@@ -104,6 +106,7 @@ __device__ __forceinline__ void load_step(const AttnParams& p, const int32_t* ta
 // DPL: head_dim / 32 values per lane; kMaxGroup ≥ n_heads / n_kv_heads.
 template <typename KV, int DPL, int kMaxGroup>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
+  detail::pdl_prologue();
   const int r = blockIdx.x / p.n_kv_heads, kv_head = blockIdx.x % p.n_kv_heads;
   const int split = blockIdx.y;
   const int seq = row_sequence(p, r);
@@ -238,6 +241,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
 
 // One block per (row, head); thread per output value.
 __global__ void combine_kernel(AttnParams p) {
+  detail::pdl_prologue();
   const int r = blockIdx.x / p.n_heads, h = blockIdx.x % p.n_heads;
   if (row_sequence(p, r) < 0) return;
   const int d = p.head_dim;
@@ -257,64 +261,84 @@ __global__ void combine_kernel(AttnParams p) {
   }
 }
 
-// K/V rows to their cache slots; slot[r] < 0 for rows of no sequence.
+// Where row r's K and V go in the cache (a slot = block · block_size +
+// offset), −1 for none: from slot[] for an ordinary call (rows of no
+// sequence −1), or from the row's position and block table for a bound decode
+// step (position −1: padding).
+struct KvSlots {
+  const int32_t* slot = nullptr;  // [n_rows]; nullptr when bound
+  const int32_t* positions = nullptr;
+  const int32_t* tables = nullptr;
+  int table_stride = 0, block_size = 0;
+  int64_t n_rows = 0;
+
+  __device__ int64_t operator()(int64_t r) const {
+    if (r >= n_rows) return -1;
+    if (slot != nullptr) return slot[r];
+    const int32_t pos = positions[r];
+    if (pos < 0) return -1;
+    return int64_t(tables[r * table_stride + pos / block_size]) * block_size + pos % block_size;
+  }
+};
+
 template <typename KV>
-__global__ void store_kv_kernel(const float* k, const float* v, int64_t k_stride, int64_t v_stride,
-                                const int32_t* slot, int64_t n_rows, int kv_dim, KV* k_cache, KV* v_cache) {
+__device__ __forceinline__ KV to_cache(float x) {
+  if constexpr (sizeof(KV) == 2) return __float2half_rn(x);
+  else return x;
+}
+
+// K/V rows to their cache slots, one thread per value.
+template <typename KV>
+__global__ void store_kv_kernel(const float* k, const float* v, int64_t k_stride, int64_t v_stride, KvSlots slots,
+                                int kv_dim, KV* k_cache, KV* v_cache) {
+  detail::pdl_prologue();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= n_rows * kv_dim) return;
+  if (t >= slots.n_rows * kv_dim) return;
   const int64_t r = t / kv_dim, e = t % kv_dim;
-  const int32_t s = slot[r];
+  const int64_t s = slots(r);
   if (s < 0) return;
-  const float kv_k = k[r * k_stride + e], kv_v = v[r * v_stride + e];
-  if constexpr (sizeof(KV) == 2) {
-    k_cache[int64_t(s) * kv_dim + e] = __float2half_rn(kv_k);
-    v_cache[int64_t(s) * kv_dim + e] = __float2half_rn(kv_v);
-  } else {
-    k_cache[int64_t(s) * kv_dim + e] = kv_k;
-    v_cache[int64_t(s) * kv_dim + e] = kv_v;
-  }
+  k_cache[s * kv_dim + e] = to_cache<KV>(k[r * k_stride + e]);
+  v_cache[s * kv_dim + e] = to_cache<KV>(v[r * v_stride + e]);
 }
 
-// The same for a bound decode step: row r's slot comes from its position and
-// block table (rows of position −1 are padding).
+// RoPE on q and k, then k and v to the cache: one thread per rotated pair of
+// a q or k head; a k pair's thread stores that pair of K and the same two
+// values of V. The same arithmetic as rope_kernel + store_kv_kernel.
 template <typename KV>
-__global__ void store_kv_bound_kernel(const float* k, const float* v, int64_t k_stride, int64_t v_stride,
-                                      const int32_t* positions, const int32_t* tables, int table_stride,
-                                      int block_size, int64_t n_rows, int kv_dim, KV* k_cache, KV* v_cache) {
+__global__ void rope_store_kv_kernel(backend::cpu::RopeArgs q, backend::cpu::RopeArgs k, const int32_t* positions,
+                                     const float* inv_freq, const float* v, int64_t v_stride, KvSlots slots,
+                                     KV* k_cache, KV* v_cache) {
+  detail::pdl_prologue();
+  const int half = q.head_dim / 2;
+  const int64_t pairs_per_row = int64_t(q.n_heads + k.n_heads) * half;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= n_rows * kv_dim) return;
-  const int64_t r = t / kv_dim, e = t % kv_dim;
-  const int32_t pos = positions[r];
-  if (pos < 0) return;
-  const int64_t s = int64_t(tables[r * table_stride + pos / block_size]) * block_size + pos % block_size;
-  if constexpr (sizeof(KV) == 2) {
-    k_cache[s * kv_dim + e] = __float2half_rn(k[r * k_stride + e]);
-    v_cache[s * kv_dim + e] = __float2half_rn(v[r * v_stride + e]);
-  } else {
-    k_cache[s * kv_dim + e] = k[r * k_stride + e];
-    v_cache[s * kv_dim + e] = v[r * v_stride + e];
+  if (t >= q.n_rows * pairs_per_row) return;
+  const int64_t r = t / pairs_per_row;
+  const int h = int((t % pairs_per_row) / half), i = int(t % half);
+  if (h < q.n_heads) {
+    detail::rope_pair(q.x + r * q.x_stride + int64_t(h) * q.head_dim, q.head_dim, q.interleaved, i, positions[r],
+                      inv_freq);
+    return;
   }
-}
-
-template <typename KV>
-void store_kv_bound(const backend::cpu::StoreKvArgs& a, const DecodeBinding& b) {
-  const int64_t total = int64_t(b.n_rows) * a.kv_dim;
-  const unsigned grid = unsigned((total + 255) / 256);
-  store_kv_bound_kernel<KV><<<grid, 256, 0, detail::current_stream()>>>(
-      a.k, a.v, a.k_stride, a.v_stride, b.positions, b.tables, b.table_stride, a.cache.block_size, b.n_rows,
-      a.kv_dim, static_cast<KV*>(a.cache.k), static_cast<KV*>(a.cache.v));
-  CUDA_CHECK_LAUNCH();
+  const int kh = h - q.n_heads;
+  float* kr = k.x + r * k.x_stride + int64_t(kh) * k.head_dim;
+  const int2 idx = detail::rope_pair(kr, k.head_dim, k.interleaved, i, positions[r], inv_freq);
+  const int64_t s = slots(r);
+  if (s < 0) return;
+  const int64_t dst = s * int64_t(k.n_heads) * k.head_dim + int64_t(kh) * k.head_dim;
+  const float* vr = v + r * v_stride + int64_t(kh) * k.head_dim;
+  k_cache[dst + idx.x] = to_cache<KV>(kr[idx.x]);
+  k_cache[dst + idx.y] = to_cache<KV>(kr[idx.y]);
+  v_cache[dst + idx.x] = to_cache<KV>(vr[idx.x]);
+  v_cache[dst + idx.y] = to_cache<KV>(vr[idx.y]);
 }
 
 template <typename KV, int DPL>
 void launch_attention(const AttnParams& p, dim3 grid) {
   const int group = p.n_heads / p.n_kv_heads;
-  cudaStream_t s = detail::current_stream();
-  if (group <= 4) attention_kernel<KV, DPL, 4><<<grid, kWarps * 32, 0, s>>>(p);
-  else if (group <= 8) attention_kernel<KV, DPL, 8><<<grid, kWarps * 32, 0, s>>>(p);
+  if (group <= 4) detail::launch_dependent(attention_kernel<KV, DPL, 4>, grid, kWarps * 32, 0, p);
+  else if (group <= 8) detail::launch_dependent(attention_kernel<KV, DPL, 8>, grid, kWarps * 32, 0, p);
   else fail("paged_attention (cuda): at most 8 query heads per KV head, got ", group);
-  CUDA_CHECK_LAUNCH();
 }
 
 template <typename KV>
@@ -350,18 +374,16 @@ const int32_t* upload_metadata(const backend::cpu::PagedAttentionArgs& a, int n_
   return static_cast<const int32_t*>(upload_cached(meta.data(), meta.size() * 4));
 }
 
-}  // namespace
-
-void store_kv(const backend::cpu::StoreKvArgs& a) {
-  if (const DecodeBinding* bound = decode_binding()) {
-    if (a.cache.f16) store_kv_bound<__half>(a, *bound);
-    else store_kv_bound<float>(a, *bound);
-    return;
-  }
+// The slots of a store_kv call: the decode binding's, or computed on the
+// host from the sequences' block tables and uploaded.
+KvSlots kv_slots(const backend::cpu::StoreKvArgs& a) {
+  if (const DecodeBinding* b = decode_binding())
+    return {.positions = b->positions, .tables = b->tables, .table_stride = b->table_stride,
+            .block_size = a.cache.block_size, .n_rows = b->n_rows};
   int64_t n_rows = 0;
   for (int s = 0; s < a.n_sequences; ++s)
     n_rows = std::max<int64_t>(n_rows, a.sequences[s].first_row + a.sequences[s].n_rows);
-  if (n_rows == 0) return;
+  if (n_rows == 0) return {};
   std::vector<int32_t> slot(size_t(n_rows), -1);
   for (int s = 0; s < a.n_sequences; ++s) {
     const backend::cpu::KvSequence& seq = a.sequences[s];
@@ -371,18 +393,49 @@ void store_kv(const backend::cpu::StoreKvArgs& a) {
           int32_t(int64_t(seq.block_table[pos / a.cache.block_size]) * a.cache.block_size + pos % a.cache.block_size);
     }
   }
-  auto* dslot = static_cast<const int32_t*>(upload_cached(slot.data(), slot.size() * 4));
-  const int64_t total = n_rows * a.kv_dim;
-  const unsigned grid = unsigned((total + 255) / 256);
+  return {.slot = static_cast<const int32_t*>(upload_cached(slot.data(), slot.size() * 4)), .n_rows = n_rows};
+}
+
+}  // namespace
+
+void store_kv(const backend::cpu::StoreKvArgs& a) {
+  const KvSlots slots = kv_slots(a);
+  if (slots.n_rows == 0) return;
+  const unsigned grid = unsigned((slots.n_rows * a.kv_dim + 255) / 256);
   if (a.cache.f16)
-    store_kv_kernel<__half><<<grid, 256, 0, detail::current_stream()>>>(
-        a.k, a.v, a.k_stride, a.v_stride, dslot, n_rows, a.kv_dim, static_cast<__half*>(a.cache.k),
-        static_cast<__half*>(a.cache.v));
+    detail::launch_dependent(store_kv_kernel<__half>, grid, 256, 0, a.k, a.v, a.k_stride, a.v_stride, slots, a.kv_dim,
+                             static_cast<__half*>(a.cache.k), static_cast<__half*>(a.cache.v));
   else
-    store_kv_kernel<float><<<grid, 256, 0, detail::current_stream()>>>(
-        a.k, a.v, a.k_stride, a.v_stride, dslot, n_rows, a.kv_dim, static_cast<float*>(a.cache.k),
-        static_cast<float*>(a.cache.v));
-  CUDA_CHECK_LAUNCH();
+    detail::launch_dependent(store_kv_kernel<float>, grid, 256, 0, a.k, a.v, a.k_stride, a.v_stride, slots, a.kv_dim,
+                             static_cast<float*>(a.cache.k), static_cast<float*>(a.cache.v));
+}
+
+void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                   const backend::cpu::StoreKvArgs& kv) {
+  BRIOCHE_CHECK(q.n_rows == k.n_rows && q.head_dim == k.head_dim && q.interleaved == k.interleaved &&
+                    q.positions == k.positions && q.inv_freq == k.inv_freq,
+                "rope_store_kv: q and k must share rows, positions and the rotation, got ", q.n_rows, " and ",
+                k.n_rows, " rows, head_dim ", q.head_dim, " and ", k.head_dim);
+  BRIOCHE_CHECK(kv.k == k.x && kv.k_stride == k.x_stride && kv.kv_dim == k.n_heads * k.head_dim,
+                "rope_store_kv: the stored K must be the rotated k");
+  const int64_t total = q.n_rows * (q.n_heads + k.n_heads) * (q.head_dim / 2);
+  if (total == 0) return;
+  const DecodeBinding* bound = decode_binding();
+  BRIOCHE_CHECK(!bound || bound->n_rows == q.n_rows, "rope_store_kv: ", q.n_rows,
+                " rows but the decode binding has ", bound ? bound->n_rows : 0);
+  const KvSlots slots = kv_slots(kv);
+  BRIOCHE_CHECK(slots.n_rows <= q.n_rows, "rope_store_kv: sequences cover ", slots.n_rows, " rows, q has ",
+                q.n_rows);
+  auto* positions =
+      bound ? bound->positions : static_cast<const int32_t*>(upload_cached(q.positions, size_t(q.n_rows) * 4));
+  auto* inv_freq = static_cast<const float*>(upload_cached(q.inv_freq, size_t(q.head_dim / 2) * 4));
+  const unsigned grid = unsigned((total + 255) / 256);
+  if (kv.cache.f16)
+    detail::launch_dependent(rope_store_kv_kernel<__half>, grid, 256, 0, q, k, positions, inv_freq, kv.v,
+                             kv.v_stride, slots, static_cast<__half*>(kv.cache.k), static_cast<__half*>(kv.cache.v));
+  else
+    detail::launch_dependent(rope_store_kv_kernel<float>, grid, 256, 0, q, k, positions, inv_freq, kv.v, kv.v_stride,
+                             slots, static_cast<float*>(kv.cache.k), static_cast<float*>(kv.cache.v));
 }
 
 void paged_attention(const backend::cpu::PagedAttentionArgs& args) {
@@ -455,8 +508,7 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& args) {
   if (a.cache.f16) launch_attention_dim<__half>(p, grid);
   else launch_attention_dim<float>(p, grid);
   if (splits > 1) {
-    combine_kernel<<<unsigned(n_rows * a.n_heads), std::min(a.head_dim, 256), 0, detail::current_stream()>>>(p);
-    CUDA_CHECK_LAUNCH();
+    detail::launch_dependent(combine_kernel, unsigned(n_rows * a.n_heads), unsigned(std::min(a.head_dim, 256)), 0, p);
   }
 }
 

@@ -6,6 +6,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace brioche::cuda {
 
@@ -46,6 +48,7 @@ __device__ float block_max(float v) {
 // bandwidth, is what this kernel is made of.
 template <int kVec>
 __global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a) {
+  detail::pdl_prologue();
   const float4* __restrict__ x = reinterpret_cast<const float4*>(a.x + blockIdx.x * a.x_stride);
   const float4* __restrict__ w = reinterpret_cast<const float4*>(a.weight);
   float4* __restrict__ y = reinterpret_cast<float4*>(a.out + blockIdx.x * a.out_stride);
@@ -72,6 +75,7 @@ __global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a) {
 
 // Any shape and alignment.
 __global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a) {
+  detail::pdl_prologue();
   const float* __restrict__ x = a.x + blockIdx.x * a.x_stride;
   float* __restrict__ y = a.out + blockIdx.x * a.out_stride;
   float sq = 0.0f;
@@ -82,24 +86,19 @@ __global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a) {
 
 // One thread per rotated pair (row, head, i).
 __global__ void rope_kernel(backend::cpu::RopeArgs a, const int32_t* positions, const float* inv_freq) {
+  detail::pdl_prologue();
   const int half = a.head_dim / 2;
   const int64_t pairs_per_row = int64_t(a.n_heads) * half;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n_rows * pairs_per_row) return;
   const int64_t r = t / pairs_per_row;
   const int h = int((t % pairs_per_row) / half), i = int(t % half);
-  // Angle rounded to f32 before sin/cos, as the CPU reference does.
-  const float angle = float(positions[r]) * inv_freq[i];
-  float s, c;
-  sincosf(angle, &s, &c);
-  float* x = a.x + r * a.x_stride + int64_t(h) * a.head_dim;
-  const int i0 = a.interleaved ? 2 * i : i, i1 = a.interleaved ? 2 * i + 1 : i + half;
-  const float x0 = x[i0], x1 = x[i1];
-  x[i0] = x0 * c - x1 * s;
-  x[i1] = x0 * s + x1 * c;
+  detail::rope_pair(a.x + r * a.x_stride + int64_t(h) * a.head_dim, a.head_dim, a.interleaved, i, positions[r],
+                    inv_freq);
 }
 
 __global__ void add_kernel(backend::cpu::AddArgs a) {
+  detail::pdl_prologue();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n_rows * a.dim) return;
   const int64_t r = t / a.dim, c = t % a.dim;
@@ -107,12 +106,14 @@ __global__ void add_kernel(backend::cpu::AddArgs a) {
 }
 
 __global__ void add_bias_kernel(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t stride) {
+  detail::pdl_prologue();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n_rows * dim) return;
   x[(t / dim) * stride + t % dim] += bias[t % dim];
 }
 
 __global__ void swiglu_kernel(backend::cpu::SwigluArgs a) {
+  detail::pdl_prologue();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n_rows * a.dim) return;
   const int64_t r = t / a.dim, c = t % a.dim;
@@ -141,6 +142,7 @@ __global__ void softmax_kernel(float* x, int64_t n, int64_t stride) {
 
 // First index of the row maximum (NaN never wins).
 __global__ void argmax_kernel(const float* logits, int64_t n, int64_t stride, int32_t* ids) {
+  detail::pdl_prologue();
   const float* row = logits + blockIdx.x * stride;
   float best = -INFINITY;
   int64_t best_i = n;  // sentinel larger than any index
@@ -180,15 +182,13 @@ void rms_norm(const backend::cpu::RmsNormArgs& a) {
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   const bool vec = a.dim % 4 == 0 && a.x_stride % 4 == 0 && a.out_stride % 4 == 0 && aligned(a.x) &&
                    aligned(a.out) && aligned(a.weight);
-  cudaStream_t s = detail::current_stream();
   if (vec && a.dim <= 4 * 4 * kRowThreads) {
-    rms_norm_vec_kernel<4><<<unsigned(a.n_rows), kRowThreads, 0, s>>>(a);
+    detail::launch_dependent(rms_norm_vec_kernel<4>, unsigned(a.n_rows), kRowThreads, 0, a);
   } else if (vec && a.dim <= 4 * 4 * 1024) {
-    rms_norm_vec_kernel<4><<<unsigned(a.n_rows), 1024, 0, s>>>(a);
+    detail::launch_dependent(rms_norm_vec_kernel<4>, unsigned(a.n_rows), 1024, 0, a);
   } else {
-    rms_norm_kernel<<<unsigned(a.n_rows), kRowThreads, 0, s>>>(a);
+    detail::launch_dependent(rms_norm_kernel, unsigned(a.n_rows), kRowThreads, 0, a);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 void rope(const backend::cpu::RopeArgs& a) {
@@ -200,29 +200,25 @@ void rope(const backend::cpu::RopeArgs& a) {
   auto* positions =
       bound ? bound->positions : static_cast<const int32_t*>(upload_cached(a.positions, size_t(a.n_rows) * 4));
   auto* inv_freq = static_cast<const float*>(upload_cached(a.inv_freq, size_t(a.head_dim / 2) * 4));
-  rope_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a, positions, inv_freq);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(rope_kernel, blocks_for(total), 256, 0, a, positions, inv_freq);
 }
 
 void add(const backend::cpu::AddArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
-  add_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(add_kernel, blocks_for(total), 256, 0, a);
 }
 
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t x_stride) {
   const int64_t total = n_rows * dim;
   if (total == 0) return;
-  add_bias_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(x, bias, n_rows, dim, x_stride);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(add_bias_kernel, blocks_for(total), 256, 0, x, bias, n_rows, dim, x_stride);
 }
 
 void swiglu(const backend::cpu::SwigluArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
-  swiglu_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(swiglu_kernel, blocks_for(total), 256, 0, a);
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride) {
@@ -235,9 +231,8 @@ void argmax_rows(const float* logits, int64_t n_rows, int64_t n, int64_t stride,
   BRIOCHE_CHECK(int64_t(ids.size()) == n_rows, "argmax_rows: ", ids.size(), " ids for ", n_rows, " rows");
   if (n_rows == 0) return;
   std::shared_ptr<void> dev = allocate(size_t(n_rows) * 4);
-  argmax_kernel<<<unsigned(n_rows), 1024, 0, detail::current_stream()>>>(logits, n, stride,
-                                                                        static_cast<int32_t*>(dev.get()));
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(argmax_kernel, unsigned(n_rows), 1024, 0, logits, n, stride,
+                           static_cast<int32_t*>(dev.get()));
   copy_to_host(ids.data(), dev.get(), size_t(n_rows) * 4);
 }
 

@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_decode.cuh"
 
 namespace brioche::cuda {
@@ -12,6 +13,7 @@ namespace {
 template <DType T>
 __global__ void embedding_kernel(const uint8_t* table, size_t row_bytes, int64_t hidden, const int32_t* ids,
                                  float* out, int64_t ldo) {
+  detail::pdl_prologue();
   const uint8_t* row = table + int64_t(ids[blockIdx.x]) * row_bytes;
   float* y = out + blockIdx.x * ldo;
   for (int64_t c = threadIdx.x; c < hidden / 32; c += blockDim.x) {
@@ -43,11 +45,10 @@ void embedding(const cpu::EmbeddingArgs& a) {
                 bound ? bound->n_rows : 0, " rows");
   auto* ids = bound ? bound->tokens : static_cast<const int32_t*>(upload_cached(a.ids, size_t(a.n_ids) * 4));
   bool ok = detail::visit_decodable(a.dtype, [&]<DType T>() {
-    embedding_kernel<T><<<unsigned(a.n_ids), 128, 0, detail::current_stream()>>>(
-        static_cast<const uint8_t*>(a.table), a.row_bytes, a.hidden, ids, a.out, a.ldo);
+    detail::launch_dependent(embedding_kernel<T>, unsigned(a.n_ids), 128, 0, static_cast<const uint8_t*>(a.table),
+                             a.row_bytes, a.hidden, ids, a.out, a.ldo);
   });
   BRIOCHE_CHECK(ok, "embedding: cannot decode a ", dtype_name(a.dtype), " table");
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace brioche::cuda

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/launch.cuh"
 #include "core/dtype.h"
 
 namespace brioche::cuda::detail {
@@ -38,6 +39,9 @@ struct GemvArgs {
   int64_t m = 0;   // rows over all parts
   bool accumulate = false;
   const void* w_up = nullptr;
+  // Launch rows whose weights a warp asks L2 for before its PDL wait
+  // (launch.cuh); matmul.cu sets it for small launches.
+  int64_t prefetch_rows = 0;
 };
 
 inline constexpr int kGemvWarps = 4;  // rows of w per block
@@ -49,6 +53,7 @@ struct GemvTarget {
   const uint8_t* w_up;  // nullptr unless SwiGLU
   float* y;             // output column; row r at y[r · ldy]
   int64_t ldy;
+  size_t row_bytes;
 };
 
 __device__ __forceinline__ GemvTarget gemv_target(const GemvArgs& a, int64_t row) {
@@ -63,7 +68,26 @@ __device__ __forceinline__ GemvTarget gemv_target(const GemvArgs& a, int64_t row
   }
   const size_t off = size_t(row) * p->w_row_bytes;
   return {static_cast<const uint8_t*>(p->w) + off,
-          a.w_up != nullptr ? static_cast<const uint8_t*>(a.w_up) + off : nullptr, p->y + row, p->ldy};
+          a.w_up != nullptr ? static_cast<const uint8_t*>(a.w_up) + off : nullptr, p->y + row, p->ldy,
+          p->w_row_bytes};
+}
+
+// The 16-byte-aligned middle of [p, p + bytes) into L2.
+__device__ __forceinline__ void prefetch_span_l2(const uint8_t* p, size_t bytes) {
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t(15);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~uintptr_t(15);
+  if (end > begin) prefetch_l2(reinterpret_cast<const void*>(begin), uint32_t(end - begin));
+}
+
+// What a GEMV warp does first (lane 0 prefetches its first row's weights,
+// which no kernel writes, then every thread waits for the previous kernel).
+__device__ __forceinline__ void gemv_prologue(const GemvArgs& a, int64_t first_row, int lane) {
+  if (lane == 0 && first_row < a.prefetch_rows) {
+    const GemvTarget t = gemv_target(a, first_row);
+    prefetch_span_l2(t.w, t.row_bytes);
+    if (t.w_up != nullptr) prefetch_span_l2(t.w_up, t.row_bytes);
+  }
+  pdl_prologue();
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }

@@ -92,6 +92,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   constexpr int E = Vec16<W>::kElems;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
+  gemv_prologue(a, row, lane);
   if (row >= a.m) return;
   const GemvTarget t = gemv_target(a, row);
   const int64_t k_vec = vectorized ? a.k / (32 * E) * (32 * E) : 0;  // whole warp steps
@@ -106,17 +107,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 template <typename W, bool kSwiglu>
 void launch_rows(const GemvArgs& a, bool vec) {
   dim3 grid(unsigned((a.m + kGemvWarps - 1) / kGemvWarps)), block(kGemvWarps * 32);
-  cudaStream_t s = current_stream();
-  if (a.n == 1) gemv_dense_kernel<W, 1, kSwiglu><<<grid, block, 0, s>>>(a, vec);
-  else if (a.n <= 4) gemv_dense_kernel<W, 4, kSwiglu><<<grid, block, 0, s>>>(a, vec);
-  else gemv_dense_kernel<W, 8, kSwiglu><<<grid, block, 0, s>>>(a, vec);
+  if (a.n == 1) launch_dependent(gemv_dense_kernel<W, 1, kSwiglu>, grid, block, 0, a, vec);
+  else if (a.n <= 4) launch_dependent(gemv_dense_kernel<W, 4, kSwiglu>, grid, block, 0, a, vec);
+  else launch_dependent(gemv_dense_kernel<W, 8, kSwiglu>, grid, block, 0, a, vec);
 }
 
 template <typename W>
 void launch(const GemvArgs& a, bool vec) {
   if (a.w_up != nullptr) launch_rows<W, true>(a, vec);
   else launch_rows<W, false>(a, vec);
-  CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

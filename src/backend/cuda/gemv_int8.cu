@@ -16,6 +16,7 @@ namespace {
 // Threads past the end stay for the full-warp shuffles and store nothing.
 __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k, int64_t total_quads,
                                      int8_t* __restrict__ q, float2* __restrict__ ds) {
+  pdl_prologue();
   const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool inside = g < total_quads;
   const int64_t quads_per_row = k / 4;
@@ -188,9 +189,8 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
   auto* ds = reinterpret_cast<float2*>(q + q_bytes);
   const int64_t total_quads = int64_t(a.n) * a.k / 4;
   constexpr int kThreads = 256;
-  quantize_acts_kernel<<<unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, current_stream()>>>(
-      a.x, a.ldx, a.k, total_quads, q, ds);
-  CUDA_CHECK_LAUNCH();
+  launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x, a.ldx,
+                   a.k, total_quads, q, ds);
   const Int8Acts x{.q = q, .ds = ds, .k = a.k, .n_blocks = n_blocks};
   if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else gemv_int8_blocks32(wtype, a, x);

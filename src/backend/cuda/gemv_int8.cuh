@@ -80,7 +80,9 @@ template <DType T, int kMaxRows, bool kSwiglu>
 __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, Int8Acts x) {
   const int lane = threadIdx.x % 32;
   const int64_t n_warps = int64_t(gridDim.x) * kInt8Warps;
-  for (int64_t row = int64_t(blockIdx.x) * kInt8Warps + threadIdx.x / 32; row < a.m; row += n_warps) {
+  const int64_t first_row = int64_t(blockIdx.x) * kInt8Warps + threadIdx.x / 32;
+  gemv_prologue(a, first_row, lane);
+  for (int64_t row = first_row; row < a.m; row += n_warps) {
     const GemvTarget t = gemv_target(a, row);
     float acc[kMaxRows], acc_up[kMaxRows];
 #pragma unroll
@@ -114,8 +116,8 @@ unsigned int8_grid(int64_t m) {
 
 template <DType T, int kMaxRows, bool kSwiglu>
 void launch_int8_rows(const GemvArgs& a, const Int8Acts& x) {
-  gemv_int8_kernel<T, kMaxRows, kSwiglu>
-      <<<int8_grid<T, kMaxRows, kSwiglu>(a.m), kInt8Warps * 32, 0, current_stream()>>>(a, x);
+  launch_dependent(gemv_int8_kernel<T, kMaxRows, kSwiglu>, int8_grid<T, kMaxRows, kSwiglu>(a.m),
+                   kInt8Warps * 32, 0, a, x);
 }
 
 // Row bound 1, 4 or 8 (runtime n below it), plain or SwiGLU.
@@ -129,7 +131,6 @@ void launch_int8(const GemvArgs& a, const Int8Acts& x) {
   } else {
     swiglu ? launch_int8_rows<T, 8, true>(a, x) : launch_int8_rows<T, 8, false>(a, x);
   }
-  CUDA_CHECK_LAUNCH();
 }
 #endif
 

@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   static_assert(kRowsPerWarp == 1 || kMaxRows == 1, "row reuse is for a single x row");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * kRowsPerWarp;
+  gemv_prologue(a, row0, lane);
   if (row0 >= a.m) return;
   GemvTarget t[kRowsPerWarp];
   float acc[kRowsPerWarp][kMaxRows], acc_up[kRowsPerWarp][kMaxRows];
@@ -92,8 +93,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 template <DType T, int kMaxRows, int kRowsPerWarp, bool kSwiglu>
 void launch_rows(const GemvArgs& a) {
   const int64_t rows_per_block = int64_t(kGemvWarps) * kRowsPerWarp;
-  gemv_quant_kernel<T, kMaxRows, kRowsPerWarp, kSwiglu>
-      <<<unsigned((a.m + rows_per_block - 1) / rows_per_block), kGemvWarps * 32, 0, current_stream()>>>(a);
+  launch_dependent(gemv_quant_kernel<T, kMaxRows, kRowsPerWarp, kSwiglu>,
+                   unsigned((a.m + rows_per_block - 1) / rows_per_block), kGemvWarps * 32, 0, a);
 }
 
 template <DType T, bool kSwiglu>
@@ -117,7 +118,6 @@ template <DType T>
 void launch(const GemvArgs& a) {
   if (a.w_up != nullptr) launch_fused<T, true>(a);
   else launch_fused<T, false>(a);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

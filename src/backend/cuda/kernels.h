@@ -44,6 +44,10 @@ void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride);
 void embedding(const cpu::EmbeddingArgs& args);
 
 void store_kv(const backend::cpu::StoreKvArgs& args);
+// rope(q), rope(k), then store_kv(kv), in one kernel (kv's K is k's rows):
+// what a decode step does between the QKV projection and attention.
+void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                   const backend::cpu::StoreKvArgs& kv);
 // Split over the KV length when few (row, kv head) pairs would fill the GPU.
 void paged_attention(const backend::cpu::PagedAttentionArgs& args);
 

@@ -4,6 +4,10 @@
 // cuBLASLt is column-major. Our row-major y[n, m] is the column-major m×n
 // matrix Y (ld = ldy); row-major w[m, k] is column-major k×m, x[n, k] is k×n.
 // So Y = op(W)·X with op = transpose: A = w (TRANSA = T), B = x (N).
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
@@ -67,6 +71,27 @@ detail::GemvPart gemv_part(const cpu::MatmulArgs& a) {
   return {.w = a.w, .w_row_bytes = a.w_row_bytes, .y = a.y, .ldy = a.ldy, .m = a.m};
 }
 
+// A GEMV whose weights fit in this many bytes asks L2 for all of them while
+// it waits on the kernel before it (gemv.cuh, launch.cuh): about what HBM
+// streams during one small kernel (~4 µs at 4.5 TB/s). Such GEMVs are latency
+// bound (SmolLM2 decode: 885 → 1,018 tokens/s). Larger ones stream at full
+// bandwidth on their own: prefetching their first 16 MB made Llama-3-8B
+// decode slower (202 → 195 tokens/s), their first 4 MB changed nothing.
+// BRIOCHE_CUDA_PREFETCH=0 (or BRIOCHE_CUDA_PDL=0) turns it off.
+constexpr int64_t kGemvPrefetchBytes = int64_t(16) << 20;
+
+int64_t gemv_prefetch_rows(const detail::GemvArgs& g) {
+  static const bool on = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_PREFETCH");
+    return detail::pdl_enabled() && (v == nullptr || std::string_view(v) != "0");
+  }();
+  if (!on) return 0;
+  int64_t row_bytes = 0;
+  for (int p = 0; p < g.n_parts; ++p) row_bytes = std::max<int64_t>(row_bytes, int64_t(g.parts[p].w_row_bytes));
+  if (g.w_up != nullptr) row_bytes *= 2;
+  return row_bytes * g.m <= kGemvPrefetchBytes ? g.m : 0;
+}
+
 // One GEMV launch over `g` (x, n, k of `a`; its parts and fusions set).
 void gemv(const cpu::MatmulArgs& a, detail::GemvArgs g) {
   g.x = a.x;
@@ -75,6 +100,7 @@ void gemv(const cpu::MatmulArgs& a, detail::GemvArgs g) {
   g.k = a.k;
   g.m = 0;
   for (int p = 0; p < g.n_parts; ++p) g.m += g.parts[p].m;
+  g.prefetch_rows = gemv_prefetch_rows(g);
   if (!dtype_info(a.wtype).quantized) {
     detail::gemv_dense(a.wtype, g);
     return;

@@ -1,0 +1,80 @@
+// Programmatic dependent launch (PDL) for the kernels of a decode step.
+//
+// A decode step is a chain of a few hundred kernels, each dependent on the
+// one before, many of them tiny (norms, RoPE, attention over one row). On a
+// plain stream a kernel's first CTA starts only after the previous grid has
+// fully drained, so every boundary costs a ramp-down plus a ramp-up of a few
+// microseconds with the memory system idle. With PDL (sm_90) the next grid
+// is launched as soon as every CTA of the running one has executed
+// `griddepcontrol.launch_dependents`; its CTAs become resident and wait in
+// `griddepcontrol.wait`, which returns once the previous grid has completed
+// and its writes are visible. Work that reads nothing the previous kernel
+// writes (the GEMVs' weights) may run before the wait: the GEMVs prefetch
+// their first weight rows into L2 there, so weight streaming overlaps the
+// latency-bound kernel before them.
+//
+// The rule that keeps this correct: every kernel launched with
+// launch_dependent() calls pdl_prologue() before any early return, any read
+// of data that kernels write and any write; only reads of data no kernel
+// writes (weights) and prefetches may come before it.
+// Since each kernel waits for its predecessor's completion before it can
+// complete itself, completion is transitive along the chain. A kernel
+// launched the ordinary way (cuBLASLt, `<<<>>>`) waits for its predecessor as
+// always, and a predecessor that never triggers does so when it completes.
+// Inside a stream capture the launches become programmatic edges of the
+// graph. BRIOCHE_CUDA_PDL=0 launches the same kernels without the attribute
+// (the waits then return at once), for A/B runs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <string_view>
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace brioche::cuda::detail {
+
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_PDL");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+#ifdef __CUDACC__
+// Waits for the previous kernel of the stream, then lets the next one launch.
+// Triggering after the wait (not before) keeps at most one grid waiting
+// behind the running one.
+__device__ __forceinline__ void pdl_prologue() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Asks L2 to fetch `bytes` (a multiple of 16, 16-byte aligned) at `p`: one
+// bulk prefetch, no registers held, no completion to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+#endif
+
+// kernel<<<grid, block, smem, current_stream()>>>(args...), as a dependent
+// launch (see above). The kernel must start with pdl_prologue().
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = current_stream();
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace brioche::cuda::detail
