@@ -239,22 +239,26 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   }
 }
 
-// One block per (row, head); thread per output value.
+// One block per (row, head); thread per output value. The walks over the
+// splits (up to 64) are unrolled so their loads are in flight together: a
+// plain loop waits for each L2 load before issuing the next.
 __global__ void combine_kernel(AttnParams p) {
   detail::pdl_prologue();
   const int r = blockIdx.x / p.n_heads, h = blockIdx.x % p.n_heads;
   if (row_sequence(p, r) < 0) return;
   const int d = p.head_dim;
   const int64_t part0 = (int64_t(r) * p.n_heads + h) * p.splits;
+  const float2* ml = reinterpret_cast<const float2*>(p.part_ml) + part0;  // (m, l) per split
   float mm = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) mm = fmaxf(mm, p.part_ml[2 * (part0 + s)]);
+#pragma unroll 8
+  for (int s = 0; s < p.splits; ++s) mm = fmaxf(mm, ml[s].x);
   for (int e = threadIdx.x; e < d; e += blockDim.x) {
     float ll = 0.0f, aa = 0.0f;
+#pragma unroll 8
     for (int s = 0; s < p.splits; ++s) {
-      const float ms = p.part_ml[2 * (part0 + s)];
-      if (ms == -INFINITY) continue;  // empty split
-      const float f = exp2f(ms - mm);
-      ll += f * p.part_ml[2 * (part0 + s) + 1];
+      const float2 ms = ml[s];
+      const float f = ms.x == -INFINITY ? 0.0f : exp2f(ms.x - mm);  // empty split: weight 0
+      ll += f * ms.y;
       aa += f * p.part_acc[(part0 + s) * d + e];
     }
     p.out[int64_t(r) * p.out_stride + int64_t(h) * d + e] = aa / ll;
