@@ -418,28 +418,27 @@ void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs
                    const backend::cpu::StoreKvArgs& kv) {
   BRIOCHE_CHECK(q.n_rows == k.n_rows && q.head_dim == k.head_dim && q.interleaved == k.interleaved &&
                     q.positions == k.positions && q.inv_freq == k.inv_freq,
-                "rope_store_kv: q and k must share rows, positions and the rotation, got ", q.n_rows, " and ",
-                k.n_rows, " rows, head_dim ", q.head_dim, " and ", k.head_dim);
+                "rope_store_kv: q and k must share rows, head_dim, pairing, positions and frequencies; got rows ",
+                q.n_rows, "/", k.n_rows, ", head_dim ", q.head_dim, "/", k.head_dim, ", interleaved ", q.interleaved,
+                "/", k.interleaved, (q.positions == k.positions ? "" : ", different positions"),
+                (q.inv_freq == k.inv_freq ? "" : ", different frequencies"));
   BRIOCHE_CHECK(kv.k == k.x && kv.k_stride == k.x_stride && kv.kv_dim == k.n_heads * k.head_dim,
-                "rope_store_kv: the stored K must be the rotated k");
+                "rope_store_kv: the stored K must be k's rows (", k.n_heads * k.head_dim, " values, stride ",
+                k.x_stride, "), got ", kv.kv_dim, " values, stride ", kv.k_stride,
+                (kv.k == k.x ? "" : ", another buffer"));
   const int64_t total = q.n_rows * (q.n_heads + k.n_heads) * (q.head_dim / 2);
   if (total == 0) return;
-  const DecodeBinding* bound = decode_binding();
-  BRIOCHE_CHECK(!bound || bound->n_rows == q.n_rows, "rope_store_kv: ", q.n_rows,
-                " rows but the decode binding has ", bound ? bound->n_rows : 0);
+  const detail::RopeTables t = detail::rope_tables(q, "rope_store_kv");
   const KvSlots slots = kv_slots(kv);
-  BRIOCHE_CHECK(slots.n_rows <= q.n_rows, "rope_store_kv: sequences cover ", slots.n_rows, " rows, q has ",
-                q.n_rows);
-  auto* positions =
-      bound ? bound->positions : static_cast<const int32_t*>(upload_cached(q.positions, size_t(q.n_rows) * 4));
-  auto* inv_freq = static_cast<const float*>(upload_cached(q.inv_freq, size_t(q.head_dim / 2) * 4));
+  BRIOCHE_CHECK(slots.n_rows <= q.n_rows, "rope_store_kv: the sequences cover ", slots.n_rows,
+                " rows, q has only ", q.n_rows);
   const unsigned grid = unsigned((total + 255) / 256);
   if (kv.cache.f16)
-    detail::launch_dependent(rope_store_kv_kernel<__half>, grid, 256, 0, q, k, positions, inv_freq, kv.v,
+    detail::launch_dependent(rope_store_kv_kernel<__half>, grid, 256, 0, q, k, t.positions, t.inv_freq, kv.v,
                              kv.v_stride, slots, static_cast<__half*>(kv.cache.k), static_cast<__half*>(kv.cache.v));
   else
-    detail::launch_dependent(rope_store_kv_kernel<float>, grid, 256, 0, q, k, positions, inv_freq, kv.v, kv.v_stride,
-                             slots, static_cast<float*>(kv.cache.k), static_cast<float*>(kv.cache.v));
+    detail::launch_dependent(rope_store_kv_kernel<float>, grid, 256, 0, q, k, t.positions, t.inv_freq, kv.v,
+                             kv.v_stride, slots, static_cast<float*>(kv.cache.k), static_cast<float*>(kv.cache.v));
 }
 
 void paged_attention(const backend::cpu::PagedAttentionArgs& args) {

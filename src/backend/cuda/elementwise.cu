@@ -191,16 +191,23 @@ void rms_norm(const backend::cpu::RmsNormArgs& a) {
   }
 }
 
+namespace detail {
+
+RopeTables rope_tables(const backend::cpu::RopeArgs& a, const char* op) {
+  const DecodeBinding* bound = decode_binding();
+  BRIOCHE_CHECK(!bound || bound->n_rows == a.n_rows, op, ": ", a.n_rows, " rows but the decode binding has ",
+                bound ? bound->n_rows : 0);
+  return {bound ? bound->positions : static_cast<const int32_t*>(upload_cached(a.positions, size_t(a.n_rows) * 4)),
+          static_cast<const float*>(upload_cached(a.inv_freq, size_t(a.head_dim / 2) * 4))};
+}
+
+}  // namespace detail
+
 void rope(const backend::cpu::RopeArgs& a) {
   const int64_t total = a.n_rows * a.n_heads * (a.head_dim / 2);
   if (total == 0) return;
-  const DecodeBinding* bound = decode_binding();
-  BRIOCHE_CHECK(!bound || bound->n_rows == a.n_rows, "rope: ", a.n_rows, " rows but the decode binding has ",
-                bound ? bound->n_rows : 0);
-  auto* positions =
-      bound ? bound->positions : static_cast<const int32_t*>(upload_cached(a.positions, size_t(a.n_rows) * 4));
-  auto* inv_freq = static_cast<const float*>(upload_cached(a.inv_freq, size_t(a.head_dim / 2) * 4));
-  detail::launch_dependent(rope_kernel, blocks_for(total), 256, 0, a, positions, inv_freq);
+  const detail::RopeTables t = detail::rope_tables(a, "rope");
+  detail::launch_dependent(rope_kernel, blocks_for(total), 256, 0, a, t.positions, t.inv_freq);
 }
 
 void add(const backend::cpu::AddArgs& a) {

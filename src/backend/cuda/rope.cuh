@@ -1,6 +1,23 @@
-// The rotation of one RoPE pair, shared by the RoPE kernel and the fused
-// RoPE + K/V store of a decode step.
+// What the RoPE kernel and the fused RoPE + K/V store of a decode step
+// share: the device tables of a call and the rotation of one pair.
 #pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/rope.h"
+
+namespace brioche::cuda::detail {
+
+// The device copies a RoPE launch reads: positions (the decode binding's
+// when one is bound, which must have a's rows; else uploaded) and the
+// inverse frequencies. Errors name `op`. Defined in elementwise.cu.
+struct RopeTables {
+  const int32_t* positions;
+  const float* inv_freq;
+};
+RopeTables rope_tables(const backend::cpu::RopeArgs& a, const char* op);
+
+}  // namespace brioche::cuda::detail
 
 #ifdef __CUDACC__
 namespace brioche::cuda::detail {
