@@ -42,7 +42,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   const int64_t n = a.h.dim(0);
   const Tensor* qkv_w[] = {&w.wq, &w.wk, &w.wv};
   Tensor* qkv[] = {&a.q, &a.k, &a.v};
-  ops::matmul_group(a.h, qkv_w, qkv);
+  ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv);
   if (w.bq.defined()) ops::add_bias(a.q, w.bq);
   if (w.bk.defined()) ops::add_bias(a.k, w.bk);
   if (w.bv.defined()) ops::add_bias(a.v, w.bv);
@@ -75,8 +75,8 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   }
 }
 
-void mlp_block(const LayerWeights& w, Activations& a, ops::Collective* collective) {
-  ops::swiglu_matmul(a.h, w.w_gate, w.w_up, a.gate, a.up);
+void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective) {
+  ops::swiglu_matmul(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h}, w.w_gate, w.w_up, a.gate, a.up);
   if (collective != nullptr) {
     // SwiGLU is elementwise over the intermediate columns, so each rank's
     // slice is exact; only down's sum over them is split.

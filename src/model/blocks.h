@@ -1,8 +1,10 @@
 // Shared transformer blocks of the Llama family, composed by llama.cpp.
 //
-// Every block reads a.h (the normed residual stream) and adds its output to
-// the residual stream a.x (fused into the last matmul where the device can;
-// a.out is scratch). Buffers are [n_rows, ...] f32.
+// Every block normalizes the residual stream a.x with its RMSNorm (fused into
+// its first matmuls where the device can; a.h receives the normed stream
+// where it is materialised) and adds its output to a.x (fused into the last
+// matmul where the device can; a.out is scratch). Buffers are [n_rows, ...]
+// f32.
 #pragma once
 
 #include <span>
@@ -49,18 +51,21 @@ struct AttentionContext {
   ops::Collective* collective = nullptr;
 };
 
-// Pre-normed self-attention: q/k/v projections (+bias), optional per-head
-// q/k RMSNorm (Qwen3), RoPE, K/V appended to the paged cache, causal GQA
-// attention, output projection.  a.x += attention(a.h)
+// Pre-normed self-attention: RMSNorm (w.attn_norm), q/k/v projections
+// (+bias), optional per-head q/k RMSNorm (Qwen3), RoPE, K/V appended to the
+// paged cache, causal GQA attention, output projection.
+//   a.x += attention(rms_norm(a.x))
 // With ctx.collective, `w` holds this rank's heads: the o_proj output is a
 // partial sum, all-reduced in a.out before the residual add (the fused
 // accumulate would add the residual once per rank).
 void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx,
                      Tensor& k_cache, Tensor& v_cache, Activations& a);
 
-// SwiGLU MLP: down(silu(gate(h)) · up(h)).  a.x += mlp(a.h)
+// SwiGLU MLP after RMSNorm (w.ffn_norm): down(silu(gate(h)) · up(h)).
+//   a.x += mlp(rms_norm(a.x))
 // With a collective, `w` holds this rank's slice of the intermediate size:
 // down's output is all-reduced in a.out, then added.
-void mlp_block(const LayerWeights& w, Activations& a, ops::Collective* collective = nullptr);
+void mlp_block(const ModelConfig& config, const LayerWeights& w, Activations& a,
+               ops::Collective* collective = nullptr);
 
 }  // namespace brioche::model

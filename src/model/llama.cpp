@@ -16,8 +16,7 @@
 #include "model/llama.h"
 #include "ops/device.h"
 #include "ops/embedding.h"
-#include "ops/matmul.h"
-#include "ops/rms_norm.h"
+#include "ops/fused_matmul.h"
 
 namespace brioche::model {
 
@@ -128,32 +127,36 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   ops::embedding(w.token_embd, batch.tokens, a.x);
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
-    ops::rms_norm(a.x, lw.attn_norm, c.rms_eps, a.h);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a);
-    ops::rms_norm(a.x, lw.ffn_norm, c.rms_eps, a.h);
-    mlp_block(lw, a, collective_);
+    mlp_block(c, lw, a, collective_);
   }
   if (n_logits == 0) return;
 
-  // Only rows that need logits go through the final norm and the lm_head.
-  // a.h is free now: gather those rows into its first n_logits rows.
-  // Runs of consecutive rows move in one copy (all rows when decoding).
+  // Only rows that need logits go through the final norm and the lm_head:
+  // all of them when decoding, read from a.x directly; otherwise gathered
+  // into a.h's first n_logits rows (a.h is free now), runs of consecutive
+  // rows in one copy.
   Tensor last = a.h.slice(0, 0, n_logits);  // [n_logits, hidden]
-  int64_t j = 0;
-  for (int64_t r = 0; r < n;) {
-    if (!batch.wants_logits[r]) {
-      ++r;
-      continue;
+  Tensor rows = a.x;
+  if (n_logits != n) {
+    int64_t j = 0;
+    for (int64_t r = 0; r < n;) {
+      if (!batch.wants_logits[r]) {
+        ++r;
+        continue;
+      }
+      int64_t end = r;
+      while (end < n && batch.wants_logits[end]) ++end;
+      Tensor to = last.slice(0, j, j + (end - r));
+      ops::copy(a.x.slice(0, r, end), to);
+      j += end - r;
+      r = end;
     }
-    int64_t end = r;
-    while (end < n && batch.wants_logits[end]) ++end;
-    Tensor to = last.slice(0, j, j + (end - r));
-    ops::copy(a.x.slice(0, r, end), to);
-    j += end - r;
-    r = end;
+    rows = last;
   }
-  ops::rms_norm(last, w.output_norm, c.rms_eps, last);
-  ops::matmul(last, w.output, logits);
+  const Tensor* head[] = {&w.output};
+  Tensor* out[] = {&logits};
+  ops::matmul_group(rows, {.weight = w.output_norm, .eps = c.rms_eps, .normed = last}, head, out);
 }
 
 }  // namespace brioche::model

@@ -5,8 +5,10 @@
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "ops/add.h"
+#include "ops/check_f32.h"
 #include "ops/matmul.h"
 #include "ops/matmul_args.h"
+#include "ops/rms_norm.h"
 #include "ops/swiglu.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/kernels.h"
@@ -23,15 +25,42 @@ void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scra
   add(y, scratch, y);
 }
 
-void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch) {
+namespace {
+
+#if BRIOCHE_CUDA
+// The CUDA launchers' view of `norm` for x (shapes checked as ops::rms_norm
+// checks them).
+cuda::InputNorm cuda_norm(const Tensor& x, const RmsNormFirst& norm, std::string_view op) {
+  const detail::F32Rows xs = detail::f32_rows(x, op, "x");
+  const detail::F32Rows ws = detail::f32_rows(norm.weight, op, "norm weight");
+  const detail::F32Rows ns = detail::f32_rows(norm.normed, op, "normed");
+  BRIOCHE_CHECK(ws.n_rows == 1 && ws.dim == xs.dim, op, ": norm weight must be [", xs.dim, "], got ",
+                norm.weight.describe());
+  BRIOCHE_CHECK(ns.n_rows == xs.n_rows && ns.dim == xs.dim, op, ": normed ", norm.normed.describe(),
+                " does not match x ", x.describe());
+  detail::common_device(op, {&x, &norm.weight, &norm.normed});
+  return {.weight = ws.data, .eps = norm.eps, .normed = ns.data, .normed_stride = ns.stride};
+}
+#endif
+
+void swiglu_matmul_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch,
+                        const RmsNormFirst* norm) {
   const cpu::MatmulArgs gate = detail::matmul_args(x, w_gate, out, "swiglu_matmul");
   const cpu::MatmulArgs up = detail::matmul_args(x, w_up, scratch, "swiglu_matmul");
   BRIOCHE_CHECK(w_up.dtype() == w_gate.dtype() && w_up.shape() == w_gate.shape() &&
                     w_up.stride(0) == w_gate.stride(0),
                 "swiglu_matmul: gate ", w_gate.describe(), " and up ", w_up.describe(), " weights differ");
 #if BRIOCHE_CUDA
-  if (w_gate.device() == Device::CUDA) return cuda::matmul_swiglu(gate, up);
+  if (w_gate.device() == Device::CUDA) {
+    if (norm == nullptr) return cuda::matmul_swiglu(gate, up);
+    const cuda::InputNorm n = cuda_norm(x, *norm, "swiglu_matmul");
+    return cuda::matmul_swiglu(gate, up, &n);
+  }
 #endif
+  if (norm != nullptr) {
+    rms_norm(x, norm->weight, norm->eps, norm->normed);
+    return swiglu_matmul_impl(norm->normed, w_gate, w_up, out, scratch, nullptr);
+  }
   if (w_gate.device() == Device::CPU) {
     const cpu::MatmulArgs both[] = {gate, up};  // one activation quantization for the two
     cpu::matmul_group(both);
@@ -42,16 +71,45 @@ void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Te
   swiglu(out, scratch, out);
 }
 
-void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {
+void matmul_group_impl(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
+                       const RmsNormFirst* norm) {
   BRIOCHE_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 3, "matmul_group: ", ws.size(),
                 " weights and ", ys.size(), " outputs (expected 1 to 3 of each)");
   std::vector<cpu::MatmulArgs> parts;
   for (size_t i = 0; i < ws.size(); ++i) parts.push_back(detail::matmul_args(x, *ws[i], *ys[i], "matmul_group"));
 #if BRIOCHE_CUDA
-  if (ws[0]->device() == Device::CUDA) return cuda::matmul_group(parts);
+  if (ws[0]->device() == Device::CUDA) {
+    if (norm == nullptr) return cuda::matmul_group(parts);
+    const cuda::InputNorm n = cuda_norm(x, *norm, "matmul_group");
+    return cuda::matmul_group(parts, &n);
+  }
 #endif
+  if (norm != nullptr) {
+    rms_norm(x, norm->weight, norm->eps, norm->normed);
+    return matmul_group_impl(norm->normed, ws, ys, nullptr);
+  }
   if (ws[0]->device() == Device::CPU) return cpu::matmul_group(parts);  // one activation quantization
   for (size_t i = 0; i < ws.size(); ++i) matmul(x, *ws[i], *ys[i]);
+}
+
+}  // namespace
+
+void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch) {
+  swiglu_matmul_impl(x, w_gate, w_up, out, scratch, nullptr);
+}
+
+void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up, Tensor& out,
+                   Tensor& scratch) {
+  swiglu_matmul_impl(x, w_gate, w_up, out, scratch, &norm);
+}
+
+void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {
+  matmul_group_impl(x, ws, ys, nullptr);
+}
+
+void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Tensor* const> ws,
+                  std::span<Tensor* const> ys) {
+  matmul_group_impl(x, ws, ys, &norm);
 }
 
 }  // namespace brioche::ops

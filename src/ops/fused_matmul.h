@@ -23,4 +23,23 @@ void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Te
 // dtype.
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys);
 
+// The RMSNorm a block applies to x before its first matmuls:
+// x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The ops below taking it multiply
+// x̂ instead of x. `normed` ([n, k] f32 like x, or x itself) receives x̂
+// where x̂ is materialised (the CPU, many rows, shapes the GPU kernels do
+// not fuse); on the GPU's decode path the GEMV normalizes x in its own
+// prologue, bit for bit as ops::rms_norm does, and `normed` is not written.
+struct RmsNormFirst {
+  const Tensor& weight;  // [k] f32
+  float eps;
+  Tensor& normed;
+};
+
+// matmul_group of x̂.
+void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Tensor* const> ws,
+                  std::span<Tensor* const> ys);
+// swiglu_matmul of x̂.
+void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up, Tensor& out,
+                   Tensor& scratch);
+
 }  // namespace brioche::ops

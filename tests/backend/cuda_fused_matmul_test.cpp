@@ -6,11 +6,16 @@
 //
 // Tolerance: the fused kernels do the same f32 sums per output in the same
 // order; only silu's exp differs (__expf vs expf, ~2 ulp): NMSE < 1e-10.
+// The RMSNorm taken into the GEMV (RmsNormFirst) gives the same bits as
+// rms_norm followed by the matmul, fused or not.
 // Without a GPU every test reports "skipped: no CUDA device".
 #include <gtest/gtest.h>
 
 #if BRIOCHE_CUDA
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -20,6 +25,7 @@
 #include "ops/fused_matmul.h"
 #include "ops/matmul.h"
 #include "ops/quantize.h"
+#include "ops/rms_norm.h"
 #include "ops/swiglu.h"
 
 namespace brioche::ops {
@@ -117,6 +123,122 @@ TEST(CudaFusedMatmul, GroupOfThreeMatchesSeparateMatmuls) {
       for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(got[i], want[i]), 1e-10) << dtype_name(dtype) << " n=" << n << " part " << i;
     }
   }
+}
+
+// The same bytes in every row.
+void expect_same_bits(const Tensor& got_device, const Tensor& want_device, const std::string& what) {
+  Tensor got = to_device(got_device, Device::CPU), want = to_device(want_device, Device::CPU);
+  int64_t differ = 0;
+  for (int64_t r = 0; r < want.dim(0); ++r)
+    differ += std::memcmp(got.row_ptr(r), want.row_ptr(r), size_t(want.dim(1)) * 4) != 0;
+  EXPECT_EQ(differ, 0) << what << ": rows differing from rms_norm then the matmul";
+}
+
+bool all_nan(const Tensor& device) {
+  Tensor t = to_device(device, Device::CPU);
+  for (int64_t r = 0; r < t.dim(0); ++r)
+    for (int64_t c = 0; c < t.dim(1); ++c)
+      if (!std::isnan(t.row_as<float>(r)[c])) return false;
+  return true;
+}
+
+Tensor nan_f32(int64_t rows, int64_t cols) {
+  Tensor t = Tensor::zeros(DType::F32, {rows, cols});
+  for (int64_t i = 0; i < rows * cols; ++i) t.data_as<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+  return to_device(t, Device::CUDA);
+}
+
+// Where the GEMV takes the norm itself (n ≤ 8; dense weights with x̂ in 46 KB,
+// the int8 path's types at any k up to 16,384) `normed` stays untouched (NaN
+// here), which shows the fused kernel ran; elsewhere it holds rms_norm(x).
+bool norm_is_fused(DType dtype, int64_t n, int64_t k) {
+  const bool int8_path = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 ||
+                         dtype == DType::Q4_K || dtype == DType::Q6_K;
+  if (n > 8) return false;
+  return int8_path ? k <= 16384 : k % 4 == 0 && k <= 4096 && n * k * 4 <= 46 * 1024;
+}
+
+TEST(CudaFusedMatmul, RmsNormFirstSameBitsAsRmsNormThenMatmul) {
+  REQUIRE_CUDA_DEVICE();
+  const DType dtypes[] = {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                          DType::Q4_K, DType::Q6_K};
+  const int64_t ks[] = {576, 4096, 8192};
+  const int64_t ms[] = {192, 64, 64};
+  for (DType dtype : dtypes) {
+    for (int64_t k : ks) {
+      if (k % dtype_info(dtype).block_elems != 0) continue;  // K-quants: 256-value super-blocks
+      Tensor w[3];
+      for (int i = 0; i < 3; ++i) w[i] = random_weight(dtype, ms[i], k, 20 + i);
+      Tensor norm_w = device_f32(1, k, 30).reshape({k});
+      for (int n : kRows) {
+        const std::string what = std::string(dtype_name(dtype)) + " k=" + std::to_string(k) + " n=" + std::to_string(n);
+        // x as rows of a wider tensor (row stride k + 64).
+        Tensor wide = device_f32(n, k + 64, 31);
+        Tensor x = wide.slice(1, 0, k);
+        Tensor h = zeros(DType::F32, {n, k}, Device::CUDA), normed = nan_f32(n, k);
+        rms_norm(x, norm_w, 1e-5f, h);
+        Tensor got[3], want[3];
+        for (int i = 0; i < 3; ++i) {
+          got[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
+          want[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
+        }
+        const Tensor* ws[] = {&w[0], &w[1], &w[2]};
+        Tensor* want_ys[] = {&want[0], &want[1], &want[2]};
+        Tensor* got_ys[] = {&got[0], &got[1], &got[2]};
+        matmul_group(h, ws, want_ys);
+        matmul_group(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, ws, got_ys);
+        for (int i = 0; i < 3; ++i) expect_same_bits(got[i], want[i], what + " group part " + std::to_string(i));
+        if (norm_is_fused(dtype, n, k)) EXPECT_TRUE(all_nan(normed)) << what << ": normed written, norm not fused";
+        else expect_same_bits(normed, h, what + " normed");
+
+        Tensor gate = zeros(DType::F32, {n, ms[1]}, Device::CUDA), up = zeros(DType::F32, {n, ms[1]}, Device::CUDA);
+        Tensor gate_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA), up_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA);
+        swiglu_matmul(h, w[1], w[2], gate_want, up_want);
+        swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, w[1], w[2], gate, up);
+        expect_same_bits(gate, gate_want, what + " swiglu");
+      }
+    }
+  }
+}
+
+TEST(CudaFusedMatmul, RmsNormFirstOnMixedDtypesAndOddShapes) {
+  REQUIRE_CUDA_DEVICE();
+  // Q4_K_M files store V as Q6_K: the group is three launches on x̂ from one norm.
+  const int64_t k = 512;
+  Tensor wq = random_weight(DType::Q4_K, 256, k, 40), wk = random_weight(DType::Q4_K, 64, k, 41),
+         wv = random_weight(DType::Q6_K, 64, k, 42);
+  Tensor norm_w = device_f32(1, k, 43).reshape({k});
+  for (int n : kRows) {
+    Tensor x = device_f32(n, k, 44), h = zeros(DType::F32, {n, k}, Device::CUDA), normed = nan_f32(n, k);
+    rms_norm(x, norm_w, 1e-6f, h);
+    Tensor got[3], want[3];
+    const int64_t ms[] = {256, 64, 64};
+    for (int i = 0; i < 3; ++i) {
+      got[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
+      want[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
+    }
+    matmul(h, wq, want[0]);
+    matmul(h, wk, want[1]);
+    matmul(h, wv, want[2]);
+    const Tensor* ws[] = {&wq, &wk, &wv};
+    Tensor* ys[] = {&got[0], &got[1], &got[2]};
+    matmul_group(x, {.weight = norm_w, .eps = 1e-6f, .normed = normed}, ws, ys);
+    for (int i = 0; i < 3; ++i) expect_same_bits(got[i], want[i], "mixed n=" + std::to_string(n));
+    expect_same_bits(normed, h, "mixed normed n=" + std::to_string(n));
+  }
+  // k not a multiple of 4: the norm is a kernel of its own (unaligned rows).
+  const int64_t odd_k = 103;
+  Tensor w = random_weight(DType::BF16, 40, odd_k, 45);
+  Tensor odd_norm = device_f32(1, odd_k, 46).reshape({odd_k});
+  Tensor x = device_f32(3, odd_k, 47), h = zeros(DType::F32, {3, odd_k}, Device::CUDA), normed = nan_f32(3, odd_k);
+  Tensor got = zeros(DType::F32, {3, 40}, Device::CUDA), want = zeros(DType::F32, {3, 40}, Device::CUDA);
+  rms_norm(x, odd_norm, 1e-6f, h);
+  matmul(h, w, want);
+  const Tensor* ws[] = {&w};
+  Tensor* ys[] = {&got};
+  matmul_group(x, {.weight = odd_norm, .eps = 1e-6f, .normed = normed}, ws, ys);
+  expect_same_bits(got, want, "odd k");
+  expect_same_bits(normed, h, "odd k normed");
 }
 
 }  // namespace

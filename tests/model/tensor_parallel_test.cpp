@@ -16,7 +16,6 @@
 #include "ops/collective.h"
 #include "ops/device.h"
 #include "ops/rendezvous.h"
-#include "ops/rms_norm.h"
 #include "tools/gen_model_lib.h"
 
 namespace brioche::model {
@@ -207,9 +206,8 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
     for (int layer = 0; layer < fc.n_layers; ++layer) {
       for (int half = 0; half < 2; ++half) {  // attention, then MLP
         const LayerWeights& flw = full.weights.layers[size_t(layer)];
-        ops::rms_norm(fa.x, half == 0 ? flw.attn_norm : flw.ffn_norm, fc.rms_eps, fa.h);
         if (half == 0) attention_block(fc, flw, ctx, full_cache.keys(layer), full_cache.values(layer), fa);
-        else mlp_block(flw, fa);
+        else mlp_block(fc, flw, fa);
 
         std::vector<Tensor> partials(N);
         Tensor sum;
@@ -222,14 +220,13 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
             HandSum collective(r, N, partials, pass == 0 ? nullptr : &sum);
             Activations sa = buffers[size_t(r)].view(s.config, n);
             ops::copy(x, sa.x);
-            ops::rms_norm(sa.x, half == 0 ? lw.attn_norm : lw.ffn_norm, fc.rms_eps, sa.h);
             if (half == 0) {
               AttentionContext sctx = ctx;
               sctx.collective = &collective;
               attention_block(s.config, lw, sctx, caches[size_t(r)]->keys(layer), caches[size_t(r)]->values(layer),
                               sa);
             } else {
-              mlp_block(lw, sa, &collective);
+              mlp_block(s.config, lw, sa, &collective);
             }
             results.push_back(sa.x);
           }

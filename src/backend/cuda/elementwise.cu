@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/row_norm.cuh"
 
 namespace brioche::cuda {
 
@@ -15,19 +16,7 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
-// Sum over the block (blockDim.x a multiple of 32, ≤ 1024).
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // partial may still be read by a previous call
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int n_warps = blockDim.x / 32;
-  v = lane < n_warps ? partial[lane] : 0.0f;
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
+using detail::block_sum;
 
 __device__ float block_max(float v) {
   __shared__ float partial[32];
@@ -42,34 +31,16 @@ __device__ float block_max(float v) {
   return v;
 }
 
-// y = x · (mean(x²) + eps)^(−1/2) · w, one block per row. The row is loaded
-// once into registers (kVec float4 per thread, all loads issued before the
-// first use): a decode step normalizes a single row, so latency, not
-// bandwidth, is what this kernel is made of.
-template <int kVec>
+// y = x · (mean(x²) + eps)^(−1/2) · w, one block per row (row_norm.cuh).
 __global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a) {
   detail::pdl_prologue();
-  const float4* __restrict__ x = reinterpret_cast<const float4*>(a.x + blockIdx.x * a.x_stride);
-  const float4* __restrict__ w = reinterpret_cast<const float4*>(a.weight);
+  float4 v[detail::kRmsNormVec];
+  detail::rms_norm_row(a.x + blockIdx.x * a.x_stride, a.weight, a.dim, a.eps, v);
   float4* __restrict__ y = reinterpret_cast<float4*>(a.out + blockIdx.x * a.out_stride);
-  const int n4 = int(a.dim / 4);
-  float4 v[kVec];
-  float sq = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) {
+  for (int j = 0; j < detail::kRmsNormVec; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
-    v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    sq += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-  }
-  const float inv_rms = rsqrtf(block_sum(sq) / float(a.dim) + a.eps);
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    if (i < n4) {
-      const float4 g = w[i];
-      y[i] = make_float4(v[j].x * inv_rms * g.x, v[j].y * inv_rms * g.y, v[j].z * inv_rms * g.z,
-                         v[j].w * inv_rms * g.w);
-    }
+    if (i < a.dim / 4) y[i] = v[j];
   }
 }
 
@@ -182,10 +153,8 @@ void rms_norm(const backend::cpu::RmsNormArgs& a) {
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   const bool vec = a.dim % 4 == 0 && a.x_stride % 4 == 0 && a.out_stride % 4 == 0 && aligned(a.x) &&
                    aligned(a.out) && aligned(a.weight);
-  if (vec && a.dim <= 4 * 4 * kRowThreads) {
-    detail::launch_dependent(rms_norm_vec_kernel<4>, unsigned(a.n_rows), kRowThreads, 0, a);
-  } else if (vec && a.dim <= 4 * 4 * 1024) {
-    detail::launch_dependent(rms_norm_vec_kernel<4>, unsigned(a.n_rows), 1024, 0, a);
+  if (const int threads = detail::rms_norm_threads(a.dim); vec && threads > 0) {
+    detail::launch_dependent(rms_norm_vec_kernel, unsigned(a.n_rows), threads, 0, a);
   } else {
     detail::launch_dependent(rms_norm_kernel, unsigned(a.n_rows), kRowThreads, 0, a);
   }

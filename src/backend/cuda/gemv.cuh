@@ -12,6 +12,11 @@
 //   * accumulate: y += x·wᵀ (the residual add after o_proj and down_proj).
 //   * w_up: y = silu(x·wᵀ) ⊙ (x·w_upᵀ) (SwiGLU; one part, w_up shaped like w),
 //     each warp reading row j of both weights.
+//   * norm_w: x goes through RMSNorm first (x̂ = x / rms(x) ⊙ norm_w, the
+//     block's norm before Q/K/V and gate/up): the int8 path normalizes in
+//     its x quantization, the dense kernels into shared memory at the start
+//     of each CTA (gemv_dense_takes_norm says when), with the bits of
+//     `rms_norm` (row_norm.cuh).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +47,8 @@ struct GemvArgs {
   // Launch rows whose weights a warp asks L2 for before its PDL wait
   // (launch.cuh); matmul.cu sets it for small launches.
   int64_t prefetch_rows = 0;
+  const float* norm_w = nullptr;  // [k], 16-byte aligned; x̂ instead of x when set
+  float norm_eps = 0.0f;
 };
 
 inline constexpr int kGemvWarps = 4;  // rows of w per block
@@ -120,6 +127,13 @@ __device__ __forceinline__ void gemv_reduce_store(const GemvArgs& a, const GemvT
 
 // Launchers, one per file so nvcc runs in parallel.
 void gemv_dense(DType wtype, const GemvArgs& args);  // f32, f16, bf16
+// Whether gemv_dense takes args.norm_w itself: x̂ of every row fits in 46 KB
+// of shared memory, rows as rms_norm's 256-thread CTA reads them, and the
+// launch is small enough that each CTA normalizing x again costs less than
+// a norm kernel (it re-reads x and norm_w per 8 weight rows).
+bool gemv_dense_takes_norm(DType wtype, const GemvArgs& args);
 void gemv_quant(DType wtype, const GemvArgs& args);  // every block-quantized dtype
+// Whether gemv_quant takes args.norm_w itself (the int8 path does).
+bool gemv_quant_takes_norm(DType wtype, const GemvArgs& args);
 
 }  // namespace brioche::cuda::detail

@@ -4,8 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/row_norm.cuh"
 
 namespace brioche::cuda::detail {
 
@@ -55,10 +58,19 @@ struct Vec16<float> {
   __device__ static float one(const float* p) { return p[0]; }
 };
 
-// Σ_e w[e]·x[r, e] for this lane's share of one weight row, per x row r.
-template <typename W, int kMaxRows>
-__device__ __forceinline__ void dot_row(const GemvArgs& a, const W* w_row, int lane, int64_t k_vec,
-                                        float (&acc)[kMaxRows]) {
+// 16 bytes of x: through the read-only cache from global memory, or from
+// the CTA's normalized copy in shared memory.
+template <bool kShared>
+__device__ __forceinline__ float4 load_x4(const float* p) {
+  if constexpr (kShared) return *reinterpret_cast<const float4*>(p);
+  else return __ldg(reinterpret_cast<const float4*>(p));
+}
+
+// Σ_e w[e]·x[r, e] for this lane's share of one weight row, per x row r
+// (x: [n, k], row stride ldx).
+template <typename W, int kMaxRows, bool kSharedX>
+__device__ __forceinline__ void dot_row(const GemvArgs& a, const float* x, int64_t ldx, const W* w_row, int lane,
+                                        int64_t k_vec, float (&acc)[kMaxRows]) {
   constexpr int E = Vec16<W>::kElems;
 #pragma unroll 4
   for (int64_t e = int64_t(lane) * E; e < k_vec; e += 32 * E) {
@@ -67,11 +79,11 @@ __device__ __forceinline__ void dot_row(const GemvArgs& a, const W* w_row, int l
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) {
       if (r < a.n) {
-        const float* xr = a.x + r * a.ldx + e;
+        const float* xr = x + r * ldx + e;
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < E; i += 4) {
-          float4 xv = __ldg(reinterpret_cast<const float4*>(xr + i));
+          const float4 xv = load_x4<kSharedX>(xr + i);
           s += v[i] * xv.x + v[i + 1] * xv.y + v[i + 2] * xv.z + v[i + 3] * xv.w;
         }
         acc[r] += s;
@@ -82,52 +94,116 @@ __device__ __forceinline__ void dot_row(const GemvArgs& a, const W* w_row, int l
     float wv = Vec16<W>::one(w_row + e);
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r)
-      if (r < a.n) acc[r] += wv * a.x[r * a.ldx + e];
+      if (r < a.n) acc[r] += wv * x[r * ldx + e];
   }
 }
 
-template <typename W, int kMaxRows, bool kSwiglu>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_dense_kernel(GemvArgs a, bool vectorized) {
+// x̂ of the call's n rows into shared memory ([n, k]), each row normalized
+// by the whole CTA exactly as rms_norm_vec_kernel does (row_norm.cuh).
+__device__ __forceinline__ void normalize_rows_to_shared(const GemvArgs& a, float* normed) {
+  for (int r = 0; r < a.n; ++r) {
+    float4 v[kRmsNormVec];
+    rms_norm_row(a.x + r * a.ldx, a.norm_w, a.k, a.norm_eps, v);
+    float4* out = reinterpret_cast<float4*>(normed + r * a.k);
+#pragma unroll
+    for (int j = 0; j < kRmsNormVec; ++j) {
+      const int i = threadIdx.x + j * blockDim.x;
+      if (i < a.k / 4) out[i] = v[j];
+    }
+  }
+  __syncthreads();
+}
+
+// One warp per weight row; kNorm: x̂ from shared memory (rms_norm_threads(k)
+// threads per CTA, n·k floats of dynamic shared memory).
+template <typename W, int kMaxRows, bool kSwiglu, bool kNorm>
+__global__ void __launch_bounds__(256) gemv_dense_kernel(GemvArgs a, bool vectorized) {
+  extern __shared__ float4 normed4[];
   constexpr int E = Vec16<W>::kElems;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + warp;
   gemv_prologue(a, row, lane);
+  const float* x = a.x;
+  int64_t ldx = a.ldx;
+  if constexpr (kNorm) {
+    x = reinterpret_cast<const float*>(normed4);
+    ldx = a.k;
+    normalize_rows_to_shared(a, reinterpret_cast<float*>(normed4));
+  }
   if (row >= a.m) return;
   const GemvTarget t = gemv_target(a, row);
   const int64_t k_vec = vectorized ? a.k / (32 * E) * (32 * E) : 0;  // whole warp steps
   float acc[kMaxRows], acc_up[kMaxRows];
 #pragma unroll
   for (int r = 0; r < kMaxRows; ++r) acc[r] = acc_up[r] = 0.0f;
-  dot_row<W, kMaxRows>(a, reinterpret_cast<const W*>(t.w), lane, k_vec, acc);
-  if constexpr (kSwiglu) dot_row<W, kMaxRows>(a, reinterpret_cast<const W*>(t.w_up), lane, k_vec, acc_up);
+  dot_row<W, kMaxRows, kNorm>(a, x, ldx, reinterpret_cast<const W*>(t.w), lane, k_vec, acc);
+  if constexpr (kSwiglu)
+    dot_row<W, kMaxRows, kNorm>(a, x, ldx, reinterpret_cast<const W*>(t.w_up), lane, k_vec, acc_up);
   gemv_reduce_store<kSwiglu, kMaxRows>(a, t, lane, acc, acc_up);
 }
 
-template <typename W, bool kSwiglu>
+template <typename W, bool kSwiglu, bool kNorm>
 void launch_rows(const GemvArgs& a, bool vec) {
-  dim3 grid(unsigned((a.m + kGemvWarps - 1) / kGemvWarps)), block(kGemvWarps * 32);
-  if (a.n == 1) launch_dependent(gemv_dense_kernel<W, 1, kSwiglu>, grid, block, 0, a, vec);
-  else if (a.n <= 4) launch_dependent(gemv_dense_kernel<W, 4, kSwiglu>, grid, block, 0, a, vec);
-  else launch_dependent(gemv_dense_kernel<W, 8, kSwiglu>, grid, block, 0, a, vec);
+  const int threads = kNorm ? rms_norm_threads(a.k) : kGemvWarps * 32;
+  const int rows_per_block = threads / 32;
+  const size_t smem = kNorm ? size_t(a.n) * size_t(a.k) * 4 : 0;
+  dim3 grid(unsigned((a.m + rows_per_block - 1) / rows_per_block)), block(threads);
+  if (a.n == 1) launch_dependent(gemv_dense_kernel<W, 1, kSwiglu, kNorm>, grid, block, smem, a, vec);
+  else if (a.n <= 4) launch_dependent(gemv_dense_kernel<W, 4, kSwiglu, kNorm>, grid, block, smem, a, vec);
+  else launch_dependent(gemv_dense_kernel<W, 8, kSwiglu, kNorm>, grid, block, smem, a, vec);
+}
+
+template <typename W, bool kNorm>
+void launch_norm(const GemvArgs& a, bool vec) {
+  if (a.w_up != nullptr) launch_rows<W, true, kNorm>(a, vec);
+  else launch_rows<W, false, kNorm>(a, vec);
 }
 
 template <typename W>
 void launch(const GemvArgs& a, bool vec) {
-  if (a.w_up != nullptr) launch_rows<W, true>(a, vec);
-  else launch_rows<W, false>(a, vec);
+  if (a.norm_w != nullptr) launch_norm<W, true>(a, vec);
+  else launch_norm<W, false>(a, vec);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Vector loads need 16-byte aligned rows of w and x; otherwise one element
+// per lane (odd shapes and strided views in tests).
+bool vectorizable(const GemvArgs& a) {
+  bool vec = aligned16(a.x) && a.ldx % 4 == 0 && (a.w_up == nullptr || aligned16(a.w_up));
+  for (int p = 0; p < a.n_parts; ++p) vec = vec && aligned16(a.parts[p].w) && a.parts[p].w_row_bytes % 16 == 0;
+  return vec;
+}
+
 }  // namespace
+
+// A launch of at most this many weight bytes normalizes x itself (gemv.cuh).
+// Each CTA re-reads x and norm_w ((n + 1)·k floats per 8 weight rows, half
+// the weight bytes of a bf16 row at n = 1) from L2: cheaper than a norm
+// kernel's launch and round trip only while the launch is latency bound.
+constexpr int64_t kNormFusionMaxBytes = int64_t(8) << 20;
+// x̂ in shared memory: 48 KB (no opt-in to more) less room for the static
+// shared memory of the norm's block reduction.
+constexpr size_t kNormSharedBytes = 46 << 10;
+
+bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
+  int64_t weight_bytes = 0;
+  for (int p = 0; p < a.n_parts; ++p) weight_bytes += int64_t(a.parts[p].w_row_bytes) * a.parts[p].m;
+  if (a.w_up != nullptr) weight_bytes *= 2;
+  static const int64_t max_bytes = [] {  // BRIOCHE_CUDA_NORM_FUSION_MB: A/B runs
+    const char* v = std::getenv("BRIOCHE_CUDA_NORM_FUSION_MB");
+    return v != nullptr ? int64_t(std::atof(v) * (1 << 20)) : kNormFusionMaxBytes;
+  }();
+  return (wtype == DType::BF16 || wtype == DType::F16 || wtype == DType::F32) && a.k % 4 == 0 &&
+         rms_norm_threads(a.k) == 256 && size_t(a.n) * size_t(a.k) * 4 <= kNormSharedBytes &&
+         aligned16(a.norm_w) && vectorizable(a) && weight_bytes <= max_bytes;
+}
 
 void gemv_dense(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_dense: n must be 1..8, got ", a.n);
-  // Vector loads need 16-byte aligned rows of w and x; otherwise one element
-  // per lane (odd shapes and strided views in tests).
-  bool vec = aligned16(a.x) && a.ldx % 4 == 0 && (a.w_up == nullptr || aligned16(a.w_up));
-  for (int p = 0; p < a.n_parts; ++p) vec = vec && aligned16(a.parts[p].w) && a.parts[p].w_row_bytes % 16 == 0;
+  BRIOCHE_CHECK(a.norm_w == nullptr || gemv_dense_takes_norm(wtype, a),
+                "gemv_dense: the RMSNorm of x cannot be fused into this launch (k ", a.k, ", n ", a.n, ")");
+  const bool vec = vectorizable(a);
   switch (wtype) {
     case DType::BF16: launch<__nv_bfloat16>(a, vec); return;
     case DType::F16: launch<__half>(a, vec); return;

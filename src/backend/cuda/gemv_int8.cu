@@ -3,17 +3,38 @@
 #include "backend/cuda/gemv_int8.h"
 
 #include "backend/cuda/gemv_int8.cuh"
+#include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace brioche::cuda::detail {
 
 namespace {
 
-// One thread per 4 values, 8 threads per 32-value block (a block never spans
-// two rows since k is a multiple of 32).
+// Quantizes quad c (values 4c..4c+3) of an x row into q (the row's int8
+// values) and, from the thread of the block's first quad, ds (the row's
+// (dx, dx · Σq) per block of 32). The 8 quads of a block are held by 8
+// consecutive lanes, which must all call it (`inside` false: a lane past the
+// end, which joins the shuffles and stores nothing).
+__device__ __forceinline__ void quantize_quad(float4 v, bool inside, int64_t c, int8_t* __restrict__ q,
+                                              float2* __restrict__ ds) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off, 8));
+  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  const int q0 = __float2int_rn(v.x * inv), q1 = __float2int_rn(v.y * inv), q2 = __float2int_rn(v.z * inv),
+            q3 = __float2int_rn(v.w * inv);
+  int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off, 8);
+  if (!inside) return;
+  reinterpret_cast<char4*>(q)[c] = make_char4(char(q0), char(q1), char(q2), char(q3));
+  if ((c & 7) == 0) ds[c / 8] = make_float2(d, d * float(sum));
+}
+
+// One thread per 4 values (a 32-value block never spans two rows since k is
+// a multiple of 32).
 //   x  : [n, k] f32, row stride ldx
 //   q  : [n, k] int8;  ds : [n, k/32] (dx, dx · Σq)
-// Threads past the end stay for the full-warp shuffles and store nothing.
 __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k, int64_t total_quads,
                                      int8_t* __restrict__ q, float2* __restrict__ ds) {
   pdl_prologue();
@@ -22,21 +43,25 @@ __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, i
   const int64_t quads_per_row = k / 4;
   const int64_t r = g / quads_per_row, c = g % quads_per_row;
   const float* src = x + r * ldx + 4 * c;
-  const float v0 = inside ? src[0] : 0.0f, v1 = inside ? src[1] : 0.0f, v2 = inside ? src[2] : 0.0f,
-              v3 = inside ? src[3] : 0.0f;
-  float amax = fmaxf(fmaxf(fabsf(v0), fabsf(v1)), fmaxf(fabsf(v2), fabsf(v3)));
+  const float4 v = inside ? make_float4(src[0], src[1], src[2], src[3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+  quantize_quad(v, inside, c, q + r * k, ds + r * (k / 32));
+}
+
+// The same for x̂ = RMSNorm(x): one CTA per row normalizes it as `rms_norm`
+// does (row_norm.cuh; the same bits) and quantizes x̂ from registers. Thread
+// t holds quads t + j·blockDim.x, so 8 consecutive lanes hold a block.
+__global__ void quantize_normed_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k,
+                                            const float* __restrict__ norm_w, float eps, int8_t* __restrict__ q,
+                                            float2* __restrict__ ds) {
+  pdl_prologue();
+  const int64_t r = blockIdx.x;
+  float4 v[kRmsNormVec];
+  rms_norm_row(x + r * ldx, norm_w, k, eps, v);
 #pragma unroll
-  for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off, 8));
-  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  const int q0 = __float2int_rn(v0 * inv), q1 = __float2int_rn(v1 * inv), q2 = __float2int_rn(v2 * inv),
-            q3 = __float2int_rn(v3 * inv);
-  int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off, 8);
-  if (!inside) return;
-  char4 packed = make_char4(char(q0), char(q1), char(q2), char(q3));
-  reinterpret_cast<char4*>(q + r * k)[c] = packed;
-  if ((c & 7) == 0) ds[r * (k / 32) + c / 8] = make_float2(d, d * float(sum));
+  for (int j = 0; j < kRmsNormVec; ++j) {
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    quantize_quad(v[j], c < k / 4, c, q + r * k, ds + r * (k / 32));
+  }
 }
 
 // The N aligned words covering a block that starts 4-byte aligned or 2 bytes
@@ -177,6 +202,11 @@ bool gemv_int8_covers(DType wtype, const GemvArgs& a) {
   return a.w_up == nullptr || aligned(a.w_up);
 }
 
+bool gemv_int8_takes_norm(const GemvArgs& a) {
+  auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return rms_norm_threads(a.k) > 0 && aligned16(a.x) && a.ldx % 4 == 0 && aligned16(a.norm_w);
+}
+
 void gemv_int8(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(gemv_int8_covers(wtype, a), "gemv_int8: ", dtype_name(wtype), " with k = ", a.k, ", n = ", a.n,
                 " and these weight strides/alignments is not on the int8 path");
@@ -187,10 +217,16 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
   std::shared_ptr<void> scratch = allocate(q_bytes + size_t(a.n) * size_t(n_blocks) * sizeof(float2));
   auto* q = static_cast<int8_t*>(scratch.get());
   auto* ds = reinterpret_cast<float2*>(q + q_bytes);
-  const int64_t total_quads = int64_t(a.n) * a.k / 4;
-  constexpr int kThreads = 256;
-  launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x, a.ldx,
-                   a.k, total_quads, q, ds);
+  if (a.norm_w != nullptr) {
+    BRIOCHE_CHECK(gemv_int8_takes_norm(a), "gemv_int8: the RMSNorm of x cannot be fused (k ", a.k, ")");
+    launch_dependent(quantize_normed_acts_kernel, unsigned(a.n), rms_norm_threads(a.k), 0, a.x, a.ldx, a.k,
+                     a.norm_w, a.norm_eps, q, ds);
+  } else {
+    const int64_t total_quads = int64_t(a.n) * a.k / 4;
+    constexpr int kThreads = 256;
+    launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x,
+                     a.ldx, a.k, total_quads, q, ds);
+  }
   const Int8Acts x{.q = q, .ds = ds, .k = a.k, .n_blocks = n_blocks};
   if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else gemv_int8_blocks32(wtype, a, x);

@@ -20,8 +20,12 @@ namespace brioche::cuda::detail {
 // gemv_quant.cu.
 bool gemv_int8_covers(DType wtype, const GemvArgs& args);
 
-// Quantizes x into scratch from the caching allocator and launches the
-// integer GEMV; honours every fusion of GemvArgs (parts, accumulate, w_up).
+// Whether the x quantization can take args.norm_w (x̂ = RMSNorm(x) first):
+// rows that rms_norm's CTA holds in registers (k ≤ 16,384), 16-byte aligned.
+bool gemv_int8_takes_norm(const GemvArgs& args);
+
+// Quantizes x (or x̂) into scratch from the caching allocator and launches the
+// integer GEMV; honours every fusion of GemvArgs (parts, accumulate, w_up, norm_w).
 void gemv_int8(DType wtype, const GemvArgs& args);
 
 }  // namespace brioche::cuda::detail

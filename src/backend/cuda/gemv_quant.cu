@@ -120,18 +120,28 @@ void launch(const GemvArgs& a) {
   else launch_fused<T, false>(a);
 }
 
-}  // namespace
-
-void gemv_quant(DType wtype, const GemvArgs& a) {
-  BRIOCHE_CHECK(dtype_info(wtype).quantized, "gemv_quant: ", dtype_name(wtype), " is not quantized");
-  // Q8_0, Q4_0, Q4_1 and the K-quants: int8 activations and __dp4a
-  // (gemv_int8.cuh); the rest below decode to f32. BRIOCHE_CUDA_GEMV_INT8=0
-  // keeps every type on the f32 kernels (for A/B benchmarks).
+// Q8_0, Q4_0, Q4_1 and the K-quants: int8 activations and __dp4a
+// (gemv_int8.cuh); the rest below decode to f32. BRIOCHE_CUDA_GEMV_INT8=0
+// keeps every type on the f32 kernels (for A/B benchmarks).
+bool on_int8_path(DType wtype, const GemvArgs& a) {
   static const bool int8_path = [] {
     const char* v = std::getenv("BRIOCHE_CUDA_GEMV_INT8");
     return v == nullptr || std::string_view(v) != "0";
   }();
-  if (int8_path && gemv_int8_covers(wtype, a)) return gemv_int8(wtype, a);
+  return int8_path && gemv_int8_covers(wtype, a);
+}
+
+}  // namespace
+
+bool gemv_quant_takes_norm(DType wtype, const GemvArgs& a) {
+  return on_int8_path(wtype, a) && gemv_int8_takes_norm(a);
+}
+
+void gemv_quant(DType wtype, const GemvArgs& a) {
+  BRIOCHE_CHECK(dtype_info(wtype).quantized, "gemv_quant: ", dtype_name(wtype), " is not quantized");
+  if (on_int8_path(wtype, a)) return gemv_int8(wtype, a);
+  BRIOCHE_CHECK(a.norm_w == nullptr, "gemv_quant: the RMSNorm of x cannot be fused into ", dtype_name(wtype),
+                " (f32-decode kernels)");
   BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_quant: n must be 1..8, got ", a.n);
   BRIOCHE_CHECK(a.k % 32 == 0 && a.ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0,
                 "gemv_quant: x rows must be 16-byte aligned with k a multiple of 32, got k ", a.k,

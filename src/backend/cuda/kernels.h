@@ -26,13 +26,26 @@ void matmul(const cpu::MatmulArgs& args);
 // Decode fusions (gemv.cuh), each one launch where it would be two or three:
 // y += x·wᵀ (cuBLASLt with β = 1 for n > 8).
 void matmul_accumulate(const cpu::MatmulArgs& args);
+
+// The RMSNorm a matmul's x goes through first (ops::RmsNormFirst):
+// x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The decode GEMVs take it in
+// their own prologue where they can (gemv.cuh); otherwise a norm kernel
+// writes x̂ to `normed` ([n, k], row stride normed_stride; may be x itself)
+// and the matmul reads it from there.
+struct InputNorm {
+  const float* weight;  // [k]
+  float eps;
+  float* normed;
+  int64_t normed_stride;
+};
+
 // gate.y = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ); `up` (same x, w shaped and typed
 // like gate's) writes up.y only for n > 8, where the two GEMMs share one
 // 16-bit conversion of x.
-void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up);
+void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const InputNorm* norm = nullptr);
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
 // conversion of x for the GEMMs above, when they share x and dtype.
-void matmul_group(std::span<const cpu::MatmulArgs> parts);
+void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);
 
 void rms_norm(const backend::cpu::RmsNormArgs& args);
 void rope(const backend::cpu::RopeArgs& args);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
@@ -92,8 +93,31 @@ int64_t gemv_prefetch_rows(const detail::GemvArgs& g) {
   return row_bytes * g.m <= kGemvPrefetchBytes ? g.m : 0;
 }
 
-// One GEMV launch over `g` (x, n, k of `a`; its parts and fusions set).
-void gemv(const cpu::MatmulArgs& a, detail::GemvArgs g) {
+// Whether the GEMV for `g` applies g.norm_w itself (gemv.cuh).
+// BRIOCHE_CUDA_FUSE_NORM=0 keeps the norm a kernel of its own (A/B runs).
+bool gemv_takes_norm(DType wtype, const detail::GemvArgs& g) {
+  static const bool on = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_FUSE_NORM");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  if (!on) return false;
+  return dtype_info(wtype).quantized ? detail::gemv_quant_takes_norm(wtype, g)
+                                     : detail::gemv_dense_takes_norm(wtype, g);
+}
+
+// x̂ = RMSNorm(x) of `a`'s rows into norm.normed: `a` reading x̂ instead.
+cpu::MatmulArgs normalized(cpu::MatmulArgs a, const InputNorm& norm) {
+  rms_norm({.x = a.x, .weight = norm.weight, .out = norm.normed, .n_rows = a.n, .dim = a.k, .x_stride = a.ldx,
+            .out_stride = norm.normed_stride, .eps = norm.eps});
+  a.x = norm.normed;
+  a.ldx = norm.normed_stride;
+  return a;
+}
+
+// One GEMV launch over `g` (x, n, k of `a`; its parts and fusions set), of
+// x̂ = RMSNorm(x) when `norm` is given.
+void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm = nullptr) {
+  cpu::MatmulArgs a = args;
   g.x = a.x;
   g.ldx = a.ldx;
   g.n = int(a.n);
@@ -101,6 +125,16 @@ void gemv(const cpu::MatmulArgs& a, detail::GemvArgs g) {
   g.m = 0;
   for (int p = 0; p < g.n_parts; ++p) g.m += g.parts[p].m;
   g.prefetch_rows = gemv_prefetch_rows(g);
+  if (norm != nullptr) {
+    g.norm_w = norm->weight;
+    g.norm_eps = norm->eps;
+    if (!gemv_takes_norm(a.wtype, g)) {
+      a = normalized(a, *norm);
+      g.x = a.x;
+      g.ldx = a.ldx;
+      g.norm_w = nullptr;
+    }
+  }
   if (!dtype_info(a.wtype).quantized) {
     detail::gemv_dense(a.wtype, g);
     return;
@@ -131,9 +165,13 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
   gemv(a, {.parts = {gemv_part(a)}, .accumulate = true});
 }
 
-void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up) {
-  if (gate.n == 0 || gate.m == 0) return;
-  if (gate.n <= kMaxGemvRows) return gemv(gate, {.parts = {gemv_part(gate)}, .w_up = up.w});
+void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm) {
+  if (gate_args.n == 0 || gate_args.m == 0) return;
+  if (gate_args.n <= kMaxGemvRows) return gemv(gate_args, {.parts = {gemv_part(gate_args)}, .w_up = up_args.w}, norm);
+  const cpu::MatmulArgs gate = norm != nullptr ? normalized(gate_args, *norm) : gate_args;
+  cpu::MatmulArgs up = up_args;
+  up.x = gate.x;
+  up.ldx = gate.ldx;
   std::shared_ptr<void> x16 = activations_16bit(gate);
   gemm(gate, x16.get(), 0.0f);
   gemm(up, x16.get(), 0.0f);
@@ -141,24 +179,33 @@ void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up) {
           .up_stride = up.ldy, .out_stride = gate.ldy});
 }
 
-void matmul_group(std::span<const cpu::MatmulArgs> parts) {
+void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "matmul_group: 1 to 3 weights, got ", parts.size());
   const cpu::MatmulArgs& a = parts[0];
   bool shared = true;  // one x, one dtype: one GEMV launch or one conversion
   for (const cpu::MatmulArgs& p : parts)
     shared = shared && p.x == a.x && p.ldx == a.ldx && p.n == a.n && p.k == a.k && p.wtype == a.wtype;
-  if (!shared) {
-    for (const cpu::MatmulArgs& p : parts) cuda::matmul(p);  // not cpu::matmul, which ADL also finds
-    return;
-  }
   if (a.n == 0) return;
-  if (a.n <= kMaxGemvRows) {
+  if (shared && a.n <= kMaxGemvRows) {
     detail::GemvArgs g{.n_parts = int(parts.size())};
     for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
-    return gemv(a, g);
+    return gemv(a, g, norm);
   }
-  std::shared_ptr<void> x16 = activations_16bit(a);
-  for (const cpu::MatmulArgs& p : parts) gemm(p, x16.get(), 0.0f);
+  // Everything else reads x̂ from memory: normalized once for all parts.
+  std::vector<cpu::MatmulArgs> on_normed(parts.begin(), parts.end());
+  if (norm != nullptr) {
+    const cpu::MatmulArgs n0 = normalized(a, *norm);
+    for (cpu::MatmulArgs& p : on_normed) {
+      p.x = n0.x;
+      p.ldx = n0.ldx;
+    }
+  }
+  if (!shared) {
+    for (const cpu::MatmulArgs& p : on_normed) cuda::matmul(p);  // not cpu::matmul, which ADL also finds
+    return;
+  }
+  std::shared_ptr<void> x16 = activations_16bit(on_normed[0]);
+  for (const cpu::MatmulArgs& p : on_normed) gemm(p, x16.get(), 0.0f);
 }
 
 }  // namespace brioche::cuda

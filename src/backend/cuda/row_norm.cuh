@@ -1,0 +1,67 @@
+// The RMSNorm of one row, x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ w, as every kernel
+// that normalizes computes it: `rms_norm`, the int8 GEMV's x quantization and
+// the dense GEMV with the norm fused in (gemv.cuh). One CTA per row; thread t
+// holds the float4s i = t + j·blockDim.x (j < kRmsNormVec) in registers, so
+// the sum of squares is added up in one order and the three give the same
+// bits for the same CTA size (rms_norm_threads).
+#pragma once
+
+#include <cstdint>
+
+namespace brioche::cuda::detail {
+
+inline constexpr int kRmsNormVec = 4;  // float4s per thread
+
+// The CTA size that normalizes a row of `dim` floats (a multiple of 4) with
+// kRmsNormVec float4s per thread, or 0 when the row is too long for that.
+inline int rms_norm_threads(int64_t dim) {
+  if (dim <= 4 * kRmsNormVec * 256) return 256;
+  if (dim <= 4 * kRmsNormVec * 1024) return 1024;
+  return 0;
+}
+
+#ifdef __CUDACC__
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x / 32;
+  v = lane < n_warps ? partial[lane] : 0.0f;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// v[j] = x̂ at float4 i = threadIdx.x + j·blockDim.x, zero past dim/4. The
+// whole row is loaded before the first use: a decode step normalizes a
+// single row, so latency, not bandwidth, is what this is made of. x and w
+// 16-byte aligned, dim a multiple of 4; every thread of the CTA must call it.
+__device__ __forceinline__ void rms_norm_row(const float* __restrict__ x, const float* __restrict__ w, int64_t dim,
+                                             float eps, float4 (&v)[kRmsNormVec]) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+  const int n4 = int(dim / 4);
+  float sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kRmsNormVec; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    v[j] = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    sq += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+  }
+  const float inv_rms = rsqrtf(block_sum(sq) / float(dim) + eps);
+#pragma unroll
+  for (int j = 0; j < kRmsNormVec; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n4) {
+      const float4 g = w4[i];
+      v[j] = make_float4(v[j].x * inv_rms * g.x, v[j].y * inv_rms * g.y, v[j].z * inv_rms * g.z,
+                         v[j].w * inv_rms * g.w);
+    }
+  }
+}
+#endif
+
+}  // namespace brioche::cuda::detail
