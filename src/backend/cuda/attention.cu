@@ -61,6 +61,24 @@ __device__ __forceinline__ const int32_t* row_table(const AttnParams& p, int seq
   return p.tables + (p.row_seq != nullptr ? int64_t(p.table_offset[seq]) : int64_t(seq) * p.table_stride);
 }
 
+// Row r's keys [first, pos] (a sliding window starts later) and the splits
+// that share them: as many as give each at least one CTA step of keys
+// (kMinSplitKeys), up to the launch's p.splits. A decode graph's launch has
+// splits for its bucket's longest context; shorter contexts leave the rest
+// idle, and the combine reads only the active ones.
+constexpr int kMinSplitKeys = kWarps * kKeysPerStep;
+
+struct RowKeys {
+  int first, pos, n_keys, active_splits;
+};
+
+__device__ __forceinline__ RowKeys row_keys(const AttnParams& p, int r) {
+  const int pos = p.row_pos[r];
+  const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
+  const int n_keys = pos - first + 1;
+  return {first, pos, n_keys, min(p.splits, max(1, (n_keys + kMinSplitKeys - 1) / kMinSplitKeys))};
+}
+
 template <typename KV, int N>
 __device__ __forceinline__ void load_kv(const KV* p, float out[N]) {
   if constexpr (sizeof(KV) == 2 && N % 2 == 0) {
@@ -113,12 +131,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   if (seq < 0) return;
   const int group = p.n_heads / p.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int pos = p.row_pos[r];
-  const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
-  const int n_keys = pos - first + 1;
-  const int per_split = (n_keys + p.splits - 1) / p.splits;
-  const int k0 = first + split * per_split;
-  const int k1 = min(pos, k0 + per_split - 1);  // inclusive; k1 < k0 when empty
+  const RowKeys keys = row_keys(p, r);
+  if (split >= keys.active_splits) return;
+  const int per_split = (keys.n_keys + keys.active_splits - 1) / keys.active_splits;
+  const int k0 = keys.first + split * per_split;
+  const int k1 = min(keys.pos, k0 + per_split - 1);  // inclusive; k1 < k0 when empty
   const int32_t* table = row_table(p, seq);
   const int64_t slot_elems = int64_t(p.n_kv_heads) * p.head_dim;
   const int64_t head_off = int64_t(kv_head) * p.head_dim + lane * DPL;
@@ -239,29 +256,52 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   }
 }
 
-// One block per (row, head); thread per output value. The walks over the
-// splits (up to 64) are unrolled so their loads are in flight together: a
-// plain loop waits for each L2 load before issuing the next.
-__global__ void combine_kernel(AttnParams p) {
+// One block per (row, head) merges the row's active splits in two L2 round
+// trips: warp 0 reads every split's (m, l) at once (a lane per split) and
+// turns them into weights 2^(m_s − M) in shared memory; then each thread
+// takes one output value and every (kCombineThreads / head_dim)-th split,
+// all of its loads in flight together, and the groups' sums are added.
+constexpr int kCombineThreads = 256;
+constexpr int kMaxSplits = 64;
+
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(AttnParams p) {
   detail::pdl_prologue();
   const int r = blockIdx.x / p.n_heads, h = blockIdx.x % p.n_heads;
   if (row_sequence(p, r) < 0) return;
-  const int d = p.head_dim;
+  const int d = p.head_dim, active = row_keys(p, r).active_splits;
   const int64_t part0 = (int64_t(r) * p.n_heads + h) * p.splits;
-  const float2* ml = reinterpret_cast<const float2*>(p.part_ml) + part0;  // (m, l) per split
-  float mm = -INFINITY;
-#pragma unroll 8
-  for (int s = 0; s < p.splits; ++s) mm = fmaxf(mm, ml[s].x);
-  for (int e = threadIdx.x; e < d; e += blockDim.x) {
-    float ll = 0.0f, aa = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < p.splits; ++s) {
-      const float2 ms = ml[s];
-      const float f = ms.x == -INFINITY ? 0.0f : exp2f(ms.x - mm);  // empty split: weight 0
-      ll += f * ms.y;
-      aa += f * p.part_acc[(part0 + s) * d + e];
-    }
-    p.out[int64_t(r) * p.out_stride + int64_t(h) * d + e] = aa / ll;
+  __shared__ float weight[kMaxSplits];
+  __shared__ float sums[kCombineThreads];
+  __shared__ float total_l;
+  if (threadIdx.x < 32) {
+    const float2* ml = reinterpret_cast<const float2*>(p.part_ml) + part0;  // (m, l) per split
+    const int lane = threadIdx.x;
+    const float2 none = make_float2(-INFINITY, 0.0f);
+    const float2 a = lane < active ? ml[lane] : none, b = lane + 32 < active ? ml[lane + 32] : none;
+    float mm = fmaxf(a.x, b.x);
+    for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
+    const float fa = a.x == -INFINITY ? 0.0f : exp2f(a.x - mm);  // empty split: weight 0
+    const float fb = b.x == -INFINITY ? 0.0f : exp2f(b.x - mm);
+    weight[lane] = fa;
+    weight[lane + 32] = fb;
+    float ll = fa * a.y + fb * b.y;
+    for (int off = 16; off > 0; off >>= 1) ll += __shfl_xor_sync(0xffffffffu, ll, off);
+    if (lane == 0) total_l = ll;
+  }
+  __syncthreads();
+  const int groups = kCombineThreads / d;  // head_dim ≤ 256
+  const int e = threadIdx.x % d, g = threadIdx.x / d;
+  float aa = 0.0f;
+  if (g < groups) {
+#pragma unroll 16
+    for (int s = g; s < active; s += groups) aa += weight[s] * p.part_acc[(part0 + s) * d + e];
+  }
+  sums[threadIdx.x] = aa;
+  __syncthreads();
+  if (threadIdx.x < d) {
+    float t = 0.0f;
+    for (int j = 0; j < groups; ++j) t += sums[j * d + threadIdx.x];
+    p.out[int64_t(r) * p.out_stride + int64_t(h) * d + threadIdx.x] = t / total_l;
   }
 }
 
@@ -479,7 +519,7 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& args) {
   const int base_ctas = n_rows * a.n_kv_heads;
   const int covered_ctas = std::max(1, covered_rows * a.n_kv_heads);  // rows of no sequence return at once
   int splits = std::max(1, (4 * n_sms + covered_ctas - 1) / covered_ctas);
-  splits = std::min({splits, std::max(1, max_keys / 16), 64});
+  splits = std::min({splits, std::max(1, max_keys / kMinSplitKeys), kMaxSplits});
 
   AttnParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
                .k = a.cache.k, .v = a.cache.v, .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads,
@@ -511,7 +551,7 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& args) {
   if (a.cache.f16) launch_attention_dim<__half>(p, grid);
   else launch_attention_dim<float>(p, grid);
   if (splits > 1) {
-    detail::launch_dependent(combine_kernel, unsigned(n_rows * a.n_heads), unsigned(std::min(a.head_dim, 256)), 0, p);
+    detail::launch_dependent(combine_kernel, unsigned(n_rows * a.n_heads), unsigned(kCombineThreads), 0, p);
   }
 }
 
