@@ -53,10 +53,10 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
     ops::rms_norm(q_heads, w.q_norm, c.rms_eps, q_heads);
     ops::rms_norm(k_heads, w.k_norm, c.rms_eps, k_heads);
   }
-  ops::rope_store_kv(a.q, a.k, a.v, ctx.positions,
-                     {.style = c.rope.style, .n_heads = c.n_heads, .head_dim = c.head_dim, .inv_freq = ctx.inv_freq},
-                     ctx.sequences, k_cache, v_cache);
-  ops::paged_attention(a.q, k_cache, v_cache, ctx.sequences,
+  const ops::RopeParams rope{.style = c.rope.style, .n_heads = c.n_heads, .head_dim = c.head_dim,
+                             .inv_freq = ctx.inv_freq};
+  ops::paged_attention(a.q, {.k = a.k, .v = a.v, .positions = ctx.positions, .q_rope = rope}, k_cache, v_cache,
+                       ctx.sequences,
                        {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
                         .scale = 1.0f / std::sqrt(float(c.head_dim)),
                         .sliding_window = c.sliding_window},

@@ -94,13 +94,46 @@ void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequenc
   backend::cpu::store_kv(args);
 }
 
-void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions,
-                   const RopeParams& q_rope, std::span<const AttentionSequence> sequences,
-                   Tensor& k_cache, Tensor& v_cache) {
+namespace {
+
+// The checked arguments of a paged_attention call; `seqs` holds the
+// converted sequences they point to.
+backend::cpu::PagedAttentionArgs attention_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                                std::span<const AttentionSequence> sequences,
+                                                const AttentionParams& p, Tensor& out,
+                                                std::vector<backend::cpu::KvSequence>& seqs) {
+  auto qr = detail::f32_rows(q, "paged_attention", "q");
+  auto orows = detail::f32_rows(out, "paged_attention", "out");
+  BRIOCHE_CHECK(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
+                "paged_attention: n_heads ", p.n_heads, " must be a multiple of n_kv_heads ",
+                p.n_kv_heads);
+  BRIOCHE_CHECK(qr.dim == int64_t(p.n_heads) * p.head_dim, "paged_attention: q must be [n, ",
+                p.n_heads, " * ", p.head_dim, "], got ", q.describe());
+  BRIOCHE_CHECK(orows.n_rows == qr.n_rows && orows.dim == qr.dim, "paged_attention: out ",
+                out.describe(), " does not match q ", q.describe());
+  auto cache = cache_layer(k_cache, v_cache, p.n_kv_heads, p.head_dim, "paged_attention");
+  seqs = kv_sequences(sequences, qr.n_rows, cache, "paged_attention");
+  return {.q = qr.data, .out = orows.data, .q_stride = qr.stride, .out_stride = orows.stride,
+          .sequences = seqs.data(), .n_sequences = int(seqs.size()), .n_heads = p.n_heads,
+          .n_kv_heads = p.n_kv_heads, .head_dim = p.head_dim, .scale = p.scale,
+          .sliding_window = p.sliding_window, .cache = cache};
+}
+
+// k's RoPE parameters: q's, over the cache's KV heads.
+RopeParams k_rope_of(const RopeParams& q_rope, const Tensor& k_cache) {
   BRIOCHE_CHECK(k_cache.rank() == 4, "rope_store_kv: caches must be [n_blocks, block_size, n_kv_heads, ",
                 "head_dim], got ", k_cache.describe());
   RopeParams k_rope = q_rope;
   k_rope.n_heads = int(k_cache.dim(2));
+  return k_rope;
+}
+
+}  // namespace
+
+void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions,
+                   const RopeParams& q_rope, std::span<const AttentionSequence> sequences,
+                   Tensor& k_cache, Tensor& v_cache) {
+  const RopeParams k_rope = k_rope_of(q_rope, k_cache);
   if (detail::common_device("rope_store_kv", {&q, &k, &v, &k_cache, &v_cache}) == Device::CUDA) {
 #if BRIOCHE_CUDA
     std::vector<backend::cpu::KvSequence> seqs;
@@ -119,23 +152,8 @@ void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      std::span<const AttentionSequence> sequences, const AttentionParams& p,
                      Tensor& out) {
-  auto qr = detail::f32_rows(q, "paged_attention", "q");
-  auto orows = detail::f32_rows(out, "paged_attention", "out");
-  BRIOCHE_CHECK(p.n_heads > 0 && p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
-                "paged_attention: n_heads ", p.n_heads, " must be a multiple of n_kv_heads ",
-                p.n_kv_heads);
-  BRIOCHE_CHECK(qr.dim == int64_t(p.n_heads) * p.head_dim, "paged_attention: q must be [n, ",
-                p.n_heads, " * ", p.head_dim, "], got ", q.describe());
-  BRIOCHE_CHECK(orows.n_rows == qr.n_rows && orows.dim == qr.dim, "paged_attention: out ",
-                out.describe(), " does not match q ", q.describe());
-  auto cache = cache_layer(k_cache, v_cache, p.n_kv_heads, p.head_dim, "paged_attention");
-  auto seqs = kv_sequences(sequences, qr.n_rows, cache, "paged_attention");
-  const backend::cpu::PagedAttentionArgs args{.q = qr.data, .out = orows.data, .q_stride = qr.stride,
-                                 .out_stride = orows.stride, .sequences = seqs.data(),
-                                 .n_sequences = int(seqs.size()), .n_heads = p.n_heads,
-                                 .n_kv_heads = p.n_kv_heads, .head_dim = p.head_dim,
-                                 .scale = p.scale, .sliding_window = p.sliding_window,
-                                 .cache = cache};
+  std::vector<backend::cpu::KvSequence> seqs;
+  const backend::cpu::PagedAttentionArgs args = attention_args(q, k_cache, v_cache, sequences, p, out, seqs);
   if (detail::common_device("paged_attention", {&q, &k_cache, &v_cache, &out}) == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::paged_attention(args);
@@ -144,6 +162,26 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 #endif
   }
   backend::cpu::paged_attention(args);
+}
+
+void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
+                     std::span<const AttentionSequence> sequences, const AttentionParams& p, Tensor& out) {
+  if (detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out}) ==
+      Device::CUDA) {
+#if BRIOCHE_CUDA
+    const RopeParams k_rope = k_rope_of(first.q_rope, k_cache);
+    std::vector<backend::cpu::KvSequence> store_seqs, attention_seqs;
+    const backend::cpu::RopeArgs q_args = detail::rope_args(q, first.positions, first.q_rope);
+    const backend::cpu::RopeArgs k_args = detail::rope_args(first.k, first.positions, k_rope);
+    return cuda::rope_store_kv_attention(q_args, k_args,
+                                         store_kv_args(first.k, first.v, sequences, k_cache, v_cache, store_seqs),
+                                         attention_args(q, k_cache, v_cache, sequences, p, out, attention_seqs));
+#else
+    detail::fail_no_cuda("paged_attention");
+#endif
+  }
+  rope_store_kv(q, first.k, first.v, first.positions, first.q_rope, sequences, k_cache, v_cache);
+  paged_attention(q, k_cache, v_cache, sequences, p, out);
 }
 
 }  // namespace brioche::ops

@@ -44,6 +44,23 @@ void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_
                    const RopeParams& q_rope, std::span<const AttentionSequence> sequences,
                    Tensor& k_cache, Tensor& v_cache);
 
+// The step before a layer's attention that paged_attention can take in:
+// rope_store_kv's arguments besides q and the caches.
+struct RopeStoreKvFirst {
+  Tensor& k;
+  const Tensor& v;
+  std::span<const int32_t> positions;
+  const RopeParams& q_rope;
+};
+
+// rope_store_kv(q, first.k, first.v, first.positions, first.q_rope,
+// sequences, k_cache, v_cache), then paged_attention. On CUDA, when every
+// sequence brings one row at its n_past (a decode step), one kernel: its
+// CTAs rotate q in registers and store the rotated K and V themselves,
+// leaving q and k unrotated in memory (the same output and cache bits).
+void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
+                     std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out);
+
 // out[r, h·d:(h+1)·d] = Σ_j softmax_j(scale · q_h·k_j) v_j over the row's
 // visible positions j (already in the cache: call store_kv first).
 //   q   : f32 [n_rows, n_heads * head_dim]

@@ -106,7 +106,13 @@ void check_graphs_match_eager(DType dtype) {
     std::vector<float> ref = forward(model, eager, work, false);
     std::vector<float> got = forward(model, graph, work, true);
     ASSERT_EQ(got.size(), ref.size());
-    EXPECT_LT(nmse(got, ref), 1e-5) << "step " << step << " with " << live << " sequences";
+    std::string rows;  // per-row NMSE, for the failure message
+    for (size_t r = 0; r * vocab < ref.size(); ++r) {
+      const std::vector<float> g(got.begin() + r * vocab, got.begin() + (r + 1) * vocab),
+          e(ref.begin() + r * vocab, ref.begin() + (r + 1) * vocab);
+      rows += " " + std::to_string(nmse(g, e));
+    }
+    EXPECT_LT(nmse(got, ref), 1e-5) << "step " << step << " with " << live << " sequences; rows:" << rows;
     std::vector<int32_t> ids_ref = argmax_rows(ref, vocab), ids = argmax_rows(got, vocab);
     ASSERT_EQ(ids, ids_ref) << "step " << step;
     for (size_t i = 0; i < work.size(); ++i) next[size_t(work[i].first)] = ids[i];

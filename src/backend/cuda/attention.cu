@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/attention_prefill.h"
@@ -51,6 +53,14 @@ struct AttnParams {
   int splits;
   float* part_acc;  // [n_rows, n_heads, splits, head_dim]
   float* part_ml;   // [n_rows, n_heads, splits, 2]
+  // RoPE and the K/V store taken in (rope_store_kv_attention; kRope
+  // kernels): q is rotated on load, and the CTA whose keys include the row's
+  // own position rotates the row's new k and stores it and v there first.
+  const float* new_k = nullptr;  // [n_rows, n_kv_heads · head_dim] before RoPE
+  const float* new_v = nullptr;
+  int64_t new_k_stride = 0, new_v_stride = 0;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  bool interleaved = false;
 };
 
 __device__ __forceinline__ int row_sequence(const AttnParams& p, int r) {
@@ -121,8 +131,39 @@ __device__ __forceinline__ void load_step(const AttnParams& p, const int32_t* ta
   }
 }
 
-// DPL: head_dim / 32 values per lane; kMaxGroup ≥ n_heads / n_kv_heads.
-template <typename KV, int DPL, int kMaxGroup>
+template <typename KV>
+__device__ __forceinline__ KV to_cache(float x) {
+  if constexpr (sizeof(KV) == 2) return __float2half_rn(x);
+  else return x;
+}
+
+// kRope: the row's new key, rotated, and its value into the cache slot of
+// its position (the lane's DPL values of this KV head), by one warp.
+template <typename KV, int DPL>
+__device__ __forceinline__ void store_new_kv(const AttnParams& p, const detail::RopeLane<DPL>& rope, int r,
+                                             int kv_head, int lane, int pos, const int32_t* table,
+                                             int64_t slot_elems) {
+  const int64_t col = int64_t(kv_head) * p.head_dim + lane * DPL;
+  float k[DPL], v[DPL];
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) {
+    k[j] = p.new_k[r * p.new_k_stride + col + j];
+    v[j] = p.new_v[r * p.new_v_stride + col + j];
+  }
+  rope.apply(k, lane);
+  const int64_t slot = int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
+  KV* k_cache = static_cast<KV*>(const_cast<void*>(p.k)) + slot * slot_elems + col;
+  KV* v_cache = static_cast<KV*>(const_cast<void*>(p.v)) + slot * slot_elems + col;
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) {
+    k_cache[j] = to_cache<KV>(k[j]);
+    v_cache[j] = to_cache<KV>(v[j]);
+  }
+}
+
+// DPL: head_dim / 32 values per lane; kMaxGroup ≥ n_heads / n_kv_heads;
+// kRope: RoPE and the K/V store taken in (AttnParams).
+template <typename KV, int DPL, int kMaxGroup, bool kRope>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   detail::pdl_prologue();
   const int r = blockIdx.x / p.n_kv_heads, kv_head = blockIdx.x % p.n_kv_heads;
@@ -150,11 +191,23 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
 #pragma unroll
     for (int j = 0; j < DPL; ++j) {
       acc[g][j] = 0.0f;
-      q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * p.head_dim +
-                                lane * DPL + j] * p.scale_log2
+      q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * p.head_dim + lane * DPL + j]
                           : 0.0f;
     }
   }
+  if constexpr (kRope) {
+    const detail::RopeLane<DPL> rope(lane, p.interleaved, keys.pos, p.inv_freq);
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) rope.apply(q[g], lane);
+    // Before any warp loads keys: the row's own key is one of this CTA's.
+    if (warp == 0 && k0 <= keys.pos && keys.pos <= k1)
+      store_new_kv<KV, DPL>(p, rope, r, kv_head, lane, keys.pos, table, slot_elems);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) q[g][j] *= p.scale_log2;
 
   // Software pipeline: the K and V rows of the next step are in flight while
   // this step's scores and softmax run. Without it a step is a chain of
@@ -325,12 +378,6 @@ struct KvSlots {
   }
 };
 
-template <typename KV>
-__device__ __forceinline__ KV to_cache(float x) {
-  if constexpr (sizeof(KV) == 2) return __float2half_rn(x);
-  else return x;
-}
-
 // K/V rows to their cache slots, one thread per value.
 template <typename KV>
 __global__ void store_kv_kernel(const float* k, const float* v, int64_t k_stride, int64_t v_stride, KvSlots slots,
@@ -377,20 +424,20 @@ __global__ void rope_store_kv_kernel(backend::cpu::RopeArgs q, backend::cpu::Rop
   v_cache[dst + idx.y] = to_cache<KV>(vr[idx.y]);
 }
 
-template <typename KV, int DPL>
+template <typename KV, int DPL, bool kRope>
 void launch_attention(const AttnParams& p, dim3 grid) {
   const int group = p.n_heads / p.n_kv_heads;
-  if (group <= 4) detail::launch_dependent(attention_kernel<KV, DPL, 4>, grid, kWarps * 32, 0, p);
-  else if (group <= 8) detail::launch_dependent(attention_kernel<KV, DPL, 8>, grid, kWarps * 32, 0, p);
+  if (group <= 4) detail::launch_dependent(attention_kernel<KV, DPL, 4, kRope>, grid, kWarps * 32, 0, p);
+  else if (group <= 8) detail::launch_dependent(attention_kernel<KV, DPL, 8, kRope>, grid, kWarps * 32, 0, p);
   else fail("paged_attention (cuda): at most 8 query heads per KV head, got ", group);
 }
 
-template <typename KV>
+template <typename KV, bool kRope>
 void launch_attention_dim(const AttnParams& p, dim3 grid) {
   switch (p.head_dim) {
-    case 64: launch_attention<KV, 2>(p, grid); return;
-    case 128: launch_attention<KV, 4>(p, grid); return;
-    case 256: launch_attention<KV, 8>(p, grid); return;
+    case 64: launch_attention<KV, 2, kRope>(p, grid); return;
+    case 128: launch_attention<KV, 4, kRope>(p, grid); return;
+    case 256: launch_attention<KV, 8, kRope>(p, grid); return;
     default: fail("paged_attention (cuda): head_dim must be 64, 128 or 256, got ", p.head_dim);
   }
 }
@@ -440,6 +487,22 @@ KvSlots kv_slots(const backend::cpu::StoreKvArgs& a) {
   return {.slot = static_cast<const int32_t*>(upload_cached(slot.data(), slot.size() * 4)), .n_rows = n_rows};
 }
 
+// What rope_store_kv needs of its arguments (q and k rotated alike, the
+// stored K being k's rows).
+void check_rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                         const backend::cpu::StoreKvArgs& kv) {
+  BRIOCHE_CHECK(q.n_rows == k.n_rows && q.head_dim == k.head_dim && q.interleaved == k.interleaved &&
+                    q.positions == k.positions && q.inv_freq == k.inv_freq,
+                "rope_store_kv: q and k must share rows, head_dim, pairing, positions and frequencies; got rows ",
+                q.n_rows, "/", k.n_rows, ", head_dim ", q.head_dim, "/", k.head_dim, ", interleaved ", q.interleaved,
+                "/", k.interleaved, (q.positions == k.positions ? "" : ", different positions"),
+                (q.inv_freq == k.inv_freq ? "" : ", different frequencies"));
+  BRIOCHE_CHECK(kv.k == k.x && kv.k_stride == k.x_stride && kv.kv_dim == k.n_heads * k.head_dim,
+                "rope_store_kv: the stored K must be k's rows (", k.n_heads * k.head_dim, " values, stride ",
+                k.x_stride, "), got ", kv.kv_dim, " values, stride ", kv.k_stride,
+                (kv.k == k.x ? "" : ", another buffer"));
+}
+
 }  // namespace
 
 void store_kv(const backend::cpu::StoreKvArgs& a) {
@@ -456,16 +519,7 @@ void store_kv(const backend::cpu::StoreKvArgs& a) {
 
 void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                    const backend::cpu::StoreKvArgs& kv) {
-  BRIOCHE_CHECK(q.n_rows == k.n_rows && q.head_dim == k.head_dim && q.interleaved == k.interleaved &&
-                    q.positions == k.positions && q.inv_freq == k.inv_freq,
-                "rope_store_kv: q and k must share rows, head_dim, pairing, positions and frequencies; got rows ",
-                q.n_rows, "/", k.n_rows, ", head_dim ", q.head_dim, "/", k.head_dim, ", interleaved ", q.interleaved,
-                "/", k.interleaved, (q.positions == k.positions ? "" : ", different positions"),
-                (q.inv_freq == k.inv_freq ? "" : ", different frequencies"));
-  BRIOCHE_CHECK(kv.k == k.x && kv.k_stride == k.x_stride && kv.kv_dim == k.n_heads * k.head_dim,
-                "rope_store_kv: the stored K must be k's rows (", k.n_heads * k.head_dim, " values, stride ",
-                k.x_stride, "), got ", kv.kv_dim, " values, stride ", kv.k_stride,
-                (kv.k == k.x ? "" : ", another buffer"));
+  check_rope_store_kv(q, k, kv);
   const int64_t total = q.n_rows * (q.n_heads + k.n_heads) * (q.head_dim / 2);
   if (total == 0) return;
   const detail::RopeTables t = detail::rope_tables(q, "rope_store_kv");
@@ -481,7 +535,17 @@ void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs
                              kv.v_stride, slots, static_cast<float*>(kv.cache.k), static_cast<float*>(kv.cache.v));
 }
 
-void paged_attention(const backend::cpu::PagedAttentionArgs& args) {
+namespace {
+
+// The paged attention launches; `rope` set: the kRope kernels (AttnParams).
+struct RopeInAttention {
+  const float *k, *v;
+  int64_t k_stride, v_stride;
+  const float* inv_freq;  // host [head_dim / 2]
+  bool interleaved;
+};
+
+void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention* rope) {
   // Sequences with many rows (prefill) go to the tensor-core kernel of
   // attention_prefill.cu; the rest (decode rows, bound decode steps) stay here.
   backend::cpu::PagedAttentionArgs a = args;
@@ -548,11 +612,63 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& args) {
     p.part_ml = static_cast<float*>(part_ml.get());
   }
   const dim3 grid{unsigned(base_ctas), unsigned(splits), 1u};
-  if (a.cache.f16) launch_attention_dim<__half>(p, grid);
-  else launch_attention_dim<float>(p, grid);
+  if (rope != nullptr) {
+    p.new_k = rope->k;
+    p.new_v = rope->v;
+    p.new_k_stride = rope->k_stride;
+    p.new_v_stride = rope->v_stride;
+    // Uploaded after the metadata, right before the launch: an upload_cached
+    // pointer stays valid only until 16 more distinct uploads, and taking it
+    // before upload_metadata once let that upload recycle its slot (every
+    // row rotated by garbage frequencies; CudaDecodeGraph caught it).
+    p.inv_freq = static_cast<const float*>(upload_cached(rope->inv_freq, size_t(a.head_dim / 2) * 4));
+    p.interleaved = rope->interleaved;
+    if (a.cache.f16) launch_attention_dim<__half, true>(p, grid);
+    else launch_attention_dim<float, true>(p, grid);
+  } else {
+    if (a.cache.f16) launch_attention_dim<__half, false>(p, grid);
+    else launch_attention_dim<float, false>(p, grid);
+  }
   if (splits > 1) {
     detail::launch_dependent(combine_kernel, unsigned(n_rows * a.n_heads), unsigned(kCombineThreads), 0, p);
   }
+}
+
+}  // namespace
+
+void paged_attention(const backend::cpu::PagedAttentionArgs& args) { attend(args, nullptr); }
+
+void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                             const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args) {
+  check_rope_store_kv(q, k, kv);
+  BRIOCHE_CHECK(q.x == args.q && q.x_stride == args.q_stride && q.head_dim == args.head_dim &&
+                    q.n_heads == args.n_heads && k.n_heads == args.n_kv_heads,
+                "rope_store_kv_attention: attention must read the rotated q (", q.n_heads, " heads of ", q.head_dim,
+                ", ", k.n_heads, " KV heads), got ", args.n_heads, " heads of ", args.head_dim, ", ", args.n_kv_heads,
+                " KV heads", (q.x == args.q && q.x_stride == args.q_stride ? "" : ", another q buffer"));
+  // Inside the attention kernel only when every row is a sequence's one new
+  // token at its n_past (a decode step): then no row's attention reads a key
+  // another CTA of the call stores, and no row goes to the prefill kernel.
+  static const bool fuse = [] {  // BRIOCHE_CUDA_FUSE_ROPE=0: always the two launches (A/B runs)
+    const char* v = std::getenv("BRIOCHE_CUDA_FUSE_ROPE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  bool decode = fuse && decode_binding() != nullptr;
+  if (fuse && !decode) {
+    decode = true;
+    for (int s = 0; s < kv.n_sequences && decode; ++s) {
+      const backend::cpu::KvSequence& seq = kv.sequences[s];
+      decode = seq.n_rows == 1 && q.positions[seq.first_row] == seq.n_past;
+    }
+  }
+  if (!decode) {
+    cuda::rope_store_kv(q, k, kv);  // qualified: ADL also finds backend::cpu's
+    cuda::paged_attention(args);
+    return;
+  }
+  const RopeInAttention rope{.k = k.x, .v = kv.v, .k_stride = k.x_stride, .v_stride = kv.v_stride,
+                             .inv_freq = q.inv_freq, .interleaved = q.interleaved};
+  attend(args, &rope);
 }
 
 }  // namespace brioche::cuda

@@ -63,6 +63,13 @@ void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs
                    const backend::cpu::StoreKvArgs& kv);
 // Split over the KV length when few (row, kv head) pairs would fill the GPU.
 void paged_attention(const backend::cpu::PagedAttentionArgs& args);
+// rope_store_kv(q, k, kv), then paged_attention(args) reading q's rows. When
+// every row is a sequence's one new token (a decode step), the attention
+// kernel does both: q rotated in registers, the newest key rotated and
+// stored with its value by the CTA that attends to it; q and k stay
+// unrotated in memory. Otherwise the two launches.
+void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                             const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args);
 
 // ids[r] = argmax_j logits[r, j] (first maximum), copied back to the host.
 //   logits : device f32 [n_rows, n], row stride `stride` floats

@@ -1,4 +1,5 @@
 // Stream, caching allocator, copies and device tensors (see runtime.h).
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -222,6 +223,7 @@ struct UploadSlot {
   std::shared_ptr<void> device;
   size_t capacity = 0;
   cudaEvent_t copied = nullptr;
+  uint64_t last_use = 0;  // when upload_cached last returned it
 };
 
 }  // namespace
@@ -229,7 +231,7 @@ struct UploadSlot {
 const void* upload_cached(const void* host, size_t bytes) {
   static std::mutex mutex;
   static std::array<UploadSlot, 16> slots;
-  static size_t next = 0;
+  static uint64_t clock = 0;
   std::lock_guard lock(mutex);
   if (bytes == 0) bytes = 1;  // a valid pointer even for empty spans
   if (detail::CaptureMemory* capture = detail::recording_capture()) {
@@ -244,14 +246,22 @@ const void* upload_cached(const void* host, size_t bytes) {
     up.device = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
     return p;
   }
+  ++clock;
   for (UploadSlot& s : slots) {
-    if (s.device && s.content.size() == bytes && std::memcmp(s.content.data(), host, bytes) == 0)
+    if (s.device && s.content.size() == bytes && std::memcmp(s.content.data(), host, bytes) == 0) {
+      s.last_use = clock;
       return s.device.get();
+    }
   }
-  // Round robin: the slot replaced was written 16 uploads ago; the copy into
-  // its device buffer is ordered after every kernel queued since on the stream.
-  UploadSlot& s = slots[next];
-  next = (next + 1) % slots.size();
+  // Least recently returned: a pointer handed out (a copy or a cache hit)
+  // survives the next 15 calls, so a launcher may upload several
+  // tables before its launch. (Replacing the oldest-written slot once evicted
+  // RoPE frequencies returned by a hit just before the attention metadata's
+  // upload, which then overwrote them.) The copy into the reused device
+  // buffer is ordered after every kernel queued so far on the stream.
+  UploadSlot& s = *std::min_element(slots.begin(), slots.end(),
+                                    [](const UploadSlot& a, const UploadSlot& b) { return a.last_use < b.last_use; });
+  s.last_use = clock;
   if (s.copied != nullptr) CUDA_CHECK(cudaEventSynchronize(s.copied));  // staging buffer free
   else CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
   if (s.capacity < bytes) {

@@ -56,8 +56,8 @@ void fill_bytes(void* device_dst, uint8_t value, size_t bytes);
 
 // A device copy of small host metadata (positions, block tables), cached by
 // content: the same span uploaded again (every layer of one forward) costs a
-// host memcmp, not a copy. Valid for work queued before the next 16 distinct
-// uploads. While a graph is recorded (graph.h) the copy gets a buffer of its
+// host memcmp, not a copy. The pointer returned (a copy or a cached one) is
+// valid for work queued before 16 more calls. While a graph is recorded (graph.h) the copy gets a buffer of its
 // own that the graph keeps: a replay reads the content as of the capture.
 const void* upload_cached(const void* host, size_t bytes);
 
