@@ -301,13 +301,30 @@ TEST(CudaArgmax, FirstMaximumPerRow) {
   logits[5] = 100.0f;              // row 0: single max
   logits[n + 9] = logits[n + 77777] = 50.0f;  // row 1: tie -> first
   logits[3 * n + n - 1] = 99.0f;   // row 3: last element
+  logits[2 * n + 4000] = std::numeric_limits<float>::quiet_NaN();  // row 2: NaN never wins
   DeviceBuffer d = upload(logits);
   std::vector<int32_t> ids(rows);
   argmax_rows(d.as<float>(), rows, n, n, ids);
+  auto first_max = [&](int64_t r) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isnan(logits[r * n + i]) && (best < 0 || logits[r * n + i] > logits[r * n + best])) best = i;
+    return int32_t(best);
+  };
   EXPECT_EQ(ids[0], 5);
-  EXPECT_EQ(ids[1], 9);
-  EXPECT_EQ(ids[2], int32_t(std::max_element(logits.begin() + 2 * n, logits.begin() + 3 * n) - logits.begin() - 2 * n));
+  EXPECT_EQ(ids[1], 9);  // ties in different chunks: the first
+  EXPECT_EQ(ids[2], first_max(2));
   EXPECT_EQ(ids[3], n - 1);
+  // Ties inside a chunk, rows shorter than a chunk, a row stride, all −inf.
+  const int64_t short_n = 1000, short_stride = 1024;
+  std::vector<float> short_rows(size_t(3 * short_stride), -1.0f);
+  short_rows[700] = short_rows[300] = 2.0f;
+  short_rows[short_stride + 999] = 1.0f;
+  for (int64_t i = 0; i < short_n; ++i) short_rows[2 * short_stride + i] = -std::numeric_limits<float>::infinity();
+  DeviceBuffer ds = upload(short_rows);
+  std::vector<int32_t> short_ids(3);
+  argmax_rows(ds.as<float>(), 3, short_n, short_stride, short_ids);
+  EXPECT_EQ(short_ids, (std::vector<int32_t>{300, 999, 0}));
 }
 
 // ---------------------------------------------------------------- attention
