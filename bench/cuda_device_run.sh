@@ -46,17 +46,8 @@ if [ -f $bin/smollm2-tokenizer.gguf ]; then
 fi
 if [ "$mode" = pdl ]; then
   echo "== decode b1: PDL + prefetch (default) / PDL only / neither, alternating"
-  ab() {
-    for env in "" "BRIOCHE_CUDA_PREFETCH=0" "BRIOCHE_CUDA_PDL=0" ""; do
-      echo "-- ${env:-default} $*"
-      env $env $bin/cuda_model_bench "$@" --prefill 0 --batch 0 2>&1 | grep "decode b1" | tee -a "$out/pdl.md"
-    done
-  }
-  ab --shape smollm2-135m --dtype bf16 --decode 512
-  ab --shape llama3-8b --dtype bf16 --decode 128
-  ab --shape llama3-8b --dtype q4_k --decode 128
-  ab --shape llama3-8b --dtype q8_0 --decode 128
-  ab --shape llama3-8b --dtype q4_0 --decode 128
+  bash bench/cuda_decode_ab.sh "" "BRIOCHE_CUDA_PREFETCH=0" "BRIOCHE_CUDA_PDL=0" -- smollm2-135m:bf16:512 \
+    llama3-8b:bf16:128 llama3-8b:q4_k:128 llama3-8b:q8_0:128 llama3-8b:q4_0:128
   exit 0
 fi
 echo "== model bench"
