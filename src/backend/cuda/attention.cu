@@ -165,23 +165,33 @@ __device__ __forceinline__ void store_new_kv(const AttnParams& p, const detail::
 // kRope: RoPE and the K/V store taken in (AttnParams).
 template <typename KV, int DPL, int kMaxGroup, bool kRope>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
-  detail::pdl_prologue();
   const int r = blockIdx.x / p.n_kv_heads, kv_head = blockIdx.x % p.n_kv_heads;
   const int split = blockIdx.y;
-  const int seq = row_sequence(p, r);
-  if (seq < 0) return;
   const int group = p.n_heads / p.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const RowKeys keys = row_keys(p, r);
-  if (split >= keys.active_splits) return;
-  const int per_split = (keys.n_keys + keys.active_splits - 1) / keys.active_splits;
+  // Before the PDL wait (launch.cuh) only what no kernel of this step
+  // writes: the rows' positions and block tables (copied in before the step
+  // or the call) and, in a decode step (kRope), the keys before the row's
+  // own, which earlier steps wrote. So a warp's first K/V loads overlap the
+  // QKV projection's tail instead of following it.
+  const int seq = row_sequence(p, r);
+  const RowKeys keys = seq >= 0 ? row_keys(p, r) : RowKeys{0, 0, 0, 0};
+  const bool active = seq >= 0 && split < keys.active_splits;
+  const int per_split = active ? (keys.n_keys + keys.active_splits - 1) / keys.active_splits : 0;
   const int k0 = keys.first + split * per_split;
-  const int k1 = min(keys.pos, k0 + per_split - 1);  // inclusive; k1 < k0 when empty
-  const int32_t* table = row_table(p, seq);
+  const int k1 = active ? min(keys.pos, k0 + per_split - 1) : k0 - 1;  // inclusive; k1 < k0 when empty
+  const int32_t* table = active ? row_table(p, seq) : nullptr;
   const int64_t slot_elems = int64_t(p.n_kv_heads) * p.head_dim;
   const int64_t head_off = int64_t(kv_head) * p.head_dim + lane * DPL;
   const KV* k_cache = static_cast<const KV*>(p.k);
   const KV* v_cache = static_cast<const KV*>(p.v);
+  float k_cur[kKeysPerStep][DPL], v_cur[kKeysPerStep][DPL];
+  int base = k0 + warp * kKeysPerStep;
+  const bool first_step_early = kRope && base <= k1 && min(base + kKeysPerStep - 1, k1) < keys.pos;
+  if (first_step_early)
+    load_step<KV, DPL>(p, table, k_cache, v_cache, base, k1, slot_elems, head_off, k_cur, v_cur);
+  detail::pdl_prologue();
+  if (!active) return;
 
   float q[kMaxGroup][DPL], acc[kMaxGroup][DPL], m[kMaxGroup], l[kMaxGroup];
 #pragma unroll
@@ -213,10 +223,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   // this step's scores and softmax run. Without it a step is a chain of
   // dependent memory latencies (block table, then K, then V).
   constexpr int kStride = kWarps * kKeysPerStep;
-  float k_cur[kKeysPerStep][DPL], v_cur[kKeysPerStep][DPL];
   float k_next[kKeysPerStep][DPL], v_next[kKeysPerStep][DPL];
-  int base = k0 + warp * kKeysPerStep;
-  if (base <= k1) load_step<KV, DPL>(p, table, k_cache, v_cache, base, k1, slot_elems, head_off, k_cur, v_cur);
+  if (!first_step_early && base <= k1)
+    load_step<KV, DPL>(p, table, k_cache, v_cache, base, k1, slot_elems, head_off, k_cur, v_cur);
   for (; base <= k1; base += kStride) {
     if (base + kStride <= k1)
       load_step<KV, DPL>(p, table, k_cache, v_cache, base + kStride, k1, slot_elems, head_off, k_next, v_next);
