@@ -3,10 +3,13 @@
 # check, model benchmarks and the torch peer. Expects the binaries built here
 # (cmake --preset cuda && ninja -C build/cuda test_backend cuda_model_bench gen_model)
 # copied to build/dev/ with bench/cuda_pack.sh, and carried: carry ["build/dev"].
-#   bash bench/cuda_device_run.sh [quick|full|pdl]
+#   bash bench/cuda_device_run.sh [quick|full|pdl|numbers]
 # pdl: the checks, then decode with and without programmatic dependent
 # launch and L2 prefetch (BRIOCHE_CUDA_PDL / BRIOCHE_CUDA_PREFETCH), in
-# alternation, instead of the full benchmark.
+# alternation, instead of the full benchmark. numbers: what full measures
+# (CLI, every model benchmark, the torch peer) without the checks and the
+# runs without graphs, when the tests ran in an earlier call and device
+# time is short.
 set -u
 mode=${1:-full}
 out=${OUT:-/tmp/out}
@@ -14,6 +17,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build/dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 bin=build/dev
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+if [ "$mode" != numbers ]; then
 echo "== op harness"
 $bin/cuda_ops_test --gtest_filter='Cuda*' 2>&1 | tee "$out/harness.log" | grep -E "^\[  |skipped|Failure|NMSE|error" | head -60
 if command -v compute-sanitizer >/dev/null; then
@@ -25,6 +29,7 @@ echo "== decode graphs against eager decode"
 $bin/test_model --gtest_filter='CudaDecodeGraph*' 2>&1 | tee "$out/graphs.log" | grep -E "^\[  |skipped|Failure|NMSE|error" | head -20
 echo "== model check: same random model on CPU and CUDA"
 for dt in q4_k bf16 q8_0; do $bin/cuda_model_bench --check --shape smollm2-135m --dtype $dt 2>&1 | tail -1; done
+fi
 if [ -f $bin/smollm2-tokenizer.gguf ]; then
   echo "== brioche run/bench/serve --device cuda (random smollm2-135m weights, the real tokenizer)"
   $bin/gen_model --shape smollm2-135m --dtype bf16 --tokenizer-from $bin/smollm2-tokenizer.gguf --out /tmp/smol.gguf
@@ -53,10 +58,11 @@ fi
 echo "== model bench"
 run() { $bin/cuda_model_bench "$@" 2>&1 | grep -v "^|---\|^| shape" | tee -a "$out/bench.md"; }
 run --shape smollm2-135m --dtype bf16 --decode 256 --prefill 2048 --batch 64
-echo "(decode without graphs)"; BRIOCHE_CUDA_GRAPHS=0 run --shape smollm2-135m --dtype bf16 --decode 256 --prefill 0 --batch 64
+without_graphs() { [ "$mode" = numbers ] || { echo "(decode without graphs)"; BRIOCHE_CUDA_GRAPHS=0 run "$@"; }; }
+without_graphs --shape smollm2-135m --dtype bf16 --decode 256 --prefill 0 --batch 64
 run --shape llama3-8b --dtype bf16 --decode 128 --prefill 2048 --batch 64
-echo "(decode without graphs)"; BRIOCHE_CUDA_GRAPHS=0 run --shape llama3-8b --dtype bf16 --decode 128 --prefill 0 --batch 0
-if [ "$mode" = full ]; then
+without_graphs --shape llama3-8b --dtype bf16 --decode 128 --prefill 0 --batch 0
+if [ "$mode" = full ] || [ "$mode" = numbers ]; then
   run --shape llama3-8b --dtype q4_k --decode 128 --prefill 0 --batch 0
   run --shape llama3-8b --dtype q8_0 --decode 128 --prefill 0 --batch 0
   run --shape llama3-8b --dtype q4_0 --decode 128 --prefill 0 --batch 0

@@ -33,9 +33,10 @@ __device__ float block_max(float v) {
 
 // y = x · (mean(x²) + eps)^(−1/2) · w, one block per row (row_norm.cuh).
 __global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a) {
+  float4 g[detail::kRmsNormVec], v[detail::kRmsNormVec];
+  detail::load_norm_weight(a.weight, a.dim, g);
   detail::pdl_prologue();
-  float4 v[detail::kRmsNormVec];
-  detail::rms_norm_row(a.x + blockIdx.x * a.x_stride, a.weight, a.dim, a.eps, v);
+  detail::rms_norm_row(a.x + blockIdx.x * a.x_stride, g, a.dim, a.eps, v);
   float4* __restrict__ y = reinterpret_cast<float4*>(a.out + blockIdx.x * a.out_stride);
 #pragma unroll
   for (int j = 0; j < detail::kRmsNormVec; ++j) {

@@ -100,10 +100,11 @@ __device__ __forceinline__ void dot_row(const GemvArgs& a, const float* x, int64
 
 // x̂ of the call's n rows into shared memory ([n, k]), each row normalized
 // by the whole CTA exactly as rms_norm_vec_kernel does (row_norm.cuh).
-__device__ __forceinline__ void normalize_rows_to_shared(const GemvArgs& a, float* normed) {
+__device__ __forceinline__ void normalize_rows_to_shared(const GemvArgs& a, const float4 (&g)[kRmsNormVec],
+                                                         float* normed) {
   for (int r = 0; r < a.n; ++r) {
     float4 v[kRmsNormVec];
-    rms_norm_row(a.x + r * a.ldx, a.norm_w, a.k, a.norm_eps, v);
+    rms_norm_row(a.x + r * a.ldx, g, a.k, a.norm_eps, v);
     float4* out = reinterpret_cast<float4*>(normed + r * a.k);
 #pragma unroll
     for (int j = 0; j < kRmsNormVec; ++j) {
@@ -122,13 +123,15 @@ __global__ void __launch_bounds__(256) gemv_dense_kernel(GemvArgs a, bool vector
   constexpr int E = Vec16<W>::kElems;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + warp;
+  float4 g[kNorm ? kRmsNormVec : 1];
+  if constexpr (kNorm) load_norm_weight(a.norm_w, a.k, g);  // before the wait: weights
   gemv_prologue(a, row, lane);
   const float* x = a.x;
   int64_t ldx = a.ldx;
   if constexpr (kNorm) {
     x = reinterpret_cast<const float*>(normed4);
     ldx = a.k;
-    normalize_rows_to_shared(a, reinterpret_cast<float*>(normed4));
+    normalize_rows_to_shared(a, g, reinterpret_cast<float*>(normed4));
   }
   if (row >= a.m) return;
   const GemvTarget t = gemv_target(a, row);

@@ -53,10 +53,11 @@ __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, i
 __global__ void quantize_normed_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k,
                                             const float* __restrict__ norm_w, float eps, int8_t* __restrict__ q,
                                             float2* __restrict__ ds) {
+  float4 g[kRmsNormVec], v[kRmsNormVec];
+  load_norm_weight(norm_w, k, g);
   pdl_prologue();
   const int64_t r = blockIdx.x;
-  float4 v[kRmsNormVec];
-  rms_norm_row(x + r * ldx, norm_w, k, eps, v);
+  rms_norm_row(x + r * ldx, g, k, eps, v);
 #pragma unroll
   for (int j = 0; j < kRmsNormVec; ++j) {
     const int64_t c = threadIdx.x + j * blockDim.x;

@@ -35,14 +35,28 @@ __device__ __forceinline__ float block_sum(float v) {
   return v;
 }
 
-// v[j] = x̂ at float4 i = threadIdx.x + j·blockDim.x, zero past dim/4. The
-// whole row is loaded before the first use: a decode step normalizes a
-// single row, so latency, not bandwidth, is what this is made of. x and w
-// 16-byte aligned, dim a multiple of 4; every thread of the CTA must call it.
-__device__ __forceinline__ void rms_norm_row(const float* __restrict__ x, const float* __restrict__ w, int64_t dim,
-                                             float eps, float4 (&v)[kRmsNormVec]) {
-  const float4* x4 = reinterpret_cast<const float4*>(x);
+// The norm weight in the layout rms_norm_row uses (zero past dim/4). Weights
+// are written by no kernel, so a kernel may load them before its PDL wait
+// (launch.cuh): they are then in registers when x arrives.
+__device__ __forceinline__ void load_norm_weight(const float* __restrict__ w, int64_t dim,
+                                                 float4 (&g)[kRmsNormVec]) {
   const float4* w4 = reinterpret_cast<const float4*>(w);
+  const int n4 = int(dim / 4);
+#pragma unroll
+  for (int j = 0; j < kRmsNormVec; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    g[j] = i < n4 ? w4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// v[j] = x̂ at float4 i = threadIdx.x + j·blockDim.x, zero past dim/4, with g
+// from load_norm_weight. The whole row is loaded before the first use: a
+// decode step normalizes a single row, so latency, not bandwidth, is what
+// this is made of. x 16-byte aligned, dim a multiple of 4; every thread of
+// the CTA must call it.
+__device__ __forceinline__ void rms_norm_row(const float* __restrict__ x, const float4 (&g)[kRmsNormVec],
+                                             int64_t dim, float eps, float4 (&v)[kRmsNormVec]) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
   const int n4 = int(dim / 4);
   float sq = 0.0f;
 #pragma unroll
@@ -53,14 +67,9 @@ __device__ __forceinline__ void rms_norm_row(const float* __restrict__ x, const 
   }
   const float inv_rms = rsqrtf(block_sum(sq) / float(dim) + eps);
 #pragma unroll
-  for (int j = 0; j < kRmsNormVec; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    if (i < n4) {
-      const float4 g = w4[i];
-      v[j] = make_float4(v[j].x * inv_rms * g.x, v[j].y * inv_rms * g.y, v[j].z * inv_rms * g.z,
-                         v[j].w * inv_rms * g.w);
-    }
-  }
+  for (int j = 0; j < kRmsNormVec; ++j)
+    v[j] = make_float4(v[j].x * inv_rms * g[j].x, v[j].y * inv_rms * g[j].y, v[j].z * inv_rms * g[j].z,
+                       v[j].w * inv_rms * g[j].w);
 }
 #endif
 
