@@ -75,9 +75,17 @@ int main(int argc, char** argv) {
     DType dtype;
     if (!parse_dtype(dtype_text, &dtype)) fail("unknown dtype '", dtype_text, "'");
     model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(shape), dtype);
+    if (extra.empty()) {
+      // llama.cpp's "no vocabulary" keys: it then loads the file with dummy
+      // tokens (llama-bench feeds random ids) instead of refusing a GGUF
+      // without tokenizer.* keys. brioche's tokenizer still needs a real one.
+      extra.emplace_back("tokenizer.ggml.model", formats::GgufValue::string("none"));
+      extra.emplace_back(ck.config.architecture + ".vocab_size",
+                         formats::GgufValue::integer(formats::GgufType::U32, ck.config.vocab_size));
+    }
     tools::write_gguf(ck, out, extra);
     std::printf("wrote %s (%s, %s%s)\n", out.c_str(), shape.c_str(), dtype_text.c_str(),
-                extra.empty() ? "" : ", with a real tokenizer");
+                tokenizer_from.empty() ? ", no vocabulary" : ", with a real tokenizer");
   } catch (const Error& e) {
     std::fprintf(stderr, "gen_model: %s\n", e.what());
     return 1;

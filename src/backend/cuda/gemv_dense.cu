@@ -156,16 +156,17 @@ void launch_rows(const GemvArgs& a, bool vec) {
   else launch_dependent(gemv_dense_kernel<W, 8, kSwiglu, kNorm>, grid, block, smem, a, vec);
 }
 
+// The SwiGLU or the plain kernel, taking the norm or not.
 template <typename W, bool kNorm>
-void launch_norm(const GemvArgs& a, bool vec) {
+void launch_fused(const GemvArgs& a, bool vec) {
   if (a.w_up != nullptr) launch_rows<W, true, kNorm>(a, vec);
   else launch_rows<W, false, kNorm>(a, vec);
 }
 
 template <typename W>
 void launch(const GemvArgs& a, bool vec) {
-  if (a.norm_w != nullptr) launch_norm<W, true>(a, vec);
-  else launch_norm<W, false>(a, vec);
+  if (a.norm_w != nullptr) launch_fused<W, true>(a, vec);
+  else launch_fused<W, false>(a, vec);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
