@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "ops/add.h"
 #include "ops/device.h"
@@ -69,51 +70,52 @@ MlpSites mlp_sites(const LayerContext& ctx, const LayerParams& p) {
 // Rows [r0, r1) of a saved [n, r] LoRA buffer (undefined without LoRA on the site).
 Tensor rows_of(const Tensor& t, int64_t r0, int64_t r1) { return t.defined() ? t.slice(0, r0, r1) : Tensor(); }
 
-bool mlp_chunked(const LayerContext& ctx, int64_t n) { return ctx.mlp_chunk_rows > 0 && n > ctx.mlp_chunk_rows; }
+// Rows the MLP handles per pass: the whole batch, or mlp_chunk_rows (then
+// its [n, inter] activations are not kept: the backward recomputes them).
+int64_t mlp_pass_rows(const LayerContext& ctx, int64_t n) {
+  return ctx.mlp_chunk_rows > 0 && n > ctx.mlp_chunk_rows ? ctx.mlp_chunk_rows : n;
+}
 
-// One chunk of rows [r0, r1) of the MLP: buffers of [chunk, inter], reused
-// by every chunk of a layer.
-class MlpChunk {
- public:
-  MlpChunk(const model::ModelConfig& cfg, Device dev, int64_t rows)
-      : gate_(f32(dev, rows, cfg.intermediate_size)), up_(f32(dev, rows, cfg.intermediate_size)),
-        act_(f32(dev, rows, cfg.intermediate_size)) {}
-
-  // gate, up, act of the rows (from c.h2); the LoRA u of gate and up into
-  // c.lora_u's rows (the same values when recomputed).
-  void forward(const MlpSites& s, LayerCache& c, int64_t r0, int64_t r1) {
-    const int64_t n = r1 - r0;
-    gate = gate_.slice(0, 0, n), up = up_.slice(0, 0, n), act = act_.slice(0, 0, n);
-    const Tensor h2 = c.h2.slice(0, r0, r1);
-    Tensor u_gate = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1);
-    Tensor u_up = rows_of(c.lora_u[size_t(Module::Up)], r0, r1);
-    lora_linear_forward(s.gate, h2, gate, &u_gate);
-    lora_linear_forward(s.up, h2, up, &u_up);
-    ops::swiglu(gate, up, act);
-  }
-
-  // After forward() of the same rows: LoRA gradients of down, gate and up
-  // (+=), and d_h2 (=) for the rows; dx is d x_out of the rows.
-  void backward(const MlpSites& s, const LayerCache& c, int64_t r0, int64_t r1, const Tensor& dx, Tensor& d_h2) {
-    const Tensor h2 = c.h2.slice(0, r0, r1);
-    if (!d_act_.defined()) d_act_ = f32(gate_.device(), gate_.dim(0), gate_.dim(1));  // the backward's only
-    Tensor d_act = d_act_.slice(0, 0, r1 - r0);
-    lora_linear_backward(s.down, {.x = act, .u = rows_of(c.lora_u[size_t(Module::Down)], r0, r1), .dy = dx,
-                                  .dx = d_act});
-    Tensor& d_gate = act;  // act is not read again
-    Tensor& d_up = d_act;  // in place (swiglu_backward allows it)
-    ops::swiglu_backward(gate, up, d_act, d_gate, d_up);
-    lora_linear_backward(s.gate, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1), .dy = d_gate,
-                                  .dx = d_h2});
-    lora_linear_backward(s.up, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Up)], r0, r1), .dy = d_up,
-                                .dx = d_h2, .dx_mode = ops::GradWrite::Accumulate});
-  }
-
-  Tensor gate, up, act;  // views of the current chunk's rows
-
- private:
-  Tensor gate_, up_, act_, d_act_;
+// [pass_rows, inter] buffers of the MLP, as views of one pass's rows.
+struct MlpBuffers {
+  Tensor gate, up, act;
+  MlpBuffers rows(int64_t n) const { return {gate.slice(0, 0, n), up.slice(0, 0, n), act.slice(0, 0, n)}; }
 };
+
+MlpBuffers mlp_buffers(const model::ModelConfig& cfg, Device dev, int64_t rows) {
+  return {f32(dev, rows, cfg.intermediate_size), f32(dev, rows, cfg.intermediate_size),
+          f32(dev, rows, cfg.intermediate_size)};
+}
+
+// gate, up and act of rows [r0, r1) (from c.h2); the LoRA u of gate and up
+// into c.lora_u's rows (the same values when recomputed).
+void mlp_gate_up(const MlpSites& s, LayerCache& c, int64_t r0, int64_t r1, MlpBuffers& b) {
+  const Tensor h2 = c.h2.slice(0, r0, r1);
+  Tensor u_gate = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1);
+  Tensor u_up = rows_of(c.lora_u[size_t(Module::Up)], r0, r1);
+  lora_linear_forward(s.gate, h2, b.gate, &u_gate);
+  lora_linear_forward(s.up, h2, b.up, &u_up);
+  ops::swiglu(b.gate, b.up, b.act);
+}
+
+// After mlp_gate_up of the same rows: LoRA gradients of down, gate and up
+// (+=), and d_h2 (=) for the rows; dx is d x_out of the rows. b.act becomes
+// d_gate and d_act d_up (neither is read again); b.gate and b.up are dropped
+// once read (the whole batch's are then freed).
+void mlp_backward(const MlpSites& s, const LayerCache& c, int64_t r0, int64_t r1, MlpBuffers& b, Tensor& d_act,
+                  const Tensor& dx, Tensor& d_h2) {
+  const Tensor h2 = c.h2.slice(0, r0, r1);
+  lora_linear_backward(s.down, {.x = b.act, .u = rows_of(c.lora_u[size_t(Module::Down)], r0, r1), .dy = dx,
+                                .dx = d_act});
+  Tensor& d_gate = b.act;
+  Tensor& d_up = d_act;  // in place (swiglu_backward allows it)
+  ops::swiglu_backward(b.gate, b.up, d_act, d_gate, d_up);
+  b.gate = Tensor(), b.up = Tensor();
+  lora_linear_backward(s.gate, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1), .dy = d_gate,
+                                .dx = d_h2});
+  lora_linear_backward(s.up, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Up)], r0, r1), .dy = d_up,
+                              .dx = d_h2, .dx_mode = ops::GradWrite::Accumulate});
+}
 
 }  // namespace
 
@@ -168,24 +170,20 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   ops::rms_norm(x, w.ffn_norm, cfg.rms_eps, c.h2);
   const MlpSites s = mlp_sites(ctx, p);
   for (Module m : {Module::Gate, Module::Up, Module::Down}) c.lora_u[size_t(m)] = lora_u_buffer(s.of(m), dev, n);
-  if (mlp_chunked(ctx, n)) {
-    // Row chunks: o[rows] = down(silu(gate)·up)[rows], nothing [n, inter] kept.
-    MlpChunk chunk(cfg, dev, ctx.mlp_chunk_rows);
-    for (int64_t r0 = 0; r0 < n; r0 += ctx.mlp_chunk_rows) {
-      const int64_t r1 = std::min(n, r0 + ctx.mlp_chunk_rows);
-      chunk.forward(s.rows(r0), c, r0, r1);
-      Tensor o_rows = o.slice(0, r0, r1), u_down = rows_of(c.lora_u[size_t(Module::Down)], r0, r1);
-      lora_linear_forward(s.rows(r0).down, chunk.act, o_rows, &u_down);
-    }
-  } else {
-    c.gate = f32(dev, n, cfg.intermediate_size);
-    c.up = f32(dev, n, cfg.intermediate_size);
-    lora_linear_forward(s.gate, c.h2, c.gate, &c.lora_u[size_t(Module::Gate)]);
-    lora_linear_forward(s.up, c.h2, c.up, &c.lora_u[size_t(Module::Up)]);
-    c.act = f32(dev, n, cfg.intermediate_size);
-    ops::swiglu(c.gate, c.up, c.act);
-    lora_linear_forward(s.down, c.act, o, &c.lora_u[size_t(Module::Down)]);
+  // o = down(silu(gate)·up), a pass of rows at a time; the whole batch's
+  // gate, up and act stay for the backward, row chunks' do not.
+  const int64_t pass = mlp_pass_rows(ctx, n);
+  c.gate = Tensor(), c.up = Tensor(), c.act = Tensor();  // a reused cache's, before the new ones
+  const MlpBuffers buffers = mlp_buffers(cfg, dev, pass);
+  for (int64_t r0 = 0; r0 < n; r0 += pass) {
+    const int64_t r1 = std::min(n, r0 + pass);
+    const MlpSites rs = s.rows(r0);
+    MlpBuffers b = buffers.rows(r1 - r0);
+    mlp_gate_up(rs, c, r0, r1, b);
+    Tensor o_rows = o.slice(0, r0, r1), u_down = rows_of(c.lora_u[size_t(Module::Down)], r0, r1);
+    lora_linear_forward(rs.down, b.act, o_rows, &u_down);
   }
+  if (pass == n) c.gate = buffers.gate, c.up = buffers.up, c.act = buffers.act;
   ops::add(x, o, x);
 }
 
@@ -199,27 +197,23 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
   // MLP: x_out = x_mid + down(silu(g)·u);  dx (= d x_out) flows to x_mid unchanged.
   const MlpSites s = mlp_sites(ctx, p);
   Tensor d_h2 = f32(dev, n, cfg.hidden_size);
-  if (mlp_chunked(ctx, n)) {
-    MlpChunk chunk(cfg, dev, ctx.mlp_chunk_rows);
-    for (int64_t r0 = 0; r0 < n; r0 += ctx.mlp_chunk_rows) {
-      const int64_t r1 = std::min(n, r0 + ctx.mlp_chunk_rows);
-      chunk.forward(s.rows(r0), c, r0, r1);  // the forward's gate, up and act of these rows, again
-      Tensor dx_rows = dx.slice(0, r0, r1), d_h2_rows = d_h2.slice(0, r0, r1);
-      chunk.backward(s.rows(r0), c, r0, r1, dx_rows, d_h2_rows);
+  {
+    // The forward's passes: the whole batch from the cache, or row chunks
+    // recomputed. The [n, inter] buffers are the largest of a layer: each
+    // goes as soon as it has been read for the last time.
+    const int64_t pass = mlp_pass_rows(ctx, n);
+    MlpBuffers buffers = pass == n ? MlpBuffers{c.gate, c.up, c.act} : mlp_buffers(cfg, dev, pass);
+    c.gate = Tensor(), c.up = Tensor(), c.act = Tensor();
+    Tensor d_act = f32(dev, pass, cfg.intermediate_size);
+    for (int64_t r0 = 0; r0 < n; r0 += pass) {
+      const int64_t r1 = std::min(n, r0 + pass);
+      const MlpSites rs = s.rows(r0);
+      // The whole batch hands its buffers over (mlp_backward frees them early).
+      MlpBuffers b = pass == n ? std::move(buffers) : buffers.rows(r1 - r0);
+      if (pass != n) mlp_gate_up(rs, c, r0, r1, b);  // the forward's gate, up and act of these rows, again
+      Tensor d_act_rows = d_act.slice(0, 0, r1 - r0), dx_rows = dx.slice(0, r0, r1), d_h2_rows = d_h2.slice(0, r0, r1);
+      mlp_backward(rs, c, r0, r1, b, d_act_rows, dx_rows, d_h2_rows);
     }
-  } else {
-    Tensor d_act = f32(dev, n, cfg.intermediate_size);
-    lora_linear_backward(s.down, {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = dx, .dx = d_act});
-    // Saved activations are released as soon as the backward has read them for
-    // the last time: the [n, inter] ones are the largest buffers of a layer.
-    c.act = Tensor();
-    Tensor d_gate = f32(dev, n, cfg.intermediate_size);
-    Tensor& d_up = d_act;  // written in place over d_act (swiglu_backward allows it): one [n, inter] less
-    ops::swiglu_backward(c.gate, c.up, d_act, d_gate, d_up);
-    c.gate = Tensor(), c.up = Tensor();
-    lora_linear_backward(s.gate, {.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_gate, .dx = d_h2});
-    lora_linear_backward(s.up, {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2,
-                                .dx_mode = GradWrite::Accumulate});
   }
   c.h2 = Tensor();
   ops::rms_norm_backward(c.x_mid, w.ffn_norm, cfg.rms_eps, d_h2, dx);  // dx = d x_mid
