@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "ops/device.h"
 #include "ops/sample.h"
@@ -16,8 +15,7 @@ DeviceSampler::DeviceSampler(int32_t vocab_size) : vocab_(vocab_size), entry_of_
 }
 
 bool DeviceSampler::enabled_by_environment() {
-  const char* value = std::getenv("BRIOCHE_CUDA_SAMPLING");
-  return value == nullptr || std::strcmp(value, "0") != 0;
+  return env_switch_on("BRIOCHE_CUDA_SAMPLING");
 }
 
 void DeviceSampler::add_entries(const Row& row, cuda::SampleRowParams& params) {

@@ -1,8 +1,6 @@
 #include "ops/device_graph.h"
 
-#include <cstdlib>
-#include <cstring>
-
+#include "core/env_switch.h"
 #include "core/error.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/graph.h"
@@ -61,8 +59,7 @@ void DecodeGraph::launch() {
 bool DecodeGraph::empty() const { return !impl_ || impl_->graph.empty(); }
 
 bool decode_graphs_enabled() {
-  const char* v = std::getenv("BRIOCHE_CUDA_GRAPHS");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return env_switch_on("BRIOCHE_CUDA_GRAPHS");
 }
 
 #else

@@ -12,8 +12,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <vector>
 
 #include "backend/cuda/attention_prefill.h"
@@ -22,6 +20,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
+#include "core/env_switch.h"
 
 namespace brioche::cuda {
 
@@ -626,10 +625,6 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
     p.new_v = rope->v;
     p.new_k_stride = rope->k_stride;
     p.new_v_stride = rope->v_stride;
-    // Uploaded after the metadata, right before the launch: an upload_cached
-    // pointer stays valid only until 16 more distinct uploads, and taking it
-    // before upload_metadata once let that upload recycle its slot (every
-    // row rotated by garbage frequencies; CudaDecodeGraph caught it).
     p.inv_freq = static_cast<const float*>(upload_cached(rope->inv_freq, size_t(a.head_dim / 2) * 4));
     p.interleaved = rope->interleaved;
     if (a.cache.f16) launch_attention_dim<__half, true>(p, grid);
@@ -658,10 +653,7 @@ void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu
   // Inside the attention kernel only when every row is a sequence's one new
   // token at its n_past (a decode step): then no row's attention reads a key
   // another CTA of the call stores, and no row goes to the prefill kernel.
-  static const bool fuse = [] {  // BRIOCHE_CUDA_FUSE_ROPE=0: always the two launches (A/B runs)
-    const char* v = std::getenv("BRIOCHE_CUDA_FUSE_ROPE");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool fuse = env_switch_on("BRIOCHE_CUDA_FUSE_ROPE");  // =0: always the two launches
   bool decode = fuse && decode_binding() != nullptr;
   if (fuse && !decode) {
     decode = true;

@@ -25,13 +25,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mma_tile.cuh"
+#include "core/env_switch.h"
 
 namespace brioche::cuda {
 
@@ -217,10 +216,7 @@ void launch(const PrefillParams& p, int n_tiles) {
 }
 
 bool prefill_kernel_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_PREFILL_ATTENTION");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = env_switch_on("BRIOCHE_CUDA_PREFILL_ATTENTION");
   return enabled;
 }
 

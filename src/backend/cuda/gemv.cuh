@@ -53,6 +53,13 @@ struct GemvArgs {
 
 inline constexpr int kGemvWarps = 4;  // rows of w per block
 
+// Bytes of weights one launch reads (every part, and w_up).
+inline int64_t gemv_weight_bytes(const GemvArgs& a) {
+  int64_t bytes = 0;
+  for (int p = 0; p < a.n_parts; ++p) bytes += int64_t(a.parts[p].w_row_bytes) * a.parts[p].m;
+  return a.w_up != nullptr ? 2 * bytes : bytes;
+}
+
 #ifdef __CUDACC__
 // Where launch row `row` reads its weights and writes its outputs.
 struct GemvTarget {

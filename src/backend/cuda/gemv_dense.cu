@@ -191,16 +191,13 @@ constexpr int64_t kNormFusionMaxBytes = int64_t(8) << 20;
 constexpr size_t kNormSharedBytes = 46 << 10;
 
 bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
-  int64_t weight_bytes = 0;
-  for (int p = 0; p < a.n_parts; ++p) weight_bytes += int64_t(a.parts[p].w_row_bytes) * a.parts[p].m;
-  if (a.w_up != nullptr) weight_bytes *= 2;
   static const int64_t max_bytes = [] {  // BRIOCHE_CUDA_NORM_FUSION_MB: A/B runs
     const char* v = std::getenv("BRIOCHE_CUDA_NORM_FUSION_MB");
     return v != nullptr ? int64_t(std::atof(v) * (1 << 20)) : kNormFusionMaxBytes;
   }();
   return (wtype == DType::BF16 || wtype == DType::F16 || wtype == DType::F32) && a.k % 4 == 0 &&
          rms_norm_threads(a.k) == 256 && size_t(a.n) * size_t(a.k) * 4 <= kNormSharedBytes &&
-         aligned16(a.norm_w) && vectorizable(a) && weight_bytes <= max_bytes;
+         aligned16(a.norm_w) && vectorizable(a) && gemv_weight_bytes(a) <= max_bytes;
 }
 
 void gemv_dense(DType wtype, const GemvArgs& a) {

@@ -3,13 +3,12 @@
 // shapes that path does not take) lane l of a warp decodes
 // chunks l, l+32, ... (32 elements each) of its weight row into registers and
 // multiplies them with the matching x values.
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_int8.h"
 #include "backend/cuda/quant_decode.cuh"
+#include "core/env_switch.h"
 
 namespace brioche::cuda::detail {
 
@@ -124,10 +123,7 @@ void launch(const GemvArgs& a) {
 // (gemv_int8.cuh); the rest below decode to f32. BRIOCHE_CUDA_GEMV_INT8=0
 // keeps every type on the f32 kernels (for A/B benchmarks).
 bool on_int8_path(DType wtype, const GemvArgs& a) {
-  static const bool int8_path = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_GEMV_INT8");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool int8_path = env_switch_on("BRIOCHE_CUDA_GEMV_INT8");
   return int8_path && gemv_int8_covers(wtype, a);
 }
 

@@ -28,19 +28,15 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env_switch.h"
 
 namespace brioche::cuda::detail {
 
 inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_PDL");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = env_switch_on("BRIOCHE_CUDA_PDL");
   return on;
 }
 

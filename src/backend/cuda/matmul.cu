@@ -5,14 +5,13 @@
 // matrix Y (ld = ldy); row-major w[m, k] is column-major k×m, x[n, k] is k×n.
 // So Y = op(W)·X with op = transpose: A = w (TRANSA = T), B = x (N).
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lt_gemm.h"
+#include "core/env_switch.h"
 
 namespace brioche::cuda {
 
@@ -82,24 +81,14 @@ detail::GemvPart gemv_part(const cpu::MatmulArgs& a) {
 constexpr int64_t kGemvPrefetchBytes = int64_t(16) << 20;
 
 int64_t gemv_prefetch_rows(const detail::GemvArgs& g) {
-  static const bool on = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_PREFETCH");
-    return detail::pdl_enabled() && (v == nullptr || std::string_view(v) != "0");
-  }();
-  if (!on) return 0;
-  int64_t row_bytes = 0;
-  for (int p = 0; p < g.n_parts; ++p) row_bytes = std::max<int64_t>(row_bytes, int64_t(g.parts[p].w_row_bytes));
-  if (g.w_up != nullptr) row_bytes *= 2;
-  return row_bytes * g.m <= kGemvPrefetchBytes ? g.m : 0;
+  static const bool on = detail::pdl_enabled() && env_switch_on("BRIOCHE_CUDA_PREFETCH");
+  return on && detail::gemv_weight_bytes(g) <= kGemvPrefetchBytes ? g.m : 0;
 }
 
 // Whether the GEMV for `g` applies g.norm_w itself (gemv.cuh).
 // BRIOCHE_CUDA_FUSE_NORM=0 keeps the norm a kernel of its own (A/B runs).
 bool gemv_takes_norm(DType wtype, const detail::GemvArgs& g) {
-  static const bool on = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_FUSE_NORM");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = env_switch_on("BRIOCHE_CUDA_FUSE_NORM");
   if (!on) return false;
   return dtype_info(wtype).quantized ? detail::gemv_quant_takes_norm(wtype, g)
                                      : detail::gemv_dense_takes_norm(wtype, g);

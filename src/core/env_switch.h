@@ -1,0 +1,16 @@
+// Switches read from the environment, for A/B runs of features that are on
+// by default (BRIOCHE_CUDA_GRAPHS, BRIOCHE_CUDA_PDL, ...).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace brioche {
+
+// False only when the variable `name` is set to "0".
+inline bool env_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+}  // namespace brioche
