@@ -136,8 +136,8 @@ bool gemv_quant_takes_norm(DType wtype, const GemvArgs& a) {
 void gemv_quant(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(dtype_info(wtype).quantized, "gemv_quant: ", dtype_name(wtype), " is not quantized");
   if (on_int8_path(wtype, a)) return gemv_int8(wtype, a);
-  BRIOCHE_CHECK(a.norm_w == nullptr, "gemv_quant: the RMSNorm of x cannot be fused into ", dtype_name(wtype),
-                " (f32-decode kernels)");
+  BRIOCHE_CHECK(a.norm_w == nullptr, "gemv_quant: only the int8 path's types take the RMSNorm of x, got ",
+                dtype_name(wtype), " on the f32-decode kernels");
   BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_quant: n must be 1..8, got ", a.n);
   BRIOCHE_CHECK(a.k % 32 == 0 && a.ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0,
                 "gemv_quant: x rows must be 16-byte aligned with k a multiple of 32, got k ", a.k,
