@@ -4,7 +4,12 @@
 //   g   = s · dy·B                                           // [n, r]
 //   dA += gᵀ·drop(x)
 //   dx (=|+=) dy·W + drop'(g·A)          (W and b are frozen)
+// Projections that read the same x (Q, K, V; gate and up) go as one group:
+// without dropout that is ops::lora_matmul, which on CUDA converts x (and
+// each dy) to bf16 once for every product of the group.
 #pragma once
+
+#include <span>
 
 #include "core/tensor.h"
 #include "ops/linear_backward.h"
@@ -20,7 +25,10 @@ struct LoraSite {
   ops::DropoutMask dropout;
 };
 
-// y [n, out] written; u [n, r] written when the site has LoRA (saved for backward).
+// ys[i] [n, out_i] written; us[i] [n, r] written when sites[i] has LoRA
+// (saved for backward).
+void lora_linear_forward(std::span<const LoraSite> sites, const Tensor& x, std::span<Tensor* const> ys,
+                         std::span<Tensor* const> us);
 void lora_linear_forward(const LoraSite& site, const Tensor& x, Tensor& y, Tensor* u);
 
 struct LoraLinearBackward {
@@ -30,6 +38,8 @@ struct LoraLinearBackward {
   Tensor& dx;        // [n, in]
   ops::GradWrite dx_mode = ops::GradWrite::Overwrite;
 };
+// A group shares x and dx: args[0].dx_mode applies to dx, the other sites add.
+void lora_linear_backward(std::span<const LoraSite> sites, std::span<const LoraLinearBackward> args);
 void lora_linear_backward(const LoraSite& site, const LoraLinearBackward& args);
 
 }  // namespace brioche::train

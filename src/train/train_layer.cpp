@@ -93,8 +93,10 @@ void mlp_gate_up(const MlpSites& s, LayerCache& c, int64_t r0, int64_t r1, MlpBu
   const Tensor h2 = c.h2.slice(0, r0, r1);
   Tensor u_gate = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1);
   Tensor u_up = rows_of(c.lora_u[size_t(Module::Up)], r0, r1);
-  lora_linear_forward(s.gate, h2, b.gate, &u_gate);
-  lora_linear_forward(s.up, h2, b.up, &u_up);
+  const LoraSite sites[] = {s.gate, s.up};
+  Tensor* const ys[] = {&b.gate, &b.up};
+  Tensor* const us[] = {&u_gate, &u_up};
+  lora_linear_forward(sites, h2, ys, us);
   ops::swiglu(b.gate, b.up, b.act);
 }
 
@@ -111,10 +113,12 @@ void mlp_backward(const MlpSites& s, const LayerCache& c, int64_t r0, int64_t r1
   Tensor& d_up = d_act;  // in place (swiglu_backward allows it)
   ops::swiglu_backward(b.gate, b.up, d_act, d_gate, d_up);
   b.gate = Tensor(), b.up = Tensor();
-  lora_linear_backward(s.gate, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1), .dy = d_gate,
-                                .dx = d_h2});
-  lora_linear_backward(s.up, {.x = h2, .u = rows_of(c.lora_u[size_t(Module::Up)], r0, r1), .dy = d_up,
-                              .dx = d_h2, .dx_mode = ops::GradWrite::Accumulate});
+  const Tensor u_gate = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1);
+  const Tensor u_up = rows_of(c.lora_u[size_t(Module::Up)], r0, r1);
+  const LoraSite sites[] = {s.gate, s.up};
+  const LoraLinearBackward grads[] = {{.x = h2, .u = u_gate, .dy = d_gate, .dx = d_h2},
+                                      {.x = h2, .u = u_up, .dy = d_up, .dx = d_h2}};
+  lora_linear_backward(sites, grads);
 }
 
 }  // namespace
@@ -136,11 +140,14 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   const Tensor* weights[3] = {&w.wq, &w.wk, &w.wv};
   const Tensor* biases[3] = {&w.bq, &w.bk, &w.bv};
   Tensor* outs[3] = {&c.q, &c.k, &c.v};
+  LoraSite sites[3];
+  Tensor* us[3];
   for (int i = 0; i < 3; ++i) {
-    LoraSite s = site(ctx, p, qkv[i], *weights[i], *biases[i]);
-    c.lora_u[size_t(qkv[i])] = lora_u_buffer(s, dev, n);
-    lora_linear_forward(s, c.h1, *outs[i], &c.lora_u[size_t(qkv[i])]);
+    sites[i] = site(ctx, p, qkv[i], *weights[i], *biases[i]);
+    c.lora_u[size_t(qkv[i])] = lora_u_buffer(sites[i], dev, n);
+    us[i] = &c.lora_u[size_t(qkv[i])];
   }
+  lora_linear_forward(sites, c.h1, outs, us);
   if (w.q_norm.defined()) {
     // Qwen3: RMSNorm over each head's head_dim values, before RoPE.
     c.q_raw = f32(dev, n, cfg.q_dim());
@@ -192,7 +199,6 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
   const auto& w = p.weights;
   const int64_t n = dx.dim(0);
   const Device dev = dx.device();
-  using ops::GradWrite;
 
   // MLP: x_out = x_mid + down(silu(g)·u);  dx (= d x_out) flows to x_mid unchanged.
   const MlpSites s = mlp_sites(ctx, p);
@@ -242,12 +248,12 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
   const Module qkv[3] = {Module::Q, Module::K, Module::V};
   const Tensor* weights[3] = {&w.wq, &w.wk, &w.wv};
   const Tensor* biases[3] = {&w.bq, &w.bk, &w.bv};
-  const Tensor* grads[3] = {&dq, &dk, &dv};
-  for (int i = 0; i < 3; ++i) {
-    lora_linear_backward(site(ctx, p, qkv[i], *weights[i], *biases[i]),
-                         {.x = c.h1, .u = c.lora_u[size_t(qkv[i])], .dy = *grads[i], .dx = d_h1,
-                          .dx_mode = i == 0 ? GradWrite::Overwrite : GradWrite::Accumulate});
-  }
+  LoraSite sites[3];
+  for (int i = 0; i < 3; ++i) sites[i] = site(ctx, p, qkv[i], *weights[i], *biases[i]);
+  const LoraLinearBackward grads[] = {{.x = c.h1, .u = c.lora_u[size_t(Module::Q)], .dy = dq, .dx = d_h1},
+                                      {.x = c.h1, .u = c.lora_u[size_t(Module::K)], .dy = dk, .dx = d_h1},
+                                      {.x = c.h1, .u = c.lora_u[size_t(Module::V)], .dy = dv, .dx = d_h1}};
+  lora_linear_backward(sites, grads);
   ops::rms_norm_backward(c.x_in, w.attn_norm, cfg.rms_eps, d_h1, dx);  // dx = d x_in
 }
 

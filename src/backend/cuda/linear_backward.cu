@@ -11,6 +11,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lt_gemm.h"
 #include "backend/cuda/train_kernels.h"
+#include "backend/cuda/weight_gemm.h"
 
 namespace brioche::cuda {
 
@@ -63,11 +64,17 @@ void matmul_input_grad(const backend::cpu::MatmulInputGradArgs& a) {
   // dy as bf16 [n, m] contiguous: one rounding (2^-9 relative) and f32's range.
   std::shared_ptr<void> dy16 = allocate(size_t(a.n) * size_t(a.m) * 2);
   convert_rows_to_16bit({.x = a.dy, .ldx = a.ld_dy, .n = a.n, .k = a.m, .out = dy16.get(), .to_f16 = false});
+  detail::weight_input_grad_gemm(a, dy16.get(), beta);
+}
+
+namespace detail {
+
+void weight_input_grad_gemm(const backend::cpu::MatmulInputGradArgs& a, const void* dy16, float beta) {
   if (a.wtype == DType::BF16) {
     BRIOCHE_CHECK(a.w_row_bytes % 2 == 0, "matmul_input_grad: bf16 weight rows of odd byte stride");
-    detail::lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
-                     .lda = int64_t(a.w_row_bytes / 2), .b = dy16.get(), .ldb = a.m, .c = a.dx, .ldc = a.ld_dx,
-                     .m = a.k, .n = a.n, .k = a.m, .beta = beta, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
+    lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
+             .lda = int64_t(a.w_row_bytes / 2), .b = dy16, .ldb = a.m, .c = a.dx, .ldc = a.ld_dx,
+             .m = a.k, .n = a.n, .k = a.m, .beta = beta, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
     return;
   }
   // f16 and quantized weights: bf16 tiles of weight rows, i.e. slices of the
@@ -77,15 +84,17 @@ void matmul_input_grad(const backend::cpu::MatmulInputGradArgs& a) {
   int64_t tile_rows = std::max<int64_t>(128, int64_t(kTileBytes / (size_t(a.k) * 2)) / 128 * 128);
   tile_rows = std::min(tile_rows, a.m);
   std::shared_ptr<void> tile = allocate(size_t(tile_rows) * size_t(a.k) * 2);
-  const auto* dy_bf16 = static_cast<const __nv_bfloat16*>(dy16.get());
+  const auto* dy_bf16 = static_cast<const __nv_bfloat16*>(dy16);
   for (int64_t r0 = 0; r0 < a.m; r0 += tile_rows) {
     const int64_t r1 = std::min(a.m, r0 + tile_rows);
     weight_rows_to_bf16(a.wtype, a.w, a.w_row_bytes, r0, r1, a.k, tile.get());
-    detail::lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k,
-                     .b = dy_bf16 + r0, .ldb = a.m, .c = a.dx, .ldc = a.ld_dx, .m = a.k, .n = a.n, .k = r1 - r0,
-                     .beta = r0 == 0 ? beta : 1.0f, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
+    lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k,
+             .b = dy_bf16 + r0, .ldb = a.m, .c = a.dx, .ldc = a.ld_dx, .m = a.k, .n = a.n, .k = r1 - r0,
+             .beta = r0 == 0 ? beta : 1.0f, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
   }
 }
+
+}  // namespace detail
 
 void matmul_weight_grad(const backend::cpu::MatmulWeightGradArgs& a) {
   if (a.n == 0 || a.m == 0 || a.k == 0) return;

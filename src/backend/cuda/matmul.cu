@@ -11,6 +11,7 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lt_gemm.h"
+#include "backend/cuda/weight_gemm.h"
 #include "core/env_switch.h"
 
 namespace brioche::cuda {
@@ -19,13 +20,11 @@ namespace {
 
 // Largest bf16 tile a quantized weight is expanded into per GEMM.
 constexpr size_t kDequantTileBytes = size_t(128) << 20;
-constexpr int kMaxGemvRows = 8;
 
-using detail::lt_gemm;
+}  // namespace
 
-// x as the 16-bit activations cuBLASLt takes ([n, k] contiguous; f16 for
-// f16 weights, else bf16), or nothing for f32 weights (full f32 GEMM). One
-// conversion serves every GEMM of a group that shares x.
+namespace detail {
+
 std::shared_ptr<void> activations_16bit(const cpu::MatmulArgs& a) {
   if (a.wtype == DType::F32) return nullptr;
   std::shared_ptr<void> x16 = allocate(size_t(a.n) * size_t(a.k) * 2);
@@ -34,8 +33,7 @@ std::shared_ptr<void> activations_16bit(const cpu::MatmulArgs& a) {
   return x16;
 }
 
-// y = x·wᵀ + beta·y with x16 from activations_16bit(a).
-void gemm(const cpu::MatmulArgs& a, const void* x16, float beta) {
+void weight_gemm(const cpu::MatmulArgs& a, const void* x16, float beta) {
   const DType wt = a.wtype;
   if (wt == DType::F32) {
     // Full f32 (no TF32): f32 weights are the accuracy reference path.
@@ -65,7 +63,15 @@ void gemm(const cpu::MatmulArgs& a, const void* x16, float beta) {
   }
 }
 
-void gemm(const cpu::MatmulArgs& a, float beta) { gemm(a, activations_16bit(a).get(), beta); }
+}  // namespace detail
+
+namespace {
+
+constexpr int kMaxGemvRows = 8;
+
+using detail::lt_gemm;
+
+void gemm(const cpu::MatmulArgs& a, float beta) { detail::weight_gemm(a, detail::activations_16bit(a).get(), beta); }
 
 detail::GemvPart gemv_part(const cpu::MatmulArgs& a) {
   return {.w = a.w, .w_row_bytes = a.w_row_bytes, .y = a.y, .ldy = a.ldy, .m = a.m};
@@ -161,9 +167,9 @@ void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_a
   cpu::MatmulArgs up = up_args;
   up.x = gate.x;
   up.ldx = gate.ldx;
-  std::shared_ptr<void> x16 = activations_16bit(gate);
-  gemm(gate, x16.get(), 0.0f);
-  gemm(up, x16.get(), 0.0f);
+  std::shared_ptr<void> x16 = detail::activations_16bit(gate);
+  detail::weight_gemm(gate, x16.get(), 0.0f);
+  detail::weight_gemm(up, x16.get(), 0.0f);
   swiglu({.gate = gate.y, .up = up.y, .out = gate.y, .n_rows = gate.n, .dim = gate.m, .gate_stride = gate.ldy,
           .up_stride = up.ldy, .out_stride = gate.ldy});
 }
@@ -193,8 +199,8 @@ void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm)
     for (const cpu::MatmulArgs& p : on_normed) cuda::matmul(p);  // not cpu::matmul, which ADL also finds
     return;
   }
-  std::shared_ptr<void> x16 = activations_16bit(on_normed[0]);
-  for (const cpu::MatmulArgs& p : on_normed) gemm(p, x16.get(), 0.0f);
+  std::shared_ptr<void> x16 = detail::activations_16bit(on_normed[0]);
+  for (const cpu::MatmulArgs& p : on_normed) detail::weight_gemm(p, x16.get(), 0.0f);
 }
 
 }  // namespace brioche::cuda

@@ -13,6 +13,7 @@
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/layer_backward.h"
 #include "backend/cpu/linear_backward.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/train_rows.h"
 #include "core/dtype.h"
 
@@ -39,6 +40,34 @@ void matmul_weight_grad(const backend::cpu::MatmulWeightGradArgs& args);
 // dequantize_to_bf16, k a multiple of 32).
 void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end,
                          int64_t k, void* out);
+
+// ops::lora_matmul / lora_matmul_backward on tensor cores (the math and the
+// rounding: ops/lora_matmul.h). The parts share x (base.x forward, `x`
+// backward) and, backward, dx (base.dx; parts[0].base.accumulate says
+// whether dx is added to). Widths are multiples of 8, n > 8, weights bf16 or
+// quantized; any rank.
+struct LowRankArgs {
+  const float* a = nullptr;  // [r, in] contiguous; nullptr: no low-rank term
+  const float* b = nullptr;  // [out, r] contiguous
+  int64_t r = 0;
+  float scale = 0.0f;
+};
+struct LoraMatmulPartArgs {
+  cpu::MatmulArgs base;      // y = x·wᵀ
+  LowRankArgs low_rank;
+  float* u;                  // [n, r], row stride ld_u, written
+  int64_t ld_u;
+};
+void lora_matmul(std::span<const LoraMatmulPartArgs> parts);
+struct LoraMatmulGradPartArgs {
+  backend::cpu::MatmulInputGradArgs base;  // dx (=|+=) dy·w
+  LowRankArgs low_rank;
+  const float* u;            // [n, r], row stride ld_u
+  int64_t ld_u;
+  float* grad_a;             // [r, in] contiguous, +=
+  float* grad_b;             // [out, r] contiguous, +=
+};
+void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmulGradPartArgs> parts);
 
 void dropout(const backend::cpu::DropoutArgs& args);
 void add_scaled(const backend::cpu::ScaledAddArgs& args);
