@@ -100,6 +100,31 @@ void copy(const Tensor& src, Tensor& dst) {
 #endif
 }
 
+void PendingCopy::wait() {
+#if BRIOCHE_CUDA
+  cuda::compute_waits_for(done_);
+#endif
+  done_.reset();
+}
+
+PendingCopy copy_async(const Tensor& src, Tensor& dst) {
+  BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() &&
+                    dst.is_contiguous(),
+                "copy_async: source ", src.describe(), " and destination ", dst.describe(),
+                " must match and be dense");
+  PendingCopy pending;
+  if (src.device() == Device::CPU && dst.device() == Device::CPU) {
+    copy(src, dst);
+    return pending;
+  }
+#if BRIOCHE_CUDA
+  pending.done_ = cuda::copy_on_side_stream(dst.data(), src.data(), src.nbytes());
+  return pending;
+#else
+  fail_no_cuda("copy_async");
+#endif
+}
+
 void synchronize(Device device) {
 #if BRIOCHE_CUDA
   if (device == Device::CUDA) cuda::synchronize();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 
 #include "core/tensor.h"
@@ -29,6 +30,25 @@ Tensor to_device(const Tensor& t, Device device);
 // dst = src for tensors of equal dtype and shape whose rows are contiguous,
 // on any pair of devices (row strides may differ).
 void copy(const Tensor& src, Tensor& dst);
+
+// A copy in flight beside the device's kernels (copy_async).
+class PendingCopy {
+ public:
+  // Device work queued from now on runs after the copy (the host does not
+  // wait). Required before reading the copy's destination or overwriting
+  // its source on the device; a no-op once waited for, or for CPU copies.
+  void wait();
+
+ private:
+  friend PendingCopy copy_async(const Tensor& src, Tensor& dst);
+  std::shared_ptr<void> done_;
+};
+
+// dst = src between a CUDA tensor and a page-locked host tensor
+// (pinned_host_zeros) of the same dtype and shape, both dense, on a second
+// stream: it starts after the work queued so far and overlaps the work
+// queued after it. On the CPU, an ordinary copy (done on return).
+PendingCopy copy_async(const Tensor& src, Tensor& dst);
 
 // Waits for queued work on `device` (no-op on the CPU).
 void synchronize(Device device);

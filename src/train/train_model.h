@@ -10,6 +10,10 @@
 // function of the seed) and walks it backward. Peak activation memory drops
 // from all trainable layers to one segment for ~one extra forward.
 //
+// Offloaded boundaries travel on a second stream (ops::copy_async) while
+// the layers compute: to the host during the forward, back one segment
+// ahead during the backward.
+//
 // Device: the model's (its weights'); activations are allocated there and
 // every op follows its tensors, so the same code trains on the CPU or CUDA.
 #pragma once
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "model/weights.h"
+#include "ops/device.h"
 #include "train/lora.h"
 #include "train/token_batch.h"
 #include "train/train_layer.h"
@@ -89,6 +94,10 @@ class TrainModel {
   std::vector<LayerCache> caches_;     // per trainable layer (segment_size == 0)
   std::vector<Tensor> boundaries_;     // residual at each segment start (segment_size > 0)
   std::vector<Tensor> host_boundaries_;  // pinned host buffers of offloaded boundaries, reused across steps
+  // Offloading: the device snapshot of the residual on its way to the host,
+  // and that copy (it overlaps the next layers' kernels).
+  Tensor snapshot_;
+  ops::PendingCopy snapshot_copy_;
   Tensor x_final_;                     // [n, hidden] before the final norm
 };
 

@@ -214,6 +214,38 @@ void fill_bytes(void* dst, uint8_t value, size_t bytes) {
 
 namespace {
 
+cudaStream_t side_stream() {
+  static cudaStream_t s = [] {  // never destroyed, like stream()
+    cudaStream_t created;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+    return created;
+  }();
+  return s;
+}
+
+std::shared_ptr<void> recorded_event(cudaStream_t on) {
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  std::shared_ptr<void> owner(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+  CUDA_CHECK(cudaEventRecord(e, on));
+  return owner;
+}
+
+}  // namespace
+
+std::shared_ptr<void> copy_on_side_stream(void* dst, const void* src, size_t bytes) {
+  const std::shared_ptr<void> queued = recorded_event(detail::current_stream());
+  CUDA_CHECK(cudaStreamWaitEvent(side_stream(), static_cast<cudaEvent_t>(queued.get()), 0));
+  if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, side_stream()));
+  return recorded_event(side_stream());
+}
+
+void compute_waits_for(const std::shared_ptr<void>& copy_done) {
+  if (copy_done) CUDA_CHECK(cudaStreamWaitEvent(detail::current_stream(), static_cast<cudaEvent_t>(copy_done.get()), 0));
+}
+
+namespace {
+
 // A pinned staging buffer and its device copy. Copies from pinned memory are
 // truly asynchronous (pageable ones may wait for the stream to drain); the
 // event says when the staging buffer may be rewritten.

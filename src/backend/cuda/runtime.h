@@ -54,6 +54,16 @@ void copy_to_host(void* host_dst, const void* device_src, size_t bytes);
 void copy_device_to_device(void* dst, const void* src, size_t bytes);
 void fill_bytes(void* device_dst, uint8_t value, size_t bytes);
 
+// A copy on a second stream, beside the kernels: it starts once the work
+// queued so far on the compute stream has run and overlaps what is queued
+// after it (offloaded training activations going to or coming from the
+// host). Host memory must be page-locked (allocate_pinned_host), or the
+// driver stages it synchronously. Returns the copy's end, an opaque event.
+std::shared_ptr<void> copy_on_side_stream(void* dst, const void* src, size_t bytes);
+// Work queued on the compute stream from now on runs after `copy_done` (the
+// host does not wait).
+void compute_waits_for(const std::shared_ptr<void>& copy_done);
+
 // A device copy of small host metadata (positions, block tables), cached by
 // content: the same span uploaded again (every layer of one forward) costs a
 // host memcmp, not a copy. The pointer returned (a copy or a cached one) is
