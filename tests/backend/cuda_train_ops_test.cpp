@@ -317,6 +317,27 @@ TEST(CudaTrainOps, LoraMatmulGroupMatchesCpu) {
   check_lora_matmul(6, 64, 1);     // decode-sized: the f32 composition on the device
 }
 
+// Pinned host -> device on the side stream, a kernel that waits for it, and
+// back: every byte arrives, in order with the kernel (64 MB so the copies
+// take long enough for a missing wait to show).
+TEST(CudaTrainOps, CopyAsyncOrdersWithKernels) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t rows = 4096, cols = 4096;
+  Tensor src = pinned_host_zeros(DType::F32, {rows, cols});
+  for (int64_t i = 0; i < rows * cols; ++i) src.data_as<float>()[i] = float(i % 1000);
+  Tensor dev = zeros(DType::F32, {rows, cols}, Device::CUDA);
+  PendingCopy up = copy_async(src, dev);
+  up.wait();
+  scale(dev, 2.0f);  // queued after the wait: sees the uploaded values
+  Tensor back = pinned_host_zeros(DType::F32, {rows, cols});
+  PendingCopy down = copy_async(dev, back);  // starts after scale
+  down.wait();
+  fill(dev, -1.0f);  // after the download: must not reach `back`
+  synchronize(Device::CUDA);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    ASSERT_EQ(back.data_as<float>()[i], 2.0f * float(i % 1000)) << "element " << i;
+}
+
 // ---------------------------------------------------------------- row ops
 
 TEST(CudaTrainOps, DropoutMaskBitIdenticalToCpu) {

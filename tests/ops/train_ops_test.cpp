@@ -13,7 +13,9 @@
 #include "ops/adamw.h"
 #include "ops/dropout.h"
 #include "ops/gather_rows.h"
+#include "ops/device.h"
 #include "ops/logp_head.h"
+#include "ops/lora_matmul.h"
 #include "ops/quantize.h"
 #include "ops/scaled_add.h"
 #include "ops/test_tensors.h"
@@ -239,3 +241,38 @@ TEST(TrainOps, AdamWMatchesTheReferenceUpdateAndSumOfSquares) {
 
 }  // namespace
 }  // namespace brioche
+
+namespace brioche::ops {
+namespace {
+
+// The CPU side of the offloading ops: copy_async is a plain copy there, and
+// the checks name both tensors; lora_matmul rejects factors that do not fit.
+TEST(TrainOps, CopyAsyncOnTheCpuAndLoraMatmulShapeErrors) {
+  Tensor src = Tensor::zeros(DType::F32, {3, 5});
+  for (int i = 0; i < 15; ++i) src.data_as<float>()[i] = float(i);
+  Tensor dst = pinned_host_zeros(DType::F32, {3, 5});
+  PendingCopy pending = copy_async(src, dst);
+  pending.wait();
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(dst.data_as<float>()[i], float(i));
+  Tensor wrong = Tensor::zeros(DType::F32, {5, 3});
+  try {
+    copy_async(src, wrong);
+    FAIL() << "copy_async accepted [3, 5] into [5, 3]";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must match and be dense"), std::string::npos) << e.what();
+  }
+
+  Tensor x = Tensor::zeros(DType::F32, {4, 8}), w = Tensor::zeros(DType::F32, {6, 8}), y = Tensor::zeros(DType::F32, {4, 6});
+  Tensor a = Tensor::zeros(DType::F32, {2, 7}), b = Tensor::zeros(DType::F32, {6, 2}), u = Tensor::zeros(DType::F32, {4, 2});
+  const LowRank lr{.a = a, .b = b, .scale = 1.0f};
+  const LoraMatmulPart part{w, &lr, y, &u};
+  try {
+    lora_matmul(x, {&part, 1});
+    FAIL() << "lora_matmul accepted A [2, 7] for 8 inputs";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be A [r, 8] and B [6, r]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace brioche::ops
