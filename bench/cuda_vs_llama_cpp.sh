@@ -6,12 +6,12 @@
 # ids, so does brioche bench).
 #   bash bench/cuda_vs_llama_cpp.sh [shape:dtype ...]
 # Needs, carried: build/dev (bench/cuda_pack.sh; brioche and gen_model) and
-# build/llama-cuda/llama-bench.tar.zst (bench/llama_cpp_cuda_build.sh).
+# build/llama-cuda/llama-bench.gz (bench/llama_cpp_cuda_build.sh).
 set -u
 export LD_LIBRARY_PATH=$PWD/build/dev/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-tar -C /tmp -I zstd -xf build/llama-cuda/llama-bench.tar.zst
+gzip -dc build/llama-cuda/llama-bench.gz > /tmp/llama-bench && chmod +x /tmp/llama-bench
 [ $# -gt 0 ] || set -- smollm2-135m:bf16 llama3-8b:q4_0 llama3-8b:q4_k llama3-8b:q8_0 llama3-8b:bf16
 for spec in "$@"; do
   shape=${spec%%:*} dtype=${spec##*:} model=/tmp/$shape-$dtype.gguf

@@ -9,6 +9,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/row_norm.cuh"
+#include "backend/cuda/rows_vec4.cuh"
 
 namespace brioche::cuda {
 
@@ -84,13 +85,36 @@ __global__ void add_bias_kernel(float* x, const float* bias, int64_t n_rows, int
   x[(t / dim) * stride + t % dim] += bias[t % dim];
 }
 
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
 __global__ void swiglu_kernel(backend::cpu::SwigluArgs a) {
   detail::pdl_prologue();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n_rows * a.dim) return;
   const int64_t r = t / a.dim, c = t % a.dim;
   const float g = a.gate[r * a.gate_stride + c], u = a.up[r * a.up_stride + c];
-  a.out[r * a.out_stride + c] = g / (1.0f + __expf(-g)) * u;
+  a.out[r * a.out_stride + c] = silu_times(g, u);
+}
+
+__global__ void add_vec4_kernel(backend::cpu::AddArgs a) {
+  detail::pdl_prologue();
+  const int64_t c = detail::vec4_column(a.dim);
+  if (c < 0) return;
+  for (int64_t r = blockIdx.y; r < a.n_rows; r += gridDim.y) {
+    const float4 x = detail::load4(a.a + r * a.a_stride + c), y = detail::load4(a.b + r * a.b_stride + c);
+    detail::store4(a.out + r * a.out_stride + c, make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w));
+  }
+}
+
+__global__ void swiglu_vec4_kernel(backend::cpu::SwigluArgs a) {
+  detail::pdl_prologue();
+  const int64_t c = detail::vec4_column(a.dim);
+  if (c < 0) return;
+  for (int64_t r = blockIdx.y; r < a.n_rows; r += gridDim.y) {
+    const float4 g = detail::load4(a.gate + r * a.gate_stride + c), u = detail::load4(a.up + r * a.up_stride + c);
+    detail::store4(a.out + r * a.out_stride + c, make_float4(silu_times(g.x, u.x), silu_times(g.y, u.y),
+                                                              silu_times(g.z, u.z), silu_times(g.w, u.w)));
+  }
 }
 
 __global__ void softmax_kernel(float* x, int64_t n, int64_t stride) {
@@ -183,6 +207,8 @@ void rope(const backend::cpu::RopeArgs& a) {
 void add(const backend::cpu::AddArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
+  if (detail::rows_fit_vec4(a.dim, {a.a, a.b, a.out}, {a.a_stride, a.b_stride, a.out_stride}))
+    return detail::launch_dependent(add_vec4_kernel, detail::vec4_grid(a.n_rows, a.dim), detail::kVec4Threads, 0, a);
   detail::launch_dependent(add_kernel, blocks_for(total), 256, 0, a);
 }
 
@@ -195,6 +221,9 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t 
 void swiglu(const backend::cpu::SwigluArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
+  if (detail::rows_fit_vec4(a.dim, {a.gate, a.up, a.out}, {a.gate_stride, a.up_stride, a.out_stride}))
+    return detail::launch_dependent(swiglu_vec4_kernel, detail::vec4_grid(a.n_rows, a.dim), detail::kVec4Threads, 0,
+                                    a);
   detail::launch_dependent(swiglu_kernel, blocks_for(total), 256, 0, a);
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/rows_vec4.cuh"
 #include "backend/cuda/train_kernels.h"
 
 namespace brioche::cuda {
@@ -46,14 +47,38 @@ __global__ void rms_norm_backward_kernel(backend::cpu::RmsNormBackwardArgs a) {
   for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) dx[i] += r * a.weight[i] * dy[i] - c2 * x[i];
 }
 
+// d silu(g)·u: du = d·g·σ(g),  dg = d·u·σ(g)·(1 + g·(1 − σ(g)))
+__device__ __forceinline__ void swiglu_grads(float g, float u, float d, float& dg, float& du) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  du = d * g * sig;
+  dg = d * u * sig * (1.0f + g * (1.0f - sig));
+}
+
 __global__ void swiglu_backward_kernel(backend::cpu::SwigluBackwardArgs a) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n_rows * a.dim) return;
   const int64_t r = t / a.dim, c = t % a.dim;
   const float g = a.gate[r * a.ld_gate + c], u = a.up[r * a.ld_up + c], d = a.dout[r * a.ld_dout + c];
-  const float sig = 1.0f / (1.0f + expf(-g));
-  a.dup[r * a.ld_dup + c] = d * g * sig;                                  // written after reading dout:
-  a.dgate[r * a.ld_dgate + c] = d * u * sig * (1.0f + g * (1.0f - sig));  // dgate/dup may alias it
+  float dg, du;
+  swiglu_grads(g, u, d, dg, du);
+  a.dup[r * a.ld_dup + c] = du;  // written after reading dout: dgate/dup may alias it
+  a.dgate[r * a.ld_dgate + c] = dg;
+}
+
+__global__ void swiglu_backward_vec4_kernel(backend::cpu::SwigluBackwardArgs a) {
+  const int64_t c = detail::vec4_column(a.dim);
+  if (c < 0) return;
+  for (int64_t r = blockIdx.y; r < a.n_rows; r += gridDim.y) {
+    const float4 g = detail::load4(a.gate + r * a.ld_gate + c), u = detail::load4(a.up + r * a.ld_up + c);
+    const float4 d = detail::load4(a.dout + r * a.ld_dout + c);
+    float4 dg, du;
+    swiglu_grads(g.x, u.x, d.x, dg.x, du.x);
+    swiglu_grads(g.y, u.y, d.y, dg.y, du.y);
+    swiglu_grads(g.z, u.z, d.z, dg.z, du.z);
+    swiglu_grads(g.w, u.w, d.w, dg.w, du.w);
+    detail::store4(a.dup + r * a.ld_dup + c, du);  // all of dout is read: dgate/dup may alias it
+    detail::store4(a.dgate + r * a.ld_dgate + c, dg);
+  }
 }
 
 }  // namespace
@@ -68,7 +93,13 @@ void rms_norm_backward(const backend::cpu::RmsNormBackwardArgs& a) {
 void swiglu_backward(const backend::cpu::SwigluBackwardArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
-  swiglu_backward_kernel<<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(a);
+  if (detail::rows_fit_vec4(a.dim, {a.gate, a.up, a.dout, a.dgate, a.dup},
+                            {a.ld_gate, a.ld_up, a.ld_dout, a.ld_dgate, a.ld_dup})) {
+    swiglu_backward_vec4_kernel<<<detail::vec4_grid(a.n_rows, a.dim), detail::kVec4Threads, 0,
+                                  detail::current_stream()>>>(a);
+  } else {
+    swiglu_backward_kernel<<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(a);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
