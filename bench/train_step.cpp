@@ -4,7 +4,8 @@
 // memory (the CUDA allocator's bytes in use, as torch.cuda.max_memory_allocated).
 //
 //   train_step_bench --shape llama3-8b --dtype bf16 --method orpo --prompt 2048 --response 4096
-//                    [--rank 16] [--segment-size 1] [--offload] [--mlp-chunk N] [--no-prefix-shared] [--steps 3]
+//                    [--rank 16] [--segment-size 1] [--offload [--offload-attention]] [--mlp-chunk N]
+//                    [--no-prefix-shared] [--steps 3]
 //   train_step_bench --shape llama3-8b --dtype bf16 --method sft --seq 65536 [--longest 65536,131072,...]
 //   --layers L overrides the preset's layer count; --device cpu runs the same on the CPU
 //   (peak = the process's peak resident memory there).
@@ -51,7 +52,7 @@ struct Options {
   std::string shape = "llama3-8b", dtype = "bf16", device = "cuda", method = "orpo";
   int layers = 0, prompt = 2048, response = 4096, seq = 8192, rank = 16, segment_size = 1, steps = 3, mlp_chunk = 0;
   int64_t head_chunk = 4096;
-  bool offload = false, prefix_shared = true;
+  bool offload = false, offload_attention = false, prefix_shared = true;
   double ballast_gb = 0;
   std::vector<int> longest;
 };
@@ -120,7 +121,8 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
     LoraAdapter adapter(ck.config, {.rank = o.rank, .alpha = 2.0f * float(o.rank)}, 7);
     adapter.to_device(device);
     TrainModel model(ck, &adapter,
-                     {.segment_size = o.segment_size, .offload_boundaries = o.offload, .mlp_chunk_rows = o.mlp_chunk});
+                     {.segment_size = o.segment_size, .offload_boundaries = o.offload,
+                      .offload_attention = o.offload_attention, .mlp_chunk_rows = o.mlp_chunk});
     FusedLogpHead head(ck.weights.output, o.head_chunk);
     AdamW optimizer(adapter, {});
     const LossConfig loss{.method = method, .orpo_lambda = 0.1f};
@@ -160,7 +162,7 @@ int run(const Options& o) {
   std::mt19937 rng(1);
   const int vocab = ck.config.vocab_size;
   std::string levers = "rank " + std::to_string(o.rank) + ", seg " + std::to_string(o.segment_size) +
-                       (o.offload ? " +offload" : "") + ", head chunk " + std::to_string(o.head_chunk) +
+                       (o.offload ? o.offload_attention ? " +offload +attention" : " +offload" : "") + ", head chunk " + std::to_string(o.head_chunk) +
                        (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "");
   if (o.method == "orpo") {
     train::TokenizedPair pair{.prompt = random_tokens(o.prompt, vocab, rng),
@@ -231,6 +233,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::stoi(next());
     else if (a == "--head-chunk") o.head_chunk = std::stoll(next());
     else if (a == "--offload") o.offload = true;
+    else if (a == "--offload-attention") o.offload_attention = true;
     else if (a == "--mlp-chunk") o.mlp_chunk = std::stoi(next());
     else if (a == "--ballast-gb") o.ballast_gb = std::stod(next());
     else if (a == "--no-prefix-shared") o.prefix_shared = false;

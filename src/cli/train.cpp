@@ -185,6 +185,9 @@ Subcommand add_train_command(CLI::App& root) {
   option<int>(app, f, "segment-size", "segmented backward: layers per recompute segment (default 0 = off)");
   app->add_flag_function("--offload-boundaries", [&f](int64_t) { f.overrides["offload_boundaries"] = true; },
                          "with --segment-size on CUDA: keep segment boundaries in host memory");
+  app->add_flag_function("--offload-attention", [&f](int64_t) { f.overrides["offload_attention"] = true; },
+                         "with --offload-boundaries: also each layer's attention output (the recompute skips the "
+                         "attention; twice the host memory)");
   app->add_flag_function("--grad-checkpoint", [&f](int64_t) { f.overrides["grad_checkpoint"] = true; },
                          "recompute every layer in the backward (= --segment-size 1)");
   app->add_flag_function("--prefix-shared", [&f](int64_t) { f.overrides["prefix_shared"] = true; },

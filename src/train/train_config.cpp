@@ -54,6 +54,8 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(!offload_boundaries || segment_size > 0,
                 "offload_boundaries needs segment_size > 0 (or grad_checkpoint): the segment boundaries are what "
                 "is offloaded");
+  BRIOCHE_CHECK(!offload_attention || offload_boundaries,
+                "offload_attention needs offload_boundaries: the attention outputs travel with the boundaries");
 }
 
 Device TrainConfig::resolved_device() const {
@@ -160,6 +162,8 @@ const std::vector<OptionSpec>& option_specs() {
       {{"gpus"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.gpus = to_int(v); }},
       {{"offload_boundaries"}, Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.offload_boundaries = v.get<bool>(); }},
+      {{"offload_attention"}, Kind::Boolean,
+       [](TrainConfig& c, const json& v) { c.offload_attention = v.get<bool>(); }},
       {{"orpo_fused_ce", "orpo_flash_ce", "fused_ce"}, Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.fused_head = v.get<bool>(); }},
       {{"grad_checkpoint"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.grad_checkpoint = v.get<bool>(); }},
@@ -259,6 +263,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["gpus"] = c.gpus;
   j["segment_size"] = c.segment_size;
   j["offload_boundaries"] = c.offload_boundaries;
+  j["offload_attention"] = c.offload_attention;
   j["prefix_shared"] = c.prefix_shared;
   j["head_chunk_size"] = c.head_chunk_size;
   j["mlp_chunk_size"] = c.mlp_chunk_size;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/error.h"
 #include "ops/add.h"
 #include "ops/device.h"
 #include "ops/layer_backward.h"
@@ -161,9 +162,17 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   }
   ops::rope(c.q, ctx.positions, rope_params(ctx, cfg.n_heads));
   ops::rope(c.k, ctx.positions, rope_params(ctx, cfg.n_kv_heads));
-  c.attn = f32(dev, n, cfg.q_dim());
-  c.lse = f32(dev, n, cfg.n_heads);
-  ops::dense_attention(c.q, c.k, c.v, ctx.layout, attention_params(cfg), c.attn, c.lse);
+  if (c.attention_given) {
+    BRIOCHE_CHECK(c.attn.defined() && c.attn.dim(0) == n && c.attn.dim(1) == cfg.q_dim() && c.lse.defined() &&
+                      c.lse.dim(0) == n && c.lse.dim(1) == cfg.n_heads,
+                  "layer_forward: the given attention output must be [", n, ", ", cfg.q_dim(), "] with lse [", n,
+                  ", ", cfg.n_heads, "], got ", c.attn.describe(), " and ", c.lse.describe());
+    c.attention_given = false;
+  } else {
+    c.attn = f32(dev, n, cfg.q_dim());
+    c.lse = f32(dev, n, cfg.n_heads);
+    ops::dense_attention(c.q, c.k, c.v, ctx.layout, attention_params(cfg), c.attn, c.lse);
+  }
 
   Tensor o = f32(dev, n, cfg.hidden_size);
   LoraSite so = site(ctx, p, Module::O, w.wo, w.bo);

@@ -31,6 +31,10 @@ struct LayerCache {
   Tensor x_mid, h2;     // [n, hidden]
   Tensor gate, up, act; // [n, inter] (empty when the MLP ran in row chunks: the backward recomputes them)
   std::array<Tensor, kNumModules> lora_u;  // [n, r] per adapted module
+  // Set before a forward: attn and lse already hold this layer's attention
+  // output (kept from the first forward), so the forward skips computing it.
+  // Cleared by the forward.
+  bool attention_given = false;
 };
 
 // What a layer sees of the batch: positions, attention layout, dropout seed.

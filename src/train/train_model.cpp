@@ -42,6 +42,8 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
   device_ = ck.weights.output_norm.device();
   BRIOCHE_CHECK(!options.offload_boundaries || options.segment_size > 0,
                 "train: offload_boundaries needs segment_size > 0 (the boundaries are what is offloaded)");
+  BRIOCHE_CHECK(!options.offload_attention || options.offload_boundaries,
+                "train: offload_attention needs offload_boundaries (the attention outputs travel with them)");
   if (adapter) {
     BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(),
                   " layers, model ", c.n_layers);
@@ -49,26 +51,6 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
                   adapter->device() == Device::CUDA ? "cuda" : "cpu", ", the model on ",
                   device_ == Device::CUDA ? "cuda" : "cpu", " (LoraAdapter::to_device)");
   }
-}
-
-Tensor TrainModel::save_boundary(const Tensor& x) {
-  if (!options_.offload_boundaries || device_ == Device::CPU) return copy_of(x);
-  // Page-locked host buffers, kept across steps (pinning is slow) while the row count stays.
-  const size_t i = boundaries_.size();
-  if (host_boundaries_.size() <= i) host_boundaries_.resize(i + 1);
-  Tensor& host = host_boundaries_[i];
-  if (!host.defined() || host.dim(0) != x.dim(0) || host.dim(1) != x.dim(1))
-    host = ops::pinned_host_zeros(DType::F32, {x.dim(0), x.dim(1)});
-  // x changes in place as the forward goes on: snapshot it on the device
-  // (0.1 ms at 8B shapes), then copy the snapshot to the host beside the
-  // next layer's kernels. One snapshot buffer is enough: its copy (~3 ms
-  // over PCIe) ends long before the next boundary (a layer's forward, ~15 ms).
-  if (!snapshot_.defined() || snapshot_.dim(0) != x.dim(0) || snapshot_.dim(1) != x.dim(1))
-    snapshot_ = ops::zeros(DType::F32, {x.dim(0), x.dim(1)}, device_);
-  snapshot_copy_.wait();  // the previous snapshot has left
-  ops::copy(x, snapshot_);
-  snapshot_copy_ = ops::copy_async(snapshot_, host);
-  return host;
 }
 
 int TrainModel::first_trainable_layer() const {
@@ -117,10 +99,20 @@ Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, co
   const int first = first_trainable_layer(), n_layers = c.n_layers;
   const bool keep_all = o.for_backward && options_.segment_size == 0;
   if (keep_all) caches_.resize(size_t(n_layers - first));
+  const bool offload = o.for_backward && !keep_all && options_.offload_boundaries && device_ != Device::CPU;
+  attention_offloaded_ = offload && options_.offload_attention;
   LayerCache scratch;
   for (int l = first; l < n_layers; ++l) {
-    if (o.for_backward && !keep_all && (l - first) % options_.segment_size == 0) boundaries_.push_back(save_boundary(x));
-    layer_forward(ctx, params(l), x, keep_all ? caches_[size_t(l - first)] : scratch);
+    const size_t i = size_t(l - first);
+    if (offload) host_.next_layer();
+    if (o.for_backward && !keep_all && i % size_t(options_.segment_size) == 0)  // x changes in place: a copy is kept
+      boundaries_.push_back(offload ? host_.put(boundary_slot(i), copy_of(x)) : copy_of(x));
+    LayerCache& cache = keep_all ? caches_[i] : scratch;
+    layer_forward(ctx, params(l), x, cache);
+    if (attention_offloaded_) {
+      host_.put(attention_slot(i), cache.attn);
+      host_.put(attention_slot(i) + 1, cache.lse);
+    }
   }
   x_final_ = o.for_backward ? copy_of(x) : Tensor();
   Tensor h = ops::zeros(DType::F32, {batch.n_rows(), c.hidden_size}, device_);
@@ -142,30 +134,49 @@ void TrainModel::backward(const Tensor& d_hidden) {
   } else {
     const int seg = options_.segment_size;
     std::vector<LayerCache> segment(static_cast<size_t>(seg));
-    // The snapshot's last copy left during the head; its buffer goes back to the allocator.
-    snapshot_copy_.wait();
-    snapshot_ = Tensor();
-    // Segment s's boundary on the device: offloaded ones come back on the
-    // copy stream while the segment before them (in backward order) computes.
-    struct Boundary {
+    host_.settle();  // the forward's last copies (done during the head)
+    // Segment s's boundary (and its layers' attention outputs) on the device:
+    // offloaded ones come back on the copy stream while the segment before
+    // them (in backward order) computes.
+    struct Saved {
       Tensor x;
       ops::PendingCopy copy;
+      std::vector<HostOffload::Fetch> attention;  // attn, lse of each layer
     };
     auto fetch = [&](int s) {
-      const Tensor saved = std::move(boundaries_[size_t(s)]);  // (no longer needed once fetched)
-      if (saved.device() == device_) return Boundary{saved, {}};  // the recompute may overwrite it
-      Boundary b{ops::zeros(DType::F32, {saved.dim(0), saved.dim(1)}, device_), {}};
-      b.copy = ops::copy_async(saved, b.x);
-      return b;
+      Saved g;
+      const size_t i0 = size_t(s) * size_t(seg);
+      Tensor boundary = std::move(boundaries_[size_t(s)]);  // (no longer needed once fetched)
+      if (boundary.device() == device_) {
+        g.x = boundary;  // the recompute may overwrite it
+      } else {
+        HostOffload::Fetch f = host_.fetch(boundary_slot(i0), device_);
+        g.x = f.t;
+        g.copy = std::move(f.copy);
+      }
+      for (size_t i = i0; attention_offloaded_ && i < std::min(i0 + size_t(seg), size_t(n_layers - first)); ++i) {
+        g.attention.push_back(host_.fetch(attention_slot(i), device_));
+        g.attention.push_back(host_.fetch(attention_slot(i) + 1, device_));
+      }
+      return g;
     };
-    Boundary next = fetch(int(boundaries_.size()) - 1);
+    Saved next = fetch(int(boundaries_.size()) - 1);
     for (int s = int(boundaries_.size()) - 1; s >= 0; --s) {
       const int l0 = first + s * seg, l1 = std::min(n_layers, l0 + seg);
-      Boundary here = std::move(next);
+      Saved here = std::move(next);
       if (s > 0) next = fetch(s - 1);  // queued before this segment's kernels: it overlaps them
       here.copy.wait();
+      for (HostOffload::Fetch& f : here.attention) f.copy.wait();
       Tensor x = here.x;  // recompute this segment, saving activations
-      for (int l = l0; l < l1; ++l) layer_forward(ctx, params(l), x, segment[size_t(l - l0)]);
+      for (int l = l0; l < l1; ++l) {
+        LayerCache& cache = segment[size_t(l - l0)];
+        if (attention_offloaded_) {  // the forward's attention output: the recompute skips the attention
+          cache.attn = here.attention[size_t(2 * (l - l0))].t;
+          cache.lse = here.attention[size_t(2 * (l - l0) + 1)].t;
+          cache.attention_given = true;
+        }
+        layer_forward(ctx, params(l), x, cache);
+      }
       for (int l = l1 - 1; l >= l0; --l) layer_backward(ctx, params(l), segment[size_t(l - l0)], dx);
     }
   }
@@ -185,6 +196,9 @@ size_t TrainModel::offloaded_bytes() const {
   size_t n = 0;
   for (const auto& b : boundaries_)
     if (b.device() != device_) n += b.nbytes();
+  if (attention_offloaded_ && batch_)
+    for (size_t i = 0; i < size_t(ck_.config.n_layers - first_trainable_layer()); ++i)
+      n += host_.bytes(attention_slot(i)) + host_.bytes(attention_slot(i) + 1);
   return n;
 }
 

@@ -66,6 +66,7 @@ segment_size = 2
 device = "auto"
 gpus = 2
 offload_boundaries = true
+offload_attention = true
 prefix_shared = true
 head_chunk_size = 2048
 mlp_chunk_size = 1024
@@ -81,7 +82,8 @@ threads = 3
     "batch_size": 2, "grad_accumulation_steps": 4, "max_seq_length": 1024, "max_grad_norm": 0.5,
     "weight_decay": 0.01, "rank": 32, "alpha": 64, "rs_lora": true, "lora_plus_ratio": 16.0, "lora_dropout": 0.05,
     "target_modules": ["q_proj", "v_proj", "down_proj"], "num_layers": 12, "segment_size": 2,
-    "device": "auto", "gpus": 2, "offload_boundaries": true, "prefix_shared": true, "head_chunk_size": 2048,
+    "device": "auto", "gpus": 2, "offload_boundaries": true, "offload_attention": true,
+    "prefix_shared": true, "head_chunk_size": 2048,
     "mlp_chunk_size": 1024, "steps_per_eval": 25, "steps_per_report": 5,
     "save_checkpoints": true, "seed": 42, "threads": 3})");
   TrainConfig from_toml, from_json, defaults;
@@ -154,6 +156,8 @@ TEST(ConfigFile, ReferenceSwitchesMapToLevers) {
   EXPECT_THAT(error("both.toml", "grad_checkpoint = true\nsegment_size = 4\n"), HasSubstr("exclusive"));
   EXPECT_THAT(error("mlp.toml", "mlp_split = true\n"), HasSubstr("mlp_split is not supported"));
   EXPECT_THAT(error("offload.toml", "offload_boundaries = true\n"), HasSubstr("needs segment_size > 0"));
+  EXPECT_THAT(error("attention.toml", "segment_size = 1\noffload_attention = true\n"),
+              HasSubstr("offload_attention needs offload_boundaries"));
   EXPECT_THAT(error("device.toml", "device = \"tpu\"\n"), HasSubstr("expected cpu, cuda or auto, got 'tpu'"));
 }
 

@@ -83,6 +83,7 @@ struct Case {
   bool prefix_shared = false;
   int segment_size = 0;
   bool offload = false;
+  bool offload_attention = false;
   float dropout = 0.0f;
   int64_t head_chunk = 16;
   int mlp_chunk = 0;
@@ -102,6 +103,7 @@ struct Stack {
     model = std::make_unique<TrainModel>(ck, adapter.get(),
                                          TrainModelOptions{.segment_size = c.segment_size,
                                                            .offload_boundaries = c.offload && device == Device::CUDA,
+                                                           .offload_attention = c.offload_attention && device == Device::CUDA,
                                                            .mlp_chunk_rows = c.mlp_chunk});
     head = std::make_unique<FusedLogpHead>(ck.weights.output, c.head_chunk);
     optimizer = std::make_unique<AdamW>(*adapter, AdamWConfig{.weight_decay = 0.01f, .lora_plus_ratio = 4.0f});
@@ -177,6 +179,15 @@ TEST(CudaTrain, OrpoPrefixSharedSegmentedOffloadDropoutMatchCpu) {
   expect_steps_match(c, DType::F32, kF32);
 }
 
+// The recompute takes each layer's attention output back from the host
+// instead of recomputing it (segments of 2: two layers' outputs per fetch).
+TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  const Case c{.name = "orpo prefix+seg2+offload attention", .method = Method::ORPO, .prefix_shared = true,
+               .segment_size = 2, .offload = true, .offload_attention = true, .dropout = 0.1f, .head_chunk = 7};
+  expect_steps_match(c, DType::F32, kF32);
+}
+
 // The MLP in row chunks with LoRA dropout: each chunk draws the batch's
 // mask rows on the device too (DropoutMask::first_row).
 TEST(CudaTrain, SftMlpChunksWithDropoutMatchCpu) {
@@ -236,6 +247,7 @@ TEST(CudaTrain, TrainerRunsOnDeviceLikeOnCpu) {
   TrainResult cpu = Trainer(c, ck_cpu, {pairs(8, 1), pairs(8, 2)}).run();
   c.device = "cuda";
   c.offload_boundaries = true;
+  c.offload_attention = true;
   c.output = out + "/cuda";
   TrainResult gpu = Trainer(c, ck_gpu, {pairs(8, 1), pairs(8, 2)}).run();
   ASSERT_TRUE(cpu.last_eval && gpu.last_eval);
