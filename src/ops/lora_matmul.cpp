@@ -56,8 +56,9 @@ cuda::LowRankArgs low_rank_args(const LowRank* lr) {
 void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "lora_matmul: 1 to 3 projections, got ", parts.size());
   std::vector<const Tensor*> weights;
+  std::vector<cpu::MatmulArgs> base;  // (checks x, w and y)
   for (const LoraMatmulPart& p : parts) {
-    detail::matmul_args(x, p.w, p.y, "lora_matmul");
+    base.push_back(detail::matmul_args(x, p.w, p.y, "lora_matmul"));
     if (p.low_rank) {
       check_low_rank(*p.low_rank, x.dim(1), p.w.dim(0), "lora_matmul");
       check_rows(p.u, x.dim(0), p.low_rank->a.dim(0), "lora_matmul", "u");
@@ -68,9 +69,11 @@ void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
 #if BRIOCHE_CUDA
   if (fused_on_cuda(x, weights)) {
     std::vector<cuda::LoraMatmulPartArgs> args;
-    for (const LoraMatmulPart& p : parts)
-      args.push_back({.base = detail::matmul_args(x, p.w, p.y, "lora_matmul"), .low_rank = low_rank_args(p.low_rank),
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const LoraMatmulPart& p = parts[i];
+      args.push_back({.base = base[i], .low_rank = low_rank_args(p.low_rank),
                       .u = p.u ? p.u->data_as<float>() : nullptr, .ld_u = p.u ? p.u->stride(0) / 4 : 0});
+    }
     return cuda::lora_matmul(args);
   }
 #endif

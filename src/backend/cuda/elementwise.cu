@@ -96,25 +96,42 @@ __global__ void swiglu_kernel(backend::cpu::SwigluArgs a) {
   a.out[r * a.out_stride + c] = silu_times(g, u);
 }
 
-__global__ void add_vec4_kernel(backend::cpu::AddArgs a) {
+// out = op(a, b) element by element over rows, four floats per thread
+// (rows_vec4.cuh): the residual add and SwiGLU.
+struct Rows2 {
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float* out;
+  int64_t ldo, n_rows, dim;
+};
+
+template <typename Op>
+__global__ void binary_rows_vec4_kernel(Rows2 r, Op op) {
   detail::pdl_prologue();
-  const int64_t c = detail::vec4_column(a.dim);
+  const int64_t c = detail::vec4_column(r.dim);
   if (c < 0) return;
-  for (int64_t r = blockIdx.y; r < a.n_rows; r += gridDim.y) {
-    const float4 x = detail::load4(a.a + r * a.a_stride + c), y = detail::load4(a.b + r * a.b_stride + c);
-    detail::store4(a.out + r * a.out_stride + c, make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w));
+  for (int64_t i = blockIdx.y; i < r.n_rows; i += gridDim.y) {
+    const float4 x = detail::load4(r.a + i * r.lda + c), y = detail::load4(r.b + i * r.ldb + c);
+    detail::store4(r.out + i * r.ldo + c, make_float4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w)));
   }
 }
 
-__global__ void swiglu_vec4_kernel(backend::cpu::SwigluArgs a) {
-  detail::pdl_prologue();
-  const int64_t c = detail::vec4_column(a.dim);
-  if (c < 0) return;
-  for (int64_t r = blockIdx.y; r < a.n_rows; r += gridDim.y) {
-    const float4 g = detail::load4(a.gate + r * a.gate_stride + c), u = detail::load4(a.up + r * a.up_stride + c);
-    detail::store4(a.out + r * a.out_stride + c, make_float4(silu_times(g.x, u.x), silu_times(g.y, u.y),
-                                                              silu_times(g.z, u.z), silu_times(g.w, u.w)));
-  }
+struct AddOp {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct SiluTimesOp {
+  __device__ float operator()(float g, float u) const { return silu_times(g, u); }
+};
+
+// Launches the vec4 kernel when every row fits it; false otherwise.
+template <typename Op>
+bool binary_rows_vec4(const Rows2& r, Op op) {
+  if (!detail::rows_fit_vec4(r.dim, {r.a, r.b, r.out}, {r.lda, r.ldb, r.ldo})) return false;
+  detail::launch_dependent(binary_rows_vec4_kernel<Op>, detail::vec4_grid(r.n_rows, r.dim), detail::kVec4Threads, 0,
+                           r, op);
+  return true;
 }
 
 __global__ void softmax_kernel(float* x, int64_t n, int64_t stride) {
@@ -207,8 +224,7 @@ void rope(const backend::cpu::RopeArgs& a) {
 void add(const backend::cpu::AddArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
-  if (detail::rows_fit_vec4(a.dim, {a.a, a.b, a.out}, {a.a_stride, a.b_stride, a.out_stride}))
-    return detail::launch_dependent(add_vec4_kernel, detail::vec4_grid(a.n_rows, a.dim), detail::kVec4Threads, 0, a);
+  if (binary_rows_vec4({a.a, a.a_stride, a.b, a.b_stride, a.out, a.out_stride, a.n_rows, a.dim}, AddOp{})) return;
   detail::launch_dependent(add_kernel, blocks_for(total), 256, 0, a);
 }
 
@@ -221,9 +237,9 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t 
 void swiglu(const backend::cpu::SwigluArgs& a) {
   const int64_t total = a.n_rows * a.dim;
   if (total == 0) return;
-  if (detail::rows_fit_vec4(a.dim, {a.gate, a.up, a.out}, {a.gate_stride, a.up_stride, a.out_stride}))
-    return detail::launch_dependent(swiglu_vec4_kernel, detail::vec4_grid(a.n_rows, a.dim), detail::kVec4Threads, 0,
-                                    a);
+  if (binary_rows_vec4({a.gate, a.gate_stride, a.up, a.up_stride, a.out, a.out_stride, a.n_rows, a.dim},
+                       SiluTimesOp{}))
+    return;
   detail::launch_dependent(swiglu_kernel, blocks_for(total), 256, 0, a);
 }
 
