@@ -27,6 +27,17 @@ inline F32Rows f32_rows(const Tensor& t, std::string_view op, std::string_view w
   return {t.data_as<float>(), t.dim(0), t.dim(1), t.stride(0) / 4};
 }
 
+// A dense bf16 [rows, dim] CUDA tensor: the form in which the training
+// paths on tensor cores take activations and gradients as they are.
+inline void check_bf16_rows(const Tensor& t, int64_t rows, int64_t dim, std::string_view op, std::string_view what) {
+  BRIOCHE_CHECK(t.defined() && t.dtype() == DType::BF16 && t.rank() == 2 && t.is_contiguous(), op, ": ", what,
+                " must be a dense bf16 matrix, got ", t.defined() ? t.describe() : std::string("undefined"));
+  BRIOCHE_CHECK(t.dim(0) == rows && t.dim(1) == dim, op, ": ", what, " must be [", rows, ", ", dim, "], got ",
+                t.describe());
+  BRIOCHE_CHECK(t.device() == Device::CUDA, op, ": bf16 ", what, " is for CUDA tensors (the CPU path is f32), got ",
+                t.describe(), " on the cpu");
+}
+
 // The device all of an op's tensors live on; mixing devices is an error.
 inline Device common_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
   Device d = (*tensors.begin())->device();

@@ -36,6 +36,19 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, T
   auto g = detail::f32_rows(gate, "swiglu_backward", "gate");
   auto u = detail::f32_rows(up, "swiglu_backward", "up");
   auto d = detail::f32_rows(dout, "swiglu_backward", "dout");
+  if (dgate.defined() && dgate.dtype() == DType::BF16) {
+    detail::check_bf16_rows(dgate, g.n_rows, g.dim, "swiglu_backward", "dgate");
+    detail::check_bf16_rows(dup, g.n_rows, g.dim, "swiglu_backward", "dup");
+    BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && d.n_rows == g.n_rows && d.dim == g.dim,
+                  "swiglu_backward: every tensor must be ", gate.describe(), "-shaped");
+    detail::common_device("swiglu_backward", {&gate, &up, &dout, &dgate, &dup});
+#if BRIOCHE_CUDA
+    return cuda::swiglu_backward_to_bf16({.gate = g.data, .up = u.data, .dout = d.data, .dgate = nullptr,
+                                          .dup = nullptr, .n_rows = g.n_rows, .dim = g.dim, .ld_gate = g.stride,
+                                          .ld_up = u.stride, .ld_dout = d.stride, .ld_dgate = 0, .ld_dup = 0},
+                                         dgate.data(), dup.data());
+#endif
+  }
   auto dg = detail::f32_rows(dgate, "swiglu_backward", "dgate");
   auto du = detail::f32_rows(dup, "swiglu_backward", "dup");
   for (const auto* t : {&u, &d, &dg, &du}) {

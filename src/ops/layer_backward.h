@@ -22,6 +22,8 @@ void rms_norm_backward(const Tensor& x, const Tensor& weight, float eps, const T
 //   du = dout · silu(g)
 //   dg = dout · u · σ(g) · (1 + g · (1 − σ(g)))
 //   gate, up, dout, dgate, dup : f32 [n_rows, inter]; dgate/dup may alias dout
+// On CUDA dgate and dup may instead both be dense bf16 (separate from dout):
+// the training MLP's gradients that only ops::lora_matmul_backward reads.
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor& dup);
 
 // RoPE is an orthogonal rotation R(p·w) per pair, so its backward is the

@@ -34,16 +34,32 @@ void check_rows(const Tensor* t, int64_t n, int64_t d, std::string_view op, std:
   BRIOCHE_CHECK(r.n_rows == n && r.dim == d, op, ": ", what, " must be [", n, ", ", d, "], got ", t->describe());
 }
 
-#if BRIOCHE_CUDA
-// The fused tensor-core path (lora_matmul.h): many rows, a weight the GEMMs
-// read as bf16 (bf16 itself or quantized), widths cuBLASLt's bf16 kernels
-// take as leading dimensions.
-bool fused_on_cuda(const Tensor& x, std::span<const Tensor* const> weights) {
-  if (x.device() != Device::CUDA || x.dim(0) <= 8 || x.dim(1) % 8 != 0) return false;
-  for (const Tensor* w : weights)
-    if (w->dtype() == DType::F32 || w->dtype() == DType::F16 || w->dim(0) % 8 != 0) return false;
-  return true;
+// x's rows as f32 (the f32 path's view), or checked as dense bf16 where the
+// tensor-core path takes it as it is.
+detail::F32Rows rows_of(const Tensor& t, int64_t n, int64_t d, bool bf16_ok, std::string_view op,
+                        std::string_view what) {
+  if (t.defined() && t.dtype() == DType::BF16) {
+    BRIOCHE_CHECK(bf16_ok, op, ": bf16 ", what, " ", t.describe(), " needs the tensor-core path (CUDA, more than 8 "
+                  "rows, bf16 or quantized weights, widths multiples of 8)");
+    detail::check_bf16_rows(t, n, d, op, what);
+    return {nullptr, n, d, d};
+  }
+  const detail::F32Rows r = detail::f32_rows(t, op, what);
+  BRIOCHE_CHECK(r.n_rows == n && r.dim == d, op, ": ", what, " must be [", n, ", ", d, "], got ", t.describe());
+  return r;
 }
+
+// The checked y = x·Wᵀ arguments of a part. A bf16 x has no f32 rows to
+// point at (the tensor-core path reads it as given): an f32 view of its
+// shape and device, without data, stands in for the checks.
+cpu::MatmulArgs part_args(const Tensor& x, const Tensor& w, const Tensor& y) {
+  if (x.dtype() != DType::BF16) return detail::matmul_args(x, w, y, "lora_matmul");
+  const Tensor shape_of_x = Tensor::view(nullptr, DType::F32, {x.dim(0), x.dim(1)}, nullptr, x.device());
+  return detail::matmul_args(shape_of_x, w, y, "lora_matmul");
+}
+
+#if BRIOCHE_CUDA
+const void* bf16_data(const Tensor& t) { return t.dtype() == DType::BF16 ? t.data() : nullptr; }
 
 cuda::LowRankArgs low_rank_args(const LowRank* lr) {
   if (lr == nullptr) return {};
@@ -53,28 +69,44 @@ cuda::LowRankArgs low_rank_args(const LowRank* lr) {
 
 }  // namespace
 
+bool lora_matmul_on_tensor_cores(Device device, int64_t n, int64_t in, std::span<const Tensor* const> weights) {
+#if BRIOCHE_CUDA
+  if (device != Device::CUDA || n <= 8 || in % 8 != 0) return false;
+  for (const Tensor* w : weights)
+    if (w->dtype() == DType::F32 || w->dtype() == DType::F16 || w->dim(0) % 8 != 0) return false;
+  return true;
+#else
+  (void)device, (void)n, (void)in, (void)weights;
+  return false;
+#endif
+}
+
 void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "lora_matmul: 1 to 3 projections, got ", parts.size());
+  BRIOCHE_CHECK(x.defined() && x.rank() == 2, "lora_matmul: x must be a matrix, got ",
+                x.defined() ? x.describe() : std::string("undefined"));
   std::vector<const Tensor*> weights;
-  std::vector<cpu::MatmulArgs> base;  // (checks x, w and y)
+  for (const LoraMatmulPart& p : parts) weights.push_back(&p.w);
+  const bool tensor_cores = lora_matmul_on_tensor_cores(x.device(), x.dim(0), x.dim(1), weights);
+  rows_of(x, x.dim(0), x.dim(1), tensor_cores, "lora_matmul", "x");
+  std::vector<cpu::MatmulArgs> base;  // (checks x's shape, w and y)
   for (const LoraMatmulPart& p : parts) {
-    base.push_back(detail::matmul_args(x, p.w, p.y, "lora_matmul"));
+    base.push_back(part_args(x, p.w, p.y));
     if (p.low_rank) {
       check_low_rank(*p.low_rank, x.dim(1), p.w.dim(0), "lora_matmul");
       check_rows(p.u, x.dim(0), p.low_rank->a.dim(0), "lora_matmul", "u");
       detail::common_device("lora_matmul", {&x, &p.low_rank->a, &p.low_rank->b, p.u});
     }
-    weights.push_back(&p.w);
   }
 #if BRIOCHE_CUDA
-  if (fused_on_cuda(x, weights)) {
+  if (tensor_cores) {
     std::vector<cuda::LoraMatmulPartArgs> args;
     for (size_t i = 0; i < parts.size(); ++i) {
       const LoraMatmulPart& p = parts[i];
       args.push_back({.base = base[i], .low_rank = low_rank_args(p.low_rank),
                       .u = p.u ? p.u->data_as<float>() : nullptr, .ld_u = p.u ? p.u->stride(0) / 4 : 0});
     }
-    return cuda::lora_matmul(args);
+    return cuda::lora_matmul(args, bf16_data(x));
   }
 #endif
   for (const LoraMatmulPart& p : parts) {
@@ -90,13 +122,21 @@ void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
 
 void lora_matmul_backward(const Tensor& x, std::span<const LoraMatmulGradPart> parts, Tensor& dx, GradWrite mode) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "lora_matmul_backward: 1 to 3 projections, got ", parts.size());
-  const detail::F32Rows xs = detail::f32_rows(x, "lora_matmul_backward", "x");
-  check_rows(&dx, xs.n_rows, xs.dim, "lora_matmul_backward", "dx");
+  BRIOCHE_CHECK(x.defined() && x.rank() == 2, "lora_matmul_backward: x must be a matrix, got ",
+                x.defined() ? x.describe() : std::string("undefined"));
   std::vector<const Tensor*> weights;
   for (const LoraMatmulGradPart& p : parts) {
-    BRIOCHE_CHECK(p.w.defined() && p.w.rank() == 2 && p.w.dim(1) == xs.dim, "lora_matmul_backward: weight ",
-                  p.w.describe(), " does not take x ", x.describe());
-    check_rows(&p.dy, xs.n_rows, p.w.dim(0), "lora_matmul_backward", "dy");
+    BRIOCHE_CHECK(p.w.defined() && p.w.rank() == 2, "lora_matmul_backward: weight must be a matrix, got ",
+                  p.w.defined() ? p.w.describe() : std::string("undefined"));
+    weights.push_back(&p.w);
+  }
+  const bool tensor_cores = lora_matmul_on_tensor_cores(x.device(), x.dim(0), x.dim(1), weights);
+  const detail::F32Rows xs = rows_of(x, x.dim(0), x.dim(1), tensor_cores, "lora_matmul_backward", "x");
+  check_rows(&dx, xs.n_rows, xs.dim, "lora_matmul_backward", "dx");
+  for (const LoraMatmulGradPart& p : parts) {
+    BRIOCHE_CHECK(p.w.dim(1) == xs.dim, "lora_matmul_backward: weight ", p.w.describe(), " does not take x ",
+                  x.describe());
+    rows_of(p.dy, xs.n_rows, p.w.dim(0), tensor_cores, "lora_matmul_backward", "dy");
     detail::common_device("lora_matmul_backward", {&x, &p.w, &p.dy, &dx});
     if (p.low_rank) {
       const int64_t r = p.low_rank->a.dim(0);
@@ -109,13 +149,12 @@ void lora_matmul_backward(const Tensor& x, std::span<const LoraMatmulGradPart> p
                     p.grad_b->describe());
       detail::common_device("lora_matmul_backward", {&x, &p.low_rank->a, &p.low_rank->b, p.u, p.grad_a, p.grad_b});
     }
-    weights.push_back(&p.w);
   }
 #if BRIOCHE_CUDA
-  if (fused_on_cuda(x, weights)) {
+  if (tensor_cores) {
     std::vector<cuda::LoraMatmulGradPartArgs> args;
     for (const LoraMatmulGradPart& p : parts) {
-      const detail::F32Rows g = detail::f32_rows(p.dy, "lora_matmul_backward", "dy");
+      const detail::F32Rows g = rows_of(p.dy, xs.n_rows, p.w.dim(0), true, "lora_matmul_backward", "dy");
       const detail::F32Rows d = detail::f32_rows(dx, "lora_matmul_backward", "dx");
       args.push_back({.base = {.dy = g.data, .wtype = p.w.dtype(), .w = p.w.data(), .w_row_bytes = size_t(p.w.stride(0)),
                                .dx = d.data, .ld_dy = g.stride, .ld_dx = d.stride, .n = g.n_rows, .m = g.dim,
@@ -123,9 +162,9 @@ void lora_matmul_backward(const Tensor& x, std::span<const LoraMatmulGradPart> p
                       .low_rank = low_rank_args(p.low_rank),
                       .u = p.u ? p.u->data_as<float>() : nullptr, .ld_u = p.u ? p.u->stride(0) / 4 : 0,
                       .grad_a = p.grad_a ? p.grad_a->data_as<float>() : nullptr,
-                      .grad_b = p.grad_b ? p.grad_b->data_as<float>() : nullptr});
+                      .grad_b = p.grad_b ? p.grad_b->data_as<float>() : nullptr, .dy16 = bf16_data(p.dy)});
     }
-    return cuda::lora_matmul_backward(xs.data, xs.stride, args);
+    return cuda::lora_matmul_backward(xs.data, xs.stride, args, bf16_data(x));
   }
 #endif
   GradWrite write = mode;  // the first product honours `mode`, the rest add

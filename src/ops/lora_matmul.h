@@ -14,6 +14,10 @@
 // base GEMM adds onto it (β = 1) instead of a second pass over y or dx.
 // That is PEFT's bf16 arithmetic; the f32 path of the same ops stays for f32
 // and f16 weights and for odd shapes.
+//
+// Where the tensor-core path runs (lora_matmul_on_tensor_cores), x and dy
+// may also come as dense bf16 matrices: they are then used as they are (a
+// producer such as ops::swiglu wrote them in bf16 instead of f32 + a copy).
 #pragma once
 
 #include <span>
@@ -38,11 +42,15 @@ struct LoraMatmulPart {
 };
 void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts);
 
+// Whether projections of these weights over n rows of `in` features on
+// `device` take the tensor-core path (and so accept bf16 x and dy).
+bool lora_matmul_on_tensor_cores(Device device, int64_t n, int64_t in, std::span<const Tensor* const> weights);
+
 struct LoraMatmulGradPart {
   const Tensor& w;
   const LowRank* low_rank;   // nullptr: dx gets dy·W only
   const Tensor* u;           // [n, r] from the forward (when low_rank)
-  const Tensor& dy;          // [n, out] f32
+  const Tensor& dy;          // [n, out] f32 (or bf16, see above)
   Tensor* grad_a;            // [r, in] f32, += (when low_rank)
   Tensor* grad_b;            // [out, r] f32, +=
 };

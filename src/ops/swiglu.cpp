@@ -4,6 +4,7 @@
 #include "ops/check_f32.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/train_kernels.h"
 #endif
 
 namespace brioche::ops {
@@ -11,6 +12,17 @@ namespace brioche::ops {
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   auto g = detail::f32_rows(gate, "swiglu", "gate");
   auto u = detail::f32_rows(up, "swiglu", "up");
+  if (out.defined() && out.dtype() == DType::BF16) {
+    detail::check_bf16_rows(out, g.n_rows, g.dim, "swiglu", "out");
+    BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim, "swiglu: shapes differ: gate ", gate.describe(), ", up ",
+                  up.describe());
+    detail::common_device("swiglu", {&gate, &up, &out});
+#if BRIOCHE_CUDA
+    return cuda::swiglu_to_bf16({.gate = g.data, .up = u.data, .out = nullptr, .n_rows = g.n_rows, .dim = g.dim,
+                                 .gate_stride = g.stride, .up_stride = u.stride, .out_stride = 0},
+                                out.data());
+#endif
+  }
   auto y = detail::f32_rows(out, "swiglu", "out");
   BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && y.n_rows == g.n_rows && y.dim == g.dim,
                 "swiglu: shapes differ: gate ", gate.describe(), ", up ", up.describe(), ", out ",

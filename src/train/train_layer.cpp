@@ -8,6 +8,7 @@
 #include "ops/add.h"
 #include "ops/device.h"
 #include "ops/layer_backward.h"
+#include "ops/lora_matmul.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -77,15 +78,37 @@ int64_t mlp_pass_rows(const LayerContext& ctx, int64_t n) {
   return ctx.mlp_chunk_rows > 0 && n > ctx.mlp_chunk_rows ? ctx.mlp_chunk_rows : n;
 }
 
-// [pass_rows, inter] buffers of the MLP, as views of one pass's rows.
+// Whether the MLP keeps act and the gradients of gate and up in bf16: where
+// only tensor-core GEMMs read them (down's input; gate's and up's dy in the
+// backward: ops::lora_matmul_on_tensor_cores for every pass, the shortest
+// included) and no LoRA dropout needs them in f32 (its path is the plain
+// ops). SwiGLU and its backward then write bf16 directly: no f32 copy to
+// write and convert again (Llama-3-8B: [10,240, 14,336] is 587 MB in f32).
+bool mlp_in_bf16(const MlpSites& s, const LayerParams& p, Device dev, int64_t n, int64_t pass,
+                 const model::ModelConfig& cfg) {
+  for (const LoraSite* site : {&s.gate, &s.up, &s.down})
+    if (site->lora && site->dropout.active()) return false;
+  const int64_t shortest = n % pass == 0 ? pass : n % pass;
+  const Tensor* down[] = {&p.weights.w_down};
+  const Tensor* gate_up[] = {&p.weights.w_gate, &p.weights.w_up};
+  return ops::lora_matmul_on_tensor_cores(dev, shortest, cfg.intermediate_size, down) &&
+         ops::lora_matmul_on_tensor_cores(dev, shortest, cfg.hidden_size, gate_up);
+}
+
+// [pass_rows, inter] buffers of the MLP, as views of one pass's rows. act
+// is f32, or bf16 (mlp_in_bf16); d_up exists only in the bf16 backward (in
+// f32, swiglu_backward writes d_up over d_act).
 struct MlpBuffers {
-  Tensor gate, up, act;
-  MlpBuffers rows(int64_t n) const { return {gate.slice(0, 0, n), up.slice(0, 0, n), act.slice(0, 0, n)}; }
+  Tensor gate, up, act, d_up;
+  MlpBuffers rows(int64_t n) const {
+    return {gate.slice(0, 0, n), up.slice(0, 0, n), act.slice(0, 0, n), d_up.defined() ? d_up.slice(0, 0, n) : Tensor()};
+  }
 };
 
-MlpBuffers mlp_buffers(const model::ModelConfig& cfg, Device dev, int64_t rows) {
-  return {f32(dev, rows, cfg.intermediate_size), f32(dev, rows, cfg.intermediate_size),
-          f32(dev, rows, cfg.intermediate_size)};
+MlpBuffers mlp_buffers(const model::ModelConfig& cfg, Device dev, int64_t rows, bool bf16) {
+  const int64_t inter = cfg.intermediate_size;
+  return {f32(dev, rows, inter), f32(dev, rows, inter),
+          bf16 ? ops::zeros(DType::BF16, {rows, inter}, dev) : f32(dev, rows, inter)};
 }
 
 // gate, up and act of rows [r0, r1) (from c.h2); the LoRA u of gate and up
@@ -103,15 +126,15 @@ void mlp_gate_up(const MlpSites& s, LayerCache& c, int64_t r0, int64_t r1, MlpBu
 
 // After mlp_gate_up of the same rows: LoRA gradients of down, gate and up
 // (+=), and d_h2 (=) for the rows; dx is d x_out of the rows. b.act becomes
-// d_gate and d_act d_up (neither is read again); b.gate and b.up are dropped
-// once read (the whole batch's are then freed).
+// d_gate (it is not read again) and d_up is d_act (f32) or b.d_up (bf16);
+// b.gate and b.up are dropped once read (the whole batch's are then freed).
 void mlp_backward(const MlpSites& s, const LayerCache& c, int64_t r0, int64_t r1, MlpBuffers& b, Tensor& d_act,
                   const Tensor& dx, Tensor& d_h2) {
   const Tensor h2 = c.h2.slice(0, r0, r1);
   lora_linear_backward(s.down, {.x = b.act, .u = rows_of(c.lora_u[size_t(Module::Down)], r0, r1), .dy = dx,
                                 .dx = d_act});
   Tensor& d_gate = b.act;
-  Tensor& d_up = d_act;  // in place (swiglu_backward allows it)
+  Tensor& d_up = b.d_up.defined() ? b.d_up : d_act;  // f32: in place (swiglu_backward allows it)
   ops::swiglu_backward(b.gate, b.up, d_act, d_gate, d_up);
   b.gate = Tensor(), b.up = Tensor();
   const Tensor u_gate = rows_of(c.lora_u[size_t(Module::Gate)], r0, r1);
@@ -190,7 +213,7 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   // gate, up and act stay for the backward, row chunks' do not.
   const int64_t pass = mlp_pass_rows(ctx, n);
   c.gate = Tensor(), c.up = Tensor(), c.act = Tensor();  // a reused cache's, before the new ones
-  const MlpBuffers buffers = mlp_buffers(cfg, dev, pass);
+  const MlpBuffers buffers = mlp_buffers(cfg, dev, pass, mlp_in_bf16(s, p, dev, n, pass, cfg));
   for (int64_t r0 = 0; r0 < n; r0 += pass) {
     const int64_t r1 = std::min(n, r0 + pass);
     const MlpSites rs = s.rows(r0);
@@ -217,7 +240,9 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
     // recomputed. The [n, inter] buffers are the largest of a layer: each
     // goes as soon as it has been read for the last time.
     const int64_t pass = mlp_pass_rows(ctx, n);
-    MlpBuffers buffers = pass == n ? MlpBuffers{c.gate, c.up, c.act} : mlp_buffers(cfg, dev, pass);
+    const bool bf16 = mlp_in_bf16(s, p, dev, n, pass, cfg);
+    MlpBuffers buffers = pass == n ? MlpBuffers{c.gate, c.up, c.act} : mlp_buffers(cfg, dev, pass, bf16);
+    if (bf16) buffers.d_up = ops::zeros(DType::BF16, {pass, cfg.intermediate_size}, dev);
     c.gate = Tensor(), c.up = Tensor(), c.act = Tensor();
     Tensor d_act = f32(dev, pass, cfg.intermediate_size);
     for (int64_t r0 = 0; r0 < n; r0 += pass) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/dropout_hash.h"
+#include "core/half.h"
 #include "core/tensor.h"
 #include "ops/adamw.h"
 #include "ops/device.h"
@@ -46,6 +47,7 @@
 #include "ops/quantize.h"
 #include "ops/rope.h"
 #include "ops/scaled_add.h"
+#include "ops/swiglu.h"
 
 namespace brioche::ops {
 namespace {
@@ -275,7 +277,9 @@ void check_lora_matmul(int64_t n, int64_t in, int64_t pad) {
   Side cpu = side(kCpu), gpu = side(kGpu);
   for (size_t i = 0; i < projs.size(); ++i) {
     EXPECT_LT(nmse(gpu.y[i], cpu.y[i]), 1e-4) << "y of projection " << i;
-    if (projs[i].r) EXPECT_LT(nmse(gpu.u[i], cpu.u[i]), 1e-4) << "u of projection " << i;
+    if (projs[i].r) {
+      EXPECT_LT(nmse(gpu.u[i], cpu.u[i]), 1e-4) << "u of projection " << i;
+    }
   }
   for (GradWrite mode : {GradWrite::Overwrite, GradWrite::Accumulate}) {
     SCOPED_TRACE(mode == GradWrite::Overwrite ? "overwrite" : "accumulate");
@@ -308,6 +312,73 @@ void check_lora_matmul(int64_t n, int64_t in, int64_t pad) {
       cpu.grad_b[i] = padded_on(kCpu, b0[i], 0), gpu.grad_b[i] = padded_on(kGpu, b0[i], 0);
     }
   }
+}
+
+// A bf16 copy of an f32 tensor on the device (rounded to nearest even on the host).
+Tensor bf16_on_device(const Tensor& host_f32) {
+  Tensor h = Tensor::zeros(DType::BF16, {host_f32.dim(0), host_f32.dim(1)});
+  for (int64_t r = 0; r < h.dim(0); ++r)
+    for (int64_t c = 0; c < h.dim(1); ++c)
+      h.row_as<uint16_t>(r)[c] = f32_to_bf16(host_f32.row_as<float>(r)[c]);
+  return to_device(h, Device::CUDA);
+}
+
+// bf16 outputs equal the f32 outputs rounded once, bit for bit.
+void expect_rounded_of(const Tensor& bf16_dev, const Tensor& f32_dev, const char* what) {
+  Tensor got = host(bf16_dev), want = host(f32_dev);
+  for (int64_t r = 0; r < want.dim(0); ++r)
+    for (int64_t c = 0; c < want.dim(1); ++c)
+      ASSERT_EQ(got.row_as<uint16_t>(r)[c], f32_to_bf16(want.row_as<float>(r)[c])) << what << " at " << r << "," << c;
+}
+
+// The training MLP's bf16 path: SwiGLU and its backward writing bf16 give
+// the f32 kernels' results rounded (vec4 and scalar shapes), and
+// lora_matmul(_backward) fed bf16 x and dy gives exactly what it gives when
+// it rounds the same f32 x and dy itself.
+TEST(CudaTrainOps, Bf16MlpPathsMatchTheF32Ones) {
+  REQUIRE_CUDA_DEVICE();
+  for (auto [rows, dim, pad] : {std::tuple{37, 4096, 0}, std::tuple{33, 97, 3}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << dim << " pad " << pad);
+    const Tensor g = padded_on(Device::CUDA, random_f32(rows, dim, 90, 3.0f), pad);
+    const Tensor u = padded_on(Device::CUDA, random_f32(rows, dim, 91), pad);
+    const Tensor d = padded_on(Device::CUDA, random_f32(rows, dim, 92), pad);
+    Tensor out32 = zeros(DType::F32, {rows, dim}, Device::CUDA), out16 = zeros(DType::BF16, {rows, dim}, Device::CUDA);
+    swiglu(g, u, out32);
+    swiglu(g, u, out16);
+    expect_rounded_of(out16, out32, "swiglu");
+    Tensor dg32 = zeros(DType::F32, {rows, dim}, Device::CUDA), du32 = zeros(DType::F32, {rows, dim}, Device::CUDA);
+    Tensor dg16 = zeros(DType::BF16, {rows, dim}, Device::CUDA), du16 = zeros(DType::BF16, {rows, dim}, Device::CUDA);
+    swiglu_backward(g, u, d, dg32, du32);
+    swiglu_backward(g, u, d, dg16, du16);
+    expect_rounded_of(dg16, dg32, "swiglu_backward dgate");
+    expect_rounded_of(du16, du32, "swiglu_backward dup");
+  }
+
+  const int64_t n = 40, in = 64, out = 48, r = 8;
+  const Tensor x = random_f32(n, in, 93), dy = random_f32(n, out, 94);
+  const Tensor w = to_device(quantized(random_f32(out, in, 95, 0.05f), DType::BF16), Device::CUDA);
+  const Tensor a = to_device(random_f32(r, in, 96, 0.05f), Device::CUDA), b = to_device(random_f32(out, r, 97, 0.5f), Device::CUDA);
+  const LowRank lr{.a = a, .b = b, .scale = 2.0f};
+  struct Result {
+    Tensor y, u, dx, grad_a, grad_b;
+  };
+  auto run = [&](const Tensor& x_in, const Tensor& dy_in) {
+    Result res{zeros(DType::F32, {n, out}, Device::CUDA), zeros(DType::F32, {n, r}, Device::CUDA),
+               zeros(DType::F32, {n, in}, Device::CUDA), zeros(DType::F32, {r, in}, Device::CUDA),
+               zeros(DType::F32, {out, r}, Device::CUDA)};
+    const LoraMatmulPart part{w, &lr, res.y, &res.u};
+    lora_matmul(x_in, {&part, 1});
+    const LoraMatmulGradPart grad{w, &lr, &res.u, dy_in, &res.grad_a, &res.grad_b};
+    lora_matmul_backward(x_in, {&grad, 1}, res.dx, GradWrite::Overwrite);
+    return res;
+  };
+  const Result from_f32 = run(to_device(x, Device::CUDA), to_device(dy, Device::CUDA));
+  const Result from_bf16 = run(bf16_on_device(x), bf16_on_device(dy));
+  expect_identical(from_bf16.y, from_f32.y, "y");
+  expect_identical(from_bf16.u, from_f32.u, "u");
+  expect_identical(from_bf16.dx, from_f32.dx, "dx");
+  expect_identical(from_bf16.grad_a, from_f32.grad_a, "dA");
+  expect_identical(from_bf16.grad_b, from_f32.grad_b, "dB");
 }
 
 TEST(CudaTrainOps, LoraMatmulGroupMatchesCpu) {

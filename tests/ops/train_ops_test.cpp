@@ -18,6 +18,7 @@
 #include "ops/lora_matmul.h"
 #include "ops/quantize.h"
 #include "ops/scaled_add.h"
+#include "ops/swiglu.h"
 #include "ops/test_tensors.h"
 
 namespace brioche {
@@ -271,6 +272,22 @@ TEST(TrainOps, CopyAsyncOnTheCpuAndLoraMatmulShapeErrors) {
     FAIL() << "lora_matmul accepted A [2, 7] for 8 inputs";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be A [r, 8] and B [6, r]"), std::string::npos) << e.what();
+  }
+  // bf16 activations are for the CUDA tensor-core path only.
+  Tensor x16 = Tensor::zeros(DType::BF16, {4, 8});
+  const LoraMatmulPart plain{w, nullptr, y, nullptr};
+  try {
+    lora_matmul(x16, {&plain, 1});
+    FAIL() << "lora_matmul took a bf16 x on the CPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the tensor-core path"), std::string::npos) << e.what();
+  }
+  Tensor gate = Tensor::zeros(DType::F32, {4, 8}), act16 = Tensor::zeros(DType::BF16, {4, 8});
+  try {
+    swiglu(gate, gate, act16);
+    FAIL() << "swiglu wrote bf16 on the CPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is for CUDA tensors"), std::string::npos) << e.what();
   }
 }
 

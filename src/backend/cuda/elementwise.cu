@@ -1,5 +1,7 @@
 // Row-wise and element-wise kernels: RMSNorm, RoPE, residual add, bias,
 // SwiGLU, softmax, argmax. All f32, rows with a stride in floats.
+#include <cuda_bf16.h>
+
 #include <cfloat>
 #include <cmath>
 
@@ -10,6 +12,7 @@
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/rows_vec4.cuh"
+#include "backend/cuda/train_kernels.h"
 
 namespace brioche::cuda {
 
@@ -70,14 +73,6 @@ __global__ void rope_kernel(backend::cpu::RopeArgs a, const int32_t* positions, 
                     inv_freq);
 }
 
-__global__ void add_kernel(backend::cpu::AddArgs a) {
-  detail::pdl_prologue();
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= a.n_rows * a.dim) return;
-  const int64_t r = t / a.dim, c = t % a.dim;
-  a.out[r * a.out_stride + c] = a.a[r * a.a_stride + c] + a.b[r * a.b_stride + c];
-}
-
 __global__ void add_bias_kernel(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t stride) {
   detail::pdl_prologue();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -87,28 +82,30 @@ __global__ void add_bias_kernel(float* x, const float* bias, int64_t n_rows, int
 
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
-__global__ void swiglu_kernel(backend::cpu::SwigluArgs a) {
-  detail::pdl_prologue();
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= a.n_rows * a.dim) return;
-  const int64_t r = t / a.dim, c = t % a.dim;
-  const float g = a.gate[r * a.gate_stride + c], u = a.up[r * a.up_stride + c];
-  a.out[r * a.out_stride + c] = silu_times(g, u);
-}
-
-// out = op(a, b) element by element over rows, four floats per thread
-// (rows_vec4.cuh): the residual add and SwiGLU.
+// out = op(a, b) element by element over rows of f32 inputs: the residual
+// add and SwiGLU; out is f32, or bf16 for the training MLP's tensor cores.
+template <typename Out>
 struct Rows2 {
   const float* a;
   int64_t lda;
   const float* b;
   int64_t ldb;
-  float* out;
+  Out* out;
   int64_t ldo, n_rows, dim;
 };
 
-template <typename Op>
-__global__ void binary_rows_vec4_kernel(Rows2 r, Op op) {
+template <typename Op, typename Out>
+__global__ void binary_rows_kernel(Rows2<Out> r, Op op) {
+  detail::pdl_prologue();
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= r.n_rows * r.dim) return;
+  const int64_t i = t / r.dim, c = t % r.dim;
+  detail::store1(r.out + i * r.ldo + c, op(r.a[i * r.lda + c], r.b[i * r.ldb + c]));
+}
+
+// The same, four floats per thread (rows_vec4.cuh).
+template <typename Op, typename Out>
+__global__ void binary_rows_vec4_kernel(Rows2<Out> r, Op op) {
   detail::pdl_prologue();
   const int64_t c = detail::vec4_column(r.dim);
   if (c < 0) return;
@@ -125,13 +122,20 @@ struct SiluTimesOp {
   __device__ float operator()(float g, float u) const { return silu_times(g, u); }
 };
 
-// Launches the vec4 kernel when every row fits it; false otherwise.
-template <typename Op>
-bool binary_rows_vec4(const Rows2& r, Op op) {
-  if (!detail::rows_fit_vec4(r.dim, {r.a, r.b, r.out}, {r.lda, r.ldb, r.ldo})) return false;
-  detail::launch_dependent(binary_rows_vec4_kernel<Op>, detail::vec4_grid(r.n_rows, r.dim), detail::kVec4Threads, 0,
-                           r, op);
-  return true;
+unsigned blocks_for(int64_t total, int threads = 256) { return unsigned((total + threads - 1) / threads); }
+
+// The vec4 kernel when every row fits it (a bf16 output's rows need only
+// 8-byte alignment: the float check on its pointer and stride is stricter
+// than needed), else the scalar one.
+template <typename Op, typename Out>
+void binary_rows(const Rows2<Out>& r, Op op) {
+  if (r.n_rows * r.dim == 0) return;
+  const void* ptrs[] = {r.a, r.b, r.out};
+  const int64_t strides[] = {r.lda, r.ldb, r.ldo};
+  if (detail::rows_fit_vec4(r.dim, ptrs, strides))
+    return detail::launch_dependent(binary_rows_vec4_kernel<Op, Out>, detail::vec4_grid(r.n_rows, r.dim),
+                                    detail::kVec4Threads, 0, r, op);
+  detail::launch_dependent(binary_rows_kernel<Op, Out>, blocks_for(r.n_rows * r.dim), 256, 0, r, op);
 }
 
 __global__ void softmax_kernel(float* x, int64_t n, int64_t stride) {
@@ -186,8 +190,6 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int64_t stride, in
   }
 }
 
-unsigned blocks_for(int64_t total, int threads = 256) { return unsigned((total + threads - 1) / threads); }
-
 }  // namespace
 
 void rms_norm(const backend::cpu::RmsNormArgs& a) {
@@ -222,10 +224,7 @@ void rope(const backend::cpu::RopeArgs& a) {
 }
 
 void add(const backend::cpu::AddArgs& a) {
-  const int64_t total = a.n_rows * a.dim;
-  if (total == 0) return;
-  if (binary_rows_vec4({a.a, a.a_stride, a.b, a.b_stride, a.out, a.out_stride, a.n_rows, a.dim}, AddOp{})) return;
-  detail::launch_dependent(add_kernel, blocks_for(total), 256, 0, a);
+  binary_rows(Rows2<float>{a.a, a.a_stride, a.b, a.b_stride, a.out, a.out_stride, a.n_rows, a.dim}, AddOp{});
 }
 
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t x_stride) {
@@ -235,12 +234,14 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t 
 }
 
 void swiglu(const backend::cpu::SwigluArgs& a) {
-  const int64_t total = a.n_rows * a.dim;
-  if (total == 0) return;
-  if (binary_rows_vec4({a.gate, a.gate_stride, a.up, a.up_stride, a.out, a.out_stride, a.n_rows, a.dim},
-                       SiluTimesOp{}))
-    return;
-  detail::launch_dependent(swiglu_kernel, blocks_for(total), 256, 0, a);
+  binary_rows(Rows2<float>{a.gate, a.gate_stride, a.up, a.up_stride, a.out, a.out_stride, a.n_rows, a.dim},
+              SiluTimesOp{});
+}
+
+void swiglu_to_bf16(const backend::cpu::SwigluArgs& a, void* out) {
+  binary_rows(Rows2<__nv_bfloat16>{a.gate, a.gate_stride, a.up, a.up_stride, static_cast<__nv_bfloat16*>(out), a.dim,
+                                   a.n_rows, a.dim},
+              SiluTimesOp{});
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride) {

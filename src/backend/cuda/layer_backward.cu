@@ -1,5 +1,7 @@
 // Backward of RMSNorm and SwiGLU on the device (the math:
 // ops/layer_backward.h). RoPE's backward is ops::rope at negated positions.
+#include <cuda_bf16.h>
+
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
@@ -54,18 +56,29 @@ __device__ __forceinline__ void swiglu_grads(float g, float u, float d, float& d
   dg = d * u * sig * (1.0f + g * (1.0f - sig));
 }
 
-__global__ void swiglu_backward_kernel(backend::cpu::SwigluBackwardArgs a) {
+// swiglu_backward's operands with the gradients' element type (f32, or bf16
+// for the training MLP's tensor cores).
+template <typename Out>
+struct SwigluGrads {
+  const float *gate, *up, *dout;
+  Out *dgate, *dup;
+  int64_t n_rows, dim, ld_gate, ld_up, ld_dout, ld_dgate, ld_dup;
+};
+
+template <typename Out>
+__global__ void swiglu_backward_kernel(SwigluGrads<Out> a) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n_rows * a.dim) return;
   const int64_t r = t / a.dim, c = t % a.dim;
   const float g = a.gate[r * a.ld_gate + c], u = a.up[r * a.ld_up + c], d = a.dout[r * a.ld_dout + c];
   float dg, du;
   swiglu_grads(g, u, d, dg, du);
-  a.dup[r * a.ld_dup + c] = du;  // written after reading dout: dgate/dup may alias it
-  a.dgate[r * a.ld_dgate + c] = dg;
+  detail::store1(a.dup + r * a.ld_dup + c, du);  // written after reading dout: dgate/dup may alias it
+  detail::store1(a.dgate + r * a.ld_dgate + c, dg);
 }
 
-__global__ void swiglu_backward_vec4_kernel(backend::cpu::SwigluBackwardArgs a) {
+template <typename Out>
+__global__ void swiglu_backward_vec4_kernel(SwigluGrads<Out> a) {
   const int64_t c = detail::vec4_column(a.dim);
   if (c < 0) return;
   for (int64_t r = blockIdx.y; r < a.n_rows; r += gridDim.y) {
@@ -81,6 +94,21 @@ __global__ void swiglu_backward_vec4_kernel(backend::cpu::SwigluBackwardArgs a) 
   }
 }
 
+template <typename Out>
+void launch_swiglu_backward(const SwigluGrads<Out>& a) {
+  const int64_t total = a.n_rows * a.dim;
+  if (total == 0) return;
+  const void* ptrs[] = {a.gate, a.up, a.dout, a.dgate, a.dup};
+  const int64_t strides[] = {a.ld_gate, a.ld_up, a.ld_dout, a.ld_dgate, a.ld_dup};
+  if (detail::rows_fit_vec4(a.dim, ptrs, strides)) {
+    swiglu_backward_vec4_kernel<Out><<<detail::vec4_grid(a.n_rows, a.dim), detail::kVec4Threads, 0,
+                                       detail::current_stream()>>>(a);
+  } else {
+    swiglu_backward_kernel<Out><<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(a);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void rms_norm_backward(const backend::cpu::RmsNormBackwardArgs& a) {
@@ -91,16 +119,14 @@ void rms_norm_backward(const backend::cpu::RmsNormBackwardArgs& a) {
 }
 
 void swiglu_backward(const backend::cpu::SwigluBackwardArgs& a) {
-  const int64_t total = a.n_rows * a.dim;
-  if (total == 0) return;
-  if (detail::rows_fit_vec4(a.dim, {a.gate, a.up, a.dout, a.dgate, a.dup},
-                            {a.ld_gate, a.ld_up, a.ld_dout, a.ld_dgate, a.ld_dup})) {
-    swiglu_backward_vec4_kernel<<<detail::vec4_grid(a.n_rows, a.dim), detail::kVec4Threads, 0,
-                                  detail::current_stream()>>>(a);
-  } else {
-    swiglu_backward_kernel<<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(a);
-  }
-  CUDA_CHECK_LAUNCH();
+  launch_swiglu_backward(SwigluGrads<float>{a.gate, a.up, a.dout, a.dgate, a.dup, a.n_rows, a.dim, a.ld_gate, a.ld_up,
+                                            a.ld_dout, a.ld_dgate, a.ld_dup});
+}
+
+void swiglu_backward_to_bf16(const backend::cpu::SwigluBackwardArgs& a, void* dgate, void* dup) {
+  launch_swiglu_backward(SwigluGrads<__nv_bfloat16>{a.gate, a.up, a.dout, static_cast<__nv_bfloat16*>(dgate),
+                                                    static_cast<__nv_bfloat16*>(dup), a.n_rows, a.dim, a.ld_gate,
+                                                    a.ld_up, a.ld_dout, a.dim, a.dim});
 }
 
 }  // namespace brioche::cuda

@@ -61,43 +61,55 @@ detail::GemmDesc bf16_gemm(const void* a, int64_t lda, cublasOperation_t op_a, c
           .ldc = ldc, .m = m, .n = n, .k = k, .beta = beta, .op_a = op_a, .op_b = op_b, .alpha = alpha};
 }
 
+// bf16 rows as given, or a bf16 copy of the f32 rows (kept alive by `owner`).
+const void* bf16_rows(const void* given, const float* x, int64_t ldx, int64_t n, int64_t k,
+                      std::shared_ptr<void>& owner) {
+  if (given != nullptr) return given;
+  owner = rows_to_bf16(x, ldx, n, k);
+  return owner.get();
+}
+
 }  // namespace
 
-void lora_matmul(std::span<const LoraMatmulPartArgs> parts) {
+void lora_matmul(std::span<const LoraMatmulPartArgs> parts, const void* x16_given) {
   const cpu::MatmulArgs& first = parts.front().base;
   const int64_t n = first.n, in = first.k;
   if (n == 0) return;
-  const std::shared_ptr<void> x16 = rows_to_bf16(first.x, first.ldx, n, in);
+  std::shared_ptr<void> owner;
+  const void* x16 = bf16_rows(x16_given, first.x, first.ldx, n, in, owner);
   for (const LoraMatmulPartArgs& p : parts) {
     const cpu::MatmulArgs& a = p.base;
     const LowRankArgs& lr = p.low_rank;
     if (lr.a == nullptr) {
-      detail::weight_gemm(a, x16.get(), 0.0f);
+      detail::weight_gemm(a, x16, 0.0f);
       continue;
     }
     const int64_t r = lr.r, rp = padded_rank(r), out = a.m;
     const auto a16 = to_bf16_padded(lr.a, in, r, in, r, in);
-    lt_gemm(bf16_gemm(a16.get(), in, CUBLAS_OP_T, x16.get(), in, CUBLAS_OP_N, p.u, p.ld_u, r, n, in, lr.scale, 0.0f));
+    lt_gemm(bf16_gemm(a16.get(), in, CUBLAS_OP_T, x16, in, CUBLAS_OP_N, p.u, p.ld_u, r, n, in, lr.scale, 0.0f));
     const auto u16 = to_bf16_padded(p.u, p.ld_u, n, r, n, rp);
     const auto b16 = to_bf16_padded(lr.b, r, out, r, out, rp);
     lt_gemm(bf16_gemm(b16.get(), rp, CUBLAS_OP_T, u16.get(), rp, CUBLAS_OP_N, a.y, a.ldy, out, n, rp, 1.0f, 0.0f));
-    detail::weight_gemm(a, x16.get(), 1.0f);  // y = x·Wᵀ + u·Bᵀ
+    detail::weight_gemm(a, x16, 1.0f);  // y = x·Wᵀ + u·Bᵀ
   }
 }
 
-void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmulGradPartArgs> parts) {
+void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmulGradPartArgs> parts,
+                          const void* x16_given) {
   const backend::cpu::MatmulInputGradArgs& first = parts.front().base;
   const int64_t n = first.n, in = first.k;
   if (n == 0) return;
-  std::shared_ptr<void> x16;  // made once, for the first part with LoRA
+  std::shared_ptr<void> x_owner;
+  const void* x16 = x16_given;  // made once, for the first part with LoRA
   float beta = first.accumulate ? 1.0f : 0.0f;  // the first product into dx honours the mode, the rest add
   for (const LoraMatmulGradPartArgs& p : parts) {
     const backend::cpu::MatmulInputGradArgs& a = p.base;
     const int64_t out = a.m;
-    const std::shared_ptr<void> dy16 = rows_to_bf16(a.dy, a.ld_dy, n, out);
+    std::shared_ptr<void> dy_owner;
+    const void* dy16 = bf16_rows(p.dy16, a.dy, a.ld_dy, n, out, dy_owner);
     const LowRankArgs& lr = p.low_rank;
     if (lr.a != nullptr) {
-      if (!x16) x16 = rows_to_bf16(x, ldx, n, in);
+      x16 = bf16_rows(x16, x, ldx, n, in, x_owner);
       const int64_t r = lr.r, rp = padded_rank(r);
       const auto b16 = to_bf16_padded(lr.b, r, out, r, out, rp);
       const auto a16 = to_bf16_padded(lr.a, in, r, in, rp, in);
@@ -105,14 +117,14 @@ void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmu
       // g = s·dy·B into [n, rp] f32 (its padded columns come out zero), then bf16.
       const std::shared_ptr<void> g = allocate(size_t(n) * size_t(rp) * 4);
       float* g32 = static_cast<float*>(g.get());
-      lt_gemm(bf16_gemm(b16.get(), rp, CUBLAS_OP_N, dy16.get(), out, CUBLAS_OP_N, g32, rp, rp, n, out, lr.scale, 0.0f));
+      lt_gemm(bf16_gemm(b16.get(), rp, CUBLAS_OP_N, dy16, out, CUBLAS_OP_N, g32, rp, rp, n, out, lr.scale, 0.0f));
       const auto g16 = to_bf16_padded(g32, rp, n, rp, n, rp);
-      lt_gemm(bf16_gemm(u16.get(), rp, CUBLAS_OP_N, dy16.get(), out, CUBLAS_OP_T, p.grad_b, r, r, out, n, 1.0f, 1.0f));
-      lt_gemm(bf16_gemm(x16.get(), in, CUBLAS_OP_N, g16.get(), rp, CUBLAS_OP_T, p.grad_a, in, in, r, n, 1.0f, 1.0f));
+      lt_gemm(bf16_gemm(u16.get(), rp, CUBLAS_OP_N, dy16, out, CUBLAS_OP_T, p.grad_b, r, r, out, n, 1.0f, 1.0f));
+      lt_gemm(bf16_gemm(x16, in, CUBLAS_OP_N, g16.get(), rp, CUBLAS_OP_T, p.grad_a, in, in, r, n, 1.0f, 1.0f));
       lt_gemm(bf16_gemm(a16.get(), in, CUBLAS_OP_N, g16.get(), rp, CUBLAS_OP_N, a.dx, a.ld_dx, in, n, rp, 1.0f, beta));
       beta = 1.0f;
     }
-    detail::weight_input_grad_gemm(a, dy16.get(), beta);
+    detail::weight_input_grad_gemm(a, dy16, beta);
     beta = 1.0f;
   }
 }

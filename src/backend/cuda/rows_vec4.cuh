@@ -5,17 +5,21 @@
 // the float4 column groups on x and strides over rows on y.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
-#include <initializer_list>
+#include <span>
 
 namespace brioche::cuda::detail {
 
-// Whether rows of `dim` floats at each pointer, with each row stride (in
-// floats), can all be read as float4.
-inline bool rows_fit_vec4(int64_t dim, std::initializer_list<const float*> ptrs,
-                          std::initializer_list<int64_t> strides) {
+// Whether rows of `dim` elements at each pointer, with each row stride (in
+// elements), can all be read and written four at a time: 16-byte aligned
+// (for a bf16 output 8 bytes would do; 16 is what the allocator gives).
+// Spans, not braced lists: nvcc's front end rejects braced lists as
+// arguments inside function templates.
+inline bool rows_fit_vec4(int64_t dim, std::span<const void* const> ptrs, std::span<const int64_t> strides) {
   if (dim % 4 != 0) return false;
-  for (const float* p : ptrs)
+  for (const void* p : ptrs)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   for (int64_t s : strides)
     if (s % 4 != 0) return false;
@@ -40,6 +44,13 @@ __device__ __forceinline__ int64_t vec4_column(int64_t dim) {
 }
 __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+// Four bf16 (rounded to nearest even) in one 8-byte store.
+__device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
+  const __nv_bfloat162 h[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+}
+__device__ __forceinline__ void store1(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 #endif
 
 }  // namespace brioche::cuda::detail

@@ -14,6 +14,7 @@
 #include "backend/cpu/layer_backward.h"
 #include "backend/cpu/linear_backward.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/swiglu.h"
 #include "backend/cpu/train_rows.h"
 #include "core/dtype.h"
 
@@ -23,6 +24,13 @@ namespace brioche::cuda {
 // reduced over the block.
 void rms_norm_backward(const backend::cpu::RmsNormBackwardArgs& args);
 void swiglu_backward(const backend::cpu::SwigluBackwardArgs& args);
+// SwiGLU and its backward writing bf16 [n_rows, dim] contiguous (args' own
+// out / dgate / dup are ignored): the training MLP's activations and
+// gradients that only tensor-core GEMMs read (ops::lora_matmul). The same f32
+// arithmetic, rounded once at the store. dout is read in full first, so
+// neither output may overlap it.
+void swiglu_to_bf16(const backend::cpu::SwigluArgs& args, void* out);
+void swiglu_backward_to_bf16(const backend::cpu::SwigluBackwardArgs& args, void* dgate, void* dup);
 
 // dx (=|+=) dy·w through cuBLASLt: bf16 weights with a bf16 copy of dy
 // (bf16 keeps f32's exponent range, so small gradients do not underflow as
@@ -45,7 +53,8 @@ void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t
 // rounding: ops/lora_matmul.h). The parts share x (base.x forward, `x`
 // backward) and, backward, dx (base.dx; parts[0].base.accumulate says
 // whether dx is added to). Widths are multiples of 8, n > 8, weights bf16 or
-// quantized; any rank.
+// quantized; any rank. x16 / dy16, when given, are x / dy already in bf16
+// ([n, width] contiguous): used as they are, and the f32 pointer is unread.
 struct LowRankArgs {
   const float* a = nullptr;  // [r, in] contiguous; nullptr: no low-rank term
   const float* b = nullptr;  // [out, r] contiguous
@@ -58,7 +67,7 @@ struct LoraMatmulPartArgs {
   float* u;                  // [n, r], row stride ld_u, written
   int64_t ld_u;
 };
-void lora_matmul(std::span<const LoraMatmulPartArgs> parts);
+void lora_matmul(std::span<const LoraMatmulPartArgs> parts, const void* x16 = nullptr);
 struct LoraMatmulGradPartArgs {
   backend::cpu::MatmulInputGradArgs base;  // dx (=|+=) dy·w
   LowRankArgs low_rank;
@@ -66,8 +75,10 @@ struct LoraMatmulGradPartArgs {
   int64_t ld_u;
   float* grad_a;             // [r, in] contiguous, +=
   float* grad_b;             // [out, r] contiguous, +=
+  const void* dy16 = nullptr;
 };
-void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmulGradPartArgs> parts);
+void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmulGradPartArgs> parts,
+                          const void* x16 = nullptr);
 
 void dropout(const backend::cpu::DropoutArgs& args);
 void add_scaled(const backend::cpu::ScaledAddArgs& args);
