@@ -166,6 +166,9 @@ TEST(Cli, TrainRefusesUnsupportedSwitchesAndDevices) {
   o = run_brioche("train --device tpu" + data);
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("expected cpu, cuda or auto, got 'tpu'"), std::string::npos) << o.output;
+  o = run_brioche("train --method orpo --grad-checkpoint --offload-attention" + data);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("offload_attention needs offload_boundaries"), std::string::npos) << o.output;
   if (!ops::cuda_available()) {
     o = run_brioche("train --device cuda --grad-accum 2 --resume " + (dir / "none").string() + data);
     EXPECT_EQ(o.exit_code, 2) << o.output;
