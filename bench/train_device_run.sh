@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 if [ "$mode" = followup ]; then
   timeout 90 $bin/test_train --gtest_filter='CudaTrain.*' 2>&1 | tee "$out/test.log" | grep -E "^\[ |skipped|Failure|Expected|Which is|error" | head -40
   b=$bin/train_step_bench
-  timeout 60 $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 4096 --segment-size 1 --offload --steps 3 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model "
+  timeout 60 $b --shape llama3-8b --dtype bf16 --prompt 2048 --response 4096 --segment-size 1 --offload --offload-attention --steps 3 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model "
   timeout 75 $b --shape llama3-8b --dtype q4_0 --layers 2 --ballast-gb 3.7 --method sft --segment-size 1 --offload \
     --longest 262144 2>&1 | tee -a "$out/bench.log" | grep -E "^\||step [0-9]|model |longest"
   echo "done in $(elapsed) s"; exit 0
@@ -55,16 +55,16 @@ peer() {
 }
 orpo="--shape llama3-8b --dtype bf16 --prompt 2048"
 echo "== ours: Llama-3-8B shape, bf16 base, rank 16 x 7 projections, ORPO (prompt 2048, chosen/rejected 4096 each)"
-run $b $orpo --response 4096 --segment-size 1 --offload --steps 3
+run $b $orpo --response 4096 --segment-size 1 --offload --offload-attention --steps 3
 echo "== peer: transformers + peft, same shape and loss [$(elapsed) s]"
 left 80 && peer 4096:0,4096:1,16384:1
-left 40 && run $b $orpo --response 4096 --segment-size 0 --steps 3
-left 50 && run $b $orpo --response 16384 --segment-size 1 --offload --steps 2
+left 40 && run $b $orpo --response 4096 --segment-size 1 --offload --steps 3
+left 50 && run $b $orpo --response 16384 --segment-size 1 --offload --offload-attention --steps 2
 echo "== longest SFT at batch 1 [$(elapsed) s]"
 # 2 of 32 layers computed; a ballast stands for the other 30 layers' weights (bf16 13.1 GB, q4_0 3.7 GB),
 # so device memory is the 32-layer model's; the missing layers' boundaries would be 16 KB/token of host memory each.
 left 45 && run $b --shape llama3-8b --dtype bf16 --layers 2 --ballast-gb 13.1 --method sft --segment-size 1 --offload \
-  --longest 131072,196608,262144
+  --mlp-chunk 4096 --longest 262144,327680
 left 30 && run $b --shape llama3-8b --dtype q4_0 --layers 2 --ballast-gb 3.7 --method sft --segment-size 1 --offload \
-  --longest 262144,327680
+  --mlp-chunk 4096 --longest 262144,327680
 echo "done in $(elapsed) s"
