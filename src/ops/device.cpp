@@ -13,7 +13,7 @@ namespace brioche::ops {
 
 namespace {
 
-[[noreturn]] void fail_no_cuda(const char* what) {
+[[noreturn, maybe_unused]] void fail_no_cuda(const char* what) {  // (every use is in a !BRIOCHE_CUDA branch)
   fail(what, ": a CUDA tensor was requested but this build has no CUDA backend (configure with --preset cuda)");
 }
 

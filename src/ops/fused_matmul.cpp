@@ -17,9 +17,11 @@
 namespace brioche::ops {
 
 void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch) {
-  const cpu::MatmulArgs args = detail::matmul_args(x, w, y, "matmul_accumulate");
+  const cpu::MatmulArgs args = detail::matmul_args(x, w, y, "matmul_accumulate");  // (checks on the CPU too)
 #if BRIOCHE_CUDA
   if (w.device() == Device::CUDA) return cuda::matmul_accumulate(args);
+#else
+  (void)args;
 #endif
   matmul(x, w, scratch);
   add(y, scratch, y);

@@ -192,7 +192,9 @@ TEST(EngineGrammar, BatchRowsWithDifferentGrammarsDoNotMix) {
     Output out = collect(*handles[i]);
     if (rows[i].kind == 0) expect_person(out.text);
     if (rows[i].kind == 1) expect_city(out.text);
-    if (rows[i].kind == 2) EXPECT_TRUE(out.text == "yes" || out.text == "no") << out.text;
+    if (rows[i].kind == 2) {
+      EXPECT_TRUE(out.text == "yes" || out.text == "no") << out.text;
+    }
     EXPECT_EQ(out.finish, FinishReason::Stop) << i;
     // Row-independent forward + own matcher: batched tokens equal the lone run's.
     EXPECT_EQ(out.tokens, alone[i].tokens) << "row " << i << ": " << out.text << " vs " << alone[i].text;

@@ -123,7 +123,9 @@ TEST_P(EveryChunking, ArgumentsStreamInPiecesThatAddUpToTheWholeCall) {
     }
   }
   EXPECT_EQ(headers, 2);
-  if (GetParam() < 8) EXPECT_GT(d.pieces.size(), 4u);  // fragments, not one delta per call
+  if (GetParam() < 8) {
+    EXPECT_GT(d.pieces.size(), 4u);  // fragments, not one delta per call
+  }
 }
 
 TEST_P(EveryChunking, Llama3CallsStreamWithDistinctIndexes) {
