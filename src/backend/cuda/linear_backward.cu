@@ -17,9 +17,6 @@ namespace brioche::cuda {
 
 namespace {
 
-// Largest bf16 tile of weight rows expanded per GEMM (as the forward matmul).
-constexpr size_t kTileBytes = size_t(128) << 20;
-
 // out[r, c] = bf16(w[row_begin + r, c]) for f16 rows of any width.
 __global__ void f16_rows_to_bf16_kernel(const uint8_t* w, size_t w_row_bytes, int64_t row_begin, int64_t n_rows,
                                         int64_t k, __nv_bfloat16* out) {
@@ -62,8 +59,7 @@ void matmul_input_grad(const backend::cpu::MatmulInputGradArgs& a) {
     return;
   }
   // dy as bf16 [n, m] contiguous: one rounding (2^-9 relative) and f32's range.
-  std::shared_ptr<void> dy16 = allocate(size_t(a.n) * size_t(a.m) * 2);
-  convert_rows_to_16bit({.x = a.dy, .ldx = a.ld_dy, .n = a.n, .k = a.m, .out = dy16.get(), .to_f16 = false});
+  const std::shared_ptr<void> dy16 = detail::rows_to_16bit(a.dy, a.ld_dy, a.n, a.m);
   detail::weight_input_grad_gemm(a, dy16.get(), beta);
 }
 
@@ -81,7 +77,7 @@ void weight_input_grad_gemm(const backend::cpu::MatmulInputGradArgs& a, const vo
   // reduction dimension m; each tile's product adds onto dx (β = 1 after the
   // first). Tiles are whole multiples of 128 rows so every dy16 column offset
   // stays 256-byte aligned for cuBLASLt.
-  int64_t tile_rows = std::max<int64_t>(128, int64_t(kTileBytes / (size_t(a.k) * 2)) / 128 * 128);
+  int64_t tile_rows = std::max<int64_t>(128, int64_t(kWeightTileBytes / (size_t(a.k) * 2)) / 128 * 128);
   tile_rows = std::min(tile_rows, a.m);
   std::shared_ptr<void> tile = allocate(size_t(tile_rows) * size_t(a.k) * 2);
   const auto* dy_bf16 = static_cast<const __nv_bfloat16*>(dy16);

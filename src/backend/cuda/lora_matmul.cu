@@ -47,12 +47,6 @@ std::shared_ptr<void> to_bf16_padded(const float* x, int64_t ldx, int64_t rows, 
   return out;
 }
 
-std::shared_ptr<void> rows_to_bf16(const float* x, int64_t ldx, int64_t n, int64_t k) {
-  std::shared_ptr<void> out = allocate(size_t(n) * size_t(k) * 2);
-  convert_rows_to_16bit({.x = x, .ldx = ldx, .n = n, .k = k, .out = out.get(), .to_f16 = false});
-  return out;
-}
-
 // A bf16 GEMM with f32 output (the only kind here).
 detail::GemmDesc bf16_gemm(const void* a, int64_t lda, cublasOperation_t op_a, const void* b, int64_t ldb,
                            cublasOperation_t op_b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
@@ -65,7 +59,7 @@ detail::GemmDesc bf16_gemm(const void* a, int64_t lda, cublasOperation_t op_a, c
 const void* bf16_rows(const void* given, const float* x, int64_t ldx, int64_t n, int64_t k,
                       std::shared_ptr<void>& owner) {
   if (given != nullptr) return given;
-  owner = rows_to_bf16(x, ldx, n, k);
+  owner = detail::rows_to_16bit(x, ldx, n, k);
   return owner.get();
 }
 
@@ -85,7 +79,7 @@ void lora_matmul(std::span<const LoraMatmulPartArgs> parts, const void* x16_give
       continue;
     }
     const int64_t r = lr.r, rp = padded_rank(r), out = a.m;
-    const auto a16 = to_bf16_padded(lr.a, in, r, in, r, in);
+    const auto a16 = detail::rows_to_16bit(lr.a, in, r, in);
     lt_gemm(bf16_gemm(a16.get(), in, CUBLAS_OP_T, x16, in, CUBLAS_OP_N, p.u, p.ld_u, r, n, in, lr.scale, 0.0f));
     const auto u16 = to_bf16_padded(p.u, p.ld_u, n, r, n, rp);
     const auto b16 = to_bf16_padded(lr.b, r, out, r, out, rp);

@@ -16,21 +16,17 @@
 
 namespace brioche::cuda {
 
-namespace {
-
-// Largest bf16 tile a quantized weight is expanded into per GEMM.
-constexpr size_t kDequantTileBytes = size_t(128) << 20;
-
-}  // namespace
-
 namespace detail {
+
+std::shared_ptr<void> rows_to_16bit(const float* x, int64_t ldx, int64_t n, int64_t k, bool to_f16) {
+  std::shared_ptr<void> out = allocate(size_t(n) * size_t(k) * 2);
+  convert_rows_to_16bit({.x = x, .ldx = ldx, .n = n, .k = k, .out = out.get(), .to_f16 = to_f16});
+  return out;
+}
 
 std::shared_ptr<void> activations_16bit(const cpu::MatmulArgs& a) {
   if (a.wtype == DType::F32) return nullptr;
-  std::shared_ptr<void> x16 = allocate(size_t(a.n) * size_t(a.k) * 2);
-  convert_rows_to_16bit({.x = a.x, .ldx = a.ldx, .n = a.n, .k = a.k, .out = x16.get(),
-                         .to_f16 = a.wtype == DType::F16});
-  return x16;
+  return rows_to_16bit(a.x, a.ldx, a.n, a.k, a.wtype == DType::F16);
 }
 
 void weight_gemm(const cpu::MatmulArgs& a, const void* x16, float beta) {
@@ -52,7 +48,7 @@ void weight_gemm(const cpu::MatmulArgs& a, const void* x16, float beta) {
   // Quantized: expand row tiles of w to bf16, one GEMM per tile into the
   // matching columns of y.
   const int64_t tile_rows =
-      std::max<int64_t>(64, std::min<int64_t>(a.m, int64_t(kDequantTileBytes / (size_t(a.k) * 2))));
+      std::max<int64_t>(64, std::min<int64_t>(a.m, int64_t(kWeightTileBytes / (size_t(a.k) * 2))));
   std::shared_ptr<void> tile = allocate(size_t(tile_rows) * size_t(a.k) * 2);
   for (int64_t r0 = 0; r0 < a.m; r0 += tile_rows) {
     const int64_t r1 = std::min(a.m, r0 + tile_rows);

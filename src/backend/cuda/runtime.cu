@@ -23,14 +23,20 @@ int device_count() {
   return n;
 }
 
+namespace {
+
+// Streams are created on first use and never destroyed: kernels may still be
+// queued when static destructors run.
+cudaStream_t new_stream() {
+  cudaStream_t created;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+  return created;
+}
+
+}  // namespace
+
 void* stream() {
-  // Created on first use and never destroyed: kernels may still be queued
-  // when static destructors run.
-  static cudaStream_t s = [] {
-    cudaStream_t created;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    return created;
-  }();
+  static cudaStream_t s = new_stream();
   return s;
 }
 
@@ -215,11 +221,7 @@ void fill_bytes(void* dst, uint8_t value, size_t bytes) {
 namespace {
 
 cudaStream_t side_stream() {
-  static cudaStream_t s = [] {  // never destroyed, like stream()
-    cudaStream_t created;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    return created;
-  }();
+  static cudaStream_t s = new_stream();
   return s;
 }
 

@@ -12,6 +12,14 @@
 
 namespace brioche::cuda::detail {
 
+// Largest bf16 tile an f16 or quantized weight is expanded into per GEMM:
+// never the whole matrix.
+constexpr size_t kWeightTileBytes = size_t(128) << 20;
+
+// f32 rows x [n, k] (row stride ldx floats) as a new contiguous 16-bit copy:
+// bf16, or f16 when `to_f16`.
+std::shared_ptr<void> rows_to_16bit(const float* x, int64_t ldx, int64_t n, int64_t k, bool to_f16 = false);
+
 // a.x as the 16-bit activations cuBLASLt takes ([n, k] contiguous; f16 for
 // f16 weights, else bf16), or nothing for f32 weights (full f32 GEMM).
 std::shared_ptr<void> activations_16bit(const cpu::MatmulArgs& a);
