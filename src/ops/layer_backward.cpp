@@ -36,21 +36,15 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, T
   auto g = detail::f32_rows(gate, "swiglu_backward", "gate");
   auto u = detail::f32_rows(up, "swiglu_backward", "up");
   auto d = detail::f32_rows(dout, "swiglu_backward", "dout");
-  if (dgate.defined() && dgate.dtype() == DType::BF16) {
-    detail::check_bf16_rows(dgate, g.n_rows, g.dim, "swiglu_backward", "dgate");
-    detail::check_bf16_rows(dup, g.n_rows, g.dim, "swiglu_backward", "dup");
-    BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && d.n_rows == g.n_rows && d.dim == g.dim,
-                  "swiglu_backward: every tensor must be ", gate.describe(), "-shaped");
-    detail::common_device("swiglu_backward", {&gate, &up, &dout, &dgate, &dup});
-#if BRIOCHE_CUDA
-    return cuda::swiglu_backward_to_bf16({.gate = g.data, .up = u.data, .dout = d.data, .dgate = nullptr,
-                                          .dup = nullptr, .n_rows = g.n_rows, .dim = g.dim, .ld_gate = g.stride,
-                                          .ld_up = u.stride, .ld_dout = d.stride, .ld_dgate = 0, .ld_dup = 0},
-                                         dgate.data(), dup.data());
-#endif
-  }
-  auto dg = detail::f32_rows(dgate, "swiglu_backward", "dgate");
-  auto du = detail::f32_rows(dup, "swiglu_backward", "dup");
+  // The gradients in f32, or both in dense bf16 (CUDA only: check_bf16_rows says so).
+  const bool grads_bf16 = dgate.defined() && dgate.dtype() == DType::BF16;
+  auto grad_rows = [&](const Tensor& t, const char* what) {
+    if (!grads_bf16) return detail::f32_rows(t, "swiglu_backward", what);
+    detail::check_bf16_rows(t, g.n_rows, g.dim, "swiglu_backward", what);
+    return detail::F32Rows{nullptr, g.n_rows, g.dim, 0};
+  };
+  auto dg = grad_rows(dgate, "dgate");
+  auto du = grad_rows(dup, "dup");
   for (const auto* t : {&u, &d, &dg, &du}) {
     BRIOCHE_CHECK(t->n_rows == g.n_rows && t->dim == g.dim, "swiglu_backward: every tensor must be ",
                   gate.describe(), "-shaped");
@@ -61,6 +55,7 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, T
                                               .ld_dup = du.stride};
   if (detail::common_device("swiglu_backward", {&gate, &up, &dout, &dgate, &dup}) == Device::CUDA) {
 #if BRIOCHE_CUDA
+    if (grads_bf16) return cuda::swiglu_backward_to_bf16(args, dgate.data(), dup.data());
     return cuda::swiglu_backward(args);
 #else
     detail::fail_no_cuda("swiglu_backward");

@@ -28,12 +28,6 @@ void check_low_rank(const LowRank& lr, int64_t in, int64_t out, std::string_view
                 " and B ", lr.b.describe());
 }
 
-void check_rows(const Tensor* t, int64_t n, int64_t d, std::string_view op, std::string_view what) {
-  BRIOCHE_CHECK(t != nullptr, op, ": ", what, " is required with LoRA factors");
-  const detail::F32Rows r = detail::f32_rows(*t, op, what);
-  BRIOCHE_CHECK(r.n_rows == n && r.dim == d, op, ": ", what, " must be [", n, ", ", d, "], got ", t->describe());
-}
-
 // x's rows as f32 (the f32 path's view), or checked as dense bf16 where the
 // tensor-core path takes it as it is.
 detail::F32Rows rows_of(const Tensor& t, int64_t n, int64_t d, bool bf16_ok, std::string_view op,
@@ -47,6 +41,12 @@ detail::F32Rows rows_of(const Tensor& t, int64_t n, int64_t d, bool bf16_ok, std
   const detail::F32Rows r = detail::f32_rows(t, op, what);
   BRIOCHE_CHECK(r.n_rows == n && r.dim == d, op, ": ", what, " must be [", n, ", ", d, "], got ", t.describe());
   return r;
+}
+
+// A required f32 [n, d] operand (u, the factor gradients, dx).
+void check_rows(const Tensor* t, int64_t n, int64_t d, std::string_view op, std::string_view what) {
+  BRIOCHE_CHECK(t != nullptr, op, ": ", what, " is required with LoRA factors");
+  rows_of(*t, n, d, false, op, what);
 }
 
 // The checked y = x·Wᵀ arguments of a part. A bf16 x has no f32 rows to

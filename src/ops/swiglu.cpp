@@ -12,18 +12,9 @@ namespace brioche::ops {
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   auto g = detail::f32_rows(gate, "swiglu", "gate");
   auto u = detail::f32_rows(up, "swiglu", "up");
-  if (out.defined() && out.dtype() == DType::BF16) {
-    detail::check_bf16_rows(out, g.n_rows, g.dim, "swiglu", "out");
-    BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim, "swiglu: shapes differ: gate ", gate.describe(), ", up ",
-                  up.describe());
-    detail::common_device("swiglu", {&gate, &up, &out});
-#if BRIOCHE_CUDA
-    return cuda::swiglu_to_bf16({.gate = g.data, .up = u.data, .out = nullptr, .n_rows = g.n_rows, .dim = g.dim,
-                                 .gate_stride = g.stride, .up_stride = u.stride, .out_stride = 0},
-                                out.data());
-#endif
-  }
-  auto y = detail::f32_rows(out, "swiglu", "out");
+  const bool out_bf16 = out.defined() && out.dtype() == DType::BF16;
+  if (out_bf16) detail::check_bf16_rows(out, g.n_rows, g.dim, "swiglu", "out");
+  auto y = out_bf16 ? detail::F32Rows{nullptr, g.n_rows, g.dim, 0} : detail::f32_rows(out, "swiglu", "out");
   BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && y.n_rows == g.n_rows && y.dim == g.dim,
                 "swiglu: shapes differ: gate ", gate.describe(), ", up ", up.describe(), ", out ",
                 out.describe());
@@ -31,6 +22,9 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
                         .dim = g.dim, .gate_stride = g.stride, .up_stride = u.stride,
                         .out_stride = y.stride};
   if (detail::common_device("swiglu", {&gate, &up, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    if (out_bf16) return cuda::swiglu_to_bf16(args, out.data());  // (bf16 outputs are CUDA only: checked above)
+#endif
 #if BRIOCHE_CUDA
     return cuda::swiglu(args);
 #else

@@ -64,6 +64,13 @@ struct MlpSites {
   }
 };
 
+// The attention's Q, K and V sites of a layer, in that order.
+constexpr Module kQkv[3] = {Module::Q, Module::K, Module::V};
+std::array<LoraSite, 3> qkv_sites(const LayerContext& ctx, const LayerParams& p) {
+  const auto& w = p.weights;
+  return {site(ctx, p, Module::Q, w.wq, w.bq), site(ctx, p, Module::K, w.wk, w.bk), site(ctx, p, Module::V, w.wv, w.bv)};
+}
+
 MlpSites mlp_sites(const LayerContext& ctx, const LayerParams& p) {
   return {site(ctx, p, Module::Gate, p.weights.w_gate, kNoBias), site(ctx, p, Module::Up, p.weights.w_up, kNoBias),
           site(ctx, p, Module::Down, p.weights.w_down, kNoBias)};
@@ -160,16 +167,12 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   c.q = f32(dev, n, cfg.q_dim());
   c.k = f32(dev, n, cfg.kv_dim());
   c.v = f32(dev, n, cfg.kv_dim());
-  const Module qkv[3] = {Module::Q, Module::K, Module::V};
-  const Tensor* weights[3] = {&w.wq, &w.wk, &w.wv};
-  const Tensor* biases[3] = {&w.bq, &w.bk, &w.bv};
-  Tensor* outs[3] = {&c.q, &c.k, &c.v};
-  LoraSite sites[3];
+  Tensor* const outs[3] = {&c.q, &c.k, &c.v};
+  const std::array<LoraSite, 3> sites = qkv_sites(ctx, p);
   Tensor* us[3];
   for (int i = 0; i < 3; ++i) {
-    sites[i] = site(ctx, p, qkv[i], *weights[i], *biases[i]);
-    c.lora_u[size_t(qkv[i])] = lora_u_buffer(sites[i], dev, n);
-    us[i] = &c.lora_u[size_t(qkv[i])];
+    c.lora_u[size_t(kQkv[i])] = lora_u_buffer(sites[size_t(i)], dev, n);
+    us[i] = &c.lora_u[size_t(kQkv[i])];
   }
   lora_linear_forward(sites, c.h1, outs, us);
   if (w.q_norm.defined()) {
@@ -279,11 +282,7 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
     dk = dk_raw.reshape({n, cfg.kv_dim()});
   }
   Tensor d_h1 = f32(dev, n, cfg.hidden_size);
-  const Module qkv[3] = {Module::Q, Module::K, Module::V};
-  const Tensor* weights[3] = {&w.wq, &w.wk, &w.wv};
-  const Tensor* biases[3] = {&w.bq, &w.bk, &w.bv};
-  LoraSite sites[3];
-  for (int i = 0; i < 3; ++i) sites[i] = site(ctx, p, qkv[i], *weights[i], *biases[i]);
+  const std::array<LoraSite, 3> sites = qkv_sites(ctx, p);
   const LoraLinearBackward grads[] = {{.x = c.h1, .u = c.lora_u[size_t(Module::Q)], .dy = dq, .dx = d_h1},
                                       {.x = c.h1, .u = c.lora_u[size_t(Module::K)], .dy = dk, .dx = d_h1},
                                       {.x = c.h1, .u = c.lora_u[size_t(Module::V)], .dy = dv, .dx = d_h1}};
