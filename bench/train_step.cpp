@@ -162,7 +162,7 @@ int run(const Options& o) {
   std::mt19937 rng(1);
   const int vocab = ck.config.vocab_size;
   std::string levers = "rank " + std::to_string(o.rank) + ", seg " + std::to_string(o.segment_size) +
-                       (o.offload ? o.offload_attention ? " +offload +attention" : " +offload" : "") + ", head chunk " + std::to_string(o.head_chunk) +
+                       (o.offload ? " +offload" : "") + (o.offload_attention ? " +attention" : "") + ", head chunk " + std::to_string(o.head_chunk) +
                        (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "");
   if (o.method == "orpo") {
     train::TokenizedPair pair{.prompt = random_tokens(o.prompt, vocab, rng),

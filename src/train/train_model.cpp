@@ -185,20 +185,25 @@ void TrainModel::backward(const Tensor& d_hidden) {
   boundaries_.clear();
 }
 
+size_t TrainModel::offloaded_attention_bytes() const {
+  size_t n = 0;
+  if (attention_offloaded_ && batch_ != nullptr)  // (the host buffers stay for the next step: count them while in use)
+    for (size_t i = 0; i < size_t(ck_.config.n_layers - first_trainable_layer()); ++i)
+      n += host_.bytes(attention_slot(i)) + host_.bytes(attention_slot(i) + 1);
+  return n;
+}
+
 size_t TrainModel::saved_bytes() const {
-  size_t n = x_final_.nbytes();
+  size_t n = x_final_.nbytes() + offloaded_attention_bytes();
   for (const auto& cache : caches_) n += bytes_of(cache);
   for (const auto& b : boundaries_) n += b.nbytes();
   return n;
 }
 
 size_t TrainModel::offloaded_bytes() const {
-  size_t n = 0;
+  size_t n = offloaded_attention_bytes();
   for (const auto& b : boundaries_)
     if (b.device() != device_) n += b.nbytes();
-  if (attention_offloaded_ && batch_)
-    for (size_t i = 0; i < size_t(ck_.config.n_layers - first_trainable_layer()); ++i)
-      n += host_.bytes(attention_slot(i)) + host_.bytes(attention_slot(i) + 1);
   return n;
 }
 

@@ -74,9 +74,10 @@ class TrainModel {
   // LoRA gradients; returns nothing (the embedding is frozen).
   void backward(const Tensor& d_hidden);
 
-  // Bytes held for the backward after the last forward (activations + boundaries).
+  // Bytes held for the backward after the last forward (activations,
+  // boundaries, offloaded attention outputs); 0 after the backward.
   size_t saved_bytes() const;
-  // Of those, bytes of boundaries offloaded to host memory.
+  // Of those, bytes in host memory (offloaded boundaries and attention outputs).
   size_t offloaded_bytes() const;
   Device device() const { return device_; }
 
@@ -87,6 +88,8 @@ class TrainModel {
   // Host slots of trainable layer i's offloaded tensors: its boundary, its attention output and lse.
   static size_t boundary_slot(size_t i) { return 3 * i; }
   static size_t attention_slot(size_t i) { return 3 * i + 1; }
+  // Host bytes of the attention outputs the last forward(for_backward) offloaded.
+  size_t offloaded_attention_bytes() const;
 
   const model::Checkpoint& ck_;
   LoraAdapter* adapter_;

@@ -186,6 +186,18 @@ TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
   const Case c{.name = "orpo prefix+seg2+offload attention", .method = Method::ORPO, .prefix_shared = true,
                .segment_size = 2, .offload = true, .offload_attention = true, .dropout = 0.1f, .head_chunk = 7};
   expect_steps_match(c, DType::F32, kF32);
+  // The same results with the attention recomputed would pass the above too:
+  // check that the forward did put every layer's output and lse on the host.
+  const TokenBatch batch = golden_batch(c);
+  Stack gpu(Device::CUDA, DType::F32, c);
+  gpu.model->forward(batch, {.for_backward = true});
+  const auto& cfg = gpu.ck.config;
+  const size_t layers = size_t(cfg.n_layers - gpu.model->first_trainable_layer()), n = size_t(batch.n_rows());
+  const size_t boundaries = (layers + 1) / 2 * n * size_t(cfg.hidden_size) * 4;
+  const size_t attention = layers * n * size_t(cfg.q_dim() + cfg.n_heads) * 4;
+  EXPECT_EQ(gpu.model->offloaded_bytes(), boundaries + attention);
+  gpu.model->backward(ops::zeros(DType::F32, {batch.n_rows(), cfg.hidden_size}, Device::CUDA));
+  EXPECT_EQ(gpu.model->offloaded_bytes(), 0u);
 }
 
 // The MLP in row chunks with LoRA dropout: each chunk draws the batch's

@@ -166,6 +166,23 @@ TEST(TrainGolden, SegmentedEqualsPlain) {
   expect_same_grads(f.grad_snapshot(), g_plain, 0.0 + 1e-7, "segmented(1) vs plain");
 }
 
+// What a segmented forward keeps for the backward: one [rows, hidden]
+// boundary per segment and the pre-norm output, nothing on a host (the CPU
+// has none to offload to), and nothing once the backward has run.
+TEST(TrainGolden, SegmentedForwardKeepsOnlyBoundaries) {
+  Fixture f;
+  const TokenBatch b = f.batch(Method::ORPO, SftScope::Full);
+  const auto& c = f.ck.config;
+  TrainModel model(f.ck, f.adapter.get(), {.segment_size = 2});
+  model.forward(b, {.for_backward = true});
+  const int layers = c.n_layers - model.first_trainable_layer();
+  const size_t row_bytes = size_t(b.n_rows()) * size_t(c.hidden_size) * 4;
+  EXPECT_EQ(model.saved_bytes(), size_t((layers + 1) / 2) * row_bytes + row_bytes);
+  EXPECT_EQ(model.offloaded_bytes(), 0u);
+  model.backward(Tensor::zeros(DType::F32, {b.n_rows(), c.hidden_size}));
+  EXPECT_EQ(model.saved_bytes(), 0u);
+}
+
 // The MLP in row chunks (gate/up recomputed in the backward) gives the
 // whole-batch loss and LoRA gradients: uneven chunks, one row, with the
 // segmented backward, for every method's batch shape (ORPO: two branches).
