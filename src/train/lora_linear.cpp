@@ -98,8 +98,10 @@ void lora_linear_backward(std::span<const LoraSite> sites, std::span<const LoraL
                 args.size(), " gradients");
   const Tensor& x = args[0].x;
   Tensor& dx = args[0].dx;
-  for (const LoraLinearBackward& a : args)
-    BRIOCHE_CHECK(&a.x == &x && &a.dx == &dx, "lora_linear_backward: a group's sites share x and dx");
+  for (size_t i = 1; i < args.size(); ++i)
+    BRIOCHE_CHECK(&args[i].x == &x && &args[i].dx == &dx, "lora_linear_backward: a group's sites share x and dx, "
+                  "but site ", i, " has x ", args[i].x.describe(), " and dx ", args[i].dx.describe(), " where site 0 has ",
+                  x.describe(), " and ", dx.describe());
   if (any_dropout(sites)) {
     for (size_t i = 0; i < sites.size(); ++i) {
       const LoraLinearBackward& a = args[i];
