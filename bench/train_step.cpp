@@ -4,15 +4,16 @@
 // memory (the CUDA allocator's bytes in use, as torch.cuda.max_memory_allocated).
 //
 //   train_step_bench --shape llama3-8b --dtype bf16 --method orpo --prompt 2048 --response 4096
-//                    [--rank 16] [--segment-size 1] [--offload [--offload-attention]] [--mlp-chunk N]
-//                    [--no-prefix-shared] [--steps 3]
+//                    [--rank 16] [--segment-size 1] [--offload [--offload-attention] [--device-boundaries N]]
+//                    [--boundary-dtype bf16] [--mlp-chunk N] [--no-prefix-shared] [--steps 3]
 //   train_step_bench --shape llama3-8b --dtype bf16 --method sft --seq 65536 [--longest 65536,131072,...]
 //   --layers L overrides the preset's layer count; --device cpu runs the same on the CPU
 //   (peak = the process's peak resident memory there).
 //   --ballast-gb G holds G GB of device memory for the whole run: with --layers L < the
 //   preset's, it stands for the weights of the missing layers, so a memory limit (the
 //   longest SFT sequence) is found without the time of the missing layers' compute.
-//   (With --offload the missing layers' boundaries would be host memory, not device.)
+//   (With --offload the missing layers' boundaries would be host memory, not device:
+//   --host-ballast-gb H pins H GB of host memory for them.)
 //
 // The weights are generated one layer at a time straight to the device (the
 // model is never whole in host memory). Tokens are random. ORPO uses
@@ -53,7 +54,9 @@ struct Options {
   int layers = 0, prompt = 2048, response = 4096, seq = 8192, rank = 16, segment_size = 1, steps = 3, mlp_chunk = 0;
   int64_t head_chunk = 4096;
   bool offload = false, offload_attention = false, prefix_shared = true;
-  double ballast_gb = 0;
+  double ballast_gb = 0, host_ballast_gb = 0;
+  std::string boundary_dtype = "f32";
+  int device_boundaries = 0;
   std::vector<int> longest;
 };
 
@@ -122,7 +125,9 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
     adapter.to_device(device);
     TrainModel model(ck, &adapter,
                      {.segment_size = o.segment_size, .offload_boundaries = o.offload,
-                      .offload_attention = o.offload_attention, .mlp_chunk_rows = o.mlp_chunk});
+                      .offload_attention = o.offload_attention,
+                      .boundary_dtype = o.boundary_dtype == "bf16" ? DType::BF16 : DType::F32,
+                      .device_boundaries = o.device_boundaries, .mlp_chunk_rows = o.mlp_chunk});
     FusedLogpHead head(ck.weights.output, o.head_chunk);
     AdamW optimizer(adapter, {});
     const LossConfig loss{.method = method, .orpo_lambda = 0.1f};
@@ -156,6 +161,8 @@ int run(const Options& o) {
   auto t0 = Clock::now();
   model::Checkpoint ck = random_model(o, device);
   const Tensor ballast = o.ballast_gb > 0 ? ops::zeros(DType::I32, {int64_t(o.ballast_gb * 1e9 / 4)}, device) : Tensor();
+  const Tensor host_ballast =
+      o.host_ballast_gb > 0 ? ops::pinned_host_zeros(DType::I32, {int64_t(o.host_ballast_gb * 1e9 / 4)}) : Tensor();
   const double weights_gb = double(device_in_use()) / 1e9;
   std::fprintf(stderr, "model %s (%d layers): generated on %s in %.1f s, %.2f GB on the device\n", ck.source.c_str(),
                ck.config.n_layers, o.device.c_str(), seconds_since(t0), weights_gb);
@@ -163,7 +170,9 @@ int run(const Options& o) {
   const int vocab = ck.config.vocab_size;
   std::string levers = "rank " + std::to_string(o.rank) + ", seg " + std::to_string(o.segment_size) +
                        (o.offload ? " +offload" : "") + (o.offload_attention ? " +attention" : "") + ", head chunk " + std::to_string(o.head_chunk) +
-                       (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "");
+                       (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "") +
+                       (o.boundary_dtype != "f32" ? ", boundaries " + o.boundary_dtype : "") +
+                       (o.device_boundaries > 0 ? ", " + std::to_string(o.device_boundaries) + " on the device" : "");
   if (o.method == "orpo") {
     train::TokenizedPair pair{.prompt = random_tokens(o.prompt, vocab, rng),
                               .chosen = random_tokens(o.response, vocab, rng),
@@ -236,6 +245,9 @@ int main(int argc, char** argv) {
     else if (a == "--offload-attention") o.offload_attention = true;
     else if (a == "--mlp-chunk") o.mlp_chunk = std::stoi(next());
     else if (a == "--ballast-gb") o.ballast_gb = std::stod(next());
+    else if (a == "--host-ballast-gb") o.host_ballast_gb = std::stod(next());
+    else if (a == "--boundary-dtype") o.boundary_dtype = next();
+    else if (a == "--device-boundaries") o.device_boundaries = std::stoi(next());
     else if (a == "--no-prefix-shared") o.prefix_shared = false;
     else if (a == "--longest") {
       std::stringstream ss(next());

@@ -188,6 +188,9 @@ Subcommand add_train_command(CLI::App& root) {
   app->add_flag_function("--offload-attention", [&f](int64_t) { f.overrides["offload_attention"] = true; },
                          "with --offload-boundaries: also each layer's attention output (the recompute skips the "
                          "attention; twice the host memory)");
+  option<std::string>(app, f, "boundary-dtype", "segment boundaries in f32 (default) or bf16 (half the memory)");
+  option<int>(app, f, "device-boundaries", "with --offload-boundaries: keep the last N segments' boundaries on "
+                                           "the device (default 0)");
   app->add_flag_function("--grad-checkpoint", [&f](int64_t) { f.overrides["grad_checkpoint"] = true; },
                          "recompute every layer in the backward (= --segment-size 1)");
   app->add_flag_function("--prefix-shared", [&f](int64_t) { f.overrides["prefix_shared"] = true; },

@@ -5,6 +5,10 @@
 #include "backend/cpu/quant_ref.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "ops/device.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -16,10 +20,36 @@ void quantize_row(DType dtype, const float* src, void* dst, int64_t n) {
   cpu::quantize_row_ref(dtype, src, dst, n);
 }
 
+#if BRIOCHE_CUDA
+namespace {
+
+// f32 <-> bf16 of a dense matrix on the device.
+Tensor convert_on_cuda(const Tensor& src, DType dtype) {
+  const bool to_bf16 = src.dtype() == DType::F32 && dtype == DType::BF16;
+  BRIOCHE_CHECK((to_bf16 || (src.dtype() == DType::BF16 && dtype == DType::F32)) && src.rank() == 2 &&
+                    src.is_contiguous(),
+                "convert: on CUDA only dense f32 <-> bf16 matrices, got ", src.describe(), " -> ", dtype_name(dtype));
+  Tensor out = zeros(dtype, {src.dim(0), src.dim(1)}, Device::CUDA);
+  if (to_bf16)
+    cuda::convert_rows_to_16bit({.x = src.data_as<float>(), .ldx = src.dim(1), .n = src.dim(0), .k = src.dim(1),
+                                 .out = out.data(), .to_f16 = false});
+  else
+    cuda::bf16_to_f32(src.data(), src.numel(), out.data_as<float>());
+  return out;
+}
+
+}  // namespace
+#endif
+
 Tensor convert(const Tensor& src, DType dtype) {
   BRIOCHE_CHECK(src.defined(), "convert: source tensor is undefined");
-  BRIOCHE_CHECK(src.device() == Device::CPU, "convert: source ", src.describe(),
-                " is on CUDA but the CUDA backend is not built");
+  if (src.device() == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return convert_on_cuda(src, dtype);
+#else
+    fail("convert: source ", src.describe(), " is on CUDA but the CUDA backend is not built");
+#endif
+  }
   BRIOCHE_CHECK(src.rank() >= 1, "convert: source must have rank >= 1");
   BRIOCHE_CHECK(src.dtype() != DType::I32 && dtype != DType::I32, "convert: i32 is not convertible, got ",
                 src.describe(), " -> ", dtype_name(dtype));

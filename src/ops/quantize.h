@@ -14,7 +14,9 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n);
 // nearest, scales chosen as llama.cpp/MLX do), for tests and model writers.
 void quantize_row(DType dtype, const float* src, void* dst, int64_t n);
 
-// Whole-tensor conversion to a new contiguous CPU tensor of `dtype`.
+// Whole-tensor conversion to a new contiguous tensor of `dtype` on the
+// source's device. On CUDA: dense f32 → bf16 (rounded to nearest even) and
+// bf16 → f32 (exact), what training's bf16 boundaries need.
 Tensor convert(const Tensor& src, DType dtype);
 
 }  // namespace brioche::ops

@@ -56,6 +56,12 @@ void TrainConfig::finalize() {
                 "is offloaded");
   BRIOCHE_CHECK(!offload_attention || offload_boundaries,
                 "offload_attention needs offload_boundaries: the attention outputs travel with the boundaries");
+  BRIOCHE_CHECK(boundary_dtype == "f32" || boundary_dtype == "bf16", "boundary_dtype: expected f32 or bf16, got '",
+                boundary_dtype, "'");
+  BRIOCHE_CHECK(device_boundaries >= 0, "device_boundaries must be >= 0, got ", device_boundaries);
+  BRIOCHE_CHECK(device_boundaries == 0 || offload_boundaries,
+                "device_boundaries needs offload_boundaries: it keeps some boundaries on the device instead of the "
+                "host");
 }
 
 Device TrainConfig::resolved_device() const {
@@ -164,6 +170,8 @@ const std::vector<OptionSpec>& option_specs() {
        [](TrainConfig& c, const json& v) { c.offload_boundaries = v.get<bool>(); }},
       {{"offload_attention"}, Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.offload_attention = v.get<bool>(); }},
+      {{"boundary_dtype"}, Kind::String, [](TrainConfig& c, const json& v) { c.boundary_dtype = v.get<std::string>(); }},
+      {{"device_boundaries"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.device_boundaries = to_int(v); }},
       {{"orpo_fused_ce", "orpo_flash_ce", "fused_ce"}, Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.fused_head = v.get<bool>(); }},
       {{"grad_checkpoint"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.grad_checkpoint = v.get<bool>(); }},
@@ -264,6 +272,8 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["segment_size"] = c.segment_size;
   j["offload_boundaries"] = c.offload_boundaries;
   j["offload_attention"] = c.offload_attention;
+  j["boundary_dtype"] = c.boundary_dtype;
+  j["device_boundaries"] = c.device_boundaries;
   j["prefix_shared"] = c.prefix_shared;
   j["head_chunk_size"] = c.head_chunk_size;
   j["mlp_chunk_size"] = c.mlp_chunk_size;

@@ -52,6 +52,8 @@ struct TrainConfig {
   int segment_size = 0;          // segmented backward: layers per recompute segment (0 = off)
   bool offload_boundaries = false;  // segment boundaries in host memory while training on CUDA
   bool offload_attention = false;   // with them, each layer's attention output: the recompute skips the attention
+  std::string boundary_dtype = "f32";  // f32 | bf16: segment boundaries in bf16 take half the memory
+  int device_boundaries = 0;        // with offload_boundaries: the last N segments' boundaries stay on the device
   bool prefix_shared = false;    // one [prompt; chosen; rejected] forward per pair
   int head_chunk_size = 4096;    // fused CE head vocab chunk; 0 = plain head (full logits)
   int mlp_chunk_size = 0;        // MLP over this many tokens at a time, [tokens, inter] never held; 0 = off

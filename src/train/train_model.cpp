@@ -1,11 +1,13 @@
 #include "train/train_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
 #include "core/error.h"
 #include "ops/device.h"
 #include "ops/embedding.h"
+#include "ops/quantize.h"
 #include "ops/layer_backward.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -44,6 +46,11 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
                 "train: offload_boundaries needs segment_size > 0 (the boundaries are what is offloaded)");
   BRIOCHE_CHECK(!options.offload_attention || options.offload_boundaries,
                 "train: offload_attention needs offload_boundaries (the attention outputs travel with them)");
+  BRIOCHE_CHECK(options.boundary_dtype == DType::F32 || options.boundary_dtype == DType::BF16,
+                "train: boundary_dtype must be f32 or bf16, got ", dtype_name(options.boundary_dtype));
+  BRIOCHE_CHECK(options.device_boundaries >= 0 && (options.device_boundaries == 0 || options.offload_boundaries),
+                "train: device_boundaries must be >= 0 and goes with offload_boundaries, got ",
+                options.device_boundaries);
   if (adapter) {
     BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(),
                   " layers, model ", c.n_layers);
@@ -101,12 +108,19 @@ Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, co
   if (keep_all) caches_.resize(size_t(n_layers - first));
   const bool offload = o.for_backward && !keep_all && options_.offload_boundaries && device_ != Device::CPU;
   attention_offloaded_ = offload && options_.offload_attention;
+  // Segments from this one on keep their boundaries on the device when offloading.
+  const int n_segments = keep_all || !o.for_backward ? 0 : (n_layers - first + options_.segment_size - 1) / options_.segment_size;
+  const int first_on_device = n_segments - std::min(options_.device_boundaries, n_segments);
   LayerCache scratch;
   for (int l = first; l < n_layers; ++l) {
     const size_t i = size_t(l - first);
     if (offload) host_.next_layer();
-    if (o.for_backward && !keep_all && i % size_t(options_.segment_size) == 0)  // x changes in place: a copy is kept
-      boundaries_.push_back(offload ? host_.put(boundary_slot(i), copy_of(x)) : copy_of(x));
+    if (o.for_backward && !keep_all && i % size_t(options_.segment_size) == 0) {
+      // x changes in place: a copy is kept (in boundary_dtype).
+      Tensor kept = options_.boundary_dtype == DType::F32 ? copy_of(x) : ops::convert(x, options_.boundary_dtype);
+      const bool to_host = offload && int(boundaries_.size()) < first_on_device;
+      boundaries_.push_back(to_host ? host_.put(boundary_slot(i), std::move(kept)) : std::move(kept));
+    }
     LayerCache& cache = keep_all ? caches_[i] : scratch;
     layer_forward(ctx, params(l), x, cache);
     if (attention_offloaded_) {
@@ -167,7 +181,9 @@ void TrainModel::backward(const Tensor& d_hidden) {
       if (s > 0) next = fetch(s - 1);  // queued before this segment's kernels: it overlaps them
       here.copy.wait();
       for (HostOffload::Fetch& f : here.attention) f.copy.wait();
-      Tensor x = here.x;  // recompute this segment, saving activations
+      // Recompute this segment, saving activations, from its f32 residual.
+      Tensor x = here.x.dtype() == DType::F32 ? here.x : ops::convert(here.x, DType::F32);
+      here.x = Tensor();
       for (int l = l0; l < l1; ++l) {
         LayerCache& cache = segment[size_t(l - l0)];
         if (attention_offloaded_) {  // the forward's attention output: the recompute skips the attention

@@ -41,6 +41,14 @@ struct TrainModelOptions {
   // per branch) for twice the host memory (16 + 16 KB per token and layer at
   // hidden 4,096, f32).
   bool offload_attention = false;
+  // Boundaries stored in bf16 (half the memory, on the device or the host;
+  // the recompute then starts from the residual rounded to bf16): the lever
+  // for the longest sequences, whose 32 layers of f32 boundaries outgrow
+  // host memory (16 KB per token and layer at hidden 4,096).
+  DType boundary_dtype = DType::F32;
+  // With offload_boundaries: the last this many segments keep their
+  // boundaries on the device (spare device memory beside the host's).
+  int device_boundaries = 0;
   // The MLP in row chunks of this many rows (LayerContext::mlp_chunk_rows); 0 = whole batch.
   int mlp_chunk_rows = 0;
 };

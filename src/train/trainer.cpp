@@ -107,6 +107,10 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
                                         TrainModelOptions{.segment_size = config_.segment_size,
                                                           .offload_boundaries = config_.offload_boundaries,
                                                           .offload_attention = config_.offload_attention,
+                                                          .boundary_dtype = config_.boundary_dtype == "bf16"
+                                                                                ? DType::BF16
+                                                                                : DType::F32,
+                                                          .device_boundaries = config_.device_boundaries,
                                                           .mlp_chunk_rows = config_.mlp_chunk_size});
   if (config_.head_chunk_size > 0) head_ = std::make_unique<FusedLogpHead>(ck.weights.output, config_.head_chunk_size);
   else head_ = std::make_unique<PlainLogpHead>(ck.weights.output);

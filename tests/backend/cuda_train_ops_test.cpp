@@ -381,6 +381,20 @@ TEST(CudaTrainOps, Bf16MlpPathsMatchTheF32Ones) {
   expect_identical(from_bf16.grad_b, from_f32.grad_b, "dB");
 }
 
+// ops::convert on the device (training's bf16 boundaries): f32 -> bf16
+// rounds as the CPU does, bf16 -> f32 is exact.
+TEST(CudaTrainOps, ConvertF32Bf16OnDeviceMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  for (auto [rows, cols] : {std::pair{1, 8}, std::pair{37, 4096}, std::pair{5, 97}}) {
+    const Tensor x = random_f32(rows, cols, 98, 100.0f);
+    const Tensor down = convert(to_device(x, Device::CUDA), DType::BF16);
+    const Tensor want = convert(x, DType::BF16);
+    Tensor got = host(down);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), size_t(rows * cols) * 2), 0) << rows << "x" << cols;
+    expect_identical(convert(down, DType::F32), convert(want, DType::F32), "bf16 -> f32");
+  }
+}
+
 TEST(CudaTrainOps, LoraMatmulGroupMatchesCpu) {
   REQUIRE_CUDA_DEVICE();
   check_lora_matmul(40, 64, 0);    // the tensor-core path

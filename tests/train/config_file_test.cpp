@@ -67,6 +67,8 @@ device = "auto"
 gpus = 2
 offload_boundaries = true
 offload_attention = true
+boundary_dtype = "bf16"
+device_boundaries = 3
 prefix_shared = true
 head_chunk_size = 2048
 mlp_chunk_size = 1024
@@ -82,7 +84,7 @@ threads = 3
     "batch_size": 2, "grad_accumulation_steps": 4, "max_seq_length": 1024, "max_grad_norm": 0.5,
     "weight_decay": 0.01, "rank": 32, "alpha": 64, "rs_lora": true, "lora_plus_ratio": 16.0, "lora_dropout": 0.05,
     "target_modules": ["q_proj", "v_proj", "down_proj"], "num_layers": 12, "segment_size": 2,
-    "device": "auto", "gpus": 2, "offload_boundaries": true, "offload_attention": true,
+    "device": "auto", "gpus": 2, "offload_boundaries": true, "offload_attention": true, "boundary_dtype": "bf16", "device_boundaries": 3,
     "prefix_shared": true, "head_chunk_size": 2048,
     "mlp_chunk_size": 1024, "steps_per_eval": 25, "steps_per_report": 5,
     "save_checkpoints": true, "seed": 42, "threads": 3})");
@@ -158,6 +160,9 @@ TEST(ConfigFile, ReferenceSwitchesMapToLevers) {
   EXPECT_THAT(error("offload.toml", "offload_boundaries = true\n"), HasSubstr("needs segment_size > 0"));
   EXPECT_THAT(error("attention.toml", "segment_size = 1\noffload_attention = true\n"),
               HasSubstr("offload_attention needs offload_boundaries"));
+  EXPECT_THAT(error("dtype.toml", "boundary_dtype = \"f16\"\n"), HasSubstr("boundary_dtype: expected f32 or bf16, got 'f16'"));
+  EXPECT_THAT(error("device.toml", "segment_size = 1\ndevice_boundaries = 2\n"),
+              HasSubstr("device_boundaries needs offload_boundaries"));
   EXPECT_THAT(error("device.toml", "device = \"tpu\"\n"), HasSubstr("expected cpu, cuda or auto, got 'tpu'"));
 }
 

@@ -84,6 +84,8 @@ struct Case {
   int segment_size = 0;
   bool offload = false;
   bool offload_attention = false;
+  bool bf16_boundaries = false;  // (on both devices: the CPU rounds them the same way)
+  int device_boundaries = 0;     // (CUDA with offload only)
   float dropout = 0.0f;
   int64_t head_chunk = 16;
   int mlp_chunk = 0;
@@ -104,6 +106,8 @@ struct Stack {
                                          TrainModelOptions{.segment_size = c.segment_size,
                                                            .offload_boundaries = c.offload && device == Device::CUDA,
                                                            .offload_attention = c.offload_attention && device == Device::CUDA,
+                                                           .boundary_dtype = c.bf16_boundaries ? DType::BF16 : DType::F32,
+                                                           .device_boundaries = c.offload && device == Device::CUDA ? c.device_boundaries : 0,
                                                            .mlp_chunk_rows = c.mlp_chunk});
     head = std::make_unique<FusedLogpHead>(ck.weights.output, c.head_chunk);
     optimizer = std::make_unique<AdamW>(*adapter, AdamWConfig{.weight_decay = 0.01f, .lora_plus_ratio = 4.0f});
@@ -198,6 +202,15 @@ TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
   EXPECT_EQ(gpu.model->offloaded_bytes(), boundaries + attention);
   gpu.model->backward(ops::zeros(DType::F32, {batch.n_rows(), cfg.hidden_size}, Device::CUDA));
   EXPECT_EQ(gpu.model->offloaded_bytes(), 0u);
+}
+
+// Boundaries in bf16, the last segment's on the device and the rest on the
+// host: the device recomputes from the same rounded residuals as the CPU.
+TEST(CudaTrain, OrpoBf16BoundariesSplitDeviceHostMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  const Case c{.name = "orpo seg1 bf16 boundaries 1 on device", .method = Method::ORPO, .prefix_shared = true,
+               .segment_size = 1, .offload = true, .bf16_boundaries = true, .device_boundaries = 1, .head_chunk = 7};
+  expect_steps_match(c, DType::F32, kF32);
 }
 
 // The MLP in row chunks with LoRA dropout: each chunk draws the batch's

@@ -183,6 +183,22 @@ TEST(TrainGolden, SegmentedForwardKeepsOnlyBoundaries) {
   EXPECT_EQ(model.saved_bytes(), 0u);
 }
 
+// Boundaries kept in bf16: the forward (and so the loss) is untouched; the
+// recompute starts from residuals rounded to bf16 (relative error ≤ 2^-9),
+// which moves the LoRA gradients of this tiny model by 5.5e-3 (segments of
+// 1) and 1.1e-2 (segments of 2, one more layer recomputed from the rounded
+// residual): bound 2e-2, the bf16 class of the CUDA-vs-CPU tests.
+TEST(TrainGolden, Bf16BoundariesStayCloseToF32) {
+  Fixture f;
+  for (int seg : {1, 2}) {
+    const double f32 = f.run(Method::ORPO, SftScope::Full, {.segment_size = seg});
+    auto g_f32 = f.grad_snapshot();
+    const double bf16 = f.run(Method::ORPO, SftScope::Full, {.segment_size = seg, .boundary_dtype = DType::BF16});
+    EXPECT_EQ(bf16, f32) << "segment " << seg;
+    expect_same_grads(f.grad_snapshot(), g_f32, 2e-2, "bf16 boundaries vs f32");
+  }
+}
+
 // The MLP in row chunks (gate/up recomputed in the backward) gives the
 // whole-batch loss and LoRA gradients: uneven chunks, one row, with the
 // segmented backward, for every method's batch shape (ORPO: two branches).

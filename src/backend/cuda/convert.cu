@@ -60,7 +60,19 @@ __global__ void convert_rows_x8_kernel(const float* x, int64_t ldx, int64_t n, i
   reinterpret_cast<uint4*>(out)[i] = packed;  // row r's group starts at element r·k + c = 8·i
 }
 
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* x, int64_t n, float* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __bfloat162float(x[i]);
+}
+
 }  // namespace
+
+void bf16_to_f32(const void* x, int64_t n, float* out) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<unsigned((n + 255) / 256), 256, 0, detail::current_stream()>>>(
+      static_cast<const __nv_bfloat16*>(x), n, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin,
                         int64_t row_end, int64_t k, void* out) {

@@ -88,5 +88,7 @@ struct ConvertRowsArgs {
   bool to_f16;
 };
 void convert_rows_to_16bit(const ConvertRowsArgs& args);
+// out[i] = f32(x[i]) for n contiguous bf16 values (exact).
+void bf16_to_f32(const void* x, int64_t n, float* out);
 
 }  // namespace brioche::cuda
