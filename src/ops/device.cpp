@@ -1,7 +1,9 @@
 #include "ops/device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 #if BRIOCHE_CUDA
@@ -49,6 +51,26 @@ Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device) {
   return t;
 #else
   fail_no_cuda("zeros");
+#endif
+}
+
+Tensor uninitialized(DType dtype, std::initializer_list<int64_t> shape, Device device) {
+  constexpr uint8_t kPoison = 0xFF;  // NaN as f32, f16 and bf16
+  if (device == Device::CPU) {
+    Tensor t = Tensor::zeros(dtype, shape);
+    if (t.nbytes() > 0) std::memset(t.data(), kPoison, t.nbytes());
+    return t;
+  }
+#if BRIOCHE_CUDA
+  static const bool poison = [] {
+    const char* v = std::getenv("BRIOCHE_POISON");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  Tensor t = cuda::empty(dtype, shape);
+  if (poison) cuda::fill_bytes(t.data(), kPoison, t.nbytes());
+  return t;
+#else
+  fail_no_cuda("uninitialized");
 #endif
 }
 

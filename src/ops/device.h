@@ -18,6 +18,14 @@ bool cuda_available();
 // A zero-filled contiguous tensor on `device`.
 Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device);
 
+// A contiguous tensor on `device` whose contents are unspecified, for a
+// buffer that an op overwrites whole (every activation of a training step:
+// zero-filling them first is one more pass over memory each). It is filled
+// with 0xFF bytes, NaN in every float type, on the CPU and, when the
+// environment has BRIOCHE_POISON=1 (the GPU tests), on CUDA: a read before
+// the write then shows up as NaN instead of passing on zeros.
+Tensor uninitialized(DType dtype, std::initializer_list<int64_t> shape, Device device);
+
 // A zero-filled contiguous CPU tensor in page-locked memory when this build
 // has CUDA and a GPU is visible (full-speed copies to and from the device),
 // ordinary host memory otherwise. For long-lived staging buffers (offloaded

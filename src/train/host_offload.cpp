@@ -27,7 +27,7 @@ Tensor HostOffload::put(size_t slot, Tensor t) {
 HostOffload::Fetch HostOffload::fetch(size_t slot, Device device) {
   BRIOCHE_CHECK(slot < host_.size() && host_[slot].defined(), "host offload: slot ", slot, " was never put");
   const Tensor& host = host_[slot];
-  Fetch f{ops::zeros(host.dtype(), {host.dim(0), host.dim(1)}, device), {}};
+  Fetch f{ops::uninitialized(host.dtype(), {host.dim(0), host.dim(1)}, device), {}};
   f.copy = ops::copy_async(host, f.t);
   return f;
 }

@@ -57,10 +57,10 @@ std::vector<float> FusedLogpHead::forward(const Tensor& hidden, std::span<const 
   targets_.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) rows_[size_t(i)] = scored[size_t(i)].row, targets_[size_t(i)] = scored[size_t(i)].target;
   if (n == 0) return {};
-  gathered_ = ops::zeros(DType::F32, {n, hidden.dim(1)}, dev);
+  gathered_ = ops::uninitialized(DType::F32, {n, hidden.dim(1)}, dev);
   ops::gather_rows(hidden, rows_, gathered_);
-  lse_ = ops::zeros(DType::F32, {n}, dev);
-  Tensor logp = ops::zeros(DType::F32, {n}, dev);
+  lse_ = ops::uninitialized(DType::F32, {n}, dev);
+  Tensor logp = ops::uninitialized(DType::F32, {n}, dev);
   ops::logp_head_forward({.hidden = gathered_, .weight = w_, .targets = targets_, .chunk = chunk_}, lse_, logp);
   const Tensor host = ops::to_device(logp, Device::CPU);  // the only [n] floats that cross
   return std::vector<float>(host.data_as<float>(), host.data_as<float>() + n);
@@ -75,7 +75,7 @@ void FusedLogpHead::backward(std::span<const float> d_logp, Tensor& d_hidden) {
     Tensor g_host = Tensor::zeros(DType::F32, {n});
     std::copy(d_logp.begin(), d_logp.end(), g_host.data_as<float>());
     const Tensor g = ops::to_device(g_host, dev);
-    Tensor dg = ops::zeros(DType::F32, {n, gathered_.dim(1)}, dev);  // [n_scored, H]
+    Tensor dg = ops::uninitialized(DType::F32, {n, gathered_.dim(1)}, dev);  // [n_scored, H]
     ops::logp_head_backward({.hidden = gathered_, .weight = w_, .targets = targets_, .chunk = chunk_}, lse_, g, dg,
                             ops::GradWrite::Overwrite);
     ops::scatter_add_rows(dg, rows_, d_hidden);

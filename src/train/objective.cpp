@@ -1,5 +1,7 @@
 #include "train/objective.h"
 
+#include <utility>
+
 #include "ops/device.h"
 
 namespace brioche::train {
@@ -13,10 +15,10 @@ LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& bat
   LossValue loss = compute_loss(config, seqs, reference);
   if (o.backward) {
     const std::vector<float> d_logp = token_grads(batch.scored, loss, o.grad_scale);
-    Tensor d_hidden = ops::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)}, hidden.device());  // [n, H]
+    Tensor d_hidden = ops::uninitialized(DType::F32, {hidden.dim(0), hidden.dim(1)}, hidden.device());  // [n, H], the head writes it whole
     hidden = Tensor();  // (the head keeps the rows it scores; the stack's backward does not need these)
     head.backward(d_logp, d_hidden);
-    model.backward(d_hidden);
+    model.backward(std::move(d_hidden));
   }
   return loss;
 }

@@ -19,7 +19,11 @@ namespace brioche::train {
 namespace {
 
 // Activations live where the residual stream does (the CPU or the GPU).
-Tensor f32(Device device, int64_t n, int64_t d) { return ops::zeros(DType::F32, {n, d}, device); }
+// Every one is written whole by the op that produces it, so none is
+// zero-filled first (on the CPU they start as NaN: a read before the write
+// fails the tests).
+Tensor f32(Device device, int64_t n, int64_t d) { return ops::uninitialized(DType::F32, {n, d}, device); }
+Tensor bf16(Device device, int64_t n, int64_t d) { return ops::uninitialized(DType::BF16, {n, d}, device); }
 
 void copy_rows(const Tensor& src, Tensor& dst) { ops::copy(src, dst); }
 
@@ -112,10 +116,9 @@ struct MlpBuffers {
   }
 };
 
-MlpBuffers mlp_buffers(const model::ModelConfig& cfg, Device dev, int64_t rows, bool bf16) {
+MlpBuffers mlp_buffers(const model::ModelConfig& cfg, Device dev, int64_t rows, bool in_bf16) {
   const int64_t inter = cfg.intermediate_size;
-  return {f32(dev, rows, inter), f32(dev, rows, inter),
-          bf16 ? ops::zeros(DType::BF16, {rows, inter}, dev) : f32(dev, rows, inter)};
+  return {f32(dev, rows, inter), f32(dev, rows, inter), in_bf16 ? bf16(dev, rows, inter) : f32(dev, rows, inter)};
 }
 
 // gate, up and act of rows [r0, r1) (from c.h2); the LoRA u of gate and up
@@ -175,6 +178,7 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
     us[i] = &c.lora_u[size_t(kQkv[i])];
   }
   lora_linear_forward(sites, c.h1, outs, us);
+  c.h1 = Tensor();  // the backward normalises x_in again: one cheap pass for [n, hidden] less at its peak
   if (w.q_norm.defined()) {
     // Qwen3: RMSNorm over each head's head_dim values, before RoPE.
     c.q_raw = f32(dev, n, cfg.q_dim());
@@ -243,9 +247,9 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
     // recomputed. The [n, inter] buffers are the largest of a layer: each
     // goes as soon as it has been read for the last time.
     const int64_t pass = mlp_pass_rows(ctx, n);
-    const bool bf16 = mlp_in_bf16(s, p, dev, n, pass, cfg);
-    MlpBuffers buffers = pass == n ? MlpBuffers{c.gate, c.up, c.act} : mlp_buffers(cfg, dev, pass, bf16);
-    if (bf16) buffers.d_up = ops::zeros(DType::BF16, {pass, cfg.intermediate_size}, dev);
+    const bool in_bf16 = mlp_in_bf16(s, p, dev, n, pass, cfg);
+    MlpBuffers buffers = pass == n ? MlpBuffers{c.gate, c.up, c.act} : mlp_buffers(cfg, dev, pass, in_bf16);
+    if (in_bf16) buffers.d_up = bf16(dev, pass, cfg.intermediate_size);
     c.gate = Tensor(), c.up = Tensor(), c.act = Tensor();
     Tensor d_act = f32(dev, pass, cfg.intermediate_size);
     for (int64_t r0 = 0; r0 < n; r0 += pass) {
@@ -273,7 +277,9 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
   ops::rope_backward(dq, ctx.positions, rope_params(ctx, cfg.n_heads));
   ops::rope_backward(dk, ctx.positions, rope_params(ctx, cfg.n_kv_heads));
   if (w.q_norm.defined()) {
-    Tensor dq_raw = f32(dev, n * cfg.n_heads, cfg.head_dim), dk_raw = f32(dev, n * cfg.n_kv_heads, cfg.head_dim);
+    // (zero-filled: rms_norm_backward adds into its dx)
+    Tensor dq_raw = ops::zeros(DType::F32, {n * cfg.n_heads, cfg.head_dim}, dev);
+    Tensor dk_raw = ops::zeros(DType::F32, {n * cfg.n_kv_heads, cfg.head_dim}, dev);
     ops::rms_norm_backward(c.q_raw.reshape({n * cfg.n_heads, cfg.head_dim}), w.q_norm, cfg.rms_eps,
                            dq.reshape({n * cfg.n_heads, cfg.head_dim}), dq_raw);
     ops::rms_norm_backward(c.k_raw.reshape({n * cfg.n_kv_heads, cfg.head_dim}), w.k_norm, cfg.rms_eps,
@@ -282,12 +288,15 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
     dk = dk_raw.reshape({n, cfg.kv_dim()});
   }
   Tensor d_h1 = f32(dev, n, cfg.hidden_size);
+  c.h1 = f32(dev, n, cfg.hidden_size);
+  ops::rms_norm(c.x_in, w.attn_norm, cfg.rms_eps, c.h1);  // as the forward did (bit-identical)
   const std::array<LoraSite, 3> sites = qkv_sites(ctx, p);
   const LoraLinearBackward grads[] = {{.x = c.h1, .u = c.lora_u[size_t(Module::Q)], .dy = dq, .dx = d_h1},
                                       {.x = c.h1, .u = c.lora_u[size_t(Module::K)], .dy = dk, .dx = d_h1},
                                       {.x = c.h1, .u = c.lora_u[size_t(Module::V)], .dy = dv, .dx = d_h1}};
   lora_linear_backward(sites, grads);
   ops::rms_norm_backward(c.x_in, w.attn_norm, cfg.rms_eps, d_h1, dx);  // dx = d x_in
+  c = LayerCache();  // consumed: its buffers go before the next layer's recompute allocates its own
 }
 
 }  // namespace brioche::train

@@ -24,7 +24,7 @@ namespace brioche::train {
 // Saved activations of one layer, [n_rows, ...] f32.
 struct LayerCache {
   Tensor x_in;          // [n, hidden] residual input
-  Tensor h1;            // [n, hidden]
+  Tensor h1;            // [n, hidden] (only during the projections: the backward normalises x_in again)
   Tensor q_raw, k_raw;  // [n, q_dim], [n, kv_dim] before the Qwen3 q/k norm (qk_norm only)
   Tensor q, k, v;       // [n, q_dim], [n, kv_dim] x2, after RoPE
   Tensor attn, lse;     // [n, q_dim], [n, n_heads]

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
 #include "ops/device.h"
@@ -19,7 +20,7 @@ namespace {
 // A copy of an f32 [n, d] tensor on `device` (its own device unless told).
 Tensor copy_of(const Tensor& t, std::optional<Device> device = std::nullopt) {
   if (device && *device != t.device()) return ops::to_device(t, *device);  // one transfer (contiguous result)
-  Tensor out = ops::zeros(DType::F32, {t.dim(0), t.dim(1)}, device.value_or(t.device()));
+  Tensor out = ops::uninitialized(DType::F32, {t.dim(0), t.dim(1)}, device.value_or(t.device()));
   ops::copy(t, out);
   return out;
 }
@@ -78,7 +79,7 @@ LayerParams TrainModel::params(int layer) const {
 
 Tensor TrainModel::frozen_prefix(const TokenBatch& batch) const {
   const auto& c = ck_.config;
-  Tensor x = ops::zeros(DType::F32, {batch.n_rows(), c.hidden_size}, device_);
+  Tensor x = ops::uninitialized(DType::F32, {batch.n_rows(), c.hidden_size}, device_);
   ops::embedding(ck_.weights.token_embd, batch.tokens, x);
   const auto layout = batch.layout();
   const LayerContext ctx = context(batch, layout, {.adapter_enabled = false, .for_backward = false});
@@ -128,19 +129,19 @@ Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, co
       host_.put(attention_slot(i) + 1, cache.lse);
     }
   }
-  x_final_ = o.for_backward ? copy_of(x) : Tensor();
-  Tensor h = ops::zeros(DType::F32, {batch.n_rows(), c.hidden_size}, device_);
+  Tensor h = ops::uninitialized(DType::F32, {batch.n_rows(), c.hidden_size}, device_);
   ops::rms_norm(x, ck_.weights.output_norm, c.rms_eps, h);
+  x_final_ = o.for_backward ? std::move(x) : Tensor();
   return h;
 }
 
-void TrainModel::backward(const Tensor& d_hidden) {
+void TrainModel::backward(Tensor d_hidden) {
   BRIOCHE_CHECK(batch_ != nullptr, "train backward: no forward(for_backward) to differentiate");
   const auto& c = ck_.config;
   const int64_t n = batch_->n_rows();
   Tensor dx = ops::zeros(DType::F32, {n, c.hidden_size}, device_);
   ops::rms_norm_backward(x_final_, ck_.weights.output_norm, c.rms_eps, d_hidden, dx);
-  x_final_ = Tensor();
+  x_final_ = Tensor(), d_hidden = Tensor();
   const LayerContext ctx = context(*batch_, layout_, forward_options_);
   const int first = first_trainable_layer(), n_layers = c.n_layers;
   if (options_.segment_size == 0) {
@@ -193,6 +194,7 @@ void TrainModel::backward(const Tensor& d_hidden) {
         }
         layer_forward(ctx, params(l), x, cache);
       }
+      x = Tensor();  // the segment's output: its backward needs only the caches
       for (int l = l1 - 1; l >= l0; --l) layer_backward(ctx, params(l), segment[size_t(l - l0)], dx);
     }
   }

@@ -79,8 +79,10 @@ class TrainModel {
   Tensor forward(const TokenBatch& batch, const ForwardOptions& options);
 
   // d_hidden: d loss / d final-normed hidden [n_rows, hidden]. Accumulates
-  // LoRA gradients; returns nothing (the embedding is frozen).
-  void backward(const Tensor& d_hidden);
+  // LoRA gradients; returns nothing (the embedding is frozen). Taken by
+  // value and released after the final norm's backward: a caller that moves
+  // it in does not hold [n_rows, hidden] through the layers' backward.
+  void backward(Tensor d_hidden);
 
   // Bytes held for the backward after the last forward (activations,
   // boundaries, offloaded attention outputs); 0 after the backward.
