@@ -169,6 +169,12 @@ TEST(Cli, TrainRefusesUnsupportedSwitchesAndDevices) {
   o = run_brioche("train --method orpo --grad-checkpoint --offload-attention" + data);
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("offload_attention needs offload_boundaries"), std::string::npos) << o.output;
+  o = run_brioche("train --method orpo --grad-checkpoint --device-boundaries 2" + data);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("device_boundaries needs offload_boundaries"), std::string::npos) << o.output;
+  o = run_brioche("train --method orpo --grad-checkpoint --boundary-dtype f16" + data);
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("boundary_dtype: expected f32 or bf16, got 'f16'"), std::string::npos) << o.output;
   if (!ops::cuda_available()) {
     o = run_brioche("train --device cuda --grad-accum 2 --resume " + (dir / "none").string() + data);
     EXPECT_EQ(o.exit_code, 2) << o.output;
@@ -193,7 +199,7 @@ TEST(Cli, TrainedAdapterLoadsIntoRun) {
   // Options from a TOML file, the command line overriding one of them (rank).
   std::ofstream(dir / "train.toml") << "iters = 2\nnum_layers = 1\nrank = 8\nthreads = 2\n";
   Outcome train = run_brioche("train --config " + (dir / "train.toml").string() + " -d " + (dir / "data").string() +
-                              " -o " + (dir / "adapter").string() + " --rank 4 -q");
+                              " -o " + (dir / "adapter").string() + " --rank 4 --grad-checkpoint --boundary-dtype bf16 -q");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_model.safetensors"));
@@ -203,6 +209,7 @@ TEST(Cli, TrainedAdapterLoadsIntoRun) {
     EXPECT_NE(metrics.find("\"rank\": 4"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("\"iters\": 2"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("\"num_layers\": 1"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("\"boundary_dtype\": \"bf16\""), std::string::npos) << metrics;
   }
   Outcome adapted = run_brioche("run -p 'Repeat: blue boats' --temp 0 -n 4 -t 2 --adapter " + (dir / "adapter").string());
   EXPECT_EQ(adapted.exit_code, 0) << adapted.output;
