@@ -3,7 +3,10 @@
 # nsys traces the decode graphs' kernel nodes (with programmatic dependent
 # launch they overlap, so the sum is an upper bound of the step); without
 # nsys, ncu times each kernel of eager decode steps on its own.
-#   bash bench/cuda_profile.sh [shape:dtype ...]   (default smollm2-135m:bf16)
+#   bash bench/cuda_profile.sh [shape:dtype[:what] ...]   (default smollm2-135m:bf16)
+# what: b1 (decode at batch 1, the default), b64 (64 sequences decoding at
+# 1,024 cached positions) or prefill (one 2,048-token prompt); the table is
+# per step (per prompt for prefill).
 # Needs build/dev from bench/cuda_pack.sh, carried.
 set -u
 out=${OUT:-/tmp/out}
@@ -14,12 +17,19 @@ bin=build/dev
 [ $# -gt 0 ] || set -- smollm2-135m:bf16
 nsys=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 for spec in "$@"; do
-  shape=${spec%%:*} dtype=${spec##*:} name=${shape}_${dtype}
-  steps=64
-  echo "== $shape $dtype"
+  IFS=: read -r shape dtype what <<<"$spec"
+  what=${what:-b1}
+  name=${shape}_${dtype}_$what
+  case $what in
+    b1) steps=64 run="--decode $steps --prefill 0 --batch 0" eager="--decode 16 --prefill 0 --batch 0" ;;
+    b64) steps=35 run="--decode 0 --prefill 0 --batch 64 --context 1024 --batch-steps 32" eager=$run ;;  # 3 warm-up steps + 32
+    prefill) steps=4 run="--decode 0 --prefill 2048 --batch 0" eager=$run ;;
+    *) echo "what: expected b1, b64 or prefill, got $what" >&2; exit 2 ;;
+  esac
+  echo "== $shape $dtype $what"
   if [ -n "$nsys" ]; then
     "$nsys" profile -q --cuda-graph-trace=node -t cuda -o "$out/$name" --force-overwrite true \
-      $bin/cuda_model_bench --shape "$shape" --dtype "$dtype" --decode $steps --prefill 0 --batch 0 2>&1 | grep "decode b1"
+      $bin/cuda_model_bench --shape "$shape" --dtype "$dtype" $run 2>&1 | grep -E "decode|prefill"
     # Kernel sums over the run; divide by the steps for one step.
     "$nsys" stats -q --report cuda_gpu_kern_sum --format csv "$out/$name.nsys-rep" > "$out/$name.csv" 2>/dev/null
     python3 - "$out/$name.csv" $steps <<'PY'
@@ -35,7 +45,7 @@ PY
   else
     command -v ncu >/dev/null || { echo "neither nsys nor ncu here"; exit 1; }
     BRIOCHE_CUDA_GRAPHS=0 ncu --metrics gpu__time_duration.sum --csv --launch-skip 2000 --launch-count 600 \
-      $bin/cuda_model_bench --shape "$shape" --dtype "$dtype" --decode 16 --prefill 0 --batch 0 > "$out/$name.csv" 2>/dev/null
+      $bin/cuda_model_bench --shape "$shape" --dtype "$dtype" $eager > "$out/$name.csv" 2>/dev/null
     python3 - "$out/$name.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"')) if r.get('Metric Name') == 'gpu__time_duration.sum']

@@ -3,9 +3,10 @@
 //
 // One CTA takes (query row, KV head, split of the key range) and all
 // n_heads/n_kv_heads query heads that share that KV head, so each K/V row is
-// read once per group. Its 4 warps stride over the keys U at a time; a lane
-// holds head_dim/32 values of q, k, v and of the accumulator. The softmax is
-// online (base 2, q pre-scaled by scale·log2 e):
+// read once per group. Its 4 warps stride over the keys, each warp's lanes
+// in groups that take one key apiece (KeyLanes), each lane a slice of its
+// key's K and V, of q and of the accumulator. The softmax is online (base 2,
+// q pre-scaled by scale·log2 e):
 //   m' = max(m, s);  l' = l·2^(m−m') + Σ 2^(s−m');  acc' = acc·2^(m−m') + Σ 2^(s−m')·v
 // With several splits (long contexts, few rows), each writes (acc, m, l) and
 // a combine kernel merges them: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s.
@@ -27,7 +28,6 @@ namespace brioche::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kKeysPerStep = 4;  // keys a warp loads before reducing (U)
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct AttnParams {
@@ -75,7 +75,7 @@ __device__ __forceinline__ const int32_t* row_table(const AttnParams& p, int seq
 // (kMinSplitKeys), up to the launch's p.splits. A decode graph's launch has
 // splits for its bucket's longest context; shorter contexts leave the rest
 // idle, and the combine reads only the active ones.
-constexpr int kMinSplitKeys = kWarps * kKeysPerStep;
+constexpr int kMinSplitKeys = kWarps * 4;  // (4 keys a warp: one step of the 4 key slots at head_dim 128, KeyLanes)
 
 struct RowKeys {
   int first, pos, n_keys, active_splits;
@@ -88,46 +88,70 @@ __device__ __forceinline__ RowKeys row_keys(const AttnParams& p, int r) {
   return {first, pos, n_keys, min(p.splits, max(1, (n_keys + kMinSplitKeys - 1) / kMinSplitKeys))};
 }
 
-template <typename KV, int N>
-__device__ __forceinline__ void load_kv(const KV* p, float out[N]) {
-  if constexpr (sizeof(KV) == 2 && N % 2 == 0) {
-    const __half2* h = reinterpret_cast<const __half2*>(p);
+// The score loop's layout: a warp's 32 lanes are KW = 32/L key slots of L
+// lanes; each slot takes U keys per step and each of its lanes kValuesPerLane
+// consecutive values of those keys' K and V rows (and of q and the
+// accumulator). A score is then summed over L lanes (log2 L shuffles, every
+// slot's at once) instead of over the warp: with lanes splitting head_dim
+// alone, each (key, head) score took 5 shuffles of its own, and at batch 64
+// the kernel was bound by them (182 µs per 8B layer for 268 MB of K/V).
+// Measured on the H200 (BENCHMARKS.md): 8 values a lane beat 16 (half the
+// registers: 4 CTAs per SM instead of 2; 8B at batch 64: 6,590 vs 6,905
+// tokens/s), and U keys per slot keep more K/V in flight per warp
+// (launch_attention).
+constexpr int kValuesPerLane = 8;
+template <int HD>
+struct KeyLanes {
+  static constexpr int DK = kValuesPerLane;
+  static constexpr int L = HD / DK;   // lanes per key: 8, 16 or 32
+  static constexpr int KW = 32 / L;   // key slots per warp
+  static_assert(L >= 1 && L <= 32 && HD % DK == 0, "KeyLanes: head_dim must split into DK-value lanes");
+};
+
+// DK cache values of one K or V row as loaded (16-byte words: f16 or f32),
+// converted to float where they are used.
+template <typename KV, int DK>
+struct RawRow {
+  uint4 w[DK * sizeof(KV) / 16];
+};
+
+template <typename KV, int DK>
+__device__ __forceinline__ void load_raw(const KV* p, RawRow<KV, DK>& r) {
+  const uint4* s = reinterpret_cast<const uint4*>(p);  // (plain loads: warp 0 may have just stored the new key)
 #pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      float2 f = __half22float2(h[i]);
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
-  } else if constexpr (sizeof(KV) == 4 && N % 4 == 0) {
+  for (int i = 0; i < int(DK * sizeof(KV) / 16); ++i) r.w[i] = s[i];
+}
+
+template <typename KV, int DK>
+__device__ __forceinline__ void to_floats(const RawRow<KV, DK>& r, float (&out)[DK]) {
 #pragma unroll
-    for (int i = 0; i < N / 4; ++i) {
-      float4 f = reinterpret_cast<const float4*>(p)[i];
-      out[4 * i] = f.x; out[4 * i + 1] = f.y; out[4 * i + 2] = f.z; out[4 * i + 3] = f.w;
-    }
-  } else {
+  for (int i = 0; i < int(DK * sizeof(KV) / 16); ++i) {
+    if constexpr (sizeof(KV) == 2) {
+      const __half2* h = reinterpret_cast<const __half2*>(&r.w[i]);
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
-      if constexpr (sizeof(KV) == 2) out[i] = __half2float(reinterpret_cast<const __half*>(p)[i]);
-      else out[i] = reinterpret_cast<const float*>(p)[i];
+      for (int t = 0; t < 4; ++t) {
+        const float2 f = __half22float2(h[t]);
+        out[8 * i + 2 * t] = f.x;
+        out[8 * i + 2 * t + 1] = f.y;
+      }
+    } else {
+      const float4 f = *reinterpret_cast<const float4*>(&r.w[i]);
+      out[4 * i] = f.x, out[4 * i + 1] = f.y, out[4 * i + 2] = f.z, out[4 * i + 3] = f.w;
     }
   }
 }
 
-// K and V rows of keys [base, base + kKeysPerStep) (clamped to k1: keys past
-// it are masked by the caller) for this lane's DPL values.
-template <typename KV, int DPL>
-__device__ __forceinline__ void load_step(const AttnParams& p, const int32_t* table, const KV* k_cache,
-                                          const KV* v_cache, int base, int k1, int64_t slot_elems,
-                                          int64_t head_off, float (&k)[kKeysPerStep][DPL],
-                                          float (&v)[kKeysPerStep][DPL]) {
-#pragma unroll
-  for (int u = 0; u < kKeysPerStep; ++u) {
-    const int key = min(base + u, k1);
-    const int64_t block = table[key / p.block_size];
-    const int64_t off = (block * p.block_size + key % p.block_size) * slot_elems + head_off;
-    load_kv<KV, DPL>(k_cache + off, k[u]);
-    load_kv<KV, DPL>(v_cache + off, v[u]);
-  }
+// The K and V values [col, col + DK) of `key` (clamped to k1: a key past it
+// is masked by the caller).
+template <typename KV, int DK>
+__device__ __forceinline__ void load_key(const AttnParams& p, const int32_t* table, const KV* k_cache,
+                                         const KV* v_cache, int key, int k1, int64_t slot_elems, int64_t col,
+                                         RawRow<KV, DK>& k, RawRow<KV, DK>& v) {
+  key = min(key, k1);
+  const int64_t block = table[key / p.block_size];
+  const int64_t off = (block * p.block_size + key % p.block_size) * slot_elems + col;
+  load_raw<KV, DK>(k_cache + off, k);
+  load_raw<KV, DK>(v_cache + off, v);
 }
 
 template <typename KV>
@@ -160,14 +184,21 @@ __device__ __forceinline__ void store_new_kv(const AttnParams& p, const detail::
   }
 }
 
-// DPL: head_dim / 32 values per lane; kMaxGroup ≥ n_heads / n_kv_heads;
-// kRope: RoPE and the K/V store taken in (AttnParams).
-template <typename KV, int DPL, int kMaxGroup, bool kRope>
+// HD: head_dim; kMaxGroup ≥ n_heads / n_kv_heads; kRope: RoPE and the K/V
+// store taken in (AttnParams); U: keys per slot and step (KeyLanes). q, RoPE
+// and the new K/V are handled with lanes splitting head_dim (DPL values
+// each, as RopeLane pairs them); the keys with the KeyLanes layout.
+template <typename KV, int HD, int kMaxGroup, bool kRope, int U>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
+  constexpr int DPL = HD / 32;
+  using Lanes = KeyLanes<HD>;
+  constexpr int DK = Lanes::DK, L = Lanes::L, KW = Lanes::KW;
+  constexpr int kWarpKeys = KW * U;  // keys a warp takes per step: key u of slot k is base + u·KW + k
   const int r = blockIdx.x / p.n_kv_heads, kv_head = blockIdx.x % p.n_kv_heads;
   const int split = blockIdx.y;
   const int group = p.n_heads / p.n_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int key_slot = lane / L, sl = lane % L;
   // Before the PDL wait (launch.cuh) only what no kernel of this step
   // writes: the rows' positions and block tables (copied in before the step
   // or the call) and, in a decode step (kRope), the keys before the row's
@@ -180,117 +211,153 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   const int k0 = keys.first + split * per_split;
   const int k1 = active ? min(keys.pos, k0 + per_split - 1) : k0 - 1;  // inclusive; k1 < k0 when empty
   const int32_t* table = active ? row_table(p, seq) : nullptr;
-  const int64_t slot_elems = int64_t(p.n_kv_heads) * p.head_dim;
-  const int64_t head_off = int64_t(kv_head) * p.head_dim + lane * DPL;
+  const int64_t slot_elems = int64_t(p.n_kv_heads) * HD;
+  const int64_t col = int64_t(kv_head) * HD + sl * DK;
   const KV* k_cache = static_cast<const KV*>(p.k);
   const KV* v_cache = static_cast<const KV*>(p.v);
-  float k_cur[kKeysPerStep][DPL], v_cur[kKeysPerStep][DPL];
-  int base = k0 + warp * kKeysPerStep;
-  const bool first_step_early = kRope && base <= k1 && min(base + kKeysPerStep - 1, k1) < keys.pos;
-  if (first_step_early)
-    load_step<KV, DPL>(p, table, k_cache, v_cache, base, k1, slot_elems, head_off, k_cur, v_cur);
+  auto load_step = [&](int step_base, RawRow<KV, DK> (&k)[U], RawRow<KV, DK> (&v)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      load_key(p, table, k_cache, v_cache, step_base + u * KW + key_slot, k1, slot_elems, col, k[u], v[u]);
+  };
+  RawRow<KV, DK> k_cur[U], v_cur[U];
+  int base = k0 + warp * kWarpKeys;
+  const bool first_step_early = kRope && base <= k1 && min(base + kWarpKeys - 1, k1) < keys.pos;
+  if (first_step_early) load_step(base, k_cur, v_cur);
   detail::pdl_prologue();
   if (!active) return;
 
-  float q[kMaxGroup][DPL], acc[kMaxGroup][DPL], m[kMaxGroup], l[kMaxGroup];
+  // q (zero for heads past the group), rotated and pre-scaled by warp 0,
+  // reaches every warp's key layout through shared memory; warp 0 also
+  // stores the row's own key first when it is one of this CTA's.
+  __shared__ float sq[kMaxGroup][HD];
+  if (warp == 0) {
+    float q[kMaxGroup][DPL];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+      for (int j = 0; j < DPL; ++j)
+        q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * HD + lane * DPL + j] : 0.0f;
+    if constexpr (kRope) {
+      const detail::RopeLane<DPL> rope(lane, p.interleaved, keys.pos, p.inv_freq);
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) rope.apply(q[g], lane);
+      if (k0 <= keys.pos && keys.pos <= k1) store_new_kv<KV, DPL>(p, rope, r, kv_head, lane, keys.pos, table, slot_elems);
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) sq[g][lane * DPL + j] = q[g][j] * p.scale_log2;
+  }
+  __syncthreads();
+  float q[kMaxGroup][DK], acc[kMaxGroup][DK], m[kMaxGroup], l[kMaxGroup];
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < DPL; ++j) {
+    for (int j = 0; j < DK; ++j) {
       acc[g][j] = 0.0f;
-      q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * p.head_dim + lane * DPL + j]
-                          : 0.0f;
+      q[g][j] = sq[g][sl * DK + j];
     }
   }
-  if constexpr (kRope) {
-    const detail::RopeLane<DPL> rope(lane, p.interleaved, keys.pos, p.inv_freq);
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) rope.apply(q[g], lane);
-    // Before any warp loads keys: the row's own key is one of this CTA's.
-    if (warp == 0 && k0 <= keys.pos && keys.pos <= k1)
-      store_new_kv<KV, DPL>(p, rope, r, kv_head, lane, keys.pos, table, slot_elems);
-    __syncthreads();
-  }
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-    for (int j = 0; j < DPL; ++j) q[g][j] *= p.scale_log2;
 
   // Software pipeline: the K and V rows of the next step are in flight while
   // this step's scores and softmax run. Without it a step is a chain of
   // dependent memory latencies (block table, then K, then V).
-  constexpr int kStride = kWarps * kKeysPerStep;
-  float k_next[kKeysPerStep][DPL], v_next[kKeysPerStep][DPL];
-  if (!first_step_early && base <= k1)
-    load_step<KV, DPL>(p, table, k_cache, v_cache, base, k1, slot_elems, head_off, k_cur, v_cur);
+  constexpr int kStride = kWarps * kWarpKeys;
+  RawRow<KV, DK> k_next[U], v_next[U];
+  if (!first_step_early && base <= k1) load_step(base, k_cur, v_cur);
   for (; base <= k1; base += kStride) {
-    if (base + kStride <= k1)
-      load_step<KV, DPL>(p, table, k_cache, v_cache, base + kStride, k1, slot_elems, head_off, k_next, v_next);
-    // Scores: q (zero for heads past the group) · k, summed over the warp.
-    float s[kMaxGroup][kKeysPerStep];
+    if (base + kStride <= k1) load_step(base + kStride, k_next, v_next);
+    // Scores of the slot's keys: q · k, summed over the slot's L lanes.
+    float s[U][kMaxGroup];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
+    for (int u = 0; u < U; ++u) {
+      float kf[DK];
+      to_floats(k_cur[u], kf);
 #pragma unroll
-      for (int u = 0; u < kKeysPerStep; ++u) {
+      for (int g = 0; g < kMaxGroup; ++g) {
         float d = 0.0f;
 #pragma unroll
-        for (int j = 0; j < DPL; ++j) d += q[g][j] * k_cur[u][j];
-        s[g][u] = d;
+        for (int j = 0; j < DK; ++j) d += q[g][j] * kf[j];
+        s[u][g] = d;
       }
     }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
+    for (int off = L / 2; off > 0; off >>= 1)
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int u = 0; u < kKeysPerStep; ++u) s[g][u] += __shfl_xor_sync(0xffffffffu, s[g][u], off);
-    }
+        for (int g = 0; g < kMaxGroup; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
+    // Each slot keeps its own online softmax (m, l, acc), merged below.
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + u * KW + key_slot > k1)
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) s[u][g] = -INFINITY;
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
       if (g >= group) continue;
-#pragma unroll
-      for (int u = 0; u < kKeysPerStep; ++u)
-        if (base + u > k1) s[g][u] = -INFINITY;
       float m_new = m[g];
 #pragma unroll
-      for (int u = 0; u < kKeysPerStep; ++u) m_new = fmaxf(m_new, s[g][u]);
+      for (int u = 0; u < U; ++u) m_new = fmaxf(m_new, s[u][g]);
+      if (m_new == -INFINITY) continue;  // none of the slot's keys this step (past k1)
       const float corr = exp2f(m[g] - m_new);  // m = −inf the first time: corr 0
       m[g] = m_new;
       l[g] *= corr;
 #pragma unroll
-      for (int j = 0; j < DPL; ++j) acc[g][j] *= corr;
+      for (int j = 0; j < DK; ++j) acc[g][j] *= corr;
 #pragma unroll
-      for (int u = 0; u < kKeysPerStep; ++u) {
-        const float e = exp2f(s[g][u] - m_new);
+      for (int u = 0; u < U; ++u) {
+        const float e = exp2f(s[u][g] - m_new);  // 0 for a masked key
         l[g] += e;
+        float vf[DK];
+        to_floats(v_cur[u], vf);
 #pragma unroll
-        for (int j = 0; j < DPL; ++j) acc[g][j] += e * v_cur[u][j];
+        for (int j = 0; j < DK; ++j) acc[g][j] += e * vf[j];
       }
     }
 #pragma unroll
-    for (int u = 0; u < kKeysPerStep; ++u)
-#pragma unroll
-      for (int j = 0; j < DPL; ++j) {
-        k_cur[u][j] = k_next[u][j];
-        v_cur[u][j] = v_next[u][j];
-      }
+    for (int u = 0; u < U; ++u) {
+      k_cur[u] = k_next[u];
+      v_cur[u] = v_next[u];
+    }
   }
 
-  // Merge the warps' states through shared memory.
+  // Merge the warp's key slots (lanes L apart hold the same values of
+  // different keys), then the warps through shared memory.
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    float mw = m[g];
+#pragma unroll
+    for (int off = L; off < 32; off <<= 1) mw = fmaxf(mw, __shfl_xor_sync(0xffffffffu, mw, off));
+    const float f = m[g] == -INFINITY ? 0.0f : exp2f(m[g] - mw);  // a slot without keys: weight 0
+    l[g] *= f;
+#pragma unroll
+    for (int j = 0; j < DK; ++j) acc[g][j] *= f;
+#pragma unroll
+    for (int off = L; off < 32; off <<= 1) {
+      l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+#pragma unroll
+      for (int j = 0; j < DK; ++j) acc[g][j] += __shfl_xor_sync(0xffffffffu, acc[g][j], off);
+    }
+    m[g] = mw;
+  }
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
-  __shared__ float sm_acc[kWarps][kMaxGroup][DPL * 32];
+  __shared__ float sm_acc[kWarps][kMaxGroup][HD];
   if (lane == 0) {
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
   }
+  if (lane < L) {
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
+    for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
-    for (int j = 0; j < DPL; ++j) sm_acc[warp][g][lane * DPL + j] = acc[g][j];
+      for (int j = 0; j < DK; ++j) sm_acc[warp][g][sl * DK + j] = acc[g][j];
+  }
   __syncthreads();
-  const int d = p.head_dim;
+  constexpr int d = HD;
   for (int t = threadIdx.x; t < group * d; t += blockDim.x) {
     const int g = t / d, e = t % d;
     float mm = -INFINITY;
@@ -432,20 +499,36 @@ __global__ void rope_store_kv_kernel(backend::cpu::RopeArgs q, backend::cpu::Rop
   v_cache[dst + idx.y] = to_cache<KV>(vr[idx.y]);
 }
 
-template <typename KV, int DPL, bool kRope>
+// Keys per slot and step (U): 4 for batches, whose CTAs fill the GPU and
+// are bound by the K/V bytes in flight per warp (H200, Llama-3-8B shape, 64
+// rows at 1,024 positions: 6,300 → 6,700 / 7,240 / 7,330 tokens/s with 1 / 2 /
+// 4), 1 for fewer rows, whose short contexts leave warps of larger steps
+// without keys (SmolLM2 at batch 1: 1,575 with 1, 1,530 with 4). Groups of 8
+// heads take 2: with 4 the f32-cache kernel spills.
+constexpr int kBatchRows = 8;
+
+template <typename KV, int HD, bool kRope>
 void launch_attention(const AttnParams& p, dim3 grid) {
   const int group = p.n_heads / p.n_kv_heads;
-  if (group <= 4) detail::launch_dependent(attention_kernel<KV, DPL, 4, kRope>, grid, kWarps * 32, 0, p);
-  else if (group <= 8) detail::launch_dependent(attention_kernel<KV, DPL, 8, kRope>, grid, kWarps * 32, 0, p);
-  else fail("paged_attention (cuda): at most 8 query heads per KV head, got ", group);
+  const bool batch = p.n_rows >= kBatchRows;
+  auto launch = [&](auto kernel) { detail::launch_dependent(kernel, grid, kWarps * 32, 0, p); };
+  if (group <= 4) {
+    if (batch) launch(attention_kernel<KV, HD, 4, kRope, 4>);
+    else launch(attention_kernel<KV, HD, 4, kRope, 1>);
+  } else if (group <= 8) {
+    if (batch) launch(attention_kernel<KV, HD, 8, kRope, 2>);
+    else launch(attention_kernel<KV, HD, 8, kRope, 1>);
+  } else {
+    fail("paged_attention (cuda): at most 8 query heads per KV head, got ", group);
+  }
 }
 
 template <typename KV, bool kRope>
 void launch_attention_dim(const AttnParams& p, dim3 grid) {
   switch (p.head_dim) {
-    case 64: launch_attention<KV, 2, kRope>(p, grid); return;
-    case 128: launch_attention<KV, 4, kRope>(p, grid); return;
-    case 256: launch_attention<KV, 8, kRope>(p, grid); return;
+    case 64: launch_attention<KV, 64, kRope>(p, grid); return;
+    case 128: launch_attention<KV, 128, kRope>(p, grid); return;
+    case 256: launch_attention<KV, 256, kRope>(p, grid); return;
     default: fail("paged_attention (cuda): head_dim must be 64, 128 or 256, got ", p.head_dim);
   }
 }
