@@ -430,6 +430,14 @@ TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
     check_attention({4, 4, 256, f16, 0, {{9000, 1}}}, seed++);
     // Sliding window across block boundaries, GQA 8.
     check_attention({16, 2, 128, f16, 33, {{100, 3}, {0, 50}}}, seed++);
+    // Batches of decode rows (≥ 8: the kernels with several keys per slot
+    // and step), ragged contexts whose last steps are partly past the row's
+    // keys, GQA 4 and 8.
+    std::vector<std::pair<int, int>> batch;
+    for (int s = 0; s < 12; ++s) batch.push_back({s * 97 % 700 + s, 1});
+    check_attention({32, 8, 128, f16, 0, batch}, seed++);
+    check_attention({32, 4, 128, f16, 0, batch}, seed++);
+    check_attention({9, 3, 64, f16, 0, batch}, seed++);
   }
 }
 
