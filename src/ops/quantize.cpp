@@ -29,7 +29,7 @@ Tensor convert_on_cuda(const Tensor& src, DType dtype) {
   BRIOCHE_CHECK((to_bf16 || (src.dtype() == DType::BF16 && dtype == DType::F32)) && src.rank() == 2 &&
                     src.is_contiguous(),
                 "convert: on CUDA only dense f32 <-> bf16 matrices, got ", src.describe(), " -> ", dtype_name(dtype));
-  Tensor out = zeros(dtype, {src.dim(0), src.dim(1)}, Device::CUDA);
+  Tensor out = uninitialized(dtype, {src.dim(0), src.dim(1)}, Device::CUDA);  // (written whole)
   if (to_bf16)
     cuda::convert_rows_to_16bit({.x = src.data_as<float>(), .ldx = src.dim(1), .n = src.dim(0), .k = src.dim(1),
                                  .out = out.data(), .to_f16 = false});

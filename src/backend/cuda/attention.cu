@@ -3,10 +3,10 @@
 //
 // One CTA takes (query row, KV head, split of the key range) and all
 // n_heads/n_kv_heads query heads that share that KV head, so each K/V row is
-// read once per group. Its 4 warps stride over the keys, each warp's lanes
-// in groups that take one key apiece (KeyLanes), each lane a slice of its
-// key's K and V, of q and of the accumulator. The softmax is online (base 2,
-// q pre-scaled by scale·log2 e):
+// read once per group. Its 4 warps stride over the keys; a warp's lanes form
+// key slots that take 1 to 4 keys per step each (KeyLanes), each lane a
+// slice of its keys' K and V, of q and of the accumulator. The softmax is
+// online (base 2, q pre-scaled by scale·log2 e):
 //   m' = max(m, s);  l' = l·2^(m−m') + Σ 2^(s−m');  acc' = acc·2^(m−m') + Σ 2^(s−m')·v
 // With several splits (long contexts, few rows), each writes (acc, m, l) and
 // a combine kernel merges them: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s.
