@@ -31,6 +31,7 @@ peak_of() {  # LENGTH -> device peak in GB, from one step without ballast
     sed -E 's/.*process peak ([0-9.]+) GB.*/\1/'
 }
 p1=$(peak_of 65536) p2=$(peak_of 131072)
+[ -n "$p1" ] && [ -n "$p2" ] || { echo "the short runs did not report a device peak: see ${OUT:-/tmp}/longest.log" >&2; exit 1; }
 total_gb=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | awk '{print $1 * 1.048576 / 1000}')
 host_gb=$(awk '/MemTotal/ {print $2 * 1024 / 1e9}' /proc/meminfo)
 echo "device peak without ballast: ${p1} GB at 65,536 tokens, ${p2} GB at 131,072; device ${total_gb} GB, host ${host_gb} GB"
