@@ -38,6 +38,18 @@ inline void check_bf16_rows(const Tensor& t, int64_t rows, int64_t dim, std::str
                 t.describe(), " on the cpu");
 }
 
+inline bool is_bf16(const Tensor& t) { return t.defined() && t.dtype() == DType::BF16; }
+
+// An operand that is f32 rows, or a dense bf16 [rows, dim] CUDA matrix where
+// the op takes one (the training MLP's tensor-core operands): its f32 view,
+// or for bf16 the shape alone (no f32 data; the kernels read the bf16 data).
+inline F32Rows f32_or_bf16_rows(const Tensor& t, int64_t rows, int64_t dim, std::string_view op,
+                                std::string_view what) {
+  if (!is_bf16(t)) return f32_rows(t, op, what);
+  check_bf16_rows(t, rows, dim, op, what);
+  return {nullptr, rows, dim, dim};
+}
+
 // The device all of an op's tensors live on; mixing devices is an error.
 inline Device common_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
   Device d = (*tensors.begin())->device();

@@ -36,15 +36,12 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, T
   auto g = detail::f32_rows(gate, "swiglu_backward", "gate");
   auto u = detail::f32_rows(up, "swiglu_backward", "up");
   auto d = detail::f32_rows(dout, "swiglu_backward", "dout");
-  // The gradients in f32, or both in dense bf16 (CUDA only: check_bf16_rows says so).
-  const bool grads_bf16 = dgate.defined() && dgate.dtype() == DType::BF16;
-  auto grad_rows = [&](const Tensor& t, const char* what) {
-    if (!grads_bf16) return detail::f32_rows(t, "swiglu_backward", what);
-    detail::check_bf16_rows(t, g.n_rows, g.dim, "swiglu_backward", what);
-    return detail::F32Rows{nullptr, g.n_rows, g.dim, 0};
-  };
-  auto dg = grad_rows(dgate, "dgate");
-  auto du = grad_rows(dup, "dup");
+  // The gradients in f32, or both in dense bf16 (CUDA only).
+  const bool grads_bf16 = detail::is_bf16(dgate);
+  BRIOCHE_CHECK(detail::is_bf16(dup) == grads_bf16, "swiglu_backward: dgate and dup must both be f32 or both bf16, "
+                "got ", dgate.describe(), " and ", dup.describe());
+  auto dg = detail::f32_or_bf16_rows(dgate, g.n_rows, g.dim, "swiglu_backward", "dgate");
+  auto du = detail::f32_or_bf16_rows(dup, g.n_rows, g.dim, "swiglu_backward", "dup");
   for (const auto* t : {&u, &d, &dg, &du}) {
     BRIOCHE_CHECK(t->n_rows == g.n_rows && t->dim == g.dim, "swiglu_backward: every tensor must be ",
                   gate.describe(), "-shaped");

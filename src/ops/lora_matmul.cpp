@@ -17,7 +17,8 @@ namespace brioche::ops {
 
 namespace {
 
-Tensor f32(int64_t n, int64_t d, Device device) { return zeros(DType::F32, {n, d}, device); }
+// Scratch written whole by the op that fills it.
+Tensor f32(int64_t n, int64_t d, Device device) { return uninitialized(DType::F32, {n, d}, device); }
 
 // Checks the factors against a projection with `in` inputs and `out` outputs.
 void check_low_rank(const LowRank& lr, int64_t in, int64_t out, std::string_view op) {
@@ -28,17 +29,13 @@ void check_low_rank(const LowRank& lr, int64_t in, int64_t out, std::string_view
                 " and B ", lr.b.describe());
 }
 
-// x's rows as f32 (the f32 path's view), or checked as dense bf16 where the
-// tensor-core path takes it as it is.
+// x's (or dy's) rows as f32 (the f32 path's view), or checked as dense bf16
+// where the tensor-core path takes it as it is.
 detail::F32Rows rows_of(const Tensor& t, int64_t n, int64_t d, bool bf16_ok, std::string_view op,
                         std::string_view what) {
-  if (t.defined() && t.dtype() == DType::BF16) {
-    BRIOCHE_CHECK(bf16_ok, op, ": bf16 ", what, " ", t.describe(), " needs the tensor-core path (CUDA, more than 8 "
-                  "rows, bf16 or quantized weights, widths multiples of 8)");
-    detail::check_bf16_rows(t, n, d, op, what);
-    return {nullptr, n, d, d};
-  }
-  const detail::F32Rows r = detail::f32_rows(t, op, what);
+  BRIOCHE_CHECK(bf16_ok || !detail::is_bf16(t), op, ": bf16 ", what, " ", t.describe(), " needs the tensor-core "
+                "path (CUDA, more than 8 rows, bf16 or quantized weights, widths multiples of 8)");
+  const detail::F32Rows r = detail::f32_or_bf16_rows(t, n, d, op, what);
   BRIOCHE_CHECK(r.n_rows == n && r.dim == d, op, ": ", what, " must be [", n, ", ", d, "], got ", t.describe());
   return r;
 }
@@ -59,7 +56,7 @@ cpu::MatmulArgs part_args(const Tensor& x, const Tensor& w, const Tensor& y) {
 }
 
 #if BRIOCHE_CUDA
-const void* bf16_data(const Tensor& t) { return t.dtype() == DType::BF16 ? t.data() : nullptr; }
+const void* bf16_data(const Tensor& t) { return detail::is_bf16(t) ? t.data() : nullptr; }
 
 cuda::LowRankArgs low_rank_args(const LowRank* lr) {
   if (lr == nullptr) return {};

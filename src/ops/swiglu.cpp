@@ -12,9 +12,7 @@ namespace brioche::ops {
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   auto g = detail::f32_rows(gate, "swiglu", "gate");
   auto u = detail::f32_rows(up, "swiglu", "up");
-  const bool out_bf16 = out.defined() && out.dtype() == DType::BF16;
-  if (out_bf16) detail::check_bf16_rows(out, g.n_rows, g.dim, "swiglu", "out");
-  auto y = out_bf16 ? detail::F32Rows{nullptr, g.n_rows, g.dim, 0} : detail::f32_rows(out, "swiglu", "out");
+  auto y = detail::f32_or_bf16_rows(out, g.n_rows, g.dim, "swiglu", "out");
   BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && y.n_rows == g.n_rows && y.dim == g.dim,
                 "swiglu: shapes differ: gate ", gate.describe(), ", up ", up.describe(), ", out ",
                 out.describe());
@@ -23,9 +21,7 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
                         .out_stride = y.stride};
   if (detail::common_device("swiglu", {&gate, &up, &out}) == Device::CUDA) {
 #if BRIOCHE_CUDA
-    if (out_bf16) return cuda::swiglu_to_bf16(args, out.data());  // (bf16 outputs are CUDA only: checked above)
-#endif
-#if BRIOCHE_CUDA
+    if (detail::is_bf16(out)) return cuda::swiglu_to_bf16(args, out.data());  // (CUDA only: checked above)
     return cuda::swiglu(args);
 #else
     detail::fail_no_cuda("swiglu");
