@@ -1,5 +1,6 @@
-// Switches read from the environment, for A/B runs of features that are on
-// by default (BRIOCHE_CUDA_GRAPHS, BRIOCHE_CUDA_PDL, ...).
+// Switches read from the environment: for A/B runs of features that are on
+// by default (BRIOCHE_CUDA_GRAPHS, BRIOCHE_CUDA_PDL, ...), and checks that
+// are off by default (BRIOCHE_POISON).
 #pragma once
 
 #include <cstdlib>
@@ -11,6 +12,12 @@ namespace brioche {
 inline bool env_switch_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// True only when the variable `name` is set to "1".
+inline bool env_flag_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 }  // namespace brioche

@@ -10,11 +10,11 @@ namespace brioche {
 
 namespace {
 
-std::shared_ptr<Storage> allocate_cpu(size_t bytes) {
+std::shared_ptr<Storage> allocate_cpu(size_t bytes, uint8_t fill) {
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
   BRIOCHE_CHECK(p != nullptr, "out of memory: could not allocate ", bytes, " bytes");
-  std::memset(p, 0, rounded == 0 ? 64 : rounded);
+  std::memset(p, fill, rounded == 0 ? 64 : rounded);
   auto storage = std::make_shared<Storage>();
   storage->data = p;
   storage->bytes = bytes;
@@ -57,14 +57,16 @@ Tensor Tensor::contiguous_layout(DType dtype, const int64_t* shape, int rank) {
   return t;
 }
 
-Tensor Tensor::zeros(DType dtype, const int64_t* shape, int rank) {
-  Tensor t = contiguous_layout(dtype, shape, rank);
-  t.storage_ = allocate_cpu(t.nbytes());
-  return t;
-}
+Tensor Tensor::zeros(DType dtype, const int64_t* shape, int rank) { return filled_bytes(dtype, shape, rank, 0); }
 
 Tensor Tensor::zeros(DType dtype, std::initializer_list<int64_t> shape) {
   return zeros(dtype, shape.begin(), int(shape.size()));
+}
+
+Tensor Tensor::filled_bytes(DType dtype, const int64_t* shape, int rank, uint8_t byte) {
+  Tensor t = contiguous_layout(dtype, shape, rank);
+  t.storage_ = allocate_cpu(t.nbytes(), byte);
+  return t;
 }
 
 Tensor Tensor::view(void* data, DType dtype, const int64_t* shape, int rank,

@@ -39,6 +39,8 @@ class Tensor {
   // A new zero-filled contiguous CPU tensor (64-byte aligned).
   static Tensor zeros(DType dtype, std::initializer_list<int64_t> shape);
   static Tensor zeros(DType dtype, const int64_t* shape, int rank);
+  // The same with every byte set to `byte` (0xFF: NaN in every float type).
+  static Tensor filled_bytes(DType dtype, const int64_t* shape, int rank, uint8_t byte);
   // A contiguous view of external memory kept alive by `owner` (e.g. an mmap).
   static Tensor view(void* data, DType dtype, std::initializer_list<int64_t> shape,
                      std::shared_ptr<void> owner, Device device = Device::CPU);

@@ -1,10 +1,9 @@
 #include "ops/device.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/kernels.h"
@@ -56,16 +55,9 @@ Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device) {
 
 Tensor uninitialized(DType dtype, std::initializer_list<int64_t> shape, Device device) {
   constexpr uint8_t kPoison = 0xFF;  // NaN as f32, f16 and bf16
-  if (device == Device::CPU) {
-    Tensor t = Tensor::zeros(dtype, shape);
-    if (t.nbytes() > 0) std::memset(t.data(), kPoison, t.nbytes());
-    return t;
-  }
+  if (device == Device::CPU) return Tensor::filled_bytes(dtype, shape.begin(), int(shape.size()), kPoison);
 #if BRIOCHE_CUDA
-  static const bool poison = [] {
-    const char* v = std::getenv("BRIOCHE_POISON");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
+  static const bool poison = env_flag_set("BRIOCHE_POISON");
   Tensor t = cuda::empty(dtype, shape);
   if (poison) cuda::fill_bytes(t.data(), kPoison, t.nbytes());
   return t;

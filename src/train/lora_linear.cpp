@@ -16,8 +16,9 @@ namespace brioche::train {
 
 namespace {
 
-// Buffers live on the device of the activations (the CPU or the GPU).
-Tensor f32(int64_t n, int64_t d, Device device) { return ops::zeros(DType::F32, {n, d}, device); }
+// Buffers live on the device of the activations (the CPU or the GPU); each
+// is written whole by the op that fills it (ops::uninitialized).
+Tensor f32(int64_t n, int64_t d, Device device) { return ops::uninitialized(DType::F32, {n, d}, device); }
 
 bool any_dropout(std::span<const LoraSite> sites) {
   return std::any_of(sites.begin(), sites.end(), [](const LoraSite& s) { return s.lora && s.dropout.active(); });
