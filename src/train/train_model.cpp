@@ -49,9 +49,11 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
                 "train: offload_attention needs offload_boundaries (the attention outputs travel with them)");
   BRIOCHE_CHECK(options.boundary_dtype == DType::F32 || options.boundary_dtype == DType::BF16,
                 "train: boundary_dtype must be f32 or bf16, got ", dtype_name(options.boundary_dtype));
-  BRIOCHE_CHECK(options.device_boundaries >= 0 && (options.device_boundaries == 0 || options.offload_boundaries),
-                "train: device_boundaries must be >= 0 and goes with offload_boundaries, got ",
+  BRIOCHE_CHECK(options.device_boundaries >= 0, "train: device_boundaries must be >= 0, got ",
                 options.device_boundaries);
+  BRIOCHE_CHECK(options.device_boundaries == 0 || options.offload_boundaries, "train: device_boundaries ",
+                options.device_boundaries, " needs offload_boundaries (it keeps some of the offloaded boundaries on "
+                "the device)");
   if (adapter) {
     BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(),
                   " layers, model ", c.n_layers);

@@ -112,7 +112,7 @@ void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmu
       const std::shared_ptr<void> g = allocate(size_t(n) * size_t(rp) * 4);
       float* g32 = static_cast<float*>(g.get());
       lt_gemm(bf16_gemm(b16.get(), rp, CUBLAS_OP_N, dy16, out, CUBLAS_OP_N, g32, rp, rp, n, out, lr.scale, 0.0f));
-      const auto g16 = to_bf16_padded(g32, rp, n, rp, n, rp);
+      const auto g16 = detail::rows_to_16bit(g32, rp, n, rp);
       lt_gemm(bf16_gemm(u16.get(), rp, CUBLAS_OP_N, dy16, out, CUBLAS_OP_T, p.grad_b, r, r, out, n, 1.0f, 1.0f));
       lt_gemm(bf16_gemm(x16, in, CUBLAS_OP_N, g16.get(), rp, CUBLAS_OP_T, p.grad_a, in, in, r, n, 1.0f, 1.0f));
       lt_gemm(bf16_gemm(a16.get(), in, CUBLAS_OP_N, g16.get(), rp, CUBLAS_OP_N, a.dx, a.ld_dx, in, n, rp, 1.0f, beta));
