@@ -211,6 +211,17 @@ TEST(CudaTrain, OrpoBf16BoundariesSplitDeviceHostMatchCpu) {
   const Case c{.name = "orpo seg1 bf16 boundaries 1 on device", .method = Method::ORPO, .prefix_shared = true,
                .segment_size = 1, .offload = true, .bf16_boundaries = true, .device_boundaries = 1, .head_chunk = 7};
   expect_steps_match(c, DType::F32, kF32);
+  // Equal results would also come from f32 boundaries all on the host: check
+  // that all but the last layer's went to the host, in bf16.
+  const TokenBatch batch = golden_batch(c);
+  Stack gpu(Device::CUDA, DType::F32, c);
+  gpu.model->forward(batch, {.for_backward = true});
+  const auto& cfg = gpu.ck.config;
+  const size_t layers = size_t(cfg.n_layers - gpu.model->first_trainable_layer());
+  const size_t boundary = size_t(batch.n_rows()) * size_t(cfg.hidden_size) * 2;
+  EXPECT_EQ(gpu.model->offloaded_bytes(), (layers - 1) * boundary);
+  EXPECT_EQ(gpu.model->saved_bytes(), layers * boundary + size_t(batch.n_rows()) * size_t(cfg.hidden_size) * 4);
+  gpu.model->backward(ops::zeros(DType::F32, {batch.n_rows(), cfg.hidden_size}, Device::CUDA));
 }
 
 // The MLP in row chunks with LoRA dropout: each chunk draws the batch's
