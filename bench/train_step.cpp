@@ -55,7 +55,7 @@ struct Options {
   int64_t head_chunk = 4096;
   bool offload = false, offload_attention = false, prefix_shared = true;
   double ballast_gb = 0, host_ballast_gb = 0;
-  std::string boundary_dtype = "f32";
+  DType boundary_dtype = DType::F32;
   int device_boundaries = 0;
   std::vector<int> longest;
 };
@@ -126,7 +126,7 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
     TrainModel model(ck, &adapter,
                      {.segment_size = o.segment_size, .offload_boundaries = o.offload,
                       .offload_attention = o.offload_attention,
-                      .boundary_dtype = o.boundary_dtype == "bf16" ? DType::BF16 : DType::F32,
+                      .boundary_dtype = o.boundary_dtype,
                       .device_boundaries = o.device_boundaries, .mlp_chunk_rows = o.mlp_chunk});
     FusedLogpHead head(ck.weights.output, o.head_chunk);
     AdamW optimizer(adapter, {});
@@ -171,7 +171,7 @@ int run(const Options& o) {
   std::string levers = "rank " + std::to_string(o.rank) + ", seg " + std::to_string(o.segment_size) +
                        (o.offload ? " +offload" : "") + (o.offload_attention ? " +attention" : "") + ", head chunk " + std::to_string(o.head_chunk) +
                        (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "") +
-                       (o.boundary_dtype != "f32" ? ", boundaries " + o.boundary_dtype : "") +
+                       (o.boundary_dtype != DType::F32 ? ", boundaries " + std::string(dtype_name(o.boundary_dtype)) : "") +
                        (o.device_boundaries > 0 ? ", " + std::to_string(o.device_boundaries) + " on the device" : "");
   if (o.method == "orpo") {
     train::TokenizedPair pair{.prompt = random_tokens(o.prompt, vocab, rng),
@@ -246,7 +246,11 @@ int main(int argc, char** argv) {
     else if (a == "--mlp-chunk") o.mlp_chunk = std::stoi(next());
     else if (a == "--ballast-gb") o.ballast_gb = std::stod(next());
     else if (a == "--host-ballast-gb") o.host_ballast_gb = std::stod(next());
-    else if (a == "--boundary-dtype") o.boundary_dtype = next();
+    else if (a == "--boundary-dtype") {
+      const std::string v = next();
+      if (v != "f32" && v != "bf16") brioche::fail("--boundary-dtype: expected f32 or bf16, got '", v, "'");
+      o.boundary_dtype = v == "bf16" ? brioche::DType::BF16 : brioche::DType::F32;
+    }
     else if (a == "--device-boundaries") o.device_boundaries = std::stoi(next());
     else if (a == "--no-prefix-shared") o.prefix_shared = false;
     else if (a == "--longest") {
