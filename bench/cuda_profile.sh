@@ -44,7 +44,7 @@ for r in rows[:25]:
 PY
   else
     command -v ncu >/dev/null || { echo "neither nsys nor ncu here"; exit 1; }
-    BRIOCHE_CUDA_GRAPHS=0 ncu --metrics gpu__time_duration.sum --csv --launch-skip 2000 --launch-count 600 \
+    BRIOCHE_CUDA_GRAPHS=0 ncu --metrics gpu__time_duration.sum --csv --clock-control none --launch-skip 2000 --launch-count 600 \
       $bin/cuda_model_bench --shape "$shape" --dtype "$dtype" $eager > "$out/$name.csv" 2>/dev/null
     python3 - "$out/$name.csv" <<'PY'
 import csv, sys, collections
