@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
@@ -183,6 +184,26 @@ TEST(CudaTrain, OrpoPrefixSharedSegmentedOffloadDropoutMatchCpu) {
   expect_steps_match(c, DType::F32, kF32);
 }
 
+// What a device forward of `c`'s batch holds for the backward, given to
+// `check`; nothing stays offloaded after the backward. Equal results would
+// also come from a lever silently not taken, so the offload tests below also
+// check where the bytes went.
+struct Held {
+  size_t offloaded, saved;  // bytes (TrainModel::offloaded_bytes, saved_bytes)
+  size_t layers, rows;      // trainable layers, batch rows
+};
+void held_after_forward(const Case& c, const std::function<void(const Held&, const model::ModelConfig&)>& check) {
+  const TokenBatch batch = golden_batch(c);
+  Stack gpu(Device::CUDA, DType::F32, c);
+  gpu.model->forward(batch, {.for_backward = true});
+  const auto& cfg = gpu.ck.config;
+  const Held h{gpu.model->offloaded_bytes(), gpu.model->saved_bytes(),
+               size_t(cfg.n_layers - gpu.model->first_trainable_layer()), size_t(batch.n_rows())};
+  check(h, cfg);
+  gpu.model->backward(ops::zeros(DType::F32, {batch.n_rows(), cfg.hidden_size}, Device::CUDA));
+  EXPECT_EQ(gpu.model->offloaded_bytes(), 0u);
+}
+
 // The recompute takes each layer's attention output back from the host
 // instead of recomputing it (segments of 2: two layers' outputs per fetch).
 TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
@@ -190,18 +211,12 @@ TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
   const Case c{.name = "orpo prefix+seg2+offload attention", .method = Method::ORPO, .prefix_shared = true,
                .segment_size = 2, .offload = true, .offload_attention = true, .dropout = 0.1f, .head_chunk = 7};
   expect_steps_match(c, DType::F32, kF32);
-  // The same results with the attention recomputed would pass the above too:
-  // check that the forward did put every layer's output and lse on the host.
-  const TokenBatch batch = golden_batch(c);
-  Stack gpu(Device::CUDA, DType::F32, c);
-  gpu.model->forward(batch, {.for_backward = true});
-  const auto& cfg = gpu.ck.config;
-  const size_t layers = size_t(cfg.n_layers - gpu.model->first_trainable_layer()), n = size_t(batch.n_rows());
-  const size_t boundaries = (layers + 1) / 2 * n * size_t(cfg.hidden_size) * 4;
-  const size_t attention = layers * n * size_t(cfg.q_dim() + cfg.n_heads) * 4;
-  EXPECT_EQ(gpu.model->offloaded_bytes(), boundaries + attention);
-  gpu.model->backward(ops::zeros(DType::F32, {batch.n_rows(), cfg.hidden_size}, Device::CUDA));
-  EXPECT_EQ(gpu.model->offloaded_bytes(), 0u);
+  // Every layer's output and lse on the host, beside the f32 boundaries.
+  held_after_forward(c, [](const Held& h, const model::ModelConfig& cfg) {
+    const size_t boundaries = (h.layers + 1) / 2 * h.rows * size_t(cfg.hidden_size) * 4;
+    const size_t attention = h.layers * h.rows * size_t(cfg.q_dim() + cfg.n_heads) * 4;
+    EXPECT_EQ(h.offloaded, boundaries + attention);
+  });
 }
 
 // Boundaries in bf16, the last segment's on the device and the rest on the
@@ -211,17 +226,12 @@ TEST(CudaTrain, OrpoBf16BoundariesSplitDeviceHostMatchCpu) {
   const Case c{.name = "orpo seg1 bf16 boundaries 1 on device", .method = Method::ORPO, .prefix_shared = true,
                .segment_size = 1, .offload = true, .bf16_boundaries = true, .device_boundaries = 1, .head_chunk = 7};
   expect_steps_match(c, DType::F32, kF32);
-  // Equal results would also come from f32 boundaries all on the host: check
-  // that all but the last layer's went to the host, in bf16.
-  const TokenBatch batch = golden_batch(c);
-  Stack gpu(Device::CUDA, DType::F32, c);
-  gpu.model->forward(batch, {.for_backward = true});
-  const auto& cfg = gpu.ck.config;
-  const size_t layers = size_t(cfg.n_layers - gpu.model->first_trainable_layer());
-  const size_t boundary = size_t(batch.n_rows()) * size_t(cfg.hidden_size) * 2;
-  EXPECT_EQ(gpu.model->offloaded_bytes(), (layers - 1) * boundary);
-  EXPECT_EQ(gpu.model->saved_bytes(), layers * boundary + size_t(batch.n_rows()) * size_t(cfg.hidden_size) * 4);
-  gpu.model->backward(ops::zeros(DType::F32, {batch.n_rows(), cfg.hidden_size}, Device::CUDA));
+  // All but the last layer's boundary on the host, every one in bf16.
+  held_after_forward(c, [](const Held& h, const model::ModelConfig& cfg) {
+    const size_t boundary = h.rows * size_t(cfg.hidden_size) * 2;
+    EXPECT_EQ(h.offloaded, (h.layers - 1) * boundary);
+    EXPECT_EQ(h.saved, h.layers * boundary + h.rows * size_t(cfg.hidden_size) * 4);  // + the f32 pre-norm output
+  });
 }
 
 // The MLP in row chunks with LoRA dropout: each chunk draws the batch's
