@@ -10,11 +10,17 @@
 //   m' = max(m, s);  l' = l·2^(m−m') + Σ 2^(s−m');  acc' = acc·2^(m−m') + Σ 2^(s−m')·v
 // With several splits (long contexts, few rows), each writes (acc, m, l) and
 // a combine kernel merges them: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s.
+// Batches of decode rows over an f16 cache go to the tensor-core kernel of
+// attention_decode_mma.cu instead (same grid, splits and combine;
+// attention_paged.cuh holds what the two share).
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <bit>
 #include <vector>
 
+#include "backend/cuda/attention_decode_mma.h"
+#include "backend/cuda/attention_paged.cuh"
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
@@ -27,66 +33,9 @@ namespace brioche::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
+using namespace paged;
+
 constexpr float kLog2e = 1.4426950408889634f;
-
-struct AttnParams {
-  const float* q;    // [n_rows, n_heads * head_dim], row stride q_stride
-  float* out;        // same layout, row stride out_stride
-  int64_t q_stride, out_stride;
-  const void* k;     // [n_blocks, block_size, n_kv_heads, head_dim]
-  const void* v;
-  int n_heads, n_kv_heads, head_dim, block_size;
-  float scale_log2;  // scale · log2(e)
-  int sliding_window;
-  int n_rows;
-  // Device metadata: row_seq[n_rows] (−1: not covered), row_pos[n_rows],
-  // table_offset[n_sequences], tables[...] (block tables, concatenated).
-  // Bound decode steps (graph.h) have no row_seq: row r is sequence r unless
-  // row_pos[r] < 0, and its table starts at tables + r·table_stride.
-  const int32_t* row_seq;
-  const int32_t* row_pos;
-  const int32_t* table_offset;
-  const int32_t* tables;
-  int table_stride;
-  int splits;
-  float* part_acc;  // [n_rows, n_heads, splits, head_dim]
-  float* part_ml;   // [n_rows, n_heads, splits, 2]
-  // RoPE and the K/V store taken in (rope_store_kv_attention; kRope
-  // kernels): q is rotated on load, and the CTA whose keys include the row's
-  // own position rotates the row's new k and stores it and v there first.
-  const float* new_k = nullptr;  // [n_rows, n_kv_heads · head_dim] before RoPE
-  const float* new_v = nullptr;
-  int64_t new_k_stride = 0, new_v_stride = 0;
-  const float* inv_freq = nullptr;  // [head_dim / 2]
-  bool interleaved = false;
-};
-
-__device__ __forceinline__ int row_sequence(const AttnParams& p, int r) {
-  return p.row_seq != nullptr ? p.row_seq[r] : (p.row_pos[r] < 0 ? -1 : r);
-}
-
-__device__ __forceinline__ const int32_t* row_table(const AttnParams& p, int seq) {
-  return p.tables + (p.row_seq != nullptr ? int64_t(p.table_offset[seq]) : int64_t(seq) * p.table_stride);
-}
-
-// Row r's keys [first, pos] (a sliding window starts later) and the splits
-// that share them: as many as give each at least one CTA step of keys
-// (kMinSplitKeys), up to the launch's p.splits. A decode graph's launch has
-// splits for its bucket's longest context; shorter contexts leave the rest
-// idle, and the combine reads only the active ones.
-constexpr int kMinSplitKeys = kWarps * 4;  // (4 keys a warp: one step of the 4 key slots at head_dim 128, KeyLanes)
-
-struct RowKeys {
-  int first, pos, n_keys, active_splits;
-};
-
-__device__ __forceinline__ RowKeys row_keys(const AttnParams& p, int r) {
-  const int pos = p.row_pos[r];
-  const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
-  const int n_keys = pos - first + 1;
-  return {first, pos, n_keys, min(p.splits, max(1, (n_keys + kMinSplitKeys - 1) / kMinSplitKeys))};
-}
 
 // The score loop's layout: a warp's 32 lanes are KW = 32/L key slots of L
 // lanes; each slot takes U keys per step and each of its lanes kValuesPerLane
@@ -154,36 +103,6 @@ __device__ __forceinline__ void load_key(const AttnParams& p, const int32_t* tab
   load_raw<KV, DK>(v_cache + off, v);
 }
 
-template <typename KV>
-__device__ __forceinline__ KV to_cache(float x) {
-  if constexpr (sizeof(KV) == 2) return __float2half_rn(x);
-  else return x;
-}
-
-// kRope: the row's new key, rotated, and its value into the cache slot of
-// its position (the lane's DPL values of this KV head), by one warp.
-template <typename KV, int DPL>
-__device__ __forceinline__ void store_new_kv(const AttnParams& p, const detail::RopeLane<DPL>& rope, int r,
-                                             int kv_head, int lane, int pos, const int32_t* table,
-                                             int64_t slot_elems) {
-  const int64_t col = int64_t(kv_head) * p.head_dim + lane * DPL;
-  float k[DPL], v[DPL];
-#pragma unroll
-  for (int j = 0; j < DPL; ++j) {
-    k[j] = p.new_k[r * p.new_k_stride + col + j];
-    v[j] = p.new_v[r * p.new_v_stride + col + j];
-  }
-  rope.apply(k, lane);
-  const int64_t slot = int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
-  KV* k_cache = static_cast<KV*>(const_cast<void*>(p.k)) + slot * slot_elems + col;
-  KV* v_cache = static_cast<KV*>(const_cast<void*>(p.v)) + slot * slot_elems + col;
-#pragma unroll
-  for (int j = 0; j < DPL; ++j) {
-    k_cache[j] = to_cache<KV>(k[j]);
-    v_cache[j] = to_cache<KV>(v[j]);
-  }
-}
-
 // HD: head_dim; kMaxGroup ≥ n_heads / n_kv_heads; kRope: RoPE and the K/V
 // store taken in (AttnParams); U: keys per slot and step (KeyLanes). q, RoPE
 // and the new K/V are handled with lanes splitting head_dim (DPL values
@@ -204,13 +123,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   // or the call) and, in a decode step (kRope), the keys before the row's
   // own, which earlier steps wrote. So a warp's first K/V loads overlap the
   // QKV projection's tail instead of following it.
-  const int seq = row_sequence(p, r);
-  const RowKeys keys = seq >= 0 ? row_keys(p, r) : RowKeys{0, 0, 0, 0};
-  const bool active = seq >= 0 && split < keys.active_splits;
-  const int per_split = active ? (keys.n_keys + keys.active_splits - 1) / keys.active_splits : 0;
-  const int k0 = keys.first + split * per_split;
-  const int k1 = active ? min(keys.pos, k0 + per_split - 1) : k0 - 1;  // inclusive; k1 < k0 when empty
-  const int32_t* table = active ? row_table(p, seq) : nullptr;
+  const SplitKeys keys = split_keys(p, r, split);
+  const bool active = keys.active;
+  const int k0 = keys.k0, k1 = keys.k1;
+  const int32_t* table = active ? row_table(p, keys.seq) : nullptr;
   const int64_t slot_elems = int64_t(p.n_kv_heads) * HD;
   const int64_t col = int64_t(kv_head) * HD + sl * DK;
   const KV* k_cache = static_cast<const KV*>(p.k);
@@ -222,7 +138,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   };
   RawRow<KV, DK> k_cur[U], v_cur[U];
   int base = k0 + warp * kWarpKeys;
-  const bool first_step_early = kRope && base <= k1 && min(base + kWarpKeys - 1, k1) < keys.pos;
+  const bool first_step_early = kRope && base <= k1 && min(base + kWarpKeys - 1, k1) < keys.row.pos;
   if (first_step_early) load_step(base, k_cur, v_cur);
   detail::pdl_prologue();
   if (!active) return;
@@ -233,17 +149,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   __shared__ float sq[kMaxGroup][HD];
   if (warp == 0) {
     float q[kMaxGroup][DPL];
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-      for (int j = 0; j < DPL; ++j)
-        q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * HD + lane * DPL + j] : 0.0f;
-    if constexpr (kRope) {
-      const detail::RopeLane<DPL> rope(lane, p.interleaved, keys.pos, p.inv_freq);
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) rope.apply(q[g], lane);
-      if (k0 <= keys.pos && keys.pos <= k1) store_new_kv<KV, DPL>(p, rope, r, kv_head, lane, keys.pos, table, slot_elems);
-    }
+    load_group_q<KV, HD, kMaxGroup, kRope>(p, keys, r, kv_head, lane, table, q);
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
@@ -357,31 +263,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
       for (int j = 0; j < DK; ++j) sm_acc[warp][g][sl * DK + j] = acc[g][j];
   }
   __syncthreads();
-  constexpr int d = HD;
-  for (int t = threadIdx.x; t < group * d; t += blockDim.x) {
-    const int g = t / d, e = t % d;
-    float mm = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
-    float ll = 0.0f, aa = 0.0f;
-    if (mm != -INFINITY) {
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(sm_m[w][g] - mm);
-        ll += f * sm_l[w][g];
-        aa += f * sm_acc[w][g][e];
-      }
-    }
-    const int h = kv_head * group + g;
-    if (p.splits == 1) {
-      p.out[int64_t(r) * p.out_stride + int64_t(h) * d + e] = aa / ll;
-    } else {
-      const int64_t part = (int64_t(r) * p.n_heads + h) * p.splits + split;
-      p.part_acc[part * d + e] = aa;
-      if (e == 0) {
-        p.part_ml[2 * part] = mm;
-        p.part_ml[2 * part + 1] = ll;
-      }
-    }
-  }
+  merge_warps<HD, kMaxGroup>(p, sm_m, sm_l, &sm_acc[0][0][0], r, kv_head, split);
 }
 
 // One block per (row, head) merges the row's active splits in two L2 round
@@ -662,9 +544,10 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
                   bound->n_rows);
     max_keys = bound->max_keys;
   }
-  // Enough CTAs to fill the GPU (~4 per SM), never splits under 16 keys: a
-  // decode step has few (row, KV head) pairs, and a CTA's walk over its keys
-  // is a latency chain (load K, reduce, exp, load V).
+  // Enough CTAs to fill the GPU (as many per SM as the kernel's registers
+  // and shared memory let it hold: 4 for the CUDA-core kernel, 2 for the
+  // tensor-core one), never splits under 16 keys: a decode step has few
+  // (row, KV head) pairs, and a CTA's walk over its keys is a latency chain.
   static const int n_sms = [] {
     int dev = 0, v = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -673,12 +556,16 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
   }();
   const int base_ctas = n_rows * a.n_kv_heads;
   const int covered_ctas = std::max(1, covered_rows * a.n_kv_heads);  // rows of no sequence return at once
-  int splits = std::max(1, (4 * n_sms + covered_ctas - 1) / covered_ctas);
+  const bool mma =
+      attention_mma_takes(a.cache.f16, a.cache.block_size, a.head_dim, a.n_heads / a.n_kv_heads, covered_rows);
+  const int ctas_per_sm = mma ? attention_mma_ctas_per_sm() : 4;
+  int splits = std::max(1, (ctas_per_sm * n_sms + covered_ctas - 1) / covered_ctas);
   splits = std::min({splits, std::max(1, max_keys / kMinSplitKeys), kMaxSplits});
 
   AttnParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
                .k = a.cache.k, .v = a.cache.v, .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads,
                .head_dim = a.head_dim, .block_size = a.cache.block_size,
+               .block_shift = std::countr_zero(unsigned(a.cache.block_size)),
                .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window, .n_rows = n_rows,
                .row_seq = nullptr, .row_pos = nullptr, .table_offset = nullptr, .tables = nullptr,
                .table_stride = 0, .splits = splits,
@@ -710,10 +597,12 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
     p.new_v_stride = rope->v_stride;
     p.inv_freq = static_cast<const float*>(upload_cached(rope->inv_freq, size_t(a.head_dim / 2) * 4));
     p.interleaved = rope->interleaved;
-    if (a.cache.f16) launch_attention_dim<__half, true>(p, grid);
+    if (mma) launch_attention_mma(p, grid, true);
+    else if (a.cache.f16) launch_attention_dim<__half, true>(p, grid);
     else launch_attention_dim<float, true>(p, grid);
   } else {
-    if (a.cache.f16) launch_attention_dim<__half, false>(p, grid);
+    if (mma) launch_attention_mma(p, grid, false);
+    else if (a.cache.f16) launch_attention_dim<__half, false>(p, grid);
     else launch_attention_dim<float, false>(p, grid);
   }
   if (splits > 1) {

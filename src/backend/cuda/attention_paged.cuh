@@ -1,0 +1,192 @@
+// What the two decode attention kernels share: the launch parameters, how a
+// row's keys split over CTAs (the combine kernel of attention.cu relies on
+// both kernels splitting alike), the store of a decode step's new K/V, and
+// the merge of the CTA's warps into the output or the split's partials.
+//
+// The kernels: attention.cu's CUDA-core kernel (any cache, head_dim, batch)
+// and attention_decode_mma.cu's tensor-core kernel (f16 cache, batches).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/rope.cuh"
+
+namespace brioche::cuda::paged {
+
+constexpr int kWarps = 4;  // warps of a CTA in both kernels
+
+struct AttnParams {
+  const float* q;    // [n_rows, n_heads * head_dim], row stride q_stride
+  float* out;        // same layout, row stride out_stride
+  int64_t q_stride, out_stride;
+  const void* k;     // [n_blocks, block_size, n_kv_heads, head_dim]
+  const void* v;
+  int n_heads, n_kv_heads, head_dim, block_size;
+  int block_shift;   // log2(block_size) when a power of two (the tensor-core kernel's requirement)
+  float scale_log2;  // scale · log2(e)
+  int sliding_window;
+  int n_rows;
+  // Device metadata: row_seq[n_rows] (−1: not covered), row_pos[n_rows],
+  // table_offset[n_sequences], tables[...] (block tables, concatenated).
+  // Bound decode steps (graph.h) have no row_seq: row r is sequence r unless
+  // row_pos[r] < 0, and its table starts at tables + r·table_stride.
+  const int32_t* row_seq;
+  const int32_t* row_pos;
+  const int32_t* table_offset;
+  const int32_t* tables;
+  int table_stride;
+  int splits;
+  float* part_acc;  // [n_rows, n_heads, splits, head_dim]
+  float* part_ml;   // [n_rows, n_heads, splits, 2]
+  // RoPE and the K/V store taken in (rope_store_kv_attention; kRope
+  // kernels): q is rotated on load, and the CTA whose keys include the row's
+  // own position rotates the row's new k and stores it and v there first.
+  const float* new_k = nullptr;  // [n_rows, n_kv_heads · head_dim] before RoPE
+  const float* new_v = nullptr;
+  int64_t new_k_stride = 0, new_v_stride = 0;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  bool interleaved = false;
+};
+
+__device__ __forceinline__ int row_sequence(const AttnParams& p, int r) {
+  return p.row_seq != nullptr ? p.row_seq[r] : (p.row_pos[r] < 0 ? -1 : r);
+}
+
+__device__ __forceinline__ const int32_t* row_table(const AttnParams& p, int seq) {
+  return p.tables + (p.row_seq != nullptr ? int64_t(p.table_offset[seq]) : int64_t(seq) * p.table_stride);
+}
+
+// Row r's keys [first, pos] (a sliding window starts later) and the splits
+// that share them: as many as give each at least kMinSplitKeys, up to the
+// launch's p.splits. A decode graph's launch has splits for its bucket's
+// longest context; shorter contexts leave the rest idle, and the combine
+// reads only the active ones.
+constexpr int kMinSplitKeys = kWarps * 4;  // (one step of the CUDA-core kernel's warps at head_dim 128)
+
+struct RowKeys {
+  int first, pos, n_keys, active_splits;
+};
+
+__device__ __forceinline__ RowKeys row_keys(const AttnParams& p, int r) {
+  const int pos = p.row_pos[r];
+  const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
+  const int n_keys = pos - first + 1;
+  return {first, pos, n_keys, min(p.splits, max(1, (n_keys + kMinSplitKeys - 1) / kMinSplitKeys))};
+}
+
+// The keys [k0, k1] (inclusive; k1 < k0 when none) that split `split` of row
+// r takes, and whether the CTA has anything to do.
+struct SplitKeys {
+  RowKeys row;
+  int seq, k0, k1;
+  bool active;
+};
+
+__device__ __forceinline__ SplitKeys split_keys(const AttnParams& p, int r, int split) {
+  SplitKeys s;
+  s.seq = row_sequence(p, r);
+  s.row = s.seq >= 0 ? row_keys(p, r) : RowKeys{0, 0, 0, 0};
+  s.active = s.seq >= 0 && split < s.row.active_splits;
+  const int per_split = s.active ? (s.row.n_keys + s.row.active_splits - 1) / s.row.active_splits : 0;
+  s.k0 = s.row.first + split * per_split;
+  s.k1 = s.active ? min(s.row.pos, s.k0 + per_split - 1) : s.k0 - 1;
+  return s;
+}
+
+template <typename KV>
+__device__ __forceinline__ KV to_cache(float x) {
+  if constexpr (sizeof(KV) == 2) return __float2half_rn(x);
+  else return x;
+}
+
+// kRope: the row's new key, rotated, and its value into the cache slot of
+// its position (the lane's DPL values of this KV head), by one warp.
+template <typename KV, int DPL>
+__device__ __forceinline__ void store_new_kv(const AttnParams& p, const detail::RopeLane<DPL>& rope, int r,
+                                             int kv_head, int lane, int pos, const int32_t* table,
+                                             int64_t slot_elems) {
+  const int64_t col = int64_t(kv_head) * p.head_dim + lane * DPL;
+  float k[DPL], v[DPL];
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) {
+    k[j] = p.new_k[r * p.new_k_stride + col + j];
+    v[j] = p.new_v[r * p.new_v_stride + col + j];
+  }
+  rope.apply(k, lane);
+  const int64_t slot = int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
+  KV* k_cache = static_cast<KV*>(const_cast<void*>(p.k)) + slot * slot_elems + col;
+  KV* v_cache = static_cast<KV*>(const_cast<void*>(p.v)) + slot * slot_elems + col;
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) {
+    k_cache[j] = to_cache<KV>(k[j]);
+    v_cache[j] = to_cache<KV>(v[j]);
+  }
+}
+
+// The group's q rows of row r (lanes splitting head_dim, DPL values each;
+// zero for heads past the group), rotated when kRope, and the row's new K/V
+// stored when it falls in [k0, k1]. One warp.
+template <typename KV, int HD, int kMaxGroup, bool kRope>
+__device__ __forceinline__ void load_group_q(const AttnParams& p, const SplitKeys& s, int r, int kv_head, int lane,
+                                             const int32_t* table, float (&q)[kMaxGroup][HD / 32]) {
+  constexpr int DPL = HD / 32;
+  const int group = p.n_heads / p.n_kv_heads;
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+    for (int j = 0; j < DPL; ++j)
+      q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * HD + lane * DPL + j] : 0.0f;
+  if constexpr (kRope) {
+    const detail::RopeLane<DPL> rope(lane, p.interleaved, s.row.pos, p.inv_freq);
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) rope.apply(q[g], lane);
+    if (s.k0 <= s.row.pos && s.row.pos <= s.k1)
+      store_new_kv<KV, DPL>(p, rope, r, kv_head, lane, s.row.pos, table, int64_t(p.n_kv_heads) * HD);
+  }
+}
+
+// Merges the CTA's warps (each an online softmax over its own keys: m, l in
+// sm_m/sm_l [kWarps][kMaxGroup], acc in sm_acc [kWarps][kMaxGroup][HD]) and
+// writes the group's heads of row r: the output when the launch has one
+// split, else this split's (acc, m, l) for the combine kernel.
+template <int HD, int kMaxGroup>
+__device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&sm_m)[kWarps][kMaxGroup],
+                                            const float (&sm_l)[kWarps][kMaxGroup], const float* sm_acc, int r,
+                                            int kv_head, int split) {
+  const int group = p.n_heads / p.n_kv_heads;
+  for (int t = threadIdx.x; t < group * HD; t += blockDim.x) {
+    const int g = t / HD, e = t % HD;
+    float mm = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
+    float ll = 0.0f, aa = 0.0f;
+    if (mm != -INFINITY) {
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(sm_m[w][g] - mm);
+        ll += f * sm_l[w][g];
+        aa += f * sm_acc[(w * kMaxGroup + g) * HD + e];
+      }
+    }
+    const int h = kv_head * group + g;
+    if (p.splits == 1) {
+      p.out[int64_t(r) * p.out_stride + int64_t(h) * HD + e] = aa / ll;
+    } else {
+      const int64_t part = (int64_t(r) * p.n_heads + h) * p.splits + split;
+      p.part_acc[part * HD + e] = aa;
+      if (e == 0) {
+        p.part_ml[2 * part] = mm;
+        p.part_ml[2 * part + 1] = ll;
+      }
+    }
+  }
+}
+
+// The tensor-core kernel (attention_decode_mma.cu; attention_decode_mma.h
+// says which launches it takes): how many of its CTAs an SM holds (for the
+// split count), and its launch on the same grid as the CUDA-core kernel
+// (rows × KV heads, splits).
+int attention_mma_ctas_per_sm();
+void launch_attention_mma(const AttnParams& p, dim3 grid, bool rope);
+
+}  // namespace brioche::cuda::paged
