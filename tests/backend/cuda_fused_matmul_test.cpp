@@ -149,12 +149,14 @@ Tensor nan_f32(int64_t rows, int64_t cols) {
 }
 
 // Where the GEMV takes the norm itself (n ≤ 8; dense weights with x̂ in 46 KB,
-// the int8 path's types at any k up to 16,384) `normed` stays untouched (NaN
-// here), which shows the fused kernel ran; elsewhere it holds rms_norm(x).
+// the int8 path's types at any k up to 16,384), and where the GEMMs (n > 8)
+// read x̂ as the 16-bit rows one norm kernel writes (all but f32 weights),
+// `normed` stays untouched (NaN here), which shows the fused kernel ran;
+// elsewhere it holds rms_norm(x).
 bool norm_is_fused(DType dtype, int64_t n, int64_t k) {
   const bool int8_path = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 ||
                          dtype == DType::Q4_K || dtype == DType::Q6_K;
-  if (n > 8) return false;
+  if (n > 8) return dtype != DType::F32;
   return int8_path ? k <= 16384 : k % 4 == 0 && k <= 4096 && n * k * 4 <= 46 * 1024;
 }
 
@@ -239,6 +241,45 @@ TEST(CudaFusedMatmul, RmsNormFirstOnMixedDtypesAndOddShapes) {
   matmul_group(x, {.weight = odd_norm, .eps = 1e-6f, .normed = normed}, ws, ys);
   expect_same_bits(got, want, "odd k");
   expect_same_bits(normed, h, "odd k normed");
+}
+
+// Weights stacked in one allocation, as model/device_weights.cpp places
+// Q/K/V and gate/up: batches up to 512 rows take one GEMM over the stacked
+// rows (backend/cuda/matmul.cu) and must match the matmuls of separate
+// copies; 600 rows take the separate GEMMs. The stacked SwiGLU leaves its
+// scratch unwritten, which shows that path ran.
+TEST(CudaFusedMatmul, StackedWeightsMatchSeparateOnes) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t k = 512, inter = 320;
+  const int64_t ms[] = {384, 128, 128};  // Q, K, V of a GQA layer; gate and up are the halves
+  for (DType dtype : kDtypes) {
+    const Tensor all = random_weight(dtype, 640, k, 20);
+    const Tensor w[3] = {all.slice(0, 0, 384), all.slice(0, 384, 512), all.slice(0, 512, 640)};
+    const Tensor gate = all.slice(0, 0, inter), up = all.slice(0, inter, 2 * inter);
+    auto separate = [](const Tensor& t) { return to_device(to_device(t, Device::CPU), Device::CUDA); };
+    for (int n : {12, 64, 600}) {
+      const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n);
+      Tensor x = device_f32(n, k, 21), got[3], want[3];
+      for (int i = 0; i < 3; ++i) {
+        got[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
+        want[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
+        matmul(x, separate(w[i]), want[i]);
+      }
+      const Tensor* ws[] = {&w[0], &w[1], &w[2]};
+      Tensor* ys[] = {&got[0], &got[1], &got[2]};
+      matmul_group(x, ws, ys);
+      for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(got[i], want[i]), 1e-10) << what << " part " << i;
+
+      Tensor fused = zeros(DType::F32, {n, inter}, Device::CUDA), scratch = nan_f32(n, inter);
+      Tensor g = zeros(DType::F32, {n, inter}, Device::CUDA), u = zeros(DType::F32, {n, inter}, Device::CUDA);
+      swiglu_matmul(x, gate, up, fused, scratch);
+      matmul(x, separate(gate), g);
+      matmul(x, separate(up), u);
+      swiglu(g, u, g);
+      EXPECT_LT(nmse(fused, g), 1e-10) << what << " swiglu";
+      EXPECT_EQ(all_nan(scratch), n <= 512) << what << ": the scratch is written exactly when the GEMMs are separate";
+    }
+  }
 }
 
 }  // namespace

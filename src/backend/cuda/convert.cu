@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_decode.cuh"
 
 namespace brioche::cuda {
@@ -28,6 +29,7 @@ __global__ void dequantize_bf16_kernel(const uint8_t* w, size_t w_row_bytes, int
 
 __global__ void convert_rows_kernel(const float* x, int64_t ldx, int64_t n, int64_t k, void* out,
                                     bool to_f16) {
+  detail::pdl_prologue();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * k) return;
   const int64_t r = i / k, c = i % k;
@@ -41,6 +43,7 @@ __global__ void convert_rows_kernel(const float* x, int64_t ldx, int64_t n, int6
 // 1.7 TB/s on the H200; this one is bound by HBM.
 template <bool kToF16>
 __global__ void convert_rows_x8_kernel(const float* x, int64_t ldx, int64_t n, int64_t k, void* out) {
+  detail::pdl_prologue();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // index of an 8-element group
   const int64_t groups_per_row = k / 8;
   if (i >= n * groups_per_row) return;
@@ -95,15 +98,16 @@ void convert_rows_to_16bit(const ConvertRowsArgs& a) {
   if (total == 0) return;
   const bool vector = a.k % 8 == 0 && a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
-  cudaStream_t stream = detail::current_stream();
+  // Dependent launches (launch.cuh): the activations' conversion starts
+  // while the kernel that wrote them drains.
   if (!vector) {
-    convert_rows_kernel<<<unsigned((total + 255) / 256), 256, 0, stream>>>(a.x, a.ldx, a.n, a.k, a.out, a.to_f16);
+    detail::launch_dependent(convert_rows_kernel, unsigned((total + 255) / 256), 256, 0, a.x, a.ldx, a.n, a.k, a.out,
+                             a.to_f16);
   } else {
     const unsigned grid = unsigned((total / 8 + 255) / 256);
-    if (a.to_f16) convert_rows_x8_kernel<true><<<grid, 256, 0, stream>>>(a.x, a.ldx, a.n, a.k, a.out);
-    else convert_rows_x8_kernel<false><<<grid, 256, 0, stream>>>(a.x, a.ldx, a.n, a.k, a.out);
+    if (a.to_f16) detail::launch_dependent(convert_rows_x8_kernel<true>, grid, 256, 0, a.x, a.ldx, a.n, a.k, a.out);
+    else detail::launch_dependent(convert_rows_x8_kernel<false>, grid, 256, 0, a.x, a.ldx, a.n, a.k, a.out);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace brioche::cuda

@@ -1,9 +1,11 @@
 // Row-wise and element-wise kernels: RMSNorm, RoPE, residual add, bias,
 // SwiGLU, softmax, argmax. All f32, rows with a stride in floats.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cfloat>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
@@ -35,32 +37,53 @@ __device__ float block_max(float v) {
   return v;
 }
 
-// y = x · (mean(x²) + eps)^(−1/2) · w, one block per row (row_norm.cuh).
-__global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a) {
+// One value rounded to Out (f32, or the bf16/f16 a GEMM reads), and four at
+// once to Out row elements [4i, 4i + 4); rounded as convert_rows rounds.
+template <typename Out>
+__device__ __forceinline__ Out from_float(float x) {
+  if constexpr (std::is_same_v<Out, __half>) return __float2half_rn(x);
+  else if constexpr (std::is_same_v<Out, __nv_bfloat16>) return __float2bfloat16_rn(x);
+  else return x;
+}
+
+template <typename Out>
+__device__ __forceinline__ void store4(Out* __restrict__ row, int i, float4 v) {
+  if constexpr (std::is_same_v<Out, float>) {
+    reinterpret_cast<float4*>(row)[i] = v;
+  } else {
+    const Out h[4] = {from_float<Out>(v.x), from_float<Out>(v.y), from_float<Out>(v.z), from_float<Out>(v.w)};
+    reinterpret_cast<uint2*>(row)[i] = *reinterpret_cast<const uint2*>(h);
+  }
+}
+
+// y = x · (mean(x²) + eps)^(−1/2) · w, one block per row (row_norm.cuh), into
+// out (row stride a.out_stride elements of Out).
+template <typename Out>
+__global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a, Out* out) {
   float4 g[detail::kRmsNormVec], v[detail::kRmsNormVec];
   detail::load_norm_weight(a.weight, a.dim, g);
   detail::pdl_prologue();
   detail::rms_norm_row(a.x + blockIdx.x * a.x_stride, g, a.dim, a.eps, v);
-  float4* __restrict__ y = reinterpret_cast<float4*>(a.out + blockIdx.x * a.out_stride);
+  Out* y = out + blockIdx.x * a.out_stride;
 #pragma unroll
   for (int j = 0; j < detail::kRmsNormVec; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
-    if (i < a.dim / 4) y[i] = v[j];
+    if (i < a.dim / 4) store4(y, i, v[j]);
   }
 }
 
 // Any shape and alignment.
-__global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a) {
+template <typename Out>
+__global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a, Out* out) {
   detail::pdl_prologue();
   const float* __restrict__ x = a.x + blockIdx.x * a.x_stride;
-  float* __restrict__ y = a.out + blockIdx.x * a.out_stride;
+  Out* __restrict__ y = out + blockIdx.x * a.out_stride;
   float sq = 0.0f;
   for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) sq += x[i] * x[i];
   const float inv_rms = rsqrtf(block_sum(sq) / float(a.dim) + a.eps);
-  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) y[i] = x[i] * inv_rms * a.weight[i];
+  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) y[i] = from_float<Out>(x[i] * inv_rms * a.weight[i]);
 }
 
-// One thread per rotated pair (row, head, i).
 __global__ void rope_kernel(backend::cpu::RopeArgs a, const int32_t* positions, const float* inv_freq) {
   detail::pdl_prologue();
   const int half = a.head_dim / 2;
@@ -78,6 +101,19 @@ __global__ void add_bias_kernel(float* x, const float* bias, int64_t n_rows, int
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n_rows * dim) return;
   x[(t / dim) * stride + t % dim] += bias[t % dim];
+}
+
+// One thread per value of src's rows (grid y: the row), to the part whose
+// columns hold it.
+__global__ void split_columns_kernel(ColumnSplit s, int width) {
+  detail::pdl_prologue();
+  const int64_t r = blockIdx.y;
+  int c = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= width) return;
+  const float v = s.src[r * s.src_stride + c];
+  int p = 0;
+  while (p + 1 < s.n_parts && c >= s.width[p]) c -= int(s.width[p++]);
+  s.dst[p][r * s.dst_stride[p] + c] = v;
 }
 
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
@@ -192,16 +228,31 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int64_t stride, in
 
 }  // namespace
 
-void rms_norm(const backend::cpu::RmsNormArgs& a) {
+namespace {
+
+template <typename Out>
+void launch_rms_norm(const backend::cpu::RmsNormArgs& a, Out* out) {
   if (a.n_rows == 0) return;
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  const bool vec = a.dim % 4 == 0 && a.x_stride % 4 == 0 && a.out_stride % 4 == 0 && aligned(a.x) &&
-                   aligned(a.out) && aligned(a.weight);
+  const bool vec = a.dim % 4 == 0 && a.x_stride % 4 == 0 && a.out_stride % 4 == 0 && aligned(a.x) && aligned(out) &&
+                   aligned(a.weight);
   if (const int threads = detail::rms_norm_threads(a.dim); vec && threads > 0) {
-    detail::launch_dependent(rms_norm_vec_kernel, unsigned(a.n_rows), threads, 0, a);
+    detail::launch_dependent(rms_norm_vec_kernel<Out>, unsigned(a.n_rows), threads, 0, a, out);
   } else {
-    detail::launch_dependent(rms_norm_kernel, unsigned(a.n_rows), kRowThreads, 0, a);
+    detail::launch_dependent(rms_norm_kernel<Out>, unsigned(a.n_rows), kRowThreads, 0, a, out);
   }
+}
+
+}  // namespace
+
+void rms_norm(const backend::cpu::RmsNormArgs& a) { launch_rms_norm(a, a.out); }
+
+void rms_norm_to_16bit(const backend::cpu::RmsNormArgs& a, void* out, bool to_f16) {
+  backend::cpu::RmsNormArgs rows = a;
+  rows.out = nullptr;
+  rows.out_stride = a.dim;
+  if (to_f16) launch_rms_norm(rows, static_cast<__half*>(out));
+  else launch_rms_norm(rows, static_cast<__nv_bfloat16*>(out));
 }
 
 namespace detail {
@@ -231,6 +282,16 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t 
   const int64_t total = n_rows * dim;
   if (total == 0) return;
   detail::launch_dependent(add_bias_kernel, blocks_for(total), 256, 0, x, bias, n_rows, dim, x_stride);
+}
+
+void split_columns(const ColumnSplit& s) {
+  BRIOCHE_CHECK(s.n_parts >= 1 && s.n_parts <= 3, "split_columns: 1 to 3 parts, got ", s.n_parts);
+  BRIOCHE_CHECK(s.n_rows <= 65535, "split_columns: at most 65535 rows (grid y), got ", s.n_rows);
+  int64_t width = 0;
+  for (int p = 0; p < s.n_parts; ++p) width += s.width[p];
+  if (s.n_rows * width == 0) return;
+  const dim3 grid{unsigned((width + 255) / 256), unsigned(s.n_rows), 1u};
+  detail::launch_dependent(split_columns_kernel, grid, 256, 0, s, int(width));
 }
 
 void swiglu(const backend::cpu::SwigluArgs& a) {

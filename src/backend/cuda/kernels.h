@@ -48,10 +48,25 @@ void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);
 
 void rms_norm(const backend::cpu::RmsNormArgs& args);
+// The same x̂, rounded to bf16 (f16 when to_f16) into out [n_rows, dim]
+// contiguous (args.out unused): the 16-bit rows a GEMM reads, in one kernel.
+void rms_norm_to_16bit(const backend::cpu::RmsNormArgs& args, void* out, bool to_f16);
 void rope(const backend::cpu::RopeArgs& args);
 void add(const backend::cpu::AddArgs& args);
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t x_stride);
 void swiglu(const backend::cpu::SwigluArgs& args);
+// dst[p] [n_rows, width[p]] (row stride dst_stride[p]) = the columns
+// [Σ_{i<p} width[i], + width[p]) of src [n_rows, Σ width] (row stride
+// src_stride), for up to 3 parts: the outputs of one GEMM over stacked
+// weights (matmul_group).
+struct ColumnSplit {
+  const float* src;
+  int64_t src_stride, n_rows;
+  int n_parts;
+  float* dst[3];
+  int64_t dst_stride[3], width[3];
+};
+void split_columns(const ColumnSplit& split);
 void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride);
 // Ids are validated on the host first (an error names the bad id).
 void embedding(const cpu::EmbeddingArgs& args);

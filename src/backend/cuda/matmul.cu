@@ -105,6 +105,35 @@ cpu::MatmulArgs normalized(cpu::MatmulArgs a, const InputNorm& norm) {
   return a;
 }
 
+// x̂ = RMSNorm(x) of the parts' x (one x) into norm.normed, and the parts
+// reading it.
+void read_normalized(std::span<cpu::MatmulArgs> parts, const InputNorm& norm) {
+  const cpu::MatmulArgs n0 = normalized(parts[0], norm);
+  for (cpu::MatmulArgs& p : parts) {
+    p.x = n0.x;
+    p.ldx = n0.ldx;
+  }
+}
+
+// The activations the GEMMs of `parts` (one x, one weight dtype) read: the
+// 16-bit copy of x (activations_16bit), or of x̂ = RMSNorm(x) when `norm`
+// is given, normalized and rounded by one kernel (norm->normed is then not
+// written: nothing reads x̂ in f32). F32 weights read f32 rows: x̂ then goes
+// to norm->normed and the parts read it there.
+std::shared_ptr<void> gemm_input(std::span<cpu::MatmulArgs> parts, const InputNorm* norm) {
+  const cpu::MatmulArgs& a = parts[0];
+  if (norm == nullptr) return detail::activations_16bit(a);
+  if (a.wtype == DType::F32) {
+    read_normalized(parts, *norm);
+    return nullptr;
+  }
+  std::shared_ptr<void> x16 = allocate(size_t(a.n) * size_t(a.k) * 2);
+  rms_norm_to_16bit({.x = a.x, .weight = norm->weight, .out = nullptr, .n_rows = a.n, .dim = a.k, .x_stride = a.ldx,
+                     .out_stride = a.k, .eps = norm->eps},
+                    x16.get(), a.wtype == DType::F16);
+  return x16;
+}
+
 // One GEMV launch over `g` (x, n, k of `a`; its parts and fusions set), of
 // x̂ = RMSNorm(x) when `norm` is given.
 void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm = nullptr) {
@@ -142,6 +171,39 @@ void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm
   detail::gemv_quant(a.wtype, g);
 }
 
+// Up to this many rows, parts whose weights lie back to back (Q/K/V and
+// gate/up: model/device_weights.cpp stacks them) take one GEMM over the
+// stacked rows: a batch's GEMMs stream weights, and one GEMM over 50 MB
+// streams them faster than three over 33, 8 and 8 MB, each with its own
+// ramp, tail and split-K reduction. Above it the GEMMs are compute bound
+// and the stacked output would be a large scratch (gate/up at 2,048 rows:
+// 235 MB). BRIOCHE_CUDA_STACKED_GEMM=0 turns it off (A/B runs).
+constexpr int64_t kStackedMaxRows = 512;
+
+bool stacked_gemm_takes(std::span<const cpu::MatmulArgs> parts) {
+  static const bool on = env_switch_on("BRIOCHE_CUDA_STACKED_GEMM");
+  if (!on || parts.size() < 2 || parts[0].n > kStackedMaxRows) return false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const cpu::MatmulArgs &prev = parts[i - 1], &p = parts[i];
+    if (p.w_row_bytes != prev.w_row_bytes || p.w != static_cast<const char*>(prev.w) + prev.m * prev.w_row_bytes)
+      return false;
+  }
+  return true;
+}
+
+// One GEMM of parts' x (x16: its 16-bit copy) against their stacked weights,
+// into a new [n, Σm] buffer (returned, with `all` describing it).
+std::shared_ptr<void> stacked_gemm(std::span<const cpu::MatmulArgs> parts, const void* x16, cpu::MatmulArgs& all) {
+  all = parts[0];
+  all.m = 0;
+  for (const cpu::MatmulArgs& p : parts) all.m += p.m;
+  std::shared_ptr<void> y = allocate(size_t(all.n) * size_t(all.m) * 4);
+  all.y = static_cast<float*>(y.get());
+  all.ldy = all.m;
+  detail::weight_gemm(all, x16, 0.0f);
+  return y;
+}
+
 }  // namespace
 
 void matmul(const cpu::MatmulArgs& a) {
@@ -159,11 +221,16 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
 void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm) {
   if (gate_args.n == 0 || gate_args.m == 0) return;
   if (gate_args.n <= kMaxGemvRows) return gemv(gate_args, {.parts = {gemv_part(gate_args)}, .w_up = up_args.w}, norm);
-  const cpu::MatmulArgs gate = norm != nullptr ? normalized(gate_args, *norm) : gate_args;
-  cpu::MatmulArgs up = up_args;
-  up.x = gate.x;
-  up.ldx = gate.ldx;
-  std::shared_ptr<void> x16 = detail::activations_16bit(gate);
+  cpu::MatmulArgs pair[] = {gate_args, up_args};
+  const cpu::MatmulArgs &gate = pair[0], &up = pair[1];
+  std::shared_ptr<void> x16 = gemm_input(pair, norm);
+  if (stacked_gemm_takes(pair)) {
+    cpu::MatmulArgs all;
+    std::shared_ptr<void> gate_up = stacked_gemm(pair, x16.get(), all);
+    swiglu({.gate = all.y, .up = all.y + gate.m, .out = gate.y, .n_rows = gate.n, .dim = gate.m,
+            .gate_stride = all.ldy, .up_stride = all.ldy, .out_stride = gate.ldy});
+    return;
+  }
   detail::weight_gemm(gate, x16.get(), 0.0f);
   detail::weight_gemm(up, x16.get(), 0.0f);
   swiglu({.gate = gate.y, .up = up.y, .out = gate.y, .n_rows = gate.n, .dim = gate.m, .gate_stride = gate.ldy,
@@ -182,21 +249,27 @@ void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm)
     for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
     return gemv(a, g, norm);
   }
-  // Everything else reads x̂ from memory: normalized once for all parts.
-  std::vector<cpu::MatmulArgs> on_normed(parts.begin(), parts.end());
-  if (norm != nullptr) {
-    const cpu::MatmulArgs n0 = normalized(a, *norm);
-    for (cpu::MatmulArgs& p : on_normed) {
-      p.x = n0.x;
-      p.ldx = n0.ldx;
-    }
-  }
+  std::vector<cpu::MatmulArgs> group(parts.begin(), parts.end());
   if (!shared) {
-    for (const cpu::MatmulArgs& p : on_normed) cuda::matmul(p);  // not cpu::matmul, which ADL also finds
+    // Different dtypes or inputs: a matmul each, on x̂ normalized once.
+    if (norm != nullptr) read_normalized(group, *norm);
+    for (const cpu::MatmulArgs& p : group) cuda::matmul(p);  // not cpu::matmul, which ADL also finds
     return;
   }
-  std::shared_ptr<void> x16 = detail::activations_16bit(on_normed[0]);
-  for (const cpu::MatmulArgs& p : on_normed) detail::weight_gemm(p, x16.get(), 0.0f);
+  std::shared_ptr<void> x16 = gemm_input(group, norm);
+  if (stacked_gemm_takes(group)) {
+    cpu::MatmulArgs all;
+    std::shared_ptr<void> y = stacked_gemm(group, x16.get(), all);
+    ColumnSplit split{.src = all.y, .src_stride = all.ldy, .n_rows = all.n, .n_parts = int(group.size())};
+    for (size_t i = 0; i < group.size(); ++i) {
+      split.dst[i] = group[i].y;
+      split.dst_stride[i] = group[i].ldy;
+      split.width[i] = group[i].m;
+    }
+    split_columns(split);
+    return;
+  }
+  for (const cpu::MatmulArgs& p : group) detail::weight_gemm(p, x16.get(), 0.0f);
 }
 
 }  // namespace brioche::cuda
