@@ -26,9 +26,10 @@ void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<
 // The RMSNorm a block applies to x before its first matmuls:
 // x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The ops below taking it multiply
 // x̂ instead of x. `normed` ([n, k] f32 like x, or x itself) receives x̂
-// where x̂ is materialised (the CPU, many rows, shapes the GPU kernels do
-// not fuse); on the GPU's decode path the GEMV normalizes x in its own
-// prologue, bit for bit as ops::rms_norm does, and `normed` is not written.
+// where x̂ is materialised in f32 (the CPU, f32 weights, shapes the GPU
+// kernels do not fuse); on the GPU the decode GEMV normalizes x in its own
+// prologue and, for more rows, one kernel writes the 16-bit x̂ the GEMMs
+// read, both bit for bit as ops::rms_norm does, and `normed` is not written.
 struct RmsNormFirst {
   const Tensor& weight;  // [k] f32
   float eps;

@@ -30,7 +30,8 @@ LtContext& lt() {
   return *ctx;
 }
 
-// Algorithm choice per shape and operand alignment, found once by cuBLASLt's heuristic.
+// Algorithm choice per shape and operand alignment, made once: cuBLASLt's
+// heuristic, timed among its first choices for small batches (below).
 using AlgoKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t>;
 
 // Largest power of two (≤ 256) dividing the address: the heuristic assumes
