@@ -1,11 +1,12 @@
 // Row-wise and element-wise kernels: RMSNorm, RoPE, residual add, bias,
-// SwiGLU, softmax, argmax. All f32, rows with a stride in floats.
+// SwiGLU, softmax, argmax, the column split of a stacked GEMM's output. f32
+// rows with a stride in floats (RMSNorm can also write the 16-bit rows a GEMM
+// reads).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cfloat>
 #include <cmath>
-#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
@@ -37,27 +38,9 @@ __device__ float block_max(float v) {
   return v;
 }
 
-// One value rounded to Out (f32, or the bf16/f16 a GEMM reads), and four at
-// once to Out row elements [4i, 4i + 4); rounded as convert_rows rounds.
-template <typename Out>
-__device__ __forceinline__ Out from_float(float x) {
-  if constexpr (std::is_same_v<Out, __half>) return __float2half_rn(x);
-  else if constexpr (std::is_same_v<Out, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  else return x;
-}
-
-template <typename Out>
-__device__ __forceinline__ void store4(Out* __restrict__ row, int i, float4 v) {
-  if constexpr (std::is_same_v<Out, float>) {
-    reinterpret_cast<float4*>(row)[i] = v;
-  } else {
-    const Out h[4] = {from_float<Out>(v.x), from_float<Out>(v.y), from_float<Out>(v.z), from_float<Out>(v.w)};
-    reinterpret_cast<uint2*>(row)[i] = *reinterpret_cast<const uint2*>(h);
-  }
-}
-
 // y = x · (mean(x²) + eps)^(−1/2) · w, one block per row (row_norm.cuh), into
-// out (row stride a.out_stride elements of Out).
+// out (row stride a.out_stride elements of Out: f32, or the bf16/f16 rows a
+// GEMM reads, rounded as convert_rows rounds; rows_vec4.cuh's stores).
 template <typename Out>
 __global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a, Out* out) {
   float4 g[detail::kRmsNormVec], v[detail::kRmsNormVec];
@@ -68,7 +51,7 @@ __global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a, Out* out) {
 #pragma unroll
   for (int j = 0; j < detail::kRmsNormVec; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
-    if (i < a.dim / 4) store4(y, i, v[j]);
+    if (i < a.dim / 4) detail::store4(y + 4 * i, v[j]);
   }
 }
 
@@ -81,9 +64,10 @@ __global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a, Out* out) {
   float sq = 0.0f;
   for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) sq += x[i] * x[i];
   const float inv_rms = rsqrtf(block_sum(sq) / float(a.dim) + a.eps);
-  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) y[i] = from_float<Out>(x[i] * inv_rms * a.weight[i]);
+  for (int64_t i = threadIdx.x; i < a.dim; i += blockDim.x) detail::store1(y + i, x[i] * inv_rms * a.weight[i]);
 }
 
+// One thread per rotated pair (row, head, i).
 __global__ void rope_kernel(backend::cpu::RopeArgs a, const int32_t* positions, const float* inv_freq) {
   detail::pdl_prologue();
   const int half = a.head_dim / 2;

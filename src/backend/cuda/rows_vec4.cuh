@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <span>
@@ -49,8 +50,14 @@ __device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
   const __nv_bfloat162 h[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
   *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
 }
+// The same in f16 (the rows an f16 weight's GEMM reads).
+__device__ __forceinline__ void store4(__half* p, float4 v) {
+  const __half2 h[2] = {__floats2half2_rn(v.x, v.y), __floats2half2_rn(v.z, v.w)};
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(h);
+}
 __device__ __forceinline__ void store1(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store1(__half* p, float v) { *p = __float2half_rn(v); }
 #endif
 
 }  // namespace brioche::cuda::detail
