@@ -5,7 +5,7 @@
 // matrix Y (ld = ldy); row-major w[m, k] is column-major k×m, x[n, k] is k×n.
 // So Y = op(W)·X with op = transpose: A = w (TRANSA = T), B = x (N).
 #include <algorithm>
-#include <vector>
+#include <array>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
@@ -249,7 +249,9 @@ void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm)
     for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
     return gemv(a, g, norm);
   }
-  std::vector<cpu::MatmulArgs> group(parts.begin(), parts.end());
+  std::array<cpu::MatmulArgs, 3> storage;  // (1 to 3 parts: no allocation per call)
+  const std::span<cpu::MatmulArgs> group(storage.data(), parts.size());
+  std::copy(parts.begin(), parts.end(), group.begin());
   if (!shared) {
     // Different dtypes or inputs: a matmul each, on x̂ normalized once.
     if (norm != nullptr) read_normalized(group, *norm);
