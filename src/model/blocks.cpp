@@ -19,9 +19,20 @@ Activations ActivationBuffers::view(const ModelConfig& c, int64_t n, Device devi
     auto make = [&](int64_t width) { return ops::zeros(DType::F32, {capacity_, width}, device); };
     full_.x = make(c.hidden_size);
     full_.h = make(c.hidden_size);
-    full_.q = make(c.q_dim());
-    full_.k = make(c.kv_dim());
-    full_.v = make(c.kv_dim());
+    if (c.qk_norm) {
+      // Qwen3 normalizes q and k per head through a [n·heads, head_dim]
+      // reshape, which needs contiguous rows.
+      full_.q = make(c.q_dim());
+      full_.k = make(c.kv_dim());
+      full_.v = make(c.kv_dim());
+    } else {
+      // q, k and v side by side in one row: where the device stacks the
+      // weights (model/device_weights.cpp), one GEMM writes all three in place.
+      const Tensor qkv = make(c.q_dim() + 2 * c.kv_dim());
+      full_.q = qkv.slice(1, 0, c.q_dim());
+      full_.k = qkv.slice(1, c.q_dim(), c.q_dim() + c.kv_dim());
+      full_.v = qkv.slice(1, c.q_dim() + c.kv_dim(), c.q_dim() + 2 * c.kv_dim());
+    }
     full_.attn = make(c.q_dim());
     full_.out = make(c.hidden_size);
     full_.gate = make(c.intermediate_size);
@@ -76,16 +87,14 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
 }
 
 void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective) {
-  ops::swiglu_matmul(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h}, w.w_gate, w.w_up, a.gate, a.up);
-  if (collective != nullptr) {
-    // SwiGLU is elementwise over the intermediate columns, so each rank's
-    // slice is exact; only down's sum over them is split.
-    ops::matmul(a.gate, w.w_down, a.out);
-    collective->all_reduce_sum(a.out);
-    ops::add(a.x, a.out, a.x);
-    return;
-  }
-  ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out);
+  const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h};
+  if (collective == nullptr) return ops::swiglu_mlp(a.x, norm, w.w_gate, w.w_up, w.w_down, a.x, a.gate, a.up, a.out);
+  // SwiGLU is elementwise over the intermediate columns, so each rank's slice
+  // is exact; only down's sum over them is split.
+  ops::swiglu_matmul(a.x, norm, w.w_gate, w.w_up, a.gate, a.up);
+  ops::matmul(a.gate, w.w_down, a.out);
+  collective->all_reduce_sum(a.out);
+  ops::add(a.x, a.out, a.x);
 }
 
 }  // namespace brioche::model

@@ -21,8 +21,8 @@ namespace brioche::model {
 struct Activations {
   Tensor x;           // [n, hidden]   residual stream
   Tensor h;           // [n, hidden]   normed block input
-  Tensor q;           // [n, q_dim]
-  Tensor k, v;        // [n, kv_dim]
+  Tensor q;           // [n, q_dim]    (q, k, v: column ranges of one buffer
+  Tensor k, v;        // [n, kv_dim]    unless the config has qk_norm)
   Tensor attn;        // [n, q_dim]    attention output before o_proj
   Tensor out;         // [n, hidden]   block output
   Tensor gate, up;    // [n, inter]

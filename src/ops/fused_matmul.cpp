@@ -45,13 +45,17 @@ cuda::InputNorm cuda_norm(const Tensor& x, const RmsNormFirst& norm, std::string
 }
 #endif
 
+void check_gate_up(const Tensor& w_gate, const Tensor& w_up, std::string_view op) {
+  BRIOCHE_CHECK(w_up.dtype() == w_gate.dtype() && w_up.shape() == w_gate.shape() &&
+                    w_up.stride(0) == w_gate.stride(0),
+                op, ": gate ", w_gate.describe(), " and up ", w_up.describe(), " weights differ");
+}
+
 void swiglu_matmul_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch,
                         const RmsNormFirst* norm) {
   const cpu::MatmulArgs gate = detail::matmul_args(x, w_gate, out, "swiglu_matmul");
   const cpu::MatmulArgs up = detail::matmul_args(x, w_up, scratch, "swiglu_matmul");
-  BRIOCHE_CHECK(w_up.dtype() == w_gate.dtype() && w_up.shape() == w_gate.shape() &&
-                    w_up.stride(0) == w_gate.stride(0),
-                "swiglu_matmul: gate ", w_gate.describe(), " and up ", w_up.describe(), " weights differ");
+  check_gate_up(w_gate, w_up, "swiglu_matmul");
 #if BRIOCHE_CUDA
   if (w_gate.device() == Device::CUDA) {
     if (norm == nullptr) return cuda::matmul_swiglu(gate, up);
@@ -103,6 +107,22 @@ void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Te
 void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up, Tensor& out,
                    Tensor& scratch) {
   swiglu_matmul_impl(x, w_gate, w_up, out, scratch, &norm);
+}
+
+void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
+                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch) {
+#if BRIOCHE_CUDA
+  if (w_gate.device() == Device::CUDA) {
+    const cpu::MatmulArgs gate = detail::matmul_args(x, w_gate, hidden, "swiglu_mlp");
+    const cpu::MatmulArgs up = detail::matmul_args(x, w_up, scratch, "swiglu_mlp");
+    const cpu::MatmulArgs down = detail::matmul_args(hidden, w_down, y, "swiglu_mlp");
+    check_gate_up(w_gate, w_up, "swiglu_mlp");
+    const cuda::InputNorm n = cuda_norm(x, norm, "swiglu_mlp");
+    return cuda::matmul_swiglu_down(gate, up, down, &n);
+  }
+#endif
+  swiglu_matmul(x, norm, w_gate, w_up, hidden, scratch);
+  matmul_accumulate(hidden, w_down, y, y_scratch);
 }
 
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {

@@ -43,4 +43,13 @@ void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Ten
 void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up, Tensor& out,
                    Tensor& scratch);
 
+// y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its
+// residual add (y may be x). It is swiglu_matmul(x, norm, w_gate, w_up,
+// hidden, scratch), then matmul_accumulate(hidden, w_down, y, y_scratch); on
+// the GPU above 8 rows the SwiGLU kernel writes the 16-bit rows the down GEMM
+// reads (the same bits the conversion of `hidden` would give), and `hidden`
+// is not written.
+void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
+                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch);
+
 }  // namespace brioche::ops

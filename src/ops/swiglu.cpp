@@ -21,7 +21,7 @@ void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
                         .out_stride = y.stride};
   if (detail::common_device("swiglu", {&gate, &up, &out}) == Device::CUDA) {
 #if BRIOCHE_CUDA
-    if (detail::is_bf16(out)) return cuda::swiglu_to_bf16(args, out.data());  // (CUDA only: checked above)
+    if (detail::is_bf16(out)) return cuda::swiglu_to_16bit(args, out.data(), false);  // (CUDA only: checked above)
     return cuda::swiglu(args);
 #else
     detail::fail_no_cuda("swiglu");

@@ -269,6 +269,17 @@ TEST(CudaFusedMatmul, StackedWeightsMatchSeparateOnes) {
       Tensor* ys[] = {&got[0], &got[1], &got[2]};
       matmul_group(x, ws, ys);
       for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(got[i], want[i]), 1e-10) << what << " part " << i;
+      // Outputs side by side in one row (the model's q, k, v): the stacked
+      // GEMM writes them in place.
+      Tensor qkv = nan_f32(n, 640);
+      Tensor side[3] = {qkv.slice(1, 0, 384), qkv.slice(1, 384, 512), qkv.slice(1, 512, 640)};
+      Tensor* side_ys[] = {&side[0], &side[1], &side[2]};
+      matmul_group(x, ws, side_ys);
+      for (int i = 0; i < 3; ++i) {
+        Tensor dense = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
+        copy(side[i], dense);
+        EXPECT_LT(nmse(dense, want[i]), 1e-10) << what << " side by side, part " << i;
+      }
 
       Tensor fused = zeros(DType::F32, {n, inter}, Device::CUDA), scratch = nan_f32(n, inter);
       Tensor g = zeros(DType::F32, {n, inter}, Device::CUDA), u = zeros(DType::F32, {n, inter}, Device::CUDA);
@@ -278,6 +289,39 @@ TEST(CudaFusedMatmul, StackedWeightsMatchSeparateOnes) {
       swiglu(g, u, g);
       EXPECT_LT(nmse(fused, g), 1e-10) << what << " swiglu";
       EXPECT_EQ(all_nan(scratch), n <= 512) << what << ": the scratch is written exactly when the GEMMs are separate";
+    }
+  }
+}
+
+// The MLP with its residual add in one op, against swiglu_matmul then
+// matmul_accumulate. Above 8 rows (16-bit or quantized down weights) SwiGLU
+// writes the down GEMM's 16-bit rows itself, rounded as the conversion of
+// the f32 rows rounds, so only the GEMMs' own summation may differ; the f32
+// hidden rows are then left unwritten, which shows that path ran. y is x, as
+// in the model.
+TEST(CudaFusedMatmul, SwigluMlpMatchesSwigluThenDown) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t k = 256, inter = 512;
+  for (DType dtype : kDtypes) {
+    const Tensor gate_up = random_weight(dtype, 2 * inter, k, 50);
+    const Tensor gate = gate_up.slice(0, 0, inter), up = gate_up.slice(0, inter, 2 * inter);
+    const Tensor down = random_weight(dtype, k, inter, 51);
+    const Tensor norm_w = device_f32(1, k, 52).reshape({k});
+    for (int n : {3, 8, 12, 64, 600}) {
+      const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n);
+      const Tensor x = device_f32(n, k, 53);
+      Tensor fused = zeros(DType::F32, {n, k}, Device::CUDA), plain = zeros(DType::F32, {n, k}, Device::CUDA);
+      copy(x, fused);
+      copy(x, plain);
+      Tensor normed = nan_f32(n, k), hidden = nan_f32(n, inter), scratch = nan_f32(n, inter);
+      Tensor y_scratch = nan_f32(n, k);
+      swiglu_mlp(fused, {.weight = norm_w, .eps = 1e-6f, .normed = normed}, gate, up, down, fused, hidden, scratch,
+                 y_scratch);
+      Tensor h = nan_f32(n, inter);
+      swiglu_matmul(plain, {.weight = norm_w, .eps = 1e-6f, .normed = normed}, gate, up, h, scratch);
+      matmul_accumulate(h, down, plain, y_scratch);
+      EXPECT_LT(nmse(fused, plain), 1e-10) << what;
+      EXPECT_EQ(all_nan(hidden), n > 8 && dtype != DType::F32) << what << ": hidden is written exactly when f32";
     }
   }
 }

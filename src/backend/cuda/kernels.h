@@ -43,6 +43,13 @@ struct InputNorm {
 // like gate's) writes up.y only for n > 8, where the two GEMMs share one
 // 16-bit conversion of x.
 void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const InputNorm* norm = nullptr);
+// down.y += gate.y·w_downᵀ after matmul_swiglu(gate, up, norm) (down.x is
+// gate.y): a Llama MLP with its residual add. For n > 8 with 16-bit or
+// quantized down weights, SwiGLU writes the 16-bit rows the down GEMM reads
+// and gate.y is not written: bit for bit the two calls, without gate.y's f32
+// round trip and its conversion.
+void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
+                        const InputNorm* norm = nullptr);
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
 // conversion of x for the GEMMs above, when they share x and dtype.
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);
@@ -55,6 +62,11 @@ void rope(const backend::cpu::RopeArgs& args);
 void add(const backend::cpu::AddArgs& args);
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t x_stride);
 void swiglu(const backend::cpu::SwigluArgs& args);
+// The same, written as bf16 (f16 when to_f16) [n_rows, dim] contiguous (args'
+// own out is ignored): rows only tensor-core GEMMs read (the down projection,
+// the training MLP's lora_matmul). The same f32 arithmetic, rounded to
+// nearest even once at the store, as convert_rows_to_16bit rounds.
+void swiglu_to_16bit(const backend::cpu::SwigluArgs& args, void* out, bool to_f16);
 // dst[p] [n_rows, width[p]] (row stride dst_stride[p]) = the columns
 // [Σ_{i<p} width[i], + width[p]) of src [n_rows, Σ width] (row stride
 // src_stride), for up to 3 parts: the outputs of one GEMM over stacked

@@ -52,7 +52,18 @@ uint32_t alignment(const void* p) {
 // good, and timing them would need a large scratch output.
 // BRIOCHE_CUDA_GEMM_TUNE=0 keeps the first choice (A/B runs).
 constexpr int64_t kTuneMaxRows = 512;
-constexpr int kTuneCandidates = 8;
+constexpr int kTuneCandidates = 32;
+
+// How many of cuBLASLt's choices are timed: 8 unless
+// BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES (1 to 32) says otherwise (A/B runs).
+int tune_candidates() {
+  static const int n = [] {
+    const char* v = std::getenv("BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES");
+    const int c = v != nullptr ? std::atoi(v) : 8;
+    return c < 1 ? 1 : (c > kTuneCandidates ? kTuneCandidates : c);
+  }();
+  return n;
+}
 
 bool tunable(const GemmDesc& g) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMM_TUNE");
@@ -153,7 +164,7 @@ void lt_gemm(const GemmDesc& g) {
       const bool tune_later = tunable(g) && capturing(current_stream());
       const bool tune = tunable(g) && !tune_later;
       int found = 0;
-      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op, la, lb, lc, lc, pref, tune ? kTuneCandidates : 1,
+      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op, la, lb, lc, lc, pref, tune ? tune_candidates() : 1,
                                                   results, &found));
       cublasLtMatmulPreferenceDestroy(pref);
       BRIOCHE_CHECK(found > 0, "cuBLASLt: no algorithm for a ", g.m, "x", g.n, "x", g.k, " GEMM");

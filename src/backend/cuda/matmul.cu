@@ -191,17 +191,57 @@ bool stacked_gemm_takes(std::span<const cpu::MatmulArgs> parts) {
   return true;
 }
 
+// Σm over the parts: the stacked weights' rows.
+int64_t stacked_rows(std::span<const cpu::MatmulArgs> parts) {
+  int64_t m = 0;
+  for (const cpu::MatmulArgs& p : parts) m += p.m;
+  return m;
+}
+
 // One GEMM of parts' x (x16: its 16-bit copy) against their stacked weights,
-// into a new [n, Σm] buffer (returned, with `all` describing it).
-std::shared_ptr<void> stacked_gemm(std::span<const cpu::MatmulArgs> parts, const void* x16, cpu::MatmulArgs& all) {
-  all = parts[0];
-  all.m = 0;
-  for (const cpu::MatmulArgs& p : parts) all.m += p.m;
-  std::shared_ptr<void> y = allocate(size_t(all.n) * size_t(all.m) * 4);
-  all.y = static_cast<float*>(y.get());
-  all.ldy = all.m;
+// into y [n, Σm] (row stride ldy); returns the stacked parts' arguments.
+cpu::MatmulArgs stacked_gemm(std::span<const cpu::MatmulArgs> parts, const void* x16, float* y, int64_t ldy) {
+  cpu::MatmulArgs all = parts[0];
+  all.m = stacked_rows(parts);
+  all.y = y;
+  all.ldy = ldy;
   detail::weight_gemm(all, x16, 0.0f);
-  return y;
+  return all;
+}
+
+// Whether the parts' outputs are adjacent column ranges of one buffer, in
+// order (the model keeps q, k and v so): the stacked GEMM then writes them in
+// place.
+bool outputs_side_by_side(std::span<const cpu::MatmulArgs> parts) {
+  for (size_t i = 1; i < parts.size(); ++i)
+    if (parts[i].ldy != parts[0].ldy || parts[i].y != parts[i - 1].y + parts[i - 1].m) return false;
+  return true;
+}
+
+// For n > 8: the gate and up GEMMs of x (x̂ with `norm`), one stacked GEMM
+// where it takes them, then SwiGLU into gate.y, or into the 16-bit rows h16
+// [n, gate.m] (f16 when to_f16) when given.
+void gemms_then_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm,
+                       void* h16, bool to_f16) {
+  cpu::MatmulArgs pair[] = {gate_args, up_args};
+  const cpu::MatmulArgs &gate = pair[0], &up = pair[1];
+  std::shared_ptr<void> x16 = gemm_input(pair, norm);
+  backend::cpu::SwigluArgs s{.gate = gate.y, .up = up.y, .out = gate.y, .n_rows = gate.n, .dim = gate.m,
+                             .gate_stride = gate.ldy, .up_stride = up.ldy, .out_stride = gate.ldy};
+  std::shared_ptr<void> gate_up;
+  if (stacked_gemm_takes(pair)) {
+    const int64_t m = stacked_rows(pair);
+    gate_up = allocate(size_t(gate.n) * size_t(m) * 4);
+    const cpu::MatmulArgs all = stacked_gemm(pair, x16.get(), static_cast<float*>(gate_up.get()), m);
+    s.gate = all.y;
+    s.up = all.y + gate.m;
+    s.gate_stride = s.up_stride = all.ldy;
+  } else {
+    detail::weight_gemm(gate, x16.get(), 0.0f);
+    detail::weight_gemm(up, x16.get(), 0.0f);
+  }
+  if (h16 != nullptr) swiglu_to_16bit(s, h16, to_f16);
+  else cuda::swiglu(s);  // (not the CPU one, which ADL also finds)
 }
 
 }  // namespace
@@ -221,20 +261,19 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
 void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm) {
   if (gate_args.n == 0 || gate_args.m == 0) return;
   if (gate_args.n <= kMaxGemvRows) return gemv(gate_args, {.parts = {gemv_part(gate_args)}, .w_up = up_args.w}, norm);
-  cpu::MatmulArgs pair[] = {gate_args, up_args};
-  const cpu::MatmulArgs &gate = pair[0], &up = pair[1];
-  std::shared_ptr<void> x16 = gemm_input(pair, norm);
-  if (stacked_gemm_takes(pair)) {
-    cpu::MatmulArgs all;
-    std::shared_ptr<void> gate_up = stacked_gemm(pair, x16.get(), all);
-    swiglu({.gate = all.y, .up = all.y + gate.m, .out = gate.y, .n_rows = gate.n, .dim = gate.m,
-            .gate_stride = all.ldy, .up_stride = all.ldy, .out_stride = gate.ldy});
+  gemms_then_swiglu(gate_args, up_args, norm, nullptr, false);
+}
+
+void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
+                        const InputNorm* norm) {
+  if (gate.n <= kMaxGemvRows || gate.m == 0 || down.m == 0 || down.wtype == DType::F32) {
+    matmul_swiglu(gate, up, norm);
+    matmul_accumulate(down);
     return;
   }
-  detail::weight_gemm(gate, x16.get(), 0.0f);
-  detail::weight_gemm(up, x16.get(), 0.0f);
-  swiglu({.gate = gate.y, .up = up.y, .out = gate.y, .n_rows = gate.n, .dim = gate.m, .gate_stride = gate.ldy,
-          .up_stride = up.ldy, .out_stride = gate.ldy});
+  std::shared_ptr<void> h16 = allocate(size_t(gate.n) * size_t(gate.m) * 2);
+  gemms_then_swiglu(gate, up, norm, h16.get(), down.wtype == DType::F16);
+  detail::weight_gemm(down, h16.get(), 1.0f);
 }
 
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm) {
@@ -259,9 +298,14 @@ void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm)
     return;
   }
   std::shared_ptr<void> x16 = gemm_input(group, norm);
+  if (stacked_gemm_takes(group) && outputs_side_by_side(group)) {
+    stacked_gemm(group, x16.get(), group[0].y, group[0].ldy);
+    return;
+  }
   if (stacked_gemm_takes(group)) {
-    cpu::MatmulArgs all;
-    std::shared_ptr<void> y = stacked_gemm(group, x16.get(), all);
+    const int64_t m = stacked_rows(group);
+    std::shared_ptr<void> y = allocate(size_t(a.n) * size_t(m) * 4);
+    const cpu::MatmulArgs all = stacked_gemm(group, x16.get(), static_cast<float*>(y.get()), m);
     ColumnSplit split{.src = all.y, .src_stride = all.ldy, .n_rows = all.n, .n_parts = int(group.size())};
     for (size_t i = 0; i < group.size(); ++i) {
       split.dst[i] = group[i].y;

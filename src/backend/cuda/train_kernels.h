@@ -24,12 +24,11 @@ namespace brioche::cuda {
 // reduced over the block.
 void rms_norm_backward(const backend::cpu::RmsNormBackwardArgs& args);
 void swiglu_backward(const backend::cpu::SwigluBackwardArgs& args);
-// SwiGLU and its backward writing bf16 [n_rows, dim] contiguous (args' own
-// out / dgate / dup are ignored): the training MLP's activations and
-// gradients that only tensor-core GEMMs read (ops::lora_matmul). The same f32
-// arithmetic, rounded once at the store. dout is read in full first, so
-// neither output may overlap it.
-void swiglu_to_bf16(const backend::cpu::SwigluArgs& args, void* out);
+// SwiGLU's backward writing bf16 [n_rows, dim] contiguous (args' own dgate /
+// dup are ignored): the training MLP's gradients that only tensor-core GEMMs
+// read (ops::lora_matmul), as swiglu_to_16bit (kernels.h) for the forward.
+// The same f32 arithmetic, rounded once at the store. dout is read in full
+// first, so neither output may overlap it.
 void swiglu_backward_to_bf16(const backend::cpu::SwigluBackwardArgs& args, void* dgate, void* dup);
 
 // dx (=|+=) dy·w through cuBLASLt: bf16 weights with a bf16 copy of dy
