@@ -48,7 +48,8 @@ void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_ga
 // hidden, scratch), then matmul_accumulate(hidden, w_down, y, y_scratch); on
 // the GPU above 8 rows the SwiGLU kernel writes the 16-bit rows the down GEMM
 // reads (the same bits the conversion of `hidden` would give), and `hidden`
-// is not written.
+// holds no SwiGLU output (it is scratch for the gate GEMM where gate and up
+// are not one stacked GEMM).
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
                 const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch);
 

@@ -296,9 +296,10 @@ TEST(CudaFusedMatmul, StackedWeightsMatchSeparateOnes) {
 // The MLP with its residual add in one op, against swiglu_matmul then
 // matmul_accumulate. Above 8 rows (16-bit or quantized down weights) SwiGLU
 // writes the down GEMM's 16-bit rows itself, rounded as the conversion of
-// the f32 rows rounds, so only the GEMMs' own summation may differ; the f32
-// hidden rows are then left unwritten, which shows that path ran. y is x, as
-// in the model.
+// the f32 rows rounds, so only the GEMMs' own summation may differ. Where
+// gate and up also take one stacked GEMM (≤ 512 rows) the f32 hidden rows
+// are left unwritten, which shows that path ran; at 600 rows the gate GEMM
+// writes its output there. y is x, as in the model.
 TEST(CudaFusedMatmul, SwigluMlpMatchesSwigluThenDown) {
   REQUIRE_CUDA_DEVICE();
   const int64_t k = 256, inter = 512;
@@ -321,7 +322,7 @@ TEST(CudaFusedMatmul, SwigluMlpMatchesSwigluThenDown) {
       swiglu_matmul(plain, {.weight = norm_w, .eps = 1e-6f, .normed = normed}, gate, up, h, scratch);
       matmul_accumulate(h, down, plain, y_scratch);
       EXPECT_LT(nmse(fused, plain), 1e-10) << what;
-      EXPECT_EQ(all_nan(hidden), n > 8 && dtype != DType::F32) << what << ": hidden is written exactly when f32";
+      EXPECT_EQ(all_nan(hidden), n > 8 && n <= 512 && dtype != DType::F32) << what << ": hidden written";
     }
   }
 }

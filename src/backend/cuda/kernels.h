@@ -45,9 +45,11 @@ struct InputNorm {
 void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const InputNorm* norm = nullptr);
 // down.y += gate.y·w_downᵀ after matmul_swiglu(gate, up, norm) (down.x is
 // gate.y): a Llama MLP with its residual add. For n > 8 with 16-bit or
-// quantized down weights, SwiGLU writes the 16-bit rows the down GEMM reads
-// and gate.y is not written: bit for bit the two calls, without gate.y's f32
-// round trip and its conversion.
+// quantized down weights, SwiGLU writes the 16-bit rows the down GEMM reads,
+// rounded as the conversion of gate.y's f32 rows would round them, and gate.y
+// holds no SwiGLU output (only the gate GEMM's, where gate and up are not one
+// stacked GEMM): the two calls without gate.y's f32 round trip and its
+// conversion kernel.
 void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
                         const InputNorm* norm = nullptr);
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
