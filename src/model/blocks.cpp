@@ -66,24 +66,25 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   }
   const ops::RopeParams rope{.style = c.rope.style, .n_heads = c.n_heads, .head_dim = c.head_dim,
                              .inv_freq = ctx.inv_freq};
-  ops::paged_attention(a.q, {.k = a.k, .v = a.v, .positions = ctx.positions, .q_rope = rope}, k_cache, v_cache,
-                       ctx.sequences,
-                       {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-                        .scale = 1.0f / std::sqrt(float(c.head_dim)),
-                        .sliding_window = c.sliding_window},
-                       a.attn);
+  const ops::RopeStoreKvFirst first{.k = a.k, .v = a.v, .positions = ctx.positions, .q_rope = rope};
+  const ops::AttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                                    .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                                    .sliding_window = c.sliding_window};
+  if (ctx.collective == nullptr && !w.bo.defined()) {
+    // a.x += attention·woᵀ: the residual add in the projection.
+    return ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn,
+                                {.w = w.wo, .y = a.x, .scratch = a.out});
+  }
+  ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn);
   if (ctx.collective != nullptr) {
     // out = Σ_ranks attn_r·wo_rᵀ, then the bias once.
     ops::matmul(a.attn, w.wo, a.out);
     ctx.collective->all_reduce_sum(a.out);
     if (w.bo.defined()) ops::add_bias(a.out, w.bo);
-    ops::add(a.x, a.out, a.x);
-  } else if (w.bo.defined()) {
-    linear(a.attn, w.wo, w.bo, a.out);
-    ops::add(a.x, a.out, a.x);
   } else {
-    ops::matmul_accumulate(a.attn, w.wo, a.x, a.out);
+    linear(a.attn, w.wo, w.bo, a.out);
   }
+  ops::add(a.x, a.out, a.x);
 }
 
 void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective) {

@@ -61,6 +61,23 @@ struct RopeStoreKvFirst {
 void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
                      std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out);
 
+// The step after a layer's attention that paged_attention can take in: the
+// output projection with its residual add, matmul_accumulate(out, w, y,
+// scratch) (ops/fused_matmul.h).
+struct ProjectAccumulateThen {
+  const Tensor& w;
+  Tensor& y;
+  Tensor& scratch;
+};
+
+// paged_attention(q, first, ...), then matmul_accumulate(out, then.w, then.y,
+// then.scratch). On CUDA, where the projection is a GEMM reading 16-bit rows
+// (above 8 rows), attention writes those rows itself (the bits the
+// conversion of `out` would give) and `out` is not written.
+void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
+                     std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out,
+                     const ProjectAccumulateThen& then);
+
 // out[r, h·d:(h+1)·d] = Σ_j softmax_j(scale · q_h·k_j) v_j over the row's
 // visible positions j (already in the cache: call store_kv first).
 //   q   : f32 [n_rows, n_heads * head_dim]

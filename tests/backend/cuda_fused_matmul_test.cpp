@@ -19,8 +19,10 @@
 #include <random>
 #include <vector>
 
+#include "core/half.h"
 #include "core/tensor.h"
 #include "ops/add.h"
+#include "ops/attention.h"
 #include "ops/device.h"
 #include "ops/fused_matmul.h"
 #include "ops/matmul.h"
@@ -324,6 +326,59 @@ TEST(CudaFusedMatmul, SwigluMlpMatchesSwigluThenDown) {
       EXPECT_LT(nmse(fused, plain), 1e-10) << what;
       EXPECT_EQ(all_nan(hidden), n > 8 && n <= 512 && dtype != DType::F32) << what << ": hidden written";
     }
+  }
+}
+
+// Attention with its output projection and residual add in one op, against
+// paged_attention then matmul_accumulate: 12 decode rows and a 20-row prompt
+// (the tensor-core decode and prefill kernels). Above 8 rows the attention
+// kernels write the projection GEMM's 16-bit rows, so only the GEMM's own
+// summation may differ, and the f32 output is left unwritten (for 16-bit and
+// quantized weights), which shows that path ran.
+TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
+  REQUIRE_CUDA_DEVICE();
+  const int n_heads = 8, n_kv_heads = 2, head_dim = 64, block_size = 16, blocks_per_seq = 4;
+  const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim, hidden = 256;
+  std::vector<int32_t> tables;
+  std::vector<AttentionSequence> seqs;
+  std::vector<int32_t> positions;
+  const int n_seqs = 13;
+  for (int s = 0; s < n_seqs; ++s)
+    for (int b = 0; b < blocks_per_seq; ++b) tables.push_back((b * n_seqs + s * 5) % (n_seqs * blocks_per_seq));
+  for (int s = 0; s < n_seqs; ++s) {
+    const int rows = s == 6 ? 20 : 1, n_past = s == 6 ? 17 : 3 * s;
+    seqs.push_back({.first_row = int32_t(positions.size()), .n_rows = rows, .n_past = n_past,
+                    .block_table = std::span<const int32_t>(tables).subspan(size_t(s) * blocks_per_seq,
+                                                                            blocks_per_seq)});
+    for (int i = 0; i < rows; ++i) positions.push_back(n_past + i);
+  }
+  const int64_t n = int64_t(positions.size());
+  std::vector<float> inv_freq(head_dim / 2);
+  for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  const RopeParams rope{.n_heads = n_heads, .head_dim = head_dim, .inv_freq = inv_freq};
+  const AttentionParams params{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                               .scale = 0.125f};
+  const Tensor q0 = device_f32(n, q_dim, 60), k0 = device_f32(n, kv_dim, 61), v0 = device_f32(n, kv_dim, 62);
+  const Tensor residual = device_f32(n, hidden, 63);
+  Tensor cache_host = Tensor::zeros(DType::F16, {n_seqs * blocks_per_seq, block_size, n_kv_heads, head_dim});
+  const Tensor history = random_f32(n_seqs * blocks_per_seq * block_size, kv_dim, 64);
+  for (int64_t i = 0; i < history.numel(); ++i)
+    static_cast<uint16_t*>(cache_host.data())[i] = f32_to_f16(history.data_as<float>()[i]);
+  const Tensor cache0 = to_device(cache_host, Device::CUDA);
+  auto fresh = [](const Tensor& t) { return to_device(to_device(t, Device::CPU), Device::CUDA); };
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::Q4_K}) {
+    const Tensor wo = random_weight(dtype, hidden, q_dim, 65);
+    Tensor q1 = fresh(q0), k1 = fresh(k0), kc1 = fresh(cache0), vc1 = fresh(cache0), y1 = fresh(residual);
+    Tensor q2 = fresh(q0), k2 = fresh(k0), kc2 = fresh(cache0), vc2 = fresh(cache0), y2 = fresh(residual);
+    Tensor out1 = nan_f32(n, q_dim), out2 = nan_f32(n, q_dim), scratch = nan_f32(n, hidden);
+    paged_attention(q1, {.k = k1, .v = v0, .positions = positions, .q_rope = rope}, kc1, vc1, seqs, params, out1,
+                    {.w = wo, .y = y1, .scratch = scratch});
+    paged_attention(q2, {.k = k2, .v = v0, .positions = positions, .q_rope = rope}, kc2, vc2, seqs, params, out2);
+    matmul_accumulate(out2, wo, y2, scratch);
+    EXPECT_LT(nmse(y1, y2), 1e-10) << dtype_name(dtype);
+    const Tensor kc1_host = to_device(kc1, Device::CPU), kc2_host = to_device(kc2, Device::CPU);
+    EXPECT_EQ(std::memcmp(kc1_host.data(), kc2_host.data(), kc1_host.nbytes()), 0) << dtype_name(dtype) << " K cache";
+    EXPECT_EQ(all_nan(out1), dtype != DType::F32) << dtype_name(dtype) << ": the f32 output written";
   }
 }
 

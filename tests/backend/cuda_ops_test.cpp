@@ -432,6 +432,25 @@ double check_attention(const AttentionCase& c, uint32_t seed) {
   if (tensor_cores) {
     EXPECT_GT(err, 1e-12) << which << ": no f16 rounding, so the tensor cores did not run";
   }
+  // The same call writing the 16-bit rows a GEMM reads instead
+  // (AttentionOut16): each value the f32 output's rounded to nearest even,
+  // the uncovered row untouched.
+  for (bool to_f16 : {false, true}) {
+    const uint16_t untouched = 0x7fff;
+    DeviceBuffer d16 = upload(std::vector<uint16_t>(size_t(n_rows) * q_dim, untouched));
+    paged_attention({.q = dq.as<float>(), .out = dout.as<float>(), .q_stride = q_dim, .out_stride = q_dim,
+                     .sequences = seqs.data(), .n_sequences = int(seqs.size()), .n_heads = c.n_heads,
+                     .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .scale = scale,
+                     .sliding_window = c.sliding_window, .cache = dev_cache},
+                    {.rows = d16.as<void>(), .f16 = to_f16});
+    const std::vector<uint16_t> got16 = download<uint16_t>(d16);
+    size_t differ = 0;
+    for (size_t i = 0; i < got16.size(); ++i) {
+      const uint16_t want = i >= covered ? untouched : to_f16 ? f32_to_f16(got[i]) : f32_to_bf16(got[i]);
+      differ += got16[i] != want;
+    }
+    EXPECT_EQ(differ, 0u) << which << ": " << (to_f16 ? "f16" : "bf16") << " rows differ from the f32 output's";
+  }
   return err;
 }
 

@@ -7,6 +7,7 @@
 // and attention_decode_mma.cu's tensor-core kernel (f16 cache, batches).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -48,7 +49,22 @@ struct AttnParams {
   int64_t new_k_stride = 0, new_v_stride = 0;
   const float* inv_freq = nullptr;  // [head_dim / 2]
   bool interleaved = false;
+  // When set, the output goes here instead of out: 16-bit rows [n_rows,
+  // n_heads · head_dim] contiguous (AttentionOut16 of kernels.h).
+  void* out16 = nullptr;
+  bool out16_f16 = false;
 };
+
+// Output value `col` of row r: to out, or rounded to out16's 16 bits.
+__device__ __forceinline__ void store_output(const AttnParams& p, int r, int64_t col, float v) {
+  if (p.out16 == nullptr) {
+    p.out[int64_t(r) * p.out_stride + col] = v;
+    return;
+  }
+  const int64_t i = int64_t(r) * p.n_heads * p.head_dim + col;
+  if (p.out16_f16) static_cast<__half*>(p.out16)[i] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(p.out16)[i] = __float2bfloat16_rn(v);
+}
 
 __device__ __forceinline__ int row_sequence(const AttnParams& p, int r) {
   return p.row_seq != nullptr ? p.row_seq[r] : (p.row_pos[r] < 0 ? -1 : r);
@@ -170,7 +186,7 @@ __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&s
     }
     const int h = kv_head * group + g;
     if (p.splits == 1) {
-      p.out[int64_t(r) * p.out_stride + int64_t(h) * HD + e] = aa / ll;
+      store_output(p, r, int64_t(h) * HD + e, aa / ll);
     } else {
       const int64_t part = (int64_t(r) * p.n_heads + h) * p.splits + split;
       p.part_acc[part * HD + e] = aa;

@@ -60,6 +60,10 @@ struct PrefillParams {
   const int32_t* tiles;
   const int32_t* seqs;
   const int32_t* tables;
+  // When set, the output goes here instead of out: 16-bit rows [n_rows,
+  // n_heads · D] contiguous (AttentionOut16 of kernels.h).
+  void* out16;
+  bool out16_f16;
 };
 
 // Queues the K and V rows of keys [key0, key0 + kKeys) into one buffer; keys
@@ -197,7 +201,10 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     if (r >= rows_here) continue;
     const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
     // out = O / l
-    store_row(p.out + int64_t(first_row + row0 + r) * p.out_stride + int64_t(h) * D + 2 * t4, o, i, inv);
+    const int64_t row = first_row + row0 + r, col = int64_t(h) * D + 2 * t4;
+    if (p.out16 == nullptr) store_row(p.out + row * p.out_stride + col, o, i, inv);
+    else if (p.out16_f16) store_row(static_cast<__half*>(p.out16) + row * p.n_heads * D + col, o, i, inv);
+    else store_row(static_cast<__nv_bfloat16*>(p.out16) + row * p.n_heads * D + col, o, i, inv);
   }
 }
 
@@ -228,7 +235,8 @@ bool prefill_attention_takes(const backend::cpu::PagedAttentionArgs& a, const ba
          a.n_heads % a.n_kv_heads == 0 && seq.n_rows >= kPrefillMinRows && prefill_kernel_enabled();
 }
 
-std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::PagedAttentionArgs& a) {
+std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::PagedAttentionArgs& a,
+                                                        AttentionOut16 out16) {
   std::vector<backend::cpu::KvSequence> rest;
   // Metadata layout of the upload: tiles, then seqs, then tables (PrefillParams).
   struct Tile {
@@ -269,7 +277,8 @@ std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::Page
                         .block_shift = std::countr_zero(unsigned(a.cache.block_size)),
                         .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window,
                         .tiles = dmeta, .seqs = dmeta + 2 * tiles.size(),
-                        .tables = dmeta + 2 * tiles.size() + seqs.size()};
+                        .tables = dmeta + 2 * tiles.size() + seqs.size(),
+                        .out16 = out16.rows, .out16_f16 = out16.f16};
   if (a.head_dim == 64) launch<64>(p, int(tiles.size()));
   else launch<128>(p, int(tiles.size()));
   return rest;

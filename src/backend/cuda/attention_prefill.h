@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cuda/kernels.h"
 
 namespace brioche::cuda {
 
@@ -25,7 +26,9 @@ bool prefill_attention_takes(const backend::cpu::PagedAttentionArgs& args, const
 
 // Queues the prefill kernel for the sequences it takes and returns the others,
 // in their order, for the paged kernel. Rows of no taken sequence are not
-// written.
-std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::PagedAttentionArgs& args);
+// written. With out16.rows the output goes there, rounded to 16 bits
+// (kernels.h).
+std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::PagedAttentionArgs& args,
+                                                        AttentionOut16 out16);
 
 }  // namespace brioche::cuda

@@ -90,15 +90,32 @@ void store_kv(const backend::cpu::StoreKvArgs& args);
 // what a decode step does between the QKV projection and attention.
 void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                    const backend::cpu::StoreKvArgs& kv);
+// Where attention writes its output: args.out's f32 rows, or instead, when
+// `rows` is set, 16-bit rows [n_rows, n_heads·head_dim] contiguous for a GEMM
+// to read (bf16, or f16 when f16), each value args.out's rounded to nearest
+// even. Rows no sequence covers are not written either way.
+struct AttentionOut16 {
+  void* rows = nullptr;
+  bool f16 = false;
+};
 // Split over the KV length when few (row, kv head) pairs would fill the GPU.
-void paged_attention(const backend::cpu::PagedAttentionArgs& args);
+void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16 = {});
 // rope_store_kv(q, k, kv), then paged_attention(args) reading q's rows. When
 // every row is a sequence's one new token (a decode step), the attention
 // kernel does both: q rotated in registers, the newest key rotated and
 // stored with its value by the CTA that attends to it; q and k stay
 // unrotated in memory. Otherwise the two launches.
 void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
-                             const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args);
+                             const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args,
+                             AttentionOut16 out16 = {});
+// Whether the matmul `a` is a GEMM reading x as 16-bit rows (bf16; f16 for
+// f16 weights): above 8 rows, for 16-bit or quantized weights.
+bool gemm_reads_16bit(const cpu::MatmulArgs& a);
+// y += x·wᵀ (matmul_accumulate above 8 rows) where x comes as the 16-bit rows
+// x16 [n, k] contiguous that the GEMM reads (bf16; f16 for f16 weights), as
+// paged_attention's AttentionOut16 writes them. a.x is not read. Needs
+// gemm_reads_16bit(a).
+void matmul_accumulate_16bit(const cpu::MatmulArgs& a, const void* x16);
 
 // ids[r] = argmax_j logits[r, j] (first maximum), copied back to the host.
 //   logits : device f32 [n_rows, n], row stride `stride` floats

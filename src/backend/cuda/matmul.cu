@@ -258,6 +258,15 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
   gemv(a, {.parts = {gemv_part(a)}, .accumulate = true});
 }
 
+bool gemm_reads_16bit(const cpu::MatmulArgs& a) { return a.n > kMaxGemvRows && a.wtype != DType::F32; }
+
+void matmul_accumulate_16bit(const cpu::MatmulArgs& a, const void* x16) {
+  BRIOCHE_CHECK(gemm_reads_16bit(a), "matmul_accumulate_16bit: a GEMM of 16-bit or quantized weights (", a.n,
+                " rows of ", dtype_name(a.wtype), ") reads 16-bit rows; this one does not");
+  if (a.m == 0) return;
+  detail::weight_gemm(a, x16, 1.0f);
+}
+
 void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm) {
   if (gate_args.n == 0 || gate_args.m == 0) return;
   if (gate_args.n <= kMaxGemvRows) return gemv(gate_args, {.parts = {gemv_part(gate_args)}, .w_up = up_args.w}, norm);
@@ -266,7 +275,7 @@ void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_a
 
 void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
                         const InputNorm* norm) {
-  if (gate.n <= kMaxGemvRows || gate.m == 0 || down.m == 0 || down.wtype == DType::F32) {
+  if (!gemm_reads_16bit(down) || gate.m == 0 || down.m == 0) {
     matmul_swiglu(gate, up, norm);
     matmul_accumulate(down);
     return;

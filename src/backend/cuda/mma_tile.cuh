@@ -211,6 +211,20 @@ __device__ __forceinline__ void store_row(float* dst, const float (&acc)[kNTiles
     dst[8 * n + 1] = acc[n][2 * i + 1] * scale;
   }
 }
+// The same values rounded to 16 bits (nearest even), a pair per store.
+template <int kNTiles>
+__device__ __forceinline__ void store_row(__nv_bfloat16* dst, const float (&acc)[kNTiles][4], int i, float scale) {
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n)
+    *reinterpret_cast<__nv_bfloat162*>(dst + 8 * n) =
+        __floats2bfloat162_rn(acc[n][2 * i] * scale, acc[n][2 * i + 1] * scale);
+}
+template <int kNTiles>
+__device__ __forceinline__ void store_row(__half* dst, const float (&acc)[kNTiles][4], int i, float scale) {
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n)
+    *reinterpret_cast<__half2*>(dst + 8 * n) = __floats2half2_rn(acc[n][2 * i] * scale, acc[n][2 * i + 1] * scale);
+}
 
 // One online-softmax step over a tile of scores for this thread's two rows
 // (base-2 units, masked scores −inf); a row's 4 threads (one quad) share m:
