@@ -170,19 +170,17 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 namespace {
 
 #if BRIOCHE_CUDA
-// paged_attention(q, first, ...) on CUDA, its output to `out16` when set, its
-// kernel asking L2 for `next`.
+// paged_attention(q, first, ...) on CUDA, its output to `out16` when set.
 void rope_store_kv_attention_cuda(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
                                   std::span<const AttentionSequence> sequences, const AttentionParams& p,
-                                  Tensor& out, cuda::AttentionOut16 out16, cuda::L2Prefetch next) {
+                                  Tensor& out, cuda::AttentionOut16 out16) {
   const RopeParams k_rope = k_rope_of(first.q_rope, k_cache);
   std::vector<backend::cpu::KvSequence> store_seqs, attention_seqs;
   const backend::cpu::RopeArgs q_args = detail::rope_args(q, first.positions, first.q_rope);
   const backend::cpu::RopeArgs k_args = detail::rope_args(first.k, first.positions, k_rope);
   cuda::rope_store_kv_attention(q_args, k_args,
                                 store_kv_args(first.k, first.v, sequences, k_cache, v_cache, store_seqs),
-                                attention_args(q, k_cache, v_cache, sequences, p, out, attention_seqs), out16,
-                                next);
+                                attention_args(q, k_cache, v_cache, sequences, p, out, attention_seqs), out16);
 }
 #endif
 
@@ -193,7 +191,7 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
   if (detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out}) ==
       Device::CUDA) {
 #if BRIOCHE_CUDA
-    return rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {}, {});
+    return rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {});
 #else
     detail::fail_no_cuda("paged_attention");
 #endif
@@ -208,19 +206,13 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
 #if BRIOCHE_CUDA
   if (then.w.device() == Device::CUDA) {
     const cpu::MatmulArgs projection = detail::matmul_args(out, then.w, then.y, "paged_attention");
-    detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out, &then.y});
     if (cuda::gemm_reads_16bit(projection)) {
+      detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out, &then.y});
       const bool f16 = then.w.dtype() == DType::F16;  // the rows an f16 weight's GEMM reads
       const Tensor out16 = uninitialized(f16 ? DType::F16 : DType::BF16, {out.dim(0), out.dim(1)}, Device::CUDA);
-      rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {.rows = out16.data(), .f16 = f16},
-                                   {});
+      rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {.rows = out16.data(), .f16 = f16});
       return cuda::matmul_accumulate_16bit(projection, out16.data());
     }
-    // A GEMV, which streams the weights: the latency-bound attention kernel
-    // asks L2 for them meanwhile.
-    rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {},
-                                 {.p = then.w.data(), .bytes = then.w.nbytes()});
-    return cuda::matmul_accumulate(projection);
   }
 #endif
   paged_attention(q, first, k_cache, v_cache, sequences, p, out);

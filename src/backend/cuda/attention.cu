@@ -140,7 +140,6 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   int base = k0 + warp * kWarpKeys;
   const bool first_step_early = kRope && base <= k1 && min(base + kWarpKeys - 1, k1) < keys.row.pos;
   if (first_step_early) load_step(base, k_cur, v_cur);
-  detail::prefetch_next(p.next);
   detail::pdl_prologue();
   if (!active) return;
 
@@ -519,8 +518,7 @@ struct RopeInAttention {
   bool interleaved;
 };
 
-void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention* rope, AttentionOut16 out16,
-            L2Prefetch next) {
+void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention* rope, AttentionOut16 out16) {
   // Sequences with many rows (prefill) go to the tensor-core kernel of
   // attention_prefill.cu; the rest (decode rows, bound decode steps) stay here.
   backend::cpu::PagedAttentionArgs a = args;
@@ -571,8 +569,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
                .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window, .n_rows = n_rows,
                .row_seq = nullptr, .row_pos = nullptr, .table_offset = nullptr, .tables = nullptr,
                .table_stride = 0, .splits = splits,
-               .part_acc = nullptr, .part_ml = nullptr, .out16 = out16.rows, .out16_f16 = out16.f16,
-               .next = kernel_prefetch(next)};
+               .part_acc = nullptr, .part_ml = nullptr, .out16 = out16.rows, .out16_f16 = out16.f16};
   if (bound != nullptr) {
     p.row_pos = bound->positions;
     p.tables = bound->tables;
@@ -615,13 +612,13 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
 
 }  // namespace
 
-void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16, L2Prefetch next) {
-  attend(args, nullptr, out16, next);
+void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16) {
+  attend(args, nullptr, out16);
 }
 
 void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                              const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args,
-                             AttentionOut16 out16, L2Prefetch next) {
+                             AttentionOut16 out16) {
   check_rope_store_kv(q, k, kv);
   BRIOCHE_CHECK(q.x == args.q && q.x_stride == args.q_stride && q.head_dim == args.head_dim &&
                     q.n_heads == args.n_heads && k.n_heads == args.n_kv_heads,
@@ -642,12 +639,12 @@ void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu
   }
   if (!decode) {
     cuda::rope_store_kv(q, k, kv);  // qualified: ADL also finds backend::cpu's
-    cuda::paged_attention(args, out16, next);
+    cuda::paged_attention(args, out16);
     return;
   }
   const RopeInAttention rope{.k = k.x, .v = kv.v, .k_stride = k.x_stride, .v_stride = kv.v_stride,
                              .inv_freq = q.inv_freq, .interleaved = q.interleaved};
-  attend(args, &rope, out16, next);
+  attend(args, &rope, out16);
 }
 
 }  // namespace brioche::cuda

@@ -144,7 +144,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
   const bool first_tile_early = kRope && n_tiles > 0 && min(k0 + kKeys - 1, k1) < keys.row.pos;
   if (n_tiles > 0) fetch_blocks<D>(p, table, k0, k1, blocks);
   if (first_tile_early) queue_next();
-  detail::prefetch_next(p.next);
   detail::pdl_prologue();
   if (n_tiles == 0) return;
 

@@ -12,7 +12,6 @@
 
 #include <cstdint>
 
-#include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace brioche::cuda::paged {
@@ -54,9 +53,6 @@ struct AttnParams {
   // n_heads · head_dim] contiguous (AttentionOut16 of kernels.h).
   void* out16 = nullptr;
   bool out16_f16 = false;
-  // The next GEMV's weights, which the CTAs ask L2 for before their PDL
-  // wait (16-byte aligned; bytes 0 for none).
-  L2Prefetch next;
 };
 
 // Output value `col` of row r: to out, or rounded to out16's 16 bits.

@@ -42,10 +42,9 @@ __device__ float block_max(float v) {
 // out (row stride a.out_stride elements of Out: f32, or the bf16/f16 rows a
 // GEMM reads, rounded as convert_rows rounds; rows_vec4.cuh's stores).
 template <typename Out>
-__global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a, Out* out, L2Prefetch next) {
+__global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a, Out* out) {
   float4 g[detail::kRmsNormVec], v[detail::kRmsNormVec];
   detail::load_norm_weight(a.weight, a.dim, g);
-  detail::prefetch_next(next);
   detail::pdl_prologue();
   detail::rms_norm_row(a.x + blockIdx.x * a.x_stride, g, a.dim, a.eps, v);
   Out* y = out + blockIdx.x * a.out_stride;
@@ -58,8 +57,7 @@ __global__ void rms_norm_vec_kernel(backend::cpu::RmsNormArgs a, Out* out, L2Pre
 
 // Any shape and alignment.
 template <typename Out>
-__global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a, Out* out, L2Prefetch next) {
-  detail::prefetch_next(next);
+__global__ void rms_norm_kernel(backend::cpu::RmsNormArgs a, Out* out) {
   detail::pdl_prologue();
   const float* __restrict__ x = a.x + blockIdx.x * a.x_stride;
   Out* __restrict__ y = out + blockIdx.x * a.out_stride;
@@ -229,21 +227,21 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int64_t stride, in
 namespace {
 
 template <typename Out>
-void launch_rms_norm(const backend::cpu::RmsNormArgs& a, Out* out, L2Prefetch next = {}) {
+void launch_rms_norm(const backend::cpu::RmsNormArgs& a, Out* out) {
   if (a.n_rows == 0) return;
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   const bool vec = a.dim % 4 == 0 && a.x_stride % 4 == 0 && a.out_stride % 4 == 0 && aligned(a.x) && aligned(out) &&
                    aligned(a.weight);
   if (const int threads = detail::rms_norm_threads(a.dim); vec && threads > 0) {
-    detail::launch_dependent(rms_norm_vec_kernel<Out>, unsigned(a.n_rows), threads, 0, a, out, next);
+    detail::launch_dependent(rms_norm_vec_kernel<Out>, unsigned(a.n_rows), threads, 0, a, out);
   } else {
-    detail::launch_dependent(rms_norm_kernel<Out>, unsigned(a.n_rows), kRowThreads, 0, a, out, next);
+    detail::launch_dependent(rms_norm_kernel<Out>, unsigned(a.n_rows), kRowThreads, 0, a, out);
   }
 }
 
 }  // namespace
 
-void rms_norm(const backend::cpu::RmsNormArgs& a, L2Prefetch next) { launch_rms_norm(a, a.out, kernel_prefetch(next)); }
+void rms_norm(const backend::cpu::RmsNormArgs& a) { launch_rms_norm(a, a.out); }
 
 void rms_norm_to_16bit(const backend::cpu::RmsNormArgs& a, void* out, bool to_f16) {
   backend::cpu::RmsNormArgs rows = a;

@@ -27,16 +27,6 @@ void matmul(const cpu::MatmulArgs& args);
 // y += x·wᵀ (cuBLASLt with β = 1 for n > 8).
 void matmul_accumulate(const cpu::MatmulArgs& args);
 
-// Weights the kernel after a latency-bound one reads: `bytes` from p, and as
-// many from p2 when set (gate and up). The latency-bound kernel asks L2 for
-// them before its PDL wait, so HBM streams them while it runs, instead of
-// idling until the GEMV starts (docs/cuda.md, "Prefetch ahead").
-struct L2Prefetch {
-  const void* p = nullptr;
-  const void* p2 = nullptr;
-  size_t bytes = 0;
-};
-
 // The RMSNorm a matmul's x goes through first (ops::RmsNormFirst):
 // x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The decode GEMVs take it in
 // their own prologue where they can (gemv.cuh); otherwise a norm kernel
@@ -66,8 +56,7 @@ void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, 
 // conversion of x for the GEMMs above, when they share x and dtype.
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);
 
-// next: the weights of the GEMV after it (L2Prefetch).
-void rms_norm(const backend::cpu::RmsNormArgs& args, L2Prefetch next = {});
+void rms_norm(const backend::cpu::RmsNormArgs& args);
 // The same x̂, rounded to bf16 (f16 when to_f16) into out [n_rows, dim]
 // contiguous (args.out unused): the 16-bit rows a GEMM reads, in one kernel.
 void rms_norm_to_16bit(const backend::cpu::RmsNormArgs& args, void* out, bool to_f16);
@@ -110,8 +99,7 @@ struct AttentionOut16 {
   bool f16 = false;
 };
 // Split over the KV length when few (row, kv head) pairs would fill the GPU.
-void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16 = {},
-                     L2Prefetch next = {});
+void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16 = {});
 // rope_store_kv(q, k, kv), then paged_attention(args) reading q's rows. When
 // every row is a sequence's one new token (a decode step), the attention
 // kernel does both: q rotated in registers, the newest key rotated and
@@ -119,11 +107,7 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut1
 // unrotated in memory. Otherwise the two launches.
 void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                              const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args,
-                             AttentionOut16 out16 = {}, L2Prefetch next = {});
-// `next` as the kernels take it: none when BRIOCHE_CUDA_PREFETCH_AHEAD=0 or
-// PDL is off (A/B runs; without PDL a kernel starts only after the one
-// before it has drained) or when a span is not 16-byte aligned.
-L2Prefetch kernel_prefetch(L2Prefetch next);
+                             AttentionOut16 out16 = {});
 // Whether the matmul `a` is a GEMM reading x as 16-bit rows (bf16; f16 for
 // f16 weights): above 8 rows, for 16-bit or quantized weights.
 bool gemm_reads_16bit(const cpu::MatmulArgs& a);

@@ -31,7 +31,6 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels.h"
 #include "core/env_switch.h"
 
 namespace brioche::cuda::detail {
@@ -54,26 +53,6 @@ __device__ __forceinline__ void pdl_prologue() {
 // bulk prefetch, no registers held, no completion to wait for.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-// This CTA's share (CTA `cta` of `n_ctas`) of a prefetch of [p, p + bytes)
-// into L2 (p 16-byte aligned): a 32 KB piece per thread and round.
-__device__ __forceinline__ void prefetch_share_l2(const void* p, size_t bytes, int cta, int n_ctas) {
-  constexpr size_t kPiece = size_t(32) << 10;
-  const size_t pieces = (bytes + kPiece - 1) / kPiece;
-  for (size_t i = size_t(cta) * blockDim.x + threadIdx.x; i < pieces; i += size_t(n_ctas) * blockDim.x) {
-    const size_t off = i * kPiece, len = (bytes - off < kPiece ? bytes - off : kPiece) & ~size_t(15);
-    if (len > 0) prefetch_l2(static_cast<const char*>(p) + off, uint32_t(len));
-  }
-}
-
-// This CTA's share of `next` (each CTA of the grid takes one): weights,
-// which no kernel writes, so it may come before the PDL wait.
-__device__ __forceinline__ void prefetch_next(const L2Prefetch& next) {
-  if (next.bytes == 0) return;
-  const int cta = int(blockIdx.y * gridDim.x + blockIdx.x), n_ctas = int(gridDim.x * gridDim.y);
-  prefetch_share_l2(next.p, next.bytes, cta, n_ctas);
-  if (next.p2 != nullptr) prefetch_share_l2(next.p2, next.bytes, cta, n_ctas);
 }
 #endif
 

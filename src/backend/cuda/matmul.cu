@@ -87,22 +87,6 @@ int64_t gemv_prefetch_rows(const detail::GemvArgs& g) {
   return on && detail::gemv_weight_bytes(g) <= kGemvPrefetchBytes ? g.m : 0;
 }
 
-// What the norm kernel before a GEMV asks L2 for (L2Prefetch): the GEMV's
-// first rows, about what HBM streams while the norm runs (~3 µs at 4.5 TB/s),
-// which the GEMV's first CTAs then read from L2. None for launches that
-// prefetch their own weights (gemv_prefetch_rows).
-// BRIOCHE_CUDA_PREFETCH_AHEAD_MB sets the amount (A/B runs).
-L2Prefetch norm_prefetch(const detail::GemvArgs& g) {
-  static const int64_t budget = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_PREFETCH_AHEAD_MB");
-    return v != nullptr ? int64_t(std::atof(v) * (1 << 20)) : int64_t(12) << 20;
-  }();
-  if (g.prefetch_rows > 0) return {};
-  const detail::GemvPart& first = g.parts[0];
-  const int64_t share = g.w_up != nullptr ? budget / 2 : budget;  // gate's first rows and up's
-  return {.p = first.w, .p2 = g.w_up, .bytes = size_t(std::min(share, first.m * int64_t(first.w_row_bytes)))};
-}
-
 // Whether the GEMV for `g` applies g.norm_w itself (gemv.cuh).
 // BRIOCHE_CUDA_FUSE_NORM=0 keeps the norm a kernel of its own (A/B runs).
 bool gemv_takes_norm(DType wtype, const detail::GemvArgs& g) {
@@ -113,11 +97,9 @@ bool gemv_takes_norm(DType wtype, const detail::GemvArgs& g) {
 }
 
 // x̂ = RMSNorm(x) of `a`'s rows into norm.normed: `a` reading x̂ instead.
-// The norm kernel asks L2 for `next` meanwhile.
-cpu::MatmulArgs normalized(cpu::MatmulArgs a, const InputNorm& norm, L2Prefetch next = {}) {
+cpu::MatmulArgs normalized(cpu::MatmulArgs a, const InputNorm& norm) {
   rms_norm({.x = a.x, .weight = norm.weight, .out = norm.normed, .n_rows = a.n, .dim = a.k, .x_stride = a.ldx,
-            .out_stride = norm.normed_stride, .eps = norm.eps},
-           next);
+            .out_stride = norm.normed_stride, .eps = norm.eps});
   a.x = norm.normed;
   a.ldx = norm.normed_stride;
   return a;
@@ -167,7 +149,7 @@ void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm
     g.norm_w = norm->weight;
     g.norm_eps = norm->eps;
     if (!gemv_takes_norm(a.wtype, g)) {
-      a = normalized(a, *norm, norm_prefetch(g));
+      a = normalized(a, *norm);
       g.x = a.x;
       g.ldx = a.ldx;
       g.norm_w = nullptr;
@@ -274,13 +256,6 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
   if (a.n == 0 || a.m == 0) return;
   if (a.n > kMaxGemvRows) return gemm(a, 1.0f);
   gemv(a, {.parts = {gemv_part(a)}, .accumulate = true});
-}
-
-L2Prefetch kernel_prefetch(L2Prefetch next) {
-  static const bool on = detail::pdl_enabled() && env_switch_on("BRIOCHE_CUDA_PREFETCH_AHEAD");
-  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (!on || next.bytes == 0 || !aligned(next.p) || (next.p2 != nullptr && !aligned(next.p2))) return {};
-  return next;
 }
 
 bool gemm_reads_16bit(const cpu::MatmulArgs& a) { return a.n > kMaxGemvRows && a.wtype != DType::F32; }
