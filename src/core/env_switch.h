@@ -20,4 +20,10 @@ inline bool env_flag_set(const char* name) {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
+// The integer in the variable `name`, or `fallback` when it is unset.
+inline long env_int(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::strtol(v, nullptr, 10) : fallback;
+}
+
 }  // namespace brioche

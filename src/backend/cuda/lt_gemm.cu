@@ -50,24 +50,24 @@ uint32_t alignment(const void* p) {
 // left bandwidth unused (Llama-3-8B at 64 rows: O at 2.6 TB/s, Q/K/V at
 // 3.0 TB/s). Larger GEMMs are compute bound, where the first choice is
 // good, and timing them would need a large scratch output.
-// BRIOCHE_CUDA_GEMM_TUNE=0 keeps the first choice (A/B runs).
+// BRIOCHE_CUDA_GEMM_TUNE=0 keeps the first choice; BRIOCHE_CUDA_GEMM_TUNE_MAX_ROWS
+// and BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES (at most kMaxTuneCandidates) change
+// the two numbers (A/B runs). 32 candidates gave Llama-3-8B at 64 rows
+// +0.6–0.8% over 8 (BENCHMARKS.md), for 4× the timing at each new shape.
 constexpr int64_t kTuneMaxRows = 512;
-constexpr int kTuneCandidates = 32;
+constexpr int kTuneCandidates = 8;
+constexpr int kMaxTuneCandidates = 32;
 
-// How many of cuBLASLt's choices are timed: 8 unless
-// BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES (1 to 32) says otherwise (A/B runs).
 int tune_candidates() {
-  static const int n = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES");
-    const int c = v != nullptr ? std::atoi(v) : 8;
-    return c < 1 ? 1 : (c > kTuneCandidates ? kTuneCandidates : c);
-  }();
+  static const int n = int(std::clamp<long>(env_int("BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES", kTuneCandidates), 1,
+                                            kMaxTuneCandidates));
   return n;
 }
 
 bool tunable(const GemmDesc& g) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMM_TUNE");
-  return on && g.n <= kTuneMaxRows;
+  static const int64_t max_rows = env_int("BRIOCHE_CUDA_GEMM_TUNE_MAX_ROWS", kTuneMaxRows);
+  return on && g.n <= max_rows;
 }
 
 bool capturing(cudaStream_t stream) {
@@ -157,7 +157,7 @@ void lt_gemm(const GemmDesc& g) {
                                                         sizeof align_c));
       CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                         sizeof align_c));
-      cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
+      cublasLtMatmulHeuristicResult_t results[kMaxTuneCandidates] = {};
       // Timing needs a running stream: inside a capture the first choice
       // serves this call only, and the shape is timed at its first call
       // outside one (decode graphs run each step eagerly before capturing).
