@@ -53,7 +53,9 @@ uint32_t alignment(const void* p) {
 // BRIOCHE_CUDA_GEMM_TUNE=0 keeps the first choice; BRIOCHE_CUDA_GEMM_TUNE_MAX_ROWS
 // and BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES (at most kMaxTuneCandidates) change
 // the two numbers (A/B runs). 32 candidates gave Llama-3-8B at 64 rows
-// +0.6–0.8% over 8 (BENCHMARKS.md), for 4× the timing at each new shape.
+// +0.1–1.0% over 8, and timing the 2,048-row GEMMs too gave its prefill
+// +2–5% (BENCHMARKS.md), but each costs its timing again at every new shape
+// (every new prompt length, for a server).
 constexpr int64_t kTuneMaxRows = 512;
 constexpr int kTuneCandidates = 8;
 constexpr int kMaxTuneCandidates = 32;
