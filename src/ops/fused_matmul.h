@@ -1,8 +1,10 @@
-// Matmuls fused with the op that follows them in a transformer block. On the
-// GPU's decode path each is one launch where the plain ops take two or three
-// (a decode step is a few hundred small launches, so they add up); elsewhere
-// (the CPU, many rows on CUDA) each runs as the plain ops in sequence, with
-// `scratch` holding the intermediate, so results match the unfused ops up to
+// Matmuls fused with the ops around them in a transformer block. On the GPU's
+// decode path (≤ 8 rows) each is one launch where the plain ops take two or
+// three (a decode step is a few hundred small launches, so they add up);
+// above 8 rows on the GPU the GEMMs read their inputs as 16-bit rows, which
+// the op before them (the norm, SwiGLU) writes directly instead of f32 rows
+// and a conversion; on the CPU each runs as the plain ops in sequence, with
+// `scratch` holding the intermediate. Results match the unfused ops up to
 // float summation order.
 #pragma once
 

@@ -307,11 +307,12 @@ void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm)
     return;
   }
   std::shared_ptr<void> x16 = gemm_input(group, norm);
-  if (stacked_gemm_takes(group) && outputs_side_by_side(group)) {
+  const bool stacked = stacked_gemm_takes(group);
+  if (stacked && outputs_side_by_side(group)) {
     stacked_gemm(group, x16.get(), group[0].y, group[0].ldy);
     return;
   }
-  if (stacked_gemm_takes(group)) {
+  if (stacked) {
     const int64_t m = stacked_rows(group);
     std::shared_ptr<void> y = allocate(size_t(a.n) * size_t(m) * 4);
     const cpu::MatmulArgs all = stacked_gemm(group, x16.get(), static_cast<float*>(y.get()), m);
