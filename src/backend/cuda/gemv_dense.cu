@@ -98,6 +98,47 @@ __device__ __forceinline__ void dot_row(const GemvArgs& a, const float* x, int64
   }
 }
 
+// dot_row for gate's and up's row j at once (SwiGLU): each step loads both
+// rows' 16 bytes, then reads x once for the two (separate loops read every
+// x chunk twice, and the x loads are most of the kernel's instructions).
+template <typename W, int kMaxRows, bool kSharedX>
+__device__ __forceinline__ void dot_row_pair(const GemvArgs& a, const float* x, int64_t ldx, const W* w_row,
+                                             const W* w_up_row, int lane, int64_t k_vec, float (&acc)[kMaxRows],
+                                             float (&acc_up)[kMaxRows]) {
+  constexpr int E = Vec16<W>::kElems;
+#pragma unroll 4
+  for (int64_t e = int64_t(lane) * E; e < k_vec; e += 32 * E) {
+    float v[E], u[E];
+    Vec16<W>::load(w_row + e, v);
+    Vec16<W>::load(w_up_row + e, u);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) {
+      if (r < a.n) {
+        const float* xr = x + r * ldx + e;
+        float s = 0.0f, s_up = 0.0f;
+#pragma unroll
+        for (int i = 0; i < E; i += 4) {
+          const float4 xv = load_x4<kSharedX>(xr + i);
+          s += v[i] * xv.x + v[i + 1] * xv.y + v[i + 2] * xv.z + v[i + 3] * xv.w;
+          s_up += u[i] * xv.x + u[i + 1] * xv.y + u[i + 2] * xv.z + u[i + 3] * xv.w;
+        }
+        acc[r] += s;
+        acc_up[r] += s_up;
+      }
+    }
+  }
+  for (int64_t e = k_vec + lane; e < a.k; e += 32) {  // tail, one element per lane
+    const float wv = Vec16<W>::one(w_row + e), uv = Vec16<W>::one(w_up_row + e);
+#pragma unroll
+    for (int r = 0; r < kMaxRows; ++r) {
+      if (r < a.n) {
+        acc[r] += wv * x[r * ldx + e];
+        acc_up[r] += uv * x[r * ldx + e];
+      }
+    }
+  }
+}
+
 // x̂ of the call's n rows into shared memory ([n, k]), each row normalized
 // by the whole CTA exactly as rms_norm_vec_kernel does (row_norm.cuh).
 __device__ __forceinline__ void normalize_rows_to_shared(const GemvArgs& a, const float4 (&g)[kRmsNormVec],
@@ -139,9 +180,11 @@ __global__ void __launch_bounds__(256) gemv_dense_kernel(GemvArgs a, bool vector
   float acc[kMaxRows], acc_up[kMaxRows];
 #pragma unroll
   for (int r = 0; r < kMaxRows; ++r) acc[r] = acc_up[r] = 0.0f;
-  dot_row<W, kMaxRows, kNorm>(a, x, ldx, reinterpret_cast<const W*>(t.w), lane, k_vec, acc);
   if constexpr (kSwiglu)
-    dot_row<W, kMaxRows, kNorm>(a, x, ldx, reinterpret_cast<const W*>(t.w_up), lane, k_vec, acc_up);
+    dot_row_pair<W, kMaxRows, kNorm>(a, x, ldx, reinterpret_cast<const W*>(t.w), reinterpret_cast<const W*>(t.w_up),
+                                     lane, k_vec, acc, acc_up);
+  else
+    dot_row<W, kMaxRows, kNorm>(a, x, ldx, reinterpret_cast<const W*>(t.w), lane, k_vec, acc);
   gemv_reduce_store<kSwiglu, kMaxRows>(a, t, lane, acc, acc_up);
 }
 
