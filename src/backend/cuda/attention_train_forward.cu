@@ -11,11 +11,10 @@
 // tile t computes); Q is staged in the second K buffer and held as A
 // fragments in registers. Masks are evaluated per element only on tiles
 // classify() marks partial (diagonal, branch and window boundaries).
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/attention_train.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "core/env_switch.h"
 
 namespace brioche::cuda::train_attention {
 
@@ -134,10 +133,7 @@ void launch(const Params& p, int n_blocks) {
 
 // BRIOCHE_CUDA_TRAIN_ATTENTION_CTAS=2 builds for 2 CTAs per SM (A/B runs).
 int min_ctas() {
-  static const int ctas = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_TRAIN_ATTENTION_CTAS");
-    return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 3;
-  }();
+  static const int ctas = env_int("BRIOCHE_CUDA_TRAIN_ATTENTION_CTAS", 3) == 2 ? 2 : 3;
   return ctas;
 }
 

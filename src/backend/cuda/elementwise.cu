@@ -97,19 +97,13 @@ __global__ void split_columns_kernel(ColumnSplit s, int width) {
   const int c = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= width) return;
   const float v = s.src[r * s.src_stride + c];
-  float* dst = s.dst[0];
-  int64_t ld = s.dst_stride[0];
-  int col = c, part = 0;
-#pragma unroll
-  for (int p = 1; p < 3; ++p) {
-    if (p < s.n_parts && part == p - 1 && col >= s.width[p - 1]) {
-      col -= int(s.width[p - 1]);
-      dst = s.dst[p];
-      ld = s.dst_stride[p];
-      part = p;
-    }
+  if (c < s.width[0]) {
+    s.dst[0][r * s.dst_stride[0] + c] = v;
+  } else if (s.n_parts == 2 || c < s.width[0] + s.width[1]) {
+    s.dst[1][r * s.dst_stride[1] + (c - s.width[0])] = v;
+  } else {
+    s.dst[2][r * s.dst_stride[2] + (c - s.width[0] - s.width[1])] = v;
   }
-  dst[r * ld + col] = v;
 }
 
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + __expf(-g)) * u; }

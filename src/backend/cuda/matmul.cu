@@ -261,8 +261,9 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
 bool gemm_reads_16bit(const cpu::MatmulArgs& a) { return a.n > kMaxGemvRows && a.wtype != DType::F32; }
 
 void matmul_accumulate_16bit(const cpu::MatmulArgs& a, const void* x16) {
-  BRIOCHE_CHECK(gemm_reads_16bit(a), "matmul_accumulate_16bit: a GEMM of 16-bit or quantized weights (", a.n,
-                " rows of ", dtype_name(a.wtype), ") reads 16-bit rows; this one does not");
+  BRIOCHE_CHECK(gemm_reads_16bit(a), "matmul_accumulate_16bit: expected a GEMM that reads 16-bit rows (more than ",
+                kMaxGemvRows, " rows, 16-bit or quantized weights), got ", a.n, " rows of ", dtype_name(a.wtype),
+                " weights");
   if (a.m == 0) return;
   detail::weight_gemm(a, x16, 1.0f);
 }
