@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "cli/common.h"
 #include "formats/gguf.h"
@@ -155,30 +156,25 @@ TEST(Cli, TrainRefusesUnsupportedSwitchesAndDevices) {
   auto dir = std::filesystem::temp_directory_path() / "brioche_cli_test_switches";
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "train.jsonl") << R"({"prompt": "a", "chosen": "b", "rejected": "c"})" << "\n";
-  const std::string data = " -d " + dir.string();
-  Outcome o = run_brioche("train --method orpo --grad-checkpoint --segment-size 4" + data);
-  EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("exclusive"), std::string::npos) << o.output;
   std::ofstream(dir / "mlp.json") << R"({"mlp_split": true})";
-  o = run_brioche("train --config " + (dir / "mlp.json").string() + data);
-  EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("mlp_split is not supported"), std::string::npos) << o.output;
-  o = run_brioche("train --device tpu" + data);
-  EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("expected cpu, cuda or auto, got 'tpu'"), std::string::npos) << o.output;
-  o = run_brioche("train --method orpo --grad-checkpoint --offload-attention" + data);
-  EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("offload_attention needs offload_boundaries"), std::string::npos) << o.output;
-  o = run_brioche("train --method orpo --grad-checkpoint --device-boundaries 2" + data);
-  EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("device_boundaries needs offload_boundaries"), std::string::npos) << o.output;
-  o = run_brioche("train --method orpo --grad-checkpoint --boundary-dtype f16" + data);
-  EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("boundary_dtype: expected f32 or bf16, got 'f16'"), std::string::npos) << o.output;
-  if (!ops::cuda_available()) {
-    o = run_brioche("train --device cuda --grad-accum 2 --resume " + (dir / "none").string() + data);
-    EXPECT_EQ(o.exit_code, 2) << o.output;
-    EXPECT_NE(o.output.find("--device cuda: no CUDA device is visible"), std::string::npos) << o.output;
+  struct Refusal {
+    std::string args, says;
+  };
+  std::vector<Refusal> refusals = {
+      {"--method orpo --grad-checkpoint --segment-size 4", "exclusive"},
+      {"--config " + (dir / "mlp.json").string(), "mlp_split is not supported"},
+      {"--device tpu", "expected cpu, cuda or auto, got 'tpu'"},
+      {"--method orpo --grad-checkpoint --offload-attention", "offload_attention needs offload_boundaries"},
+      {"--method orpo --grad-checkpoint --device-boundaries 2", "device_boundaries needs offload_boundaries"},
+      {"--method orpo --grad-checkpoint --boundary-dtype f16", "boundary_dtype: expected f32 or bf16, got 'f16'"},
+  };
+  if (!ops::cuda_available())
+    refusals.push_back({"--device cuda --grad-accum 2 --resume " + (dir / "none").string(),
+                        "--device cuda: no CUDA device is visible"});
+  for (const Refusal& r : refusals) {
+    const Outcome o = run_brioche("train " + r.args + " -d " + dir.string());
+    EXPECT_EQ(o.exit_code, 2) << r.args << ": " << o.output;
+    EXPECT_NE(o.output.find(r.says), std::string::npos) << r.args << ": " << o.output;
   }
   std::filesystem::remove_all(dir);
 }
