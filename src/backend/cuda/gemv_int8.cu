@@ -78,37 +78,40 @@ __device__ __forceinline__ uint32_t load_realigned(const uint8_t* b, uint32_t (&
   return shift;
 }
 
-// acc[r] += term(xq, ds) for each x row r < n, with xq the row's int8 block c
-// and ds its (dx, sx).
-template <int R, typename Term>
-__device__ __forceinline__ void add_block_rows(const Int8Acts& x, int n, int64_t c, float acc[R], Term term) {
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    if (r < n) acc[r] += term(x.q + r * x.k + c * 32, __ldg(x.ds + r * x.n_blocks + c));
-}
-
 }  // namespace
+
+// The three types below take one 32-value block per lane and step.
+struct Block32Dot {
+  using Lane = BlockLane;
+  using XShare = Block32Acts;
+  static constexpr int kStride = 32;
+  __device__ static int64_t steps(const Int8Acts& x) { return x.n_blocks; }
+  __device__ static XShare load_x(const Int8Acts& x, int r, int64_t c, const Lane&) {
+    return load_block32_acts(x, r, c);
+  }
+};
 
 // Q8_0, one block per lane: f16 d; int8 q[32]. The 34-byte blocks are
 // re-aligned as for Q4_0 below: nine aligned words, d = low half of word 0
 // >> (0 or 16), q word i = funnel shift of words i, i+1 by 16 or 32. (Pairs of
 // blocks per lane, 68 aligned bytes, measured 10-16% slower on the H200.)
 template <>
-struct Dot<DType::Q8_0> {
-  template <int R>
-  __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
-#pragma unroll 2
-    for (int64_t c = lane; c < x.n_blocks; c += 32) {
-      uint32_t v[9];
-      const uint32_t shift = load_realigned(w + c * 34, v);
-      const float d = half_lo(v[0] >> shift);
-      int q[8];
+struct Dot<DType::Q8_0> : Block32Dot {
+  struct Share {
+    float d;
+    int q[8];
+  };
+  __device__ static Share load(const uint8_t* w, int64_t c, const Lane&) {
+    uint32_t v[9];
+    const uint32_t shift = load_realigned(w + c * 34, v);
+    Share b;
+    b.d = half_lo(v[0] >> shift);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[i] = int(__funnelshift_rc(v[i], v[i + 1], 16 + shift));
-      add_block_rows<R>(x, n, c, acc, [&](const int8_t* xq, float2 ds) {
-        return d * ds.x * float(dot16(q + 4, ldg_x16(xq + 16), dot16(q, ldg_x16(xq), 0)));
-      });
-    }
+    for (int i = 0; i < 8; ++i) b.q[i] = int(__funnelshift_rc(v[i], v[i + 1], 16 + shift));
+    return b;
+  }
+  __device__ static float term(const Share& b, const XShare& x) {
+    return b.d * x.ds.x * float(dot16(b.q + 4, x.hi, dot16(b.q, x.lo, 0)));
   }
 };
 
@@ -122,51 +125,54 @@ struct Dot<DType::Q8_0> {
 // (Pairs of blocks per lane, 36 aligned bytes, measured 20-28% slower on the
 // H200: twice the bytes per lane spread each warp load over twice the lines.)
 template <>
-struct Dot<DType::Q4_0> {
-  template <int R>
-  __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
-#pragma unroll 2
-    for (int64_t c = lane; c < x.n_blocks; c += 32) {
-      uint32_t v[5];
-      const uint32_t shift = load_realigned(w + c * 18, v);
-      const float d = half_lo(v[0] >> shift);
-      int lo[4], hi[4];
+struct Dot<DType::Q4_0> : Block32Dot {
+  struct Share {
+    float d;
+    int lo[4], hi[4];
+  };
+  __device__ static Share load(const uint8_t* w, int64_t c, const Lane&) {
+    uint32_t v[5];
+    const uint32_t shift = load_realigned(w + c * 18, v);
+    Share b;
+    b.d = half_lo(v[0] >> shift);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t q = __funnelshift_rc(v[i], v[i + 1], 16 + shift);
-        lo[i] = int(q & 0x0F0F0F0Fu);
-        hi[i] = int((q >> 4) & 0x0F0F0F0Fu);
-      }
-      add_block_rows<R>(x, n, c, acc, [&](const int8_t* xq, float2 ds) {
-        return d * (ds.x * float(dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0))) - 8.0f * ds.y);
-      });
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = __funnelshift_rc(v[i], v[i + 1], 16 + shift);
+      b.lo[i] = int(q & 0x0F0F0F0Fu);
+      b.hi[i] = int((q >> 4) & 0x0F0F0F0Fu);
     }
+    return b;
+  }
+  __device__ static float term(const Share& b, const XShare& x) {
+    return b.d * (x.ds.x * float(dot16(b.hi, x.hi, dot16(b.lo, x.lo, 0))) - 8.0f * x.ds.y);
   }
 };
 
 // Q4_1 blocks (20 bytes, 4-byte aligned): d, m in word 0, q[16] in words 1..4;
 // w = d·q + m, so Σ w·x = d·dx·Σq·xq + m·sx.
 template <>
-struct Dot<DType::Q4_1> {
-  template <int R>
-  __device__ static void row(const uint8_t* w, const Int8Acts& x, int n, int lane, float acc[R]) {
-#pragma unroll 2
-    for (int64_t c = lane; c < x.n_blocks; c += 32) {
-      const uint8_t* b = w + c * 20;
-      uint32_t v[5];
+struct Dot<DType::Q4_1> : Block32Dot {
+  struct Share {
+    float d, m;
+    int lo[4], hi[4];
+  };
+  __device__ static Share load(const uint8_t* w, int64_t c, const Lane&) {
+    const uint8_t* p = w + c * 20;
+    uint32_t v[5];
 #pragma unroll
-      for (int i = 0; i < 5; ++i) v[i] = ldg_u32(b + 4 * i);
-      const float d = half_lo(v[0]), m = half_hi(v[0]);
-      int lo[4], hi[4];
+    for (int i = 0; i < 5; ++i) v[i] = ldg_u32(p + 4 * i);
+    Share b;
+    b.d = half_lo(v[0]);
+    b.m = half_hi(v[0]);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        lo[i] = int(v[1 + i] & 0x0F0F0F0Fu);
-        hi[i] = int((v[1 + i] >> 4) & 0x0F0F0F0Fu);
-      }
-      add_block_rows<R>(x, n, c, acc, [&](const int8_t* xq, float2 ds) {
-        return d * ds.x * float(dot16(hi, ldg_x16(xq + 16), dot16(lo, ldg_x16(xq), 0))) + m * ds.y;
-      });
+    for (int i = 0; i < 4; ++i) {
+      b.lo[i] = int(v[1 + i] & 0x0F0F0F0Fu);
+      b.hi[i] = int((v[1 + i] >> 4) & 0x0F0F0F0Fu);
     }
+    return b;
+  }
+  __device__ static float term(const Share& b, const XShare& x) {
+    return b.d * x.ds.x * float(dot16(b.hi, x.hi, dot16(b.lo, x.lo, 0))) + b.m * x.ds.y;
   }
 };
 

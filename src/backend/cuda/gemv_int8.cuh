@@ -13,11 +13,14 @@
 // sized to one resident wave); lanes take consecutive pieces of the row, so
 // each weight byte is read once, coalesced. Every weight piece is unpacked to
 // int8 lanes with a few bit operations, then reused for all n ≤ 8 x rows.
-// Each dtype has a Dot<T> with one function,
-//   row<R>(w, x, n, lane, acc[R]): acc[r] += lane's share of w · x_r,
-// and the warp sums the lanes. The per-row order of operations does not
-// depend on the launch (grid, parts, fusion), so fused and unfused launches
-// give bit-identical outputs.
+// Each dtype has a Dot<T> that says how a lane walks a row (Lane: its first
+// step; kStride, steps), what it decodes of one weight row at a step (load →
+// Share), what it reads of one x row there (load_x → XShare) and their
+// product (term). dot_rows below walks one or two weight rows (SwiGLU's gate
+// and up) with it, reading each x share once for both, and the warp sums the
+// lanes. The per-row order of operations does not depend on the launch
+// (grid, parts, fusion), so fused and unfused launches give bit-identical
+// outputs.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -76,6 +79,51 @@ __device__ __forceinline__ void load_u32x2_a2(const uint8_t* p, uint32_t out[2])
 template <DType T>
 struct Dot;
 
+// A lane's share of an x row's 32-value block c: its int8 values and (dx, sx).
+struct Block32Acts {
+  int4 lo, hi;
+  float2 ds;
+};
+__device__ __forceinline__ Block32Acts load_block32_acts(const Int8Acts& x, int r, int64_t c) {
+  const int8_t* xq = x.q + r * x.k + c * 32;
+  return {ldg_x16(xq), ldg_x16(xq + 16), __ldg(x.ds + r * x.n_blocks + c)};
+}
+
+// The lane of the 32-value block types: block c = lane, lane + 32, ...
+struct BlockLane {
+  int first;
+  __device__ explicit BlockLane(int lane) : first(lane) {}
+};
+
+// acc[r] += lane's share of w[0] · x_r (and acc_up[r] of w[1] · x_r when
+// kW = 2) for each x row r < n. Each step decodes the weight shares first,
+// then reads an x row's share once for both.
+template <DType T, int R, int kW>
+__device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[kW], const Int8Acts& x, int n, int lane,
+                                         float (&acc)[R], float (&acc_up)[R]) {
+  static_assert(kW == 1 || kW == 2);
+  using D = Dot<T>;
+  const typename D::Lane l(lane);
+  const int64_t steps = D::steps(x);
+  // Two steps in flight; one when two weight rows and several x rows
+  // already hold more than 100 registers a lane.
+  constexpr int kUnroll = kW == 2 && R > 1 ? 1 : 2;
+#pragma unroll(kUnroll)
+  for (int64_t s = l.first; s < steps; s += D::kStride) {
+    typename D::Share ws[kW];
+#pragma unroll
+    for (int j = 0; j < kW; ++j) ws[j] = D::load(w[j], s, l);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < n) {
+        const typename D::XShare xs = D::load_x(x, r, s, l);
+        acc[r] += D::term(ws[0], xs);
+        if constexpr (kW == 2) acc_up[r] += D::term(ws[1], xs);
+      }
+    }
+  }
+}
+
 template <DType T, int kMaxRows, bool kSwiglu>
 __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, Int8Acts x) {
   const int lane = threadIdx.x % 32;
@@ -87,8 +135,8 @@ __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, 
     float acc[kMaxRows], acc_up[kMaxRows];
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) acc[r] = acc_up[r] = 0.0f;
-    Dot<T>::template row<kMaxRows>(t.w, x, a.n, lane, acc);
-    if constexpr (kSwiglu) Dot<T>::template row<kMaxRows>(t.w_up, x, a.n, lane, acc_up);
+    if constexpr (kSwiglu) dot_rows<T, kMaxRows, 2>({t.w, t.w_up}, x, a.n, lane, acc, acc_up);
+    else dot_rows<T, kMaxRows, 1>({t.w}, x, a.n, lane, acc, acc_up);
     gemv_reduce_store<kSwiglu, kMaxRows>(a, t, lane, acc, acc_up);
   }
 }
