@@ -19,6 +19,8 @@ namespace brioche {
 
 enum class Device : uint8_t { CPU, CUDA };
 
+inline const char* device_name(Device d) { return d == Device::CUDA ? "CUDA" : "CPU"; }
+
 inline constexpr int kMaxRank = 4;
 
 using Shape = std::array<int64_t, kMaxRank>;

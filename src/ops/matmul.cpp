@@ -29,7 +29,8 @@ cpu::MatmulArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor& y, s
                 " is on CUDA but the CUDA backend is not built");
 #endif
   BRIOCHE_CHECK(x.device() == w.device() && y.device() == w.device(), op,
-                ": x, w and y must be on the same device");
+                ": x, w and y must be on the same device, got x on ", device_name(x.device()), ", w on ",
+                device_name(w.device()), ", y on ", device_name(y.device()));
   return {.x = x.data_as<float>(), .ldx = x.stride(0) / 4, .wtype = w.dtype(), .w = w.data(),
           .w_row_bytes = size_t(w.stride(0)), .y = y.data_as<float>(), .ldy = y.stride(0) / 4,
           .n = n, .m = m, .k = k};

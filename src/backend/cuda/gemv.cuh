@@ -93,11 +93,12 @@ __device__ __forceinline__ void prefetch_span_l2(const uint8_t* p, size_t bytes)
   if (end > begin) prefetch_l2(reinterpret_cast<const void*>(begin), uint32_t(end - begin));
 }
 
-// What a GEMV warp does first (lane 0 prefetches its first row's weights,
-// which no kernel writes, then every thread waits for the previous kernel).
-__device__ __forceinline__ void gemv_prologue(const GemvArgs& a, int64_t first_row, int lane) {
-  if (lane == 0 && first_row < a.prefetch_rows) {
-    const GemvTarget t = gemv_target(a, first_row);
+// What a GEMV warp does first (lane 0 prefetches the weights of its first
+// `rows` rows, which no kernel writes, then every thread waits for the
+// previous kernel).
+__device__ __forceinline__ void gemv_prologue(const GemvArgs& a, int64_t first_row, int rows, int lane) {
+  for (int64_t row = first_row; lane == 0 && row < first_row + rows && row < a.prefetch_rows; ++row) {
+    const GemvTarget t = gemv_target(a, row);
     prefetch_span_l2(t.w, t.row_bytes);
     if (t.w_up != nullptr) prefetch_span_l2(t.w_up, t.row_bytes);
   }

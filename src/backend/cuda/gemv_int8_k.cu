@@ -60,6 +60,7 @@ struct KPairDot {
   using Lane = KSplit<4>;
   static constexpr int kHalves = Lane::kHalves;
   static constexpr int kStride = Lane::kSupersPerStep;
+  static constexpr bool kPairRows = true;  // x: 5 of a step's 8 loads (gemv_int8.cuh)
   struct Share {
     int lo[kHalves][4], hi[kHalves][4];
     float dl0, dl1;  // d · sc of each sub-block
@@ -171,6 +172,7 @@ struct Dot<DType::Q6_K> {
     __device__ explicit Lane(int lane) : first(lane >> 3), hh((lane >> 2) & 1), g(lane & 3) {}
   };
   static constexpr int kStride = 4;
+  static constexpr bool kPairRows = false;  // (gemv_int8.cuh)
   struct Share {
     float d;
     int scale[4];

@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   static_assert(kRowsPerWarp == 1 || kMaxRows == 1, "row reuse is for a single x row");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * kRowsPerWarp;
-  gemv_prologue(a, row0, lane);
+  gemv_prologue(a, row0, kRowsPerWarp, lane);
   if (row0 >= a.m) return;
   GemvTarget t[kRowsPerWarp];
   float acc[kRowsPerWarp][kMaxRows], acc_up[kRowsPerWarp][kMaxRows];
