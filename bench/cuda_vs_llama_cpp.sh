@@ -4,7 +4,7 @@
 # both see the same machine state. The models are random weights in real
 # shapes, written there by gen_model (no vocabulary: llama.cpp feeds random
 # ids, so does brioche bench).
-#   bash bench/cuda_vs_llama_cpp.sh [shape:dtype ...]
+#   [ROUNDS=2] bash bench/cuda_vs_llama_cpp.sh [shape:dtype ...]
 # Needs, carried: build/dev (bench/cuda_pack.sh; brioche and gen_model) and
 # build/llama-cuda/llama-bench.gz (bench/llama_cpp_cuda_build.sh).
 set -u
@@ -16,7 +16,7 @@ gzip -dc build/llama-cuda/llama-bench.gz > /tmp/llama-bench && chmod +x /tmp/lla
 for spec in "$@"; do
   shape=${spec%%:*} dtype=${spec##*:} model=/tmp/$shape-$dtype.gguf
   build/dev/gen_model --shape "$shape" --dtype "$dtype" --out "$model" || continue
-  for round in 1 2; do
+  for round in $(seq "${ROUNDS:-2}"); do
     echo "-- $shape $dtype, round $round"
     /tmp/llama-bench -m "$model" -ngl 99 -fa 1 -p 2048 -n 128 -r 3 -o md 2>&1 | grep -E "pp2048|tg128|error" |
       tee -a "$out/llama_cpp.md"
