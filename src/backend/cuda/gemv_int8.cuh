@@ -128,7 +128,7 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[kW], const In
 // once for both: for the types whose x loads are most of a step's load
 // instructions (Dot<T>::kPairRows). Measured on Llama-3-8B decode:
 // Q4_K 461 → 475 tokens/s at 1 row, 759 → 977 at 4, 895 → 1,081 at 8. Q4_0
-// (5 weight loads a step against x's 3) lost at 1 and 8 rows (497 → 493,
+// (5 weight loads a step against x's 3) lost at 1 and 8 rows (496 → 493,
 // 1,344 → 1,249), Q8_0 (3 chunk loads) too (358 → 343, 1,242 → 1,116).
 template <DType T, bool kSwiglu>
 inline constexpr bool kInt8PairRows = !kSwiglu && Dot<T>::kPairRows;
