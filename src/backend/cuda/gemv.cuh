@@ -1,7 +1,9 @@
 // Decode-time matrix-vector kernels: y[r, :] = x[r, :] · wᵀ for up to 8 rows.
 //
-// One warp per weight row; the row is read exactly once, coalesced across the
-// warp, and dequantized in registers; x rows (a few KB) stay in L1/L2. The
+// One warp per weight row (or two, reading each x chunk once for both:
+// SwiGLU's gate and up, and pairs of rows where x loads dominate); each row is
+// read exactly once, coalesced across the warp, and dequantized in registers;
+// x rows (a few KB) stay in L1/L2. The
 // number of x rows is a template bound (1, 4 or 8) with a runtime count, so
 // one instantiation serves n in (bound/2, bound].
 //

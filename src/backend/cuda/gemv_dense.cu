@@ -67,18 +67,18 @@ __device__ __forceinline__ float4 load_x4(const float* p) {
   else return __ldg(reinterpret_cast<const float4*>(p));
 }
 
-// Σ_e w[e]·x[r, e] for this lane's share of one weight row, into acc[r], per
-// x row r (x: [n, k], row stride ldx); with kW = 2 also w_up's row into
-// acc_up[r]: SwiGLU's gate and up row j, walked together so each x chunk is
-// read once for both (x loads are most of the kernel's instructions: 8B bf16
-// decode went 211.8 → 222.1 tokens/s when the two rows stopped reading x
-// each). Each row's sum has the same order either way.
+// Σ_e w[e]·x[r, e] for this lane's share of weight row w0, into acc0[r], per
+// x row r (x: [n, k], row stride ldx); with kW = 2 also row w1's into
+// acc1[r] (SwiGLU's gate and up row j, or a pair of rows), walked together so
+// each x chunk is read once for both (x loads are most of the kernel's
+// instructions: 8B bf16 decode went 211.8 → 222.1 tokens/s when gate and up
+// stopped reading x each). Each row's sum has the same order either way.
 template <typename W, int kW, int kMaxRows, bool kSharedX>
-__device__ __forceinline__ void dot_rows(const GemvArgs& a, const float* x, int64_t ldx, const W* w_row,
-                                         const W* w_up_row, int lane, int64_t k_vec, float (&acc)[kMaxRows],
-                                         float (&acc_up)[kMaxRows]) {
+__device__ __forceinline__ void dot_rows(const GemvArgs& a, const float* x, int64_t ldx, const W* w0, const W* w1,
+                                         int lane, int64_t k_vec, float (&acc0)[kMaxRows],
+                                         float (&acc1)[kMaxRows]) {
   constexpr int E = Vec16<W>::kElems;
-  const W* const w[2] = {w_row, w_up_row};  // (w_up_row unused when kW = 1)
+  const W* const w[2] = {w0, w1};  // (w1 unused when kW = 1)
 #pragma unroll 4
   for (int64_t e = int64_t(lane) * E; e < k_vec; e += 32 * E) {
     float v[kW][E];
@@ -96,8 +96,8 @@ __device__ __forceinline__ void dot_rows(const GemvArgs& a, const float* x, int6
           for (int i = 0; i < kW; ++i)
             s[i] += v[i][c] * xv.x + v[i][c + 1] * xv.y + v[i][c + 2] * xv.z + v[i][c + 3] * xv.w;
         }
-        acc[r] += s[0];
-        if constexpr (kW == 2) acc_up[r] += s[kW - 1];
+        acc0[r] += s[0];
+        if constexpr (kW == 2) acc1[r] += s[kW - 1];
       }
     }
   }
@@ -108,8 +108,8 @@ __device__ __forceinline__ void dot_rows(const GemvArgs& a, const float* x, int6
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) {
       if (r < a.n) {
-        acc[r] += wv[0] * x[r * ldx + e];
-        if constexpr (kW == 2) acc_up[r] += wv[kW - 1] * x[r * ldx + e];
+        acc0[r] += wv[0] * x[r * ldx + e];
+        if constexpr (kW == 2) acc1[r] += wv[kW - 1] * x[r * ldx + e];
       }
     }
   }

@@ -17,8 +17,8 @@
 // step; kStride, steps), what it decodes of one weight row at a step (load →
 // Share), what it reads of one x row there (load_x → XShare) and their
 // product (term). dot_rows below walks one or two weight rows (SwiGLU's gate
-// and up) with it, reading each x share once for both, and the warp sums the
-// lanes. The per-row order of operations does not depend on the launch
+// and up, or a pair of rows) with it, reading each x share once for both,
+// and the warp sums the lanes. The per-row order of operations does not depend on the launch
 // (grid, parts, fusion), so fused and unfused launches give bit-identical
 // outputs.
 #pragma once
@@ -95,12 +95,12 @@ struct BlockLane {
   __device__ explicit BlockLane(int lane) : first(lane) {}
 };
 
-// acc[r] += lane's share of w[0] · x_r (and acc_up[r] of w[1] · x_r when
+// acc0[r] += lane's share of w[0] · x_r (and acc1[r] of w[1] · x_r when
 // kW = 2) for each x row r < n. Each step decodes the weight shares first,
 // then reads an x row's share once for both.
 template <DType T, int R, int kW>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[kW], const Int8Acts& x, int n, int lane,
-                                         float (&acc)[R], float (&acc_up)[R]) {
+                                         float (&acc0)[R], float (&acc1)[R]) {
   static_assert(kW == 1 || kW == 2);
   using D = Dot<T>;
   const typename D::Lane l(lane);
@@ -117,8 +117,8 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[kW], const In
     for (int r = 0; r < R; ++r) {
       if (r < n) {
         const typename D::XShare xs = D::load_x(x, r, s, l);
-        acc[r] += D::term(ws[0], xs);
-        if constexpr (kW == 2) acc_up[r] += D::term(ws[1], xs);
+        acc0[r] += D::term(ws[0], xs);
+        if constexpr (kW == 2) acc1[r] += D::term(ws[1], xs);
       }
     }
   }
