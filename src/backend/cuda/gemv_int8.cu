@@ -117,7 +117,7 @@ struct Block32Dot {
   using Lane = BlockLane;
   using XShare = Block32Acts;
   static constexpr int kStride = 32;
-  static constexpr bool kPairRows = false;  // (gemv_int8.cuh)
+  static constexpr bool pair_rows(int) { return false; }  // (gemv_int8.cuh)
   __device__ static int64_t steps(const Int8Acts& x) { return x.n_blocks; }
   __device__ static XShare load_x(const Int8Acts& x, int r, int64_t c, const Lane&) {
     return load_block32_acts(x, r, c);

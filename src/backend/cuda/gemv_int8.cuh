@@ -125,30 +125,31 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[kW], const In
 }
 
 // Whether a plain launch's warps walk rows 2j and 2j + 1 together, reading x
-// once for both: for the types whose x loads are most of a step's load
-// instructions (Dot<T>::kPairRows). Measured on Llama-3-8B decode:
-// Q4_K 461 → 475 tokens/s at 1 row, 759 → 977 at 4, 895 → 1,081 at 8. Q4_0
-// (5 weight loads a step against x's 3) lost at 1 and 8 rows (496 → 493,
-// 1,344 → 1,249), Q8_0 (3 chunk loads) too (358 → 343, 1,242 → 1,116).
-template <DType T, bool kSwiglu>
-inline constexpr bool kInt8PairRows = !kSwiglu && Dot<T>::kPairRows;
+// once for both: for the types and x row bounds where x loads are most of a
+// step's load instructions (Dot<T>::pair_rows(kMaxRows)). Measured on
+// Llama-3-8B decode: Q4_K 461 → 475 tokens/s at 1 row, 759 → 977 at 4, 895
+// → 1,081 at 8; Q5_K 393 → 400, 733 → 927, 916 → 1,039. Q4_0 (5 weight loads
+// a step against x's 3) lost at 1 and 8 rows (496 → 493, 1,344 → 1,249),
+// Q8_0 (3 chunk loads) too (358 → 343, 1,242 → 1,116).
+template <DType T, int kMaxRows, bool kSwiglu>
+inline constexpr bool kInt8PairRows = !kSwiglu && Dot<T>::pair_rows(kMaxRows);
 
 // What the warps walk: weight rows, or pairs of rows (an odd last row is
 // walked twice and stored once).
-template <DType T, bool kSwiglu>
+template <DType T, int kMaxRows, bool kSwiglu>
 __host__ __device__ int64_t int8_warp_rows(int64_t m) {
-  return kInt8PairRows<T, kSwiglu> ? (m + 1) / 2 : m;
+  return kInt8PairRows<T, kMaxRows, kSwiglu> ? (m + 1) / 2 : m;
 }
 
 // A warp walks one weight row, SwiGLU's gate and up row j together, or a
 // pair of rows (kInt8PairRows).
 template <DType T, int kMaxRows, bool kSwiglu>
 __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, Int8Acts x) {
-  constexpr bool kPairs = kInt8PairRows<T, kSwiglu>;
+  constexpr bool kPairs = kInt8PairRows<T, kMaxRows, kSwiglu>;
   const int lane = threadIdx.x % 32;
   const int64_t n_warps = int64_t(gridDim.x) * kInt8Warps;
   const int64_t first = int64_t(blockIdx.x) * kInt8Warps + threadIdx.x / 32;
-  const int64_t work = int8_warp_rows<T, kSwiglu>(a.m);
+  const int64_t work = int8_warp_rows<T, kMaxRows, kSwiglu>(a.m);
   gemv_prologue(a, kPairs ? 2 * first : first, kPairs ? 2 : 1, lane);
   for (int64_t j = first; j < work; j += n_warps) {
     const int64_t row0 = kPairs ? 2 * j : j, row1 = kPairs ? std::min(2 * j + 1, a.m - 1) : j;
@@ -195,7 +196,7 @@ unsigned int8_grid(int64_t m) {
 template <DType T, int kMaxRows, bool kSwiglu>
 void launch_int8_rows(const GemvArgs& a, const Int8Acts& x) {
   launch_dependent(gemv_int8_kernel<T, kMaxRows, kSwiglu>,
-                   int8_grid<T, kMaxRows, kSwiglu>(int8_warp_rows<T, kSwiglu>(a.m)),
+                   int8_grid<T, kMaxRows, kSwiglu>(int8_warp_rows<T, kMaxRows, kSwiglu>(a.m)),
                    kInt8Warps * 32, 0, a, x);
 }
 
