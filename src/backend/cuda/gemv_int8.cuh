@@ -16,9 +16,10 @@
 // Each dtype has a Dot<T> that says how a lane walks a row (Lane: its first
 // step; kStride, steps), what it decodes of one weight row at a step (load →
 // Share), what it reads of one x row there (load_x → XShare) and their
-// product (term). dot_rows below walks one or two weight rows (SwiGLU's gate
-// and up, or a pair of rows) with it, reading each x share once for both,
-// and the warp sums the lanes. The per-row order of operations does not depend on the launch
+// product (term), and whether a plain launch's warps take rows in pairs
+// (pair_rows). dot_rows below walks one or two weight rows (SwiGLU's gate and
+// up, or a pair of rows) with it, reading each x share once for both, and the
+// warp sums the lanes. The per-row order of operations does not depend on the launch
 // (grid, parts, fusion), so fused and unfused launches give bit-identical
 // outputs.
 #pragma once
