@@ -30,41 +30,34 @@ __device__ __forceinline__ ScaleMinPair k_scale_min_pair(uint32_t s0, uint32_t s
   return {int(sc & 0xFF), int(sc >> 8), int(mn & 0xFF), int(mn >> 8)};
 }
 
-// Which part of a super-block a lane takes in the 4-bit/5-bit types.
-// Sub-blocks 2p and 2p+1 share the 32 bytes qs[32p..32p+32) (low nibbles are
-// sub-block 2p, high nibbles 2p+1). With kLanes = 8 lanes per super-block a
-// lane takes pair p = (lane >> 1) & 3 and half h = lane & 1 (elements
-// 16h..16h+16 of both sub-blocks); with kLanes = 4 it takes both halves of
-// pair p = lane & 3, so the scale decode and the float epilogue serve 64
-// values. The lane holding half 0 adds the min terms (they use the whole x
-// block's sum). `first` is the lane's first super-block.
-template <int kLanes>
-struct KSplit {
-  static_assert(kLanes == 4 || kLanes == 8);
-  static constexpr int kSupersPerStep = 32 / kLanes;
-  static constexpr int kHalves = 8 / kLanes;
-  int first, p, h0;
-  __device__ explicit KSplit(int lane)
-      : first(lane / kLanes), p(kLanes == 8 ? (lane >> 1) & 3 : lane & 3), h0(kLanes == 8 ? lane & 1 : 0) {}
+// Which part of a super-block a lane takes in the 4-bit/5-bit types: 4 lanes
+// per super-block, lane p = lane & 3 taking sub-blocks 2p and 2p + 1, which
+// share the 32 bytes qs[32p..32p+32) (low nibbles are sub-block 2p, high
+// nibbles 2p + 1), read as two 16-byte halves. So the scale decode and the
+// float epilogue serve 64 values. `first` is the lane's first super-block.
+struct KPairLane {
+  static constexpr int kSupersPerStep = 8;  // super-blocks a warp step covers
+  int first, p;
+  __device__ explicit KPairLane(int lane) : first(lane / 4), p(lane & 3) {}
 };
 
 }  // namespace
 
 // What Q4_K and Q5_K share: 4 lanes per super-block (Llama-3-8B decode ran
-// 365 tok/s against 340 with 8 lanes, and 343 with 8 lanes and 4 steps
-// unrolled, on the H200); a lane's share of a weight row is the int8 quants
-// of sub-blocks 2p and 2p + 1 from value 16·h0 of each, with their scales,
-// and its share of x the matching values of x blocks 8s + 2p and 8s + 2p + 1.
-// Per sub-block Σ w·x = d·sc_j·dx·Σq·xq − dmin·mn_j·sx.
+// 365 tok/s against 340 with 8 lanes, each taking half a pair, and 343 with 8
+// lanes and 4 steps unrolled, on the H200); a lane's share of a weight row is
+// the int8 quants of sub-blocks 2p and 2p + 1 with their scales, and its
+// share of x the matching values of x blocks 8s + 2p and 8s + 2p + 1. Per
+// sub-block Σ w·x = d·sc_j·dx·Σq·xq − dmin·mn_j·sx.
 struct KPairDot {
-  using Lane = KSplit<4>;
-  static constexpr int kHalves = Lane::kHalves;
+  using Lane = KPairLane;
+  static constexpr int kHalves = 2;  // 16-byte halves of the pair's quants
   static constexpr int kStride = Lane::kSupersPerStep;
   static constexpr bool pair_rows(int) { return true; }  // x: 5 of a step's 8 loads (gemv_int8.cuh)
   struct Share {
     int lo[kHalves][4], hi[kHalves][4];
     float dl0, dl1;  // d · sc of each sub-block
-    float ml0, ml1;  // dmin · mn of each (0 on the lane that does not add the mins)
+    float ml0, ml1;  // dmin · mn of each
   };
   struct XShare {
     int4 lo[kHalves], hi[kHalves];
@@ -74,7 +67,7 @@ struct KPairDot {
   // The scales of super-block `head` (d, dmin, scales[12]) for the lane's pair.
   __device__ static void set_scales(uint4 head, const Lane& l, Share& b) {
     const ScaleMinPair sm = k_scale_min_pair(head.y, head.z, head.w, l.p);
-    const float d = half_lo(head.x), dmin = l.h0 == 0 ? half_hi(head.x) : 0.0f;
+    const float d = half_lo(head.x), dmin = half_hi(head.x);
     b.dl0 = d * float(sm.sc0);
     b.dl1 = d * float(sm.sc1);
     b.ml0 = dmin * float(sm.mn0);
@@ -82,7 +75,7 @@ struct KPairDot {
   }
   __device__ static XShare load_x(const Int8Acts& x, int r, int64_t s, const Lane& l) {
     const int64_t xb = s * 8 + 2 * l.p;  // x block of sub-block 2p
-    const int8_t* xq = x.q + r * x.k + xb * 32 + 16 * l.h0;
+    const int8_t* xq = x.q + r * x.k + xb * 32;
     XShare v;
 #pragma unroll
     for (int hh = 0; hh < kHalves; ++hh) {
@@ -111,7 +104,7 @@ struct Dot<DType::Q4_K> : KPairDot {
     const uint4 head = ldg_u128(p);  // d, dmin, scales[12]
     uint4 qv[kHalves];
 #pragma unroll
-    for (int hh = 0; hh < kHalves; ++hh) qv[hh] = ldg_u128(p + 16 + 32 * l.p + 16 * (l.h0 + hh));
+    for (int hh = 0; hh < kHalves; ++hh) qv[hh] = ldg_u128(p + 16 + 32 * l.p + 16 * hh);
     Share b;
     set_scales(head, l, b);
 #pragma unroll
@@ -137,8 +130,8 @@ struct Dot<DType::Q5_K> : KPairDot {
     uint4 hv[kHalves], qv[kHalves];
 #pragma unroll
     for (int hh = 0; hh < kHalves; ++hh) {
-      hv[hh] = ldg_u128(p + 16 + 16 * (l.h0 + hh));
-      qv[hh] = ldg_u128(p + 48 + 32 * l.p + 16 * (l.h0 + hh));
+      hv[hh] = ldg_u128(p + 16 + 16 * hh);
+      qv[hh] = ldg_u128(p + 48 + 32 * l.p + 16 * hh);
     }
     Share b;
     set_scales(head, l, b);
