@@ -146,7 +146,7 @@ int bench(const BenchFlags& flags) {
 
   std::printf("model: %s (%s, %.1f MiB), device: %s, threads: %d\n", path.c_str(),
               model->config().architecture.c_str(), model->weight_bytes() / 1048576.0,
-              model->device() == Device::CUDA ? "cuda" : "cpu", ThreadPool::global().size());
+              device_name(model->device()), ThreadPool::global().size());
   std::printf("| %-12s | %14s | %10s |\n", "test", "tokens/s", "stddev");
   std::printf("|--------------|----------------|------------|\n");
   auto row = [](const std::string& test, Measurement m) {

@@ -19,7 +19,8 @@ namespace brioche {
 
 enum class Device : uint8_t { CPU, CUDA };
 
-inline const char* device_name(Device d) { return d == Device::CUDA ? "CUDA" : "CPU"; }
+// The device as the `--device` flag spells it, for messages.
+inline const char* device_name(Device d) { return d == Device::CUDA ? "cuda" : "cpu"; }
 
 inline constexpr int kMaxRank = 4;
 

@@ -52,8 +52,8 @@ void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) co
                 "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
                 batch.wants_logits.size(), " wants_logits entries (expected equal)");
   BRIOCHE_CHECK(cache.n_layers() == 0 || cache.keys(0).device() == device(),
-                "forward: the KV cache is on ", cache.keys(0).device() == Device::CUDA ? "cuda" : "cpu",
-                " but the model is on ", device() == Device::CUDA ? "cuda" : "cpu",
+                "forward: the KV cache is on ", device_name(cache.keys(0).device()),
+                " but the model is on ", device_name(device()),
                 " (set KvCacheOptions::device to Model::device())");
   BRIOCHE_CHECK(cache.n_layers() == c.n_layers && cache.keys(0).dim(2) == c.n_kv_heads &&
                     cache.keys(0).dim(3) == c.head_dim,

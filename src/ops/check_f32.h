@@ -55,7 +55,7 @@ inline Device common_device(std::string_view op, std::initializer_list<const Ten
   Device d = (*tensors.begin())->device();
   for (const Tensor* t : tensors) {
     BRIOCHE_CHECK(t->device() == d, op, ": tensors on different devices (", t->describe(), " on ",
-                  t->device() == Device::CUDA ? "cuda" : "cpu", ")");
+                  device_name(t->device()), ")");
   }
   return d;
 }

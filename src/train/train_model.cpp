@@ -58,8 +58,8 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
     BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(),
                   " layers, model ", c.n_layers);
     BRIOCHE_CHECK(adapter->device() == device_, "train: the adapter is on ",
-                  adapter->device() == Device::CUDA ? "cuda" : "cpu", ", the model on ",
-                  device_ == Device::CUDA ? "cuda" : "cpu", " (LoraAdapter::to_device)");
+                  device_name(adapter->device()), ", the model on ",
+                  device_name(device_), " (LoraAdapter::to_device)");
   }
 }
 

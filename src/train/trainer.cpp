@@ -100,7 +100,7 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
   }
   const Device device = config_.resolved_device();
   BRIOCHE_CHECK(ck.weights.output_norm.device() == device, "train: device ", config_.device, " but the model's weights are on ",
-                ck.weights.output_norm.device() == Device::CUDA ? "cuda" : "the cpu",
+                device_name(ck.weights.output_norm.device()),
                 " (model::move_weights uploads them; `brioche train` does)");
   adapter_->to_device(device);  // factors, gradients and (in run) the AdamW moments live with the weights
   model_ = std::make_unique<TrainModel>(ck, adapter_.get(),
