@@ -569,7 +569,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
                .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window, .n_rows = n_rows,
                .row_seq = nullptr, .row_pos = nullptr, .table_offset = nullptr, .tables = nullptr,
                .table_stride = 0, .splits = splits,
-               .part_acc = nullptr, .part_ml = nullptr, .out16 = out16.rows, .out16_f16 = out16.f16};
+               .part_acc = nullptr, .part_ml = nullptr, .out16 = out16};
   if (bound != nullptr) {
     p.row_pos = bound->positions;
     p.tables = bound->tables;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/rope.cuh"
 
 namespace brioche::cuda::paged {
@@ -49,21 +50,20 @@ struct AttnParams {
   int64_t new_k_stride = 0, new_v_stride = 0;
   const float* inv_freq = nullptr;  // [head_dim / 2]
   bool interleaved = false;
-  // When set, the output goes here instead of out: 16-bit rows [n_rows,
-  // n_heads · head_dim] contiguous (AttentionOut16 of kernels.h).
-  void* out16 = nullptr;
-  bool out16_f16 = false;
+  // With out16.rows set, the output goes there instead of out: 16-bit rows
+  // [n_rows, n_heads · head_dim] contiguous (kernels.h).
+  AttentionOut16 out16;
 };
 
 // Output value `col` of row r: to out, or rounded to out16's 16 bits.
 __device__ __forceinline__ void store_output(const AttnParams& p, int r, int64_t col, float v) {
-  if (p.out16 == nullptr) {
+  if (p.out16.rows == nullptr) {
     p.out[int64_t(r) * p.out_stride + col] = v;
     return;
   }
   const int64_t i = int64_t(r) * p.n_heads * p.head_dim + col;
-  if (p.out16_f16) static_cast<__half*>(p.out16)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(p.out16)[i] = __float2bfloat16_rn(v);
+  if (p.out16.f16) static_cast<__half*>(p.out16.rows)[i] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(p.out16.rows)[i] = __float2bfloat16_rn(v);
 }
 
 __device__ __forceinline__ int row_sequence(const AttnParams& p, int r) {

@@ -60,10 +60,9 @@ struct PrefillParams {
   const int32_t* tiles;
   const int32_t* seqs;
   const int32_t* tables;
-  // When set, the output goes here instead of out: 16-bit rows [n_rows,
-  // n_heads · D] contiguous (AttentionOut16 of kernels.h).
-  void* out16;
-  bool out16_f16;
+  // With out16.rows set, the output goes there instead of out: 16-bit rows
+  // [n_rows, n_heads · D] contiguous (kernels.h).
+  AttentionOut16 out16;
 };
 
 // Queues the K and V rows of keys [key0, key0 + kKeys) into one buffer; keys
@@ -202,9 +201,9 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
     // out = O / l
     const int64_t row = first_row + row0 + r, col = int64_t(h) * D + 2 * t4;
-    if (p.out16 == nullptr) store_row(p.out + row * p.out_stride + col, o, i, inv);
-    else if (p.out16_f16) store_row(static_cast<__half*>(p.out16) + row * p.n_heads * D + col, o, i, inv);
-    else store_row(static_cast<__nv_bfloat16*>(p.out16) + row * p.n_heads * D + col, o, i, inv);
+    if (p.out16.rows == nullptr) store_row(p.out + row * p.out_stride + col, o, i, inv);
+    else if (p.out16.f16) store_row(static_cast<__half*>(p.out16.rows) + row * p.n_heads * D + col, o, i, inv);
+    else store_row(static_cast<__nv_bfloat16*>(p.out16.rows) + row * p.n_heads * D + col, o, i, inv);
   }
 }
 
@@ -278,7 +277,7 @@ std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::Page
                         .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window,
                         .tiles = dmeta, .seqs = dmeta + 2 * tiles.size(),
                         .tables = dmeta + 2 * tiles.size() + seqs.size(),
-                        .out16 = out16.rows, .out16_f16 = out16.f16};
+                        .out16 = out16};
   if (a.head_dim == 64) launch<64>(p, int(tiles.size()));
   else launch<128>(p, int(tiles.size()));
   return rest;

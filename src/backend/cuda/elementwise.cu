@@ -289,15 +289,17 @@ void swiglu(const backend::cpu::SwigluArgs& a) {
               SiluTimesOp{});
 }
 
+namespace {
+// SwiGLU of a's rows into out [n_rows, dim] contiguous, in Out's type.
+template <typename Out>
+void swiglu_into(const backend::cpu::SwigluArgs& a, Out* out) {
+  binary_rows(Rows2<Out>{a.gate, a.gate_stride, a.up, a.up_stride, out, a.dim, a.n_rows, a.dim}, SiluTimesOp{});
+}
+}  // namespace
+
 void swiglu_to_16bit(const backend::cpu::SwigluArgs& a, void* out, bool to_f16) {
-  if (to_f16)
-    binary_rows(Rows2<__half>{a.gate, a.gate_stride, a.up, a.up_stride, static_cast<__half*>(out), a.dim, a.n_rows,
-                              a.dim},
-                SiluTimesOp{});
-  else
-    binary_rows(Rows2<__nv_bfloat16>{a.gate, a.gate_stride, a.up, a.up_stride, static_cast<__nv_bfloat16*>(out),
-                                     a.dim, a.n_rows, a.dim},
-                SiluTimesOp{});
+  if (to_f16) swiglu_into(a, static_cast<__half*>(out));
+  else swiglu_into(a, static_cast<__nv_bfloat16*>(out));
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride) {
