@@ -56,6 +56,9 @@ Tensor device_f32(int64_t rows, int64_t cols, uint32_t seed) {
   return to_device(random_f32(rows, cols, seed), Device::CUDA);
 }
 
+// A copy of device tensor t in an allocation of its own (through the host).
+Tensor device_copy(const Tensor& t) { return to_device(to_device(t, Device::CPU), Device::CUDA); }
+
 double nmse(const Tensor& got_device, const Tensor& want_device) {
   Tensor got = to_device(got_device, Device::CPU), want = to_device(want_device, Device::CPU);
   double num = 0, den = 0;
@@ -77,7 +80,7 @@ TEST(CudaFusedMatmul, AccumulateAddsToTheResidual) {
     Tensor w = random_weight(dtype, m, k, 1);
     for (int n : kRows) {
       Tensor x = device_f32(n, k, 2), residual = device_f32(n, m, 3);
-      Tensor fused = to_device(to_device(residual, Device::CPU), Device::CUDA), plain = zeros(DType::F32, {n, m}, Device::CUDA);
+      Tensor fused = device_copy(residual), plain = zeros(DType::F32, {n, m}, Device::CUDA);
       Tensor scratch = zeros(DType::F32, {n, m}, Device::CUDA);
       matmul_accumulate(x, w, fused, scratch);
       matmul(x, w, plain);
@@ -258,14 +261,13 @@ TEST(CudaFusedMatmul, StackedWeightsMatchSeparateOnes) {
     const Tensor all = random_weight(dtype, 640, k, 20);
     const Tensor w[3] = {all.slice(0, 0, 384), all.slice(0, 384, 512), all.slice(0, 512, 640)};
     const Tensor gate = all.slice(0, 0, inter), up = all.slice(0, inter, 2 * inter);
-    auto separate = [](const Tensor& t) { return to_device(to_device(t, Device::CPU), Device::CUDA); };
     for (int n : {12, 64, 600}) {
       const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n);
       Tensor x = device_f32(n, k, 21), got[3], want[3];
       for (int i = 0; i < 3; ++i) {
         got[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
         want[i] = zeros(DType::F32, {n, ms[i]}, Device::CUDA);
-        matmul(x, separate(w[i]), want[i]);
+        matmul(x, device_copy(w[i]), want[i]);
       }
       const Tensor* ws[] = {&w[0], &w[1], &w[2]};
       Tensor* ys[] = {&got[0], &got[1], &got[2]};
@@ -286,8 +288,8 @@ TEST(CudaFusedMatmul, StackedWeightsMatchSeparateOnes) {
       Tensor fused = zeros(DType::F32, {n, inter}, Device::CUDA), scratch = nan_f32(n, inter);
       Tensor g = zeros(DType::F32, {n, inter}, Device::CUDA), u = zeros(DType::F32, {n, inter}, Device::CUDA);
       swiglu_matmul(x, gate, up, fused, scratch);
-      matmul(x, separate(gate), g);
-      matmul(x, separate(up), u);
+      matmul(x, device_copy(gate), g);
+      matmul(x, device_copy(up), u);
       swiglu(g, u, g);
       EXPECT_LT(nmse(fused, g), 1e-10) << what << " swiglu";
       EXPECT_EQ(all_nan(scratch), n <= 512) << what << ": the scratch is written exactly when the GEMMs are separate";
@@ -365,11 +367,11 @@ TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
   for (int64_t i = 0; i < history.numel(); ++i)
     static_cast<uint16_t*>(cache_host.data())[i] = f32_to_f16(history.data_as<float>()[i]);
   const Tensor cache0 = to_device(cache_host, Device::CUDA);
-  auto fresh = [](const Tensor& t) { return to_device(to_device(t, Device::CPU), Device::CUDA); };
   for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::Q4_K}) {
     const Tensor wo = random_weight(dtype, hidden, q_dim, 65);
-    Tensor q1 = fresh(q0), k1 = fresh(k0), kc1 = fresh(cache0), vc1 = fresh(cache0), y1 = fresh(residual);
-    Tensor q2 = fresh(q0), k2 = fresh(k0), kc2 = fresh(cache0), vc2 = fresh(cache0), y2 = fresh(residual);
+    Tensor q1 = device_copy(q0), k1 = device_copy(k0), kc1 = device_copy(cache0), vc1 = device_copy(cache0);
+    Tensor q2 = device_copy(q0), k2 = device_copy(k0), kc2 = device_copy(cache0), vc2 = device_copy(cache0);
+    Tensor y1 = device_copy(residual), y2 = device_copy(residual);
     Tensor out1 = nan_f32(n, q_dim), out2 = nan_f32(n, q_dim), scratch = nan_f32(n, hidden);
     paged_attention(q1, {.k = k1, .v = v0, .positions = positions, .q_rope = rope}, kc1, vc1, seqs, params, out1,
                     {.w = wo, .y = y1, .scratch = scratch});
