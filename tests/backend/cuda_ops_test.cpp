@@ -565,6 +565,81 @@ TEST(CudaAttention, RopeStoreKvSameBitsAsRopeThenStoreKv) {
   }
 }
 
+struct RopeStoreShape {
+  int n_heads, n_kv_heads, head_dim, window;
+};
+
+// One case of the test below: n_seqs decode rows (sequence 3 two rows when
+// two_row_sequence) and an uncovered row, through both paths.
+void check_rope_store_kv_in_attention(int n_seqs, const RopeStoreShape& c, bool two_row_sequence, bool f16,
+                                      bool interleaved) {
+  const int block_size = 16, blocks_per_seq = 64;
+  const int n_blocks = n_seqs * blocks_per_seq;  // (b·n_seqs + 7s) mod n_blocks is a permutation: 7 ⊥ n_seqs
+  // Rows: one per sequence at these n_past, then an uncovered row.
+  const std::vector<int32_t> n_past = {0, 15, 16, 200, 1000, 1, 63, 64, 517};
+  std::vector<std::vector<int32_t>> tables(n_seqs);
+  std::vector<backend::cpu::KvSequence> seqs;
+  std::vector<int32_t> pos;
+  for (int s = 0; s < n_seqs; ++s) {
+    for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back((b * n_seqs + s * 7) % n_blocks);
+    const int rows = two_row_sequence && s == 3 ? 2 : 1;
+    seqs.push_back({int32_t(pos.size()), rows, n_past[s], tables[s].data(), blocks_per_seq});
+    for (int i = 0; i < rows; ++i) pos.push_back(n_past[s] + i);
+  }
+  pos.push_back(7);  // covered by no sequence
+  const int n_rows = int(pos.size()), q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  std::vector<float> inv_freq(c.head_dim / 2);
+  for (int i = 0; i < c.head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
+  const size_t cache_elems = size_t(n_blocks) * block_size * kv_dim, elem = f16 ? 2 : 4;
+  const std::vector<float> hist = gaussian(cache_elems, 60);
+  std::vector<uint8_t> cache(cache_elems * elem);
+  for (size_t i = 0; i < cache_elems; ++i) {
+    if (f16) reinterpret_cast<uint16_t*>(cache.data())[i] = f32_to_f16(hist[i]);
+    else reinterpret_cast<float*>(cache.data())[i] = hist[i];
+  }
+  const std::vector<float> q = gaussian(size_t(n_rows) * q_dim, 61), k = gaussian(size_t(n_rows) * kv_dim, 62),
+                           v = gaussian(size_t(n_rows) * kv_dim, 63);
+  const std::vector<float> sentinel(size_t(n_rows) * q_dim, kSentinel);
+  DeviceBuffer q1 = upload(q), k1 = upload(k), v1 = upload(v), kc1 = upload(cache), vc1 = upload(cache),
+               out1 = upload(sentinel);
+  DeviceBuffer q2 = upload(q), k2 = upload(k), v2 = upload(v), kc2 = upload(cache), vc2 = upload(cache),
+               out2 = upload(sentinel);
+  auto rope_of = [&](DeviceBuffer& x, int heads) {
+    return backend::cpu::RopeArgs{.x = x.as<float>(), .positions = pos.data(), .inv_freq = inv_freq.data(),
+                                  .n_rows = n_rows, .x_stride = heads * c.head_dim, .n_heads = heads,
+                                  .head_dim = c.head_dim, .interleaved = interleaved};
+  };
+  auto store_of = [&](DeviceBuffer& kb, DeviceBuffer& vb, DeviceBuffer& kc, DeviceBuffer& vc) {
+    return backend::cpu::StoreKvArgs{.k = kb.as<float>(), .v = vb.as<float>(), .k_stride = kv_dim,
+                                     .v_stride = kv_dim, .sequences = seqs.data(), .n_sequences = n_seqs,
+                                     .kv_dim = kv_dim,
+                                     .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
+  };
+  auto attention_of = [&](DeviceBuffer& qb, DeviceBuffer& out, DeviceBuffer& kc, DeviceBuffer& vc) {
+    return backend::cpu::PagedAttentionArgs{
+        .q = qb.as<float>(), .out = out.as<float>(), .q_stride = q_dim, .out_stride = q_dim,
+        .sequences = seqs.data(), .n_sequences = n_seqs, .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
+        .head_dim = c.head_dim, .scale = 1.0f / std::sqrt(float(c.head_dim)), .sliding_window = c.window,
+        .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
+  };
+  cuda::rope_store_kv(rope_of(q1, c.n_heads), rope_of(k1, c.n_kv_heads), store_of(k1, v1, kc1, vc1));
+  cuda::paged_attention(attention_of(q1, out1, kc1, vc1));  // ADL also finds backend::cpu's
+  rope_store_kv_attention(rope_of(q2, c.n_heads), rope_of(k2, c.n_kv_heads), store_of(k2, v2, kc2, vc2),
+                          attention_of(q2, out2, kc2, vc2));
+  const std::string what = "heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " d " +
+                           std::to_string(c.head_dim) + " window " + std::to_string(c.window) +
+                           (f16 ? " f16" : " f32") + (interleaved ? " interleaved" : " neox") +
+                           (two_row_sequence ? " (a two-row sequence)" : "") + ", " + std::to_string(n_seqs) +
+                           " sequences";
+  const std::vector<float> got = download<float>(out2);
+  EXPECT_TRUE(download<float>(out1) == got) << what << ": attention output";
+  EXPECT_TRUE(download<uint8_t>(kc1) == download<uint8_t>(kc2)) << what << ": K cache";
+  EXPECT_TRUE(download<uint8_t>(vc1) == download<uint8_t>(vc2)) << what << ": V cache";
+  EXPECT_NE(got, sentinel) << what << ": nothing written";
+  if (two_row_sequence) EXPECT_TRUE(download<float>(q2) == download<float>(q1)) << what << ": q rotated";
+  else EXPECT_TRUE(download<float>(q2) == q) << what << ": q rotated in memory, not in the kernel";
+}
+
 // A decode step's RoPE + K/V store taken into the attention kernel
 // (rope_store_kv_attention) against rope_store_kv then paged_attention: the
 // output and both caches bit-identical, over GQA groups of 3 to 8, head_dim
@@ -575,85 +650,15 @@ TEST(CudaAttention, RopeStoreKvSameBitsAsRopeThenStoreKv) {
 // launches and must give the same bits too.
 TEST(CudaAttention, RopeStoreKvInAttentionSameBitsAsTwoLaunches) {
   REQUIRE_CUDA_DEVICE();
-  struct Shape { int n_heads, n_kv_heads, head_dim, window; };
-  const Shape shapes[] = {{9, 3, 64, 0}, {32, 8, 128, 0}, {8, 1, 256, 0}, {12, 4, 64, 48}};
-  const int block_size = 16, blocks_per_seq = 64;
+  const RopeStoreShape shapes[] = {{9, 3, 64, 0}, {32, 8, 128, 0}, {8, 1, 256, 0}, {12, 4, 64, 48}};
   // 5 sequences take the CUDA-core kernel, 9 the tensor-core decode kernel
   // at head_dim 64 and 128 (attention_mma_takes).
-  for (int n_seqs : {5, 9}) {
-    const int n_blocks = n_seqs * blocks_per_seq;  // (b·n_seqs + 7s) mod n_blocks is a permutation: 7 ⊥ n_seqs
-    for (const Shape& c : shapes) {
-      for (bool two_row_sequence : {false, true}) {
-        // Rows: one per sequence at these n_past, then an uncovered row.
-        const std::vector<int32_t> n_past = {0, 15, 16, 200, 1000, 1, 63, 64, 517};
-        std::vector<std::vector<int32_t>> tables(n_seqs);
-        std::vector<backend::cpu::KvSequence> seqs;
-        std::vector<int32_t> pos;
-        for (int s = 0; s < n_seqs; ++s) {
-          for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back((b * n_seqs + s * 7) % n_blocks);
-          const int rows = two_row_sequence && s == 3 ? 2 : 1;
-          seqs.push_back({int32_t(pos.size()), rows, n_past[s], tables[s].data(), blocks_per_seq});
-          for (int i = 0; i < rows; ++i) pos.push_back(n_past[s] + i);
-        }
-        pos.push_back(7);  // covered by no sequence
-        const int n_rows = int(pos.size()), q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-        std::vector<float> inv_freq(c.head_dim / 2);
-        for (int i = 0; i < c.head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
-        for (bool f16 : {true, false}) {
-          for (bool interleaved : {true, false}) {
-            const size_t cache_elems = size_t(n_blocks) * block_size * kv_dim, elem = f16 ? 2 : 4;
-            const std::vector<float> hist = gaussian(cache_elems, 60);
-            std::vector<uint8_t> cache(cache_elems * elem);
-            for (size_t i = 0; i < cache_elems; ++i) {
-              if (f16) reinterpret_cast<uint16_t*>(cache.data())[i] = f32_to_f16(hist[i]);
-              else reinterpret_cast<float*>(cache.data())[i] = hist[i];
-            }
-            const std::vector<float> q = gaussian(size_t(n_rows) * q_dim, 61), k = gaussian(size_t(n_rows) * kv_dim, 62),
-                                     v = gaussian(size_t(n_rows) * kv_dim, 63);
-            const std::vector<float> sentinel(size_t(n_rows) * q_dim, kSentinel);
-            DeviceBuffer q1 = upload(q), k1 = upload(k), v1 = upload(v), kc1 = upload(cache), vc1 = upload(cache),
-                         out1 = upload(sentinel);
-            DeviceBuffer q2 = upload(q), k2 = upload(k), v2 = upload(v), kc2 = upload(cache), vc2 = upload(cache),
-                         out2 = upload(sentinel);
-            auto rope_of = [&](DeviceBuffer& x, int heads) {
-              return backend::cpu::RopeArgs{.x = x.as<float>(), .positions = pos.data(), .inv_freq = inv_freq.data(),
-                                            .n_rows = n_rows, .x_stride = heads * c.head_dim, .n_heads = heads,
-                                            .head_dim = c.head_dim, .interleaved = interleaved};
-            };
-            auto store_of = [&](DeviceBuffer& kb, DeviceBuffer& vb, DeviceBuffer& kc, DeviceBuffer& vc) {
-              return backend::cpu::StoreKvArgs{.k = kb.as<float>(), .v = vb.as<float>(), .k_stride = kv_dim,
-                                               .v_stride = kv_dim, .sequences = seqs.data(), .n_sequences = n_seqs,
-                                               .kv_dim = kv_dim,
-                                               .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
-            };
-            auto attention_of = [&](DeviceBuffer& qb, DeviceBuffer& out, DeviceBuffer& kc, DeviceBuffer& vc) {
-              return backend::cpu::PagedAttentionArgs{
-                  .q = qb.as<float>(), .out = out.as<float>(), .q_stride = q_dim, .out_stride = q_dim,
-                  .sequences = seqs.data(), .n_sequences = n_seqs, .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
-                  .head_dim = c.head_dim, .scale = 1.0f / std::sqrt(float(c.head_dim)), .sliding_window = c.window,
-                  .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
-            };
-            cuda::rope_store_kv(rope_of(q1, c.n_heads), rope_of(k1, c.n_kv_heads), store_of(k1, v1, kc1, vc1));
-            cuda::paged_attention(attention_of(q1, out1, kc1, vc1));  // ADL also finds backend::cpu's
-            rope_store_kv_attention(rope_of(q2, c.n_heads), rope_of(k2, c.n_kv_heads), store_of(k2, v2, kc2, vc2),
-                                    attention_of(q2, out2, kc2, vc2));
-            const std::string what = "heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " d " +
-                                     std::to_string(c.head_dim) + " window " + std::to_string(c.window) +
-                                     (f16 ? " f16" : " f32") + (interleaved ? " interleaved" : " neox") +
-                                     (two_row_sequence ? " (a two-row sequence)" : "") + ", " +
-                                     std::to_string(n_seqs) + " sequences";
-            const std::vector<float> got = download<float>(out2);
-            EXPECT_TRUE(download<float>(out1) == got) << what << ": attention output";
-            EXPECT_TRUE(download<uint8_t>(kc1) == download<uint8_t>(kc2)) << what << ": K cache";
-            EXPECT_TRUE(download<uint8_t>(vc1) == download<uint8_t>(vc2)) << what << ": V cache";
-            EXPECT_NE(got, sentinel) << what << ": nothing written";
-            if (two_row_sequence) EXPECT_TRUE(download<float>(q2) == download<float>(q1)) << what << ": q rotated";
-            else EXPECT_TRUE(download<float>(q2) == q) << what << ": q rotated in memory, not in the kernel";
-          }
-        }
-      }
-    }
-  }
+  for (int n_seqs : {5, 9})
+    for (const RopeStoreShape& c : shapes)
+      for (bool two_row_sequence : {false, true})
+        for (bool f16 : {true, false})
+          for (bool interleaved : {true, false})
+            check_rope_store_kv_in_attention(n_seqs, c, two_row_sequence, f16, interleaved);
 }
 
 TEST(CudaRuntime, TensorRoundTripAndAllocatorReuse) {
