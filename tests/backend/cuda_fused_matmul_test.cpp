@@ -8,6 +8,9 @@
 // order; only silu's exp differs (__expf vs expf, ~2 ulp): NMSE < 1e-10.
 // The RMSNorm taken into the GEMV (RmsNormFirst) gives the same bits as
 // rms_norm followed by the matmul, fused or not.
+// The streamed GEMV (one x row, bf16/f16 weights of at least 8 MB) is
+// checked against the same ops on the CPU (f32 sums in other orders: NMSE
+// < 1e-10), since the unfused CUDA ops at its sizes run it too.
 // Without a GPU every test reports "skipped: no CUDA device".
 #include <gtest/gtest.h>
 
@@ -19,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/gemv.cuh"
 #include "core/half.h"
 #include "core/tensor.h"
 #include "ops/add.h"
@@ -381,6 +385,111 @@ TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
     const Tensor kc1_host = to_device(kc1, Device::CPU), kc2_host = to_device(kc2, Device::CPU);
     EXPECT_EQ(std::memcmp(kc1_host.data(), kc2_host.data(), kc1_host.nbytes()), 0) << dtype_name(dtype) << " K cache";
     EXPECT_EQ(all_nan(out1), dtype != DType::F32) << dtype_name(dtype) << ": the f32 output written";
+  }
+}
+
+
+// ---------------------------------------------------------------- streamed GEMV
+// backend/cuda/gemv_stream.cu. Shapes cover a partial last group (rows not a
+// multiple of 8), a partial last tile (k = 2 · 2,048 + 8) and a group of 8
+// rows straddling two parts.
+
+const DType kStreamDtypes[] = {DType::BF16, DType::F16};
+
+Tensor on_host(const Tensor& t) { return to_device(t, Device::CPU); }
+
+// Whether a one-row launch over weight `w` goes to the streamed kernel.
+bool streams(const Tensor& x, const Tensor& w) {
+  cuda::detail::GemvArgs a{.x = x.data_as<float>(), .ldx = x.dim(1), .n = 1, .k = w.dim(1)};
+  a.parts[0] = {.w = w.data(), .w_row_bytes = size_t(w.stride(0)), .y = nullptr, .ldy = 0, .m = w.dim(0)};
+  a.m = w.dim(0);
+  return cuda::detail::gemv_stream_takes(w.dtype(), a);
+}
+
+TEST(CudaFusedMatmul, StreamedMatmulAndAccumulateMatchCpu) {
+  REQUIRE_CUDA_DEVICE();
+  for (DType dtype : kStreamDtypes) {
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{1100, 4104}, {2204, 2048}}) {
+      const std::string what = std::string(dtype_name(dtype)) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
+      const Tensor w = random_weight(dtype, m, k, 60), x = device_f32(1, k, 61);
+      ASSERT_TRUE(streams(x, w)) << what;
+      Tensor got = zeros(DType::F32, {1, m}, Device::CUDA), want = Tensor::zeros(DType::F32, {1, m});
+      matmul(x, w, got);
+      matmul(on_host(x), on_host(w), want);
+      EXPECT_LT(nmse(got, to_device(want, Device::CUDA)), 1e-10) << what;
+
+      const Tensor residual = device_f32(1, m, 62);
+      Tensor got_acc = device_copy(residual), want_acc = on_host(residual);
+      Tensor scratch = zeros(DType::F32, {1, m}, Device::CUDA), host_scratch = Tensor::zeros(DType::F32, {1, m});
+      matmul_accumulate(x, w, got_acc, scratch);
+      matmul_accumulate(on_host(x), on_host(w), want_acc, host_scratch);
+      EXPECT_LT(nmse(got_acc, to_device(want_acc, Device::CUDA)), 1e-10) << what << " accumulate";
+    }
+  }
+}
+
+TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
+  REQUIRE_CUDA_DEVICE();
+  const int64_t k = 2048;
+  const int64_t ms[] = {2048, 516, 516};  // rows 2,560..2,567 (one group) span K and V
+  for (DType dtype : kStreamDtypes) {
+    Tensor w[3], host_w[3], got[3], want[3];
+    for (int i = 0; i < 3; ++i) {
+      w[i] = random_weight(dtype, ms[i], k, 63 + i);
+      host_w[i] = on_host(w[i]);
+      got[i] = zeros(DType::F32, {1, ms[i]}, Device::CUDA);
+      want[i] = Tensor::zeros(DType::F32, {1, ms[i]});
+    }
+    const Tensor x = device_f32(1, k, 66);
+    const Tensor* ws[] = {&w[0], &w[1], &w[2]};
+    const Tensor* host_ws[] = {&host_w[0], &host_w[1], &host_w[2]};
+    Tensor* got_ys[] = {&got[0], &got[1], &got[2]};
+    Tensor* want_ys[] = {&want[0], &want[1], &want[2]};
+    matmul_group(x, ws, got_ys);
+    matmul_group(on_host(x), host_ws, want_ys);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT(nmse(got[i], to_device(want[i], Device::CUDA)), 1e-10) << dtype_name(dtype) << " part " << i;
+
+    // SwiGLU: 1,100 rows (a partial last group of 4) of 4,104 columns.
+    const int64_t inter = 1100, k2 = 4104;
+    const Tensor gate = random_weight(dtype, inter, k2, 67), up = random_weight(dtype, inter, k2, 68);
+    const Tensor x2 = device_f32(1, k2, 69);
+    Tensor out = zeros(DType::F32, {1, inter}, Device::CUDA), scratch = zeros(DType::F32, {1, inter}, Device::CUDA);
+    Tensor out_cpu = Tensor::zeros(DType::F32, {1, inter}), scratch_cpu = Tensor::zeros(DType::F32, {1, inter});
+    swiglu_matmul(x2, gate, up, out, scratch);
+    swiglu_matmul(on_host(x2), on_host(gate), on_host(up), out_cpu, scratch_cpu);
+    EXPECT_LT(nmse(out, to_device(out_cpu, Device::CUDA)), 1e-10) << dtype_name(dtype) << " swiglu";
+  }
+}
+
+// The norm taken into the streamed kernel: the same bits as rms_norm then
+// the streamed kernel over x̂, with `normed` left unwritten.
+TEST(CudaFusedMatmul, StreamedRmsNormFirstSameBitsAsRmsNormThenMatmul) {
+  REQUIRE_CUDA_DEVICE();
+  for (DType dtype : kStreamDtypes) {
+    for (auto [k, m] : {std::pair<int64_t, int64_t>{4096, 1028}, {2056, 2100}}) {
+      const std::string what = std::string(dtype_name(dtype)) + " k=" + std::to_string(k);
+      const Tensor gate_up = random_weight(dtype, 2 * m, k, 70);
+      const Tensor gate = gate_up.slice(0, 0, m), up = gate_up.slice(0, m, 2 * m);
+      const Tensor norm_w = device_f32(1, k, 71).reshape({k}), x = device_f32(1, k, 72);
+      ASSERT_TRUE(streams(x, gate_up)) << what;
+      Tensor h = zeros(DType::F32, {1, k}, Device::CUDA), normed = nan_f32(1, k);
+      rms_norm(x, norm_w, 1e-5f, h);
+      Tensor got = zeros(DType::F32, {1, 2 * m}, Device::CUDA), want = zeros(DType::F32, {1, 2 * m}, Device::CUDA);
+      const Tensor* ws[] = {&gate_up};
+      Tensor* got_ys[] = {&got};
+      Tensor* want_ys[] = {&want};
+      matmul_group(h, ws, want_ys);
+      matmul_group(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, ws, got_ys);
+      expect_same_bits(got, want, what + " group");
+
+      Tensor act = zeros(DType::F32, {1, m}, Device::CUDA), act_want = zeros(DType::F32, {1, m}, Device::CUDA);
+      Tensor scratch = zeros(DType::F32, {1, m}, Device::CUDA);
+      swiglu_matmul(h, gate, up, act_want, scratch);
+      swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, gate, up, act, scratch);
+      expect_same_bits(act, act_want, what + " swiglu");
+      EXPECT_TRUE(all_nan(normed)) << what << ": normed written, norm not fused";
+    }
   }
 }
 

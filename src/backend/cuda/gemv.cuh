@@ -107,6 +107,14 @@ __device__ __forceinline__ void gemv_prologue(const GemvArgs& a, int64_t first_r
   pdl_prologue();
 }
 
+// 16 bytes of x: through the read-only cache from global memory, or from
+// the CTA's normalized copy in shared memory.
+template <bool kShared>
+__device__ __forceinline__ float4 load_x4(const float* p) {
+  if constexpr (kShared) return *reinterpret_cast<const float4*>(p);
+  else return __ldg(reinterpret_cast<const float4*>(p));
+}
+
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 // Lane 0's store of output r: plain, accumulated, or the SwiGLU product.
@@ -142,6 +150,10 @@ void gemv_dense(DType wtype, const GemvArgs& args);  // f32, f16, bf16
 // launch is small enough that each CTA normalizing x again costs less than
 // a norm kernel (it re-reads x and norm_w per 8 weight rows).
 bool gemv_dense_takes_norm(DType wtype, const GemvArgs& args);
+// Big one-row launches of bf16/f16 weights, streamed through shared memory
+// by the copy engine (gemv_stream.cu); gemv_dense hands them over.
+bool gemv_stream_takes(DType wtype, const GemvArgs& args);
+void gemv_stream(DType wtype, const GemvArgs& args);
 void gemv_quant(DType wtype, const GemvArgs& args);  // every block-quantized dtype
 // Whether gemv_quant takes args.norm_w itself (the int8 path does).
 bool gemv_quant_takes_norm(DType wtype, const GemvArgs& args);

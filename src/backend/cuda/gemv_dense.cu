@@ -59,14 +59,6 @@ struct Vec16<float> {
   __device__ static float one(const float* p) { return p[0]; }
 };
 
-// 16 bytes of x: through the read-only cache from global memory, or from
-// the CTA's normalized copy in shared memory.
-template <bool kShared>
-__device__ __forceinline__ float4 load_x4(const float* p) {
-  if constexpr (kShared) return *reinterpret_cast<const float4*>(p);
-  else return __ldg(reinterpret_cast<const float4*>(p));
-}
-
 // Σ_e w[e]·x[r, e] for this lane's share of weight row w0, into acc0[r], per
 // x row r (x: [n, k], row stride ldx); with kW = 2 also row w1's into
 // acc1[r] (SwiGLU's gate and up row j, or a pair of rows), walked together so
@@ -229,6 +221,7 @@ bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
     const char* v = std::getenv("BRIOCHE_CUDA_NORM_FUSION_MB");
     return v != nullptr ? int64_t(std::atof(v) * (1 << 20)) : kNormFusionMaxBytes;
   }();
+  if (gemv_stream_takes(wtype, a)) return true;  // any size: its CTAs normalize x once each
   return (wtype == DType::BF16 || wtype == DType::F16 || wtype == DType::F32) && a.k % 4 == 0 &&
          rms_norm_threads(a.k) == 256 && size_t(a.n) * size_t(a.k) * 4 <= kNormSharedBytes &&
          aligned16(a.norm_w) && vectorizable(a) && gemv_weight_bytes(a) <= max_bytes;
@@ -240,6 +233,10 @@ void gemv_dense(DType wtype, const GemvArgs& a) {
                 "gemv_dense: the RMSNorm of x fuses only where gemv_dense_takes_norm (k a multiple of 4 up to 4,096, "
                 "x̂ within 46 KB, weights within 8 MB, 16-byte aligned rows); got k ", a.k, ", n ", a.n, ", ",
                 gemv_weight_bytes(a), " weight bytes");
+  if (gemv_stream_takes(wtype, a)) {
+    gemv_stream(wtype, a);
+    return;
+  }
   const bool vec = vectorizable(a);
   switch (wtype) {
     case DType::BF16: launch<__nv_bfloat16>(a, vec); return;
