@@ -8,9 +8,9 @@
 // order; only silu's exp differs (__expf vs expf, ~2 ulp): NMSE < 1e-10.
 // The RMSNorm taken into the GEMV (RmsNormFirst) gives the same bits as
 // rms_norm followed by the matmul, fused or not.
-// The streamed GEMV (one x row, bf16/f16 weights of at least 8 MB) is
-// checked against the same ops on the CPU (f32 sums in other orders: NMSE
-// < 1e-10), since the unfused CUDA ops at its sizes run it too.
+// The streamed GEMV (one x row, weights of at least 8 MB) is checked
+// against the same ops on the CPU, since the unfused CUDA ops at its sizes
+// run it too.
 // Without a GPU every test reports "skipped: no CUDA device".
 #include <gtest/gtest.h>
 
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/gemv_int8.cuh"
 #include "core/half.h"
 #include "core/tensor.h"
 #include "ops/add.h"
@@ -390,49 +391,72 @@ TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
 
 
 // ---------------------------------------------------------------- streamed GEMV
-// backend/cuda/gemv_stream.cu. Shapes cover a partial last group (rows not a
-// multiple of 8), a partial last tile (k = 2 · 2,048 + 8) and a group of 8
-// rows straddling two parts.
+// backend/cuda/gemv_stream*.cu: one x row, bf16/f16/Q4_0/Q8_0 weights of at
+// least 8 MB, against the same ops on the CPU. Shapes cover a partial last
+// group (rows not a multiple of 8), a partial last tile (k = 2,048 + 8 or
+// + 256) and a group of 8 rows straddling two parts. Tolerance: dense types
+// sum in f32 in other orders (NMSE < 1e-10); Q4_0/Q8_0 multiply x rounded
+// to int8 per 32-value block, the CPU its own rounding of x (NMSE < 1e-3, as
+// cuda_ops_test.cpp holds the int8 GEMV to cpu::matmul; a wrong block
+// offset or quarter gives O(1)).
 
-const DType kStreamDtypes[] = {DType::BF16, DType::F16};
+const DType kStreamDtypes[] = {DType::BF16, DType::F16, DType::Q4_0, DType::Q8_0};
+
+double stream_tolerance(DType dtype) { return dtype_info(dtype).quantized ? 1e-3 : 1e-10; }
+
+// Column counts with a partial last tile, and a whole one.
+std::vector<int64_t> stream_ks(DType dtype) {
+  if (dtype_info(dtype).quantized) return {2304, 4096};
+  return {2056, 4096};
+}
+
+// Rows making at least 8.4 MB of `dtype` weights of k columns, a multiple of 8.
+int64_t stream_rows(DType dtype, int64_t k) {
+  const int64_t rows = (int64_t(8.4 * (1 << 20)) + int64_t(row_bytes(dtype, k)) - 1) / int64_t(row_bytes(dtype, k));
+  return (rows + 7) / 8 * 8;
+}
 
 Tensor on_host(const Tensor& t) { return to_device(t, Device::CPU); }
 
-// Whether a one-row launch over weight `w` goes to the streamed kernel.
+// Whether a one-row launch over weight `w` goes to a streamed kernel.
 bool streams(const Tensor& x, const Tensor& w) {
   cuda::detail::GemvArgs a{.x = x.data_as<float>(), .ldx = x.dim(1), .n = 1, .k = w.dim(1)};
   a.parts[0] = {.w = w.data(), .w_row_bytes = size_t(w.stride(0)), .y = nullptr, .ldy = 0, .m = w.dim(0)};
   a.m = w.dim(0);
-  return cuda::detail::gemv_stream_takes(w.dtype(), a);
+  return dtype_info(w.dtype()).quantized ? cuda::detail::gemv_stream_int8_takes(w.dtype(), a)
+                                         : cuda::detail::gemv_stream_takes(w.dtype(), a);
 }
 
 TEST(CudaFusedMatmul, StreamedMatmulAndAccumulateMatchCpu) {
   REQUIRE_CUDA_DEVICE();
   for (DType dtype : kStreamDtypes) {
-    for (auto [m, k] : {std::pair<int64_t, int64_t>{1100, 4104}, {2204, 2048}}) {
+    for (int64_t k : stream_ks(dtype)) {
+      const int64_t m = stream_rows(dtype, k) + 3;  // a last group of 3 rows
       const std::string what = std::string(dtype_name(dtype)) + " m=" + std::to_string(m) + " k=" + std::to_string(k);
       const Tensor w = random_weight(dtype, m, k, 60), x = device_f32(1, k, 61);
       ASSERT_TRUE(streams(x, w)) << what;
       Tensor got = zeros(DType::F32, {1, m}, Device::CUDA), want = Tensor::zeros(DType::F32, {1, m});
       matmul(x, w, got);
       matmul(on_host(x), on_host(w), want);
-      EXPECT_LT(nmse(got, to_device(want, Device::CUDA)), 1e-10) << what;
+      EXPECT_LT(nmse(got, to_device(want, Device::CUDA)), stream_tolerance(dtype)) << what;
 
       const Tensor residual = device_f32(1, m, 62);
       Tensor got_acc = device_copy(residual), want_acc = on_host(residual);
       Tensor scratch = zeros(DType::F32, {1, m}, Device::CUDA), host_scratch = Tensor::zeros(DType::F32, {1, m});
       matmul_accumulate(x, w, got_acc, scratch);
       matmul_accumulate(on_host(x), on_host(w), want_acc, host_scratch);
-      EXPECT_LT(nmse(got_acc, to_device(want_acc, Device::CUDA)), 1e-10) << what << " accumulate";
+      EXPECT_LT(nmse(got_acc, to_device(want_acc, Device::CUDA)), stream_tolerance(dtype)) << what << " accumulate";
     }
   }
 }
 
 TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
   REQUIRE_CUDA_DEVICE();
-  const int64_t k = 2048;
-  const int64_t ms[] = {2048, 516, 516};  // rows 2,560..2,567 (one group) span K and V
   for (DType dtype : kStreamDtypes) {
+    const int64_t k = stream_ks(dtype)[0];
+    // Q (a multiple of 8 rows), then K and V of 516: the group of rows
+    // Q + 512 .. Q + 519 spans K and V.
+    const int64_t ms[] = {stream_rows(dtype, k), 516, 516};
     Tensor w[3], host_w[3], got[3], want[3];
     for (int i = 0; i < 3; ++i) {
       w[i] = random_weight(dtype, ms[i], k, 63 + i);
@@ -448,17 +472,18 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
     matmul_group(x, ws, got_ys);
     matmul_group(on_host(x), host_ws, want_ys);
     for (int i = 0; i < 3; ++i)
-      EXPECT_LT(nmse(got[i], to_device(want[i], Device::CUDA)), 1e-10) << dtype_name(dtype) << " part " << i;
+      EXPECT_LT(nmse(got[i], to_device(want[i], Device::CUDA)), stream_tolerance(dtype))
+          << dtype_name(dtype) << " part " << i;
 
-    // SwiGLU: 1,100 rows (a partial last group of 4) of 4,104 columns.
-    const int64_t inter = 1100, k2 = 4104;
+    // SwiGLU: a last group of 3 (of 4) rows, whole tiles.
+    const int64_t k2 = 4096, inter = stream_rows(dtype, k2) / 2 + 3;
     const Tensor gate = random_weight(dtype, inter, k2, 67), up = random_weight(dtype, inter, k2, 68);
     const Tensor x2 = device_f32(1, k2, 69);
     Tensor out = zeros(DType::F32, {1, inter}, Device::CUDA), scratch = zeros(DType::F32, {1, inter}, Device::CUDA);
     Tensor out_cpu = Tensor::zeros(DType::F32, {1, inter}), scratch_cpu = Tensor::zeros(DType::F32, {1, inter});
     swiglu_matmul(x2, gate, up, out, scratch);
     swiglu_matmul(on_host(x2), on_host(gate), on_host(up), out_cpu, scratch_cpu);
-    EXPECT_LT(nmse(out, to_device(out_cpu, Device::CUDA)), 1e-10) << dtype_name(dtype) << " swiglu";
+    EXPECT_LT(nmse(out, to_device(out_cpu, Device::CUDA)), stream_tolerance(dtype)) << dtype_name(dtype) << " swiglu";
   }
 }
 
@@ -466,7 +491,7 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
 // the streamed kernel over x̂, with `normed` left unwritten.
 TEST(CudaFusedMatmul, StreamedRmsNormFirstSameBitsAsRmsNormThenMatmul) {
   REQUIRE_CUDA_DEVICE();
-  for (DType dtype : kStreamDtypes) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
     for (auto [k, m] : {std::pair<int64_t, int64_t>{4096, 1028}, {2056, 2100}}) {
       const std::string what = std::string(dtype_name(dtype)) + " k=" + std::to_string(k);
       const Tensor gate_up = random_weight(dtype, 2 * m, k, 70);

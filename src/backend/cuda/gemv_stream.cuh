@@ -1,0 +1,309 @@
+// The streamed decode GEMV: one x row against weights of many MB, the weight
+// tiles brought into shared memory by the bulk copy engine several tiles
+// ahead of the arithmetic. Its pipeline, shared by the dense (gemv_stream.cu)
+// and int8 (gemv_stream_int8.cu) tiles.
+//
+// Why: the warp-per-row kernels (gemv_dense.cu, gemv_int8.cuh) hold a warp's
+// loads in registers, a few 16-byte loads per lane in flight, and their
+// occupancy is capped by registers. On the 8B shape their big bf16 launches
+// streamed at 3.0-3.5 TB/s of the 4.5 the H200 reads at: down_proj (4,096
+// rows of 28 KB, one wave) the slowest at 3.0, each warp waiting out a full
+// memory latency per 2 KB. Here one thread per CTA asks the copy engine for
+// whole tiles (8 rows × 2,048 values), ~128 KB of them ahead, no registers
+// held, and the first tiles are read before the kernel's PDL wait, while
+// the kernel before it runs.
+//
+// The layout: a persistent grid (one CTA per SM) walks groups of 8 weight
+// rows (4 output rows for SwiGLU: 4 gate and 4 up rows); a group's rows
+// come in tiles of 2,048 values. A CTA has 8 consumer warps and one producer
+// warp. Each consumer thread owns a few columns of the tile: it reads their
+// x values once and multiplies them into all 8 rows (the warp-per-row
+// kernels read x once per row). At the end of a group the 256 partial sums
+// of each row are reduced through the warps and shared memory.
+//
+// Pipeline: tile slots in a ring; full[s] completes when the copy engine has
+// written slot s (mbarrier transaction count), empty[s] when every consumer
+// thread has read it. Phases alternate each lap of the ring (parity waits).
+//
+// A Tile type says how a weight type is read:
+//   kRowBytes             bytes of kTileCols values of a row
+//   row_bytes(cols)       bytes of `cols` values (a partial last tile)
+//   kBudget, kCtasPerSm   shared memory for tiles per CTA, CTAs per SM
+//   Acts                  what x is read from
+//   load_x(x, k, col0)    this thread's share of x for the tile of columns
+//                         col0.. (k columns in all): an XShare, read before
+//                         the wait for the tile
+//   accumulate(tile, xs, acc)
+//                         acc[i] += this thread's share of tile row i · xs
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/row_norm.cuh"
+#include "core/env_switch.h"
+
+namespace brioche::cuda::detail::stream {
+
+inline constexpr int kConsumerWarps = 8;
+inline constexpr int kConsumerThreads = kConsumerWarps * 32;
+inline constexpr int kThreads = kConsumerThreads + 32;  // the last warp produces
+inline constexpr int kTileCols = 2048;
+inline constexpr int kTileRows = 8;  // weight rows per tile
+// Shared memory for tiles in flight per CTA, one CTA per SM: ≈ 17 MB over
+// the H200's 132 SMs, ~4 µs of HBM time. Llama-3-8B bf16 decode (32 KB
+// tiles): 2 slots 208 tokens/s, 3: 217, 4: 236; 5 and 6: no better, nor two
+// CTAs per SM of 3 slots each.
+inline constexpr int kTileBudget = 128 << 10;
+// x̂ of up to this many values when the kernel takes the norm
+// (rms_norm_threads(k) = 256).
+inline constexpr int kMaxNormedK = 4 * kRmsNormVec * kConsumerThreads;
+
+// Output rows per group: 8, or 4 gate rows and their 4 up rows.
+template <bool kSwiglu>
+inline constexpr int kGroupRows = kSwiglu ? kTileRows / 2 : kTileRows;
+
+#ifdef __CUDACC__
+// ---- mbarrier and bulk copy (PTX ISA: "mbarrier", "cp.async.bulk")
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// The producer's arrival, announcing `bytes` the copy engine will deliver.
+__device__ __forceinline__ void barrier_arrive_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// Until the phase of parity `parity` has completed (a fresh barrier counts
+// its phase before the first, parity 1, as completed).
+__device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+
+// `bytes` (a multiple of 16, both ends 16-byte aligned) from global to
+// shared memory by the copy engine, completing on `bar`.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// The dynamic shared memory; `normed` only where the kernel takes the norm
+// (the launch's size ends before it otherwise).
+template <int kRowBytes, int kBudget>
+struct Shared {
+  static constexpr int kStages = std::clamp(kBudget / (kTileRows * kRowBytes), 2, 16);
+  uint8_t tiles[kStages][kTileRows][kRowBytes];
+  uint64_t full[kStages];   // the copy engine has written the slot
+  uint64_t empty[kStages];  // every consumer thread has read it
+  float partials[2][kConsumerWarps][kTileRows];  // a group's warp sums (two groups alternate)
+  float normed[kMaxNormedK];                     // x̂
+};
+
+template <class Tile>
+using TileShared = Shared<Tile::kRowBytes, Tile::kBudget>;
+
+template <class Tile>
+constexpr size_t shared_bytes(bool norm) {
+  return norm ? sizeof(TileShared<Tile>) : offsetof(TileShared<Tile>, normed);
+}
+
+// A slot of the ring and the parity of its current lap.
+template <int kStages>
+struct RingPosition {
+  int slot = 0;
+  uint32_t parity = 0;
+  __device__ void advance() {
+    if (++slot == kStages) {
+      slot = 0;
+      parity ^= 1;
+    }
+  }
+};
+
+// The producer (one thread): each tile of each of the CTA's groups, into a
+// slot once its last reader has released it.
+template <class Tile, bool kSwiglu>
+__device__ void produce_tiles(const GemvArgs& a, TileShared<Tile>& s) {
+  constexpr int kRows = kGroupRows<kSwiglu>;
+  const int64_t groups = (a.m + kRows - 1) / kRows, tiles_per_row = (a.k + kTileCols - 1) / kTileCols;
+  RingPosition<TileShared<Tile>::kStages> at;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int rows = int(std::min<int64_t>(kRows, a.m - g * kRows));
+    for (int64_t c = 0; c < tiles_per_row; ++c) {
+      const int64_t col = c * kTileCols;
+      const uint32_t offset = Tile::row_bytes(col), bytes = Tile::row_bytes(std::min<int64_t>(kTileCols, a.k - col));
+      const uint32_t full = shared_address(&s.full[at.slot]);
+      barrier_wait(shared_address(&s.empty[at.slot]), at.parity ^ 1);
+      barrier_arrive_expect(full, bytes * rows * (kSwiglu ? 2 : 1));
+      for (int i = 0; i < rows; ++i) {
+        const GemvTarget t = gemv_target(a, g * kRows + i);
+        bulk_copy(shared_address(s.tiles[at.slot][i]), t.w + offset, bytes, full);
+        if constexpr (kSwiglu) bulk_copy(shared_address(s.tiles[at.slot][kRows + i]), t.w_up + offset, bytes, full);
+      }
+      at.advance();
+    }
+  }
+}
+
+// Σ over the CTA's 256 consumer threads of each row's partial, then the
+// stores (threads 0..kRows-1, one output row each).
+template <bool kSwiglu>
+__device__ void reduce_store_group(const GemvArgs& a, float (&partials)[kConsumerWarps][kTileRows], int64_t g,
+                                   float (&acc)[kTileRows]) {
+  constexpr int kRows = kGroupRows<kSwiglu>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < kTileRows; ++i) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], off);
+    if (lane == 0) partials[warp][i] = acc[i];
+  }
+  // Only the consumer warps (barrier 1; barrier 0 is __syncthreads). The
+  // partials alternate between two buffers: a group's are read before any
+  // thread reaches the next group's barrier, so the group after next may
+  // overwrite them.
+  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+  const int64_t row = g * kRows + threadIdx.x;
+  if (threadIdx.x < kRows && row < a.m) {
+    float sum = 0, sum_up = 0;
+#pragma unroll
+    for (int w = 0; w < kConsumerWarps; ++w) {
+      sum += partials[w][threadIdx.x];
+      if constexpr (kSwiglu) sum_up += partials[w][kRows + threadIdx.x];
+    }
+    gemv_store<kSwiglu>(a, gemv_target(a, row), 0, sum, sum_up);
+  }
+}
+
+// A consumer thread: its share of every tile of the CTA's groups.
+template <class Tile, bool kSwiglu>
+__device__ void consume_tiles(const GemvArgs& a, TileShared<Tile>& s, const typename Tile::Acts& x) {
+  constexpr int kRows = kGroupRows<kSwiglu>;
+  const int64_t groups = (a.m + kRows - 1) / kRows, tiles_per_row = (a.k + kTileCols - 1) / kTileCols;
+  RingPosition<TileShared<Tile>::kStages> at;
+  int group_parity = 0;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, group_parity ^= 1) {
+    float acc[kTileRows] = {};
+    for (int64_t c = 0; c < tiles_per_row; ++c) {
+      const typename Tile::XShare xs = Tile::load_x(x, a.k, c * kTileCols);
+      barrier_wait(shared_address(&s.full[at.slot]), at.parity);
+      Tile::accumulate(s.tiles[at.slot], xs, acc);
+      // Each thread releases its own reads (an arrival orders only the
+      // arriving thread's accesses before the copy engine's next write).
+      barrier_arrive(shared_address(&s.empty[at.slot]));
+      at.advance();
+    }
+    reduce_store_group<kSwiglu>(a, s.partials[group_parity], g, acc);
+  }
+}
+
+// x̂ = RMSNorm(x) into shared memory, by the consumer threads, with the bits
+// rms_norm gives (row_norm.cuh; the weight g loaded before the PDL wait).
+__device__ __forceinline__ void normalize_x(const GemvArgs& a, const float4 (&g)[kRmsNormVec], float* normed) {
+  float4 v[kRmsNormVec];
+  rms_norm_row<kConsumerThreads>(a.x, g, a.k, a.norm_eps, v);
+#pragma unroll
+  for (int j = 0; j < kRmsNormVec; ++j) {
+    const int i = threadIdx.x + j * kConsumerThreads;
+    if (i < a.k / 4) reinterpret_cast<float4*>(normed)[i] = v[j];
+  }
+  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
+}
+
+// kNorm (dense tiles only: their Acts is the x row's address): x̂ of a.x
+// through a.norm_w, which the consumers compute into shared memory first.
+template <class Tile, bool kSwiglu, bool kNorm>
+__global__ void __launch_bounds__(kThreads, Tile::kCtasPerSm) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x) {
+  extern __shared__ __align__(128) uint8_t shared[];
+  auto& s = *reinterpret_cast<TileShared<Tile>*>(shared);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < TileShared<Tile>::kStages; ++i) {
+      barrier_init(shared_address(&s.full[i]), 1);
+      barrier_init(shared_address(&s.empty[i]), kConsumerThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumerThreads) {
+    // The weights, which no kernel writes, stream in before (and while) the
+    // consumers wait for the kernel before this one (launch.cuh): the copy
+    // engine fills the first slots during its tail. The producer writes
+    // nothing in global memory and reads only weights, so it needs no wait
+    // of its own; the consumers' wait keeps the CTA from completing before
+    // the previous kernel.
+    if (threadIdx.x == kConsumerThreads) produce_tiles<Tile, kSwiglu>(a, s);
+    return;
+  }
+  float4 g[kNorm ? kRmsNormVec : 1];
+  if constexpr (kNorm) load_norm_weight<kConsumerThreads>(a.norm_w, a.k, g);  // before the wait: weights
+  pdl_prologue();
+  if constexpr (kNorm) {
+    normalize_x(a, g, s.normed);
+    x = s.normed;
+  }
+  consume_tiles<Tile, kSwiglu>(a, s, x);
+}
+
+inline int multiprocessor_count() {
+  static const int sms = [] {
+    int device = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    return v;
+  }();
+  return sms;
+}
+
+// One CTA per SM (fewer for few groups).
+template <class Tile, bool kSwiglu, bool kNorm>
+void launch(const GemvArgs& a, const typename Tile::Acts& x) {
+  constexpr size_t smem = shared_bytes<Tile>(kNorm);
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_kernel<Tile, kSwiglu, kNorm>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    return true;
+  }();
+  (void)configured;
+  const int64_t groups = (a.m + kGroupRows<kSwiglu> - 1) / kGroupRows<kSwiglu>;
+  static const int per_sm = int(env_int("BRIOCHE_CUDA_GEMV_STREAM_CTAS", Tile::kCtasPerSm));
+  const unsigned grid = unsigned(std::min<int64_t>(groups, int64_t(per_sm) * multiprocessor_count()));
+  launch_dependent(gemv_stream_kernel<Tile, kSwiglu, kNorm>, grid, kThreads, smem, a, x);
+}
+#endif
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Launches below this many weight bytes keep the warp-per-row kernels: their
+// time is mostly ramp, which a one-wave persistent grid does not shorten.
+// (Every Llama-3-8B launch is at least 32 MB in bf16, Q, K and V being one.)
+inline constexpr int64_t kMinBytes = int64_t(8) << 20;
+
+// Whether the launch's weights and x suit any streamed tile: one x row,
+// 16-byte aligned rows and bases, at least kMinBytes.
+inline bool launch_fits(const GemvArgs& a) {
+  bool ok = a.n == 1 && aligned16(a.x) && (a.w_up == nullptr || aligned16(a.w_up)) && gemv_weight_bytes(a) >= kMinBytes;
+  for (int p = 0; p < a.n_parts; ++p) ok = ok && aligned16(a.parts[p].w) && a.parts[p].w_row_bytes % 16 == 0;
+  return ok;
+}
+
+}  // namespace brioche::cuda::detail::stream
