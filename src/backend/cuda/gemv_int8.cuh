@@ -218,9 +218,5 @@ void launch_int8(const GemvArgs& a, const Int8Acts& x) {
 // Launchers per family (one .cu each, compiled in parallel).
 void gemv_int8_blocks32(DType wtype, const GemvArgs& args, const Int8Acts& x);  // Q8_0, Q4_0, Q4_1
 void gemv_int8_kquants(DType wtype, const GemvArgs& args, const Int8Acts& x);   // Q4_K, Q5_K, Q6_K
-// Big one-row Q4_0/Q8_0 launches, streamed through shared memory by the copy
-// engine (gemv_stream_int8.cu); gemv_int8 hands them over.
-bool gemv_stream_int8_takes(DType wtype, const GemvArgs& args);
-void gemv_stream_int8(DType wtype, const GemvArgs& args, const Int8Acts& x);
 
 }  // namespace brioche::cuda::detail

@@ -48,7 +48,6 @@ __device__ __forceinline__ void unpack8(uint4 raw, float (&v)[8]) {
 template <typename W, bool kSharedX>
 struct DenseTile {
   static constexpr int kRowBytes = kTileCols * 2;
-  static constexpr int kBudget = stream::kTileBudget, kCtasPerSm = 1;
   using Acts = const float*;
   __device__ static uint32_t row_bytes(int64_t cols) { return uint32_t(cols * 2); }
   struct XShare {

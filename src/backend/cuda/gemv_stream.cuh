@@ -1,11 +1,11 @@
 // The streamed decode GEMV: one x row against weights of many MB, the weight
 // tiles brought into shared memory by the bulk copy engine several tiles
-// ahead of the arithmetic. Its pipeline, shared by the dense (gemv_stream.cu)
-// and int8 (gemv_stream_int8.cu) tiles.
+// ahead of the arithmetic. This is its pipeline; gemv_stream.cu has the tiles
+// of bf16/f16 weights.
 //
-// Why: the warp-per-row kernels (gemv_dense.cu, gemv_int8.cuh) hold a warp's
-// loads in registers, a few 16-byte loads per lane in flight, and their
-// occupancy is capped by registers. On the 8B shape their big bf16 launches
+// Why: the warp-per-row kernel (gemv_dense.cu) holds a warp's loads in
+// registers, a few 16-byte loads per lane in flight, and their
+// occupancy is capped by registers. On the 8B shape its big bf16 launches
 // streamed at 3.0-3.5 TB/s of the 4.5 the H200 reads at: down_proj (4,096
 // rows of 28 KB, one wave) the slowest at 3.0, each warp waiting out a full
 // memory latency per 2 KB. Here one thread per CTA asks the copy engine for
@@ -28,7 +28,6 @@
 // A Tile type says how a weight type is read:
 //   kRowBytes             bytes of kTileCols values of a row
 //   row_bytes(cols)       bytes of `cols` values (a partial last tile)
-//   kBudget, kCtasPerSm   shared memory for tiles per CTA, CTAs per SM
 //   Acts                  what x is read from
 //   load_x(x, k, col0)    this thread's share of x for the tile of columns
 //                         col0.. (k columns in all): an XShare, read before
@@ -44,7 +43,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/row_norm.cuh"
-#include "core/env_switch.h"
 
 namespace brioche::cuda::detail::stream {
 
@@ -109,9 +107,9 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
 
 // The dynamic shared memory; `normed` only where the kernel takes the norm
 // (the launch's size ends before it otherwise).
-template <int kRowBytes, int kBudget>
+template <int kRowBytes>
 struct Shared {
-  static constexpr int kStages = std::clamp(kBudget / (kTileRows * kRowBytes), 2, 16);
+  static constexpr int kStages = std::clamp(kTileBudget / (kTileRows * kRowBytes), 2, 16);
   uint8_t tiles[kStages][kTileRows][kRowBytes];
   uint64_t full[kStages];   // the copy engine has written the slot
   uint64_t empty[kStages];  // every consumer thread has read it
@@ -120,7 +118,7 @@ struct Shared {
 };
 
 template <class Tile>
-using TileShared = Shared<Tile::kRowBytes, Tile::kBudget>;
+using TileShared = Shared<Tile::kRowBytes>;
 
 template <class Tile>
 constexpr size_t shared_bytes(bool norm) {
@@ -233,7 +231,7 @@ __device__ __forceinline__ void normalize_x(const GemvArgs& a, const float4 (&g)
 // kNorm (dense tiles only: their Acts is the x row's address): x̂ of a.x
 // through a.norm_w, which the consumers compute into shared memory first.
 template <class Tile, bool kSwiglu, bool kNorm>
-__global__ void __launch_bounds__(kThreads, Tile::kCtasPerSm) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x) {
+__global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x) {
   extern __shared__ __align__(128) uint8_t shared[];
   auto& s = *reinterpret_cast<TileShared<Tile>*>(shared);
   if (threadIdx.x == 0) {
@@ -285,8 +283,7 @@ void launch(const GemvArgs& a, const typename Tile::Acts& x) {
   }();
   (void)configured;
   const int64_t groups = (a.m + kGroupRows<kSwiglu> - 1) / kGroupRows<kSwiglu>;
-  static const int per_sm = int(env_int("BRIOCHE_CUDA_GEMV_STREAM_CTAS", Tile::kCtasPerSm));
-  const unsigned grid = unsigned(std::min<int64_t>(groups, int64_t(per_sm) * multiprocessor_count()));
+  const unsigned grid = unsigned(std::min<int64_t>(groups, multiprocessor_count()));
   launch_dependent(gemv_stream_kernel<Tile, kSwiglu, kNorm>, grid, kThreads, smem, a, x);
 }
 #endif
