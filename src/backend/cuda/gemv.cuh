@@ -22,9 +22,15 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/launch.cuh"
 #include "core/dtype.h"
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
 
 namespace brioche::cuda::detail {
 
@@ -105,6 +111,23 @@ __device__ __forceinline__ void gemv_prologue(const GemvArgs& a, int64_t first_r
     if (t.w_up != nullptr) prefetch_span_l2(t.w_up, t.row_bytes);
   }
   pdl_prologue();
+}
+
+// 16 bytes of W (bf16 or f16) as 8 floats.
+template <typename W>
+__device__ __forceinline__ void unpack8(uint4 raw, float (&v)[8]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+      v[2 * i] = __uint_as_float(words[i] << 16);
+      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
 }
 
 // 16 bytes of x: through the read-only cache from global memory, or from

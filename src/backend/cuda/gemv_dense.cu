@@ -15,38 +15,12 @@ namespace brioche::cuda::detail {
 
 namespace {
 
-template <typename W>
-struct Vec16;  // 16 bytes of W decoded to floats
-
-template <>
-struct Vec16<__nv_bfloat16> {
+// 16 bytes of W decoded to floats.
+template <typename W>  // bf16 or f16
+struct Vec16 {
   static constexpr int kElems = 8;
-  __device__ static void load(const __nv_bfloat16* p, float v[8]) {
-    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(words[i] << 16);
-      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-    }
-  }
-  __device__ static float one(const __nv_bfloat16* p) { return __bfloat162float(p[0]); }
-};
-
-template <>
-struct Vec16<__half> {
-  static constexpr int kElems = 8;
-  __device__ static void load(const __half* p, float v[8]) {
-    uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 f = __half22float2(h[i]);
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-  }
-  __device__ static float one(const __half* p) { return __half2float(p[0]); }
+  __device__ static void load(const W* p, float (&v)[8]) { unpack8<W>(__ldg(reinterpret_cast<const uint4*>(p)), v); }
+  __device__ static float one(const W* p) { return float(p[0]); }
 };
 
 template <>

@@ -11,8 +11,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "backend/cuda/gemv_stream.cuh"
 #include "core/env_switch.h"
 
@@ -26,23 +24,6 @@ using stream::kTileRows;
 
 constexpr int kColsPerThread = kTileCols / kConsumerThreads;  // 8: 16 bytes of a 16-bit type
 static_assert(kColsPerThread == 8);
-
-// 16 bytes of W as 8 floats.
-template <typename W>
-__device__ __forceinline__ void unpack8(uint4 raw, float (&v)[8]) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-      v[2 * i] = __uint_as_float(words[i] << 16);
-      v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-  }
-}
 
 // x from global memory, or (kSharedX) x̂ from shared memory.
 template <typename W, bool kSharedX>
