@@ -548,12 +548,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
   // and shared memory let it hold: 4 for the CUDA-core kernel, 2 for the
   // tensor-core one), never splits under 16 keys: a decode step has few
   // (row, KV head) pairs, and a CTA's walk over its keys is a latency chain.
-  static const int n_sms = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
+  const int n_sms = multiprocessor_count();
   const int base_ctas = n_rows * a.n_kv_heads;
   const int covered_ctas = std::max(1, covered_rows * a.n_kv_heads);  // rows of no sequence return at once
   const bool mma =

@@ -31,6 +31,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/runtime.h"
 
 namespace brioche::cuda::detail {
 
@@ -181,12 +182,10 @@ __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, 
 template <DType T, int kMaxRows, bool kSwiglu>
 unsigned int8_grid(int64_t m) {
   static const int64_t resident = [] {
-    int per_sm = 0, device = 0, sms = 0;
+    int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kMaxRows, kSwiglu>,
                                                              kInt8Warps * 32, 0));
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return int64_t(std::max(per_sm, 1)) * sms;
+    return int64_t(std::max(per_sm, 1)) * multiprocessor_count();
   }();
   const int64_t capacity = resident * kInt8Warps;  // warps
   const int64_t rounds = (m + capacity - 1) / capacity;

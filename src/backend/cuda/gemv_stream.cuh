@@ -43,6 +43,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/row_norm.cuh"
+#include "backend/cuda/runtime.h"
 
 namespace brioche::cuda::detail::stream {
 
@@ -262,16 +263,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, ty
   consume_tiles<Tile, kSwiglu>(a, s, x);
 }
 
-inline int multiprocessor_count() {
-  static const int sms = [] {
-    int device = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
-    return v;
-  }();
-  return sms;
-}
-
 // One CTA per SM (fewer for few groups).
 template <class Tile, bool kSwiglu, bool kNorm>
 void launch(const GemvArgs& a, const typename Tile::Acts& x) {
@@ -290,12 +281,12 @@ void launch(const GemvArgs& a, const typename Tile::Acts& x) {
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// Launches below this many weight bytes keep the warp-per-row kernels: their
+// Launches below this many weight bytes keep the warp-per-row kernel: their
 // time is mostly ramp, which a one-wave persistent grid does not shorten.
 // (Every Llama-3-8B launch is at least 32 MB in bf16, Q, K and V being one.)
 inline constexpr int64_t kMinBytes = int64_t(8) << 20;
 
-// Whether the launch's weights and x suit any streamed tile: one x row,
+// Whether the launch's weights and x suit the streamed kernel: one x row,
 // 16-byte aligned rows and bases, at least kMinBytes.
 inline bool launch_fits(const GemvArgs& a) {
   bool ok = a.n == 1 && aligned16(a.x) && (a.w_up == nullptr || aligned16(a.w_up)) && gemv_weight_bytes(a) >= kMinBytes;

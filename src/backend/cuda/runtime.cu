@@ -23,6 +23,16 @@ int device_count() {
   return n;
 }
 
+int multiprocessor_count() {
+  static const int sms = [] {
+    int device = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    return v;
+  }();
+  return sms;
+}
+
 namespace {
 
 // Streams are created on first use and never destroyed: kernels may still be

@@ -20,6 +20,8 @@ namespace brioche::cuda {
 // Number of CUDA devices the driver reports; 0 (not an error) without a
 // driver or a GPU.
 int device_count();
+// Streaming multiprocessors of the current device (asked once).
+int multiprocessor_count();
 
 // The stream every brioche kernel runs on (a cudaStream_t).
 void* stream();
