@@ -405,9 +405,11 @@ int64_t stream_rows(DType dtype, int64_t k) {
 
 Tensor on_host(const Tensor& t) { return to_device(t, Device::CPU); }
 
-// Whether a one-row launch over weight `w` goes to the streamed kernel.
-bool streams(const Tensor& x, const Tensor& w) {
+// Whether a one-row launch over weight `w` (SwiGLU's gate, with w_up) goes
+// to the streamed kernel.
+bool streams(const Tensor& x, const Tensor& w, const Tensor* w_up = nullptr) {
   cuda::detail::GemvArgs a{.x = x.data_as<float>(), .ldx = x.dim(1), .n = 1, .k = w.dim(1)};
+  if (w_up != nullptr) a.w_up = w_up->data();
   a.parts[0] = {.w = w.data(), .w_row_bytes = size_t(w.stride(0)), .y = nullptr, .ldy = 0, .m = w.dim(0)};
   a.m = w.dim(0);
   return cuda::detail::gemv_stream_takes(w.dtype(), a);
@@ -451,6 +453,7 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
       want[i] = Tensor::zeros(DType::F32, {1, ms[i]});
     }
     const Tensor x = device_f32(1, k, 66);
+    ASSERT_TRUE(streams(x, w[0])) << dtype_name(dtype);  // (Q alone; the launch has K and V too)
     const Tensor* ws[] = {&w[0], &w[1], &w[2]};
     const Tensor* host_ws[] = {&host_w[0], &host_w[1], &host_w[2]};
     Tensor* got_ys[] = {&got[0], &got[1], &got[2]};
@@ -465,6 +468,7 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
     const int64_t k2 = 4096, inter = stream_rows(dtype, k2) / 2 + 3;
     const Tensor gate = random_weight(dtype, inter, k2, 67), up = random_weight(dtype, inter, k2, 68);
     const Tensor x2 = device_f32(1, k2, 69);
+    ASSERT_TRUE(streams(x2, gate, &up)) << dtype_name(dtype) << " swiglu";
     Tensor out = zeros(DType::F32, {1, inter}, Device::CUDA), scratch = zeros(DType::F32, {1, inter}, Device::CUDA);
     Tensor out_cpu = Tensor::zeros(DType::F32, {1, inter}), scratch_cpu = Tensor::zeros(DType::F32, {1, inter});
     swiglu_matmul(x2, gate, up, out, scratch);

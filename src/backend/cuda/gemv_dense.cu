@@ -203,14 +203,14 @@ bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
 
 void gemv_dense(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_dense: n must be 1..8, got ", a.n);
-  BRIOCHE_CHECK(a.norm_w == nullptr || gemv_dense_takes_norm(wtype, a),
-                "gemv_dense: the RMSNorm of x fuses only where gemv_dense_takes_norm (k a multiple of 4 up to 4,096, "
-                "x̂ within 46 KB, weights within 8 MB, 16-byte aligned rows); got k ", a.k, ", n ", a.n, ", ",
-                gemv_weight_bytes(a), " weight bytes");
   if (gemv_stream_takes(wtype, a)) {
     gemv_stream(wtype, a);
     return;
   }
+  BRIOCHE_CHECK(a.norm_w == nullptr || gemv_dense_takes_norm(wtype, a),
+                "gemv_dense: the RMSNorm of x fuses only where gemv_dense_takes_norm (k a multiple of 4 up to 4,096, "
+                "x̂ within 46 KB, weights within 8 MB, 16-byte aligned rows); got k ", a.k, ", n ", a.n, ", ",
+                gemv_weight_bytes(a), " weight bytes");
   const bool vec = vectorizable(a);
   switch (wtype) {
     case DType::BF16: launch<__nv_bfloat16>(a, vec); return;
