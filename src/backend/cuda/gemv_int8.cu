@@ -2,9 +2,6 @@
 // the 32-value block types Q8_0, Q4_0 and Q4_1.
 #include "backend/cuda/gemv_int8.h"
 
-#include <cstdlib>
-#include <string>
-
 #include "backend/cuda/gemv_int8.cuh"
 #include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/runtime.h"
@@ -120,7 +117,6 @@ struct Block32Dot {
   using Lane = BlockLane;
   using XShare = Block32Acts;
   static constexpr int kStride = 32;
-  static constexpr int kStepValues = 32;
   static constexpr bool pair_rows(int) { return false; }  // (gemv_int8.cuh)
   __device__ static int64_t steps(const Int8Acts& x) { return x.n_blocks; }
   __device__ static XShare load_x(const Int8Acts& x, int r, int64_t c, const Lane&) {
@@ -213,18 +209,6 @@ struct Dot<DType::Q4_1> : Block32Dot {
     return b.d * x.ds.x * float(dot16(b.hi, x.hi, dot16(b.lo, x.lo, 0))) + b.m * x.ds.y;
   }
 };
-
-int int8_split_override() {
-  static const int split = [] {
-    const char* v = std::getenv("BRIOCHE_CUDA_INT8_SPLIT");
-    if (v == nullptr || *v == '\0') return 0;
-    const std::string s(v);
-    BRIOCHE_CHECK(s == "1" || s == "2" || s == "4", "BRIOCHE_CUDA_INT8_SPLIT: expected 1, 2 or 4 warps per row, got '",
-                  s, "'");
-    return std::stoi(s);
-  }();
-  return split;
-}
 
 void gemv_int8_blocks32(DType wtype, const GemvArgs& a, const Int8Acts& x) {
   switch (wtype) {

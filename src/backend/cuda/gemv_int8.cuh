@@ -9,11 +9,9 @@
 // so the inner sum is __dp4a on int8 lanes (4 products per instruction) and
 // the floats are touched once per 32 values.
 //
-// Work split: one warp per weight row, or `split` warps (2 or 4) per row
-// when a launch has too few rows to fill the GPU (int8_split); the grid
-// strides over rows and is sized to whole resident waves. Lanes take
-// consecutive pieces of the row, so each weight byte is read once,
-// coalesced; the warps of a split row take every split-th warp step. Every weight piece is unpacked to
+// Work split: one warp per weight row (the grid strides over rows and is
+// sized to one resident wave); lanes take consecutive pieces of the row, so
+// each weight byte is read once, coalesced. Every weight piece is unpacked to
 // int8 lanes with a few bit operations, then reused for all n ≤ 8 x rows.
 // Each dtype has a Dot<T> that says how a lane walks a row (Lane: its first
 // step; kStride, steps), what it decodes of one weight row at a step (load →
@@ -83,16 +81,6 @@ __device__ __forceinline__ void load_u32x2_a2(const uint8_t* p, uint32_t out[2])
 template <DType T>
 struct Dot;
 
-// bar.sync for the kThreads threads (whole warps) of group `group` < 2 of a
-// CTA, on barrier 1 + group. The ids are immediates: with a register id
-// ptxas reserves all 16 barriers for the CTA, and barriers then limit an SM
-// to 4 CTAs (16 warps) of the GEMV.
-template <int kThreads>
-__device__ __forceinline__ void group_barrier(int group) {
-  if (group == 0) asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
-  else asm volatile("bar.sync 2, %0;" ::"n"(kThreads) : "memory");
-}
-
 // A lane's share of an x row's 32-value block c: its int8 values and (dx, sx).
 struct Block32Acts {
   int4 lo, hi;
@@ -109,25 +97,21 @@ struct BlockLane {
   __device__ explicit BlockLane(int lane) : first(lane) {}
 };
 
-// Warp steps a loop keeps in flight: two; one when two weight rows and
-// several x rows already hold more than 100 registers a lane.
-__host__ __device__ constexpr int int8_steps_in_flight(int weight_rows, int max_x_rows) {
-  return weight_rows == 2 && max_x_rows > 1 ? 1 : 2;
-}
-
 // acc0[r] += lane's share of w[0] · x_r (and acc1[r] of w[1] · x_r when
-// kW = 2) for each x row r < n, over the warp steps slice, slice + split,
-// ... of the row. Each step decodes the weight shares first, then reads an x
-// row's share once for both.
+// kW = 2) for each x row r < n. Each step decodes the weight shares first,
+// then reads an x row's share once for both.
 template <DType T, int R, int kW>
 __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[kW], const Int8Acts& x, int n, int lane,
-                                         int slice, int split, float (&acc0)[R], float (&acc1)[R]) {
+                                         float (&acc0)[R], float (&acc1)[R]) {
   static_assert(kW == 1 || kW == 2);
   using D = Dot<T>;
   const typename D::Lane l(lane);
-  const int steps = int(D::steps(x)), stride = D::kStride * split;
-#pragma unroll(int8_steps_in_flight(kW, R))
-  for (int s = l.first + slice * D::kStride; s < steps; s += stride) {
+  const int64_t steps = D::steps(x);
+  // Two steps in flight; one when two weight rows and several x rows
+  // already hold more than 100 registers a lane.
+  constexpr int kUnroll = kW == 2 && R > 1 ? 1 : 2;
+#pragma unroll(kUnroll)
+  for (int64_t s = l.first; s < steps; s += D::kStride) {
     typename D::Share ws[kW];
 #pragma unroll
     for (int j = 0; j < kW; ++j) ws[j] = D::load(w[j], s, l);
@@ -140,14 +124,6 @@ __device__ __forceinline__ void dot_rows(const uint8_t* const (&w)[kW], const In
       }
     }
   }
-}
-
-// Warp steps of one weight row (D::steps counts units of kStepValues values,
-// a warp step takes kStride of them).
-template <DType T>
-int64_t int8_row_warp_steps(int64_t k) {
-  constexpr int64_t kValues = Dot<T>::kStepValues * Dot<T>::kStride;
-  return (k + kValues - 1) / kValues;
 }
 
 // Whether a plain launch's warps walk rows 2j and 2j + 1 together, reading x
@@ -167,130 +143,61 @@ __host__ __device__ int64_t int8_warp_rows(int64_t m) {
   return kInt8PairRows<T, kMaxRows, kSwiglu> ? (m + 1) / 2 : m;
 }
 
-// Sums each of a warp's per-lane partials over its lanes (every lane gets
-// the sums; the order is that of gemv_reduce_store).
-template <int R>
-__device__ __forceinline__ void warp_sum_rows(float (&acc)[R]) {
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-}
-
-// A group of kSplit warps walks one weight row, SwiGLU's gate and up row j
-// together, or a pair of rows (kInt8PairRows). With kSplit > 1 each warp
-// sums its slices over its lanes, and the group's first warp adds the warps'
-// sums in slice order (through shared memory) and stores. (A runtime split
-// kept more registers live through the dot loop: Q4_0 32 → 40.)
-template <DType T, int kMaxRows, bool kSwiglu, int kSplit>
+// A warp walks one weight row, SwiGLU's gate and up row j together, or a
+// pair of rows (kInt8PairRows).
+template <DType T, int kMaxRows, bool kSwiglu>
 __global__ void __launch_bounds__(kInt8Warps * 32) gemv_int8_kernel(GemvArgs a, Int8Acts x) {
   constexpr bool kPairs = kInt8PairRows<T, kMaxRows, kSwiglu>;
-  constexpr int kGroups = kInt8Warps / kSplit;  // per CTA
-  static_assert(kSplit == 1 || kGroups <= 2, "group_barrier has two barriers");
-  __shared__ float partial[kInt8Warps][2][kMaxRows];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int slice = warp % kSplit, group = warp / kSplit;
-  // Rows fit in 32 bits (m < 2^31); 64-bit row counters cost registers.
-  const int n_groups = int(gridDim.x) * kGroups, first = int(blockIdx.x) * kGroups + group;
-  const int work = int(int8_warp_rows<T, kMaxRows, kSwiglu>(a.m)), last_row = int(a.m) - 1;
-  gemv_prologue(a, kPairs ? 2 * first : first, slice == 0 ? (kPairs ? 2 : 1) : 0, lane);
-  for (int j = first; j < work; j += n_groups) {
-    const int row0 = kPairs ? 2 * j : j, row1 = kPairs ? min(2 * j + 1, last_row) : j;
+  const int lane = threadIdx.x % 32;
+  const int64_t n_warps = int64_t(gridDim.x) * kInt8Warps;
+  const int64_t first = int64_t(blockIdx.x) * kInt8Warps + threadIdx.x / 32;
+  const int64_t work = int8_warp_rows<T, kMaxRows, kSwiglu>(a.m);
+  gemv_prologue(a, kPairs ? 2 * first : first, kPairs ? 2 : 1, lane);
+  for (int64_t j = first; j < work; j += n_warps) {
+    const int64_t row0 = kPairs ? 2 * j : j, row1 = kPairs ? std::min(2 * j + 1, a.m - 1) : j;
     const GemvTarget t0 = gemv_target(a, row0);
-    const GemvTarget t1 = kPairs ? gemv_target(a, row1) : t0;
     float acc0[kMaxRows], acc1[kMaxRows];
 #pragma unroll
     for (int r = 0; r < kMaxRows; ++r) acc0[r] = acc1[r] = 0.0f;
-    if constexpr (kSwiglu || kPairs)
-      dot_rows<T, kMaxRows, 2>({t0.w, kSwiglu ? t0.w_up : t1.w}, x, a.n, lane, slice, kSplit, acc0, acc1);
-    else dot_rows<T, kMaxRows, 1>({t0.w}, x, a.n, lane, slice, kSplit, acc0, acc1);
-    warp_sum_rows(acc0);
-    if constexpr (kSwiglu || kPairs) warp_sum_rows(acc1);
-    if constexpr (kSplit > 1) {
-#pragma unroll
-      for (int r = 0; r < kMaxRows; ++r) partial[warp][0][r] = acc0[r], partial[warp][1][r] = acc1[r];
-      group_barrier<kSplit * 32>(group);
-      if (slice == 0) {
-#pragma unroll
-        for (int i = 1; i < kSplit; ++i)
-#pragma unroll
-          for (int r = 0; r < kMaxRows; ++r) acc0[r] += partial[warp + i][0][r], acc1[r] += partial[warp + i][1][r];
-      }
-      group_barrier<kSplit * 32>(group);  // read before the next row's partials are written
-      if (slice != 0) continue;
-    }
-    if (lane != 0) continue;
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-      if (r >= a.n) break;
-      if constexpr (kSwiglu) {
-        gemv_store<true>(a, t0, r, acc0[r], acc1[r]);
-      } else {
-        gemv_store<false>(a, t0, r, acc0[r], 0.0f);
-        if (kPairs && row1 != row0) gemv_store<false>(a, t1, r, acc1[r], 0.0f);
-      }
+    if constexpr (kSwiglu) {
+      dot_rows<T, kMaxRows, 2>({t0.w, t0.w_up}, x, a.n, lane, acc0, acc1);
+      gemv_reduce_store<true, kMaxRows>(a, t0, lane, acc0, acc1);
+    } else if constexpr (kPairs) {
+      const GemvTarget t1 = gemv_target(a, row1);
+      dot_rows<T, kMaxRows, 2>({t0.w, t1.w}, x, a.n, lane, acc0, acc1);
+      gemv_reduce_store<false, kMaxRows>(a, t0, lane, acc0, acc0);
+      if (row1 != row0) gemv_reduce_store<false, kMaxRows>(a, t1, lane, acc1, acc1);
+    } else {
+      dot_rows<T, kMaxRows, 1>({t0.w}, x, a.n, lane, acc0, acc1);
+      gemv_reduce_store<false, kMaxRows>(a, t0, lane, acc0, acc0);
     }
   }
 }
 
-// Resident warps of one instantiation on the whole GPU.
-template <DType T, int kMaxRows, bool kSwiglu, int kSplit>
-int64_t int8_resident_warps() {
+// CTAs for one resident wave of this kernel. With m rows over `rounds` =
+// ceil(m / resident warps) passes, the grid is cut to ceil(m / rounds) warps
+// so every warp walks the same number of rows: a full wave would leave a last
+// pass with only a few warps streaming (gate/up at 14,336 rows: 3.02 passes,
+// the 4th with 80 warps out of ~4,700).
+template <DType T, int kMaxRows, bool kSwiglu>
+unsigned int8_grid(int64_t m) {
   static const int64_t resident = [] {
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, gemv_int8_kernel<T, kMaxRows, kSwiglu, kSplit>, kInt8Warps * 32, 0));
-    return int64_t(std::max(per_sm, 1)) * multiprocessor_count() * kInt8Warps;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kMaxRows, kSwiglu>,
+                                                             kInt8Warps * 32, 0));
+    return int64_t(std::max(per_sm, 1)) * multiprocessor_count();
   }();
-  return resident;
+  const int64_t capacity = resident * kInt8Warps;  // warps
+  const int64_t rounds = (m + capacity - 1) / capacity;
+  const int64_t warps = (m + rounds - 1) / rounds;
+  return unsigned((warps + kInt8Warps - 1) / kInt8Warps);
 }
 
-// Passes of the grid over the launch's `items` warp groups: whole resident
-// waves, ceil(items / resident groups).
-template <DType T, int kMaxRows, bool kSwiglu, int kSplit>
-int64_t int8_rounds(int64_t items) {
-  const int64_t capacity = int8_resident_warps<T, kMaxRows, kSwiglu, kSplit>() / kSplit;  // groups
-  return (items + capacity - 1) / capacity;
-}
-
-// The grid is cut to ceil(items / rounds) groups so every group walks the
-// same number of rows: a full wave would leave a last pass with only a few
-// warps streaming (gate/up at 14,336 rows: 3.02 passes, the 4th with 80 warps
-// out of ~4,700).
-template <DType T, int kMaxRows, bool kSwiglu, int kSplit>
-void launch_int8_split(const GemvArgs& a, const Int8Acts& x, int64_t items) {
-  const int64_t rounds = int8_rounds<T, kMaxRows, kSwiglu, kSplit>(items);
-  const int64_t groups = (items + rounds - 1) / rounds, per_cta = kInt8Warps / kSplit;
-  launch_dependent(gemv_int8_kernel<T, kMaxRows, kSwiglu, kSplit>, unsigned((groups + per_cta - 1) / per_cta),
-                   kInt8Warps * 32, 0, a, x);
-}
-
-// Warps per row. A warp waits out one memory latency per two warp steps (the
-// loop keeps two in flight, int8_steps_in_flight) and per row, so a launch
-// costs about rounds × ceil(steps / (2 · split)) latencies; the split with
-// the fewest wins, ties
-// going to fewer warps. Llama-3-8B's down_proj in Q4_0 (4,096 rows of 14 warp
-// steps, one round) takes 7 latencies at split 1 and 2·2 = 4 at split 4;
-// gate/up (14,336 rows of 4 steps, 3 rounds) stays at split 1 (6 against 6
-// at split 2, 11 at split 4). BRIOCHE_CUDA_INT8_SPLIT=1|2|4 fixes it.
-int int8_split_override();
 template <DType T, int kMaxRows, bool kSwiglu>
 void launch_int8_rows(const GemvArgs& a, const Int8Acts& x) {
-  const int64_t items = int8_warp_rows<T, kMaxRows, kSwiglu>(a.m), steps = int8_row_warp_steps<T>(a.k);
-  int split = int8_split_override();
-  if (split == 0) {
-    constexpr int kInFlight = int8_steps_in_flight(kSwiglu || kInt8PairRows<T, kMaxRows, kSwiglu> ? 2 : 1, kMaxRows);
-    auto latencies = [&](int64_t rounds, int64_t split) {
-      return rounds * ((steps + kInFlight * split - 1) / (kInFlight * split));
-    };
-    const int64_t l1 = latencies(int8_rounds<T, kMaxRows, kSwiglu, 1>(items), 1);
-    const int64_t l2 = latencies(int8_rounds<T, kMaxRows, kSwiglu, 2>(items), 2);
-    const int64_t l4 = latencies(int8_rounds<T, kMaxRows, kSwiglu, 4>(items), 4);
-    split = l4 < std::min(l1, l2) ? 4 : l2 < l1 ? 2 : 1;
-  }
-  if (split == 4) launch_int8_split<T, kMaxRows, kSwiglu, 4>(a, x, items);
-  else if (split == 2) launch_int8_split<T, kMaxRows, kSwiglu, 2>(a, x, items);
-  else launch_int8_split<T, kMaxRows, kSwiglu, 1>(a, x, items);
+  launch_dependent(gemv_int8_kernel<T, kMaxRows, kSwiglu>,
+                   int8_grid<T, kMaxRows, kSwiglu>(int8_warp_rows<T, kMaxRows, kSwiglu>(a.m)),
+                   kInt8Warps * 32, 0, a, x);
 }
 
 // Row bound 1, 4 or 8 (runtime n below it), plain or SwiGLU.

@@ -53,7 +53,6 @@ struct KPairDot {
   using Lane = KPairLane;
   static constexpr int kHalves = 2;  // 16-byte halves of the pair's quants
   static constexpr int kStride = Lane::kSupersPerStep;
-  static constexpr int kStepValues = 256;
   static constexpr bool pair_rows(int) { return true; }  // x: 5 of a step's 8 loads (gemv_int8.cuh)
   struct Share {
     int lo[kHalves][4], hi[kHalves][4];
@@ -166,7 +165,6 @@ struct Dot<DType::Q6_K> {
     __device__ explicit Lane(int lane) : first(lane >> 3), hh((lane >> 2) & 1), g(lane & 3) {}
   };
   static constexpr int kStride = 4;
-  static constexpr int kStepValues = 256;
   // Pairs at 2-8 x rows (gemv_int8.cuh): 575 → 729 tokens/s at 4 rows, 640 →
   // 682 at 8; none at 1 (298.7 → 297.5).
   static constexpr bool pair_rows(int max_rows) { return max_rows > 1; }
