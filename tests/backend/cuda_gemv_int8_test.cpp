@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_ref.h"
+#include "backend/cuda/gemv_int8.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 
@@ -256,6 +257,92 @@ TEST(CudaGemvInt8, QkvPartsInOneLaunch) {
     }
   }
   worst.print("qkv");
+}
+
+// Whether the launch of y = x·wᵀ (one x row, and w_up for SwiGLU) takes the
+// streamed whole-row kernel (gemv_stream_rows.cu).
+bool streams_rows(DType dtype, const Weight& w, int64_t m, int64_t k, const Weight* up = nullptr) {
+  detail::GemvArgs a{.x = nullptr, .ldx = k, .n = 1, .k = k};
+  a.parts[0] = {.w = w.device.get(), .w_row_bytes = w.row_bytes, .y = nullptr, .ldy = 0, .m = m};
+  a.m = m;
+  if (up != nullptr) a.w_up = up->device.get();
+  return detail::gemv_stream_rows_takes(dtype, a);
+}
+
+// The streamed whole-row kernel (launches of at least 8 MB at one x row):
+// 16, 32 and 64 threads a row (k = 4,096, 8,192, 14,336), a partial last
+// tile, accumulate, SwiGLU, and Q/K/V parts whose boundaries fall inside
+// tiles, against the same double reference as the warp kernels.
+TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
+  REQUIRE_CUDA_DEVICE();
+  Worst plain, acc_worst, swiglu_worst, qkv_worst;
+  uint32_t seed = 1300;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
+    const int64_t block = dtype == DType::Q8_0 ? 34 : 18;
+    for (int64_t k : {4096, 8192, 14336}) {
+      const int64_t m = (int64_t(8) << 20) / (k / 32 * block) + 5;  // just over 8 MB, a partial last tile
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " m=" << m << " k=" << k);
+      const Weight w = make_weight(dtype, m, k, seed++);
+      ASSERT_TRUE(streams_rows(dtype, w, m, k));
+      const std::vector<float> x = make_x(1, k, k, seed++);
+      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
+      const float* xp = static_cast<const float*>(dx.get());
+      const std::vector<double> want = reference(x, k, w, 1, m, k);
+      const DeviceY y = make_y(1, m);
+      cuda::matmul(args(xp, k, dtype, w, y, k));
+      const double err = nmse(download(y), want);
+      EXPECT_LT(err, kInt8Tolerance);
+      plain.add(dtype, err);
+
+      const std::vector<float> residual = gaussian(size_t(m), seed++);
+      const DeviceY acc = make_y(1, m, &residual);
+      cuda::matmul_accumulate(args(xp, k, dtype, w, acc, k));
+      std::vector<double> want_acc(want);
+      for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += residual[i];
+      const double e_acc = nmse(download(acc), want_acc);
+      EXPECT_LT(e_acc, kInt8Tolerance) << "accumulate";
+      acc_worst.add(dtype, e_acc);
+    }
+    {  // SwiGLU (k = 4,096)
+      const int64_t k = 4096, m = (int64_t(4) << 20) / (k / 32 * block) + 3;
+      const Weight wg = make_weight(dtype, m, k, seed++), wu = make_weight(dtype, m, k, seed++);
+      ASSERT_TRUE(streams_rows(dtype, wg, m, k, &wu)) << dtype_name(dtype);
+      const std::vector<float> x = make_x(1, k, k, seed++);
+      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
+      const float* xp = static_cast<const float*>(dx.get());
+      const std::vector<double> g = reference(x, k, wg, 1, m, k), u = reference(x, k, wu, 1, m, k);
+      const DeviceY sw = make_y(1, m), up_scratch = make_y(1, m);
+      cuda::matmul_swiglu(args(xp, k, dtype, wg, sw, k), args(xp, k, dtype, wu, up_scratch, k));
+      std::vector<double> want_sw(g.size());
+      for (size_t i = 0; i < g.size(); ++i) want_sw[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const double e_sw = nmse(download(sw), want_sw);
+      EXPECT_LT(e_sw, kInt8Tolerance) << dtype_name(dtype) << " swiglu";
+      swiglu_worst.add(dtype, e_sw);
+    }
+    {  // Q, K and V in one launch, part boundaries inside tiles
+      const int64_t k = 4096, mq = (int64_t(6) << 20) / (k / 32 * block) + 3, mkv = mq / 4 + 1;
+      const int64_t ms[3] = {mq, mkv, mkv};
+      const Weight w[3] = {make_weight(dtype, ms[0], k, seed), make_weight(dtype, ms[1], k, seed + 1),
+                           make_weight(dtype, ms[2], k, seed + 2)};
+      seed += 3;
+      const std::vector<float> x = make_x(1, k, k, seed++);
+      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
+      const float* xp = static_cast<const float*>(dx.get());
+      DeviceY ys[3] = {make_y(1, ms[0]), make_y(1, ms[1]), make_y(1, ms[2])};
+      const cpu::MatmulArgs parts[3] = {args(xp, k, dtype, w[0], ys[0], k), args(xp, k, dtype, w[1], ys[1], k),
+                                        args(xp, k, dtype, w[2], ys[2], k)};
+      cuda::matmul_group(parts);
+      for (int p = 0; p < 3; ++p) {
+        const double err = nmse(download(ys[p]), reference(x, k, w[p], 1, ms[p], k));
+        EXPECT_LT(err, kInt8Tolerance) << dtype_name(dtype) << " part " << p;
+        qkv_worst.add(dtype, err);
+      }
+    }
+  }
+  plain.print("streamed");
+  acc_worst.print("streamed accumulate");
+  swiglu_worst.print("streamed swiglu");
+  qkv_worst.print("streamed qkv");
 }
 
 // Q4_0/Q8_0 with an odd number of 32-blocks (k = 96): the int8 kernels' word

@@ -270,7 +270,8 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
                      a.ldx, a.k, total_quads, q, ds);
   }
   const Int8Acts x{.q = q, .ds = ds, .k = a.k, .n_blocks = n_blocks};
-  if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
+  if (gemv_stream_rows_takes(wtype, a)) gemv_stream_rows(wtype, a, x);
+  else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else gemv_int8_blocks32(wtype, a, x);
 }
 

@@ -1,0 +1,321 @@
+// The streamed decode GEMV for Q8_0 and Q4_0 weights against int8 x
+// (gemv_int8.cuh): tiles of whole weight rows brought into shared memory by
+// the bulk copy engine (the pipeline of gemv_stream.cuh), read by consumer
+// threads that each own a fixed 256-value column chunk.
+//
+// Why not gemv_stream.cu's tiles (8 rows × 2,048 values): a 32-value block
+// of these types is 34 or 18 bytes, 2-byte aligned, so a thread owning a
+// quarter block read it as 16-bit halves: ~40 shared loads per thread and
+// tile with bank conflicts, and a tile of half the bytes cost as long as a
+// bf16 one (BENCHMARKS.md). Here a thread owns 8 consecutive blocks (256
+// values: 272 bytes of Q8_0, 144 of Q4_0, both whole 16-byte vectors), reads
+// them as 16-byte shared loads and re-aligns the blocks in registers with
+// shifts the compiler resolves (block offsets are constants). Its x chunk
+// (256 int8 values and 8 block scales) is loaded once, after the PDL wait,
+// and stays in registers for every tile, since the thread's columns never
+// change. A tile is R consecutive rows (8, 4 or 2 for k up to 4,096, 8,192,
+// 16,384: 16, 32 or 64 threads a row), which the copy engine brings in with
+// one bulk copy when they are contiguous (rows of one part, packed).
+//
+// SwiGLU (k ≤ 4,096 only): a warp's two half-warps take gate row j and up
+// row j; a tile is 4 gate rows then 4 up rows.
+//
+// A CTA is 4 consumer warps and a producer warp; the type says how many
+// CTAs share an SM (and its 200 KB of tile slots). Llama-3-8B decode at
+// batch 1: Q8_0 358–359 → 368–369 tokens/s, Q4_0 494–496 → 509–510 (the
+// warp kernels of gemv_int8.cuh before). BRIOCHE_CUDA_GEMV_STREAM_INT8=0 keeps
+// the warp kernels, for A/B runs.
+#include "backend/cuda/gemv_int8.h"
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/gemv_int8.cuh"
+#include "backend/cuda/gemv_stream.cuh"
+#include "core/env_switch.h"
+
+namespace brioche::cuda::detail {
+
+namespace {
+
+using stream::barrier_arrive;
+using stream::barrier_arrive_expect;
+using stream::barrier_init;
+using stream::barrier_wait;
+using stream::bulk_copy;
+using stream::shared_address;
+
+constexpr int kConsumerWarps = 4;
+constexpr int kConsumerThreads = kConsumerWarps * 32;
+constexpr int kThreads = kConsumerThreads + 32;  // the last warp produces
+constexpr int kChunkValues = 256;                // a thread's columns
+constexpr int kMaxStages = 8;
+// Shared memory for tiles in flight per SM (of the 228 KB it has), split
+// between the type's CTAs per SM.
+constexpr int kSmBudget = 200 << 10;
+
+// Halfword h (static) of the words v.
+template <int N>
+__device__ __forceinline__ uint32_t halfword(const uint32_t (&v)[N], int h) {
+  return (v[h / 2] >> (16 * (h % 2))) & 0xFFFFu;
+}
+// The word starting at halfword h (static): aligned, or two halves.
+template <int N>
+__device__ __forceinline__ uint32_t word_at(const uint32_t (&v)[N], int h) {
+  return h % 2 == 0 ? v[h / 2] : __funnelshift_r(v[h / 2], v[h / 2 + 1], 16);
+}
+
+// A chunk's x: 256 int8 values (64 words) and per block (dx, sx).
+struct XChunk {
+  int q[64];
+  float2 ds[8];
+};
+
+__device__ __forceinline__ XChunk load_x_chunk(const Int8Acts& x, int64_t chunk) {
+  XChunk c;
+  const int4* q = reinterpret_cast<const int4*>(x.q + chunk * kChunkValues);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int4 v = __ldg(q + i);
+    c.q[4 * i] = v.x, c.q[4 * i + 1] = v.y, c.q[4 * i + 2] = v.z, c.q[4 * i + 3] = v.w;
+  }
+#pragma unroll
+  for (int b = 0; b < 8; ++b) c.ds[b] = __ldg(x.ds + chunk * 8 + b);
+  return c;
+}
+
+// Q8_0: block b of the chunk at halfword 17b: f16 d, then q[32] (int8).
+// One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
+// decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
+struct Q8_0Chunk {
+  static constexpr int kCtasPerSm = 1;
+  static constexpr int kBlockBytes = 34;
+  static constexpr int kWords = 8 * kBlockBytes / 4;  // 68
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      const int h = 17 * b;
+      const float d = __half2float(__ushort_as_half(uint16_t(halfword(v, h))));
+      int s0 = 0, s1 = 0;  // two chains of __dp4a
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) {
+        s0 = __dp4a(int(word_at(v, h + 1 + 2 * i)), x.q[8 * b + i], s0);
+        s1 = __dp4a(int(word_at(v, h + 3 + 2 * i)), x.q[8 * b + i + 1], s1);
+      }
+      sum += d * x.ds[b].x * float(s0 + s1);
+    }
+    return sum;
+  }
+};
+
+// Q4_0: block b at halfword 9b: f16 d, then q[16] (byte i: element i in the
+// low nibble, i + 16 in the high one); w = d·(q − 8), so a block gives
+// d·(dx·Σ q·xq − 8·sx).
+// Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
+// decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
+// half the bytes) 415–418.
+struct Q4_0Chunk {
+  static constexpr int kCtasPerSm = 2;
+  static constexpr int kBlockBytes = 18;
+  static constexpr int kWords = 8 * kBlockBytes / 4;  // 36
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      const int h = 9 * b;
+      const float d = __half2float(__ushort_as_half(uint16_t(halfword(v, h))));
+      int s0 = 0, s1 = 0;  // low and high nibbles: two chains of __dp4a
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t w = word_at(v, h + 1 + 2 * i);
+        s0 = __dp4a(int(w & 0x0F0F0F0Fu), x.q[8 * b + i], s0);
+        s1 = __dp4a(int((w >> 4) & 0x0F0F0F0Fu), x.q[8 * b + 4 + i], s1);
+      }
+      sum += d * (x.ds[b].x * float(s0 + s1) - 8.0f * x.ds[b].y);
+    }
+    return sum;
+  }
+};
+
+struct Shared {
+  uint64_t full[kMaxStages];
+  uint64_t empty[kMaxStages];
+  float partials[2][kConsumerWarps];  // a row's two warp sums at 64 threads a row (two tiles alternate)
+  alignas(128) uint8_t tiles[1];      // stages × tile bytes
+};
+
+// What a launch's tiles are: rows per tile (output rows; SwiGLU's tiles hold
+// as many up rows after them), bytes of a row and of a tile, stages.
+struct Plan {
+  int rows;
+  uint32_t row_bytes, tile_bytes;
+  int stages;
+  int64_t tiles;
+};
+
+template <class Chunk, int kRowThreads, bool kSwiglu>
+__host__ __device__ Plan plan_of(const GemvArgs& a) {
+  constexpr int kRows = kConsumerThreads / kRowThreads / (kSwiglu ? 2 : 1);
+  const uint32_t row_bytes = uint32_t(a.k / 32 * Chunk::kBlockBytes);
+  const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
+  const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
+  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows};
+}
+
+// The producer: tile t's rows into a slot, one bulk copy per run of rows
+// that are contiguous in global memory.
+template <class Chunk, int kRowThreads, bool kSwiglu>
+__device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
+  int slot = 0;
+  uint32_t parity = 0;
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    const int rows = int(std::min<int64_t>(p.rows, a.m - t * p.rows));
+    const uint32_t full = shared_address(&s.full[slot]);
+    barrier_wait(shared_address(&s.empty[slot]), parity ^ 1);
+    barrier_arrive_expect(full, p.row_bytes * rows * (kSwiglu ? 2 : 1));
+    uint8_t* tile = s.tiles + size_t(slot) * p.tile_bytes;
+    for (int half = 0; half < (kSwiglu ? 2 : 1); ++half) {
+      const uint8_t* run = nullptr;
+      uint32_t run_bytes = 0, run_dst = 0;
+      for (int i = 0; i < rows; ++i) {
+        const GemvTarget g = gemv_target(a, t * p.rows + i);
+        const uint8_t* src = half == 0 ? g.w : g.w_up;
+        if (run != nullptr && src == run + run_bytes) {
+          run_bytes += p.row_bytes;
+          continue;
+        }
+        if (run != nullptr) bulk_copy(run_dst, run, run_bytes, full);
+        run = src;
+        run_bytes = p.row_bytes;
+        run_dst = shared_address(tile + (size_t(half) * p.rows + i) * p.row_bytes);
+      }
+      bulk_copy(run_dst, run, run_bytes, full);
+    }
+    if (++slot == p.stages) slot = 0, parity ^= 1;
+  }
+}
+
+// A consumer thread: row `r` of each tile (SwiGLU: gate row r of the lower
+// half-warp, up row r of the upper), columns of chunk `c`.
+template <class Chunk, int kRowThreads, bool kSwiglu>
+__device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const Plan& p) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // The thread's row within the tile: SwiGLU's half-warps take gate row
+  // `warp` and the up row after the tile's gate rows.
+  const int slot_row = kSwiglu ? warp + (lane / 16) * p.rows : threadIdx.x / kRowThreads;
+  const int chunk = threadIdx.x % kRowThreads;
+  const bool active = chunk < a.k / kChunkValues;
+  XChunk xc{};
+  if (active) xc = load_x_chunk(x, chunk);
+  int slot = 0;
+  uint32_t parity = 0, buffer = 0;
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, buffer ^= 1) {
+    barrier_wait(shared_address(&s.full[slot]), parity);
+    float sum = 0.0f;
+    if (active) {
+      const uint4* src =
+          reinterpret_cast<const uint4*>(s.tiles + size_t(slot) * p.tile_bytes + size_t(slot_row) * p.row_bytes +
+                                         size_t(chunk) * (8 * Chunk::kBlockBytes));
+      uint32_t v[Chunk::kWords];
+#pragma unroll
+      for (int i = 0; i < Chunk::kWords / 4; ++i) {
+        const uint4 q = src[i];
+        v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+      }
+      sum = Chunk::dot(v, xc);
+    }
+    barrier_arrive(shared_address(&s.empty[slot]));
+    if (++slot == p.stages) slot = 0, parity ^= 1;
+    // Σ over the row's threads.
+#pragma unroll
+    for (int off = (kRowThreads < 32 ? kRowThreads : 32) / 2; off > 0; off >>= 1)
+      sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if constexpr (kSwiglu) {
+      static_assert(kRowThreads == 16);
+      const float up = __shfl_sync(0xffffffffu, sum, 16);
+      const int64_t row = t * p.rows + warp;
+      if (lane == 0 && row < a.m) gemv_store<true>(a, gemv_target(a, row), 0, sum, up);
+      continue;
+    }
+    const int64_t row = t * p.rows + slot_row;
+    if constexpr (kRowThreads == 64) {
+      if (lane == 0) s.partials[buffer][warp] = sum;
+      if (warp < 2) asm volatile("bar.sync 1, 64;" ::: "memory");
+      else asm volatile("bar.sync 2, 64;" ::: "memory");
+      if (threadIdx.x % 64 == 0 && row < a.m)
+        gemv_store<false>(a, gemv_target(a, row), 0, sum + s.partials[buffer][warp + 1], 0.0f);
+    } else {
+      if (chunk == 0 && row < a.m) gemv_store<false>(a, gemv_target(a, row), 0, sum, 0.0f);
+    }
+  }
+}
+
+template <class Chunk, int kRowThreads, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, Chunk::kCtasPerSm) gemv_stream_rows_kernel(GemvArgs a, Int8Acts x) {
+  extern __shared__ __align__(128) uint8_t shared[];
+  auto& s = *reinterpret_cast<Shared*>(shared);
+  const Plan p = plan_of<Chunk, kRowThreads, kSwiglu>(a);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < p.stages; ++i) {
+      barrier_init(shared_address(&s.full[i]), 1);
+      barrier_init(shared_address(&s.empty[i]), kConsumerThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumerThreads) {
+    // Weights only: no PDL wait needed (gemv_stream.cuh).
+    if (threadIdx.x == kConsumerThreads) produce<Chunk, kRowThreads, kSwiglu>(a, s, p);
+    return;
+  }
+  pdl_prologue();
+  consume<Chunk, kRowThreads, kSwiglu>(a, x, s, p);
+}
+
+template <class Chunk, int kRowThreads, bool kSwiglu>
+void launch(const GemvArgs& a, const Int8Acts& x) {
+  const Plan p = plan_of<Chunk, kRowThreads, kSwiglu>(a);
+  const size_t smem = offsetof(Shared, tiles) + size_t(p.stages) * p.tile_bytes;
+  static const bool configured = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(offsetof(Shared, tiles)) + kSmBudget / Chunk::kCtasPerSm));
+    return true;
+  }();
+  (void)configured;
+  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, int64_t(Chunk::kCtasPerSm) * multiprocessor_count()));
+  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, kThreads, smem, a, x);
+}
+
+template <class Chunk>
+void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
+  const int64_t chunks = a.k / kChunkValues;
+  if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x);
+  if (chunks <= 16) return launch<Chunk, 16, false>(a, x);
+  if (chunks <= 32) return launch<Chunk, 32, false>(a, x);
+  launch<Chunk, 64, false>(a, x);
+}
+
+}  // namespace
+
+bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
+  static const bool on = env_switch_on("BRIOCHE_CUDA_GEMV_STREAM_INT8");
+  if (!on || (wtype != DType::Q8_0 && wtype != DType::Q4_0) || !stream::launch_fits(a)) return false;
+  const int64_t max_chunks = a.w_up != nullptr ? 16 : 64;
+  if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
+  // Packed rows: the tile's row stride is the row's bytes.
+  const size_t row_bytes = size_t(a.k / 32) * (wtype == DType::Q8_0 ? 34 : 18);
+  for (int p = 0; p < a.n_parts; ++p)
+    if (a.parts[p].w_row_bytes != row_bytes) return false;
+  return true;
+}
+
+void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
+  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0 weights of at least ",
+                stream::kMinBytes >> 20, " MB with k a multiple of 256 up to 16,384 (4,096 for SwiGLU) and packed "
+                "16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k);
+  if (wtype == DType::Q8_0) launch_chunks<Q8_0Chunk>(a, x);
+  else launch_chunks<Q4_0Chunk>(a, x);
+}
+
+}  // namespace brioche::cuda::detail
