@@ -93,6 +93,19 @@ std::vector<float> make_x(int64_t n, int64_t ldx, int64_t k, uint32_t seed) {
   return x;
 }
 
+// make_x's rows on the host (for the reference) and their copy on the device.
+struct TestX {
+  std::vector<float> host;
+  std::shared_ptr<void> device;
+  const float* data() const { return static_cast<const float*>(device.get()); }
+};
+
+TestX make_test_x(int64_t n, int64_t ldx, int64_t k, uint32_t seed) {
+  TestX x{make_x(n, ldx, k, seed), nullptr};
+  x.device = upload(x.host.data(), x.host.size() * 4);
+  return x;
+}
+
 // ref[r, j] = Σ_e x[r, e] · w[j, e] in double.
 std::vector<double> reference(const std::vector<float>& x, int64_t ldx, const Weight& w, int64_t n, int64_t m,
                               int64_t k) {
@@ -163,7 +176,8 @@ struct Worst {
   }
   void print(const char* what) const {
     for (DType t : kInt8Types) {
-      const double mean = count[int(t)] > 0 ? sum[int(t)] / count[int(t)] : 0.0;
+      if (count[int(t)] == 0) continue;  // not in this test
+      const double mean = sum[int(t)] / count[int(t)];
       EXPECT_LT(mean, kInt8MeanTolerance) << what << " " << dtype_name(t) << " mean NMSE";
       std::printf("  %s %-5s NMSE mean %.2e worst %.2e\n", what, dtype_name(t).data(), mean, value[int(t)]);
     }
@@ -180,11 +194,10 @@ TEST(CudaGemvInt8, EveryDtypeRowsOneToEight) {
       for (int64_t n = 1; n <= 8; ++n) {
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n=" << n << " m=" << m << " k=" << k);
         const int64_t ldx = k + 4 * (n % 3);  // strided x rows for some n
-        const std::vector<float> x = make_x(n, ldx, k, seed++);
-        const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
+        const TestX x = make_test_x(n, ldx, k, seed++);
         const DeviceY y = make_y(n, m);
-        cuda::matmul(args(static_cast<const float*>(dx.get()), ldx, dtype, w, y, k));
-        const double err = nmse(download(y), reference(x, ldx, w, n, m, k));
+        cuda::matmul(args(x.data(), ldx, dtype, w, y, k));
+        const double err = nmse(download(y), reference(x.host, ldx, w, n, m, k));
         EXPECT_LT(err, kInt8Tolerance);
         worst.add(dtype, err);
       }
@@ -202,14 +215,12 @@ TEST(CudaGemvInt8, AccumulateAndSwiglu) {
     const Weight wg = make_weight(dtype, m, k, seed++), wu = make_weight(dtype, m, k, seed++);
     for (int64_t n : {1, 2, 5, 8}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n=" << n);
-      const std::vector<float> x = make_x(n, k, k, seed++);
-      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
-      const float* xp = static_cast<const float*>(dx.get());
-      const std::vector<double> g = reference(x, k, wg, n, m, k), u = reference(x, k, wu, n, m, k);
+      const TestX x = make_test_x(n, k, k, seed++);
+      const std::vector<double> g = reference(x.host, k, wg, n, m, k), u = reference(x.host, k, wu, n, m, k);
 
       const std::vector<float> residual = gaussian(size_t(n * m), seed++);
       const DeviceY acc = make_y(n, m, &residual);
-      cuda::matmul_accumulate(args(xp, k, dtype, wg, acc, k));
+      cuda::matmul_accumulate(args(x.data(), k, dtype, wg, acc, k));
       std::vector<double> want_acc(g);
       for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += residual[i];
       const double e_acc = nmse(download(acc), want_acc);
@@ -218,7 +229,7 @@ TEST(CudaGemvInt8, AccumulateAndSwiglu) {
 
       const DeviceY sw = make_y(n, m);
       const DeviceY up_scratch = make_y(n, m);  // written only by the n > 8 path
-      cuda::matmul_swiglu(args(xp, k, dtype, wg, sw, k), args(xp, k, dtype, wu, up_scratch, k));
+      cuda::matmul_swiglu(args(x.data(), k, dtype, wg, sw, k), args(x.data(), k, dtype, wu, up_scratch, k));
       std::vector<double> want_sw(g.size());
       for (size_t i = 0; i < g.size(); ++i) want_sw[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
       const double e_sw = nmse(download(sw), want_sw);
@@ -242,15 +253,14 @@ TEST(CudaGemvInt8, QkvPartsInOneLaunch) {
     seed += 3;
     for (int64_t n : {1, 3, 8}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n=" << n);
-      const std::vector<float> x = make_x(n, k, k, seed++);
-      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
-      const float* xp = static_cast<const float*>(dx.get());
+      const TestX x = make_test_x(n, k, k, seed++);
       DeviceY ys[3] = {make_y(n, ms[0]), make_y(n, ms[1]), make_y(n, ms[2])};
-      const cpu::MatmulArgs parts[3] = {args(xp, k, dtype, w[0], ys[0], k), args(xp, k, dtype, w[1], ys[1], k),
-                                        args(xp, k, dtype, w[2], ys[2], k)};
+      const cpu::MatmulArgs parts[3] = {args(x.data(), k, dtype, w[0], ys[0], k),
+                                        args(x.data(), k, dtype, w[1], ys[1], k),
+                                        args(x.data(), k, dtype, w[2], ys[2], k)};
       cuda::matmul_group(parts);
       for (int p = 0; p < 3; ++p) {
-        const double err = nmse(download(ys[p]), reference(x, k, w[p], n, ms[p], k));
+        const double err = nmse(download(ys[p]), reference(x.host, k, w[p], n, ms[p], k));
         EXPECT_LT(err, kInt8Tolerance) << "part " << p;
         worst.add(dtype, err);
       }
@@ -284,19 +294,17 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " m=" << m << " k=" << k);
       const Weight w = make_weight(dtype, m, k, seed++);
       ASSERT_TRUE(streams_rows(dtype, w, m, k));
-      const std::vector<float> x = make_x(1, k, k, seed++);
-      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
-      const float* xp = static_cast<const float*>(dx.get());
-      const std::vector<double> want = reference(x, k, w, 1, m, k);
+      const TestX x = make_test_x(1, k, k, seed++);
+      const std::vector<double> want = reference(x.host, k, w, 1, m, k);
       const DeviceY y = make_y(1, m);
-      cuda::matmul(args(xp, k, dtype, w, y, k));
+      cuda::matmul(args(x.data(), k, dtype, w, y, k));
       const double err = nmse(download(y), want);
       EXPECT_LT(err, kInt8Tolerance);
       plain.add(dtype, err);
 
       const std::vector<float> residual = gaussian(size_t(m), seed++);
       const DeviceY acc = make_y(1, m, &residual);
-      cuda::matmul_accumulate(args(xp, k, dtype, w, acc, k));
+      cuda::matmul_accumulate(args(x.data(), k, dtype, w, acc, k));
       std::vector<double> want_acc(want);
       for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += residual[i];
       const double e_acc = nmse(download(acc), want_acc);
@@ -307,12 +315,10 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
       const int64_t k = 4096, m = (int64_t(4) << 20) / (k / 32 * block) + 3;
       const Weight wg = make_weight(dtype, m, k, seed++), wu = make_weight(dtype, m, k, seed++);
       ASSERT_TRUE(streams_rows(dtype, wg, m, k, &wu)) << dtype_name(dtype);
-      const std::vector<float> x = make_x(1, k, k, seed++);
-      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
-      const float* xp = static_cast<const float*>(dx.get());
-      const std::vector<double> g = reference(x, k, wg, 1, m, k), u = reference(x, k, wu, 1, m, k);
+      const TestX x = make_test_x(1, k, k, seed++);
+      const std::vector<double> g = reference(x.host, k, wg, 1, m, k), u = reference(x.host, k, wu, 1, m, k);
       const DeviceY sw = make_y(1, m), up_scratch = make_y(1, m);
-      cuda::matmul_swiglu(args(xp, k, dtype, wg, sw, k), args(xp, k, dtype, wu, up_scratch, k));
+      cuda::matmul_swiglu(args(x.data(), k, dtype, wg, sw, k), args(x.data(), k, dtype, wu, up_scratch, k));
       std::vector<double> want_sw(g.size());
       for (size_t i = 0; i < g.size(); ++i) want_sw[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
       const double e_sw = nmse(download(sw), want_sw);
@@ -325,15 +331,14 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
       const Weight w[3] = {make_weight(dtype, ms[0], k, seed), make_weight(dtype, ms[1], k, seed + 1),
                            make_weight(dtype, ms[2], k, seed + 2)};
       seed += 3;
-      const std::vector<float> x = make_x(1, k, k, seed++);
-      const std::shared_ptr<void> dx = upload(x.data(), x.size() * 4);
-      const float* xp = static_cast<const float*>(dx.get());
+      const TestX x = make_test_x(1, k, k, seed++);
       DeviceY ys[3] = {make_y(1, ms[0]), make_y(1, ms[1]), make_y(1, ms[2])};
-      const cpu::MatmulArgs parts[3] = {args(xp, k, dtype, w[0], ys[0], k), args(xp, k, dtype, w[1], ys[1], k),
-                                        args(xp, k, dtype, w[2], ys[2], k)};
+      const cpu::MatmulArgs parts[3] = {args(x.data(), k, dtype, w[0], ys[0], k),
+                                        args(x.data(), k, dtype, w[1], ys[1], k),
+                                        args(x.data(), k, dtype, w[2], ys[2], k)};
       cuda::matmul_group(parts);
       for (int p = 0; p < 3; ++p) {
-        const double err = nmse(download(ys[p]), reference(x, k, w[p], 1, ms[p], k));
+        const double err = nmse(download(ys[p]), reference(x.host, k, w[p], 1, ms[p], k));
         EXPECT_LT(err, kInt8Tolerance) << dtype_name(dtype) << " part " << p;
         qkv_worst.add(dtype, err);
       }

@@ -19,9 +19,11 @@
 // product (term), and whether a plain launch's warps take rows in pairs
 // (pair_rows). dot_rows below walks one or two weight rows (SwiGLU's gate and
 // up, or a pair of rows) with it, reading each x share once for both, and the
-// warp sums the lanes. The per-row order of operations does not depend on the launch
-// (grid, parts, fusion), so fused and unfused launches give bit-identical
-// outputs.
+// warp sums the lanes. The per-row order of operations does not depend on the
+// launch (grid, parts, fusion), so fused and unfused launches on these
+// kernels give bit-identical outputs. (Big one-row Q8_0/Q4_0 launches go to
+// gemv_stream_rows.cu instead, which sums in another order: a fused Q/K/V
+// launch taken there and K alone, below its 8 MB, agree to rounding only.)
 #pragma once
 
 #include <cuda_fp16.h>

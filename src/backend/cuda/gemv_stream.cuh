@@ -126,18 +126,31 @@ constexpr size_t shared_bytes(bool norm) {
   return norm ? sizeof(TileShared<Tile>) : offsetof(TileShared<Tile>, normed);
 }
 
-// A slot of the ring and the parity of its current lap.
-template <int kStages>
+// A slot of a ring of `stages` slots and the parity of its current lap.
 struct RingPosition {
+  int stages;
   int slot = 0;
   uint32_t parity = 0;
+  __device__ explicit RingPosition(int ring_stages) : stages(ring_stages) {}
   __device__ void advance() {
-    if (++slot == kStages) {
+    if (++slot == stages) {
       slot = 0;
       parity ^= 1;
     }
   }
 };
+
+// The ring's barriers, by thread 0 before the CTA's first barrier: full[i]
+// completes on the producer's arrival and the copies' bytes, empty[i] on an
+// arrival of each of `consumers` threads. The caller then syncs the CTA.
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int stages, int consumers) {
+  if (threadIdx.x != 0) return;
+  for (int i = 0; i < stages; ++i) {
+    barrier_init(shared_address(&full[i]), 1);
+    barrier_init(shared_address(&empty[i]), uint32_t(consumers));
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 
 // The producer (one thread): each tile of each of the CTA's groups, into a
 // slot once its last reader has released it.
@@ -145,7 +158,7 @@ template <class Tile, bool kSwiglu>
 __device__ void produce_tiles(const GemvArgs& a, TileShared<Tile>& s) {
   constexpr int kRows = kGroupRows<kSwiglu>;
   const int64_t groups = (a.m + kRows - 1) / kRows, tiles_per_row = (a.k + kTileCols - 1) / kTileCols;
-  RingPosition<TileShared<Tile>::kStages> at;
+  RingPosition at(TileShared<Tile>::kStages);
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int rows = int(std::min<int64_t>(kRows, a.m - g * kRows));
     for (int64_t c = 0; c < tiles_per_row; ++c) {
@@ -199,7 +212,7 @@ template <class Tile, bool kSwiglu>
 __device__ void consume_tiles(const GemvArgs& a, TileShared<Tile>& s, const typename Tile::Acts& x) {
   constexpr int kRows = kGroupRows<kSwiglu>;
   const int64_t groups = (a.m + kRows - 1) / kRows, tiles_per_row = (a.k + kTileCols - 1) / kTileCols;
-  RingPosition<TileShared<Tile>::kStages> at;
+  RingPosition at(TileShared<Tile>::kStages);
   int group_parity = 0;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, group_parity ^= 1) {
     float acc[kTileRows] = {};
@@ -235,13 +248,7 @@ template <class Tile, bool kSwiglu, bool kNorm>
 __global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x) {
   extern __shared__ __align__(128) uint8_t shared[];
   auto& s = *reinterpret_cast<TileShared<Tile>*>(shared);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < TileShared<Tile>::kStages; ++i) {
-      barrier_init(shared_address(&s.full[i]), 1);
-      barrier_init(shared_address(&s.empty[i]), kConsumerThreads);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  init_ring(s.full, s.empty, TileShared<Tile>::kStages, kConsumerThreads);
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
     // The weights, which no kernel writes, stream in before (and while) the
@@ -286,12 +293,15 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 // (Every Llama-3-8B launch is at least 32 MB in bf16, Q, K and V being one.)
 inline constexpr int64_t kMinBytes = int64_t(8) << 20;
 
-// Whether the launch's weights and x suit the streamed kernel: one x row,
-// 16-byte aligned rows and bases, at least kMinBytes.
-inline bool launch_fits(const GemvArgs& a) {
-  bool ok = a.n == 1 && aligned16(a.x) && (a.w_up == nullptr || aligned16(a.w_up)) && gemv_weight_bytes(a) >= kMinBytes;
+// Whether a launch's weights suit a streamed kernel: one x row, 16-byte
+// aligned rows and bases (bulk copies), at least kMinBytes.
+inline bool weights_fit(const GemvArgs& a) {
+  bool ok = a.n == 1 && (a.w_up == nullptr || aligned16(a.w_up)) && gemv_weight_bytes(a) >= kMinBytes;
   for (int p = 0; p < a.n_parts; ++p) ok = ok && aligned16(a.parts[p].w) && a.parts[p].w_row_bytes % 16 == 0;
   return ok;
 }
+
+// The same, and the f32 x row the dense tiles read as 16-byte vectors.
+inline bool launch_fits(const GemvArgs& a) { return weights_fit(a) && aligned16(a.x); }
 
 }  // namespace brioche::cuda::detail::stream

@@ -39,9 +39,9 @@ namespace {
 
 using stream::barrier_arrive;
 using stream::barrier_arrive_expect;
-using stream::barrier_init;
 using stream::barrier_wait;
 using stream::bulk_copy;
+using stream::RingPosition;
 using stream::shared_address;
 
 constexpr int kConsumerWarps = 4;
@@ -53,11 +53,6 @@ constexpr int kMaxStages = 8;
 // between the type's CTAs per SM.
 constexpr int kSmBudget = 200 << 10;
 
-// Halfword h (static) of the words v.
-template <int N>
-__device__ __forceinline__ uint32_t halfword(const uint32_t (&v)[N], int h) {
-  return (v[h / 2] >> (16 * (h % 2))) & 0xFFFFu;
-}
 // The word starting at halfword h (static): aligned, or two halves.
 template <int N>
 __device__ __forceinline__ uint32_t word_at(const uint32_t (&v)[N], int h) {
@@ -83,7 +78,22 @@ __device__ __forceinline__ XChunk load_x_chunk(const Int8Acts& x, int64_t chunk)
   return c;
 }
 
-// Q8_0: block b of the chunk at halfword 17b: f16 d, then q[32] (int8).
+// Σ over a chunk's 8 blocks of d_b · block_dot(b, q_b): block b starts at
+// halfword kBlockBytes/2 · b with its f16 scale d_b, and its quants at
+// halfword q_b = that + 1. The loop is unrolled, so every index is static
+// and v stays in registers.
+template <int kBlockBytes, int N, class BlockDot>
+__device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot block_dot) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    const int h = b * kBlockBytes / 2;
+    sum += half_lo(v[h / 2] >> (16 * (h % 2))) * block_dot(b, h + 1);
+  }
+  return sum;
+}
+
+// Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
 struct Q8_0Chunk {
@@ -91,26 +101,20 @@ struct Q8_0Chunk {
   static constexpr int kBlockBytes = 34;
   static constexpr int kWords = 8 * kBlockBytes / 4;  // 68
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      const int h = 17 * b;
-      const float d = __half2float(__ushort_as_half(uint16_t(halfword(v, h))));
+    return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // two chains of __dp4a
 #pragma unroll
       for (int i = 0; i < 8; i += 2) {
-        s0 = __dp4a(int(word_at(v, h + 1 + 2 * i)), x.q[8 * b + i], s0);
-        s1 = __dp4a(int(word_at(v, h + 3 + 2 * i)), x.q[8 * b + i + 1], s1);
+        s0 = __dp4a(int(word_at(v, q + 2 * i)), x.q[8 * b + i], s0);
+        s1 = __dp4a(int(word_at(v, q + 2 * i + 2)), x.q[8 * b + i + 1], s1);
       }
-      sum += d * x.ds[b].x * float(s0 + s1);
-    }
-    return sum;
+      return x.ds[b].x * float(s0 + s1);
+    });
   }
 };
 
-// Q4_0: block b at halfword 9b: f16 d, then q[16] (byte i: element i in the
-// low nibble, i + 16 in the high one); w = d·(q − 8), so a block gives
-// d·(dx·Σ q·xq − 8·sx).
+// Q4_0: f16 d, then q[16] (byte i: element i in the low nibble, i + 16 in
+// the high one); w = d·(q − 8), so a block gives d·(dx·Σ q·xq − 8·sx).
 // Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
@@ -119,21 +123,16 @@ struct Q4_0Chunk {
   static constexpr int kBlockBytes = 18;
   static constexpr int kWords = 8 * kBlockBytes / 4;  // 36
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      const int h = 9 * b;
-      const float d = __half2float(__ushort_as_half(uint16_t(halfword(v, h))));
+    return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // low and high nibbles: two chains of __dp4a
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint32_t w = word_at(v, h + 1 + 2 * i);
+        const uint32_t w = word_at(v, q + 2 * i);
         s0 = __dp4a(int(w & 0x0F0F0F0Fu), x.q[8 * b + i], s0);
         s1 = __dp4a(int((w >> 4) & 0x0F0F0F0Fu), x.q[8 * b + 4 + i], s1);
       }
-      sum += d * (x.ds[b].x * float(s0 + s1) - 8.0f * x.ds[b].y);
-    }
-    return sum;
+      return x.ds[b].x * float(s0 + s1) - 8.0f * x.ds[b].y;
+    });
   }
 };
 
@@ -153,8 +152,9 @@ struct Plan {
   int64_t tiles;
 };
 
+// (Computed once per launch on the host and passed to the kernel.)
 template <class Chunk, int kRowThreads, bool kSwiglu>
-__host__ __device__ Plan plan_of(const GemvArgs& a) {
+Plan plan_of(const GemvArgs& a) {
   constexpr int kRows = kConsumerThreads / kRowThreads / (kSwiglu ? 2 : 1);
   const uint32_t row_bytes = uint32_t(a.k / 32 * Chunk::kBlockBytes);
   const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
@@ -166,14 +166,13 @@ __host__ __device__ Plan plan_of(const GemvArgs& a) {
 // that are contiguous in global memory.
 template <class Chunk, int kRowThreads, bool kSwiglu>
 __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
-  int slot = 0;
-  uint32_t parity = 0;
-  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+  RingPosition at(p.stages);
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, at.advance()) {
     const int rows = int(std::min<int64_t>(p.rows, a.m - t * p.rows));
-    const uint32_t full = shared_address(&s.full[slot]);
-    barrier_wait(shared_address(&s.empty[slot]), parity ^ 1);
+    const uint32_t full = shared_address(&s.full[at.slot]);
+    barrier_wait(shared_address(&s.empty[at.slot]), at.parity ^ 1);
     barrier_arrive_expect(full, p.row_bytes * rows * (kSwiglu ? 2 : 1));
-    uint8_t* tile = s.tiles + size_t(slot) * p.tile_bytes;
+    uint8_t* tile = s.tiles + size_t(at.slot) * p.tile_bytes;
     for (int half = 0; half < (kSwiglu ? 2 : 1); ++half) {
       const uint8_t* run = nullptr;
       uint32_t run_bytes = 0, run_dst = 0;
@@ -191,7 +190,6 @@ __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
       }
       bulk_copy(run_dst, run, run_bytes, full);
     }
-    if (++slot == p.stages) slot = 0, parity ^= 1;
   }
 }
 
@@ -207,14 +205,14 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   const bool active = chunk < a.k / kChunkValues;
   XChunk xc{};
   if (active) xc = load_x_chunk(x, chunk);
-  int slot = 0;
-  uint32_t parity = 0, buffer = 0;
+  RingPosition at(p.stages);
+  uint32_t buffer = 0;
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, buffer ^= 1) {
-    barrier_wait(shared_address(&s.full[slot]), parity);
+    barrier_wait(shared_address(&s.full[at.slot]), at.parity);
     float sum = 0.0f;
     if (active) {
       const uint4* src =
-          reinterpret_cast<const uint4*>(s.tiles + size_t(slot) * p.tile_bytes + size_t(slot_row) * p.row_bytes +
+          reinterpret_cast<const uint4*>(s.tiles + size_t(at.slot) * p.tile_bytes + size_t(slot_row) * p.row_bytes +
                                          size_t(chunk) * (8 * Chunk::kBlockBytes));
       uint32_t v[Chunk::kWords];
 #pragma unroll
@@ -224,8 +222,8 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
       }
       sum = Chunk::dot(v, xc);
     }
-    barrier_arrive(shared_address(&s.empty[slot]));
-    if (++slot == p.stages) slot = 0, parity ^= 1;
+    barrier_arrive(shared_address(&s.empty[at.slot]));
+    at.advance();
     // Σ over the row's threads.
 #pragma unroll
     for (int off = (kRowThreads < 32 ? kRowThreads : 32) / 2; off > 0; off >>= 1)
@@ -251,17 +249,11 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
 }
 
 template <class Chunk, int kRowThreads, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, Chunk::kCtasPerSm) gemv_stream_rows_kernel(GemvArgs a, Int8Acts x) {
+__global__ void __launch_bounds__(kThreads, Chunk::kCtasPerSm)
+    gemv_stream_rows_kernel(GemvArgs a, Int8Acts x, Plan p) {
   extern __shared__ __align__(128) uint8_t shared[];
   auto& s = *reinterpret_cast<Shared*>(shared);
-  const Plan p = plan_of<Chunk, kRowThreads, kSwiglu>(a);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < p.stages; ++i) {
-      barrier_init(shared_address(&s.full[i]), 1);
-      barrier_init(shared_address(&s.empty[i]), kConsumerThreads);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  stream::init_ring(s.full, s.empty, p.stages, kConsumerThreads);
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
     // Weights only: no PDL wait needed (gemv_stream.cuh).
@@ -283,8 +275,9 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
     return true;
   }();
   (void)configured;
-  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, int64_t(Chunk::kCtasPerSm) * multiprocessor_count()));
-  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, kThreads, smem, a, x);
+  const int64_t ctas = int64_t(Chunk::kCtasPerSm) * multiprocessor_count();
+  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, ctas));
+  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, kThreads, smem, a, x, p);
 }
 
 template <class Chunk>
@@ -300,20 +293,21 @@ void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
 
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMV_STREAM_INT8");
-  if (!on || (wtype != DType::Q8_0 && wtype != DType::Q4_0) || !stream::launch_fits(a)) return false;
+  if (!on || (wtype != DType::Q8_0 && wtype != DType::Q4_0) || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
   const int64_t max_chunks = a.w_up != nullptr ? 16 : 64;
   if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
   // Packed rows: the tile's row stride is the row's bytes.
-  const size_t row_bytes = size_t(a.k / 32) * (wtype == DType::Q8_0 ? 34 : 18);
   for (int p = 0; p < a.n_parts; ++p)
-    if (a.parts[p].w_row_bytes != row_bytes) return false;
+    if (a.parts[p].w_row_bytes != row_bytes(wtype, a.k)) return false;
   return true;
 }
 
 void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
   BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0 weights of at least ",
                 stream::kMinBytes >> 20, " MB with k a multiple of 256 up to 16,384 (4,096 for SwiGLU) and packed "
-                "16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k);
+                "16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ",
+                gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
+                row_bytes(wtype, a.k), ")");
   if (wtype == DType::Q8_0) launch_chunks<Q8_0Chunk>(a, x);
   else launch_chunks<Q4_0Chunk>(a, x);
 }
