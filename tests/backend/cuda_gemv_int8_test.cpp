@@ -26,6 +26,7 @@
 
 #if BRIOCHE_CUDA
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -184,6 +185,42 @@ struct Worst {
   }
 };
 
+// matmul_accumulate of x·wᵀ into a random residual [n, m]: NMSE against
+// want (the reference of x·wᵀ) + residual.
+double accumulate_nmse(const TestX& x, int64_t n, int64_t k, DType dtype, const Weight& w, int64_t m,
+                       const std::vector<double>& want, uint32_t seed) {
+  const std::vector<float> residual = gaussian(size_t(n * m), seed);
+  const DeviceY acc = make_y(n, m, &residual);
+  cuda::matmul_accumulate(args(x.data(), k, dtype, w, acc, k));
+  std::vector<double> want_acc(want);
+  for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += residual[i];
+  return nmse(download(acc), want_acc);
+}
+
+// matmul_swiglu of x through gate wg and up wu: NMSE against silu(g)·u, g
+// and u the references of the two products.
+double swiglu_nmse(const TestX& x, int64_t n, int64_t k, DType dtype, const Weight& wg, const Weight& wu, int64_t m,
+                   const std::vector<double>& g, const std::vector<double>& u) {
+  const DeviceY sw = make_y(n, m);
+  const DeviceY up_scratch = make_y(n, m);  // written only by the n > 8 path
+  cuda::matmul_swiglu(args(x.data(), k, dtype, wg, sw, k), args(x.data(), k, dtype, wu, up_scratch, k));
+  std::vector<double> want(g.size());
+  for (size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+  return nmse(download(sw), want);
+}
+
+// Q, K and V (weights w, rows ms) in one matmul_group launch: each part's NMSE.
+std::array<double, 3> qkv_nmse(const TestX& x, int64_t n, int64_t k, DType dtype, const Weight (&w)[3],
+                               const int64_t (&ms)[3]) {
+  DeviceY ys[3] = {make_y(n, ms[0]), make_y(n, ms[1]), make_y(n, ms[2])};
+  const cpu::MatmulArgs parts[3] = {args(x.data(), k, dtype, w[0], ys[0], k), args(x.data(), k, dtype, w[1], ys[1], k),
+                                    args(x.data(), k, dtype, w[2], ys[2], k)};
+  cuda::matmul_group(parts);
+  std::array<double, 3> err{};
+  for (int p = 0; p < 3; ++p) err[p] = nmse(download(ys[p]), reference(x.host, k, w[p], n, ms[p], k));
+  return err;
+}
+
 TEST(CudaGemvInt8, EveryDtypeRowsOneToEight) {
   REQUIRE_CUDA_DEVICE();
   Worst worst;
@@ -218,21 +255,10 @@ TEST(CudaGemvInt8, AccumulateAndSwiglu) {
       const TestX x = make_test_x(n, k, k, seed++);
       const std::vector<double> g = reference(x.host, k, wg, n, m, k), u = reference(x.host, k, wu, n, m, k);
 
-      const std::vector<float> residual = gaussian(size_t(n * m), seed++);
-      const DeviceY acc = make_y(n, m, &residual);
-      cuda::matmul_accumulate(args(x.data(), k, dtype, wg, acc, k));
-      std::vector<double> want_acc(g);
-      for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += residual[i];
-      const double e_acc = nmse(download(acc), want_acc);
+      const double e_acc = accumulate_nmse(x, n, k, dtype, wg, m, g, seed++);
       EXPECT_LT(e_acc, kInt8Tolerance) << "accumulate";
       acc_worst.add(dtype, e_acc);
-
-      const DeviceY sw = make_y(n, m);
-      const DeviceY up_scratch = make_y(n, m);  // written only by the n > 8 path
-      cuda::matmul_swiglu(args(x.data(), k, dtype, wg, sw, k), args(x.data(), k, dtype, wu, up_scratch, k));
-      std::vector<double> want_sw(g.size());
-      for (size_t i = 0; i < g.size(); ++i) want_sw[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const double e_sw = nmse(download(sw), want_sw);
+      const double e_sw = swiglu_nmse(x, n, k, dtype, wg, wu, m, g, u);
       EXPECT_LT(e_sw, kInt8Tolerance) << "swiglu";
       swiglu_worst.add(dtype, e_sw);
     }
@@ -253,16 +279,10 @@ TEST(CudaGemvInt8, QkvPartsInOneLaunch) {
     seed += 3;
     for (int64_t n : {1, 3, 8}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n=" << n);
-      const TestX x = make_test_x(n, k, k, seed++);
-      DeviceY ys[3] = {make_y(n, ms[0]), make_y(n, ms[1]), make_y(n, ms[2])};
-      const cpu::MatmulArgs parts[3] = {args(x.data(), k, dtype, w[0], ys[0], k),
-                                        args(x.data(), k, dtype, w[1], ys[1], k),
-                                        args(x.data(), k, dtype, w[2], ys[2], k)};
-      cuda::matmul_group(parts);
+      const std::array<double, 3> err = qkv_nmse(make_test_x(n, k, k, seed++), n, k, dtype, w, ms);
       for (int p = 0; p < 3; ++p) {
-        const double err = nmse(download(ys[p]), reference(x.host, k, w[p], n, ms[p], k));
-        EXPECT_LT(err, kInt8Tolerance) << "part " << p;
-        worst.add(dtype, err);
+        EXPECT_LT(err[p], kInt8Tolerance) << "part " << p;
+        worst.add(dtype, err[p]);
       }
     }
   }
@@ -288,9 +308,10 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
   Worst plain, acc_worst, swiglu_worst, qkv_worst;
   uint32_t seed = 1300;
   for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
-    const int64_t block = dtype == DType::Q8_0 ? 34 : 18;
+    // Rows for a launch of `mb` MB (the kernel takes ≥ 8), plus `extra`.
+    auto rows = [&](int64_t mb, int64_t k, int64_t extra) { return (mb << 20) / int64_t(row_bytes(dtype, k)) + extra; };
     for (int64_t k : {4096, 8192, 14336}) {
-      const int64_t m = (int64_t(8) << 20) / (k / 32 * block) + 5;  // just over 8 MB, a partial last tile
+      const int64_t m = rows(8, k, 5);  // just over 8 MB, a partial last tile
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " m=" << m << " k=" << k);
       const Weight w = make_weight(dtype, m, k, seed++);
       ASSERT_TRUE(streams_rows(dtype, w, m, k));
@@ -302,45 +323,30 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
       EXPECT_LT(err, kInt8Tolerance);
       plain.add(dtype, err);
 
-      const std::vector<float> residual = gaussian(size_t(m), seed++);
-      const DeviceY acc = make_y(1, m, &residual);
-      cuda::matmul_accumulate(args(x.data(), k, dtype, w, acc, k));
-      std::vector<double> want_acc(want);
-      for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += residual[i];
-      const double e_acc = nmse(download(acc), want_acc);
+      const double e_acc = accumulate_nmse(x, 1, k, dtype, w, m, want, seed++);
       EXPECT_LT(e_acc, kInt8Tolerance) << "accumulate";
       acc_worst.add(dtype, e_acc);
     }
     {  // SwiGLU (k = 4,096)
-      const int64_t k = 4096, m = (int64_t(4) << 20) / (k / 32 * block) + 3;
+      const int64_t k = 4096, m = rows(4, k, 3);  // gate and up: over 8 MB
       const Weight wg = make_weight(dtype, m, k, seed++), wu = make_weight(dtype, m, k, seed++);
       ASSERT_TRUE(streams_rows(dtype, wg, m, k, &wu)) << dtype_name(dtype);
       const TestX x = make_test_x(1, k, k, seed++);
       const std::vector<double> g = reference(x.host, k, wg, 1, m, k), u = reference(x.host, k, wu, 1, m, k);
-      const DeviceY sw = make_y(1, m), up_scratch = make_y(1, m);
-      cuda::matmul_swiglu(args(x.data(), k, dtype, wg, sw, k), args(x.data(), k, dtype, wu, up_scratch, k));
-      std::vector<double> want_sw(g.size());
-      for (size_t i = 0; i < g.size(); ++i) want_sw[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const double e_sw = nmse(download(sw), want_sw);
+      const double e_sw = swiglu_nmse(x, 1, k, dtype, wg, wu, m, g, u);
       EXPECT_LT(e_sw, kInt8Tolerance) << dtype_name(dtype) << " swiglu";
       swiglu_worst.add(dtype, e_sw);
     }
     {  // Q, K and V in one launch, part boundaries inside tiles
-      const int64_t k = 4096, mq = (int64_t(6) << 20) / (k / 32 * block) + 3, mkv = mq / 4 + 1;
+      const int64_t k = 4096, mq = rows(6, k, 3), mkv = mq / 4 + 1;
       const int64_t ms[3] = {mq, mkv, mkv};
       const Weight w[3] = {make_weight(dtype, ms[0], k, seed), make_weight(dtype, ms[1], k, seed + 1),
                            make_weight(dtype, ms[2], k, seed + 2)};
       seed += 3;
-      const TestX x = make_test_x(1, k, k, seed++);
-      DeviceY ys[3] = {make_y(1, ms[0]), make_y(1, ms[1]), make_y(1, ms[2])};
-      const cpu::MatmulArgs parts[3] = {args(x.data(), k, dtype, w[0], ys[0], k),
-                                        args(x.data(), k, dtype, w[1], ys[1], k),
-                                        args(x.data(), k, dtype, w[2], ys[2], k)};
-      cuda::matmul_group(parts);
+      const std::array<double, 3> err = qkv_nmse(make_test_x(1, k, k, seed++), 1, k, dtype, w, ms);
       for (int p = 0; p < 3; ++p) {
-        const double err = nmse(download(ys[p]), reference(x.host, k, w[p], 1, ms[p], k));
-        EXPECT_LT(err, kInt8Tolerance) << dtype_name(dtype) << " part " << p;
-        qkv_worst.add(dtype, err);
+        EXPECT_LT(err[p], kInt8Tolerance) << dtype_name(dtype) << " part " << p;
+        qkv_worst.add(dtype, err[p]);
       }
     }
   }
