@@ -31,13 +31,20 @@ __device__ __forceinline__ void quantize_quad(float4 v, bool inside, int64_t c, 
   if ((c & 7) == 0) ds[c / 8] = make_float2(d, d * float(sum));
 }
 
+// The quantization kernels' PDL prologue: a streamed GEMV after them
+// launches first (launch.cuh).
+__device__ __forceinline__ void quantize_prologue(bool streamed_next) {
+  if (streamed_next) pdl_prologue_release_first();
+  else pdl_prologue();
+}
+
 // One thread per 4 values (a 32-value block never spans two rows since k is
 // a multiple of 32).
 //   x  : [n, k] f32, row stride ldx
 //   q  : [n, k] int8;  ds : [n, k/32] (dx, dx · Σq)
 __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k, int64_t total_quads,
-                                     int8_t* __restrict__ q, float2* __restrict__ ds) {
-  pdl_prologue();
+                                     int8_t* __restrict__ q, float2* __restrict__ ds, bool streamed_next) {
+  quantize_prologue(streamed_next);
   const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool inside = g < total_quads;
   const int64_t quads_per_row = k / 4;
@@ -52,10 +59,10 @@ __global__ void quantize_acts_kernel(const float* __restrict__ x, int64_t ldx, i
 // t holds quads t + j·blockDim.x, so 8 consecutive lanes hold a block.
 __global__ void quantize_normed_acts_kernel(const float* __restrict__ x, int64_t ldx, int64_t k,
                                             const float* __restrict__ norm_w, float eps, int8_t* __restrict__ q,
-                                            float2* __restrict__ ds) {
+                                            float2* __restrict__ ds, bool streamed_next) {
   float4 g[kRmsNormVec], v[kRmsNormVec];
   load_norm_weight(norm_w, k, g);
-  pdl_prologue();
+  quantize_prologue(streamed_next);
   const int64_t r = blockIdx.x;
   rms_norm_row(x + r * ldx, g, k, eps, v);
 #pragma unroll
@@ -258,19 +265,20 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
   std::shared_ptr<void> scratch = allocate(q_bytes + size_t(a.n) * size_t(n_blocks) * sizeof(float2));
   auto* q = static_cast<int8_t*>(scratch.get());
   auto* ds = reinterpret_cast<float2*>(q + q_bytes);
+  const bool streamed = gemv_stream_rows_takes(wtype, a);
   if (a.norm_w != nullptr) {
     BRIOCHE_CHECK(gemv_int8_takes_norm(a), "gemv_int8: the RMSNorm of x fuses for k up to 16,384 with 16-byte "
                   "aligned x rows and norm weight; got k ", a.k, ", row stride ", a.ldx, " floats");
     launch_dependent(quantize_normed_acts_kernel, unsigned(a.n), rms_norm_threads(a.k), 0, a.x, a.ldx, a.k,
-                     a.norm_w, a.norm_eps, q, ds);
+                     a.norm_w, a.norm_eps, q, ds, streamed);
   } else {
     const int64_t total_quads = int64_t(a.n) * a.k / 4;
     constexpr int kThreads = 256;
     launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x,
-                     a.ldx, a.k, total_quads, q, ds);
+                     a.ldx, a.k, total_quads, q, ds, streamed);
   }
   const Int8Acts x{.q = q, .ds = ds, .k = a.k, .n_blocks = n_blocks};
-  if (gemv_stream_rows_takes(wtype, a)) gemv_stream_rows(wtype, a, x);
+  if (streamed) gemv_stream_rows(wtype, a, x);
   else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else gemv_int8_blocks32(wtype, a, x);
 }
