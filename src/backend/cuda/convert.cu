@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
@@ -12,19 +15,42 @@ namespace brioche::cuda {
 
 namespace {
 
-// One thread per 32-element chunk: decode, round to bf16, store 64 bytes.
+// One thread per 32-element chunk: decode, round to bf16. The 256 chunks of
+// a CTA are one contiguous run of `out` (row r's chunk c starts at element
+// 32·(r·k/32 + c)), so they go out through shared memory as 16-byte stores
+// to consecutive addresses. Stored by each thread directly, its 64 bytes
+// were 16 four-byte stores 64 bytes apart per warp instruction: 0.4 TB/s on
+// the H200 (364 µs for Llama-3-8B's gate/up weights in Q4_0).
+constexpr int kDequantThreads = 256;
+// A chunk's bf16 values in shared memory: 64 bytes and 16 of padding, so
+// the 8 threads of a quarter-warp write 8 different bank quads.
+constexpr int kStagedChunkBytes = 80;
+
 template <DType T>
-__global__ void dequantize_bf16_kernel(const uint8_t* w, size_t w_row_bytes, int64_t row_begin,
-                                       int64_t n_rows, int64_t k, __nv_bfloat16* out) {
-  const int64_t chunks_per_row = k / 32;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n_rows * chunks_per_row) return;
-  const int64_t r = i / chunks_per_row, c = i % chunks_per_row;
-  float v[32];
-  detail::Decoder<T>::chunk(w + (row_begin + r) * w_row_bytes, c, v);
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + r * k + c * 32);
+__global__ void __launch_bounds__(kDequantThreads)
+    dequantize_bf16_kernel(const uint8_t* w, size_t w_row_bytes, int64_t row_begin, int64_t n_rows, int64_t k,
+                           __nv_bfloat16* out) {
+  __shared__ __align__(16) uint8_t staged[kDequantThreads * kStagedChunkBytes];
+  const int64_t chunks_per_row = k / 32, total = n_rows * chunks_per_row;
+  const int64_t first = int64_t(blockIdx.x) * kDequantThreads, i = first + threadIdx.x;
+  if (i < total) {
+    const int64_t r = i / chunks_per_row, c = i % chunks_per_row;
+    float v[32];
+    detail::Decoder<T>::chunk(w + (row_begin + r) * w_row_bytes, c, v);
+    uint4* dst = reinterpret_cast<uint4*>(staged + threadIdx.x * kStagedChunkBytes);
 #pragma unroll
-  for (int j = 0; j < 16; ++j) dst[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    for (int q = 0; q < 4; ++q) {
+      const __nv_bfloat162 h[4] = {
+          __floats2bfloat162_rn(v[8 * q], v[8 * q + 1]), __floats2bfloat162_rn(v[8 * q + 2], v[8 * q + 3]),
+          __floats2bfloat162_rn(v[8 * q + 4], v[8 * q + 5]), __floats2bfloat162_rn(v[8 * q + 6], v[8 * q + 7])};
+      dst[q] = *reinterpret_cast<const uint4*>(h);
+    }
+  }
+  __syncthreads();
+  const int64_t vectors = 4 * std::min<int64_t>(kDequantThreads, total - first);  // 16 bytes each
+  uint4* run = reinterpret_cast<uint4*>(out + first * 32);
+  for (int64_t u = threadIdx.x; u < vectors; u += kDequantThreads)
+    run[u] = *reinterpret_cast<const uint4*>(staged + (u / 4) * kStagedChunkBytes + (u % 4) * 16);
 }
 
 __global__ void convert_rows_kernel(const float* x, int64_t ldx, int64_t n, int64_t k, void* out,
@@ -80,12 +106,14 @@ void bf16_to_f32(const void* x, int64_t n, float* out) {
 void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin,
                         int64_t row_end, int64_t k, void* out) {
   BRIOCHE_CHECK(k % 32 == 0, "dequantize_to_bf16: k must be a multiple of 32, got ", k);
+  BRIOCHE_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0, "dequantize_to_bf16: out must be 16-byte aligned, got ",
+                out);
   const int64_t n_rows = row_end - row_begin;
   const int64_t threads = n_rows * (k / 32);
   if (threads <= 0) return;
-  const unsigned grid = unsigned((threads + 255) / 256);
+  const unsigned grid = unsigned((threads + kDequantThreads - 1) / kDequantThreads);
   bool ok = detail::visit_decodable(wtype, [&]<DType T>() {
-    dequantize_bf16_kernel<T><<<grid, 256, 0, detail::current_stream()>>>(
+    dequantize_bf16_kernel<T><<<grid, kDequantThreads, 0, detail::current_stream()>>>(
         static_cast<const uint8_t*>(w), w_row_bytes, row_begin, n_rows, k,
         static_cast<__nv_bfloat16*>(out));
   });
