@@ -205,7 +205,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   const bool active = chunk < a.k / kChunkValues;
   XChunk xc{};
   if (active) xc = load_x_chunk(x, chunk);
-  // The thread that stores the row (not SwiGLU's rows, which never accumulate).
+  // The thread that stores the row here (SwiGLU stores through gemv_store below).
   const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : chunk == 0);
   RingPosition at(p.stages);
   uint32_t buffer = 0;
