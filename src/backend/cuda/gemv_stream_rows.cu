@@ -93,13 +93,19 @@ __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot blo
   return sum;
 }
 
+// What a chunk type fixes: its block's bytes (f16 scale first), the words a
+// thread's 8 blocks fill, and the CTAs that share an SM.
+template <int kBlockBytes_, int kCtasPerSm_>
+struct ChunkOf {
+  static constexpr int kBlockBytes = kBlockBytes_;
+  static constexpr int kWords = 8 * kBlockBytes / 4;
+  static constexpr int kCtasPerSm = kCtasPerSm_;
+};
+
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
-struct Q8_0Chunk {
-  static constexpr int kCtasPerSm = 1;
-  static constexpr int kBlockBytes = 34;
-  static constexpr int kWords = 8 * kBlockBytes / 4;  // 68
+struct Q8_0Chunk : ChunkOf<34, 1> {
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // two chains of __dp4a
@@ -118,10 +124,7 @@ struct Q8_0Chunk {
 // Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
-struct Q4_0Chunk {
-  static constexpr int kCtasPerSm = 2;
-  static constexpr int kBlockBytes = 18;
-  static constexpr int kWords = 8 * kBlockBytes / 4;  // 36
+struct Q4_0Chunk : ChunkOf<18, 2> {
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // low and high nibbles: two chains of __dp4a
