@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/gemv_int8.h"
 #include "core/half.h"
 #include "core/tensor.h"
 #include "ops/add.h"
@@ -405,13 +406,16 @@ int64_t stream_rows(DType dtype, int64_t k) {
 
 Tensor on_host(const Tensor& t) { return to_device(t, Device::CPU); }
 
-// Whether a one-row launch over weight `w` (SwiGLU's gate, with w_up) goes
-// to the streamed kernel.
-bool streams(const Tensor& x, const Tensor& w, const Tensor* w_up = nullptr) {
+// Whether a one-row launch over weight `w` (SwiGLU's gate, with w_up; x̂
+// through norm_w) goes to a streamed kernel: gemv_stream.cu's for 16-bit
+// weights, gemv_stream_rows.cu's for Q8_0/Q4_0.
+bool streams(const Tensor& x, const Tensor& w, const Tensor* w_up = nullptr, const Tensor* norm_w = nullptr) {
   cuda::detail::GemvArgs a{.x = x.data_as<float>(), .ldx = x.dim(1), .n = 1, .k = w.dim(1)};
   if (w_up != nullptr) a.w_up = w_up->data();
+  if (norm_w != nullptr) a.norm_w = norm_w->data_as<float>();
   a.parts[0] = {.w = w.data(), .w_row_bytes = size_t(w.stride(0)), .y = nullptr, .ldy = 0, .m = w.dim(0)};
   a.m = w.dim(0);
+  if (w.dtype() == DType::Q8_0 || w.dtype() == DType::Q4_0) return cuda::detail::gemv_stream_rows_takes(w.dtype(), a);
   return cuda::detail::gemv_stream_takes(w.dtype(), a);
 }
 
@@ -477,34 +481,41 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
   }
 }
 
-// The norm taken into the streamed kernel: the same bits as rms_norm then
-// the streamed kernel over x̂, with `normed` left unwritten.
+// The norm taken into the streamed kernels: the same bits as rms_norm then
+// the streamed kernel over x̂, with `normed` left unwritten. For Q8_0/Q4_0
+// the norm is the x quantization kernel's, which lets the streamed GEMV
+// launch before its own wait (launch.cuh, pdl_prologue_release_first).
 TEST(CudaFusedMatmul, StreamedRmsNormFirstSameBitsAsRmsNormThenMatmul) {
   REQUIRE_CUDA_DEVICE();
-  for (DType dtype : kStreamDtypes) {
-    for (auto [k, m] : {std::pair<int64_t, int64_t>{4096, 1028}, {2056, 2100}}) {
-      const std::string what = std::string(dtype_name(dtype)) + " k=" + std::to_string(k);
-      const Tensor gate_up = random_weight(dtype, 2 * m, k, 70);
-      const Tensor gate = gate_up.slice(0, 0, m), up = gate_up.slice(0, m, 2 * m);
-      const Tensor norm_w = device_f32(1, k, 71).reshape({k}), x = device_f32(1, k, 72);
-      ASSERT_TRUE(streams(x, gate_up)) << what;
-      Tensor h = zeros(DType::F32, {1, k}, Device::CUDA), normed = nan_f32(1, k);
-      rms_norm(x, norm_w, 1e-5f, h);
-      Tensor got = zeros(DType::F32, {1, 2 * m}, Device::CUDA), want = zeros(DType::F32, {1, 2 * m}, Device::CUDA);
-      const Tensor* ws[] = {&gate_up};
-      Tensor* got_ys[] = {&got};
-      Tensor* want_ys[] = {&want};
-      matmul_group(h, ws, want_ys);
-      matmul_group(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, ws, got_ys);
-      expect_same_bits(got, want, what + " group");
+  struct Case {
+    DType dtype;
+    int64_t k, m;
+  };
+  const Case cases[] = {{DType::BF16, 4096, 1028}, {DType::BF16, 2056, 2100}, {DType::F16, 4096, 1028},
+                        {DType::F16, 2056, 2100},  {DType::Q8_0, 4096, 2048}, {DType::Q4_0, 4096, 2048}};
+  for (const auto [dtype, k, m] : cases) {
+    const std::string what = std::string(dtype_name(dtype)) + " k=" + std::to_string(k);
+    const Tensor gate_up = random_weight(dtype, 2 * m, k, 70);
+    const Tensor gate = gate_up.slice(0, 0, m), up = gate_up.slice(0, m, 2 * m);
+    const Tensor norm_w = device_f32(1, k, 71).reshape({k}), x = device_f32(1, k, 72);
+    ASSERT_TRUE(streams(x, gate_up, nullptr, &norm_w)) << what;
+    ASSERT_TRUE(streams(x, gate, &up, &norm_w)) << what << " swiglu";
+    Tensor h = zeros(DType::F32, {1, k}, Device::CUDA), normed = nan_f32(1, k);
+    rms_norm(x, norm_w, 1e-5f, h);
+    Tensor got = zeros(DType::F32, {1, 2 * m}, Device::CUDA), want = zeros(DType::F32, {1, 2 * m}, Device::CUDA);
+    const Tensor* ws[] = {&gate_up};
+    Tensor* got_ys[] = {&got};
+    Tensor* want_ys[] = {&want};
+    matmul_group(h, ws, want_ys);
+    matmul_group(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, ws, got_ys);
+    expect_same_bits(got, want, what + " group");
 
-      Tensor act = zeros(DType::F32, {1, m}, Device::CUDA), act_want = zeros(DType::F32, {1, m}, Device::CUDA);
-      Tensor scratch = zeros(DType::F32, {1, m}, Device::CUDA);
-      swiglu_matmul(h, gate, up, act_want, scratch);
-      swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, gate, up, act, scratch);
-      expect_same_bits(act, act_want, what + " swiglu");
-      EXPECT_TRUE(all_nan(normed)) << what << ": normed written, norm not fused";
-    }
+    Tensor act = zeros(DType::F32, {1, m}, Device::CUDA), act_want = zeros(DType::F32, {1, m}, Device::CUDA);
+    Tensor scratch = zeros(DType::F32, {1, m}, Device::CUDA);
+    swiglu_matmul(h, gate, up, act_want, scratch);
+    swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, gate, up, act, scratch);
+    expect_same_bits(act, act_want, what + " swiglu");
+    EXPECT_TRUE(all_nan(normed)) << what << ": normed written, norm not fused";
   }
 }
 
