@@ -170,17 +170,22 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
 namespace {
 
 #if BRIOCHE_CUDA
-// paged_attention(q, first, ...) on CUDA, its output to `out16` when set.
+// paged_attention(q, first, ...) on CUDA, its output to `out16` when set;
+// with `projection`, matmul_accumulate(projection) after it, reading the
+// int8 blocks the attention writes (cuda::rope_store_kv_attention_accumulate).
 void rope_store_kv_attention_cuda(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
                                   std::span<const AttentionSequence> sequences, const AttentionParams& p,
-                                  Tensor& out, cuda::AttentionOut16 out16) {
+                                  Tensor& out, cuda::AttentionOut16 out16,
+                                  const cpu::MatmulArgs* projection = nullptr) {
   const RopeParams k_rope = k_rope_of(first.q_rope, k_cache);
   std::vector<backend::cpu::KvSequence> store_seqs, attention_seqs;
   const backend::cpu::RopeArgs q_args = detail::rope_args(q, first.positions, first.q_rope);
   const backend::cpu::RopeArgs k_args = detail::rope_args(first.k, first.positions, k_rope);
-  cuda::rope_store_kv_attention(q_args, k_args,
-                                store_kv_args(first.k, first.v, sequences, k_cache, v_cache, store_seqs),
-                                attention_args(q, k_cache, v_cache, sequences, p, out, attention_seqs), out16);
+  const backend::cpu::StoreKvArgs kv = store_kv_args(first.k, first.v, sequences, k_cache, v_cache, store_seqs);
+  const backend::cpu::PagedAttentionArgs attention = attention_args(q, k_cache, v_cache, sequences, p, out,
+                                                                    attention_seqs);
+  if (projection != nullptr) return cuda::rope_store_kv_attention_accumulate(q_args, k_args, kv, attention, *projection);
+  cuda::rope_store_kv_attention(q_args, k_args, kv, attention, out16);
 }
 #endif
 
@@ -212,6 +217,10 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
       const Tensor out16 = uninitialized(f16 ? DType::F16 : DType::BF16, {out.dim(0), out.dim(1)}, Device::CUDA);
       rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {.rows = out16.data(), .f16 = f16});
       return cuda::matmul_accumulate_16bit(projection, out16.data());
+    }
+    if (cuda::attention_quantizes_for(projection, p.head_dim)) {
+      detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out, &then.y});
+      return rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {}, &projection);
     }
   }
 #endif

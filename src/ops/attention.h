@@ -73,7 +73,10 @@ struct ProjectAccumulateThen {
 // paged_attention(q, first, ...), then matmul_accumulate(out, then.w, then.y,
 // then.scratch). On CUDA, where the projection is a GEMM reading 16-bit rows
 // (above 8 rows), attention writes those rows itself (the bits the
-// conversion of `out` would give) and `out` is not written.
+// conversion of `out` would give) and `out` is not written; where it is a
+// GEMV on int8 activations (up to 8 rows of the int8 path's quantized
+// types), attention writes those (the bits of the GEMV's own quantization)
+// and `out` is not written either.
 void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
                      std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out,
                      const ProjectAccumulateThen& then);

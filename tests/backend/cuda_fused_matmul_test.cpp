@@ -61,6 +61,8 @@ Tensor device_f32(int64_t rows, int64_t cols, uint32_t seed) {
   return to_device(random_f32(rows, cols, seed), Device::CUDA);
 }
 
+Tensor on_host(const Tensor& t) { return to_device(t, Device::CPU); }
+
 // A copy of device tensor t in an allocation of its own (through the host).
 Tensor device_copy(const Tensor& t) { return to_device(to_device(t, Device::CPU), Device::CUDA); }
 
@@ -389,6 +391,78 @@ TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
   }
 }
 
+// The same op at ≤ 8 decode rows with weights on the int8 GEMV path: the
+// attention's last kernel (the attention itself at one split, else the
+// combine) writes the GEMV's int8 blocks with the bits of the quantization
+// kernel, so the result has the bits of paged_attention then
+// matmul_accumulate, and the f32 output is not written. Cases: one split
+// (short contexts) and several, head_dim 64 and 128, 1 to 8 rows, and the
+// Llama-3-8B O shape (Q8_0/Q4_0 at k 4,096: the streamed GEMV, whose
+// predecessors then release it before their PDL wait).
+TEST(CudaFusedMatmul, AttentionThenInt8ProjectionSameBitsAsTwoOps) {
+  REQUIRE_CUDA_DEVICE();
+  struct Case {
+    int n_heads, n_kv_heads, head_dim, n_rows, n_past;
+    int64_t hidden;
+    std::vector<DType> dtypes;
+  };
+  const Case cases[] = {
+      {8, 2, 64, 3, 5, 256, {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K}},
+      {8, 2, 64, 8, 200, 256, {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K}},
+      {4, 4, 128, 1, 700, 512, {DType::Q4_0, DType::Q6_K}},
+      {32, 8, 128, 1, 300, 4096, {DType::Q8_0, DType::Q4_0}},
+  };
+  constexpr int kBlockSize = 16;
+  for (const Case& c : cases) {
+    const int last_position = c.n_past + 7 * (c.n_rows - 1);  // row s is at n_past + 7s
+    const int blocks_per_seq = last_position / kBlockSize + 2;
+    const int64_t q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
+    std::vector<int32_t> tables, positions;
+    std::vector<AttentionSequence> seqs;
+    for (int s = 0; s < c.n_rows; ++s)
+      for (int b = 0; b < blocks_per_seq; ++b) tables.push_back(b * c.n_rows + s);
+    for (int s = 0; s < c.n_rows; ++s) {
+      const int n_past = c.n_past + 7 * s;  // each row its own context length
+      seqs.push_back({.first_row = s, .n_rows = 1, .n_past = n_past,
+                      .block_table = std::span<const int32_t>(tables).subspan(size_t(s) * blocks_per_seq,
+                                                                              blocks_per_seq)});
+      positions.push_back(n_past);
+    }
+    std::vector<float> inv_freq(c.head_dim / 2);
+    for (int i = 0; i < c.head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
+    const RopeParams rope{.n_heads = c.n_heads, .head_dim = c.head_dim, .inv_freq = inv_freq};
+    const AttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                                 .scale = 1.0f / std::sqrt(float(c.head_dim))};
+    const int64_t n = c.n_rows, cache_rows = int64_t(c.n_rows) * blocks_per_seq * kBlockSize;
+    const Tensor q0 = device_f32(n, q_dim, 70), k0 = device_f32(n, kv_dim, 71), v0 = device_f32(n, kv_dim, 72);
+    const Tensor residual = device_f32(n, c.hidden, 73);
+    Tensor cache_host = Tensor::zeros(DType::F16, {c.n_rows * blocks_per_seq, kBlockSize, c.n_kv_heads, c.head_dim});
+    const Tensor history = random_f32(cache_rows, kv_dim, 74);
+    for (int64_t i = 0; i < history.numel(); ++i)
+      static_cast<uint16_t*>(cache_host.data())[i] = f32_to_f16(history.data_as<float>()[i]);
+    const Tensor cache0 = to_device(cache_host, Device::CUDA);
+    for (DType dtype : c.dtypes) {
+      const std::string what = std::string(dtype_name(dtype)) + " heads " + std::to_string(c.n_heads) + "/" +
+                               std::to_string(c.n_kv_heads) + "×" + std::to_string(c.head_dim) + ", " +
+                               std::to_string(c.n_rows) + " rows from " + std::to_string(c.n_past) + " keys";
+      const Tensor wo = random_weight(dtype, c.hidden, q_dim, 75);
+      Tensor q1 = device_copy(q0), k1 = device_copy(k0), kc1 = device_copy(cache0), vc1 = device_copy(cache0);
+      Tensor q2 = device_copy(q0), k2 = device_copy(k0), kc2 = device_copy(cache0), vc2 = device_copy(cache0);
+      Tensor y1 = device_copy(residual), y2 = device_copy(residual);
+      Tensor out1 = nan_f32(n, q_dim), out2 = nan_f32(n, q_dim), scratch = nan_f32(n, c.hidden);
+      paged_attention(q1, {.k = k1, .v = v0, .positions = positions, .q_rope = rope}, kc1, vc1, seqs, params, out1,
+                      {.w = wo, .y = y1, .scratch = scratch});
+      paged_attention(q2, {.k = k2, .v = v0, .positions = positions, .q_rope = rope}, kc2, vc2, seqs, params, out2);
+      matmul_accumulate(out2, wo, y2, scratch);
+      const Tensor y1_host = on_host(y1), y2_host = on_host(y2);
+      EXPECT_EQ(std::memcmp(y1_host.data(), y2_host.data(), y1_host.nbytes()), 0) << what;
+      const Tensor kc1_host = on_host(kc1), kc2_host = on_host(kc2);
+      EXPECT_EQ(std::memcmp(kc1_host.data(), kc2_host.data(), kc1_host.nbytes()), 0) << what << ": K cache";
+      EXPECT_TRUE(all_nan(out1)) << what << ": the f32 output written";
+    }
+  }
+}
+
 
 // ---------------------------------------------------------------- streamed GEMV
 // backend/cuda/gemv_stream.cu. Shapes cover a partial last group (rows not a multiple of 8), a
@@ -403,8 +477,6 @@ int64_t stream_rows(DType dtype, int64_t k) {
   const int64_t rows = (int64_t(8.4 * (1 << 20)) + int64_t(row_bytes(dtype, k)) - 1) / int64_t(row_bytes(dtype, k));
   return (rows + 7) / 8 * 8;
 }
-
-Tensor on_host(const Tensor& t) { return to_device(t, Device::CPU); }
 
 // Whether a one-row launch over weight `w` (SwiGLU's gate, with w_up; x̂
 // through norm_w) goes to a streamed kernel: gemv_stream.cu's for 16-bit

@@ -10,6 +10,9 @@
 //   m' = max(m, s);  l' = l·2^(m−m') + Σ 2^(s−m');  acc' = acc·2^(m−m') + Σ 2^(s−m')·v
 // With several splits (long contexts, few rows), each writes (acc, m, l) and
 // a combine kernel merges them: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s.
+// The last of the two writes the output: f32 rows, 16-bit rows for the O
+// projection's GEMM (AttentionOut16), or the int8 blocks of its GEMV
+// (rope_store_kv_attention_accumulate), a warp per 32 values.
 // Batches of decode rows over an f16 cache go to the tensor-core kernel of
 // attention_decode_mma.cu instead (same grid, splits and combine;
 // attention_paged.cuh holds what the two share).
@@ -23,6 +26,7 @@
 #include "backend/cuda/attention_paged.cuh"
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_int8.h"
 #include "backend/cuda/graph.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   int base = k0 + warp * kWarpKeys;
   const bool first_step_early = kRope && base <= k1 && min(base + kWarpKeys - 1, k1) < keys.row.pos;
   if (first_step_early) load_step(base, k_cur, v_cur);
-  detail::pdl_prologue();
+  output_prologue(p);
   if (!active) return;
 
   // q (zero for heads past the group), rotated and pre-scaled by warp 0,
@@ -275,7 +279,7 @@ constexpr int kCombineThreads = 256;
 constexpr int kMaxSplits = 64;
 
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(AttnParams p) {
-  detail::pdl_prologue();
+  output_prologue(p);
   const int r = blockIdx.x / p.n_heads, h = blockIdx.x % p.n_heads;
   if (row_sequence(p, r) < 0) return;
   const int d = p.head_dim, active = row_keys(p, r).active_splits;
@@ -518,13 +522,17 @@ struct RopeInAttention {
   bool interleaved;
 };
 
-void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention* rope, AttentionOut16 out16) {
+void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention* rope, AttentionOut16 out16,
+            Int8Out int8 = {}) {
   // Sequences with many rows (prefill) go to the tensor-core kernel of
   // attention_prefill.cu; the rest (decode rows, bound decode steps) stay here.
   backend::cpu::PagedAttentionArgs a = args;
   std::vector<backend::cpu::KvSequence> rest;
   if (decode_binding() == nullptr) {
     rest = prefill_attention(args, out16);
+    BRIOCHE_CHECK(int8.q == nullptr || rest.size() == size_t(args.n_sequences),
+                  "paged_attention: int8 output is for decode rows; a sequence of ", kPrefillMinRows,
+                  " or more rows went to the prefill kernel");
     a.sequences = rest.data();
     a.n_sequences = int(rest.size());
   }
@@ -564,7 +572,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
                .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window, .n_rows = n_rows,
                .row_seq = nullptr, .row_pos = nullptr, .table_offset = nullptr, .tables = nullptr,
                .table_stride = 0, .splits = splits,
-               .part_acc = nullptr, .part_ml = nullptr, .out16 = out16};
+               .part_acc = nullptr, .part_ml = nullptr, .out16 = out16, .int8 = int8};
   if (bound != nullptr) {
     p.row_pos = bound->positions;
     p.tables = bound->tables;
@@ -605,15 +613,10 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
   }
 }
 
-}  // namespace
-
-void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16) {
-  attend(args, nullptr, out16);
-}
-
-void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
-                             const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args,
-                             AttentionOut16 out16) {
+// rope_store_kv_attention with the output to out16 or int8.
+void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                          const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args,
+                          AttentionOut16 out16, Int8Out int8) {
   check_rope_store_kv(q, k, kv);
   BRIOCHE_CHECK(q.x == args.q && q.x_stride == args.q_stride && q.head_dim == args.head_dim &&
                     q.n_heads == args.n_heads && k.n_heads == args.n_kv_heads,
@@ -634,12 +637,49 @@ void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu
   }
   if (!decode) {
     cuda::rope_store_kv(q, k, kv);  // qualified: ADL also finds backend::cpu's
-    cuda::paged_attention(args, out16);
+    attend(args, nullptr, out16, int8);
     return;
   }
   const RopeInAttention rope{.k = k.x, .v = kv.v, .k_stride = k.x_stride, .v_stride = kv.v_stride,
                              .inv_freq = q.inv_freq, .interleaved = q.interleaved};
-  attend(args, &rope, out16);
+  attend(args, &rope, out16, int8);
+}
+
+}  // namespace
+
+void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16) {
+  attend(args, nullptr, out16);
+}
+
+void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                             const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args,
+                             AttentionOut16 out16) {
+  rope_store_kv_attend(q, k, kv, args, out16, {});
+}
+
+bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim) {
+  static const bool on = env_switch_on("BRIOCHE_CUDA_ATTENTION_INT8");
+  return on && head_dim % 32 == 0 && projection.n >= 1 && projection.n <= 8 && projection.m > 0 &&
+         dtype_info(projection.wtype).quantized &&
+         detail::gemv_quant_reads_int8(projection.wtype, detail::accumulate_gemv_args(projection));
+}
+
+void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                                        const backend::cpu::StoreKvArgs& kv,
+                                        const backend::cpu::PagedAttentionArgs& args,
+                                        const cpu::MatmulArgs& projection) {
+  BRIOCHE_CHECK(attention_quantizes_for(projection, args.head_dim) && projection.x == args.out &&
+                    projection.k == int64_t(args.n_heads) * args.head_dim,
+                "rope_store_kv_attention_accumulate: the projection must read the attention's output on the int8 "
+                "GEMV path (≤ 8 rows, head_dim a multiple of 32); got ", projection.n, " rows of ",
+                dtype_name(projection.wtype), ", k ", projection.k, ", head_dim ", args.head_dim,
+                (projection.x == args.out ? "" : ", another x"));
+  const detail::GemvArgs g = detail::accumulate_gemv_args(projection);
+  const detail::Int8Scratch x = detail::allocate_int8_acts(g.n, g.k);
+  static const bool release = env_switch_on("BRIOCHE_CUDA_ATTENTION_RELEASE");
+  const bool streamed = release && detail::gemv_stream_rows_takes(projection.wtype, g);
+  rope_store_kv_attend(q, k, kv, args, {}, {.q = x.q, .ds = x.ds, .release_next = streamed});
+  detail::gemv_int8_quantized(projection.wtype, g, x.acts);
 }
 
 }  // namespace brioche::cuda

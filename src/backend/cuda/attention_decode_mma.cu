@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
   const bool first_tile_early = kRope && n_tiles > 0 && min(k0 + kKeys - 1, k1) < keys.row.pos;
   if (n_tiles > 0) fetch_blocks<D>(p, table, k0, k1, blocks);
   if (first_tile_early) queue_next();
-  detail::pdl_prologue();
+  output_prologue(p);
   if (n_tiles == 0) return;
 
   // q: warp 0 loads (and rotates, storing the new K/V first when it is one

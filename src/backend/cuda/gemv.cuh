@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cpu/matmul.h"
 #include "backend/cuda/launch.cuh"
 #include "core/dtype.h"
 
@@ -180,5 +181,10 @@ void gemv_stream(DType wtype, const GemvArgs& args);
 void gemv_quant(DType wtype, const GemvArgs& args);  // every block-quantized dtype
 // Whether gemv_quant takes args.norm_w itself (the int8 path does).
 bool gemv_quant_takes_norm(DType wtype, const GemvArgs& args);
+// The launch arguments of matmul_accumulate(a) for a ≤ 8-row `a` (matmul.cu).
+GemvArgs accumulate_gemv_args(const cpu::MatmulArgs& a);
+// Whether gemv_quant runs on the int8 path (gemv_int8.h), reading x as
+// int8 blocks that one kernel quantizes first.
+bool gemv_quant_reads_int8(DType wtype, const GemvArgs& args);
 
 }  // namespace brioche::cuda::detail

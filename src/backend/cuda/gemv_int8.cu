@@ -20,15 +20,15 @@ __device__ __forceinline__ void quantize_quad(float4 v, bool inside, int64_t c, 
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
   for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off, 8));
-  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-  const int q0 = __float2int_rn(v.x * inv), q1 = __float2int_rn(v.y * inv), q2 = __float2int_rn(v.z * inv),
-            q3 = __float2int_rn(v.w * inv);
+  const BlockScale s = block_scale(amax);
+  const int q0 = __float2int_rn(v.x * s.inv), q1 = __float2int_rn(v.y * s.inv), q2 = __float2int_rn(v.z * s.inv),
+            q3 = __float2int_rn(v.w * s.inv);
   int sum = q0 + q1 + q2 + q3;
 #pragma unroll
   for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off, 8);
   if (!inside) return;
   reinterpret_cast<char4*>(q)[c] = make_char4(char(q0), char(q1), char(q2), char(q3));
-  if ((c & 7) == 0) ds[c / 8] = make_float2(d, d * float(sum));
+  if ((c & 7) == 0) ds[c / 8] = make_float2(s.d, s.d * float(sum));
 }
 
 // The quantization kernels' PDL prologue: a streamed GEMV after them
@@ -255,30 +255,40 @@ bool gemv_int8_takes_norm(const GemvArgs& a) {
   return rms_norm_threads(a.k) > 0 && aligned16(a.x) && a.ldx % 4 == 0 && aligned16(a.norm_w);
 }
 
+Int8Scratch allocate_int8_acts(int n, int64_t k) {
+  const int64_t n_blocks = k / 32;
+  const size_t q_bytes = size_t(n) * size_t(k);
+  Int8Scratch s;
+  s.memory = allocate(q_bytes + size_t(n) * size_t(n_blocks) * sizeof(float2));
+  s.q = static_cast<int8_t*>(s.memory.get());
+  s.ds = reinterpret_cast<float2*>(s.q + q_bytes);
+  s.acts = {.q = s.q, .ds = s.ds, .k = k, .n_blocks = n_blocks};
+  return s;
+}
+
 void gemv_int8(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(gemv_int8_covers(wtype, a), "gemv_int8: ", dtype_name(wtype), " with k = ", a.k, ", n = ", a.n,
                 " and these weight strides/alignments is not on the int8 path");
-  // Scratch: q [n, k] int8, then ds [n, k/32] float2 (n·k is a multiple of 32,
-  // so ds starts 16-byte aligned).
-  const int64_t n_blocks = a.k / 32;
-  const size_t q_bytes = size_t(a.n) * size_t(a.k);
-  std::shared_ptr<void> scratch = allocate(q_bytes + size_t(a.n) * size_t(n_blocks) * sizeof(float2));
-  auto* q = static_cast<int8_t*>(scratch.get());
-  auto* ds = reinterpret_cast<float2*>(q + q_bytes);
+  const Int8Scratch x = allocate_int8_acts(a.n, a.k);
   const bool streamed = gemv_stream_rows_takes(wtype, a);
   if (a.norm_w != nullptr) {
     BRIOCHE_CHECK(gemv_int8_takes_norm(a), "gemv_int8: the RMSNorm of x fuses for k up to 16,384 with 16-byte "
                   "aligned x rows and norm weight; got k ", a.k, ", row stride ", a.ldx, " floats");
     launch_dependent(quantize_normed_acts_kernel, unsigned(a.n), rms_norm_threads(a.k), 0, a.x, a.ldx, a.k,
-                     a.norm_w, a.norm_eps, q, ds, streamed);
+                     a.norm_w, a.norm_eps, x.q, x.ds, streamed);
   } else {
     const int64_t total_quads = int64_t(a.n) * a.k / 4;
     constexpr int kThreads = 256;
     launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x,
-                     a.ldx, a.k, total_quads, q, ds, streamed);
+                     a.ldx, a.k, total_quads, x.q, x.ds, streamed);
   }
-  const Int8Acts x{.q = q, .ds = ds, .k = a.k, .n_blocks = n_blocks};
-  if (streamed) gemv_stream_rows(wtype, a, x);
+  gemv_int8_quantized(wtype, a, x.acts);
+}
+
+void gemv_int8_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x) {
+  BRIOCHE_CHECK(gemv_int8_covers(wtype, a) && x.k == a.k, "gemv_int8_quantized: ", dtype_name(wtype), " with k = ",
+                a.k, " (x quantized at k = ", x.k, "), n = ", a.n, " is not on the int8 path");
+  if (gemv_stream_rows_takes(wtype, a)) gemv_stream_rows(wtype, a, x);
   else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else gemv_int8_blocks32(wtype, a, x);
 }

@@ -33,16 +33,10 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/gemv_int8.h"
 #include "backend/cuda/runtime.h"
 
 namespace brioche::cuda::detail {
-
-struct Int8Acts {
-  const int8_t* q;   // [n, k] int8 values, row stride k
-  const float2* ds;  // [n, k/32] (dx, sx) per 32-value block
-  int64_t k;
-  int64_t n_blocks;  // k / 32
-};
 
 inline constexpr int kInt8Warps = 4;  // weight rows in flight per CTA
 
@@ -58,6 +52,33 @@ __device__ __forceinline__ uint4 ldg_u128(const uint8_t* p) { return __ldg(reint
 __device__ __forceinline__ int4 ldg_x16(const int8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
 __device__ __forceinline__ int2 ldg_x8(const int8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
 __device__ __forceinline__ float4 ldg_ds2(const float2* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+
+// A 32-value block's scale dx = max|x_b| / 127 and the inverse that
+// quantizes it (0 for a block of zeros).
+struct BlockScale {
+  float d, inv;
+};
+__device__ __forceinline__ BlockScale block_scale(float amax) {
+  return {amax / 127.0f, amax > 0.0f ? 127.0f / amax : 0.0f};
+}
+
+// Quantizes one 32-value block held a value per lane (lane i: value i) into
+// q[0..31] and ds (dx, dx · Σq): the bits of gemv_int8.cu's quantization
+// kernels on the same values (max and integer sums do not depend on the
+// order). All 32 lanes must call it.
+__device__ __forceinline__ void quantize_block_of_warp(float v, int8_t* __restrict__ q, float2* __restrict__ ds) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const BlockScale s = block_scale(amax);
+  const int qi = __float2int_rn(v * s.inv);
+  int sum = qi;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  const int lane = int(threadIdx.x % 32);
+  q[lane] = int8_t(qi);
+  if (lane == 0) *ds = make_float2(s.d, s.d * float(sum));
+}
 
 // Σ of 16 int8 products: w[0..3] against the 16 bytes of x.
 __device__ __forceinline__ int dot16(const int w[4], int4 x, int acc) {

@@ -4,12 +4,33 @@
 // to f32. See gemv_int8.cuh for the math and the layouts.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <memory>
 
 #include "backend/cuda/gemv.cuh"
 #include "core/dtype.h"
 
 namespace brioche::cuda::detail {
+
+// x as the integer kernels read it (gemv_int8.cuh has the math).
+struct Int8Acts {
+  const int8_t* q;   // [n, k] int8 values, row stride k
+  const float2* ds;  // [n, k/32] (dx, sx) per 32-value block
+  int64_t k;
+  int64_t n_blocks;  // k / 32
+};
+
+// Room for n rows of x's int8 blocks, from the caching allocator: q [n, k],
+// then ds [n, k/32] (n·k is a multiple of 32, so ds starts 16-byte aligned).
+struct Int8Scratch {
+  std::shared_ptr<void> memory;
+  int8_t* q;
+  float2* ds;
+  Int8Acts acts;
+};
+Int8Scratch allocate_int8_acts(int n, int64_t k);
 
 // True when `wtype` with these arguments runs on the int8 path: Q8_0 and
 // Q4_0 (k a multiple of 64: their 2-byte-aligned blocks are read as aligned
@@ -24,7 +45,6 @@ bool gemv_int8_covers(DType wtype, const GemvArgs& args);
 // rows that rms_norm's CTA holds in registers (k ≤ 16,384), 16-byte aligned.
 bool gemv_int8_takes_norm(const GemvArgs& args);
 
-struct Int8Acts;
 // One x row against big Q8_0/Q4_0 weights, streamed through shared memory
 // in tiles of whole rows (gemv_stream_rows.cu); gemv_int8 hands them over.
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& args);
@@ -33,5 +53,9 @@ void gemv_stream_rows(DType wtype, const GemvArgs& args, const Int8Acts& x);
 // Quantizes x (or x̂) into scratch from the caching allocator and launches the
 // integer GEMV; honours every fusion of GemvArgs (parts, accumulate, w_up, norm_w).
 void gemv_int8(DType wtype, const GemvArgs& args);
+// The GEMV of gemv_int8 on x already quantized into `x` (by another
+// kernel, such as the attention's last: attention.cu); args.x and
+// args.norm_w are not read.
+void gemv_int8_quantized(DType wtype, const GemvArgs& args, const Int8Acts& x);
 
 }  // namespace brioche::cuda::detail

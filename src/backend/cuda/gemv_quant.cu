@@ -119,23 +119,23 @@ void launch(const GemvArgs& a) {
   else launch_fused<T, false>(a);
 }
 
+}  // namespace
+
 // Q8_0, Q4_0, Q4_1 and the K-quants: int8 activations and __dp4a
 // (gemv_int8.cuh); the rest below decode to f32. BRIOCHE_CUDA_GEMV_INT8=0
 // keeps every type on the f32 kernels (for A/B benchmarks).
-bool on_int8_path(DType wtype, const GemvArgs& a) {
+bool gemv_quant_reads_int8(DType wtype, const GemvArgs& a) {
   static const bool int8_path = env_switch_on("BRIOCHE_CUDA_GEMV_INT8");
   return int8_path && gemv_int8_covers(wtype, a);
 }
 
-}  // namespace
-
 bool gemv_quant_takes_norm(DType wtype, const GemvArgs& a) {
-  return on_int8_path(wtype, a) && gemv_int8_takes_norm(a);
+  return gemv_quant_reads_int8(wtype, a) && gemv_int8_takes_norm(a);
 }
 
 void gemv_quant(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(dtype_info(wtype).quantized, "gemv_quant: ", dtype_name(wtype), " is not quantized");
-  if (on_int8_path(wtype, a)) return gemv_int8(wtype, a);
+  if (gemv_quant_reads_int8(wtype, a)) return gemv_int8(wtype, a);
   BRIOCHE_CHECK(a.norm_w == nullptr, "gemv_quant: only the int8 path's types take the RMSNorm of x, got ",
                 dtype_name(wtype), " on the f32-decode kernels");
   BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_quant: n must be 1..8, got ", a.n);

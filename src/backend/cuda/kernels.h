@@ -108,6 +108,20 @@ void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut1
 void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                              const backend::cpu::StoreKvArgs& kv, const backend::cpu::PagedAttentionArgs& args,
                              AttentionOut16 out16 = {});
+// Whether rope_store_kv_attention_accumulate takes `projection` after
+// attention of this head_dim: a GEMV of ≤ 8 rows on the int8 path
+// (gemv_int8.h: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), head_dim a multiple of
+// 32. BRIOCHE_CUDA_ATTENTION_INT8=0 turns it off (A/B runs).
+bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim);
+// rope_store_kv_attention(q, k, kv, args), then matmul_accumulate(projection)
+// of its output (projection.x is args.out): the attention's last kernel
+// writes the output as the int8 blocks the GEMV reads, with the bits of the
+// GEMV's own quantization kernel, which then does not run. args.out is not
+// written. Needs attention_quantizes_for(projection, args.head_dim).
+void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
+                                        const backend::cpu::StoreKvArgs& kv,
+                                        const backend::cpu::PagedAttentionArgs& args,
+                                        const cpu::MatmulArgs& projection);
 // Whether the matmul `a` is a GEMM reading x as 16-bit rows (bf16; f16 for
 // f16 weights): above 8 rows, for 16-bit or quantized weights.
 bool gemm_reads_16bit(const cpu::MatmulArgs& a);

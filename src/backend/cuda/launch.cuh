@@ -58,8 +58,10 @@ __device__ __forceinline__ void pdl_prologue() {
 // triggers after its own wait, so at most two grids wait behind the running
 // one. Llama-3-8B decode, the x quantization kernels before the streamed
 // GEMVs: Q8_0 370–373 → 387–393 tokens/s, Q4_0 within noise (502–506 →
-// 500). (Ahead of the warp-per-row GEMVs it cost Q4_K 3%, and before the
-// attention combine SmolLM2 4%, so those keep pdl_prologue.)
+// 500). (Ahead of the warp-per-row GEMVs it cost Q4_K 3%, and in the
+// attention combine of every launch SmolLM2 4%, so those keep pdl_prologue;
+// the attention kernels use it only before a streamed int8 O projection:
+// attention_paged.cuh, output_prologue.)
 __device__ __forceinline__ void pdl_prologue_release_first() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -134,10 +134,9 @@ std::shared_ptr<void> gemm_input(std::span<cpu::MatmulArgs> parts, const InputNo
   return x16;
 }
 
-// One GEMV launch over `g` (x, n, k of `a`; its parts and fusions set), of
-// x̂ = RMSNorm(x) when `norm` is given.
-void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm = nullptr) {
-  cpu::MatmulArgs a = args;
+// `g` (its parts and fusions set) with x, n and k of `a` and what follows
+// from them.
+detail::GemvArgs launch_args(const cpu::MatmulArgs& a, detail::GemvArgs g) {
   g.x = a.x;
   g.ldx = a.ldx;
   g.n = int(a.n);
@@ -145,6 +144,14 @@ void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm
   g.m = 0;
   for (int p = 0; p < g.n_parts; ++p) g.m += g.parts[p].m;
   g.prefetch_rows = gemv_prefetch_rows(g);
+  return g;
+}
+
+// One GEMV launch over `g` (x, n, k of `a`; its parts and fusions set), of
+// x̂ = RMSNorm(x) when `norm` is given.
+void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm = nullptr) {
+  cpu::MatmulArgs a = args;
+  g = launch_args(a, g);
   if (norm != nullptr) {
     g.norm_w = norm->weight;
     g.norm_eps = norm->eps;
@@ -257,6 +264,14 @@ void matmul_accumulate(const cpu::MatmulArgs& a) {
   if (a.n > kMaxGemvRows) return gemm(a, 1.0f);
   gemv(a, {.parts = {gemv_part(a)}, .accumulate = true});
 }
+
+namespace detail {
+
+GemvArgs accumulate_gemv_args(const cpu::MatmulArgs& a) {
+  return launch_args(a, {.parts = {gemv_part(a)}, .accumulate = true});
+}
+
+}  // namespace detail
 
 bool gemm_reads_16bit(const cpu::MatmulArgs& a) { return a.n > kMaxGemvRows && a.wtype != DType::F32; }
 
