@@ -299,15 +299,15 @@ bool streams_rows(DType dtype, const Weight& w, int64_t m, int64_t k, const Weig
   return detail::gemv_stream_rows_takes(dtype, a);
 }
 
-// The streamed whole-row kernel (launches of at least 8 MB at one x row):
-// 16, 32 and 64 threads a row (k = 4,096, 8,192, 14,336), a partial last
+// The streamed whole-row kernel (launches of at least 8 MB at one x row) for
+// each of its types: 16, 32 and 64 threads a row (k = 4,096, 8,192, 14,336), a partial last
 // tile, accumulate, SwiGLU, and Q/K/V parts whose boundaries fall inside
 // tiles, against the same double reference as the warp kernels.
 TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
   REQUIRE_CUDA_DEVICE();
   Worst plain, acc_worst, swiglu_worst, qkv_worst;
   uint32_t seed = 1300;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K}) {
     // Rows for a launch of `mb` MB (the kernel takes ≥ 8), plus `extra`.
     auto rows = [&](int64_t mb, int64_t k, int64_t extra) { return (mb << 20) / int64_t(row_bytes(dtype, k)) + extra; };
     for (int64_t k : {4096, 8192, 14336}) {

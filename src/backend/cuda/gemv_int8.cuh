@@ -21,9 +21,10 @@
 // up, or a pair of rows) with it, reading each x share once for both, and the
 // warp sums the lanes. The per-row order of operations does not depend on the
 // launch (grid, parts, fusion), so fused and unfused launches on these
-// kernels give bit-identical outputs. (Big one-row Q8_0/Q4_0 launches go to
-// gemv_stream_rows.cu instead, which sums in another order: a fused Q/K/V
-// launch taken there and K alone, below its 8 MB, agree to rounding only.)
+// kernels give bit-identical outputs. (Big one-row Q8_0/Q4_0/Q4_K/Q5_K
+// launches go to gemv_stream_rows.cu instead, which sums in another order: a
+// fused Q/K/V launch taken there and K alone, below its 8 MB, agree to
+// rounding only.)
 #pragma once
 
 #include <cuda_fp16.h>
@@ -78,6 +79,29 @@ __device__ __forceinline__ void quantize_block_of_warp(float v, int8_t* __restri
   const int lane = int(threadIdx.x % 32);
   q[lane] = int8_t(qi);
   if (lane == 0) *ds = make_float2(s.d, s.d * float(sum));
+}
+
+// The 6-bit (scale, min) of sub-blocks 2p and 2p+1 of a Q4_K/Q5_K super-block,
+// from its 12 scale bytes as words s0 (bytes 0..3), s1 (4..7), s2 (8..11).
+// Sub-block j < 4: scale = byte j & 63, min = byte j+4 & 63; j ≥ 4: the low
+// 4 bits come from byte j+4 (scale: low nibble, min: high nibble) and the top
+// 2 from bits 6..7 of byte j−4 (scale) or j (min). Both sub-blocks of a pair
+// sit in adjacent bytes, so each is one masked 16-bit slice.
+struct ScaleMinPair {
+  int sc0, sc1, mn0, mn1;
+};
+__device__ __forceinline__ ScaleMinPair k_scale_min_pair(uint32_t s0, uint32_t s1, uint32_t s2, int p) {
+  const uint32_t shift = 16u * uint32_t(p & 1);
+  const uint32_t a = s0 >> shift, b = s1 >> shift, c = s2 >> shift;
+  uint32_t sc, mn;
+  if (p < 2) {
+    sc = a & 0x3F3Fu;
+    mn = b & 0x3F3Fu;
+  } else {
+    sc = (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);         // (b >> 6) << 4 per byte = (b >> 2) & 0x30
+    mn = ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
+  }
+  return {int(sc & 0xFF), int(sc >> 8), int(mn & 0xFF), int(mn >> 8)};
 }
 
 // Σ of 16 int8 products: w[0..3] against the 16 bytes of x.

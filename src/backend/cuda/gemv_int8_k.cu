@@ -7,29 +7,6 @@ namespace brioche::cuda::detail {
 
 namespace {
 
-// The 6-bit (scale, min) of sub-blocks 2p and 2p+1 of a Q4_K/Q5_K super-block,
-// from its 12 scale bytes as words s0 (bytes 0..3), s1 (4..7), s2 (8..11).
-// Sub-block j < 4: scale = byte j & 63, min = byte j+4 & 63; j ≥ 4: the low
-// 4 bits come from byte j+4 (scale: low nibble, min: high nibble) and the top
-// 2 from bits 6..7 of byte j−4 (scale) or j (min). Both sub-blocks of a pair
-// sit in adjacent bytes, so each is one masked 16-bit slice.
-struct ScaleMinPair {
-  int sc0, sc1, mn0, mn1;
-};
-__device__ __forceinline__ ScaleMinPair k_scale_min_pair(uint32_t s0, uint32_t s1, uint32_t s2, int p) {
-  const uint32_t shift = 16u * uint32_t(p & 1);
-  const uint32_t a = s0 >> shift, b = s1 >> shift, c = s2 >> shift;
-  uint32_t sc, mn;
-  if (p < 2) {
-    sc = a & 0x3F3Fu;
-    mn = b & 0x3F3Fu;
-  } else {
-    sc = (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);         // (b >> 6) << 4 per byte = (b >> 2) & 0x30
-    mn = ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
-  }
-  return {int(sc & 0xFF), int(sc >> 8), int(mn & 0xFF), int(mn >> 8)};
-}
-
 // Which part of a super-block a lane takes in the 4-bit/5-bit types: 4 lanes
 // per super-block, lane p = lane & 3 taking sub-blocks 2p and 2p + 1, which
 // share the 32 bytes qs[32p..32p+32) (low nibbles are sub-block 2p, high

@@ -1,7 +1,8 @@
-// The streamed decode GEMV for Q8_0 and Q4_0 weights against int8 x
-// (gemv_int8.cuh): tiles of whole weight rows brought into shared memory by
-// the bulk copy engine (the pipeline of gemv_stream.cuh), read by consumer
-// threads that each own a fixed 256-value column chunk.
+// The streamed decode GEMV for Q8_0, Q4_0, Q4_K and Q5_K weights against
+// int8 x (gemv_int8.cuh): tiles of whole weight rows brought into shared
+// memory by the bulk copy engine (the pipeline of gemv_stream.cuh), read by
+// consumer threads that each own a fixed 256-value column chunk (one K-quant
+// super-block: 144 or 176 bytes).
 //
 // Why not gemv_stream.cu's tiles (8 rows × 2,048 values): a 32-value block
 // of these types is 34 or 18 bytes, 2-byte aligned, so a thread owning a
@@ -93,19 +94,42 @@ __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot blo
   return sum;
 }
 
-// What a chunk type fixes: its block's bytes (f16 scale first), the words a
-// thread's 8 blocks fill, and the CTAs that share an SM.
-template <int kBlockBytes_, int kCtasPerSm_>
+// Σ over a K-quant super-block's 4 groups g of sub-blocks 2g and 2g + 1:
+// group_dots(g, i, s0, s1) adds word i (0..7) of each sub-block's quants
+// against x (__dp4a into s0 and s1); the scales (d, dmin in word 0, the 12
+// scale bytes in words 1..3) turn the two integer sums into floats.
+template <int N, class GroupDots>
+__device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChunk& x, GroupDots group_dots) {
+  const float d = half_lo(v[0]), dmin = half_hi(v[0]);
+  float sum = 0.0f;
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) group_dots(g, i, s0, s1);
+    const ScaleMinPair sm = k_scale_min_pair(v[1], v[2], v[3], g);
+    const float2 x0 = x.ds[2 * g], x1 = x.ds[2 * g + 1];
+    sum += d * (float(sm.sc0) * x0.x * float(s0) + float(sm.sc1) * x1.x * float(s1)) -
+           dmin * (float(sm.mn0) * x0.y + float(sm.mn1) * x1.y);
+  }
+  return sum;
+}
+
+// What a chunk type fixes: the bytes of a thread's 256 values (whole
+// 16-byte vectors), the words they fill, and the CTAs that share an SM.
+template <int kChunkBytes_, int kCtasPerSm_>
 struct ChunkOf {
-  static constexpr int kBlockBytes = kBlockBytes_;
-  static constexpr int kWords = 8 * kBlockBytes / 4;
+  static constexpr int kChunkBytes = kChunkBytes_;
+  static_assert(kChunkBytes % 16 == 0, "a chunk is read as 16-byte shared loads");
+  static constexpr int kWords = kChunkBytes / 4;
   static constexpr int kCtasPerSm = kCtasPerSm_;
 };
 
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
-struct Q8_0Chunk : ChunkOf<34, 1> {
+struct Q8_0Chunk : ChunkOf<8 * 34, 1> {
+  static constexpr int kBlockBytes = 34;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // two chains of __dp4a
@@ -124,7 +148,8 @@ struct Q8_0Chunk : ChunkOf<34, 1> {
 // Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
-struct Q4_0Chunk : ChunkOf<18, 2> {
+struct Q4_0Chunk : ChunkOf<8 * 18, 2> {
+  static constexpr int kBlockBytes = 18;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // low and high nibbles: two chains of __dp4a
@@ -135,6 +160,36 @@ struct Q4_0Chunk : ChunkOf<18, 2> {
         s1 = __dp4a(int((w >> 4) & 0x0F0F0F0Fu), x.q[8 * b + 4 + i], s1);
       }
       return x.ds[b].x * float(s0 + s1) - 8.0f * x.ds[b].y;
+    });
+  }
+};
+
+// Q4_K: one super-block: f16 d and dmin (word 0), 12 scale bytes (words
+// 1..3), qs[128] (words 4..35), whose 32-byte group g holds sub-block 2g in
+// its low nibbles and 2g + 1 in its high ones; sub-block j gives
+// d·sc_j·dx_j·Σ q·xq − dmin·mn_j·sx_j (gemv_int8.cuh: k_scale_min_pair).
+// Two CTAs per SM, as Q4_0 (the same 144 bytes a chunk).
+struct Q4_KChunk : ChunkOf<144, 2> {
+  static constexpr int kQuantsWord = 4;
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+    return sum_k_groups(v, x, [&](int g, int i, int& s0, int& s1) {
+      const uint32_t w = v[kQuantsWord + 8 * g + i];
+      s0 = __dp4a(int(w & 0x0F0F0F0Fu), x.q[16 * g + i], s0);
+      s1 = __dp4a(int((w >> 4) & 0x0F0F0F0Fu), x.q[16 * g + 8 + i], s1);
+    });
+  }
+};
+
+// Q5_K: as Q4_K with qh[32] (words 4..11) before qs (words 12..43): bit j of
+// qh[i] is the fifth bit of element i of sub-block j.
+struct Q5_KChunk : ChunkOf<176, 2> {
+  static constexpr int kHighWord = 4, kQuantsWord = 12;
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+    return sum_k_groups(v, x, [&](int g, int i, int& s0, int& s1) {
+      const uint32_t w = v[kQuantsWord + 8 * g + i], h = v[kHighWord + i];
+      s0 = __dp4a(int((w & 0x0F0F0F0Fu) | (((h >> (2 * g)) & 0x01010101u) << 4)), x.q[16 * g + i], s0);
+      s1 = __dp4a(int(((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * g + 1)) & 0x01010101u) << 4)), x.q[16 * g + 8 + i],
+                  s1);
     });
   }
 };
@@ -159,7 +214,7 @@ struct Plan {
 template <class Chunk, int kRowThreads, bool kSwiglu>
 Plan plan_of(const GemvArgs& a) {
   constexpr int kRows = kConsumerThreads / kRowThreads / (kSwiglu ? 2 : 1);
-  const uint32_t row_bytes = uint32_t(a.k / 32 * Chunk::kBlockBytes);
+  const uint32_t row_bytes = uint32_t(a.k / kChunkValues * Chunk::kChunkBytes);
   const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
   const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
   return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows};
@@ -225,7 +280,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
     if (active) {
       const uint4* src =
           reinterpret_cast<const uint4*>(s.tiles + size_t(at.slot) * p.tile_bytes + size_t(slot_row) * p.row_bytes +
-                                         size_t(chunk) * (8 * Chunk::kBlockBytes));
+                                         size_t(chunk) * Chunk::kChunkBytes);
       uint32_t v[Chunk::kWords];
 #pragma unroll
       for (int i = 0; i < Chunk::kWords / 4; ++i) {
@@ -302,7 +357,8 @@ void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
 
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMV_STREAM_INT8");
-  if (!on || (wtype != DType::Q8_0 && wtype != DType::Q4_0) || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
+  const bool typed = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K || wtype == DType::Q5_K;
+  if (!on || !typed || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
   const int64_t max_chunks = a.w_up != nullptr ? 16 : 64;
   if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
   // Packed rows: the tile's row stride is the row's bytes.
@@ -312,13 +368,17 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
 }
 
 void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
-  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0 weights of at least ",
-                stream::kMinBytes >> 20, " MB with k a multiple of 256 up to 16,384 (4,096 for SwiGLU) and packed "
+  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K "
+                "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 up to 16,384 (4,096 for SwiGLU) and packed "
                 "16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ",
                 gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
                 row_bytes(wtype, a.k), ")");
-  if (wtype == DType::Q8_0) launch_chunks<Q8_0Chunk>(a, x);
-  else launch_chunks<Q4_0Chunk>(a, x);
+  switch (wtype) {
+    case DType::Q8_0: return launch_chunks<Q8_0Chunk>(a, x);
+    case DType::Q4_0: return launch_chunks<Q4_0Chunk>(a, x);
+    case DType::Q4_K: return launch_chunks<Q4_KChunk>(a, x);
+    default: return launch_chunks<Q5_KChunk>(a, x);
+  }
 }
 
 }  // namespace brioche::cuda::detail
