@@ -397,7 +397,7 @@ TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
 // kernel, so the result has the bits of paged_attention then
 // matmul_accumulate, and the f32 output is not written. Cases: one split
 // (short contexts) and several, head_dim 64 and 128, 1 to 8 rows, and the
-// Llama-3-8B O shape (Q8_0/Q4_0 at k 4,096: the streamed GEMV, whose
+// Llama-3-8B O shape (Q8_0/Q4_0/Q4_K at k 4,096: the streamed GEMV, whose
 // predecessors then release it before their PDL wait).
 TEST(CudaFusedMatmul, AttentionThenInt8ProjectionSameBitsAsTwoOps) {
   REQUIRE_CUDA_DEVICE();
@@ -410,7 +410,7 @@ TEST(CudaFusedMatmul, AttentionThenInt8ProjectionSameBitsAsTwoOps) {
       {8, 2, 64, 3, 5, 256, {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K}},
       {8, 2, 64, 8, 200, 256, {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K}},
       {4, 4, 128, 1, 700, 512, {DType::Q4_0, DType::Q6_K}},
-      {32, 8, 128, 1, 300, 4096, {DType::Q8_0, DType::Q4_0}},
+      {32, 8, 128, 1, 300, 4096, {DType::Q8_0, DType::Q4_0, DType::Q4_K}},
   };
   constexpr int kBlockSize = 16;
   for (const Case& c : cases) {
@@ -480,14 +480,14 @@ int64_t stream_rows(DType dtype, int64_t k) {
 
 // Whether a one-row launch over weight `w` (SwiGLU's gate, with w_up; x̂
 // through norm_w) goes to a streamed kernel: gemv_stream.cu's for 16-bit
-// weights, gemv_stream_rows.cu's for Q8_0/Q4_0.
+// weights, gemv_stream_rows.cu's for Q8_0/Q4_0/Q4_K/Q5_K/Q6_K.
 bool streams(const Tensor& x, const Tensor& w, const Tensor* w_up = nullptr, const Tensor* norm_w = nullptr) {
   cuda::detail::GemvArgs a{.x = x.data_as<float>(), .ldx = x.dim(1), .n = 1, .k = w.dim(1)};
   if (w_up != nullptr) a.w_up = w_up->data();
   if (norm_w != nullptr) a.norm_w = norm_w->data_as<float>();
   a.parts[0] = {.w = w.data(), .w_row_bytes = size_t(w.stride(0)), .y = nullptr, .ldy = 0, .m = w.dim(0)};
   a.m = w.dim(0);
-  if (w.dtype() == DType::Q8_0 || w.dtype() == DType::Q4_0) return cuda::detail::gemv_stream_rows_takes(w.dtype(), a);
+  if (dtype_info(w.dtype()).quantized) return cuda::detail::gemv_stream_rows_takes(w.dtype(), a);
   return cuda::detail::gemv_stream_takes(w.dtype(), a);
 }
 
@@ -554,7 +554,7 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
 }
 
 // The norm taken into the streamed kernels: the same bits as rms_norm then
-// the streamed kernel over x̂, with `normed` left unwritten. For Q8_0/Q4_0
+// the streamed kernel over x̂, with `normed` left unwritten. For the int8 types
 // the norm is the x quantization kernel's, which lets the streamed GEMV
 // launch before its own wait (launch.cuh, pdl_prologue_release_first).
 TEST(CudaFusedMatmul, StreamedRmsNormFirstSameBitsAsRmsNormThenMatmul) {
@@ -564,7 +564,8 @@ TEST(CudaFusedMatmul, StreamedRmsNormFirstSameBitsAsRmsNormThenMatmul) {
     int64_t k, m;
   };
   const Case cases[] = {{DType::BF16, 4096, 1028}, {DType::BF16, 2056, 2100}, {DType::F16, 4096, 1028},
-                        {DType::F16, 2056, 2100},  {DType::Q8_0, 4096, 2048}, {DType::Q4_0, 4096, 2048}};
+                        {DType::F16, 2056, 2100},  {DType::Q8_0, 4096, 2048}, {DType::Q4_0, 4096, 2048},
+                        {DType::Q4_K, 4096, 2048}};
   for (const auto [dtype, k, m] : cases) {
     const std::string what = std::string(dtype_name(dtype)) + " k=" + std::to_string(k);
     const Tensor gate_up = random_weight(dtype, 2 * m, k, 70);

@@ -307,7 +307,7 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
   REQUIRE_CUDA_DEVICE();
   Worst plain, acc_worst, swiglu_worst, qkv_worst;
   uint32_t seed = 1300;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K}) {
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     // Rows for a launch of `mb` MB (the kernel takes ≥ 8), plus `extra`.
     auto rows = [&](int64_t mb, int64_t k, int64_t extra) { return (mb << 20) / int64_t(row_bytes(dtype, k)) + extra; };
     for (int64_t k : {4096, 8192, 14336}) {

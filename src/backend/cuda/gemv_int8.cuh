@@ -21,7 +21,7 @@
 // up, or a pair of rows) with it, reading each x share once for both, and the
 // warp sums the lanes. The per-row order of operations does not depend on the
 // launch (grid, parts, fusion), so fused and unfused launches on these
-// kernels give bit-identical outputs. (Big one-row Q8_0/Q4_0/Q4_K/Q5_K
+// kernels give bit-identical outputs. (Big one-row Q8_0/Q4_0/Q4_K/Q5_K/Q6_K
 // launches go to gemv_stream_rows.cu instead, which sums in another order: a
 // fused Q/K/V launch taken there and K alone, below its 8 MB, agree to
 // rounding only.)

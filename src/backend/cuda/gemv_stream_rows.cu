@@ -1,8 +1,8 @@
-// The streamed decode GEMV for Q8_0, Q4_0, Q4_K and Q5_K weights against
-// int8 x (gemv_int8.cuh): tiles of whole weight rows brought into shared
-// memory by the bulk copy engine (the pipeline of gemv_stream.cuh), read by
-// consumer threads that each own a fixed 256-value column chunk (one K-quant
-// super-block: 144 or 176 bytes).
+// The streamed decode GEMV for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights
+// against int8 x (gemv_int8.cuh): tiles of whole weight rows brought into
+// shared memory by the bulk copy engine (the pipeline of gemv_stream.cuh),
+// read by consumer threads that each own a fixed 256-value column chunk (one
+// K-quant super-block: 144, 176 or 210 bytes).
 //
 // Why not gemv_stream.cu's tiles (8 rows × 2,048 values): a 32-value block
 // of these types is 34 or 18 bytes, 2-byte aligned, so a thread owning a
@@ -120,9 +120,18 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChu
 template <int kChunkBytes_, int kCtasPerSm_>
 struct ChunkOf {
   static constexpr int kChunkBytes = kChunkBytes_;
-  static_assert(kChunkBytes % 16 == 0, "a chunk is read as 16-byte shared loads");
-  static constexpr int kWords = kChunkBytes / 4;
+  static constexpr int kWords = (kChunkBytes + 3) / 4;
   static constexpr int kCtasPerSm = kCtasPerSm_;
+  // The chunk `chunk` of a tile row (16-byte aligned) as 16-byte shared loads.
+  __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
+    static_assert(kChunkBytes % 16 == 0, "a chunk of whole 16-byte vectors");
+    const uint4* src = reinterpret_cast<const uint4*>(row + size_t(chunk) * kChunkBytes);
+#pragma unroll
+    for (int i = 0; i < kWords / 4; ++i) {
+      const uint4 q = src[i];
+      v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+    }
+  }
 };
 
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
@@ -191,6 +200,63 @@ struct Q5_KChunk : ChunkOf<176, 2> {
       s1 = __dp4a(int(((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * g + 1)) & 0x01010101u) << 4)), x.q[16 * g + 8 + i],
                   s1);
     });
+  }
+};
+
+// Q6_K: ql[128] (words 0..31), qh[64] (32..47), int8 scales[16] (48..51),
+// f16 d (low half of word 52). Sub-block t of half hh (x block 4hh + t):
+// element i has its low 4 bits in ql[64hh + 32(t&1) + i] (nibble t >> 1),
+// its top 2 in qh[32hh + i] (bits 2t, 2t + 1), and the scale sc[8hh + 2t +
+// i/16]; w = d·sc·(q − 32), with q − 32 formed per byte (__vsub4) so the
+// products need no offset term. 210 bytes: chunk c starts 2·(c mod 8) bytes
+// past a 16-byte boundary (rows are 16-byte aligned: k a multiple of
+// 2,048), so its words are read as the 14 aligned vectors around it and
+// moved down in registers by selects on that per-thread constant (a
+// register array indexed at run time would go to local memory); the last
+// chunk of a row ends its 224-byte window exactly at the row's end.
+struct Q6_KChunk : ChunkOf<210, 2> {
+  __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
+    const int h = chunk & 7;  // halfwords past the boundary
+    const uint4* src = reinterpret_cast<const uint4*>(row + size_t(chunk) * kChunkBytes - 2 * h);
+    uint32_t w[57];
+#pragma unroll
+    for (int i = 0; i < 14; ++i) {
+      const uint4 q = src[i];
+      w[4 * i] = q.x, w[4 * i + 1] = q.y, w[4 * i + 2] = q.z, w[4 * i + 3] = q.w;
+    }
+    w[56] = 0;  // (only word 52's low half, d, is used: its high half may come from here)
+    const bool odd_word = (h >> 1) & 1, two_words = (h >> 1) & 2;
+#pragma unroll
+    for (int i = 0; i < 56; ++i) w[i] = odd_word ? w[i + 1] : w[i];
+#pragma unroll
+    for (int i = 0; i < 54; ++i) w[i] = two_words ? w[i + 2] : w[i];
+    const uint32_t shift = 16u * uint32_t(h & 1);
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) v[i] = __funnelshift_r(w[i], w[i + 1], shift);
+  }
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int b = 4 * hh + t;
+        int s0 = 0, s1 = 0;  // elements 0..15 and 16..31: one scale each
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const uint32_t ql = v[16 * hh + 8 * (t & 1) + j], qh = v[32 + 8 * hh + j];
+          const uint32_t q = ((ql >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * t)) & 0x03030303u) << 4);
+          const int centered = int(__vsub4(q, 0x20202020u));
+          if (j < 4) s0 = __dp4a(centered, x.q[8 * b + j], s0);
+          else s1 = __dp4a(centered, x.q[8 * b + j], s1);
+        }
+        const int sc = 8 * hh + 2 * t;  // scale bytes sc, sc + 1 (words 48..51)
+        const int sc0 = int(int8_t(v[48 + sc / 4] >> (8 * (sc % 4))));
+        const int sc1 = int(int8_t(v[48 + (sc + 1) / 4] >> (8 * ((sc + 1) % 4))));
+        sum += x.ds[b].x * float(sc0 * s0 + sc1 * s1);
+      }
+    }
+    return half_lo(v[52]) * sum;
   }
 };
 
@@ -278,15 +344,8 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
     barrier_wait(shared_address(&s.full[at.slot]), at.parity);
     float sum = 0.0f;
     if (active) {
-      const uint4* src =
-          reinterpret_cast<const uint4*>(s.tiles + size_t(at.slot) * p.tile_bytes + size_t(slot_row) * p.row_bytes +
-                                         size_t(chunk) * Chunk::kChunkBytes);
       uint32_t v[Chunk::kWords];
-#pragma unroll
-      for (int i = 0; i < Chunk::kWords / 4; ++i) {
-        const uint4 q = src[i];
-        v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
-      }
+      Chunk::load(s.tiles + size_t(at.slot) * p.tile_bytes + size_t(slot_row) * p.row_bytes, chunk, v);
       sum = Chunk::dot(v, xc);
     }
     barrier_arrive(shared_address(&s.empty[at.slot]));
@@ -357,7 +416,8 @@ void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
 
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMV_STREAM_INT8");
-  const bool typed = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K || wtype == DType::Q5_K;
+  const bool typed = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K || wtype == DType::Q5_K ||
+                     (wtype == DType::Q6_K && a.k % 2048 == 0);  // (Q6_K: 16-byte aligned rows)
   if (!on || !typed || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
   const int64_t max_chunks = a.w_up != nullptr ? 16 : 64;
   if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
@@ -368,16 +428,17 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
 }
 
 void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
-  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K "
-                "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 up to 16,384 (4,096 for SwiGLU) and packed "
-                "16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ",
+  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K "
+                "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 (2,048 for Q6_K) up "
+                "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ",
                 gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
                 row_bytes(wtype, a.k), ")");
   switch (wtype) {
     case DType::Q8_0: return launch_chunks<Q8_0Chunk>(a, x);
     case DType::Q4_0: return launch_chunks<Q4_0Chunk>(a, x);
     case DType::Q4_K: return launch_chunks<Q4_KChunk>(a, x);
-    default: return launch_chunks<Q5_KChunk>(a, x);
+    case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x);
+    default: return launch_chunks<Q6_KChunk>(a, x);
   }
 }
 
