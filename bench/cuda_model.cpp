@@ -240,17 +240,24 @@ int bench_model(const Options& o, model::Model& m) {
   }
   if (o.prefill > 0) {
     Rig rig(*model, 1, o.prefill + 16);
-    std::vector<double> times;
+    std::vector<double> times, queued;
     for (int rep = 0; rep < 4; ++rep) {
       rig.n_past[0] = 0;
       ops::synchronize(device);
       auto t0 = Clock::now();
       rig.step({prompt(o.prefill, vocab, rep)});
+      const double host_s = seconds_since(t0);
       rig.argmax();
-      if (rep > 0) times.push_back(seconds_since(t0));  // rep 0 warms up (cuBLASLt heuristics)
+      if (rep > 0) {  // rep 0 warms up (cuBLASLt heuristics)
+        times.push_back(seconds_since(t0));
+        queued.push_back(host_s);
+      }
     }
     double s = median(times);
     row("prefill " + std::to_string(o.prefill), o.prefill / s, 1e3 * s);
+    // When the host needs about as long to queue the prompt's kernels as the
+    // device to run them, the device waits on the host.
+    std::printf("  (the host queued the prompt's kernels in %.2f ms)\n", 1e3 * median(queued));
   }
   if (o.batch > 0) {
     Rig rig(*model, o.batch, o.context + o.batch_steps + 16);

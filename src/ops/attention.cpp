@@ -184,7 +184,8 @@ void rope_store_kv_attention_cuda(Tensor& q, const RopeStoreKvFirst& first, Tens
   const backend::cpu::StoreKvArgs kv = store_kv_args(first.k, first.v, sequences, k_cache, v_cache, store_seqs);
   const backend::cpu::PagedAttentionArgs attention = attention_args(q, k_cache, v_cache, sequences, p, out,
                                                                     attention_seqs);
-  if (projection != nullptr) return cuda::rope_store_kv_attention_accumulate(q_args, k_args, kv, attention, *projection);
+  if (projection != nullptr)
+    return cuda::rope_store_kv_attention_accumulate(q_args, k_args, kv, attention, *projection);
   cuda::rope_store_kv_attention(q_args, k_args, kv, attention, out16);
 }
 #endif

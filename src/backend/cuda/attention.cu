@@ -676,7 +676,7 @@ void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const b
                 (projection.x == args.out ? "" : ", another x"));
   const detail::GemvArgs g = detail::accumulate_gemv_args(projection);
   const detail::Int8Scratch x = detail::allocate_int8_acts(g.n, g.k);
-  static const bool release = env_switch_on("BRIOCHE_CUDA_ATTENTION_RELEASE");
+  static const bool release = env_switch_on("BRIOCHE_CUDA_ATTENTION_RELEASE");  // =0: pdl_prologue (A/B runs)
   const bool streamed = release && detail::gemv_stream_rows_takes(projection.wtype, g);
   rope_store_kv_attend(q, k, kv, args, {}, {.q = x.q, .ds = x.ds, .release_next = streamed});
   detail::gemv_int8_quantized(projection.wtype, g, x.acts);

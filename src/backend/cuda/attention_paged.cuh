@@ -22,7 +22,7 @@ constexpr int kWarps = 4;  // warps of a CTA in both kernels
 
 // The attention's output as the int8 blocks of an integer GEMV's x
 // (gemv_int8.h: q [n_rows, n_heads · head_dim], ds per 32 values), for the
-// O projection that follows (rope_store_kv_attention_accumulate_int8).
+// O projection that follows (rope_store_kv_attention_accumulate).
 struct Int8Out {
   int8_t* q = nullptr;
   float2* ds = nullptr;

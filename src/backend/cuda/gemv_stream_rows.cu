@@ -430,8 +430,8 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
 void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
   BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K "
                 "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 (2,048 for Q6_K) up "
-                "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ",
-                gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
+                "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n,
+                ", k ", a.k, ", ", gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
                 row_bytes(wtype, a.k), ")");
   switch (wtype) {
     case DType::Q8_0: return launch_chunks<Q8_0Chunk>(a, x);
