@@ -45,9 +45,9 @@ bool gemv_int8_covers(DType wtype, const GemvArgs& args);
 // rows that rms_norm's CTA holds in registers (k ≤ 16,384), 16-byte aligned.
 bool gemv_int8_takes_norm(const GemvArgs& args);
 
-// One x row against big Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights, streamed through shared
-// memory in tiles of whole rows (gemv_stream_rows.cu); gemv_int8 hands them
-// over.
+// One x row against big Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights, streamed through
+// shared memory in tiles of whole rows (gemv_stream_rows.cu); gemv_int8 hands
+// them over.
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& args);
 void gemv_stream_rows(DType wtype, const GemvArgs& args, const Int8Acts& x);
 
