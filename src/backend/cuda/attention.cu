@@ -657,29 +657,39 @@ void rope_store_kv_attention(const backend::cpu::RopeArgs& q, const backend::cpu
   rope_store_kv_attend(q, k, kv, args, out16, {});
 }
 
-bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim) {
+namespace {
+
+// attention_quantizes_for, with the projection's GEMV arguments `g` made.
+bool quantizes_for(const cpu::MatmulArgs& projection, const detail::GemvArgs& g, int head_dim) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_ATTENTION_INT8");
-  return on && head_dim % 32 == 0 && projection.n >= 1 && projection.n <= 8 && projection.m > 0 &&
-         dtype_info(projection.wtype).quantized &&
-         detail::gemv_quant_reads_int8(projection.wtype, detail::accumulate_gemv_args(projection));
+  return on && head_dim % 32 == 0 && projection.n >= 1 && projection.n <= detail::kMaxGemvRows &&
+         projection.m > 0 && dtype_info(projection.wtype).quantized &&
+         detail::gemv_quant_reads_int8(projection.wtype, g);
+}
+
+}  // namespace
+
+bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim) {
+  return quantizes_for(projection, detail::accumulate_gemv_args(projection), head_dim);
 }
 
 void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                                         const backend::cpu::StoreKvArgs& kv,
                                         const backend::cpu::PagedAttentionArgs& args,
                                         const cpu::MatmulArgs& projection) {
-  BRIOCHE_CHECK(attention_quantizes_for(projection, args.head_dim) && projection.x == args.out &&
+  const detail::GemvArgs g = detail::accumulate_gemv_args(projection);
+  BRIOCHE_CHECK(quantizes_for(projection, g, args.head_dim) && projection.x == args.out &&
                     projection.k == int64_t(args.n_heads) * args.head_dim,
-                "rope_store_kv_attention_accumulate: the projection must read the attention's output on the int8 "
-                "GEMV path (≤ 8 rows, head_dim a multiple of 32); got ", projection.n, " rows of ",
+                "rope_store_kv_attention_accumulate: expected a projection of the attention's output (k ",
+                int64_t(args.n_heads) * args.head_dim, ") on the int8 GEMV path (1..", detail::kMaxGemvRows,
+                " rows of a type it takes, head_dim a multiple of 32); got ", projection.n, " rows of ",
                 dtype_name(projection.wtype), ", k ", projection.k, ", head_dim ", args.head_dim,
                 (projection.x == args.out ? "" : ", another x"));
-  const detail::GemvArgs g = detail::accumulate_gemv_args(projection);
   const detail::Int8Scratch x = detail::allocate_int8_acts(g.n, g.k);
   static const bool release = env_switch_on("BRIOCHE_CUDA_ATTENTION_RELEASE");  // =0: pdl_prologue (A/B runs)
   const bool streamed = release && detail::gemv_stream_rows_takes(projection.wtype, g);
   rope_store_kv_attend(q, k, kv, args, {}, {.q = x.q, .ds = x.ds, .release_next = streamed});
-  detail::gemv_int8_quantized(projection.wtype, g, x.acts);
+  detail::gemv_int8_quantized(projection.wtype, g, x.acts());
 }
 
 }  // namespace brioche::cuda

@@ -43,10 +43,13 @@ struct GemvPart {
   int64_t m;
 };
 
+// Activation rows up to which a matmul is a GEMV (above: cuBLASLt).
+inline constexpr int kMaxGemvRows = 8;
+
 struct GemvArgs {
   const float* x;  // [n, k], row stride ldx floats (16-byte aligned rows)
   int64_t ldx;
-  int n;           // 1..8
+  int n;           // 1..kMaxGemvRows
   int64_t k;
   GemvPart parts[3];
   int n_parts = 1;

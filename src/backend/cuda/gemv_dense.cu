@@ -202,7 +202,7 @@ bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
 }
 
 void gemv_dense(DType wtype, const GemvArgs& a) {
-  BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_dense: n must be 1..8, got ", a.n);
+  BRIOCHE_CHECK(a.n >= 1 && a.n <= kMaxGemvRows, "gemv_dense: n must be 1..", kMaxGemvRows, ", got ", a.n);
   if (gemv_stream_takes(wtype, a)) {
     gemv_stream(wtype, a);
     return;

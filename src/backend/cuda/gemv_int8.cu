@@ -256,15 +256,23 @@ bool gemv_int8_takes_norm(const GemvArgs& a) {
 }
 
 Int8Scratch allocate_int8_acts(int n, int64_t k) {
-  const int64_t n_blocks = k / 32;
   const size_t q_bytes = size_t(n) * size_t(k);
-  Int8Scratch s;
-  s.memory = allocate(q_bytes + size_t(n) * size_t(n_blocks) * sizeof(float2));
+  Int8Scratch s{.memory = allocate(q_bytes + size_t(n) * size_t(k / 32) * sizeof(float2)), .k = k};
   s.q = static_cast<int8_t*>(s.memory.get());
   s.ds = reinterpret_cast<float2*>(s.q + q_bytes);
-  s.acts = {.q = s.q, .ds = s.ds, .k = k, .n_blocks = n_blocks};
   return s;
 }
+
+namespace {
+
+// The integer GEMV on quantized x, on the kernel chosen once per launch.
+void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed) {
+  if (streamed) gemv_stream_rows(wtype, a, x);
+  else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
+  else gemv_int8_blocks32(wtype, a, x);
+}
+
+}  // namespace
 
 void gemv_int8(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(gemv_int8_covers(wtype, a), "gemv_int8: ", dtype_name(wtype), " with k = ", a.k, ", n = ", a.n,
@@ -282,15 +290,14 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
     launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x,
                      a.ldx, a.k, total_quads, x.q, x.ds, streamed);
   }
-  gemv_int8_quantized(wtype, a, x.acts);
+  launch_quantized(wtype, a, x.acts(), streamed);
 }
 
 void gemv_int8_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x) {
-  BRIOCHE_CHECK(gemv_int8_covers(wtype, a) && x.k == a.k, "gemv_int8_quantized: ", dtype_name(wtype), " with k = ",
-                a.k, " (x quantized at k = ", x.k, "), n = ", a.n, " is not on the int8 path");
-  if (gemv_stream_rows_takes(wtype, a)) gemv_stream_rows(wtype, a, x);
-  else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
-  else gemv_int8_blocks32(wtype, a, x);
+  BRIOCHE_CHECK(gemv_int8_covers(wtype, a) && x.k == a.k, "gemv_int8_quantized: expected ", dtype_name(wtype),
+                " weights on the int8 path with x quantized at their k ", a.k, "; got x at k ", x.k, ", n ", a.n,
+                gemv_int8_covers(wtype, a) ? "" : " (not on the int8 path)");
+  launch_quantized(wtype, a, x, gemv_stream_rows_takes(wtype, a));
 }
 
 }  // namespace brioche::cuda::detail

@@ -28,7 +28,8 @@ struct Int8Scratch {
   std::shared_ptr<void> memory;
   int8_t* q;
   float2* ds;
-  Int8Acts acts;
+  int64_t k;
+  Int8Acts acts() const { return {.q = q, .ds = ds, .k = k, .n_blocks = k / 32}; }
 };
 Int8Scratch allocate_int8_acts(int n, int64_t k);
 

@@ -138,7 +138,7 @@ void gemv_quant(DType wtype, const GemvArgs& a) {
   if (gemv_quant_reads_int8(wtype, a)) return gemv_int8(wtype, a);
   BRIOCHE_CHECK(a.norm_w == nullptr, "gemv_quant: only the int8 path's types take the RMSNorm of x, got ",
                 dtype_name(wtype), " on the f32-decode kernels");
-  BRIOCHE_CHECK(a.n >= 1 && a.n <= 8, "gemv_quant: n must be 1..8, got ", a.n);
+  BRIOCHE_CHECK(a.n >= 1 && a.n <= kMaxGemvRows, "gemv_quant: n must be 1..", kMaxGemvRows, ", got ", a.n);
   BRIOCHE_CHECK(a.k % 32 == 0 && a.ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0,
                 "gemv_quant: x rows must be 16-byte aligned with k a multiple of 32, got k ", a.k,
                 ", ldx ", a.ldx);

@@ -63,7 +63,7 @@ void weight_gemm(const cpu::MatmulArgs& a, const void* x16, float beta) {
 
 namespace {
 
-constexpr int kMaxGemvRows = 8;
+using detail::kMaxGemvRows;
 
 using detail::lt_gemm;
 
