@@ -30,6 +30,7 @@
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mma_tile.cuh"
+#include "backend/cuda/wgmma.cuh"
 #include "core/env_switch.h"
 
 namespace brioche::cuda {
@@ -65,9 +66,18 @@ struct PrefillParams {
   AttentionOut16 out16;
 };
 
+// Offset in elements of 16-byte chunk c of row r of a [64][D] shared tile:
+// mma_tile's swizzle for the mma.sync kernel, the 128-byte swizzled blocks
+// the tensor core's descriptors read for the wgmma one (wgmma.cuh).
+template <int D, bool kWgmma>
+__device__ __forceinline__ int tile_offset(int r, int c) {
+  if constexpr (kWgmma) return wgmma::swizzled_128b<D, kKeys>(r, c);
+  else return swizzled<D>(r, c);
+}
+
 // Queues the K and V rows of keys [key0, key0 + kKeys) into one buffer; keys
 // at or past key_end are zero-filled (no table entry covers them).
-template <int D>
+template <int D, bool kWgmma>
 __device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int32_t* table, int kv_head, int key0,
                                              int key_end, __half* sk, __half* sv) {
   constexpr int kChunks = D / 8;
@@ -83,24 +93,58 @@ __device__ __forceinline__ void load_kv_tile(const PrefillParams& p, const int32
       const int in_block = key & ((1 << p.block_shift) - 1);
       off = ((block << p.block_shift) + in_block) * slot_elems + int64_t(kv_head) * D + c * 8;
     }
-    cp_async_16(sk + swizzled<D>(r, c), p.k + off, valid);
-    cp_async_16(sv + swizzled<D>(r, c), p.v + off, valid);
+    cp_async_16(sk + tile_offset<D, kWgmma>(r, c), p.k + off, valid);
+    cp_async_16(sv + tile_offset<D, kWgmma>(r, c), p.v + off, valid);
   }
   cp_async_commit();
 }
 
-// Three CTAs (12 warps) per SM: 64 KB of shared memory each at D = 128, and
-// at most 170 registers per thread. The kernel is latency bound (ncu on the
-// Llama-3-8B shape: tensor pipe 29% busy, 6.6 cycles per issued instruction
-// per warp); 3 CTAs per SM instead of 2 made it 1.2x faster, 32-key tiles
-// at 4 CTAs per SM (Q re-read from shared memory) and skipping masked 16-key
-// steps on the diagonal tile were slower.
+// Issues S[64, 64] = Q·Kᵀ for the CTA's warpgroup as one wgmma group (s is
+// written when the group completes): a wgmma per 16 of D, Q from this warp's
+// A fragments, K through descriptors of the tile's column blocks.
 template <int D>
+__device__ __forceinline__ void wgmma_q_times_kt(float (&s)[kKeys / 8][4], const uint32_t (&qf)[D / 16][4],
+                                                 const __half* kt) {
+  const uint32_t k_addr = shared_address(kt);
+  wgmma::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // Block kk / 4 (64 columns), 32 bytes per k-step inside it.
+    const uint32_t addr = k_addr + (kk / 4) * kKeys * 128 + (kk % 4) * 32;
+    wgmma::mma_m64n64k16<false>(s, qf[kk], wgmma::descriptor(addr), kk > 0);
+  }
+  wgmma::wgmma_commit();
+}
+
+// Issues O[64, D] += P[64, 64]·V[64, D] as one wgmma group (o and pf are the
+// tensor cores' until it completes): P as f16 A fragments (mma_tile::c_to_a),
+// V through descriptors of 16 keys × one 64-column block (transposed: V is
+// stored [key][d]).
+template <int D>
+__device__ __forceinline__ void wgmma_p_times_v(float (&o)[D / 8][4], const uint32_t (&pf)[kKeys / 16][4],
+                                                const __half* vt) {
+  const uint32_t v_addr = shared_address(vt);
+  wgmma::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks)
+#pragma unroll
+    for (int b = 0; b < D / 64; ++b) {
+      float(&o_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&o[8 * b]);
+      const uint32_t addr = v_addr + b * kKeys * 128 + ks * 16 * 128;
+      wgmma::mma_m64n64k16<true>(o_block, pf[ks], wgmma::descriptor(addr), true);
+    }
+  wgmma::wgmma_commit();
+}
+
+template <int D, bool kWgmma>
 __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillParams p) {
   constexpr int kChunks = D / 8;   // 16-byte chunks per shared row
   constexpr int kDSteps = D / 16;  // k-steps of S = Q·Kᵀ
-  static_assert(kRows == kKeys, "Q is staged in the second K buffer");
-  extern __shared__ __align__(128) unsigned char smem[];
+  static_assert(kRows == kKeys, "Q is staged in the second K buffer (a [kKeys][D] tile)");
+  // wgmma's swizzle atoms need 1,024-byte aligned blocks (1 KB more is asked for).
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((wgmma::kAtomBytes - (shared_address(smem_raw) % wgmma::kAtomBytes)) %
+                                    wgmma::kAtomBytes);
   __half* sk = reinterpret_cast<__half*>(smem);  // [2][kKeys][D]
   __half* sv = sk + 2 * kKeys * D;                 // [2][kKeys][D]
   __half* sq = sk + kKeys * D;                     // [kRows][D]: K buffer 1 until the loop starts
@@ -122,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
   const int tile0 = key_begin / kKeys * kKeys;
   const int n_tiles = (key_end - tile0 + kKeys - 1) / kKeys;
 
-  load_kv_tile<D>(p, table, kv_head, tile0, key_end, sk, sv);
+  load_kv_tile<D, kWgmma>(p, table, kv_head, tile0, key_end, sk, sv);
 
   // Q: f32 -> ·scale·log2 e -> f16, into shared memory (rows past the
   // sequence are zeros).
@@ -134,12 +178,13 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
 #pragma unroll
       for (int j = 0; j < 4; ++j) packed[j] = pack2<__half>(src[2 * j] * p.scale_log2, src[2 * j + 1] * p.scale_log2);
     }
-    *reinterpret_cast<uint4*>(sq + swizzled<D>(r, c)) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    *reinterpret_cast<uint4*>(sq + tile_offset<D, kWgmma>(r, c)) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
   __syncthreads();
   uint32_t qf[kDSteps][4];  // this warp's 16 rows as A fragments
 #pragma unroll
-  for (int kk = 0; kk < kDSteps; ++kk) load_a<D>(qf[kk], sq, warp * 16, kk);
+  for (int kk = 0; kk < kDSteps; ++kk)
+    ldmatrix_x4(qf[kk], sq + tile_offset<D, kWgmma>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
   __syncthreads();  // K buffer 1 is free again
 
   // This thread's two rows (g and g + 8 of the warp's 16); rows past the
@@ -157,20 +202,27 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     const int key0 = tile0 + t * kKeys;
     const int buf = t & 1;
     if (t + 1 < n_tiles) {
-      load_kv_tile<D>(p, table, kv_head, key0 + kKeys, key_end, sk + (buf ^ 1) * kKeys * D,
-                      sv + (buf ^ 1) * kKeys * D);
+      load_kv_tile<D, kWgmma>(p, table, kv_head, key0 + kKeys, key_end, sk + (buf ^ 1) * kKeys * D,
+                              sv + (buf ^ 1) * kKeys * D);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
+    if constexpr (kWgmma) wgmma::fence_proxy_async();  // cp.async wrote what the tensor cores read
     __syncthreads();
     const __half* kt = sk + buf * kKeys * D;
     const __half* vt = sv + buf * kKeys * D;
 
-    // S[16, 64] = Q·Kᵀ: n-tile j covers keys key0 + 8j .. + 7.
+    // S[16, 64] = Q·Kᵀ (this warp's rows): n-tile j covers keys key0 + 8j .. + 7.
     float s[kKeys / 8][4];
-    uint32_t b_s[4];  // fragment registers (see mma_tile.cuh)
-    mma_a_times_xt<D>(s, qf, kt, b_s);
+    if constexpr (kWgmma) {
+      wgmma_q_times_kt<D>(s, qf, kt);
+      wgmma::wgmma_wait<0>();
+      wgmma::fence_operands(s);
+    } else {
+      uint32_t b_s[4];  // fragment registers (see mma_tile.cuh)
+      mma_a_times_xt<D>(s, qf, kt, b_s);
+    }
 
     // Causal and window masks, only on tiles that cross a boundary.
     const bool crosses = key0 + kKeys - 1 > pos0 || (window > 0 && key0 < pos_last - window + 1);
@@ -188,8 +240,16 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     // m, l updated, P = 2^(S − m') in place of S, O rescaled (mma_tile.cuh);
     // then O[16, D] += P[16, 64] · V[64, D] (P rounded to f16).
     online_softmax_step(s, o, m, l);
-    uint32_t a[4], b[4];
-    mma_add_c_times_x<D>(o, s, vt, a, b);
+    if constexpr (kWgmma) {
+      uint32_t pf[kKeys / 16][4];
+      c_to_a_tiles<__half>(pf, s);
+      wgmma_p_times_v<D>(o, pf, vt);
+      wgmma::wgmma_wait<0>();
+      wgmma::fence_operands(o);
+    } else {
+      uint32_t a[4], b[4];
+      mma_add_c_times_x<D>(o, s, vt, a, b);
+    }
     __syncthreads();  // the next iteration's loads overwrite this buffer
   }
 
@@ -207,18 +267,32 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
   }
 }
 
-template <int D>
+template <int D, bool kWgmma>
 void launch(const PrefillParams& p, int n_tiles) {
-  constexpr size_t kSmem = size_t(4 * kKeys) * D * sizeof(__half);  // double-buffered K, V (Q staged in K)
+  // Double-buffered K and V (Q staged in K), and room to align them to 1 KB.
+  constexpr size_t kSmem = size_t(4 * kKeys) * D * sizeof(__half) + wgmma::kAtomBytes;
   static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(kSmem)));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kWgmma>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return true;
   }();
   (void)configured;
   const dim3 grid{unsigned(p.n_heads), unsigned(n_tiles), 1u};
-  prefill_attention_kernel<D><<<grid, kThreads, kSmem, detail::current_stream()>>>(p);
+  prefill_attention_kernel<D, kWgmma><<<grid, kThreads, kSmem, detail::current_stream()>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+// head_dim 128 takes the wgmma kernel (BRIOCHE_CUDA_PREFILL_WGMMA=0: the
+// mma.sync one, for A/B runs). head_dim 64 stays on mma.sync: there ptxas
+// 13.0 gives the registers of Q's fragments, which every trip's first wgmma
+// reads, to the P fragments inside the loop (seen in the SASS; the prefill
+// test's head_dim-64 cases failed with NMSE 0.2–0.45), and hiding them from
+// it did not help.
+template <int D>
+void launch(const PrefillParams& p, int n_tiles) {
+  static const bool wgmma = env_switch_on("BRIOCHE_CUDA_PREFILL_WGMMA");
+  if (D == 128 && wgmma) launch<D, true>(p, n_tiles);
+  else launch<D, false>(p, n_tiles);
 }
 
 bool prefill_kernel_enabled() {

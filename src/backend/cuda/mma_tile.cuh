@@ -190,6 +190,14 @@ __device__ __forceinline__ void mma_add_c_times_x(float (&acc)[D / 8][4], const 
   }
 }
 
+// The A fragments of a product whose reduction runs over the 8 · kNTiles
+// columns of C (c_to_a per k-step of 16): P of P·V.
+template <typename T, int kNTiles>
+__device__ __forceinline__ void c_to_a_tiles(uint32_t (&a)[kNTiles / 2][4], const float (&c)[kNTiles][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kNTiles / 2; ++ks) c_to_a<T>(a[ks], c[2 * ks], c[2 * ks + 1]);
+}
+
 // The max and the sum over a row's quad (the 4 threads that hold its columns).
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
