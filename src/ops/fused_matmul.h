@@ -48,10 +48,11 @@ void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_ga
 // y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its
 // residual add (y may be x). It is swiglu_matmul(x, norm, w_gate, w_up,
 // hidden, scratch), then matmul_accumulate(hidden, w_down, y, y_scratch); on
-// the GPU above 8 rows the SwiGLU kernel writes the 16-bit rows the down GEMM
-// reads (the same bits the conversion of `hidden` would give), and `hidden`
-// holds no SwiGLU output (it is scratch for the gate GEMM where gate and up
-// are not one stacked GEMM).
+// the GPU above 8 rows (16-bit or quantized w_down) the gate and up GEMMs
+// write 16-bit outputs, which the SwiGLU kernel reads to write the 16-bit
+// rows the down GEMM reads: gate and up are rounded to 16 bits once more than
+// in those two ops (2^-8 relative for bf16), and `hidden` and `scratch` are
+// not written.
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
                 const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch);
 

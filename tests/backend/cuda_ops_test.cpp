@@ -8,6 +8,9 @@
 //     against a double reference of the dequantized weight): NMSE < 1e-10
 //   * GEMM through cuBLASLt in bf16 (n > 8): x and w rounded to bf16
 //     (relative error 2^-9 each): NMSE < 1e-4
+//   * the MLP above 8 rows (matmul_swiglu_down): x, gate, up and h rounded
+//     to 16 bits (and quantized weights to bf16 tiles): NMSE < 4 × Σ u²/3
+//     over those roundings (derived under "the MLP above 8 rows")
 //   * GEMV (n ≤ 8) over Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K: x rounded to int8
 //     per 32-value block (gemv_int8.cuh; expected NMSE ≈ 2e-5): NMSE < 1e-4
 //   * attention with an f16 cache: both sides read the same f16 values: 1e-10;
@@ -191,6 +194,152 @@ TEST(CudaMatmul, DenseOddInnerSizes) {
   }
 }
 
+// ---------------------------------------------------------------- the MLP above 8 rows
+// matmul_swiglu_down for n > 8 with 16-bit or quantized weights: the gate and
+// up GEMMs write 16-bit outputs (bf16; f16 for f16 weights) side by side into
+// one scratch (one stacked GEMM when the weights lie back to back and n ≤ 512,
+// else two GEMMs writing their columns), the SwiGLU kernel reads them and
+// writes the 16-bit rows the down GEMM reads, and the down GEMM adds to the
+// residual. Against a double reference of the dequantized weights.
+//
+// Tolerance. Rounding to a 16-bit type of unit roundoff u (bf16 2^-8, f16
+// 2^-11) is a relative error of at most ±u, mean square at most u²/3; the
+// path's roundings are independent, so their mean squares add up in the NMSE
+// of the MLP's output (its sums are f32: 2^-24, nothing next to these). At
+// the gate/up GEMMs' type: x (into gate's sums and into up's: two errors),
+// gate and up themselves (the rounding of the GEMMs' 16-bit outputs: the one
+// this path adds to the f32 route), and for quantized weights the bf16 tiles
+// of gate and up; at the down GEMM's type: h, and a quantized down's tile.
+// Bound: 4 × Σ u²/3 (4: SiLU's gain on gate's relative error, 1 + g·σ(−g),
+// up to 1.3 where silu(g) is not small, and a finite sample's spread). bf16:
+// 4 × 5 × 5.1e-6 = 1.0e-4; Q4_0: 4 × 8 × 5.1e-6 = 1.6e-4; f16: 1.6e-6. A
+// simulation of these roundings at 64 × 256 × 128 gives 1.5e-5, 2.5e-5 and
+// 2.4e-7 (the f32 route without the gate/up rounding: 8.6e-6, 1.7e-5, 1.3e-7).
+
+struct MlpCase {
+  DType gate_type, down_type;  // gate's and up's weights; down's
+  int64_t n, k, m;             // rows, hidden size (gate/up's k, down's m), intermediate size
+  bool stacked;                // gate and up weights back to back in one allocation
+};
+
+// The NMSE bound derived above.
+double mlp_nmse_bound(DType gate_type, DType down_type) {
+  auto mean_square = [](DType t) {
+    const double u = std::ldexp(1.0, t == DType::F16 ? -11 : -8);
+    return u * u / 3;
+  };
+  const int gate_side = 4 + (dtype_info(gate_type).quantized ? 2 : 0);
+  const int down_side = 1 + (dtype_info(down_type).quantized ? 1 : 0);
+  return 4 * (gate_side * mean_square(gate_type) + down_side * mean_square(down_type));
+}
+
+// Rows [m, k] of `type` from Gaussian values of deviation `scale`, and their
+// exact decode in f32.
+struct QuantizedRows {
+  std::vector<uint8_t> bytes;
+  std::vector<float> decoded;
+};
+QuantizedRows quantized_rows(DType type, int64_t m, int64_t k, uint32_t seed, float scale) {
+  const size_t rb = row_bytes(type, k);
+  QuantizedRows q{std::vector<uint8_t>(rb * size_t(m)), std::vector<float>(size_t(m * k))};
+  const std::vector<float> src = gaussian(size_t(m * k), seed, scale);
+  for (int64_t r = 0; r < m; ++r) {
+    cpu::quantize_row_ref(type, src.data() + r * k, q.bytes.data() + r * rb, k);
+    cpu::dequantize_row_ref(type, q.bytes.data() + r * rb, q.decoded.data() + r * k, k);
+  }
+  return q;
+}
+
+void check_swiglu_down(const MlpCase& c, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << "gate/up " << dtype_name(c.gate_type) << ", down " << dtype_name(c.down_type)
+                                  << " n=" << c.n << " k=" << c.k << " m=" << c.m
+                                  << (c.stacked ? " stacked" : " separate"));
+  // gate and up: rows [0, m) and [m, 2m) of one [2m, k] weight.
+  const QuantizedRows gate_up = quantized_rows(c.gate_type, 2 * c.m, c.k, seed, 1.0f / std::sqrt(float(c.k)));
+  const QuantizedRows down = quantized_rows(c.down_type, c.k, c.m, seed + 1, 1.0f / std::sqrt(float(c.m)));
+  const size_t rb = row_bytes(c.gate_type, c.k), rb_down = row_bytes(c.down_type, c.m);
+  const int64_t ldx = c.k + 4, ldy = c.k + 3;
+  const std::vector<float> x = gaussian(size_t(c.n * ldx), seed + 2);
+  const std::vector<float> residual = gaussian(size_t(c.n * ldy), seed + 3);
+
+  // mlp = (silu(x·gateᵀ) ⊙ (x·upᵀ))·downᵀ in double.
+  std::vector<double> mlp(size_t(c.n * c.k));
+  std::vector<double> h(size_t(c.m));
+  for (int64_t i = 0; i < c.n; ++i) {
+    for (int64_t j = 0; j < c.m; ++j) {
+      double g = 0, u = 0;
+      for (int64_t e = 0; e < c.k; ++e) {
+        g += double(x[i * ldx + e]) * gate_up.decoded[j * c.k + e];
+        u += double(x[i * ldx + e]) * gate_up.decoded[(c.m + j) * c.k + e];
+      }
+      h[j] = g / (1.0 + std::exp(-g)) * u;
+    }
+    for (int64_t o = 0; o < c.k; ++o) {
+      double s = 0;
+      for (int64_t j = 0; j < c.m; ++j) s += h[j] * down.decoded[o * c.m + j];
+      mlp[i * c.k + o] = s;
+    }
+  }
+
+  DeviceBuffer d_gate_up = upload(gate_up.bytes), d_down = upload(down.bytes), dx = upload(x);
+  // Separate weights: copies of the two halves in allocations of their own.
+  const auto half = [&](int part) {
+    return upload(std::vector<uint8_t>(gate_up.bytes.begin() + ptrdiff_t(part * c.m * rb),
+                                       gate_up.bytes.begin() + ptrdiff_t((part + 1) * c.m * rb)));
+  };
+  DeviceBuffer d_gate = c.stacked ? DeviceBuffer{} : half(0), d_up = c.stacked ? DeviceBuffer{} : half(1);
+  const char* w_gate = c.stacked ? d_gate_up.as<char>() : d_gate.as<char>();
+  const char* w_up = c.stacked ? d_gate_up.as<char>() + c.m * rb : d_up.as<char>();
+  const std::vector<float> nan(size_t(c.n * c.m), std::numeric_limits<float>::quiet_NaN());
+  DeviceBuffer gate_y = upload(nan), up_y = upload(nan), dy = upload(residual);
+  const cpu::MatmulArgs gate{.x = dx.as<float>(), .ldx = ldx, .wtype = c.gate_type, .w = w_gate, .w_row_bytes = rb,
+                             .y = gate_y.as<float>(), .ldy = c.m, .n = c.n, .m = c.m, .k = c.k};
+  cpu::MatmulArgs up = gate;
+  up.w = w_up;
+  up.y = up_y.as<float>();
+  const cpu::MatmulArgs down_args{.x = gate_y.as<float>(), .ldx = c.m, .wtype = c.down_type, .w = d_down.as<void>(),
+                                  .w_row_bytes = rb_down, .y = dy.as<float>(), .ldy = ldy, .n = c.n, .m = c.k,
+                                  .k = c.m};
+  matmul_swiglu_down(gate, up, down_args);
+
+  const std::vector<float> y = download<float>(dy);
+  std::vector<float> got(size_t(c.n * c.k));
+  for (int64_t i = 0; i < c.n; ++i) {
+    for (int64_t o = 0; o < c.k; ++o) got[i * c.k + o] = y[i * ldy + o] - residual[i * ldy + o];
+    for (int64_t o = c.k; o < ldy; ++o) EXPECT_EQ(y[i * ldy + o], residual[i * ldy + o]) << "row padding written";
+  }
+  EXPECT_LT(nmse(got, mlp), mlp_nmse_bound(c.gate_type, c.down_type));
+  // The 16-bit path leaves the f32 gate and up outputs unwritten.
+  for (const DeviceBuffer* b : {&gate_y, &up_y}) {
+    const std::vector<float> v = download<float>(*b);
+    EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float f) { return std::isnan(f); }))
+        << (b == &gate_y ? "gate.y" : "up.y") << " written";
+  }
+}
+
+TEST(CudaMlp, SwigluDownWith16BitGateUpMatchesCpu) {
+  REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 200;
+  // One stacked GEMM (≤ 512 rows, weights back to back) and two GEMMs (separate
+  // weights, or 520 rows), for bf16, f16 and Q4_0 weights.
+  for (DType t : {DType::BF16, DType::F16, DType::Q4_0}) {
+    for (MlpCase c : {MlpCase{t, t, 12, 256, 128, true}, MlpCase{t, t, 64, 256, 128, false},
+                      MlpCase{t, t, 520, 256, 128, true}}) {
+      check_swiglu_down(c, seed++);
+    }
+  }
+  // Intermediate sizes not a multiple of 8 (the scalar SwiGLU kernel; up's
+  // columns start at a 2-byte aligned address), with gate/up and down of
+  // either 16-bit type (the SwiGLU kernel's four type pairs).
+  for (MlpCase c : {MlpCase{DType::BF16, DType::BF16, 20, 256, 100, true},
+                    MlpCase{DType::F16, DType::F16, 530, 256, 45, true},
+                    MlpCase{DType::F16, DType::BF16, 33, 256, 45, false},
+                    MlpCase{DType::BF16, DType::F16, 33, 256, 128, true},
+                    MlpCase{DType::Q8_0, DType::F16, 520, 256, 96, false}}) {
+    check_swiglu_down(c, seed++);
+  }
+}
+
 // ---------------------------------------------------------------- row ops
 
 TEST(CudaRowOps, RmsNormAddSwigluSoftmaxStrided) {
@@ -245,6 +394,48 @@ TEST(CudaRowOps, RmsNormAddSwigluSoftmaxStrided) {
       DeviceBuffer ds = upload(s);
       softmax(ds.as<float>(), rows, dim, ld);
       EXPECT_LT(nmse(download<float>(ds), ref), 1e-10) << "softmax";
+    }
+  }
+}
+
+// SwiGLU of 16-bit gate and up rows (GEMM outputs) into 16-bit rows, every
+// pair of input and output types, on the vector kernel (8 values per 16-byte
+// load: widths and strides multiples of 8) and the scalar one (others).
+// Against silu(g)·u in double of the same 16-bit inputs: one rounding of the
+// output, mean square relative error at most u²/3 (u = 2^-8 for bf16, 2^-11
+// for f16; __expf's few ulp of f32 are nothing next to it): NMSE < 2u²/3.
+TEST(CudaRowOps, Swiglu16BitInputsEveryTypePair) {
+  REQUIRE_CUDA_DEVICE();
+  for (auto [rows, dim, pad] : {std::tuple{5, 64, 0}, std::tuple{33, 96, 8}, std::tuple{7, 45, 3},
+                                std::tuple{3, 100, 0}}) {
+    for (bool f16_in : {false, true}) {
+      for (bool f16_out : {false, true}) {
+        SCOPED_TRACE(testing::Message() << rows << "x" << dim << " pad " << pad << (f16_in ? " f16" : " bf16")
+                                        << " to " << (f16_out ? "f16" : "bf16"));
+        const int64_t ld = dim + pad;
+        auto to_16 = [&](float f) { return f16_in ? f32_to_f16(f) : f32_to_bf16(f); };
+        auto from_16 = [](uint16_t h, bool f16) { return f16 ? brioche::f16_to_f32(h) : brioche::bf16_to_f32(h); };
+        const std::vector<float> g = gaussian(size_t(rows * ld), 11, 3.0f), u = gaussian(size_t(rows * ld), 12);
+        std::vector<uint16_t> g16(g.size()), u16(u.size());
+        std::transform(g.begin(), g.end(), g16.begin(), to_16);
+        std::transform(u.begin(), u.end(), u16.begin(), to_16);
+        std::vector<double> ref(size_t(rows * dim));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < dim; ++c) {
+            const double gv = from_16(g16[r * ld + c], f16_in), uv = from_16(u16[r * ld + c], f16_in);
+            ref[r * dim + c] = gv / (1.0 + std::exp(-gv)) * uv;
+          }
+        }
+        DeviceBuffer dg = upload(g16), du = upload(u16), dout = upload(std::vector<uint16_t>(ref.size(), 0));
+        swiglu_16bit_to_16bit({.gate = dg.as<void>(), .up = du.as<void>(), .gate_stride = ld, .up_stride = ld,
+                               .n_rows = rows, .dim = dim, .f16 = f16_in},
+                              dout.as<void>(), f16_out);
+        const std::vector<uint16_t> out16 = download<uint16_t>(dout);
+        std::vector<float> out(out16.size());
+        for (size_t i = 0; i < out16.size(); ++i) out[i] = from_16(out16[i], f16_out);
+        const double unit = std::ldexp(1.0, f16_out ? -11 : -8);
+        EXPECT_LT(nmse(out, ref), 2 * unit * unit / 3);
+      }
     }
   }
 }

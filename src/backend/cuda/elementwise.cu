@@ -1,7 +1,7 @@
 // Row-wise and element-wise kernels: RMSNorm, RoPE, residual add, bias,
 // SwiGLU, softmax, argmax, the column split of a stacked GEMM's output. f32
-// rows with a stride in floats (RMSNorm can also write the 16-bit rows a GEMM
-// reads).
+// rows with a stride in floats (RMSNorm and SwiGLU can also write the 16-bit
+// rows a GEMM reads, and SwiGLU read 16-bit GEMM outputs).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -108,36 +108,43 @@ __global__ void split_columns_kernel(ColumnSplit s, int width) {
 
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
-// out = op(a, b) element by element over rows of f32 inputs: the residual
-// add and SwiGLU; out is f32, or bf16 for the training MLP's tensor cores.
-template <typename Out>
+// out = op(a, b) element by element over rows: the residual add and SwiGLU.
+// a and b are f32, or (SwiGLU after GEMMs with 16-bit outputs) bf16/f16,
+// widened exactly; out is f32, or the bf16/f16 rows a tensor-core GEMM
+// reads (the down projection; the training MLP's), rounded to nearest even.
+template <typename In, typename Out>
 struct Rows2 {
-  const float* a;
+  const In* a;
   int64_t lda;
-  const float* b;
+  const In* b;
   int64_t ldb;
   Out* out;
   int64_t ldo, n_rows, dim;
 };
 
-template <typename Op, typename Out>
-__global__ void binary_rows_kernel(Rows2<Out> r, Op op) {
+template <typename Op, typename In, typename Out>
+__global__ void binary_rows_kernel(Rows2<In, Out> r, Op op) {
   detail::pdl_prologue();
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= r.n_rows * r.dim) return;
   const int64_t i = t / r.dim, c = t % r.dim;
-  detail::store1(r.out + i * r.ldo + c, op(r.a[i * r.lda + c], r.b[i * r.ldb + c]));
+  detail::store1(r.out + i * r.ldo + c, op(detail::load1(r.a + i * r.lda + c), detail::load1(r.b + i * r.ldb + c)));
 }
 
-// The same, four floats per thread (rows_vec4.cuh).
-template <typename Op, typename Out>
-__global__ void binary_rows_vec4_kernel(Rows2<Out> r, Op op) {
+// The same, one 16-byte load of each input per thread (rows_vec4.cuh): four
+// f32 or eight 16-bit values.
+template <typename Op, typename In, typename Out>
+__global__ void binary_rows_vec_kernel(Rows2<In, Out> r, Op op) {
+  constexpr int kWidth = detail::kValuesPer16Bytes<In>;
   detail::pdl_prologue();
-  const int64_t c = detail::vec4_column(r.dim);
+  const int64_t c = detail::vec_column<kWidth>(r.dim);
   if (c < 0) return;
   for (int64_t i = blockIdx.y; i < r.n_rows; i += gridDim.y) {
-    const float4 x = detail::load4(r.a + i * r.lda + c), y = detail::load4(r.b + i * r.ldb + c);
-    detail::store4(r.out + i * r.ldo + c, make_float4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w)));
+    detail::Floats<kWidth> x = detail::load_vec(r.a + i * r.lda + c);
+    const detail::Floats<kWidth> y = detail::load_vec(r.b + i * r.ldb + c);
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) x.v[j] = op(x.v[j], y.v[j]);
+    detail::store_vec(r.out + i * r.ldo + c, x);
   }
 }
 
@@ -150,18 +157,20 @@ struct SiluTimesOp {
 
 unsigned blocks_for(int64_t total, int threads = 256) { return unsigned((total + threads - 1) / threads); }
 
-// The vec4 kernel when every row fits it (a bf16 output's rows need only
-// 8-byte alignment: the float check on its pointer and stride is stricter
-// than needed), else the scalar one.
-template <typename Op, typename Out>
-void binary_rows(const Rows2<Out>& r, Op op) {
+// The vector kernel when every row fits it (rows_fit_vec: 16-byte aligned
+// rows of whole 16-byte groups of In; a 16-bit output of f32 inputs needs
+// only 8-byte alignment, so the check is stricter than needed there), else
+// the scalar one.
+template <typename Op, typename In, typename Out>
+void binary_rows(const Rows2<In, Out>& r, Op op) {
   if (r.n_rows * r.dim == 0) return;
+  constexpr int kWidth = detail::kValuesPer16Bytes<In>;
   const void* ptrs[] = {r.a, r.b, r.out};
   const int64_t strides[] = {r.lda, r.ldb, r.ldo};
-  if (detail::rows_fit_vec4(r.dim, ptrs, strides))
-    return detail::launch_dependent(binary_rows_vec4_kernel<Op, Out>, detail::vec4_grid(r.n_rows, r.dim),
-                                    detail::kVec4Threads, 0, r, op);
-  detail::launch_dependent(binary_rows_kernel<Op, Out>, blocks_for(r.n_rows * r.dim), 256, 0, r, op);
+  if (detail::rows_fit_vec(kWidth, r.dim, ptrs, strides))
+    return detail::launch_dependent(binary_rows_vec_kernel<Op, In, Out>, detail::vec_grid(r.n_rows, r.dim, kWidth),
+                                    detail::kVecThreads, 0, r, op);
+  detail::launch_dependent(binary_rows_kernel<Op, In, Out>, blocks_for(r.n_rows * r.dim), 256, 0, r, op);
 }
 
 __global__ void softmax_kernel(float* x, int64_t n, int64_t stride) {
@@ -265,7 +274,7 @@ void rope(const backend::cpu::RopeArgs& a) {
 }
 
 void add(const backend::cpu::AddArgs& a) {
-  binary_rows(Rows2<float>{a.a, a.a_stride, a.b, a.b_stride, a.out, a.out_stride, a.n_rows, a.dim}, AddOp{});
+  binary_rows(Rows2<float, float>{a.a, a.a_stride, a.b, a.b_stride, a.out, a.out_stride, a.n_rows, a.dim}, AddOp{});
 }
 
 void add_bias(float* x, const float* bias, int64_t n_rows, int64_t dim, int64_t x_stride) {
@@ -285,21 +294,38 @@ void split_columns(const ColumnSplit& s) {
 }
 
 void swiglu(const backend::cpu::SwigluArgs& a) {
-  binary_rows(Rows2<float>{a.gate, a.gate_stride, a.up, a.up_stride, a.out, a.out_stride, a.n_rows, a.dim},
+  binary_rows(Rows2<float, float>{a.gate, a.gate_stride, a.up, a.up_stride, a.out, a.out_stride, a.n_rows, a.dim},
               SiluTimesOp{});
 }
 
 namespace {
-// SwiGLU of a's rows into out [n_rows, dim] contiguous, in Out's type.
-template <typename Out>
-void swiglu_into(const backend::cpu::SwigluArgs& a, Out* out) {
-  binary_rows(Rows2<Out>{a.gate, a.gate_stride, a.up, a.up_stride, out, a.dim, a.n_rows, a.dim}, SiluTimesOp{});
+
+// SwiGLU of a's gate and up rows (of In: f32, or 16-bit GEMM outputs; a is
+// SwigluArgs or Swiglu16bitArgs) into out [n_rows, dim] contiguous, in Out's
+// type.
+template <typename In, typename Out, typename Args>
+void swiglu_into(const Args& a, void* out) {
+  binary_rows(Rows2<In, Out>{static_cast<const In*>(a.gate), a.gate_stride, static_cast<const In*>(a.up),
+                             a.up_stride, static_cast<Out*>(out), a.dim, a.n_rows, a.dim},
+              SiluTimesOp{});
 }
+
+// The same into bf16, or f16 when to_f16.
+template <typename In, typename Args>
+void swiglu_into_16bit(const Args& a, void* out, bool to_f16) {
+  if (to_f16) swiglu_into<In, __half>(a, out);
+  else swiglu_into<In, __nv_bfloat16>(a, out);
+}
+
 }  // namespace
 
 void swiglu_to_16bit(const backend::cpu::SwigluArgs& a, void* out, bool to_f16) {
-  if (to_f16) swiglu_into(a, static_cast<__half*>(out));
-  else swiglu_into(a, static_cast<__nv_bfloat16*>(out));
+  swiglu_into_16bit<float>(a, out, to_f16);
+}
+
+void swiglu_16bit_to_16bit(const Swiglu16bitArgs& a, void* out, bool to_f16) {
+  if (a.f16) swiglu_into_16bit<__half>(a, out, to_f16);
+  else swiglu_into_16bit<__nv_bfloat16>(a, out, to_f16);
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride) {

@@ -45,11 +45,14 @@ struct InputNorm {
 void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const InputNorm* norm = nullptr);
 // down.y += gate.y·w_downᵀ after matmul_swiglu(gate, up, norm) (down.x is
 // gate.y): a Llama MLP with its residual add. For n > 8 with 16-bit or
-// quantized down weights, SwiGLU writes the 16-bit rows the down GEMM reads,
-// rounded as the conversion of gate.y's f32 rows would round them, and gate.y
-// holds no SwiGLU output (only the gate GEMM's, where gate and up are not one
-// stacked GEMM): the two calls without gate.y's f32 round trip and its
-// conversion kernel.
+// quantized weights (gate's, up's and down's) it is the two calls without
+// their f32 round trips: the gate and up GEMMs write 16-bit outputs (the
+// type they read: bf16, f16 for f16 weights) into a scratch, and SwiGLU
+// reads them and writes the 16-bit rows the down GEMM reads. So gate and up
+// are rounded once more than in the two calls (2^-8 relative for bf16), and
+// gate.y and up.y are not written (as InputNorm::normed is not).
+// BRIOCHE_CUDA_GATE_UP_16BIT=0 keeps the GEMMs' outputs f32 (gate.y and
+// up.y, or a stacked scratch).
 void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
                         const InputNorm* norm = nullptr);
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
@@ -69,6 +72,20 @@ void swiglu(const backend::cpu::SwigluArgs& args);
 // the training MLP's lora_matmul). The same f32 arithmetic, rounded to
 // nearest even once at the store, as convert_rows_to_16bit rounds.
 void swiglu_to_16bit(const backend::cpu::SwigluArgs& args, void* out, bool to_f16);
+// Gate and up as 16-bit rows: the outputs of GEMMs that write the type they
+// read (bf16; f16 for f16 weights), as matmul_swiglu_down's gate/up GEMMs
+// write them above 8 rows.
+struct Swiglu16bitArgs {
+  const void* gate;  // [n_rows, dim], row stride gate_stride values
+  const void* up;    // [n_rows, dim], row stride up_stride values
+  int64_t gate_stride, up_stride, n_rows, dim;
+  bool f16;          // gate and up are f16 (else bf16)
+};
+// silu(gate)·up with swiglu's f32 formula on the 16-bit values widened
+// exactly, rounded to nearest even once into out [n_rows, dim] contiguous:
+// bf16, or f16 when to_f16 (the down GEMM's type, which may differ from
+// gate's).
+void swiglu_16bit_to_16bit(const Swiglu16bitArgs& args, void* out, bool to_f16);
 // dst[p] [n_rows, width[p]] (row stride dst_stride[p]) = the columns
 // [Σ_{i<p} width[i], + width[p]) of src [n_rows, Σ width] (row stride
 // src_stride), for up to 3 parts: the outputs of one GEMM over stacked

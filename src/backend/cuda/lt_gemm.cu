@@ -30,9 +30,35 @@ LtContext& lt() {
   return *ctx;
 }
 
-// Algorithm choice per shape and operand alignment, made once: cuBLASLt's
-// heuristic, timed among its first choices for small batches (below).
-using AlgoKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t>;
+// Algorithm choice per shape, output type and operand alignment, made once:
+// cuBLASLt's heuristic, timed among its first choices for small batches
+// (below).
+using AlgoKey = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t>;
+
+const char* type_name(cudaDataType_t t) {
+  switch (t) {
+    case CUDA_R_32F: return "f32";
+    case CUDA_R_16F: return "f16";
+    case CUDA_R_16BF: return "bf16";
+    default: return "another type";
+  }
+}
+
+// Bytes per element of an output of type t.
+size_t output_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// The outputs lt_gemm writes: f32 from any inputs, or 16-bit of the inputs'
+// own type, with beta 0 (a 16-bit C rounded at every accumulation would not
+// be the sum the caller asked for; nothing accumulates into one).
+void check_output(const GemmDesc& g) {
+  if (g.c_type == CUDA_R_32F) return;
+  BRIOCHE_CHECK((g.c_type == CUDA_R_16BF || g.c_type == CUDA_R_16F) && g.c_type == g.ab_type,
+                "lt_gemm: expected an f32 output or one of the inputs' 16-bit type, got ", type_name(g.c_type),
+                " output for ", type_name(g.ab_type), " inputs (", g.m, "x", g.n, "x", g.k, " GEMM)");
+  BRIOCHE_CHECK(g.beta == 0.0f, "lt_gemm: a ", type_name(g.c_type),
+                " output is written, not accumulated into: expected beta 0, got ", g.beta, " (", g.m, "x", g.n, "x",
+                g.k, " GEMM)");
+}
 
 // Largest power of two (≤ 256) dividing the address: the heuristic assumes
 // 256-byte operands unless told, and views into a matrix (a vocabulary chunk,
@@ -85,7 +111,7 @@ bool capturing(cudaStream_t stream) {
 cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const GemmDesc& g,
                              const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
-  std::shared_ptr<void> c = allocate(size_t(g.ldc) * size_t(g.n) * 4);
+  std::shared_ptr<void> c = allocate(size_t(g.ldc) * size_t(g.n) * output_bytes(g.c_type));
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
@@ -122,6 +148,7 @@ cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMa
 }  // namespace
 
 void lt_gemm(const GemmDesc& g) {
+  check_output(g);
   LtContext& ctx = lt();
   cublasLtMatmulDesc_t op;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, g.compute, CUDA_R_32F));
@@ -132,13 +159,13 @@ void lt_gemm(const GemmDesc& g) {
   cublasLtMatrixLayout_t la, lb, lc;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, g.ab_type, uint64_t(ta ? g.k : g.m), uint64_t(ta ? g.m : g.k), g.lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, g.ab_type, uint64_t(tb ? g.n : g.k), uint64_t(tb ? g.k : g.n), g.ldb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, uint64_t(g.m), uint64_t(g.n), g.ldc));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, g.c_type, uint64_t(g.m), uint64_t(g.n), g.ldc));
 
   static std::mutex mutex;
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
   const uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(g.c);
-  AlgoKey key{int(g.ab_type), int(g.compute), int(g.op_a), int(g.op_b), g.m, g.n, g.k, g.lda, g.ldb, g.ldc,
-              align_a | align_b << 9 | align_c << 18};
+  AlgoKey key{int(g.ab_type), int(g.c_type), int(g.compute), int(g.op_a), int(g.op_b), g.m, g.n, g.k, g.lda, g.ldb,
+              g.ldc, align_a | align_b << 9 | align_c << 18};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard lock(mutex);

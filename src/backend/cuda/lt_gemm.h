@@ -1,5 +1,6 @@
-// One cuBLASLt GEMM with f32 output, shared by the forward matmul, the
-// backward matmuls and the fused log-prob head (include from .cu files only).
+// One cuBLASLt GEMM with f32 output (or 16-bit, of the inputs' type), shared
+// by the forward matmul, the backward matmuls and the fused log-prob head
+// (include from .cu files only).
 //
 // Column-major, as cuBLASLt sees it: C[m, n] = alpha · op(A)·op(B) + beta · C,
 // op(A) m×k, op(B) k×n. A row-major [r, c] matrix with row stride ld is the
@@ -17,7 +18,11 @@ struct GemmDesc {
   cublasComputeType_t compute;
   const void* a; int64_t lda;  // ld in elements
   const void* b; int64_t ldb;
-  float* c; int64_t ldc;       // f32 output
+  void* c; int64_t ldc;        // output, of c_type
+  // f32, or the inputs' own 16-bit type (bf16 → bf16, f16 → f16; still
+  // accumulated in f32, rounded once at the store) for outputs that only a
+  // 16-bit reader takes: those are written, never accumulated into (beta 0).
+  cudaDataType_t c_type = CUDA_R_32F;
   int64_t m, n, k;
   float beta = 0.0f;           // c = alpha·op(a)·op(b) + beta·c
   cublasOperation_t op_a = CUBLAS_OP_T;  // the forward's y = x·wᵀ: A = w transposed, B = x

@@ -28,6 +28,13 @@ std::shared_ptr<void> activations_16bit(const cpu::MatmulArgs& a);
 // of a.x; quantized weights expand to bf16 row tiles of ≤ 128 MB.
 void weight_gemm(const cpu::MatmulArgs& a, const void* x16, float beta);
 
+// The same GEMM (beta 0) with 16-bit outputs, of the type it reads (bf16; f16
+// for f16 weights): y16 [n, m], row stride ldy16 values, each the f32 sum
+// rounded once by cuBLASLt's epilogue. a.y is not written. 16-bit or quantized
+// weights only (f32 weights read and write f32); quantized row tiles write
+// their columns of y16.
+void weight_gemm_16bit(const cpu::MatmulArgs& a, const void* x16, void* y16, int64_t ldy16);
+
 // a.dx = a.dy·w + beta·a.dx for a 16-bit or quantized w, reading dy16 (a.dy
 // as bf16 [n, m] contiguous) instead of a.dy. Quantized and f16 weights
 // expand to bf16 tiles of weight rows (slices of the reduction dimension).
