@@ -2,25 +2,38 @@
 //
 // CTA = (query head h, tile of kRows = 64 query rows of one sequence); 4 warps,
 // warp w owns rows [16w, 16w + 16). Per key tile of kKeys = 64 keys:
-//   S = Q·Kᵀ            [16, 64] per warp: mma.sync m16n8k16 (f16 in, f32 acc)
+//   S = Q·Kᵀ            [16, 64] per warp (f16 in, f32 acc)
 //   m' = max(m, rowmax S);  P = 2^(S − m');  l' = l·2^(m − m') + rowsum P
-//   O' = O·2^(m − m') + P·V   (P rounded to f16 as the mma's A operand)
+//   O' = O·2^(m − m') + P·V   (P rounded to f16 as the product's A operand)
 // and at the end out = O / l. Q is pre-scaled by scale·log2(e) before its f16
 // rounding, so S is already in base-2 units (as in attention.cu).
 //
+// Two kernels from one template, with the same data flow and the same
+// fragment layouts, differing in the products:
+//   - kWgmma (head_dim 128): the 4 warps are one warpgroup; each product is
+//     a chain of wgmma.m64n64k16 (wgmma.cuh), with Q's (S) and P's (P·V) A
+//     fragments in registers and K and V read by the tensor cores through
+//     descriptors of 128-byte-swizzled shared tiles. One wgmma instruction
+//     does what 16 mma.sync and 8 ldmatrix did: ncu on the Llama-3-8B shape,
+//     140 µs a call against 187 µs.
+//   - mma.sync m16n8k16 with ldmatrix'd B fragments (head_dim 64, and 128
+//     with BRIOCHE_CUDA_PREFILL_WGMMA=0).
+//
 // Data movement: Q (f32 activations) is scaled, rounded and staged once in
 // shared memory (the second K buffer, free until the key loop starts), then
-// held as mma A fragments in registers. K and V tiles are
-// gathered from the paged cache (slot = table[key / block_size]·block_size +
-// key % block_size) with 16-byte cp.async into a double buffer: tile t+1
-// loads while tile t computes. Shared rows are D halves; 16-byte chunk c of
-// row r sits at chunk c ^ (r & 7), so the 8 row addresses of each ldmatrix
-// phase fall in 8 different bank groups.
+// held as A fragments in registers. K and V tiles are gathered from the
+// paged cache (slot = table[key / block_size]·block_size + key % block_size)
+// with 16-byte cp.async into a double buffer: tile t+1 loads while tile t
+// computes. Shared rows are XOR-swizzled by 16-byte chunk (chunk c of row r
+// at c ^ (r & 7)): for mma.sync rows of D halves, so the 8 row addresses of
+// each ldmatrix phase fall in 8 bank groups; for wgmma column blocks of 64
+// halves, the layout its 128-byte swizzle mode reads.
 //
 // The swizzle, the fragment layouts and the online-softmax step are in
 // mma_tile.cuh (shared with the training attention): two adjacent C tiles of
 // S (keys 16j..16j+15) are exactly P's A fragment for the k-step j of P·V, so
-// P never leaves registers.
+// P never leaves registers (wgmma's accumulator and register-A fragments are
+// mma.sync's, repeated over the warpgroup's 4 warps).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -110,7 +123,7 @@ __device__ __forceinline__ void wgmma_q_times_kt(float (&s)[kKeys / 8][4], const
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     // Block kk / 4 (64 columns), 32 bytes per k-step inside it.
-    const uint32_t addr = k_addr + (kk / 4) * kKeys * 128 + (kk % 4) * 32;
+    const uint32_t addr = k_addr + (kk / 4) * kKeys * wgmma::kRowBytes + (kk % 4) * 32;
     wgmma::mma_m64n64k16<false>(s, qf[kk], wgmma::descriptor(addr), kk > 0);
   }
   wgmma::wgmma_commit();
@@ -130,12 +143,25 @@ __device__ __forceinline__ void wgmma_p_times_v(float (&o)[D / 8][4], const uint
 #pragma unroll
     for (int b = 0; b < D / 64; ++b) {
       float(&o_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&o[8 * b]);
-      const uint32_t addr = v_addr + b * kKeys * 128 + ks * 16 * 128;
+      const uint32_t addr = v_addr + b * kKeys * wgmma::kRowBytes + ks * 16 * wgmma::kRowBytes;
       wgmma::mma_m64n64k16<true>(o_block, pf[ks], wgmma::descriptor(addr), true);
     }
   wgmma::wgmma_commit();
 }
 
+// Three CTAs (12 warps) per SM: 65 KB of shared memory each at D = 128, and
+// at most 170 registers per thread. The mma.sync kernel is latency bound (ncu
+// on the Llama-3-8B shape: tensor pipe 29% busy, 6.6 cycles per issued
+// instruction per warp); 3 CTAs per SM instead of 2 made it 1.2x faster,
+// 32-key tiles at 4 CTAs per SM (Q re-read from shared memory) and skipping
+// masked 16-key steps on the diagonal tile were slower. The wgmma kernel
+// waits for each product before the next step; what was tried to overlap
+// them lost (BENCHMARKS.md, 2026-11-30): Q read from shared memory at 2 CTAs
+// per SM (160 µs against 140), V single-buffered to keep 3 CTAs with Q in
+// shared memory (0.83 of the mma.sync kernel's time, against 0.75), and
+// FlashAttention-3's order (S(t) while O is rescaled, P·V(t − 1) while the
+// softmax of S(t) runs) at 2 CTAs per SM (0.94): ptxas placed the wait for
+// P·V(t − 1) above the softmax's exponentials.
 template <int D, bool kWgmma>
 __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillParams p) {
   constexpr int kChunks = D / 8;   // 16-byte chunks per shared row

@@ -34,8 +34,9 @@
 
 namespace brioche::cuda::wgmma {
 
-constexpr int kSwizzleRowElems = 64;  // 16-bit elements per 128-byte row
-constexpr int kAtomBytes = 1024;      // 8 rows of 128 bytes
+constexpr int kRowBytes = 128;                     // a row of the swizzled layout
+constexpr int kSwizzleRowElems = kRowBytes / 2;    // 16-bit elements per row
+constexpr int kAtomBytes = 8 * kRowBytes;          // the swizzle repeats every 8 rows
 
 // Offset in elements of 16-byte chunk `chunk` (0..D/8−1) of row `row` in a
 // tile of kTileRows rows and D columns of 16-bit elements, laid out as above.
