@@ -91,9 +91,10 @@ void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops:
   const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h};
   if (collective == nullptr) return ops::swiglu_mlp(a.x, norm, w.w_gate, w.w_up, w.w_down, a.x, a.gate, a.up, a.out);
   // SwiGLU is elementwise over the intermediate columns, so each rank's slice
-  // is exact; only down's sum over them is split.
-  ops::swiglu_matmul(a.x, norm, w.w_gate, w.w_up, a.gate, a.up);
-  ops::matmul(a.gate, w.w_down, a.out);
+  // is exact; only down's sum over them is split. The same op as without
+  // ranks (the GPU's 16-bit gate/up above 8 rows included), so one rank
+  // gives the plain model's numbers.
+  ops::swiglu_mlp(a.x, norm, w.w_gate, w.w_up, w.w_down, a.out, a.gate, a.up, a.out, ops::MlpOutput::WriteY);
   collective->all_reduce_sum(a.out);
   ops::add(a.x, a.out, a.x);
 }

@@ -110,7 +110,9 @@ void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_ga
 }
 
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
-                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch) {
+                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch,
+                MlpOutput output) {
+  const bool add = output == MlpOutput::AddToY;
 #if BRIOCHE_CUDA
   if (w_gate.device() == Device::CUDA) {
     const cpu::MatmulArgs gate = detail::matmul_args(x, w_gate, hidden, "swiglu_mlp");
@@ -118,11 +120,12 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate,
     const cpu::MatmulArgs down = detail::matmul_args(hidden, w_down, y, "swiglu_mlp");
     check_gate_up(w_gate, w_up, "swiglu_mlp");
     const cuda::InputNorm n = cuda_norm(x, norm, "swiglu_mlp");
-    return cuda::matmul_swiglu_down(gate, up, down, &n);
+    return cuda::matmul_swiglu_down(gate, up, down, &n, add);
   }
 #endif
   swiglu_matmul(x, norm, w_gate, w_up, hidden, scratch);
-  matmul_accumulate(hidden, w_down, y, y_scratch);
+  if (add) matmul_accumulate(hidden, w_down, y, y_scratch);
+  else matmul(hidden, w_down, y);
 }
 
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {

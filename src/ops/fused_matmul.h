@@ -8,6 +8,7 @@
 // float summation order.
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 #include "core/tensor.h"
@@ -45,15 +46,23 @@ void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Ten
 void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up, Tensor& out,
                    Tensor& scratch);
 
+// Where swiglu_mlp puts its result: added to y (the block's residual add), or
+// written to y (a tensor-parallel rank's partial sum, added to the residual
+// after the all-reduce).
+enum class MlpOutput : uint8_t { AddToY, WriteY };
+
 // y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its
-// residual add (y may be x). It is swiglu_matmul(x, norm, w_gate, w_up,
-// hidden, scratch), then matmul_accumulate(hidden, w_down, y, y_scratch); on
+// residual add (y may be x); with MlpOutput::WriteY, y = that product
+// (y_scratch unused). It is swiglu_matmul(x, norm, w_gate, w_up, hidden,
+// scratch), then matmul_accumulate(hidden, w_down, y, y_scratch) (WriteY:
+// matmul(hidden, w_down, y)); on
 // the GPU above 8 rows (16-bit or quantized w_down) the gate and up GEMMs
 // write 16-bit outputs, which the SwiGLU kernel reads to write the 16-bit
 // rows the down GEMM reads: gate and up are rounded to 16 bits once more than
 // in those two ops (2^-8 relative for bf16), and `hidden` and `scratch` are
 // not written.
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
-                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch);
+                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch,
+                MlpOutput output = MlpOutput::AddToY);
 
 }  // namespace brioche::ops

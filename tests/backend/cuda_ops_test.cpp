@@ -220,6 +220,7 @@ struct MlpCase {
   DType gate_type, down_type;  // gate's and up's weights; down's
   int64_t n, k, m;             // rows, hidden size (gate/up's k, down's m), intermediate size
   bool stacked;                // gate and up weights back to back in one allocation
+  bool accumulate = true;      // y += MLP (the residual add), else y = MLP (a tensor-parallel partial sum)
 };
 
 // The NMSE bound derived above.
@@ -253,7 +254,7 @@ QuantizedRows quantized_rows(DType type, int64_t m, int64_t k, uint32_t seed, fl
 void check_swiglu_down(const MlpCase& c, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << "gate/up " << dtype_name(c.gate_type) << ", down " << dtype_name(c.down_type)
                                   << " n=" << c.n << " k=" << c.k << " m=" << c.m
-                                  << (c.stacked ? " stacked" : " separate"));
+                                  << (c.stacked ? " stacked" : " separate") << (c.accumulate ? " y +=" : " y ="));
   // gate and up: rows [0, m) and [m, 2m) of one [2m, k] weight.
   const QuantizedRows gate_up = quantized_rows(c.gate_type, 2 * c.m, c.k, seed, 1.0f / std::sqrt(float(c.k)));
   const QuantizedRows down = quantized_rows(c.down_type, c.k, c.m, seed + 1, 1.0f / std::sqrt(float(c.m)));
@@ -300,16 +301,18 @@ void check_swiglu_down(const MlpCase& c, uint32_t seed) {
   const cpu::MatmulArgs down_args{.x = gate_y.as<float>(), .ldx = c.m, .wtype = c.down_type, .w = d_down.as<void>(),
                                   .w_row_bytes = rb_down, .y = dy.as<float>(), .ldy = ldy, .n = c.n, .m = c.k,
                                   .k = c.m};
-  matmul_swiglu_down(gate, up, down_args);
+  matmul_swiglu_down(gate, up, down_args, nullptr, c.accumulate);
 
   const std::vector<float> y = download<float>(dy);
   std::vector<float> got(size_t(c.n * c.k));
   for (int64_t i = 0; i < c.n; ++i) {
-    for (int64_t o = 0; o < c.k; ++o) got[i * c.k + o] = y[i * ldy + o] - residual[i * ldy + o];
+    for (int64_t o = 0; o < c.k; ++o) got[i * c.k + o] = y[i * ldy + o] - (c.accumulate ? residual[i * ldy + o] : 0);
     for (int64_t o = c.k; o < ldy; ++o) EXPECT_EQ(y[i * ldy + o], residual[i * ldy + o]) << "row padding written";
   }
   EXPECT_LT(nmse(got, mlp), mlp_nmse_bound(c.gate_type, c.down_type));
-  // The 16-bit path leaves the f32 gate and up outputs unwritten.
+  // The 16-bit path (above 8 rows) leaves the f32 gate and up outputs
+  // unwritten; the GEMVs' path writes gate.y, which down reads.
+  if (c.n <= 8) return;
   for (const DeviceBuffer* b : {&gate_y, &up_y}) {
     const std::vector<float> v = download<float>(*b);
     EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float f) { return std::isnan(f); }))
@@ -336,6 +339,13 @@ TEST(CudaMlp, SwigluDownWith16BitGateUpMatchesCpu) {
                     MlpCase{DType::F16, DType::BF16, 33, 256, 45, false},
                     MlpCase{DType::BF16, DType::F16, 33, 256, 128, true},
                     MlpCase{DType::Q8_0, DType::F16, 520, 256, 96, false}}) {
+    check_swiglu_down(c, seed++);
+  }
+  // y written, not added to (a tensor-parallel rank's MLP): the GEMMs' path
+  // and the GEMVs' (≤ 8 rows, whose error is far inside the bound).
+  for (MlpCase c : {MlpCase{DType::BF16, DType::BF16, 520, 256, 128, true, false},
+                    MlpCase{DType::Q4_0, DType::Q4_0, 64, 256, 128, false, false},
+                    MlpCase{DType::BF16, DType::BF16, 4, 256, 128, true, false}}) {
     check_swiglu_down(c, seed++);
   }
 }

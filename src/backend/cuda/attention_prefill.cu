@@ -149,28 +149,28 @@ __device__ __forceinline__ void wgmma_p_times_v(float (&o)[D / 8][4], const uint
   wgmma::wgmma_commit();
 }
 
-// Three CTAs (12 warps) per SM: 65 KB of shared memory each at D = 128, and
-// at most 170 registers per thread. The mma.sync kernel is latency bound (ncu
-// on the Llama-3-8B shape: tensor pipe 29% busy, 6.6 cycles per issued
-// instruction per warp); 3 CTAs per SM instead of 2 made it 1.2x faster,
-// 32-key tiles at 4 CTAs per SM (Q re-read from shared memory) and skipping
-// masked 16-key steps on the diagonal tile were slower. The wgmma kernel
-// waits for each product before the next step; what was tried to overlap
-// them lost (BENCHMARKS.md, 2026-11-30): Q read from shared memory at 2 CTAs
-// per SM (160 µs against 140), V single-buffered to keep 3 CTAs with Q in
-// shared memory (0.83 of the mma.sync kernel's time, against 0.75), and
-// FlashAttention-3's order (S(t) while O is rescaled, P·V(t − 1) while the
-// softmax of S(t) runs) at 2 CTAs per SM (0.94): ptxas placed the wait for
-// P·V(t − 1) above the softmax's exponentials.
+// Three CTAs (12 warps) per SM: 64 KB of shared memory each at D = 128 (65
+// for wgmma), and at most 170 registers per thread. The mma.sync kernel is
+// latency bound (ncu on the Llama-3-8B shape: tensor pipe 29% busy, 6.6
+// cycles per issued instruction per warp); 3 CTAs per SM instead of 2 made
+// it 1.2x faster, 32-key tiles at 4 CTAs per SM (Q re-read from shared
+// memory) and skipping masked 16-key steps on the diagonal tile were slower.
+// The wgmma kernel waits for each product before the next step; what was
+// tried to overlap them lost (BENCHMARKS.md, 2026-11-30): Q read from shared
+// memory at 2 CTAs per SM (160 µs against 140), V single-buffered to keep 3
+// CTAs with Q in shared memory (0.83 of the mma.sync kernel's time, against
+// 0.75), and FlashAttention-3's order (S(t) while O is rescaled, P·V(t − 1)
+// while the softmax of S(t) runs) at 2 CTAs per SM (0.94): ptxas placed the
+// wait for P·V(t − 1) above the softmax's exponentials.
 template <int D, bool kWgmma>
 __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillParams p) {
   constexpr int kChunks = D / 8;   // 16-byte chunks per shared row
   constexpr int kDSteps = D / 16;  // k-steps of S = Q·Kᵀ
   static_assert(kRows == kKeys, "Q is staged in the second K buffer (a [kKeys][D] tile)");
-  // wgmma's swizzle atoms need 1,024-byte aligned blocks (1 KB more is asked for).
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  unsigned char* smem = smem_raw + ((wgmma::kAtomBytes - (shared_address(smem_raw) % wgmma::kAtomBytes)) %
-                                    wgmma::kAtomBytes);
+  unsigned char* smem = smem_raw;
+  if constexpr (kWgmma)  // the swizzle atoms need 1,024-byte aligned blocks (launch asks 1 KB more)
+    smem += (wgmma::kAtomBytes - shared_address(smem_raw) % wgmma::kAtomBytes) % wgmma::kAtomBytes;
   __half* sk = reinterpret_cast<__half*>(smem);  // [2][kKeys][D]
   __half* sv = sk + 2 * kKeys * D;                 // [2][kKeys][D]
   __half* sq = sk + kKeys * D;                     // [kRows][D]: K buffer 1 until the loop starts
@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
 
 template <int D, bool kWgmma>
 void launch(const PrefillParams& p, int n_tiles) {
-  // Double-buffered K and V (Q staged in K), and room to align them to 1 KB.
-  constexpr size_t kSmem = size_t(4 * kKeys) * D * sizeof(__half) + wgmma::kAtomBytes;
+  // Double-buffered K and V (Q staged in K); wgmma: room to align them to 1 KB.
+  constexpr size_t kSmem = size_t(4 * kKeys) * D * sizeof(__half) + (kWgmma ? wgmma::kAtomBytes : 0);
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kWgmma>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
@@ -316,9 +316,11 @@ void launch(const PrefillParams& p, int n_tiles) {
 // it did not help.
 template <int D>
 void launch(const PrefillParams& p, int n_tiles) {
-  static const bool wgmma = env_switch_on("BRIOCHE_CUDA_PREFILL_WGMMA");
-  if (D == 128 && wgmma) launch<D, true>(p, n_tiles);
-  else launch<D, false>(p, n_tiles);
+  if constexpr (D == 128) {
+    static const bool wgmma = env_switch_on("BRIOCHE_CUDA_PREFILL_WGMMA");
+    if (wgmma) return launch<D, true>(p, n_tiles);
+  }
+  launch<D, false>(p, n_tiles);
 }
 
 bool prefill_kernel_enabled() {

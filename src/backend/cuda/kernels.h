@@ -44,7 +44,8 @@ struct InputNorm {
 // 16-bit conversion of x.
 void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const InputNorm* norm = nullptr);
 // down.y += gate.y·w_downᵀ after matmul_swiglu(gate, up, norm) (down.x is
-// gate.y): a Llama MLP with its residual add. For n > 8 with 16-bit or
+// gate.y): a Llama MLP with its residual add; with !accumulate down.y =
+// gate.y·w_downᵀ (a tensor-parallel rank's partial sum). For n > 8 with 16-bit or
 // quantized weights (gate's, up's and down's) it is the two calls without
 // their f32 round trips: the gate and up GEMMs write 16-bit outputs (the
 // type they read: bf16, f16 for f16 weights) into a scratch, and SwiGLU
@@ -54,7 +55,7 @@ void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const
 // BRIOCHE_CUDA_GATE_UP_16BIT=0 keeps the GEMMs' outputs f32 (gate.y and
 // up.y, or a stacked scratch).
 void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
-                        const InputNorm* norm = nullptr);
+                        const InputNorm* norm = nullptr, bool accumulate = true);
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
 // conversion of x for the GEMMs above, when they share x and dtype.
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);

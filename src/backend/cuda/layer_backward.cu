@@ -79,7 +79,7 @@ __global__ void swiglu_backward_kernel(SwigluGrads<Out> a) {
 
 template <typename Out>
 __global__ void swiglu_backward_vec4_kernel(SwigluGrads<Out> a) {
-  const int64_t c = detail::vec4_column(a.dim);
+  const int64_t c = detail::vec_column<4>(a.dim);
   if (c < 0) return;
   for (int64_t r = blockIdx.y; r < a.n_rows; r += gridDim.y) {
     const float4 g = detail::load4(a.gate + r * a.ld_gate + c), u = detail::load4(a.up + r * a.ld_up + c);
@@ -100,8 +100,8 @@ void launch_swiglu_backward(const SwigluGrads<Out>& a) {
   if (total == 0) return;
   const void* ptrs[] = {a.gate, a.up, a.dout, a.dgate, a.dup};
   const int64_t strides[] = {a.ld_gate, a.ld_up, a.ld_dout, a.ld_dgate, a.ld_dup};
-  if (detail::rows_fit_vec4(a.dim, ptrs, strides)) {
-    swiglu_backward_vec4_kernel<Out><<<detail::vec4_grid(a.n_rows, a.dim), detail::kVecThreads, 0,
+  if (detail::rows_fit_vec(4, a.dim, ptrs, strides)) {
+    swiglu_backward_vec4_kernel<Out><<<detail::vec_grid(a.n_rows, a.dim, 4), detail::kVecThreads, 0,
                                        detail::current_stream()>>>(a);
   } else {
     swiglu_backward_kernel<Out><<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(a);

@@ -44,9 +44,6 @@ const char* type_name(cudaDataType_t t) {
   }
 }
 
-// Bytes per element of an output of type t.
-size_t output_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
-
 // The outputs lt_gemm writes: f32 from any inputs, or 16-bit of the inputs'
 // own type, with beta 0 (a 16-bit C rounded at every accumulation would not
 // be the sum the caller asked for; nothing accumulates into one).

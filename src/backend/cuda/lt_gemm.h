@@ -7,6 +7,7 @@
 // column-major c×r matrix with the same ld.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -29,6 +30,9 @@ struct GemmDesc {
   cublasOperation_t op_b = CUBLAS_OP_N;
   float alpha = 1.0f;
 };
+
+// Bytes per value of a GemmDesc output of type t (f32, or a 16-bit type).
+inline size_t output_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 // Algorithm per shape found once by cuBLASLt's heuristic; 32 MB workspace.
 void lt_gemm(const GemmDesc& g);

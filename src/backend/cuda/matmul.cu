@@ -40,8 +40,6 @@ struct GemmOutput {
   float beta;
 };
 
-size_t value_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
-
 void weight_gemm_into(const cpu::MatmulArgs& a, const void* x16, const GemmOutput& out) {
   const DType wt = a.wtype;
   if (wt == DType::F32) {
@@ -67,7 +65,7 @@ void weight_gemm_into(const cpu::MatmulArgs& a, const void* x16, const GemmOutpu
     const int64_t r1 = std::min(a.m, r0 + tile_rows);
     dequantize_to_bf16(wt, a.w, a.w_row_bytes, r0, r1, a.k, tile.get());
     lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k, .b = x16,
-             .ldb = a.k, .c = static_cast<char*>(out.y) + size_t(r0) * value_bytes(out.type), .ldc = out.ld,
+             .ldb = a.k, .c = static_cast<char*>(out.y) + size_t(r0) * output_bytes(out.type), .ldc = out.ld,
              .c_type = out.type, .m = r1 - r0, .n = a.n, .k = a.k, .beta = out.beta});
   }
 }
@@ -365,16 +363,17 @@ void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_a
 }
 
 void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
-                        const InputNorm* norm) {
+                        const InputNorm* norm, bool accumulate) {
   // (f32 gate and up weights take f32 GEMMs: the two calls.)
   if (!gemm_reads_16bit(gate) || !gemm_reads_16bit(down) || gate.m == 0 || down.m == 0) {
     matmul_swiglu(gate, up, norm);
-    matmul_accumulate(down);
+    if (accumulate) matmul_accumulate(down);
+    else cuda::matmul(down);  // (not the CPU one, which ADL also finds)
     return;
   }
   std::shared_ptr<void> h16 = allocate(size_t(gate.n) * size_t(gate.m) * 2);
   gemms_then_swiglu(gate, up, norm, h16.get(), down.wtype == DType::F16);
-  detail::weight_gemm(down, h16.get(), 1.0f);
+  detail::weight_gemm(down, h16.get(), accumulate ? 1.0f : 0.0f);
 }
 
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm) {

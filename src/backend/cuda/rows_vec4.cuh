@@ -29,9 +29,6 @@ inline bool rows_fit_vec(int64_t width, int64_t dim, std::span<const void* const
     if (s % width != 0) return false;
   return true;
 }
-inline bool rows_fit_vec4(int64_t dim, std::span<const void* const> ptrs, std::span<const int64_t> strides) {
-  return rows_fit_vec(4, dim, ptrs, strides);
-}
 
 // Threads per block of the vector kernels.
 constexpr int kVecThreads = 256;
@@ -44,7 +41,6 @@ inline dim3 vec_grid(int64_t n_rows, int64_t dim, int64_t width) {
   const int64_t rows = n_rows < 65535 ? n_rows : 65535;
   return dim3(unsigned((groups + kVecThreads - 1) / kVecThreads), unsigned(rows));
 }
-inline dim3 vec4_grid(int64_t n_rows, int64_t dim) { return vec_grid(n_rows, dim, 4); }
 
 #ifdef __CUDACC__
 // The column this thread starts at (Width values per thread), or -1 past
@@ -54,7 +50,6 @@ __device__ __forceinline__ int64_t vec_column(int64_t dim) {
   const int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
   return c < dim ? c : -1;
 }
-__device__ __forceinline__ int64_t vec4_column(int64_t dim) { return vec_column<4>(dim); }
 __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 // Four bf16 (rounded to nearest even) in one 8-byte store.
