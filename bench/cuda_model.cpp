@@ -3,7 +3,7 @@
 // beyond a greedy argmax on the device.
 //
 //   cuda_model_bench --shape llama3-8b --dtype bf16 [--decode 128] [--prefill 2048]
-//                    [--batch 64 --context 1024] [--device cuda|cpu]
+//                    [--prefill-reps 3] [--batch 64 --context 1024] [--device cuda|cpu]
 //   cuda_model_bench --check --shape smollm2-135m --dtype q4_k
 //   cuda_model_bench --gemv --shape llama3-8b --dtype bf16   (decode matmuls alone)
 //   cuda_model_bench --tp 2 [--check] ...   tensor parallel over 2 GPUs (model/tensor_parallel.h):
@@ -57,7 +57,7 @@ struct Options {
   std::string shape = "smollm2-135m";
   std::string dtype = "bf16";
   std::string device = "cuda";
-  int decode = 128, prefill = 2048, batch = 64, context = 1024, batch_steps = 32;
+  int decode = 128, prefill = 2048, prefill_reps = 3, batch = 64, context = 1024, batch_steps = 32;
   bool check = false, gemv = false;
   int layers = 0;  // 0: the preset's
   int tp = 0, tp_rank = -1;  // tp 0: no tensor parallelism; 1: one rank through the TP path (NCCL of one)
@@ -241,7 +241,7 @@ int bench_model(const Options& o, model::Model& m) {
   if (o.prefill > 0) {
     Rig rig(*model, 1, o.prefill + 16);
     std::vector<double> times, queued;
-    for (int rep = 0; rep < 4; ++rep) {
+    for (int rep = 0; rep <= o.prefill_reps; ++rep) {
       rig.n_past[0] = 0;
       ops::synchronize(device);
       auto t0 = Clock::now();
@@ -255,6 +255,13 @@ int bench_model(const Options& o, model::Model& m) {
     }
     double s = median(times);
     row("prefill " + std::to_string(o.prefill), o.prefill / s, 1e3 * s);
+    std::printf("  (%zu runs: fastest %.2f ms, slowest %.2f ms)\n", times.size(),
+                1e3 * *std::min_element(times.begin(), times.end()), 1e3 * *std::max_element(times.begin(), times.end()));
+    if (times.size() > 3) {  // in order: a long run shows the clocks settling under the power cap
+      std::printf("  (ms per run:");
+      for (double t : times) std::printf(" %.1f", 1e3 * t);
+      std::printf(")\n");
+    }
     // When the host needs about as long to queue the prompt's kernels as the
     // device to run them, the device waits on the host.
     std::printf("  (the host queued the prompt's kernels in %.2f ms)\n", 1e3 * median(queued));
@@ -561,6 +568,7 @@ int main(int argc, char** argv) {
       else if (f == "--device") o.device = next();
       else if (f == "--decode") o.decode = std::stoi(next());
       else if (f == "--prefill") o.prefill = std::stoi(next());
+      else if (f == "--prefill-reps") o.prefill_reps = std::max(1, std::stoi(next()));
       else if (f == "--batch") o.batch = std::stoi(next());
       else if (f == "--context") o.context = std::stoi(next());
       else if (f == "--batch-steps") o.batch_steps = std::stoi(next());

@@ -183,6 +183,18 @@ TEST(CudaMatmul, EveryDtypeGemvAndGemm) {
   }
 }
 
+// Above 512 rows a GEMM's timed algorithm serves every row count up to the
+// next power of two (backend/cuda/lt_gemm.cu): the first call of a bucket
+// (1,024 rows) times cuBLASLt's candidates, the calls after it (700, 513,
+// 1,000 rows) reuse the choice, 1,025 rows opens the next bucket. Each must
+// still match the reference.
+TEST(CudaMatmul, TimedAlgorithmServesItsRowBucket) {
+  REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 200;
+  for (DType t : {DType::BF16, DType::Q4_0})
+    for (int64_t n : {1024, 700, 513, 1000, 1025}) check_matmul(t, {n, 96, 256, 0, 0}, seed++);
+}
+
 TEST(CudaMatmul, DenseOddInnerSizes) {
   REQUIRE_CUDA_DEVICE();
   uint32_t seed = 100;

@@ -1,6 +1,7 @@
 #include "backend/cuda/lt_gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -67,19 +68,22 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-// GEMMs of at most this many activation rows are timed once per shape
-// among cuBLASLt's first kTuneCandidates heuristic choices, and the fastest
-// is kept. There the GEMMs stream weights, and the heuristic's first choice
+// Every GEMM is timed once per shape among cuBLASLt's first
+// kTuneCandidates heuristic choices, and the fastest is kept. At few
+// activation rows the GEMMs stream weights, and the heuristic's first choice
 // left bandwidth unused (Llama-3-8B at 64 rows: O at 2.6 TB/s, Q/K/V at
-// 3.0 TB/s). Larger GEMMs are compute bound, where the first choice is
-// good, and timing them would need a large scratch output.
+// 3.0 TB/s); 32 candidates gave +0.1–1.0% over 8 there. Compute-bound GEMMs
+// gain too (Llama-3-8B's 2,048-row prefill +2–5%, BENCHMARKS.md), and there
+// the best choice hardly depends on the exact row count: above
+// kExactTuneRows one timing serves every row count up to the next power of
+// two (a server's prompts come in many lengths; each bucket pays ~8 × 4 runs
+// of each shape once). Outputs over kMaxTuneScratchBytes (a vocabulary-wide
+// f32 head) are not timed: the timing writes a scratch C of that size.
 // BRIOCHE_CUDA_GEMM_TUNE=0 keeps the first choice; BRIOCHE_CUDA_GEMM_TUNE_MAX_ROWS
-// and BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES (at most kMaxTuneCandidates) change
-// the two numbers (A/B runs). 32 candidates gave Llama-3-8B at 64 rows
-// +0.1–1.0% over 8, and timing the 2,048-row GEMMs too gave its prefill
-// +2–5% (BENCHMARKS.md), but each costs its timing again at every new shape
-// (every new prompt length, for a server).
-constexpr int64_t kTuneMaxRows = 512;
+// (GEMMs of more rows take the first choice) and BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES
+// (at most kMaxTuneCandidates) are for A/B runs.
+constexpr int64_t kExactTuneRows = 512;
+constexpr size_t kMaxTuneScratchBytes = size_t(512) << 20;
 constexpr int kTuneCandidates = 8;
 constexpr int kMaxTuneCandidates = 32;
 
@@ -89,11 +93,17 @@ int tune_candidates() {
   return n;
 }
 
+size_t output_size(const GemmDesc& g) { return size_t(g.ldc) * size_t(g.n) * output_bytes(g.c_type); }
+
 bool tunable(const GemmDesc& g) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMM_TUNE");
-  static const int64_t max_rows = env_int("BRIOCHE_CUDA_GEMM_TUNE_MAX_ROWS", kTuneMaxRows);
-  return on && g.n <= max_rows;
+  static const int64_t max_rows = env_int("BRIOCHE_CUDA_GEMM_TUNE_MAX_ROWS", INT64_MAX);
+  return on && g.n <= max_rows && output_size(g) <= kMaxTuneScratchBytes;
 }
+
+// The row count a timing is filed under: the exact one up to kExactTuneRows,
+// else the next power of two.
+int64_t tune_rows(int64_t n) { return n <= kExactTuneRows ? n : int64_t(std::bit_ceil(uint64_t(n))); }
 
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -108,7 +118,7 @@ bool capturing(cudaStream_t stream) {
 cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const GemmDesc& g,
                              const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
-  std::shared_ptr<void> c = allocate(size_t(g.ldc) * size_t(g.n) * output_bytes(g.c_type));
+  std::shared_ptr<void> c = allocate(output_size(g));
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
@@ -142,6 +152,15 @@ cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMa
   return results[best].algo;
 }
 
+// Whether cuBLASLt runs `algo` (timed at another row count of the same
+// bucket) on this GEMM within the workspace.
+bool accepts(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+             cublasLtMatrixLayout_t lc, const cublasLtMatmulAlgo_t& algo) {
+  cublasLtMatmulHeuristicResult_t result = {};
+  return cublasLtMatmulAlgoCheck(ctx.handle, op, la, lb, lc, lc, &algo, &result) == CUBLAS_STATUS_SUCCESS &&
+         result.workspaceSize <= kWorkspaceBytes;
+}
+
 }  // namespace
 
 void lt_gemm(const GemmDesc& g) {
@@ -159,16 +178,23 @@ void lt_gemm(const GemmDesc& g) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, g.c_type, uint64_t(g.m), uint64_t(g.n), g.ldc));
 
   static std::mutex mutex;
-  static std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+  // The algorithm kept per exact shape, and the timed ones per timing bucket
+  // (the key's row count replaced by tune_rows).
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> algos, timed;
   const uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(g.c);
-  AlgoKey key{int(g.ab_type), int(g.c_type), int(g.compute), int(g.op_a), int(g.op_b), g.m, g.n, g.k, g.lda, g.ldb,
-              g.ldc, align_a | align_b << 9 | align_c << 18};
+  const AlgoKey key{int(g.ab_type), int(g.c_type), int(g.compute), int(g.op_a), int(g.op_b), g.m, g.n, g.k, g.lda,
+                    g.ldb, g.ldc, align_a | align_b << 9 | align_c << 18};
+  AlgoKey bucket = key;
+  std::get<6>(bucket) = tune_rows(g.n);
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard lock(mutex);
     auto it = algos.find(key);
     if (it != algos.end()) {
       algo = it->second;
+    } else if (auto b = timed.find(bucket); b != timed.end() && accepts(ctx, op, la, lb, lc, b->second)) {
+      algo = b->second;
+      algos.emplace(key, algo);
     } else {
       cublasLtMatmulPreference_t pref;
       CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -196,6 +222,7 @@ void lt_gemm(const GemmDesc& g) {
       BRIOCHE_CHECK(found > 0, "cuBLASLt: no algorithm for a ", g.m, "x", g.n, "x", g.k, " GEMM");
       algo = found > 1 ? fastest(ctx, op, la, lb, lc, g, results, found, current_stream()) : results[0].algo;
       if (!tune_later) algos.emplace(key, algo);
+      if (tune) timed.insert_or_assign(bucket, algo);
     }
   }
   CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op, &g.alpha, g.a, la, g.b, lb, &g.beta, g.c, lc, g.c, lc, &algo,

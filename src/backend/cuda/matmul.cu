@@ -202,20 +202,22 @@ void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm
   detail::gemv_quant(a.wtype, g);
 }
 
-// Up to this many rows, parts whose weights lie back to back (Q/K/V and
-// gate/up: model/device_weights.cpp stacks them) take one GEMM over the
-// stacked rows: a batch's GEMMs stream weights, and one GEMM over 50 MB
+// Parts whose weights lie back to back (Q/K/V and gate/up:
+// model/device_weights.cpp stacks them) take one GEMM over the stacked rows.
+// Up to kStackedMaxRows the GEMMs stream weights, and one GEMM over 50 MB
 // streams them faster than three over 33, 8 and 8 MB, each with its own
-// ramp, tail and split-K reduction. Above it the GEMMs are compute bound
-// and the stacked output would be a large scratch (gate/up at 2,048 rows:
-// 235 MB). (Q/K/V stacked in place above it too, needing no scratch, made
-// no difference to the 8B prefill of 2,048 tokens: 39.9–40.0k tokens/s
-// against 39.7–40.1k.) BRIOCHE_CUDA_STACKED_GEMM=0 turns it off (A/B runs).
+// ramp, tail and split-K reduction. Above it the GEMMs are compute bound and
+// the stacked GEMM is taken only where it writes its outputs in place
+// (`in_place`: Q/K/V side by side). There, timed (lt_gemm.cu), it beats the
+// small GEMMs: K and V of the 8B prefill are half a wave of tiles each
+// (2,048 rows: 141 µs against 96 + 32 + 32). Gate/up stacked into the 16-bit
+// scratch SwiGLU reads gained nothing there (601–612 µs against 2 × 296).
+// BRIOCHE_CUDA_STACKED_GEMM=0 turns it off (A/B runs).
 constexpr int64_t kStackedMaxRows = 512;
 
-bool stacked_gemm_takes(std::span<const cpu::MatmulArgs> parts) {
+bool stacked_gemm_takes(std::span<const cpu::MatmulArgs> parts, bool in_place = false) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_STACKED_GEMM");
-  if (!on || parts.size() < 2 || parts[0].n > kStackedMaxRows) return false;
+  if (!on || parts.size() < 2 || (parts[0].n > kStackedMaxRows && !in_place)) return false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const cpu::MatmulArgs &prev = parts[i - 1], &p = parts[i];
     if (p.w_row_bytes != prev.w_row_bytes || p.w != static_cast<const char*>(prev.w) + prev.m * prev.w_row_bytes)
@@ -398,8 +400,9 @@ void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm)
     return;
   }
   std::shared_ptr<void> x16 = gemm_input(group, norm);
-  const bool stacked = stacked_gemm_takes(group);
-  if (stacked && outputs_side_by_side(group)) {
+  const bool in_place = outputs_side_by_side(group);
+  const bool stacked = stacked_gemm_takes(group, in_place);
+  if (stacked && in_place) {
     stacked_gemm(group, x16.get(), group[0].y, group[0].ldy);
     return;
   }
