@@ -1,8 +1,10 @@
 #include "engine/engine.h"
-#include "engine/model_tokenizer.h"
 
+#include <optional>
+#include <string>
 
 #include "core/error.h"
+#include "engine/model_tokenizer.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -97,35 +99,69 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest request) {
-  auto handle = std::make_shared<RequestHandle>(next_id_.fetch_add(1));
-  auto reject = [&](std::string message) {
-    GenerationEvent event;
-    event.finish = FinishReason::Error;
-    event.error = std::move(message);
-    event.done = true;
-    event.usage.prompt_tokens = int32_t(request.prompt_tokens.size());
-    handle->push(std::move(event));
-    if (request.on_events) request.on_events();
-    return handle;
-  };
-  if (request.prompt_tokens.empty()) return reject("the prompt is empty: expected at least one token");
-  if (int32_t(request.prompt_tokens.size()) >= context_length_)
-    return reject(error_message("the prompt has ", request.prompt_tokens.size(),
-                                " tokens but the context holds ", context_length_, " (prompt + at least one generated token)"));
+namespace {
+
+// Why the engine cannot take `request`, or nothing when it can.
+std::optional<std::string> invalid_request(const GenerationRequest& request, int32_t context_length,
+                                           int32_t vocab_size) {
+  if (request.prompt_tokens.empty()) return "the prompt is empty: expected at least one token";
+  if (int32_t(request.prompt_tokens.size()) >= context_length)
+    return error_message("the prompt has ", request.prompt_tokens.size(), " tokens but the context holds ",
+                         context_length, " (prompt + at least one generated token)");
   for (int32_t t : request.prompt_tokens)
-    if (t < 0 || t >= vocab_size_) return reject(error_message("prompt token ", t, " is outside the vocabulary [0, ", vocab_size_, ")"));
-  if (request.n < 1 || request.n > 128) return reject(error_message("n must be in [1, 128], got ", request.n));
-  if (request.max_tokens < 1) return reject(error_message("max_tokens must be at least 1, got ", request.max_tokens));
-  if (request.top_logprobs > 20) return reject(error_message("top_logprobs must be in [0, 20], got ", request.top_logprobs));
+    if (t < 0 || t >= vocab_size)
+      return error_message("prompt token ", t, " is outside the vocabulary [0, ", vocab_size, ")");
+  if (request.n < 1 || request.n > 128) return error_message("n must be in [1, 128], got ", request.n);
+  if (request.max_tokens < 1) return error_message("max_tokens must be at least 1, got ", request.max_tokens);
+  if (request.top_logprobs > 20) return error_message("top_logprobs must be in [0, 20], got ", request.top_logprobs);
+  return std::nullopt;
+}
+
+// Ends `handle` with the one error event of a request the engine did not take.
+void reject(RequestHandle& handle, const GenerationRequest& request, std::string message) {
+  GenerationEvent event;
+  event.finish = FinishReason::Error;
+  event.error = std::move(message);
+  event.done = true;
+  event.usage.prompt_tokens = int32_t(request.prompt_tokens.size());
+  handle.push(std::move(event));
+  if (request.on_events) request.on_events();
+}
+
+}  // namespace
+
+std::shared_ptr<RequestHandle> Engine::submit(GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one))[0];
+}
+
+std::vector<std::shared_ptr<RequestHandle>> Engine::submit_all(std::vector<GenerationRequest> requests) {
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  std::vector<bool> valid;
+  for (const GenerationRequest& request : requests) {
+    handles.push_back(std::make_shared<RequestHandle>(next_id_.fetch_add(1)));
+    std::optional<std::string> why = invalid_request(request, context_length_, vocab_size_);
+    if (why) reject(*handles.back(), request, std::move(*why));
+    valid.push_back(!why);
+  }
+  bool stopping;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) return reject("the engine is shutting down");
-    live_[handle->id()] = handle;
-    inbox_.emplace_back(handle, std::move(request));
+    stopping = stopping_;
+    for (size_t i = 0; i < requests.size() && !stopping; ++i) {
+      if (!valid[i]) continue;
+      live_[handles[i]->id()] = handles[i];
+      inbox_.emplace_back(handles[i], std::move(requests[i]));
+    }
+  }
+  if (stopping) {
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (valid[i]) reject(*handles[i], requests[i], "the engine is shutting down");
+    return handles;
   }
   wake_.notify_all();
-  return handle;
+  return handles;
 }
 
 void Engine::cancel(uint64_t request_id) {

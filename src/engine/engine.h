@@ -90,6 +90,11 @@ class Engine {
   // Thread-safe. Invalid requests (empty prompt, prompt >= context, n < 1)
   // get a handle whose only event is a FinishReason::Error.
   std::shared_ptr<RequestHandle> submit(GenerationRequest request);
+  // The requests arrive together: the engine's next step sees every valid
+  // one (submitted one by one, the engine thread may start on the first
+  // while the rest arrive, and the batch's sequences begin at different
+  // steps). Handles in the requests' order; invalid ones as in submit().
+  std::vector<std::shared_ptr<RequestHandle>> submit_all(std::vector<GenerationRequest> requests);
   void cancel(uint64_t request_id);
   // Blocking helper: submits and calls on_event for every event until done.
   // Returns the final (done) event.

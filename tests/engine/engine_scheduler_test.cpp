@@ -97,6 +97,28 @@ TEST(EngineScheduler, ConcurrentRequestsEachMatchTheirReference) {
   }
 }
 
+// submit_all hands the engine its requests in one go: its first step
+// prefills all of them, and they decode together to the end, so 8 requests
+// of 5 new tokens take exactly 5 steps (one prefill, four decodes). An
+// invalid request among them gets its error alone.
+TEST(EngineScheduler, RequestsSubmittedTogetherRunAsOneBatch) {
+  auto engine = make_toy_engine({.n_blocks = 128}, {.max_batch_tokens = 256});
+  std::vector<GenerationRequest> requests;
+  for (int32_t i = 0; i < 8; ++i) requests.push_back(greedy(prompt_of(6 + i, i), 5));
+  requests.insert(requests.begin() + 3, greedy({}, 5));  // empty prompt
+  std::vector<std::shared_ptr<RequestHandle>> handles = engine->submit_all(std::move(requests));
+  ASSERT_EQ(handles.size(), 9u);
+  Collected bad = collect(*handles[3]);
+  EXPECT_EQ(bad.finish[0], FinishReason::Error);
+  EXPECT_NE(bad.last.error.find("the prompt is empty"), std::string::npos) << bad.last.error;
+  for (int32_t i = 0, h = 0; i < 8; ++i, ++h) {
+    if (h == 3) ++h;
+    Collected c = collect(*handles[size_t(h)]);
+    EXPECT_EQ(c.tokens[0], ToyRunner::greedy_reference(prompt_of(6 + i, i), 5, 64)) << "request " << i;
+  }
+  EXPECT_EQ(settled_stats(*engine, 8).steps, 5u);
+}
+
 TEST(EngineScheduler, PrefixCacheServesARepeatedPrompt) {
   auto engine = make_toy_engine({});
   std::vector<int32_t> prompt = prompt_of(18, 3);  // 4 full blocks of 4 + 2
