@@ -1,12 +1,18 @@
 // Sampler cost per row of logits (engine/sampler.h) on SmolLM2's 49,152-token
 // vocabulary: what each sequence of a decode step pays on the CPU after the
 // forward. Logits are N(0, 3) (a flat-ish row, so top-k/top-p have work to do).
+// BM_DeviceUpload: the host side of device sampling (engine/device_sampler.h)
+// for a 64-row decode step with repetition and frequency penalties: the
+// penalty entries of each row's prompt (argument 0, tokens) and output, each
+// iteration one step later (one more output token per row), kept per
+// sequence (argument 1 = 1) or rebuilt every step (0).
 //   build/cpu/bench/sampler_bench
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
+#include "engine/device_sampler.h"
 #include "engine/sampler.h"
 
 namespace {
@@ -45,6 +51,37 @@ void BM_TopKTopPMinP(benchmark::State& s) {
 }
 void BM_Logprobs(benchmark::State& s) { run(s, {.temperature = 0.7f, .seed = 1, .logprobs = true, .top_logprobs = 5}); }
 
+void BM_DeviceUpload(benchmark::State& state) {
+  using brioche::engine::DeviceSampler;
+  constexpr int kRows = 64, kOutput = 256, kMaxSteps = 1 << 16;
+  const int prompt = int(state.range(0));
+  const bool kept = state.range(1) != 0;
+  std::mt19937 gen(2);
+  std::vector<std::vector<int32_t>> tokens(kRows, std::vector<int32_t>(size_t(prompt + kOutput + kMaxSteps)));
+  for (auto& row : tokens)
+    for (int32_t& t : row) t = int32_t(gen() % kVocab);
+  const SamplingParams params{.temperature = 0.8f, .top_p = 0.95f, .repetition_penalty = 1.1f,
+                              .frequency_penalty = 0.2f, .seed = 1};
+  std::vector<Sampler> samplers(kRows, Sampler(params, kVocab));
+  std::vector<DeviceSampler::PenaltyEntries> caches(kRows);
+  DeviceSampler device(kVocab);
+  std::vector<DeviceSampler::Row> rows(kRows);
+  int step = 0;
+  for (auto _ : state) {
+    for (int r = 0; r < kRows; ++r) {
+      const std::vector<int32_t>& t = tokens[size_t(r)];
+      rows[size_t(r)] = {.sampler = &samplers[size_t(r)],
+                         .logit_row = r,
+                         .prompt = std::span<const int32_t>(t.data(), size_t(prompt)),
+                         .output = std::span<const int32_t>(t.data() + prompt, size_t(kOutput + step % kMaxSteps)),
+                         .penalties = kept ? &caches[size_t(r)] : nullptr};
+    }
+    benchmark::DoNotOptimize(device.prepare(rows).entries.size());
+    ++step;
+  }
+}
+
+BENCHMARK(BM_DeviceUpload)->Args({512, 0})->Args({512, 1})->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Greedy)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Temperature)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TopP)->Unit(benchmark::kMicrosecond);

@@ -10,7 +10,7 @@
 
 namespace brioche::engine {
 
-DeviceSampler::DeviceSampler(int32_t vocab_size) : vocab_(vocab_size), entry_of_token_(size_t(vocab_size), -1) {
+DeviceSampler::DeviceSampler(int32_t vocab_size) : vocab_(vocab_size) {
   BRIOCHE_CHECK(vocab_size > 0, "DeviceSampler: expected vocab_size > 0, got ", vocab_size);
 }
 
@@ -18,48 +18,74 @@ bool DeviceSampler::enabled_by_environment() {
   return env_switch_on("BRIOCHE_CUDA_SAMPLING");
 }
 
+void DeviceSampler::PenaltyEntries::clear() {
+  for (const cuda::SamplePenaltyEntry& e : entries) index[size_t(e.token)] = -1;
+  entries.clear();
+  n_prompt = n_output = 0;
+}
+
+void DeviceSampler::update_penalties(const Row& row, PenaltyEntries& cache) const {
+  const SamplingParams& sp = row.sampler->params();
+  const bool repetition = sp.repetition_penalty != 1.0f;
+  const bool counts = sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f;
+  const bool rebuild = cache.n_prompt != row.prompt.size() || cache.n_output > row.output.size();
+  const std::span<const int32_t> new_prompt = row.prompt.subspan(rebuild ? 0 : cache.n_prompt);
+  const std::span<const int32_t> new_output = row.output.subspan(rebuild ? 0 : cache.n_output);
+  auto check = [&](std::span<const int32_t> tokens, const char* where) {
+    for (const int32_t token : tokens)
+      BRIOCHE_CHECK(token >= 0 && token < vocab_, "Sampler: ", where, " token ", token,
+                    " is outside the vocabulary [0, ", vocab_, ")");
+  };
+  if (repetition) check(new_prompt, "prompt");
+  if (repetition || counts) check(new_output, "output");
+  if (rebuild) cache.clear();
+  if ((repetition || counts) && cache.index.empty()) cache.index.assign(size_t(vocab_), -1);
+  auto entry_for = [&](int32_t token) -> cuda::SamplePenaltyEntry& {
+    int32_t& slot = cache.index[size_t(token)];
+    if (slot < 0) {
+      slot = int32_t(cache.entries.size());
+      cache.entries.push_back({.token = token});
+    }
+    return cache.entries[size_t(slot)];
+  };
+  if (repetition)
+    for (const int32_t token : new_prompt) entry_for(token).repeated = 1;
+  for (const int32_t token : new_output) {
+    if (repetition) entry_for(token).repeated = 1;
+    if (counts) entry_for(token).output_count += 1.0f;
+  }
+  cache.n_prompt = row.prompt.size();
+  cache.n_output = row.output.size();
+}
+
 void DeviceSampler::add_entries(const Row& row, cuda::SampleRowParams& params) {
   const SamplingParams& sp = row.sampler->params();
   params.entry_begin = int32_t(entries_.size());
-  auto entry_for = [&](int32_t token, const char* where) -> cuda::SamplePenaltyEntry& {
-    BRIOCHE_CHECK(token >= 0 && token < vocab_, "Sampler: ", where, " token ", token, " is outside the vocabulary [0, ",
-                  vocab_, ")");
-    int32_t& slot = entry_of_token_[size_t(token)];
-    if (slot < 0) {
-      slot = int32_t(entries_.size());
-      entries_.push_back({.token = token});
-      touched_.push_back(token);
-    }
-    return entries_[size_t(slot)];
-  };
-  try {
-    if (sp.repetition_penalty != 1.0f) {
-      for (const int32_t token : row.prompt) entry_for(token, "prompt").repeated = 1;
-      for (const int32_t token : row.output) entry_for(token, "output").repeated = 1;
-    }
-    if (sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) {
-      for (const int32_t token : row.output) entry_for(token, "output").output_count += 1.0f;
-    }
-    if (!sp.logit_bias.empty()) {
-      // A token's biases added in their order (the host adds them one by one).
-      sorted_bias_.assign(sp.logit_bias.begin(), sp.logit_bias.end());
-      std::stable_sort(sorted_bias_.begin(), sorted_bias_.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (size_t i = 0; i < sorted_bias_.size();) {
-        cuda::SamplePenaltyEntry& entry = entry_for(sorted_bias_[i].first, "logit_bias");
-        entry.bias_begin = int32_t(biases_.size());
-        const int32_t token = sorted_bias_[i].first;
-        for (; i < sorted_bias_.size() && sorted_bias_[i].first == token; ++i) biases_.push_back(sorted_bias_[i].second);
-        entry.bias_end = int32_t(biases_.size());
-      }
-    }
-  } catch (...) {
-    for (const int32_t token : touched_) entry_of_token_[size_t(token)] = -1;
-    touched_.clear();
-    throw;
+  PenaltyEntries* cache = row.penalties;
+  if (cache == nullptr) {
+    fresh_.clear();
+    cache = &fresh_;
   }
-  for (const int32_t token : touched_) entry_of_token_[size_t(token)] = -1;
-  touched_.clear();
+  update_penalties(row, *cache);
+  entries_.insert(entries_.end(), cache->entries.begin(), cache->entries.end());
+  if (!sp.logit_bias.empty()) {
+    // A token's biases added in their order (the host adds them one by one),
+    // onto its penalty entry when it has one.
+    sorted_bias_.assign(sp.logit_bias.begin(), sp.logit_bias.end());
+    std::stable_sort(sorted_bias_.begin(), sorted_bias_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < sorted_bias_.size();) {
+      const int32_t token = sorted_bias_[i].first;
+      BRIOCHE_CHECK(token >= 0 && token < vocab_, "Sampler: logit_bias token ", token,
+                    " is outside the vocabulary [0, ", vocab_, ")");
+      const int32_t slot = cache->entry_of(token);
+      if (slot < 0) entries_.push_back({.token = token});
+      cuda::SamplePenaltyEntry& entry = slot < 0 ? entries_.back() : entries_[size_t(params.entry_begin + slot)];
+      entry.bias_begin = int32_t(biases_.size());
+      for (; i < sorted_bias_.size() && sorted_bias_[i].first == token; ++i) biases_.push_back(sorted_bias_[i].second);
+      entry.bias_end = int32_t(biases_.size());
+    }
+  }
   params.entry_end = int32_t(entries_.size());
 }
 

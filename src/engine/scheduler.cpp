@@ -377,7 +377,8 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned) {
                              .prompt = std::span<const int32_t>(r.seq->tokens.data(), size_t(r.seq->n_prompt)),
                              .output = std::span<const int32_t>(r.seq->tokens.data() + r.seq->n_prompt,
                                                                 r.seq->tokens.size() - size_t(r.seq->n_prompt)),
-                             .allowed_mask = r.mask});
+                             .allowed_mask = r.mask,
+                             .penalties = &r.seq->penalties});
     }
     std::vector<Sampler::Result> results = device_sampler_->sample(logits_, device_rows);
     for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i].seq, results[i]);

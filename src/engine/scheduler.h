@@ -53,6 +53,9 @@ struct Sequence {
   // Grammar state; lives with the sequence, so a preempted sequence resumes
   // (recomputing its K/V) with the matcher exactly where its tokens left it.
   std::unique_ptr<SequenceConstraint> constraint;
+  // Its penalty entries for device sampling, extended by each step's new
+  // tokens (unused on the host path).
+  DeviceSampler::PenaltyEntries penalties;
 
   int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
 };

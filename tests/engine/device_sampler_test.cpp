@@ -100,6 +100,69 @@ TEST(DeviceSampler, UploadsParametersEntriesMasksAndDraws) {
   EXPECT_EQ(again.rows[1].entry_end - again.rows[1].entry_begin, 6);
 }
 
+// A row's entries and biases as (token, repeated, count, biases), in upload order.
+struct UploadedEntry {
+  int32_t token, repeated;
+  float count;
+  std::vector<float> biases;
+  bool operator==(const UploadedEntry&) const = default;
+};
+
+std::vector<UploadedEntry> uploaded_entries(const cuda::SampleBatch& batch, size_t row) {
+  std::vector<UploadedEntry> out;
+  const cuda::SampleRowParams& p = batch.rows[row];
+  for (int32_t e = p.entry_begin; e < p.entry_end; ++e) {
+    const cuda::SamplePenaltyEntry& entry = batch.entries[size_t(e)];
+    out.push_back({entry.token, entry.repeated, entry.output_count,
+                   std::vector<float>(batch.biases.begin() + entry.bias_begin, batch.biases.begin() + entry.bias_end)});
+  }
+  return out;
+}
+
+// A sequence's PenaltyEntries, extended step by step (one new token, two at
+// once, none), gives the upload a fresh build gives; a history that does not
+// continue it (another prompt, a shorter output) rebuilds it; a step with a
+// token outside the vocabulary fails and leaves it as it was.
+TEST(DeviceSampler, PenaltyEntriesKeptAcrossStepsEqualAFreshBuild) {
+  const int vocab = 100;
+  const SamplingParams params{.temperature = 0.7f,
+                              .repetition_penalty = 1.3f,
+                              .presence_penalty = 0.5f,
+                              .frequency_penalty = 0.25f,
+                              .logit_bias = {{7, 1.0f}, {3, 2.0f}, {7, -0.5f}, {50, 4.0f}},
+                              .seed = 5};
+  Sampler kept_sampler(params, vocab), fresh_sampler(params, vocab);
+  DeviceSampler kept(vocab), fresh(vocab);
+  DeviceSampler::PenaltyEntries cache;
+  auto both = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, const std::string& what) {
+    const std::vector<DeviceSampler::Row> with{
+        {.sampler = &kept_sampler, .prompt = prompt, .output = output, .penalties = &cache}};
+    const std::vector<DeviceSampler::Row> without{{.sampler = &fresh_sampler, .prompt = prompt, .output = output}};
+    const std::vector<UploadedEntry> got = uploaded_entries(kept.prepare(with), 0);
+    EXPECT_EQ(got, uploaded_entries(fresh.prepare(without), 0)) << what;
+    EXPECT_EQ(cache.n_prompt, prompt.size()) << what;
+    EXPECT_EQ(cache.n_output, output.size()) << what;
+    return got.size();
+  };
+  const std::vector<int32_t> prompt{1, 2, 2, 3};
+  EXPECT_EQ(both(prompt, {}, "no output yet"), 5u);  // 1, 2, 3, then 7 and 50 for their biases
+  std::vector<int32_t> output;
+  for (const std::vector<int32_t>& step : std::vector<std::vector<int32_t>>{{3}, {4}, {3}, {7}, {9, 9}, {}, {50}}) {
+    output.insert(output.end(), step.begin(), step.end());
+    both(prompt, output, "output of " + std::to_string(output.size()));
+  }
+  EXPECT_EQ(cache.entries.size(), 7u);  // 1, 2, 3, 4, 7, 9, 50 (the output's 50: repeated, counted)
+  both({5, 6}, {5}, "another prompt: rebuilt");
+  both({5, 6}, {}, "a shorter output: rebuilt");
+  const std::vector<int32_t> other_prompt{5, 6}, bad_output{6, 120};
+  const std::vector<DeviceSampler::Row> bad{
+      {.sampler = &kept_sampler, .prompt = other_prompt, .output = bad_output, .penalties = &cache}};
+  EXPECT_THROW(kept.prepare(bad), Error);
+  EXPECT_EQ(cache.n_output, 0u) << "the failed step changed the cache";
+  EXPECT_EQ(cache.entries.size(), 2u) << "the failed step changed the cache";
+  both({5, 6}, {6}, "after the failed step");
+}
+
 TEST(DeviceSampler, RejectsTokensOutsideTheVocabulary) {
   const int vocab = 10;
   Sampler sampler({.temperature = 1.0f, .repetition_penalty = 1.1f, .seed = 1}, vocab);
