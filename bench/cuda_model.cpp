@@ -255,13 +255,11 @@ int bench_model(const Options& o, model::Model& m) {
     }
     double s = median(times);
     row("prefill " + std::to_string(o.prefill), o.prefill / s, 1e3 * s);
-    std::printf("  (%zu runs: fastest %.2f ms, slowest %.2f ms)\n", times.size(),
-                1e3 * *std::min_element(times.begin(), times.end()), 1e3 * *std::max_element(times.begin(), times.end()));
-    if (times.size() > 3) {  // in order: a long run shows the clocks settling under the power cap
-      std::printf("  (ms per run:");
-      for (double t : times) std::printf(" %.1f", 1e3 * t);
-      std::printf(")\n");
-    }
+    // In order: a long run (--prefill-reps) shows the clocks settling under
+    // the card's power cap.
+    std::printf("  (ms per run:");
+    for (double t : times) std::printf(" %.1f", 1e3 * t);
+    std::printf(")\n");
     // When the host needs about as long to queue the prompt's kernels as the
     // device to run them, the device waits on the host.
     std::printf("  (the host queued the prompt's kernels in %.2f ms)\n", 1e3 * median(queued));

@@ -55,12 +55,11 @@ enum class MlpOutput : uint8_t { AddToY, WriteY };
 // residual add (y may be x); with MlpOutput::WriteY, y = that product
 // (y_scratch unused). It is swiglu_matmul(x, norm, w_gate, w_up, hidden,
 // scratch), then matmul_accumulate(hidden, w_down, y, y_scratch) (WriteY:
-// matmul(hidden, w_down, y)); on
-// the GPU above 8 rows (16-bit or quantized w_down) the gate and up GEMMs
-// write 16-bit outputs, which the SwiGLU kernel reads to write the 16-bit
-// rows the down GEMM reads: gate and up are rounded to 16 bits once more than
-// in those two ops (2^-8 relative for bf16), and `hidden` and `scratch` are
-// not written.
+// matmul(hidden, w_down, y)); on the GPU above 8 rows (16-bit or quantized
+// weights) the gate and up GEMMs write 16-bit outputs, which the SwiGLU
+// kernel reads to write the 16-bit rows the down GEMM reads: gate and up are
+// rounded to 16 bits once more than in those two ops (2^-8 relative for
+// bf16), and `hidden` and `scratch` are not written.
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
                 const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch,
                 MlpOutput output = MlpOutput::AddToY);

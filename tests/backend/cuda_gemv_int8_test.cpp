@@ -300,9 +300,10 @@ bool streams_rows(DType dtype, const Weight& w, int64_t m, int64_t k, const Weig
 }
 
 // The streamed whole-row kernel (launches of at least 8 MB at one x row) for
-// each of its types: 16, 32 and 64 threads a row (k = 4,096, 8,192, 14,336), a partial last
-// tile, accumulate, SwiGLU, and Q/K/V parts whose boundaries fall inside
-// tiles, against the same double reference as the warp kernels.
+// each of its types: 16, 32 and 64 threads a row (k = 4,096, 8,192,
+// 14,336), a partial last tile, accumulate, SwiGLU, and Q/K/V parts whose
+// boundaries fall inside tiles, against the same double reference as the
+// warp kernels.
 TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
   REQUIRE_CUDA_DEVICE();
   Worst plain, acc_worst, swiglu_worst, qkv_worst;

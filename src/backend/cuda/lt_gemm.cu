@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <compare>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
 
 #include "core/env_switch.h"
 
@@ -34,7 +34,12 @@ LtContext& lt() {
 // Algorithm choice per shape, output type and operand alignment, made once:
 // cuBLASLt's heuristic, timed among its first choices for small batches
 // (below).
-using AlgoKey = std::tuple<int, int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t>;
+struct AlgoKey {
+  int ab_type, c_type, compute, op_a, op_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  uint32_t alignments;  // of a, b and c, 9 bits each
+  auto operator<=>(const AlgoKey&) const = default;
+};
 
 const char* type_name(cudaDataType_t t) {
   switch (t) {
@@ -185,7 +190,7 @@ void lt_gemm(const GemmDesc& g) {
   const AlgoKey key{int(g.ab_type), int(g.c_type), int(g.compute), int(g.op_a), int(g.op_b), g.m, g.n, g.k, g.lda,
                     g.ldb, g.ldc, align_a | align_b << 9 | align_c << 18};
   AlgoKey bucket = key;
-  std::get<6>(bucket) = tune_rows(g.n);
+  bucket.n = tune_rows(g.n);
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard lock(mutex);
