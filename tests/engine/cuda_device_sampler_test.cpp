@@ -227,6 +227,17 @@ TEST(CudaDeviceSampler, MatchesHostQwenVocab) {
   check_against_host(151936, 64, 3);
 }
 
+// Few rows: a row is sampled by a cluster of CTAs, each taking a slice of the
+// vocabulary (on the H200's 132 SMs: 8 CTAs a row at 16 rows and fewer, 4 at
+// 33). At vocab 100 the last four CTAs of a row have no tokens.
+TEST(CudaDeviceSampler, MatchesHostWithSeveralCtasPerRow) {
+  REQUIRE_CUDA_DEVICE();
+  check_against_host(100, 16, 11);
+  check_against_host(1003, 33, 12);
+  check_against_host(49152, 16, 13);
+  check_against_host(151936, 4, 14);
+}
+
 // A seeded row draws from its own stream: alone or among other rows, the
 // same tokens step after step.
 TEST(CudaDeviceSampler, SeededRowAloneEqualsBatched) {

@@ -1,4 +1,18 @@
-// Device sampling (sampling.h): one CTA of 1024 threads per row.
+// Device sampling (sampling.h): a row is sampled by a thread block cluster
+// of 1, 2, 4 or 8 CTAs of 1024 threads, each CTA taking one slice of the
+// vocabulary.
+//
+// Why a cluster: at batch 1 one CTA did every pass over the vocabulary on one
+// SM, instruction-bound (SmolLM2's 49,152 logits, T 0.8 with top-k and top-p:
+// 153 µs, 2.4 instructions a cycle on that SM; ~0.12 ms of a 0.6 ms decode
+// step). With 8 CTAs a pass costs an eighth, plus one cluster barrier. The
+// launcher gives each row as many CTAs as fill one wave of the GPU (a CTA
+// holds an SM's registers), so large batches keep one CTA a row.
+//
+// Values every CTA needs (maxima, sums, histogram bins) are published in
+// each CTA's shared memory and read by every CTA of the cluster in rank
+// order (distributed shared memory), so all threads of all CTAs compute the
+// same bits and take the same branches.
 //
 // Every threshold of engine/sampler.h is found without sorting:
 //   * top-k bound = the k-th largest processed logit: radix select over the
@@ -13,11 +27,15 @@
 //     non-empty bin whose mass above is < the remaining target;
 //   * top_logprobs: the n-th largest raw key by radix select, then among the
 //     tokens equal to it the lowest ids (a second select over ~id);
-//   * the draw: per-warp segment sums of the kept weights in id order, then
-//     one warp walks its segment with a warp prefix sum.
+//   * the draw: per-warp segment sums of the kept weights in id order (CTA
+//     by CTA), then one warp of one CTA walks its segment with a warp prefix
+//     sum.
 // Histogram adds are warp-aggregated (lanes with the same bin add once), so
 // peaked distributions do not serialize on one shared-memory address.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -33,8 +51,11 @@ namespace brioche::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+constexpr int kMaxCtasPerRow = 8;  // the portable cluster size
 constexpr unsigned kFull = 0xffffffffu;
 
 // Unsigned order = float order (NaN excluded): negatives reversed, positives
@@ -54,19 +75,88 @@ __device__ __forceinline__ float token_weight(float l, float max_logit) {
   return float(exp(double(l - max_logit)));
 }
 
+// A token kept by a small top-k, gathered into rank 0.
+struct Candidate {
+  float q;  // processed logit
+  int id;
+};
+// Top-k of at most this many (ties included) is finished by rank 0 alone
+// (sample_candidates); larger ones by passes over the whole row.
+constexpr int kMaxCandidates = 256;
+
+// What a CTA publishes to its cluster: one reduced value of each kind
+// (no member initializers: it lives in __shared__; braced initialization
+// zeroes the members it leaves out).
+struct CtaValue {
+  float f;
+  int i;
+  double d;
+};
+
 struct Shared {
-  int count[256];
-  double mass[256];
+  // Published to the cluster, in two buffers: the one of the barrier's
+  // parity (RowCtas::phase).
+  int count[2][256];  // radix histograms
+  double mass[2][256];
+  CtaValue published[2];
+  // This CTA's own.
   float reduce_f[kWarps];
   int reduce_i[kWarps];
   double reduce_d[kWarps];
   uint32_t chosen_bin;
   int rest_k;
   double rest_target;
-  int n_top;
+  int n_top;  // rank 0: the gathered top tokens
   int top_tokens[kMaxDeviceTopLogprobs];
+  int n_candidates;  // rank 0: the gathered top-k candidates
+  Candidate candidates[kMaxCandidates];
+  Candidate by_id[kMaxCandidates];
+  double weight[kMaxCandidates];
   double segment_mass[kWarps];
   int segment_last[kWarps];
+};
+
+// The CTAs of one row: CTA `rank` of `ctas` takes ids [begin, end) (empty
+// for the last ranks of a small vocabulary). A buffer published at barrier
+// j (written before it, read after it) is written again only after barrier
+// j + 2, which every CTA reaches after its reads: so two buffers alternate
+// by the parity of the barrier count, and each exchange costs one barrier.
+struct RowCtas {
+  cg::cluster_group cluster = cg::this_cluster();
+  int rank = 0, ctas = 1, begin = 0, end = 0;
+  int phase = 0;  // cluster barriers passed
+
+  __device__ explicit RowCtas(int vocab) {
+    rank = int(cluster.block_rank());
+    ctas = int(cluster.num_blocks());
+    const int slice = ((vocab + ctas - 1) / ctas + 31) / 32 * 32;
+    begin = min(vocab, rank * slice);
+    end = min(vocab, begin + slice);
+  }
+  __device__ int buffer() const { return phase & 1; }
+  __device__ void sync() {
+    cluster.sync();
+    ++phase;
+  }
+  template <class T>
+  __device__ T* of_rank(T* p, int r) const {
+    return cluster.map_shared_rank(p, unsigned(r));
+  }
+  // `v` (the same in every thread of this CTA) combined over the row's CTAs
+  // in rank order by fold(acc, other).
+  template <class Fold>
+  __device__ CtaValue combine(const CtaValue& v, Shared& s, Fold fold) {
+    CtaValue* slot = &s.published[buffer()];
+    if (threadIdx.x == 0) *slot = v;
+    sync();
+    CtaValue all = *of_rank(slot, 0);
+    for (int r = 1; r < ctas; ++r) fold(all, *of_rank(slot, r));
+    return all;
+  }
+  // Before a CTA leaves: no CTA reads its shared memory after this.
+  __device__ void finish() {
+    if (ctas > 1) cluster.sync();
+  }
 };
 
 template <class T>
@@ -127,42 +217,61 @@ __device__ double block_sum(double v, Shared& s) {
   return v;
 }
 
-// (largest value, lowest index among equal values) over the block.
-__device__ void block_argmax(float& v, int& index, Shared& s) {
+// The row's sums: each CTA's block sum, then the CTAs' in rank order.
+__device__ int row_sum(int v, RowCtas& row, Shared& s) {
+  return row.combine({.i = block_sum(v, s)}, s, [](CtaValue& a, const CtaValue& b) { a.i += b.i; }).i;
+}
+
+__device__ double row_sum(double v, RowCtas& row, Shared& s) {
+  return row.combine({.d = block_sum(v, s)}, s, [](CtaValue& a, const CtaValue& b) { a.d += b.d; }).d;
+}
+
+// (largest value, lowest index among equal values).
+__device__ __forceinline__ void keep_better(float& v, int& index, float ov, int oi) {
+  if (ov > v || (ov == v && oi < index)) {
+    v = ov;
+    index = oi;
+  }
+}
+
+// The row's (largest value, lowest index among equal values).
+__device__ void row_argmax(float& v, int& index, RowCtas& row, Shared& s) {
   for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(kFull, v, off);
-    const int oi = __shfl_xor_sync(kFull, index, off);
-    if (ov > v || (ov == v && oi < index)) { v = ov; index = oi; }
+    keep_better(v, index, __shfl_xor_sync(kFull, v, off), __shfl_xor_sync(kFull, index, off));
   }
   __syncthreads();
   if ((threadIdx.x & 31) == 0) { s.reduce_f[threadIdx.x / 32] = v; s.reduce_i[threadIdx.x / 32] = index; }
   __syncthreads();
   v = s.reduce_f[0];
   index = s.reduce_i[0];
-  for (int w = 1; w < kWarps; ++w) {
-    if (s.reduce_f[w] > v || (s.reduce_f[w] == v && s.reduce_i[w] < index)) { v = s.reduce_f[w]; index = s.reduce_i[w]; }
-  }
+  for (int w = 1; w < kWarps; ++w) keep_better(v, index, s.reduce_f[w], s.reduce_i[w]);
+  const CtaValue all = row.combine({.f = v, .i = index}, s, [](CtaValue& a, const CtaValue& b) { keep_better(a.f, a.i, b.f, b.i); });
+  v = all.f;
+  index = all.i;
 }
 
-// Radix select over the keys of the in-play elements i in [0, n):
-// `in_play(i, key)` returns whether element i takes part and sets its key;
-// `weight_of(i)` (kByMass) is asked only for elements still matching the prefix.
+// Radix select over the keys of the row's in-play elements: `in_play(i,
+// key)` returns whether element i takes part and sets its key; `weight_of(i)`
+// (kByMass) is asked only for elements still matching the prefix. Each CTA
+// counts its slice; warp 0 of every CTA sums the bins over the CTAs.
 //   !kByMass: the key of the k-th largest (1-based; k <= number in play).
 //   kByMass:  the lowest key v in play whose mass strictly above v is < target (> 0).
 template <bool kByMass, class InPlay, class WeightOf>
-__device__ uint32_t radix_select(int n, InPlay in_play, WeightOf weight_of, int k, double target, Shared& s) {
+__device__ uint32_t radix_select(RowCtas& row, InPlay in_play, WeightOf weight_of, int k, double target, Shared& s) {
   const int lane = threadIdx.x & 31;
   uint32_t prefix = 0, prefix_mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
+    int* count = s.count[row.buffer()];
+    double* mass = s.mass[row.buffer()];
     for (int b = threadIdx.x; b < 256; b += kThreads) {
-      s.count[b] = 0;
-      if (kByMass) s.mass[b] = 0.0;
+      count[b] = 0;
+      if (kByMass) mass[b] = 0.0;
     }
     __syncthreads();
-    for (int base = threadIdx.x - lane; base < n; base += kThreads) {
+    for (int base = row.begin + threadIdx.x - lane; base < row.end; base += kThreads) {
       const int i = base + lane;
       uint32_t key = 0;
-      bool pending = i < n && in_play(i, key) && (key & prefix_mask) == prefix;
+      bool pending = i < row.end && in_play(i, key) && (key & prefix_mask) == prefix;
       const float weight = kByMass && pending ? weight_of(i) : 0.0f;
       const uint32_t bin = (key >> shift) & 0xffu;
       unsigned todo = __ballot_sync(kFull, pending);
@@ -173,34 +282,45 @@ __device__ uint32_t radix_select(int n, InPlay in_play, WeightOf weight_of, int 
         const unsigned group = __ballot_sync(kFull, mine);
         if (kByMass) {
           const double m = warp_sum(mine ? double(weight) : 0.0);
-          if (lane == leader) atomicAdd(&s.mass[leader_bin], m);
+          if (lane == leader) atomicAdd(&mass[leader_bin], m);
         }
-        if (lane == leader) atomicAdd(&s.count[leader_bin], __popc(group));
+        if (lane == leader) atomicAdd(&count[leader_bin], __popc(group));
         if (mine) pending = false;
         todo &= ~group;
       }
     }
-    __syncthreads();
+    row.sync();  // every CTA's histogram is complete
     if (threadIdx.x < 32) {
       // Lane l looks at bins 255 - 8l - j, j = 0..7: descending over the warp.
+      int bin_count[8] = {};
+      double bin_mass[8] = {};
+      for (int r = 0; r < row.ctas; ++r) {
+        const int* rank_count = row.of_rank(count, r);
+        const double* rank_mass = row.of_rank(mass, r);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          bin_count[j] += rank_count[255 - 8 * lane - j];
+          if (kByMass) bin_mass[j] += rank_mass[255 - 8 * lane - j];
+        }
+      }
       int lane_count = 0;
       double lane_mass = 0.0;
+#pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int b = 255 - 8 * lane - j;
-        lane_count += s.count[b];
-        if (kByMass) lane_mass += s.mass[b];
+        lane_count += bin_count[j];
+        if (kByMass) lane_mass += bin_mass[j];
       }
       bool found = false;
       uint32_t found_bin = 0;
       if (!kByMass) {
         int above = warp_inclusive_scan(lane_count) - lane_count;
         int rest = 0;
+#pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const int b = 255 - 8 * lane - j;
-          const int c = s.count[b];
+          const int c = bin_count[j];
           if (!found && above < k && k <= above + c) {
             found = true;
-            found_bin = uint32_t(b);
+            found_bin = uint32_t(255 - 8 * lane - j);
             rest = k - above;
           }
           above += c;
@@ -214,18 +334,19 @@ __device__ uint32_t radix_select(int n, InPlay in_play, WeightOf weight_of, int 
         double rest = 0.0;
         bool any_nonempty = false;
         uint32_t top_bin = 0;
+#pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const int b = 255 - 8 * lane - j;
-          if (s.count[b] > 0) {
-            if (!any_nonempty) top_bin = uint32_t(b);
+          const uint32_t b = uint32_t(255 - 8 * lane - j);
+          if (bin_count[j] > 0) {
+            if (!any_nonempty) top_bin = b;
             any_nonempty = true;
             if (above < target) {  // keep the lowest such bin of this lane
               found = true;
-              found_bin = uint32_t(b);
+              found_bin = b;
               rest = target - above;
             }
           }
-          above += s.mass[b];
+          above += bin_mass[j];
         }
         const unsigned found_lanes = __ballot_sync(kFull, found);
         if (found_lanes != 0) {
@@ -262,17 +383,17 @@ __device__ __forceinline__ bool allowed(const uint32_t* mask, int i) {
   return mask == nullptr || ((mask[i >> 5] >> (i & 31)) & 1u) != 0;
 }
 
-// The n most likely raw tokens into s.top_tokens (unordered), ties to the
-// lower ids; returns how many.
-__device__ int top_raw_tokens(const float* raw, int vocab, int n, Shared& s) {
+// The n most likely raw tokens gathered into rank 0's s.top_tokens
+// (unordered), ties to the lower ids; returns how many (on rank 0).
+__device__ int top_raw_tokens(const float* raw, int n, RowCtas& row, Shared& s) {
   const uint32_t kth = radix_select<false>(
-      vocab, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s);
+      row, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s);
   int above = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) above += order_key(raw[i]) > kth ? 1 : 0;
-  above = block_sum(above, s);
+  for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) above += order_key(raw[i]) > kth ? 1 : 0;
+  above = row_sum(above, row, s);
   const int ties_needed = n - above;  // >= 1
   const uint32_t id_key = radix_select<false>(
-      vocab,
+      row,
       [&](int i, uint32_t& key) {
         if (order_key(raw[i]) != kth) return false;
         key = ~uint32_t(i);  // largest key = lowest id
@@ -280,182 +401,71 @@ __device__ int top_raw_tokens(const float* raw, int vocab, int n, Shared& s) {
       },
       NoWeight{}, ties_needed, 0.0, s);
   const int last_tie = int(~id_key);
-  if (threadIdx.x == 0) s.n_top = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+  if (row.rank == 0 && threadIdx.x == 0) s.n_top = 0;
+  row.sync();
+  int* n_top = row.of_rank(&s.n_top, 0);
+  int* top_tokens = row.of_rank(s.top_tokens, 0);
+  for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
     const uint32_t key = order_key(raw[i]);
-    if (key > kth || (key == kth && i <= last_tie)) s.top_tokens[atomicAdd(&s.n_top, 1)] = i;
+    if (key > kth || (key == kth && i <= last_tie)) top_tokens[atomicAdd(n_top, 1)] = i;
   }
-  __syncthreads();
+  row.sync();
   return s.n_top;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t stride, int vocab,
-                                                          const SampleRowParams* rows,        // [n_rows]
-                                                          const SamplePenaltyEntry* entries,  // [n_entries]
-                                                          const float* biases,                // [n_biases]
-                                                          const uint32_t* masks,  // [n_masks, mask_words]
-                                                          int mask_words,
-                                                          float* scratch,          // [n_rows, vocab]
-                                                          SampleResult* results) { // [n_rows]
-  __shared__ Shared s;
-  const SampleRowParams p = rows[blockIdx.x];
-  SampleResult* out = results + blockIdx.x;
+// The inverse-CDF draw over the tokens kept by `bound`, in ascending id
+// order: CTA by CTA, and in a CTA warp w owns ids [begin + w·segment, …).
+// Returns the drawn id (the same in every CTA).
+__device__ int draw(const float* proc, float bound, float max_logit, double u, RowCtas& row, Shared& s) {
   const float kInf = INFINITY;
-  if (p.skip) {
-    if (threadIdx.x == 0) {
-      out->token = -1;
-      out->status = SampleStatus::Ok;
-      out->n_top = 0;
-    }
-    return;
-  }
-  const float* raw = logits + int64_t(p.logit_row) * stride;  // [vocab]
-  const uint32_t* mask = p.mask_index >= 0 ? masks + int64_t(p.mask_index) * mask_words : nullptr;
-  const bool greedy = p.greedy != 0;
-  const bool has_entries = p.entry_end > p.entry_begin;
-  const bool write_processed = has_entries || mask != nullptr || (!greedy && p.temperature != 1.0f);
-  float* processed = scratch + int64_t(blockIdx.x) * vocab;  // [vocab]
-  const float* proc = write_processed ? processed : raw;
-
-  // 1. Raw row: NaN/+inf check, max; processed logits (mask, temperature)
-  //    for every token, penalties overwrite their tokens below.
-  float raw_max = -kInf;
-  int bad = INT_MAX;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float l = raw[i];
-    if (!(l < kInf)) bad = min(bad, i);
-    raw_max = fmaxf(raw_max, l);
-    if (write_processed) processed[i] = !allowed(mask, i) ? -kInf : greedy ? l : l / p.temperature;
-  }
-  bad = block_min(bad, s);
-  if (bad != INT_MAX) {
-    if (threadIdx.x == 0) {
-      out->status = SampleStatus::BadLogit;
-      out->bad_index = bad;
-      out->bad_value = raw[bad];
-      out->token = -1;
-      out->n_top = 0;
-    }
-    return;
-  }
-  raw_max = block_max(raw_max, s);
-
-  // 2. Raw logprobs: log Z = max + log sum exp(l - max), in double.
-  const bool want_logprobs = p.want_logprobs != 0 || p.top_logprobs > 0;
-  double log_z = 0.0;
-  if (want_logprobs) {
-    if (raw_max == -kInf) {
-      log_z = -double(kInf);
-    } else {
-      double sum = 0.0;
-      for (int i = threadIdx.x; i < vocab; i += kThreads) sum += exp(double(raw[i]) - double(raw_max));
-      log_z = double(raw_max) + log(block_sum(sum, s));
-    }
-  }
-  int n_top = 0;
-  if (p.top_logprobs > 0) n_top = top_raw_tokens(raw, vocab, min(p.top_logprobs, vocab), s);
-
-  // 3. Penalties and bias, each distinct token once (host order: repetition,
-  //    presence/frequency, bias), then its mask bit and temperature.
-  if (has_entries) {
-    for (int e = p.entry_begin + int(threadIdx.x); e < p.entry_end; e += kThreads) {
-      const SamplePenaltyEntry entry = entries[e];
-      float l = raw[entry.token];
-      if (entry.repeated) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-      // The host's x86-64-v3 build contracts presence + frequency * count into one FMA.
-      if (entry.output_count > 0.0f) l -= __fmaf_rn(p.frequency_penalty, entry.output_count, p.presence_penalty);
-      for (int b = entry.bias_begin; b < entry.bias_end; ++b) l += biases[b];
-      processed[entry.token] = !allowed(mask, entry.token) ? -kInf : greedy ? l : l / p.temperature;
-    }
-    __syncthreads();
-  }
-
-  // 4. Max of the processed logits (and its first index, the greedy pick).
-  float best = -kInf;
-  int best_index = INT_MAX;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int segment = ((row.end - row.begin + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int seg_begin = min(row.end, row.begin + warp * segment), seg_end = min(row.end, seg_begin + segment);
+  double seg_mass = 0.0;
+  int seg_last = -1;
+  for (int i = seg_begin + lane; i < seg_end; i += 32) {
     const float q = proc[i];
-    if (q > best) {
-      best = q;
-      best_index = i;
+    if (q >= bound && q != -kInf) {
+      seg_mass += double(token_weight(q, max_logit));
+      seg_last = i;
     }
   }
-  block_argmax(best, best_index, s);
-  if (best == -kInf) {
-    if (threadIdx.x == 0) {
-      out->status = SampleStatus::NothingAllowed;
-      out->token = -1;
-      out->n_top = 0;
-    }
-    return;
+  seg_mass = warp_sum(seg_mass);
+  for (int off = 16; off > 0; off >>= 1) seg_last = max(seg_last, __shfl_xor_sync(kFull, seg_last, off));
+  if (lane == 0) {
+    s.segment_mass[warp] = seg_mass;
+    s.segment_last[warp] = seg_last;
   }
-  const float max_logit = best;
-
-  int token = best_index;
-  if (!greedy) {
-    // 5. Bounds: top-k, min-p, top-p (over the top-k candidates).
-    float top_k_bound = -kInf;
-    if (p.top_k > 0 && p.top_k < vocab) {
-      top_k_bound = key_value(radix_select<false>(
-          vocab, [&](int i, uint32_t& key) { key = order_key(proc[i]); return true; }, NoWeight{}, p.top_k, 0.0, s));
+  __syncthreads();
+  CtaValue mine{.i = -1, .d = 0.0};  // (last kept id, mass) of this CTA
+  for (int w = 0; w < kWarps; ++w) {
+    mine.d += s.segment_mass[w];
+    mine.i = max(mine.i, s.segment_last[w]);
+  }
+  // Every CTA's mass, in rank order: the total, and the CTA the draw lands in.
+  CtaValue* slot = &s.published[row.buffer()];
+  if (threadIdx.x == 0) *slot = mine;
+  row.sync();
+  double total = 0.0;
+  int last_kept = -1;
+  for (int r = 0; r < row.ctas; ++r) {
+    const CtaValue v = *row.of_rank(slot, r);
+    total += v.d;
+    last_kept = max(last_kept, v.i);
+  }
+  const double target = u * total;
+  double before = 0.0;  // mass of the CTAs (then warps) before the chosen one
+  int chosen_rank = -1;
+  for (int r = 0; r < row.ctas; ++r) {
+    const double m = row.of_rank(slot, r)->d;
+    if (m > 0.0 && before + m > target) {
+      chosen_rank = r;
+      break;
     }
-    const float min_p_bound = p.use_min_p ? max_logit + p.log_min_p : -kInf;
-    const bool use_top_p = p.top_p < 1.0f;
-    const float candidate_bound = use_top_p ? top_k_bound : fmaxf(top_k_bound, min_p_bound);
-    float top_p_bound = -kInf;
-    if (use_top_p) {
-      double mass = 0.0;
-      for (int i = threadIdx.x; i < vocab; i += kThreads) {
-        const float q = proc[i];
-        if (q >= candidate_bound && q != -kInf) mass += double(token_weight(q, max_logit));
-      }
-      const double target = double(p.top_p) * block_sum(mass, s);
-      if (target <= 0.0) {
-        top_p_bound = max_logit;  // the first token is always kept
-      } else {
-        top_p_bound = key_value(radix_select<true>(
-            vocab,
-            [&](int i, uint32_t& key) {
-              const float q = proc[i];
-              if (!(q >= candidate_bound && q != -kInf)) return false;
-              key = order_key(q);
-              return true;
-            },
-            [&](int i) { return token_weight(proc[i], max_logit); }, 0, target, s));
-      }
-    }
-    const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
-
-    // 6. Inverse CDF over kept tokens in ascending id order: warp w owns
-    //    ids [w * segment, (w + 1) * segment).
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int segment = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
-    const int seg_begin = min(vocab, warp * segment), seg_end = min(vocab, seg_begin + segment);
-    double seg_mass = 0.0;
-    int seg_last = -1;
-    for (int i = seg_begin + lane; i < seg_end; i += 32) {
-      const float q = proc[i];
-      if (q >= bound && q != -kInf) {
-        seg_mass += double(token_weight(q, max_logit));
-        seg_last = i;
-      }
-    }
-    seg_mass = warp_sum(seg_mass);
-    for (int off = 16; off > 0; off >>= 1) seg_last = max(seg_last, __shfl_xor_sync(kFull, seg_last, off));
-    if (lane == 0) {
-      s.segment_mass[warp] = seg_mass;
-      s.segment_last[warp] = seg_last;
-    }
-    __syncthreads();
-    double total = 0.0;
-    int last_kept = -1;
-    for (int w = 0; w < kWarps; ++w) {
-      total += s.segment_mass[w];
-      last_kept = max(last_kept, s.segment_last[w]);
-    }
-    const double target = p.u * total;
-    double before = 0.0;  // mass of the segments before the chosen one
+    before += m;
+  }
+  int token = -1;  // this CTA's pick (the chosen CTA only)
+  if (chosen_rank == row.rank) {
     int chosen = -1;
     for (int w = 0; w < kWarps; ++w) {
       if (s.segment_mass[w] > 0.0 && before + s.segment_mass[w] > target) {
@@ -464,11 +474,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
       }
       before += s.segment_mass[w];
     }
-    token = last_kept;  // u * mass rounded up to the full mass
+    token = mine.i;  // u * mass rounded up past this CTA's last warp
     if (chosen >= 0) {
       if (warp == chosen) {
         double cumulative = before;
-        const int begin = min(vocab, chosen * segment), end = min(vocab, begin + segment);
+        const int begin = min(row.end, row.begin + chosen * segment), end = min(row.end, begin + segment);
         int picked = s.segment_last[chosen];
         for (int base = begin; base < end; base += 32) {
           const int i = base + lane;
@@ -489,32 +499,310 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
       token = s.rest_k;
     }
   }
+  if (chosen_rank < 0) return last_kept;  // u * mass rounded up to the full mass
+  return row.combine({.i = token}, s, [](CtaValue& a, const CtaValue& b) { a.i = max(a.i, b.i); }).i;
+}
 
-  if (threadIdx.x == 0) {
-    out->status = SampleStatus::Ok;
-    out->token = token;
-    out->logprob = want_logprobs ? float(double(raw[token]) - log_z) : NAN;
-    // Best first, ties to the lower id (n_top <= 32: insertion sort).
-    for (int a = 1; a < n_top; ++a) {
-      const int id = s.top_tokens[a];
-      int b = a;
-      while (b > 0) {
-        const int other = s.top_tokens[b - 1];
-        if (raw[other] > raw[id] || (raw[other] == raw[id] && other < id)) break;
-        s.top_tokens[b] = other;
-        --b;
-      }
-      s.top_tokens[b] = id;
+// Tokens with proc >= bound (finite) gathered into rank 0's s.candidates
+// (unordered); returns their number, in every CTA. Past kMaxCandidates only
+// the count goes on.
+__device__ int gather_candidates(const float* proc, float bound, RowCtas& row, Shared& s) {
+  if (row.rank == 0 && threadIdx.x == 0) s.n_candidates = 0;
+  row.sync();
+  int* n = row.of_rank(&s.n_candidates, 0);
+  Candidate* candidates = row.of_rank(s.candidates, 0);
+  for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
+    const float q = proc[i];
+    if (q >= bound && q != -INFINITY) {
+      const int slot = atomicAdd(n, 1);
+      if (slot < kMaxCandidates) candidates[slot] = {q, i};
     }
-    out->n_top = n_top;
-    for (int a = 0; a < n_top; ++a) {
-      out->top_tokens[a] = s.top_tokens[a];
-      out->top_logprobs[a] = float(double(raw[s.top_tokens[a]]) - log_z);
+  }
+  row.sync();
+  return *n;
+}
+
+// Block scan: Σ of v over threads 0..threadIdx.x, in thread order.
+__device__ double block_inclusive_scan(double v, Shared& s) {
+  v = warp_inclusive_scan(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 31) s.reduce_d[threadIdx.x / 32] = v;
+  __syncthreads();
+  for (int w = 0; w < int(threadIdx.x / 32); ++w) v += s.reduce_d[w];
+  return v;
+}
+
+// Rank 0 alone, over the n (<= kMaxCandidates) gathered candidates: the
+// top-p and min-p bounds and the draw, as the passes over the row would
+// give them (the same definitions; sums in id order). Returns the token.
+__device__ int sample_candidates(int n, float max_logit, float top_k_bound, float min_p_bound, const SampleRowParams& p,
+                                 Shared& s) {
+  const int t = threadIdx.x;
+  const bool active = t < n;
+  // Ids are distinct: a candidate's place in id order is how many ids are below it.
+  if (active) {
+    const Candidate mine = s.candidates[t];
+    int place = 0;
+    for (int j = 0; j < n; ++j) place += s.candidates[j].id < mine.id ? 1 : 0;
+    s.by_id[place] = mine;
+  }
+  __syncthreads();
+  const float q = active ? s.by_id[t].q : -INFINITY;
+  const double w = active ? double(token_weight(q, max_logit)) : 0.0;
+  if (active) s.weight[t] = w;
+  float top_p_bound = -INFINITY;
+  if (p.top_p < 1.0f) {
+    const double target = double(p.top_p) * block_sum(w, s);
+    if (target <= 0.0) {
+      top_p_bound = max_logit;  // the first token is always kept
+    } else {
+      // The lowest candidate value whose mass strictly above is < target.
+      double above = 0.0;
+      for (int j = 0; j < n; ++j) above += s.by_id[j].q > q ? s.weight[j] : 0.0;
+      top_p_bound = -block_max(active && above < target ? -q : -INFINITY, s);
     }
+  }
+  const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
+  const bool kept = active && q >= bound;
+  // The inverse CDF over the kept candidates in id order.
+  const double running = block_inclusive_scan(kept ? w : 0.0, s);
+  double total = 0.0;  // (the scan left each warp's sum in s.reduce_d)
+  for (int w = 0; w < kWarps; ++w) total += s.reduce_d[w];
+  const double target = p.u * total;
+  int pick = block_min(kept && running > target ? t : INT_MAX, s);
+  if (pick == INT_MAX) pick = -block_min(kept ? -t : 1, s);  // u * mass rounded up: the last kept
+  return s.by_id[pick].id;
+}
+
+// The row's result, by thread 0 of rank 0 (which holds the token and the
+// gathered top tokens).
+__device__ void write_result(SampleResult* out, int token, int n_top, bool want_logprobs, double log_z,
+                             const float* raw, const RowCtas& row, Shared& s) {
+  if (row.rank != 0 || threadIdx.x != 0) return;
+  out->status = SampleStatus::Ok;
+  out->token = token;
+  out->logprob = want_logprobs ? float(double(raw[token]) - log_z) : NAN;
+  // Best first, ties to the lower id (n_top <= 32: insertion sort).
+  for (int a = 1; a < n_top; ++a) {
+    const int id = s.top_tokens[a];
+    int b = a;
+    while (b > 0) {
+      const int other = s.top_tokens[b - 1];
+      if (raw[other] > raw[id] || (raw[other] == raw[id] && other < id)) break;
+      s.top_tokens[b] = other;
+      --b;
+    }
+    s.top_tokens[b] = id;
+  }
+  out->n_top = n_top;
+  for (int a = 0; a < n_top; ++a) {
+    out->top_tokens[a] = s.top_tokens[a];
+    out->top_logprobs[a] = float(double(raw[s.top_tokens[a]]) - log_z);
   }
 }
 
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t stride, int vocab,
+                                                          const SampleRowParams* rows,        // [n_rows]
+                                                          const SamplePenaltyEntry* entries,  // [n_entries]
+                                                          const float* biases,                // [n_biases]
+                                                          const uint32_t* masks,  // [n_masks, mask_words]
+                                                          int mask_words,
+                                                          float* scratch,          // [n_rows, vocab]
+                                                          SampleResult* results) { // [n_rows]
+  __shared__ Shared s;
+  RowCtas row(vocab);
+  const int row_index = int(blockIdx.x) / row.ctas;
+  const SampleRowParams p = rows[row_index];
+  SampleResult* out = results + row_index;
+  const bool writes = row.rank == 0 && threadIdx.x == 0;  // the row's result
+  const float kInf = INFINITY;
+  if (p.skip) {  // (every CTA of the row: none reads another's shared memory)
+    if (writes) {
+      out->token = -1;
+      out->status = SampleStatus::Ok;
+      out->n_top = 0;
+    }
+    return;
+  }
+  const float* raw = logits + int64_t(p.logit_row) * stride;  // [vocab]
+  const uint32_t* mask = p.mask_index >= 0 ? masks + int64_t(p.mask_index) * mask_words : nullptr;
+  const bool greedy = p.greedy != 0;
+  const bool has_entries = p.entry_end > p.entry_begin;
+  const bool write_processed = has_entries || mask != nullptr || (!greedy && p.temperature != 1.0f);
+  float* processed = scratch + int64_t(row_index) * vocab;  // [vocab]
+  const float* proc = write_processed ? processed : raw;
+
+  // 1. Raw row: NaN/+inf check, max; processed logits (mask, temperature)
+  //    for every token, penalties overwrite their tokens below. Each CTA
+  //    writes and reads only its own slice of `processed`.
+  float raw_max = -kInf;
+  int bad = INT_MAX;
+  for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
+    const float l = raw[i];
+    if (!(l < kInf)) bad = min(bad, i);
+    raw_max = fmaxf(raw_max, l);
+    if (write_processed) processed[i] = !allowed(mask, i) ? -kInf : greedy ? l : l / p.temperature;
+  }
+  {
+    const CtaValue mine{.f = block_max(raw_max, s), .i = block_min(bad, s)};
+    const CtaValue all = row.combine(mine, s, [](CtaValue& a, const CtaValue& b) {
+      a.f = fmaxf(a.f, b.f);
+      a.i = min(a.i, b.i);
+    });
+    raw_max = all.f;
+    bad = all.i;
+  }
+  if (bad != INT_MAX) {
+    if (writes) {
+      out->status = SampleStatus::BadLogit;
+      out->bad_index = bad;
+      out->bad_value = raw[bad];
+      out->token = -1;
+      out->n_top = 0;
+    }
+    row.finish();
+    return;
+  }
+
+  // 2. Raw logprobs: log Z = max + log sum exp(l - max), in double.
+  const bool want_logprobs = p.want_logprobs != 0 || p.top_logprobs > 0;
+  double log_z = 0.0;
+  if (want_logprobs) {
+    if (raw_max == -kInf) {
+      log_z = -double(kInf);
+    } else {
+      double sum = 0.0;
+      for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) sum += exp(double(raw[i]) - double(raw_max));
+      log_z = double(raw_max) + log(row_sum(sum, row, s));
+    }
+  }
+  int n_top = 0;
+  if (p.top_logprobs > 0) n_top = top_raw_tokens(raw, min(p.top_logprobs, vocab), row, s);
+
+  // 3. Penalties and bias, each distinct token once (host order: repetition,
+  //    presence/frequency, bias), then its mask bit and temperature; each
+  //    CTA the tokens of its slice.
+  if (has_entries) {
+    for (int e = p.entry_begin + int(threadIdx.x); e < p.entry_end; e += kThreads) {
+      const SamplePenaltyEntry entry = entries[e];
+      if (entry.token < row.begin || entry.token >= row.end) continue;
+      float l = raw[entry.token];
+      if (entry.repeated) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+      // The host's x86-64-v3 build contracts presence + frequency * count into one FMA.
+      if (entry.output_count > 0.0f) l -= __fmaf_rn(p.frequency_penalty, entry.output_count, p.presence_penalty);
+      for (int b = entry.bias_begin; b < entry.bias_end; ++b) l += biases[b];
+      processed[entry.token] = !allowed(mask, entry.token) ? -kInf : greedy ? l : l / p.temperature;
+    }
+    __syncthreads();
+  }
+
+  // 4. Max of the processed logits (and its first index, the greedy pick).
+  float best = -kInf;
+  int best_index = INT_MAX;
+  for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
+    const float q = proc[i];
+    if (q > best) {
+      best = q;
+      best_index = i;
+    }
+  }
+  row_argmax(best, best_index, row, s);
+  if (best == -kInf) {
+    if (writes) {
+      out->status = SampleStatus::NothingAllowed;
+      out->token = -1;
+      out->n_top = 0;
+    }
+    row.finish();
+    return;
+  }
+  const float max_logit = best;
+
+  int token = best_index;
+  if (!greedy) {
+    // 5. Bounds: top-k, min-p, top-p (over the top-k candidates).
+    float top_k_bound = -kInf;
+    if (p.top_k > 0 && p.top_k < vocab) {
+      top_k_bound = key_value(radix_select<false>(
+          row, [&](int i, uint32_t& key) { key = order_key(proc[i]); return true; }, NoWeight{}, p.top_k, 0.0, s));
+    }
+    const float min_p_bound = p.use_min_p ? max_logit + p.log_min_p : -kInf;
+    const bool use_top_p = p.top_p < 1.0f;
+    const float candidate_bound = use_top_p ? top_k_bound : fmaxf(top_k_bound, min_p_bound);
+    // A small top-k: its candidates gathered into rank 0, which finishes
+    // alone (no more passes over the row, no more cluster barriers).
+    if (p.top_k > 0 && p.top_k < vocab && p.top_k <= kMaxCandidates) {
+      const int n = gather_candidates(proc, candidate_bound, row, s);
+      if (n <= kMaxCandidates) {
+        if (row.rank == 0) token = sample_candidates(n, max_logit, top_k_bound, min_p_bound, p, s);
+        write_result(out, token, n_top, want_logprobs, log_z, raw, row, s);
+        row.finish();
+        return;
+      }
+    }
+    float top_p_bound = -kInf;
+    if (use_top_p) {
+      double mass = 0.0;
+      for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
+        const float q = proc[i];
+        if (q >= candidate_bound && q != -kInf) mass += double(token_weight(q, max_logit));
+      }
+      const double target = double(p.top_p) * row_sum(mass, row, s);
+      if (target <= 0.0) {
+        top_p_bound = max_logit;  // the first token is always kept
+      } else {
+        top_p_bound = key_value(radix_select<true>(
+            row,
+            [&](int i, uint32_t& key) {
+              const float q = proc[i];
+              if (!(q >= candidate_bound && q != -kInf)) return false;
+              key = order_key(q);
+              return true;
+            },
+            [&](int i) { return token_weight(proc[i], max_logit); }, 0, target, s));
+      }
+    }
+    const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
+
+    // 6. The draw.
+    token = draw(proc, bound, max_logit, p.u, row, s);
+  }
+
+  write_result(out, token, n_top, want_logprobs, log_z, raw, row, s);
+  row.finish();
+}
+
 size_t align_up(size_t bytes) { return (bytes + 255) & ~size_t(255); }
+
+cudaLaunchConfig_t launch_config(int n_rows, int ctas, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+  cluster = {.id = cudaLaunchAttributeClusterDimension};
+  cluster.val.clusterDim = {unsigned(ctas), 1u, 1u};
+  return {.gridDim = dim3(unsigned(n_rows) * unsigned(ctas)),
+          .blockDim = dim3(kThreads),
+          .dynamicSmemBytes = 0,
+          .stream = stream,
+          .attrs = &cluster,
+          .numAttrs = 1};
+}
+
+// CTAs per row: the most (a power of two up to kMaxCtasPerRow) whose
+// clusters all fit on the GPU at once. A cluster's CTAs share one GPC, and a
+// CTA of 1024 threads holds an SM's registers, so fewer clusters of 8 fit
+// than SMs / 8 (the H200's GPCs are not all multiples of 8 SMs).
+int ctas_per_row(int n_rows) {
+  static const std::array<int, kMaxCtasPerRow + 1> max_clusters = [] {
+    std::array<int, kMaxCtasPerRow + 1> fit{};
+    for (int ctas = 2; ctas <= kMaxCtasPerRow; ctas *= 2) {
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t config = launch_config(ctas, ctas, nullptr, cluster);
+      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit[size_t(ctas)], sample_kernel, &config));
+    }
+    return fit;
+  }();
+  for (int ctas = kMaxCtasPerRow; ctas > 1; ctas /= 2)
+    if (n_rows <= max_clusters[size_t(ctas)]) return ctas;
+  return 1;
+}
 
 // Pinned host staging for the upload and the results; reused by every call
 // (each call waits for its results, so nothing is in flight when it starts).
@@ -585,13 +873,14 @@ void sample_rows(const SampleRowsArgs& a) {
   std::shared_ptr<void> scratch = allocate(n_rows * size_t(b.vocab) * sizeof(float));
   char* dev = static_cast<char*>(device_upload.get());
   CUDA_CHECK(cudaMemcpyAsync(dev, host, upload_bytes, cudaMemcpyHostToDevice, stream));
-  sample_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(
-      a.logits, a.logits_stride, b.vocab, reinterpret_cast<const SampleRowParams*>(dev),
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = launch_config(int(n_rows), ctas_per_row(int(n_rows)), stream, cluster);
+  CUDA_CHECK(cudaLaunchKernelEx(
+      &config, sample_kernel, a.logits, a.logits_stride, b.vocab, reinterpret_cast<const SampleRowParams*>(dev),
       reinterpret_cast<const SamplePenaltyEntry*>(dev + rows_bytes),
       reinterpret_cast<const float*>(dev + rows_bytes + entries_bytes),
       reinterpret_cast<const uint32_t*>(dev + rows_bytes + entries_bytes + biases_bytes), mask_words,
-      static_cast<float*>(scratch.get()), static_cast<SampleResult*>(device_results.get()));
-  CUDA_CHECK(cudaGetLastError());
+      static_cast<float*>(scratch.get()), static_cast<SampleResult*>(device_results.get())));
   CUDA_CHECK(cudaMemcpyAsync(st.download, device_results.get(), results_bytes, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::memcpy(a.results.data(), st.download, results_bytes);

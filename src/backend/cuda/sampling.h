@@ -4,7 +4,7 @@
 // engine/logprobs.h, with only the results copied back.
 //
 // Plain C++ (no CUDA headers): the engine fills these structs on the host,
-// the launcher uploads them in one pinned copy, runs one CTA per row and
+// the launcher uploads them in one pinned copy, runs a cluster of CTAs per row and
 // copies the per-row results back (one pinned copy, one stream sync).
 //
 // Same numbers as the host: every step that decides which tokens survive
