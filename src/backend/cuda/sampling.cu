@@ -56,6 +56,7 @@ namespace cg = cooperative_groups;
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxCtasPerRow = 8;  // the portable cluster size
+constexpr size_t kWarpMassBytes = size_t(kWarps) * 256 * sizeof(double);  // radix_select's per-warp histograms
 constexpr unsigned kFull = 0xffffffffu;
 
 // Unsigned order = float order (NaN excluded): negatives reversed, positives
@@ -100,6 +101,8 @@ struct Shared {
   double mass[2][256];
   CtaValue published[2];
   // This CTA's own.
+  int row_count[256];  // the histograms summed over the row's CTAs
+  double row_mass[256];
   float reduce_f[kWarps];
   int reduce_i[kWarps];
   double reduce_d[kWarps];
@@ -256,17 +259,22 @@ __device__ void row_argmax(float& v, int& index, RowCtas& row, Shared& s) {
 // counts its slice; warp 0 of every CTA sums the bins over the CTAs.
 //   !kByMass: the key of the k-th largest (1-based; k <= number in play).
 //   kByMass:  the lowest key v in play whose mass strictly above v is < target (> 0).
+// A mass histogram is summed per warp first (`warp_mass`, kWarps × 256 in
+// dynamic shared memory: plain adds, where one shared histogram took a
+// compare-and-swap loop per double add, contended by every warp), then over
+// the warps in warp order.
 template <bool kByMass, class InPlay, class WeightOf>
-__device__ uint32_t radix_select(RowCtas& row, InPlay in_play, WeightOf weight_of, int k, double target, Shared& s) {
+__device__ uint32_t radix_select(RowCtas& row, InPlay in_play, WeightOf weight_of, int k, double target, Shared& s,
+                                 double* warp_mass = nullptr) {
   const int lane = threadIdx.x & 31;
+  double* my_mass = kByMass ? warp_mass + (threadIdx.x / 32) * 256 : nullptr;
   uint32_t prefix = 0, prefix_mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     int* count = s.count[row.buffer()];
     double* mass = s.mass[row.buffer()];
-    for (int b = threadIdx.x; b < 256; b += kThreads) {
-      count[b] = 0;
-      if (kByMass) mass[b] = 0.0;
-    }
+    for (int b = threadIdx.x; b < 256; b += kThreads) count[b] = 0;
+    if (kByMass)
+      for (int b = lane; b < 256; b += 32) my_mass[b] = 0.0;
     __syncthreads();
     for (int base = row.begin + threadIdx.x - lane; base < row.end; base += kThreads) {
       const int i = base + lane;
@@ -274,6 +282,13 @@ __device__ uint32_t radix_select(RowCtas& row, InPlay in_play, WeightOf weight_o
       bool pending = i < row.end && in_play(i, key) && (key & prefix_mask) == prefix;
       const float weight = kByMass && pending ? weight_of(i) : 0.0f;
       const uint32_t bin = (key >> shift) & 0xffu;
+      if constexpr (!kByMass) {
+        // Lanes of one bin found in one instruction (the lanes not in play
+        // share the value 256); the lowest adds the group's count.
+        const unsigned group = __match_any_sync(kFull, pending ? bin : 256u);
+        if (pending && lane == __ffs(group) - 1) atomicAdd(&count[bin], __popc(group));
+        continue;
+      }
       unsigned todo = __ballot_sync(kFull, pending);
       while (todo != 0) {  // one add per distinct bin among the lanes
         const int leader = __ffs(todo) - 1;
@@ -282,26 +297,45 @@ __device__ uint32_t radix_select(RowCtas& row, InPlay in_play, WeightOf weight_o
         const unsigned group = __ballot_sync(kFull, mine);
         if (kByMass) {
           const double m = warp_sum(mine ? double(weight) : 0.0);
-          if (lane == leader) atomicAdd(&mass[leader_bin], m);
+          if (lane == leader) my_mass[leader_bin] += m;
         }
         if (lane == leader) atomicAdd(&count[leader_bin], __popc(group));
         if (mine) pending = false;
         todo &= ~group;
       }
     }
+    if constexpr (kByMass) {
+      __syncthreads();
+      for (int b = threadIdx.x; b < 256; b += kThreads) {
+        double m = 0.0;
+        for (int w = 0; w < kWarps; ++w) m += warp_mass[w * 256 + b];
+        mass[b] = m;
+      }
+    }
     row.sync();  // every CTA's histogram is complete
+    // The row's bins, a thread per bin: its CTAs' counts (and masses) read
+    // at once, then summed in rank order.
+    for (int b = threadIdx.x; b < 256; b += kThreads) {
+      int total_count = 0;
+      double total_mass = 0.0;
+#pragma unroll
+      for (int r = 0; r < kMaxCtasPerRow; ++r) {
+        if (r >= row.ctas) break;
+        total_count += row.of_rank(count, r)[b];
+        if (kByMass) total_mass += row.of_rank(mass, r)[b];
+      }
+      s.row_count[b] = total_count;
+      if (kByMass) s.row_mass[b] = total_mass;
+    }
+    __syncthreads();
     if (threadIdx.x < 32) {
       // Lane l looks at bins 255 - 8l - j, j = 0..7: descending over the warp.
-      int bin_count[8] = {};
-      double bin_mass[8] = {};
-      for (int r = 0; r < row.ctas; ++r) {
-        const int* rank_count = row.of_rank(count, r);
-        const double* rank_mass = row.of_rank(mass, r);
+      int bin_count[8];
+      double bin_mass[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          bin_count[j] += rank_count[255 - 8 * lane - j];
-          if (kByMass) bin_mass[j] += rank_mass[255 - 8 * lane - j];
-        }
+      for (int j = 0; j < 8; ++j) {
+        bin_count[j] = s.row_count[255 - 8 * lane - j];
+        bin_mass[j] = kByMass ? s.row_mass[255 - 8 * lane - j] : 0.0;
       }
       int lane_count = 0;
       double lane_mass = 0.0;
@@ -607,9 +641,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                                                           const float* biases,                // [n_biases]
                                                           const uint32_t* masks,  // [n_masks, mask_words]
                                                           int mask_words,
-                                                          float* scratch,          // [n_rows, vocab]
+                                                          float* scratch,          // [n_rows, 2, vocab]
                                                           SampleResult* results) { // [n_rows]
   __shared__ Shared s;
+  extern __shared__ double warp_mass[];  // [kWarps, 256]
   RowCtas row(vocab);
   const int row_index = int(blockIdx.x) / row.ctas;
   const SampleRowParams p = rows[row_index];
@@ -629,7 +664,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const bool greedy = p.greedy != 0;
   const bool has_entries = p.entry_end > p.entry_begin;
   const bool write_processed = has_entries || mask != nullptr || (!greedy && p.temperature != 1.0f);
-  float* processed = scratch + int64_t(row_index) * vocab;  // [vocab]
+  float* processed = scratch + int64_t(row_index) * 2 * vocab;  // [vocab]
+  float* weights = processed + vocab;  // [vocab]: top-p candidates' token_weight
   const float* proc = write_processed ? processed : raw;
 
   // 1. Raw row: NaN/+inf check, max; processed logits (mask, temperature)
@@ -745,7 +781,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
       double mass = 0.0;
       for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
         const float q = proc[i];
-        if (q >= candidate_bound && q != -kInf) mass += double(token_weight(q, max_logit));
+        if (q >= candidate_bound && q != -kInf) {
+          const float w = token_weight(q, max_logit);
+          weights[i] = w;  // (the select below asks again, pass after pass)
+          mass += double(w);
+        }
       }
       const double target = double(p.top_p) * row_sum(mass, row, s);
       if (target <= 0.0) {
@@ -759,7 +799,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
               key = order_key(q);
               return true;
             },
-            [&](int i) { return token_weight(proc[i], max_logit); }, 0, target, s));
+            [&](int i) { return weights[i]; }, 0, target, s, warp_mass));
       }
     }
     const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
@@ -779,7 +819,7 @@ cudaLaunchConfig_t launch_config(int n_rows, int ctas, cudaStream_t stream, cuda
   cluster.val.clusterDim = {unsigned(ctas), 1u, 1u};
   return {.gridDim = dim3(unsigned(n_rows) * unsigned(ctas)),
           .blockDim = dim3(kThreads),
-          .dynamicSmemBytes = 0,
+          .dynamicSmemBytes = kWarpMassBytes,
           .stream = stream,
           .attrs = &cluster,
           .numAttrs = 1};
@@ -791,6 +831,7 @@ cudaLaunchConfig_t launch_config(int n_rows, int ctas, cudaStream_t stream, cuda
 // than SMs / 8 (the H200's GPCs are not all multiples of 8 SMs).
 int ctas_per_row(int n_rows) {
   static const std::array<int, kMaxCtasPerRow + 1> max_clusters = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWarpMassBytes)));
     std::array<int, kMaxCtasPerRow + 1> fit{};
     for (int ctas = 2; ctas <= kMaxCtasPerRow; ctas *= 2) {
       cudaLaunchAttribute cluster;
@@ -870,7 +911,7 @@ void sample_rows(const SampleRowsArgs& a) {
   cudaStream_t stream = detail::current_stream();
   std::shared_ptr<void> device_upload = allocate(upload_bytes);
   std::shared_ptr<void> device_results = allocate(results_bytes);
-  std::shared_ptr<void> scratch = allocate(n_rows * size_t(b.vocab) * sizeof(float));
+  std::shared_ptr<void> scratch = allocate(n_rows * 2 * size_t(b.vocab) * sizeof(float));
   char* dev = static_cast<char*>(device_upload.get());
   CUDA_CHECK(cudaMemcpyAsync(dev, host, upload_bytes, cudaMemcpyHostToDevice, stream));
   cudaLaunchAttribute cluster;
