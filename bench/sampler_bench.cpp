@@ -6,14 +6,26 @@
 // penalty entries of each row's prompt (argument 0, tokens) and output, each
 // iteration one step later (one more output token per row), kept per
 // sequence (argument 1 = 1) or rebuilt every step (0).
+// BM_CudaSample: device sampling of a decode step (engine/device_sampler.h on
+// CUDA logits, backend/cuda/sampling.cu), the whole call (upload, kernel,
+// results back): argument 0 rows; argument 1 the settings (0: T 0.8, top-k
+// 50, top-p 0.95; 1: T 0.8, top-p 0.95; 2: T 1); argument 2 the logits (0:
+// N(0, 3), flat, so top-p keeps thousands of tokens; 1: peaked as a trained
+// model's often are, logit = -2 ln(rank) over a random order of ranks, so
+// top-p 0.95 keeps about a dozen). Skipped without a CUDA device.
 //   build/cpu/bench/sampler_bench
+//   build/cuda/bench/sampler_bench --benchmark_filter=CudaSample   (on the GPU machine)
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
+#include "core/tensor.h"
 #include "engine/device_sampler.h"
 #include "engine/sampler.h"
+#include "ops/device.h"
 
 namespace {
 
@@ -81,6 +93,41 @@ void BM_DeviceUpload(benchmark::State& state) {
   }
 }
 
+void BM_CudaSample(benchmark::State& state) {
+  using brioche::engine::DeviceSampler;
+  if (!brioche::ops::cuda_available()) {
+    state.SkipWithError("skipped: no CUDA device");
+    return;
+  }
+  const int n_rows = int(state.range(0)), settings = int(state.range(1));
+  const bool peaked = state.range(2) != 0;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(size_t(n_rows) * kVocab);
+  std::vector<int> ranks(kVocab);
+  for (int r = 0; r < n_rows; ++r) {
+    float* row = logits.data() + size_t(r) * kVocab;
+    if (!peaked) {
+      for (int i = 0; i < kVocab; ++i) row[i] = normal(gen);
+      continue;
+    }
+    for (int i = 0; i < kVocab; ++i) ranks[size_t(i)] = i + 1;
+    std::shuffle(ranks.begin(), ranks.end(), gen);
+    for (int i = 0; i < kVocab; ++i) row[i] = -2.0f * std::log(float(ranks[size_t(i)]));
+  }
+  const brioche::Tensor device_logits = brioche::ops::to_device(
+      brioche::Tensor::view(logits.data(), brioche::DType::F32, {n_rows, kVocab}, nullptr), brioche::Device::CUDA);
+  const SamplingParams params = settings == 0   ? SamplingParams{.temperature = 0.8f, .top_k = 50, .top_p = 0.95f, .seed = 1}
+                                : settings == 1 ? SamplingParams{.temperature = 0.8f, .top_p = 0.95f, .seed = 1}
+                                                : SamplingParams{.temperature = 1.0f, .seed = 1};
+  std::vector<Sampler> samplers(size_t(n_rows), Sampler(params, kVocab));
+  std::vector<DeviceSampler::Row> rows(static_cast<size_t>(n_rows));
+  for (int r = 0; r < n_rows; ++r) rows[size_t(r)] = {.sampler = &samplers[size_t(r)], .logit_row = r};
+  DeviceSampler device(kVocab);
+  for (auto _ : state) benchmark::DoNotOptimize(device.sample(device_logits, rows)[0].token);
+}
+
+BENCHMARK(BM_CudaSample)->ArgsProduct({{1, 16, 64}, {0, 1, 2}, {0, 1}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DeviceUpload)->Args({512, 0})->Args({512, 1})->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Greedy)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Temperature)->Unit(benchmark::kMicrosecond);

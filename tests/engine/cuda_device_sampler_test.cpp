@@ -366,8 +366,10 @@ EngineOutput run_engine(std::shared_ptr<model::Model> model, bool device_samplin
       make_model_runner(model, {.block_size = 16, .n_blocks = 256, .max_context = 256}),
       std::make_unique<testing::ToyCodec>());
   unsetenv("BRIOCHE_CUDA_SAMPLING");
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (GenerationRequest& r : engine_requests()) handles.push_back(engine->submit(std::move(r)));
+  // Submitted together, so both runs batch the same rows at every step (one
+  // by one, the engine could start the first before the rest arrived, and a
+  // different mix of prefill and decode rows rounds the logits differently).
+  std::vector<std::shared_ptr<RequestHandle>> handles = engine->submit_all(engine_requests());
   EngineOutput out;
   for (auto& h : handles) {
     std::vector<int32_t> tokens;

@@ -107,6 +107,7 @@ struct Shared {
   int reduce_i[kWarps];
   double reduce_d[kWarps];
   uint32_t chosen_bin;
+  int count_above, from_chosen;  // radix_select: in-play elements above the prefix, and from it up
   int rest_k;
   double rest_target;
   int n_top;  // rank 0: the gathered top tokens
@@ -253,20 +254,30 @@ __device__ void row_argmax(float& v, int& index, RowCtas& row, Shared& s) {
   index = all.i;
 }
 
+// A radix select's key, and how many in-play elements have keys from it up.
+struct RadixCut {
+  uint32_t key;
+  int from_key;
+};
+
 // Radix select over the keys of the row's in-play elements: `in_play(i,
 // key)` returns whether element i takes part and sets its key; `weight_of(i)`
 // (kByMass) is asked only for elements still matching the prefix. Each CTA
 // counts its slice; warp 0 of every CTA sums the bins over the CTAs.
 //   !kByMass: the key of the k-th largest (1-based; k <= number in play).
 //   kByMass:  the lowest key v in play whose mass strictly above v is < target (> 0).
+// With stop_at > 0 it returns early, after the first digit from whose
+// prefix up at most stop_at elements remain: then `key` is that prefix (the
+// rest of its bits 0) and the answer is among the elements from it up.
 // A mass histogram is summed per warp first (`warp_mass`, kWarps × 256 in
 // dynamic shared memory: plain adds, where one shared histogram took a
 // compare-and-swap loop per double add, contended by every warp), then over
 // the warps in warp order.
 template <bool kByMass, class InPlay, class WeightOf>
-__device__ uint32_t radix_select(RowCtas& row, InPlay in_play, WeightOf weight_of, int k, double target, Shared& s,
-                                 double* warp_mass = nullptr) {
+__device__ RadixCut radix_select(RowCtas& row, InPlay in_play, WeightOf weight_of, int k, double target, Shared& s,
+                                 double* warp_mass = nullptr, int stop_at = 0) {
   const int lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) s.count_above = 0;
   double* my_mass = kByMass ? warp_mass + (threadIdx.x / 32) * 256 : nullptr;
   uint32_t prefix = 0, prefix_mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -397,15 +408,28 @@ __device__ uint32_t radix_select(RowCtas& row, InPlay in_play, WeightOf weight_o
           }
         }
       }
+      // The elements in bins above the chosen one join those above the prefix.
+      __syncwarp();
+      const uint32_t chosen = s.chosen_bin;
+      int higher = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) higher += uint32_t(255 - 8 * lane - j) > chosen ? bin_count[j] : 0;
+      higher = warp_sum(higher);
+      if (lane == 0) {
+        s.count_above += higher;
+        s.from_chosen = s.count_above + s.row_count[chosen];
+      }
     }
     __syncthreads();
     prefix |= s.chosen_bin << shift;
     prefix_mask |= 0xffu << shift;
     if (!kByMass) k = s.rest_k;
     else target = s.rest_target;
+    const int from_prefix = s.from_chosen;
     __syncthreads();
+    if (shift == 0 || (stop_at > 0 && from_prefix <= stop_at)) return {prefix, from_prefix};
   }
-  return prefix;
+  return {prefix, 0};  // (not reached)
 }
 
 // For the count-only selects.
@@ -421,7 +445,7 @@ __device__ __forceinline__ bool allowed(const uint32_t* mask, int i) {
 // (unordered), ties to the lower ids; returns how many (on rank 0).
 __device__ int top_raw_tokens(const float* raw, int n, RowCtas& row, Shared& s) {
   const uint32_t kth = radix_select<false>(
-      row, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s);
+      row, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s).key;
   int above = 0;
   for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) above += order_key(raw[i]) > kth ? 1 : 0;
   above = row_sum(above, row, s);
@@ -433,7 +457,7 @@ __device__ int top_raw_tokens(const float* raw, int n, RowCtas& row, Shared& s) 
         key = ~uint32_t(i);  // largest key = lowest id
         return true;
       },
-      NoWeight{}, ties_needed, 0.0, s);
+      NoWeight{}, ties_needed, 0.0, s).key;
   const int last_tie = int(~id_key);
   if (row.rank == 0 && threadIdx.x == 0) s.n_top = 0;
   row.sync();
@@ -537,23 +561,23 @@ __device__ int draw(const float* proc, float bound, float max_logit, double u, R
   return row.combine({.i = token}, s, [](CtaValue& a, const CtaValue& b) { a.i = max(a.i, b.i); }).i;
 }
 
-// Tokens with proc >= bound (finite) gathered into rank 0's s.candidates
-// (unordered); returns their number, in every CTA. Past kMaxCandidates only
-// the count goes on.
-__device__ int gather_candidates(const float* proc, float bound, RowCtas& row, Shared& s) {
+// The finite tokens with proc >= bound and a key from `floor` up, gathered
+// into rank 0's s.candidates (unordered); returns their number, in every CTA.
+// (Callers know there are at most kMaxCandidates: radix_select's from_key.)
+__device__ int gather_candidates(const float* proc, float bound, uint32_t floor, RowCtas& row, Shared& s) {
   if (row.rank == 0 && threadIdx.x == 0) s.n_candidates = 0;
   row.sync();
   int* n = row.of_rank(&s.n_candidates, 0);
   Candidate* candidates = row.of_rank(s.candidates, 0);
   for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
     const float q = proc[i];
-    if (q >= bound && q != -INFINITY) {
+    if (q >= bound && q != -INFINITY && order_key(q) >= floor) {
       const int slot = atomicAdd(n, 1);
       if (slot < kMaxCandidates) candidates[slot] = {q, i};
     }
   }
   row.sync();
-  return *n;
+  return min(*n, kMaxCandidates);
 }
 
 // Block scan: Σ of v over threads 0..threadIdx.x, in thread order.
@@ -566,11 +590,13 @@ __device__ double block_inclusive_scan(double v, Shared& s) {
   return v;
 }
 
-// Rank 0 alone, over the n (<= kMaxCandidates) gathered candidates: the
-// top-p and min-p bounds and the draw, as the passes over the row would
-// give them (the same definitions; sums in id order). Returns the token.
-__device__ int sample_candidates(int n, float max_logit, float top_k_bound, float min_p_bound, const SampleRowParams& p,
-                                 Shared& s) {
+// Rank 0 alone, over the n (<= kMaxCandidates) gathered candidates, which
+// hold every token that can be kept: the top-k among them (top_k > 0), the
+// top-p bound over those (of top_p_target, or when < 0 of top_p times
+// their mass), min-p and the draw, as the passes over the row would give
+// them (the same definitions; sums in id order). Returns the token.
+__device__ int sample_candidates(int n, float max_logit, int top_k, double top_p_target, float min_p_bound,
+                                 const SampleRowParams& p, Shared& s) {
   const int t = threadIdx.x;
   const bool active = t < n;
   // Ids are distinct: a candidate's place in id order is how many ids are below it.
@@ -582,22 +608,30 @@ __device__ int sample_candidates(int n, float max_logit, float top_k_bound, floa
   }
   __syncthreads();
   const float q = active ? s.by_id[t].q : -INFINITY;
-  const double w = active ? double(token_weight(q, max_logit)) : 0.0;
+  // In the top-k: fewer than k candidates above it (ties of the k-th stay).
+  bool in_k = active;
+  if (top_k > 0 && active) {
+    int greater = 0;
+    for (int j = 0; j < n; ++j) greater += s.by_id[j].q > q ? 1 : 0;
+    in_k = greater < top_k;
+  }
+  const double w = in_k ? double(token_weight(q, max_logit)) : 0.0;
   if (active) s.weight[t] = w;
   float top_p_bound = -INFINITY;
   if (p.top_p < 1.0f) {
-    const double target = double(p.top_p) * block_sum(w, s);
+    const double target = top_p_target >= 0.0 ? top_p_target : double(p.top_p) * block_sum(w, s);
     if (target <= 0.0) {
       top_p_bound = max_logit;  // the first token is always kept
     } else {
       // The lowest candidate value whose mass strictly above is < target.
+      __syncthreads();  // (s.weight written)
       double above = 0.0;
       for (int j = 0; j < n; ++j) above += s.by_id[j].q > q ? s.weight[j] : 0.0;
-      top_p_bound = -block_max(active && above < target ? -q : -INFINITY, s);
+      top_p_bound = -block_max(in_k && above < target ? -q : -INFINITY, s);
     }
   }
-  const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
-  const bool kept = active && q >= bound;
+  const float bound = fmaxf(top_p_bound, min_p_bound);
+  const bool kept = in_k && q >= bound;
   // The inverse CDF over the kept candidates in id order.
   const double running = block_inclusive_scan(kept ? w : 0.0, s);
   double total = 0.0;  // (the scan left each warp's sum in s.reduce_d)
@@ -606,6 +640,67 @@ __device__ int sample_candidates(int n, float max_logit, float top_k_bound, floa
   int pick = block_min(kept && running > target ? t : INT_MAX, s);
   if (pick == INT_MAX) pick = -block_min(kept ? -t : 1, s);  // u * mass rounded up: the last kept
   return s.by_id[pick].id;
+}
+
+// Steps 5 and 6 of a sampled row: the top-k, top-p and min-p bounds over the
+// processed logits, then the draw. Once a radix select has narrowed the
+// tokens that can be kept to at most kMaxCandidates (those from a key
+// prefix up), they are gathered into rank 0, which finishes alone: no more
+// passes over the row, no more cluster barriers. Returns the token (on rank
+// 0 at least).
+__device__ int sample_processed(const float* proc, float* weights, int vocab, float max_logit,
+                                const SampleRowParams& p, RowCtas& row, Shared& s, double* warp_mass) {
+  const float kInf = INFINITY;
+  const float min_p_bound = p.use_min_p ? max_logit + p.log_min_p : -kInf;
+  const bool use_top_p = p.top_p < 1.0f;
+  // Top-k: the k-th largest processed logit, or a prefix with few tokens from it up.
+  const bool top_k = p.top_k > 0 && p.top_k < vocab;
+  float top_k_bound = -kInf;
+  if (top_k) {
+    const RadixCut cut = radix_select<false>(
+        row, [&](int i, uint32_t& key) { key = order_key(proc[i]); return true; }, NoWeight{}, p.top_k, 0.0, s,
+        nullptr, kMaxCandidates);
+    if (cut.from_key <= kMaxCandidates) {
+      const int n = gather_candidates(proc, -kInf, cut.key, row, s);
+      return row.rank == 0 ? sample_candidates(n, max_logit, p.top_k, -1.0, min_p_bound, p, s) : -1;
+    }
+    top_k_bound = key_value(cut.key);
+  }
+  // Top-p over the tokens from the top-k bound up: its mass, then the cut.
+  const float candidate_bound = use_top_p ? top_k_bound : fmaxf(top_k_bound, min_p_bound);
+  float top_p_bound = -kInf;
+  if (use_top_p) {
+    double mass = 0.0;
+    for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
+      const float q = proc[i];
+      if (q >= candidate_bound && q != -kInf) {
+        const float w = token_weight(q, max_logit);
+        weights[i] = w;  // (the select below asks again, pass after pass)
+        mass += double(w);
+      }
+    }
+    const double target = double(p.top_p) * row_sum(mass, row, s);
+    if (target <= 0.0) {
+      top_p_bound = max_logit;  // the first token is always kept
+    } else {
+      const RadixCut cut = radix_select<true>(
+          row,
+          [&](int i, uint32_t& key) {
+            const float q = proc[i];
+            if (!(q >= candidate_bound && q != -kInf)) return false;
+            key = order_key(q);
+            return true;
+          },
+          [&](int i) { return weights[i]; }, 0, target, s, warp_mass, kMaxCandidates);
+      if (cut.from_key <= kMaxCandidates) {
+        const int n = gather_candidates(proc, candidate_bound, cut.key, row, s);
+        return row.rank == 0 ? sample_candidates(n, max_logit, 0, target, min_p_bound, p, s) : -1;
+      }
+      top_p_bound = key_value(cut.key);
+    }
+  }
+  const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
+  return draw(proc, bound, max_logit, p.u, row, s);
 }
 
 // The row's result, by thread 0 of rank 0 (which holds the token and the
@@ -755,59 +850,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const float max_logit = best;
 
   int token = best_index;
-  if (!greedy) {
-    // 5. Bounds: top-k, min-p, top-p (over the top-k candidates).
-    float top_k_bound = -kInf;
-    if (p.top_k > 0 && p.top_k < vocab) {
-      top_k_bound = key_value(radix_select<false>(
-          row, [&](int i, uint32_t& key) { key = order_key(proc[i]); return true; }, NoWeight{}, p.top_k, 0.0, s));
-    }
-    const float min_p_bound = p.use_min_p ? max_logit + p.log_min_p : -kInf;
-    const bool use_top_p = p.top_p < 1.0f;
-    const float candidate_bound = use_top_p ? top_k_bound : fmaxf(top_k_bound, min_p_bound);
-    // A small top-k: its candidates gathered into rank 0, which finishes
-    // alone (no more passes over the row, no more cluster barriers).
-    if (p.top_k > 0 && p.top_k < vocab && p.top_k <= kMaxCandidates) {
-      const int n = gather_candidates(proc, candidate_bound, row, s);
-      if (n <= kMaxCandidates) {
-        if (row.rank == 0) token = sample_candidates(n, max_logit, top_k_bound, min_p_bound, p, s);
-        write_result(out, token, n_top, want_logprobs, log_z, raw, row, s);
-        row.finish();
-        return;
-      }
-    }
-    float top_p_bound = -kInf;
-    if (use_top_p) {
-      double mass = 0.0;
-      for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
-        const float q = proc[i];
-        if (q >= candidate_bound && q != -kInf) {
-          const float w = token_weight(q, max_logit);
-          weights[i] = w;  // (the select below asks again, pass after pass)
-          mass += double(w);
-        }
-      }
-      const double target = double(p.top_p) * row_sum(mass, row, s);
-      if (target <= 0.0) {
-        top_p_bound = max_logit;  // the first token is always kept
-      } else {
-        top_p_bound = key_value(radix_select<true>(
-            row,
-            [&](int i, uint32_t& key) {
-              const float q = proc[i];
-              if (!(q >= candidate_bound && q != -kInf)) return false;
-              key = order_key(q);
-              return true;
-            },
-            [&](int i) { return weights[i]; }, 0, target, s, warp_mass));
-      }
-    }
-    const float bound = fmaxf(fmaxf(top_k_bound, top_p_bound), min_p_bound);
-
-    // 6. The draw.
-    token = draw(proc, bound, max_logit, p.u, row, s);
-  }
-
+  if (!greedy) token = sample_processed(proc, weights, vocab, max_logit, p, row, s, warp_mass);
   write_result(out, token, n_top, want_logprobs, log_z, raw, row, s);
   row.finish();
 }
