@@ -12,7 +12,8 @@
 // 50, top-p 0.95; 1: T 0.8, top-p 0.95; 2: T 1); argument 2 the logits (0:
 // N(0, 3), flat, so top-p keeps thousands of tokens; 1: peaked as a trained
 // model's often are, logit = -2 ln(rank) over a random order of ranks, so
-// top-p 0.95 keeps about a dozen). Skipped without a CUDA device.
+// top-p 0.95 keeps about a dozen); argument 3 the vocabulary (SmolLM2's
+// 49,152 or Llama-3's 128,256). Skipped without a CUDA device.
 //   build/cpu/bench/sampler_bench
 //   build/cuda/bench/sampler_bench --benchmark_filter=CudaSample   (on the GPU machine)
 #include <benchmark/benchmark.h>
@@ -101,33 +102,34 @@ void BM_CudaSample(benchmark::State& state) {
   }
   const int n_rows = int(state.range(0)), settings = int(state.range(1));
   const bool peaked = state.range(2) != 0;
+  const int vocab = int(state.range(3));
   std::mt19937 gen(3);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<float> logits(size_t(n_rows) * kVocab);
-  std::vector<int> ranks(kVocab);
+  std::vector<float> logits(size_t(n_rows) * vocab);
+  std::vector<int> ranks(vocab);
   for (int r = 0; r < n_rows; ++r) {
-    float* row = logits.data() + size_t(r) * kVocab;
+    float* row = logits.data() + size_t(r) * vocab;
     if (!peaked) {
-      for (int i = 0; i < kVocab; ++i) row[i] = normal(gen);
+      for (int i = 0; i < vocab; ++i) row[i] = normal(gen);
       continue;
     }
-    for (int i = 0; i < kVocab; ++i) ranks[size_t(i)] = i + 1;
+    for (int i = 0; i < vocab; ++i) ranks[size_t(i)] = i + 1;
     std::shuffle(ranks.begin(), ranks.end(), gen);
-    for (int i = 0; i < kVocab; ++i) row[i] = -2.0f * std::log(float(ranks[size_t(i)]));
+    for (int i = 0; i < vocab; ++i) row[i] = -2.0f * std::log(float(ranks[size_t(i)]));
   }
   const brioche::Tensor device_logits = brioche::ops::to_device(
-      brioche::Tensor::view(logits.data(), brioche::DType::F32, {n_rows, kVocab}, nullptr), brioche::Device::CUDA);
+      brioche::Tensor::view(logits.data(), brioche::DType::F32, {n_rows, vocab}, nullptr), brioche::Device::CUDA);
   const SamplingParams params = settings == 0   ? SamplingParams{.temperature = 0.8f, .top_k = 50, .top_p = 0.95f, .seed = 1}
                                 : settings == 1 ? SamplingParams{.temperature = 0.8f, .top_p = 0.95f, .seed = 1}
                                                 : SamplingParams{.temperature = 1.0f, .seed = 1};
-  std::vector<Sampler> samplers(size_t(n_rows), Sampler(params, kVocab));
+  std::vector<Sampler> samplers(size_t(n_rows), Sampler(params, vocab));
   std::vector<DeviceSampler::Row> rows(static_cast<size_t>(n_rows));
   for (int r = 0; r < n_rows; ++r) rows[size_t(r)] = {.sampler = &samplers[size_t(r)], .logit_row = r};
-  DeviceSampler device(kVocab);
+  DeviceSampler device(vocab);
   for (auto _ : state) benchmark::DoNotOptimize(device.sample(device_logits, rows)[0].token);
 }
 
-BENCHMARK(BM_CudaSample)->ArgsProduct({{1, 16, 64}, {0, 1, 2}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSample)->ArgsProduct({{1, 16, 64}, {0, 1, 2}, {0, 1}, {kVocab, 128256}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DeviceUpload)->Args({512, 0})->Args({512, 1})->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Greedy)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Temperature)->Unit(benchmark::kMicrosecond);
