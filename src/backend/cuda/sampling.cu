@@ -3,11 +3,11 @@
 // vocabulary.
 //
 // Why a cluster: at batch 1 one CTA did every pass over the vocabulary on one
-// SM, instruction-bound (SmolLM2's 49,152 logits, T 0.8 with top-k and top-p:
-// 153 µs, 2.4 instructions a cycle on that SM; ~0.12 ms of a 0.6 ms decode
-// step). With 8 CTAs a pass costs an eighth, plus one cluster barrier. The
-// launcher gives each row as many CTAs as fill one wave of the GPU (a CTA
-// holds an SM's registers), so large batches keep one CTA a row.
+// SM of 132, its warps mostly waiting at barriers (SmolLM2's 49,152 logits,
+// T 0.8 with top-k and top-p: 153 µs, ~0.12 ms of a 0.6 ms decode step).
+// With 8 CTAs a pass costs an eighth, plus one cluster barrier. The launcher
+// gives each row as many CTAs as let all the batch's clusters be resident at
+// once (a CTA holds an SM's registers), so large batches keep one CTA a row.
 //
 // Values every CTA needs (maxima, sums, histogram bins) are published in
 // each CTA's shared memory and read by every CTA of the cluster in rank
@@ -30,8 +30,13 @@
 //   * the draw: per-warp segment sums of the kept weights in id order (CTA
 //     by CTA), then one warp of one CTA walks its segment with a warp prefix
 //     sum.
-// Histogram adds are warp-aggregated (lanes with the same bin add once), so
-// peaked distributions do not serialize on one shared-memory address.
+// The radix selects of top-k and top-p stop once at most kMaxCandidates
+// tokens have keys from their prefix up (a top-k of 50 after 2 of 4 passes,
+// a top-p of a peaked row after 1): those tokens, among which are all that
+// can be kept, are gathered into rank 0, which finishes the row alone
+// (sample_candidates). Count histograms add once per bin among a warp's
+// lanes (__match_any_sync); mass histograms are summed per warp, then over
+// the warps in warp order, so peaked rows do not serialize on one address.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -76,13 +81,13 @@ __device__ __forceinline__ float token_weight(float l, float max_logit) {
   return float(exp(double(l - max_logit)));
 }
 
-// A token kept by a small top-k, gathered into rank 0.
+// A token that can be kept, gathered into rank 0.
 struct Candidate {
   float q;  // processed logit
   int id;
 };
-// Top-k of at most this many (ties included) is finished by rank 0 alone
-// (sample_candidates); larger ones by passes over the whole row.
+// Once at most this many tokens can be kept, rank 0 finishes the row alone
+// (sample_candidates: O(n) per thread, n <= this).
 constexpr int kMaxCandidates = 256;
 
 // What a CTA publishes to its cluster: one reduced value of each kind
@@ -112,7 +117,7 @@ struct Shared {
   double rest_target;
   int n_top;  // rank 0: the gathered top tokens
   int top_tokens[kMaxDeviceTopLogprobs];
-  int n_candidates;  // rank 0: the gathered top-k candidates
+  int n_candidates;  // rank 0: the gathered candidates
   Candidate candidates[kMaxCandidates];
   Candidate by_id[kMaxCandidates];
   double weight[kMaxCandidates];
@@ -249,7 +254,8 @@ __device__ void row_argmax(float& v, int& index, RowCtas& row, Shared& s) {
   v = s.reduce_f[0];
   index = s.reduce_i[0];
   for (int w = 1; w < kWarps; ++w) keep_better(v, index, s.reduce_f[w], s.reduce_i[w]);
-  const CtaValue all = row.combine({.f = v, .i = index}, s, [](CtaValue& a, const CtaValue& b) { keep_better(a.f, a.i, b.f, b.i); });
+  const CtaValue all =
+      row.combine({.f = v, .i = index}, s, [](CtaValue& a, const CtaValue& b) { keep_better(a.f, a.i, b.f, b.i); });
   v = all.f;
   index = all.i;
 }
@@ -263,7 +269,8 @@ struct RadixCut {
 // Radix select over the keys of the row's in-play elements: `in_play(i,
 // key)` returns whether element i takes part and sets its key; `weight_of(i)`
 // (kByMass) is asked only for elements still matching the prefix. Each CTA
-// counts its slice; warp 0 of every CTA sums the bins over the CTAs.
+// counts its slice; a thread per bin sums the bin over the CTAs, and warp 0
+// of every CTA picks the bin (the same one in every CTA).
 //   !kByMass: the key of the k-th largest (1-based; k <= number in play).
 //   kByMass:  the lowest key v in play whose mass strictly above v is < target (> 0).
 // With stop_at > 0 it returns early, after the first digit from whose
