@@ -9,7 +9,8 @@
 // BM_CudaSample: device sampling of a decode step (engine/device_sampler.h on
 // CUDA logits, backend/cuda/sampling.cu), the whole call (upload, kernel,
 // results back): argument 0 rows; argument 1 the settings (0: T 0.8, top-k
-// 50, top-p 0.95; 1: T 0.8, top-p 0.95; 2: T 1); argument 2 the logits (0:
+// 50, top-p 0.95; 1: T 0.8, top-p 0.95; 2: T 1; 3: as 0 with the 5 most
+// likely tokens' logprobs); argument 2 the logits (0:
 // N(0, 3), flat, so top-p keeps thousands of tokens; 1: peaked as a trained
 // model's often are, logit = -2 ln(rank) over a random order of ranks, so
 // top-p 0.95 keeps about a dozen); argument 3 the vocabulary (SmolLM2's
@@ -119,9 +120,13 @@ void BM_CudaSample(benchmark::State& state) {
   }
   const brioche::Tensor device_logits = brioche::ops::to_device(
       brioche::Tensor::view(logits.data(), brioche::DType::F32, {n_rows, vocab}, nullptr), brioche::Device::CUDA);
-  const SamplingParams params = settings == 0   ? SamplingParams{.temperature = 0.8f, .top_k = 50, .top_p = 0.95f, .seed = 1}
-                                : settings == 1 ? SamplingParams{.temperature = 0.8f, .top_p = 0.95f, .seed = 1}
-                                                : SamplingParams{.temperature = 1.0f, .seed = 1};
+  SamplingParams params{.temperature = 0.8f, .top_k = 50, .top_p = 0.95f, .seed = 1};
+  if (settings == 1) params.top_k = 0;
+  if (settings == 2) params = {.temperature = 1.0f, .seed = 1};
+  if (settings == 3) {
+    params.logprobs = true;
+    params.top_logprobs = 5;
+  }
   std::vector<Sampler> samplers(size_t(n_rows), Sampler(params, vocab));
   std::vector<DeviceSampler::Row> rows(static_cast<size_t>(n_rows));
   for (int r = 0; r < n_rows; ++r) rows[size_t(r)] = {.sampler = &samplers[size_t(r)], .logit_row = r};
@@ -129,7 +134,7 @@ void BM_CudaSample(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(device.sample(device_logits, rows)[0].token);
 }
 
-BENCHMARK(BM_CudaSample)->ArgsProduct({{1, 16, 64}, {0, 1, 2}, {0, 1}, {kVocab, 128256}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSample)->ArgsProduct({{1, 16, 64}, {0, 1, 2, 3}, {0, 1}, {kVocab, 128256}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DeviceUpload)->Args({512, 0})->Args({512, 1})->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Greedy)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Temperature)->Unit(benchmark::kMicrosecond);

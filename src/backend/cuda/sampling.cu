@@ -448,11 +448,50 @@ __device__ __forceinline__ bool allowed(const uint32_t* mask, int i) {
   return mask == nullptr || ((mask[i >> 5] >> (i & 31)) & 1u) != 0;
 }
 
-// The n most likely raw tokens gathered into rank 0's s.top_tokens
-// (unordered), ties to the lower ids; returns how many (on rank 0).
+// The tokens with values[i] >= bound and a key from `floor` up (finite ones
+// only, or -inf too), gathered into rank 0's s.candidates (unordered);
+// returns their number, in every CTA. (Callers know there are at most
+// kMaxCandidates: radix_select's from_key.)
+__device__ int gather_candidates(const float* values, float bound, uint32_t floor, bool finite_only, RowCtas& row,
+                                 Shared& s) {
+  if (row.rank == 0 && threadIdx.x == 0) s.n_candidates = 0;
+  row.sync();
+  int* n = row.of_rank(&s.n_candidates, 0);
+  Candidate* candidates = row.of_rank(s.candidates, 0);
+  for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
+    const float v = values[i];
+    if (v >= bound && !(finite_only && v == -INFINITY) && order_key(v) >= floor) {
+      const int slot = atomicAdd(n, 1);
+      if (slot < kMaxCandidates) candidates[slot] = {v, i};
+    }
+  }
+  row.sync();
+  return min(*n, kMaxCandidates);
+}
+
+// The n most likely raw tokens gathered into rank 0's s.top_tokens, ties to
+// the lower ids; returns how many (on rank 0). When the select stops with
+// few tokens from its prefix up, rank 0 ranks those (best first) alone.
 __device__ int top_raw_tokens(const float* raw, int n, RowCtas& row, Shared& s) {
-  const uint32_t kth = radix_select<false>(
-      row, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s).key;
+  const RadixCut cut = radix_select<false>(
+      row, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s, nullptr,
+      kMaxCandidates);
+  if (cut.from_key <= kMaxCandidates) {
+    const int n_candidates = gather_candidates(raw, -INFINITY, cut.key, false, row, s);
+    if (row.rank == 0 && threadIdx.x < n_candidates) {
+      // Its place: the candidates before it (larger, or equal with a lower id).
+      const Candidate mine = s.candidates[threadIdx.x];
+      int place = 0;
+      for (int j = 0; j < n_candidates; ++j) {
+        const Candidate other = s.candidates[j];
+        place += other.q > mine.q || (other.q == mine.q && other.id < mine.id) ? 1 : 0;
+      }
+      if (place < n) s.top_tokens[place] = mine.id;
+    }
+    __syncthreads();
+    return n;
+  }
+  const uint32_t kth = cut.key;  // (the select ran to its last digit)
   int above = 0;
   for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) above += order_key(raw[i]) > kth ? 1 : 0;
   above = row_sum(above, row, s);
@@ -568,25 +607,6 @@ __device__ int draw(const float* proc, float bound, float max_logit, double u, R
   return row.combine({.i = token}, s, [](CtaValue& a, const CtaValue& b) { a.i = max(a.i, b.i); }).i;
 }
 
-// The finite tokens with proc >= bound and a key from `floor` up, gathered
-// into rank 0's s.candidates (unordered); returns their number, in every CTA.
-// (Callers know there are at most kMaxCandidates: radix_select's from_key.)
-__device__ int gather_candidates(const float* proc, float bound, uint32_t floor, RowCtas& row, Shared& s) {
-  if (row.rank == 0 && threadIdx.x == 0) s.n_candidates = 0;
-  row.sync();
-  int* n = row.of_rank(&s.n_candidates, 0);
-  Candidate* candidates = row.of_rank(s.candidates, 0);
-  for (int i = row.begin + threadIdx.x; i < row.end; i += kThreads) {
-    const float q = proc[i];
-    if (q >= bound && q != -INFINITY && order_key(q) >= floor) {
-      const int slot = atomicAdd(n, 1);
-      if (slot < kMaxCandidates) candidates[slot] = {q, i};
-    }
-  }
-  row.sync();
-  return min(*n, kMaxCandidates);
-}
-
 // Block scan: Σ of v over threads 0..threadIdx.x, in thread order.
 __device__ double block_inclusive_scan(double v, Shared& s) {
   v = warp_inclusive_scan(v);
@@ -668,7 +688,7 @@ __device__ int sample_processed(const float* proc, float* weights, int vocab, fl
         row, [&](int i, uint32_t& key) { key = order_key(proc[i]); return true; }, NoWeight{}, p.top_k, 0.0, s,
         nullptr, kMaxCandidates);
     if (cut.from_key <= kMaxCandidates) {
-      const int n = gather_candidates(proc, -kInf, cut.key, row, s);
+      const int n = gather_candidates(proc, -kInf, cut.key, true, row, s);
       return row.rank == 0 ? sample_candidates(n, max_logit, p.top_k, -1.0, min_p_bound, p, s) : -1;
     }
     top_k_bound = key_value(cut.key);
@@ -700,7 +720,7 @@ __device__ int sample_processed(const float* proc, float* weights, int vocab, fl
           },
           [&](int i) { return weights[i]; }, 0, target, s, warp_mass, kMaxCandidates);
       if (cut.from_key <= kMaxCandidates) {
-        const int n = gather_candidates(proc, candidate_bound, cut.key, row, s);
+        const int n = gather_candidates(proc, candidate_bound, cut.key, true, row, s);
         return row.rank == 0 ? sample_candidates(n, max_logit, 0, target, min_p_bound, p, s) : -1;
       }
       top_p_bound = key_value(cut.key);
