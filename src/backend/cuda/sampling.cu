@@ -30,11 +30,11 @@
 //   * the draw: per-warp segment sums of the kept weights in id order (CTA
 //     by CTA), then one warp of one CTA walks its segment with a warp prefix
 //     sum.
-// The radix selects of top-k and top-p stop once at most kMaxCandidates
-// tokens have keys from their prefix up (a top-k of 50 after 2 of 4 passes,
-// a top-p of a peaked row after 1): those tokens, among which are all that
-// can be kept, are gathered into rank 0, which finishes the row alone
-// (sample_candidates). Count histograms add once per bin among a warp's
+// The radix selects of top-k, top-p and top_logprobs stop once at most
+// kMaxCandidates tokens have keys from their prefix up (a top-k of 50 after
+// 2 of 4 passes, a top-p of a peaked row after 1): those tokens, among which
+// are all that can be kept (or listed), are gathered into rank 0, which
+// finishes alone (sample_candidates; top_raw_tokens ranks them). Count histograms add once per bin among a warp's
 // lanes (__match_any_sync); mass histograms are summed per warp, then over
 // the warps in warp order, so peaked rows do not serialize on one address.
 #include <cooperative_groups.h>
@@ -83,7 +83,7 @@ __device__ __forceinline__ float token_weight(float l, float max_logit) {
 
 // A token that can be kept, gathered into rank 0.
 struct Candidate {
-  float q;  // processed logit
+  float q;  // its processed logit (raw for top_logprobs)
   int id;
 };
 // Once at most this many tokens can be kept, rank 0 finishes the row alone
