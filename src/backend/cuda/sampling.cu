@@ -895,25 +895,6 @@ cudaLaunchConfig_t launch_config(int n_rows, int ctas, cudaStream_t stream, cuda
           .numAttrs = 1};
 }
 
-// CTAs per row: the most (a power of two up to kMaxCtasPerRow) whose
-// clusters all fit on the GPU at once. A cluster's CTAs share one GPC, and a
-// CTA of 1024 threads holds an SM's registers, so fewer clusters of 8 fit
-// than SMs / 8 (the H200's GPCs are not all multiples of 8 SMs).
-int ctas_per_row(int n_rows) {
-  static const std::array<int, kMaxCtasPerRow + 1> max_clusters = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWarpMassBytes)));
-    std::array<int, kMaxCtasPerRow + 1> fit{};
-    for (int ctas = 2; ctas <= kMaxCtasPerRow; ctas *= 2) {
-      cudaLaunchAttribute cluster;
-      const cudaLaunchConfig_t config = launch_config(ctas, ctas, nullptr, cluster);
-      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit[size_t(ctas)], sample_kernel, &config));
-    }
-    return fit;
-  }();
-  for (int ctas = kMaxCtasPerRow; ctas > 1; ctas /= 2)
-    if (n_rows <= max_clusters[size_t(ctas)]) return ctas;
-  return 1;
-}
 
 // Pinned host staging for the upload and the results; reused by every call
 // (each call waits for its results, so nothing is in flight when it starts).
@@ -938,6 +919,26 @@ Staging& staging() {
 }
 
 }  // namespace
+
+// CTAs per row: the most (a power of two up to kMaxCtasPerRow) whose
+// clusters all fit on the GPU at once. A cluster's CTAs share one GPC, and a
+// CTA of 1024 threads holds an SM's registers, so fewer clusters of 8 fit
+// than SMs / 8 (the H200's GPCs are not all multiples of 8 SMs).
+int sample_ctas_per_row(int n_rows) {
+  static const std::array<int, kMaxCtasPerRow + 1> max_clusters = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWarpMassBytes)));
+    std::array<int, kMaxCtasPerRow + 1> fit{};
+    for (int ctas = 2; ctas <= kMaxCtasPerRow; ctas *= 2) {
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t config = launch_config(ctas, ctas, nullptr, cluster);
+      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit[size_t(ctas)], sample_kernel, &config));
+    }
+    return fit;
+  }();
+  for (int ctas = kMaxCtasPerRow; ctas > 1; ctas /= 2)
+    if (n_rows <= max_clusters[size_t(ctas)]) return ctas;
+  return 1;
+}
 
 void sample_rows(const SampleRowsArgs& a) {
   const SampleBatch& b = *a.batch;
@@ -985,7 +986,7 @@ void sample_rows(const SampleRowsArgs& a) {
   char* dev = static_cast<char*>(device_upload.get());
   CUDA_CHECK(cudaMemcpyAsync(dev, host, upload_bytes, cudaMemcpyHostToDevice, stream));
   cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = launch_config(int(n_rows), ctas_per_row(int(n_rows)), stream, cluster);
+  const cudaLaunchConfig_t config = launch_config(int(n_rows), sample_ctas_per_row(int(n_rows)), stream, cluster);
   CUDA_CHECK(cudaLaunchKernelEx(
       &config, sample_kernel, a.logits, a.logits_stride, b.vocab, reinterpret_cast<const SampleRowParams*>(dev),
       reinterpret_cast<const SamplePenaltyEntry*>(dev + rows_bytes),

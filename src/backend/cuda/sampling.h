@@ -86,4 +86,8 @@ struct SampleRowsArgs {
 };
 void sample_rows(const SampleRowsArgs& args);
 
+// CTAs sample_rows gives each row of an n_rows batch: a cluster of 1, 2, 4
+// or 8, the most whose clusters all fit on the GPU at once (8 for one row).
+int sample_ctas_per_row(int n_rows);
+
 }  // namespace brioche::cuda
