@@ -31,6 +31,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_trace.h"
 #include "core/env_switch.h"
 
 namespace brioche::cuda::detail {
@@ -41,12 +42,53 @@ inline bool pdl_enabled() {
 }
 
 #ifdef __CUDACC__
+#if BRIOCHE_CUDA_TRACE
+// The kernel trace (kernel_trace.h) of this translation unit's kernels: null
+// unless BRIOCHE_CUDA_TRACE names a file, then set by launch_dependent.
+static __constant__ KernelTraceBuffer* g_kernel_trace;
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The trace's view of a CTA, taken before the wait: the buffer and, when
+// tracing, the time.
+struct TraceStart {
+  KernelTraceBuffer* buffer;
+  uint64_t resident_ns;
+};
+__device__ __forceinline__ TraceStart trace_start() {
+  KernelTraceBuffer* t = g_kernel_trace;
+  return {t, t != nullptr ? global_ns() : 0};
+}
+
+// CTA 0's record, after the wait: a plain store into the slot of its time
+// (kernel_trace.h), so CTA 0 does not wait on an atomic's round trip.
+__device__ __forceinline__ void trace_kernel(const TraceStart& start) {
+  if (start.buffer == nullptr || threadIdx.x + threadIdx.y + threadIdx.z + blockIdx.x + blockIdx.y + blockIdx.z != 0)
+    return;
+  const uint64_t released = global_ns();
+  start.buffer->records[(released >> kKernelTraceSlotShift) & (kKernelTraceSlots - 1)] = {
+      start.resident_ns, released, gridDim.x * gridDim.y * gridDim.z, blockDim.x * blockDim.y * blockDim.z};
+}
+#else
+// (Not a trace build: nothing, not even the check, which cost 4–11% of a
+// decode step.)
+struct TraceStart {};
+__device__ __forceinline__ TraceStart trace_start() { return {}; }
+__device__ __forceinline__ void trace_kernel(TraceStart) {}
+#endif
+
 // Waits for the previous kernel of the stream, then lets the next one launch.
 // Triggering after the wait (not before) keeps at most one grid waiting
 // behind the running one.
 __device__ __forceinline__ void pdl_prologue() {
+  const TraceStart trace = trace_start();
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  trace_kernel(trace);
 }
 
 // pdl_prologue with its steps the other way round, for a short kernel whose
@@ -63,8 +105,10 @@ __device__ __forceinline__ void pdl_prologue() {
 // the attention kernels use it only before a streamed int8 O projection:
 // attention_paged.cuh, output_prologue.)
 __device__ __forceinline__ void pdl_prologue_release_first() {
+  const TraceStart trace = trace_start();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  trace_kernel(trace);
 }
 
 // Asks L2 to fetch `bytes` (a multiple of 16, 16-byte aligned) at `p`: one
@@ -78,6 +122,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 // launch (see above). The kernel must start with pdl_prologue().
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+#if defined(__CUDACC__) && BRIOCHE_CUDA_TRACE
+  // (Once per kernel type; its first launch is eager in a decode step.)
+  static const bool traced = [] {
+    KernelTraceBuffer* buffer = kernel_trace_buffer();
+    if (buffer != nullptr) CUDA_CHECK(cudaMemcpyToSymbol(g_kernel_trace, &buffer, sizeof buffer));
+    return true;
+  }();
+  (void)traced;
+#endif
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
