@@ -2,7 +2,7 @@
 // check of the same random model), without tokenizer or sampling overheads
 // beyond a greedy argmax on the device.
 //
-//   cuda_model_bench --shape llama3-8b --dtype bf16 [--decode 128] [--prefill 2048]
+//   cuda_model_bench --shape llama3-8b --dtype bf16 [--decode 128 [--prompt 128]] [--prefill 2048]
 //                    [--prefill-reps 3] [--batch 64 --context 1024] [--device cuda|cpu]
 //   cuda_model_bench --check --shape smollm2-135m --dtype q4_k
 //   cuda_model_bench --gemv --shape llama3-8b --dtype bf16   (decode matmuls alone)
@@ -16,7 +16,7 @@
 //   --layers L overrides the preset's layer count (quick checks of big shapes).
 //
 // Measurements (each after a warm-up, median of repeats):
-//   decode b1 : steps of one token after a 128-token prompt; tokens/s
+//   decode b1 : steps of one token after a --prompt-token prompt (128); tokens/s
 //   prefill N : one forward over N prompt tokens (logits of the last row)
 //   decode bB@C : B sequences with C cached positions each, one token each per step;
 //                 aggregate tokens/s. Their caches hold zeros (not prefilled:
@@ -57,7 +57,7 @@ struct Options {
   std::string shape = "smollm2-135m";
   std::string dtype = "bf16";
   std::string device = "cuda";
-  int decode = 128, prefill = 2048, prefill_reps = 3, batch = 64, context = 1024, batch_steps = 32;
+  int decode = 128, prompt = 128, prefill = 2048, prefill_reps = 3, batch = 64, context = 1024, batch_steps = 32;
   bool check = false, gemv = false;
   int layers = 0;  // 0: the preset's
   int tp = 0, tp_rank = -1;  // tp 0: no tensor parallelism; 1: one rank through the TP path (NCCL of one)
@@ -221,8 +221,8 @@ int bench_model(const Options& o, model::Model& m) {
     std::fflush(stdout);
   };
   if (o.decode > 0) {
-    Rig rig(*model, 1, 128 + o.decode + 16);
-    rig.step({prompt(128, vocab, 3)});
+    Rig rig(*model, 1, o.prompt + o.decode + 16);
+    rig.step({prompt(o.prompt, vocab, 3)});
     int32_t next = rig.argmax()[0];
     for (int i = 0; i < 8; ++i) {  // warm-up
       rig.step({{next}});
@@ -566,6 +566,7 @@ int main(int argc, char** argv) {
       else if (f == "--device") o.device = next();
       else if (f == "--decode") o.decode = std::stoi(next());
       else if (f == "--prefill") o.prefill = std::stoi(next());
+      else if (f == "--prompt") o.prompt = std::stoi(next());
       else if (f == "--prefill-reps") o.prefill_reps = std::max(1, std::stoi(next()));
       else if (f == "--batch") o.batch = std::stoi(next());
       else if (f == "--context") o.context = std::stoi(next());
