@@ -5,12 +5,13 @@
 // with BRIOCHE_CUDA_TRACE=path in the environment, CTA 0 of every kernel
 // that starts with the PDL prologue (launch.cuh: every kernel of a decode
 // step) records, from the device's global timer, when it became resident
-// and when its wait for the kernel before returned. In a chain of dependent kernels the second is
-// when the kernel before completed, so the difference between consecutive
-// records is what each kernel adds to the step, overlaps included.
+// and when its wait for the kernel before returned. In a chain of dependent
+// kernels the second is when the kernel before completed, so the difference
+// between consecutive records is what each kernel adds to the step,
+// overlaps included.
 //
-// A record goes to the slot of its release time (128 ns a slot, 2^24 slots:
-// the last ~2.1 s), a plain store: an atomic counter's round trip delayed
+// A record goes to the slot of its release time (128 ns a slot, 2^24 slots
+// of 24 bytes: 384 MiB of device memory, the last ~2.1 s), a plain store: an atomic counter's round trip delayed
 // CTA 0 of every kernel by ~0.5 µs, which the trace then measured. Two
 // kernels released within one slot keep one record. At exit the records go
 // to `path` as CSV (resident_ns, released_ns, grid CTAs, threads per CTA),
