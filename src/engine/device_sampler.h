@@ -45,8 +45,10 @@ class DeviceSampler {
   // prompts and 0.55 → 0.18 ms at 512 (`bench/sampler_bench
   // --benchmark_filter=DeviceUpload`, 2-core dev host). What is left is
   // copying the entries into the upload (O(distinct tokens) a row).
-  // The scheduler keeps one per sequence; it is rebuilt from scratch when a
-  // row's prompt or output is not a continuation of what it holds.
+  // The scheduler keeps one per sequence, whose prompt is fixed and whose
+  // output only grows (a preempted sequence keeps its tokens), so lengths
+  // tell what is new: a prompt of another length or a shorter output
+  // rebuilds it from scratch (contents are not compared).
   struct PenaltyEntries {
     std::vector<cuda::SamplePenaltyEntry> entries;  // first-seen order (prompt, then output); no biases
     // [vocab] token -> its entry or -1, allocated at the first penalized

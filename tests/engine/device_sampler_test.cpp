@@ -120,9 +120,9 @@ std::vector<UploadedEntry> uploaded_entries(const cuda::SampleBatch& batch, size
 }
 
 // A sequence's PenaltyEntries, extended step by step (one new token, two at
-// once, none), gives the upload a fresh build gives; a history that does not
-// continue it (another prompt, a shorter output) rebuilds it; a step with a
-// token outside the vocabulary fails and leaves it as it was.
+// once, none), gives the upload a fresh build gives; a prompt of another
+// length or a shorter output rebuilds it; a step with a token outside the
+// vocabulary fails and leaves it as it was.
 TEST(DeviceSampler, PenaltyEntriesKeptAcrossStepsEqualAFreshBuild) {
   const int vocab = 100;
   const SamplingParams params{.temperature = 0.7f,

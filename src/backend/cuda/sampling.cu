@@ -308,16 +308,16 @@ __device__ RadixCut radix_select(RowCtas& row, InPlay in_play, WeightOf weight_o
         continue;
       }
       unsigned todo = __ballot_sync(kFull, pending);
-      while (todo != 0) {  // one add per distinct bin among the lanes
+      while (todo != 0) {  // one mass and count add per distinct bin among the lanes
         const int leader = __ffs(todo) - 1;
         const uint32_t leader_bin = __shfl_sync(kFull, bin, leader);
         const bool mine = pending && bin == leader_bin;
         const unsigned group = __ballot_sync(kFull, mine);
-        if (kByMass) {
-          const double m = warp_sum(mine ? double(weight) : 0.0);
-          if (lane == leader) my_mass[leader_bin] += m;
+        const double m = warp_sum(mine ? double(weight) : 0.0);
+        if (lane == leader) {
+          my_mass[leader_bin] += m;
+          atomicAdd(&count[leader_bin], __popc(group));
         }
-        if (lane == leader) atomicAdd(&count[leader_bin], __popc(group));
         if (mine) pending = false;
         todo &= ~group;
       }
@@ -561,6 +561,8 @@ __device__ int draw(const float* proc, float bound, float max_logit, double u, R
   double before = 0.0;  // mass of the CTAs (then warps) before the chosen one
   int chosen_rank = -1;
   for (int r = 0; r < row.ctas; ++r) {
+    // (Read again rather than kept: 8 doubles more per thread spill at 1,024
+    // threads, 64 registers.)
     const double m = row.of_rank(slot, r)->d;
     if (m > 0.0 && before + m > target) {
       chosen_rank = r;
@@ -730,6 +732,20 @@ __device__ int sample_processed(const float* proc, float* weights, int vocab, fl
   return draw(proc, bound, max_logit, p.u, row, s);
 }
 
+// A row that ends without a token (skipped, or a failure `status`; for
+// BadLogit, raw[bad] is the first NaN or +inf), by thread 0 of rank 0.
+__device__ void write_no_token(SampleResult* out, SampleStatus status, const RowCtas& row,
+                               const float* raw = nullptr, int bad = -1) {
+  if (row.rank != 0 || threadIdx.x != 0) return;
+  out->status = status;
+  out->token = -1;
+  out->n_top = 0;
+  if (bad >= 0) {
+    out->bad_index = bad;
+    out->bad_value = raw[bad];
+  }
+}
+
 // The row's result, by thread 0 of rank 0 (which holds the token and the
 // gathered top tokens).
 __device__ void write_result(SampleResult* out, int token, int n_top, bool want_logprobs, double log_z,
@@ -771,14 +787,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const int row_index = int(blockIdx.x) / row.ctas;
   const SampleRowParams p = rows[row_index];
   SampleResult* out = results + row_index;
-  const bool writes = row.rank == 0 && threadIdx.x == 0;  // the row's result
   const float kInf = INFINITY;
   if (p.skip) {  // (every CTA of the row: none reads another's shared memory)
-    if (writes) {
-      out->token = -1;
-      out->status = SampleStatus::Ok;
-      out->n_top = 0;
-    }
+    write_no_token(out, SampleStatus::Ok, row);
     return;
   }
   const float* raw = logits + int64_t(p.logit_row) * stride;  // [vocab]
@@ -811,13 +822,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     bad = all.i;
   }
   if (bad != INT_MAX) {
-    if (writes) {
-      out->status = SampleStatus::BadLogit;
-      out->bad_index = bad;
-      out->bad_value = raw[bad];
-      out->token = -1;
-      out->n_top = 0;
-    }
+    write_no_token(out, SampleStatus::BadLogit, row, raw, bad);
     row.finish();
     return;
   }
@@ -866,11 +871,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   }
   row_argmax(best, best_index, row, s);
   if (best == -kInf) {
-    if (writes) {
-      out->status = SampleStatus::NothingAllowed;
-      out->token = -1;
-      out->n_top = 0;
-    }
+    write_no_token(out, SampleStatus::NothingAllowed, row);
     row.finish();
     return;
   }
