@@ -116,19 +116,32 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChu
 }
 
 // What a chunk type fixes: the bytes of a thread's 256 values (whole
-// 16-byte vectors), the words they fill, the CTAs that share an SM, and
-// whether a thread gives its tile slot back to the producer once its share
-// is in registers (before the arithmetic: the next copy is asked for that
-// much earlier, for ~30 more registers). Llama-3-8B decode, old and new
-// binaries alternating in one call, in two calls: Q4_K 504–507 → 515–516
-// tokens/s; Q4_0, Q5_K and Q6_K unchanged (514–517 against 513–516, 450–451
-// both, 385 against 384–386); Q8_0 395 → 390. So only Q4_K releases first.
-// (The same in the bf16 streamed GEMV: 259 → 258.)
-template <int kChunkBytes_, int kCtasPerSm_, bool kReleaseBeforeDot_ = false>
+// 16-byte vectors), the words they fill, the CTAs that share an SM, how many
+// tiles a CTA's producer asks for before the PDL wait (kEarlyTiles, below),
+// and whether a thread gives its tile slot back to the producer once its
+// share is in registers (before the arithmetic: the next copy is asked for
+// that much earlier, for ~30 more registers). Llama-3-8B decode, old and
+// new binaries alternating in one call, in two calls: Q4_K 504–507 →
+// 515–516 tokens/s; Q4_0, Q5_K and Q6_K unchanged (514–517 against 513–516,
+// 450–451 both, 385 against 384–386); Q8_0 395 → 390. So only Q4_K releases
+// first. (The same in the bf16 streamed GEMV: 259 → 258.)
+//
+// kEarlyTiles: the kernel before a GEMV is a short one (a norm, an x
+// quantization, the attention), bound by L2 round trips. Tiles the GEMV's
+// producers ask for before their PDL wait are requests that those round
+// trips queue behind: a whole ring per CTA (~20–26 MB over the GPU) took the
+// 14-CTA x quantization between gate/up and down from ~3 to ~6 µs. So a
+// producer asks for a few tiles first, waits for the kernel before as the
+// consumers do, then fills the rest of its ring. Tiles first, by A/B runs
+// (BENCHMARKS.md): Q4_0 1, Q4_K/Q5_K/Q6_K 2, Q8_0 3 (Q8_0 has one CTA per
+// SM and tiles of twice the bytes). None at all loses (Q4_0 544 → 526
+// tokens/s): HBM then idles during the kernel before.
+template <int kChunkBytes_, int kCtasPerSm_, int kEarlyTiles_, bool kReleaseBeforeDot_ = false>
 struct ChunkOf {
   static constexpr int kChunkBytes = kChunkBytes_;
   static constexpr int kWords = (kChunkBytes + 3) / 4;
   static constexpr int kCtasPerSm = kCtasPerSm_;
+  static constexpr int kEarlyTiles = kEarlyTiles_;
   static constexpr bool kReleaseBeforeDot = kReleaseBeforeDot_;
   // The chunk `chunk` of a tile row (16-byte aligned) as 16-byte shared loads.
   __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
@@ -145,7 +158,7 @@ struct ChunkOf {
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
-struct Q8_0Chunk : ChunkOf<8 * 34, 1> {
+struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3> {
   static constexpr int kBlockBytes = 34;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
@@ -165,7 +178,7 @@ struct Q8_0Chunk : ChunkOf<8 * 34, 1> {
 // Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
-struct Q4_0Chunk : ChunkOf<8 * 18, 2> {
+struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1> {
   static constexpr int kBlockBytes = 18;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
@@ -186,7 +199,7 @@ struct Q4_0Chunk : ChunkOf<8 * 18, 2> {
 // its low nibbles and 2g + 1 in its high ones; sub-block j gives
 // d·sc_j·dx_j·Σ q·xq − dmin·mn_j·sx_j (gemv_int8.cuh: k_scale_min_pair).
 // Two CTAs per SM, as Q4_0 (the same 144 bytes a chunk).
-struct Q4_KChunk : ChunkOf<144, 2, true> {
+struct Q4_KChunk : ChunkOf<144, 2, 2, true> {
   static constexpr int kQuantsWord = 4;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_k_groups(v, x, [&](int g, int i, int& s0, int& s1) {
@@ -199,7 +212,7 @@ struct Q4_KChunk : ChunkOf<144, 2, true> {
 
 // Q5_K: as Q4_K with qh[32] (words 4..11) before qs (words 12..43): bit j of
 // qh[i] is the fifth bit of element i of sub-block j.
-struct Q5_KChunk : ChunkOf<176, 2> {
+struct Q5_KChunk : ChunkOf<176, 2, 2> {
   static constexpr int kHighWord = 4, kQuantsWord = 12;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_k_groups(v, x, [&](int g, int i, int& s0, int& s1) {
@@ -222,7 +235,7 @@ struct Q5_KChunk : ChunkOf<176, 2> {
 // moved down in registers by selects on that per-thread constant (a
 // register array indexed at run time would go to local memory); the last
 // chunk of a row ends its 224-byte window exactly at the row's end.
-struct Q6_KChunk : ChunkOf<210, 2> {
+struct Q6_KChunk : ChunkOf<210, 2, 2> {
   __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
     const int h = chunk & 7;  // halfwords past the boundary
     const uint4* src = reinterpret_cast<const uint4*>(row + size_t(chunk) * kChunkBytes - 2 * h);
@@ -276,12 +289,14 @@ struct Shared {
 };
 
 // What a launch's tiles are: rows per tile (output rows; SwiGLU's tiles hold
-// as many up rows after them), bytes of a row and of a tile, stages.
+// as many up rows after them), bytes of a row and of a tile, stages, and the
+// tiles asked for before the PDL wait.
 struct Plan {
   int rows;
   uint32_t row_bytes, tile_bytes;
   int stages;
   int64_t tiles;
+  int early_tiles;
 };
 
 // (Computed once per launch on the host and passed to the kernel.)
@@ -291,15 +306,20 @@ Plan plan_of(const GemvArgs& a) {
   const uint32_t row_bytes = uint32_t(a.k / kChunkValues * Chunk::kChunkBytes);
   const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
   const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
-  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows};
+  // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
+  static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
+  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? Chunk::kEarlyTiles : stages};
 }
 
 // The producer: tile t's rows into a slot, one bulk copy per run of rows
-// that are contiguous in global memory.
+// that are contiguous in global memory; the first p.early_tiles before the
+// PDL wait (kEarlyTiles above), the rest after it.
 template <class Chunk, int kRowThreads, bool kSwiglu>
 __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
   RingPosition at(p.stages);
+  int asked = 0;
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, at.advance()) {
+    if (asked++ == p.early_tiles) asm volatile("griddepcontrol.wait;" ::: "memory");
     const int rows = int(std::min<int64_t>(p.rows, a.m - t * p.rows));
     const uint32_t full = shared_address(&s.full[at.slot]);
     barrier_wait(shared_address(&s.empty[at.slot]), at.parity ^ 1);
@@ -387,7 +407,8 @@ __global__ void __launch_bounds__(kThreads, Chunk::kCtasPerSm)
   stream::init_ring(s.full, s.empty, p.stages, kConsumerThreads);
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    // Weights only: no PDL wait needed (gemv_stream.cuh).
+    // Weights only: the producer's wait paces its requests, nothing it reads
+    // needs it (gemv_stream.cuh).
     if (threadIdx.x == kConsumerThreads) produce<Chunk, kRowThreads, kSwiglu>(a, s, p);
     return;
   }
