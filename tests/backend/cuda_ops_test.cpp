@@ -46,6 +46,7 @@
 #include "backend/cpu/softmax.h"
 #include "backend/cpu/swiglu.h"
 #include "backend/cuda/attention_decode_mma.h"
+#include "backend/cuda/attention_decode_splits.h"
 #include "backend/cuda/attention_prefill.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
@@ -697,6 +698,34 @@ TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
     std::vector<std::pair<int, int>> long_batch;
     for (int s = 0; s < 8; ++s) long_batch.push_back({3000 + 331 * s, 1});
     check_attention({32, 8, 128, f16, 0, long_batch}, seed++);
+  }
+}
+
+// Decode rows whose splits (at most 16) merge in their thread block cluster
+// (attention_paged.cuh, merge_cluster) instead of the combine kernel: one
+// row of 100 and of 250 keys (Llama-3-8B heads), rows of different lengths
+// in one call (the short row's cluster has CTAs without keys), SmolLM2's
+// group of 3, head_dim 256, a sliding window; each call also has a row no
+// sequence covers.
+TEST(CudaAttention, SplitsMergeInTheirCluster) {
+  REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 60;
+  for (bool f16 : {true, false}) {
+    for (const AttentionCase& c : std::vector<AttentionCase>{
+             {32, 8, 128, f16, 0, {{100, 1}}},
+             {32, 8, 128, f16, 0, {{250, 1}}},
+             {32, 8, 128, f16, 0, {{40, 1}, {200, 1}}},
+             {9, 3, 64, f16, 0, {{200, 1}, {20, 1}}},
+             {4, 4, 256, f16, 0, {{250, 1}}},
+             {16, 2, 128, f16, 33, {{200, 1}}},
+         }) {
+      int max_keys = 0;
+      for (const auto& [n_past, n_rows] : c.sequences) max_keys = std::max(max_keys, n_past + n_rows);
+      const DecodeSplits split = decode_splits(int(c.sequences.size()), c.n_kv_heads, max_keys, false);
+      EXPECT_TRUE(split.cluster_merge) << split.splits << " splits: the combine kernel would merge them";
+      EXPECT_GT(split.splits, 1);
+      check_attention(c, seed++);
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // What the two decode attention kernels share: the launch parameters, how a
 // row's keys split over CTAs (the combine kernel of attention.cu relies on
-// both kernels splitting alike), the store of a decode step's new K/V, and
-// the merge of the CTA's warps into the output or the split's partials.
+// both kernels splitting alike), the store of a decode step's new K/V, the
+// merge of the CTA's warps into the output or the split's partials, and the
+// merge of a cluster's splits (the CUDA-core kernel's, up to 16).
 //
 // The kernels: attention.cu's CUDA-core kernel (any cache, head_dim, batch)
 // and attention_decode_mma.cu's tensor-core kernel (f16 cache, batches).
@@ -9,6 +10,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cooperative_groups.h>
 
 #include <cstdint>
 
@@ -54,6 +57,10 @@ struct AttnParams {
   int splits;
   float* part_acc;  // [n_rows, n_heads, splits, head_dim]
   float* part_ml;   // [n_rows, n_heads, splits, 2]
+  // The splits of each (row, KV head) are one thread block cluster and merge
+  // through distributed shared memory (merge_cluster) instead of part_acc,
+  // part_ml and the combine kernel.
+  bool cluster_merge = false;
   // RoPE and the K/V store taken in (rope_store_kv_attention; kRope
   // kernels): q is rotated on load, and the CTA whose keys include the row's
   // own position rotates the row's new k and stores it and v there first.
@@ -199,11 +206,14 @@ __device__ __forceinline__ void load_group_q(const AttnParams& p, const SplitKey
 // Merges the CTA's warps (each an online softmax over its own keys: m, l in
 // sm_m/sm_l [kWarps][kMaxGroup], acc in sm_acc [kWarps][kMaxGroup][HD]) and
 // writes the group's heads of row r: the output when the launch has one
-// split, else this split's (acc, m, l) for the combine kernel.
+// split, else this split's (acc, m, l): for the combine kernel, or with
+// p.cluster_merge into the CTA's shared split_acc [kMaxGroup][HD] and
+// split_ml [kMaxGroup] for merge_cluster.
 template <int HD, int kMaxGroup>
 __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&sm_m)[kWarps][kMaxGroup],
                                             const float (&sm_l)[kWarps][kMaxGroup], const float* sm_acc, int r,
-                                            int kv_head, int split) {
+                                            int kv_head, int split, float* split_acc = nullptr,
+                                            float2* split_ml = nullptr) {
   const int group = p.n_heads / p.n_kv_heads;
   for (int t = threadIdx.x; t < group * HD; t += blockDim.x) {
     const int g = t / HD, e = t % HD;
@@ -218,7 +228,10 @@ __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&s
       }
     }
     const int h = kv_head * group + g;
-    if (p.splits == 1) {
+    if (p.cluster_merge) {
+      split_acc[g * HD + e] = aa;
+      if (e == 0) split_ml[g] = make_float2(mm, ll);
+    } else if (p.splits == 1) {
       store_output(p, r, int64_t(h) * HD + e, aa / ll);
     } else {
       const int64_t part = (int64_t(r) * p.n_heads + h) * p.splits + split;
@@ -229,6 +242,51 @@ __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&s
       }
     }
   }
+}
+
+// With p.cluster_merge, after merge_warps: the launch's splits of (row r, KV
+// head) are one cluster, and each CTA has its split's partial in shared
+// memory (split_acc, split_ml; an empty split's are never read). The
+// cluster's warps take the group's blocks of 32 output values in turn and
+// merge the row's active splits through distributed shared memory, as the
+// combine kernel does: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s. The
+// first barrier publishes the partials; the second keeps every CTA (and its
+// shared memory) alive until all have been read. Every CTA of the cluster
+// calls it, those without keys too.
+constexpr int kMaxClusterSplits = 16;
+
+template <int HD>
+__device__ void merge_cluster(const AttnParams& p, int r, int kv_head, const float* split_acc,
+                              const float2* split_ml) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (row_sequence(p, r) >= 0) {
+    const int active = row_keys(p, r).active_splits;  // ≤ the cluster's CTAs ≤ 16
+    const int group = p.n_heads / p.n_kv_heads;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warps = int(cluster.num_blocks()) * kWarps;
+    for (int b = int(cluster.block_rank()) * kWarps + warp; b < group * HD / 32; b += warps) {
+      const int g = b * 32 / HD, e = b * 32 % HD + lane;
+      // Lane s < active: split s's (m, l) and weight 2^(m_s − M).
+      const float2 ml = lane < active ? cluster.map_shared_rank(split_ml, lane)[g] : make_float2(-INFINITY, 0.0f);
+      float mm = ml.x;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
+      const float w = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - mm);
+      float ll = w * ml.y;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) ll += __shfl_xor_sync(0xffffffffu, ll, off);
+      float aa = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        const float ws = __shfl_sync(0xffffffffu, w, s);
+        if (s < active) aa += ws * cluster.map_shared_rank(split_acc, s)[g * HD + e];
+      }
+      store_output(p, r, int64_t(kv_head * group + g) * HD + e, aa / ll);
+    }
+  }
+  cluster.sync();
 }
 
 // The tensor-core kernel (attention_decode_mma.cu; attention_decode_mma.h

@@ -119,9 +119,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #endif
 
 // kernel<<<grid, block, smem, current_stream()>>>(args...), as a dependent
-// launch (see above). The kernel must start with pdl_prologue().
+// launch (see above), in thread block clusters of `cluster` CTAs when that
+// is not 1×1×1 (more than 8, the portable limit, need the kernel's
+// cudaFuncAttributeNonPortableClusterSizeAllowed). The kernel must start
+// with pdl_prologue().
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
+                                  Args&&... args) {
 #if defined(__CUDACC__) && BRIOCHE_CUDA_TRACE
   // (Once per kernel type; its first launch is eager in a decode step.)
   static const bool traced = [] {
@@ -131,17 +135,29 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   }();
   (void)traced;
 #endif
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  const unsigned cluster_ctas = cluster.x * cluster.y * cluster.z;
+  if (cluster_ctas > 1) {
+    attrs[1].id = cudaLaunchAttributeClusterDimension;
+    attrs[1].val.clusterDim.x = cluster.x;
+    attrs[1].val.clusterDim.y = cluster.y;
+    attrs[1].val.clusterDim.z = cluster.z;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = current_stream();
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  config.attrs = attrs;
+  config.numAttrs = cluster_ctas > 1 ? 2 : 1;
   CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  launch_dependent_in_clusters(kernel, grid, dim3(1, 1, 1), block, smem, std::forward<Args>(args)...);
 }
 
 }  // namespace brioche::cuda::detail
