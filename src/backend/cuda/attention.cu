@@ -677,12 +677,13 @@ DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int max_keys, bool 
   int splits = std::max(1, (ctas_per_sm * multiprocessor_count() + covered_ctas - 1) / covered_ctas);
   splits = std::min({splits, std::max(1, max_keys / kMinSplitKeys), kMaxSplits});
   // Up to 16 splits of the CUDA-core kernel merge in their cluster
-  // (merge_cluster) instead of a combine kernel: at batch 1, contexts under
-  // 272 keys. Decode at batch 1, 128-token prompts, two calls: SmolLM2
-  // 1,574–1,635 → 1,663–1,706 tokens/s, Llama-3-8B Q4_0 529–539 → 545–556
-  // (unchanged at 1,024 keys, where the combine kernel stays). Capping longer
-  // contexts at 16 splits to merge them the same way was at par at 1,024
-  // keys (fewer splits cost what the combine kernel did), so they keep it.
+  // (merge_cluster) instead of a combine kernel: at batch 1, launches sized
+  // for at most 271 keys (a decode graph sizes them by its bucket: 256 keys
+  // with 16-key blocks). Decode at batch 1, 128-token prompts, two calls:
+  // SmolLM2 1,574–1,635 → 1,663–1,706 tokens/s, Llama-3-8B Q4_0 529–539 →
+  // 545–556. Capping longer contexts at 16 splits to merge them the same way
+  // was at par at 1,024 keys (fewer splits cost what the combine kernel
+  // did), so they keep it.
   // BRIOCHE_CUDA_ATTENTION_CLUSTER=0: always the combine kernel (A/B runs).
   static const bool cluster_on = env_switch_on("BRIOCHE_CUDA_ATTENTION_CLUSTER");
   return {splits, cluster_on && !mma && splits > 1 && splits <= kMaxClusterSplits};
