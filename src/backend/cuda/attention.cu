@@ -16,13 +16,12 @@
 // (AttentionOut16), or the int8 blocks of its GEMV
 // (rope_store_kv_attention_accumulate), a warp per 32 values. Batches of
 // decode rows over an f16 cache go to the tensor-core kernel of
-// attention_decode_mma.cu instead (same grid and splits, always the combine
-// kernel; attention_paged.cuh holds what the two share).
+// attention_decode_mma.cu instead (same grid, splits and merges;
+// attention_paged.cuh holds what the two share).
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <bit>
-#include <mutex>
 #include <vector>
 
 #include "backend/cuda/attention_decode_mma.h"
@@ -403,27 +402,12 @@ __global__ void rope_store_kv_kernel(backend::cpu::RopeArgs q, backend::cpu::Rop
 // heads take 2: with 4 the f32-cache kernel spills.
 constexpr int kBatchRows = 8;
 
-// Clusters of more than 8 CTAs (merge_cluster's, up to 16) need the
-// kernel's consent, given once per kernel.
-template <typename Kernel>
-void allow_large_clusters(Kernel kernel) {
-  static std::mutex mutex;
-  static std::vector<const void*> allowed;
-  std::lock_guard<std::mutex> lock(mutex);
-  const void* f = reinterpret_cast<const void*>(kernel);
-  if (std::find(allowed.begin(), allowed.end(), f) != allowed.end()) return;
-  CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  allowed.push_back(f);
-}
-
 template <typename KV, int HD, bool kRope>
 void launch_attention(const AttnParams& p, dim3 grid) {
   const int group = p.n_heads / p.n_kv_heads;
   const bool batch = p.n_rows >= kBatchRows;
   auto launch = [&](auto kernel) {
-    const dim3 cluster(1, p.cluster_merge ? grid.y : 1, 1);
-    if (cluster.y > 8) allow_large_clusters(kernel);
-    detail::launch_dependent_in_clusters(kernel, grid, cluster, kWarps * 32, 0, p);
+    detail::launch_dependent_in_clusters(kernel, grid, dim3(1, p.cluster_merge ? grid.y : 1, 1), kWarps * 32, 0, p);
   };
   if (group <= 4) {
     if (batch) launch(attention_kernel<KV, HD, 4, kRope, 4>);
@@ -676,17 +660,19 @@ DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int max_keys, bool 
   const int ctas_per_sm = mma ? attention_mma_ctas_per_sm() : 4;
   int splits = std::max(1, (ctas_per_sm * multiprocessor_count() + covered_ctas - 1) / covered_ctas);
   splits = std::min({splits, std::max(1, max_keys / kMinSplitKeys), kMaxSplits});
-  // Up to 16 splits of the CUDA-core kernel merge in their cluster
-  // (merge_cluster) instead of a combine kernel: at batch 1, launches sized
-  // for at most 271 keys (a decode graph sizes them by its bucket: 256 keys
-  // with 16-key blocks). Decode at batch 1, 128-token prompts, two calls:
-  // SmolLM2 1,574–1,635 → 1,663–1,706 tokens/s, Llama-3-8B Q4_0 529–539 →
-  // 545–556. Capping longer contexts at 16 splits to merge them the same way
-  // was at par at 1,024 keys (fewer splits cost what the combine kernel
-  // did), so they keep it.
+  // Up to 16 splits merge in their cluster (merge_cluster) instead of a
+  // combine kernel: at batch 1, launches sized for at most 271 keys (a
+  // decode graph sizes them by its bucket: 256 keys with 16-key blocks);
+  // the tensor-core kernel's batches at every length (they split 2–5 ways).
+  // Decode at batch 1, 128-token prompts, two calls: SmolLM2 1,574–1,635 →
+  // 1,663–1,706 tokens/s, Llama-3-8B Q4_0 529–539 → 545–556; SmolLM2 16
+  // rows at 1,024 keys 15,736–15,826 → 15,907–16,226. Capping longer
+  // contexts at batch 1 to 16 splits to merge them the same way was at par
+  // at 1,024 keys (fewer splits cost what the combine kernel did), so they
+  // keep it.
   // BRIOCHE_CUDA_ATTENTION_CLUSTER=0: always the combine kernel (A/B runs).
   static const bool cluster_on = env_switch_on("BRIOCHE_CUDA_ATTENTION_CLUSTER");
-  return {splits, cluster_on && !mma && splits > 1 && splits <= kMaxClusterSplits};
+  return {splits, cluster_on && splits > 1 && splits <= kMaxClusterSplits};
 }
 
 void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16) {

@@ -145,7 +145,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
   if (n_tiles > 0) fetch_blocks<D>(p, table, k0, k1, blocks);
   if (first_tile_early) queue_next();
   output_prologue(p);
-  if (n_tiles == 0) return;
+  // merge_cluster's partials: (m, l) here, acc in the V buffers (free once
+  // the last tile is read).
+  __shared__ float2 split_ml[kMaxGroup];
+  float* split_acc = reinterpret_cast<float*>(sv);  // [kMaxGroup][D]
+  static_assert(kMaxGroup * D * sizeof(float) <= kStages * kKeys * D * sizeof(__half), "split_acc fits");
+  if (n_tiles == 0) {
+    if (p.cluster_merge) merge_cluster<D>(p, r, kv_head, split_acc, split_ml);
+    return;
+  }
 
   // q: warp 0 loads (and rotates, storing the new K/V first when it is one
   // of this CTA's keys), scales, rounds and stages the group's heads.
@@ -216,7 +224,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
     store_row(sm_acc + (warp * kMaxGroup + g) * D + 2 * t4, o, 0, 1.0f);
   }
   __syncthreads();
-  merge_warps<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split);
+  merge_warps<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split, split_acc, split_ml);
+  if (p.cluster_merge) merge_cluster<D>(p, r, kv_head, split_acc, split_ml);
 }
 
 template <int D, int kMaxGroup, bool kRope>
@@ -228,7 +237,8 @@ void launch(const AttnParams& p, dim3 grid) {
     return true;
   }();
   (void)configured;
-  detail::launch_dependent(attention_mma_kernel<D, kMaxGroup, kRope>, grid, kThreads, kSmem, p);
+  detail::launch_dependent_in_clusters(attention_mma_kernel<D, kMaxGroup, kRope>, grid,
+                                       dim3(1, p.cluster_merge ? grid.y : 1, 1), kThreads, kSmem, p);
 }
 
 template <int D, bool kRope>

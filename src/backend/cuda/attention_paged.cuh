@@ -2,7 +2,7 @@
 // row's keys split over CTAs (the combine kernel of attention.cu relies on
 // both kernels splitting alike), the store of a decode step's new K/V, the
 // merge of the CTA's warps into the output or the split's partials, and the
-// merge of a cluster's splits (the CUDA-core kernel's, up to 16).
+// merge of a cluster's splits (up to 16).
 //
 // The kernels: attention.cu's CUDA-core kernel (any cache, head_dim, batch)
 // and attention_decode_mma.cu's tensor-core kernel (f16 cache, batches).
