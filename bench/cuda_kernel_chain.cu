@@ -14,18 +14,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
+
+#include "backend/cuda/cuda_check.h"
 
 namespace {
-
-#define CHAIN_CHECK(call)                                                                              \
-  do {                                                                                                 \
-    const cudaError_t e = (call);                                                                      \
-    if (e != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e));      \
-      std::exit(1);                                                                                    \
-    }                                                                                                  \
-  } while (0)
 
 constexpr int kChain = 256;    // kernels (or barriers) per timed run
 constexpr int kReplays = 10;   // timed graph replays
@@ -64,46 +56,74 @@ __global__ void persistent_chain(int* values, unsigned* arrived, int n) {
 float graph_us_per_kernel(cudaStream_t stream, int* values, int grid, bool pdl, bool read_by_every_cta) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CHAIN_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int i = 0; i < kChain; ++i) {
     cudaLaunchAttribute attribute{.id = cudaLaunchAttributeProgrammaticStreamSerialization};
     attribute.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
     const cudaLaunchConfig_t config{.gridDim = dim3(unsigned(grid)), .blockDim = dim3(kThreads),
                                     .dynamicSmemBytes = 0, .stream = stream, .attrs = &attribute, .numAttrs = 1};
-    CHAIN_CHECK(cudaLaunchKernelEx(&config, link, values, i, read_by_every_cta));
+    CUDA_CHECK(cudaLaunchKernelEx(&config, link, values, i, read_by_every_cta));
   }
-  CHAIN_CHECK(cudaStreamEndCapture(stream, &graph));
-  CHAIN_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int w = 0; w < 3; ++w) CHAIN_CHECK(cudaGraphLaunch(exec, stream));
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int w = 0; w < 3; ++w) CUDA_CHECK(cudaGraphLaunch(exec, stream));
   cudaEvent_t start, stop;
-  CHAIN_CHECK(cudaEventCreate(&start));
-  CHAIN_CHECK(cudaEventCreate(&stop));
-  CHAIN_CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < kReplays; ++r) CHAIN_CHECK(cudaGraphLaunch(exec, stream));
-  CHAIN_CHECK(cudaEventRecord(stop, stream));
-  CHAIN_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int r = 0; r < kReplays; ++r) CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  CUDA_CHECK(cudaEventRecord(stop, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
   float ms = 0.0f;
-  CHAIN_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  CHAIN_CHECK(cudaGraphExecDestroy(exec));
-  CHAIN_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
   return ms * 1000.0f / float(kReplays * kChain);
 }
 
 float persistent_us_per_barrier(cudaStream_t stream, int* values, unsigned* arrived, int grid) {
   cudaEvent_t start, stop;
-  CHAIN_CHECK(cudaEventCreate(&start));
-  CHAIN_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
   float ms = 0.0f;
   for (int run = 0; run < 4; ++run) {  // the last of 4 (the first ones warm up)
-    CHAIN_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned), stream));
-    CHAIN_CHECK(cudaEventRecord(start, stream));
+    CUDA_CHECK(cudaMemsetAsync(arrived, 0, sizeof(unsigned), stream));
+    CUDA_CHECK(cudaEventRecord(start, stream));
     persistent_chain<<<grid, kThreads, 0, stream>>>(values, arrived, kChain);
-    CHAIN_CHECK(cudaGetLastError());
-    CHAIN_CHECK(cudaEventRecord(stop, stream));
-    CHAIN_CHECK(cudaStreamSynchronize(stream));
-    CHAIN_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
   return ms * 1000.0f / float(kChain);
+}
+
+void print_table() {
+  int* values = nullptr;
+  unsigned* arrived = nullptr;
+  CUDA_CHECK(cudaMalloc(&values, (kChain + 1) * sizeof(int)));
+  CUDA_CHECK(cudaMalloc(&arrived, sizeof(unsigned)));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  std::printf("| CTAs | graph, µs a kernel | graph + PDL | graph, read by every CTA | graph + PDL, read by every CTA "
+              "| one grid, µs a barrier |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const int grid : {1, 132, 264, 528}) {
+    std::printf("| %d | %.3f | %.3f | %.3f | %.3f |", grid, graph_us_per_kernel(stream, values, grid, false, false),
+                graph_us_per_kernel(stream, values, grid, true, false),
+                graph_us_per_kernel(stream, values, grid, false, true),
+                graph_us_per_kernel(stream, values, grid, true, true));
+    // (A grid barrier needs every CTA resident: 2 per SM at most here.)
+    if (grid <= 264) std::printf(" %.3f |\n", persistent_us_per_barrier(stream, values, arrived, grid));
+    else std::printf(" – |\n");
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  CUDA_CHECK(cudaFree(arrived));
+  CUDA_CHECK(cudaFree(values));
 }
 
 }  // namespace
@@ -114,22 +134,11 @@ int main() {
     std::printf("skipped: no CUDA device\n");
     return 0;
   }
-  int* values = nullptr;
-  unsigned* arrived = nullptr;
-  CHAIN_CHECK(cudaMalloc(&values, (kChain + 1) * sizeof(int)));
-  CHAIN_CHECK(cudaMalloc(&arrived, sizeof(unsigned)));
-  cudaStream_t stream;
-  CHAIN_CHECK(cudaStreamCreate(&stream));
-  std::printf("| CTAs | graph, µs a kernel | graph + PDL | graph, read by every CTA | graph + PDL, read by every CTA | one grid, µs a barrier |\n");
-  std::printf("|---|---|---|---|---|---|\n");
-  for (const int grid : {1, 132, 264, 528}) {
-    std::printf("| %d | %.3f | %.3f | %.3f | %.3f |", grid, graph_us_per_kernel(stream, values, grid, false, false),
-                graph_us_per_kernel(stream, values, grid, true, false),
-                graph_us_per_kernel(stream, values, grid, false, true),
-                graph_us_per_kernel(stream, values, grid, true, true));
-    // (A grid barrier needs every CTA resident: 2 per SM at most here.)
-    if (grid <= 264) std::printf(" %.3f |\n", persistent_us_per_barrier(stream, values, arrived, grid));
-    else std::printf(" – |\n");
+  try {
+    print_table();
+  } catch (const brioche::Error& e) {
+    std::fprintf(stderr, "cuda_kernel_chain: %s\n", e.what());
+    return 1;
   }
   return 0;
 }

@@ -705,10 +705,13 @@ TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
 // (attention_paged.cuh, merge_cluster) instead of the combine kernel: one
 // row of 100 and of 250 keys (Llama-3-8B heads), rows of different lengths
 // in one call (the short row's cluster has CTAs without keys), SmolLM2's
-// group of 3, head_dim 256, a sliding window; each call also has a row no
-// sequence covers.
+// group of 3, head_dim 256, a sliding window, and (f16 cache) a batch of 12
+// rows on the tensor-core decode kernel, which splits it 3 ways; each call
+// also has a row no sequence covers.
 TEST(CudaAttention, SplitsMergeInTheirCluster) {
   REQUIRE_CUDA_DEVICE();
+  std::vector<std::pair<int, int>> batch;
+  for (int s = 0; s < 12; ++s) batch.push_back({s * 53 % 300 + s, 1});
   uint32_t seed = 60;
   for (bool f16 : {true, false}) {
     for (const AttentionCase& c : std::vector<AttentionCase>{
@@ -718,10 +721,15 @@ TEST(CudaAttention, SplitsMergeInTheirCluster) {
              {9, 3, 64, f16, 0, {{200, 1}, {20, 1}}},
              {4, 4, 256, f16, 0, {{250, 1}}},
              {16, 2, 128, f16, 33, {{200, 1}}},
+             {32, 8, 128, f16, 0, batch},
          }) {
-      int max_keys = 0;
-      for (const auto& [n_past, n_rows] : c.sequences) max_keys = std::max(max_keys, n_past + n_rows);
-      const DecodeSplits split = decode_splits(int(c.sequences.size()), c.n_kv_heads, max_keys, false);
+      int rows = 0, max_keys = 0;
+      for (const auto& [n_past, n_rows] : c.sequences) {
+        rows += n_rows;
+        max_keys = std::max(max_keys, n_past + n_rows);
+      }
+      const bool mma = attention_mma_takes(c.f16, 16, c.head_dim, c.n_heads / c.n_kv_heads, rows);
+      const DecodeSplits split = decode_splits(rows, c.n_kv_heads, max_keys, mma);
       EXPECT_TRUE(split.cluster_merge) << split.splits << " splits: the combine kernel would merge them";
       EXPECT_GT(split.splits, 1);
       check_attention(c, seed++);

@@ -406,15 +406,13 @@ template <typename KV, int HD, bool kRope>
 void launch_attention(const AttnParams& p, dim3 grid) {
   const int group = p.n_heads / p.n_kv_heads;
   const bool batch = p.n_rows >= kBatchRows;
-  auto launch = [&](auto kernel) {
-    detail::launch_dependent_in_clusters(kernel, grid, dim3(1, p.cluster_merge ? grid.y : 1, 1), kWarps * 32, 0, p);
-  };
+  constexpr int kThreads = kWarps * 32;
   if (group <= 4) {
-    if (batch) launch(attention_kernel<KV, HD, 4, kRope, 4>);
-    else launch(attention_kernel<KV, HD, 4, kRope, 1>);
+    if (batch) launch_split_attention<attention_kernel<KV, HD, 4, kRope, 4>>(p, grid, kThreads, 0);
+    else launch_split_attention<attention_kernel<KV, HD, 4, kRope, 1>>(p, grid, kThreads, 0);
   } else if (group <= 8) {
-    if (batch) launch(attention_kernel<KV, HD, 8, kRope, 2>);
-    else launch(attention_kernel<KV, HD, 8, kRope, 1>);
+    if (batch) launch_split_attention<attention_kernel<KV, HD, 8, kRope, 2>>(p, grid, kThreads, 0);
+    else launch_split_attention<attention_kernel<KV, HD, 8, kRope, 1>>(p, grid, kThreads, 0);
   } else {
     fail("paged_attention (cuda): at most 8 query heads per KV head, got ", group);
   }
@@ -566,6 +564,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
   const bool mma =
       attention_mma_takes(a.cache.f16, a.cache.block_size, a.head_dim, a.n_heads / a.n_kv_heads, covered_rows);
   const auto [splits, cluster_merge] = decode_splits(covered_rows, a.n_kv_heads, max_keys, mma);
+  const bool combine = splits > 1 && !cluster_merge;  // partials through memory, then the combine kernel
   const int base_ctas = n_rows * a.n_kv_heads;
 
   AttnParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
@@ -589,7 +588,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
     p.tables = dmeta + 2 * n_rows + a.n_sequences;
   }
   std::shared_ptr<void> part_acc, part_ml;
-  if (splits > 1 && !cluster_merge) {
+  if (combine) {
     const size_t parts = size_t(n_rows) * a.n_heads * splits;
     part_acc = allocate(parts * a.head_dim * 4);
     part_ml = allocate(parts * 2 * 4);
@@ -612,7 +611,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
     else if (a.cache.f16) launch_attention_dim<__half, false>(p, grid);
     else launch_attention_dim<float, false>(p, grid);
   }
-  if (splits > 1 && !cluster_merge) {
+  if (combine) {
     detail::launch_dependent(combine_kernel, unsigned(n_rows * a.n_heads), unsigned(kCombineThreads), 0, p);
   }
 }

@@ -237,8 +237,7 @@ void launch(const AttnParams& p, dim3 grid) {
     return true;
   }();
   (void)configured;
-  detail::launch_dependent_in_clusters(attention_mma_kernel<D, kMaxGroup, kRope>, grid,
-                                       dim3(1, p.cluster_merge ? grid.y : 1, 1), kThreads, kSmem, p);
+  launch_split_attention<attention_mma_kernel<D, kMaxGroup, kRope>>(p, grid, kThreads, kSmem);
 }
 
 template <int D, bool kRope>

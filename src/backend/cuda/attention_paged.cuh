@@ -15,8 +15,10 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv_int8.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace brioche::cuda::paged {
@@ -287,6 +289,20 @@ __device__ void merge_cluster(const AttnParams& p, int r, int kv_head, const flo
     }
   }
   cluster.sync();
+}
+
+// A decode attention kernel's dependent launch (launch.cuh) on `grid` (rows ×
+// KV heads, splits): with p.cluster_merge each (row, KV head)'s splits are
+// one cluster. Clusters of more than 8 CTAs (the portable limit) need the
+// kernel's consent, given at its first launch.
+template <auto kKernel>
+void launch_split_attention(const AttnParams& p, dim3 grid, int threads, size_t smem) {
+  static const bool consented = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    return true;
+  }();
+  (void)consented;
+  detail::launch_dependent_in_clusters(kKernel, grid, dim3(1, p.cluster_merge ? grid.y : 1, 1), threads, smem, p);
 }
 
 // The tensor-core kernel (attention_decode_mma.cu; attention_decode_mma.h

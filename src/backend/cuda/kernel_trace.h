@@ -11,9 +11,10 @@
 // overlaps included.
 //
 // A record goes to the slot of its release time (128 ns a slot, 2^24 slots
-// of 24 bytes: 384 MiB of device memory, the last ~2.1 s), a plain store: an atomic counter's round trip delayed
-// CTA 0 of every kernel by ~0.5 µs, which the trace then measured. Two
-// kernels released within one slot keep one record. At exit the records go
+// of 24 bytes: 384 MiB of device memory, the last ~2.1 s), a plain store:
+// an atomic counter's round trip delayed CTA 0 of every kernel by ~0.5 µs,
+// which the trace then measured. Two kernels released within one slot keep
+// one record. At exit the records go
 // to `path` as CSV (resident_ns, released_ns, grid CTAs, threads per CTA),
 // in the order their waits returned; bench/cuda_trace_chain.py sums them per
 // kernel of a layer. The check for a buffer (a constant load before the wait,

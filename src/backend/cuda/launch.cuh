@@ -28,10 +28,7 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <mutex>
 #include <utility>
-#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernel_trace.h"
@@ -121,21 +118,11 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 }
 #endif
 
-// Clusters of more than 8 CTAs (the portable limit) need the kernel's
-// consent, given once per kernel.
-inline void allow_large_clusters(const void* kernel) {
-  static std::mutex mutex;
-  static std::vector<const void*> allowed;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (std::find(allowed.begin(), allowed.end(), kernel) != allowed.end()) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  allowed.push_back(kernel);
-}
-
 // kernel<<<grid, block, smem, current_stream()>>>(args...), as a dependent
 // launch (see above), in thread block clusters of `cluster` CTAs when that
-// is not 1×1×1 (up to 16 on the H200). The kernel must start with
-// pdl_prologue().
+// is not 1×1×1 (more than 8, up to 16 on the H200, once the kernel has
+// cudaFuncAttributeNonPortableClusterSizeAllowed). The kernel must start
+// with pdl_prologue().
 template <typename... Params, typename... Args>
 void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
                                   Args&&... args) {
@@ -157,7 +144,6 @@ void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 clu
     attrs[1].val.clusterDim.x = cluster.x;
     attrs[1].val.clusterDim.y = cluster.y;
     attrs[1].val.clusterDim.z = cluster.z;
-    if (cluster_ctas > 8) allow_large_clusters(reinterpret_cast<const void*>(kernel));
   }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;

@@ -34,9 +34,10 @@
 // kMaxCandidates tokens have keys from their prefix up (a top-k of 50 after
 // 2 of 4 passes, a top-p of a peaked row after 1): those tokens, among which
 // are all that can be kept (or listed), are gathered into rank 0, which
-// finishes alone (sample_candidates; top_raw_tokens ranks them). Count histograms add once per bin among a warp's
-// lanes (__match_any_sync); mass histograms are summed per warp, then over
-// the warps in warp order, so peaked rows do not serialize on one address.
+// finishes alone (sample_candidates; top_raw_tokens ranks them). Count
+// histograms add once per bin among a warp's lanes (__match_any_sync); mass
+// histograms are summed per warp, then over the warps in warp order, so
+// peaked rows do not serialize on one address.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -895,7 +896,6 @@ cudaLaunchConfig_t launch_config(int n_rows, int ctas, cudaStream_t stream, cuda
           .attrs = &cluster,
           .numAttrs = 1};
 }
-
 
 // Pinned host staging for the upload and the results; reused by every call
 // (each call waits for its results, so nothing is in flight when it starts).
