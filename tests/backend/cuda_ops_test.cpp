@@ -705,7 +705,8 @@ TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
 // (attention_paged.cuh, merge_cluster) instead of the combine kernel: one
 // row of 100 and of 250 keys (Llama-3-8B heads), rows of different lengths
 // in one call (the short row's cluster has CTAs without keys), SmolLM2's
-// group of 3, head_dim 256, a sliding window, and (f16 cache) a batch of 12
+// group of 3 (one row of 500 keys: its splits of 32 keys, two steps at
+// head_dim 64, are few enough for a cluster), head_dim 256, a sliding window, and (f16 cache) a batch of 12
 // rows on the tensor-core decode kernel, which splits it 3 ways; each call
 // also has a row no sequence covers.
 TEST(CudaAttention, SplitsMergeInTheirCluster) {
@@ -719,6 +720,7 @@ TEST(CudaAttention, SplitsMergeInTheirCluster) {
              {32, 8, 128, f16, 0, {{250, 1}}},
              {32, 8, 128, f16, 0, {{40, 1}, {200, 1}}},
              {9, 3, 64, f16, 0, {{200, 1}, {20, 1}}},
+             {9, 3, 64, f16, 0, {{500, 1}}},
              {4, 4, 256, f16, 0, {{250, 1}}},
              {16, 2, 128, f16, 33, {{200, 1}}},
              {32, 8, 128, f16, 0, batch},
@@ -729,7 +731,7 @@ TEST(CudaAttention, SplitsMergeInTheirCluster) {
         max_keys = std::max(max_keys, n_past + n_rows);
       }
       const bool mma = attention_mma_takes(c.f16, 16, c.head_dim, c.n_heads / c.n_kv_heads, rows);
-      const DecodeSplits split = decode_splits(rows, c.n_kv_heads, max_keys, mma);
+      const DecodeSplits split = decode_splits(rows, c.n_kv_heads, c.head_dim, max_keys, mma);
       EXPECT_TRUE(split.cluster_merge) << split.splits << " splits: the combine kernel would merge them";
       EXPECT_GT(split.splits, 1);
       check_attention(c, seed++);

@@ -563,7 +563,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
   }
   const bool mma =
       attention_mma_takes(a.cache.f16, a.cache.block_size, a.head_dim, a.n_heads / a.n_kv_heads, covered_rows);
-  const auto [splits, cluster_merge] = decode_splits(covered_rows, a.n_kv_heads, max_keys, mma);
+  const auto [splits, cluster_merge] = decode_splits(covered_rows, a.n_kv_heads, a.head_dim, max_keys, mma);
   const bool combine = splits > 1 && !cluster_merge;  // partials through memory, then the combine kernel
   const int base_ctas = n_rows * a.n_kv_heads;
 
@@ -648,20 +648,42 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
   attend(args, &rope, out16, int8);
 }
 
+// The fewest keys a launch gives a split at its longest row: 16 (kMinSplitKeys),
+// or on the CUDA-core kernel two steps of a CTA's key slots (kWarps warps of
+// 32 / L slots, one key a slot at a row: KeyLanes), where that is more and
+// the splits still merge in their cluster: 32 at head_dim 64 up to 512 keys.
+// A split of one step does little more than its share of the merge. SmolLM2
+// (head_dim 64) decode at batch 1, tokens/s: 128-token prompts (a decode graph
+// sized for 256 keys: 8 splits, all with keys, in a cluster of 8 instead of
+// 16 with half of them idle) 1,686–1,690 → 1,714–1,748; 500-token prompts
+// (512 keys: 16 splits merged in their cluster instead of 32 through the
+// combine kernel) 1,498–1,503 → 1,529–1,570. Longer contexts keep one step a
+// split: at ~1,000 keys, 32 splits of 32 keys cost 3% against 64 of 16
+// (1,536–1,556 against 1,594–1,599), the combine kernel merging either way.
+// Llama-3-8B (head_dim 128: two steps are 16 keys) Q4_0 at 32 keys a split
+// was at par (553–558 against 556–557), at 64 slower (533–540).
+int min_split_keys(int head_dim, int max_keys, bool mma) {
+  const int two_steps = 2 * kWarps * 32 / (head_dim / kValuesPerLane);
+  if (!mma && two_steps > kMinSplitKeys && max_keys <= kMaxClusterSplits * two_steps) return two_steps;
+  return kMinSplitKeys;
+}
+
 }  // namespace
 
-DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int max_keys, bool mma) {
+DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int head_dim, int max_keys, bool mma) {
   // Enough CTAs to fill the GPU (as many per SM as the kernel's registers
   // and shared memory let it hold: 4 for the CUDA-core kernel, 2 for the
-  // tensor-core one), never splits under 16 keys: a decode step has few
-  // (row, KV head) pairs, and a CTA's walk over its keys is a latency chain.
+  // tensor-core one), never splits under min_split_keys: a decode step has
+  // few (row, KV head) pairs, and a CTA's walk over its keys is a latency
+  // chain.
   const int covered_ctas = std::max(1, covered_rows * n_kv_heads);  // rows of no sequence return at once
   const int ctas_per_sm = mma ? attention_mma_ctas_per_sm() : 4;
   int splits = std::max(1, (ctas_per_sm * multiprocessor_count() + covered_ctas - 1) / covered_ctas);
-  splits = std::min({splits, std::max(1, max_keys / kMinSplitKeys), kMaxSplits});
+  splits = std::min({splits, std::max(1, max_keys / min_split_keys(head_dim, max_keys, mma)), kMaxSplits});
   // Up to 16 splits merge in their cluster (merge_cluster) instead of a
   // combine kernel: at batch 1, launches sized for at most 271 keys (a
-  // decode graph sizes them by its bucket: 256 keys with 16-key blocks);
+  // decode graph sizes them by its bucket: 256 keys with 16-key blocks; 512
+  // at head_dim 64, min_split_keys above);
   // the tensor-core kernel's batches at every length (they split 2–5 ways).
   // Decode at batch 1, 128-token prompts, two calls: SmolLM2 1,574–1,635 →
   // 1,663–1,706 tokens/s, Llama-3-8B Q4_0 529–539 → 545–556; SmolLM2 16

@@ -14,6 +14,6 @@ struct DecodeSplits {
 
 // The split of a launch whose rows of a sequence number `covered_rows`, the
 // longest with `max_keys` keys, on the tensor-core kernel when `mma`.
-DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int max_keys, bool mma);
+DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int head_dim, int max_keys, bool mma);
 
 }  // namespace brioche::cuda
