@@ -653,15 +653,21 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
 // 32 / L slots, one key a slot at a row: KeyLanes), where that is more and
 // the splits still merge in their cluster: 32 at head_dim 64 up to 512 keys.
 // A split of one step does little more than its share of the merge. SmolLM2
-// (head_dim 64) decode at batch 1, tokens/s: 128-token prompts (a decode graph
-// sized for 256 keys: 8 splits, all with keys, in a cluster of 8 instead of
-// 16 with half of them idle) 1,686–1,690 → 1,714–1,748; 500-token prompts
-// (512 keys: 16 splits merged in their cluster instead of 32 through the
-// combine kernel) 1,498–1,503 → 1,529–1,570. Longer contexts keep one step a
-// split: at ~1,000 keys, 32 splits of 32 keys cost 3% against 64 of 16
-// (1,536–1,556 against 1,594–1,599), the combine kernel merging either way.
-// Llama-3-8B (head_dim 128: two steps are 16 keys) Q4_0 at 32 keys a split
-// was at par (553–558 against 556–557), at 64 slower (533–540).
+// (head_dim 64) decode at batch 1, tokens/s, the two rules alternating in
+// one call (two calls where two ranges are given):
+//   128-token prompts (a decode graph sized for 256 keys: 8 splits, all with
+//   keys, in a cluster of 8 instead of 16 with half of them idle):
+//   1,686–1,690 → 1,714–1,748 and 1,630–1,679 → 1,754–1,755; Q4_0 weights
+//   1,590–1,603 → 1,643–1,655;
+//   300-token prompts: 1,599–1,607 → 1,666–1,698;
+//   500-token prompts (512 keys: 16 splits merged in their cluster instead
+//   of 32 through the combine kernel): 1,498–1,503 → 1,529–1,570 and
+//   1,528–1,541 → 1,539–1,551.
+// Longer contexts keep one step a split: at ~1,000 keys, 32 splits of 32
+// keys cost 3% against 64 of 16 (1,536–1,556 against 1,594–1,599), the
+// combine kernel merging either way. Llama-3-8B (head_dim 128: two steps are
+// 16 keys) Q4_0 at 32 keys a split was at par (553–558 against 556–557), at
+// 64 slower (533–540).
 int min_split_keys(int head_dim, int max_keys, bool mma) {
   const int two_steps = 2 * kWarps * 32 / (head_dim / kValuesPerLane);
   if (!mma && two_steps > kMinSplitKeys && max_keys <= kMaxClusterSplits * two_steps) return two_steps;
