@@ -705,10 +705,11 @@ TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
 // (attention_paged.cuh, merge_cluster) instead of the combine kernel: one
 // row of 100 and of 250 keys (Llama-3-8B heads), rows of different lengths
 // in one call (the short row's cluster has CTAs without keys), SmolLM2's
-// group of 3 (one row of 500 keys: its splits of 32 keys, two steps at
-// head_dim 64, are few enough for a cluster), head_dim 256, a sliding window, and (f16 cache) a batch of 12
-// rows on the tensor-core decode kernel, which splits it 3 ways; each call
-// also has a row no sequence covers.
+// group of 3 (also one row of 500 keys: its splits of 32 keys, two steps at
+// head_dim 64, are few enough for a cluster), head_dim 256, a sliding
+// window, and (f16 cache) a batch of 12 rows on the tensor-core decode
+// kernel, which splits it 3 ways; each call also has a row no sequence
+// covers.
 TEST(CudaAttention, SplitsMergeInTheirCluster) {
   REQUIRE_CUDA_DEVICE();
   std::vector<std::pair<int, int>> batch;
