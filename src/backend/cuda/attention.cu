@@ -648,26 +648,16 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
   attend(args, &rope, out16, int8);
 }
 
-// The fewest keys a launch gives a split at its longest row: 16 (kMinSplitKeys),
-// or on the CUDA-core kernel two steps of a CTA's key slots (kWarps warps of
-// 32 / L slots, one key a slot at a row: KeyLanes), where that is more and
-// the splits still merge in their cluster: 32 at head_dim 64 up to 512 keys.
-// A split of one step does little more than its share of the merge. SmolLM2
-// (head_dim 64) decode at batch 1, tokens/s, the two rules alternating in
-// one call (two calls where two ranges are given):
-//   128-token prompts (a decode graph sized for 256 keys: 8 splits, all with
-//   keys, in a cluster of 8 instead of 16 with half of them idle):
-//   1,686–1,690 → 1,714–1,748 and 1,630–1,679 → 1,754–1,755; Q4_0 weights
-//   1,590–1,603 → 1,643–1,655;
-//   300-token prompts: 1,599–1,607 → 1,666–1,698;
-//   500-token prompts (512 keys: 16 splits merged in their cluster instead
-//   of 32 through the combine kernel): 1,498–1,503 → 1,529–1,570 and
-//   1,528–1,541 → 1,539–1,551.
-// Longer contexts keep one step a split: at ~1,000 keys, 32 splits of 32
-// keys cost 3% against 64 of 16 (1,536–1,556 against 1,594–1,599), the
-// combine kernel merging either way. Llama-3-8B (head_dim 128: two steps are
-// 16 keys) Q4_0 at 32 keys a split was at par (553–558 against 556–557), at
-// 64 slower (533–540).
+// The fewest keys a launch gives a split at its longest row: 16
+// (kMinSplitKeys), or on the CUDA-core kernel two steps of a CTA's key
+// slots (kWarps warps × KeyLanes' 32 / L slots, a key a slot at a row) where
+// that is more and the splits still merge in their cluster: 32 keys at
+// head_dim 64, up to 512 keys. A split of one step does little more than
+// its share of the merge: SmolLM2 at batch 1, 128-token prompts (8 splits,
+// all with keys, instead of 16 with half idle), 1,630–1,679 → 1,754–1,755
+// tokens/s. Past 512 keys two steps a split lost 3% (32 splits against 64,
+// both through the combine kernel), so longer contexts keep 16; at head_dim
+// 128 two steps are 16 keys (BENCHMARKS.md, "SmolLM2's attention splits").
 int min_split_keys(int head_dim, int max_keys, bool mma) {
   const int two_steps = 2 * kWarps * 32 / (head_dim / kValuesPerLane);
   if (!mma && two_steps > kMinSplitKeys && max_keys <= kMaxClusterSplits * two_steps) return two_steps;
@@ -687,10 +677,10 @@ DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int head_dim, int m
   int splits = std::max(1, (ctas_per_sm * multiprocessor_count() + covered_ctas - 1) / covered_ctas);
   splits = std::min({splits, std::max(1, max_keys / min_split_keys(head_dim, max_keys, mma)), kMaxSplits});
   // Up to 16 splits merge in their cluster (merge_cluster) instead of a
-  // combine kernel: at batch 1, launches sized for at most 271 keys (a
-  // decode graph sizes them by its bucket: 256 keys with 16-key blocks; 512
-  // at head_dim 64, min_split_keys above);
-  // the tensor-core kernel's batches at every length (they split 2–5 ways).
+  // combine kernel: at batch 1, launches sized for up to 256 keys (a decode
+  // graph sizes them by its bucket; 512 at head_dim 64, min_split_keys
+  // above), and the tensor-core kernel's batches at every length (they
+  // split 2–5 ways).
   // Decode at batch 1, 128-token prompts, two calls: SmolLM2 1,574–1,635 →
   // 1,663–1,706 tokens/s, Llama-3-8B Q4_0 529–539 → 545–556; SmolLM2 16
   // rows at 1,024 keys 15,736–15,826 → 15,907–16,226. Capping longer

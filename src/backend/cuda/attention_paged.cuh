@@ -214,8 +214,7 @@ __device__ __forceinline__ void load_group_q(const AttnParams& p, const SplitKey
 template <int HD, int kMaxGroup>
 __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&sm_m)[kWarps][kMaxGroup],
                                             const float (&sm_l)[kWarps][kMaxGroup], const float* sm_acc, int r,
-                                            int kv_head, int split, float* split_acc = nullptr,
-                                            float2* split_ml = nullptr) {
+                                            int kv_head, int split, float* split_acc, float2* split_ml) {
   const int group = p.n_heads / p.n_kv_heads;
   for (int t = threadIdx.x; t < group * HD; t += blockDim.x) {
     const int g = t / HD, e = t % HD;

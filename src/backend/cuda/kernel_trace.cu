@@ -39,6 +39,13 @@ void write_trace() {
   std::fprintf(stderr, "kernel trace: %zu kernels in %s\n", records.size(), g_path.c_str());
 }
 
+// (Function-local: units list their copies during static initialization,
+// in an order across units that C++ leaves open.)
+std::vector<const void*>& listed_symbols() {
+  static std::vector<const void*> symbols;
+  return symbols;
+}
+
 }  // namespace
 
 KernelTraceBuffer* kernel_trace_buffer() {
@@ -54,6 +61,18 @@ KernelTraceBuffer* kernel_trace_buffer() {
     return g_buffer;
   }();
   return buffer;
+}
+
+void list_kernel_trace_symbol(const void* symbol) { listed_symbols().push_back(symbol); }
+
+void install_kernel_trace() {
+  static const bool installed = [] {
+    KernelTraceBuffer* buffer = kernel_trace_buffer();
+    if (buffer != nullptr)
+      for (const void* symbol : listed_symbols()) CUDA_CHECK(cudaMemcpyToSymbol(symbol, &buffer, sizeof buffer));
+    return true;
+  }();
+  (void)installed;
 }
 
 }  // namespace brioche::cuda::detail

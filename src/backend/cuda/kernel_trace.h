@@ -43,4 +43,14 @@ struct KernelTraceBuffer {
 // call, written out at exit), else null.
 KernelTraceBuffer* kernel_trace_buffer();
 
+// Each translation unit with decode kernels has its own copy of the device
+// pointer they read (launch.cuh: a __constant__ of internal linkage). It
+// lists its copy at static initialization (no CUDA call there), and the
+// first dependent launch of any of them sets every listed copy to the
+// buffer. (A once-flag per launch template instead would be shared by the
+// units that instantiate it with the same parameter types, leaving all but
+// one unit's kernels untraced.)
+void list_kernel_trace_symbol(const void* symbol);
+void install_kernel_trace();
+
 }  // namespace brioche::cuda::detail

@@ -44,8 +44,11 @@ inline bool pdl_enabled() {
 #ifdef __CUDACC__
 #if BRIOCHE_CUDA_TRACE
 // The kernel trace (kernel_trace.h) of this translation unit's kernels: null
-// unless BRIOCHE_CUDA_TRACE names a file, then set by launch_dependent.
+// unless BRIOCHE_CUDA_TRACE names a file, then set at the first dependent
+// launch (install_kernel_trace), for which the unit lists it here.
 static __constant__ KernelTraceBuffer* g_kernel_trace;
+[[maybe_unused]] static const bool g_kernel_trace_listed =
+    (list_kernel_trace_symbol(static_cast<const void*>(&g_kernel_trace)), true);
 
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
@@ -127,13 +130,7 @@ template <typename... Params, typename... Args>
 void launch_dependent_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
                                   Args&&... args) {
 #if defined(__CUDACC__) && BRIOCHE_CUDA_TRACE
-  // (Once per kernel type; its first launch is eager in a decode step.)
-  static const bool traced = [] {
-    KernelTraceBuffer* buffer = kernel_trace_buffer();
-    if (buffer != nullptr) CUDA_CHECK(cudaMemcpyToSymbol(g_kernel_trace, &buffer, sizeof buffer));
-    return true;
-  }();
-  (void)traced;
+  install_kernel_trace();  // (once; a decode step's first launches are eager, before any capture)
 #endif
   cudaLaunchAttribute attrs[2]{};
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
