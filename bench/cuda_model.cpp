@@ -42,6 +42,7 @@
 #include "ops/device.h"
 #include "ops/matmul.h"
 #include "ops/quantize.h"
+#include "ops/sample.h"
 #include "tools/gen_model_lib.h"
 
 namespace brioche {
@@ -106,6 +107,19 @@ struct Rig {
       n_past[s] += int32_t(tokens[s].size());
     }
     model.forward(b, *cache, logits);
+  }
+
+  // A decode step of sequence 0 whose token is on the device (the engine's
+  // run-ahead step): false, with nothing done, where the model cannot.
+  bool step_from_device(const Tensor& token) {
+    model::ForwardBatch b;
+    b.tokens = {0};
+    b.positions = {n_past[0]};
+    b.wants_logits = {1};
+    b.sequences.push_back({.first_row = 0, .n_rows = 1, .n_past = n_past[0], .block_table = tables[0]});
+    if (!model.forward_from_device_tokens(b, token, *cache, logits)) return false;
+    ++n_past[0];
+    return true;
   }
 
   std::vector<int32_t> argmax() {
@@ -208,6 +222,60 @@ int run_gemv(const Options& o) {
   return 0;
 }
 
+// Decode at batch 1 as the engine runs it (engine/scheduler.cpp,
+// run_ahead): the greedy pick on the device (the engine's sampling kernel),
+// step t + 1 queued from it before the host reads step t's token. Where the
+// graph of a step's shape is not recorded yet (its table width grew), that
+// step waits for the host's token, as in the engine.
+template <class Row>
+void bench_decode_run_ahead(const Options& o, model::Model& model, const Row& row) {
+  const int vocab = model.config().vocab_size;
+  Rig rig(model, 1, o.prompt + o.decode + 16);
+  const cuda::SampleRowParams greedy{.logit_row = 0, .greedy = 1};
+  const cuda::SampleBatch batch{.vocab = vocab, .rows = std::span<const cuda::SampleRowParams>(&greedy, 1)};
+  ops::SampleRun sampling;
+  std::vector<cuda::SampleResult> result(1);
+  auto next_token = [&] {
+    sampling.collect(result);
+    return result[0].token;
+  };
+  rig.step({prompt(o.prompt, vocab, 3)});
+  for (int i = 0; i < 8; ++i) {  // warm-up: records the step's graph
+    sampling.launch(rig.logits, batch);
+    rig.step({{next_token()}});
+  }
+  sampling.launch(rig.logits, batch);
+  int waited = 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < o.decode; ++i) {
+    if (rig.step_from_device(sampling.tokens())) {
+      next_token();
+    } else {
+      rig.step({{next_token()}});
+      ++waited;
+    }
+    sampling.launch(rig.logits, batch);
+  }
+  next_token();
+  const double s = seconds_since(t0);
+  row("decode b1 run ahead", o.decode / s, 1e3 * s / o.decode);
+  std::printf("  (%d of %d steps waited for the host's token: a new graph)\n", waited, o.decode);
+
+  // The floor under it: the same steps queued back to back with no sampling
+  // and no wait, each reading the last sampled id (so the ids no longer
+  // follow the logits; a step's time does not depend on them).
+  const Tensor token = sampling.tokens();
+  Rig alone(model, 1, o.prompt + o.decode + 16);
+  alone.step({prompt(o.prompt, vocab, 3)});
+  for (int i = 0; i < 8; ++i) alone.step({{0}});
+  const auto t1 = Clock::now();
+  for (int i = 0; i < o.decode; ++i)
+    if (!alone.step_from_device(token)) alone.step({{0}});
+  ops::synchronize(Device::CUDA);
+  const double f = seconds_since(t1);
+  row("decode b1 forward alone", o.decode / f, 1e3 * f / o.decode);
+}
+
 int bench_model(const Options& o, model::Model& m) {
   const Device device = m.device();
   model::Model* model = &m;
@@ -244,6 +312,7 @@ int bench_model(const Options& o, model::Model& m) {
     std::printf("  (weights %.2f GB%s: %.0f GB/s effective; host %.1f us a step in forward)\n", weight_gb,
                 o.tp >= 1 ? " per rank" : "", weight_gb * o.decode / s, 1e6 * forward_s / o.decode);
   }
+  if (o.decode > 0 && device == Device::CUDA && o.tp == 0) bench_decode_run_ahead(o, *model, row);
   if (o.prefill > 0) {
     Rig rig(*model, 1, o.prefill + 16);
     std::vector<double> times, queued;

@@ -131,12 +131,34 @@ const cuda::SampleBatch& DeviceSampler::prepare(std::span<const Row> rows) {
 }
 
 std::vector<Sampler::Result> DeviceSampler::sample(const Tensor& logits, std::span<const Row> rows) {
-  std::vector<Sampler::Result> out(rows.size());
-  if (rows.empty()) return out;
-  const cuda::SampleBatch& batch = prepare(rows);
-  results_.resize(rows.size());
-  ops::sample_rows(logits, batch, results_);
+  if (rows.empty()) return {};
+  launch(logits, rows);
+  return collect();
+}
 
+void DeviceSampler::launch(const Tensor& logits, std::span<const Row> rows) {
+  BRIOCHE_CHECK(!rows.empty(), "DeviceSampler::launch: expected at least one row");
+  launched_.clear();
+  const cuda::SampleBatch& batch = prepare(rows);
+  run_.launch(logits, batch);
+  launched_.assign(rows.begin(), rows.end());
+  logits_ = logits;
+}
+
+bool DeviceSampler::all_on_device() const {
+  return std::none_of(params_.begin(), params_.end(), [](const cuda::SampleRowParams& p) { return p.skip != 0; });
+}
+
+std::vector<Sampler::Result> DeviceSampler::collect() {
+  BRIOCHE_CHECK(!launched_.empty(), "DeviceSampler::collect: nothing was launched since the last collect");
+  const std::vector<Row> rows = std::move(launched_);
+  const Tensor logits = std::move(logits_);
+  launched_.clear();
+  logits_ = Tensor();
+  results_.resize(rows.size());
+  run_.collect(results_);
+
+  std::vector<Sampler::Result> out(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
     if (params_[i].skip) {

@@ -27,6 +27,7 @@
 #include "backend/cuda/sampling.h"
 #include "core/tensor.h"
 #include "engine/sampler.h"
+#include "ops/sample.h"
 
 namespace brioche::engine {
 
@@ -75,6 +76,21 @@ class DeviceSampler {
   //   logits : CUDA f32 [n, vocab]
   std::vector<Sampler::Result> sample(const Tensor& logits, std::span<const Row> rows);
 
+  // sample() in two halves, so that the host can queue more device work
+  // (the next decode step, fed by tokens()) before it waits. launch() draws
+  // the rows' u and queues the sampling; collect() waits for it alone and
+  // returns sample()'s results. The rows (their spans and masks) and the
+  // logits must stay as they are until collect(), which a row sampled on the
+  // host (!all_on_device()) reads.
+  void launch(const Tensor& logits, std::span<const Row> rows);
+  std::vector<Sampler::Result> collect();
+  // The launched rows' ids on the device (CUDA i32 [rows]; 0 for a row
+  // without one), valid for work queued before the next launch.
+  Tensor tokens() const { return run_.tokens(); }
+  // Whether the launched rows are all sampled on the device (none asked for
+  // more than cuda::kMaxDeviceTopLogprobs alternatives).
+  bool all_on_device() const;
+
   // The upload for `rows` (what sample() sends): parameters, penalty/bias
   // entries, masks; draws u from each non-greedy row's Sampler. Valid until
   // the next call. Fails like Sampler on tokens outside the vocabulary.
@@ -93,6 +109,9 @@ class DeviceSampler {
   std::vector<float> biases_;
   std::vector<uint32_t> masks_;
   cuda::SampleBatch batch_;
+  ops::SampleRun run_;
+  std::vector<Row> launched_;  // until collect()
+  Tensor logits_;              // the launched rows' logits, until collect()
   std::vector<cuda::SampleResult> results_;
   PenaltyEntries fresh_;  // for rows without their own
   std::vector<std::pair<int32_t, float>> sorted_bias_;

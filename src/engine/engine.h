@@ -68,6 +68,7 @@ struct EngineStats {
   uint64_t prefix_hit_partial_tokens = 0;  // positions copied from cached blocks shared only partly
   uint64_t preemptions = 0;
   uint64_t steps = 0;
+  uint64_t overlapped_steps = 0;  // decode steps queued before the host had their tokens
   uint64_t prompt_tokens_computed = 0;  // prefill rows actually run
   uint64_t generated_tokens = 0;
   uint64_t requests_finished = 0;

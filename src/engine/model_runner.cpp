@@ -38,6 +38,9 @@ class TransformerRunner final : public ModelRunner {
   int32_t kv_block_count() const override { return cache_->n_blocks(); }
   Device device() const override { return model_->device(); }
   void forward(const model::ForwardBatch& batch, Tensor& logits) override { model_->forward(batch, *cache_, logits); }
+  bool forward_from_device_tokens(const model::ForwardBatch& batch, const Tensor& tokens, Tensor& logits) override {
+    return model_->forward_from_device_tokens(batch, tokens, *cache_, logits);
+  }
   bool copy_kv_prefix(int32_t src, int32_t dst, int32_t n_tokens) override {
     // Under tensor parallelism this cache is rank 0's KV heads only: a copy
     // here would leave the other ranks' blocks uncopied (whole-block sharing,

@@ -40,6 +40,13 @@ class ModelRunner {
   // logits = f32 [batch.n_logit_rows(), vocab_size()] in row order.
   // Every row's result depends only on its own sequence (row-independent math).
   virtual void forward(const model::ForwardBatch& batch, Tensor& logits) = 0;
+  // forward() with the rows' tokens on the device (model::Model::
+  // forward_from_device_tokens): false, with nothing done, when the runner
+  // cannot take this batch that way.
+  virtual bool forward_from_device_tokens(const model::ForwardBatch& batch, const Tensor& tokens, Tensor& logits) {
+    (void)batch, (void)tokens, (void)logits;
+    return false;
+  }
   // Copies K/V of the first n_tokens positions of block src into block dst
   // (prefix sharing below block granularity). A runner that cannot returns
   // false and the scheduler shares whole blocks only.

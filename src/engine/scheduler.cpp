@@ -4,6 +4,7 @@
 #include <cmath>
 #include <exception>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/device.h"
@@ -22,6 +23,7 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
   if (runner_->device() == Device::CUDA && DeviceSampler::enabled_by_environment()) {
     device_sampler_ = std::make_unique<DeviceSampler>(runner_->vocab_size());
     logits_ = ops::zeros(DType::F32, {1, runner_->vocab_size()}, Device::CUDA);  // the model keeps it there
+    run_ahead_enabled_ = env_switch_on("BRIOCHE_RUN_AHEAD");
   }
 }
 
@@ -54,6 +56,21 @@ void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationReq
 
 void Engine::Scheduler::step() {
   drop_cancelled();
+  if (ahead_) {
+    // The step queued ahead last time: its forward is on the device already
+    // (when every row's sequence has finished since, it is simply dropped).
+    std::vector<Planned> planned = std::move(*ahead_);
+    ahead_.reset();
+    if (!planned.empty()) {
+      ++steps_;
+      try {
+        run(planned, true);
+      } catch (const std::exception& e) {
+        fail_step(planned, e);
+      }
+      return;
+    }
+  }
   std::vector<Planned> planned = plan();
   if (planned.empty()) {
     if (!running_.empty()) {
@@ -72,13 +89,17 @@ void Engine::Scheduler::step() {
   }
   ++steps_;
   try {
-    run(planned);
+    run(planned, false);
   } catch (const std::exception& e) {
-    std::string message = error_message("model step failed: ", e.what());
-    for (const Planned& p : planned) {
-      bool alive = std::any_of(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == p.seq; });
-      if (alive) finish(p.seq, FinishReason::Error, message);
-    }
+    fail_step(planned, e);
+  }
+}
+
+void Engine::Scheduler::fail_step(const std::vector<Planned>& planned, const std::exception& e) {
+  std::string message = error_message("model step failed: ", e.what());
+  for (const Planned& p : planned) {
+    bool alive = std::any_of(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == p.seq; });
+    if (alive) finish(p.seq, FinishReason::Error, message);
   }
 }
 
@@ -299,7 +320,7 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   return planned;
 }
 
-void Engine::Scheduler::run(const std::vector<Planned>& planned) {
+void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
   model::ForwardBatch& batch = batch_;
   batch.tokens.clear();
   batch.positions.clear();
@@ -326,6 +347,10 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned) {
     if (p.chunk > 1 || seq.n_computed < seq.n_prompt) prompt_rows_ += uint64_t(p.chunk);
   }
   runner_->forward(batch, logits_);
+}
+
+void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_queued) {
+  if (!forward_queued) queue_forward(planned);
 
   // Sample in plan order; finishing a sequence destroys it, so collect first.
   int32_t logit_row = 0;
@@ -380,7 +405,14 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned) {
                              .allowed_mask = r.mask,
                              .penalties = &r.seq->penalties});
     }
-    std::vector<Sampler::Result> results = device_sampler_->sample(logits_, device_rows);
+    if (device_rows.empty()) return;
+    device_sampler_->launch(logits_, device_rows);
+    if (run_ahead_enabled_) {
+      std::vector<Sequence*> sampled;
+      for (const RowSample& r : rows) sampled.push_back(r.seq);
+      run_ahead(sampled);
+    }
+    std::vector<Sampler::Result> results = device_sampler_->collect();
     for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i].seq, results[i]);
     return;
   }
@@ -402,6 +434,56 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned) {
   for (const RowSample& r : rows)
     if (r.error) std::rethrow_exception(r.error);
   for (const RowSample& r : rows) accept_token(*r.seq, r.result);
+}
+
+// Running one step ahead. A decode step waits for the step before it only
+// through its tokens, and the device sampler leaves those on the device
+// (DeviceSampler::tokens). So with step t's sampling launched, the next
+// step's forward is queued at once, fed from there, and only then does the
+// host wait for step t's tokens and handle them (detokenize, stop strings,
+// events). The GPU goes from step t's sampling straight into step t + 1
+// instead of idling while the host takes the token back and launches the
+// next graph (~50 µs a step: docs/cuda.md, "The step's host time").
+//
+// The queued step must be the one plan() would make: it is queued only when
+// every running sequence was sampled in this step, in running order, none
+// is waiting to be admitted, each has its next position's KV block without
+// a preemption, and no row is certain to finish with this token. Rows that
+// do finish (EOS, a stop string, a grammar's end) were computed for nothing
+// and are dropped (remove()); their K/V row lands in a block they held,
+// before any later step can reuse it (one stream). A grammar's forced
+// tokens (jump-forward) leave the queued row short of the sequence's end:
+// it is not sampled, and the next plan() computes the forced tokens.
+// Penalties and grammar masks need the host's tokens only when the next
+// step's sampling is launched, after those tokens were accepted.
+void Engine::Scheduler::run_ahead(const std::vector<Sequence*>& sampled) {
+  if (!waiting_.empty() || sampled.size() != running_.size() || !device_sampler_->all_on_device()) return;
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const Sequence& seq = *sampled[i];
+    if (&seq != running_[i].get()) return;
+    const GenerationRequest& req = seq.request->request;
+    if (seq.n_generated + 1 >= req.max_tokens || int32_t(seq.tokens.size()) + 1 >= runner_->context_length()) return;
+  }
+  for (Sequence* seq : sampled)
+    if (!ensure_blocks(*seq, seq->n_computed + 1)) return;
+
+  model::ForwardBatch& batch = ahead_batch_;
+  batch.tokens.assign(sampled.size(), 0);  // any valid id: the device's are read
+  batch.positions.clear();
+  batch.wants_logits.assign(sampled.size(), 1);
+  batch.sequences.clear();
+  for (Sequence* seq : sampled) {
+    batch.sequences.push_back({.first_row = int32_t(batch.positions.size()),
+                               .n_rows = 1,
+                               .n_past = seq->n_computed,
+                               .block_table = std::span<const int32_t>(seq->block_table)});
+    batch.positions.push_back(seq->n_computed);
+  }
+  if (!runner_->forward_from_device_tokens(batch, device_sampler_->tokens(), logits_)) return;
+  std::vector<Planned> queued;
+  for (Sequence* seq : sampled) queued.push_back({seq, 1});
+  ahead_ = std::move(queued);
+  ++overlapped_steps_;
 }
 
 // Text through the stop matcher; at the end of generation also what it held back.
@@ -502,6 +584,7 @@ void Engine::Scheduler::finish(Sequence* seq, GenerationEvent event) {
 }
 
 void Engine::Scheduler::remove(Sequence* seq) {
+  if (ahead_) std::erase_if(*ahead_, [&](const Planned& p) { return p.seq == seq; });
   release_blocks(*seq);
   auto match = [&](const auto& s) { return s.get() == seq; };
   if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
@@ -514,6 +597,11 @@ void Engine::Scheduler::remove(Sequence* seq) {
 void Engine::Scheduler::finish_all(FinishReason reason, const std::string& message) {
   while (!running_.empty()) finish(running_.back().get(), reason, message);
   while (!waiting_.empty()) finish(waiting_.back().get(), reason, message);
+  if (ahead_) {
+    // Its forward may still be running, on the KV cache that goes next.
+    ahead_.reset();
+    ops::synchronize(runner_->device());
+  }
 }
 
 EngineStats Engine::Scheduler::stats() const {
@@ -529,6 +617,7 @@ EngineStats Engine::Scheduler::stats() const {
   s.prefix_hit_partial_tokens = partial_hit_tokens_;
   s.preemptions = preemptions_;
   s.steps = steps_;
+  s.overlapped_steps = overlapped_steps_;
   s.prompt_tokens_computed = prompt_rows_;
   s.generated_tokens = generated_;
   s.requests_finished = finished_requests_;

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/block_allocator.h"
@@ -91,7 +93,17 @@ class Engine::Scheduler {
   void register_full_blocks(Sequence& seq);
   void release_blocks(Sequence& seq);
   void preempt(Sequence* seq);
-  void run(const std::vector<Planned>& planned);
+  // Runs `planned` (its forward already queued when `forward_queued`: a step
+  // run ahead), samples the rows that reached their last token and accepts
+  // their tokens.
+  void run(const std::vector<Planned>& planned, bool forward_queued);
+  // Finishes the planned sequences still running with the step's error.
+  void fail_step(const std::vector<Planned>& planned, const std::exception& e);
+  void queue_forward(const std::vector<Planned>& planned);
+  // With the device sampler's launch in flight: queues the next decode step
+  // of `sampled` (this step's sampled sequences, plan order) fed by the
+  // sampler's ids on the device, when that is the step plan() would make.
+  void run_ahead(const std::vector<Sequence*>& sampled);
   void accept_token(Sequence& seq, const Sampler::Result& sampled);
   // Appends one generated token (sampled, or forced by jump-forward when
   // `sampled` is null), emits its text; false when the sequence finished.
@@ -112,6 +124,12 @@ class Engine::Scheduler {
   Tensor logits_;  // on the device when device_sampler_ is set
   std::unique_ptr<DeviceSampler> device_sampler_;  // CUDA model and BRIOCHE_CUDA_SAMPLING != 0
   model::ForwardBatch batch_;
+  // A decode step queued before the host had its tokens (run_ahead): its
+  // rows; remove() drops the rows of sequences that finish meanwhile.
+  std::optional<std::vector<Planned>> ahead_;
+  model::ForwardBatch ahead_batch_;
+  bool run_ahead_enabled_ = false;  // device sampler and BRIOCHE_RUN_AHEAD != 0
+  uint64_t overlapped_steps_ = 0;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
   uint64_t partial_hit_tokens_ = 0;  // prompt positions copied from partly shared blocks
 };

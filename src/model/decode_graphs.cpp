@@ -37,8 +37,8 @@ void DecodeGraphs::clear() {
   cache_addresses_.clear();
 }
 
-ForwardBatch DecodeGraphs::padded(int rows, int width) const {
-  const int32_t* tokens = staging_.data();
+ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int width) {
+  const int32_t* tokens = inputs.data();
   const int32_t* positions = tokens + rows;
   const int32_t* tables = positions + rows;
   ForwardBatch b;
@@ -55,7 +55,8 @@ ForwardBatch DecodeGraphs::padded(int rows, int width) const {
   return b;
 }
 
-bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward) {
+bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward,
+                       const Tensor* device_tokens) {
   if (cache.device() != Device::CUDA || !ops::decode_graphs_enabled() || !is_decode_step(batch)) return false;
   const int n = batch.n_rows();
   const int rows = bucket_rows(n);
@@ -74,10 +75,18 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
     buckets_.clear();
     cache_addresses_ = std::move(addresses);
   }
+  if (device_tokens != nullptr) {
+    // Recording runs the step eagerly first; a step fed from the device is
+    // queued behind work the host has not waited for, so it only replays.
+    auto recorded = buckets_.find({rows, width});
+    if (recorded == buckets_.end() || recorded->second.graph.empty()) return false;
+  }
 
   // This step's inputs: tokens | positions (−1 for padding) | block tables.
-  staging_.assign(size_t(rows) * size_t(2 + width), 0);
-  int32_t* tokens = staging_.data();
+  const size_t n_inputs = size_t(rows) * size_t(2 + width);
+  const std::span<int32_t> inputs = staging_.fill(n_inputs);
+  std::fill(inputs.begin(), inputs.end(), 0);
+  int32_t* tokens = inputs.data();
   int32_t* positions = tokens + rows;
   int32_t* tables = positions + rows;
   std::fill(positions, positions + rows, -1);
@@ -92,18 +101,21 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
   auto [it, fresh] = buckets_.try_emplace({rows, width});
   Bucket& b = it->second;
   if (fresh) {
-    b.input_block = ops::zeros(DType::I32, {int64_t(staging_.size())}, Device::CUDA);
+    b.input_block = ops::zeros(DType::I32, {int64_t(n_inputs)}, Device::CUDA);
     b.inputs = {.tokens = b.input_block.slice(0, 0, rows),
                 .positions = b.input_block.slice(0, rows, 2 * rows),
-                .tables = b.input_block.slice(0, 2 * rows, int64_t(staging_.size())).reshape({rows, width}),
+                .tables = b.input_block.slice(0, 2 * rows, int64_t(n_inputs)).reshape({rows, width}),
                 .max_keys = width * block_size};
     b.logits = ops::zeros(DType::F32, {rows, config_.vocab_size}, Device::CUDA);
   }
-  const int64_t n_inputs = int64_t(staging_.size());
-  ops::copy(Tensor::view(staging_.data(), DType::I32, &n_inputs, 1, nullptr, Device::CPU), b.input_block);
+  staging_.upload(b.input_block);
+  if (device_tokens != nullptr) {
+    Tensor tokens_in = b.inputs.tokens.slice(0, 0, n);
+    ops::copy(*device_tokens, tokens_in);
+  }
 
   if (b.graph.empty()) {
-    const ForwardBatch pb = padded(rows, width);
+    const ForwardBatch pb = padded(inputs, rows, width);
     Activations a = b.buffers.view(config_, rows, Device::CUDA);
     auto record = [&] { forward(pb, a, b.logits); };
     ops::DecodeGraph::run_eagerly(b.inputs, record);

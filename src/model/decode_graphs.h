@@ -16,12 +16,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "model/blocks.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
+#include "ops/device.h"
 #include "ops/device_graph.h"
 
 namespace brioche::model {
@@ -35,8 +37,12 @@ class DecodeGraphs {
 
   // Runs `batch` through its bucket's graph and writes its logits (host or
   // device tensor [n_rows, vocab]). False, with nothing done, when the batch
-  // is not a decode step the graphs take (or graphs are disabled).
-  bool run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward);
+  // is not a decode step the graphs take (or graphs are disabled). With
+  // `device_tokens` (i32 [n_rows] on the device, read in stream order) the
+  // rows' tokens come from there, and only a bucket whose graph is recorded
+  // takes the batch.
+  bool run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward,
+           const Tensor* device_tokens = nullptr);
 
   // Buckets recorded so far (for tests and logs).
   size_t n_graphs() const;
@@ -55,13 +61,14 @@ class DecodeGraphs {
   };
 
   static bool is_decode_step(const ForwardBatch& batch);
-  // The padded batch of staging_ that a bucket's forward runs on.
-  ForwardBatch padded(int rows, int width) const;
+  // The padded batch of a step's inputs (tokens | positions | tables) that a
+  // bucket's forward runs on.
+  static ForwardBatch padded(std::span<const int32_t> inputs, int rows, int width);
 
   const ModelConfig& config_;
   std::map<std::pair<int, int>, Bucket> buckets_;  // by (rows, table width)
   std::vector<const void*> cache_addresses_;       // the cache the graphs write
-  std::vector<int32_t> staging_;                   // host copy of a step's input_block
+  ops::StagedUpload staging_;                      // a step's input_block, on the host
 };
 
 }  // namespace brioche::model

@@ -82,11 +82,8 @@ void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) co
   }
 }
 
-void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
+void LlamaModel::shape_logits(int64_t n_logits, Tensor& logits) const {
   const ModelConfig& c = ck_.config;
-  check_batch(batch, cache);
-  const int64_t n = batch.n_rows();
-  const int64_t n_logits = batch.n_logit_rows();
   // Logits stay where the caller's tensor lives (host by default).
   const Device logits_device = logits.defined() ? logits.device() : Device::CPU;
   if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits ||
@@ -94,6 +91,14 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
     logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, logits_device);
     if (n_logits == 0) logits = logits.slice(0, 0, 0);
   }
+}
+
+void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
+  const ModelConfig& c = ck_.config;
+  check_batch(batch, cache);
+  const int64_t n = batch.n_rows();
+  const int64_t n_logits = batch.n_logit_rows();
+  shape_logits(n_logits, logits);
   if (n == 0) return;
   if (graphs_.run(batch, cache, logits, [&](const ForwardBatch& b, Activations& a, Tensor& out) {
         forward_on_device(b, cache, a, out);
@@ -110,6 +115,20 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
   Tensor dl = device_logits_.slice(0, 0, n_logits);
   forward_on_device(batch, cache, a, dl);
   ops::copy(dl, logits);
+}
+
+bool LlamaModel::forward_from_device_tokens(const ForwardBatch& batch, const Tensor& tokens, KvCache& cache,
+                                            Tensor& logits) {
+  BRIOCHE_CHECK(tokens.device() == device() && tokens.dtype() == DType::I32 && tokens.rank() == 1 &&
+                    tokens.dim(0) == batch.n_rows(),
+                "forward_from_device_tokens: expected i32 [", batch.n_rows(), "] on ", device_name(device()),
+                ", got ", tokens.describe());
+  check_batch(batch, cache);
+  if (batch.n_rows() == 0) return false;
+  shape_logits(batch.n_logit_rows(), logits);
+  return graphs_.run(
+      batch, cache, logits,
+      [&](const ForwardBatch& b, Activations& a, Tensor& out) { forward_on_device(b, cache, a, out); }, &tokens);
 }
 
 void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits) {

@@ -20,6 +20,8 @@ class LlamaModel final : public Model {
   std::string directory() const override { return ck_.directory; }
   std::string chat_template() const override { return ck_.chat_template; }
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
+  bool forward_from_device_tokens(const ForwardBatch& batch, const Tensor& tokens, KvCache& cache,
+                                  Tensor& logits) override;
   size_t weight_bytes() const override;
   Device device() const override { return ck_.weights.token_embd.device(); }
   // Decode graphs recorded so far (CUDA; see decode_graphs.h).
@@ -33,6 +35,9 @@ class LlamaModel final : public Model {
 
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  // Makes `logits` f32 [n_logits, vocab] (kept when it already is), on its
+  // own device (the host's when undefined).
+  void shape_logits(int64_t n_logits, Tensor& logits) const;
   // The forward proper; `logits` [n_logit_rows, vocab] on the model's device.
   void forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits);
 

@@ -71,6 +71,18 @@ class Model {
   // order: logits becomes f32 [batch.n_logit_rows(), vocab_size].
   virtual void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) = 0;
 
+  // forward() of a decode step whose tokens are already on the device:
+  // `tokens` (i32 [batch.n_rows()] on the model's device) replaces
+  // batch.tokens, which only needs to hold valid ids. The engine queues step
+  // t + 1 this way, fed by step t's sampler, before step t's tokens reach the
+  // host. False, with nothing done, when the model cannot take such a batch
+  // (it must be a decode step whose CUDA graph is already recorded).
+  virtual bool forward_from_device_tokens(const ForwardBatch& batch, const Tensor& tokens, KvCache& cache,
+                                          Tensor& logits) {
+    (void)batch, (void)tokens, (void)cache, (void)logits;
+    return false;
+  }
+
   // Where the weights live (LoadOptions::device).
   virtual Device device() const { return Device::CPU; }
   // False when part of the KV state lives outside the cache passed to

@@ -79,6 +79,29 @@ Tensor pinned_host_zeros(DType dtype, std::initializer_list<int64_t> shape) {
   return Tensor::zeros(dtype, shape);
 }
 
+std::span<int32_t> StagedUpload::fill(size_t count) {
+  current_ ^= 1;
+  Buffer& b = buffers_[current_];
+#if BRIOCHE_CUDA
+  cuda::host_waits_for(b.read);
+#endif
+  if (!b.host.defined() || size_t(b.host.numel()) < count)
+    b.host = pinned_host_zeros(DType::I32, {int64_t(std::max<size_t>(count, 1024))});
+  count_ = count;
+  return {b.host.data_as<int32_t>(), count};
+}
+
+void StagedUpload::upload(Tensor& dst) {
+  Buffer& b = buffers_[current_];
+  BRIOCHE_CHECK(b.host.defined() && dst.dtype() == DType::I32 && dst.is_contiguous() && size_t(dst.numel()) == count_,
+                "StagedUpload::upload: expected a dense i32 destination of the ", count_, " values filled, got ",
+                dst.describe());
+  copy(b.host.slice(0, 0, int64_t(count_)), dst);
+#if BRIOCHE_CUDA
+  if (dst.device() == Device::CUDA) cuda::record_event(b.read);
+#endif
+}
+
 Tensor to_device(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return t;
 #if BRIOCHE_CUDA

@@ -32,6 +32,32 @@ Tensor uninitialized(DType dtype, std::initializer_list<int64_t> shape, Device d
 // training activations): each allocation pins pages, which is slow.
 Tensor pinned_host_zeros(DType dtype, std::initializer_list<int64_t> shape);
 
+// A step's small inputs (ids, positions, block tables) copied to the device
+// from page-locked host memory, two buffers used in turn: such a copy never
+// makes the host wait for the kernels queued before it, while one from
+// pageable memory may wait for the stream to drain, which would stall a
+// decode step queued ahead of its tokens (engine/scheduler.cpp). Before a
+// buffer is written again the host waits for the copy that last read it
+// (two steps back, long done by then).
+//
+//   std::span<int32_t> in = staged.fill(n);   // write the n values
+//   staged.upload(device_i32_n);
+class StagedUpload {
+ public:
+  std::span<int32_t> fill(size_t count);
+  // Queues dst = the values fill() returned (dst: dense i32 [count]).
+  void upload(Tensor& dst);
+
+ private:
+  struct Buffer {
+    Tensor host;                  // i32, page-locked when a GPU is present
+    std::shared_ptr<void> read;   // event: its last copy has run
+  };
+  Buffer buffers_[2];
+  int current_ = 0;
+  size_t count_ = 0;
+};
+
 // `t` itself when it is already on `device`, else a contiguous copy there.
 Tensor to_device(const Tensor& t, Device device);
 

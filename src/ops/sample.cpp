@@ -4,7 +4,20 @@
 
 namespace brioche::ops {
 
-void sample_rows(const Tensor& logits, const cuda::SampleBatch& batch, std::span<cuda::SampleResult> results) {
+#if !BRIOCHE_CUDA
+namespace {
+
+[[noreturn]] void no_cuda(const char* what) {
+  fail(what, ": a CUDA tensor was requested but this build has no CUDA backend (configure with --preset cuda)");
+}
+
+}  // namespace
+#endif
+
+SampleRun::SampleRun() = default;
+SampleRun::~SampleRun() = default;
+
+void SampleRun::launch(const Tensor& logits, const cuda::SampleBatch& batch) {
   BRIOCHE_CHECK(logits.rank() == 2 && logits.dtype() == DType::F32 && logits.stride(1) == 4,
                 "sample_rows: logits must be f32 [n, vocab] with contiguous rows, got ", logits.describe());
   BRIOCHE_CHECK(logits.dim(1) == batch.vocab, "sample_rows: logits have ", logits.dim(1), " columns, the batch expects vocab ",
@@ -16,13 +29,28 @@ void sample_rows(const Tensor& logits, const cuda::SampleBatch& batch, std::span
   BRIOCHE_CHECK(logits.device() == Device::CUDA, "sample_rows: expected CUDA logits (host logits are sampled by engine::Sampler), got ",
                 logits.describe());
 #if BRIOCHE_CUDA
-  cuda::sample_rows({.logits = logits.data_as<float>(),
-                     .logits_stride = logits.stride(0) / 4,
-                     .batch = &batch,
-                     .results = results});
+  run_.launch({.logits = logits.data_as<float>(), .logits_stride = logits.stride(0) / 4, .batch = &batch});
+  rows_ = int64_t(batch.rows.size());
+#else
+  no_cuda("sample_rows");
+#endif
+}
+
+Tensor SampleRun::tokens() const {
+#if BRIOCHE_CUDA
+  BRIOCHE_CHECK(run_.tokens() != nullptr, "SampleRun::tokens: nothing was launched");
+  return Tensor::view(const_cast<int32_t*>(run_.tokens()), DType::I32, {rows_}, nullptr, Device::CUDA);
+#else
+  no_cuda("SampleRun::tokens");
+#endif
+}
+
+void SampleRun::collect(std::span<cuda::SampleResult> results) {
+#if BRIOCHE_CUDA
+  run_.collect(results);
 #else
   (void)results;
-  fail("sample_rows: a CUDA tensor was requested but this build has no CUDA backend (configure with --preset cuda)");
+  no_cuda("SampleRun::collect");
 #endif
 }
 

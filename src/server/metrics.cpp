@@ -84,6 +84,8 @@ std::string Metrics::render(const engine::EngineStats& e) const {
           double(e.prefix_hit_partial_tokens));
   counter("brioche_preemptions_total", "Sequences preempted for lack of KV blocks.", double(e.preemptions));
   counter("brioche_engine_steps_total", "Engine steps (batched forwards).", double(e.steps));
+  counter("brioche_engine_overlapped_steps_total",
+          "Decode steps queued on the GPU before the host had the tokens they read.", double(e.overlapped_steps));
   ttft_seconds.write(out, "brioche_time_to_first_token_seconds", "Time from request arrival to the first generated token.");
   inter_token_seconds.write(out, "brioche_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence.");
   request_seconds.write(out, "brioche_request_duration_seconds", "Time from request arrival to the last byte of the answer.");

@@ -197,9 +197,9 @@ TEST(DeviceSampler, HostLogitsAreForTheHostSampler) {
   Tensor logits = Tensor::view(data.data(), DType::F32, {2, 10}, nullptr);
   std::vector<cuda::SampleRowParams> params(1);
   cuda::SampleBatch batch{.vocab = 10, .rows = params};
-  std::vector<cuda::SampleResult> results(1);
+  ops::SampleRun run;
   try {
-    ops::sample_rows(logits, batch, results);
+    run.launch(logits, batch);
     ADD_FAILURE() << "host logits were sampled by the device path";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("expected CUDA logits"), std::string::npos) << e.what();

@@ -252,6 +252,19 @@ std::shared_ptr<void> copy_on_side_stream(void* dst, const void* src, size_t byt
   return recorded_event(side_stream());
 }
 
+void record_event(std::shared_ptr<void>& event) {
+  if (!event) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    event = std::shared_ptr<void>(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+  }
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event.get()), detail::current_stream()));
+}
+
+void host_waits_for(const std::shared_ptr<void>& event) {
+  if (event) CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())));
+}
+
 void compute_waits_for(const std::shared_ptr<void>& copy_done) {
   if (copy_done) CUDA_CHECK(cudaStreamWaitEvent(detail::current_stream(), static_cast<cudaEvent_t>(copy_done.get()), 0));
 }

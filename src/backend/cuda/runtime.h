@@ -66,6 +66,12 @@ std::shared_ptr<void> copy_on_side_stream(void* dst, const void* src, size_t byt
 // host does not wait).
 void compute_waits_for(const std::shared_ptr<void>& copy_done);
 
+// Records in `event` the end of the work queued so far on the compute stream
+// (the event, an opaque owner, is created on first use), and makes the host
+// wait until the device gets there (no-op for an empty owner).
+void record_event(std::shared_ptr<void>& event);
+void host_waits_for(const std::shared_ptr<void>& event);
+
 // A device copy of small host metadata (positions, block tables), cached by
 // content: the same span uploaded again (every layer of one forward) costs a
 // host memcmp, not a copy. The pointer returned (a copy or a cached one) is

@@ -46,7 +46,6 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/runtime.h"
@@ -735,9 +734,10 @@ __device__ int sample_processed(const float* proc, float* weights, int vocab, fl
 
 // A row that ends without a token (skipped, or a failure `status`; for
 // BadLogit, raw[bad] is the first NaN or +inf), by thread 0 of rank 0.
-__device__ void write_no_token(SampleResult* out, SampleStatus status, const RowCtas& row,
+__device__ void write_no_token(SampleResult* out, int32_t* token_out, SampleStatus status, const RowCtas& row,
                                const float* raw = nullptr, int bad = -1) {
   if (row.rank != 0 || threadIdx.x != 0) return;
+  *token_out = 0;
   out->status = status;
   out->token = -1;
   out->n_top = 0;
@@ -749,9 +749,10 @@ __device__ void write_no_token(SampleResult* out, SampleStatus status, const Row
 
 // The row's result, by thread 0 of rank 0 (which holds the token and the
 // gathered top tokens).
-__device__ void write_result(SampleResult* out, int token, int n_top, bool want_logprobs, double log_z,
-                             const float* raw, const RowCtas& row, Shared& s) {
+__device__ void write_result(SampleResult* out, int32_t* token_out, int token, int n_top, bool want_logprobs,
+                             double log_z, const float* raw, const RowCtas& row, Shared& s) {
   if (row.rank != 0 || threadIdx.x != 0) return;
+  *token_out = token;
   out->status = SampleStatus::Ok;
   out->token = token;
   out->logprob = want_logprobs ? float(double(raw[token]) - log_z) : NAN;
@@ -781,16 +782,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                                                           const uint32_t* masks,  // [n_masks, mask_words]
                                                           int mask_words,
                                                           float* scratch,          // [n_rows, 2, vocab]
-                                                          SampleResult* results) { // [n_rows]
+                                                          SampleResult* results,   // [n_rows]
+                                                          int32_t* tokens) {       // [n_rows]
   __shared__ Shared s;
   extern __shared__ double warp_mass[];  // [kWarps, 256]
   RowCtas row(vocab);
   const int row_index = int(blockIdx.x) / row.ctas;
   const SampleRowParams p = rows[row_index];
   SampleResult* out = results + row_index;
+  int32_t* token_out = tokens + row_index;
   const float kInf = INFINITY;
   if (p.skip) {  // (every CTA of the row: none reads another's shared memory)
-    write_no_token(out, SampleStatus::Ok, row);
+    write_no_token(out, token_out, SampleStatus::Ok, row);
     return;
   }
   const float* raw = logits + int64_t(p.logit_row) * stride;  // [vocab]
@@ -823,7 +826,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     bad = all.i;
   }
   if (bad != INT_MAX) {
-    write_no_token(out, SampleStatus::BadLogit, row, raw, bad);
+    write_no_token(out, token_out, SampleStatus::BadLogit, row, raw, bad);
     row.finish();
     return;
   }
@@ -872,7 +875,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   }
   row_argmax(best, best_index, row, s);
   if (best == -kInf) {
-    write_no_token(out, SampleStatus::NothingAllowed, row);
+    write_no_token(out, token_out, SampleStatus::NothingAllowed, row);
     row.finish();
     return;
   }
@@ -880,7 +883,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 
   int token = best_index;
   if (!greedy) token = sample_processed(proc, weights, vocab, max_logit, p, row, s, warp_mass);
-  write_result(out, token, n_top, want_logprobs, log_z, raw, row, s);
+  write_result(out, token_out, token, n_top, want_logprobs, log_z, raw, row, s);
   row.finish();
 }
 
@@ -897,26 +900,15 @@ cudaLaunchConfig_t launch_config(int n_rows, int ctas, cudaStream_t stream, cuda
           .numAttrs = 1};
 }
 
-// Pinned host staging for the upload and the results; reused by every call
-// (each call waits for its results, so nothing is in flight when it starts).
-struct Staging {
-  std::mutex mutex;
-  void* upload = nullptr;
-  size_t upload_capacity = 0;
-  void* download = nullptr;
-  size_t download_capacity = 0;
-
-  static void grow(void*& buffer, size_t& capacity, size_t bytes) {
-    if (capacity >= bytes) return;
-    if (buffer != nullptr) CUDA_CHECK(cudaFreeHost(buffer));
-    capacity = std::max<size_t>(bytes, 64 << 10);
-    CUDA_CHECK(cudaMallocHost(&buffer, capacity));
-  }
-};
-
-Staging& staging() {
-  static Staging s;
-  return s;
+// Grows pinned host buffer to at least `bytes` (contents not kept).
+void grow_pinned(void*& buffer, size_t& capacity, size_t bytes) {
+  if (capacity >= bytes) return;
+  if (buffer != nullptr) CUDA_CHECK(cudaFreeHost(buffer));
+  buffer = nullptr;
+  capacity = 0;
+  const size_t size = std::max<size_t>(bytes, 64 << 10);
+  CUDA_CHECK(cudaMallocHost(&buffer, size));
+  capacity = size;
 }
 
 }  // namespace
@@ -941,25 +933,59 @@ int sample_ctas_per_row(int n_rows) {
   return 1;
 }
 
-void sample_rows(const SampleRowsArgs& a) {
+// The pinned staging of a run (reused by its launches: a launch starts
+// after the last one's results were read or waited for), the device buffers
+// of its launch in flight and the event that marks the results' arrival.
+struct SampleRun::Impl {
+  void* upload = nullptr;
+  size_t upload_capacity = 0;
+  void* download = nullptr;
+  size_t download_capacity = 0;
+  cudaEvent_t done = nullptr;
+  std::shared_ptr<void> device_upload, device_results, scratch, tokens;
+  size_t n_rows = 0;
+  bool pending = false;
+
+  void wait() {
+    if (pending) CUDA_CHECK(cudaEventSynchronize(done));
+    pending = false;
+  }
+};
+
+SampleRun::SampleRun() : impl_(std::make_unique<Impl>()) {}
+
+SampleRun::~SampleRun() {
+  // The copies in flight read and write the pinned buffers: wait for them
+  // before freeing (without throwing from a destructor).
+  if (impl_->pending) cudaEventSynchronize(impl_->done);
+  if (impl_->done != nullptr) cudaEventDestroy(impl_->done);
+  if (impl_->upload != nullptr) cudaFreeHost(impl_->upload);
+  if (impl_->download != nullptr) cudaFreeHost(impl_->download);
+}
+
+bool SampleRun::pending() const { return impl_->pending; }
+
+const int32_t* SampleRun::tokens() const { return static_cast<const int32_t*>(impl_->tokens.get()); }
+
+void SampleRun::launch(const SampleRowsArgs& a) {
   const SampleBatch& b = *a.batch;
   const size_t n_rows = b.rows.size();
-  BRIOCHE_CHECK(a.results.size() == n_rows, "cuda::sample_rows: expected ", n_rows, " result slots, got ",
-                a.results.size());
-  if (n_rows == 0) return;
-  BRIOCHE_CHECK(b.vocab > 0 && a.logits_stride >= b.vocab, "cuda::sample_rows: expected vocab > 0 and a row stride >= vocab, got vocab ",
+  BRIOCHE_CHECK(n_rows > 0, "cuda::SampleRun::launch: expected at least one row");
+  BRIOCHE_CHECK(b.vocab > 0 && a.logits_stride >= b.vocab, "cuda::SampleRun::launch: expected vocab > 0 and a row stride >= vocab, got vocab ",
                 b.vocab, " and stride ", a.logits_stride);
   const int mask_words = (b.vocab + 31) / 32;
-  BRIOCHE_CHECK(b.masks.size() % size_t(mask_words) == 0, "cuda::sample_rows: masks hold ", b.masks.size(),
+  BRIOCHE_CHECK(b.masks.size() % size_t(mask_words) == 0, "cuda::SampleRun::launch: masks hold ", b.masks.size(),
                 " words, expected a multiple of ", mask_words, " (ceil(vocab / 32))");
   for (const SampleRowParams& row : b.rows) {
-    BRIOCHE_CHECK(row.top_logprobs <= kMaxDeviceTopLogprobs, "cuda::sample_rows: top_logprobs ", row.top_logprobs,
+    BRIOCHE_CHECK(row.top_logprobs <= kMaxDeviceTopLogprobs, "cuda::SampleRun::launch: top_logprobs ", row.top_logprobs,
                   " exceeds the device limit ", kMaxDeviceTopLogprobs);
     BRIOCHE_CHECK(row.entry_begin >= 0 && row.entry_end <= int32_t(b.entries.size()) && row.entry_begin <= row.entry_end,
-                  "cuda::sample_rows: entry range [", row.entry_begin, ", ", row.entry_end, ") outside ", b.entries.size());
-    BRIOCHE_CHECK(row.mask_index < int32_t(b.masks.size() / size_t(mask_words)), "cuda::sample_rows: mask ",
+                  "cuda::SampleRun::launch: entry range [", row.entry_begin, ", ", row.entry_end, ") outside ", b.entries.size());
+    BRIOCHE_CHECK(row.mask_index < int32_t(b.masks.size() / size_t(mask_words)), "cuda::SampleRun::launch: mask ",
                   row.mask_index, " of ", b.masks.size() / size_t(mask_words));
   }
+  Impl& r = *impl_;
+  r.wait();  // the staging buffers are the last launch's until then
 
   // One upload: rows | entries | biases | masks.
   const size_t rows_bytes = align_up(n_rows * sizeof(SampleRowParams));
@@ -969,11 +995,10 @@ void sample_rows(const SampleRowsArgs& a) {
   const size_t upload_bytes = rows_bytes + entries_bytes + biases_bytes + masks_bytes;
   const size_t results_bytes = n_rows * sizeof(SampleResult);
 
-  Staging& st = staging();
-  std::lock_guard lock(st.mutex);
-  Staging::grow(st.upload, st.upload_capacity, upload_bytes);
-  Staging::grow(st.download, st.download_capacity, results_bytes);
-  char* host = static_cast<char*>(st.upload);
+  grow_pinned(r.upload, r.upload_capacity, upload_bytes);
+  grow_pinned(r.download, r.download_capacity, results_bytes);
+  if (r.done == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming));
+  char* host = static_cast<char*>(r.upload);
   std::memcpy(host, b.rows.data(), n_rows * sizeof(SampleRowParams));
   if (!b.entries.empty()) std::memcpy(host + rows_bytes, b.entries.data(), b.entries.size() * sizeof(SamplePenaltyEntry));
   if (!b.biases.empty()) std::memcpy(host + rows_bytes + entries_bytes, b.biases.data(), b.biases.size() * sizeof(float));
@@ -981,10 +1006,12 @@ void sample_rows(const SampleRowsArgs& a) {
     std::memcpy(host + rows_bytes + entries_bytes + biases_bytes, b.masks.data(), b.masks.size() * sizeof(uint32_t));
 
   cudaStream_t stream = detail::current_stream();
-  std::shared_ptr<void> device_upload = allocate(upload_bytes);
-  std::shared_ptr<void> device_results = allocate(results_bytes);
-  std::shared_ptr<void> scratch = allocate(n_rows * 2 * size_t(b.vocab) * sizeof(float));
-  char* dev = static_cast<char*>(device_upload.get());
+  r.device_upload = allocate(upload_bytes);
+  r.device_results = allocate(results_bytes);
+  r.scratch = allocate(n_rows * 2 * size_t(b.vocab) * sizeof(float));
+  r.tokens = allocate(n_rows * sizeof(int32_t));
+  r.n_rows = n_rows;
+  char* dev = static_cast<char*>(r.device_upload.get());
   CUDA_CHECK(cudaMemcpyAsync(dev, host, upload_bytes, cudaMemcpyHostToDevice, stream));
   cudaLaunchAttribute cluster;
   const cudaLaunchConfig_t config = launch_config(int(n_rows), sample_ctas_per_row(int(n_rows)), stream, cluster);
@@ -993,10 +1020,20 @@ void sample_rows(const SampleRowsArgs& a) {
       reinterpret_cast<const SamplePenaltyEntry*>(dev + rows_bytes),
       reinterpret_cast<const float*>(dev + rows_bytes + entries_bytes),
       reinterpret_cast<const uint32_t*>(dev + rows_bytes + entries_bytes + biases_bytes), mask_words,
-      static_cast<float*>(scratch.get()), static_cast<SampleResult*>(device_results.get())));
-  CUDA_CHECK(cudaMemcpyAsync(st.download, device_results.get(), results_bytes, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::memcpy(a.results.data(), st.download, results_bytes);
+      static_cast<float*>(r.scratch.get()), static_cast<SampleResult*>(r.device_results.get()),
+      static_cast<int32_t*>(r.tokens.get())));
+  CUDA_CHECK(cudaMemcpyAsync(r.download, r.device_results.get(), results_bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaEventRecord(r.done, stream));
+  r.pending = true;
+}
+
+void SampleRun::collect(std::span<SampleResult> results) {
+  Impl& r = *impl_;
+  BRIOCHE_CHECK(r.pending, "cuda::SampleRun::collect: nothing was launched since the last collect");
+  BRIOCHE_CHECK(results.size() == r.n_rows, "cuda::SampleRun::collect: expected ", r.n_rows, " result slots, got ",
+                results.size());
+  r.wait();
+  std::memcpy(results.data(), r.download, r.n_rows * sizeof(SampleResult));
 }
 
 }  // namespace brioche::cuda

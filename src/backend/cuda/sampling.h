@@ -5,7 +5,7 @@
 //
 // Plain C++ (no CUDA headers): the engine fills these structs on the host,
 // the launcher uploads them in one pinned copy, runs a cluster of CTAs per row and
-// copies the per-row results back (one pinned copy, one stream sync).
+// copies the per-row results back (one pinned copy, waited for by an event).
 //
 // Same numbers as the host: every step that decides which tokens survive
 // uses the host's float operations in the host's order (l / r, l * r,
@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace brioche::cuda {
@@ -74,17 +75,43 @@ struct SampleResult {
   float top_logprobs[kMaxDeviceTopLogprobs];
 };
 
-// Samples every row of `batch` from the device logits and copies the
-// results to `results` (one per row, host memory); blocks until they are
-// there. The logits are left as they were (processed logits go to scratch).
+// Samples every row of `batch` from the device logits. The logits are left
+// as they were (processed logits go to scratch).
 //   logits : device f32 [n logits rows, vocab], row stride `logits_stride` floats
 struct SampleRowsArgs {
   const float* logits;
   int64_t logits_stride;
   const SampleBatch* batch;
-  std::span<SampleResult> results;
 };
-void sample_rows(const SampleRowsArgs& args);
+
+// One batch's sampling, launched without waiting for it. launch() queues
+// the upload, the kernel and the results' copy back on the brioche stream
+// and returns; the sampled ids are then on the device for work queued after
+// it (tokens(): the engine feeds them to the next decode step before the
+// host has seen them). collect() waits for this launch alone (an event, so
+// work queued after it keeps the GPU busy) and copies its results to the
+// host. One launch at a time: a launch before the last one was collected
+// waits for it and drops its results. Pinned host buffers are per run.
+class SampleRun {
+ public:
+  SampleRun();
+  ~SampleRun();
+  SampleRun(const SampleRun&) = delete;
+  SampleRun& operator=(const SampleRun&) = delete;
+
+  void launch(const SampleRowsArgs& args);
+  // Device i32 [rows] of the last launch: each row's sampled id, 0 for a
+  // row without one (skipped or failed: still a valid id to embed). Valid
+  // for work queued before the next launch.
+  const int32_t* tokens() const;
+  // results[i] for the last launch's row i (host memory).
+  void collect(std::span<SampleResult> results);
+  bool pending() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // CTAs sample_rows gives each row of an n_rows batch: a cluster of 1, 2, 4
 // or 8, the most whose clusters all fit on the GPU at once (8 for one row).
