@@ -941,13 +941,13 @@ struct SampleRun::Impl {
   size_t upload_capacity = 0;
   void* download = nullptr;
   size_t download_capacity = 0;
-  cudaEvent_t done = nullptr;
+  std::shared_ptr<void> copied;  // event: the results are in `download`
   std::shared_ptr<void> device_upload, device_results, scratch, tokens;
   size_t n_rows = 0;
   bool pending = false;
 
   void wait() {
-    if (pending) CUDA_CHECK(cudaEventSynchronize(done));
+    if (pending) host_waits_for(copied);
     pending = false;
   }
 };
@@ -957,8 +957,7 @@ SampleRun::SampleRun() : impl_(std::make_unique<Impl>()) {}
 SampleRun::~SampleRun() {
   // The copies in flight read and write the pinned buffers: wait for them
   // before freeing (without throwing from a destructor).
-  if (impl_->pending) cudaEventSynchronize(impl_->done);
-  if (impl_->done != nullptr) cudaEventDestroy(impl_->done);
+  if (impl_->pending) cudaEventSynchronize(static_cast<cudaEvent_t>(impl_->copied.get()));
   if (impl_->upload != nullptr) cudaFreeHost(impl_->upload);
   if (impl_->download != nullptr) cudaFreeHost(impl_->download);
 }
@@ -997,7 +996,6 @@ void SampleRun::launch(const SampleRowsArgs& a) {
 
   grow_pinned(r.upload, r.upload_capacity, upload_bytes);
   grow_pinned(r.download, r.download_capacity, results_bytes);
-  if (r.done == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming));
   char* host = static_cast<char*>(r.upload);
   std::memcpy(host, b.rows.data(), n_rows * sizeof(SampleRowParams));
   if (!b.entries.empty()) std::memcpy(host + rows_bytes, b.entries.data(), b.entries.size() * sizeof(SamplePenaltyEntry));
@@ -1022,8 +1020,9 @@ void SampleRun::launch(const SampleRowsArgs& a) {
       reinterpret_cast<const uint32_t*>(dev + rows_bytes + entries_bytes + biases_bytes), mask_words,
       static_cast<float*>(r.scratch.get()), static_cast<SampleResult*>(r.device_results.get()),
       static_cast<int32_t*>(r.tokens.get())));
-  CUDA_CHECK(cudaMemcpyAsync(r.download, r.device_results.get(), results_bytes, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaEventRecord(r.done, stream));
+  // The results come back on the side stream, so that work queued next on
+  // this one (the next decode step) does not wait for their copy.
+  r.copied = copy_on_side_stream(r.download, r.device_results.get(), results_bytes);
   r.pending = true;
 }
 
