@@ -32,7 +32,7 @@ class SampleRun {
   void collect(std::span<cuda::SampleResult> results);
 
  private:
-#if BRIOCHE_CUDA
+#if BRIOCHE_CUDA  // (defined for every unit of a CUDA build: CMakeLists.txt)
   cuda::SampleRun run_;
 #endif
   int64_t rows_ = 0;
