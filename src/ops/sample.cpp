@@ -14,9 +14,6 @@ namespace {
 }  // namespace
 #endif
 
-SampleRun::SampleRun() = default;
-SampleRun::~SampleRun() = default;
-
 void SampleRun::launch(const Tensor& logits, const cuda::SampleBatch& batch) {
   BRIOCHE_CHECK(logits.rank() == 2 && logits.dtype() == DType::F32 && logits.stride(1) == 4,
                 "sample_rows: logits must be f32 [n, vocab] with contiguous rows, got ", logits.describe());

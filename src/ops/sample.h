@@ -19,11 +19,6 @@ namespace brioche::ops {
 //   run.collect(results);        // waits for this launch alone
 class SampleRun {
  public:
-  SampleRun();
-  ~SampleRun();
-  SampleRun(const SampleRun&) = delete;
-  SampleRun& operator=(const SampleRun&) = delete;
-
   //   logits : CUDA f32 [n, vocab] with contiguous rows, vocab == batch.vocab
   void launch(const Tensor& logits, const cuda::SampleBatch& batch);
   // The last launch's sampled ids: CUDA i32 [rows], 0 for a row without a token.
