@@ -273,6 +273,73 @@ TEST(CudaDeviceSampler, SeededRowAloneEqualsBatched) {
   EXPECT_EQ(alone_tokens, batched_tokens);
 }
 
+// Greedy rows with nothing that changes their logits take a kernel of one
+// CTA a row (cuda::plain_greedy): the host's first maximum, ties and -inf
+// included, at every vocabulary size, alone and batched; a NaN or a row of
+// -inf fails like the host.
+TEST(CudaDeviceSampler, PlainGreedyRowsTakeTheOneCtaKernel) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (const int vocab : {100, 1003, 49152, 151936}) {
+    for (const int n_rows : {1, 16}) {
+      std::vector<float> data(size_t(vocab) * size_t(n_rows));
+      for (size_t r = 0; r < size_t(n_rows); ++r) {
+        const bool ties = r % 2 == 0;  // values on a 0.5 grid: the maximum repeats
+        for (size_t t = 0; t < size_t(vocab); ++t) {
+          float l = normal(rng);
+          if (ties) l = std::round(l);
+          if (unit(rng) < 0.05) l = kNegInf;
+          data[r * size_t(vocab) + t] = l;
+        }
+      }
+      Tensor logits = upload(data, n_rows, vocab);
+      Sampler greedy({.temperature = 0.0f}, vocab);
+      std::vector<DeviceSampler::Row> rows;
+      for (int r = 0; r < n_rows; ++r) rows.push_back({.sampler = &greedy, .logit_row = n_rows - 1 - r});
+      DeviceSampler device(vocab);
+      ASSERT_TRUE(cuda::plain_greedy(device.prepare(rows)));
+      const std::vector<Sampler::Result> got = device.sample(logits, rows);
+      for (int r = 0; r < n_rows; ++r) {
+        std::vector<float> row(data.begin() + ptrdiff_t(rows[size_t(r)].logit_row) * vocab,
+                               data.begin() + ptrdiff_t(rows[size_t(r)].logit_row + 1) * vocab);
+        const int32_t want = greedy.sample({.logits = std::span<float>(row)}).token;
+        EXPECT_EQ(got[size_t(r)].token, want) << "vocab " << vocab << " row " << r;
+        EXPECT_TRUE(std::isnan(got[size_t(r)].logprob));
+        EXPECT_TRUE(got[size_t(r)].top.empty());
+      }
+      const Tensor ids = ops::to_device(device.tokens(), Device::CPU);
+      for (int r = 0; r < n_rows; ++r) EXPECT_EQ(ids.data_as<int32_t>()[r], got[size_t(r)].token);
+    }
+  }
+  // Failures: the first NaN's index, and a row with no finite logit.
+  const int vocab = 5000;
+  Sampler greedy({.temperature = 0.0f}, vocab);
+  DeviceSampler device(vocab);
+  std::vector<DeviceSampler::Row> rows{{.sampler = &greedy, .logit_row = 0}};
+  std::vector<float> data(size_t(vocab), 1.0f);
+  data[4321] = std::numeric_limits<float>::quiet_NaN();
+  data[4500] = std::numeric_limits<float>::infinity();
+  try {
+    device.sample(upload(data, 1, vocab), rows);
+    ADD_FAILURE() << "a NaN logit was sampled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at token 4321"), std::string::npos) << e.what();
+  }
+  std::fill(data.begin(), data.end(), kNegInf);
+  try {
+    device.sample(upload(data, 1, vocab), rows);
+    ADD_FAILURE() << "a row of -inf was sampled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no token is allowed"), std::string::npos) << e.what();
+  }
+  // Anything more than greedy takes the full pipeline.
+  Sampler with_logprobs({.temperature = 0.0f, .logprobs = true}, vocab);
+  std::vector<DeviceSampler::Row> other{{.sampler = &with_logprobs, .logit_row = 0}};
+  EXPECT_FALSE(cuda::plain_greedy(device.prepare(other)));
+}
+
 TEST(CudaDeviceSampler, ErrorsLikeTheHost) {
   REQUIRE_CUDA_DEVICE();
   const int vocab = 300;

@@ -243,8 +243,9 @@ __device__ __forceinline__ void keep_better(float& v, int& index, float ov, int 
   }
 }
 
-// The row's (largest value, lowest index among equal values).
-__device__ void row_argmax(float& v, int& index, RowCtas& row, Shared& s) {
+// The CTA's (largest value, lowest index among equal values); every thread
+// gets it.
+__device__ void block_argmax(float& v, int& index, Shared& s) {
   for (int off = 16; off > 0; off >>= 1) {
     keep_better(v, index, __shfl_xor_sync(kFull, v, off), __shfl_xor_sync(kFull, index, off));
   }
@@ -254,6 +255,11 @@ __device__ void row_argmax(float& v, int& index, RowCtas& row, Shared& s) {
   v = s.reduce_f[0];
   index = s.reduce_i[0];
   for (int w = 1; w < kWarps; ++w) keep_better(v, index, s.reduce_f[w], s.reduce_i[w]);
+}
+
+// The row's (largest value, lowest index among equal values).
+__device__ void row_argmax(float& v, int& index, RowCtas& row, Shared& s) {
+  block_argmax(v, index, s);
   const CtaValue all =
       row.combine({.f = v, .i = index}, s, [](CtaValue& a, const CtaValue& b) { keep_better(a.f, a.i, b.f, b.i); });
   v = all.f;
@@ -887,6 +893,43 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   row.finish();
 }
 
+// Plain greedy rows (plain_greedy): the first maximum of the raw row, with
+// sample_kernel's checks and results, one CTA a row and no cluster. At batch
+// 1 the full kernel's launch (a cluster of 1,024-thread CTAs with 64 KB of
+// shared memory each) and its three cluster barriers took ~14 µs for one
+// pass over the row (BENCHMARKS.md).
+__global__ void __launch_bounds__(kThreads) greedy_kernel(const float* logits, int64_t stride, int vocab,
+                                                          const SampleRowParams* rows,  // [n_rows]
+                                                          SampleResult* results,        // [n_rows]
+                                                          int32_t* tokens) {            // [n_rows]
+  __shared__ Shared s;
+  const float* raw = logits + int64_t(rows[blockIdx.x].logit_row) * stride;  // [vocab]
+  float best = -INFINITY;
+  int best_index = INT_MAX, bad = INT_MAX;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float l = raw[i];
+    if (!(l < INFINITY)) bad = min(bad, i);
+    if (l > best) {  // (NaN never wins; the first maximum of this thread's ids)
+      best = l;
+      best_index = i;
+    }
+  }
+  block_argmax(best, best_index, s);
+  bad = block_min(bad, s);
+  if (threadIdx.x != 0) return;
+  SampleResult* out = results + blockIdx.x;
+  const bool ok = bad == INT_MAX && best != -INFINITY;
+  out->status = bad != INT_MAX ? SampleStatus::BadLogit : ok ? SampleStatus::Ok : SampleStatus::NothingAllowed;
+  out->token = ok ? best_index : -1;
+  out->logprob = NAN;
+  out->n_top = 0;
+  if (bad != INT_MAX) {
+    out->bad_index = bad;
+    out->bad_value = raw[bad];
+  }
+  tokens[blockIdx.x] = ok ? best_index : 0;
+}
+
 size_t align_up(size_t bytes) { return (bytes + 255) & ~size_t(255); }
 
 cudaLaunchConfig_t launch_config(int n_rows, int ctas, cudaStream_t stream, cudaLaunchAttribute& cluster) {
@@ -912,6 +955,13 @@ void grow_pinned(void*& buffer, size_t& capacity, size_t bytes) {
 }
 
 }  // namespace
+
+bool plain_greedy(const SampleBatch& batch) {
+  return std::all_of(batch.rows.begin(), batch.rows.end(), [](const SampleRowParams& p) {
+    return p.greedy && !p.skip && p.entry_begin == p.entry_end && p.mask_index < 0 && !p.want_logprobs &&
+           p.top_logprobs == 0;
+  });
+}
 
 // CTAs per row: the most (a power of two up to kMaxCtasPerRow) whose
 // clusters all fit on the GPU at once. A cluster's CTAs share one GPC, and a
@@ -1011,15 +1061,22 @@ void SampleRun::launch(const SampleRowsArgs& a) {
   r.n_rows = n_rows;
   char* dev = static_cast<char*>(r.device_upload.get());
   CUDA_CHECK(cudaMemcpyAsync(dev, host, upload_bytes, cudaMemcpyHostToDevice, stream));
-  cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = launch_config(int(n_rows), sample_ctas_per_row(int(n_rows)), stream, cluster);
-  CUDA_CHECK(cudaLaunchKernelEx(
-      &config, sample_kernel, a.logits, a.logits_stride, b.vocab, reinterpret_cast<const SampleRowParams*>(dev),
-      reinterpret_cast<const SamplePenaltyEntry*>(dev + rows_bytes),
-      reinterpret_cast<const float*>(dev + rows_bytes + entries_bytes),
-      reinterpret_cast<const uint32_t*>(dev + rows_bytes + entries_bytes + biases_bytes), mask_words,
-      static_cast<float*>(r.scratch.get()), static_cast<SampleResult*>(r.device_results.get()),
-      static_cast<int32_t*>(r.tokens.get())));
+  if (plain_greedy(b)) {
+    greedy_kernel<<<unsigned(n_rows), kThreads, 0, stream>>>(
+        a.logits, a.logits_stride, b.vocab, reinterpret_cast<const SampleRowParams*>(dev),
+        static_cast<SampleResult*>(r.device_results.get()), static_cast<int32_t*>(r.tokens.get()));
+    CUDA_CHECK_LAUNCH();
+  } else {
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t config = launch_config(int(n_rows), sample_ctas_per_row(int(n_rows)), stream, cluster);
+    CUDA_CHECK(cudaLaunchKernelEx(
+        &config, sample_kernel, a.logits, a.logits_stride, b.vocab, reinterpret_cast<const SampleRowParams*>(dev),
+        reinterpret_cast<const SamplePenaltyEntry*>(dev + rows_bytes),
+        reinterpret_cast<const float*>(dev + rows_bytes + entries_bytes),
+        reinterpret_cast<const uint32_t*>(dev + rows_bytes + entries_bytes + biases_bytes), mask_words,
+        static_cast<float*>(r.scratch.get()), static_cast<SampleResult*>(r.device_results.get()),
+        static_cast<int32_t*>(r.tokens.get())));
+  }
   // The results come back on the side stream, so that work queued next on
   // this one (the next decode step) does not wait for their copy.
   r.copied = copy_on_side_stream(r.download, r.device_results.get(), results_bytes);

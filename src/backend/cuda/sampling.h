@@ -113,8 +113,14 @@ class SampleRun {
   std::unique_ptr<Impl> impl_;
 };
 
-// CTAs sample_rows gives each row of an n_rows batch: a cluster of 1, 2, 4
-// or 8, the most whose clusters all fit on the GPU at once (8 for one row).
+// CTAs the full pipeline gives each row of an n_rows batch: a cluster of 1,
+// 2, 4 or 8, the most whose clusters all fit on the GPU at once (8 for one
+// row).
 int sample_ctas_per_row(int n_rows);
+
+// Whether every row of `batch` is greedy with nothing that changes its
+// logits or asks for logprobs: such a batch takes a kernel of one CTA a row
+// (the first maximum of the raw row) instead of the full pipeline.
+bool plain_greedy(const SampleBatch& batch);
 
 }  // namespace brioche::cuda
