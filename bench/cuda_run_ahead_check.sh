@@ -9,8 +9,9 @@
 # tokenizer). Checks, each printing "ok" or failing the script:
 #   1. `brioche run`, greedy: the same text with BRIOCHE_RUN_AHEAD=0 and 1;
 #   2. `brioche serve`: 8 streaming chat completions at once and a client
-#      that hangs up after its first chunk, then one more request: every
-#      answer complete, /metrics counting steps run ahead.
+#      that hangs up after its first chunk, then one more request and four
+#      with a JSON schema: every answer complete, the JSON valid under the
+#      schema, /metrics counting steps run ahead.
 set -euo pipefail
 BIN=${BIN:-build/cuda/brioche}
 MODEL=${MODEL:?set MODEL to a GGUF file}
@@ -75,6 +76,26 @@ for i, (finish, chunks) in enumerate(results[:8]):
     assert chunks > 1, (i, chunks)
 after = chat(100)
 assert after[0] in ("length", "stop"), after
+
+# Structured output run ahead: every step's grammar mask needs the host's
+# last token, which it has by the time that step's sampling is launched.
+schema = {"type": "object", "properties": {
+    "city": {"type": "string", "enum": ["Paris", "Lyon", "Nice"]},
+    "sunny": {"type": "boolean"},
+    "rank": {"type": "integer", "minimum": 1, "maximum": 9}},
+    "required": ["city", "sunny", "rank"], "additionalProperties": False}
+for seed in range(4):
+    body = {"messages": [{"role": "user", "content": "Pick a city."}], "max_tokens": 200, "temperature": 1.0,
+            "seed": seed, "response_format": {"type": "json_schema",
+                                              "json_schema": {"name": "city", "schema": schema, "strict": True}}}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    answer = json.loads(r.read())
+    assert r.status == 200, answer
+    value = json.loads(answer["choices"][0]["message"]["content"])
+    assert value["city"] in ("Paris", "Lyon", "Nice") and isinstance(value["sunny"], bool) and 1 <= value["rank"] <= 9, value
+print("ok: 4 json_schema answers parse and match the schema")
 c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
 c.request("GET", "/metrics")
 metrics = c.getresponse().read().decode()
