@@ -41,7 +41,7 @@ class ModelRunner {
   // Every row's result depends only on its own sequence (row-independent math).
   virtual void forward(const model::ForwardBatch& batch, Tensor& logits) = 0;
   // forward() with the rows' tokens on the device (model::Model::
-  // forward_from_device_tokens): false, with nothing done, when the runner
+  // forward_from_device_tokens): false, with nothing queued, when the runner
   // cannot take this batch that way.
   virtual bool forward_from_device_tokens(const model::ForwardBatch& batch, const Tensor& tokens, Tensor& logits) {
     (void)batch, (void)tokens, (void)logits;

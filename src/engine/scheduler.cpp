@@ -56,22 +56,13 @@ void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationReq
 
 void Engine::Scheduler::step() {
   drop_cancelled();
-  if (ahead_) {
-    // The step queued ahead last time: its forward is on the device already
-    // (when every row's sequence has finished since, it is simply dropped).
-    std::vector<Planned> planned = std::move(*ahead_);
-    ahead_.reset();
-    if (!planned.empty()) {
-      ++steps_;
-      try {
-        run(planned, true);
-      } catch (const std::exception& e) {
-        fail_step(planned, e);
-      }
-      return;
-    }
-  }
-  std::vector<Planned> planned = plan();
+  // A step queued ahead last time has its forward on the device already
+  // (dropped when every row's sequence has finished since).
+  std::vector<Planned> planned;
+  if (ahead_) planned = std::move(*ahead_);
+  ahead_.reset();
+  const bool forward_queued = !planned.empty();
+  if (!forward_queued) planned = plan();
   if (planned.empty()) {
     if (!running_.empty()) {
       // Every running sequence is stuck waiting for blocks held by the others
@@ -89,17 +80,13 @@ void Engine::Scheduler::step() {
   }
   ++steps_;
   try {
-    run(planned, false);
+    run(planned, forward_queued);
   } catch (const std::exception& e) {
-    fail_step(planned, e);
-  }
-}
-
-void Engine::Scheduler::fail_step(const std::vector<Planned>& planned, const std::exception& e) {
-  std::string message = error_message("model step failed: ", e.what());
-  for (const Planned& p : planned) {
-    bool alive = std::any_of(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == p.seq; });
-    if (alive) finish(p.seq, FinishReason::Error, message);
+    std::string message = error_message("model step failed: ", e.what());
+    for (const Planned& p : planned) {
+      bool alive = std::any_of(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == p.seq; });
+      if (alive) finish(p.seq, FinishReason::Error, message);
+    }
   }
 }
 
@@ -468,7 +455,7 @@ void Engine::Scheduler::run_ahead(const std::vector<Sequence*>& sampled) {
   for (Sequence* seq : sampled)
     if (!ensure_blocks(*seq, seq->n_computed + 1)) return;
 
-  model::ForwardBatch& batch = ahead_batch_;
+  model::ForwardBatch& batch = batch_;  // (this step's forward has taken it)
   batch.tokens.assign(sampled.size(), 0);  // any valid id: the device's are read
   batch.positions.clear();
   batch.wants_logits.assign(sampled.size(), 1);

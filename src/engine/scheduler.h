@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <exception>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -97,8 +96,6 @@ class Engine::Scheduler {
   // run ahead), samples the rows that reached their last token and accepts
   // their tokens.
   void run(const std::vector<Planned>& planned, bool forward_queued);
-  // Finishes the planned sequences still running with the step's error.
-  void fail_step(const std::vector<Planned>& planned, const std::exception& e);
   void queue_forward(const std::vector<Planned>& planned);
   // With the device sampler's launch in flight: queues the next decode step
   // of `sampled` (this step's sampled sequences, plan order) fed by the
@@ -127,7 +124,6 @@ class Engine::Scheduler {
   // A decode step queued before the host had its tokens (run_ahead): its
   // rows; remove() drops the rows of sequences that finish meanwhile.
   std::optional<std::vector<Planned>> ahead_;
-  model::ForwardBatch ahead_batch_;
   bool run_ahead_enabled_ = false;  // device sampler and BRIOCHE_RUN_AHEAD != 0
   uint64_t overlapped_steps_ = 0;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;

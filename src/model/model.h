@@ -75,8 +75,8 @@ class Model {
   // `tokens` (i32 [batch.n_rows()] on the model's device) replaces
   // batch.tokens, which only needs to hold valid ids. The engine queues step
   // t + 1 this way, fed by step t's sampler, before step t's tokens reach the
-  // host. False, with nothing done, when the model cannot take such a batch
-  // (it must be a decode step whose CUDA graph is already recorded).
+  // host. False, with nothing queued, when the model cannot take such a
+  // batch (it must be a decode step whose CUDA graph is already recorded).
   virtual bool forward_from_device_tokens(const ForwardBatch& batch, const Tensor& tokens, KvCache& cache,
                                           Tensor& logits) {
     (void)batch, (void)tokens, (void)cache, (void)logits;

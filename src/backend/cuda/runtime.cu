@@ -235,31 +235,32 @@ cudaStream_t side_stream() {
   return s;
 }
 
-std::shared_ptr<void> recorded_event(cudaStream_t on) {
-  cudaEvent_t e;
-  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  std::shared_ptr<void> owner(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
-  CUDA_CHECK(cudaEventRecord(e, on));
-  return owner;
-}
-
-}  // namespace
-
-std::shared_ptr<void> copy_on_side_stream(void* dst, const void* src, size_t bytes) {
-  const std::shared_ptr<void> queued = recorded_event(detail::current_stream());
-  CUDA_CHECK(cudaStreamWaitEvent(side_stream(), static_cast<cudaEvent_t>(queued.get()), 0));
-  if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, side_stream()));
-  return recorded_event(side_stream());
-}
-
-void record_event(std::shared_ptr<void>& event) {
+// Records `event` (created on first use) on `on`.
+void record_on(std::shared_ptr<void>& event, cudaStream_t on) {
   if (!event) {
     cudaEvent_t e;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     event = std::shared_ptr<void>(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
   }
-  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event.get()), detail::current_stream()));
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event.get()), on));
 }
+
+}  // namespace
+
+void copy_on_side_stream(void* dst, const void* src, size_t bytes, SideCopyEvents& events) {
+  record_on(events.queued, detail::current_stream());
+  CUDA_CHECK(cudaStreamWaitEvent(side_stream(), static_cast<cudaEvent_t>(events.queued.get()), 0));
+  if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, side_stream()));
+  record_on(events.done, side_stream());
+}
+
+std::shared_ptr<void> copy_on_side_stream(void* dst, const void* src, size_t bytes) {
+  SideCopyEvents events;
+  copy_on_side_stream(dst, src, bytes, events);
+  return events.done;
+}
+
+void record_event(std::shared_ptr<void>& event) { record_on(event, detail::current_stream()); }
 
 void host_waits_for(const std::shared_ptr<void>& event) {
   if (event) CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event.get())));

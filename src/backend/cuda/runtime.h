@@ -62,6 +62,14 @@ void fill_bytes(void* device_dst, uint8_t value, size_t bytes);
 // host). Host memory must be page-locked (allocate_pinned_host), or the
 // driver stages it synchronously. Returns the copy's end, an opaque event.
 std::shared_ptr<void> copy_on_side_stream(void* dst, const void* src, size_t bytes);
+// The same with the caller's two events (created on first use, recorded
+// again by each call), for a copy made every decode step that is waited for
+// (host_waits_for(done)) before the next: no event created per call.
+struct SideCopyEvents {
+  std::shared_ptr<void> queued;  // the compute stream's work before the copy
+  std::shared_ptr<void> done;    // the copy's end
+};
+void copy_on_side_stream(void* dst, const void* src, size_t bytes, SideCopyEvents& events);
 // Work queued on the compute stream from now on runs after `copy_done` (the
 // host does not wait).
 void compute_waits_for(const std::shared_ptr<void>& copy_done);

@@ -903,7 +903,10 @@ __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* logits, i
                                                           SampleResult* results,        // [n_rows]
                                                           int32_t* tokens) {            // [n_rows]
   __shared__ Shared s;
+  RowCtas row(vocab);  // (launched without clusters: a cluster of one CTA, the whole row)
   const float* raw = logits + int64_t(rows[blockIdx.x].logit_row) * stride;  // [vocab]
+  SampleResult* out = results + blockIdx.x;
+  int32_t* token_out = tokens + blockIdx.x;
   float best = -INFINITY;
   int best_index = INT_MAX, bad = INT_MAX;
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
@@ -916,18 +919,9 @@ __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* logits, i
   }
   block_argmax(best, best_index, s);
   bad = block_min(bad, s);
-  if (threadIdx.x != 0) return;
-  SampleResult* out = results + blockIdx.x;
-  const bool ok = bad == INT_MAX && best != -INFINITY;
-  out->status = bad != INT_MAX ? SampleStatus::BadLogit : ok ? SampleStatus::Ok : SampleStatus::NothingAllowed;
-  out->token = ok ? best_index : -1;
-  out->logprob = NAN;
-  out->n_top = 0;
-  if (bad != INT_MAX) {
-    out->bad_index = bad;
-    out->bad_value = raw[bad];
-  }
-  tokens[blockIdx.x] = ok ? best_index : 0;
+  if (bad != INT_MAX) write_no_token(out, token_out, SampleStatus::BadLogit, row, raw, bad);
+  else if (best == -INFINITY) write_no_token(out, token_out, SampleStatus::NothingAllowed, row);
+  else write_result(out, token_out, best_index, 0, false, 0.0, raw, row, s);
 }
 
 size_t align_up(size_t bytes) { return (bytes + 255) & ~size_t(255); }
@@ -991,13 +985,13 @@ struct SampleRun::Impl {
   size_t upload_capacity = 0;
   void* download = nullptr;
   size_t download_capacity = 0;
-  std::shared_ptr<void> copied;  // event: the results are in `download`
+  SideCopyEvents copy;  // copy.done: the results are in `download`
   std::shared_ptr<void> device_upload, device_results, scratch, tokens;
   size_t n_rows = 0;
   bool pending = false;
 
   void wait() {
-    if (pending) host_waits_for(copied);
+    if (pending) host_waits_for(copy.done);
     pending = false;
   }
 };
@@ -1007,12 +1001,10 @@ SampleRun::SampleRun() : impl_(std::make_unique<Impl>()) {}
 SampleRun::~SampleRun() {
   // The copies in flight read and write the pinned buffers: wait for them
   // before freeing (without throwing from a destructor).
-  if (impl_->pending) cudaEventSynchronize(static_cast<cudaEvent_t>(impl_->copied.get()));
+  if (impl_->pending) cudaEventSynchronize(static_cast<cudaEvent_t>(impl_->copy.done.get()));
   if (impl_->upload != nullptr) cudaFreeHost(impl_->upload);
   if (impl_->download != nullptr) cudaFreeHost(impl_->download);
 }
-
-bool SampleRun::pending() const { return impl_->pending; }
 
 const int32_t* SampleRun::tokens() const { return static_cast<const int32_t*>(impl_->tokens.get()); }
 
@@ -1079,7 +1071,7 @@ void SampleRun::launch(const SampleRowsArgs& a) {
   }
   // The results come back on the side stream, so that work queued next on
   // this one (the next decode step) does not wait for their copy.
-  r.copied = copy_on_side_stream(r.download, r.device_results.get(), results_bytes);
+  copy_on_side_stream(r.download, r.device_results.get(), results_bytes, r.copy);
   r.pending = true;
 }
 

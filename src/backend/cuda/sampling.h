@@ -106,7 +106,6 @@ class SampleRun {
   const int32_t* tokens() const;
   // results[i] for the last launch's row i (host memory).
   void collect(std::span<SampleResult> results);
-  bool pending() const;
 
  private:
   struct Impl;
