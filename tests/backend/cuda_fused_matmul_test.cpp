@@ -79,7 +79,9 @@ double nmse(const Tensor& got_device, const Tensor& want_device) {
   return num / den;
 }
 
-const DType kDtypes[] = {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+const DType kDtypes[] = {DType::BF16, DType::F16,  DType::F32,         DType::Q8_0,
+                          DType::Q4_0, DType::Q4_K, DType::Q6_K,        DType::AFFINE4_G64,
+                          DType::AFFINE8_G128};
 const int kRows[] = {1, 3, 8, 12};
 
 TEST(CudaFusedMatmul, AccumulateAddsToTheResidual) {

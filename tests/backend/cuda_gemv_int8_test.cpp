@@ -1,6 +1,7 @@
 // The int8-activation decode GEMV (backend/cuda/gemv_int8.cuh) against a
 // double-precision reference of (dequantized w) · x, for every dtype it
-// covers (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), n = 1..8 activation rows, odd
+// covers (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MLX affine 4/8-bit in groups of
+// 32, 64 and 128), n = 1..8 activation rows, odd
 // m, k from 256 to 14,336 (Llama-3-8B's down_proj), and the GemvArgs fusions
 // (Q/K/V parts in one launch, accumulate into y, SwiGLU with w_up).
 //
@@ -47,7 +48,9 @@ namespace {
 constexpr double kInt8Tolerance = 4e-4;      // per case
 constexpr double kInt8MeanTolerance = 1e-4;  // mean over a test's cases
 constexpr float kSentinel = -4242.5f;
-constexpr DType kInt8Types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kInt8Types[] = {DType::Q8_0,        DType::Q4_0,        DType::Q4_1,         DType::Q4_K,
+                                DType::Q5_K,        DType::Q6_K,        DType::AFFINE4_G32,  DType::AFFINE4_G64,
+                                DType::AFFINE4_G128, DType::AFFINE8_G32, DType::AFFINE8_G64, DType::AFFINE8_G128};
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -308,7 +311,9 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
   REQUIRE_CUDA_DEVICE();
   Worst plain, acc_worst, swiglu_worst, qkv_worst;
   uint32_t seed = 1300;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::AFFINE4_G32,
+                      DType::AFFINE4_G64, DType::AFFINE4_G128, DType::AFFINE8_G32, DType::AFFINE8_G64,
+                      DType::AFFINE8_G128}) {
     // Rows for a launch of `mb` MB (the kernel takes ≥ 8), plus `extra`.
     auto rows = [&](int64_t mb, int64_t k, int64_t extra) { return (mb << 20) / int64_t(row_bytes(dtype, k)) + extra; };
     for (int64_t k : {4096, 8192, 14336}) {

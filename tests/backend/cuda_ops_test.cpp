@@ -163,11 +163,10 @@ void check_matmul(DType wtype, const MatmulCase& c, uint32_t seed) {
     for (int64_t j = c.m; j < ldy; ++j) EXPECT_EQ(y_all[i * ldy + j], kSentinel) << "row padding written";
   }
   const bool gemm = c.n > 8;
-  // GEMV over Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K (every k here qualifies) runs on
-  // int8 activations (backend/cuda/gemv_int8.cuh): x rounded to int8 per
-  // 32-value block, NMSE ≈ 2e-5 (tests/backend/cuda_gemv_int8_test.cpp).
-  const bool int8_x = !gemm && (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1 ||
-                                wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K);
+  // GEMV over every quantized type (every k here qualifies) runs on int8
+  // activations (backend/cuda/gemv_int8.cuh): x rounded to int8 per 32-value
+  // block, NMSE ≈ 2e-5 (tests/backend/cuda_gemv_int8_test.cpp).
+  const bool int8_x = !gemm && dtype_info(wtype).quantized;
   EXPECT_LT(nmse(y, ref), gemm || int8_x ? 1e-4 : 1e-10);
   EXPECT_LT(nmse(y, y_cpu), 1e-3) << "against cpu::matmul";
 }

@@ -239,6 +239,16 @@ bool gemv_int8_covers(DType wtype, const GemvArgs& a) {
     case DType::Q4_K:
     case DType::Q5_K: k_multiple = 256; row_align = base_align = 16; break;
     case DType::Q6_K: k_multiple = 256; row_align = 2; break;
+    case DType::AFFINE4_G32:
+    case DType::AFFINE4_G64:
+    case DType::AFFINE4_G128:
+    case DType::AFFINE8_G32:
+    case DType::AFFINE8_G64:
+    case DType::AFFINE8_G128:
+      // (8-byte loads of the groups' scales and q; groups of 32 to 128)
+      k_multiple = std::max(32, dtype_info(wtype).block_elems);
+      row_align = base_align = 8;
+      break;
     default: return false;
   }
   if (a.k % k_multiple != 0 || a.n < 1 || a.n > 8) return false;
@@ -269,7 +279,8 @@ namespace {
 void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed) {
   if (streamed) gemv_stream_rows(wtype, a, x);
   else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
-  else gemv_int8_blocks32(wtype, a, x);
+  else if (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1) gemv_int8_blocks32(wtype, a, x);
+  else gemv_int8_affine(wtype, a, x);
 }
 
 }  // namespace

@@ -264,5 +264,6 @@ void launch_int8(const GemvArgs& a, const Int8Acts& x) {
 // Launchers per family (one .cu each, compiled in parallel).
 void gemv_int8_blocks32(DType wtype, const GemvArgs& args, const Int8Acts& x);  // Q8_0, Q4_0, Q4_1
 void gemv_int8_kquants(DType wtype, const GemvArgs& args, const Int8Acts& x);   // Q4_K, Q5_K, Q6_K
+void gemv_int8_affine(DType wtype, const GemvArgs& args, const Int8Acts& x);    // MLX affine 4/8-bit
 
 }  // namespace brioche::cuda::detail

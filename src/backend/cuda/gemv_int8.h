@@ -36,10 +36,11 @@ Int8Scratch allocate_int8_acts(int n, int64_t k);
 // True when `wtype` with these arguments runs on the int8 path: Q8_0 and
 // Q4_0 (k a multiple of 64: their 2-byte-aligned blocks are read as aligned
 // words, and an even block's last word ends inside the next block), Q4_1 (k a
-// multiple of 32), Q4_K, Q5_K and Q6_K (k a multiple of 256), n in 1..8, and
-// weight rows aligned as the loads need (word-aligned for the 32-value types,
-// 16-byte for Q4_K/Q5_K). Everything else keeps the f32-decode kernels of
-// gemv_quant.cu.
+// multiple of 32), Q4_K, Q5_K and Q6_K (k a multiple of 256), MLX affine
+// 4/8-bit (k a multiple of the group and of 32), n in 1..8, and weight rows
+// aligned as the loads need (word-aligned for the 32-value types, 16-byte for
+// Q4_K/Q5_K, 8-byte for the affine groups). Everything else keeps the
+// f32-decode kernels of gemv_quant.cu.
 bool gemv_int8_covers(DType wtype, const GemvArgs& args);
 
 // Whether the x quantization can take args.norm_w (x̂ = RMSNorm(x) first):

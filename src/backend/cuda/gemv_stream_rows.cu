@@ -1,4 +1,4 @@
-// The streamed decode GEMV for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights
+// The streamed decode GEMV for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and MLX affine weights
 // against int8 x (gemv_int8.cuh): tiles of whole weight rows brought into
 // shared memory by the bulk copy engine (the pipeline of gemv_stream.cuh),
 // read by consumer threads that each own a fixed 256-value column chunk (one
@@ -281,6 +281,47 @@ struct Q6_KChunk : ChunkOf<210, 2, 2> {
   }
 };
 
+// MLX affine, kBits of q in groups of kGroup values: a chunk is 256 / kGroup
+// groups of (f32 scale, f32 bias, q packed little-end first), whole 16-byte
+// vectors for every affine type. x block b of the chunk gives
+// scale·dx·Σ q·xq + offset·sx (gemv_int8_affine.cu has the math: 8-bit q
+// taken as q − 128, offset = 128·scale + bias; 4-bit nibbles interleaved
+// back into x's order by byte permutes). CTAs per SM and tiles first as the
+// GGUF type of the same bits (Q4_0, Q8_0).
+template <int kBits, int kGroup>
+struct AffineChunk
+    : ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3> {
+  using Base = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3>;
+  using Base::kWords;
+  static constexpr int kGroupWords = 2 + kGroup * kBits / 32;
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      const int g = b * 32 / kGroup, q0 = g * kGroupWords + 2 + (b * 32 % kGroup) / 32 * kBits;
+      const float scale = __uint_as_float(v[g * kGroupWords]), bias = __uint_as_float(v[g * kGroupWords + 1]);
+      int s0 = 0, s1 = 0;  // two chains of __dp4a
+      if constexpr (kBits == 8) {
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+          s0 = __dp4a(int(v[q0 + i] ^ 0x80808080u), x.q[8 * b + i], s0);
+          s1 = __dp4a(int(v[q0 + i + 1] ^ 0x80808080u), x.q[8 * b + i + 1], s1);
+        }
+        sum += scale * x.ds[b].x * float(s0 + s1) + fmaf(128.0f, scale, bias) * x.ds[b].y;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t even = v[q0 + i] & 0x0F0F0F0Fu, odd = (v[q0 + i] >> 4) & 0x0F0F0F0Fu;
+          s0 = __dp4a(int(__byte_perm(even, odd, 0x5140)), x.q[8 * b + 2 * i], s0);
+          s1 = __dp4a(int(__byte_perm(even, odd, 0x7362)), x.q[8 * b + 2 * i + 1], s1);
+        }
+        sum += scale * x.ds[b].x * float(s0 + s1) + bias * x.ds[b].y;
+      }
+    }
+    return sum;
+  }
+};
+
 struct Shared {
   uint64_t full[kMaxStages];
   uint64_t empty[kMaxStages];
@@ -446,7 +487,9 @@ void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMV_STREAM_INT8");
   const bool typed = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K || wtype == DType::Q5_K ||
-                     (wtype == DType::Q6_K && a.k % 2048 == 0);  // (Q6_K: 16-byte aligned rows)
+                     (wtype == DType::Q6_K && a.k % 2048 == 0) ||  // (Q6_K: 16-byte aligned rows)
+                     wtype == DType::AFFINE4_G32 || wtype == DType::AFFINE4_G64 || wtype == DType::AFFINE4_G128 ||
+                     wtype == DType::AFFINE8_G32 || wtype == DType::AFFINE8_G64 || wtype == DType::AFFINE8_G128;
   if (!on || !typed || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
   const int64_t max_chunks = a.w_up != nullptr ? 16 : 64;
   if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
@@ -457,7 +500,7 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
 }
 
 void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
-  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K "
+  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MLX affine "
                 "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 (2,048 for Q6_K) up "
                 "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n,
                 ", k ", a.k, ", ", gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
@@ -467,7 +510,13 @@ void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
     case DType::Q4_0: return launch_chunks<Q4_0Chunk>(a, x);
     case DType::Q4_K: return launch_chunks<Q4_KChunk>(a, x);
     case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x);
-    default: return launch_chunks<Q6_KChunk>(a, x);
+    case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x);
+    case DType::AFFINE4_G32: return launch_chunks<AffineChunk<4, 32>>(a, x);
+    case DType::AFFINE4_G64: return launch_chunks<AffineChunk<4, 64>>(a, x);
+    case DType::AFFINE4_G128: return launch_chunks<AffineChunk<4, 128>>(a, x);
+    case DType::AFFINE8_G32: return launch_chunks<AffineChunk<8, 32>>(a, x);
+    case DType::AFFINE8_G64: return launch_chunks<AffineChunk<8, 64>>(a, x);
+    default: return launch_chunks<AffineChunk<8, 128>>(a, x);
   }
 }
 
