@@ -1,14 +1,20 @@
 // gen_model: writes a random-weight model in a real architecture's shape as
-// GGUF, for speed tests where no model can be downloaded.
+// GGUF, or as a Hugging Face directory of safetensors (bf16, f16, f32, or an
+// MLX affine type as MLX writes it), for speed tests where no model can be
+// downloaded. An --out ending in .gguf writes GGUF; anything else is a
+// directory (tools/gen_model_safetensors.h).
 //
 //   gen_model --shape llama3-8b --dtype q4_k --out /tmp/llama3-8b-q4_k.gguf
+//   gen_model --shape llama3.2-1b --dtype affine4_g64 --out /tmp/llama1b-mlx4
 //
 // With a real tokenizer, so that `brioche run/serve` work end to end on the
 // random model (the text is nonsense; the paths are the real ones):
 //   gen_model --tokenizer-only --tokenizer-from SmolLM2.gguf --out tok.gguf   (small, carried)
 //   gen_model --shape smollm2-135m --tokenizer-from tok.gguf --out model.gguf
-// --tokenizer-from copies every tokenizer.* key of that GGUF.
+// --tokenizer-from copies every tokenizer.* key of that GGUF; for a directory
+// it is a directory whose tokenizer.json (and tokenizer_config.json) are copied.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +22,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "tools/gen_model_lib.h"
+#include "tools/gen_model_safetensors.h"
 
 namespace {
 
@@ -26,6 +33,20 @@ std::vector<std::pair<std::string, brioche::formats::GgufValue>> tokenizer_metad
     if (key.starts_with("tokenizer.")) out.emplace_back(key, value);
   if (out.empty()) brioche::fail(path, ": no tokenizer.* metadata to copy");
   return out;
+}
+
+// tokenizer.json (required) and tokenizer_config.json (if there) from the
+// directory `from` into the directory `to`.
+void copy_tokenizer_files(const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(fs::path(from) / "tokenizer.json"))
+    brioche::fail("--tokenizer-from ", from, ": expected a directory with tokenizer.json for a safetensors "
+                  "directory, found none");
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    if (!fs::exists(fs::path(from) / name)) continue;
+    fs::copy_file(fs::path(from) / name, fs::path(to) / name, fs::copy_options::overwrite_existing);
+    fs::permissions(fs::path(to) / name, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+  }
 }
 
 }  // namespace
@@ -57,12 +78,24 @@ int main(int argc, char** argv) {
   if (out.empty() || (shape.empty() && !tokenizer_only) || (tokenizer_only && tokenizer_from.empty())) {
     std::fprintf(stderr,
                  "usage: gen_model --shape NAME [--dtype DTYPE] [--tokenizer-from FILE.gguf] --out FILE.gguf\n"
+                 "       gen_model --shape NAME [--dtype DTYPE] [--tokenizer-from DIR] --out DIR\n"
                  "       gen_model --tokenizer-only --tokenizer-from FILE.gguf --out FILE.gguf\n  shapes:");
     for (const auto& p : tools::shape_presets()) std::fprintf(stderr, " %s", p.name.c_str());
     std::fprintf(stderr, "\n");
     return 2;
   }
   try {
+    const bool gguf = out.ends_with(".gguf");
+    if (!gguf && !tokenizer_only) {
+      DType dtype;
+      if (!parse_dtype(dtype_text, &dtype)) fail("unknown dtype '", dtype_text, "'");
+      const model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(shape), dtype);
+      tools::write_safetensors_dir(ck, out);
+      if (!tokenizer_from.empty()) copy_tokenizer_files(tokenizer_from, out);
+      std::printf("wrote %s/ (%s, %s, safetensors%s)\n", out.c_str(), shape.c_str(), dtype_text.c_str(),
+                  tokenizer_from.empty() ? ", no tokenizer" : ", with a real tokenizer");
+      return 0;
+    }
     std::vector<std::pair<std::string, formats::GgufValue>> extra;
     if (!tokenizer_from.empty()) extra = tokenizer_metadata(tokenizer_from);
     if (tokenizer_only) {

@@ -32,6 +32,7 @@ inline const std::vector<ShapePreset>& shape_presets() {
   static const std::vector<ShapePreset> presets = {
       {"llama3-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 128, 500000.0f, false, false},
       {"llama3-70b", "llama", 128256, 8192, 28672, 80, 64, 8, 128, 500000.0f, false, false},
+      {"llama3.2-1b", "llama", 128256, 2048, 8192, 16, 32, 8, 64, 500000.0f, true, false},
       {"qwen2.5-7b", "qwen2", 152064, 3584, 18944, 28, 28, 4, 128, 1000000.0f, false, true},
       {"smollm2-135m", "llama", 49152, 576, 1536, 30, 9, 3, 64, 100000.0f, true, false},
       {"smollm2-1.7b", "llama", 49152, 2048, 8192, 24, 32, 32, 64, 130000.0f, true, false},
