@@ -28,25 +28,12 @@ namespace brioche::tools {
 
 namespace detail {
 
-// MLX affine bits and group of `dtype`, or {0, 0} for other types.
-struct AffineShape {
-  int bits = 0, group = 0;
-};
-inline AffineShape affine_shape(DType dtype) {
-  for (int bits : {4, 8})
-    for (int group : {32, 64, 128}) {
-      DType t;
-      if (affine_dtype(bits, group, &t) && t == dtype) return {bits, group};
-    }
-  return {};
-}
-
 // `t` [rows, cols] under `prefix`: a dense tensor as "<prefix>.weight", or an
 // MLX affine one as its packed words, scales and biases.
 inline void add_matrix(formats::SafetensorsWriter& out, const std::string& prefix, const Tensor& t) {
   const DType dtype = t.dtype();
-  const AffineShape a = affine_shape(dtype);
-  if (a.bits == 0) {
+  const int bits = affine_bits(dtype), group = dtype_info(dtype).block_elems;
+  if (bits == 0) {
     BRIOCHE_CHECK(!dtype_info(dtype).quantized, "gen_model: ", prefix, ".weight (rows of ", t.shape()[1],
                   ") is ", dtype_name(dtype), ", a GGUF block type, which has no safetensors form (also the "
                   "generator's fallback when the rows are no multiple of the type's group): write a .gguf, or "
@@ -54,8 +41,8 @@ inline void add_matrix(formats::SafetensorsWriter& out, const std::string& prefi
     out.add(prefix + ".weight", t);
     return;
   }
-  const int64_t rows = t.shape()[0], cols = t.shape()[1], groups = cols / a.group;
-  const size_t q_bytes = size_t(a.group) * size_t(a.bits) / 8, block_bytes = size_t(dtype_info(dtype).block_bytes);
+  const int64_t rows = t.shape()[0], cols = t.shape()[1], groups = cols / group;
+  const size_t q_bytes = size_t(group) * size_t(bits) / 8, block_bytes = size_t(dtype_info(dtype).block_bytes);
   std::vector<uint8_t> words(size_t(rows) * size_t(groups) * q_bytes);
   std::vector<uint16_t> scales(size_t(rows * groups)), biases(size_t(rows * groups));
   const auto* src = static_cast<const uint8_t*>(t.data());
@@ -70,7 +57,7 @@ inline void add_matrix(formats::SafetensorsWriter& out, const std::string& prefi
     biases[size_t(b)] = f32_to_bf16(bias);
     std::memcpy(words.data() + size_t(b) * q_bytes, block + 8, q_bytes);
   }
-  out.add_raw(prefix + ".weight", "U32", {rows, cols * a.bits / 32}, words.data(), words.size());
+  out.add_raw(prefix + ".weight", "U32", {rows, cols * bits / 32}, words.data(), words.size());
   out.add_raw(prefix + ".scales", "BF16", {rows, groups}, scales.data(), scales.size() * 2);
   out.add_raw(prefix + ".biases", "BF16", {rows, groups}, biases.data(), biases.size() * 2);
 }
@@ -101,8 +88,9 @@ inline nlohmann::json hf_config(const model::Checkpoint& ck) {
       {"tie_word_embeddings", c.tied_embeddings},
       {"torch_dtype", "bfloat16"},
   };
-  const AffineShape a = affine_shape(c.weight_dtype);
-  if (a.bits != 0) cfg["quantization"] = cfg["quantization_config"] = {{"bits", a.bits}, {"group_size", a.group}};
+  if (const int bits = affine_bits(c.weight_dtype); bits != 0)
+    cfg["quantization"] = cfg["quantization_config"] = {{"bits", bits},
+                                                         {"group_size", dtype_info(c.weight_dtype).block_elems}};
   return cfg;
 }
 

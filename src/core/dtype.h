@@ -85,4 +85,18 @@ bool parse_dtype(std::string_view name, DType* out);
 // MLX affine dtype for (bits, group size), or false when unsupported.
 bool affine_dtype(int bits, int group_size, DType* out);
 
+// Bits of q of an MLX affine type (its group size is block_elems); 0 for
+// every other type.
+constexpr int affine_bits(DType t) {
+  switch (t) {
+    case DType::AFFINE4_G32:
+    case DType::AFFINE4_G64:
+    case DType::AFFINE4_G128: return 4;
+    case DType::AFFINE8_G32:
+    case DType::AFFINE8_G64:
+    case DType::AFFINE8_G128: return 8;
+    default: return 0;
+  }
+}
+
 }  // namespace brioche

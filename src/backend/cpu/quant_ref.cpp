@@ -27,10 +27,6 @@ float load_f32(const uint8_t* p) {
 }
 void store_f32(uint8_t* p, float f) { std::memcpy(p, &f, 4); }
 
-int affine_bits(DType t) {
-  return (t == DType::AFFINE4_G32 || t == DType::AFFINE4_G64 || t == DType::AFFINE4_G128) ? 4 : 8;
-}
-
 // ---- decoders (x = value of element i of the block) ----
 
 void dequant_q8_0(const uint8_t* b, float* y) {
@@ -316,7 +312,7 @@ void dequantize_row_ref(DType dtype, const void* src, float* dst, int64_t n) {
       case DType::Q4_K: dequant_q4_k(b, y); break;
       case DType::Q5_K: dequant_q5_k(b, y); break;
       case DType::Q6_K: dequant_q6_k(b, y); break;
-      default: dequant_affine(b, y, info.block_elems, affine_bits(dtype)); break;
+      default: dequant_affine(b, y, info.block_elems, affine_bits(dtype) == 4 ? 4 : 8); break;
     }
   }
 }
@@ -349,7 +345,7 @@ void quantize_row_ref(DType dtype, const float* src, void* dst, int64_t n) {
       case DType::Q4_K: quant_q4_k(x, b); break;
       case DType::Q5_K: quant_q5_k(x, b); break;
       case DType::Q6_K: quant_q6_k(x, b); break;
-      default: quant_affine(x, b, info.block_elems, affine_bits(dtype)); break;
+      default: quant_affine(x, b, info.block_elems, affine_bits(dtype) == 4 ? 4 : 8); break;
     }
   }
 }

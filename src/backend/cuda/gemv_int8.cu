@@ -239,17 +239,12 @@ bool gemv_int8_covers(DType wtype, const GemvArgs& a) {
     case DType::Q4_K:
     case DType::Q5_K: k_multiple = 256; row_align = base_align = 16; break;
     case DType::Q6_K: k_multiple = 256; row_align = 2; break;
-    case DType::AFFINE4_G32:
-    case DType::AFFINE4_G64:
-    case DType::AFFINE4_G128:
-    case DType::AFFINE8_G32:
-    case DType::AFFINE8_G64:
-    case DType::AFFINE8_G128:
-      // (8-byte loads of the groups' scales and q; groups of 32 to 128)
+    default:
+      if (affine_bits(wtype) == 0) return false;
+      // MLX affine: 8-byte loads of the groups' scales and q (groups of 32 to 128).
       k_multiple = std::max(32, dtype_info(wtype).block_elems);
       row_align = base_align = 8;
       break;
-    default: return false;
   }
   if (a.k % k_multiple != 0 || a.n < 1 || a.n > 8) return false;
   // Bases word-aligned at least: Q6_K's re-aligned loads may start 2 bytes

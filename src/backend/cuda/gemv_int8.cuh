@@ -104,6 +104,28 @@ __device__ __forceinline__ ScaleMinPair k_scale_min_pair(uint32_t s0, uint32_t s
   return {int(sc & 0xFF), int(sc >> 8), int(mn & 0xFF), int(mn >> 8)};
 }
 
+// MLX affine q as the signed bytes __dp4a takes, in x's order (core/dtype.h:
+// w = scale·q + bias, q packed little-end first).
+// 8-bit q (0..255) is taken as q − 128, a signed byte (the top bit flipped),
+// so Σ w·x = scale·dx·Σ (q − 128)·xq + (128·scale + bias)·sx.
+__device__ __forceinline__ int affine8_centered(uint32_t w) { return int(w ^ 0x80808080u); }
+// A 4-bit word holds elements 8j..8j+7, element 2i + h in byte i's low (h = 0)
+// or high nibble: the masked nibbles are the even and the odd elements,
+// interleaved back into order by two byte permutes (first: 8j..8j+3).
+struct AffineNibbles {
+  int first, second;
+};
+__device__ __forceinline__ AffineNibbles affine4_in_order(uint32_t w) {
+  const uint32_t even = w & 0x0F0F0F0Fu, odd = (w >> 4) & 0x0F0F0F0Fu;
+  return {int(__byte_perm(even, odd, 0x5140)), int(__byte_perm(even, odd, 0x7362))};
+}
+// The weight of a block's sx in Σ w·x: the bias, plus 128·scale for the
+// 8-bit q taken as q − 128.
+template <int kBits>
+__device__ __forceinline__ float affine_offset(float scale, float bias) {
+  return kBits == 8 ? fmaf(128.0f, scale, bias) : bias;
+}
+
 // Σ of 16 int8 products: w[0..3] against the 16 bytes of x.
 __device__ __forceinline__ int dot16(const int w[4], int4 x, int acc) {
   acc = __dp4a(w[0], x.x, acc);

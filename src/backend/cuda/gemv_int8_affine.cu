@@ -1,43 +1,21 @@
 // Integer GEMV (gemv_int8.cuh) for MLX affine weights: groups of G = 32, 64
 // or 128 values stored as f32 scale, f32 bias, then the 4- or 8-bit q packed
 // little-end first (core/dtype.h). A lane takes one 32-value x block per
-// step, the part of its group that block covers: w = scale·q + bias, so
-//   Σ w·x = scale·dx·Σ q·xq + bias·sx      (sx = dx·Σ xq, as for Q4_1).
-// 8-bit q (0..255) is taken as q − 128 (a signed byte: q xor 0x80) for the
-// signed __dp4a, which adds 128·scale·sx back:
-//   Σ w·x = scale·dx·Σ (q − 128)·xq + (128·scale + bias)·sx.
-// A 4-bit byte holds elements 2i (low nibble) and 2i + 1 (high): the masked
-// nibbles are the even and the odd elements, interleaved back into x's order
-// by two byte permutes per word.
+// step, the part of its group that block covers (gemv_int8.cuh has the
+// math: affine8_centered, affine4_in_order, affine_offset).
 #include "backend/cuda/gemv_int8.cuh"
 
 namespace brioche::cuda::detail {
 
 namespace {
 
-// Bits and group size of an affine type.
-template <DType T>
-struct AffineFormat;
-template <>
-struct AffineFormat<DType::AFFINE4_G32> { static constexpr int kBits = 4, kGroup = 32; };
-template <>
-struct AffineFormat<DType::AFFINE4_G64> { static constexpr int kBits = 4, kGroup = 64; };
-template <>
-struct AffineFormat<DType::AFFINE4_G128> { static constexpr int kBits = 4, kGroup = 128; };
-template <>
-struct AffineFormat<DType::AFFINE8_G32> { static constexpr int kBits = 8, kGroup = 32; };
-template <>
-struct AffineFormat<DType::AFFINE8_G64> { static constexpr int kBits = 8, kGroup = 64; };
-template <>
-struct AffineFormat<DType::AFFINE8_G128> { static constexpr int kBits = 8, kGroup = 128; };
-
 }  // namespace
 
 // One 32-value x block per lane and step (block c = lane, lane + 32, ...).
 template <DType T>
-  requires requires { AffineFormat<T>::kBits; }
+  requires(affine_bits(T) != 0)
 struct Dot<T> {
-  static constexpr int kBits = AffineFormat<T>::kBits, kGroup = AffineFormat<T>::kGroup;
+  static constexpr int kBits = affine_bits(T), kGroup = dtype_info(T).block_elems;
   static constexpr int kGroupBytes = 8 + kGroup * kBits / 8;
   using Lane = BlockLane;
   using XShare = Block32Acts;
@@ -58,27 +36,20 @@ struct Dot<T> {
     const float2 sb = __ldg(reinterpret_cast<const float2*>(group));
     Share b;
     b.scale = sb.x;
+    b.offset = affine_offset<kBits>(sb.x, sb.y);
     if constexpr (kBits == 8) {
-      b.offset = fmaf(128.0f, sb.x, sb.y);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint2 v = __ldg(q + i);
-        b.q[2 * i] = int(v.x ^ 0x80808080u);
-        b.q[2 * i + 1] = int(v.y ^ 0x80808080u);
+        b.q[2 * i] = affine8_centered(v.x);
+        b.q[2 * i + 1] = affine8_centered(v.y);
       }
     } else {
-      b.offset = sb.y;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const uint2 v = __ldg(q + i);
-        const uint32_t words[2] = {v.x, v.y};
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          // Word 2i + j holds elements 8(2i + j) .. + 7.
-          const uint32_t even = words[j] & 0x0F0F0F0Fu, odd = (words[j] >> 4) & 0x0F0F0F0Fu;
-          b.q[4 * i + 2 * j] = int(__byte_perm(even, odd, 0x5140));
-          b.q[4 * i + 2 * j + 1] = int(__byte_perm(even, odd, 0x7362));
-        }
+        const AffineNibbles lo = affine4_in_order(v.x), hi = affine4_in_order(v.y);
+        b.q[4 * i] = lo.first, b.q[4 * i + 1] = lo.second, b.q[4 * i + 2] = hi.first, b.q[4 * i + 3] = hi.second;
       }
     }
     return b;

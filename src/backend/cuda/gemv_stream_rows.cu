@@ -289,10 +289,10 @@ struct Q6_KChunk : ChunkOf<210, 2, 2> {
 // back into x's order by byte permutes). CTAs per SM and tiles first as the
 // GGUF type of the same bits (Q4_0, Q8_0).
 template <int kBits, int kGroup>
-struct AffineChunk
-    : ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3> {
-  using Base = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3>;
-  using Base::kWords;
+using AffineChunkOf = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3>;
+template <int kBits, int kGroup>
+struct AffineChunk : AffineChunkOf<kBits, kGroup> {
+  using AffineChunkOf<kBits, kGroup>::kWords;
   static constexpr int kGroupWords = 2 + kGroup * kBits / 32;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     float sum = 0.0f;
@@ -304,19 +304,18 @@ struct AffineChunk
       if constexpr (kBits == 8) {
 #pragma unroll
         for (int i = 0; i < 8; i += 2) {
-          s0 = __dp4a(int(v[q0 + i] ^ 0x80808080u), x.q[8 * b + i], s0);
-          s1 = __dp4a(int(v[q0 + i + 1] ^ 0x80808080u), x.q[8 * b + i + 1], s1);
+          s0 = __dp4a(affine8_centered(v[q0 + i]), x.q[8 * b + i], s0);
+          s1 = __dp4a(affine8_centered(v[q0 + i + 1]), x.q[8 * b + i + 1], s1);
         }
-        sum += scale * x.ds[b].x * float(s0 + s1) + fmaf(128.0f, scale, bias) * x.ds[b].y;
       } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const uint32_t even = v[q0 + i] & 0x0F0F0F0Fu, odd = (v[q0 + i] >> 4) & 0x0F0F0F0Fu;
-          s0 = __dp4a(int(__byte_perm(even, odd, 0x5140)), x.q[8 * b + 2 * i], s0);
-          s1 = __dp4a(int(__byte_perm(even, odd, 0x7362)), x.q[8 * b + 2 * i + 1], s1);
+          const AffineNibbles q = affine4_in_order(v[q0 + i]);
+          s0 = __dp4a(q.first, x.q[8 * b + 2 * i], s0);
+          s1 = __dp4a(q.second, x.q[8 * b + 2 * i + 1], s1);
         }
-        sum += scale * x.ds[b].x * float(s0 + s1) + bias * x.ds[b].y;
       }
+      sum += scale * x.ds[b].x * float(s0 + s1) + affine_offset<kBits>(scale, bias) * x.ds[b].y;
     }
     return sum;
   }
@@ -488,8 +487,7 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMV_STREAM_INT8");
   const bool typed = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K || wtype == DType::Q5_K ||
                      (wtype == DType::Q6_K && a.k % 2048 == 0) ||  // (Q6_K: 16-byte aligned rows)
-                     wtype == DType::AFFINE4_G32 || wtype == DType::AFFINE4_G64 || wtype == DType::AFFINE4_G128 ||
-                     wtype == DType::AFFINE8_G32 || wtype == DType::AFFINE8_G64 || wtype == DType::AFFINE8_G128;
+                     affine_bits(wtype) != 0;
   if (!on || !typed || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
   const int64_t max_chunks = a.w_up != nullptr ? 16 : 64;
   if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
