@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/env_switch.h"
 
@@ -116,44 +117,46 @@ bool capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// The fastest of `results` on this GEMM: each runs once to warm up and three
-// times timed (the best of the three counts), writing a scratch C with
-// beta 0, since the caller's C may be accumulated into. Candidates that fail
-// to launch are skipped.
+// The fastest of `results` on this GEMM, writing a scratch C with beta 0
+// (the caller's C may be accumulated into). The first candidate runs three
+// times untimed, so the clocks have left idle, then the candidates take turns,
+// one timed run each per round, four rounds, and each keeps its best run. So
+// no candidate is timed while the clocks still ramp up, as the first ones of
+// a candidate-by-candidate loop were. Candidates that fail to launch are
+// skipped.
 cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const GemmDesc& g,
                              const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
+  constexpr int kWarmups = 3, kRounds = 4;
   std::shared_ptr<void> c = allocate(output_size(g));
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   const float zero = 0.0f;
-  int best = 0;
-  float best_ms = INFINITY;
-  for (int i = 0; i < found; ++i) {
-    float ms = INFINITY;
-    for (int rep = 0; rep < 4; ++rep) {
+  auto run = [&](int i) {
+    return cublasLtMatmul(ctx.handle, op, &g.alpha, g.a, la, g.b, lb, &zero, c.get(), lc, c.get(), lc,
+                          &results[i].algo, ctx.workspace.get(), kWorkspaceBytes, stream);
+  };
+  std::vector<float> best_ms(size_t(found), INFINITY);
+  std::vector<bool> failed(size_t(found), false);
+  for (int w = 0; w < kWarmups; ++w) failed[0] = failed[0] || run(0) != CUBLAS_STATUS_SUCCESS;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int i = 0; i < found; ++i) {
+      if (failed[size_t(i)]) continue;
       CUDA_CHECK(cudaEventRecord(start, stream));
-      const cublasStatus_t status = cublasLtMatmul(ctx.handle, op, &g.alpha, g.a, la, g.b, lb, &zero, c.get(), lc,
-                                                   c.get(), lc, &results[i].algo, ctx.workspace.get(),
-                                                   kWorkspaceBytes, stream);
+      failed[size_t(i)] = run(i) != CUBLAS_STATUS_SUCCESS;
       CUDA_CHECK(cudaEventRecord(stop, stream));
       CUDA_CHECK(cudaEventSynchronize(stop));
-      if (status != CUBLAS_STATUS_SUCCESS) {
-        ms = INFINITY;
-        break;
-      }
       float t = 0.0f;
       CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (rep > 0) ms = std::min(ms, t);
-    }
-    if (ms < best_ms) {
-      best_ms = ms;
-      best = i;
+      if (!failed[size_t(i)]) best_ms[size_t(i)] = std::min(best_ms[size_t(i)], t);
     }
   }
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
+  int best = 0;
+  for (int i = 1; i < found; ++i)
+    if (best_ms[size_t(i)] < best_ms[size_t(best)]) best = i;
   return results[best].algo;
 }
 
