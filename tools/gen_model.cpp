@@ -35,13 +35,17 @@ std::vector<std::pair<std::string, brioche::formats::GgufValue>> tokenizer_metad
   return out;
 }
 
-// tokenizer.json (required) and tokenizer_config.json (if there) from the
-// directory `from` into the directory `to`.
-void copy_tokenizer_files(const std::string& from, const std::string& to) {
-  namespace fs = std::filesystem;
-  if (!fs::is_regular_file(fs::path(from) / "tokenizer.json"))
+// A safetensors directory's --tokenizer-from: a directory with tokenizer.json.
+void require_tokenizer_dir(const std::string& from) {
+  if (!std::filesystem::is_regular_file(std::filesystem::path(from) / "tokenizer.json"))
     brioche::fail("--tokenizer-from ", from, ": expected a directory with tokenizer.json for a safetensors "
                   "directory, found none");
+}
+
+// tokenizer.json and tokenizer_config.json (if there) from the directory
+// `from` into the directory `to`.
+void copy_tokenizer_files(const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
     if (!fs::exists(fs::path(from) / name)) continue;
     fs::copy_file(fs::path(from) / name, fs::path(to) / name, fs::copy_options::overwrite_existing);
@@ -85,29 +89,31 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (tokenizer_only) {
+      formats::GgufWriter writer;
+      const auto keys = tokenizer_metadata(tokenizer_from);
+      for (auto& [key, value] : keys) writer.add(key, value);
+      writer.write(out);
+      std::printf("wrote %s (%zu tokenizer keys from %s)\n", out.c_str(), keys.size(), tokenizer_from.c_str());
+      return 0;
+    }
+    DType dtype;
+    if (!parse_dtype(dtype_text, &dtype)) fail("unknown dtype '", dtype_text, "'");
+    // (The tokenizer is checked before the model is generated.)
     const bool gguf = out.ends_with(".gguf");
-    if (!gguf && !tokenizer_only) {
-      DType dtype;
-      if (!parse_dtype(dtype_text, &dtype)) fail("unknown dtype '", dtype_text, "'");
-      const model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(shape), dtype);
+    std::vector<std::pair<std::string, formats::GgufValue>> extra;
+    if (!tokenizer_from.empty()) {
+      if (gguf) extra = tokenizer_metadata(tokenizer_from);
+      else require_tokenizer_dir(tokenizer_from);
+    }
+    const model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(shape), dtype);
+    if (!gguf) {
       tools::write_safetensors_dir(ck, out);
       if (!tokenizer_from.empty()) copy_tokenizer_files(tokenizer_from, out);
       std::printf("wrote %s/ (%s, %s, safetensors%s)\n", out.c_str(), shape.c_str(), dtype_text.c_str(),
                   tokenizer_from.empty() ? ", no tokenizer" : ", with a real tokenizer");
       return 0;
     }
-    std::vector<std::pair<std::string, formats::GgufValue>> extra;
-    if (!tokenizer_from.empty()) extra = tokenizer_metadata(tokenizer_from);
-    if (tokenizer_only) {
-      formats::GgufWriter writer;
-      for (auto& [key, value] : extra) writer.add(key, value);
-      writer.write(out);
-      std::printf("wrote %s (%zu tokenizer keys from %s)\n", out.c_str(), extra.size(), tokenizer_from.c_str());
-      return 0;
-    }
-    DType dtype;
-    if (!parse_dtype(dtype_text, &dtype)) fail("unknown dtype '", dtype_text, "'");
-    model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(shape), dtype);
     if (extra.empty()) {
       // llama.cpp's "no vocabulary" keys: it then loads the file with dummy
       // tokens (llama-bench feeds random ids) instead of refusing a GGUF
@@ -119,7 +125,7 @@ int main(int argc, char** argv) {
     tools::write_gguf(ck, out, extra);
     std::printf("wrote %s (%s, %s%s)\n", out.c_str(), shape.c_str(), dtype_text.c_str(),
                 tokenizer_from.empty() ? ", no vocabulary" : ", with a real tokenizer");
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // brioche::Error, and std::filesystem's errors
     std::fprintf(stderr, "gen_model: %s\n", e.what());
     return 1;
   }

@@ -34,7 +34,7 @@ inline void add_matrix(formats::SafetensorsWriter& out, const std::string& prefi
   const DType dtype = t.dtype();
   const int bits = affine_bits(dtype), group = dtype_info(dtype).block_elems;
   if (bits == 0) {
-    BRIOCHE_CHECK(!dtype_info(dtype).quantized, "gen_model: ", prefix, ".weight (rows of ", t.shape()[1],
+    BRIOCHE_CHECK(!dtype_info(dtype).quantized, prefix, ".weight (rows of ", t.shape()[1],
                   ") is ", dtype_name(dtype), ", a GGUF block type, which has no safetensors form (also the "
                   "generator's fallback when the rows are no multiple of the type's group): write a .gguf, or "
                   "choose bf16, f16, f32 or an MLX affine type whose group divides every row");
