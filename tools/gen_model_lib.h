@@ -5,8 +5,9 @@
 // quantized blocks have random quants with fixed small scales, so every
 // dequantized weight is finite and O(0.1). Speed does not depend on the
 // values (they are not zeros, which can run faster than real data).
-// Used by tools/gen_model.cpp (writes GGUF) and bench/cuda_model.cpp (builds
-// the model in memory).
+// Used by tools/gen_model.cpp (writes GGUF, or a safetensors directory through
+// gen_model_safetensors.h) and bench/cuda_model.cpp (builds the model in
+// memory).
 #pragma once
 
 #include <cstring>
