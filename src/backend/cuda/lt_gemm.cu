@@ -120,10 +120,10 @@ bool capturing(cudaStream_t stream) {
 // The fastest of `results` on this GEMM, writing a scratch C with beta 0
 // (the caller's C may be accumulated into). The first candidate runs three
 // times untimed, so the clocks have left idle, then the candidates take turns,
-// one timed run each per round, four rounds, and each keeps its best run. So
-// no candidate is timed while the clocks still ramp up, as the first ones of
-// a candidate-by-candidate loop were. Candidates that fail to launch are
-// skipped.
+// one timed run each per round, four rounds, and each keeps its best run.
+// Timed one after the other, a process could keep a different GEMM from the
+// next (8B Q4_0 prefill 42.0–44.1k tokens/s across processes, 44.0k each in
+// turns; BENCHMARKS.md). Candidates that fail to launch are skipped.
 cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const GemmDesc& g,
                              const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {
