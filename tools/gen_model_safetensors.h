@@ -127,7 +127,7 @@ inline void write_safetensors_dir(const model::Checkpoint& ck, const std::string
   out.write((fs::path(dir) / "model.safetensors").string());
   std::ofstream config(fs::path(dir) / "config.json");
   config << detail::hf_config(ck).dump(2) << "\n";
-  BRIOCHE_CHECK(config.good(), "gen_model: could not write ", (fs::path(dir) / "config.json").string());
+  BRIOCHE_CHECK(config.good(), "could not write ", (fs::path(dir) / "config.json").string());
 }
 
 }  // namespace brioche::tools

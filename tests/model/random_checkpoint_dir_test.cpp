@@ -6,13 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
 #include <string>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "formats/formats_test_util.h"
 #include "model/weights.h"
 #include "tools/gen_model_lib.h"
 #include "tools/gen_model_safetensors.h"
@@ -20,16 +18,7 @@
 namespace brioche {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name)
-      : path(fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using formats::testing::TempDir;
 
 float bf16_rounded(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
@@ -53,10 +42,10 @@ void expect_same_affine_blocks(const Tensor& got, const Tensor& want, const std:
 TEST(RandomCheckpointDir, MlxAffineModelLoadsAsGenerated) {
   const tools::ShapePreset& shape = tools::find_shape("smollm2-135m");
   const model::Checkpoint ck = tools::random_checkpoint(shape, DType::AFFINE4_G64);
-  TempDir dir("brioche_random_mlx");
-  tools::write_safetensors_dir(ck, dir.path.string());
+  const TempDir dir;
+  tools::write_safetensors_dir(ck, dir.path().string());
 
-  const model::Checkpoint back = model::load_safetensors_checkpoint(dir.path.string());
+  const model::Checkpoint back = model::load_safetensors_checkpoint(dir.path().string());
   const model::ModelConfig &c = back.config, &want = ck.config;
   EXPECT_EQ(c.architecture, "llama");
   EXPECT_EQ(c.vocab_size, want.vocab_size);
@@ -89,9 +78,9 @@ TEST(RandomCheckpointDir, MlxAffineModelLoadsAsGenerated) {
 
 TEST(RandomCheckpointDir, GgufBlockTypesAreRefusedByName) {
   const model::Checkpoint ck = tools::random_checkpoint(tools::find_shape("smollm2-135m"), DType::Q4_K);
-  TempDir dir("brioche_random_q4k");
+  const TempDir dir;
   try {
-    tools::write_safetensors_dir(ck, dir.path.string());
+    tools::write_safetensors_dir(ck, dir.path().string());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string what = e.what();

@@ -312,6 +312,7 @@ void dequantize_row_ref(DType dtype, const void* src, float* dst, int64_t n) {
       case DType::Q4_K: dequant_q4_k(b, y); break;
       case DType::Q5_K: dequant_q5_k(b, y); break;
       case DType::Q6_K: dequant_q6_k(b, y); break;
+      // (The affine types: bits 4 or 8, spelled so that the compiler sees it.)
       default: dequant_affine(b, y, info.block_elems, affine_bits(dtype) == 4 ? 4 : 8); break;
     }
   }
@@ -345,6 +346,7 @@ void quantize_row_ref(DType dtype, const float* src, void* dst, int64_t n) {
       case DType::Q4_K: quant_q4_k(x, b); break;
       case DType::Q5_K: quant_q5_k(x, b); break;
       case DType::Q6_K: quant_q6_k(x, b); break;
+      // (The affine types, as in dequantize_row_ref.)
       default: quant_affine(x, b, info.block_elems, affine_bits(dtype) == 4 ? 4 : 8); break;
     }
   }

@@ -7,10 +7,6 @@
 
 namespace brioche::cuda::detail {
 
-namespace {
-
-}  // namespace
-
 // One 32-value x block per lane and step (block c = lane, lane + 32, ...).
 template <DType T>
   requires(affine_bits(T) != 0)

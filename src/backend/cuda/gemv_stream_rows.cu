@@ -284,10 +284,9 @@ struct Q6_KChunk : ChunkOf<210, 2, 2> {
 // MLX affine, kBits of q in groups of kGroup values: a chunk is 256 / kGroup
 // groups of (f32 scale, f32 bias, q packed little-end first), whole 16-byte
 // vectors for every affine type. x block b of the chunk gives
-// scale·dx·Σ q·xq + offset·sx (gemv_int8_affine.cu has the math: 8-bit q
-// taken as q − 128, offset = 128·scale + bias; 4-bit nibbles interleaved
-// back into x's order by byte permutes). CTAs per SM and tiles first as the
-// GGUF type of the same bits (Q4_0, Q8_0).
+// scale·dx·Σ q·xq + offset·sx, q decoded as the warp kernels do
+// (gemv_int8.cuh: affine8_centered, affine4_in_order, affine_offset). CTAs
+// per SM and tiles first as the GGUF type of the same bits (Q4_0, Q8_0).
 template <int kBits, int kGroup>
 using AffineChunkOf = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3>;
 template <int kBits, int kGroup>
