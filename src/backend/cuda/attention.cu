@@ -73,7 +73,7 @@ struct RawRow {
 
 template <typename KV, int DK>
 __device__ __forceinline__ void load_raw(const KV* p, RawRow<KV, DK>& r) {
-  const uint4* s = reinterpret_cast<const uint4*>(p);  // (plain loads: warp 0 may have just stored the new key)
+  const uint4* s = reinterpret_cast<const uint4*>(p);
 #pragma unroll
   for (int i = 0; i < int(DK * sizeof(KV) / 16); ++i) r.w[i] = s[i];
 }
@@ -98,12 +98,19 @@ __device__ __forceinline__ void to_floats(const RawRow<KV, DK>& r, float (&out)[
 }
 
 // The K and V values [col, col + DK) of `key` (clamped to k1: a key past it
-// is masked by the caller).
+// is masked by the caller); the row's own key from own_k and own_v (this
+// lane's values in shared memory, where warp 0 put them as it stored them).
 template <typename KV, int DK>
 __device__ __forceinline__ void load_key(const AttnParams& p, const int32_t* table, const KV* k_cache,
-                                         const KV* v_cache, int key, int k1, int64_t slot_elems, int64_t col,
-                                         RawRow<KV, DK>& k, RawRow<KV, DK>& v) {
+                                         const KV* v_cache, int key, int k1, int own_key, const KV* own_k,
+                                         const KV* own_v, int64_t slot_elems, int64_t col, RawRow<KV, DK>& k,
+                                         RawRow<KV, DK>& v) {
   key = min(key, k1);
+  if (key == own_key) {
+    load_raw<KV, DK>(own_k, k);
+    load_raw<KV, DK>(own_v, v);
+    return;
+  }
   const int64_t block = table[key / p.block_size];
   const int64_t off = (block * p.block_size + key % p.block_size) * slot_elems + col;
   load_raw<KV, DK>(k_cache + off, k);
@@ -138,19 +145,42 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   const int64_t col = int64_t(kv_head) * HD + sl * DK;
   const KV* k_cache = static_cast<const KV*>(p.k);
   const KV* v_cache = static_cast<const KV*>(p.v);
+  // The row's own key, rotated and rounded as the cache holds it (K, then V).
+  __shared__ __align__(16) KV own_kv[2 * HD];
+  const int64_t own_slot = active ? own_key_slot<kRope>(p, keys, table) : -1;
+  const int own_key = own_slot >= 0 ? keys.row.pos : -1;
+  auto load_slot_key = [&](int step_base, int u, RawRow<KV, DK>& k, RawRow<KV, DK>& v) {
+    load_key(p, table, k_cache, v_cache, step_base + u * KW + key_slot, k1, own_key, own_kv + sl * DK,
+             own_kv + HD + sl * DK, slot_elems, col, k, v);
+  };
   auto load_step = [&](int step_base, RawRow<KV, DK> (&k)[U], RawRow<KV, DK> (&v)[U]) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      load_key(p, table, k_cache, v_cache, step_base + u * KW + key_slot, k1, slot_elems, col, k[u], v[u]);
+    for (int u = 0; u < U; ++u) load_slot_key(step_base, u, k[u], v[u]);
   };
-  RawRow<KV, DK> k_cur[U], v_cur[U];
+  // In a decode step, the keys of the warp's first step that precede the
+  // row's own (all of them but in the split that holds it, whose last key it
+  // is: keys past k1 are clamped to it), and its whole second step when
+  // that precedes it too (a split of 16 keys at head_dim 128 is two steps of
+  // the CTA's 4 warps). The own key comes from own_kv after the wait.
+  constexpr int kStride = kWarps * kWarpKeys;
+  RawRow<KV, DK> k_cur[U], v_cur[U], k_next[U], v_next[U];
   int base = k0 + warp * kWarpKeys;
-  const bool first_step_early = kRope && base <= k1 && min(base + kWarpKeys - 1, k1) < keys.row.pos;
-  if (first_step_early) load_step(base, k_cur, v_cur);
+  const int base_first = base;
+  bool first_early[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    first_early[u] = kRope && base <= k1 && min(base + u * KW + key_slot, k1) < keys.row.pos;
+    if (first_early[u]) load_slot_key(base, u, k_cur[u], v_cur[u]);
+  }
+  const bool second_step_early = kRope && base + kStride <= k1 &&
+                                 min(base + kStride + kWarpKeys - 1, k1) < keys.row.pos;
+  if (second_step_early) load_step(base + kStride, k_next, v_next);
+  const detail::RopeLane<DPL> rope = early_rope<kRope, DPL>(p, keys, lane);
   output_prologue(p);
   // q (zero for heads past the group), rotated and pre-scaled by warp 0,
   // reaches every warp's key layout through shared memory; warp 0 also
-  // stores the row's own key first when it is one of this CTA's. Once every
+  // stores the row's own key when it is one of this CTA's, in the cache and
+  // in own_kv, where the key loop reads it (no round trip). Once every
   // thread has its q, sq holds the CTA's split_acc for merge_cluster.
   __shared__ float sq[kMaxGroup][HD];
   __shared__ float2 split_ml[kMaxGroup];
@@ -161,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
 
   if (warp == 0) {
     float q[kMaxGroup][DPL];
-    load_group_q<KV, HD, kMaxGroup, kRope>(p, keys, r, kv_head, lane, table, q);
+    load_group_q<KV, HD, kMaxGroup, kRope>(p, r, kv_head, lane, rope, own_slot, own_kv, q);
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
@@ -183,11 +213,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   // Software pipeline: the K and V rows of the next step are in flight while
   // this step's scores and softmax run. Without it a step is a chain of
   // dependent memory latencies (block table, then K, then V).
-  constexpr int kStride = kWarps * kWarpKeys;
-  RawRow<KV, DK> k_next[U], v_next[U];
-  if (!first_step_early && base <= k1) load_step(base, k_cur, v_cur);
+  if (base <= k1)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (!first_early[u]) load_slot_key(base, u, k_cur[u], v_cur[u]);
   for (; base <= k1; base += kStride) {
-    if (base + kStride <= k1) load_step(base + kStride, k_next, v_next);
+    if (base + kStride <= k1 && !(second_step_early && base == base_first)) load_step(base + kStride, k_next, v_next);
     // Scores of the slot's keys: q · k, summed over the slot's L lanes.
     float s[U][kMaxGroup];
 #pragma unroll

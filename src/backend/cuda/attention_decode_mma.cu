@@ -144,6 +144,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
   const bool first_tile_early = kRope && n_tiles > 0 && min(k0 + kKeys - 1, k1) < keys.row.pos;
   if (n_tiles > 0) fetch_blocks<D>(p, table, k0, k1, blocks);
   if (first_tile_early) queue_next();
+  const detail::RopeLane<DPL> rope = early_rope<kRope, DPL>(p, keys, lane);
+  const int64_t own_slot = n_tiles > 0 ? own_key_slot<kRope>(p, keys, table) : -1;
   output_prologue(p);
   // merge_cluster's partials: (m, l) here, acc in the V buffers (free once
   // the last tile is read).
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
   // of this CTA's keys), scales, rounds and stages the group's heads.
   if (warp == 0) {
     float q[kMaxGroup][DPL];
-    load_group_q<__half, D, kMaxGroup, kRope>(p, keys, r, kv_head, lane, table, q);
+    load_group_q<__half, D, kMaxGroup, kRope>(p, r, kv_head, lane, rope, own_slot, static_cast<__half*>(nullptr), q);
 #pragma unroll
     for (int row = 0; row < kQRows; ++row)
 #pragma unroll

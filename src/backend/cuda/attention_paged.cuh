@@ -159,49 +159,74 @@ __device__ __forceinline__ KV to_cache(float x) {
   else return x;
 }
 
-// kRope: the row's new key, rotated, and its value into the cache slot of
-// its position (the lane's DPL values of this KV head), by one warp.
-template <typename KV, int DPL>
-__device__ __forceinline__ void store_new_kv(const AttnParams& p, const detail::RopeLane<DPL>& rope, int r,
-                                             int kv_head, int lane, int pos, const int32_t* table,
-                                             int64_t slot_elems) {
-  const int64_t col = int64_t(kv_head) * p.head_dim + lane * DPL;
-  float k[DPL], v[DPL];
-#pragma unroll
-  for (int j = 0; j < DPL; ++j) {
-    k[j] = p.new_k[r * p.new_k_stride + col + j];
-    v[j] = p.new_v[r * p.new_v_stride + col + j];
+// kRope: the cache slot of the row's own key when this split holds it, else
+// −1; made before the PDL wait (block tables are uploaded before the step).
+template <bool kRope>
+__device__ __forceinline__ int64_t own_key_slot(const AttnParams& p, const SplitKeys& s, const int32_t* table) {
+  if constexpr (kRope) {
+    if (s.active && s.k0 <= s.row.pos && s.row.pos <= s.k1)
+      return int64_t(table[s.row.pos / p.block_size]) * p.block_size + s.row.pos % p.block_size;
   }
-  rope.apply(k, lane);
-  const int64_t slot = int64_t(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
-  KV* k_cache = static_cast<KV*>(const_cast<void*>(p.k)) + slot * slot_elems + col;
-  KV* v_cache = static_cast<KV*>(const_cast<void*>(p.v)) + slot * slot_elems + col;
-#pragma unroll
-  for (int j = 0; j < DPL; ++j) {
-    k_cache[j] = to_cache<KV>(k[j]);
-    v_cache[j] = to_cache<KV>(v[j]);
+  return -1;
+}
+
+// kRope: the rotation of row position s.row.pos for warp 0's lanes
+// (load_group_q), made before the PDL wait: the positions and RoPE
+// frequencies are uploaded before the step, and the angles' sincos and the
+// frequencies' load then leave the chain that starts at the wait.
+template <bool kRope, int DPL>
+__device__ __forceinline__ detail::RopeLane<DPL> early_rope(const AttnParams& p, const SplitKeys& s, int lane) {
+  if constexpr (kRope) {
+    if (s.active && threadIdx.x < 32) return detail::RopeLane<DPL>(lane, p.interleaved, s.row.pos, p.inv_freq);
   }
+  return {};
 }
 
 // The group's q rows of row r (lanes splitting head_dim, DPL values each;
-// zero for heads past the group), rotated when kRope, and the row's new K/V
-// stored when it falls in [k0, k1]. One warp.
+// zero for heads past the group), rotated by `rope` when kRope; and when
+// own_slot ≥ 0 (own_key_slot) the row's new key, rotated, and its value
+// stored into that cache slot, and into own_kv (HD values of K, then of V,
+// as the cache holds them) when given. One warp; q, k and v are loaded
+// together.
 template <typename KV, int HD, int kMaxGroup, bool kRope>
-__device__ __forceinline__ void load_group_q(const AttnParams& p, const SplitKeys& s, int r, int kv_head, int lane,
-                                             const int32_t* table, float (&q)[kMaxGroup][HD / 32]) {
+__device__ __forceinline__ void load_group_q(const AttnParams& p, int r, int kv_head, int lane,
+                                             const detail::RopeLane<HD / 32>& rope, int64_t own_slot, KV* own_kv,
+                                             float (&q)[kMaxGroup][HD / 32]) {
   constexpr int DPL = HD / 32;
   const int group = p.n_heads / p.n_kv_heads;
+  const int64_t col = int64_t(kv_head) * HD + lane * DPL;
+  float k[DPL], v[DPL];
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
     for (int j = 0; j < DPL; ++j)
       q[g][j] = g < group ? p.q[int64_t(r) * p.q_stride + int64_t(kv_head * group + g) * HD + lane * DPL + j] : 0.0f;
+  if (kRope && own_slot >= 0) {
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+      k[j] = p.new_k[r * p.new_k_stride + col + j];
+      v[j] = p.new_v[r * p.new_v_stride + col + j];
+    }
+  }
   if constexpr (kRope) {
-    const detail::RopeLane<DPL> rope(lane, p.interleaved, s.row.pos, p.inv_freq);
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) rope.apply(q[g], lane);
-    if (s.k0 <= s.row.pos && s.row.pos <= s.k1)
-      store_new_kv<KV, DPL>(p, rope, r, kv_head, lane, s.row.pos, table, int64_t(p.n_kv_heads) * HD);
+    if (own_slot >= 0) {
+      rope.apply(k, lane);
+      const int64_t off = own_slot * p.n_kv_heads * HD + col;
+      KV* k_cache = static_cast<KV*>(const_cast<void*>(p.k)) + off;
+      KV* v_cache = static_cast<KV*>(const_cast<void*>(p.v)) + off;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) {
+        const KV kc = to_cache<KV>(k[j]), vc = to_cache<KV>(v[j]);
+        k_cache[j] = kc;
+        v_cache[j] = vc;
+        if (own_kv != nullptr) {
+          own_kv[lane * DPL + j] = kc;
+          own_kv[HD + lane * DPL + j] = vc;
+        }
+      }
+    }
   }
 }
 

@@ -58,6 +58,7 @@ struct RopeLane {
   float2 cs[DPL];  // value j's pair (interleaved: entry j/2)
   bool interleaved;
 
+  RopeLane() = default;  // (no rotation set: for kernels that take none)
   __device__ __forceinline__ RopeLane(int lane, bool interleaved_pairs, int32_t position, const float* inv_freq)
       : interleaved(interleaved_pairs) {
     static_assert(DPL % 2 == 0, "RopeLane: pairs (2i, 2i+1) must lie within a lane");
