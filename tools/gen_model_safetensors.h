@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,7 +58,7 @@ inline void add_matrix(formats::SafetensorsWriter& out, const std::string& prefi
     biases[size_t(b)] = f32_to_bf16(bias);
     std::memcpy(words.data() + size_t(b) * q_bytes, block + 8, q_bytes);
   }
-  out.add_raw(prefix + ".weight", "U32", {rows, cols * bits / 32}, words.data(), words.size());
+  out.add_raw(prefix + ".weight", "U32", {rows, cols * bits / 32}, std::move(words));
   out.add_raw(prefix + ".scales", "BF16", {rows, groups}, scales.data(), scales.size() * 2);
   out.add_raw(prefix + ".biases", "BF16", {rows, groups}, biases.data(), biases.size() * 2);
 }

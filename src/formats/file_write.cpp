@@ -8,16 +8,22 @@
 
 namespace brioche::formats {
 
-void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write_body) {
   const std::string part = path + ".part";
   {
     std::ofstream file(part, std::ios::binary | std::ios::trunc);
     if (!file) fail(path, ": cannot open ", part, " for writing");
-    file.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    try {
+      write_body(file);
+    } catch (...) {
+      file.close();
+      std::remove(part.c_str());
+      throw;
+    }
     file.close();
     if (!file) {
       std::remove(part.c_str());
-      fail(path, ": write of ", bytes.size(), " bytes failed");
+      fail(path, ": writing ", part, " failed (disk full or an I/O error); nothing was replaced");
     }
   }
   std::error_code error;
@@ -26,6 +32,12 @@ void write_file_atomically(const std::string& path, const std::vector<uint8_t>& 
     std::remove(part.c_str());
     fail(path, ": cannot replace with ", part, ": ", error.message());
   }
+}
+
+void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
+  write_file_atomically(path, [&](std::ostream& out) {
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  });
 }
 
 }  // namespace brioche::formats

@@ -4,11 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 namespace brioche::formats {
 
+// `write_body` streams the file's bytes (a writer need not hold a model's
+// bytes a second time to serialize them).
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write_body);
 void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes);
 
 }  // namespace brioche::formats

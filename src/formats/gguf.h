@@ -142,10 +142,12 @@ class GgufFile {
 
 // Writes GGUF version 3 files (tests, fuzz seeds, the random-weight model
 // generator). Alignment is general.alignment when added (a power of two), else 32.
+// write() streams the tensors' bytes to the file, so a model is held once.
 class GgufWriter {
  public:
   void add(std::string key, GgufValue value);
-  // CPU tensor of any GGUF dtype (incl. quantized); copied at add time.
+  // CPU tensor of any GGUF dtype (incl. quantized); its storage is shared, not
+  // copied: leave it unchanged until write.
   void add_tensor(std::string name, const Tensor& tensor);
   std::vector<uint8_t> serialize() const;
   void write(const std::string& path) const;
@@ -153,10 +155,9 @@ class GgufWriter {
  private:
   struct PendingTensor {
     std::string name;
-    DType dtype;
-    std::vector<int64_t> shape;  // row-major
-    std::vector<uint8_t> bytes;
+    Tensor tensor;
   };
+  void write_to(std::ostream& out) const;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<PendingTensor> tensors_;
 };

@@ -2,6 +2,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -102,16 +103,10 @@ void GgufWriter::add_tensor(std::string name, const Tensor& tensor) {
                 tensor.describe());
   dtype_to_ggml_type(tensor.dtype());  // throws for dtypes GGUF cannot hold
   for (const auto& t : tensors_) BRIOCHE_CHECK(t.name != name, "GgufWriter: tensor '", name, "' added twice");
-  PendingTensor t;
-  t.name = std::move(name);
-  t.dtype = tensor.dtype();
-  t.shape.assign(tensor.shape().begin(), tensor.shape().begin() + tensor.rank());
-  const auto* p = static_cast<const uint8_t*>(tensor.data());
-  t.bytes.assign(p, p + tensor.nbytes());
-  tensors_.push_back(std::move(t));
+  tensors_.push_back({std::move(name), tensor});
 }
 
-std::vector<uint8_t> GgufWriter::serialize() const {
+void GgufWriter::write_to(std::ostream& file) const {
   uint64_t alignment = 32;
   for (const auto& [k, v] : metadata_) {
     if (k == "general.alignment") alignment = v.as_uint();
@@ -126,23 +121,37 @@ std::vector<uint8_t> GgufWriter::serialize() const {
     out.put<uint32_t>(uint32_t(value.type()));
     put_value(out, value);
   }
+  auto padded = [&](uint64_t bytes) { return (bytes + alignment - 1) / alignment * alignment; };
   uint64_t offset = 0;
   for (const auto& t : tensors_) {
+    const int rank = t.tensor.rank();
     out.put_string(t.name);
-    out.put<uint32_t>(uint32_t(t.shape.size()));
-    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) out.put<uint64_t>(uint64_t(*it));  // ne[] order
-    out.put<uint32_t>(dtype_to_ggml_type(t.dtype));
+    out.put<uint32_t>(uint32_t(rank));
+    for (int d = rank - 1; d >= 0; --d) out.put<uint64_t>(uint64_t(t.tensor.shape()[d]));  // ne[] order
+    out.put<uint32_t>(dtype_to_ggml_type(t.tensor.dtype()));
     out.put<uint64_t>(offset);
-    offset += (t.bytes.size() + alignment - 1) / alignment * alignment;
+    offset += padded(t.tensor.nbytes());
   }
   out.pad_to(alignment);
+  // The header, then each tensor's bytes straight from its storage.
+  file.write(reinterpret_cast<const char*>(out.bytes.data()), std::streamsize(out.bytes.size()));
+  const std::vector<char> zeros(alignment, 0);
   for (const auto& t : tensors_) {
-    out.bytes.insert(out.bytes.end(), t.bytes.begin(), t.bytes.end());
-    out.pad_to(alignment);
+    const uint64_t n = t.tensor.nbytes();
+    file.write(static_cast<const char*>(t.tensor.data()), std::streamsize(n));
+    file.write(zeros.data(), std::streamsize(padded(n) - n));
   }
-  return std::move(out.bytes);
 }
 
-void GgufWriter::write(const std::string& path) const { write_file_atomically(path, serialize()); }
+std::vector<uint8_t> GgufWriter::serialize() const {
+  std::ostringstream out;
+  write_to(out);
+  const std::string bytes = std::move(out).str();
+  return {bytes.begin(), bytes.end()};
+}
+
+void GgufWriter::write(const std::string& path) const {
+  write_file_atomically(path, [&](std::ostream& out) { write_to(out); });
+}
 
 }  // namespace brioche::formats

@@ -107,13 +107,18 @@ class SafetensorsDir {
   std::unordered_map<std::string, size_t> file_index_;  // tensor name -> files_ index
 };
 
-// Writes a safetensors file (LoRA adapters, fixtures). Tensors are copied at
-// add time and written in name order, 8-byte aligned like the reference writer.
+// Writes a safetensors file (LoRA adapters, fixtures, generated models),
+// tensors in name order, 8-byte aligned like the reference writer. add()
+// keeps the tensor's storage (shared, not copied: leave it unchanged until
+// write); add_raw copies its bytes, or takes a vector's. write() streams to
+// the file, so a model is held once (an 8B bf16 model was three times:
+// the tensors, the writer's copies and the serialized file).
 class SafetensorsWriter {
  public:
   void add(std::string name, const Tensor& tensor);  // CPU f32/f16/bf16/i32
   void add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
                const void* data, size_t nbytes);
+  void add_raw(std::string name, std::string dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
   void set_metadata(std::map<std::string, std::string> metadata);
   std::vector<uint8_t> serialize() const;
   void write(const std::string& path) const;
@@ -122,8 +127,14 @@ class SafetensorsWriter {
   struct PendingTensor {
     std::string dtype;
     std::vector<int64_t> shape;
-    std::vector<uint8_t> bytes;
+    Tensor tensor;               // add(): its bytes
+    std::vector<uint8_t> bytes;  // add_raw()
+    const uint8_t* data() const;
+    size_t size() const;
   };
+  void check_entry(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
+                   size_t nbytes) const;
+  void write_to(std::ostream& out) const;
   std::map<std::string, PendingTensor> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -1,6 +1,7 @@
 // safetensors writer: JSON header (padded with spaces to a multiple of 8 so the
 // data section stays aligned), then tensors back to back in name order.
 #include <cstring>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -25,11 +26,24 @@ void SafetensorsWriter::add(std::string name, const Tensor& tensor) {
                   ", expected f32, f16, bf16 or i32");
   }
   std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().begin() + tensor.rank());
-  add_raw(std::move(name), dtype, std::move(shape), tensor.data(), tensor.nbytes());
+  check_entry(name, dtype, shape, tensor.nbytes());
+  tensors_.emplace(std::move(name), PendingTensor{std::move(dtype), std::move(shape), tensor, {}});
 }
 
 void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
                                 const void* data, size_t nbytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  add_raw(std::move(name), std::move(dtype), std::move(shape), std::vector<uint8_t>(p, p + nbytes));
+}
+
+void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
+                                std::vector<uint8_t> bytes) {
+  check_entry(name, dtype, shape, bytes.size());
+  tensors_.emplace(std::move(name), PendingTensor{std::move(dtype), std::move(shape), Tensor(), std::move(bytes)});
+}
+
+void SafetensorsWriter::check_entry(const std::string& name, const std::string& dtype,
+                                    const std::vector<int64_t>& shape, size_t nbytes) const {
   BRIOCHE_CHECK(name != "__metadata__" && !name.empty(), "SafetensorsWriter: invalid tensor name '", name, "'");
   int elem = safetensors_dtype_size(dtype);
   BRIOCHE_CHECK(elem > 0, "SafetensorsWriter: tensor '", name, "' has unknown dtype ", dtype);
@@ -41,38 +55,43 @@ void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector
   BRIOCHE_CHECK(numel * uint64_t(elem) == nbytes, "SafetensorsWriter: tensor '", name, "' expected ",
                 numel * uint64_t(elem), " bytes for its shape, found ", nbytes);
   BRIOCHE_CHECK(tensors_.count(name) == 0, "SafetensorsWriter: tensor '", name, "' added twice");
-  PendingTensor t{std::move(dtype), std::move(shape), {}};
-  const auto* p = static_cast<const uint8_t*>(data);
-  t.bytes.assign(p, p + nbytes);
-  tensors_.emplace(std::move(name), std::move(t));
 }
+
+const uint8_t* SafetensorsWriter::PendingTensor::data() const {
+  return tensor.defined() ? static_cast<const uint8_t*>(tensor.data()) : bytes.data();
+}
+
+size_t SafetensorsWriter::PendingTensor::size() const { return tensor.defined() ? tensor.nbytes() : bytes.size(); }
 
 void SafetensorsWriter::set_metadata(std::map<std::string, std::string> metadata) {
   metadata_ = std::move(metadata);
 }
 
-std::vector<uint8_t> SafetensorsWriter::serialize() const {
+void SafetensorsWriter::write_to(std::ostream& out) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
-    offset += t.bytes.size();
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.size()}}};
+    offset += t.size();
   }
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
-  uint64_t len = text.size();
-  std::vector<uint8_t> out(8 + len + offset);
-  std::memcpy(out.data(), &len, 8);
-  std::memcpy(out.data() + 8, text.data(), len);
-  uint8_t* dst = out.data() + 8 + len;
-  for (const auto& [name, t] : tensors_) {
-    if (!t.bytes.empty()) std::memcpy(dst, t.bytes.data(), t.bytes.size());
-    dst += t.bytes.size();
-  }
-  return out;
+  const uint64_t len = text.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out.write(text.data(), std::streamsize(len));
+  for (const auto& [name, t] : tensors_) out.write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.size()));
 }
 
-void SafetensorsWriter::write(const std::string& path) const { write_file_atomically(path, serialize()); }
+std::vector<uint8_t> SafetensorsWriter::serialize() const {
+  std::ostringstream out;
+  write_to(out);
+  const std::string bytes = std::move(out).str();
+  return {bytes.begin(), bytes.end()};
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  write_file_atomically(path, [&](std::ostream& out) { write_to(out); });
+}
 
 }  // namespace brioche::formats

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/half.h"
+#include "formats/file_write.h"
 #include "formats/safetensors.h"
 #include "formats_test_util.h"
 
@@ -148,6 +149,47 @@ TEST(SafetensorsWriter, RoundTripsWithMetadata) {
   EXPECT_THROW(w.add("b", f16), Error);
   EXPECT_THROW(w.add("q", Tensor::zeros(DType::Q4_0, {32})), Error);
   EXPECT_THROW(w.add_raw("r", "F32", {3}, f32.data(), 8), Error);
+}
+
+// write() streams the header and each tensor's bytes to the file (a tensor
+// from add() straight from its storage, add_raw's from the writer's copy or
+// the vector it took): the file holds exactly what serialize() returns.
+TEST(SafetensorsWriter, WriteStreamsWhatSerializeReturns) {
+  TempDir dir;
+  Tensor f32 = Tensor::zeros(DType::F32, {4, 3});
+  for (int i = 0; i < 12; ++i) f32.data_as<float>()[i] = float(i) - 5.5f;
+  const uint16_t halves[3] = {1, 2, 0xffff};
+  std::vector<uint8_t> words(4 * 2 * 4);
+  for (size_t i = 0; i < words.size(); ++i) words[i] = uint8_t(i * 29 + 3);
+  SafetensorsWriter w;
+  w.add("dense", f32);
+  w.add_raw("copied", "BF16", {3}, halves, sizeof halves);
+  w.add_raw("moved", "U32", {4, 2}, std::move(words));
+  w.write(dir.file("m.safetensors"));
+  EXPECT_EQ(read_bytes(dir.file("m.safetensors")), w.serialize());
+  auto file = SafetensorsFile::open(dir.file("m.safetensors"));
+  EXPECT_EQ(std::memcmp(file->tensor("dense").data(), f32.data(), f32.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(file->tensor("copied").data(), halves, sizeof halves), 0);
+  const auto* moved = static_cast<const uint8_t*>(file->tensor("moved").data());
+  for (int i = 0; i < 32; ++i) ASSERT_EQ(moved[i], uint8_t(i * 29 + 3));
+  EXPECT_THROW(w.add_raw("short", "U32", {4, 2}, std::vector<uint8_t>(31)), Error);
+}
+
+// A body that fails midway leaves the file that was there, and no ".part".
+TEST(WriteFileAtomically, AFailedWriteKeepsTheOldFile) {
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  write_file_atomically(path, std::vector<uint8_t>{1, 2, 3});
+  EXPECT_THROW(write_file_atomically(path,
+                                     [](std::ostream& out) {
+                                       out.write("partial", 7);
+                                       fail("the generator ran out of memory");
+                                     }),
+               Error);
+  EXPECT_EQ(read_bytes(path), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_FALSE(std::filesystem::exists(path + ".part"));
+  const std::string error = error_of([&] { write_file_atomically(dir.file("no/such/dir/x.gguf"), std::vector<uint8_t>{}); });
+  EXPECT_THAT(error, HasSubstr("no/such/dir/x.gguf: cannot open"));
 }
 
 // Builds a safetensors file from a header text and data bytes.
