@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -38,6 +39,13 @@ void write_file_atomically(const std::string& path, const std::vector<uint8_t>& 
   write_file_atomically(path, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   });
+}
+
+std::vector<uint8_t> streamed_bytes(const std::function<void(std::ostream&)>& write_body) {
+  std::ostringstream out;
+  write_body(out);
+  const std::string bytes = std::move(out).str();
+  return {bytes.begin(), bytes.end()};
 }
 
 }  // namespace brioche::formats

@@ -16,4 +16,7 @@ namespace brioche::formats {
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write_body);
 void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes);
 
+// The bytes `write_body` streams, in memory (a writer's serialize()).
+std::vector<uint8_t> streamed_bytes(const std::function<void(std::ostream&)>& write_body);
+
 }  // namespace brioche::formats

@@ -2,7 +2,6 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -144,10 +143,7 @@ void GgufWriter::write_to(std::ostream& file) const {
 }
 
 std::vector<uint8_t> GgufWriter::serialize() const {
-  std::ostringstream out;
-  write_to(out);
-  const std::string bytes = std::move(out).str();
-  return {bytes.begin(), bytes.end()};
+  return streamed_bytes([&](std::ostream& out) { write_to(out); });
 }
 
 void GgufWriter::write(const std::string& path) const {

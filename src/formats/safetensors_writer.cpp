@@ -1,7 +1,6 @@
 // safetensors writer: JSON header (padded with spaces to a multiple of 8 so the
 // data section stays aligned), then tensors back to back in name order.
 #include <cstring>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -84,10 +83,7 @@ void SafetensorsWriter::write_to(std::ostream& out) const {
 }
 
 std::vector<uint8_t> SafetensorsWriter::serialize() const {
-  std::ostringstream out;
-  write_to(out);
-  const std::string bytes = std::move(out).str();
-  return {bytes.begin(), bytes.end()};
+  return streamed_bytes([&](std::ostream& out) { write_to(out); });
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
