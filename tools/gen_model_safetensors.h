@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "formats/file_write.h"
 #include "formats/safetensors.h"
 #include "model/weights.h"
 #include "tools/gen_model_lib.h"
@@ -126,9 +126,8 @@ inline void write_safetensors_dir(const model::Checkpoint& ck, const std::string
     detail::add_matrix(out, p + "mlp.down_proj", lw.w_down);
   }
   out.write((fs::path(dir) / "model.safetensors").string());
-  std::ofstream config(fs::path(dir) / "config.json");
-  config << detail::hf_config(ck).dump(2) << "\n";
-  BRIOCHE_CHECK(config.good(), "could not write ", (fs::path(dir) / "config.json").string());
+  formats::write_file_atomically((fs::path(dir) / "config.json").string(),
+                                 [&](std::ostream& config) { config << detail::hf_config(ck).dump(2) << "\n"; });
 }
 
 }  // namespace brioche::tools

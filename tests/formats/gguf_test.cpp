@@ -254,15 +254,6 @@ TEST(GgufWriter, RoundTripsEveryTypeAndTensor) {
   for (size_t i = 0; i < q6k.nbytes(); ++i) ASSERT_EQ(q6k.data_as<uint8_t>()[i], uint8_t(i * 11));
 }
 
-// write() streams the header, then each tensor's bytes from its storage
-// and the padding after it: the file holds exactly what serialize() returns.
-TEST(GgufWriter, WriteStreamsWhatSerializeReturns) {
-  TempDir dir;
-  GgufWriter w = every_type_writer();
-  w.write(dir.file("streamed.gguf"));
-  EXPECT_EQ(read_bytes(dir.file("streamed.gguf")), w.serialize());
-}
-
 TEST(GgufWriter, HonoursGeneralAlignment) {
   GgufWriter w;
   w.add("general.alignment", GgufValue::integer(GgufType::U32, 256));
