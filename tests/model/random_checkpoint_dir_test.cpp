@@ -7,7 +7,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <string>
 
 #include "core/error.h"
@@ -20,6 +19,7 @@
 namespace brioche {
 namespace {
 
+using formats::testing::error_of;
 using formats::testing::TempDir;
 
 float bf16_rounded(float v) { return bf16_to_f32(f32_to_bf16(v)); }
@@ -78,20 +78,10 @@ TEST(RandomCheckpointDir, MlxAffineModelLoadsAsGenerated) {
   }
 }
 
-// What `write` throws, or "no error".
-std::string write_error(const std::function<void()>& write) {
-  try {
-    write();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(RandomCheckpointDir, GgufBlockTypesAreRefusedByName) {
   // A Q4_K matrix itself.
   formats::SafetensorsWriter out;
-  const std::string q4_k = write_error([&] {
+  const std::string q4_k = error_of([&] {
     tools::detail::add_matrix(out, "model.layers.0.mlp.up_proj", Tensor::zeros(DType::Q4_K, {2, 256}));
   });
   EXPECT_NE(q4_k.find("model.layers.0.mlp.up_proj.weight"), std::string::npos) << q4_k;
@@ -100,7 +90,7 @@ TEST(RandomCheckpointDir, GgufBlockTypesAreRefusedByName) {
   // fallback, the first tensor written, and refused the same way.
   const model::Checkpoint ck = tools::random_checkpoint(tools::find_shape("smollm2-135m"), DType::Q4_K);
   const TempDir dir;
-  const std::string model = write_error([&] { tools::write_safetensors_dir(ck, dir.path().string()); });
+  const std::string model = error_of([&] { tools::write_safetensors_dir(ck, dir.path().string()); });
   EXPECT_NE(model.find("model.embed_tokens.weight"), std::string::npos) << model;
   EXPECT_NE(model.find("no safetensors form"), std::string::npos) << model;
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "model.safetensors"));
