@@ -11,7 +11,7 @@
 // With several splits (long contexts, few rows), each writes (acc, m, l) and
 // a combine kernel merges them: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s;
 // up to 16 splits are one thread block cluster and merge through distributed
-// shared memory instead (merge_cluster, decode_splits). The merge writes
+// shared memory instead (ClusterInbox, decode_splits). The merge writes
 // the output: f32 rows, 16-bit rows for the O projection's GEMM
 // (AttentionOut16), or the int8 blocks of its GEMV
 // (rope_store_kv_attention_accumulate), a warp per 32 values. Batches of
@@ -139,6 +139,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   // QKV projection's tail instead of following it.
   const SplitKeys keys = split_keys(p, r, split);
   const bool active = keys.active;
+  __shared__ ClusterInbox<HD, kMaxGroup> inbox;
+  init_inbox(p, keys, split, inbox);
   const int k0 = keys.k0, k1 = keys.k1;
   const int32_t* table = active ? row_table(p, keys.seq) : nullptr;
   const int64_t slot_elems = int64_t(p.n_kv_heads) * HD;
@@ -177,17 +179,17 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   if (second_step_early) load_step(base + kStride, k_next, v_next);
   const detail::RopeLane<DPL> rope = early_rope<kRope, DPL>(p, keys, lane);
   output_prologue(p);
-  // q (zero for heads past the group), rotated and pre-scaled by warp 0,
-  // reaches every warp's key layout through shared memory; warp 0 also
-  // stores the row's own key when it is one of this CTA's, in the cache and
-  // in own_kv, where the key loop reads it (no round trip). Once every
-  // thread has its q, sq holds the CTA's split_acc for merge_cluster.
-  __shared__ float sq[kMaxGroup][HD];
-  __shared__ float2 split_ml[kMaxGroup];
   if (!active) {
-    if (p.cluster_merge) merge_cluster<HD>(p, r, kv_head, &sq[0][0], split_ml);
+    leave_cluster_merge(p);
     return;
   }
+  // q (zero for heads past the group), rotated and pre-scaled by warp 0,
+  // reaches every warp's key layout through shared memory (sm_acc, free
+  // until the warps' partials); warp 0 also stores the row's own key when
+  // it is one of this CTA's, in the cache and in own_kv, where the key loop
+  // reads it (no round trip).
+  __shared__ __align__(16) float sm_acc[kWarps][kMaxGroup][HD];
+  auto& sq = sm_acc[0];
 
   if (warp == 0) {
     float q[kMaxGroup][DPL];
@@ -209,6 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
       q[g][j] = sq[g][sl * DK + j];
     }
   }
+  __syncthreads();  // every warp has its q before any writes its partial over it
 
   // Software pipeline: the K and V rows of the next step are in flight while
   // this step's scores and softmax run. Without it a step is a chain of
@@ -294,7 +297,6 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
     m[g] = mw;
   }
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
-  __shared__ float sm_acc[kWarps][kMaxGroup][HD];
   if (lane == 0) {
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
@@ -306,8 +308,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
       for (int j = 0; j < DK; ++j) sm_acc[warp][g][sl * DK + j] = acc[g][j];
   }
   __syncthreads();
-  merge_warps<HD, kMaxGroup>(p, sm_m, sm_l, &sm_acc[0][0][0], r, kv_head, split, &sq[0][0], split_ml);
-  if (p.cluster_merge) merge_cluster<HD>(p, r, kv_head, &sq[0][0], split_ml);
+  const int active_splits = keys.row.active_splits;
+  if (p.cluster_merge) {
+    merge_in_cluster<HD, kMaxGroup>(p, sm_m, sm_l, &sm_acc[0][0][0], r, kv_head, split, active_splits, inbox);
+  } else {
+    merge_warps<HD, kMaxGroup>(p, sm_m, sm_l, &sm_acc[0][0][0], r, kv_head, split);
+  }
 }
 
 // One block per (row, head) merges the row's active splits in two L2 round
@@ -707,7 +713,7 @@ DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int head_dim, int m
   const int ctas_per_sm = mma ? attention_mma_ctas_per_sm() : 4;
   int splits = std::max(1, (ctas_per_sm * multiprocessor_count() + covered_ctas - 1) / covered_ctas);
   splits = std::min({splits, std::max(1, max_keys / min_split_keys(head_dim, max_keys, mma)), kMaxSplits});
-  // Up to 16 splits merge in their cluster (merge_cluster) instead of a
+  // Up to 16 splits merge in their cluster (ClusterInbox) instead of a
   // combine kernel: at batch 1, launches sized for up to 256 keys (a decode
   // graph sizes them by its bucket; 512 at head_dim 64, min_split_keys
   // above), and the tensor-core kernel's batches at every length (they

@@ -125,6 +125,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
   const int k0 = keys.k0, k1 = keys.k1;
   const int n_tiles = keys.active && k1 >= k0 ? (k1 - k0 + kKeys) / kKeys : 0;
   const int32_t* table = n_tiles > 0 ? row_table(p, keys.seq) : nullptr;
+  __shared__ ClusterInbox<D, kMaxGroup> inbox;
+  init_inbox(p, keys, split, inbox);
   // Group g of cp.async commits holds tile g's loads (in buffer g % kStages),
   // or nothing past the last tile, so "tile t landed" is "at most
   // kStages − 1 groups pending" once group t + kStages − 1 is committed.
@@ -147,13 +149,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
   const detail::RopeLane<DPL> rope = early_rope<kRope, DPL>(p, keys, lane);
   const int64_t own_slot = n_tiles > 0 ? own_key_slot<kRope>(p, keys, table) : -1;
   output_prologue(p);
-  // merge_cluster's partials: (m, l) here, acc in the V buffers (free once
-  // the last tile is read).
-  __shared__ float2 split_ml[kMaxGroup];
-  float* split_acc = reinterpret_cast<float*>(sv);  // [kMaxGroup][D]
-  static_assert(kMaxGroup * D * sizeof(float) <= kStages * kKeys * D * sizeof(__half), "split_acc fits");
-  if (n_tiles == 0) {
-    if (p.cluster_merge) merge_cluster<D>(p, r, kv_head, split_acc, split_ml);
+  if (n_tiles == 0) {  // (in a cluster, an active split has keys: init_inbox)
+    leave_cluster_merge(p);
     return;
   }
 
@@ -226,8 +223,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
     store_row(sm_acc + (warp * kMaxGroup + g) * D + 2 * t4, o, 0, 1.0f);
   }
   __syncthreads();
-  merge_warps<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split, split_acc, split_ml);
-  if (p.cluster_merge) merge_cluster<D>(p, r, kv_head, split_acc, split_ml);
+  const int active_splits = keys.row.active_splits;
+  if (p.cluster_merge) {
+    merge_in_cluster<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split, active_splits, inbox);
+  } else {
+    merge_warps<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split);
+  }
 }
 
 template <int D, int kMaxGroup, bool kRope>

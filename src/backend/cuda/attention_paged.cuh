@@ -2,7 +2,7 @@
 // row's keys split over CTAs (the combine kernel of attention.cu relies on
 // both kernels splitting alike), the store of a decode step's new K/V, the
 // merge of the CTA's warps into the output or the split's partials, and the
-// merge of a cluster's splits (up to 16).
+// merge of a cluster's splits (up to 16) in their shared memory.
 //
 // The kernels: attention.cu's CUDA-core kernel (any cache, head_dim, batch)
 // and attention_decode_mma.cu's tensor-core kernel (f16 cache, batches).
@@ -19,6 +19,7 @@
 #include "backend/cuda/gemv_int8.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mbarrier.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace brioche::cuda::paged {
@@ -60,7 +61,7 @@ struct AttnParams {
   float* part_acc;  // [n_rows, n_heads, splits, head_dim]
   float* part_ml;   // [n_rows, n_heads, splits, 2]
   // The splits of each (row, KV head) are one thread block cluster and merge
-  // through distributed shared memory (merge_cluster) instead of part_acc,
+  // through distributed shared memory (ClusterInbox) instead of part_acc,
   // part_ml and the combine kernel.
   bool cluster_merge = false;
   // RoPE and the K/V store taken in (rope_store_kv_attention; kRope
@@ -230,89 +231,183 @@ __device__ __forceinline__ void load_group_q(const AttnParams& p, int r, int kv_
   }
 }
 
-// Merges the CTA's warps (each an online softmax over its own keys: m, l in
-// sm_m/sm_l [kWarps][kMaxGroup], acc in sm_acc [kWarps][kMaxGroup][HD]) and
-// writes the group's heads of row r: the output when the launch has one
-// split, else this split's (acc, m, l): for the combine kernel, or with
-// p.cluster_merge into the CTA's shared split_acc [kMaxGroup][HD] and
-// split_ml [kMaxGroup] for merge_cluster.
+// ---- The merge of the CTA's warps
+
+// The CTA's warps (each an online softmax over its own keys: m, l in
+// sm_m/sm_l [kWarps][kMaxGroup], acc in sm_acc [kWarps][kMaxGroup][HD])
+// merged for head g: m = max_w m_w, l = Σ_w f_w l_w, and the weights f_w =
+// 2^(m_w − m) that merge their acc.
+template <int kMaxGroup>
+struct WarpsMerged {
+  float m = -INFINITY, l = 0.0f, f[kWarps] = {};
+
+  __device__ WarpsMerged(const float (&sm_m)[kWarps][kMaxGroup], const float (&sm_l)[kWarps][kMaxGroup], int g) {
+    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm_m[w][g]);
+    if (m == -INFINITY) return;  // no keys: weights 0
+    for (int w = 0; w < kWarps; ++w) {
+      f[w] = exp2f(sm_m[w][g] - m);
+      l += f[w] * sm_l[w][g];
+    }
+  }
+};
+
+// Writes the group's heads of row r, the CTA's warps merged: the output when
+// the launch has one split, else this split's (acc, m, l) to part_acc and
+// part_ml for the combine kernel (merge_in_cluster when the splits merge in
+// their cluster).
 template <int HD, int kMaxGroup>
 __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&sm_m)[kWarps][kMaxGroup],
                                             const float (&sm_l)[kWarps][kMaxGroup], const float* sm_acc, int r,
-                                            int kv_head, int split, float* split_acc, float2* split_ml) {
+                                            int kv_head, int split) {
   const int group = p.n_heads / p.n_kv_heads;
   for (int t = threadIdx.x; t < group * HD; t += blockDim.x) {
     const int g = t / HD, e = t % HD;
-    float mm = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sm_m[w][g]);
-    float ll = 0.0f, aa = 0.0f;
-    if (mm != -INFINITY) {
-      for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(sm_m[w][g] - mm);
-        ll += f * sm_l[w][g];
-        aa += f * sm_acc[(w * kMaxGroup + g) * HD + e];
-      }
-    }
+    const WarpsMerged<kMaxGroup> mw(sm_m, sm_l, g);
+    float aa = 0.0f;
+    for (int w = 0; w < kWarps; ++w) aa += mw.f[w] * sm_acc[(w * kMaxGroup + g) * HD + e];
     const int h = kv_head * group + g;
-    if (p.cluster_merge) {
-      split_acc[g * HD + e] = aa;
-      if (e == 0) split_ml[g] = make_float2(mm, ll);
-    } else if (p.splits == 1) {
-      store_output(p, r, int64_t(h) * HD + e, aa / ll);
+    if (p.splits == 1) {
+      store_output(p, r, int64_t(h) * HD + e, aa / mw.l);
     } else {
       const int64_t part = (int64_t(r) * p.n_heads + h) * p.splits + split;
       p.part_acc[part * HD + e] = aa;
       if (e == 0) {
-        p.part_ml[2 * part] = mm;
-        p.part_ml[2 * part + 1] = ll;
+        p.part_ml[2 * part] = mw.m;
+        p.part_ml[2 * part + 1] = mw.l;
       }
     }
   }
 }
 
-// With p.cluster_merge, after merge_warps: the launch's splits of (row r, KV
-// head) are one cluster, and each CTA has its split's partial in shared
-// memory (split_acc, split_ml; an empty split's are never read). The
-// cluster's warps take the group's blocks of 32 output values in turn and
-// merge the row's active splits through distributed shared memory, as the
-// combine kernel does: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s. The
-// first barrier publishes the partials; the second keeps every CTA (and its
-// shared memory) alive until all have been read. Every CTA of the cluster
-// calls it, those without keys too.
+// ---- The merge of a cluster's splits
+//
+// With p.cluster_merge, the launch's splits of (row r, KV head) are one
+// cluster. The group's heads are blocks of 32 output values (head_dim is a
+// multiple of 32). Block b belongs to split b mod A, A being the row's
+// active splits: every active split pushes its partial of block b (32 acc
+// values and its head's (m, l)) into the owner's shared memory by st.async,
+// and the owner merges the A partials as the combine kernel does:
+//   out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s.
+// The partials land in the owner's sm_acc (its warps' merge buffer), once
+// every CTA of the cluster has read its own: one cluster barrier. The
+// owner's mbarrier completes on the bytes it expects, and no CTA reads
+// another's shared memory (which would need a second barrier to keep it
+// alive until read). It replaced a pull: a barrier, each owner warp reading
+// every split's partial remotely, a second barrier. Decode at batch 1 gained
+// 1–5% (Llama-3-8B Q8_0 426 → 431, Q4_0 570 → 578, SmolLM2 bf16 1,849 →
+// 1,951 tokens/s; BENCHMARKS.md). The pushes are 16 bytes each (4 bytes
+// each: SmolLM2 lost 6%), and into sm_acc because an inbox of its own
+// (4 KB at the 8B shape) kept the attention's CTAs off the SMs that a
+// streamed GEMV's ~200 KB ring holds (SmolLM2 lost 3%).
 constexpr int kMaxClusterSplits = 16;
 
-template <int HD>
-__device__ void merge_cluster(const AttnParams& p, int r, int kv_head, const float* split_acc,
-                              const float2* split_ml) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (row_sequence(p, r) >= 0) {
-    const int active = row_keys(p, r).active_splits;  // ≤ the cluster's CTAs ≤ 16
-    const int group = p.n_heads / p.n_kv_heads;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int warps = int(cluster.num_blocks()) * kWarps;
-    for (int b = int(cluster.block_rank()) * kWarps + warp; b < group * HD / 32; b += warps) {
-      const int g = b * 32 / HD, e = b * 32 % HD + lane;
-      // Lane s < active: split s's (m, l) and weight 2^(m_s − M).
-      const float2 ml = lane < active ? cluster.map_shared_rank(split_ml, lane)[g] : make_float2(-INFINITY, 0.0f);
-      float mm = ml.x;
+// Split s's partial of the owner's j-th block (block j·A + owner) sits in
+// slot j·A + s of the owner's sm_acc, seen as acc[kSlots][32]; j·A + s <
+// blocks + A − 1, hence kSlots. Its (m, l) in ml[slot].
+template <int HD, int kMaxGroup>
+struct ClusterInbox {
+  static constexpr int kSlots = kMaxGroup * HD / 32 + kMaxClusterSplits - 1;
+  static_assert(kSlots * 32 <= kWarps * kMaxGroup * HD, "the partials fit the warps' merge buffer");
+  float2 ml[kSlots];
+  uint64_t full;  // completes when every partial the CTA owns has landed
+};
+
+// The blocks split `split` owns of a group of `blocks` (A active splits).
+__device__ __forceinline__ int owned_blocks(int blocks, int active_splits, int split) {
+  return split < active_splits ? (blocks - split + active_splits - 1) / active_splits : 0;
+}
+
+// Thread 0 of an active split, before the PDL wait: the inbox's barrier
+// completes once its one arrival (this one) and the bytes of the A partials
+// of each owned block are in. Every split of a row with keys is active and
+// has keys (decode_splits: at most 16 splits of at least 16 keys), so each
+// pushes.
+template <int HD, int kMaxGroup>
+__device__ __forceinline__ void init_inbox(const AttnParams& p, const SplitKeys& keys, int split,
+                                           ClusterInbox<HD, kMaxGroup>& inbox) {
+  if (!p.cluster_merge || !keys.active || threadIdx.x != 0) return;
+  const int active = keys.row.active_splits;
+  const int owned = owned_blocks(p.n_heads / p.n_kv_heads * HD / 32, active, split);
+  const uint32_t bar = detail::shared_address(&inbox.full);
+  detail::barrier_init(bar, 1);
+  detail::barrier_arrive_expect(bar, uint32_t(owned * active) * uint32_t(32 * sizeof(float) + sizeof(float2)));
+  detail::fence_barrier_init();
+}
+
+// A CTA without keys in a cluster merge: its arrival, so that the others'
+// cluster barrier completes. It may exit then.
+__device__ __forceinline__ void leave_cluster_merge(const AttnParams& p) {
+  if (p.cluster_merge) detail::cluster_arrive();
+}
+
+// In place of merge_warps when the splits merge in their cluster (every
+// thread of every active split): this split's partial of each block, 4
+// values a thread, computed from sm_acc; the cluster barrier; the partials
+// pushed to their owners; then the blocks this split owns, once theirs have
+// landed, merged and stored (a warp a block).
+template <int HD, int kMaxGroup>
+__device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps][kMaxGroup],
+                                 const float (&sm_l)[kWarps][kMaxGroup], float* sm_acc, int r, int kv_head,
+                                 int split, int active_splits, ClusterInbox<HD, kMaxGroup>& inbox) {
+  constexpr int kItems = (kMaxGroup * HD / 4 + kWarps * 32 - 1) / (kWarps * 32);  // 4 values each
+  const int group = p.n_heads / p.n_kv_heads, A = active_splits;
+  float4 aa[kItems];
+  float2 ml[kItems];
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
-      const float w = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - mm);
-      float ll = w * ml.y;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) ll += __shfl_xor_sync(0xffffffffu, ll, off);
-      float aa = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        const float ws = __shfl_sync(0xffffffffu, w, s);
-        if (s < active) aa += ws * cluster.map_shared_rank(split_acc, s)[g * HD + e];
-      }
-      store_output(p, r, int64_t(kv_head * group + g) * HD + e, aa / ll);
+  for (int i = 0; i < kItems; ++i) {
+    const int v = 4 * (threadIdx.x + i * kWarps * 32), g = v / HD, e = v % HD;
+    if (v >= group * HD) break;
+    const WarpsMerged<kMaxGroup> mw(sm_m, sm_l, g);
+    aa[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int w = 0; w < kWarps; ++w) {
+      const float4 a = *reinterpret_cast<const float4*>(sm_acc + (w * kMaxGroup + g) * HD + e);
+      aa[i].x += mw.f[w] * a.x;
+      aa[i].y += mw.f[w] * a.y;
+      aa[i].z += mw.f[w] * a.z;
+      aa[i].w += mw.f[w] * a.w;
     }
+    ml[i] = make_float2(mw.m, mw.l);
   }
-  cluster.sync();
+  // Every CTA has read its sm_acc (the release orders those reads; the K/V
+  // stores before it are long complete).
+  detail::cluster_arrive();
+  detail::cluster_wait();
+  auto& acc = *reinterpret_cast<float(*)[ClusterInbox<HD, kMaxGroup>::kSlots][32]>(sm_acc);
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int v = 4 * (threadIdx.x + i * kWarps * 32);
+    if (v >= group * HD) break;
+    const int b = v / 32, owner = b % A, slot = b / A * A + split;
+    const uint32_t bar = detail::cluster_address(detail::shared_address(&inbox.full), owner);
+    detail::store_to_cluster(detail::cluster_address(detail::shared_address(&acc[slot][v % 32]), owner), aa[i], bar);
+    if (v % 32 == 0)
+      detail::store_to_cluster(detail::cluster_address(detail::shared_address(&inbox.ml[slot]), owner), ml[i], bar);
+  }
+
+  const int owned = owned_blocks(group * HD / 32, A, split);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp >= owned) return;
+  detail::barrier_wait_cluster(detail::shared_address(&inbox.full), 0);
+  for (int j = warp; j < owned; j += kWarps) {
+    const int first = j * A;  // split 0's slot
+    // Lane s < A: split s's (m, l) and weight 2^(m_s − M).
+    const float2 sml = lane < A ? inbox.ml[first + lane] : make_float2(-INFINITY, 0.0f);
+    float mm = sml.x;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, off));
+    const float w = sml.x == -INFINITY ? 0.0f : exp2f(sml.x - mm);
+    float ll = w * sml.y;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ll += __shfl_xor_sync(0xffffffffu, ll, off);
+    float out = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      const float ws = __shfl_sync(0xffffffffu, w, s);
+      if (s < A) out += ws * acc[first + s][lane];
+    }
+    const int b = first + split;  // the block of the group
+    store_output(p, r, int64_t(kv_head * group) * HD + b * 32 + lane, out / ll);
+  }
 }
 
 // A decode attention kernel's dependent launch (launch.cuh) on `grid` (rows ×

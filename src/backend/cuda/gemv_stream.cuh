@@ -42,6 +42,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/mbarrier.cuh"
 #include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -66,37 +67,7 @@ template <bool kSwiglu>
 inline constexpr int kGroupRows = kSwiglu ? kTileRows / 2 : kTileRows;
 
 #ifdef __CUDACC__
-// ---- mbarrier and bulk copy (PTX ISA: "mbarrier", "cp.async.bulk")
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// The producer's arrival, announcing `bytes` the copy engine will deliver.
-__device__ __forceinline__ void barrier_arrive_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-// Until the phase of parity `parity` has completed (a fresh barrier counts
-// its phase before the first, parity 1, as completed).
-__device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-}
+// ---- bulk copy (PTX ISA: "cp.async.bulk"; the barriers: mbarrier.cuh)
 
 // `bytes` (a multiple of 16, both ends 16-byte aligned) from global to
 // shared memory by the copy engine, completing on `bar`.
@@ -149,7 +120,7 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int s
     barrier_init(shared_address(&full[i]), 1);
     barrier_init(shared_address(&empty[i]), uint32_t(consumers));
   }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  fence_barrier_init();
 }
 
 // The producer (one thread): each tile of each of the CTA's groups, into a

@@ -38,12 +38,8 @@ namespace brioche::cuda::detail {
 
 namespace {
 
-using stream::barrier_arrive;
-using stream::barrier_arrive_expect;
-using stream::barrier_wait;
 using stream::bulk_copy;
 using stream::RingPosition;
-using stream::shared_address;
 
 constexpr int kConsumerWarps = 4;
 constexpr int kConsumerThreads = kConsumerWarps * 32;
