@@ -11,7 +11,7 @@
 // With several splits (long contexts, few rows), each writes (acc, m, l) and
 // a combine kernel merges them: out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s;
 // up to 16 splits are one thread block cluster and merge through distributed
-// shared memory instead (ClusterInbox, decode_splits). The merge writes
+// shared memory instead (merge_in_cluster, decode_splits). The merge writes
 // the output: f32 rows, 16-bit rows for the O projection's GEMM
 // (AttentionOut16), or the int8 blocks of its GEMV
 // (rope_store_kv_attention_accumulate), a warp per 32 values. Batches of
@@ -713,7 +713,7 @@ DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int head_dim, int m
   const int ctas_per_sm = mma ? attention_mma_ctas_per_sm() : 4;
   int splits = std::max(1, (ctas_per_sm * multiprocessor_count() + covered_ctas - 1) / covered_ctas);
   splits = std::min({splits, std::max(1, max_keys / min_split_keys(head_dim, max_keys, mma)), kMaxSplits});
-  // Up to 16 splits merge in their cluster (ClusterInbox) instead of a
+  // Up to 16 splits merge in their cluster (merge_in_cluster) instead of a
   // combine kernel: at batch 1, launches sized for up to 256 keys (a decode
   // graph sizes them by its bucket; 512 at head_dim 64, min_split_keys
   // above), and the tensor-core kernel's batches at every length (they

@@ -11,8 +11,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cooperative_groups.h>
-
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -61,7 +59,7 @@ struct AttnParams {
   float* part_acc;  // [n_rows, n_heads, splits, head_dim]
   float* part_ml;   // [n_rows, n_heads, splits, 2]
   // The splits of each (row, KV head) are one thread block cluster and merge
-  // through distributed shared memory (ClusterInbox) instead of part_acc,
+  // through distributed shared memory (merge_in_cluster) instead of part_acc,
   // part_ml and the combine kernel.
   bool cluster_merge = false;
   // RoPE and the K/V store taken in (rope_store_kv_attention; kRope
