@@ -10,11 +10,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define BRIOCHE_HOST_DEVICE __host__ __device__
-#else
-#define BRIOCHE_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace brioche {
 

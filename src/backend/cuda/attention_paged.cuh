@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_decode_splits.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv_int8.cuh"
 #include "backend/cuda/kernels.h"
@@ -281,10 +282,11 @@ __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&s
 //
 // With p.cluster_merge, the launch's splits of (row r, KV head) are one
 // cluster. The group's heads are blocks of 32 output values (head_dim is a
-// multiple of 32). Block b belongs to split b mod A, A being the row's
-// active splits: every active split pushes its partial of block b (32 acc
-// values and its head's (m, l)) into the owner's shared memory by st.async,
-// and the owner merges the A partials as the combine kernel does:
+// multiple of 32), each owned by one active split (ClusterMergeLayout,
+// attention_decode_splits.h): every active split pushes its partial of
+// each block (32 acc values and its head's (m, l)) into the owner's shared
+// memory by st.async, and the owner merges the A partials as the combine
+// kernel does:
 //   out = Σ_s 2^(m_s−M) acc_s / Σ_s 2^(m_s−M) l_s.
 // The partials land in the owner's sm_acc (its warps' merge buffer), once
 // every CTA of the cluster has read its own: one cluster barrier. The
@@ -297,23 +299,15 @@ __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&s
 // pushes lost 1.0–1.4%), and land in sm_acc rather than an inbox of their
 // own: that inbox (4 KB at the 8B shape, where the kernel had 12) let the
 // merge end ~1 µs sooner but cost SmolLM2's decode 8% and the 8B Q4_0's 2%.
-constexpr int kMaxClusterSplits = 16;
-
-// Split s's partial of the owner's j-th block (block j·A + owner) sits in
-// slot j·A + s of the owner's sm_acc, seen as acc[kSlots][32]; j·A + s <
-// blocks + A − 1, hence kSlots. Its (m, l) in ml[slot].
+// The partials' values go to the owner's sm_acc, seen as acc[kSlots][32],
+// their (m, l) to ml[kSlots] here.
 template <int HD, int kMaxGroup>
 struct ClusterInbox {
-  static constexpr int kSlots = kMaxGroup * HD / 32 + kMaxClusterSplits - 1;
+  static constexpr int kSlots = ClusterMergeLayout::slots_for(kMaxGroup * HD / 32);
   static_assert(kSlots * 32 <= kWarps * kMaxGroup * HD, "the partials fit the warps' merge buffer");
   float2 ml[kSlots];
   uint64_t full;  // completes when every partial the CTA owns has landed
 };
-
-// The blocks split `split` owns of a group of `blocks` (A active splits).
-__device__ __forceinline__ int owned_blocks(int blocks, int active_splits, int split) {
-  return split < active_splits ? (blocks - split + active_splits - 1) / active_splits : 0;
-}
 
 // Thread 0 of an active split, before the PDL wait: the inbox's barrier
 // completes once its one arrival (this one) and the bytes of the A partials
@@ -325,7 +319,7 @@ __device__ __forceinline__ void init_inbox(const AttnParams& p, const SplitKeys&
                                            ClusterInbox<HD, kMaxGroup>& inbox) {
   if (!p.cluster_merge || !keys.active || threadIdx.x != 0) return;
   const int active = keys.row.active_splits;
-  const int owned = owned_blocks(p.n_heads / p.n_kv_heads * HD / 32, active, split);
+  const int owned = ClusterMergeLayout{p.n_heads / p.n_kv_heads * HD / 32, active}.owned_by(split);
   const uint32_t bar = detail::shared_address(&inbox.full);
   detail::barrier_init(bar, 1);
   detail::barrier_arrive_expect(bar, uint32_t(owned * active) * uint32_t(32 * sizeof(float) + sizeof(float2)));
@@ -349,6 +343,7 @@ __device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps
                                  int split, int active_splits, ClusterInbox<HD, kMaxGroup>& inbox) {
   constexpr int kItems = (kMaxGroup * HD / 4 + kWarps * 32 - 1) / (kWarps * 32);  // 4 values each
   const int group = p.n_heads / p.n_kv_heads, A = active_splits;
+  const ClusterMergeLayout layout{group * HD / 32, A};
   float4 aa[kItems];
   float2 ml[kItems];
 #pragma unroll
@@ -375,19 +370,20 @@ __device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps
   for (int i = 0; i < kItems; ++i) {
     const int v = 4 * (threadIdx.x + i * kWarps * 32);
     if (v >= group * HD) break;
-    const int b = v / 32, owner = b % A, slot = b / A * A + split;
+    const int b = v / 32, owner = layout.owner(b), slot = layout.slot(b, split);
     const uint32_t bar = detail::cluster_address(detail::shared_address(&inbox.full), owner);
     detail::store_to_cluster(detail::cluster_address(detail::shared_address(&acc[slot][v % 32]), owner), aa[i], bar);
     if (v % 32 == 0)
       detail::store_to_cluster(detail::cluster_address(detail::shared_address(&inbox.ml[slot]), owner), ml[i], bar);
   }
 
-  const int owned = owned_blocks(group * HD / 32, A, split);
+  const int owned = layout.owned_by(split);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warp >= owned) return;
   detail::barrier_wait_cluster(detail::shared_address(&inbox.full), 0);
   for (int j = warp; j < owned; j += kWarps) {
-    const int first = j * A;  // split 0's slot
+    const int b = j * A + split;  // the block of the group
+    const int first = j * A;      // layout.slot(b, 0): split 0's partial
     // Lane s < A: split s's (m, l) and weight 2^(m_s − M).
     const float2 sml = lane < A ? inbox.ml[first + lane] : make_float2(-INFINITY, 0.0f);
     float mm = sml.x;
@@ -403,7 +399,6 @@ __device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps
       const float ws = __shfl_sync(0xffffffffu, w, s);
       if (s < A) out += ws * acc[first + s][lane];
     }
-    const int b = first + split;  // the block of the group
     store_output(p, r, int64_t(kv_head * group) * HD + b * 32 + lane, out / ll);
   }
 }
