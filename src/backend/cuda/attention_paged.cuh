@@ -299,6 +299,7 @@ __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&s
 // pushes lost 1.0–1.4%), and land in sm_acc rather than an inbox of their
 // own: that inbox (4 KB at the 8B shape, where the kernel had 12) let the
 // merge end ~1 µs sooner but cost SmolLM2's decode 8% and the 8B Q4_0's 2%.
+
 // The partials' values go to the owner's sm_acc, seen as acc[kSlots][32],
 // their (m, l) to ml[kSlots] here.
 template <int HD, int kMaxGroup>
