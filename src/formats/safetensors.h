@@ -127,10 +127,9 @@ class SafetensorsWriter {
   struct PendingTensor {
     std::string dtype;
     std::vector<int64_t> shape;
-    Tensor tensor;               // add(): its bytes
-    std::vector<uint8_t> bytes;  // add_raw()
-    const uint8_t* data() const;
-    size_t size() const;
+    std::shared_ptr<const void> owner;  // keeps `data` alive: the added tensor, or add_raw's vector
+    const uint8_t* data;
+    size_t size;
   };
   void check_entry(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
                    size_t nbytes) const;

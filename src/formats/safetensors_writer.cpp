@@ -1,6 +1,6 @@
 // safetensors writer: JSON header (padded with spaces to a multiple of 8 so the
 // data section stays aligned), then tensors back to back in name order.
-#include <cstring>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -26,7 +26,10 @@ void SafetensorsWriter::add(std::string name, const Tensor& tensor) {
   }
   std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().begin() + tensor.rank());
   check_entry(name, dtype, shape, tensor.nbytes());
-  tensors_.emplace(std::move(name), PendingTensor{std::move(dtype), std::move(shape), tensor, {}});
+  auto owner = std::make_shared<const Tensor>(tensor);
+  const auto* data = static_cast<const uint8_t*>(owner->data());
+  tensors_.emplace(std::move(name),
+                   PendingTensor{std::move(dtype), std::move(shape), std::move(owner), data, tensor.nbytes()});
 }
 
 void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
@@ -38,7 +41,10 @@ void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector
 void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
                                 std::vector<uint8_t> bytes) {
   check_entry(name, dtype, shape, bytes.size());
-  tensors_.emplace(std::move(name), PendingTensor{std::move(dtype), std::move(shape), Tensor(), std::move(bytes)});
+  auto owner = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  const uint8_t* data = owner->data();
+  const size_t size = owner->size();
+  tensors_.emplace(std::move(name), PendingTensor{std::move(dtype), std::move(shape), std::move(owner), data, size});
 }
 
 void SafetensorsWriter::check_entry(const std::string& name, const std::string& dtype,
@@ -56,12 +62,6 @@ void SafetensorsWriter::check_entry(const std::string& name, const std::string& 
   BRIOCHE_CHECK(tensors_.count(name) == 0, "SafetensorsWriter: tensor '", name, "' added twice");
 }
 
-const uint8_t* SafetensorsWriter::PendingTensor::data() const {
-  return tensor.defined() ? static_cast<const uint8_t*>(tensor.data()) : bytes.data();
-}
-
-size_t SafetensorsWriter::PendingTensor::size() const { return tensor.defined() ? tensor.nbytes() : bytes.size(); }
-
 void SafetensorsWriter::set_metadata(std::map<std::string, std::string> metadata) {
   metadata_ = std::move(metadata);
 }
@@ -71,15 +71,15 @@ void SafetensorsWriter::write_to(std::ostream& out) const {
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.size()}}};
-    offset += t.size();
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.size}}};
+    offset += t.size;
   }
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
   const uint64_t len = text.size();
   out.write(reinterpret_cast<const char*>(&len), 8);
   out.write(text.data(), std::streamsize(len));
-  for (const auto& [name, t] : tensors_) out.write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.size()));
+  for (const auto& [name, t] : tensors_) out.write(reinterpret_cast<const char*>(t.data), std::streamsize(t.size));
 }
 
 std::vector<uint8_t> SafetensorsWriter::serialize() const {
