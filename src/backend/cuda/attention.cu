@@ -308,12 +308,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
       for (int j = 0; j < DK; ++j) sm_acc[warp][g][sl * DK + j] = acc[g][j];
   }
   __syncthreads();
-  const int active_splits = keys.row.active_splits;
-  if (p.cluster_merge) {
-    merge_in_cluster<HD, kMaxGroup>(p, sm_m, sm_l, &sm_acc[0][0][0], r, kv_head, split, active_splits, inbox);
-  } else {
-    merge_warps<HD, kMaxGroup>(p, sm_m, sm_l, &sm_acc[0][0][0], r, kv_head, split);
-  }
+  merge_partials<HD, kMaxGroup>(p, sm_m, sm_l, &sm_acc[0][0][0], r, kv_head, split, keys, inbox);
 }
 
 // One block per (row, head) merges the row's active splits in two L2 round

@@ -223,12 +223,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) attention_mma_kernel(Att
     store_row(sm_acc + (warp * kMaxGroup + g) * D + 2 * t4, o, 0, 1.0f);
   }
   __syncthreads();
-  const int active_splits = keys.row.active_splits;
-  if (p.cluster_merge) {
-    merge_in_cluster<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split, active_splits, inbox);
-  } else {
-    merge_warps<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split);
-  }
+  merge_partials<D, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split, keys, inbox);
 }
 
 template <int D, int kMaxGroup, bool kRope>

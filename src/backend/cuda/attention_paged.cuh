@@ -404,6 +404,20 @@ __device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps
   }
 }
 
+// The end of both decode kernels, once their warps' partials are in shared
+// memory: merge_in_cluster when the splits merge in their cluster, else
+// merge_warps.
+template <int HD, int kMaxGroup>
+__device__ __forceinline__ void merge_partials(const AttnParams& p, const float (&sm_m)[kWarps][kMaxGroup],
+                                               const float (&sm_l)[kWarps][kMaxGroup], float* sm_acc, int r,
+                                               int kv_head, int split, const SplitKeys& keys,
+                                               ClusterInbox<HD, kMaxGroup>& inbox) {
+  if (p.cluster_merge)
+    merge_in_cluster<HD, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split, keys.row.active_splits, inbox);
+  else
+    merge_warps<HD, kMaxGroup>(p, sm_m, sm_l, sm_acc, r, kv_head, split);
+}
+
 // A decode attention kernel's dependent launch (launch.cuh) on `grid` (rows ×
 // KV heads, splits): with p.cluster_merge each (row, KV head)'s splits are
 // one cluster. Clusters of more than 8 CTAs (the portable limit) need the
