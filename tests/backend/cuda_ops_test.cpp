@@ -701,7 +701,7 @@ TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
 }
 
 // Decode rows whose splits (at most 16) merge in their thread block cluster
-// (attention_paged.cuh, merge_cluster) instead of the combine kernel: one
+// (attention_paged.cuh, merge_in_cluster) instead of the combine kernel: one
 // row of 100 and of 250 keys (Llama-3-8B heads), rows of different lengths
 // in one call (the short row's cluster has CTAs without keys), SmolLM2's
 // group of 3 (also one row of 500 keys: its splits of 32 keys, two steps at
