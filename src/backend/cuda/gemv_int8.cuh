@@ -126,6 +126,16 @@ __device__ __forceinline__ float affine_offset(float scale, float bias) {
   return kBits == 8 ? fmaf(128.0f, scale, bias) : bias;
 }
 
+// c + Σ of the 4 unsigned bytes of a times the 4 signed bytes of b
+// (dp4a.u32.s32). A 4-bit type's high nibbles masked in place (w &
+// 0xF0F0F0F0) are 16·q as unsigned bytes, so Σ 16·q·x >> 4 is Σ q·x
+// exactly, without the shift per word that moving them down costs.
+__device__ __forceinline__ int dp4a_unsigned_signed(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // Σ of 16 int8 products: w[0..3] against the 16 bytes of x.
 __device__ __forceinline__ int dot16(const int w[4], int4 x, int acc) {
   acc = __dp4a(w[0], x.x, acc);

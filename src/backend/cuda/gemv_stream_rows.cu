@@ -92,9 +92,10 @@ __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot blo
 
 // Σ over a K-quant super-block's 4 groups g of sub-blocks 2g and 2g + 1:
 // group_dots(g, i, s0, s1) adds word i (0..7) of each sub-block's quants
-// against x (__dp4a into s0 and s1); the scales (d, dmin in word 0, the 12
-// scale bytes in words 1..3) turn the two integer sums into floats.
-template <int N, class GroupDots>
+// against x (__dp4a into s0 and s1; s1 2^kHighShift times its sum when the
+// high nibbles stay in place); the scales (d, dmin in word 0, the 12 scale
+// bytes in words 1..3) turn the two integer sums into floats.
+template <int kHighShift, int N, class GroupDots>
 __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChunk& x, GroupDots group_dots) {
   const float d = half_lo(v[0]), dmin = half_hi(v[0]);
   float sum = 0.0f;
@@ -103,6 +104,7 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChu
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) group_dots(g, i, s0, s1);
+    s1 >>= kHighShift;  // (exact: a multiple of 2^kHighShift)
     const ScaleMinPair sm = k_scale_min_pair(v[1], v[2], v[3], g);
     const float2 x0 = x.ds[2 * g], x1 = x.ds[2 * g + 1];
     sum += d * (float(sm.sc0) * x0.x * float(s0) + float(sm.sc1) * x1.x * float(s1)) -
@@ -178,14 +180,14 @@ struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1> {
   static constexpr int kBlockBytes = 18;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
-      int s0 = 0, s1 = 0;  // low and high nibbles: two chains of __dp4a
+      int s0 = 0, s1 = 0;  // low nibbles, 16 × high nibbles: two chains of __dp4a
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t w = word_at(v, q + 2 * i);
         s0 = __dp4a(int(w & 0x0F0F0F0Fu), x.q[8 * b + i], s0);
-        s1 = __dp4a(int((w >> 4) & 0x0F0F0F0Fu), x.q[8 * b + 4 + i], s1);
+        s1 = dp4a_unsigned_signed(w & 0xF0F0F0F0u, x.q[8 * b + 4 + i], s1);
       }
-      return x.ds[b].x * float(s0 + s1) - 8.0f * x.ds[b].y;
+      return x.ds[b].x * float(s0 + (s1 >> 4)) - 8.0f * x.ds[b].y;
     });
   }
 };
@@ -198,10 +200,10 @@ struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1> {
 struct Q4_KChunk : ChunkOf<144, 2, 2, true> {
   static constexpr int kQuantsWord = 4;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
-    return sum_k_groups(v, x, [&](int g, int i, int& s0, int& s1) {
+    return sum_k_groups<4>(v, x, [&](int g, int i, int& s0, int& s1) {
       const uint32_t w = v[kQuantsWord + 8 * g + i];
       s0 = __dp4a(int(w & 0x0F0F0F0Fu), x.q[16 * g + i], s0);
-      s1 = __dp4a(int((w >> 4) & 0x0F0F0F0Fu), x.q[16 * g + 8 + i], s1);
+      s1 = dp4a_unsigned_signed(w & 0xF0F0F0F0u, x.q[16 * g + 8 + i], s1);
     });
   }
 };
@@ -211,7 +213,7 @@ struct Q4_KChunk : ChunkOf<144, 2, 2, true> {
 struct Q5_KChunk : ChunkOf<176, 2, 2> {
   static constexpr int kHighWord = 4, kQuantsWord = 12;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
-    return sum_k_groups(v, x, [&](int g, int i, int& s0, int& s1) {
+    return sum_k_groups<0>(v, x, [&](int g, int i, int& s0, int& s1) {
       const uint32_t w = v[kQuantsWord + 8 * g + i], h = v[kHighWord + i];
       s0 = __dp4a(int((w & 0x0F0F0F0Fu) | (((h >> (2 * g)) & 0x01010101u) << 4)), x.q[16 * g + i], s0);
       s1 = __dp4a(int(((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * g + 1)) & 0x01010101u) << 4)), x.q[16 * g + 8 + i],
