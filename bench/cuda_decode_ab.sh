@@ -19,8 +19,13 @@ for model in "$@"; do
     for s in "${settings[@]}"; do
       bench=build/dev/cuda_model_bench
       [[ "$s" =~ BENCH=([^,]*) ]] && bench=${BASH_REMATCH[1]}
+      # Three rows a run, on one line, each named: "decode b1" (each step
+      # waits for the host's token), "decode b1 run ahead" (the engine's way,
+      # the headline number), "decode b1 forward alone".
       tokens=$(env ${s//,/ } $bench --shape "$shape" --dtype "$dtype" --decode "${steps:-128}" \
-        --prefill 0 --batch 0 2>&1 | grep "decode b1" | awk -F'|' '{print $(NF-2)}')
+        --prefill 0 --batch 0 2>&1 | grep "decode b1" |
+        awk -F'|' '{name = $(NF-3); sub(/^ *decode b1 */, "", name); sub(/ *$/, "", name);
+                    printf "%s%s %s", (NR > 1 ? " | " : ""), (name == "" ? "waiting" : name), $(NF-2) + 0}')
       echo "$shape $dtype round $round [${s:-default}]: $tokens" | tee -a "$out/ab.txt"
     done
   done

@@ -101,8 +101,9 @@ __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot blo
 // bits of bytes 0..3 and 4..7; 4..7 take the nibbles of bytes 8..11 and the
 // top 2 bits of bytes 0..7), sc_j·S_j is an integer product (exact in
 // float: under 2^24), and d, dmin multiply once: ~20 instructions fewer a
-// super-block than decoding and converting per group. Llama-3-8B decode,
-// A/B in one call: Q4_K 552–556 → 560–562 tokens/s, Q5_K at par.
+// super-block than decoding and converting per group. Llama-3-8B decode
+// run ahead, A/B in one call: Q4_K 565.5–566.9 → 573.3–575.0 tokens/s, Q5_K
+// at par.
 template <int kHighShift, int N, class GroupDots>
 __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChunk& x, GroupDots group_dots) {
   const uint32_t scales[2] = {v[1] & 0x3F3F3F3Fu, (v[3] & 0x0F0F0F0Fu) | ((v[1] >> 2) & 0x30303030u)};
@@ -395,6 +396,19 @@ __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
   }
 }
 
+// Where launch row `row` writes: gemv_target's y in 32-bit arithmetic (a
+// launch has fewer than 2^31 rows). The consumers' instructions are on the
+// decode's time (BENCHMARKS.md, 2026-12-01): with 32-bit rows, tiles and
+// slot addresses Q4_0's loop is 301 → 280 instructions (SASS), and 8B
+// decode run ahead went Q4_0 582.4–582.5 → 586.4–587.7 tokens/s, Q4_K
+// 561.3–562.4 → 564.0–565.9 (A/B, one call).
+__device__ __forceinline__ float* row_output(const GemvArgs& a, int row) {
+  const int m0 = int(a.parts[0].m), m1 = int(a.parts[1].m);
+  if (row < m0) return a.parts[0].y + row;
+  if (row - m0 < m1) return a.parts[1].y + (row - m0);
+  return a.parts[2].y + (row - m0 - m1);
+}
+
 // A consumer thread: row `r` of each tile (SwiGLU: gate row r of the lower
 // half-warp, up row r of the upper), columns of chunk `c`.
 template <class Chunk, int kRowThreads, bool kSwiglu>
@@ -407,25 +421,28 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   const bool active = chunk < a.k / kChunkValues;
   XChunk xc{};
   if (active) xc = load_x_chunk(x, chunk);
-  // The thread that stores the row here (SwiGLU stores through gemv_store below).
+  // The thread that stores the row here (SwiGLU stores below).
   const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : chunk == 0);
+  const int m = int(a.m), tiles = int(p.tiles);
+  const uint32_t full0 = shared_address(&s.full[0]), empty0 = shared_address(&s.empty[0]);
+  const uint8_t* my_row = s.tiles + slot_row * p.row_bytes;
   RingPosition at(p.stages);
   uint32_t buffer = 0;
-  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, buffer ^= 1) {
-    const int64_t row = t * p.rows + slot_row;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, buffer ^= 1) {
+    const int row = t * p.rows + slot_row;
     // y's old value, asked for before the tile's wait and arithmetic, which
     // cover its latency (loaded at the store, it held the row's warps for a
     // round trip each tile). Llama-3-8B decode: Q8_0 366–368 → 372–373
     // tokens/s; Q4_0 unchanged.
     float y_old = 0.0f;
-    if (stores && a.accumulate && row < a.m) y_old = *gemv_target(a, row).y;
-    barrier_wait(shared_address(&s.full[at.slot]), at.parity);
+    if (stores && a.accumulate && row < m) y_old = *row_output(a, row);
+    barrier_wait(full0 + 8 * at.slot, at.parity);
     uint32_t v[Chunk::kWords];
-    if (active) Chunk::load(s.tiles + size_t(at.slot) * p.tile_bytes + size_t(slot_row) * p.row_bytes, chunk, v);
+    if (active) Chunk::load(my_row + at.slot * p.tile_bytes, chunk, v);
     float sum = 0.0f;
     if constexpr (!Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc) : 0.0f;
     // (The arrival orders the thread's loads of the slot before it.)
-    barrier_arrive(shared_address(&s.empty[at.slot]));
+    barrier_arrive(empty0 + 8 * at.slot);
     at.advance();
     if constexpr (Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc) : 0.0f;
     // Σ over the row's threads.
@@ -435,8 +452,12 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
     if constexpr (kSwiglu) {
       static_assert(kRowThreads == 16);
       const float up = __shfl_sync(0xffffffffu, sum, 16);
-      const int64_t gate_row = t * p.rows + warp;
-      if (lane == 0 && gate_row < a.m) gemv_store<true>(a, gemv_target(a, gate_row), 0, sum, up);
+      const int gate_row = t * p.rows + warp;
+      if (lane == 0 && gate_row < m) {
+        float* y = row_output(a, gate_row);
+        const float out = silu(sum) * up;  // gemv_store<true>'s bits
+        *y = a.accumulate ? *y + out : out;
+      }
       continue;
     }
     if constexpr (kRowThreads == 64) {
@@ -445,7 +466,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
       else asm volatile("bar.sync 2, 64;" ::: "memory");
       if (stores) sum += s.partials[buffer][warp + 1];
     }
-    if (stores && row < a.m) *gemv_target(a, row).y = a.accumulate ? y_old + sum : sum;
+    if (stores && row < m) *row_output(a, row) = a.accumulate ? y_old + sum : sum;
   }
 }
 
