@@ -421,7 +421,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   const bool active = chunk < a.k / kChunkValues;
   XChunk xc{};
   if (active) xc = load_x_chunk(x, chunk);
-  // The thread that stores the row here (SwiGLU stores below).
+  // The thread that stores the row here (SwiGLU stores through gemv_store below).
   const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : chunk == 0);
   const int m = int(a.m), tiles = int(p.tiles);
   const uint32_t full0 = shared_address(&s.full[0]), empty0 = shared_address(&s.empty[0]);
@@ -453,11 +453,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
       static_assert(kRowThreads == 16);
       const float up = __shfl_sync(0xffffffffu, sum, 16);
       const int gate_row = t * p.rows + warp;
-      if (lane == 0 && gate_row < m) {
-        float* y = row_output(a, gate_row);
-        const float out = silu(sum) * up;  // gemv_store<true>'s bits
-        *y = a.accumulate ? *y + out : out;
-      }
+      if (lane == 0 && gate_row < m) gemv_store<true>(a, {.y = row_output(a, gate_row)}, 0, sum, up);
       continue;
     }
     if constexpr (kRowThreads == 64) {
