@@ -35,12 +35,6 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   }
 }
 
-void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes) {
-  write_file_atomically(path, [&](std::ostream& out) {
-    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  });
-}
-
 std::vector<uint8_t> streamed_bytes(const std::function<void(std::ostream&)>& write_body) {
   std::ostringstream out;
   write_body(out);

@@ -14,7 +14,6 @@ namespace brioche::formats {
 // `write_body` streams the file's bytes (a writer need not hold a model's
 // bytes a second time to serialize them).
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write_body);
-void write_file_atomically(const std::string& path, const std::vector<uint8_t>& bytes);
 
 // The bytes `write_body` streams, in memory (a writer's serialize()).
 std::vector<uint8_t> streamed_bytes(const std::function<void(std::ostream&)>& write_body);

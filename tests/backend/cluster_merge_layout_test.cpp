@@ -42,9 +42,18 @@ TEST(ClusterMergeLayout, EveryBlockHasOneOwnerAndEveryPartialItsOwnSlot) {
       for (int s = 0; s < active; ++s)
         EXPECT_EQ(owned[size_t(s)], layout.owned_by(s)) << "split " << s << " of " << active << ", " << blocks;
       EXPECT_EQ(layout.owned_by(active), 0) << "a split without keys owns nothing";
-      // The owner's j-th block is j·A + owner (merge_in_cluster walks them so).
+      // The owner walks its blocks by owned_block and finds their partials
+      // from owned_slots on (merge_in_cluster): every block once, each its own.
+      std::vector<int> walked(size_t(blocks), 0);
       for (int s = 0; s < active; ++s)
-        for (int j = 0; j < layout.owned_by(s); ++j) EXPECT_EQ(layout.owner(j * active + s), s);
+        for (int j = 0; j < layout.owned_by(s); ++j) {
+          const int b = layout.owned_block(s, j);
+          ASSERT_LT(b, blocks) << "split " << s << "'s block " << j << " of " << active << " splits, " << blocks;
+          EXPECT_EQ(layout.owner(b), s);
+          EXPECT_EQ(layout.owned_slots(j), layout.slot(b, 0));
+          ++walked[size_t(b)];
+        }
+      for (int b = 0; b < blocks; ++b) EXPECT_EQ(walked[size_t(b)], 1) << "block " << b << " walked by its owner";
     }
   }
 }

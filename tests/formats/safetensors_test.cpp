@@ -179,7 +179,7 @@ TEST(SafetensorsWriter, WriteStreamsWhatSerializeReturns) {
 TEST(WriteFileAtomically, AFailedWriteKeepsTheOldFile) {
   TempDir dir;
   const std::string path = dir.file("model.safetensors");
-  write_file_atomically(path, std::vector<uint8_t>{1, 2, 3});
+  write_file_atomically(path, [](std::ostream& out) { out.write("\x01\x02\x03", 3); });
   EXPECT_THROW(write_file_atomically(path,
                                      [](std::ostream& out) {
                                        out.write("partial", 7);
@@ -188,7 +188,8 @@ TEST(WriteFileAtomically, AFailedWriteKeepsTheOldFile) {
                Error);
   EXPECT_EQ(read_bytes(path), (std::vector<uint8_t>{1, 2, 3}));
   EXPECT_FALSE(std::filesystem::exists(path + ".part"));
-  const std::string error = error_of([&] { write_file_atomically(dir.file("no/such/dir/x.gguf"), std::vector<uint8_t>{}); });
+  const std::string error =
+      error_of([&] { write_file_atomically(dir.file("no/such/dir/x.gguf"), [](std::ostream&) {}); });
   EXPECT_THAT(error, HasSubstr("no/such/dir/x.gguf: cannot open"));
 }
 

@@ -29,6 +29,11 @@ struct ClusterMergeLayout {
   BRIOCHE_HOST_DEVICE constexpr int owned_by(int split) const {
     return split < active_splits ? (blocks - split + active_splits - 1) / active_splits : 0;
   }
+  // The j-th block split `split` owns (j < owned_by(split)), and the first of
+  // its partials' slots, split 0's: slot(owned_block(s, j), 0) without a
+  // division.
+  BRIOCHE_HOST_DEVICE constexpr int owned_block(int split, int j) const { return j * active_splits + split; }
+  BRIOCHE_HOST_DEVICE constexpr int owned_slots(int j) const { return j * active_splits; }
   // The slots a buffer needs for groups of up to max_blocks blocks: a slot
   // j·A + s is at most (max_blocks − 1) + (A − 1).
   static constexpr int slots_for(int max_blocks) { return max_blocks + kMaxClusterSplits - 1; }

@@ -383,8 +383,7 @@ __device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps
   if (warp >= owned) return;
   detail::barrier_wait_cluster(detail::shared_address(&inbox.full), 0);
   for (int j = warp; j < owned; j += kWarps) {
-    const int b = j * A + split;  // the block of the group
-    const int first = j * A;      // layout.slot(b, 0): split 0's partial
+    const int b = layout.owned_block(split, j), first = layout.owned_slots(j);
     // Lane s < A: split s's (m, l) and weight 2^(m_s − M).
     const float2 sml = lane < A ? inbox.ml[first + lane] : make_float2(-INFINITY, 0.0f);
     float mm = sml.x;

@@ -424,7 +424,9 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   // The thread that stores the row here (SwiGLU stores through gemv_store below).
   const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : chunk == 0);
   const int m = int(a.m), tiles = int(p.tiles);
+  // Slot i's barriers: full0 and empty0 plus i barriers' bytes.
   const uint32_t full0 = shared_address(&s.full[0]), empty0 = shared_address(&s.empty[0]);
+  constexpr uint32_t kBarrierBytes = sizeof(uint64_t);
   const uint8_t* my_row = s.tiles + slot_row * p.row_bytes;
   RingPosition at(p.stages);
   uint32_t buffer = 0;
@@ -436,13 +438,13 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
     // tokens/s; Q4_0 unchanged.
     float y_old = 0.0f;
     if (stores && a.accumulate && row < m) y_old = *row_output(a, row);
-    barrier_wait(full0 + 8 * at.slot, at.parity);
+    barrier_wait(full0 + kBarrierBytes * at.slot, at.parity);
     uint32_t v[Chunk::kWords];
     if (active) Chunk::load(my_row + at.slot * p.tile_bytes, chunk, v);
     float sum = 0.0f;
     if constexpr (!Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc) : 0.0f;
     // (The arrival orders the thread's loads of the slot before it.)
-    barrier_arrive(empty0 + 8 * at.slot);
+    barrier_arrive(empty0 + kBarrierBytes * at.slot);
     at.advance();
     if constexpr (Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc) : 0.0f;
     // Σ over the row's threads.
