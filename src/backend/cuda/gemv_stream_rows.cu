@@ -147,13 +147,19 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChu
 // consumers do, then fills the rest of its ring. Tiles first, by A/B runs
 // (BENCHMARKS.md): Q4_0 1, Q4_K/Q5_K/Q6_K 2, Q8_0 3 (Q8_0 has one CTA per
 // SM and tiles of twice the bytes). None at all loses (Q4_0 544 → 526
-// tokens/s): HBM then idles during the kernel before.
-template <int kChunkBytes_, int kCtasPerSm_, int kEarlyTiles_, bool kReleaseBeforeDot_ = false>
+// tokens/s): HBM then idles during the kernel before. kSwigluEarlyTiles is
+// the count for the gate/up launch, whose kernel before is the norm: Q4_0
+// takes 2 there (8B decode run ahead, three A/B calls: +0.7–0.8%, 591.5–592.4
+// → 593.4–596.5 tokens/s in the last); one more was at par for Q4_K and Q8_0,
+// and every other position was at its best with kEarlyTiles (BENCHMARKS.md,
+// 2026-12-01).
+template <int kChunkBytes_, int kCtasPerSm_, int kEarlyTiles_, bool kReleaseBeforeDot_ = false,
+          int kSwigluEarlyTiles_ = kEarlyTiles_>
 struct ChunkOf {
   static constexpr int kChunkBytes = kChunkBytes_;
   static constexpr int kWords = (kChunkBytes + 3) / 4;
   static constexpr int kCtasPerSm = kCtasPerSm_;
-  static constexpr int kEarlyTiles = kEarlyTiles_;
+  static constexpr int kEarlyTiles = kEarlyTiles_, kSwigluEarlyTiles = kSwigluEarlyTiles_;
   static constexpr bool kReleaseBeforeDot = kReleaseBeforeDot_;
   // The chunk `chunk` of a tile row (16-byte aligned) as 16-byte shared loads.
   __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
@@ -190,7 +196,7 @@ struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3> {
 // Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
-struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1> {
+struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1, false, 2> {
   static constexpr int kBlockBytes = 18;
   __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
@@ -298,7 +304,8 @@ struct Q6_KChunk : ChunkOf<210, 2, 2> {
 // vectors for every affine type. x block b of the chunk gives
 // scale·dx·Σ q·xq + offset·sx, q decoded as the warp kernels do
 // (gemv_int8.cuh: affine8_centered, affine4_in_order, affine_offset). CTAs
-// per SM and tiles first as the GGUF type of the same bits (Q4_0, Q8_0).
+// per SM and tiles first as the GGUF type of the same bits (Q4_0, Q8_0; not
+// Q4_0's second gate/up tile, which was measured on Q4_0 alone).
 template <int kBits, int kGroup>
 using AffineChunkOf = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3>;
 template <int kBits, int kGroup>
@@ -359,7 +366,8 @@ Plan plan_of(const GemvArgs& a) {
   const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
   // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
   static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
-  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? Chunk::kEarlyTiles : stages};
+  const int early = kSwiglu ? Chunk::kSwigluEarlyTiles : Chunk::kEarlyTiles;
+  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages};
 }
 
 // The producer: tile t's rows into a slot, one bulk copy per run of rows
