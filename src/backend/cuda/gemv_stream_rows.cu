@@ -21,10 +21,11 @@
 // SwiGLU (k ≤ 4,096 only): a warp's two half-warps take gate row j and up
 // row j; a tile is 4 gate rows then 4 up rows.
 //
-// A CTA is 4 consumer warps and a producer warp; the type says how many
-// CTAs share an SM (and its 200 KB of tile slots). Llama-3-8B decode at
-// batch 1: Q8_0 358–359 → 368–369 tokens/s, Q4_0 494–496 → 509–510 (the
-// warp kernels of gemv_int8.cuh before). BRIOCHE_CUDA_GEMV_STREAM_INT8=0 keeps
+// A CTA is 4 consumer warps and a producer warp (8 consumer warps where two
+// threads share a chunk: ChunkOf's kSplit); the type says how many CTAs
+// share an SM (and its 200 KB of tile slots). Llama-3-8B decode at batch 1:
+// Q8_0 358–359 → 368–369 tokens/s, Q4_0 494–496 → 509–510 (the warp kernels
+// of gemv_int8.cuh before). BRIOCHE_CUDA_GEMV_STREAM_INT8=0 keeps
 // the warp kernels, for A/B runs.
 #include "backend/cuda/gemv_int8.h"
 
@@ -41,10 +42,8 @@ namespace {
 using stream::bulk_copy;
 using stream::RingPosition;
 
-constexpr int kConsumerWarps = 4;
-constexpr int kConsumerThreads = kConsumerWarps * 32;
-constexpr int kThreads = kConsumerThreads + 32;  // the last warp produces
-constexpr int kChunkValues = 256;                // a thread's columns
+constexpr int kChunkWarps = 4;      // consumer warps of a CTA at one thread a chunk
+constexpr int kChunkValues = 256;   // a chunk: 8 blocks, or one K-quant super-block
 constexpr int kMaxStages = 8;
 // Shared memory for tiles in flight per SM (of the 228 KB it has), split
 // between the type's CTAs per SM.
@@ -56,22 +55,27 @@ __device__ __forceinline__ uint32_t word_at(const uint32_t (&v)[N], int h) {
   return h % 2 == 0 ? v[h / 2] : __funnelshift_r(v[h / 2], v[h / 2 + 1], 16);
 }
 
-// A chunk's x: 256 int8 values (64 words) and per block (dx, sx).
-struct XChunk {
-  int q[64];
-  float2 ds[8];
+// A thread's x: its kValues int8 values (a chunk or half of one; kValues / 4
+// words) and per block (dx, sx).
+template <int kValues>
+struct XPart {
+  int q[kValues / 4];
+  float2 ds[kValues / 32];
 };
+using XChunk = XPart<kChunkValues>;
 
-__device__ __forceinline__ XChunk load_x_chunk(const Int8Acts& x, int64_t chunk) {
-  XChunk c;
-  const int4* q = reinterpret_cast<const int4*>(x.q + chunk * kChunkValues);
+// Part `part` of x (parts of kValues values).
+template <int kValues>
+__device__ __forceinline__ XPart<kValues> load_x_part(const Int8Acts& x, int64_t part) {
+  XPart<kValues> c;
+  const int4* q = reinterpret_cast<const int4*>(x.q + part * kValues);
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < kValues / 16; ++i) {
     const int4 v = __ldg(q + i);
     c.q[4 * i] = v.x, c.q[4 * i + 1] = v.y, c.q[4 * i + 2] = v.z, c.q[4 * i + 3] = v.w;
   }
 #pragma unroll
-  for (int b = 0; b < 8; ++b) c.ds[b] = __ldg(x.ds + chunk * 8 + b);
+  for (int b = 0; b < kValues / 32; ++b) c.ds[b] = __ldg(x.ds + part * (kValues / 32) + b);
   return c;
 }
 
@@ -90,7 +94,8 @@ __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot blo
   return sum;
 }
 
-// Σ over a K-quant super-block's 4 groups g of sub-blocks 2g and 2g + 1:
+// Σ over kGroups groups g of a K-quant super-block's sub-blocks 2g and 2g +
+// 1 (all 4 groups, or a half super-block's two: groups 2·half + g):
 // group_dots(g, i, s0, s1) adds word i (0..7) of each sub-block's quants
 // against x (__dp4a into s0 and s1; s1 2^kHighShift times its sum when the
 // high nibbles stay in place); the scales (d, dmin in word 0, the 12 scale
@@ -104,22 +109,28 @@ __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot blo
 // super-block than decoding and converting per group. Llama-3-8B decode
 // run ahead, A/B in one call: Q4_K 565.5–566.9 → 573.3–575.0 tokens/s, Q5_K
 // at par.
-template <int kHighShift, int N, class GroupDots>
-__device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChunk& x, GroupDots group_dots) {
+template <int kHighShift, int kGroups, int N, int kValues, class GroupDots>
+__device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPart<kValues>& x, int half,
+                                              GroupDots group_dots) {
+  static_assert(kGroups == 4 || kGroups == 2);
   const uint32_t scales[2] = {v[1] & 0x3F3F3F3Fu, (v[3] & 0x0F0F0F0Fu) | ((v[1] >> 2) & 0x30303030u)};
   const uint32_t mins[2] = {v[2] & 0x3F3F3F3Fu, ((v[3] >> 4) & 0x0F0F0F0Fu) | ((v[2] >> 2) & 0x30303030u)};
+  // Group g's word of scales or mins (a select on `half`, not a run-time
+  // index, which would put the array in local memory).
+  auto word_of = [&](const uint32_t(&w)[2], int g) { return kGroups == 4 ? w[g / 2] : (half != 0 ? w[1] : w[0]); };
   float scaled = 0.0f, offset = 0.0f;
 #pragma unroll
-  for (int g = 0; g < 4; ++g) {
+  for (int g = 0; g < kGroups; ++g) {
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) group_dots(g, i, s0, s1);
     s1 >>= kHighShift;  // (exact: a multiple of 2^kHighShift)
-    const int byte = 2 * (g % 2);  // sub-block 2g's byte in scales/mins[g / 2]
-    const int sc0 = int(__byte_perm(scales[g / 2], 0, 0x4440 + byte));
-    const int sc1 = int(__byte_perm(scales[g / 2], 0, 0x4441 + byte));
-    const int mn0 = int(__byte_perm(mins[g / 2], 0, 0x4440 + byte));
-    const int mn1 = int(__byte_perm(mins[g / 2], 0, 0x4441 + byte));
+    const int byte = 2 * (g % 2);  // the group's first sub-block's byte in its word
+    const uint32_t sc = word_of(scales, g), mn = word_of(mins, g);
+    const int sc0 = int(__byte_perm(sc, 0, 0x4440 + byte));
+    const int sc1 = int(__byte_perm(sc, 0, 0x4441 + byte));
+    const int mn0 = int(__byte_perm(mn, 0, 0x4440 + byte));
+    const int mn1 = int(__byte_perm(mn, 0, 0x4441 + byte));
     const float2 x0 = x.ds[2 * g], x1 = x.ds[2 * g + 1];
     scaled += x0.x * float(sc0 * s0) + x1.x * float(sc1 * s1);
     offset += float(mn0) * x0.y + float(mn1) * x1.y;
@@ -153,17 +164,34 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XChu
 // → 593.4–596.5 tokens/s in the last); one more was at par for Q4_K and Q8_0,
 // and every other position was at its best with kEarlyTiles (BENCHMARKS.md,
 // 2026-12-01).
+//
+// kSplit: threads a chunk (1, or 2 for Q4_K's launches of k ≤ 4,096 without
+// SwiGLU: Q/K/V and O). Each thread's tile row is one dependent chain of
+// shared loads and __dp4a, on the decode's time in a short GEMV's ramp and
+// tail. Two threads a chunk, 128 values each (a part: X), halve it, with 8
+// consumer warps a CTA, rows of 32 threads and the tile unchanged.
+// Llama-3-8B decode run ahead, A/B, two calls: Q4_K 578.0 / 575.6 → 582.5
+// / 582.5 tokens/s, and 574.8–576.5 → 581.2–584.9 (Q/K/V 6.85 → 6.02 µs a
+// layer in the trace). Not
+// elsewhere (BENCHMARKS.md, 2026-12-01, "two threads a chunk"): Q4_0 and
+// Q8_0 lost 0.6–1.6% (Q4_0's Q/K/V CTAs then leave no room beside them for
+// the attention's), and where a row spans warps (down, or SwiGLU's gate and
+// up rows) the sums' exchange through shared memory every tile cost more
+// than the halved chain saved (gate/up +1.5 µs).
 template <int kChunkBytes_, int kCtasPerSm_, int kEarlyTiles_, bool kReleaseBeforeDot_ = false,
-          int kSwigluEarlyTiles_ = kEarlyTiles_>
+          int kSwigluEarlyTiles_ = kEarlyTiles_, int kSplit_ = 1>
 struct ChunkOf {
   static constexpr int kChunkBytes = kChunkBytes_;
   static constexpr int kWords = (kChunkBytes + 3) / 4;
   static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr int kEarlyTiles = kEarlyTiles_, kSwigluEarlyTiles = kSwigluEarlyTiles_;
   static constexpr bool kReleaseBeforeDot = kReleaseBeforeDot_;
+  static constexpr int kSplit = kSplit_, kPartValues = kChunkValues / kSplit;
+  static constexpr int kConsumerWarps = kChunkWarps * kSplit;
+  using X = XPart<kPartValues>;
   // The chunk `chunk` of a tile row (16-byte aligned) as 16-byte shared loads.
   __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
-    static_assert(kChunkBytes % 16 == 0, "a chunk of whole 16-byte vectors");
+    static_assert(kSplit == 1 && kChunkBytes % 16 == 0, "a whole chunk of whole 16-byte vectors");
     const uint4* src = reinterpret_cast<const uint4*>(row + size_t(chunk) * kChunkBytes);
 #pragma unroll
     for (int i = 0; i < kWords / 4; ++i) {
@@ -178,7 +206,7 @@ struct ChunkOf {
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
 struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3> {
   static constexpr int kBlockBytes = 34;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // two chains of __dp4a
 #pragma unroll
@@ -198,7 +226,7 @@ struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3> {
 // half the bytes) 415–418.
 struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1, false, 2> {
   static constexpr int kBlockBytes = 18;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
     return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // low nibbles, 16 × high nibbles: two chains of __dp4a
 #pragma unroll
@@ -216,11 +244,25 @@ struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1, false, 2> {
 // 1..3), qs[128] (words 4..35), whose 32-byte group g holds sub-block 2g in
 // its low nibbles and 2g + 1 in its high ones; sub-block j gives
 // d·sc_j·dx_j·Σ q·xq − dmin·mn_j·sx_j (gemv_int8.cuh: k_scale_min_pair).
-// Two CTAs per SM, as Q4_0 (the same 144 bytes a chunk).
-struct Q4_KChunk : ChunkOf<144, 2, 2, true> {
-  static constexpr int kQuantsWord = 4;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
-    return sum_k_groups<4>(v, x, [&](int g, int i, int& s0, int& s1) {
+// Two CTAs per SM, as Q4_0 (the same 144 bytes a chunk). Split (kSplit 2),
+// a thread's half super-block is the header (words 0..3) and the 64 quant
+// bytes of groups 2·half and 2·half + 1 (words 4..19).
+template <int kSplit = 1>
+struct Q4_KChunk : ChunkOf<144, 2, 2, true, 2, kSplit> {
+  using Base = ChunkOf<144, 2, 2, true, 2, kSplit>;
+  using typename Base::X;
+  static constexpr int kGroups = 4 / kSplit, kQuantsWord = 4, kWords = 4 + 8 * kGroups;
+  __device__ static void load(const uint8_t* row, int part, uint32_t (&v)[kWords]) {
+    const uint4* src = reinterpret_cast<const uint4*>(row + part / kSplit * Base::kChunkBytes);
+    const int quants = 1 + 2 * kGroups * (part % kSplit);  // the part's first quant vector
+#pragma unroll
+    for (int i = 0; i < kWords / 4; ++i) {
+      const uint4 q = src[i == 0 ? 0 : quants + i - 1];
+      v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+    }
+  }
+  __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int part) {
+    return sum_k_groups<4, kGroups>(v, x, part % kSplit, [&](int g, int i, int& s0, int& s1) {
       const uint32_t w = v[kQuantsWord + 8 * g + i];
       s0 = __dp4a(int(w & 0x0F0F0F0Fu), x.q[16 * g + i], s0);
       s1 = dp4a_unsigned_signed(w & 0xF0F0F0F0u, x.q[16 * g + 8 + i], s1);
@@ -232,8 +274,8 @@ struct Q4_KChunk : ChunkOf<144, 2, 2, true> {
 // qh[i] is the fifth bit of element i of sub-block j.
 struct Q5_KChunk : ChunkOf<176, 2, 2> {
   static constexpr int kHighWord = 4, kQuantsWord = 12;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
-    return sum_k_groups<0>(v, x, [&](int g, int i, int& s0, int& s1) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
+    return sum_k_groups<0, 4>(v, x, 0, [&](int g, int i, int& s0, int& s1) {
       const uint32_t w = v[kQuantsWord + 8 * g + i], h = v[kHighWord + i];
       s0 = __dp4a(int((w & 0x0F0F0F0Fu) | (((h >> (2 * g)) & 0x01010101u) << 4)), x.q[16 * g + i], s0);
       s1 = __dp4a(int(((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * g + 1)) & 0x01010101u) << 4)), x.q[16 * g + 8 + i],
@@ -273,7 +315,7 @@ struct Q6_KChunk : ChunkOf<210, 2, 2> {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) v[i] = __funnelshift_r(w[i], w[i + 1], shift);
   }
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
     float sum = 0.0f;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -312,7 +354,7 @@ template <int kBits, int kGroup>
 struct AffineChunk : AffineChunkOf<kBits, kGroup> {
   using AffineChunkOf<kBits, kGroup>::kWords;
   static constexpr int kGroupWords = 2 + kGroup * kBits / 32;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
     float sum = 0.0f;
 #pragma unroll
     for (int b = 0; b < 8; ++b) {
@@ -342,7 +384,7 @@ struct AffineChunk : AffineChunkOf<kBits, kGroup> {
 struct Shared {
   uint64_t full[kMaxStages];
   uint64_t empty[kMaxStages];
-  float partials[2][kConsumerWarps];  // a row's two warp sums at 64 threads a row (two tiles alternate)
+  float partials[2][kChunkWarps];  // a row's two warp sums at 64 threads a row (two tiles alternate)
   alignas(128) uint8_t tiles[1];      // stages × tile bytes
 };
 
@@ -360,7 +402,7 @@ struct Plan {
 // (Computed once per launch on the host and passed to the kernel.)
 template <class Chunk, int kRowThreads, bool kSwiglu>
 Plan plan_of(const GemvArgs& a) {
-  constexpr int kRows = kConsumerThreads / kRowThreads / (kSwiglu ? 2 : 1);
+  constexpr int kRows = Chunk::kConsumerWarps * 32 / kRowThreads / (kSwiglu ? 2 : 1);
   const uint32_t row_bytes = uint32_t(a.k / kChunkValues * Chunk::kChunkBytes);
   const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
   const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
@@ -418,19 +460,21 @@ __device__ __forceinline__ float* row_output(const GemvArgs& a, int row) {
 }
 
 // A consumer thread: row `r` of each tile (SwiGLU: gate row r of the lower
-// half-warp, up row r of the upper), columns of chunk `c`.
+// half-warp, up row r of the upper), columns of part `part` (a chunk, or half
+// of one: rows of 32 threads, never a row over two warps nor SwiGLU).
 template <class Chunk, int kRowThreads, bool kSwiglu>
 __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const Plan& p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // The thread's row within the tile: SwiGLU's half-warps take gate row
   // `warp` and the up row after the tile's gate rows.
   const int slot_row = kSwiglu ? warp + (lane / 16) * p.rows : threadIdx.x / kRowThreads;
-  const int chunk = threadIdx.x % kRowThreads;
-  const bool active = chunk < a.k / kChunkValues;
-  XChunk xc{};
-  if (active) xc = load_x_chunk(x, chunk);
+  static_assert(Chunk::kSplit == 1 || (kRowThreads == 32 && !kSwiglu));
+  const int part = threadIdx.x % kRowThreads;
+  const bool active = part < a.k / Chunk::kPartValues;
+  typename Chunk::X xc{};
+  if (active) xc = load_x_part<Chunk::kPartValues>(x, part);
   // The thread that stores the row here (SwiGLU stores through gemv_store below).
-  const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : chunk == 0);
+  const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : part == 0);
   const int m = int(a.m), tiles = int(p.tiles);
   // Slot i's barriers: full0 and empty0 plus i barriers' bytes.
   const uint32_t full0 = shared_address(&s.full[0]), empty0 = shared_address(&s.empty[0]);
@@ -448,13 +492,13 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
     if (stores && a.accumulate && row < m) y_old = *row_output(a, row);
     barrier_wait(full0 + kBarrierBytes * at.slot, at.parity);
     uint32_t v[Chunk::kWords];
-    if (active) Chunk::load(my_row + at.slot * p.tile_bytes, chunk, v);
+    if (active) Chunk::load(my_row + at.slot * p.tile_bytes, part, v);
     float sum = 0.0f;
-    if constexpr (!Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc) : 0.0f;
+    if constexpr (!Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc, part) : 0.0f;
     // (The arrival orders the thread's loads of the slot before it.)
     barrier_arrive(empty0 + kBarrierBytes * at.slot);
     at.advance();
-    if constexpr (Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc) : 0.0f;
+    if constexpr (Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc, part) : 0.0f;
     // Σ over the row's threads.
 #pragma unroll
     for (int off = (kRowThreads < 32 ? kRowThreads : 32) / 2; off > 0; off >>= 1)
@@ -477,8 +521,9 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
 }
 
 template <class Chunk, int kRowThreads, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, Chunk::kCtasPerSm)
+__global__ void __launch_bounds__(Chunk::kConsumerWarps * 32 + 32, Chunk::kCtasPerSm)
     gemv_stream_rows_kernel(GemvArgs a, Int8Acts x, Plan p) {
+  constexpr int kConsumerThreads = Chunk::kConsumerWarps * 32;  // the last warp produces
   extern __shared__ __align__(128) uint8_t shared[];
   auto& s = *reinterpret_cast<Shared*>(shared);
   stream::init_ring(s.full, s.empty, p.stages, kConsumerThreads);
@@ -506,14 +551,17 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
   (void)configured;
   const int64_t ctas = int64_t(Chunk::kCtasPerSm) * multiprocessor_count();
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, ctas));
-  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, kThreads, smem, a, x, p);
+  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kConsumerWarps * 32 + 32,
+                   smem, a, x, p);
 }
 
-template <class Chunk>
+// Threads a row: 16, 32 or 64, one a chunk; a launch of at most 16 chunks
+// without SwiGLU takes ShortChunk, which may split its chunks (kSplit).
+template <class Chunk, class ShortChunk = Chunk>
 void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
   const int64_t chunks = a.k / kChunkValues;
   if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x);
-  if (chunks <= 16) return launch<Chunk, 16, false>(a, x);
+  if (chunks <= 16) return launch<ShortChunk, 16 * ShortChunk::kSplit, false>(a, x);
   if (chunks <= 32) return launch<Chunk, 32, false>(a, x);
   launch<Chunk, 64, false>(a, x);
 }
@@ -543,7 +591,7 @@ void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
   switch (wtype) {
     case DType::Q8_0: return launch_chunks<Q8_0Chunk>(a, x);
     case DType::Q4_0: return launch_chunks<Q4_0Chunk>(a, x);
-    case DType::Q4_K: return launch_chunks<Q4_KChunk>(a, x);
+    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KChunk<2>>(a, x);  // (ChunkOf: kSplit)
     case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x);
     case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x);
     case DType::AFFINE4_G32: return launch_chunks<AffineChunk<4, 32>>(a, x);
