@@ -42,8 +42,8 @@ namespace {
 using stream::bulk_copy;
 using stream::RingPosition;
 
-constexpr int kChunkWarps = 4;      // consumer warps of a CTA at one thread a chunk
-constexpr int kChunkValues = 256;   // a chunk: 8 blocks, or one K-quant super-block
+constexpr int kChunkWarps = 4;     // consumer warps of a CTA at one thread a chunk
+constexpr int kChunkValues = 256;  // a chunk: 8 blocks, or one K-quant super-block
 constexpr int kMaxStages = 8;
 // Shared memory for tiles in flight per SM (of the 228 KB it has), split
 // between the type's CTAs per SM.
@@ -187,7 +187,8 @@ struct ChunkOf {
   static constexpr int kEarlyTiles = kEarlyTiles_, kSwigluEarlyTiles = kSwigluEarlyTiles_;
   static constexpr bool kReleaseBeforeDot = kReleaseBeforeDot_;
   static constexpr int kSplit = kSplit_, kPartValues = kChunkValues / kSplit;
-  static constexpr int kConsumerWarps = kChunkWarps * kSplit;
+  static constexpr int kConsumerWarps = kChunkWarps * kSplit, kConsumerThreads = kConsumerWarps * 32;
+  static constexpr int kThreads = kConsumerThreads + 32;  // the last warp produces
   using X = XPart<kPartValues>;
   // The chunk `chunk` of a tile row (16-byte aligned) as 16-byte shared loads.
   __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
@@ -385,7 +386,7 @@ struct Shared {
   uint64_t full[kMaxStages];
   uint64_t empty[kMaxStages];
   float partials[2][kChunkWarps];  // a row's two warp sums at 64 threads a row (two tiles alternate)
-  alignas(128) uint8_t tiles[1];      // stages × tile bytes
+  alignas(128) uint8_t tiles[1];   // stages × tile bytes
 };
 
 // What a launch's tiles are: rows per tile (output rows; SwiGLU's tiles hold
@@ -402,7 +403,7 @@ struct Plan {
 // (Computed once per launch on the host and passed to the kernel.)
 template <class Chunk, int kRowThreads, bool kSwiglu>
 Plan plan_of(const GemvArgs& a) {
-  constexpr int kRows = Chunk::kConsumerWarps * 32 / kRowThreads / (kSwiglu ? 2 : 1);
+  constexpr int kRows = Chunk::kConsumerThreads / kRowThreads / (kSwiglu ? 2 : 1);
   const uint32_t row_bytes = uint32_t(a.k / kChunkValues * Chunk::kChunkBytes);
   const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
   const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
@@ -521,9 +522,9 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
 }
 
 template <class Chunk, int kRowThreads, bool kSwiglu>
-__global__ void __launch_bounds__(Chunk::kConsumerWarps * 32 + 32, Chunk::kCtasPerSm)
+__global__ void __launch_bounds__(Chunk::kThreads, Chunk::kCtasPerSm)
     gemv_stream_rows_kernel(GemvArgs a, Int8Acts x, Plan p) {
-  constexpr int kConsumerThreads = Chunk::kConsumerWarps * 32;  // the last warp produces
+  constexpr int kConsumerThreads = Chunk::kConsumerThreads;
   extern __shared__ __align__(128) uint8_t shared[];
   auto& s = *reinterpret_cast<Shared*>(shared);
   stream::init_ring(s.full, s.empty, p.stages, kConsumerThreads);
@@ -551,8 +552,7 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
   (void)configured;
   const int64_t ctas = int64_t(Chunk::kCtasPerSm) * multiprocessor_count();
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, ctas));
-  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kConsumerWarps * 32 + 32,
-                   smem, a, x, p);
+  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kThreads, smem, a, x, p);
 }
 
 // Threads a row: 16, 32 or 64, one a chunk; a launch of at most 16 chunks
