@@ -59,8 +59,9 @@ __device__ __forceinline__ uint32_t word_at(const uint32_t (&v)[N], int h) {
 // words) and per block (dx, sx).
 template <int kValues>
 struct XPart {
+  static constexpr int kBlocks = kValues / 32;
   int q[kValues / 4];
-  float2 ds[kValues / 32];
+  float2 ds[kBlocks];
 };
 using XChunk = XPart<kChunkValues>;
 
@@ -83,11 +84,11 @@ __device__ __forceinline__ XPart<kValues> load_x_part(const Int8Acts& x, int64_t
 // halfword kBlockBytes/2 · b with its f16 scale d_b, and its quants at
 // halfword q_b = that + 1. The loop is unrolled, so every index is static
 // and v stays in registers.
-template <int kBlockBytes, int N, class BlockDot>
+template <int kBlockBytes, int kBlocks, int N, class BlockDot>
 __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot block_dot) {
   float sum = 0.0f;
 #pragma unroll
-  for (int b = 0; b < 8; ++b) {
+  for (int b = 0; b < kBlocks; ++b) {
     const int h = b * kBlockBytes / 2;
     sum += half_lo(v[h / 2] >> (16 * (h % 2))) * block_dot(b, h + 1);
   }
@@ -165,39 +166,50 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // and every other position was at its best with kEarlyTiles (BENCHMARKS.md,
 // 2026-12-01).
 //
-// kSplit: threads a chunk (1, or 2 for Q4_K's launches of k ≤ 4,096 without
-// SwiGLU: Q/K/V and O). Each thread's tile row is one dependent chain of
+// kSplit: threads a chunk (1, or 2 in Q4_K's Q/K/V and O and in Q4_0's and
+// Q8_0's O: launch_chunks). Each thread's tile row is one dependent chain of
 // shared loads and __dp4a, on the decode's time in a short GEMV's ramp and
-// tail. Two threads a chunk, 128 values each (a part: X), halve it, with 8
+// tail. Two threads a chunk, 128 values each (a part: X; a half chunk of
+// Q8_0 or Q4_0 is 136 or 72 bytes, read as 8-byte loads), halve it, with 8
 // consumer warps a CTA, rows of 32 threads and the tile unchanged.
-// Llama-3-8B decode run ahead, A/B, two calls: Q4_K 578.0 / 575.6 → 582.5
-// / 582.5 tokens/s, and 574.8–576.5 → 581.2–584.9 (Q/K/V 6.85 → 6.02 µs a
-// layer in the trace). Not
-// elsewhere (BENCHMARKS.md, 2026-12-01, "two threads a chunk"): Q4_0 and
-// Q8_0 lost 0.6–1.6% (Q4_0's Q/K/V CTAs then leave no room beside them for
-// the attention's), and where a row spans warps (down, or SwiGLU's gate and
-// up rows) the sums' exchange through shared memory every tile cost more
-// than the halved chain saved (gate/up +1.5 µs).
+// Llama-3-8B decode run ahead, A/B: Q4_K (Q/K/V and O) 574.8–576.5 →
+// 581.2–584.9 tokens/s (Q/K/V 6.85 → 6.02 µs a layer in the trace); Q4_0
+// (O) 594.2–595.8 → 598.6–599.2, Q8_0 (O) 428.5–429.0 → 430.0–430.1. Not
+// elsewhere (BENCHMARKS.md, 2026-12-01, "two threads a chunk"): with Q/K/V
+// split too Q4_0 and Q8_0 lost 0.6–1.6% (Q4_0's Q/K/V CTAs then leave no
+// room beside them for the attention's), and where a row spans warps (down,
+// or SwiGLU's gate and up rows) the sums' exchange through shared memory
+// every tile cost more than the halved chain saved (gate/up +1.5 µs).
 template <int kChunkBytes_, int kCtasPerSm_, int kEarlyTiles_, bool kReleaseBeforeDot_ = false,
           int kSwigluEarlyTiles_ = kEarlyTiles_, int kSplit_ = 1>
 struct ChunkOf {
   static constexpr int kChunkBytes = kChunkBytes_;
-  static constexpr int kWords = (kChunkBytes + 3) / 4;
+  static constexpr int kSplit = kSplit_, kPartValues = kChunkValues / kSplit, kPartBytes = kChunkBytes / kSplit;
+  static constexpr int kWords = (kPartBytes + 3) / 4;
   static constexpr int kCtasPerSm = kCtasPerSm_;
   static constexpr int kEarlyTiles = kEarlyTiles_, kSwigluEarlyTiles = kSwigluEarlyTiles_;
   static constexpr bool kReleaseBeforeDot = kReleaseBeforeDot_;
-  static constexpr int kSplit = kSplit_, kPartValues = kChunkValues / kSplit;
   static constexpr int kConsumerWarps = kChunkWarps * kSplit, kConsumerThreads = kConsumerWarps * 32;
   static constexpr int kThreads = kConsumerThreads + 32;  // the last warp produces
   using X = XPart<kPartValues>;
-  // The chunk `chunk` of a tile row (16-byte aligned) as 16-byte shared loads.
-  __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
-    static_assert(kSplit == 1 && kChunkBytes % 16 == 0, "a whole chunk of whole 16-byte vectors");
-    const uint4* src = reinterpret_cast<const uint4*>(row + size_t(chunk) * kChunkBytes);
+  // Part `part` of a tile row as 16-byte shared loads (8-byte ones for a
+  // half chunk of Q8_0 or Q4_0: 136 or 72 bytes).
+  __device__ static void load(const uint8_t* row, int part, uint32_t (&v)[kWords]) {
+    if constexpr (kPartBytes % 16 == 0) {
+      const uint4* src = reinterpret_cast<const uint4*>(row + size_t(part) * kPartBytes);
 #pragma unroll
-    for (int i = 0; i < kWords / 4; ++i) {
-      const uint4 q = src[i];
-      v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+      for (int i = 0; i < kWords / 4; ++i) {
+        const uint4 q = src[i];
+        v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+      }
+    } else {
+      static_assert(kPartBytes % 8 == 0, "a part of whole 8-byte words");
+      const uint2* src = reinterpret_cast<const uint2*>(row + size_t(part) * kPartBytes);
+#pragma unroll
+      for (int i = 0; i < kWords / 2; ++i) {
+        const uint2 q = src[i];
+        v[2 * i] = q.x, v[2 * i + 1] = q.y;
+      }
     }
   }
 };
@@ -205,10 +217,14 @@ struct ChunkOf {
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
-struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3> {
+template <int kSplit = 1>
+struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3, false, 3, kSplit> {
+  using Base = ChunkOf<8 * 34, 1, 3, false, 3, kSplit>;
+  using typename Base::X;
+  using Base::kWords;
   static constexpr int kBlockBytes = 34;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
-    return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
+    return sum_blocks<kBlockBytes, X::kBlocks>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // two chains of __dp4a
 #pragma unroll
       for (int i = 0; i < 8; i += 2) {
@@ -225,10 +241,14 @@ struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3> {
 // Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
-struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1, false, 2> {
+template <int kSplit = 1>
+struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1, false, 2, kSplit> {
+  using Base = ChunkOf<8 * 18, 2, 1, false, 2, kSplit>;
+  using typename Base::X;
+  using Base::kWords;
   static constexpr int kBlockBytes = 18;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
-    return sum_blocks<kBlockBytes>(v, [&](int b, int q) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
+    return sum_blocks<kBlockBytes, X::kBlocks>(v, [&](int b, int q) {
       int s0 = 0, s1 = 0;  // low nibbles, 16 × high nibbles: two chains of __dp4a
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -555,13 +575,16 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
   launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kThreads, smem, a, x, p);
 }
 
-// Threads a row: 16, 32 or 64, one a chunk; a launch of at most 16 chunks
-// without SwiGLU takes ShortChunk, which may split its chunks (kSplit).
-template <class Chunk, class ShortChunk = Chunk>
+// Threads a row: 16, 32 or 64, one a chunk. The launches of at most 16
+// chunks without SwiGLU may split their chunks (kSplit): Short is the chunk
+// type of those that write y (Q/K/V), ShortAccumulating of those that add
+// to it (O).
+template <class Chunk, class Short = Chunk, class ShortAccumulating = Short>
 void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
   const int64_t chunks = a.k / kChunkValues;
   if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x);
-  if (chunks <= 16) return launch<ShortChunk, 16 * ShortChunk::kSplit, false>(a, x);
+  if (chunks <= 16 && a.accumulate) return launch<ShortAccumulating, 16 * ShortAccumulating::kSplit, false>(a, x);
+  if (chunks <= 16) return launch<Short, 16 * Short::kSplit, false>(a, x);
   if (chunks <= 32) return launch<Chunk, 32, false>(a, x);
   launch<Chunk, 64, false>(a, x);
 }
@@ -589,9 +612,10 @@ void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
                 ", k ", a.k, ", ", gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
                 row_bytes(wtype, a.k), ")");
   switch (wtype) {
-    case DType::Q8_0: return launch_chunks<Q8_0Chunk>(a, x);
-    case DType::Q4_0: return launch_chunks<Q4_0Chunk>(a, x);
-    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KChunk<2>>(a, x);  // (ChunkOf: kSplit)
+    // (Split chunks: ChunkOf's kSplit.)
+    case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x);
+    case DType::Q4_0: return launch_chunks<Q4_0Chunk<>, Q4_0Chunk<>, Q4_0Chunk<2>>(a, x);
+    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KChunk<2>>(a, x);
     case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x);
     case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x);
     case DType::AFFINE4_G32: return launch_chunks<AffineChunk<4, 32>>(a, x);
