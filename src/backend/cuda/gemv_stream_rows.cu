@@ -173,8 +173,9 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // Q8_0 or Q4_0 is 136 or 72 bytes, read as 8-byte loads), halve it, with 8
 // consumer warps a CTA, rows of 32 threads and the tile unchanged.
 // Llama-3-8B decode run ahead, A/B: Q4_K (Q/K/V and O) 574.8–576.5 →
-// 581.2–584.9 tokens/s (Q/K/V 6.85 → 6.02 µs a layer in the trace); Q4_0
-// (O) 594.2–595.8 → 598.6–599.2, Q8_0 (O) 428.5–429.0 → 430.0–430.1. Not
+// 581.2–584.9 tokens/s (Q/K/V 6.85 → 6.02 µs a layer in the trace); O
+// alone, two calls: Q4_0 594.2–595.8 → 598.6–599.2 and 595.6–595.9 →
+// 597.4–597.5, Q8_0 428.5–429.0 → 430.0–430.1 and 432.9 → 433.5. Not
 // elsewhere (BENCHMARKS.md, 2026-12-01, "two threads a chunk"): with Q/K/V
 // split too Q4_0 and Q8_0 lost 0.6–1.6% (Q4_0's Q/K/V CTAs then leave no
 // room beside them for the attention's), and where a row spans warps (down,
