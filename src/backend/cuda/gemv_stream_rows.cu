@@ -2,7 +2,8 @@
 // against int8 x (gemv_int8.cuh): tiles of whole weight rows brought into
 // shared memory by the bulk copy engine (the pipeline of gemv_stream.cuh),
 // read by consumer threads that each own a fixed 256-value column chunk (one
-// K-quant super-block: 144, 176 or 210 bytes).
+// K-quant super-block: 144, 176 or 210 bytes), or half of one (ChunkOf:
+// kSplit).
 //
 // Why not gemv_stream.cu's tiles (8 rows × 2,048 values): a 32-value block
 // of these types is 34 or 18 bytes, 2-byte aligned, so a thread owning a
