@@ -82,16 +82,30 @@ struct GemvTarget {
   size_t row_bytes;
 };
 
-__device__ __forceinline__ GemvTarget gemv_target(const GemvArgs& a, int64_t row) {
+// The part that launch row `row` falls in, and the row within it. Index is
+// int64_t, or int where a kernel's rows fit in 32 bits (the streamed int8
+// GEMV's consumers: a shorter walk on their per-tile path).
+template <class Index>
+struct PartRow {
+  const GemvPart* part;
+  Index row;
+};
+template <class Index>
+__device__ __forceinline__ PartRow<Index> part_of_row(const GemvArgs& a, Index row) {
   const GemvPart* p = &a.parts[0];
-  if (row >= a.parts[0].m) {
-    row -= a.parts[0].m;
+  if (row >= Index(a.parts[0].m)) {
+    row -= Index(a.parts[0].m);
     p = &a.parts[1];
-    if (row >= a.parts[1].m) {
-      row -= a.parts[1].m;
+    if (row >= Index(a.parts[1].m)) {
+      row -= Index(a.parts[1].m);
       p = &a.parts[2];
     }
   }
+  return {p, row};
+}
+
+__device__ __forceinline__ GemvTarget gemv_target(const GemvArgs& a, int64_t launch_row) {
+  const auto [p, row] = part_of_row(a, launch_row);
   const size_t off = size_t(row) * p->w_row_bytes;
   return {static_cast<const uint8_t*>(p->w) + off,
           a.w_up != nullptr ? static_cast<const uint8_t*>(a.w_up) + off : nullptr, p->y + row, p->ldy,

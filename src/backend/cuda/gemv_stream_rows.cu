@@ -469,17 +469,15 @@ __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
   }
 }
 
-// Where launch row `row` writes: gemv_target's y in 32-bit arithmetic (a
-// launch has fewer than 2^31 rows). The consumers' instructions are on the
-// decode's time (BENCHMARKS.md, 2026-12-01): with 32-bit rows, tiles and
-// slot addresses Q4_0's loop is 301 → 280 instructions (SASS), and 8B
-// decode run ahead went Q4_0 582.4–582.5 → 586.4–587.7 tokens/s, Q4_K
-// 561.3–562.4 → 564.0–565.9 (A/B, one call).
-__device__ __forceinline__ float* row_output(const GemvArgs& a, int row) {
-  const int m0 = int(a.parts[0].m), m1 = int(a.parts[1].m);
-  if (row < m0) return a.parts[0].y + row;
-  if (row - m0 < m1) return a.parts[1].y + (row - m0);
-  return a.parts[2].y + (row - m0 - m1);
+// Where launch row `row` writes: gemv_target's y, walked in 32-bit
+// arithmetic (a launch has fewer than 2^31 rows). The consumers'
+// instructions are on the decode's time (BENCHMARKS.md, 2026-12-01): with
+// 32-bit rows, tiles and slot addresses Q4_0's loop is 301 → 280
+// instructions (SASS), and 8B decode run ahead went Q4_0 582.4–582.5 →
+// 586.4–587.7 tokens/s, Q4_K 561.3–562.4 → 564.0–565.9 (A/B, one call).
+__device__ __forceinline__ float* row_output(const GemvArgs& a, int launch_row) {
+  const auto [p, row] = part_of_row(a, launch_row);
+  return p->y + row;
 }
 
 // A consumer thread: row `r` of each tile (SwiGLU: gate row r of the lower
