@@ -64,7 +64,6 @@ struct XPart {
   int q[kValues / 4];
   float2 ds[kBlocks];
 };
-using XChunk = XPart<kChunkValues>;
 
 // Part `part` of x (parts of kValues values).
 template <int kValues>
@@ -297,7 +296,7 @@ struct Q4_KChunk : ChunkOf<144, 2, 2, true, 2, kSplit> {
 // qh[i] is the fifth bit of element i of sub-block j.
 struct Q5_KChunk : ChunkOf<176, 2, 2> {
   static constexpr int kHighWord = 4, kQuantsWord = 12;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     return sum_k_groups<0, 4>(v, x, 0, [&](int g, int i, int& s0, int& s1) {
       const uint32_t w = v[kQuantsWord + 8 * g + i], h = v[kHighWord + i];
       s0 = __dp4a(int((w & 0x0F0F0F0Fu) | (((h >> (2 * g)) & 0x01010101u) << 4)), x.q[16 * g + i], s0);
@@ -338,7 +337,7 @@ struct Q6_KChunk : ChunkOf<210, 2, 2> {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) v[i] = __funnelshift_r(w[i], w[i + 1], shift);
   }
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     float sum = 0.0f;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -376,8 +375,9 @@ using AffineChunkOf = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits =
 template <int kBits, int kGroup>
 struct AffineChunk : AffineChunkOf<kBits, kGroup> {
   using AffineChunkOf<kBits, kGroup>::kWords;
+  using typename AffineChunkOf<kBits, kGroup>::X;
   static constexpr int kGroupWords = 2 + kGroup * kBits / 32;
-  __device__ static float dot(const uint32_t (&v)[kWords], const XChunk& x, int) {
+  __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     float sum = 0.0f;
 #pragma unroll
     for (int b = 0; b < 8; ++b) {
