@@ -112,6 +112,16 @@ __device__ __forceinline__ GemvTarget gemv_target(const GemvArgs& a, int64_t lau
           p->w_row_bytes};
 }
 
+// An L2 policy under which the lines an access brings in are the first L2
+// evicts: for weights, which a decode step reads once (gemv_stream.cuh,
+// weights_evict_first, has the measurements). Not volatile, so the compiler
+// makes one per kernel, not one per load.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 // The 16-byte-aligned middle of [p, p + bytes) into L2.
 __device__ __forceinline__ void prefetch_span_l2(const uint8_t* p, size_t bytes) {
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t(15);

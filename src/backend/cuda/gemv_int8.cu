@@ -81,7 +81,7 @@ __device__ __forceinline__ uint32_t load_realigned(const uint8_t* b, uint32_t (&
   const uint32_t shift = uint32_t(reinterpret_cast<uintptr_t>(b) & 3) * 8;  // 0 or 16
   const uint8_t* base = b - shift / 8;
 #pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = ldg_u32(base + 4 * i);
+  for (int i = 0; i < N; ++i) v[i] = load_weight_u32(base + 4 * i);
   return shift;
 }
 
@@ -103,7 +103,7 @@ __device__ __forceinline__ uint32_t load_realigned_by_chunks(const uint8_t* b, u
   uint32_t w[4 * kChunks];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    const uint4 q = ldg_u128(base + 16 * c);
+    const uint4 q = load_weight_u128(base + 16 * c);
     w[4 * c] = q.x;
     w[4 * c + 1] = q.y;
     w[4 * c + 2] = q.z;
@@ -201,7 +201,7 @@ struct Dot<DType::Q4_1> : Block32Dot {
     const uint8_t* p = w + c * 20;
     uint32_t v[5];
 #pragma unroll
-    for (int i = 0; i < 5; ++i) v[i] = ldg_u32(p + 4 * i);
+    for (int i = 0; i < 5; ++i) v[i] = load_weight_u32(p + 4 * i);
     Share b;
     b.d = half_lo(v[0]);
     b.m = half_hi(v[0]);

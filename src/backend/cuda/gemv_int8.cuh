@@ -46,10 +46,23 @@ __device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ush
 __device__ __forceinline__ float half_hi(uint32_t w) {
   return __half2float(__ushort_as_half(uint16_t(w >> 16)));
 }
-__device__ __forceinline__ uint32_t ldg_u32(const uint8_t* p) {
-  return __ldg(reinterpret_cast<const unsigned int*>(p));
+// Weight loads, under evict_first_policy (gemv.cuh): SmolLM2-135M decode
+// run ahead, A/B in one call: Q4_1 1,715–1,726 → 1,755–1,756 tokens/s, Q8_0
+// 1,668–1,670 → 1,674–1,678; Llama-3-8B Q4_0 at 4 rows 1,088–1,089 →
+// 1,091–1,097. (The bf16 warp kernel's loads under it lost: SmolLM2 bf16
+// 1,863–1,864 → 1,833–1,844.)
+__device__ __forceinline__ uint32_t load_weight_u32(const uint8_t* p) {
+  uint32_t v;
+  asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(evict_first_policy()));
+  return v;
 }
-__device__ __forceinline__ uint4 ldg_u128(const uint8_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 load_weight_u128(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(evict_first_policy()));
+  return v;
+}
 __device__ __forceinline__ int4 ldg_x16(const int8_t* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
 __device__ __forceinline__ int2 ldg_x8(const int8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
 __device__ __forceinline__ float4 ldg_ds2(const float2* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
@@ -151,8 +164,8 @@ __device__ __forceinline__ void load_u32x2_a2(const uint8_t* p, uint32_t out[2])
   const uintptr_t addr = reinterpret_cast<uintptr_t>(p);
   const uint8_t* base = p - (addr & 3);
   const uint32_t shift = uint32_t(addr & 3) * 8;  // 0 or 16
-  const uint32_t w0 = ldg_u32(base), w1 = ldg_u32(base + 4);
-  const uint32_t w2 = shift != 0 ? ldg_u32(base + 8) : 0u;
+  const uint32_t w0 = load_weight_u32(base), w1 = load_weight_u32(base + 4);
+  const uint32_t w2 = shift != 0 ? load_weight_u32(base + 8) : 0u;
   out[0] = __funnelshift_r(w0, w1, shift);
   out[1] = __funnelshift_r(w1, w2, shift);
 }

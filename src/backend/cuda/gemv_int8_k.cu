@@ -78,10 +78,10 @@ template <>
 struct Dot<DType::Q4_K> : KPairDot {
   __device__ static Share load(const uint8_t* w, int64_t s, const Lane& l) {
     const uint8_t* p = w + s * 144;
-    const uint4 head = ldg_u128(p);  // d, dmin, scales[12]
+    const uint4 head = load_weight_u128(p);  // d, dmin, scales[12]
     uint4 qv[kHalves];
 #pragma unroll
-    for (int hh = 0; hh < kHalves; ++hh) qv[hh] = ldg_u128(p + 16 + 32 * l.p + 16 * hh);
+    for (int hh = 0; hh < kHalves; ++hh) qv[hh] = load_weight_u128(p + 16 + 32 * l.p + 16 * hh);
     Share b;
     set_scales(head, l, b);
 #pragma unroll
@@ -103,12 +103,12 @@ template <>
 struct Dot<DType::Q5_K> : KPairDot {
   __device__ static Share load(const uint8_t* w, int64_t s, const Lane& l) {
     const uint8_t* p = w + s * 176;
-    const uint4 head = ldg_u128(p);
+    const uint4 head = load_weight_u128(p);
     uint4 hv[kHalves], qv[kHalves];
 #pragma unroll
     for (int hh = 0; hh < kHalves; ++hh) {
-      hv[hh] = ldg_u128(p + 16 + 16 * hh);
-      qv[hh] = ldg_u128(p + 48 + 32 * l.p + 16 * hh);
+      hv[hh] = load_weight_u128(p + 16 + 16 * hh);
+      qv[hh] = load_weight_u128(p + 48 + 32 * l.p + 16 * hh);
     }
     Share b;
     set_scales(head, l, b);

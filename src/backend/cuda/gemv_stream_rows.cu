@@ -40,7 +40,6 @@ namespace brioche::cuda::detail {
 
 namespace {
 
-using stream::bulk_copy;
 using stream::RingPosition;
 
 constexpr int kChunkWarps = 4;     // consumer warps of a CTA at one thread a chunk
@@ -420,6 +419,7 @@ struct Plan {
   int stages;
   int64_t tiles;
   int early_tiles;
+  bool evict_first;  // the weights' lines go first out of L2 (stream::weights_evict_first)
 };
 
 // (Computed once per launch on the host and passed to the kernel.)
@@ -432,7 +432,8 @@ Plan plan_of(const GemvArgs& a) {
   // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
   static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
   const int early = kSwiglu ? Chunk::kSwigluEarlyTiles : Chunk::kEarlyTiles;
-  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages};
+  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages,
+          stream::weights_evict_first()};
 }
 
 // The producer: tile t's rows into a slot, one bulk copy per run of rows
@@ -442,6 +443,7 @@ template <class Chunk, int kRowThreads, bool kSwiglu>
 __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
   RingPosition at(p.stages);
   int asked = 0;
+  const stream::WeightCopier copy(p.evict_first);
   for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, at.advance()) {
     if (asked++ == p.early_tiles) asm volatile("griddepcontrol.wait;" ::: "memory");
     const int rows = int(std::min<int64_t>(p.rows, a.m - t * p.rows));
@@ -459,12 +461,12 @@ __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
           run_bytes += p.row_bytes;
           continue;
         }
-        if (run != nullptr) bulk_copy(run_dst, run, run_bytes, full);
+        if (run != nullptr) copy(run_dst, run, run_bytes, full);
         run = src;
         run_bytes = p.row_bytes;
         run_dst = shared_address(tile + (size_t(half) * p.rows + i) * p.row_bytes);
       }
-      bulk_copy(run_dst, run, run_bytes, full);
+      copy(run_dst, run, run_bytes, full);
     }
   }
 }
