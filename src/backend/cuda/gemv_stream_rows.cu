@@ -140,7 +140,7 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 
 // What a chunk type fixes: the bytes of a thread's 256 values (whole
 // 16-byte vectors), the words they fill, the CTAs that share an SM, how many
-// tiles a CTA's producer asks for before the PDL wait (kEarlyTiles, below),
+// tiles a CTA's producer asks for before the PDL wait (EarlyTiles, below),
 // and whether a thread gives its tile slot back to the producer once its
 // share is in registers (before the arithmetic: the next copy is asked for
 // that much earlier, for ~30 more registers). Llama-3-8B decode, old and
@@ -149,7 +149,7 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // 450–451 both, 385 against 384–386); Q8_0 395 → 390. So only Q4_K releases
 // first. (The same in the bf16 streamed GEMV: 259 → 258.)
 //
-// kEarlyTiles: the kernel before a GEMV is a short one (a norm, an x
+// EarlyTiles: the kernel before a GEMV is a short one (a norm, an x
 // quantization, the attention), bound by L2 round trips. Tiles the GEMV's
 // producers ask for before their PDL wait are requests that those round
 // trips queue behind: a whole ring per CTA (~20–26 MB over the GPU) took the
@@ -158,12 +158,13 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // consumers do, then fills the rest of its ring. Tiles first, by A/B runs
 // (BENCHMARKS.md): Q4_0 1, Q4_K/Q5_K/Q6_K 2, Q8_0 3 (Q8_0 has one CTA per
 // SM and tiles of twice the bytes). None at all loses (Q4_0 544 → 526
-// tokens/s): HBM then idles during the kernel before. kSwigluEarlyTiles is
-// the count for the gate/up launch, whose kernel before is the norm: Q4_0
-// takes 2 there (8B decode run ahead, three A/B calls: +0.7–0.8%, 591.5–592.4
-// → 593.4–596.5 tokens/s in the last); one more was at par for Q4_K and Q8_0,
-// and every other position was at its best with kEarlyTiles (BENCHMARKS.md,
-// 2026-12-01).
+// tokens/s): HBM then idles during the kernel before. Q4_0 takes 2 before
+// gate/up, whose kernel before is the norm (8B decode run ahead, three A/B
+// calls: +0.7–0.8%, 591.5–592.4 → 593.4–596.5 tokens/s in the last), and 2
+// before down since the weights leave L2 first (stream::weights_evict_first;
+// two calls: 612.3–614.0 → 616.8–617.1, 612.6–613.9 → 615.3–617.6). More
+// were at par or slower at every other position and type, before and after
+// that change (BENCHMARKS.md, 2026-12-01).
 //
 // kSplit: threads a chunk (1, or 2 in Q4_K's Q/K/V and O and in Q4_0's and
 // Q8_0's O: launch_chunks). Each thread's tile row is one dependent chain of
@@ -180,14 +181,21 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // room beside them for the attention's), and where a row spans warps (down,
 // or SwiGLU's gate and up rows) the sums' exchange through shared memory
 // every tile cost more than the halved chain saved (gate/up +1.5 µs).
-template <int kChunkBytes_, int kCtasPerSm_, int kEarlyTiles_, bool kReleaseBeforeDot_ = false,
-          int kSwigluEarlyTiles_ = kEarlyTiles_, int kSplit_ = 1>
+//
+// The tiles first per launch: those of k ≤ 4,096 without SwiGLU (Q/K/V, O,
+// the lm_head), gate/up (SwiGLU), down (k > 4,096).
+struct EarlyTiles {
+  int short_k, swiglu, long_k;
+};
+constexpr EarlyTiles early_tiles(int n) { return {n, n, n}; }
+
+template <int kChunkBytes_, int kCtasPerSm_, EarlyTiles kEarly_, bool kReleaseBeforeDot_ = false, int kSplit_ = 1>
 struct ChunkOf {
   static constexpr int kChunkBytes = kChunkBytes_;
   static constexpr int kSplit = kSplit_, kPartValues = kChunkValues / kSplit, kPartBytes = kChunkBytes / kSplit;
   static constexpr int kWords = (kPartBytes + 3) / 4;
   static constexpr int kCtasPerSm = kCtasPerSm_;
-  static constexpr int kEarlyTiles = kEarlyTiles_, kSwigluEarlyTiles = kSwigluEarlyTiles_;
+  static constexpr EarlyTiles kEarly = kEarly_;
   static constexpr bool kReleaseBeforeDot = kReleaseBeforeDot_;
   static constexpr int kConsumerWarps = kChunkWarps * kSplit, kConsumerThreads = kConsumerWarps * 32;
   static constexpr int kThreads = kConsumerThreads + 32;  // the last warp produces
@@ -218,8 +226,8 @@ struct ChunkOf {
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
 template <int kSplit = 1>
-struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3, false, 3, kSplit> {
-  using Base = ChunkOf<8 * 34, 1, 3, false, 3, kSplit>;
+struct Q8_0Chunk : ChunkOf<8 * 34, 1, early_tiles(3), false, kSplit> {
+  using Base = ChunkOf<8 * 34, 1, early_tiles(3), false, kSplit>;
   using typename Base::X;
   using Base::kWords;
   static constexpr int kBlockBytes = 34;
@@ -242,8 +250,8 @@ struct Q8_0Chunk : ChunkOf<8 * 34, 1, 3, false, 3, kSplit> {
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
 template <int kSplit = 1>
-struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1, false, 2, kSplit> {
-  using Base = ChunkOf<8 * 18, 2, 1, false, 2, kSplit>;
+struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .swiglu = 2, .long_k = 2}, false, kSplit> {
+  using Base = ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .swiglu = 2, .long_k = 2}, false, kSplit>;
   using typename Base::X;
   using Base::kWords;
   static constexpr int kBlockBytes = 18;
@@ -269,8 +277,8 @@ struct Q4_0Chunk : ChunkOf<8 * 18, 2, 1, false, 2, kSplit> {
 // a thread's half super-block is the header (words 0..3) and the 64 quant
 // bytes of groups 2·half and 2·half + 1 (words 4..19).
 template <int kSplit = 1>
-struct Q4_KChunk : ChunkOf<144, 2, 2, true, 2, kSplit> {
-  using Base = ChunkOf<144, 2, 2, true, 2, kSplit>;
+struct Q4_KChunk : ChunkOf<144, 2, early_tiles(2), true, kSplit> {
+  using Base = ChunkOf<144, 2, early_tiles(2), true, kSplit>;
   using typename Base::X;
   static constexpr int kGroups = 4 / kSplit, kQuantsWord = 4, kWords = 4 + 8 * kGroups;
   __device__ static void load(const uint8_t* row, int part, uint32_t (&v)[kWords]) {
@@ -293,7 +301,7 @@ struct Q4_KChunk : ChunkOf<144, 2, 2, true, 2, kSplit> {
 
 // Q5_K: as Q4_K with qh[32] (words 4..11) before qs (words 12..43): bit j of
 // qh[i] is the fifth bit of element i of sub-block j.
-struct Q5_KChunk : ChunkOf<176, 2, 2> {
+struct Q5_KChunk : ChunkOf<176, 2, early_tiles(2)> {
   static constexpr int kHighWord = 4, kQuantsWord = 12;
   __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     return sum_k_groups<0, 4>(v, x, 0, [&](int g, int i, int& s0, int& s1) {
@@ -316,7 +324,7 @@ struct Q5_KChunk : ChunkOf<176, 2, 2> {
 // moved down in registers by selects on that per-thread constant (a
 // register array indexed at run time would go to local memory); the last
 // chunk of a row ends its 224-byte window exactly at the row's end.
-struct Q6_KChunk : ChunkOf<210, 2, 2> {
+struct Q6_KChunk : ChunkOf<210, 2, early_tiles(2)> {
   __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
     const int h = chunk & 7;  // halfwords past the boundary
     const uint4* src = reinterpret_cast<const uint4*>(row + size_t(chunk) * kChunkBytes - 2 * h);
@@ -368,9 +376,10 @@ struct Q6_KChunk : ChunkOf<210, 2, 2> {
 // scale·dx·Σ q·xq + offset·sx, q decoded as the warp kernels do
 // (gemv_int8.cuh: affine8_centered, affine4_in_order, affine_offset). CTAs
 // per SM and tiles first as the GGUF type of the same bits (Q4_0, Q8_0; not
-// Q4_0's second gate/up tile, which was measured on Q4_0 alone).
+// Q4_0's second gate/up and down tiles, which were measured on Q4_0 alone).
 template <int kBits, int kGroup>
-using AffineChunkOf = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, kBits == 4 ? 1 : 3>;
+using AffineChunkOf =
+    ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, early_tiles(kBits == 4 ? 1 : 3)>;
 template <int kBits, int kGroup>
 struct AffineChunk : AffineChunkOf<kBits, kGroup> {
   using AffineChunkOf<kBits, kGroup>::kWords;
@@ -431,14 +440,15 @@ Plan plan_of(const GemvArgs& a) {
   const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
   // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
   static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
-  const int early = kSwiglu ? Chunk::kSwigluEarlyTiles : Chunk::kEarlyTiles;
+  constexpr EarlyTiles e = Chunk::kEarly;
+  const int early = kSwiglu ? e.swiglu : a.k / kChunkValues > 16 ? e.long_k : e.short_k;
   return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages,
           stream::weights_evict_first()};
 }
 
 // The producer: tile t's rows into a slot, one bulk copy per run of rows
 // that are contiguous in global memory; the first p.early_tiles before the
-// PDL wait (kEarlyTiles above), the rest after it.
+// PDL wait (EarlyTiles above), the rest after it.
 template <class Chunk, int kRowThreads, bool kSwiglu>
 __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
   RingPosition at(p.stages);
