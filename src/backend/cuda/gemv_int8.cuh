@@ -47,10 +47,10 @@ __device__ __forceinline__ float half_hi(uint32_t w) {
   return __half2float(__ushort_as_half(uint16_t(w >> 16)));
 }
 // Weight loads, under evict_first_policy (gemv.cuh): SmolLM2-135M decode
-// run ahead, A/B in one call: Q4_1 1,715–1,726 → 1,755–1,756 tokens/s, Q8_0
-// 1,668–1,670 → 1,674–1,678; Llama-3-8B Q4_0 at 4 rows 1,088–1,089 →
-// 1,091–1,097. (The bf16 warp kernel's loads under it lost: SmolLM2 bf16
-// 1,863–1,864 → 1,833–1,844.)
+// run ahead, A/B in one call: Q4_1 1,724.7–1,725.3 → 1,744.7–1,746.3
+// tokens/s, Q8_0 1,660.4–1,660.7 → 1,667.6–1,674.0; Llama-3-8B Q4_0 at 4
+// rows 1,084.0–1,089.3 → 1,096.1–1,096.2. (The bf16 warp kernel's loads
+// under it too lost: SmolLM2 bf16 1,854–1,857 → 1,833–1,844.)
 __device__ __forceinline__ uint32_t load_weight_u32(const uint8_t* p) {
   uint32_t v;
   asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(evict_first_policy()));
