@@ -56,6 +56,11 @@ __device__ __forceinline__ uint32_t load_weight_u32(const uint8_t* p) {
   asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(evict_first_policy()));
   return v;
 }
+__device__ __forceinline__ uint2 load_weight_u64(const uint8_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(evict_first_policy()));
+  return v;
+}
 __device__ __forceinline__ uint4 load_weight_u128(const uint8_t* p) {
   uint4 v;
   asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"

@@ -28,22 +28,22 @@ struct Dot<T> {
   // Groups and their q start 8-byte aligned (gemv_int8_covers).
   __device__ static Share load(const uint8_t* w, int64_t c, const Lane&) {
     const uint8_t* group = w + (c * 32 / kGroup) * kGroupBytes;
-    const uint2* q = reinterpret_cast<const uint2*>(group + 8 + (c * 32 % kGroup) * kBits / 8);
-    const float2 sb = __ldg(reinterpret_cast<const float2*>(group));
+    const uint8_t* q = group + 8 + (c * 32 % kGroup) * kBits / 8;
+    const uint2 sb = load_weight_u64(group);  // f32 scale, f32 bias
     Share b;
-    b.scale = sb.x;
-    b.offset = affine_offset<kBits>(sb.x, sb.y);
+    b.scale = __uint_as_float(sb.x);
+    b.offset = affine_offset<kBits>(b.scale, __uint_as_float(sb.y));
     if constexpr (kBits == 8) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint2 v = __ldg(q + i);
+        const uint2 v = load_weight_u64(q + 8 * i);
         b.q[2 * i] = affine8_centered(v.x);
         b.q[2 * i + 1] = affine8_centered(v.y);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const uint2 v = __ldg(q + i);
+        const uint2 v = load_weight_u64(q + 8 * i);
         const AffineNibbles lo = affine4_in_order(v.x), hi = affine4_in_order(v.y);
         b.q[4 * i] = lo.first, b.q[4 * i + 1] = lo.second, b.q[4 * i + 2] = hi.first, b.q[4 * i + 3] = hi.second;
       }
