@@ -44,6 +44,10 @@ using stream::RingPosition;
 
 constexpr int kChunkWarps = 4;     // consumer warps of a CTA at one thread a chunk
 constexpr int kChunkValues = 256;  // a chunk: 8 blocks, or one K-quant super-block
+// Chunks a row of the short launches (k ≤ 4,096: Q/K/V, O, the lm_head, and
+// SwiGLU's gate/up, which only they take): rows of 16 threads, or of 32 where
+// two threads share a chunk. Longer rows (down) take 32 or 64 threads.
+constexpr int kShortChunks = 16;
 constexpr int kMaxStages = 8;
 // Shared memory for tiles in flight per SM (of the 228 KB it has), split
 // between the type's CTAs per SM.
@@ -227,7 +231,7 @@ struct ChunkOf {
 // decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
 template <int kSplit = 1>
 struct Q8_0Chunk : ChunkOf<8 * 34, 1, early_tiles(3), false, kSplit> {
-  using Base = ChunkOf<8 * 34, 1, early_tiles(3), false, kSplit>;
+  using Base = Q8_0Chunk::ChunkOf;
   using typename Base::X;
   using Base::kWords;
   static constexpr int kBlockBytes = 34;
@@ -251,7 +255,7 @@ struct Q8_0Chunk : ChunkOf<8 * 34, 1, early_tiles(3), false, kSplit> {
 // half the bytes) 415–418.
 template <int kSplit = 1>
 struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .swiglu = 2, .long_k = 2}, false, kSplit> {
-  using Base = ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .swiglu = 2, .long_k = 2}, false, kSplit>;
+  using Base = Q4_0Chunk::ChunkOf;
   using typename Base::X;
   using Base::kWords;
   static constexpr int kBlockBytes = 18;
@@ -278,7 +282,7 @@ struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .swiglu = 2, .lon
 // bytes of groups 2·half and 2·half + 1 (words 4..19).
 template <int kSplit = 1>
 struct Q4_KChunk : ChunkOf<144, 2, early_tiles(2), true, kSplit> {
-  using Base = ChunkOf<144, 2, early_tiles(2), true, kSplit>;
+  using Base = Q4_KChunk::ChunkOf;
   using typename Base::X;
   static constexpr int kGroups = 4 / kSplit, kQuantsWord = 4, kWords = 4 + 8 * kGroups;
   __device__ static void load(const uint8_t* row, int part, uint32_t (&v)[kWords]) {
@@ -441,7 +445,7 @@ Plan plan_of(const GemvArgs& a) {
   // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
   static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
   constexpr EarlyTiles e = Chunk::kEarly;
-  const int early = kSwiglu ? e.swiglu : a.k / kChunkValues > 16 ? e.long_k : e.short_k;
+  const int early = kSwiglu ? e.swiglu : a.k / kChunkValues > kShortChunks ? e.long_k : e.short_k;
   return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages,
           stream::weights_evict_first()};
 }
@@ -587,16 +591,16 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
   launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kThreads, smem, a, x, p);
 }
 
-// Threads a row: 16, 32 or 64, one a chunk. The launches of at most 16
-// chunks without SwiGLU may split their chunks (kSplit): Short is the chunk
+// Threads a row: 16, 32 or 64, one a chunk. The launches of at most
+// kShortChunks chunks without SwiGLU may split their chunks (kSplit): Short is the chunk
 // type of those that write y (Q/K/V), ShortAccumulating of those that add
 // to it (O).
 template <class Chunk, class Short = Chunk, class ShortAccumulating = Short>
 void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
   const int64_t chunks = a.k / kChunkValues;
   if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x);
-  if (chunks <= 16 && a.accumulate) return launch<ShortAccumulating, 16 * ShortAccumulating::kSplit, false>(a, x);
-  if (chunks <= 16) return launch<Short, 16 * Short::kSplit, false>(a, x);
+  if (chunks <= kShortChunks && a.accumulate) return launch<ShortAccumulating, 16 * ShortAccumulating::kSplit, false>(a, x);
+  if (chunks <= kShortChunks) return launch<Short, 16 * Short::kSplit, false>(a, x);
   if (chunks <= 32) return launch<Chunk, 32, false>(a, x);
   launch<Chunk, 64, false>(a, x);
 }
@@ -609,7 +613,7 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
                      (wtype == DType::Q6_K && a.k % 2048 == 0) ||  // (Q6_K: 16-byte aligned rows)
                      affine_bits(wtype) != 0;
   if (!on || !typed || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
-  const int64_t max_chunks = a.w_up != nullptr ? 16 : 64;
+  const int64_t max_chunks = a.w_up != nullptr ? kShortChunks : 64;
   if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
   // Packed rows: the tile's row stride is the row's bytes.
   for (int p = 0; p < a.n_parts; ++p)
