@@ -168,13 +168,28 @@ __device__ __forceinline__ float4 load_x4(const float* p) {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
+// y += v for an output that only this thread writes in its launch (O and
+// down add to the residual): a reduction sent to L2 (red.global.add.f32), so
+// the thread neither waits for y's old value nor holds it in a register. One
+// add, rounded to nearest like `y + v` in registers, so the bits are the same
+// (but for a subnormal sum, which it flushes to zero). Before, the streamed
+// int8 GEMV asked for y's old value at the top of each tile and added it at
+// the store: under the weight stream that L2 round trip outlasted the tile's
+// wait and arithmetic. Decode run ahead, A/B in one call (BENCHMARKS.md,
+// 2026-12-02): Llama-3-8B Q8_0 432.4–433.1 → 442.6–446.1 tokens/s, Q4_0
+// 610.6–613.4 → 628.7–629.0, Q4_K 596.1–598.9 → 617.4–618.4; in the warp
+// kernels, SmolLM2 Q4_1 1,812–1,814 → 1,858–1,859, bf16 1,940–1,942 →
+// 1,951–1,968; the 8B bf16 streamed GEMV at par (266.0 → 266.4–266.5).
+__device__ __forceinline__ void add_to_output(float* y, float v) { atomicAdd(y, v); }
+
 // Lane 0's store of output r: plain, accumulated, or the SwiGLU product.
 template <bool kSwiglu>
 __device__ __forceinline__ void gemv_store(const GemvArgs& a, const GemvTarget& t, int r, float s, float s_up) {
   float v = s;
   if constexpr (kSwiglu) v = silu(s) * s_up;
   float* out = t.y + int64_t(r) * t.ldy;
-  *out = a.accumulate ? *out + v : v;
+  if (a.accumulate) add_to_output(out, v);
+  else *out = v;
 }
 
 // Sums each x row's per-lane partials over the warp and stores them (lane 0).

@@ -521,12 +521,6 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   uint32_t buffer = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x, buffer ^= 1) {
     const int row = t * p.rows + slot_row;
-    // y's old value, asked for before the tile's wait and arithmetic, which
-    // cover its latency (loaded at the store, it held the row's warps for a
-    // round trip each tile). Llama-3-8B decode: Q8_0 366–368 → 372–373
-    // tokens/s; Q4_0 unchanged.
-    float y_old = 0.0f;
-    if (stores && a.accumulate && row < m) y_old = *row_output(a, row);
     barrier_wait(full0 + kBarrierBytes * at.slot, at.parity);
     uint32_t v[Chunk::kWords];
     if (active) Chunk::load(my_row + at.slot * p.tile_bytes, part, v);
@@ -553,7 +547,11 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
       else asm volatile("bar.sync 2, 64;" ::: "memory");
       if (stores) sum += s.partials[buffer][warp + 1];
     }
-    if (stores && row < m) *row_output(a, row) = a.accumulate ? y_old + sum : sum;
+    // (Accumulating, y's old value is not read here: add_to_output.)
+    if (stores && row < m) {
+      if (a.accumulate) add_to_output(row_output(a, row), sum);
+      else *row_output(a, row) = sum;
+    }
   }
 }
 
