@@ -166,9 +166,12 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // gate/up, whose kernel before is the norm (8B decode run ahead, three A/B
 // calls: +0.7–0.8%, 591.5–592.4 → 593.4–596.5 tokens/s in the last), and 2
 // before down since the weights leave L2 first (stream::weights_evict_first;
-// two calls: 612.3–614.0 → 616.8–617.1, 612.6–613.9 → 615.3–617.6). More
-// were at par or slower at every other position and type, before and after
-// that change (BENCHMARKS.md, 2026-12-01).
+// two calls: 612.3–614.0 → 616.8–617.1, 612.6–613.9 → 615.3–617.6). Since
+// O and down add to y with red.add (add_to_output in gemv.cuh), Q8_0's O
+// takes 2 and its down 4 (two calls, 2026-12-02: O 2 441.2–442.6 →
+// 443.3–445.2, down 4 → 443.3–445.7, both 441.2–443.4 → 445.9–447.1). More
+// or fewer were at par or slower at every other position and type, before
+// and after those changes (BENCHMARKS.md, 2026-12-01 and 2026-12-02).
 //
 // kSplit: threads a chunk (1, or 2 in Q4_K's Q/K/V and O and in Q4_0's and
 // Q8_0's O: launch_chunks). Each thread's tile row is one dependent chain of
@@ -228,9 +231,11 @@ struct ChunkOf {
 
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
-// decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
+// decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348. Its split chunks
+// serve O alone (launch_chunks), which asks for 2 tiles first.
 template <int kSplit = 1>
-struct Q8_0Chunk : ChunkOf<8 * 34, 1, early_tiles(3), false, kSplit> {
+struct Q8_0Chunk
+    : ChunkOf<8 * 34, 1, EarlyTiles{.short_k = kSplit == 2 ? 2 : 3, .swiglu = 3, .long_k = 4}, false, kSplit> {
   using Base = Q8_0Chunk::ChunkOf;
   using typename Base::X;
   using Base::kWords;
