@@ -168,8 +168,8 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // before down since the weights leave L2 first (stream::weights_evict_first;
 // two calls: 612.3–614.0 → 616.8–617.1, 612.6–613.9 → 615.3–617.6). Since
 // O and down add to y with red.add (add_to_output in gemv.cuh), Q8_0's O
-// takes 2 and its down 4 (two calls, 2026-12-02: O 2 441.2–442.6 →
-// 443.3–445.2, down 4 → 443.3–445.7, both 441.2–443.4 → 445.9–447.1). More
+// takes 2 and its down 4 (two calls, 2026-12-02, against 441.2–443.4: O 2
+// 443.3–445.2, down 4 443.3–445.7, both 445.9–447.1 tokens/s). More
 // or fewer were at par or slower at every other position and type, before
 // and after those changes (BENCHMARKS.md, 2026-12-01 and 2026-12-02).
 //
