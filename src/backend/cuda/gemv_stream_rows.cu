@@ -189,12 +189,13 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // or SwiGLU's gate and up rows) the sums' exchange through shared memory
 // every tile cost more than the halved chain saved (gate/up +1.5 µs).
 //
-// The tiles first per launch: those of k ≤ 4,096 without SwiGLU (Q/K/V, O,
-// the lm_head), gate/up (SwiGLU), down (k > 4,096).
+// The tiles first per launch: those of k ≤ 4,096 without SwiGLU that write y
+// (Q/K/V, the lm_head) and that add to it (O), gate/up (SwiGLU), down (k >
+// 4,096).
 struct EarlyTiles {
-  int short_k, swiglu, long_k;
+  int short_k, short_accumulating, swiglu, long_k;
 };
-constexpr EarlyTiles early_tiles(int n) { return {n, n, n}; }
+constexpr EarlyTiles early_tiles(int n) { return {n, n, n, n}; }
 
 template <int kChunkBytes_, int kCtasPerSm_, EarlyTiles kEarly_, bool kReleaseBeforeDot_ = false, int kSplit_ = 1>
 struct ChunkOf {
@@ -231,11 +232,10 @@ struct ChunkOf {
 
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
 // One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
-// decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348. Its split chunks
-// serve O alone (launch_chunks), which asks for 2 tiles first.
+// decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
 template <int kSplit = 1>
 struct Q8_0Chunk
-    : ChunkOf<8 * 34, 1, EarlyTiles{.short_k = kSplit == 2 ? 2 : 3, .swiglu = 3, .long_k = 4}, false, kSplit> {
+    : ChunkOf<8 * 34, 1, EarlyTiles{.short_k = 3, .short_accumulating = 2, .swiglu = 3, .long_k = 4}, false, kSplit> {
   using Base = Q8_0Chunk::ChunkOf;
   using typename Base::X;
   using Base::kWords;
@@ -259,7 +259,8 @@ struct Q8_0Chunk
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
 template <int kSplit = 1>
-struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .swiglu = 2, .long_k = 2}, false, kSplit> {
+struct Q4_0Chunk
+    : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .short_accumulating = 1, .swiglu = 2, .long_k = 2}, false, kSplit> {
   using Base = Q4_0Chunk::ChunkOf;
   using typename Base::X;
   using Base::kWords;
@@ -450,7 +451,10 @@ Plan plan_of(const GemvArgs& a) {
   // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
   static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
   constexpr EarlyTiles e = Chunk::kEarly;
-  const int early = kSwiglu ? e.swiglu : a.k / kChunkValues > kShortChunks ? e.long_k : e.short_k;
+  const int early = kSwiglu                            ? e.swiglu
+                    : a.k / kChunkValues > kShortChunks ? e.long_k
+                    : a.accumulate                      ? e.short_accumulating
+                                                        : e.short_k;
   return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages,
           stream::weights_evict_first()};
 }
@@ -515,7 +519,8 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   const bool active = part < a.k / Chunk::kPartValues;
   typename Chunk::X xc{};
   if (active) xc = load_x_part<Chunk::kPartValues>(x, part);
-  // The thread that stores the row here (SwiGLU stores through gemv_store below).
+  // The thread that stores the row here (SwiGLU's are the lanes 0 below);
+  // gemv_store adds to y where the launch accumulates.
   const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : part == 0);
   const int m = int(a.m), tiles = int(p.tiles);
   // Slot i's barriers: full0 and empty0 plus i barriers' bytes.
@@ -552,11 +557,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
       else asm volatile("bar.sync 2, 64;" ::: "memory");
       if (stores) sum += s.partials[buffer][warp + 1];
     }
-    // (Accumulating, y's old value is not read here: add_to_output.)
-    if (stores && row < m) {
-      if (a.accumulate) add_to_output(row_output(a, row), sum);
-      else *row_output(a, row) = sum;
-    }
+    if (stores && row < m) gemv_store<false>(a, {.y = row_output(a, row)}, 0, sum, 0.0f);
   }
 }
 
