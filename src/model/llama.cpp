@@ -146,7 +146,11 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   ops::embedding(w.token_embd, batch.tokens, a.x);
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
+    // Each block's last matmul adds to a.x, and the next block's first
+    // normalizes it: on the GPU's decode path the first writes that norm.
+    ops::expect_rms_norm(a.x, lw.ffn_norm);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a);
+    ops::expect_rms_norm(a.x, layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm : w.output_norm);
     mlp_block(c, lw, a, collective_);
   }
   if (n_logits == 0) return;

@@ -128,6 +128,16 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate,
   else matmul(hidden, w_down, y);
 }
 
+void expect_rms_norm(const Tensor& y, const Tensor& norm_weight) {
+#if BRIOCHE_CUDA
+  if (y.device() == Device::CUDA && norm_weight.device() == Device::CUDA)
+    cuda::expect_rms_norm(detail::f32_rows(y, "expect_rms_norm", "y").data,
+                          detail::f32_rows(norm_weight, "expect_rms_norm", "norm weight").data);
+#else
+  (void)y, (void)norm_weight;
+#endif
+}
+
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {
   matmul_group_impl(x, ws, ys, nullptr);
 }

@@ -51,6 +51,15 @@ void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_ga
 // after the all-reduce).
 enum class MlpOutput : uint8_t { AddToY, WriteY };
 
+// Says that the next matmul to add to y (matmul_accumulate, swiglu_mlp's
+// down, paged_attention's projection) is followed by a matmul of RMSNorm(y)
+// with `norm_weight` (the next block's norm, or the final one). On the GPU's
+// one-row decode path that matmul then writes RMSNorm(y) as the next one
+// reads it, and no norm kernel runs between them (backend/cuda/
+// norm_handoff.h); elsewhere it changes nothing. A hint: nothing breaks when
+// another op comes between them, the norm kernel then runs.
+void expect_rms_norm(const Tensor& y, const Tensor& norm_weight);
+
 // y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its
 // residual add (y may be x); with MlpOutput::WriteY, y = that product
 // (y_scratch unused). It is swiglu_matmul(x, norm, w_gate, w_up, hidden,

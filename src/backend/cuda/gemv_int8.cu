@@ -3,6 +3,7 @@
 #include "backend/cuda/gemv_int8.h"
 
 #include "backend/cuda/gemv_int8.cuh"
+#include "backend/cuda/norm_handoff.h"
 #include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -270,12 +271,17 @@ Int8Scratch allocate_int8_acts(int n, int64_t k) {
 
 namespace {
 
-// The integer GEMV on quantized x, on the kernel chosen once per launch.
-void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed) {
+// The integer GEMV on quantized x, on the kernel chosen once per launch;
+// a streamed launch that adds to y hands y's norm on where the model
+// expects it (norm_handoff.h).
+void launch_quantized(DType wtype, const GemvArgs& args, const Int8Acts& x, bool streamed) {
+  GemvArgs a = args;
+  HandedNorm norm = begin_handoff(a, streamed && gemv_stream_rows_hands_on(wtype, a));
   if (streamed) gemv_stream_rows(wtype, a, x);
   else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else if (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1) gemv_int8_blocks32(wtype, a, x);
   else gemv_int8_affine(wtype, a, x);
+  if (norm) hand_on(std::move(norm));
 }
 
 }  // namespace
@@ -297,6 +303,15 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
                      a.ldx, a.k, total_quads, x.q, x.ds, streamed);
   }
   launch_quantized(wtype, a, x.acts(), streamed);
+}
+
+bool gemv_int8_handed(DType wtype, const GemvArgs& a, const HandedNorm& norm) {
+  if (a.n != 1 || norm.x.k != a.k || !gemv_int8_covers(wtype, a) || !gemv_stream_rows_takes(wtype, a)) return false;
+  GemvArgs g = a;
+  g.x_sum_sq = norm.sum_sq();
+  launch_quantized(wtype, g, norm.x.acts(), true);
+  count_handed_norm_read();
+  return true;
 }
 
 void gemv_int8_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x) {

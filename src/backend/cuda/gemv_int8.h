@@ -52,10 +52,24 @@ bool gemv_int8_takes_norm(const GemvArgs& args);
 // them over.
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& args);
 void gemv_stream_rows(DType wtype, const GemvArgs& args, const Int8Acts& x);
+// Whether a launch of it that adds to y may hand y's norm on
+// (norm_handoff.h): rows a multiple of 32, and not the long launches (down)
+// of the 8-bit types. Llama-3-8B decode at batch 1, run ahead, A/B in one
+// call (BENCHMARKS.md, 2026-12-02): at O and down, Q4_0 628.7–632.0 →
+// 661.7–664.1 tokens/s, Q4_K 610.8–611.1 → 638.1–639.5, Q5_K 530.9–531.2 →
+// 552.3–554.4, Q6_K 428.1–429.7 → 441.7–442.9; Q8_0 450.1–450.6 → 438.4 at
+// both, 449.5–451.1 at O alone (its down loses the most SMs' worth of
+// stream: 128 CTAs of 3 tiles in flight where it had 132 of 6).
+bool gemv_stream_rows_hands_on(DType wtype, const GemvArgs& args);
 
 // Quantizes x (or x̂) into scratch from the caching allocator and launches the
 // integer GEMV; honours every fusion of GemvArgs (parts, accumulate, w_up, norm_w).
 void gemv_int8(DType wtype, const GemvArgs& args);
+struct HandedNorm;
+// The GEMV of gemv_int8 for args.norm_w on the norm of x that the GEMV
+// before it handed on (norm_handoff.h), when this launch reads it (one x
+// row, the streamed kernel); false otherwise, and nothing launched.
+bool gemv_int8_handed(DType wtype, const GemvArgs& args, const HandedNorm& norm);
 // The GEMV of gemv_int8 on x already quantized into `x` (by another
 // kernel, such as the attention's last: attention.cu); args.x and
 // args.norm_w are not read.

@@ -422,16 +422,33 @@ struct AffineChunk : AffineChunkOf<kBits, kGroup> {
   }
 };
 
+// A launch that hands y's norm on (NormedOut, norm_handoff.h) has one CTA
+// per 32 output rows, 128 CTAs for the 8B shape's 4,096 rows: the chunk
+// type with 8 consumer warps and the SM to itself, so an SM has the
+// consumers it has under the round-robin walk (two CTAs of 4 warps).
+template <class C>
+struct EightWarpsOf : C {
+  static constexpr int kConsumerWarps = 8, kConsumerThreads = kConsumerWarps * 32;
+  static constexpr int kThreads = kConsumerThreads + 32;
+  static constexpr int kCtasPerSm = 1;
+};
+template <class C>
+using EightWarps = std::conditional_t<C::kConsumerWarps == 8, C, EightWarpsOf<C>>;
+
+constexpr int kMaxConsumerWarps = 8;
+constexpr int kHandoffRows = 32;  // a block of the next GEMV's x
+
 struct Shared {
   uint64_t full[kMaxStages];
   uint64_t empty[kMaxStages];
-  float partials[2][kChunkWarps];  // a row's two warp sums at 64 threads a row (two tiles alternate)
-  alignas(128) uint8_t tiles[1];   // stages × tile bytes
+  float partials[2][kMaxConsumerWarps];  // a row's two warp sums at 64 threads a row (two tiles alternate)
+  float handoff_rows[kHandoffRows];      // the CTA's outputs where it hands y's norm on
+  alignas(128) uint8_t tiles[1];         // stages × tile bytes
 };
 
 // What a launch's tiles are: rows per tile (output rows; SwiGLU's tiles hold
-// as many up rows after them), bytes of a row and of a tile, stages, and the
-// tiles asked for before the PDL wait.
+// as many up rows after them), bytes of a row and of a tile, stages, the
+// tiles asked for before the PDL wait, and how CTAs walk the tiles.
 struct Plan {
   int rows;
   uint32_t row_bytes, tile_bytes;
@@ -439,6 +456,9 @@ struct Plan {
   int64_t tiles;
   int early_tiles;
   bool evict_first;  // the weights' lines go first out of L2 (stream::weights_evict_first)
+  // 0: CTA c takes tiles c, c + grid, ... (the load is even to a tile);
+  // else CTA c takes this many consecutive tiles, kHandoffRows rows.
+  int tiles_per_cta;
 };
 
 // (Computed once per launch on the host and passed to the kernel.)
@@ -455,8 +475,19 @@ Plan plan_of(const GemvArgs& a) {
                     : a.k / kChunkValues > kShortChunks ? e.long_k
                     : a.accumulate                      ? e.short_accumulating
                                                         : e.short_k;
+  static_assert(kHandoffRows % kRows == 0 || kSwiglu);
   return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages,
-          stream::weights_evict_first()};
+          stream::weights_evict_first(), a.normed_out.norm_w != nullptr ? kHandoffRows / kRows : 0};
+}
+
+// The tiles CTA blockIdx.x takes: first, first + step, ... below end.
+struct TileWalk {
+  int first, end, step;
+};
+__device__ __forceinline__ TileWalk tile_walk(const Plan& p) {
+  if (p.tiles_per_cta == 0) return {int(blockIdx.x), int(p.tiles), int(gridDim.x)};
+  const int first = int(blockIdx.x) * p.tiles_per_cta;
+  return {first, min(int(p.tiles), first + p.tiles_per_cta), 1};
 }
 
 // The producer: tile t's rows into a slot, one bulk copy per run of rows
@@ -467,7 +498,8 @@ __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
   RingPosition at(p.stages);
   int asked = 0;
   const stream::WeightCopier copy(p.evict_first);
-  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x, at.advance()) {
+  const TileWalk walk = tile_walk(p);
+  for (int64_t t = walk.first; t < walk.end; t += walk.step, at.advance()) {
     if (asked++ == p.early_tiles) asm volatile("griddepcontrol.wait;" ::: "memory");
     const int rows = int(std::min<int64_t>(p.rows, a.m - t * p.rows));
     const uint32_t full = shared_address(&s.full[at.slot]);
@@ -505,6 +537,37 @@ __device__ __forceinline__ float* row_output(const GemvArgs& a, int launch_row) 
   return p->y + row;
 }
 
+// r = (Σ_b sums[b] / k + eps)^(−1/2) for x as a launch handing its norm on
+// wrote it (NormedOut): the same bits in every warp, which add the k/32
+// sums in one order.
+__device__ __forceinline__ float handed_norm_scale(const float* sums, int64_t k, float eps) {
+  const int lane = threadIdx.x % 32;
+  float sq = 0.0f;
+  for (int b = lane; b < int(k / 32); b += 32) sq += sums[b];
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+  return rsqrtf(sq / float(k) + eps);
+}
+
+// The end of a launch that hands y's norm on: once every consumer has put
+// its rows' sums in s.handoff_rows, warp 0 (lane i: row first_row + i, whose
+// old y and norm weight it loaded) stores y += sum, then the block's
+// y ⊙ norm_w quantized and Σ y² (NormedOut).
+template <int kConsumerThreads>
+__device__ void hand_norm_on(const GemvArgs& a, const Shared& s, int first_row, float y_old, float norm_w) {
+  asm volatile("bar.sync 7, %0;" ::"n"(kConsumerThreads) : "memory");
+  if (threadIdx.x >= 32) return;
+  const float y = y_old + s.handoff_rows[threadIdx.x];
+  *row_output(a, first_row + int(threadIdx.x)) = y;
+  const NormedOut& out = a.normed_out;
+  const int block = first_row / kHandoffRows;
+  quantize_block_of_warp(y * norm_w, out.q + first_row, out.ds + block);
+  float sq = y * y;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+  if (threadIdx.x == 0) out.sum_sq[block] = sq;
+}
+
 // A consumer thread: row `r` of each tile (SwiGLU: gate row r of the lower
 // half-warp, up row r of the upper), columns of part `part` (a chunk, or half
 // of one: rows of 32 threads, never a row over two warps nor SwiGLU).
@@ -522,14 +585,27 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   // The thread that stores the row here (SwiGLU's are the lanes 0 below);
   // gemv_store adds to y where the launch accumulates.
   const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : part == 0);
-  const int m = int(a.m), tiles = int(p.tiles);
+  const int m = int(a.m);
+  // x as a launch handing its norm on wrote it: each output times r.
+  const float r = a.x_sum_sq != nullptr ? handed_norm_scale(a.x_sum_sq, a.k, a.norm_eps) : 1.0f;
+  // Handing y's norm on (p.tiles_per_cta): the CTA's 32 rows end in
+  // s.handoff_rows; warp 0 loads their old y and norm weight now, while the
+  // first tiles arrive.
+  const bool hands_on = p.tiles_per_cta != 0;
+  const int first_row = int(blockIdx.x) * kHandoffRows;
+  float y_old = 0.0f, norm_w = 0.0f;
+  if (hands_on && warp == 0) {
+    y_old = *row_output(a, first_row + lane);
+    norm_w = a.normed_out.norm_w[first_row + lane];
+  }
   // Slot i's barriers: full0 and empty0 plus i barriers' bytes.
   const uint32_t full0 = shared_address(&s.full[0]), empty0 = shared_address(&s.empty[0]);
   constexpr uint32_t kBarrierBytes = sizeof(uint64_t);
   const uint8_t* my_row = s.tiles + slot_row * p.row_bytes;
   RingPosition at(p.stages);
   uint32_t buffer = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x, buffer ^= 1) {
+  const TileWalk walk = tile_walk(p);
+  for (int t = walk.first; t < walk.end; t += walk.step, buffer ^= 1) {
     const int row = t * p.rows + slot_row;
     barrier_wait(full0 + kBarrierBytes * at.slot, at.parity);
     uint32_t v[Chunk::kWords];
@@ -548,17 +624,20 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
       static_assert(kRowThreads == 16);
       const float up = __shfl_sync(0xffffffffu, sum, 16);
       const int gate_row = t * p.rows + warp;
-      if (lane == 0 && gate_row < m) gemv_store<true>(a, {.y = row_output(a, gate_row)}, 0, sum, up);
+      if (lane == 0 && gate_row < m) gemv_store<true>(a, {.y = row_output(a, gate_row)}, 0, sum * r, up * r);
       continue;
     }
     if constexpr (kRowThreads == 64) {
       if (lane == 0) s.partials[buffer][warp] = sum;
-      if (warp < 2) asm volatile("bar.sync 1, 64;" ::: "memory");
-      else asm volatile("bar.sync 2, 64;" ::: "memory");
+      asm volatile("bar.sync %0, 64;" ::"r"(1 + warp / 2) : "memory");  // (the row's two warps)
       if (stores) sum += s.partials[buffer][warp + 1];
     }
-    if (stores && row < m) gemv_store<false>(a, {.y = row_output(a, row)}, 0, sum, 0.0f);
+    if (stores && row < m) {
+      if (hands_on) s.handoff_rows[row - first_row] = sum * r;
+      else gemv_store<false>(a, {.y = row_output(a, row)}, 0, sum * r, 0.0f);
+    }
   }
+  if (hands_on) hand_norm_on<Chunk::kConsumerThreads>(a, s, first_row, y_old, norm_w);
 }
 
 template <class Chunk, int kRowThreads, bool kSwiglu>
@@ -591,7 +670,8 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
   }();
   (void)configured;
   const int64_t ctas = int64_t(Chunk::kCtasPerSm) * multiprocessor_count();
-  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, ctas));
+  const unsigned grid = p.tiles_per_cta != 0 ? unsigned((p.tiles + p.tiles_per_cta - 1) / p.tiles_per_cta)
+                                             : unsigned(std::min<int64_t>(p.tiles, ctas));
   launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kThreads, smem, a, x, p);
 }
 
@@ -603,6 +683,12 @@ template <class Chunk, class Short = Chunk, class ShortAccumulating = Short>
 void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
   const int64_t chunks = a.k / kChunkValues;
   if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x);
+  if (a.normed_out.norm_w != nullptr) {
+    using Short8 = EightWarps<ShortAccumulating>;
+    if (chunks <= kShortChunks) return launch<Short8, 16 * Short8::kSplit, false>(a, x);
+    if (chunks <= 32) return launch<EightWarps<Chunk>, 32, false>(a, x);
+    return launch<EightWarps<Chunk>, 64, false>(a, x);
+  }
   if (chunks <= kShortChunks && a.accumulate) return launch<ShortAccumulating, 16 * ShortAccumulating::kSplit, false>(a, x);
   if (chunks <= kShortChunks) return launch<Short, 16 * Short::kSplit, false>(a, x);
   if (chunks <= 32) return launch<Chunk, 32, false>(a, x);
@@ -625,12 +711,21 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
   return true;
 }
 
+bool gemv_stream_rows_hands_on(DType wtype, const GemvArgs& a) {
+  const bool eight_bit = wtype == DType::Q8_0 || affine_bits(wtype) == 8;
+  return a.m % kHandoffRows == 0 && !(eight_bit && a.k / kChunkValues > kShortChunks);
+}
+
 void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
   BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MLX affine "
                 "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 (2,048 for Q6_K) up "
                 "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n,
                 ", k ", a.k, ", ", gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
                 row_bytes(wtype, a.k), ")");
+  BRIOCHE_CHECK(a.normed_out.norm_w == nullptr || (a.accumulate && a.n_parts == 1 && gemv_stream_rows_hands_on(wtype, a)),
+                "gemv_stream_rows: a launch handing y's norm on adds to one y of rows a multiple of ", kHandoffRows,
+                " (not an 8-bit type's down); got ", a.m, " rows of ", dtype_name(wtype), ", k ", a.k, ", ", a.n_parts,
+                " part(s)", a.accumulate ? "" : ", not accumulating");
   switch (wtype) {
     // (Split chunks: ChunkOf's kSplit.)
     case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x);

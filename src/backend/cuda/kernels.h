@@ -59,6 +59,9 @@ void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, 
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
 // conversion of x for the GEMMs above, when they share x and dtype.
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);
+// ops::expect_rms_norm: the next GEMV that adds to y may write RMSNorm(y)
+// with norm_w for the GEMV that reads it (norm_handoff.h).
+void expect_rms_norm(const float* y, const float* norm_w);
 
 void rms_norm(const backend::cpu::RmsNormArgs& args);
 // The same x̂, rounded to bf16 (f16 when to_f16) into out [n_rows, dim]

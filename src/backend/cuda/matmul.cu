@@ -11,6 +11,7 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lt_gemm.h"
+#include "backend/cuda/norm_handoff.h"
 #include "backend/cuda/weight_gemm.h"
 #include "core/env_switch.h"
 
@@ -176,9 +177,15 @@ detail::GemvArgs launch_args(const cpu::MatmulArgs& a, detail::GemvArgs g) {
 void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm = nullptr) {
   cpu::MatmulArgs a = args;
   g = launch_args(a, g);
+  // The norm the GEMV before handed on (norm_handoff.h): taken by every
+  // GEMV, so it never outlives the launch after the one that wrote it.
+  const detail::HandedNorm handed = detail::take_handed_norm(a.x, norm != nullptr ? norm->weight : nullptr);
   if (norm != nullptr) {
     g.norm_w = norm->weight;
     g.norm_eps = norm->eps;
+    if (handed && dtype_info(a.wtype).quantized && detail::gemv_quant_reads_int8(a.wtype, g) &&
+        detail::gemv_int8_handed(a.wtype, g, handed))
+      return;
     if (!gemv_takes_norm(a.wtype, g)) {
       a = normalized(a, *norm);
       g.x = a.x;

@@ -1,0 +1,64 @@
+// The norm handoff of a decode step: the GEMV that adds to the residual y
+// (o_proj, down_proj) also writes the RMSNorm of y that the next block's
+// first GEMV (gate/up, Q/K/V, the lm_head) reads, so no norm kernel runs
+// between them. One x row, both GEMVs on the streamed int8 path
+// (gemv_stream_rows.cu).
+//
+// The math. RMSNorm is x̂_i = r·y_i·g_i with r = (Σ_j y_j² / k + eps)^(−1/2),
+// one scalar over all of y; the int8 GEMV reads x̂ as blocks of 32 values
+// q·d (gemv_int8.cuh). Quantizing u = y ⊙ g instead (d_u = max|u| / 127,
+// q = round(u / d_u)) gives the same q, since r scales a block's values and
+// their maximum alike, and d = r·d_u. Every integer dot product is linear in
+// a block's (d, d·Σq), so the reading GEMV multiplies each output by r. r
+// needs Σ y² over all of y, which no CTA of the writer has: each CTA owns one
+// block of 32 rows and writes its q, (d_u, d_u·Σq) and Σ y² over it, and
+// every reading warp adds the k/32 sums in one order (the same bits
+// whichever CTA finished first). q differs from the norm kernel's only where
+// u / d_u and x̂ / d round to different sides of a half (float rounding),
+// and the outputs by float rounding: within the int8 path's tolerance
+// against the CPU (tests/backend/cuda_norm_handoff_test.cpp).
+//
+// The model says which norm follows (ops::expect_rms_norm); the backend
+// keeps one request and one handed-on norm, each taken by the next GEMV that
+// can use it and dropped by the next one that cannot.
+#pragma once
+
+#include <memory>
+
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/gemv_int8.h"
+
+namespace brioche::cuda::detail {
+
+// The norm weight `norm_w` will normalize y next (ops::expect_rms_norm).
+void expect_norm(const float* y, const float* norm_w);
+
+// RMSNorm(y) with norm_w as a GEMV that added to y left it.
+struct HandedNorm {
+  const float* y = nullptr;  // nothing handed on when null
+  const float* norm_w = nullptr;
+  Int8Scratch x;
+  std::shared_ptr<void> sums;  // float [k / 32]: Σ y² per block
+
+  explicit operator bool() const { return y != nullptr; }
+  const float* sum_sq() const { return static_cast<const float*>(sums.get()); }
+};
+
+// For a launch `a` that adds to y: takes the request and, when it names this
+// y and the launch can write its norm (`hands_on`: the streamed int8 GEMV,
+// gemv_stream_rows_hands_on; one x row, one part), sets a.normed_out to new
+// scratch, returned for hand_on once the launch is queued. Otherwise returns
+// nothing. A launch that does not add to y leaves the request.
+HandedNorm begin_handoff(GemvArgs& a, bool hands_on);
+void hand_on(HandedNorm norm);
+
+// The norm handed on, when it is RMSNorm(x) with norm_w (else empty); what
+// was handed on is taken either way.
+HandedNorm take_handed_norm(const float* x, const float* norm_w);
+
+// Launches on this host thread that read a handed-on norm (tests: the
+// handoff happened). gemv_int8_handed counts them.
+int64_t handed_norms_read();
+void count_handed_norm_read();
+
+}  // namespace brioche::cuda::detail
