@@ -53,11 +53,11 @@ enum class MlpOutput : uint8_t { AddToY, WriteY };
 
 // Says that the next matmul to add to y (matmul_accumulate, swiglu_mlp's
 // down, paged_attention's projection) is followed by a matmul of RMSNorm(y)
-// with `norm_weight` (the next block's norm, or the final one). On the GPU's
-// one-row decode path that matmul then writes RMSNorm(y) as the next one
-// reads it, and no norm kernel runs between them (backend/cuda/
-// norm_handoff.h); elsewhere it changes nothing. A hint: nothing breaks when
-// another op comes between them, the norm kernel then runs.
+// with `norm_weight` (the next block's norm, or the final one), and that no
+// op writes y between the two. On the GPU's one-row decode path the first
+// then writes RMSNorm(y) as the second reads it, and no norm kernel runs
+// between them (backend/cuda/norm_handoff.h); elsewhere it changes nothing.
+// Another matmul between them only brings the norm kernel back.
 void expect_rms_norm(const Tensor& y, const Tensor& norm_weight);
 
 // y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its
