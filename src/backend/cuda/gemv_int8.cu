@@ -306,7 +306,8 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
 }
 
 bool gemv_int8_handed(DType wtype, const GemvArgs& a, const HandedNorm& norm) {
-  if (a.n != 1 || norm.x.k != a.k || !gemv_int8_covers(wtype, a) || !gemv_stream_rows_takes(wtype, a)) return false;
+  if (!norm || a.n != 1 || norm.x.k != a.k || !gemv_quant_reads_int8(wtype, a) || !gemv_stream_rows_takes(wtype, a))
+    return false;
   GemvArgs g = a;
   g.x_sum_sq = norm.sum_sq();
   launch_quantized(wtype, g, norm.x.acts(), true);

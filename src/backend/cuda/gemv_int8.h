@@ -67,8 +67,9 @@ bool gemv_stream_rows_hands_on(DType wtype, const GemvArgs& args);
 void gemv_int8(DType wtype, const GemvArgs& args);
 struct HandedNorm;
 // The GEMV of gemv_int8 for args.norm_w on the norm of x that the GEMV
-// before it handed on (norm_handoff.h), when this launch reads it (one x
-// row, the streamed kernel); false otherwise, and nothing launched.
+// before it handed on (norm_handoff.h), when there is one and this launch
+// reads it (one x row of a type on the int8 path, the streamed kernel);
+// false otherwise, and nothing launched.
 bool gemv_int8_handed(DType wtype, const GemvArgs& args, const HandedNorm& norm);
 // The GEMV of gemv_int8 on x already quantized into `x` (by another
 // kernel, such as the attention's last: attention.cu); args.x and

@@ -426,17 +426,17 @@ struct AffineChunk : AffineChunkOf<kBits, kGroup> {
 // per 32 output rows, 128 CTAs for the 8B shape's 4,096 rows: the chunk
 // type with 8 consumer warps and the SM to itself, so an SM has the
 // consumers it has under the round-robin walk (two CTAs of 4 warps).
+constexpr int kMaxConsumerWarps = 8;
+constexpr int kHandoffRows = 32;  // a block of the next GEMV's x
+
 template <class C>
 struct EightWarpsOf : C {
-  static constexpr int kConsumerWarps = 8, kConsumerThreads = kConsumerWarps * 32;
+  static constexpr int kConsumerWarps = kMaxConsumerWarps, kConsumerThreads = kConsumerWarps * 32;
   static constexpr int kThreads = kConsumerThreads + 32;
   static constexpr int kCtasPerSm = 1;
 };
 template <class C>
-using EightWarps = std::conditional_t<C::kConsumerWarps == 8, C, EightWarpsOf<C>>;
-
-constexpr int kMaxConsumerWarps = 8;
-constexpr int kHandoffRows = 32;  // a block of the next GEMV's x
+using EightWarps = std::conditional_t<C::kConsumerWarps == kMaxConsumerWarps, C, EightWarpsOf<C>>;
 
 struct Shared {
   uint64_t full[kMaxStages];

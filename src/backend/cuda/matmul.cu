@@ -183,9 +183,7 @@ void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm
   if (norm != nullptr) {
     g.norm_w = norm->weight;
     g.norm_eps = norm->eps;
-    if (handed && dtype_info(a.wtype).quantized && detail::gemv_quant_reads_int8(a.wtype, g) &&
-        detail::gemv_int8_handed(a.wtype, g, handed))
-      return;
+    if (detail::gemv_int8_handed(a.wtype, g, handed)) return;
     if (!gemv_takes_norm(a.wtype, g)) {
       a = normalized(a, *norm);
       g.x = a.x;
