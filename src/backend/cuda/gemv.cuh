@@ -19,9 +19,8 @@
 //     its x quantization, the dense kernels into shared memory at the start
 //     of each CTA (gemv_dense_takes_norm says when), with the bits of
 //     `rms_norm` (row_norm.cuh).
-//   * normed_out, x_sum_sq (the streamed int8 GEMV): the GEMV that adds to
-//     the residual also writes its norm for the next block's first GEMV,
-//     which then needs no norm kernel (norm_handoff.h).
+// (The streamed int8 GEMV has fusions of its own, outside these arguments:
+// gemv_int8.h, StreamFusions.)
 #pragma once
 
 #include <cstdint>
@@ -49,17 +48,6 @@ struct GemvPart {
 // Activation rows up to which a matmul is a GEMV (above: cuBLASLt).
 inline constexpr int kMaxGemvRows = 8;
 
-// The RMSNorm of an accumulating GEMV's output y, handed to the GEMV after
-// it by the streamed int8 GEMV (norm_handoff.h has the math): per 32-row
-// block b of y, y ⊙ norm_w quantized as that GEMV's x (q, ds[b]) and Σ y²
-// over the block (sum_sq[b]).
-struct NormedOut {
-  const float* norm_w = nullptr;  // [m]; no handoff when null
-  int8_t* q = nullptr;            // [m]
-  float2* ds = nullptr;           // [m / 32]
-  float* sum_sq = nullptr;        // [m / 32]
-};
-
 struct GemvArgs {
   const float* x;  // [n, k], row stride ldx floats (16-byte aligned rows)
   int64_t ldx;
@@ -75,11 +63,6 @@ struct GemvArgs {
   int64_t prefetch_rows = 0;
   const float* norm_w = nullptr;  // [k], 16-byte aligned; x̂ instead of x when set
   float norm_eps = 0.0f;
-  // The streamed int8 GEMV only (n = 1): the launch also writes y's norm
-  // (normed_out.norm_w set: O and down), or reads x as such a launch wrote
-  // it and multiplies each output by (Σ x_sum_sq / k + norm_eps)^(−1/2).
-  NormedOut normed_out{};
-  const float* x_sum_sq = nullptr;  // [k / 32]
 };
 
 inline constexpr int kGemvWarps = 4;  // rows of w per block

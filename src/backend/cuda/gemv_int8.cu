@@ -273,11 +273,12 @@ namespace {
 
 // The integer GEMV on quantized x, on the kernel chosen once per launch;
 // a streamed launch that adds to y hands y's norm on where the model
-// expects it (norm_handoff.h).
-void launch_quantized(DType wtype, const GemvArgs& args, const Int8Acts& x, bool streamed) {
-  GemvArgs a = args;
+// expects it (norm_handoff.h). `fusions`: the streamed launch's; normed_out
+// is set here.
+void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed, StreamFusions fusions = {}) {
   HandedNorm norm = begin_handoff(a, streamed && gemv_stream_rows_hands_on(wtype, a));
-  if (streamed) gemv_stream_rows(wtype, a, x);
+  fusions.normed_out = norm.written_as();
+  if (streamed) gemv_stream_rows(wtype, a, x, fusions);
   else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else if (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1) gemv_int8_blocks32(wtype, a, x);
   else gemv_int8_affine(wtype, a, x);
@@ -289,8 +290,8 @@ void launch_quantized(DType wtype, const GemvArgs& args, const Int8Acts& x, bool
 void gemv_int8(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(gemv_int8_covers(wtype, a), "gemv_int8: ", dtype_name(wtype), " with k = ", a.k, ", n = ", a.n,
                 " and these weight strides/alignments is not on the int8 path");
-  const Int8Scratch x = allocate_int8_acts(a.n, a.k);
   const bool streamed = gemv_stream_rows_takes(wtype, a);
+  const Int8Scratch x = allocate_int8_acts(a.n, a.k);
   if (a.norm_w != nullptr) {
     BRIOCHE_CHECK(gemv_int8_takes_norm(a), "gemv_int8: the RMSNorm of x fuses for k up to 16,384 with 16-byte "
                   "aligned x rows and norm weight; got k ", a.k, ", row stride ", a.ldx, " floats");
@@ -308,9 +309,7 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
 bool gemv_int8_handed(DType wtype, const GemvArgs& a, const HandedNorm& norm) {
   if (!norm || a.n != 1 || norm.x.k != a.k || !gemv_quant_reads_int8(wtype, a) || !gemv_stream_rows_takes(wtype, a))
     return false;
-  GemvArgs g = a;
-  g.x_sum_sq = norm.sum_sq();
-  launch_quantized(wtype, g, norm.x.acts(), true);
+  launch_quantized(wtype, a, norm.x.acts(), true, {.x_sum_sq = norm.sum_sq()});
   count_handed_norm_read();
   return true;
 }

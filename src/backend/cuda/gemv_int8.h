@@ -51,7 +51,28 @@ bool gemv_int8_takes_norm(const GemvArgs& args);
 // shared memory in tiles of whole rows (gemv_stream_rows.cu); gemv_int8 hands
 // them over.
 bool gemv_stream_rows_takes(DType wtype, const GemvArgs& args);
-void gemv_stream_rows(DType wtype, const GemvArgs& args, const Int8Acts& x);
+
+// The RMSNorm of an accumulating GEMV's output y, handed to the GEMV after
+// it (norm_handoff.h has the math): per 32-row block b of y, y ⊙ norm_w
+// quantized as that GEMV's x (q, ds[b]) and Σ y² over the block (sum_sq[b]).
+struct NormedOut {
+  const float* norm_w = nullptr;  // [m]; no handoff when null
+  int8_t* q = nullptr;            // [m]
+  float2* ds = nullptr;           // [m / 32]
+  float* sum_sq = nullptr;        // [m / 32]
+};
+
+// The streamed GEMV's fusions beyond GemvArgs (one x row), an argument of
+// its kernel alone so that the other GEMV kernels' arguments stay short:
+//   * normed_out.norm_w set: the launch adds to y and writes y's norm for
+//     the next GEMV (O and down);
+//   * x_sum_sq: x is a norm such a launch wrote; each output is multiplied
+//     by (Σ x_sum_sq / k + args.norm_eps)^(−1/2).
+struct StreamFusions {
+  NormedOut normed_out{};
+  const float* x_sum_sq = nullptr;  // [k / 32]
+};
+void gemv_stream_rows(DType wtype, const GemvArgs& args, const Int8Acts& x, const StreamFusions& fusions = {});
 // Whether a launch of it that adds to y may hand y's norm on
 // (norm_handoff.h): rows a multiple of 32, and not the long launches (down)
 // of the 8-bit types. Llama-3-8B decode at batch 1, run ahead, A/B in one

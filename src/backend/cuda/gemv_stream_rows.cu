@@ -463,7 +463,7 @@ struct Plan {
 
 // (Computed once per launch on the host and passed to the kernel.)
 template <class Chunk, int kRowThreads, bool kSwiglu>
-Plan plan_of(const GemvArgs& a) {
+Plan plan_of(const GemvArgs& a, const StreamFusions& f) {
   constexpr int kRows = Chunk::kConsumerThreads / kRowThreads / (kSwiglu ? 2 : 1);
   const uint32_t row_bytes = uint32_t(a.k / kChunkValues * Chunk::kChunkBytes);
   const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
@@ -477,7 +477,7 @@ Plan plan_of(const GemvArgs& a) {
                                                         : e.short_k;
   static_assert(kHandoffRows % kRows == 0 || kSwiglu);
   return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages,
-          stream::weights_evict_first(), a.normed_out.norm_w != nullptr ? kHandoffRows / kRows : 0};
+          stream::weights_evict_first(), f.normed_out.norm_w != nullptr ? kHandoffRows / kRows : 0};
 }
 
 // The tiles CTA blockIdx.x takes: first, first + step, ... below end.
@@ -554,12 +554,12 @@ __device__ __forceinline__ float handed_norm_scale(const float* sums, int64_t k,
 // old y and norm weight it loaded) stores y += sum, then the block's
 // y ⊙ norm_w quantized and Σ y² (NormedOut).
 template <int kConsumerThreads>
-__device__ void hand_norm_on(const GemvArgs& a, const Shared& s, int first_row, float y_old, float norm_w) {
+__device__ void hand_norm_on(const GemvArgs& a, const NormedOut& out, const Shared& s, int first_row, float y_old,
+                             float norm_w) {
   asm volatile("bar.sync 7, %0;" ::"n"(kConsumerThreads) : "memory");
   if (threadIdx.x >= 32) return;
   const float y = y_old + s.handoff_rows[threadIdx.x];
   *row_output(a, first_row + int(threadIdx.x)) = y;
-  const NormedOut& out = a.normed_out;
   const int block = first_row / kHandoffRows;
   quantize_block_of_warp(y * norm_w, out.q + first_row, out.ds + block);
   float sq = y * y;
@@ -572,7 +572,7 @@ __device__ void hand_norm_on(const GemvArgs& a, const Shared& s, int first_row, 
 // half-warp, up row r of the upper), columns of part `part` (a chunk, or half
 // of one: rows of 32 threads, never a row over two warps nor SwiGLU).
 template <class Chunk, int kRowThreads, bool kSwiglu>
-__device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const Plan& p) {
+__device__ void consume(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f, Shared& s, const Plan& p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // The thread's row within the tile: SwiGLU's half-warps take gate row
   // `warp` and the up row after the tile's gate rows.
@@ -587,7 +587,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   const bool stores = !kSwiglu && (kRowThreads == 64 ? threadIdx.x % 64 == 0 : part == 0);
   const int m = int(a.m);
   // x as a launch handing its norm on wrote it: each output times r.
-  const float r = a.x_sum_sq != nullptr ? handed_norm_scale(a.x_sum_sq, a.k, a.norm_eps) : 1.0f;
+  const float r = f.x_sum_sq != nullptr ? handed_norm_scale(f.x_sum_sq, a.k, a.norm_eps) : 1.0f;
   // Handing y's norm on (p.tiles_per_cta): the CTA's 32 rows end in
   // s.handoff_rows; warp 0 loads their old y and norm weight now, while the
   // first tiles arrive.
@@ -596,7 +596,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
   float y_old = 0.0f, norm_w = 0.0f;
   if (hands_on && warp == 0) {
     y_old = *row_output(a, first_row + lane);
-    norm_w = a.normed_out.norm_w[first_row + lane];
+    norm_w = f.normed_out.norm_w[first_row + lane];
   }
   // Slot i's barriers: full0 and empty0 plus i barriers' bytes.
   const uint32_t full0 = shared_address(&s.full[0]), empty0 = shared_address(&s.empty[0]);
@@ -637,12 +637,12 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, Shared& s, const P
       else gemv_store<false>(a, {.y = row_output(a, row)}, 0, sum * r, 0.0f);
     }
   }
-  if (hands_on) hand_norm_on<Chunk::kConsumerThreads>(a, s, first_row, y_old, norm_w);
+  if (hands_on) hand_norm_on<Chunk::kConsumerThreads>(a, f.normed_out, s, first_row, y_old, norm_w);
 }
 
 template <class Chunk, int kRowThreads, bool kSwiglu>
 __global__ void __launch_bounds__(Chunk::kThreads, Chunk::kCtasPerSm)
-    gemv_stream_rows_kernel(GemvArgs a, Int8Acts x, Plan p) {
+    gemv_stream_rows_kernel(GemvArgs a, Int8Acts x, StreamFusions f, Plan p) {
   constexpr int kConsumerThreads = Chunk::kConsumerThreads;
   extern __shared__ __align__(128) uint8_t shared[];
   auto& s = *reinterpret_cast<Shared*>(shared);
@@ -655,12 +655,12 @@ __global__ void __launch_bounds__(Chunk::kThreads, Chunk::kCtasPerSm)
     return;
   }
   pdl_prologue();
-  consume<Chunk, kRowThreads, kSwiglu>(a, x, s, p);
+  consume<Chunk, kRowThreads, kSwiglu>(a, x, f, s, p);
 }
 
 template <class Chunk, int kRowThreads, bool kSwiglu>
-void launch(const GemvArgs& a, const Int8Acts& x) {
-  const Plan p = plan_of<Chunk, kRowThreads, kSwiglu>(a);
+void launch(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
+  const Plan p = plan_of<Chunk, kRowThreads, kSwiglu>(a, f);
   const size_t smem = offsetof(Shared, tiles) + size_t(p.stages) * p.tile_bytes;
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>,
@@ -672,7 +672,7 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
   const int64_t ctas = int64_t(Chunk::kCtasPerSm) * multiprocessor_count();
   const unsigned grid = p.tiles_per_cta != 0 ? unsigned((p.tiles + p.tiles_per_cta - 1) / p.tiles_per_cta)
                                              : unsigned(std::min<int64_t>(p.tiles, ctas));
-  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kThreads, smem, a, x, p);
+  launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kThreads, smem, a, x, f, p);
 }
 
 // Threads a row: 16, 32 or 64, one a chunk. The launches of at most
@@ -680,19 +680,20 @@ void launch(const GemvArgs& a, const Int8Acts& x) {
 // type of those that write y (Q/K/V), ShortAccumulating of those that add
 // to it (O).
 template <class Chunk, class Short = Chunk, class ShortAccumulating = Short>
-void launch_chunks(const GemvArgs& a, const Int8Acts& x) {
+void launch_chunks(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
   const int64_t chunks = a.k / kChunkValues;
-  if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x);
-  if (a.normed_out.norm_w != nullptr) {
+  if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x, f);
+  if (f.normed_out.norm_w != nullptr) {
     using Short8 = EightWarps<ShortAccumulating>;
-    if (chunks <= kShortChunks) return launch<Short8, 16 * Short8::kSplit, false>(a, x);
-    if (chunks <= 32) return launch<EightWarps<Chunk>, 32, false>(a, x);
-    return launch<EightWarps<Chunk>, 64, false>(a, x);
+    if (chunks <= kShortChunks) return launch<Short8, 16 * Short8::kSplit, false>(a, x, f);
+    if (chunks <= 32) return launch<EightWarps<Chunk>, 32, false>(a, x, f);
+    return launch<EightWarps<Chunk>, 64, false>(a, x, f);
   }
-  if (chunks <= kShortChunks && a.accumulate) return launch<ShortAccumulating, 16 * ShortAccumulating::kSplit, false>(a, x);
-  if (chunks <= kShortChunks) return launch<Short, 16 * Short::kSplit, false>(a, x);
-  if (chunks <= 32) return launch<Chunk, 32, false>(a, x);
-  launch<Chunk, 64, false>(a, x);
+  if (chunks <= kShortChunks && a.accumulate)
+    return launch<ShortAccumulating, 16 * ShortAccumulating::kSplit, false>(a, x, f);
+  if (chunks <= kShortChunks) return launch<Short, 16 * Short::kSplit, false>(a, x, f);
+  if (chunks <= 32) return launch<Chunk, 32, false>(a, x, f);
+  launch<Chunk, 64, false>(a, x, f);
 }
 
 }  // namespace
@@ -716,29 +717,29 @@ bool gemv_stream_rows_hands_on(DType wtype, const GemvArgs& a) {
   return a.m % kHandoffRows == 0 && !(eight_bit && a.k / kChunkValues > kShortChunks);
 }
 
-void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x) {
+void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
   BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MLX affine "
                 "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 (2,048 for Q6_K) up "
                 "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n,
                 ", k ", a.k, ", ", gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
                 row_bytes(wtype, a.k), ")");
-  BRIOCHE_CHECK(a.normed_out.norm_w == nullptr || (a.accumulate && a.n_parts == 1 && gemv_stream_rows_hands_on(wtype, a)),
+  BRIOCHE_CHECK(f.normed_out.norm_w == nullptr || (a.accumulate && a.n_parts == 1 && gemv_stream_rows_hands_on(wtype, a)),
                 "gemv_stream_rows: a launch handing y's norm on adds to one y of rows a multiple of ", kHandoffRows,
                 " (not an 8-bit type's down); got ", a.m, " rows of ", dtype_name(wtype), ", k ", a.k, ", ", a.n_parts,
                 " part(s)", a.accumulate ? "" : ", not accumulating");
   switch (wtype) {
     // (Split chunks: ChunkOf's kSplit.)
-    case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x);
-    case DType::Q4_0: return launch_chunks<Q4_0Chunk<>, Q4_0Chunk<>, Q4_0Chunk<2>>(a, x);
-    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KChunk<2>>(a, x);
-    case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x);
-    case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x);
-    case DType::AFFINE4_G32: return launch_chunks<AffineChunk<4, 32>>(a, x);
-    case DType::AFFINE4_G64: return launch_chunks<AffineChunk<4, 64>>(a, x);
-    case DType::AFFINE4_G128: return launch_chunks<AffineChunk<4, 128>>(a, x);
-    case DType::AFFINE8_G32: return launch_chunks<AffineChunk<8, 32>>(a, x);
-    case DType::AFFINE8_G64: return launch_chunks<AffineChunk<8, 64>>(a, x);
-    default: return launch_chunks<AffineChunk<8, 128>>(a, x);
+    case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x, f);
+    case DType::Q4_0: return launch_chunks<Q4_0Chunk<>, Q4_0Chunk<>, Q4_0Chunk<2>>(a, x, f);
+    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KChunk<2>>(a, x, f);
+    case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x, f);
+    case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x, f);
+    case DType::AFFINE4_G32: return launch_chunks<AffineChunk<4, 32>>(a, x, f);
+    case DType::AFFINE4_G64: return launch_chunks<AffineChunk<4, 64>>(a, x, f);
+    case DType::AFFINE4_G128: return launch_chunks<AffineChunk<4, 128>>(a, x, f);
+    case DType::AFFINE8_G32: return launch_chunks<AffineChunk<8, 32>>(a, x, f);
+    case DType::AFFINE8_G64: return launch_chunks<AffineChunk<8, 64>>(a, x, f);
+    default: return launch_chunks<AffineChunk<8, 128>>(a, x, f);
   }
 }
 

@@ -27,16 +27,14 @@ void expect_norm(const float* y, const float* norm_w) {
   handoff.expected_norm_w = norm_w;
 }
 
-HandedNorm begin_handoff(GemvArgs& a, bool hands_on) {
+HandedNorm begin_handoff(const GemvArgs& a, bool hands_on) {
   // BRIOCHE_CUDA_NORM_HANDOFF=0 keeps the norm kernels (A/B runs).
   static const bool on = env_switch_on("BRIOCHE_CUDA_NORM_HANDOFF");
   if (!a.accumulate) return {};  // (the request is for the next launch that adds to y)
   const float* y = std::exchange(handoff.expected_y, nullptr);
   const float* norm_w = std::exchange(handoff.expected_norm_w, nullptr);
   if (!on || !hands_on || y == nullptr || a.n != 1 || a.n_parts != 1 || a.parts[0].y != y) return {};
-  HandedNorm out{.y = y, .norm_w = norm_w, .x = allocate_int8_acts(1, a.m), .sums = allocate(size_t(a.m / 32) * 4)};
-  a.normed_out = {.norm_w = norm_w, .q = out.x.q, .ds = out.x.ds, .sum_sq = static_cast<float*>(out.sums.get())};
-  return out;
+  return {.y = y, .norm_w = norm_w, .x = allocate_int8_acts(1, a.m), .sums = allocate(size_t(a.m / 32) * 4)};
 }
 
 void hand_on(HandedNorm norm) { handoff.handed = std::move(norm); }

@@ -43,15 +43,21 @@ struct HandedNorm {
   std::shared_ptr<void> sums;  // float [k / 32]: Σ y² per block
 
   explicit operator bool() const { return y != nullptr; }
-  const float* sum_sq() const { return static_cast<const float*>(sums.get()); }
+  float* sum_sq() const { return static_cast<float*>(sums.get()); }
+  // Where the launch that hands it on writes it (nothing when empty).
+  NormedOut written_as() const {
+    if (y == nullptr) return {};
+    return {.norm_w = norm_w, .q = x.q, .ds = x.ds, .sum_sq = sum_sq()};
+  }
 };
 
 // For a launch `a` that adds to y: takes the request and, when it names this
 // y and the launch can write its norm (`hands_on`: the streamed int8 GEMV,
-// gemv_stream_rows_hands_on; one x row, one part), sets a.normed_out to new
-// scratch, returned for hand_on once the launch is queued. Otherwise returns
-// nothing. A launch that does not add to y leaves the request.
-HandedNorm begin_handoff(GemvArgs& a, bool hands_on);
+// gemv_stream_rows_hands_on; one x row, one part), returns new scratch for
+// the launch to write (written_as) and for hand_on once it is queued.
+// Otherwise returns nothing. A launch that does not add to y leaves the
+// request.
+HandedNorm begin_handoff(const GemvArgs& a, bool hands_on);
 void hand_on(HandedNorm norm);
 
 // The norm handed on, when it is RMSNorm(x) with norm_w (else empty); what
