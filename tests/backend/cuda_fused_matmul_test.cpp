@@ -679,6 +679,50 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
   }
 }
 
+// The handed-on norm is read only by the GEMV right after the one that
+// wrote it, and only when that GEMV normalizes the same x with the same norm
+// weight. Otherwise the reading GEMV computes the norm itself, with the bits
+// of a step without the handoff. Cases: another norm weight; a copy of y
+// (the same values, another tensor); another GEMV in between. The last case
+// is the control: it reads the norm, so the read count can fail.
+TEST(CudaFusedMatmul, HandedOnNormReadOnlyByTheNextGemvOfItsNorm) {
+  REQUIRE_CUDA_DEVICE();
+  constexpr int64_t kHidden = 4096;
+  const DType dtype = DType::Q4_0;
+  const Tensor attn = device_f32(1, kHidden, 91), residual = device_f32(1, kHidden, 92);
+  const Tensor wo = random_weight(dtype, kHidden, kHidden, 93), wq = random_weight(dtype, kHidden, kHidden, 94);
+  const Tensor norm_a = device_f32(1, kHidden, 95).reshape({kHidden});
+  const Tensor norm_b = device_f32(1, kHidden, 96).reshape({kHidden});
+  ASSERT_TRUE(streams(attn, wo) && streams(residual, wq, nullptr, &norm_a));
+  enum Next { kOtherNormWeight, kCopyOfY, kGemvBetween, kItsNorm };
+  const char* names[] = {"another norm weight", "a copy of y", "a GEMV between", "its own norm (control)"};
+  auto run = [&](Next next, bool handoff) {
+    Tensor y = device_copy(residual), scratch = zeros(DType::F32, {1, kHidden}, Device::CUDA);
+    Tensor h = zeros(DType::F32, {1, kHidden}, Device::CUDA), q = zeros(DType::F32, {1, kHidden}, Device::CUDA);
+    if (handoff) expect_rms_norm(y, norm_a);
+    matmul_accumulate(attn, wo, y, scratch);
+    const Tensor* ws[] = {&wq};
+    Tensor* ys[] = {&q};
+    Tensor x = next == kCopyOfY ? device_copy(y) : y;
+    if (next == kGemvBetween) matmul(attn, wq, scratch);
+    matmul_group(x, {.weight = next == kOtherNormWeight ? norm_b : norm_a, .eps = 1e-5f, .normed = h}, ws, ys);
+    return q;
+  };
+  for (Next next : {kOtherNormWeight, kCopyOfY, kGemvBetween, kItsNorm}) {
+    const Tensor want = run(next, false);
+    const int64_t read_before = cuda::detail::handed_norms_read();
+    const Tensor got = run(next, true);
+    const int64_t read = cuda::detail::handed_norms_read() - read_before;
+    if (next == kItsNorm) {
+      EXPECT_EQ(read, 1) << names[next];
+      EXPECT_LT(nmse(got, want), 1e-10) << names[next];
+    } else {
+      EXPECT_EQ(read, 0) << names[next];
+      expect_same_bits(got, want, names[next]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace brioche::ops
 
