@@ -290,8 +290,8 @@ void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool st
 void gemv_int8(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(gemv_int8_covers(wtype, a), "gemv_int8: ", dtype_name(wtype), " with k = ", a.k, ", n = ", a.n,
                 " and these weight strides/alignments is not on the int8 path");
-  const bool streamed = gemv_stream_rows_takes(wtype, a);
   const Int8Scratch x = allocate_int8_acts(a.n, a.k);
+  const bool streamed = gemv_stream_rows_takes(wtype, a);
   if (a.norm_w != nullptr) {
     BRIOCHE_CHECK(gemv_int8_takes_norm(a), "gemv_int8: the RMSNorm of x fuses for k up to 16,384 with 16-byte "
                   "aligned x rows and norm weight; got k ", a.k, ", row stride ", a.ldx, " floats");
