@@ -144,13 +144,18 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
                        .collective = collective_};
 
   ops::embedding(w.token_embd, batch.tokens, a.x);
+  // The lm_head normalizes a.x itself only when every row wants logits
+  // (below: otherwise it reads gathered rows, or does not run); then no
+  // norm of a.x follows the last block.
+  const Tensor no_norm;
+  const Tensor& head_norm = n_logits == n ? w.output_norm : no_norm;
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
     // Each block's last matmul adds to a.x, and the next block's first
     // normalizes it: on the GPU's decode path the first writes that norm.
     ops::expect_rms_norm(a.x, lw.ffn_norm);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a);
-    ops::expect_rms_norm(a.x, layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm : w.output_norm);
+    ops::expect_rms_norm(a.x, layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm : head_norm);
     mlp_block(c, lw, a, collective_);
   }
   if (n_logits == 0) return;

@@ -130,9 +130,10 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate,
 
 void expect_rms_norm(const Tensor& y, const Tensor& norm_weight) {
 #if BRIOCHE_CUDA
-  if (y.device() == Device::CUDA && norm_weight.device() == Device::CUDA)
-    cuda::expect_rms_norm(detail::f32_rows(y, "expect_rms_norm", "y").data,
-                          detail::f32_rows(norm_weight, "expect_rms_norm", "norm weight").data);
+  if (y.device() != Device::CUDA) return;
+  const bool norm_follows = norm_weight.defined() && norm_weight.device() == Device::CUDA;
+  cuda::expect_rms_norm(detail::f32_rows(y, "expect_rms_norm", "y").data,
+                        norm_follows ? detail::f32_rows(norm_weight, "expect_rms_norm", "norm weight").data : nullptr);
 #else
   (void)y, (void)norm_weight;
 #endif

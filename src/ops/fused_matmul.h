@@ -57,7 +57,9 @@ enum class MlpOutput : uint8_t { AddToY, WriteY };
 // op writes y between the two. On the GPU's one-row decode path the first
 // then writes RMSNorm(y) as the second reads it, and no norm kernel runs
 // between them (backend/cuda/norm_handoff.h); elsewhere it changes nothing.
-// Another matmul between them only brings the norm kernel back.
+// Another matmul between them only brings the norm kernel back. An
+// undefined norm_weight says that no norm of y follows: it withdraws what an
+// earlier call expected.
 void expect_rms_norm(const Tensor& y, const Tensor& norm_weight);
 
 // y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its

@@ -683,8 +683,10 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
 // wrote it, and only when that GEMV normalizes the same x with the same norm
 // weight. Otherwise the reading GEMV computes the norm itself, with the bits
 // of a step without the handoff. Cases: another norm weight; a copy of y
-// (the same values, another tensor); another GEMV in between. The last case
-// is the control: it reads the norm, so the read count can fail.
+// (the same values, another tensor); another GEMV in between; the
+// expectation withdrawn (an undefined norm weight) before the GEMV that adds
+// to y. The last case is the control: it reads the norm, so the read count
+// can fail.
 TEST(CudaFusedMatmul, HandedOnNormReadOnlyByTheNextGemvOfItsNorm) {
   REQUIRE_CUDA_DEVICE();
   constexpr int64_t kHidden = 4096;
@@ -694,12 +696,14 @@ TEST(CudaFusedMatmul, HandedOnNormReadOnlyByTheNextGemvOfItsNorm) {
   const Tensor norm_a = device_f32(1, kHidden, 95).reshape({kHidden});
   const Tensor norm_b = device_f32(1, kHidden, 96).reshape({kHidden});
   ASSERT_TRUE(streams(attn, wo) && streams(residual, wq, nullptr, &norm_a));
-  enum Next { kOtherNormWeight, kCopyOfY, kGemvBetween, kItsNorm };
-  const char* names[] = {"another norm weight", "a copy of y", "a GEMV between", "its own norm (control)"};
+  enum Next { kOtherNormWeight, kCopyOfY, kGemvBetween, kWithdrawn, kItsNorm };
+  const char* names[] = {"another norm weight", "a copy of y", "a GEMV between", "withdrawn",
+                         "its own norm (control)"};
   auto run = [&](Next next, bool handoff) {
     Tensor y = device_copy(residual), scratch = zeros(DType::F32, {1, kHidden}, Device::CUDA);
     Tensor h = zeros(DType::F32, {1, kHidden}, Device::CUDA), q = zeros(DType::F32, {1, kHidden}, Device::CUDA);
     if (handoff) expect_rms_norm(y, norm_a);
+    if (handoff && next == kWithdrawn) expect_rms_norm(y, Tensor());
     matmul_accumulate(attn, wo, y, scratch);
     const Tensor* ws[] = {&wq};
     Tensor* ys[] = {&q};
@@ -708,7 +712,7 @@ TEST(CudaFusedMatmul, HandedOnNormReadOnlyByTheNextGemvOfItsNorm) {
     matmul_group(x, {.weight = next == kOtherNormWeight ? norm_b : norm_a, .eps = 1e-5f, .normed = h}, ws, ys);
     return q;
   };
-  for (Next next : {kOtherNormWeight, kCopyOfY, kGemvBetween, kItsNorm}) {
+  for (Next next : {kOtherNormWeight, kCopyOfY, kGemvBetween, kWithdrawn, kItsNorm}) {
     const Tensor want = run(next, false);
     const int64_t read_before = cuda::detail::handed_norms_read();
     const Tensor got = run(next, true);

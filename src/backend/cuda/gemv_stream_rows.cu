@@ -429,6 +429,12 @@ struct AffineChunk : AffineChunkOf<kBits, kGroup> {
 constexpr int kMaxConsumerWarps = 8;
 constexpr int kHandoffRows = 32;  // a block of the next GEMV's x
 
+// Named barriers of the consumer warps (0 is __syncthreads'): a row's two
+// warps at 64 threads a row (warps 2i, 2i + 1: barrier kRowPairBarrier + i),
+// and all of them before a handoff's end.
+constexpr int kRowPairBarrier = 1;
+constexpr int kHandoffBarrier = kRowPairBarrier + kMaxConsumerWarps / 2;
+
 template <class C>
 struct EightWarpsOf : C {
   static constexpr int kConsumerWarps = kMaxConsumerWarps, kConsumerThreads = kConsumerWarps * 32;
@@ -556,7 +562,7 @@ __device__ __forceinline__ float handed_norm_scale(const float* sums, int64_t k,
 template <int kConsumerThreads>
 __device__ void hand_norm_on(const GemvArgs& a, const NormedOut& out, const Shared& s, int first_row, float y_old,
                              float norm_w) {
-  asm volatile("bar.sync 7, %0;" ::"n"(kConsumerThreads) : "memory");
+  asm volatile("bar.sync %0, %1;" ::"n"(kHandoffBarrier), "n"(kConsumerThreads) : "memory");
   if (threadIdx.x >= 32) return;
   const float y = y_old + s.handoff_rows[threadIdx.x];
   *row_output(a, first_row + int(threadIdx.x)) = y;
@@ -629,7 +635,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, const StreamFusion
     }
     if constexpr (kRowThreads == 64) {
       if (lane == 0) s.partials[buffer][warp] = sum;
-      asm volatile("bar.sync %0, 64;" ::"r"(1 + warp / 2) : "memory");  // (the row's two warps)
+      asm volatile("bar.sync %0, 64;" ::"r"(kRowPairBarrier + warp / 2) : "memory");
       if (stores) sum += s.partials[buffer][warp + 1];
     }
     if (stores && row < m) {

@@ -33,7 +33,8 @@ HandedNorm begin_handoff(const GemvArgs& a, bool hands_on) {
   if (!a.accumulate) return {};  // (the request is for the next launch that adds to y)
   const float* y = std::exchange(handoff.expected_y, nullptr);
   const float* norm_w = std::exchange(handoff.expected_norm_w, nullptr);
-  if (!on || !hands_on || y == nullptr || a.n != 1 || a.n_parts != 1 || a.parts[0].y != y) return {};
+  if (!on || !hands_on || y == nullptr || norm_w == nullptr || a.n != 1 || a.n_parts != 1 || a.parts[0].y != y)
+    return {};
   return {.y = y, .norm_w = norm_w, .x = allocate_int8_acts(1, a.m), .sums = allocate(size_t(a.m / 32) * 4)};
 }
 

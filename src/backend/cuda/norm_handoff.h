@@ -19,8 +19,9 @@
 // path: CudaFusedMatmul.StreamedNormHandoffMatchesNormKernels).
 //
 // The model says which norm follows (ops::expect_rms_norm); the backend
-// keeps one request, taken by the next GEMV that adds to y, and one
-// handed-on norm, taken by the next GEMV of any kind, which reads it only
+// keeps one request, taken by the next GEMV on the int8 path that adds to y
+// (dense GEMVs and GEMMs leave it; the model's next call replaces it), and
+// one handed-on norm, taken by the next GEMV of any kind, which reads it only
 // when it is the norm of its x with its norm weight. Nothing else may write
 // y between the two: that is the caller's promise.
 #pragma once
@@ -32,7 +33,8 @@
 
 namespace brioche::cuda::detail {
 
-// The norm weight `norm_w` will normalize y next (ops::expect_rms_norm).
+// The norm weight `norm_w` will normalize y next (ops::expect_rms_norm);
+// null: no norm of y follows.
 void expect_norm(const float* y, const float* norm_w);
 
 // RMSNorm(y) with norm_w as a GEMV that added to y left it.
