@@ -14,6 +14,10 @@
 //       and both with the checkpoint widened to f32 (see run_tp_check);
 //       speed runs generate each rank's shard directly in its shape on the GPU.
 //   --layers L overrides the preset's layer count (quick checks of big shapes).
+//   --dtype-at WHERE=DTYPE (repeatable) gives the matrices at one position of
+//       every layer (qkv, o, gate_up, down) or the lm_head another type: with
+//       a type of the same bytes (Q4_0 in a Q4_K model), which launch makes
+//       one type's step slower than another's.
 //
 // Measurements (each after a warm-up, median of repeats):
 //   decode b1 : steps of one token after a --prompt-token prompt (128); tokens/s
@@ -63,7 +67,38 @@ struct Options {
   int layers = 0;  // 0: the preset's
   int tp = 0, tp_rank = -1;  // tp 0: no tensor parallelism; 1: one rank through the TP path (NCCL of one)
   std::string tp_master = "127.0.0.1:29517";
+  std::vector<std::pair<std::string, DType>> dtype_at;  // --dtype-at WHERE=DTYPE
 };
+
+// "WHERE=DTYPE" of --dtype-at, checked.
+std::pair<std::string, DType> parse_dtype_at(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  const std::string where = arg.substr(0, eq);
+  DType dtype;
+  if (eq == std::string::npos || !parse_dtype(arg.substr(eq + 1), &dtype))
+    fail("--dtype-at expects WHERE=DTYPE (e.g. qkv=q4_0), got '", arg, "'");
+  if (where != "qkv" && where != "o" && where != "gate_up" && where != "down" && where != "lm_head")
+    fail("--dtype-at: WHERE is one of qkv, o, gate_up, down, lm_head; got '", where, "'");
+  return {where, dtype};
+}
+
+// The matrices --dtype-at names, drawn again in their new type (same shapes).
+void apply_dtype_at(const Options& o, model::Checkpoint& ck) {
+  uint64_t seed = 7777;
+  for (const auto& [where, dtype] : o.dtype_at) {
+    auto redraw = [&, dtype = dtype](Tensor& w) { w = tools::random_tensor(dtype, w.dim(0), w.dim(1), ++seed); };
+    if (where == "lm_head") {
+      if (ck.config.tied_embeddings) fail("--dtype-at lm_head: this shape ties the lm_head to the embedding");
+      redraw(ck.weights.output);
+    }
+    for (model::LayerWeights& l : ck.weights.layers) {
+      if (where == "qkv") redraw(l.wq), redraw(l.wk), redraw(l.wv);
+      if (where == "o") redraw(l.wo);
+      if (where == "gate_up") redraw(l.w_gate), redraw(l.w_up);
+      if (where == "down") redraw(l.w_down);
+    }
+  }
+}
 
 tools::ShapePreset preset_of(const Options& o) {
   tools::ShapePreset p = tools::find_shape(o.shape);
@@ -145,6 +180,7 @@ std::unique_ptr<model::Model> make_model(const Options& o, Device device) {
   if (!parse_dtype(o.dtype, &dtype)) fail("unknown dtype '", o.dtype, "'");
   auto t0 = Clock::now();
   model::Checkpoint ck = tools::random_checkpoint(preset_of(o), dtype);
+  apply_dtype_at(o, ck);
   double gen_s = seconds_since(t0);
   t0 = Clock::now();
   if (device != Device::CPU) model::move_weights(ck, device);
@@ -310,7 +346,9 @@ int bench_model(const Options& o, model::Model& m) {
   std::printf("| shape | dtype | device | test | tokens/s | ms/step |\n|---|---|---|---|---|---|\n");
   auto row = [&](const std::string& test, double tps, double ms) {
     const std::string where = o.tp >= 1 ? o.device + " x" + std::to_string(o.tp) + " (TP)" : o.device;
-    std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), o.dtype.c_str(), where.c_str(),
+    std::string dtype = o.dtype;
+    for (const auto& [at, t] : o.dtype_at) dtype += ", " + at + " " + std::string(dtype_name(t));
+    std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), dtype.c_str(), where.c_str(),
                 test.c_str(), tps, ms);
     std::fflush(stdout);
   };
@@ -675,6 +713,7 @@ int main(int argc, char** argv) {
       else if (f == "--check") o.check = true;
       else if (f == "--gemv") o.gemv = true;
       else if (f == "--layers") o.layers = std::stoi(next());
+      else if (f == "--dtype-at") o.dtype_at.push_back(parse_dtype_at(next()));
       else if (f == "--tp") o.tp = std::stoi(next());
       else if (f == "--tp-rank") o.tp_rank = std::stoi(next());
       else if (f == "--tp-master") o.tp_master = next();

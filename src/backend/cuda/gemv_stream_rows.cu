@@ -151,7 +151,8 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // new binaries alternating in one call, in two calls: Q4_K 504–507 →
 // 515–516 tokens/s; Q4_0, Q5_K and Q6_K unchanged (514–517 against 513–516,
 // 450–451 both, 385 against 384–386); Q8_0 395 → 390. So only Q4_K releases
-// first. (The same in the bf16 streamed GEMV: 259 → 258.)
+// first, and not in Q/K/V and the lm_head (Q4_KChunk). (The same in the bf16
+// streamed GEMV: 259 → 258.)
 //
 // EarlyTiles: the kernel before a GEMV is a short one (a norm, an x
 // quantization, the attention), bound by L2 round trips. Tiles the GEMV's
@@ -173,8 +174,8 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // or fewer were at par or slower at every other position and type, before
 // and after those changes (BENCHMARKS.md, 2026-12-01 and 2026-12-02).
 //
-// kSplit: threads a chunk (1, or 2 in Q4_K's Q/K/V and O and in Q4_0's and
-// Q8_0's O: launch_chunks). Each thread's tile row is one dependent chain of
+// kSplit: threads a chunk (1, or 2 in the O of Q4_K, Q4_0 and Q8_0:
+// launch_chunks; Q4_K's Q/K/V took 2 until Q4_KChunk's change below). Each thread's tile row is one dependent chain of
 // shared loads and __dp4a, on the decode's time in a short GEMV's ramp and
 // tail. Two threads a chunk, 128 values each (a part: X; a half chunk of
 // Q8_0 or Q4_0 is 136 or 72 bytes, read as 8-byte loads), halve it, with 8
@@ -286,8 +287,25 @@ struct Q4_0Chunk
 // Two CTAs per SM, as Q4_0 (the same 144 bytes a chunk). Split (kSplit 2),
 // a thread's half super-block is the header (words 0..3) and the 64 quant
 // bytes of groups 2·half and 2·half + 1 (words 4..19).
-template <int kSplit = 1>
-struct Q4_KChunk : ChunkOf<144, 2, early_tiles(2), true, kSplit> {
+//
+// Q/K/V and the lm_head (Q4_KShort) take Q4_0's configuration: one thread a
+// chunk, the slot given back after the dot product, one tile before the PDL
+// wait. Two such CTAs hold Q4_0's share of an SM's registers (ptxas: 126 a
+// thread at 160 threads, 40,960 a pair, against 90 at 288 and 55,296 split),
+// which leaves an attention CTA room beside them before they end, as with
+// Q4_0 (docs/cuda.md, "share SMs by registers"). Found by putting Q4_0
+// weights at one position of a Q4_K model (`cuda_model_bench --dtype-at`,
+// the same bytes): only at Q/K/V did the step change, 637.2 / 634.8 →
+// 651.6 / 650.9 tokens/s, faster than Q4_0 everywhere (645.2 / 647.8;
+// Q4_K's gate/up is the faster one).
+// Llama-3-8B decode run ahead, A/B in one call each (2026-12-02): split with
+// the early release (before) 638.6 / 640.7 and 633.0 / 633.7 → 650.7 /
+// 653.2 and 648.6 / 650.2; unsplit with 2 tiles first 649.2 / 649.8;
+// unsplit keeping the early release 630.3 / 631.4 (why the unsplit launch
+// lost before); split without it 636.7 / 635.3. O kept as it was: unsplit
+// or without the early release it lost 0.8–2%.
+template <int kSplit = 1, bool kReleaseEarly = true, int kTilesFirst = 2>
+struct Q4_KChunk : ChunkOf<144, 2, early_tiles(kTilesFirst), kReleaseEarly, kSplit> {
   using Base = Q4_KChunk::ChunkOf;
   using typename Base::X;
   static constexpr int kGroups = 4 / kSplit, kQuantsWord = 4, kWords = 4 + 8 * kGroups;
@@ -308,6 +326,8 @@ struct Q4_KChunk : ChunkOf<144, 2, early_tiles(2), true, kSplit> {
     });
   }
 };
+
+using Q4_KShort = Q4_KChunk<1, false, 1>;
 
 // Q5_K: as Q4_K with qh[32] (words 4..11) before qs (words 12..43): bit j of
 // qh[i] is the fifth bit of element i of sub-block j.
@@ -737,7 +757,7 @@ void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x, const S
     // (Split chunks: ChunkOf's kSplit.)
     case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x, f);
     case DType::Q4_0: return launch_chunks<Q4_0Chunk<>, Q4_0Chunk<>, Q4_0Chunk<2>>(a, x, f);
-    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KChunk<2>>(a, x, f);
+    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KShort, Q4_KChunk<2>>(a, x, f);
     case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x, f);
     case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x, f);
     case DType::AFFINE4_G32: return launch_chunks<AffineChunk<4, 32>>(a, x, f);
