@@ -259,6 +259,7 @@ int run_gemv(const Options& o) {
   DType dtype;
   if (!parse_dtype(o.dtype, &dtype)) fail("unknown dtype '", o.dtype, "'");
   model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(o.shape), dtype);
+  apply_dtype_at(o, ck);
   model::move_weights(ck, Device::CUDA);
   std::printf("| shape | dtype | matmul | rows x cols | us | GB/s |\n|---|---|---|---|---|---|\n");
   auto time = [&](const std::string& name, const Tensor& w) {
@@ -271,7 +272,8 @@ int run_gemv(const Options& o) {
     for (int i = 0; i < reps; ++i) ops::matmul(x, w, y);
     ops::synchronize(Device::CUDA);
     const double us = 1e6 * seconds_since(t0) / reps;
-    std::printf("| %s | %s | %s | %lld x %lld | %.2f | %.0f |\n", o.shape.c_str(), o.dtype.c_str(), name.c_str(),
+    const std::string wtype(dtype_name(w.dtype()));  // (--dtype-at may have changed it)
+    std::printf("| %s | %s | %s | %lld x %lld | %.2f | %.0f |\n", o.shape.c_str(), wtype.c_str(), name.c_str(),
                 (long long)w.dim(0), (long long)w.dim(1), us, double(w.nbytes()) / us / 1e3);
   };
   const model::LayerWeights& l = ck.weights.layers[0];
@@ -722,6 +724,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cuda_model_bench: %s\n", e.what());
       return 2;
     }
+  }
+  if (o.tp >= 1 && !o.dtype_at.empty()) {
+    std::fprintf(stderr, "cuda_model_bench: --dtype-at does not apply to --tp runs (their shards are drawn per rank)\n");
+    return 2;
   }
   if (o.tp >= 1) return run_tensor_parallel(o);
   try {
