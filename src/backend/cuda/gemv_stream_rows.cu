@@ -152,7 +152,10 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // 515–516 tokens/s; Q4_0, Q5_K and Q6_K unchanged (514–517 against 513–516,
 // 450–451 both, 385 against 384–386); Q8_0 395 → 390. So only Q4_K releases
 // first, and not in Q/K/V and the lm_head (Q4_KChunk). (The same in the bf16
-// streamed GEMV: 259 → 258.)
+// streamed GEMV: 259 → 258.) Since then Q4_0's gate/up releases first too
+// (2026-12-02, two calls: 648.6 / 651.5 → 652.7 / 652.7, then 650.6–653.2
+// → 652.0–656.5 tokens/s run ahead, forward alone 651.3–651.8 → 653.9–654.0);
+// its down (640.0 / 642.5) and O (at par) do not.
 //
 // EarlyTiles: the kernel before a GEMV is a short one (a norm, an x
 // quantization, the attention), bound by L2 round trips. Tiles the GEMV's
@@ -259,9 +262,9 @@ struct Q8_0Chunk
 // Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
 // decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
 // half the bytes) 415–418.
-template <int kSplit = 1>
-struct Q4_0Chunk
-    : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .short_accumulating = 1, .swiglu = 2, .long_k = 2}, false, kSplit> {
+template <int kSplit = 1, bool kReleaseEarly = false>
+struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .short_accumulating = 1, .swiglu = 2, .long_k = 2},
+                           kReleaseEarly, kSplit> {
   using Base = Q4_0Chunk::ChunkOf;
   using typename Base::X;
   using Base::kWords;
@@ -704,11 +707,11 @@ void launch(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
 // Threads a row: 16, 32 or 64, one a chunk. The launches of at most
 // kShortChunks chunks without SwiGLU may split their chunks (kSplit): Short is the chunk
 // type of those that write y (Q/K/V), ShortAccumulating of those that add
-// to it (O).
-template <class Chunk, class Short = Chunk, class ShortAccumulating = Short>
+// to it (O); Swiglu is gate/up's (Q4_0's gives its slot back early).
+template <class Chunk, class Short = Chunk, class ShortAccumulating = Short, class Swiglu = Chunk>
 void launch_chunks(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
   const int64_t chunks = a.k / kChunkValues;
-  if (a.w_up != nullptr) return launch<Chunk, 16, true>(a, x, f);
+  if (a.w_up != nullptr) return launch<Swiglu, 16, true>(a, x, f);
   if (f.normed_out.norm_w != nullptr) {
     using Short8 = EightWarps<ShortAccumulating>;
     if (chunks <= kShortChunks) return launch<Short8, 16 * Short8::kSplit, false>(a, x, f);
@@ -756,7 +759,7 @@ void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x, const S
   switch (wtype) {
     // (Split chunks: ChunkOf's kSplit.)
     case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x, f);
-    case DType::Q4_0: return launch_chunks<Q4_0Chunk<>, Q4_0Chunk<>, Q4_0Chunk<2>>(a, x, f);
+    case DType::Q4_0: return launch_chunks<Q4_0Chunk<>, Q4_0Chunk<>, Q4_0Chunk<2>, Q4_0Chunk<1, true>>(a, x, f);
     case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KShort, Q4_KChunk<2>>(a, x, f);
     case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x, f);
     case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x, f);
