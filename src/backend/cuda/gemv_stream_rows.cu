@@ -178,7 +178,8 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // and after those changes (BENCHMARKS.md, 2026-12-01 and 2026-12-02).
 //
 // kSplit: threads a chunk (1, or 2 in the O of Q4_K, Q4_0 and Q8_0:
-// launch_chunks; Q4_K's Q/K/V took 2 until Q4_KChunk's change below). Each thread's tile row is one dependent chain of
+// launch_chunks; Q4_K's Q/K/V took 2 until Q4_KChunk's change below). Each
+// thread's tile row is one dependent chain of
 // shared loads and __dp4a, on the decode's time in a short GEMV's ramp and
 // tail. Two threads a chunk, 128 values each (a part: X; a half chunk of
 // Q8_0 or Q4_0 is 136 or 72 bytes, read as 8-byte loads), halve it, with 8
@@ -706,8 +707,9 @@ void launch(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
 
 // Threads a row: 16, 32 or 64, one a chunk. The launches of at most
 // kShortChunks chunks without SwiGLU may split their chunks (kSplit): Short is the chunk
-// type of those that write y (Q/K/V), ShortAccumulating of those that add
-// to it (O); Swiglu is gate/up's (Q4_0's gives its slot back early).
+// type of those that write y (Q/K/V, the lm_head), ShortAccumulating of
+// those that add to it (O); Swiglu is gate/up's (Q4_0's gives its slot
+// back early).
 template <class Chunk, class Short = Chunk, class ShortAccumulating = Short, class Swiglu = Chunk>
 void launch_chunks(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
   const int64_t chunks = a.k / kChunkValues;
