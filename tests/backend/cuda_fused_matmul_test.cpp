@@ -685,8 +685,8 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
 // of a step without the handoff. Cases: another norm weight; a copy of y
 // (the same values, another tensor); another GEMV in between; the
 // expectation withdrawn (an undefined norm weight) before the GEMV that adds
-// to y. The last case is the control: it reads the norm, so the read count
-// can fail.
+// to y. A control case, its own norm right after, reads it once, so the
+// read count can fail.
 TEST(CudaFusedMatmul, HandedOnNormReadOnlyByTheNextGemvOfItsNorm) {
   REQUIRE_CUDA_DEVICE();
   constexpr int64_t kHidden = 4096;

@@ -273,12 +273,12 @@ namespace {
 
 // The integer GEMV on quantized x, on the kernel chosen once per launch;
 // a streamed launch that adds to y hands y's norm on where the model
-// expects it (norm_handoff.h). `fusions`: the streamed launch's; normed_out
-// is set here.
-void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed, StreamFusions fusions = {}) {
+// expects it (norm_handoff.h). `x_sum_sq`: x is a norm handed on to this
+// launch (streamed only).
+void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed,
+                      const float* x_sum_sq = nullptr) {
   HandedNorm norm = begin_handoff(a, streamed && gemv_stream_rows_hands_on(wtype, a));
-  fusions.normed_out = norm.written_as();
-  if (streamed) gemv_stream_rows(wtype, a, x, fusions);
+  if (streamed) gemv_stream_rows(wtype, a, x, {.normed_out = norm.written_as(), .x_sum_sq = x_sum_sq});
   else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else if (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1) gemv_int8_blocks32(wtype, a, x);
   else gemv_int8_affine(wtype, a, x);
@@ -309,7 +309,7 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
 bool gemv_int8_handed(DType wtype, const GemvArgs& a, const HandedNorm& norm) {
   if (!norm || a.n != 1 || norm.x.k != a.k || !gemv_quant_reads_int8(wtype, a) || !gemv_stream_rows_takes(wtype, a))
     return false;
-  launch_quantized(wtype, a, norm.x.acts(), true, {.x_sum_sq = norm.sum_sq()});
+  launch_quantized(wtype, a, norm.x.acts(), true, norm.sum_sq());
   count_handed_norm_read();
   return true;
 }

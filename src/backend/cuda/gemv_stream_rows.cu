@@ -179,9 +179,8 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 //
 // kSplit: threads a chunk (1, or 2 in the O of Q4_K, Q4_0 and Q8_0:
 // launch_chunks; Q4_K's Q/K/V took 2 until Q4_KChunk's change below). Each
-// thread's tile row is one dependent chain of
-// shared loads and __dp4a, on the decode's time in a short GEMV's ramp and
-// tail. Two threads a chunk, 128 values each (a part: X; a half chunk of
+// thread's tile row is one dependent chain of shared loads and __dp4a, on
+// the decode's time in a short GEMV's ramp and tail. Two threads a chunk, 128 values each (a part: X; a half chunk of
 // Q8_0 or Q4_0 is 136 or 72 bytes, read as 8-byte loads), halve it, with 8
 // consumer warps a CTA, rows of 32 threads and the tile unchanged.
 // Llama-3-8B decode run ahead, A/B: Q4_K (Q/K/V and O) 574.8–576.5 →
