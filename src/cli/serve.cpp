@@ -23,6 +23,9 @@ Subcommand add_serve_command(CLI::App& root) {
   app->add_option("--max-body", opts->max_body_bytes, "request body limit in bytes (413 above)")->capture_default_str();
   app->add_option("--timeout", *timeout, "per-request timeout in seconds")->check(CLI::PositiveNumber)->capture_default_str();
   app->add_option("--io-threads", opts->io_threads, "HTTP threads")->check(CLI::Range(1, 64))->capture_default_str();
+  app->add_option("--prepare-threads", opts->prepare_threads,
+                  "threads that prepare requests (chat template, tokenising, grammar compilation) off the HTTP threads")
+      ->check(CLI::Range(1, 64))->capture_default_str();
   app->add_option("--kv-mb", *kv_mb, "KV cache memory in MiB")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app->add_option("--kv-cache-type", *kv_type, "KV cache element type: f16, or f32 (CPU only; exact attention, twice the memory)")
       ->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();

@@ -50,7 +50,7 @@ inline int json_nesting_depth(std::string_view text) {
 // The error a too-deep document gets; `what` names the document ("the request
 // body", "tokenizer.json").
 inline std::string json_depth_message(std::string_view what, int found, int limit = kMaxJsonDepth) {
-  return error_message(what, " nests arrays/objects ", found, " levels deep; the limit is ", limit);
+  return error_message(what, ": arrays/objects nested ", found, " levels deep; the limit is ", limit);
 }
 
 // Parse `text` into JsonT (nlohmann::json or ordered_json). Throws

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "engine/model_tokenizer.h"
+#include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -114,6 +115,14 @@ std::optional<std::string> invalid_request(const GenerationRequest& request, int
   if (request.n < 1 || request.n > 128) return error_message("n must be in [1, 128], got ", request.n);
   if (request.max_tokens < 1) return error_message("max_tokens must be at least 1, got ", request.max_tokens);
   if (request.top_logprobs > 20) return error_message("top_logprobs must be in [0, 20], got ", request.top_logprobs);
+  // The sampler's own checks (logit_bias ids, ranges), run here on the
+  // caller's thread: a request the engine thread could not take must never
+  // reach it.
+  try {
+    Sampler probe(request.sampling, vocab_size);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
   return std::nullopt;
 }
 
@@ -203,8 +212,26 @@ void Engine::thread_main() {
       if (stopping_) break;
       arrivals.swap(inbox_);
     }
-    for (auto& [handle, request] : arrivals) scheduler_->add(std::move(handle), std::move(request));
-    scheduler_->step();
+    for (auto& [handle, request] : arrivals) {
+      // submit_all validated the request; a failure here is still one
+      // request's, never the process's.
+      std::function<void()> notify = request.on_events;
+      size_t n_prompt = request.prompt_tokens.size();
+      try {
+        scheduler_->add(handle, std::move(request));
+      } catch (const std::exception& e) {
+        GenerationRequest failed{.on_events = std::move(notify)};
+        failed.prompt_tokens.resize(n_prompt);
+        reject(*handle, failed, error_message("the request could not be scheduled: ", e.what()));
+      }
+    }
+    try {
+      scheduler_->step();
+    } catch (const std::exception& e) {
+      // A step that throws leaves no consistent batch to continue: end the
+      // requests it held with the error and keep serving new ones.
+      scheduler_->finish_all(FinishReason::Error, error_message("the engine step failed: ", e.what()));
+    }
     EngineStats s = scheduler_->stats();
     std::lock_guard lock(mutex_);
     snapshot_ = s;

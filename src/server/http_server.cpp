@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <variant>
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
@@ -22,6 +23,8 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server.h"
+#include "server/request_translator.h"
+#include "server/static_files.h"
 #include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
@@ -51,8 +54,16 @@ class App : public std::enable_shared_from_this<App> {
   std::unique_ptr<ChatPrompter> prompter;
   ToolSyntax tool_syntax = ToolSyntax::Hermes;
   std::unique_ptr<StructuredOutputCompiler> structured;  // grammar cache over the engine's vocabulary
+  std::filesystem::path web_root;  // --web-dir, resolved; empty: no static files
   std::atomic<bool> shutting_down{false};
   net::io_context ioc;
+  // Requests being translated (translate_request) off the I/O threads.
+  net::thread_pool prepare_pool{size_t(std::max(1, options.prepare_threads))};
+  std::atomic<int> preparing{0};
+  int max_preparing() const { return std::max(1, options.prepare_threads) * 8; }
+  ServedModel served() const {
+    return ServedModel{.engine = *engine, .prompter = *prompter, .structured = *structured, .tool_syntax = tool_syntax, .model_id = model_id};
+  }
 
  private:
   void do_accept();
@@ -74,6 +85,20 @@ const char* endpoint_label(Endpoint e) {
     case Endpoint::Responses: return "responses";
   }
   return "other";
+}
+
+// RFC 9112 §6.1, §6.3: a request is framed by Content-Length, or by a
+// Transfer-Encoding whose last coding is chunked. Any other
+// Transfer-Encoding, or one beside a Content-Length, makes the body's end
+// ambiguous between us and a proxy (request smuggling): reject it.
+std::optional<std::string> framing_problem(const http::request<http::string_body>& request) {
+  auto te = request.find(http::field::transfer_encoding);
+  if (te == request.end()) return std::nullopt;
+  if (request.count(http::field::transfer_encoding) > 1 || !beast::iequals(te->value(), "chunked"))
+    return "unsupported Transfer-Encoding '" + std::string(te->value()) + "': only 'chunked' is accepted";
+  if (request.count(http::field::content_length) > 0)
+    return std::string("a request may not carry both Transfer-Encoding and Content-Length");
+  return std::nullopt;
 }
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -123,6 +148,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     stream_.expires_never();
     request_ = parser_->release();
+    if (std::optional<std::string> problem = framing_problem(request_)) {
+      // The body's end is ambiguous: whatever follows cannot be trusted
+      // to be the next request, so answer and close.
+      send_error(status_error(400, *problem), /*close=*/true);
+      return;
+    }
     started_ = Clock::now();
     route();
   }
@@ -232,114 +263,66 @@ class Session : public std::enable_shared_from_this<Session> {
       if (method != http::verb::post) return send_error(status_error(405, "use POST for " + path));
       return start_generation(*endpoint);
     }
-    if (method == http::verb::get && !app_->options.web_dir.empty() && !api) return serve_static(path);
+    if (method == http::verb::get && !app_->web_root.empty() && !api) return serve_static(path);
     send_error(ApiError{.status = 404, .message = "no route for " + std::string(request_.method_string()) + " " + path,
                 .type = "invalid_request_error", .param = "", .code = "not_found"});
   }
 
   void serve_static(const std::string& path) {
-    std::string rel = path == "/" ? "index.html" : path.substr(1);
-    if (rel.find("..") != std::string::npos) return send_error(status_error(404, "not found"));
-    std::filesystem::path file = std::filesystem::path(app_->options.web_dir) / rel;
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return send_error(status_error(404, "no file " + rel));
-    std::ostringstream body;
-    body << in.rdbuf();
+    std::optional<StaticFile> file = find_static_file(app_->web_root, path);
+    if (!file) return send_error(status_error(404, "no file at " + path));
+    std::ifstream in(file->path, std::ios::binary);
+    std::string body(size_t(file->size), '\0');
+    if (!in.read(body.data(), std::streamsize(body.size()))) return send_error(status_error(404, "no file at " + path));
     Response res{http::status::ok, request_.version()};
-    std::string ext = file.extension().string();
-    res.set(http::field::content_type, ext == ".html" ? "text/html; charset=utf-8" : ext == ".js" ? "text/javascript" : ext == ".css" ? "text/css" : "application/octet-stream");
-    res.body() = body.str();
+    res.set(http::field::content_type, file->content_type);
+    res.body() = std::move(body);
     send(std::move(res));
   }
 
   // ---- generation ---------------------------------------------------------
 
+  // The request's CPU work (parsing, the template, tokenising, compiling a
+  // grammar) runs on the preparation pool, never on this I/O thread: a
+  // multi-megabyte prompt or a large schema must not stall /health or the
+  // other connections. The pool is bounded: more waiting preparations than
+  // it holds get 429.
   void start_generation(Endpoint endpoint) {
     if (app_->shutting_down) return send_error(ApiError{.status = 503, .message = "the server is shutting down", .type = "server_error", .param = "", .code = "shutting_down"});
-    ApiRequest req;
-    engine::GenerationRequest gen;
-    ResponseContext ctx;
-    try {
-      req = parse_api_request(endpoint, request_.body());
-      if (!req.model.empty() && req.model != app_->model_id)
-        throw ApiError{.status = 400, .message = "model '" + req.model + "' is not served here; this server serves '" + app_->model_id + "'",
-                       .type = "invalid_request_error", .param = "model", .code = "model_not_found"};
-      gen = std::move(req.generation);
-      ctx.endpoint = endpoint;
-      ctx.model = app_->model_id;
-      ctx.stream = req.stream;
-      ctx.include_usage = req.include_usage;
-      ctx.n = gen.n;
-      ctx.logprobs = req.logprobs;
-      gen.top_logprobs = req.logprobs ? req.top_logprobs : -1;
-      const engine::Engine& eng = *app_->engine;
-      if (endpoint == Endpoint::Completions) {
-        if (!req.prompt_token_ids.empty()) {
-          gen.prompt_tokens = req.prompt_token_ids;
-          for (int32_t t : gen.prompt_tokens)
-            if (t < 0 || t >= eng.vocab_size()) throw invalid_param("prompt", "token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(eng.vocab_size()) + ")");
-        } else {
-          bool add_bos = app_->engine->tokenizer() && app_->engine->tokenizer()->add_bos();
-          gen.prompt_tokens = eng.tokenize(req.prompt, add_bos);
-        }
-        if (req.echo) ctx.echo_text = req.prompt;
-        // No chat template to inject into: a degraded request only gets the Warning header.
-        StructuredOutputPlan plan = app_->structured->prepare(parse_structured_output(request_.body(), req, false, ""));
-        gen.constraint = std::move(plan.constraint);
-        warning_ = std::move(plan.warning);
-      } else {
-        bool use_tools = !req.tools.is_null() && req.tool_choice != ToolChoiceMode::None;
-        json tools = use_tools ? req.tools : json();
-        if (use_tools && req.tool_choice == ToolChoiceMode::Named) {
-          json only = json::array();
-          for (const json& t : req.tools) if (t["function"]["name"] == req.tool_choice_name) only.push_back(t);
-          tools = only;
-        }
-        bool opens_call = use_tools && (req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named);
-        StructuredOutputSpec so_spec = parse_structured_output(request_.body(), req, app_->tool_syntax != ToolSyntax::Llama3Json,
-                                                               opens_call && app_->tool_syntax != ToolSyntax::Llama3Json ? "<tool_call>\n" : "");
-        StructuredOutputPlan plan = app_->structured->prepare(so_spec);
-        inject_system_prompt(req.messages, plan.system_prompt);  // degrade path
-        warning_ = std::move(plan.warning);
-        std::string prompt = app_->prompter->render({.messages = req.messages, .tools = tools, .enable_thinking = req.enable_thinking});
-        ctx.parser.split_reasoning = true;
-        ctx.parser.tools = use_tools ? app_->tool_syntax : ToolSyntax::None;
-        size_t think = prompt.rfind("<think>");
-        ctx.parser.starts_in_reasoning = think != std::string::npos && prompt.find("</think>", think) == std::string::npos &&
-                                         prompt.size() - think < 16;
-        // tool_choice required / named: open the call in the prompt so the model must fill it in.
-        if (use_tools && (req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named)) {
-          std::string open = app_->tool_syntax == ToolSyntax::Llama3Json ? "" : "<tool_call>\n";
-          if (req.tool_choice == ToolChoiceMode::Named)
-            open += app_->tool_syntax == ToolSyntax::Llama3Json ? "{\"name\": \"" + req.tool_choice_name + "\", \"parameters\": "
-                                                                 : "{\"name\": \"" + req.tool_choice_name + "\", \"arguments\": ";
-          prompt += open;
-          ctx.prefill = open;
-        }
-        std::string bos = app_->engine->tokenizer() && app_->engine->tokenizer()->bos_id() >= 0
-                              ? app_->engine->tokenizer()->token_text(app_->engine->tokenizer()->bos_id()) : "";
-        bool add_bos = app_->engine->tokenizer() && app_->engine->tokenizer()->add_bos() && (bos.empty() || prompt.rfind(bos, 0) != 0);
-        gen.prompt_tokens = eng.tokenize(prompt, add_bos);
-        // Thinking models: the grammar starts after the reasoning block (a call prefilled in the prompt has none).
-        if (so_spec.kind != StructuredOutputSpec::Kind::ToolCall || !so_spec.trigger.empty())
-          start_after_reasoning(plan.constraint, prompt, ctx.parser.starts_in_reasoning, eng);
-        gen.constraint = std::move(plan.constraint);
-      }
-      int32_t n_prompt = int32_t(gen.prompt_tokens.size());
-      if (n_prompt == 0) throw invalid_param(endpoint == Endpoint::Completions ? "prompt" : "messages", "the prompt is empty");
-      if (n_prompt >= eng.context_length())
-        throw ApiError{.status = 400, .message = "the prompt has " + std::to_string(n_prompt) + " tokens but the model's context holds " +
-                                                 std::to_string(eng.context_length()) + " (including at least one generated token)",
-                       .type = "invalid_request_error", .param = endpoint == Endpoint::Completions ? "prompt" : "messages",
-                       .code = "context_length_exceeded"};
-      int32_t room = eng.context_length() - n_prompt;
-      gen.max_tokens = req.max_tokens_given ? std::min(gen.max_tokens, room) : std::min(endpoint == Endpoint::Completions ? gen.max_tokens : room, room);
-    } catch (const ApiError& e) {
-      return send_error(e);
-    } catch (const brioche::Error& e) {
-      // Template errors (raise_exception on an unsupported conversation) and tokenizer input errors.
-      return send_error(status_error(400, e.what()));
+    if (app_->preparing.fetch_add(1) >= app_->max_preparing()) {
+      --app_->preparing;
+      return send_error(ApiError{.status = 429, .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) + "); retry shortly",
+                                 .type = "rate_limit_error", .param = "", .code = "queue_full"});
     }
+    net::post(app_->prepare_pool, [self = shared_from_this(), endpoint] {
+      std::variant<TranslatedRequest, ApiError> outcome = self->translate(endpoint);
+      --self->app_->preparing;
+      net::post(self->stream_.get_executor(), [self, outcome = std::move(outcome)]() mutable {
+        if (auto* error = std::get_if<ApiError>(&outcome)) return self->send_error(*error);
+        self->submit_generation(std::move(std::get<TranslatedRequest>(outcome)));
+      });
+    });
+  }
+
+  // On the preparation pool. Everything a request can cause is an ApiError;
+  // anything else is the server's fault (500), and still not a crash.
+  std::variant<TranslatedRequest, ApiError> translate(Endpoint endpoint) const {
+    try {
+      return translate_request(app_->served(), endpoint, request_.body());
+    } catch (const ApiError& e) {
+      return e;
+    } catch (const std::bad_alloc&) {
+      return status_error(503, "the server ran out of memory preparing this request");
+    } catch (const std::exception& e) {
+      return status_error(500, std::string("internal error preparing the request: ") + e.what());
+    }
+  }
+
+  void submit_generation(TranslatedRequest translated) {
+    engine::GenerationRequest gen = std::move(translated.generation);
+    ResponseContext ctx = std::move(translated.response);
+    warning_ = std::move(translated.warning);
+    const bool stream = ctx.stream;
     if (app_->metrics.in_flight.load() >= app_->options.max_queue)
       return send_error(ApiError{.status = 429, .message = "too many requests in flight (" + std::to_string(app_->options.max_queue) + "); retry shortly",
                          .type = "rate_limit_error", .param = "", .code = "queue_full"});
@@ -356,7 +339,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (auto self = weak.lock()) net::post(executor, [self] { self->pump_events(); });
     };
     handle_ = app_->engine->submit(std::move(gen));
-    if (req.stream) start_stream();
+    if (stream) start_stream();
     watch_disconnect();
     timer_.expires_after(std::chrono::milliseconds(int64_t(app_->options.request_timeout_s * 1000)));
     timer_.async_wait([weak](beast::error_code ec) {
@@ -390,15 +373,21 @@ class Session : public std::enable_shared_from_this<Session> {
     outgoing_ += builder_->stream_prelude();
   }
 
-  // A read-readiness wait: if the peer closes while we generate, cancel.
+  // A read-readiness wait: if the connection breaks while we generate, cancel.
+  // End of input alone is not a disconnect: a client may half-close after
+  // its request (shutdown(SHUT_WR)) and still read the answer. A client that
+  // closed completely is found by the next write (a stream's next chunk), so
+  // a non-streamed request of a vanished client runs to its end, bounded by
+  // max_tokens and --timeout.
   void watch_disconnect() {
     stream_.socket().async_wait(tcp::socket::wait_read, [weak = weak_from_this()](beast::error_code ec) {
       auto self = weak.lock();
       if (!self || ec || !self->handle_ || self->handle_->finished()) return;
       char byte;
       ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->on_client_gone();
-      // n > 0: a pipelined request; it is read after this response.
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) self->on_client_gone();
+      else if (n < 0) self->watch_disconnect();  // spurious wake-up
+      // n == 0: half-closed, answer anyway. n > 0: a pipelined request; it is read after this response.
     });
   }
 
@@ -536,6 +525,7 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
   }
   prompter = std::make_unique<ChatPrompter>(source, bos, eos);
   structured = std::make_unique<StructuredOutputCompiler>(*engine);
+  if (!options.web_dir.empty()) web_root = resolve_web_root(options.web_dir);
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
                  prompter->template_problem().c_str());
@@ -585,6 +575,8 @@ void App::begin_shutdown() {
   auto drain_deadline = Clock::now() + std::chrono::seconds(2);
   while (metrics.in_flight.load() > 0 && Clock::now() < drain_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // last writes
+  prepare_pool.stop();
+  prepare_pool.join();
   ioc.stop();
   for (auto& t : threads_)
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
@@ -632,7 +624,7 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
   try {
     server = std::make_unique<Server>(engine, options);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "brioche serve: cannot listen on %s:%u: %s\n", options.host.c_str(), unsigned(options.port), e.what());
+    std::fprintf(stderr, "brioche serve: cannot start on %s:%u: %s\n", options.host.c_str(), unsigned(options.port), e.what());
     return 1;
   }
   if (!options.quiet) {

@@ -1,6 +1,11 @@
 #include "server/openai_request.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/json_limits.h"
 
 namespace brioche::server {
 namespace {
@@ -102,7 +107,10 @@ json normalize_tool_calls(const json& calls, const std::string& param) {
     if (!fn.contains("name") || !fn["name"].is_string()) throw invalid_param(p + ".function.name", "a tool call needs a string 'name'");
     // Templates expect arguments as a mapping; clients send a JSON string.
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
-      json parsed = json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+      const std::string& text = fn["arguments"].get_ref<const std::string&>();
+      if (int depth = json_nesting_depth(text); depth > kMaxJsonDepth)
+        throw invalid_param(p + ".function.arguments", json_depth_message("the arguments", depth));
+      json parsed = json::parse(text, nullptr, false);
       if (!parsed.is_discarded()) fn["arguments"] = parsed;
     }
     json c = {{"type", "function"}, {"function", fn}};
@@ -195,7 +203,17 @@ void parse_tools(const json& body, ApiRequest& req) {
   if (auto p = get_bool(body, "parallel_tool_calls")) req.parallel_tool_calls = *p;
 }
 
-void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_key) {
+// A token id a request names (`param` says where): an integer in [0, vocab_size).
+int32_t token_id(const json& value, const std::string& param, int32_t vocab_size) {
+  if (!value.is_number_integer()) wrong_type(param, "a token id (an integer)", value);
+  bool in_range = value.is_number_unsigned() ? value.get<uint64_t>() < uint64_t(vocab_size)
+                                             : value.get<int64_t>() >= 0 && value.get<int64_t>() < vocab_size;
+  if (!in_range)
+    throw invalid_param(param, "token id " + value.dump() + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+  return int32_t(value.get<int64_t>());
+}
+
+void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_key, const RequestBounds& bounds) {
   engine::SamplingParams& s = req.generation.sampling;
   if (auto v = get_number(body, "temperature", 0.0, 2.0)) s.temperature = float(*v);
   if (auto v = get_number(body, "top_p", 0.0, 1.0)) s.top_p = float(*v);
@@ -209,12 +227,14 @@ void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_ke
   if (bias != body.end() && !bias->is_null()) {
     if (!bias->is_object()) wrong_type("logit_bias", "an object mapping token ids to numbers", *bias);
     for (auto& [key, value] : bias->items()) {
-      char* end = nullptr;
-      long id = std::strtol(key.c_str(), &end, 10);
-      if (key.empty() || *end != '\0' || id < 0) throw invalid_param("logit_bias", "logit_bias keys must be token ids, got '" + key + "'");
+      // Keys are decimal ids ("50256"); anything else (signs, spaces, hex,
+      // more digits than an int64) is not an id.
+      bool digits = !key.empty() && key.size() <= 18 && key.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits) throw invalid_param("logit_bias", "logit_bias keys must be token ids (decimal integers), got '" + key + "'");
+      int32_t id = token_id(json(std::strtoll(key.c_str(), nullptr, 10)), "logit_bias", bounds.vocab_size);
       if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100)
         throw invalid_param("logit_bias", "logit_bias values must be numbers in [-100, 100], got " + value.dump() + " for token " + key);
-      s.logit_bias.emplace_back(int32_t(id), value.get<float>());
+      s.logit_bias.emplace_back(id, value.get<float>());
     }
   }
   for (const char* key : {max_tokens_key, "max_tokens"}) {
@@ -251,7 +271,10 @@ void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_ke
 
 }  // namespace
 
-ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text) {
+ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, const RequestBounds& bounds) {
+  if (int depth = json_nesting_depth(body_text); depth > kMaxJsonDepth)
+    throw ApiError{.status = 400, .message = json_depth_message("the request body", depth), .type = "invalid_request_error",
+                   .param = "", .code = "nesting_too_deep"};
   json body = json::parse(body_text, nullptr, false);
   if (body.is_discarded())
     throw ApiError{.status = 400, .message = "the request body is not valid JSON", .type = "invalid_request_error", .param = "", .code = "invalid_json"};
@@ -270,7 +293,7 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text) {
       if (m == body.end()) throw invalid_param("messages", "'messages' is required");
       req.messages = normalize_messages(*m, "messages");
       parse_tools(body, req);
-      parse_sampling(body, req, "max_completion_tokens");
+      parse_sampling(body, req, "max_completion_tokens", bounds);
       req.logprobs = get_bool(body, "logprobs").value_or(false);
       if (auto v = get_int(body, "top_logprobs", 0, 20)) {
         req.top_logprobs = int(*v);
@@ -289,16 +312,14 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text) {
       } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
         req.prompt = (*p)[0].get<std::string>();
       } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
-        for (const json& t : *p) {
-          if (!t.is_number_integer()) wrong_type("prompt", "a string or an array of token ids", *p);
-          req.prompt_token_ids.push_back(t.get<int32_t>());
-        }
+        for (size_t i = 0; i < p->size(); ++i)
+          req.prompt_token_ids.push_back(token_id((*p)[i], "prompt[" + std::to_string(i) + "]", bounds.vocab_size));
       } else if (p->is_array() && p->size() > 1) {
         throw invalid_param("prompt", "batched prompts (an array of several prompts) are not supported; send one request per prompt");
       } else {
         wrong_type("prompt", "a string or an array of token ids", *p);
       }
-      parse_sampling(body, req, "max_tokens");
+      parse_sampling(body, req, "max_tokens", bounds);
       if (auto v = get_int(body, "logprobs", 0, 20)) {
         req.logprobs = true;
         req.top_logprobs = int(*v);
@@ -324,7 +345,10 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text) {
         wrong_type("input", "a string or an array of messages", *input);
       }
       parse_tools(body, req);
-      parse_sampling(body, req, "max_output_tokens");
+      parse_sampling(body, req, "max_output_tokens", bounds);
+      req.responses_echo = {{"tools", json::array()}, {"tool_choice", "auto"}, {"parallel_tool_calls", req.parallel_tool_calls}};
+      if (auto t = body.find("tools"); t != body.end() && t->is_array()) req.responses_echo["tools"] = *t;
+      if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) req.responses_echo["tool_choice"] = *c;
       if (req.generation.n != 1) throw invalid_param("n", "the Responses API produces one output");
       break;
     }

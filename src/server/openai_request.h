@@ -5,6 +5,7 @@
 // (`param`), what was expected and what was found.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,9 +47,20 @@ struct ApiRequest {
 
   engine::GenerationRequest generation;  // sampling, max_tokens (0 = unset), stop, n
   bool max_tokens_given = false;
+
+  // Responses API: what the response object echoes back as sent
+  // ({"tools", "tool_choice", "parallel_tool_calls"}).
+  nlohmann::json responses_echo;
 };
 
-// `body` is the raw HTTP body. Throws ApiError.
-ApiRequest parse_api_request(Endpoint endpoint, const std::string& body);
+// What the served model accepts, for the range checks at the API boundary.
+struct RequestBounds {
+  int32_t vocab_size = INT32_MAX;  // token ids (prompt ids, logit_bias keys) must be below it
+};
+
+// `body` is the raw HTTP body. Throws ApiError: a body nested deeper than
+// kMaxJsonDepth (core/json_limits.h), any field of the wrong type or range,
+// and any token id outside [0, bounds.vocab_size), naming the field.
+ApiRequest parse_api_request(Endpoint endpoint, const std::string& body, const RequestBounds& bounds = {});
 
 }  // namespace brioche::server

@@ -241,7 +241,8 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
                          {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"text", c0.content}, {"logprobs", json::array()}});
         out += sse_event("response.content_part.done", {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
         const bool failed = cancelled_ || !error_.empty();
-        json item = {{"type", "message"}, {"id", item_id_}, {"status", failed ? "incomplete" : "completed"}, {"role", "assistant"},
+        const bool cut = failed || c0.finish_reason == "length";
+        json item = {{"type", "message"}, {"id", item_id_}, {"status", cut ? "incomplete" : "completed"}, {"role", "assistant"},
                      {"content", json::array({part})}};
         out += sse_event("response.output_item.done", {{"output_index", 0}, {"item", item}});
         for (size_t i = 0; i < c0.tool_calls.size(); ++i) {
@@ -283,7 +284,9 @@ json ResponseBuilder::responses_body(const std::string& status) const {
     if (!c.reasoning.empty())
       output.push_back({{"type", "reasoning"}, {"id", random_id("rs_")}, {"summary", json::array()},
                         {"content", json::array({{{"type", "reasoning_text"}, {"text", c.reasoning}}})}});
-    output.push_back({{"type", "message"}, {"id", item_id_}, {"status", "completed"}, {"role", "assistant"},
+    // The message item is complete only when the response is: a reply cut
+    // by max_output_tokens (or an error) is an incomplete message.
+    output.push_back({{"type", "message"}, {"id", item_id_}, {"status", status == "completed" ? "completed" : "incomplete"}, {"role", "assistant"},
                       {"content", json::array({{{"type", "output_text"}, {"text", c.content}, {"annotations", json::array()}}})}});
     for (const ParsedToolCall& t : c.tool_calls)
       output.push_back({{"type", "function_call"}, {"id", random_id("fc_")}, {"call_id", t.id}, {"name", t.name},
@@ -292,6 +295,8 @@ json ResponseBuilder::responses_body(const std::string& status) const {
   json body = {{"id", id_}, {"object", "response"}, {"created_at", created_}, {"status", status}, {"model", ctx_.model},
                {"output", output}, {"parallel_tool_calls", true}, {"tool_choice", "auto"}, {"tools", json::array()},
                {"error", nullptr}, {"incomplete_details", nullptr}, {"usage", nullptr}};
+  if (ctx_.responses_echo.is_object())
+    for (const auto& [key, value] : ctx_.responses_echo.items()) body[key] = value;
   if (status == "incomplete") body["incomplete_details"] = {{"reason", "max_output_tokens"}};
   if (status == "failed")
     body["error"] = cancelled_ ? json{{"code", cancel_error_.code}, {"message", cancel_error_.message}}

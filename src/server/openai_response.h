@@ -26,6 +26,7 @@ struct ResponseContext {
   OutputParserOptions parser;  // chat/responses only
   std::string prefill;         // text the prompt already forced (tool_choice): parsed, not shown
   std::string echo_text;       // completions with echo: the prompt, prepended
+  nlohmann::json responses_echo;  // Responses: {"tools", "tool_choice", "parallel_tool_calls"} as the request sent them
 };
 
 // UTF-8-safe dump: invalid bytes (a token ending inside a character) become U+FFFD.

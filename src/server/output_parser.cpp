@@ -10,9 +10,9 @@ namespace {
 
 constexpr std::string_view kThinkOpen = "<think>";
 constexpr std::string_view kThinkClose = "</think>";
-constexpr std::string_view kToolOpen = "<tool_call>";
-constexpr std::string_view kToolClose = "</tool_call>";
-constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kToolOpen = kHermesFormat.call_open;
+constexpr std::string_view kToolClose = kHermesFormat.call_close;
+constexpr std::string_view kPythonTag = kLlama3JsonFormat.python_tag;
 
 // Length of the longest suffix of `text` that is a proper prefix of `marker`.
 size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
@@ -41,13 +41,6 @@ std::string random_id(std::string_view prefix, int length) {
   std::string id(prefix);
   for (int i = 0; i < length; ++i) id += kAlphabet[gen() % (sizeof(kAlphabet) - 1)];
   return id;
-}
-
-ToolSyntax tool_syntax_for_template(const std::string& chat_template) {
-  if (chat_template.find("<tool_call>") != std::string::npos) return ToolSyntax::Hermes;
-  if (chat_template.find("<|python_tag|>") != std::string::npos || chat_template.find("ipython") != std::string::npos)
-    return ToolSyntax::Llama3Json;
-  return ToolSyntax::Hermes;  // our fallback prompt format documents Hermes-style calls
 }
 
 OutputParser::OutputParser(OutputParserOptions options)

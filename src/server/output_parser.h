@@ -22,10 +22,9 @@
 #include <vector>
 
 #include "server/tool_call_scanner.h"
+#include "server/tool_format.h"
 
 namespace brioche::server {
-
-enum class ToolSyntax { None, Hermes, Llama3Json };
 
 struct ParsedToolCall {
   std::string id;         // "call_<random>"
@@ -76,9 +75,6 @@ class OutputParser {
 void merge_tool_call_pieces(std::vector<ToolCallDelta>& into, std::vector<ToolCallDelta> more);
 
 void append_tool_call_pieces(std::vector<ParsedToolCall>& calls, const std::vector<ToolCallDelta>& pieces);
-
-// Picks the tool-call syntax a chat template expects.
-ToolSyntax tool_syntax_for_template(const std::string& chat_template);
 
 std::string random_id(std::string_view prefix, int length = 24);
 

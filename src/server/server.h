@@ -27,12 +27,13 @@ struct ServerOptions {
   std::string api_key;                  // non-empty: require "Authorization: Bearer <key>" on /v1/*
   std::string model_name;               // id reported by /v1/models; default: the model file's stem
   int io_threads = 2;
+  int prepare_threads = 2;              // translate requests (template, tokenise, compile grammars) off the I/O threads
   int max_queue = 256;                  // generation requests in flight before 429
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
   double request_timeout_s = 600;       // per generation request
   double shutdown_grace_s = 10;         // in-flight requests may finish this long after SIGTERM
   std::string cors_origin = "*";
-  std::string web_dir;                  // static UI files served at /
+  std::string web_dir;                  // static UI files served at / (regular files inside it only; no API key needed)
   bool quiet = false;
 };
 

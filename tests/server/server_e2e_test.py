@@ -3,7 +3,7 @@
 
 Run: python3 tests/server/server_e2e_test.py --brioche build/cpu/brioche [--model PATH]
 (CTest runs it through tests/server/CMakeLists.txt.) Prints a clear SKIP line
-and exits 0 when python's `openai` package, curl or the default model is missing.
+and exits 77 (CTest reports it as skipped) when python's `openai` package, curl or the default model is missing.
 """
 import argparse
 import asyncio
@@ -292,7 +292,7 @@ class ServerTest(unittest.TestCase):
             ('{"messages": [{"role": "user", "content": "hi"}], "n": 0}', 400, "n"),
             ('{"messages": [{"role": "wizard", "content": "hi"}]}', 400, "messages[0].role"),
             ('{"messages": [{"role": "user", "content": "hi"}], "stop": 5}', 400, "stop"),
-            ('{"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}', 400, "model"),
+            ('{"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}', 404, "model"),
             ('{"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}', 400, "tool_choice"),
         ]
         for body, status, param in cases:
@@ -462,12 +462,12 @@ def main():
         import openai  # noqa: F401
     except ImportError:
         print("SKIP server_e2e: python package 'openai' is not installed (pip install openai)")
-        return 0
+        return 77  # CTest: SKIP_RETURN_CODE
     for need, what in [(shutil.which("curl"), "curl"), (os.path.exists(ARGS.model), f"model {ARGS.model}"),
                        (os.path.exists(ARGS.brioche), f"binary {ARGS.brioche}")]:
         if not need:
             print(f"SKIP server_e2e: {what} not found")
-            return 0
+            return 77  # CTest: SKIP_RETURN_CODE
     result = unittest.main(argv=[sys.argv[0], *rest], exit=False, verbosity=2).result
     return 0 if result.wasSuccessful() else 1
 

@@ -3,7 +3,7 @@
 on the default model; outputs judged by the `jsonschema` package.
 
 Run: python3 tests/server/structured_e2e_test.py --brioche build/cpu/brioche [--model PATH]
-(CTest runs it through tests/server/CMakeLists.txt.) Prints a SKIP line and exits 0
+(CTest runs it through tests/server/CMakeLists.txt.) Prints a SKIP line and exits 77 (CTest reports it as skipped)
 when `openai`/`jsonschema` or the default model is missing.
 """
 import argparse
@@ -226,10 +226,10 @@ def main():
         import openai  # noqa: F401
     except ImportError as e:
         print(f"SKIP structured_e2e: python package missing ({e.name}); pip install openai jsonschema")
-        return 0
+        return 77  # CTest: SKIP_RETURN_CODE
     if not os.path.exists(ARGS.model):
         print(f"SKIP structured_e2e: model {ARGS.model} not found")
-        return 0
+        return 77  # CTest: SKIP_RETURN_CODE
     server_e2e_test.ARGS = ARGS
     SERVER = ServerProcess()
     try:
