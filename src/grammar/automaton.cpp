@@ -235,6 +235,63 @@ class RuleBuilder {
   int32_t used_ = 0;
 };
 
+// Strongly connected components of a graph (Tarjan's algorithm with an
+// explicit stack: a grammar may chain thousands of rules, one recursion
+// level each). Components come out callees first; members sorted. Only
+// nodes with roots[v] start a search; their successors are always followed.
+struct Components {
+  std::vector<std::vector<int32_t>> members;  // in callees-first order
+  std::vector<int32_t> of;                    // per node: its component, -1 if unvisited
+};
+
+Components strongly_connected(const std::vector<std::vector<int32_t>>& succ, const std::vector<char>& roots) {
+  const int32_t n = static_cast<int32_t>(succ.size());
+  Components out;
+  out.of.assign(n, -1);
+  std::vector<int32_t> index(n, -1), low(n, 0), stack;
+  std::vector<char> on_stack(n, 0);
+  struct Frame {
+    int32_t v;
+    size_t next;  // next successor to look at
+  };
+  std::vector<Frame> frames;
+  int32_t counter = 0;
+  auto open = [&](int32_t v) {
+    index[v] = low[v] = counter++;
+    stack.push_back(v);
+    on_stack[v] = 1;
+    frames.push_back({v, 0});
+  };
+  for (int32_t root = 0; root < n; ++root) {
+    if (!roots[root] || index[root] >= 0) continue;
+    open(root);
+    while (!frames.empty()) {
+      const int32_t v = frames.back().v;
+      if (frames.back().next < succ[v].size()) {
+        const int32_t w = succ[v][frames.back().next++];
+        if (index[w] < 0) open(w);
+        else if (on_stack[w]) low[v] = std::min(low[v], index[w]);
+        continue;
+      }
+      frames.pop_back();
+      if (!frames.empty()) low[frames.back().v] = std::min(low[frames.back().v], low[v]);
+      if (low[v] != index[v]) continue;
+      std::vector<int32_t> members;
+      int32_t w;
+      do {
+        w = stack.back();
+        stack.pop_back();
+        on_stack[w] = 0;
+        out.of[w] = static_cast<int32_t>(out.members.size());
+        members.push_back(w);
+      } while (w != v);
+      std::sort(members.begin(), members.end());
+      out.members.push_back(std::move(members));
+    }
+  }
+  return out;
+}
+
 // Which rules to inline, and which remain (reachable from the root).
 struct RulePlan {
   std::vector<char> inlined, needed;
@@ -242,52 +299,35 @@ struct RulePlan {
 
 RulePlan plan_rules(const Grammar& g, const AutomatonLimits& limits, int32_t num_rules) {
   const int32_t n = static_cast<int32_t>(g.rules.size());
-  std::vector<std::vector<int32_t>> refs(num_rules);
+  // Walkers below recurse over one expression tree (depth <= kMaxExpressionDepth)
+  // and, through inlined rules, at most kMaxInlineDepth further; never once
+  // per rule.
+  std::vector<std::vector<int32_t>> refs(n);
   std::function<void(int32_t, std::vector<int32_t>&)> collect = [&](int32_t id, std::vector<int32_t>& out) {
     const Expr& e = g.exprs[id];
     if (e.kind == Expr::Kind::kRuleRef) out.push_back(e.rule);
     for (int32_t c : e.children) collect(c, out);
   };
   for (int32_t r = 0; r < n; ++r) collect(g.rules[r].body, refs[r]);
-  // recursive[r]: r reaches itself.
+  // recursive[r]: r reaches itself (a component of several rules, or a self-reference).
+  const Components components = strongly_connected(refs, std::vector<char>(n, 1));
   std::vector<char> recursive(n, 0);
-  for (int32_t r = 0; r < n; ++r) {
-    std::vector<char> seen(n, 0);
-    std::vector<int32_t> stack(refs[r].begin(), refs[r].end());
-    while (!stack.empty()) {
-      int32_t x = stack.back();
-      stack.pop_back();
-      if (x == r) {
-        recursive[r] = 1;
-        break;
-      }
-      if (x >= n || seen[x]) continue;
-      seen[x] = 1;
-      stack.insert(stack.end(), refs[x].begin(), refs[x].end());
-    }
-  }
+  for (int32_t r = 0; r < n; ++r)
+    recursive[r] = components.members[components.of[r]].size() > 1 ||
+                   std::find(refs[r].begin(), refs[r].end(), r) != refs[r].end();
   RulePlan plan;
   plan.inlined.assign(num_rules, 0);
-  std::vector<int64_t> size(n, -1);
-  std::function<int64_t(int32_t)> expr_size;
-  std::function<int64_t(int32_t)> rule_size = [&](int32_t r) -> int64_t {
-    if (size[r] >= 0) return size[r];
-    size[r] = 1;  // provisional (recursion guard)
-    int64_t s = expr_size(g.rules[r].body);
-    size[r] = s;
-    plan.inlined[r] = !recursive[r] && r != g.root && g.rules[r].lookahead < 0 && s <= limits.inline_limit;
-    return s;
-  };
-  expr_size = [&](int32_t id) -> int64_t {
+  // Sizes (expression nodes, repetitions expanded, inlined callees counted)
+  // and depths (inlined callees nest inside the caller's walk), callees
+  // first: components come out in that order.
+  std::vector<int64_t> size(n, 1);
+  std::vector<int32_t> depth(n, 1);
+  std::function<int64_t(int32_t)> expr_size = [&](int32_t id) -> int64_t {
     const Expr& e = g.exprs[id];
     switch (e.kind) {
       case Expr::Kind::kBytes: return static_cast<int64_t>(e.bytes.size());
       case Expr::Kind::kCharClass: return 4;
-      case Expr::Kind::kRuleRef: {
-        if (recursive[e.rule]) return 1;
-        int64_t s = rule_size(e.rule);
-        return plan.inlined[e.rule] ? s : 1;
-      }
+      case Expr::Kind::kRuleRef: return plan.inlined[e.rule] ? size[e.rule] : 1;
       case Expr::Kind::kRepeat: {
         int64_t copies = e.max_repeat < 0 ? e.min_repeat + 1 : std::max(e.max_repeat, 1);
         return std::min<int64_t>(expr_size(e.children[0]) * copies + 1, int64_t(1) << 40);
@@ -299,7 +339,20 @@ RulePlan plan_rules(const Grammar& g, const AutomatonLimits& limits, int32_t num
       }
     }
   };
-  for (int32_t r = 0; r < n; ++r) rule_size(r);
+  std::function<int32_t(int32_t)> expr_depth = [&](int32_t id) -> int32_t {
+    const Expr& e = g.exprs[id];
+    if (e.kind == Expr::Kind::kRuleRef) return plan.inlined[e.rule] ? 1 + depth[e.rule] : 1;
+    int32_t d = 1;
+    for (int32_t c : e.children) d = std::max(d, 1 + expr_depth(c));
+    return d;
+  };
+  for (const std::vector<int32_t>& members : components.members)
+    for (int32_t r : members) {
+      size[r] = expr_size(g.rules[r].body);
+      depth[r] = expr_depth(g.rules[r].body);
+      plan.inlined[r] = !recursive[r] && r != g.root && g.rules[r].lookahead < 0 && size[r] <= limits.inline_limit &&
+                        depth[r] <= kMaxInlineDepth;
+    }
   // Reachability through the rules that stay.
   plan.needed.assign(num_rules, 0);
   std::vector<int32_t> work{g.root};
@@ -509,6 +562,90 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
   return out;
 }
 
+// Left recursion makes the pushdown closure non-terminating: a rule that
+// can call itself (through other rules) before reading a byte is an error
+// naming the cycle. Linear in the automaton: every walk below is a loop.
+void reject_left_recursion(const Automaton& a) {
+  const int32_t num_rules = static_cast<int32_t>(a.rule_start.size());
+  const int32_t num_states = static_cast<int32_t>(a.states.size());
+  // reached[s]: s is reachable from its rule's start through calls of
+  // nullable rules only (rules that can complete without reading a byte).
+  // Grown incrementally: when a rule turns out nullable, the walks waiting
+  // at calls of it go on; each state is walked once.
+  std::vector<char> nullable(num_rules, 0), reached(num_states, 0);
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> calls_of(num_rules);  // callee -> (state, return target)
+  for (int32_t s = 0; s < num_states; ++s)
+    for (uint32_t i = a.states[s].rule_begin; i < a.states[s].rule_end; ++i)
+      calls_of[a.rule_edges[i].rule].emplace_back(s, a.rule_edges[i].target);
+  std::vector<int32_t> newly_nullable, stack;
+  auto walk_from = [&](int32_t from) {
+    stack.assign(1, from);
+    while (!stack.empty()) {
+      const int32_t s = stack.back();
+      stack.pop_back();
+      if (reached[s]) continue;
+      reached[s] = 1;
+      const AutomatonState& st = a.states[s];
+      if (st.accepting && !nullable[st.rule]) {
+        nullable[st.rule] = 1;
+        newly_nullable.push_back(st.rule);
+      }
+      for (uint32_t i = st.rule_begin; i < st.rule_end; ++i)
+        if (nullable[a.rule_edges[i].rule]) stack.push_back(a.rule_edges[i].target);
+    }
+  };
+  for (int32_t r = 0; r < num_rules; ++r)
+    if (a.rule_start[r] >= 0) walk_from(a.rule_start[r]);
+  while (!newly_nullable.empty()) {
+    const int32_t callee = newly_nullable.back();
+    newly_nullable.pop_back();
+    for (auto [s, target] : calls_of[callee])
+      if (reached[s]) walk_from(target);
+  }
+  // first[r]: the rules r may call before reading a byte.
+  std::vector<std::vector<int32_t>> first(num_rules);
+  for (int32_t s = 0; s < num_states; ++s)
+    if (reached[s])
+      for (uint32_t i = a.states[s].rule_begin; i < a.states[s].rule_end; ++i)
+        first[a.states[s].rule].push_back(a.rule_edges[i].rule);
+  // A cycle in the "may call first" graph: depth-first with an explicit
+  // stack, which is also the path for the message.
+  std::vector<int> color(num_rules, 0);  // 0 new, 1 on the path, 2 done
+  struct Frame {
+    int32_t rule;
+    size_t next;
+  };
+  std::vector<Frame> path;
+  for (int32_t root = 0; root < num_rules; ++root) {
+    if (color[root] != 0) continue;
+    color[root] = 1;
+    path.push_back({root, 0});
+    while (!path.empty()) {
+      Frame& f = path.back();
+      if (f.next == first[f.rule].size()) {
+        color[f.rule] = 2;
+        path.pop_back();
+        continue;
+      }
+      const int32_t c = first[f.rule][f.next++];
+      if (color[c] == 1) {
+        std::string cycle;
+        bool on = false;
+        for (const Frame& p : path) {
+          if (p.rule == c) on = true;
+          if (on) cycle += (cycle.size() < 2000 ? a.rule_names[p.rule] + " -> " : std::string());
+        }
+        fail("grammar: left recursion is not supported (", cycle, a.rule_names[c],
+             "); rewrite it with repetition, e.g. expr ::= term (\"+\" term)*");
+      }
+      if (color[c] == 0) {
+        color[c] = 1;
+        path.push_back({c, 0});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits) {
@@ -574,64 +711,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   }
 
   // Left recursion makes the pushdown closure non-terminating; reject it.
-  // nullable[r]: the rule can complete without reading a byte.
-  std::vector<char> nullable(num_rules, 0);
-  // The walk stays inside rule r (edges target the rule's own states);
-  // `seen` is stamped per walk instead of cleared.
-  std::vector<uint32_t> seen(a.states.size(), 0);
-  uint32_t walk = 0;
-  std::vector<int32_t> stack;
-  auto reach_nullable = [&](int32_t r, std::vector<int32_t>* first_calls) {
-    if (a.rule_start[r] < 0) return false;
-    ++walk;
-    stack.assign(1, a.rule_start[r]);
-    bool can_end = false;
-    while (!stack.empty()) {
-      int32_t s = stack.back();
-      stack.pop_back();
-      if (seen[s] == walk) continue;
-      seen[s] = walk;
-      const AutomatonState& st = a.states[s];
-      if (st.accepting) can_end = true;
-      for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
-        const RuleEdge& e = a.rule_edges[i];
-        if (first_calls) first_calls->push_back(e.rule);
-        if (nullable[e.rule]) stack.push_back(e.target);
-      }
-    }
-    return can_end;
-  };
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < num_rules; ++r)
-      if (!nullable[r] && reach_nullable(static_cast<int32_t>(r), nullptr)) nullable[r] = changed = true;
-  }
-  std::vector<std::vector<int32_t>> first(num_rules);
-  for (size_t r = 0; r < num_rules; ++r) reach_nullable(static_cast<int32_t>(r), &first[r]);
-  // Cycle search in the "may call first" graph.
-  std::vector<int> color(num_rules, 0);
-  std::vector<int32_t> path;
-  std::function<void(int32_t)> dfs = [&](int32_t r) {
-    color[r] = 1;
-    path.push_back(r);
-    for (int32_t c : first[r]) {
-      if (color[c] == 1) {
-        std::string cycle;
-        bool on = false;
-        for (int32_t p : path) {
-          if (p == c) on = true;
-          if (on) cycle += a.rule_names[p] + " -> ";
-        }
-        fail("grammar: left recursion is not supported (", cycle, a.rule_names[c],
-             "); rewrite it with repetition, e.g. expr ::= term (\"+\" term)*");
-      }
-      if (color[c] == 0) dfs(c);
-    }
-    path.pop_back();
-    color[r] = 2;
-  };
-  for (size_t r = 0; r < num_rules; ++r)
-    if (color[r] == 0) dfs(static_cast<int32_t>(r));
+  reject_left_recursion(a);
   return a;
 }
 
@@ -671,39 +751,12 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
     std::sort(deps[r].begin(), deps[r].end());
     deps[r].erase(std::unique(deps[r].begin(), deps[r].end()), deps[r].end());
   }
-  // Tarjan's strongly connected components; components come out callees first.
-  std::vector<int32_t> index(n, -1), low(n, 0), component(n, -1), stack;
-  std::vector<char> on_stack(n, 0);
-  std::vector<std::vector<int32_t>> components;
-  int32_t counter = 0;
-  std::function<void(int32_t)> strong = [&](int32_t v) {
-    index[v] = low[v] = counter++;
-    stack.push_back(v);
-    on_stack[v] = 1;
-    for (int32_t w : deps[v]) {
-      if (index[w] < 0) {
-        strong(w);
-        low[v] = std::min(low[v], low[w]);
-      } else if (on_stack[w]) {
-        low[v] = std::min(low[v], index[w]);
-      }
-    }
-    if (low[v] == index[v]) {
-      std::vector<int32_t> members;
-      int32_t w;
-      do {
-        w = stack.back();
-        stack.pop_back();
-        on_stack[w] = 0;
-        component[w] = static_cast<int32_t>(components.size());
-        members.push_back(w);
-      } while (w != v);
-      std::sort(members.begin(), members.end());
-      components.push_back(std::move(members));
-    }
-  };
-  for (int32_t r = 0; r < n; ++r)
-    if (rule_start[r] >= 0 && index[r] < 0) strong(r);
+  // Strongly connected components, callees first.
+  std::vector<char> live(n, 0);
+  for (int32_t r = 0; r < n; ++r) live[r] = rule_start[r] >= 0;
+  Components scc = strongly_connected(deps, live);
+  std::vector<std::vector<int32_t>>& components = scc.members;
+  const std::vector<int32_t>& component = scc.of;
 
   // Within a recursive group, members are ordered by their own structure
   // with group-internal calls left anonymous (then by index), so the same

@@ -10,7 +10,12 @@
 //
 // Escapes: \n \r \t \\ \" \' \[ \] \- \^ \/ \0 \b \f \v \e \xHH \uHHHH \UHHHHHHHH.
 // Comments run from "#" to the end of the line.
+//
+// Parentheses nest at most kMaxEbnfNesting deep (the parser recurses once
+// per level); deeper text is an error that names the depth and the limit.
+#include <algorithm>
 #include <cctype>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "grammar/grammar.h"
@@ -18,6 +23,27 @@
 
 namespace brioche::grammar {
 namespace {
+
+// The deepest nesting of parentheses in EBNF text, outside strings, classes
+// and comments (for the error message; the parser bounds its own recursion).
+int ebnf_paren_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '"' || c == '\'' || c == '[') {
+      const char close = c == '[' ? ']' : c;
+      for (++i; i < text.size() && text[i] != close; ++i)
+        if (text[i] == '\\') ++i;
+    } else if (c == '(') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ')' && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 class EbnfParser {
  public:
@@ -39,9 +65,11 @@ class EbnfParser {
       g_.rules[rule].body = parse_choice(/*nested=*/false);
       skip_space();
       if (text_.compare(pos_, 2, "(=") == 0) {
+        enter_group(pos_);
         pos_ += 2;
         g_.rules[rule].lookahead = parse_choice(/*nested=*/true);
         expect(')');
+        --nesting_;
       }
       skip_space();
     }
@@ -56,8 +84,10 @@ class EbnfParser {
   const std::string& text_;
   Grammar& g_;
   size_t pos_ = 0;
+  int nesting_ = 0;  // open parentheses around pos_
   std::vector<bool> defined_;
   std::vector<size_t> first_use_;
+  std::unordered_map<std::string, int32_t> rule_index_;
 
   std::string line_col(size_t at) const {
     int line = 1, col = 1;
@@ -102,13 +132,22 @@ class EbnfParser {
     return text_.substr(start, pos_ - start);
   }
 
+  // A map, not Grammar::find_rule's scan: a grammar of many rules would
+  // otherwise cost rules x references.
   int32_t rule_for(const std::string& name) {
-    int32_t r = g_.find_rule(name);
-    if (r < 0) {
-      r = g_.add_rule(name);
+    auto [it, added] = rule_index_.emplace(name, static_cast<int32_t>(g_.rules.size()));
+    if (added) {
+      g_.add_rule(name);
       first_use_.resize(g_.rules.size(), pos_);
     }
-    return r;
+    return it->second;
+  }
+
+  // One more open parenthesis at `at`; the parser recurses once per level.
+  void enter_group(size_t at) {
+    if (++nesting_ > kMaxEbnfNesting)
+      fail("EBNF: parentheses nest ", ebnf_paren_depth(text_), " deep (first past the limit at ", line_col(at),
+           "); the limit is ", kMaxEbnfNesting);
   }
 
   void expect(char c) {
@@ -213,14 +252,17 @@ class EbnfParser {
     if (c == '"' || c == '\'') return g_.bytes(parse_string(c));
     if (c == '[') return parse_class();
     if (c == '(') {
+      enter_group(at);
       ++pos_;
       skip_space();
       if (pos_ < text_.size() && text_[pos_] == ')') {  // "()" is the empty sequence
         ++pos_;
+        --nesting_;
         return g_.empty();
       }
       int32_t inner = parse_choice(/*nested=*/true);
       expect(')');
+      --nesting_;
       return inner;
     }
     if (c == '.') {
@@ -271,7 +313,11 @@ class EbnfParser {
       case 'e': return 0x1b;
       case 'x': return parse_hex(2, at);
       case 'u': return parse_hex(4, at);
-      case 'U': return parse_hex(8, at);
+      case 'U': {
+        const uint32_t cp = parse_hex(8, at);
+        if (cp > 0x10FFFF) error("a codepoint at most U+10FFFF in \\U", at);
+        return cp;
+      }
       case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/':
       case '.': case '*': case '+': case '?': case '(': case ')': case '{': case '}': case '|':
         return static_cast<unsigned char>(e);

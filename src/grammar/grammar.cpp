@@ -2,6 +2,7 @@
 // (choice lists, builtin JSON).
 #include "grammar/grammar.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -9,6 +10,11 @@
 namespace brioche::grammar {
 
 int32_t Grammar::add(Expr e) {
+  e.depth = 1;
+  for (int32_t c : e.children) e.depth = std::max(e.depth, exprs[c].depth + 1);
+  BRIOCHE_CHECK(e.depth <= kMaxExpressionDepth, "grammar: an expression nests ", e.depth,
+                " levels deep (groups, alternatives and repetitions inside each other); the limit is ",
+                kMaxExpressionDepth);
   exprs.push_back(std::move(e));
   return static_cast<int32_t>(exprs.size() - 1);
 }
@@ -196,11 +202,11 @@ Grammar Grammar::from_choices(const std::vector<std::string>& choices) {
   return g;
 }
 
-Grammar Grammar::builtin_json() {
-  // Any JSON object or array (the top level of `response_format: json_object`),
-  // with unbounded whitespace, the language of xgrammar's builtin grammar.
-  static const char* kJson = R"(
-root ::= object | array
+namespace {
+
+// The rules of any JSON value, with unbounded whitespace: the language of
+// xgrammar's builtin grammar. The root rule is prepended by the caller.
+const char* kJsonRules = R"(
 value ::= object | array | string | number | "true" | "false" | "null"
 object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
 member ::= string ws ":" ws value
@@ -210,7 +216,16 @@ escape ::= ["\\/bfnrt] | "u" [0-9a-fA-F]{4}
 number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [+\-]? [0-9]+ )?
 ws ::= [ \t\n\r]*
 )";
-  return from_ebnf(kJson, "root");
+
+}  // namespace
+
+Grammar Grammar::builtin_json() { return from_ebnf(std::string("root ::= object | array") + kJsonRules, "root"); }
+
+Grammar Grammar::builtin_json_object() {
+  // OpenAI's json_object mode promises an object at the top level; the
+  // other rules are the same text, so their masks are shared with
+  // builtin_json's (prewarm_shared_masks computes them).
+  return from_ebnf(std::string("root ::= object") + kJsonRules, "root");
 }
 
 }  // namespace brioche::grammar

@@ -16,6 +16,20 @@
 
 namespace brioche::grammar {
 
+// Nesting bounds of the front ends and the IR. The parsers and the walkers
+// over expression trees recurse once per level; with these bounds the
+// deepest accepted input needs well under 1 MiB of stack (a server may
+// compile on threads with small stacks; tests/grammar/limits_test.cpp runs
+// the deepest inputs on a 1 MiB thread). Deeper input is a brioche::Error
+// that names the depth found and the limit.
+inline constexpr int kMaxRegexNesting = 256;       // groups, and quantifiers stacked on one atom
+inline constexpr int kMaxEbnfNesting = 1024;       // parentheses (a regex level becomes up to 3)
+inline constexpr int kMaxExpressionDepth = 2048;   // IR nodes inside each other (groups, choices, repetitions)
+inline constexpr int kMaxSchemaDepth = 128;        // sub-schemas inside each other, $ref hops included
+// Rules inlined into their callers may nest this deep (inlining adds the
+// callee's depth to the caller's walk).
+inline constexpr int kMaxInlineDepth = 256;
+
 // One node of the expression arena. Children are arena indices.
 struct Expr {
   enum class Kind : uint8_t {
@@ -34,6 +48,7 @@ struct Expr {
   int32_t rule = -1;                                  // kRuleRef
   std::vector<int32_t> children;                      // kSequence, kChoice, kRepeat (1 child)
   int32_t min_repeat = 0, max_repeat = -1;            // kRepeat
+  int32_t depth = 1;  // 1 + the deepest child (set by Grammar::add; <= kMaxExpressionDepth)
 };
 
 struct Rule {
@@ -67,7 +82,8 @@ class Grammar {
   static Grammar from_json_schema(const std::string& schema_text, const SchemaOptions& options = {});
   static Grammar from_regex(const std::string& pattern);
   static Grammar from_choices(const std::vector<std::string>& choices);
-  static Grammar builtin_json();
+  static Grammar builtin_json();         // any JSON object or array (xgrammar's builtin)
+  static Grammar builtin_json_object();  // any JSON object: OpenAI's json_object mode
 
   // EBNF text that parses back (from_ebnf) to an equivalent grammar.
   std::string to_ebnf() const;
@@ -75,7 +91,8 @@ class Grammar {
   // Stable content hash (for the compiled-grammar cache).
   uint64_t content_hash() const;
 
-  // Arena builders.
+  // Arena builders. add() computes the node's depth and throws when it
+  // passes kMaxExpressionDepth, so no walker meets a deeper tree.
   int32_t add(Expr e);
   int32_t empty();
   int32_t bytes(std::string b);

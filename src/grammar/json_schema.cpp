@@ -6,6 +6,13 @@
 // every declared key, strict mode by default. Whitespace between tokens is
 // `[ \n\r\t]{0,N}` (any_whitespace) or the fixed separators ", " / ": ".
 // Unsupported keywords fail with the keyword and its JSON pointer.
+//
+// Bounds (each a brioche::Error naming the limit): sub-schemas nest at most
+// kMaxSchemaDepth deep, $ref hops included (the converter recurses once per
+// level); the EBNF grows to at most kMaxSchemaEbnfBytes; long keys are
+// clipped in rule names and pointers. Chains that could be as long as the
+// schema (prefixItems tails, members after property i, key tries) are built
+// in loops, not by recursion.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -16,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "grammar/grammar.h"
 #include "grammar/schema_formats.h"
 #include "grammar/utf8.h"
@@ -24,6 +32,15 @@ namespace brioche::grammar {
 namespace {
 
 using Json = nlohmann::ordered_json;
+
+// The EBNF of one schema grows linearly with it, except where keywords
+// multiply rules (min/maxProperties: one rule per member and count); this
+// bounds the text, and with it the conversion's time and memory.
+constexpr size_t kMaxSchemaEbnfBytes = 16u << 20;
+// Keys longer than this are clipped in JSON pointers (messages only) and
+// rule-name hints, so a deep schema with long keys does not build strings
+// of depth x key length at every level.
+constexpr size_t kMaxNameChars = 64;
 
 // Keywords that describe but do not constrain; skipped silently.
 const std::set<std::string> kAnnotations = {
@@ -40,7 +57,7 @@ const std::set<std::string> kHandled = {
 
 std::string pointer_child(const std::string& ptr, const std::string& key) {
   std::string k;
-  for (char c : key) {
+  for (char c : key.size() <= kMaxNameChars ? key : key.substr(0, kMaxNameChars - 3) + "...") {
     if (c == '~') k += "~0";
     else if (c == '/') k += "~1";
     else k += c;
@@ -52,6 +69,7 @@ std::string sanitize(const std::string& s) {
   std::string out;
   for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
   if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "r_" + out;
+  if (out.size() > kMaxNameChars) out.resize(kMaxNameChars);
   return out;
 }
 
@@ -63,13 +81,23 @@ class SchemaConverter {
   }
 
   std::string convert() {
+    try {
+      return convert_unchecked();
+    } catch (const nlohmann::json::exception& e) {
+      // A keyword of the wrong JSON type (e.g. "$ref": 5) read with get<>().
+      fail("JSON schema: at ", where_.empty() ? "#" : "#" + where_, ": a keyword has the wrong JSON type (",
+           e.what(), ")");
+    }
+  }
+
+ private:
+  std::string convert_unchecked() {
     std::string body = visit(root_, "", "root");
     std::string out = "root ::= " + body + "\n";
     for (auto& [name, text] : rules_) out += name + " ::= " + text + "\n";
     return out;
   }
 
- private:
   const Json& root_;
   SchemaOptions opt_;
   std::string ws_;  // empty when !any_whitespace
@@ -78,21 +106,38 @@ class SchemaConverter {
   std::map<std::string, std::string> ref_rules_;  // JSON pointer -> rule name
   std::set<std::string> basics_;
   std::string key_rest_;  // rule name of an excluded key's free rest, once made
+  std::map<std::string, int> next_suffix_;  // per name base: the next _N to try in fresh()
+  size_t ebnf_bytes_ = 0;  // rule text so far (bounded by kMaxSchemaEbnfBytes)
+  int depth_ = 0;          // visit() calls open: nesting plus $ref hops
+  std::string where_;      // pointer of the innermost open visit (for type errors)
 
   [[noreturn]] void unsupported(const std::string& keyword, const std::string& ptr, const std::string& why) {
     fail("JSON schema: unsupported '", keyword, "' at ", ptr.empty() ? "#" : "#" + ptr, ": ", why);
   }
 
+  // A rule name not used yet: the hint, else hint_1, hint_2, ... (the next
+  // suffix per base is remembered: many rules share a base, e.g. x_rest).
   std::string fresh(const std::string& hint) {
     std::string base = sanitize(hint), name = base;
-    for (int i = 1; names_.count(name); ++i) name = base + "_" + std::to_string(i);
+    int& next = next_suffix_[base];
+    if (next == 0) next = 1;
+    else name = base + "_" + std::to_string(next++);
+    while (names_.count(name)) name = base + "_" + std::to_string(next++);
     names_.insert(name);
     return name;
   }
   std::string add_rule(const std::string& hint, const std::string& body) {
     std::string name = fresh(hint);
+    count_text(name.size() + body.size());
     rules_.emplace_back(name, body);
     return name;
+  }
+  void count_text(size_t bytes) {
+    ebnf_bytes_ += bytes;
+    if (ebnf_bytes_ > kMaxSchemaEbnfBytes)
+      fail("JSON schema: its grammar grows past ", kMaxSchemaEbnfBytes >> 20, " MiB of EBNF (at ",
+           where_.empty() ? "#" : "#" + where_, "); the limit is ", kMaxSchemaEbnfBytes >> 20,
+           " MiB: simplify the schema (fewer properties under min/maxProperties, smaller enums)");
   }
 
   // Whitespace-aware separators.
@@ -164,7 +209,7 @@ class SchemaConverter {
       }
       if (cur->is_object() && cur->contains(key)) {
         cur = &(*cur)[key];
-      } else if (cur->is_array() && !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit) &&
+      } else if (cur->is_array() && !key.empty() && key.size() <= 9 && std::all_of(key.begin(), key.end(), ::isdigit) &&
                  std::stoul(key) < cur->size()) {
         cur = &(*cur)[std::stoul(key)];
       } else {
@@ -175,7 +220,26 @@ class SchemaConverter {
     return *cur;
   }
 
-  std::string visit(const Json& s, const std::string& ptr, const std::string& hint) {
+  // Bounds the converter's recursion: one level per nested sub-schema and
+  // per $ref hop (a chain of $refs nests like a chain of properties).
+  struct VisitScope {
+    SchemaConverter& c;
+    std::string saved_where;
+    VisitScope(SchemaConverter& converter, const std::string& ptr) : c(converter), saved_where(converter.where_) {
+      if (++c.depth_ > kMaxSchemaDepth)
+        fail("JSON schema: sub-schemas nest more than ", kMaxSchemaDepth, " deep at ", ptr.empty() ? "#" : "#" + ptr,
+             " ($ref hops count as levels); the limit is ", kMaxSchemaDepth);
+      c.where_ = ptr;
+    }
+    ~VisitScope() {
+      --c.depth_;
+      c.where_ = std::move(saved_where);
+    }
+  };
+
+  std::string visit(const Json& s, const std::string& ptr, const std::string& hint_in) {
+    VisitScope scope(*this, ptr);
+    const std::string hint = hint_in.size() <= kMaxNameChars ? hint_in : hint_in.substr(0, kMaxNameChars);
     if (s.is_boolean()) {
       if (s.get<bool>()) return basic("json_value");
       unsupported("false", ptr, "the schema 'false' matches nothing");
@@ -195,7 +259,8 @@ class SchemaConverter {
       ref_rules_[ref] = name;  // before visiting: recursion refers back to it
       size_t slot = rules_.size();
       rules_.emplace_back(name, "");
-      std::string body = visit(resolve(ref, ptr), ref.substr(1), name);
+      std::string body = visit(resolve(ref, ptr), ref.substr(1, kMaxNameChars * 4), name);
+      count_text(body.size());
       rules_[slot].second = body;
       return name;
     }
@@ -270,7 +335,14 @@ class SchemaConverter {
     for (size_t i = 0; i < parts.size(); ++i) {
       const Json* part = &parts[i];
       std::string part_ptr = pointer_child(pointer_child(ptr, "allOf"), std::to_string(i));
-      while (part->is_object() && part->contains("$ref")) part = &resolve((*part)["$ref"].get<std::string>(), part_ptr);
+      // A $ref chain (or cycle) is followed at most kMaxSchemaDepth hops.
+      for (int hops = 0; part->is_object() && part->contains("$ref"); ++hops) {
+        if (hops == kMaxSchemaDepth)
+          unsupported("$ref", part_ptr, "a chain of more than " + std::to_string(kMaxSchemaDepth) +
+                                            " $refs (or a cycle of them) inside allOf; the limit is " +
+                                            std::to_string(kMaxSchemaDepth));
+        part = &resolve((*part)["$ref"].get<std::string>(), part_ptr);
+      }
       if (!part->is_object()) unsupported("allOf", part_ptr, "expected object schemas");
       for (auto& [k, v] : part->items()) {
         if (kAnnotations.count(k)) continue;
@@ -596,20 +668,28 @@ class SchemaConverter {
     // Items 1..n: item i is prefix[i-1] or rest. Mandatory up to min_items.
     auto item = [&](int64_t i) { return i <= k ? prefix[i - 1] : rest; };
     // tail(i): items i.. (item i not yet emitted; at least one emitted before).
-    std::function<std::string(int64_t)> tail = [&](int64_t i) -> std::string {
+    // Built from the last prefix item backwards in a loop (there may be
+    // thousands); a mandatory item's tail is a plain sequence, an optional
+    // one a rule "" | more.
+    auto tail_past_prefix = [&](int64_t i) -> std::string {
       if (max_items >= 0 && i > max_items) return "\"\"";
-      if (i > k) {
-        // Homogeneous rest: between max(min_items - i + 1, 0) and max - i + 1 more.
-        int64_t need = std::max<int64_t>(min_items - i + 1, 0);
-        std::string rep = max_items >= 0 ? "{" + std::to_string(need) + "," + std::to_string(max_items - i + 1) + "}"
-                                         : "{" + std::to_string(need) + ",}";
-        return "(" + comma() + rest + ")" + rep;
-      }
-      std::string more = comma() + item(i) + " " + tail(i + 1);
-      if (i <= min_items) return "(" + more + ")";
-      return add_rule(hint + "_tail", "\"\" | " + more);
+      // Homogeneous rest: between max(min_items - i + 1, 0) and max - i + 1 more.
+      int64_t need = std::max<int64_t>(min_items - i + 1, 0);
+      std::string rep = max_items >= 0 ? "{" + std::to_string(need) + "," + std::to_string(max_items - i + 1) + "}"
+                                       : "{" + std::to_string(need) + ",}";
+      return "(" + comma() + rest + ")" + rep;
     };
-    std::string first = item(1) + " " + tail(2);
+    std::string tail = tail_past_prefix(k + 1);  // tail(i) for i = k + 1, then downwards
+    for (int64_t i = k; i >= 2; --i) {
+      if (max_items >= 0 && i > max_items) {
+        tail = "\"\"";
+        continue;
+      }
+      std::string more = comma() + item(i) + " " + tail;
+      tail = i <= min_items ? more : add_rule(hint + "_tail", "\"\" | " + more);
+    }
+    if (k < 2) tail = tail_past_prefix(2);
+    std::string first = item(1) + " " + tail;
     std::string body;
     if (min_items > 0) {
       body = open('[') + first + close(']');
@@ -720,40 +800,56 @@ class SchemaConverter {
     // rest(i, c): what may follow once c >= 1 members are out, from declared
     // property i on (nullopt: nothing can satisfy min/maxProperties). The
     // count only matters up to max (or up to min when there is no max).
-    std::map<std::pair<int64_t, int64_t>, std::optional<std::string>> memo;
-    std::function<std::optional<std::string>(int64_t, int64_t)> rest =
-        [&](int64_t i, int64_t c) -> std::optional<std::string> {
-      if (max_props < 0) c = std::min(c, min_props);
-      auto found = memo.find({i, c});
-      if (found != memo.end()) return found->second;
-      std::optional<std::string> out;
-      if (i == n) {
-        const int64_t need = std::max<int64_t>(0, min_props - c);
-        const int64_t room = max_props >= 0 ? max_props - c : -1;
-        if (addl_kv.empty() || room == 0) {
-          if (need == 0) out = "\"\"";
-        } else if (room < 0 || need <= room) {
-          out = "(" + comma() + addl_kv + "){" + std::to_string(need) + "," + (room >= 0 ? std::to_string(room) : "") + "}";
-          if (!counted) out = "(" + comma() + addl_kv + ")*";
+    // Computed depth-first with an explicit stack (post-order, the order a
+    // recursion would make the rules in): n may be thousands of properties.
+    using Key = std::pair<int64_t, int64_t>;
+    std::map<Key, std::optional<std::string>> memo;
+    auto normal = [&](int64_t c) { return max_props < 0 ? std::min(c, min_props) : c; };
+    auto rest = [&](int64_t i0, int64_t c0) -> std::optional<std::string> {
+      const Key wanted{i0, normal(c0)};
+      std::vector<Key> stack{wanted};
+      while (!stack.empty()) {
+        const auto [i, c] = stack.back();
+        if (memo.count({i, c})) {
+          stack.pop_back();
+          continue;
         }
-      } else {
-        std::vector<std::string> alts;
-        if (!req[i]) {
-          auto skip = rest(i + 1, c);
-          if (skip) alts.push_back(*skip);
+        std::optional<Key> skip_key, take_key;  // rest(i + 1, c) and rest(i + 1, c + 1)
+        if (i < n) {
+          if (!req[i]) skip_key = Key{i + 1, c};
+          if (max_props < 0 || c < max_props) take_key = Key{i + 1, normal(c + 1)};
+          bool pending = false;
+          for (const std::optional<Key>& kid : {take_key, skip_key})  // pushed last = computed first
+            if (kid && !memo.count(*kid)) {
+              stack.push_back(*kid);
+              pending = true;
+            }
+          if (pending) continue;
         }
-        if (max_props < 0 || c < max_props) {
-          auto after = rest(i + 1, c + 1);
-          if (after) alts.push_back(comma() + kv[i] + " " + *after);
+        stack.pop_back();
+        std::optional<std::string> out;
+        if (i == n) {
+          const int64_t need = std::max<int64_t>(0, min_props - c);
+          const int64_t room = max_props >= 0 ? max_props - c : -1;
+          if (addl_kv.empty() || room == 0) {
+            if (need == 0) out = "\"\"";
+          } else if (room < 0 || need <= room) {
+            out = "(" + comma() + addl_kv + "){" + std::to_string(need) + "," + (room >= 0 ? std::to_string(room) : "") + "}";
+            if (!counted) out = "(" + comma() + addl_kv + ")*";
+          }
+        } else {
+          std::vector<std::string> alts;
+          if (skip_key && memo[*skip_key]) alts.push_back(*memo[*skip_key]);
+          if (take_key && memo[*take_key]) alts.push_back(comma() + kv[i] + " " + *memo[*take_key]);
+          if (!alts.empty()) {
+            std::string body;
+            for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+            out = add_rule(hint + "_rest", body);
+          }
         }
-        if (!alts.empty()) {
-          std::string body;
-          for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-          out = add_rule(hint + "_rest", body);
-        }
+        memo[{i, c}] = std::move(out);
       }
-      memo[{i, c}] = out;
-      return out;
+      return memo[wanted];
     };
     // The first member is declared property i (all before it skipped) or,
     // when every declared property is optional, an additional one.
@@ -828,9 +924,20 @@ class SchemaConverter {
       }
       trie[cur].terminal = true;
     }
+    // A node's rule names its children's, so children are made first:
+    // post-order with an explicit stack (a key may be thousands of
+    // characters long, one trie level each).
     std::vector<std::string> rule_of(trie.size());
-    std::function<std::string(int)> build = [&](int node) -> std::string {
+    std::vector<std::pair<int, bool>> stack{{0, false}};  // node, children done
+    while (!stack.empty()) {
+      const auto [node, kids_done] = stack.back();
+      stack.pop_back();
       const Node& nd = trie[node];
+      if (!kids_done) {
+        stack.emplace_back(node, true);
+        for (auto it = nd.kids.rbegin(); it != nd.kids.rend(); ++it) stack.emplace_back(it->second, false);
+        continue;
+      }
       std::vector<std::string> alts;
       if (!nd.terminal) alts.push_back("\"\\\"\"");
       std::string cls = "[^\"\\\\\\x00-\\x1f";
@@ -846,15 +953,15 @@ class SchemaConverter {
       for (auto& [cp, kid] : nd.kids) {
         std::string c;
         append_utf8(c, cp);
-        alts.push_back(ebnf_quote(c) + " " + build(kid));
+        alts.push_back(ebnf_quote(c) + " " + rule_of[kid]);
       }
       // Its own rule with the key lookahead (blanks then ':'): not inlined,
       // so a key trie used at several places of an object is compiled once.
       std::string body;
       for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-      return add_rule("key_excl", "(" + body + ") (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
-    };
-    return "\"\\\"\" " + build(0);
+      rule_of[node] = add_rule("key_excl", "(" + body + ") (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
+    }
+    return "\"\\\"\" " + rule_of[0];
   }
 };
 
@@ -869,18 +976,16 @@ Grammar Grammar::from_json_schema(const nlohmann::ordered_json& schema, const Sc
   try {
     return from_ebnf(ebnf, "root");
   } catch (const Error& e) {
-    fail("JSON schema: internal conversion produced invalid EBNF (", e.what(), ")\n", ebnf);
+    // Values the converter passes through unchecked (e.g. a repetition
+    // count of 10^9 from maxItems) are caught by the EBNF parser; the text
+    // is shown in part (it may be megabytes).
+    fail("JSON schema: its grammar was rejected (", e.what(), "); the grammar starts:\n",
+         ebnf.size() <= 2000 ? ebnf : ebnf.substr(0, 2000) + "...");
   }
 }
 
 Grammar Grammar::from_json_schema(const std::string& schema_text, const SchemaOptions& options) {
-  nlohmann::ordered_json schema;
-  try {
-    schema = nlohmann::ordered_json::parse(schema_text);
-  } catch (const std::exception& e) {
-    fail("JSON schema: expected valid JSON text, parse failed: ", e.what());
-  }
-  return from_json_schema(schema, options);
+  return from_json_schema(parse_json_bounded<nlohmann::ordered_json>(schema_text, "JSON schema"), options);
 }
 
 }  // namespace brioche::grammar

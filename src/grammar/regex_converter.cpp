@@ -8,6 +8,10 @@
 // Inside a JSON string (schema `pattern`), classes and "." exclude the raw
 // bytes JSON forbids there ('"', '\\', U+0000..U+001F), and literal
 // characters are written JSON-escaped, so the result stays valid JSON.
+//
+// Groups, and quantifiers stacked on one atom, nest at most kMaxRegexNesting
+// deep: the parser recurses once per group, and every level becomes up to
+// three levels of EBNF parentheses and IR nodes.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -78,6 +82,31 @@ std::string class_text(const Ranges& r) {
   return out + "]";
 }
 
+// The deepest nesting of groups in a pattern (escapes and classes skipped),
+// for the error message; the parser bounds its own recursion.
+int regex_group_depth(const std::string& p) {
+  int depth = 0, deepest = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\') {
+      ++i;
+    } else if (p[i] == '[') {
+      ++i;
+      if (i < p.size() && p[i] == '^') ++i;
+      if (i < p.size() && p[i] == ']') ++i;  // a leading ']' is a literal
+      for (; i < p.size() && p[i] != ']'; ++i)
+        if (p[i] == '\\') ++i;
+    } else if (p[i] == '(') {
+      deepest = std::max(deepest, ++depth);
+    } else if (p[i] == ')' && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// The start of a pattern for messages (a pattern may be megabytes long).
+std::string pattern_excerpt(const std::string& p) { return p.size() <= 80 ? p : p.substr(0, 77) + "..."; }
+
 class RegexParser {
  public:
   RegexParser(const std::string& p, bool json) : p_(p), json_(json) {}
@@ -93,9 +122,10 @@ class RegexParser {
   const std::string& p_;
   bool json_;
   size_t pos_ = 0;
+  int nesting_ = 0;  // groups open around pos_
 
   [[noreturn]] void error(const std::string& expected) const {
-    fail("regex: at offset ", pos_, " of /", p_, "/: expected ", expected, ", found ",
+    fail("regex: at offset ", pos_, " of /", pattern_excerpt(p_), "/: expected ", expected, ", found ",
          pos_ < p_.size() ? "'" + p_.substr(pos_, 8) + "'" : std::string("end of pattern"));
   }
   bool peek(char c) const { return pos_ < p_.size() && p_[pos_] == c; }
@@ -128,7 +158,7 @@ class RegexParser {
   }
 
   std::string parse_quantifier(std::string atom) {
-    for (;;) {
+    for (int stacked = 1;; ++stacked) {
       if (pos_ >= p_.size()) return atom;
       char c = p_[pos_];
       std::string q;
@@ -159,6 +189,10 @@ class RegexParser {
       } else {
         return atom;
       }
+      // A quantifier on a quantified atom nests like a group.
+      if (nesting_ + stacked > kMaxRegexNesting)
+        fail("regex: at offset ", pos_, " of /", pattern_excerpt(p_), "/: groups and quantifiers nest more than ",
+             kMaxRegexNesting, " deep; the limit is ", kMaxRegexNesting);
       if (peek('?') || peek('+')) ++pos_;  // lazy / possessive: same language
       atom = "(" + atom + ")" + q;
     }
@@ -196,7 +230,11 @@ class RegexParser {
         if (peek('{')) {
           ++pos_;
           uint32_t v = 0;
-          while (pos_ < p_.size() && p_[pos_] != '}') v = v * 16 + parse_hex(1);
+          while (pos_ < p_.size() && p_[pos_] != '}') {
+            v = v * 16 + parse_hex(1);
+            if (v > 0x10FFFF) error("a codepoint at most U+10FFFF in \\u{...}");
+          }
+          if (!peek('}')) error("'}' closing \\u{...}");
           ++pos_;
           cp = v;
           return false;
@@ -257,6 +295,9 @@ class RegexParser {
   std::string parse_atom() {
     char c = p_[pos_];
     if (c == '(') {
+      if (++nesting_ > kMaxRegexNesting)
+        fail("regex: the pattern nests groups ", regex_group_depth(p_), " deep; the limit is ", kMaxRegexNesting,
+             " (first past it at offset ", pos_, " of /", pattern_excerpt(p_), "/)");
       ++pos_;
       if (peek('?')) {
         ++pos_;
@@ -275,6 +316,7 @@ class RegexParser {
       std::string inner = parse_alt();
       if (!peek(')')) error("')'");
       ++pos_;
+      --nesting_;
       return inner;
     }
     if (c == '[') return parse_class();
