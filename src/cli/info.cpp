@@ -1,7 +1,9 @@
 // `brioche info MODEL`: what a checkpoint is, without running it.
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "cli/common.h"
 #include "cli/subcommands.h"
@@ -16,17 +18,33 @@ namespace brioche::cli {
 
 namespace {
 
+// Elements of a tensor of `shape`, saturating: the readers bound every
+// tensor's bytes, but a shape with a zero dim holds none whatever its other
+// dims, and their product taken in order could still overflow.
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return INT64_MAX;
+  }
+  return n;
+}
+
 struct TensorCensus {
   int64_t parameters = 0;
   std::map<std::string, int> tensors_by_dtype;  // "q4_1" -> count
+
+  void add(int64_t n) {
+    if (__builtin_add_overflow(parameters, n, &parameters)) parameters = INT64_MAX;
+  }
 };
 
 TensorCensus census_of_gguf(const formats::GgufFile& gguf) {
   TensorCensus census;
   for (const auto& t : gguf.tensors()) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    census.parameters += n;
+    census.add(element_count(t.shape));
     census.tensors_by_dtype[std::string(dtype_name(t.dtype))]++;
   }
   return census;
@@ -37,18 +55,17 @@ TensorCensus census_of_safetensors(const std::string& dir) {
   auto st = formats::SafetensorsDir::open(dir);
   for (const auto& name : st.names()) {
     const auto* info = st.file_of(name).find(name);
-    int64_t n = 1;
-    for (int64_t d : info->shape) n *= d;
+    int64_t n = element_count(info->shape);
     // MLX packs 32/bits values per uint32 word; count logical parameters.
     if (info->dtype == "U32") {
       std::string prefix = name.substr(0, name.rfind('.'));
-      if (auto q = st.quantization(prefix)) n = n * 32 / q->bits;
+      if (auto q = st.quantization(prefix); q && q->bits > 0) n = n * 32 / q->bits;
     }
     if (name.ends_with(".scales") || name.ends_with(".biases")) {
       census.tensors_by_dtype["(quant scales/biases)"]++;
       continue;
     }
-    census.parameters += n;
+    census.add(n);
     census.tensors_by_dtype[info->dtype]++;
   }
   return census;
@@ -57,18 +74,35 @@ TensorCensus census_of_safetensors(const std::string& dir) {
 int info(const std::string& path_flag) {
   std::string path = resolve_model_path(path_flag);
   std::unique_ptr<model::Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::string tokenizer_line;
+  TensorCensus census;
+  // Everything that can fail runs before the first line is printed, so that a
+  // hostile file gives one line of error, not half a description.
   try {
     model = model::Model::load(path);
+    try {
+      tok = engine::load_model_tokenizer(model->gguf(), model->directory());
+    } catch (const Error& e) {
+      tokenizer_line = e.what();  // a checkpoint without a tokenizer (random weights) is still described
+    }
+    if (tok) {
+      engine::check_tokenizer_fits_model(tok->vocab_size(), model->config().vocab_size, path);
+      auto name = [&](int32_t id) { return id < 0 ? std::string("none") : tok->token_text(id) + " (" + std::to_string(id) + ")"; };
+      tokenizer_line = "vocab " + std::to_string(tok->vocab_size()) + ", bos " + name(tok->bos_id()) + ", eos " +
+                       name(tok->eos_id());
+    }
+    census = model->gguf() ? census_of_gguf(*model->gguf()) : census_of_safetensors(path);
   } catch (const Error& e) {
     throw UsageError{e.what()};
   }
   const auto& c = model->config();
-  TensorCensus census = model->gguf() ? census_of_gguf(*model->gguf()) : census_of_safetensors(path);
 
   std::printf("%-14s %s\n", "model", path.c_str());
-  if (model->gguf()) {
-    std::printf("%-14s GGUF v%u, %s\n", "format", model->gguf()->version(),
-                model->gguf()->get_string("general.name", "(unnamed)").c_str());
+  if (const formats::GgufFile* gguf = model->gguf()) {
+    const formats::GgufValue* name = gguf->find("general.name");
+    std::string shown = name != nullptr && name->type() == formats::GgufType::STRING ? name->as_string() : "(unnamed)";
+    std::printf("%-14s GGUF v%u, %s\n", "format", gguf->version(), shown.c_str());
   } else {
     std::printf("%-14s safetensors directory\n", "format");
   }
@@ -92,17 +126,7 @@ int info(const std::string& path_flag) {
   }
   std::printf("%-14s %s\n", "tensors", dtypes.c_str());
 
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  try {
-    tok = engine::load_model_tokenizer(*model);
-  } catch (const Error& e) {
-    std::printf("%-14s %s\n", "tokenizer", e.what());
-  }
-  if (tok) {
-    auto name = [&](int32_t id) { return id < 0 ? std::string("none") : tok->token_text(id) + " (" + std::to_string(id) + ")"; };
-    std::printf("%-14s vocab %d, bos %s, eos %s\n", "tokenizer", tok->vocab_size(), name(tok->bos_id()).c_str(),
-                name(tok->eos_id()).c_str());
-  }
+  std::printf("%-14s %s\n", "tokenizer", tokenizer_line.c_str());
   std::string tmpl = model->chat_template();
   if (tmpl.empty()) {
     std::printf("%-14s none (plain fallback format)\n", "chat template");
@@ -117,7 +141,8 @@ int info(const std::string& path_flag) {
 Subcommand add_info_command(CLI::App& root) {
   auto path = std::make_shared<std::string>();
   CLI::App* app = root.add_subcommand("info", "describe a model: architecture, sizes, quantization, tokenizer");
-  app->add_option("model", *path, "GGUF file or safetensors directory (default: the default model)");
+  // Positional, or -m like every other subcommand.
+  app->add_option("-m,--model,model", *path, "GGUF file or safetensors directory (default: the default model)");
   return {app, [path] { return info(*path); }};
 }
 

@@ -236,8 +236,10 @@ void GgufParser::read_tensor_info(GgufFile& file, uint64_t index) {
   for (uint32_t d = 0; d < n_dims; ++d) {
     uint64_t at = pos_;
     uint64_t n = read<uint64_t>(field + " ne[" + std::to_string(d) + "]");
-    if (n > uint64_t(INT64_MAX)) {
-      error_at(at, field + " ne[" + std::to_string(d) + "]", "expected a size up to 2^63-1, found ", n);
+    // Zero is refused too: no weight is empty, and a Tensor's row size
+    // divides by its innermost dim (a [.., 0] view was a SIGFPE).
+    if (n == 0 || n > uint64_t(INT64_MAX)) {
+      error_at(at, field + " ne[" + std::to_string(d) + "]", "expected a size in 1..2^63-1, found ", n);
     }
     ne[d] = int64_t(n);
     if (__builtin_mul_overflow(numel, ne[d], &numel)) {

@@ -1,42 +1,26 @@
 #include "formats/mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
+#include "formats/regular_file.h"
 
 namespace brioche::formats {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    fail(path, ": cannot stat: ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, ": expected a regular file");
-  }
+  // Refuses FIFOs, devices and directories before opening (regular_file.h):
+  // the mapping's size is then the file's, and every parser bounds its reads by it.
+  RegularFile fd = RegularFile::open(path);
   std::shared_ptr<MappedFile> file(new MappedFile());
-  file->size_ = size_t(st.st_size);
+  file->size_ = fd.size();
   if (file->size_ > 0) {
-    void* p = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      fail(path, ": cannot mmap ", file->size_, " bytes: ", std::strerror(err));
-    }
+    void* p = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.fd(), 0);
+    if (p == MAP_FAILED) fail(path, ": cannot mmap ", file->size_, " bytes: ", std::strerror(errno));
     file->data_ = static_cast<uint8_t*>(p);
   }
-  ::close(fd);
   return file;
 }
 

@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/json_limits.h"
 #include "core/thread_pool.h"
+#include "formats/regular_file.h"
 #include "formats/safetensors.h"
 
 namespace brioche::formats {
@@ -19,13 +20,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
+// A JSON file next to the weights: a regular file (a FIFO named config.json
+// must not hang the load), at most `max_bytes`, nested at most kMaxJsonDepth.
+nlohmann::json read_json_file(const std::string& path, size_t max_bytes) {
+  std::string text = read_regular_file(path, max_bytes);
+  const int depth = json_nesting_depth(text);
+  if (depth > kMaxJsonDepth) {
+    fail(path, ": expected arrays/objects nested at most ", kMaxJsonDepth, " deep, found ", depth);
+  }
   try {
-    return nlohmann::json::parse(text.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, ": JSON at byte ", e.byte > 0 ? e.byte - 1 : 0, ": expected valid JSON, found: ", e.what());
   }
@@ -59,18 +63,22 @@ float load_float(const RawTensor& t, size_t i) {
 SafetensorsDir SafetensorsDir::open(const std::string& dir) {
   SafetensorsDir out;
   out.dir_ = dir;
-  if (!fs::is_directory(dir)) fail(dir, ": expected a model directory, found ", fs::exists(dir) ? "a file" : "nothing");
+  // The error_code forms: a path the user gave must not throw
+  // std::filesystem_error (no brioche::Error) from a stat that fails.
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(dir, ": expected a model directory, found ", fs::exists(dir, ec) ? "a file" : "nothing");
   std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path)) fail(config_path, ": expected the model's config.json, found nothing");
-  out.config_ = std::make_shared<nlohmann::json>(read_json_file(config_path));
+  if (!fs::exists(config_path, ec)) fail(config_path, ": expected the model's config.json, found nothing");
+  out.config_ = std::make_shared<nlohmann::json>(read_json_file(config_path, kMaxConfigJsonBytes));
   if (!out.config_->is_object()) fail(config_path, ": expected a JSON object, found ", out.config_->type_name());
 
   std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
   std::string single_path = (fs::path(dir) / "model.safetensors").string();
   std::vector<std::string> shard_files;
+  std::set<std::string> shard_names;
   nlohmann::json weight_map;
-  if (fs::exists(index_path)) {
-    nlohmann::json index = read_json_file(index_path);
+  if (fs::exists(index_path, ec)) {
+    nlohmann::json index = read_json_file(index_path, kMaxIndexJsonBytes);
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       fail(index_path, ": expected an object with a \"weight_map\" object");
     }
@@ -81,13 +89,15 @@ SafetensorsDir SafetensorsDir::open(const std::string& dir) {
       }
       std::string shard = it->get<std::string>();
       check_shard_name(index_path, it.key(), shard);
-      if (std::find(shard_files.begin(), shard_files.end(), shard) == shard_files.end()) shard_files.push_back(shard);
+      shard_names.insert(std::move(shard));
     }
-    std::sort(shard_files.begin(), shard_files.end());
-  } else if (fs::exists(single_path)) {
+    // A set, not a find per entry: an index of a million distinct shard
+    // names must fail on the first missing shard, not after 10^12 compares.
+    shard_files.assign(shard_names.begin(), shard_names.end());
+  } else if (fs::exists(single_path, ec)) {
     shard_files.push_back("model.safetensors");
   } else {
-    for (const auto& entry : fs::directory_iterator(dir)) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
       if (entry.path().extension() == ".safetensors") shard_files.push_back(entry.path().filename().string());
     }
     std::sort(shard_files.begin(), shard_files.end());
@@ -164,8 +174,11 @@ std::optional<AffineQuant> SafetensorsDir::quantization(std::string_view prefix)
       if (fallback > 0) return fallback;
       fail(where, at, ": expected an integer \"", key, "\", found nothing");
     }
-    if (!it->is_number_integer()) fail(where, at, ".", key, ": expected an integer, found ", it->dump());
-    return it->get<int>();
+    // Range-checked before narrowing: 2^32 + 4 must not read as 4.
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 1024) {
+      fail(where, at, ".", key, ": expected an integer in 0..1024, found ", it->dump().substr(0, 80));
+    }
+    return int(it->get<int64_t>());
   };
   auto layer = q->find(std::string(prefix));
   if (layer != q->end()) {
@@ -203,6 +216,12 @@ Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
     fail(wfile, ": tensor '", p, ".weight' expected rank 2..", kMaxRank, ", found ", w.shape.size());
   }
   const int64_t words_per_row = w.shape.back();
+  // The repacked tensor's rows are `in` long; a row of 0 has no blocks to
+  // size it by (and a Tensor divides by its innermost dim).
+  if (words_per_row < 1) {
+    fail(wfile, ": tensor '", p, ".weight' expected at least one u32 word per row, found shape ",
+         nlohmann::json(w.shape).dump());
+  }
   const int64_t in = words_per_row * 32 / quant->bits;
   const int64_t groups = in / quant->group_size;
   if (in % quant->group_size != 0) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"
 
@@ -83,6 +84,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const void* data, size_t
   }
   std::string header(reinterpret_cast<const char*>(file->data_ + 8), size_t(header_len));
   HeaderContext ctx{path, header};
+  // Nesting is bounded before parsing (core/json_limits.h): a header of
+  // 100 MB of '[' would otherwise overflow the stack of whatever walks it.
+  const int depth = json_nesting_depth(header);
+  if (depth > kMaxJsonDepth) {
+    ctx.error(8, "header JSON", "expected arrays/objects nested at most ", kMaxJsonDepth, " deep, found ", depth);
+  }
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(header);
@@ -134,6 +141,16 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const void* data, size_t
         ctx.error(at, field + " shape", "expected an element count below 2^63, found an overflowing product");
       }
       info.shape.push_back(int64_t(n));
+    }
+    // A view's strides multiply the element size by every dim but the first,
+    // zero or not (core/tensor.cpp): with zero dims read as 1 the product must
+    // fit in int64 too, or [0, 2^40, 2^40] (no bytes) would overflow them.
+    uint64_t stride_span = uint64_t(elem);
+    for (const int64_t n : info.shape) {
+      if (__builtin_mul_overflow(stride_span, uint64_t(std::max<int64_t>(n, 1)), &stride_span) ||
+          stride_span > uint64_t(INT64_MAX)) {
+        ctx.error(at, field + " shape", "expected the byte size with zero dims read as 1 below 2^63, found an overflowing product");
+      }
     }
     auto off_it = entry.find("data_offsets");
     uint64_t begin = 0, end = 0;
@@ -201,6 +218,12 @@ Tensor SafetensorsFile::tensor(std::string_view name) const {
   }
   std::vector<int64_t> shape = info->shape;
   if (shape.empty()) shape.push_back(1);  // a scalar becomes a one-element vector
+  // The format allows empty tensors, but a Tensor's row size divides by its
+  // innermost dim: a weight never has 0 there, so refuse it by name.
+  if (shape.back() == 0) {
+    fail(path_, ": tensor '", name, "' expected an innermost dim of at least 1 for a tensor view, found shape ",
+         nlohmann::json(info->shape).dump());
+  }
   // The mapping is private copy-on-write, so a writable pointer cannot alter the file.
   void* data = const_cast<uint8_t*>(data_ + info->begin);
   return Tensor::view(data, dtype, shape.data(), int(shape.size()), owner_);

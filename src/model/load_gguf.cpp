@@ -14,47 +14,62 @@ namespace brioche::model {
 
 namespace {
 
-ModelConfig read_config(const formats::GgufFile& f, const std::string& arch) {
+// Every count is read as the file's int64 and narrowed by config_count, the
+// finished config checked by validate_model_config (model_config.h) before
+// the caller looks up a single tensor by it. The vocabulary comes from
+// token_embd.weight's rows, so it is validated there.
+ModelConfig read_config(const formats::GgufFile& f, const std::string& arch, const ConfigKeyNames& keys) {
   const std::string& path = f.path();
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
-  auto required_int = [&](const char* suffix) {
-    const formats::GgufValue* v = f.find(key(suffix));
-    if (v == nullptr) fail(path, ": metadata '", key(suffix), "' expected, found absent");
-    return int(v->as_int());
+  auto count = [&](const std::string& k, const formats::GgufValue* v) { return config_count(v->as_int(), k, path); };
+  auto required_count = [&](const std::string& k) {
+    const formats::GgufValue* v = f.find(k);
+    if (v == nullptr) fail(path, ": metadata '", k, "' expected, found absent");
+    return count(k, v);
+  };
+  auto optional_count = [&](const std::string& k, int fallback) {
+    const formats::GgufValue* v = f.find(k);
+    return v == nullptr ? fallback : count(k, v);
   };
 
   ModelConfig c;
   c.architecture = arch;
-  c.hidden_size = required_int("embedding_length");
-  c.n_layers = required_int("block_count");
-  c.n_heads = required_int("attention.head_count");
-  c.n_kv_heads = int(f.get_int(key("attention.head_count_kv"), c.n_heads));
-  c.intermediate_size = required_int("feed_forward_length");
-  c.head_dim = int(f.get_int(key("attention.key_length"), c.hidden_size / c.n_heads));
-  c.rms_eps = float(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
-  c.max_context = int(f.get_int(key("context_length"), 0));
-  c.rope.theta = float(f.get_float(key("rope.freq_base"), 10000.0));
+  c.hidden_size = required_count(keys.hidden_size);
+  c.n_layers = required_count(keys.n_layers);
+  c.n_heads = required_count(keys.n_heads);
+  c.n_kv_heads = optional_count(keys.n_kv_heads, c.n_heads);
+  c.intermediate_size = required_count(keys.intermediate_size);
+  c.head_dim = f.find(keys.head_dim) != nullptr ? required_count(keys.head_dim)
+                                                 : derived_head_dim(c.hidden_size, c.n_heads, keys, path);
+  c.vocab_size = 1;  // placeholder until token_embd.weight is seen; validated again there
+  c.rms_eps = config_float(f.get_float(keys.rms_eps, 1e-5));
+  c.max_context = optional_count(keys.max_context, 0);
+  c.rope.theta = config_float(f.get_float(keys.rope_theta, 10000.0));
   c.rope.style = (arch == "llama" || arch == "mistral") ? ops::RopeStyle::Interleaved
                                                         : ops::RopeStyle::NeoX;
-  int rotary_dims = int(f.get_int(key("rope.dimension_count"), c.head_dim));
-  BRIOCHE_CHECK(rotary_dims == c.head_dim, path, ": ", key("rope.dimension_count"), " expected ",
-                c.head_dim, " (RoPE over the whole head), found ", rotary_dims);
-  int value_dim = int(f.get_int(key("attention.value_length"), c.head_dim));
-  BRIOCHE_CHECK(value_dim == c.head_dim, path, ": ", key("attention.value_length"), " expected ",
-                c.head_dim, " (= key_length), found ", value_dim);
-
   std::string scaling = f.get_string(key("rope.scaling.type"), "none");
-  float factor = float(f.get_float(key("rope.scaling.factor"), 0.0));
-  if (scaling == "linear" && factor > 0.0f && factor != 1.0f) {
+  float factor = config_float(f.get_float(keys.rope_factor, 0.0));
+  if (scaling == "linear" && factor != 0.0f && factor != 1.0f) {
     c.rope.scaling = {.kind = ops::RopeScalingKind::Linear, .factor = factor};
   } else if (scaling != "none" && scaling != "linear") {
     fail(path, ": ", key("rope.scaling.type"), " '", scaling,
          "' is not supported (expected none or linear; llama3 scaling comes as rope_freqs.weight)");
   }
+  validate_model_config(c, keys, path);
+
+  int rotary_dims = optional_count(key("rope.dimension_count"), c.head_dim);
+  BRIOCHE_CHECK(rotary_dims == c.head_dim, path, ": ", key("rope.dimension_count"), " expected ",
+                c.head_dim, " (RoPE over the whole head), found ", rotary_dims);
+  int value_dim = optional_count(key("attention.value_length"), c.head_dim);
+  BRIOCHE_CHECK(value_dim == c.head_dim, path, ": ", key("attention.value_length"), " expected ",
+                c.head_dim, " (= key_length), found ", value_dim);
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
-    Tensor factors = to_f32(f.tensor("rope_freqs.weight"));
+    // Shape first: the conversion must not copy a hostile tensor of any size.
+    Tensor factors = f.tensor("rope_freqs.weight");
     check_shape(factors, {c.head_dim / 2}, "rope_freqs.weight", path);
+    factors = to_f32(factors);
     c.rope.freq_factors.assign(factors.data_as<float>(), factors.data_as<float>() + c.head_dim / 2);
+    validate_model_config(c, keys, path);
   }
   return c;
 }
@@ -70,15 +85,18 @@ Checkpoint load_gguf_checkpoint(const std::string& path) {
   if (arch.empty()) fail(path, ": metadata 'general.architecture' expected, found absent");
   if (!is_supported_architecture(arch)) fail_unsupported_architecture(arch, path);
 
-  ModelConfig& c = ck.config = read_config(f, arch);
+  const ConfigKeyNames keys = ConfigKeyNames::gguf(arch);
+  ModelConfig& c = ck.config = read_config(f, arch, keys);
   ModelWeights& w = ck.weights;
   w.token_embd = f.tensor("token_embd.weight");
   BRIOCHE_CHECK(w.token_embd.rank() == 2 && w.token_embd.dim(1) == c.hidden_size, path,
                 ": tensor 'token_embd.weight' expected [vocab, ", c.hidden_size, "], found ",
                 w.token_embd.describe());
-  c.vocab_size = int(w.token_embd.dim(0));
-  w.output_norm = to_f32(f.tensor("output_norm.weight"));
+  c.vocab_size = config_count(w.token_embd.dim(0), keys.vocab_size, path);
+  validate_model_config(c, keys, path);
+  w.output_norm = f.tensor("output_norm.weight");
   check_shape(w.output_norm, {c.hidden_size}, "output_norm.weight", path);
+  w.output_norm = to_f32(w.output_norm);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   w.output = c.tied_embeddings ? w.token_embd : f.tensor("output.weight");
   check_shape(w.output, {c.vocab_size, c.hidden_size}, "output.weight", path);
@@ -95,9 +113,9 @@ Checkpoint load_gguf_checkpoint(const std::string& path) {
       return t;
     };
     auto vector = [&](const std::string& name, int64_t n) {
-      Tensor t = to_f32(f.tensor(p + name));
-      check_shape(t, {n}, p + name, path);
-      return t;
+      Tensor t = f.tensor(p + name);
+      check_shape(t, {n}, p + name, path);  // before the f32 copy, which a hostile size would make huge
+      return to_f32(t);
     };
     auto optional_vector = [&](const std::string& name, int64_t n) {
       return f.find_tensor(p + name) ? vector(name, n) : Tensor();

@@ -5,12 +5,12 @@
 // architecture here. RoPE settings come from "rope_parameters" (transformers
 // 5) or "rope_theta" + "rope_scaling" (older configs).
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
+#include "formats/regular_file.h"
 #include "formats/safetensors.h"
 #include "model/weights.h"
 
@@ -21,91 +21,141 @@ using nlohmann::json;
 
 namespace {
 
-std::string architecture_of(const json& cfg, const std::string& dir) {
+// Typed reads of one config.json object. A value of the wrong type is a
+// brioche::Error naming the key ("<dir>/config.json: num_attention_heads:
+// expected an integer, found \"8\""), never nlohmann's type_error, and a
+// count is narrowed to int only after a range check (config_count).
+struct JsonFields {
+  const json& obj;
+  std::string prefix;  // "" at the top, "rope_scaling." inside it: key names in messages
+  const std::string& source;  // "<dir>/config.json"
+
+  const json* find(const char* key) const {
+    if (!obj.is_object()) return nullptr;
+    auto it = obj.find(key);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+  }
+  [[noreturn]] void wrong(const char* key, const char* expected, const json& found) const {
+    fail(source, ": ", prefix, key, ": expected ", expected, ", found ", found.dump().substr(0, 80));
+  }
+  bool has(const char* key) const { return find(key) != nullptr; }
+  int count(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) fail(source, ": ", prefix, key, ": expected an integer, found absent");
+    if (!v->is_number_integer()) wrong(key, "an integer", *v);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) wrong(key, "an integer below 2^63", *v);
+    return config_count(v->get<int64_t>(), prefix + key, source);
+  }
+  int count(const char* key, int fallback) const { return has(key) ? count(key) : fallback; }
+  float number(const char* key, float fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) wrong(key, "a number", *v);
+    return config_float(v->get<double>());
+  }
+  bool boolean(const char* key, bool fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) wrong(key, "true or false", *v);
+    return v->get<bool>();
+  }
+  std::string string(const char* key, std::string fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_string()) wrong(key, "a string", *v);
+    return v->get<std::string>();
+  }
+};
+
+std::string architecture_of(const JsonFields& cfg) {
   static const std::pair<const char*, const char*> kClasses[] = {
       {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
       {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"}};
-  if (cfg.contains("model_type") && cfg["model_type"].is_string()) {
-    return cfg["model_type"].get<std::string>();
-  }
-  if (cfg.contains("architectures") && cfg["architectures"].is_array() && !cfg["architectures"].empty()) {
-    std::string cls = cfg["architectures"][0].get<std::string>();
+  if (cfg.has("model_type")) return cfg.string("model_type", "");
+  const json* classes = cfg.find("architectures");
+  if (classes != nullptr && classes->is_array() && !classes->empty()) {
+    if (!(*classes)[0].is_string()) cfg.wrong("architectures", "an array of class names", *classes);
+    std::string cls = (*classes)[0].get<std::string>();
     for (auto [name, arch] : kClasses)
       if (cls == name) return arch;
     return cls;
   }
-  fail(dir, "/config.json: expected \"model_type\" or \"architectures\", found neither");
+  fail(cfg.source, ": expected \"model_type\" or \"architectures\", found neither");
 }
 
-template <typename T>
-T value_or(const json& obj, const char* key, T fallback) {
-  if (!obj.is_object() || !obj.contains(key) || obj[key].is_null()) return fallback;
-  return obj[key].get<T>();
-}
-
-int required(const json& cfg, const char* key, const std::string& dir) {
-  if (!cfg.contains(key) || !cfg[key].is_number_integer())
-    fail(dir, "/config.json: integer \"", key, "\" expected, found ",
-         cfg.contains(key) ? cfg[key].dump() : "absent");
-  return cfg[key].get<int>();
-}
-
-ModelConfig read_config(const json& cfg, const std::string& arch, const std::string& dir) {
+// Every count goes through config_count and the finished config through
+// validate_model_config (model_config.h) before any tensor is looked up.
+ModelConfig read_config(const JsonFields& cfg, const std::string& arch) {
+  const std::string& source = cfg.source;
+  ConfigKeyNames keys = ConfigKeyNames::hf_config();
   ModelConfig c;
   c.architecture = arch;
-  c.vocab_size = required(cfg, "vocab_size", dir);
-  c.hidden_size = required(cfg, "hidden_size", dir);
-  c.intermediate_size = required(cfg, "intermediate_size", dir);
-  c.n_layers = required(cfg, "num_hidden_layers", dir);
-  c.n_heads = required(cfg, "num_attention_heads", dir);
-  c.n_kv_heads = value_or<int>(cfg, "num_key_value_heads", c.n_heads);
-  c.head_dim = value_or<int>(cfg, "head_dim", c.hidden_size / c.n_heads);
-  c.rms_eps = value_or<float>(cfg, "rms_norm_eps", 1e-6f);
-  c.max_context = value_or<int>(cfg, "max_position_embeddings", 0);
-  c.tied_embeddings = value_or<bool>(cfg, "tie_word_embeddings", false);
-  if (arch == "mistral") c.sliding_window = value_or<int>(cfg, "sliding_window", 0);
-  if (arch == "qwen2" && value_or<bool>(cfg, "use_sliding_window", false)) {
-    fail(dir, "/config.json: use_sliding_window true is not supported for qwen2 (expected false)");
+  c.vocab_size = cfg.count("vocab_size");
+  c.hidden_size = cfg.count("hidden_size");
+  c.intermediate_size = cfg.count("intermediate_size");
+  c.n_layers = cfg.count("num_hidden_layers");
+  c.n_heads = cfg.count("num_attention_heads");
+  c.n_kv_heads = cfg.count("num_key_value_heads", c.n_heads);
+  c.head_dim = cfg.has("head_dim") ? cfg.count("head_dim") : derived_head_dim(c.hidden_size, c.n_heads, keys, source);
+  c.rms_eps = cfg.number("rms_norm_eps", 1e-6f);
+  c.max_context = cfg.count("max_position_embeddings", 0);
+  c.tied_embeddings = cfg.boolean("tie_word_embeddings", false);
+  if (arch == "mistral") c.sliding_window = cfg.count("sliding_window", 0);
+  if (arch == "qwen2" && cfg.boolean("use_sliding_window", false)) {
+    fail(source, ": use_sliding_window true is not supported for qwen2 (expected false)");
   }
 
   c.rope.style = ops::RopeStyle::NeoX;
-  json rope = cfg.contains("rope_parameters") ? cfg["rope_parameters"]
-                                              : value_or<json>(cfg, "rope_scaling", json::object());
-  c.rope.theta = value_or<float>(rope, "rope_theta", value_or<float>(cfg, "rope_theta", 10000.0f));
-  std::string type = value_or<std::string>(rope, "rope_type", value_or<std::string>(rope, "type", "default"));
+  const char* rope_key = cfg.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const json* rope_obj = cfg.find(rope_key);
+  if (rope_obj != nullptr && !rope_obj->is_object()) cfg.wrong(rope_key, "an object", *rope_obj);
+  static const json kNoRope = json::object();
+  const JsonFields rope{.obj = rope_obj ? *rope_obj : kNoRope, .prefix = std::string(rope_key) + ".", .source = source};
+  keys.rope_theta = rope.has("rope_theta") ? rope.prefix + "rope_theta" : "rope_theta";
+  keys.rope_factor = rope.prefix + "factor";
+  keys.rope_low_freq_factor = rope.prefix + "low_freq_factor";
+  keys.rope_high_freq_factor = rope.prefix + "high_freq_factor";
+  keys.rope_original_context = rope.prefix + "original_max_position_embeddings";
+  c.rope.theta = rope.number("rope_theta", cfg.number("rope_theta", 10000.0f));
+  std::string type = rope.string("rope_type", rope.string("type", "default"));
   if (type == "linear") {
-    c.rope.scaling = {.kind = ops::RopeScalingKind::Linear, .factor = value_or<float>(rope, "factor", 1.0f)};
+    c.rope.scaling = {.kind = ops::RopeScalingKind::Linear, .factor = rope.number("factor", 1.0f)};
   } else if (type == "llama3") {
     c.rope.scaling = {.kind = ops::RopeScalingKind::Llama3,
-                      .factor = value_or<float>(rope, "factor", 8.0f),
-                      .low_freq_factor = value_or<float>(rope, "low_freq_factor", 1.0f),
-                      .high_freq_factor = value_or<float>(rope, "high_freq_factor", 4.0f),
-                      .original_context = value_or<int>(rope, "original_max_position_embeddings", 8192)};
+                      .factor = rope.number("factor", 8.0f),
+                      .low_freq_factor = rope.number("low_freq_factor", 1.0f),
+                      .high_freq_factor = rope.number("high_freq_factor", 4.0f),
+                      .original_context = rope.count("original_max_position_embeddings", 8192)};
   } else if (type != "default") {
-    fail(dir, "/config.json: rope type '", type, "' is not supported (expected default, linear or llama3)");
+    fail(source, ": rope type '", type, "' is not supported (expected default, linear or llama3)");
   }
+  validate_model_config(c, keys, source);
   return c;
 }
 
+// The chat template: chat_template.jinja, else tokenizer_config.json's
+// "chat_template" (a string, or [{"name": "default", "template": "..."}]).
+// Both are read as bounded regular files (a FIFO in their place must not hang
+// the load); a malformed tokenizer_config.json means no template, as before.
 std::string read_chat_template(const std::string& dir) {
-  auto slurp = [](const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  };
-  fs::path jinja = fs::path(dir) / "chat_template.jinja";
-  if (fs::exists(jinja)) return slurp(jinja);
-  fs::path config = fs::path(dir) / "tokenizer_config.json";
-  if (!fs::exists(config)) return "";
-  json tc = json::parse(slurp(config), nullptr, /*allow_exceptions=*/false);
+  if (auto jinja = formats::read_regular_file_if_present((fs::path(dir) / "chat_template.jinja").string(),
+                                                         formats::kMaxConfigJsonBytes)) {
+    return *jinja;
+  }
+  auto config = formats::read_regular_file_if_present((fs::path(dir) / "tokenizer_config.json").string(),
+                                                      formats::kMaxTokenizerJsonBytes);
+  if (!config) return "";
+  json tc = try_parse_json_bounded(*config);
   if (!tc.is_object() || !tc.contains("chat_template")) return "";
   const json& t = tc["chat_template"];
   if (t.is_string()) return t.get<std::string>();
-  if (t.is_array()) {  // [{"name": "default", "template": "..."}, ...]
-    for (const json& item : t)
-      if (item.is_object() && value_or<std::string>(item, "name", "") == "default")
-        return value_or<std::string>(item, "template", "");
+  if (t.is_array()) {
+    for (const json& item : t) {
+      if (!item.is_object()) continue;
+      auto name = item.find("name"), text = item.find("template");
+      if (name != item.end() && *name == "default" && text != item.end() && text->is_string())
+        return text->get<std::string>();
+    }
   }
   return "";
 }
@@ -117,10 +167,11 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
   ck.source = dir;
   ck.directory = dir;
   auto st = std::make_shared<formats::SafetensorsDir>(formats::SafetensorsDir::open(dir));
-  const json& cfg = st->config();
-  std::string arch = architecture_of(cfg, dir);
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const JsonFields cfg{.obj = st->config(), .prefix = "", .source = config_path};
+  std::string arch = architecture_of(cfg);
   if (!is_supported_architecture(arch)) fail_unsupported_architecture(arch, dir);
-  ModelConfig& c = ck.config = read_config(cfg, arch, dir);
+  ModelConfig& c = ck.config = read_config(cfg, arch);
   ModelWeights& w = ck.weights;
 
   // A linear's weight: MLX affine blocks when quantized, else the stored tensor.
@@ -130,9 +181,9 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
     return t;
   };
   auto vector = [&](const std::string& name, int64_t n) {
-    Tensor t = to_f32(st->tensor(name));
-    check_shape(t, {n}, name, dir);
-    return t;
+    Tensor t = st->tensor(name);
+    check_shape(t, {n}, name, dir);  // before the f32 copy, which a hostile size would make huge
+    return to_f32(t);
   };
   auto optional_vector = [&](const std::string& name, int64_t n) {
     return st->has(name) ? vector(name, n) : Tensor();

@@ -34,13 +34,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
   Checkpoint ck = fs::is_directory(path) ? load_safetensors_checkpoint(path) : load_gguf_checkpoint(path);
   if (options.max_context > 0) ck.config.max_context = options.max_context;
   if (options.adjust_checkpoint) options.adjust_checkpoint(ck);
+  // The loaders validated the file's config (model_config.h); this covers a
+  // --max-context override and whatever adjust_checkpoint changed, before
+  // anything sizes a buffer from it.
+  validate_model_config(ck.config, ConfigKeyNames::fields(), path);
   if (options.convert_weights) convert_weights(ck, *options.convert_weights);
   if (options.tp_size > 1) ck = shard_checkpoint(ck, {.rank = options.tp_rank, .size = options.tp_size});
   if (options.device != Device::CPU) move_weights(ck, options.device);
-  const ModelConfig& c = ck.config;
-  BRIOCHE_CHECK(c.n_heads > 0 && c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, path,
-                ": attention heads ", c.n_heads, " must be a multiple of kv heads ", c.n_kv_heads);
-  BRIOCHE_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, path, ": head_dim must be even, found ", c.head_dim);
   return std::make_unique<LlamaModel>(std::move(ck));
 }
 

@@ -6,6 +6,7 @@
 // tied embeddings).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,5 +43,58 @@ struct ModelConfig {
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
+
+// ---- Validation -------------------------------------------------------------
+//
+// A model file is input like any request: a head count of 0 was a SIGFPE in
+// `hidden / heads`, a layer count of 2^31 a loop of lookups of absent tensors,
+// a negative context a huge allocation. Every loader narrows each count it
+// reads with config_count() and hands the finished config to
+// validate_model_config() before any tensor is looked up, so the model code
+// below may divide by and allocate from these fields freely.
+
+// Upper bounds, each far above any real model (largest known in brackets),
+// low enough that products of them stay far inside int64.
+inline constexpr int kMaxLayers = 4096;               // [126: Llama-3.1-405B]
+inline constexpr int kMaxHiddenSize = 1 << 18;        // [16384: Llama-3.1-405B]
+inline constexpr int kMaxIntermediateSize = 1 << 20;  // [53248: Llama-3.1-405B]
+inline constexpr int kMaxHeads = 1024;                // [128]
+inline constexpr int kMaxHeadDim = 1024;              // [256: Gemma]
+inline constexpr int kMaxContext = 1 << 24;           // [10M: Llama 4 Scout]
+// The attention kernels run a GQA group (n_heads / n_kv_heads query heads
+// per kv head) of at most 16 (backend/cpu/attention.cpp); refused at load,
+// not at the first request. [16: Llama-3.1-405B, Qwen3-235B]
+inline constexpr int kMaxGqaGroup = 16;
+
+// How the file spells each field, so that an error names the key the user can
+// find in it ("llama.attention.head_count", "num_attention_heads").
+struct ConfigKeyNames {
+  std::string vocab_size, hidden_size, intermediate_size, n_layers, n_heads, n_kv_heads, head_dim;
+  std::string rms_eps, max_context, sliding_window;
+  std::string rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_context,
+      rope_freq_factors;
+
+  static ConfigKeyNames gguf(const std::string& arch);  // "<arch>.block_count", ...
+  static ConfigKeyNames hf_config();                    // config.json: "num_hidden_layers", ...
+  static ConfigKeyNames fields();                       // ModelConfig's own names (in-memory checkpoints)
+};
+
+// A count as the file stored it, narrowed to int: values outside
+// 0..2^31-1 are refused ("<source>: <key>: expected an integer in
+// 0..2147483647, found -3") rather than wrapped.
+int config_count(int64_t value, const std::string& key, const std::string& source);
+// A float field as the file stored it; out-of-range doubles become ±inf
+// (refused by validate_model_config), never undefined behaviour.
+float config_float(double value);
+
+// hidden / heads, for a file that leaves head_dim out: heads must be 1 or
+// more and divide hidden.
+int derived_head_dim(int hidden_size, int n_heads, const ConfigKeyNames& keys, const std::string& source);
+
+// Every count in range (the bounds above), kv heads dividing heads, head_dim
+// even, floats finite and positive where they divide (rope theta, scaling
+// factors, frequency factors). Throws brioche::Error
+// "<source>: <key>: expected ..., found ...".
+void validate_model_config(const ModelConfig& config, const ConfigKeyNames& keys, const std::string& source);
 
 }  // namespace brioche::model

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
+#include "formats/regular_file.h"
 #include "formats/safetensors.h"
 #include "ops/quantize.h"
 
@@ -111,14 +113,12 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
 
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& ck) {
   const std::string config_path = dir + "/adapter_config.json";
-  std::ifstream in(config_path);
-  BRIOCHE_CHECK(in.good(), "adapter: cannot open ", config_path, " (expected a PEFT LoRA adapter directory)");
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail(config_path, ": invalid JSON: ", e.what());
-  }
+  // A bounded read of a regular file (a FIFO must not hang the load) and a
+  // bounded parse (nesting deeper than kMaxJsonDepth is refused before
+  // anything walks it: core/json_limits.h).
+  auto text = formats::read_regular_file_if_present(config_path, formats::kMaxConfigJsonBytes);
+  BRIOCHE_CHECK(text.has_value(), "adapter: cannot open ", config_path, " (expected a PEFT LoRA adapter directory)");
+  nlohmann::json cfg = parse_json_bounded(*text, config_path);
   BRIOCHE_CHECK(cfg.value("peft_type", std::string("LORA")) == "LORA", config_path, ": peft_type '",
                 cfg.value("peft_type", std::string()), "' is not LORA");
   BRIOCHE_CHECK(!cfg.value("use_dora", false), config_path, ": DoRA adapters are not supported");
