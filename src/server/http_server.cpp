@@ -2,8 +2,9 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
-#include <utility>
+#include <array>
 #include <atomic>
+#include <utility>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -174,12 +175,33 @@ class Session : public std::enable_shared_from_this<Session> {
     auto sp = std::make_shared<Response>(std::move(res));
     bool keep = sp->keep_alive();
     http::async_write(stream_, *sp, [self = shared_from_this(), sp, keep](beast::error_code ec, size_t) {
-      if (ec || !keep) {
+      if (ec) {
         beast::error_code ignored;
         self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
         return;
       }
+      if (!keep) return self->linger_close();
       self->do_read();
+    });
+  }
+
+  // Closing a socket with unread input makes the kernel send RST, which can
+  // destroy the response just written before the client reads it (a 413 to
+  // a client still sending its body). So: close our half, then read and drop
+  // whatever the client still sends, for at most kLingerSeconds.
+  static constexpr int kLingerSeconds = 2;
+  void linger_close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(kLingerSeconds));
+    drain_input();
+  }
+  void drain_input() {
+    auto sink = std::make_shared<std::array<char, 16384>>();
+    stream_.async_read_some(net::buffer(*sink), [self = shared_from_this(), sink](beast::error_code ec, size_t) {
+      if (!ec) return self->drain_input();
+      beast::error_code ignored;
+      self->stream_.socket().close(ignored);
     });
   }
 
