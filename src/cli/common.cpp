@@ -5,12 +5,13 @@
 #include <thread>
 
 #include "core/thread_pool.h"
+#include "core/env_switch.h"
 #include "ops/device.h"
 
 namespace brioche::cli {
 
 std::string default_model_path() {
-  if (const char* env = std::getenv("BRIOCHE_MODEL"); env && *env) return env;
+  if (std::string env = env_text("BRIOCHE_MODEL"); !env.empty()) return env;
   const char* home = std::getenv("HOME");
   std::string base = home ? home : ".";
   return base + "/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf";

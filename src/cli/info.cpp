@@ -1,10 +1,12 @@
 // `brioche info MODEL`: what a checkpoint is, without running it.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "cli/common.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
@@ -136,14 +138,28 @@ int info(const std::string& path_flag) {
   return kExitOk;
 }
 
+// `brioche info --env`: every environment variable brioche reads
+// (core/env_registry.cpp), its default, its value here, and what it does.
+int list_environment() {
+  std::printf("%-34s %-8s %-8s %s\n", "variable", "default", "set", "effect");
+  for (const EnvVariable& v : env_registry()) {
+    const char* set = std::getenv(std::string(v.name).c_str());
+    std::printf("%-34.*s %-8.*s %-8s %.*s\n", int(v.name.size()), v.name.data(), int(v.default_value.size()),
+                v.default_value.empty() ? "-" : v.default_value.data(), set ? set : "-", int(v.effect.size()), v.effect.data());
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 Subcommand add_info_command(CLI::App& root) {
   auto path = std::make_shared<std::string>();
+  auto env = std::make_shared<bool>(false);
   CLI::App* app = root.add_subcommand("info", "describe a model: architecture, sizes, quantization, tokenizer");
   // Positional, or -m like every other subcommand.
   app->add_option("-m,--model,model", *path, "GGUF file or safetensors directory (default: the default model)");
-  return {app, [path] { return info(*path); }};
+  app->add_flag("--env", *env, "list the environment variables brioche reads (name, default, value here, effect)");
+  return {app, [path, env] { return *env ? list_environment() : info(*path); }};
 }
 
 }  // namespace brioche::cli

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/row_norm.cuh"
+#include "core/env_switch.h"
 
 namespace brioche::cuda::detail {
 
@@ -191,10 +192,8 @@ constexpr int64_t kNormFusionMaxBytes = int64_t(8) << 20;
 constexpr size_t kNormSharedBytes = 46 << 10;
 
 bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
-  static const int64_t max_bytes = [] {  // BRIOCHE_CUDA_NORM_FUSION_MB: A/B runs
-    const char* v = std::getenv("BRIOCHE_CUDA_NORM_FUSION_MB");
-    return v != nullptr ? int64_t(std::atof(v) * (1 << 20)) : kNormFusionMaxBytes;
-  }();
+  static const int64_t max_bytes =  // BRIOCHE_CUDA_NORM_FUSION_MB: A/B runs
+      int64_t(env_number("BRIOCHE_CUDA_NORM_FUSION_MB", double(kNormFusionMaxBytes) / (1 << 20)) * (1 << 20));
   if (gemv_stream_takes(wtype, a)) return true;  // any size: its CTAs normalize x once each
   return (wtype == DType::BF16 || wtype == DType::F16 || wtype == DType::F32) && a.k % 4 == 0 &&
          rms_norm_threads(a.k) == 256 && size_t(a.n) * size_t(a.k) * 4 <= kNormSharedBytes &&

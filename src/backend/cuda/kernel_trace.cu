@@ -1,6 +1,8 @@
 // The kernel trace's buffer and its CSV (kernel_trace.h).
 #include "backend/cuda/kernel_trace.h"
 
+#include "core/env_switch.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,8 +52,8 @@ std::vector<const void*>& listed_symbols() {
 
 KernelTraceBuffer* kernel_trace_buffer() {
   static KernelTraceBuffer* const buffer = []() -> KernelTraceBuffer* {
-    const char* path = std::getenv("BRIOCHE_CUDA_TRACE");
-    if (path == nullptr || *path == '\0') return nullptr;
+    std::string path = env_text("BRIOCHE_CUDA_TRACE");
+    if (path.empty()) return nullptr;
     g_path = path;
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, sizeof(KernelTraceBuffer)));
