@@ -41,6 +41,7 @@ struct Expr {
   ExprKind kind;
   int line = 0;
   int column = 0;
+  int height = 1;    // longest path to a leaf, set by the parser (bounded by kMaxExpressionDepth)
   std::string name;  // Name, GetAttr, Filter, Test, Unary/Binary op
   Value literal;
   bool negated = false;  // Test: `is not`

@@ -30,13 +30,52 @@ void Renderer::append(std::string_view text) {
   out_->append(text);
 }
 
+// One level of the evaluator's recursion (a statement or an expression).
+struct Renderer::NestingGuard {
+  Renderer& r;
+  explicit NestingGuard(Renderer& renderer) : r(renderer) {
+    if (++r.nesting_ > r.limits_.max_nesting) {
+      --r.nesting_;
+      render_fail("the template nests blocks, expressions and macro calls more than " +
+                  std::to_string(r.limits_.max_nesting) + " deep while rendering; the limit is " +
+                  std::to_string(r.limits_.max_nesting));
+    }
+  }
+  ~NestingGuard() { --r.nesting_; }
+};
+
+// Namespaces are the only mutable values, so they alone can hold values
+// deeper than their own depth() says, or hold themselves. Moving every
+// attribute out first leaves each value exactly as deep as its depth()
+// (at most kMaxValueDepth), so freeing them afterwards recurses no further,
+// and cycles through namespaces are broken rather than leaked.
+void Renderer::empty_namespaces() {
+  std::vector<std::pair<Value, Value>> attributes;
+  for (const Value& ns : namespaces_) {
+    auto& entries = ns.namespace_attrs().entries;
+    for (auto& entry : entries) attributes.push_back(std::move(entry));
+    entries.clear();
+  }
+  namespaces_.clear();
+  attributes.clear();
+}
+
 std::string Renderer::render(const Body& body, const Value& context) {
+  budget_ = RenderBudget{.max_bytes = limits_.max_output_bytes, .max_work = limits_.max_work_bytes};
+  ScopedRenderBudget installed(budget_);
   auto root = std::make_shared<Scope>();
   for (const auto& [k, v] : context.as_dict().entries) root->vars[to_str(k)] = v;
+  // Declared after `root`, so it runs before the scopes free their values,
+  // on success and on failure alike.
+  struct NamespaceSweep {
+    Renderer& r;
+    ~NamespaceSweep() { r.empty_namespaces(); }
+  } sweep{*this};
   std::string out;
   out_ = &out;
   iterations_ = 0;
   call_depth_ = 0;
+  nesting_ = 0;
   exec_body(body, root);
   out_ = nullptr;
   return out;
@@ -66,6 +105,7 @@ Renderer::Flow Renderer::exec_body(const Body& body, const ScopePtr& scope) {
 
 Renderer::Flow Renderer::exec(const Stmt& s, const ScopePtr& scope) {
   try {
+    NestingGuard nesting(*this);
     switch (s.kind) {
       case StmtKind::Text: append(s.text); return Flow::Normal;
       case StmtKind::Print: append(to_str(eval(*s.expr, scope))); return Flow::Normal;
@@ -250,6 +290,7 @@ CallArgs Renderer::eval_args(const Expr& e, const ScopePtr& scope) {
 // Failures deep inside an expression report the innermost node's location.
 Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
   try {
+    NestingGuard nesting(*this);
     return eval_inner(e, scope);
   } catch (const RenderFailure& f) {
     fail(name_, ":", e.line, ":", e.column, ": ", f.message);

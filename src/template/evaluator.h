@@ -15,9 +15,17 @@
 namespace brioche::tmpl {
 
 struct RenderLimits {
-  size_t max_output_bytes = size_t{32} << 20;  // any string a render builds, the output included
+  size_t max_output_bytes = size_t{32} << 20;  // any string or list a render builds, the output included
   int64_t max_loop_iterations = 1'000'000;     // summed over all loops of one render; also caps range()
   int max_call_depth = 100;                    // nested macro calls
+  // Statements and expressions being evaluated inside each other, macro
+  // bodies included: the evaluator's recursion. 1000 levels use well under
+  // 1 MiB of stack (checked by tests/template/template_limits_test.cpp).
+  int max_nesting = 1000;
+  // Bytes of strings and lists built, copied, compared or searched by one
+  // render: bounds the time of quadratic patterns (`ns.s = ns.s ~ x` in a
+  // long loop, `x in big_list` in a loop), about a second at most.
+  int64_t max_work_bytes = int64_t{1} << 30;
 };
 
 struct Scope {
@@ -35,6 +43,9 @@ class Renderer {
   const RenderLimits& limits() const { return limits_; }
   void count_iterations(int64_t n);
   void check_size(size_t bytes) const;  // fails past max_output_bytes
+  // namespace() registers what it makes: the render empties them all before
+  // freeing anything (see render()).
+  void track_namespace(const Value& ns) { namespaces_.push_back(ns); }
 
   // Used by filters that take other filters/tests by name: map('upper'), select('odd').
   Value call_filter(std::string_view name, const Value& input, CallArgs& args);
@@ -42,6 +53,9 @@ class Renderer {
 
  private:
   enum class Flow { Normal, Break, Continue };
+
+  struct NestingGuard;
+  void empty_namespaces();
 
   Flow exec_body(const Body& body, const std::shared_ptr<Scope>& scope);
   Flow exec(const Stmt& s, const std::shared_ptr<Scope>& scope);
@@ -62,6 +76,9 @@ class Renderer {
   std::string* out_ = nullptr;
   int64_t iterations_ = 0;
   int call_depth_ = 0;
+  int nesting_ = 0;
+  RenderBudget budget_;
+  std::vector<Value> namespaces_;
 };
 
 // Checks at parse time what Jinja checks at compile time: every filter and

@@ -93,7 +93,9 @@ Value f_replace(Renderer& r, const Value& in, CallArgs& a) {
 Value f_indent(Renderer&, const Value& in, CallArgs& a) {
   BoundArgs args("indent", a, {"width", "first", "blank"});
   const Value* width = args.get(0);
-  std::string indentation = width && width->is_string() ? width->as_string() : std::string(size_t(std::max<int64_t>(0, int_arg(width, 4, "width"))), ' ');
+  const int64_t spaces = width && width->is_string() ? 0 : std::max<int64_t>(0, int_arg(width, 4, "width"));
+  check_bytes(size_t(spaces), "the indentation");
+  std::string indentation = width && width->is_string() ? width->as_string() : std::string(size_t(spaces), ' ');
   bool first = args.get(1) && truthy(*args.get(1));
   bool blank = args.get(2) && truthy(*args.get(2));
   std::vector<std::string> lines = py_splitlines(to_str(in) + "\n");
@@ -104,6 +106,7 @@ Value f_indent(Renderer&, const Value& in, CallArgs& a) {
       if (blank || !lines[i].empty()) out += indentation;
     }
     out += lines[i];
+    check_bytes(out.size(), "indent() result");  // the indentation repeats once per line
   }
   if (first) out = indentation + out;
   return Value::string(std::move(out));
@@ -300,6 +303,7 @@ Value f_batch(Renderer&, const Value& in, CallArgs& a) {
   BoundArgs args("batch", a, {"linecount", "fill_with"});
   int64_t size = int_arg(&args.required(0), 1, "linecount");
   if (size <= 0) render_fail("batch size must be positive");
+  check_bytes(size_t(size) * sizeof(Value), "a batch");  // fill_with pads the last batch to `size` items
   std::vector<Value> batches, current;
   for (const Value& item : iterate(in)) {
     current.push_back(item);

@@ -57,7 +57,7 @@ std::string pad(const std::string& s, const Value* width_v, const Value* fill_v,
   if (utf8_decode(fill).size() != 1) render_fail("the fill character must be exactly one character long");
   int64_t n = int64_t(utf8_decode(s).size());
   if (width <= n) return s;
-  if (width > (int64_t{1} << 24)) render_fail("padding width too large");
+  check_bytes(size_t(width) * fill.size(), "the padded string");
   int64_t margin = width - n;
   int64_t left = side == 'l' ? 0 : side == 'r' ? margin : margin / 2 + (margin & width & 1);
   std::string out;
@@ -109,6 +109,7 @@ std::string py_format(const std::string& fmt, CallArgs& a) {
       if (!v) render_fail("format() has no keyword argument '" + field + "'");
     }
     out += conversion == 'r' ? repr(*v) : to_str(*v);
+    check_bytes(out.size(), "str.format() result");
   }
   return out;
 }
@@ -191,7 +192,7 @@ Value string_method(const std::string& s, std::string_view name, CallArgs& a, Re
     int64_t width = int_or(&args.required(0), 0);
     std::u32string text = utf8_decode(s);
     if (width <= int64_t(text.size())) return Value::string(s);
-    if (width > (int64_t{1} << 24)) render_fail("zfill width too large");
+    check_bytes(size_t(width), "the zfill() result");
     size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
     text.insert(sign, size_t(width) - text.size(), U'0');
     return Value::string(utf8_encode(text));
@@ -285,7 +286,11 @@ Dict dict_from_args(CallArgs& a, const char* fn) {
   return d;
 }
 
-Value g_namespace(Renderer&, CallArgs& a) { return Value::make_namespace(dict_from_args(a, "namespace")); }
+Value g_namespace(Renderer& r, CallArgs& a) {
+  Value ns = Value::make_namespace(dict_from_args(a, "namespace"));
+  r.track_namespace(ns);
+  return ns;
+}
 Value g_dict(Renderer&, CallArgs& a) { return Value::dict(dict_from_args(a, "dict")); }
 
 Value g_raise_exception(Renderer&, CallArgs& a) {

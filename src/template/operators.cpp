@@ -103,7 +103,8 @@ static Value repeat(const Value& seq, int64_t times, size_t max_bytes) {
     return Value::string(std::move(out));
   }
   const auto& items = seq.items();
-  if (!items.empty() && uint64_t(times) > max_bytes / (items.size() * 16)) render_fail("list repetition exceeds the size limit");
+  if (!items.empty() && uint64_t(times) > max_bytes / (items.size() * sizeof(Value)))
+    render_fail("list repetition exceeds the size limit");
   std::vector<Value> out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
   return seq.kind() == Value::Kind::Tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));

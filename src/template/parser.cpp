@@ -4,13 +4,10 @@
 #include <initializer_list>
 
 #include "core/error.h"
+#include "template/limits.h"
 
 namespace brioche::tmpl {
 namespace {
-
-// Nesting deeper than this (brackets, unary chains, blocks) is refused so a
-// hostile template cannot exhaust the stack while parsing.
-constexpr int kMaxParseDepth = 200;
 
 std::string describe(const Token& t) {
   switch (t.kind) {
@@ -63,14 +60,43 @@ class Parser {
     advance();
   }
 
+  // Counts the parser's own recursion (blocks, brackets, unary operators),
+  // so a hostile template cannot exhaust the stack while being parsed.
   struct DepthGuard {
     Parser& p;
     explicit DepthGuard(Parser& parser) : p(parser) {
-      if (++p.depth_ > kMaxParseDepth)
-        p.fail_at(p.cur(), "template nested deeper than " + std::to_string(kMaxParseDepth) + " levels");
+      if (++p.depth_ > kMaxParseNesting)
+        p.fail_at(p.cur(), "the template nests blocks, brackets and operators more than " +
+                               std::to_string(kMaxParseNesting) + " deep here; the limit is " +
+                               std::to_string(kMaxParseNesting));
     }
     ~DepthGuard() { --p.depth_; }
   };
+
+  // Sets a finished node's height from its children's and refuses trees
+  // taller than kMaxExpressionDepth. Chains (`a ~ b ~ c`, `x.a.b`, `f()()`,
+  // `x | f | g`) grow the tree without parser recursion, so the parser's
+  // DepthGuard does not see them; every composite node passes through here
+  // before it becomes a child, which makes each stored height exact.
+  ExprPtr sealed(ExprPtr e) {
+    int height = 0;
+    auto see = [&](const ExprPtr& child) {
+      if (child) height = std::max(height, child->height);
+    };
+    for (const auto& x : e->operands) see(x);
+    for (const auto& x : e->args) see(x);
+    for (const auto& [key, x] : e->kwargs) see(x);
+    e->height = height + 1;
+    if (e->height > kMaxExpressionDepth) {
+      Token at;
+      at.line = e->line;
+      at.column = e->column;
+      fail_at(at, "the template nests expressions more than " + std::to_string(kMaxExpressionDepth) +
+                      " deep here (each operator of a chain like a ~ b ~ c is one level); the limit is " +
+                      std::to_string(kMaxExpressionDepth));
+    }
+    return e;
+  }
 
   ExprPtr node(ExprKind kind, const Token& at) {
     auto e = std::make_unique<Expr>();
@@ -311,7 +337,7 @@ class Parser {
       if (cur().kind == TokenKind::BlockEnd || cur().kind == TokenKind::VarEnd) break;
       tuple->operands.push_back(allow_condition ? parse_expr() : parse_or());
     }
-    return tuple;
+    return sealed(std::move(tuple));
   }
 
   ExprPtr parse_expr() {
@@ -328,7 +354,7 @@ class Parser {
       } else {
         cond->operands.push_back(nullptr);
       }
-      value = std::move(cond);
+      value = sealed(std::move(cond));
     }
     return value;
   }
@@ -339,7 +365,7 @@ class Parser {
       auto e = node(ExprKind::Or, advance());
       e->operands.push_back(std::move(left));
       e->operands.push_back(parse_and());
-      left = std::move(e);
+      left = sealed(std::move(e));
     }
     return left;
   }
@@ -350,7 +376,7 @@ class Parser {
       auto e = node(ExprKind::And, advance());
       e->operands.push_back(std::move(left));
       e->operands.push_back(parse_not());
-      left = std::move(e);
+      left = sealed(std::move(e));
     }
     return left;
   }
@@ -361,7 +387,7 @@ class Parser {
       auto e = node(ExprKind::Unary, advance());
       e->name = "not";
       e->operands.push_back(parse_not());
-      return e;
+      return sealed(std::move(e));
     }
     return parse_compare();
   }
@@ -393,7 +419,7 @@ class Parser {
       cmp->compare_ops.push_back(op);
       cmp->operands.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? sealed(std::move(cmp)) : std::move(first);
   }
 
   ExprPtr binary(ExprPtr left, const Token& at, std::string op, ExprPtr right) {
@@ -401,7 +427,7 @@ class Parser {
     e->name = std::move(op);
     e->operands.push_back(std::move(left));
     e->operands.push_back(std::move(right));
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -448,6 +474,7 @@ class Parser {
       e = node(ExprKind::Unary, at);
       e->name = at.text;
       e->operands.push_back(parse_unary(false));
+      e = sealed(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -520,7 +547,7 @@ class Parser {
       tuple->operands.push_back(parse_expr());
     }
     expect_op(")");
-    return tuple;
+    return sealed(std::move(tuple));
   }
 
   ExprPtr parse_list() {
@@ -533,7 +560,7 @@ class Parser {
       e->operands.push_back(parse_expr());
     }
     advance();
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_dict() {
@@ -548,7 +575,7 @@ class Parser {
       e->operands.push_back(parse_expr());
     }
     advance();
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
@@ -561,13 +588,13 @@ class Parser {
           index->literal = Value::integer(advance().int_value);
           item->operands.push_back(std::move(e));
           item->operands.push_back(std::move(index));
-          e = std::move(item);
+          e = sealed(std::move(item));
           continue;
         }
         auto attr = node(ExprKind::GetAttr, at);
         attr->name = expect_name();
         attr->operands.push_back(std::move(e));
-        e = std::move(attr);
+        e = sealed(std::move(attr));
       } else if (is_op("[")) {
         e = parse_subscript(std::move(e));
       } else if (is_op("(")) {
@@ -597,12 +624,12 @@ class Parser {
       auto e = node(ExprKind::GetItem, at);
       e->operands.push_back(std::move(target));
       e->operands.push_back(std::move(parts[0]));
-      return e;
+      return sealed(std::move(e));
     }
     auto e = node(ExprKind::Slice, at);
     e->operands.push_back(std::move(target));
     for (auto& p : parts) e->operands.push_back(std::move(p));
-    return e;
+    return sealed(std::move(e));
   }
 
   void parse_call_args(Expr& e) {
@@ -629,7 +656,7 @@ class Parser {
     auto e = node(ExprKind::Call, cur());
     e->operands.push_back(std::move(callee));
     parse_call_args(*e);
-    return e;
+    return sealed(std::move(e));
   }
 
   std::string dotted_name() {
@@ -647,7 +674,7 @@ class Parser {
     e->name = dotted_name();
     e->operands.push_back(std::move(input));
     if (is_op("(")) parse_call_args(*e);
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_test(ExprPtr input) {
@@ -668,7 +695,7 @@ class Parser {
       if (is_name("is")) fail_at(t, "tests cannot be chained with 'is'");
       e->args.push_back(parse_postfix(parse_primary()));
     }
-    return e;
+    return sealed(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {

@@ -102,6 +102,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
       if (count != 0) {
         out += replacement;
         --count;
+        check_bytes(out.size(), "str.replace() result");  // "x".replace("", huge) grows by len(huge) per character
       }
       if (i < text.size()) utf8_append(out, text[i]);
     }
@@ -113,6 +114,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
     if (at == std::string_view::npos) break;
     out.append(s.substr(pos, at - pos));
     out.append(replacement);
+    check_bytes(out.size(), "str.replace() result");
     pos = at + old.size();
     --count;
   }

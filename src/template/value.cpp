@@ -7,13 +7,52 @@
 #include <cmath>
 #include <cstdio>
 
+#include "template/limits.h"
+
 namespace brioche::tmpl {
 
 void render_fail(std::string message) { throw RenderFailure{std::move(message)}; }
 
+// ---- RenderBudget -------------------------------------------------------------
+
+namespace {
+thread_local RenderBudget* active_budget = nullptr;
+
+std::string mib(int64_t bytes) {
+  return bytes % (int64_t{1} << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
+[[noreturn]] void fail_depth(std::string_view what) {
+  render_fail(std::string(what) + " nests lists and dicts more than " + std::to_string(kMaxValueDepth) +
+              " deep; the limit is " + std::to_string(kMaxValueDepth));
+}
+}  // namespace
+
+ScopedRenderBudget::ScopedRenderBudget(RenderBudget& budget) : previous_(active_budget) { active_budget = &budget; }
+ScopedRenderBudget::~ScopedRenderBudget() { active_budget = previous_; }
+
+void charge_work(int64_t bytes) {
+  RenderBudget* b = active_budget;
+  if (!b) return;
+  b->work += bytes;
+  if (b->work > b->max_work)
+    render_fail("the render built, copied or searched more than " + mib(b->max_work) +
+                " of strings and lists; the limit is " + mib(b->max_work));
+}
+
+void check_bytes(size_t bytes, std::string_view what) {
+  RenderBudget* b = active_budget;
+  if (b && bytes > b->max_bytes)
+    render_fail(std::string(what) + " of " + std::to_string(bytes) + " bytes exceeds the output limit of " +
+                mib(int64_t(b->max_bytes)));
+}
+
 // ---- Dict -------------------------------------------------------------------
 
+// Lookups scan: template dicts are small, and a hostile big one pays for
+// each scan out of the render's work budget.
 const Value* Dict::find(std::string_view key) const {
+  charge_work(int64_t(entries.size() * sizeof(Value)));
   for (const auto& [k, v] : entries)
     if (k.is_string() && k.as_string() == key) return &v;
   return nullptr;
@@ -21,12 +60,14 @@ const Value* Dict::find(std::string_view key) const {
 
 const Value* Dict::find(const Value& key) const {
   if (key.is_string()) return find(std::string_view(key.as_string()));
+  charge_work(int64_t(entries.size() * sizeof(Value)));
   for (const auto& [k, v] : entries)
     if (equal(k, key)) return &v;
   return nullptr;
 }
 
 void Dict::set(Value key, Value value) {
+  charge_work(int64_t(entries.size() * sizeof(Value)));
   for (auto& [k, v] : entries) {
     if (equal(k, key)) {
       v = std::move(value);
@@ -67,14 +108,24 @@ Value Value::floating(double f) {
   return v;
 }
 Value Value::string(std::string s) {
+  check_bytes(s.size(), "a string");
+  charge_work(int64_t(s.size()));
   Value v;
   v.kind_ = Kind::String;
   v.ptr_ = std::make_shared<std::string>(std::move(s));
   return v;
 }
+// The depth is computed once here, so that no value a render holds is deeper
+// than kMaxValueDepth and freeing one never recurses past that.
 Value Value::list(std::vector<Value> items) {
+  check_bytes(items.size() * sizeof(Value), "a list");
+  charge_work(int64_t(items.size() * sizeof(Value)));
+  int deepest = 0;
+  for (const Value& item : items) deepest = std::max(deepest, item.depth());
+  if (deepest + 1 > kMaxValueDepth) fail_depth("the list");
   Value v;
   v.kind_ = Kind::List;
+  v.depth_ = uint16_t(deepest + 1);
   v.ptr_ = std::make_shared<std::vector<Value>>(std::move(items));
   return v;
 }
@@ -84,14 +135,20 @@ Value Value::tuple(std::vector<Value> items) {
   return v;
 }
 Value Value::dict(Dict d) {
+  charge_work(int64_t(d.entries.size() * 2 * sizeof(Value)));
+  int deepest = 0;
+  for (const auto& [key, value] : d.entries) deepest = std::max({deepest, key.depth(), value.depth()});
+  if (deepest + 1 > kMaxValueDepth) fail_depth("the dict");
   Value v;
   v.kind_ = Kind::Dict;
+  v.depth_ = uint16_t(deepest + 1);
   v.ptr_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
 Value Value::make_namespace(Dict attrs) {
   Value v = dict(std::move(attrs));
   v.kind_ = Kind::Namespace;
+  v.depth_ = 1;  // its attributes change later; Renderer empties every namespace before freeing values
   return v;
 }
 Value Value::callable(std::string name, std::function<Value(Renderer&, CallArgs&)> fn) {
@@ -101,34 +158,53 @@ Value Value::callable(std::string name, std::function<Value(Renderer&, CallArgs&
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+// The deepest nesting of `j`, walked with an explicit stack (it may be deep).
+static int json_depth(const nlohmann::ordered_json& j) {
+  int deepest = 0;
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> pending{{&j, 0}};
+  while (!pending.empty()) {
+    auto [node, level] = pending.back();
+    pending.pop_back();
+    if (!node->is_structured()) continue;
+    deepest = std::max(deepest, level + 1);
+    for (const auto& child : *node) pending.emplace_back(&child, level + 1);
+  }
+  return deepest;
+}
+
+static Value from_json_at(const nlohmann::ordered_json& j, int level, const nlohmann::ordered_json& root) {
   using J = nlohmann::ordered_json::value_t;
+  if (j.is_structured() && level >= kMaxValueDepth)
+    render_fail("the value nests " + std::to_string(json_depth(root)) + " levels of arrays/objects; the limit is " +
+                std::to_string(kMaxValueDepth));
   switch (j.type()) {
-    case J::null: return none();
-    case J::boolean: return boolean(j.get<bool>());
-    case J::number_integer: return integer(j.get<int64_t>());
+    case J::null: return Value::none();
+    case J::boolean: return Value::boolean(j.get<bool>());
+    case J::number_integer: return Value::integer(j.get<int64_t>());
     case J::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
       if (u > uint64_t(INT64_MAX)) render_fail("integer " + std::to_string(u) + " does not fit in 64 bits");
-      return integer(int64_t(u));
+      return Value::integer(int64_t(u));
     }
-    case J::number_float: return floating(j.get<double>());
-    case J::string: return string(j.get<std::string>());
+    case J::number_float: return Value::floating(j.get<double>());
+    case J::string: return Value::string(j.get<std::string>());
     case J::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
-      return list(std::move(items));
+      for (const auto& e : j) items.push_back(from_json_at(e, level + 1, root));
+      return Value::list(std::move(items));
     }
     case J::object: {
       Dict d;
       d.entries.reserve(j.size());
-      for (const auto& [k, e] : j.items()) d.entries.emplace_back(string(k), from_json(e));
-      return dict(std::move(d));
+      for (const auto& [k, e] : j.items()) d.entries.emplace_back(Value::string(k), from_json_at(e, level + 1, root));
+      return Value::dict(std::move(d));
     }
     default: render_fail("unsupported JSON value (binary or discarded)");
   }
 }
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0, j); }
 
 double Value::as_number() const {
   switch (kind_) {
@@ -195,7 +271,15 @@ bool truthy(const Value& v) {
   }
 }
 
-bool equal(const Value& a, const Value& b) {
+// The walkers below (==, <, repr, json.dumps) follow namespaces, which
+// Value::depth() does not see into, so each guards its own recursion.
+static void check_walk_depth(int level) {
+  if (level > kMaxValueDepth) fail_depth("the value");
+}
+
+static bool equal_at(const Value& a, const Value& b, int level) {
+  check_walk_depth(level);
+  charge_work(sizeof(Value));
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_number() == b.as_number();
     return a.as_int() == b.as_int();
@@ -210,7 +294,7 @@ bool equal(const Value& a, const Value& b) {
       const auto &x = a.items(), &y = b.items();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i)
-        if (!equal(x[i], y[i])) return false;
+        if (!equal_at(x[i], y[i], level + 1)) return false;
       return true;
     }
     case Value::Kind::Dict: {
@@ -218,7 +302,7 @@ bool equal(const Value& a, const Value& b) {
       if (x.entries.size() != y.entries.size()) return false;
       for (const auto& [k, v] : x.entries) {
         const Value* other = y.find(k);
-        if (!other || !equal(v, *other)) return false;
+        if (!other || !equal_at(v, *other, level + 1)) return false;
       }
       return true;
     }
@@ -226,7 +310,11 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-int compare(const Value& a, const Value& b, std::string_view op) {
+bool equal(const Value& a, const Value& b) { return equal_at(a, b, 0); }
+
+static int compare_at(const Value& a, const Value& b, std::string_view op, int level) {
+  check_walk_depth(level);
+  charge_work(sizeof(Value));
   if (a.is_number() && b.is_number()) {
     if (!a.is_float() && !b.is_float()) return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
     double x = a.as_number(), y = b.as_number();
@@ -239,14 +327,16 @@ int compare(const Value& a, const Value& b, std::string_view op) {
   if (a.kind() == b.kind() && a.is_sequence()) {
     const auto &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (equal(x[i], y[i])) continue;
-      return compare(x[i], y[i], op);
+      if (equal_at(x[i], y[i], level + 1)) continue;
+      return compare_at(x[i], y[i], op, level + 1);
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
   render_fail("'" + std::string(op) + "' not supported between instances of '" + std::string(a.type_name()) + "' and '" +
               std::string(b.type_name()) + "'");
 }
+
+int compare(const Value& a, const Value& b, std::string_view op) { return compare_at(a, b, op, 0); }
 
 std::string format_float(double f) {
   if (std::isnan(f)) return "nan";
@@ -311,34 +401,51 @@ static std::string repr_string(const std::string& s) {
   return out;
 }
 
-std::string repr(const Value& v) {
+// Appends repr(v); the output is checked as it grows, since a short list can
+// hold the same long string a million times.
+static void repr_into(std::string& out, const Value& v, int level) {
+  check_walk_depth(level);
   switch (v.kind()) {
-    case Value::Kind::String: return repr_string(v.as_string());
-    case Value::Kind::Undefined: return "Undefined";
+    case Value::Kind::String: out += repr_string(v.as_string()); break;
     case Value::Kind::List:
     case Value::Kind::Tuple: {
       bool tuple = v.kind() == Value::Kind::Tuple;
-      std::string out = tuple ? "(" : "[";
+      out += tuple ? "(" : "[";
       const auto& items = v.items();
-      for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + repr(items[i]);
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ", ";
+        repr_into(out, items[i], level + 1);
+      }
       if (tuple && items.size() == 1) out += ",";
-      return out + (tuple ? ")" : "]");
+      out += tuple ? ")" : "]";
+      break;
     }
-    case Value::Kind::Dict: {
-      std::string out = "{";
+    case Value::Kind::Dict:
+    case Value::Kind::Namespace: {
+      bool ns = v.is_namespace();
+      out += ns ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, x] : v.as_dict().entries) {
-        out += (first ? "" : ", ") + repr(k) + ": " + repr(x);
+        if (!first) out += ", ";
         first = false;
+        repr_into(out, k, level + 1);
+        out += ": ";
+        repr_into(out, x, level + 1);
       }
-      return out + "}";
+      out += ns ? "}>" : "}";
+      break;
     }
-    case Value::Kind::Namespace: {
-      Value as_dict = Value::dict(v.as_dict());
-      return "<Namespace " + repr(as_dict) + ">";
-    }
-    default: return to_str(v);
+    case Value::Kind::Undefined: out += "Undefined"; break;
+    default: out += to_str(v); break;
   }
+  check_bytes(out.size(), "repr()");
+}
+
+std::string repr(const Value& v) {
+  std::string out;
+  repr_into(out, v, 0);
+  charge_work(int64_t(out.size()));
+  return out;
 }
 
 std::string to_str(const Value& v) {
@@ -358,8 +465,11 @@ std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return {};
     case Value::Kind::List:
-    case Value::Kind::Tuple: return v.items();
+    case Value::Kind::Tuple:
+      charge_work(int64_t(v.items().size() * sizeof(Value)));
+      return v.items();
     case Value::Kind::Dict: {
+      charge_work(int64_t(v.as_dict().entries.size() * sizeof(Value)));
       std::vector<Value> keys;
       keys.reserve(v.as_dict().entries.size());
       for (const auto& [k, x] : v.as_dict().entries) keys.push_back(k);
@@ -378,6 +488,7 @@ int64_t length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return 0;
     case Value::Kind::String: {
+      charge_work(int64_t(v.as_string().size()));
       int64_t n = 0;
       for (unsigned char c : v.as_string()) n += (c & 0xC0) != 0x80;
       return n;
@@ -427,7 +538,8 @@ static std::string json_key(const Value& k) {
 }
 
 static void json_value(std::string& out, const Value& v, const JsonStyle& style, int depth) {
-  if (depth > 512) render_fail("tojson: value nested deeper than 512 levels");
+  check_walk_depth(depth);
+  check_bytes(out.size(), "tojson output");
   auto newline = [&](int level) {
     if (style.indent < 0) return;
     out += '\n';
@@ -486,12 +598,15 @@ static void json_value(std::string& out, const Value& v, const JsonStyle& style,
 std::string to_json(const Value& v, const JsonStyle& style) {
   std::string out;
   json_value(out, v, style, 0);
+  check_bytes(out.size(), "tojson output");
+  charge_work(int64_t(out.size()));
   return out;
 }
 
 // ---- UTF-8 ------------------------------------------------------------------
 
 std::u32string utf8_decode(std::string_view s) {
+  charge_work(int64_t(s.size()));
   std::u32string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {

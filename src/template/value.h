@@ -63,6 +63,7 @@ class Value {
   static Value dict(Dict d);
   static Value make_namespace(Dict attrs);
   static Value callable(std::string name, std::function<Value(Renderer&, CallArgs&)> fn);
+  // Fails (RenderFailure) for JSON nested deeper than kMaxValueDepth.
   static Value from_json(const nlohmann::ordered_json& j);
 
   Kind kind() const { return kind_; }
@@ -90,8 +91,14 @@ class Value {
   // Python's type name, for messages: "str", "dict", "NoneType", "undefined".
   std::string_view type_name() const;
 
+  // Levels of lists/tuples/dicts below and including this value: 0 for
+  // scalars, 1 for a flat list, 1 for any namespace. Computed when the
+  // container is made (containers are immutable), at most kMaxValueDepth.
+  int depth() const { return depth_; }
+
  private:
   Kind kind_ = Kind::Undefined;
+  uint16_t depth_ = 0;  // fits in the padding after kind_: Values stay 32 bytes
   union {
     bool b;
     int64_t i;
@@ -99,6 +106,35 @@ class Value {
   } scalar_{};
   std::shared_ptr<void> ptr_;  // std::string, std::vector<Value>, Dict or Callable, by kind
 };
+
+// ---- The budget of the render running on this thread ----------------------
+// Python semantics (building strings, copying lists, comparing, searching
+// dicts) run deep inside filters and methods with no Renderer at hand, yet
+// each must count against the render's bounds, or a template could loop a
+// million times over a million-item list. The Renderer installs its budget
+// for the length of a render; outside a render nothing is counted.
+struct RenderBudget {
+  size_t max_bytes = 0;    // the longest string or list (in bytes of its Values) one operation may build
+  int64_t max_work = 0;    // bytes built, copied, compared or searched by the whole render
+  int64_t work = 0;
+};
+
+class ScopedRenderBudget {
+ public:
+  explicit ScopedRenderBudget(RenderBudget& budget);
+  ~ScopedRenderBudget();
+  ScopedRenderBudget(const ScopedRenderBudget&) = delete;
+  ScopedRenderBudget& operator=(const ScopedRenderBudget&) = delete;
+
+ private:
+  RenderBudget* previous_;
+};
+
+// Adds `bytes` of work; fails once the render's total passes max_work.
+void charge_work(int64_t bytes);
+// Fails when `bytes` (the size of a string or list about to be built, named
+// by `what`) passes max_bytes.
+void check_bytes(size_t bytes, std::string_view what);
 
 // ---- Python semantics ----------------------------------------------------
 bool truthy(const Value& v);
