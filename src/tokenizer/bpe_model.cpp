@@ -210,6 +210,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     merge_large(symbols);
   const size_t first = out.size();
   for (const Symbol& s : symbols) out.push_back(s.id);
+  if (symbols.capacity() > kKeepSymbolCapacity) std::vector<Symbol>().swap(symbols);  // one huge word: give the memory back
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() >= kCacheMaxEntries) cache_.clear();

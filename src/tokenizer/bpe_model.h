@@ -76,6 +76,11 @@ class BpeModel {
   std::vector<MergeSlot> merge_table_;    // power-of-two size, load <= 0.5
   uint64_t merge_mask_ = 0;
 
+  // The per-thread symbol buffer is kept between words up to this many
+  // symbols; a multi-megabyte word (SentencePiece vocabularies see the whole
+  // input as one word) does not pin its buffer to the thread.
+  static constexpr size_t kKeepSymbolCapacity = size_t{1} << 16;
+
   // Word -> ids cache for short words (most text repeats a small set of words).
   static constexpr size_t kCacheMaxWordBytes = 48;
   static constexpr size_t kCacheMaxEntries = 1 << 16;

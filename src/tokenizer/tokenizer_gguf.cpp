@@ -1,5 +1,6 @@
 // Loader for the tokenizer.ggml.* keys of a GGUF file.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -44,7 +45,25 @@ void byte_level_pre_tokenizer(const std::string& pre, TokenizerImpl& impl) {
 
 int byte_token_value(const std::string& text) {
   if (text.size() != 6 || text.compare(0, 3, "<0x") != 0 || text[5] != '>') return -1;
-  return static_cast<int>(std::strtol(text.c_str() + 3, nullptr, 16));
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  const int hi = hex(text[3]), lo = hex(text[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+// SentencePiece merges are every split of every piece into two pieces: a
+// piece of L bytes costs L hash lookups of up to L bytes. Pieces longer than
+// this (real vocabularies stay under 100 bytes) are only taken whole, so a
+// hostile vocabulary of huge pieces cannot make loading quadratic.
+constexpr size_t kMaxMergedPieceBytes = 256;
+
+// A special-token id from the metadata: -1 (none) or an index into the vocabulary.
+int32_t optional_token_id(const formats::GgufFile& gguf, const char* key, size_t vocab_size) {
+  const int64_t id = gguf.get_int(key, -1);
+  BRIOCHE_CHECK(id >= -1 && id < static_cast<int64_t>(vocab_size), gguf.path(), ": ", key, " = ", id,
+                " is not a token id (the vocabulary has ", vocab_size, " tokens)");
+  return static_cast<int32_t>(id);
 }
 
 }  // namespace
@@ -56,6 +75,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
   auto impl = std::make_unique<TokenizerImpl>();
   const std::vector<std::string>& texts = gguf.get("tokenizer.ggml.tokens").string_list();
   const size_t n = texts.size();
+  BRIOCHE_CHECK(n <= (size_t{1} << 22), gguf.path(), ": tokenizer.ggml.tokens has ", n,
+                " entries; the limit is 4194304 (vocabularies today reach 262,144)");
   std::vector<int64_t> types(n, kNormal);
   if (const auto* v = gguf.find("tokenizer.ggml.token_type")) {
     types = v->as_ints();
@@ -125,7 +146,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
     // every normal piece into two pieces is a merge ranked by that score.
     const auto* score_value = gguf.find("tokenizer.ggml.scores");
     BRIOCHE_CHECK(score_value, gguf.path(), ": tokenizer.ggml.scores is missing (needed for model llama)");
-    const std::vector<float> scores = score_value->as_floats();
+    std::vector<float> scores = score_value->as_floats();
+    for (float& score : scores)
+      if (std::isnan(score)) score = -INFINITY;  // NaN would break the sort's ordering
     BRIOCHE_CHECK(scores.size() == n, gguf.path(), ": tokenizer.ggml.scores has ", scores.size(),
                   " entries, expected ", n);
     std::vector<int32_t> by_score(n);
@@ -134,7 +157,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
     int32_t rank = 0;
     for (int32_t id : by_score) {
       const std::string& key = keys[id];
-      if (key.empty() || types[id] != kNormal) continue;
+      if (key.empty() || types[id] != kNormal || key.size() > kMaxMergedPieceBytes) continue;
       bool any = false;
       size_t pos = 0;
       next_codepoint(key, pos);
@@ -149,8 +172,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
       rank += any;
     }
     config.byte_fallback = true;
-    const int64_t unk = gguf.get_int("tokenizer.ggml.unknown_token_id", -1);
-    config.unk_id = static_cast<int32_t>(unk);
+    config.unk_id = optional_token_id(gguf, "tokenizer.ggml.unknown_token_id", n);
     const bool add_space_prefix = gguf.find("tokenizer.ggml.add_space_prefix")
                                       ? gguf.get("tokenizer.ggml.add_space_prefix").as_bool()
                                       : true;
@@ -161,13 +183,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
   // Merges from scores come sorted by rank already; give each its rank.
   impl->model = std::make_unique<BpeModel>(std::move(keys), merges, config);
 
-  impl->bos_id = static_cast<int32_t>(gguf.get_int("tokenizer.ggml.bos_token_id", -1));
-  impl->eos_id = static_cast<int32_t>(gguf.get_int("tokenizer.ggml.eos_token_id", -1));
+  impl->bos_id = optional_token_id(gguf, "tokenizer.ggml.bos_token_id", n);
+  impl->eos_id = optional_token_id(gguf, "tokenizer.ggml.eos_token_id", n);
   const auto* add_bos = gguf.find("tokenizer.ggml.add_bos_token");
   impl->add_bos = (add_bos ? add_bos->as_bool() : kind == "llama") && impl->bos_id >= 0;
   impl->finish();
   for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-    const int64_t id = gguf.get_int(key, -1);
+    const int32_t id = optional_token_id(gguf, key, n);
     if (id >= 0 && std::find(impl->eos_ids.begin(), impl->eos_ids.end(), id) == impl->eos_ids.end())
       impl->eos_ids.push_back(static_cast<int32_t>(id));
   }

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -9,6 +10,37 @@ namespace brioche::tokenizer {
 namespace {
 
 using json = nlohmann::json;
+
+// tokenizer.json is a file a model directory hands us: it may be hostile.
+// Ids index every table, so they are checked before use; vocabularies today
+// reach 262,144 tokens, and ids far above the number of tokens would only
+// allocate empty slots.
+constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
+// Normalizer contents are inserted once per match (every space, for
+// SentencePiece); real ones are one character.
+constexpr size_t kMaxNormalizerContentBytes = 32;
+constexpr int kMaxDecoderStrip = 64;
+
+int32_t token_id_of(const json& value, const char* where, int64_t limit) {
+  BRIOCHE_CHECK(value.is_number_integer(), "tokenizer.json: ", where, ": expected an integer id, found ",
+                value.dump().substr(0, 100));
+  const int64_t id = value.get<int64_t>();
+  BRIOCHE_CHECK(id >= 0 && id < limit, "tokenizer.json: ", where, ": token id ", id, " is out of range [0, ",
+                limit, ")");
+  return static_cast<int32_t>(id);
+}
+
+const std::string& string_of(const json& value, const char* where) {
+  BRIOCHE_CHECK(value.is_string(), "tokenizer.json: ", where, ": expected a string, found ", value.dump().substr(0, 100));
+  return value.get_ref<const std::string&>();
+}
+
+std::string short_content(const json& value, const char* where) {
+  const std::string& text = string_of(value, where);
+  BRIOCHE_CHECK(text.size() <= kMaxNormalizerContentBytes, "tokenizer.json: ", where, ": content of ", text.size(),
+                " bytes; the limit is ", kMaxNormalizerContentBytes);
+  return text;
+}
 
 std::string type_of(const json& node, const char* where) {
   BRIOCHE_CHECK(node.is_object() && node.contains("type") && node["type"].is_string(),
@@ -19,15 +51,17 @@ std::string type_of(const json& node, const char* where) {
 
 bool flag(const json& node, const char* key, bool fallback) {
   auto it = node.find(key);
-  return it == node.end() || it->is_null() ? fallback : it->get<bool>();
+  if (it == node.end() || it->is_null()) return fallback;
+  BRIOCHE_CHECK(it->is_boolean(), "tokenizer.json: \"", key, "\" must be true or false, found ", it->dump().substr(0, 100));
+  return it->get<bool>();
 }
 
 // A {"String": "..."} or {"Regex": "..."} pattern.
 void read_pattern(const json& pattern, const char* where, std::string& literal, std::shared_ptr<Regex>& regex) {
-  if (pattern.contains("String")) {
-    literal = pattern["String"].get<std::string>();
-  } else if (pattern.contains("Regex")) {
-    regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>());
+  if (pattern.is_object() && pattern.contains("String")) {
+    literal = string_of(pattern["String"], where);
+  } else if (pattern.is_object() && pattern.contains("Regex")) {
+    regex = std::make_shared<Regex>(string_of(pattern["Regex"], where));
   } else {
     fail("tokenizer.json: ", where, ": expected pattern {\"String\"|\"Regex\": ...}, found ", pattern.dump());
   }
@@ -43,10 +77,10 @@ void read_normalizer(const json& node, Normalizer& out) {
   } else if (type == "Replace") {
     NormalizerStep step{.kind = NormalizerStep::Kind::Replace};
     read_pattern(node.at("pattern"), "normalizer Replace", step.pattern, step.regex);
-    step.content = node.at("content").get<std::string>();
+    step.content = short_content(node.at("content"), "normalizer Replace");
     out.add(std::move(step));
   } else if (type == "Prepend") {
-    out.add({.kind = NormalizerStep::Kind::Prepend, .content = node.at("prepend").get<std::string>()});
+    out.add({.kind = NormalizerStep::Kind::Prepend, .content = short_content(node.at("prepend"), "normalizer Prepend")});
   } else if (type == "Strip") {
     out.add({.kind = NormalizerStep::Kind::Strip,
              .strip_left = flag(node, "strip_left", true),
@@ -79,7 +113,7 @@ bool read_pre_tokenizer(const json& node, PreTokenizer& out) {
   if (type == "Split") {
     PreTokenizerStep step{.kind = PreTokenizerStep::Kind::Split};
     read_pattern(node.at("pattern"), "pre_tokenizer Split", step.literal, step.regex);
-    step.behavior = read_behavior(node.at("behavior").get<std::string>());
+    step.behavior = read_behavior(string_of(node.at("behavior"), "pre_tokenizer Split behavior"));
     step.invert = flag(node, "invert", false);
     out.add(std::move(step));
     return false;
@@ -101,7 +135,8 @@ bool read_pre_tokenizer(const json& node, PreTokenizer& out) {
   }
   if (type == "Metaspace") {
     PreTokenizerStep step{.kind = PreTokenizerStep::Kind::Metaspace};
-    step.replacement = node.value("replacement", std::string("\xE2\x96\x81"));
+    step.replacement = node.contains("replacement") ? short_content(node["replacement"], "pre_tokenizer Metaspace replacement")
+                                                    : std::string("\xE2\x96\x81");
     step.split = flag(node, "split", true);
     if (node.contains("prepend_scheme") && node["prepend_scheme"].is_string()) {
       const std::string scheme = node["prepend_scheme"].get<std::string>();
@@ -142,16 +177,24 @@ void read_decoder(const json& node, DecoderSteps& out) {
     std::shared_ptr<Regex> regex;
     read_pattern(node.at("pattern"), "decoder Replace", literal, regex);
     BRIOCHE_CHECK(!regex, "tokenizer.json: decoder Replace with a Regex pattern is not supported");
-    out.replacements.emplace_back(literal, node.at("content").get<std::string>());
+    out.replacements.emplace_back(literal, short_content(node.at("content"), "decoder Replace"));
   } else if (type == "Strip") {
-    BRIOCHE_CHECK(node.value("content", std::string(" ")) == " " && node.value("stop", 0) == 0,
-                  "tokenizer.json: decoder Strip is supported for leading spaces only, found ", node.dump());
-    out.strip_leading_spaces += node.value("start", 0);
+    BRIOCHE_CHECK(node.value("content", json(" ")) == " " && node.value("stop", json(0)) == 0,
+                  "tokenizer.json: decoder Strip is supported for leading spaces only, found ", node.dump().substr(0, 200));
+    const json start_value = node.value("start", json(0));
+    BRIOCHE_CHECK(start_value.is_number_integer() && start_value.get<int64_t>() >= 0 &&
+                      start_value.get<int64_t>() <= kMaxDecoderStrip,
+                  "tokenizer.json: decoder Strip start ", start_value.dump().substr(0, 40), " is not an integer in [0, ",
+                  kMaxDecoderStrip, "]");
+    const int start = static_cast<int>(start_value.get<int64_t>());
+    out.strip_leading_spaces = std::min(out.strip_leading_spaces + start, kMaxDecoderStrip);
   } else if (type == "Metaspace") {
-    const std::string replacement = node.value("replacement", std::string("\xE2\x96\x81"));
+    const std::string replacement = node.contains("replacement") ? short_content(node["replacement"], "decoder Metaspace replacement")
+                                                                 : std::string("\xE2\x96\x81");
     out.replacements.emplace_back(replacement, " ");
     const std::string scheme = node.value("prepend_scheme", std::string("always"));
-    if (scheme != "never" && flag(node, "add_prefix_space", true)) out.strip_leading_spaces += 1;
+    if (scheme != "never" && flag(node, "add_prefix_space", true))
+      out.strip_leading_spaces = std::min(out.strip_leading_spaces + 1, kMaxDecoderStrip);
   } else {
     fail("tokenizer.json: decoder type '", type,
          "' is not supported (supported: Sequence, ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace)");
@@ -178,20 +221,30 @@ int byte_token_value(const std::string& text) {
 
 std::string token_name(const json& value) {  // "bos_token": "<s>" or {"content": "<s>", ...}
   if (value.is_string()) return value.get<std::string>();
-  if (value.is_object() && value.contains("content")) return value["content"].get<std::string>();
+  if (value.is_object() && value.contains("content") && value["content"].is_string()) return value["content"].get<std::string>();
   return {};
 }
 
+std::unique_ptr<TokenizerImpl> load_tokenizer_json(const json& root, const std::string& config_json_text);
+
 }  // namespace
 
+// nlohmann's own exceptions (a key missing, a value of the wrong type) mean
+// a malformed file; they leave as brioche::Error like every other refusal.
 std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& json_text,
                                                           const std::string& config_json_text) {
-  json root;
+  const json root = parse_json_bounded(json_text, "tokenizer.json");
+  BRIOCHE_CHECK(root.is_object(), "tokenizer.json: expected a JSON object at the top, found ", root.type_name());
   try {
-    root = json::parse(json_text);
+    return std::unique_ptr<Tokenizer>(new Tokenizer(load_tokenizer_json(root, config_json_text)));
   } catch (const json::exception& e) {
-    fail("tokenizer.json: not valid JSON: ", e.what());
+    fail("tokenizer.json: unexpected structure: ", e.what());
   }
+}
+
+namespace {
+
+std::unique_ptr<TokenizerImpl> load_tokenizer_json(const json& root, const std::string& config_json_text) {
   auto impl = std::make_unique<TokenizerImpl>();
   const json& model = root.at("model");
   const std::string model_type = model.value("type", std::string("BPE"));
@@ -207,10 +260,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& jso
 
   // Vocabulary: the model's, then added tokens (which may extend it).
   const json& vocab = model.at("vocab");
+  BRIOCHE_CHECK(vocab.is_object(), "tokenizer.json: model.vocab: expected an object of token -> id, found ",
+                vocab.type_name());
+  const json added = root.value("added_tokens", json::array());
+  BRIOCHE_CHECK(added.is_array(), "tokenizer.json: added_tokens: expected an array, found ", added.type_name());
+  // Ids may leave a few holes, not a mostly empty table.
+  const int64_t id_limit = std::min<int64_t>(kMaxVocabSize, 2 * int64_t(vocab.size() + added.size()) + 1024);
   int64_t size = 0;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) size = std::max<int64_t>(size, it.value().get<int64_t>() + 1);
-  const json& added = root.value("added_tokens", json::array());
-  for (const json& t : added) size = std::max<int64_t>(size, t.at("id").get<int64_t>() + 1);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    size = std::max<int64_t>(size, token_id_of(it.value(), "model.vocab", id_limit) + 1);
+  for (const json& t : added) size = std::max<int64_t>(size, token_id_of(t.at("id"), "added_tokens", id_limit) + 1);
   impl->token_texts.assign(size, std::string());
   impl->special.assign(size, 0);
   StringToId vocab_ids;
@@ -223,7 +282,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& jso
   std::vector<bool> is_added(size, false);
   for (const json& t : added) {
     AddedToken token;
-    token.content = t.at("content").get<std::string>();
+    token.content = string_of(t.at("content"), "added_tokens content");
     token.id = t.at("id").get<int32_t>();
     token.special = flag(t, "special", false);
     token.lstrip = flag(t, "lstrip", false);
@@ -286,6 +345,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& jso
   }
   std::vector<BpeMerge> merges;
   const json& merge_list = model.at("merges");
+  BRIOCHE_CHECK(merge_list.is_array(), "tokenizer.json: model.merges: expected an array, found ", merge_list.type_name());
   merges.reserve(merge_list.size());
   auto lookup = [&](const std::string& piece, size_t index) {
     auto it = vocab_ids.find(piece);
@@ -305,8 +365,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& jso
     } else {
       BRIOCHE_CHECK(m.is_array() && m.size() == 2, "tokenizer.json: merge ", i,
                     ": expected a string or a pair, found ", m.dump());
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+      left = string_of(m[0], "model.merges");
+      right = string_of(m[1], "model.merges");
     }
     merges.push_back(BpeMerge{lookup(left, i), lookup(right, i), lookup(left + right, i)});
   }
@@ -328,20 +388,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& jso
       processors.push_back(&post);
   }
   for (const json* p : processors) {
-    if (p->value("type", std::string()) != "TemplateProcessing") continue;
+    if (!p->is_object() || p->value("type", std::string()) != "TemplateProcessing") continue;
     const json& single = p->at("single");
-    if (!single.empty() && single[0].contains("SpecialToken")) {
-      impl->bos_id = id_of(single[0]["SpecialToken"].at("id").get<std::string>());
+    if (single.is_array() && !single.empty() && single[0].is_object() && single[0].contains("SpecialToken")) {
+      impl->bos_id = id_of(string_of(single[0]["SpecialToken"].at("id"), "post_processor SpecialToken id"));
       impl->add_bos = impl->bos_id >= 0;
     }
   }
   if (!config_json_text.empty()) {
-    json cfg;
-    try {
-      cfg = json::parse(config_json_text);
-    } catch (const json::exception& e) {
-      fail("tokenizer_config.json: not valid JSON: ", e.what());
-    }
+    json cfg = parse_json_bounded(config_json_text, "tokenizer_config.json");
+    BRIOCHE_CHECK(cfg.is_object(), "tokenizer_config.json: expected a JSON object at the top, found ", cfg.type_name());
     if (cfg.contains("bos_token")) {
       const std::string name = token_name(cfg["bos_token"]);
       if (!name.empty()) impl->bos_id = id_of(name);
@@ -354,7 +410,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& jso
       impl->add_bos = cfg["add_bos_token"].get<bool>() && impl->bos_id >= 0;
   }
   impl->finish();
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+  return impl;
 }
 
+}  // namespace
 }  // namespace brioche::tokenizer
