@@ -7,6 +7,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -18,6 +22,17 @@ namespace brioche::grammar {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Freeing this much or more is followed by malloc_trim: glibc keeps the
+// freed pages of its heaps mapped otherwise, and a server's RSS would stay
+// at its high-water mark after a large grammar is evicted or fails.
+constexpr size_t kTrimAfterBytes = 16u << 20;
+
+void release_free_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 // Walks the vocabulary trie from one state with an unknown caller below it.
 // After k bytes the stacks are F[k]; E[k] says some stack returned into the
@@ -84,6 +99,7 @@ class StatePrecompute {
       }
       const Vocabulary::TrieEdge edge = edges[edge_index];
       const int32_t c = dfa_.next(config_[d], edge.byte);
+      work_ += 1 + static_cast<uint64_t>(dfa_.num_nodes(c));
       const uint8_t flags = dfa_.flags(c);
       const uint8_t esc = (flags & FrontierDfa::kEscaped) ? 1 : 0;
       const uint8_t any_esc = any_escape_[d] | esc;
@@ -98,6 +114,7 @@ class StatePrecompute {
         // without reading it. Most of a wide state's walk ends here.
         if (node.rank_end - node.rank_begin - node.num_exact >= kMinBulkTokens &&
             covered(bytes_below[edge.node], dfa_.self_loop_bytes(c), utf8_below[edge.node], c)) {
+          work_ += static_cast<uint64_t>(node.rank_end - node.rank_begin - node.num_exact);
           for (int32_t r = node.rank_begin + node.num_exact; r < node.rank_end; ++r) accepted.push_back(sorted[r]);
           continue;
         }
@@ -124,7 +141,16 @@ class StatePrecompute {
     }
   }
 
+ public:
+  // Work units spent so far (CompileLimits::max_work): one per trie edge
+  // walked plus the stacks of the configuration it reaches, one per token
+  // accepted in bulk, one per token checked against the caller and per
+  // byte of its lookahead check. All of it depends only on the state's
+  // rule structure and the vocabulary.
+  uint64_t work() const { return work_; }
+
  private:
+  uint64_t work_ = 0;
   // Checked even for one token below: long single-token chains (the tail of
   // "internationalization") would otherwise be read byte by byte.
   static constexpr int32_t kMinBulkTokens = 1;
@@ -158,6 +184,7 @@ class StatePrecompute {
   // the rest of the token compatible with the rule's lookahead assertion
   // (a rule without one accepts any rest).
   bool returns_to_caller(int32_t rank, int32_t upto) {
+    ++work_;
     if (!any_escape_[upto]) return false;
     if (lookahead_ < 0) return true;
     std::string_view tok = v_.ranked(rank);
@@ -172,6 +199,7 @@ class StatePrecompute {
     int32_t c = lookahead_start_;
     if (dfa_.escaped(c)) return true;
     for (unsigned char b : rest) {
+      ++work_;
       c = dfa_.next(c, b);
       if (dfa_.escaped(c)) return true;
       if (dfa_.dead(c)) return false;
@@ -223,9 +251,14 @@ struct SharedKeyHash {
     return static_cast<size_t>(k.a ^ (k.vocab * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(k.offset) << 17));
   }
 };
+// A mask and the work units its walk cost (charged again on every hit).
+struct SharedMask {
+  std::shared_ptr<const StateMask> mask;
+  uint64_t work = 0;
+};
 struct SharedMaskCache {
   std::mutex mutex;
-  std::unordered_map<SharedKey, std::shared_ptr<const StateMask>, SharedKeyHash> entries;
+  std::unordered_map<SharedKey, SharedMask, SharedKeyHash> entries;
   size_t bytes = 0;
   static constexpr size_t kMaxBytes = 256ull << 20;  // past this the cache starts over
 };
@@ -295,14 +328,22 @@ class MaskBuilder {
     return SharedKey{v_.content_hash(), rule_hash_[rule].a, rule_hash_[rule].b, s - a_.rule_start[rule]};
   }
 
-  // The state's mask from the process-wide cache, or nullptr.
-  const StateMask* shared(int32_t s) {
+  // The state's mask from this compile's earlier states (same rule
+  // structure) or the process-wide cache, or nullptr; `walk_work` gets the
+  // work units its walk cost (what the caller charges for it).
+  const StateMask* shared(int32_t s, uint64_t* walk_work) {
+    const SharedKey key = key_of(s);
+    if (auto it = pending_.find(key); it != pending_.end()) {
+      *walk_work = it->second.work;
+      return it->second.mask.get();
+    }
     SharedMaskCache& cache = shared_masks();
     std::lock_guard<std::mutex> lock(cache.mutex);
-    auto it = cache.entries.find(key_of(s));
+    auto it = cache.entries.find(key);
     if (it == cache.entries.end()) return nullptr;
-    if (owned_.insert(it->second.get()).second) keep(it->second);
-    return it->second.get();
+    if (owned_.insert(it->second.mask.get()).second) keep(it->second.mask);
+    *walk_work = it->second.work;
+    return it->second.mask.get();
   }
 
   // Whether the walk from s is small: an upper estimate of it (the tokens
@@ -326,6 +367,7 @@ class MaskBuilder {
     // One level first: every token starting with a readable byte. Often
     // already small (digits, hex), and it needs no new DFA transitions.
     const std::string first_bytes(dfa_.readable_bytes(c0));
+    work_ += 1 + first_bytes.size();
     for (char b1 : first_bytes) {
       const int32_t n1 = root_child_[static_cast<uint8_t>(b1)];
       if (n1 >= 0) total += nodes[n1].rank_end - nodes[n1].rank_begin;
@@ -342,6 +384,7 @@ class MaskBuilder {
         total += nodes[n1].num_exact;
         if (!dfa_.dead(c1))
           for (char b2 : std::string(dfa_.readable_bytes(c1))) {
+            ++work_;
             const int32_t n2 = child(n1, static_cast<uint8_t>(b2));
             if (n2 >= 0) total += nodes[n2].rank_end - nodes[n2].rank_begin;
           }
@@ -354,7 +397,10 @@ class MaskBuilder {
   const StateMask* compute(int32_t s) {
     acc_.clear();
     unc_.clear();
+    const uint64_t walk_start = pre_.work();
     pre_.run(s, acc_, unc_);
+    const uint64_t walk = pre_.work() - walk_start;
+    work_ += walk;
     // Identical entries are common (e.g. every position of a whitespace
     // run); share them.
     const uint64_t h = hash_mask(acc_, unc_);
@@ -373,20 +419,34 @@ class MaskBuilder {
       keep(mask);
     }
     const StateMask* found = mask.get();
-    SharedMaskCache& cache = shared_masks();
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    if (cache.bytes + mask->bytes() > SharedMaskCache::kMaxBytes) {
-      cache.entries.clear();
-      cache.bytes = 0;
-    }
-    if (cache.entries.emplace(key_of(s), mask).second) cache.bytes += mask->bytes();
+    // Published to the process-wide cache only once the compile succeeded
+    // (a failed one keeps nothing); until then later states of this
+    // grammar find it in pending_.
+    pending_.emplace(key_of(s), SharedMask{mask, walk});
+    if (eager_pass_done_) publish();
     return found;
+  }
+
+  // Work units so far (walks, deferral checks, hits charged their walks).
+  uint64_t work() const { return work_; }
+  void charge(uint64_t units) { work_ += units; }
+
+  // Bytes held, an estimate (see CompiledGrammar::memory_bytes).
+  size_t memory_bytes() const {
+    size_t accepted = 0;
+    for (const auto& ids : accepted_of_) accepted += ids.capacity() * sizeof(int32_t) + sizeof(ids);
+    return total_bytes_ + masks_.capacity() * sizeof(masks_[0]) + masks_.size() * 64 + accepted +
+           by_hash_.size() * 64 + owned_.size() * 32 + pending_.size() * 64 + dfa_.memory_bytes() +
+           (acc_.capacity() + unc_.capacity()) * sizeof(int32_t);
   }
 
   // After the eager pass only deferred (small) states are computed, so the
   // accepted lists kept for deduplication of large masks are dropped: the
-  // builder lives as long as the compiled grammar.
+  // builder lives as long as the compiled grammar. The masks computed so
+  // far go to the process-wide cache (the compile succeeded).
   void end_eager_pass() {
+    eager_pass_done_ = true;
+    publish();
     const size_t large = static_cast<size_t>(v_.num_words());
     for (auto& [hash, bucket] : by_hash_)
       bucket.erase(std::remove_if(bucket.begin(), bucket.end(),
@@ -400,6 +460,20 @@ class MaskBuilder {
   int32_t num_masks() const { return static_cast<int32_t>(masks_.size()); }
 
  private:
+  void publish() {
+    SharedMaskCache& cache = shared_masks();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    for (auto& [key, entry] : pending_) {
+      const size_t bytes = entry.mask->bytes();
+      if (cache.bytes + bytes > SharedMaskCache::kMaxBytes) {
+        cache.entries.clear();
+        cache.bytes = 0;
+      }
+      if (cache.entries.emplace(key, entry).second) cache.bytes += bytes;
+    }
+    pending_.clear();
+  }
+
   void keep(std::shared_ptr<const StateMask> m) {
     total_bytes_ += m->bytes();
     BRIOCHE_CHECK(total_bytes_ <= limits_.max_mask_bytes, "grammar compile exceeded its size budget of ",
@@ -420,6 +494,9 @@ class MaskBuilder {
   std::vector<int32_t> acc_, unc_;
   std::vector<int32_t> root_child_;  // [256] trie node of each first byte, -1: none
   size_t total_bytes_ = 0;
+  uint64_t work_ = 0;
+  std::unordered_map<SharedKey, SharedMask, SharedKeyHash> pending_;  // computed here, not yet published
+  bool eager_pass_done_ = false;
 };
 
 CompiledGrammar::CompiledGrammar() = default;
@@ -429,17 +506,50 @@ const StateMask* CompiledGrammar::compute_deferred(int32_t state) const {
   std::lock_guard<std::mutex> lock(builder_mutex_);
   const StateMask* m = state_mask_[state].load(std::memory_order_acquire);
   if (m != nullptr) return m;
-  m = builder_->shared(state);
+  uint64_t walk_work = 0;  // not charged: the compile is over
+  m = builder_->shared(state, &walk_work);
   if (m == nullptr) m = builder_->compute(state);
   state_mask_[state].store(m, std::memory_order_release);
   return m;
+}
+
+size_t CompiledGrammar::memory_bytes() const {
+  const Automaton& a = automaton_;
+  size_t names = 0;
+  for (const std::string& n : a.rule_names) names += n.capacity() + sizeof(n);
+  size_t bytes = sizeof(*this) + a.states.capacity() * sizeof(AutomatonState) +
+                 a.byte_edges.capacity() * sizeof(ByteEdge) + a.rule_edges.capacity() * sizeof(RuleEdge) +
+                 (a.rule_start.capacity() + a.rule_lookahead.capacity()) * sizeof(int32_t) + names +
+                 a.states.size() * sizeof(std::atomic<const StateMask*>) + deferred_.capacity();
+  std::lock_guard<std::mutex> lock(builder_mutex_);
+  if (builder_) bytes += builder_->memory_bytes();
+  return bytes;
 }
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar,
                                                                 std::shared_ptr<const Vocabulary> vocabulary,
                                                                 const CompileLimits& limits) {
   auto start = Clock::now();
-  auto out = std::make_shared<CompiledGrammar>();
+  std::shared_ptr<CompiledGrammar> out;
+  try {
+    out = std::make_shared<CompiledGrammar>();
+    build_into(*out, grammar, std::move(vocabulary), limits);
+  } catch (...) {
+    // Everything the failed compile built is freed here (its masks never
+    // reached the process-wide cache); then the freed pages go back.
+    const bool large = out && out->memory_bytes() >= kTrimAfterBytes;
+    out.reset();
+    if (large) release_free_memory();
+    throw;
+  }
+  out->stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return out;
+}
+
+void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& grammar,
+                                 std::shared_ptr<const Vocabulary> vocabulary, const CompileLimits& limits) {
+  auto start = Clock::now();
+  CompiledGrammar* out = &out_ref;
   out->automaton_ = Automaton::build(grammar, limits.automaton);
   out->stats_.automaton_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out->vocabulary_ = std::move(vocabulary);
@@ -452,31 +562,46 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   out->stats_.num_states = num_states;
   out->builder_ = std::make_unique<MaskBuilder>(a, v, limits);
   MaskBuilder& builder = *out->builder_;
+  builder.charge(a.states.size() + a.byte_edges.size() + a.rule_edges.size());
+  auto check_work = [&](int32_t states_done) {
+    BRIOCHE_CHECK(builder.work() <= limits.max_work, "grammar compile exceeded its work budget of ", limits.max_work,
+                  " units (", builder.work(), " spent with ", states_done, " of the automaton's ", num_states,
+                  " states done); simplify the grammar or raise CompileLimits::max_work");
+  };
+  check_work(0);
   for (int32_t s = 0; s < num_states; ++s) {
     if (!a.has_byte_edges(s)) continue;
     const int32_t rule = a.states[s].rule;
     if (rule >= a.first_lookahead_rule) continue;  // lookaheads are only matched, never masked
     ++out->stats_.num_scannable_states;
-    const StateMask* m = builder.shared(s);
-    if (m != nullptr) {
+    // Deferral is decided before the caches are asked, so that what a state
+    // is charged does not depend on what other grammars compiled before.
+    // A small state is charged its deferral check only (taken from a cache
+    // when there, else left to the first mask that needs it); any other
+    // state is charged its walk, computed or not.
+    uint64_t walk_work = 0;
+    const StateMask* m = nullptr;
+    if (limits.defer_tokens > 0 && builder.walk_is_small(s, limits.defer_tokens)) {
+      m = builder.shared(s, &walk_work);
+      if (m != nullptr) {
+        ++out->stats_.num_shared_states;
+      } else {
+        out->deferred_[s] = 1;
+        ++out->stats_.num_deferred_states;
+      }
+    } else if ((m = builder.shared(s, &walk_work)) != nullptr) {
+      builder.charge(walk_work);
       ++out->stats_.num_shared_states;
-    } else if (limits.defer_tokens > 0 && builder.walk_is_small(s, limits.defer_tokens)) {
-      out->deferred_[s] = 1;
-      ++out->stats_.num_deferred_states;
     } else {
       m = builder.compute(s);
     }
     out->state_mask_[s].store(m, std::memory_order_relaxed);
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    BRIOCHE_CHECK(elapsed <= limits.max_seconds, "grammar compile exceeded its time budget of ", limits.max_seconds,
-                  " s (", out->stats_.num_scannable_states, " of the automaton's ", num_states,
-                  " states done); simplify the grammar or raise CompileLimits::max_seconds");
+    check_work(s + 1);
   }
   builder.end_eager_pass();
   out->stats_.num_distinct_masks = builder.num_masks();
   out->stats_.mask_bytes = builder.total_bytes();
-  out->stats_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return out;
+  out->stats_.work = builder.work();
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, GrammarCacheOptions options)
@@ -496,16 +621,46 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const Grammar& grammar)
     }
     ++misses_;
   }
-  auto compiled = CompiledGrammar::compile(grammar, vocabulary_, options_.limits);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = index_.find(key);
-  if (it != index_.end()) return it->second->second;
-  lru_.emplace_front(key, compiled);
-  index_[key] = lru_.begin();
-  while (lru_.size() > options_.max_entries) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
+  std::shared_ptr<const CompiledGrammar> compiled = CompiledGrammar::compile(grammar, vocabulary_, options_.limits);
+  // Measured outside the lock: memory_bytes() takes each grammar's builder lock.
+  const size_t compiled_bytes = compiled->memory_bytes();
+  std::vector<std::shared_ptr<const CompiledGrammar>> entries;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second->second;
+    if (compiled_bytes > options_.max_bytes) return compiled;  // usable, but not kept
+    for (const Entry& e : lru_) entries.push_back(e.second);
   }
+  // Entries grow while they are used (deferred states, DFA configurations):
+  // measure them again, then evict least recently used ones to the budgets.
+  std::unordered_map<const CompiledGrammar*, size_t> measured;
+  for (const auto& e : entries) measured[e.get()] = e->memory_bytes();
+  entries.clear();
+  std::vector<std::shared_ptr<const CompiledGrammar>> evicted;  // released outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second->second;
+    lru_.emplace_front(key, compiled);
+    index_[key] = lru_.begin();
+    bytes_ = 0;
+    for (const Entry& e : lru_) {
+      auto m = measured.find(e.second.get());
+      bytes_ += e.second == compiled ? compiled_bytes : m != measured.end() ? m->second : 0;
+    }
+    while (lru_.size() > 1 && (lru_.size() > options_.max_entries || bytes_ > options_.max_bytes)) {
+      auto m = measured.find(lru_.back().second.get());
+      bytes_ -= std::min(bytes_, m != measured.end() ? m->second : 0);
+      index_.erase(lru_.back().first);
+      evicted.push_back(std::move(lru_.back().second));
+      lru_.pop_back();
+    }
+  }
+  size_t evicted_bytes = 0;
+  for (const auto& e : evicted) evicted_bytes += measured.count(e.get()) ? measured[e.get()] : 0;
+  evicted.clear();  // freed here unless a request still holds one
+  if (evicted_bytes >= kTrimAfterBytes) release_free_memory();
   return compiled;
 }
 
@@ -514,10 +669,16 @@ size_t GrammarCache::size() const {
   return lru_.size();
 }
 
+size_t GrammarCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+
 void GrammarCache::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   lru_.clear();
   index_.clear();
+  bytes_ = 0;
 }
 
 }  // namespace brioche::grammar

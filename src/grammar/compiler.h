@@ -20,9 +20,24 @@
 
 namespace brioche::grammar {
 
+// Work units: what one compilation does, counted, so that the same grammar
+// and vocabulary always get the same answer whatever the machine's load or
+// the process-wide mask cache hold (never wall time). One unit is about one
+// table lookup: an automaton state or edge built, a trie edge walked (plus
+// the stacks of the configuration it reaches), a token accepted with its
+// whole subtree, a byte of a lookahead check, a trie node counted to decide
+// deferral. A state whose mask comes from the process-wide cache is charged
+// what computing it costs (the walk of a state is the same in every grammar
+// that shares the mask), so a warm cache makes a compile faster, not cheaper.
+// Measured on the development machine (one core, Llama-3's 128k tokens):
+// 0.7-1e8 units per second, so the default is ~10-15 s of one core; the
+// largest of the 230 schemas of tests/server/structured_schemas.json takes
+// 4.8e7 units, the median ~1e7.
+inline constexpr uint64_t kDefaultCompileWork = 1'000'000'000;
+
 struct CompileLimits {
-  double max_seconds = 30.0;               // time budget of one compilation
-  size_t max_mask_bytes = 1024ull << 20;   // size budget of the mask tables
+  uint64_t max_work = kDefaultCompileWork;  // work budget of one compilation (see above)
+  size_t max_mask_bytes = 512ull << 20;     // size budget of the mask tables
   AutomatonLimits automaton;
   // States whose walk covers at most this many tokens (an estimate from
   // their first two bytes) are left to the first mask that needs them: a
@@ -52,6 +67,7 @@ struct CompileStats {
   int32_t num_shared_states = 0;     // entries taken from the process-wide cache
   int32_t num_deferred_states = 0;   // small entries left to the first mask that needs them
   size_t mask_bytes = 0;
+  uint64_t work = 0;                 // work units of the compile (CompileLimits::max_work)
   double seconds = 0.0;
   double automaton_seconds = 0.0;    // part of `seconds` spent lowering the grammar
 };
@@ -78,9 +94,15 @@ class CompiledGrammar {
     return compute_deferred(state);
   }
   const CompileStats& stats() const { return stats_; }
+  // Bytes this grammar holds (automaton, per-state tables, masks incl. ones
+  // shared with the process-wide cache, the lazily built DFA kept for
+  // deferred states), an estimate; grows as deferred states are computed.
+  size_t memory_bytes() const;
 
  private:
   const StateMask* compute_deferred(int32_t state) const;
+  static void build_into(CompiledGrammar& out, const Grammar& grammar, std::shared_ptr<const Vocabulary> vocabulary,
+                         const CompileLimits& limits);
 
   Automaton automaton_;
   std::shared_ptr<const Vocabulary> vocabulary_;
@@ -104,7 +126,12 @@ void clear_shared_mask_cache();
 void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary);
 
 struct GrammarCacheOptions {
-  size_t max_entries = 64;  // least recently used entries are evicted past this
+  // Least recently used entries are evicted past either bound. The bytes
+  // are CompiledGrammar::memory_bytes(), measured again at every insertion
+  // (deferred states grow a grammar while it is used). A grammar larger than
+  // max_bytes alone is returned to its caller but not kept.
+  size_t max_entries = 64;
+  size_t max_bytes = 256ull << 20;
   CompileLimits limits;
   // Run prewarm_shared_masks(vocabulary) in the constructor: ~0.1-0.2 s once
   // (Llama-3), after which a new JSON schema compiles in a few ms.
@@ -113,6 +140,8 @@ struct GrammarCacheOptions {
 
 // Compiled grammars of one vocabulary, keyed by the grammar's content hash.
 // Thread-safe; concurrent requests for the same grammar may compile twice.
+// A compile that fails keeps nothing: its masks reach the process-wide cache
+// only when it succeeds, and its memory is handed back to the system.
 class GrammarCache {
  public:
   GrammarCache(std::shared_ptr<const Vocabulary> vocabulary, GrammarCacheOptions options = {});
@@ -120,6 +149,7 @@ class GrammarCache {
   size_t hits() const { return hits_; }
   size_t misses() const { return misses_; }
   size_t size() const;
+  size_t bytes() const;  // held by the entries, as last measured
   void clear();
 
  private:
@@ -128,6 +158,7 @@ class GrammarCache {
   GrammarCacheOptions options_;
   mutable std::mutex mutex_;
   std::list<Entry> lru_;  // front = most recent
+  size_t bytes_ = 0;
   std::unordered_map<uint64_t, std::list<Entry>::iterator> index_;
   size_t hits_ = 0, misses_ = 0;
 };

@@ -19,7 +19,7 @@ void set_range(uint64_t* bits, int lo, int hi) {
 
 }  // namespace
 
-FrontierDfa::FrontierDfa(const Automaton& automaton, size_t max_configs)
+FrontierDfa::FrontierDfa(const Automaton& automaton, size_t max_configs, size_t max_table_bytes)
     : a_(automaton), max_configs_(max_configs), walker_(automaton, arena_) {
   // Class boundaries: every edge range starts a class at lo and at hi + 1.
   bool boundary[257] = {};
@@ -34,7 +34,18 @@ FrontierDfa::FrontierDfa(const Automaton& automaton, size_t max_configs)
     class_of_[b] = static_cast<uint8_t>(cls);
   }
   num_classes_ = cls + 1;
+  max_configs_ = std::min(max_configs_, max_table_bytes / (sizeof(int32_t) * num_classes_));
   node_begin_.push_back(0);
+}
+
+size_t FrontierDfa::memory_bytes() const {
+  // An unordered_map node: the key string (heap part when long), the value,
+  // the bucket pointer and the allocator's overhead, about 64 bytes.
+  return table_.capacity() * sizeof(int32_t) + nodes_.capacity() * sizeof(int32_t) +
+         node_begin_.capacity() * sizeof(int32_t) + flags_.capacity() + num_readable_.capacity() * sizeof(int32_t) +
+         (readable_begin_.capacity() + readable_size_.capacity()) * sizeof(int32_t) + readable_pool_.capacity() +
+         self_loop_.capacity() * sizeof(self_loop_[0]) + self_loop_done_.capacity() + utf8_loop_.capacity() +
+         index_.size() * 64 + nodes_.size() * sizeof(int32_t) + arena_.memory_bytes();
 }
 
 int32_t FrontierDfa::intern(Frontier& f) {
@@ -44,7 +55,8 @@ int32_t FrontierDfa::intern(Frontier& f) {
   auto [it, inserted] = index_.emplace(key_, static_cast<int32_t>(flags_.size()));
   if (!inserted) return it->second;
   BRIOCHE_CHECK(flags_.size() < max_configs_, "grammar compile: more than ", max_configs_,
-                " distinct stack configurations (size budget); simplify the grammar");
+                " distinct stack configurations (size budget: ", num_classes_,
+                " byte classes per table row); simplify the grammar");
   nodes_.insert(nodes_.end(), f.nodes.begin(), f.nodes.end());
   node_begin_.push_back(static_cast<int32_t>(nodes_.size()));
   flags_.push_back(static_cast<uint8_t>((f.nodes.empty() ? kDead : 0) | (f.escaped ? kEscaped : 0)));

@@ -24,7 +24,11 @@ namespace brioche::grammar {
 
 class FrontierDfa {
  public:
-  explicit FrontierDfa(const Automaton& automaton, size_t max_configs = 4'000'000);
+  // At most max_configs configurations, and a transition table of at most
+  // max_table_bytes (configurations x byte classes x 4): past either the
+  // compile fails (a size budget) instead of taking the machine's memory.
+  explicit FrontierDfa(const Automaton& automaton, size_t max_configs = 4'000'000,
+                       size_t max_table_bytes = 256ull << 20);
 
   // Configuration of the stacks closure(state) over an unknown caller.
   int32_t start(int32_t state);
@@ -48,6 +52,10 @@ class FrontierDfa {
   // How many distinct bytes some stack of c has an edge for.
   int32_t num_readable(int32_t c) const { return num_readable_[c]; }
   int32_t num_configs() const { return static_cast<int32_t>(flags_.size()); }
+  // Stacks in configuration c (what a transition from it costs to compute).
+  int32_t num_nodes(int32_t c) const { return node_begin_[c + 1] - node_begin_[c]; }
+  // Bytes held (tables, interned keys, the stack arena), an estimate.
+  size_t memory_bytes() const;
   // Bytes b with next(c, b) == c, as 256 bits ([4] words): a token suffix
   // made only of them leaves c unchanged (so alive, if c is). Computed on
   // first use from c's readable bytes.

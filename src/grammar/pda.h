@@ -28,6 +28,7 @@ class StackArena {
   int32_t intern(int32_t state, int32_t parent);
   const StackNode& node(int32_t id) const { return nodes_[id]; }
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
+  size_t memory_bytes() const { return nodes_.capacity() * sizeof(StackNode) + table_.capacity() * sizeof(int32_t); }
   // Drops every node with id >= n (nodes are only referenced by later ones).
   void truncate(int32_t n);
 

@@ -2,7 +2,9 @@
 
 #include <cstdlib>
 
+#include "core/env_switch.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
@@ -41,6 +43,16 @@ std::vector<std::string> choices_field(const ordered_json& v, const std::string&
     out.push_back(c.get<std::string>());
   }
   return out;
+}
+
+// A schema sent as a JSON string: parsed with the nesting bound every
+// user-shaped JSON gets (the converter recurses per level).
+ordered_json schema_from_string(const std::string& text, const std::string& field) {
+  if (int depth = json_nesting_depth(text); depth > kMaxJsonDepth)
+    throw invalid_param(field, json_depth_message("'" + field + "'", depth));
+  ordered_json schema = try_parse_json_bounded<ordered_json>(text);
+  if (schema.is_discarded()) throw invalid_param(field, "'" + field + "' is a string but not valid JSON");
+  return schema;
 }
 
 // `{"type":"json_schema", ...}` / `{"type":"json_object"}` / `{"type":"text"}`.
@@ -89,8 +101,7 @@ bool parse_structured_outputs(const ordered_json& body, StructuredOutputSpec& sp
     if (auto j = so.find("json"); j != so.end() && !j->is_null()) {
       spec.field = "structured_outputs.json";
       if (j->is_string()) {
-        spec.schema = ordered_json::parse(j->get<std::string>(), nullptr, false);
-        if (spec.schema.is_discarded()) throw invalid_param(spec.field, "'structured_outputs.json' is a string but not valid JSON");
+        spec.schema = schema_from_string(j->get<std::string>(), spec.field);
       } else {
         spec.schema = *j;
       }
@@ -222,16 +233,11 @@ bool parse_tools_constraint(const ApiRequest& req, bool hermes, const std::strin
   return true;
 }
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 grammar::Grammar build_grammar(const StructuredOutputSpec& spec) {
   switch (spec.kind) {
     case Kind::Grammar: return grammar::Grammar::from_ebnf(spec.text);
     case Kind::JsonSchema: return grammar::Grammar::from_json_schema(spec.schema, {.any_whitespace = spec.any_whitespace});
-    case Kind::JsonObject: return grammar::Grammar::builtin_json();
+    case Kind::JsonObject: return grammar::Grammar::builtin_json_object();  // OpenAI: an object at the top
     case Kind::Regex: return grammar::Grammar::from_regex(spec.text);
     case Kind::Choice: return grammar::Grammar::from_choices(spec.choices);
     case Kind::ToolCall: {
@@ -257,7 +263,7 @@ std::string degrade_prompt(const StructuredOutputSpec& spec) {
     case Kind::ToolCall:
       return "You must respond with valid JSON matching the '" + spec.name + "' schema. JSON Schema:\n```json\n" +
              spec.schema.dump(2) + "\n```";
-    case Kind::JsonObject: return "You must respond with valid JSON.";
+    case Kind::JsonObject: return "You must respond with a valid JSON object.";
     case Kind::Regex: return "You must respond with text matching the regular expression: " + spec.text;
     case Kind::Choice: {
       std::string s = "You must respond with exactly one of the following, and nothing else:";
@@ -287,9 +293,9 @@ std::string warning_value(const std::string& text) {
 StructuredOutputSpec parse_structured_output(const std::string& body_text, const ApiRequest& request, bool hermes_tools,
                                              const std::string& tool_open) {
   StructuredOutputSpec spec;
-  ordered_json body = ordered_json::parse(body_text, nullptr, false);
+  ordered_json body = try_parse_json_bounded<ordered_json>(body_text);
   if (body.is_discarded() || !body.is_object()) return spec;  // parse_api_request already rejected it
-  bool jump = env("BRIOCHE_GRAMMAR_JUMP") == "1" || bool_field(body, "jump_forward", "request").value_or(false);
+  bool jump = env_flag_set("BRIOCHE_GRAMMAR_JUMP") || bool_field(body, "jump_forward", "request").value_or(false);
   // Responses API: `text.format` is response_format with the json_schema fields flattened.
   if (request.endpoint == Endpoint::Responses && !body.contains("response_format")) {
     auto text = body.find("text");
@@ -328,8 +334,7 @@ StructuredOutputSpec parse_structured_output(const std::string& body_text, const
   } else if (const ordered_json* j = field("guided_json")) {  // vLLM's older spelling
     spec.kind = Kind::JsonSchema;
     spec.field = "guided_json";
-    spec.schema = j->is_string() ? ordered_json::parse(j->get<std::string>(), nullptr, false) : *j;
-    if (spec.schema.is_discarded()) throw invalid_param("guided_json", "'guided_json' is a string but not valid JSON");
+    spec.schema = j->is_string() ? schema_from_string(j->get<std::string>(), "guided_json") : *j;
   } else {
     parse_tools_constraint(request, hermes_tools, tool_open, spec);  // strict tools under auto
   }
@@ -340,14 +345,15 @@ StructuredOutputSpec parse_structured_output(const std::string& body_text, const
   return spec;
 }
 
-StructuredOutputCompiler::StructuredOutputCompiler(const engine::Engine& engine)
-    : engine_(engine), enabled_(env("BRIOCHE_GRAMMAR") != "0") {}
+StructuredOutputCompiler::StructuredOutputCompiler(const engine::Engine& engine, StructuredOutputOptions options)
+    : engine_(engine), options_(options), enabled_(env_switch_on("BRIOCHE_GRAMMAR")) {}
 
 grammar::GrammarCache& StructuredOutputCompiler::cache() {
   std::call_once(built_, [&] {
     BRIOCHE_CHECK(engine_.tokenizer() != nullptr, "structured output needs the model's tokenizer");
     grammar::GrammarCacheOptions options;
-    options.limits.max_seconds = 10.0;  // a request waits for it
+    options.max_bytes = options_.grammar_cache_bytes;
+    options.limits.max_work = options_.max_compile_work;
     // The first structured request pays once (~0.1-0.2 s with Llama-3's
     // vocabulary) for the masks every JSON schema shares; later schemas then
     // compile in a few ms instead of tens.

@@ -69,10 +69,19 @@ struct StructuredOutputPlan {
   std::string system_prompt;             // non-empty (chat only): inject as a system message
 };
 
+struct StructuredOutputOptions {
+  // Bytes the compiled-grammar cache may hold (least recently used grammars
+  // are evicted past it; one larger grammar serves its request uncached).
+  size_t grammar_cache_bytes = 256ull << 20;
+  // Work budget of one compilation (grammar::CompileLimits::max_work): a
+  // count, so the same grammar gets the same answer under any load.
+  uint64_t max_compile_work = grammar::kDefaultCompileWork;
+};
+
 // One per server (engine): the grammar vocabulary is built on first use.
 class StructuredOutputCompiler {
  public:
-  explicit StructuredOutputCompiler(const engine::Engine& engine);
+  explicit StructuredOutputCompiler(const engine::Engine& engine, StructuredOutputOptions options = {});
   // Compiles `spec` (cached by grammar content). Throws ApiError 400 when the
   // spec is strict and malformed; otherwise degrades (see the plan's fields).
   StructuredOutputPlan prepare(const StructuredOutputSpec& spec);
@@ -82,6 +91,7 @@ class StructuredOutputCompiler {
  private:
   grammar::GrammarCache& cache();
   const engine::Engine& engine_;
+  StructuredOutputOptions options_;
   bool enabled_ = true;
   std::once_flag built_;
   std::unique_ptr<grammar::GrammarCache> cache_;
