@@ -20,7 +20,9 @@ BoundArgs::BoundArgs(std::string_view function, CallArgs& args, std::initializer
     render_fail(std::string(function_) + "() takes at most " + std::to_string(params_.size()) + " argument(s), got " +
                 std::to_string(args.positional.size()));
   for (size_t i = 0; i < args.positional.size(); ++i) bound_[i] = &args.positional[i];
-  for (auto& [key, value] : args.keyword) {
+  for (auto& keyword : args.keyword) {
+    const std::string& key = keyword.first;  // a named variable, not a structured binding: older clang cannot capture those
+    Value& value = keyword.second;
     auto it = std::find_if(params_.begin(), params_.end(), [&](const char* p) { return key == p; });
     if (it == params_.end()) render_fail(std::string(function_) + "() got an unexpected keyword argument '" + key + "'");
     size_t i = size_t(it - params_.begin());
@@ -150,11 +152,11 @@ Value f_tojson(Renderer& r, const Value& in, CallArgs& a) {
   }
   style.sort_keys = args.get(3) && truthy(*args.get(3));
   std::string out = to_json(in, style);
-  if (args.get(0) && truthy(*args.get(0))) {  // ensure_ascii=True: \uXXXX for non-ASCII (surrogate pairs above the BMP)
+  if (args.get(0) && truthy(*args.get(0))) {  // ensure_ascii=True: \uXXXX outside ' '..'~' (surrogate pairs above the BMP)
     std::string ascii;
     for (char32_t c : utf8_decode(out)) {
       char buf[16];
-      if (c < 0x80) {
+      if (c < 0x7f) {  // controls below ' ' were escaped by to_json already; DEL is escaped like json.dumps does
         ascii += char(c);
       } else if (c < 0x10000) {
         std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
