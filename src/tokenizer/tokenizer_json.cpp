@@ -227,13 +227,23 @@ std::string token_name(const json& value) {  // "bos_token": "<s>" or {"content"
 
 std::unique_ptr<TokenizerImpl> load_tokenizer_json(const json& root, const std::string& config_json_text);
 
+// parse_json_bounded turns nlohmann's parse_error into brioche::Error, but a
+// number too large for a double ("1e999") leaves the parser as out_of_range.
+json parse_file_json(std::string_view text, std::string_view what) {
+  try {
+    return parse_json_bounded(text, what);
+  } catch (const json::exception& e) {
+    fail(what, " is not valid JSON: ", e.what());
+  }
+}
+
 }  // namespace
 
 // nlohmann's own exceptions (a key missing, a value of the wrong type) mean
 // a malformed file; they leave as brioche::Error like every other refusal.
 std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& json_text,
                                                           const std::string& config_json_text) {
-  const json root = parse_json_bounded(json_text, "tokenizer.json");
+  const json root = parse_file_json(json_text, "tokenizer.json");
   BRIOCHE_CHECK(root.is_object(), "tokenizer.json: expected a JSON object at the top, found ", root.type_name());
   try {
     return std::unique_ptr<Tokenizer>(new Tokenizer(load_tokenizer_json(root, config_json_text)));
@@ -396,7 +406,7 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(const json& root, const std::
     }
   }
   if (!config_json_text.empty()) {
-    json cfg = parse_json_bounded(config_json_text, "tokenizer_config.json");
+    json cfg = parse_file_json(config_json_text, "tokenizer_config.json");
     BRIOCHE_CHECK(cfg.is_object(), "tokenizer_config.json: expected a JSON object at the top, found ", cfg.type_name());
     if (cfg.contains("bos_token")) {
       const std::string name = token_name(cfg["bos_token"]);
