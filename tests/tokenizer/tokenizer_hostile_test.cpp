@@ -200,6 +200,8 @@ TEST(TokenizerHostile, DeepOrInvalidJsonIsRefusedBeforeParsing) {
   EXPECT_NE(e.find("1048576 levels deep; the limit is 128"), std::string::npos) << e;
   e = error_of([&] { Tokenizer::from_tokenizer_json("{\"model\": "); });
   EXPECT_NE(e.find("tokenizer.json is not valid JSON"), std::string::npos) << e;
+  e = error_of([&] { Tokenizer::from_tokenizer_json("{\"model\": 1e999}"); });  // too large for a double
+  EXPECT_NE(e.find("tokenizer.json is not valid JSON"), std::string::npos) << e;
   e = error_of([&] { Tokenizer::from_tokenizer_json("[1, 2]"); });
   EXPECT_NE(e.find("expected a JSON object at the top, found array"), std::string::npos) << e;
   const std::string valid = tiny_tokenizer().dump();
