@@ -110,10 +110,31 @@ std::vector<ByteSeq> utf8_sequences(uint32_t lo, uint32_t hi) {
   return out;
 }
 
+// The build's work counter: every unit is added here and the budget is
+// checked at once, so a grammar whose lowering is superlinear (long chains
+// of optional items, wide alternatives merging) stops at the same point on
+// any machine.
+// Units are weighted to cost about what a mask-walk unit costs (measured:
+// making an NFA state allocates; a closure step or comparison reads a few
+// edges), so one budget covers both phases.
+struct BuildWork {
+  static constexpr uint64_t kPerState = 64, kPerStep = 4;
+  uint64_t used = 0;
+  uint64_t limit = UINT64_MAX;
+  void add_state() { add(kPerState); }
+  void add_steps(uint64_t steps) { add(kPerStep * steps); }
+  void add(uint64_t units) {
+    used += units;
+    if (used > limit) [[unlikely]]
+      fail("grammar compile exceeded its work budget of ", limit, " units while building the automaton (",
+           used, " spent); simplify the grammar or raise CompileLimits::max_work");
+  }
+};
+
 class RuleBuilder {
  public:
-  RuleBuilder(const Grammar& g, const AutomatonLimits& limits, const std::vector<char>& inlined)
-      : g_(g), limits_(limits), inlined_(inlined) {}
+  RuleBuilder(const Grammar& g, const AutomatonLimits& limits, const std::vector<char>& inlined, BuildWork& work)
+      : g_(g), limits_(limits), inlined_(inlined), work_(work) {}
 
   // [num_states()] in use; entries past it are kept for their buffers, so
   // one builder reused for every rule allocates little.
@@ -122,6 +143,7 @@ class RuleBuilder {
   void reset() { used_ = 0; }
 
   int32_t new_state() {
+    work_.add_state();
     BRIOCHE_CHECK(static_cast<size_t>(used_) < limits_.max_states, "grammar too large: more than ", limits_.max_states,
                   " automaton states (size budget); reduce repetition counts or schema size");
     if (static_cast<size_t>(used_) == states.size()) {
@@ -232,6 +254,7 @@ class RuleBuilder {
   const Grammar& g_;
   const AutomatonLimits& limits_;
   const std::vector<char>& inlined_;
+  BuildWork& work_;
   int32_t used_ = 0;
 };
 
@@ -439,7 +462,7 @@ uint64_t hash_state(const FinalState& st) {
 
 // Epsilon removal + merging of equivalent states; returns the rule's
 // states (local ids 0..n-1, start = 0) with targets in local ids.
-std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
+std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork& budget) {
   const auto& ls = b.states;
   size_t n = static_cast<size_t>(b.num_states());
   // Epsilon closures, computed on demand for reachable states only.
@@ -462,6 +485,7 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
     while (!stack.empty()) {
       int32_t s = stack.back();
       stack.pop_back();
+      budget.add_steps(1 + ls[s].bytes.size() + ls[s].rules.size());
       if (s == f.end) st.accepting = true;
       for (auto& e : ls[s].bytes) st.bytes.push_back(e);
       for (auto& e : ls[s].rules) st.rules.push_back(e);
@@ -517,18 +541,24 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
   };
   FinalState ci, cj;
   std::unordered_map<uint64_t, std::vector<int32_t>> table;
+  // First in, first out, each state queued once at a time: a state with
+  // many successors (the start of a wide alternative) is looked at again
+  // once per round of merges below it, not once per merge.
   std::vector<int32_t> pending(count);
-  for (int32_t i = 0; i < count; ++i) pending[i] = count - 1 - i;  // pop in index order
-  while (!pending.empty()) {
-    const int32_t i = pending.back();
-    pending.pop_back();
+  std::vector<char> queued(count, 1);
+  for (int32_t i = 0; i < count; ++i) pending[i] = i;
+  for (size_t head = 0; head < pending.size(); ++head) {
+    const int32_t i = pending[head];
+    queued[i] = 0;
     if (find(i) != i) continue;
     content_into(i, ci);
+    budget.add_steps(1 + ci.bytes.size() + ci.rules.size());
     auto& bucket = table[hash_state(ci)];
     int32_t twin = -1;
     for (int32_t j : bucket) {
       if (j == i || find(j) != j) continue;
       content_into(j, cj);
+      budget.add_steps(1 + cj.bytes.size() + cj.rules.size());
       if (cj == ci) {
         twin = j;
         break;
@@ -542,8 +572,14 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f) {
     const int32_t keep = std::min(i, twin), gone = std::max(i, twin);
     rep[gone] = keep;
     if (std::find(bucket.begin(), bucket.end(), keep) == bucket.end()) bucket.push_back(keep);
-    for (int32_t p : preds[gone]) pending.push_back(p);
+    for (int32_t p : preds[gone])
+      if (!queued[p]) {
+        queued[p] = 1;
+        pending.push_back(p);
+      }
+    budget.add_steps(1 + preds[gone].size());
     for (int32_t p : preds[gone]) preds[keep].push_back(p);
+    std::vector<int32_t>().swap(preds[gone]);  // gone is never a representative again
   }
   // Compact: keep representatives in order, renumber.
   std::vector<int32_t> id(count, -1);
@@ -666,19 +702,21 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   RulePlan plan = plan_rules(grammar, limits, static_cast<int32_t>(num_rules));
   a.rule_start.assign(num_rules, -1);
   std::vector<std::vector<FinalState>> per_rule(num_rules);
-  RuleBuilder b(grammar, limits, plan.inlined);
+  BuildWork work{.limit = limits.max_work};
+  RuleBuilder b(grammar, limits, plan.inlined, work);
   size_t total = 0;
+  std::vector<int32_t> lookahead_owner(num_rules, -1);
+  for (int32_t owner = 0; owner < num_grammar_rules; ++owner)
+    if (a.rule_lookahead[owner] >= 0) lookahead_owner[a.rule_lookahead[owner]] = owner;
   for (size_t r = 0; r < num_rules; ++r) {
     bool is_la = r >= static_cast<size_t>(num_grammar_rules);
-    std::string name = is_la ? "" : grammar.rules[r].name;
-    for (int32_t owner = 0; is_la && owner < num_grammar_rules; ++owner)
-      if (a.rule_lookahead[owner] == static_cast<int32_t>(r)) name = grammar.rules[owner].name + "#lookahead";
+    std::string name = is_la ? grammar.rules[lookahead_owner[r]].name + "#lookahead" : grammar.rules[r].name;
     a.rule_names.push_back(name);
     if (!is_la) BRIOCHE_CHECK(grammar.rules[r].body >= 0, "grammar: rule '", grammar.rules[r].name, "' has no body");
     if (!plan.needed[r]) continue;
     b.reset();
     Fragment f = b.build(is_la ? la_body[r - num_grammar_rules] : grammar.rules[r].body);
-    per_rule[r] = finish_rule(b, f);
+    per_rule[r] = finish_rule(b, f, work);
     a.rule_start[r] = static_cast<int32_t>(total);
     total += per_rule[r].size();
     BRIOCHE_CHECK(total <= limits.max_states, "grammar too large: more than ", limits.max_states,
@@ -712,6 +750,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
 
   // Left recursion makes the pushdown closure non-terminating; reject it.
   reject_left_recursion(a);
+  a.build_work = work.used;
   return a;
 }
 

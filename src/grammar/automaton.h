@@ -40,6 +40,10 @@ struct AutomatonLimits {
   // recursion and no lookahead are inlined into their callers: fewer rule
   // boundaries means fewer tokens whose mask depends on the caller.
   int64_t inline_limit = 512;
+  // Work budget of the build (see CompileLimits::max_work; compile() passes
+  // its own): NFA states made, epsilon-closure steps, state comparisons of
+  // the merge. Counted, so the answer does not depend on the machine.
+  uint64_t max_work = UINT64_MAX;
 };
 
 class Automaton {
@@ -70,6 +74,7 @@ class Automaton {
   // Number of states of rule r (they are contiguous from rule_start[r]).
   int32_t rule_size(int32_t r) const;
   int32_t root_rule = 0;
+  uint64_t build_work = 0;  // work units the build spent (AutomatonLimits::max_work)
 
   bool has_byte_edges(int32_t s) const { return states[s].byte_begin != states[s].byte_end; }
 };

@@ -550,7 +550,9 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
                                  std::shared_ptr<const Vocabulary> vocabulary, const CompileLimits& limits) {
   auto start = Clock::now();
   CompiledGrammar* out = &out_ref;
-  out->automaton_ = Automaton::build(grammar, limits.automaton);
+  AutomatonLimits automaton_limits = limits.automaton;
+  automaton_limits.max_work = std::min(automaton_limits.max_work, limits.max_work);
+  out->automaton_ = Automaton::build(grammar, automaton_limits);
   out->stats_.automaton_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out->vocabulary_ = std::move(vocabulary);
   const Automaton& a = out->automaton_;
@@ -562,7 +564,7 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
   out->stats_.num_states = num_states;
   out->builder_ = std::make_unique<MaskBuilder>(a, v, limits);
   MaskBuilder& builder = *out->builder_;
-  builder.charge(a.states.size() + a.byte_edges.size() + a.rule_edges.size());
+  builder.charge(a.build_work + a.states.size() + a.byte_edges.size() + a.rule_edges.size());
   auto check_work = [&](int32_t states_done) {
     BRIOCHE_CHECK(builder.work() <= limits.max_work, "grammar compile exceeded its work budget of ", limits.max_work,
                   " units (", builder.work(), " spent with ", states_done, " of the automaton's ", num_states,

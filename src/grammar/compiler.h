@@ -30,10 +30,10 @@ namespace brioche::grammar {
 // what computing it costs (the walk of a state is the same in every grammar
 // that shares the mask), so a warm cache makes a compile faster, not cheaper.
 // Measured on the development machine (one core, Llama-3's 128k tokens):
-// 0.7-1e8 units per second, so the default is ~10-15 s of one core; the
-// largest of the 230 schemas of tests/server/structured_schemas.json takes
-// 4.8e7 units, the median ~1e7.
-inline constexpr uint64_t kDefaultCompileWork = 1'000'000'000;
+// 0.7-1e8 mask units per second, 0.3-0.8e8 automaton units, so the default
+// is ~5-15 s of one core; the largest of the 230 schemas of
+// tests/server/structured_schemas.json takes 4.8e7 units (10x below it).
+inline constexpr uint64_t kDefaultCompileWork = 500'000'000;
 
 struct CompileLimits {
   uint64_t max_work = kDefaultCompileWork;  // work budget of one compilation (see above)

@@ -225,6 +225,7 @@ class SchemaConverter {
   struct VisitScope {
     SchemaConverter& c;
     std::string saved_where;
+    int unwinding = std::uncaught_exceptions();  // where_ stays at the failing schema while an error unwinds
     VisitScope(SchemaConverter& converter, const std::string& ptr) : c(converter), saved_where(converter.where_) {
       if (++c.depth_ > kMaxSchemaDepth)
         fail("JSON schema: sub-schemas nest more than ", kMaxSchemaDepth, " deep at ", ptr.empty() ? "#" : "#" + ptr,
@@ -233,7 +234,7 @@ class SchemaConverter {
     }
     ~VisitScope() {
       --c.depth_;
-      c.where_ = std::move(saved_where);
+      if (std::uncaught_exceptions() == unwinding) c.where_ = std::move(saved_where);
     }
   };
 
@@ -722,12 +723,13 @@ class SchemaConverter {
       if (!found) props.emplace_back(r, basic("json_value"));  // required but undeclared: any value
     }
     int64_t min_props = 0, max_props = -1;
+    auto non_negative = [](const Json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; };
     if (s.contains("minProperties")) {
-      if (!s["minProperties"].is_number_unsigned()) unsupported("minProperties", ptr, "expected a non-negative integer");
+      if (!non_negative(s["minProperties"])) unsupported("minProperties", ptr, "expected a non-negative integer");
       min_props = s["minProperties"].get<int64_t>();
     }
     if (s.contains("maxProperties")) {
-      if (!s["maxProperties"].is_number_unsigned()) unsupported("maxProperties", ptr, "expected a non-negative integer");
+      if (!non_negative(s["maxProperties"])) unsupported("maxProperties", ptr, "expected a non-negative integer");
       max_props = s["maxProperties"].get<int64_t>();
     }
     if (max_props >= 0 && max_props < min_props) unsupported("minProperties", ptr, "minProperties exceeds maxProperties");
