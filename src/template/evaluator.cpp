@@ -257,13 +257,17 @@ Value Renderer::apply_filter_chain(const Expr& chain, Value input, const ScopePt
   return call_filter(chain.name, inner, args);
 }
 
+// Filters called by name recurse without an expression per level
+// (`x | map('map', 'map', ...)`), so each call is a level of nesting.
 Value Renderer::call_filter(std::string_view name, const Value& input, CallArgs& args) {
+  NestingGuard nesting(*this);
   FilterFn fn = find_filter(name);
   if (!fn) render_fail("no filter named '" + std::string(name) + "'");
   return fn(*this, input, args);
 }
 
 bool Renderer::call_test(std::string_view name, const Value& input, CallArgs& args) {
+  NestingGuard nesting(*this);
   TestFn fn = find_test(name);
   if (!fn) render_fail("no test named '" + std::string(name) + "'");
   return fn(*this, input, args);

@@ -335,6 +335,7 @@ Value filter_items(Renderer& r, const Value& in, CallArgs& a, bool by_attribute,
   std::vector<Value> out;
   for (const Value& item : iterate(in)) {
     Value subject = by_attribute ? attribute_path(item, attribute) : item;
+    charge_work(int64_t(test_args.positional.size() * sizeof(Value)));  // the copy below, once per item
     CallArgs call = test_args;
     bool passed = test.empty() ? truthy(subject) : r.call_test(test, subject, call);
     if (passed == keep) out.push_back(item);
@@ -364,9 +365,11 @@ Value f_map(Renderer& r, const Value& in, CallArgs& a) {
   if (a.positional.empty()) render_fail("map() needs a filter name or attribute=");
   std::string filter = to_str(a.positional[0]);
   CallArgs rest;
+  charge_work(int64_t(a.positional.size() * sizeof(Value)));
   rest.positional.assign(a.positional.begin() + 1, a.positional.end());
   rest.keyword = a.keyword;
   for (const Value& item : iterate(in)) {
+    charge_work(int64_t(rest.positional.size() * sizeof(Value)));  // the copy below, once per item
     CallArgs call = rest;
     out.push_back(r.call_filter(filter, item, call));
   }

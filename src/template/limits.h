@@ -17,6 +17,12 @@ inline constexpr int kMaxParseNesting = 200;
 // operator. Real chat templates stay under 30.
 inline constexpr int kMaxExpressionDepth = 256;
 
+// Arguments of one call. map() and select() copy the arguments after the
+// filter name once per item, and map('map', 'map', ...) passes them down a
+// level per name, so a call's width multiplies its cost. Real chat
+// templates pass fewer than 10.
+inline constexpr int kMaxCallArguments = 256;
+
 // Lists, tuples and dicts nest at most this deep, whether converted from
 // request JSON (which the server already bounds at 128) or built by the
 // template. A namespace counts as one level (its attributes change after

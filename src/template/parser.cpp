@@ -640,6 +640,9 @@ class Parser {
         if (is_op(")")) break;
       }
       if (is_op("*") || is_op("**")) fail_at(cur(), "*args and **kwargs in calls are not supported");
+      if (e.args.size() + e.kwargs.size() >= size_t(kMaxCallArguments))
+        fail_at(cur(), "the call passes more than " + std::to_string(kMaxCallArguments) + " arguments; the limit is " +
+                           std::to_string(kMaxCallArguments));
       if (cur().kind == TokenKind::Name && peek().kind == TokenKind::Operator && peek().text == "=") {
         std::string key = advance().text;
         advance();

@@ -169,6 +169,22 @@ TEST(TemplateLimits, NestingLimitIsConfigurableAndLocated) {
   EXPECT_EQ(render("{{ (1 + (2 + 3)) }}", json::object(), shallow), "6");
 }
 
+// Filters called by name recurse with no expression per level; calls are
+// narrow, so the copies map() makes per item and per level stay small.
+TEST(TemplateLimits, FiltersCallingFiltersAreBounded) {
+  std::string wide = "{{ 'a' | map(" + repeat("'map', ", 3000) + "'upper') | list }}";
+  std::string e = error_of([&] { ChatTemplate::parse(wide, "t"); });
+  EXPECT_TRUE(contains(e, "the call passes more than 256 arguments; the limit is 256")) << e;
+  std::string deepest = "{{ 'a' | map(" + repeat("'map', ", 254) + "'upper') | list | tojson }}";
+  std::string out;
+  EXPECT_EQ(run_on_small_stack([&] { out = render(deepest); }), "");
+  EXPECT_EQ(out, std::string(255, '[') + "\"A\"" + std::string(255, ']'));
+  RenderLimits shallow;
+  shallow.max_nesting = 50;
+  e = error_of([&] { render(deepest, json::object(), shallow); });
+  EXPECT_TRUE(contains(e, "the limit is 50")) << e;
+}
+
 // ---- loops, strings, lists ------------------------------------------------------------
 
 TEST(TemplateLimits, HugeRangeAndLoopsFailWithTheLimit) {
