@@ -32,6 +32,9 @@ nlohmann::json read_json_file(const std::string& path, size_t max_bytes) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, ": JSON at byte ", e.byte > 0 ? e.byte - 1 : 0, ": expected valid JSON, found: ", e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // Not a parse_error: out_of_range 406 for a number beyond double (1e400).
+    fail(path, ": expected valid JSON, found: ", e.what());
   }
 }
 

@@ -95,6 +95,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const void* data, size_t
     root = nlohmann::json::parse(header);
   } catch (const nlohmann::json::parse_error& e) {
     ctx.error(8 + (e.byte > 0 ? e.byte - 1 : 0), "header JSON", "expected valid JSON, found: ", e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // Not a parse_error: out_of_range 406 for a number beyond double (1e400).
+    ctx.error(8, "header JSON", "expected valid JSON, found: ", e.what());
   }
   if (!root.is_object()) ctx.error(8, "header JSON", "expected an object, found ", root.type_name());
 

@@ -243,6 +243,9 @@ TEST(SafetensorsHostile, CorruptHeaders) {
   // Deeply nested JSON is refused before parsing (core/json_limits.h), not by a stack overflow.
   std::string deep = "{\"t\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
   EXPECT_THAT(st_error(st_bytes(deep, 0)), HasSubstr("header JSON at byte 8: expected arrays/objects nested at most 128 deep, found 100001"));
+  // A number beyond double is nlohmann's out_of_range, not a parse_error: still one brioche::Error (found by safetensors_fuzz).
+  EXPECT_THAT(st_error(st_bytes(R"({"t":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})", 4)),
+              HasSubstr("header JSON at byte 8: expected valid JSON, found: [json.exception.out_of_range.406]"));
 }
 
 TEST(SafetensorsHostile, BadDirectories) {

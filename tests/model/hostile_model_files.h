@@ -337,6 +337,12 @@ inline std::vector<HostileCase> hostile_cases() {
                      return dir + "/model";
                    },
                    "config.json: expected arrays/objects nested at most 128 deep, found 10000"});
+  cases.push_back({"hf_config_number_beyond_double",
+                   [](const std::string& dir) {
+                     TinySafetensors::llama().write(dir + "/model", R"({"rms_norm_eps": 1e400})");
+                     return dir + "/model";
+                   },
+                   "config.json: expected valid JSON, found: [json.exception.out_of_range.406]"});
   cases.push_back({"hf_config_is_a_fifo",
                    [](const std::string& dir) {
                      std::filesystem::create_directories(dir + "/model");
