@@ -170,7 +170,11 @@ class RegexParser {
         auto num = [&]() -> long {
           size_t s = pos_;
           long v = 0;
-          while (pos_ < p_.size() && std::isdigit(static_cast<unsigned char>(p_[pos_]))) v = v * 10 + (p_[pos_++] - '0');
+          while (pos_ < p_.size() && std::isdigit(static_cast<unsigned char>(p_[pos_]))) {
+            v = v * 10 + (p_[pos_++] - '0');
+            // The EBNF's own bound; checked per digit so the number never overflows.
+            if (v > 100000) error("a repetition count at most 100000 in {m,n}");
+          }
           return pos_ == s ? -1 : v;
         };
         long lo = num(), hi = lo;

@@ -233,7 +233,9 @@ bool parse_tools_constraint(const ApiRequest& req, bool hermes, const std::strin
   return true;
 }
 
-grammar::Grammar build_grammar(const StructuredOutputSpec& spec) {
+}  // namespace
+
+grammar::Grammar structured_output_grammar(const StructuredOutputSpec& spec) {
   switch (spec.kind) {
     case Kind::Grammar: return grammar::Grammar::from_ebnf(spec.text);
     case Kind::JsonSchema: return grammar::Grammar::from_json_schema(spec.schema, {.any_whitespace = spec.any_whitespace});
@@ -252,9 +254,11 @@ grammar::Grammar build_grammar(const StructuredOutputSpec& spec) {
     }
     case Kind::None: break;
   }
-  BRIOCHE_CHECK(false, "build_grammar: no structured output requested");
+  BRIOCHE_CHECK(false, "structured_output_grammar: no structured output requested");
   return {};
 }
+
+namespace {
 
 // What the degrade path asks the model for in words.
 std::string degrade_prompt(const StructuredOutputSpec& spec) {
@@ -375,7 +379,7 @@ StructuredOutputPlan StructuredOutputCompiler::prepare(const StructuredOutputSpe
   if (!enabled_) return degrade("grammar compilation is disabled (BRIOCHE_GRAMMAR=0)");
   if (!engine_.tokenizer()) return degrade("this model has no tokenizer for grammar masks");
   try {
-    grammar::Grammar g = build_grammar(spec);
+    grammar::Grammar g = structured_output_grammar(spec);
     plan.constraint.compiled = cache().get(g);
   } catch (const ApiError&) {
     throw;

@@ -63,6 +63,11 @@ struct StructuredOutputSpec {
 StructuredOutputSpec parse_structured_output(const std::string& body_text, const ApiRequest& request,
                                              bool hermes_tools, const std::string& tool_open);
 
+// The grammar a spec asks for (what prepare() compiles). Throws
+// brioche::Error for a schema/grammar/regex that does not convert (too
+// deep, unsupported keyword, syntax), naming the limit or the keyword.
+grammar::Grammar structured_output_grammar(const StructuredOutputSpec& spec);
+
 struct StructuredOutputPlan {
   engine::GrammarConstraint constraint;  // compiled == null: unconstrained
   std::string warning;                   // non-empty: send as a `Warning` header

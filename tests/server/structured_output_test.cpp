@@ -3,6 +3,7 @@
 // structured_e2e_test.py.)
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "grammar/grammar.h"
 #include "server/structured_output.h"
 
@@ -78,6 +79,57 @@ TEST(StructuredOutput, WrongTypesAreNamed) {
   EXPECT_EQ(param_of(body(R"("response_format":{"type":"json_schema"})")), "response_format.json_schema");
   EXPECT_EQ(param_of(body(R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"strict":"yes"}})")),
             "response_format.json_schema.strict");
+}
+
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+TEST(StructuredOutput, DeepSchemaStringsAreA400NamingTheDepth) {
+  // A schema inside a JSON string is parsed with the same nesting bound as
+  // the body (the body's own bound does not see inside the string).
+  const std::string deep = repeat("{\\\"items\\\":", 3000) + "{}" + repeat("}", 3000);
+  for (const std::string& field : {std::string(R"("structured_outputs":{"json":")") + deep + "\"}",
+                                   std::string(R"("guided_json":")") + deep + "\""}) {
+    try {
+      parse(body(field));
+      ADD_FAILURE() << "no error for " << field.substr(0, 40);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(e.message.find("3001 levels deep; the limit is 128"), std::string::npos) << e.message;
+    }
+  }
+}
+
+TEST(StructuredOutput, DeepRegexAndGrammarFailToConvertWithTheLimit) {
+  // prepare() turns these errors into a 400 (strict) or the degrade path.
+  StructuredOutputSpec regex = parse(body(R"("guided_regex":")" + repeat("(", 5000) + "a" + repeat(")", 5000) + "\""));
+  ASSERT_EQ(regex.kind, Kind::Regex);
+  try {
+    structured_output_grammar(regex);
+    ADD_FAILURE() << "deep regex converted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nests groups 5000 deep; the limit is 256"), std::string::npos) << e.what();
+  }
+  StructuredOutputSpec ebnf =
+      parse(body(R"("guided_grammar":"root ::= )" + repeat("(", 5000) + "\\\"a\\\"" + repeat(")", 5000) + "\""));
+  ASSERT_EQ(ebnf.kind, Kind::Grammar);
+  try {
+    structured_output_grammar(ebnf);
+    ADD_FAILURE() << "deep grammar converted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the limit is 1024"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StructuredOutput, JsonObjectIsAnObjectAtTheTop) {
+  StructuredOutputSpec s = parse(body(R"("response_format":{"type":"json_object"})"));
+  ASSERT_EQ(s.kind, Kind::JsonObject);
+  const grammar::Grammar g = structured_output_grammar(s);
+  // The root rule is the object rule alone (xgrammar's builtin allows arrays too).
+  EXPECT_NE(g.to_ebnf().find("root ::= object\n"), std::string::npos) << g.to_ebnf();
 }
 
 const char* kTools = R"("tools":[
