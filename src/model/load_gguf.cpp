@@ -67,6 +67,7 @@ ModelConfig read_config(const formats::GgufFile& f, const std::string& arch, con
     // Shape first: the conversion must not copy a hostile tensor of any size.
     Tensor factors = f.tensor("rope_freqs.weight");
     check_shape(factors, {c.head_dim / 2}, "rope_freqs.weight", path);
+    if (factors.dtype() == DType::I32) fail(path, ": tensor 'rope_freqs.weight' expected a float type, found i32");
     factors = to_f32(factors);
     c.rope.freq_factors.assign(factors.data_as<float>(), factors.data_as<float>() + c.head_dim / 2);
     validate_model_config(c, keys, path);
@@ -96,6 +97,7 @@ Checkpoint load_gguf_checkpoint(const std::string& path) {
   validate_model_config(c, keys, path);
   w.output_norm = f.tensor("output_norm.weight");
   check_shape(w.output_norm, {c.hidden_size}, "output_norm.weight", path);
+  if (w.output_norm.dtype() == DType::I32) fail(path, ": tensor 'output_norm.weight' expected a float type, found i32");
   w.output_norm = to_f32(w.output_norm);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   w.output = c.tied_embeddings ? w.token_embd : f.tensor("output.weight");
@@ -115,6 +117,7 @@ Checkpoint load_gguf_checkpoint(const std::string& path) {
     auto vector = [&](const std::string& name, int64_t n) {
       Tensor t = f.tensor(p + name);
       check_shape(t, {n}, p + name, path);  // before the f32 copy, which a hostile size would make huge
+      if (t.dtype() == DType::I32) fail(path, ": tensor '", p + name, "' expected a float type, found i32");
       return to_f32(t);
     };
     auto optional_vector = [&](const std::string& name, int64_t n) {

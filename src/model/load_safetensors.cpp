@@ -183,6 +183,7 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
   auto vector = [&](const std::string& name, int64_t n) {
     Tensor t = st->tensor(name);
     check_shape(t, {n}, name, dir);  // before the f32 copy, which a hostile size would make huge
+    if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
     return to_f32(t);
   };
   auto optional_vector = [&](const std::string& name, int64_t n) {

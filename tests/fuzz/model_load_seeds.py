@@ -46,6 +46,39 @@ def rows_q8_0(rows, cols):
     return out
 
 
+# Bytes per block and elements per block of the quantized ggml types.
+BLOCKS = {2: (18, 32), 3: (20, 32), 8: (34, 32), 12: (144, 256), 13: (176, 256), 14: (210, 256)}
+
+
+def rows_of(ggml_type, rows, cols):
+    """Random tensor bytes of any supported type (quant scales random too: NaNs welcome)."""
+    if ggml_type == GGML_F32:
+        return rows_f32(rows, cols)
+    if ggml_type in (GGML_F16, GGML_BF16):
+        return bytes(rng.randrange(256) for _ in range(2 * rows * cols))
+    block_bytes, block_elems = BLOCKS[ggml_type]
+    return bytes(rng.randrange(256) for _ in range(rows * cols // block_elems * block_bytes))
+
+
+def mixed_types_gguf():
+    """hidden 256 so that every block type fits a row: one matrix of each type."""
+    hidden, inter, vocab = 256, 32, 16
+    m = {"general.architecture": "llama", "llama.context_length": 64, "llama.embedding_length": hidden,
+         "llama.block_count": 1, "llama.feed_forward_length": inter, "llama.attention.head_count": 2,
+         "llama.attention.head_count_kv": 1, "llama.attention.key_length": 4,
+         "llama.rope.freq_base": 10000.0}
+    ones = lambda n: ([n], GGML_F32, struct.pack(f"<{n}f", *[1.0] * n))
+    t = [("token_embd.weight", [vocab, hidden], GGML_BF16, rows_of(GGML_BF16, vocab, hidden)),
+         ("output.weight", [vocab, hidden], 13, rows_of(13, vocab, hidden)),
+         ("output_norm.weight", *ones(hidden)), ("blk.0.attn_norm.weight", *ones(hidden)),
+         ("blk.0.ffn_norm.weight", *ones(hidden))]
+    for name, rows, cols, ty in (("attn_q", 8, hidden, 14), ("attn_k", 4, hidden, 2), ("attn_v", 4, hidden, 3),
+                                 ("attn_output", hidden, 8, GGML_F16), ("ffn_gate", inter, hidden, 12),
+                                 ("ffn_up", inter, hidden, 12), ("ffn_down", hidden, inter, 2)):
+        t.append((f"blk.0.{name}.weight", [rows, cols], ty, rows_of(ty, rows, cols)))
+    return gguf(m, t)
+
+
 def gguf(metadata, tensors):
     """tensors: list of (name, shape row-major, ggml type, bytes)."""
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
@@ -176,6 +209,7 @@ def main():
         "llama_tokenizer.bin": b"G" + llama_gguf(extra={
             "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": [f"t{i}" for i in range(16)],
             "tokenizer.ggml.merges": []}),
+        "llama_mixed_types.bin": b"G" + mixed_types_gguf(),
         "hf_llama.bin": hf_llama(),
         "hf_llama3_rope.bin": hf_llama(layers=2, rope={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                        "high_freq_factor": 4.0,
