@@ -26,6 +26,20 @@ void convert_weights(Checkpoint& ck, DType dtype) {
   ck.config.weight_dtype = dtype;
 }
 
+// What the forward needs of the weights beyond their shapes (checked by the
+// loaders): the fused SwiGLU matmul (ops/fused_matmul.cpp) reads gate and up
+// as one weight type. A file that mixes them would load and then fail every
+// request; refused here, after --convert-weights had its chance to unify them.
+void check_forward_preconditions(const Checkpoint& ck, const std::string& path) {
+  for (size_t l = 0; l < ck.weights.layers.size(); ++l) {
+    const LayerWeights& w = ck.weights.layers[l];
+    if (w.w_gate.dtype() != w.w_up.dtype()) {
+      fail(path, ": layer ", l, " up projection: expected the gate projection's type ", dtype_name(w.w_gate.dtype()),
+           " (the fused SwiGLU matmul reads both as one), found ", dtype_name(w.w_up.dtype()));
+    }
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options) {
@@ -39,6 +53,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
   // anything sizes a buffer from it.
   validate_model_config(ck.config, ConfigKeyNames::fields(), path);
   if (options.convert_weights) convert_weights(ck, *options.convert_weights);
+  check_forward_preconditions(ck, path);
   if (options.tp_size > 1) ck = shard_checkpoint(ck, {.rank = options.tp_rank, .size = options.tp_size});
   if (options.device != Device::CPU) move_weights(ck, options.device);
   return std::make_unique<LlamaModel>(std::move(ck));

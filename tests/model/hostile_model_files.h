@@ -242,6 +242,9 @@ inline std::vector<HostileCase> hostile_cases() {
   gguf("gguf_missing_layer",
        [](TinyGguf& g) { g.tensors.erase("blk.1.ffn_up.weight"); },
        "tensor 'blk.1.ffn_up.weight' expected, found absent");
+  gguf("gguf_gate_and_up_of_different_types",
+       [](TinyGguf& g) { g.tensors["blk.1.ffn_up.weight"] = Tensor::zeros(DType::F16, {48, 32}); },
+       "layer 1 up projection: expected the gate projection's type f32");
   // Heads over kv heads beyond the kernels' group of 16.
   gguf("gguf_gqa_group_too_large",
        [](TinyGguf& g) {
