@@ -987,7 +987,15 @@ Grammar Grammar::from_json_schema(const nlohmann::ordered_json& schema, const Sc
 }
 
 Grammar Grammar::from_json_schema(const std::string& schema_text, const SchemaOptions& options) {
-  return from_json_schema(parse_json_bounded<nlohmann::ordered_json>(schema_text, "JSON schema"), options);
+  nlohmann::ordered_json schema;
+  try {
+    schema = parse_json_bounded<nlohmann::ordered_json>(schema_text, "JSON schema");
+  } catch (const nlohmann::json::exception& e) {
+    // parse_json_bounded turns parse errors into brioche::Error; a number
+    // too large for a double (1e400) is nlohmann's out_of_range instead.
+    fail("JSON schema is not valid JSON: ", e.what());
+  }
+  return from_json_schema(schema, options);
 }
 
 }  // namespace brioche::grammar
