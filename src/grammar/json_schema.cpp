@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <map>
 #include <set>
@@ -315,6 +316,24 @@ class SchemaConverter {
     return "(" + out + ")";
   }
 
+  // A count keyword (minItems, maxLength, min/maxProperties): a
+  // non-negative integer (an integral float like 2.0 too, up to 2^53;
+  // larger unsigned values saturate), or `fallback` when absent. Never a
+  // cast of an arbitrary double (1e300) to an integer.
+  int64_t count_of(const Json& s, const char* key, const std::string& ptr, int64_t fallback) {
+    auto it = s.find(key);
+    if (it == s.end()) return fallback;
+    const Json& v = *it;
+    if (v.is_number_unsigned())
+      return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+    if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<int64_t>();
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (d >= 0 && d <= 9007199254740992.0 && d == std::floor(d)) return static_cast<int64_t>(d);
+    }
+    unsupported(key, ptr, "expected a non-negative integer, found " + v.dump());
+  }
+
   // anyOf/oneOf branches inherit the parent's other keywords (e.g. a shared
   // "type" next to anyOf); only keys absent from the branch are copied.
   Json merge_siblings(const Json& parent, const Json& branch, const char* key) {
@@ -602,7 +621,7 @@ class SchemaConverter {
         const char* which = s.contains("maxLength") ? "maxLength" : "minLength";
         if (fixed < 0)
           unsupported(which, ptr, "format '" + f + "' combined with minLength/maxLength (its strings vary in length)");
-        if (s.value("minLength", int64_t{0}) > fixed || (s.contains("maxLength") && s["maxLength"].get<int64_t>() < fixed))
+        if (count_of(s, "minLength", ptr, 0) > fixed || (s.contains("maxLength") && count_of(s, "maxLength", ptr, 0) < fixed))
           unsupported(which, ptr, "format '" + f + "' strings have " + std::to_string(fixed) + " characters; none fits");
       }
       return string_rule(hint + "_" + sanitize(f), "(" + body + ")");
@@ -610,7 +629,7 @@ class SchemaConverter {
     if (s.contains("pattern")) {
       std::string pattern = s["pattern"].get<std::string>();
       if (s.contains("minLength") || s.contains("maxLength")) {
-        int64_t lo = s.value("minLength", int64_t{0}), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
+        int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
         if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
         pattern = length_bounded_pattern(pattern, lo, hi, ptr);
       }
@@ -623,7 +642,7 @@ class SchemaConverter {
       return string_rule(hint + "_pattern", body);
     }
     if (s.contains("minLength") || s.contains("maxLength")) {
-      int64_t lo = s.value("minLength", 0), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
+      int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
       if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
       if (lo > 10000 || hi > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
       std::string rep = "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
@@ -635,8 +654,8 @@ class SchemaConverter {
   // ---- arrays --------------------------------------------------------------
 
   std::string visit_array(const Json& s, const std::string& ptr, const std::string& hint) {
-    int64_t min_items = s.value("minItems", 0);
-    int64_t max_items = s.contains("maxItems") ? s["maxItems"].get<int64_t>() : -1;
+    int64_t min_items = count_of(s, "minItems", ptr, 0);
+    int64_t max_items = count_of(s, "maxItems", ptr, -1);
     if (min_items < 0 || (max_items >= 0 && max_items < min_items))
       unsupported("minItems", ptr, "expected 0 <= minItems <= maxItems");
     std::vector<std::string> prefix;
@@ -723,15 +742,8 @@ class SchemaConverter {
       if (!found) props.emplace_back(r, basic("json_value"));  // required but undeclared: any value
     }
     int64_t min_props = 0, max_props = -1;
-    auto non_negative = [](const Json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; };
-    if (s.contains("minProperties")) {
-      if (!non_negative(s["minProperties"])) unsupported("minProperties", ptr, "expected a non-negative integer");
-      min_props = s["minProperties"].get<int64_t>();
-    }
-    if (s.contains("maxProperties")) {
-      if (!non_negative(s["maxProperties"])) unsupported("maxProperties", ptr, "expected a non-negative integer");
-      max_props = s["maxProperties"].get<int64_t>();
-    }
+    min_props = count_of(s, "minProperties", ptr, 0);
+    max_props = count_of(s, "maxProperties", ptr, -1);
     if (max_props >= 0 && max_props < min_props) unsupported("minProperties", ptr, "minProperties exceeds maxProperties");
     if (min_props > 64 || max_props > 64)
       unsupported(min_props > 64 ? "minProperties" : "maxProperties", ptr,

@@ -260,7 +260,7 @@ TEST(Limits, LongSchemaChainsAreBuiltWithoutRecursion) {
 TEST(Limits, WrongKeywordTypesAreErrorsWithThePointer) {
   // get<>() on a keyword of the wrong JSON type: a brioche::Error, not nlohmann's.
   for (const char* text : {R"({"$ref": 5})", R"({"properties": {"a": {"format": 3}}})", R"({"minItems": "x"})",
-                           R"({"required": [1]})", R"({"$ref": "#/items/99999999999999999999"})", R"({"minimum": 1e400})"}) {
+                           R"({"required": [1]})", R"({"$ref": "#/items/99999999999999999999"})", R"({"minimum": 1e400})", R"({"maxItems": 31e300})", R"({"minLength": -1})"}) {
     std::string e = error_of([&] { Grammar::from_json_schema(std::string(text)); });
     EXPECT_NE(e.find("JSON schema"), std::string::npos) << text << ": " << e;
   }
