@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"; shift || true
-build=build/fuzz
+build="${FUZZ_BUILD_DIR:-build/fuzz}"
 if [[ ! -f $build/build.ninja ]]; then
   cmake -B $build -G Ninja -DBRIOCHE_FUZZ=ON -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang >/dev/null

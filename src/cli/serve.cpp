@@ -6,11 +6,19 @@
 
 namespace brioche::cli {
 
+// Rows per engine step when --max-batch-tokens is not given: a GPU's
+// prefill is compute bound only from a few thousand rows on (vLLM's chunked
+// prefill defaults to 2048 and more); a CPU step of 512 rows already keeps
+// every core busy, and a longer one delays every decoding sequence.
+constexpr int kCudaBatchTokens = 2048;
+constexpr int kCpuBatchTokens = 512;
+
 Subcommand add_serve_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   auto model = std::make_shared<ModelFlags>();
   auto opts = std::make_shared<server::ServerOptions>();
-  auto kv_mb = std::make_shared<int>(256);
+  auto kv_mb = std::make_shared<int>(0);
+  auto batch_tokens = std::make_shared<int>(0);
   auto ctx = std::make_shared<int>(0);
   auto kv_type = std::make_shared<std::string>("f16");
   auto timeout = std::make_shared<double>(600);
@@ -26,16 +34,20 @@ Subcommand add_serve_command(CLI::App& root) {
   app->add_option("--prepare-threads", opts->prepare_threads,
                   "threads that prepare requests (chat template, tokenising, grammar compilation) off the HTTP threads")
       ->check(CLI::Range(1, 64))->capture_default_str();
-  app->add_option("--kv-mb", *kv_mb, "KV cache memory in MiB")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app->add_option("--kv-mb", *kv_mb, "KV cache memory in MiB (0: fit the device: 90% of the GPU memory left after the weights and a reserve; 256 on the CPU)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app->add_option("--kv-cache-type", *kv_type, "KV cache element type: f16, or f32 (CPU only; exact attention, twice the memory)")
       ->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
   app->add_option("--ctx", *ctx, "context length (0: the model's, capped at 8192)")->check(CLI::Range(0, 1 << 20));
-  app->add_option("--max-batch-tokens", opts->engine.scheduler.max_batch_tokens, "rows per engine step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app->add_option("--max-batch-tokens", *batch_tokens, "rows per engine step, i.e. the prefill chunk (0: fit the device: 2048 on CUDA, 512 on the CPU)")
+      ->check(CLI::Range(0, 1 << 16))->capture_default_str();
   app->add_option("--max-running", opts->engine.scheduler.max_running, "sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
   app->add_option("--web-dir", opts->web_dir, "serve the web UI from this folder at /");
   app->add_flag("--quiet", opts->quiet, "no startup banner");
   return {app, [=] {
-            opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;
+            opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;  // 0: fitted to the device (KvSizing)
+            opts->engine.scheduler.max_batch_tokens =
+                *batch_tokens > 0 ? *batch_tokens : model->resolved_device() == Device::CUDA ? kCudaBatchTokens : kCpuBatchTokens;
             opts->engine.kv.max_context = *ctx;
             opts->engine.kv.dtype = *kv_type == "f32" ? DType::F32 : DType::F16;
             opts->request_timeout_s = *timeout;

@@ -62,7 +62,8 @@ JsonT parse_json_bounded(std::string_view text, std::string_view what, int max_d
   if (depth > max_depth) throw Error(json_depth_message(what, depth, max_depth));
   try {
     return JsonT::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number too large for a double (1e400).
     throw Error(error_message(what, " is not valid JSON: ", e.what()));
   }
 }
@@ -73,7 +74,11 @@ JsonT parse_json_bounded(std::string_view text, std::string_view what, int max_d
 template <typename JsonT = nlohmann::json>
 JsonT try_parse_json_bounded(std::string_view text, int max_depth = kMaxJsonDepth) {
   if (json_nesting_depth(text) > max_depth) return JsonT(JsonT::value_t::discarded);
-  return JsonT::parse(text, nullptr, /*allow_exceptions=*/false);
+  try {
+    return JsonT::parse(text, nullptr, /*allow_exceptions=*/false);
+  } catch (const nlohmann::json::exception&) {  // out_of_range is thrown even so
+    return JsonT(JsonT::value_t::discarded);
+  }
 }
 
 }  // namespace brioche

@@ -1,14 +1,25 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "core/error.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "ops/device.h"
 #include "tokenizer/tokenizer.h"
 
 namespace brioche::engine {
 namespace {
+
+// The KV budget of KvSizing::kv_memory_bytes == 0 (see there).
+size_t device_fitted_kv_bytes(Device device) {
+  if (device != Device::CUDA) return size_t(256) << 20;
+  ops::DeviceMemory memory = ops::device_memory(device);
+  size_t reserve = kv_device_reserve_bytes(memory.total_bytes);
+  size_t usable = memory.free_bytes > reserve ? memory.free_bytes - reserve : 0;
+  return std::max<size_t>(size_t(double(usable) * kKvShareOfFreeMemory), size_t(256) << 20);
+}
 
 class TransformerRunner final : public ModelRunner {
  public:
@@ -22,7 +33,8 @@ class TransformerRunner final : public ModelRunner {
     int32_t n_blocks = sizing.n_blocks;
     if (n_blocks <= 0) {
       size_t per_block = model::KvCache::block_bytes(config, sizing.block_size, sizing.dtype);
-      n_blocks = int32_t(std::max<size_t>(sizing.kv_memory_bytes / per_block, 1));
+      size_t budget = sizing.kv_memory_bytes > 0 ? sizing.kv_memory_bytes : device_fitted_kv_bytes(model_->device());
+      n_blocks = int32_t(std::clamp<size_t>(budget / per_block, 1, size_t(INT32_MAX)));
       // Always room for at least one full-length sequence.
       n_blocks = std::max(n_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
     }

@@ -8,6 +8,8 @@
 // preemption) in milliseconds.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,6 +79,9 @@ class TextCodec {
 struct KvSizing {
   int32_t block_size = 16;
   int32_t n_blocks = 0;          // 0: derive from kv_memory_bytes
+  // 0: fit the device. On CUDA, kKvShareOfFreeMemory of the memory left
+  // free after the weights, less a reserve for activations, logits and
+  // workspaces (as vLLM's --gpu-memory-utilization); on the CPU, 256 MiB.
   size_t kv_memory_bytes = 256ull << 20;
   int32_t max_context = 0;       // 0: the model's trained context (capped at 8192)
   // f16 on every device by default: batched decode attention is bound by the
@@ -84,6 +89,10 @@ struct KvSizing {
   // only) keeps attention exact.
   DType dtype = DType::F16;
 };
+
+inline constexpr double kKvShareOfFreeMemory = 0.9;
+// What the KV cache leaves free on a device of `total_bytes`: max(4 GiB, 10%).
+inline size_t kv_device_reserve_bytes(size_t total_bytes) { return std::max<size_t>(size_t(4) << 30, total_bytes / 10); }
 
 // The real thing: model::Model + a KvCache sized by `sizing`.
 std::unique_ptr<ModelRunner> make_model_runner(std::shared_ptr<model::Model> model, const KvSizing& sizing);

@@ -34,6 +34,16 @@ ByteRows byte_rows(const Tensor& t, const char* what) {
 
 }  // namespace
 
+DeviceMemory device_memory(Device device) {
+  BRIOCHE_CHECK(device == Device::CUDA, "device_memory: expected a CUDA device, got the CPU");
+#if BRIOCHE_CUDA
+  cuda::MemoryInfo info = cuda::memory_info();
+  return DeviceMemory{.free_bytes = info.free_bytes, .total_bytes = info.total_bytes};
+#else
+  fail_no_cuda("device_memory");
+#endif
+}
+
 bool cuda_available() {
 #if BRIOCHE_CUDA
   return cuda::device_count() > 0;

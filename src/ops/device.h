@@ -15,6 +15,13 @@ namespace brioche::ops {
 // True when this build has the CUDA backend and the driver sees a GPU.
 bool cuda_available();
 
+// A device's free and total memory in bytes (CUDA only; throws for the CPU).
+struct DeviceMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+DeviceMemory device_memory(Device device);
+
 // A zero-filled contiguous tensor on `device`.
 Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device);
 

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
+#include "server/http_framing.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -86,20 +87,6 @@ const char* endpoint_label(Endpoint e) {
     case Endpoint::Responses: return "responses";
   }
   return "other";
-}
-
-// RFC 9112 §6.1, §6.3: a request is framed by Content-Length, or by a
-// Transfer-Encoding whose last coding is chunked. Any other
-// Transfer-Encoding, or one beside a Content-Length, makes the body's end
-// ambiguous between us and a proxy (request smuggling): reject it.
-std::optional<std::string> framing_problem(const http::request<http::string_body>& request) {
-  auto te = request.find(http::field::transfer_encoding);
-  if (te == request.end()) return std::nullopt;
-  if (request.count(http::field::transfer_encoding) > 1 || !beast::iequals(te->value(), "chunked"))
-    return "unsupported Transfer-Encoding '" + std::string(te->value()) + "': only 'chunked' is accepted";
-  if (request.count(http::field::content_length) > 0)
-    return std::string("a request may not carry both Transfer-Encoding and Content-Length");
-  return std::nullopt;
 }
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -652,6 +639,12 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
   if (!options.quiet) {
     std::string url = "http://" + options.host + ":" + std::to_string(server->port());
     std::printf("brioche serve: %s on %s (context %d)\n", options.engine.model_path.c_str(), url.c_str(), engine->context_length());
+    const engine::EngineStats stats = engine->stats();
+    const int32_t block = options.engine.kv.block_size;
+    std::printf("  KV cache: %d blocks of %d tokens (%lld tokens; %s), up to %d tokens per step\n", stats.kv_blocks_total, block,
+                (long long)stats.kv_blocks_total * block,
+                options.engine.kv.kv_memory_bytes == 0 ? "sized to the device's free memory" : "--kv-mb",
+                options.engine.scheduler.max_batch_tokens);
     std::printf("  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
                 "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'\n",
                 url.c_str(), options.api_key.empty() ? "" : " -H 'Authorization: Bearer $KEY'");

@@ -110,7 +110,7 @@ json normalize_tool_calls(const json& calls, const std::string& param) {
       const std::string& text = fn["arguments"].get_ref<const std::string&>();
       if (int depth = json_nesting_depth(text); depth > kMaxJsonDepth)
         throw invalid_param(p + ".function.arguments", json_depth_message("the arguments", depth));
-      json parsed = json::parse(text, nullptr, false);
+      json parsed = try_parse_json_bounded(text);
       if (!parsed.is_discarded()) fn["arguments"] = parsed;
     }
     json c = {{"type", "function"}, {"function", fn}};
@@ -275,7 +275,7 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, co
   if (int depth = json_nesting_depth(body_text); depth > kMaxJsonDepth)
     throw ApiError{.status = 400, .message = json_depth_message("the request body", depth), .type = "invalid_request_error",
                    .param = "", .code = "nesting_too_deep"};
-  json body = json::parse(body_text, nullptr, false);
+  json body = try_parse_json_bounded(body_text);
   if (body.is_discarded())
     throw ApiError{.status = 400, .message = "the request body is not valid JSON", .type = "invalid_request_error", .param = "", .code = "invalid_json"};
   if (!body.is_object()) throw status_error(400, std::string("the request body must be a JSON object, got ") + json_type_name(body));

@@ -33,6 +33,12 @@ int multiprocessor_count() {
   return sms;
 }
 
+MemoryInfo memory_info() {
+  MemoryInfo info;
+  CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
 namespace {
 
 // Streams are created on first use and never destroyed: kernels may still be

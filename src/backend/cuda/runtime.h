@@ -22,6 +22,12 @@ namespace brioche::cuda {
 int device_count();
 // Streaming multiprocessors of the current device (asked once).
 int multiprocessor_count();
+// The current device's free and total memory in bytes (cudaMemGetInfo).
+struct MemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+MemoryInfo memory_info();
 
 // The stream every brioche kernel runs on (a cudaStream_t).
 void* stream();
