@@ -34,6 +34,8 @@ Subcommand add_serve_command(CLI::App& root) {
   app->add_option("--prepare-threads", opts->prepare_threads,
                   "threads that prepare requests (chat template, tokenising, grammar compilation) off the HTTP threads")
       ->check(CLI::Range(1, 64))->capture_default_str();
+  app->add_option("--grammar-cache-mb", opts->grammar_cache_mb, "memory the compiled-grammar cache may keep (least recently used evicted)")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app->add_option("--kv-mb", *kv_mb, "KV cache memory in MiB (0: fit the device: 90% of the GPU memory left after the weights and a reserve; 256 on the CPU)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app->add_option("--kv-cache-type", *kv_type, "KV cache element type: f16, or f32 (CPU only; exact attention, twice the memory)")

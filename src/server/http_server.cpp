@@ -533,7 +533,7 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
     if (tok->eos_id() >= 0) eos = tok->token_text(tok->eos_id());
   }
   prompter = std::make_unique<ChatPrompter>(source, bos, eos);
-  structured = std::make_unique<StructuredOutputCompiler>(*engine);
+  structured = std::make_unique<StructuredOutputCompiler>(*engine, StructuredOutputOptions{.grammar_cache_bytes = options.grammar_cache_mb << 20});
   if (!options.web_dir.empty()) web_root = resolve_web_root(options.web_dir);
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",

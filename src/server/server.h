@@ -27,6 +27,7 @@ struct ServerOptions {
   std::string api_key;                  // non-empty: require "Authorization: Bearer <key>" on /v1/*
   std::string model_name;               // id reported by /v1/models; default: the model file's stem
   int io_threads = 2;
+  size_t grammar_cache_mb = 256;        // compiled grammars kept (LRU by bytes)
   int prepare_threads = 2;              // translate requests (template, tokenise, compile grammars) off the I/O threads
   int max_queue = 256;                  // generation requests in flight before 429
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
