@@ -10,15 +10,12 @@
 #include "server/request_translator.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
+#include "model/testing_paths.h"
 
 namespace brioche::server {
 namespace {
 
-std::string default_model_path() {
-  if (const char* env = std::getenv("BRIOCHE_DEFAULT_MODEL")) return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using model::default_model_path;
 
 class TranslatorTest : public ::testing::Test {
  protected:
