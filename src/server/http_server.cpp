@@ -643,7 +643,9 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
     const int32_t block = options.engine.kv.block_size;
     std::printf("  KV cache: %d blocks of %d tokens (%lld tokens; %s), up to %d tokens per step\n", stats.kv_blocks_total, block,
                 (long long)stats.kv_blocks_total * block,
-                options.engine.kv.kv_memory_bytes == 0 ? "sized to the device's free memory" : "--kv-mb",
+                options.engine.kv.kv_memory_bytes != 0                                  ? "--kv-mb"
+                : engine->model() && engine->model()->device() == Device::CUDA ? "fitted to the GPU's free memory"
+                                                                                 : "the CPU's default of 256 MiB",
                 options.engine.scheduler.max_batch_tokens);
     std::printf("  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
                 "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'\n",
