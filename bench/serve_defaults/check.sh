@@ -1,11 +1,11 @@
-set -x
 # Run on a GPU machine from a directory holding brioche, gen_model and tok.gguf
 # (gen_model --tokenizer-only --tokenizer-from SmolLM2...gguf --out tok.gguf):
 #   bash bench/serve_defaults/check.sh DIR
 # Serves a random Llama-3-8B Q4_0 with the fitted defaults (--kv-mb 0,
 # --max-batch-tokens 0), then with the old ones, under 64 clients x 256 tokens.
-cd "${1:-devcarry}"
 LOAD="$(dirname "$(readlink -f "$0")")/load.py"
+cd "${1:-devcarry}"
+set -x
 ./gen_model --shape llama3-8b --dtype q4_0 --tokenizer-from tok.gguf --out /tmp/l8.gguf >/dev/null 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv
 serve() { ./brioche serve -m /tmp/l8.gguf --device cuda --port $1 "${@:2}" > /tmp/serve$1.log 2>&1 & for i in $(seq 90); do curl -s localhost:$1/health >/dev/null && break; sleep 1; done; head -3 /tmp/serve$1.log; }
