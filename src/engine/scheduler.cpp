@@ -431,7 +431,7 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
 // events). The GPU goes from step t's sampling straight into step t + 1
 // instead of idling while the host takes the token back and launches the
 // next graph (14–24 µs a step at batch 1 on the H200, 2–4% of a SmolLM2
-// step: BENCHMARKS.md, "steps run one ahead of the host").
+// step: docs/perf-log/cuda-decode.md#run-ahead, "steps run one ahead of the host").
 //
 // The queued step must be the one plan() would make: it is queued only when
 // every running sequence was sampled in this step, in running order, none

@@ -51,7 +51,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // slot's at once) instead of over the warp: with lanes splitting head_dim
 // alone, each (key, head) score took 5 shuffles of its own, and at batch 64
 // the kernel was bound by them (182 µs per 8B layer for 268 MB of K/V).
-// Measured on the H200 (BENCHMARKS.md): 8 values a lane beat 16 (half the
+// Measured on the H200 (docs/perf-log/cuda-decode.md#attention-key-slots): 8 values a lane beat 16 (half the
 // registers: 4 CTAs per SM instead of 2; 8B at batch 64: 6,590 vs 6,905
 // tokens/s), and U keys per slot keep more K/V in flight per warp
 // (launch_attention).
@@ -689,7 +689,7 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
 // all with keys, instead of 16 with half idle), 1,630–1,679 → 1,754–1,755
 // tokens/s. Past 512 keys two steps a split lost 3% (32 splits against 64,
 // both through the combine kernel), so longer contexts keep 16; at head_dim
-// 128 two steps are 16 keys (BENCHMARKS.md, "SmolLM2's attention splits").
+// 128 two steps are 16 keys (docs/perf-log/cuda-decode.md#smollm2-attention-splits, "SmolLM2's attention splits").
 int min_split_keys(int head_dim, int max_keys, bool mma) {
   const int two_steps = 2 * kWarps * 32 / (head_dim / kValuesPerLane);
   if (!mma && two_steps > kMinSplitKeys && max_keys <= kMaxClusterSplits * two_steps) return two_steps;

@@ -156,7 +156,7 @@ __device__ __forceinline__ void wgmma_p_times_v(float (&o)[D / 8][4], const uint
 // it 1.2x faster, 32-key tiles at 4 CTAs per SM (Q re-read from shared
 // memory) and skipping masked 16-key steps on the diagonal tile were slower.
 // The wgmma kernel waits for each product before the next step; what was
-// tried to overlap them lost (BENCHMARKS.md, 2026-11-30): Q read from shared
+// tried to overlap them lost (docs/perf-log/cuda-prefill.md#prefill-wgmma-attention): Q read from shared
 // memory at 2 CTAs per SM (160 µs against 140), V single-buffered to keep 3
 // CTAs with Q in shared memory (0.83 of the mma.sync kernel's time, against
 // 0.75), and FlashAttention-3's order (S(t) while O is rescaled, P·V(t − 1)

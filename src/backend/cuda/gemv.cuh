@@ -177,7 +177,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g));
 // (but for a subnormal sum, which it flushes to zero). Before, the streamed
 // int8 GEMV asked for y's old value at the top of each tile and added it at
 // the store: under the weight stream that L2 round trip outlasted the tile's
-// wait and arithmetic. Decode run ahead, A/B in one call (BENCHMARKS.md,
+// wait and arithmetic. Decode run ahead, A/B in one call (docs/perf-log/cuda-decode.md#red-add,
 // 2026-12-02): Llama-3-8B Q8_0 432.4–433.1 → 442.6–446.1 tokens/s, Q4_0
 // 610.6–613.4 → 628.7–629.0, Q4_K 596.1–598.9 → 617.4–618.4; in the warp
 // kernels, SmolLM2 Q4_1 1,812–1,814 → 1,858–1,859, bf16 1,940–1,942 →

@@ -9,7 +9,7 @@
 // of these types is 34 or 18 bytes, 2-byte aligned, so a thread owning a
 // quarter block read it as 16-bit halves: ~40 shared loads per thread and
 // tile with bank conflicts, and a tile of half the bytes cost as long as a
-// bf16 one (BENCHMARKS.md). Here a thread owns 8 consecutive blocks (256
+// bf16 one (docs/perf-log/cuda-decode.md#bf16-streamed-gemv). Here a thread owns 8 consecutive blocks (256
 // values: 272 bytes of Q8_0, 144 of Q4_0, both whole 16-byte vectors), reads
 // them as 16-byte shared loads and re-aligns the blocks in registers with
 // shifts the compiler resolves (block offsets are constants). Its x chunk
@@ -164,7 +164,7 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // 14-CTA x quantization between gate/up and down from ~3 to ~6 µs. So a
 // producer asks for a few tiles first, waits for the kernel before as the
 // consumers do, then fills the rest of its ring. Tiles first, by A/B runs
-// (BENCHMARKS.md): Q4_0 1, Q4_K/Q5_K/Q6_K 2, Q8_0 3 (Q8_0 has one CTA per
+// (docs/perf-log/cuda-decode.md#early-tiles): Q4_0 1, Q4_K/Q5_K/Q6_K 2, Q8_0 3 (Q8_0 has one CTA per
 // SM and tiles of twice the bytes). None at all loses (Q4_0 544 → 526
 // tokens/s): HBM then idles during the kernel before. Q4_0 takes 2 before
 // gate/up, whose kernel before is the norm (8B decode run ahead, three A/B
@@ -175,7 +175,7 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // takes 2 and its down 4 (two calls, 2026-12-02, against 441.2–443.4: O 2
 // 443.3–445.2, down 4 443.3–445.7, both 445.9–447.1 tokens/s). More
 // or fewer were at par or slower at every other position and type, before
-// and after those changes (BENCHMARKS.md, 2026-12-01 and 2026-12-02).
+// and after those changes (docs/perf-log/cuda-decode.md#weights-evict-first, #red-add).
 //
 // kSplit: threads a chunk (1, or 2 in the O of Q4_K, Q4_0 and Q8_0:
 // launch_chunks; Q4_K's Q/K/V took 2 until Q4_KChunk's change below). Each
@@ -187,7 +187,7 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
 // 581.2–584.9 tokens/s (Q/K/V 6.85 → 6.02 µs a layer in the trace); O
 // alone, two calls: Q4_0 594.2–595.8 → 598.6–599.2 and 595.6–595.9 →
 // 597.4–597.5, Q8_0 428.5–429.0 → 430.0–430.1 and 432.9 → 433.5. Not
-// elsewhere (BENCHMARKS.md, 2026-12-01, "two threads a chunk"): with Q/K/V
+// elsewhere (docs/perf-log/cuda-decode.md#two-threads-a-chunk, "two threads a chunk"): with Q/K/V
 // split too Q4_0 and Q8_0 lost 0.6–1.6% (Q4_0's Q/K/V CTAs then leave no
 // room beside them for the attention's), and where a row spans warps (down,
 // or SwiGLU's gate and up rows) the sums' exchange through shared memory
@@ -557,7 +557,7 @@ __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
 
 // Where launch row `row` writes: gemv_target's y, walked in 32-bit
 // arithmetic (a launch has fewer than 2^31 rows). The consumers'
-// instructions are on the decode's time (BENCHMARKS.md, 2026-12-01): with
+// instructions are on the decode's time (docs/perf-log/cuda-decode.md#consumer-arithmetic): with
 // 32-bit rows, tiles and slot addresses Q4_0's loop is 301 → 280
 // instructions (SASS), and 8B decode run ahead went Q4_0 582.4–582.5 →
 // 586.4–587.7 tokens/s, Q4_K 561.3–562.4 → 564.0–565.9 (A/B, one call).

@@ -79,7 +79,7 @@ uint32_t alignment(const void* p) {
 // activation rows the GEMMs stream weights, and the heuristic's first choice
 // left bandwidth unused (Llama-3-8B at 64 rows: O at 2.6 TB/s, Q/K/V at
 // 3.0 TB/s); 32 candidates gave +0.1–1.0% over 8 there. Compute-bound GEMMs
-// gain too (Llama-3-8B's 2,048-row prefill +2–5%, BENCHMARKS.md), and there
+// gain too (Llama-3-8B's 2,048-row prefill +2–5%, docs/perf-log/cuda-decode.md#batched-past-9000), and there
 // the best choice hardly depends on the exact row count: above
 // kExactTuneRows one timing serves every row count up to the next power of
 // two (a server's prompts come in many lengths; each bucket pays ~8 × 4 runs
@@ -123,7 +123,7 @@ bool capturing(cudaStream_t stream) {
 // one timed run each per round, four rounds, and each keeps its best run.
 // Timed one after the other, a process could keep a different GEMM from the
 // next (8B Q4_0 prefill 42.0–44.1k tokens/s across processes, 44.0k each in
-// turns; BENCHMARKS.md). Candidates that fail to launch are skipped.
+// turns; docs/perf-log/cuda-decode.md#affine-int8-gemm-turns). Candidates that fail to launch are skipped.
 cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const GemmDesc& g,
                              const cublasLtMatmulHeuristicResult_t* results, int found, cudaStream_t stream) {

@@ -897,7 +897,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 // sample_kernel's checks and results, one CTA a row and no cluster. At batch
 // 1 the full kernel's launch (a cluster of 1,024-thread CTAs with 64 KB of
 // shared memory each) and its three cluster barriers took ~14 µs for one
-// pass over the row (BENCHMARKS.md).
+// pass over the row (docs/perf-log/cuda-decode.md#run-ahead).
 __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* logits, int64_t stride, int vocab,
                                                           const SampleRowParams* rows,  // [n_rows]
                                                           SampleResult* results,        // [n_rows]
