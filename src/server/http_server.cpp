@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <variant>
 
@@ -538,7 +537,7 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
                  prompter->template_problem().c_str());
-  tool_syntax = tool_syntax_for_template(prompter->has_template() ? source : "<tool_call>");
+  tool_syntax = prompter->has_template() ? tool_syntax_for_template(source) : ToolSyntax::Hermes;  // the plain format documents Hermes calls
 }
 
 void App::start() {
