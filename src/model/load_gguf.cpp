@@ -17,7 +17,7 @@ namespace {
 // Every count is read as the file's int64 and narrowed by config_count, the
 // finished config checked by validate_model_config (model_config.h) before
 // the caller looks up a single tensor by it. The vocabulary comes from
-// token_embd.weight's rows, so it is validated there.
+// token_embd.weight's rows, read from the tensor table (no data touched).
 ModelConfig read_config(const formats::GgufFile& f, const std::string& arch, const ConfigKeyNames& keys) {
   const std::string& path = f.path();
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
@@ -41,7 +41,12 @@ ModelConfig read_config(const formats::GgufFile& f, const std::string& arch, con
   c.intermediate_size = required_count(keys.intermediate_size);
   c.head_dim = f.find(keys.head_dim) != nullptr ? required_count(keys.head_dim)
                                                  : derived_head_dim(c.hidden_size, c.n_heads, keys, path);
-  c.vocab_size = 1;  // placeholder until token_embd.weight is seen; validated again there
+  // The vocabulary is token_embd.weight's rows (GGUF has no required key for it).
+  const formats::GgufTensorInfo* embedding = f.find_tensor("token_embd.weight");
+  if (embedding == nullptr) fail(path, ": tensor 'token_embd.weight' expected, not found");
+  if (embedding->shape.size() != 2)
+    fail(path, ": tensor 'token_embd.weight' expected rank 2 [vocab, hidden], found rank ", embedding->shape.size());
+  c.vocab_size = config_count(embedding->shape[0], keys.vocab_size, path);
   c.rms_eps = config_float(f.get_float(keys.rms_eps, 1e-5));
   c.max_context = optional_count(keys.max_context, 0);
   c.rope.theta = config_float(f.get_float(keys.rope_theta, 10000.0));
@@ -93,8 +98,6 @@ Checkpoint load_gguf_checkpoint(const std::string& path) {
   BRIOCHE_CHECK(w.token_embd.rank() == 2 && w.token_embd.dim(1) == c.hidden_size, path,
                 ": tensor 'token_embd.weight' expected [vocab, ", c.hidden_size, "], found ",
                 w.token_embd.describe());
-  c.vocab_size = config_count(w.token_embd.dim(0), keys.vocab_size, path);
-  validate_model_config(c, keys, path);
   w.output_norm = f.tensor("output_norm.weight");
   check_shape(w.output_norm, {c.hidden_size}, "output_norm.weight", path);
   if (w.output_norm.dtype() == DType::I32) fail(path, ": tensor 'output_norm.weight' expected a float type, found i32");
