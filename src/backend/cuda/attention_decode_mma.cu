@@ -46,9 +46,9 @@ constexpr int kQRows = 16;          // an mma tile's rows
 
 // Tiles in flight per CTA, and the CTAs an SM holds with their shared
 // memory: (2·kStages·kKeys + kQRows)·head_dim halves, 100 KB at head_dim 128.
-// Measured on the H200 (docs/perf-log/cuda-decode.md#batched-tensor-core-attention, Llama-3-8B shape, 64 rows × 1,024
-// positions): 3 stages at 2 CTAs per SM gave 8,230 tokens/s, 2 stages at 3
-// CTAs per SM 7,960–8,000, whichever the split count. With 2 CTAs per SM a
+// 3 stages at 2 CTAs per SM beat 2 stages at 3 CTAs per SM, whichever the
+// split count (docs/perf-log/cuda-decode.md#batched-tensor-core-attention
+// has the numbers). With 2 CTAs per SM a
 // batch of 64 rows × 8 KV heads fills the GPU in two waves without splits,
 // so no combine kernel runs after it.
 constexpr int kStages = 3;

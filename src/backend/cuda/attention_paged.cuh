@@ -293,10 +293,9 @@ __device__ __forceinline__ void merge_warps(const AttnParams& p, const float (&s
 // owner's mbarrier completes on the bytes it expects, and no CTA reads
 // another's shared memory (which would need a second barrier to keep it
 // alive until read). It replaced a pull: a barrier, each owner warp reading
-// every split's partial remotely, a second barrier. Decode at batch 1 gained
-// 1–5% (Llama-3-8B Q8_0 426 → 431, Q4_0 570 → 578, SmolLM2 bf16 1,849 →
-// 1,951 tokens/s; docs/perf-log/cuda-decode.md#cluster-push-merge). The pushes are 16 bytes each (4-byte
-// pushes lost 1.0–1.4%), and land in sm_acc rather than an inbox of their
+// every split's partial remotely, a second barrier; batch-1 decode got faster
+// (docs/perf-log/cuda-decode.md#cluster-push-merge). The pushes are 16 bytes
+// each (4-byte pushes were slower), and land in sm_acc rather than an inbox of their
 // own: that inbox (4 KB at the 8B shape, where the kernel had 12) let the
 // merge end ~1 µs sooner but cost SmolLM2's decode 8% and the 8B Q4_0's 2%.
 

@@ -75,12 +75,9 @@ struct StreamFusions {
 void gemv_stream_rows(DType wtype, const GemvArgs& args, const Int8Acts& x, const StreamFusions& fusions = {});
 // Whether a launch of it that adds to y may hand y's norm on
 // (norm_handoff.h): rows a multiple of 32, and not the long launches (down)
-// of the 8-bit types. Llama-3-8B decode at batch 1, run ahead, A/B in one
-// call (docs/perf-log/cuda-decode.md#norm-handoff): at O and down, Q4_0 628.7–632.0 →
-// 661.7–664.1 tokens/s, Q4_K 610.8–611.1 → 638.1–639.5, Q5_K 530.9–531.2 →
-// 552.3–554.4, Q6_K 428.1–429.7 → 441.7–442.9; Q8_0 450.1–450.6 → 438.4 at
-// both, 449.5–451.1 at O alone (its down loses the most SMs' worth of
-// stream: 128 CTAs of 3 tiles in flight where it had 132 of 6).
+// of the 8-bit types: the 4- to 6-bit types gain at O and down, while Q8_0's
+// down, the longest launch, loses more stream (fewer CTAs with fewer tiles in
+// flight) than the handoff saves (docs/perf-log/cuda-decode.md#norm-handoff).
 bool gemv_stream_rows_hands_on(DType wtype, const GemvArgs& args);
 
 // Quantizes x (or x̂) into scratch from the caching allocator and launches the

@@ -74,10 +74,8 @@ inline constexpr int kGroupRows = kSwiglu ? kTileRows / 2 : kTileRows;
 // outputs it had written before the next kernel read them, so those small
 // kernels (norms, x quantizations, the attention), each a chain of L2 round
 // trips, went to HBM. Copied under an evict_first policy the weights' lines
-// are the ones L2 replaces first. Llama-3-8B decode run ahead, A/B in one
-// call: Q8_0 426.0–426.6 → 431.6–431.7 tokens/s, Q4_0 602.8–603.5 →
-// 613.3–613.6, Q4_K 589.0–589.8 → 602.7–605.1; in the trace every kernel of
-// the layer gained 0.1–0.6 µs (docs/perf-log/cuda-decode.md#weights-evict-first).
+// are the ones L2 replaces first, and every kernel of the layer gets faster
+// (docs/perf-log/cuda-decode.md#weights-evict-first has the A/B).
 // BRIOCHE_CUDA_L2_EVICT_FIRST=0 copies them under the default policy (A/B
 // runs); the producers take the choice as a kernel argument.
 inline bool weights_evict_first() {

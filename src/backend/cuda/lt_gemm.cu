@@ -77,9 +77,9 @@ uint32_t alignment(const void* p) {
 // Every GEMM is timed once per shape among cuBLASLt's first
 // kTuneCandidates heuristic choices, and the fastest is kept. At few
 // activation rows the GEMMs stream weights, and the heuristic's first choice
-// left bandwidth unused (Llama-3-8B at 64 rows: O at 2.6 TB/s, Q/K/V at
-// 3.0 TB/s); 32 candidates gave +0.1–1.0% over 8 there. Compute-bound GEMMs
-// gain too (Llama-3-8B's 2,048-row prefill +2–5%, docs/perf-log/cuda-decode.md#batched-past-9000), and there
+// left bandwidth unused; more candidates than 8 gained little there.
+// Compute-bound GEMMs gain too (docs/perf-log/cuda-decode.md#batched-past-9000
+// has the numbers), and there
 // the best choice hardly depends on the exact row count: above
 // kExactTuneRows one timing serves every row count up to the next power of
 // two (a server's prompts come in many lengths; each bucket pays ~8 × 4 runs

@@ -75,7 +75,7 @@ __device__ __forceinline__ uint32_t cluster_address(uint32_t local, uint32_t ran
 
 // v to the shared::cluster address dst, completing its bytes on the barrier
 // at shared::cluster address bar (in the same CTA as dst). (Wide stores:
-// 4-byte pushes cost the decode attention 1.0–1.4%, docs/perf-log/cuda-decode.md#cluster-push-merge.)
+// 4-byte pushes made the decode attention slower, docs/perf-log/cuda-decode.md#cluster-push-merge.)
 __device__ __forceinline__ void store_to_cluster(uint32_t dst, float2 v, uint32_t bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(dst),
                "f"(v.x), "f"(v.y), "r"(bar)
