@@ -20,6 +20,7 @@
 
 #include "engine/constraint.h"
 #include "engine/sampler.h"
+#include "model/served_adapter.h"
 
 namespace brioche::engine {
 
@@ -40,6 +41,9 @@ struct GenerationRequest {
   int32_t n = 1;                       // choices; forks share the prompt's KV blocks
   int32_t top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token + that many alternatives
   GrammarConstraint constraint;        // structured output; compiled == null: free text
+  // The LoRA adapter the request runs with, unmerged (null: the base model).
+  // Held until the request ends, so unloading it lets running requests finish.
+  std::shared_ptr<const model::ServedAdapter> adapter;
   std::function<void()> on_events;     // called on the engine thread after events were queued
 };
 

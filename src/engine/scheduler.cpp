@@ -41,6 +41,7 @@ void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationReq
     seq->order = next_order_++;
     seq->tokens = req.prompt_tokens;
     seq->n_prompt = int32_t(req.prompt_tokens.size());
+    seq->prefix_seed = req.adapter ? req.adapter->id : 0;
     SamplingParams params = req.sampling;
     // Forks of a seeded request get distinct but reproducible streams.
     if (params.seed && choice > 0) params.seed = *params.seed + uint64_t(choice);
@@ -119,7 +120,7 @@ namespace {
 BlockHash block_hash(Sequence& seq, size_t b, int32_t block_size) {
   while (seq.token_hashes.size() <= b) {
     const size_t i = seq.token_hashes.size();
-    const BlockHash parent = i == 0 ? 0 : seq.token_hashes[i - 1];
+    const BlockHash parent = i == 0 ? seq.prefix_seed : seq.token_hashes[i - 1];
     const std::span<const int32_t> block_tokens(seq.tokens.data() + i * size_t(block_size), size_t(block_size));
     seq.token_hashes.push_back(chain_block_hash(parent, block_tokens));
   }
@@ -133,7 +134,7 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
   int32_t bs = blocks_.block_size();
   // Leave at least one token to run: its logits are needed.
   int32_t max_blocks = (int32_t(seq.tokens.size()) - 1) / bs;
-  BlockHash parent = 0;
+  BlockHash parent = seq.prefix_seed;
   for (int32_t b = 0; b < max_blocks; ++b) {
     std::span<const int32_t> block_tokens(seq.tokens.data() + size_t(b) * bs, size_t(bs));
     BlockHash h = block_hash(seq, size_t(b), bs);
@@ -172,7 +173,7 @@ void Engine::Scheduler::register_full_blocks(Sequence& seq) {
     if (!options_.prefix_cache) continue;
     const size_t b = size_t(seq.registered_blocks);
     std::span<const int32_t> block_tokens(seq.tokens.data() + b * size_t(bs), size_t(bs));
-    const BlockHash parent = b == 0 ? 0 : block_hash(seq, b - 1, bs);
+    const BlockHash parent = b == 0 ? seq.prefix_seed : block_hash(seq, b - 1, bs);
     blocks_.register_full_block(seq.block_table[b], parent, block_hash(seq, b, bs), block_tokens);
   }
 }
@@ -304,7 +305,25 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   }
   // Keep running_ oldest first (preempted sequences come back with their old order).
   std::stable_sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return a->order < b->order; });
+  group_by_adapter(planned);
   return planned;
+}
+
+// Rows of one adapter next to each other: the forward applies each adapter
+// once per run of its rows (model/blocks.h LayerLora), so a step over 8
+// adapters costs 8 runs, not one per sequence. Groups keep the order of
+// their first sequence, and sequences their order within a group.
+void Engine::Scheduler::group_by_adapter(std::vector<Planned>& planned) {
+  std::vector<const model::ServedAdapter*> order;
+  for (const Planned& p : planned) {
+    const model::ServedAdapter* a = p.seq->request->request.adapter.get();
+    if (std::find(order.begin(), order.end(), a) == order.end()) order.push_back(a);
+  }
+  if (order.size() < 2) return;
+  auto rank = [&](const Planned& p) {
+    return std::find(order.begin(), order.end(), p.seq->request->request.adapter.get()) - order.begin();
+  };
+  std::stable_sort(planned.begin(), planned.end(), [&](const Planned& a, const Planned& b) { return rank(a) < rank(b); });
 }
 
 void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
@@ -320,6 +339,7 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     view.n_rows = p.chunk;
     view.n_past = seq.n_computed;
     view.block_table = std::span<const int32_t>(seq.block_table);
+    view.adapter = seq.request->request.adapter.get();
     batch.sequences.push_back(view);
     bool reaches_end = seq.n_computed + p.chunk == int32_t(seq.tokens.size());
     for (int32_t r = 0; r < p.chunk; ++r) {
@@ -464,7 +484,8 @@ void Engine::Scheduler::run_ahead(const std::vector<Sequence*>& sampled) {
     batch.sequences.push_back({.first_row = int32_t(batch.positions.size()),
                                .n_rows = 1,
                                .n_past = seq->n_computed,
-                               .block_table = std::span<const int32_t>(seq->block_table)});
+                               .block_table = std::span<const int32_t>(seq->block_table),
+                               .adapter = seq->request->request.adapter.get()});
     batch.positions.push_back(seq->n_computed);
   }
   if (!runner_->forward_from_device_tokens(batch, device_sampler_->tokens(), logits_)) return;

@@ -45,6 +45,9 @@ struct Sequence {
   // block_hash): a block's hash depends only on the tokens up to its end, so
   // it is computed once however often the prompt is matched.
   std::vector<BlockHash> token_hashes;
+  // The chain's start: 0 for the base model, the adapter's id otherwise, so
+  // K/V computed with one adapter is never reused by another.
+  BlockHash prefix_seed = 0;
   int32_t registered_blocks = 0;  // full computed blocks offered to the prefix cache
   int32_t n_generated = 0;
   bool ever_admitted = false;
@@ -84,6 +87,7 @@ class Engine::Scheduler {
 
   void drop_cancelled();
   std::vector<Planned> plan();
+  void group_by_adapter(std::vector<Planned>& planned);
   // Grows the block table so positions [0, n_positions) are covered; false if short of blocks.
   bool ensure_blocks(Sequence& seq, int32_t n_positions);
   // Largest chunk (<= wanted) whose positions fit in held + available blocks.

@@ -1,10 +1,14 @@
 #include "model/blocks.h"
 
 #include <cmath>
+#include <vector>
+
+#include "core/error.h"
 
 #include "ops/add.h"
 #include "ops/device.h"
 #include "ops/fused_matmul.h"
+#include "ops/lora_rows.h"
 #include "ops/matmul.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -43,17 +47,37 @@ Activations ActivationBuffers::view(const ModelConfig& c, int64_t n, Device devi
           rows(full_.attn), rows(full_.out), rows(full_.gate), rows(full_.up)};
 }
 
-void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
-  ops::matmul(x, w, y);
-  if (bias.defined()) ops::add_bias(y, bias);
+namespace {
+
+// y += the low-rank term of projection p for the rows whose adapter has one.
+void add_lora(const LayerLora& lora, Projection p, const Tensor& x, Tensor& y) {
+  std::vector<ops::LoraRows> segments;
+  for (const AdapterRows& rows : lora.rows) {
+    if (const AdapterProjection* ap = rows.adapter->projection(lora.layer, p))
+      segments.push_back({.first_row = rows.first_row, .n_rows = rows.n_rows, .a = &ap->a, .bt = &ap->bt});
+  }
+  ops::lora_rows_add(x, segments, y, *lora.u_scratch);
 }
 
+}  // namespace
+
 void attention_block(const ModelConfig& c, const LayerWeights& w, const AttentionContext& ctx,
-                     Tensor& k_cache, Tensor& v_cache, Activations& a) {
+                     Tensor& k_cache, Tensor& v_cache, Activations& a, const LayerLora& lora) {
   const int64_t n = a.h.dim(0);
   const Tensor* qkv_w[] = {&w.wq, &w.wk, &w.wv};
   Tensor* qkv[] = {&a.q, &a.k, &a.v};
-  ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv);
+  const bool adapted = !lora.rows.empty();
+  if (adapted) {
+    BRIOCHE_CHECK(ctx.collective == nullptr, "attention_block: adapters are not served with tensor parallelism");
+    // The low-rank terms read x̂, which the fused norm does not materialise on the GPU.
+    ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
+    ops::matmul_group(a.h, qkv_w, qkv);
+    add_lora(lora, Projection::Q, a.h, a.q);
+    add_lora(lora, Projection::K, a.h, a.k);
+    add_lora(lora, Projection::V, a.h, a.v);
+  } else {
+    ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv);
+  }
   if (w.bq.defined()) ops::add_bias(a.q, w.bq);
   if (w.bk.defined()) ops::add_bias(a.k, w.bk);
   if (w.bv.defined()) ops::add_bias(a.v, w.bv);
@@ -70,7 +94,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   const ops::AttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
                                     .scale = 1.0f / std::sqrt(float(c.head_dim)),
                                     .sliding_window = c.sliding_window};
-  if (ctx.collective == nullptr && !w.bo.defined()) {
+  if (ctx.collective == nullptr && !w.bo.defined() && !adapted) {
     // a.x += attention·woᵀ: the residual add in the projection.
     return ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn,
                                 {.w = w.wo, .y = a.x, .scratch = a.out});
@@ -82,12 +106,28 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
     ctx.collective->all_reduce_sum(a.out);
     if (w.bo.defined()) ops::add_bias(a.out, w.bo);
   } else {
-    linear(a.attn, w.wo, w.bo, a.out);
+    ops::matmul(a.attn, w.wo, a.out);
+    if (adapted) add_lora(lora, Projection::O, a.attn, a.out);
+    if (w.bo.defined()) ops::add_bias(a.out, w.bo);
   }
   ops::add(a.x, a.out, a.x);
 }
 
-void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective) {
+void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective,
+               const LayerLora& lora) {
+  if (!lora.rows.empty()) {
+    BRIOCHE_CHECK(collective == nullptr, "mlp_block: adapters are not served with tensor parallelism");
+    ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
+    ops::matmul(a.h, w.w_gate, a.gate);
+    ops::matmul(a.h, w.w_up, a.up);
+    add_lora(lora, Projection::Gate, a.h, a.gate);
+    add_lora(lora, Projection::Up, a.h, a.up);
+    ops::swiglu(a.gate, a.up, a.gate);
+    ops::matmul(a.gate, w.w_down, a.out);
+    add_lora(lora, Projection::Down, a.gate, a.out);
+    ops::add(a.x, a.out, a.x);
+    return;
+  }
   const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h};
   if (collective == nullptr) return ops::swiglu_mlp(a.x, norm, w.w_gate, w.w_up, w.w_down, a.x, a.gate, a.up, a.out);
   // SwiGLU is elementwise over the intermediate columns, so each rank's slice

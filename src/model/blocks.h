@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "model/model_config.h"
+#include "model/served_adapter.h"
 #include "model/weights.h"
 #include "ops/attention.h"
 #include "ops/collective.h"
@@ -39,9 +40,6 @@ class ActivationBuffers {
   Activations full_;
 };
 
-// y = x·wᵀ (+ bias when defined)
-void linear(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
-
 struct AttentionContext {
   std::span<const int32_t> positions;                // [n_rows]
   std::span<const ops::AttentionSequence> sequences;
@@ -49,6 +47,17 @@ struct AttentionContext {
   // Tensor parallelism: the weights are this rank's shard and the block's
   // output a partial sum over ranks (model/tensor_parallel.h).
   ops::Collective* collective = nullptr;
+};
+
+// The adapters of one layer's rows. With none (the default) the blocks run
+// the base model's fused ops; with any, every projection runs as its own
+// matmul over the materialised input, and the rows of each adapter add their
+// low-rank term to its output (ops::lora_rows_add), before the bias, the
+// SwiGLU or the residual add that follow.
+struct LayerLora {
+  int layer = 0;
+  std::span<const AdapterRows> rows;  // in row order; empty: no adapter in the batch
+  Tensor* u_scratch = nullptr;        // f32 [n, ≥ the largest rank]
 };
 
 // Pre-normed self-attention: RMSNorm (w.attn_norm), q/k/v projections
@@ -59,13 +68,13 @@ struct AttentionContext {
 // partial sum, all-reduced in a.out before the residual add (the fused
 // accumulate would add the residual once per rank).
 void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx,
-                     Tensor& k_cache, Tensor& v_cache, Activations& a);
+                     Tensor& k_cache, Tensor& v_cache, Activations& a, const LayerLora& lora = {});
 
 // SwiGLU MLP after RMSNorm (w.ffn_norm): down(silu(gate(h)) · up(h)).
 //   a.x += mlp(rms_norm(a.x))
 // With a collective, `w` holds this rank's slice of the intermediate size:
 // down's output is all-reduced in a.out, then added.
 void mlp_block(const ModelConfig& config, const LayerWeights& w, Activations& a,
-               ops::Collective* collective = nullptr);
+               ops::Collective* collective = nullptr, const LayerLora& lora = {});
 
 }  // namespace brioche::model

@@ -58,6 +58,8 @@ ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int
 bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward,
                        const Tensor* device_tokens) {
   if (cache.device() != Device::CUDA || !ops::decode_graphs_enabled() || !is_decode_step(batch)) return false;
+  // Adapter rows run eagerly: which factors a launch reads changes every step.
+  if (batch.uses_adapters()) return false;
   const int n = batch.n_rows();
   const int rows = bucket_rows(n);
   if (rows == 0) return false;

@@ -15,11 +15,14 @@
 
 namespace brioche::model {
 
+struct ServedAdapter;
+
 struct SequenceView {
   int32_t first_row = 0;                 // index of this sequence's first row in the batch
   int32_t n_rows = 0;                    // rows of this sequence in the batch
   int32_t n_past = 0;                    // positions already in the KV cache before these rows
   std::span<const int32_t> block_table;  // covers positions [0, n_past + n_rows)
+  const ServedAdapter* adapter = nullptr;  // the LoRA its rows run with (model/served_adapter.h); null: the base
 };
 
 struct ForwardBatch {
@@ -33,6 +36,11 @@ struct ForwardBatch {
     int32_t n = 0;
     for (uint8_t w : wants_logits) n += w;
     return n;
+  }
+  bool uses_adapters() const {
+    for (const SequenceView& s : sequences)
+      if (s.adapter != nullptr) return true;
+    return false;
   }
 };
 

@@ -6,6 +6,7 @@
 //     x = x + attention(rms_norm(x))      (qkv bias, q/k norm, RoPE variant)
 //     x = x + swiglu_mlp(rms_norm(x))
 //   logits = lm_head(rms_norm(x))         (lm_head = embed when tied)
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -131,6 +132,34 @@ bool LlamaModel::forward_from_device_tokens(const ForwardBatch& batch, const Ten
       [&](const ForwardBatch& b, Activations& a, Tensor& out) { forward_on_device(b, cache, a, out); }, &tokens);
 }
 
+std::vector<AdapterRows> LlamaModel::adapter_segments(const ForwardBatch& batch) const {
+  std::vector<AdapterRows> rows;
+  for (const SequenceView& s : batch.sequences) {
+    if (s.adapter == nullptr || s.n_rows == 0) continue;
+    BRIOCHE_CHECK(int(s.adapter->layers.size()) == ck_.config.n_layers, "forward: adapter '", s.adapter->name,
+                  "' has ", s.adapter->layers.size(), " layers, the model ", ck_.config.n_layers);
+    // Consecutive sequences of one adapter make one segment (the scheduler
+    // orders a step's rows by adapter).
+    if (!rows.empty() && rows.back().adapter == s.adapter && rows.back().first_row + rows.back().n_rows == s.first_row)
+      rows.back().n_rows += s.n_rows;
+    else
+      rows.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .adapter = s.adapter});
+  }
+  std::sort(rows.begin(), rows.end(), [](const AdapterRows& x, const AdapterRows& y) { return x.first_row < y.first_row; });
+  return rows;
+}
+
+Tensor& LlamaModel::lora_scratch(const ForwardBatch& batch, int64_t n_rows) {
+  int64_t rank = 1;
+  for (const SequenceView& s : batch.sequences)
+    if (s.adapter != nullptr) rank = std::max<int64_t>(rank, s.adapter->rank);
+  if (!lora_u_.defined() || lora_u_.dim(0) < n_rows || lora_u_.dim(1) < rank || lora_u_.device() != device())
+    lora_u_ = ops::zeros(DType::F32, {std::max<int64_t>(n_rows, lora_u_.defined() ? lora_u_.dim(0) : 0),
+                                      std::max<int64_t>(rank, lora_u_.defined() ? lora_u_.dim(1) : 0)},
+                         device());
+  return lora_u_;
+}
+
 void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits) {
   const ModelConfig& c = ck_.config;
   const ModelWeights& w = ck_.weights;
@@ -143,20 +172,26 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_,
                        .collective = collective_};
 
+  const std::vector<AdapterRows> adapter_rows = adapter_segments(batch);
+  LayerLora lora{.rows = adapter_rows, .u_scratch = adapter_rows.empty() ? nullptr : &lora_scratch(batch, n)};
+
   ops::embedding(w.token_embd, batch.tokens, a.x);
   // The lm_head normalizes a.x itself only when every row wants logits
   // (below: otherwise it reads gathered rows, or does not run); then no
-  // norm of a.x follows the last block.
+  // norm of a.x follows the last block. Adapted blocks norm explicitly.
   const Tensor no_norm;
   const Tensor& head_norm = n_logits == n ? w.output_norm : no_norm;
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
+    lora.layer = layer;
     // Each block's last matmul adds to a.x, and the next block's first
     // normalizes it: on the GPU's decode path the first writes that norm.
-    ops::expect_rms_norm(a.x, lw.ffn_norm);
-    attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a);
-    ops::expect_rms_norm(a.x, layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm : head_norm);
-    mlp_block(c, lw, a, collective_);
+    ops::expect_rms_norm(a.x, adapter_rows.empty() ? lw.ffn_norm : no_norm);
+    attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a, lora);
+    ops::expect_rms_norm(a.x, !adapter_rows.empty() ? no_norm
+                              : layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
+                                                       : head_norm);
+    mlp_block(c, lw, a, collective_, lora);
   }
   if (n_logits == 0) return;
 

@@ -40,6 +40,10 @@ class LlamaModel final : public Model {
   void shape_logits(int64_t n_logits, Tensor& logits) const;
   // The forward proper; `logits` [n_logit_rows, vocab] on the model's device.
   void forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits);
+  // The batch's adapter rows, one segment per run of rows with one adapter.
+  std::vector<AdapterRows> adapter_segments(const ForwardBatch& batch) const;
+  // lora_u_ grown to the batch's rows and largest adapter rank.
+  Tensor& lora_scratch(const ForwardBatch& batch, int64_t n_rows);
 
   Checkpoint ck_;
   std::vector<float> inv_freq_;  // [head_dim/2] RoPE frequencies, scaling applied
@@ -47,6 +51,7 @@ class LlamaModel final : public Model {
   Tensor device_logits_;  // [n_logits, vocab] on the device, when the caller's logits are on the host
   DecodeGraphs graphs_{ck_.config};  // decode steps on CUDA
   ops::Collective* collective_ = nullptr;
+  Tensor lora_u_;  // [rows, rank] f32 on the device: the adapters' x·Aᵀ (ops::lora_rows_add)
 };
 
 }  // namespace brioche::model

@@ -13,6 +13,7 @@
 #include "core/json_limits.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
+#include "ops/device.h"
 #include "ops/quantize.h"
 
 namespace brioche::train {
@@ -58,9 +59,14 @@ Tensor reorder_rows(const Tensor& b, int head_dim, bool to_hf) {
 
 }  // namespace
 
-bool has_permuted_qk(const model::Checkpoint& ck) {
-  return ck.gguf != nullptr && ck.config.architecture == "llama" && ck.config.rope.style == ops::RopeStyle::Interleaved;
+namespace {
+bool permuted_qk(bool from_gguf, const model::ModelConfig& c) {
+  return from_gguf && c.architecture == "llama" && c.rope.style == ops::RopeStyle::Interleaved;
 }
+}  // namespace
+
+bool has_permuted_qk(const model::Checkpoint& ck) { return permuted_qk(ck.gguf != nullptr, ck.config); }
+bool has_permuted_qk(const model::Model& m) { return permuted_qk(m.gguf() != nullptr, m.config()); }
 
 void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Checkpoint& ck,
                   const AdapterWriteInfo& info) {
@@ -112,6 +118,11 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
 }
 
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& ck) {
+  return load_adapter(dir, ck.config, has_permuted_qk(ck));
+}
+
+std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permute,
+                                          int max_rank) {
   const std::string config_path = dir + "/adapter_config.json";
   // A bounded read of a regular file (a FIFO must not hang the load) and a
   // bounded parse (nesting deeper than kMaxJsonDepth is refused before
@@ -122,11 +133,19 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
   BRIOCHE_CHECK(cfg.value("peft_type", std::string("LORA")) == "LORA", config_path, ": peft_type '",
                 cfg.value("peft_type", std::string()), "' is not LORA");
   BRIOCHE_CHECK(!cfg.value("use_dora", false), config_path, ": DoRA adapters are not supported");
-  BRIOCHE_CHECK(cfg.contains("r"), config_path, ": missing \"r\"");
+  BRIOCHE_CHECK(cfg.contains("r") && cfg["r"].is_number_integer(), config_path, ": expected an integer \"r\", found ",
+                cfg.contains("r") ? cfg["r"].dump() : std::string("none"));
+  const int64_t r = cfg["r"].get<int64_t>();
+  BRIOCHE_CHECK(r >= 1 && r <= max_rank, config_path, ": rank r = ", r, " outside [1, ", max_rank, "]");
   LoraConfig lora;
-  lora.rank = cfg["r"].get<int>();
-  lora.alpha = cfg.value("lora_alpha", float(lora.rank));
-  lora.rs_lora = cfg.value("use_rslora", false);
+  lora.rank = int(r);
+  const nlohmann::json alpha = cfg.value("lora_alpha", nlohmann::json(lora.rank));
+  BRIOCHE_CHECK(alpha.is_number() && std::isfinite(alpha.get<double>()), config_path,
+                ": expected a finite number for \"lora_alpha\", found ", alpha.dump());
+  lora.alpha = alpha.get<float>();
+  const nlohmann::json rs = cfg.value("use_rslora", nlohmann::json(false));
+  BRIOCHE_CHECK(rs.is_boolean(), config_path, ": expected true or false for \"use_rslora\", found ", rs.dump());
+  lora.rs_lora = rs.get<bool>();
   lora.dropout = 0.0f;
   BRIOCHE_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
                     cfg.value("alpha_pattern", nlohmann::json::object()).empty(),
@@ -135,7 +154,7 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
   const std::string st_path = dir + "/adapter_model.safetensors";
   auto file = formats::SafetensorsFile::open(st_path);
   std::vector<LoraAdapter::Site> sites;
-  for (int l = 0; l < ck.config.n_layers; ++l) {
+  for (int l = 0; l < config.n_layers; ++l) {
     for (int m = 0; m < kNumModules; ++m) {
       const bool has_a = file->has(tensor_name(l, Module(m), "lora_A"));
       const bool has_b = file->has(tensor_name(l, Module(m), "lora_B"));
@@ -151,8 +170,7 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
     if (std::find(lora.targets.begin(), lora.targets.end(), s.module) == lora.targets.end())
       lora.targets.push_back(s.module);
   }
-  auto adapter = std::make_unique<LoraAdapter>(ck.config, lora, sites);
-  const bool permute = has_permuted_qk(ck);
+  auto adapter = std::make_unique<LoraAdapter>(config, lora, sites);
   for (auto& e : adapter->entries()) {
     for (const char* ab : {"lora_A", "lora_B"}) {
       const std::string name = tensor_name(e.layer, e.module, ab);
@@ -161,11 +179,35 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
       BRIOCHE_CHECK(t.rank() == 2 && t.dim(0) == dst.dim(0) && t.dim(1) == dst.dim(1), st_path, ": tensor '", name,
                     "' expected shape [", dst.dim(0), ", ", dst.dim(1), "], found ", t.describe());
       Tensor f = copy_f32(t);
-      if (ab[5] == 'B' && permute && permuted_module(e.module)) f = reorder_rows(f, ck.config.head_dim, false);
+      if (ab[5] == 'B' && permute && permuted_module(e.module)) f = reorder_rows(f, config.head_dim, false);
       std::memcpy(dst.data(), f.data(), f.nbytes());
     }
   }
   return adapter;
+}
+
+std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter, Device device) {
+  static_assert(int(Module::Down) == int(model::Projection::Down) && kNumModules == model::kProjections);
+  auto served = std::make_shared<model::ServedAdapter>();
+  served->rank = adapter.config().rank;
+  served->layers.resize(size_t(adapter.n_layers()));
+  const float s = adapter.scale();
+  for (int l = 0; l < adapter.n_layers(); ++l) {
+    for (int m = 0; m < kNumModules; ++m) {
+      const LoraFactors* f = adapter.factors(l, Module(m));
+      if (!f) continue;
+      const int64_t r = f->a.dim(0), out = f->b.dim(0);
+      Tensor a = copy_f32(f->a);
+      Tensor bt = Tensor::zeros(DType::F32, {r, out});  // s·Bᵀ
+      for (int64_t o = 0; o < out; ++o) {
+        const float* b = f->b.row_as<float>(o);
+        for (int64_t k = 0; k < r; ++k) bt.row_as<float>(k)[o] = s * b[k];
+      }
+      served->layers[size_t(l)][size_t(m)] = {.a = ops::to_device(a, device),
+                                               .bt = ops::to_device(bt, device)};
+    }
+  }
+  return served;
 }
 
 int merge_adapter(model::Checkpoint& ck, const LoraAdapter& adapter) {

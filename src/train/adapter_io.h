@@ -14,13 +14,16 @@
 #include <memory>
 #include <string>
 
+#include "model/model.h"
+#include "model/served_adapter.h"
 #include "model/weights.h"
 #include "train/lora.h"
 
 namespace brioche::train {
 
-// Whether q/k rows of this checkpoint are in llama.cpp's interleaved order.
+// Whether q/k rows of this checkpoint (or loaded model) are in llama.cpp's interleaved order.
 bool has_permuted_qk(const model::Checkpoint& checkpoint);
+bool has_permuted_qk(const model::Model& model);
 
 struct AdapterWriteInfo {
   std::string base_model;  // recorded as base_model_name_or_path
@@ -31,6 +34,13 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
 // Reads a PEFT LoRA adapter (ours or peft's) for `checkpoint`, checking
 // every shape against the model. Errors name the file and the tensor.
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& checkpoint);
+// The same for a model of `config`; a rank above max_rank is refused.
+std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permuted_qk,
+                                          int max_rank = 1 << 16);
+
+// The serving hook: the adapter unmerged, its factors on `device` as
+// ops::lora_rows_add takes them (A, and s·Bᵀ).
+std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter, Device device);
 
 // The inference hook: replaces each adapted weight by W + s·B·A as an f32
 // tensor (dequantizing a quantized base), so the unchanged forward runs the

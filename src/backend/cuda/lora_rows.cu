@@ -1,0 +1,83 @@
+// Shrink: u[row, k] = A_seg[k]·x[row]      one warp per (row, k)
+// Expand: y[row, c] += Σ_k u[row, k]·bt_seg[k, c]   one thread per (row, c)
+// Segments travel in the kernel parameters (up to kSegmentsPerLaunch per
+// launch), so a launch needs no upload and a row finds its segment by a scan
+// of a few entries.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/lora_rows.h"
+#include <algorithm>
+#include <climits>
+
+namespace brioche::cuda {
+
+namespace {
+
+using backend::cpu::LoraRowsArgs;
+using backend::cpu::LoraRowsSegment;
+
+constexpr int kSegmentsPerLaunch = 48;
+
+struct SegmentTable {
+  LoraRowsSegment seg[kSegmentsPerLaunch];
+  int32_t n;
+};
+
+__device__ const LoraRowsSegment* segment_of(const SegmentTable& t, int32_t row) {
+  for (int32_t s = 0; s < t.n; ++s)
+    if (row >= t.seg[s].first_row && row < t.seg[s].first_row + t.seg[s].n_rows) return &t.seg[s];
+  return nullptr;
+}
+
+// grid (rows, ceil(max_rank / 8)), 256 threads = 8 warps, one k each.
+__global__ void shrink_kernel(const float* x, int64_t ldx, float* u, int64_t ldu, int64_t in, int32_t first_row,
+                              SegmentTable table) {
+  const int32_t row = first_row + int32_t(blockIdx.x);
+  const LoraRowsSegment* seg = segment_of(table, row);
+  const int32_t k = int32_t(blockIdx.y) * 8 + int32_t(threadIdx.x / 32);
+  if (seg == nullptr || k >= seg->rank) return;
+  const float* xr = x + int64_t(row) * ldx;
+  const float* ak = seg->a + int64_t(k) * in;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x % 32; i < in; i += 32) sum += ak[i] * xr[i];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) u[int64_t(row) * ldu + k] = sum;
+}
+
+// grid (rows, ceil(out / 256)), 256 threads, one output column each.
+__global__ void expand_kernel(const float* u, int64_t ldu, float* y, int64_t ldy, int64_t out, int32_t first_row,
+                              SegmentTable table) {
+  const int32_t row = first_row + int32_t(blockIdx.x);
+  const LoraRowsSegment* seg = segment_of(table, row);
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (seg == nullptr || c >= out) return;
+  const float* ur = u + int64_t(row) * ldu;
+  float sum = 0.0f;
+  for (int32_t k = 0; k < seg->rank; ++k) sum += ur[k] * seg->bt[int64_t(k) * out + c];
+  y[int64_t(row) * ldy + c] += sum;
+}
+
+}  // namespace
+
+void lora_rows_add(const LoraRowsArgs& a) {
+  for (int32_t first = 0; first < a.n_segments; first += kSegmentsPerLaunch) {
+    SegmentTable table{};
+    table.n = std::min(kSegmentsPerLaunch, a.n_segments - first);
+    int32_t lo = INT32_MAX, hi = 0, max_rank = 0;
+    for (int32_t s = 0; s < table.n; ++s) {
+      const LoraRowsSegment& seg = a.segments[first + s];
+      table.seg[s] = seg;
+      lo = std::min(lo, seg.first_row);
+      hi = std::max(hi, seg.first_row + seg.n_rows);
+      max_rank = std::max(max_rank, seg.rank);
+    }
+    if (hi <= lo || max_rank == 0) continue;
+    const unsigned rows = unsigned(hi - lo);
+    shrink_kernel<<<dim3(rows, unsigned((max_rank + 7) / 8)), 256, 0, detail::current_stream()>>>(
+        a.x, a.ldx, a.u, a.ldu, a.in, lo, table);
+    expand_kernel<<<dim3(rows, unsigned((a.out + 255) / 256)), 256, 0, detail::current_stream()>>>(
+        a.u, a.ldu, a.y, a.ldy, a.out, lo, table);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace brioche::cuda

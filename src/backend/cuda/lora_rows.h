@@ -1,0 +1,14 @@
+// CUDA kernels of ops::lora_rows_add (Punica's shrink/expand split: rows
+// grouped by adapter, two launches per projection, whatever the mix of
+// adapters). Plain C++ header: the kernels exist when BRIOCHE_CUDA=ON.
+#pragma once
+
+#include "backend/cpu/lora_rows.h"
+
+namespace brioche::cuda {
+
+// args.segments is host memory (passed to the kernels by value); x, y, u and
+// the factors are device memory. Asynchronous on the current stream.
+void lora_rows_add(const backend::cpu::LoraRowsArgs& args);
+
+}  // namespace brioche::cuda
