@@ -3,6 +3,7 @@
 #include "cli/load_engine.h"
 #include "cli/subcommands.h"
 #include "server/server.h"
+#include "train/adapter_io.h"
 
 namespace brioche::cli {
 
@@ -45,6 +46,13 @@ Subcommand add_serve_command(CLI::App& root) {
       ->check(CLI::Range(0, 1 << 16))->capture_default_str();
   app->add_option("--max-running", opts->engine.scheduler.max_running, "sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
   app->add_option("--web-dir", opts->web_dir, "serve the web UI from this folder at /");
+  auto loras = std::make_shared<std::vector<std::string>>();
+  app->add_option("--lora", *loras, "serve the PEFT LoRA adapter in DIR as model NAME, unmerged, beside the base (repeatable): NAME=DIR");
+  app->add_option("--lora-dir", opts->adapters.lora_dir, "serve every adapter folder in this directory (named by the folder); runtime loads must lie inside it");
+  app->add_flag("--allow-runtime-lora", opts->adapters.allow_runtime, "enable POST /v1/load_lora_adapter and /v1/unload_lora_adapter (needs --lora-dir)");
+  app->add_option("--max-loras", opts->adapters.max_resident, "adapters whose factors stay on the device at once (least recently used evicted; host copies kept)")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app->add_option("--max-lora-rank", opts->adapters.max_rank, "the largest adapter rank accepted")->check(CLI::Range(1, 512))->capture_default_str();
   app->add_flag("--quiet", opts->quiet, "no startup banner");
   return {app, [=] {
             opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;  // 0: fitted to the device (KvSizing)
@@ -53,8 +61,22 @@ Subcommand add_serve_command(CLI::App& root) {
             opts->engine.kv.max_context = *ctx;
             opts->engine.kv.dtype = *kv_type == "f32" ? DType::F32 : DType::F16;
             opts->request_timeout_s = *timeout;
+            for (const std::string& spec : *loras) {
+              const size_t eq = spec.find('=');
+              if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+                throw UsageError{"--lora: expected NAME=DIR, got '" + spec + "'"};
+              opts->adapters.startup.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+            }
+            const bool serves_adapters = !opts->adapters.startup.empty() || !opts->adapters.lora_dir.empty();
+            if (serves_adapters && (model->tensor_parallel > 1 || model->tp_rank >= 0))
+              throw UsageError{"--lora and --lora-dir are not served with tensor parallelism yet"};
             std::shared_ptr<engine::Engine> engine = load_engine(*model, opts->engine);
             opts->engine.model_path = resolve_model_path(model->model);
+            std::shared_ptr<model::Model> served_model = engine->model();
+            opts->adapters.read = [served_model](const std::string& dir, int max_rank) {
+              const bool permuted = train::has_permuted_qk(*served_model);
+              return train::serving_adapter(*train::load_adapter(dir, served_model->config(), permuted, max_rank), Device::CPU);
+            };
             return server::serve_until_signal(std::move(engine), *opts);
           }};
 }

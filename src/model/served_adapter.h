@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct ServedAdapter {
     return n;
   }
 };
+
+// A copy whose factors live on `device` (the same tensors when already there).
+std::shared_ptr<ServedAdapter> copy_to_device(const ServedAdapter& adapter, Device device);
 
 // Consecutive batch rows that run with one adapter.
 struct AdapterRows {

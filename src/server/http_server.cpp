@@ -17,6 +17,8 @@
 #include <boost/beast.hpp>
 
 #include "core/error.h"
+#include "core/json_limits.h"
+#include "server/adapter_registry.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/http_framing.h"
@@ -55,6 +57,7 @@ class App : public std::enable_shared_from_this<App> {
   std::unique_ptr<ChatPrompter> prompter;
   ToolSyntax tool_syntax = ToolSyntax::Hermes;
   std::unique_ptr<StructuredOutputCompiler> structured;  // grammar cache over the engine's vocabulary
+  std::unique_ptr<AdapterRegistry> adapters;             // LoRA adapters served as models
   std::filesystem::path web_root;  // --web-dir, resolved; empty: no static files
   std::atomic<bool> shutting_down{false};
   net::io_context ioc;
@@ -63,7 +66,8 @@ class App : public std::enable_shared_from_this<App> {
   std::atomic<int> preparing{0};
   int max_preparing() const { return std::max(1, options.prepare_threads) * 8; }
   ServedModel served() const {
-    return ServedModel{.engine = *engine, .prompter = *prompter, .structured = *structured, .tool_syntax = tool_syntax, .model_id = model_id};
+    return ServedModel{.engine = *engine, .prompter = *prompter, .structured = *structured, .tool_syntax = tool_syntax,
+                       .model_id = model_id, .adapters = adapters.get()};
   }
 
  private:
@@ -241,7 +245,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (path == "/metrics" && method == http::verb::get) {
       Response res{http::status::ok, request_.version()};
       res.set(http::field::content_type, "text/plain; version=0.0.4");
-      res.body() = app_->metrics.render(app_->engine->stats());
+      AdapterCounts adapters;
+      for (const AdapterInfo& a : app_->adapters->list()) {
+        ++adapters.loaded;
+        adapters.resident += a.resident ? 1 : 0;
+      }
+      res.body() = app_->metrics.render(app_->engine->stats(), adapters);
       return send(std::move(res));
     }
     bool api = path.rfind("/v1/", 0) == 0;
@@ -254,13 +263,17 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
       if (method != http::verb::get) return send_error(status_error(405, "use GET for " + path));
-      json model = {{"id", app_->model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "brioche"},
-                    {"max_model_len", app_->engine->context_length()}};
-      if (path == "/v1/models") return send_json(200, {{"object", "list"}, {"data", json::array({model})}});
+      json models = served_models();
+      if (path == "/v1/models") return send_json(200, {{"object", "list"}, {"data", models}});
       std::string id = path.substr(std::string("/v1/models/").size());
-      if (id == app_->model_id) return send_json(200, model);
+      for (const json& m : models)
+        if (m["id"] == id) return send_json(200, m);
       return send_error(ApiError{.status = 404, .message = "model '" + id + "' does not exist", .type = "invalid_request_error",
                          .param = "model", .code = "model_not_found"});
+    }
+    if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
+      if (method != http::verb::post) return send_error(status_error(405, "use POST for " + path));
+      return change_adapters(path == "/v1/load_lora_adapter");
     }
     std::optional<Endpoint> endpoint;
     if (path == "/v1/chat/completions") endpoint = Endpoint::ChatCompletions;
@@ -274,6 +287,63 @@ class Session : public std::enable_shared_from_this<Session> {
     if (method == http::verb::get && !app_->web_root.empty() && !api) return serve_static(path);
     send_error(ApiError{.status = 404, .message = "no route for " + std::string(request_.method_string()) + " " + path,
                 .type = "invalid_request_error", .param = "", .code = "not_found"});
+  }
+
+  // The base model, then every adapter with the base as its parent (as vLLM lists LoRA modules).
+  json served_models() const {
+    const json base = {{"id", app_->model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "brioche"},
+                       {"root", app_->model_id}, {"parent", nullptr}, {"max_model_len", app_->engine->context_length()}};
+    json models = json::array({base});
+    for (const AdapterInfo& a : app_->adapters->list()) {
+      json m = base;
+      m["id"] = a.name;
+      m["root"] = a.name;
+      m["parent"] = app_->model_id;
+      m["lora_rank"] = a.rank;
+      models.push_back(m);
+    }
+    return models;
+  }
+
+  // POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
+  // /v1/unload_lora_adapter {"lora_name"}: vLLM's shapes. Reading an adapter
+  // is file work, so it runs on the preparation pool.
+  void change_adapters(bool load) {
+    if (!app_->adapters->runtime_allowed())
+      return send_error(status_error(403, "runtime adapter loading is off: start the server with --allow-runtime-lora and --lora-dir"));
+    net::post(app_->prepare_pool, [self = shared_from_this(), load] {
+      std::variant<json, ApiError> outcome = self->apply_adapter_change(load);
+      net::post(self->stream_.get_executor(), [self, outcome = std::move(outcome)] {
+        if (auto* error = std::get_if<ApiError>(&outcome)) return self->send_error(*error);
+        self->send_json(200, std::get<json>(outcome));
+      });
+    });
+  }
+
+  std::variant<json, ApiError> apply_adapter_change(bool load) const {
+    try {
+      const json body = parse_json_bounded(request_.body(), "request body");
+      auto text_field = [&](const char* field) {
+        if (!body.is_object() || !body.contains(field) || !body[field].is_string())
+          throw ApiError{.status = 400, .message = std::string("expected a string \"") + field + "\" in the JSON object body",
+                         .type = "invalid_request_error", .param = field, .code = "invalid_value"};
+        return body[field].get<std::string>();
+      };
+      const std::string name = text_field("lora_name");
+      if (!load) {
+        app_->adapters->unload(name);
+        return json{{"object", "lora_adapter"}, {"id", name}, {"unloaded", true}};
+      }
+      const AdapterInfo info = app_->adapters->load(name, text_field("lora_path"));
+      return json{{"object", "lora_adapter"}, {"id", info.name}, {"parent", app_->model_id}, {"lora_rank", info.rank},
+                  {"bytes", info.bytes}};
+    } catch (const ApiError& e) {
+      return e;
+    } catch (const Error& e) {
+      return status_error(400, e.what());
+    } catch (const std::exception& e) {
+      return status_error(500, std::string("internal error changing adapters: ") + e.what());
+    }
   }
 
   void serve_static(const std::string& path) {
@@ -339,6 +409,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Keeps this session alive while the engine works (events are posted through a weak_ptr).
     keep_alive_ = shared_from_this();
     n_prompt_tokens_ = int64_t(gen.prompt_tokens.size());
+    model_name_ = ctx.model;
     builder_.emplace(std::move(ctx));
     last_token_.assign(size_t(gen.n), Clock::time_point{});
     std::weak_ptr<Session> weak = weak_from_this();
@@ -461,7 +532,7 @@ class Session : public std::enable_shared_from_this<Session> {
       --app_->metrics.in_flight;
       counted_in_flight_ = false;
     }
-    app_->metrics.add_tokens(n_prompt_tokens_, builder_->generated_tokens());
+    app_->metrics.add_tokens(model_name_, n_prompt_tokens_, builder_->generated_tokens());
     app_->metrics.request_seconds.observe(std::chrono::duration<double>(Clock::now() - started_).count());
     if (builder_->cancelled()) ++app_->metrics.cancelled_requests;
     if (stream_mode_) {
@@ -506,6 +577,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<Clock::time_point> last_token_;
   std::string outgoing_;
   int64_t n_prompt_tokens_ = 0;
+  std::string model_name_;  // the base model's id or the adapter's the request named
   std::string warning_;  // structured output degraded: the `Warning` header
   bool stream_mode_ = false, writing_ = false, finished_ = false, last_chunk_sent_ = false;
   bool client_gone_ = false, counted_in_flight_ = false;
@@ -534,6 +606,8 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
   prompter = std::make_unique<ChatPrompter>(source, bos, eos);
   structured = std::make_unique<StructuredOutputCompiler>(*engine, StructuredOutputOptions{.grammar_cache_bytes = options.grammar_cache_mb << 20});
   if (!options.web_dir.empty()) web_root = resolve_web_root(options.web_dir);
+  adapters = std::make_unique<AdapterRegistry>(options.adapters, engine->model() ? engine->model()->device() : Device::CPU,
+                                               model_id);
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
                  prompter->template_problem().c_str());

@@ -45,12 +45,35 @@ void Metrics::count_request(const std::string& endpoint, int status) {
   ++requests_[{endpoint, status}];
 }
 
-void Metrics::add_tokens(int64_t prompt, int64_t generated) {
+void Metrics::add_tokens(const std::string& model, int64_t prompt, int64_t generated) {
   prompt_tokens_ += prompt;
   generated_tokens_ += generated;
+  std::lock_guard lock(mutex_);
+  ModelCounts& c = by_model_[model];
+  ++c.requests;
+  c.prompt_tokens += uint64_t(prompt);
+  c.generated_tokens += uint64_t(generated);
 }
 
-std::string Metrics::render(const engine::EngineStats& e) const {
+namespace {
+
+// A Prometheus label value: backslash, quote and newline escaped.
+std::string label_value(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '\\' || ch == '"') out += '\\';
+    if (ch == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& adapters) const {
   std::string out;
   auto counter = [&](const char* name, const char* help, double v) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + fmt_double(v) + "\n";
@@ -86,6 +109,21 @@ std::string Metrics::render(const engine::EngineStats& e) const {
   counter("brioche_engine_steps_total", "Engine steps (batched forwards).", double(e.steps));
   counter("brioche_engine_overlapped_steps_total",
           "Decode steps queued on the GPU before the host had the tokens they read.", double(e.overlapped_steps));
+  gauge("brioche_lora_adapters_loaded", "LoRA adapters served as models.", double(adapters.loaded));
+  gauge("brioche_lora_adapters_resident", "LoRA adapters with factors on the device now.", double(adapters.resident));
+  {
+    std::lock_guard lock(mutex_);
+    const std::pair<const char*, uint64_t ModelCounts::*> per_model[] = {
+        {"brioche_model_requests_total", &ModelCounts::requests},
+        {"brioche_model_prompt_tokens_total", &ModelCounts::prompt_tokens},
+        {"brioche_model_generation_tokens_total", &ModelCounts::generated_tokens}};
+    for (const auto& [name, field] : per_model) {
+      out += std::string("# HELP ") + name + " Finished generations by the model (base or adapter) they named.\n# TYPE " +
+             name + " counter\n";
+      for (const auto& [model, counts] : by_model_)
+        out += std::string(name) + "{model=\"" + label_value(model) + "\"} " + std::to_string(counts.*field) + "\n";
+    }
+  }
   ttft_seconds.write(out, "brioche_time_to_first_token_seconds", "Time from request arrival to the first generated token.");
   inter_token_seconds.write(out, "brioche_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence.");
   request_seconds.write(out, "brioche_request_duration_seconds", "Time from request arrival to the last byte of the answer.");

@@ -29,11 +29,17 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+struct AdapterCounts {
+  int loaded = 0, resident = 0;
+};
+
 class Metrics {
  public:
   Metrics();
   void count_request(const std::string& endpoint, int status);
-  void add_tokens(int64_t prompt, int64_t generated);
+  // A finished generation's tokens, counted overall and under the model id
+  // it named (the base model's or an adapter's).
+  void add_tokens(const std::string& model, int64_t prompt, int64_t generated);
   Histogram ttft_seconds;
   Histogram inter_token_seconds;
   Histogram request_seconds;
@@ -41,11 +47,15 @@ class Metrics {
   std::atomic<int64_t> open_connections{0};
   std::atomic<int64_t> cancelled_requests{0};
 
-  std::string render(const engine::EngineStats& engine) const;
+  std::string render(const engine::EngineStats& engine, const AdapterCounts& adapters = {}) const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  struct ModelCounts {
+    uint64_t requests = 0, prompt_tokens = 0, generated_tokens = 0;
+  };
+  std::map<std::string, ModelCounts> by_model_;
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> generated_tokens_{0};
 };

@@ -12,8 +12,18 @@ using nlohmann::json;
 
 ApiError model_not_found(const std::string& asked, const std::string& served) {
   // OpenAI and vLLM answer an unknown model with 404.
-  return ApiError{.status = 404, .message = "the model '" + asked + "' does not exist; this server serves '" + served + "'",
+  return ApiError{.status = 404,
+                  .message = "the model '" + asked + "' does not exist; this server serves '" + served +
+                             "' and the adapters GET /v1/models lists",
                   .type = "invalid_request_error", .param = "model", .code = "model_not_found"};
+}
+
+// The adapter `model` names (null for the base model or no `model`).
+std::shared_ptr<const model::ServedAdapter> requested_adapter(const ServedModel& served, const std::string& asked) {
+  if (asked.empty() || asked == served.model_id) return nullptr;
+  std::shared_ptr<const model::ServedAdapter> adapter = served.adapters ? served.adapters->acquire(asked) : nullptr;
+  if (!adapter) throw model_not_found(asked, served.model_id);
+  return adapter;
 }
 
 // The tokenizer's BOS is added unless the rendered prompt already starts
@@ -109,11 +119,12 @@ TranslatedRequest translate_request(const ServedModel& served, Endpoint endpoint
   TranslatedRequest out;
   try {
     ApiRequest req = parse_api_request(endpoint, body, {.vocab_size = served.engine.vocab_size()});
-    if (!req.model.empty() && req.model != served.model_id) throw model_not_found(req.model, served.model_id);
+    std::shared_ptr<const model::ServedAdapter> adapter = requested_adapter(served, req.model);
     out.generation = std::move(req.generation);
+    out.generation.adapter = adapter;
     ResponseContext& ctx = out.response;
     ctx.endpoint = endpoint;
-    ctx.model = served.model_id;
+    ctx.model = adapter ? adapter->name : served.model_id;
     ctx.stream = req.stream;
     ctx.include_usage = req.include_usage;
     ctx.n = out.generation.n;

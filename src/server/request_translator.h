@@ -16,6 +16,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/adapter_registry.h"
 #include "server/chat_prompt.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -31,6 +32,7 @@ struct ServedModel {
   StructuredOutputCompiler& structured;
   ToolSyntax tool_syntax = ToolSyntax::Hermes;
   std::string model_id;
+  AdapterRegistry* adapters = nullptr;  // `model` may name one of these instead of model_id
 };
 
 struct TranslatedRequest {

@@ -8,7 +8,9 @@
 // engine thread) are posted to the connection's strand and written as they
 // arrive (SSE for streams). Routes: POST /v1/chat/completions,
 // /v1/completions, /v1/responses; GET /v1/models, /v1/models/{id}, /health,
-// /metrics; GET / serves the web UI from --web-dir when given.
+// /metrics; POST /v1/load_lora_adapter, /v1/unload_lora_adapter (with
+// --allow-runtime-lora); GET / serves the web UI from --web-dir when given.
+// A request whose `model` names a LoRA adapter runs with it, unmerged.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/adapter_registry.h"
 
 namespace brioche::server {
 
@@ -35,6 +38,7 @@ struct ServerOptions {
   double shutdown_grace_s = 10;         // in-flight requests may finish this long after SIGTERM
   std::string cors_origin = "*";
   std::string web_dir;                  // static UI files served at / (regular files inside it only; no API key needed)
+  AdapterOptions adapters;              // LoRA adapters served as models beside the base (server/adapter_registry.h)
   bool quiet = false;
 };
 

@@ -1,0 +1,53 @@
+"""Random PEFT LoRA adapters for the e2e tests: adapter_config.json plus
+adapter_model.safetensors written with numpy alone (the safetensors layout:
+an 8-byte little-endian header length, a JSON header, raw little-endian data)."""
+import json
+import os
+import struct
+
+import numpy as np
+
+# SmolLM2-135M-Instruct: hidden 576, intermediate 1536, 9 heads / 3 kv heads of 64, 30 layers.
+SMOLLM2 = {"layers": 30, "hidden": 576, "inter": 1536, "q": 576, "kv": 192}
+MODULES = {  # name: (parent, in, out) for the SmolLM2 shapes
+    "q_proj": ("self_attn", "hidden", "q"), "k_proj": ("self_attn", "hidden", "kv"),
+    "v_proj": ("self_attn", "hidden", "kv"), "o_proj": ("self_attn", "q", "hidden"),
+    "gate_proj": ("mlp", "hidden", "inter"), "up_proj": ("mlp", "hidden", "inter"),
+    "down_proj": ("mlp", "inter", "hidden"),
+}
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+
+
+def write_adapter(directory, seed, rank=8, alpha=16, targets=tuple(MODULES), b_std=0.05, shapes=SMOLLM2,
+                  rslora=False, drop=None, config_extra=None):
+    """A random adapter; `drop` names one tensor to leave out (a broken adapter)."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for layer in range(shapes["layers"]):
+        for module in targets:
+            parent, fan_in, fan_out = MODULES[module]
+            prefix = f"base_model.model.model.layers.{layer}.{parent}.{module}"
+            bound = 1.0 / np.sqrt(shapes[fan_in])
+            tensors[prefix + ".lora_A.weight"] = rng.uniform(-bound, bound, (rank, shapes[fan_in]))
+            tensors[prefix + ".lora_B.weight"] = rng.normal(0.0, b_std, (shapes[fan_out], rank))
+    if drop:
+        del tensors[drop]
+    write_safetensors(os.path.join(directory, "adapter_model.safetensors"), tensors)
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha, "use_rslora": rslora,
+              "target_modules": list(targets), "bias": "none", **(config_extra or {})}
+    with open(os.path.join(directory, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+    return directory
