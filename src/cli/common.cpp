@@ -30,6 +30,11 @@ void ModelFlags::add_to(CLI::App& app) {
   app.add_option("-m,--model", model, "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
   app.add_option("-t,--threads", threads, "CPU threads (default: all)")->check(CLI::Range(0, 1024));
   app.add_option("--adapter", adapter, "LoRA adapter directory (PEFT layout: ours or peft's), merged into the weights");
+  app.add_option("--weights-dtype", weights_dtype,
+                 "keep the file's weight types (stored), or convert every weight matrix at load: f32 (full precision, "
+                 "e.g. to check a quantized model's arithmetic), f16, bf16")
+      ->check(CLI::IsMember({"stored", "f32", "f16", "bf16"}))
+      ->capture_default_str();
   app.add_option("--device", device, "cpu, cuda, or auto (CUDA when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();

@@ -31,6 +31,7 @@ struct ModelFlags {
   int threads = 0;  // 0: all hardware threads
   std::string device = "auto";  // auto | cpu | cuda
   std::string adapter;          // PEFT LoRA adapter directory, merged at load
+  std::string weights_dtype = "stored";  // stored | f32 | f16 | bf16: every weight matrix converted at load
   // --tensor-parallel N: the model split over N GPUs, one process each
   // (cli/tensor_parallel.h). tp_rank/tp_master are the hidden flags a
   // worker is started with (or set by hand, one process per rank, e.g. on

@@ -11,6 +11,9 @@ std::shared_ptr<model::Model> load_model(const ModelFlags& flags, int max_contex
   flags.apply();
   const std::string path = resolve_model_path(flags.model);
   model::LoadOptions options{.max_context = max_context, .device = flags.resolved_device()};
+  if (flags.weights_dtype == "f32") options.convert_weights = DType::F32;
+  if (flags.weights_dtype == "f16") options.convert_weights = DType::F16;
+  if (flags.weights_dtype == "bf16") options.convert_weights = DType::BF16;
   if (!flags.adapter.empty()) {
     options.adjust_checkpoint = [&flags](model::Checkpoint& checkpoint) {
       train::merge_adapter(checkpoint, *train::load_adapter(flags.adapter, checkpoint));

@@ -37,6 +37,9 @@ import unittest
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_process import Server, rss_mb  # noqa: E402
+
 ARGS = None
 DEFAULT_MODEL = os.path.expanduser("~/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 # /health must answer within this while the heavy requests run (it took 20 s
@@ -45,93 +48,6 @@ HEALTH_BOUND_S = 3.0
 # RSS after the whole suite may exceed RSS after warm-up by at most this
 # (the grammar cache's byte budget is the largest thing allowed to stay).
 RSS_MARGIN_MB = 320
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class Server:
-    def __init__(self, *extra):
-        self.port = free_port()
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([ARGS.brioche, "serve", "-m", ARGS.model, "--port", str(self.port), "--ctx", "2048",
-                                      "-t", "1", *extra], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"brioche serve exited with {self.proc.returncode}: {self.output()}")
-            try:
-                if self.get("/health")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("brioche serve did not become healthy: " + self.output())
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
-
-    def request(self, method, path, body=None, headers=None, timeout=120):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = body if isinstance(body, (bytes, type(None))) else body.encode()
-            conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-            r = conn.getresponse()
-            return r.status, r.read().decode(errors="replace")
-        finally:
-            conn.close()
-
-    def get(self, path, timeout=5):
-        return self.request("GET", path, timeout=timeout)
-
-    def post(self, path, body, timeout=300):
-        return self.request("POST", path, body if isinstance(body, (str, bytes)) else json.dumps(body), timeout=timeout)
-
-    def raw(self, data, half_close=False, timeout=30):
-        """Sends raw bytes; returns what comes back until the server closes or goes quiet."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
-            s.sendall(data)
-            if half_close:
-                s.shutdown(socket.SHUT_WR)
-            got = b""
-            try:
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    got += chunk
-                    if not half_close and b"\r\n\r\n" in got and len(got) > 20:
-                        head, _, rest = got.partition(b"\r\n\r\n")
-                        length = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")]
-                        if length and len(rest) >= length[0]:
-                            break
-            except socket.timeout:
-                pass
-            return got
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def chat(content="Say hi.", **extra):
@@ -152,7 +68,7 @@ class AbuseTest(unittest.TestCase):
         os.symlink("/etc", os.path.join(cls.web, "etc"))
         os.mkfifo(os.path.join(cls.web, "fifo"))
         cls.key = "sekrit-key-123"
-        cls.server = Server("--web-dir", cls.web, "--api-key", cls.key)
+        cls.server = Server(ARGS.brioche, ARGS.model, "--web-dir", cls.web, "--api-key", cls.key)
         cls.auth = {"Authorization": "Bearer " + cls.key}
         # Warm up (the grammar vocabulary, the prefix cache) before the RSS baseline.
         cls.server.request("POST", "/v1/chat/completions", json.dumps(chat(response_format={"type": "json_object"})), cls.auth)
