@@ -118,8 +118,9 @@ void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops:
   if (!lora.rows.empty()) {
     BRIOCHE_CHECK(collective == nullptr, "mlp_block: adapters are not served with tensor parallelism");
     ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
-    ops::matmul(a.h, w.w_gate, a.gate);
-    ops::matmul(a.h, w.w_up, a.up);
+    const Tensor* gate_up_w[] = {&w.w_gate, &w.w_up};
+    Tensor* gate_up[] = {&a.gate, &a.up};
+    ops::matmul_group(a.h, gate_up_w, gate_up);
     add_lora(lora, Projection::Gate, a.h, a.gate);
     add_lora(lora, Projection::Up, a.h, a.up);
     ops::swiglu(a.gate, a.up, a.gate);

@@ -3,8 +3,8 @@
 //
 //   y = x·Wᵀ + (x·Aᵀ)·(s·Bᵀ)     on each projection the adapter targets
 //
-// The factors live on the model's device in f32, the scale s folded into
-// bt = s·Bᵀ once. Read from PEFT files by train/adapter_io.h (serving_adapter).
+// The factors live on the model's device in f16 (ops/lora_rows.h says
+// why), the scale s folded into bt = s·Bᵀ once. Read from PEFT files by train/adapter_io.h (serving_adapter).
 #pragma once
 
 #include <array>
@@ -22,8 +22,8 @@ enum class Projection : uint8_t { Q, K, V, O, Gate, Up, Down };
 inline constexpr int kProjections = 7;
 
 struct AdapterProjection {
-  Tensor a;   // f32 [rank, in]; undefined where the adapter leaves the projection alone
-  Tensor bt;  // f32 [rank, out] = s·Bᵀ
+  Tensor a;   // f16 [rank, in]; undefined where the adapter leaves the projection alone
+  Tensor bt;  // f16 [rank, out] = s·Bᵀ
 };
 
 struct ServedAdapter {

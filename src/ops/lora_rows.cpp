@@ -27,9 +27,9 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
     BRIOCHE_CHECK(s.a != nullptr && s.bt != nullptr, "lora_rows_add: a segment without factors");
     const Tensor& a = *s.a;
     const Tensor& bt = *s.bt;
-    BRIOCHE_CHECK(a.dtype() == DType::F32 && bt.dtype() == DType::F32 && a.rank() == 2 && bt.rank() == 2 &&
+    BRIOCHE_CHECK(a.dtype() == DType::F16 && bt.dtype() == DType::F16 && a.rank() == 2 && bt.rank() == 2 &&
                       a.is_contiguous() && bt.is_contiguous() && a.device() == device && bt.device() == device,
-                  "lora_rows_add: factors must be contiguous f32 matrices on ", device_name(device), ", got ",
+                  "lora_rows_add: factors must be contiguous f16 matrices on ", device_name(device), ", got ",
                   a.describe(), " and ", bt.describe());
     const int64_t rank = a.dim(0);
     BRIOCHE_CHECK(a.dim(1) == xs.dim && bt.dim(0) == rank && bt.dim(1) == ys.dim, "lora_rows_add: A ",
@@ -42,7 +42,7 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
                   ") overlap the previous one or leave the batch of ", xs.n_rows);
     end_of_previous = s.first_row + s.n_rows;
     segs.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .rank = int32_t(rank),
-                    .a = a.data_as<float>(), .bt = bt.data_as<float>()});
+                    .a = a.data_as<uint16_t>(), .bt = bt.data_as<uint16_t>()});
   }
   const backend::cpu::LoraRowsArgs args{.x = xs.data, .y = ys.data, .u = us.data, .in = xs.dim, .out = ys.dim,
                                         .ldx = xs.stride, .ldy = ys.stride, .ldu = us.stride,

@@ -3,11 +3,15 @@
 //
 //   y[r] += (x[r]·A_gᵀ)·bt_g      for every row r of segment g
 //
-// A_g [rank, in] and bt_g = s_g·B_gᵀ [rank, out] are f32 on the tensors'
-// device (the adapter's scale folded into bt once, at load). Rows outside
-// every segment keep y. One call per projection whatever the adapters: on
-// the CPU one parallel loop over rows, on CUDA a shrink and an expand launch
-// (backend/cuda/lora_rows.h).
+// A_g [rank, in] and bt_g = s_g·B_gᵀ [rank, out] are f16 on the tensors'
+// device (the adapter's scale folded into bt once, at load); x, y and the
+// sums are f32. Decoding reads every factor of the batch's adapters each
+// step, so their bytes are its cost: f16 halves them, at one rounding of
+// each factor (2^-11 relative). Rows outside
+// every segment keep y. One call per projection whatever the adapters: a
+// shrink (u = x·Aᵀ) and an expand (y += u·bt), on the CPU two parallel
+// loops over blocks of a segment's rows (each factor row read once per
+// block), on CUDA two launches (backend/cuda/lora_rows.h).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +31,8 @@ struct LoraRows {
 int32_t max_lora_rows_rank();
 
 // x [n, in] f32 rows, y [n, out] f32 rows (strided views allowed), segments
-// inside [0, n) and disjoint; u_scratch f32 [n, ≥ the largest rank] (used on
-// CUDA only: the shrink's output).
+// inside [0, n) and disjoint; u_scratch f32 [n, ≥ the largest rank]
+// receives x·Aᵀ (the shrink's output) for the segments' rows.
 void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& y, Tensor& u_scratch);
 
 }  // namespace brioche::ops

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/json_limits.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
@@ -196,12 +197,15 @@ std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter
     for (int m = 0; m < kNumModules; ++m) {
       const LoraFactors* f = adapter.factors(l, Module(m));
       if (!f) continue;
-      const int64_t r = f->a.dim(0), out = f->b.dim(0);
-      Tensor a = copy_f32(f->a);
-      Tensor bt = Tensor::zeros(DType::F32, {r, out});  // s·Bᵀ
+      const int64_t r = f->a.dim(0), in = f->a.dim(1), out = f->b.dim(0);
+      const Tensor a32 = copy_f32(f->a);
+      Tensor a = Tensor::zeros(DType::F16, {r, in});
+      Tensor bt = Tensor::zeros(DType::F16, {r, out});  // s·Bᵀ
+      for (int64_t k = 0; k < r; ++k)
+        for (int64_t i = 0; i < in; ++i) a.row_as<uint16_t>(k)[i] = f32_to_f16(a32.row_as<float>(k)[i]);
       for (int64_t o = 0; o < out; ++o) {
         const float* b = f->b.row_as<float>(o);
-        for (int64_t k = 0; k < r; ++k) bt.row_as<float>(k)[o] = s * b[k];
+        for (int64_t k = 0; k < r; ++k) bt.row_as<uint16_t>(k)[o] = f32_to_f16(s * b[k]);
       }
       served->layers[size_t(l)][size_t(m)] = {.a = ops::to_device(a, device),
                                                .bt = ops::to_device(bt, device)};

@@ -39,7 +39,7 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
                                           int max_rank = 1 << 16);
 
 // The serving hook: the adapter unmerged, its factors on `device` as
-// ops::lora_rows_add takes them (A, and s·Bᵀ).
+// ops::lora_rows_add takes them (A, and s·Bᵀ, in f16).
 std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter, Device device);
 
 // The inference hook: replaces each adapted weight by W + s·B·A as an f32

@@ -1,6 +1,10 @@
 """Random PEFT LoRA adapters for the e2e tests: adapter_config.json plus
 adapter_model.safetensors written with numpy alone (the safetensors layout:
-an 8-byte little-endian header length, a JSON header, raw little-endian data)."""
+an 8-byte little-endian header length, a JSON header, raw little-endian data).
+
+Factors are f32 values that f16 represents exactly: the server stores
+unmerged factors in f16, `--adapter` merges the f32 ones, and with these
+(and a power-of-two scale) both hold the same adapter."""
 import json
 import os
 import struct
@@ -41,8 +45,10 @@ def write_adapter(directory, seed, rank=8, alpha=16, targets=tuple(MODULES), b_s
             parent, fan_in, fan_out = MODULES[module]
             prefix = f"base_model.model.model.layers.{layer}.{parent}.{module}"
             bound = 1.0 / np.sqrt(shapes[fan_in])
-            tensors[prefix + ".lora_A.weight"] = rng.uniform(-bound, bound, (rank, shapes[fan_in]))
-            tensors[prefix + ".lora_B.weight"] = rng.normal(0.0, b_std, (shapes[fan_out], rank))
+            a = rng.uniform(-bound, bound, (rank, shapes[fan_in]))
+            b = rng.normal(0.0, b_std, (shapes[fan_out], rank))
+            tensors[prefix + ".lora_A.weight"] = a.astype(np.float16).astype(np.float32)
+            tensors[prefix + ".lora_B.weight"] = b.astype(np.float16).astype(np.float32)
     if drop:
         del tensors[drop]
     write_safetensors(os.path.join(directory, "adapter_model.safetensors"), tensors)

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -26,12 +27,19 @@ using model::testing::BatchBuilder;
 using model::testing::BlockPool;
 using model::testing::TestSequence;
 
+// Factors exactly representable in f16, the served adapter's storage, and a
+// power-of-two scale: the served and the merged model then hold the same
+// adapter, and the comparison sees only the arithmetic.
 std::unique_ptr<LoraAdapter> random_adapter(const model::ModelConfig& c, LoraConfig lora, uint64_t seed) {
   auto adapter = std::make_unique<LoraAdapter>(c, lora, seed);
   std::mt19937 rng{uint32_t(seed)};
   std::normal_distribution<float> normal(0.0f, 0.2f);
-  for (auto& e : adapter->entries())
-    for (int64_t i = 0; i < e.factors->b.numel(); ++i) e.factors->b.data_as<float>()[i] = normal(rng);
+  auto to_f16_grid = [](float v) { return f16_to_f32(f32_to_f16(v)); };
+  for (auto& e : adapter->entries()) {
+    for (int64_t i = 0; i < e.factors->b.numel(); ++i) e.factors->b.data_as<float>()[i] = to_f16_grid(normal(rng));
+    for (int64_t i = 0; i < e.factors->a.numel(); ++i)
+      e.factors->a.data_as<float>()[i] = to_f16_grid(e.factors->a.data_as<float>()[i]);
+  }
   return adapter;
 }
 
@@ -114,14 +122,18 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ServedAdapter, ::testing::Values("llama", "qwen3"
 TEST(LoraRowsAdd, RefusesOverlappingSegmentsAndWrongShapes) {
   Tensor x = Tensor::zeros(DType::F32, {4, 6}), y = Tensor::zeros(DType::F32, {4, 5}),
          u = Tensor::zeros(DType::F32, {4, 2});
-  Tensor a = Tensor::zeros(DType::F32, {2, 6}), bt = Tensor::zeros(DType::F32, {2, 5}),
-         wrong = Tensor::zeros(DType::F32, {2, 7});
+  Tensor a = Tensor::zeros(DType::F16, {2, 6}), bt = Tensor::zeros(DType::F16, {2, 5}),
+         wrong = Tensor::zeros(DType::F16, {2, 7}), f32 = Tensor::zeros(DType::F32, {2, 6});
   const ops::LoraRows overlapping[] = {{0, 3, &a, &bt}, {2, 2, &a, &bt}};
   EXPECT_THROW(ops::lora_rows_add(x, overlapping, y, u), Error);
   const ops::LoraRows outside[] = {{3, 2, &a, &bt}};
   EXPECT_THROW(ops::lora_rows_add(x, outside, y, u), Error);
   const ops::LoraRows shape[] = {{0, 2, &wrong, &bt}};
   EXPECT_THROW(ops::lora_rows_add(x, shape, y, u), Error);
+  const ops::LoraRows dtype[] = {{0, 2, &f32, &bt}};
+  EXPECT_THROW(ops::lora_rows_add(x, dtype, y, u), Error);
+  const ops::LoraRows fine[] = {{0, 2, &a, &bt}, {2, 2, &a, &bt}};
+  EXPECT_NO_THROW(ops::lora_rows_add(x, fine, y, u));
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <climits>
 
+#include <cuda_fp16.h>
+
 namespace brioche::cuda {
 
 namespace {
@@ -36,9 +38,9 @@ __global__ void shrink_kernel(const float* x, int64_t ldx, float* u, int64_t ldu
   const int32_t k = int32_t(blockIdx.y) * 8 + int32_t(threadIdx.x / 32);
   if (seg == nullptr || k >= seg->rank) return;
   const float* xr = x + int64_t(row) * ldx;
-  const float* ak = seg->a + int64_t(k) * in;
+  const __half* ak = reinterpret_cast<const __half*>(seg->a) + int64_t(k) * in;
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x % 32; i < in; i += 32) sum += ak[i] * xr[i];
+  for (int64_t i = threadIdx.x % 32; i < in; i += 32) sum += __half2float(ak[i]) * xr[i];
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
   if (threadIdx.x % 32 == 0) u[int64_t(row) * ldu + k] = sum;
 }
@@ -51,8 +53,9 @@ __global__ void expand_kernel(const float* u, int64_t ldu, float* y, int64_t ldy
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (seg == nullptr || c >= out) return;
   const float* ur = u + int64_t(row) * ldu;
+  const __half* bt = reinterpret_cast<const __half*>(seg->bt);
   float sum = 0.0f;
-  for (int32_t k = 0; k < seg->rank; ++k) sum += ur[k] * seg->bt[int64_t(k) * out + c];
+  for (int32_t k = 0; k < seg->rank; ++k) sum += ur[k] * __half2float(bt[int64_t(k) * out + c]);
   y[int64_t(row) * ldy + c] += sum;
 }
 
