@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "model/testing_paths.h"
 #include "model/batch_builder.h"
+#include "ops/device.h"
 #include "ops/lora_rows.h"
 #include "train/adapter_io.h"
 #include "train/lora.h"
@@ -73,48 +74,84 @@ double max_abs_diff(const float* a, const std::vector<float>& b) {
   return d;
 }
 
-class ServedAdapter : public ::testing::TestWithParam<std::string> {};
+const std::vector<std::vector<int32_t>> kPrompts = {{3, 17, 5, 9, 1, 22}, {8, 2, 2, 40, 7}, {30, 4, 11, 6, 19, 5, 2},
+                                                  {3, 17, 5, 9, 1, 22}};
 
-TEST_P(ServedAdapter, MixedBatchEqualsMergedModels) {
-  const std::string path = model::golden_path("tiny_" + GetParam());
-  auto base = model::Model::load(path);
-  const model::ModelConfig& c = base->config();
-  auto a = random_adapter(c, {.rank = 8, .alpha = 16}, 11);
-  auto b = random_adapter(c, {.rank = 4, .alpha = 8, .rs_lora = true, .targets = {Module::Q, Module::V, Module::Down}},
-                          12);
-  std::shared_ptr<model::ServedAdapter> served_a = serving_adapter(*a, Device::CPU);
-  std::shared_ptr<model::ServedAdapter> served_b = serving_adapter(*b, Device::CPU);
-
-  // Four sequences: A, base, B, A (so A's rows are two runs).
-  const std::vector<std::vector<int32_t>> prompts = {{3, 17, 5, 9, 1, 22}, {8, 2, 2, 40, 7}, {30, 4, 11, 6, 19, 5, 2},
-                                                     {3, 17, 5, 9, 1, 22}};
-  const model::ServedAdapter* adapters[] = {served_a.get(), nullptr, served_b.get(), served_a.get()};
-  std::shared_ptr<model::Model> merged_a = merged_model(path, a.get()), merged_b = merged_model(path, b.get());
-  model::Model* reference[] = {merged_a.get(), base.get(), merged_b.get(), merged_a.get()};
-
-  model::KvCache cache(c, {.block_size = 4, .n_blocks = 64});
+// Logits [step][sequence] of the four prompts in one batch per step (a
+// prefill of all but the last token, then one decode row each), sequence s
+// running with adapters[s] (null: the base).
+std::vector<std::vector<std::vector<float>>> mixed_batch(model::Model& m,
+                                                         const std::vector<const model::ServedAdapter*>& adapters) {
+  model::KvCache cache(m.config(), {.block_size = 4, .n_blocks = 64, .device = m.device()});
   BlockPool pool(64, 3);
-  std::vector<TestSequence> seqs(prompts.size());
+  std::vector<TestSequence> seqs(kPrompts.size());
+  std::vector<std::vector<std::vector<float>>> out;
   for (int step = 0; step < 2; ++step) {
     std::vector<model::testing::Step> steps;
-    for (size_t s = 0; s < prompts.size(); ++s) {
-      const auto& p = prompts[s];
+    for (size_t s = 0; s < kPrompts.size(); ++s) {
+      const auto& p = kPrompts[s];
       steps.push_back({&seqs[s], step == 0 ? std::vector<int32_t>(p.begin(), p.end() - 1) : std::vector<int32_t>{p.back()},
                        false});
     }
     BatchBuilder builder(steps, pool, cache.block_size());
-    for (size_t s = 0; s < prompts.size(); ++s) builder.batch.sequences[s].adapter = adapters[s];
-    Tensor logits;
-    base->forward(builder.batch, cache, logits);
+    for (size_t s = 0; s < kPrompts.size(); ++s) builder.batch.sequences[s].adapter = adapters[s];
+    Tensor logits;  // on the host
+    m.forward(builder.batch, cache, logits);
     builder.commit();
-    for (size_t s = 0; s < prompts.size(); ++s) {
-      const auto expected = alone(*reference[s], prompts[s])[size_t(step)];
+    out.emplace_back();
+    for (int64_t s = 0; s < logits.dim(0); ++s)
+      out.back().emplace_back(logits.row_as<float>(s), logits.row_as<float>(s) + logits.dim(1));
+  }
+  return out;
+}
+
+struct TwoAdapters {
+  std::unique_ptr<LoraAdapter> a, b;
+  explicit TwoAdapters(const model::ModelConfig& c)
+      : a(random_adapter(c, {.rank = 8, .alpha = 16}, 11)),
+        b(random_adapter(c, {.rank = 4, .alpha = 8, .rs_lora = true, .targets = {Module::Q, Module::V, Module::Down}},
+                         12)) {}
+};
+
+class ServedAdapter : public ::testing::TestWithParam<std::string> {};
+
+// Four sequences: A, base, B, A (so A's rows are two runs).
+TEST_P(ServedAdapter, MixedBatchEqualsMergedModels) {
+  const std::string path = model::golden_path("tiny_" + GetParam());
+  auto base = model::Model::load(path);
+  TwoAdapters ab(base->config());
+  std::shared_ptr<model::ServedAdapter> served_a = serving_adapter(*ab.a, Device::CPU);
+  std::shared_ptr<model::ServedAdapter> served_b = serving_adapter(*ab.b, Device::CPU);
+  std::shared_ptr<model::Model> merged_a = merged_model(path, ab.a.get()), merged_b = merged_model(path, ab.b.get());
+  model::Model* reference[] = {merged_a.get(), base.get(), merged_b.get(), merged_a.get()};
+
+  const auto got = mixed_batch(*base, {served_a.get(), nullptr, served_b.get(), served_a.get()});
+  for (int step = 0; step < 2; ++step) {
+    for (size_t s = 0; s < kPrompts.size(); ++s) {
+      const auto expected = alone(*reference[s], kPrompts[s])[size_t(step)];
       // f32 throughout; the merged weight rounds W + s·B·A once more.
-      EXPECT_LT(max_abs_diff(logits.row_as<float>(int64_t(s)), expected), 2e-4) << "sequence " << s << " step " << step;
+      EXPECT_LT(max_abs_diff(got[size_t(step)][s].data(), expected), 2e-4) << "sequence " << s << " step " << step;
     }
   }
   // The adapters do change the model (the comparison above is not vacuous).
-  EXPECT_GT(max_abs_diff(alone(*merged_a, prompts[0])[1].data(), alone(*base, prompts[0])[1]), 1e-2);
+  EXPECT_GT(max_abs_diff(alone(*merged_a, kPrompts[0])[1].data(), alone(*base, kPrompts[0])[1]), 1e-2);
+}
+
+// The same mixed batch on the GPU (the shrink/expand kernels, the adapted
+// blocks without the decode graphs) against the CPU.
+TEST(CudaServedAdapter, MixedBatchMatchesTheCpu) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
+  const std::string path = model::golden_path("tiny_llama");
+  auto cpu = model::Model::load(path);
+  auto gpu = model::Model::load(path, {.device = Device::CUDA});
+  TwoAdapters ab(cpu->config());
+  auto a_cpu = serving_adapter(*ab.a, Device::CPU), b_cpu = serving_adapter(*ab.b, Device::CPU);
+  auto a_gpu = serving_adapter(*ab.a, Device::CUDA), b_gpu = serving_adapter(*ab.b, Device::CUDA);
+  const auto want = mixed_batch(*cpu, {a_cpu.get(), nullptr, b_cpu.get(), a_cpu.get()});
+  const auto got = mixed_batch(*gpu, {a_gpu.get(), nullptr, b_gpu.get(), a_gpu.get()});
+  for (size_t step = 0; step < 2; ++step)
+    for (size_t s = 0; s < kPrompts.size(); ++s)
+      EXPECT_LT(max_abs_diff(got[step][s].data(), want[step][s]), 2e-3) << "sequence " << s << " step " << step;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ServedAdapter, ::testing::Values("llama", "qwen3"));
