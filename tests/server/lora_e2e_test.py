@@ -36,6 +36,10 @@ DEFAULT_MODEL = os.path.expanduser("~/.cache/brioche/models/SmolLM2-135M-Instruc
 # f32 unmerged against f32 merged: summation order and f16 K/V rounding only
 # (measured 0.0024 nats at most over 6 prompts x 40 tokens).
 LOGPROB_TOLERANCE = 0.01
+# The greedy token may differ only where the reference's best two are this
+# close (a true tie at "Name three colors." token 1: 0.0013 nats apart);
+# the texts part there, and the comparison ends.
+NEAR_TIE = 2 * LOGPROB_TOLERANCE
 PROMPTS = ["Name three colors.", "Write a haiku about bread.", "What is the capital of France?", "Count to five."]
 
 
@@ -92,11 +96,17 @@ class LoraServing(unittest.TestCase):
         return body["choices"][0]
 
     def assert_same_greedy(self, got, reference, what):
-        """The same tokens, and logprobs within LOGPROB_TOLERANCE."""
-        self.assertEqual(got["message"]["content"], reference["message"]["content"], what)
-        for i, (g, r) in enumerate(zip(got["logprobs"]["content"], reference["logprobs"]["content"])):
-            self.assertEqual(g["token"], r["token"], f"{what}: token {i}")
+        """The same tokens with logprobs within LOGPROB_TOLERANCE, up to a near-tie of the reference."""
+        got_tokens, ref_tokens = got["logprobs"]["content"], reference["logprobs"]["content"]
+        for i, (g, r) in enumerate(zip(got_tokens, ref_tokens)):
+            if g["token"] != r["token"]:
+                top = r["top_logprobs"]
+                margin = top[0]["logprob"] - top[1]["logprob"]
+                self.assertLess(margin, NEAR_TIE, f"{what}: token {i} is {g['token']!r}, not {r['token']!r}, "
+                                f"where the reference's best two were {margin:.4f} nats apart")
+                return
             self.assertLess(abs(g["logprob"] - r["logprob"]), LOGPROB_TOLERANCE, f"{what}: token {i}")
+        self.assertEqual(got["message"]["content"], reference["message"]["content"], what)
 
     def assert_serving(self):
         status, body = self.post(self.server, "/v1/chat/completions", chat("a1", "Say hi.", max_tokens=3))
