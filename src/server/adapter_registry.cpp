@@ -13,9 +13,11 @@ namespace {
 
 constexpr size_t kMaxNameBytes = 256;
 
-bool is_adapter_folder(const fs::path& dir) {
+// A PEFT adapter folder, or a GGUF LoRA file (llama.cpp's).
+bool is_adapter(const fs::directory_entry& e) {
   std::error_code ec;
-  return fs::is_regular_file(dir / "adapter_config.json", ec);
+  if (e.is_directory(ec)) return fs::is_regular_file(e.path() / "adapter_config.json", ec);
+  return e.is_regular_file(ec) && e.path().extension() == ".gguf";
 }
 
 }  // namespace
@@ -32,12 +34,14 @@ AdapterRegistry::AdapterRegistry(AdapterOptions options, Device device, std::str
   std::error_code ec;
   lora_root_ = fs::canonical(options_.lora_dir, ec);
   BRIOCHE_CHECK(!ec && fs::is_directory(lora_root_), "--lora-dir ", options_.lora_dir, " is not a directory");
-  std::vector<fs::path> folders;
+  std::vector<fs::path> found;
   for (const fs::directory_entry& e : fs::directory_iterator(lora_root_))
-    if (e.is_directory() && is_adapter_folder(e.path())) folders.push_back(e.path());
-  std::sort(folders.begin(), folders.end());
-  for (const fs::path& f : folders)
-    if (!entries_.count(f.filename().string())) add(f.filename().string(), inside_lora_dir(f.string()).string());
+    if (is_adapter(e)) found.push_back(e.path());
+  std::sort(found.begin(), found.end());
+  for (const fs::path& f : found) {
+    const std::string name = f.extension() == ".gguf" ? f.stem().string() : f.filename().string();
+    if (!entries_.count(name)) add(name, inside_lora_dir(f.string()).string());
+  }
 }
 
 void AdapterRegistry::check_name(const std::string& name) const {

@@ -36,7 +36,7 @@ using AdapterReader = std::function<std::shared_ptr<model::ServedAdapter>(const 
 
 struct AdapterOptions {
   std::vector<std::pair<std::string, std::string>> startup;  // --lora NAME=DIR
-  std::string lora_dir;        // --lora-dir: its adapter subfolders are served; runtime loads must lie inside it
+  std::string lora_dir;        // --lora-dir: its adapter folders and .gguf files are served; runtime loads must lie inside it
   bool allow_runtime = false;  // --allow-runtime-lora: /v1/load_lora_adapter and /v1/unload_lora_adapter
   int max_resident = 8;        // --max-loras: adapters with factors on the device at once
   int max_rank = 64;           // --max-lora-rank
@@ -52,8 +52,9 @@ struct AdapterInfo {
 
 class AdapterRegistry {
  public:
-  // Loads options.startup and every adapter folder of options.lora_dir
-  // (named by the folder); throws brioche::Error on the first that fails.
+  // Loads options.startup and every adapter of options.lora_dir (PEFT
+  // folders named by the folder, GGUF LoRA files by their stem); throws
+  // brioche::Error on the first that fails.
   AdapterRegistry(AdapterOptions options, Device device, std::string base_name);
 
   // The device copy of `name` (uploaded now if evicted), or null when no

@@ -16,6 +16,7 @@
 #include "formats/safetensors.h"
 #include "ops/device.h"
 #include "ops/quantize.h"
+#include "train/lora_tensors.h"
 
 namespace brioche::train {
 
@@ -24,38 +25,6 @@ namespace {
 std::string tensor_name(int layer, Module m, const char* ab) {
   return "base_model.model.model.layers." + std::to_string(layer) + "." + std::string(module_parent(m)) + "." +
          std::string(module_name(m)) + "." + ab + ".weight";
-}
-
-// Row r of an interleaved (GGUF llama) head-major matrix <-> Hugging Face row:
-// GGUF row h·d + 2i + s  holds HF row h·d + s·d/2 + i.
-int64_t hf_row_of_gguf_row(int64_t r, int head_dim) {
-  const int64_t h = r / head_dim, within = r % head_dim, i = within / 2, s = within % 2;
-  return h * head_dim + s * (head_dim / 2) + i;
-}
-
-bool permuted_module(Module m) { return m == Module::Q || m == Module::K; }
-
-Tensor copy_f32(const Tensor& t) {
-  Tensor out = Tensor::zeros(DType::F32, {t.dim(0), t.dim(1)});
-  for (int64_t r = 0; r < t.dim(0); ++r) {
-    if (t.dtype() == DType::F32) {
-      std::memcpy(out.row_ptr(r), t.row_ptr(r), size_t(t.dim(1)) * 4);
-    } else {
-      ops::dequantize_row(t.dtype(), t.row_ptr(r), out.row_as<float>(r), t.dim(1));
-    }
-  }
-  return out;
-}
-
-// Reorders the rows of b (a [out, r] lora_B) between GGUF and HF order.
-Tensor reorder_rows(const Tensor& b, int head_dim, bool to_hf) {
-  Tensor out = Tensor::zeros(DType::F32, {b.dim(0), b.dim(1)});
-  for (int64_t r = 0; r < b.dim(0); ++r) {
-    const int64_t hf = hf_row_of_gguf_row(r, head_dim);
-    const int64_t src = to_hf ? r : hf, dst = to_hf ? hf : r;
-    std::memcpy(out.row_ptr(dst), b.row_ptr(src), size_t(b.dim(1)) * 4);
-  }
-  return out;
 }
 
 }  // namespace
@@ -124,6 +93,7 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
 
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permute,
                                           int max_rank) {
+  if (is_gguf_adapter_file(dir)) return load_gguf_adapter(dir, config, permute, max_rank);
   const std::string config_path = dir + "/adapter_config.json";
   // A bounded read of a regular file (a FIFO must not hang the load) and a
   // bounded parse (nesting deeper than kMaxJsonDepth is refused before

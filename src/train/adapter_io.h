@@ -34,9 +34,15 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
 // Reads a PEFT LoRA adapter (ours or peft's) for `checkpoint`, checking
 // every shape against the model. Errors name the file and the tensor.
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& checkpoint);
-// The same for a model of `config`; a rank above max_rank is refused.
+// The same for a model of `config`; a rank above max_rank is refused. A
+// path that is a file is read as llama.cpp's GGUF LoRA (load_gguf_adapter).
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permuted_qk,
                                           int max_rank = 1 << 16);
+
+// llama.cpp's GGUF LoRA file (train/adapter_gguf.cpp has the layout).
+bool is_gguf_adapter_file(const std::string& path);
+std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const model::ModelConfig& config,
+                                               bool base_permuted_qk, int max_rank = 1 << 16);
 
 // The serving hook: the adapter unmerged, its factors on `device` as
 // ops::lora_rows_add takes them (A, and s·Bᵀ, in f16).

@@ -12,6 +12,7 @@ rsLoRA) beside the base; a second runs adapter a0 merged (`--adapter`). Checked:
     which flips near-ties; in f32 the two differ by < 0.01
   - the official openai client: model=<adapter> for chat (streamed, n=2,
     logprobs, structured output), completions and responses
+  - llama.cpp's GGUF LoRA files serve what the PEFT folder does
   - live loading and unloading, unload during a stream, broken adapters
     (missing tensor, wrong shape, rank too high, path outside --lora-dir) as
     4xx naming the problem, the server serving after each
@@ -195,6 +196,25 @@ class LoraServing(unittest.TestCase):
         resp = client.responses.create(model="a2", input="Say hello.", max_output_tokens=8, temperature=0)
         self.assertEqual(resp.model, "a2")
         self.assertTrue(resp.output_text)
+
+    def test_gguf_lora_equals_peft(self):
+        """llama.cpp's GGUF LoRA (written with its `gguf` package, q/k rows
+        interleaved as its converter does) serves what the PEFT folder does."""
+        from peft_adapter import write_gguf_adapter
+        import numpy as np
+        peft = self.write_adapter(os.path.join(self.lora_dir, "twin_peft"), seed=60)
+        gguf_file = write_gguf_adapter(os.path.join(self.lora_dir, "twin.gguf"), seed=60, dtype=np.float16)
+        for name, path in (("twin_peft", peft), ("twin_gguf", gguf_file)):
+            status, body = self.post(self.server, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+            self.assertEqual(status, 200, body)
+        for prompt in PROMPTS[:2]:
+            want = self.generate(self.server, "twin_peft", prompt, logprobs=True)
+            got = self.generate(self.server, "twin_gguf", prompt, logprobs=True)
+            self.assertEqual(got["message"]["content"], want["message"]["content"])
+            for g, w in zip(got["logprobs"]["content"], want["logprobs"]["content"]):
+                self.assertAlmostEqual(g["logprob"], w["logprob"], places=5)
+        base = self.generate(self.server, "", PROMPTS[1])
+        self.assertNotEqual(base["message"]["content"], want["message"]["content"])
 
     # ---- live loading -----------------------------------------------------------------
 

@@ -1,0 +1,46 @@
+#include "train/lora_tensors.h"
+
+#include <cstring>
+
+#include "ops/quantize.h"
+
+namespace brioche::train {
+
+namespace {
+
+// Row r of an interleaved (GGUF llama) head-major matrix <-> Hugging Face row:
+// GGUF row h·d + 2i + s  holds HF row h·d + s·d/2 + i.
+int64_t hf_row_of_gguf_row(int64_t r, int head_dim) {
+  const int64_t h = r / head_dim, within = r % head_dim, i = within / 2, s = within % 2;
+  return h * head_dim + s * (head_dim / 2) + i;
+}
+
+}  // namespace
+
+bool permuted_module(Module m) { return m == Module::Q || m == Module::K; }
+
+Tensor copy_f32(const Tensor& t) {
+  Tensor out = Tensor::zeros(DType::F32, {t.dim(0), t.dim(1)});
+  for (int64_t r = 0; r < t.dim(0); ++r) {
+    if (t.dtype() == DType::F32) {
+      std::memcpy(out.row_ptr(r), t.row_ptr(r), size_t(t.dim(1)) * 4);
+    } else {
+      ops::dequantize_row(t.dtype(), t.row_ptr(r), out.row_as<float>(r), t.dim(1));
+    }
+  }
+  return out;
+}
+
+// Reorders the rows of b (a [out, r] lora_B) between GGUF and HF order.
+Tensor reorder_rows(const Tensor& b, int head_dim, bool to_hf) {
+  Tensor out = Tensor::zeros(DType::F32, {b.dim(0), b.dim(1)});
+  for (int64_t r = 0; r < b.dim(0); ++r) {
+    const int64_t hf = hf_row_of_gguf_row(r, head_dim);
+    const int64_t src = to_hf ? r : hf, dst = to_hf ? hf : r;
+    std::memcpy(out.row_ptr(dst), b.row_ptr(src), size_t(b.dim(1)) * 4);
+  }
+  return out;
+}
+
+
+}  // namespace brioche::train
