@@ -25,24 +25,67 @@ struct RowBlock {
   int32_t segment, first_row, n_rows;
 };
 
-// y[c] += Σ_k u[k]·bt[k·ld + c] for c < width: each y vector loaded and
-// stored once, the rank's products accumulated in a register.
-void expand_row(float* y, const float* u, const uint16_t* bt, int64_t ld, int32_t rank, int64_t width) {
+// Up to kRowGroup rows go through each loaded factor vector together: a
+// factor load (and its f16 conversion) then feeds R multiply-adds, not one.
+constexpr int kRowGroup = 4;
+
+// u[i][k] = A[k]·x[i] for R rows: R dot products over `in` per factor row.
+template <int R>
+void shrink_rows(const float* const* x, float* const* u, const uint16_t* a, int64_t in, int32_t rank) {
+  for (int32_t k = 0; k < rank; ++k) {
+    const uint16_t* ak = a + int64_t(k) * in;
+    float sum[R] = {};
+    int64_t c = 0;
+#if BRIOCHE_VEC_AVX2
+    __m256 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+    for (; c + 8 <= in; c += 8) {
+      const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ak + c)));
+      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[i] + c), acc[i]);
+    }
+    for (int i = 0; i < R; ++i) sum[i] = hsum256(acc[i]);
+#endif
+    for (; c < in; ++c)
+      for (int i = 0; i < R; ++i) sum[i] += f16_to_f32(ak[c]) * x[i][c];
+    for (int i = 0; i < R; ++i) u[i][k] = sum[i];
+  }
+}
+
+// y[i][c] += Σ_k u[i][k]·bt[k·ld + c] for R rows and c < width: each y
+// vector loaded and stored once, the rank's products summed in registers.
+template <int R>
+void expand_rows(float* const* y, const float* const* u, const uint16_t* bt, int64_t ld, int32_t rank, int64_t width) {
   int64_t c = 0;
 #if BRIOCHE_VEC_AVX2
   for (; c + 8 <= width; c += 8) {
-    __m256 acc = _mm256_loadu_ps(y + c);
+    __m256 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm256_loadu_ps(y[i] + c);
     for (int32_t k = 0; k < rank; ++k) {
       const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bt + int64_t(k) * ld + c)));
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(u[k]), b, acc);
+      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(u[i] + k), b, acc[i]);
     }
-    _mm256_storeu_ps(y + c, acc);
+    for (int i = 0; i < R; ++i) _mm256_storeu_ps(y[i] + c, acc[i]);
   }
 #endif
   for (; c < width; ++c) {
-    float sum = y[c];
-    for (int32_t k = 0; k < rank; ++k) sum += u[k] * f16_to_f32(bt[int64_t(k) * ld + c]);
-    y[c] = sum;
+    for (int i = 0; i < R; ++i) {
+      float sum = y[i][c];
+      for (int32_t k = 0; k < rank; ++k) sum += u[i][k] * f16_to_f32(bt[int64_t(k) * ld + c]);
+      y[i][c] = sum;
+    }
+  }
+}
+
+// fn.template operator()<R>(i) for the row groups [i, i + R) that cover [0, n).
+template <typename Fn>
+void for_row_groups(int32_t n, Fn&& fn) {
+  for (int32_t i = 0; i < n; i += kRowGroup) {
+    switch (std::min(kRowGroup, n - i)) {
+      case 4: fn.template operator()<4>(i); break;
+      case 3: fn.template operator()<3>(i); break;
+      case 2: fn.template operator()<2>(i); break;
+      default: fn.template operator()<1>(i); break;
+    }
   }
 }
 
@@ -59,13 +102,16 @@ void lora_rows_add(const LoraRowsArgs& a) {
   auto shrink = [&](int t) {
     const RowBlock& b = blocks[size_t(t)];
     const LoraRowsSegment& seg = a.segments[b.segment];
-    for (int32_t k = 0; k < seg.rank; ++k) {
-      const uint16_t* ak = seg.a + int64_t(k) * a.in;
-      for (int32_t i = 0; i < b.n_rows; ++i) {
-        const int64_t row = b.first_row + i;
-        a.u[row * a.ldu + k] = dot_f32_f16(a.x + row * a.ldx, ak, a.in);
+    for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
+      const float* x[R];
+      float* u[R];
+      for (int j = 0; j < R; ++j) {
+        const int64_t row = b.first_row + i + j;
+        x[j] = a.x + row * a.ldx;
+        u[j] = a.u + row * a.ldu;
       }
-    }
+      shrink_rows<R>(x, u, seg.a, a.in, seg.rank);
+    });
   };
   // Expand: y[row, c] += Σ_k u[row, k]·bt[k, c], by column chunks.
   const int64_t n_chunks = (a.out + kColumnChunk - 1) / kColumnChunk;
@@ -73,10 +119,16 @@ void lora_rows_add(const LoraRowsArgs& a) {
     const RowBlock& b = blocks[size_t(t / n_chunks)];
     const LoraRowsSegment& seg = a.segments[b.segment];
     const int64_t c0 = (t % n_chunks) * kColumnChunk, width = std::min(kColumnChunk, a.out - c0);
-    for (int32_t i = 0; i < b.n_rows; ++i) {
-      const int64_t row = b.first_row + i;
-      expand_row(a.y + row * a.ldy + c0, a.u + row * a.ldu, seg.bt + c0, a.out, seg.rank, width);
-    }
+    for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
+      float* y[R];
+      const float* u[R];
+      for (int j = 0; j < R; ++j) {
+        const int64_t row = b.first_row + i + j;
+        y[j] = a.y + row * a.ldy + c0;
+        u[j] = a.u + row * a.ldu;
+      }
+      expand_rows<R>(y, u, seg.bt + c0, a.out, seg.rank, width);
+    });
   };
   const int n_expand = int(int64_t(blocks.size()) * n_chunks);
   int64_t work = 0;
