@@ -38,9 +38,11 @@ AdapterRegistry::AdapterRegistry(AdapterOptions options, Device device, std::str
   for (const fs::directory_entry& e : fs::directory_iterator(lora_root_))
     if (is_adapter(e)) found.push_back(e.path());
   std::sort(found.begin(), found.end());
+  // What the folder holds is the operator's choice, links to adapters
+  // elsewhere included; only runtime loads are held to its boundary.
   for (const fs::path& f : found) {
     const std::string name = f.extension() == ".gguf" ? f.stem().string() : f.filename().string();
-    if (!entries_.count(name)) add(name, inside_lora_dir(f.string()).string());
+    if (!entries_.count(name)) add(name, f.string());
   }
 }
 

@@ -11,7 +11,8 @@
 // Reading is the caller's (AdapterReader: PEFT files through
 // train/adapter_io.h, which the server layer does not link); the registry
 // decides which paths may be read: runtime loads only from inside lora_dir,
-// resolved with symlinks followed, as the static files are.
+// resolved with symlinks followed, as the static files are. (What lora_dir
+// itself holds at start-up is the operator's, links included.)
 #pragma once
 
 #include <cstdint>
