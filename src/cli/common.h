@@ -11,6 +11,7 @@ namespace brioche::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // the job failed (I/O, model, runtime)
+inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM after saving what it had (128 + SIGINT, as shells report)
 inline constexpr int kExitUsage = 2;    // the user asked for something invalid
 
 // A user error (bad flag value, missing file): printed as one line, exit 2.

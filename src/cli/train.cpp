@@ -1,7 +1,11 @@
 // `brioche train`: LoRA fine-tuning (SFT, DPO, ORPO, SimPO, IPO) on a JSONL
 // data directory; writes a PEFT-layout adapter, checkpoints and metrics.json.
 // Options come from flags and/or --config file.json|file.toml (same names; flags win).
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -22,6 +26,7 @@
 #include "engine/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/config_file.h"
+#include "train/train_state.h"
 #include "train/trainer.h"
 
 namespace brioche::cli {
@@ -32,6 +37,7 @@ struct TrainFlags {
   std::string config_file;
   nlohmann::json overrides = nlohmann::json::object();  // flags given on the command line
   bool quiet = false;
+  bool overwrite = false;  // --overwrite: replace an earlier run's files in the output directory
   // Data parallel (--gpus N): how a worker rank (or a rank started by hand,
   // e.g. on another node) joins; −1: launch the workers myself.
   int dp_rank = -1;
@@ -70,6 +76,52 @@ DataParallelJob start_data_parallel(const TrainFlags& flags, const train::TrainC
   }
   ops::select_device(job.rank % visible);  // rank r uses local GPU r mod (GPUs on its node)
   return job;
+}
+
+// SIGINT/SIGTERM: the first asks the trainer to stop after the current step
+// and write everything (Trainer::set_stop_flag); the handler then resets
+// itself (SA_RESETHAND), so a second one ends the process at once.
+std::atomic<bool> g_stop_requested{false};
+
+void on_stop_signal(int) {
+  g_stop_requested.store(true);
+  static const char kMessage[] =
+      "\ntrain: stopping after this step and writing the adapter and a checkpoint (again to quit now)\n";
+  ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  (void)ignored;
+}
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// The files a run writes into its output directory; --overwrite removes them
+// (and nothing else the directory holds).
+void clear_earlier_run(const std::filesystem::path& out) {
+  for (const char* name : {"adapter_config.json", "adapter_model.safetensors", "metrics.json", "log.jsonl",
+                           train::kTrainStateFile, "optimizer.safetensors", "checkpoints"})
+    std::filesystem::remove_all(out / name);
+}
+
+// An output directory that holds an earlier run is refused unless the user
+// says what to do with it: --overwrite, or --resume (which continues there).
+void check_output_directory(const train::TrainConfig& config, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(config.output, ec)) return;
+  if (!fs::is_directory(config.output, ec))
+    throw UsageError{"--output " + config.output + " exists and is not a directory"};
+  if (fs::is_empty(config.output, ec) || !config.resume.empty()) return;
+  if (!overwrite)
+    throw UsageError{"--output " + config.output +
+                     " is not empty (an earlier run?): pass --overwrite to replace its adapter, metrics and "
+                     "checkpoints, --resume " + config.output + "/checkpoints/step_N to continue it, or another --output"};
+  clear_earlier_run(config.output);
 }
 
 int run(const TrainFlags& flags) {
@@ -118,12 +170,15 @@ int run(const TrainFlags& flags) {
                                 .render = train::make_chat_renderer(ck.chat_template, *tok), .quiet = config.quiet};
   train::TrainData data{.train = train::load_dataset(train_path, options)};
   if (std::filesystem::exists(valid_path)) data.valid = train::load_dataset(valid_path, options);
+  if (!job || job->rank == 0) check_output_directory(config, flags.overwrite);
   std::filesystem::create_directories(config.output);
   std::unique_ptr<ops::Collective> collective;
   if (job) collective = ops::connect_nccl({.rank = job->rank, .size = job->size, .master = job->master, .timeout_s = 600});
   train::Trainer trainer(config, ck, std::move(data));
   trainer.set_data_parallel(collective.get());
-  trainer.run();
+  install_stop_handlers();
+  trainer.set_stop_flag(&g_stop_requested);
+  const train::TrainResult result = trainer.run();
   // Every rank destroys its communicator (NCCL may wait there for the other
   // ranks to do the same) before rank 0 waits for the workers to exit.
   collective.reset();
@@ -132,7 +187,7 @@ int run(const TrainFlags& flags) {
     job->watchdog->join();
     if (!job->watchdog->all_ok()) return kExitFailure;
   }
-  return kExitOk;
+  return result.interrupted ? kExitInterrupted : kExitOk;
 }
 
 // Registers `--name value` that lands in overrides["name"] only when given.
@@ -201,10 +256,16 @@ Subcommand add_train_command(CLI::App& root) {
   option<int>(app, f, "steps-per-eval", "validate every N steps (default: only at the end)");
   option<int>(app, f, "steps-per-report", "progress line every N steps (default 10)");
   app->add_flag_function("--save-checkpoints", [&f](int64_t) { f.overrides["save_checkpoints"] = true; },
-                         "write the adapter at every evaluation under OUTPUT/checkpoints/step_N");
-  option<std::string>(app, f, "resume-adapter", "warm start from this adapter (weights only)");
-  app->add_option_function<std::string>("--resume", [&f](const std::string& v) { f.overrides["resume_adapter"] = v; },
-                                        "alias of --resume-adapter");
+                         "write a resumable checkpoint at every evaluation under OUTPUT/checkpoints/step_N");
+  option<int>(app, f, "save-steps", "also write a resumable checkpoint every N steps (default 0 = off)");
+  option<int>(app, f, "save-total-limit", "keep only the newest K checkpoints (default 0 = all)");
+  app->add_flag("--overwrite", f.overwrite, "replace an earlier run's adapter, metrics and checkpoints in --output");
+  option<std::string>(app, f, "resume-adapter", "warm start from this adapter (weights only; optimizer and schedule restart)");
+  app->add_option_function<std::string>(
+      "--resume",
+      [&f](const std::string& v) { f.overrides[train::has_train_state(v) ? "resume" : "resume_adapter"] = v; },
+      "continue a run from its checkpoint (OUTPUT/checkpoints/step_N: optimizer, schedule, data order and step "
+      "restored); a plain adapter directory is a warm start (as --resume-adapter)");
   option<std::string>(app, f, "device", "cpu (default), cuda or auto: where the base weights, LoRA factors, "
                                         "optimizer state and activations live");
   option<int>(app, f, "gpus", "data parallel over N GPUs (one process each, NCCL): each takes every N-th "

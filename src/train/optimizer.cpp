@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "ops/adamw.h"
@@ -55,6 +56,18 @@ AdamW::AdamW(LoraAdapter& adapter, const AdamWConfig& config) : adapter_(adapter
   v_a_ = ops::zeros(DType::F32, {f.a.numel()}, dev);
   m_b_ = ops::zeros(DType::F32, {f.b.numel()}, dev);
   v_b_ = ops::zeros(DType::F32, {f.b.numel()}, dev);
+}
+
+void AdamW::restore(const State& s) {
+  for (auto [from, to, name] : {std::tuple{&s.m_a, &m_a_, "m_a"}, {&s.v_a, &v_a_, "v_a"}, {&s.m_b, &m_b_, "m_b"},
+                                {&s.v_b, &v_b_, "v_b"}}) {
+    BRIOCHE_CHECK(from->defined() && from->dtype() == DType::F32 && from->numel() == to->numel(), "AdamW: moment ",
+                  name, " of the checkpoint has ", from->defined() ? from->numel() : 0, " values, this adapter ",
+                  to->numel());
+    Tensor dst = *to;
+    ops::copy(from->reshape({to->numel()}), dst);
+  }
+  t_ = s.t;
 }
 
 void AdamW::step(float lr, float grad_scale) {

@@ -49,6 +49,15 @@ class AdamW {
   void step(float lr, float grad_scale = 1.0f);
   int steps_taken() const { return t_; }
 
+  // The moments and step count, for a checkpoint that resumes exactly
+  // (train/train_state.h): save a copy; restore checks the shapes.
+  struct State {
+    Tensor m_a, v_a, m_b, v_b;  // f32 [n] on the adapter's device
+    int t = 0;
+  };
+  State state() const { return {m_a_, v_a_, m_b_, v_b_, t_}; }
+  void restore(const State& state);
+
  private:
   LoraAdapter& adapter_;
   AdamWConfig config_;

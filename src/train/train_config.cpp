@@ -23,6 +23,9 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(gpus >= 1 && gpus <= 64, "gpus must be between 1 and 64, got ", gpus);
   BRIOCHE_CHECK(grad_accumulation_steps > 0, "grad_accumulation_steps must be positive, got ", grad_accumulation_steps);
   BRIOCHE_CHECK(iters >= 0 && epochs > 0, "iters must be >= 0 and epochs > 0");
+  BRIOCHE_CHECK(save_steps >= 0 && save_total_limit >= 0, "save_steps and save_total_limit must be >= 0, got ",
+                save_steps, " and ", save_total_limit);
+  BRIOCHE_CHECK(resume.empty() || resume_adapter.empty(), "set either resume (a checkpoint) or resume_adapter (a warm start)");
   BRIOCHE_CHECK(lora_dropout >= 0 && lora_dropout < 1, "lora_dropout must be in [0, 1), got ", lora_dropout);
   BRIOCHE_CHECK(segment_size >= 0, "segment_size must be >= 0, got ", segment_size);
   BRIOCHE_CHECK(head_chunk_size >= 0, "head_chunk_size must be >= 0, got ", head_chunk_size);
@@ -184,6 +187,9 @@ const std::vector<OptionSpec>& option_specs() {
       {{"steps_per_eval"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.steps_per_eval = to_int(v); }},
       {{"steps_per_report"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.steps_per_report = to_int(v); }},
       {{"save_checkpoints"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.save_checkpoints = v.get<bool>(); }},
+      {{"save_steps"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.save_steps = to_int(v); }},
+      {{"save_total_limit"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.save_total_limit = to_int(v); }},
+      {{"resume"}, Kind::String, [](TrainConfig& c, const json& v) { c.resume = v.get<std::string>(); }},
       {{"seed"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.seed = to_int(v); }},
       {{"threads"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.threads = to_int(v); }},
   };
@@ -279,6 +285,9 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["mlp_chunk_size"] = c.mlp_chunk_size;
   j["steps_per_eval"] = c.steps_per_eval;
   j["save_checkpoints"] = c.save_checkpoints;
+  j["save_steps"] = c.save_steps;
+  j["save_total_limit"] = c.save_total_limit;
+  if (!c.resume.empty()) j["resume"] = c.resume;
   j["seed"] = c.seed;
   if (!c.resume_adapter.empty()) j["resume_adapter"] = c.resume_adapter;
   return j;

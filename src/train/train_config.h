@@ -20,6 +20,7 @@ struct TrainConfig {
   std::string data;              // directory with train.jsonl (and valid.jsonl)
   std::string output = "adapters";  // adapter directory (adapter_path)
   std::string resume_adapter;    // warm start: factor weights only; optimizer and schedule restart
+  std::string resume;            // a checkpoint with trainer_state.json: the run continues exactly (train/train_state.h)
 
   Method method = Method::SFT;
   SftScope sft_scope = SftScope::Full;
@@ -64,7 +65,9 @@ struct TrainConfig {
 
   int steps_per_eval = 0;        // 0: only at the end
   int steps_per_report = 10;
-  bool save_checkpoints = false;
+  bool save_checkpoints = false;  // a resumable checkpoint at every evaluation
+  int save_steps = 0;            // and every N steps (0: off), into output/checkpoints/step_N
+  int save_total_limit = 0;      // keep only the newest K checkpoints (0: all)
   int seed = 0;
   int threads = 0;
   bool quiet = false;

@@ -81,8 +81,9 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
   };
   check(*owned_train_, "training");
   if (owned_valid_) check(*owned_valid_, "validation");
-  if (!config_.resume_adapter.empty()) {
-    adapter_ = load_adapter(config_.resume_adapter, ck);
+  const std::string& start_from = !config_.resume.empty() ? config_.resume : config_.resume_adapter;
+  if (!start_from.empty()) {
+    adapter_ = load_adapter(start_from, ck);
     adapter_->set_dropout(config_.lora_dropout);
     // The adapter's own shape wins over rank/scale/alpha/target_modules; the
     // config (and so metrics.json) records what is actually trained.
@@ -93,8 +94,9 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
     config_.rs_lora = lc.rs_lora;
     config_.target_modules.clear();
     for (Module m : lc.targets) config_.target_modules.emplace_back(module_name(m));
-    log("train: warm start from " + config_.resume_adapter + " (its rank " + std::to_string(lc.rank) + ", alpha " +
-        std::to_string(lc.alpha) + " and target modules; optimizer and schedule restart)");
+    if (config_.resume.empty())
+      log("train: warm start from " + config_.resume_adapter + " (its rank " + std::to_string(lc.rank) + ", alpha " +
+          std::to_string(lc.alpha) + " and target modules; optimizer and schedule restart)");
   } else {
     adapter_ = std::make_unique<LoraAdapter>(ck.config, config_.lora_config(), uint64_t(config_.seed));
   }
@@ -218,6 +220,32 @@ EvalMetrics Trainer::evaluate() {
   return m;
 }
 
+std::string Trainer::save_checkpoint(int step, const TrainState& state, const AdamW& optimizer) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(config_.output) / "checkpoints";
+  const std::string dir = (root / ("step_" + std::to_string(step))).string();
+  save(dir);
+  save_train_state(dir, state, optimizer);
+  if (config_.save_total_limit > 0) {
+    std::vector<std::pair<int, fs::path>> found;
+    for (const fs::directory_entry& e : fs::directory_iterator(root)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_directory() && name.rfind("step_", 0) == 0 && name.size() > 5 &&
+          name.find_first_not_of("0123456789", 5) == std::string::npos)
+        found.emplace_back(std::stoi(name.substr(5)), e.path());
+    }
+    std::sort(found.begin(), found.end());
+    for (size_t i = 0; i + size_t(config_.save_total_limit) < found.size(); ++i) fs::remove_all(found[i].second);
+  }
+  return dir;
+}
+
+void Trainer::log_event(const nlohmann::json& event) const {
+  std::ofstream out(config_.output + "/log.jsonl", std::ios::app);
+  out << event.dump() << "\n";
+  out.flush();
+}
+
 TrainResult Trainer::run() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -235,51 +263,64 @@ TrainResult Trainer::run() {
                                 .warmup = warmup, .total_steps = total};
   AdamW optimizer(*adapter_, {.weight_decay = config_.weight_decay, .lora_plus_ratio = config_.lora_plus_ratio});
 
+  if (lead) std::filesystem::create_directories(config_.output);  // log.jsonl is written from the first step
+  // Everything a checkpoint must carry for the run to continue exactly.
+  TrainState st;
+  if (!config_.resume.empty()) {
+    st = load_train_state(config_.resume, optimizer, n);
+    BRIOCHE_CHECK(st.step <= total, config_.resume, ": the checkpoint is at step ", st.step, ", past this run's ",
+                  total, " steps");
+  } else {
+    st.rng.seed(uint64_t(config_.seed) * 7919 + 17);
+    st.order.resize(static_cast<size_t>(n));
+    std::iota(st.order.begin(), st.order.end(), 0);
+    std::shuffle(st.order.begin(), st.order.end(), st.rng);
+  }
+
   TrainResult result;
-  nlohmann::json evals = nlohmann::json::array();
+  result.best_margin = st.best_margin;
+  result.best_margin_step = st.best_margin_step;
   log("train: " + method_name(config_.method) + ", " + std::to_string(n) + " training examples, " +
       std::to_string(total) + " steps of " + std::to_string(per_step) + ", LoRA rank " +
       std::to_string(adapter_->config().rank) + " scale " + std::to_string(adapter_->scale()) + " on layers " +
       std::to_string(adapter_->first_adapted_layer()) + ".." + std::to_string(ck_.config.n_layers - 1) + " (" +
       std::to_string(adapter_->parameter_count()) + " parameters)" +
       (share.size > 1 ? ", data parallel over " + std::to_string(share.size) + " GPUs" : ""));
+  if (!config_.resume.empty())
+    log("train: resuming " + config_.resume + " at step " + std::to_string(st.step) + " (optimizer, schedule and data order restored)");
   if (!valid_) log("train: no validation split (DIR/valid.jsonl): evaluations run on the training set");
 
-  std::mt19937_64 rng(uint64_t(config_.seed) * 7919 + 17);
-  std::vector<int> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  size_t cursor = 0;
   auto next_indices = [&]() {
     std::vector<int> idx;
     while (int(idx.size()) < config_.batch_size) {
-      if (cursor == order.size()) {
-        std::shuffle(order.begin(), order.end(), rng);
-        cursor = 0;
+      if (st.cursor == st.order.size()) {
+        std::shuffle(st.order.begin(), st.order.end(), st.rng);
+        st.cursor = 0;
       }
-      idx.push_back(order[cursor++]);
+      idx.push_back(st.order[st.cursor++]);
     }
     return idx;
   };
+  auto seconds = [&] { return st.seconds + std::chrono::duration<double>(Clock::now() - start).count(); };
 
-  double train_loss_sum = 0.0;
-  int train_loss_n = 0;
-  int64_t tokens_done = 0;
   float lr = 0.0f;
   auto do_eval = [&](int step) {
     if (!lead) return;
     const auto t0 = Clock::now();
     EvalMetrics m = evaluate();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double elapsed = seconds();
     nlohmann::json j = m.to_json();
     j["step"] = step;
     j["learning_rate"] = lr;
-    j["tokens_per_s"] = elapsed > 0 ? double(tokens_done) / elapsed : 0.0;
+    j["tokens_per_s"] = elapsed > 0 ? double(st.tokens_done) / elapsed : 0.0;
     j["peak_memory_bytes"] = peak_rss_bytes();
     if (model_->device() == Device::CUDA) j["peak_device_memory_bytes"] = peak_device_bytes();
     j["eval_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (train_loss_n > 0) j["train_loss"] = train_loss_sum / train_loss_n;
-    evals.push_back(j);
+    if (st.train_loss_n > 0) j["train_loss"] = st.train_loss_sum / st.train_loss_n;
+    st.evals.push_back(j);
+    nlohmann::json event = j;
+    event["event"] = "eval";
+    log_event(event);
     if (!result.first_eval) result.first_eval = m;
     result.last_eval = m;
     char line[256];
@@ -287,19 +328,19 @@ TrainResult Trainer::run() {
       std::snprintf(line, sizeof line, "eval step %d: loss %.4f nll %.4f or %.4f accuracy %.3f margin %.4f "
                     "(chosen %.3f rejected %.3f)", step, m.loss, m.nll, m.or_loss, m.accuracy, m.margin,
                     m.chosen_logp, m.rejected_logp);
-      if (result.best_margin_step < 0 || m.margin > result.best_margin) {
-        result.best_margin = m.margin;
-        result.best_margin_step = step;
+      if (st.best_margin_step < 0 || m.margin > st.best_margin) {
+        st.best_margin = m.margin;
+        st.best_margin_step = step;
       }
     } else {
       std::snprintf(line, sizeof line, "eval step %d: loss %.4f (ppl %.2f)", step, m.loss, std::exp(m.loss));
     }
     log(line);
-    if (config_.save_checkpoints && step > 0) save(config_.output + "/checkpoints/step_" + std::to_string(step));
   };
 
-  do_eval(0);
-  for (int step = 0; step < total; ++step) {
+  if (st.step == 0) do_eval(0);
+  bool interrupted = false;
+  for (int step = st.step; step < total && !interrupted; ++step) {
     adapter_->zero_grads();
     double step_loss = 0.0, step_tokens = 0.0;
     for (int micro = 0; micro < micro_per_step; ++micro) {
@@ -313,49 +354,71 @@ TrainResult Trainer::run() {
       step_loss += v.loss / micro_per_step;
       step_tokens += double(mb.batch.n_rows());
     }
+    double stop_votes = stop_ != nullptr && stop_->load() ? 1.0 : 0.0;
     if (dp_ != nullptr) {  // one sum of the gradients (and the loss) over the ranks, before clipping
       all_reduce_gradients(*adapter_, *dp_);
-      const double local[2] = {step_loss, step_tokens};
-      const std::vector<double> total_sums = all_reduce_host_sums(local, *dp_, adapter_->device());
-      step_loss = total_sums[0], step_tokens = total_sums[1];
+      const double local[3] = {step_loss, step_tokens, stop_votes};
+      const std::vector<double> sums = all_reduce_host_sums(local, *dp_, adapter_->device());
+      step_loss = sums[0], step_tokens = sums[1], stop_votes = sums[2];
     }
-    tokens_done += int64_t(step_tokens + 0.5);
+    st.tokens_done += int64_t(step_tokens + 0.5);
     const double norm = grad_norm(*adapter_);
     lr = learning_rate_at(schedule, step);
     optimizer.step(lr, clip_factor(norm, config_.max_grad_norm));  // clipping folded into the update
-    train_loss_sum += step_loss, ++train_loss_n;
+    st.train_loss_sum += step_loss, ++st.train_loss_n;
     const int done = step + 1;
+    st.step = done;
+    if (lead) {
+      log_event({{"event", "step"}, {"step", done}, {"loss", step_loss}, {"learning_rate", lr}, {"grad_norm", norm},
+                 {"tokens", st.tokens_done}, {"tokens_per_s", double(st.tokens_done) / seconds()},
+                 {"epoch", double(done) / steps_per_epoch}});
+    }
     if (lead && config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       char line[256];
       std::snprintf(line, sizeof line, "step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.1f tok/s peak %.0f MB%s", done,
-                    total, train_loss_sum / train_loss_n, lr, norm, double(tokens_done) / elapsed,
+                    total, st.train_loss_sum / st.train_loss_n, lr, norm, double(st.tokens_done) / seconds(),
                     double(peak_rss_bytes()) / 1e6,
                     model_->device() == Device::CUDA
                         ? (" (device " + std::to_string(peak_device_bytes() / 1000000) + " MB)").c_str()
                         : "");
       log(line);
     }
+    interrupted = stop_votes > 0 && done < total;
     const bool eval_now = config_.steps_per_eval > 0 && done % config_.steps_per_eval == 0;
     if (eval_now || done == total) {
       do_eval(done);
-      train_loss_sum = 0.0, train_loss_n = 0;
+      st.train_loss_sum = 0.0, st.train_loss_n = 0;
+    }
+    const bool save_now = (config_.save_checkpoints && (eval_now || done == total)) ||
+                          (config_.save_steps > 0 && done % config_.save_steps == 0) || interrupted;
+    if (lead && save_now) {
+      st.seconds = seconds();
+      result.checkpoint_dir = save_checkpoint(done, st, optimizer);
     }
   }
-  result.steps = total;
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.steps = st.step;
+  result.interrupted = interrupted;
+  result.best_margin = st.best_margin;
+  result.best_margin_step = st.best_margin_step;
+  result.seconds = seconds();
   if (!lead) return result;  // the other ranks hold the same factors; rank 0 writes them
   save(config_.output);
-  result.metrics = {{"config", config_to_json(config_)}, {"evals", evals}, {"steps", total},
+  result.metrics = {{"config", config_to_json(config_)}, {"evals", st.evals}, {"steps", st.step},
+                    {"total_steps", total}, {"interrupted", interrupted},
                     {"eval_split", valid_ ? "valid" : "train"},
                     {"seconds", result.seconds}, {"peak_memory_bytes", peak_rss_bytes()}};
   if (model_->device() == Device::CUDA) result.metrics["peak_device_memory_bytes"] = peak_device_bytes();
   if (is_preference(config_.method)) {
-    result.metrics["best_margin"] = result.best_margin;
-    result.metrics["best_margin_step"] = result.best_margin_step;
+    result.metrics["best_margin"] = st.best_margin;
+    result.metrics["best_margin_step"] = st.best_margin_step;
   }
   std::ofstream(config_.output + "/metrics.json") << result.metrics.dump(2) << "\n";
-  log("adapter written to " + config_.output + " (" + std::to_string(result.seconds) + " s)");
+  if (interrupted)
+    log("train: interrupted after step " + std::to_string(st.step) + " of " + std::to_string(total) +
+        ": adapter and metrics.json written to " + config_.output + ", a resumable checkpoint to " +
+        result.checkpoint_dir + "; continue with --resume " + result.checkpoint_dir);
+  else
+    log("adapter written to " + config_.output + " (" + std::to_string(result.seconds) + " s)");
   return result;
 }
 

@@ -10,6 +10,7 @@
 // both computed once per example.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "train/dataset.h"
 #include "train/lm_head.h"
 #include "train/optimizer.h"
+#include "train/train_state.h"
 #include "train/train_config.h"
 #include "train/train_model.h"
 
@@ -40,6 +42,8 @@ struct EvalMetrics {
 
 struct TrainResult {
   int steps = 0;
+  bool interrupted = false;  // stopped by request_stop(): a resumable checkpoint was written (checkpoint_dir)
+  std::string checkpoint_dir;
   double seconds = 0.0;
   std::optional<EvalMetrics> first_eval, last_eval;  // validation before training and at the end
   double best_margin = 0.0;
@@ -60,6 +64,11 @@ class Trainer {
   // Data parallel (train/data_parallel.h): this trainer is one rank of
   // `collective` (not owned). Rank 0 alone evaluates, logs and writes files.
   void set_data_parallel(ops::Collective* collective) { dp_ = collective; }
+  // Polled after every step (a signal handler sets it): when true, the run
+  // stops there, writes the adapter, metrics.json and a resumable checkpoint,
+  // and returns with `interrupted`. With data parallelism the ranks agree
+  // on the step (the flag travels with the step's loss sum).
+  void set_stop_flag(const std::atomic<bool>* flag) { stop_ = flag; }
   TrainResult run();
   EvalMetrics evaluate();  // on the validation set (or the training set when there is none)
   LoraAdapter& adapter() { return *adapter_; }
@@ -71,6 +80,10 @@ class Trainer {
   MicroBatch make_batch(Split& split, const std::vector<int>& indices, bool with_prefix);
   void log(const std::string& line) const;
   void save(const std::string& dir);  // the adapter in PEFT layout (a host copy when it lives on the GPU)
+  // output/checkpoints/step_N: the adapter and its train state; keeps the newest save_total_limit.
+  std::string save_checkpoint(int step, const TrainState& state, const AdamW& optimizer);
+  // One line of output/log.jsonl (appended and flushed: it is read while the run goes on).
+  void log_event(const nlohmann::json& event) const;
 
   TrainConfig config_;
   const model::Checkpoint& ck_;
@@ -81,6 +94,7 @@ class Trainer {
   std::unique_ptr<Dataset> owned_train_, owned_valid_;
   std::unique_ptr<Split> train_, valid_;
   ops::Collective* dp_ = nullptr;
+  const std::atomic<bool>* stop_ = nullptr;
 };
 
 // Peak resident memory of this process (VmHWM), bytes; 0 when unknown.

@@ -5,12 +5,15 @@
 // warm start from its adapter resumes from the same validation metrics.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "train/train_state.h"
 #include "train/trainer.h"
 #include "train/train_test_data.h"
 
@@ -62,6 +65,74 @@ TEST(Trainer, OrpoWithAllLeversLearnsAndResumes) {
   EXPECT_NEAR(m.margin, r.last_eval->margin, 1e-5);
   EXPECT_EQ(*again.config().rank, 4);
   EXPECT_FLOAT_EQ(*again.config().alpha, 8.0f);  // orpo's default scale 2 · rank 4
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A run stopped after its first step (the flag a SIGINT sets) writes a
+// resumable checkpoint; resuming it gives, bit for bit, the adapter of the
+// run that was never interrupted: optimizer moments, schedule, data order,
+// dropout and the evaluations so far all continue where they were.
+TEST(Trainer, AnInterruptedRunResumesToTheSameAdapterBitForBit) {
+  model::Checkpoint ck = model::load_safetensors_checkpoint(golden("tiny_llama"));
+  const std::string root = std::string(BRIOCHE_BINARY_DIR) + "/train_resume_test";
+  std::filesystem::remove_all(root);
+  TrainConfig c = tiny_orpo_config(root + "/full");
+  c.iters = 12;
+  c.grad_accumulation_steps = 2;
+  c.lora_dropout = 0.1f;
+  c.steps_per_eval = 4;
+  auto data = [] { return TrainData{synthetic_pairs(10, 1), synthetic_pairs(8, 2)}; };
+  TrainResult full = Trainer(c, ck, data()).run();
+  ASSERT_FALSE(full.interrupted);
+
+  TrainConfig first = c;
+  first.output = root + "/stopped";
+  first.save_steps = 100;  // no periodic checkpoint: the one written is the stop's
+  Trainer stopped(first, ck, data());
+  const std::atomic<bool> stop{true};
+  stopped.set_stop_flag(&stop);
+  TrainResult part = stopped.run();
+  ASSERT_TRUE(part.interrupted);
+  EXPECT_EQ(part.steps, 1);
+  EXPECT_EQ(part.checkpoint_dir, first.output + "/checkpoints/step_1");
+  ASSERT_TRUE(has_train_state(part.checkpoint_dir));
+  EXPECT_TRUE(std::filesystem::exists(first.output + "/metrics.json"));
+  EXPECT_TRUE(std::filesystem::exists(first.output + "/adapter_model.safetensors"));
+
+  TrainConfig rest = c;
+  rest.output = root + "/resumed";
+  rest.resume = part.checkpoint_dir;
+  rest.save_steps = 5;
+  rest.save_total_limit = 1;
+  TrainResult resumed = Trainer(rest, ck, data()).run();
+  EXPECT_EQ(resumed.steps, 12);
+  EXPECT_EQ(file_bytes(rest.output + "/adapter_model.safetensors"), file_bytes(c.output + "/adapter_model.safetensors"));
+  auto full_metrics = nlohmann::json::parse(std::ifstream(c.output + "/metrics.json"));
+  auto resumed_metrics = nlohmann::json::parse(std::ifstream(rest.output + "/metrics.json"));
+  ASSERT_EQ(resumed_metrics["evals"].size(), full_metrics["evals"].size());  // steps 0 (before the stop), 4, 8, 12
+  EXPECT_EQ(resumed_metrics["evals"].back()["loss"], full_metrics["evals"].back()["loss"]);
+  EXPECT_EQ(resumed_metrics["best_margin_step"], full_metrics["best_margin_step"]);
+  // --save-total-limit 1: of step_5 and step_10 only the newest stays.
+  EXPECT_FALSE(std::filesystem::exists(rest.output + "/checkpoints/step_5"));
+  EXPECT_TRUE(has_train_state(rest.output + "/checkpoints/step_10"));
+  // log.jsonl: one line per step of this process and one per evaluation, as they happen.
+  std::ifstream log(rest.output + "/log.jsonl");
+  int steps = 0, evals = 0;
+  for (std::string line; std::getline(log, line);) {
+    auto e = nlohmann::json::parse(line);
+    (e["event"] == "step" ? steps : evals) += 1;
+  }
+  EXPECT_EQ(steps, 11);
+  EXPECT_EQ(evals, 3);
+
+  // A checkpoint of another data set is refused, naming the file.
+  TrainConfig wrong = rest;
+  wrong.output = root + "/wrong";
+  EXPECT_THROW(Trainer(wrong, ck, {synthetic_pairs(7, 1), std::nullopt}).run(), brioche::Error);
 }
 
 TEST(Trainer, RejectsDataOfTheWrongKind) {
