@@ -19,29 +19,21 @@ The classes, each tried in several shapes:
   compat       json_object is an object, tool names with quotes, Responses
                API statuses and echoes, unknown model = 404
 """
-import argparse
 import concurrent.futures
-import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_process import Server, rss_mb  # noqa: E402
+from serve_process import Server, e2e_main, rss_mb  # noqa: E402
 
 ARGS = None
-DEFAULT_MODEL = os.path.expanduser("~/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 # /health must answer within this while the heavy requests run (it took 20 s
 # when tokenising ran on the I/O threads); generous for a loaded CI machine.
 HEALTH_BOUND_S = 3.0
@@ -329,19 +321,5 @@ class AbuseTest(unittest.TestCase):
         self.assert_serving()
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--brioche", default=os.environ.get("BRIOCHE_BIN", "build/cpu/brioche"))
-    parser.add_argument("--model", default=os.environ.get("BRIOCHE_MODEL", DEFAULT_MODEL))
-    ARGS, rest = parser.parse_known_args()
-    for need, what in [(os.path.exists(ARGS.model), f"model {ARGS.model}"), (os.path.exists(ARGS.brioche), f"binary {ARGS.brioche}")]:
-        if not need:
-            print(f"SKIP abuse_e2e: {what} not found")
-            return 77  # CTest: SKIP_RETURN_CODE
-    result = unittest.main(argv=[sys.argv[0], *rest], exit=False, verbosity=2).result
-    return 0 if result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(e2e_main("abuse_e2e", globals(), needs=()))

@@ -21,7 +21,6 @@ rsLoRA) beside the base; a second runs adapter a0 merged (`--adapter`). Checked:
 Run: python3 tests/server/lora_e2e_test.py --brioche build/cpu/brioche [--model PATH]
 Exits 77 (CTest: skipped) when the model, the binary, numpy or openai is missing.
 """
-import argparse
 import concurrent.futures
 import json
 import os
@@ -31,9 +30,9 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_process import Server, e2e_main  # noqa: E402
 
 ARGS = None
-DEFAULT_MODEL = os.path.expanduser("~/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 # f32 unmerged against f32 merged: summation order and f16 K/V rounding only
 # (measured 0.0024 nats at most over 6 prompts x 40 tokens).
 LOGPROB_TOLERANCE = 0.01
@@ -66,7 +65,6 @@ class LoraServing(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         from peft_adapter import write_adapter
-        from serve_process import Server
         cls.tmp = tempfile.mkdtemp(prefix="brioche-lora-")
         cls.lora_dir = os.path.join(cls.tmp, "adapters")
         for name, spec in adapter_specs().items():
@@ -291,25 +289,5 @@ class LoraServing(unittest.TestCase):
         self.assertLessEqual(float(resident[0].split()[1]), 4)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--brioche", default=os.environ.get("BRIOCHE_BIN", "build/cpu/brioche"))
-    parser.add_argument("--model", default=os.environ.get("BRIOCHE_MODEL", DEFAULT_MODEL))
-    ARGS, rest = parser.parse_known_args()
-    try:
-        import numpy  # noqa: F401
-        import openai  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP lora_e2e: {e}")
-        return 77
-    for need, what in [(os.path.exists(ARGS.model), f"model {ARGS.model}"), (os.path.exists(ARGS.brioche), f"binary {ARGS.brioche}")]:
-        if not need:
-            print(f"SKIP lora_e2e: {what} not found")
-            return 77  # CTest: SKIP_RETURN_CODE
-    result = unittest.main(argv=[sys.argv[0], *rest], exit=False, verbosity=2).result
-    return 0 if result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(e2e_main("lora_e2e", globals(), needs=("numpy", "openai")))

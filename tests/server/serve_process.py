@@ -1,11 +1,42 @@
 """A `brioche serve` child process for the e2e tests, and plain HTTP helpers."""
+import argparse
 import http.client
+import importlib
 import json
+import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import unittest
+
+DEFAULT_MODEL = os.path.expanduser("~/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+SKIP = 77  # CTest: SKIP_RETURN_CODE
+
+
+def e2e_main(name, module_globals, needs=()):
+    """Parses --brioche and --model into module_globals["ARGS"], skips (exit
+    77, saying why) when the model, the binary or a module in `needs` is
+    missing, and runs the module's unittest cases; returns the exit code."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--brioche", default=os.environ.get("BRIOCHE_BIN", "build/cpu/brioche"))
+    parser.add_argument("--model", default=os.environ.get("BRIOCHE_MODEL", DEFAULT_MODEL))
+    args, rest = parser.parse_known_args()
+    for module in needs:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            print(f"SKIP {name}: {e}")
+            return SKIP
+    for path, what in [(args.model, "model"), (args.brioche, "binary")]:
+        if not os.path.exists(path):
+            print(f"SKIP {name}: {what} {path} not found")
+            return SKIP
+    module_globals["ARGS"] = args
+    result = unittest.main(module=module_globals["__name__"], argv=[sys.argv[0], *rest], exit=False, verbosity=2).result
+    return 0 if result.wasSuccessful() else 1
 
 
 def free_port():
