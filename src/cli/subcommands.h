@@ -18,5 +18,6 @@ Subcommand add_info_command(CLI::App& root);
 Subcommand add_bench_command(CLI::App& root);
 Subcommand add_serve_command(CLI::App& root);
 Subcommand add_train_command(CLI::App& root);
+Subcommand add_export_command(CLI::App& root);
 
 }  // namespace brioche::cli

@@ -22,22 +22,7 @@ namespace brioche::train {
 
 namespace {
 
-const char* gguf_projection(Module m) {
-  switch (m) {
-    case Module::Q: return "attn_q";
-    case Module::K: return "attn_k";
-    case Module::V: return "attn_v";
-    case Module::O: return "attn_output";
-    case Module::Gate: return "ffn_gate";
-    case Module::Up: return "ffn_up";
-    case Module::Down: return "ffn_down";
-  }
-  return "";
-}
-
-std::string lora_tensor(int layer, Module m, const char* ab) {
-  return "blk." + std::to_string(layer) + "." + gguf_projection(m) + ".weight." + ab;
-}
+std::string lora_tensor(int layer, Module m, const char* ab) { return gguf_weight_name(layer, m) + "." + ab; }
 
 std::string text_key(const formats::GgufFile& f, std::string_view key) {
   const formats::GgufValue* v = f.find(key);

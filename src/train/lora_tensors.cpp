@@ -19,6 +19,12 @@ int64_t hf_row_of_gguf_row(int64_t r, int head_dim) {
 
 bool permuted_module(Module m) { return m == Module::Q || m == Module::K; }
 
+std::string gguf_weight_name(int layer, Module m) {
+  static constexpr const char* kNames[kNumModules] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                      "ffn_gate", "ffn_up", "ffn_down"};
+  return "blk." + std::to_string(layer) + "." + kNames[size_t(m)] + ".weight";
+}
+
 Tensor copy_f32(const Tensor& t) {
   Tensor out = Tensor::zeros(DType::F32, {t.dim(0), t.dim(1)});
   for (int64_t r = 0; r < t.dim(0); ++r) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
 #include "train/lora.h"
@@ -16,6 +17,9 @@ Tensor copy_f32(const Tensor& t);
 // Whether a projection's rows are per-head (Q, K), the ones llama.cpp's
 // converter interleaves for RoPE in "llama" GGUF files.
 bool permuted_module(Module m);
+
+// llama.cpp's tensor name of a projection's weight: "blk.<layer>.attn_q.weight", ...
+std::string gguf_weight_name(int layer, Module m);
 
 // Reorders the rows of b (a [out, r] lora_B of Q or K) between GGUF's
 // interleaved order and Hugging Face's (to_hf) or back.
