@@ -66,6 +66,9 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
       case Method::ORPO: {
         const double o = (lw - lr) - (log1mexp(lw) - log1mexp(lr));
         pair_loss = neg_log_sigmoid(o);
+        out.log_odds_ratio_sum -= pair_loss;  // log σ(o)
+        out.log_odds_chosen_sum += o;
+        out.reward_chosen_sum += c.orpo_lambda * lw, out.reward_rejected_sum += c.orpo_lambda * lr;
         const double d_o = -sigmoid(-o);  // d(−log σ(o))/do
         d_rw = d_o * (1.0 - d_log1mexp(lw)) / w.response_n;
         d_rr = -d_o * (1.0 - d_log1mexp(lr)) / r.response_n;
@@ -76,6 +79,7 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
         const double rw = w.response_sum - ref[size_t(2 * i)].response_sum;
         const double rr = r.response_sum - ref[size_t(2 * i + 1)].response_sum;
         const double x = c.beta * (rw - rr);
+        out.reward_chosen_sum += c.beta * rw, out.reward_rejected_sum += c.beta * rr;
         pair_loss = neg_log_sigmoid(x);
         d_rw = -c.beta * sigmoid(-x);
         d_rr = -d_rw;
@@ -86,6 +90,7 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
         const double rw = lw - ref[size_t(2 * i)].response_mean();
         const double rr = lr - ref[size_t(2 * i + 1)].response_mean();
         const double x = (rw - rr) - 1.0 / (2.0 * c.beta);
+        out.reward_chosen_sum += c.beta * rw, out.reward_rejected_sum += c.beta * rr;
         pair_loss = x * x;
         d_rw = 2.0 * x / w.response_n;
         d_rr = -2.0 * x / r.response_n;
@@ -94,6 +99,7 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
       }
       case Method::SimPO: {
         const double x = c.beta * (lw - lr) - c.simpo_gamma;
+        out.reward_chosen_sum += c.beta * lw, out.reward_rejected_sum += c.beta * lr;
         pair_loss = neg_log_sigmoid(x);
         const double d = -c.beta * sigmoid(-x);
         d_rw = d / w.response_n;

@@ -45,9 +45,36 @@ struct Trainer::MicroBatch {
   std::vector<SequenceLogps> reference;
 };
 
-nlohmann::json EvalMetrics::to_json() const {
-  return {{"loss", loss}, {"nll", nll}, {"or", or_loss}, {"accuracy", accuracy}, {"margin", margin},
-          {"chosen_logp", chosen_logp}, {"rejected_logp", rejected_logp}, {"examples", examples}};
+namespace {
+
+// TRL's preference metrics from a LossValue's sums over n pairs.
+void add_trl_names(nlohmann::json& j, Method method, double n, double reward_chosen_sum, double reward_rejected_sum,
+                   double correct, double chosen_mean_sum, double rejected_mean_sum, double log_odds_ratio_sum,
+                   double log_odds_chosen_sum, double nll) {
+  if (!is_preference(method) || n <= 0) return;
+  j["rewards/chosen"] = reward_chosen_sum / n;
+  j["rewards/rejected"] = reward_rejected_sum / n;
+  j["rewards/margins"] = (reward_chosen_sum - reward_rejected_sum) / n;
+  j["rewards/accuracies"] = correct / n;
+  j["logps/chosen"] = chosen_mean_sum / n;
+  j["logps/rejected"] = rejected_mean_sum / n;
+  if (method == Method::ORPO) {
+    j["nll_loss"] = nll;
+    j["log_odds_ratio"] = log_odds_ratio_sum / n;
+    j["log_odds_chosen"] = log_odds_chosen_sum / n;
+  }
+}
+
+}  // namespace
+
+nlohmann::json EvalMetrics::to_json(Method method) const {
+  nlohmann::json j = {{"loss", loss},          {"nll", nll},       {"or", or_loss},
+                      {"accuracy", accuracy},  {"margin", margin}, {"chosen_logp", chosen_logp},
+                      {"rejected_logp", rejected_logp}, {"examples", examples}};
+  const double n = 1.0;  // the fields are means already
+  add_trl_names(j, method, n, reward_chosen, reward_rejected, accuracy, chosen_logp, rejected_logp, log_odds_ratio,
+                log_odds_chosen, nll);
+  return j;
 }
 
 size_t peak_device_bytes() {
@@ -195,6 +222,7 @@ EvalMetrics Trainer::evaluate() {
   double loss_weighted = 0.0, nll_sum = 0.0;
   int64_t nll_tokens = 0, weight = 0;
   double or_sum = 0, correct = 0, margin = 0, chosen = 0, rejected = 0;
+  double reward_w = 0, reward_r = 0, log_odds_ratio = 0, log_odds = 0;
   for (int b0 = 0; b0 < s.size(); b0 += config_.batch_size) {
     std::vector<int> idx(size_t(std::min(config_.batch_size, s.size() - b0)));
     std::iota(idx.begin(), idx.end(), b0);
@@ -208,6 +236,8 @@ EvalMetrics Trainer::evaluate() {
     nll_tokens += v.tokens;
     or_sum += v.or_loss_sum, correct += v.correct, margin += v.margin_sum;
     chosen += v.chosen_mean_sum, rejected += v.rejected_mean_sum;
+    reward_w += v.reward_chosen_sum, reward_r += v.reward_rejected_sum;
+    log_odds_ratio += v.log_odds_ratio_sum, log_odds += v.log_odds_chosen_sum;
   }
   m.examples = s.size();
   m.loss = weight > 0 ? loss_weighted / double(weight) : 0.0;
@@ -216,6 +246,8 @@ EvalMetrics Trainer::evaluate() {
     const double n = double(s.size());
     m.or_loss = or_sum / n, m.accuracy = correct / n, m.margin = margin / n;
     m.chosen_logp = chosen / n, m.rejected_logp = rejected / n;
+    m.reward_chosen = reward_w / n, m.reward_rejected = reward_r / n;
+    m.log_odds_ratio = log_odds_ratio / n, m.log_odds_chosen = log_odds / n;
   }
   return m;
 }
@@ -309,7 +341,7 @@ TrainResult Trainer::run() {
     const auto t0 = Clock::now();
     EvalMetrics m = evaluate();
     const double elapsed = seconds();
-    nlohmann::json j = m.to_json();
+    nlohmann::json j = m.to_json(config_.method);
     j["step"] = step;
     j["learning_rate"] = lr;
     j["tokens_per_s"] = elapsed > 0 ? double(st.tokens_done) / elapsed : 0.0;
@@ -343,6 +375,7 @@ TrainResult Trainer::run() {
   for (int step = st.step; step < total && !interrupted; ++step) {
     adapter_->zero_grads();
     double step_loss = 0.0, step_tokens = 0.0;
+    LossValue step_sums;  // the step's preference sums over its micro-batches (this rank's)
     for (int micro = 0; micro < micro_per_step; ++micro) {
       const std::vector<int> indices = next_indices();  // every rank walks the whole step's order
       if (!share.runs(micro)) continue;
@@ -353,6 +386,10 @@ TrainResult Trainer::run() {
                                    .prefix_out = mb.prefix.defined() ? &mb.prefix : nullptr});
       step_loss += v.loss / micro_per_step;
       step_tokens += double(mb.batch.n_rows());
+      step_sums.n_pairs += v.n_pairs, step_sums.correct += v.correct, step_sums.nll += v.nll / micro_per_step;
+      step_sums.chosen_mean_sum += v.chosen_mean_sum, step_sums.rejected_mean_sum += v.rejected_mean_sum;
+      step_sums.reward_chosen_sum += v.reward_chosen_sum, step_sums.reward_rejected_sum += v.reward_rejected_sum;
+      step_sums.log_odds_ratio_sum += v.log_odds_ratio_sum, step_sums.log_odds_chosen_sum += v.log_odds_chosen_sum;
     }
     double stop_votes = stop_ != nullptr && stop_->load() ? 1.0 : 0.0;
     if (dp_ != nullptr) {  // one sum of the gradients (and the loss) over the ranks, before clipping
@@ -369,9 +406,16 @@ TrainResult Trainer::run() {
     const int done = step + 1;
     st.step = done;
     if (lead) {
-      log_event({{"event", "step"}, {"step", done}, {"loss", step_loss}, {"learning_rate", lr}, {"grad_norm", norm},
-                 {"tokens", st.tokens_done}, {"tokens_per_s", double(st.tokens_done) / seconds()},
-                 {"epoch", double(done) / steps_per_epoch}});
+      nlohmann::json event = {{"event", "step"}, {"step", done}, {"loss", step_loss}, {"learning_rate", lr},
+                              {"grad_norm", norm}, {"tokens", st.tokens_done},
+                              {"tokens_per_s", double(st.tokens_done) / seconds()},
+                              {"epoch", double(done) / steps_per_epoch}};
+      // Rank 0's micro-batches (with --gpus, a share of the step's pairs).
+      add_trl_names(event, config_.method, step_sums.n_pairs, step_sums.reward_chosen_sum,
+                    step_sums.reward_rejected_sum, step_sums.correct, step_sums.chosen_mean_sum,
+                    step_sums.rejected_mean_sum, step_sums.log_odds_ratio_sum, step_sums.log_odds_chosen_sum,
+                    step_sums.nll);
+      log_event(event);
     }
     if (lead && config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
       char line[256];

@@ -36,8 +36,14 @@ struct EvalMetrics {
   double accuracy = 0.0;   // preference: share of pairs with the chosen ahead
   double margin = 0.0;     // preference: mean (ℓ_w − ℓ_r), length-normalised log-probs
   double chosen_logp = 0.0, rejected_logp = 0.0;  // mean per-token log-probs
+  // TRL's names (LossValue says how each method defines them).
+  double reward_chosen = 0.0, reward_rejected = 0.0;
+  double log_odds_ratio = 0.0, log_odds_chosen = 0.0;  // ORPO
   int64_t examples = 0;
-  nlohmann::json to_json() const;
+  // Our names, and for preference methods also TRL's: rewards/chosen,
+  // rewards/rejected, rewards/margins, rewards/accuracies, logps/chosen,
+  // logps/rejected, and for ORPO nll_loss, log_odds_ratio, log_odds_chosen.
+  nlohmann::json to_json(Method method) const;
 };
 
 struct TrainResult {

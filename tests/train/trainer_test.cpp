@@ -125,6 +125,10 @@ TEST(Trainer, AnInterruptedRunResumesToTheSameAdapterBitForBit) {
   for (std::string line; std::getline(log, line);) {
     auto e = nlohmann::json::parse(line);
     (e["event"] == "step" ? steps : evals) += 1;
+    // TRL's ORPO names, per step and per evaluation.
+    for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+                            "logps/chosen", "log_odds_ratio", "log_odds_chosen", "nll_loss"})
+      EXPECT_TRUE(e.contains(key)) << key << " in " << line;
   }
   EXPECT_EQ(steps, 11);
   EXPECT_EQ(evals, 3);
