@@ -9,6 +9,8 @@
 #include <numeric>
 #include <random>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "ops/device.h"
 #include "train/adapter_io.h"
@@ -163,7 +165,35 @@ void Trainer::save(const std::string& dir) {
 }
 
 void Trainer::log(const std::string& line) const {
-  if (!config_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+  if (config_.quiet) return;
+  // A live progress bar holds the terminal's last line: clear it first.
+  std::fprintf(stderr, "%s%s\n", progress_shown_ ? "\r\033[K" : "", line.c_str());
+  progress_shown_ = false;
+}
+
+namespace {
+
+std::string duration_text(double seconds) {
+  const long s = long(seconds + 0.5);
+  char out[32];
+  if (s >= 3600) std::snprintf(out, sizeof out, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else std::snprintf(out, sizeof out, "%ldm%02lds", s / 60, s % 60);
+  return out;
+}
+
+}  // namespace
+
+void Trainer::show_progress(int done, int total, int first_step, double loss, float lr, double tokens_per_s,
+                            double elapsed) const {
+  constexpr int kWidth = 24;
+  const int filled = total > 0 ? int(int64_t(kWidth) * done / total) : kWidth;
+  const double per_step = done > first_step ? elapsed / double(done - first_step) : 0.0;
+  std::fprintf(stderr, "\r\033[K[%s%s] %d/%d loss %.4f lr %.2e %.0f tok/s elapsed %s ETA %s",
+               std::string(size_t(filled), '#').c_str(), std::string(size_t(kWidth - filled), '.').c_str(), done, total,
+               loss, lr, tokens_per_s, duration_text(elapsed).c_str(),
+               duration_text(per_step * double(total - done)).c_str());
+  std::fflush(stderr);
+  progress_shown_ = true;
 }
 
 Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indices, bool with_prefix) {
@@ -371,6 +401,9 @@ TrainResult Trainer::run() {
   };
 
   if (st.step == 0) do_eval(0);
+  // On a terminal one live line with the ETA; elsewhere (a log file, a pipe) a line every steps_per_report.
+  const bool live_progress = !config_.quiet && isatty(STDERR_FILENO);
+  const int first_step = st.step;
   bool interrupted = false;
   for (int step = st.step; step < total && !interrupted; ++step) {
     adapter_->zero_grads();
@@ -417,7 +450,10 @@ TrainResult Trainer::run() {
                     step_sums.nll);
       log_event(event);
     }
-    if (lead && config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
+    if (lead && live_progress) {
+      show_progress(done, total, first_step, st.train_loss_sum / st.train_loss_n, lr, double(st.tokens_done) / seconds(),
+                    std::chrono::duration<double>(Clock::now() - start).count());
+    } else if (lead && config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
       char line[256];
       std::snprintf(line, sizeof line, "step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.1f tok/s peak %.0f MB%s", done,
                     total, st.train_loss_sum / st.train_loss_n, lr, norm, double(st.tokens_done) / seconds(),

@@ -85,6 +85,9 @@ class Trainer {
   struct MicroBatch;
   MicroBatch make_batch(Split& split, const std::vector<int>& indices, bool with_prefix);
   void log(const std::string& line) const;
+  // The terminal's live line: a bar, step, loss, lr, tokens/s, elapsed and ETA.
+  void show_progress(int done, int total, int first_step, double loss, float lr, double tokens_per_s,
+                     double elapsed) const;
   void save(const std::string& dir);  // the adapter in PEFT layout (a host copy when it lives on the GPU)
   // output/checkpoints/step_N: the adapter and its train state; keeps the newest save_total_limit.
   std::string save_checkpoint(int step, const TrainState& state, const AdamW& optimizer);
@@ -101,6 +104,7 @@ class Trainer {
   std::unique_ptr<Split> train_, valid_;
   ops::Collective* dp_ = nullptr;
   const std::atomic<bool>* stop_ = nullptr;
+  mutable bool progress_shown_ = false;  // the live progress line is on the terminal
 };
 
 // Peak resident memory of this process (VmHWM), bytes; 0 when unknown.
