@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "core/error.h"
-
 #include "ops/add.h"
 #include "ops/device.h"
 #include "ops/fused_matmul.h"
