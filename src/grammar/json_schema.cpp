@@ -44,17 +44,28 @@ constexpr size_t kMaxSchemaEbnfBytes = 16u << 20;
 constexpr size_t kMaxNameChars = 64;
 
 // Keywords that describe but do not constrain; skipped silently.
-const std::set<std::string> kAnnotations = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding", "discriminator", "example",
-    "strict", "name", "$anchor", "xml", "externalDocs"};
+// Validation keywords of JSON Schema (drafts 4 to 2020-12) that constrain
+// documents and that the converter does not enforce: a schema using one is
+// refused rather than answered with documents that may break it.
+const std::set<std::string> kConstrainingUnsupported = {
+    "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "contains",
+    "minContains", "maxContains", "uniqueItems", "additionalItems", "unevaluatedProperties", "unevaluatedItems",
+    "$dynamicRef", "$recursiveRef"};
 
 // Keywords the converter handles (per type, checked in visit_*).
+// Every other keyword is an annotation (JSON Schema: unknown keywords are
+// annotations): title, description, examples, draft-04's id, vendor
+// extensions such as x-kubernetes-*, hyper-schema's links, and misspelled or
+// private keys constrain nothing, and are ignored.
 const std::set<std::string> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf",
     "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
     "patternProperties", "propertyNames", "multipleOf"};
+
+bool is_annotation(const std::string& keyword) {
+  return !kHandled.count(keyword) && !kConstrainingUnsupported.count(keyword);
+}
 
 std::string pointer_child(const std::string& ptr, const std::string& key) {
   std::string k;
@@ -248,7 +259,7 @@ class SchemaConverter {
     }
     if (!s.is_object()) unsupported("schema", ptr, "expected an object or boolean, found " + s.dump());
     for (auto& [k, v] : s.items())
-      if (!kHandled.count(k) && !kAnnotations.count(k))
+      if (kConstrainingUnsupported.count(k) && !(k == "uniqueItems" && v == false))
         unsupported(k, ptr,
                     "a context-free grammar cannot enforce it here; expected only the keywords listed in "
                     "docs/grammar.md (remove it or rewrite the schema without it)");
@@ -340,7 +351,7 @@ class SchemaConverter {
     if (!branch.is_object()) return branch;
     Json merged = branch;
     for (auto& [k, v] : parent.items())
-      if (k != key && !kAnnotations.count(k) && !merged.contains(k)) merged[k] = v;
+      if (k != key && !is_annotation(k) && !merged.contains(k)) merged[k] = v;
     return merged;
   }
 
@@ -365,7 +376,7 @@ class SchemaConverter {
       }
       if (!part->is_object()) unsupported("allOf", part_ptr, "expected object schemas");
       for (auto& [k, v] : part->items()) {
-        if (kAnnotations.count(k)) continue;
+        if (is_annotation(k)) continue;
         if (k == "properties") {
           if (!merged.contains("properties")) merged["properties"] = Json::object();
           for (auto& [pk, pv] : v.items()) {

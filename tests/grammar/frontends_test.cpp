@@ -115,6 +115,24 @@ TEST(Regex, ClassesEscapesQuantifiersAnchors) {
   EXPECT_NE(error_of([] { Grammar::from_regex("a{2,1}"); }).find("m <= n"), std::string::npos);
 }
 
+// JSON Schema: unknown keywords are annotations. Real-world schemas carry
+// draft-04 ids, hyper-schema links, vendor extensions and private keys; they
+// constrain nothing and change nothing in the grammar.
+TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
+  const std::string plain =
+      R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"}},"required":["name"]})";
+  const std::string annotated =
+      R"({"id":"http://x/s#","self":{"vendor":"a"},"links":[{"rel":"self"}],"x-kubernetes-group-version-kind":[{}],
+          "type":"object","readonly":true,"_format":"q","uniqueItems":false,
+          "properties":{"name":{"type":"string","x-kubernetes-patch-merge-key":"name","_uniqueItems":true},
+                        "n":{"type":"integer","javaType":"Long"}},"required":["name"]})";
+  EXPECT_EQ(Grammar::from_json_schema(annotated).to_ebnf(), Grammar::from_json_schema(plain).to_ebnf());
+  const auto allof = Grammar::from_json_schema(std::string(
+      R"({"allOf":[{"type":"object","properties":{"a":{"type":"string"}},"x-note":"one"},)"
+      R"({"properties":{"b":{"type":"integer"}},"x-note":"two"}]})"));
+  EXPECT_TRUE(accepts(allof, R"({"a":"s","b":1})"));
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreNamedWithPointer) {
   auto err = [](const char* schema) {
     return error_of([&] { Grammar::from_json_schema(std::string(schema)); });
