@@ -562,6 +562,21 @@ class SchemaConverter {
   // atom (a class, an escape like \d, '.', or a literal character:
   // `^[a-z]+$`, `\d{3,}`): each repetition is one character, so the length
   // bounds intersect the repetition bounds. Other patterns: a named error.
+  // JSON Schema's `pattern` is an ECMA-262 search, not a full match: an end
+  // the pattern does not anchor (^, $) may hold any characters. (^https?://
+  // admits "https://example.com", not only the prefix itself.) The
+  // length-bounded form above keeps full-match semantics: it admits a subset
+  // of the valid strings, never an invalid one.
+  static std::string search_pattern(const std::string& p) {
+    const bool at_start = !p.empty() && p.front() == '^';
+    size_t backslashes = 0;  // before the last character: an odd run makes a final '$' a literal
+    while (backslashes + 1 < p.size() && p[p.size() - 2 - backslashes] == '\\') ++backslashes;
+    const bool at_end = p.size() > (at_start ? 1u : 0u) && p.back() == '$' && backslashes % 2 == 0;
+    if (at_start && at_end) return p;
+    std::string body = p.substr(at_start ? 1 : 0, p.size() - (at_start ? 1 : 0) - (at_end ? 1 : 0));
+    return std::string("^") + (at_start ? "" : "[\\s\\S]*") + "(?:" + body + ")" + (at_end ? "" : "[\\s\\S]*") + "$";
+  }
+
   std::string length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr) {
     auto fail_combination = [&] {
       unsupported(hi >= 0 ? "maxLength" : "minLength", ptr,
@@ -643,6 +658,8 @@ class SchemaConverter {
         int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
         if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
         pattern = length_bounded_pattern(pattern, lo, hi, ptr);
+      } else {
+        pattern = search_pattern(pattern);
       }
       std::string body;
       try {

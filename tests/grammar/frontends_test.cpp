@@ -133,6 +133,22 @@ TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
   EXPECT_TRUE(accepts(allof, R"({"a":"s","b":1})"));
 }
 
+// JSON Schema patterns are searches: an unanchored end admits anything.
+TEST(JsonSchema, PatternsAreSearchesUnlessAnchored) {
+  auto schema = [](const char* pattern) {
+    return Grammar::from_json_schema(nlohmann::json{{"type", "string"}, {"pattern", pattern}}.dump());
+  };
+  EXPECT_TRUE(accepts(schema("^https?://"), R"("https://example.com/a")"));
+  EXPECT_FALSE(accepts(schema("^https?://"), R"("ftp://x")"));
+  EXPECT_TRUE(accepts(schema("[0-9]"), R"("abc1def")"));
+  EXPECT_FALSE(accepts(schema("[0-9]"), R"("abcdef")"));
+  EXPECT_TRUE(accepts(schema("\\.json$"), R"("a.json")"));
+  EXPECT_FALSE(accepts(schema("\\.json$"), R"("a.json5")"));
+  EXPECT_TRUE(accepts(schema("^[a-z]+$"), R"("abc")"));
+  EXPECT_FALSE(accepts(schema("^[a-z]+$"), R"("ab1")"));
+  EXPECT_TRUE(accepts(schema("a\\$"), R"("xa$y")"));  // an escaped '$' is a literal, not an anchor
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreNamedWithPointer) {
   auto err = [](const char* schema) {
     return error_of([&] { Grammar::from_json_schema(std::string(schema)); });
