@@ -295,7 +295,17 @@ class SchemaConverter {
         return add_rule(hint + "_case", out);
       }
     }
-    if (s.contains("allOf")) return visit(merge_all_of(s, ptr), ptr, hint);
+    if (s.contains("allOf")) {
+      // allOf of one schema and nothing else that constrains is that schema:
+      // visiting it keeps a $ref a reference, so a recursive type
+      // (Foo.children: {allOf: [{$ref: Foo}]}) compiles to a recursive rule
+      // instead of being unrolled until the depth limit.
+      const Json& parts = s["allOf"];
+      bool alone = parts.is_array() && parts.size() == 1;
+      for (auto& [k, v] : s.items()) alone = alone && (k == "allOf" || is_annotation(k));
+      if (alone) return visit(parts[0], pointer_child(pointer_child(ptr, "allOf"), "0"), hint);
+      return visit(merge_all_of(s, ptr), ptr, hint);
+    }
 
     bool nullable = s.contains("nullable") && s["nullable"].is_boolean() && s["nullable"].get<bool>();
     std::vector<std::string> types;

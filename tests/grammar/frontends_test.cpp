@@ -133,6 +133,17 @@ TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
   EXPECT_TRUE(accepts(allof, R"({"a":"s","b":1})"));
 }
 
+// A tree type whose children refer back through allOf compiles to a
+// recursive rule (it used to unroll until the depth limit refused it).
+TEST(JsonSchema, RecursiveTypeThroughAllOf) {
+  const Grammar g = Grammar::from_json_schema(std::string(
+      R"({"$defs":{"Foo":{"type":"object","properties":{"name":{"type":"string"},)"
+      R"("childFoos":{"type":"array","items":{"allOf":[{"$ref":"#/$defs/Foo"}]}}},"required":["name"]}},)"
+      R"("$ref":"#/$defs/Foo"})"));
+  EXPECT_TRUE(accepts(g, R"({"name":"a","childFoos":[{"name":"b","childFoos":[{"name":"c"}]}]})"));
+  EXPECT_FALSE(accepts(g, R"({"name":"a","childFoos":[{"childFoos":[]}]})"));
+}
+
 // JSON Schema patterns are searches: an unanchored end admits anything.
 TEST(JsonSchema, PatternsAreSearchesUnlessAnchored) {
   auto schema = [](const char* pattern) {
