@@ -766,15 +766,17 @@ class SchemaConverter {
   std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint) {
     std::vector<std::pair<std::string, std::string>> props;  // raw key text, value expr
     std::set<std::string> required;
+    std::vector<std::string> required_order;  // undeclared required keys come in this order
     if (s.contains("required")) {
-      for (auto& r : s["required"]) required.insert(r.get<std::string>());
+      for (auto& r : s["required"])
+        if (required.insert(r.get<std::string>()).second) required_order.push_back(r.get<std::string>());
     }
     bool has_props = s.contains("properties") && !s["properties"].empty();
     if (s.contains("properties")) {
       for (auto& [k, v] : s["properties"].items())
         props.emplace_back(k, visit(v, pointer_child(pointer_child(ptr, "properties"), k), hint + "_" + k));
     }
-    for (const std::string& r : required) {
+    for (const std::string& r : required_order) {
       bool found = false;
       for (auto& p : props) found |= p.first == r;
       if (!found) props.emplace_back(r, basic("json_value"));  // required but undeclared: any value

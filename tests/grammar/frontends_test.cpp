@@ -133,6 +133,13 @@ TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
   EXPECT_TRUE(accepts(allof, R"({"a":"s","b":1})"));
 }
 
+// Required keys not in `properties` come in `required` order (they came
+// sorted, rejecting the documents that list them as the schema does).
+TEST(JsonSchema, UndeclaredRequiredKeysKeepTheirOrder) {
+  const Grammar g = Grammar::from_json_schema(std::string(R"({"type":"object","required":["zeta","alpha"]})"));
+  EXPECT_TRUE(accepts(g, R"({"zeta":1,"alpha":2})"));
+}
+
 // A tree type whose children refer back through allOf compiles to a
 // recursive rule (it used to unroll until the depth limit refused it).
 TEST(JsonSchema, RecursiveTypeThroughAllOf) {
