@@ -5,6 +5,8 @@
 // cache bounded by bytes, failed compiles that keep nothing, and the
 // json_object grammar.
 #include <gtest/gtest.h>
+
+#include "sanitizer_stack.h"
 #include <pthread.h>
 #include <unistd.h>
 
@@ -58,7 +60,7 @@ void on_small_stack(const std::function<void()>& fn) {
   } job{&fn, nullptr};
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  ASSERT_EQ(pthread_attr_setstacksize(&attr, 1u << 20), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, brioche::testing::test_stack_bytes(size_t{1} << 20)), 0);
   pthread_t thread;
   auto body = [](void* p) -> void* {
     auto* j = static_cast<Job*>(p);

@@ -4,6 +4,8 @@
 // height, evaluator nesting, macro recursion, value depth, loops, string and
 // list blow-ups, and quadratic patterns under the work budget.
 #include <gtest/gtest.h>
+
+#include "sanitizer_stack.h"
 #include <pthread.h>
 
 #include <functional>
@@ -40,7 +42,7 @@ std::string run_on_small_stack(const std::function<void()>& fn, size_t stack_byt
   };
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  EXPECT_EQ(pthread_attr_setstacksize(&attr, stack_bytes), 0);
+  EXPECT_EQ(pthread_attr_setstacksize(&attr, brioche::testing::test_stack_bytes(stack_bytes)), 0);
   pthread_t thread;
   EXPECT_EQ(pthread_create(&thread, &attr, body, &job), 0);
   pthread_join(thread, nullptr);

@@ -71,7 +71,7 @@ class ByteReader {
   std::vector<int32_t> ints(size_t n) {
     need(n * 4);
     std::vector<int32_t> v(n);
-    std::memcpy(v.data(), data_.data() + pos_, n * 4);
+    if (n > 0) std::memcpy(v.data(), data_.data() + pos_, n * 4);  // (an empty vector's data() may be null)
     pos_ += n * 4;
     return v;
   }
