@@ -47,8 +47,8 @@ Subcommand add_serve_command(CLI::App& root) {
   app->add_option("--max-running", opts->engine.scheduler.max_running, "sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
   app->add_option("--web-dir", opts->web_dir, "serve the web UI from this folder at /");
   auto loras = std::make_shared<std::vector<std::string>>();
-  app->add_option("--lora", *loras, "serve the PEFT LoRA adapter in DIR as model NAME, unmerged, beside the base (repeatable): NAME=DIR");
-  app->add_option("--lora-dir", opts->adapters.lora_dir, "serve every adapter folder in this directory (named by the folder); runtime loads must lie inside it");
+  app->add_option("--lora", *loras, "serve the LoRA adapter at PATH (a PEFT folder or a GGUF LoRA file) as model NAME, unmerged, beside the base (repeatable): NAME=PATH");
+  app->add_option("--lora-dir", opts->adapters.lora_dir, "serve every adapter in this directory (PEFT folders by their name, .gguf LoRA files by their stem); runtime loads must lie inside it");
   app->add_flag("--allow-runtime-lora", opts->adapters.allow_runtime, "enable POST /v1/load_lora_adapter and /v1/unload_lora_adapter (needs --lora-dir)");
   app->add_option("--max-loras", opts->adapters.max_resident, "adapters whose factors stay on the device at once (least recently used evicted; host copies kept)")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
@@ -64,7 +64,7 @@ Subcommand add_serve_command(CLI::App& root) {
             for (const std::string& spec : *loras) {
               const size_t eq = spec.find('=');
               if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-                throw UsageError{"--lora: expected NAME=DIR, got '" + spec + "'"};
+                throw UsageError{"--lora: expected NAME=PATH, got '" + spec + "'"};
               opts->adapters.startup.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
             }
             const bool serves_adapters = !opts->adapters.startup.empty() || !opts->adapters.lora_dir.empty();
