@@ -29,7 +29,15 @@ AdapterRegistry::AdapterRegistry(AdapterOptions options, Device device, std::str
                 "--allow-runtime-lora needs --lora-dir: the folder runtime loads may read adapters from");
   if (!options_.startup.empty() || !options_.lora_dir.empty() || options_.allow_runtime)
     BRIOCHE_CHECK(options_.read != nullptr, "adapters: no adapter reader was given to the server");
-  for (const auto& [name, dir] : options_.startup) add(name, dir);
+  // Start-up loads name the flag that asked for them.
+  auto add_at_start = [&](const std::string& name, const std::string& path, const std::string& flag) {
+    try {
+      add(name, path);
+    } catch (const Error& e) {
+      throw Error(flag + ": adapter '" + name + "' (" + path + "): " + e.what());
+    }
+  };
+  for (const auto& [name, dir] : options_.startup) add_at_start(name, dir, "--lora");
   if (options_.lora_dir.empty()) return;
   std::error_code ec;
   lora_root_ = fs::canonical(options_.lora_dir, ec);
@@ -42,7 +50,7 @@ AdapterRegistry::AdapterRegistry(AdapterOptions options, Device device, std::str
   // elsewhere included; only runtime loads are held to its boundary.
   for (const fs::path& f : found) {
     const std::string name = f.extension() == ".gguf" ? f.stem().string() : f.filename().string();
-    if (!entries_.count(name)) add(name, f.string());
+    if (!entries_.count(name)) add_at_start(name, f.string(), "--lora-dir");
   }
 }
 

@@ -706,7 +706,7 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
   try {
     server = std::make_unique<Server>(engine, options);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "brioche serve: cannot start on %s:%u: %s\n", options.host.c_str(), unsigned(options.port), e.what());
+    std::fprintf(stderr, "brioche serve: cannot start (%s:%u): %s\n", options.host.c_str(), unsigned(options.port), e.what());
     return 1;
   }
   if (!options.quiet) {
