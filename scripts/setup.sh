@@ -58,8 +58,9 @@ PY
 fi
 
 # The server's end-to-end tests drive it with the official OpenAI client;
-# the structured-output tests judge outputs with jsonschema.
-python3 -c "import openai, jsonschema" 2>/dev/null || pip_install openai jsonschema
+# the structured-output tests judge outputs with jsonschema; the LoRA tests
+# write adapters with numpy and llama.cpp's GGUF LoRA files with its `gguf`.
+python3 -c "import openai, jsonschema, numpy, gguf" 2>/dev/null || pip_install openai jsonschema numpy gguf
 
 if [[ "${1:-}" == "--oracles" ]]; then
   pip_install tokenizers transformers jinja2 numpy gguf openai jsonschema

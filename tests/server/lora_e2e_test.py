@@ -19,7 +19,7 @@ rsLoRA) beside the base; a second runs adapter a0 merged (`--adapter`). Checked:
   - the prefix cache never shares K/V across adapters; /metrics per adapter
 
 Run: python3 tests/server/lora_e2e_test.py --brioche build/cpu/brioche [--model PATH]
-Exits 77 (CTest: skipped) when the model, the binary, numpy or openai is missing.
+Exits 77 (CTest: skipped) when the model, the binary, numpy, gguf or openai is missing.
 """
 import concurrent.futures
 import json
@@ -290,4 +290,4 @@ class LoraServing(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    sys.exit(e2e_main("lora_e2e", globals(), needs=("numpy", "openai")))
+    sys.exit(e2e_main("lora_e2e", globals(), needs=("numpy", "openai", "gguf")))
