@@ -575,8 +575,9 @@ class SchemaConverter {
   // JSON Schema's `pattern` is an ECMA-262 search, not a full match: an end
   // the pattern does not anchor (^, $) may hold any characters. (^https?://
   // admits "https://example.com", not only the prefix itself.) The
-  // length-bounded form above keeps full-match semantics: it admits a subset
-  // of the valid strings, never an invalid one.
+  // length-bounded form above keeps full-match semantics, and so does a
+  // top-level alternation anchored at one end only (^a|b): both admit a
+  // subset of the valid strings, never an invalid one.
   static std::string search_pattern(const std::string& p) {
     const bool at_start = !p.empty() && p.front() == '^';
     size_t backslashes = 0;  // before the last character: an odd run makes a final '$' a literal
