@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh Debian 12 machine: build tools, libraries,
-# and the default model (SmolLM2-135M-Instruct Q4_1 GGUF).
+# Idempotent set-up for a fresh Debian 12 machine: build tools, libraries
+# (libjs-chart.js is embedded into the web UI at build time; chromium and
+# chromium-driver run its browser test), and the default model (SmolLM2-135M-Instruct Q4_1 GGUF).
 # Usage: scripts/setup.sh [--oracles]   (--oracles also installs the Python
 # reference libraries used by tools/oracle and bench/, never needed at run time)
 set -euo pipefail
@@ -15,6 +16,7 @@ DEB_PACKAGES=(
   libfmt-dev libspdlog-dev libpcre2-dev libopenblas-dev libsqlite3-dev
   libzstd-dev zstd curl python3-pip clang libclang-rt-14-dev
   libtomlplusplus-dev
+  libjs-chart.js chromium chromium-driver
 )
 
 missing=()
@@ -61,6 +63,8 @@ fi
 # the structured-output tests judge outputs with jsonschema; the LoRA tests
 # write adapters with numpy and llama.cpp's GGUF LoRA files with its `gguf`.
 python3 -c "import openai, jsonschema, numpy, gguf" 2>/dev/null || pip_install openai jsonschema numpy gguf
+# The web UI's browser test drives Debian's headless Chromium with selenium.
+python3 -c "import selenium" 2>/dev/null || pip_install selenium
 
 if [[ "${1:-}" == "--oracles" ]]; then
   pip_install tokenizers transformers jinja2 numpy gguf openai jsonschema

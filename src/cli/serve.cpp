@@ -45,7 +45,7 @@ Subcommand add_serve_command(CLI::App& root) {
   app->add_option("--max-batch-tokens", *batch_tokens, "rows per engine step, i.e. the prefill chunk (0: fit the device: 2048 on CUDA, 512 on the CPU)")
       ->check(CLI::Range(0, 1 << 16))->capture_default_str();
   app->add_option("--max-running", opts->engine.scheduler.max_running, "sequences decoded together")->check(CLI::Range(1, 4096))->capture_default_str();
-  app->add_option("--web-dir", opts->web_dir, "serve the web UI from this folder at /");
+  app->add_option("--web-dir", opts->web_dir, "serve the web UI from this folder at / instead of the copy built into the binary (development; files it lacks still come from the built-in copy)");
   auto loras = std::make_shared<std::vector<std::string>>();
   app->add_option("--lora", *loras, "serve the LoRA adapter at PATH (a PEFT folder or a GGUF LoRA file) as model NAME, unmerged, beside the base (repeatable): NAME=PATH");
   app->add_option("--lora-dir", opts->adapters.lora_dir, "serve every adapter in this directory (PEFT folders by their name, .gguf LoRA files by their stem); runtime loads must lie inside it");

@@ -58,7 +58,7 @@ class App : public std::enable_shared_from_this<App> {
   ToolSyntax tool_syntax = ToolSyntax::Hermes;
   std::unique_ptr<StructuredOutputCompiler> structured;  // grammar cache over the engine's vocabulary
   std::unique_ptr<AdapterRegistry> adapters;             // LoRA adapters served as models
-  std::filesystem::path web_root;  // --web-dir, resolved; empty: no static files
+  std::filesystem::path web_root;  // --web-dir, resolved; empty: the embedded web UI only
   std::atomic<bool> shutting_down{false};
   net::io_context ioc;
   // Requests being translated (translate_request) off the I/O threads.
@@ -284,7 +284,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (method != http::verb::post) return send_error(status_error(405, "use POST for " + path));
       return start_generation(*endpoint);
     }
-    if (method == http::verb::get && !app_->web_root.empty() && !api) return serve_static(path);
+    if (method == http::verb::get && !api) return serve_static(path);
     send_error(ApiError{.status = 404, .message = "no route for " + std::string(request_.method_string()) + " " + path,
                 .type = "invalid_request_error", .param = "", .code = "not_found"});
   }
@@ -346,15 +346,17 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
+  // The embedded web UI, or --web-dir's files first (server/static_files.h).
   void serve_static(const std::string& path) {
-    std::optional<StaticFile> file = find_static_file(app_->web_root, path);
-    if (!file) return send_error(status_error(404, "no file at " + path));
-    std::ifstream in(file->path, std::ios::binary);
-    std::string body(size_t(file->size), '\0');
-    if (!in.read(body.data(), std::streamsize(body.size()))) return send_error(status_error(404, "no file at " + path));
-    Response res{http::status::ok, request_.version()};
-    res.set(http::field::content_type, file->content_type);
-    res.body() = std::move(body);
+    const beast::string_view if_none_match = request_[http::field::if_none_match];
+    StaticReply reply = static_reply(app_->web_root, path, std::string_view(if_none_match.data(), if_none_match.size()));
+    if (reply.status == 404) return send_error(status_error(404, "no file at " + path));
+    Response res{http::status(reply.status), request_.version()};
+    res.set(http::field::content_type, reply.content_type);
+    res.set(http::field::etag, reply.etag);
+    res.set(http::field::cache_control, "no-cache");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.body() = std::move(reply.body);
     send(std::move(res));
   }
 

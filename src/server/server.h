@@ -9,7 +9,8 @@
 // arrive (SSE for streams). Routes: POST /v1/chat/completions,
 // /v1/completions, /v1/responses; GET /v1/models, /v1/models/{id}, /health,
 // /metrics; POST /v1/load_lora_adapter, /v1/unload_lora_adapter (with
-// --allow-runtime-lora); GET / serves the web UI from --web-dir when given.
+// --allow-runtime-lora); GET / and other paths outside /v1/ serve the web
+// UI built into the binary (or --web-dir's files first).
 // A request whose `model` names a LoRA adapter runs with it, unmerged.
 #pragma once
 
@@ -37,7 +38,7 @@ struct ServerOptions {
   double request_timeout_s = 600;       // per generation request
   double shutdown_grace_s = 10;         // in-flight requests may finish this long after SIGTERM
   std::string cors_origin = "*";
-  std::string web_dir;                  // static UI files served at / (regular files inside it only; no API key needed)
+  std::string web_dir;                  // UI files served at / before the built-in ones (regular files inside it only; no API key needed)
   AdapterOptions adapters;              // LoRA adapters served as models beside the base (server/adapter_registry.h)
   bool quiet = false;
 };

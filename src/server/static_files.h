@@ -1,11 +1,13 @@
-// The web UI's static files (--web-dir): which URL path may be served as
-// which file.
+// The web UI's static files: the copies embedded in the binary
+// (server/web_assets.h), or a folder on disk (--web-dir, for development),
+// and the HTTP answer for a GET of one (content type, ETag, 304).
 //
-// Only regular files inside the web directory are served. The directory is
+// From disk, only regular files inside the web directory are served. The directory is
 // resolved once (symlinks followed) and every request's file is resolved the
 // same way before it is compared against it, so no spelling of a path
 // ("..", "//etc/passwd", "%2e%2e" is not decoded at all, a symlink to /proc)
-// leaves it, and devices, FIFOs and directories are never opened.
+// leaves it, and devices, FIFOs and directories are never opened. Embedded
+// files are found by exact URL path in a fixed table, so nothing else exists.
 #pragma once
 
 #include <cstdint>
@@ -31,5 +33,19 @@ std::filesystem::path resolve_web_root(const std::string& web_dir);
 // (as resolve_web_root returned it), or nothing: outside the root, missing,
 // not a regular file, or larger than kMaxStaticFileBytes.
 std::optional<StaticFile> find_static_file(const std::filesystem::path& web_root, std::string_view url_path);
+
+// The answer to GET `url_path`. With a web root, a file there wins and the
+// embedded copies fill in the rest (Chart.js is not in web/); without one,
+// only embedded files exist. Every answer may be cached but is revalidated
+// (Cache-Control: no-cache): a new binary or an edited file shows at the
+// next load, and an unchanged one costs a 304. `if_none_match` is the
+// request's If-None-Match header ("" when absent).
+struct StaticReply {
+  int status = 404;  // 200, 304 or 404
+  std::string body;  // 200: the file
+  std::string content_type;
+  std::string etag;  // quoted strong validator ("" with 404)
+};
+StaticReply static_reply(const std::filesystem::path& web_root, std::string_view url_path, std::string_view if_none_match);
 
 }  // namespace brioche::server
