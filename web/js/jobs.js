@@ -1,0 +1,189 @@
+// Jobs: every fine-tuning job with its status; the selected job's live
+// charts and log from its event stream (GET .../events?stream=true: every
+// event oldest first, then new ones as they happen, [DONE] once the job is
+// neither queued nor running), and cancel / pause / resume.
+import {get, post, stream} from './api.js';
+import {$, el, guarded, showError, formatBytes, formatTime} from './ui.js';
+import {refreshModels, openTab} from './state.js';
+import {listJobs, jobMetrics, TERMINAL, METHOD_NAMES, methodOf} from './jobs_client.js';
+import {JobCharts} from './charts.js';
+
+const LIST_POLL_MS = 3000;
+const MAX_LOG_LINES = 2000;
+
+let charts = null;
+let current = null;       // the selected job object
+let eventsAbort = null;   // the selected job's event stream
+let lastEventId = '';
+let metricsPending = null;
+let listTimer = null;
+
+export function init() {
+  charts = new JobCharts($('#job-charts'));
+  $('#jobs-refresh').addEventListener('click', () => refreshList());
+  $('#job-cancel').addEventListener('click', () => act('cancel'));
+  $('#job-pause').addEventListener('click', () => act('pause'));
+  $('#job-resume').addEventListener('click', () => act('resume'));
+  $('#job-try').addEventListener('click', async () => {
+    await guarded('Reading the served models', refreshModels);
+    openTab('playground', {models: current.served_models && current.served_models.length ? current.served_models
+      : [current.fine_tuned_model]});
+  });
+}
+
+// arg: {job: id} selects that job.
+export function show(arg) {
+  refreshList();
+  if (!listTimer) listTimer = setInterval(() => { if (!$('#tab-jobs').hidden) refreshList(); }, LIST_POLL_MS);
+  if (arg && arg.job) select(arg.job);
+}
+
+export function refresh() {
+  refreshList();
+  if (current) select(current.id);
+}
+
+function progressText(job) {
+  return job.total_steps ? `${job.step || 0}/${job.total_steps}` : (job.step ? String(job.step) : '–');
+}
+
+async function refreshList() {
+  const jobs = await guarded('Reading the fine-tuning jobs (GET /v1/fine_tuning/jobs)', listJobs);
+  if (!jobs) return;
+  $('#jobs-table tbody').replaceChildren(...jobs.map(job => el('tr',
+    {class: current && current.id === job.id ? 'selected' : null, dataset: {job: job.id, status: job.status}, onclick: () => select(job.id)},
+    el('td', {}, el('code', {}, job.id), job.suffix ? el('div', {class: 'muted'}, job.suffix) : null),
+    el('td', {}, METHOD_NAMES[methodOf(job)] || methodOf(job)),
+    el('td', {}, el('span', {class: `badge ${job.status}`}, job.status)),
+    el('td', {}, progressText(job)),
+    el('td', {class: 'muted'}, formatTime(job.created_at)))));
+  $('#jobs-empty').hidden = jobs.length > 0;
+  // The selected job's status comes with the list too (a queued job starting, a cancel elsewhere).
+  if (current) {
+    const fresh = jobs.find(j => j.id === current.id);
+    if (fresh && (fresh.status !== current.status || fresh.step !== current.step)) renderJob(fresh);
+  }
+}
+
+async function select(id) {
+  if (eventsAbort) eventsAbort.abort();
+  eventsAbort = null;
+  charts.clear();
+  lastEventId = '';
+  $('#job-log').replaceChildren();
+  const job = await guarded(`Reading job ${id}`, () => get(`v1/fine_tuning/jobs/${encodeURIComponent(id)}`));
+  if (!job) return;
+  renderJob(job);
+  for (const tr of document.querySelectorAll('#jobs-table tbody tr')) tr.classList.toggle('selected', tr.dataset.job === id);
+  await loadMetrics();
+  follow();
+}
+
+function renderJob(job) {
+  const wasLive = current && current.id === job.id && !TERMINAL.has(current.status);
+  current = job;
+  $('#job-detail').hidden = false;
+  $('#job-detail').dataset.job = job.id;
+  $('#job-detail').dataset.status = job.status;
+  $('#job-title').textContent = `${METHOD_NAMES[methodOf(job)] || methodOf(job)} · ${job.id}`;
+  const badge = $('#job-status');
+  badge.textContent = job.status;
+  badge.className = `badge ${job.status}`;
+  $('#job-cancel').disabled = !['queued', 'running', 'paused', 'interrupted'].includes(job.status);
+  $('#job-pause').disabled = job.status !== 'running';
+  $('#job-resume').disabled = !['paused', 'interrupted'].includes(job.status);
+  $('#job-try').hidden = !(job.status === 'succeeded' && job.fine_tuned_model);
+  $('#job-progress-bar').style.width = job.total_steps ? `${Math.min(100, 100 * (job.step || 0) / job.total_steps)}%` : '0';
+
+  const hp = (job.method && job.method[methodOf(job)] && job.method[methodOf(job)].hyperparameters) || job.hyperparameters || {};
+  const stat = (label, value) => el('span', {}, `${label} `, el('b', {}, value));
+  $('#job-summary').replaceChildren(
+    stat('model', job.model),
+    stat('step', progressText(job)),
+    stat('training file', job.training_file),
+    job.validation_file ? stat('validation file', job.validation_file) : null,
+    stat('hyperparameters', Object.entries(hp).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ') || 'defaults'),
+    job.estimated_memory_bytes ? stat('memory estimate', formatBytes(job.estimated_memory_bytes)) : null,
+    job.trained_tokens ? stat('trained tokens', job.trained_tokens.toLocaleString()) : null,
+    job.best_margin_step !== null && job.best_margin_step !== undefined ? stat('best margin step', String(job.best_margin_step)) : null,
+    job.fine_tuned_model ? stat('adapter', job.fine_tuned_model) : null,
+    job.served_models && job.served_models.length > 1 ? stat('also served', job.served_models.filter(m => m !== job.fine_tuned_model).join(', ')) : null,
+    job.finished_at ? stat('finished', formatTime(job.finished_at)) : null,
+    job.error ? el('span', {class: 'warn'}, `error${job.error.code ? ` (${job.error.code})` : ''}: ${job.error.message}`) : null);
+  // A job that ends serves its adapter: the other tabs should list it.
+  if (wasLive && TERMINAL.has(job.status)) refreshModels().catch(() => {});
+  // A resumed job streams again.
+  if (!eventsAbort && (job.status === 'queued' || job.status === 'running')) follow();
+}
+
+// Metric rows after the last step seen; the last step again, since its eval
+// row may come after its step row.
+async function loadMetrics() {
+  if (!current) return;
+  const id = current.id;
+  const last = charts.lastStep();
+  const metrics = await guarded(`Reading the metrics of ${id}`, () => jobMetrics(id, last > 0 ? last - 1 : undefined));
+  if (!metrics || !current || current.id !== id) return;
+  charts.addRows(metrics.data || [], metrics.best_margin_step);
+}
+
+// At most one metrics request in flight; events that arrive meanwhile ask for one more.
+function scheduleMetrics() {
+  if (metricsPending) {
+    metricsPending.again = true;
+    return;
+  }
+  metricsPending = {again: false};
+  setTimeout(async () => {
+    await loadMetrics();
+    const again = metricsPending.again;
+    metricsPending = null;
+    if (again) scheduleMetrics();
+  }, 200);
+}
+
+function logEvent(event) {
+  const log = $('#job-log');
+  const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+  log.append(el('div', {class: event.level || 'info', dataset: {type: event.type}},
+    el('span', {class: 'time'}, new Date(event.created_at * 1000).toLocaleTimeString()), event.message));
+  while (log.childElementCount > MAX_LOG_LINES) log.firstChild.remove();
+  if (atBottom) log.scrollTop = log.scrollHeight;
+}
+
+async function follow() {
+  if (!current) return;
+  const id = current.id;
+  const abort = new AbortController();
+  eventsAbort = abort;
+  const after = lastEventId ? `&after=${encodeURIComponent(lastEventId)}` : '';
+  try {
+    await stream(`v1/fine_tuning/jobs/${encodeURIComponent(id)}/events?stream=true${after}`, {signal: abort.signal, onData: event => {
+      lastEventId = event.id;
+      logEvent(event);
+      if (event.type === 'metrics') scheduleMetrics();
+      else refreshJob(id);
+    }});
+  } catch (e) {
+    if (e.name !== 'AbortError') showError(`Following the events of ${id}`, e);
+  }
+  if (eventsAbort !== abort) return;  // another job was selected meanwhile
+  eventsAbort = null;
+  // The stream ended: the job stopped running. Its final state and metrics.
+  await refreshJob(id);
+  await loadMetrics();
+}
+
+async function refreshJob(id) {
+  const job = await guarded(`Reading job ${id}`, () => get(`v1/fine_tuning/jobs/${encodeURIComponent(id)}`));
+  if (job && current && current.id === id) renderJob(job);
+}
+
+async function act(action) {
+  if (!current) return;
+  const id = current.id;
+  const job = await guarded(`${action[0].toUpperCase()}${action.slice(1)} job ${id}`,
+    () => post(`v1/fine_tuning/jobs/${encodeURIComponent(id)}/${action}`, {}));
+  if (job && current && current.id === id) renderJob(job);
+  refreshList();
+}
