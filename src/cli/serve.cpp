@@ -53,8 +53,21 @@ Subcommand add_serve_command(CLI::App& root) {
   app->add_option("--max-loras", opts->adapters.max_resident, "adapters whose factors stay on the device at once (least recently used evicted; host copies kept)")
       ->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app->add_option("--max-lora-rank", opts->adapters.max_rank, "the largest adapter rank accepted")->check(CLI::Range(1, 512))->capture_default_str();
+  const char* home = std::getenv("HOME");
+  opts->jobs.data_dir = std::string(home ? home : ".") + "/.cache/brioche/server";
+  app->add_option("--data-dir", opts->jobs.data_dir, "files and fine-tuning jobs: jobs.sqlite3, uploads, each job's adapter and checkpoints (docs/jobs-api.md)")
+      ->capture_default_str();
+  app->add_option("--max-file-bytes", opts->jobs.max_file_bytes, "largest upload to /v1/files (413 above)")->capture_default_str();
+  app->add_option("--max-concurrent-jobs", opts->jobs.max_concurrent_jobs, "fine-tuning jobs training at once")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  app->add_option("--max-queued-jobs", opts->jobs.max_queued_jobs, "fine-tuning jobs waiting before POST /v1/fine_tuning/jobs answers 429")
+      ->check(CLI::Range(0, 1 << 16))->capture_default_str();
+  app->add_option("--jobs-memory-mb", opts->jobs.memory_budget_mb, "memory budget of the running fine-tuning jobs together, by their estimates (0: 80% of the machine's memory)")
+      ->check(CLI::Range(0, 1 << 30))->capture_default_str();
+  app->add_flag("--resume-interrupted-jobs", opts->jobs.resume_interrupted, "on start, resume the fine-tuning jobs a stopped server left interrupted");
   app->add_flag("--quiet", opts->quiet, "no startup banner");
   return {app, [=] {
+            opts->jobs.default_device = model->resolved_device() == Device::CUDA ? "cuda" : "cpu";
             opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;  // 0: fitted to the device (KvSizing)
             opts->engine.scheduler.max_batch_tokens =
                 *batch_tokens > 0 ? *batch_tokens : model->resolved_device() == Device::CUDA ? kCudaBatchTokens : kCpuBatchTokens;

@@ -68,6 +68,9 @@ class AdapterRegistry {
   AdapterInfo load(const std::string& name, const std::string& path);
   // Throws ApiError 404 when no adapter has that name.
   void unload(const std::string& name);
+  // Serves an adapter the server itself wrote (a finished fine-tuning job's,
+  // under its data directory): no lora_dir boundary; throws brioche::Error.
+  AdapterInfo publish(const std::string& name, const std::string& dir) { return add(name, dir); }
 
   std::vector<AdapterInfo> list() const;
   bool runtime_allowed() const { return options_.allow_runtime; }

@@ -22,6 +22,7 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/http_framing.h"
+#include "server/jobs_api.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -30,6 +31,7 @@
 #include "server/static_files.h"
 #include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
+#include "train/dataset.h"
 #include "model/model.h"
 
 namespace brioche::server {
@@ -58,6 +60,7 @@ class App : public std::enable_shared_from_this<App> {
   ToolSyntax tool_syntax = ToolSyntax::Hermes;
   std::unique_ptr<StructuredOutputCompiler> structured;  // grammar cache over the engine's vocabulary
   std::unique_ptr<AdapterRegistry> adapters;             // LoRA adapters served as models
+  std::unique_ptr<JobsApi> jobs;                         // files and fine-tuning jobs (--data-dir); null without
   std::filesystem::path web_root;  // --web-dir, resolved; empty: the embedded web UI only
   std::atomic<bool> shutting_down{false};
   net::io_context ioc;
@@ -115,11 +118,27 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(app_->options.max_body_bytes);
     parser_->header_limit(64 * 1024);
     stream_.expires_after(std::chrono::seconds(300));  // idle keep-alive / slow client limit
-    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
+    // The header first: an upload to /v1/files may be larger than --max-body (up to --max-file-bytes).
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->on_read(ec, n);
+      const std::string target(self->parser_->get().target());
+      const std::string path = target.substr(0, target.find('?'));
+      if (self->app_->jobs) self->parser_->body_limit(self->app_->jobs->body_limit(path, self->app_->options.max_body_bytes));
+      http::async_read(self->stream_, self->buffer_, *self->parser_, beast::bind_front_handler(&Session::on_read, self));
+    });
   }
 
   void on_read(beast::error_code ec, size_t) {
     if (ec == http::error::body_limit) {
+      const std::string target(parser_->get().target());
+      if (app_->jobs && target.substr(0, target.find('?')) == "/v1/files") {
+        send_error(ApiError{.status = 413,
+                            .message = "the upload exceeds the file size limit of " + std::to_string(app_->jobs->options().max_file_bytes) +
+                                       " bytes (--max-file-bytes)",
+                            .type = "invalid_request_error", .param = "file", .code = "file_too_large"},
+                   /*close=*/true);
+        return;
+      }
       send_error(ApiError{.status = 413,
                           .message = "the request body exceeds the limit of " + std::to_string(app_->options.max_body_bytes) + " bytes",
                           .type = "invalid_request_error", .param = "", .code = "request_too_large"},
@@ -230,7 +249,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     if (method == http::verb::options) {  // CORS preflight
       Response res{http::status::no_content, request_.version()};
-      res.set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+      res.set(http::field::access_control_allow_methods, "GET, POST, DELETE, OPTIONS");
       // Echo what the browser asks for (the openai JS client sends x-stainless-* headers).
       std::string asked(request_[http::field::access_control_request_headers]);
       res.set(http::field::access_control_allow_headers, asked.empty() ? "Authorization, Content-Type" : asked);
@@ -271,6 +290,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return send_error(ApiError{.status = 404, .message = "model '" + id + "' does not exist", .type = "invalid_request_error",
                          .param = "model", .code = "model_not_found"});
     }
+    if (app_->jobs && JobsApi::handles(path)) return jobs_route(path, target);
     if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
       if (method != http::verb::post) return send_error(status_error(405, "use POST for " + path));
       return change_adapters(path == "/v1/load_lora_adapter");
@@ -344,6 +364,85 @@ class Session : public std::enable_shared_from_this<Session> {
     } catch (const std::exception& e) {
       return status_error(500, std::string("internal error changing adapters: ") + e.what());
     }
+  }
+
+  // Files and fine-tuning jobs (server/jobs_api.h): SQLite and uploads
+  // checked through the tokenizer, so they run on the preparation pool.
+  void jobs_route(const std::string& path, const std::string& target) {
+    const size_t q = target.find('?');
+    RouteRequest request{.method = std::string(request_.method_string()), .path = path,
+                         .query = parse_query(q == std::string::npos ? std::string_view() : std::string_view(target).substr(q + 1)),
+                         .content_type = std::string(request_[http::field::content_type]),
+                         .body = request_.body()};
+    net::post(app_->prepare_pool, [self = shared_from_this(), request = std::move(request)] {
+      std::variant<RouteReply, ApiError> outcome = ApiError{};
+      try {
+        outcome = self->app_->jobs->handle(request);
+      } catch (const ApiError& e) {
+        outcome = e;
+      } catch (const Error& e) {
+        outcome = status_error(400, e.what());
+      } catch (const std::exception& e) {
+        outcome = status_error(500, std::string("internal error in ") + request.path + ": " + e.what());
+      }
+      net::post(self->stream_.get_executor(), [self, outcome = std::move(outcome)]() mutable {
+        if (auto* error = std::get_if<ApiError>(&outcome)) return self->send_error(*error);
+        RouteReply& reply = std::get<RouteReply>(outcome);
+        if (reply.poll) return self->start_poll_stream(std::move(reply.poll));
+        Response res{http::status(reply.status), self->request_.version()};
+        res.set(http::field::content_type, reply.content_type);
+        res.body() = std::move(reply.body);
+        self->send(std::move(res));
+      });
+    });
+  }
+
+  // An SSE reply fed by polling (a job's events): headers, then whatever
+  // poll() returns every RouteReply::kPollMs, until it says done.
+  void start_poll_stream(std::function<std::string(bool&)> poll) {
+    auto res = std::make_shared<http::response<http::empty_body>>(http::status::ok, request_.version());
+    res->set(http::field::server, "brioche");
+    res->set(http::field::content_type, "text/event-stream");
+    res->set(http::field::cache_control, "no-cache");
+    res->set("X-Accel-Buffering", "no");
+    if (!app_->options.cors_origin.empty()) res->set(http::field::access_control_allow_origin, app_->options.cors_origin);
+    res->chunked(true);
+    res->keep_alive(false);  // the stream ends the connection
+    auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+    auto shared_poll = std::make_shared<std::function<std::string(bool&)>>(std::move(poll));
+    http::async_write_header(stream_, *sr, [self = shared_from_this(), res, sr, shared_poll](beast::error_code ec, size_t) {
+      if (ec) return;
+      self->poll_stream_step(shared_poll);
+    });
+  }
+
+  void poll_stream_step(std::shared_ptr<std::function<std::string(bool&)>> poll) {
+    bool done = app_->shutting_down.load();
+    std::string text;
+    try {
+      text = (*poll)(done);
+    } catch (const std::exception& e) {
+      text = "data: " + dump_json(ApiError{.status = 500, .message = e.what(), .type = "server_error"}.to_json()) + "\n\n";
+      done = true;
+    }
+    auto after_write = [self = shared_from_this(), poll, done](beast::error_code ec) {
+      if (ec) return;
+      if (done) {
+        net::async_write(self->stream_, http::make_chunk_last(), [self](beast::error_code, size_t) {
+          beast::error_code ignored;
+          self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+        });
+        return;
+      }
+      self->timer_.expires_after(std::chrono::milliseconds(RouteReply::kPollMs));
+      self->timer_.async_wait([self, poll](beast::error_code ec) {
+        if (!ec) self->poll_stream_step(poll);
+      });
+    };
+    if (text.empty()) return after_write({});
+    auto data = std::make_shared<std::string>(std::move(text));
+    net::async_write(stream_, http::make_chunk(net::buffer(*data)),
+                     [data, after_write](beast::error_code ec, size_t) { after_write(ec); });
   }
 
   // The embedded web UI, or --web-dir's files first (server/static_files.h).
@@ -610,6 +709,21 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
   if (!options.web_dir.empty()) web_root = resolve_web_root(options.web_dir);
   adapters = std::make_unique<AdapterRegistry>(options.adapters, engine->model() ? engine->model()->device() : Device::CPU,
                                                model_id);
+  if (!options.jobs.data_dir.empty() && engine->model() && engine->tokenizer()) {
+    const std::shared_ptr<const tokenizer::Tokenizer> tok = engine->tokenizer();
+    std::error_code ec;
+    int64_t weights_bytes = 0;
+    if (std::filesystem::is_directory(options.engine.model_path, ec)) {
+      for (const auto& e : std::filesystem::recursive_directory_iterator(options.engine.model_path, ec))
+        if (e.is_regular_file(ec)) weights_bytes += int64_t(e.file_size(ec));
+    } else {
+      weights_bytes = int64_t(std::filesystem::file_size(options.engine.model_path, ec));
+    }
+    JobsModel jobs_model{.id = model_id, .path = options.engine.model_path,
+                         .text = {.tokenizer = tok.get(), .render = train::make_chat_renderer(source, *tok)},
+                         .shape = {.config = engine->model()->config(), .weights_bytes = weights_bytes}};
+    jobs = std::make_unique<JobsApi>(options.jobs, std::move(jobs_model), adapters.get());
+  }
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
                  prompter->template_problem().c_str());
@@ -629,6 +743,7 @@ void App::start() {
   acceptor_.bind(endpoint);
   acceptor_.listen(net::socket_base::max_listen_connections);
   port_ = acceptor_.local_endpoint().port();
+  if (jobs) jobs->start();
   do_accept();
   int n = std::max(1, options.io_threads);
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { ioc.run(); });
@@ -652,6 +767,7 @@ void App::begin_shutdown() {
     beast::error_code ignored;
     self->acceptor_.close(ignored);
   });
+  if (jobs) jobs->stop();  // trainers stop at a checkpoint; their jobs become interrupted
   // Let in-flight requests finish, then cancel what is left.
   auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(options.shutdown_grace_s * 1000));
   while (metrics.in_flight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));

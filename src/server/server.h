@@ -8,7 +8,8 @@
 // engine thread) are posted to the connection's strand and written as they
 // arrive (SSE for streams). Routes: POST /v1/chat/completions,
 // /v1/completions, /v1/responses; GET /v1/models, /v1/models/{id}, /health,
-// /metrics; POST /v1/load_lora_adapter, /v1/unload_lora_adapter (with
+// /metrics; /v1/files and /v1/fine_tuning/jobs (server/jobs_api.h, with --data-dir);
+// POST /v1/load_lora_adapter, /v1/unload_lora_adapter (with
 // --allow-runtime-lora); GET / and other paths outside /v1/ serve the web
 // UI built into the binary (or --web-dir's files first).
 // A request whose `model` names a LoRA adapter runs with it, unmerged.
@@ -21,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "server/adapter_registry.h"
+#include "server/jobs_api.h"
 
 namespace brioche::server {
 
@@ -40,6 +42,7 @@ struct ServerOptions {
   std::string cors_origin = "*";
   std::string web_dir;                  // UI files served at / before the built-in ones (regular files inside it only; no API key needed)
   AdapterOptions adapters;              // LoRA adapters served as models beside the base (server/adapter_registry.h)
+  JobsOptions jobs;                     // files and fine-tuning jobs (docs/jobs-api.md); data_dir "" = off
   bool quiet = false;
 };
 
