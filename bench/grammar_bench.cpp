@@ -9,7 +9,7 @@
 //         rules are computed.
 // first_us: the first mask of a walk (the grammar's start state).
 //
-//   ./build/cpu/bench/grammar_bench [tokenizer.json.zst] [walks] [schema name]
+//   ./build/cpu/bench/grammar_bench [tokenizer.json.zst] [walks] [schema name | schema.json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -138,12 +138,19 @@ double timed_compile(const nlohmann::ordered_json& schema, const std::shared_ptr
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tok_path = argc > 1 ? argv[1] : source_dir() + "/tests/fixtures/tokenizers/llama3/tokenizer.json.zst";
+  std::string tok_path = argc > 1 && *argv[1] ? argv[1] : source_dir() + "/tests/fixtures/tokenizers/llama3/tokenizer.json.zst";
   int walks = argc > 2 ? std::atoi(argv[2]) : 10;
-  std::string only = argc > 3 ? argv[3] : "";  // run just this schema
+  std::string only = argc > 3 ? argv[3] : "";  // run just this schema, or the schema in this .json file
   auto vocab = load_llama3(tok_path);
   // The schemas of tools/oracle/grammar_cases.py, dumped by bench/grammar_xgrammar.py --dump.
-  auto cases = nlohmann::ordered_json::parse(run("python3 " + source_dir() + "/bench/grammar_xgrammar.py --dump"));
+  nlohmann::ordered_json cases;
+  if (only.ends_with(".json")) {
+    cases = nlohmann::ordered_json::array({{{"name", only.substr(only.rfind('/') + 1)},
+                                            {"schema", nlohmann::ordered_json::parse(run("cat '" + only + "'"))}}});
+    only.clear();
+  } else {
+    cases = nlohmann::ordered_json::parse(run("python3 " + source_dir() + "/bench/grammar_xgrammar.py --dump"));
+  }
   std::printf("%-16s %9s %9s %9s %10s %10s %10s %10s %10s %8s\n", "schema", "cold_ms", "warm_ms", "first_us",
               "mask_p50us", "mask_p99us", "mask_max_us", "steady_p50", "steady_p99", "steps");
   std::vector<double> all_masks, all_steady, all_cold, all_warm, all_first;

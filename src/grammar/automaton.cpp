@@ -878,4 +878,70 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
   return out;
 }
 
+// Moore's partition refinement, one round per byte of walk: round 0 splits
+// states by what they are (accepting, byte ranges read, calls with their
+// return offsets); round k splits them by round k-1's class of each byte
+// edge's target. After k rounds two states in one class agree on every walk
+// of up to k bytes. It stops early once a round splits nothing (then no
+// later round does either).
+std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t min_states) const {
+  std::vector<int32_t> out(states.size());
+  for (int32_t s = 0; s < static_cast<int32_t>(states.size()); ++s)
+    out[s] = states[s].rule >= 0 && rule_start[states[s].rule] >= 0 ? s - rule_start[states[s].rule] : 0;
+  struct VectorHash {
+    size_t operator()(const std::vector<int64_t>& v) const {
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 0x100000001b3ull;
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
+  for (int32_t r = 0; r < static_cast<int32_t>(rule_start.size()); ++r) {
+    const int32_t begin = rule_start[r], size = begin < 0 ? 0 : rule_size(r);
+    if (size < min_states) continue;
+    auto inside = [&](int32_t t) { return t >= begin && t < begin + size; };
+    std::vector<int32_t> cls(size), next(size);
+    std::unordered_map<std::vector<int64_t>, int32_t, VectorHash> ids;
+    auto classify = [&](const std::vector<int64_t>& sig) {
+      return ids.emplace(sig, static_cast<int32_t>(ids.size())).first->second;
+    };
+    std::vector<int64_t> sig;
+    bool closed = true;  // every edge stays in the rule (otherwise: keep the offsets)
+    for (int32_t i = 0; i < size && closed; ++i) {
+      const AutomatonState& st = states[begin + i];
+      sig.assign({st.accepting ? 1 : 0});
+      for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) {
+        closed &= inside(byte_edges[e].target);
+        sig.push_back((int64_t(byte_edges[e].lo) << 8) | byte_edges[e].hi);
+      }
+      sig.push_back(-1);
+      for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) {
+        closed &= inside(rule_edges[e].target);
+        sig.push_back(rule_edges[e].rule);
+        sig.push_back(rule_edges[e].target - begin);  // the same continuation, exactly
+      }
+      cls[i] = classify(sig);
+    }
+    if (!closed) continue;
+    size_t num_classes = ids.size();
+    for (int32_t round = 0; round < max_bytes && num_classes < static_cast<size_t>(size); ++round) {
+      ids.clear();
+      for (int32_t i = 0; i < size; ++i) {
+        const AutomatonState& st = states[begin + i];
+        sig.assign({cls[i]});
+        for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) sig.push_back(cls[byte_edges[e].target - begin]);
+        next[i] = classify(sig);
+      }
+      cls.swap(next);
+      if (ids.size() == num_classes) break;
+      num_classes = ids.size();
+    }
+    std::vector<int32_t> first(num_classes, -1);
+    for (int32_t i = 0; i < size; ++i) {
+      if (first[cls[i]] < 0) first[cls[i]] = i;
+      out[begin + i] = first[cls[i]];
+    }
+  }
+  return out;
+}
+
 }  // namespace brioche::grammar

@@ -73,6 +73,15 @@ class Automaton {
   std::vector<StructureHash> rule_structure_hashes() const;
   // Number of states of rule r (they are contiguous from rule_start[r]).
   int32_t rule_size(int32_t r) const;
+  // Per state, the offset in its rule of the first state of that rule that
+  // reads every byte string of up to `max_bytes` bytes the same way: the
+  // same edges taken, the same accepting states and calls reached. Token
+  // masks depend only on walks of at most the longest token, so such
+  // states share one mask: an unrolled bounded repetition (`c{0,4096}`)
+  // has thousands of copies of the same states, of which only the last
+  // `max_bytes` differ. Rules under `min_states` states keep their own
+  // offsets (nothing to gain).
+  std::vector<int32_t> walk_class_offsets(int32_t max_bytes, int32_t min_states) const;
   int32_t root_rule = 0;
   uint64_t build_work = 0;  // work units the build spent (AutomatonLimits::max_work)
 

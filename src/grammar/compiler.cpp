@@ -316,25 +316,39 @@ void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
                              vocabulary, all_states);
 }
 
+// Rules of at least this many states get walk classes (key_of): below it,
+// the partition costs more than the masks it saves.
+constexpr int32_t kMinStatesForWalkClasses = 256;
+
 // Computes, deduplicates and owns the masks of one compiled grammar; kept
 // alive after compile() for the deferred states.
 class MaskBuilder {
  public:
   MaskBuilder(const Automaton& a, const Vocabulary& v, const CompileLimits& limits)
-      : a_(a), v_(v), limits_(limits), dfa_(a), pre_(a, v, dfa_), rule_hash_(a.rule_structure_hashes()) {}
+      : a_(a),
+        v_(v),
+        limits_(limits),
+        dfa_(a),
+        pre_(a, v, dfa_),
+        rule_hash_(a.rule_structure_hashes()),
+        class_offset_(a.walk_class_offsets(v.max_token_length() + 1, kMinStatesForWalkClasses)) {}
 
+  // A state's mask is named by its rule's structure and the first state of
+  // that rule that walks every token the same way (walk_class_offsets).
   SharedKey key_of(int32_t s) const {
     const int32_t rule = a_.states[s].rule;
-    return SharedKey{v_.content_hash(), rule_hash_[rule].a, rule_hash_[rule].b, s - a_.rule_start[rule]};
+    return SharedKey{v_.content_hash(), rule_hash_[rule].a, rule_hash_[rule].b, class_offset_[s]};
   }
 
   // The state's mask from this compile's earlier states (same rule
   // structure) or the process-wide cache, or nullptr; `walk_work` gets the
-  // work units its walk cost (what the caller charges for it).
+  // work units the caller charges for it: nothing for one of this compile
+  // (the same grammar always shares it), its walk for a cache entry (what
+  // other grammars compiled before must not change the answer).
   const StateMask* shared(int32_t s, uint64_t* walk_work) {
     const SharedKey key = key_of(s);
     if (auto it = pending_.find(key); it != pending_.end()) {
-      *walk_work = it->second.work;
+      *walk_work = 0;
       return it->second.mask.get();
     }
     SharedMaskCache& cache = shared_masks();
@@ -343,6 +357,7 @@ class MaskBuilder {
     if (it == cache.entries.end()) return nullptr;
     if (owned_.insert(it->second.mask.get()).second) keep(it->second.mask);
     *walk_work = it->second.work;
+    pending_.emplace(key, it->second);  // later states of the same key: as if computed here
     return it->second.mask.get();
   }
 
@@ -487,6 +502,7 @@ class MaskBuilder {
   FrontierDfa dfa_;
   StatePrecompute pre_;
   std::vector<Automaton::StructureHash> rule_hash_;
+  std::vector<int32_t> class_offset_;                    // per state (key_of)
   std::vector<std::shared_ptr<const StateMask>> masks_;  // every mask this grammar uses
   std::vector<std::vector<int32_t>> accepted_of_;        // per masks_ entry computed here (rank order)
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 #include <thread>
 
 #include "grammar/automaton.h"
 #include "grammar/compiler.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "fixture_vocab.h"
 
 namespace brioche::grammar {
 namespace {
@@ -168,6 +170,49 @@ TEST(Compiler, WholeSubtreeAcceptanceEqualsTokenByTokenChecks) {
       }
     }
   }
+}
+
+// A bounded string unrolls into one copy of the character states per
+// position; states far from the bound walk every token alike and share one
+// mask (Automaton::walk_class_offsets), so only the last positions cost a
+// walk each. The masks must stay exact right up to the bound.
+TEST(Compiler, LongBoundedStringsShareMasksAndStayExactAtTheBound) {
+  const Vocabulary& v = *text_vocab();
+  const std::string schema = R"({"type":"string","maxLength":300})";
+  clear_shared_mask_cache();
+  auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(schema), text_vocab(), CompileLimits{.defer_tokens = 0});
+  EXPECT_GT(compiled->stats().num_states, 1500);
+  // Most states take their mask from an equivalent one instead of walking.
+  EXPECT_GT(compiled->stats().num_shared_states * 4, compiled->stats().num_scannable_states * 3);
+  const std::vector<int32_t> classes = compiled->automaton().walk_class_offsets(v.max_token_length() + 1, 1);
+  std::set<std::pair<int32_t, int32_t>> distinct;
+  for (size_t s = 0; s < classes.size(); ++s) distinct.insert({compiled->automaton().states[s].rule, classes[s]});
+  EXPECT_LT(distinct.size() * 4, classes.size());
+  GrammarMatcher m(compiled);
+  for (size_t written : {size_t(0), size_t(150), size_t(279), size_t(290), size_t(296), size_t(299), size_t(300)}) {
+    m.reset();
+    ASSERT_TRUE(m.accept_bytes("\"" + std::string(written, 'x'))) << written;
+    std::vector<uint32_t> mask(size_t(m.mask_words()));
+    m.fill_next_token_bitmask(mask.data());
+    int32_t allowed = 0;
+    for (int32_t id = 0; id < v.num_tokens(); ++id) {
+      const bool in_mask = mask[size_t(id) >> 5] >> (id & 31) & 1;
+      const bool accepts = m.accept_token(id);
+      if (accepts) m.rollback(1);
+      allowed += accepts;
+      EXPECT_EQ(in_mask, accepts) << "after " << written << " characters: token " << id << " '" << v.token(id) << "'";
+    }
+    if (written == 300) EXPECT_GE(allowed, 1);  // the closing quote
+  }
+  // Three strings of 1024 characters on Llama-3's 128k tokens: about 37k
+  // states, well within the default work budget (it used to exceed it).
+  const std::string three = R"({"type":"object","properties":{"a":{"type":"string","maxLength":1024},)"
+                            R"("b":{"type":"string","maxLength":1024},"c":{"type":"string","maxLength":1024}},)"
+                            R"("required":["a","b","c"]})";
+  clear_shared_mask_cache();
+  auto big = CompiledGrammar::compile(Grammar::from_json_schema(three), testing::fixture_vocabulary("llama3"));
+  EXPECT_GT(big->stats().num_states, 30000);
+  EXPECT_LT(big->stats().work, kDefaultCompileWork / 4);
 }
 
 TEST(Vocabulary, BytesAndUtf8BelowEachTrieNode) {
