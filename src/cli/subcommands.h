@@ -19,5 +19,6 @@ Subcommand add_bench_command(CLI::App& root);
 Subcommand add_serve_command(CLI::App& root);
 Subcommand add_train_command(CLI::App& root);
 Subcommand add_export_command(CLI::App& root);
+Subcommand add_eval_command(CLI::App& root);  // eval ifeval | ... (cli/eval_commands.h)
 
 }  // namespace brioche::cli

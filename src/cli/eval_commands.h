@@ -1,0 +1,10 @@
+// The evaluations under `brioche eval` (cli/eval.cpp registers them).
+#pragma once
+
+#include "cli/subcommands.h"
+
+namespace brioche::cli {
+
+Subcommand add_eval_ifeval_command(CLI::App& eval);  // eval_ifeval.cpp
+
+}  // namespace brioche::cli
