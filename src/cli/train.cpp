@@ -98,6 +98,12 @@ void install_stop_handlers() {
   action.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // SIGHUP: the server that started this trainer went away (its jobs runner
+  // sets PR_SET_PDEATHSIG; a multi-threaded parent sends it once per exiting
+  // thread), so it stops after this step every time, never at once.
+  struct sigaction hangup = action;
+  hangup.sa_flags = 0;
+  sigaction(SIGHUP, &hangup, nullptr);
 }
 
 // The files a run writes into its output directory; --overwrite removes them

@@ -215,10 +215,10 @@ void JobRunner::on_exit(const std::string& id, int wait_status) {
     return;
   }
   if (ok) {  // finished (also when a pause came too late to stop it)
-    store_.transition(id, {status::kRunning, status::kPaused}, status::kSucceeded);
-    store_.set_finished(id, now_seconds());
     event(id, "info", "training finished at step " + std::to_string(job->step));
-    publish(id);
+    publish(id);  // before the status: a client that sees succeeded finds fine_tuned_model served
+    store_.set_finished(id, now_seconds());
+    store_.transition(id, {status::kRunning, status::kPaused}, status::kSucceeded);
     return;
   }
   if (stopped) {  // SIGTERM from elsewhere (the server's own shutdown is handled in stop())
@@ -278,7 +278,7 @@ void JobRunner::launch(const JobRecord& job) {
   const pid_t pid = fork();
   if (pid == 0) {
     // The child: only async-signal-safe calls until exec.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    prctl(PR_SET_PDEATHSIG, SIGHUP);  // `brioche train` stops after its step at a checkpoint on SIGHUP
     if (getppid() != parent) _exit(kExitInterrupted);
     sigset_t none;
     sigemptyset(&none);
@@ -372,8 +372,11 @@ void JobRunner::resume(const std::string& id) {
                                                   " wait already (--max-queued-jobs)");
   store_.transition(id, {status::kPaused, status::kInterrupted}, status::kQueued);
   const std::string ck = newest_checkpoint(output_dir(*job));
-  event(id, "info", "resume requested; queued to continue from " +
-                        (ck.empty() ? std::string("the start (no checkpoint)") : fs::path(ck).filename().string()));
+  if (children_.count(id) || stale_trainer_alive(*job))
+    event(id, "info", "resume requested; queued to start once the stopping trainer has written its checkpoint");
+  else
+    event(id, "info", "resume requested; queued to continue from " +
+                          (ck.empty() ? std::string("the start (no checkpoint)") : fs::path(ck).filename().string()));
   wake_.notify_all();
 }
 
