@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       add_run_command(root),  add_chat_command(root),  add_info_command(root),
       add_bench_command(root), add_serve_command(root), add_train_command(root), add_export_command(root),
       add_eval_command(root),
+      add_data_command(root),
   };
   try {
     root.parse(argc, argv);

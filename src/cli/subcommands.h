@@ -20,5 +20,6 @@ Subcommand add_serve_command(CLI::App& root);
 Subcommand add_train_command(CLI::App& root);
 Subcommand add_export_command(CLI::App& root);
 Subcommand add_eval_command(CLI::App& root);  // eval ifeval | ... (cli/eval_commands.h)
+Subcommand add_data_command(CLI::App& root);  // data curate | convert | inspect
 
 }  // namespace brioche::cli
