@@ -17,6 +17,11 @@ let eventsAbort = null;   // the selected job's event stream
 let lastEventId = '';
 let metricsPending = null;
 let listTimer = null;
+// Job states come from several requests at once (the list, GET job after an
+// event); their answers may arrive out of order. Each request takes a number
+// when it is sent, and only an answer newer than the one shown is drawn.
+let stateSeq = 0;
+let shownSeq = 0;
 
 export function init() {
   charts = new JobCharts($('#job-charts'));
@@ -48,6 +53,7 @@ function progressText(job) {
 }
 
 async function refreshList() {
+  const seq = ++stateSeq;
   const jobs = await guarded('Reading the fine-tuning jobs (GET /v1/fine_tuning/jobs)', listJobs);
   if (!jobs) return;
   $('#jobs-table tbody').replaceChildren(...jobs.map(job => el('tr',
@@ -61,7 +67,10 @@ async function refreshList() {
   // The selected job's status comes with the list too (a queued job starting, a cancel elsewhere).
   if (current) {
     const fresh = jobs.find(j => j.id === current.id);
-    if (fresh && (fresh.status !== current.status || fresh.step !== current.step)) renderJob(fresh);
+    if (fresh && seq > shownSeq && (fresh.status !== current.status || fresh.step !== current.step)) {
+      shownSeq = seq;
+      renderJob(fresh);
+    }
   }
 }
 
@@ -71,8 +80,10 @@ async function select(id) {
   charts.clear();
   lastEventId = '';
   $('#job-log').replaceChildren();
+  const seq = ++stateSeq;
   const job = await guarded(`Reading job ${id}`, () => get(`v1/fine_tuning/jobs/${encodeURIComponent(id)}`));
   if (!job) return;
+  shownSeq = seq;
   renderJob(job);
   for (const tr of document.querySelectorAll('#jobs-table tbody tr')) tr.classList.toggle('selected', tr.dataset.job === id);
   await loadMetrics();
@@ -97,7 +108,7 @@ function renderJob(job) {
 
   const hp = (job.method && job.method[methodOf(job)] && job.method[methodOf(job)].hyperparameters) || job.hyperparameters || {};
   const stat = (label, value) => el('span', {}, `${label} `, el('b', {}, value));
-  $('#job-summary').replaceChildren(
+  $('#job-summary').replaceChildren(...[
     stat('model', job.model),
     stat('step', progressText(job)),
     stat('training file', job.training_file),
@@ -109,7 +120,8 @@ function renderJob(job) {
     job.fine_tuned_model ? stat('adapter', job.fine_tuned_model) : null,
     job.served_models && job.served_models.length > 1 ? stat('also served', job.served_models.filter(m => m !== job.fine_tuned_model).join(', ')) : null,
     job.finished_at ? stat('finished', formatTime(job.finished_at)) : null,
-    job.error ? el('span', {class: 'warn'}, `error${job.error.code ? ` (${job.error.code})` : ''}: ${job.error.message}`) : null);
+    job.error ? el('span', {class: 'warn'}, `error${job.error.code ? ` (${job.error.code})` : ''}: ${job.error.message}`) : null,
+  ].filter(Boolean));
   // A job that ends serves its adapter: the other tabs should list it.
   if (wasLive && TERMINAL.has(job.status)) refreshModels().catch(() => {});
   // A resumed job streams again.
@@ -172,18 +184,27 @@ async function follow() {
   // The stream ended: the job stopped running. Its final state and metrics.
   await refreshJob(id);
   await loadMetrics();
+  refreshList();
 }
 
 async function refreshJob(id) {
+  const seq = ++stateSeq;
   const job = await guarded(`Reading job ${id}`, () => get(`v1/fine_tuning/jobs/${encodeURIComponent(id)}`));
-  if (job && current && current.id === id) renderJob(job);
+  if (job && current && current.id === id && seq > shownSeq) {
+    shownSeq = seq;
+    renderJob(job);
+  }
 }
 
 async function act(action) {
   if (!current) return;
   const id = current.id;
+  const seq = ++stateSeq;
   const job = await guarded(`${action[0].toUpperCase()}${action.slice(1)} job ${id}`,
     () => post(`v1/fine_tuning/jobs/${encodeURIComponent(id)}/${action}`, {}));
-  if (job && current && current.id === id) renderJob(job);
+  if (job && current && current.id === id && seq > shownSeq) {
+    shownSeq = seq;
+    renderJob(job);
+  }
   refreshList();
 }
