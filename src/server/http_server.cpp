@@ -722,7 +722,11 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
     JobsModel jobs_model{.id = model_id, .path = options.engine.model_path,
                          .text = {.tokenizer = tok.get(), .render = train::make_chat_renderer(source, *tok)},
                          .shape = {.config = engine->model()->config(), .weights_bytes = weights_bytes}};
-    jobs = std::make_unique<JobsApi>(options.jobs, std::move(jobs_model), adapters.get());
+    try {
+      jobs = std::make_unique<JobsApi>(options.jobs, std::move(jobs_model), adapters.get());
+    } catch (const std::exception& e) {  // the server still serves models; only training is off
+      std::fprintf(stderr, "brioche serve: the files and fine-tuning jobs API is off: %s\n", e.what());
+    }
   }
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",

@@ -1,5 +1,9 @@
 #include "server/jobs_api.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "core/error.h"
@@ -95,6 +99,12 @@ JobsApi::JobsApi(JobsOptions options, JobsModel model, AdapterRegistry* adapters
     : options_(std::move(options)), model_(std::move(model)), adapters_(adapters) {
   fs::create_directories(fs::path(options_.data_dir) / "files");
   fs::create_directories(fs::path(options_.data_dir) / "jobs");
+  // One server per data directory: a second one would mark the first's
+  // running jobs interrupted and start its queued jobs twice.
+  lock_fd_ = ::open((options_.data_dir + "/server.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+    fail("--data-dir ", options_.data_dir, " is in use by another brioche serve (", options_.data_dir,
+         "/server.lock is locked); give this server its own --data-dir");
   store_ = std::make_unique<jobs::JobStore>(options_.data_dir + "/jobs.sqlite3");
   jobs::RunnerOptions runner{.data_dir = options_.data_dir,
                              .trainer = options_.trainer,
@@ -108,7 +118,12 @@ JobsApi::JobsApi(JobsOptions options, JobsModel model, AdapterRegistry* adapters
   });
 }
 
-JobsApi::~JobsApi() { stop(); }
+JobsApi::~JobsApi() {
+  stop();
+  runner_.reset();
+  store_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
 
 void JobsApi::start() { runner_->start(); }
 

@@ -95,6 +95,7 @@ class JobsApi {
   AdapterRegistry* adapters_;
   std::unique_ptr<jobs::JobStore> store_;
   std::unique_ptr<jobs::JobRunner> runner_;
+  int lock_fd_ = -1;  // DATA/server.lock, held while this server runs
 };
 
 // JSON helpers shared by the route files.
