@@ -238,13 +238,18 @@ bool parse_tools_constraint(const ApiRequest& req, bool hermes, const std::strin
 grammar::Grammar structured_output_grammar(const StructuredOutputSpec& spec) {
   switch (spec.kind) {
     case Kind::Grammar: return grammar::Grammar::from_ebnf(spec.text);
-    case Kind::JsonSchema: return grammar::Grammar::from_json_schema(spec.schema, {.any_whitespace = spec.any_whitespace});
+    // strict (OpenAI's `strict: true`, guided_strict): OpenAI's reading, an
+    // object without additionalProperties takes only its listed properties.
+    // Otherwise JSON Schema's own reading: unlisted properties are allowed
+    // unless the schema says additionalProperties: false (docs/grammar.md).
+    case Kind::JsonSchema:
+      return grammar::Grammar::from_json_schema(spec.schema, {.any_whitespace = spec.any_whitespace, .strict = spec.strict});
     case Kind::JsonObject: return grammar::Grammar::builtin_json_object();  // OpenAI: an object at the top
     case Kind::Regex: return grammar::Grammar::from_regex(spec.text);
     case Kind::Choice: return grammar::Grammar::from_choices(spec.choices);
     case Kind::ToolCall: {
       // Compact separators: the call is read by a parser, not a person.
-      std::string text = grammar::json_schema_to_ebnf(spec.schema, {.any_whitespace = false});
+      std::string text = grammar::json_schema_to_ebnf(spec.schema, {.any_whitespace = false, .strict = spec.strict});
       text += "\nbrioche_tool_call ::= ";
       if (!spec.trigger.empty()) text += "\"\\n\"? ";
       text += "root";

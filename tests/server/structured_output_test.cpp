@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "grammar/compiler.h"
 #include "grammar/grammar.h"
+#include "grammar/matcher.h"
 #include "server/structured_output.h"
 
 namespace brioche::server {
@@ -130,6 +132,37 @@ TEST(StructuredOutput, JsonObjectIsAnObjectAtTheTop) {
   const grammar::Grammar g = structured_output_grammar(s);
   // The root rule is the object rule alone (xgrammar's builtin allows arrays too).
   EXPECT_NE(g.to_ebnf().find("root ::= object\n"), std::string::npos) << g.to_ebnf();
+}
+
+// strict: OpenAI's reading (only the listed keys); otherwise JSON Schema's
+// (unlisted keys allowed unless additionalProperties is false).
+TEST(StructuredOutput, StrictClosesObjectsAndNonStrictReadsJsonSchema) {
+  auto vocab = [] {
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
+    toks.push_back("");  // EOS
+    const int32_t eos = static_cast<int32_t>(toks.size() - 1);
+    return std::make_shared<const grammar::Vocabulary>(std::move(toks), grammar::VocabularyOptions{.eos_ids = {eos}});
+  }();
+  auto accepts = [&](const StructuredOutputSpec& spec, const std::string& text) {
+    grammar::GrammarMatcher m(grammar::CompiledGrammar::compile(structured_output_grammar(spec), vocab));
+    return m.accept_bytes(text) && m.can_terminate();
+  };
+  const std::string schema = R"("schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
+  for (const char* strict : {"true", "false", "null"}) {
+    StructuredOutputSpec s = parse(body(std::string(R"("response_format":{"type":"json_schema","json_schema":{"name":"p",)") +
+                                        (std::string(strict) == "null" ? "" : std::string("\"strict\":") + strict + ",") +
+                                        schema + "}}"));
+    const bool is_strict = std::string(strict) == "true";
+    EXPECT_EQ(s.strict, is_strict) << strict;
+    EXPECT_TRUE(accepts(s, R"({"a": 1})")) << strict;
+    EXPECT_EQ(accepts(s, R"({"a": 1, "b": [true]})"), !is_strict) << strict;
+    EXPECT_FALSE(accepts(s, R"({"b": 1})")) << strict;  // required holds either way
+  }
+  StructuredOutputSpec closed = parse(body(R"("response_format":{"type":"json_schema","json_schema":{"name":"p",)"
+                                           R"("schema":{"type":"object","properties":{"a":{"type":"integer"}},)"
+                                           R"("additionalProperties":false}}})"));
+  EXPECT_FALSE(accepts(closed, R"({"a": 1, "b": 2})"));
 }
 
 const char* kTools = R"("tools":[
