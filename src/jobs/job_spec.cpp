@@ -138,11 +138,15 @@ JobSpec parse_job_spec(const json& body) {
     throw JobsError(400, "invalid_hyperparameter", where, where + ": " + e.what());
   }
   spec.options = options;
-  const double lr = config.learning_rate ? double(*config.learning_rate) : default_learning_rate(spec.preference);
+  // From the JSON values (doubles), not the config's floats: 1e-4 stays 1e-4 in the summary.
+  const double lr = options.contains("learning_rate") && options["learning_rate"].is_number()
+                        ? options["learning_rate"].get<double>()
+                        : default_learning_rate(spec.preference);
   spec.hyperparameters = {{"n_epochs", config.epochs},
                           {"batch_size", config.batch_size},
                           {"learning_rate_multiplier", lr / default_learning_rate(spec.preference)}};
-  if (spec.preference) spec.hyperparameters["beta"] = config.beta;
+  if (spec.preference)
+    spec.hyperparameters["beta"] = options.contains("beta") && options["beta"].is_number() ? options["beta"].get<double>() : 0.1;
   return spec;
 }
 
