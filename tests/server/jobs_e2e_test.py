@@ -243,6 +243,9 @@ class JobsTest(unittest.TestCase):
         refused(400, "file_not_found", lambda: client.fine_tuning.jobs.create(
             model=base, training_file="file-0000000000000000", method=orpo()))
         refused(404, "job_not_found", lambda: client.fine_tuning.jobs.retrieve("ftjob-0000000000000000"))
+        err = refused(400, "over_memory_budget", lambda: client.fine_tuning.jobs.create(
+            model=base, training_file=prefs.id, method=orpo(max_length=1 << 20, batch_size=64)))
+        self.assertIn("MiB", err["message"])
         import openai as o
         nokey = o.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="wrong", max_retries=0)
         refused(401, "invalid_api_key", lambda: nokey.files.list())
@@ -272,6 +275,23 @@ class JobsTest(unittest.TestCase):
                             and any(x.startswith("the trainer stopped") for x in m) and m, "the cancelled trainer to stop")
         self.assertTrue(any("resuming from step_" in x for x in messages), messages)
         self.assertEqual(client.models.list().data[0].id, base)  # still serving
+
+        # A trainer that fails (refuses its options) and one that dies: the job fails with the
+        # trainer's stderr tail, the server serves on.
+        bad = client.fine_tuning.jobs.create(model=base, training_file=prefs.id, method=orpo(device="cpu", gpus=2))
+        failed = wait_for(lambda: (j := client.fine_tuning.jobs.retrieve(bad.id)).status in FINAL and j, "the failing job")
+        self.assertEqual(failed.status, "failed")
+        self.assertEqual(failed.error.code, "trainer_failed")
+        self.assertIn("trains on GPUs", failed.error.message)
+        doomed = client.fine_tuning.jobs.create(model=base, training_file=prefs.id, method=orpo(n_steps=400))
+        started = wait_for(lambda: [e.message for e in client.fine_tuning.jobs.list_events(doomed.id, limit=100)
+                                    if e.message.startswith("started (trainer pid")], "the trainer to start")
+        os.kill(int(started[0].split("pid ")[1].split(")")[0]), signal.SIGKILL)
+        crashed = wait_for(lambda: (j := client.fine_tuning.jobs.retrieve(doomed.id)).status in FINAL and j, "the crash")
+        self.assertEqual(crashed.status, "failed")
+        self.assertIn("killed by signal", crashed.error.message)
+        self.assertEqual(server.get("/health")[0], 200)
+        self.assertEqual(client.models.list().data[0].id, base)
 
 
 if __name__ == "__main__":
