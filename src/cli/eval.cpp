@@ -10,10 +10,13 @@
 namespace brioche::cli {
 
 Subcommand add_eval_command(CLI::App& root) {
-  CLI::App* app = root.add_subcommand("eval", "evaluate a model and adapters (ifeval: verifiable instructions)");
+  CLI::App* app = root.add_subcommand(
+      "eval", "evaluate a model and adapters (ifeval: verifiable instructions; preference: accuracy on pairs; perplexity)");
   app->require_subcommand(1);
   auto evaluations = std::make_shared<std::vector<Subcommand>>(std::vector<Subcommand>{
       add_eval_ifeval_command(*app),
+      add_eval_preference_command(*app),
+      add_eval_perplexity_command(*app),
   });
   return {app, [evaluations] {
             for (const Subcommand& e : *evaluations)
