@@ -11,6 +11,8 @@ One flow, in order, as a user would go:
   - an ORPO job starts from the Fine-tune tab; on the Jobs tab its loss chart
     gains points while the job runs (read from the chart card's data-points),
     and it finishes `succeeded` with charts, the best-margin step and a log
+  - a second job's estimate comes from the first job's speed and memory
+    bound; it is paused, resumed and cancelled from its buttons
   - the Adapters tab lists the trained adapter with its metrics; the job's
     adapter is loaded again under a new name through the load form (the
     server's data directory lies inside --lora-dir) and unloaded
@@ -145,6 +147,7 @@ class Workbench(unittest.TestCase):
         self.bad_upload_shows_the_error()
         file_id = self.upload_and_preview()
         job_id = self.train_orpo(file_id)
+        self.pause_resume_cancel(job_id)
         adapter = self.adapters(job_id)
         self.playground(adapter)
         self.assertTrue(self.server.alive())
@@ -220,7 +223,7 @@ class Workbench(unittest.TestCase):
                            "the loss chart did not grow while the job ran")
         self.assertEqual(seen[-1][0], "succeeded", self.css("#job-summary").text)
         # After the end: the final rows, every chart kind the rows carry, the log.
-        self.wait_for("the last loss point", lambda: int(self.css(".chart-card[data-chart=loss]").get_attribute("data-points")) >= 24)
+        self.wait_for("the last loss point", lambda: self.loss_points() >= 24)
         charts = {c.get_attribute("data-chart") for c in self.all(".chart-card")}
         for expected in ["loss", "nll", "odds", "accuracy", "margin", "logps", "lr", "grad_norm", "tokens_per_s"]:
             self.assertIn(expected, charts)
@@ -230,8 +233,45 @@ class Workbench(unittest.TestCase):
         self.assertTrue(self.css("#job-cancel").get_attribute("disabled"))
         self.assertTrue(self.css("#job-resume").get_attribute("disabled"))
         self.js("window.scrollTo(0, 0)")
+        self.driver.set_window_size(1400, 2300)
         self.shot("jobs")
+        self.driver.set_window_size(1400, 1100)
         return job_id
+
+    def loss_points(self):
+        cards = self.all(".chart-card[data-chart=loss]")
+        return int(cards[0].get_attribute("data-points")) if cards else 0
+
+    def job_status(self):
+        return self.css("#job-detail").get_attribute("data-status")
+
+    def pause_resume_cancel(self, first_job):
+        # A second, longer job with the first one's levers and shape: the
+        # estimate now comes from the first job's measured speed and bound.
+        self.tab("finetune")
+        self.css("#ft-steps").clear()
+        self.css("#ft-steps").send_keys("400")
+        self.css("#ft-batch").click()  # leaves the steps field: its change event
+        estimate = self.wait_for("a measured estimate", lambda: first_job in self.css("#ft-estimate").text and
+                                 self.css("#ft-estimate").text)
+        self.assertIn("Time: ≈", estimate)
+        self.assertIn("Memory: ≤", estimate)
+        self.css("#ft-start").click()
+        job_id = self.wait_for("the second job", lambda: self.css("#job-detail").get_attribute("data-job") != first_job and
+                               self.css("#job-detail").get_attribute("data-job"))
+        self.wait_for("it to train", lambda: self.job_status() == "running" and self.loss_points() > 0)
+        self.assertFalse(self.css("#job-pause").get_attribute("disabled"))
+        self.css("#job-pause").click()
+        self.wait_for("paused", lambda: self.job_status() == "paused")
+        self.assertTrue(self.css("#job-pause").get_attribute("disabled"))
+        self.wait_for("the pause in the log", lambda: "paused" in self.css("#job-log").text)
+        self.css("#job-resume").click()
+        self.wait_for("queued or running again", lambda: self.job_status() in ("queued", "running"))
+        self.css("#job-cancel").click()
+        self.wait_for("cancelled", lambda: self.job_status() == "cancelled")
+        self.assertTrue(self.css("#job-cancel").get_attribute("disabled"))
+        self.assertEqual(self.error_texts(), [])
+        self.assertNotEqual(job_id, first_job)
 
     def adapters(self, job_id):
         self.tab("adapters")

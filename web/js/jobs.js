@@ -71,6 +71,7 @@ async function refreshList() {
       shownSeq = seq;
       renderJob(fresh);
     }
+    if (!eventsAbort && lastEventId) follow({catchUp: true});
   }
 }
 
@@ -163,28 +164,36 @@ function logEvent(event) {
   if (atBottom) log.scrollTop = log.scrollHeight;
 }
 
-async function follow() {
-  if (!current) return;
+// Streams the selected job's events after the last one shown. The stream
+// ends once the job is neither queued nor running, but a stopped job still
+// gets events (a paused trainer's checkpoint, a cancelled one's exit), so
+// each list poll catches up on a stopped job (catchUp: the stream answers
+// what is new and ends at once).
+async function follow({catchUp = false} = {}) {
+  if (!current || eventsAbort) return;
   const id = current.id;
   const abort = new AbortController();
   eventsAbort = abort;
   const after = lastEventId ? `&after=${encodeURIComponent(lastEventId)}` : '';
+  let received = 0;
   try {
     await stream(`v1/fine_tuning/jobs/${encodeURIComponent(id)}/events?stream=true${after}`, {signal: abort.signal, onData: event => {
+      received++;
       lastEventId = event.id;
       logEvent(event);
       if (event.type === 'metrics') scheduleMetrics();
       else refreshJob(id);
     }});
   } catch (e) {
-    if (e.name !== 'AbortError') showError(`Following the events of ${id}`, e);
+    if (e.name !== 'AbortError' && !catchUp) showError(`Following the events of ${id}`, e);
   }
   if (eventsAbort !== abort) return;  // another job was selected meanwhile
   eventsAbort = null;
+  if (catchUp && received === 0) return;
   // The stream ended: the job stopped running. Its final state and metrics.
   await refreshJob(id);
   await loadMetrics();
-  refreshList();
+  if (!catchUp) refreshList();
 }
 
 async function refreshJob(id) {

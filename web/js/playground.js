@@ -162,7 +162,15 @@ async function streamInto(column, body, signal) {
     if (usage) parts.push(`${usage.completion_tokens} tokens`, `${formatNumber(usage.completion_tokens / seconds, 3)} tok/s`);
     if (first) parts.push(`first token ${first.toFixed(0)} ms`);
     if (finish) parts.push(`finish: ${finish}`);
-    if (body.response_format) parts.push(validJson(text) ? 'valid JSON ✓' : 'not JSON ✗');
+    if (body.response_format) {
+      const value = parseJson(text);
+      parts.push(value !== undefined ? 'valid JSON ✓' : 'not JSON ✗');
+      // Shown indented; the model's own bytes stay in the history and the tooltip.
+      if (value !== undefined) {
+        answer.textContent = JSON.stringify(value, null, 2);
+        answer.title = text;
+      }
+    }
     column.meta.textContent = parts.join(' · ');
     column.root.dataset.state = 'done';
   } catch (e) {
@@ -178,11 +186,11 @@ async function streamInto(column, body, signal) {
   }
 }
 
-function validJson(text) {
+// The parsed value, or undefined when `text` is not JSON.
+function parseJson(text) {
   try {
-    JSON.parse(text);
-    return true;
+    return JSON.parse(text);
   } catch (_) {
-    return false;
+    return undefined;
   }
 }

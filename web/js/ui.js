@@ -79,5 +79,5 @@ export function formatNumber(x, digits = 4) {
 
 export function formatTime(unixSeconds) {
   if (!unixSeconds) return '–';
-  return new Date(unixSeconds * 1000).toLocaleString();
+  return new Date(unixSeconds * 1000).toLocaleString(undefined, {dateStyle: 'short', timeStyle: 'short'});
 }
