@@ -75,11 +75,15 @@ void JobRunner::start() {
   for (const JobRecord& job : store_.jobs_with_status(status::kRunning)) {
     ingest(job.id);
     store_.transition(job.id, {status::kRunning}, status::kInterrupted);
-    event(job.id, "warn", "interrupted: the server stopped while this job ran (trainer pid " + std::to_string(job.pid) +
-                              "); resume it to continue from its last checkpoint");
+    if (job.directory.empty())
+      event(job.id, "warn", "interrupted: the server restarted; the reporting trainer's next report continues the job");
+    else
+      event(job.id, "warn", "interrupted: the server stopped while this job ran (trainer pid " + std::to_string(job.pid) +
+                                "); resume it to continue from its last checkpoint");
   }
   if (options_.resume_interrupted) {
     for (const JobRecord& job : store_.jobs_with_status(status::kInterrupted)) {
+      if (job.directory.empty()) continue;  // a --report-to job resumes where it runs
       store_.transition(job.id, {status::kInterrupted}, status::kQueued);
       event(job.id, "info", "resumed at server start (--resume-interrupted-jobs); queued");
     }
@@ -178,11 +182,17 @@ bool JobRunner::stale_trainer_alive(const JobRecord& job) const {
 
 void JobRunner::ingest(const std::string& id) {
   std::optional<JobRecord> job = store_.job(id);
-  if (!job) return;
+  if (!job || job->directory.empty()) return;
   LogChunk chunk = read_log_lines(output_dir(*job) + "/log.jsonl", job->log_offset);
   if (chunk.next_offset == job->log_offset && chunk.rows.empty()) return;
+  record_rows(id, chunk.rows, chunk.next_offset);
+}
+
+void JobRunner::record_rows(const std::string& id, const std::vector<json>& rows, std::optional<int64_t> log_offset) {
+  std::optional<JobRecord> job = store_.job(id);
+  if (!job) return;
   int64_t step = job->step, tokens = job->trained_tokens;
-  for (const json& row : chunk.rows) {
+  for (const json& row : rows) {
     std::optional<MetricRow> m = metric_row(row);
     if (!m) continue;
     store_.put_metric(id, *m);
@@ -192,7 +202,23 @@ void JobRunner::ingest(const std::string& id) {
       if (m->row.contains("tokens") && m->row["tokens"].is_number_integer()) tokens = m->row["tokens"].get<int64_t>();
     }
   }
-  store_.set_progress(id, step, tokens, chunk.next_offset);
+  store_.set_progress(id, step, tokens, log_offset.value_or(job->log_offset));
+}
+
+void JobRunner::add_external(const JobRecord& job) {
+  std::lock_guard lock(mutex_);
+  store_.add_job(job);
+  event(job.id, "info", "reported by brioche train --report-to: " + job.method_type + " on " + job.model + ", " +
+                            std::to_string(job.total_steps) + " steps");
+}
+
+void JobRunner::finish_external(const std::string& id, const std::string& to, const std::string& message) {
+  std::lock_guard lock(mutex_);
+  if (!store_.transition(id, {status::kRunning, status::kInterrupted}, to)) return;  // cancelled here, or already final
+  if (to != status::kInterrupted) store_.set_finished(id, now_seconds());
+  if (to == status::kFailed)
+    store_.set_error(id, {{"code", "trainer_failed"}, {"message", message}, {"param", nullptr}});
+  event(id, to == status::kFailed ? "error" : "info", "the reporting trainer ended: " + to + (message.empty() ? "" : ": " + message));
 }
 
 void JobRunner::on_exit(const std::string& id, int wait_status) {
@@ -367,6 +393,9 @@ void JobRunner::resume(const std::string& id) {
   if (!job) not_found(id);
   if (job->status != status::kPaused && job->status != status::kInterrupted)
     invalid_state(*job, "resume", "status 'paused' or 'interrupted'");
+  if (job->directory.empty())
+    throw JobsError(409, "invalid_state", "", "job " + id + " was reported by a `brioche train --report-to` run: "
+                                              "resume it there (brioche train --resume OUTPUT/checkpoints/step_N --report-to ...)");
   if (store_.count_with_status(status::kQueued) >= options_.max_queued)
     throw JobsError(429, "too_many_jobs", "", "too many queued jobs: " + std::to_string(options_.max_queued) +
                                                   " wait already (--max-queued-jobs)");

@@ -58,6 +58,14 @@ class JobRunner {
   void pause(const std::string& id);
   void resume(const std::string& id);
 
+  // A job a `brioche train --report-to` run elsewhere reports (no child
+  // here; its directory is ""): stored as running.
+  void add_external(const JobRecord& job);
+  // Metric rows (log.jsonl lines) into the store: metrics, events, progress.
+  void record_rows(const std::string& id, const std::vector<nlohmann::json>& rows, std::optional<int64_t> log_offset);
+  // An external job's end: succeeded, failed (with `message`) or interrupted.
+  void finish_external(const std::string& id, const std::string& status, const std::string& message);
+
   int64_t memory_budget_bytes() const { return options_.memory_budget_bytes; }
   const RunnerOptions& options() const { return options_; }
 

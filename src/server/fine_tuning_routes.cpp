@@ -94,7 +94,15 @@ RouteReply JobsApi::jobs_route(const RouteRequest& r) {
   std::string rest = r.path.substr(root.size() + 1);
   std::string action;
   if (size_t slash = rest.find('/'); slash != std::string::npos) action = rest.substr(slash + 1), rest.resize(slash);
+  if (rest == "external" && action.empty()) {
+    if (r.method != "POST") throw method_not_allowed(r, "POST");
+    return create_external_job(r);
+  }
   jobs::JobRecord job = require_job(rest);
+  if (action == "report") {
+    if (r.method != "POST") throw method_not_allowed(r, "POST");
+    return report_external_job(job, r);
+  }
   if (action.empty()) {
     if (r.method != "GET") throw method_not_allowed(r, "GET");
     return json_reply(200, job_json(job));
@@ -163,6 +171,70 @@ RouteReply JobsApi::create_job(const RouteRequest& r) {
   record_config["openai_hyperparameters"] = spec.hyperparameters;
   runner_->submit(job, record_config);
   return json_reply(200, job_json(require_job(job.id)));
+}
+
+namespace {
+
+json body_object(const RouteRequest& r) {
+  json body;
+  try {
+    body = parse_json_bounded(r.body, "the request body");
+  } catch (const Error& e) {
+    throw status_error(400, e.what());
+  }
+  if (!body.is_object()) throw status_error(400, std::string("the request body must be a JSON object, got ") + body.type_name());
+  return body;
+}
+
+}  // namespace
+
+// POST /v1/fine_tuning/jobs/external {"model", "method", "total_steps", "config", "suffix"}:
+// a `brioche train --report-to` run announces itself (docs/jobs-api.md).
+RouteReply JobsApi::create_external_job(const RouteRequest& r) {
+  const json body = body_object(r);
+  const std::string model = string_field(body, "model", true);
+  std::string method = string_field(body, "method", true);
+  if (method == "sft") method = "supervised";
+  if (method != "supervised" && method != "dpo" && method != "orpo" && method != "simpo" && method != "ipo")
+    throw ApiError{.status = 400, .message = "method: expected sft, dpo, orpo, simpo or ipo, got '" + method + "'",
+                   .type = "invalid_request_error", .param = "method", .code = "invalid_method"};
+  if (!body.contains("total_steps") || !body["total_steps"].is_number_integer() || body["total_steps"].get<int64_t>() < 0)
+    throw invalid_param("total_steps", "total_steps: expected a non-negative integer");
+  const json config = body.contains("config") && body["config"].is_object() ? body["config"] : json::object();
+  const std::string suffix = string_field(body, "suffix", false);
+  jobs::JobRecord job{.id = jobs::random_id("ftjob"), .created_at = jobs::now_seconds(), .status = jobs::status::kRunning,
+                      .model = model.substr(0, 256), .suffix = suffix.substr(0, 64), .seed = config.value("seed", 0),
+                      .method = {{"type", method}}, .train_config = config, .method_type = method,
+                      .total_steps = body["total_steps"].get<int64_t>()};
+  job.train_config["external"] = true;
+  runner_->add_external(job);
+  return json_reply(200, job_json(require_job(job.id)));
+}
+
+// POST /v1/fine_tuning/jobs/{id}/report {"rows": [log.jsonl rows], "status"?, "message"?}.
+// The answer's status tells the trainer whether the job was cancelled here.
+RouteReply JobsApi::report_external_job(const jobs::JobRecord& job, const RouteRequest& r) {
+  if (!job.directory.empty())
+    throw ApiError{.status = 409, .message = "job " + job.id + " runs on this server; only --report-to jobs take reports",
+                   .type = "invalid_request_error", .param = "", .code = "invalid_state"};
+  const json body = body_object(r);
+  if (body.contains("rows")) {
+    if (!body["rows"].is_array() || body["rows"].size() > 10000)
+      throw invalid_param("rows", "rows: expected an array of at most 10000 log rows");
+    std::vector<json> rows(body["rows"].begin(), body["rows"].end());
+    if (!rows.empty() && store_->transition(job.id, {jobs::status::kInterrupted}, jobs::status::kRunning))
+      store_->add_event({.job_id = job.id, .created_at = jobs::now_seconds(), .level = "info", .type = "message",
+                         .message = "the reporting trainer is back"});
+    runner_->record_rows(job.id, rows, std::nullopt);
+  }
+  const std::string to = string_field(body, "status", false);
+  if (!to.empty()) {
+    if (to != jobs::status::kSucceeded && to != jobs::status::kFailed && to != jobs::status::kInterrupted)
+      throw invalid_param("status", "status: expected succeeded, failed or interrupted, got '" + to + "'");
+    runner_->finish_external(job.id, to, string_field(body, "message", false).substr(0, 4000));
+  }
+  const jobs::JobRecord now = require_job(job.id);
+  return json_reply(200, {{"id", now.id}, {"status", now.status}});
 }
 
 RouteReply JobsApi::job_events(const jobs::JobRecord& job, const RouteRequest& r) {

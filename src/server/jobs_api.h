@@ -83,6 +83,8 @@ class JobsApi {
   RouteReply preview_file(const jobs::FileRecord& file, const RouteRequest& request);
   RouteReply jobs_route(const RouteRequest& request);
   RouteReply create_job(const RouteRequest& request);
+  RouteReply create_external_job(const RouteRequest& request);
+  RouteReply report_external_job(const jobs::JobRecord& job, const RouteRequest& request);
   RouteReply job_events(const jobs::JobRecord& job, const RouteRequest& request);
   RouteReply job_metrics(const jobs::JobRecord& job, const RouteRequest& request);
   RouteReply job_checkpoints(const jobs::JobRecord& job, const RouteRequest& request);

@@ -293,6 +293,42 @@ class JobsTest(unittest.TestCase):
         self.assertEqual(server.get("/health")[0], 200)
         self.assertEqual(client.models.list().data[0].id, base)
 
+    def test_train_report_to_a_server(self):
+        import subprocess
+        server = self.start()
+        client = server.client()
+        work = tempfile.mkdtemp(prefix="brioche-report-")
+        try:
+            os.makedirs(os.path.join(work, "data"))
+            with open(os.path.join(work, "data", "train.jsonl"), "wb") as fh:
+                fh.write(jsonl(PREFS))
+            train = [ARGS.brioche, "train", "-m", ARGS.model, "-d", os.path.join(work, "data"), "--method", "orpo",
+                     "--max-seq-length", "48", "--rank", "4", "--threads", "2", "--report-to", f"http://127.0.0.1:{server.port}"]
+            env = {**os.environ, "BRIOCHE_API_KEY": KEY}
+            done = subprocess.run(train + ["--iters", "4", "-o", os.path.join(work, "a")], env=env,
+                                  capture_output=True, text=True, timeout=300)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            job = client.fine_tuning.jobs.list().data[0]
+            self.assertEqual(job.status, "succeeded")
+            self.assertEqual(((job.model_extra or {}).get("step"), (job.model_extra or {}).get("total_steps")), (4, 4))
+            steps = [r["step"] for r in metrics(server, job.id)["data"] if r["kind"] == "step"]
+            self.assertEqual(steps, [1, 2, 3, 4])
+            # Cancelled on the server: the trainer stops after its step, with its checkpoint (exit 130).
+            proc = subprocess.Popen(train + ["--iters", "400", "-o", os.path.join(work, "b")], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            running = wait_for(lambda: [j for j in client.fine_tuning.jobs.list().data
+                                        if j.status == "running" and (j.model_extra or {}).get("step", 0) >= 1], "a reported step")
+            self.assertEqual(client.fine_tuning.jobs.cancel(running[0].id).status, "cancelled")
+            self.assertEqual(proc.wait(timeout=120), 130, proc.stderr.read())
+            proc.stderr.close()
+            self.assertTrue(os.path.isdir(os.path.join(work, "b", "checkpoints")))
+            bad = subprocess.run(train + ["--iters", "1", "-o", os.path.join(work, "c")], capture_output=True, text=True,
+                                 env={k: v for k, v in os.environ.items() if k != "BRIOCHE_API_KEY"}, timeout=300)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("401", bad.stderr)  # no key: the server refuses, the run says so
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
 
 if __name__ == "__main__":
     sys.exit(e2e_main("jobs_e2e", globals(), needs=("openai",)))
