@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/train_report.h"
 #include "cli/workers.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
@@ -25,6 +26,7 @@
 #include "ops/rendezvous.h"
 #include "engine/model_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "jobs/job_spec.h"
 #include "train/config_file.h"
 #include "train/train_state.h"
 #include "train/trainer.h"
@@ -42,6 +44,8 @@ struct TrainFlags {
   // e.g. on another node) joins; −1: launch the workers myself.
   int dp_rank = -1;
   std::string dp_master;
+  std::string report_to;   // --report-to http://HOST:PORT: the run shows in that server's job list
+  std::string report_key;  // --report-key (default $BRIOCHE_API_KEY)
 };
 
 const WorkerFlags kDpFlags{.rank_flag = "--dp-rank", .master_flag = "--dp-master"};
@@ -175,6 +179,7 @@ int run(const TrainFlags& flags) {
                                 .max_seq_length = config.max_seq_length, .tokenizer = tok.get(),
                                 .render = train::make_chat_renderer(ck.chat_template, *tok), .quiet = config.quiet};
   train::TrainData data{.train = train::load_dataset(train_path, options)};
+  const int64_t train_rows = int64_t(data.train.size());
   if (std::filesystem::exists(valid_path)) data.valid = train::load_dataset(valid_path, options);
   if (!job || job->rank == 0) check_output_directory(config, flags.overwrite);
   std::filesystem::create_directories(config.output);
@@ -184,7 +189,27 @@ int run(const TrainFlags& flags) {
   trainer.set_data_parallel(collective.get());
   install_stop_handlers();
   trainer.set_stop_flag(&g_stop_requested);
-  const train::TrainResult result = trainer.run();
+  std::unique_ptr<TrainReporter> reporter;
+  if (!flags.report_to.empty() && (!job || job->rank == 0)) {
+    ReportTarget target = parse_report_url(flags.report_to);
+    const char* env_key = std::getenv("BRIOCHE_API_KEY");
+    target.api_key = !flags.report_key.empty() ? flags.report_key : env_key ? env_key : "";
+    nlohmann::json options_json = train::config_to_json(config);
+    const nlohmann::json announce = {{"model", std::filesystem::path(config.model).filename().string()},
+                                     {"method", train::method_name(config.method)},
+                                     {"total_steps", jobs::total_steps(options_json, train_rows)},
+                                     {"config", options_json}};
+    reporter = std::make_unique<TrainReporter>(target, announce, config.output + "/log.jsonl", &g_stop_requested);
+    if (!config.quiet) std::fprintf(stderr, "train: reporting to %s as job %s\n", flags.report_to.c_str(), reporter->job_id().c_str());
+  }
+  train::TrainResult result;
+  try {
+    result = trainer.run();
+  } catch (const std::exception& e) {
+    if (reporter) reporter->finish("failed", e.what());
+    throw;
+  }
+  if (reporter) reporter->finish(result.interrupted ? "interrupted" : "succeeded", "");
   // Every rank destroys its communicator (NCCL may wait there for the other
   // ranks to do the same) before rank 0 waits for the workers to exit.
   collective.reset();
@@ -280,6 +305,8 @@ Subcommand add_train_command(CLI::App& root) {
   app->add_option("--dp-rank", f.dp_rank)->group("")->check(CLI::Range(0, 63));
   app->add_option("--dp-master", f.dp_master)->group("");
   option<int>(app, f, "seed", "seed of initialisation, shuffling and dropout (default 0)");
+  app->add_option("--report-to", f.report_to, "show this run in a brioche serve's fine-tuning job list, live: http://HOST:PORT");
+  app->add_option("--report-key", f.report_key, "the server's API key for --report-to (default: $BRIOCHE_API_KEY)");
   option<int>(app, f, "threads", "CPU threads (default: all)");
   app->add_flag("-q,--quiet", f.quiet, "no progress on stderr");
   return {app, [flags] { return run(*flags); }};
