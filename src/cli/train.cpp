@@ -244,7 +244,7 @@ Subcommand add_train_command(CLI::App& root) {
                                          [&f](const std::string& v) { f.overrides["output"] = v; },
                                          "adapter output directory (default: adapters)");
   option<std::string>(app, f, "method", "sft (default), dpo, orpo, simpo or ipo");
-  option<std::string>(app, f, "sft-scope", "NLL over full sequences (default) or response tokens only");
+  option<std::string>(app, f, "sft-scope", "NLL over the response tokens only (response, the default, as TRL) or the prompt too (full)");
   option<float>(app, f, "orpo-lambda", "ORPO weight of the odds-ratio term (default 0.1)");
   option<float>(app, f, "beta", "DPO/IPO/SimPO temperature (default 0.1)");
   option<float>(app, f, "simpo-gamma", "SimPO target margin (default 0.5)");

@@ -23,7 +23,11 @@ struct TrainConfig {
   std::string resume;            // a checkpoint with trainer_state.json: the run continues exactly (train/train_state.h)
 
   Method method = Method::SFT;
-  SftScope sft_scope = SftScope::Full;
+  // The NLL over the reply only (prompt tokens are context, not targets), as
+  // TRL's SFTTrainer on prompt/completion data and its ORPOTrainer do; for
+  // messages, the last assistant turn; plain `text` rows have no prompt and
+  // are scored whole. `full` adds the prompt tokens.
+  SftScope sft_scope = SftScope::Response;
   float orpo_lambda = 0.1f;
   float beta = 0.1f;             // dpo/ipo/simpo
   float simpo_gamma = 0.5f;

@@ -41,7 +41,7 @@ data = "data/run1"
 output = "adapters/run1"
 resume_adapter = "adapters/run0"
 method = "orpo"
-sft_scope = "response"
+sft_scope = "full"
 orpo_lambda = 0.25
 beta = 0.2
 simpo_gamma = 0.75
@@ -81,7 +81,7 @@ seed = 42
 threads = 3
 )");
   const std::string json = write("same.json", R"({"model": "m.gguf", "data": "data/run1", "output": "adapters/run1",
-    "resume_adapter": "adapters/run0", "method": "orpo", "sft_scope": "response", "orpo_lambda": 0.25, "beta": 0.2,
+    "resume_adapter": "adapters/run0", "method": "orpo", "sft_scope": "full", "orpo_lambda": 0.25, "beta": 0.2,
     "simpo_gamma": 0.75, "learning_rate": 2e-5, "lr_schedule": "linear", "warmup": 3, "iters": 120, "epochs": 2,
     "batch_size": 2, "grad_accumulation_steps": 4, "max_seq_length": 1024, "max_grad_norm": 0.5,
     "weight_decay": 0.01, "rank": 32, "alpha": 64, "rs_lora": true, "lora_plus_ratio": 16.0, "lora_dropout": 0.05,
