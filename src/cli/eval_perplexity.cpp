@@ -2,11 +2,13 @@
 // (and each --adapter) on a text, messages or prompt/completion file, with
 // 95% bootstrap intervals (eval/perplexity.h has the definitions).
 #include <cstdio>
+#include <fstream>
 
 #include "cli/common.h"
 #include "cli/eval_commands.h"
 #include "cli/scoring_models.h"
 #include "core/error.h"
+#include "data/layout.h"
 #include "eval/perplexity.h"
 
 namespace brioche::cli {
@@ -28,10 +30,30 @@ std::string interval(const eval::MeanInterval& m, int digits) {
   return fixed(m.mean, digits) + " [" + fixed(m.low, digits) + ", " + fixed(m.high, digits) + "]";
 }
 
+// A file of preference pairs is for `eval preference`: said before the
+// trainer's loader would answer with its training-method hint.
+void refuse_preference_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const data::json row = data::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const auto layout = data::detect_layout(row);
+    if (layout && data::row_kind(*layout) != data::RowKind::Sft)
+      throw UsageError{path + ":" + std::to_string(line_no) + ": a " + data::layout_name(*layout) +
+                       " row; perplexity reads {\"text\"}, {\"messages\"} or {\"prompt\", \"completion\"} rows "
+                       "(pairs: `brioche eval preference`; other layouts: `brioche data convert`)"};
+    return;
+  }
+}
+
 int run(const PerplexityFlags& f) {
   const ScoringFlags& flags = f.scoring;
   const train::SftScope scope = f.scope == "full" ? train::SftScope::Full : train::SftScope::Response;
   ScoringModels models(flags);
+  refuse_preference_file(flags.data);
   train::Dataset ds;
   try {
     ds = train::load_dataset(flags.data, models.dataset_options(/*preference=*/false));

@@ -109,7 +109,7 @@ TEST_F(EvalScoringCli, UsageErrors) {
   EXPECT_NE(o.output.find("--data"), std::string::npos) << o.output;
   o = brioche("eval perplexity -d " + (dir_ / "pairs.jsonl").string());
   EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find("pairs.jsonl:1:"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("pairs.jsonl:1: a preference row; perplexity reads"), std::string::npos) << o.output;
   o = brioche("eval preference -d " + (dir_ / "pairs.jsonl").string() + " --adapter /nonexistent/adapter");
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("--adapter /nonexistent/adapter: /nonexistent/adapter not found"), std::string::npos)
