@@ -78,15 +78,16 @@ std::string read_text_file(const std::string& path, const char* flag) {
 }
 
 // "[base] 120/541 done, 31k tokens, 95 tok/s, 1m05s, about 3m left" on a
-// terminal (rewritten in place); a line every 10% elsewhere.
+// terminal (rewritten in place); elsewhere a line every 10% or 30 s.
 class Progress {
  public:
   explicit Progress(std::string label) : label_(std::move(label)), tty_(isatty(STDERR_FILENO)) {}
   void update(int done, int total, int64_t tokens) {
     const double s = std::chrono::duration<double>(Clock::now() - start_).count();
     const int decile = total ? done * 10 / total : 10;
-    if (!tty_ && decile == last_decile_ && done != total) return;
+    if (!tty_ && decile == last_decile_ && done != total && s - last_print_s_ < 30) return;
     last_decile_ = decile;
+    last_print_s_ = s;
     const double left = done > 0 ? s * (total - done) / done : 0;
     std::fprintf(stderr, "%s[%s] %d/%d prompts done, %lld tokens, %.0f tok/s, %s elapsed%s%s", tty_ ? "\r" : "",
                  label_.c_str(), done, total, (long long)tokens, s > 0 ? tokens / s : 0.0, duration(s).c_str(),
@@ -107,6 +108,7 @@ class Progress {
   std::string label_;
   bool tty_;
   int last_decile_ = -1;
+  double last_print_s_ = 0;
   Clock::time_point start_ = Clock::now();
 };
 

@@ -39,7 +39,7 @@ std::string bar_chart(const std::vector<std::string>& rows, const std::vector<st
   const int label_w = 300, bar_h = 12, gap = 8, chart_w = 420;
   const int group_h = int(series.size()) * bar_h + gap;
   const int height = int(rows.size()) * group_h + 40;
-  std::string svg = fmt("<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' font-size='12'>",
+  std::string svg = fmt("<svg width='%d' height='%d' font-family='sans-serif' font-size='12'>",
                         label_w + chart_w + 60, height);
   for (int t = 0; t <= 100; t += 25) {
     const int x = label_w + chart_w * t / 100;
