@@ -28,7 +28,8 @@ export const CHART_SPECS = [
 ];
 
 // Keys that are axes, counters or copies, not curves of their own.
-const NOT_CHARTED = new Set(['step', 'kind', 'event', 'epoch', 'tokens', 'total_steps', 'train_loss', 'time', 'elapsed_seconds']);
+const NOT_CHARTED = new Set(['step', 'kind', 'event', 'epoch', 'tokens', 'total_steps', 'train_loss', 'time', 'elapsed_seconds',
+  'examples']);
 const COLORS = ['#b4621a', '#2563eb', '#16a34a', '#9333ea', '#dc2626', '#0891b2', '#ca8a04'];
 
 // Chart.js plugin: a dashed vertical line at options.plugins.bestStep.step.

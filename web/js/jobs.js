@@ -58,11 +58,10 @@ async function refreshList() {
   if (!jobs) return;
   $('#jobs-table tbody').replaceChildren(...jobs.map(job => el('tr',
     {class: current && current.id === job.id ? 'selected' : null, dataset: {job: job.id, status: job.status}, onclick: () => select(job.id)},
-    el('td', {}, el('code', {}, job.id), job.suffix ? el('div', {class: 'muted'}, job.suffix) : null),
+    el('td', {}, el('code', {}, job.id), el('div', {class: 'muted'}, [job.suffix, formatTime(job.created_at)].filter(Boolean).join(' · '))),
     el('td', {}, METHOD_NAMES[methodOf(job)] || methodOf(job)),
-    el('td', {}, el('span', {class: `badge ${job.status}`}, job.status)),
-    el('td', {}, progressText(job)),
-    el('td', {class: 'muted'}, formatTime(job.created_at)))));
+    el('td', {class: 'status'}, el('span', {class: `badge ${job.status}`}, job.status)),
+    el('td', {class: 'progress-cell'}, progressText(job)))));
   $('#jobs-empty').hidden = jobs.length > 0;
   // The selected job's status comes with the list too (a queued job starting, a cancel elsewhere).
   if (current) {
@@ -94,6 +93,13 @@ async function select(id) {
 function renderJob(job) {
   const wasLive = current && current.id === job.id && !TERMINAL.has(current.status);
   current = job;
+  // Its row in the list shows the same state.
+  const row = document.querySelector(`#jobs-table tbody tr[data-job="${job.id}"]`);
+  if (row) {
+    row.dataset.status = job.status;
+    row.querySelector('td.status').replaceChildren(el('span', {class: `badge ${job.status}`}, job.status));
+    row.querySelector('td.progress-cell').textContent = progressText(job);
+  }
   $('#job-detail').hidden = false;
   $('#job-detail').dataset.job = job.id;
   $('#job-detail').dataset.status = job.status;
