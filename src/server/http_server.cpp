@@ -374,6 +374,12 @@ class Session : public std::enable_shared_from_this<Session> {
                          .query = parse_query(q == std::string::npos ? std::string_view() : std::string_view(target).substr(q + 1)),
                          .content_type = std::string(request_[http::field::content_type]),
                          .body = request_.body()};
+    if (app_->preparing.fetch_add(1) >= app_->max_preparing()) {
+      --app_->preparing;
+      return send_error(ApiError{.status = 429, .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) +
+                                                               "); retry shortly",
+                                 .type = "rate_limit_error", .param = "", .code = "queue_full"});
+    }
     net::post(app_->prepare_pool, [self = shared_from_this(), request = std::move(request)] {
       std::variant<RouteReply, ApiError> outcome = ApiError{};
       try {
@@ -385,6 +391,7 @@ class Session : public std::enable_shared_from_this<Session> {
       } catch (const std::exception& e) {
         outcome = status_error(500, std::string("internal error in ") + request.path + ": " + e.what());
       }
+      --self->app_->preparing;
       net::post(self->stream_.get_executor(), [self, outcome = std::move(outcome)]() mutable {
         if (auto* error = std::get_if<ApiError>(&outcome)) return self->send_error(*error);
         RouteReply& reply = std::get<RouteReply>(outcome);
