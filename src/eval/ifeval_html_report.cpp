@@ -86,8 +86,8 @@ std::string html_report(const HtmlReportInput& in) {
                   "pre{white-space:pre-wrap;background:#f6f6f6;padding:6px;max-height:20em;overflow:auto}"
                   "details{margin:.3em 0}code{background:#f0f0f0}</style></head><body>";
   h += "<h1>IFEval: " + escape(in.title) + "</h1>";
-  h += "<p>541-prompt verifiable-instruction evaluation (Zhou et al. 2023), scored by brioche's C++ port of the "
-       "reference checkers. Strict: the response as generated; loose: the best of the response and seven relaxed "
+  h += fmt("<p>%d prompts with verifiable instructions (IFEval, Zhou et al. 2023), ", runs.empty() ? 0 : runs[0].accuracy.prompts) +
+       "scored by brioche's C++ port of the reference checkers. Strict: the response as generated; loose: the best of the response and seven relaxed "
        "variants (without markdown <code>*</code>, without the first and/or last line).</p>";
   if (!in.command_line.empty()) h += "<p>Command: <code>" + escape(in.command_line) + "</code></p>";
 
