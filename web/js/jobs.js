@@ -107,9 +107,12 @@ function renderJob(job) {
   const badge = $('#job-status');
   badge.textContent = job.status;
   badge.className = `badge ${job.status}`;
+  // A run reported by `brioche train --report-to` has no training file on the
+  // server; it can be cancelled, not paused or resumed here (docs/jobs-api.md).
+  const reported = !job.training_file;
   $('#job-cancel').disabled = !['queued', 'running', 'paused', 'interrupted'].includes(job.status);
-  $('#job-pause').disabled = job.status !== 'running';
-  $('#job-resume').disabled = !['paused', 'interrupted'].includes(job.status);
+  $('#job-pause').disabled = reported || job.status !== 'running';
+  $('#job-resume').disabled = reported || !['paused', 'interrupted'].includes(job.status);
   $('#job-try').hidden = !(job.status === 'succeeded' && job.fine_tuned_model);
   $('#job-progress-bar').style.width = job.total_steps ? `${Math.min(100, 100 * (job.step || 0) / job.total_steps)}%` : '0';
 
@@ -118,7 +121,8 @@ function renderJob(job) {
   $('#job-summary').replaceChildren(...[
     stat('model', job.model),
     stat('step', progressText(job)),
-    stat('training file', job.training_file),
+    reported ? stat('reported by', 'brioche train --report-to (its adapter lies where that run writes it)')
+      : stat('training file', job.training_file),
     job.validation_file ? stat('validation file', job.validation_file) : null,
     stat('hyperparameters', Object.entries(hp).map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ') || 'defaults'),
     job.estimated_memory_bytes ? stat('memory estimate', formatBytes(job.estimated_memory_bytes)) : null,
