@@ -29,7 +29,10 @@ struct RunnerOptions {
   int max_queued = 8;               // --max-queued-jobs
   int64_t memory_budget_bytes = 0;  // --jobs-memory-mb; 0: 80% of the machine's memory
   bool resume_interrupted = false;  // --resume-interrupted-jobs
-  double stop_grace_s = 60;         // how long shutdown waits for trainers to write their checkpoint
+  // How long shutdown waits for trainers to write their checkpoint. They
+  // finish it on their own after the server has gone (the next server waits
+  // for them before resuming), so this only keeps the last rows in this run.
+  double stop_grace_s = 5;
   int poll_ms = 250;
 };
 

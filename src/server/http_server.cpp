@@ -810,6 +810,7 @@ Server::Server(std::shared_ptr<engine::Engine> engine, ServerOptions options)
 
 Server::~Server() { shutdown(); }
 uint16_t Server::port() const { return app_->port(); }
+bool Server::jobs_enabled() const { return app_->jobs != nullptr; }
 void Server::shutdown() { app_->begin_shutdown(); }
 void Server::wait() { app_->wait(); }
 
@@ -849,6 +850,9 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
                 : engine->model() && engine->model()->device() == Device::CUDA ? "fitted to the GPU's free memory"
                                                                                  : "the CPU's default of 256 MiB",
                 options.engine.scheduler.max_batch_tokens);
+    if (server->jobs_enabled()) {
+      std::printf("  fine-tuning jobs: %s (docs/jobs-api.md)\n", options.jobs.data_dir.c_str());
+    }
     std::printf("  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
                 "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'\n",
                 url.c_str(), options.api_key.empty() ? "" : " -H 'Authorization: Bearer $KEY'");

@@ -55,6 +55,8 @@ class Server {
   Server(std::shared_ptr<engine::Engine> engine, ServerOptions options);
   ~Server();
   uint16_t port() const;
+  // Whether the files and fine-tuning jobs API is on (--data-dir, not held by another server).
+  bool jobs_enabled() const;
   // Graceful: stop accepting, answer new requests with 503, let in-flight
   // requests finish for up to shutdown_grace_s, then cancel the rest.
   void shutdown();
