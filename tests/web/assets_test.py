@@ -44,11 +44,14 @@ def web_files():
 class EmbeddedAssets(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(ARGS.brioche, ARGS.model, "--api-key", "k")
+        # Its own --data-dir: the default one is locked by whichever server opens it first.
+        cls.data = tempfile.mkdtemp(prefix="brioche-assets-")
+        cls.server = Server(ARGS.brioche, ARGS.model, "--api-key", "k", "--data-dir", cls.data)
 
     @classmethod
     def tearDownClass(cls):
         cls.server.stop()
+        shutil.rmtree(cls.data, ignore_errors=True)
 
     def test_every_web_file_is_served_as_built(self):
         for url, path in web_files():
@@ -102,7 +105,7 @@ class WebDirOverride(unittest.TestCase):
         try:
             with open(os.path.join(tmp, "index.html"), "w") as f:
                 f.write("<p>development copy</p>")
-            server = Server(ARGS.brioche, ARGS.model, "--web-dir", tmp)
+            server = Server(ARGS.brioche, ARGS.model, "--web-dir", tmp, "--data-dir", os.path.join(tmp, "data"))
             try:
                 status, headers, body = fetch(server.port, "/")
                 self.assertEqual((status, body), (200, b"<p>development copy</p>"))

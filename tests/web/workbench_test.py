@@ -217,10 +217,9 @@ class Workbench(unittest.TestCase):
             return status in ("succeeded", "failed", "cancelled")
 
         self.wait_for("the job to finish", sample, poll=0.05)
-        running = [points for status, points in seen if status == "running"]
-        self.assertTrue(any(p > 0 for p in running), f"no chart points while running: {seen[-20:]}")
-        self.assertGreater(max(p for _, p in seen), min(p for p in running if p > 0),
-                           "the loss chart did not grow while the job ran")
+        # Two different positive point counts while the status was running: the chart grew live.
+        running = sorted({points for status, points in seen if status == "running" and points > 0})
+        self.assertGreaterEqual(len(running), 2, f"the loss chart did not grow while the job ran: {seen[-30:]}")
         self.assertEqual(seen[-1][0], "succeeded", self.css("#job-summary").text)
         # After the end: the final rows, every chart kind the rows carry, the log.
         self.wait_for("the last loss point", lambda: self.loss_points() >= 24)
