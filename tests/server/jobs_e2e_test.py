@@ -7,9 +7,13 @@ A real `brioche serve` (its own --data-dir) on the default model:
     list / list_events; the job succeeds, its adapter (and best-margin
     checkpoint) is served as a model at once and answers a chat request;
     per-step metrics with TRL's names; checkpoints; SSE events end in [DONE]
-  - restart mid-job: the server is killed (SIGKILL) while the trainer runs; the
-    next server shows the job interrupted, resume finishes it with the same
-    number of steps, one metric row per step, and every earlier event kept
+  - restart mid-job, twice: the server stopped (SIGTERM), later killed
+    (SIGKILL) while the trainer runs; each next server shows the job
+    interrupted, resume continues it from its checkpoint, and it finishes
+    with the same number of steps, one metric row per step, every earlier
+    event kept
+  - `brioche train --report-to`: a run by hand in the job list; a cancel
+    there stops it at a checkpoint; no key is refused
   - pause / resume / cancel
   - bad input, each a 4xx in OpenAI's error shape, the server serving after:
     malformed and empty JSONL, a file over --max-file-bytes, a path in a file
@@ -165,33 +169,36 @@ class JobsTest(unittest.TestCase):
         server = self.start()
         client = server.client()
         f = client.files.create(file=("prefs.jsonl", jsonl(PREFS)), purpose="fine-tune")
-        total = 24
+        total = 30
         job = client.fine_tuning.jobs.create(model=self.model(client), training_file=f.id,
                                              method=orpo(n_steps=total, save_steps=4))
-        wait_for(lambda: (client.fine_tuning.jobs.retrieve(job.id).model_extra or {}).get("step", 0) >= 3, "3 steps")
-        events_before = [e.id for e in client.fine_tuning.jobs.list_events(job.id, limit=100)]
-        server.kill()  # no goodbye: the trainer gets SIGTERM (parent death) and writes a checkpoint
-
-        server = self.start()
-        client = server.client()
-        j = client.fine_tuning.jobs.retrieve(job.id)
-        self.assertEqual(j.status, "interrupted")
-        self.assertTrue((j.model_extra or {}).get("resumable"))
-        events_after = [e.id for e in client.fine_tuning.jobs.list_events(job.id, limit=100)]
-        self.assertTrue(set(events_before) <= set(events_after))
-        status, body = server.post(f"/v1/fine_tuning/jobs/{job.id}/resume", {})
-        self.assertEqual(status, 401, body)  # resume needs the key too
-        status, body = server.request("POST", f"/v1/fine_tuning/jobs/{job.id}/resume",
-                                      headers={"Authorization": f"Bearer {KEY}"})
-        self.assertEqual(status, 200, body)
-        self.assertEqual(json.loads(body)["status"], "queued")
+        # First a graceful stop (SIGTERM: the server stops its trainer), then a crash (SIGKILL:
+        # the trainer gets SIGHUP from the kernel and checkpoints on its own).
+        for at_step, stop in ((3, "stop"), (12, "kill")):
+            wait_for(lambda: (client.fine_tuning.jobs.retrieve(job.id).model_extra or {}).get("step", 0) >= at_step,
+                     f"step {at_step}")
+            events_before = [e.id for e in client.fine_tuning.jobs.list_events(job.id, limit=1000)]
+            getattr(server, stop)()
+            server = self.start()
+            client = server.client()
+            j = client.fine_tuning.jobs.retrieve(job.id)
+            self.assertEqual(j.status, "interrupted", stop)
+            self.assertTrue((j.model_extra or {}).get("resumable"))
+            events_after = [e.id for e in client.fine_tuning.jobs.list_events(job.id, limit=1000)]
+            self.assertTrue(set(events_before) <= set(events_after), stop)  # nothing in the database lost
+            status, body = server.post(f"/v1/fine_tuning/jobs/{job.id}/resume", {})
+            self.assertEqual(status, 401, body)  # resume needs the key too
+            status, body = server.request("POST", f"/v1/fine_tuning/jobs/{job.id}/resume",
+                                          headers={"Authorization": f"Bearer {KEY}"})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(json.loads(body)["status"], "queued")
         done = wait_for(lambda: (j := client.fine_tuning.jobs.retrieve(job.id)).status in FINAL and j, "the resumed job")
         self.assertEqual(done.status, "succeeded", done.error)
         self.assertEqual((done.model_extra or {}).get("step"), total)
         steps = [r["step"] for r in metrics(server, job.id)["data"] if r["kind"] == "step"]
         self.assertEqual(steps, list(range(1, total + 1)))  # one row per step, none lost or doubled
-        messages = [e.message for e in client.fine_tuning.jobs.list_events(job.id, limit=100)]
-        self.assertTrue(any("resuming from step_" in m for m in messages), messages)
+        messages = [e.message for e in client.fine_tuning.jobs.list_events(job.id, limit=1000)]
+        self.assertEqual(sum("resuming from step_" in m for m in messages), 2, messages)
         with open(os.path.join(self.data_dir, "jobs", job.id, "output", "metrics.json")) as fh:
             self.assertEqual(json.load(fh)["steps"], total)
 
