@@ -2,7 +2,8 @@
 // transcripts, ShareGPT, Alpaca (and brioche's own layouts, re-validated)
 // into what `brioche train` reads (train_rows.h). The layout is detected per
 // row, or forced with --from; a file converts to one kind (sft examples or
-// preference pairs). Rated completions (UltraFeedback) are curate's.
+// preference pairs). Rated completions (UltraFeedback) are curate's; a
+// binarized row (one pair with scores) converts as a pair, scores dropped.
 //
 // Kept rows have a non-blank reply (preference: both), else empty_reply;
 // with a counter and max_tokens, prompt + longest reply within it, else

@@ -58,7 +58,7 @@ CurateResult curate(const std::string& path, const CurateOptions& o) {
     drop_row(report, path, o.read.strict, {.at = at, .reason = reason, .message = std::move(message)});
   };
   const std::optional<RowKind> kind = read_examples(path, o.read, report, [&](const RowLocation& at, Example& ex) {
-    if (row_kind(ex.layout) != RowKind::Rated) {
+    if (ex.layout != Layout::UltraFeedback && ex.layout != Layout::UltraFeedbackBinarized) {
       return drop(at, "bad_row", "a " + layout_name(ex.layout) + " row has no ratings to curate (expected " +
                                      "ultrafeedback or ultrafeedback-binarized; `brioche data convert` takes " +
                                      layout_name(ex.layout) + ")");

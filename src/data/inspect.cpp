@@ -71,9 +71,9 @@ json inspect(const std::string& path, const InspectOptions& o) {
   s["reply_chars"] = distribution(reply_chars);
   if (kind == RowKind::Rated) {
     s["replies_per_row"] = distribution(replies_per_row);
-    s["scores"] = distribution(scores);
     s["unrated_completions"] = unrated;
   }
+  if (!scores.empty()) s["scores"] = distribution(scores);
   if (o.counter) {
     std::vector<double> as_double(tokens.begin(), tokens.end());
     json t = distribution(as_double);
@@ -125,11 +125,11 @@ std::string inspect_text(const json& s) {
   }
   out += dist_line("prompt characters", s["prompt_chars"]);
   out += dist_line("reply characters", s["reply_chars"]);
-  if (s.contains("scores")) {
+  if (s.contains("replies_per_row")) {
     out += dist_line("completions per row", s["replies_per_row"]);
-    out += dist_line("scores", s["scores"]);
     out += "unrated completions: " + s["unrated_completions"].dump() + "\n";
   }
+  if (s.contains("scores")) out += dist_line("scores", s["scores"]);
   if (s.contains("tokens")) {
     const json& t = s["tokens"];
     out += "tokens (prompt + longest reply, " + t["tokenizer"].get<std::string>() + ")\n";

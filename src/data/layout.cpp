@@ -45,9 +45,9 @@ RowKind row_kind(Layout layout) {
     case Layout::Preference:
     case Layout::TrlConversational:
     case Layout::HhRlhf:
+    case Layout::UltraFeedbackBinarized:  // one pair, with its scores
       return RowKind::Preference;
     case Layout::UltraFeedback:
-    case Layout::UltraFeedbackBinarized:
       return RowKind::Rated;
     default:
       return RowKind::Sft;

@@ -8,6 +8,7 @@
 //   ultrafeedback      {"instruction"|"prompt": str, "completions": [{"response", "overall_score",
 //                       "fine-grained_score", "annotations": {aspect: {"Rating"}}}, ...]}
 //   ultrafeedback-binarized {"prompt", "chosen", "rejected", "score_chosen", "score_rejected"}
+//                      (also what `brioche data curate` writes)
 //   chat               {"messages": [{"role", "content"}, ...]}                     (brioche train SFT)
 //   sharegpt           {"conversations": [{"from": "human"|"gpt"|"system", "value"}, ...]}
 //   alpaca             {"instruction", "input"?, "output", "system"?}
@@ -50,6 +51,7 @@ enum class RowKind : uint8_t {
   Preference,  // {prompt, chosen, rejected}: dpo, orpo, simpo, ipo
   Sft,         // messages, prompt/completion or text: sft
   Rated,       // several rated completions: `brioche data curate` makes pairs of them
+  // (ultrafeedback-binarized is one pair with scores: a Preference row that curate can also filter)
 };
 
 std::string layout_name(Layout layout);

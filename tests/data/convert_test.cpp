@@ -41,6 +41,14 @@ TEST(DataConvert, BadRowsNameTheirLineAndWhatWasWrong) {
             std::string::npos);
 }
 
+// A binarized row is one pair with scores (also what curate writes): convert keeps the pair, drops the scores.
+TEST(DataConvert, BinarizedRowsArePairs) {
+  const ConvertResult r = convert(fixture("ultrafeedback_binarized.jsonl"), {});
+  EXPECT_EQ(r.report.kept(), 3);  // the tie stays (convert does not judge scores); line 4's prompts differ
+  EXPECT_EQ(r.report.count("bad_row"), 1);
+  EXPECT_EQ(json(r.rows.train[2]), json::parse(R"({"prompt": "Largest planet?", "chosen": "Jupiter.", "rejected": "Saturn."})"));
+}
+
 TEST(DataConvert, RowsOfAnotherKindAreBadRows) {
   const auto path = std::filesystem::temp_directory_path() / "brioche_data_mixed.jsonl";
   std::ofstream(path) << R"({"prompt": "p", "completion": "c"})" "\n"

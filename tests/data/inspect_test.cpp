@@ -43,6 +43,14 @@ TEST(DataInspect, RatedFileStats) {
   EXPECT_NE(text.find("line 5: invalid_json"), std::string::npos) << text;
 }
 
+TEST(DataInspect, CuratedPairsArePreferenceRowsWithScores) {
+  const json s = inspect(fixture("ultrafeedback_binarized.jsonl"), {});
+  EXPECT_EQ(s["kind"], "preference pairs");
+  EXPECT_EQ(s["layouts"], json::parse(R"({"ultrafeedback-binarized": 3})"));
+  EXPECT_EQ(s["scores"]["max"], 10.0);
+  EXPECT_FALSE(s.contains("replies_per_row"));
+}
+
 TEST(DataInspect, SftFileStats) {
   const json s = inspect(fixture("sharegpt.jsonl"), {});
   EXPECT_EQ(s["kind"], "sft examples");

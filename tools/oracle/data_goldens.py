@@ -128,7 +128,7 @@ def layout_of(row):
 
 
 KIND = {"preference": "pref", "trl-conversational": "pref", "hh-rlhf": "pref", "ultrafeedback": "rated",
-        "ultrafeedback-binarized": "rated"}
+        "ultrafeedback-binarized": "pref"}
 
 
 def rating(v):
@@ -331,6 +331,7 @@ def curate(path, selection="best-vs-worst", seed=0, min_gap=0.0, max_ratio=0.0, 
     items, report, drop = examples(path, score)
     kept, seen = [], set()
     for n, layout, (prompt, replies, _) in items:
+        if layout not in ("ultrafeedback", "ultrafeedback-binarized"): drop(n, "bad_row"); continue
         cands = [(m, s) for m, s in replies if s is not None and content(m).strip(" \t\r\n")]
         if len(cands) < 2: drop(n, "too_few_completions"); continue
         best = worst = cands[0]
