@@ -12,10 +12,15 @@ namespace brioche::eval {
 std::vector<GeneratedResponse> generate_ifeval_responses(engine::Engine& engine, const std::vector<IfevalPrompt>& prompts,
                                                          const IfevalGeneration& how) {
   BRIOCHE_CHECK(how.render_prompt != nullptr, "IFEval generation: no prompt renderer");
-  // Finished requests wake this thread, which reports progress.
-  std::mutex mutex;
-  std::condition_variable wake;
-  uint64_t wakeups = 0;
+  // New events wake this thread, which drains them and reports progress.
+  // Shared, not on this stack: the engine may still call on_events for a
+  // cancelled request after an error has left this function.
+  struct Wakeups {
+    std::mutex mutex;
+    std::condition_variable cv;
+    uint64_t count = 0;
+  };
+  auto wake = std::make_shared<Wakeups>();
   std::vector<engine::GenerationRequest> requests;
   requests.reserve(prompts.size());
   for (const IfevalPrompt& p : prompts) {
@@ -25,12 +30,12 @@ std::vector<GeneratedResponse> generate_ifeval_responses(engine::Engine& engine,
     r.sampling.temperature = how.temperature;
     r.sampling.seed = how.seed + uint64_t(p.key);
     r.adapter = how.adapter;
-    r.on_events = [&] {
+    r.on_events = [wake] {
       {
-        std::lock_guard lock(mutex);
-        ++wakeups;
+        std::lock_guard lock(wake->mutex);
+        ++wake->count;
       }
-      wake.notify_one();
+      wake->cv.notify_one();
     };
     requests.push_back(std::move(r));
   }
@@ -43,9 +48,9 @@ std::vector<GeneratedResponse> generate_ifeval_responses(engine::Engine& engine,
   uint64_t seen = 0;
   while (done < int(prompts.size())) {
     {
-      std::unique_lock lock(mutex);
-      wake.wait_for(lock, std::chrono::milliseconds(500), [&] { return wakeups != seen; });
-      seen = wakeups;
+      std::unique_lock lock(wake->mutex);
+      wake->cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return wake->count != seen; });
+      seen = wake->count;
     }
     for (size_t i = 0; i < handles.size(); ++i) {
       if (finished[i]) continue;
@@ -55,8 +60,10 @@ std::vector<GeneratedResponse> generate_ifeval_responses(engine::Engine& engine,
         out[i].completion_tokens += int(e.tokens.size());
         if (e.finish) {
           out[i].finish_reason = engine::finish_reason_name(*e.finish);
-          if (*e.finish == engine::FinishReason::Error)
+          if (*e.finish == engine::FinishReason::Error) {
+            for (const auto& h : handles) h->cancel();
             throw Error("IFEval prompt " + std::to_string(prompts[i].key) + ": generation failed: " + e.error);
+          }
         }
         if (e.done) {
           finished[i] = true;
