@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian 12 machine: build tools, libraries
 # (libjs-chart.js is embedded into the web UI at build time; chromium and
-# chromium-driver run its browser test), and the default model (SmolLM2-135M-Instruct Q4_1 GGUF).
+# chromium-driver run its browser test, nodejs its estimate test), and the default model (SmolLM2-135M-Instruct Q4_1 GGUF).
 # Usage: scripts/setup.sh [--oracles]   (--oracles also installs the Python
 # reference libraries used by tools/oracle and bench/, never needed at run time)
 set -euo pipefail
@@ -16,7 +16,7 @@ DEB_PACKAGES=(
   libfmt-dev libspdlog-dev libpcre2-dev libopenblas-dev libsqlite3-dev
   libzstd-dev zstd curl python3-pip clang libclang-rt-14-dev
   libtomlplusplus-dev
-  libjs-chart.js chromium chromium-driver
+  libjs-chart.js chromium chromium-driver nodejs
 )
 
 missing=()

@@ -4,16 +4,22 @@
 //   tokens per step = batch × min(max_length, the file's mean row length)
 //                     × (2 for a preference method: chosen and rejected)
 //   time            = steps × tokens per step / tokens_per_s
-//   memory          = a finished or running job's estimated_memory_bytes
-//                     (the server's upper bound, docs/jobs-api.md) and its
-//                     measured peak_memory_bytes
+//   memory          = the server's bound (estimated_memory_bytes,
+//                     docs/jobs-api.md) of an earlier job of the same shape,
+//                     with its measured peak_memory_bytes; or, from earlier
+//                     jobs of two or more other shapes, that bound's line
+//                     through them: with the levers and the rank fixed, the
+//                     server's formula is a constant plus a cost per token of
+//                     a step (batch × max_length × branches), so two shapes
+//                     determine it
 //
-// The reference job is the most recent one on this server with the same
-// base model, the same kind of method (SFT or preference) and the same
-// memory levers, preferring the same batch × max_length; its tokens_per_s is
-// the median of its step rows. With no such job there is no number yet:
-// the server computes its estimate when the job is created (the job shows
-// it, and a job over the server's budget is refused with over_memory_budget).
+// The reference jobs are those on this server with the same base model, the
+// same kind of method (SFT or preference) and the same memory levers (for
+// memory also the same rank); the newest one of the same batch × max_length
+// first; its tokens_per_s is the median of its step rows. With none there is
+// no number yet: the server computes its bound when the job is created (the
+// job shows it, and a job over the server's budget is refused with
+// over_memory_budget).
 import {jobMetrics, methodOf} from './jobs_client.js';
 
 const measured = new Map();  // job id -> {tokensPerSecond, peakBytes} (finished jobs only)
@@ -49,23 +55,60 @@ export function leverSignature(hp) {
   return JSON.stringify(LEVER_KEYS.map(k => (hp[k] === undefined ? null : hp[k])));
 }
 
-// plan: {model, preference, levers, batch, maxLength, steps, meanLength}; jobs: the server's, newest first.
+// plan: {model, preference, levers, rank (undefined: the default), batch, maxLength, steps, meanLength};
+// jobs: the server's, newest first.
 export async function estimate(plan, jobs) {
   const tokensPerStep = plan.batch * Math.min(plan.maxLength, plan.meanLength || plan.maxLength) * (plan.preference ? 2 : 1);
   const candidates = jobs.filter(j => j.model === plan.model && (methodOf(j) !== 'supervised') === plan.preference &&
     leverSignature(hyperparameters(j)) === leverSignature(plan.levers) && j.step > 0);
-  const same = candidates.find(j => {
+  const sameRank = candidates.filter(j => hyperparameters(j).rank === plan.rank && j.estimated_memory_bytes > 0);
+  const same = sameRank.find(j => {
     const hp = hyperparameters(j);
     return hp.batch_size === plan.batch && hp.max_length === plan.maxLength;
   });
   const reference = same || candidates[0] || null;
-  const result = {tokensPerStep, reference, seconds: null, estimatedBytes: null, peakBytes: null, exact: Boolean(same)};
+  const result = {tokensPerStep, reference, seconds: null, estimatedBytes: null, peakBytes: null, exact: Boolean(same), fittedFrom: null};
   if (!reference) return result;
   const m = await measure(reference);
   if (m.tokensPerSecond) result.seconds = plan.steps * tokensPerStep / m.tokensPerSecond;
   if (same) {
-    result.estimatedBytes = reference.estimated_memory_bytes || null;
+    result.estimatedBytes = same.estimated_memory_bytes;
     result.peakBytes = m.peakBytes;
+  } else {
+    const fit = fitBound(sameRank, plan);
+    if (fit) Object.assign(result, fit);
   }
   return result;
+}
+
+// The tokens of a step as the server's bound counts them (max_length, not the rows' lengths).
+function boundTokens(batch, maxLength, preference) {
+  return batch * maxLength * (preference ? 2 : 1);
+}
+
+// The line bound = a + b × tokens through the jobs' bounds (least squares;
+// exact when the jobs share levers and rank), at the plan's tokens. Needs
+// two different token counts.
+function fitBound(jobs, plan) {
+  const points = new Map();  // tokens -> {bytes, job}
+  for (const j of jobs) {
+    const hp = hyperparameters(j);
+    if (!hp.batch_size || !hp.max_length) continue;
+    const x = boundTokens(hp.batch_size, hp.max_length, plan.preference);
+    if (!points.has(x)) points.set(x, {bytes: j.estimated_memory_bytes, job: j});
+  }
+  if (points.size < 2) return null;
+  const xs = [...points.keys()];
+  const ys = xs.map(x => points.get(x).bytes);
+  const n = xs.length;
+  const mx = xs.reduce((a, b) => a + b, 0) / n;
+  const my = ys.reduce((a, b) => a + b, 0) / n;
+  let sxy = 0, sxx = 0;
+  for (let i = 0; i < n; i++) {
+    sxy += (xs[i] - mx) * (ys[i] - my);
+    sxx += (xs[i] - mx) ** 2;
+  }
+  const slope = sxy / sxx;
+  const bytes = my + slope * (boundTokens(plan.batch, plan.maxLength, plan.preference) - mx);
+  return bytes > 0 ? {estimatedBytes: bytes, fittedFrom: [...points.values()].map(p => p.job.id)} : null;
 }

@@ -61,7 +61,7 @@ export function init() {
       updateEstimate();
     });
   }
-  for (const id of ['#ft-steps', '#ft-batch', '#ft-device']) $(id).addEventListener('change', () => {
+  for (const id of ['#ft-steps', '#ft-batch', '#ft-device', '#ft-rank']) $(id).addEventListener('change', () => {
     if (id === '#ft-device' && preset !== 'custom') setPreset(preset);
     updateEstimate();
   });
@@ -268,6 +268,7 @@ async function updateEstimate() {
   const seq = ++estimateSeq;
   const plan = {
     model: base.id, preference: isPreference(), levers: levers(),
+    rank: $('#ft-rank').value.trim() === '' ? undefined : parseInt($('#ft-rank').value, 10),
     batch: Number($('#ft-batch').value) || 1, maxLength: Number($('#ft-max-length').value) || 2048,
     steps: Number($('#ft-steps').value) || 0, meanLength: previewInfo && previewInfo.token_lengths ? previewInfo.token_lengths.mean : null,
   };
@@ -280,10 +281,17 @@ async function updateEstimate() {
   if (e.reference) {
     lines.push(el('div', {}, 'Time: ', el('strong', {}, e.seconds !== null ? `≈ ${formatSeconds(e.seconds)}` : 'not measured yet'),
       ` at the speed ${e.reference.id} trained with these levers.`));
-    lines.push(el('div', {}, 'Memory: ', e.exact && e.estimatedBytes
-      ? [el('strong', {}, `≤ ${formatBytes(e.estimatedBytes)}`), ` (the server's bound for ${e.reference.id}, same shape)`,
-         e.peakBytes ? `; it peaked at ${formatBytes(e.peakBytes)}` : '']
-      : 'the server computes its bound when the job is created (no earlier job had this batch × max length).'));
+    let memory;
+    if (e.exact && e.estimatedBytes) {
+      memory = [el('strong', {}, `≤ ${formatBytes(e.estimatedBytes)}`), ` (the server's bound for ${e.reference.id}, same shape)`,
+        e.peakBytes ? `; it peaked at ${formatBytes(e.peakBytes)}` : ''];
+    } else if (e.estimatedBytes) {
+      memory = [el('strong', {}, `≤ ${formatBytes(e.estimatedBytes)}`),
+        ` (the server's bounds for ${e.fittedFrom.join(', ')}, other shapes, drawn through this one)`];
+    } else {
+      memory = 'the server computes its bound when the job is created (no earlier job with these levers and rank had this batch × max length).';
+    }
+    lines.push(el('div', {}, 'Memory: ', memory));
   } else {
     lines.push(el('div', {class: 'muted'}, 'No job has run with these levers on this server yet, so there is no measured speed. ' +
       'The server computes a memory bound when the job is created (shown on the job) and refuses a job over its budget.'));
