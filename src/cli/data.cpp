@@ -3,6 +3,8 @@
 //   convert INPUT -o OUT   TRL / HH-RLHF / ShareGPT / Alpaca rows into what `brioche train` reads
 //   inspect FILE           layouts, bad rows, lengths, token-length histogram
 // The work is in src/data/ (docs/data.md); this file maps flags onto it.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -48,6 +50,12 @@ struct ReadFlags {
 
   data::ReadOptions read_options() const {
     data::ReadOptions o{.scores = {.source = score}, .strict = strict};
+    if (isatty(STDERR_FILENO))
+      o.progress = [](int64_t rows) {
+        if (rows < 0) std::fprintf(stderr, "\r\033[K");
+        else std::fprintf(stderr, "\r\033[K%lld rows read", (long long)rows);
+        std::fflush(stderr);
+      };
     if (from != "auto") {
       o.layout = data::parse_layout(from);
       if (!o.layout) throw UsageError{"--from " + from + ": expected auto or one of " + data::layout_names()};

@@ -15,7 +15,9 @@ std::optional<RowKind> read_examples(const std::string& path, const ReadOptions&
   std::optional<RowKind> file_kind;
   RowLocation kind_from;
   Layout kind_layout = Layout::Text;
+  int64_t rows = 0;
   for_each_row(path, [&](SourceRow& row) {
+    if (o.progress && ++rows % 1000 == 0) o.progress(rows);
     auto bad = [&](const std::string& reason, const std::string& message) {
       drop_row(report, path, o.strict, {.at = row.at, .reason = reason, .message = message});
     };
@@ -45,6 +47,7 @@ std::optional<RowKind> read_examples(const std::string& path, const ReadOptions&
       return bad("bad_row", layout_name(*layout) + " row: " + e.what());
     }
   });
+  if (o.progress) o.progress(-1);
   return file_kind;
 }
 

@@ -17,6 +17,9 @@ struct ReadOptions {
   std::optional<Layout> layout;  // --from: every row is read as this layout; else detected per row
   ScoreOptions scores;
   bool strict = false;
+  // Called with the rows read so far every 1,000 rows, and with -1 at the end (a
+  // terminal's progress line for big files measured through a tokenizer).
+  std::function<void(int64_t rows)> progress;
 };
 
 // visit decides what happens to each readable row: it calls report.keep()
