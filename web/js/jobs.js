@@ -188,6 +188,7 @@ async function follow({catchUp = false} = {}) {
   let received = 0;
   try {
     await stream(`v1/fine_tuning/jobs/${encodeURIComponent(id)}/events?stream=true${after}`, {signal: abort.signal, onData: event => {
+      if (abort.signal.aborted) return;  // events already read when another job was selected
       received++;
       lastEventId = event.id;
       logEvent(event);
