@@ -274,17 +274,20 @@ Example parse_example(const json& row, Layout layout, const ScoreOptions& scores
       for (size_t i = 0; i < turns.size(); ++i) {
         const json& t = turns[i];
         const std::string what = "conversations[" + std::to_string(i) + "]";
-        if (!t.is_object() || !t.contains("from") || !t["from"].is_string() || !t.contains("value") ||
-            !t["value"].is_string())
+        // {from, value} as ShareGPT writes it; some exports use OpenAI's {role, content} under the same key.
+        const bool openai = t.is_object() && t.contains("role") && t.contains("content");
+        const char* who = openai ? "role" : "from";
+        const char* text = openai ? "content" : "value";
+        if (!t.is_object() || !t.contains(who) || !t[who].is_string() || !t.contains(text) || !t[text].is_string())
           throw RowError(what + ": expected {\"from\": string, \"value\": string}, found " + t.dump().substr(0, 80));
-        messages.push_back({{"role", sharegpt_role(t["from"].get<std::string>(), i)}, {"content", t["value"]}});
+        messages.push_back({{"role", sharegpt_role(t[who].get<std::string>(), i)}, {"content", t[text]}});
       }
       split_last_reply(std::move(messages), ex, "\"conversations\"");
       return ex;
     }
     case Layout::Alpaca: {
       std::string prompt = string_field(row, "instruction");
-      if (row.contains("input")) {
+      if (row.contains("input") && !row["input"].is_null()) {  // some exports write null for no input
         const std::string input = string_field(row, "input");
         if (input.find_first_not_of(" \t\r\n") != std::string::npos) prompt += "\n\n" + input;
       }

@@ -91,6 +91,12 @@ TEST(DataLayout, SftRowsAsTrainReadsThem) {
       {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"), Layout::ShareGpt);
   EXPECT_EQ(sft_row(share), json::parse(R"({"messages": [{"role": "system", "content": "S"},
       {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"));
+  // OpenAI-style turns under "conversations", and Alpaca's null input.
+  Example openai = parse_example(json::parse(R"({"conversations": [{"role": "user", "content": "Q"},
+      {"role": "assistant", "content": "A"}]})"), Layout::ShareGpt);
+  EXPECT_EQ(sft_row(openai), json::parse(R"({"prompt": "Q", "completion": "A"})"));
+  EXPECT_EQ(sft_row(parse_example(json::parse(R"({"instruction": "Do", "input": null, "output": "done"})"), Layout::Alpaca)),
+            json::parse(R"({"prompt": "Do", "completion": "done"})"));
   EXPECT_THROW(parse_example(json::parse(R"({"conversations": [{"from": "gpt", "value": "A"}, {"from": "human", "value": "Q"}]})"),
                              Layout::ShareGpt),
                RowError);

@@ -254,10 +254,11 @@ def parse(row, layout, score="auto"):
         if not isinstance(conv, list): raise Bad("conv")
         msgs = []
         for t in conv:
-            if not isinstance(t, dict) or not isinstance(t.get("from"), str) or not isinstance(t.get("value"), str):
+            who, text = ("role", "content") if isinstance(t, dict) and "role" in t and "content" in t else ("from", "value")
+            if not isinstance(t, dict) or not isinstance(t.get(who), str) or not isinstance(t.get(text), str):
                 raise Bad("turn")
-            if t["from"] not in roles: raise Bad("role")
-            msgs.append({"role": roles[t["from"]], "content": t["value"]})
+            if t[who] not in roles: raise Bad("role")
+            msgs.append({"role": roles[t[who]], "content": t[text]})
         if not msgs or msgs[-1]["role"] != "assistant": raise Bad("last")
         return msgs[:-1], [(msgs[-1], None)], None
     if layout == "chat":
@@ -267,7 +268,7 @@ def parse(row, layout, score="auto"):
     if layout == "alpaca":
         if not isinstance(row.get("instruction"), str) or not isinstance(row.get("output"), str): raise Bad("alpaca")
         p = row["instruction"]
-        if "input" in row:
+        if row.get("input") is not None:
             if not isinstance(row["input"], str): raise Bad("input")
             if row["input"].strip(): p += "\n\n" + row["input"]
         prompt = [{"role": "system", "content": row["system"]}] if isinstance(row.get("system"), str) and row["system"] else []
