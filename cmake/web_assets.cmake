@@ -11,10 +11,10 @@ find_file(BRIOCHE_CHART_JS NAMES chart.min.js chart.umd.js chart.js
           PATHS /usr/share/javascript/chart.js /usr/share/nodejs/chart.js/dist /usr/share/nodejs/chart.js
           NO_DEFAULT_PATH
           DOC "Chart.js UMD build embedded in the web UI (Debian: libjs-chart.js)")
-if(NOT BRIOCHE_CHART_JS)
+if(NOT BRIOCHE_CHART_JS OR NOT EXISTS "${BRIOCHE_CHART_JS}")
   message(FATAL_ERROR
     "Chart.js not found: the web UI embeds it at build time and fetches nothing at run time.\n"
-    "Looked for chart.min.js / chart.umd.js / chart.js in /usr/share/javascript/chart.js and /usr/share/nodejs/chart.js.\n"
+    "Looked for chart.min.js / chart.umd.js / chart.js in /usr/share/javascript/chart.js and /usr/share/nodejs/chart.js (BRIOCHE_CHART_JS: ${BRIOCHE_CHART_JS}).\n"
     "Install it with `apt-get install libjs-chart.js` (scripts/setup.sh does), or pass -DBRIOCHE_CHART_JS=/path/to/chart.umd.js.")
 endif()
 
