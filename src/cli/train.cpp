@@ -291,6 +291,8 @@ Subcommand add_train_command(CLI::App& root) {
   option<int>(app, f, "save-steps", "also write a resumable checkpoint every N steps (default 0 = off)");
   option<int>(app, f, "save-total-limit", "keep only the newest K checkpoints (default 0 = all)");
   app->add_flag("--overwrite", f.overwrite, "replace an earlier run's adapter, metrics and checkpoints in --output");
+  option<std::string>(app, f, "base-model-id",
+                      "Hugging Face id written as the adapter's base_model_name_or_path (default: from the model's metadata)");
   option<std::string>(app, f, "resume-adapter", "warm start from this adapter (weights only; optimizer and schedule restart)");
   app->add_option_function<std::string>(
       "--resume",

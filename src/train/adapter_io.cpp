@@ -1,6 +1,7 @@
 #include "train/adapter_io.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/json_limits.h"
+#include "formats/gguf.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
 #include "ops/device.h"
@@ -36,6 +38,41 @@ bool permuted_qk(bool from_gguf, const model::ModelConfig& c) {
 }  // namespace
 
 bool has_permuted_qk(const model::Checkpoint& ck) { return permuted_qk(ck.gguf != nullptr, ck.config); }
+
+namespace {
+// "org/name" as the Hub spells repository ids, from an id or a Hub URL.
+std::string repo_id_from(std::string text) {
+  for (const char* prefix : {"https://huggingface.co/", "http://huggingface.co/", "hf.co/", "https://hf.co/"})
+    if (text.starts_with(prefix)) text.erase(0, std::strlen(prefix));
+  while (!text.empty() && text.back() == '/') text.pop_back();
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == text.size() || text.find('/', slash + 1) != std::string::npos)
+    return "";
+  if (text.front() == '.' || text.size() > 200) return "";
+  for (char c : text)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '/' && c != '-' && c != '_' && c != '.') return "";
+  return text;
+}
+}  // namespace
+
+std::string huggingface_repo_id(const model::Checkpoint& ck) {
+  if (ck.gguf) {
+    for (const char* key : {"general.source.huggingface.repository", "general.base_model.0.repo_url",
+                            "general.source.url", "general.url"})
+      if (std::string id = repo_id_from(ck.gguf->get_string(key, "")); !id.empty()) return id;
+    return "";
+  }
+  if (ck.directory.empty()) return "";
+  auto text = formats::read_regular_file_if_present(ck.directory + "/config.json", formats::kMaxConfigJsonBytes);
+  if (!text) return "";
+  try {
+    const nlohmann::json cfg = parse_json_bounded(*text, ck.directory + "/config.json");
+    if (cfg.is_object() && cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
+      return repo_id_from(cfg["_name_or_path"].get<std::string>());
+  } catch (const Error&) {
+  }
+  return "";
+}
 bool has_permuted_qk(const model::Model& m) { return permuted_qk(m.gguf() != nullptr, m.config()); }
 
 void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Checkpoint& ck,
@@ -61,8 +98,9 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
   nlohmann::ordered_json cfg;
   cfg["peft_type"] = "LORA";
   cfg["task_type"] = "CAUSAL_LM";
-  cfg["base_model_name_or_path"] =
-      info.base_model.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(info.base_model);
+  const std::string& base = info.base_model_id.empty() ? info.base_model_path : info.base_model_id;
+  cfg["base_model_name_or_path"] = base.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(base);
+  if (!info.base_model_path.empty()) cfg["brioche_base_model_path"] = info.base_model_path;
   cfg["r"] = c.rank;
   cfg["lora_alpha"] = c.alpha;
   cfg["lora_dropout"] = c.dropout;

@@ -26,8 +26,17 @@ bool has_permuted_qk(const model::Checkpoint& checkpoint);
 bool has_permuted_qk(const model::Model& model);
 
 struct AdapterWriteInfo {
-  std::string base_model;  // recorded as base_model_name_or_path
+  // base_model_name_or_path: the Hugging Face id when known (so that peft's
+  // AutoPeftModelForCausalLM resolves the base), else the local path.
+  std::string base_model_id;
+  std::string base_model_path;  // the local file or folder trained on (brioche_base_model_path)
 };
+
+// The base's Hugging Face repository id ("org/name") when the model names
+// it: GGUF general.source.huggingface.repository or a huggingface.co URL in
+// general.base_model.0.repo_url / general.source.url / general.url; a
+// safetensors folder's config.json `_name_or_path`. Empty when none does.
+std::string huggingface_repo_id(const model::Checkpoint& checkpoint);
 void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Checkpoint& checkpoint,
                   const AdapterWriteInfo& info = {});
 

@@ -135,6 +135,7 @@ float to_float(const json& v) { return v.get<float>(); }
 const std::vector<OptionSpec>& option_specs() {
   static const std::vector<OptionSpec> specs = {
       {{"model"}, Kind::String, [](TrainConfig& c, const json& v) { c.model = v.get<std::string>(); }},
+      {{"base_model_id"}, Kind::String, [](TrainConfig& c, const json& v) { c.base_model_id = v.get<std::string>(); }},
       {{"data"}, Kind::String, [](TrainConfig& c, const json& v) { c.data = v.get<std::string>(); }},
       {{"output", "adapter_path"}, Kind::String, [](TrainConfig& c, const json& v) { c.output = v.get<std::string>(); }},
       {{"resume_adapter", "warm_start_adapter", "resume_adapter_file"}, Kind::String,
@@ -248,6 +249,7 @@ std::string ConfigSource::type_of(const nlohmann::json& v) const {
 nlohmann::json config_to_json(const TrainConfig& c) {
   nlohmann::json j;
   j["model"] = c.model;
+  if (!c.base_model_id.empty()) j["base_model_id"] = c.base_model_id;
   j["data"] = c.data;
   j["output"] = c.output;
   j["method"] = method_name(c.method);

@@ -17,6 +17,9 @@ namespace brioche::train {
 
 struct TrainConfig {
   std::string model;             // .gguf file or safetensors directory
+  // The base's Hugging Face id written as the adapter's base_model_name_or_path;
+  // empty: the model's own metadata (huggingface_repo_id), else its path.
+  std::string base_model_id;
   std::string data;              // directory with train.jsonl (and valid.jsonl)
   std::string output = "adapters";  // adapter directory (adapter_path)
   std::string resume_adapter;    // warm start: factor weights only; optimizer and schedule restart

@@ -159,9 +159,12 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
 Trainer::~Trainer() = default;
 
 void Trainer::save(const std::string& dir) {
-  if (adapter_->device() == Device::CPU) return save_adapter(dir, *adapter_, ck_, {.base_model = config_.model});
+  const AdapterWriteInfo info{
+      .base_model_id = config_.base_model_id.empty() ? huggingface_repo_id(ck_) : config_.base_model_id,
+      .base_model_path = config_.model};
+  if (adapter_->device() == Device::CPU) return save_adapter(dir, *adapter_, ck_, info);
   auto host = adapter_->host_copy();
-  save_adapter(dir, *host, ck_, {.base_model = config_.model});
+  save_adapter(dir, *host, ck_, info);
 }
 
 void Trainer::log(const std::string& line) const {

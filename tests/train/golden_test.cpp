@@ -287,6 +287,43 @@ TEST(TrainGolden, NoDropoutInEvaluationForwards) {
   EXPECT_NE(hidden(*dropped, {.dropout_seed = 1, .for_backward = true}), reference) << "dropout had no effect";
 }
 
+// peft's AutoPeftModelForCausalLM resolves base_model_name_or_path on the
+// Hub: the adapter names the base's repository id when the model says it,
+// and keeps the local path in its own field.
+TEST(AdapterConfig, NamesTheHubIdWhenKnownAndTheLocalPath) {
+  const std::filesystem::path root = std::filesystem::path(BRIOCHE_BINARY_DIR) / "adapter_base_id";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  model::Checkpoint ck;
+  ck.directory = root.string();
+  for (auto [name_or_path, want] : std::vector<std::pair<std::string, std::string>>{
+           {"HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"},
+           {"https://huggingface.co/Qwen/Qwen3-0.6B/", "Qwen/Qwen3-0.6B"},
+           {"/home/me/models/llama", ""},
+           {"./llama", ""},
+           {"a/b/c", ""},
+           {"org/na me", ""}}) {
+    std::ofstream(root / "config.json") << nlohmann::json{{"_name_or_path", name_or_path}}.dump();
+    EXPECT_EQ(huggingface_repo_id(ck), want) << name_or_path;
+  }
+  std::ofstream(root / "config.json") << "{not json";
+  EXPECT_EQ(huggingface_repo_id(ck), "");
+
+  Fixture f;
+  auto written = [&](const AdapterWriteInfo& info) {
+    const std::string dir = (root / "adapter").string();
+    save_adapter(dir, *f.adapter, f.ck, info);
+    return nlohmann::json::parse(std::ifstream(dir + "/adapter_config.json"));
+  };
+  nlohmann::json cfg = written({.base_model_id = "org/base", .base_model_path = "/models/base.gguf"});
+  EXPECT_EQ(cfg["base_model_name_or_path"], "org/base");
+  EXPECT_EQ(cfg["brioche_base_model_path"], "/models/base.gguf");
+  cfg = written({.base_model_path = "/models/base.gguf"});
+  EXPECT_EQ(cfg["base_model_name_or_path"], "/models/base.gguf");
+  // The adapter still loads (the extra field is ignored on reading).
+  EXPECT_NE(load_adapter((root / "adapter").string(), f.ck), nullptr);
+}
+
 TEST(TrainGolden, AdapterWritesPeftLayoutAndRoundTrips) {
   Fixture f;
   const std::string dir = std::string(BRIOCHE_BINARY_DIR) + "/train_test_adapter";
