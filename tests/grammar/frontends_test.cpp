@@ -174,8 +174,13 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithPointer) {
   std::string e = err(R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})");
   EXPECT_NE(e.find("'uniqueItems'"), std::string::npos) << e;
   EXPECT_NE(e.find("#/properties/a"), std::string::npos) << e;
-  e = err(R"({"not":{"type":"string"}})");
+  e = err(R"({"type":"object","not":{"required":["a","b"]}})");  // a not the grammar cannot say
   EXPECT_NE(e.find("'not' at #"), std::string::npos) << e;
+  EXPECT_NE(e.find("not {required}"), std::string::npos) << e;
+  e = err(R"({"type":"string","pattern":"^a","not":{"const":"ab"}})");
+  EXPECT_NE(e.find("'not' at #"), std::string::npos) << e;
+  e = err(R"({"type":"null","not":{"type":"null"}})");
+  EXPECT_NE(e.find("matches nothing"), std::string::npos) << e;
   e = err(R"({"type":"string","format":"ipv6"})");
   EXPECT_NE(e.find("'format'"), std::string::npos) << e;
   e = err(R"({"$ref":"#/$defs/missing"})");

@@ -1,6 +1,6 @@
 """Goldens for the JSON Schema keywords that xgrammar ignores or
 approximates (minProperties/maxProperties, multipleOf, patternProperties,
-propertyNames, fixed-length formats with minLength/maxLength): for each
+propertyNames, fixed-length formats with minLength/maxLength, not): for each
 schema, candidate documents and `jsonschema`'s verdict (Draft 2020-12 with
 the format checker). tests/grammar/keywords_test.cpp checks that the
 grammar accepts exactly the valid ones (compact separators ", " / ": ",
@@ -87,6 +87,24 @@ CASES = [
     ("format_date_time_calendar", {"type": "string", "format": "date-time"},
      ["2024-02-29T12:00:00Z", "2023-02-29T12:00:00Z", "2024-04-31T00:00:00+02:00", "2024-04-30T23:59:59.5Z",
       "1900-02-29T01:02:03Z", "2000-02-29T01:02:03-05:30"]),
+    # not: the forms a grammar says exactly (the rest are refused).
+    ("not_type_null", {"not": {"type": "null"}}, [None, 1, "a", [], {}, True, 2.5]),
+    ("not_type_beside_types", {"type": ["string", "integer", "null"], "not": {"type": ["integer", "null"]}},
+     ["a", 1, None, 2.5]),
+    ("not_number_takes_integer", {"type": ["number", "boolean"], "not": {"type": "number"}}, [1, 2.5, True]),
+    ("not_type_filters_enum", {"enum": ["a", 1, None, [1]], "not": {"type": "string"}}, ["a", 1, None, [1], "b"]),
+    ("not_enum_beside_enum", {"enum": ["red", "green", "blue"], "not": {"enum": ["green"]}},
+     ["red", "green", "blue", "pink"]),
+    ("not_const_string", {"type": "string", "not": {"const": "admin"}},
+     ["admin", "admi", "admins", "", "Admin", Raw('"adm\\u0069n"'), Raw('"\\/admin"'), "x"]),
+    ("not_enum_strings_with_escapes", {"type": "string", "not": {"enum": ["a\"b", "c/d", "tab\there", "", "x"]}},
+     ["a\"b", Raw('"a\\"b"'), "c/d", Raw('"c\\/d"'), "tab\there", Raw('"tab\\there"'), "", "x", "xy", "a\"",
+      "c/", "tab", "y", "\\"]),
+    ("not_inside_properties", {"type": "object", "properties": {"role": {"type": "string", "not": {"enum": ["root", "admin"]}}},
+                               "required": ["role"], "additionalProperties": False},
+     [{"role": "root"}, {"role": "admin"}, {"role": "user"}, {"role": "roots"}, {"role": 1}]),
+    ("not_beside_any_of", {"anyOf": [{"type": "string"}, {"type": "integer"}], "not": {"const": "none"}},
+     ["none", "some", 1, None]),
 ]
 
 
