@@ -113,7 +113,11 @@ std::optional<std::string> invalid_request(const GenerationRequest& request, int
     if (t < 0 || t >= vocab_size)
       return error_message("prompt token ", t, " is outside the vocabulary [0, ", vocab_size, ")");
   if (request.n < 1 || request.n > 128) return error_message("n must be in [1, 128], got ", request.n);
-  if (request.max_tokens < 1) return error_message("max_tokens must be at least 1, got ", request.max_tokens);
+  if (request.max_tokens < 0 || (request.max_tokens == 0 && !request.prompt_logprobs))
+    return error_message("max_tokens must be at least 1 (0 only to score the prompt with prompt_logprobs), got ",
+                         request.max_tokens);
+  if (request.prompt_logprobs && request.top_logprobs < 0)
+    return "prompt_logprobs needs top_logprobs >= 0 (the number of alternatives per token)";
   if (request.top_logprobs > 20) return error_message("top_logprobs must be in [0, 20], got ", request.top_logprobs);
   // The sampler's own checks (logit_bias ids, ranges), run here on the
   // caller's thread: a request the engine thread could not take must never

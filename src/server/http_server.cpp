@@ -33,6 +33,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/dataset.h"
 #include "model/model.h"
+#include "server/tokenize_routes.h"
 
 namespace brioche::server {
 
@@ -272,7 +273,7 @@ class Session : public std::enable_shared_from_this<Session> {
       res.body() = app_->metrics.render(app_->engine->stats(), adapters);
       return send(std::move(res));
     }
-    bool api = path.rfind("/v1/", 0) == 0;
+    bool api = path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize" || path == "/tokenizer_info";
     if (api && !app_->options.api_key.empty()) {
       std::string auth(request_[http::field::authorization]);
       if (auth != "Bearer " + app_->options.api_key)
@@ -290,6 +291,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return send_error(ApiError{.status = 404, .message = "model '" + id + "' does not exist", .type = "invalid_request_error",
                          .param = "model", .code = "model_not_found"});
     }
+    if (path == "/tokenize" || path == "/detokenize" || path == "/tokenizer_info") return tokenizer_route(path, method);
     if (app_->jobs && JobsApi::handles(path)) return jobs_route(path, target);
     if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
       if (method != http::verb::post) return send_error(status_error(405, "use POST for " + path));
@@ -307,6 +309,20 @@ class Session : public std::enable_shared_from_this<Session> {
     if (method == http::verb::get && !api) return serve_static(path);
     send_error(ApiError{.status = 404, .message = "no route for " + std::string(request_.method_string()) + " " + path,
                 .type = "invalid_request_error", .param = "", .code = "not_found"});
+  }
+
+  // vLLM's tokenizer endpoints (tokenize_routes.h): cheap, answered on this thread.
+  void tokenizer_route(const std::string& path, http::verb method) {
+    const bool info = path == "/tokenizer_info";
+    if (method != (info ? http::verb::get : http::verb::post))
+      return send_error(status_error(405, std::string("use ") + (info ? "GET" : "POST") + " for " + path));
+    try {
+      if (info) return send_json(200, tokenizer_info_response(*app_->engine));
+      if (path == "/tokenize") return send_json(200, tokenize_response(*app_->engine, request_.body()));
+      return send_json(200, detokenize_response(*app_->engine, request_.body()));
+    } catch (const ApiError& e) {
+      return send_error(e);
+    }
   }
 
   // The base model, then every adapter with the base as its parent (as vLLM lists LoRA modules).

@@ -213,7 +213,9 @@ int32_t token_id(const json& value, const std::string& param, int32_t vocab_size
   return int32_t(value.get<int64_t>());
 }
 
-void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_key, const RequestBounds& bounds) {
+// min_max_tokens: 0 for completions (echo with max_tokens 0 scores the prompt only).
+void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_key, const RequestBounds& bounds,
+                    int64_t min_max_tokens = 1) {
   engine::SamplingParams& s = req.generation.sampling;
   if (auto v = get_number(body, "temperature", 0.0, 2.0)) s.temperature = float(*v);
   if (auto v = get_number(body, "top_p", 0.0, 1.0)) s.top_p = float(*v);
@@ -238,7 +240,7 @@ void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_ke
     }
   }
   for (const char* key : {max_tokens_key, "max_tokens"}) {
-    if (auto v = get_int(body, key, 1, 1 << 30)) {
+    if (auto v = get_int(body, key, min_max_tokens, 1 << 30)) {
       req.generation.max_tokens = int32_t(*v);
       req.max_tokens_given = true;
       break;
@@ -319,12 +321,16 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, co
       } else {
         wrong_type("prompt", "a string or an array of token ids", *p);
       }
-      parse_sampling(body, req, "max_tokens", bounds);
+      parse_sampling(body, req, "max_tokens", bounds, 0);
       if (auto v = get_int(body, "logprobs", 0, 20)) {
         req.logprobs = true;
         req.top_logprobs = int(*v);
       }
       req.echo = get_bool(body, "echo").value_or(false);
+      if (req.max_tokens_given && req.generation.max_tokens == 0 && !req.echo)
+        throw invalid_param("max_tokens", "max_tokens 0 scores the prompt only and needs 'echo': true; without echo it must be at least 1");
+      // OpenAI: with echo, logprobs cover the prompt's tokens too.
+      req.generation.prompt_logprobs = req.echo && (req.logprobs || req.generation.max_tokens == 0);
       if (!req.max_tokens_given) req.generation.max_tokens = 16;  // OpenAI's default for completions
       break;
     }

@@ -110,6 +110,29 @@ void ResponseBuilder::add_completion_logprobs(Choice& c, const engine::Generatio
   }
 }
 
+// Echoed prompt tokens come first, with offsets from the start of the echoed
+// text: the first token (no logprob, no alternatives: null), then each
+// later prompt token's log p(t_i | t_<i) from the engine.
+void ResponseBuilder::add_prompt_logprobs(Choice& c, const engine::GenerationEvent& e) {
+  if (!ctx_.echo_first_token) return;
+  size_t offset = 0;
+  c.lp_tokens.push_back(*ctx_.echo_first_token);
+  c.lp_values.push_back(nullptr);
+  c.lp_top.push_back(nullptr);
+  c.lp_offsets.push_back(0);
+  offset += ctx_.echo_first_token->size();
+  for (const engine::TokenLogprob& lp : e.prompt_logprobs) {
+    c.lp_tokens.push_back(lp.text);
+    c.lp_values.push_back(lp.logprob);
+    json top = json::object();
+    for (const engine::TopLogprob& t : lp.top) top[t.text] = t.logprob;
+    c.lp_top.push_back(top);
+    c.lp_offsets.push_back(int64_t(offset));
+    offset += lp.text.size();
+  }
+  ctx_.echo_first_token.reset();  // once per response (choice 0's first event)
+}
+
 std::string ResponseBuilder::stream_prelude() {
   if (!ctx_.stream || ctx_.endpoint != Endpoint::Responses) return {};
   std::string out;
@@ -150,7 +173,9 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
     if (*e.finish == engine::FinishReason::Error) error_ = e.error.empty() ? "generation failed" : e.error;
     if (*e.finish == engine::FinishReason::Cancelled) cancelled_ = true;
   }
+  const size_t lp_start = c.lp_tokens.size();
   if (ctx_.logprobs) {
+    if (ctx_.endpoint == Endpoint::Completions && e.choice == 0) add_prompt_logprobs(c, e);
     if (ctx_.endpoint == Endpoint::Completions) add_completion_logprobs(c, e);
     else for (json& entry : chat_logprob_entries(e)) c.logprobs.push_back(std::move(entry));
   }
@@ -206,14 +231,14 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
       }
       case Endpoint::Completions: {
         const bool finished = e.finish && ended_normally(*e.finish);
-        if (!delta.content.empty() || finished || (ctx_.logprobs && !e.logprobs.empty())) {
+        const bool new_logprobs = ctx_.logprobs && c.lp_tokens.size() > lp_start;
+        if (!delta.content.empty() || finished || new_logprobs) {
           json chunk = chunk_base();
           json choice = {{"index", e.choice}, {"text", delta.content}, {"logprobs", nullptr},
                          {"finish_reason", finished ? json(c.finish_reason) : json(nullptr)}};
-          if (ctx_.logprobs && !e.logprobs.empty()) {
+          if (new_logprobs) {
             json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
-            size_t start = c.lp_tokens.size() - e.logprobs.size();
-            for (size_t i = start; i < c.lp_tokens.size(); ++i) {
+            for (size_t i = lp_start; i < c.lp_tokens.size(); ++i) {
               tokens.push_back(c.lp_tokens[i]);
               values.push_back(c.lp_values[i]);
               tops.push_back(c.lp_top[i]);

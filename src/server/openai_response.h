@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct ResponseContext {
   OutputParserOptions parser;  // chat/responses only
   std::string prefill;         // text the prompt already forced (tool_choice): parsed, not shown
   std::string echo_text;       // completions with echo: the prompt, prepended
+  // completions with echo + logprobs: the prompt's first token (it has no
+  // logprob: null, as OpenAI's); the engine's prompt_logprobs give the rest.
+  std::optional<std::string> echo_first_token;
   nlohmann::json responses_echo;  // Responses: {"tools", "tool_choice", "parallel_tool_calls"} as the request sent them
 };
 
@@ -65,7 +69,7 @@ class ResponseBuilder {
     nlohmann::json logprobs = nlohmann::json::array();  // chat "content" entries
     // completions-style logprobs
     std::vector<std::string> lp_tokens;
-    std::vector<float> lp_values;
+    nlohmann::json lp_values = nlohmann::json::array();  // numbers; null for the prompt's first token
     nlohmann::json lp_top = nlohmann::json::array();
     std::vector<int64_t> lp_offsets;
     size_t text_offset = 0;
@@ -78,6 +82,7 @@ class ResponseBuilder {
   std::string finish_reason_for(const Choice& c, engine::FinishReason r) const;
   nlohmann::json chat_logprob_entries(const engine::GenerationEvent& e) const;
   void add_completion_logprobs(Choice& c, const engine::GenerationEvent& e);
+  void add_prompt_logprobs(Choice& c, const engine::GenerationEvent& e);
   std::string sse(const nlohmann::json& chunk) const;
   std::string sse_event(const std::string& type, nlohmann::json payload);
   nlohmann::json chunk_base() const;

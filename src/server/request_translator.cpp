@@ -53,7 +53,17 @@ void translate_completion(const ServedModel& served, const std::string& body, Ap
     bool add_bos = served.engine.tokenizer() && served.engine.tokenizer()->add_bos();
     out.generation.prompt_tokens = served.engine.tokenize(req.prompt, add_bos);
   }
-  if (req.echo) out.response.echo_text = req.prompt;
+  if (req.echo) {
+    // A prompt of token ids echoes as their text (as OpenAI's does).
+    if (req.prompt_token_ids.empty()) out.response.echo_text = req.prompt;
+    else
+      for (int32_t t : req.prompt_token_ids) out.response.echo_text += served.engine.codec().token_bytes(t);
+  }
+  // echo + max_tokens 0 without logprobs: the engine still scores the prompt
+  // (that is the request's only work), the response leaves logprobs out.
+  if (out.generation.prompt_logprobs && out.generation.top_logprobs < 0) out.generation.top_logprobs = 0;
+  if (out.generation.prompt_logprobs && out.response.logprobs && !out.generation.prompt_tokens.empty())
+    out.response.echo_first_token = served.engine.codec().token_bytes(out.generation.prompt_tokens.front());
   // No chat template to inject into: a degraded request only gets the Warning header.
   StructuredOutputPlan plan =
       served.structured.prepare(parse_structured_output(body, req, /*hermes_tools=*/false, /*tool_open=*/""));

@@ -59,6 +59,23 @@ TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
   EXPECT_EQ(error_of(Endpoint::ChatCompletions, "[1]").status, 400);
 }
 
+TEST(OpenAiRequest, EchoWithLogprobsAsksForPromptLogprobsAndMaxTokensZeroNeedsEcho) {
+  // lm-evaluation-harness's loglikelihood request: echo the prompt with its logprobs.
+  ApiRequest lm_eval = parse_api_request(Endpoint::Completions, R"({"prompt": [1, 2, 3], "echo": true, "logprobs": 1, "max_tokens": 1})");
+  EXPECT_TRUE(lm_eval.generation.prompt_logprobs);
+  EXPECT_EQ(lm_eval.top_logprobs, 1);
+  // OpenAI's legacy scoring call: echo + max_tokens 0 generates nothing.
+  ApiRequest zero = parse_api_request(Endpoint::Completions, R"({"prompt": "a b", "echo": true, "logprobs": 0, "max_tokens": 0})");
+  EXPECT_EQ(zero.generation.max_tokens, 0);
+  EXPECT_TRUE(zero.max_tokens_given && zero.generation.prompt_logprobs);
+  EXPECT_FALSE(parse_api_request(Endpoint::Completions, R"({"prompt": "a", "logprobs": 2})").generation.prompt_logprobs);
+  EXPECT_FALSE(parse_api_request(Endpoint::Completions, R"({"prompt": "a", "echo": true})").generation.prompt_logprobs);
+  // Without echo there is nothing to return for max_tokens 0; chat never takes it.
+  EXPECT_EQ(error_of(Endpoint::Completions, R"({"prompt": "a", "max_tokens": 0})").param, "max_tokens");
+  EXPECT_EQ(error_of(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 0})").param,
+            "max_tokens");
+}
+
 TEST(OpenAiRequest, CompletionsAndResponses) {
   ApiRequest c = parse_api_request(Endpoint::Completions, R"({"prompt": "hi", "logprobs": 3, "echo": true})");
   EXPECT_EQ(c.prompt, "hi");

@@ -170,5 +170,47 @@ TEST(ResponseBuilder, ResponsesStreamCutShortFails) {
   EXPECT_EQ(events.back()["response"]["error"]["code"], "timeout");
 }
 
+// echo + logprobs (lm-evaluation-harness's loglikelihood call): the prompt's
+// tokens come first, the first with null logprob and alternatives (OpenAI's
+// shape), offsets from the start of the echoed text, then generated tokens.
+engine::TokenLogprob token_logprob(int32_t id, std::string text, float logprob, std::vector<engine::TopLogprob> top) {
+  return {.token = id, .text = std::move(text), .logprob = logprob, .top = std::move(top)};
+}
+
+engine::GenerationEvent echo_event() {
+  engine::GenerationEvent e;
+  e.prompt_logprobs = {token_logprob(2, " b", -1.5f, {{.token = 7, .text = " x", .logprob = -0.5f}}),
+                       token_logprob(3, " c", -0.25f, {{.token = 3, .text = " c", .logprob = -0.25f}})};
+  e.text = "!";
+  e.tokens = {9};
+  e.logprobs = {token_logprob(9, "!", -2.0f, {{.token = 9, .text = "!", .logprob = -2.0f}})};
+  e.finish = engine::FinishReason::Length;
+  e.done = true;
+  e.usage = {.prompt_tokens = 3, .completion_tokens = 1};
+  return e;
+}
+
+TEST(ResponseBuilder, EchoWithLogprobsListsThePromptTokensFirst) {
+  ResponseBuilder builder({.endpoint = Endpoint::Completions, .model = "m", .logprobs = true, .echo_text = "a b c",
+                           .echo_first_token = "a"});
+  builder.on_event(echo_event());
+  json choice = builder.final_body()["choices"][0];
+  EXPECT_EQ(choice["text"], "a b c!");
+  json lp = choice["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"a", " b", " c", "!"}));
+  EXPECT_EQ(lp["token_logprobs"], json({nullptr, -1.5, -0.25, -2.0}));
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1], json({{" x", -0.5}}));
+  EXPECT_EQ(lp["text_offset"], json({0, 1, 3, 5}));
+}
+
+TEST(ResponseBuilder, StreamedEchoSendsThePromptLogprobsInTheFirstChunk) {
+  ResponseBuilder builder({.endpoint = Endpoint::Completions, .model = "m", .stream = true, .logprobs = true,
+                           .echo_text = "a b c", .echo_first_token = "a"});
+  std::vector<json> chunks = sse_payloads(builder.on_event(echo_event()));
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["tokens"], json({"a", " b", " c", "!"}));
+}
+
 }  // namespace
 }  // namespace brioche::server

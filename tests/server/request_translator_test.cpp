@@ -8,6 +8,7 @@
 #include <string>
 
 #include "server/request_translator.h"
+#include "server/tokenize_routes.h"
 #include "tokenizer/tokenizer.h"
 #include "model/model.h"
 #include "model/testing_paths.h"
@@ -16,6 +17,7 @@ namespace brioche::server {
 namespace {
 
 using model::default_model_path;
+using nlohmann::json;
 
 class TranslatorTest : public ::testing::Test {
  protected:
@@ -119,6 +121,54 @@ TEST_F(TranslatorTest, BosIsAddedOnce) {
   const std::vector<int32_t>& ids = t.generation.prompt_tokens;
   ASSERT_GE(ids.size(), 2u);
   EXPECT_FALSE(ids[0] == tok->bos_id() && ids[1] == tok->bos_id());
+}
+
+TEST_F(TranslatorTest, EchoOfTokenIdsIsTheirTextAndAsksForPromptLogprobs) {
+  // lm-evaluation-harness sends token ids with echo + logprobs and slices the
+  // returned logprobs by its own token counts.
+  const std::vector<int32_t> ids = engine_->tokenize("The cat sat", false);
+  json body = {{"prompt", ids}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}};
+  TranslatedRequest t = translate_request(served(), Endpoint::Completions, body.dump());
+  EXPECT_EQ(t.response.echo_text, "The cat sat");
+  EXPECT_TRUE(t.generation.prompt_logprobs);
+  EXPECT_EQ(t.generation.top_logprobs, 1);
+  EXPECT_EQ(t.response.echo_first_token, engine_->codec().token_bytes(ids[0]));
+  // echo + max_tokens 0 without logprobs: the prompt is still scored (the
+  // engine's only work), the response has no logprobs.
+  TranslatedRequest zero = translate_request(served(), Endpoint::Completions, R"({"prompt": "a b", "echo": true, "max_tokens": 0})");
+  EXPECT_EQ(zero.generation.max_tokens, 0);
+  EXPECT_TRUE(zero.generation.prompt_logprobs);
+  EXPECT_EQ(zero.generation.top_logprobs, 0);
+  EXPECT_FALSE(zero.response.logprobs);
+  EXPECT_FALSE(zero.response.echo_first_token);
+}
+
+TEST_F(TranslatorTest, TokenizeDetokenizeAndTokenizerInfo) {
+  json tokens = tokenize_response(*engine_, R"({"prompt": "Hello world", "add_special_tokens": false})");
+  EXPECT_EQ(tokens["tokens"].get<std::vector<int32_t>>(), engine_->tokenize("Hello world", false));
+  EXPECT_EQ(tokens["count"], tokens["tokens"].size());
+  EXPECT_EQ(detokenize_response(*engine_, json({{"tokens", tokens["tokens"]}}).dump())["prompt"], "Hello world");
+  json info = tokenizer_info_response(*engine_);
+  auto tok = engine_->tokenizer();
+  EXPECT_EQ(info["eos_token"], tok->token_text(tok->eos_id()));
+  // lm-eval finds the eos id by tokenizing eos_token: it must be that one token.
+  EXPECT_EQ(tokenize_response(*engine_, json({{"prompt", info["eos_token"]}}).dump())["tokens"], json({tok->eos_id()}));
+  EXPECT_TRUE(info["chat_template"].is_string());
+  auto error_param = [&](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    ADD_FAILURE() << "expected an ApiError";
+    return "";
+  };
+  EXPECT_EQ(error_param([&] { tokenize_response(*engine_, R"({"prompt": 5})"); }), "prompt");
+  EXPECT_EQ(error_param([&] { tokenize_response(*engine_, R"({"prompt": "a", "add_special_tokens": "yes"})"); }), "add_special_tokens");
+  EXPECT_EQ(error_param([&] { detokenize_response(*engine_, R"({"tokens": [1, -1]})"); }), "tokens");
+  EXPECT_EQ(error_param([&] { detokenize_response(*engine_, json({{"tokens", {engine_->vocab_size()}}}).dump()); }), "tokens");
+  EXPECT_EQ(error_param([&] { detokenize_response(*engine_, "[1]"); }), "");
 }
 
 TEST(PromptOpensReasoning, OnlyAnOpenThinkBlockAtTheEnd) {
