@@ -7,6 +7,7 @@
 #include "cli/generation_flags.h"
 #include "cli/load_engine.h"
 #include "cli/prompt.h"
+#include "cli/speculative_flags.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
 
@@ -17,6 +18,7 @@ namespace {
 struct RunFlags {
   ModelFlags model;
   GenerationFlags generation;
+  SpeculativeFlags speculative;
   std::string prompt;
   std::string system;
   bool raw = false;
@@ -27,7 +29,9 @@ int run(const RunFlags& flags) {
   std::string prompt = flags.prompt;
   if (prompt == "-") prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
 
-  auto engine = load_engine(flags.model);
+  engine::EngineOptions options;
+  flags.speculative.apply(options.scheduler);
+  auto engine = load_engine(flags.model, options);
   std::vector<int32_t> tokens;
   if (flags.raw) {
     tokens = raw_prompt_tokens(*engine, prompt);
@@ -59,6 +63,14 @@ int run(const RunFlags& flags) {
                int(tokens.size()), prefill_s, tokens.size() / std::max(prefill_s, 1e-9), generated, decode_s,
                generated > 1 ? (generated - 1) / decode_s : 0.0,
                done.finish ? engine::finish_reason_name(*done.finish) : "?");
+  if (flags.speculative.enabled()) {
+    const engine::EngineStats s = engine->stats();
+    std::fprintf(stderr, "[speculative %s: %llu drafts in %llu verify steps, %llu accepted (%.1f%%), %.2f accepted per step]\n",
+                 flags.speculative.method.c_str(), (unsigned long long)s.spec_draft_tokens,
+                 (unsigned long long)s.spec_verify_steps, (unsigned long long)s.spec_accepted_tokens,
+                 s.spec_draft_tokens ? 100.0 * double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0,
+                 s.spec_verify_steps ? double(s.spec_accepted_tokens) / double(s.spec_verify_steps) : 0.0);
+  }
   return kExitOk;
 }
 
@@ -69,6 +81,7 @@ Subcommand add_run_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand("run", "generate from one prompt, streaming tokens to stdout");
   flags->model.add_to(*app);
   flags->generation.add_to(*app);
+  flags->speculative.add_to(*app);
   app->add_option("-p,--prompt", flags->prompt, "the prompt ('-' reads stdin)");
   app->add_option("-s,--system", flags->system, "system message (chat models)");
   app->add_flag("--raw", flags->raw, "send the prompt as plain text, without the chat template");

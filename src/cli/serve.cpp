@@ -1,6 +1,7 @@
 // `brioche serve`: the OpenAI-compatible HTTP server (see server/server.h).
 #include "cli/common.h"
 #include "cli/load_engine.h"
+#include "cli/speculative_flags.h"
 #include "cli/subcommands.h"
 #include "server/server.h"
 #include "train/adapter_io.h"
@@ -66,12 +67,15 @@ Subcommand add_serve_command(CLI::App& root) {
       ->check(CLI::Range(0, 1 << 30))->capture_default_str();
   app->add_flag("--resume-interrupted-jobs", opts->jobs.resume_interrupted, "on start, resume the fine-tuning jobs a stopped server left interrupted");
   app->add_flag("--quiet", opts->quiet, "no startup banner");
+  auto speculative = std::make_shared<SpeculativeFlags>();
+  speculative->add_to(*app);
   return {app, [=] {
             opts->jobs.default_device = model->resolved_device() == Device::CUDA ? "cuda" : "cpu";
             opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;  // 0: fitted to the device (KvSizing)
             opts->engine.scheduler.max_batch_tokens =
                 *batch_tokens > 0 ? *batch_tokens : model->resolved_device() == Device::CUDA ? kCudaBatchTokens : kCpuBatchTokens;
             opts->engine.kv.max_context = *ctx;
+            speculative->apply(opts->engine.scheduler);
             opts->engine.kv.dtype = *kv_type == "f32" ? DType::F32 : DType::F16;
             opts->request_timeout_s = *timeout;
             for (const std::string& spec : *loras) {

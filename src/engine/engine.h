@@ -48,6 +48,15 @@ struct SchedulerOptions {
   int32_t max_batch_tokens = 512;   // rows per forward (decodes + prefill chunks)
   int32_t max_running = 64;         // sequences holding KV blocks at once
   bool prefix_cache = true;
+  // Speculative decoding by prompt lookup (docs/speculative.md): draft
+  // tokens per sequence and step; 0: off.
+  int32_t speculative_tokens = 0;
+  int32_t speculative_min_ngram = 1;  // n-gram lengths matched, longest first
+  int32_t speculative_max_ngram = 3;
+  // A step with more decoding sequences than this does not speculate: the
+  // forward is then bound by compute, not by reading the weights, and
+  // verifying k drafts costs about k decodes.
+  int32_t speculative_max_batch = 4;
 };
 
 struct EngineOptions {
@@ -72,6 +81,11 @@ struct EngineStats {
   uint64_t prompt_tokens_computed = 0;  // prefill rows actually run
   uint64_t generated_tokens = 0;
   uint64_t requests_finished = 0;
+  // Speculative decoding: sequence-steps that verified drafts, drafts
+  // proposed in them, drafts the model accepted.
+  uint64_t spec_verify_steps = 0;
+  uint64_t spec_draft_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
 };
 
 class Engine {

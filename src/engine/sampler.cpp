@@ -459,7 +459,17 @@ void Sampler::apply_mask(std::span<float> logits, const uint32_t* allowed_mask) 
   }
 }
 
-Sampler::Result Sampler::sample(const SamplerRow& row) {
+Sampler::Result Sampler::sample(const SamplerRow& row) { return sample_or_verify(row, -1, nullptr); }
+
+Sampler::Verdict Sampler::verify_draft(const SamplerRow& row, int32_t draft) {
+  BRIOCHE_CHECK(draft >= 0 && draft < vocab_size_, "Sampler::verify_draft: expected a draft token in [0, ",
+                vocab_size_, "), got ", draft);
+  Verdict verdict;
+  verdict.result = sample_or_verify(row, draft, &verdict.accepted);
+  return verdict;
+}
+
+Sampler::Result Sampler::sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted) {
   std::span<float> logits = row.logits;
   BRIOCHE_CHECK(logits.size() == size_t(vocab_size_), "Sampler: expected a logits row of ", vocab_size_,
                 " entries (vocab), got ", logits.size());
@@ -484,8 +494,9 @@ Sampler::Result Sampler::sample(const SamplerRow& row) {
     BRIOCHE_CHECK(max_logit != kNegInf,
                   "Sampler: no token is allowed (grammar mask and logit bias exclude all ", vocab_size_, ")");
     result.token = int32_t(std::find(logits.begin(), logits.end(), max_logit) - logits.begin());
+    if (accepted) *accepted = result.token == draft;
   } else {
-    result.token = sample_truncated(logits);
+    result.token = sample_truncated(logits, draft, accepted);
   }
 
   result.logprob = want_logprobs ? float(double(scratch().raw_logits[size_t(result.token)]) - raw_log_z)
@@ -493,7 +504,7 @@ Sampler::Result Sampler::sample(const SamplerRow& row) {
   return result;
 }
 
-int32_t Sampler::sample_truncated(std::span<float> logits) {
+int32_t Sampler::sample_truncated(std::span<float> logits, int32_t draft, bool* accepted) {
   Scratch& s = scratch();
   const size_t vocab = logits.size();
   const float temperature = params_.temperature;
@@ -544,7 +555,31 @@ int32_t Sampler::sample_truncated(std::span<float> logits) {
   const float bound = std::max({top_k_bound, top_p_bound, min_p_bound});
   // Without truncation the weights and logits are already final.
   if (bound != kNegInf) drop_below(logits, bound, s.weight, s.block_mass);
-  return draw_token(s.weight, s.block_mass, rng_.next_unit());
+  if (draft < 0) return draw_token(s.weight, s.block_mass, rng_.next_unit());
+
+  // Rejection rule for a point-mass proposal q = [draft]: accept with
+  // min(1, p(draft) / q(draft)) = p(draft); otherwise draw from
+  // max(0, p - q) normalised, which is p without the draft, renormalised.
+  // P(token = t) = p(d) [t = d] + (1 - p(d)) p(t) / (1 - p(d)) [t != d] = p(t).
+  double total = 0.0;
+  for (const double m : s.block_mass) total += m;
+  const double p_draft = double(s.weight[size_t(draft)]) / total;
+  if (rng_.next_unit() < p_draft) {
+    *accepted = true;
+    return draft;
+  }
+  *accepted = false;
+  s.block_mass[size_t(draft) / kMassBlock] -= double(s.weight[size_t(draft)]);
+  s.weight[size_t(draft)] = 0.0f;
+  logits[size_t(draft)] = kNegInf;
+  const int32_t token = draw_token(s.weight, s.block_mass, rng_.next_unit());
+  // Nothing left besides the draft (p(draft) rounded below 1 for a lone
+  // kept token): the draft is the only possible outcome.
+  if (token < 0) {
+    *accepted = true;
+    return draft;
+  }
+  return token;
 }
 
 }  // namespace brioche::engine

@@ -87,6 +87,23 @@ class Sampler {
   // and for sampling also temperature, with truncated tokens at -inf.
   Result sample(const SamplerRow& row);
 
+  // Speculative decoding (docs/speculative.md): the verdict on a draft token
+  // proposed for this row by a deterministic proposer (prompt lookup), with
+  // the same pipeline as sample(). Greedy: accepted when the argmax is the
+  // draft; result.token is the argmax either way. Sampled: accepted with
+  // probability p(draft) under the processed distribution (temperature and
+  // truncation applied); rejected, result.token is drawn from p with the
+  // draft's mass removed, renormalised. That is the standard rejection rule
+  // (min(1, p/q) with q a point mass on the draft), so every kept token is
+  // distributed exactly as sample() would draw it. Two draws on rejection,
+  // one on acceptance: a seeded request is reproducible but not the same
+  // stream as without speculation.
+  struct Verdict {
+    Result result;
+    bool accepted = false;
+  };
+  Verdict verify_draft(const SamplerRow& row, int32_t draft);
+
   const SamplingParams& params() const { return params_; }
   int vocab_size() const { return vocab_size_; }
   bool is_greedy() const;
@@ -105,7 +122,10 @@ class Sampler {
   void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
                        std::span<const int32_t> output) const;
   void apply_mask(std::span<float> logits, const uint32_t* allowed_mask) const;
-  int32_t sample_truncated(std::span<float> logits);
+  // Draws from the truncated distribution, or with draft >= 0 rules on it
+  // (verify_draft; *accepted set).
+  int32_t sample_truncated(std::span<float> logits, int32_t draft = -1, bool* accepted = nullptr);
+  Result sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted);
 
   SamplingParams params_;
   int vocab_size_;

@@ -7,7 +7,6 @@
 #include "core/env_switch.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "engine/logprobs.h"
 #include "ops/device.h"
 
 namespace brioche::engine {
@@ -26,6 +25,10 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
     logits_ = ops::zeros(DType::F32, {1, runner_->vocab_size()}, Device::CUDA);  // the model keeps it there
     run_ahead_enabled_ = env_switch_on("BRIOCHE_RUN_AHEAD");
   }
+  // Drafts are verified on the host, from host logits: not with the device
+  // sampler (CUDA with BRIOCHE_CUDA_SAMPLING=0 verifies as the CPU does).
+  if (options_.speculative_tokens > 0 && !device_sampler_)
+    proposer_ = std::make_unique<PromptLookupProposer>(options_.speculative_min_ngram, options_.speculative_max_ngram);
 }
 
 void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationRequest request) {
@@ -43,7 +46,6 @@ void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationReq
     seq->tokens = req.prompt_tokens;
     seq->n_prompt = int32_t(req.prompt_tokens.size());
     seq->prefix_seed = req.adapter ? req.adapter->id : 0;
-    seq->scores_prompt = req.prompt_logprobs && choice == 0;
     SamplingParams params = req.sampling;
     // Forks of a seeded request get distinct but reproducible streams.
     if (params.seed && choice > 0) params.seed = *params.seed + uint64_t(choice);
@@ -133,7 +135,6 @@ BlockHash block_hash(Sequence& seq, size_t b, int32_t block_size) {
 
 void Engine::Scheduler::match_prefix(Sequence& seq) {
   if (!options_.prefix_cache || seq.n_computed != 0 || !seq.block_table.empty()) return;
-  if (seq.scores_prompt) return;  // every prompt row's logits are needed, and cached rows have none
   int32_t bs = blocks_.block_size();
   // Leave at least one token to run: its logits are needed.
   int32_t max_blocks = (int32_t(seq.tokens.size()) - 1) / bs;
@@ -237,6 +238,12 @@ bool shares_a_filling_block(Sequence& seq, int32_t block_size, const std::vector
 std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   std::vector<Planned> planned;
   int32_t budget = options_.max_batch_tokens;
+  int32_t decoding = 0;
+  for (auto& seq : running_) {
+    seq->drafts.clear();
+    if (seq->remaining() == 1) ++decoding;
+  }
+  const bool speculate = proposer_ && decoding <= options_.speculative_max_batch;
 
   // 1. One decode row for each running sequence, oldest first; preempt the
   // newest when blocks run out.
@@ -264,6 +271,10 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     planned.push_back({seq, 1});
     --budget;
   }
+  // Drafts once every decode row has its block, so that they never cause a
+  // preemption; they come before prefill in the budget.
+  if (speculate)
+    for (const Planned& p : planned) propose_drafts(*p.seq, budget);
 
   // Prompt blocks this step's prefill chunks complete (see shares_a_filling_block).
   std::vector<BlockHash> filling;
@@ -339,7 +350,7 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     Sequence& seq = *p.seq;
     model::SequenceView view;
     view.first_row = batch.n_rows();
-    view.n_rows = p.chunk;
+    view.n_rows = p.chunk + int32_t(seq.drafts.size());
     view.n_past = seq.n_computed;
     view.block_table = std::span<const int32_t>(seq.block_table);
     view.adapter = seq.request->request.adapter.get();
@@ -349,7 +360,14 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
       int32_t pos = seq.n_computed + r;
       batch.tokens.push_back(seq.tokens[size_t(pos)]);
       batch.positions.push_back(pos);
-      batch.wants_logits.push_back((reaches_end && r == p.chunk - 1) || seq.scores_position(pos) ? 1 : 0);
+      batch.wants_logits.push_back(reaches_end && r == p.chunk - 1 ? 1 : 0);
+    }
+    // Drafts follow the decode row as a short prefill chunk; each row's
+    // logits judge the next draft (or give the token after the last).
+    for (size_t d = 0; d < seq.drafts.size(); ++d) {
+      batch.tokens.push_back(seq.drafts[d]);
+      batch.positions.push_back(seq.n_computed + p.chunk + int32_t(d));
+      batch.wants_logits.push_back(1);
     }
     // Prompt rows: every row of a chunk longer than one (prefill, or a
     // preempted sequence's recompute), and a lone row that is a prompt token
@@ -363,44 +381,24 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
   if (!forward_queued) queue_forward(planned);
 
   // Sample in plan order; finishing a sequence destroys it, so collect first.
-  // Logit rows come in batch row order: a sequence's prompt-scoring rows
-  // (prompt_logprobs), then its last row when it reaches its end.
   int32_t logit_row = 0;
   std::vector<std::pair<Sequence*, int32_t>> to_sample;
-  struct ScoredRow {
-    Sequence* seq;
-    int32_t pos, row;
-  };
-  std::vector<ScoredRow> scored;
+  std::vector<std::pair<Sequence*, int32_t>> to_verify;  // sequences with drafts, their first logits row
   for (const Planned& p : planned) {
     Sequence& seq = *p.seq;
-    for (int32_t r = 0; r < p.chunk; ++r)
-      if (seq.scores_position(seq.n_computed + r)) scored.push_back({&seq, seq.n_computed + r, logit_row++});
     seq.n_computed += p.chunk;
     register_full_blocks(seq);
+    if (!seq.drafts.empty()) {
+      to_verify.push_back({&seq, logit_row});
+      logit_row += 1 + int32_t(seq.drafts.size());
+      continue;
+    }
     if (seq.n_computed == int32_t(seq.tokens.size())) {
       if (seq.choice == 0 && seq.n_computed >= seq.n_prompt) seq.request->prompt_ready = true;
       to_sample.push_back({&seq, logit_row++});
     }
   }
   int32_t vocab = runner_->vocab_size();
-  if (!scored.empty()) {
-    // Few requests ask for this; the device's logits are copied whole.
-    Tensor host = logits_.device() == Device::CPU ? logits_ : ops::to_device(logits_, Device::CPU);
-    for (const ScoredRow& s : scored)
-      score_prompt_position(*s.seq, s.pos, std::span<const float>(host.row_as<float>(s.row), size_t(vocab)));
-  }
-  // max_tokens 0 (prompt scoring only): the prompt is done, nothing is sampled.
-  std::erase_if(to_sample, [&](const std::pair<Sequence*, int32_t>& entry) {
-    Sequence* seq = entry.first;
-    if (seq->request->request.max_tokens > 0) return false;
-    GenerationEvent event;
-    event.choice = seq->choice;
-    event.finish = FinishReason::Length;
-    event.prompt_logprobs = std::move(seq->prompt_logprobs);
-    finish(seq, std::move(event));
-    return true;
-  });
   // Masks first (each row's from its own matcher, no sharing between rows),
   // then every row is sampled on the pool: rows are independent (each
   // sequence has its own sampler and RNG; the sampler's scratch is per
@@ -470,7 +468,86 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
   for (const RowSample& r : rows)
     if (r.error) std::rethrow_exception(r.error);
   for (const RowSample& r : rows) accept_token(*r.seq, r.result);
+  for (auto [seq, row] : to_verify) verify_drafts(*seq, row);
 }
+
+void Engine::Scheduler::propose_drafts(Sequence& seq, int32_t& budget) {
+  const GenerationRequest& req = seq.request->request;
+  if (!req.speculative || budget <= 0) return;
+  // Room for every draft and the model's token after them: max_tokens, the
+  // context, and the step's rows.
+  int32_t room = std::min({options_.speculative_tokens, budget, req.max_tokens - seq.n_generated - 1,
+                           runner_->context_length() - int32_t(seq.tokens.size()) - 1});
+  if (room <= 0) return;
+  std::vector<int32_t> drafts = proposer_->propose(seq.tokens, room);
+  if (drafts.empty()) return;
+  // Only blocks free now: speculation never preempts anyone.
+  if (!ensure_blocks(seq, seq.n_computed + 1 + int32_t(drafts.size()))) return;
+  budget -= int32_t(drafts.size());
+  seq.drafts = std::move(drafts);
+}
+
+void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
+  const std::vector<int32_t> drafts = std::move(seq.drafts);
+  seq.drafts.clear();
+  ++spec_verify_steps_;
+  spec_draft_tokens_ += drafts.size();
+  const int32_t vocab = runner_->vocab_size();
+  // K/V is valid for [0, base): the decode row's token is tokens[base - 1].
+  // Row i's logits are those of position base - 1 + i, computed over the
+  // drafts before it: the logits an unspeculated decode of that position
+  // sees once those drafts are accepted (every row of the forward depends
+  // only on its own prefix).
+  const int32_t base = seq.n_computed;
+  int32_t accepted = 0;
+  for (size_t i = 0; i <= drafts.size(); ++i) {
+    const uint32_t* mask = nullptr;
+    if (seq.constraint) {
+      // The matcher has advanced over the drafts accepted so far and never
+      // over an unverified one, so this is the mask of an unspeculated step;
+      // a draft the grammar forbids has p = 0 and is rejected here.
+      bool any_allowed = true;
+      mask = seq.constraint->next_mask(&any_allowed);
+      if (!any_allowed) {
+        spec_accepted_tokens_ += uint64_t(accepted);
+        finish(&seq, FinishReason::Stop);
+        return;
+      }
+    }
+    SamplerRow row{
+        .logits = std::span<float>(logits_.row_as<float>(first_row + int32_t(i)), size_t(vocab)),
+        .prompt = std::span<const int32_t>(seq.tokens.data(), size_t(seq.n_prompt)),
+        .output = std::span<const int32_t>(seq.tokens.data() + seq.n_prompt, seq.tokens.size() - size_t(seq.n_prompt)),
+        .allowed_mask = mask,
+    };
+    Sampler::Verdict verdict;
+    if (i < drafts.size()) verdict = seq.sampler->verify_draft(row, drafts[i]);
+    else verdict.result = seq.sampler->sample(row);
+    if (!verdict.accepted) {
+      // The model's own token ends the step. Positions past it hold K/V of
+      // rejected drafts: past n_computed, they are rewritten before they are
+      // read, and whole blocks past the next position go back to the pool.
+      spec_accepted_tokens_ += uint64_t(accepted);
+      seq.n_computed = base + accepted;
+      const int32_t bs = blocks_.block_size();
+      const size_t keep = size_t((seq.n_computed + 1 + bs - 1) / bs);
+      while (seq.block_table.size() > keep) {
+        blocks_.release(seq.block_table.back());
+        seq.block_table.pop_back();
+      }
+      register_full_blocks(seq);
+      accept_token(seq, verdict.result);  // may finish the sequence
+      return;
+    }
+    ++accepted;
+    seq.n_computed = base + accepted;
+    if (!append_token(seq, drafts[i], &verdict.result)) {  // eos, a stop string, max_tokens, grammar end
+      spec_accepted_tokens_ += uint64_t(accepted);
+      return;
+    }
+  }
+}
+
 
 // Running one step ahead. A decode step waits for the step before it only
 // through its tokens, and the device sampler leaves those on the device
@@ -558,7 +635,6 @@ bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler
   GenerationEvent event;
   event.choice = seq.choice;
   event.tokens.push_back(token);
-  if (seq.scores_prompt && !seq.prompt_logprobs.empty()) event.prompt_logprobs = std::move(seq.prompt_logprobs);
   if (req.top_logprobs >= 0 && sampled) {
     TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = sampled->logprob, .top = {}};
     for (auto [id, value] : sampled->top) lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
@@ -597,16 +673,6 @@ bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler
   state.handle->push(std::move(event));
   if (req.on_events) req.on_events();
   return true;
-}
-
-void Engine::Scheduler::score_prompt_position(Sequence& seq, int32_t pos, std::span<const float> logits) {
-  const int32_t token = seq.tokens[size_t(pos) + 1];
-  const double log_z = log_softmax_normalizer(logits);
-  TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = float(logits[size_t(token)] - log_z), .top = {}};
-  for (auto [id, value] : top_logprobs(logits, seq.request->request.top_logprobs, log_z))
-    lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
-  seq.prompt_logprobs.push_back(std::move(lp));
-  seq.prompt_scored = pos + 1;
 }
 
 void Engine::Scheduler::finish(Sequence* seq, FinishReason reason, const std::string& error) {
@@ -670,6 +736,9 @@ EngineStats Engine::Scheduler::stats() const {
   s.prompt_tokens_computed = prompt_rows_;
   s.generated_tokens = generated_;
   s.requests_finished = finished_requests_;
+  s.spec_verify_steps = spec_verify_steps_;
+  s.spec_draft_tokens = spec_draft_tokens_;
+  s.spec_accepted_tokens = spec_accepted_tokens_;
   return s;
 }
 

@@ -12,7 +12,6 @@
 #include <deque>
 #include <memory>
 #include <optional>
-#include <span>
 #include <vector>
 
 #include "engine/block_allocator.h"
@@ -20,6 +19,7 @@
 #include "engine/device_sampler.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
@@ -52,13 +52,6 @@ struct Sequence {
   int32_t registered_blocks = 0;  // full computed blocks offered to the prefix cache
   int32_t n_generated = 0;
   bool ever_admitted = false;
-  // GenerationRequest::prompt_logprobs, choice 0: the logprobs of prompt
-  // tokens 1..prompt_scored, sent with the first event.
-  bool scores_prompt = false;
-  int32_t prompt_scored = 0;
-  std::vector<TokenLogprob> prompt_logprobs;
-  // Whether the row at position `pos` must give logits for a prompt logprob.
-  bool scores_position(int32_t pos) const { return scores_prompt && pos + 1 < n_prompt && pos >= prompt_scored; }
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
   std::unique_ptr<StopMatcher> stop;
@@ -68,6 +61,9 @@ struct Sequence {
   // Its penalty entries for device sampling, extended by each step's new
   // tokens (unused on the host path).
   DeviceSampler::PenaltyEntries penalties;
+  // This step's draft tokens (speculative decoding): run as rows after the
+  // decode row, their K/V written past n_computed until verified.
+  std::vector<int32_t> drafts;
 
   int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
 };
@@ -113,12 +109,17 @@ class Engine::Scheduler {
   // of `sampled` (this step's sampled sequences, plan order) fed by the
   // sampler's ids on the device, when that is the step plan() would make.
   void run_ahead(const std::vector<Sequence*>& sampled);
+  // Sets seq.drafts (speculative decoding) within the step's row budget and
+  // the blocks free now; the decode row itself is planned already.
+  void propose_drafts(Sequence& seq, int32_t& budget);
+  // Verdicts on seq.drafts from the logits rows [first_row, first_row + 1 +
+  // drafts): accepts the agreed prefix and the model's own next token, and
+  // gives back the K/V (and blocks) of the rejected positions.
+  void verify_drafts(Sequence& seq, int32_t first_row);
   void accept_token(Sequence& seq, const Sampler::Result& sampled);
   // Appends one generated token (sampled, or forced by jump-forward when
   // `sampled` is null), emits its text; false when the sequence finished.
   bool append_token(Sequence& seq, int32_t token, const Sampler::Result* sampled);
-  // Records log p(tokens[pos + 1]) from `logits` (one row, vocab wide).
-  void score_prompt_position(Sequence& seq, int32_t pos, std::span<const float> logits);
   void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
   void finish(Sequence* seq, GenerationEvent event);  // event.finish set by the caller
   void remove(Sequence* seq);
@@ -142,6 +143,8 @@ class Engine::Scheduler {
   uint64_t overlapped_steps_ = 0;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
   uint64_t partial_hit_tokens_ = 0;  // prompt positions copied from partly shared blocks
+  std::unique_ptr<DraftProposer> proposer_;  // null: no speculation
+  uint64_t spec_verify_steps_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
 };
 
 }  // namespace brioche::engine

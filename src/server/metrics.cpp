@@ -109,6 +109,15 @@ std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& a
   counter("brioche_engine_steps_total", "Engine steps (batched forwards).", double(e.steps));
   counter("brioche_engine_overlapped_steps_total",
           "Decode steps queued on the GPU before the host had the tokens they read.", double(e.overlapped_steps));
+  counter("brioche_spec_verify_steps_total", "Sequence-steps that verified speculative draft tokens.",
+          double(e.spec_verify_steps));
+  counter("brioche_spec_draft_tokens_total", "Speculative draft tokens proposed and verified.", double(e.spec_draft_tokens));
+  counter("brioche_spec_accepted_tokens_total", "Speculative draft tokens the model accepted.",
+          double(e.spec_accepted_tokens));
+  gauge("brioche_spec_acceptance_rate", "Accepted / proposed draft tokens since start (0 without drafts).",
+        e.spec_draft_tokens ? double(e.spec_accepted_tokens) / double(e.spec_draft_tokens) : 0.0);
+  gauge("brioche_spec_mean_accepted_length", "Accepted draft tokens per verify step since start.",
+        e.spec_verify_steps ? double(e.spec_accepted_tokens) / double(e.spec_verify_steps) : 0.0);
   gauge("brioche_lora_adapters_loaded", "LoRA adapters served as models.", double(adapters.loaded));
   gauge("brioche_lora_adapters_resident", "LoRA adapters with factors on the device now.", double(adapters.resident));
   {

@@ -1,0 +1,33 @@
+#include "engine/proposer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace brioche::engine {
+
+PromptLookupProposer::PromptLookupProposer(int32_t min_ngram, int32_t max_ngram)
+    : min_ngram_(min_ngram), max_ngram_(max_ngram) {
+  BRIOCHE_CHECK(min_ngram >= 1 && max_ngram >= min_ngram,
+                "PromptLookupProposer: expected 1 <= min_ngram <= max_ngram, got ", min_ngram, " and ", max_ngram);
+}
+
+std::vector<int32_t> PromptLookupProposer::propose(std::span<const int32_t> tokens, int32_t max_tokens) const {
+  const int64_t size = int64_t(tokens.size());
+  if (max_tokens <= 0) return {};
+  // Longest n-gram first: a longer match is more likely to continue alike.
+  for (int64_t n = std::min<int64_t>(max_ngram_, size - 1); n >= min_ngram_; --n) {
+    const std::span<const int32_t> pattern = tokens.subspan(size_t(size - n));
+    // Most recent earlier occurrence first (start <= size - n - 1, so at
+    // least one token follows it).
+    for (int64_t start = size - n - 1; start >= 0; --start) {
+      if (!std::equal(pattern.begin(), pattern.end(), tokens.begin() + start)) continue;
+      const int64_t from = start + n;
+      const int64_t count = std::min<int64_t>(max_tokens, size - from);
+      return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + from + count);
+    }
+  }
+  return {};
+}
+
+}  // namespace brioche::engine
