@@ -7,6 +7,7 @@
 #include "core/env_switch.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/logprobs.h"
 #include "ops/device.h"
 
 namespace brioche::engine {
@@ -46,6 +47,7 @@ void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationReq
     seq->tokens = req.prompt_tokens;
     seq->n_prompt = int32_t(req.prompt_tokens.size());
     seq->prefix_seed = req.adapter ? req.adapter->id : 0;
+    seq->scores_prompt = req.prompt_logprobs && choice == 0;
     SamplingParams params = req.sampling;
     // Forks of a seeded request get distinct but reproducible streams.
     if (params.seed && choice > 0) params.seed = *params.seed + uint64_t(choice);
@@ -135,6 +137,7 @@ BlockHash block_hash(Sequence& seq, size_t b, int32_t block_size) {
 
 void Engine::Scheduler::match_prefix(Sequence& seq) {
   if (!options_.prefix_cache || seq.n_computed != 0 || !seq.block_table.empty()) return;
+  if (seq.scores_prompt) return;  // every prompt row's logits are needed, and cached rows have none
   int32_t bs = blocks_.block_size();
   // Leave at least one token to run: its logits are needed.
   int32_t max_blocks = (int32_t(seq.tokens.size()) - 1) / bs;
@@ -360,7 +363,7 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
       int32_t pos = seq.n_computed + r;
       batch.tokens.push_back(seq.tokens[size_t(pos)]);
       batch.positions.push_back(pos);
-      batch.wants_logits.push_back(reaches_end && r == p.chunk - 1 ? 1 : 0);
+      batch.wants_logits.push_back((reaches_end && r == p.chunk - 1) || seq.scores_position(pos) ? 1 : 0);
     }
     // Drafts follow the decode row as a short prefill chunk; each row's
     // logits judge the next draft (or give the token after the last).
@@ -381,11 +384,20 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
   if (!forward_queued) queue_forward(planned);
 
   // Sample in plan order; finishing a sequence destroys it, so collect first.
+  // Logit rows come in batch row order: a sequence's prompt-scoring rows
+  // (prompt_logprobs), then its last row when it reaches its end.
   int32_t logit_row = 0;
   std::vector<std::pair<Sequence*, int32_t>> to_sample;
   std::vector<std::pair<Sequence*, int32_t>> to_verify;  // sequences with drafts, their first logits row
+  struct ScoredRow {
+    Sequence* seq;
+    int32_t pos, row;
+  };
+  std::vector<ScoredRow> scored;
   for (const Planned& p : planned) {
     Sequence& seq = *p.seq;
+    for (int32_t r = 0; r < p.chunk; ++r)
+      if (seq.scores_position(seq.n_computed + r)) scored.push_back({&seq, seq.n_computed + r, logit_row++});
     seq.n_computed += p.chunk;
     register_full_blocks(seq);
     if (!seq.drafts.empty()) {
@@ -399,6 +411,23 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
     }
   }
   int32_t vocab = runner_->vocab_size();
+  if (!scored.empty()) {
+    // Few requests ask for this; the device's logits are copied whole.
+    Tensor host = logits_.device() == Device::CPU ? logits_ : ops::to_device(logits_, Device::CPU);
+    for (const ScoredRow& s : scored)
+      score_prompt_position(*s.seq, s.pos, std::span<const float>(host.row_as<float>(s.row), size_t(vocab)));
+  }
+  // max_tokens 0 (prompt scoring only): the prompt is done, nothing is sampled.
+  std::erase_if(to_sample, [&](const std::pair<Sequence*, int32_t>& entry) {
+    Sequence* seq = entry.first;
+    if (seq->request->request.max_tokens > 0) return false;
+    GenerationEvent event;
+    event.choice = seq->choice;
+    event.finish = FinishReason::Length;
+    event.prompt_logprobs = std::move(seq->prompt_logprobs);
+    finish(seq, std::move(event));
+    return true;
+  });
   // Masks first (each row's from its own matcher, no sharing between rows),
   // then every row is sampled on the pool: rows are independent (each
   // sequence has its own sampler and RNG; the sampler's scratch is per
@@ -548,7 +577,6 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
   }
 }
 
-
 // Running one step ahead. A decode step waits for the step before it only
 // through its tokens, and the device sampler leaves those on the device
 // (DeviceSampler::tokens). So with step t's sampling launched, the next
@@ -635,6 +663,7 @@ bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler
   GenerationEvent event;
   event.choice = seq.choice;
   event.tokens.push_back(token);
+  if (seq.scores_prompt && !seq.prompt_logprobs.empty()) event.prompt_logprobs = std::move(seq.prompt_logprobs);
   if (req.top_logprobs >= 0 && sampled) {
     TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = sampled->logprob, .top = {}};
     for (auto [id, value] : sampled->top) lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
@@ -673,6 +702,16 @@ bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler
   state.handle->push(std::move(event));
   if (req.on_events) req.on_events();
   return true;
+}
+
+void Engine::Scheduler::score_prompt_position(Sequence& seq, int32_t pos, std::span<const float> logits) {
+  const int32_t token = seq.tokens[size_t(pos) + 1];
+  const double log_z = log_softmax_normalizer(logits);
+  TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = float(logits[size_t(token)] - log_z), .top = {}};
+  for (auto [id, value] : top_logprobs(logits, seq.request->request.top_logprobs, log_z))
+    lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
+  seq.prompt_logprobs.push_back(std::move(lp));
+  seq.prompt_scored = pos + 1;
 }
 
 void Engine::Scheduler::finish(Sequence* seq, FinishReason reason, const std::string& error) {

@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/block_allocator.h"
@@ -52,6 +53,13 @@ struct Sequence {
   int32_t registered_blocks = 0;  // full computed blocks offered to the prefix cache
   int32_t n_generated = 0;
   bool ever_admitted = false;
+  // GenerationRequest::prompt_logprobs, choice 0: the logprobs of prompt
+  // tokens 1..prompt_scored, sent with the first event.
+  bool scores_prompt = false;
+  int32_t prompt_scored = 0;
+  std::vector<TokenLogprob> prompt_logprobs;
+  // Whether the row at position `pos` must give logits for a prompt logprob.
+  bool scores_position(int32_t pos) const { return scores_prompt && pos + 1 < n_prompt && pos >= prompt_scored; }
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
   std::unique_ptr<StopMatcher> stop;
@@ -120,6 +128,8 @@ class Engine::Scheduler {
   // Appends one generated token (sampled, or forced by jump-forward when
   // `sampled` is null), emits its text; false when the sequence finished.
   bool append_token(Sequence& seq, int32_t token, const Sampler::Result* sampled);
+  // Records log p(tokens[pos + 1]) from `logits` (one row, vocab wide).
+  void score_prompt_position(Sequence& seq, int32_t pos, std::span<const float> logits);
   void finish(Sequence* seq, FinishReason reason, const std::string& error = {});
   void finish(Sequence* seq, GenerationEvent event);  // event.finish set by the caller
   void remove(Sequence* seq);
