@@ -64,6 +64,7 @@ int run(const RunFlags& flags) {
                generated > 1 ? (generated - 1) / decode_s : 0.0,
                done.finish ? engine::finish_reason_name(*done.finish) : "?");
   if (flags.speculative.enabled()) {
+    engine->shutdown();  // the stats of the last step are in once the engine thread is done
     const engine::EngineStats s = engine->stats();
     std::fprintf(stderr, "[speculative %s: %llu drafts in %llu verify steps, %llu accepted (%.1f%%), %.2f accepted per step]\n",
                  flags.speculative.method.c_str(), (unsigned long long)s.spec_draft_tokens,
