@@ -269,6 +269,9 @@ void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_ke
     if (auto v = get_bool(*opts, "include_usage")) req.include_usage = *v;
   }
   if (auto v = get_bool(body, "ignore_eos")) req.generation.ignore_eos = *v;
+  // brioche extension: false opts this request out of speculative decoding
+  // (same output; docs/speculative.md).
+  if (auto v = get_bool(body, "speculative")) req.generation.speculative = *v;
 }
 
 }  // namespace
