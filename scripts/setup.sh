@@ -68,5 +68,8 @@ python3 -c "import selenium" 2>/dev/null || pip_install selenium
 
 if [[ "${1:-}" == "--oracles" ]]; then
   pip_install tokenizers transformers jinja2 numpy gguf openai jsonschema
+  # lm-evaluation-harness with its dependencies (datasets, evaluate, ...):
+  # tests/server/lm_eval_e2e_test.py runs it against `brioche serve` (skips without it).
+  pip_install "lm-eval[api]==0.4.13"
 fi
 echo "setup: ok (model: $MODEL_DIR/$MODEL_FILE)"

@@ -319,6 +319,11 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, co
       } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
         for (size_t i = 0; i < p->size(); ++i)
           req.prompt_token_ids.push_back(token_id((*p)[i], "prompt[" + std::to_string(i) + "]", bounds.vocab_size));
+      } else if (p->is_array() && p->size() == 1 && (*p)[0].is_array() && !(*p)[0].empty()) {
+        // A batch of one token-id prompt, [[ids]] (lm-evaluation-harness sends this).
+        const json& ids = (*p)[0];
+        for (size_t i = 0; i < ids.size(); ++i)
+          req.prompt_token_ids.push_back(token_id(ids[i], "prompt[0][" + std::to_string(i) + "]", bounds.vocab_size));
       } else if (p->is_array() && p->size() > 1) {
         throw invalid_param("prompt", "batched prompts (an array of several prompts) are not supported; send one request per prompt");
       } else {

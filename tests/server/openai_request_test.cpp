@@ -84,6 +84,10 @@ TEST(OpenAiRequest, CompletionsAndResponses) {
   EXPECT_EQ(c.top_logprobs, 3);
   ApiRequest ids = parse_api_request(Endpoint::Completions, R"({"prompt": [1, 2, 3]})");
   EXPECT_EQ(ids.prompt_token_ids, (std::vector<int32_t>{1, 2, 3}));
+  ApiRequest batch_of_one = parse_api_request(Endpoint::Completions, R"({"prompt": [[1, 2, 3]]})");
+  EXPECT_EQ(batch_of_one.prompt_token_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(error_of(Endpoint::Completions, R"({"prompt": [[1, "x"]]})").param, "prompt[0][1]");
+  EXPECT_EQ(error_of(Endpoint::Completions, R"({"prompt": [[1], [2]]})").param, "prompt");
   ApiRequest r = parse_api_request(Endpoint::Responses,
                                    R"({"input": [{"role": "user", "content": [{"type": "input_text", "text": "q"}]}],
                                        "instructions": "be nice", "max_output_tokens": 5})");
