@@ -61,6 +61,17 @@ bool SequenceConstraint::accept(int32_t token, std::string_view bytes) {
   return false;
 }
 
+int32_t SequenceConstraint::allowed_prefix(std::span<const int32_t> drafts) {
+  if (phase_ != Phase::Active) return int32_t(drafts.size());
+  int32_t n = 0;
+  for (int32_t token : drafts) {
+    if (matcher_.is_terminated() || !matcher_.accept_token(token)) break;
+    ++n;
+  }
+  matcher_.rollback(n);
+  return n;
+}
+
 std::string SequenceConstraint::forced_continuation() {
   if (!active() || matcher_.is_terminated()) return {};
   return matcher_.find_jump_forward_string();

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,11 @@ class SequenceConstraint {
   // grammar rejected it (state unchanged); the scheduler keeps going, as the
   // reference design does: a reject after masking means vocabulary drift.
   bool accept(int32_t token, std::string_view bytes);
+  // How many of `drafts` the grammar accepts one after another from here
+  // (speculative decoding: drafts from the first forbidden one on are not
+  // run). The matcher walks them and rolls back, so its state is unchanged.
+  // All of them while dormant (inside reasoning: nothing is masked there).
+  int32_t allowed_prefix(std::span<const int32_t> drafts);
   bool active() const { return phase_ == Phase::Active; }
   // The grammar is complete and allows nothing more (or EOS was accepted).
   bool terminated() const { return active() && matcher_.is_terminated(); }

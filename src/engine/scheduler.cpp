@@ -509,6 +509,9 @@ void Engine::Scheduler::propose_drafts(Sequence& seq, int32_t& budget) {
                            runner_->context_length() - int32_t(seq.tokens.size()) - 1});
   if (room <= 0) return;
   std::vector<int32_t> drafts = proposer_->propose(seq.tokens, room);
+  // Under a grammar, only the drafts it allows are run: the rest would be
+  // rejected by the mask at verification anyway.
+  if (seq.constraint) drafts.resize(size_t(seq.constraint->allowed_prefix(drafts)));
   if (drafts.empty()) return;
   // Only blocks free now: speculation never preempts anyone.
   if (!ensure_blocks(seq, seq.n_computed + 1 + int32_t(drafts.size()))) return;

@@ -166,5 +166,26 @@ TEST(SequenceConstraint, SoleAllowedTokenIsTheOnlyAllowedOne) {
   EXPECT_EQ(t.sole_allowed_token(), -1);  // dormant: free text
 }
 
+TEST(SequenceConstraint, AllowedPrefixOfDraftsLeavesTheMatcherWhereItWas) {
+  Qwen3& q = qwen3();
+  SequenceConstraint c(GrammarConstraint{.compiled = q.cache->get(grammar::Grammar::from_choices({"yes please", "no"}))});
+  std::vector<int32_t> drafts = q.tok->encode("yes please", {.add_special = false});
+  const int32_t n_good = int32_t(drafts.size());
+  drafts.push_back(*q.tok->token_id("maybe"));
+  drafts.push_back(*q.tok->token_id("yes"));
+  EXPECT_EQ(c.allowed_prefix(drafts), n_good);
+  // Nothing was consumed: the first draft is still allowed and "no" too.
+  bool any = false;
+  const uint32_t* mask = c.next_mask(&any);
+  ASSERT_NE(mask, nullptr);
+  EXPECT_TRUE(allowed(mask, drafts[0]));
+  EXPECT_TRUE(allowed(mask, *q.tok->token_id("no")));
+  // A forbidden first draft: none.
+  EXPECT_EQ(c.allowed_prefix(std::vector<int32_t>{*q.tok->token_id("maybe")}), 0);
+  feed(c, "no");
+  EXPECT_TRUE(c.terminated());
+  EXPECT_EQ(c.allowed_prefix(std::vector<int32_t>{drafts[0]}), 0);
+}
+
 }  // namespace
 }  // namespace brioche::engine
