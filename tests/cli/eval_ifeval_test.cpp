@@ -57,7 +57,8 @@ class EvalIfevalCli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(default_model_path())) GTEST_SKIP() << "skipped: default model not installed";
-    root_ = fs::temp_directory_path() / "brioche_cli_eval_ifeval";
+    root_ = fs::temp_directory_path() /
+            ("brioche_cli_eval_ifeval_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));  // ctest runs tests in parallel
     fs::remove_all(root_);
     fs::create_directories(root_);
   }

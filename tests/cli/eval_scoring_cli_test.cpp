@@ -48,7 +48,8 @@ class EvalScoringCli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(default_model_path())) GTEST_SKIP() << "skipped: default model not installed";
-    dir_ = fs::temp_directory_path() / "brioche_eval_scoring_cli";
+    dir_ = fs::temp_directory_path() /
+            ("brioche_eval_scoring_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));  // ctest runs tests in parallel
     fs::create_directories(dir_);
     const nlohmann::json g =
         read_json(std::string(BRIOCHE_SOURCE_DIR) + "/tests/train/golden/sequence_scores_smollm2.json");
