@@ -249,7 +249,9 @@ grammar::Grammar structured_output_grammar(const StructuredOutputSpec& spec) {
     case Kind::Choice: return grammar::Grammar::from_choices(spec.choices);
     case Kind::ToolCall: {
       // Compact separators: the call is read by a parser, not a person.
-      std::string text = grammar::json_schema_to_ebnf(spec.schema, {.any_whitespace = false, .strict = spec.strict});
+      // Arguments are closed objects whatever `strict` says: a call is read
+      // by a program that expects the parameters it declared.
+      std::string text = grammar::json_schema_to_ebnf(spec.schema, {.any_whitespace = false});
       text += "\nbrioche_tool_call ::= ";
       if (!spec.trigger.empty()) text += "\"\\n\"? ";
       text += "root";
