@@ -17,6 +17,7 @@
 #include "cli/train_report.h"
 #include "cli/workers.h"
 #include "cli/subcommands.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/device_weights.h"
@@ -192,8 +193,7 @@ int run(const TrainFlags& flags) {
   std::unique_ptr<TrainReporter> reporter;
   if (!flags.report_to.empty() && (!job || job->rank == 0)) {
     ReportTarget target = parse_report_url(flags.report_to);
-    const char* env_key = std::getenv("BRIOCHE_API_KEY");
-    target.api_key = !flags.report_key.empty() ? flags.report_key : env_key ? env_key : "";
+    target.api_key = !flags.report_key.empty() ? flags.report_key : env_text("BRIOCHE_API_KEY");
     nlohmann::json options_json = train::config_to_json(config);
     const nlohmann::json announce = {{"model", std::filesystem::path(config.model).filename().string()},
                                      {"method", train::method_name(config.method)},

@@ -14,6 +14,7 @@ using enum EnvKind;
 
 // Sorted by name (env_registry_test checks it).
 constexpr EnvVariable kRegistry[] = {
+    {"BRIOCHE_API_KEY", Text, "", "the server API key `brioche train --report-to` sends (--report-key overrides it)"},
     {"BRIOCHE_CUDA_ATTENTION_CLUSTER", OnUnlessZero, "1", "decode attention combines its splits inside a thread-block cluster; 0: the separate combine kernel"},
     {"BRIOCHE_CUDA_ATTENTION_INT8", OnUnlessZero, "1", "decode attention writes its output as int8 for the output projection's int8 GEMV (quantized models); 0: the projection quantizes it"},
     {"BRIOCHE_CUDA_ATTENTION_RELEASE", OnUnlessZero, "1", "decode attention lets the next kernel launch as it finishes (PDL release); 0: the plain prologue"},
