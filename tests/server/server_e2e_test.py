@@ -189,7 +189,14 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(r.object, "text_completion")
         self.assertTrue(r.choices[0].text.startswith("The capital of France is"))
         self.assertIn("Paris", r.choices[0].text)
-        self.assertEqual(len(r.choices[0].logprobs.tokens), 6)
+        # echo + logprobs lists the prompt's tokens first (OpenAI's legacy
+        # completions; lm-eval's loglikelihood relies on it): 5 + 6 generated.
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 11)
+        self.assertEqual("".join(lp.tokens), r.choices[0].text)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertTrue(all(v < 0 for v in lp.token_logprobs[1:]))
+        self.assertEqual(lp.text_offset[:2], [0, len(lp.tokens[0])])
         streamed = "".join(c.choices[0].text for c in self.client.completions.create(
             model=self.model, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True) if c.choices)
         self.assertEqual("The capital of France is" + streamed, r.choices[0].text)
