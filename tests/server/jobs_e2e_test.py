@@ -192,7 +192,7 @@ class JobsTest(unittest.TestCase):
                                           headers={"Authorization": f"Bearer {KEY}"})
             self.assertEqual(status, 200, body)
             self.assertEqual(json.loads(body)["status"], "queued")
-        done = wait_for(lambda: (j := client.fine_tuning.jobs.retrieve(job.id)).status in FINAL and j, "the resumed job")
+        done = wait_for(lambda: (j := client.fine_tuning.jobs.retrieve(job.id)).status in FINAL and j, "the resumed job", timeout=900)
         self.assertEqual(done.status, "succeeded", done.error)
         self.assertEqual((done.model_extra or {}).get("step"), total)
         steps = [r["step"] for r in metrics(server, job.id)["data"] if r["kind"] == "step"]
