@@ -185,9 +185,14 @@ int64_t estimate_memory_bytes(const json& options, const ModelShape& model) {
   const int64_t adapted_layers = c.num_layers > 0 ? std::min<int64_t>(c.num_layers, m.n_layers) : m.n_layers;
   const int64_t lora_bytes = 16 * per_layer * adapted_layers;
   const int64_t tokens = int64_t(c.batch_size) * c.max_seq_length * (preference ? 2 : 1);
+  // Activations a layer keeps for its backward (f32 per token), and, with a
+  // segmented backward, only one segment's layers at a time plus the
+  // residual stream (hidden_size per token) at each segment boundary.
+  const int64_t per_layer_token = 10 * int64_t(m.hidden_size) + 3 * int64_t(m.intermediate_size);
   const int64_t segment = c.grad_checkpoint ? 1 : c.segment_size;
-  const int64_t layers_held = segment > 0 ? segment + (m.n_layers + segment - 1) / segment : m.n_layers;
-  const int64_t activations = tokens * layers_held * (10 * int64_t(m.hidden_size) + 3 * int64_t(m.intermediate_size)) * 4;
+  const int64_t held = segment > 0 ? segment * per_layer_token + (m.n_layers + segment - 1) / segment * int64_t(m.hidden_size)
+                                   : m.n_layers * per_layer_token;
+  const int64_t activations = tokens * held * 4;
   const int64_t head = tokens * (c.head_chunk_size > 0 ? std::min<int64_t>(c.head_chunk_size, m.vocab_size) : m.vocab_size) * 4;
   return model.weights_bytes + lora_bytes + activations + head + (int64_t(256) << 20);
 }

@@ -73,6 +73,14 @@ TEST(JobSpec, StepsAndMemoryEstimate) {
   EXPECT_GT(pref, base);
   EXPECT_GT(longer, base);
   EXPECT_LE(segmented, longer);
+  // Smaller segments hold less: a boundary keeps only the residual stream,
+  // not a whole layer's activations (segment 1 once estimated above 4).
+  const int64_t seg1 = estimate_memory_bytes({{"method", "sft"}, {"max_seq_length", 1024}, {"segment_size", 1}}, shape);
+  const int64_t seg4 = estimate_memory_bytes({{"method", "sft"}, {"max_seq_length", 1024}, {"segment_size", 4}}, shape);
+  EXPECT_LT(seg1, segmented);
+  EXPECT_LT(segmented, seg4);
+  // 1024 tokens x (1 layer x (10 x 64 + 3 x 128) + 4 boundaries x 64) x 4 B above the unsegmented base's head and rest.
+  EXPECT_EQ(seg1 - (longer - int64_t(1024) * 4 * (10 * 64 + 3 * 128) * 4), int64_t(1024) * (1 * (10 * 64 + 3 * 128) + 4 * 64) * 4);
 }
 
 TEST(DatasetCheck, RowKindsAndHistogram) {
