@@ -1,8 +1,10 @@
 #include "server/adapter_registry.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "core/error.h"
+#include "formats/regular_file.h"
 #include "server/api_error.h"
 
 namespace brioche::server {
@@ -145,7 +147,45 @@ void AdapterRegistry::unload(const std::string& name) {
 }
 
 AdapterInfo AdapterRegistry::info(const std::string& name, const Entry& entry) const {
-  return {.name = name, .rank = entry.host->rank, .bytes = entry.host->bytes(), .resident = entry.device != nullptr};
+  return {.name = name, .rank = entry.host->rank, .bytes = entry.host->bytes(), .resident = entry.device != nullptr,
+          .path = entry.host->path};
+}
+
+std::vector<AdapterFile> adapter_files(const std::string& path) {
+  std::vector<AdapterFile> out;
+  std::error_code ec;
+  auto plain = [](const std::string& name) {
+    return !name.empty() && name[0] != '.' && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+    });
+  };
+  if (fs::is_regular_file(fs::symlink_status(path, ec))) {
+    const std::string name = fs::path(path).filename().string();
+    if (plain(name)) out.push_back({name, static_cast<uint64_t>(fs::file_size(path, ec))});
+    return out;
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+    if (!e.is_regular_file(ec) || e.is_symlink(ec) || !plain(e.path().filename().string())) continue;
+    out.push_back({e.path().filename().string(), static_cast<uint64_t>(e.file_size(ec))});
+  }
+  std::sort(out.begin(), out.end(), [](const AdapterFile& a, const AdapterFile& b) { return a.name < b.name; });
+  return out;
+}
+
+std::string read_adapter_file(const std::string& path, const std::string& file, size_t max_bytes) {
+  for (const AdapterFile& f : adapter_files(path)) {
+    if (f.name != file) continue;
+    if (f.bytes > max_bytes)
+      throw ApiError{.status = 413, .message = "adapter file '" + file + "' has " + std::to_string(f.bytes) +
+                                               " bytes, more than the " + std::to_string(max_bytes) + " this route sends",
+                     .type = "invalid_request_error", .param = "file", .code = "file_too_large"};
+    const fs::path full = fs::is_regular_file(fs::symlink_status(path)) ? fs::path(path) : fs::path(path) / file;
+    std::optional<std::string> content = formats::read_regular_file_if_present(full.string(), max_bytes);
+    if (content) return std::move(*content);
+    break;
+  }
+  throw ApiError{.status = 404, .message = "the adapter has no file named '" + file + "' (GET .../files lists them)",
+                 .type = "invalid_request_error", .param = "file", .code = "not_found"};
 }
 
 std::vector<AdapterInfo> AdapterRegistry::list() const {

@@ -49,7 +49,30 @@ struct AdapterInfo {
   int32_t rank = 0;
   size_t bytes = 0;
   bool resident = false;  // factors on the device now
+  std::string path;       // the PEFT folder or GGUF LoRA file it was read from
 };
+
+// The largest adapter file GET /v1/models/{id}/files/{name} sends (read
+// whole into memory; a rank-64 adapter on every projection of an 8B model
+// is about 0.7 GB in f32).
+inline constexpr size_t kMaxAdapterDownloadBytes = size_t{2} << 30;
+
+// One file of an adapter, as it can be downloaded.
+struct AdapterFile {
+  std::string name;  // a plain file name (no folder)
+  uint64_t bytes = 0;
+};
+
+// The files that make up the adapter at `path`: a GGUF LoRA file itself, or
+// a PEFT folder's regular files at its top level (adapter_config.json,
+// adapter_model.safetensors, ...; folders such as checkpoints/ and links
+// are left out, so nothing outside the folder is ever offered; so are names
+// with characters other than letters, digits, '.', '_' and '-', which then
+// go into URLs and headers as they are).
+std::vector<AdapterFile> adapter_files(const std::string& path);
+// The content of `file`, one of adapter_files(path); throws ApiError 404 for
+// any other name and 413 past max_bytes.
+std::string read_adapter_file(const std::string& path, const std::string& file, size_t max_bytes);
 
 class AdapterRegistry {
  public:

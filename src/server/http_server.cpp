@@ -281,16 +281,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                    .message = auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
                                    .type = "invalid_request_error", .param = "", .code = "invalid_api_key"});
     }
-    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
-      if (method != http::verb::get) return send_error(status_error(405, "use GET for " + path));
-      json models = served_models();
-      if (path == "/v1/models") return send_json(200, {{"object", "list"}, {"data", models}});
-      std::string id = path.substr(std::string("/v1/models/").size());
-      for (const json& m : models)
-        if (m["id"] == id) return send_json(200, m);
-      return send_error(ApiError{.status = 404, .message = "model '" + id + "' does not exist", .type = "invalid_request_error",
-                         .param = "model", .code = "model_not_found"});
-    }
+    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return models_route(path, method);
     if (path == "/tokenize" || path == "/detokenize" || path == "/tokenizer_info") return tokenizer_route(path, method);
     if (app_->jobs && JobsApi::handles(path)) return jobs_route(path, target);
     if (path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter") {
@@ -309,6 +300,77 @@ class Session : public std::enable_shared_from_this<Session> {
     if (method == http::verb::get && !api) return serve_static(path);
     send_error(ApiError{.status = 404, .message = "no route for " + std::string(request_.method_string()) + " " + path,
                 .type = "invalid_request_error", .param = "", .code = "not_found"});
+  }
+
+  // GET /v1/models and /v1/models/{id}; DELETE /v1/models/{id} (OpenAI's
+  // "delete a fine-tuned model": the adapter stops being served, its files
+  // stay); GET /v1/models/{id}/files and /v1/models/{id}/files/{name}: an
+  // adapter's files, to download it.
+  void models_route(const std::string& path, http::verb method) {
+    if (path == "/v1/models") {
+      if (method != http::verb::get) return send_error(status_error(405, "use GET for " + path));
+      return send_json(200, {{"object", "list"}, {"data", served_models()}});
+    }
+    const std::string rest = path.substr(std::string("/v1/models/").size());
+    const size_t slash = rest.find('/');
+    const std::string id = rest.substr(0, slash);
+    const std::string sub = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    auto not_found = [&] {
+      send_error(ApiError{.status = 404, .message = "model '" + id + "' does not exist", .type = "invalid_request_error",
+                          .param = "model", .code = "model_not_found"});
+    };
+    const std::vector<AdapterInfo> adapters = app_->adapters->list();
+    auto adapter = std::find_if(adapters.begin(), adapters.end(), [&](const AdapterInfo& a) { return a.name == id; });
+    if (sub.empty() && method == http::verb::get) {
+      for (const json& m : served_models())
+        if (m["id"] == id) return send_json(200, m);
+      return not_found();
+    }
+    if (sub.empty() && method == http::verb::delete_) {
+      if (id == app_->model_id) return send_error(status_error(403, "the base model '" + id + "' cannot be deleted"));
+      if (adapter == adapters.end()) return not_found();
+      if (!app_->adapters->runtime_allowed())
+        return send_error(status_error(403, "deleting adapters is off: start the server with --allow-runtime-lora"));
+      try {
+        app_->adapters->unload(id);
+      } catch (const ApiError& e) {
+        return send_error(e);
+      }
+      return send_json(200, {{"id", id}, {"object", "model"}, {"deleted", true}});
+    }
+    if (sub.empty()) return send_error(status_error(405, "use GET or DELETE for " + path));
+    if (method != http::verb::get) return send_error(status_error(405, "use GET for " + path));
+    if (adapter == adapters.end()) {
+      if (id == app_->model_id) return send_error(status_error(404, "the base model's files are not served; only adapters' are"));
+      return not_found();
+    }
+    if (sub == "files") {
+      json data = json::array();
+      for (const AdapterFile& f : adapter_files(adapter->path))
+        data.push_back({{"name", f.name}, {"bytes", f.bytes}, {"url", "/v1/models/" + id + "/files/" + f.name}});
+      return send_json(200, {{"object", "list"}, {"data", data}});
+    }
+    if (sub.rfind("files/", 0) != 0) return send_error(status_error(404, "no route for GET " + path));
+    // Reading a file is disk work: on the preparation pool.
+    net::post(app_->prepare_pool, [self = shared_from_this(), dir = adapter->path, file = sub.substr(6)] {
+      std::variant<std::string, ApiError> outcome = std::string();
+      try {
+        outcome = read_adapter_file(dir, file, kMaxAdapterDownloadBytes);
+      } catch (const ApiError& e) {
+        outcome = e;
+      } catch (const std::exception& e) {
+        outcome = status_error(500, std::string("reading the adapter file: ") + e.what());
+      }
+      net::post(self->stream_.get_executor(), [self, file, outcome = std::move(outcome)]() mutable {
+        if (auto* error = std::get_if<ApiError>(&outcome)) return self->send_error(*error);
+        Response res{http::status::ok, self->request_.version()};
+        res.set(http::field::content_type, file.ends_with(".json") ? "application/json" : "application/octet-stream");
+        res.set(http::field::content_disposition, "attachment; filename=\"" + file + "\"");
+        res.set("X-Content-Type-Options", "nosniff");
+        res.body() = std::move(std::get<std::string>(outcome));
+        self->send(std::move(res));
+      });
+    });
   }
 
   // vLLM's tokenizer endpoints (tokenize_routes.h): cheap, answered on this thread.

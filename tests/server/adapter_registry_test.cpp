@@ -25,7 +25,9 @@ std::shared_ptr<model::ServedAdapter> fake_read(const std::string& dir, int max_
 }
 
 struct LoraDir {
-  fs::path root = fs::path(BRIOCHE_BINARY_DIR) / "adapter_registry_test";
+  // One folder per test: ctest runs the tests of this file as parallel processes.
+  fs::path root = fs::path(BRIOCHE_BINARY_DIR) /
+                  ("adapter_registry_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   LoraDir() {
     fs::remove_all(root);
     for (const char* name : {"a", "b", "c"}) {
@@ -101,6 +103,28 @@ TEST(AdapterRegistry, RuntimeLoadsStayInsideLoraDir) {
   EXPECT_EQ(status_of([&] { r.load("b2", "b"); }), 200);  // relative to --lora-dir
   EXPECT_EQ(status_of([&] { r.unload("b2"); }), 200);
   EXPECT_EQ(status_of([&] { r.unload("b2"); }), 404);
+}
+
+// Download offers an adapter's own plain files only: no folders, links or
+// odd names, and nothing by any other name.
+TEST(AdapterFiles, OnlyTheAdaptersOwnPlainFiles) {
+  LoraDir d;
+  const fs::path a = d.root / "adapters" / "a";
+  std::ofstream(a / "adapter_model.safetensors") << "0123456789";
+  std::ofstream(a / "bad name\r\n.txt") << "x";
+  std::ofstream(a / ".hidden") << "x";
+  fs::create_directories(a / "checkpoints");
+  fs::create_symlink(d.root / "outside" / "adapter_config.json", a / "linked.json");
+  std::vector<std::string> names;
+  for (const AdapterFile& f : adapter_files(a.string())) names.push_back(f.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"adapter_config.json", "adapter_model.safetensors"}));
+  EXPECT_EQ(read_adapter_file(a.string(), "adapter_model.safetensors", 100), "0123456789");
+  EXPECT_EQ(status_of([&] { read_adapter_file(a.string(), "adapter_model.safetensors", 9); }), 413);
+  for (const char* bad : {"linked.json", "checkpoints", ".hidden", "../b/adapter_config.json", "", "nothing"})
+    EXPECT_EQ(status_of([&] { read_adapter_file(a.string(), bad, 100); }), 404) << bad;
+  const fs::path g = d.root / "adapters" / "g.gguf";  // a GGUF LoRA is its one file
+  ASSERT_EQ(adapter_files(g.string()).size(), 1u);
+  EXPECT_EQ(read_adapter_file(g.string(), "g.gguf", 100), "x");
 }
 
 TEST(AdapterRegistry, RuntimeLoadingNeedsLoraDir) {

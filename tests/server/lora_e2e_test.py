@@ -230,6 +230,47 @@ class LoraServing(unittest.TestCase):
         status, body = self.post(self.server, "/v1/unload_lora_adapter", {"lora_name": "live"})
         self.assertEqual(status, 404, body)
 
+    def test_download_and_delete(self):
+        """GET /v1/models/{id}/files[/name] hands out the adapter's own files byte for byte; DELETE
+        /v1/models/{id} (OpenAI's shape) stops serving it and keeps the files."""
+        import http.client
+        path = self.write_adapter(os.path.join(self.lora_dir, "parting"), seed=42)
+        os.makedirs(os.path.join(path, "checkpoints"))  # a folder: not offered
+        os.symlink("/etc/passwd", os.path.join(path, "passwd"))  # a link: not offered
+        status, body = self.post(self.server, "/v1/load_lora_adapter", {"lora_name": "parting", "lora_path": path})
+        self.assertEqual(status, 200, body)
+        status, body = self.server.get("/v1/models/parting/files")
+        self.assertEqual(status, 200, body)
+        names = [f["name"] for f in json.loads(body)["data"]]
+        self.assertEqual(names, ["adapter_config.json", "adapter_model.safetensors"])
+        for name in names:
+            conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+            conn.request("GET", f"/v1/models/parting/files/{name}")
+            r = conn.getresponse()
+            data = r.read()
+            conn.close()
+            self.assertEqual(r.status, 200, name)
+            self.assertIn("attachment", r.getheader("Content-Disposition"))
+            with open(os.path.join(path, name), "rb") as f:
+                self.assertEqual(data, f.read(), name)
+        for bad in ("passwd", "..%2Fa0%2Fadapter_config.json", "../a0/adapter_config.json", "checkpoints", "nothing"):
+            status, body = self.server.get(f"/v1/models/parting/files/{bad}")
+            self.assertEqual(status, 404, (bad, body))
+        status, body = self.server.get(f"/v1/models/{self.base}/files")
+        self.assertEqual(status, 404, body)
+        status, body = self.server.request("DELETE", f"/v1/models/{self.base}")
+        self.assertEqual(status, 403, body)
+        status, body = self.server.request("DELETE", "/v1/models/parting")
+        self.assertEqual((status, json.loads(body)), (200, {"id": "parting", "object": "model", "deleted": True}))
+        status, body = self.server.get("/v1/models/parting")
+        self.assertEqual(status, 404, body)
+        status, body = self.server.request("DELETE", "/v1/models/parting")
+        self.assertEqual(status, 404, body)
+        self.assertTrue(os.path.exists(os.path.join(path, "adapter_model.safetensors")))
+        # A server without --allow-runtime-lora refuses to delete (as it refuses to unload).
+        status, body = self.exact.request("DELETE", "/v1/models/a0")
+        self.assertEqual(status, 403, body)
+
     def test_unload_during_stream_lets_it_finish(self):
         import openai
         path = self.write_adapter(os.path.join(self.lora_dir, "doomed"), seed=41)
