@@ -1069,43 +1069,12 @@ class SchemaConverter {
     if (key_rest_.empty())
       key_rest_ = add_rule("key_rest", "(" + basic("json_char") + ")* \"\\\"\" (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
     const std::string any_rest = key_rest_;
-    struct Node {
-      std::map<uint32_t, int> kids;
-      bool terminal = false;
-    };
-    std::vector<Node> trie(1);
+    std::vector<std::string> raw_keys;  // as JSON spells them (escapes included), without the quotes
     for (const std::string& k : keys) {
-      std::string raw = Json(k).dump();
-      raw = raw.substr(1, raw.size() - 2);
-      int cur = 0;
-      for (size_t i = 0; i < raw.size();) {
-        uint32_t cp;
-        size_t len = decode_utf8(raw, i, &cp);
-        if (len == 0) break;
-        i += len;
-        auto it = trie[cur].kids.find(cp);
-        if (it == trie[cur].kids.end()) {
-          trie.emplace_back();
-          it = trie[cur].kids.emplace(cp, static_cast<int>(trie.size() - 1)).first;
-        }
-        cur = it->second;
-      }
-      trie[cur].terminal = true;
+      const std::string raw = Json(k).dump();
+      raw_keys.push_back(raw.substr(1, raw.size() - 2));
     }
-    // A node's rule names its children's, so children are made first:
-    // post-order with an explicit stack (a key may be thousands of
-    // characters long, one trie level each).
-    std::vector<std::string> rule_of(trie.size());
-    std::vector<std::pair<int, bool>> stack{{0, false}};  // node, children done
-    while (!stack.empty()) {
-      const auto [node, kids_done] = stack.back();
-      stack.pop_back();
-      const Node& nd = trie[node];
-      if (!kids_done) {
-        stack.emplace_back(node, true);
-        for (auto it = nd.kids.rbegin(); it != nd.kids.rend(); ++it) stack.emplace_back(it->second, false);
-        continue;
-      }
+    return "\"\\\"\" " + trie_rules(raw_keys, [&](const TrieNode& nd, const std::vector<std::string>& rule_of) {
       std::vector<std::string> alts;
       if (!nd.terminal) alts.push_back("\"\\\"\"");
       std::string cls = "[^\"\\\\\\x00-\\x1f";
@@ -1127,29 +1096,27 @@ class SchemaConverter {
       // so a key trie used at several places of an object is compiled once.
       std::string body;
       for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-      rule_of[node] = add_rule("key_excl", "(" + body + ") (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
-    }
-    return "\"\\\"\" " + rule_of[0];
+      return add_rule("key_excl", "(" + body + ") (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
+    });
   }
 
-  // A JSON string token whose decoded value differs from each of `values`:
-  // a trie over the values' codepoints. Along it a character is read
-  // literally or as its simple escape (\" \\ \/ \n ...), and either way
-  // follows the trie; \uXXXX is not offered there (a value spelled that way
-  // is refused, never an excluded value admitted). Leaving the trie is free;
-  // closing the string on a whole excluded value is not.
-  std::string excluded_value(const std::vector<std::string>& values) {
-    if (value_rest_.empty()) value_rest_ = add_rule("value_rest", "(" + basic("json_char") + ")* \"\\\"\"");
-    struct Node {
-      std::map<uint32_t, int> kids;
-      bool terminal = false;
-    };
-    std::vector<Node> trie(1);
-    for (const std::string& v : values) {
+  struct TrieNode {
+    std::map<uint32_t, int> kids;  // codepoint -> node
+    bool terminal = false;         // a whole text ends here
+  };
+
+  // A trie over the codepoints of `texts`, and one rule per node named by
+  // node_rule(node, rule names of the nodes so far), children first: post-
+  // order with an explicit stack (a text may be thousands of characters
+  // long, one trie level each). Returns the root's rule.
+  template <class NodeRule>
+  std::string trie_rules(const std::vector<std::string>& texts, NodeRule node_rule) {
+    std::vector<TrieNode> trie(1);
+    for (const std::string& t : texts) {
       int cur = 0;
-      for (size_t i = 0; i < v.size();) {
+      for (size_t i = 0; i < t.size();) {
         uint32_t cp;
-        const size_t len = decode_utf8(v, i, &cp);
+        const size_t len = decode_utf8(t, i, &cp);
         if (len == 0) break;
         i += len;
         auto it = trie[cur].kids.find(cp);
@@ -1161,19 +1128,32 @@ class SchemaConverter {
       }
       trie[cur].terminal = true;
     }
-    const std::pair<char, uint32_t> kEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},  {'b', '\b'},
-                                                  {'f', '\f'}, {'n', '\n'},   {'r', '\r'}, {'t', '\t'}};
     std::vector<std::string> rule_of(trie.size());
-    std::vector<std::pair<int, bool>> stack{{0, false}};  // post-order: children first (see excluded_key)
+    std::vector<std::pair<int, bool>> stack{{0, false}};  // node, children done
     while (!stack.empty()) {
       const auto [node, kids_done] = stack.back();
       stack.pop_back();
-      const Node& nd = trie[node];
       if (!kids_done) {
         stack.emplace_back(node, true);
-        for (auto it = nd.kids.rbegin(); it != nd.kids.rend(); ++it) stack.emplace_back(it->second, false);
+        for (auto it = trie[node].kids.rbegin(); it != trie[node].kids.rend(); ++it) stack.emplace_back(it->second, false);
         continue;
       }
+      rule_of[node] = node_rule(trie[node], rule_of);
+    }
+    return rule_of[0];
+  }
+
+  // A JSON string token whose decoded value differs from each of `values`:
+  // a trie over the values' codepoints. Along it a character is read
+  // literally or as its simple escape (\" \\ \/ \n ...), and either way
+  // follows the trie; \uXXXX is not offered there (a value spelled that way
+  // is refused, never an excluded value admitted). Leaving the trie is free;
+  // closing the string on a whole excluded value is not.
+  std::string excluded_value(const std::vector<std::string>& values) {
+    if (value_rest_.empty()) value_rest_ = add_rule("value_rest", "(" + basic("json_char") + ")* \"\\\"\"");
+    const std::pair<char, uint32_t> kEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},  {'b', '\b'},
+                                                  {'f', '\f'}, {'n', '\n'},   {'r', '\r'}, {'t', '\t'}};
+    return "\"\\\"\" " + trie_rules(values, [&](const TrieNode& nd, const std::vector<std::string>& rule_of) {
       std::vector<std::string> alts;
       if (!nd.terminal) alts.push_back("\"\\\"\"");
       std::string cls = "[^\"\\\\\\x00-\\x1f";
@@ -1192,9 +1172,8 @@ class SchemaConverter {
       }
       std::string body;
       for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-      rule_of[node] = add_rule("value_excl", "(" + body + ")");
-    }
-    return "\"\\\"\" " + rule_of[0];
+      return add_rule("value_excl", "(" + body + ")");
+    });
   }
 };
 
