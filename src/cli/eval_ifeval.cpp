@@ -77,8 +77,8 @@ std::string read_text_file(const std::string& path, const char* flag) {
   return ss.str();
 }
 
-// "[base] 120/541 done, 31k tokens, 95 tok/s, 1m05s, about 3m left" on a
-// terminal (rewritten in place); elsewhere a line every 10% or 30 s.
+// "[LABEL] DONE/TOTAL done, TOKENS tokens, RATE tok/s, ELAPSED, about ETA
+// left" on a terminal (rewritten in place); elsewhere a line every 10% or 30 s.
 class Progress {
  public:
   explicit Progress(std::string label) : label_(std::move(label)), tty_(isatty(STDERR_FILENO)) {}
