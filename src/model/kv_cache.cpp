@@ -12,23 +12,33 @@ KvCache::KvCache(const ModelConfig& config, KvCacheOptions options) : options_(o
                 options.block_size, " and n_blocks ", options.n_blocks, " must be positive");
   BRIOCHE_CHECK(options.dtype == DType::F32 || options.dtype == DType::F16,
                 "KV cache: dtype must be f32 or f16, got ", dtype_name(options.dtype));
+  BRIOCHE_CHECK(config.kv_layers.empty() || int(config.kv_layers.size()) == config.n_layers, "KV cache: ",
+                config.kv_layers.size(), " per-layer shapes for a model of ", config.n_layers, " layers");
   for (int l = 0; l < config.n_layers; ++l) {
-    keys_.push_back(ops::zeros(options.dtype, {options.n_blocks, options.block_size,
-                                               config.n_kv_heads, config.head_dim}, options.device));
-    values_.push_back(ops::zeros(options.dtype, {options.n_blocks, options.block_size,
-                                                 config.n_kv_heads, config.head_dim}, options.device));
+    const KvLayerShape shape = config.kv_shape(l);
+    if (shape.n_kv_heads == 0) {
+      keys_.emplace_back();
+      values_.emplace_back();
+      continue;
+    }
+    const std::initializer_list<int64_t> dims = {options.n_blocks, options.block_size, shape.n_kv_heads,
+                                                 shape.head_dim};
+    keys_.push_back(ops::zeros(options.dtype, dims, options.device));
+    values_.push_back(ops::zeros(options.dtype, dims, options.device));
   }
 }
 
 size_t KvCache::bytes() const {
   size_t n = 0;
-  for (size_t l = 0; l < keys_.size(); ++l) n += keys_[l].nbytes() + values_[l].nbytes();
+  for (size_t l = 0; l < keys_.size(); ++l)
+    if (keys_[l].defined()) n += keys_[l].nbytes() + values_[l].nbytes();
   return n;
 }
 
 size_t KvCache::block_bytes(const ModelConfig& config, int block_size, DType dtype) {
-  return 2 * size_t(config.n_layers) * size_t(block_size) * size_t(config.kv_dim()) *
-         size_t(dtype_info(dtype).block_bytes);
+  size_t values_per_position = 0;
+  for (int l = 0; l < config.n_layers; ++l) values_per_position += size_t(config.kv_shape(l).dim());
+  return 2 * values_per_position * size_t(block_size) * size_t(dtype_info(dtype).block_bytes);
 }
 
 void KvCache::copy_block(int src, int dst) { copy_block_prefix(src, dst, block_size()); }
@@ -40,6 +50,7 @@ void KvCache::copy_block_prefix(int src, int dst, int n_slots) {
                 " positions, expected 0..", block_size());
   if (src == dst || n_slots == 0) return;
   for (size_t l = 0; l < keys_.size(); ++l) {
+    if (!keys_[l].defined()) continue;
     for (Tensor* t : {&keys_[l], &values_[l]}) {
       // [1, n_slots, n_kv_heads, head_dim]: contiguous, the block's leading positions
       Tensor to = t->slice(0, dst, dst + 1).slice(1, 0, n_slots);

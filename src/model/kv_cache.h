@@ -1,6 +1,8 @@
 // Paged key/value cache: fixed-size blocks shared by all sequences.
 //
-// For every layer, K and V are tensors [n_blocks, block_size, n_kv_heads, head_dim].
+// For every layer, K and V are tensors [n_blocks, block_size, n_kv_heads, head_dim]
+// with that layer's shape (ModelConfig::kv_shape); a layer whose shape keeps
+// no K/V has undefined tensors and takes no memory.
 // Position p of a sequence lives in block block_table[p / block_size] at
 // slot p % block_size (see forward_batch.h). The engine hands out block ids;
 // this class only owns the memory.
@@ -32,7 +34,7 @@ class KvCache {
   int n_layers() const { return int(keys_.size()); }
   size_t bytes() const;
 
-  // [n_blocks, block_size, n_kv_heads, head_dim]
+  // [n_blocks, block_size, n_kv_heads, head_dim]; undefined for a layer without K/V
   Tensor& keys(int layer) { return keys_[layer]; }
   Tensor& values(int layer) { return values_[layer]; }
   const Tensor& keys(int layer) const { return keys_[layer]; }
@@ -46,7 +48,8 @@ class KvCache {
   // it shares only partly; its own positions after them are written later).
   void copy_block_prefix(int src, int dst, int n_slots);
 
-  // Bytes one block takes over all layers, K and V (for sizing the cache).
+  // Bytes one block takes over all layers, K and V (for sizing the cache):
+  // the sum of the layers' own shapes.
   static size_t block_bytes(const ModelConfig& config, int block_size, DType dtype);
 
  private:

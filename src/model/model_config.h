@@ -22,6 +22,16 @@ struct RopeConfig {
   std::vector<float> freq_factors;                   // [head_dim/2] GGUF rope_freqs.weight, or empty
 };
 
+// One layer's slice of the paged KV cache. Architectures whose layers differ
+// (Gemma 4: sliding and full layers of different head sizes; layers that read
+// an earlier layer's K/V; Qwen 3.5: linear-attention layers with no K/V at
+// all) list one per layer in ModelConfig::kv_layers.
+struct KvLayerShape {
+  int n_kv_heads = 0;  // 0: the layer keeps no K/V in the cache
+  int head_dim = 0;
+  int64_t dim() const { return int64_t(n_kv_heads) * head_dim; }
+};
+
 struct ModelConfig {
   std::string architecture;  // "llama", "mistral", "qwen2", "qwen3"
   int vocab_size = 0;
@@ -40,8 +50,14 @@ struct ModelConfig {
   bool qk_norm = false;          // Qwen3: RMSNorm over head_dim on q and k before RoPE
   DType weight_dtype = DType::F32;  // dominant weight storage type (informational)
 
+  // Per-layer cache shapes; empty: every layer keeps n_kv_heads x head_dim.
+  std::vector<KvLayerShape> kv_layers;
+
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  KvLayerShape kv_shape(int layer) const {
+    return kv_layers.empty() ? KvLayerShape{n_kv_heads, head_dim} : kv_layers[size_t(layer)];
+  }
 };
 
 // ---- Validation -------------------------------------------------------------
