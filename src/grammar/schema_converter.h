@@ -1,0 +1,159 @@
+// The JSON Schema -> EBNF converter behind Grammar::from_json_schema
+// (grammar.h), shared by the files that implement it, one concern each:
+//
+//   json_schema.cpp        rule names, basic JSON rules, $ref, the keyword
+//                          dispatch (visit), allOf/anyOf merges, the API
+//   schema_exclusion.cpp   `not`, and the string-exclusion tries (keys that
+//                          differ from the declared ones, values that are
+//                          none of an excluded list)
+//   schema_numbers.cpp     integer/number ranges and multipleOf
+//   schema_strings.cpp     pattern, format, minLength/maxLength
+//   schema_arrays.cpp      items, prefixItems, minItems/maxItems
+//   schema_objects.cpp     properties, required, additionalProperties,
+//                          min/maxProperties, patternProperties, propertyNames
+//
+// Internal to src/grammar/: nothing outside includes it.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar/schema_formats.h"
+
+namespace brioche::grammar::schema {
+
+using Json = nlohmann::ordered_json;
+
+// Keys longer than this are clipped in JSON pointers (messages only) and
+// rule-name hints, so a deep schema with long keys does not build strings
+// of depth x key length at every level.
+inline constexpr size_t kMaxNameChars = 64;
+
+// Whether `keyword` constrains nothing the converter must enforce (JSON
+// Schema: unknown keywords are annotations).
+bool is_annotation(const std::string& keyword);
+// ptr + "/" + key, escaped as a JSON pointer (~0, ~1), long keys clipped.
+std::string pointer_child(const std::string& ptr, const std::string& key);
+// A rule-name fragment: [A-Za-z0-9_], not starting with a digit, clipped.
+std::string sanitize(const std::string& s);
+
+class SchemaConverter {
+ public:
+  SchemaConverter(const Json& root, const SchemaOptions& opt) : root_(root), opt_(opt) {
+    if (opt_.any_whitespace)
+      ws_ = opt_.max_whitespace > 0 ? "[ \\n\\r\\t]{0," + std::to_string(opt_.max_whitespace) + "}" : "[ \\n\\r\\t]*";
+  }
+
+  // The EBNF text of the whole schema (root rule first); throws
+  // brioche::Error naming the keyword and its JSON pointer.
+  std::string convert();
+
+ private:
+  const Json& root_;
+  SchemaOptions opt_;
+  std::string ws_;  // empty when !any_whitespace
+  std::vector<std::pair<std::string, std::string>> rules_;
+  std::set<std::string> names_{"root"};
+  std::map<std::string, std::string> ref_rules_;  // JSON pointer -> rule name
+  std::set<std::string> basics_;
+  std::string key_rest_;    // rule name of an excluded key's free rest, once made
+  std::string value_rest_;  // the same for an excluded value
+  std::map<std::string, int> next_suffix_;  // per name base: the next _N to try in fresh()
+  size_t ebnf_bytes_ = 0;  // rule text so far (bounded by kMaxSchemaEbnfBytes)
+  int depth_ = 0;          // visit() calls open: nesting plus $ref hops
+  std::string where_;      // pointer of the innermost open visit (for type errors)
+
+  [[noreturn]] void unsupported(const std::string& keyword, const std::string& ptr, const std::string& why) {
+    fail("JSON schema: unsupported '", keyword, "' at ", ptr.empty() ? "#" : "#" + ptr, ": ", why);
+  }
+
+  // Whitespace-aware separators.
+  std::string ws() const { return ws_.empty() ? "" : " " + ws_ + " "; }
+  std::string comma() const { return ws_.empty() ? "\", \"" : ws() + "\",\"" + ws(); }
+  std::string colon() const { return ws_.empty() ? "\": \"" : ws() + "\":\"" + ws(); }
+  std::string open(char c) const { return std::string("\"") + c + "\"" + ws(); }
+  std::string close(char c) const { return ws() + "\"" + c + "\""; }
+
+  static std::string literal(const Json& v) { return ebnf_quote(v.dump()); }
+  // What may follow a string: blanks, then one of , } ] :
+  std::string string_lookahead() const { return "(= " + (ws_.empty() ? "" : ws_ + " ") + "[,}\\]:])"; }
+
+  // Bounds the converter's recursion: one level per nested sub-schema and
+  // per $ref hop (a chain of $refs nests like a chain of properties).
+  struct VisitScope {
+    SchemaConverter& c;
+    std::string saved_where;
+    int unwinding = std::uncaught_exceptions();  // where_ stays at the failing schema while an error unwinds
+    VisitScope(SchemaConverter& converter, const std::string& ptr) : c(converter), saved_where(converter.where_) {
+      if (++c.depth_ > kMaxSchemaDepth)
+        fail("JSON schema: sub-schemas nest more than ", kMaxSchemaDepth, " deep at ", ptr.empty() ? "#" : "#" + ptr,
+             " ($ref hops count as levels); the limit is ", kMaxSchemaDepth);
+      c.where_ = ptr;
+    }
+    ~VisitScope() {
+      --c.depth_;
+      if (std::uncaught_exceptions() == unwinding) c.where_ = std::move(saved_where);
+    }
+  };
+
+  struct TrieNode {
+    std::map<uint32_t, int> kids;  // codepoint -> node
+    bool terminal = false;         // a whole text ends here
+  };
+
+  using Bound = NumberBound;
+
+  // json_schema.cpp
+  std::string convert_unchecked();
+  std::string fresh(const std::string& hint);
+  std::string add_rule(const std::string& hint, const std::string& body);
+  void count_text(size_t bytes);
+  std::string basic(const std::string& name);
+  std::string string_rule(const std::string& hint, const std::string& content);
+  const Json& resolve(const std::string& ref, const std::string& ptr);
+  std::string visit(const Json& s, const std::string& ptr, const std::string& hint_in);
+  int64_t count_of(const Json& s, const char* key, const std::string& ptr, int64_t fallback);
+  Json merge_siblings(const Json& parent, const Json& branch, const char* key);
+  Json merge_all_of(const Json& s, const std::string& ptr);
+  std::string visit_type(const Json& s, const std::string& type, const std::string& ptr, const std::string& hint);
+
+  // schema_exclusion.cpp
+  std::string visit_not(const Json& s, const std::string& ptr, const std::string& hint);
+  static bool has_type(const Json& v, const std::string& t);
+  std::vector<std::string> type_list(const Json& t, const std::string& ptr);
+  std::string excluded_key(const std::vector<std::string>& keys);
+  template <class NodeRule>
+  std::string trie_rules(const std::vector<std::string>& texts, NodeRule node_rule);
+  std::string excluded_value(const std::vector<std::string>& values);
+
+  // schema_numbers.cpp
+  Bound bound(const Json& s, const char* inclusive, const char* exclusive, const std::string& ptr);
+  std::optional<int64_t> integer_multiple(const Json& s, const std::string& ptr, bool integer_type, int* decimals);
+  std::string multiple_of_integer(int64_t k, const std::string& hint);
+  std::string visit_integer(const Json& s, const std::string& ptr, const std::string& hint);
+  std::string visit_number(const Json& s, const std::string& ptr, const std::string& hint);
+
+  // schema_strings.cpp
+  static std::string search_pattern(const std::string& p);
+  std::string length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr);
+  std::string visit_string(const Json& s, const std::string& ptr, const std::string& hint);
+
+  // schema_arrays.cpp
+  std::string visit_array(const Json& s, const std::string& ptr, const std::string& hint);
+
+  // schema_objects.cpp
+  std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint);
+  std::string key_rule(const std::string& hint, const std::string& pattern, const std::string& ptr);
+};
+
+}  // namespace brioche::grammar::schema

@@ -1,0 +1,192 @@
+// JSON Schema objects: properties, required, additionalProperties,
+// min/maxProperties, patternProperties, propertyNames.
+
+#include <algorithm>
+
+#include "grammar/schema_converter.h"
+
+namespace brioche::grammar::schema {
+
+std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr, const std::string& hint) {
+  std::vector<std::pair<std::string, std::string>> props;  // raw key text, value expr
+  std::set<std::string> required;
+  std::vector<std::string> required_order;  // undeclared required keys come in this order
+  if (s.contains("required")) {
+    for (auto& r : s["required"])
+      if (required.insert(r.get<std::string>()).second) required_order.push_back(r.get<std::string>());
+  }
+  bool has_props = s.contains("properties") && !s["properties"].empty();
+  if (s.contains("properties")) {
+    for (auto& [k, v] : s["properties"].items())
+      props.emplace_back(k, visit(v, pointer_child(pointer_child(ptr, "properties"), k), hint + "_" + k));
+  }
+  for (const std::string& r : required_order) {
+    bool found = false;
+    for (auto& p : props) found |= p.first == r;
+    if (!found) props.emplace_back(r, basic("json_value"));  // required but undeclared: any value
+  }
+  int64_t min_props = 0, max_props = -1;
+  min_props = count_of(s, "minProperties", ptr, 0);
+  max_props = count_of(s, "maxProperties", ptr, -1);
+  if (max_props >= 0 && max_props < min_props) unsupported("minProperties", ptr, "minProperties exceeds maxProperties");
+  if (min_props > 64 || max_props > 64)
+    unsupported(min_props > 64 ? "minProperties" : "maxProperties", ptr,
+                "expected a bound of at most 64 (the grammar counts members, one rule per count), found " +
+                    std::to_string(std::max(min_props, max_props)));
+  const bool counted = min_props > 0 || max_props >= 0;
+  // Additional properties: none, a schema, or anything; their key is any
+  // other string, or what propertyNames / patternProperties allow.
+  std::string addl;      // value expr; empty = not allowed
+  std::string addl_key;  // key expr; empty = any key that differs from the declared ones
+  if (s.contains("patternProperties")) {
+    const Json& pp = s["patternProperties"];
+    const std::string pp_ptr = pointer_child(ptr, "patternProperties");
+    if (!pp.is_object()) unsupported("patternProperties", ptr, "expected an object");
+    if (pp.size() != 1)
+      unsupported("patternProperties", ptr,
+                  "only one pattern is implemented (a key matching several patterns must satisfy all their schemas)");
+    if (has_props || !required.empty() || s.contains("propertyNames") ||
+        (s.contains("additionalProperties") && s["additionalProperties"] != Json(false)))
+      unsupported("patternProperties", ptr,
+                  "combined with properties, required, propertyNames or additionalProperties other than false: "
+                  "keys would need the complement of the pattern");
+    auto [pattern, value_schema] = *pp.items().begin();
+    addl_key = key_rule(hint, pattern, pp_ptr);
+    addl = visit(value_schema, pointer_child(pp_ptr, pattern), hint + "_pp");
+  } else if (s.contains("propertyNames")) {
+    const std::string pn_ptr = pointer_child(ptr, "propertyNames");
+    if (has_props || !required.empty())
+      unsupported("propertyNames", ptr,
+                  "combined with properties/required: declared keys are not checked against propertyNames");
+    Json names = s["propertyNames"];
+    if (!names.is_object()) unsupported("propertyNames", ptr, "expected a schema object");
+    if (!names.contains("type")) names["type"] = "string";
+    if (names["type"] != "string") unsupported("propertyNames", pn_ptr, "property names are strings: expected type string");
+    addl_key = visit(names, pn_ptr, hint + "_name");
+    if (s.contains("additionalProperties")) {
+      const Json& a = s["additionalProperties"];
+      if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
+      else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
+    } else {
+      addl = basic("json_value");
+    }
+  } else if (s.contains("additionalProperties")) {
+    const Json& a = s["additionalProperties"];
+    if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
+    else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
+  } else if (!has_props && required.empty() && !counted) {
+    return basic("json_object");  // unconstrained object
+  } else if (!opt_.strict || (!has_props && required.empty())) {
+    addl = basic("json_value");
+  }
+  std::vector<bool> req;
+  std::vector<std::string> kv;
+  for (auto& [k, v] : props) {
+    req.push_back(required.count(k) > 0);
+    kv.push_back(ebnf_quote(Json(k).dump()) + colon() + v);
+  }
+  std::string addl_kv;
+  if (!addl.empty()) {
+    if (addl_key.empty()) {
+      std::vector<std::string> keys;
+      for (auto& p : props) keys.push_back(p.first);
+      addl_key = add_rule(hint + "_addl_key", excluded_key(keys));
+    }
+    addl_kv = addl_key + colon() + addl;
+  }
+  const int64_t n = static_cast<int64_t>(kv.size());
+  // rest(i, c): what may follow once c >= 1 members are out, from declared
+  // property i on (nullopt: nothing can satisfy min/maxProperties). The
+  // count only matters up to max (or up to min when there is no max).
+  // Computed depth-first with an explicit stack (post-order, the order a
+  // recursion would make the rules in): n may be thousands of properties.
+  using Key = std::pair<int64_t, int64_t>;
+  std::map<Key, std::optional<std::string>> memo;
+  auto normal = [&](int64_t c) { return max_props < 0 ? std::min(c, min_props) : c; };
+  auto rest = [&](int64_t i0, int64_t c0) -> std::optional<std::string> {
+    const Key wanted{i0, normal(c0)};
+    std::vector<Key> stack{wanted};
+    while (!stack.empty()) {
+      const auto [i, c] = stack.back();
+      if (memo.count({i, c})) {
+        stack.pop_back();
+        continue;
+      }
+      std::optional<Key> skip_key, take_key;  // rest(i + 1, c) and rest(i + 1, c + 1)
+      if (i < n) {
+        if (!req[i]) skip_key = Key{i + 1, c};
+        if (max_props < 0 || c < max_props) take_key = Key{i + 1, normal(c + 1)};
+        bool pending = false;
+        for (const std::optional<Key>& kid : {take_key, skip_key})  // pushed last = computed first
+          if (kid && !memo.count(*kid)) {
+            stack.push_back(*kid);
+            pending = true;
+          }
+        if (pending) continue;
+      }
+      stack.pop_back();
+      std::optional<std::string> out;
+      if (i == n) {
+        const int64_t need = std::max<int64_t>(0, min_props - c);
+        const int64_t room = max_props >= 0 ? max_props - c : -1;
+        if (addl_kv.empty() || room == 0) {
+          if (need == 0) out = "\"\"";
+        } else if (room < 0 || need <= room) {
+          out = "(" + comma() + addl_kv + "){" + std::to_string(need) + "," + (room >= 0 ? std::to_string(room) : "") + "}";
+          if (!counted) out = "(" + comma() + addl_kv + ")*";
+        }
+      } else {
+        std::vector<std::string> alts;
+        if (skip_key && memo[*skip_key]) alts.push_back(*memo[*skip_key]);
+        if (take_key && memo[*take_key]) alts.push_back(comma() + kv[i] + " " + *memo[*take_key]);
+        if (!alts.empty()) {
+          std::string body;
+          for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+          out = add_rule(hint + "_rest", body);
+        }
+      }
+      memo[{i, c}] = std::move(out);
+    }
+    return memo[wanted];
+  };
+  // The first member is declared property i (all before it skipped) or,
+  // when every declared property is optional, an additional one.
+  std::vector<std::string> alternatives;
+  bool all_optional = true;
+  for (int64_t i = 0; i < n && max_props != 0; ++i) {
+    auto after = rest(i + 1, 1);
+    if (after) alternatives.push_back(kv[i] + " " + *after);
+    if (req[i]) {
+      all_optional = false;
+      break;
+    }
+  }
+  if (all_optional && !addl_kv.empty() && max_props != 0) {
+    auto after = rest(n, 1);
+    if (after) alternatives.push_back(addl_kv + " " + *after);
+  }
+  std::string body;
+  if (!alternatives.empty()) {
+    std::string members;
+    for (auto& a : alternatives) members += (members.empty() ? "" : " | ") + a;
+    body = open('{') + "(" + members + ")" + close('}');
+  }
+  if (all_optional && min_props == 0) body += (body.empty() ? "" : " | ") + open('{') + "\"}\"";
+  if (body.empty())
+    unsupported(s.contains("minProperties") ? "minProperties" : "maxProperties", ptr,
+                "no object satisfies the property counts with the allowed properties");
+  return add_rule(hint + "_obj", body);
+}
+
+// A key (quotes included) whose content matches `pattern`.
+std::string SchemaConverter::key_rule(const std::string& hint, const std::string& pattern, const std::string& ptr) {
+  std::string body;
+  try {
+    body = regex_to_ebnf_expr(pattern, /*inside_json_string=*/true);
+  } catch (const Error& e) {
+    unsupported("patternProperties", ptr, e.what());
+  }
+  return string_rule(hint + "_key", body);
+}
+
+}  // namespace brioche::grammar::schema
