@@ -23,6 +23,10 @@ struct SequenceView {
   int32_t n_past = 0;                    // positions already in the KV cache before these rows
   std::span<const int32_t> block_table;  // covers positions [0, n_past + n_rows)
   const ServedAdapter* adapter = nullptr;  // the LoRA its rows run with (model/served_adapter.h); null: the base
+  // Its recurrent-state slot in the KvCache (hybrid models: KvCache::
+  // conv_state / recurrent_state); -1 for models without such state. The
+  // slot holds the state after n_past tokens; at n_past 0 it is reset.
+  int32_t state_slot = -1;
 };
 
 struct ForwardBatch {

@@ -26,13 +26,33 @@ KvCache::KvCache(const ModelConfig& config, KvCacheOptions options) : options_(o
     keys_.push_back(ops::zeros(options.dtype, dims, options.device));
     values_.push_back(ops::zeros(options.dtype, dims, options.device));
   }
+  BRIOCHE_CHECK(options.n_state_slots >= 0, "KV cache: n_state_slots ", options.n_state_slots, " must be >= 0");
+  BRIOCHE_CHECK(config.state_layers.empty() || int(config.state_layers.size()) == config.n_layers, "KV cache: ",
+                config.state_layers.size(), " per-layer state shapes for a model of ", config.n_layers, " layers");
+  conv_states_.resize(size_t(config.n_layers));
+  recurrent_states_.resize(size_t(config.n_layers));
+  for (size_t l = 0; l < config.state_layers.size(); ++l) {
+    const RecurrentStateShape& s = config.state_layers[l];
+    if (s.conv_channels == 0 || options.n_state_slots == 0) continue;
+    conv_states_[l] = ops::zeros(DType::F32, {options.n_state_slots, s.conv_kernel - 1, s.conv_channels}, options.device);
+    recurrent_states_[l] =
+        ops::zeros(DType::F32, {options.n_state_slots, s.n_heads, s.key_dim, s.value_dim}, options.device);
+  }
 }
 
 size_t KvCache::bytes() const {
   size_t n = 0;
   for (size_t l = 0; l < keys_.size(); ++l)
     if (keys_[l].defined()) n += keys_[l].nbytes() + values_[l].nbytes();
+  for (size_t l = 0; l < conv_states_.size(); ++l)
+    if (conv_states_[l].defined()) n += conv_states_[l].nbytes() + recurrent_states_[l].nbytes();
   return n;
+}
+
+size_t KvCache::state_slot_bytes(const ModelConfig& config) {
+  size_t floats = 0;
+  for (const RecurrentStateShape& s : config.state_layers) floats += size_t(s.conv_floats() + s.recurrent_floats());
+  return floats * sizeof(float);
 }
 
 size_t KvCache::block_bytes(const ModelConfig& config, int block_size, DType dtype) {

@@ -21,6 +21,9 @@ struct KvCacheOptions {
   int n_blocks = 0;
   DType dtype = DType::F32;  // F32 or F16
   Device device = Device::CPU;  // the model's device (Model::device())
+  // Per-sequence recurrent state slots (ModelConfig::state_layers; hybrid
+  // models only): a running sequence holds one (SequenceView::state_slot).
+  int n_state_slots = 0;
 };
 
 class KvCache {
@@ -40,6 +43,16 @@ class KvCache {
   const Tensor& keys(int layer) const { return keys_[layer]; }
   const Tensor& values(int layer) const { return values_[layer]; }
 
+  // Recurrent state of a layer with ModelConfig::state_layers (f32,
+  // undefined elsewhere): conv [n_state_slots, conv_kernel - 1,
+  // conv_channels] (the last inputs, oldest first) and delta-rule
+  // [n_state_slots, n_heads, key_dim, value_dim]. A slot's contents are those
+  // of its sequence after its n_past tokens; the model starts a sequence at
+  // n_past 0 from zeros.
+  int n_state_slots() const { return options_.n_state_slots; }
+  Tensor& conv_state(int layer) { return conv_states_[layer]; }
+  Tensor& recurrent_state(int layer) { return recurrent_states_[layer]; }
+
   // Copies block `src` over block `dst` in every layer (copy-on-write of a
   // shared prefix block before a sequence appends to it).
   void copy_block(int src, int dst);
@@ -51,11 +64,15 @@ class KvCache {
   // Bytes one block takes over all layers, K and V (for sizing the cache):
   // the sum of the layers' own shapes.
   static size_t block_bytes(const ModelConfig& config, int block_size, DType dtype);
+  // Bytes one state slot takes over all layers (0 without state layers).
+  static size_t state_slot_bytes(const ModelConfig& config);
 
  private:
   KvCacheOptions options_;
   std::vector<Tensor> keys_;
   std::vector<Tensor> values_;
+  std::vector<Tensor> conv_states_;       // per layer; undefined without state
+  std::vector<Tensor> recurrent_states_;
 };
 
 }  // namespace brioche::model

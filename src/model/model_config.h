@@ -32,6 +32,21 @@ struct KvLayerShape {
   int64_t dim() const { return int64_t(n_kv_heads) * head_dim; }
 };
 
+// One layer's per-sequence recurrent state (Qwen 3.5's Gated DeltaNet
+// layers): the last conv_kernel - 1 inputs of a causal depthwise conv over
+// conv_channels, and an n_heads x key_dim x value_dim delta-rule state. Kept
+// per sequence in a state slot of the KvCache (KvCacheOptions::n_state_slots),
+// not in paged blocks: its size does not grow with the sequence.
+struct RecurrentStateShape {
+  int conv_channels = 0;  // 0: the layer keeps no recurrent state
+  int conv_kernel = 0;
+  int n_heads = 0;
+  int key_dim = 0;
+  int value_dim = 0;
+  int64_t conv_floats() const { return conv_channels == 0 ? 0 : int64_t(conv_kernel - 1) * conv_channels; }
+  int64_t recurrent_floats() const { return int64_t(n_heads) * key_dim * value_dim; }
+};
+
 struct ModelConfig {
   std::string architecture;  // "llama", "mistral", "qwen2", "qwen3"
   int vocab_size = 0;
@@ -52,9 +67,13 @@ struct ModelConfig {
 
   // Per-layer cache shapes; empty: every layer keeps n_kv_heads x head_dim.
   std::vector<KvLayerShape> kv_layers;
+  // Per-layer recurrent state of hybrid models; empty: no layer keeps any
+  // (the engine then hands out no state slots).
+  std::vector<RecurrentStateShape> state_layers;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  bool has_sequence_state() const { return !state_layers.empty(); }
   KvLayerShape kv_shape(int layer) const {
     return kv_layers.empty() ? KvLayerShape{n_kv_heads, head_dim} : kv_layers[size_t(layer)];
   }
