@@ -133,6 +133,8 @@ ModelConfig read_config(const JsonFields& cfg, const std::string& arch) {
   return c;
 }
 
+}  // namespace
+
 // The chat template: chat_template.jinja, else tokenizer_config.json's
 // "chat_template" (a string, or [{"name": "default", "template": "..."}]).
 // Both are read as bounded regular files (a FIFO in their place must not hang
@@ -159,8 +161,6 @@ std::string read_chat_template(const std::string& dir) {
   }
   return "";
 }
-
-}  // namespace
 
 Checkpoint load_safetensors_checkpoint(const std::string& dir) {
   Checkpoint ck;

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "model/gemma4.h"
 #include "model/llama.h"
 #include "model/weights.h"
 #include "model/device_weights.h"
@@ -45,6 +46,8 @@ void check_forward_preconditions(const Checkpoint& ck, const std::string& path) 
 std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) fail(path, ": expected a .gguf file or a safetensors model directory, found nothing");
+  // Gemma 4 has its own layer structure, weights and loader (model/gemma4.h).
+  if (fs::is_directory(path) && is_gemma4_directory(path)) return load_gemma4_model(path, options);
   Checkpoint ck = fs::is_directory(path) ? load_safetensors_checkpoint(path) : load_gguf_checkpoint(path);
   if (options.max_context > 0) ck.config.max_context = options.max_context;
   if (options.adjust_checkpoint) options.adjust_checkpoint(ck);

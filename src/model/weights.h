@@ -50,6 +50,9 @@ bool is_supported_architecture(const std::string& arch);
 
 Checkpoint load_gguf_checkpoint(const std::string& path);
 Checkpoint load_safetensors_checkpoint(const std::string& dir);
+// A safetensors directory's chat template: chat_template.jinja, else
+// tokenizer_config.json's "chat_template"; "" if none.
+std::string read_chat_template(const std::string& dir);
 
 // A copy of a vector tensor as contiguous f32 (norm weights, biases).
 Tensor to_f32(const Tensor& t);

@@ -1,0 +1,357 @@
+// Gemma 4's text model (transformers' Gemma4TextModel + the LM head), per
+// token row, with RMSNorm(x) = x·(mean(x²) + eps)^−½ ⊙ w:
+//
+//   x = √hidden · embed(token)
+//   ple = ((per_layer_model_projection·x)·hidden^−½ normed per layer
+//          + √P · embed_tokens_per_layer(token)) · 2^−½    [L, P]   (when P > 0)
+//   for each layer i:
+//     h = RMSNorm(x, input_layernorm)
+//     q = RMSNorm_per_head(q_proj·h, q_norm), RoPE of the layer type
+//     unless KV-shared:
+//       k = RMSNorm_per_head(k_proj·h, k_norm), RoPE
+//       v = RMSNorm_per_head(v_proj·h, no scale)   (v_proj = k_proj with attention_k_eq_v)
+//       K/V stored in the layer's cache
+//     a = softmax(q·kᵀ) v over the cache of kv_source (scale 1: q and k are
+//         normed), causal, within sliding_window on sliding layers
+//     x += RMSNorm(o_proj·a, post_attention_layernorm)
+//     m = down(gelu_tanh(gate·h') ⊙ up·h'),  h' = RMSNorm(x, pre_feedforward_layernorm)
+//     with the MoE block:
+//       m = RMSNorm(m, post_ffn_norm_1)
+//         + RMSNorm(Σ_top-k w_e · expert_e(RMSNorm(x, pre_ffn_norm_2)), post_ffn_norm_2),
+//       experts and weights chosen by the router from x
+//     x += RMSNorm(m, post_feedforward_layernorm)
+//     when P > 0:
+//       x += RMSNorm(per_layer_projection·(gelu_tanh(per_layer_input_gate·x) ⊙ ple[i]),
+//                    post_per_layer_input_norm)
+//     x *= layer_scalar
+//   logits = lm_head·RMSNorm(x, norm), then cap·tanh(logits/cap) with soft-capping
+#include "model/gemma4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "core/error.h"
+#include "ops/add.h"
+#include "ops/attention.h"
+#include "ops/device.h"
+#include "ops/embedding.h"
+#include "ops/fused_matmul.h"
+#include "ops/gather_rows.h"
+#include "ops/gelu_tanh.h"
+#include "ops/matmul.h"
+#include "ops/moe.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/scaled_add.h"
+#include "ops/quantize.h"
+#include "ops/softcap.h"
+
+namespace brioche::model {
+
+Tensor Gemma4Model::Scratch::rows(int64_t n, int64_t width) {
+  const int64_t need = std::max<int64_t>(n * width, 1);
+  if (!flat.defined() || flat.dim(0) < need) flat = ops::zeros(DType::F32, {need}, Device::CPU);
+  return flat.slice(0, 0, n * width).reshape({n, width});
+}
+
+Gemma4Model::Gemma4Model(Gemma4Checkpoint checkpoint) : ck_(std::move(checkpoint)) {
+  for (int i = 0; i < ck_.config.base.n_layers; ++i) inv_freq_.push_back(ck_.config.inv_freq(i));
+}
+
+size_t Gemma4Model::weight_bytes() const {
+  const Gemma4Weights& w = ck_.weights;
+  size_t n = 0;
+  auto add = [&n](const Tensor& t) {
+    if (t.defined()) n += t.nbytes();
+  };
+  for (const Tensor* t : {&w.token_embd, &w.output_norm, &w.ple_embd, &w.ple_model_proj, &w.ple_proj_norm}) add(*t);
+  if (!ck_.config.base.tied_embeddings) add(w.output);
+  for (const Gemma4LayerWeights& l : w.layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm, &l.post_attn_norm,
+                            &l.pre_ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm, &l.ple_gate,
+                            &l.ple_proj, &l.ple_post_norm, &l.router_proj, &l.router_norm, &l.experts_gate_up,
+                            &l.experts_down, &l.post_ffn_norm_1, &l.pre_ffn_norm_2, &l.post_ffn_norm_2})
+      add(*t);
+  }
+  return n;
+}
+
+void Gemma4Model::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
+  const ModelConfig& c = ck_.config.base;
+  const int32_t n = batch.n_rows();
+  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
+                "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
+                batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  BRIOCHE_CHECK(cache.n_layers() == c.n_layers, "forward: KV cache of ", cache.n_layers(),
+                " layers, the model has ", c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const KvLayerShape want = c.kv_shape(l);
+    const Tensor& k = cache.keys(l);
+    const bool fits = want.n_kv_heads == 0 ? !k.defined()
+                                           : k.defined() && k.device() == Device::CPU && k.dim(2) == want.n_kv_heads &&
+                                                 k.dim(3) == want.head_dim;
+    BRIOCHE_CHECK(fits, "forward: KV cache layer ", l, " is ", k.defined() ? k.describe() : std::string("empty"),
+                  ", expected ", want.n_kv_heads == 0 ? std::string("none (a KV-shared layer)")
+                                                      : std::to_string(want.n_kv_heads) + " kv heads of " +
+                                                            std::to_string(want.head_dim) + " on the cpu",
+                  " (build the cache from this model's config())");
+  }
+  std::vector<uint8_t> covered(size_t(n), 0);
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceView& seq = batch.sequences[s];
+    BRIOCHE_CHECK(seq.first_row >= 0 && seq.n_rows >= 0 && seq.first_row + seq.n_rows <= n, "forward: sequence ",
+                  s, " rows [", seq.first_row, ", ", seq.first_row + seq.n_rows, ") outside the batch of ", n,
+                  " rows");
+    BRIOCHE_CHECK(seq.adapter == nullptr, "forward: sequence ", s,
+                  " names a LoRA adapter; Gemma 4 serves no adapters in this build");
+    for (int32_t i = 0; i < seq.n_rows; ++i) {
+      const int32_t r = seq.first_row + i;
+      BRIOCHE_CHECK(!covered[size_t(r)], "forward: row ", r, " belongs to two sequences");
+      covered[size_t(r)] = 1;
+      BRIOCHE_CHECK(batch.positions[size_t(r)] == seq.n_past + i, "forward: row ", r, " of sequence ", s,
+                    " has position ", batch.positions[size_t(r)], ", expected n_past + ", i, " = ", seq.n_past + i);
+    }
+  }
+  for (int32_t r = 0; r < n; ++r) {
+    BRIOCHE_CHECK(covered[size_t(r)], "forward: row ", r, " belongs to no sequence");
+    BRIOCHE_CHECK(batch.tokens[size_t(r)] >= 0 && batch.tokens[size_t(r)] < c.vocab_size, "forward: token ",
+                  batch.tokens[size_t(r)], " at row ", r, " is outside the vocabulary of ", c.vocab_size);
+    if (ck_.config.ple_dim > 0)
+      BRIOCHE_CHECK(batch.tokens[size_t(r)] < ck_.config.ple_vocab, "forward: token ", batch.tokens[size_t(r)],
+                    " at row ", r, " is outside the per-layer input vocabulary of ", ck_.config.ple_vocab);
+  }
+}
+
+Tensor Gemma4Model::per_layer_inputs(const ForwardBatch& batch, const Tensor& x) {
+  const Gemma4Config& g = ck_.config;
+  const Gemma4Weights& w = ck_.weights;
+  const int64_t n = batch.n_rows(), L = g.base.n_layers, P = g.ple_dim;
+  Tensor ple = buf_.ple.rows(n, L * P);       // [n, L·P]
+  Tensor tok = buf_.ple_tok.rows(n, L * P);   // [n, L·P]
+  ops::embedding(w.ple_embd, batch.tokens, tok);
+  ops::scale(tok, float(std::sqrt(double(P))));
+  ops::matmul(x, w.ple_model_proj, ple);
+  ops::scale(ple, float(1.0 / std::sqrt(double(g.base.hidden_size))));
+  Tensor per_layer = ple.reshape({n * L, P});  // each layer's P values normed on their own
+  ops::rms_norm(per_layer, w.ple_proj_norm, g.base.rms_eps, per_layer);
+  ops::add(ple, tok, ple);
+  ops::scale(ple, float(1.0 / std::sqrt(2.0)));
+  return ple;
+}
+
+void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<const ops::AttentionSequence> sequences,
+                            KvCache& cache, Tensor& x) {
+  const Gemma4Config& g = ck_.config;
+  const ModelConfig& c = g.base;
+  const Gemma4LayerSpec& spec = g.layers[size_t(layer)];
+  const Gemma4LayerWeights& lw = ck_.weights.layers[size_t(layer)];
+  const int64_t n = x.dim(0), hd = spec.head_dim, H = c.n_heads, KV = spec.n_kv_heads;
+
+  Tensor h = buf_.h.rows(n, c.hidden_size);
+  Tensor q = buf_.q.rows(n, H * hd);        // [n, H·hd]
+  Tensor attn = buf_.attn.rows(n, H * hd);  // [n, H·hd]
+  Tensor out = buf_.out.rows(n, c.hidden_size);
+  const bool own_kv = !g.kv_shared(layer);
+  Tensor k, v;
+  if (own_kv) {
+    k = buf_.k.rows(n, KV * hd);  // [n, KV·hd]
+    v = buf_.v.rows(n, KV * hd);
+    const Tensor* ws[] = {&lw.wq, &lw.wk, &lw.wv};
+    Tensor* ys[] = {&q, &k, &v};
+    // With attention_k_eq_v there is no v_proj: V is k_proj's output, taken
+    // before k's norm and RoPE.
+    ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h},
+                      std::span(ws, spec.v_from_k ? 2 : 3), std::span(ys, spec.v_from_k ? 2 : 3));
+    if (spec.v_from_k) ops::copy(k, v);
+    Tensor k_heads = k.reshape({n * KV, hd});
+    Tensor v_heads = v.reshape({n * KV, hd});
+    ops::rms_norm(k_heads, lw.k_norm, c.rms_eps, k_heads);
+    ops::rms_norm(v_heads, lw.v_norm, c.rms_eps, v_heads);
+  } else {
+    const Tensor* ws[] = {&lw.wq};
+    Tensor* ys[] = {&q};
+    ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, ws, ys);
+  }
+  Tensor q_heads = q.reshape({n * H, hd});
+  ops::rms_norm(q_heads, lw.q_norm, c.rms_eps, q_heads);
+
+  const ops::RopeParams rope{.style = ops::RopeStyle::NeoX, .n_heads = int(H), .head_dim = int(hd),
+                             .inv_freq = inv_freq_[size_t(layer)]};
+  const ops::AttentionParams params{.n_heads = int(H), .n_kv_heads = int(KV), .head_dim = int(hd), .scale = 1.0f,
+                                    .sliding_window = spec.sliding ? c.sliding_window : 0};
+  if (own_kv) {
+    const ops::RopeStoreKvFirst first{.k = k, .v = v, .positions = batch.positions, .q_rope = rope};
+    ops::paged_attention(q, first, cache.keys(layer), cache.values(layer), sequences, params, attn);
+  } else {
+    // The source layer ran earlier in this forward, so its cache already
+    // holds these rows' K/V.
+    ops::rope(q, batch.positions, rope);
+    ops::paged_attention(q, cache.keys(spec.kv_source), cache.values(spec.kv_source), sequences, params, attn);
+  }
+  ops::matmul(attn, lw.wo, out);
+  ops::rms_norm(out, lw.post_attn_norm, c.rms_eps, out);
+  ops::add(x, out, x);
+}
+
+void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
+  const Gemma4Config& g = ck_.config;
+  const Gemma4LayerWeights& lw = ck_.weights.layers[size_t(layer)];
+  const int64_t n = x.dim(0), hidden = g.base.hidden_size, I = g.moe_intermediate_size;
+  // The router reads the residual stream: RMSNorm without scale, times
+  // scale·hidden^−½ (folded into router_norm), projected to expert logits.
+  Tensor routed = buf_.moe_in.rows(n, hidden);
+  Tensor logits = buf_.router.rows(n, g.n_experts);
+  ops::rms_norm(x, lw.router_norm, g.base.rms_eps, routed);
+  ops::matmul(routed, lw.router_proj, logits);
+  const ops::MoeRouting route = ops::moe_route(logits, g.top_k_experts, lw.expert_scale);
+  // The experts read RMSNorm(x, pre_feedforward_layernorm_2).
+  ops::rms_norm(x, lw.pre_ffn_norm_2, g.base.rms_eps, routed);
+  ops::fill(out, 0.0f);
+  std::vector<int32_t> rows;
+  std::vector<float> weights;
+  for (int e = 0; e < g.n_experts; ++e) {
+    rows.clear();
+    weights.clear();
+    for (int64_t r = 0; r < n; ++r)
+      for (int k = 0; k < route.top_k; ++k)
+        if (route.expert[size_t(r * route.top_k + k)] == e) {
+          rows.push_back(int32_t(r));
+          weights.push_back(route.weight[size_t(r * route.top_k + k)]);
+        }
+    if (rows.empty()) continue;
+    const int64_t m = int64_t(rows.size());
+    Tensor in = buf_.expert_in.rows(m, hidden);
+    Tensor gate_up = buf_.expert_gate_up.rows(m, 2 * I);  // [m, 2I]: gate columns, then up
+    Tensor act = buf_.expert_act.rows(m, I);
+    Tensor y = buf_.expert_out.rows(m, hidden);
+    ops::gather_rows(routed, rows, in);
+    ops::matmul(in, lw.experts_gate_up.select(e), gate_up);
+    ops::gelu_tanh_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act);
+    ops::matmul(act, lw.experts_down.select(e), y);
+    ops::scale_rows(y, weights);
+    ops::scatter_add_rows(y, rows, out);
+  }
+}
+
+void Gemma4Model::mlp(int layer, Tensor& x) {
+  const Gemma4Config& g = ck_.config;
+  const ModelConfig& c = g.base;
+  const Gemma4LayerWeights& lw = ck_.weights.layers[size_t(layer)];
+  const int64_t n = x.dim(0), inter = g.layers[size_t(layer)].intermediate_size;
+  Tensor h = buf_.h.rows(n, c.hidden_size);
+  Tensor gate = buf_.gate.rows(n, inter);
+  Tensor up = buf_.up.rows(n, inter);
+  Tensor out = buf_.out.rows(n, c.hidden_size);
+  const Tensor* ws[] = {&lw.w_gate, &lw.w_up};
+  Tensor* ys[] = {&gate, &up};
+  ops::matmul_group(x, {.weight = lw.pre_ffn_norm, .eps = c.rms_eps, .normed = h}, ws, ys);
+  ops::gelu_tanh_mul(gate, up, gate);
+  ops::matmul(gate, lw.w_down, out);
+  if (g.moe) {
+    ops::rms_norm(out, lw.post_ffn_norm_1, c.rms_eps, out);
+    Tensor moe = buf_.moe_out.rows(n, c.hidden_size);
+    experts(layer, x, moe);
+    ops::rms_norm(moe, lw.post_ffn_norm_2, c.rms_eps, moe);
+    ops::add(out, moe, out);
+  }
+  ops::rms_norm(out, lw.post_ffn_norm, c.rms_eps, out);
+  ops::add(x, out, x);
+}
+
+void Gemma4Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
+  const Gemma4Config& g = ck_.config;
+  const ModelConfig& c = g.base;
+  const Gemma4Weights& w = ck_.weights;
+  check_batch(batch, cache);
+  const int64_t n = batch.n_rows(), n_logits = batch.n_logit_rows();
+  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits || logits.dim(1) != c.vocab_size ||
+      logits.dtype() != DType::F32) {
+    logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, Device::CPU);
+    if (n_logits == 0) logits = logits.slice(0, 0, 0);
+  }
+  BRIOCHE_CHECK(logits.device() == Device::CPU, "forward: logits on ", device_name(logits.device()),
+                "; Gemma 4 runs on the CPU only in this build");
+  if (n == 0) return;
+
+  std::vector<ops::AttentionSequence> sequences;
+  sequences.reserve(batch.sequences.size());
+  for (const SequenceView& s : batch.sequences) sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
+
+  Tensor x = buf_.x.rows(n, c.hidden_size);  // [n, hidden] residual stream
+  ops::embedding(w.token_embd, batch.tokens, x);
+  ops::scale(x, float(std::sqrt(double(c.hidden_size))));
+  Tensor ple;
+  if (g.ple_dim > 0) ple = per_layer_inputs(batch, x);
+
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const Gemma4LayerWeights& lw = w.layers[size_t(layer)];
+    attention(layer, batch, sequences, cache, x);
+    mlp(layer, x);
+    if (g.ple_dim > 0) {
+      const int64_t P = g.ple_dim;
+      Tensor gate = buf_.ple_gate.rows(n, P);
+      Tensor out = buf_.out.rows(n, c.hidden_size);
+      ops::matmul(x, lw.ple_gate, gate);
+      ops::gelu_tanh_mul(gate, ple.slice(1, layer * P, (layer + 1) * P), gate);
+      ops::matmul(gate, lw.ple_proj, out);
+      ops::rms_norm(out, lw.ple_post_norm, c.rms_eps, out);
+      ops::add(x, out, x);
+    }
+    if (lw.layer_scalar != 1.0f) ops::scale(x, lw.layer_scalar);
+  }
+  if (n_logits == 0) return;
+
+  // Only the rows that want logits go through the final norm and the head.
+  std::vector<int32_t> wanted;
+  for (int32_t r = 0; r < n; ++r)
+    if (batch.wants_logits[size_t(r)]) wanted.push_back(r);
+  Tensor last = buf_.last.rows(n_logits, c.hidden_size);
+  ops::gather_rows(x, wanted, last);
+  ops::rms_norm(last, w.output_norm, c.rms_eps, last);
+  ops::matmul(last, w.output, logits);
+  if (g.final_logit_softcap > 0.0f) ops::softcap(logits, g.final_logit_softcap);
+}
+
+namespace {
+
+void convert_matrices(Gemma4Weights& w, bool tied, DType dtype) {
+  auto convert = [dtype](Tensor& t) {
+    if (t.defined() && t.dtype() != dtype) t = ops::convert(t, dtype);
+  };
+  convert(w.token_embd);
+  if (tied) w.output = w.token_embd;
+  else convert(w.output);
+  convert(w.ple_embd);
+  convert(w.ple_model_proj);
+  for (Gemma4LayerWeights& l : w.layers)
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ple_gate, &l.ple_proj,
+                      &l.router_proj, &l.experts_gate_up, &l.experts_down})
+      convert(*t);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptions& options) {
+  if (options.device != Device::CPU)
+    fail(dir, ": Gemma 4 runs on the CPU only in this build (asked for ", device_name(options.device),
+         "; use --device cpu)");
+  if (options.tp_size > 1) fail(dir, ": Gemma 4 runs without tensor parallelism in this build (asked for ",
+                                options.tp_size, " ranks)");
+  if (options.adjust_checkpoint)
+    fail(dir, ": Gemma 4 takes no adapter merged at load in this build (LoRA for Gemma 4 is not implemented yet)");
+  Gemma4Checkpoint ck = load_gemma4_checkpoint(dir);
+  if (options.max_context > 0) ck.config.base.max_context = options.max_context;
+  validate_model_config(ck.config.base, ConfigKeyNames::fields(), dir);
+  if (options.convert_weights) {
+    convert_matrices(ck.weights, ck.config.base.tied_embeddings, *options.convert_weights);
+    ck.config.base.weight_dtype = *options.convert_weights;
+  }
+  if (ck.config.multimodal)
+    std::fprintf(stderr, "%s: a multimodal Gemma 4 checkpoint: loading its text model only (vision and audio "
+                         "towers are not loaded)\n", dir.c_str());
+  return std::make_unique<Gemma4Model>(std::move(ck));
+}
+
+}  // namespace brioche::model

@@ -1,0 +1,61 @@
+// Gemma 4's text model (see gemma4.cpp for the architecture), on the CPU.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gemma4_weights.h"
+#include "model/model.h"
+#include "ops/attention.h"
+
+namespace brioche::model {
+
+// Not reentrant: forward reuses its scratch buffers (one engine thread owns a model).
+class Gemma4Model final : public Model {
+ public:
+  explicit Gemma4Model(Gemma4Checkpoint checkpoint);
+
+  const ModelConfig& config() const override { return ck_.config.base; }
+  const Gemma4Config& gemma4_config() const { return ck_.config; }
+  const formats::GgufFile* gguf() const override { return nullptr; }
+  std::string directory() const override { return ck_.directory; }
+  std::string chat_template() const override { return ck_.chat_template; }
+  void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
+  size_t weight_bytes() const override;
+
+ private:
+  // Scratch of one role: a flat f32 buffer viewed as [rows, width], grown
+  // to the largest batch seen (widths differ by layer).
+  struct Scratch {
+    Tensor flat;
+    Tensor rows(int64_t n, int64_t width);
+  };
+  struct Buffers {
+    Scratch x, h, q, k, v, attn, out, gate, up;  // residual stream, normed input, attention, MLP
+    Scratch ple, ple_tok, ple_gate;              // per-layer inputs
+    Scratch router, moe_in, moe_out, expert_in, expert_gate_up, expert_act, expert_out;  // MoE
+    Scratch last;                                // rows that want logits
+  };
+
+  void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  void attention(int layer, const ForwardBatch& batch, std::span<const ops::AttentionSequence> sequences,
+                 KvCache& cache, Tensor& x);
+  void mlp(int layer, Tensor& x);
+  // The MoE block's expert half: out = Σ_k weight_k · expert_k(rms_norm(x)).
+  void experts(int layer, const Tensor& x, Tensor& out);
+  // (proj(x)·hidden^−½ normed per layer + √P·embed_per_layer(tokens))·2^−½: [n, L·P]
+  Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x);
+
+  Gemma4Checkpoint ck_;
+  std::vector<std::vector<float>> inv_freq_;  // per layer, [head_dim/2]
+  Buffers buf_;
+};
+
+// Model::load for a Gemma 4 directory: refuses what this build cannot run
+// (a CUDA device, tensor parallelism, adapters merged at load) with a
+// one-line error; says in one line when a multimodal checkpoint's text model
+// is all that is loaded.
+std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptions& options);
+
+}  // namespace brioche::model

@@ -1,0 +1,130 @@
+// A Gemma 4 Hugging Face directory -> Gemma4Checkpoint. Every tensor the
+// config implies is looked up and shape-checked (errors name the tensor and
+// the directory); tensors of the vision and audio towers of a multimodal
+// checkpoint are not read.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_limits.h"
+#include "formats/regular_file.h"
+#include "formats/safetensors.h"
+#include "model/gemma4_weights.h"
+#include "model/weights.h"
+#include "ops/device.h"
+
+namespace brioche::model {
+
+namespace fs = std::filesystem;
+
+bool is_gemma4_directory(const std::string& dir) {
+  auto text = formats::read_regular_file_if_present((fs::path(dir) / "config.json").string(),
+                                                    formats::kMaxConfigJsonBytes);
+  if (!text) return false;
+  return is_gemma4_config(try_parse_json_bounded(*text));
+}
+
+Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
+  auto st = std::make_shared<formats::SafetensorsDir>(formats::SafetensorsDir::open(dir));
+  Gemma4Checkpoint ck;
+  ck.directory = dir;
+  ck.files = st;
+  ck.config = read_gemma4_config(st->config(), (fs::path(dir) / "config.json").string());
+  const Gemma4Config& g = ck.config;
+  const ModelConfig& c = g.base;
+  Gemma4Weights& w = ck.weights;
+  const std::string& pre = g.tensor_prefix;
+
+  auto matrix = [&](const std::string& prefix, int64_t rows, int64_t cols) {
+    Tensor t = st->is_quantized(prefix) ? st->quantized_weight(prefix) : st->tensor(prefix + ".weight");
+    check_shape(t, {rows, cols}, prefix + ".weight", dir);
+    return t;
+  };
+  auto float_tensor = [&](const std::string& name, std::initializer_list<int64_t> shape) {
+    Tensor t = st->tensor(name);
+    check_shape(t, shape, name, dir);  // before any copy, which a hostile size would make huge
+    if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
+    return t;
+  };
+  auto vector = [&](const std::string& name, int64_t n) { return to_f32(float_tensor(name, {n})); };
+  auto host_floats = [&](const std::string& name, int64_t n) {
+    Tensor t = vector(name, n);
+    const float* p = t.data_as<float>();
+    std::vector<float> v(p, p + n);
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[size_t(i)])) fail(dir, ": tensor '", name, "' [", i, "]: expected a finite number, found ", v[size_t(i)]);
+    return v;
+  };
+
+  const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
+  w.token_embd = matrix(pre + "embed_tokens", vocab, hidden);
+  w.output_norm = vector(pre + "norm.weight", hidden);
+  const bool has_head = st->has("lm_head.weight") || st->is_quantized("lm_head");
+  w.output = has_head ? matrix("lm_head", vocab, hidden) : w.token_embd;
+  ck.config.base.tied_embeddings = !has_head;
+
+  const int64_t P = g.ple_dim, L = c.n_layers;
+  if (P > 0) {
+    w.ple_embd = matrix(pre + "embed_tokens_per_layer", g.ple_vocab, L * P);
+    w.ple_model_proj = matrix(pre + "per_layer_model_projection", L * P, hidden);
+    w.ple_proj_norm = vector(pre + "per_layer_projection_norm.weight", P);
+  }
+
+  for (int i = 0; i < c.n_layers; ++i) {
+    const Gemma4LayerSpec& spec = g.layers[size_t(i)];
+    const std::string p = pre + "layers." + std::to_string(i) + ".";
+    const int64_t hd = spec.head_dim, q_dim = int64_t(c.n_heads) * hd, kv_dim = int64_t(spec.n_kv_heads) * hd;
+    Gemma4LayerWeights l;
+    l.attn_norm = vector(p + "input_layernorm.weight", hidden);
+    l.wq = matrix(p + "self_attn.q_proj", q_dim, hidden);
+    l.q_norm = vector(p + "self_attn.q_norm.weight", hd);
+    if (!g.kv_shared(i)) {
+      l.wk = matrix(p + "self_attn.k_proj", kv_dim, hidden);
+      if (!spec.v_from_k) l.wv = matrix(p + "self_attn.v_proj", kv_dim, hidden);
+      l.k_norm = vector(p + "self_attn.k_norm.weight", hd);
+      l.v_norm = ops::zeros(DType::F32, {hd}, Device::CPU);
+      std::fill_n(l.v_norm.data_as<float>(), hd, 1.0f);
+    }
+    l.wo = matrix(p + "self_attn.o_proj", hidden, q_dim);
+    l.post_attn_norm = vector(p + "post_attention_layernorm.weight", hidden);
+    l.pre_ffn_norm = vector(p + "pre_feedforward_layernorm.weight", hidden);
+    l.post_ffn_norm = vector(p + "post_feedforward_layernorm.weight", hidden);
+    const int64_t inter = spec.intermediate_size;
+    l.w_gate = matrix(p + "mlp.gate_proj", inter, hidden);
+    l.w_up = matrix(p + "mlp.up_proj", inter, hidden);
+    l.w_down = matrix(p + "mlp.down_proj", hidden, inter);
+    // A persistent buffer in transformers; a checkpoint without it has 1.
+    if (st->has(p + "layer_scalar")) l.layer_scalar = host_floats(p + "layer_scalar", 1)[0];
+    if (P > 0) {
+      l.ple_gate = matrix(p + "per_layer_input_gate", P, hidden);
+      l.ple_proj = matrix(p + "per_layer_projection", hidden, P);
+      l.ple_post_norm = vector(p + "post_per_layer_input_norm.weight", hidden);
+    }
+    if (g.moe) {
+      const int64_t E = g.n_experts, I = g.moe_intermediate_size;
+      l.router_proj = matrix(p + "router.proj", E, hidden);
+      // The router's norm has no scale; its input is then multiplied by
+      // scale · hidden^−½: one weight vector for ops::rms_norm (a copy: the
+      // stored tensor is a read-only view of the file).
+      const std::vector<float> scale = host_floats(p + "router.scale", hidden);
+      l.router_norm = ops::zeros(DType::F32, {hidden}, Device::CPU);
+      const float root = float(1.0 / std::sqrt(double(hidden)));
+      for (int64_t j = 0; j < hidden; ++j) l.router_norm.data_as<float>()[j] = scale[size_t(j)] * root;
+      l.expert_scale = host_floats(p + "router.per_expert_scale", E);
+      l.experts_gate_up = float_tensor(p + "experts.gate_up_proj", {E, 2 * I, hidden});
+      l.experts_down = float_tensor(p + "experts.down_proj", {E, hidden, I});
+      l.post_ffn_norm_1 = vector(p + "post_feedforward_layernorm_1.weight", hidden);
+      l.pre_ffn_norm_2 = vector(p + "pre_feedforward_layernorm_2.weight", hidden);
+      l.post_ffn_norm_2 = vector(p + "post_feedforward_layernorm_2.weight", hidden);
+    }
+    w.layers.push_back(std::move(l));
+  }
+  ck.config.base.weight_dtype = w.token_embd.dtype();
+  ck.chat_template = read_chat_template(dir);
+  return ck;
+}
+
+}  // namespace brioche::model
