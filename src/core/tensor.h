@@ -33,6 +33,9 @@ struct Storage {
   size_t bytes = 0;
   Device device = Device::CPU;
   std::shared_ptr<void> owner;
+  // Writes so far by ops (every op bumps it on the tensors it writes, before
+  // writing): ops::NormHandoff checks that none came between its two ops.
+  uint64_t version = 0;
 };
 
 class Tensor {
@@ -76,6 +79,12 @@ class Tensor {
   Tensor select(int64_t i) const;  // drop dim 0
 
   std::string describe() const;  // "f32[2, 3]"
+  // Its storage's write count (Storage::version); 0 when undefined.
+  uint64_t version() const { return storage_ ? storage_->version : 0; }
+  // An op is writing it: bumps Storage::version.
+  void note_written() const {
+    if (storage_) ++storage_->version;
+  }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
  private:
