@@ -58,7 +58,9 @@ TRAINING_TEXT = """The quick brown fox jumps over the lazy dog. Bread is baked i
 water, salt and yeast. A haiku has three lines of five, seven and five syllables. The capital of France
 is Paris; the capital of Italy is Rome. Models read tokens and write tokens, one at a time.
 def fibonacci(n): return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)
-Hello, world! How are you today? I am fine, thank you. What is your favorite condiment?"""
+Hello, world! How are you today? I am fine, thank you. What is your favorite condiment?
+Gemma reads the prompt, then writes an answer; the server streams it back to the client as events.
+Seven swans swim quietly past the old mill while children laugh and jump into the cold river."""
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
@@ -69,16 +71,18 @@ CHAT_TEMPLATE = (
 
 def make_tokenizer(out_dir):
     """A byte-level BPE of exactly VOCAB ids: Gemma's special ids first
-    (<pad> 0, <eos> 1, <bos> 2, <unk> 3), the turn markers, then 256 byte
-    tokens and merges learned from a short text."""
+    (<pad> 0, <eos> 1, <bos> 2, <unk> 3), the turn markers, then printable
+    ASCII, space and newline, and merges learned from a short text. No token
+    holds a byte above 0x7f, so whatever a random model generates decodes to
+    valid UTF-8 (end-to-end tests compare text)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([TRAINING_TEXT] * 4, trainer)
+                                  initial_alphabet=[chr(c) for c in range(0x21, 0x7f)] + ["\u0120", "\u010a"])
+    tok.train_from_iterator([TRAINING_TEXT], trainer)
     assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
@@ -160,6 +164,41 @@ def hub_form(config_path):
         json.dump(cfg, f, indent=2)
 
 
+N_TEXT_GREEDY = 8
+
+
+def text_goldens(model, out_dir):
+    """Greedy continuations of text prompts through the fixture's own
+    tokenizer (no BOS: tokenizer_config.json says add_bos_token false), for
+    the end-to-end tests of `brioche run` and `brioche serve`: the first two
+    prompts (word prefixes of the training text) whose continuation holds no
+    special token (the CLI would stop there) and whose top-2 margins all
+    exceed 1e-3. The continuation is recorded as ids and as `tokenizers`'
+    decoding."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+    words = TRAINING_TEXT.split()
+    found = []
+    for start in range(0, len(words) - 4, 3):
+        text = " ".join(words[start:start + 4])
+        ids = tok.encode(text, add_special_tokens=False).ids
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=N_TEXT_GREEDY, do_sample=False,
+                                 output_scores=True, return_dict_in_generate=True, pad_token_id=0,
+                                 eos_token_id=None)
+        greedy = out.sequences[0, len(ids):].tolist()
+        margins = [float(torch.topk(sc[0].float(), 2).values.diff().abs()) for sc in out.scores]
+        if min(margins) < 1e-3 or any(t < 6 for t in greedy):
+            continue
+        found.append({"text": text, "ids": ids, "greedy": greedy,
+                      "greedy_text": tok.decode(greedy, skip_special_tokens=True),
+                      "min_top2_margin": min(margins)})
+        if len(found) == 2:
+            break
+    assert found, "no text prompt with a clear greedy continuation"
+    return found
+
+
 def build(name, config, dtype, seed, hub):
     torch.manual_seed(seed)
     config._attn_implementation = "eager"
@@ -216,9 +255,11 @@ def build(name, config, dtype, seed, hub):
         logits_rows.append(logits.astype("<f4"))
         print(f"{name}: prompt of {n}: logits std {logits.std():.3f}, greedy {greedy}, "
               f"min margin {min(margins):.4f}", file=sys.stderr)
+    text_prompts = text_goldens(reloaded, out_dir)
     os.makedirs(os.path.join(OUT, "goldens"), exist_ok=True)
     np.concatenate(logits_rows).tofile(os.path.join(OUT, "goldens", f"{name}.logits.f32"))
     golden = {"fixture": name, "vocab_size": VOCAB, "stored_dtype": dtype, "prompts": prompts,
+              "text_prompts": text_prompts,
               "logits_file": f"{name}.logits.f32",
               "logits_layout": "[sum of prompt lengths, vocab] f32 little-endian, every row, prompts in order",
               "produced_by": versions()}
