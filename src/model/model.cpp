@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/gemma4.h"
 #include "model/llama.h"
+#include "model/qwen35.h"
 #include "model/weights.h"
 #include "model/device_weights.h"
 #include "model/tensor_parallel.h"
@@ -48,6 +49,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
   if (!fs::exists(path)) fail(path, ": expected a .gguf file or a safetensors model directory, found nothing");
   // Gemma 4 has its own layer structure, weights and loader (model/gemma4.h).
   if (fs::is_directory(path) && is_gemma4_directory(path)) return load_gemma4_model(path, options);
+  // Qwen 3.5 likewise: hybrid linear/full attention layers (model/qwen35.h).
+  if (fs::is_directory(path) && is_qwen35_directory(path)) return load_qwen35_model(path, options);
   Checkpoint ck = fs::is_directory(path) ? load_safetensors_checkpoint(path) : load_gguf_checkpoint(path);
   if (options.max_context > 0) ck.config.max_context = options.max_context;
   if (options.adjust_checkpoint) options.adjust_checkpoint(ck);

@@ -1,0 +1,17 @@
+// CPU kernel of ops::sigmoid_gate: x ← x · sigmoid(gate).
+#pragma once
+
+#include <cstdint>
+
+namespace brioche::backend::cpu {
+
+struct SigmoidGateArgs {
+  const float* gate;  // [n_rows, dim] or [n_rows, 1], row stride gate_stride floats
+  float* x;           // [n_rows, dim], row stride x_stride floats
+  int64_t n_rows, dim, gate_stride, x_stride;
+  bool per_row;       // one gate value per row
+};
+
+void sigmoid_gate(const SigmoidGateArgs& args);
+
+}  // namespace brioche::backend::cpu

@@ -1,0 +1,316 @@
+// Qwen 3.5 safetensors directories: config.json -> ModelConfig + Qwen35Config,
+// tensors -> Qwen35Checkpoint.
+//
+// Two layouts: a text model (Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM,
+// model_type qwen3_5_text: settings at the top, tensors "model.layers.N.*")
+// and the released multimodal checkpoints (Qwen3_5ForConditionalGeneration,
+// model_type qwen3_5: settings under "text_config", tensors
+// "model.language_model.layers.N.*"; the vision tower and the MTP head are
+// not read). MoE experts are read per expert ("mlp.experts.E.gate_proj.weight",
+// as transformers saves them) or stacked ("mlp.experts.gate_up_proj" [E, 2I, H]
+// and "mlp.experts.down_proj" [E, H, I], transformers' in-memory layout).
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_limits.h"
+#include "formats/regular_file.h"
+#include "formats/safetensors.h"
+#include "model/qwen35_weights.h"
+#include "model/weights.h"
+#include "ops/rope.h"
+
+namespace brioche::model {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Typed reads of a config.json object; errors name the key as written.
+struct ConfigReader {
+  const json& obj;
+  std::string prefix;  // "text_config." for the nested layout
+  std::string source;
+
+  const json* find(const char* key) const {
+    auto it = obj.find(key);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+  }
+  [[noreturn]] void wrong(const char* key, const char* expected, const json& found) const {
+    fail(source, ": ", prefix, key, ": expected ", expected, ", found ", found.dump().substr(0, 80));
+  }
+  bool has(const char* key) const { return find(key) != nullptr; }
+  int count(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) fail(source, ": ", prefix, key, ": expected an integer, found absent");
+    if (!v->is_number_integer()) wrong(key, "an integer", *v);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) wrong(key, "an integer below 2^63", *v);
+    return config_count(v->get<int64_t>(), prefix + key, source);
+  }
+  int count(const char* key, int fallback) const { return has(key) ? count(key) : fallback; }
+  float number(const char* key, float fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) wrong(key, "a number", *v);
+    return config_float(v->get<double>());
+  }
+  bool boolean(const char* key, bool fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) wrong(key, "true or false", *v);
+    return v->get<bool>();
+  }
+  std::string string(const char* key, const std::string& fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_string()) wrong(key, "a string", *v);
+    return v->get<std::string>();
+  }
+};
+
+bool is_qwen35_name(const std::string& s) {
+  return s == "qwen3_5" || s == "qwen3_5_text" || s == "qwen3_5_moe" || s == "qwen3_5_moe_text" ||
+         s == "Qwen3_5ForCausalLM" || s == "Qwen3_5ForConditionalGeneration" || s == "Qwen3_5MoeForCausalLM" ||
+         s == "Qwen3_5MoeForConditionalGeneration";
+}
+
+// A count in [lo, hi], naming the key.
+void check_count(int value, int lo, int hi, const std::string& key, const std::string& source) {
+  if (value < lo || value > hi) fail(source, ": ", key, ": expected an integer in ", lo, "..", hi, ", found ", value);
+}
+
+void read_qwen35_config(const ConfigReader& cfg, bool moe, ModelConfig& c, Qwen35Config& q) {
+  const std::string& source = cfg.source;
+  ConfigKeyNames keys = ConfigKeyNames::hf_config();
+  for (std::string* k : {&keys.vocab_size, &keys.hidden_size, &keys.intermediate_size, &keys.n_layers, &keys.n_heads,
+                         &keys.n_kv_heads, &keys.head_dim, &keys.rms_eps, &keys.max_context})
+    *k = cfg.prefix + *k;
+  c.architecture = moe ? "qwen3_5_moe" : "qwen3_5";
+  c.vocab_size = cfg.count("vocab_size");
+  c.hidden_size = cfg.count("hidden_size");
+  c.n_layers = cfg.count("num_hidden_layers");
+  c.n_heads = cfg.count("num_attention_heads");
+  c.n_kv_heads = cfg.count("num_key_value_heads", c.n_heads);
+  c.head_dim = cfg.has("head_dim") ? cfg.count("head_dim") : derived_head_dim(c.hidden_size, c.n_heads, keys, source);
+  c.rms_eps = cfg.number("rms_norm_eps", 1e-6f);
+  c.max_context = cfg.count("max_position_embeddings", 0);
+  c.tied_embeddings = cfg.boolean("tie_word_embeddings", false);
+  if (moe) {
+    q.n_experts = cfg.count("num_experts");
+    q.experts_per_token = cfg.count("num_experts_per_tok");
+    q.expert_intermediate = cfg.count("moe_intermediate_size");
+    q.shared_expert_intermediate = cfg.count("shared_expert_intermediate_size");
+    check_count(q.n_experts, 1, 4096, cfg.prefix + "num_experts", source);
+    check_count(q.experts_per_token, 1, q.n_experts, cfg.prefix + "num_experts_per_tok", source);
+    check_count(q.expert_intermediate, 1, kMaxIntermediateSize, cfg.prefix + "moe_intermediate_size", source);
+    check_count(q.shared_expert_intermediate, 0, kMaxIntermediateSize, cfg.prefix + "shared_expert_intermediate_size",
+                source);
+    c.intermediate_size = q.expert_intermediate;
+  } else {
+    c.intermediate_size = cfg.count("intermediate_size");
+  }
+  if (cfg.boolean("attention_bias", false)) fail(source, ": ", cfg.prefix, "attention_bias: expected false, found true");
+  const std::string act = cfg.string("hidden_act", "silu");
+  if (act != "silu") fail(source, ": ", cfg.prefix, "hidden_act: expected \"silu\", found \"", act, "\"");
+
+  // RoPE: rope_parameters (transformers 5) or rope_theta + partial_rotary_factor at the top.
+  const json* rope_obj = cfg.find("rope_parameters");
+  if (rope_obj == nullptr) rope_obj = cfg.find("rope_scaling");
+  if (rope_obj != nullptr && !rope_obj->is_object()) cfg.wrong("rope_parameters", "an object", *rope_obj);
+  static const json kNone = json::object();
+  const ConfigReader rope{.obj = rope_obj ? *rope_obj : kNone, .prefix = cfg.prefix + "rope_parameters.", .source = source};
+  keys.rope_theta = rope.has("rope_theta") ? rope.prefix + "rope_theta" : cfg.prefix + "rope_theta";
+  c.rope.theta = rope.number("rope_theta", cfg.number("rope_theta", 10000.0f));
+  c.rope.style = ops::RopeStyle::NeoX;
+  const std::string type = rope.string("rope_type", rope.string("type", "default"));
+  if (type != "default") fail(source, ": ", rope.prefix, "rope_type: expected \"default\", found \"", type, "\"");
+  const float partial = rope.number("partial_rotary_factor", cfg.number("partial_rotary_factor", 0.25f));
+  if (!(partial > 0.0f && partial <= 1.0f))
+    fail(source, ": ", rope.prefix, "partial_rotary_factor: expected a number in (0, 1], found ", partial);
+  validate_model_config(c, keys, source);
+  q.rotary_dim = int(float(c.head_dim) * partial);
+  if (q.rotary_dim < 2 || q.rotary_dim % 2 != 0)
+    fail(source, ": ", rope.prefix, "partial_rotary_factor: ", partial, " x head_dim ", c.head_dim,
+         " gives ", q.rotary_dim, " rotary dims, expected an even number >= 2");
+
+  // Linear-attention layers.
+  q.linear_k_heads = cfg.count("linear_num_key_heads");
+  q.linear_v_heads = cfg.count("linear_num_value_heads");
+  q.linear_key_dim = cfg.count("linear_key_head_dim");
+  q.linear_value_dim = cfg.count("linear_value_head_dim");
+  q.conv_kernel = cfg.count("linear_conv_kernel_dim", 4);
+  check_count(q.linear_k_heads, 1, kMaxHeads, cfg.prefix + "linear_num_key_heads", source);
+  check_count(q.linear_v_heads, 1, kMaxHeads, cfg.prefix + "linear_num_value_heads", source);
+  if (q.linear_v_heads % q.linear_k_heads != 0)
+    fail(source, ": ", cfg.prefix, "linear_num_value_heads: expected a multiple of linear_num_key_heads ",
+         q.linear_k_heads, ", found ", q.linear_v_heads);
+  check_count(q.linear_key_dim, 1, kMaxHeadDim, cfg.prefix + "linear_key_head_dim", source);
+  check_count(q.linear_value_dim, 1, kMaxHeadDim, cfg.prefix + "linear_value_head_dim", source);
+  check_count(q.conv_kernel, 2, 64, cfg.prefix + "linear_conv_kernel_dim", source);
+
+  q.linear_layers.assign(size_t(c.n_layers), 0);
+  const json* types = cfg.find("layer_types");
+  if (types != nullptr) {
+    if (!types->is_array() || int(types->size()) != c.n_layers)
+      cfg.wrong("layer_types", ("an array of " + std::to_string(c.n_layers) + " layer types").c_str(), *types);
+    for (int l = 0; l < c.n_layers; ++l) {
+      const json& t = (*types)[size_t(l)];
+      if (t == "linear_attention") q.linear_layers[size_t(l)] = 1;
+      else if (t != "full_attention")
+        fail(source, ": ", cfg.prefix, "layer_types[", l, "]: expected \"linear_attention\" or \"full_attention\", found ",
+             t.dump().substr(0, 40));
+    }
+  } else {
+    // transformers' default: every full_attention_interval-th layer is full attention.
+    const int interval = cfg.count("full_attention_interval", 4);
+    check_count(interval, 1, kMaxLayers, cfg.prefix + "full_attention_interval", source);
+    for (int l = 0; l < c.n_layers; ++l) q.linear_layers[size_t(l)] = (l + 1) % interval != 0;
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (q.linear_layers[size_t(l)]) {
+      c.kv_layers.push_back({.n_kv_heads = 0, .head_dim = 0});
+      c.state_layers.push_back({.conv_channels = q.conv_channels(), .conv_kernel = q.conv_kernel,
+                                .n_heads = q.linear_v_heads, .key_dim = q.linear_key_dim,
+                                .value_dim = q.linear_value_dim});
+    } else {
+      c.kv_layers.push_back({.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim});
+      c.state_layers.push_back({});
+    }
+  }
+}
+
+}  // namespace
+
+bool is_qwen35_directory(const std::string& dir) {
+  auto text = formats::read_regular_file_if_present((fs::path(dir) / "config.json").string(),
+                                                    formats::kMaxConfigJsonBytes);
+  if (!text) return false;
+  const json cfg = try_parse_json_bounded(*text);
+  if (!cfg.is_object()) return false;
+  if (auto it = cfg.find("model_type"); it != cfg.end() && it->is_string()) return is_qwen35_name(*it);
+  if (auto it = cfg.find("architectures"); it != cfg.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+    return is_qwen35_name((*it)[0]);
+  return false;
+}
+
+Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
+  auto st = std::make_shared<formats::SafetensorsDir>(formats::SafetensorsDir::open(dir));
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const json& top = st->config();
+  std::string type = top.contains("model_type") && top["model_type"].is_string() ? top["model_type"].get<std::string>() : "";
+  if (type.empty() && top.contains("architectures") && top["architectures"].is_array() && !top["architectures"].empty() &&
+      top["architectures"][0].is_string())
+    type = top["architectures"][0].get<std::string>();
+  const bool moe = type.find("moe") != std::string::npos || type.find("Moe") != std::string::npos;
+  // The multimodal layout keeps the text model's settings in text_config.
+  const bool nested = top.contains("text_config") && top["text_config"].is_object();
+  const ConfigReader cfg{.obj = nested ? top["text_config"] : top, .prefix = nested ? "text_config." : "",
+                         .source = config_path};
+  Qwen35Checkpoint ck;
+  ck.directory = dir;
+  read_qwen35_config(cfg, moe, ck.config, ck.qwen);
+  if (nested && !cfg.has("tie_word_embeddings"))
+    ck.config.tied_embeddings = ConfigReader{.obj = top, .prefix = "", .source = config_path}.boolean("tie_word_embeddings", false);
+  const ModelConfig& c = ck.config;
+  const Qwen35Config& q = ck.qwen;
+  const std::string root = nested ? "model.language_model." : "model.";
+
+  auto matrix = [&](const std::string& prefix, int64_t rows, int64_t cols) {
+    Tensor t = st->is_quantized(prefix) ? st->quantized_weight(prefix) : st->tensor(prefix + ".weight");
+    check_shape(t, {rows, cols}, prefix + ".weight", dir);
+    return t;
+  };
+  auto vector = [&](const std::string& name, int64_t n) {
+    Tensor t = st->tensor(name);
+    check_shape(t, {n}, name, dir);
+    if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
+    return to_f32(t);
+  };
+  // transformers' zero-centred RMSNorm multiplies by 1 + w: stored as such.
+  auto centred_norm = [&](const std::string& name, int64_t n) {
+    Tensor w = vector(name, n);
+    Tensor out = Tensor::zeros(DType::F32, {n});
+    for (int64_t i = 0; i < n; ++i) out.data_as<float>()[i] = 1.0f + w.data_as<float>()[i];
+    return out;
+  };
+
+  const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
+  ck.token_embd = matrix(root + "embed_tokens", vocab, hidden);
+  ck.output_norm = centred_norm(root + "norm.weight", hidden);
+  if (!st->has("lm_head.weight") && !st->is_quantized("lm_head")) ck.config.tied_embeddings = true;
+  ck.output = c.tied_embeddings ? ck.token_embd : matrix("lm_head", vocab, hidden);
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = root + "layers." + std::to_string(l) + ".";
+    Qwen35Layer layer;
+    layer.input_norm = centred_norm(p + "input_layernorm.weight", hidden);
+    layer.post_norm = centred_norm(p + "post_attention_layernorm.weight", hidden);
+    if (q.linear_layers[size_t(l)]) {
+      const std::string a = p + "linear_attn.";
+      Qwen35LinearAttention& la = layer.linear;
+      la.in_qkv = matrix(a + "in_proj_qkv", q.conv_channels(), hidden);
+      la.in_z = matrix(a + "in_proj_z", q.value_width(), hidden);
+      la.in_b = matrix(a + "in_proj_b", q.linear_v_heads, hidden);
+      la.in_a = matrix(a + "in_proj_a", q.linear_v_heads, hidden);
+      Tensor conv = st->tensor(a + "conv1d.weight");
+      check_shape(conv, {q.conv_channels(), 1, q.conv_kernel}, a + "conv1d.weight", dir);
+      la.conv = to_f32(conv.reshape({q.conv_channels(), q.conv_kernel}));
+      la.a_log = vector(a + "A_log", q.linear_v_heads);
+      la.dt_bias = vector(a + "dt_bias", q.linear_v_heads);
+      la.norm = vector(a + "norm.weight", q.linear_value_dim);
+      la.out = matrix(a + "out_proj", hidden, q.value_width());
+    } else {
+      const std::string a = p + "self_attn.";
+      Qwen35FullAttention& fa = layer.full;
+      fa.wq = matrix(a + "q_proj", int64_t(c.q_dim()) * 2, hidden);
+      fa.wk = matrix(a + "k_proj", c.kv_dim(), hidden);
+      fa.wv = matrix(a + "v_proj", c.kv_dim(), hidden);
+      fa.wo = matrix(a + "o_proj", hidden, c.q_dim());
+      fa.q_norm = centred_norm(a + "q_norm.weight", c.head_dim);
+      fa.k_norm = centred_norm(a + "k_norm.weight", c.head_dim);
+    }
+    if (q.n_experts == 0) {
+      layer.mlp = {.gate = matrix(p + "mlp.gate_proj", c.intermediate_size, hidden),
+                   .up = matrix(p + "mlp.up_proj", c.intermediate_size, hidden),
+                   .down = matrix(p + "mlp.down_proj", hidden, c.intermediate_size)};
+    } else {
+      const std::string m = p + "mlp.";
+      const int64_t inter = q.expert_intermediate;
+      layer.router = matrix(m + "gate", q.n_experts, hidden);
+      if (st->has(m + "experts.gate_up_proj")) {
+        Tensor gate_up = st->tensor(m + "experts.gate_up_proj");
+        Tensor down = st->tensor(m + "experts.down_proj");
+        check_shape(gate_up, {q.n_experts, 2 * inter, hidden}, m + "experts.gate_up_proj", dir);
+        check_shape(down, {q.n_experts, hidden, inter}, m + "experts.down_proj", dir);
+        for (int e = 0; e < q.n_experts; ++e) {
+          Tensor gu = gate_up.select(e);
+          layer.experts.push_back({.gate = gu.slice(0, 0, inter), .up = gu.slice(0, inter, 2 * inter),
+                                   .down = down.select(e)});
+        }
+      } else {
+        for (int e = 0; e < q.n_experts; ++e) {
+          const std::string x = m + "experts." + std::to_string(e) + ".";
+          layer.experts.push_back({.gate = matrix(x + "gate_proj", inter, hidden),
+                                   .up = matrix(x + "up_proj", inter, hidden),
+                                   .down = matrix(x + "down_proj", hidden, inter)});
+        }
+      }
+      if (q.shared_expert_intermediate > 0) {
+        const int64_t si = q.shared_expert_intermediate;
+        layer.shared_expert = {.gate = matrix(m + "shared_expert.gate_proj", si, hidden),
+                               .up = matrix(m + "shared_expert.up_proj", si, hidden),
+                               .down = matrix(m + "shared_expert.down_proj", hidden, si)};
+        layer.shared_expert_gate = matrix(m + "shared_expert_gate", 1, hidden);
+      }
+    }
+    ck.layers.push_back(std::move(layer));
+  }
+  ck.config.weight_dtype = ck.token_embd.dtype();
+  ck.chat_template = read_chat_template(dir);
+  return ck;
+}
+
+}  // namespace brioche::model

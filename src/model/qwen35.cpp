@@ -1,0 +1,299 @@
+// Qwen 3.5 (transformers' qwen3_5 and qwen3_5_moe text models):
+//
+//   x = embed(tokens)
+//   for each layer:
+//     h = rms_norm(x)·(1 + w)                      (zero-centred RMSNorm)
+//     x = x + (linear layer ? gated_deltanet(h) : gated_attention(h))
+//     h = rms_norm(x)·(1 + w)
+//     x = x + (dense ? swiglu_mlp(h) : moe(h))
+//   logits = lm_head(rms_norm(x)·(1 + w))
+//
+// gated_deltanet(h), per sequence with its state slot (KvCache::conv_state,
+// recurrent_state):
+//   q, k, v = split(silu(causal_conv1d(h·W_qkvᵀ)))    (depthwise, kernel K, state: last K-1 inputs)
+//   g = −exp(A_log)·softplus(h·W_aᵀ + dt_bias),  β = sigmoid(h·W_bᵀ)
+//   o = gated_delta_rule(q, k, v, g, β)            (ops/gated_delta_rule.h)
+//   out = (rms_norm(o)·w_norm ⊙ silu(h·W_zᵀ)) · W_outᵀ   per value head (RMSNormGated)
+// gated_attention(h):
+//   [q | gate] = h·W_qᵀ per head;  k = h·W_kᵀ;  v = h·W_vᵀ
+//   q, k = rms_norm per head·(1 + w), then RoPE on the first rotary_dim dims
+//   out = (attention(q, K, V) ⊙ sigmoid(gate)) · W_oᵀ (causal GQA over the paged cache)
+// moe(h): softmax router over experts, top-k renormalised to sum 1,
+//   Σ_k w_k·expert_k(h) + sigmoid(h·w_sgᵀ)·shared_expert(h).
+#include "model/qwen35.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "ops/add.h"
+#include "ops/attention.h"
+#include "ops/causal_conv1d.h"
+#include "ops/device.h"
+#include "ops/embedding.h"
+#include "ops/gated_delta_rule.h"
+#include "ops/quantize.h"
+#include "ops/matmul.h"
+#include "ops/moe.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/sigmoid_gate.h"
+#include "ops/swiglu.h"
+
+namespace brioche::model {
+
+namespace {
+
+Tensor f32(std::initializer_list<int64_t> shape) { return Tensor::zeros(DType::F32, shape); }
+
+// h·W_gateᵀ, h·W_upᵀ, silu(gate)·up, ·W_downᵀ into `out` [n, hidden].
+void swiglu_mlp(const Tensor& h, const Qwen35Mlp& w, Tensor& out) {
+  const int64_t n = h.dim(0), inter = w.gate.dim(0);
+  Tensor gate = f32({n, inter}), up = f32({n, inter});
+  ops::matmul(h, w.gate, gate);
+  ops::matmul(h, w.up, up);
+  ops::swiglu(gate, up, gate);
+  ops::matmul(gate, w.down, out);
+}
+
+}  // namespace
+
+Qwen35Model::Qwen35Model(Qwen35Checkpoint checkpoint)
+    : ck_(std::move(checkpoint)),
+      inv_freq_(ops::rope_inv_freq(ck_.qwen.rotary_dim, ck_.config.rope.theta, ck_.config.rope.scaling)),
+      unit_expert_scales_(size_t(ck_.qwen.n_experts), 1.0f) {}
+
+std::unique_ptr<Model> load_qwen35_model(const std::string& dir, const LoadOptions& options) {
+  if (options.device != Device::CPU)
+    fail(dir, ": Qwen 3.5 runs on the CPU only in this build (asked for ", device_name(options.device), ")");
+  if (options.tp_size > 1) fail(dir, ": Qwen 3.5 does not support --tensor-parallel in this build");
+  if (options.adjust_checkpoint) fail(dir, ": merging an adapter into Qwen 3.5 (--adapter) is not supported yet");
+  Qwen35Checkpoint ck = load_qwen35_checkpoint(dir);
+  if (options.max_context > 0) ck.config.max_context = options.max_context;
+  validate_model_config(ck.config, ConfigKeyNames::fields(), dir);
+  if (options.convert_weights) {
+    const DType dtype = *options.convert_weights;
+    auto convert = [dtype](Tensor& t) {
+      if (t.defined() && t.dtype() != dtype) t = ops::convert(t, dtype);
+    };
+    convert(ck.token_embd);
+    if (ck.config.tied_embeddings) ck.output = ck.token_embd;
+    else convert(ck.output);
+    for (Qwen35Layer& l : ck.layers) {
+      for (Tensor* t : {&l.linear.in_qkv, &l.linear.in_z, &l.linear.in_b, &l.linear.in_a, &l.linear.out, &l.full.wq,
+                        &l.full.wk, &l.full.wv, &l.full.wo, &l.router, &l.shared_expert_gate})
+        convert(*t);
+      for (Qwen35Mlp* m : {&l.mlp, &l.shared_expert})
+        for (Tensor* t : {&m->gate, &m->up, &m->down}) convert(*t);
+      for (Qwen35Mlp& m : l.experts)
+        for (Tensor* t : {&m.gate, &m.up, &m.down}) convert(*t);
+    }
+    ck.config.weight_dtype = dtype;
+  }
+  return std::make_unique<Qwen35Model>(std::move(ck));
+}
+
+size_t Qwen35Model::weight_bytes() const {
+  size_t n = ck_.token_embd.nbytes() + ck_.output_norm.nbytes();
+  if (!ck_.config.tied_embeddings) n += ck_.output.nbytes();
+  auto mlp_bytes = [](const Qwen35Mlp& m) { return m.gate.nbytes() + m.up.nbytes() + m.down.nbytes(); };
+  for (const Qwen35Layer& l : ck_.layers) {
+    const Qwen35LinearAttention& a = l.linear;
+    const Qwen35FullAttention& f = l.full;
+    for (const Tensor* t : {&l.input_norm, &l.post_norm, &a.in_qkv, &a.in_z, &a.in_b, &a.in_a, &a.conv, &a.a_log,
+                            &a.dt_bias, &a.norm, &a.out, &f.wq, &f.wk, &f.wv, &f.wo, &f.q_norm, &f.k_norm,
+                            &l.router, &l.shared_expert_gate})
+      n += t->nbytes();
+    n += mlp_bytes(l.mlp) + mlp_bytes(l.shared_expert);
+    for (const Qwen35Mlp& e : l.experts) n += mlp_bytes(e);
+  }
+  return n;
+}
+
+void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
+  const ModelConfig& c = ck_.config;
+  const int32_t n = batch.n_rows();
+  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
+                "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
+                batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  BRIOCHE_CHECK(cache.device() == Device::CPU, "forward: Qwen 3.5 runs on the CPU only in this build; the cache is on ",
+                device_name(cache.device()));
+  BRIOCHE_CHECK(cache.n_layers() == c.n_layers, "forward: KV cache of ", cache.n_layers(),
+                " layers does not fit the model (", c.n_layers, " layers)");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const KvLayerShape shape = c.kv_shape(l);
+    const bool linear = ck_.qwen.linear_layers[size_t(l)];
+    const Tensor& keys = const_cast<KvCache&>(cache).keys(l);
+    BRIOCHE_CHECK(linear || (keys.defined() && keys.dim(2) == shape.n_kv_heads && keys.dim(3) == shape.head_dim),
+                  "forward: KV cache layer ", l, " is ", keys.defined() ? keys.describe() : std::string("empty"),
+                  ", the model's full-attention layer needs ", shape.n_kv_heads, " kv heads of ", shape.head_dim,
+                  " (build the cache from this model's config)");
+    BRIOCHE_CHECK(!linear || const_cast<KvCache&>(cache).recurrent_state(l).defined(), "forward: KV cache layer ", l,
+                  " has no recurrent state slots (KvCacheOptions::n_state_slots), which the linear-attention layer needs");
+  }
+  std::vector<uint8_t> covered(size_t(n), 0);
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const SequenceView& seq = batch.sequences[s];
+    BRIOCHE_CHECK(seq.first_row >= 0 && seq.n_rows >= 0 && seq.first_row + seq.n_rows <= n, "forward: sequence ", s,
+                  " rows [", seq.first_row, ", ", seq.first_row + seq.n_rows, ") outside the batch of ", n, " rows");
+    BRIOCHE_CHECK(seq.adapter == nullptr, "forward: sequence ", s,
+                  " names a LoRA adapter; served adapters are not supported for Qwen 3.5 yet");
+    BRIOCHE_CHECK(seq.n_rows == 0 || (seq.state_slot >= 0 && seq.state_slot < cache.n_state_slots()),
+                  "forward: sequence ", s, " has state slot ", seq.state_slot, ", expected one in [0, ",
+                  cache.n_state_slots(), ") (hybrid models keep a recurrent state per sequence)");
+    for (size_t t = 0; t < s; ++t)
+      BRIOCHE_CHECK(seq.n_rows == 0 || batch.sequences[t].n_rows == 0 || batch.sequences[t].state_slot != seq.state_slot,
+                    "forward: sequences ", t, " and ", s, " share state slot ", seq.state_slot);
+    for (int32_t i = 0; i < seq.n_rows; ++i) {
+      const int32_t r = seq.first_row + i;
+      BRIOCHE_CHECK(!covered[size_t(r)], "forward: row ", r, " belongs to two sequences");
+      covered[size_t(r)] = 1;
+      BRIOCHE_CHECK(batch.positions[size_t(r)] == seq.n_past + i, "forward: row ", r, " of sequence ", s,
+                    " has position ", batch.positions[size_t(r)], ", expected n_past + ", i, " = ", seq.n_past + i);
+    }
+  }
+  for (int32_t r = 0; r < n; ++r) {
+    BRIOCHE_CHECK(covered[size_t(r)], "forward: row ", r, " belongs to no sequence");
+    BRIOCHE_CHECK(batch.tokens[size_t(r)] >= 0 && batch.tokens[size_t(r)] < c.vocab_size, "forward: token ",
+                  batch.tokens[size_t(r)], " at row ", r, " is outside the vocabulary of ", c.vocab_size);
+  }
+}
+
+void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
+  const ModelConfig& c = ck_.config;
+  const Qwen35Config& q = ck_.qwen;
+  check_batch(batch, cache);
+  const int64_t n = batch.n_rows(), n_logits = batch.n_logit_rows();
+  BRIOCHE_CHECK(!logits.defined() || logits.device() == Device::CPU,
+                "forward: Qwen 3.5 runs on the CPU only in this build; logits must be a host tensor");
+  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits || logits.dim(1) != c.vocab_size ||
+      logits.dtype() != DType::F32) {
+    logits = f32({std::max<int64_t>(n_logits, 1), c.vocab_size});
+    if (n_logits == 0) logits = logits.slice(0, 0, 0);
+  }
+  if (n == 0) return;
+
+  std::vector<ops::AttentionSequence> attention_seqs;
+  std::vector<ops::RecurrentSequence> recurrent_seqs;
+  for (const SequenceView& s : batch.sequences) {
+    if (s.n_rows == 0) continue;
+    attention_seqs.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
+    recurrent_seqs.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .state_slot = s.state_slot,
+                              .starts = s.n_past == 0});
+  }
+  // RoPE on the first rotary_dim dims of each head: the op sees one row per
+  // (token, head), so each head's row carries its token's position.
+  const int64_t heads = c.n_heads, kv_heads = c.n_kv_heads, d = c.head_dim;
+  std::vector<int32_t> q_positions(size_t(n * heads)), k_positions(size_t(n * kv_heads));
+  for (int64_t r = 0; r < n; ++r) {
+    std::fill_n(q_positions.begin() + r * heads, heads, batch.positions[size_t(r)]);
+    std::fill_n(k_positions.begin() + r * kv_heads, kv_heads, batch.positions[size_t(r)]);
+  }
+  const ops::RopeParams rope{.style = ops::RopeStyle::NeoX, .n_heads = 1, .head_dim = q.rotary_dim,
+                             .inv_freq = inv_freq_};
+
+  const int64_t hidden = c.hidden_size;
+  Tensor x = f32({n, hidden}), h = f32({n, hidden}), out = f32({n, hidden});
+  ops::embedding(ck_.token_embd, batch.tokens, x);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const Qwen35Layer& w = ck_.layers[size_t(layer)];
+    ops::rms_norm(x, w.input_norm, c.rms_eps, h);
+    if (q.linear_layers[size_t(layer)]) {
+      const Qwen35LinearAttention& la = w.linear;
+      const int64_t kw = q.key_width(), vw = q.value_width(), vh = q.linear_v_heads;
+      Tensor qkv = f32({n, q.conv_channels()}), mixed = f32({n, q.conv_channels()});
+      Tensor z = f32({n, vw}), a = f32({n, vh}), b = f32({n, vh}), g = f32({n, vh}), beta = f32({n, vh});
+      ops::matmul(h, la.in_qkv, qkv);
+      ops::matmul(h, la.in_z, z);
+      ops::matmul(h, la.in_b, b);
+      ops::matmul(h, la.in_a, a);
+      ops::causal_conv1d_silu(qkv, la.conv, recurrent_seqs, cache.conv_state(layer), mixed);
+      ops::delta_rule_gates(a, b, la.a_log, la.dt_bias, g, beta);
+      Tensor core = f32({n, vw});
+      ops::gated_delta_rule(mixed.slice(1, 0, kw), mixed.slice(1, kw, 2 * kw), mixed.slice(1, 2 * kw, 2 * kw + vw), g,
+                            beta,
+                            {.n_k_heads = q.linear_k_heads, .n_v_heads = q.linear_v_heads,
+                             .key_dim = q.linear_key_dim, .value_dim = q.linear_value_dim},
+                            recurrent_seqs, cache.recurrent_state(layer), core);
+      // RMSNormGated per value head: rms_norm(o)·w, then ·silu(z).
+      Tensor core_heads = core.reshape({n * vh, q.linear_value_dim});
+      ops::rms_norm(core_heads, la.norm, c.rms_eps, core_heads);
+      ops::swiglu(z, core, core);
+      ops::matmul(core, la.out, out);
+    } else {
+      const Qwen35FullAttention& fa = w.full;
+      Tensor q_gate = f32({n, heads * 2 * d}), qs = f32({n, heads * d}), k = f32({n, kv_heads * d}),
+             v = f32({n, kv_heads * d}), attn = f32({n, heads * d});
+      ops::matmul(h, fa.wq, q_gate);
+      ops::matmul(h, fa.wk, k);
+      ops::matmul(h, fa.wv, v);
+      const Tensor per_head = q_gate.reshape({n * heads, 2 * d});  // [query | gate] per head
+      Tensor q_heads = qs.reshape({n * heads, d}), k_heads = k.reshape({n * kv_heads, d});
+      ops::rms_norm(per_head.slice(1, 0, d), fa.q_norm, c.rms_eps, q_heads);
+      ops::rms_norm(k_heads, fa.k_norm, c.rms_eps, k_heads);
+      Tensor q_rot = q_heads.slice(1, 0, q.rotary_dim), k_rot = k_heads.slice(1, 0, q.rotary_dim);
+      ops::rope(q_rot, q_positions, rope);
+      ops::rope(k_rot, k_positions, rope);
+      ops::store_kv(k, v, attention_seqs, cache.keys(layer), cache.values(layer));
+      ops::paged_attention(qs, cache.keys(layer), cache.values(layer), attention_seqs,
+                           {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                            .scale = 1.0f / std::sqrt(float(d))},
+                           attn);
+      Tensor attn_heads = attn.reshape({n * heads, d});
+      ops::sigmoid_gate(per_head.slice(1, d, 2 * d), attn_heads);
+      ops::matmul(attn, fa.wo, out);
+    }
+    ops::add(x, out, x);
+
+    ops::rms_norm(x, w.post_norm, c.rms_eps, h);
+    if (q.n_experts == 0) {
+      swiglu_mlp(h, w.mlp, out);
+    } else {
+      // Router: softmax over experts, the top k renormalised to sum 1
+      // (ops::moe_route with unit expert scales); rows grouped per expert.
+      const int64_t experts = q.n_experts, top_k = q.experts_per_token;
+      Tensor router = f32({n, experts});
+      ops::matmul(h, w.router, router);
+      const ops::MoeRouting routing = ops::moe_route(router, int(top_k), unit_expert_scales_);
+      std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(experts));  // (row, weight)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t i = 0; i < top_k; ++i)
+          routed[size_t(routing.expert[size_t(r * top_k + i)])].push_back({r, routing.weight[size_t(r * top_k + i)]});
+      std::fill_n(out.data_as<float>(), n * hidden, 0.0f);
+      for (int64_t e = 0; e < experts; ++e) {
+        const auto& rows = routed[size_t(e)];
+        if (rows.empty()) continue;
+        const int64_t m = int64_t(rows.size());
+        Tensor in = f32({m, hidden}), y = f32({m, hidden});
+        for (int64_t i = 0; i < m; ++i)
+          std::copy_n(h.row_as<float>(rows[size_t(i)].first), hidden, in.row_as<float>(i));
+        swiglu_mlp(in, w.experts[size_t(e)], y);
+        for (int64_t i = 0; i < m; ++i) {
+          float* dst = out.row_as<float>(rows[size_t(i)].first);
+          const float* src = y.row_as<float>(i);
+          const float weight = rows[size_t(i)].second;
+          for (int64_t j = 0; j < hidden; ++j) dst[j] += src[j] * weight;
+        }
+      }
+      if (w.shared_expert.gate.defined()) {
+        Tensor shared = f32({n, hidden}), gate = f32({n, 1});
+        swiglu_mlp(h, w.shared_expert, shared);
+        ops::matmul(h, w.shared_expert_gate, gate);
+        ops::sigmoid_gate(gate, shared);
+        ops::add(out, shared, out);
+      }
+    }
+    ops::add(x, out, x);
+  }
+  if (n_logits == 0) return;
+
+  // Only rows that want logits go through the final norm and the lm_head.
+  Tensor rows = f32({n_logits, hidden});
+  for (int64_t r = 0, j = 0; r < n; ++r)
+    if (batch.wants_logits[size_t(r)]) std::copy_n(x.row_as<float>(r), hidden, rows.row_as<float>(j++));
+  ops::rms_norm(rows, ck_.output_norm, c.rms_eps, rows);
+  ops::matmul(rows, ck_.output, logits);
+}
+
+}  // namespace brioche::model

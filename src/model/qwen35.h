@@ -1,0 +1,40 @@
+// The Qwen 3.5 text model (see qwen35.cpp for the architecture): hybrid
+// Gated DeltaNet / gated attention layers, dense or mixture-of-experts MLPs.
+// CPU only in this build.
+#pragma once
+
+#include <vector>
+
+#include "model/model.h"
+#include "model/qwen35_weights.h"
+
+namespace brioche::model {
+
+// Not reentrant (one engine thread owns a model). forward needs a KvCache
+// with state slots (KvCacheOptions::n_state_slots) and every sequence of the
+// batch with a slot (SequenceView::state_slot).
+class Qwen35Model final : public Model {
+ public:
+  explicit Qwen35Model(Qwen35Checkpoint checkpoint);
+
+  const ModelConfig& config() const override { return ck_.config; }
+  const formats::GgufFile* gguf() const override { return nullptr; }
+  std::string directory() const override { return ck_.directory; }
+  std::string chat_template() const override { return ck_.chat_template; }
+  void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
+  size_t weight_bytes() const override;
+
+ private:
+  void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+
+  Qwen35Checkpoint ck_;
+  std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  std::vector<float> unit_expert_scales_;  // [n_experts] of 1 (ops::moe_route)
+};
+
+// Model::load's path for a Qwen 3.5 directory (is_qwen35_directory): refuses
+// a device other than the CPU, tensor parallelism and merged adapters;
+// honours max_context and convert_weights.
+std::unique_ptr<Model> load_qwen35_model(const std::string& dir, const LoadOptions& options);
+
+}  // namespace brioche::model
