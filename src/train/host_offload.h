@@ -22,9 +22,14 @@ class HostOffload {
   // Marks the start of a layer: the copies begun two layers ago are done
   // before the work queued from now on, and their device tensors are freed.
   void next_layer();
-  // Starts copying device tensor `t` into host slot `slot` (a pinned buffer
-  // kept across steps while its shape stays); returns that host tensor.
+  // Starts copying device matrix `t` [rows, cols] into host slot `slot`;
+  // returns that host matrix: the leading rows of the slot's pinned buffer.
+  // Pinning takes seconds per GiB and synchronises the device, so a buffer
+  // is kept across steps and only grows, when a batch is longer than every
+  // one before it (with shuffled data of varied lengths, about ln(steps)
+  // times in a run), rounded up to kRowQuantum rows.
   Tensor put(size_t slot, Tensor t);
+  static constexpr int64_t kRowQuantum = 256;
   // A device copy of slot `slot`, on its way: wait() on `copy` before
   // device work reads `t`.
   struct Fetch {
@@ -34,7 +39,7 @@ class HostOffload {
   Fetch fetch(size_t slot, Device device);
   // The compute stream waits for every copy in flight; their tensors are freed.
   void settle();
-  // Bytes held in host slot `slot` (0 when never put).
+  // Bytes of the matrix last put in slot `slot` (0 when never put).
   size_t bytes(size_t slot) const;
 
  private:
@@ -42,7 +47,11 @@ class HostOffload {
     Tensor device;
     ops::PendingCopy copy;
   };
-  std::vector<Tensor> host_;        // by slot
+  struct Slot {
+    Tensor buffer;  // pinned [capacity rows, cols]
+    Tensor held;    // its leading rows: the matrix last put
+  };
+  std::vector<Slot> host_;          // by slot
   std::vector<InFlight> previous_;  // copies begun during the previous layer
   std::vector<InFlight> current_;   // and during this one
 };

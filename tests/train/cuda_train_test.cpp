@@ -219,6 +219,34 @@ TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
   });
 }
 
+// Batches of varied lengths through one offloading stack (as `brioche train`
+// runs them): the host buffers pinned for the longest batch so far are
+// reused for shorter ones, so each step must read only its own leading
+// rows. Long, short, long again: every step's loss equals the CPU's, and a
+// short batch's offloaded bytes are its own size.
+TEST(CudaTrain, OffloadAcrossBatchesOfVariedLengthsMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  const Case c{.name = "orpo seg1 offload attention", .method = Method::ORPO, .prefix_shared = true,
+               .segment_size = 1, .offload = true, .offload_attention = true, .head_chunk = 7};
+  Case two_sequences = c;
+  two_sequences.prefix_shared = false;
+  const TokenBatch short_batch = golden_batch(c), long_batch = golden_batch(two_sequences);
+  ASSERT_GT(long_batch.n_rows(), short_batch.n_rows());
+  Stack cpu(Device::CPU, DType::F32, c), gpu(Device::CUDA, DType::F32, c);
+  int s = 0;
+  for (const TokenBatch* batch : {&long_batch, &short_batch, &long_batch, &short_batch}) {
+    const double want = cpu.step(*batch, c, s), got = gpu.step(*batch, c, s);
+    EXPECT_LT(std::abs(got - want) / std::max(std::abs(want), 1e-6), s == 0 ? kF32.loss0 : kF32.loss)
+        << "step " << s << " (" << batch->n_rows() << " rows): " << got << " vs " << want;
+    ++s;
+  }
+  gpu.model->forward(short_batch, {.for_backward = true});
+  const auto& cfg = gpu.ck.config;
+  const size_t layers = size_t(cfg.n_layers - gpu.model->first_trainable_layer()), rows = size_t(short_batch.n_rows());
+  EXPECT_EQ(gpu.model->offloaded_bytes(), layers * rows * size_t(cfg.hidden_size + cfg.q_dim() + cfg.n_heads) * 4);
+  gpu.model->backward(ops::zeros(DType::F32, {short_batch.n_rows(), cfg.hidden_size}, Device::CUDA));
+}
+
 // Boundaries in bf16, the last segment's on the device and the rest on the
 // host: the device recomputes from the same rounded residuals as the CPU.
 TEST(CudaTrain, OrpoBf16BoundariesSplitDeviceHostMatchCpu) {
