@@ -75,7 +75,8 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
     add_lora(lora, Projection::K, a.h, a.k);
     add_lora(lora, Projection::V, a.h, a.v);
   } else {
-    ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv);
+    ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff},
+                      qkv_w, qkv);
   }
   if (w.bq.defined()) ops::add_bias(a.q, w.bq);
   if (w.bk.defined()) ops::add_bias(a.k, w.bk);
@@ -96,7 +97,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   if (ctx.collective == nullptr && !w.bo.defined() && !adapted) {
     // a.x += attention·woᵀ: the residual add in the projection.
     return ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn,
-                                {.w = w.wo, .y = a.x, .scratch = a.out});
+                                {.w = w.wo, .y = a.x, .scratch = a.out, .hand_on = ctx.norm_handoff});
   }
   ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn);
   if (ctx.collective != nullptr) {
@@ -113,7 +114,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
 }
 
 void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective,
-               const LayerLora& lora) {
+               const LayerLora& lora, ops::NormHandoff* norm_handoff) {
   if (!lora.rows.empty()) {
     BRIOCHE_CHECK(collective == nullptr, "mlp_block: adapters are not served with tensor parallelism");
     ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
@@ -128,7 +129,7 @@ void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops:
     ops::add(a.x, a.out, a.x);
     return;
   }
-  const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h};
+  const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = norm_handoff};
   if (collective == nullptr) return ops::swiglu_mlp(a.x, norm, w.w_gate, w.w_up, w.w_down, a.x, a.gate, a.up, a.out);
   // SwiGLU is elementwise over the intermediate columns, so each rank's slice
   // is exact; only down's sum over them is split. The same op as without

@@ -47,6 +47,9 @@ struct AttentionContext {
   // Tensor parallelism: the weights are this rank's shard and the block's
   // output a partial sum over ranks (model/tensor_parallel.h).
   ops::Collective* collective = nullptr;
+  // The decode step's norm handoff (ops/norm_handoff.h): the block's first
+  // matmul reads its norm from it, its last answers its request for a.x.
+  ops::NormHandoff* norm_handoff = nullptr;
 };
 
 // The adapters of one layer's rows. With none (the default) the blocks run
@@ -73,8 +76,10 @@ void attention_block(const ModelConfig& config, const LayerWeights& w, const Att
 // SwiGLU MLP after RMSNorm (w.ffn_norm): down(silu(gate(h)) · up(h)).
 //   a.x += mlp(rms_norm(a.x))
 // With a collective, `w` holds this rank's slice of the intermediate size:
-// down's output is all-reduced in a.out, then added.
+// down's output is all-reduced in a.out, then added. `norm_handoff` as
+// AttentionContext's.
 void mlp_block(const ModelConfig& config, const LayerWeights& w, Activations& a,
-               ops::Collective* collective = nullptr, const LayerLora& lora = {});
+               ops::Collective* collective = nullptr, const LayerLora& lora = {},
+               ops::NormHandoff* norm_handoff = nullptr);
 
 }  // namespace brioche::model

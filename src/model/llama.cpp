@@ -169,8 +169,12 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   sequences.reserve(batch.sequences.size());
   for (const SequenceView& s : batch.sequences)
     sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
+  // Each block's last matmul adds to a.x, and the next block's first
+  // normalizes it: on the GPU's decode path the first writes that norm and
+  // hands it on here (ops/norm_handoff.h).
+  ops::NormHandoff norm_handoff;
   AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_,
-                       .collective = collective_};
+                       .collective = collective_, .norm_handoff = &norm_handoff};
 
   const std::vector<AdapterRows> adapter_rows = adapter_segments(batch);
   LayerLora lora{.rows = adapter_rows, .u_scratch = adapter_rows.empty() ? nullptr : &lora_scratch(batch, n)};
@@ -184,14 +188,12 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
     lora.layer = layer;
-    // Each block's last matmul adds to a.x, and the next block's first
-    // normalizes it: on the GPU's decode path the first writes that norm.
-    ops::expect_rms_norm(a.x, adapter_rows.empty() ? lw.ffn_norm : no_norm);
+    norm_handoff.request(a.x, adapter_rows.empty() ? lw.ffn_norm : no_norm);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a, lora);
-    ops::expect_rms_norm(a.x, !adapter_rows.empty() ? no_norm
+    norm_handoff.request(a.x, !adapter_rows.empty() ? no_norm
                               : layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
                                                        : head_norm);
-    mlp_block(c, lw, a, collective_, lora);
+    mlp_block(c, lw, a, collective_, lora, &norm_handoff);
   }
   if (n_logits == 0) return;
 
@@ -219,7 +221,8 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   }
   const Tensor* head[] = {&w.output};
   Tensor* out[] = {&logits};
-  ops::matmul_group(rows, {.weight = w.output_norm, .eps = c.rms_eps, .normed = last}, head, out);
+  ops::matmul_group(rows, {.weight = w.output_norm, .eps = c.rms_eps, .normed = last, .handoff = &norm_handoff},
+                    head, out);
 }
 
 }  // namespace brioche::model

@@ -9,6 +9,7 @@
 namespace brioche::ops {
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  out.note_written();
   auto ra = detail::f32_rows(a, "add", "a");
   auto rb = detail::f32_rows(b, "add", "b");
   auto ro = detail::f32_rows(out, "add", "out");
@@ -30,6 +31,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void add_bias(Tensor& x, const Tensor& bias) {
+  x.note_written();
   auto rx = detail::f32_rows(x, "add_bias", "x");
   auto rb = detail::f32_rows(bias, "add_bias", "bias");
   BRIOCHE_CHECK(rb.n_rows == 1 && rb.dim == rx.dim, "add_bias: bias must be [", rx.dim, "], got ",

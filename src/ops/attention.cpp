@@ -85,6 +85,8 @@ backend::cpu::StoreKvArgs store_kv_args(const Tensor& k, const Tensor& v,
 
 void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences,
               Tensor& k_cache, Tensor& v_cache) {
+  k_cache.note_written();
+  v_cache.note_written();
   std::vector<backend::cpu::KvSequence> seqs;
   const backend::cpu::StoreKvArgs args = store_kv_args(k, v, sequences, k_cache, v_cache, seqs);
   if (detail::common_device("store_kv", {&k, &v, &k_cache, &v_cache}) == Device::CUDA) {
@@ -136,6 +138,7 @@ RopeParams k_rope_of(const RopeParams& q_rope, const Tensor& k_cache) {
 void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions,
                    const RopeParams& q_rope, std::span<const AttentionSequence> sequences,
                    Tensor& k_cache, Tensor& v_cache) {
+  for (const Tensor* t : {&q, &k, &k_cache, &v_cache}) t->note_written();
   const RopeParams k_rope = k_rope_of(q_rope, k_cache);
   if (detail::common_device("rope_store_kv", {&q, &k, &v, &k_cache, &v_cache}) == Device::CUDA) {
 #if BRIOCHE_CUDA
@@ -155,6 +158,7 @@ void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      std::span<const AttentionSequence> sequences, const AttentionParams& p,
                      Tensor& out) {
+  out.note_written();
   std::vector<backend::cpu::KvSequence> seqs;
   const backend::cpu::PagedAttentionArgs args = attention_args(q, k_cache, v_cache, sequences, p, out, seqs);
   if (detail::common_device("paged_attention", {&q, &k_cache, &v_cache, &out}) == Device::CUDA) {
@@ -176,7 +180,7 @@ namespace {
 void rope_store_kv_attention_cuda(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
                                   std::span<const AttentionSequence> sequences, const AttentionParams& p,
                                   Tensor& out, cuda::AttentionOut16 out16,
-                                  const cpu::MatmulArgs* projection = nullptr) {
+                                  const cpu::MatmulArgs* projection = nullptr, cuda::NormHandOn hand_on = {}) {
   const RopeParams k_rope = k_rope_of(first.q_rope, k_cache);
   std::vector<backend::cpu::KvSequence> store_seqs, attention_seqs;
   const backend::cpu::RopeArgs q_args = detail::rope_args(q, first.positions, first.q_rope);
@@ -185,7 +189,7 @@ void rope_store_kv_attention_cuda(Tensor& q, const RopeStoreKvFirst& first, Tens
   const backend::cpu::PagedAttentionArgs attention = attention_args(q, k_cache, v_cache, sequences, p, out,
                                                                     attention_seqs);
   if (projection != nullptr)
-    return cuda::rope_store_kv_attention_accumulate(q_args, k_args, kv, attention, *projection);
+    return cuda::rope_store_kv_attention_accumulate(q_args, k_args, kv, attention, *projection, hand_on);
   cuda::rope_store_kv_attention(q_args, k_args, kv, attention, out16);
 }
 #endif
@@ -196,6 +200,7 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
                      std::span<const AttentionSequence> sequences, const AttentionParams& p, Tensor& out) {
   if (detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out}) ==
       Device::CUDA) {
+    for (const Tensor* t : {&q, &first.k, &k_cache, &v_cache, &out}) t->note_written();
 #if BRIOCHE_CUDA
     return rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {});
 #else
@@ -212,21 +217,27 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
 #if BRIOCHE_CUDA
   if (then.w.device() == Device::CUDA) {
     const cpu::MatmulArgs projection = detail::matmul_args(out, then.w, then.y, "paged_attention");
-    if (cuda::gemm_reads_16bit(projection)) {
+    const bool gemm16 = cuda::gemm_reads_16bit(projection);
+    if (gemm16 || cuda::attention_quantizes_for(projection, p.head_dim)) {
       detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out, &then.y});
-      const bool f16 = then.w.dtype() == DType::F16;  // the rows an f16 weight's GEMM reads
-      const Tensor out16 = uninitialized(f16 ? DType::F16 : DType::BF16, {out.dim(0), out.dim(1)}, Device::CUDA);
-      rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {.rows = out16.data(), .f16 = f16});
-      return cuda::matmul_accumulate_16bit(projection, out16.data());
-    }
-    if (cuda::attention_quantizes_for(projection, p.head_dim)) {
-      detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out, &then.y});
-      return rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {}, &projection);
+      for (const Tensor* t : {&q, &first.k, &k_cache, &v_cache, &out, &then.y}) t->note_written();
+      HandOnWrite write(then.hand_on, then.y, "paged_attention");
+      if (gemm16) {
+        const bool f16 = then.w.dtype() == DType::F16;  // the rows an f16 weight's GEMM reads
+        const Tensor out16 = uninitialized(f16 ? DType::F16 : DType::BF16, {out.dim(0), out.dim(1)}, Device::CUDA);
+        rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out,
+                                     {.rows = out16.data(), .f16 = f16});
+        cuda::matmul_accumulate_16bit(projection, out16.data());
+      } else {
+        rope_store_kv_attention_cuda(q, first, k_cache, v_cache, sequences, p, out, {}, &projection,
+                                     {.norm_w = write.norm_w(), .handed = write.slot()});
+      }
+      return write.finish();
     }
   }
 #endif
   paged_attention(q, first, k_cache, v_cache, sequences, p, out);
-  matmul_accumulate(out, then.w, then.y, then.scratch);
+  matmul_accumulate(out, then.w, then.y, then.scratch, then.hand_on);
 }
 
 }  // namespace brioche::ops

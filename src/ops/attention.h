@@ -12,6 +12,7 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "ops/norm_handoff.h"
 #include "ops/rope.h"
 
 namespace brioche::ops {
@@ -68,6 +69,7 @@ struct ProjectAccumulateThen {
   const Tensor& w;
   Tensor& y;
   Tensor& scratch;
+  NormHandoff* hand_on = nullptr;  // as matmul_accumulate's (ops/norm_handoff.h)
 };
 
 // paged_attention(q, first, ...), then matmul_accumulate(out, then.w, then.y,

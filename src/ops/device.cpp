@@ -102,6 +102,7 @@ std::span<int32_t> StagedUpload::fill(size_t count) {
 }
 
 void StagedUpload::upload(Tensor& dst) {
+  dst.note_written();
   Buffer& b = buffers_[current_];
   BRIOCHE_CHECK(b.host.defined() && dst.dtype() == DType::I32 && dst.is_contiguous() && size_t(dst.numel()) == count_,
                 "StagedUpload::upload: expected a dense i32 destination of the ", count_, " values filled, got ",
@@ -122,6 +123,7 @@ Tensor to_device(const Tensor& t, Device device) {
 }
 
 void copy(const Tensor& src, Tensor& dst) {
+  dst.note_written();
   BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.rank() == dst.rank(),
                 "copy: source ", src.describe(), " and destination ", dst.describe(), " differ");
   ByteRows s = byte_rows(src, "source"), d = byte_rows(dst, "destination");
@@ -155,6 +157,7 @@ void PendingCopy::wait() {
 }
 
 PendingCopy copy_async(const Tensor& src, Tensor& dst) {
+  dst.note_written();
   BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() &&
                     dst.is_contiguous(),
                 "copy_async: source ", src.describe(), " and destination ", dst.describe(),

@@ -9,6 +9,7 @@
 namespace brioche::ops {
 
 void dropout(const Tensor& src, const DropoutMask& mask, Tensor& dst) {
+  dst.note_written();
   auto s = detail::f32_rows(src, "dropout", "src");
   auto d = detail::f32_rows(dst, "dropout", "dst");
   BRIOCHE_CHECK(s.n_rows == d.n_rows && s.dim == d.dim, "dropout: src ", src.describe(), " and dst ",

@@ -9,6 +9,7 @@
 namespace brioche::ops {
 
 void embedding(const Tensor& table, std::span<const int32_t> ids, Tensor& out) {
+  out.note_written();
   BRIOCHE_CHECK(table.defined() && out.defined(), "embedding: table and out must be defined");
   BRIOCHE_CHECK(table.rank() == 2, "embedding: table must be [vocab, hidden], got ", table.describe());
   BRIOCHE_CHECK(out.rank() == 2 && out.dtype() == DType::F32, "embedding: out must be f32 [n_ids, hidden], got ",

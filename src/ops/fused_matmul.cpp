@@ -16,23 +16,36 @@
 
 namespace brioche::ops {
 
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch) {
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on) {
   const cpu::MatmulArgs args = detail::matmul_args(x, w, y, "matmul_accumulate");  // (checks on the CPU too)
+  y.note_written();
+  HandOnWrite write(hand_on, y, "matmul_accumulate");
 #if BRIOCHE_CUDA
-  if (w.device() == Device::CUDA) return cuda::matmul_accumulate(args);
+  if (w.device() == Device::CUDA) {
+    cuda::matmul_accumulate(args, {.norm_w = write.norm_w(), .handed = write.slot()});
+    return write.finish();
+  }
 #else
   (void)args;
 #endif
   matmul(x, w, scratch);
   add(y, scratch, y);
+  write.finish();
 }
 
 namespace {
 
+// The norm of x an op before handed on in norm.handoff, taken and checked
+// (ops/norm_handoff.h); null when none was.
+std::shared_ptr<void> take_handed(const Tensor& x, const RmsNormFirst& norm, const char* op) {
+  return norm.handoff != nullptr ? norm.handoff->take_handed(x, norm.weight, op) : nullptr;
+}
+
 #if BRIOCHE_CUDA
 // The CUDA launchers' view of `norm` for x (shapes checked as ops::rms_norm
 // checks them).
-cuda::InputNorm cuda_norm(const Tensor& x, const RmsNormFirst& norm, std::string_view op) {
+cuda::InputNorm cuda_norm(const Tensor& x, const RmsNormFirst& norm, std::string_view op,
+                          const std::shared_ptr<void>& handed) {
   const detail::F32Rows xs = detail::f32_rows(x, op, "x");
   const detail::F32Rows ws = detail::f32_rows(norm.weight, op, "norm weight");
   const detail::F32Rows ns = detail::f32_rows(norm.normed, op, "normed");
@@ -41,7 +54,7 @@ cuda::InputNorm cuda_norm(const Tensor& x, const RmsNormFirst& norm, std::string
   BRIOCHE_CHECK(ns.n_rows == xs.n_rows && ns.dim == xs.dim, op, ": normed ", norm.normed.describe(),
                 " does not match x ", x.describe());
   detail::common_device(op, {&x, &norm.weight, &norm.normed});
-  return {.weight = ws.data, .eps = norm.eps, .normed = ns.data, .normed_stride = ns.stride};
+  return {.weight = ws.data, .eps = norm.eps, .normed = ns.data, .normed_stride = ns.stride, .handed = handed.get()};
 }
 #endif
 
@@ -56,10 +69,14 @@ void swiglu_matmul_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_u
   const cpu::MatmulArgs gate = detail::matmul_args(x, w_gate, out, "swiglu_matmul");
   const cpu::MatmulArgs up = detail::matmul_args(x, w_up, scratch, "swiglu_matmul");
   check_gate_up(w_gate, w_up, "swiglu_matmul");
+  const std::shared_ptr<void> handed = norm != nullptr ? take_handed(x, *norm, "swiglu_matmul") : nullptr;
+  out.note_written();
+  scratch.note_written();
 #if BRIOCHE_CUDA
   if (w_gate.device() == Device::CUDA) {
     if (norm == nullptr) return cuda::matmul_swiglu(gate, up);
-    const cuda::InputNorm n = cuda_norm(x, *norm, "swiglu_matmul");
+    norm->normed.note_written();
+    const cuda::InputNorm n = cuda_norm(x, *norm, "swiglu_matmul", handed);
     return cuda::matmul_swiglu(gate, up, &n);
   }
 #endif
@@ -83,10 +100,13 @@ void matmul_group_impl(const Tensor& x, std::span<const Tensor* const> ws, std::
                 " weights and ", ys.size(), " outputs (expected 1 to 3 of each)");
   std::vector<cpu::MatmulArgs> parts;
   for (size_t i = 0; i < ws.size(); ++i) parts.push_back(detail::matmul_args(x, *ws[i], *ys[i], "matmul_group"));
+  const std::shared_ptr<void> handed = norm != nullptr ? take_handed(x, *norm, "matmul_group") : nullptr;
+  for (Tensor* y : ys) y->note_written();
 #if BRIOCHE_CUDA
   if (ws[0]->device() == Device::CUDA) {
     if (norm == nullptr) return cuda::matmul_group(parts);
-    const cuda::InputNorm n = cuda_norm(x, *norm, "matmul_group");
+    norm->normed.note_written();
+    const cuda::InputNorm n = cuda_norm(x, *norm, "matmul_group", handed);
     return cuda::matmul_group(parts, &n);
   }
 #endif
@@ -119,24 +139,19 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate,
     const cpu::MatmulArgs up = detail::matmul_args(x, w_up, scratch, "swiglu_mlp");
     const cpu::MatmulArgs down = detail::matmul_args(hidden, w_down, y, "swiglu_mlp");
     check_gate_up(w_gate, w_up, "swiglu_mlp");
-    const cuda::InputNorm n = cuda_norm(x, norm, "swiglu_mlp");
-    return cuda::matmul_swiglu_down(gate, up, down, &n, add);
+    const std::shared_ptr<void> handed = take_handed(x, norm, "swiglu_mlp");
+    for (const Tensor* t : {&hidden, &scratch, &norm.normed, &y}) t->note_written();
+    HandOnWrite write(add ? norm.handoff : nullptr, y, "swiglu_mlp");
+    const cuda::InputNorm n = cuda_norm(x, norm, "swiglu_mlp", handed);
+    cuda::matmul_swiglu_down(gate, up, down,
+                             {.norm = &n, .accumulate = add,
+                              .hand_on = {.norm_w = write.norm_w(), .handed = write.slot()}});
+    return write.finish();
   }
 #endif
   swiglu_matmul(x, norm, w_gate, w_up, hidden, scratch);
-  if (add) matmul_accumulate(hidden, w_down, y, y_scratch);
+  if (add) matmul_accumulate(hidden, w_down, y, y_scratch, norm.handoff);
   else matmul(hidden, w_down, y);
-}
-
-void expect_rms_norm(const Tensor& y, const Tensor& norm_weight) {
-#if BRIOCHE_CUDA
-  if (y.device() != Device::CUDA) return;
-  const bool norm_follows = norm_weight.defined() && norm_weight.device() == Device::CUDA;
-  cuda::expect_rms_norm(detail::f32_rows(y, "expect_rms_norm", "y").data,
-                        norm_follows ? detail::f32_rows(norm_weight, "expect_rms_norm", "norm weight").data : nullptr);
-#else
-  (void)y, (void)norm_weight;
-#endif
 }
 
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {

@@ -12,11 +12,15 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "ops/norm_handoff.h"
 
 namespace brioche::ops {
 
 // y += x·wᵀ (a residual add).           x [n, k], w [m, k], y and scratch [n, m]
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch);
+// `hand_on`: the handoff whose request for y this op answers, handing on
+// RMSNorm(y) where it can (ops/norm_handoff.h).
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch,
+                       NormHandoff* hand_on = nullptr);
 
 // out = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ).    w_gate, w_up [inter, k] of one dtype;
 //                                      out and scratch [n, inter]
@@ -33,10 +37,14 @@ void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<
 // kernels do not fuse); on the GPU the decode GEMV normalizes x in its own
 // prologue and, for more rows, one kernel writes the 16-bit x̂ the GEMMs
 // read, both bit for bit as ops::rms_norm does, and `normed` is not written.
+// `handoff`: where the op before may have handed on x̂ (ops/norm_handoff.h);
+// the op reads it from there instead of normalizing x (on the GPU's
+// one-row decode path), and fails when what it holds is not x̂ of this x.
 struct RmsNormFirst {
   const Tensor& weight;  // [k] f32
   float eps;
   Tensor& normed;
+  NormHandoff* handoff = nullptr;
 };
 
 // matmul_group of x̂.
@@ -51,17 +59,6 @@ void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_ga
 // after the all-reduce).
 enum class MlpOutput : uint8_t { AddToY, WriteY };
 
-// Says that the next matmul to add to y (matmul_accumulate, swiglu_mlp's
-// down, paged_attention's projection) is followed by a matmul of RMSNorm(y)
-// with `norm_weight` (the next block's norm, or the final one), and that no
-// op writes y between the two. On the GPU's one-row decode path the first
-// then writes RMSNorm(y) as the second reads it, and no norm kernel runs
-// between them (backend/cuda/norm_handoff.h); elsewhere it changes nothing.
-// Another matmul between them only brings the norm kernel back. An
-// undefined norm_weight says that no norm of y follows: it withdraws what an
-// earlier call expected.
-void expect_rms_norm(const Tensor& y, const Tensor& norm_weight);
-
 // y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its
 // residual add (y may be x); with MlpOutput::WriteY, y = that product
 // (y_scratch unused). It is swiglu_matmul(x, norm, w_gate, w_up, hidden,
@@ -70,7 +67,9 @@ void expect_rms_norm(const Tensor& y, const Tensor& norm_weight);
 // weights) the gate and up GEMMs write 16-bit outputs, which the SwiGLU
 // kernel reads to write the 16-bit rows the down GEMM reads: gate and up are
 // rounded to 16 bits once more than in those two ops (2^-8 relative for
-// bf16), and `hidden` and `scratch` are not written.
+// bf16), and `hidden` and `scratch` are not written. norm.handoff is read
+// for x̂ (as matmul_group's) and, with AddToY, its request for y answered
+// by down (as matmul_accumulate's hand_on).
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
                 const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch,
                 MlpOutput output = MlpOutput::AddToY);

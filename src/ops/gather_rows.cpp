@@ -26,6 +26,7 @@ backend::cpu::RowIndexArgs row_index_args(const Tensor& src, std::span<const int
 }  // namespace
 
 void gather_rows(const Tensor& src, std::span<const int32_t> rows, Tensor& dst) {
+  dst.note_written();
   BRIOCHE_CHECK(dst.defined() && dst.dim(0) == int64_t(rows.size()), "gather_rows: ", rows.size(),
                 " indices but dst is ", dst.describe());
   const auto args = row_index_args(src, rows, dst, "gather_rows", src.rank() == 2 ? src.dim(0) : 1);
@@ -40,6 +41,7 @@ void gather_rows(const Tensor& src, std::span<const int32_t> rows, Tensor& dst) 
 }
 
 void scatter_add_rows(const Tensor& src, std::span<const int32_t> rows, Tensor& dst) {
+  dst.note_written();
   BRIOCHE_CHECK(src.defined() && src.dim(0) == int64_t(rows.size()), "scatter_add_rows: ", rows.size(),
                 " indices but src is ", src.describe());
   const auto args = row_index_args(src, rows, dst, "scatter_add_rows", dst.rank() == 2 ? dst.dim(0) : 1);

@@ -79,6 +79,10 @@ bool lora_matmul_on_tensor_cores(Device device, int64_t n, int64_t in, std::span
 }
 
 void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
+  for (const LoraMatmulPart& p : parts) {
+    p.y.note_written();
+    if (p.u != nullptr) p.u->note_written();
+  }
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "lora_matmul: 1 to 3 projections, got ", parts.size());
   BRIOCHE_CHECK(x.defined() && x.rank() == 2, "lora_matmul: x must be a matrix, got ",
                 x.defined() ? x.describe() : std::string("undefined"));

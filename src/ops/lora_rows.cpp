@@ -13,6 +13,8 @@ namespace brioche::ops {
 int32_t max_lora_rows_rank() { return backend::cpu::kMaxLoraRowsRank; }
 
 void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& y, Tensor& u_scratch) {
+  y.note_written();
+  u_scratch.note_written();
   if (segments.empty()) return;
   auto xs = detail::f32_rows(x, "lora_rows_add", "x");
   auto ys = detail::f32_rows(y, "lora_rows_add", "y");

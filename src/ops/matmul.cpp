@@ -39,6 +39,7 @@ cpu::MatmulArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor& y, s
 }  // namespace detail
 
 void matmul(const Tensor& x, const Tensor& w, Tensor& y) {
+  y.note_written();
   const cpu::MatmulArgs args = detail::matmul_args(x, w, y, "matmul");
   switch (w.device()) {
     case Device::CPU: cpu::matmul(args); return;

@@ -9,6 +9,7 @@
 namespace brioche::ops {
 
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  out.note_written();
   auto xs = detail::f32_rows(x, "rms_norm", "x");
   auto ws = detail::f32_rows(weight, "rms_norm", "weight");
   auto ys = detail::f32_rows(out, "rms_norm", "out");

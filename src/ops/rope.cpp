@@ -72,6 +72,7 @@ backend::cpu::RopeArgs rope_args(Tensor& x, std::span<const int32_t> positions, 
 }  // namespace detail
 
 void rope(Tensor& x, std::span<const int32_t> positions, const RopeParams& p) {
+  x.note_written();
   const backend::cpu::RopeArgs args = detail::rope_args(x, positions, p);
   if (x.device() == Device::CUDA) {
 #if BRIOCHE_CUDA

@@ -9,6 +9,7 @@
 namespace brioche::ops {
 
 void add_scaled(const Tensor& x, float s, Tensor& y) {
+  y.note_written();
   auto xs = detail::f32_rows(x, "add_scaled", "x");
   auto ys = detail::f32_rows(y, "add_scaled", "y");
   BRIOCHE_CHECK(xs.n_rows == ys.n_rows && xs.dim == ys.dim, "add_scaled: x ", x.describe(), " and y ",
@@ -26,6 +27,7 @@ void add_scaled(const Tensor& x, float s, Tensor& y) {
 }
 
 void scale(Tensor& x, float s) {
+  x.note_written();
   auto xs = detail::f32_rows(x, "scale", "x");
   const backend::cpu::ScaleArgs args{.x = xs.data, .n_rows = xs.n_rows, .dim = xs.dim, .ldx = xs.stride, .s = s};
   if (x.device() == Device::CUDA) {
@@ -39,6 +41,7 @@ void scale(Tensor& x, float s) {
 }
 
 void fill(Tensor& x, float value) {
+  x.note_written();
   auto xs = detail::f32_rows(x, "fill", "x");
   const backend::cpu::ScaleArgs args{.x = xs.data, .n_rows = xs.n_rows, .dim = xs.dim, .ldx = xs.stride, .s = value};
   if (x.device() == Device::CUDA) {

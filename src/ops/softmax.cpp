@@ -9,6 +9,7 @@
 namespace brioche::ops {
 
 void softmax(Tensor& x) {
+  x.note_written();
   auto r = detail::f32_rows(x, "softmax", "x");
   if (x.device() == Device::CUDA) {
 #if BRIOCHE_CUDA

@@ -10,6 +10,7 @@
 namespace brioche::ops {
 
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  out.note_written();
   auto g = detail::f32_rows(gate, "swiglu", "gate");
   auto u = detail::f32_rows(up, "swiglu", "up");
   auto y = detail::f32_or_bf16_rows(out, g.n_rows, g.dim, "swiglu", "out");

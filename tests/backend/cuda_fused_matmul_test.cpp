@@ -28,6 +28,7 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_int8.h"
 #include "backend/cuda/norm_handoff.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
 #include "ops/add.h"
@@ -617,14 +618,15 @@ TEST(CudaFusedMatmul, StreamedRmsNormFirstSameBitsAsRmsNormThenMatmul) {
   }
 }
 
-// The norm handoff (backend/cuda/norm_handoff.h): a decode step's o_proj,
-// MLP and Q/K/V at the 8B shape's widths (down at 64 and 32 threads a row,
-// o_proj at 16 or 32), once with expect_rms_norm before each matmul that
-// adds to the residual and once without. The residual after o_proj has the
-// same bits (the same sums, added in registers instead of in L2); the
-// launches reading the handed-on norm see q rounded from y ⊙ g instead of
-// x̂ and multiply by 1/rms at the end: NMSE < 1e-10 (measured 2.7e-14 to
-// 1.6e-13: a q rounds the other way only where a value lies on a half).
+// The norm handoff (ops/norm_handoff.h, backend/cuda/norm_handoff.h): a
+// decode step's o_proj, MLP and Q/K/V at the 8B shape's widths (down at 64
+// and 32 threads a row, o_proj at 16 or 32), once with a request before each
+// matmul that adds to the residual and once without. The residual after
+// o_proj has the same bits (the same sums, added in registers instead of in
+// L2); the launches reading the handed-on norm see q rounded from y ⊙ g
+// instead of x̂ and multiply by 1/rms at the end: NMSE < 1e-10 (measured
+// 2.7e-14 to 1.6e-13: a q rounds the other way only where a value lies on a
+// half).
 TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
   REQUIRE_CUDA_DEVICE();
   struct Case {
@@ -647,21 +649,24 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
     struct Step {
       Tensor after_o, after_mlp, q, k, v;
     };
-    auto step = [&](bool handoff) {
+    auto step = [&](bool with_handoff) {
       Tensor y = device_copy(residual);
       Tensor h = zeros(DType::F32, {1, kHidden}, Device::CUDA), scratch = zeros(DType::F32, {1, kHidden}, Device::CUDA);
       Tensor hidden = zeros(DType::F32, {1, inter}, Device::CUDA), hidden2 = zeros(DType::F32, {1, inter}, Device::CUDA);
       Step s{.q = zeros(DType::F32, {1, kHidden}, Device::CUDA), .k = zeros(DType::F32, {1, kKv}, Device::CUDA),
              .v = zeros(DType::F32, {1, kKv}, Device::CUDA)};
-      if (handoff) expect_rms_norm(y, ffn_norm);
-      matmul_accumulate(attn, wo, y, scratch);
+      NormHandoff handoff;
+      NormHandoff* hp = with_handoff ? &handoff : nullptr;
+      handoff.request(y, ffn_norm);
+      matmul_accumulate(attn, wo, y, scratch, hp);
       s.after_o = device_copy(y);
-      if (handoff) expect_rms_norm(y, attn_norm);
-      swiglu_mlp(y, {.weight = ffn_norm, .eps = 1e-5f, .normed = h}, gate, up, down, y, hidden, hidden2, scratch);
+      handoff.request(y, attn_norm);
+      swiglu_mlp(y, {.weight = ffn_norm, .eps = 1e-5f, .normed = h, .handoff = hp}, gate, up, down, y, hidden,
+                 hidden2, scratch);
       s.after_mlp = device_copy(y);
       const Tensor* ws[] = {&wq, &wk, &wv};
       Tensor* ys[] = {&s.q, &s.k, &s.v};
-      matmul_group(y, {.weight = attn_norm, .eps = 1e-5f, .normed = h}, ws, ys);
+      matmul_group(y, {.weight = attn_norm, .eps = 1e-5f, .normed = h, .handoff = hp}, ws, ys);
       return s;
     };
     const Step want = step(false);
@@ -679,15 +684,15 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
   }
 }
 
-// The handed-on norm is read only by the GEMV right after the one that
-// wrote it, and only when that GEMV normalizes the same x with the same norm
-// weight. Otherwise the reading GEMV computes the norm itself, with the bits
-// of a step without the handoff. Cases: another norm weight; a copy of y
-// (the same values, another tensor); another GEMV in between; the
-// expectation withdrawn (an undefined norm weight) before the GEMV that adds
-// to y. A control case, its own norm right after, reads it once, so the
-// read count can fail.
-TEST(CudaFusedMatmul, HandedOnNormReadOnlyByTheNextGemvOfItsNorm) {
+// The handoff is part of the ops' interface: only the ops given it take
+// part, so another op between (a GEMV of another tensor) changes nothing,
+// and a withdrawn request hands nothing on. A wrong use is an error, not
+// stale numbers: y written between the two ops (ops::add, the case the
+// thread-local handoff this replaced read stale), the reader normalizing a
+// copy of y or with another norm weight, a writer given a request for
+// another tensor. The control (its own norm right after) reads it once, so
+// the read count can fail.
+TEST(CudaFusedMatmul, NormHandoffMisuseIsAnError) {
   REQUIRE_CUDA_DEVICE();
   constexpr int64_t kHidden = 4096;
   const DType dtype = DType::Q4_0;
@@ -696,34 +701,43 @@ TEST(CudaFusedMatmul, HandedOnNormReadOnlyByTheNextGemvOfItsNorm) {
   const Tensor norm_a = device_f32(1, kHidden, 95).reshape({kHidden});
   const Tensor norm_b = device_f32(1, kHidden, 96).reshape({kHidden});
   ASSERT_TRUE(streams(attn, wo) && streams(residual, wq, nullptr, &norm_a));
-  enum Next { kOtherNormWeight, kCopyOfY, kGemvBetween, kWithdrawn, kItsNorm };
-  const char* names[] = {"another norm weight", "a copy of y", "a GEMV between", "withdrawn",
-                         "its own norm (control)"};
-  auto run = [&](Next next, bool handoff) {
+  enum Next { kItsNorm, kGemvBetween, kWithdrawn, kAddToYBetween, kCopyOfY, kOtherNormWeight, kRequestForOther };
+  const char* names[] = {"its own norm (control)", "a GEMV of another tensor between", "withdrawn",
+                         "ops::add to y between", "a copy of y", "another norm weight",
+                         "a request for another tensor"};
+  auto run = [&](Next next, bool with_handoff) {
     Tensor y = device_copy(residual), scratch = zeros(DType::F32, {1, kHidden}, Device::CUDA);
     Tensor h = zeros(DType::F32, {1, kHidden}, Device::CUDA), q = zeros(DType::F32, {1, kHidden}, Device::CUDA);
-    if (handoff) expect_rms_norm(y, norm_a);
-    if (handoff && next == kWithdrawn) expect_rms_norm(y, Tensor());
-    matmul_accumulate(attn, wo, y, scratch);
+    NormHandoff handoff;
+    NormHandoff* hp = with_handoff ? &handoff : nullptr;
+    handoff.request(next == kRequestForOther ? scratch : y, norm_a);
+    if (next == kWithdrawn) handoff.request(y, Tensor());
+    matmul_accumulate(attn, wo, y, scratch, hp);
     const Tensor* ws[] = {&wq};
     Tensor* ys[] = {&q};
     Tensor x = next == kCopyOfY ? device_copy(y) : y;
     if (next == kGemvBetween) matmul(attn, wq, scratch);
-    matmul_group(x, {.weight = next == kOtherNormWeight ? norm_b : norm_a, .eps = 1e-5f, .normed = h}, ws, ys);
+    if (next == kAddToYBetween) add(y, attn, y);
+    matmul_group(x, {.weight = next == kOtherNormWeight ? norm_b : norm_a, .eps = 1e-5f, .normed = h, .handoff = hp},
+                 ws, ys);
     return q;
   };
-  for (Next next : {kOtherNormWeight, kCopyOfY, kGemvBetween, kWithdrawn, kItsNorm}) {
+  for (Next next : {kItsNorm, kGemvBetween, kWithdrawn}) {
     const Tensor want = run(next, false);
     const int64_t read_before = cuda::detail::handed_norms_read();
     const Tensor got = run(next, true);
     const int64_t read = cuda::detail::handed_norms_read() - read_before;
-    if (next == kItsNorm) {
-      EXPECT_EQ(read, 1) << names[next];
-      EXPECT_LT(nmse(got, want), 1e-10) << names[next];
-    } else {
+    if (next == kWithdrawn) {
       EXPECT_EQ(read, 0) << names[next];
       expect_same_bits(got, want, names[next]);
+    } else {
+      EXPECT_EQ(read, 1) << names[next];
+      EXPECT_LT(nmse(got, want), 1e-10) << names[next];
     }
+  }
+  for (Next next : {kAddToYBetween, kCopyOfY, kOtherNormWeight, kRequestForOther}) {
+    EXPECT_NO_THROW(run(next, false)) << names[next];
+    EXPECT_THROW(run(next, true), Error) << names[next];
   }
 }
 

@@ -315,7 +315,7 @@ void check_swiglu_down(const MlpCase& c, uint32_t seed) {
   const cpu::MatmulArgs down_args{.x = gate_y.as<float>(), .ldx = c.m, .wtype = c.down_type, .w = d_down.as<void>(),
                                   .w_row_bytes = rb_down, .y = dy.as<float>(), .ldy = ldy, .n = c.n, .m = c.k,
                                   .k = c.m};
-  matmul_swiglu_down(gate, up, down_args, nullptr, c.accumulate);
+  matmul_swiglu_down(gate, up, down_args, {.accumulate = c.accumulate});
 
   const std::vector<float> y = download<float>(dy);
   std::vector<float> got(size_t(c.n * c.k));

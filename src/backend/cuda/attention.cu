@@ -753,8 +753,8 @@ bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim) {
 void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                                         const backend::cpu::StoreKvArgs& kv,
                                         const backend::cpu::PagedAttentionArgs& args,
-                                        const cpu::MatmulArgs& projection) {
-  const detail::GemvArgs g = detail::accumulate_gemv_args(projection);
+                                        const cpu::MatmulArgs& projection, NormHandOn hand_on) {
+  const detail::GemvArgs g = detail::accumulate_gemv_args(projection, hand_on);
   BRIOCHE_CHECK(quantizes_for(projection, g, args.head_dim) && projection.x == args.out &&
                     projection.k == int64_t(args.n_heads) * args.head_dim,
                 "rope_store_kv_attention_accumulate: expected a projection of the attention's output (k ",

@@ -28,6 +28,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/norm_hand_on.h"
 #include "core/dtype.h"
 
 #ifdef __CUDACC__
@@ -63,6 +64,9 @@ struct GemvArgs {
   int64_t prefetch_rows = 0;
   const float* norm_w = nullptr;  // [k], 16-byte aligned; x̂ instead of x when set
   float norm_eps = 0.0f;
+  // With accumulate: also write RMSNorm(y) for the next op, where the launch
+  // can (norm_handoff.h). Host-side only.
+  NormHandOn hand_on;
 };
 
 inline constexpr int kGemvWarps = 4;  // rows of w per block
@@ -226,7 +230,7 @@ void gemv_quant(DType wtype, const GemvArgs& args);  // every block-quantized dt
 // Whether gemv_quant takes args.norm_w itself (the int8 path does).
 bool gemv_quant_takes_norm(DType wtype, const GemvArgs& args);
 // The launch arguments of matmul_accumulate(a) for a ≤ 8-row `a` (matmul.cu).
-GemvArgs accumulate_gemv_args(const cpu::MatmulArgs& a);
+GemvArgs accumulate_gemv_args(const cpu::MatmulArgs& a, NormHandOn hand_on = {});
 // Whether gemv_quant runs on the int8 path (gemv_int8.h), reading x as
 // int8 blocks that one kernel quantizes first.
 bool gemv_quant_reads_int8(DType wtype, const GemvArgs& args);

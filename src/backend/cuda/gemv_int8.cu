@@ -272,8 +272,8 @@ Int8Scratch allocate_int8_acts(int n, int64_t k) {
 namespace {
 
 // The integer GEMV on quantized x, on the kernel chosen once per launch;
-// a streamed launch that adds to y hands y's norm on where the model
-// expects it (norm_handoff.h). `x_sum_sq`: x is a norm handed on to this
+// a streamed launch that adds to y hands y's norm on where its request
+// (a.hand_on) asks (norm_handoff.h). `x_sum_sq`: x is a norm handed on to this
 // launch (streamed only).
 void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed,
                       const float* x_sum_sq = nullptr) {
@@ -282,7 +282,7 @@ void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool st
   else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
   else if (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1) gemv_int8_blocks32(wtype, a, x);
   else gemv_int8_affine(wtype, a, x);
-  if (norm) hand_on(std::move(norm));
+  if (norm) hand_on(a, std::move(norm));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/swiglu.h"
+#include "backend/cuda/norm_hand_on.h"
 
 namespace brioche::cuda {
 
@@ -24,8 +25,9 @@ namespace brioche::cuda {
 // quantized weights dequantized to bf16 tiles first).
 void matmul(const cpu::MatmulArgs& args);
 // Decode fusions (gemv.cuh), each one launch where it would be two or three:
-// y += x·wᵀ (cuBLASLt with β = 1 for n > 8).
-void matmul_accumulate(const cpu::MatmulArgs& args);
+// y += x·wᵀ (cuBLASLt with β = 1 for n > 8); `hand_on`: also write
+// RMSNorm(y) for the next op where the GEMV can (ops::NormHandoff).
+void matmul_accumulate(const cpu::MatmulArgs& args, NormHandOn hand_on = {});
 
 // The RMSNorm a matmul's x goes through first (ops::RmsNormFirst):
 // x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The decode GEMVs take it in
@@ -37,6 +39,9 @@ struct InputNorm {
   float eps;
   float* normed;
   int64_t normed_stride;
+  // The norm of x with `weight` that the op before wrote (a
+  // detail::HandedNorm, NormHandOn::handed; norm_handoff.h), or null.
+  const void* handed = nullptr;
 };
 
 // gate.y = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ); `up` (same x, w shaped and typed
@@ -53,15 +58,18 @@ void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const
 // are rounded once more than in the two calls (2^-8 relative for bf16), and
 // gate.y and up.y are not written (as InputNorm::normed is not).
 // BRIOCHE_CUDA_GATE_UP_16BIT=0 keeps the GEMMs' outputs f32 (gate.y and
-// up.y, or a stacked scratch).
+// up.y, or a stacked scratch). `hand_on` as matmul_accumulate's (with
+// accumulate).
+struct SwigluDown {
+  const InputNorm* norm = nullptr;
+  bool accumulate = true;
+  NormHandOn hand_on;
+};
 void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
-                        const InputNorm* norm = nullptr, bool accumulate = true);
+                        const SwigluDown& how = {});
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
 // conversion of x for the GEMMs above, when they share x and dtype.
 void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);
-// ops::expect_rms_norm: the next GEMV that adds to y may write RMSNorm(y)
-// with norm_w for the GEMV that reads it (norm_handoff.h).
-void expect_rms_norm(const float* y, const float* norm_w);
 
 void rms_norm(const backend::cpu::RmsNormArgs& args);
 // The same x̂, rounded to bf16 (f16 when to_f16) into out [n_rows, dim]
@@ -139,10 +147,11 @@ bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim);
 // writes the output as the int8 blocks the GEMV reads, with the bits of the
 // GEMV's own quantization kernel, which then does not run. args.out is not
 // written. Needs attention_quantizes_for(projection, args.head_dim).
+// `hand_on` as matmul_accumulate's.
 void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                                         const backend::cpu::StoreKvArgs& kv,
                                         const backend::cpu::PagedAttentionArgs& args,
-                                        const cpu::MatmulArgs& projection);
+                                        const cpu::MatmulArgs& projection, NormHandOn hand_on = {});
 // Whether the matmul `a` is a GEMM reading x as 16-bit rows (bf16; f16 for
 // f16 weights): above 8 rows, for 16-bit or quantized weights.
 bool gemm_reads_16bit(const cpu::MatmulArgs& a);

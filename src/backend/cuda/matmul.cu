@@ -177,13 +177,12 @@ detail::GemvArgs launch_args(const cpu::MatmulArgs& a, detail::GemvArgs g) {
 void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm = nullptr) {
   cpu::MatmulArgs a = args;
   g = launch_args(a, g);
-  // The norm the GEMV before handed on (norm_handoff.h): taken by every
-  // GEMV, so it never outlives the launch after the one that wrote it.
-  const detail::HandedNorm handed = detail::take_handed_norm(a.x, norm != nullptr ? norm->weight : nullptr);
   if (norm != nullptr) {
     g.norm_w = norm->weight;
     g.norm_eps = norm->eps;
-    if (detail::gemv_int8_handed(a.wtype, g, handed)) return;
+    // The norm the op before handed on (norm_handoff.h), when it can be read here.
+    const detail::HandedNorm* handed = detail::handed_norm_for(norm->handed, a.x, norm->weight);
+    if (handed != nullptr && detail::gemv_int8_handed(a.wtype, g, *handed)) return;
     if (!gemv_takes_norm(a.wtype, g)) {
       a = normalized(a, *norm);
       g.x = a.x;
@@ -339,16 +338,16 @@ void matmul(const cpu::MatmulArgs& a) {
   gemv(a, {.parts = {gemv_part(a)}});
 }
 
-void matmul_accumulate(const cpu::MatmulArgs& a) {
+void matmul_accumulate(const cpu::MatmulArgs& a, NormHandOn hand_on) {
   if (a.n == 0 || a.m == 0) return;
   if (a.n > kMaxGemvRows) return gemm(a, 1.0f);
-  gemv(a, {.parts = {gemv_part(a)}, .accumulate = true});
+  gemv(a, {.parts = {gemv_part(a)}, .accumulate = true, .hand_on = hand_on});
 }
 
 namespace detail {
 
-GemvArgs accumulate_gemv_args(const cpu::MatmulArgs& a) {
-  return launch_args(a, {.parts = {gemv_part(a)}, .accumulate = true});
+GemvArgs accumulate_gemv_args(const cpu::MatmulArgs& a, NormHandOn hand_on) {
+  return launch_args(a, {.parts = {gemv_part(a)}, .accumulate = true, .hand_on = hand_on});
 }
 
 }  // namespace detail
@@ -370,11 +369,13 @@ void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_a
 }
 
 void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const cpu::MatmulArgs& down,
-                        const InputNorm* norm, bool accumulate) {
+                        const SwigluDown& how) {
+  const InputNorm* norm = how.norm;
+  const bool accumulate = how.accumulate;
   // (f32 gate and up weights take f32 GEMMs: the two calls.)
   if (!gemm_reads_16bit(gate) || !gemm_reads_16bit(down) || gate.m == 0 || down.m == 0) {
     matmul_swiglu(gate, up, norm);
-    if (accumulate) matmul_accumulate(down);
+    if (accumulate) matmul_accumulate(down, how.hand_on);
     else cuda::matmul(down);  // (not the CPU one, which ADL also finds)
     return;
   }

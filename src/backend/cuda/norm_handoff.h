@@ -18,12 +18,12 @@
 // and the outputs by float rounding (NMSE ~1e-13 against the norm kernel's
 // path: CudaFusedMatmul.StreamedNormHandoffMatchesNormKernels).
 //
-// The model says which norm follows (ops::expect_rms_norm); the backend
-// keeps one request, taken by the next GEMV on the int8 path that adds to y
-// (dense GEMVs and GEMMs leave it; the model's next call replaces it), and
-// one handed-on norm, taken by the next GEMV of any kind, which reads it only
-// when it is the norm of its x with its norm weight. Nothing else may write
-// y between the two: that is the caller's promise.
+// The model asks for it through ops::NormHandoff, a value it passes to
+// both ops: the writer's launch gets the request as GemvArgs::hand_on (the
+// norm weight, and where to put what it wrote), the reader's as
+// InputNorm::handed. No state lives here between launches; the ops layer
+// checks that the reader reads the tensor the writer wrote, unwritten since
+// (ops/norm_handoff.h).
 #pragma once
 
 #include <memory>
@@ -32,10 +32,6 @@
 #include "backend/cuda/gemv_int8.h"
 
 namespace brioche::cuda::detail {
-
-// The norm weight `norm_w` will normalize y next (ops::expect_rms_norm);
-// null: no norm of y follows.
-void expect_norm(const float* y, const float* norm_w);
 
 // RMSNorm(y) with norm_w as a GEMV that added to y left it.
 struct HandedNorm {
@@ -53,18 +49,18 @@ struct HandedNorm {
   }
 };
 
-// For a launch `a` that adds to y: takes the request and, when it names this
-// y and the launch can write its norm (`hands_on`: the streamed int8 GEMV,
-// gemv_stream_rows_hands_on; one x row, one part), returns new scratch for
-// the launch to write (written_as) and for hand_on once it is queued.
-// Otherwise returns nothing. A launch that does not add to y leaves the
-// request.
+// For a launch `a` that adds to y: when it carries a request
+// (a.hand_on.norm_w) and can write the norm (`hands_on`: the streamed int8
+// GEMV, gemv_stream_rows_hands_on; one x row, one part), returns new scratch
+// for the launch to write (written_as) and for hand_on once it is queued.
+// Otherwise returns nothing.
 HandedNorm begin_handoff(const GemvArgs& a, bool hands_on);
-void hand_on(HandedNorm norm);
+// Puts `norm` where the launch's request says (a.hand_on.handed).
+void hand_on(const GemvArgs& a, HandedNorm norm);
 
-// The norm handed on, when it is RMSNorm(x) with norm_w (else empty); what
-// was handed on is taken either way.
-HandedNorm take_handed_norm(const float* x, const float* norm_w);
+// The handed norm an op passes on (InputNorm::handed), checked against the
+// reading launch's x and norm weight: they must be what it was written for.
+const HandedNorm* handed_norm_for(const void* handed, const float* x, const float* norm_w);
 
 // Launches on this host thread that read a handed-on norm (tests: the
 // handoff happened). gemv_int8_handed counts them.
