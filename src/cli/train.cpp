@@ -115,7 +115,7 @@ void install_stop_handlers() {
 // (and nothing else the directory holds).
 void clear_earlier_run(const std::filesystem::path& out) {
   for (const char* name : {"adapter_config.json", "adapter_model.safetensors", "metrics.json", "log.jsonl",
-                           train::kTrainStateFile, "optimizer.safetensors", "checkpoints"})
+                           train::kTrainStateFile, "optimizer.safetensors", "checkpoints", "best"})
     std::filesystem::remove_all(out / name);
 }
 
@@ -244,7 +244,7 @@ Subcommand add_train_command(CLI::App& root) {
                                          [&f](const std::string& v) { f.overrides["output"] = v; },
                                          "adapter output directory (default: adapters)");
   option<std::string>(app, f, "method", "sft (default), dpo, orpo, simpo or ipo");
-  option<std::string>(app, f, "sft-scope", "NLL over the response tokens only (response, the default, as TRL) or the prompt too (full)");
+  option<std::string>(app, f, "sft-scope", "tokens in the NLL: response (the reply only) or full (the prompt too); default as TRL: response for sft, full for orpo");
   option<float>(app, f, "orpo-lambda", "ORPO weight of the odds-ratio term (default 0.1)");
   option<float>(app, f, "beta", "DPO/IPO/SimPO temperature (default 0.1)");
   option<float>(app, f, "simpo-gamma", "SimPO target margin (default 0.5)");
@@ -290,6 +290,10 @@ Subcommand add_train_command(CLI::App& root) {
                          "write a resumable checkpoint at every evaluation under OUTPUT/checkpoints/step_N");
   option<int>(app, f, "save-steps", "also write a resumable checkpoint every N steps (default 0 = off)");
   option<int>(app, f, "save-total-limit", "keep only the newest K checkpoints (default 0 = all)");
+  option<int>(app, f, "early-stopping-patience",
+              "stop after N evaluations in a row that did not lower the evaluation loss (default 0 = off)");
+  app->add_flag_function("--keep-best", [&f](int64_t) { f.overrides["keep_best"] = true; },
+                         "the adapter of the evaluation with the lowest loss becomes the final one (OUTPUT/best)");
   app->add_flag("--overwrite", f.overwrite, "replace an earlier run's adapter, metrics and checkpoints in --output");
   option<std::string>(app, f, "base-model-id",
                       "Hugging Face id written as the adapter's base_model_name_or_path (default: from the model's metadata)");

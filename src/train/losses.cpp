@@ -90,11 +90,14 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
         const double rw = lw - ref[size_t(2 * i)].response_mean();
         const double rr = lr - ref[size_t(2 * i + 1)].response_mean();
         const double x = (rw - rr) - 1.0 / (2.0 * c.beta);
-        out.reward_chosen_sum += c.beta * rw, out.reward_rejected_sum += c.beta * rr;
+        out.reward_chosen_sum += c.beta * (w.response_sum - ref[size_t(2 * i)].response_sum);
+        out.reward_rejected_sum += c.beta * (r.response_sum - ref[size_t(2 * i + 1)].response_sum);
         pair_loss = x * x;
         d_rw = 2.0 * x / w.response_n;
         d_rr = -2.0 * x / r.response_n;
-        chosen_ahead = rw > rr;
+        // TRL's rewards/accuracies compares its (summed) rewards
+        chosen_ahead = w.response_sum - ref[size_t(2 * i)].response_sum >
+                       r.response_sum - ref[size_t(2 * i + 1)].response_sum;
         break;
       }
       case Method::SimPO: {
@@ -109,6 +112,9 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
       case Method::SFT: break;
     }
     out.correct += chosen_ahead ? 1.0 : 0.0;
+    const bool summed = needs_reference(c.method);  // DPO/IPO log summed log-probs, ORPO/SimPO means
+    out.trl_logps_chosen_sum += summed ? w.response_sum : lw;
+    out.trl_logps_rejected_sum += summed ? r.response_sum : lr;
     out.or_loss_sum += c.method == Method::ORPO ? pair_loss / c.orpo_lambda : pair_loss;
     out.loss += pair_loss / pairs;
     out.d_response_sum[size_t(2 * i)] += d_rw / pairs;

@@ -62,10 +62,14 @@ struct LossValue {
   double correct = 0.0;        // pairs with the chosen ahead (ℓ_w > ℓ_r, or reward_w > reward_r)
   double margin_sum = 0.0;     // Σ (ℓ_w − ℓ_r)
   double chosen_mean_sum = 0.0, rejected_mean_sum = 0.0;
-  // TRL's rewards (sums over pairs): DPO β·(π − π_ref) of the summed
-  // log-probs, IPO the same on per-token means, ORPO and SimPO β·(mean
-  // log-prob) with ORPO's β the λ; and ORPO's log σ(log-odds) and log-odds.
+  // TRL's rewards (sums over pairs), as TRL 1.16 logs them: DPO and IPO
+  // β·(π − π_ref) of the summed log-probs (DPOTrainer rewards every loss
+  // type so, though IPO's loss reads per-token means), ORPO and SimPO
+  // β·(mean log-prob) with ORPO's β the λ; and ORPO's log σ(log-odds) and
+  // log-odds. TRL's logps/*: the summed log-probs for DPO/IPO, the
+  // per-token means for ORPO/SimPO (what each trainer's loss reads).
   double reward_chosen_sum = 0.0, reward_rejected_sum = 0.0;
+  double trl_logps_chosen_sum = 0.0, trl_logps_rejected_sum = 0.0;
   double log_odds_ratio_sum = 0.0, log_odds_chosen_sum = 0.0;
   int64_t tokens = 0;          // scored tokens in the NLL
 };

@@ -14,6 +14,7 @@ namespace brioche::train {
 void TrainConfig::finalize() {
   const bool orpo = method == Method::ORPO;
   if (!learning_rate) learning_rate = is_preference(method) ? 1e-5f : 2e-4f;
+  sft_scope = resolved_sft_scope();
   if (!rank) rank = orpo ? 16 : 8;
   BRIOCHE_CHECK(!(scale && alpha), "set either scale or alpha, not both");
   if (!scale && !alpha) scale = orpo ? 2.0f : 1.0f;
@@ -25,6 +26,9 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(iters >= 0 && epochs > 0, "iters must be >= 0 and epochs > 0");
   BRIOCHE_CHECK(save_steps >= 0 && save_total_limit >= 0, "save_steps and save_total_limit must be >= 0, got ",
                 save_steps, " and ", save_total_limit);
+  BRIOCHE_CHECK(early_stopping_patience >= 0, "early_stopping_patience must be >= 0, got ", early_stopping_patience);
+  BRIOCHE_CHECK((early_stopping_patience == 0 && !keep_best) || steps_per_eval > 0,
+                "early_stopping_patience and keep_best compare evaluations: set steps_per_eval > 0");
   BRIOCHE_CHECK(resume.empty() || resume_adapter.empty(), "set either resume (a checkpoint) or resume_adapter (a warm start)");
   BRIOCHE_CHECK(lora_dropout >= 0 && lora_dropout < 1, "lora_dropout must be in [0, 1), got ", lora_dropout);
   BRIOCHE_CHECK(segment_size >= 0, "segment_size must be >= 0, got ", segment_size);
@@ -190,6 +194,9 @@ const std::vector<OptionSpec>& option_specs() {
       {{"save_checkpoints"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.save_checkpoints = v.get<bool>(); }},
       {{"save_steps"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.save_steps = to_int(v); }},
       {{"save_total_limit"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.save_total_limit = to_int(v); }},
+      {{"early_stopping_patience"}, Kind::Integer,
+       [](TrainConfig& c, const json& v) { c.early_stopping_patience = to_int(v); }},
+      {{"keep_best", "load_best_model_at_end"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.keep_best = v.get<bool>(); }},
       {{"resume"}, Kind::String, [](TrainConfig& c, const json& v) { c.resume = v.get<std::string>(); }},
       {{"seed"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.seed = to_int(v); }},
       {{"threads"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.threads = to_int(v); }},
@@ -253,7 +260,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["data"] = c.data;
   j["output"] = c.output;
   j["method"] = method_name(c.method);
-  j["sft_scope"] = c.sft_scope == SftScope::Full ? "full" : "response";
+  j["sft_scope"] = c.resolved_sft_scope() == SftScope::Full ? "full" : "response";
   j["orpo_lambda"] = c.orpo_lambda;
   j["beta"] = c.beta;
   j["simpo_gamma"] = c.simpo_gamma;
@@ -289,6 +296,8 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["save_checkpoints"] = c.save_checkpoints;
   j["save_steps"] = c.save_steps;
   j["save_total_limit"] = c.save_total_limit;
+  j["early_stopping_patience"] = c.early_stopping_patience;
+  j["keep_best"] = c.keep_best;
   if (!c.resume.empty()) j["resume"] = c.resume;
   j["seed"] = c.seed;
   if (!c.resume_adapter.empty()) j["resume_adapter"] = c.resume_adapter;

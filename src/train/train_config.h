@@ -26,11 +26,16 @@ struct TrainConfig {
   std::string resume;            // a checkpoint with trainer_state.json: the run continues exactly (train/train_state.h)
 
   Method method = Method::SFT;
-  // The NLL over the reply only (prompt tokens are context, not targets), as
-  // TRL's SFTTrainer on prompt/completion data and its ORPOTrainer do; for
-  // messages, the last assistant turn; plain `text` rows have no prompt and
-  // are scored whole. `full` adds the prompt tokens.
-  SftScope sft_scope = SftScope::Response;
+  // Which tokens the NLL scores. Unset: what TRL does per method. SFT:
+  // `response`, the reply only (prompt tokens are context, not targets), as
+  // TRL's SFTTrainer on prompt/completion data (for messages, the last
+  // assistant turn; plain `text` rows have no prompt and are scored whole).
+  // ORPO: `full`, prompt and reply of the chosen sequence, as TRL's
+  // ORPOTrainer computes its NLL term (its odds ratio reads the replies only).
+  std::optional<SftScope> sft_scope;
+  SftScope resolved_sft_scope() const {
+    return sft_scope.value_or(method == Method::ORPO ? SftScope::Full : SftScope::Response);
+  }
   float orpo_lambda = 0.1f;
   float beta = 0.1f;             // dpo/ipo/simpo
   float simpo_gamma = 0.5f;
@@ -75,6 +80,12 @@ struct TrainConfig {
   bool save_checkpoints = false;  // a resumable checkpoint at every evaluation
   int save_steps = 0;            // and every N steps (0: off), into output/checkpoints/step_N
   int save_total_limit = 0;      // keep only the newest K checkpoints (0: all)
+  // Stop when N evaluations in a row (after step 0) did not lower the
+  // evaluation loss (transformers' EarlyStoppingCallback on eval_loss); 0: off.
+  int early_stopping_patience = 0;
+  // The adapter of the evaluation with the lowest loss becomes the final one
+  // (saved to output/best as it happens; transformers' load_best_model_at_end).
+  bool keep_best = false;
   int seed = 0;
   int threads = 0;
   bool quiet = false;

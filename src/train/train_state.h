@@ -31,6 +31,10 @@ struct TrainState {
   nlohmann::json evals = nlohmann::json::array();
   double best_margin = 0.0;
   int best_margin_step = -1;
+  // Early stopping and keep-best (on the evaluation loss, evaluations after step 0).
+  double best_eval_loss = 0.0;
+  int best_eval_step = -1;           // -1: none yet
+  int evals_without_improvement = 0;
 };
 
 inline constexpr const char* kTrainStateFile = "trainer_state.json";

@@ -49,21 +49,20 @@ struct Trainer::MicroBatch {
 
 namespace {
 
-// TRL's preference metrics from a LossValue's sums over n pairs.
-void add_trl_names(nlohmann::json& j, Method method, double n, double reward_chosen_sum, double reward_rejected_sum,
-                   double correct, double chosen_mean_sum, double rejected_mean_sum, double log_odds_ratio_sum,
-                   double log_odds_chosen_sum, double nll) {
+// TRL's preference metrics from a LossValue's sums over n pairs (losses.h
+// says how each method defines them).
+void add_trl_names(nlohmann::json& j, Method method, const LossValue& sums, double n) {
   if (!is_preference(method) || n <= 0) return;
-  j["rewards/chosen"] = reward_chosen_sum / n;
-  j["rewards/rejected"] = reward_rejected_sum / n;
-  j["rewards/margins"] = (reward_chosen_sum - reward_rejected_sum) / n;
-  j["rewards/accuracies"] = correct / n;
-  j["logps/chosen"] = chosen_mean_sum / n;
-  j["logps/rejected"] = rejected_mean_sum / n;
+  j["rewards/chosen"] = sums.reward_chosen_sum / n;
+  j["rewards/rejected"] = sums.reward_rejected_sum / n;
+  j["rewards/margins"] = (sums.reward_chosen_sum - sums.reward_rejected_sum) / n;
+  j["rewards/accuracies"] = sums.correct / n;
+  j["logps/chosen"] = sums.trl_logps_chosen_sum / n;
+  j["logps/rejected"] = sums.trl_logps_rejected_sum / n;
   if (method == Method::ORPO) {
-    j["nll_loss"] = nll;
-    j["log_odds_ratio"] = log_odds_ratio_sum / n;
-    j["log_odds_chosen"] = log_odds_chosen_sum / n;
+    j["nll_loss"] = sums.nll;
+    j["log_odds_ratio"] = sums.log_odds_ratio_sum / n;
+    j["log_odds_chosen"] = sums.log_odds_chosen_sum / n;
   }
 }
 
@@ -73,9 +72,11 @@ nlohmann::json EvalMetrics::to_json(Method method) const {
   nlohmann::json j = {{"loss", loss},          {"nll", nll},       {"or", or_loss},
                       {"accuracy", accuracy},  {"margin", margin}, {"chosen_logp", chosen_logp},
                       {"rejected_logp", rejected_logp}, {"examples", examples}};
-  const double n = 1.0;  // the fields are means already
-  add_trl_names(j, method, n, reward_chosen, reward_rejected, accuracy, chosen_logp, rejected_logp, log_odds_ratio,
-                log_odds_chosen, nll);
+  LossValue means;  // the fields are means already: sums over n = 1
+  means.reward_chosen_sum = reward_chosen, means.reward_rejected_sum = reward_rejected, means.correct = accuracy;
+  means.trl_logps_chosen_sum = trl_logps_chosen, means.trl_logps_rejected_sum = trl_logps_rejected;
+  means.nll = nll, means.log_odds_ratio_sum = log_odds_ratio, means.log_odds_chosen_sum = log_odds_chosen;
+  add_trl_names(j, method, means, 1.0);
   return j;
 }
 
@@ -201,7 +202,7 @@ void Trainer::show_progress(int done, int total, int first_step, double loss, fl
 
 Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indices, bool with_prefix) {
   const bool pref = is_preference(config_.method);
-  const PreferenceBatchOptions po{.method = config_.method, .sft_scope = config_.sft_scope,
+  const PreferenceBatchOptions po{.method = config_.method, .sft_scope = config_.resolved_sft_scope(),
                                   .prefix_shared = config_.prefix_shared};
   auto build = [&](const std::vector<int>& idx) {
     if (pref) {
@@ -211,7 +212,7 @@ Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indice
     }
     std::vector<const TokenizedExample*> ptrs;
     for (int i : idx) ptrs.push_back(&s.data->examples[size_t(i)]);
-    return build_sft_batch(ptrs, config_.sft_scope);
+    return build_sft_batch(ptrs, config_.resolved_sft_scope());
   };
   MicroBatch mb{.batch = build(indices)};
   // Frozen-prefix rows: per example, cached (each example's rows are contiguous in the batch).
@@ -255,7 +256,7 @@ EvalMetrics Trainer::evaluate() {
   double loss_weighted = 0.0, nll_sum = 0.0;
   int64_t nll_tokens = 0, weight = 0;
   double or_sum = 0, correct = 0, margin = 0, chosen = 0, rejected = 0;
-  double reward_w = 0, reward_r = 0, log_odds_ratio = 0, log_odds = 0;
+  double reward_w = 0, reward_r = 0, log_odds_ratio = 0, log_odds = 0, trl_logps_w = 0, trl_logps_r = 0;
   for (int b0 = 0; b0 < s.size(); b0 += config_.batch_size) {
     std::vector<int> idx(size_t(std::min(config_.batch_size, s.size() - b0)));
     std::iota(idx.begin(), idx.end(), b0);
@@ -271,6 +272,7 @@ EvalMetrics Trainer::evaluate() {
     chosen += v.chosen_mean_sum, rejected += v.rejected_mean_sum;
     reward_w += v.reward_chosen_sum, reward_r += v.reward_rejected_sum;
     log_odds_ratio += v.log_odds_ratio_sum, log_odds += v.log_odds_chosen_sum;
+    trl_logps_w += v.trl_logps_chosen_sum, trl_logps_r += v.trl_logps_rejected_sum;
   }
   m.examples = s.size();
   m.loss = weight > 0 ? loss_weighted / double(weight) : 0.0;
@@ -281,6 +283,7 @@ EvalMetrics Trainer::evaluate() {
     m.chosen_logp = chosen / n, m.rejected_logp = rejected / n;
     m.reward_chosen = reward_w / n, m.reward_rejected = reward_r / n;
     m.log_odds_ratio = log_odds_ratio / n, m.log_odds_chosen = log_odds / n;
+    m.trl_logps_chosen = trl_logps_w / n, m.trl_logps_rejected = trl_logps_r / n;
   }
   return m;
 }
@@ -401,14 +404,24 @@ TrainResult Trainer::run() {
       std::snprintf(line, sizeof line, "eval step %d: loss %.4f (ppl %.2f)", step, m.loss, std::exp(m.loss));
     }
     log(line);
+    // Early stopping and keep-best read the evaluation loss of trained adapters (step > 0).
+    if (step == 0) return;
+    if (st.best_eval_step < 0 || m.loss < st.best_eval_loss) {
+      st.best_eval_loss = m.loss;
+      st.best_eval_step = step;
+      st.evals_without_improvement = 0;
+      if (config_.keep_best) save(config_.output + "/best");
+    } else {
+      ++st.evals_without_improvement;
+    }
   };
 
   if (st.step == 0) do_eval(0);
   // On a terminal one live line with the ETA; elsewhere (a log file, a pipe) a line every steps_per_report.
   const bool live_progress = !config_.quiet && isatty(STDERR_FILENO);
   const int first_step = st.step;
-  bool interrupted = false;
-  for (int step = st.step; step < total && !interrupted; ++step) {
+  bool interrupted = false, early_stopped = false;
+  for (int step = st.step; step < total && !interrupted && !early_stopped; ++step) {
     adapter_->zero_grads();
     double step_loss = 0.0, step_tokens = 0.0;
     LossValue step_sums;  // the step's preference sums over its micro-batches (this rank's)
@@ -426,6 +439,8 @@ TrainResult Trainer::run() {
       step_sums.chosen_mean_sum += v.chosen_mean_sum, step_sums.rejected_mean_sum += v.rejected_mean_sum;
       step_sums.reward_chosen_sum += v.reward_chosen_sum, step_sums.reward_rejected_sum += v.reward_rejected_sum;
       step_sums.log_odds_ratio_sum += v.log_odds_ratio_sum, step_sums.log_odds_chosen_sum += v.log_odds_chosen_sum;
+      step_sums.trl_logps_chosen_sum += v.trl_logps_chosen_sum;
+      step_sums.trl_logps_rejected_sum += v.trl_logps_rejected_sum;
     }
     double stop_votes = stop_ != nullptr && stop_->load() ? 1.0 : 0.0;
     if (dp_ != nullptr) {  // one sum of the gradients (and the loss) over the ranks, before clipping
@@ -447,10 +462,7 @@ TrainResult Trainer::run() {
                               {"tokens_per_s", double(st.tokens_done) / seconds()},
                               {"epoch", double(done) / steps_per_epoch}};
       // Rank 0's micro-batches (with --gpus, a share of the step's pairs).
-      add_trl_names(event, config_.method, step_sums.n_pairs, step_sums.reward_chosen_sum,
-                    step_sums.reward_rejected_sum, step_sums.correct, step_sums.chosen_mean_sum,
-                    step_sums.rejected_mean_sum, step_sums.log_odds_ratio_sum, step_sums.log_odds_chosen_sum,
-                    step_sums.nll);
+      add_trl_names(event, config_.method, step_sums, step_sums.n_pairs);
       log_event(event);
     }
     if (lead && live_progress) {
@@ -471,6 +483,16 @@ TrainResult Trainer::run() {
     if (eval_now || done == total) {
       do_eval(done);
       st.train_loss_sum = 0.0, st.train_loss_n = 0;
+      early_stopped = config_.early_stopping_patience > 0 && done < total && lead &&
+                      st.evals_without_improvement >= config_.early_stopping_patience;
+      if (dp_ != nullptr && config_.early_stopping_patience > 0) {  // rank 0 evaluated: every rank stops with it
+        const double vote[1] = {early_stopped ? 1.0 : 0.0};
+        early_stopped = all_reduce_host_sums(vote, *dp_, adapter_->device())[0] > 0;
+      }
+      if (early_stopped && lead)
+        log("train: early stop at step " + std::to_string(done) + ": " +
+            std::to_string(st.evals_without_improvement) + " evaluations without a lower loss than " +
+            std::to_string(st.best_eval_loss) + " (step " + std::to_string(st.best_eval_step) + ")");
     }
     const bool save_now = (config_.save_checkpoints && (eval_now || done == total)) ||
                           (config_.save_steps > 0 && done % config_.save_steps == 0) || interrupted;
@@ -485,12 +507,27 @@ TrainResult Trainer::run() {
   result.best_margin_step = st.best_margin_step;
   result.seconds = seconds();
   if (!lead) return result;  // the other ranks hold the same factors; rank 0 writes them
-  save(config_.output);
+  const bool best_is_final = config_.keep_best && st.best_eval_step >= 0;
+  if (best_is_final) {  // the best evaluation's adapter, saved when it happened
+    namespace fs = std::filesystem;
+    for (const char* name : {"adapter_config.json", "adapter_model.safetensors"})
+      fs::copy_file(fs::path(config_.output) / "best" / name, fs::path(config_.output) / name,
+                    fs::copy_options::overwrite_existing);
+  } else {
+    save(config_.output);
+  }
   result.metrics = {{"config", config_to_json(config_)}, {"evals", st.evals}, {"steps", st.step},
                     {"total_steps", total}, {"interrupted", interrupted},
                     {"eval_split", valid_ ? "valid" : "train"},
                     {"seconds", result.seconds}, {"peak_memory_bytes", peak_rss_bytes()}};
   if (model_->device() == Device::CUDA) result.metrics["peak_device_memory_bytes"] = peak_device_bytes();
+  result.metrics["early_stopped"] = early_stopped;
+  if (st.best_eval_step >= 0) {
+    result.metrics["best_eval_loss"] = st.best_eval_loss;
+    result.metrics["best_eval_step"] = st.best_eval_step;
+  }
+  // The step whose adapter OUTPUT holds: the best evaluation's with keep_best, else the last.
+  result.metrics["adapter_step"] = best_is_final ? st.best_eval_step : st.step;
   if (is_preference(config_.method)) {
     result.metrics["best_margin"] = st.best_margin;
     result.metrics["best_margin_step"] = st.best_margin_step;
@@ -500,6 +537,10 @@ TrainResult Trainer::run() {
     log("train: interrupted after step " + std::to_string(st.step) + " of " + std::to_string(total) +
         ": adapter and metrics.json written to " + config_.output + ", a resumable checkpoint to " +
         result.checkpoint_dir + "; continue with --resume " + result.checkpoint_dir);
+  else if (best_is_final)
+    log("adapter of step " + std::to_string(st.best_eval_step) + " (the lowest evaluation loss, " +
+        std::to_string(st.best_eval_loss) + ") written to " + config_.output + " (" + std::to_string(result.seconds) +
+        " s)");
   else
     log("adapter written to " + config_.output + " (" + std::to_string(result.seconds) + " s)");
   return result;

@@ -39,6 +39,7 @@ struct EvalMetrics {
   // TRL's names (LossValue says how each method defines them).
   double reward_chosen = 0.0, reward_rejected = 0.0;
   double log_odds_ratio = 0.0, log_odds_chosen = 0.0;  // ORPO
+  double trl_logps_chosen = 0.0, trl_logps_rejected = 0.0;  // TRL's logps/*: sums (DPO/IPO) or means
   int64_t examples = 0;
   // Our names, and for preference methods also TRL's: rewards/chosen,
   // rewards/rejected, rewards/margins, rewards/accuracies, logps/chosen,

@@ -139,6 +139,57 @@ TEST(Trainer, AnInterruptedRunResumesToTheSameAdapterBitForBit) {
   EXPECT_THROW(Trainer(wrong, ck, {synthetic_pairs(7, 1), std::nullopt}).run(), brioche::Error);
 }
 
+// Validation pairs are the training pairs with chosen and rejected swapped:
+// training raises the validation loss, so the first evaluation after step 0
+// is the best, two more without a lower loss stop the run (patience 2), and
+// keep-best makes that first evaluation's adapter the final one.
+TEST(Trainer, EarlyStoppingAndKeepBestFollowTheEvaluationLoss) {
+  model::Checkpoint ck = model::load_safetensors_checkpoint(golden("tiny_llama"));
+  const std::string out = std::string(BRIOCHE_BINARY_DIR) + "/train_early_stopping_test";
+  std::filesystem::remove_all(out);
+  TrainConfig c = tiny_orpo_config(out);
+  c.iters = 30;
+  c.steps_per_eval = 2;
+  c.save_checkpoints = true;
+  c.early_stopping_patience = 2;
+  c.keep_best = true;
+  Dataset train = synthetic_pairs(16, 1), swapped = train;
+  for (auto& p : swapped.pairs) std::swap(p.chosen, p.rejected);
+  Trainer trainer(c, ck, {train, swapped});
+  TrainResult r = trainer.run();
+  auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+  std::printf("[ early stop ] evals:");
+  for (const auto& e : metrics["evals"]) std::printf(" step %d loss %.4f;", e["step"].get<int>(), e["loss"].get<double>());
+  std::printf("\n");
+  EXPECT_EQ(r.steps, 6);  // evaluations at 2 (best), 4, 6
+  EXPECT_EQ(metrics["steps"], 6);
+  EXPECT_EQ(metrics["early_stopped"], true);
+  EXPECT_EQ(metrics["best_eval_step"], 2);
+  EXPECT_EQ(metrics["adapter_step"], 2);
+  ASSERT_EQ(metrics["evals"].size(), 4u);  // 0, 2, 4, 6
+  EXPECT_DOUBLE_EQ(metrics["best_eval_loss"].get<double>(), metrics["evals"][1]["loss"].get<double>());
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string final_adapter = bytes(out + "/adapter_model.safetensors");
+  EXPECT_EQ(final_adapter, bytes(out + "/checkpoints/step_2/adapter_model.safetensors"));
+  EXPECT_NE(final_adapter, bytes(out + "/checkpoints/step_6/adapter_model.safetensors"));
+
+  // Without keep-best the last step's adapter is the final one; without patience the run goes on.
+  std::filesystem::remove_all(out);
+  c.keep_best = false;
+  c.early_stopping_patience = 0;
+  c.iters = 8;
+  TrainResult all = Trainer(c, ck, {train, swapped}).run();
+  EXPECT_EQ(all.steps, 8);
+  auto plain = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+  EXPECT_EQ(plain["early_stopped"], false);
+  EXPECT_EQ(plain["adapter_step"], 8);
+  EXPECT_EQ(bytes(out + "/adapter_model.safetensors"), bytes(out + "/checkpoints/step_8/adapter_model.safetensors"));
+  std::filesystem::remove_all(out);
+}
+
 TEST(Trainer, RejectsDataOfTheWrongKind) {
   model::Checkpoint ck = model::load_safetensors_checkpoint(golden("tiny_llama"));
   TrainConfig c;

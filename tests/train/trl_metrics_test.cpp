@@ -22,12 +22,20 @@ TEST(TrlMetrics, DpoRewardsAreBetaTimesSummedLogRatios) {
   EXPECT_NEAR(v.reward_rejected_sum, 0.1 * (-5.0 - -4.0), 1e-6);  // −0.1
   EXPECT_EQ(v.correct, 1.0);
   EXPECT_NEAR(v.loss, -std::log(1.0 / (1.0 + std::exp(-0.2))), 1e-6);  // −log σ(β·(Δw − Δr))
+  EXPECT_NEAR(v.trl_logps_chosen_sum, -2.0, 1e-12);  // logps/*: summed log-probs
+  EXPECT_NEAR(v.trl_logps_rejected_sum, -5.0, 1e-12);
 }
 
-TEST(TrlMetrics, IpoRewardsUseMeanLogProbs) {
+// TRL 1.16's DPOTrainer logs β·(summed log-ratio) as the reward of every loss
+// type, IPO included, though IPO's loss reads the per-token means.
+TEST(TrlMetrics, IpoRewardsUseSummedLogRatiosAsTrlLogsThem) {
   const LossValue v = compute_loss({.method = Method::IPO, .beta = 0.1f}, kPolicy, kReference);
-  EXPECT_NEAR(v.reward_chosen_sum, 0.1 * (-0.5 - -0.75), 1e-6);
-  EXPECT_NEAR(v.reward_rejected_sum, 0.1 * (-1.0 - -0.8), 1e-6);
+  EXPECT_NEAR(v.reward_chosen_sum, 0.1 * (-2.0 - -3.0), 1e-6);
+  EXPECT_NEAR(v.reward_rejected_sum, 0.1 * (-5.0 - -4.0), 1e-6);
+  EXPECT_EQ(v.correct, 1.0);
+  const double x = (-0.5 - -0.75) - (-1.0 - -0.8) - 1.0 / (2 * 0.1);  // the loss: per-token means
+  EXPECT_NEAR(v.loss, x * x, 1e-5);
+  EXPECT_NEAR(v.trl_logps_chosen_sum, -2.0, 1e-12);  // logps/*: sums
 }
 
 TEST(TrlMetrics, OrpoRewardsAndLogOdds) {
@@ -44,6 +52,7 @@ TEST(TrlMetrics, SimpoRewardsAreBetaTimesMeanLogProbs) {
   const LossValue v = compute_loss({.method = Method::SimPO, .beta = 2.0f}, kPolicy, {});
   EXPECT_NEAR(v.reward_chosen_sum, 2.0 * -0.5, 1e-6);
   EXPECT_NEAR(v.reward_rejected_sum, 2.0 * -1.0, 1e-6);
+  EXPECT_NEAR(v.trl_logps_chosen_sum, -0.5, 1e-12);  // logps/*: per-token means
 }
 
 }  // namespace
