@@ -67,6 +67,11 @@ struct SchemaOptions {
   // strict: objects allow only the listed properties unless
   // additionalProperties says otherwise; arrays allow only the listed items.
   bool strict = true;
+  // oneOf whose branches are not proven disjoint (schema_one_of.cpp):
+  // false refuses it with its pointer (every compiled schema is exact);
+  // true compiles their union, which also admits a document matching two
+  // branches (the server's non-strict requests: better than unconstrained).
+  bool one_of_as_any_of = false;
 };
 
 class Grammar {

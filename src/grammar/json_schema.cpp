@@ -34,7 +34,7 @@ constexpr size_t kMaxSchemaEbnfBytes = 16u << 20;
 // documents and that the converter does not enforce: a schema using one is
 // refused rather than answered with documents that may break it.
 const std::set<std::string> kConstrainingUnsupported = {
-    "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "contains",
+    "contains",
     "minContains", "maxContains", "uniqueItems", "additionalItems", "unevaluatedProperties", "unevaluatedItems",
     "$dynamicRef", "$recursiveRef"};
 
@@ -47,7 +47,8 @@ const std::set<std::string> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf",
     "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-    "patternProperties", "propertyNames", "multipleOf", "not"};
+    "patternProperties", "propertyNames", "multipleOf", "not", "if", "then", "else", "dependencies",
+    "dependentRequired", "dependentSchemas"};
 
 bool is_annotation(const std::string& keyword) {
   return !kHandled.count(keyword) && !kConstrainingUnsupported.count(keyword);
@@ -202,6 +203,10 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
 
   // Beside anyOf/oneOf, `not` goes down into every branch (merge_siblings).
   if (s.contains("not") && !s.contains("anyOf") && !s.contains("oneOf")) return visit_not(s, ptr, hint);
+  // Conditional object keywords split the schema into plain ones (beside
+  // anyOf/oneOf they go into each branch, beside allOf into the merge).
+  if (has_conditional(s) && !s.contains("anyOf") && !s.contains("oneOf") && !s.contains("allOf"))
+    return visit_conditional(s, ptr, hint);
   if (s.contains("$ref")) {
     const std::string ref = s["$ref"].get<std::string>();
     auto it = ref_rules_.find(ref);
@@ -227,9 +232,20 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
     if (s.contains(key)) {
       const Json& alts = s[key];
       if (!alts.is_array() || alts.empty()) unsupported(key, ptr, "expected a non-empty array");
+      std::vector<Json> branches;
+      for (const Json& alt : alts) branches.push_back(merge_siblings(s, alt, key));
+      if (std::string(key) == "oneOf" && !opt_.one_of_as_any_of)
+        for (size_t i = 0; i < branches.size(); ++i)
+          for (size_t j = i + 1; j < branches.size(); ++j)
+            if (!provably_disjoint(branches[i], branches[j], ptr, 0))
+              unsupported("oneOf", ptr,
+                          "branches " + std::to_string(i) + " and " + std::to_string(j) +
+                              " may both match one document, and oneOf must then reject it (a grammar writes their "
+                              "union); expected branches told apart by type, by const/enum values, or by a required "
+                              "property with disjoint values (a discriminator)");
       std::string out;
-      for (size_t i = 0; i < alts.size(); ++i)
-        out += (i ? " | " : "") + visit(merge_siblings(s, alts[i], key), pointer_child(pointer_child(ptr, key), std::to_string(i)), hint + "_" + std::to_string(i));
+      for (size_t i = 0; i < branches.size(); ++i)
+        out += (i ? " | " : "") + visit(branches[i], pointer_child(pointer_child(ptr, key), std::to_string(i)), hint + "_" + std::to_string(i));
       return add_rule(hint + "_case", out);
     }
   }

@@ -11,6 +11,10 @@
 //   schema_arrays.cpp      items, prefixItems, minItems/maxItems
 //   schema_objects.cpp     properties, required, additionalProperties,
 //                          min/maxProperties, patternProperties, propertyNames
+//   schema_one_of.cpp      whether oneOf's branches are disjoint (then it
+//                          is their union, exactly)
+//   schema_conditionals.cpp  dependentRequired, dependentSchemas,
+//                          dependencies, if/then/else (as case splits)
 //
 // Internal to src/grammar/: nothing outside includes it.
 #pragma once
@@ -150,6 +154,21 @@ class SchemaConverter {
 
   // schema_arrays.cpp
   std::string visit_array(const Json& s, const std::string& ptr, const std::string& hint);
+
+  // schema_conditionals.cpp
+  static bool has_conditional(const Json& s);
+  static bool can_have(const Json& s, const std::string& key);
+  static bool object_impossible(const Json& s);
+  std::optional<Json> intersect_schemas(const Json& a, const Json& b, const std::string& ptr);
+  std::optional<Json> merge_object(Json s, const Json& extra, const std::string& keyword, const std::string& ptr);
+  std::vector<Json> split_conditionals(const Json& s, const std::string& ptr);
+  std::vector<Json> split_one_conditional(Json s, const std::string& ptr);
+  std::string visit_conditional(const Json& s, const std::string& ptr, const std::string& hint);
+
+  // schema_one_of.cpp
+  const Json& follow_refs(const Json& s, const std::string& ptr);
+  unsigned possible_types(const Json& s, const std::string& ptr, int depth);
+  bool provably_disjoint(const Json& a, const Json& b, const std::string& ptr, int depth);
 
   // schema_objects.cpp
   std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint);

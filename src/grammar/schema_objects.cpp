@@ -15,15 +15,36 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     for (auto& r : s["required"])
       if (required.insert(r.get<std::string>()).second) required_order.push_back(r.get<std::string>());
   }
-  bool has_props = s.contains("properties") && !s["properties"].empty();
+  std::vector<std::string> forbidden;  // `properties: {k: false}`: k may not appear (nor as an additional key)
   if (s.contains("properties")) {
-    for (auto& [k, v] : s["properties"].items())
+    for (auto& [k, v] : s["properties"].items()) {
+      if (v == Json(false)) {
+        if (required.count(k))
+          unsupported("required", ptr, "'" + k + "' is required and its schema is false: the schema matches nothing");
+        forbidden.push_back(k);
+        continue;
+      }
       props.emplace_back(k, visit(v, pointer_child(pointer_child(ptr, "properties"), k), hint + "_" + k));
+    }
   }
+  // Keys that may appear (forbidden ones do not count: they close nothing).
+  const bool has_props = !props.empty();
+  // A required key that is not declared: its value is what
+  // additionalProperties allows (any value when it says nothing).
+  std::string undeclared_value;
   for (const std::string& r : required_order) {
     bool found = false;
     for (auto& p : props) found |= p.first == r;
-    if (!found) props.emplace_back(r, basic("json_value"));  // required but undeclared: any value
+    if (found) continue;
+    if (undeclared_value.empty()) {
+      const Json a = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
+      if (a == Json(false))
+        unsupported("required", ptr, "'" + r + "' is required but not declared, and additionalProperties is false: "
+                    "the schema matches nothing");
+      undeclared_value = a.is_object() ? visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl")
+                                       : basic("json_value");
+    }
+    props.emplace_back(r, undeclared_value);
   }
   int64_t min_props = 0, max_props = -1;
   min_props = count_of(s, "minProperties", ptr, 0);
@@ -45,7 +66,7 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     if (pp.size() != 1)
       unsupported("patternProperties", ptr,
                   "only one pattern is implemented (a key matching several patterns must satisfy all their schemas)");
-    if (has_props || !required.empty() || s.contains("propertyNames") ||
+    if (has_props || !forbidden.empty() || !required.empty() || s.contains("propertyNames") ||
         (s.contains("additionalProperties") && s["additionalProperties"] != Json(false)))
       unsupported("patternProperties", ptr,
                   "combined with properties, required, propertyNames or additionalProperties other than false: "
@@ -55,7 +76,7 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     addl = visit(value_schema, pointer_child(pp_ptr, pattern), hint + "_pp");
   } else if (s.contains("propertyNames")) {
     const std::string pn_ptr = pointer_child(ptr, "propertyNames");
-    if (has_props || !required.empty())
+    if (has_props || !forbidden.empty() || !required.empty())
       unsupported("propertyNames", ptr,
                   "combined with properties/required: declared keys are not checked against propertyNames");
     Json names = s["propertyNames"];
@@ -74,7 +95,7 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     const Json& a = s["additionalProperties"];
     if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
     else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
-  } else if (!has_props && required.empty() && !counted) {
+  } else if (!has_props && required.empty() && !counted && forbidden.empty()) {
     return basic("json_object");  // unconstrained object
   } else if (!opt_.strict || (!has_props && required.empty())) {
     addl = basic("json_value");
@@ -90,6 +111,7 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     if (addl_key.empty()) {
       std::vector<std::string> keys;
       for (auto& p : props) keys.push_back(p.first);
+      keys.insert(keys.end(), forbidden.begin(), forbidden.end());
       addl_key = add_rule(hint + "_addl_key", excluded_key(keys));
     }
     addl_kv = addl_key + colon() + addl;

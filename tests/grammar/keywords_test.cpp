@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "grammar/compiler.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
@@ -96,6 +97,38 @@ TEST(SchemaKeywords, PropertyCountsWithWhitespace) {
   EXPECT_TRUE(accepts("{\"a\":1,\n  \"b\":2}"));
   EXPECT_FALSE(accepts("{ }"));
   EXPECT_FALSE(accepts("{\"a\":1,\"b\":2,\"c\":3}"));
+}
+
+// What cannot be said exactly is refused with the keyword and its pointer:
+// oneOf branches that may overlap (unless the caller opts into their
+// union), an `if` that tests more than const/enum values, and conditions
+// that split into too many object shapes.
+TEST(SchemaKeywords, InexactConditionsAreRefusedWithTheirPointer) {
+  auto error_of = [](const std::string& schema, SchemaOptions options = {}) -> std::string {
+    try {
+      Grammar::from_json_schema(schema, options);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string overlapping = R"({"properties":{"v":{"oneOf":[{"type":"number"},{"type":"integer"}]}}})";
+  EXPECT_NE(error_of(overlapping).find("unsupported 'oneOf' at #/properties/v: branches 0 and 1 may both match"),
+            std::string::npos)
+      << error_of(overlapping);
+  EXPECT_EQ(error_of(overlapping, {.one_of_as_any_of = true}), "");
+  const std::string if_pattern =
+      R"({"type":"object","properties":{"a":{"type":"string"}},"if":{"properties":{"a":{"pattern":"^x"}}},"then":{"required":["a"]}})";
+  EXPECT_NE(error_of(if_pattern).find("unsupported 'if' at #: property 'a' is tested by something other than"),
+            std::string::npos)
+      << error_of(if_pattern);
+  std::string many = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 10; ++i) many += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":{\"type\":\"integer\"}";
+  // Five independent dependencies: 2^5 object shapes.
+  many += R"(},"dependentRequired":{"k0":["k1"],"k2":["k3"],"k4":["k5"],"k6":["k7"],"k8":["k9"]}})";
+  EXPECT_NE(error_of(many).find("more than 16 object shapes"), std::string::npos) << error_of(many);
+  const std::string beside_ref = R"({"$defs":{"o":{"type":"object"}},"$ref":"#/$defs/o","dependentRequired":{"a":["b"]}})";
+  EXPECT_NE(error_of(beside_ref).find("beside '$ref'"), std::string::npos) << error_of(beside_ref);
 }
 
 }  // namespace

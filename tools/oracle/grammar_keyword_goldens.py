@@ -1,6 +1,7 @@
 """Goldens for the JSON Schema keywords that xgrammar ignores or
 approximates (minProperties/maxProperties, multipleOf, patternProperties,
-propertyNames, fixed-length formats with minLength/maxLength, not): for each
+propertyNames, fixed-length formats with minLength/maxLength, not,
+dependentRequired/dependentSchemas/dependencies, if/then/else, oneOf): for each
 schema, candidate documents and `jsonschema`'s verdict (Draft 2020-12 with
 the format checker). tests/grammar/keywords_test.cpp checks that the
 grammar accepts exactly the valid ones (compact separators ", " / ": ",
@@ -105,15 +106,98 @@ CASES = [
      [{"role": "root"}, {"role": "admin"}, {"role": "user"}, {"role": "roots"}, {"role": 1}]),
     ("not_beside_any_of", {"anyOf": [{"type": "string"}, {"type": "integer"}], "not": {"const": "none"}},
      ["none", "some", 1, None]),
+    # Conditional object keywords (schema_conditionals.cpp: case splits).
+    # Candidates list keys in declaration order (the grammar's order).
+    ("dependent_required",
+     {"type": "object", "properties": {"name": {"type": "string"}, "card": {"type": "string"}, "billing": {"type": "string"}},
+      "dependentRequired": {"card": ["billing"]}, "additionalProperties": False},
+     [{}, {"name": "a"}, {"card": "1"}, {"card": "1", "billing": "x"}, {"billing": "x"},
+      {"name": "a", "card": "1", "billing": "x"}, {"name": "a", "card": "1"}, {"card": 1, "billing": "x"}]),
+    ("dependent_required_undeclared_open",
+     {"type": "object", "properties": {"a": {"type": "integer"}}, "dependentRequired": {"a": ["b"]},
+      "additionalProperties": True},
+     [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": "x"}, {"c": 1}, {"a": 1, "c": 2}, {"a": 1, "b": [], "c": 3}]),
+    ("dependent_required_two_triggers",
+     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+      "dependentRequired": {"a": ["b"], "b": ["c"]}, "additionalProperties": False},
+     [{}, {"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}, {"b": 2}, {"b": 2, "c": 3}, {"c": 3}, {"a": 1, "c": 3}]),
+    ("dependent_schemas",
+     {"type": "object", "properties": {"kind": {"type": "string"}, "credit_card": {"type": "integer"},
+                                       "billing_address": {"type": "string"}},
+      "dependentSchemas": {"credit_card": {"required": ["billing_address"],
+                                           "properties": {"kind": {"enum": ["visa", "amex", 5]}}}},
+      "additionalProperties": False},
+     [{}, {"kind": "x"}, {"credit_card": 1}, {"credit_card": 1, "billing_address": "here"},
+      {"kind": "visa", "credit_card": 1, "billing_address": "here"}, {"kind": "x", "credit_card": 1, "billing_address": "here"},
+      {"kind": "x", "billing_address": "here"}, {"kind": 5, "credit_card": 1, "billing_address": "h"}]),
+    ("dependent_schemas_declares_property",
+     {"type": "object", "properties": {"a": {"type": "string"}}, "dependentSchemas": {"a": {"properties": {"b": {"type": "integer"}}}},
+      "additionalProperties": True},
+     [{}, {"a": "x"}, {"a": "x", "b": 1}, {"a": "x", "b": "s"}, {"b": "s"}, {"b": 1}, {"a": 2}]),
+    ("draft7_dependencies",
+     {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+      "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+      "dependencies": {"a": ["b"], "c": {"properties": {"a": {"const": 1}}, "required": ["a"]}}, "additionalProperties": False},
+     [{}, {"a": 1}, {"a": 1, "b": "x"}, {"b": "x"}, {"c": True}, {"a": 1, "b": "x", "c": True},
+      {"a": 2, "b": "x", "c": True}, {"a": 2, "b": "x"}, {"b": "x", "c": False}]),
+    ("if_then_else_discriminator",
+     {"type": "object", "properties": {"kind": {"enum": ["circle", "square"]}, "radius": {"type": "number"},
+                                       "side": {"type": "number"}},
+      "required": ["kind"], "if": {"properties": {"kind": {"const": "circle"}}}, "then": {"required": ["radius"]},
+      "else": {"required": ["side"]}, "additionalProperties": False},
+     [{"kind": "circle", "radius": 1}, {"kind": "circle"}, {"kind": "square", "side": 2}, {"kind": "square", "radius": 1},
+      {"kind": "square", "radius": 1, "side": 2}, {"kind": "circle", "side": 2}, {"kind": "circle", "radius": 1, "side": 2},
+      {"kind": "triangle", "side": 1}, {}]),
+    ("if_then_else_string_not_required",
+     {"type": "object", "properties": {"country": {"type": "string"}, "postal_code": {"type": "string"}},
+      "if": {"properties": {"country": {"const": "US"}}},
+      "then": {"properties": {"postal_code": {"pattern": "^[0-9]{5}$"}}},
+      "else": {"properties": {"postal_code": {"pattern": "^[A-Z][0-9][A-Z] [0-9][A-Z][0-9]$"}}},
+      "additionalProperties": False},
+     [{"country": "US", "postal_code": "12345"}, {"country": "US", "postal_code": "K1A 0B1"},
+      {"country": "CA", "postal_code": "K1A 0B1"}, {"country": "CA", "postal_code": "12345"},
+      {"postal_code": "12345"}, {"postal_code": "K1A 0B1"}, {"country": "USA"}, {"country": "US"}, {"country": "U"},
+      {"country": "", "postal_code": "K1A 0B1"}, {}]),
+    ("if_required_then_required",
+     {"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "integer"}},
+      "if": {"required": ["a"]}, "then": {"required": ["b"]}, "additionalProperties": False},
+     [{}, {"a": True}, {"a": True, "b": 1}, {"b": 1}, {"a": 1, "b": 1}]),
+    ("if_const_true_then_else_properties",
+     {"type": "object", "properties": {"enabled": {"type": "boolean"}, "port": {"type": "integer"}},
+      "required": ["enabled"],
+      "if": {"properties": {"enabled": {"const": True}}, "required": ["enabled"]},
+      "then": {"required": ["port"], "properties": {"port": {"minimum": 1, "maximum": 65535}}},
+      "else": {"properties": {"port": False}}, "additionalProperties": False},
+     [{"enabled": True, "port": 80}, {"enabled": True}, {"enabled": True, "port": 0}, {"enabled": False},
+      {"enabled": False, "port": 80}, {"port": 80}, {"enabled": True, "port": 65536}]),
+    # oneOf whose branches are proven disjoint (schema_one_of.cpp): their union, exactly.
+    ("one_of_by_type", {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+     ["a", 1, None, 1.5, True, [], {}]),
+    ("one_of_by_values", {"oneOf": [{"enum": [1, 2]}, {"enum": [3, "x"]}, {"type": "boolean"}]},
+     [1, 2, 3, "x", True, 4, "y", None]),
+    ("one_of_discriminator",
+     {"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+                 "required": ["kind", "x"], "additionalProperties": False},
+                {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}},
+                 "required": ["kind", "y"], "additionalProperties": False}]},
+     [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}, {"kind": "a", "y": "s"}, {"kind": "b", "x": 1}, {"kind": "c", "x": 1},
+      {"x": 1}]),
+    ("one_of_required_vs_forbidden",
+     {"type": "object",
+      "oneOf": [{"properties": {"url": {"type": "string"}}, "required": ["url"], "additionalProperties": False},
+                {"properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": False}]},
+     [{"url": "u"}, {"path": "p"}, {}, {"url": 1}]),
 ]
 
 
 def main():
     checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
-    out = {"tool": f"jsonschema {importlib.metadata.version('jsonschema')} (Draft 2020-12, format checker)",
+    out = {"tool": f"jsonschema {importlib.metadata.version('jsonschema')} (Draft 2020-12 unless the schema's "
+                   "$schema names another, format checker)",
            "separators": "json.dumps defaults: ', ' and ': '", "cases": []}
     for name, schema, docs in CASES:
-        validator = jsonschema.Draft202012Validator(schema, format_checker=checker)
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        validator = cls(schema, format_checker=checker)
         candidates = []
         for d in docs:
             text = str(d) if isinstance(d, Raw) else json.dumps(d)

@@ -1,0 +1,169 @@
+// oneOf, exactly: a document must match exactly one branch. A grammar
+// writes a union (anyOf); the union is oneOf exactly when no document can
+// match two branches. That is proven here, pairwise, from what JSON Schema
+// says each branch admits (never from what the converter compiles it to):
+//   - their possible JSON types do not meet (integer-valued numbers and
+//     other numbers counted apart, so integer/number meet at the integers);
+//   - both list their values (const/enum) and no value is in both;
+//   - both admit only objects and a property tells them apart: required by
+//     both with disjoint schemas (a discriminator such as "kind": "a" vs
+//     "kind": "b"), or required by one and forbidden by the other.
+// Anything else is not proven disjoint; the caller refuses it (or, when
+// SchemaOptions::one_of_as_any_of, compiles the union).
+#include <algorithm>
+#include <cmath>
+
+#include "grammar/schema_converter.h"
+
+namespace brioche::grammar::schema {
+namespace {
+
+enum TypeBit : unsigned {
+  kNull = 1,
+  kBoolean = 2,
+  kObject = 4,
+  kArray = 8,
+  kString = 16,
+  kIntegral = 32,    // numbers with an integer value (1, 1.0, -3)
+  kFractional = 64,  // other numbers
+  kAllTypes = 127,
+};
+
+// Deep enough for discriminators nested a few levels; deeper is "unknown".
+constexpr int kMaxDisjointDepth = 8;
+
+unsigned type_bit(const std::string& t) {
+  if (t == "null") return kNull;
+  if (t == "boolean") return kBoolean;
+  if (t == "object") return kObject;
+  if (t == "array") return kArray;
+  if (t == "string") return kString;
+  if (t == "integer") return kIntegral;
+  if (t == "number") return kIntegral | kFractional;
+  return kAllTypes;  // an unknown name: the visit reports it; here nothing is assumed
+}
+
+unsigned value_bit(const Json& v) {
+  if (v.is_null()) return kNull;
+  if (v.is_boolean()) return kBoolean;
+  if (v.is_object()) return kObject;
+  if (v.is_array()) return kArray;
+  if (v.is_string()) return kString;
+  if (v.is_number_float()) return std::floor(v.get<double>()) == v.get<double>() ? kIntegral : kFractional;
+  return kIntegral;
+}
+
+// JSON Schema's equality: numbers by value (1 == 1.0), the rest structurally.
+bool same_value(const Json& a, const Json& b) {
+  if (a.is_number() && b.is_number()) return a.get<double>() == b.get<double>();
+  return a == b;
+}
+
+}  // namespace
+
+// Follows a chain of $refs (siblings of a $ref can only narrow what it
+// admits, so the target is a sound stand-in here).
+const Json& SchemaConverter::follow_refs(const Json& s, const std::string& ptr) {
+  const Json* cur = &s;
+  for (int hops = 0; cur->is_object() && cur->contains("$ref") && (*cur)["$ref"].is_string() && hops < kMaxSchemaDepth; ++hops)
+    cur = &resolve((*cur)["$ref"].get<std::string>(), ptr);
+  return *cur;
+}
+
+// The JSON types a valid document may have (a superset: kAllTypes when
+// nothing narrows it).
+unsigned SchemaConverter::possible_types(const Json& s_in, const std::string& ptr, int depth) {
+  const Json& s = follow_refs(s_in, ptr);
+  if (s.is_boolean()) return s.get<bool>() ? static_cast<unsigned>(kAllTypes) : 0u;
+  if (!s.is_object() || depth > kMaxDisjointDepth) return kAllTypes;
+  unsigned types = kAllTypes;
+  if (s.contains("const")) types &= value_bit(s["const"]);
+  if (s.contains("enum") && s["enum"].is_array()) {
+    unsigned bits = 0;
+    for (const Json& v : s["enum"]) bits |= value_bit(v);
+    types &= bits;
+  }
+  if (s.contains("type")) {
+    unsigned bits = 0;
+    if (s["type"].is_string()) bits = type_bit(s["type"].get<std::string>());
+    else if (s["type"].is_array())
+      for (const Json& t : s["type"]) bits |= t.is_string() ? type_bit(t.get<std::string>()) : kAllTypes;
+    else bits = kAllTypes;
+    if (s.contains("nullable") && s["nullable"] == Json(true)) bits |= kNull;
+    types &= bits;
+  }
+  if (s.contains("allOf") && s["allOf"].is_array())
+    for (const Json& part : s["allOf"]) types &= possible_types(part, ptr, depth + 1);
+  for (const char* key : {"anyOf", "oneOf"})
+    if (s.contains(key) && s[key].is_array()) {
+      unsigned any = 0;
+      for (const Json& branch : s[key]) any |= possible_types(branch, ptr, depth + 1);
+      types &= any;
+    }
+  return types;
+}
+
+// Whether no document is valid for both `a` and `b` (false: not proven).
+bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, const std::string& ptr, int depth) {
+  if (depth > kMaxDisjointDepth) return false;
+  const Json& a = follow_refs(a_in, ptr);
+  const Json& b = follow_refs(b_in, ptr);
+  const unsigned common = possible_types(a, ptr, depth) & possible_types(b, ptr, depth);
+  if (common == 0) return true;
+  auto values = [](const Json& s) -> std::optional<Json> {
+    if (!s.is_object()) return std::nullopt;
+    if (s.contains("const")) return Json::array({s["const"]});
+    if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
+    return std::nullopt;
+  };
+  const std::optional<Json> va = values(a), vb = values(b);
+  if (va || vb) {
+    // A listed value the other side admits makes them meet; one side's
+    // values all of a type the other excludes, or all absent from the
+    // other's list, keeps them apart.
+    const std::optional<Json>& listed = va ? va : vb;
+    const Json& other = va ? b : a;
+    const std::optional<Json>& other_values = va ? vb : va;
+    bool apart = true;
+    for (const Json& v : *listed) {
+      if (!(value_bit(v) & possible_types(other, ptr, depth))) continue;
+      if (other_values && std::none_of(other_values->begin(), other_values->end(),
+                                       [&](const Json& w) { return same_value(v, w); }))
+        continue;
+      apart = false;
+      break;
+    }
+    if (apart) return true;
+  }
+  if (common != kObject || !a.is_object() || !b.is_object()) return false;
+  // Objects: a property that tells them apart.
+  auto required = [](const Json& s, const std::string& key) {
+    return s.contains("required") && s["required"].is_array() &&
+           std::find(s["required"].begin(), s["required"].end(), Json(key)) != s["required"].end();
+  };
+  auto property = [](const Json& s, const std::string& key) -> const Json* {
+    if (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key)) return &s["properties"][key];
+    return nullptr;
+  };
+  auto forbids = [&](const Json& s, const std::string& key) {
+    if (const Json* p = property(s, key)) return *p == Json(false);
+    return s.contains("additionalProperties") && s["additionalProperties"] == Json(false) && !s.contains("patternProperties");
+  };
+  for (const Json* side : {&a, &b}) {
+    const Json& here = *side;
+    const Json& there = side == &a ? b : a;
+    if (!here.contains("required") || !here["required"].is_array()) continue;
+    for (const Json& r : here["required"]) {
+      if (!r.is_string()) continue;
+      const std::string key = r.get<std::string>();
+      if (forbids(there, key)) return true;
+      if (!required(there, key)) continue;
+      const Json* pa = property(here, key);
+      const Json* pb = property(there, key);
+      if (pa && pb && provably_disjoint(*pa, *pb, ptr, depth + 1)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace brioche::grammar::schema
