@@ -6,6 +6,20 @@
 #include "grammar/utf8.h"
 
 namespace brioche::grammar::schema {
+namespace {
+
+// The formats JSON Schema 2020-12 defines (section 7.3 of its validation
+// vocabulary); draft-04's and OpenAPI's extras are not among them.
+bool format_is_defined(const std::string& f) {
+  static const std::set<std::string> kDefined = {
+      "date-time", "date",          "time",          "duration",      "email",         "idn-email",
+      "hostname",  "idn-hostname",  "ipv4",          "ipv6",          "uri",           "uri-reference",
+      "iri",       "iri-reference", "uuid",          "uri-template",  "json-pointer",  "relative-json-pointer",
+      "regex"};
+  return kDefined.count(f) > 0;
+}
+
+}  // namespace
 
 // pattern + minLength/maxLength, exact when the pattern is one repeated
 // atom (a class, an escape like \d, '.', or a literal character:
@@ -84,6 +98,16 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
 }
 
 std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
+  // A format JSON Schema does not define (OpenAPI's int32, int64, byte,
+  // double; Kubernetes' int-or-string; private ones) asserts nothing:
+  // validators ignore it, and so does the grammar. A defined format the
+  // grammar does not write is refused, not ignored: validators check it.
+  if (s.contains("format") && s["format"].is_string() && !format_is_defined(s["format"].get<std::string>()) &&
+      format_ebnf(s["format"].get<std::string>()).empty()) {
+    Json rest = s;
+    rest.erase("format");
+    return visit_string(rest, ptr, hint);
+  }
   if (s.contains("format")) {
     std::string f = s["format"].get<std::string>();
     std::string body = format_ebnf(f);

@@ -106,6 +106,11 @@ CASES = [
      [{"role": "root"}, {"role": "admin"}, {"role": "user"}, {"role": "roots"}, {"role": 1}]),
     ("not_beside_any_of", {"anyOf": [{"type": "string"}, {"type": "integer"}], "not": {"const": "none"}},
      ["none", "some", 1, None]),
+    # A format JSON Schema does not define asserts nothing (validators ignore it).
+    ("format_undefined_is_annotation",
+     {"type": "object", "properties": {"n": {"type": "string", "format": "int64"}, "b": {"type": "string", "format": "byte"}},
+      "additionalProperties": False},
+     [{"n": "123", "b": "QUJD"}, {"n": "abc"}, {"n": 5}, {"b": "!!"}, {"b": None}]),
     # Conditional object keywords (schema_conditionals.cpp: case splits).
     # Candidates list keys in declaration order (the grammar's order).
     ("dependent_required",
