@@ -182,6 +182,11 @@ class Session : public std::enable_shared_from_this<Session> {
     add_common_headers(res);
     res.keep_alive(!close && request_.keep_alive());
     res.prepare_payload();
+    if (head_) {  // a GET's headers, its Content-Length included, without the body (RFC 9110 §9.3.2)
+      const size_t length = res.body().size();
+      res.body().clear();
+      res.content_length(length);
+    }
     auto sp = std::make_shared<Response>(std::move(res));
     bool keep = sp->keep_alive();
     http::async_write(stream_, *sp, [self = shared_from_this(), sp, keep](beast::error_code ec, size_t) {
@@ -247,6 +252,10 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string path = target.substr(0, target.find('?'));
     http::verb method = request_.method();
     endpoint_.clear();
+    // HEAD is answered as GET without the body, on the read-only routes GET
+    // serves without side effects (pages, /health, /metrics, /v1/models).
+    head_ = method == http::verb::head;
+    if (head_) method = http::verb::get;
 
     if (method == http::verb::options) {  // CORS preflight
       Response res{http::status::no_content, request_.version()};
@@ -755,6 +764,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   std::string endpoint_;
+  bool head_ = false;  // this request is a HEAD: send() drops the body
   Clock::time_point started_;
   net::steady_timer timer_;
 

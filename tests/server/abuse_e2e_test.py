@@ -158,6 +158,24 @@ class AbuseTest(unittest.TestCase):
         self.assertEqual(self.server.get("/v1/models")[0], 401)
         self.assertTrue(self.server.alive())
 
+    def test_head_is_get_without_the_body(self):
+        # One keep-alive connection: HEAD, then GET. The HEAD's answer must carry
+        # the GET's Content-Length and no body, or the GET's reply would be read
+        # as part of it.
+        got = self.server.raw(b"HEAD /sub/app.js HTTP/1.1\r\nHost: x\r\n\r\n"
+                              b"GET /sub/app.js HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", half_close=True)
+        head, _, rest = got.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), got[:300])
+        self.assertIn(b"content-length: 14", head.lower())
+        self.assertTrue(rest.startswith(b"HTTP/1.1 200"), rest[:300])  # the GET's reply follows at once
+        self.assertTrue(rest.endswith(b"console.log(1)"), rest[-100:])
+        for path, status in [("/health", 200), ("/nothing.html", 404), ("/v1/models", 401)]:
+            got = self.server.raw(f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode(),
+                                  half_close=True)
+            self.assertTrue(got.startswith(f"HTTP/1.1 {status}".encode()), (path, got[:300]))
+            self.assertTrue(got.endswith(b"\r\n\r\n"), (path, got[-200:]))  # headers only
+        self.assertTrue(self.server.alive())
+
     # ---- framing ---------------------------------------------------------------
 
     def test_transfer_encoding_smuggling_is_refused(self):
