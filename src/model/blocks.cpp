@@ -48,14 +48,29 @@ Activations ActivationBuffers::view(const ModelConfig& c, int64_t n, Device devi
 
 namespace {
 
-// y += the low-rank term of projection p for the rows whose adapter has one.
-void add_lora(const LayerLora& lora, Projection p, const Tensor& x, Tensor& y) {
-  std::vector<ops::LoraRows> segments;
-  for (const AdapterRows& rows : lora.rows) {
-    if (const AdapterProjection* ap = rows.adapter->projection(lora.layer, p))
-      segments.push_back({.first_row = rows.first_row, .n_rows = rows.n_rows, .a = &ap->a, .bt = &ap->bt});
+struct LoraOutput {
+  Projection projection;
+  Tensor* y;
+};
+
+// y += the low-rank term of each projection, for the rows whose adapter has
+// one: 1–3 projections of one x.
+void add_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs) {
+  if (lora.table != nullptr) {
+    std::vector<ops::LoraTablePart> parts;
+    for (const LoraOutput& o : outputs)
+      parts.push_back({.entry = lora.layer * kProjections + int32_t(o.projection), .y = o.y});
+    Tensor u = lora.table->u;
+    return ops::lora_table_add(x, lora.table->table(), parts, u);
   }
-  ops::lora_rows_add(x, segments, y, *lora.u_scratch);
+  for (const LoraOutput& o : outputs) {
+    std::vector<ops::LoraRows> segments;
+    for (const AdapterRows& rows : lora.rows) {
+      if (const AdapterProjection* ap = rows.adapter->projection(lora.layer, o.projection))
+        segments.push_back({.first_row = rows.first_row, .n_rows = rows.n_rows, .a = &ap->a, .bt = &ap->bt});
+    }
+    ops::lora_rows_add(x, segments, *o.y, *lora.u_scratch);
+  }
 }
 
 }  // namespace
@@ -65,15 +80,13 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   const int64_t n = a.h.dim(0);
   const Tensor* qkv_w[] = {&w.wq, &w.wk, &w.wv};
   Tensor* qkv[] = {&a.q, &a.k, &a.v};
-  const bool adapted = !lora.rows.empty();
+  const bool adapted = lora.adapted();
   if (adapted) {
     BRIOCHE_CHECK(ctx.collective == nullptr, "attention_block: adapters are not served with tensor parallelism");
     // The low-rank terms read x̂, which the fused norm does not materialise on the GPU.
     ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
     ops::matmul_group(a.h, qkv_w, qkv);
-    add_lora(lora, Projection::Q, a.h, a.q);
-    add_lora(lora, Projection::K, a.h, a.k);
-    add_lora(lora, Projection::V, a.h, a.v);
+    add_lora(lora, a.h, {{Projection::Q, &a.q}, {Projection::K, &a.k}, {Projection::V, &a.v}});
   } else {
     ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff},
                       qkv_w, qkv);
@@ -100,6 +113,11 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
                                 {.w = w.wo, .y = a.x, .scratch = a.out, .hand_on = ctx.norm_handoff});
   }
   ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn);
+  if (adapted && !w.bo.defined()) {
+    // a.x += attention·woᵀ, then each adapter row's low-rank term.
+    ops::matmul_accumulate(a.attn, w.wo, a.x, a.out);
+    return add_lora(lora, a.attn, {{Projection::O, &a.x}});
+  }
   if (ctx.collective != nullptr) {
     // out = Σ_ranks attn_r·wo_rᵀ, then the bias once.
     ops::matmul(a.attn, w.wo, a.out);
@@ -107,7 +125,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
     if (w.bo.defined()) ops::add_bias(a.out, w.bo);
   } else {
     ops::matmul(a.attn, w.wo, a.out);
-    if (adapted) add_lora(lora, Projection::O, a.attn, a.out);
+    if (adapted) add_lora(lora, a.attn, {{Projection::O, &a.out}});
     if (w.bo.defined()) ops::add_bias(a.out, w.bo);
   }
   ops::add(a.x, a.out, a.x);
@@ -115,18 +133,17 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
 
 void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective,
                const LayerLora& lora, ops::NormHandoff* norm_handoff) {
-  if (!lora.rows.empty()) {
+  if (lora.adapted()) {
     BRIOCHE_CHECK(collective == nullptr, "mlp_block: adapters are not served with tensor parallelism");
     ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
     const Tensor* gate_up_w[] = {&w.w_gate, &w.w_up};
     Tensor* gate_up[] = {&a.gate, &a.up};
     ops::matmul_group(a.h, gate_up_w, gate_up);
-    add_lora(lora, Projection::Gate, a.h, a.gate);
-    add_lora(lora, Projection::Up, a.h, a.up);
+    add_lora(lora, a.h, {{Projection::Gate, &a.gate}, {Projection::Up, &a.up}});
     ops::swiglu(a.gate, a.up, a.gate);
-    ops::matmul(a.gate, w.w_down, a.out);
-    add_lora(lora, Projection::Down, a.gate, a.out);
-    ops::add(a.x, a.out, a.x);
+    // a.x += swiglu·w_downᵀ, then each adapter row's low-rank term.
+    ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out);
+    add_lora(lora, a.gate, {{Projection::Down, &a.x}});
     return;
   }
   const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = norm_handoff};

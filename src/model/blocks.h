@@ -10,6 +10,7 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "model/adapter_table.h"
 #include "model/model_config.h"
 #include "model/served_adapter.h"
 #include "model/weights.h"
@@ -55,12 +56,19 @@ struct AttentionContext {
 // The adapters of one layer's rows. With none (the default) the blocks run
 // the base model's fused ops; with any, every projection runs as its own
 // matmul over the materialised input, and the rows of each adapter add their
-// low-rank term to its output (ops::lora_rows_add), before the bias, the
-// SwiGLU or the residual add that follow.
+// low-rank term to its output, before the bias or the SwiGLU that follow (o
+// and down add theirs to the residual after their matmul's own residual
+// add). On the CPU the terms come per run of rows (ops::lora_rows_add); on
+// CUDA from the batch's adapter table on the device (ops::lora_table_add,
+// one shrink and one expand for Q/K/V and for gate/up), which a decode
+// graph replays with any mix.
 struct LayerLora {
   int layer = 0;
   std::span<const AdapterRows> rows;  // in row order; empty: no adapter in the batch
   Tensor* u_scratch = nullptr;        // f32 [n, ≥ the largest rank]
+  const AdapterTable* table = nullptr;  // CUDA: the batch's adapters as device data (then `rows` is unused)
+
+  bool adapted() const { return !rows.empty() || table != nullptr; }
 };
 
 // Pre-normed self-attention: RMSNorm (w.attn_norm), q/k/v projections

@@ -58,9 +58,8 @@ ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int
 bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward,
                        const Tensor* device_tokens) {
   if (cache.device() != Device::CUDA || !ops::decode_graphs_enabled() || !is_decode_step(batch)) return false;
-  // Adapter rows run eagerly: which factors a launch reads changes every step.
-  if (batch.uses_adapters()) return false;
   const int n = batch.n_rows();
+  const int rank_cap = adapter_rank_cap(batch);
   const int rows = bucket_rows(n);
   if (rows == 0) return false;
   const int block_size = cache.block_size();
@@ -80,7 +79,7 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
   if (device_tokens != nullptr) {
     // Recording runs the step eagerly first; a step fed from the device is
     // queued behind work the host has not waited for, so it only replays.
-    auto recorded = buckets_.find({rows, width});
+    auto recorded = buckets_.find({rows, width, rank_cap});
     if (recorded == buckets_.end() || recorded->second.graph.empty()) return false;
   }
 
@@ -100,7 +99,7 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
     std::copy_n(s.block_table.begin(), copied, tables + size_t(r) * width);
   }
 
-  auto [it, fresh] = buckets_.try_emplace({rows, width});
+  auto [it, fresh] = buckets_.try_emplace({rows, width, rank_cap});
   Bucket& b = it->second;
   if (fresh) {
     b.input_block = ops::zeros(DType::I32, {int64_t(n_inputs)}, Device::CUDA);
@@ -109,8 +108,18 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
                 .tables = b.input_block.slice(0, 2 * rows, int64_t(n_inputs)).reshape({rows, width}),
                 .max_keys = width * block_size};
     b.logits = ops::zeros(DType::F32, {rows, config_.vocab_size}, Device::CUDA);
+    if (rank_cap > 0) {
+      b.adapter_block =
+          ops::zeros(DType::I32, {int64_t(adapter_table_words(rows, config_.n_layers))}, Device::CUDA);
+      const Tensor u = ops::zeros(DType::F32, {rows, 3 * rank_cap}, Device::CUDA);
+      b.adapters = adapter_table_views(b.adapter_block, rows, config_.n_layers, rank_cap, u);
+    }
   }
   staging_.upload(b.input_block);
+  if (rank_cap > 0) {
+    fill_adapter_table(batch, rows, config_.n_layers, adapter_staging_.fill(size_t(b.adapter_block.dim(0))));
+    adapter_staging_.upload(b.adapter_block);
+  }
   if (device_tokens != nullptr) {
     Tensor tokens_in = b.inputs.tokens.slice(0, 0, n);
     ops::copy(*device_tokens, tokens_in);
@@ -119,7 +128,7 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
   if (b.graph.empty()) {
     const ForwardBatch pb = padded(inputs, rows, width);
     Activations a = b.buffers.view(config_, rows, Device::CUDA);
-    auto record = [&] { forward(pb, a, b.logits); };
+    auto record = [&] { forward(pb, a, b.logits, rank_cap > 0 ? &b.adapters : nullptr); };
     ops::DecodeGraph::run_eagerly(b.inputs, record);
     b.graph.capture(b.inputs, record);
   } else {

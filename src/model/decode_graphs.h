@@ -10,6 +10,12 @@
 // records the graph; later steps upload the inputs in one copy, replay, and
 // copy the logits out.
 //
+// Steps with adapter rows are graphs too: the batch's adapter table (which
+// adapter each row runs with, and every adapter's factors: model/
+// adapter_table.h) is uploaded with the inputs and read by the graph's LoRA
+// launches, so any mix of adapters replays one graph; buckets are keyed by
+// the adapters' rank cap as well (0 for the base alone).
+//
 // Graphs hold the KV cache's addresses: a different cache drops them all.
 #pragma once
 
@@ -17,9 +23,11 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "model/adapter_table.h"
 #include "model/blocks.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
@@ -30,8 +38,10 @@ namespace brioche::model {
 
 class DecodeGraphs {
  public:
-  // The forward of a decode batch into `a` and device logits [n_rows, vocab].
-  using Forward = std::function<void(const ForwardBatch& batch, Activations& a, Tensor& logits)>;
+  // The forward of a decode batch into `a` and device logits [n_rows, vocab],
+  // with the batch's adapter table (null when it has no adapter rows).
+  using Forward =
+      std::function<void(const ForwardBatch& batch, Activations& a, Tensor& logits, const AdapterTable* adapters)>;
 
   explicit DecodeGraphs(const ModelConfig& config) : config_(config) {}
 
@@ -58,6 +68,8 @@ class DecodeGraphs {
     ops::DecodeInputs inputs;  // views of input_block
     Tensor logits;  // [rows, vocab] on the device
     ops::DecodeGraph graph;
+    Tensor adapter_block;  // i32 words: the step's adapter table (rank cap > 0)
+    AdapterTable adapters;  // views of adapter_block, and the LoRA scratch
   };
 
   static bool is_decode_step(const ForwardBatch& batch);
@@ -66,9 +78,10 @@ class DecodeGraphs {
   static ForwardBatch padded(std::span<const int32_t> inputs, int rows, int width);
 
   const ModelConfig& config_;
-  std::map<std::pair<int, int>, Bucket> buckets_;  // by (rows, table width)
+  std::map<std::tuple<int, int, int>, Bucket> buckets_;  // by (rows, table width, adapter rank cap)
   std::vector<const void*> cache_addresses_;       // the cache the graphs write
   ops::StagedUpload staging_;                      // a step's input_block, on the host
+  ops::StagedUpload adapter_staging_;              // a step's adapter table, on the host
 };
 
 }  // namespace brioche::model

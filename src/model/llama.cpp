@@ -101,9 +101,10 @@ void LlamaModel::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logi
   const int64_t n_logits = batch.n_logit_rows();
   shape_logits(n_logits, logits);
   if (n == 0) return;
-  if (graphs_.run(batch, cache, logits, [&](const ForwardBatch& b, Activations& a, Tensor& out) {
-        forward_on_device(b, cache, a, out);
-      }))
+  if (graphs_.run(batch, cache, logits,
+                  [&](const ForwardBatch& b, Activations& a, Tensor& out, const AdapterTable* adapters) {
+                    forward_on_device(b, cache, a, out, adapters);
+                  }))
     return;
   Activations a = buffers_.view(c, n, device());
   if (n_logits == 0 || logits.device() == device()) {
@@ -129,7 +130,10 @@ bool LlamaModel::forward_from_device_tokens(const ForwardBatch& batch, const Ten
   shape_logits(batch.n_logit_rows(), logits);
   return graphs_.run(
       batch, cache, logits,
-      [&](const ForwardBatch& b, Activations& a, Tensor& out) { forward_on_device(b, cache, a, out); }, &tokens);
+      [&](const ForwardBatch& b, Activations& a, Tensor& out, const AdapterTable* adapters) {
+        forward_on_device(b, cache, a, out, adapters);
+      },
+      &tokens);
 }
 
 std::vector<AdapterRows> LlamaModel::adapter_segments(const ForwardBatch& batch) const {
@@ -160,7 +164,25 @@ Tensor& LlamaModel::lora_scratch(const ForwardBatch& batch, int64_t n_rows) {
   return lora_u_;
 }
 
-void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits) {
+AdapterTable LlamaModel::upload_adapter_table(const ForwardBatch& batch) {
+  const int32_t rows = batch.n_rows(), n_layers = ck_.config.n_layers;
+  const int32_t rank_cap = adapter_rank_cap(batch);
+  const size_t words = adapter_table_words(rows, n_layers);
+  fill_adapter_table(batch, rows, n_layers, lora_staging_.fill(words));
+  if (!lora_table_.defined() || size_t(lora_table_.dim(0)) < words)
+    lora_table_ = ops::zeros(DType::I32, {int64_t(words)}, device());
+  Tensor block = lora_table_.slice(0, 0, int64_t(words));
+  lora_staging_.upload(block);
+  if (!lora_table_u_.defined() || lora_table_u_.dim(0) < rows || lora_table_u_.dim(1) < 3 * rank_cap)
+    lora_table_u_ = ops::zeros(DType::F32,
+                               {std::max<int64_t>(rows, lora_table_u_.defined() ? lora_table_u_.dim(0) : 0),
+                                std::max<int64_t>(3 * rank_cap, lora_table_u_.defined() ? lora_table_u_.dim(1) : 0)},
+                               device());
+  return adapter_table_views(block, rows, n_layers, rank_cap, lora_table_u_.slice(0, 0, rows));
+}
+
+void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits,
+                                   const AdapterTable* adapters) {
   const ModelConfig& c = ck_.config;
   const ModelWeights& w = ck_.weights;
   const int64_t n = batch.n_rows();
@@ -176,8 +198,21 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_,
                        .collective = collective_, .norm_handoff = &norm_handoff};
 
+  // Adapter rows: on CUDA through the batch's adapter table on the device
+  // (a decode graph's, else uploaded now), on the CPU per run of rows.
   const std::vector<AdapterRows> adapter_rows = adapter_segments(batch);
-  LayerLora lora{.rows = adapter_rows, .u_scratch = adapter_rows.empty() ? nullptr : &lora_scratch(batch, n)};
+  AdapterTable uploaded;
+  LayerLora lora;
+  if (adapters != nullptr) {
+    lora.table = adapters;
+  } else if (!adapter_rows.empty() && device() == Device::CUDA) {
+    uploaded = upload_adapter_table(batch);
+    lora.table = &uploaded;
+  } else if (!adapter_rows.empty()) {
+    lora.rows = adapter_rows;
+    lora.u_scratch = &lora_scratch(batch, n);
+  }
+  const bool adapted = lora.adapted();
 
   ops::embedding(w.token_embd, batch.tokens, a.x);
   // The lm_head normalizes a.x itself only when every row wants logits
@@ -188,9 +223,9 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[layer];
     lora.layer = layer;
-    norm_handoff.request(a.x, adapter_rows.empty() ? lw.ffn_norm : no_norm);
+    norm_handoff.request(a.x, !adapted ? lw.ffn_norm : no_norm);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a, lora);
-    norm_handoff.request(a.x, !adapter_rows.empty() ? no_norm
+    norm_handoff.request(a.x, adapted ? no_norm
                               : layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
                                                        : head_norm);
     mlp_block(c, lw, a, collective_, lora, &norm_handoff);

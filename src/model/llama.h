@@ -39,11 +39,16 @@ class LlamaModel final : public Model {
   // own device (the host's when undefined).
   void shape_logits(int64_t n_logits, Tensor& logits) const;
   // The forward proper; `logits` [n_logit_rows, vocab] on the model's device.
-  void forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits);
+  // `adapters`: the batch's adapter table on the device (a decode graph's);
+  // when null, a CUDA batch with adapter rows uploads its own.
+  void forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits,
+                         const AdapterTable* adapters = nullptr);
   // The batch's adapter rows, one segment per run of rows with one adapter.
   std::vector<AdapterRows> adapter_segments(const ForwardBatch& batch) const;
   // lora_u_ grown to the batch's rows and largest adapter rank.
   Tensor& lora_scratch(const ForwardBatch& batch, int64_t n_rows);
+  // The batch's adapter table uploaded to lora_table_ (CUDA, outside graphs).
+  AdapterTable upload_adapter_table(const ForwardBatch& batch);
 
   Checkpoint ck_;
   std::vector<float> inv_freq_;  // [head_dim/2] RoPE frequencies, scaling applied
@@ -52,6 +57,9 @@ class LlamaModel final : public Model {
   DecodeGraphs graphs_{ck_.config};  // decode steps on CUDA
   ops::Collective* collective_ = nullptr;
   Tensor lora_u_;  // [rows, rank] f32 on the device: the adapters' x·Aᵀ (ops::lora_rows_add)
+  ops::StagedUpload lora_staging_;  // the adapter table on the host (upload_adapter_table)
+  Tensor lora_table_;               // i32 words on the device
+  Tensor lora_table_u_;             // f32 [rows, 3 · rank cap]: ops::lora_table_add's scratch
 };
 
 }  // namespace brioche::model

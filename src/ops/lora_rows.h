@@ -35,4 +35,25 @@ int32_t max_lora_rows_rank();
 // receives x·Aᵀ (the shrink's output) for the segments' rows.
 void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& y, Tensor& u_scratch);
 
+// The same update with the batch's adapters as data on the tensors' device
+// (Punica's BGMV: each row finds its adapter's factors itself), so one
+// recorded launch serves any mix: a decode CUDA graph replays it with a new
+// row→adapter map and factor table uploaded before each step
+// (model/adapter_table.h builds both and checks every factor's shape).
+struct LoraTable {
+  const Tensor* row_slot = nullptr;  // i32 [n]: the row's adapter slot, −1 for none
+  const Tensor* factors = nullptr;   // i32 words: backend::cpu::LoraFactors [slots · slot_stride]
+  int32_t slot_stride = 0;           // entries per slot (layers · projections)
+  int32_t rank_cap = 0;              // ≥ every rank the table holds
+};
+struct LoraTablePart {
+  int32_t entry = 0;     // the projection's entry within a slot (layer · projections + projection)
+  Tensor* y = nullptr;   // [n, out] f32, added to
+};
+// For 1–3 projections of one x [n, in] (Q/K/V, gate/up): y_p[r] +=
+// (x[r]·A_{s,p}ᵀ)·bt_{s,p} for every row r of slot s ≥ 0, in two launches on
+// CUDA whatever the mix. u_scratch f32 [n, ≥ parts · rank_cap].
+void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
+                    Tensor& u_scratch);
+
 }  // namespace brioche::ops

@@ -7,16 +7,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "backend/cpu/lora_rows.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
+#include "model/llama.h"
 #include "model/model.h"
 #include "model/testing_paths.h"
 #include "model/batch_builder.h"
 #include "ops/device.h"
+#include "ops/device_graph.h"
 #include "ops/lora_rows.h"
 #include "train/adapter_io.h"
 #include "train/lora.h"
@@ -155,6 +159,146 @@ TEST(CudaServedAdapter, MixedBatchMatchesTheCpu) {
   for (size_t step = 0; step < 2; ++step)
     for (size_t s = 0; s < kPrompts.size(); ++s)
       EXPECT_LT(max_abs_diff(got[step][s].data(), want[step][s]), 2e-3) << "sequence " << s << " step " << step;
+}
+
+// Decode steps with adapter rows run as CUDA graphs that read the batch's
+// adapter table (model/adapter_table.h): three decode steps, each with
+// another mix of two adapters and the base over the four sequences (and an
+// adapter row in each, so one rank cap), replay the one graph the first
+// recorded, and each step's logits match the CPU running the same steps.
+TEST(CudaServedAdapter, DecodeGraphReplaysAnyMixOfAdapters) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
+  if (!ops::decode_graphs_enabled()) GTEST_SKIP() << "skipped: decode graphs are off (BRIOCHE_CUDA_GRAPHS=0)";
+  const std::string path = std::string(BRIOCHE_BINARY_DIR) + "/served_adapter_graph_d64.gguf";
+  tools::write_gguf(tiny_d64_checkpoint(), path);
+  auto cpu = model::Model::load(path);
+  auto gpu = model::Model::load(path, {.device = Device::CUDA});
+  auto* llama = dynamic_cast<model::LlamaModel*>(gpu.get());
+  ASSERT_NE(llama, nullptr);
+  TwoAdapters ab(cpu->config());
+  auto a_cpu = serving_adapter(*ab.a, Device::CPU), b_cpu = serving_adapter(*ab.b, Device::CPU);
+  auto a_gpu = serving_adapter(*ab.a, Device::CUDA), b_gpu = serving_adapter(*ab.b, Device::CUDA);
+  using Mix = std::vector<int>;  // per sequence: 0 base, 1 A, 2 B
+  const std::vector<Mix> mixes = {{1, 0, 2, 1}, {2, 2, 0, 1}, {0, 1, 1, 0}, {2, 0, 0, 0}};
+  auto run = [&](model::Model& m, const model::ServedAdapter* a, const model::ServedAdapter* b) {
+    model::KvCache cache(m.config(), {.block_size = 4, .n_blocks = 64, .device = m.device()});
+    BlockPool pool(64, 3);
+    std::vector<TestSequence> seqs(kPrompts.size());
+    std::vector<std::vector<std::vector<float>>> out;
+    for (size_t step = 0; step < mixes.size(); ++step) {
+      std::vector<model::testing::Step> steps;
+      for (size_t s = 0; s < kPrompts.size(); ++s) {
+        const auto& p = kPrompts[s];
+        steps.push_back({&seqs[s],
+                         step == 0 ? std::vector<int32_t>(p.begin(), p.end() - 1)
+                                   : std::vector<int32_t>{p[(step + s) % p.size()]},
+                         false});
+      }
+      BatchBuilder builder(steps, pool, cache.block_size());
+      for (size_t s = 0; s < kPrompts.size(); ++s) {
+        const int which = mixes[step][s];
+        builder.batch.sequences[s].adapter = which == 1 ? a : which == 2 ? b : nullptr;
+      }
+      Tensor logits;
+      m.forward(builder.batch, cache, logits);
+      builder.commit();
+      out.emplace_back();
+      for (int64_t s = 0; s < logits.dim(0); ++s)
+        out.back().emplace_back(logits.row_as<float>(s), logits.row_as<float>(s) + logits.dim(1));
+    }
+    return out;
+  };
+  const auto want = run(*cpu, a_cpu.get(), b_cpu.get());
+  const auto got = run(*gpu, a_gpu.get(), b_gpu.get());
+  // Step 0 is a prefill (eager); steps 1–3 are decode steps of one bucket.
+  EXPECT_EQ(llama->n_decode_graphs(), 1u);
+  for (size_t step = 0; step < mixes.size(); ++step)
+    for (size_t s = 0; s < kPrompts.size(); ++s)
+      EXPECT_LT(max_abs_diff(got[step][s].data(), want[step][s]), 2e-3) << "sequence " << s << " step " << step;
+}
+
+// ops::lora_table_add on the GPU against the CPU's loops: three parts of
+// different widths, rows of two slots and the base, a slot that leaves a
+// projection alone; rows outside every slot keep y bit for bit.
+TEST(CudaLoraTableAdd, MatchesTheCpu) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
+  constexpr int64_t kRows = 5, kIn = 96, kRankCap = 8;
+  const int64_t outs[3] = {64, 32, 160};
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto f32 = [&](int64_t r, int64_t c) {
+    Tensor t = Tensor::zeros(DType::F32, {r, c});
+    for (int64_t i = 0; i < r * c; ++i) t.data_as<float>()[i] = normal(rng);
+    return t;
+  };
+  auto f16 = [&](int64_t r, int64_t c) {
+    Tensor t = Tensor::zeros(DType::F16, {r, c});
+    for (int64_t i = 0; i < r * c; ++i) t.data_as<uint16_t>()[i] = f32_to_f16(0.3f * normal(rng));
+    return t;
+  };
+  // Slot 0: rank 8 on all three parts; slot 1: rank 3 on parts 0 and 2.
+  std::vector<Tensor> factors_cpu, factors_gpu;
+  const int ranks[2][3] = {{8, 8, 8}, {3, 0, 3}};
+  for (int slot = 0; slot < 2; ++slot)
+    for (int p = 0; p < 3; ++p) {
+      const int r = ranks[slot][p];
+      factors_cpu.push_back(r ? f16(r, kIn) : Tensor());
+      factors_cpu.push_back(r ? f16(r, outs[p]) : Tensor());
+    }
+  for (const Tensor& t : factors_cpu) factors_gpu.push_back(t.defined() ? ops::to_device(t, Device::CUDA) : Tensor());
+  const std::vector<int32_t> row_slot = {1, -1, 0, 0, 1};
+  auto table_words = [&](const std::vector<Tensor>& f) {
+    std::vector<backend::cpu::LoraFactors> entries;
+    for (int slot = 0; slot < 2; ++slot)
+      for (int p = 0; p < 3; ++p) {
+        const Tensor& a = f[size_t(slot * 6 + p * 2)];
+        const Tensor& bt = f[size_t(slot * 6 + p * 2 + 1)];
+        entries.push_back(a.defined() ? backend::cpu::LoraFactors{.a = a.data_as<uint16_t>(),
+                                                                  .bt = bt.data_as<uint16_t>(),
+                                                                  .rank = int32_t(a.dim(0))}
+                                      : backend::cpu::LoraFactors{});
+      }
+    Tensor words = Tensor::zeros(DType::I32, {int64_t(entries.size() * 6)});
+    std::memcpy(words.data(), entries.data(), entries.size() * sizeof(entries[0]));
+    return words;
+  };
+  Tensor slots_cpu = Tensor::zeros(DType::I32, {kRows});
+  std::memcpy(slots_cpu.data(), row_slot.data(), row_slot.size() * 4);
+  const Tensor words_cpu = table_words(factors_cpu), words_gpu = ops::to_device(table_words(factors_gpu), Device::CUDA);
+  const Tensor slots_gpu = ops::to_device(slots_cpu, Device::CUDA);
+  const Tensor x = f32(kRows, kIn);
+  std::vector<Tensor> y_cpu, y_gpu;
+  for (int64_t out : outs) y_cpu.push_back(f32(kRows, out));
+  for (const Tensor& y : y_cpu) y_gpu.push_back(ops::to_device(y, Device::CUDA));
+  Tensor u_cpu = Tensor::zeros(DType::F32, {kRows, 3 * kRankCap});
+  Tensor u_gpu = ops::to_device(u_cpu, Device::CUDA);
+  const Tensor x_gpu = ops::to_device(x, Device::CUDA);
+  auto parts = [](std::vector<Tensor>& ys) {
+    return std::vector<ops::LoraTablePart>{{.entry = 0, .y = &ys[0]}, {.entry = 1, .y = &ys[1]}, {.entry = 2, .y = &ys[2]}};
+  };
+  const ops::LoraTable t_cpu{.row_slot = &slots_cpu, .factors = &words_cpu, .slot_stride = 3, .rank_cap = kRankCap};
+  const ops::LoraTable t_gpu{.row_slot = &slots_gpu, .factors = &words_gpu, .slot_stride = 3, .rank_cap = kRankCap};
+  auto clone = [](const Tensor& t) {
+    Tensor c = Tensor::zeros(t.dtype(), {t.dim(0), t.dim(1)});
+    std::memcpy(c.data(), t.data(), t.nbytes());
+    return c;
+  };
+  const std::vector<Tensor> y_base = {clone(y_cpu[0]), clone(y_cpu[1]), clone(y_cpu[2])};
+  ops::lora_table_add(x, t_cpu, parts(y_cpu), u_cpu);
+  ops::lora_table_add(x_gpu, t_gpu, parts(y_gpu), u_gpu);
+  for (int p = 0; p < 3; ++p) {
+    const Tensor got = ops::to_device(y_gpu[size_t(p)], Device::CPU);
+    double diff = 0, change = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      diff = std::max(diff, double(std::abs(got.data_as<float>()[i] - y_cpu[size_t(p)].data_as<float>()[i])));
+      change = std::max(change, double(std::abs(y_cpu[size_t(p)].data_as<float>()[i] - y_base[size_t(p)].data_as<float>()[i])));
+    }
+    EXPECT_LT(diff, 1e-4) << "part " << p;
+    EXPECT_GT(change, 1e-2) << "part " << p;  // the update is not vacuous
+    // Row 1 (no slot) is untouched.
+    for (int64_t c = 0; c < got.dim(1); ++c)
+      ASSERT_EQ(got.row_as<float>(1)[c], y_base[size_t(p)].row_as<float>(1)[c]) << "part " << p;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ServedAdapter, ::testing::Values("llama", "qwen3"));

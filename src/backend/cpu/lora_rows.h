@@ -27,4 +27,36 @@ inline constexpr int32_t kMaxLoraRowsRank = 512;
 
 void lora_rows_add(const LoraRowsArgs& args);
 
+// One adapter's factors of one projection in a LoRA table (ops/lora_rows.h:
+// lora_table_add); a null `a` where the adapter leaves the projection alone.
+struct LoraFactors {
+  const uint16_t* a = nullptr;   // f16 [rank, in]
+  const uint16_t* bt = nullptr;  // f16 [rank, out]: s·Bᵀ
+  int32_t rank = 0;
+  int32_t unused = 0;
+};
+static_assert(sizeof(LoraFactors) == 24, "LoraFactors travels as six 32-bit words");
+
+// Up to three projections of one x (Q/K/V, gate/up) through a LoRA table:
+// for each row r with slot s = row_slot[r] ≥ 0 and each part p,
+//   f = factors[s·slot_stride + entry[p]],  u[r, p·rank_cap + k] = A_f[k]·x[r]  (k < f.rank)
+//   y_p[r] += Σ_k u[r, p·rank_cap + k]·bt_f[k]
+inline constexpr int kLoraTableParts = 3;
+struct LoraTableArgs {
+  const float* x;  // [n_rows, in], row stride ldx
+  int64_t ldx, in;
+  int32_t n_rows;
+  const int32_t* row_slot;     // [n_rows]: the row's adapter slot, −1 for none
+  const LoraFactors* factors;  // [slots · slot_stride]
+  int32_t slot_stride;
+  int32_t rank_cap;  // ≥ every rank the table holds
+  int32_t n_parts;
+  int32_t entry[kLoraTableParts];
+  float* y[kLoraTableParts];  // [n_rows, out[p]], row stride ldy[p]
+  int64_t ldy[kLoraTableParts], out[kLoraTableParts];
+  float* u;  // [n_rows, n_parts · rank_cap] scratch, row stride ldu
+  int64_t ldu;
+};
+void lora_table_add(const LoraTableArgs& args);
+
 }  // namespace brioche::backend::cpu

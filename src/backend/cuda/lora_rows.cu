@@ -3,6 +3,10 @@
 // Segments travel in the kernel parameters (up to kSegmentsPerLaunch per
 // launch), so a launch needs no upload and a row finds its segment by a scan
 // of a few entries.
+// The table path reads a row's adapter slot and the slot's factors from
+// device memory instead (what a decode graph replays with a new mix), and
+// covers up to three projections of one x per launch; per output value it
+// sums in the same order as the segment kernels, so both give the same bits.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/lora_rows.h"
 #include <algorithm>
@@ -81,6 +85,62 @@ void lora_rows_add(const LoraRowsArgs& a) {
         a.u, a.ldu, a.y, a.ldy, a.out, lo, table);
     CUDA_CHECK_LAUNCH();
   }
+}
+
+namespace {
+
+using backend::cpu::LoraFactors;
+using backend::cpu::LoraTableArgs;
+
+// grid (rows, parts · ceil(rank_cap / 8)), 256 threads = 8 warps, one k each.
+__global__ void table_shrink_kernel(LoraTableArgs a) {
+  const int32_t row = int32_t(blockIdx.x);
+  const int32_t slot = a.row_slot[row];
+  if (slot < 0) return;
+  const int32_t k_blocks = (a.rank_cap + 7) / 8;
+  const int32_t p = int32_t(blockIdx.y) / k_blocks;
+  const int32_t k = (int32_t(blockIdx.y) % k_blocks) * 8 + int32_t(threadIdx.x / 32);
+  const LoraFactors f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
+  if (f.a == nullptr || k >= f.rank) return;
+  const float* xr = a.x + int64_t(row) * a.ldx;
+  const __half* ak = reinterpret_cast<const __half*>(f.a) + int64_t(k) * a.in;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x % 32; i < a.in; i += 32) sum += __half2float(ak[i]) * xr[i];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) a.u[int64_t(row) * a.ldu + int64_t(p) * a.rank_cap + k] = sum;
+}
+
+// grid (rows, parts · ceil(max out / 256)), 256 threads, one output column each.
+__global__ void table_expand_kernel(LoraTableArgs a, int32_t column_blocks) {
+  const int32_t row = int32_t(blockIdx.x);
+  const int32_t slot = a.row_slot[row];
+  if (slot < 0) return;
+  const int32_t p = int32_t(blockIdx.y) / column_blocks;
+  const int64_t c = int64_t(int32_t(blockIdx.y) % column_blocks) * blockDim.x + threadIdx.x;
+  const int64_t out = a.out[p];
+  if (c >= out) return;
+  const LoraFactors f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
+  if (f.a == nullptr) return;
+  const float* ur = a.u + int64_t(row) * a.ldu + int64_t(p) * a.rank_cap;
+  const __half* bt = reinterpret_cast<const __half*>(f.bt);
+  float sum = 0.0f;
+  for (int32_t k = 0; k < f.rank; ++k) sum += ur[k] * __half2float(bt[int64_t(k) * out + c]);
+  a.y[p][int64_t(row) * a.ldy[p] + c] += sum;
+}
+
+}  // namespace
+
+void lora_table_add(const LoraTableArgs& a) {
+  if (a.n_rows == 0 || a.n_parts == 0 || a.rank_cap == 0) return;
+  int64_t max_out = 0;
+  for (int p = 0; p < a.n_parts; ++p) max_out = std::max(max_out, a.out[p]);
+  const int32_t k_blocks = (a.rank_cap + 7) / 8;
+  const int32_t column_blocks = int32_t((max_out + 255) / 256);
+  table_shrink_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * k_blocks)), 256, 0,
+                        detail::current_stream()>>>(a);
+  table_expand_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * column_blocks)), 256, 0,
+                        detail::current_stream()>>>(a, column_blocks);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace brioche::cuda

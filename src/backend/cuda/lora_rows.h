@@ -11,4 +11,11 @@ namespace brioche::cuda {
 // the factors are device memory. Asynchronous on the current stream.
 void lora_rows_add(const backend::cpu::LoraRowsArgs& args);
 
+// The table path (ops::lora_table_add): every pointer in `args` is device
+// memory, the row→slot map and the factors table included, so a captured
+// launch serves any mix of adapters the table holds at replay. Two launches
+// for up to three projections of one x (Q/K/V, gate/up): one shrink, one
+// expand.
+void lora_table_add(const backend::cpu::LoraTableArgs& args);
+
 }  // namespace brioche::cuda
