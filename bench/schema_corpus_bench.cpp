@@ -1,0 +1,115 @@
+// brioche's side of bench/schema_corpus.py (the real-world schema corpus,
+// side by side with xgrammar and llguidance): for each schema, compile it
+// (schema -> grammar -> masks, timed; JSON Schema's reading: strict=false,
+// oneOf exact or refused, blanks bounded to 20 in a row), then walk every
+// instance's tokens: fill the mask (timed), check the token is allowed,
+// accept it; at the end the EOS bit decides. One thread. Before each
+// schema the process-wide mask cache is cleared and the tokenizer's shared
+// rules prewarmed (untimed), as a server does once per tokenizer: no
+// schema reuses another's masks.
+//
+//   schema_corpus_bench tokenizer.json.zst prepared.json out.jsonl
+// prepared.json: {"eos": [ids], "schemas": [{"schema": ..., "instances": [{"ids": [...]}]}]}
+// out.jsonl, one line per schema: {"compiled", "error", "compile_ms", "accepted": [bool], "mask_us": [...]}
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace brioche;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string read_command(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s tokenizer.json.zst prepared.json out.jsonl\n", argv[0]);
+    return 2;
+  }
+  auto tok = tokenizer::Tokenizer::from_tokenizer_json(read_command(std::string("zstd -dc '") + argv[1] + "'"));
+  std::ifstream in(argv[2]);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto prepared = nlohmann::ordered_json::parse(ss.str());
+  grammar::VocabularyOptions options;
+  const int32_t n = tok->vocab_size();
+  std::vector<std::string> bytes(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    bytes[size_t(id)] = tok->token_bytes(id);
+    if (tok->is_special(id)) options.special_ids.push_back(id);
+  }
+  for (const auto& e : prepared["eos"]) options.eos_ids.push_back(e.get<int32_t>());
+  auto vocab = std::make_shared<const grammar::Vocabulary>(std::move(bytes), std::move(options));
+  const int32_t eos = prepared["eos"][0].get<int32_t>();
+  std::ofstream out(argv[3]);
+  std::vector<uint32_t> mask(vocab->num_words());
+  const grammar::SchemaOptions schema_options{
+      .any_whitespace = true, .max_whitespace = 20, .strict = false, .one_of_as_any_of = false};
+  size_t index = 0;
+  for (const auto& entry : prepared["schemas"]) {
+    nlohmann::ordered_json line{{"i", index++}};
+    grammar::clear_shared_mask_cache();
+    grammar::prewarm_shared_masks(vocab);
+    std::shared_ptr<const grammar::CompiledGrammar> compiled;
+    const auto t0 = Clock::now();
+    try {
+      compiled = grammar::CompiledGrammar::compile(grammar::Grammar::from_json_schema(entry["schema"], schema_options), vocab);
+    } catch (const Error& e) {
+      line["error"] = std::string(e.what()).substr(0, 300);
+    }
+    line["compile_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    line["compiled"] = compiled != nullptr;
+    std::vector<bool> accepted;
+    std::vector<double> mask_us;
+    if (compiled) {
+      for (const auto& inst : entry["instances"]) {
+        grammar::GrammarMatcher m(compiled);
+        bool ok = true;
+        auto allowed = [&](int32_t id) {
+          const auto t = Clock::now();
+          m.fill_next_token_bitmask(mask.data());
+          mask_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+          return (mask[size_t(id) >> 5] >> (id & 31) & 1) != 0;
+        };
+        for (const auto& id_json : inst["ids"]) {
+          const int32_t id = id_json.get<int32_t>();
+          if (!allowed(id) || !m.accept_token(id)) {
+            ok = false;
+            break;
+          }
+        }
+        accepted.push_back(ok && allowed(eos));
+      }
+    }
+    line["accepted"] = accepted;
+    line["mask_us"] = mask_us;
+    out << line.dump() << "\n";
+    out.flush();
+    std::fprintf(stderr, "\r%zu/%zu", index, prepared["schemas"].size());
+  }
+  std::fprintf(stderr, "\n");
+  return 0;
+}
