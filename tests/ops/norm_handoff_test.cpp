@@ -115,7 +115,9 @@ TEST(NormHandoff, CpuOpsTakePartAndCheck) {
     Tensor normed = Tensor::zeros(DType::F32, {1, kDim}), q = Tensor::zeros(DType::F32, {1, kDim});
     if (h != nullptr) h->request(y, f.norm_w);
     ops::matmul_accumulate(x, w, y, scratch, h);
-    if (h != nullptr) EXPECT_FALSE(h->has_request() || h->has_handed());
+    if (h != nullptr) {
+      EXPECT_FALSE(h->has_request() || h->has_handed());
+    }
     const Tensor* ws[] = {&wq};
     Tensor* ys[] = {&q};
     ops::matmul_group(y, {.weight = f.norm_w, .eps = 1e-5f, .normed = normed, .handoff = h}, ws, ys);
