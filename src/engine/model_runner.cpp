@@ -38,16 +38,32 @@ class TransformerRunner final : public ModelRunner {
       // Always room for at least one full-length sequence.
       n_blocks = std::max(n_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
     }
+    if (config.has_sequence_state()) {
+      // A recurrent state slot per running sequence, from the same budget:
+      // the slots take at most a quarter of it, the KV blocks the rest.
+      const size_t per_slot = model::KvCache::state_slot_bytes(config);
+      const size_t budget = sizing.kv_memory_bytes > 0 ? sizing.kv_memory_bytes : device_fitted_kv_bytes(model_->device());
+      state_slots_ = sizing.state_slots > 0
+                         ? sizing.state_slots
+                         : int32_t(std::clamp<size_t>(budget / 4 / std::max<size_t>(per_slot, 1), 1, kMaxStateSlots));
+      const size_t per_block = model::KvCache::block_bytes(config, sizing.block_size, sizing.dtype);
+      if (sizing.n_blocks <= 0 && per_block > 0) {
+        const int32_t state_blocks = int32_t((per_slot * size_t(state_slots_) + per_block - 1) / per_block);
+        n_blocks = std::max(n_blocks - state_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
+      }
+    }
     cache_ = std::make_unique<model::KvCache>(config, model::KvCacheOptions{.block_size = sizing.block_size,
                                                                           .n_blocks = n_blocks,
                                                                           .dtype = sizing.dtype,
-                                                                          .device = model_->device()});
+                                                                          .device = model_->device(),
+                                                                          .n_state_slots = state_slots_});
   }
 
   int32_t vocab_size() const override { return model_->config().vocab_size; }
   int32_t context_length() const override { return context_; }
   int32_t kv_block_size() const override { return cache_->block_size(); }
   int32_t kv_block_count() const override { return cache_->n_blocks(); }
+  int32_t state_slot_count() const override { return state_slots_; }
   Device device() const override { return model_->device(); }
   void forward(const model::ForwardBatch& batch, Tensor& logits) override { model_->forward(batch, *cache_, logits); }
   bool forward_from_device_tokens(const model::ForwardBatch& batch, const Tensor& tokens, Tensor& logits) override {
@@ -66,6 +82,7 @@ class TransformerRunner final : public ModelRunner {
   std::shared_ptr<model::Model> model_;
   std::unique_ptr<model::KvCache> cache_;
   int32_t context_ = 0;
+  int32_t state_slots_ = 0;  // hybrid models: recurrent state slots in cache_
 };
 
 class DetokenizerStream final : public TextStream {

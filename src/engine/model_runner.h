@@ -49,6 +49,11 @@ class ModelRunner {
     (void)batch, (void)tokens, (void)logits;
     return false;
   }
+  // Per-sequence recurrent state slots the model keeps (hybrid models:
+  // model::KvCache::n_state_slots); 0: its only per-sequence state is K/V.
+  // A running sequence holds one (SequenceView::state_slot), so at most this
+  // many sequences run at once.
+  virtual int32_t state_slot_count() const { return 0; }
   // Copies K/V of the first n_tokens positions of block src into block dst
   // (prefix sharing below block granularity). A runner that cannot returns
   // false and the scheduler shares whole blocks only.
@@ -88,7 +93,13 @@ struct KvSizing {
   // bytes of K/V it reads (half of f32's; llama.cpp's default too). F32 (CPU
   // only) keeps attention exact.
   DType dtype = DType::F16;
+  // Hybrid models (recurrent state per sequence): state slots, taken from
+  // the same budget before the KV blocks. 0: as many as a quarter of the
+  // budget holds, 1 to kMaxStateSlots.
+  int32_t state_slots = 0;
 };
+
+inline constexpr int32_t kMaxStateSlots = 64;
 
 inline constexpr double kKvShareOfFreeMemory = 0.9;
 // What the KV cache leaves free on a device of `total_bytes`: max(4 GiB, 10%).

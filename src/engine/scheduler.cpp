@@ -18,6 +18,19 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
       options_(options),
       blocks_(runner_->kv_block_count(), runner_->kv_block_size()),
       eos_ids_(codec.eos_ids()) {
+  // Hybrid models keep a recurrent state per running sequence, in a slot:
+  // at most one running sequence per slot; no prefix cache (a cached block's
+  // K/V says nothing of the recurrent state at its end: docs/server.md);
+  // no speculation (rejected drafts would have to be rolled out of the state).
+  if (const int32_t slots = runner_->state_slot_count(); slots > 0) {
+    if (options_.speculative_tokens > 0)
+      throw Error("speculative decoding is not supported for hybrid models (their linear-attention layers keep a "
+                  "recurrent state, and rolling rejected drafts out of it is not supported yet): run without "
+                  "--speculative");
+    options_.max_running = std::min(options_.max_running, slots);
+    options_.prefix_cache = false;
+    for (int32_t s = slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
+  }
   BRIOCHE_CHECK(options_.max_batch_tokens > 0 && options_.max_running > 0,
                 "SchedulerOptions: expected positive max_batch_tokens and max_running, got ",
                 options_.max_batch_tokens, " and ", options_.max_running);
@@ -192,6 +205,9 @@ void Engine::Scheduler::release_blocks(Sequence& seq) {
   seq.block_table.clear();
   seq.registered_blocks = 0;
   seq.n_computed = 0;
+  // Its recurrent state goes with its K/V: a resumed sequence starts over.
+  if (seq.state_slot >= 0) free_state_slots_.push_back(seq.state_slot);
+  seq.state_slot = -1;
 }
 
 Sequence* Engine::Scheduler::newest_running(const std::vector<Planned>& planned) const {
@@ -317,6 +333,10 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     seq->ever_admitted = true;
     planned.push_back({seq, chunk});
     budget -= chunk;
+    if (!free_state_slots_.empty()) {  // hybrid models (max_running <= slots, so there is one)
+      seq->state_slot = free_state_slots_.back();
+      free_state_slots_.pop_back();
+    }
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
   }
@@ -357,6 +377,7 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     view.n_past = seq.n_computed;
     view.block_table = std::span<const int32_t>(seq.block_table);
     view.adapter = seq.request->request.adapter.get();
+    view.state_slot = seq.state_slot;
     batch.sequences.push_back(view);
     bool reaches_end = seq.n_computed + p.chunk == int32_t(seq.tokens.size());
     for (int32_t r = 0; r < p.chunk; ++r) {
@@ -622,7 +643,8 @@ void Engine::Scheduler::run_ahead(const std::vector<Sequence*>& sampled) {
                                .n_rows = 1,
                                .n_past = seq->n_computed,
                                .block_table = std::span<const int32_t>(seq->block_table),
-                               .adapter = seq->request->request.adapter.get()});
+                               .adapter = seq->request->request.adapter.get(),
+                               .state_slot = seq->state_slot});
     batch.positions.push_back(seq->n_computed);
   }
   if (!runner_->forward_from_device_tokens(batch, device_sampler_->tokens(), logits_)) return;

@@ -73,6 +73,9 @@ struct Sequence {
   // decode row, their K/V written past n_computed until verified.
   std::vector<int32_t> drafts;
 
+  // Its recurrent-state slot while running (hybrid models); -1 otherwise.
+  int32_t state_slot = -1;
+
   int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
 };
 
@@ -153,6 +156,7 @@ class Engine::Scheduler {
   uint64_t overlapped_steps_ = 0;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
   uint64_t partial_hit_tokens_ = 0;  // prompt positions copied from partly shared blocks
+  std::vector<int32_t> free_state_slots_;  // hybrid models: slots no running sequence holds
   std::unique_ptr<DraftProposer> proposer_;  // null: no speculation
   uint64_t spec_verify_steps_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
 };

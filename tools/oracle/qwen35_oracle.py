@@ -24,7 +24,8 @@ Goldens per model (golden.json + *.f32, little-endian f32 row-major):
            crosses the 64-token chunk boundary), and the logits of each
            decode step                                   -> greedy_logits.f32
 The tokenizer (byte-level BPE trained here with `tokenizers` on a small
-English text, 512 ids incl. <|endoftext|>, <|im_start|>, <|im_end|>) and a
+English text, 512 ids incl. <|endoftext|>, <|im_start|>, <|im_end|>
+and reserved specials up to 512) and a
 ChatML chat template make the directory usable by `brioche run`/`serve`.
 
 Usage: python3 tools/oracle/qwen35_oracle.py
@@ -74,6 +75,12 @@ def make_tokenizer(out_dir):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator([CORPUS], trainer=trainer)
     assert tok.get_vocab_size() <= VOCAB, tok.get_vocab_size()
+    # The small corpus runs out of merges before VOCAB ids: the rest become
+    # reserved special tokens (as real Qwen vocabularies pad theirs), so that
+    # every id the model can sample has a token.
+    n_reserved = VOCAB - tok.get_vocab_size()
+    tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(n_reserved)])
+    assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",

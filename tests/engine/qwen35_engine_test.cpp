@@ -1,0 +1,169 @@
+// The engine on a hybrid model (Qwen 3.5 dense fixture, tests/fixtures/qwen35/
+// dense: linear-attention layers with a recurrent state per sequence): a
+// mixed batch of very different lengths, with a cancellation and
+// preemptions, gives each request exactly the tokens it gets alone; state
+// slots are handed back; the prefix cache and speculation are off for such
+// models.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/engine.h"
+
+namespace brioche::engine {
+namespace {
+
+std::string fixture() { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/qwen35/dense"; }
+
+std::vector<int32_t> golden_ids(const char* key) {
+  std::ifstream in(fixture() + "/golden.json");
+  return nlohmann::json::parse(in)[key].get<std::vector<int32_t>>();
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::Error;
+  int32_t cached_prompt_tokens = -1;
+};
+
+Outcome collect(RequestHandle& handle) {
+  Outcome out;
+  while (std::optional<GenerationEvent> e = handle.next()) {
+    EXPECT_NE(e->finish, FinishReason::Error) << e->error;
+    out.tokens.insert(out.tokens.end(), e->tokens.begin(), e->tokens.end());
+    if (e->finish) out.finish = *e->finish;
+    if (e->done) out.cached_prompt_tokens = e->usage.cached_prompt_tokens;
+  }
+  return out;
+}
+
+// Five prompts of 200, 13, 50, 90 and 3 tokens; seeded sampling for odd
+// ones, greedy for even ones.
+std::vector<GenerationRequest> requests() {
+  const std::vector<int32_t> long_ids = golden_ids("long_ids"), short_ids = golden_ids("short_ids"),
+                             prompt_ids = golden_ids("prompt_ids");
+  std::vector<std::vector<int32_t>> prompts = {long_ids, short_ids, prompt_ids,
+                                               {long_ids.begin() + 7, long_ids.begin() + 97}, {5, 6, 7}};
+  std::vector<GenerationRequest> out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt_tokens = prompts[i];
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 1000 + i;
+    } else {
+      r.sampling.temperature = 0.0f;
+    }
+    r.max_tokens = 24;
+    r.ignore_eos = true;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+EngineOptions small_cache() {
+  // 20 blocks of 16 positions: the 200-token prompt alone needs 14, so the
+  // batch runs out of blocks and the newest sequences are preempted; 3
+  // state slots: at most 3 sequences run at once.
+  return {.model_path = fixture(),
+          .kv = {.block_size = 16, .n_blocks = 20, .max_context = 256, .dtype = DType::F32, .state_slots = 3},
+          .scheduler = {.max_batch_tokens = 64}};
+}
+
+TEST(Qwen35Engine, MixedBatchWithCancellationAndPreemptionGivesEachRequestItsSoloTokens) {
+  auto engine = Engine::load(small_cache());
+  // Request 2 (50-token prompt) asks for 200 tokens and is cancelled once
+  // its first tokens arrive.
+  auto batch = [] {
+    std::vector<GenerationRequest> r = requests();
+    r[2].max_tokens = 200;
+    return r;
+  };
+  std::vector<Outcome> alone;
+  for (GenerationRequest& r : batch()) alone.push_back(collect(*engine->submit(std::move(r))));
+  ASSERT_EQ(alone[2].tokens.size(), 200u);
+
+  std::vector<std::shared_ptr<RequestHandle>> handles = engine->submit_all(batch());
+  Outcome cancelled;
+  while (std::optional<GenerationEvent> e = handles[2]->next()) {
+    cancelled.tokens.insert(cancelled.tokens.end(), e->tokens.begin(), e->tokens.end());
+    if (e->finish) cancelled.finish = *e->finish;
+    if (!cancelled.tokens.empty()) handles[2]->cancel();
+  }
+  // What it produced is its solo prefix, cut by the cancellation (unless all
+  // 200 tokens came before the engine saw it).
+  ASSERT_LE(cancelled.tokens.size(), alone[2].tokens.size());
+  EXPECT_TRUE(std::equal(cancelled.tokens.begin(), cancelled.tokens.end(), alone[2].tokens.begin()));
+  EXPECT_TRUE(cancelled.finish == FinishReason::Cancelled || cancelled.tokens.size() == 200u);
+  std::vector<Outcome> together;
+  for (auto& h : handles) together.push_back(collect(*h));
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (i == 2) continue;
+    ASSERT_EQ(alone[i].tokens.size(), 24u);
+    EXPECT_EQ(together[i].tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(together[i].finish, FinishReason::Length) << "request " << i;
+  }
+  EngineStats s = engine->stats();
+  for (int i = 0; i < 400 && (s.running > 0 || s.waiting > 0 || s.kv_blocks_used > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s = engine->stats();
+  }
+  EXPECT_GT(s.preemptions, 0u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  // Every slot came back: three more requests run side by side.
+  std::vector<GenerationRequest> again = batch();
+  again.resize(3);
+  std::vector<std::shared_ptr<RequestHandle>> more = engine->submit_all(std::move(again));
+  for (size_t i = 0; i < more.size(); ++i) EXPECT_EQ(collect(*more[i]).tokens, alone[i].tokens) << "request " << i;
+}
+
+// Prefix reuse for hybrid models is limited to what is exact: none. A
+// cached block holds K/V but not the recurrent state after it, so a
+// repeated prompt is computed again (and gives the same tokens).
+TEST(Qwen35Engine, RepeatedPromptIsComputedAgain) {
+  auto engine = Engine::load(small_cache());
+  GenerationRequest r = requests()[3];  // 90 tokens: five full blocks
+  Outcome first = collect(*engine->submit(r));
+  Outcome second = collect(*engine->submit(r));
+  EXPECT_EQ(second.tokens, first.tokens);
+  EXPECT_EQ(second.cached_prompt_tokens, 0);
+  EXPECT_EQ(engine->stats().prefix_hit_blocks, 0u);
+}
+
+// n > 1: the choices run in their own slots from the prompt.
+TEST(Qwen35Engine, ForkedChoicesEachGetTheirSeededTokens) {
+  auto engine = Engine::load(small_cache());
+  GenerationRequest r = requests()[1];
+  r.n = 3;
+  std::vector<std::vector<int32_t>> by_choice(3);
+  auto handle = engine->submit(r);
+  while (std::optional<GenerationEvent> e = handle->next()) {
+    ASSERT_NE(e->finish, FinishReason::Error) << e->error;
+    by_choice[size_t(e->choice)].insert(by_choice[size_t(e->choice)].end(), e->tokens.begin(), e->tokens.end());
+  }
+  for (int choice = 0; choice < 3; ++choice) {
+    GenerationRequest solo = requests()[1];
+    solo.sampling.seed = *solo.sampling.seed + uint64_t(choice);  // choice i samples with seed + i
+    EXPECT_EQ(by_choice[size_t(choice)], collect(*engine->submit(solo)).tokens) << "choice " << choice;
+  }
+}
+
+TEST(Qwen35Engine, SpeculationIsRefusedWithAClearMessage) {
+  EngineOptions options = small_cache();
+  options.scheduler.speculative_tokens = 4;
+  try {
+    Engine::load(options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("speculative decoding is not supported for hybrid models"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace brioche::engine
