@@ -19,8 +19,8 @@ size_t slot_words(int32_t rows) { return size_t(rows + 1) / 2 * 2; }  // even: t
 
 }  // namespace
 
-size_t adapter_table_words(int32_t rows, int32_t n_layers) {
-  return slot_words(rows) + size_t(rows) * size_t(n_layers) * kProjections * kWordsPerEntry;
+size_t adapter_table_words(int32_t rows, int32_t slots, int32_t n_layers) {
+  return slot_words(rows) + size_t(slots) * size_t(n_layers) * kProjections * kWordsPerEntry;
 }
 
 int32_t adapter_rank_cap(const ForwardBatch& batch) {
@@ -30,25 +30,27 @@ int32_t adapter_rank_cap(const ForwardBatch& batch) {
   return rank == 0 ? 0 : std::max<int32_t>(8, int32_t(std::bit_ceil(uint32_t(rank))));
 }
 
-void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t n_layers, std::span<int32_t> words) {
-  BRIOCHE_CHECK(rows >= batch.n_rows() && words.size() == adapter_table_words(rows, n_layers),
-                "fill_adapter_table: expected ", adapter_table_words(rows, n_layers), " words for ", rows,
-                " rows (batch of ", batch.n_rows(), "), got ", words.size());
+void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t slots, int32_t n_layers,
+                        std::span<int32_t> words) {
+  BRIOCHE_CHECK(rows >= batch.n_rows() && words.size() == adapter_table_words(rows, slots, n_layers),
+                "fill_adapter_table: expected ", adapter_table_words(rows, slots, n_layers), " words for ", rows,
+                " rows and ", slots, " slots (batch of ", batch.n_rows(), " rows), got ", words.size());
   std::fill(words.begin(), words.end(), 0);
   int32_t* row_slot = words.data();
   std::fill(row_slot, row_slot + rows, -1);
   auto* factors = reinterpret_cast<backend::cpu::LoraFactors*>(words.data() + slot_words(rows));
-  std::vector<const ServedAdapter*> slots;
+  std::vector<const ServedAdapter*> adapters;  // by slot
   const int32_t slot_stride = n_layers * kProjections;
   for (const SequenceView& s : batch.sequences) {
     if (s.adapter == nullptr || s.n_rows == 0) continue;
     const ServedAdapter& ad = *s.adapter;
-    auto found = std::find(slots.begin(), slots.end(), &ad);
-    const int32_t slot = int32_t(found - slots.begin());
-    if (found == slots.end()) {
+    auto found = std::find(adapters.begin(), adapters.end(), &ad);
+    const int32_t slot = int32_t(found - adapters.begin());
+    if (found == adapters.end()) {
       BRIOCHE_CHECK(int32_t(ad.layers.size()) == n_layers, "forward: adapter '", ad.name, "' has ",
                     ad.layers.size(), " layers, the model ", n_layers);
-      slots.push_back(&ad);
+      BRIOCHE_CHECK(slot < slots, "fill_adapter_table: the batch has more than ", slots, " adapters");
+      adapters.push_back(&ad);
       for (int32_t layer = 0; layer < n_layers; ++layer)
         for (int p = 0; p < kProjections; ++p) {
           const AdapterProjection* ap = ad.projection(layer, Projection(p));
@@ -68,11 +70,11 @@ void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t n_layer
   }
 }
 
-AdapterTable adapter_table_views(const Tensor& block, int32_t rows, int32_t n_layers, int32_t rank_cap,
-                                 const Tensor& u) {
+AdapterTable adapter_table_views(const Tensor& block, int32_t rows, int32_t slots, int32_t n_layers,
+                                 int32_t rank_cap, const Tensor& u) {
   BRIOCHE_CHECK(block.dtype() == DType::I32 && block.rank() == 1 &&
-                    size_t(block.dim(0)) == adapter_table_words(rows, n_layers),
-                "adapter_table_views: expected i32 [", adapter_table_words(rows, n_layers), "], got ",
+                    size_t(block.dim(0)) == adapter_table_words(rows, slots, n_layers),
+                "adapter_table_views: expected i32 [", adapter_table_words(rows, slots, n_layers), "], got ",
                 block.describe());
   const int64_t first_factor = int64_t(slot_words(rows));
   return {.row_slot = block.slice(0, 0, rows),

@@ -110,14 +110,14 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
     b.logits = ops::zeros(DType::F32, {rows, config_.vocab_size}, Device::CUDA);
     if (rank_cap > 0) {
       b.adapter_block =
-          ops::zeros(DType::I32, {int64_t(adapter_table_words(rows, config_.n_layers))}, Device::CUDA);
+          ops::zeros(DType::I32, {int64_t(adapter_table_words(rows, rows, config_.n_layers))}, Device::CUDA);
       const Tensor u = ops::zeros(DType::F32, {rows, 3 * rank_cap}, Device::CUDA);
-      b.adapters = adapter_table_views(b.adapter_block, rows, config_.n_layers, rank_cap, u);
+      b.adapters = adapter_table_views(b.adapter_block, rows, rows, config_.n_layers, rank_cap, u);
     }
   }
   staging_.upload(b.input_block);
   if (rank_cap > 0) {
-    fill_adapter_table(batch, rows, config_.n_layers, adapter_staging_.fill(size_t(b.adapter_block.dim(0))));
+    fill_adapter_table(batch, rows, rows, config_.n_layers, adapter_staging_.fill(size_t(b.adapter_block.dim(0))));
     adapter_staging_.upload(b.adapter_block);
   }
   if (device_tokens != nullptr) {

@@ -167,8 +167,9 @@ Tensor& LlamaModel::lora_scratch(const ForwardBatch& batch, int64_t n_rows) {
 AdapterTable LlamaModel::upload_adapter_table(const ForwardBatch& batch) {
   const int32_t rows = batch.n_rows(), n_layers = ck_.config.n_layers;
   const int32_t rank_cap = adapter_rank_cap(batch);
-  const size_t words = adapter_table_words(rows, n_layers);
-  fill_adapter_table(batch, rows, n_layers, lora_staging_.fill(words));
+  const int32_t slots = int32_t(batch.sequences.size());  // (a prefill's few sequences: a small table)
+  const size_t words = adapter_table_words(rows, slots, n_layers);
+  fill_adapter_table(batch, rows, slots, n_layers, lora_staging_.fill(words));
   if (!lora_table_.defined() || size_t(lora_table_.dim(0)) < words)
     lora_table_ = ops::zeros(DType::I32, {int64_t(words)}, device());
   Tensor block = lora_table_.slice(0, 0, int64_t(words));
@@ -178,7 +179,7 @@ AdapterTable LlamaModel::upload_adapter_table(const ForwardBatch& batch) {
                                {std::max<int64_t>(rows, lora_table_u_.defined() ? lora_table_u_.dim(0) : 0),
                                 std::max<int64_t>(3 * rank_cap, lora_table_u_.defined() ? lora_table_u_.dim(1) : 0)},
                                device());
-  return adapter_table_views(block, rows, n_layers, rank_cap, lora_table_u_.slice(0, 0, rows));
+  return adapter_table_views(block, rows, slots, n_layers, rank_cap, lora_table_u_.slice(0, 0, rows));
 }
 
 void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Activations& a, Tensor& logits,
