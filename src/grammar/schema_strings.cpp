@@ -21,16 +21,17 @@ bool format_is_defined(const std::string& f) {
 
 }  // namespace
 
-// pattern + minLength/maxLength, exact when the pattern is one repeated
-// atom (a class, an escape like \d, '.', or a literal character:
-// `^[a-z]+$`, `\d{3,}`): each repetition is one character, so the length
-// bounds intersect the repetition bounds. Other patterns: a named error.
+// pattern + minLength/maxLength, exact when the pattern is a sequence of
+// one-character atoms (a class, an escape like \d, '.', or a literal
+// character), each maybe repeated, with at most one whose count varies
+// (`^[a-z][a-z0-9-]*$`, `\d{3,}`, `^arn:` + any rest): the length bounds
+// then bound that atom's count. Several varying atoms are exact only when
+// the pattern's lengths all fit the bounds. Other patterns: a named error.
 // JSON Schema's `pattern` is an ECMA-262 search, not a full match: an end
 // the pattern does not anchor (^, $) may hold any characters. (^https?://
-// admits "https://example.com", not only the prefix itself.) The
-// length-bounded form above keeps full-match semantics, and so does a
-// top-level alternation anchored at one end only (^a|b): both admit a
-// subset of the valid strings, never an invalid one.
+// admits "https://example.com", not only the prefix itself.) A
+// top-level alternation anchored at one end only (^a|b) keeps full-match
+// semantics: it admits a subset of the valid strings, never an invalid one.
 std::string SchemaConverter::search_pattern(const std::string& p) {
   const bool at_start = !p.empty() && p.front() == '^';
   size_t backslashes = 0;  // before the last character: an odd run makes a final '$' a literal
@@ -44,57 +45,112 @@ std::string SchemaConverter::search_pattern(const std::string& p) {
 std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr) {
   auto fail_combination = [&] {
     unsupported(hi >= 0 ? "maxLength" : "minLength", ptr,
-                "pattern combined with minLength/maxLength is implemented only for one repeated class or character "
-                "(like ^[a-z0-9_]+$); found '" + pattern + "'");
+                "pattern combined with minLength/maxLength is implemented for a sequence of one-character atoms "
+                "(classes, escapes like \\d, '.', literal characters), each maybe repeated, with at most one "
+                "repetition the pattern leaves unbounded (like ^[a-z][a-z0-9-]*$); found '" + pattern + "'");
   };
-  std::string p = pattern;
-  if (!p.empty() && p.front() == '^') p.erase(0, 1);
-  if (p.size() >= 2 && p.back() == '$' && p[p.size() - 2] != '\\') p.pop_back();
-  if (p.empty()) fail_combination();
-  size_t end = 0;  // one past the atom
-  if (p[0] == '[') {
-    size_t i = 1;
-    if (i < p.size() && p[i] == '^') ++i;
-    if (i < p.size() && p[i] == ']') fail_combination();
-    for (; i < p.size() && p[i] != ']'; ++i) {
-      if (p[i] == '[') fail_combination();
-      if (p[i] == '\\') ++i;
+  // An atom matches exactly one character; `min`..`max` repetitions (max < 0: unbounded).
+  struct Atom {
+    std::string text;
+    int64_t min = 1, max = 1;
+  };
+  std::vector<Atom> atoms;
+  const bool at_start = !pattern.empty() && pattern.front() == '^';
+  size_t backslashes = 0;  // before the last character: an odd run makes a final '$' a literal
+  while (backslashes + 1 < pattern.size() && pattern[pattern.size() - 2 - backslashes] == '\\') ++backslashes;
+  const bool at_end = pattern.size() > (at_start ? 1u : 0u) && pattern.back() == '$' && backslashes % 2 == 0;
+  const std::string p = pattern.substr(at_start ? 1 : 0, pattern.size() - (at_start ? 1 : 0) - (at_end ? 1 : 0));
+  // A search: an end the pattern does not anchor may hold any characters.
+  if (!at_start) atoms.push_back({"[\\s\\S]", 0, -1});
+  for (size_t i = 0; i < p.size();) {
+    size_t end = i;  // one past the atom
+    const char c = p[i];
+    if (c == '[') {
+      size_t k = i + 1;
+      if (k < p.size() && p[k] == '^') ++k;
+      if (k < p.size() && p[k] == ']') fail_combination();  // [] and [^]: ECMA's empty and any class
+      for (; k < p.size() && p[k] != ']'; ++k) {
+        if (p[k] == '[') fail_combination();
+        if (p[k] == '\\') ++k;
+      }
+      if (k >= p.size()) fail_combination();
+      end = k + 1;
+    } else if (c == '\\') {
+      if (i + 1 >= p.size()) fail_combination();
+      const char e = p[i + 1];
+      if (e == 'u' && i + 6 <= p.size()) end = i + 6;
+      else if (e == 'x' && i + 4 <= p.size()) end = i + 4;
+      else if (std::string("dDwWsSntrfv.-\\/[](){}*+?^$|").find(e) != std::string::npos) end = i + 2;
+      else fail_combination();  // \b, back-references, ...: not one character
+    } else if (std::string("()|*+?{}^$").find(c) != std::string::npos) {
+      fail_combination();
+    } else {
+      uint32_t cp;
+      const size_t len = decode_utf8(p, i, &cp);
+      if (len == 0) fail_combination();
+      end = i + len;
     }
-    if (i >= p.size()) fail_combination();
-    end = i + 1;
-  } else if (p[0] == '\\') {
-    if (p.size() < 2 || std::string("dDwWsS.-\\/[](){}*+?^$|").find(p[1]) == std::string::npos) fail_combination();
-    end = 2;
-  } else if (std::string("()|*+?{").find(p[0]) != std::string::npos) {
-    fail_combination();
-  } else {
-    uint32_t cp;
-    end = decode_utf8(p, 0, &cp);
-    if (end == 0) fail_combination();
+    Atom atom{p.substr(i, end - i)};
+    i = end;
+    if (i < p.size() && (p[i] == '*' || p[i] == '+' || p[i] == '?')) {
+      atom.min = p[i] == '+' ? 1 : 0;
+      atom.max = p[i] == '?' ? 1 : -1;
+      ++i;
+    } else if (i < p.size() && p[i] == '{') {
+      const size_t close = p.find('}', i);
+      if (close == std::string::npos) fail_combination();
+      const std::string inner = p.substr(i + 1, close - i - 1);
+      const size_t comma = inner.find(',');
+      auto number = [&](const std::string& t) -> int64_t {
+        if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) fail_combination();
+        return std::stoll(t);
+      };
+      atom.min = number(comma == std::string::npos ? inner : inner.substr(0, comma));
+      atom.max = comma == std::string::npos ? atom.min : comma + 1 == inner.size() ? -1 : number(inner.substr(comma + 1));
+      if (atom.max >= 0 && atom.max < atom.min) fail_combination();
+      i = close + 1;
+    }
+    if (i < p.size() && p[i] == '?') ++i;  // a lazy quantifier matches the same strings
+    atoms.push_back(atom);
   }
-  const std::string atom = p.substr(0, end), quant = p.substr(end);
-  int64_t a = 1, b = 1;  // repetitions of the atom, b < 0: unbounded
-  if (quant == "*") a = 0, b = -1;
-  else if (quant == "+") a = 1, b = -1;
-  else if (quant == "?") a = 0, b = 1;
-  else if (!quant.empty()) {
-    if (quant.front() != '{' || quant.back() != '}') fail_combination();
-    const std::string inner = quant.substr(1, quant.size() - 2);
-    const size_t comma = inner.find(',');
-    auto number = [&](const std::string& t) -> int64_t {
-      if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) fail_combination();
-      return std::stoll(t);
-    };
-    a = number(comma == std::string::npos ? inner : inner.substr(0, comma));
-    b = comma == std::string::npos ? a : comma + 1 == inner.size() ? -1 : number(inner.substr(comma + 1));
+  if (!at_end) atoms.push_back({"[\\s\\S]", 0, -1});
+  // Lengths: the fixed part, and the atoms whose count varies.
+  int64_t fixed = 0;
+  std::vector<size_t> varying;
+  for (size_t a = 0; a < atoms.size(); ++a) {
+    fixed += atoms[a].min;
+    if (atoms[a].max != atoms[a].min) varying.push_back(a);
   }
-  const int64_t from = std::max(a, lo);
-  const int64_t to = b < 0 ? hi : hi < 0 ? b : std::min(b, hi);
-  if (to >= 0 && to < from)
+  auto none_fits = [&] {
     unsupported(hi >= 0 ? "maxLength" : "minLength", ptr,
                 "no string matches pattern '" + pattern + "' within the length bounds");
-  if (from > 10000 || to > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
-  return "^" + atom + "{" + std::to_string(from) + "," + (to >= 0 ? std::to_string(to) : "") + "}$";
+  };
+  if (varying.size() == 1) {
+    // The one varying atom takes what the bounds leave: exactly the
+    // strings of the pattern whose length is within them.
+    Atom& v = atoms[varying[0]];
+    const int64_t others = fixed - v.min;
+    const int64_t from = std::max(v.min, lo - others);
+    const int64_t to = hi < 0 ? v.max : v.max < 0 ? hi - others : std::min(v.max, hi - others);
+    if (to >= 0 && to < from) none_fits();
+    if (from > 10000 || to > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
+    v.min = from;
+    v.max = to;
+  } else {
+    // No atom varies, or several: exact only when every length the
+    // pattern allows is within the bounds (they then add nothing).
+    int64_t longest = 0;
+    for (const Atom& a : atoms) longest = a.max < 0 || longest < 0 ? -1 : longest + a.max;
+    if (varying.empty() && (fixed < lo || (hi >= 0 && fixed > hi))) none_fits();
+    if (fixed < lo || (hi >= 0 && (longest < 0 || longest > hi))) fail_combination();
+  }
+  std::string out = "^";
+  for (const Atom& a : atoms) {
+    out += a.text;
+    if (a.min == 1 && a.max == 1) continue;
+    out += "{" + std::to_string(a.min) + "," + (a.max >= 0 ? std::to_string(a.max) : "") + "}";
+  }
+  return out + "$";
 }
 
 std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
