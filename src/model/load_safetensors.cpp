@@ -12,6 +12,7 @@
 #include "core/json_limits.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
+#include "model/gemma4_config.h"
 #include "model/weights.h"
 
 namespace brioche::model {
@@ -170,6 +171,11 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   const JsonFields cfg{.obj = st->config(), .prefix = "", .source = config_path};
   std::string arch = architecture_of(cfg);
+  if (is_gemma4_config(st->config())) {
+    // Gemma 4 is its own model (model/gemma4.h), loaded by Model::load only.
+    fail(dir, ": Gemma 4 runs through Model::load (run, chat, serve, bench, info); training, scoring and export "
+              "of Gemma 4 are not implemented yet");
+  }
   if (!is_supported_architecture(arch)) fail_unsupported_architecture(arch, dir);
   ModelConfig& c = ck.config = read_config(cfg, arch);
   ModelWeights& w = ck.weights;

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "model/gemma4.h"
 #include "model/model.h"
+#include "model/weights.h"
 
 namespace brioche::model {
 namespace {
@@ -355,6 +356,16 @@ TEST(Gemma4Errors, RefusesWhatThisBuildCannotRun) {
   LoadOptions adapter;
   adapter.adjust_checkpoint = [](Checkpoint&) {};
   EXPECT_NE(load_error(fixture_path("mix"), adapter).find("adapter"), std::string::npos);
+}
+
+TEST(Gemma4Errors, LlamaCheckpointReadersReferToModelLoad) {
+  // train, export and the scoring models read Llama checkpoints directly.
+  try {
+    load_safetensors_checkpoint(fixture_path("e2b"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Gemma 4 runs through Model::load"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Gemma4Errors, BadBatchIsRejected) {
