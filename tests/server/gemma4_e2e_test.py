@@ -97,6 +97,24 @@ class Serve(unittest.TestCase):
         want = "".join(text_of[t] for t in p["greedy"][:n] if t >= 6)
         self.assertEqual(self.completion(p["ids"], n), want)
 
+    def test_prefix_cache_and_concurrent_requests_give_the_same_text(self):
+        # The second request reuses the first's cached prefix blocks (KV-shared
+        # layers keep none of their own); concurrent ones share decode steps.
+        import concurrent.futures
+        p = golden("e2b")["prompts"][-1]
+        n = next((i for i, m in enumerate(p["top2_margins"]) if m < 1e-3), len(p["greedy"]))
+        first = self.completion(p["ids"], n)
+        self.assertEqual(self.completion(p["ids"], n), first)
+        prompts = [p["ids"], p["ids"][:30], p["ids"], golden("e2b")["prompts"][1]["ids"]]
+        alone = [self.completion(q, 4) for q in prompts]
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            together = list(pool.map(lambda q: self.completion(q, 4), prompts))
+        self.assertEqual(together, alone)
+        _, metrics = self.server.get("/metrics")
+        hits = [line for line in metrics.splitlines() if line.startswith("brioche_prefix_cache_hit_blocks_total ")]
+        self.assertEqual(len(hits), 1, metrics)
+        self.assertGreater(float(hits[0].split()[1]), 0)
+
     def test_chat_completion_answers(self):
         status, body = self.server.post("/v1/chat/completions", {
             "model": "e2b", "messages": [{"role": "user", "content": "Hello, world!"}], "max_tokens": 6,
