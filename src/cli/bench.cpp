@@ -7,6 +7,8 @@
 //   engine tg N xB (--engine): B requests of N tokens through the engine
 //     (scheduler, sampling with --temperature/--top-k/--top-p, detokenizing);
 //     on CUDA sampled on the device unless BRIOCHE_CUDA_SAMPLING=0
+//   with --speculative/--draft-model: only generation through the engine
+//     with and without speculation, alternating (cli/bench_speculative.h)
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_speculative.h"
 #include "cli/common.h"
 #include "cli/load_engine.h"
 #include "cli/subcommands.h"
@@ -42,6 +45,8 @@ struct BenchFlags {
   float temperature = 0.8f;
   int top_k = 50;
   float top_p = 0.95f;
+  SpeculativeFlags speculative;      // with --speculative/--draft-model: the with/without comparison only
+  std::vector<std::string> spec_prompts;
 };
 
 // One sequence's slice of the KV cache: a contiguous run of blocks.
@@ -147,6 +152,17 @@ int bench(const BenchFlags& flags) {
   std::printf("model: %s (%s, %.1f MiB), device: %s, threads: %d\n", path.c_str(),
               model->config().architecture.c_str(), model->weight_bytes() / 1048576.0,
               device_name(model->device()), ThreadPool::global().size());
+  if (flags.speculative.enabled()) {
+    run_speculative_bench(model, {.model_flags = &flags.model,
+                                  .speculative = &flags.speculative,
+                                  .prompt_files = flags.spec_prompts,
+                                  .batch_sizes = flags.batch_sizes,
+                                  .max_tokens = max_gen,
+                                  .repetitions = flags.repetitions,
+                                  .sampling = {.temperature = flags.temperature, .top_k = flags.top_k, .top_p = flags.top_p}});
+    std::printf("peak RSS: %.1f MiB\n", peak_rss_mib());
+    return kExitOk;
+  }
   std::printf("| %-12s | %14s | %10s |\n", "test", "tokens/s", "stddev");
   std::printf("|--------------|----------------|------------|\n");
   auto row = [](const std::string& test, Measurement m) {
@@ -261,6 +277,9 @@ Subcommand add_bench_command(CLI::App& root) {
   app->add_option("--temperature", flags->temperature, "--engine: sampling temperature")->check(CLI::Range(0.0, 100.0));
   app->add_option("--top-k", flags->top_k, "--engine: top-k (0: off)")->check(CLI::Range(0, 1 << 30));
   app->add_option("--top-p", flags->top_p, "--engine: top-p (1: off)")->check(CLI::Range(0.0, 1.0));
+  flags->speculative.add_to(*app);
+  app->add_option("--spec-prompt", flags->spec_prompts,
+                  "with --speculative: a text file sent as a chat prompt (repeatable; default: an editing prompt)");
   return {app, [flags] { return bench(*flags); }};
 }
 

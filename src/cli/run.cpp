@@ -31,6 +31,7 @@ int run(const RunFlags& flags) {
 
   engine::EngineOptions options;
   flags.speculative.apply(options.scheduler);
+  flags.speculative.load_draft(flags.model, options);
   auto engine = load_engine(flags.model, options);
   std::vector<int32_t> tokens;
   if (flags.raw) {
@@ -67,7 +68,7 @@ int run(const RunFlags& flags) {
     engine->shutdown();  // the stats of the last step are in once the engine thread is done
     const engine::EngineStats s = engine->stats();
     std::fprintf(stderr, "[speculative %s: %llu drafts in %llu verify steps, %llu accepted (%.1f%%), %.2f accepted per step]\n",
-                 flags.speculative.method.c_str(), (unsigned long long)s.spec_draft_tokens,
+                 flags.speculative.proposer().c_str(), (unsigned long long)s.spec_draft_tokens,
                  (unsigned long long)s.spec_verify_steps, (unsigned long long)s.spec_accepted_tokens,
                  s.spec_draft_tokens ? 100.0 * double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0,
                  s.spec_verify_steps ? double(s.spec_accepted_tokens) / double(s.spec_verify_steps) : 0.0);

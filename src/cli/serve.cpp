@@ -76,6 +76,7 @@ Subcommand add_serve_command(CLI::App& root) {
                 *batch_tokens > 0 ? *batch_tokens : model->resolved_device() == Device::CUDA ? kCudaBatchTokens : kCpuBatchTokens;
             opts->engine.kv.max_context = *ctx;
             speculative->apply(opts->engine.scheduler);
+            speculative->load_draft(*model, opts->engine);
             opts->engine.kv.dtype = *kv_type == "f32" ? DType::F32 : DType::F16;
             opts->request_timeout_s = *timeout;
             for (const std::string& spec : *loras) {

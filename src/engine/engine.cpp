@@ -4,9 +4,11 @@
 #include <string>
 
 #include "core/error.h"
+#include "engine/draft_model_proposer.h"
 #include "engine/model_tokenizer.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -64,12 +66,13 @@ std::vector<GenerationEvent> RequestHandle::drain() {
 
 // ---- Engine ------------------------------------------------------------------
 
-Engine::Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> codec, SchedulerOptions options)
+Engine::Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> codec, SchedulerOptions options,
+               std::unique_ptr<DraftProposer> proposer)
     : codec_(std::move(codec)) {
   BRIOCHE_CHECK(runner && codec_, "Engine: expected a model runner and a text codec");
   context_length_ = runner->context_length();
   vocab_size_ = runner->vocab_size();
-  scheduler_ = std::make_unique<Scheduler>(std::move(runner), *codec_, options);
+  scheduler_ = std::make_unique<Scheduler>(std::move(runner), *codec_, options, std::move(proposer));
   snapshot_ = scheduler_->stats();
   thread_ = std::thread([this] { thread_main(); });
 }
@@ -80,9 +83,58 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& options) {
       options);
 }
 
+namespace {
+
+// A draft model must speak the target's tokens: the same vocabulary size
+// and the same bytes for every token (else its drafts are noise: never
+// wrong, since the target verifies, but never accepted either).
+void check_draft_vocabulary(const model::Model& target, const tokenizer::Tokenizer& target_tokenizer,
+                            const model::Model& draft) {
+  const int32_t target_vocab = target.config().vocab_size, draft_vocab = draft.config().vocab_size;
+  if (draft_vocab != target_vocab)
+    throw Error(error_message("--draft-model: its vocabulary has ", draft_vocab, " tokens but the model's has ",
+                              target_vocab, ": a draft model must share the model's tokenizer"));
+  std::unique_ptr<tokenizer::Tokenizer> draft_tokenizer = load_model_tokenizer(draft);
+  if (draft_tokenizer->vocab_size() != target_tokenizer.vocab_size())
+    throw Error(error_message("--draft-model: its tokenizer has ", draft_tokenizer->vocab_size(),
+                              " tokens but the model's has ", target_tokenizer.vocab_size()));
+  for (int32_t id = 0; id < target_tokenizer.vocab_size(); ++id)
+    if (draft_tokenizer->token_bytes(id) != target_tokenizer.token_bytes(id))
+      throw Error(error_message("--draft-model: token ", id, " is '", draft_tokenizer->token_bytes(id),
+                                "' in its tokenizer but '", target_tokenizer.token_bytes(id),
+                                "' in the model's: a draft model must share the model's tokenizer"));
+  if (draft.device() != target.device())
+    throw Error("--draft-model: expected the draft on the model's device");
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, const EngineOptions& options) {
   std::shared_ptr<const tokenizer::Tokenizer> tok = load_model_tokenizer(*model);
-  auto engine = std::make_unique<Engine>(make_model_runner(model, options.kv), make_text_codec(tok), options.scheduler);
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<DraftProposer> proposer;
+  if (options.draft_model && options.scheduler.speculative_tokens > 0) {
+    const model::Model& draft = *options.draft_model;
+    check_draft_vocabulary(*model, *tok, draft);
+    // One budget for both caches, split so that they hold the same number
+    // of positions: the draft keeps every running sequence's K/V as the
+    // target does (bytes per position: sum over layers of K and V).
+    KvSizing target_kv = options.kv, draft_kv = options.kv;
+    if (target_kv.n_blocks <= 0) {
+      const size_t budget = kv_budget_bytes(options.kv, model->device());
+      const double target_block = double(model::KvCache::block_bytes(model->config(), options.kv.block_size, options.kv.dtype));
+      const double draft_block = double(model::KvCache::block_bytes(draft.config(), options.kv.block_size, options.kv.dtype));
+      target_kv.kv_memory_bytes = size_t(double(budget) * target_block / (target_block + draft_block));
+    }
+    runner = make_model_runner(model, target_kv);
+    draft_kv.n_blocks = runner->kv_block_count();
+    draft_kv.max_context = runner->context_length();
+    proposer = std::make_unique<DraftModelProposer>(make_model_runner(options.draft_model, draft_kv),
+                                                    double(draft.weight_bytes()) / double(model->weight_bytes()));
+  } else {
+    runner = make_model_runner(model, options.kv);
+  }
+  auto engine = std::make_unique<Engine>(std::move(runner), make_text_codec(tok), options.scheduler, std::move(proposer));
   engine->model_ = std::move(model);
   engine->tokenizer_ = std::move(tok);
   return engine;

@@ -33,6 +33,7 @@
 
 #include "core/tensor.h"
 #include "engine/model_runner.h"
+#include "engine/proposer.h"
 #include "engine/request.h"
 
 namespace brioche::model {
@@ -57,6 +58,13 @@ struct SchedulerOptions {
   // forward is then bound by compute, not by reading the weights, and
   // verifying k drafts costs about k decodes.
   int32_t speculative_max_batch = 4;
+  // Per-sequence length adapted to its acceptance rate, up to
+  // speculative_tokens (engine/speculation_length.h); false: always
+  // speculative_tokens.
+  bool speculative_adaptive = true;
+  // One more verify row's cost relative to a decode step, for the adaptive
+  // length (measured for the default model on the CPU: docs/speculative.md).
+  double speculative_row_cost = 0.1;
 };
 
 struct EngineOptions {
@@ -64,6 +72,10 @@ struct EngineOptions {
   Device device = Device::CPU;  // where weights, activations and the KV cache live
   KvSizing kv;
   SchedulerOptions scheduler;
+  // Speculative decoding with this draft model (same tokenizer as the
+  // target, loaded on the same device; with scheduler.speculative_tokens >
+  // 0). The KV budget is split so that both caches hold the same positions.
+  std::shared_ptr<model::Model> draft_model;
 };
 
 struct EngineStats {
@@ -92,7 +104,10 @@ class Engine {
  public:
   // Builds the engine around a model and tokenizer (real or fake) and starts
   // the engine thread.
-  Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> codec, SchedulerOptions options = {});
+  // With a `proposer` and options.speculative_tokens > 0 it speculates with
+  // that proposer; without one, prompt lookup does.
+  Engine(std::unique_ptr<ModelRunner> runner, std::unique_ptr<TextCodec> codec, SchedulerOptions options = {},
+         std::unique_ptr<DraftProposer> proposer = nullptr);
   // Loads a GGUF / safetensors model and its tokenizer.
   static std::unique_ptr<Engine> load(const EngineOptions& options);
   // Around an already loaded model (e.g. one with a merged adapter);

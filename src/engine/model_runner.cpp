@@ -33,7 +33,7 @@ class TransformerRunner final : public ModelRunner {
     int32_t n_blocks = sizing.n_blocks;
     if (n_blocks <= 0) {
       size_t per_block = model::KvCache::block_bytes(config, sizing.block_size, sizing.dtype);
-      size_t budget = sizing.kv_memory_bytes > 0 ? sizing.kv_memory_bytes : device_fitted_kv_bytes(model_->device());
+      size_t budget = kv_budget_bytes(sizing, model_->device());
       n_blocks = int32_t(std::clamp<size_t>(budget / per_block, 1, size_t(INT32_MAX)));
       // Always room for at least one full-length sequence.
       n_blocks = std::max(n_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
@@ -112,6 +112,10 @@ class TokenizerCodec final : public TextCodec {
 };
 
 }  // namespace
+
+size_t kv_budget_bytes(const KvSizing& sizing, Device device) {
+  return sizing.kv_memory_bytes > 0 ? sizing.kv_memory_bytes : device_fitted_kv_bytes(device);
+}
 
 std::unique_ptr<ModelRunner> make_model_runner(std::shared_ptr<model::Model> model, const KvSizing& sizing) {
   BRIOCHE_CHECK(model != nullptr, "make_model_runner: expected a loaded model, got null");

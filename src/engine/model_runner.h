@@ -105,6 +105,10 @@ inline constexpr double kKvShareOfFreeMemory = 0.9;
 // What the KV cache leaves free on a device of `total_bytes`: max(4 GiB, 10%).
 inline size_t kv_device_reserve_bytes(size_t total_bytes) { return std::max<size_t>(size_t(4) << 30, total_bytes / 10); }
 
+// The KV cache's memory budget for `sizing` on `device` (kv_memory_bytes,
+// or what 0 means there).
+size_t kv_budget_bytes(const KvSizing& sizing, Device device);
+
 // The real thing: model::Model + a KvCache sized by `sizing`.
 std::unique_ptr<ModelRunner> make_model_runner(std::shared_ptr<model::Model> model, const KvSizing& sizing);
 std::unique_ptr<TextCodec> make_text_codec(std::shared_ptr<const tokenizer::Tokenizer> tokenizer);

@@ -12,7 +12,13 @@ PromptLookupProposer::PromptLookupProposer(int32_t min_ngram, int32_t max_ngram)
                 "PromptLookupProposer: expected 1 <= min_ngram <= max_ngram, got ", min_ngram, " and ", max_ngram);
 }
 
-std::vector<int32_t> PromptLookupProposer::propose(std::span<const int32_t> tokens, int32_t max_tokens) const {
+std::vector<Draft> PromptLookupProposer::propose(std::span<const DraftQuery> queries) {
+  std::vector<Draft> drafts(queries.size());
+  for (size_t i = 0; i < queries.size(); ++i) drafts[i].tokens = lookup(queries[i].tokens, queries[i].max_tokens);
+  return drafts;
+}
+
+std::vector<int32_t> PromptLookupProposer::lookup(std::span<const int32_t> tokens, int32_t max_tokens) const {
   const int64_t size = int64_t(tokens.size());
   if (max_tokens <= 0) return {};
   // Longest n-gram first: a longer match is more likely to continue alike.

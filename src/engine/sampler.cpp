@@ -461,15 +461,19 @@ void Sampler::apply_mask(std::span<float> logits, const uint32_t* allowed_mask) 
 
 Sampler::Result Sampler::sample(const SamplerRow& row) { return sample_or_verify(row, -1, nullptr); }
 
-Sampler::Verdict Sampler::verify_draft(const SamplerRow& row, int32_t draft) {
+Sampler::Verdict Sampler::verify_draft(const SamplerRow& row, int32_t draft, std::span<const float> draft_probs) {
   BRIOCHE_CHECK(draft >= 0 && draft < vocab_size_, "Sampler::verify_draft: expected a draft token in [0, ",
                 vocab_size_, "), got ", draft);
+  BRIOCHE_CHECK(draft_probs.empty() || draft_probs.size() == size_t(vocab_size_),
+                "Sampler::verify_draft: expected draft probabilities over the ", vocab_size_, "-token vocabulary, got ",
+                draft_probs.size());
   Verdict verdict;
-  verdict.result = sample_or_verify(row, draft, &verdict.accepted);
+  verdict.result = sample_or_verify(row, draft, &verdict.accepted, draft_probs);
   return verdict;
 }
 
-Sampler::Result Sampler::sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted) {
+Sampler::Result Sampler::sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted,
+                                          std::span<const float> draft_probs) {
   std::span<float> logits = row.logits;
   BRIOCHE_CHECK(logits.size() == size_t(vocab_size_), "Sampler: expected a logits row of ", vocab_size_,
                 " entries (vocab), got ", logits.size());
@@ -496,7 +500,7 @@ Sampler::Result Sampler::sample_or_verify(const SamplerRow& row, int32_t draft, 
     result.token = int32_t(std::find(logits.begin(), logits.end(), max_logit) - logits.begin());
     if (accepted) *accepted = result.token == draft;
   } else {
-    result.token = sample_truncated(logits, draft, accepted);
+    result.token = sample_truncated(logits, draft, accepted, draft_probs);
   }
 
   result.logprob = want_logprobs ? float(double(scratch().raw_logits[size_t(result.token)]) - raw_log_z)
@@ -504,7 +508,8 @@ Sampler::Result Sampler::sample_or_verify(const SamplerRow& row, int32_t draft, 
   return result;
 }
 
-int32_t Sampler::sample_truncated(std::span<float> logits, int32_t draft, bool* accepted) {
+int32_t Sampler::sample_truncated(std::span<float> logits, int32_t draft, bool* accepted,
+                                  std::span<const float> draft_probs) {
   Scratch& s = scratch();
   const size_t vocab = logits.size();
   const float temperature = params_.temperature;
@@ -556,6 +561,7 @@ int32_t Sampler::sample_truncated(std::span<float> logits, int32_t draft, bool* 
   // Without truncation the weights and logits are already final.
   if (bound != kNegInf) drop_below(logits, bound, s.weight, s.block_mass);
   if (draft < 0) return draw_token(s.weight, s.block_mass, rng_.next_unit());
+  if (!draft_probs.empty()) return verify_against(logits, draft, draft_probs, accepted);
 
   // Rejection rule for a point-mass proposal q = [draft]: accept with
   // min(1, p(draft) / q(draft)) = p(draft); otherwise draw from
@@ -575,6 +581,40 @@ int32_t Sampler::sample_truncated(std::span<float> logits, int32_t draft, bool* 
   const int32_t token = draw_token(s.weight, s.block_mass, rng_.next_unit());
   // Nothing left besides the draft (p(draft) rounded below 1 for a lone
   // kept token): the draft is the only possible outcome.
+  if (token < 0) {
+    *accepted = true;
+    return draft;
+  }
+  return token;
+}
+
+// The rejection rule for a draft drawn from q (a draft model): with p the
+// processed distribution in scratch weights (sum = block masses), accept
+// with min(1, p(d) / q(d)); else draw from (p - q)+ renormalised
+// (Sampler::verify_draft gives the proof that the result follows p).
+int32_t Sampler::verify_against(std::span<float> logits, int32_t draft, std::span<const float> q, bool* accepted) {
+  Scratch& s = scratch();
+  double total = 0.0;
+  for (const double m : s.block_mass) total += m;
+  const double p_draft = double(s.weight[size_t(draft)]) / total;
+  const double q_draft = double(q[size_t(draft)]);
+  const double u = rng_.next_unit();
+  if (q_draft <= 0.0 ? p_draft > 0.0 : u * q_draft < p_draft) {
+    *accepted = true;
+    return draft;
+  }
+  *accepted = false;
+  // Residual weights (p - q)+ in the weight scale: w - q * total.
+  std::fill(s.block_mass.begin(), s.block_mass.end(), 0.0);
+  for (size_t t = 0; t < s.weight.size(); ++t) {
+    const double r = double(s.weight[t]) - double(q[t]) * total;
+    s.weight[t] = r > 0.0 ? float(r) : 0.0f;
+    if (s.weight[t] == 0.0f) logits[t] = kNegInf;
+    s.block_mass[t / kMassBlock] += double(s.weight[t]);
+  }
+  const int32_t token = draw_token(s.weight, s.block_mass, rng_.next_unit());
+  // p <= q everywhere (up to rounding) leaves no residual: then p = q and
+  // the draft would have been accepted with probability 1.
   if (token < 0) {
     *accepted = true;
     return draft;

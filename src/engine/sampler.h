@@ -98,11 +98,17 @@ class Sampler {
   // distributed exactly as sample() would draw it. Two draws on rejection,
   // one on acceptance: a seeded request is reproducible but not the same
   // stream as without speculation.
+  // With `draft_probs` (q, [vocab], the distribution a draft model drew the
+  // draft from): accepted with probability min(1, p(draft) / q(draft));
+  // rejected, result.token is drawn from max(0, p - q) renormalised. Then
+  // P(t) = q(t) min(1, p/q) + (1 - sum_s min(p(s), q(s))) (p(t) - q(t))+ / Z
+  //      = min(p, q) + (p - q)+ = p(t), with Z = sum_s (p(s) - q(s))+.
+  // Greedy ignores q (the draft is kept while it is the argmax).
   struct Verdict {
     Result result;
     bool accepted = false;
   };
-  Verdict verify_draft(const SamplerRow& row, int32_t draft);
+  Verdict verify_draft(const SamplerRow& row, int32_t draft, std::span<const float> draft_probs = {});
 
   const SamplingParams& params() const { return params_; }
   int vocab_size() const { return vocab_size_; }
@@ -124,8 +130,10 @@ class Sampler {
   void apply_mask(std::span<float> logits, const uint32_t* allowed_mask) const;
   // Draws from the truncated distribution, or with draft >= 0 rules on it
   // (verify_draft; *accepted set).
-  int32_t sample_truncated(std::span<float> logits, int32_t draft = -1, bool* accepted = nullptr);
-  Result sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted);
+  int32_t sample_truncated(std::span<float> logits, int32_t draft = -1, bool* accepted = nullptr,
+                           std::span<const float> draft_probs = {});
+  int32_t verify_against(std::span<float> logits, int32_t draft, std::span<const float> q, bool* accepted);
+  Result sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted, std::span<const float> draft_probs = {});
 
   SamplingParams params_;
   int vocab_size_;

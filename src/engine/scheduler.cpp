@@ -12,7 +12,8 @@
 
 namespace brioche::engine {
 
-Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCodec& codec, SchedulerOptions options)
+Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCodec& codec, SchedulerOptions options,
+                             std::unique_ptr<DraftProposer> proposer)
     : runner_(std::move(runner)),
       codec_(codec),
       options_(options),
@@ -41,8 +42,12 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
   }
   // Drafts are verified on the host, from host logits: not with the device
   // sampler (CUDA with BRIOCHE_CUDA_SAMPLING=0 verifies as the CPU does).
-  if (options_.speculative_tokens > 0 && !device_sampler_)
-    proposer_ = std::make_unique<PromptLookupProposer>(options_.speculative_min_ngram, options_.speculative_max_ngram);
+  if (options_.speculative_tokens > 0 && !device_sampler_) {
+    proposer_ = proposer ? std::move(proposer)
+                         : std::make_unique<PromptLookupProposer>(options_.speculative_min_ngram,
+                                                                  options_.speculative_max_ngram);
+    spec_costs_ = {.row = options_.speculative_row_cost, .draft = proposer_->cost_per_draft()};
+  }
 }
 
 void Engine::Scheduler::add(std::shared_ptr<RequestHandle> handle, GenerationRequest request) {
@@ -222,6 +227,7 @@ void Engine::Scheduler::preempt(Sequence* seq) {
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == seq; });
   BRIOCHE_CHECK(it != running_.end(), "Scheduler::preempt: sequence is not running");
   release_blocks(*seq);
+  if (proposer_) proposer_->evict(seq->order);
   ++preemptions_;
   // Back to the front of the queue: it resumes before newer arrivals, by
   // recomputing prompt + generated tokens (often straight from the prefix cache).
@@ -260,6 +266,7 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   int32_t decoding = 0;
   for (auto& seq : running_) {
     seq->drafts.clear();
+    seq->draft_probs.clear();
     if (seq->remaining() == 1) ++decoding;
   }
   const bool speculate = proposer_ && decoding <= options_.speculative_max_batch;
@@ -292,8 +299,7 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   }
   // Drafts once every decode row has its block, so that they never cause a
   // preemption; they come before prefill in the budget.
-  if (speculate)
-    for (const Planned& p : planned) propose_drafts(*p.seq, budget);
+  if (speculate) propose_drafts(planned, budget);
 
   // Prompt blocks this step's prefill chunks complete (see shares_a_filling_block).
   std::vector<BlockHash> filling;
@@ -521,28 +527,48 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
   for (auto [seq, row] : to_verify) verify_drafts(*seq, row);
 }
 
-void Engine::Scheduler::propose_drafts(Sequence& seq, int32_t& budget) {
-  const GenerationRequest& req = seq.request->request;
-  if (!req.speculative || budget <= 0) return;
-  // Room for every draft and the model's token after them: max_tokens, the
-  // context, and the step's rows.
-  int32_t room = std::min({options_.speculative_tokens, budget, req.max_tokens - seq.n_generated - 1,
-                           runner_->context_length() - int32_t(seq.tokens.size()) - 1});
-  if (room <= 0) return;
-  std::vector<int32_t> drafts = proposer_->propose(seq.tokens, room);
-  // Under a grammar, only the drafts it allows are run: the rest would be
-  // rejected by the mask at verification anyway.
-  if (seq.constraint) drafts.resize(size_t(seq.constraint->allowed_prefix(drafts)));
-  if (drafts.empty()) return;
-  // Only blocks free now: speculation never preempts anyone.
-  if (!ensure_blocks(seq, seq.n_computed + 1 + int32_t(drafts.size()))) return;
-  budget -= int32_t(drafts.size());
-  seq.drafts = std::move(drafts);
+void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int32_t& budget) {
+  std::vector<DraftQuery> queries;
+  std::vector<Sequence*> askers;
+  int32_t left = budget;
+  for (const Planned& p : planned) {
+    Sequence& seq = *p.seq;
+    const GenerationRequest& req = seq.request->request;
+    if (!req.speculative || left <= 0) continue;
+    // Room for every draft and the model's token after them: max_tokens, the
+    // context, and the step's rows.
+    const int32_t length = seq.speculation.next(options_.speculative_tokens, spec_costs_, options_.speculative_adaptive);
+    const int32_t room = std::min({length, left, req.max_tokens - seq.n_generated - 1,
+                                   runner_->context_length() - int32_t(seq.tokens.size()) - 1});
+    if (room <= 0) continue;
+    queries.push_back({.sequence = seq.order, .tokens = seq.tokens, .max_tokens = room, .sampling = &req.sampling});
+    askers.push_back(&seq);
+    left -= room;
+  }
+  if (queries.empty()) return;
+  std::vector<Draft> drafts = proposer_->propose(queries);
+  const size_t vocab = size_t(runner_->vocab_size());
+  for (size_t i = 0; i < askers.size(); ++i) {
+    Sequence& seq = *askers[i];
+    Draft& draft = drafts[i];
+    // Under a grammar, only the drafts it allows are run: the rest would be
+    // rejected by the mask at verification anyway.
+    if (seq.constraint) draft.tokens.resize(size_t(seq.constraint->allowed_prefix(draft.tokens)));
+    if (draft.tokens.empty()) continue;
+    if (!draft.probs.empty()) draft.probs.resize(draft.tokens.size() * vocab);
+    // Only blocks free now: speculation never preempts anyone.
+    if (!ensure_blocks(seq, seq.n_computed + 1 + int32_t(draft.tokens.size()))) continue;
+    budget -= int32_t(draft.tokens.size());
+    seq.drafts = std::move(draft.tokens);
+    seq.draft_probs = std::move(draft.probs);
+  }
 }
 
 void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
   const std::vector<int32_t> drafts = std::move(seq.drafts);
+  const std::vector<float> draft_probs = std::move(seq.draft_probs);
   seq.drafts.clear();
+  seq.draft_probs.clear();
   ++spec_verify_steps_;
   spec_draft_tokens_ += drafts.size();
   const int32_t vocab = runner_->vocab_size();
@@ -574,13 +600,19 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
         .allowed_mask = mask,
     };
     Sampler::Verdict verdict;
-    if (i < drafts.size()) verdict = seq.sampler->verify_draft(row, drafts[i]);
-    else verdict.result = seq.sampler->sample(row);
+    if (i < drafts.size()) {
+      const std::span<const float> q =
+          draft_probs.empty() ? std::span<const float>() : std::span<const float>(draft_probs).subspan(i * size_t(vocab), size_t(vocab));
+      verdict = seq.sampler->verify_draft(row, drafts[i], q);
+    } else {
+      verdict.result = seq.sampler->sample(row);
+    }
     if (!verdict.accepted) {
       // The model's own token ends the step. Positions past it hold K/V of
       // rejected drafts: past n_computed, they are rewritten before they are
       // read, and whole blocks past the next position go back to the pool.
       spec_accepted_tokens_ += uint64_t(accepted);
+      seq.speculation.record(int32_t(drafts.size()), accepted);
       seq.n_computed = base + accepted;
       const int32_t bs = blocks_.block_size();
       const size_t keep = size_t((seq.n_computed + 1 + bs - 1) / bs);
@@ -765,6 +797,7 @@ void Engine::Scheduler::finish(Sequence* seq, GenerationEvent event) {
 void Engine::Scheduler::remove(Sequence* seq) {
   if (ahead_) std::erase_if(*ahead_, [&](const Planned& p) { return p.seq == seq; });
   release_blocks(*seq);
+  if (proposer_) proposer_->forget(seq->order);
   auto match = [&](const auto& s) { return s.get() == seq; };
   if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
     running_.erase(it);

@@ -23,6 +23,7 @@
 #include "engine/proposer.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/speculation_length.h"
 #include "engine/stop.h"
 
 namespace brioche::engine {
@@ -72,6 +73,10 @@ struct Sequence {
   // This step's draft tokens (speculative decoding): run as rows after the
   // decode row, their K/V written past n_computed until verified.
   std::vector<int32_t> drafts;
+  // q of each draft ([drafts * vocab]) when a draft model drew them; empty
+  // for point-mass drafts (prompt lookup, greedy).
+  std::vector<float> draft_probs;
+  SpeculationLength speculation;  // how many drafts to ask for next
 
   // Its recurrent-state slot while running (hybrid models); -1 otherwise.
   int32_t state_slot = -1;
@@ -81,7 +86,8 @@ struct Sequence {
 
 class Engine::Scheduler {
  public:
-  Scheduler(std::unique_ptr<ModelRunner> runner, const TextCodec& codec, SchedulerOptions options);
+  Scheduler(std::unique_ptr<ModelRunner> runner, const TextCodec& codec, SchedulerOptions options,
+            std::unique_ptr<DraftProposer> proposer = nullptr);
 
   void add(std::shared_ptr<RequestHandle> handle, GenerationRequest request);
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
@@ -120,9 +126,10 @@ class Engine::Scheduler {
   // of `sampled` (this step's sampled sequences, plan order) fed by the
   // sampler's ids on the device, when that is the step plan() would make.
   void run_ahead(const std::vector<Sequence*>& sampled);
-  // Sets seq.drafts (speculative decoding) within the step's row budget and
-  // the blocks free now; the decode row itself is planned already.
-  void propose_drafts(Sequence& seq, int32_t& budget);
+  // Sets seq.drafts (speculative decoding) of the planned decode rows
+  // within the step's row budget and the blocks free now; one proposer call
+  // for all of them.
+  void propose_drafts(const std::vector<Planned>& planned, int32_t& budget);
   // Verdicts on seq.drafts from the logits rows [first_row, first_row + 1 +
   // drafts): accepts the agreed prefix and the model's own next token, and
   // gives back the K/V (and blocks) of the rejected positions.
@@ -158,6 +165,7 @@ class Engine::Scheduler {
   uint64_t partial_hit_tokens_ = 0;  // prompt positions copied from partly shared blocks
   std::vector<int32_t> free_state_slots_;  // hybrid models: slots no running sequence holds
   std::unique_ptr<DraftProposer> proposer_;  // null: no speculation
+  SpeculationCosts spec_costs_;
   uint64_t spec_verify_steps_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/rng.h"
 #include "engine/sampler.h"
 
 namespace brioche::engine {
@@ -74,6 +75,51 @@ TEST(SpeculativeSampler, KeptTokensFollowTheTargetDistributionForEveryDraft) {
     const double sigma = std::sqrt(n * p[size_t(draft)] * (1 - p[size_t(draft)])) + 1e-9;
     EXPECT_NEAR(accepted, n * p[size_t(draft)], 5 * sigma + 0.5) << "draft " << draft;
   }
+}
+
+// A draft model's rule: the draft is drawn from q (another distribution),
+// kept with min(1, p/q), else the token comes from (p - q)+. The kept
+// token must follow p, and the acceptance rate is sum_t min(p(t), q(t)).
+TEST(SpeculativeSampler, DraftsDrawnFromAnotherDistributionKeepTheTargetDistribution) {
+  const std::vector<float> logits = {1.0f, 2.5f, 0.2f, 1.8f, -1.0f, 2.2f};
+  const float temperature = 0.9f;
+  const int top_k = 5;  // token 4 truncated: q proposes it sometimes, p never keeps it
+  const std::vector<double> p = target_distribution(logits, temperature, top_k);
+  const std::vector<float> q = {0.05f, 0.1f, 0.3f, 0.2f, 0.15f, 0.2f};  // far from p on purpose
+  double overlap = 0;
+  for (size_t t = 0; t < p.size(); ++t) overlap += std::min(p[t], double(q[t]));
+  Sampler sampler({.temperature = temperature, .top_k = top_k, .seed = 4242}, 6);
+  SamplerRng draft_rng(99);
+  const int n = 40000;
+  std::vector<int> counts(6, 0);
+  int accepted = 0;
+  for (int i = 0; i < n; ++i) {
+    // d ~ q by inverse CDF
+    const double u = draft_rng.next_unit();
+    int32_t draft = 5;
+    double cumulative = 0;
+    for (int32_t t = 0; t < 6; ++t) {
+      cumulative += q[size_t(t)];
+      if (u < cumulative) {
+        draft = t;
+        break;
+      }
+    }
+    std::vector<float> row = logits;
+    Sampler::Verdict v = sampler.verify_draft({.logits = row}, draft, q);
+    ASSERT_GE(v.result.token, 0);
+    ++counts[size_t(v.result.token)];
+    if (v.accepted) {
+      ++accepted;
+      EXPECT_EQ(v.result.token, draft);
+    }
+  }
+  int cells = 0;
+  const double chi = chi_square(counts, p, n, &cells);
+  ASSERT_EQ(cells, 5);
+  EXPECT_LT(chi, 18.47) << "kept tokens do not follow the target distribution (chi-square, 4 df, 0.001)";
+  const double sigma = std::sqrt(n * overlap * (1 - overlap));
+  EXPECT_NEAR(accepted, n * overlap, 5 * sigma);
 }
 
 TEST(SpeculativeSampler, GreedyAcceptsExactlyTheArgmax) {
