@@ -109,10 +109,10 @@ Gemma4Rope read_rope(const Fields& rope_parameters, const std::string& type) {
   if (rope.proportional) {
     rope.partial_rotary_factor = r.positive("partial_rotary_factor", 1.0f, 1.0f);
     rope.factor = r.positive("factor", 1.0f);
-  } else if (r.has("partial_rotary_factor") || r.has("factor")) {
+  } else {
     // transformers' default RoPE reads neither: refused rather than ignored.
-    r.wrong(r.has("factor") ? "factor" : "partial_rotary_factor", "absent with rope_type \"default\"",
-            *r.find(r.has("factor") ? "factor" : "partial_rotary_factor"));
+    for (const char* key : {"partial_rotary_factor", "factor"})
+      if (r.has(key)) r.wrong(key, "absent with rope_type \"default\"", *r.find(key));
   }
   return rope;
 }
