@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Per-step wall times of a `brioche train` run, from its OUTPUT/log.jsonl.
 
-Step events carry the cumulative tokens and tokens/s since the run started
-(evaluations included), so the run's clock at step k is tokens_k / tps_k;
-eval events carry their own eval_seconds. Prints each step's duration and
-tokens, the evaluations' times, and the mean step time without the first.
+Step events carry step_seconds (logs written before it carried only the
+cumulative tokens over the run's clock, evaluations included: then the
+clock at step k is tokens_k / tokens_per_s_k); eval events carry their
+eval_seconds. Prints each step's duration and tokens and the evaluations' times.
 """
 import json
 import sys
@@ -15,9 +15,13 @@ for line in open(sys.argv[1]):
     if e.get("event") == "eval":
         evals.append(e["eval_seconds"])
     elif e.get("event") == "step":
-        now = e["tokens"] / e["tokens_per_s"]
-        steps.append((e["step"], now - clock, e["tokens"] - prev_tokens))
-        clock, prev_tokens = now, e["tokens"]
-for step, dt, tokens in steps:
-    print(f"step {step}: {dt * 1000:.0f} ms (clock incl. evals before it), {tokens} tokens")
+        if "step_seconds" in e:
+            steps.append((e["step"], e["step_seconds"], e["tokens"] - prev_tokens, ""))
+        else:
+            now = e["tokens"] / e["tokens_per_s"]
+            steps.append((e["step"], now - clock, e["tokens"] - prev_tokens, " (clock: incl. evals before it)"))
+            clock = now
+        prev_tokens = e["tokens"]
+for step, dt, tokens, note in steps:
+    print(f"step {step}: {dt * 1000:.0f} ms{note}, {tokens} tokens")
 print("evals (s):", ", ".join(f"{s:.2f}" for s in evals))

@@ -370,6 +370,11 @@ TrainResult Trainer::run() {
     return idx;
   };
   auto seconds = [&] { return st.seconds + std::chrono::duration<double>(Clock::now() - start).count(); };
+  // Training throughput: this process's trained tokens over the time its
+  // steps took (evaluations, checkpoints and the start-up are not steps).
+  double step_seconds_sum = 0.0;
+  int64_t tokens_this_run = 0;
+  auto train_tokens_per_s = [&] { return step_seconds_sum > 0 ? double(tokens_this_run) / step_seconds_sum : 0.0; };
 
   float lr = 0.0f;
   auto do_eval = [&](int step) {
@@ -380,7 +385,8 @@ TrainResult Trainer::run() {
     nlohmann::json j = m.to_json(config_.method);
     j["step"] = step;
     j["learning_rate"] = lr;
-    j["tokens_per_s"] = elapsed > 0 ? double(st.tokens_done) / elapsed : 0.0;
+    j["tokens_per_s"] = train_tokens_per_s();
+    j["elapsed_seconds"] = elapsed;
     j["peak_memory_bytes"] = peak_rss_bytes();
     if (model_->device() == Device::CUDA) j["peak_device_memory_bytes"] = peak_device_bytes();
     j["eval_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -422,6 +428,7 @@ TrainResult Trainer::run() {
   const int first_step = st.step;
   bool interrupted = false, early_stopped = false;
   for (int step = st.step; step < total && !interrupted && !early_stopped; ++step) {
+    const auto step_start = Clock::now();
     adapter_->zero_grads();
     double step_loss = 0.0, step_tokens = 0.0;
     LossValue step_sums;  // the step's preference sums over its micro-batches (this rank's)
@@ -453,25 +460,28 @@ TrainResult Trainer::run() {
     const double norm = grad_norm(*adapter_);
     lr = learning_rate_at(schedule, step);
     optimizer.step(lr, clip_factor(norm, config_.max_grad_norm));  // clipping folded into the update
+    const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+    step_seconds_sum += step_seconds;
+    tokens_this_run += int64_t(step_tokens + 0.5);
     st.train_loss_sum += step_loss, ++st.train_loss_n;
     const int done = step + 1;
     st.step = done;
     if (lead) {
       nlohmann::json event = {{"event", "step"}, {"step", done}, {"loss", step_loss}, {"learning_rate", lr},
                               {"grad_norm", norm}, {"tokens", st.tokens_done},
-                              {"tokens_per_s", double(st.tokens_done) / seconds()},
+                              {"tokens_per_s", train_tokens_per_s()}, {"step_seconds", step_seconds},
                               {"epoch", double(done) / steps_per_epoch}};
       // Rank 0's micro-batches (with --gpus, a share of the step's pairs).
       add_trl_names(event, config_.method, step_sums, step_sums.n_pairs);
       log_event(event);
     }
     if (lead && live_progress) {
-      show_progress(done, total, first_step, st.train_loss_sum / st.train_loss_n, lr, double(st.tokens_done) / seconds(),
+      show_progress(done, total, first_step, st.train_loss_sum / st.train_loss_n, lr, train_tokens_per_s(),
                     std::chrono::duration<double>(Clock::now() - start).count());
     } else if (lead && config_.steps_per_report > 0 && (done % config_.steps_per_report == 0 || done == total)) {
       char line[256];
       std::snprintf(line, sizeof line, "step %d/%d: loss %.4f lr %.2e grad_norm %.3f %.1f tok/s peak %.0f MB%s", done,
-                    total, st.train_loss_sum / st.train_loss_n, lr, norm, double(st.tokens_done) / seconds(),
+                    total, st.train_loss_sum / st.train_loss_n, lr, norm, train_tokens_per_s(),
                     double(peak_rss_bytes()) / 1e6,
                     model_->device() == Device::CUDA
                         ? (" (device " + std::to_string(peak_device_bytes() / 1000000) + " MB)").c_str()
