@@ -21,8 +21,10 @@ Goldens per model (golden.json + *.f32, little-endian f32 row-major):
   long   : 200 prompt ids (more than three 64-token delta-rule chunks),
            logits of rows 0, 8, 16, ..., and the last     -> long_logits.f32
   greedy : prompt of 50 ids, 40 greedy ids from generate() (the decode
-           crosses the 64-token chunk boundary), and the logits of each
-           decode step                                   -> greedy_logits.f32
+           crosses the 64-token chunk boundary), their text, and the logits
+           of each decode step                           -> greedy_logits.f32
+  text   : two text prompts through the fixture's tokenizer, 16 greedy ids
+           and their text (for `brioche run` / `serve` end to end)
 The tokenizer (byte-level BPE trained here with `tokenizers` on a small
 English text, 512 ids incl. <|endoftext|>, <|im_start|>, <|im_end|>
 and reserved specials up to 512) and a
@@ -125,6 +127,25 @@ def write_f32(path, rows):
     np.asarray(rows, dtype="<f4").tofile(path)
 
 
+TEXT_PROMPTS = ["The quick brown fox", "Hello world, how are you today?"]
+
+
+def text_goldens(model, tok):
+    """Greedy continuations of text prompts through the fixture's own
+    tokenizer (no special tokens added), decoded as brioche's streaming
+    detokenizer does (special tokens skipped)."""
+    out = []
+    for text in TEXT_PROMPTS:
+        ids = tok.encode(text).ids
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids]), max_new_tokens=16, min_new_tokens=16, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+        greedy = [int(x) for x in gen[0, len(ids):]]
+        out.append({"text": text, "ids": ids, "greedy": greedy,
+                    "greedy_text": tok.decode(greedy, skip_special_tokens=True)})
+    return out
+
+
 def goldens(model, out_dir, seed):
     rng = np.random.default_rng(seed)
     short = [int(x) for x in rng.integers(3, VOCAB, 13)]
@@ -162,8 +183,10 @@ def build(name, model_cls, config, seed):
     for extra in ("generation_config.json",):
         if os.path.exists(os.path.join(out_dir, extra)):
             os.remove(os.path.join(out_dir, extra))
-    make_tokenizer(out_dir)
+    tok = make_tokenizer(out_dir)
     g = goldens(model, out_dir, seed)
+    g["greedy_text"] = tok.decode(g["greedy_ids"], skip_special_tokens=True)
+    g["text_prompts"] = text_goldens(model, tok)
     g["versions"] = versions({"model": name, "seed": seed})
     with safetensors.safe_open(os.path.join(out_dir, "model.safetensors"), "pt") as f:
         g["tensors"] = sorted(f.keys())
