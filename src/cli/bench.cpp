@@ -66,7 +66,9 @@ class BenchRig {
         model.config(), model::KvCacheOptions{.block_size = block,
                                               .n_blocks = blocks_per_sequence_ * max_sequences,
                                               .dtype = DType::F16,
-                                              .device = model.device()});
+                                              .device = model.device(),
+                                              // hybrid models: sequence s keeps its recurrent state in slot s
+                                              .n_state_slots = model.config().has_sequence_state() ? max_sequences : 0});
     if (on_gpu) logits_ = ops::zeros(DType::F32, {int64_t(max_sequences), model.config().vocab_size}, Device::CUDA);
     sequences_.resize(max_sequences);
     for (int s = 0; s < max_sequences; ++s) {
@@ -86,7 +88,8 @@ class BenchRig {
       batch.sequences.push_back({.first_row = batch.n_rows(),
                                  .n_rows = int32_t(tokens[s].size()),
                                  .n_past = seq.n_past,
-                                 .block_table = seq.block_table});
+                                 .block_table = seq.block_table,
+                                 .state_slot = int32_t(s)});
       for (size_t i = 0; i < tokens[s].size(); ++i) {
         batch.tokens.push_back(tokens[s][i]);
         batch.positions.push_back(seq.n_past + int32_t(i));
