@@ -45,7 +45,10 @@ struct Fields {
   }
   int checked_count(const std::string& key, const json& v, int lo, int hi) const {
     if (!v.is_number_integer()) wrong(key, "an integer", v);
-    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(hi) : (v.get<int64_t>() < lo || v.get<int64_t>() > hi))
+    // nlohmann parses every non-negative integer as unsigned: compare as
+    // unsigned first (2^64 - 1 must not wrap to -1), then both bounds.
+    const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi);
+    if (too_big || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
       wrong(key, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi), v);
     return int(v.get<int64_t>());
   }

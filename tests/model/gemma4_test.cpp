@@ -339,6 +339,8 @@ TEST(Gemma4Errors, UnsupportedOrInvalidConfigValuesNameTheKey) {
       {"mix", "final_logit_softcapping", [](nlohmann::json& c) { c["final_logit_softcapping"] = -1.0; }},
       {"mix", "num_attention_heads", [](nlohmann::json& c) { c["num_attention_heads"] = "4"; }},
       {"e2b", "num_kv_shared_layers", [](nlohmann::json& c) { c["num_kv_shared_layers"] = 5; }},
+      {"e2b", "num_key_value_heads", [](nlohmann::json& c) { c["num_key_value_heads"] = 0; }},
+      {"e2b", "num_hidden_layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 18446744073709551615ull; }},
       {"e2b", "global_head_dim", [](nlohmann::json& c) { c["global_head_dim"] = 31; }},
       {"moe", "text_config.top_k_experts", [](nlohmann::json& c) { c["text_config"]["top_k_experts"] = 9; }},
   };
