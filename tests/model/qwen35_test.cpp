@@ -281,15 +281,16 @@ TEST(Qwen35Errors, CudaIsRefusedClearly) {
 // config edited: each load fails with one line naming the key.
 class BrokenCopy {
  public:
-  explicit BrokenCopy(const std::string& name) : dir_(fs::temp_directory_path() / ("brioche_qwen35_" + name)) {
+  explicit BrokenCopy(const std::string& name, const std::string& source = "dense")
+      : source_(source), dir_(fs::temp_directory_path() / ("brioche_qwen35_" + name)) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"})
-      fs::copy_file(fs::path(fixture_dir("dense")) / f, dir_ / f);
+      fs::copy_file(fs::path(fixture_dir(source)) / f, dir_ / f);
   }
   ~BrokenCopy() { fs::remove_all(dir_); }
   void write_tensors(const std::string& drop, const std::string& reshape_name = "", const Tensor& replacement = {}) {
-    auto file = formats::SafetensorsFile::open(fixture_dir("dense") + "/model.safetensors");
+    auto file = formats::SafetensorsFile::open(fixture_dir(source_) + "/model.safetensors");
     formats::SafetensorsWriter w;
     for (const auto& info : file->tensors()) {
       if (info.name == drop) continue;
@@ -297,6 +298,16 @@ class BrokenCopy {
     }
     w.write((dir_ / "model.safetensors").string());
   }
+  // Every tensor through `rewrite` (name -> tensors to write in its place).
+  void rewrite_tensors(const std::function<std::vector<std::pair<std::string, Tensor>>(
+                           const std::string&, const Tensor&, const formats::SafetensorsFile&)>& rewrite) {
+    auto file = formats::SafetensorsFile::open(fixture_dir(source_) + "/model.safetensors");
+    formats::SafetensorsWriter w;
+    for (const auto& info : file->tensors())
+      for (auto& [name, t] : rewrite(info.name, file->tensor(info.name), *file)) w.add(name, t);
+    w.write((dir_ / "model.safetensors").string());
+  }
+  const fs::path& dir() const { return dir_; }
   void edit_config(const std::function<void(nlohmann::json&)>& edit) {
     std::ifstream in(dir_ / "config.json");
     nlohmann::json j = nlohmann::json::parse(in);
@@ -308,8 +319,81 @@ class BrokenCopy {
   }
 
  private:
+  std::string source_;
   fs::path dir_;
 };
+
+// Prefill logits of `dir` for the fixture's short prompt.
+std::vector<float> short_prompt_logits(const std::string& dir) {
+  auto model = Model::load(dir);
+  KvCache cache(model->config(), {.block_size = 16, .n_blocks = 8, .dtype = DType::F32, .n_state_slots = 1});
+  Runner run{*model, cache};
+  Runner::Seq seq;
+  const Golden g = read_golden("dense");
+  Tensor l = run.step({{&seq, g.short_ids, std::vector<uint8_t>(g.short_ids.size(), 1)}});
+  return {l.data_as<float>(), l.data_as<float>() + l.numel()};
+}
+
+// The released checkpoints' layout (Qwen3_5ForConditionalGeneration): the
+// text settings under text_config, tensors under model.language_model., a
+// vision tower and an MTP head beside them (not read): the same logits.
+TEST(Qwen35Layouts, ConditionalGenerationDirectoryLoadsItsTextModel) {
+  BrokenCopy copy("conditional");
+  copy.rewrite_tensors([](const std::string& name, const Tensor& t, const formats::SafetensorsFile&) {
+    std::vector<std::pair<std::string, Tensor>> out{{"model.language_model." + name.substr(6), t}};
+    if (name == "model.norm.weight") {
+      out.push_back({"model.visual.blocks.0.attn.qkv.weight", Tensor::zeros(DType::F32, {3, 2})});
+      out.push_back({"mtp.fc.weight", Tensor::zeros(DType::F32, {2, 2})});
+    }
+    return out;
+  });
+  copy.edit_config([](nlohmann::json& j) {
+    nlohmann::json text = j;
+    j = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"},
+         {"text_config", text}, {"vision_config", {{"depth", 1}}}, {"tie_word_embeddings", true}};
+  });
+  EXPECT_EQ(short_prompt_logits(copy.dir().string()), short_prompt_logits(fixture_dir("dense")));
+}
+
+// MoE experts stacked as transformers holds them in memory
+// (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I])
+// instead of one tensor per expert: the same logits.
+TEST(Qwen35Layouts, StackedExpertsLoadLikePerExpertOnes) {
+  BrokenCopy copy("stacked", "moe");
+  const int experts = 4;
+  copy.rewrite_tensors([&](const std::string& name, const Tensor& t, const formats::SafetensorsFile& file) {
+    std::vector<std::pair<std::string, Tensor>> out;
+    const size_t at = name.find("mlp.experts.");
+    if (at == std::string::npos) return std::vector<std::pair<std::string, Tensor>>{{name, t}};
+    if (name.find("experts.0.gate_proj") == std::string::npos) return out;  // written with expert 0's gate
+    const std::string p = name.substr(0, at) + "mlp.experts.";
+    const int64_t inter = t.dim(0), hidden = t.dim(1);
+    Tensor gate_up = Tensor::zeros(DType::F32, {experts, 2 * inter, hidden});
+    Tensor down = Tensor::zeros(DType::F32, {experts, hidden, inter});
+    for (int e = 0; e < experts; ++e) {
+      const std::string x = p + std::to_string(e) + ".";
+      Tensor g = file.tensor(x + "gate_proj.weight"), u = file.tensor(x + "up_proj.weight"),
+             d = file.tensor(x + "down_proj.weight");
+      float* gu = gate_up.data_as<float>() + e * 2 * inter * hidden;
+      std::copy_n(g.data_as<float>(), inter * hidden, gu);
+      std::copy_n(u.data_as<float>(), inter * hidden, gu + inter * hidden);
+      std::copy_n(d.data_as<float>(), hidden * inter, down.data_as<float>() + e * hidden * inter);
+    }
+    out.push_back({p + "gate_up_proj", gate_up});
+    out.push_back({p + "down_proj", down});
+    return out;
+  });
+  auto logits = [](const std::string& dir) {
+    auto model = Model::load(dir);
+    KvCache cache(model->config(), {.block_size = 16, .n_blocks = 8, .dtype = DType::F32, .n_state_slots = 1});
+    Runner run{*model, cache};
+    Runner::Seq seq;
+    const Golden g = read_golden("moe");
+    Tensor l = run.step({{&seq, g.short_ids, std::vector<uint8_t>(g.short_ids.size(), 1)}});
+    return std::vector<float>(l.data_as<float>(), l.data_as<float>() + l.numel());
+  };
+  EXPECT_EQ(logits(copy.dir().string()), logits(fixture_dir("moe")));
+}
 
 TEST(Qwen35Errors, MissingStateTensorNamesTheKey) {
   BrokenCopy copy("missing_a_log");
