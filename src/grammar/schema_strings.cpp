@@ -59,7 +59,12 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
   size_t backslashes = 0;  // before the last character: an odd run makes a final '$' a literal
   while (backslashes + 1 < pattern.size() && pattern[pattern.size() - 2 - backslashes] == '\\') ++backslashes;
   const bool at_end = pattern.size() > (at_start ? 1u : 0u) && pattern.back() == '$' && backslashes % 2 == 0;
-  const std::string p = pattern.substr(at_start ? 1 : 0, pattern.size() - (at_start ? 1 : 0) - (at_end ? 1 : 0));
+  std::string p = pattern.substr(at_start ? 1 : 0, pattern.size() - (at_start ? 1 : 0) - (at_end ? 1 : 0));
+  // One group around everything (^(...)$), with no group or alternation
+  // inside, matches what its content matches.
+  if (p.size() >= 2 && p.front() == '(' && p.back() == ')' && p.find_first_of("()|", 1) == p.size() - 1 &&
+      p[p.size() - 2] != '\\')
+    p = p.substr(1, p.size() - 2);
   // A search: an end the pattern does not anchor may hold any characters.
   if (!at_start) atoms.push_back({"[\\s\\S]", 0, -1});
   for (size_t i = 0; i < p.size();) {
@@ -113,7 +118,25 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
     if (i < p.size() && p[i] == '?') ++i;  // a lazy quantifier matches the same strings
     atoms.push_back(atom);
   }
+  // A search contains a^k B (k >= m) exactly when it contains a^m B: at an
+  // end the pattern leaves open, the first (last) atom after (before) the
+  // free run needs only its least count.
+  if (!at_start && atoms.size() > 1) atoms[1].max = atoms[1].min;
+  if (!at_end && atoms.size() > (at_start ? 0u : 1u)) atoms.back().max = atoms.back().min;
   if (!at_end) atoms.push_back({"[\\s\\S]", 0, -1});
+  std::erase_if(atoms, [](const Atom& a) { return a.max == 0; });
+  // Neighbours with the same text are one atom (x{1,2}x* = x{1,}).
+  std::vector<Atom> merged;
+  for (const Atom& a : atoms) {
+    if (!merged.empty() && merged.back().text == a.text) {
+      Atom& m = merged.back();
+      m.min += a.min;
+      m.max = m.max < 0 || a.max < 0 ? -1 : m.max + a.max;
+    } else {
+      merged.push_back(a);
+    }
+  }
+  atoms = std::move(merged);
   // Lengths: the fixed part, and the atoms whose count varies.
   int64_t fixed = 0;
   std::vector<size_t> varying;
