@@ -68,6 +68,9 @@ python3 -c "import selenium" 2>/dev/null || pip_install selenium
 
 if [[ "${1:-}" == "--oracles" ]]; then
   pip_install tokenizers transformers jinja2 numpy gguf openai jsonschema
+  # TRL and peft (they pull torch, several GB): tools/oracle/trl_goldens.py and
+  # tests/cli/export_hf_e2e_test.py (which skips without them).
+  pip_install trl peft
   # lm-evaluation-harness with its dependencies (datasets, evaluate, ...):
   # tests/server/lm_eval_e2e_test.py runs it against `brioche serve` (skips without it).
   pip_install "lm-eval[api]==0.4.13"

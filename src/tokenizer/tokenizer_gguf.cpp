@@ -15,11 +15,6 @@ namespace {
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum GgufTokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
-constexpr const char* kLlama3Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kQwen2Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
 // The pre-tokenizer that tokenizer.ggml.pre names (as in the Hugging Face
 // tokenizer.json the GGUF was converted from).
 void byte_level_pre_tokenizer(const std::string& pre, TokenizerImpl& impl) {
