@@ -23,9 +23,13 @@ constexpr const char* kEditPrompt =
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError{"--spec-prompt: cannot read '" + path + "'"};
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  // Without the file's final newlines, as "$(cat FILE)" gives them to
+  // `brioche run -p`: the same prompt, so the same replies as there.
+  std::string text = buffer.str();
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
 }
 
 struct Run {

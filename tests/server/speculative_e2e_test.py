@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Speculative decoding (prompt lookup) through `brioche serve`, end to end.
+"""Speculative decoding (prompt lookup, and a draft model) through `brioche serve`, end to end.
 
 One server with `--speculative prompt-lookup`: an extraction prompt (the
 reply copies sentences from it) gives the same greedy reply, streamed and
 not, as the same request with "speculative": false; /metrics counts the
 drafts of the first and none of the opted-out one, with acceptance > 0;
 a JSON-schema response is the same both ways; a non-boolean field is a 400
-naming it.
+naming it. Then the same with `--draft-model`.
 
 Run: python3 tests/server/speculative_e2e_test.py --brioche build/cpu/brioche [--model PATH]
 Exits 77 (CTest: skipped) when the model or the binary is missing.
@@ -99,6 +99,17 @@ class SpeculativeTest(unittest.TestCase):
         status, text = self.server.post("/v1/completions", {"prompt": "a", "speculative": "no"})
         self.assertEqual(status, 400, text)
         self.assertEqual(json.loads(text)["error"]["param"], "speculative")
+
+
+class DraftModelTest(SpeculativeTest):
+    """The same checks with a draft model proposing (the default model as
+    its own draft, at a fixed length: with a draft as costly as the target
+    the adaptive length would rightly not speculate)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ARGS.brioche, ARGS.model, "--draft-model", ARGS.model, "--spec-fixed-length",
+                            "--spec-tokens", "4", threads=2)
 
 
 if __name__ == "__main__":
