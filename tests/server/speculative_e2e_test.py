@@ -13,6 +13,7 @@ Exits 77 (CTest: skipped) when the model or the binary is missing.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -110,6 +111,13 @@ class DraftModelTest(SpeculativeTest):
     def setUpClass(cls):
         cls.server = Server(ARGS.brioche, ARGS.model, "--draft-model", ARGS.model, "--spec-fixed-length",
                             "--spec-tokens", "4", threads=2)
+
+    def test_a_draft_with_another_vocabulary_is_refused_naming_both_sizes(self):
+        other = os.path.join(HERE, "..", "fixtures", "qwen35", "dense")  # a 512-token vocabulary
+        run = subprocess.run([ARGS.brioche, "run", "-m", ARGS.model, "--draft-model", other, "-p", "hi", "-n", "2"],
+                             capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(run.returncode, 0, run.stdout)
+        self.assertIn("--draft-model: its vocabulary has 512 tokens but the model's has 49152", run.stderr)
 
 
 if __name__ == "__main__":
