@@ -169,13 +169,17 @@ std::string default_model() {
 }
 
 // The default model speculating with prompt lookup, or with a draft model:
-// the same file converted to f16 at load (close to the Q4_1 target but not
-// equal, so drafts are mostly accepted and sometimes rejected).
+// the same file requantized to Q8_0 at load (close to the Q4_1 target but
+// not equal, so drafts are mostly accepted and sometimes rejected), at a
+// fixed length (a draft as costly as the target would rightly not be
+// asked for drafts by the adaptive length).
 std::unique_ptr<Engine> load_or_skip(const std::string& proposer) {
   EngineOptions options{.model_path = default_model(), .kv = {.max_context = 1024}, .scheduler = speculating(4)};
   if (!std::filesystem::exists(options.model_path)) return nullptr;
-  if (proposer == "draft-model")
-    options.draft_model = model::Model::load(options.model_path, {.max_context = 1024, .convert_weights = DType::F16});
+  if (proposer == "draft-model") {
+    options.draft_model = model::Model::load(options.model_path, {.max_context = 1024, .convert_weights = DType::Q8_0});
+    options.scheduler.speculative_adaptive = false;
+  }
   return Engine::load(options);
 }
 
