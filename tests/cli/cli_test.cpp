@@ -135,6 +135,18 @@ TEST(Cli, BenchEngineRowsGoThroughTheSampler) {
   EXPECT_NE(o.output.find("| engine tg 4 x2"), std::string::npos) << o.output;
 }
 
+TEST(Cli, BenchSpeculativeComparesWithAndWithoutInOneRun) {
+  if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
+  Outcome o = run_brioche("bench -n 24 -r 1 -t 2 --speculative prompt-lookup --temperature 0");
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_NE(o.output.find("speculative: prompt-lookup, up to 4 drafts (adaptive), T 0.00"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("| speed-up | accepted | per step | same output |"), std::string::npos) << o.output;
+  // The built-in editing prompt: greedy output identical with and without.
+  const size_t row = o.output.find("| edit ");
+  ASSERT_NE(row, std::string::npos) << o.output;
+  EXPECT_NE(o.output.substr(row, o.output.find('\n', row) - row).find("| yes"), std::string::npos) << o.output;
+}
+
 TEST(Cli, TrainTomlConfigErrorsNameFileLineAndKey) {
   auto dir = std::filesystem::temp_directory_path() / "brioche_cli_test_toml";
   std::filesystem::create_directories(dir);
