@@ -6,6 +6,7 @@
 
 #include "core/thread_pool.h"
 #include "core/env_switch.h"
+#include "model/model.h"
 #include "ops/device.h"
 
 namespace brioche::cli {
@@ -53,7 +54,10 @@ Device ModelFlags::resolved_device() const {
       throw UsageError{"--device cuda: no CUDA device (or this build has no CUDA backend: cmake --preset cuda)"};
     return Device::CUDA;
   }
-  return ops::cuda_available() ? Device::CUDA : Device::CPU;
+  if (!ops::cuda_available()) return Device::CPU;
+  // auto: the GPU, unless the model's architecture runs on the CPU only.
+  const std::string path = model.empty() ? default_model_path() : model;
+  return std::filesystem::exists(path) && !model::Model::has_cuda_kernels(path) ? Device::CPU : Device::CUDA;
 }
 
 void ModelFlags::apply() const {

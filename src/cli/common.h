@@ -41,8 +41,10 @@ struct ModelFlags {
   int tp_rank = -1;
   std::string tp_master;
   void add_to(CLI::App& app);
-  // --device resolved: auto is CUDA when this build has it and a GPU is
-  // present, else the CPU; "cuda" without either is a UsageError.
+  // --device resolved: auto is CUDA when this build has it, a GPU is
+  // present and the model's architecture has CUDA kernels
+  // (model::Model::has_cuda_kernels), else the CPU; "cuda" without a GPU is
+  // a UsageError.
   Device resolved_device() const;
   // Sizes the CPU thread pool; call once, before loading.
   void apply() const;

@@ -65,4 +65,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
   return std::make_unique<LlamaModel>(std::move(ck));
 }
 
+bool Model::has_cuda_kernels(const std::string& path) {
+  namespace fs = std::filesystem;
+  return !(fs::is_directory(path) && (is_gemma4_directory(path) || is_qwen35_directory(path)));
+}
+
 }  // namespace brioche::model

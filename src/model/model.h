@@ -57,6 +57,10 @@ class Model {
   // Unknown architectures and missing tensors are brioche::Error naming the
   // architecture/tensor and the file.
   static std::unique_ptr<Model> load(const std::string& path, LoadOptions options = {});
+  // Whether this build has CUDA kernels for the architecture at `path`
+  // (Gemma 4 and Qwen 3.5 run on the CPU only so far): `--device auto`
+  // picks the CPU for the others rather than refuse them.
+  static bool has_cuda_kernels(const std::string& path);
 
   virtual const ModelConfig& config() const = 0;
   // The GGUF file (tokenizer, chat template metadata); nullptr for safetensors.
