@@ -130,11 +130,11 @@ int run_export(const ExportFlags& f) {
     throw UsageError{"--format: expected auto, gguf or hf, got '" + f.format + "'"};
   const bool hf = f.format == "hf" || (f.format == "auto" && fs::path(f.output).extension() != ".gguf");
   if (hf) return run_export_hf(f, path);
-  if (f.adapter.empty()) throw UsageError{"export: a GGUF is written from a base and --adapter"};
+  if (f.adapter.empty()) throw UsageError{"a GGUF (-o NAME.gguf) is written from a base and --adapter; a Hugging Face folder (-o DIR) can be the base alone"};
   if (!f.tokenizer_from.empty() || f.unmerged)
     throw UsageError{"--tokenizer-from and --unmerged are for Hugging Face folders (-o DIR or --format hf)"};
   if (std::filesystem::is_directory(path))
-    throw UsageError{"export: " + path + " is a safetensors directory; a GGUF is written from a GGUF base (write a "
+    throw UsageError{path + " is a safetensors directory; a GGUF is written from a GGUF base (write a "
                      "Hugging Face folder instead: -o DIR)"};
   const std::string type = f.type.empty() ? "stored" : f.type;
   DType target = DType::F32;

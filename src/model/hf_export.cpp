@@ -43,10 +43,10 @@ Tensor rows_to_hf_order(const Tensor& f32, int head_dim) {
 
 json hf_config_json(const ModelConfig& c, DType dtype, int bos_token_id, int eos_token_id) {
   const char* cls = hf_class(c.architecture);
-  BRIOCHE_CHECK(cls != nullptr, "export: architecture '", c.architecture,
+  BRIOCHE_CHECK(cls != nullptr, "architecture '", c.architecture,
                 "' is not written as a Hugging Face folder (supported: llama, mistral, qwen2, qwen3)");
   BRIOCHE_CHECK(c.rope.freq_factors.empty() || c.rope.scaling.kind == ops::RopeScalingKind::Llama3,
-                "export: RoPE frequency factors without llama3 scaling have no config.json form");
+                "RoPE frequency factors without llama3 scaling have no config.json form");
   json j = {{"architectures", {cls}},
             {"model_type", c.architecture},
             {"vocab_size", c.vocab_size},
@@ -91,9 +91,9 @@ json hf_config_json(const ModelConfig& c, DType dtype, int bos_token_id, int eos
 size_t write_hf_model(const Checkpoint& ck, const HfExportOptions& o) {
   namespace fs = std::filesystem;
   BRIOCHE_CHECK(o.dtype == DType::F32 || o.dtype == DType::F16 || o.dtype == DType::BF16,
-                "export: a Hugging Face folder holds f32, f16 or bf16, got ", dtype_name(o.dtype));
+                "a Hugging Face folder holds f32, f16 or bf16, got ", dtype_name(o.dtype));
   const json config = hf_config_json(ck.config, o.dtype, o.bos_token_id, o.eos_token_id);
-  BRIOCHE_CHECK(!fs::exists(o.directory), "export: ", o.directory, " exists; choose another path");
+  BRIOCHE_CHECK(!fs::exists(o.directory), o.directory, " exists; choose another path");
   // GGUF llama files carry interleaved Q/K rows; qwen2/qwen3 GGUFs and every
   // safetensors folder keep Hugging Face's order.
   const bool from_interleaved = ck.gguf != nullptr && ck.config.rope.style == ops::RopeStyle::Interleaved;
@@ -125,12 +125,12 @@ size_t write_hf_model(const Checkpoint& ck, const HfExportOptions& o) {
     matrix(p + "self_attn.k_proj.weight", L.wk, from_interleaved);
     matrix(p + "self_attn.v_proj.weight", L.wv, false);
     matrix(p + "self_attn.o_proj.weight", L.wo, false);
-    BRIOCHE_CHECK(!from_interleaved || !L.bq.defined(), "export: layer ", l,
+    BRIOCHE_CHECK(!from_interleaved || !L.bq.defined(), "layer ", l,
                   " has Q/K biases in GGUF's interleaved row order, which this writer does not reorder");
     vector(p + "self_attn.q_proj.bias", L.bq);
     vector(p + "self_attn.k_proj.bias", L.bk);
     vector(p + "self_attn.v_proj.bias", L.bv);
-    BRIOCHE_CHECK(!L.bo.defined(), "export: layer ", l, " has an output-projection bias, which ",
+    BRIOCHE_CHECK(!L.bo.defined(), "layer ", l, " has an output-projection bias, which ",
                   ck.config.architecture, " in transformers does not take");
     vector(p + "self_attn.q_norm.weight", L.q_norm);
     vector(p + "self_attn.k_norm.weight", L.k_norm);
