@@ -180,7 +180,7 @@ def run_brioche(binary, schemas):
 
 def summarize(name, schemas, results):
     compiled = [r for r in results if r["compiled"]]
-    timeouts = sum(1 for r in results if (r["error"] or "").startswith("timeout"))
+    timeouts = sum(1 for r in results if (r.get("error") or "").startswith("timeout"))
     valid_total = valid_rejected = invalid_total = invalid_accepted = 0
     for e, r in zip(schemas, results):
         if not r["compiled"]:
@@ -234,6 +234,9 @@ def main():
         per_engine[name] = runners[name]()
         rows.append(summarize(name, schemas, per_engine[name]))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        if args.out:  # each engine's results as soon as they exist
+            with open(f"{args.out}.{name}.json", "w") as f:
+                json.dump(per_engine[name], f)
     os.unlink(tok_json_path)
     n_valid = sum(i["valid"] for e in schemas for i in e["instances"])
     n_invalid = sum(not i["valid"] for e in schemas for i in e["instances"])
