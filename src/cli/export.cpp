@@ -77,10 +77,9 @@ int run_export_hf(const ExportFlags& f, const std::string& path) {
   const bool gguf = !fs::is_directory(path);
   model::Checkpoint ck = gguf ? model::load_gguf_checkpoint(path) : model::load_safetensors_checkpoint(path);
   int merged = 0;
-  if (!f.adapter.empty() && !f.unmerged) {
-    std::unique_ptr<train::LoraAdapter> adapter = train::load_adapter(f.adapter, ck);
-    merged = train::merge_adapter(ck, *adapter);
-  }
+  std::unique_ptr<train::LoraAdapter> adapter;
+  if (!f.adapter.empty()) adapter = train::load_adapter(f.adapter, ck);
+  if (adapter && !f.unmerged) merged = train::merge_adapter(ck, *adapter);
   // The tokenizer first: an unsupported one fails before anything is written.
   std::optional<tokenizer::HfTokenizerFiles> rebuilt;
   if (f.tokenizer_from.empty() && gguf) rebuilt = tokenizer::hf_tokenizer_files(*ck.gguf, ck.config.max_context);
@@ -103,17 +102,11 @@ int run_export_hf(const ExportFlags& f, const std::string& path) {
     tokenizer_note = std::to_string(copy_tokenizer_files(path, f.output)) + " tokenizer files from the base";
   }
   if (f.unmerged) {
-    // The adapter's own files, naming this folder as the base peft resolves.
-    const fs::path dir = fs::path(f.output) / "adapter";
-    fs::create_directories(dir);
-    for (const fs::directory_entry& e : fs::directory_iterator(f.adapter))
-      if (e.is_regular_file()) fs::copy_file(e.path(), dir / e.path().filename());
-    const fs::path cfg_path = dir / "adapter_config.json";
-    if (fs::exists(cfg_path)) {
-      nlohmann::json cfg = nlohmann::json::parse(std::ifstream(cfg_path));
-      cfg["base_model_name_or_path"] = fs::absolute(f.output).lexically_normal().string();
-      std::ofstream(cfg_path) << cfg.dump(2) << "\n";
-    }
+    // The adapter written again in the PEFT layout (a PEFT folder or a GGUF
+    // LoRA file alike), naming this folder as the base peft resolves.
+    const std::string folder = fs::absolute(f.output).lexically_normal().string();
+    train::save_adapter((fs::path(f.output) / "adapter").string(), *adapter, ck,
+                        {.base_model_id = folder, .base_model_path = folder});
   }
   std::printf("%s %s: %s (Hugging Face folder, %s, model.safetensors %.1f MB, %s)%s\n",
               f.unmerged ? "wrote the base of" : merged > 0 ? "merged" : "converted",
