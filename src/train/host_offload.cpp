@@ -1,5 +1,6 @@
 #include "train/host_offload.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -19,7 +20,7 @@ Tensor HostOffload::put(size_t slot, Tensor t) {
   Slot& s = host_[slot];
   const int64_t rows = t.dim(0), cols = t.dim(1);
   if (!s.buffer.defined() || s.buffer.dtype() != t.dtype() || s.buffer.dim(1) != cols || s.buffer.dim(0) < rows) {
-    const int64_t capacity = (rows + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+    const int64_t capacity = (std::max(rows, reserved_rows_) + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
     s.held = Tensor();
     s.buffer = Tensor();  // the old pinned buffer is given back before the larger one is pinned
     s.buffer = ops::pinned_host_zeros(t.dtype(), {capacity, cols});

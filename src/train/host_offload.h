@@ -30,6 +30,10 @@ class HostOffload {
   // times in a run), rounded up to kRowQuantum rows.
   Tensor put(size_t slot, Tensor t);
   static constexpr int64_t kRowQuantum = 256;
+  // Buffers pinned from now on hold at least `rows` rows: a trainer that
+  // knows its longest batch pins once, at the first step, instead of again
+  // at every longer batch (each time seconds at 8B shapes).
+  void reserve_rows(int64_t rows) { reserved_rows_ = rows; }
   // A device copy of slot `slot`, on its way: wait() on `copy` before
   // device work reads `t`.
   struct Fetch {
@@ -52,6 +56,7 @@ class HostOffload {
     Tensor held;    // its leading rows: the matrix last put
   };
   std::vector<Slot> host_;          // by slot
+  int64_t reserved_rows_ = 0;
   std::vector<InFlight> previous_;  // copies begun during the previous layer
   std::vector<InFlight> current_;   // and during this one
 };

@@ -84,6 +84,10 @@ class TrainModel {
   // it in does not hold [n_rows, hidden] through the layers' backward.
   void backward(Tensor d_hidden);
 
+  // With offload_boundaries: the longest batch (rows) the caller will run,
+  // so host buffers are pinned once at that size (HostOffload::reserve_rows).
+  void reserve_offload_rows(int64_t rows) { host_.reserve_rows(rows); }
+
   // Bytes held for the backward after the last forward (activations,
   // boundaries, offloaded attention outputs); 0 after the backward.
   size_t saved_bytes() const;
