@@ -190,6 +190,8 @@ int run(const TrainFlags& flags) {
   trainer.set_data_parallel(collective.get());
   install_stop_handlers();
   trainer.set_stop_flag(&g_stop_requested);
+  trainer.set_sample_decoder({.decode = [&tok](std::span<const int32_t> ids) { return tok->decode(ids); },
+                              .stop_ids = tok->eos_ids()});
   std::unique_ptr<TrainReporter> reporter;
   if (!flags.report_to.empty() && (!job || job->rank == 0)) {
     ReportTarget target = parse_report_url(flags.report_to);
@@ -290,6 +292,9 @@ Subcommand add_train_command(CLI::App& root) {
                          "write a resumable checkpoint at every evaluation under OUTPUT/checkpoints/step_N");
   option<int>(app, f, "save-steps", "also write a resumable checkpoint every N steps (default 0 = off)");
   option<int>(app, f, "save-total-limit", "keep only the newest K checkpoints (default 0 = all)");
+  option<int>(app, f, "eval-samples",
+              "at each evaluation, answer the first N evaluation prompts greedily and log them (default 0 = off)");
+  option<int>(app, f, "eval-sample-tokens", "new tokens per evaluation sample (default 32)");
   option<int>(app, f, "early-stopping-patience",
               "stop after N evaluations in a row that did not lower the evaluation loss (default 0 = off)");
   app->add_flag_function("--keep-best", [&f](int64_t) { f.overrides["keep_best"] = true; },

@@ -26,6 +26,8 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(iters >= 0 && epochs > 0, "iters must be >= 0 and epochs > 0");
   BRIOCHE_CHECK(save_steps >= 0 && save_total_limit >= 0, "save_steps and save_total_limit must be >= 0, got ",
                 save_steps, " and ", save_total_limit);
+  BRIOCHE_CHECK(eval_samples >= 0 && eval_sample_tokens > 0, "eval_samples must be >= 0 and eval_sample_tokens > 0, got ",
+                eval_samples, " and ", eval_sample_tokens);
   BRIOCHE_CHECK(early_stopping_patience >= 0, "early_stopping_patience must be >= 0, got ", early_stopping_patience);
   BRIOCHE_CHECK((early_stopping_patience == 0 && !keep_best) || steps_per_eval > 0,
                 "early_stopping_patience and keep_best compare evaluations: set steps_per_eval > 0");
@@ -196,6 +198,8 @@ const std::vector<OptionSpec>& option_specs() {
       {{"save_total_limit"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.save_total_limit = to_int(v); }},
       {{"early_stopping_patience"}, Kind::Integer,
        [](TrainConfig& c, const json& v) { c.early_stopping_patience = to_int(v); }},
+      {{"eval_samples"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.eval_samples = to_int(v); }},
+      {{"eval_sample_tokens"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.eval_sample_tokens = to_int(v); }},
       {{"keep_best", "load_best_model_at_end"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.keep_best = v.get<bool>(); }},
       {{"resume"}, Kind::String, [](TrainConfig& c, const json& v) { c.resume = v.get<std::string>(); }},
       {{"seed"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.seed = to_int(v); }},
@@ -298,6 +302,8 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["save_total_limit"] = c.save_total_limit;
   j["early_stopping_patience"] = c.early_stopping_patience;
   j["keep_best"] = c.keep_best;
+  j["eval_samples"] = c.eval_samples;
+  j["eval_sample_tokens"] = c.eval_sample_tokens;
   if (!c.resume.empty()) j["resume"] = c.resume;
   j["seed"] = c.seed;
   if (!c.resume_adapter.empty()) j["resume_adapter"] = c.resume_adapter;

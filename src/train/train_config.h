@@ -86,6 +86,10 @@ struct TrainConfig {
   // The adapter of the evaluation with the lowest loss becomes the final one
   // (saved to output/best as it happens; transformers' load_best_model_at_end).
   bool keep_best = false;
+  // At each evaluation, greedy completions of the first N prompts of the
+  // evaluation split (log.jsonl "sample" events; needs the CLI's tokenizer).
+  int eval_samples = 0;
+  int eval_sample_tokens = 32;   // new tokens per sample
   int seed = 0;
   int threads = 0;
   bool quiet = false;

@@ -314,6 +314,22 @@ void Trainer::log_event(const nlohmann::json& event) const {
   out.flush();
 }
 
+void Trainer::write_samples(int step) {
+  if (config_.eval_samples <= 0 || !sample_decoder_.decode) return;
+  const Dataset& d = *(valid_ ? *valid_ : *train_).data;
+  const int n = std::min<int>(config_.eval_samples, int(d.size()));
+  for (int i = 0; i < n; ++i) {
+    const std::vector<int32_t>& prompt = d.pairs.empty() ? d.examples[size_t(i)].prompt : d.pairs[size_t(i)].prompt;
+    if (prompt.empty()) continue;  // a plain text row: nothing to answer
+    const std::vector<int32_t> completion = greedy_completion(*model_, ck_.weights.output, prompt,
+                                                              config_.eval_sample_tokens, sample_decoder_.stop_ids);
+    const std::string text = sample_decoder_.decode(completion);
+    log_event({{"event", "sample"}, {"step", step}, {"index", i}, {"prompt", sample_decoder_.decode(prompt)},
+               {"completion", text}, {"completion_tokens", completion.size()}});
+    log("sample " + std::to_string(i) + " at step " + std::to_string(step) + ": " + text);
+  }
+}
+
 TrainResult Trainer::run() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -410,6 +426,7 @@ TrainResult Trainer::run() {
       std::snprintf(line, sizeof line, "eval step %d: loss %.4f (ppl %.2f)", step, m.loss, std::exp(m.loss));
     }
     log(line);
+    write_samples(step);
     // Early stopping and keep-best read the evaluation loss of trained adapters (step > 0).
     if (step == 0) return;
     if (st.best_eval_step < 0 || m.loss < st.best_eval_loss) {

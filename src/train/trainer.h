@@ -21,6 +21,7 @@
 #include "model/weights.h"
 #include "ops/collective.h"
 #include "train/dataset.h"
+#include "train/eval_samples.h"
 #include "train/lm_head.h"
 #include "train/optimizer.h"
 #include "train/train_state.h"
@@ -76,6 +77,8 @@ class Trainer {
   // and returns with `interrupted`. With data parallelism the ranks agree
   // on the step (the flag travels with the step's loss sum).
   void set_stop_flag(const std::atomic<bool>* flag) { stop_ = flag; }
+  // Decodes eval_samples' completions (train/eval_samples.h); without it no samples are made.
+  void set_sample_decoder(SampleDecoder decoder) { sample_decoder_ = std::move(decoder); }
   TrainResult run();
   EvalMetrics evaluate();  // on the validation set (or the training set when there is none)
   LoraAdapter& adapter() { return *adapter_; }
@@ -86,6 +89,8 @@ class Trainer {
   struct MicroBatch;
   MicroBatch make_batch(Split& split, const std::vector<int>& indices, bool with_prefix);
   void log(const std::string& line) const;
+  // eval_samples greedy completions of the evaluation split's first prompts: log.jsonl and stderr.
+  void write_samples(int step);
   // The terminal's live line: a bar, step, loss, lr, tokens/s, elapsed and ETA.
   void show_progress(int done, int total, int first_step, double loss, float lr, double tokens_per_s,
                      double elapsed) const;
@@ -105,6 +110,7 @@ class Trainer {
   std::unique_ptr<Split> train_, valid_;
   ops::Collective* dp_ = nullptr;
   const std::atomic<bool>* stop_ = nullptr;
+  SampleDecoder sample_decoder_;
   mutable bool progress_shown_ = false;  // the live progress line is on the terminal
 };
 

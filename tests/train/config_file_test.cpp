@@ -79,6 +79,8 @@ save_steps = 50
 save_total_limit = 3
 early_stopping_patience = 2
 keep_best = true
+eval_samples = 3
+eval_sample_tokens = 16
 seed = 42
 threads = 3
 )");
@@ -92,7 +94,7 @@ threads = 3
     "prefix_shared": true, "head_chunk_size": 2048,
     "mlp_chunk_size": 1024, "steps_per_eval": 25, "steps_per_report": 5,
     "save_checkpoints": true, "save_steps": 50, "save_total_limit": 3, "early_stopping_patience": 2,
-    "keep_best": true, "seed": 42, "threads": 3})");
+    "keep_best": true, "eval_samples": 3, "eval_sample_tokens": 16, "seed": 42, "threads": 3})");
   TrainConfig from_toml, from_json, defaults;
   apply_config_file(from_toml, toml);
   apply_config_file(from_json, json);
