@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/config_fields.h"
 
 namespace brioche::model {
 
@@ -18,88 +19,13 @@ using nlohmann::json;
 
 namespace {
 
-// Typed reads of one JSON object, errors naming "<source>: <prefix><key>".
-struct Fields {
-  const json& obj;
-  std::string prefix;
-  const std::string& source;
-
-  const json* find(const std::string& key) const {
-    auto it = obj.find(key);
-    return it == obj.end() || it->is_null() ? nullptr : &*it;
-  }
-  bool has(const std::string& key) const { return find(key) != nullptr; }
-  [[noreturn]] void wrong(const std::string& key, const std::string& expected, const json& found) const {
-    fail(source, ": ", prefix, key, ": expected ", expected, ", found ", found.dump().substr(0, 80));
-  }
-  [[noreturn]] void absent(const std::string& key, const std::string& expected) const {
-    fail(source, ": ", prefix, key, ": expected ", expected, ", found absent");
-  }
-  int count(const std::string& key, int lo, int hi) const {
-    const json* v = find(key);
-    if (v == nullptr) absent(key, "an integer");
-    return checked_count(key, *v, lo, hi);
-  }
-  int count(const std::string& key, int lo, int hi, int fallback) const {
-    return has(key) ? count(key, lo, hi) : fallback;
-  }
-  int checked_count(const std::string& key, const json& v, int lo, int hi) const {
-    if (!v.is_number_integer()) wrong(key, "an integer", v);
-    // nlohmann parses every non-negative integer as unsigned: compare as
-    // unsigned first (2^64 - 1 must not wrap to -1), then both bounds.
-    const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi);
-    if (too_big || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
-      wrong(key, "an integer in " + std::to_string(lo) + ".." + std::to_string(hi), v);
-    return int(v.get<int64_t>());
-  }
-  // A float that must be finite and > 0 (or in (lo, hi]).
-  float positive(const std::string& key, float fallback, float hi = 1e30f) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_number()) wrong(key, "a number", *v);
-    double d = v->get<double>();
-    if (!(std::isfinite(d) && d > 0.0 && d <= double(hi)))
-      wrong(key, hi < 1e30f ? "a number in (0, " + json(hi).dump() + "]" : "a finite number > 0", *v);
-    return float(d);
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) wrong(key, "true or false", *v);
-    return v->get<bool>();
-  }
-  std::string string(const std::string& key, const std::string& fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) wrong(key, "a string", *v);
-    return v->get<std::string>();
-  }
-  Fields object(const std::string& key) const {
-    const json* v = find(key);
-    if (v == nullptr) absent(key, "an object");
-    if (!v->is_object()) wrong(key, "an object", *v);
-    return {*v, prefix + key + ".", source};
-  }
-  // Keys outside `known` are refused: in the objects read here an ignored
-  // key would change the model silently.
-  void only(std::initializer_list<const char*> known) const {
-    for (auto it = obj.begin(); it != obj.end(); ++it) {
-      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return it.key() == k; })) {
-        std::string list;
-        for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-        fail(source, ": ", prefix, it.key(), ": unknown key (expected one of ", list, ")");
-      }
-    }
-  }
-};
-
-Gemma4Rope read_rope(const Fields& rope_parameters, const std::string& type) {
+Gemma4Rope read_rope(const ConfigFields& rope_parameters, const std::string& type) {
   static const json kDefaults = {
       {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
       {"full_attention", {{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}}};
   const json* given = rope_parameters.find(type);
   if (given != nullptr && !given->is_object()) rope_parameters.wrong(type, "an object", *given);
-  const Fields r{given != nullptr ? *given : kDefaults[type], rope_parameters.prefix + type + ".",
+  const ConfigFields r{given != nullptr ? *given : kDefaults[type], rope_parameters.prefix + type + ".",
                  rope_parameters.source};
   r.only({"rope_type", "rope_theta", "partial_rotary_factor", "factor"});
   Gemma4Rope rope;
@@ -120,7 +46,7 @@ Gemma4Rope read_rope(const Fields& rope_parameters, const std::string& type) {
   return rope;
 }
 
-void check_heads(const Fields& f, const std::string& key, int n_heads, int n_kv_heads) {
+void check_heads(const ConfigFields& f, const std::string& key, int n_heads, int n_kv_heads) {
   if (n_heads % n_kv_heads != 0)
     f.wrong(key, "a divisor of num_attention_heads " + std::to_string(n_heads), json(n_kv_heads));
   if (n_heads / n_kv_heads > kMaxGqaGroup)
@@ -128,7 +54,7 @@ void check_heads(const Fields& f, const std::string& key, int n_heads, int n_kv_
                      " (the attention kernels' largest GQA group)", json(n_kv_heads));
 }
 
-void check_head_dim(const Fields& f, const std::string& key, int head_dim) {
+void check_head_dim(const ConfigFields& f, const std::string& key, int head_dim) {
   if (head_dim % 2 != 0) f.wrong(key, "an even number (RoPE rotates pairs)", json(head_dim));
 }
 
@@ -161,12 +87,12 @@ bool is_gemma4_config(const json& config) {
 Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
   BRIOCHE_CHECK(config.is_object(), source, ": expected a JSON object");
   Gemma4Config g;
-  const Fields top{config, "", source};
+  const ConfigFields top{config, "", source};
   const std::string model_type = top.string("model_type", "");
   const bool nested = model_type == "gemma4" || (model_type.empty() && top.has("text_config"));
   g.multimodal = nested;
   g.tensor_prefix = nested ? "model.language_model." : "model.";
-  const Fields t = nested ? top.object("text_config") : top;
+  const ConfigFields t = nested ? top.object("text_config") : top;
 
   ModelConfig& c = g.base;
   c.architecture = "gemma4";
@@ -221,7 +147,7 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
   static const json kNoRope = json::object();
   const json* rope_json = t.find("rope_parameters");
   if (rope_json != nullptr && !rope_json->is_object()) t.wrong("rope_parameters", "an object", *rope_json);
-  const Fields rope{rope_json != nullptr ? *rope_json : kNoRope, t.prefix + "rope_parameters.", source};
+  const ConfigFields rope{rope_json != nullptr ? *rope_json : kNoRope, t.prefix + "rope_parameters.", source};
   rope.only({"sliding_attention", "full_attention"});
   if (std::count(sliding.begin(), sliding.end(), true) > 0) g.rope_sliding = read_rope(rope, "sliding_attention");
   g.rope_full = read_rope(rope, "full_attention");
@@ -238,7 +164,7 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
   }
   if (const json* per_layer = t.find("per_layer_config")) {
     if (!per_layer->is_object()) t.wrong("per_layer_config", "an object of layer index -> overrides", *per_layer);
-    const Fields pl{*per_layer, t.prefix + "per_layer_config.", source};
+    const ConfigFields pl{*per_layer, t.prefix + "per_layer_config.", source};
     for (auto it = per_layer->begin(); it != per_layer->end(); ++it) {
       const std::string& key = it.key();
       int layer = -1;
@@ -246,7 +172,7 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
       if (layer < 0 || layer >= c.n_layers)
         pl.wrong(key, "a layer index in 0.." + std::to_string(c.n_layers - 1) + " as the key", json(key));
       if (!it->is_object()) pl.wrong(key, "an object", *it);
-      const Fields o{*it, pl.prefix + key + ".", source};
+      const ConfigFields o{*it, pl.prefix + key + ".", source};
       o.only({"head_dim", "num_key_value_heads"});
       Gemma4LayerSpec& l = g.layers[size_t(layer)];
       l.head_dim = o.count("head_dim", 2, kMaxHeadDim, l.head_dim);

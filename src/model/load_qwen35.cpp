@@ -18,6 +18,7 @@
 #include "core/json_limits.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
+#include "model/config_fields.h"
 #include "model/qwen35_weights.h"
 #include "model/weights.h"
 #include "ops/rope.h"
@@ -28,48 +29,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// Typed reads of a config.json object; errors name the key as written.
-struct ConfigReader {
-  const json& obj;
-  std::string prefix;  // "text_config." for the nested layout
-  std::string source;
-
-  const json* find(const char* key) const {
-    auto it = obj.find(key);
-    return it == obj.end() || it->is_null() ? nullptr : &*it;
-  }
-  [[noreturn]] void wrong(const char* key, const char* expected, const json& found) const {
-    fail(source, ": ", prefix, key, ": expected ", expected, ", found ", found.dump().substr(0, 80));
-  }
-  bool has(const char* key) const { return find(key) != nullptr; }
-  int count(const char* key) const {
-    const json* v = find(key);
-    if (v == nullptr) fail(source, ": ", prefix, key, ": expected an integer, found absent");
-    if (!v->is_number_integer()) wrong(key, "an integer", *v);
-    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) wrong(key, "an integer below 2^63", *v);
-    return config_count(v->get<int64_t>(), prefix + key, source);
-  }
-  int count(const char* key, int fallback) const { return has(key) ? count(key) : fallback; }
-  float number(const char* key, float fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_number()) wrong(key, "a number", *v);
-    return config_float(v->get<double>());
-  }
-  bool boolean(const char* key, bool fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) wrong(key, "true or false", *v);
-    return v->get<bool>();
-  }
-  std::string string(const char* key, const std::string& fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) wrong(key, "a string", *v);
-    return v->get<std::string>();
-  }
-};
 
 bool is_qwen35_name(const std::string& s) {
   return s == "qwen3_5" || s == "qwen3_5_text" || s == "qwen3_5_moe" || s == "qwen3_5_moe_text" ||
@@ -82,7 +41,7 @@ void check_count(int value, int lo, int hi, const std::string& key, const std::s
   if (value < lo || value > hi) fail(source, ": ", key, ": expected an integer in ", lo, "..", hi, ", found ", value);
 }
 
-void read_qwen35_config(const ConfigReader& cfg, bool moe, ModelConfig& c, Qwen35Config& q) {
+void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen35Config& q) {
   const std::string& source = cfg.source;
   ConfigKeyNames keys = ConfigKeyNames::hf_config();
   for (std::string* k : {&keys.vocab_size, &keys.hidden_size, &keys.intermediate_size, &keys.n_layers, &keys.n_heads,
@@ -121,7 +80,7 @@ void read_qwen35_config(const ConfigReader& cfg, bool moe, ModelConfig& c, Qwen3
   if (rope_obj == nullptr) rope_obj = cfg.find("rope_scaling");
   if (rope_obj != nullptr && !rope_obj->is_object()) cfg.wrong("rope_parameters", "an object", *rope_obj);
   static const json kNone = json::object();
-  const ConfigReader rope{.obj = rope_obj ? *rope_obj : kNone, .prefix = cfg.prefix + "rope_parameters.", .source = source};
+  const ConfigFields rope{.obj = rope_obj ? *rope_obj : kNone, .prefix = cfg.prefix + "rope_parameters.", .source = source};
   keys.rope_theta = rope.has("rope_theta") ? rope.prefix + "rope_theta" : cfg.prefix + "rope_theta";
   c.rope.theta = rope.number("rope_theta", cfg.number("rope_theta", 10000.0f));
   c.rope.style = ops::RopeStyle::NeoX;
@@ -207,13 +166,13 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
   const bool moe = type.find("moe") != std::string::npos || type.find("Moe") != std::string::npos;
   // The multimodal layout keeps the text model's settings in text_config.
   const bool nested = top.contains("text_config") && top["text_config"].is_object();
-  const ConfigReader cfg{.obj = nested ? top["text_config"] : top, .prefix = nested ? "text_config." : "",
+  const ConfigFields cfg{.obj = nested ? top["text_config"] : top, .prefix = nested ? "text_config." : "",
                          .source = config_path};
   Qwen35Checkpoint ck;
   ck.directory = dir;
   read_qwen35_config(cfg, moe, ck.config, ck.qwen);
   if (nested && !cfg.has("tie_word_embeddings"))
-    ck.config.tied_embeddings = ConfigReader{.obj = top, .prefix = "", .source = config_path}.boolean("tie_word_embeddings", false);
+    ck.config.tied_embeddings = ConfigFields{.obj = top, .prefix = "", .source = config_path}.boolean("tie_word_embeddings", false);
   const ModelConfig& c = ck.config;
   const Qwen35Config& q = ck.qwen;
   const std::string root = nested ? "model.language_model." : "model.";

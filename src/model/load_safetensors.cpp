@@ -12,6 +12,7 @@
 #include "core/json_limits.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
+#include "model/config_fields.h"
 #include "model/gemma4_config.h"
 #include "model/weights.h"
 
@@ -22,53 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-// Typed reads of one config.json object. A value of the wrong type is a
-// brioche::Error naming the key ("<dir>/config.json: num_attention_heads:
-// expected an integer, found \"8\""), never nlohmann's type_error, and a
-// count is narrowed to int only after a range check (config_count).
-struct JsonFields {
-  const json& obj;
-  std::string prefix;  // "" at the top, "rope_scaling." inside it: key names in messages
-  const std::string& source;  // "<dir>/config.json"
-
-  const json* find(const char* key) const {
-    if (!obj.is_object()) return nullptr;
-    auto it = obj.find(key);
-    return it == obj.end() || it->is_null() ? nullptr : &*it;
-  }
-  [[noreturn]] void wrong(const char* key, const char* expected, const json& found) const {
-    fail(source, ": ", prefix, key, ": expected ", expected, ", found ", found.dump().substr(0, 80));
-  }
-  bool has(const char* key) const { return find(key) != nullptr; }
-  int count(const char* key) const {
-    const json* v = find(key);
-    if (v == nullptr) fail(source, ": ", prefix, key, ": expected an integer, found absent");
-    if (!v->is_number_integer()) wrong(key, "an integer", *v);
-    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) wrong(key, "an integer below 2^63", *v);
-    return config_count(v->get<int64_t>(), prefix + key, source);
-  }
-  int count(const char* key, int fallback) const { return has(key) ? count(key) : fallback; }
-  float number(const char* key, float fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_number()) wrong(key, "a number", *v);
-    return config_float(v->get<double>());
-  }
-  bool boolean(const char* key, bool fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) wrong(key, "true or false", *v);
-    return v->get<bool>();
-  }
-  std::string string(const char* key, std::string fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) wrong(key, "a string", *v);
-    return v->get<std::string>();
-  }
-};
-
-std::string architecture_of(const JsonFields& cfg) {
+std::string architecture_of(const ConfigFields& cfg) {
   static const std::pair<const char*, const char*> kClasses[] = {
       {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
       {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"}};
@@ -86,7 +41,7 @@ std::string architecture_of(const JsonFields& cfg) {
 
 // Every count goes through config_count and the finished config through
 // validate_model_config (model_config.h) before any tensor is looked up.
-ModelConfig read_config(const JsonFields& cfg, const std::string& arch) {
+ModelConfig read_config(const ConfigFields& cfg, const std::string& arch) {
   const std::string& source = cfg.source;
   ConfigKeyNames keys = ConfigKeyNames::hf_config();
   ModelConfig c;
@@ -111,7 +66,7 @@ ModelConfig read_config(const JsonFields& cfg, const std::string& arch) {
   const json* rope_obj = cfg.find(rope_key);
   if (rope_obj != nullptr && !rope_obj->is_object()) cfg.wrong(rope_key, "an object", *rope_obj);
   static const json kNoRope = json::object();
-  const JsonFields rope{.obj = rope_obj ? *rope_obj : kNoRope, .prefix = std::string(rope_key) + ".", .source = source};
+  const ConfigFields rope{.obj = rope_obj ? *rope_obj : kNoRope, .prefix = std::string(rope_key) + ".", .source = source};
   keys.rope_theta = rope.has("rope_theta") ? rope.prefix + "rope_theta" : "rope_theta";
   keys.rope_factor = rope.prefix + "factor";
   keys.rope_low_freq_factor = rope.prefix + "low_freq_factor";
@@ -169,7 +124,7 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
   ck.directory = dir;
   auto st = std::make_shared<formats::SafetensorsDir>(formats::SafetensorsDir::open(dir));
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  const JsonFields cfg{.obj = st->config(), .prefix = "", .source = config_path};
+  const ConfigFields cfg{.obj = st->config(), .prefix = "", .source = config_path};
   std::string arch = architecture_of(cfg);
   if (is_gemma4_config(st->config())) {
     // Gemma 4 is its own model (model/gemma4.h), loaded by Model::load only.
