@@ -48,4 +48,10 @@ struct ForwardBatch {
   }
 };
 
+// The batch's rows as every model needs them: tokens, positions and
+// wants_logits of one length; each row in exactly one sequence, inside the
+// batch, at position n_past + its offset; every token in [0, vocab_size).
+// Throws brioche::Error "forward: ..." naming the row or sequence.
+void check_batch_rows(const ForwardBatch& batch, int vocab_size);
+
 }  // namespace brioche::model

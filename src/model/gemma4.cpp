@@ -81,9 +81,7 @@ size_t Gemma4Model::weight_bytes() const {
 void Gemma4Model::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
   const ModelConfig& c = ck_.config.base;
   const int32_t n = batch.n_rows();
-  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
-                "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
-                batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  check_batch_rows(batch, c.vocab_size);
   BRIOCHE_CHECK(cache.n_layers() == c.n_layers, "forward: KV cache of ", cache.n_layers(),
                 " layers, the model has ", c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -98,27 +96,11 @@ void Gemma4Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
                                                             std::to_string(want.head_dim) + " on the cpu",
                   " (build the cache from this model's config())");
   }
-  std::vector<uint8_t> covered(size_t(n), 0);
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const SequenceView& seq = batch.sequences[s];
-    BRIOCHE_CHECK(seq.first_row >= 0 && seq.n_rows >= 0 && seq.first_row + seq.n_rows <= n, "forward: sequence ",
-                  s, " rows [", seq.first_row, ", ", seq.first_row + seq.n_rows, ") outside the batch of ", n,
-                  " rows");
-    BRIOCHE_CHECK(seq.adapter == nullptr, "forward: sequence ", s,
+  for (size_t s = 0; s < batch.sequences.size(); ++s)
+    BRIOCHE_CHECK(batch.sequences[s].adapter == nullptr, "forward: sequence ", s,
                   " names a LoRA adapter; Gemma 4 serves no adapters in this build");
-    for (int32_t i = 0; i < seq.n_rows; ++i) {
-      const int32_t r = seq.first_row + i;
-      BRIOCHE_CHECK(!covered[size_t(r)], "forward: row ", r, " belongs to two sequences");
-      covered[size_t(r)] = 1;
-      BRIOCHE_CHECK(batch.positions[size_t(r)] == seq.n_past + i, "forward: row ", r, " of sequence ", s,
-                    " has position ", batch.positions[size_t(r)], ", expected n_past + ", i, " = ", seq.n_past + i);
-    }
-  }
-  for (int32_t r = 0; r < n; ++r) {
-    BRIOCHE_CHECK(covered[size_t(r)], "forward: row ", r, " belongs to no sequence");
-    BRIOCHE_CHECK(batch.tokens[size_t(r)] >= 0 && batch.tokens[size_t(r)] < c.vocab_size, "forward: token ",
-                  batch.tokens[size_t(r)], " at row ", r, " is outside the vocabulary of ", c.vocab_size);
-    if (ck_.config.ple_dim > 0)
+  if (ck_.config.ple_dim > 0) {
+    for (int32_t r = 0; r < n; ++r)
       BRIOCHE_CHECK(batch.tokens[size_t(r)] < ck_.config.ple_vocab, "forward: token ", batch.tokens[size_t(r)],
                     " at row ", r, " is outside the per-layer input vocabulary of ", ck_.config.ple_vocab);
   }

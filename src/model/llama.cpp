@@ -48,10 +48,7 @@ size_t LlamaModel::weight_bytes() const {
 
 void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
   const ModelConfig& c = ck_.config;
-  const int32_t n = batch.n_rows();
-  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
-                "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
-                batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  check_batch_rows(batch, c.vocab_size);
   BRIOCHE_CHECK(cache.n_layers() == 0 || cache.keys(0).device() == device(),
                 "forward: the KV cache is on ", device_name(cache.keys(0).device()),
                 " but the model is on ", device_name(device()),
@@ -61,26 +58,6 @@ void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) co
                 "forward: KV cache of ", cache.n_layers(), " layers x ", cache.keys(0).describe(),
                 " does not fit the model (", c.n_layers, " layers, ", c.n_kv_heads, " kv heads of ",
                 c.head_dim, ")");
-  std::vector<uint8_t> covered(size_t(n), 0);
-  for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const SequenceView& seq = batch.sequences[s];
-    BRIOCHE_CHECK(seq.first_row >= 0 && seq.n_rows >= 0 && seq.first_row + seq.n_rows <= n,
-                  "forward: sequence ", s, " rows [", seq.first_row, ", ", seq.first_row + seq.n_rows,
-                  ") outside the batch of ", n, " rows");
-    for (int32_t i = 0; i < seq.n_rows; ++i) {
-      int32_t r = seq.first_row + i;
-      BRIOCHE_CHECK(!covered[r], "forward: row ", r, " belongs to two sequences");
-      covered[r] = 1;
-      BRIOCHE_CHECK(batch.positions[r] == seq.n_past + i, "forward: row ", r, " of sequence ", s,
-                    " has position ", batch.positions[r], ", expected n_past + ", i, " = ",
-                    seq.n_past + i);
-    }
-  }
-  for (int32_t r = 0; r < n; ++r) {
-    BRIOCHE_CHECK(covered[r], "forward: row ", r, " belongs to no sequence");
-    BRIOCHE_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < c.vocab_size, "forward: token ",
-                  batch.tokens[r], " at row ", r, " is outside the vocabulary of ", c.vocab_size);
-  }
 }
 
 void LlamaModel::shape_logits(int64_t n_logits, Tensor& logits) const {

@@ -113,10 +113,7 @@ size_t Qwen35Model::weight_bytes() const {
 
 void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
   const ModelConfig& c = ck_.config;
-  const int32_t n = batch.n_rows();
-  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
-                "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
-                batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  check_batch_rows(batch, c.vocab_size);
   BRIOCHE_CHECK(cache.device() == Device::CPU, "forward: Qwen 3.5 runs on the CPU only in this build; the cache is on ",
                 device_name(cache.device()));
   BRIOCHE_CHECK(cache.n_layers() == c.n_layers, "forward: KV cache of ", cache.n_layers(),
@@ -132,11 +129,8 @@ void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
     BRIOCHE_CHECK(!linear || const_cast<KvCache&>(cache).recurrent_state(l).defined(), "forward: KV cache layer ", l,
                   " has no recurrent state slots (KvCacheOptions::n_state_slots), which the linear-attention layer needs");
   }
-  std::vector<uint8_t> covered(size_t(n), 0);
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceView& seq = batch.sequences[s];
-    BRIOCHE_CHECK(seq.first_row >= 0 && seq.n_rows >= 0 && seq.first_row + seq.n_rows <= n, "forward: sequence ", s,
-                  " rows [", seq.first_row, ", ", seq.first_row + seq.n_rows, ") outside the batch of ", n, " rows");
     BRIOCHE_CHECK(seq.adapter == nullptr, "forward: sequence ", s,
                   " names a LoRA adapter; served adapters are not supported for Qwen 3.5 yet");
     BRIOCHE_CHECK(seq.n_rows == 0 || (seq.state_slot >= 0 && seq.state_slot < cache.n_state_slots()),
@@ -145,18 +139,6 @@ void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
     for (size_t t = 0; t < s; ++t)
       BRIOCHE_CHECK(seq.n_rows == 0 || batch.sequences[t].n_rows == 0 || batch.sequences[t].state_slot != seq.state_slot,
                     "forward: sequences ", t, " and ", s, " share state slot ", seq.state_slot);
-    for (int32_t i = 0; i < seq.n_rows; ++i) {
-      const int32_t r = seq.first_row + i;
-      BRIOCHE_CHECK(!covered[size_t(r)], "forward: row ", r, " belongs to two sequences");
-      covered[size_t(r)] = 1;
-      BRIOCHE_CHECK(batch.positions[size_t(r)] == seq.n_past + i, "forward: row ", r, " of sequence ", s,
-                    " has position ", batch.positions[size_t(r)], ", expected n_past + ", i, " = ", seq.n_past + i);
-    }
-  }
-  for (int32_t r = 0; r < n; ++r) {
-    BRIOCHE_CHECK(covered[size_t(r)], "forward: row ", r, " belongs to no sequence");
-    BRIOCHE_CHECK(batch.tokens[size_t(r)] >= 0 && batch.tokens[size_t(r)] < c.vocab_size, "forward: token ",
-                  batch.tokens[size_t(r)], " at row ", r, " is outside the vocabulary of ", c.vocab_size);
   }
 }
 
