@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -155,6 +156,10 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
   };
   train_ = split(owned_train_.get());
   if (owned_valid_) valid_ = split(owned_valid_.get());
+  // Offloaded activations live in pinned host buffers; pinning the longest
+  // batch's size once spares re-pinning (seconds at 8B shapes) at every
+  // batch longer than those before it.
+  if (config_.offload_boundaries) model_->reserve_offload_rows(longest_batch_rows(*train_));
 }
 
 Trainer::~Trainer() = default;
@@ -200,20 +205,28 @@ void Trainer::show_progress(int done, int total, int first_step, double loss, fl
   progress_shown_ = true;
 }
 
+TokenBatch Trainer::layout(const Split& s, const std::vector<int>& indices) const {
+  if (is_preference(config_.method)) {
+    std::vector<const TokenizedPair*> ptrs;
+    for (int i : indices) ptrs.push_back(&s.data->pairs[size_t(i)]);
+    return build_preference_batch(ptrs, {.method = config_.method, .sft_scope = config_.resolved_sft_scope(),
+                                         .prefix_shared = config_.prefix_shared});
+  }
+  std::vector<const TokenizedExample*> ptrs;
+  for (int i : indices) ptrs.push_back(&s.data->examples[size_t(i)]);
+  return build_sft_batch(ptrs, config_.resolved_sft_scope());
+}
+
+int64_t Trainer::longest_batch_rows(const Split& s) const {
+  std::vector<int64_t> rows;
+  for (int i = 0; i < s.size(); ++i) rows.push_back(layout(s, {i}).n_rows());
+  const size_t k = std::min(rows.size(), size_t(std::max(1, config_.batch_size)));
+  std::partial_sort(rows.begin(), rows.begin() + ptrdiff_t(k), rows.end(), std::greater<>());
+  return std::accumulate(rows.begin(), rows.begin() + ptrdiff_t(k), int64_t(0));
+}
+
 Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indices, bool with_prefix) {
-  const bool pref = is_preference(config_.method);
-  const PreferenceBatchOptions po{.method = config_.method, .sft_scope = config_.resolved_sft_scope(),
-                                  .prefix_shared = config_.prefix_shared};
-  auto build = [&](const std::vector<int>& idx) {
-    if (pref) {
-      std::vector<const TokenizedPair*> ptrs;
-      for (int i : idx) ptrs.push_back(&s.data->pairs[size_t(i)]);
-      return build_preference_batch(ptrs, po);
-    }
-    std::vector<const TokenizedExample*> ptrs;
-    for (int i : idx) ptrs.push_back(&s.data->examples[size_t(i)]);
-    return build_sft_batch(ptrs, config_.resolved_sft_scope());
-  };
+  auto build = [&](const std::vector<int>& idx) { return layout(s, idx); };
   MicroBatch mb{.batch = build(indices)};
   // Frozen-prefix rows: per example, cached (each example's rows are contiguous in the batch).
   constexpr size_t kPrefixCacheLimit = size_t(1) << 30;

@@ -88,6 +88,10 @@ class Trainer {
   struct Split;
   struct MicroBatch;
   MicroBatch make_batch(Split& split, const std::vector<int>& indices, bool with_prefix);
+  // The examples `indices` of `split` laid out as one batch (no prefix, no reference).
+  TokenBatch layout(const Split& split, const std::vector<int>& indices) const;
+  // The most rows a micro-batch of `split` can have: its batch_size longest examples together.
+  int64_t longest_batch_rows(const Split& split) const;
   void log(const std::string& line) const;
   // eval_samples greedy completions of the evaluation split's first prompts: log.jsonl and stderr.
   void write_samples(int step);

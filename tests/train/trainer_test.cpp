@@ -127,7 +127,9 @@ TEST(Trainer, AnInterruptedRunResumesToTheSameAdapterBitForBit) {
     (e["event"] == "step" ? steps : evals) += 1;
     // Throughput over the steps' own time: positive, and each step's time recorded.
     EXPECT_GT(e["tokens_per_s"].get<double>(), 0.0) << line;
-    if (e["event"] == "step") EXPECT_GT(e["step_seconds"].get<double>(), 0.0) << line;
+    if (e["event"] == "step") {
+      EXPECT_GT(e["step_seconds"].get<double>(), 0.0) << line;
+    }
     // TRL's ORPO names, per step and per evaluation.
     for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
                             "logps/chosen", "log_odds_ratio", "log_odds_chosen", "nll_loss"})
