@@ -60,8 +60,12 @@ float graph_us_per_kernel(cudaStream_t stream, int* values, int grid, bool pdl, 
   for (int i = 0; i < kChain; ++i) {
     cudaLaunchAttribute attribute{.id = cudaLaunchAttributeProgrammaticStreamSerialization};
     attribute.val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-    const cudaLaunchConfig_t config{.gridDim = dim3(unsigned(grid)), .blockDim = dim3(kThreads),
-                                    .dynamicSmemBytes = 0, .stream = stream, .attrs = &attribute, .numAttrs = 1};
+    const cudaLaunchConfig_t config{.gridDim = dim3(unsigned(grid)),
+                                    .blockDim = dim3(kThreads),
+                                    .dynamicSmemBytes = 0,
+                                    .stream = stream,
+                                    .attrs = &attribute,
+                                    .numAttrs = 1};
     CUDA_CHECK(cudaLaunchKernelEx(&config, link, values, i, read_by_every_cta));
   }
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
@@ -109,8 +113,9 @@ void print_table() {
   CUDA_CHECK(cudaMalloc(&arrived, sizeof(unsigned)));
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
-  std::printf("| CTAs | graph, µs a kernel | graph + PDL | graph, read by every CTA | graph + PDL, read by every CTA "
-              "| one grid, µs a barrier |\n");
+  std::printf(
+      "| CTAs | graph, µs a kernel | graph + PDL | graph, read by every CTA | graph + PDL, read by every CTA "
+      "| one grid, µs a barrier |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (const int grid : {1, 132, 264, 528}) {
     std::printf("| %d | %.3f | %.3f | %.3f | %.3f |", grid, graph_us_per_kernel(stream, values, grid, false, false),
@@ -118,8 +123,10 @@ void print_table() {
                 graph_us_per_kernel(stream, values, grid, false, true),
                 graph_us_per_kernel(stream, values, grid, true, true));
     // (A grid barrier needs every CTA resident: 2 per SM at most here.)
-    if (grid <= 264) std::printf(" %.3f |\n", persistent_us_per_barrier(stream, values, arrived, grid));
-    else std::printf(" – |\n");
+    if (grid <= 264)
+      std::printf(" %.3f |\n", persistent_us_per_barrier(stream, values, arrived, grid));
+    else
+      std::printf(" – |\n");
   }
   CUDA_CHECK(cudaStreamDestroy(stream));
   CUDA_CHECK(cudaFree(arrived));

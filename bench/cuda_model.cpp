@@ -54,9 +54,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Options {
   std::string shape = "smollm2-135m";
@@ -64,7 +62,7 @@ struct Options {
   std::string device = "cuda";
   int decode = 128, prompt = 128, prefill = 2048, prefill_reps = 3, batch = 64, context = 1024, batch_steps = 32;
   bool check = false, gemv = false;
-  int layers = 0;  // 0: the preset's
+  int layers = 0;            // 0: the preset's
   int tp = 0, tp_rank = -1;  // tp 0: no tensor parallelism; 1: one rank through the TP path (NCCL of one)
   std::string tp_master = "127.0.0.1:29517";
   std::vector<std::pair<std::string, DType>> dtype_at;  // --dtype-at WHERE=DTYPE
@@ -117,7 +115,8 @@ struct Rig {
   Rig(model::Model& m, int sequences, int positions) : model(m) {
     const int block = 16, per_seq = (positions + block - 1) / block;
     cache = std::make_unique<model::KvCache>(
-        m.config(), model::KvCacheOptions{.block_size = block, .n_blocks = per_seq * sequences,
+        m.config(), model::KvCacheOptions{.block_size = block,
+                                          .n_blocks = per_seq * sequences,
                                           .dtype = m.device() == Device::CUDA ? DType::F16 : DType::F32,
                                           .device = m.device()});
     for (int s = 0; s < sequences; ++s) {
@@ -132,8 +131,10 @@ struct Rig {
   void step(const std::vector<std::vector<int32_t>>& tokens) {
     model::ForwardBatch b;
     for (size_t s = 0; s < tokens.size(); ++s) {
-      b.sequences.push_back({.first_row = b.n_rows(), .n_rows = int32_t(tokens[s].size()),
-                             .n_past = n_past[s], .block_table = tables[s]});
+      b.sequences.push_back({.first_row = b.n_rows(),
+                             .n_rows = int32_t(tokens[s].size()),
+                             .n_past = n_past[s],
+                             .block_table = tables[s]});
       for (size_t i = 0; i < tokens[s].size(); ++i) {
         b.tokens.push_back(tokens[s][i]);
         b.positions.push_back(n_past[s] + int32_t(i));
@@ -166,7 +167,8 @@ struct Rig {
 
 std::vector<int32_t> prompt(int n, int vocab, int salt) {
   std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) t[i] = int32_t((uint64_t(i + 1) * 2654435761u + uint64_t(salt) * 40503u) % uint64_t(vocab));
+  for (int i = 0; i < n; ++i)
+    t[i] = int32_t((uint64_t(i + 1) * 2654435761u + uint64_t(salt) * 40503u) % uint64_t(vocab));
   return t;
 }
 
@@ -350,8 +352,8 @@ int bench_model(const Options& o, model::Model& m) {
     const std::string where = o.tp >= 1 ? o.device + " x" + std::to_string(o.tp) + " (TP)" : o.device;
     std::string dtype = o.dtype;
     for (const auto& [at, t] : o.dtype_at) dtype += ", " + at + " " + std::string(dtype_name(t));
-    std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), dtype.c_str(), where.c_str(),
-                test.c_str(), tps, ms);
+    std::printf("| %s | %s | %s | %s | %.1f | %.3f |\n", o.shape.c_str(), dtype.c_str(), where.c_str(), test.c_str(),
+                tps, ms);
     std::fflush(stdout);
   };
   if (o.decode > 0) {
@@ -463,8 +465,10 @@ model::Checkpoint widened_to_f32(const model::Checkpoint& ck) {
     if (t.defined() && t.dtype() != DType::F32) t = ops::convert(t, DType::F32);
   };
   widen(out.weights.token_embd);
-  if (ck.config.tied_embeddings) out.weights.output = out.weights.token_embd;
-  else widen(out.weights.output);
+  if (ck.config.tied_embeddings)
+    out.weights.output = out.weights.token_embd;
+  else
+    widen(out.weights.output);
   for (model::LayerWeights& l : out.weights.layers)
     for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) widen(*t);
   return out;
@@ -560,8 +564,9 @@ int run_tp_check(const Options& o) {
         const double gap = double(w[ref[s]]) - w[ids[s]], rms = std::sqrt(sq / vocab);
         const bool tie = gap < 4 * rms;
         near_ties += tie;
-        std::printf("  step %zu seq %zu: TP=1 picks %d, TP=%d picks %d; TP=1 logit gap %.4g vs %.4g RMS difference (%s)\n",
-                    step, s, ref[s], o.tp, ids[s], gap, rms, tie ? "a near tie" : "NOT a near tie");
+        std::printf(
+            "  step %zu seq %zu: TP=1 picks %d, TP=%d picks %d; TP=1 logit gap %.4g vs %.4g RMS difference (%s)\n",
+            step, s, ref[s], o.tp, ids[s], gap, rms, tie ? "a near tie" : "NOT a near tie");
       }
       double e1 = 0, en = 0;
       if (!exact.empty()) {
@@ -570,15 +575,17 @@ int run_tp_check(const Options& o) {
         worst_tp1_exact = std::max(worst_tp1_exact, e1);
         worst_tpn_exact = std::max(worst_tpn_exact, en);
       }
-      std::printf("tp check step %zu: logits NMSE %.3g (vs f32 activations: TP=1 %.3g, TP=%d %.3g), greedy ids TP=1 "
-                  "%d/%d TP=%d %d/%d\n",
-                  step, e, e1, o.tp, en, ref[0], ref[1], o.tp, ids[0], ids[1]);
+      std::printf(
+          "tp check step %zu: logits NMSE %.3g (vs f32 activations: TP=1 %.3g, TP=%d %.3g), greedy ids TP=1 "
+          "%d/%d TP=%d %d/%d\n",
+          step, e, e1, o.tp, en, ref[0], ref[1], o.tp, ids[0], ids[1]);
     }
     graphs = tp.shard().n_decode_graphs();
   }  // the workers stop here; rank 0's graphs are dropped before its communicator
-  std::printf("tp check %s %s (%d layers) TP=%d vs TP=1: worst logits NMSE %.3g, greedy agreement %d/%d "
-              "(%d near ties), decode graphs recorded %zu\n",
-              o.shape.c_str(), o.dtype.c_str(), preset_of(o).layers, o.tp, worst, agree, total, near_ties, graphs);
+  std::printf(
+      "tp check %s %s (%d layers) TP=%d vs TP=1: worst logits NMSE %.3g, greedy agreement %d/%d "
+      "(%d near ties), decode graphs recorded %zu\n",
+      o.shape.c_str(), o.dtype.c_str(), preset_of(o).layers, o.tp, worst, agree, total, near_ties, graphs);
   bool ok = worst < 1e-3 && agree + near_ties == total;
   if (!exact.empty()) {
     const bool no_worse = worst_tpn_exact <= 2 * worst_tp1_exact + 1e-6;
@@ -629,9 +636,10 @@ int run_tp_bench(const Options& o) {
     std::fprintf(stderr, "rank %d: %lld forwards, stopped\n", o.tp_rank, (long long)n);
     return 0;
   }
-  std::printf("tensor parallel over %d GPUs: each rank generated its own random shard in its shape (no whole "
-              "checkpoint was sliced)\n",
-              o.tp);
+  std::printf(
+      "tensor parallel over %d GPUs: each rank generated its own random shard in its shape (no whole "
+      "checkpoint was sliced)\n",
+      o.tp);
   model::TensorParallelModel tp(std::move(model), std::move(collective));
   return bench_model(o, tp);
 }
@@ -673,8 +681,10 @@ int run_tensor_parallel(Options o) {
     pid_t got = 0;
     while ((got = ::waitpid(pid, &ws, WNOHANG)) == 0 && seconds_since(t0) < 60) ::usleep(50000);
     if (got == 0) {
-      std::fprintf(stderr, "cuda_model_bench: tensor-parallel rank (pid %d) still running 60 s after rank 0 finished; "
-                   "killed\n", int(pid));
+      std::fprintf(stderr,
+                   "cuda_model_bench: tensor-parallel rank (pid %d) still running 60 s after rank 0 finished; "
+                   "killed\n",
+                   int(pid));
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &ws, 0);
       status = 1;
@@ -702,31 +712,50 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (f == "--shape") o.shape = next();
-      else if (f == "--dtype") o.dtype = next();
-      else if (f == "--device") o.device = next();
-      else if (f == "--decode") o.decode = std::stoi(next());
-      else if (f == "--prefill") o.prefill = std::stoi(next());
-      else if (f == "--prompt") o.prompt = std::stoi(next());
-      else if (f == "--prefill-reps") o.prefill_reps = std::max(1, std::stoi(next()));
-      else if (f == "--batch") o.batch = std::stoi(next());
-      else if (f == "--context") o.context = std::stoi(next());
-      else if (f == "--batch-steps") o.batch_steps = std::stoi(next());
-      else if (f == "--check") o.check = true;
-      else if (f == "--gemv") o.gemv = true;
-      else if (f == "--layers") o.layers = std::stoi(next());
-      else if (f == "--dtype-at") o.dtype_at.push_back(parse_dtype_at(next()));
-      else if (f == "--tp") o.tp = std::stoi(next());
-      else if (f == "--tp-rank") o.tp_rank = std::stoi(next());
-      else if (f == "--tp-master") o.tp_master = next();
-      else fail("unknown flag ", f);
+      if (f == "--shape")
+        o.shape = next();
+      else if (f == "--dtype")
+        o.dtype = next();
+      else if (f == "--device")
+        o.device = next();
+      else if (f == "--decode")
+        o.decode = std::stoi(next());
+      else if (f == "--prefill")
+        o.prefill = std::stoi(next());
+      else if (f == "--prompt")
+        o.prompt = std::stoi(next());
+      else if (f == "--prefill-reps")
+        o.prefill_reps = std::max(1, std::stoi(next()));
+      else if (f == "--batch")
+        o.batch = std::stoi(next());
+      else if (f == "--context")
+        o.context = std::stoi(next());
+      else if (f == "--batch-steps")
+        o.batch_steps = std::stoi(next());
+      else if (f == "--check")
+        o.check = true;
+      else if (f == "--gemv")
+        o.gemv = true;
+      else if (f == "--layers")
+        o.layers = std::stoi(next());
+      else if (f == "--dtype-at")
+        o.dtype_at.push_back(parse_dtype_at(next()));
+      else if (f == "--tp")
+        o.tp = std::stoi(next());
+      else if (f == "--tp-rank")
+        o.tp_rank = std::stoi(next());
+      else if (f == "--tp-master")
+        o.tp_master = next();
+      else
+        fail("unknown flag ", f);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cuda_model_bench: %s\n", e.what());
       return 2;
     }
   }
   if (o.tp >= 1 && !o.dtype_at.empty()) {
-    std::fprintf(stderr, "cuda_model_bench: --dtype-at does not apply to --tp runs (their shards are drawn per rank)\n");
+    std::fprintf(stderr,
+                 "cuda_model_bench: --dtype-at does not apply to --tp runs (their shards are drawn per rank)\n");
     return 2;
   }
   if (o.tp >= 1) return run_tensor_parallel(o);

@@ -78,7 +78,8 @@ std::shared_ptr<const Vocabulary> load_llama3(const std::string& path) {
       tokens[t["id"].get<int32_t>()].clear();
       special.push_back(t["id"].get<int32_t>());
     }
-  return std::make_shared<Vocabulary>(std::move(tokens), VocabularyOptions{.eos_ids = {128001, 128009}, .special_ids = special});
+  return std::make_shared<Vocabulary>(std::move(tokens),
+                                      VocabularyOptions{.eos_ids = {128001, 128009}, .special_ids = special});
 }
 
 // The checkout this file lives in (the bench has no source-dir define).
@@ -116,7 +117,8 @@ void run_walks(const std::shared_ptr<const CompiledGrammar>& compiled, const Voc
       bool eos_ok = (mask[128009 >> 5] >> (128009 & 31)) & 1;
       std::uniform_real_distribution<double> u(0, 1);
       int32_t pick;
-      if (eos_ok && u(rng) < 0.4) pick = 128009;
+      if (eos_ok && u(rng) < 0.4)
+        pick = 128009;
       else {
         auto& pool = (!short_allowed.empty() && u(rng) < 0.6) ? short_allowed : allowed;
         pick = pool[rng() % pool.size()];
@@ -138,7 +140,8 @@ double timed_compile(const nlohmann::ordered_json& schema, const std::shared_ptr
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tok_path = argc > 1 && *argv[1] ? argv[1] : source_dir() + "/tests/fixtures/tokenizers/llama3/tokenizer.json.zst";
+  std::string tok_path =
+      argc > 1 && *argv[1] ? argv[1] : source_dir() + "/tests/fixtures/tokenizers/llama3/tokenizer.json.zst";
   int walks = argc > 2 ? std::atoi(argv[2]) : 10;
   std::string only = argc > 3 ? argv[3] : "";  // run just this schema, or the schema in this .json file
   auto vocab = load_llama3(tok_path);
@@ -172,9 +175,11 @@ int main(int argc, char** argv) {
     }
     if (getenv("GRAMMAR_BENCH_STATS")) {
       const CompileStats& st = compiled->stats();
-      std::printf("  [%s: %d states, %d scannable, %d shared, %d deferred, %d distinct masks, %.2f MB, automaton %.2f ms, total %.2f ms]\n",
-                  name.c_str(), st.num_states, st.num_scannable_states, st.num_shared_states, st.num_deferred_states, st.num_distinct_masks,
-                  st.mask_bytes / 1e6, st.automaton_seconds * 1e3, st.seconds * 1e3);
+      std::printf(
+          "  [%s: %d states, %d scannable, %d shared, %d deferred, %d distinct masks, %.2f MB, automaton %.2f ms, "
+          "total %.2f ms]\n",
+          name.c_str(), st.num_states, st.num_scannable_states, st.num_shared_states, st.num_deferred_states,
+          st.num_distinct_masks, st.mask_bytes / 1e6, st.automaton_seconds * 1e3, st.seconds * 1e3);
     }
     // Two passes over the same seeded walks: the first pays for deferred
     // states on first use, the second is the steady state.
@@ -195,8 +200,10 @@ int main(int argc, char** argv) {
               percentile(all_cold, 1.0));
   std::printf("  warm  p50 %.2f ms  p90 %.2f ms  max %.2f ms\n", percentile(all_warm, 0.5), percentile(all_warm, 0.9),
               percentile(all_warm, 1.0));
-  std::printf("mask fill, first pass (deferred states computed on first use), %zu steps: p50 %.2f us  p99 %.2f us  max %.2f us\n",
-              all_masks.size(), percentile(all_masks, 0.5), percentile(all_masks, 0.99), percentile(all_masks, 1.0));
+  std::printf(
+      "mask fill, first pass (deferred states computed on first use), %zu steps: p50 %.2f us  p99 %.2f us  max %.2f "
+      "us\n",
+      all_masks.size(), percentile(all_masks, 0.5), percentile(all_masks, 0.99), percentile(all_masks, 1.0));
   std::printf("mask fill, steady state (same walks again): p50 %.2f us  p99 %.2f us  max %.2f us\n",
               percentile(all_steady, 0.5), percentile(all_steady, 0.99), percentile(all_steady, 1.0));
   std::printf("first mask of a fresh grammar (start state, incl. its deferred work): p50 %.2f us  max %.2f us\n",

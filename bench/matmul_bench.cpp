@@ -21,15 +21,18 @@ namespace {
 
 using namespace brioche;
 
-struct Shape { const char* name; int64_t m, k; };
+struct Shape {
+  const char* name;
+  int64_t m, k;
+};
 constexpr Shape kShapes[] = {
     {"attn_576x576", 576, 576},
     {"ffn_up_1536x576", 1536, 576},
     {"ffn_down_576x1536", 576, 1536},
     {"vocab_49152x576", 49152, 576},
 };
-constexpr DType kTypes[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                            DType::AFFINE4_G64, DType::AFFINE8_G64, DType::F32, DType::F16, DType::BF16};
+constexpr DType kTypes[] = {DType::Q4_1,        DType::Q8_0,        DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                            DType::AFFINE4_G64, DType::AFFINE8_G64, DType::F32,  DType::F16,  DType::BF16};
 
 void apply_isa_env() {
   if (const char* threads = std::getenv("BRIOCHE_THREADS")) ThreadPool::configure_global(std::atoi(threads));
@@ -51,8 +54,16 @@ void bm_matmul(benchmark::State& state, DType wtype, Shape shape, int64_t n) {
     cpu::quantize_row_ref(wtype, row.data(), w.data() + r * rb, k);
   }
   for (auto& v : x) v = g(rng);
-  const cpu::MatmulArgs args{.x = x.data(), .ldx = k, .wtype = wtype, .w = w.data(), .w_row_bytes = rb,
-                             .y = y.data(), .ldy = m, .n = n, .m = m, .k = k};
+  const cpu::MatmulArgs args{.x = x.data(),
+                             .ldx = k,
+                             .wtype = wtype,
+                             .w = w.data(),
+                             .w_row_bytes = rb,
+                             .y = y.data(),
+                             .ldy = m,
+                             .n = n,
+                             .m = m,
+                             .k = k};
   for (auto _ : state) {
     cpu::matmul(args);
     benchmark::DoNotOptimize(y.data());
@@ -60,8 +71,7 @@ void bm_matmul(benchmark::State& state, DType wtype, Shape shape, int64_t n) {
   }
   const double iters = double(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(double(w.size()) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * double(n * m * k) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(n * m * k) * iters / 1e9, benchmark::Counter::kIsRate);
   state.SetLabel(std::string(cpu::isa_name(cpu::active_isa())));
 }
 

@@ -74,8 +74,8 @@ void BM_DeviceUpload(benchmark::State& state) {
   std::vector<std::vector<int32_t>> tokens(kRows, std::vector<int32_t>(size_t(prompt + kOutput + kMaxSteps)));
   for (auto& row : tokens)
     for (int32_t& t : row) t = int32_t(gen() % kVocab);
-  const SamplingParams params{.temperature = 0.8f, .top_p = 0.95f, .repetition_penalty = 1.1f,
-                              .frequency_penalty = 0.2f, .seed = 1};
+  const SamplingParams params{
+      .temperature = 0.8f, .top_p = 0.95f, .repetition_penalty = 1.1f, .frequency_penalty = 0.2f, .seed = 1};
   std::vector<Sampler> samplers(kRows, Sampler(params, kVocab));
   std::vector<DeviceSampler::PenaltyEntries> caches(kRows);
   DeviceSampler device(kVocab);
@@ -134,8 +134,15 @@ void BM_CudaSample(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(device.sample(device_logits, rows)[0].token);
 }
 
-BENCHMARK(BM_CudaSample)->ArgsProduct({{1, 16, 64}, {0, 1, 2, 3}, {0, 1}, {kVocab, 128256}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DeviceUpload)->Args({512, 0})->Args({512, 1})->Args({4096, 0})->Args({4096, 1})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSample)
+    ->ArgsProduct({{1, 16, 64}, {0, 1, 2, 3}, {0, 1}, {kVocab, 128256}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DeviceUpload)
+    ->Args({512, 0})
+    ->Args({512, 1})
+    ->Args({4096, 0})
+    ->Args({4096, 1})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Greedy)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Temperature)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TopP)->Unit(benchmark::kMicrosecond);

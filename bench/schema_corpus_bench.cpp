@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
     std::shared_ptr<const grammar::CompiledGrammar> compiled;
     const auto t0 = Clock::now();
     try {
-      compiled = grammar::CompiledGrammar::compile(grammar::Grammar::from_json_schema(entry["schema"], schema_options), vocab);
+      compiled =
+          grammar::CompiledGrammar::compile(grammar::Grammar::from_json_schema(entry["schema"], schema_options), vocab);
     } catch (const Error& e) {
       line["error"] = std::string(e.what()).substr(0, 300);
     }

@@ -35,11 +35,13 @@ Shared& shared() {
   static Shared s = [] {
     Shared out;
     const char* home = std::getenv("HOME");
-    std::string path = std::getenv("BRIOCHE_MODEL") ? std::getenv("BRIOCHE_MODEL")
-                                                     : std::string(home ? home : "") + "/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    std::string path = std::getenv("BRIOCHE_MODEL")
+                           ? std::getenv("BRIOCHE_MODEL")
+                           : std::string(home ? home : "") + "/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     if (!std::filesystem::exists(path)) return out;
     out.engine = engine::Engine::load({.model_path = path, .kv = {.max_context = 512}});
-    out.cache = std::make_unique<grammar::GrammarCache>(engine::grammar_vocabulary(*out.engine->tokenizer(), out.engine->vocab_size()));
+    out.cache = std::make_unique<grammar::GrammarCache>(
+        engine::grammar_vocabulary(*out.engine->tokenizer(), out.engine->vocab_size()));
     return out;
   }();
   return s;
@@ -53,7 +55,8 @@ engine::GenerationRequest request(bool constrained, bool any_whitespace, bool ju
   r.max_tokens = kTokens;
   r.ignore_eos = true;
   if (constrained) {
-    r.constraint.compiled = s.cache->get(grammar::Grammar::from_json_schema(std::string(kSchema), {.any_whitespace = any_whitespace}));
+    r.constraint.compiled =
+        s.cache->get(grammar::Grammar::from_json_schema(std::string(kSchema), {.any_whitespace = any_whitespace}));
     r.constraint.jump_forward = jump;
   }
   return r;
@@ -96,7 +99,8 @@ void BM_MaskAndAcceptPerToken(benchmark::State& state) {
   if (!s.engine) return state.SkipWithError("default model not found");
   engine::GenerationRequest r = request(true, true, false);
   std::vector<int32_t> tokens;
-  s.engine->generate(r, [&](const engine::GenerationEvent& e) { tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end()); });
+  s.engine->generate(
+      r, [&](const engine::GenerationEvent& e) { tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end()); });
   const auto& tok = *s.engine->tokenizer();
   int64_t steps = 0;
   for (auto _ : state) {
@@ -108,7 +112,8 @@ void BM_MaskAndAcceptPerToken(benchmark::State& state) {
     }
     steps += int64_t(tokens.size());
   }
-  state.counters["us_per_token"] = benchmark::Counter(double(steps), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_token"] =
+      benchmark::Counter(double(steps), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 BENCHMARK(BM_DecodeUnconstrained)->Unit(benchmark::kMillisecond)->Iterations(3);

@@ -29,13 +29,18 @@ int main(int argc, char** argv) {
   int repeat = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--json") json_path = argv[i + 1];
-    else if (flag == "--gguf") gguf_path = argv[i + 1];
-    else if (flag == "--corpus") corpus_path = argv[i + 1];
-    else if (flag == "--repeat") repeat = std::atoi(argv[i + 1]);
+    if (flag == "--json")
+      json_path = argv[i + 1];
+    else if (flag == "--gguf")
+      gguf_path = argv[i + 1];
+    else if (flag == "--corpus")
+      corpus_path = argv[i + 1];
+    else if (flag == "--repeat")
+      repeat = std::atoi(argv[i + 1]);
   }
   if ((json_path.empty() && gguf_path.empty()) || corpus_path.empty()) {
-    std::fprintf(stderr, "usage: %s (--json tokenizer.json | --gguf model.gguf) --corpus docs.bin [--repeat N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s (--json tokenizer.json | --gguf model.gguf) --corpus docs.bin [--repeat N]\n",
+                 argv[0]);
     return 2;
   }
   using clock = std::chrono::steady_clock;

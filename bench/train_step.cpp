@@ -77,8 +77,8 @@ size_t device_peak(Device device) {
 }
 
 DType parse_dtype_name(const std::string& s) {
-  for (DType d : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K})
+  for (DType d : {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K})
     if (s == dtype_name(d)) return d;
   fail("unknown dtype '", s, "'");
 }
@@ -124,10 +124,12 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
     LoraAdapter adapter(ck.config, {.rank = o.rank, .alpha = 2.0f * float(o.rank)}, 7);
     adapter.to_device(device);
     TrainModel model(ck, &adapter,
-                     {.segment_size = o.segment_size, .offload_boundaries = o.offload,
+                     {.segment_size = o.segment_size,
+                      .offload_boundaries = o.offload,
                       .offload_attention = o.offload_attention,
                       .boundary_dtype = o.boundary_dtype,
-                      .device_boundaries = o.device_boundaries, .mlp_chunk_rows = o.mlp_chunk});
+                      .device_boundaries = o.device_boundaries,
+                      .mlp_chunk_rows = o.mlp_chunk});
     FusedLogpHead head(ck.weights.output, o.head_chunk);
     AdamW optimizer(adapter, {});
     const LossConfig loss{.method = method, .orpo_lambda = 0.1f};
@@ -142,7 +144,8 @@ Result run_steps(const Options& o, const model::Checkpoint& ck, Device device, c
       if (s == 0) r.first_loss = v.loss;
       if (s > 0 || o.steps == 0) times.push_back(seconds_since(t0) * 1e3);  // (--steps 0: the first step's time)
       std::fprintf(stderr, "  step %d: loss %.4f grad_norm %.4f %.0f ms (device in use %.2f GB, peak %.2f GB)\n", s,
-                   v.loss, norm, seconds_since(t0) * 1e3, double(device_in_use()) / 1e9, double(device_peak(device)) / 1e9);
+                   v.loss, norm, seconds_since(t0) * 1e3, double(device_in_use()) / 1e9,
+                   double(device_peak(device)) / 1e9);
     }
     std::sort(times.begin(), times.end());
     r.ms_per_step = times.empty() ? 0 : times[times.size() / 2];
@@ -160,7 +163,8 @@ int run(const Options& o) {
   const Device device = o.device == "cuda" ? Device::CUDA : Device::CPU;
   auto t0 = Clock::now();
   model::Checkpoint ck = random_model(o, device);
-  const Tensor ballast = o.ballast_gb > 0 ? ops::zeros(DType::I32, {int64_t(o.ballast_gb * 1e9 / 4)}, device) : Tensor();
+  const Tensor ballast =
+      o.ballast_gb > 0 ? ops::zeros(DType::I32, {int64_t(o.ballast_gb * 1e9 / 4)}, device) : Tensor();
   const Tensor host_ballast =
       o.host_ballast_gb > 0 ? ops::pinned_host_zeros(DType::I32, {int64_t(o.host_ballast_gb * 1e9 / 4)}) : Tensor();
   const double weights_gb = double(device_in_use()) / 1e9;
@@ -168,11 +172,12 @@ int run(const Options& o) {
                ck.config.n_layers, o.device.c_str(), seconds_since(t0), weights_gb);
   std::mt19937 rng(1);
   const int vocab = ck.config.vocab_size;
-  std::string levers = "rank " + std::to_string(o.rank) + ", seg " + std::to_string(o.segment_size) +
-                       (o.offload ? " +offload" : "") + (o.offload_attention ? " +attention" : "") + ", head chunk " + std::to_string(o.head_chunk) +
-                       (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "") +
-                       (o.boundary_dtype != DType::F32 ? ", boundaries " + std::string(dtype_name(o.boundary_dtype)) : "") +
-                       (o.device_boundaries > 0 ? ", " + std::to_string(o.device_boundaries) + " on the device" : "");
+  std::string levers =
+      "rank " + std::to_string(o.rank) + ", seg " + std::to_string(o.segment_size) + (o.offload ? " +offload" : "") +
+      (o.offload_attention ? " +attention" : "") + ", head chunk " + std::to_string(o.head_chunk) +
+      (o.mlp_chunk > 0 ? ", mlp chunk " + std::to_string(o.mlp_chunk) : "") +
+      (o.boundary_dtype != DType::F32 ? ", boundaries " + std::string(dtype_name(o.boundary_dtype)) : "") +
+      (o.device_boundaries > 0 ? ", " + std::to_string(o.device_boundaries) + " on the device" : "");
   if (o.method == "orpo") {
     train::TokenizedPair pair{.prompt = random_tokens(o.prompt, vocab, rng),
                               .chosen = random_tokens(o.response, vocab, rng),
@@ -229,30 +234,48 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) brioche::fail(a, " needs a value");
       return argv[++i];
     };
-    if (a == "--shape") o.shape = next();
-    else if (a == "--dtype") o.dtype = next();
-    else if (a == "--device") o.device = next();
-    else if (a == "--method") o.method = next();
-    else if (a == "--layers") o.layers = std::stoi(next());
-    else if (a == "--prompt") o.prompt = std::stoi(next());
-    else if (a == "--response") o.response = std::stoi(next());
-    else if (a == "--seq") o.seq = std::stoi(next());
-    else if (a == "--rank") o.rank = std::stoi(next());
-    else if (a == "--segment-size") o.segment_size = std::stoi(next());
-    else if (a == "--steps") o.steps = std::stoi(next());
-    else if (a == "--head-chunk") o.head_chunk = std::stoll(next());
-    else if (a == "--offload") o.offload = true;
-    else if (a == "--offload-attention") o.offload_attention = true;
-    else if (a == "--mlp-chunk") o.mlp_chunk = std::stoi(next());
-    else if (a == "--ballast-gb") o.ballast_gb = std::stod(next());
-    else if (a == "--host-ballast-gb") o.host_ballast_gb = std::stod(next());
+    if (a == "--shape")
+      o.shape = next();
+    else if (a == "--dtype")
+      o.dtype = next();
+    else if (a == "--device")
+      o.device = next();
+    else if (a == "--method")
+      o.method = next();
+    else if (a == "--layers")
+      o.layers = std::stoi(next());
+    else if (a == "--prompt")
+      o.prompt = std::stoi(next());
+    else if (a == "--response")
+      o.response = std::stoi(next());
+    else if (a == "--seq")
+      o.seq = std::stoi(next());
+    else if (a == "--rank")
+      o.rank = std::stoi(next());
+    else if (a == "--segment-size")
+      o.segment_size = std::stoi(next());
+    else if (a == "--steps")
+      o.steps = std::stoi(next());
+    else if (a == "--head-chunk")
+      o.head_chunk = std::stoll(next());
+    else if (a == "--offload")
+      o.offload = true;
+    else if (a == "--offload-attention")
+      o.offload_attention = true;
+    else if (a == "--mlp-chunk")
+      o.mlp_chunk = std::stoi(next());
+    else if (a == "--ballast-gb")
+      o.ballast_gb = std::stod(next());
+    else if (a == "--host-ballast-gb")
+      o.host_ballast_gb = std::stod(next());
     else if (a == "--boundary-dtype") {
       const std::string v = next();
       if (v != "f32" && v != "bf16") brioche::fail("--boundary-dtype: expected f32 or bf16, got '", v, "'");
       o.boundary_dtype = v == "bf16" ? brioche::DType::BF16 : brioche::DType::F32;
-    }
-    else if (a == "--device-boundaries") o.device_boundaries = std::stoi(next());
-    else if (a == "--no-prefix-shared") o.prefix_shared = false;
+    } else if (a == "--device-boundaries")
+      o.device_boundaries = std::stoi(next());
+    else if (a == "--no-prefix-shared")
+      o.prefix_shared = false;
     else if (a == "--longest") {
       std::stringstream ss(next());
       for (std::string part; std::getline(ss, part, ',');) o.longest.push_back(std::stoi(part));

@@ -14,7 +14,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   nlohmann-json3-dev libboost-dev libboost-system-dev libcli11-dev
   libfmt-dev libspdlog-dev libpcre2-dev libopenblas-dev libsqlite3-dev
-  libzstd-dev zstd curl python3-pip clang libclang-rt-14-dev
+  libzstd-dev zstd curl python3-pip clang libclang-rt-14-dev clang-format
   libtomlplusplus-dev
   libjs-chart.js chromium chromium-driver nodejs
 )

@@ -38,7 +38,8 @@ std::vector<std::pair<std::string, brioche::formats::GgufValue>> tokenizer_metad
 // A safetensors directory's --tokenizer-from: a directory with tokenizer.json.
 void require_tokenizer_dir(const std::string& from) {
   if (!std::filesystem::is_regular_file(std::filesystem::path(from) / "tokenizer.json"))
-    brioche::fail("--tokenizer-from ", from, ": expected a directory with tokenizer.json for a safetensors "
+    brioche::fail("--tokenizer-from ", from,
+                  ": expected a directory with tokenizer.json for a safetensors "
                   "directory, found none");
 }
 
@@ -70,10 +71,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::string value = argv[++i];
-    if (flag == "--shape") shape = value;
-    else if (flag == "--dtype") dtype_text = value;
-    else if (flag == "--out") out = value;
-    else if (flag == "--tokenizer-from") tokenizer_from = value;
+    if (flag == "--shape")
+      shape = value;
+    else if (flag == "--dtype")
+      dtype_text = value;
+    else if (flag == "--out")
+      out = value;
+    else if (flag == "--tokenizer-from")
+      tokenizer_from = value;
     else {
       std::fprintf(stderr, "gen_model: unknown flag %s\n", flag.c_str());
       return 2;
@@ -103,8 +108,10 @@ int main(int argc, char** argv) {
     const bool gguf = out.ends_with(".gguf");
     std::vector<std::pair<std::string, formats::GgufValue>> extra;
     if (!tokenizer_from.empty()) {
-      if (gguf) extra = tokenizer_metadata(tokenizer_from);
-      else require_tokenizer_dir(tokenizer_from);
+      if (gguf)
+        extra = tokenizer_metadata(tokenizer_from);
+      else
+        require_tokenizer_dir(tokenizer_from);
     }
     const model::Checkpoint ck = tools::random_checkpoint(tools::find_shape(shape), dtype);
     if (!gguf) {

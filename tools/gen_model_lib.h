@@ -67,7 +67,10 @@ inline void random_row(DType dtype, int64_t n, uint64_t seed, uint8_t* out) {
     uint64_t r = splitmix(s);
     std::memcpy(out + i, &r, std::min<size_t>(8, bytes - i));
   }
-  auto f16 = [](uint8_t* p, float v) { uint16_t h = f32_to_f16(v); std::memcpy(p, &h, 2); };
+  auto f16 = [](uint8_t* p, float v) {
+    uint16_t h = f32_to_f16(v);
+    std::memcpy(p, &h, 2);
+  };
   auto f32 = [](uint8_t* p, float v) { std::memcpy(p, &v, 4); };
   const auto info = dtype_info(dtype);
   const int64_t blocks = n / info.block_elems;
@@ -93,9 +96,15 @@ inline void random_row(DType dtype, int64_t n, uint64_t seed, uint8_t* out) {
     switch (dtype) {
       case DType::Q8_0: f16(blk, 0.0004f); break;
       case DType::Q4_0: f16(blk, 0.006f); break;
-      case DType::Q4_1: f16(blk, 0.006f); f16(blk + 2, -0.045f); break;
+      case DType::Q4_1:
+        f16(blk, 0.006f);
+        f16(blk + 2, -0.045f);
+        break;
       case DType::Q4_K:
-      case DType::Q5_K: f16(blk, 0.0002f); f16(blk + 2, 0.0002f); break;
+      case DType::Q5_K:
+        f16(blk, 0.0002f);
+        f16(blk + 2, 0.0002f);
+        break;
       case DType::Q6_K: f16(blk + 208, 0.00003f); break;
       default:  // MLX affine: f32 scale, f32 bias
         f32(blk, info.block_bytes - 8 == info.block_elems / 2 ? 0.006f : 0.0004f);

@@ -35,8 +35,8 @@ inline void add_matrix(formats::SafetensorsWriter& out, const std::string& prefi
   const DType dtype = t.dtype();
   const int bits = affine_bits(dtype), group = dtype_info(dtype).block_elems;
   if (bits == 0) {
-    BRIOCHE_CHECK(!dtype_info(dtype).quantized, prefix, ".weight (rows of ", t.shape()[1],
-                  ") is ", dtype_name(dtype), ", a GGUF block type, which has no safetensors form (also the "
+    BRIOCHE_CHECK(!dtype_info(dtype).quantized, prefix, ".weight (rows of ", t.shape()[1], ") is ", dtype_name(dtype),
+                  ", a GGUF block type, which has no safetensors form (also the "
                   "generator's fallback when the rows are no multiple of the type's group): write a .gguf, or "
                   "choose bf16, f16, f32 or an MLX affine type whose group divides every row");
     out.add(prefix + ".weight", t);
@@ -90,8 +90,8 @@ inline nlohmann::json hf_config(const model::Checkpoint& ck) {
       {"torch_dtype", "bfloat16"},
   };
   if (const int bits = affine_bits(c.weight_dtype); bits != 0)
-    cfg["quantization"] = cfg["quantization_config"] = {{"bits", bits},
-                                                         {"group_size", dtype_info(c.weight_dtype).block_elems}};
+    cfg["quantization"] =
+        cfg["quantization_config"] = {{"bits", bits}, {"group_size", dtype_info(c.weight_dtype).block_elems}};
   return cfg;
 }
 

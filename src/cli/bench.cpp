@@ -45,7 +45,7 @@ struct BenchFlags {
   float temperature = 0.8f;
   int top_k = 50;
   float top_p = 0.95f;
-  SpeculativeFlags speculative;      // with --speculative/--draft-model: the with/without comparison only
+  SpeculativeFlags speculative;  // with --speculative/--draft-model: the with/without comparison only
   std::vector<std::string> spec_prompts;
 };
 
@@ -63,12 +63,13 @@ class BenchRig {
     // f16, as the engine's default cache (engine::KvSizing).
     const bool on_gpu = model.device() == Device::CUDA;
     cache_ = std::make_unique<model::KvCache>(
-        model.config(), model::KvCacheOptions{.block_size = block,
-                                              .n_blocks = blocks_per_sequence_ * max_sequences,
-                                              .dtype = DType::F16,
-                                              .device = model.device(),
-                                              // hybrid models: sequence s keeps its recurrent state in slot s
-                                              .n_state_slots = model.config().has_sequence_state() ? max_sequences : 0});
+        model.config(),
+        model::KvCacheOptions{.block_size = block,
+                              .n_blocks = blocks_per_sequence_ * max_sequences,
+                              .dtype = DType::F16,
+                              .device = model.device(),
+                              // hybrid models: sequence s keeps its recurrent state in slot s
+                              .n_state_slots = model.config().has_sequence_state() ? max_sequences : 0});
     if (on_gpu) logits_ = ops::zeros(DType::F32, {int64_t(max_sequences), model.config().vocab_size}, Device::CUDA);
     sequences_.resize(max_sequences);
     for (int s = 0; s < max_sequences; ++s) {
@@ -152,17 +153,17 @@ int bench(const BenchFlags& flags) {
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
 
-  std::printf("model: %s (%s, %.1f MiB), device: %s, threads: %d\n", path.c_str(),
-              model->config().architecture.c_str(), model->weight_bytes() / 1048576.0,
-              device_name(model->device()), ThreadPool::global().size());
+  std::printf("model: %s (%s, %.1f MiB), device: %s, threads: %d\n", path.c_str(), model->config().architecture.c_str(),
+              model->weight_bytes() / 1048576.0, device_name(model->device()), ThreadPool::global().size());
   if (flags.speculative.enabled()) {
-    run_speculative_bench(model, {.model_flags = &flags.model,
-                                  .speculative = &flags.speculative,
-                                  .prompt_files = flags.spec_prompts,
-                                  .batch_sizes = flags.batch_sizes,
-                                  .max_tokens = max_gen,
-                                  .repetitions = flags.repetitions,
-                                  .sampling = {.temperature = flags.temperature, .top_k = flags.top_k, .top_p = flags.top_p}});
+    run_speculative_bench(model,
+                          {.model_flags = &flags.model,
+                           .speculative = &flags.speculative,
+                           .prompt_files = flags.spec_prompts,
+                           .batch_sizes = flags.batch_sizes,
+                           .max_tokens = max_gen,
+                           .repetitions = flags.repetitions,
+                           .sampling = {.temperature = flags.temperature, .top_k = flags.top_k, .top_p = flags.top_p}});
     std::printf("peak RSS: %.1f MiB\n", peak_rss_mib());
     return kExitOk;
   }
@@ -225,10 +226,8 @@ int bench(const BenchFlags& flags) {
         request.prompt_tokens = random_tokens(16);
         request.max_tokens = n;
         request.ignore_eos = true;
-        request.sampling = {.temperature = flags.temperature,
-                            .top_k = flags.top_k,
-                            .top_p = flags.top_p,
-                            .seed = seed + uint64_t(s)};
+        request.sampling = {
+            .temperature = flags.temperature, .top_k = flags.top_k, .top_p = flags.top_p, .seed = seed + uint64_t(s)};
         requests.push_back(std::move(request));
       }
       // Together: the engine's first step sees all of them, so the batch

@@ -56,13 +56,14 @@ void run_speculative_bench(std::shared_ptr<model::Model> model, const Speculativ
     prompts.push_back({slash == std::string::npos ? path : path.substr(slash + 1), read_text(path)});
   }
   const bool greedy = bench.sampling.temperature < 1e-5f;
-  std::printf("speculative: %s, up to %d drafts%s, T %.2f, %d tokens per request, %d repetitions (plain and "
-              "speculative alternate)\n",
-              bench.speculative->proposer().c_str(), options.scheduler.speculative_tokens,
-              options.scheduler.speculative_adaptive ? " (adaptive)" : "", bench.sampling.temperature,
-              bench.max_tokens, bench.repetitions);
-  std::printf("| %-18s | %9s | %9s | %8s | %8s | %8s |%s\n", "test", "plain t/s", "spec t/s", "speed-up",
-              "accepted", "per step", greedy ? " same output |" : "");
+  std::printf(
+      "speculative: %s, up to %d drafts%s, T %.2f, %d tokens per request, %d repetitions (plain and "
+      "speculative alternate)\n",
+      bench.speculative->proposer().c_str(), options.scheduler.speculative_tokens,
+      options.scheduler.speculative_adaptive ? " (adaptive)" : "", bench.sampling.temperature, bench.max_tokens,
+      bench.repetitions);
+  std::printf("| %-18s | %9s | %9s | %8s | %8s | %8s |%s\n", "test", "plain t/s", "spec t/s", "speed-up", "accepted",
+              "per step", greedy ? " same output |" : "");
   std::printf("|--------------------|-----------|-----------|----------|----------|----------|%s\n",
               greedy ? "-------------|" : "");
 

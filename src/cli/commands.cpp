@@ -14,10 +14,9 @@ int main(int argc, char** argv) {
   root.require_subcommand(1);
   root.set_version_flag("--version", "brioche 0.1.0");
   std::vector<Subcommand> subcommands = {
-      add_run_command(root),  add_chat_command(root),  add_info_command(root),
-      add_bench_command(root), add_serve_command(root), add_train_command(root), add_export_command(root),
-      add_eval_command(root),
-      add_data_command(root),
+      add_run_command(root),    add_chat_command(root),  add_info_command(root),
+      add_bench_command(root),  add_serve_command(root), add_train_command(root),
+      add_export_command(root), add_eval_command(root),  add_data_command(root),
   };
   try {
     root.parse(argc, argv);

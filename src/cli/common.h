@@ -11,8 +11,9 @@ namespace brioche::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // the job failed (I/O, model, runtime)
-inline constexpr int kExitInterrupted = 130;  // stopped by SIGINT/SIGTERM after saving what it had (128 + SIGINT, as shells report)
-inline constexpr int kExitUsage = 2;    // the user asked for something invalid
+inline constexpr int kExitInterrupted =
+    130;  // stopped by SIGINT/SIGTERM after saving what it had (128 + SIGINT, as shells report)
+inline constexpr int kExitUsage = 2;  // the user asked for something invalid
 
 // A user error (bad flag value, missing file): printed as one line, exit 2.
 struct UsageError {
@@ -29,9 +30,9 @@ std::string resolve_model_path(const std::string& flag_value);
 // Flags shared by the commands that load a model.
 struct ModelFlags {
   std::string model;
-  int threads = 0;  // 0: all hardware threads
-  std::string device = "auto";  // auto | cpu | cuda
-  std::string adapter;          // PEFT LoRA adapter directory, merged at load
+  int threads = 0;                       // 0: all hardware threads
+  std::string device = "auto";           // auto | cpu | cuda
+  std::string adapter;                   // PEFT LoRA adapter directory, merged at load
   std::string weights_dtype = "stored";  // stored | f32 | f16 | bf16: every weight matrix converted at load
   // --tensor-parallel N: the model split over N GPUs, one process each
   // (cli/tensor_parallel.h). tp_rank/tp_master are the hidden flags a

@@ -28,23 +28,26 @@ struct ReadFlags {
   std::string from = "auto";
   std::string score = "auto";
   bool strict = false;
-  std::string model;       // -m: measure token lengths through this model ("" with --max-tokens: the default model)
+  std::string model;  // -m: measure token lengths through this model ("" with --max-tokens: the default model)
   bool model_given = false;
 
   void add_to(CLI::App* app, const char* input_help) {
     app->add_option("input", input, input_help)->required();
     app->add_option("--from", from, "input layout: auto (detected per row) or " + data::layout_names())
         ->capture_default_str();
-    app->add_flag("--strict", strict, "fail at the first bad row (invalid JSON, wrong shape, other kind) "
-                                      "instead of counting it");
-    app->add_option_function<std::string>("-m,--model", [this](const std::string& v) { model = v, model_given = true; },
-                                          "measure token lengths with this model's tokenizer and chat template "
-                                          "(GGUF file or safetensors directory)");
+    app->add_flag("--strict", strict,
+                  "fail at the first bad row (invalid JSON, wrong shape, other kind) "
+                  "instead of counting it");
+    app->add_option_function<std::string>(
+        "-m,--model", [this](const std::string& v) { model = v, model_given = true; },
+        "measure token lengths with this model's tokenizer and chat template "
+        "(GGUF file or safetensors directory)");
   }
   void add_score(CLI::App* app) {
-    app->add_option("--score", score, "which rating ranks UltraFeedback completions: auto (overall_score when every "
-                                      "completion has one, else fine-grained), overall, fine-grained, or an "
-                                      "annotation aspect (helpfulness, honesty, instruction_following, truthfulness)")
+    app->add_option("--score", score,
+                    "which rating ranks UltraFeedback completions: auto (overall_score when every "
+                    "completion has one, else fine-grained), overall, fine-grained, or an "
+                    "annotation aspect (helpfulness, honesty, instruction_following, truthfulness)")
         ->capture_default_str();
   }
 
@@ -52,8 +55,10 @@ struct ReadFlags {
     data::ReadOptions o{.scores = {.source = score}, .strict = strict};
     if (isatty(STDERR_FILENO))
       o.progress = [](int64_t rows) {
-        if (rows < 0) std::fprintf(stderr, "\r\033[K");
-        else std::fprintf(stderr, "\r\033[K%lld rows read", (long long)rows);
+        if (rows < 0)
+          std::fprintf(stderr, "\r\033[K");
+        else
+          std::fprintf(stderr, "\r\033[K%lld rows read", (long long)rows);
         std::fflush(stderr);
       };
     if (from != "auto") {
@@ -63,10 +68,12 @@ struct ReadFlags {
     const bool known = score == "auto" || score == "overall" || score == "fine-grained" || score == "helpfulness" ||
                        score == "honesty" || score == "instruction_following" || score == "truthfulness";
     if (!known)
-      throw UsageError{"--score " + score + ": expected auto, overall, fine-grained, helpfulness, honesty, "
+      throw UsageError{"--score " + score +
+                       ": expected auto, overall, fine-grained, helpfulness, honesty, "
                        "instruction_following or truthfulness"};
     if (!std::filesystem::exists(input)) throw UsageError{"input not found: " + input};
-    if (std::filesystem::is_directory(input)) throw UsageError{input + " is a directory: expected a .jsonl or .json file"};
+    if (std::filesystem::is_directory(input))
+      throw UsageError{input + " is a directory: expected a .jsonl or .json file"};
     return o;
   }
 
@@ -89,18 +96,21 @@ struct OutputFlags {
   int64_t max_tokens = 0;
 
   void add_to(CLI::App* app) {
-    app->add_option("-o,--output", output.out, "a directory (gets train.jsonl, valid.jsonl, stats.json: what "
-                                               "`brioche train --data` reads) or FILE.jsonl")
+    app->add_option("-o,--output", output.out,
+                    "a directory (gets train.jsonl, valid.jsonl, stats.json: what "
+                    "`brioche train --data` reads) or FILE.jsonl")
         ->required();
     app->add_option("--valid-fraction", valid_fraction, "share of the kept rows that go to valid.jsonl (default 0)")
         ->check(CLI::Range(0.0, 0.99));
     app->add_option("--seed", seed, "seed of the train/valid split (and of best-vs-random) (default 0)");
-    app->add_option("--max-tokens", max_tokens, "drop rows whose prompt + longest reply exceed N tokens (the model's "
-                                                "tokenizer and chat template, as `brioche train` counts; needs -m or "
-                                                "the default model)")
+    app->add_option("--max-tokens", max_tokens,
+                    "drop rows whose prompt + longest reply exceed N tokens (the model's "
+                    "tokenizer and chat template, as `brioche train` counts; needs -m or "
+                    "the default model)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
     app->add_flag("--overwrite", output.overwrite, "replace existing output files");
-    app->add_option("--stats", output.stats_path, "write the stats JSON here (default: OUT/stats.json for a directory)");
+    app->add_option("--stats", output.stats_path,
+                    "write the stats JSON here (default: OUT/stats.json for a directory)");
   }
 };
 
@@ -124,11 +134,17 @@ int run_curate(const DataFlags& f) {
   const ReadFlags& read = f.curate_read;
   const OutputFlags& out = f.curate_out;
   const std::string& pairs = f.pairs;
-  data::CurateOptions o{.seed = out.seed, .min_gap = f.min_gap, .max_length_ratio = f.max_length_ratio,
-                        .dedup = !f.no_dedup, .max_tokens = out.max_tokens, .valid_fraction = out.valid_fraction,
+  data::CurateOptions o{.seed = out.seed,
+                        .min_gap = f.min_gap,
+                        .max_length_ratio = f.max_length_ratio,
+                        .dedup = !f.no_dedup,
+                        .max_tokens = out.max_tokens,
+                        .valid_fraction = out.valid_fraction,
                         .read = read.read_options()};
-  if (pairs == "best-vs-random") o.selection = data::PairSelection::BestVsRandom;
-  else if (pairs != "best-vs-worst") throw UsageError{"--pairs " + pairs + ": expected best-vs-worst or best-vs-random"};
+  if (pairs == "best-vs-random")
+    o.selection = data::PairSelection::BestVsRandom;
+  else if (pairs != "best-vs-worst")
+    throw UsageError{"--pairs " + pairs + ": expected best-vs-worst or best-vs-random"};
   try {
     data::check_output(out.output, out.valid_fraction);
   } catch (const Error& e) {
@@ -139,8 +155,9 @@ int run_curate(const DataFlags& f) {
   data::CurateResult r = data::curate(read.input, o);
   std::printf("%s", r.report.summary().c_str());
   if (r.stats.contains("scores"))
-    std::printf("scores: chosen mean %.3f, rejected mean %.3f, gap mean %.3f\n", r.stats["scores"]["chosen_mean"].get<double>(),
-                r.stats["scores"]["rejected_mean"].get<double>(), r.stats["scores"]["gap_mean"].get<double>());
+    std::printf("scores: chosen mean %.3f, rejected mean %.3f, gap mean %.3f\n",
+                r.stats["scores"]["chosen_mean"].get<double>(), r.stats["scores"]["rejected_mean"].get<double>(),
+                r.stats["scores"]["gap_mean"].get<double>());
   if (r.report.kept() == 0) {
     std::fprintf(stderr, "brioche data curate: no pairs kept from %s; nothing written\n", read.input.c_str());
     return kExitFailure;
@@ -150,8 +167,11 @@ int run_curate(const DataFlags& f) {
 }
 
 int run_convert(const ReadFlags& read, const OutputFlags& out, bool dedup) {
-  data::ConvertOptions o{.read = read.read_options(), .dedup = dedup, .max_tokens = out.max_tokens,
-                         .valid_fraction = out.valid_fraction, .seed = out.seed};
+  data::ConvertOptions o{.read = read.read_options(),
+                         .dedup = dedup,
+                         .max_tokens = out.max_tokens,
+                         .valid_fraction = out.valid_fraction,
+                         .seed = out.seed};
   if (o.read.layout && data::row_kind(*o.read.layout) == data::RowKind::Rated)
     throw UsageError{"--from " + read.from + ": rated completions become pairs with `brioche data curate`"};
   try {
@@ -164,7 +184,8 @@ int run_convert(const ReadFlags& read, const OutputFlags& out, bool dedup) {
   data::ConvertResult r = data::convert(read.input, o);
   std::printf("%s", r.report.summary().c_str());
   std::printf("layouts:");
-  for (const auto& [name, n] : r.stats["layouts"].items()) std::printf(" %s %lld", name.c_str(), (long long)n.get<int64_t>());
+  for (const auto& [name, n] : r.stats["layouts"].items())
+    std::printf(" %s %lld", name.c_str(), (long long)n.get<int64_t>());
   std::printf("\n");
   if (r.report.kept() == 0) {
     std::fprintf(stderr, "brioche data convert: no rows kept from %s; nothing written\n", read.input.c_str());
@@ -179,8 +200,10 @@ int run_inspect(const ReadFlags& read, bool as_json) {
   auto counter = read.counter(false);
   o.counter = counter.get();
   const data::json stats = data::inspect(read.input, o);
-  if (as_json) std::printf("%s\n", stats.dump(2, ' ', false, data::json::error_handler_t::replace).c_str());
-  else std::printf("%s", data::inspect_text(stats).c_str());
+  if (as_json)
+    std::printf("%s\n", stats.dump(2, ' ', false, data::json::error_handler_t::replace).c_str());
+  else
+    std::printf("%s", data::inspect_text(stats).c_str());
   return kExitOk;
 }
 
@@ -197,8 +220,10 @@ Subcommand add_data_command(CLI::App& root) {
   s->curate_read.add_to(curate, "JSONL (or JSON array) of UltraFeedback rows");
   s->curate_read.add_score(curate);
   s->curate_out.add_to(curate);
-  curate->add_option("--pairs", s->pairs, "best-vs-worst, or best-vs-random (a seeded draw among the completions rated "
-                                          "below the best)")
+  curate
+      ->add_option("--pairs", s->pairs,
+                   "best-vs-worst, or best-vs-random (a seeded draw among the completions rated "
+                   "below the best)")
       ->capture_default_str();
   curate->add_option("--min-gap", s->min_gap, "least score difference chosen - rejected (ties never pair) (default 0)");
   curate->add_option("--max-length-ratio", s->max_length_ratio,
@@ -217,8 +242,7 @@ Subcommand add_data_command(CLI::App& root) {
   inspect->add_flag("--json", s->inspect_json, "print the stats as JSON");
 
   return {app, [s, curate, convert, inspect]() -> int {
-            if (curate->parsed())
-              return run_curate(*s);
+            if (curate->parsed()) return run_curate(*s);
             if (convert->parsed()) return run_convert(s->convert_read, s->convert_out, s->convert_dedup);
             if (inspect->parsed()) return run_inspect(s->inspect_read, s->inspect_json);
             throw UsageError{"expected a subcommand: curate, convert or inspect"};

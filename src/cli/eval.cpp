@@ -11,7 +11,8 @@ namespace brioche::cli {
 
 Subcommand add_eval_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
-      "eval", "evaluate a model and adapters (ifeval: verifiable instructions; preference: accuracy on pairs; perplexity)");
+      "eval",
+      "evaluate a model and adapters (ifeval: verifiable instructions; preference: accuracy on pairs; perplexity)");
   app->require_subcommand(1);
   auto evaluations = std::make_shared<std::vector<Subcommand>>(std::vector<Subcommand>{
       add_eval_ifeval_command(*app),

@@ -5,7 +5,7 @@
 
 namespace brioche::cli {
 
-Subcommand add_eval_ifeval_command(CLI::App& eval);  // eval_ifeval.cpp
+Subcommand add_eval_ifeval_command(CLI::App& eval);      // eval_ifeval.cpp
 Subcommand add_eval_preference_command(CLI::App& eval);  // eval_preference.cpp
 Subcommand add_eval_perplexity_command(CLI::App& eval);  // eval_perplexity.cpp
 

@@ -125,7 +125,9 @@ std::vector<eval::IfevalRun> generate_runs(const IfevalFlags& f, const std::vect
   const Device device = f.model.resolved_device();
   options.kv.kv_memory_bytes = f.kv_mb > 0 ? size_t(f.kv_mb) << 20 : device == Device::CUDA ? 0 : size_t(1024) << 20;
   options.scheduler.max_running = f.parallel;
-  options.scheduler.max_batch_tokens = f.max_batch_tokens > 0 ? f.max_batch_tokens : device == Device::CUDA ? 2048 : 512;
+  options.scheduler.max_batch_tokens = f.max_batch_tokens > 0   ? f.max_batch_tokens
+                                       : device == Device::CUDA ? 2048
+                                                                : 512;
   std::fprintf(stderr, "loading %s\n", resolve_model_path(f.model.model).c_str());
   auto engine = load_engine(f.model, options);
   if (!engine->model()) throw UsageError{"the model has no chat template or tokenizer for IFEval prompts"};
@@ -267,7 +269,8 @@ int run_ifeval(const IfevalFlags& f) {
     const std::string title = f.rescore.empty() ? resolve_model_path(f.model.model) : f.rescore;
     std::ofstream out(f.report, std::ios::binary);
     if (!out.good()) throw UsageError{"--report " + f.report + ": cannot write the file"};
-    out << eval::html_report({.title = title, .command_line = f.command_line, .runs = &runs, .comparisons = &comparisons});
+    out << eval::html_report(
+        {.title = title, .command_line = f.command_line, .runs = &runs, .comparisons = &comparisons});
     std::fprintf(stderr, "report written to %s\n", f.report.c_str());
   }
   return kExitOk;
@@ -279,24 +282,36 @@ Subcommand add_eval_ifeval_command(CLI::App& eval) {
   auto f = std::make_shared<IfevalFlags>();
   CLI::App* app = eval.add_subcommand(
       "ifeval", "IFEval: 541 prompts with verifiable instructions, strict and loose accuracy; base vs --adapter");
-  app->add_option("-m,--model", f->model.model, "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
+  app->add_option("-m,--model", f->model.model,
+                  "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
   app->add_option("-t,--threads", f->model.threads, "CPU threads (default: all)")->check(CLI::Range(0, 1024));
-  app->add_option("--device", f->model.device, "cpu, cuda, or auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app->add_option("--device", f->model.device, "cpu, cuda, or auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
   app->add_option("--weights-dtype", f->model.weights_dtype, "stored, or convert weights at load: f32, f16, bf16")
-      ->check(CLI::IsMember({"stored", "f32", "f16", "bf16"}))->capture_default_str();
+      ->check(CLI::IsMember({"stored", "f32", "f16", "bf16"}))
+      ->capture_default_str();
   app->add_option("--adapter", f->adapters,
                   "LoRA adapter to compare with the base (PEFT folder or GGUF LoRA; NAME=PATH names it); repeatable");
-  app->add_option("--prompts", f->prompts, "prompts file in IFEval's input_data.jsonl layout (default: the built-in 541)");
-  app->add_option("-n,--max-tokens", f->max_tokens, "tokens per response at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app->add_option("--prompts", f->prompts,
+                  "prompts file in IFEval's input_data.jsonl layout (default: the built-in 541)");
+  app->add_option("-n,--max-tokens", f->max_tokens, "tokens per response at most")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app->add_option("--limit", f->limit, "only the first N prompts")->check(CLI::Range(1, 1 << 30));
   app->add_option("--out", f->out, "folder for the responses and verdicts (default: ./ifeval-<date>-<time>)");
   app->add_option("--report", f->report, "write a self-contained HTML report here");
   app->add_option("--rescore", f->rescore, "re-score the responses saved in this --out folder; no generation");
-  app->add_option("--temp,--temperature", f->temperature, "sampling temperature; 0 = greedy")->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
+  app->add_option("--temp,--temperature", f->temperature, "sampling temperature; 0 = greedy")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
   app->add_option("--seed", f->seed, "sampling seed (each prompt uses seed + its key)")->capture_default_str();
-  app->add_option("--parallel", f->parallel, "sequences generated at once")->check(CLI::Range(1, 4096))->capture_default_str();
+  app->add_option("--parallel", f->parallel, "sequences generated at once")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app->add_option("--kv-mb", f->kv_mb, "KV cache MiB (0: 1024 on the CPU, fit the GPU)")->check(CLI::Range(0, 1 << 24));
-  app->add_option("--max-batch-tokens", f->max_batch_tokens, "rows per engine step (0: 512 CPU, 2048 CUDA)")->check(CLI::Range(0, 1 << 20));
+  app->add_option("--max-batch-tokens", f->max_batch_tokens, "rows per engine step (0: 512 CPU, 2048 CUDA)")
+      ->check(CLI::Range(0, 1 << 20));
   return {app, [f] {
             f->command_line = command_line(*f);
             return run_ifeval(*f);

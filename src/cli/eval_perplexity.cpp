@@ -71,9 +71,8 @@ int run(const PerplexityFlags& f) {
   nlohmann::ordered_json results = models.describe();
   results["data"] = flags.data;
   results["scope"] = f.scope;
-  results["scoring"] = f.scope == "full"
-                           ? "every token after the first of each row (prompt and reply)"
-                           : "reply tokens (a text row: every token after the first)";
+  results["scoring"] = f.scope == "full" ? "every token after the first of each row (prompt and reply)"
+                                         : "reply tokens (a text row: every token after the first)";
   results["truncated"] = ds.truncated;
   std::string text = "perplexity: " + std::to_string(ds.examples.size()) + " rows from " + flags.data + " (" +
                      results["scoring"].get<std::string>() + "; token-weighted; 95% bootstrap intervals)\n";
@@ -98,7 +97,8 @@ int run(const PerplexityFlags& f) {
     const eval::MeanInterval d = eval::compare_perplexity(scores[0], scores[m]);
     text += models.name(m) + " - base: NLL " + (d.mean >= 0 ? "+" : "") + fixed(d.mean, 4) + " [" + fixed(d.low, 4) +
             ", " + fixed(d.high, 4) + "] nats/token (paired bootstrap over rows)\n";
-    results["comparisons"].push_back({{"name", models.name(m)}, {"versus", "base"},
+    results["comparisons"].push_back({{"name", models.name(m)},
+                                      {"versus", "base"},
                                       {"nll_difference", {{"mean", d.mean}, {"low", d.low}, {"high", d.high}}}});
   }
   finish_scoring(flags, text, results);

@@ -40,14 +40,17 @@ int run(const ScoringFlags& flags) {
     const auto lp = train::score_pairs(models.model(m), ds.pairs, models.options(m));
     std::vector<eval::PairLogps> pairs(ds.pairs.size());
     for (size_t i = 0; i < pairs.size(); ++i)
-      pairs[i] = {.chosen_sum = lp[2 * i].response_sum, .rejected_sum = lp[2 * i + 1].response_sum,
-                  .chosen_tokens = lp[2 * i].response_n, .rejected_tokens = lp[2 * i + 1].response_n};
+      pairs[i] = {.chosen_sum = lp[2 * i].response_sum,
+                  .rejected_sum = lp[2 * i + 1].response_sum,
+                  .chosen_tokens = lp[2 * i].response_n,
+                  .rejected_tokens = lp[2 * i + 1].response_n};
     scores.push_back(std::move(pairs));
   }
   nlohmann::ordered_json results = models.describe();
   results["data"] = flags.data;
-  results["scoring"] = "sum of log p over each reply's tokens (the prompt is not scored); accuracy: chosen sum > "
-                       "rejected sum; 95% intervals (Wilson for accuracy, normal for margins)";
+  results["scoring"] =
+      "sum of log p over each reply's tokens (the prompt is not scored); accuracy: chosen sum > "
+      "rejected sum; 95% intervals (Wilson for accuracy, normal for margins)";
   results["truncated"] = ds.truncated;
   std::string text = "preference: " + std::to_string(ds.pairs.size()) + " pairs from " + flags.data +
                      " (score: summed reply-token log-probs; 95% intervals)\n";
@@ -77,8 +80,8 @@ int run(const ScoringFlags& flags) {
     text += models.name(m) + " - base: accuracy " + signed_fixed(c.accuracy.difference, 3) + " [" +
             signed_fixed(c.accuracy.low, 3) + ", " + signed_fixed(c.accuracy.high, 3) + "] (paired bootstrap; " +
             std::to_string(c.mcnemar.b_only) + " pairs flipped right, " + std::to_string(c.mcnemar.a_only) +
-            " wrong, McNemar p " + fixed(c.mcnemar.p_value, 3) + "), margin " + signed_fixed(c.margin.mean, 3) +
-            " [" + signed_fixed(c.margin.low, 3) + ", " + signed_fixed(c.margin.high, 3) + "]\n";
+            " wrong, McNemar p " + fixed(c.mcnemar.p_value, 3) + "), margin " + signed_fixed(c.margin.mean, 3) + " [" +
+            signed_fixed(c.margin.low, 3) + ", " + signed_fixed(c.margin.high, 3) + "]\n";
     nlohmann::ordered_json j = c.to_json();
     j = {{"name", models.name(m)}, {"versus", "base"}, {"difference", j}};
     results["comparisons"].push_back(std::move(j));
@@ -92,7 +95,8 @@ int run(const ScoringFlags& flags) {
 Subcommand add_eval_preference_command(CLI::App& eval) {
   auto flags = std::make_shared<ScoringFlags>();
   CLI::App* app = eval.add_subcommand(
-      "preference", "preference accuracy and mean margin on {prompt, chosen, rejected} pairs (base and each --adapter)");
+      "preference",
+      "preference accuracy and mean margin on {prompt, chosen, rejected} pairs (base and each --adapter)");
   flags->add_to(app, "JSONL of {prompt, chosen, rejected} pairs (what `brioche train` reads for dpo/orpo)");
   return {app, [flags] { return run(*flags); }};
 }

@@ -49,9 +49,9 @@ struct ExportFlags {
 namespace fs = std::filesystem;
 
 // The tokenizer's files of a Hugging Face folder (whichever it has).
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
-                                           "chat_template.jinja", "tokenizer.model",    "vocab.json",
-                                           "merges.txt",       "added_tokens.json",     "generation_config.json"};
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json",
+                                           "chat_template.jinja", "tokenizer.model",       "vocab.json",
+                                           "merges.txt",          "added_tokens.json",     "generation_config.json"};
 
 int copy_tokenizer_files(const std::string& from, const std::string& to) {
   int copied = 0;
@@ -71,9 +71,11 @@ int run_export_hf(const ExportFlags& f, const std::string& path) {
   if (fs::exists(f.output)) throw UsageError{"--output " + f.output + " exists; choose another path"};
   if (!f.tokenizer_from.empty() && !fs::is_regular_file(fs::path(f.tokenizer_from) / "tokenizer.json") &&
       !fs::is_regular_file(fs::path(f.tokenizer_from) / "tokenizer.model"))
-    throw UsageError{"--tokenizer-from " + f.tokenizer_from + ": expected a folder with tokenizer.json or "
+    throw UsageError{"--tokenizer-from " + f.tokenizer_from +
+                     ": expected a folder with tokenizer.json or "
                      "tokenizer.model, found none"};
-  if (f.unmerged && f.adapter.empty()) throw UsageError{"--unmerged: give the adapter to write beside the base (--adapter)"};
+  if (f.unmerged && f.adapter.empty())
+    throw UsageError{"--unmerged: give the adapter to write beside the base (--adapter)"};
   const bool gguf = !fs::is_directory(path);
   model::Checkpoint ck = gguf ? model::load_gguf_checkpoint(path) : model::load_safetensors_checkpoint(path);
   int merged = 0;
@@ -88,12 +90,12 @@ int run_export_hf(const ExportFlags& f, const std::string& path) {
     bos = int(ck.gguf->get_int("tokenizer.ggml.bos_token_id", -1));
     eos = int(ck.gguf->get_int("tokenizer.ggml.eos_token_id", -1));
   }
-  const size_t bytes = model::write_hf_model(ck, {.directory = f.output, .dtype = dtype, .bos_token_id = bos,
-                                                   .eos_token_id = eos});
+  const size_t bytes =
+      model::write_hf_model(ck, {.directory = f.output, .dtype = dtype, .bos_token_id = bos, .eos_token_id = eos});
   std::string tokenizer_note;
   if (!f.tokenizer_from.empty()) {
-    tokenizer_note = std::to_string(copy_tokenizer_files(f.tokenizer_from, f.output)) + " tokenizer files from " +
-                     f.tokenizer_from;
+    tokenizer_note =
+        std::to_string(copy_tokenizer_files(f.tokenizer_from, f.output)) + " tokenizer files from " + f.tokenizer_from;
   } else if (rebuilt) {
     std::ofstream(fs::path(f.output) / "tokenizer.json") << rebuilt->tokenizer.dump() << "\n";
     std::ofstream(fs::path(f.output) / "tokenizer_config.json") << rebuilt->tokenizer_config.dump(2) << "\n";
@@ -109,8 +111,12 @@ int run_export_hf(const ExportFlags& f, const std::string& path) {
                         {.base_model_id = folder, .base_model_path = folder});
   }
   std::printf("%s %s: %s (Hugging Face folder, %s, model.safetensors %.1f MB, %s)%s\n",
-              f.unmerged ? "wrote the base of" : merged > 0 ? "merged" : "converted",
-              f.unmerged || merged == 0 ? path.c_str() : (std::to_string(merged) + " projections of " + f.adapter + " into " + path).c_str(),
+              f.unmerged   ? "wrote the base of"
+              : merged > 0 ? "merged"
+                           : "converted",
+              f.unmerged || merged == 0
+                  ? path.c_str()
+                  : (std::to_string(merged) + " projections of " + f.adapter + " into " + path).c_str(),
               f.output.c_str(), type.c_str(), double(bytes) / 1e6, tokenizer_note.c_str(),
               f.unmerged ? ("; the adapter in " + (fs::path(f.output) / "adapter").string()).c_str() : "");
   return kExitOk;
@@ -123,11 +129,15 @@ int run_export(const ExportFlags& f) {
     throw UsageError{"--format: expected auto, gguf or hf, got '" + f.format + "'"};
   const bool hf = f.format == "hf" || (f.format == "auto" && fs::path(f.output).extension() != ".gguf");
   if (hf) return run_export_hf(f, path);
-  if (f.adapter.empty()) throw UsageError{"a GGUF (-o NAME.gguf) is written from a base and --adapter; a Hugging Face folder (-o DIR) can be the base alone"};
+  if (f.adapter.empty())
+    throw UsageError{
+        "a GGUF (-o NAME.gguf) is written from a base and --adapter; a Hugging Face folder (-o DIR) can be the base "
+        "alone"};
   if (!f.tokenizer_from.empty() || f.unmerged)
     throw UsageError{"--tokenizer-from and --unmerged are for Hugging Face folders (-o DIR or --format hf)"};
   if (std::filesystem::is_directory(path))
-    throw UsageError{path + " is a safetensors directory; a GGUF is written from a GGUF base (write a "
+    throw UsageError{path +
+                     " is a safetensors directory; a GGUF is written from a GGUF base (write a "
                      "Hugging Face folder instead: -o DIR)"};
   const std::string type = f.type.empty() ? "stored" : f.type;
   DType target = DType::F32;
@@ -148,7 +158,7 @@ int run_export(const ExportFlags& f) {
   for (const auto& [key, value] : ck.gguf->metadata()) {
     if (key == "general.name") {
       out.add(key, formats::GgufValue::string(value.as_string() + " + " +
-                                               std::filesystem::path(f.adapter).filename().string()));
+                                              std::filesystem::path(f.adapter).filename().string()));
     } else {
       out.add(key, value);
     }
@@ -187,9 +197,11 @@ Subcommand add_export_command(CLI::App& root) {
   auto flags = std::make_shared<ExportFlags>();
   CLI::App* app = root.add_subcommand(
       "export", "merge a LoRA adapter into its base model and write one GGUF file or a Hugging Face folder");
-  app->add_option("-m,--model", flags->model, "base GGUF file or safetensors folder (default: SmolLM2-135M-Instruct Q4_1)");
-  app->add_option("--adapter", flags->adapter, "PEFT adapter folder or GGUF LoRA file (a Hugging Face folder may omit it: "
-                                               "the base converted)");
+  app->add_option("-m,--model", flags->model,
+                  "base GGUF file or safetensors folder (default: SmolLM2-135M-Instruct Q4_1)");
+  app->add_option("--adapter", flags->adapter,
+                  "PEFT adapter folder or GGUF LoRA file (a Hugging Face folder may omit it: "
+                  "the base converted)");
   app->add_option("-o,--output", flags->output,
                   "NAME.gguf: one GGUF file; any other path: a Hugging Face folder (must not exist)")
       ->required();

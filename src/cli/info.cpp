@@ -90,7 +90,9 @@ int info(const std::string& path_flag) {
     }
     if (tok) {
       engine::check_tokenizer_fits_model(tok->vocab_size(), model->config().vocab_size, path);
-      auto name = [&](int32_t id) { return id < 0 ? std::string("none") : tok->token_text(id) + " (" + std::to_string(id) + ")"; };
+      auto name = [&](int32_t id) {
+        return id < 0 ? std::string("none") : tok->token_text(id) + " (" + std::to_string(id) + ")";
+      };
       tokenizer_line = "vocab " + std::to_string(tok->vocab_size()) + ", bos " + name(tok->bos_id()) + ", eos " +
                        name(tok->eos_id());
     }
@@ -118,7 +120,7 @@ int info(const std::string& path_flag) {
               c.qk_norm ? ", q/k norm" : "");
   const char* scaling = c.rope.scaling.kind == ops::RopeScalingKind::Llama3   ? ", llama3 scaling"
                         : c.rope.scaling.kind == ops::RopeScalingKind::Linear ? ", linear scaling"
-                                                                               : "";
+                                                                              : "";
   std::printf("%-14s theta %g, %s%s\n", "rope", c.rope.theta,
               c.rope.style == ops::RopeStyle::NeoX ? "neox (rotate half)" : "interleaved pairs", scaling);
   std::printf("%-14s %d tokens%s\n", "context", c.max_context, c.tied_embeddings ? ", tied embeddings" : "");
@@ -145,7 +147,8 @@ int list_environment() {
   for (const EnvVariable& v : env_registry()) {
     const char* set = std::getenv(std::string(v.name).c_str());
     std::printf("%-34.*s %-8.*s %-8s %.*s\n", int(v.name.size()), v.name.data(), int(v.default_value.size()),
-                v.default_value.empty() ? "-" : v.default_value.data(), set ? set : "-", int(v.effect.size()), v.effect.data());
+                v.default_value.empty() ? "-" : v.default_value.data(), set ? set : "-", int(v.effect.size()),
+                v.effect.data());
   }
   return kExitOk;
 }

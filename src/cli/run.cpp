@@ -67,7 +67,8 @@ int run(const RunFlags& flags) {
   if (flags.speculative.enabled()) {
     engine->shutdown();  // the stats of the last step are in once the engine thread is done
     const engine::EngineStats s = engine->stats();
-    std::fprintf(stderr, "[speculative %s: %llu drafts in %llu verify steps, %llu accepted (%.1f%%), %.2f accepted per step]\n",
+    std::fprintf(stderr,
+                 "[speculative %s: %llu drafts in %llu verify steps, %llu accepted (%.1f%%), %.2f accepted per step]\n",
                  flags.speculative.proposer().c_str(), (unsigned long long)s.spec_draft_tokens,
                  (unsigned long long)s.spec_verify_steps, (unsigned long long)s.spec_accepted_tokens,
                  s.spec_draft_tokens ? 100.0 * double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0,

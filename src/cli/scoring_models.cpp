@@ -21,12 +21,14 @@ namespace fs = std::filesystem;
 
 void ScoringFlags::add_to(CLI::App* app, const char* data_help) {
   app->add_option("-m,--model", model, "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
-  app->add_option("--adapter", adapters, "LoRA adapter (PEFT directory or GGUF LoRA), as PATH or NAME=PATH; "
-                                         "repeat to compare several; the base is always scored too");
+  app->add_option("--adapter", adapters,
+                  "LoRA adapter (PEFT directory or GGUF LoRA), as PATH or NAME=PATH; "
+                  "repeat to compare several; the base is always scored too");
   app->add_option("-d,--data", data, data_help)->required();
   app->add_option("--batch-size", batch_size, "rows (pairs) per forward (default 4)")->check(CLI::Range(1, 4096));
-  app->add_option("--max-seq-length", max_seq_length, "longer rows are cut as `brioche train` cuts them: prompt "
-                                                      "on the left (default 2048)")
+  app->add_option("--max-seq-length", max_seq_length,
+                  "longer rows are cut as `brioche train` cuts them: prompt "
+                  "on the left (default 2048)")
       ->check(CLI::Range(2, 1 << 20));
   app->add_option("--device", device, "cpu, cuda or auto (default auto: CUDA when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -43,7 +45,8 @@ ScoringModels::ScoringModels(const ScoringFlags& f) : flags_(f) {
   if (f.device == "cuda" && !ops::cuda_available())
     throw UsageError{"--device cuda: no CUDA device (or this build has no CUDA backend: cmake --preset cuda)"};
   try {
-    checkpoint_ = fs::is_directory(path_) ? model::load_safetensors_checkpoint(path_) : model::load_gguf_checkpoint(path_);
+    checkpoint_ =
+        fs::is_directory(path_) ? model::load_safetensors_checkpoint(path_) : model::load_gguf_checkpoint(path_);
     tokenizer_ = engine::load_model_tokenizer(checkpoint_.gguf.get(), checkpoint_.directory);
   } catch (const Error& e) {
     throw UsageError{e.what()};
@@ -74,8 +77,11 @@ ScoringModels::ScoringModels(const ScoringFlags& f) : flags_(f) {
 }
 
 train::DatasetOptions ScoringModels::dataset_options(bool preference) const {
-  return {.preference = preference, .max_seq_length = flags_.max_seq_length, .tokenizer = tokenizer_.get(),
-          .render = train::make_chat_renderer(checkpoint_.chat_template, *tokenizer_), .quiet = flags_.quiet};
+  return {.preference = preference,
+          .max_seq_length = flags_.max_seq_length,
+          .tokenizer = tokenizer_.get(),
+          .render = train::make_chat_renderer(checkpoint_.chat_template, *tokenizer_),
+          .quiet = flags_.quiet};
 }
 
 train::ScoringOptions ScoringModels::options(size_t i) const {

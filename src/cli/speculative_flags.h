@@ -19,7 +19,7 @@ struct SpeculativeFlags {
   int tokens = 4;               // drafts per sequence and step
   int min_ngram = 1;
   int max_ngram = 3;
-  int max_batch = 4;            // decoding sequences above which a step does not speculate
+  int max_batch = 4;  // decoding sequences above which a step does not speculate
 
   void add_to(CLI::App& app);
   // Sets options.speculative_* (speculative_tokens 0 when method is none).

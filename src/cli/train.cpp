@@ -63,10 +63,8 @@ struct DataParallelJob {
 DataParallelJob start_data_parallel(const TrainFlags& flags, const train::TrainConfig& config) {
   DataParallelJob job{.rank = flags.dp_rank < 0 ? 0 : flags.dp_rank, .size = config.gpus};
   const std::string n = std::to_string(config.gpus);
-  if (config.resolved_device() != Device::CUDA)
-    throw UsageError{"--gpus " + n + " trains on GPUs: add --device cuda"};
-  if (job.rank >= job.size)
-    throw UsageError{"--dp-rank " + std::to_string(job.rank) + " outside --gpus " + n};
+  if (config.resolved_device() != Device::CUDA) throw UsageError{"--gpus " + n + " trains on GPUs: add --device cuda"};
+  if (job.rank >= job.size) throw UsageError{"--dp-rank " + std::to_string(job.rank) + " outside --gpus " + n};
   const bool launcher = flags.dp_rank < 0;
   const int visible = ops::device_count();
   if (launcher && job.size > visible)
@@ -131,7 +129,8 @@ void check_output_directory(const train::TrainConfig& config, bool overwrite) {
   if (!overwrite)
     throw UsageError{"--output " + config.output +
                      " is not empty (an earlier run?): pass --overwrite to replace its adapter, metrics and "
-                     "checkpoints, --resume " + config.output + "/checkpoints/step_N to continue it, or another --output"};
+                     "checkpoints, --resume " +
+                     config.output + "/checkpoints/step_N to continue it, or another --output"};
   clear_earlier_run(config.output);
 }
 
@@ -169,29 +168,33 @@ int run(const TrainFlags& flags) {
 
   const Device device = config.resolved_device();
   if (device == Device::CUDA && !ops::cuda_available())
-    throw UsageError{"--device cuda: no CUDA device is visible, or this build has no CUDA backend "
-                     "(configure with --preset cuda)"};
+    throw UsageError{
+        "--device cuda: no CUDA device is visible, or this build has no CUDA backend "
+        "(configure with --preset cuda)"};
   model::Checkpoint ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
                                                                      : model::load_gguf_checkpoint(config.model);
   auto tok = engine::load_model_tokenizer(ck.gguf.get(), ck.directory);
   // Base weights go to the device once, in their stored dtype (bf16, f16, quantized blocks).
   if (device == Device::CUDA) model::move_weights(ck, device);
   train::DatasetOptions options{.preference = train::is_preference(config.method),
-                                .max_seq_length = config.max_seq_length, .tokenizer = tok.get(),
-                                .render = train::make_chat_renderer(ck.chat_template, *tok), .quiet = config.quiet};
+                                .max_seq_length = config.max_seq_length,
+                                .tokenizer = tok.get(),
+                                .render = train::make_chat_renderer(ck.chat_template, *tok),
+                                .quiet = config.quiet};
   train::TrainData data{.train = train::load_dataset(train_path, options)};
   const int64_t train_rows = int64_t(data.train.size());
   if (std::filesystem::exists(valid_path)) data.valid = train::load_dataset(valid_path, options);
   if (!job || job->rank == 0) check_output_directory(config, flags.overwrite);
   std::filesystem::create_directories(config.output);
   std::unique_ptr<ops::Collective> collective;
-  if (job) collective = ops::connect_nccl({.rank = job->rank, .size = job->size, .master = job->master, .timeout_s = 600});
+  if (job)
+    collective = ops::connect_nccl({.rank = job->rank, .size = job->size, .master = job->master, .timeout_s = 600});
   train::Trainer trainer(config, ck, std::move(data));
   trainer.set_data_parallel(collective.get());
   install_stop_handlers();
   trainer.set_stop_flag(&g_stop_requested);
-  trainer.set_sample_decoder({.decode = [&tok](std::span<const int32_t> ids) { return tok->decode(ids); },
-                              .stop_ids = tok->eos_ids()});
+  trainer.set_sample_decoder(
+      {.decode = [&tok](std::span<const int32_t> ids) { return tok->decode(ids); }, .stop_ids = tok->eos_ids()});
   std::unique_ptr<TrainReporter> reporter;
   if (!flags.report_to.empty() && (!job || job->rank == 0)) {
     ReportTarget target = parse_report_url(flags.report_to);
@@ -202,7 +205,8 @@ int run(const TrainFlags& flags) {
                                      {"total_steps", jobs::total_steps(options_json, train_rows)},
                                      {"config", options_json}};
     reporter = std::make_unique<TrainReporter>(target, announce, config.output + "/log.jsonl", &g_stop_requested);
-    if (!config.quiet) std::fprintf(stderr, "train: reporting to %s as job %s\n", flags.report_to.c_str(), reporter->job_id().c_str());
+    if (!config.quiet)
+      std::fprintf(stderr, "train: reporting to %s as job %s\n", flags.report_to.c_str(), reporter->job_id().c_str());
   }
   train::TrainResult result;
   try {
@@ -228,7 +232,8 @@ template <typename T>
 void option(CLI::App* app, TrainFlags& flags, const std::string& name, const std::string& help) {
   auto key = name;
   std::replace(key.begin(), key.end(), '-', '_');
-  app->add_option_function<T>("--" + name, [&flags, key](const T& v) { flags.overrides[key] = v; }, help);
+  app->add_option_function<T>(
+      "--" + name, [&flags, key](const T& v) { flags.overrides[key] = v; }, help);
 }
 
 }  // namespace
@@ -237,16 +242,21 @@ Subcommand add_train_command(CLI::App& root) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* app = root.add_subcommand("train", "LoRA fine-tuning: sft, dpo, orpo, simpo, ipo (PEFT adapter out)");
   TrainFlags& f = *flags;
-  app->add_option("-c,--config", f.config_file, "JSON or TOML (.toml) file of training options, same names (flags override it)");
-  app->add_option_function<std::string>("-m,--model", [&f](const std::string& v) { f.overrides["model"] = v; },
-                                         "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
-  app->add_option_function<std::string>("-d,--data", [&f](const std::string& v) { f.overrides["data"] = v; },
-                                         "directory with train.jsonl (and valid.jsonl)");
-  app->add_option_function<std::string>("-o,--output,--adapter-path",
-                                         [&f](const std::string& v) { f.overrides["output"] = v; },
-                                         "adapter output directory (default: adapters)");
+  app->add_option("-c,--config", f.config_file,
+                  "JSON or TOML (.toml) file of training options, same names (flags override it)");
+  app->add_option_function<std::string>(
+      "-m,--model", [&f](const std::string& v) { f.overrides["model"] = v; },
+      "GGUF file or safetensors directory (default: SmolLM2-135M-Instruct Q4_1)");
+  app->add_option_function<std::string>(
+      "-d,--data", [&f](const std::string& v) { f.overrides["data"] = v; },
+      "directory with train.jsonl (and valid.jsonl)");
+  app->add_option_function<std::string>(
+      "-o,--output,--adapter-path", [&f](const std::string& v) { f.overrides["output"] = v; },
+      "adapter output directory (default: adapters)");
   option<std::string>(app, f, "method", "sft (default), dpo, orpo, simpo or ipo");
-  option<std::string>(app, f, "sft-scope", "tokens in the NLL: response (the reply only) or full (the prompt too); default as TRL: response for sft, full for orpo");
+  option<std::string>(app, f, "sft-scope",
+                      "tokens in the NLL: response (the reply only) or full (the prompt too); default as TRL: response "
+                      "for sft, full for orpo");
   option<float>(app, f, "orpo-lambda", "ORPO weight of the odds-ratio term (default 0.1)");
   option<float>(app, f, "beta", "DPO/IPO/SimPO temperature (default 0.1)");
   option<float>(app, f, "simpo-gamma", "SimPO target margin (default 0.5)");
@@ -257,39 +267,48 @@ Subcommand add_train_command(CLI::App& root) {
   option<int>(app, f, "epochs", "passes over the training set when --iters is 0 (default 1)");
   option<int>(app, f, "batch-size", "sequences (pairs) per micro-batch (default 1)");
   option<int>(app, f, "grad-accumulation-steps", "micro-batches per optimizer step (default 1)");
-  app->add_option_function<int>("--grad-accum", [&f](int v) { f.overrides["grad_accumulation_steps"] = v; },
-                                "alias of --grad-accumulation-steps");
+  app->add_option_function<int>(
+      "--grad-accum", [&f](int v) { f.overrides["grad_accumulation_steps"] = v; },
+      "alias of --grad-accumulation-steps");
   option<int>(app, f, "max-seq-length", "longest sequence; longer prompts are cut on the left (default 2048)");
   option<float>(app, f, "max-grad-norm", "clip the global gradient norm (default 1.0; 0 = off)");
   option<float>(app, f, "weight-decay", "AdamW decoupled weight decay (default 0)");
   option<int>(app, f, "rank", "LoRA rank (default 8 sft, 16 orpo)");
   option<float>(app, f, "scale", "LoRA scale s (default 1 sft, 2 orpo); alpha = s * rank");
   option<float>(app, f, "alpha", "PEFT lora_alpha instead of --scale (s = alpha / rank)");
-  app->add_flag_function("--rs-lora", [&f](int64_t) { f.overrides["rs_lora"] = true; }, "rank-stabilised scale alpha/sqrt(rank)");
+  app->add_flag_function(
+      "--rs-lora", [&f](int64_t) { f.overrides["rs_lora"] = true; }, "rank-stabilised scale alpha/sqrt(rank)");
   option<float>(app, f, "lora-plus-ratio", "LoRA+: learning-rate multiplier of the B factors (default 1)");
   option<float>(app, f, "lora-dropout", "dropout on the LoRA input (default 0)");
   option<std::vector<std::string>>(app, f, "target-modules", "projections to adapt (default all seven)");
   option<int>(app, f, "num-layers", "adapt only the last N layers (default -1 = all)");
   option<int>(app, f, "segment-size", "segmented backward: layers per recompute segment (default 0 = off)");
-  app->add_flag_function("--offload-boundaries", [&f](int64_t) { f.overrides["offload_boundaries"] = true; },
-                         "with --segment-size on CUDA: keep segment boundaries in host memory");
-  app->add_flag_function("--offload-attention", [&f](int64_t) { f.overrides["offload_attention"] = true; },
-                         "with --offload-boundaries: also each layer's attention output (the recompute skips the "
-                         "attention; twice the host memory)");
+  app->add_flag_function(
+      "--offload-boundaries", [&f](int64_t) { f.overrides["offload_boundaries"] = true; },
+      "with --segment-size on CUDA: keep segment boundaries in host memory");
+  app->add_flag_function(
+      "--offload-attention", [&f](int64_t) { f.overrides["offload_attention"] = true; },
+      "with --offload-boundaries: also each layer's attention output (the recompute skips the "
+      "attention; twice the host memory)");
   option<std::string>(app, f, "boundary-dtype", "segment boundaries in f32 (default) or bf16 (half the memory)");
-  option<int>(app, f, "device-boundaries", "with --offload-boundaries: keep the last N segments' boundaries on "
-                                           "the device (default 0)");
-  app->add_flag_function("--grad-checkpoint", [&f](int64_t) { f.overrides["grad_checkpoint"] = true; },
-                         "recompute every layer in the backward (= --segment-size 1)");
-  app->add_flag_function("--prefix-shared", [&f](int64_t) { f.overrides["prefix_shared"] = true; },
-                         "one [prompt; chosen; rejected] forward per pair");
+  option<int>(app, f, "device-boundaries",
+              "with --offload-boundaries: keep the last N segments' boundaries on "
+              "the device (default 0)");
+  app->add_flag_function(
+      "--grad-checkpoint", [&f](int64_t) { f.overrides["grad_checkpoint"] = true; },
+      "recompute every layer in the backward (= --segment-size 1)");
+  app->add_flag_function(
+      "--prefix-shared", [&f](int64_t) { f.overrides["prefix_shared"] = true; },
+      "one [prompt; chosen; rejected] forward per pair");
   option<int>(app, f, "head-chunk-size", "fused CE head vocabulary chunk (default 4096; 0 = full logits)");
-  option<int>(app, f, "mlp-chunk-size", "run the MLP over N tokens at a time, recomputing gate/up in the backward "
-                                        "(long sequences: no [tokens, intermediate] buffers; default 0 = off)");
+  option<int>(app, f, "mlp-chunk-size",
+              "run the MLP over N tokens at a time, recomputing gate/up in the backward "
+              "(long sequences: no [tokens, intermediate] buffers; default 0 = off)");
   option<int>(app, f, "steps-per-eval", "validate every N steps (default: only at the end)");
   option<int>(app, f, "steps-per-report", "progress line every N steps (default 10)");
-  app->add_flag_function("--save-checkpoints", [&f](int64_t) { f.overrides["save_checkpoints"] = true; },
-                         "write a resumable checkpoint at every evaluation under OUTPUT/checkpoints/step_N");
+  app->add_flag_function(
+      "--save-checkpoints", [&f](int64_t) { f.overrides["save_checkpoints"] = true; },
+      "write a resumable checkpoint at every evaluation under OUTPUT/checkpoints/step_N");
   option<int>(app, f, "save-steps", "also write a resumable checkpoint every N steps (default 0 = off)");
   option<int>(app, f, "save-total-limit", "keep only the newest K checkpoints (default 0 = all)");
   option<int>(app, f, "eval-samples",
@@ -297,26 +316,32 @@ Subcommand add_train_command(CLI::App& root) {
   option<int>(app, f, "eval-sample-tokens", "new tokens per evaluation sample (default 32)");
   option<int>(app, f, "early-stopping-patience",
               "stop after N evaluations in a row that did not lower the evaluation loss (default 0 = off)");
-  app->add_flag_function("--keep-best", [&f](int64_t) { f.overrides["keep_best"] = true; },
-                         "the adapter of the evaluation with the lowest loss becomes the final one (OUTPUT/best)");
+  app->add_flag_function(
+      "--keep-best", [&f](int64_t) { f.overrides["keep_best"] = true; },
+      "the adapter of the evaluation with the lowest loss becomes the final one (OUTPUT/best)");
   app->add_flag("--overwrite", f.overwrite, "replace an earlier run's adapter, metrics and checkpoints in --output");
-  option<std::string>(app, f, "base-model-id",
-                      "Hugging Face id written as the adapter's base_model_name_or_path (default: from the model's metadata)");
-  option<std::string>(app, f, "resume-adapter", "warm start from this adapter (weights only; optimizer and schedule restart)");
+  option<std::string>(
+      app, f, "base-model-id",
+      "Hugging Face id written as the adapter's base_model_name_or_path (default: from the model's metadata)");
+  option<std::string>(app, f, "resume-adapter",
+                      "warm start from this adapter (weights only; optimizer and schedule restart)");
   app->add_option_function<std::string>(
       "--resume",
       [&f](const std::string& v) { f.overrides[train::has_train_state(v) ? "resume" : "resume_adapter"] = v; },
       "continue a run from its checkpoint (OUTPUT/checkpoints/step_N: optimizer, schedule, data order and step "
       "restored); a plain adapter directory is a warm start (as --resume-adapter)");
-  option<std::string>(app, f, "device", "cpu (default), cuda or auto: where the base weights, LoRA factors, "
-                                        "optimizer state and activations live");
-  option<int>(app, f, "gpus", "data parallel over N GPUs (one process each, NCCL): each takes every N-th "
-                             "micro-batch; N GPUs with --grad-accum A = one GPU with N*A (default 1)");
+  option<std::string>(app, f, "device",
+                      "cpu (default), cuda or auto: where the base weights, LoRA factors, "
+                      "optimizer state and activations live");
+  option<int>(app, f, "gpus",
+              "data parallel over N GPUs (one process each, NCCL): each takes every N-th "
+              "micro-batch; N GPUs with --grad-accum A = one GPU with N*A (default 1)");
   // Hidden: how worker ranks (or ranks started by hand on other nodes) join.
   app->add_option("--dp-rank", f.dp_rank)->group("")->check(CLI::Range(0, 63));
   app->add_option("--dp-master", f.dp_master)->group("");
   option<int>(app, f, "seed", "seed of initialisation, shuffling and dropout (default 0)");
-  app->add_option("--report-to", f.report_to, "show this run in a brioche serve's fine-tuning job list, live: http://HOST:PORT");
+  app->add_option("--report-to", f.report_to,
+                  "show this run in a brioche serve's fine-tuning job list, live: http://HOST:PORT");
   app->add_option("--report-key", f.report_key, "the server's API key for --report-to (default: $BRIOCHE_API_KEY)");
   option<int>(app, f, "threads", "CPU threads (default: all)");
   app->add_flag("-q,--quiet", f.quiet, "no progress on stderr");

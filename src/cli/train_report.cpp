@@ -55,8 +55,8 @@ json TrainReporter::post(const std::string& path, const json& body) {
   stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
   json answer = json::parse(res.body(), nullptr, false);
   if (res.result_int() != 200) {
-    const std::string message = answer.is_object() && answer.contains("error") ? answer["error"].value("message", res.body())
-                                                                               : res.body();
+    const std::string message =
+        answer.is_object() && answer.contains("error") ? answer["error"].value("message", res.body()) : res.body();
     fail("the server answered ", res.result_int(), " to POST ", path, ": ", message);
   }
   return answer;

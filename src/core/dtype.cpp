@@ -13,9 +13,12 @@ bool parse_dtype(std::string_view name, DType* out) {
 }
 
 bool affine_dtype(int bits, int group_size, DType* out) {
-  static constexpr struct { int bits, group; DType type; } kTable[] = {
-      {4, 32, DType::AFFINE4_G32},  {4, 64, DType::AFFINE4_G64},  {4, 128, DType::AFFINE4_G128},
-      {8, 32, DType::AFFINE8_G32},  {8, 64, DType::AFFINE8_G64},  {8, 128, DType::AFFINE8_G128},
+  static constexpr struct {
+    int bits, group;
+    DType type;
+  } kTable[] = {
+      {4, 32, DType::AFFINE4_G32}, {4, 64, DType::AFFINE4_G64}, {4, 128, DType::AFFINE4_G128},
+      {8, 32, DType::AFFINE8_G32}, {8, 64, DType::AFFINE8_G64}, {8, 128, DType::AFFINE8_G128},
   };
   for (const auto& row : kTable) {
     if (row.bits == bits && row.group == group_size) {

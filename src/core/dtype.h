@@ -44,8 +44,8 @@ inline constexpr int kNumDTypes = int(DType::AFFINE8_G128) + 1;
 
 struct DTypeInfo {
   std::string_view name;
-  int block_elems;   // elements per block (1 for plain types)
-  int block_bytes;   // bytes per block
+  int block_elems;  // elements per block (1 for plain types)
+  int block_bytes;  // bytes per block
   bool quantized;
 };
 

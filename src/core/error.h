@@ -31,7 +31,8 @@ template <typename... Parts>
 }  // namespace brioche
 
 // Internal invariant or user-facing precondition; throws brioche::Error.
-#define BRIOCHE_CHECK(cond, ...)                                        \
-  do {                                                                  \
-    if (!(cond)) [[unlikely]] ::brioche::fail(__VA_ARGS__);             \
+#define BRIOCHE_CHECK(cond, ...)    \
+  do {                              \
+    if (!(cond)) [[unlikely]]       \
+      ::brioche::fail(__VA_ARGS__); \
   } while (0)

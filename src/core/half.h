@@ -39,7 +39,10 @@ inline float f16_to_f32(uint16_t h) {
       bits = sign;
     } else {  // subnormal: normalise
       exp = 127 - 15 + 1;
-      while (!(mant & 0x400u)) { mant <<= 1; --exp; }
+      while (!(mant & 0x400u)) {
+        mant <<= 1;
+        --exp;
+      }
       mant &= 0x3ffu;
       bits = sign | (exp << 23) | (mant << 13);
     }
@@ -83,4 +86,3 @@ inline uint16_t f32_to_f16(float f) {
 }
 
 }  // namespace brioche
-

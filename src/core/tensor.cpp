@@ -29,8 +29,8 @@ void check_shape(DType dtype, const int64_t* shape, int rank) {
     BRIOCHE_CHECK(shape[i] >= 0, "tensor dim ", i, " is negative (", shape[i], ")");
   }
   int block = dtype_info(dtype).block_elems;
-  BRIOCHE_CHECK(shape[rank - 1] % block == 0, "innermost dim ", shape[rank - 1], " of a ",
-                dtype_name(dtype), " tensor must be a multiple of its block size ", block);
+  BRIOCHE_CHECK(shape[rank - 1] % block == 0, "innermost dim ", shape[rank - 1], " of a ", dtype_name(dtype),
+                " tensor must be a multiple of its block size ", block);
 }
 
 }  // namespace
@@ -69,8 +69,8 @@ Tensor Tensor::filled_bytes(DType dtype, const int64_t* shape, int rank, uint8_t
   return t;
 }
 
-Tensor Tensor::view(void* data, DType dtype, const int64_t* shape, int rank,
-                    std::shared_ptr<void> owner, Device device) {
+Tensor Tensor::view(void* data, DType dtype, const int64_t* shape, int rank, std::shared_ptr<void> owner,
+                    Device device) {
   Tensor t = contiguous_layout(dtype, shape, rank);
   t.storage_ = std::make_shared<Storage>();
   t.storage_->data = data;
@@ -80,8 +80,8 @@ Tensor Tensor::view(void* data, DType dtype, const int64_t* shape, int rank,
   return t;
 }
 
-Tensor Tensor::view(void* data, DType dtype, std::initializer_list<int64_t> shape,
-                    std::shared_ptr<void> owner, Device device) {
+Tensor Tensor::view(void* data, DType dtype, std::initializer_list<int64_t> shape, std::shared_ptr<void> owner,
+                    Device device) {
   return view(data, dtype, shape.begin(), int(shape.size()), std::move(owner), device);
 }
 
@@ -111,14 +111,13 @@ bool Tensor::is_contiguous() const {
 Tensor Tensor::slice(int d, int64_t begin, int64_t end) const {
   if (d < 0) d += rank_;
   BRIOCHE_CHECK(d >= 0 && d < rank_, "slice dim ", d, " out of range for ", describe());
-  BRIOCHE_CHECK(0 <= begin && begin <= end && end <= shape_[d], "slice [", begin, ", ", end,
-                ") out of range for dim ", d, " of ", describe());
+  BRIOCHE_CHECK(0 <= begin && begin <= end && end <= shape_[d], "slice [", begin, ", ", end, ") out of range for dim ",
+                d, " of ", describe());
   Tensor t = *this;
   if (d == rank_ - 1) {
     auto info = dtype_info(dtype_);
-    BRIOCHE_CHECK(begin % info.block_elems == 0 && end % info.block_elems == 0,
-                  "slice of the innermost dim of ", describe(), " must align to blocks of ",
-                  info.block_elems);
+    BRIOCHE_CHECK(begin % info.block_elems == 0 && end % info.block_elems == 0, "slice of the innermost dim of ",
+                  describe(), " must align to blocks of ", info.block_elems);
     t.offset_ += row_bytes(dtype_, begin);
   } else {
     t.offset_ += size_t(begin * strides_[d]);
@@ -134,7 +133,10 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const {
   BRIOCHE_CHECK(t.rank_ >= 1 && t.rank_ <= kMaxRank, "reshape rank ", t.rank_);
   int i = 0;
   int64_t n = 1;
-  for (int64_t s : shape) { t.shape_[i++] = s; n *= s; }
+  for (int64_t s : shape) {
+    t.shape_[i++] = s;
+    n *= s;
+  }
   for (; i < kMaxRank; ++i) t.shape_[i] = 0;
   BRIOCHE_CHECK(n == numel(), "reshape of ", describe(), " to ", n, " elements");
   check_shape(dtype_, t.shape_.data(), t.rank_);

@@ -48,10 +48,10 @@ class Tensor {
   // The same with every byte set to `byte` (0xFF: NaN in every float type).
   static Tensor filled_bytes(DType dtype, const int64_t* shape, int rank, uint8_t byte);
   // A contiguous view of external memory kept alive by `owner` (e.g. an mmap).
-  static Tensor view(void* data, DType dtype, std::initializer_list<int64_t> shape,
-                     std::shared_ptr<void> owner, Device device = Device::CPU);
-  static Tensor view(void* data, DType dtype, const int64_t* shape, int rank,
-                     std::shared_ptr<void> owner, Device device = Device::CPU);
+  static Tensor view(void* data, DType dtype, std::initializer_list<int64_t> shape, std::shared_ptr<void> owner,
+                     Device device = Device::CPU);
+  static Tensor view(void* data, DType dtype, const int64_t* shape, int rank, std::shared_ptr<void> owner,
+                     Device device = Device::CPU);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
@@ -67,16 +67,20 @@ class Tensor {
 
   void* data() const { return static_cast<char*>(storage_->data) + offset_; }
   template <typename T>
-  T* data_as() const { return static_cast<T*>(data()); }
+  T* data_as() const {
+    return static_cast<T*>(data());
+  }
   // Pointer to row `i` of a rank-2 tensor (or the i-th slice along dim 0).
   void* row_ptr(int64_t i) const { return static_cast<char*>(data()) + i * strides_[0]; }
   template <typename T>
-  T* row_as(int64_t i) const { return static_cast<T*>(row_ptr(i)); }
+  T* row_as(int64_t i) const {
+    return static_cast<T*>(row_ptr(i));
+  }
 
   // Views sharing storage.
   Tensor slice(int dim, int64_t begin, int64_t end) const;
   Tensor reshape(std::initializer_list<int64_t> shape) const;  // contiguous only
-  Tensor select(int64_t i) const;  // drop dim 0
+  Tensor select(int64_t i) const;                              // drop dim 0
 
   std::string describe() const;  // "f32[2, 3]"
   // Its storage's write count (Storage::version); 0 when undefined.

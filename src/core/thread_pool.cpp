@@ -107,8 +107,6 @@ ThreadPool& ThreadPool::global() {
   return *pool;
 }
 
-void ThreadPool::configure_global(int n_threads) {
-  global_pool() = std::make_unique<ThreadPool>(n_threads);
-}
+void ThreadPool::configure_global(int n_threads) { global_pool() = std::make_unique<ThreadPool>(n_threads); }
 
 }  // namespace brioche

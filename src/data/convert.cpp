@@ -30,8 +30,10 @@ ConvertResult convert(const std::string& path, const ConvertOptions& o) {
   read_examples(path, o.read, report, [&](const RowLocation& at, Example& ex) {
     const RowKind kind = row_kind(ex.layout);
     if (kind == RowKind::Rated)
-      return drop(at, "bad_row", layout_name(ex.layout) + " rows hold rated completions: make pairs of them with "
-                                 "`brioche data curate`");
+      return drop(at, "bad_row",
+                  layout_name(ex.layout) +
+                      " rows hold rated completions: make pairs of them with "
+                      "`brioche data curate`");
     if (ex.layout == Layout::Text ? blank(ex.text) : false) return drop(at, "empty_reply", "\"text\" is blank");
     for (size_t i = 0; i < ex.replies.size(); ++i) {
       if (blank(ex.replies[i].content()) && !ex.replies[i].message.contains("tool_calls")) {
@@ -58,8 +60,11 @@ ConvertResult convert(const std::string& path, const ConvertOptions& o) {
   s["layouts"] = layouts;
   s["train"] = result.rows.train.size();
   s["valid"] = result.rows.valid.size();
-  s["options"] = {{"from", o.read.layout ? layout_name(*o.read.layout) : "auto"}, {"dedup", o.dedup},
-                  {"max_tokens", o.max_tokens}, {"valid_fraction", o.valid_fraction}, {"seed", o.seed}};
+  s["options"] = {{"from", o.read.layout ? layout_name(*o.read.layout) : "auto"},
+                  {"dedup", o.dedup},
+                  {"max_tokens", o.max_tokens},
+                  {"valid_fraction", o.valid_fraction},
+                  {"seed", o.seed}};
   if (o.counter) s["tokenizer"] = o.counter->description(), s["tokens_max"] = tokens_max;
   return result;
 }

@@ -45,8 +45,8 @@ struct Summary {
 CurateResult curate(const std::string& path, const CurateOptions& o) {
   BRIOCHE_CHECK(o.max_tokens == 0 || o.counter, "--max-tokens needs a model (-m) whose tokenizer measures the rows");
   BRIOCHE_CHECK(o.min_gap >= 0, "--min-gap must be >= 0, got ", o.min_gap);
-  BRIOCHE_CHECK(o.max_length_ratio == 0 || o.max_length_ratio >= 1, "--max-length-ratio must be >= 1 (or 0 = off), got ",
-                o.max_length_ratio);
+  BRIOCHE_CHECK(o.max_length_ratio == 0 || o.max_length_ratio >= 1,
+                "--max-length-ratio must be >= 1 (or 0 = off), got ", o.max_length_ratio);
   BRIOCHE_CHECK(o.valid_fraction >= 0 && o.valid_fraction < 1, "--valid-fraction must be in [0, 1), got ",
                 o.valid_fraction);
   CurateResult result;
@@ -59,21 +59,25 @@ CurateResult curate(const std::string& path, const CurateOptions& o) {
   };
   const std::optional<RowKind> kind = read_examples(path, o.read, report, [&](const RowLocation& at, Example& ex) {
     if (ex.layout != Layout::UltraFeedback && ex.layout != Layout::UltraFeedbackBinarized) {
-      return drop(at, "bad_row", "a " + layout_name(ex.layout) + " row has no ratings to curate (expected " +
-                                     "ultrafeedback or ultrafeedback-binarized; `brioche data convert` takes " +
-                                     layout_name(ex.layout) + ")");
+      return drop(at, "bad_row",
+                  "a " + layout_name(ex.layout) + " row has no ratings to curate (expected " +
+                      "ultrafeedback or ultrafeedback-binarized; `brioche data convert` takes " +
+                      layout_name(ex.layout) + ")");
     }
     std::vector<const Reply*> candidates;
     for (const Reply& r : ex.replies) {
       ++sum.completions;
-      if (!r.score) ++sum.unrated;
-      else if (blank(r.content())) ++sum.empty;
-      else candidates.push_back(&r);
+      if (!r.score)
+        ++sum.unrated;
+      else if (blank(r.content()))
+        ++sum.empty;
+      else
+        candidates.push_back(&r);
     }
     if (candidates.size() < 2)
-      return drop(at, "too_few_completions", std::to_string(candidates.size()) + " of " +
-                                                 std::to_string(ex.replies.size()) +
-                                                 " completions have a score and text (expected at least 2)");
+      return drop(at, "too_few_completions",
+                  std::to_string(candidates.size()) + " of " + std::to_string(ex.replies.size()) +
+                      " completions have a score and text (expected at least 2)");
     const Reply* best = candidates[0];
     const Reply* worst = candidates[0];
     for (const Reply* r : candidates) {
@@ -98,8 +102,8 @@ CurateResult curate(const std::string& path, const CurateOptions& o) {
       const double a = double(utf8_length(best->content())), b = double(utf8_length(rejected->content()));
       const double ratio = std::max(a, b) / std::max(1.0, std::min(a, b));
       if (ratio > o.max_length_ratio)
-        return drop(at, "length_ratio", "length ratio " + json(ratio).dump() + " > --max-length-ratio " +
-                                            json(o.max_length_ratio).dump());
+        return drop(at, "length_ratio",
+                    "length ratio " + json(ratio).dump() + " > --max-length-ratio " + json(o.max_length_ratio).dump());
     }
     int64_t tokens = -1;
     if (o.counter) {
@@ -117,7 +121,8 @@ CurateResult curate(const std::string& path, const CurateOptions& o) {
     report.keep();
     sum.chosen_sum += *best->score, sum.rejected_sum += *rejected->score, sum.gap_sum += gap;
     sum.sources[ex.score_source] = sum.sources.value(ex.score_source, int64_t(0)) + 1;
-    if (tokens >= 0) sum.tokens_max = std::max(sum.tokens_max, tokens), sum.tokens_sum += double(tokens), ++sum.token_rows;
+    if (tokens >= 0)
+      sum.tokens_max = std::max(sum.tokens_max, tokens), sum.tokens_sum += double(tokens), ++sum.token_rows;
   });
   (void)kind;
   const int64_t n = report.kept();
@@ -127,18 +132,23 @@ CurateResult curate(const std::string& path, const CurateOptions& o) {
   s["input"] = path;
   s["train"] = result.rows.train.size();
   s["valid"] = result.rows.valid.size();
-  s["options"] = {{"selection", selection_name(o.selection)}, {"seed", o.seed}, {"min_gap", o.min_gap},
-                  {"max_length_ratio", o.max_length_ratio}, {"dedup", o.dedup}, {"max_tokens", o.max_tokens},
-                  {"valid_fraction", o.valid_fraction}, {"score", o.read.scores.source}};
+  s["options"] = {{"selection", selection_name(o.selection)},
+                  {"seed", o.seed},
+                  {"min_gap", o.min_gap},
+                  {"max_length_ratio", o.max_length_ratio},
+                  {"dedup", o.dedup},
+                  {"max_tokens", o.max_tokens},
+                  {"valid_fraction", o.valid_fraction},
+                  {"score", o.read.scores.source}};
   s["completions"] = {{"total", sum.completions}, {"unrated", sum.unrated}, {"empty", sum.empty}};
   s["score_source"] = sum.sources;
   if (n > 0)
-    s["scores"] = {{"chosen_mean", sum.chosen_sum / double(n)}, {"rejected_mean", sum.rejected_sum / double(n)},
+    s["scores"] = {{"chosen_mean", sum.chosen_sum / double(n)},
+                   {"rejected_mean", sum.rejected_sum / double(n)},
                    {"gap_mean", sum.gap_sum / double(n)}};
   if (o.counter) {
     s["tokenizer"] = o.counter->description();
-    if (sum.token_rows > 0)
-      s["tokens"] = {{"max", sum.tokens_max}, {"mean", sum.tokens_sum / double(sum.token_rows)}};
+    if (sum.token_rows > 0) s["tokens"] = {{"max", sum.tokens_max}, {"mean", sum.tokens_sum / double(sum.token_rows)}};
   }
   return result;
 }

@@ -32,16 +32,16 @@ struct CurateOptions {
   double min_gap = 0.0;           // chosen − rejected at least this (a tie never makes a pair)
   double max_length_ratio = 0.0;  // 0 = no limit
   bool dedup = true;
-  int64_t max_tokens = 0;         // 0 = no limit; needs counter
+  int64_t max_tokens = 0;  // 0 = no limit; needs counter
   TokenCounter* counter = nullptr;
   double valid_fraction = 0.0;
   ReadOptions read;
 };
 
 struct CurateResult {
-  SplitRows rows;       // {prompt, chosen, rejected, score_chosen, score_rejected}
+  SplitRows rows;  // {prompt, chosen, rejected, score_chosen, score_rejected}
   RowReport report;
-  json stats;           // report + options + split + score and length summaries
+  json stats;  // report + options + split + score and length summaries
 };
 
 CurateResult curate(const std::string& path, const CurateOptions& options);

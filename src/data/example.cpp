@@ -113,10 +113,12 @@ Example ultrafeedback(const json& row, const ScoreOptions& scores) {
     const std::string what = "completion " + std::to_string(i);
     if (!c.is_object()) throw RowError(what + ": expected an object, found " + describe(c));
     Reply r{.message = assistant(completion_text(c, what))};
-    if (source == "overall") r.score = c.contains("overall_score") ? rating(c["overall_score"], what + " overall_score")
-                                                                   : std::nullopt;
-    else if (source == "fine-grained") r.score = fine_grained(c, what);
-    else r.score = c.contains("annotations") ? aspect_rating(c["annotations"], source, what) : std::nullopt;
+    if (source == "overall")
+      r.score = c.contains("overall_score") ? rating(c["overall_score"], what + " overall_score") : std::nullopt;
+    else if (source == "fine-grained")
+      r.score = fine_grained(c, what);
+    else
+      r.score = c.contains("annotations") ? aspect_rating(c["annotations"], source, what) : std::nullopt;
     ex.replies.push_back(std::move(r));
   }
   return ex;
@@ -143,13 +145,15 @@ void preference(const json& row, Example& ex) {
   json chosen = reply_of(field(row, "chosen"), "chosen", before_c);
   json rejected = reply_of(field(row, "rejected"), "rejected", before_r);
   if (before_c != before_r)
-    throw RowError("\"chosen\" and \"rejected\" differ before their last message (expected the same conversation "
-                   "with different final replies)");
+    throw RowError(
+        "\"chosen\" and \"rejected\" differ before their last message (expected the same conversation "
+        "with different final replies)");
   json prompt = row.contains("prompt") ? prompt_messages(row["prompt"], "\"prompt\"") : json::array();
   // A chosen list that starts with the prompt holds the whole conversation.
-  const bool repeats_prompt = before_c.size() >= prompt.size() &&
-                              std::equal(prompt.begin(), prompt.end(), before_c.begin());
-  if (repeats_prompt) prompt = before_c;
+  const bool repeats_prompt =
+      before_c.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), before_c.begin());
+  if (repeats_prompt)
+    prompt = before_c;
   else
     for (const json& m : before_c) prompt.push_back(m);
   if (prompt.empty()) throw RowError("no prompt: expected \"prompt\" or messages before the chosen reply");
@@ -169,8 +173,9 @@ Example hh_rlhf(const json& row) {
   json cr = c.back(), rr = r.back();
   c.erase(c.size() - 1), r.erase(r.size() - 1);
   if (c != r)
-    throw RowError("\"chosen\" and \"rejected\" transcripts differ before the last Assistant turn (expected the same "
-                   "conversation with different final replies)");
+    throw RowError(
+        "\"chosen\" and \"rejected\" transcripts differ before the last Assistant turn (expected the same "
+        "conversation with different final replies)");
   ex.prompt = std::move(c);
   ex.replies = {Reply{.message = std::move(cr)}, Reply{.message = std::move(rr)}};
   return ex;
@@ -178,13 +183,12 @@ Example hh_rlhf(const json& row) {
 
 std::string sharegpt_role(const std::string& from, size_t i) {
   if (from == "human" || from == "user") return "user";
-  if (from == "gpt" || from == "assistant" || from == "chatgpt" || from == "bard" || from == "bing" ||
-      from == "model")
+  if (from == "gpt" || from == "assistant" || from == "chatgpt" || from == "bard" || from == "bing" || from == "model")
     return "assistant";
   if (from == "system") return "system";
   if (from == "tool" || from == "observation" || from == "function_response") return "tool";
-  throw RowError("conversations[" + std::to_string(i) + "].from: expected human, gpt, system or tool, found \"" +
-                 from + "\"");
+  throw RowError("conversations[" + std::to_string(i) + "].from: expected human, gpt, system or tool, found \"" + from +
+                 "\"");
 }
 
 // Chat-like messages: the last must be the assistant's reply.
@@ -222,8 +226,8 @@ json parse_hh_transcript(const std::string& transcript) {
   };
   size_t pos = transcript.find_first_not_of(" \t\r\n");
   if (pos == std::string::npos || marker_at(pos) != &kHuman)
-    throw RowError("an HH-RLHF transcript must start with \"\\n\\nHuman: \", found \"" +
-                   transcript.substr(0, 40) + (transcript.size() > 40 ? "...\"" : "\""));
+    throw RowError("an HH-RLHF transcript must start with \"\\n\\nHuman: \", found \"" + transcript.substr(0, 40) +
+                   (transcript.size() > 40 ? "...\"" : "\""));
   while (pos != std::string::npos) {
     const std::string* marker = marker_at(pos);
     size_t start = pos + marker->size();
@@ -246,8 +250,7 @@ Example parse_example(const json& row, Layout layout, const ScoreOptions& scores
   if (!row.is_object()) throw RowError("expected a JSON object, found " + describe(row));
   Example ex{.layout = layout};
   switch (layout) {
-    case Layout::UltraFeedback:
-      return ultrafeedback(row, scores);
+    case Layout::UltraFeedback: return ultrafeedback(row, scores);
     case Layout::UltraFeedbackBinarized: {
       preference(row, ex);
       ex.replies[0].score = rating(field(row, "score_chosen"), "\"score_chosen\"");
@@ -256,11 +259,8 @@ Example parse_example(const json& row, Layout layout, const ScoreOptions& scores
       return ex;
     }
     case Layout::Preference:
-    case Layout::TrlConversational:
-      preference(row, ex);
-      return ex;
-    case Layout::HhRlhf:
-      return hh_rlhf(row);
+    case Layout::TrlConversational: preference(row, ex); return ex;
+    case Layout::HhRlhf: return hh_rlhf(row);
     case Layout::Chat: {
       const json& messages = field(row, "messages");
       check_messages(messages, "\"messages\"");
@@ -301,9 +301,7 @@ Example parse_example(const json& row, Layout layout, const ScoreOptions& scores
       ex.prompt = prompt_messages(field(row, "prompt"), "\"prompt\"");
       ex.replies = {Reply{.message = assistant(string_field(row, "completion"))}};
       return ex;
-    case Layout::Text:
-      ex.text = string_field(row, "text");
-      return ex;
+    case Layout::Text: ex.text = string_field(row, "text"); return ex;
   }
   throw RowError("unknown layout");
 }

@@ -24,8 +24,8 @@ struct Example {
   json prompt = json::array();  // messages before the reply; empty for text
   // sft: one reply; preference: chosen, then rejected; rated: every completion, in file order.
   std::vector<Reply> replies;
-  std::string text;             // text layout: the whole document
-  std::string score_source;     // rated layouts: which rating `score` holds ("overall_score", ...)
+  std::string text;          // text layout: the whole document
+  std::string score_source;  // rated layouts: which rating `score` holds ("overall_score", ...)
 };
 
 // Which rating of an UltraFeedback completion is its score:

@@ -14,8 +14,9 @@ json distribution(std::vector<double> v) {
   double sum = 0;
   for (double x : v) sum += x;
   auto rank = [&](double p) { return v[size_t(std::max(1.0, std::ceil(p * double(v.size())))) - 1]; };
-  return {{"n", v.size()}, {"min", v.front()}, {"mean", sum / double(v.size())}, {"p50", rank(0.5)},
-          {"p90", rank(0.9)}, {"p99", rank(0.99)}, {"max", v.back()}};
+  return {{"n", v.size()},    {"min", v.front()}, {"mean", sum / double(v.size())},
+          {"p50", rank(0.5)}, {"p90", rank(0.9)}, {"p99", rank(0.99)},
+          {"max", v.back()}};
 }
 
 json length_histogram(const std::vector<int64_t>& lengths) {
@@ -53,8 +54,10 @@ json inspect(const std::string& path, const InspectOptions& o) {
       prompt_chars.push_back(double(p));
       for (const Reply& r : ex.replies) {
         reply_chars.push_back(double(utf8_length(r.content())));
-        if (r.score) scores.push_back(*r.score);
-        else if (row_kind(ex.layout) == RowKind::Rated) ++unrated;
+        if (r.score)
+          scores.push_back(*r.score);
+        else if (row_kind(ex.layout) == RowKind::Rated)
+          ++unrated;
       }
       replies_per_row.push_back(double(ex.replies.size()));
     }
@@ -80,8 +83,8 @@ json inspect(const std::string& path, const InspectOptions& o) {
     t["tokenizer"] = o.counter->description();
     t["histogram"] = length_histogram(tokens);
     json over = json::object();
-    for (int64_t limit : o.limits) over[std::to_string(limit)] = std::count_if(tokens.begin(), tokens.end(),
-                                                                                [&](int64_t x) { return x > limit; });
+    for (int64_t limit : o.limits)
+      over[std::to_string(limit)] = std::count_if(tokens.begin(), tokens.end(), [&](int64_t x) { return x > limit; });
     t["over"] = over;
     s["tokens"] = t;
   }
@@ -92,16 +95,17 @@ namespace {
 
 std::string number(double x) {
   char buf[32];
-  if (x == std::floor(x) && std::fabs(x) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", x);
-  else std::snprintf(buf, sizeof buf, "%.2f", x);
+  if (x == std::floor(x) && std::fabs(x) < 1e15)
+    std::snprintf(buf, sizeof buf, "%.0f", x);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f", x);
   return buf;
 }
 
 std::string dist_line(const char* name, const json& d) {
   if (d.empty()) return "";
-  return std::string(name) + ": mean " + number(d["mean"]) + ", min " + number(d["min"]) + ", p50 " +
-         number(d["p50"]) + ", p90 " + number(d["p90"]) + ", p99 " + number(d["p99"]) + ", max " + number(d["max"]) +
-         "\n";
+  return std::string(name) + ": mean " + number(d["mean"]) + ", min " + number(d["min"]) + ", p50 " + number(d["p50"]) +
+         ", p90 " + number(d["p90"]) + ", p99 " + number(d["p99"]) + ", max " + number(d["max"]) + "\n";
 }
 
 }  // namespace

@@ -47,10 +47,8 @@ RowKind row_kind(Layout layout) {
     case Layout::HhRlhf:
     case Layout::UltraFeedbackBinarized:  // one pair, with its scores
       return RowKind::Preference;
-    case Layout::UltraFeedback:
-      return RowKind::Rated;
-    default:
-      return RowKind::Sft;
+    case Layout::UltraFeedback: return RowKind::Rated;
+    default: return RowKind::Sft;
   }
 }
 

@@ -22,8 +22,8 @@ std::optional<RowKind> read_examples(const std::string& path, const ReadOptions&
       drop_row(report, path, o.strict, {.at = row.at, .reason = reason, .message = message});
     };
     if (!row.parse_error.empty()) return bad("invalid_json", row.parse_error);
-    if (!row.value.is_object()) return bad("bad_row", std::string("expected a JSON object, found a JSON ") +
-                                                          row.value.type_name());
+    if (!row.value.is_object())
+      return bad("bad_row", std::string("expected a JSON object, found a JSON ") + row.value.type_name());
     if (row.value.contains("dpo") && row.value["dpo"].is_object()) row.value = json(row.value["dpo"]);
     const std::optional<Layout> layout = o.layout ? o.layout : detect_layout(row.value);
     if (!layout)

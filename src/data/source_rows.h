@@ -15,8 +15,8 @@ namespace brioche::data {
 using json = nlohmann::ordered_json;
 
 struct RowLocation {
-  int64_t number = 0;       // 1-based line (JSONL) or array index + 1 (JSON array)
-  bool array_item = false;  // the file was one JSON array
+  int64_t number = 0;        // 1-based line (JSONL) or array index + 1 (JSON array)
+  bool array_item = false;   // the file was one JSON array
   std::string text() const;  // "line 12" or "item 12"
 };
 

@@ -40,8 +40,8 @@ namespace {
 bool single_file(const std::string& out) { return out.size() > 6 && out.ends_with(".jsonl"); }
 
 std::vector<std::string> planned(const OutputOptions& o, bool with_valid) {
-  if (single_file(o.out)) return o.stats_path.empty() ? std::vector<std::string>{o.out}
-                                                      : std::vector<std::string>{o.out, o.stats_path};
+  if (single_file(o.out))
+    return o.stats_path.empty() ? std::vector<std::string>{o.out} : std::vector<std::string>{o.out, o.stats_path};
   std::vector<std::string> files = {(fs::path(o.out) / "train.jsonl").string()};
   if (with_valid) files.push_back((fs::path(o.out) / "valid.jsonl").string());
   files.push_back(o.stats_path.empty() ? (fs::path(o.out) / "stats.json").string() : o.stats_path);
@@ -64,8 +64,10 @@ void check_output(const OutputOptions& o, double valid_fraction) {
 
 std::vector<std::string> write_output(const OutputOptions& o, const SplitRows& rows, const json& stats) {
   const std::vector<std::string> files = planned(o, !rows.valid.empty());
-  if (!single_file(o.out)) fs::create_directories(o.out);
-  else if (fs::path(o.out).has_parent_path()) fs::create_directories(fs::path(o.out).parent_path());
+  if (!single_file(o.out))
+    fs::create_directories(o.out);
+  else if (fs::path(o.out).has_parent_path())
+    fs::create_directories(fs::path(o.out).parent_path());
   write_jsonl(files[0], rows.train);
   if (!single_file(o.out) && !rows.valid.empty()) write_jsonl(files[1], rows.valid);
   if (!single_file(o.out) && rows.valid.empty()) {

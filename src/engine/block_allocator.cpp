@@ -118,7 +118,8 @@ std::optional<PartialBlockHit> BlockAllocator::lookup_partial(BlockHash parent, 
   for (auto child = first; child != last; ++child) {
     const std::vector<int32_t>& cached = blocks_[size_t(child->second)].tokens;
     size_t n = std::min(cached.size(), tokens.size());
-    int32_t same = int32_t(std::mismatch(cached.begin(), cached.begin() + ptrdiff_t(n), tokens.begin()).first - cached.begin());
+    int32_t same =
+        int32_t(std::mismatch(cached.begin(), cached.begin() + ptrdiff_t(n), tokens.begin()).first - cached.begin());
     if (same > best.n_tokens) best = {child->second, same};
   }
   if (best.n_tokens == 0) return std::nullopt;

@@ -41,10 +41,10 @@ struct PartialBlockHit {
 
 struct BlockAllocatorStats {
   int32_t total_blocks = 0;
-  int32_t used_blocks = 0;        // reference count > 0
-  int32_t cached_free_blocks = 0; // reference count 0, contents kept for reuse
-  uint64_t prefix_hit_blocks = 0;   // blocks reused through the prefix cache
-  uint64_t prefix_query_blocks = 0; // full blocks looked up
+  int32_t used_blocks = 0;           // reference count > 0
+  int32_t cached_free_blocks = 0;    // reference count 0, contents kept for reuse
+  uint64_t prefix_hit_blocks = 0;    // blocks reused through the prefix cache
+  uint64_t prefix_query_blocks = 0;  // full blocks looked up
 };
 
 class BlockAllocator {
@@ -95,8 +95,8 @@ class BlockAllocator {
 
   int32_t block_size_;
   std::vector<BlockInfo> blocks_;
-  std::vector<int32_t> free_;   // ref 0, not cached (stack)
-  std::list<int32_t> lru_;      // ref 0, cached; front = least recently released
+  std::vector<int32_t> free_;  // ref 0, not cached (stack)
+  std::list<int32_t> lru_;     // ref 0, cached; front = least recently released
   std::unordered_map<BlockHash, int32_t> by_hash_;
   std::unordered_multimap<BlockHash, int32_t> by_parent_;  // parent hash -> cached blocks that follow it
   uint64_t hit_blocks_ = 0;

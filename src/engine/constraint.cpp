@@ -15,8 +15,10 @@ SequenceConstraint::SequenceConstraint(const GrammarConstraint& constraint)
   bool has_close = !reasoning_close_.empty();
   BRIOCHE_CHECK(has_close || (!constraint.starts_in_reasoning && reasoning_open_token_ < 0),
                 "SequenceConstraint: a reasoning block needs its close tag (reasoning_close is empty)");
-  if (constraint.starts_in_reasoning) phase_ = Phase::InReasoning;
-  else if (reasoning_open_token_ >= 0) phase_ = Phase::MayOpenReasoning;
+  if (constraint.starts_in_reasoning)
+    phase_ = Phase::InReasoning;
+  else if (reasoning_open_token_ >= 0)
+    phase_ = Phase::MayOpenReasoning;
   mask_.assign(size_t(matcher_.mask_words()), 0);
 }
 

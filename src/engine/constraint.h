@@ -33,9 +33,9 @@ namespace brioche::engine {
 
 struct GrammarConstraint {
   std::shared_ptr<const grammar::CompiledGrammar> compiled;  // null: unconstrained
-  bool starts_in_reasoning = false;   // the prompt left a reasoning block open
-  int32_t reasoning_open_token = -1;  // >= 0: allowed as the first token; opens a block
-  std::string reasoning_close;         // e.g. "</think>"; needed with either of the two above
+  bool starts_in_reasoning = false;                          // the prompt left a reasoning block open
+  int32_t reasoning_open_token = -1;                         // >= 0: allowed as the first token; opens a block
+  std::string reasoning_close;                               // e.g. "</think>"; needed with either of the two above
   // Jump-forward: while the grammar allows exactly one token, that token is
   // appended without sampling (any sampler would have picked it), and the
   // chain is computed as prefill rows of the next forward. The tokens are

@@ -14,9 +14,7 @@ DeviceSampler::DeviceSampler(int32_t vocab_size) : vocab_(vocab_size) {
   BRIOCHE_CHECK(vocab_size > 0, "DeviceSampler: expected vocab_size > 0, got ", vocab_size);
 }
 
-bool DeviceSampler::enabled_by_environment() {
-  return env_switch_on("BRIOCHE_CUDA_SAMPLING");
-}
+bool DeviceSampler::enabled_by_environment() { return env_switch_on("BRIOCHE_CUDA_SAMPLING"); }
 
 void DeviceSampler::PenaltyEntries::clear() {
   for (const cuda::SamplePenaltyEntry& e : entries) index[size_t(e.token)] = -1;
@@ -96,8 +94,9 @@ const cuda::SampleBatch& DeviceSampler::prepare(std::span<const Row> rows) {
   masks_.clear();
   const size_t mask_words = (size_t(vocab_) + 31) / 32;
   for (const Row& row : rows) {
-    BRIOCHE_CHECK(row.sampler != nullptr && row.sampler->vocab_size() == vocab_, "DeviceSampler: expected a Sampler over ",
-                  vocab_, " tokens, got ", row.sampler ? row.sampler->vocab_size() : 0);
+    BRIOCHE_CHECK(row.sampler != nullptr && row.sampler->vocab_size() == vocab_,
+                  "DeviceSampler: expected a Sampler over ", vocab_, " tokens, got ",
+                  row.sampler ? row.sampler->vocab_size() : 0);
     const SamplingParams& sp = row.sampler->params();
     cuda::SampleRowParams p;
     p.logit_row = row.logit_row;

@@ -63,10 +63,10 @@ class DeviceSampler {
   };
 
   struct Row {
-    Sampler* sampler = nullptr;          // parameters, and the RNG the draw comes from
-    int32_t logit_row = 0;               // row of the logits tensor
-    std::span<const int32_t> prompt;     // repetition penalty only
-    std::span<const int32_t> output;     // all penalties
+    Sampler* sampler = nullptr;              // parameters, and the RNG the draw comes from
+    int32_t logit_row = 0;                   // row of the logits tensor
+    std::span<const int32_t> prompt;         // repetition penalty only
+    std::span<const int32_t> output;         // all penalties
     const uint32_t* allowed_mask = nullptr;  // [ceil(vocab / 32)] or null
     PenaltyEntries* penalties = nullptr;     // the sequence's, kept across steps; null: built for this call only
   };

@@ -103,8 +103,7 @@ void check_draft_vocabulary(const model::Model& target, const tokenizer::Tokeniz
       throw Error(error_message("--draft-model: token ", id, " is '", draft_tokenizer->token_bytes(id),
                                 "' in its tokenizer but '", target_tokenizer.token_bytes(id),
                                 "' in the model's: a draft model must share the model's tokenizer"));
-  if (draft.device() != target.device())
-    throw Error("--draft-model: expected the draft on the model's device");
+  if (draft.device() != target.device()) throw Error("--draft-model: expected the draft on the model's device");
 }
 
 }  // namespace
@@ -122,8 +121,10 @@ std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, 
     KvSizing target_kv = options.kv, draft_kv = options.kv;
     if (target_kv.n_blocks <= 0) {
       const size_t budget = kv_budget_bytes(options.kv, model->device());
-      const double target_block = double(model::KvCache::block_bytes(model->config(), options.kv.block_size, options.kv.dtype));
-      const double draft_block = double(model::KvCache::block_bytes(draft.config(), options.kv.block_size, options.kv.dtype));
+      const double target_block =
+          double(model::KvCache::block_bytes(model->config(), options.kv.block_size, options.kv.dtype));
+      const double draft_block =
+          double(model::KvCache::block_bytes(draft.config(), options.kv.block_size, options.kv.dtype));
       target_kv.kv_memory_bytes = size_t(double(budget) * target_block / (target_block + draft_block));
     }
     runner = make_model_runner(model, target_kv);
@@ -134,7 +135,8 @@ std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, 
   } else {
     runner = make_model_runner(model, options.kv);
   }
-  auto engine = std::make_unique<Engine>(std::move(runner), make_text_codec(tok), options.scheduler, std::move(proposer));
+  auto engine =
+      std::make_unique<Engine>(std::move(runner), make_text_codec(tok), options.scheduler, std::move(proposer));
   engine->model_ = std::move(model);
   engine->tokenizer_ = std::move(tok);
   return engine;
@@ -242,7 +244,8 @@ void Engine::cancel(uint64_t request_id) {
   }
 }
 
-GenerationEvent Engine::generate(GenerationRequest request, const std::function<void(const GenerationEvent&)>& on_event) {
+GenerationEvent Engine::generate(GenerationRequest request,
+                                 const std::function<void(const GenerationEvent&)>& on_event) {
   std::shared_ptr<RequestHandle> handle = submit(std::move(request));
   GenerationEvent last;
   while (std::optional<GenerationEvent> event = handle->next()) {

@@ -46,8 +46,8 @@ class Tokenizer;
 namespace brioche::engine {
 
 struct SchedulerOptions {
-  int32_t max_batch_tokens = 512;   // rows per forward (decodes + prefill chunks)
-  int32_t max_running = 64;         // sequences holding KV blocks at once
+  int32_t max_batch_tokens = 512;  // rows per forward (decodes + prefill chunks)
+  int32_t max_running = 64;        // sequences holding KV blocks at once
   bool prefix_cache = true;
   // Speculative decoding by prompt lookup (docs/speculative.md): draft
   // tokens per sequence and step; 0: off.
@@ -79,17 +79,17 @@ struct EngineOptions {
 };
 
 struct EngineStats {
-  int32_t waiting = 0;             // sequences queued (new or preempted)
-  int32_t running = 0;             // sequences holding KV blocks
+  int32_t waiting = 0;  // sequences queued (new or preempted)
+  int32_t running = 0;  // sequences holding KV blocks
   int32_t kv_blocks_total = 0;
   int32_t kv_blocks_used = 0;
-  int32_t kv_blocks_cached = 0;    // free but holding reusable prefixes
+  int32_t kv_blocks_cached = 0;  // free but holding reusable prefixes
   uint64_t prefix_hit_blocks = 0;
   uint64_t prefix_query_blocks = 0;
   uint64_t prefix_hit_partial_tokens = 0;  // positions copied from cached blocks shared only partly
   uint64_t preemptions = 0;
   uint64_t steps = 0;
-  uint64_t overlapped_steps = 0;  // decode steps queued before the host had their tokens
+  uint64_t overlapped_steps = 0;        // decode steps queued before the host had their tokens
   uint64_t prompt_tokens_computed = 0;  // prefill rows actually run
   uint64_t generated_tokens = 0;
   uint64_t requests_finished = 0;
@@ -159,7 +159,7 @@ class Engine {
   std::condition_variable wake_;
   std::vector<std::pair<std::shared_ptr<RequestHandle>, GenerationRequest>> inbox_;
   std::unordered_map<uint64_t, std::weak_ptr<RequestHandle>> live_;  // for cancel(id)
-  EngineStats snapshot_;  // scheduler stats after the last step
+  EngineStats snapshot_;                                             // scheduler stats after the last step
   bool stopping_ = false;
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;

@@ -43,14 +43,11 @@ double log_softmax_normalizer(std::span<const float> logits) {
   return double(max_logit) + std::log(sum);
 }
 
-std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logits, int n,
-                                                    double log_normalizer) {
+std::vector<std::pair<int32_t, float>> top_logprobs(std::span<const float> logits, int n, double log_normalizer) {
   const int vocab = int(logits.size());
   n = std::clamp(n, 0, vocab);
   // "a ranks before b": larger logit first, lower id on ties.
-  auto ranks_before = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  auto ranks_before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   // Min-heap (by rank) of the best n seen so far: its front is the weakest.
   std::vector<int32_t> heap;
   heap.reserve(size_t(n));

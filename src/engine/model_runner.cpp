@@ -42,7 +42,8 @@ class TransformerRunner final : public ModelRunner {
       // A recurrent state slot per running sequence, from the same budget:
       // the slots take at most a quarter of it, the KV blocks the rest.
       const size_t per_slot = model::KvCache::state_slot_bytes(config);
-      const size_t budget = sizing.kv_memory_bytes > 0 ? sizing.kv_memory_bytes : device_fitted_kv_bytes(model_->device());
+      const size_t budget =
+          sizing.kv_memory_bytes > 0 ? sizing.kv_memory_bytes : device_fitted_kv_bytes(model_->device());
       state_slots_ = sizing.state_slots > 0
                          ? sizing.state_slots
                          : int32_t(std::clamp<size_t>(budget / 4 / std::max<size_t>(per_slot, 1), 1, kMaxStateSlots));
@@ -53,10 +54,10 @@ class TransformerRunner final : public ModelRunner {
       }
     }
     cache_ = std::make_unique<model::KvCache>(config, model::KvCacheOptions{.block_size = sizing.block_size,
-                                                                          .n_blocks = n_blocks,
-                                                                          .dtype = sizing.dtype,
-                                                                          .device = model_->device(),
-                                                                          .n_state_slots = state_slots_});
+                                                                            .n_blocks = n_blocks,
+                                                                            .dtype = sizing.dtype,
+                                                                            .device = model_->device(),
+                                                                            .n_state_slots = state_slots_});
   }
 
   int32_t vocab_size() const override { return model_->config().vocab_size; }

@@ -83,12 +83,12 @@ class TextCodec {
 
 struct KvSizing {
   int32_t block_size = 16;
-  int32_t n_blocks = 0;          // 0: derive from kv_memory_bytes
+  int32_t n_blocks = 0;  // 0: derive from kv_memory_bytes
   // 0: fit the device. On CUDA, kKvShareOfFreeMemory of the memory left
   // free after the weights, less a reserve for activations, logits and
   // workspaces (as vLLM's --gpu-memory-utilization); on the CPU, 256 MiB.
   size_t kv_memory_bytes = 256ull << 20;
-  int32_t max_context = 0;       // 0: the model's trained context (capped at 8192)
+  int32_t max_context = 0;  // 0: the model's trained context (capped at 8192)
   // f16 on every device by default: batched decode attention is bound by the
   // bytes of K/V it reads (half of f32's; llama.cpp's default too). F32 (CPU
   // only) keeps attention exact.
@@ -103,7 +103,9 @@ inline constexpr int32_t kMaxStateSlots = 64;
 
 inline constexpr double kKvShareOfFreeMemory = 0.9;
 // What the KV cache leaves free on a device of `total_bytes`: max(4 GiB, 10%).
-inline size_t kv_device_reserve_bytes(size_t total_bytes) { return std::max<size_t>(size_t(4) << 30, total_bytes / 10); }
+inline size_t kv_device_reserve_bytes(size_t total_bytes) {
+  return std::max<size_t>(size_t(4) << 30, total_bytes / 10);
+}
 
 // The KV cache's memory budget for `sizing` on `device` (kv_memory_bytes,
 // or what 0 means there).

@@ -40,8 +40,8 @@ int64_t max_padding_rows(int64_t model_rows) { return std::max<int64_t>(1024, mo
 void check_tokenizer_fits_model(int32_t tokenizer_vocab, int32_t model_rows, const std::string& source) {
   if (tokenizer_vocab > model_rows) {
     fail(source, ": tokenizer vocabulary: expected at most ", model_rows,
-         " ids (the rows of the model's embedding and lm_head), found ", tokenizer_vocab,
-         " (ids from ", model_rows, " up could not be embedded: a tokenizer of another model?)");
+         " ids (the rows of the model's embedding and lm_head), found ", tokenizer_vocab, " (ids from ", model_rows,
+         " up could not be embedded: a tokenizer of another model?)");
   }
   const int64_t padding = int64_t(model_rows) - tokenizer_vocab;
   if (padding > max_padding_rows(model_rows)) {
@@ -58,7 +58,8 @@ std::unique_ptr<tokenizer::Tokenizer> load_model_tokenizer(const model::Model& m
   return tok;
 }
 
-std::unique_ptr<tokenizer::Tokenizer> load_model_tokenizer(const formats::GgufFile* gguf, const std::string& directory) {
+std::unique_ptr<tokenizer::Tokenizer> load_model_tokenizer(const formats::GgufFile* gguf,
+                                                           const std::string& directory) {
   if (gguf != nullptr) return tokenizer::Tokenizer::from_gguf(*gguf);
   // Bounded reads of regular files only: a FIFO or device named
   // tokenizer.json must be refused, not read forever (formats/regular_file.h).
@@ -66,8 +67,8 @@ std::unique_ptr<tokenizer::Tokenizer> load_model_tokenizer(const formats::GgufFi
   const std::string json_path = (dir / "tokenizer.json").string();
   auto json = formats::read_regular_file_if_present(json_path, formats::kMaxTokenizerJsonBytes);
   BRIOCHE_CHECK(json.has_value(), "expected ", json_path, " next to the model's weights");
-  auto config = formats::read_regular_file_if_present((dir / "tokenizer_config.json").string(),
-                                                      formats::kMaxTokenizerJsonBytes);
+  auto config =
+      formats::read_regular_file_if_present((dir / "tokenizer_config.json").string(), formats::kMaxTokenizerJsonBytes);
   return tokenizer::Tokenizer::from_tokenizer_json(*json, config.value_or(""));
 }
 

@@ -21,10 +21,11 @@ namespace brioche::engine {
 
 // One sequence asking for drafts in this step.
 struct DraftQuery {
-  uint64_t sequence = 0;             // stable while the sequence lives (its arrival order)
-  std::span<const int32_t> tokens;   // prompt + output so far; the target has K/V for all but the last
-  int32_t max_tokens = 0;            // drafts wanted, >= 1
-  const SamplingParams* sampling = nullptr;  // the request's; a model proposer draws with its temperature and truncation
+  uint64_t sequence = 0;            // stable while the sequence lives (its arrival order)
+  std::span<const int32_t> tokens;  // prompt + output so far; the target has K/V for all but the last
+  int32_t max_tokens = 0;           // drafts wanted, >= 1
+  const SamplingParams* sampling =
+      nullptr;  // the request's; a model proposer draws with its temperature and truncation
 };
 
 struct Draft {

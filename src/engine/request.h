@@ -35,23 +35,23 @@ const char* finish_reason_name(FinishReason reason);  // "stop", "length", "canc
 struct GenerationRequest {
   std::vector<int32_t> prompt_tokens;  // already tokenized (chat template applied by the caller)
   SamplingParams sampling;
-  int32_t max_tokens = 256;            // generated tokens per choice; clipped by the context
-                                       // (0: score the prompt only, with prompt_logprobs)
-  std::vector<std::string> stop;       // stop strings (not included in the output)
+  int32_t max_tokens = 256;       // generated tokens per choice; clipped by the context
+                                  // (0: score the prompt only, with prompt_logprobs)
+  std::vector<std::string> stop;  // stop strings (not included in the output)
   bool ignore_eos = false;
-  int32_t n = 1;                       // choices; forks share the prompt's KV blocks
-  int32_t top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token + that many alternatives
+  int32_t n = 1;              // choices; forks share the prompt's KV blocks
+  int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token + that many alternatives
   // Also the logprob of every prompt token after the first (log p(t_i | t_<i),
   // with top_logprobs alternatives): OpenAI completions' `echo` + `logprobs`,
   // which loglikelihood scoring (lm-evaluation-harness) relies on. Choice 0
   // then computes its whole prompt (no prefix-cache reuse: the cached rows'
   // logits are gone). Needs top_logprobs >= 0.
   bool prompt_logprobs = false;
-  GrammarConstraint constraint;        // structured output; compiled == null: free text
+  GrammarConstraint constraint;  // structured output; compiled == null: free text
   // The LoRA adapter the request runs with, unmerged (null: the base model).
   // Held until the request ends, so unloading it lets running requests finish.
   std::shared_ptr<const model::ServedAdapter> adapter;
-  std::function<void()> on_events;     // called on the engine thread after events were queued
+  std::function<void()> on_events;  // called on the engine thread after events were queued
   // false: never speculated, even when the engine speculates (same output
   // either way; for timing comparisons or a proposer that does not pay).
   bool speculative = true;
@@ -72,22 +72,22 @@ struct TokenLogprob {
 
 struct Usage {
   int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;  // over all choices
+  int32_t completion_tokens = 0;     // over all choices
   int32_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache (choice 0)
 };
 
 // One step's output for one choice, or the request's final summary.
 struct GenerationEvent {
   int32_t choice = 0;
-  std::string text;                 // text delta (stop strings withheld/removed)
-  std::vector<int32_t> tokens;      // ids generated in this delta
+  std::string text;                    // text delta (stop strings withheld/removed)
+  std::vector<int32_t> tokens;         // ids generated in this delta
   std::vector<TokenLogprob> logprobs;  // one per token, when requested
   // With GenerationRequest::prompt_logprobs: prompt tokens 1..n-1, in choice
   // 0's first event (before any generated token's).
   std::vector<TokenLogprob> prompt_logprobs;
   std::optional<FinishReason> finish;  // this choice is over
-  std::string error;                // with FinishReason::Error
-  bool done = false;                // last event of the request: usage is filled
+  std::string error;                   // with FinishReason::Error
+  bool done = false;                   // last event of the request: usage is filled
   Usage usage;
 };
 

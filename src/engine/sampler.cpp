@@ -31,12 +31,12 @@ constexpr size_t kMassBlock = 256;
 // Buffers of vocab size, reused across calls on the same thread, so that a
 // Sampler (one per request) holds no per-vocab memory of its own.
 struct Scratch {
-  std::vector<float> raw_logits;  // [vocab] copy kept for raw logprobs
-  std::vector<float> values;      // [vocab] for nth_element (top-k)
-  std::vector<float> weight;      // [vocab] exp(l - max) of candidates, 0 elsewhere
-  std::vector<double> block_mass; // [ceil(vocab / kMassBlock)] sum of weight per block
-  std::vector<uint64_t> order;    // [n_candidates] rank_key, best first once sorted (top-p)
-  std::vector<uint64_t> seen;     // [ceil(vocab / 64)] bitset for distinct tokens
+  std::vector<float> raw_logits;   // [vocab] copy kept for raw logprobs
+  std::vector<float> values;       // [vocab] for nth_element (top-k)
+  std::vector<float> weight;       // [vocab] exp(l - max) of candidates, 0 elsewhere
+  std::vector<double> block_mass;  // [ceil(vocab / kMassBlock)] sum of weight per block
+  std::vector<uint64_t> order;     // [n_candidates] rank_key, best first once sorted (top-p)
+  std::vector<uint64_t> seen;      // [ceil(vocab / 64)] bitset for distinct tokens
   std::vector<int32_t> sorted_output;
 };
 
@@ -62,7 +62,8 @@ float checked_max(std::span<const float> row) {
   const __m256 pos_inf = _mm256_set1_ps(inf);
   for (; i + 16 <= n; i += 16) {
     const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
-    bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(a, pos_inf, _CMP_NLT_UQ), _mm256_cmp_ps(b, pos_inf, _CMP_NLT_UQ)));
+    bad =
+        _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(a, pos_inf, _CMP_NLT_UQ), _mm256_cmp_ps(b, pos_inf, _CMP_NLT_UQ)));
     max0 = _mm256_max_ps(max0, a);
     max1 = _mm256_max_ps(max1, b);
   }
@@ -387,13 +388,12 @@ Sampler::Sampler(SamplingParams params, int vocab_size)
                 p.presence_penalty);
   BRIOCHE_CHECK(std::isfinite(p.frequency_penalty), "sampling params: expected a finite frequency_penalty, got ",
                 p.frequency_penalty);
-  BRIOCHE_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= vocab_size,
-                "sampling params: expected top_logprobs in [0, ", vocab_size, "], got ", p.top_logprobs);
+  BRIOCHE_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= vocab_size, "sampling params: expected top_logprobs in [0, ",
+                vocab_size, "], got ", p.top_logprobs);
   for (const auto& [token, bias] : p.logit_bias) {
     BRIOCHE_CHECK(token >= 0 && token < vocab_size, "sampling params: logit_bias token ", token,
                   " is outside the vocabulary [0, ", vocab_size, ")");
-    BRIOCHE_CHECK(std::isfinite(bias), "sampling params: logit_bias for token ", token, " must be finite, got ",
-                  bias);
+    BRIOCHE_CHECK(std::isfinite(bias), "sampling params: logit_bias for token ", token, " must be finite, got ", bias);
   }
 }
 
@@ -403,8 +403,8 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
                               std::span<const int32_t> output) const {
   const int vocab = vocab_size_;
   auto check_token = [vocab](int32_t token, const char* where) {
-    BRIOCHE_CHECK(token >= 0 && token < vocab, "Sampler: ", where, " token ", token,
-                  " is outside the vocabulary [0, ", vocab, ")");
+    BRIOCHE_CHECK(token >= 0 && token < vocab, "Sampler: ", where, " token ", token, " is outside the vocabulary [0, ",
+                  vocab, ")");
   };
 
   const float r = params_.repetition_penalty;
@@ -462,8 +462,8 @@ void Sampler::apply_mask(std::span<float> logits, const uint32_t* allowed_mask) 
 Sampler::Result Sampler::sample(const SamplerRow& row) { return sample_or_verify(row, -1, nullptr); }
 
 Sampler::Verdict Sampler::verify_draft(const SamplerRow& row, int32_t draft, std::span<const float> draft_probs) {
-  BRIOCHE_CHECK(draft >= 0 && draft < vocab_size_, "Sampler::verify_draft: expected a draft token in [0, ",
-                vocab_size_, "), got ", draft);
+  BRIOCHE_CHECK(draft >= 0 && draft < vocab_size_, "Sampler::verify_draft: expected a draft token in [0, ", vocab_size_,
+                "), got ", draft);
   BRIOCHE_CHECK(draft_probs.empty() || draft_probs.size() == size_t(vocab_size_),
                 "Sampler::verify_draft: expected draft probabilities over the ", vocab_size_, "-token vocabulary, got ",
                 draft_probs.size());
@@ -495,8 +495,8 @@ Sampler::Result Sampler::sample_or_verify(const SamplerRow& row, int32_t draft, 
   if (is_greedy()) {
     // Plain argmax; the first maximum wins (as torch.argmax).
     const float max_logit = checked_max(logits);
-    BRIOCHE_CHECK(max_logit != kNegInf,
-                  "Sampler: no token is allowed (grammar mask and logit bias exclude all ", vocab_size_, ")");
+    BRIOCHE_CHECK(max_logit != kNegInf, "Sampler: no token is allowed (grammar mask and logit bias exclude all ",
+                  vocab_size_, ")");
     result.token = int32_t(std::find(logits.begin(), logits.end(), max_logit) - logits.begin());
     if (accepted) *accepted = result.token == draft;
   } else {
@@ -516,8 +516,8 @@ int32_t Sampler::sample_truncated(std::span<float> logits, int32_t draft, bool* 
 
   divide_all(logits, temperature);
   const float max_logit = checked_max(logits);
-  BRIOCHE_CHECK(max_logit != kNegInf,
-                "Sampler: no token is allowed (grammar mask and logit bias exclude all ", vocab_size_, ")");
+  BRIOCHE_CHECK(max_logit != kNegInf, "Sampler: no token is allowed (grammar mask and logit bias exclude all ",
+                vocab_size_, ")");
 
   // Top-k: the k-th largest value, ties included.
   // Min-p: p / p_max = exp(l - max) >= min_p  <=>  l >= max + log(min_p).

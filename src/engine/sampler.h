@@ -47,24 +47,24 @@
 namespace brioche::engine {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // < 1e-5: greedy
-  int top_k = 0;             // <= 0 or >= vocab: off
-  float top_p = 1.0f;        // in [0, 1]; 1: off
-  float min_p = 0.0f;        // in [0, 1]; 0: off
+  float temperature = 1.0f;         // < 1e-5: greedy
+  int top_k = 0;                    // <= 0 or >= vocab: off
+  float top_p = 1.0f;               // in [0, 1]; 1: off
+  float min_p = 0.0f;               // in [0, 1]; 0: off
   float repetition_penalty = 1.0f;  // > 0; 1: off
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
-  std::optional<uint64_t> seed;  // set: reproducible tokens; unset: std::random_device
-  bool logprobs = false;         // report the sampled token's logprob
-  int top_logprobs = 0;          // report the N most likely alternatives (implies logprobs)
+  std::optional<uint64_t> seed;                       // set: reproducible tokens; unset: std::random_device
+  bool logprobs = false;                              // report the sampled token's logprob
+  int top_logprobs = 0;                               // report the N most likely alternatives (implies logprobs)
 };
 
 // One row of the batch, as the engine hands it over.
 struct SamplerRow {
-  std::span<float> logits;           // [vocab] model logits; left holding the processed logits
-  std::span<const int32_t> prompt;   // prompt tokens (repetition penalty only)
-  std::span<const int32_t> output;   // tokens generated so far (all penalties)
+  std::span<float> logits;                 // [vocab] model logits; left holding the processed logits
+  std::span<const int32_t> prompt;         // prompt tokens (repetition penalty only)
+  std::span<const int32_t> output;         // tokens generated so far (all penalties)
   const uint32_t* allowed_mask = nullptr;  // [ceil(vocab / 32)] bit t % 32 of word t / 32 set = allowed; null = all
 };
 
@@ -125,15 +125,15 @@ class Sampler {
   }
 
  private:
-  void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
-                       std::span<const int32_t> output) const;
+  void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output) const;
   void apply_mask(std::span<float> logits, const uint32_t* allowed_mask) const;
   // Draws from the truncated distribution, or with draft >= 0 rules on it
   // (verify_draft; *accepted set).
   int32_t sample_truncated(std::span<float> logits, int32_t draft = -1, bool* accepted = nullptr,
                            std::span<const float> draft_probs = {});
   int32_t verify_against(std::span<float> logits, int32_t draft, std::span<const float> q, bool* accepted);
-  Result sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted, std::span<const float> draft_probs = {});
+  Result sample_or_verify(const SamplerRow& row, int32_t draft, bool* accepted,
+                          std::span<const float> draft_probs = {});
 
   SamplingParams params_;
   int vocab_size_;

@@ -25,16 +25,17 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
   // no speculation (rejected drafts would have to be rolled out of the state).
   if (const int32_t slots = runner_->state_slot_count(); slots > 0) {
     if (options_.speculative_tokens > 0)
-      throw Error("speculative decoding is not supported for hybrid models (their linear-attention layers keep a "
-                  "recurrent state, and rolling rejected drafts out of it is not supported yet): run without "
-                  "--speculative");
+      throw Error(
+          "speculative decoding is not supported for hybrid models (their linear-attention layers keep a "
+          "recurrent state, and rolling rejected drafts out of it is not supported yet): run without "
+          "--speculative");
     options_.max_running = std::min(options_.max_running, slots);
     options_.prefix_cache = false;
     for (int32_t s = slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
   }
   BRIOCHE_CHECK(options_.max_batch_tokens > 0 && options_.max_running > 0,
-                "SchedulerOptions: expected positive max_batch_tokens and max_running, got ",
-                options_.max_batch_tokens, " and ", options_.max_running);
+                "SchedulerOptions: expected positive max_batch_tokens and max_running, got ", options_.max_batch_tokens,
+                " and ", options_.max_running);
   if (runner_->device() == Device::CUDA && DeviceSampler::enabled_by_environment()) {
     device_sampler_ = std::make_unique<DeviceSampler>(runner_->vocab_size());
     logits_ = ops::zeros(DType::F32, {1, runner_->vocab_size()}, Device::CUDA);  // the model keeps it there
@@ -96,9 +97,10 @@ void Engine::Scheduler::step() {
     } else if (!waiting_.empty()) {
       Sequence* head = waiting_.front().get();
       if (head->choice == 0 || head->request->prompt_ready) {
-        finish(head, FinishReason::Error,
-               error_message("the prompt needs ", (head->tokens.size() + blocks_.block_size() - 1) / blocks_.block_size(),
-                             " KV blocks but the cache has ", blocks_.total_blocks()));
+        finish(
+            head, FinishReason::Error,
+            error_message("the prompt needs ", (head->tokens.size() + blocks_.block_size() - 1) / blocks_.block_size(),
+                          " KV blocks but the cache has ", blocks_.total_blocks()));
       }
     }
     return;
@@ -177,8 +179,8 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
   // on its own prefix, so the copy is what the forward would compute.
   int32_t reusable = std::min(bs, int32_t(seq.tokens.size()) - 1 - seq.n_computed);
   if (reusable <= 0) return;
-  std::optional<PartialBlockHit> partial = blocks_.lookup_partial(
-      parent, std::span<const int32_t>(seq.tokens.data() + seq.n_computed, size_t(reusable)));
+  std::optional<PartialBlockHit> partial =
+      blocks_.lookup_partial(parent, std::span<const int32_t>(seq.tokens.data() + seq.n_computed, size_t(reusable)));
   if (!partial) return;
   std::optional<int32_t> fresh = blocks_.allocate();
   if (fresh && runner_->copy_kv_prefix(partial->block, *fresh, partial->n_tokens)) {
@@ -366,7 +368,8 @@ void Engine::Scheduler::group_by_adapter(std::vector<Planned>& planned) {
   auto rank = [&](const Planned& p) {
     return std::find(order.begin(), order.end(), p.seq->request->request.adapter.get()) - order.begin();
   };
-  std::stable_sort(planned.begin(), planned.end(), [&](const Planned& a, const Planned& b) { return rank(a) < rank(b); });
+  std::stable_sort(planned.begin(), planned.end(),
+                   [&](const Planned& a, const Planned& b) { return rank(a) < rank(b); });
 }
 
 void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
@@ -537,7 +540,8 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
     if (!req.speculative || left <= 0) continue;
     // Room for every draft and the model's token after them: max_tokens, the
     // context, and the step's rows.
-    const int32_t length = seq.speculation.next(options_.speculative_tokens, spec_costs_, options_.speculative_adaptive);
+    const int32_t length =
+        seq.speculation.next(options_.speculative_tokens, spec_costs_, options_.speculative_adaptive);
     const int32_t room = std::min({length, left, req.max_tokens - seq.n_generated - 1,
                                    runner_->context_length() - int32_t(seq.tokens.size()) - 1});
     if (room <= 0) continue;
@@ -602,7 +606,8 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
     Sampler::Verdict verdict;
     if (i < drafts.size()) {
       const std::span<const float> q =
-          draft_probs.empty() ? std::span<const float>() : std::span<const float>(draft_probs).subspan(i * size_t(vocab), size_t(vocab));
+          draft_probs.empty() ? std::span<const float>()
+                              : std::span<const float>(draft_probs).subspan(i * size_t(vocab), size_t(vocab));
       verdict = seq.sampler->verify_draft(row, drafts[i], q);
     } else {
       verdict.result = seq.sampler->sample(row);
@@ -665,7 +670,7 @@ void Engine::Scheduler::run_ahead(const std::vector<Sequence*>& sampled) {
   for (Sequence* seq : sampled)
     if (!ensure_blocks(*seq, seq->n_computed + 1)) return;
 
-  model::ForwardBatch& batch = batch_;  // (this step's forward has taken it)
+  model::ForwardBatch& batch = batch_;     // (this step's forward has taken it)
   batch.tokens.assign(sampled.size(), 0);  // any valid id: the device's are read
   batch.positions.clear();
   batch.wants_logits.assign(sampled.size(), 1);
@@ -723,7 +728,8 @@ bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler
   if (seq.scores_prompt && !seq.prompt_logprobs.empty()) event.prompt_logprobs = std::move(seq.prompt_logprobs);
   if (req.top_logprobs >= 0 && sampled) {
     TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = sampled->logprob, .top = {}};
-    for (auto [id, value] : sampled->top) lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
+    for (auto [id, value] : sampled->top)
+      lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
     event.logprobs.push_back(std::move(lp));
   }
   seq.tokens.push_back(token);
@@ -748,8 +754,10 @@ bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler
     if (at_end) piece += seq.text->flush();
     event.text = through_stops(*seq.stop, piece, at_end, &stopped);
     // A complete grammar is a stop, even when max_tokens was reached on the same token.
-    if (stopped || grammar_done) reason = FinishReason::Stop;
-    else if (out_of_room) reason = FinishReason::Length;
+    if (stopped || grammar_done)
+      reason = FinishReason::Stop;
+    else if (out_of_room)
+      reason = FinishReason::Length;
   }
   if (reason) {
     event.finish = reason;
@@ -764,7 +772,8 @@ bool Engine::Scheduler::append_token(Sequence& seq, int32_t token, const Sampler
 void Engine::Scheduler::score_prompt_position(Sequence& seq, int32_t pos, std::span<const float> logits) {
   const int32_t token = seq.tokens[size_t(pos) + 1];
   const double log_z = log_softmax_normalizer(logits);
-  TokenLogprob lp{.token = token, .text = codec_.token_bytes(token), .logprob = float(logits[size_t(token)] - log_z), .top = {}};
+  TokenLogprob lp{
+      .token = token, .text = codec_.token_bytes(token), .logprob = float(logits[size_t(token)] - log_z), .top = {}};
   for (auto [id, value] : top_logprobs(logits, seq.request->request.top_logprobs, log_z))
     lp.top.push_back({.token = id, .text = codec_.token_bytes(id), .logprob = value});
   seq.prompt_logprobs.push_back(std::move(lp));

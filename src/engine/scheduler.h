@@ -39,11 +39,11 @@ struct RequestState {
 struct Sequence {
   std::shared_ptr<RequestState> request;
   int32_t choice = 0;
-  uint64_t order = 0;  // arrival order; preemption takes the newest
+  uint64_t order = 0;           // arrival order; preemption takes the newest
   std::vector<int32_t> tokens;  // prompt + generated
   int32_t n_prompt = 0;
   int32_t n_computed = 0;
-  std::vector<int32_t> block_table;     // KV blocks covering positions [0, n_computed + pending)
+  std::vector<int32_t> block_table;  // KV blocks covering positions [0, n_computed + pending)
   // Chained hashes of the token blocks, extended on demand (scheduler.cpp
   // block_hash): a block's hash depends only on the tokens up to its end, so
   // it is computed once however often the prompt is matched.
@@ -153,7 +153,7 @@ class Engine::Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // oldest first
   std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order
   uint64_t next_order_ = 0;
-  Tensor logits_;  // on the device when device_sampler_ is set
+  Tensor logits_;                                  // on the device when device_sampler_ is set
   std::unique_ptr<DeviceSampler> device_sampler_;  // CUDA model and BRIOCHE_CUDA_SAMPLING != 0
   model::ForwardBatch batch_;
   // A decode step queued before the host had its tokens (run_ahead): its
@@ -162,8 +162,8 @@ class Engine::Scheduler {
   bool run_ahead_enabled_ = false;  // device sampler and BRIOCHE_RUN_AHEAD != 0
   uint64_t overlapped_steps_ = 0;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
-  uint64_t partial_hit_tokens_ = 0;  // prompt positions copied from partly shared blocks
-  std::vector<int32_t> free_state_slots_;  // hybrid models: slots no running sequence holds
+  uint64_t partial_hit_tokens_ = 0;          // prompt positions copied from partly shared blocks
+  std::vector<int32_t> free_state_slots_;    // hybrid models: slots no running sequence holds
   std::unique_ptr<DraftProposer> proposer_;  // null: no speculation
   SpeculationCosts spec_costs_;
   uint64_t spec_verify_steps_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;

@@ -16,9 +16,12 @@ size_t incomplete_utf8_tail(std::string_view text) {
     const unsigned char c = static_cast<unsigned char>(text[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
     size_t length = 1;
-    if ((c & 0xE0) == 0xC0) length = 2;
-    else if ((c & 0xF0) == 0xE0) length = 3;
-    else if ((c & 0xF8) == 0xF0) length = 4;
+    if ((c & 0xE0) == 0xC0)
+      length = 2;
+    else if ((c & 0xF0) == 0xE0)
+      length = 3;
+    else if ((c & 0xF8) == 0xF0)
+      length = 4;
     return length > back ? back : 0;
   }
   return 0;  // only continuation bytes (invalid text): nothing to wait for

@@ -19,15 +19,16 @@ std::vector<CheckerRegistration> keyword_checkers() {
          std::vector<PyRegex> patterns;
          for (const std::string& k : texts("keywords:existence", kw, "keywords"))
            patterns.emplace_back(k, RegexFlags{.ignore_case = true});
-         return checker_from([patterns = std::make_shared<std::vector<PyRegex>>(std::move(patterns))](std::string_view r) {
-           return std::all_of(patterns->begin(), patterns->end(), [&](const PyRegex& p) { return p.search(r); });
-         });
+         return checker_from(
+             [patterns = std::make_shared<std::vector<PyRegex>>(std::move(patterns))](std::string_view r) {
+               return std::all_of(patterns->begin(), patterns->end(), [&](const PyRegex& p) { return p.search(r); });
+             });
        }},
       {"keywords:frequency",
        [](const nlohmann::json& kw) {
          const char* id = "keywords:frequency";
-         auto pattern = std::make_shared<PyRegex>(std::string(py_strip(text(id, kw, "keyword"))),
-                                                  RegexFlags{.ignore_case = true});
+         auto pattern =
+             std::make_shared<PyRegex>(std::string(py_strip(text(id, kw, "keyword"))), RegexFlags{.ignore_case = true});
          const size_t frequency = integer(id, kw, "frequency");
          const bool less = less_than(id, kw, "relation");
          return checker_from([=](std::string_view r) {
@@ -40,9 +41,10 @@ std::vector<CheckerRegistration> keyword_checkers() {
          std::vector<PyRegex> patterns;
          for (const std::string& w : texts("keywords:forbidden_words", kw, "forbidden_words"))
            patterns.emplace_back("\\b" + w + "\\b", RegexFlags{.ignore_case = true});
-         return checker_from([patterns = std::make_shared<std::vector<PyRegex>>(std::move(patterns))](std::string_view r) {
-           return std::none_of(patterns->begin(), patterns->end(), [&](const PyRegex& p) { return p.search(r); });
-         });
+         return checker_from(
+             [patterns = std::make_shared<std::vector<PyRegex>>(std::move(patterns))](std::string_view r) {
+               return std::none_of(patterns->begin(), patterns->end(), [&](const PyRegex& p) { return p.search(r); });
+             });
        }},
       {"keywords:letter_frequency",
        [](const nlohmann::json& kw) {
@@ -58,7 +60,8 @@ std::vector<CheckerRegistration> keyword_checkers() {
          return checker_from([=](std::string_view r) {
            const std::string lower = py_lower(r);
            size_t n = 0;
-           for (size_t at = lower.find(letter); at != std::string::npos; at = lower.find(letter, at + letter.size())) ++n;
+           for (size_t at = lower.find(letter); at != std::string::npos; at = lower.find(letter, at + letter.size()))
+             ++n;
            return less ? n < frequency : n >= frequency;
          });
        }},

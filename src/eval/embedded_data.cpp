@@ -3,15 +3,18 @@
 // The assembler copies each file's bytes into .rodata between a start and an
 // end symbol. BRIOCHE_EVAL_DATA_DIR comes from CMake, which also lists the
 // files as dependencies of this object so an edited file rebuilds it.
-#define BRIOCHE_EMBED(symbol, file)                                    \
-  asm(".section .rodata\n"                                             \
-      ".balign 16\n"                                                   \
-      ".global " #symbol "_begin\n" #symbol "_begin:\n"                \
-      ".incbin \"" BRIOCHE_EVAL_DATA_DIR "/" file "\"\n"               \
-      ".global " #symbol "_end\n" #symbol "_end:\n"                    \
-      ".byte 0\n"                                                      \
-      ".previous\n");                                                  \
-  extern "C" const char symbol##_begin[];                              \
+#define BRIOCHE_EMBED(symbol, file)               \
+  asm(".section .rodata\n"                        \
+      ".balign 16\n"                              \
+      ".global " #symbol "_begin\n" #symbol       \
+      "_begin:\n"                                 \
+      ".incbin \"" BRIOCHE_EVAL_DATA_DIR "/" file \
+      "\"\n"                                      \
+      ".global " #symbol "_end\n" #symbol         \
+      "_end:\n"                                   \
+      ".byte 0\n"                                 \
+      ".previous\n");                             \
+  extern "C" const char symbol##_begin[];         \
   extern "C" const char symbol##_end[];
 
 BRIOCHE_EMBED(brioche_ifeval_prompts, "input_data.jsonl")

@@ -9,7 +9,8 @@
 
 namespace brioche::eval {
 
-std::vector<GeneratedResponse> generate_ifeval_responses(engine::Engine& engine, const std::vector<IfevalPrompt>& prompts,
+std::vector<GeneratedResponse> generate_ifeval_responses(engine::Engine& engine,
+                                                         const std::vector<IfevalPrompt>& prompts,
                                                          const IfevalGeneration& how) {
   BRIOCHE_CHECK(how.render_prompt != nullptr, "IFEval generation: no prompt renderer");
   // New events wake this thread, which drains them and reports progress.

@@ -39,16 +39,19 @@ std::string bar_chart(const std::vector<std::string>& rows, const std::vector<st
   const int label_w = 300, bar_h = 12, gap = 8, chart_w = 420;
   const int group_h = int(series.size()) * bar_h + gap;
   const int height = int(rows.size()) * group_h + 40;
-  std::string svg = fmt("<svg width='%d' height='%d' font-family='sans-serif' font-size='12'>",
-                        label_w + chart_w + 60, height);
+  std::string svg =
+      fmt("<svg width='%d' height='%d' font-family='sans-serif' font-size='12'>", label_w + chart_w + 60, height);
   for (int t = 0; t <= 100; t += 25) {
     const int x = label_w + chart_w * t / 100;
-    svg += fmt("<line x1='%d' y1='0' x2='%d' y2='%d' stroke='#ddd'/><text x='%d' y='%d' text-anchor='middle' fill='#666'>%d%%</text>",
-               x, x, height - 30, x, height - 16, t);
+    svg +=
+        fmt("<line x1='%d' y1='0' x2='%d' y2='%d' stroke='#ddd'/><text x='%d' y='%d' text-anchor='middle' "
+            "fill='#666'>%d%%</text>",
+            x, x, height - 30, x, height - 16, t);
   }
   for (size_t r = 0; r < rows.size(); ++r) {
     const int y0 = int(r) * group_h;
-    svg += fmt("<text x='%d' y='%d' text-anchor='end'>", label_w - 6, y0 + group_h / 2 + 2) + escape(rows[r]) + "</text>";
+    svg +=
+        fmt("<text x='%d' y='%d' text-anchor='end'>", label_w - 6, y0 + group_h / 2 + 2) + escape(rows[r]) + "</text>";
     for (size_t s = 0; s < series.size(); ++s) {
       const double v = values[s][r];
       const int w = std::max(0, int(v * chart_w + 0.5));
@@ -77,17 +80,20 @@ std::string html_report(const HtmlReportInput& in) {
   std::vector<std::string> labels;
   for (const IfevalRun& r : runs) labels.push_back(r.label);
 
-  std::string h = "<!doctype html><html><head><meta charset='utf-8'><title>IFEval: " + escape(in.title) +
-                  "</title><style>"
-                  "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-                  "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-                  "td:first-child,th:first-child{text-align:left}.pos{color:#1a7f37}.neg{color:#c62828}"
-                  ".legend span{margin-right:1.5em}.legend i{display:inline-block;width:12px;height:12px;margin-right:4px}"
-                  "pre{white-space:pre-wrap;background:#f6f6f6;padding:6px;max-height:20em;overflow:auto}"
-                  "details{margin:.3em 0}code{background:#f0f0f0}</style></head><body>";
+  std::string h =
+      "<!doctype html><html><head><meta charset='utf-8'><title>IFEval: " + escape(in.title) +
+      "</title><style>"
+      "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+      "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+      "td:first-child,th:first-child{text-align:left}.pos{color:#1a7f37}.neg{color:#c62828}"
+      ".legend span{margin-right:1.5em}.legend i{display:inline-block;width:12px;height:12px;margin-right:4px}"
+      "pre{white-space:pre-wrap;background:#f6f6f6;padding:6px;max-height:20em;overflow:auto}"
+      "details{margin:.3em 0}code{background:#f0f0f0}</style></head><body>";
   h += "<h1>IFEval: " + escape(in.title) + "</h1>";
-  h += fmt("<p>%d prompts with verifiable instructions (IFEval, Zhou et al. 2023), ", runs.empty() ? 0 : runs[0].accuracy.prompts) +
-       "scored by brioche's C++ port of the reference checkers. Strict: the response as generated; loose: the best of the response and seven relaxed "
+  h += fmt("<p>%d prompts with verifiable instructions (IFEval, Zhou et al. 2023), ",
+           runs.empty() ? 0 : runs[0].accuracy.prompts) +
+       "scored by brioche's C++ port of the reference checkers. Strict: the response as generated; loose: the best of "
+       "the response and seven relaxed "
        "variants (without markdown <code>*</code>, without the first and/or last line).</p>";
   if (!in.command_line.empty()) h += "<p>Command: <code>" + escape(in.command_line) + "</code></p>";
 
@@ -113,11 +119,12 @@ std::string html_report(const HtmlReportInput& in) {
          "</th><th>difference</th><th>95% bootstrap interval</th><th>McNemar exact p</th><th>gained / lost</th></tr>";
     for (const MetricComparison& m : c.metrics) {
       const char* cls = m.interval.low > 0 ? "pos" : m.interval.high < 0 ? "neg" : "";
-      h += fmt("<tr><td>%s</td><td>%.1f%%</td><td>%.1f%%</td><td class='%s'>%+.1f pts</td><td>[%+.1f, %+.1f]</td>", m.name,
-               100 * m.base, 100 * m.other, cls, 100 * m.interval.difference, 100 * m.interval.low,
+      h += fmt("<tr><td>%s</td><td>%.1f%%</td><td>%.1f%%</td><td class='%s'>%+.1f pts</td><td>[%+.1f, %+.1f]</td>",
+               m.name, 100 * m.base, 100 * m.other, cls, 100 * m.interval.difference, 100 * m.interval.low,
                100 * m.interval.high);
-      h += m.has_mcnemar ? fmt("<td>%.3g</td><td>%d / %d</td></tr>", m.mcnemar.p_value, m.mcnemar.b_only, m.mcnemar.a_only)
-                         : std::string("<td>–</td><td>–</td></tr>");
+      h += m.has_mcnemar
+               ? fmt("<td>%.3g</td><td>%d / %d</td></tr>", m.mcnemar.p_value, m.mcnemar.b_only, m.mcnemar.a_only)
+               : std::string("<td>–</td><td>–</td></tr>");
     }
     h += "</table>";
     const IfevalRun* base = nullptr;

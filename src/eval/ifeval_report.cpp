@@ -45,8 +45,8 @@ RunComparison compare_runs(const IfevalRun& base, const IfevalRun& other) {
   BRIOCHE_CHECK(base.prompts.size() == other.prompts.size(), "compare ", other.label, " with ", base.label, ": ",
                 other.prompts.size(), " and ", base.prompts.size(), " prompts");
   for (size_t i = 0; i < base.prompts.size(); ++i)
-    BRIOCHE_CHECK(base.prompts[i].key == other.prompts[i].key, "compare ", other.label, " with ", base.label,
-                  ": row ", i, " holds prompt ", other.prompts[i].key, " and ", base.prompts[i].key);
+    BRIOCHE_CHECK(base.prompts[i].key == other.prompts[i].key, "compare ", other.label, " with ", base.label, ": row ",
+                  i, " holds prompt ", other.prompts[i].key, " and ", base.prompts[i].key);
   RunComparison c{base.label, other.label, {}, {}};
   const size_t n = base.prompts.size();
   for (int m = 0; m < 4; ++m) {
@@ -75,8 +75,14 @@ RunComparison compare_runs(const IfevalRun& base, const IfevalRun& other) {
     }
     const IfevalAccuracy& aa = base.accuracy;
     const IfevalAccuracy& ab = other.accuracy;
-    mc.base = m == 0 ? aa.prompt_strict_acc() : m == 1 ? aa.prompt_loose_acc() : m == 2 ? aa.inst_strict_acc() : aa.inst_loose_acc();
-    mc.other = m == 0 ? ab.prompt_strict_acc() : m == 1 ? ab.prompt_loose_acc() : m == 2 ? ab.inst_strict_acc() : ab.inst_loose_acc();
+    mc.base = m == 0   ? aa.prompt_strict_acc()
+              : m == 1 ? aa.prompt_loose_acc()
+              : m == 2 ? aa.inst_strict_acc()
+                       : aa.inst_loose_acc();
+    mc.other = m == 0   ? ab.prompt_strict_acc()
+               : m == 1 ? ab.prompt_loose_acc()
+               : m == 2 ? ab.inst_strict_acc()
+                        : ab.inst_loose_acc();
     mc.interval = paired_bootstrap(units);
     if (prompt_level) {
       mc.mcnemar = mcnemar_exact(a_prompt, b_prompt);
@@ -93,7 +99,8 @@ RunComparison compare_runs(const IfevalRun& base, const IfevalRun& other) {
 std::string accuracy_table(const std::vector<IfevalRun>& runs) {
   size_t width = 8;
   for (const IfevalRun& r : runs) width = std::max(width, py_len(r.label) + 2);
-  std::string out = padded("model", width) + "prompt strict  prompt loose  inst strict  inst loose   prompts  instructions\n";
+  std::string out =
+      padded("model", width) + "prompt strict  prompt loose  inst strict  inst loose   prompts  instructions\n";
   for (const IfevalRun& r : runs) {
     const IfevalAccuracy& a = r.accuracy;
     out += padded(r.label, width) + format("%-15s%-14s%-13s%-13s%7d  %12d\n", pct(a.prompt_strict_acc()).c_str(),
@@ -129,7 +136,8 @@ std::string per_instruction_table(const std::vector<IfevalRun>& runs) {
 }
 
 std::string comparison_text(const RunComparison& c, const IfevalRun& base, int max_flips_shown) {
-  std::string out = c.other_label + " vs " + c.base_label + " (paired, same prompts; 95% bootstrap interval of the difference, 10000 resamples):\n";
+  std::string out = c.other_label + " vs " + c.base_label +
+                    " (paired, same prompts; 95% bootstrap interval of the difference, 10000 resamples):\n";
   for (const MetricComparison& m : c.metrics) {
     out += format("  %-14s %s -> %s  %s pts [%s, %s]", m.name, pct(m.base).c_str(), pct(m.other).c_str(),
                   pts(m.interval.difference).c_str(), pts(m.interval.low).c_str(), pts(m.interval.high).c_str());

@@ -21,7 +21,7 @@ struct MetricComparison {
 
 struct FlippedPrompt {
   int64_t key = 0;
-  size_t index = 0;  // row in the runs
+  size_t index = 0;     // row in the runs
   bool gained = false;  // the adapter follows it, the base did not (strict)
 };
 

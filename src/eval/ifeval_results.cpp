@@ -62,7 +62,8 @@ IfevalRun load_run(const std::string& path) {
   BRIOCHE_CHECK(in.good(), "cannot read ", path);
   IfevalRun run;
   std::string name = fs::path(path).filename().string();
-  run.label = name.size() > std::string(kSuffix).size() ? name.substr(0, name.size() - std::string(kSuffix).size()) : name;
+  run.label =
+      name.size() > std::string(kSuffix).size() ? name.substr(0, name.size() - std::string(kSuffix).size()) : name;
   std::string line;
   size_t line_no = 0;
   while (std::getline(in, line)) {

@@ -44,7 +44,8 @@ std::vector<IfevalPrompt> parse_ifeval_prompts(std::string_view jsonl, const std
     }
     prompts.push_back(std::move(p));
   }
-  BRIOCHE_CHECK(!prompts.empty(), source, ": no prompts (expected JSON lines with prompt, instruction_id_list, kwargs)");
+  BRIOCHE_CHECK(!prompts.empty(), source,
+                ": no prompts (expected JSON lines with prompt, instruction_id_list, kwargs)");
   return prompts;
 }
 
@@ -67,12 +68,16 @@ std::array<std::string, kLooseVariants> loose_variants(std::string_view response
   const size_t n = lines.size();
   const std::string first = join(1, n), last = join(0, n - 1), both = n >= 2 ? join(1, n - 1) : std::string();
   auto no_stars = [](std::string_view s) { return replace_all(s, "*", ""); };
-  return {std::string(response), no_stars(response), first, last, both, no_stars(first), no_stars(last),
-          no_stars(both)};
+  return {std::string(response), no_stars(response), first,         last, both,
+          no_stars(first),       no_stars(last),     no_stars(both)};
 }
 
-bool ResponseVerdicts::prompt_strict() const { return std::all_of(strict.begin(), strict.end(), [](bool b) { return b; }); }
-bool ResponseVerdicts::prompt_loose() const { return std::all_of(loose.begin(), loose.end(), [](bool b) { return b; }); }
+bool ResponseVerdicts::prompt_strict() const {
+  return std::all_of(strict.begin(), strict.end(), [](bool b) { return b; });
+}
+bool ResponseVerdicts::prompt_loose() const {
+  return std::all_of(loose.begin(), loose.end(), [](bool b) { return b; });
+}
 
 PromptScorer::PromptScorer(const IfevalPrompt& prompt) {
   for (size_t i = 0; i < prompt.instruction_ids.size(); ++i)

@@ -24,7 +24,7 @@ struct Profiles {
   // P(gram | language) for the languages that have the gram: freq / n_words[len - 1].
   std::unordered_map<Gram, std::vector<std::pair<int, double>>> gram_probs;
   std::u32string latin1_excluded, vi_to_normalize, vi_dmark;
-  std::vector<std::u32string> vi_normalized;  // one per diacritic mark
+  std::vector<std::u32string> vi_normalized;       // one per diacritic mark
   std::unordered_map<char32_t, char32_t> cjk_map;  // CJK character -> its class representative
 };
 

@@ -45,7 +45,7 @@ MeanInterval normal_interval(std::span<const double> values);
 struct PreferenceSummary {
   int64_t pairs = 0, ties = 0;
   MeanInterval accuracy, accuracy_per_token, margin, margin_per_token;
-  double chosen_logp = 0, rejected_logp = 0;  // mean R
+  double chosen_logp = 0, rejected_logp = 0;      // mean R
   double chosen_tokens = 0, rejected_tokens = 0;  // mean n
   nlohmann::ordered_json to_json() const;
 };

@@ -27,12 +27,13 @@ const PyRegex& word_tokenizer_re() {
 // A sentence-end character followed by punctuation (group 1) or by
 // whitespace and the next token (group 2).
 const PyRegex& period_context_re() {
-  static const PyRegex re(std::string(R"re([\.\?\!](?=()re") + kNonWord + R"re(|\s+(\S+)))re" ")");
+  static const PyRegex re(std::string(R"re([\.\?\!](?=()re") + kNonWord +
+                          R"re(|\s+(\S+)))re"
+                          ")");
   return re;
 }
 const PyRegex& boundary_realignment_re() {
-  static const PyRegex re(R"(["')\]}\x{2018}\x{2019}\x{201c}\x{201d}\xab\xbb]+?(?:\s+|(?=--)|$))",
-                          {.multiline = true});
+  static const PyRegex re(R"(["')\]}\x{2018}\x{2019}\x{201c}\x{201d}\xab\xbb]+?(?:\s+|(?=--)|$))", {.multiline = true});
   return re;
 }
 const PyRegex& numeric_re() {
@@ -253,8 +254,10 @@ std::vector<std::pair<size_t, size_t>> PunktSentenceTokenizer::span_tokenize(std
   for (const Candidate& c : candidates) {
     if (!contains_sentbreak(c.context)) continue;
     slices.emplace_back(last_break, c.match.end);
-    const auto& next_tok = c.match.groups.size() > 2 ? c.match.groups[2] : std::pair{std::string::npos, std::string::npos};
-    last_break = (next_tok.first != std::string::npos && next_tok.second > next_tok.first) ? next_tok.first : c.match.end;
+    const auto& next_tok =
+        c.match.groups.size() > 2 ? c.match.groups[2] : std::pair{std::string::npos, std::string::npos};
+    last_break =
+        (next_tok.first != std::string::npos && next_tok.second > next_tok.first) ? next_tok.first : c.match.end;
   }
   slices.emplace_back(last_break, py_rstrip(text).size());
 
@@ -268,7 +271,8 @@ std::vector<std::pair<size_t, size_t>> PunktSentenceTokenizer::span_tokenize(std
       continue;
     }
     const auto& s2 = slices[i + 1];
-    const std::string_view s2_text = s2.first < s2.second ? text.substr(s2.first, s2.second - s2.first) : std::string_view{};
+    const std::string_view s2_text =
+        s2.first < s2.second ? text.substr(s2.first, s2.second - s2.first) : std::string_view{};
     RegexMatch m;
     if (boundary_realignment_re().match(s2_text, &m)) {
       out.emplace_back(s1.first, s2.first + py_rstrip(m.group(s2_text, 0)).size());

@@ -19,7 +19,8 @@ struct LowerMapping {
 template <size_t N>
 bool in_ranges(const CodepointRange (&ranges)[N], uint32_t cp) {
   const CodepointRange* end = ranges + N;
-  const CodepointRange* it = std::upper_bound(ranges, end, cp, [](uint32_t v, const CodepointRange& r) { return v < r.first; });
+  const CodepointRange* it =
+      std::upper_bound(ranges, end, cp, [](uint32_t v, const CodepointRange& r) { return v < r.first; });
   return it != ranges && cp <= (it - 1)->last;
 }
 

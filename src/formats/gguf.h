@@ -52,19 +52,19 @@ class GgufValue {
   const std::string& key() const { return key_; }  // empty unless read from a file
   void set_key(std::string key) { key_ = std::move(key); }
 
-  int64_t as_int() const;     // any integer type (u64 above INT64_MAX throws), bool as 0/1
-  uint64_t as_uint() const;   // non-negative integer
-  double as_float() const;    // F32/F64, or any integer
-  bool as_bool() const;       // BOOL only
+  int64_t as_int() const;    // any integer type (u64 above INT64_MAX throws), bool as 0/1
+  uint64_t as_uint() const;  // non-negative integer
+  double as_float() const;   // F32/F64, or any integer
+  bool as_bool() const;      // BOOL only
   const std::string& as_string() const;
 
   size_t array_size() const;
   GgufValue at(size_t i) const;  // element i of an array (copy)
   std::vector<std::string> as_strings() const;
   const std::vector<std::string>& string_list() const;  // no copy; STRING arrays only
-  std::vector<float> as_floats() const;   // numeric arrays
-  std::vector<int64_t> as_ints() const;   // integer arrays
-  const std::vector<GgufValue>& nested() const;  // array of arrays
+  std::vector<float> as_floats() const;                 // numeric arrays
+  std::vector<int64_t> as_ints() const;                 // integer arrays
+  const std::vector<GgufValue>& nested() const;         // array of arrays
 
   std::string describe() const;  // "u32 7", "string \"llama\"", "array<string>[49152]"
 
@@ -75,9 +75,9 @@ class GgufValue {
   GgufType element_type_ = GgufType::U8;
   uint64_t scalar_ = 0;  // integer: value as int64 bits (u64 raw); float: double bits; bool: 0/1
   std::string string_;
-  std::vector<uint64_t> words_;        // numeric/bool array elements, same encoding as scalar_
-  std::vector<std::string> strings_;   // STRING array elements
-  std::vector<GgufValue> items_;       // ARRAY array elements
+  std::vector<uint64_t> words_;       // numeric/bool array elements, same encoding as scalar_
+  std::vector<std::string> strings_;  // STRING array elements
+  std::vector<GgufValue> items_;      // ARRAY array elements
   std::string key_;
 
   [[noreturn]] void mismatch(std::string_view expected) const;

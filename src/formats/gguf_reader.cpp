@@ -29,22 +29,17 @@ struct GgmlTypeRow {
 
 // ggml's type ids (ggml.h enum ggml_type); brioche maps the ones it can run.
 constexpr GgmlTypeRow kGgmlTypes[] = {
-    {0, "F32", true, DType::F32},       {1, "F16", true, DType::F16},
-    {2, "Q4_0", true, DType::Q4_0},     {3, "Q4_1", true, DType::Q4_1},
-    {6, "Q5_0", false, DType::F32},     {7, "Q5_1", false, DType::F32},
-    {8, "Q8_0", true, DType::Q8_0},     {9, "Q8_1", false, DType::F32},
-    {10, "Q2_K", false, DType::F32},    {11, "Q3_K", false, DType::F32},
-    {12, "Q4_K", true, DType::Q4_K},    {13, "Q5_K", true, DType::Q5_K},
-    {14, "Q6_K", true, DType::Q6_K},    {15, "Q8_K", false, DType::F32},
-    {16, "IQ2_XXS", false, DType::F32}, {17, "IQ2_XS", false, DType::F32},
-    {18, "IQ3_XXS", false, DType::F32}, {19, "IQ1_S", false, DType::F32},
-    {20, "IQ4_NL", false, DType::F32},  {21, "IQ3_S", false, DType::F32},
-    {22, "IQ2_S", false, DType::F32},   {23, "IQ4_XS", false, DType::F32},
-    {24, "I8", false, DType::F32},      {25, "I16", false, DType::F32},
-    {26, "I32", true, DType::I32},      {27, "I64", false, DType::F32},
-    {28, "F64", false, DType::F32},     {29, "IQ1_M", false, DType::F32},
-    {30, "BF16", true, DType::BF16},    {34, "TQ1_0", false, DType::F32},
-    {35, "TQ2_0", false, DType::F32},   {39, "MXFP4", false, DType::F32},
+    {0, "F32", true, DType::F32},      {1, "F16", true, DType::F16},       {2, "Q4_0", true, DType::Q4_0},
+    {3, "Q4_1", true, DType::Q4_1},    {6, "Q5_0", false, DType::F32},     {7, "Q5_1", false, DType::F32},
+    {8, "Q8_0", true, DType::Q8_0},    {9, "Q8_1", false, DType::F32},     {10, "Q2_K", false, DType::F32},
+    {11, "Q3_K", false, DType::F32},   {12, "Q4_K", true, DType::Q4_K},    {13, "Q5_K", true, DType::Q5_K},
+    {14, "Q6_K", true, DType::Q6_K},   {15, "Q8_K", false, DType::F32},    {16, "IQ2_XXS", false, DType::F32},
+    {17, "IQ2_XS", false, DType::F32}, {18, "IQ3_XXS", false, DType::F32}, {19, "IQ1_S", false, DType::F32},
+    {20, "IQ4_NL", false, DType::F32}, {21, "IQ3_S", false, DType::F32},   {22, "IQ2_S", false, DType::F32},
+    {23, "IQ4_XS", false, DType::F32}, {24, "I8", false, DType::F32},      {25, "I16", false, DType::F32},
+    {26, "I32", true, DType::I32},     {27, "I64", false, DType::F32},     {28, "F64", false, DType::F32},
+    {29, "IQ1_M", false, DType::F32},  {30, "BF16", true, DType::BF16},    {34, "TQ1_0", false, DType::F32},
+    {35, "TQ2_0", false, DType::F32},  {39, "MXFP4", false, DType::F32},
 };
 
 std::string_view ggml_type_name(uint32_t id) {
@@ -57,12 +52,19 @@ std::string_view ggml_type_name(uint32_t id) {
 // Smallest encoding of one element of each metadata type: bounds array counts.
 uint64_t min_encoded_size(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-    case GgufType::STRING: return 8;        // u64 length
-    case GgufType::ARRAY: return 4 + 8;     // element type + count
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL: return 1;
+    case GgufType::U16:
+    case GgufType::I16: return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32: return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64: return 8;
+    case GgufType::STRING: return 8;     // u64 length
+    case GgufType::ARRAY: return 4 + 8;  // element type + count
   }
   return 1;
 }
@@ -91,8 +93,7 @@ uint32_t dtype_to_ggml_type(DType dtype) {
 // Cursor over the header bytes; `field` names what is being read for errors.
 class GgufParser {
  public:
-  GgufParser(const uint8_t* data, size_t size, const std::string& name)
-      : data_(data), size_(size), name_(name) {}
+  GgufParser(const uint8_t* data, size_t size, const std::string& name) : data_(data), size_(size), name_(name) {}
 
   void parse(GgufFile& file);
 
@@ -112,8 +113,7 @@ class GgufParser {
 
   void need(uint64_t bytes, const std::string& field) const {
     if (bytes > remaining()) {
-      error_at(pos_, field, "expected ", bytes, " bytes, found ", remaining(), " (file ends at byte ",
-               size_, ")");
+      error_at(pos_, field, "expected ", bytes, " bytes, found ", remaining(), " (file ends at byte ", size_, ")");
     }
   }
 
@@ -132,8 +132,8 @@ class GgufParser {
     uint64_t at = pos_;
     uint64_t n = read<uint64_t>(field);
     if (n > remaining() / min_item_bytes) {
-      error_at(at, field, "expected at most ", remaining() / min_item_bytes,
-               " (bytes left in the file / ", min_item_bytes, "), found ", n);
+      error_at(at, field, "expected at most ", remaining() / min_item_bytes, " (bytes left in the file / ",
+               min_item_bytes, "), found ", n);
     }
     return n;
   }
@@ -249,9 +249,8 @@ void GgufParser::read_tensor_info(GgufFile& file, uint64_t index) {
   uint64_t type_at = pos_;
   info.ggml_type = read<uint32_t>(field + " type");
   if (!ggml_type_to_dtype(info.ggml_type, &info.dtype)) {
-    error_at(type_at, field + " type", "unsupported tensor type ", info.ggml_type, " (",
-             ggml_type_name(info.ggml_type), ") for tensor '", info.name,
-             "'; supported: F32, F16, BF16, I32, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K");
+    error_at(type_at, field + " type", "unsupported tensor type ", info.ggml_type, " (", ggml_type_name(info.ggml_type),
+             ") for tensor '", info.name, "'; supported: F32, F16, BF16, I32, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K");
   }
   auto dinfo = dtype_info(info.dtype);
   if (ne[0] % dinfo.block_elems != 0) {
@@ -270,8 +269,8 @@ void GgufParser::read_tensor_info(GgufFile& file, uint64_t index) {
   uint64_t offset_at = pos_;
   info.offset = read<uint64_t>(field + " offset");  // relative for now; made absolute later
   if (info.offset % file.alignment_ != 0) {
-    error_at(offset_at, field + " offset", "expected a multiple of the alignment ", file.alignment_,
-             ", found ", info.offset);
+    error_at(offset_at, field + " offset", "expected a multiple of the alignment ", file.alignment_, ", found ",
+             info.offset);
   }
   file.tensors_.push_back(std::move(info));
   tensor_offset_fields_.push_back(offset_at);
@@ -304,15 +303,16 @@ void GgufParser::parse(GgufFile& file) {
     std::string field = "metadata #" + std::to_string(i);
     uint64_t key_at = pos_;
     std::string key = read_string(field + " key");
-    if (!seen_keys.insert(key).second) error_at(key_at, field + " key", "expected a unique key, found '", key, "' again");
+    if (!seen_keys.insert(key).second)
+      error_at(key_at, field + " key", "expected a unique key, found '", key, "' again");
     field += " ('" + key + "')";
     GgufType type = read_type(field + " type");
     uint64_t value_at = pos_;
     GgufValue value = read_value(type, field + " value", 0);
     value.key_ = key;
     if (key == "general.alignment") {
-      bool is_int = type == GgufType::U8 || type == GgufType::U16 || type == GgufType::U32 ||
-                    type == GgufType::U64 || type == GgufType::I32 || type == GgufType::I64;
+      bool is_int = type == GgufType::U8 || type == GgufType::U16 || type == GgufType::U32 || type == GgufType::U64 ||
+                    type == GgufType::I32 || type == GgufType::I64;
       if (!is_int) error_at(value_at, field + " value", "expected u32, found ", value.describe());
       uint64_t a = value.scalar_;
       if (a == 0 || a > kMaxAlignment || (a & (a - 1)) != 0) {
@@ -341,12 +341,12 @@ void GgufParser::parse(GgufFile& file) {
   for (size_t i = 0; i < file.tensors_.size(); ++i) {
     auto& t = file.tensors_[i];
     uint64_t begin, end;
-    bool overflow = __builtin_add_overflow(data_start, t.offset, &begin) ||
-                    __builtin_add_overflow(begin, uint64_t(t.nbytes), &end);
+    bool overflow =
+        __builtin_add_overflow(data_start, t.offset, &begin) || __builtin_add_overflow(begin, uint64_t(t.nbytes), &end);
     if (overflow || end > size_) {
-      error_at(tensor_offset_fields_[i], "tensor #" + std::to_string(i) + " ('" + t.name + "') data",
-               "expected ", t.nbytes, " bytes at data offset ", t.offset, " (byte ", data_start, " + ",
-               t.offset, ") to lie within the file of ", size_, " bytes, found them ending at byte ",
+      error_at(tensor_offset_fields_[i], "tensor #" + std::to_string(i) + " ('" + t.name + "') data", "expected ",
+               t.nbytes, " bytes at data offset ", t.offset, " (byte ", data_start, " + ", t.offset,
+               ") to lie within the file of ", size_, " bytes, found them ending at byte ",
                overflow ? std::string("beyond 2^64") : std::to_string(end));
     }
     t.offset = begin;

@@ -11,11 +11,15 @@ namespace {
 
 bool is_integer(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::U16: case GgufType::I16:
-    case GgufType::U32: case GgufType::I32: case GgufType::U64: case GgufType::I64:
-      return true;
-    default:
-      return false;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::U16:
+    case GgufType::I16:
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::U64:
+    case GgufType::I64: return true;
+    default: return false;
   }
 }
 
@@ -59,8 +63,8 @@ std::string_view gguf_type_name(GgufType type) {
 }
 
 void GgufValue::mismatch(std::string_view expected) const {
-  fail("GGUF metadata ", key_.empty() ? std::string("value") : "key '" + key_ + "'", ": expected ",
-       expected, ", found ", describe());
+  fail("GGUF metadata ", key_.empty() ? std::string("value") : "key '" + key_ + "'", ": expected ", expected,
+       ", found ", describe());
 }
 
 GgufValue GgufValue::integer(GgufType type, int64_t value) {
@@ -95,23 +99,20 @@ GgufValue GgufValue::string(std::string value) {
 }
 
 GgufValue GgufValue::ints(GgufType element_type, const std::vector<int64_t>& values) {
-  BRIOCHE_CHECK(is_integer(element_type), "GgufValue::ints: ", gguf_type_name(element_type),
-                " is not an integer type");
+  BRIOCHE_CHECK(is_integer(element_type), "GgufValue::ints: ", gguf_type_name(element_type), " is not an integer type");
   GgufValue v;
   v.type_ = GgufType::ARRAY;
   v.element_type_ = element_type;
   v.words_.reserve(values.size());
   for (int64_t x : values) {
-    BRIOCHE_CHECK(fits(element_type, x), "GgufValue::ints: ", x, " does not fit in ",
-                  gguf_type_name(element_type));
+    BRIOCHE_CHECK(fits(element_type, x), "GgufValue::ints: ", x, " does not fit in ", gguf_type_name(element_type));
     v.words_.push_back(uint64_t(x));
   }
   return v;
 }
 
 GgufValue GgufValue::floats(GgufType element_type, const std::vector<double>& values) {
-  BRIOCHE_CHECK(is_float(element_type), "GgufValue::floats: ", gguf_type_name(element_type),
-                " is not f32/f64");
+  BRIOCHE_CHECK(is_float(element_type), "GgufValue::floats: ", gguf_type_name(element_type), " is not f32/f64");
   GgufValue v;
   v.type_ = GgufType::ARRAY;
   v.element_type_ = element_type;
@@ -140,8 +141,7 @@ GgufValue GgufValue::strings(std::vector<std::string> values) {
 
 GgufValue GgufValue::arrays(std::vector<GgufValue> values) {
   for (const auto& item : values) {
-    BRIOCHE_CHECK(item.is_array(), "GgufValue::arrays: every element must be an array, found ",
-                  item.describe());
+    BRIOCHE_CHECK(item.is_array(), "GgufValue::arrays: every element must be an array, found ", item.describe());
   }
   GgufValue v;
   v.type_ = GgufType::ARRAY;
@@ -220,9 +220,12 @@ std::vector<float> GgufValue::as_floats() const {
   std::vector<float> out;
   out.reserve(words_.size());
   for (uint64_t w : words_) {
-    if (is_float(element_type_)) out.push_back(float(std::bit_cast<double>(w)));
-    else if (element_type_ == GgufType::U64) out.push_back(float(w));
-    else out.push_back(float(int64_t(w)));
+    if (is_float(element_type_))
+      out.push_back(float(std::bit_cast<double>(w)));
+    else if (element_type_ == GgufType::U64)
+      out.push_back(float(w));
+    else
+      out.push_back(float(int64_t(w)));
   }
   return out;
 }

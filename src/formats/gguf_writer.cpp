@@ -32,10 +32,15 @@ class ByteSink {
 
 void put_scalar(ByteSink& out, GgufType t, uint64_t word) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: out.put<uint8_t>(uint8_t(word)); break;
-    case GgufType::U16: case GgufType::I16: out.put<uint16_t>(uint16_t(word)); break;
-    case GgufType::U32: case GgufType::I32: out.put<uint32_t>(uint32_t(word)); break;
-    case GgufType::U64: case GgufType::I64: out.put<uint64_t>(word); break;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL: out.put<uint8_t>(uint8_t(word)); break;
+    case GgufType::U16:
+    case GgufType::I16: out.put<uint16_t>(uint16_t(word)); break;
+    case GgufType::U32:
+    case GgufType::I32: out.put<uint32_t>(uint32_t(word)); break;
+    case GgufType::U64:
+    case GgufType::I64: out.put<uint64_t>(word); break;
     case GgufType::F32: out.put<float>(float(std::bit_cast<double>(word))); break;
     case GgufType::F64: out.put<double>(std::bit_cast<double>(word)); break;
     default: fail("GgufWriter: ", gguf_type_name(t), " is not a scalar type");
@@ -44,9 +49,7 @@ void put_scalar(ByteSink& out, GgufType t, uint64_t word) {
 
 void put_value(ByteSink& out, const GgufValue& v) {
   switch (v.type()) {
-    case GgufType::STRING:
-      out.put_string(v.as_string());
-      return;
+    case GgufType::STRING: out.put_string(v.as_string()); return;
     case GgufType::ARRAY: {
       out.put<uint32_t>(uint32_t(v.element_type()));
       out.put<uint64_t>(v.array_size());
@@ -67,18 +70,11 @@ void put_value(ByteSink& out, const GgufValue& v) {
       }
       return;
     }
-    case GgufType::F32: case GgufType::F64:
-      put_scalar(out, v.type(), std::bit_cast<uint64_t>(v.as_float()));
-      return;
-    case GgufType::BOOL:
-      put_scalar(out, v.type(), v.as_bool() ? 1 : 0);
-      return;
-    case GgufType::U64:
-      put_scalar(out, v.type(), v.as_uint());
-      return;
-    default:
-      put_scalar(out, v.type(), uint64_t(v.as_int()));
-      return;
+    case GgufType::F32:
+    case GgufType::F64: put_scalar(out, v.type(), std::bit_cast<uint64_t>(v.as_float())); return;
+    case GgufType::BOOL: put_scalar(out, v.type(), v.as_bool() ? 1 : 0); return;
+    case GgufType::U64: put_scalar(out, v.type(), v.as_uint()); return;
+    default: put_scalar(out, v.type(), uint64_t(v.as_int())); return;
   }
 }
 
@@ -98,8 +94,7 @@ void GgufWriter::add(std::string key, GgufValue value) {
 void GgufWriter::add_tensor(std::string name, const Tensor& tensor) {
   BRIOCHE_CHECK(tensor.defined() && tensor.device() == Device::CPU, "GgufWriter: tensor '", name,
                 "' must be a defined CPU tensor");
-  BRIOCHE_CHECK(tensor.is_contiguous(), "GgufWriter: tensor '", name, "' must be contiguous, got ",
-                tensor.describe());
+  BRIOCHE_CHECK(tensor.is_contiguous(), "GgufWriter: tensor '", name, "' must be contiguous, got ", tensor.describe());
   dtype_to_ggml_type(tensor.dtype());  // throws for dtypes GGUF cannot hold
   for (const auto& t : tensors_) BRIOCHE_CHECK(t.name != name, "GgufWriter: tensor '", name, "' added twice");
   tensors_.push_back({std::move(name), tensor});

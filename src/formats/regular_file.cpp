@@ -64,7 +64,9 @@ std::string read_regular_file(const std::string& path, size_t max_bytes) {
     ssize_t n = ::pread(file.fd(), bytes.data() + done, bytes.size() - done, off_t(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(path, ": cannot read at byte ", done, ": ", std::strerror(errno));
-    if (n == 0) fail(path, ": expected ", bytes.size(), " bytes, found the file ending at byte ", done, " (truncated while read)");
+    if (n == 0)
+      fail(path, ": expected ", bytes.size(), " bytes, found the file ending at byte ", done,
+           " (truncated while read)");
     done += size_t(n);
   }
   return bytes;

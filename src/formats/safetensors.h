@@ -85,9 +85,9 @@ class SafetensorsDir {
   const std::string& path() const { return dir_; }
   const nlohmann::json& config() const;
   bool has(std::string_view name) const;
-  std::vector<std::string> names() const;  // sorted
+  std::vector<std::string> names() const;                       // sorted
   const SafetensorsFile& file_of(std::string_view name) const;  // throws naming the tensor
-  Tensor tensor(std::string_view name) const;  // plain weights, zero-copy
+  Tensor tensor(std::string_view name) const;                   // plain weights, zero-copy
   RawTensor raw(std::string_view name) const;
 
   // MLX affine quantized linear: "<p>.weight" (U32 packed, [out, in*bits/32]),
@@ -116,8 +116,7 @@ class SafetensorsDir {
 class SafetensorsWriter {
  public:
   void add(std::string name, const Tensor& tensor);  // CPU f32/f16/bf16/i32
-  void add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
-               const void* data, size_t nbytes);
+  void add_raw(std::string name, std::string dtype, std::vector<int64_t> shape, const void* data, size_t nbytes);
   void add_raw(std::string name, std::string dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
   void set_metadata(std::map<std::string, std::string> metadata);
   std::vector<uint8_t> serialize() const;

@@ -44,8 +44,7 @@ void check_shard_name(const std::string& index_path, const std::string& tensor, 
   bool escapes = p.is_absolute() || shard.empty();
   for (const auto& part : p) escapes = escapes || part == "..";
   if (escapes) {
-    fail(index_path, ": weight_map['", tensor, "']: expected a file name inside the directory, found \"",
-         shard, "\"");
+    fail(index_path, ": weight_map['", tensor, "']: expected a file name inside the directory, found \"", shard, "\"");
   }
 }
 
@@ -69,7 +68,8 @@ SafetensorsDir SafetensorsDir::open(const std::string& dir) {
   // The error_code forms: a path the user gave must not throw
   // std::filesystem_error (no brioche::Error) from a stat that fails.
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(dir, ": expected a model directory, found ", fs::exists(dir, ec) ? "a file" : "nothing");
+  if (!fs::is_directory(dir, ec))
+    fail(dir, ": expected a model directory, found ", fs::exists(dir, ec) ? "a file" : "nothing");
   std::string config_path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(config_path, ec)) fail(config_path, ": expected the model's config.json, found nothing");
   out.config_ = std::make_shared<nlohmann::json>(read_json_file(config_path, kMaxConfigJsonBytes));
@@ -125,8 +125,9 @@ SafetensorsDir SafetensorsDir::open(const std::string& dir) {
     auto found = out.file_index_.find(it.key());
     std::string shard_path = (fs::path(dir) / it->get<std::string>()).string();
     if (found == out.file_index_.end() || out.files_[found->second]->path() != shard_path) {
-      fail(index_path, ": weight_map['", it.key(), "']: expected the tensor in ", it->get<std::string>(),
-           ", found ", found == out.file_index_.end() ? std::string("it in no shard") : "it in " + out.files_[found->second]->path());
+      fail(index_path, ": weight_map['", it.key(), "']: expected the tensor in ", it->get<std::string>(), ", found ",
+           found == out.file_index_.end() ? std::string("it in no shard")
+                                          : "it in " + out.files_[found->second]->path());
     }
   }
   return out;
@@ -207,12 +208,12 @@ Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
   if (!quant) fail(dir_, ": '", p, "' expected MLX quantization in config.json, found none for it");
   DType dtype;
   if (!affine_dtype(quant->bits, quant->group_size, &dtype)) {
-    fail(dir_, ": '", p, "' quantization expected bits 4 or 8 and group_size 32, 64 or 128, found bits ",
-         quant->bits, " group_size ", quant->group_size);
+    fail(dir_, ": '", p, "' quantization expected bits 4 or 8 and group_size 32, 64 or 128, found bits ", quant->bits,
+         " group_size ", quant->group_size);
   }
-  RawTensor w = raw(p + ".weight");    // [..., out, in * bits / 32] u32 words
-  RawTensor s = raw(p + ".scales");    // [..., out, in / group]
-  RawTensor b = raw(p + ".biases");    // [..., out, in / group]
+  RawTensor w = raw(p + ".weight");  // [..., out, in * bits / 32] u32 words
+  RawTensor s = raw(p + ".scales");  // [..., out, in / group]
+  RawTensor b = raw(p + ".biases");  // [..., out, in / group]
   const std::string& wfile = file_of(p + ".weight").path();
   if (w.dtype != "U32") fail(wfile, ": tensor '", p, ".weight' expected dtype U32 (MLX packed), found ", w.dtype);
   if (w.shape.size() < 2 || w.shape.size() > size_t(kMaxRank)) {

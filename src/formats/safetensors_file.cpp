@@ -48,10 +48,12 @@ bool as_size(const nlohmann::json& v, uint64_t* out) {
 }  // namespace
 
 int safetensors_dtype_size(std::string_view dtype) {
-  static constexpr struct { std::string_view name; int size; } kSizes[] = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},     {"U32", 4},     {"F32", 4},
-      {"I64", 8},  {"U64", 8}, {"F64", 8},
+  static constexpr struct {
+    std::string_view name;
+    int size;
+  } kSizes[] = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8},
   };
   for (const auto& row : kSizes) {
     if (row.name == dtype) return row.size;
@@ -152,7 +154,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const void* data, size_t
     for (const int64_t n : info.shape) {
       if (__builtin_mul_overflow(stride_span, uint64_t(std::max<int64_t>(n, 1)), &stride_span) ||
           stride_span > uint64_t(INT64_MAX)) {
-        ctx.error(at, field + " shape", "expected the byte size with zero dims read as 1 below 2^63, found an overflowing product");
+        ctx.error(at, field + " shape",
+                  "expected the byte size with zero dims read as 1 below 2^63, found an overflowing product");
       }
     }
     auto off_it = entry.find("data_offsets");
@@ -164,8 +167,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const void* data, size_t
     }
     uint64_t expected_bytes;
     if (__builtin_mul_overflow(numel, uint64_t(elem), &expected_bytes) || end - begin != expected_bytes) {
-      ctx.error(at, field + " data_offsets", "expected ", numel, " x ", elem, " bytes for ", info.dtype,
-                " shape ", shape_it->dump(), ", found ", end - begin, " bytes [", begin, ", ", end, ")");
+      ctx.error(at, field + " data_offsets", "expected ", numel, " x ", elem, " bytes for ", info.dtype, " shape ",
+                shape_it->dump(), ", found ", end - begin, " bytes [", begin, ", ", end, ")");
     }
     if (end > data_size) {
       ctx.error(data_start + begin, field + " data", "expected bytes [", begin, ", ", end,
@@ -181,13 +184,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const void* data, size_t
   for (const auto& t : file->tensors_) {
     if (t.end > t.begin) by_start.push_back(&t);
   }
-  std::sort(by_start.begin(), by_start.end(),
-            [](const auto* a, const auto* b) { return a->begin < b->begin; });
+  std::sort(by_start.begin(), by_start.end(), [](const auto* a, const auto* b) { return a->begin < b->begin; });
   for (size_t i = 1; i < by_start.size(); ++i) {
     if (by_start[i]->begin < by_start[i - 1]->end) {
-      ctx.error(by_start[i]->begin, "tensor '" + by_start[i]->name + "' data",
-                "expected no overlap with tensor '", by_start[i - 1]->name, "' (ending at byte ",
-                by_start[i - 1]->end, "), found it starting at byte ", by_start[i]->begin);
+      ctx.error(by_start[i]->begin, "tensor '" + by_start[i]->name + "' data", "expected no overlap with tensor '",
+                by_start[i - 1]->name, "' (ending at byte ", by_start[i - 1]->end, "), found it starting at byte ",
+                by_start[i]->begin);
     }
   }
   for (size_t i = 0; i < file->tensors_.size(); ++i) file->index_.emplace(file->tensors_[i].name, i);
@@ -211,11 +213,17 @@ Tensor SafetensorsFile::tensor(std::string_view name) const {
   const SafetensorsTensorInfo* info = find(name);
   if (info == nullptr) fail(path_, ": tensor '", name, "' expected, found absent (", tensors_.size(), " tensors)");
   DType dtype;
-  if (info->dtype == "F32") dtype = DType::F32;
-  else if (info->dtype == "F16") dtype = DType::F16;
-  else if (info->dtype == "BF16") dtype = DType::BF16;
-  else if (info->dtype == "I32" || info->dtype == "U32") dtype = DType::I32;
-  else fail(path_, ": tensor '", name, "' dtype ", info->dtype, " has no brioche DType (expected F32, F16, BF16, I32 or U32); use raw()");
+  if (info->dtype == "F32")
+    dtype = DType::F32;
+  else if (info->dtype == "F16")
+    dtype = DType::F16;
+  else if (info->dtype == "BF16")
+    dtype = DType::BF16;
+  else if (info->dtype == "I32" || info->dtype == "U32")
+    dtype = DType::I32;
+  else
+    fail(path_, ": tensor '", name, "' dtype ", info->dtype,
+         " has no brioche DType (expected F32, F16, BF16, I32 or U32); use raw()");
   if (info->shape.size() > size_t(kMaxRank)) {
     fail(path_, ": tensor '", name, "' has rank ", info->shape.size(), ", expected at most ", kMaxRank);
   }

@@ -21,8 +21,9 @@ void SafetensorsWriter::add(std::string name, const Tensor& tensor) {
     case DType::F16: dtype = "F16"; break;
     case DType::BF16: dtype = "BF16"; break;
     case DType::I32: dtype = "I32"; break;
-    default: fail("SafetensorsWriter: tensor '", name, "' has dtype ", dtype_name(tensor.dtype()),
-                  ", expected f32, f16, bf16 or i32");
+    default:
+      fail("SafetensorsWriter: tensor '", name, "' has dtype ", dtype_name(tensor.dtype()),
+           ", expected f32, f16, bf16 or i32");
   }
   std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().begin() + tensor.rank());
   check_entry(name, dtype, shape, tensor.nbytes());
@@ -32,8 +33,8 @@ void SafetensorsWriter::add(std::string name, const Tensor& tensor) {
                    PendingTensor{std::move(dtype), std::move(shape), std::move(owner), data, tensor.nbytes()});
 }
 
-void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector<int64_t> shape,
-                                const void* data, size_t nbytes) {
+void SafetensorsWriter::add_raw(std::string name, std::string dtype, std::vector<int64_t> shape, const void* data,
+                                size_t nbytes) {
   const auto* p = static_cast<const uint8_t*>(data);
   add_raw(std::move(name), std::move(dtype), std::move(shape), std::vector<uint8_t>(p, p + nbytes));
 }
@@ -62,9 +63,7 @@ void SafetensorsWriter::check_entry(const std::string& name, const std::string& 
   BRIOCHE_CHECK(tensors_.count(name) == 0, "SafetensorsWriter: tensor '", name, "' added twice");
 }
 
-void SafetensorsWriter::set_metadata(std::map<std::string, std::string> metadata) {
-  metadata_ = std::move(metadata);
-}
+void SafetensorsWriter::set_metadata(std::map<std::string, std::string> metadata) { metadata_ = std::move(metadata); }
 
 void SafetensorsWriter::write_to(std::ostream& out) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();

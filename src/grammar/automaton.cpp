@@ -126,8 +126,8 @@ struct BuildWork {
   void add(uint64_t units) {
     used += units;
     if (used > limit) [[unlikely]]
-      fail("grammar compile exceeded its work budget of ", limit, " units while building the automaton (",
-           used, " spent); simplify the grammar or raise CompileLimits::max_work");
+      fail("grammar compile exceeded its work budget of ", limit, " units while building the automaton (", used,
+           " spent); simplify the grammar or raise CompileLimits::max_work");
   }
 };
 
@@ -292,8 +292,10 @@ Components strongly_connected(const std::vector<std::vector<int32_t>>& succ, con
       const int32_t v = frames.back().v;
       if (frames.back().next < succ[v].size()) {
         const int32_t w = succ[v][frames.back().next++];
-        if (index[w] < 0) open(w);
-        else if (on_stack[w]) low[v] = std::min(low[v], index[w]);
+        if (index[w] < 0)
+          open(w);
+        else if (on_stack[w])
+          low[v] = std::min(low[v], index[w]);
         continue;
       }
       frames.pop_back();
@@ -439,22 +441,23 @@ void canonicalize(FinalState& st) {
       st.bytes[kept++] = e;
   }
   st.bytes.resize(kept);
-  std::sort(st.bytes.begin(), st.bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
-    return a.lo != b.lo ? a.lo < b.lo : a.target < b.target;
-  });
+  std::sort(st.bytes.begin(), st.bytes.end(),
+            [](const ByteEdge& a, const ByteEdge& b) { return a.lo != b.lo ? a.lo < b.lo : a.target < b.target; });
   std::sort(st.rules.begin(), st.rules.end(), [](const RuleEdge& a, const RuleEdge& b) {
     return a.rule != b.rule ? a.rule < b.rule : a.target < b.target;
   });
-  st.rules.erase(std::unique(st.rules.begin(), st.rules.end(),
-                             [](const RuleEdge& a, const RuleEdge& b) {
-                               return a.rule == b.rule && a.target == b.target;
-                             }),
-                 st.rules.end());
+  st.rules.erase(
+      std::unique(st.rules.begin(), st.rules.end(),
+                  [](const RuleEdge& a, const RuleEdge& b) { return a.rule == b.rule && a.target == b.target; }),
+      st.rules.end());
 }
 
 uint64_t hash_state(const FinalState& st) {
   uint64_t h = st.accepting ? 0x9e3779b97f4a7c15ull : 0x12345ull;
-  auto mix = [&](uint64_t v) { h = (h ^ v) * 0x100000001b3ull; h ^= h >> 29; };
+  auto mix = [&](uint64_t v) {
+    h = (h ^ v) * 0x100000001b3ull;
+    h ^= h >> 29;
+  };
   for (auto& e : st.bytes) mix((uint64_t(e.lo) << 40) | (uint64_t(e.hi) << 32) | uint32_t(e.target));
   for (auto& e : st.rules) mix((uint64_t(uint32_t(e.rule)) << 32) | uint32_t(e.target) | (1ull << 63));
   return h;
@@ -839,7 +842,9 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
       // A callee as two words: its position inside the group, or its hash.
       auto ref = [&](int32_t callee) -> std::pair<uint64_t, uint64_t> {
         if (component[callee] == static_cast<int32_t>(c))
-          return {0xB0000000ull | static_cast<uint64_t>(std::find(members.begin(), members.end(), callee) - members.begin()), 0};
+          return {0xB0000000ull |
+                      static_cast<uint64_t>(std::find(members.begin(), members.end(), callee) - members.begin()),
+                  0};
         return {out[callee].a, out[callee].b};
       };
       for (int32_t s = begin; s < begin + size; ++s) {

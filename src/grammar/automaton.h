@@ -29,8 +29,8 @@ struct RuleEdge {
 struct AutomatonState {
   int32_t rule = -1;
   bool accepting = false;
-  uint32_t byte_begin = 0, byte_end = 0;  // into Automaton::byte_edges
-  uint32_t rule_begin = 0, rule_end = 0;  // into Automaton::rule_edges
+  uint32_t byte_begin = 0, byte_end = 0;           // into Automaton::byte_edges
+  uint32_t rule_begin = 0, rule_end = 0;           // into Automaton::rule_edges
   uint8_t first_byte_lo = 255, first_byte_hi = 0;  // bounds of all byte edges (fast reject)
 };
 

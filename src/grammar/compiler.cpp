@@ -106,7 +106,8 @@ class StatePrecompute {
       const int32_t k = d + 1;
       if (!(flags & FrontierDfa::kDead)) {
         const Vocabulary::TrieNode& node = nodes[edge.node];
-        if (node.num_exact == 1) accepted.push_back(sorted[node.rank_begin]);
+        if (node.num_exact == 1)
+          accepted.push_back(sorted[node.rank_begin]);
         else
           for (int32_t r = node.rank_begin; r < node.rank_begin + node.num_exact; ++r) accepted.push_back(sorted[r]);
         // Every byte below loops on c (e.g. plain ASCII inside a JSON
@@ -133,8 +134,10 @@ class StatePrecompute {
       const Vocabulary::TrieNode& node = nodes[edge.node];
       const int32_t exact_end = node.rank_begin + node.num_exact;
       for (int32_t r = node.rank_begin; r < exact_end; ++r) {
-        if (esc) accepted.push_back(sorted[r]);
-        else if (returns_to_caller(r, k - 1)) uncertain_ranks.push_back(r);
+        if (esc)
+          accepted.push_back(sorted[r]);
+        else if (returns_to_caller(r, k - 1))
+          uncertain_ranks.push_back(r);
       }
       for (int32_t r = exact_end; r < node.rank_end; ++r)
         if (returns_to_caller(r, k)) uncertain_ranks.push_back(r);
@@ -450,8 +453,8 @@ class MaskBuilder {
   size_t memory_bytes() const {
     size_t accepted = 0;
     for (const auto& ids : accepted_of_) accepted += ids.capacity() * sizeof(int32_t) + sizeof(ids);
-    return total_bytes_ + masks_.capacity() * sizeof(masks_[0]) + masks_.size() * 64 + accepted +
-           by_hash_.size() * 64 + owned_.size() * 32 + pending_.size() * 64 + dfa_.memory_bytes() +
+    return total_bytes_ + masks_.capacity() * sizeof(masks_[0]) + masks_.size() * 64 + accepted + by_hash_.size() * 64 +
+           owned_.size() * 32 + pending_.size() * 64 + dfa_.memory_bytes() +
            (acc_.capacity() + unc_.capacity()) * sizeof(int32_t);
   }
 
@@ -464,9 +467,9 @@ class MaskBuilder {
     publish();
     const size_t large = static_cast<size_t>(v_.num_words());
     for (auto& [hash, bucket] : by_hash_)
-      bucket.erase(std::remove_if(bucket.begin(), bucket.end(),
-                                  [&](size_t i) { return accepted_of_[i].size() >= large; }),
-                   bucket.end());
+      bucket.erase(
+          std::remove_if(bucket.begin(), bucket.end(), [&](size_t i) { return accepted_of_[i].size() >= large; }),
+          bucket.end());
     for (auto& accepted : accepted_of_)
       if (accepted.size() >= large) std::vector<int32_t>().swap(accepted);
   }
@@ -506,7 +509,7 @@ class MaskBuilder {
   std::vector<std::shared_ptr<const StateMask>> masks_;  // every mask this grammar uses
   std::vector<std::vector<int32_t>> accepted_of_;        // per masks_ entry computed here (rank order)
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;
-  std::unordered_set<const StateMask*> owned_;           // cache entries already in masks_
+  std::unordered_set<const StateMask*> owned_;  // cache entries already in masks_
   std::vector<int32_t> acc_, unc_;
   std::vector<int32_t> root_child_;  // [256] trie node of each first byte, -1: none
   size_t total_bytes_ = 0;

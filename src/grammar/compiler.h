@@ -55,9 +55,7 @@ struct StateMask {
   // number of leading bytes each shares with the previous entry.
   std::vector<int32_t> uncertain_ranks;
   std::vector<uint16_t> uncertain_lcp;
-  size_t bytes() const {
-    return accepted_bits.size() * 4 + accepted_ids.size() * 4 + uncertain_ranks.size() * 6;
-  }
+  size_t bytes() const { return accepted_bits.size() * 4 + accepted_ids.size() * 4 + uncertain_ranks.size() * 6; }
 };
 
 struct CompileStats {
@@ -67,9 +65,9 @@ struct CompileStats {
   int32_t num_shared_states = 0;     // entries taken from the process-wide cache
   int32_t num_deferred_states = 0;   // small entries left to the first mask that needs them
   size_t mask_bytes = 0;
-  uint64_t work = 0;                 // work units of the compile (CompileLimits::max_work)
+  uint64_t work = 0;  // work units of the compile (CompileLimits::max_work)
   double seconds = 0.0;
-  double automaton_seconds = 0.0;    // part of `seconds` spent lowering the grammar
+  double automaton_seconds = 0.0;  // part of `seconds` spent lowering the grammar
 };
 
 class MaskBuilder;
@@ -107,7 +105,7 @@ class CompiledGrammar {
   Automaton automaton_;
   std::shared_ptr<const Vocabulary> vocabulary_;
   std::unique_ptr<std::atomic<const StateMask*>[]> state_mask_;  // per state; null: none or deferred
-  std::vector<uint8_t> deferred_;                                 // per state; fixed after compile
+  std::vector<uint8_t> deferred_;                                // per state; fixed after compile
   mutable std::mutex builder_mutex_;
   mutable std::unique_ptr<MaskBuilder> builder_;  // owns the masks; builds deferred ones
   CompileStats stats_;

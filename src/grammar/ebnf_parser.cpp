@@ -318,9 +318,23 @@ class EbnfParser {
         if (cp > 0x10FFFF) error("a codepoint at most U+10FFFF in \\U", at);
         return cp;
       }
-      case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/':
-      case '.': case '*': case '+': case '?': case '(': case ')': case '{': case '}': case '|':
-        return static_cast<unsigned char>(e);
+      case '\\':
+      case '"':
+      case '\'':
+      case '[':
+      case ']':
+      case '-':
+      case '^':
+      case '/':
+      case '.':
+      case '*':
+      case '+':
+      case '?':
+      case '(':
+      case ')':
+      case '{':
+      case '}':
+      case '|': return static_cast<unsigned char>(e);
       default: error("a known escape (\\n \\r \\t \\\\ \\\" \\xHH \\uHHHH ...)", at);
     }
   }
@@ -372,12 +386,11 @@ Grammar Grammar::from_ebnf(const std::string& text, const std::string& root_rule
   Grammar g;
   EbnfParser(text, g).parse_all();
   g.root = g.find_rule(root_rule);
-  BRIOCHE_CHECK(g.root >= 0, "EBNF: expected a root rule named '", root_rule, "', found rules: ",
-                [&] {
-                  std::string names;
-                  for (auto& r : g.rules) names += (names.empty() ? "" : ", ") + r.name;
-                  return names.empty() ? std::string("(none)") : names;
-                }());
+  BRIOCHE_CHECK(g.root >= 0, "EBNF: expected a root rule named '", root_rule, "', found rules: ", [&] {
+    std::string names;
+    for (auto& r : g.rules) names += (names.empty() ? "" : ", ") + r.name;
+    return names.empty() ? std::string("(none)") : names;
+  }());
   return g;
 }
 

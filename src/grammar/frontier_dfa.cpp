@@ -104,7 +104,6 @@ void FrontierDfa::compute_readable(int32_t c) {
   readable_size_[c] = static_cast<int32_t>(readable_pool_.size()) - readable_begin_[c];
 }
 
-
 void FrontierDfa::compute_self_loop(int32_t c) {
   std::array<uint64_t, 4> bits{0, 0, 0, 0};
   if (!dead(c)) {
@@ -117,7 +116,6 @@ void FrontierDfa::compute_self_loop(int32_t c) {
   self_loop_[c] = bits;
   self_loop_done_[c] = 1;
 }
-
 
 namespace {
 

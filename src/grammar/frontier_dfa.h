@@ -87,11 +87,11 @@ class FrontierDfa {
   PdaWalker walker_;
   uint8_t class_of_[256];
   int32_t num_classes_ = 0;
-  std::vector<int32_t> table_;       // [num_configs, num_classes]; -1 = not computed yet
-  std::vector<int32_t> node_begin_;  // [num_configs + 1] into nodes_
-  std::vector<int32_t> nodes_;       // sorted stack-node ids per configuration
-  std::vector<uint8_t> flags_;          // per configuration: kDead | kEscaped
-  std::vector<int32_t> num_readable_;   // per configuration
+  std::vector<int32_t> table_;                           // [num_configs, num_classes]; -1 = not computed yet
+  std::vector<int32_t> node_begin_;                      // [num_configs + 1] into nodes_
+  std::vector<int32_t> nodes_;                           // sorted stack-node ids per configuration
+  std::vector<uint8_t> flags_;                           // per configuration: kDead | kEscaped
+  std::vector<int32_t> num_readable_;                    // per configuration
   std::vector<int32_t> readable_begin_, readable_size_;  // per configuration, into readable_pool_; -1 = not yet
   std::string readable_pool_;
   std::vector<std::array<uint64_t, 4>> self_loop_;  // per configuration

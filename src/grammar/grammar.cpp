@@ -56,8 +56,8 @@ int32_t Grammar::choice(std::vector<int32_t> children) {
   return add(std::move(e));
 }
 int32_t Grammar::repeat(int32_t child, int32_t min_repeat, int32_t max_repeat) {
-  BRIOCHE_CHECK(max_repeat < 0 || max_repeat >= min_repeat, "grammar: repetition {", min_repeat, ",",
-                max_repeat, "} has max < min");
+  BRIOCHE_CHECK(max_repeat < 0 || max_repeat >= min_repeat, "grammar: repetition {", min_repeat, ",", max_repeat,
+                "} has max < min");
   Expr e;
   e.kind = Expr::Kind::kRepeat;
   e.children = {child};

@@ -22,10 +22,10 @@ namespace brioche::grammar {
 // compile on threads with small stacks; tests/grammar/limits_test.cpp runs
 // the deepest inputs on a 1 MiB thread). Deeper input is a brioche::Error
 // that names the depth found and the limit.
-inline constexpr int kMaxRegexNesting = 256;       // groups, and quantifiers stacked on one atom
-inline constexpr int kMaxEbnfNesting = 1024;       // parentheses (a regex level becomes up to 3)
-inline constexpr int kMaxExpressionDepth = 2048;   // IR nodes inside each other (groups, choices, repetitions)
-inline constexpr int kMaxSchemaDepth = 128;        // sub-schemas inside each other, $ref hops included
+inline constexpr int kMaxRegexNesting = 256;      // groups, and quantifiers stacked on one atom
+inline constexpr int kMaxEbnfNesting = 1024;      // parentheses (a regex level becomes up to 3)
+inline constexpr int kMaxExpressionDepth = 2048;  // IR nodes inside each other (groups, choices, repetitions)
+inline constexpr int kMaxSchemaDepth = 128;       // sub-schemas inside each other, $ref hops included
 // Rules inlined into their callers may nest this deep (inlining adds the
 // callee's depth to the caller's walk).
 inline constexpr int kMaxInlineDepth = 256;
@@ -106,7 +106,7 @@ class Grammar {
   int32_t sequence(std::vector<int32_t> children);
   int32_t choice(std::vector<int32_t> children);
   int32_t repeat(int32_t child, int32_t min_repeat, int32_t max_repeat);
-  int32_t add_rule(std::string name);  // body left unset
+  int32_t add_rule(std::string name);                // body left unset
   int32_t find_rule(const std::string& name) const;  // -1 if absent
 };
 

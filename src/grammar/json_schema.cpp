@@ -33,22 +33,50 @@ constexpr size_t kMaxSchemaEbnfBytes = 16u << 20;
 // Validation keywords of JSON Schema (drafts 4 to 2020-12) that constrain
 // documents and that the converter does not enforce: a schema using one is
 // refused rather than answered with documents that may break it.
-const std::set<std::string> kConstrainingUnsupported = {
-    "contains",
-    "minContains", "maxContains", "uniqueItems", "additionalItems", "unevaluatedProperties", "unevaluatedItems",
-    "$dynamicRef", "$recursiveRef"};
+const std::set<std::string> kConstrainingUnsupported = {"contains",         "minContains",     "maxContains",
+                                                        "uniqueItems",      "additionalItems", "unevaluatedProperties",
+                                                        "unevaluatedItems", "$dynamicRef",     "$recursiveRef"};
 
 // Keywords the converter handles (per type, checked in visit_*).
 // Every other keyword is an annotation (JSON Schema: unknown keywords are
 // annotations): title, description, examples, draft-04's id, vendor
 // extensions such as x-kubernetes-*, hyper-schema's links, and misspelled or
 // private keys constrain nothing, and are ignored.
-const std::set<std::string> kHandled = {
-    "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf",
-    "$ref", "items", "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "minProperties", "maxProperties",
-    "patternProperties", "propertyNames", "multipleOf", "not", "if", "then", "else", "dependencies",
-    "dependentRequired", "dependentSchemas"};
+const std::set<std::string> kHandled = {"type",
+                                        "properties",
+                                        "required",
+                                        "additionalProperties",
+                                        "enum",
+                                        "const",
+                                        "anyOf",
+                                        "oneOf",
+                                        "allOf",
+                                        "$ref",
+                                        "items",
+                                        "prefixItems",
+                                        "minItems",
+                                        "maxItems",
+                                        "minLength",
+                                        "maxLength",
+                                        "pattern",
+                                        "format",
+                                        "minimum",
+                                        "maximum",
+                                        "exclusiveMinimum",
+                                        "exclusiveMaximum",
+                                        "nullable",
+                                        "minProperties",
+                                        "maxProperties",
+                                        "patternProperties",
+                                        "propertyNames",
+                                        "multipleOf",
+                                        "not",
+                                        "if",
+                                        "then",
+                                        "else",
+                                        "dependencies",
+                                        "dependentRequired",
+                                        "dependentSchemas"};
 
 bool is_annotation(const std::string& keyword) {
   return !kHandled.count(keyword) && !kConstrainingUnsupported.count(keyword);
@@ -57,9 +85,12 @@ bool is_annotation(const std::string& keyword) {
 std::string pointer_child(const std::string& ptr, const std::string& key) {
   std::string k;
   for (char c : key.size() <= kMaxNameChars ? key : key.substr(0, kMaxNameChars - 3) + "...") {
-    if (c == '~') k += "~0";
-    else if (c == '/') k += "~1";
-    else k += c;
+    if (c == '~')
+      k += "~0";
+    else if (c == '/')
+      k += "~1";
+    else
+      k += c;
   }
   return ptr + "/" + k;
 }
@@ -72,14 +103,13 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
-
 std::string SchemaConverter::convert() {
   try {
     return convert_unchecked();
   } catch (const nlohmann::json::exception& e) {
     // A keyword of the wrong JSON type (e.g. "$ref": 5) read with get<>().
-    fail("JSON schema: at ", where_.empty() ? "#" : "#" + where_, ": a keyword has the wrong JSON type (",
-         e.what(), ")");
+    fail("JSON schema: at ", where_.empty() ? "#" : "#" + where_, ": a keyword has the wrong JSON type (", e.what(),
+         ")");
   }
 }
 
@@ -95,8 +125,10 @@ std::string SchemaConverter::convert_unchecked() {
 std::string SchemaConverter::fresh(const std::string& hint) {
   std::string base = sanitize(hint), name = base;
   int& next = next_suffix_[base];
-  if (next == 0) next = 1;
-  else name = base + "_" + std::to_string(next++);
+  if (next == 0)
+    next = 1;
+  else
+    name = base + "_" + std::to_string(next++);
   while (names_.count(name)) name = base + "_" + std::to_string(next++);
   names_.insert(name);
   return name;
@@ -122,17 +154,22 @@ std::string SchemaConverter::basic(const std::string& name) {
   if (basics_.insert(name).second) {
     names_.insert(name);
     std::string body;
-    if (name == "json_escape") body = "[\"\\\\/bfnrt] | \"u\" [A-Fa-f0-9]{4}";
-    else if (name == "json_char") body = "[^\"\\\\\\x00-\\x1f] | \"\\\\\" " + basic("json_escape");
+    if (name == "json_escape")
+      body = "[\"\\\\/bfnrt] | \"u\" [A-Fa-f0-9]{4}";
+    else if (name == "json_char")
+      body = "[^\"\\\\\\x00-\\x1f] | \"\\\\\" " + basic("json_escape");
     else if (name == "json_string")
       // The lookahead (what may follow a string: blanks then , } ] or :)
       // lets the compiler decide tokens that run past the closing quote.
       body = "\"\\\"\" (" + basic("json_char") + ")* \"\\\"\" " + string_lookahead();
-    else if (name == "json_integer") body = "\"0\" | \"-\"? [1-9] [0-9]*";
+    else if (name == "json_integer")
+      body = "\"0\" | \"-\"? [1-9] [0-9]*";
     else if (name == "json_number")
       body = "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [+\\-]? [0-9]+)?";
-    else if (name == "json_boolean") body = "\"true\" | \"false\"";
-    else if (name == "json_null") body = "\"null\"";
+    else if (name == "json_boolean")
+      body = "\"true\" | \"false\"";
+    else if (name == "json_null")
+      body = "\"null\"";
     else if (name == "json_value")
       body = basic("json_number") + " | " + basic("json_string") + " | " + basic("json_boolean") + " | " +
              basic("json_null") + " | " + basic("json_array") + " | " + basic("json_object");
@@ -140,9 +177,10 @@ std::string SchemaConverter::basic(const std::string& name) {
       body = open('[') + basic("json_value") + " (" + comma() + basic("json_value") + ")*" + close(']') + " | " +
              open('[') + "\"]\"";
     else if (name == "json_object")
-      body = open('{') + basic("json_string") + colon() + basic("json_value") + " (" + comma() +
-             basic("json_string") + colon() + basic("json_value") + ")*" + close('}') + " | " + open('{') + "\"}\"";
-    else fail("internal: unknown basic rule ", name);
+      body = open('{') + basic("json_string") + colon() + basic("json_value") + " (" + comma() + basic("json_string") +
+             colon() + basic("json_value") + ")*" + close('}') + " | " + open('{') + "\"}\"";
+    else
+      fail("internal: unknown basic rule ", name);
     rules_.emplace_back(name, body);
   }
   return name;
@@ -158,7 +196,8 @@ std::string SchemaConverter::string_rule(const std::string& hint, const std::str
 }
 
 const Json& SchemaConverter::resolve(const std::string& ref, const std::string& ptr) {
-  if (ref.empty() || ref[0] != '#') unsupported("$ref", ptr, "only local references (#/...) are supported, got '" + ref + "'");
+  if (ref.empty() || ref[0] != '#')
+    unsupported("$ref", ptr, "only local references (#/...) are supported, got '" + ref + "'");
   const Json* cur = &root_;
   size_t pos = 1;
   while (pos < ref.size()) {
@@ -245,7 +284,8 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
                               "property with disjoint values (a discriminator)");
       std::string out;
       for (size_t i = 0; i < branches.size(); ++i)
-        out += (i ? " | " : "") + visit(branches[i], pointer_child(pointer_child(ptr, key), std::to_string(i)), hint + "_" + std::to_string(i));
+        out += (i ? " | " : "") + visit(branches[i], pointer_child(pointer_child(ptr, key), std::to_string(i)),
+                                        hint + "_" + std::to_string(i));
       return add_rule(hint + "_case", out);
     }
   }
@@ -265,9 +305,12 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
   std::vector<std::string> types;
   if (s.contains("type")) {
     const Json& t = s["type"];
-    if (t.is_string()) types.push_back(t.get<std::string>());
-    else if (t.is_array()) for (auto& x : t) types.push_back(x.get<std::string>());
-    else unsupported("type", ptr, "expected a string or an array of strings");
+    if (t.is_string())
+      types.push_back(t.get<std::string>());
+    else if (t.is_array())
+      for (auto& x : t) types.push_back(x.get<std::string>());
+    else
+      unsupported("type", ptr, "expected a string or an array of strings");
   } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required") ||
              s.contains("minProperties") || s.contains("maxProperties") || s.contains("patternProperties") ||
              s.contains("propertyNames")) {
@@ -333,9 +376,9 @@ Json SchemaConverter::merge_all_of(const Json& s, const std::string& ptr) {
     // A $ref chain (or cycle) is followed at most kMaxSchemaDepth hops.
     for (int hops = 0; part->is_object() && part->contains("$ref"); ++hops) {
       if (hops == kMaxSchemaDepth)
-        unsupported("$ref", part_ptr, "a chain of more than " + std::to_string(kMaxSchemaDepth) +
-                                          " $refs (or a cycle of them) inside allOf; the limit is " +
-                                          std::to_string(kMaxSchemaDepth));
+        unsupported("$ref", part_ptr,
+                    "a chain of more than " + std::to_string(kMaxSchemaDepth) +
+                        " $refs (or a cycle of them) inside allOf; the limit is " + std::to_string(kMaxSchemaDepth));
       part = &resolve((*part)["$ref"].get<std::string>(), part_ptr);
     }
     if (!part->is_object()) unsupported("allOf", part_ptr, "expected object schemas");
@@ -365,7 +408,8 @@ Json SchemaConverter::merge_all_of(const Json& s, const std::string& ptr) {
   return merged;
 }
 
-std::string SchemaConverter::visit_type(const Json& s, const std::string& type, const std::string& ptr, const std::string& hint) {
+std::string SchemaConverter::visit_type(const Json& s, const std::string& type, const std::string& ptr,
+                                        const std::string& hint) {
   if (type == "null") return basic("json_null");
   if (type == "boolean") return basic("json_boolean");
   if (type == "integer") return visit_integer(s, ptr, hint);

@@ -26,8 +26,7 @@ void GrammarMatcher::reset() {
 
 void GrammarMatcher::push(Frontier f, bool eos) {
   history_.push_back(Step{std::move(f), arena_.size(), eos});
-  if (options_.max_rollback_tokens >= 0 &&
-      static_cast<int32_t>(history_.size()) > options_.max_rollback_tokens + 1) {
+  if (options_.max_rollback_tokens >= 0 && static_cast<int32_t>(history_.size()) > options_.max_rollback_tokens + 1) {
     history_.erase(history_.begin());
     ++dropped_steps_;
   }
@@ -58,8 +57,8 @@ bool GrammarMatcher::accept_bytes(std::string_view bytes) {
 
 bool GrammarMatcher::accept_token(int32_t token_id) {
   const Vocabulary& v = compiled_->vocabulary();
-  BRIOCHE_CHECK(token_id >= 0 && token_id < v.size(), "GrammarMatcher: token id ", token_id,
-                " out of range [0, ", v.size(), ")");
+  BRIOCHE_CHECK(token_id >= 0 && token_id < v.size(), "GrammarMatcher: token id ", token_id, " out of range [0, ",
+                v.size(), ")");
   if (history_.back().eos) return false;
   const auto& eos = v.eos_ids();
   if (std::find(eos.begin(), eos.end(), token_id) != eos.end()) {
@@ -73,8 +72,8 @@ bool GrammarMatcher::accept_token(int32_t token_id) {
 }
 
 void GrammarMatcher::rollback(int32_t n) {
-  BRIOCHE_CHECK(n >= 0 && n < static_cast<int32_t>(history_.size()), "GrammarMatcher::rollback(", n,
-                "): only ", history_.size() - 1, " steps can be undone");
+  BRIOCHE_CHECK(n >= 0 && n < static_cast<int32_t>(history_.size()), "GrammarMatcher::rollback(", n, "): only ",
+                history_.size() - 1, " steps can be undone");
   for (int32_t i = 0; i < n; ++i) history_.pop_back();
   arena_.truncate(history_.back().arena_size);
 }

@@ -29,8 +29,10 @@ Ranges normalize(Ranges r) {
   std::sort(r.begin(), r.end());
   Ranges out;
   for (auto [lo, hi] : r) {
-    if (!out.empty() && lo <= out.back().second + 1) out.back().second = std::max(out.back().second, hi);
-    else out.emplace_back(lo, hi);
+    if (!out.empty() && lo <= out.back().second + 1)
+      out.back().second = std::max(out.back().second, hi);
+    else
+      out.emplace_back(lo, hi);
   }
   return out;
 }
@@ -57,7 +59,7 @@ Ranges subtract(const Ranges& a, const Ranges& b) {
 const Ranges kDigit = {{'0', '9'}};
 const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 // ECMAScript \s: the set xgrammar uses too.
-const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
+const Ranges kSpace = {{'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
                        {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 const Ranges kJsonForbidden = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
 
@@ -245,7 +247,8 @@ class RegexParser {
         }
         cp = parse_hex(4);
         return false;
-      case 'b': case 'B': --pos_; error("no word-boundary assertions (\\b, \\B)");
+      case 'b':
+      case 'B': --pos_; error("no word-boundary assertions (\\b, \\B)");
       default:
         if (std::isdigit(static_cast<unsigned char>(e))) {
           --pos_;

@@ -16,15 +16,18 @@ std::string SchemaConverter::visit_array(const Json& s, const std::string& ptr, 
     const Json& p = s["prefixItems"];
     if (!p.is_array()) unsupported("prefixItems", ptr, "expected an array");
     for (size_t i = 0; i < p.size(); ++i)
-      prefix.push_back(visit(p[i], pointer_child(pointer_child(ptr, "prefixItems"), std::to_string(i)), hint + "_item" + std::to_string(i)));
+      prefix.push_back(visit(p[i], pointer_child(pointer_child(ptr, "prefixItems"), std::to_string(i)),
+                             hint + "_item" + std::to_string(i)));
   }
   // Item schema after the prefix: none (closed), a schema, or any value.
   std::string rest;
   bool closed = false;
   if (s.contains("items")) {
     const Json& it = s["items"];
-    if (it.is_boolean() && !it.get<bool>()) closed = true;
-    else rest = visit(it, pointer_child(ptr, "items"), hint + "_item");
+    if (it.is_boolean() && !it.get<bool>())
+      closed = true;
+    else
+      rest = visit(it, pointer_child(ptr, "items"), hint + "_item");
   } else if (!prefix.empty() && opt_.strict) {
     closed = true;
   } else if (prefix.empty() && min_items == 0 && max_items < 0) {

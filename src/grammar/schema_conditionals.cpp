@@ -32,7 +32,8 @@ bool only_annotations(const Json& s, std::initializer_list<const char*> allowed 
   if (s.is_boolean()) return s.get<bool>();
   if (!s.is_object()) return false;
   for (auto& [k, v] : s.items())
-    if (!is_annotation(k) && std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; }) == allowed.end())
+    if (!is_annotation(k) &&
+        std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; }) == allowed.end())
       return false;
   return true;
 }
@@ -90,21 +91,24 @@ std::optional<Json> SchemaConverter::intersect_schemas(const Json& a, const Json
     const Json& other = va ? b : a;
     Json kept = Json::array();
     if (va && vb) {
-      if (!only_annotations(a, {"const", "enum", "type"}) || !only_annotations(b, {"const", "enum", "type"})) return std::nullopt;
+      if (!only_annotations(a, {"const", "enum", "type"}) || !only_annotations(b, {"const", "enum", "type"}))
+        return std::nullopt;
       for (const Json& v : listed)
         if (in_list(*vb, v)) kept.push_back(v);
     } else {
       if (!only_annotations(other, {"type"})) return std::nullopt;
       const std::vector<std::string> types = type_list(other["type"], ptr);
       for (const Json& v : listed)
-        if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); })) kept.push_back(v);
+        if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); }))
+          kept.push_back(v);
     }
     for (const Json* side : {&a, &b})  // a type beside the values on either side filters them too
       if (side->contains("type")) {
         const std::vector<std::string> types = type_list((*side)["type"], ptr);
         Json typed = Json::array();
         for (const Json& v : kept)
-          if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); })) typed.push_back(v);
+          if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); }))
+            typed.push_back(v);
         kept = typed;
       }
     return kept.empty() ? Json(false) : Json{{"enum", kept}};
@@ -154,10 +158,13 @@ bool SchemaConverter::object_impossible(const Json& s) {
 std::optional<Json> SchemaConverter::merge_object(Json s, const Json& extra, const std::string& keyword,
                                                   const std::string& ptr) {
   if (extra.is_boolean()) return extra.get<bool>() ? std::optional<Json>(s) : std::nullopt;
-  if (!extra.is_object()) unsupported(keyword, ptr, "expected a schema (object or boolean), found " + extra.dump().substr(0, 80));
+  if (!extra.is_object())
+    unsupported(keyword, ptr, "expected a schema (object or boolean), found " + extra.dump().substr(0, 80));
   auto refuse = [&](const std::string& k, const std::string& why) {
-    unsupported(keyword, ptr, "its '" + k + "' " + why + " (expected properties, required, min/maxProperties, "
-                "type object, or keywords the schema around it does not use)");
+    unsupported(keyword, ptr,
+                "its '" + k + "' " + why +
+                    " (expected properties, required, min/maxProperties, "
+                    "type object, or keywords the schema around it does not use)");
   };
   for (auto& [k, v] : extra.items()) {
     if (is_annotation(k)) continue;
@@ -242,7 +249,8 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
   for (const char* map_key : {"dependentRequired", "dependentSchemas", "dependencies"}) {
     if (!s.contains(map_key)) continue;
     const std::string map_ptr = pointer_child(ptr, map_key);
-    if (!s[map_key].is_object()) unsupported(map_key, ptr, "expected an object, found " + s[map_key].dump().substr(0, 80));
+    if (!s[map_key].is_object())
+      unsupported(map_key, ptr, "expected an object, found " + s[map_key].dump().substr(0, 80));
     if (s[map_key].empty()) {
       s.erase(map_key);
       return {s};
@@ -263,7 +271,8 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
       add_required(present, trigger);
       if (demand.is_array()) {  // dependentRequired, or dependencies' array form
         for (const Json& r : demand) {
-          if (!r.is_string()) unsupported(map_key, demand_ptr, "expected an array of key names, found " + demand.dump().substr(0, 80));
+          if (!r.is_string())
+            unsupported(map_key, demand_ptr, "expected an array of key names, found " + demand.dump().substr(0, 80));
           add_required(present, r.get<std::string>());
         }
         keep(present);
@@ -293,10 +302,13 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
     return out;
   }
   auto refuse = [&](const std::string& why) {
-    unsupported("if", ptr, why + "; expected an `if` of properties with const/enum values and required keys "
-                "(like {\"properties\": {\"kind\": {\"const\": \"a\"}}, \"required\": [\"kind\"]})");
+    unsupported("if", ptr,
+                why +
+                    "; expected an `if` of properties with const/enum values and required keys "
+                    "(like {\"properties\": {\"kind\": {\"const\": \"a\"}}, \"required\": [\"kind\"]})");
   };
-  if (!only_annotations(cond, {"properties", "required", "type"})) refuse("its keywords are not all properties/required/type");
+  if (!only_annotations(cond, {"properties", "required", "type"}))
+    refuse("its keywords are not all properties/required/type");
   if (cond.contains("type")) {
     const std::vector<std::string> types = type_list(cond["type"], if_ptr);
     if (std::find(types.begin(), types.end(), "object") == types.end()) refuse("its type excludes objects");
@@ -307,7 +319,8 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
     if (!cond["properties"].is_object()) refuse("its properties is not an object");
     for (auto& [p, ps] : cond["properties"].items()) {
       if (only_annotations(ps)) continue;  // true or {}: always holds
-      if (!ps.is_object() || !only_annotations(ps, {"const", "enum", "type"}) || (ps.contains("const") == ps.contains("enum")))
+      if (!ps.is_object() || !only_annotations(ps, {"const", "enum", "type"}) ||
+          (ps.contains("const") == ps.contains("enum")))
         refuse("property '" + p + "' is tested by something other than one const or enum");
       Json values = ps.contains("const") ? Json::array({ps["const"]}) : ps["enum"];
       if (!values.is_array()) refuse("property '" + p + "' has an enum that is not an array");
@@ -315,7 +328,8 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
         const std::vector<std::string> types = type_list(ps["type"], if_ptr);
         Json typed = Json::array();
         for (const Json& v : values)
-          if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); })) typed.push_back(v);
+          if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); }))
+            typed.push_back(v);
         values = typed;
       }
       tests.emplace_back(p, values);
@@ -336,7 +350,8 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
       refuse("property '" + p + "' is undeclared and additionalProperties constrains it");
     const std::optional<Json> narrowed =
         intersect_schemas(d ? *d : Json::object(), values.empty() ? Json(false) : Json{{"enum", values}}, if_ptr);
-    if (!narrowed) refuse("property '" + p + "' has a schema beside the one `if` tests (expected a type, const or enum)");
+    if (!narrowed)
+      refuse("property '" + p + "' has a schema beside the one `if` tests (expected a type, const or enum)");
     if (!holds->contains("properties")) (*holds)["properties"] = Json::object();
     (*holds)["properties"][p] = *narrowed;
   }
@@ -367,8 +382,10 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
       if (std::all_of(types.begin(), types.end(), [](const std::string& t) { return t == "boolean" || t == "null"; })) {
         Json all = Json::array();
         for (const std::string& t : types) {
-          if (t == "boolean") all.insert(all.end(), {Json(false), Json(true)});
-          else all.push_back(nullptr);
+          if (t == "boolean")
+            all.insert(all.end(), {Json(false), Json(true)});
+          else
+            all.push_back(nullptr);
         }
         value_schema = Json{{"enum", all}};
       }
@@ -416,11 +433,12 @@ std::string SchemaConverter::visit_conditional(const Json& s, const std::string&
   // openness is written down before splitting.
   Json open_s = s;
   if (opt_.strict && !s.contains("additionalProperties"))
-    open_s["additionalProperties"] = !((s.contains("properties") && !s["properties"].empty()) ||
-                                       (s.contains("required") && !s["required"].empty()));
+    open_s["additionalProperties"] =
+        !((s.contains("properties") && !s["properties"].empty()) || (s.contains("required") && !s["required"].empty()));
   std::vector<Json> parts = split_conditionals(open_s, ptr);
   if (parts.empty())
-    unsupported(s.contains("if") ? "if" : "dependentRequired", ptr, "no object satisfies the conditions: the schema matches nothing");
+    unsupported(s.contains("if") ? "if" : "dependentRequired", ptr,
+                "no object satisfies the conditions: the schema matches nothing");
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (!parts[i].contains("type")) parts[i]["type"] = "object";

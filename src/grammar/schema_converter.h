@@ -70,12 +70,12 @@ class SchemaConverter {
   std::set<std::string> names_{"root"};
   std::map<std::string, std::string> ref_rules_;  // JSON pointer -> rule name
   std::set<std::string> basics_;
-  std::string key_rest_;    // rule name of an excluded key's free rest, once made
-  std::string value_rest_;  // the same for an excluded value
+  std::string key_rest_;                    // rule name of an excluded key's free rest, once made
+  std::string value_rest_;                  // the same for an excluded value
   std::map<std::string, int> next_suffix_;  // per name base: the next _N to try in fresh()
-  size_t ebnf_bytes_ = 0;  // rule text so far (bounded by kMaxSchemaEbnfBytes)
-  int depth_ = 0;          // visit() calls open: nesting plus $ref hops
-  std::string where_;      // pointer of the innermost open visit (for type errors)
+  size_t ebnf_bytes_ = 0;                   // rule text so far (bounded by kMaxSchemaEbnfBytes)
+  int depth_ = 0;                           // visit() calls open: nesting plus $ref hops
+  std::string where_;                       // pointer of the innermost open visit (for type errors)
 
   [[noreturn]] void unsupported(const std::string& keyword, const std::string& ptr, const std::string& why) {
     fail("JSON schema: unsupported '", keyword, "' at ", ptr.empty() ? "#" : "#" + ptr, ": ", why);

@@ -55,8 +55,10 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
     if (rest.contains("const") || rest.contains("enum")) {  // the listed values of a type left
       Json values = Json::array();
       for (const Json& v : rest.contains("const") ? Json::array({rest["const"]}) : rest["enum"])
-        if (std::any_of(kept.begin(), kept.end(), [&](const std::string& t) { return has_type(v, t); })) values.push_back(v);
-      if (values.empty()) unsupported("not", ptr, "every allowed value has an excluded type: the schema matches nothing");
+        if (std::any_of(kept.begin(), kept.end(), [&](const std::string& t) { return has_type(v, t); }))
+          values.push_back(v);
+      if (values.empty())
+        unsupported("not", ptr, "every allowed value has an excluded type: the schema matches nothing");
       rest.erase("const");
       rest["enum"] = values;
     }
@@ -81,7 +83,8 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
       const std::vector<std::string> types = type_list(rest["type"], ptr);
       bool relevant = false;
       for (const Json& v : values)
-        relevant = relevant || std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); });
+        relevant =
+            relevant || std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); });
       if (!relevant) return visit(rest, ptr, hint);
     }
     bool plain_string = rest.contains("type") && rest["type"] == "string";
@@ -93,9 +96,13 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
       if (strings.empty()) return visit(rest, ptr, hint);
       return add_rule(hint + "_not", excluded_value(strings) + " " + string_lookahead());
     }
-    unsupported("not", ptr, refusal("not {" + keys[0] + "} is enforced only beside an enum, a const or a plain {\"type\": \"string\"}"));
+    unsupported(
+        "not", ptr,
+        refusal("not {" + keys[0] + "} is enforced only beside an enum, a const or a plain {\"type\": \"string\"}"));
   }
-  unsupported("not", ptr, refusal(keys.empty() ? "an empty not matches nothing" : "not {" + keys[0] + (keys.size() > 1 ? ", ..." : "") + "}"));
+  unsupported("not", ptr,
+              refusal(keys.empty() ? "an empty not matches nothing"
+                                   : "not {" + keys[0] + (keys.size() > 1 ? ", ..." : "") + "}"));
 }
 
 // Whether a JSON value is an instance of JSON Schema type `t`.
@@ -113,9 +120,12 @@ bool SchemaConverter::has_type(const Json& v, const std::string& t) {
 
 std::vector<std::string> SchemaConverter::type_list(const Json& t, const std::string& ptr) {
   std::vector<std::string> out;
-  if (t.is_string()) out.push_back(t.get<std::string>());
-  else if (t.is_array()) for (auto& x : t) out.push_back(x.get<std::string>());
-  else unsupported("type", ptr, "expected a string or an array of strings");
+  if (t.is_string())
+    out.push_back(t.get<std::string>());
+  else if (t.is_array())
+    for (auto& x : t) out.push_back(x.get<std::string>());
+  else
+    unsupported("type", ptr, "expected a string or an array of strings");
   return out;
 }
 
@@ -149,7 +159,8 @@ std::string SchemaConverter::trie_rules(const std::vector<std::string>& texts, N
     stack.pop_back();
     if (!kids_done) {
       stack.emplace_back(node, true);
-      for (auto it = trie[node].kids.rbegin(); it != trie[node].kids.rend(); ++it) stack.emplace_back(it->second, false);
+      for (auto it = trie[node].kids.rbegin(); it != trie[node].kids.rend(); ++it)
+        stack.emplace_back(it->second, false);
       continue;
     }
     rule_of[node] = node_rule(trie[node], rule_of);
@@ -165,7 +176,8 @@ std::string SchemaConverter::excluded_key(const std::vector<std::string>& keys) 
   // rule with a lookahead (a key is followed by blanks and ':'), shared by
   // every trie node (and, through the mask cache, by every grammar).
   if (key_rest_.empty())
-    key_rest_ = add_rule("key_rest", "(" + basic("json_char") + ")* \"\\\"\" (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
+    key_rest_ =
+        add_rule("key_rest", "(" + basic("json_char") + ")* \"\\\"\" (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
   const std::string any_rest = key_rest_;
   std::vector<std::string> raw_keys;  // as JSON spells them (escapes included), without the quotes
   for (const std::string& k : keys) {
@@ -173,29 +185,29 @@ std::string SchemaConverter::excluded_key(const std::vector<std::string>& keys) 
     raw_keys.push_back(raw.substr(1, raw.size() - 2));
   }
   return "\"\\\"\" " + trie_rules(raw_keys, [&](const TrieNode& nd, const std::vector<std::string>& rule_of) {
-    std::vector<std::string> alts;
-    if (!nd.terminal) alts.push_back("\"\\\"\"");
-    std::string cls = "[^\"\\\\\\x00-\\x1f";
-    for (auto& [cp, kid] : nd.kids) {
-      std::string c;
-      append_utf8(c, cp);
-      if (cp == '\\' || cp == ']' || cp == '-' || cp == '^' || cp == '[') cls += "\\";
-      cls += c;
-    }
-    cls += "]";
-    alts.push_back(cls + " " + any_rest);
-    alts.push_back("\"\\\\\" " + basic("json_escape") + " " + any_rest);
-    for (auto& [cp, kid] : nd.kids) {
-      std::string c;
-      append_utf8(c, cp);
-      alts.push_back(ebnf_quote(c) + " " + rule_of[kid]);
-    }
-    // Its own rule with the key lookahead (blanks then ':'): not inlined,
-    // so a key trie used at several places of an object is compiled once.
-    std::string body;
-    for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-    return add_rule("key_excl", "(" + body + ") (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
-  });
+           std::vector<std::string> alts;
+           if (!nd.terminal) alts.push_back("\"\\\"\"");
+           std::string cls = "[^\"\\\\\\x00-\\x1f";
+           for (auto& [cp, kid] : nd.kids) {
+             std::string c;
+             append_utf8(c, cp);
+             if (cp == '\\' || cp == ']' || cp == '-' || cp == '^' || cp == '[') cls += "\\";
+             cls += c;
+           }
+           cls += "]";
+           alts.push_back(cls + " " + any_rest);
+           alts.push_back("\"\\\\\" " + basic("json_escape") + " " + any_rest);
+           for (auto& [cp, kid] : nd.kids) {
+             std::string c;
+             append_utf8(c, cp);
+             alts.push_back(ebnf_quote(c) + " " + rule_of[kid]);
+           }
+           // Its own rule with the key lookahead (blanks then ':'): not inlined,
+           // so a key trie used at several places of an object is compiled once.
+           std::string body;
+           for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+           return add_rule("key_excl", "(" + body + ") (= " + (ws_.empty() ? "" : ws_ + " ") + "\":\")");
+         });
 }
 
 // A JSON string token whose decoded value differs from each of `values`:
@@ -207,28 +219,29 @@ std::string SchemaConverter::excluded_key(const std::vector<std::string>& keys) 
 std::string SchemaConverter::excluded_value(const std::vector<std::string>& values) {
   if (value_rest_.empty()) value_rest_ = add_rule("value_rest", "(" + basic("json_char") + ")* \"\\\"\"");
   const std::pair<char, uint32_t> kEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},  {'b', '\b'},
-                                                {'f', '\f'}, {'n', '\n'},   {'r', '\r'}, {'t', '\t'}};
+                                                {'f', '\f'}, {'n', '\n'},  {'r', '\r'}, {'t', '\t'}};
   return "\"\\\"\" " + trie_rules(values, [&](const TrieNode& nd, const std::vector<std::string>& rule_of) {
-    std::vector<std::string> alts;
-    if (!nd.terminal) alts.push_back("\"\\\"\"");
-    std::string cls = "[^\"\\\\\\x00-\\x1f";
-    for (auto& [cp, kid] : nd.kids) {
-      if (cp < 0x20 || cp == '"' || cp == '\\') continue;  // never literal in JSON
-      std::string c;
-      append_utf8(c, cp);
-      if (cp == ']' || cp == '-' || cp == '^' || cp == '[') cls += "\\";
-      cls += c;
-      alts.push_back(ebnf_quote(c) + " " + rule_of[kid]);
-    }
-    alts.push_back(cls + "] " + value_rest_);
-    for (auto [letter, decoded] : kEscapes) {
-      auto kid = nd.kids.find(decoded);
-      alts.push_back(ebnf_quote(std::string("\\") + letter) + " " + (kid == nd.kids.end() ? value_rest_ : rule_of[kid->second]));
-    }
-    std::string body;
-    for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-    return add_rule("value_excl", "(" + body + ")");
-  });
+           std::vector<std::string> alts;
+           if (!nd.terminal) alts.push_back("\"\\\"\"");
+           std::string cls = "[^\"\\\\\\x00-\\x1f";
+           for (auto& [cp, kid] : nd.kids) {
+             if (cp < 0x20 || cp == '"' || cp == '\\') continue;  // never literal in JSON
+             std::string c;
+             append_utf8(c, cp);
+             if (cp == ']' || cp == '-' || cp == '^' || cp == '[') cls += "\\";
+             cls += c;
+             alts.push_back(ebnf_quote(c) + " " + rule_of[kid]);
+           }
+           alts.push_back(cls + "] " + value_rest_);
+           for (auto [letter, decoded] : kEscapes) {
+             auto kid = nd.kids.find(decoded);
+             alts.push_back(ebnf_quote(std::string("\\") + letter) + " " +
+                            (kid == nd.kids.end() ? value_rest_ : rule_of[kid->second]));
+           }
+           std::string body;
+           for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+           return add_rule("value_excl", "(" + body + ")");
+         });
 }
 
 }  // namespace brioche::grammar::schema

@@ -98,8 +98,10 @@ std::string number_range(const NumberBound& lo, const NumberBound& hi) {
     if (b < 0 || in_lo <= in_hi) alts.push_back(unsigned_range(in_lo, in_hi) + " " + any_frac);
     // I == a: fraction zero allowed if a inclusive (and zero allowed), non-zero fraction if below b.
     bool a_below_b = b < 0 || a < b;
-    if (!a_excl && (a != 0 || allow_zero)) alts.push_back("\"" + std::to_string(a) + "\" " + (a_below_b ? any_frac : zero_frac));
-    else if (a_below_b) alts.push_back("\"" + std::to_string(a) + "\" " + nonzero_frac);
+    if (!a_excl && (a != 0 || allow_zero))
+      alts.push_back("\"" + std::to_string(a) + "\" " + (a_below_b ? any_frac : zero_frac));
+    else if (a_below_b)
+      alts.push_back("\"" + std::to_string(a) + "\" " + nonzero_frac);
     // I == b (> a): only a zero fraction, if inclusive.
     if (b >= 0 && b > a && !b_excl) alts.push_back("\"" + std::to_string(b) + "\" " + zero_frac);
     std::string out;
@@ -161,7 +163,9 @@ struct NumberScan {
   int int_len = 0;  // capped at cap (longer than every bound)
   int cmp[2] = {0, 0};
   int frac_pos[2] = {0, 0};
-  auto key() const { return std::make_tuple(phase, negative, nonzero, int_len, cmp[0], cmp[1], frac_pos[0], frac_pos[1]); }
+  auto key() const {
+    return std::make_tuple(phase, negative, nonzero, int_len, cmp[0], cmp[1], frac_pos[0], frac_pos[1]);
+  }
 };
 
 }  // namespace
@@ -177,8 +181,10 @@ std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const Decim
       if (!bounds[i]->present) continue;
       const int n = static_cast<int>(bounds[i]->int_digits.size());
       const int len = st.phase == 2 ? 1 : st.int_len;
-      if (len < n) st.cmp[i] = -1;
-      else if (len > n) st.cmp[i] = 1;
+      if (len < n)
+        st.cmp[i] = -1;
+      else if (len > n)
+        st.cmp[i] = 1;
     }
   };
   auto step = [&](const NumberScan& from, char c) -> std::optional<NumberScan> {
@@ -246,9 +252,12 @@ std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const Decim
       const bool bound_zero = b.int_digits == "0" && b.frac_digits.empty();
       const int sb = bound_zero ? 0 : b.negative ? -1 : 1;
       int c;  // value vs bound
-      if (sv != sb) c = sv < sb ? -1 : 1;
-      else if (sv == 0) c = 0;
-      else c = sv > 0 ? mag : -mag;
+      if (sv != sb)
+        c = sv < sb ? -1 : 1;
+      else if (sv == 0)
+        c = 0;
+      else
+        c = sv > 0 ? mag : -mag;
       const int want = i == 0 ? 1 : -1;  // above the minimum, below the maximum
       if (c != want && !(c == 0 && !b.exclusive)) return false;
     }
@@ -321,7 +330,8 @@ std::string format_ebnf(const std::string& f) {
       "((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
       "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | "
       "\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8])) | "
-      "([0-9]{2} " + kMultipleOf4 + " | " + kMultipleOf4 + " \"00\") \"-02-29\")";
+      "([0-9]{2} " +
+      kMultipleOf4 + " | " + kMultipleOf4 + " \"00\") \"-02-29\")";
   // Seconds stop at 59: RFC 3339's leap second 60 is valid only at 23:59:60
   // UTC on the few days that have one, and validators (Python's jsonschema)
   // reject it, so a constrained answer never uses it. xgrammar allows 60:
@@ -342,8 +352,10 @@ std::string format_ebnf(const std::string& f) {
     // dot-atom local part, or a quoted local part (its quotes JSON-escaped);
     // domain labels of letters/digits/hyphens.
     std::string atext = "[a-zA-Z0-9_!#$%&'*+/=?^`{|}~\\-]";
-    std::string quoted = "\"\\\\\\\"\" (\"\\\\\\\\\" ([ -!#-\\[\\]-~] | \"\\\\\\\"\" | \"\\\\\\\\\") | [ !#-\\[\\]-~])* \"\\\\\\\"\"";
-    return "(" + atext + "+ (\".\" " + atext + "+)* | " + quoted + ") \"@\" [A-Za-z0-9] ([\\-A-Za-z0-9]* [A-Za-z0-9])? "
+    std::string quoted =
+        "\"\\\\\\\"\" (\"\\\\\\\\\" ([ -!#-\\[\\]-~] | \"\\\\\\\"\" | \"\\\\\\\\\") | [ !#-\\[\\]-~])* \"\\\\\\\"\"";
+    return "(" + atext + "+ (\".\" " + atext + "+)* | " + quoted +
+           ") \"@\" [A-Za-z0-9] ([\\-A-Za-z0-9]* [A-Za-z0-9])? "
            "(\".\" [A-Za-z0-9] [\\-A-Za-z0-9]* [A-Za-z0-9])*";
   }
   if (f == "uri") {
@@ -354,8 +366,7 @@ std::string format_ebnf(const std::string& f) {
     return "[a-zA-Z] [a-zA-Z+.\\-]* \":\" (\"//\" (" + userinfo + " \"@\")? " + host + " (\":\" [0-9]*)? (\"/\" " +
            segment + ")* | \"/\"? (" + kPchar + "+ (\"/\" " + segment + ")*)?) (\"?\" " + qf + ")? (\"#\" " + qf + ")?";
   }
-  if (f == "hostname")
-    return "[a-z0-9] ([a-z0-9\\-]* [a-z0-9])? (\".\" [a-z0-9] ([a-z0-9\\-]* [a-z0-9])?)*";
+  if (f == "hostname") return "[a-z0-9] ([a-z0-9\\-]* [a-z0-9])? (\".\" [a-z0-9] ([a-z0-9\\-]* [a-z0-9])?)*";
   return "";
 }
 

@@ -7,7 +7,8 @@
 
 namespace brioche::grammar::schema {
 
-SchemaConverter::Bound SchemaConverter::bound(const Json& s, const char* inclusive, const char* exclusive, const std::string& ptr) {
+SchemaConverter::Bound SchemaConverter::bound(const Json& s, const char* inclusive, const char* exclusive,
+                                              const std::string& ptr) {
   Bound b;
   if (s.contains(inclusive)) {
     if (!s[inclusive].is_number()) unsupported(inclusive, ptr, "expected a number");
@@ -30,21 +31,23 @@ SchemaConverter::Bound SchemaConverter::bound(const Json& s, const char* inclusi
 
 // multipleOf as (k, p): the value times 10^p must be a multiple of the
 // integer k; only k = 1 (at most p fraction digits) or p = 0 are expressible.
-std::optional<int64_t> SchemaConverter::integer_multiple(const Json& s, const std::string& ptr, bool integer_type, int* decimals) {
+std::optional<int64_t> SchemaConverter::integer_multiple(const Json& s, const std::string& ptr, bool integer_type,
+                                                         int* decimals) {
   *decimals = 0;
   if (!s.contains("multipleOf")) return std::nullopt;
   const Json& m = s["multipleOf"];
   if (!m.is_number() || m.get<double>() <= 0) unsupported("multipleOf", ptr, "expected a positive number");
-  if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum"))
+  if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+      s.contains("exclusiveMaximum"))
     unsupported("multipleOf", ptr,
                 "expected multipleOf without minimum/maximum/exclusiveMinimum/exclusiveMaximum, found both "
                 "(a divisor and a range are each a grammar, their intersection is not one the compiler builds)");
   const double v = m.get<double>();
   if (v == std::floor(v)) {
     if (v > 1000)
-      unsupported("multipleOf", ptr,
-                  "expected an integer divisor of at most 1000 (the grammar has one rule per remainder), found " +
-                      m.dump());
+      unsupported(
+          "multipleOf", ptr,
+          "expected an integer divisor of at most 1000 (the grammar has one rule per remainder), found " + m.dump());
     return static_cast<int64_t>(v);
   }
   for (int p = 1; p <= 9 && !integer_type; ++p)
@@ -110,7 +113,8 @@ std::string SchemaConverter::visit_number(const Json& s, const std::string& ptr,
   if (auto k = integer_multiple(s, ptr, /*integer_type=*/false, &decimals)) {
     // No exponent form (like the bounded numbers): the value is written out.
     if (decimals == 0) return add_rule(hint + "_num", multiple_of_integer(*k, hint) + " (\".\" \"0\"+)?");
-    return add_rule(hint + "_num", "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]{1," + std::to_string(decimals) + "} \"0\"*)?");
+    return add_rule(hint + "_num",
+                    "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]{1," + std::to_string(decimals) + "} \"0\"*)?");
   }
   Bound lo = bound(s, "minimum", "exclusiveMinimum", ptr), hi = bound(s, "maximum", "exclusiveMaximum", ptr);
   if (!lo.present && !hi.present) return basic("json_number");
@@ -136,7 +140,8 @@ std::string SchemaConverter::visit_number(const Json& s, const std::string& ptr,
           break;
         }
         size_t close_at = bodies[i].find('}', open_at);
-        body += bodies[i].substr(pos, open_at - pos) + names[std::stoul(bodies[i].substr(open_at + 2, close_at - open_at - 2))];
+        body += bodies[i].substr(pos, open_at - pos) +
+                names[std::stoul(bodies[i].substr(open_at + 2, close_at - open_at - 2))];
         pos = close_at + 1;
       }
       rules_.emplace_back(names[i], body);

@@ -39,10 +39,12 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     if (undeclared_value.empty()) {
       const Json a = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
       if (a == Json(false))
-        unsupported("required", ptr, "'" + r + "' is required but not declared, and additionalProperties is false: "
-                    "the schema matches nothing");
-      undeclared_value = a.is_object() ? visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl")
-                                       : basic("json_value");
+        unsupported("required", ptr,
+                    "'" + r +
+                        "' is required but not declared, and additionalProperties is false: "
+                        "the schema matches nothing");
+      undeclared_value =
+          a.is_object() ? visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl") : basic("json_value");
     }
     props.emplace_back(r, undeclared_value);
   }
@@ -82,19 +84,24 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     Json names = s["propertyNames"];
     if (!names.is_object()) unsupported("propertyNames", ptr, "expected a schema object");
     if (!names.contains("type")) names["type"] = "string";
-    if (names["type"] != "string") unsupported("propertyNames", pn_ptr, "property names are strings: expected type string");
+    if (names["type"] != "string")
+      unsupported("propertyNames", pn_ptr, "property names are strings: expected type string");
     addl_key = visit(names, pn_ptr, hint + "_name");
     if (s.contains("additionalProperties")) {
       const Json& a = s["additionalProperties"];
-      if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
-      else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
+      if (a.is_boolean())
+        addl = a.get<bool>() ? basic("json_value") : "";
+      else
+        addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
     } else {
       addl = basic("json_value");
     }
   } else if (s.contains("additionalProperties")) {
     const Json& a = s["additionalProperties"];
-    if (a.is_boolean()) addl = a.get<bool>() ? basic("json_value") : "";
-    else addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
+    if (a.is_boolean())
+      addl = a.get<bool>() ? basic("json_value") : "";
+    else
+      addl = visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
   } else if (!has_props && required.empty() && !counted && forbidden.empty()) {
     return basic("json_object");  // unconstrained object
   } else if (!opt_.strict || (!has_props && required.empty())) {
@@ -154,7 +161,8 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
         if (addl_kv.empty() || room == 0) {
           if (need == 0) out = "\"\"";
         } else if (room < 0 || need <= room) {
-          out = "(" + comma() + addl_kv + "){" + std::to_string(need) + "," + (room >= 0 ? std::to_string(room) : "") + "}";
+          out = "(" + comma() + addl_kv + "){" + std::to_string(need) + "," + (room >= 0 ? std::to_string(room) : "") +
+                "}";
           if (!counted) out = "(" + comma() + addl_kv + ")*";
         }
       } else {

@@ -65,7 +65,8 @@ bool same_value(const Json& a, const Json& b) {
 // admits, so the target is a sound stand-in here).
 const Json& SchemaConverter::follow_refs(const Json& s, const std::string& ptr) {
   const Json* cur = &s;
-  for (int hops = 0; cur->is_object() && cur->contains("$ref") && (*cur)["$ref"].is_string() && hops < kMaxSchemaDepth; ++hops)
+  for (int hops = 0; cur->is_object() && cur->contains("$ref") && (*cur)["$ref"].is_string() && hops < kMaxSchemaDepth;
+       ++hops)
     cur = &resolve((*cur)["$ref"].get<std::string>(), ptr);
   return *cur;
 }
@@ -85,10 +86,12 @@ unsigned SchemaConverter::possible_types(const Json& s_in, const std::string& pt
   }
   if (s.contains("type")) {
     unsigned bits = 0;
-    if (s["type"].is_string()) bits = type_bit(s["type"].get<std::string>());
+    if (s["type"].is_string())
+      bits = type_bit(s["type"].get<std::string>());
     else if (s["type"].is_array())
       for (const Json& t : s["type"]) bits |= t.is_string() ? type_bit(t.get<std::string>()) : kAllTypes;
-    else bits = kAllTypes;
+    else
+      bits = kAllTypes;
     if (s.contains("nullable") && s["nullable"] == Json(true)) bits |= kNull;
     types &= bits;
   }
@@ -127,8 +130,8 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
     bool apart = true;
     for (const Json& v : *listed) {
       if (!(value_bit(v) & possible_types(other, ptr, depth))) continue;
-      if (other_values && std::none_of(other_values->begin(), other_values->end(),
-                                       [&](const Json& w) { return same_value(v, w); }))
+      if (other_values &&
+          std::none_of(other_values->begin(), other_values->end(), [&](const Json& w) { return same_value(v, w); }))
         continue;
       apart = false;
       break;
@@ -142,12 +145,14 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
            std::find(s["required"].begin(), s["required"].end(), Json(key)) != s["required"].end();
   };
   auto property = [](const Json& s, const std::string& key) -> const Json* {
-    if (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key)) return &s["properties"][key];
+    if (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key))
+      return &s["properties"][key];
     return nullptr;
   };
   auto forbids = [&](const Json& s, const std::string& key) {
     if (const Json* p = property(s, key)) return *p == Json(false);
-    return s.contains("additionalProperties") && s["additionalProperties"] == Json(false) && !s.contains("patternProperties");
+    return s.contains("additionalProperties") && s["additionalProperties"] == Json(false) &&
+           !s.contains("patternProperties");
   };
   for (const Json* side : {&a, &b}) {
     const Json& here = *side;

@@ -12,9 +12,9 @@ namespace {
 // vocabulary); draft-04's and OpenAPI's extras are not among them.
 bool format_is_defined(const std::string& f) {
   static const std::set<std::string> kDefined = {
-      "date-time", "date",          "time",          "duration",      "email",         "idn-email",
-      "hostname",  "idn-hostname",  "ipv4",          "ipv6",          "uri",           "uri-reference",
-      "iri",       "iri-reference", "uuid",          "uri-template",  "json-pointer",  "relative-json-pointer",
+      "date-time", "date",          "time", "duration",     "email",        "idn-email",
+      "hostname",  "idn-hostname",  "ipv4", "ipv6",         "uri",          "uri-reference",
+      "iri",       "iri-reference", "uuid", "uri-template", "json-pointer", "relative-json-pointer",
       "regex"};
   return kDefined.count(f) > 0;
 }
@@ -42,12 +42,14 @@ std::string SchemaConverter::search_pattern(const std::string& p) {
   return std::string("^") + (at_start ? "" : "[\\s\\S]*") + "(?:" + body + ")" + (at_end ? "" : "[\\s\\S]*") + "$";
 }
 
-std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr) {
+std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi,
+                                                    const std::string& ptr) {
   auto fail_combination = [&] {
     unsupported(hi >= 0 ? "maxLength" : "minLength", ptr,
                 "pattern combined with minLength/maxLength is implemented for a sequence of one-character atoms "
                 "(classes, escapes like \\d, '.', literal characters), each maybe repeated, with at most one "
-                "repetition the pattern leaves unbounded (like ^[a-z][a-z0-9-]*$); found '" + pattern + "'");
+                "repetition the pattern leaves unbounded (like ^[a-z][a-z0-9-]*$); found '" +
+                    pattern + "'");
   };
   // An atom matches exactly one character; `min`..`max` repetitions (max < 0: unbounded).
   struct Atom {
@@ -83,10 +85,14 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
     } else if (c == '\\') {
       if (i + 1 >= p.size()) fail_combination();
       const char e = p[i + 1];
-      if (e == 'u' && i + 6 <= p.size()) end = i + 6;
-      else if (e == 'x' && i + 4 <= p.size()) end = i + 4;
-      else if (std::string("dDwWsSntrfv.-\\/[](){}*+?^$|").find(e) != std::string::npos) end = i + 2;
-      else fail_combination();  // \b, back-references, ...: not one character
+      if (e == 'u' && i + 6 <= p.size())
+        end = i + 6;
+      else if (e == 'x' && i + 4 <= p.size())
+        end = i + 4;
+      else if (std::string("dDwWsSntrfv.-\\/[](){}*+?^$|").find(e) != std::string::npos)
+        end = i + 2;
+      else
+        fail_combination();  // \b, back-references, ...: not one character
     } else if (std::string("()|*+?{}^$").find(c) != std::string::npos) {
       fail_combination();
     } else {
@@ -111,7 +117,9 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
         return std::stoll(t);
       };
       atom.min = number(comma == std::string::npos ? inner : inner.substr(0, comma));
-      atom.max = comma == std::string::npos ? atom.min : comma + 1 == inner.size() ? -1 : number(inner.substr(comma + 1));
+      atom.max = comma == std::string::npos  ? atom.min
+                 : comma + 1 == inner.size() ? -1
+                                             : number(inner.substr(comma + 1));
       if (atom.max >= 0 && atom.max < atom.min) fail_combination();
       i = close + 1;
     }
@@ -190,9 +198,9 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
   if (s.contains("format")) {
     std::string f = s["format"].get<std::string>();
     std::string body = format_ebnf(f);
-    if (body.empty())
-      unsupported("format", ptr, "expected one of " + supported_formats() + ", found '" + f + "'");
-    if (s.contains("pattern")) unsupported("pattern", ptr, "expected either format or pattern on one string, found both");
+    if (body.empty()) unsupported("format", ptr, "expected one of " + supported_formats() + ", found '" + f + "'");
+    if (s.contains("pattern"))
+      unsupported("pattern", ptr, "expected either format or pattern on one string, found both");
     if (s.contains("minLength") || s.contains("maxLength")) {
       // Exact only for formats of one fixed length: the bounds either
       // admit it (and add nothing) or admit no string.
@@ -200,7 +208,8 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
       const char* which = s.contains("maxLength") ? "maxLength" : "minLength";
       if (fixed < 0)
         unsupported(which, ptr, "format '" + f + "' combined with minLength/maxLength (its strings vary in length)");
-      if (count_of(s, "minLength", ptr, 0) > fixed || (s.contains("maxLength") && count_of(s, "maxLength", ptr, 0) < fixed))
+      if (count_of(s, "minLength", ptr, 0) > fixed ||
+          (s.contains("maxLength") && count_of(s, "maxLength", ptr, 0) < fixed))
         unsupported(which, ptr, "format '" + f + "' strings have " + std::to_string(fixed) + " characters; none fits");
     }
     return string_rule(hint + "_" + sanitize(f), "(" + body + ")");

@@ -24,10 +24,14 @@ void utf8_rests_well_formed(const std::string& t, std::vector<uint8_t>& well_for
     // Continuation ranges of a sequence led by b.
     uint8_t lo[3] = {0x80, 0x80, 0x80}, hi[3] = {0xBF, 0xBF, 0xBF};
     size_t len;
-    if (b >= 0xC2 && b <= 0xDF) len = 2;
-    else if (b >= 0xE0 && b <= 0xEF) len = 3;
-    else if (b >= 0xF0 && b <= 0xF4) len = 4;
-    else continue;  // a continuation byte or an invalid lead here: not well-formed
+    if (b >= 0xC2 && b <= 0xDF)
+      len = 2;
+    else if (b >= 0xE0 && b <= 0xEF)
+      len = 3;
+    else if (b >= 0xF0 && b <= 0xF4)
+      len = 4;
+    else
+      continue;  // a continuation byte or an invalid lead here: not well-formed
     if (b == 0xE0) lo[0] = 0xA0;
     if (b == 0xF0) lo[0] = 0x90;
     if (b == 0xF4) hi[0] = 0x8F;
@@ -36,8 +40,10 @@ void utf8_rests_well_formed(const std::string& t, std::vector<uint8_t>& well_for
       const uint8_t c = static_cast<uint8_t>(t[i + k]);
       if (c < lo[k - 1] || c > hi[k - 1]) break;
     }
-    if (i + k == n) well_formed[i] = 1;  // cut off (or ended) at the token's end
-    else if (k == len) well_formed[i] = well_formed[i + k];
+    if (i + k == n)
+      well_formed[i] = 1;  // cut off (or ended) at the token's end
+    else if (k == len)
+      well_formed[i] = well_formed[i + k];
   }
 }
 

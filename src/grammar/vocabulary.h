@@ -46,9 +46,9 @@ class Vocabulary {
   // prefix byte once, a dead prefix drops its whole subtree, and the
   // children of a node are read from one contiguous array.
   struct TrieNode {
-    int32_t rank_begin;  // first rank whose token starts with this prefix
-    int32_t rank_end;    // one past the last such rank
-    int32_t num_exact;   // ranks [rank_begin, rank_begin + num_exact) equal the prefix
+    int32_t rank_begin;          // first rank whose token starts with this prefix
+    int32_t rank_end;            // one past the last such rank
+    int32_t num_exact;           // ranks [rank_begin, rank_begin + num_exact) equal the prefix
     int32_t kid_begin, kid_end;  // children: trie_edges()[kid_begin, kid_end), by byte
   };
   struct TrieEdge {

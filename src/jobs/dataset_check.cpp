@@ -18,7 +18,8 @@ namespace {
   if (message.rfind(path, 0) == 0) message = display_name + message.substr(path.size());
   // "name:12: ..." reads better as "name line 12: ..."
   const size_t colon = display_name.size();
-  if (message.size() > colon + 1 && message[colon] == ':' && std::isdigit(static_cast<unsigned char>(message[colon + 1])))
+  if (message.size() > colon + 1 && message[colon] == ':' &&
+      std::isdigit(static_cast<unsigned char>(message[colon + 1])))
     message = display_name + " line " + message.substr(colon + 1);
   throw JobsError(400, "invalid_file", "file", message);
 }
@@ -35,11 +36,13 @@ std::string first_row_kind(const std::string& path) {
   return "";
 }
 
-train::Dataset load(const std::string& path, const std::string& display_name, const ModelText& model,
-                    bool preference) {
+train::Dataset load(const std::string& path, const std::string& display_name, const ModelText& model, bool preference) {
   try {
-    return train::load_dataset(path, {.preference = preference, .max_seq_length = 1 << 30,
-                                      .tokenizer = model.tokenizer, .render = model.render, .quiet = true});
+    return train::load_dataset(path, {.preference = preference,
+                                      .max_seq_length = 1 << 30,
+                                      .tokenizer = model.tokenizer,
+                                      .render = model.render,
+                                      .quiet = true});
   } catch (const Error& e) {
     invalid_file(path, display_name, e.what());
   } catch (const std::exception& e) {  // a template that throws something else
@@ -80,7 +83,8 @@ FilePreview preview_file(const std::string& path, const std::string& display_nam
   if (p.kind.empty()) p.kind = "sft";
   const train::Dataset ds = load(path, display_name, model, p.kind == "preference");
   p.rows = int64_t(ds.size());
-  for (const train::TokenizedExample& e : ds.examples) p.lengths.push_back(int64_t(e.prompt.size() + e.response.size()));
+  for (const train::TokenizedExample& e : ds.examples)
+    p.lengths.push_back(int64_t(e.prompt.size() + e.response.size()));
   for (const train::TokenizedPair& pair : ds.pairs)
     p.lengths.push_back(int64_t(pair.prompt.size() + std::max(pair.chosen.size(), pair.rejected.size())));
   for (int64_t n : p.lengths) p.truncated_rows += n > max_length ? 1 : 0;

@@ -28,7 +28,7 @@ struct FileCheck {
 FileCheck check_training_file(const std::string& path, const std::string& display_name, const ModelText& model);
 
 struct Histogram {
-  std::vector<int64_t> edges;   // bucket i: edges[i] <= length < edges[i+1]
+  std::vector<int64_t> edges;  // bucket i: edges[i] <= length < edges[i+1]
   std::vector<int64_t> counts;
 };
 

@@ -16,17 +16,28 @@ using json = nlohmann::json;
 
 // OpenAI's hyperparameter names and our short forms -> `brioche train` keys.
 const std::map<std::string, std::string>& aliases() {
-  static const std::map<std::string, std::string> m = {
-      {"n_epochs", "epochs"}, {"lambda", "orpo_lambda"}, {"n_steps", "iters"}, {"steps", "iters"},
-      {"max_length", "max_seq_length"}};
+  static const std::map<std::string, std::string> m = {{"n_epochs", "epochs"},
+                                                       {"lambda", "orpo_lambda"},
+                                                       {"n_steps", "iters"},
+                                                       {"steps", "iters"},
+                                                       {"max_length", "max_seq_length"}};
   return m;
 }
 
 // Options the server decides: a job may not set them.
 const std::set<std::string>& server_owned() {
-  static const std::set<std::string> s = {"model", "data", "output", "adapter_path", "resume", "resume_adapter",
-                                          "warm_start_adapter", "resume_adapter_file", "method", "seed",
-                                          "save_checkpoints", "quiet"};
+  static const std::set<std::string> s = {"model",
+                                          "data",
+                                          "output",
+                                          "adapter_path",
+                                          "resume",
+                                          "resume_adapter",
+                                          "warm_start_adapter",
+                                          "resume_adapter_file",
+                                          "method",
+                                          "seed",
+                                          "save_checkpoints",
+                                          "quiet"};
   return s;
 }
 
@@ -47,9 +58,11 @@ double default_learning_rate(bool preference) { return preference ? 1e-5 : 2e-4;
 JobSpec parse_job_spec(const json& body) {
   JobSpec spec;
   json method = body.contains("method") && !body["method"].is_null() ? body["method"] : json::object();
-  if (!method.is_object()) invalid_method("method", std::string("method: expected an object, found ") + method.type_name());
+  if (!method.is_object())
+    invalid_method("method", std::string("method: expected an object, found ") + method.type_name());
   if (!method.contains("type")) {
-    if (!method.empty()) invalid_method("method.type", "method: missing \"type\" (supervised, dpo, orpo, simpo or ipo)");
+    if (!method.empty())
+      invalid_method("method.type", "method: missing \"type\" (supervised, dpo, orpo, simpo or ipo)");
     method["type"] = "supervised";
   }
   if (!method["type"].is_string())
@@ -66,12 +79,13 @@ JobSpec parse_job_spec(const json& body) {
   json settings = method.contains(spec.method_type) ? method[spec.method_type] : json::object();
   if (settings.is_null()) settings = json::object();
   if (!settings.is_object())
-    invalid_method("method." + spec.method_type, "method." + spec.method_type + ": expected an object, found " +
-                                                     settings.type_name());
+    invalid_method("method." + spec.method_type,
+                   "method." + spec.method_type + ": expected an object, found " + settings.type_name());
   for (auto it = settings.begin(); it != settings.end(); ++it)
     if (it.key() != "hyperparameters")
-      throw JobsError(400, "unknown_hyperparameter", "method." + spec.method_type + "." + it.key(),
-                      "method." + spec.method_type + "." + it.key() + ": unknown setting (expected \"hyperparameters\")");
+      throw JobsError(
+          400, "unknown_hyperparameter", "method." + spec.method_type + "." + it.key(),
+          "method." + spec.method_type + "." + it.key() + ": unknown setting (expected \"hyperparameters\")");
   json hyper = settings.contains("hyperparameters") ? settings["hyperparameters"] : json::object();
   // OpenAI's legacy top-level hyperparameters belong to the supervised method.
   if (body.contains("hyperparameters") && !body["hyperparameters"].is_null() && !settings.contains("hyperparameters"))
@@ -86,11 +100,12 @@ JobSpec parse_job_spec(const json& body) {
 
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (!body["seed"].is_number_integer())
-      throw JobsError(400, "invalid_hyperparameter", "seed", std::string("seed: expected an integer, found ") +
-                                                                  body["seed"].type_name());
+      throw JobsError(400, "invalid_hyperparameter", "seed",
+                      std::string("seed: expected an integer, found ") + body["seed"].type_name());
     spec.seed = body["seed"].get<int64_t>();
     if (spec.seed < 0 || spec.seed > INT32_MAX)
-      throw JobsError(400, "invalid_hyperparameter", "seed", "seed: expected 0 to 2147483647, got " + std::to_string(spec.seed));
+      throw JobsError(400, "invalid_hyperparameter", "seed",
+                      "seed: expected 0 to 2147483647, got " + std::to_string(spec.seed));
   }
 
   // Each key applied on its own so the error names it.
@@ -103,7 +118,8 @@ JobSpec parse_job_spec(const json& body) {
     if (it.value().is_string() && it.value() == "auto") continue;  // OpenAI's "use the default"
     if (it.key() == "learning_rate_multiplier") {
       if (!it.value().is_number() || it.value().get<double>() <= 0)
-        throw JobsError(400, "invalid_hyperparameter", param, param + ": expected a positive number, found " + it.value().dump());
+        throw JobsError(400, "invalid_hyperparameter", param,
+                        param + ": expected a positive number, found " + it.value().dump());
       lr_multiplier = it.value().get<double>();
       continue;
     }
@@ -112,7 +128,10 @@ JobSpec parse_job_spec(const json& body) {
     if (server_owned().count(key))
       throw JobsError(400, "unknown_hyperparameter", param,
                       param + ": not a hyperparameter (the server sets '" + key + "'" +
-                          (key == "seed" ? "; give the job's top-level \"seed\"" : key == "method" ? "; give method.type" : "") + ")");
+                          (key == "seed"     ? "; give the job's top-level \"seed\""
+                           : key == "method" ? "; give method.type"
+                                             : "") +
+                          ")");
     try {
       train::apply_config_json(config, json{{key, it.value()}}, param);
     } catch (const Error& e) {
@@ -146,7 +165,8 @@ JobSpec parse_job_spec(const json& body) {
                           {"batch_size", config.batch_size},
                           {"learning_rate_multiplier", lr / default_learning_rate(spec.preference)}};
   if (spec.preference)
-    spec.hyperparameters["beta"] = options.contains("beta") && options["beta"].is_number() ? options["beta"].get<double>() : 0.1;
+    spec.hyperparameters["beta"] =
+        options.contains("beta") && options["beta"].is_number() ? options["beta"].get<double>() : 0.1;
   return spec;
 }
 
@@ -157,8 +177,8 @@ int64_t total_steps(const json& options, int64_t rows) {
   const int64_t iters = get("iters", 0);
   if (iters > 0) return iters;
   const int64_t grad_accum = options.contains("grad_accum") ? get("grad_accum", 1) : get("grad_accumulation_steps", 1);
-  const int64_t per_step = std::max<int64_t>(1, get("batch_size", 1) * std::max<int64_t>(1, grad_accum) *
-                                                    std::max<int64_t>(1, get("gpus", 1)));
+  const int64_t per_step = std::max<int64_t>(
+      1, get("batch_size", 1) * std::max<int64_t>(1, grad_accum) * std::max<int64_t>(1, get("gpus", 1)));
   return get("epochs", 1) * std::max<int64_t>(1, (rows + per_step - 1) / per_step);
 }
 
@@ -175,11 +195,16 @@ int64_t estimate_memory_bytes(const json& options, const ModelShape& model) {
   int64_t per_layer = 0;
   for (const std::string& module : c.target_modules) {
     int64_t in = m.hidden_size, out = m.hidden_size;
-    if (module == "q_proj") out = m.q_dim();
-    else if (module == "k_proj" || module == "v_proj") out = m.kv_dim();
-    else if (module == "o_proj") in = m.q_dim();
-    else if (module == "gate_proj" || module == "up_proj") out = m.intermediate_size;
-    else if (module == "down_proj") in = m.intermediate_size;
+    if (module == "q_proj")
+      out = m.q_dim();
+    else if (module == "k_proj" || module == "v_proj")
+      out = m.kv_dim();
+    else if (module == "o_proj")
+      in = m.q_dim();
+    else if (module == "gate_proj" || module == "up_proj")
+      out = m.intermediate_size;
+    else if (module == "down_proj")
+      in = m.intermediate_size;
     per_layer += rank * (in + out);
   }
   const int64_t adapted_layers = c.num_layers > 0 ? std::min<int64_t>(c.num_layers, m.n_layers) : m.n_layers;
@@ -190,10 +215,12 @@ int64_t estimate_memory_bytes(const json& options, const ModelShape& model) {
   // residual stream (hidden_size per token) at each segment boundary.
   const int64_t per_layer_token = 10 * int64_t(m.hidden_size) + 3 * int64_t(m.intermediate_size);
   const int64_t segment = c.grad_checkpoint ? 1 : c.segment_size;
-  const int64_t held = segment > 0 ? segment * per_layer_token + (m.n_layers + segment - 1) / segment * int64_t(m.hidden_size)
-                                   : m.n_layers * per_layer_token;
+  const int64_t held = segment > 0
+                           ? segment * per_layer_token + (m.n_layers + segment - 1) / segment * int64_t(m.hidden_size)
+                           : m.n_layers * per_layer_token;
   const int64_t activations = tokens * held * 4;
-  const int64_t head = tokens * (c.head_chunk_size > 0 ? std::min<int64_t>(c.head_chunk_size, m.vocab_size) : m.vocab_size) * 4;
+  const int64_t head =
+      tokens * (c.head_chunk_size > 0 ? std::min<int64_t>(c.head_chunk_size, m.vocab_size) : m.vocab_size) * 4;
   return model.weights_bytes + lora_bytes + activations + head + (int64_t(256) << 20);
 }
 

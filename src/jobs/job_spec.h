@@ -13,9 +13,9 @@
 namespace brioche::jobs {
 
 struct JobSpec {
-  std::string method_type;     // supervised | dpo | orpo | simpo | ipo
-  nlohmann::json method;       // as given, normalized to {"type", <type>: {"hyperparameters": {...}}}
-  nlohmann::json options;      // `brioche train` keys from the hyperparameters (no model/data/output)
+  std::string method_type;         // supervised | dpo | orpo | simpo | ipo
+  nlohmann::json method;           // as given, normalized to {"type", <type>: {"hyperparameters": {...}}}
+  nlohmann::json options;          // `brioche train` keys from the hyperparameters (no model/data/output)
   nlohmann::json hyperparameters;  // OpenAI's summary: n_epochs, batch_size, learning_rate_multiplier
   bool preference = false;
   int64_t seed = 0;

@@ -45,7 +45,8 @@ bool is_terminal(const std::string& s) {
 
 std::string describe_exit(int wait_status) {
   if (WIFEXITED(wait_status)) return "the trainer exited with status " + std::to_string(WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status)) return std::string("the trainer was killed by signal ") + strsignal(WTERMSIG(wait_status));
+  if (WIFSIGNALED(wait_status))
+    return std::string("the trainer was killed by signal ") + strsignal(WTERMSIG(wait_status));
   return "the trainer ended (wait status " + std::to_string(wait_status) + ")";
 }
 
@@ -54,8 +55,9 @@ std::string describe_exit(int wait_status) {
 }
 
 [[noreturn]] void invalid_state(const JobRecord& job, const std::string& action, const std::string& allowed) {
-  throw JobsError(409, "invalid_state", "", "cannot " + action + " job " + job.id + ": its status is '" + job.status +
-                                                "' (" + action + " needs " + allowed + ")");
+  throw JobsError(409, "invalid_state", "",
+                  "cannot " + action + " job " + job.id + ": its status is '" + job.status + "' (" + action +
+                      " needs " + allowed + ")");
 }
 
 }  // namespace
@@ -78,8 +80,9 @@ void JobRunner::start() {
     if (job.directory.empty())
       event(job.id, "warn", "interrupted: the server restarted; the reporting trainer's next report continues the job");
     else
-      event(job.id, "warn", "interrupted: the server stopped while this job ran (trainer pid " + std::to_string(job.pid) +
-                                "); resume it to continue from its last checkpoint");
+      event(job.id, "warn",
+            "interrupted: the server stopped while this job ran (trainer pid " + std::to_string(job.pid) +
+                "); resume it to continue from its last checkpoint");
   }
   if (options_.resume_interrupted) {
     for (const JobRecord& job : store_.jobs_with_status(status::kInterrupted)) {
@@ -93,8 +96,9 @@ void JobRunner::start() {
       const std::string n = name.get<std::string>();
       const std::string suffix = ":ckpt-step-";
       const size_t at = n.rfind(suffix);
-      const std::string dir = at == std::string::npos ? output_dir(job)
-                                                      : output_dir(job) + "/checkpoints/step_" + n.substr(at + suffix.size());
+      const std::string dir = at == std::string::npos
+                                  ? output_dir(job)
+                                  : output_dir(job) + "/checkpoints/step_" + n.substr(at + suffix.size());
       try {
         publish_(n, dir);
       } catch (const std::exception& e) {
@@ -111,7 +115,8 @@ void JobRunner::stop() {
   if (thread_.joinable()) thread_.join();
   std::unique_lock lock(mutex_);
   for (auto& [id, child] : children_) kill(child.pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(options_.stop_grace_s * 1000));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(options_.stop_grace_s * 1000));
   while (!children_.empty() && std::chrono::steady_clock::now() < deadline) {
     for (auto it = children_.begin(); it != children_.end();) {
       int wait_status = 0;
@@ -120,8 +125,9 @@ void JobRunner::stop() {
         it = children_.erase(it);
         ingest(id);
         if (store_.transition(id, {status::kRunning}, status::kInterrupted))
-          event(id, "warn", "interrupted: the server stopped (" + describe_exit(wait_status) +
-                                "); resume it to continue from its last checkpoint");
+          event(id, "warn",
+                "interrupted: the server stopped (" + describe_exit(wait_status) +
+                    "); resume it to continue from its last checkpoint");
       } else {
         ++it;
       }
@@ -131,8 +137,9 @@ void JobRunner::stop() {
   for (auto& [id, child] : children_) {  // still writing: the next server waits for it (its pid is stored)
     ingest(id);
     if (store_.transition(id, {status::kRunning}, status::kInterrupted))
-      event(id, "warn", "interrupted: the server stopped while the trainer (pid " + std::to_string(child.pid) +
-                            ") was still writing its checkpoint");
+      event(id, "warn",
+            "interrupted: the server stopped while the trainer (pid " + std::to_string(child.pid) +
+                ") was still writing its checkpoint");
   }
 }
 
@@ -167,7 +174,8 @@ void JobRunner::tick() {
   for (const JobRecord& job : store_.jobs_with_status(status::kQueued)) {
     if (int(children_.size()) >= options_.max_concurrent) break;
     if (in_use + job.estimated_memory_bytes > options_.memory_budget_bytes) break;  // first come, first served
-    if (children_.count(job.id) || stale_trainer_alive(job)) continue;  // its last trainer is still writing its checkpoint
+    if (children_.count(job.id) || stale_trainer_alive(job))
+      continue;  // its last trainer is still writing its checkpoint
     launch(job);
     in_use += job.estimated_memory_bytes;
   }
@@ -208,8 +216,9 @@ void JobRunner::record_rows(const std::string& id, const std::vector<json>& rows
 void JobRunner::add_external(const JobRecord& job) {
   std::lock_guard lock(mutex_);
   store_.add_job(job);
-  event(job.id, "info", "reported by brioche train --report-to: " + job.method_type + " on " + job.model + ", " +
-                            std::to_string(job.total_steps) + " steps");
+  event(job.id, "info",
+        "reported by brioche train --report-to: " + job.method_type + " on " + job.model + ", " +
+            std::to_string(job.total_steps) + " steps");
 }
 
 void JobRunner::finish_external(const std::string& id, const std::string& to, const std::string& message) {
@@ -218,7 +227,8 @@ void JobRunner::finish_external(const std::string& id, const std::string& to, co
   if (to != status::kInterrupted) store_.set_finished(id, now_seconds());
   if (to == status::kFailed)
     store_.set_error(id, {{"code", "trainer_failed"}, {"message", message}, {"param", nullptr}});
-  event(id, to == status::kFailed ? "error" : "info", "the reporting trainer ended: " + to + (message.empty() ? "" : ": " + message));
+  event(id, to == status::kFailed ? "error" : "info",
+        "the reporting trainer ended: " + to + (message.empty() ? "" : ": " + message));
 }
 
 void JobRunner::on_exit(const std::string& id, int wait_status) {
@@ -236,8 +246,10 @@ void JobRunner::on_exit(const std::string& id, int wait_status) {
   }
   if (job->status == status::kPaused && !ok) {
     const std::string ck = newest_checkpoint(output_dir(*job));
-    event(id, "info", "paused at step " + std::to_string(job->step) +
-                          (ck.empty() ? " (no checkpoint: a resume starts over)" : "; checkpoint " + fs::path(ck).filename().string()));
+    event(id, "info",
+          "paused at step " + std::to_string(job->step) +
+              (ck.empty() ? " (no checkpoint: a resume starts over)"
+                          : "; checkpoint " + fs::path(ck).filename().string()));
     return;
   }
   if (ok) {  // finished (also when a pause came too late to stop it)
@@ -249,16 +261,22 @@ void JobRunner::on_exit(const std::string& id, int wait_status) {
   }
   if (stopped) {  // SIGTERM from elsewhere (the server's own shutdown is handled in stop())
     store_.transition(id, {status::kRunning}, status::kInterrupted);
-    event(id, "warn", "interrupted: the trainer was stopped from outside the server at step " +
-                          std::to_string(job->step) + "; resume it to continue");
+    event(id, "warn",
+          "interrupted: the trainer was stopped from outside the server at step " + std::to_string(job->step) +
+              "; resume it to continue");
     return;
   }
   const std::string tail = file_tail(job->directory + "/stderr.log", kStderrTailBytes);
   store_.transition(id, {status::kRunning}, status::kFailed);
   store_.set_finished(id, now_seconds());
-  store_.set_error(id, {{"code", "trainer_failed"}, {"message", describe_exit(wait_status) + ": " + tail}, {"param", nullptr}});
-  store_.add_event({.job_id = id, .created_at = now_seconds(), .level = "error", .type = "message",
-                    .message = "failed: " + describe_exit(wait_status), .data = {{"stderr_tail", tail}}});
+  store_.set_error(
+      id, {{"code", "trainer_failed"}, {"message", describe_exit(wait_status) + ": " + tail}, {"param", nullptr}});
+  store_.add_event({.job_id = id,
+                    .created_at = now_seconds(),
+                    .level = "error",
+                    .type = "message",
+                    .message = "failed: " + describe_exit(wait_status),
+                    .data = {{"stderr_tail", tail}}});
 }
 
 void JobRunner::publish(const std::string& id) {
@@ -273,8 +291,10 @@ void JobRunner::publish(const std::string& id) {
   if (metrics.is_object() && metrics.contains("best_margin_step") && metrics["best_margin_step"].is_number_integer()) {
     best_step = metrics["best_margin_step"].get<int64_t>();
     const std::string dir = output_dir(*job) + "/checkpoints/step_" + std::to_string(*best_step);
-    if (*best_step > 0 && fs::is_directory(dir)) adapters.emplace_back(name + ":ckpt-step-" + std::to_string(*best_step), dir);
-    else if (*best_step > 0) event(id, "warn", "the best-margin step " + std::to_string(*best_step) + " has no checkpoint to serve");
+    if (*best_step > 0 && fs::is_directory(dir))
+      adapters.emplace_back(name + ":ckpt-step-" + std::to_string(*best_step), dir);
+    else if (*best_step > 0)
+      event(id, "warn", "the best-margin step " + std::to_string(*best_step) + " has no checkpoint to serve");
   }
   for (const auto& [n, dir] : adapters) {
     try {
@@ -294,8 +314,10 @@ void JobRunner::launch(const JobRecord& job) {
   const std::string checkpoint = newest_checkpoint(out);
   std::vector<std::string> args = {options_.trainer, "train", "--config", job.directory + "/config.json"};
   std::error_code ec;
-  if (!checkpoint.empty()) args.insert(args.end(), {"--resume", checkpoint});
-  else if (fs::exists(out, ec)) args.push_back("--overwrite");
+  if (!checkpoint.empty())
+    args.insert(args.end(), {"--resume", checkpoint});
+  else if (fs::exists(out, ec))
+    args.push_back("--overwrite");
   const std::string stderr_path = job.directory + "/stderr.log";
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -321,25 +343,30 @@ void JobRunner::launch(const JobRecord& job) {
   if (pid < 0) {
     event(job.id, "error", std::string("cannot start the trainer: ") + std::strerror(errno));
     store_.transition(job.id, {status::kQueued}, status::kFailed);
-    store_.set_error(job.id, {{"code", "trainer_failed"}, {"message", std::string("fork: ") + std::strerror(errno)}, {"param", nullptr}});
+    store_.set_error(
+        job.id,
+        {{"code", "trainer_failed"}, {"message", std::string("fork: ") + std::strerror(errno)}, {"param", nullptr}});
     return;
   }
   children_[job.id] = Child{.pid = pid, .estimate = job.estimated_memory_bytes};
   store_.set_pid(job.id, pid);
   store_.transition(job.id, {status::kQueued}, status::kRunning);
-  event(job.id, "info", "started (trainer pid " + std::to_string(pid) + ")" +
-                            (checkpoint.empty() ? "" : ", resuming from " + fs::path(checkpoint).filename().string()));
+  event(job.id, "info",
+        "started (trainer pid " + std::to_string(pid) + ")" +
+            (checkpoint.empty() ? "" : ", resuming from " + fs::path(checkpoint).filename().string()));
 }
 
 void JobRunner::submit(JobRecord job, const json& train_config) {
   std::lock_guard lock(mutex_);
   if (store_.count_with_status(status::kQueued) >= options_.max_queued)
-    throw JobsError(429, "too_many_jobs", "", "too many queued jobs: " + std::to_string(options_.max_queued) +
-                                                  " wait already (--max-queued-jobs); retry when one has started");
+    throw JobsError(429, "too_many_jobs", "",
+                    "too many queued jobs: " + std::to_string(options_.max_queued) +
+                        " wait already (--max-queued-jobs); retry when one has started");
   if (job.estimated_memory_bytes > options_.memory_budget_bytes)
     throw JobsError(400, "over_memory_budget", "method",
                     "the job's memory estimate, " + std::to_string(job.estimated_memory_bytes >> 20) +
-                        " MiB, exceeds the jobs' memory budget of " + std::to_string(options_.memory_budget_bytes >> 20) +
+                        " MiB, exceeds the jobs' memory budget of " +
+                        std::to_string(options_.memory_budget_bytes >> 20) +
                         " MiB (--jobs-memory-mb); lower max_length or batch_size, or use segment_size/head_chunk_size");
   job.directory = options_.data_dir + "/jobs/" + job.id;
   fs::create_directories(job.directory + "/data");
@@ -359,8 +386,9 @@ void JobRunner::submit(JobRecord job, const json& train_config) {
   std::ofstream(job.directory + "/config.json") << file_config.dump(2) << "\n";
   job.train_config = config;
   store_.add_job(job);
-  event(job.id, "info", "created fine-tuning job: " + job.method_type + " on " + job.model + ", " +
-                            std::to_string(job.total_steps) + " steps; queued");
+  event(job.id, "info",
+        "created fine-tuning job: " + job.method_type + " on " + job.model + ", " + std::to_string(job.total_steps) +
+            " steps; queued");
   wake_.notify_all();
 }
 
@@ -369,7 +397,8 @@ void JobRunner::cancel(const std::string& id) {
   std::optional<JobRecord> job = store_.job(id);
   if (!job) not_found(id);
   if (is_terminal(job->status)) invalid_state(*job, "cancel", "a job that has not finished");
-  if (!store_.transition(id, {job->status}, status::kCancelled)) invalid_state(*store_.job(id), "cancel", "a job that has not finished");
+  if (!store_.transition(id, {job->status}, status::kCancelled))
+    invalid_state(*store_.job(id), "cancel", "a job that has not finished");
   store_.set_finished(id, now_seconds());
   auto child = children_.find(id);
   if (child != children_.end()) kill(child->second.pid, SIGTERM);
@@ -394,18 +423,22 @@ void JobRunner::resume(const std::string& id) {
   if (job->status != status::kPaused && job->status != status::kInterrupted)
     invalid_state(*job, "resume", "status 'paused' or 'interrupted'");
   if (job->directory.empty())
-    throw JobsError(409, "invalid_state", "", "job " + id + " was reported by a `brioche train --report-to` run: "
-                                              "resume it there (brioche train --resume OUTPUT/checkpoints/step_N --report-to ...)");
+    throw JobsError(409, "invalid_state", "",
+                    "job " + id +
+                        " was reported by a `brioche train --report-to` run: "
+                        "resume it there (brioche train --resume OUTPUT/checkpoints/step_N --report-to ...)");
   if (store_.count_with_status(status::kQueued) >= options_.max_queued)
-    throw JobsError(429, "too_many_jobs", "", "too many queued jobs: " + std::to_string(options_.max_queued) +
-                                                  " wait already (--max-queued-jobs)");
+    throw JobsError(
+        429, "too_many_jobs", "",
+        "too many queued jobs: " + std::to_string(options_.max_queued) + " wait already (--max-queued-jobs)");
   store_.transition(id, {status::kPaused, status::kInterrupted}, status::kQueued);
   const std::string ck = newest_checkpoint(output_dir(*job));
   if (children_.count(id) || stale_trainer_alive(*job))
     event(id, "info", "resume requested; queued to start once the stopping trainer has written its checkpoint");
   else
-    event(id, "info", "resume requested; queued to continue from " +
-                          (ck.empty() ? std::string("the start (no checkpoint)") : fs::path(ck).filename().string()));
+    event(id, "info",
+          "resume requested; queued to continue from " +
+              (ck.empty() ? std::string("the start (no checkpoint)") : fs::path(ck).filename().string()));
   wake_.notify_all();
 }
 

@@ -23,12 +23,12 @@
 namespace brioche::jobs {
 
 struct RunnerOptions {
-  std::string data_dir;             // jobs/<id>/ lie under it
+  std::string data_dir;                    // jobs/<id>/ lie under it
   std::string trainer = "/proc/self/exe";  // the program run as `<trainer> train --config ...`
-  int max_concurrent = 1;           // --max-concurrent-jobs
-  int max_queued = 8;               // --max-queued-jobs
-  int64_t memory_budget_bytes = 0;  // --jobs-memory-mb; 0: 80% of the machine's memory
-  bool resume_interrupted = false;  // --resume-interrupted-jobs
+  int max_concurrent = 1;                  // --max-concurrent-jobs
+  int max_queued = 8;                      // --max-queued-jobs
+  int64_t memory_budget_bytes = 0;         // --jobs-memory-mb; 0: 80% of the machine's memory
+  bool resume_interrupted = false;         // --resume-interrupted-jobs
   // How long shutdown waits for trainers to write their checkpoint. They
   // finish it on their own after the server has gone (the next server waits
   // for them before resuming), so this only keeps the last rows in this run.

@@ -46,7 +46,8 @@ Statement& Statement::bind(int index, double value) {
 }
 
 Statement& Statement::bind_null(int index) {
-  if (sqlite3_bind_null(stmt_, index) != SQLITE_OK) sqlite_fail(db_, "cannot bind parameter " + std::to_string(index), sql_);
+  if (sqlite3_bind_null(stmt_, index) != SQLITE_OK)
+    sqlite_fail(db_, "cannot bind parameter " + std::to_string(index), sql_);
   return *this;
 }
 
@@ -88,8 +89,8 @@ double Statement::real(int column) const { return sqlite3_column_double(stmt_, c
 bool Statement::is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
 
 Database::Database(const std::string& path) : path_(path) {
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
     std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
     if (db_) sqlite3_close(db_);
     db_ = nullptr;

@@ -39,13 +39,23 @@ constexpr const char* kJobColumns =
 constexpr const char* kFileColumns = "id, filename, bytes, created_at, purpose, kind, rows, path";
 
 FileRecord read_file(Statement& st) {
-  return FileRecord{.id = st.text(0), .filename = st.text(1), .bytes = st.int64(2), .created_at = st.int64(3),
-                    .purpose = st.text(4), .kind = st.text(5), .rows = st.int64(6), .path = st.text(7)};
+  return FileRecord{.id = st.text(0),
+                    .filename = st.text(1),
+                    .bytes = st.int64(2),
+                    .created_at = st.int64(3),
+                    .purpose = st.text(4),
+                    .kind = st.text(5),
+                    .rows = st.int64(6),
+                    .path = st.text(7)};
 }
 
 EventRecord read_event(Statement& st) {
-  EventRecord e{.seq = st.int64(0), .job_id = st.text(1), .created_at = st.int64(2), .level = st.text(3),
-                .type = st.text(4), .message = st.text(5)};
+  EventRecord e{.seq = st.int64(0),
+                .job_id = st.text(1),
+                .created_at = st.int64(2),
+                .level = st.text(3),
+                .type = st.text(4),
+                .message = st.text(5)};
   if (auto data = st.optional_text(6)) e.data = json::parse(*data);
   return e;
 }
@@ -76,8 +86,15 @@ JobStore::JobStore(const std::string& path) : db_(path) { db_.exec(kSchema); }
 void JobStore::add_file(const FileRecord& f) {
   std::lock_guard lock(mutex_);
   db_.prepare("INSERT INTO files (id, filename, bytes, created_at, purpose, kind, rows, path) VALUES (?,?,?,?,?,?,?,?)")
-      .bind(1, f.id).bind(2, f.filename).bind(3, f.bytes).bind(4, f.created_at).bind(5, f.purpose).bind(6, f.kind)
-      .bind(7, f.rows).bind(8, f.path).run();
+      .bind(1, f.id)
+      .bind(2, f.filename)
+      .bind(3, f.bytes)
+      .bind(4, f.created_at)
+      .bind(5, f.purpose)
+      .bind(6, f.kind)
+      .bind(7, f.rows)
+      .bind(8, f.path)
+      .run();
 }
 
 std::optional<FileRecord> JobStore::file(const std::string& id) {
@@ -118,10 +135,22 @@ void JobStore::add_job(const JobRecord& j) {
                              "(SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs))");
   st.bind(1, j.id).bind(2, j.created_at);
   j.finished_at ? st.bind(3, *j.finished_at) : st.bind_null(3);
-  st.bind(4, j.status).bind(5, j.model).bind(6, j.training_file).bind_optional(7, j.validation_file).bind(8, j.suffix)
-      .bind(9, j.seed).bind(10, j.method.dump()).bind(11, j.train_config.dump()).bind(12, j.method_type)
-      .bind_optional(13, j.fine_tuned_model).bind(14, j.served_models.dump()).bind(15, j.error.dump()).bind(16, j.step)
-      .bind(17, j.total_steps).bind(18, j.trained_tokens).bind(19, j.estimated_memory_bytes);
+  st.bind(4, j.status)
+      .bind(5, j.model)
+      .bind(6, j.training_file)
+      .bind_optional(7, j.validation_file)
+      .bind(8, j.suffix)
+      .bind(9, j.seed)
+      .bind(10, j.method.dump())
+      .bind(11, j.train_config.dump())
+      .bind(12, j.method_type)
+      .bind_optional(13, j.fine_tuned_model)
+      .bind(14, j.served_models.dump())
+      .bind(15, j.error.dump())
+      .bind(16, j.step)
+      .bind(17, j.total_steps)
+      .bind(18, j.trained_tokens)
+      .bind(19, j.estimated_memory_bytes);
   j.best_margin_step ? st.bind(20, *j.best_margin_step) : st.bind_null(20);
   st.bind(21, j.pid).bind(22, j.log_offset).bind(23, j.directory).run();
 }
@@ -166,7 +195,8 @@ Page<JobRecord> JobStore::jobs(const std::string& after, int limit) {
   std::lock_guard lock(mutex_);
   int64_t cursor = after.empty() ? INT64_MAX : order_of(db_, "jobs", "seq", after);
   if (cursor < 0) return {};
-  Statement st = db_.prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE seq < ? ORDER BY seq DESC LIMIT ?");
+  Statement st =
+      db_.prepare(std::string("SELECT ") + kJobColumns + " FROM jobs WHERE seq < ? ORDER BY seq DESC LIMIT ?");
   st.bind(1, cursor).bind(2, int64_t(limit) + 1);
   Page<JobRecord> page;
   while (st.step()) page.items.push_back(read_job(st));
@@ -216,7 +246,11 @@ void JobStore::set_pid(const std::string& id, int64_t pid) {
 void JobStore::set_progress(const std::string& id, int64_t step, int64_t trained_tokens, int64_t log_offset) {
   std::lock_guard lock(mutex_);
   db_.prepare("UPDATE jobs SET step = ?, trained_tokens = ?, log_offset = ? WHERE id = ?")
-      .bind(1, step).bind(2, trained_tokens).bind(3, log_offset).bind(4, id).run();
+      .bind(1, step)
+      .bind(2, trained_tokens)
+      .bind(3, log_offset)
+      .bind(4, id)
+      .run();
 }
 
 void JobStore::set_total_steps(const std::string& id, int64_t total_steps) {
@@ -232,7 +266,8 @@ void JobStore::set_error(const std::string& id, const json& error) {
 void JobStore::set_result(const std::string& id, const std::optional<std::string>& fine_tuned_model,
                           const json& served_models, std::optional<int64_t> best_margin_step) {
   std::lock_guard lock(mutex_);
-  Statement st = db_.prepare("UPDATE jobs SET fine_tuned_model = ?, served_models = ?, best_margin_step = ? WHERE id = ?");
+  Statement st =
+      db_.prepare("UPDATE jobs SET fine_tuned_model = ?, served_models = ?, best_margin_step = ? WHERE id = ?");
   st.bind_optional(1, fine_tuned_model).bind(2, served_models.dump());
   best_margin_step ? st.bind(3, *best_margin_step) : st.bind_null(3);
   st.bind(4, id).run();
@@ -240,7 +275,8 @@ void JobStore::set_result(const std::string& id, const std::optional<std::string
 
 int64_t JobStore::add_event(const EventRecord& e) {
   std::lock_guard lock(mutex_);
-  Statement st = db_.prepare("INSERT INTO events (job_id, created_at, level, type, message, data) VALUES (?,?,?,?,?,?)");
+  Statement st =
+      db_.prepare("INSERT INTO events (job_id, created_at, level, type, message, data) VALUES (?,?,?,?,?,?)");
   st.bind(1, e.job_id).bind(2, e.created_at).bind(3, e.level).bind(4, e.type).bind(5, e.message);
   e.data.is_null() ? st.bind_null(6) : st.bind(6, e.data.dump());
   st.run();
@@ -273,7 +309,11 @@ std::vector<EventRecord> JobStore::events_after(const std::string& job_id, int64
 void JobStore::put_metric(const std::string& job_id, const MetricRow& row) {
   std::lock_guard lock(mutex_);
   db_.prepare("INSERT OR REPLACE INTO metrics (job_id, kind, step, row) VALUES (?,?,?,?)")
-      .bind(1, job_id).bind(2, row.kind).bind(3, row.step).bind(4, row.row.dump()).run();
+      .bind(1, job_id)
+      .bind(2, row.kind)
+      .bind(3, row.step)
+      .bind(4, row.row.dump())
+      .run();
 }
 
 std::vector<MetricRow> JobStore::metrics(const std::string& job_id, int64_t after_step) {

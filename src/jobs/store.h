@@ -25,9 +25,9 @@ struct FileRecord {
   int64_t bytes = 0;
   int64_t created_at = 0;  // unix seconds
   std::string purpose;
-  std::string kind;      // sft | preference
+  std::string kind;  // sft | preference
   int64_t rows = 0;
-  std::string path;      // where the content lies (DATA/files/<id>.jsonl)
+  std::string path;  // where the content lies (DATA/files/<id>.jsonl)
 };
 
 // Job statuses: OpenAI's and ours (paused, interrupted).
@@ -51,28 +51,28 @@ struct JobRecord {
   std::optional<std::string> validation_file;
   std::string suffix;
   int64_t seed = 0;
-  nlohmann::json method;           // {"type": ..., <type>: {"hyperparameters": {...as given}}}
-  nlohmann::json train_config;     // the resolved `brioche train` options (config.json of the child)
-  std::string method_type;         // supervised | dpo | orpo | simpo | ipo
+  nlohmann::json method;        // {"type": ..., <type>: {"hyperparameters": {...as given}}}
+  nlohmann::json train_config;  // the resolved `brioche train` options (config.json of the child)
+  std::string method_type;      // supervised | dpo | orpo | simpo | ipo
   std::optional<std::string> fine_tuned_model;
   nlohmann::json served_models = nlohmann::json::array();
-  nlohmann::json error;            // null or {"code", "message", "param"}
+  nlohmann::json error;  // null or {"code", "message", "param"}
   int64_t step = 0;
   int64_t total_steps = 0;
   int64_t trained_tokens = 0;
   int64_t estimated_memory_bytes = 0;
   std::optional<int64_t> best_margin_step;
-  int64_t pid = 0;                 // the trainer's process id while one runs (or may still run)
-  int64_t log_offset = 0;          // bytes of OUTPUT/log.jsonl already read into metrics/events
-  std::string directory;           // DATA/jobs/<id>
+  int64_t pid = 0;         // the trainer's process id while one runs (or may still run)
+  int64_t log_offset = 0;  // bytes of OUTPUT/log.jsonl already read into metrics/events
+  std::string directory;   // DATA/jobs/<id>
 };
 
 struct EventRecord {
   int64_t seq = 0;  // global, increasing: the event id is "ftevent-<seq>"
   std::string job_id;
   int64_t created_at = 0;
-  std::string level;    // info | warn | error
-  std::string type;     // message | metrics
+  std::string level;  // info | warn | error
+  std::string type;   // message | metrics
   std::string message;
   nlohmann::json data;  // null or an object
 };

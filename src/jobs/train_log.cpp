@@ -47,7 +47,9 @@ std::optional<MetricRow> metric_row(const json& log_row) {
 }
 
 EventRecord metric_event(const std::string& job_id, const MetricRow& m, int64_t total_steps) {
-  auto number = [&](const char* key) { return m.row.contains(key) && m.row[key].is_number() ? m.row[key].get<double>() : 0.0; };
+  auto number = [&](const char* key) {
+    return m.row.contains(key) && m.row[key].is_number() ? m.row[key].get<double>() : 0.0;
+  };
   char message[256];
   json data = m.row;
   data["total_steps"] = total_steps;
@@ -63,8 +65,12 @@ EventRecord metric_event(const std::string& job_id, const MetricRow& m, int64_t 
     std::snprintf(message, sizeof message, "eval step %lld: loss %.4f", (long long)m.step, number("loss"));
     data["valid_loss"] = number("loss");
   }
-  return EventRecord{.job_id = job_id, .created_at = now_seconds(), .level = "info", .type = "metrics",
-                     .message = message, .data = data};
+  return EventRecord{.job_id = job_id,
+                     .created_at = now_seconds(),
+                     .level = "info",
+                     .type = "metrics",
+                     .message = message,
+                     .data = data};
 }
 
 std::vector<std::pair<int64_t, std::string>> checkpoints(const std::string& output_dir) {

@@ -47,8 +47,8 @@ void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t slots, 
     auto found = std::find(adapters.begin(), adapters.end(), &ad);
     const int32_t slot = int32_t(found - adapters.begin());
     if (found == adapters.end()) {
-      BRIOCHE_CHECK(int32_t(ad.layers.size()) == n_layers, "forward: adapter '", ad.name, "' has ",
-                    ad.layers.size(), " layers, the model ", n_layers);
+      BRIOCHE_CHECK(int32_t(ad.layers.size()) == n_layers, "forward: adapter '", ad.name, "' has ", ad.layers.size(),
+                    " layers, the model ", n_layers);
       BRIOCHE_CHECK(slot < slots, "fill_adapter_table: the batch has more than ", slots, " adapters");
       adapters.push_back(&ad);
       for (int32_t layer = 0; layer < n_layers; ++layer)
@@ -70,8 +70,8 @@ void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t slots, 
   }
 }
 
-AdapterTable adapter_table_views(const Tensor& block, int32_t rows, int32_t slots, int32_t n_layers,
-                                 int32_t rank_cap, const Tensor& u) {
+AdapterTable adapter_table_views(const Tensor& block, int32_t rows, int32_t slots, int32_t n_layers, int32_t rank_cap,
+                                 const Tensor& u) {
   BRIOCHE_CHECK(block.dtype() == DType::I32 && block.rank() == 1 &&
                     size_t(block.dim(0)) == adapter_table_words(rows, slots, n_layers),
                 "adapter_table_views: expected i32 [", adapter_table_words(rows, slots, n_layers), "], got ",

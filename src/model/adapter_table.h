@@ -50,7 +50,7 @@ struct AdapterTable {
 };
 // Views of `block` (i32 [adapter_table_words(rows, slots, n_layers)] on
 // the device) and `u` (f32 [rows, ≥ 3 · rank_cap]).
-AdapterTable adapter_table_views(const Tensor& block, int32_t rows, int32_t slots, int32_t n_layers,
-                                 int32_t rank_cap, const Tensor& u);
+AdapterTable adapter_table_views(const Tensor& block, int32_t rows, int32_t slots, int32_t n_layers, int32_t rank_cap,
+                                 const Tensor& u);
 
 }  // namespace brioche::model

@@ -42,7 +42,7 @@ Activations ActivationBuffers::view(const ModelConfig& c, int64_t n, Device devi
     full_.up = make(c.intermediate_size);
   }
   auto rows = [n](const Tensor& t) { return t.slice(0, 0, n); };
-  return {rows(full_.x),    rows(full_.h),   rows(full_.q),   rows(full_.k),  rows(full_.v),
+  return {rows(full_.x),    rows(full_.h),   rows(full_.q),    rows(full_.k), rows(full_.v),
           rows(full_.attn), rows(full_.out), rows(full_.gate), rows(full_.up)};
 }
 
@@ -75,8 +75,8 @@ void add_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<Lora
 
 }  // namespace
 
-void attention_block(const ModelConfig& c, const LayerWeights& w, const AttentionContext& ctx,
-                     Tensor& k_cache, Tensor& v_cache, Activations& a, const LayerLora& lora) {
+void attention_block(const ModelConfig& c, const LayerWeights& w, const AttentionContext& ctx, Tensor& k_cache,
+                     Tensor& v_cache, Activations& a, const LayerLora& lora) {
   const int64_t n = a.h.dim(0);
   const Tensor* qkv_w[] = {&w.wq, &w.wk, &w.wv};
   Tensor* qkv[] = {&a.q, &a.k, &a.v};
@@ -88,8 +88,8 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
     ops::matmul_group(a.h, qkv_w, qkv);
     add_lora(lora, a.h, {{Projection::Q, &a.q}, {Projection::K, &a.k}, {Projection::V, &a.v}});
   } else {
-    ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff},
-                      qkv_w, qkv);
+    ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff}, qkv_w,
+                      qkv);
   }
   if (w.bq.defined()) ops::add_bias(a.q, w.bq);
   if (w.bk.defined()) ops::add_bias(a.k, w.bk);
@@ -101,10 +101,12 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
     ops::rms_norm(q_heads, w.q_norm, c.rms_eps, q_heads);
     ops::rms_norm(k_heads, w.k_norm, c.rms_eps, k_heads);
   }
-  const ops::RopeParams rope{.style = c.rope.style, .n_heads = c.n_heads, .head_dim = c.head_dim,
-                             .inv_freq = ctx.inv_freq};
+  const ops::RopeParams rope{
+      .style = c.rope.style, .n_heads = c.n_heads, .head_dim = c.head_dim, .inv_freq = ctx.inv_freq};
   const ops::RopeStoreKvFirst first{.k = a.k, .v = a.v, .positions = ctx.positions, .q_rope = rope};
-  const ops::AttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+  const ops::AttentionParams params{.n_heads = c.n_heads,
+                                    .n_kv_heads = c.n_kv_heads,
+                                    .head_dim = c.head_dim,
                                     .scale = 1.0f / std::sqrt(float(c.head_dim)),
                                     .sliding_window = c.sliding_window};
   if (ctx.collective == nullptr && !w.bo.defined() && !adapted) {

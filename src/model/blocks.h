@@ -21,13 +21,13 @@ namespace brioche::model {
 
 // Activations of one forward, views of length n_rows into reusable buffers.
 struct Activations {
-  Tensor x;           // [n, hidden]   residual stream
-  Tensor h;           // [n, hidden]   normed block input
-  Tensor q;           // [n, q_dim]    (q, k, v: column ranges of one buffer
-  Tensor k, v;        // [n, kv_dim]    unless the config has qk_norm)
-  Tensor attn;        // [n, q_dim]    attention output before o_proj
-  Tensor out;         // [n, hidden]   block output
-  Tensor gate, up;    // [n, inter]
+  Tensor x;         // [n, hidden]   residual stream
+  Tensor h;         // [n, hidden]   normed block input
+  Tensor q;         // [n, q_dim]    (q, k, v: column ranges of one buffer
+  Tensor k, v;      // [n, kv_dim]    unless the config has qk_norm)
+  Tensor attn;      // [n, q_dim]    attention output before o_proj
+  Tensor out;       // [n, hidden]   block output
+  Tensor gate, up;  // [n, inter]
 };
 
 // Owns the activation memory; grows to the largest batch seen.
@@ -42,9 +42,9 @@ class ActivationBuffers {
 };
 
 struct AttentionContext {
-  std::span<const int32_t> positions;                // [n_rows]
+  std::span<const int32_t> positions;  // [n_rows]
   std::span<const ops::AttentionSequence> sequences;
-  std::span<const float> inv_freq;                   // [head_dim/2] RoPE frequencies
+  std::span<const float> inv_freq;  // [head_dim/2] RoPE frequencies
   // Tensor parallelism: the weights are this rank's shard and the block's
   // output a partial sum over ranks (model/tensor_parallel.h).
   ops::Collective* collective = nullptr;
@@ -64,8 +64,8 @@ struct AttentionContext {
 // graph replays with any mix.
 struct LayerLora {
   int layer = 0;
-  std::span<const AdapterRows> rows;  // in row order; empty: no adapter in the batch
-  Tensor* u_scratch = nullptr;        // f32 [n, ≥ the largest rank]
+  std::span<const AdapterRows> rows;    // in row order; empty: no adapter in the batch
+  Tensor* u_scratch = nullptr;          // f32 [n, ≥ the largest rank]
   const AdapterTable* table = nullptr;  // CUDA: the batch's adapters as device data (then `rows` is unused)
 
   bool adapted() const { return !rows.empty() || table != nullptr; }
@@ -78,16 +78,15 @@ struct LayerLora {
 // With ctx.collective, `w` holds this rank's heads: the o_proj output is a
 // partial sum, all-reduced in a.out before the residual add (the fused
 // accumulate would add the residual once per rank).
-void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx,
-                     Tensor& k_cache, Tensor& v_cache, Activations& a, const LayerLora& lora = {});
+void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx, Tensor& k_cache,
+                     Tensor& v_cache, Activations& a, const LayerLora& lora = {});
 
 // SwiGLU MLP after RMSNorm (w.ffn_norm): down(silu(gate(h)) · up(h)).
 //   a.x += mlp(rms_norm(a.x))
 // With a collective, `w` holds this rank's slice of the intermediate size:
 // down's output is all-reduced in a.out, then added. `norm_handoff` as
 // AttentionContext's.
-void mlp_block(const ModelConfig& config, const LayerWeights& w, Activations& a,
-               ops::Collective* collective = nullptr, const LayerLora& lora = {},
-               ops::NormHandoff* norm_handoff = nullptr);
+void mlp_block(const ModelConfig& config, const LayerWeights& w, Activations& a, ops::Collective* collective = nullptr,
+               const LayerLora& lora = {}, ops::NormHandoff* norm_handoff = nullptr);
 
 }  // namespace brioche::model

@@ -13,7 +13,9 @@ bool is_supported_architecture(const std::string& arch) {
 }
 
 void fail_unsupported_architecture(const std::string& arch, const std::string& path) {
-  fail("unsupported architecture '", arch, "' in ", path, " (supported: llama, mistral, qwen2, qwen3; and for run, chat, serve and bench only: gemma4, qwen3_5 and qwen3_5_moe from a safetensors directory)");
+  fail("unsupported architecture '", arch, "' in ", path,
+       " (supported: llama, mistral, qwen2, qwen3; and for run, chat, serve and bench only: gemma4, qwen3_5 and "
+       "qwen3_5_moe from a safetensors directory)");
 }
 
 Tensor to_f32(const Tensor& t) {

@@ -49,7 +49,9 @@ ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int
     b.tokens.push_back(tokens[r]);
     b.positions.push_back(n_past);
     b.wants_logits.push_back(1);
-    b.sequences.push_back({.first_row = r, .n_rows = 1, .n_past = n_past,
+    b.sequences.push_back({.first_row = r,
+                           .n_rows = 1,
+                           .n_past = n_past,
                            .block_table = std::span<const int32_t>(tables + size_t(r) * width, size_t(width))});
   }
   return b;

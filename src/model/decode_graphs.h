@@ -64,11 +64,11 @@ class DecodeGraphs {
  private:
   struct Bucket {
     ActivationBuffers buffers;
-    Tensor input_block;  // i32 [rows · (2 + width)]: tokens | positions | tables
+    Tensor input_block;        // i32 [rows · (2 + width)]: tokens | positions | tables
     ops::DecodeInputs inputs;  // views of input_block
-    Tensor logits;  // [rows, vocab] on the device
+    Tensor logits;             // [rows, vocab] on the device
     ops::DecodeGraph graph;
-    Tensor adapter_block;  // i32 words: the step's adapter table (rank cap > 0)
+    Tensor adapter_block;   // i32 words: the step's adapter table (rank cap > 0)
     AdapterTable adapters;  // views of adapter_block, and the LoRA scratch
   };
 
@@ -79,9 +79,9 @@ class DecodeGraphs {
 
   const ModelConfig& config_;
   std::map<std::tuple<int, int, int>, Bucket> buckets_;  // by (rows, table width, adapter rank cap)
-  std::vector<const void*> cache_addresses_;       // the cache the graphs write
-  ops::StagedUpload staging_;                      // a step's input_block, on the host
-  ops::StagedUpload adapter_staging_;              // a step's adapter table, on the host
+  std::vector<const void*> cache_addresses_;             // the cache the graphs write
+  ops::StagedUpload staging_;                            // a step's input_block, on the host
+  ops::StagedUpload adapter_staging_;                    // a step's adapter table, on the host
 };
 
 }  // namespace brioche::model

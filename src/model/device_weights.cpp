@@ -42,8 +42,10 @@ void move_weights(Checkpoint& ck, Device device) {
   ModelWeights& w = ck.weights;
   auto move = [device](Tensor& t) { t = ops::to_device(t, device); };
   move(w.token_embd);
-  if (ck.config.tied_embeddings) w.output = w.token_embd;
-  else move(w.output);
+  if (ck.config.tied_embeddings)
+    w.output = w.token_embd;
+  else
+    move(w.output);
   move(w.output_norm);
   for (LayerWeights& l : w.layers) {
     move_stacked({&l.wq, &l.wk, &l.wv}, device);

@@ -6,9 +6,9 @@ namespace brioche::model {
 
 void check_batch_rows(const ForwardBatch& batch, int vocab_size) {
   const int32_t n = batch.n_rows();
-  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n),
-                "forward: batch has ", n, " tokens, ", batch.positions.size(), " positions and ",
-                batch.wants_logits.size(), " wants_logits entries (expected equal)");
+  BRIOCHE_CHECK(batch.positions.size() == size_t(n) && batch.wants_logits.size() == size_t(n), "forward: batch has ", n,
+                " tokens, ", batch.positions.size(), " positions and ", batch.wants_logits.size(),
+                " wants_logits entries (expected equal)");
   std::vector<uint8_t> covered(size_t(n), 0);
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceView& seq = batch.sequences[s];

@@ -18,10 +18,10 @@ namespace brioche::model {
 struct ServedAdapter;
 
 struct SequenceView {
-  int32_t first_row = 0;                 // index of this sequence's first row in the batch
-  int32_t n_rows = 0;                    // rows of this sequence in the batch
-  int32_t n_past = 0;                    // positions already in the KV cache before these rows
-  std::span<const int32_t> block_table;  // covers positions [0, n_past + n_rows)
+  int32_t first_row = 0;                   // index of this sequence's first row in the batch
+  int32_t n_rows = 0;                      // rows of this sequence in the batch
+  int32_t n_past = 0;                      // positions already in the KV cache before these rows
+  std::span<const int32_t> block_table;    // covers positions [0, n_past + n_rows)
   const ServedAdapter* adapter = nullptr;  // the LoRA its rows run with (model/served_adapter.h); null: the base
   // Its recurrent-state slot in the KvCache (hybrid models: KvCache::
   // conv_state / recurrent_state); -1 for models without such state. The

@@ -69,10 +69,29 @@ size_t Gemma4Model::weight_bytes() const {
   for (const Tensor* t : {&w.token_embd, &w.output_norm, &w.ple_embd, &w.ple_model_proj, &w.ple_proj_norm}) add(*t);
   if (!ck_.config.base.tied_embeddings) add(w.output);
   for (const Gemma4LayerWeights& l : w.layers) {
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm, &l.post_attn_norm,
-                            &l.pre_ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm, &l.ple_gate,
-                            &l.ple_proj, &l.ple_post_norm, &l.router_proj, &l.router_norm, &l.experts_gate_up,
-                            &l.experts_down, &l.post_ffn_norm_1, &l.pre_ffn_norm_2, &l.post_ffn_norm_2})
+    for (const Tensor* t : {&l.attn_norm,
+                            &l.wq,
+                            &l.wk,
+                            &l.wv,
+                            &l.wo,
+                            &l.q_norm,
+                            &l.k_norm,
+                            &l.post_attn_norm,
+                            &l.pre_ffn_norm,
+                            &l.w_gate,
+                            &l.w_up,
+                            &l.w_down,
+                            &l.post_ffn_norm,
+                            &l.ple_gate,
+                            &l.ple_proj,
+                            &l.ple_post_norm,
+                            &l.router_proj,
+                            &l.router_norm,
+                            &l.experts_gate_up,
+                            &l.experts_down,
+                            &l.post_ffn_norm_1,
+                            &l.pre_ffn_norm_2,
+                            &l.post_ffn_norm_2})
       add(*t);
   }
   return n;
@@ -82,19 +101,20 @@ void Gemma4Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
   const ModelConfig& c = ck_.config.base;
   const int32_t n = batch.n_rows();
   check_batch_rows(batch, c.vocab_size);
-  BRIOCHE_CHECK(cache.n_layers() == c.n_layers, "forward: KV cache of ", cache.n_layers(),
-                " layers, the model has ", c.n_layers);
+  BRIOCHE_CHECK(cache.n_layers() == c.n_layers, "forward: KV cache of ", cache.n_layers(), " layers, the model has ",
+                c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
     const KvLayerShape want = c.kv_shape(l);
     const Tensor& k = cache.keys(l);
     const bool fits = want.n_kv_heads == 0 ? !k.defined()
                                            : k.defined() && k.device() == Device::CPU && k.dim(2) == want.n_kv_heads &&
                                                  k.dim(3) == want.head_dim;
-    BRIOCHE_CHECK(fits, "forward: KV cache layer ", l, " is ", k.defined() ? k.describe() : std::string("empty"),
-                  ", expected ", want.n_kv_heads == 0 ? std::string("none (a KV-shared layer)")
-                                                      : std::to_string(want.n_kv_heads) + " kv heads of " +
-                                                            std::to_string(want.head_dim) + " on the cpu",
-                  " (build the cache from this model's config())");
+    BRIOCHE_CHECK(
+        fits, "forward: KV cache layer ", l, " is ", k.defined() ? k.describe() : std::string("empty"), ", expected ",
+        want.n_kv_heads == 0
+            ? std::string("none (a KV-shared layer)")
+            : std::to_string(want.n_kv_heads) + " kv heads of " + std::to_string(want.head_dim) + " on the cpu",
+        " (build the cache from this model's config())");
   }
   for (size_t s = 0; s < batch.sequences.size(); ++s)
     BRIOCHE_CHECK(batch.sequences[s].adapter == nullptr, "forward: sequence ", s,
@@ -110,8 +130,8 @@ Tensor Gemma4Model::per_layer_inputs(const ForwardBatch& batch, const Tensor& x)
   const Gemma4Config& g = ck_.config;
   const Gemma4Weights& w = ck_.weights;
   const int64_t n = batch.n_rows(), L = g.base.n_layers, P = g.ple_dim;
-  Tensor ple = buf_.ple.rows(n, L * P);       // [n, L·P]
-  Tensor tok = buf_.ple_tok.rows(n, L * P);   // [n, L·P]
+  Tensor ple = buf_.ple.rows(n, L * P);      // [n, L·P]
+  Tensor tok = buf_.ple_tok.rows(n, L * P);  // [n, L·P]
   ops::embedding(w.ple_embd, batch.tokens, tok);
   ops::scale(tok, float(std::sqrt(double(P))));
   ops::matmul(x, w.ple_model_proj, ple);
@@ -144,8 +164,8 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
     Tensor* ys[] = {&q, &k, &v};
     // With attention_k_eq_v there is no v_proj: V is k_proj's output, taken
     // before k's norm and RoPE.
-    ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h},
-                      std::span(ws, spec.v_from_k ? 2 : 3), std::span(ys, spec.v_from_k ? 2 : 3));
+    ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, std::span(ws, spec.v_from_k ? 2 : 3),
+                      std::span(ys, spec.v_from_k ? 2 : 3));
     if (spec.v_from_k) ops::copy(k, v);
     Tensor k_heads = k.reshape({n * KV, hd});
     Tensor v_heads = v.reshape({n * KV, hd});
@@ -159,9 +179,12 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
   Tensor q_heads = q.reshape({n * H, hd});
   ops::rms_norm(q_heads, lw.q_norm, c.rms_eps, q_heads);
 
-  const ops::RopeParams rope{.style = ops::RopeStyle::NeoX, .n_heads = int(H), .head_dim = int(hd),
-                             .inv_freq = inv_freq_[size_t(layer)]};
-  const ops::AttentionParams params{.n_heads = int(H), .n_kv_heads = int(KV), .head_dim = int(hd), .scale = 1.0f,
+  const ops::RopeParams rope{
+      .style = ops::RopeStyle::NeoX, .n_heads = int(H), .head_dim = int(hd), .inv_freq = inv_freq_[size_t(layer)]};
+  const ops::AttentionParams params{.n_heads = int(H),
+                                    .n_kv_heads = int(KV),
+                                    .head_dim = int(hd),
+                                    .scale = 1.0f,
                                     .sliding_window = spec.sliding ? c.sliding_window : 0};
   if (own_kv) {
     const ops::RopeStoreKvFirst first{.k = k, .v = v, .positions = batch.positions, .q_rope = rope};
@@ -303,8 +326,10 @@ void convert_matrices(Gemma4Weights& w, bool tied, DType dtype) {
     if (t.defined() && t.dtype() != dtype) t = ops::convert(t, dtype);
   };
   convert(w.token_embd);
-  if (tied) w.output = w.token_embd;
-  else convert(w.output);
+  if (tied)
+    w.output = w.token_embd;
+  else
+    convert(w.output);
   convert(w.ple_embd);
   convert(w.ple_model_proj);
   for (Gemma4LayerWeights& l : w.layers)
@@ -319,8 +344,8 @@ std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptio
   if (options.device != Device::CPU)
     fail(dir, ": Gemma 4 runs on the CPU only in this build (asked for ", device_name(options.device),
          "; use --device cpu)");
-  if (options.tp_size > 1) fail(dir, ": Gemma 4 runs without tensor parallelism in this build (asked for ",
-                                options.tp_size, " ranks)");
+  if (options.tp_size > 1)
+    fail(dir, ": Gemma 4 runs without tensor parallelism in this build (asked for ", options.tp_size, " ranks)");
   if (options.adjust_checkpoint)
     fail(dir, ": Gemma 4 takes no adapter merged at load in this build (LoRA for Gemma 4 is not implemented yet)");
   Gemma4Checkpoint ck = load_gemma4_checkpoint(dir);
@@ -331,8 +356,10 @@ std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptio
     ck.config.base.weight_dtype = *options.convert_weights;
   }
   if (ck.config.multimodal)
-    std::fprintf(stderr, "%s: a multimodal Gemma 4 checkpoint: loading its text model only (vision and audio "
-                         "towers are not loaded)\n", dir.c_str());
+    std::fprintf(stderr,
+                 "%s: a multimodal Gemma 4 checkpoint: loading its text model only (vision and audio "
+                 "towers are not loaded)\n",
+                 dir.c_str());
   return std::make_unique<Gemma4Model>(std::move(ck));
 }
 

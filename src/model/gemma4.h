@@ -35,7 +35,7 @@ class Gemma4Model final : public Model {
     Scratch x, h, q, k, v, attn, out, gate, up;  // residual stream, normed input, attention, MLP
     Scratch ple, ple_tok, ple_gate;              // per-layer inputs
     Scratch router, moe_in, moe_out, expert_in, expert_gate_up, expert_act, expert_out;  // MoE
-    Scratch last;                                // rows that want logits
+    Scratch last;                                                                        // rows that want logits
   };
 
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;

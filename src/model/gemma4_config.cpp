@@ -26,12 +26,11 @@ Gemma4Rope read_rope(const ConfigFields& rope_parameters, const std::string& typ
   const json* given = rope_parameters.find(type);
   if (given != nullptr && !given->is_object()) rope_parameters.wrong(type, "an object", *given);
   const ConfigFields r{given != nullptr ? *given : kDefaults[type], rope_parameters.prefix + type + ".",
-                 rope_parameters.source};
+                       rope_parameters.source};
   r.only({"rope_type", "rope_theta", "partial_rotary_factor", "factor"});
   Gemma4Rope rope;
   const std::string kind = r.string("rope_type", "default");
-  if (kind != "default" && kind != "proportional")
-    r.wrong("rope_type", "\"default\" or \"proportional\"", json(kind));
+  if (kind != "default" && kind != "proportional") r.wrong("rope_type", "\"default\" or \"proportional\"", json(kind));
   rope.proportional = kind == "proportional";
   if (!r.has("rope_theta")) r.absent("rope_theta", "a finite number > 0");
   rope.theta = r.positive("rope_theta", 10000.0f);
@@ -50,8 +49,10 @@ void check_heads(const ConfigFields& f, const std::string& key, int n_heads, int
   if (n_heads % n_kv_heads != 0)
     f.wrong(key, "a divisor of num_attention_heads " + std::to_string(n_heads), json(n_kv_heads));
   if (n_heads / n_kv_heads > kMaxGqaGroup)
-    f.wrong(key, "at least num_attention_heads / " + std::to_string(kMaxGqaGroup) +
-                     " (the attention kernels' largest GQA group)", json(n_kv_heads));
+    f.wrong(key,
+            "at least num_attention_heads / " + std::to_string(kMaxGqaGroup) +
+                " (the attention kernels' largest GQA group)",
+            json(n_kv_heads));
 }
 
 void check_head_dim(const ConfigFields& f, const std::string& key, int head_dim) {
@@ -74,8 +75,7 @@ std::vector<float> Gemma4Config::inv_freq(int layer) const {
 bool is_gemma4_config(const json& config) {
   if (!config.is_object()) return false;
   auto type = config.find("model_type");
-  if (type != config.end() && type->is_string())
-    return *type == "gemma4" || *type == "gemma4_text";
+  if (type != config.end() && type->is_string()) return *type == "gemma4" || *type == "gemma4_text";
   auto classes = config.find("architectures");
   if (classes != config.end() && classes->is_array() && !classes->empty() && (*classes)[0].is_string()) {
     const std::string cls = (*classes)[0].get<std::string>();
@@ -215,9 +215,9 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
               json(n_shared));
     const Gemma4LayerSpec& s = g.layers[size_t(source)];
     if (s.head_dim != l.head_dim || s.n_kv_heads != l.n_kv_heads)
-      t.wrong("per_layer_config", "layer " + std::to_string(i) + " shaped as layer " + std::to_string(source) +
-                                      " whose K/V it reads", json(std::to_string(l.n_kv_heads) + " x " +
-                                                                   std::to_string(l.head_dim)));
+      t.wrong("per_layer_config",
+              "layer " + std::to_string(i) + " shaped as layer " + std::to_string(source) + " whose K/V it reads",
+              json(std::to_string(l.n_kv_heads) + " x " + std::to_string(l.head_dim)));
     l.kv_source = source;
     if (double_wide) l.intermediate_size = 2 * c.intermediate_size;
   }
@@ -231,8 +231,9 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
   if (g.ple_dim > 0) {
     g.ple_vocab = t.count("vocab_size_per_layer_input", 1, std::numeric_limits<int>::max(), 262144);
     if (int64_t(g.ple_dim) * c.n_layers > kMaxIntermediateSize)
-      t.wrong("hidden_size_per_layer_input", "at most " + std::to_string(kMaxIntermediateSize / c.n_layers) +
-                                                 " (times num_hidden_layers, the packed per-layer width)",
+      t.wrong("hidden_size_per_layer_input",
+              "at most " + std::to_string(kMaxIntermediateSize / c.n_layers) +
+                  " (times num_hidden_layers, the packed per-layer width)",
               json(g.ple_dim));
   }
 
@@ -245,9 +246,9 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
 
   // The shared fields' bounds (names as config.json spells them).
   ConfigKeyNames keys = ConfigKeyNames::hf_config();
-  for (std::string* k : {&keys.vocab_size, &keys.hidden_size, &keys.intermediate_size, &keys.n_layers,
-                         &keys.n_heads, &keys.n_kv_heads, &keys.head_dim, &keys.rms_eps, &keys.max_context,
-                         &keys.sliding_window, &keys.rope_theta})
+  for (std::string* k :
+       {&keys.vocab_size, &keys.hidden_size, &keys.intermediate_size, &keys.n_layers, &keys.n_heads, &keys.n_kv_heads,
+        &keys.head_dim, &keys.rms_eps, &keys.max_context, &keys.sliding_window, &keys.rope_theta})
     *k = t.prefix + *k;
   validate_model_config(c, keys, source);
   return g;

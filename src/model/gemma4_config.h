@@ -43,19 +43,19 @@ struct Gemma4LayerSpec {
   bool sliding = false;  // "sliding_attention"; else "full_attention"
   int head_dim = 0;
   int n_kv_heads = 0;
-  int kv_source = 0;         // the layer whose cached K/V this one reads (itself unless KV-shared)
-  bool v_from_k = false;     // attention_k_eq_v on a full layer: no v_proj
-  int intermediate_size = 0; // its MLP width
+  int kv_source = 0;          // the layer whose cached K/V this one reads (itself unless KV-shared)
+  bool v_from_k = false;      // attention_k_eq_v on a full layer: no v_proj
+  int intermediate_size = 0;  // its MLP width
 };
 
 struct Gemma4Config {
   ModelConfig base;  // architecture "gemma4"; head_dim/n_kv_heads are the sliding layers'; kv_layers set
   std::vector<Gemma4LayerSpec> layers;
   Gemma4Rope rope_sliding, rope_full;
-  int ple_dim = 0;    // hidden_size_per_layer_input; 0: no per-layer inputs
-  int ple_vocab = 0;  // vocab_size_per_layer_input
+  int ple_dim = 0;                   // hidden_size_per_layer_input; 0: no per-layer inputs
+  int ple_vocab = 0;                 // vocab_size_per_layer_input
   float final_logit_softcap = 0.0f;  // 0: none
-  bool moe = false;   // enable_moe_block
+  bool moe = false;                  // enable_moe_block
   int n_experts = 0, top_k_experts = 0, moe_intermediate_size = 0;
   // Where the text model's tensors live: "model." (Gemma4ForCausalLM) or
   // "model.language_model." (Gemma4ForConditionalGeneration).

@@ -15,33 +15,33 @@
 namespace brioche::model {
 
 struct Gemma4LayerWeights {
-  Tensor attn_norm;       // f32 [hidden]     input_layernorm
-  Tensor wq, wk, wv, wo;  // [H·hd, hidden], [kvh·hd, hidden] x2, [hidden, H·hd]; wk/wv undefined
-                          // when KV-shared, wv undefined with attention_k_eq_v (full layers)
-  Tensor q_norm, k_norm;  // f32 [hd]         self_attn.{q,k}_norm (k_norm undefined when KV-shared)
-  Tensor v_norm;          // f32 [hd] of ones: v_norm has no scale
-  Tensor post_attn_norm;  // f32 [hidden]     post_attention_layernorm
-  Tensor pre_ffn_norm;    // f32 [hidden]     pre_feedforward_layernorm
+  Tensor attn_norm;             // f32 [hidden]     input_layernorm
+  Tensor wq, wk, wv, wo;        // [H·hd, hidden], [kvh·hd, hidden] x2, [hidden, H·hd]; wk/wv undefined
+                                // when KV-shared, wv undefined with attention_k_eq_v (full layers)
+  Tensor q_norm, k_norm;        // f32 [hd]         self_attn.{q,k}_norm (k_norm undefined when KV-shared)
+  Tensor v_norm;                // f32 [hd] of ones: v_norm has no scale
+  Tensor post_attn_norm;        // f32 [hidden]     post_attention_layernorm
+  Tensor pre_ffn_norm;          // f32 [hidden]     pre_feedforward_layernorm
   Tensor w_gate, w_up, w_down;  // [inter, hidden] x2, [hidden, inter]   mlp.*
-  Tensor post_ffn_norm;   // f32 [hidden]     post_feedforward_layernorm
+  Tensor post_ffn_norm;         // f32 [hidden]     post_feedforward_layernorm
   float layer_scalar = 1.0f;    // layer_scalar: the residual stream is multiplied by it after the layer
 
   // Per-layer inputs (hidden_size_per_layer_input = P)
-  Tensor ple_gate;        // [P, hidden]      per_layer_input_gate
-  Tensor ple_proj;        // [hidden, P]      per_layer_projection
-  Tensor ple_post_norm;   // f32 [hidden]     post_per_layer_input_norm
+  Tensor ple_gate;       // [P, hidden]      per_layer_input_gate
+  Tensor ple_proj;       // [hidden, P]      per_layer_projection
+  Tensor ple_post_norm;  // f32 [hidden]     post_per_layer_input_norm
 
   // MoE block (E experts of width I)
-  Tensor router_proj;          // [E, hidden]   router.proj
-  Tensor router_norm;          // f32 [hidden]  router.scale · hidden^−½ (the router's norm has no scale of its own)
+  Tensor router_proj;  // [E, hidden]   router.proj
+  Tensor router_norm;  // f32 [hidden]  router.scale · hidden^−½ (the router's norm has no scale of its own)
   std::vector<float> expert_scale;  // [E]     router.per_expert_scale
-  Tensor experts_gate_up;      // [E, 2I, hidden]  experts.gate_up_proj (gate rows, then up rows)
-  Tensor experts_down;         // [E, hidden, I]   experts.down_proj
+  Tensor experts_gate_up;           // [E, 2I, hidden]  experts.gate_up_proj (gate rows, then up rows)
+  Tensor experts_down;              // [E, hidden, I]   experts.down_proj
   Tensor post_ffn_norm_1, pre_ffn_norm_2, post_ffn_norm_2;  // f32 [hidden]
 };
 
 struct Gemma4Weights {
-  Tensor token_embd;      // [vocab, hidden]  embed_tokens (scaled by √hidden when read)
+  Tensor token_embd;  // [vocab, hidden]  embed_tokens (scaled by √hidden when read)
   std::vector<Gemma4LayerWeights> layers;
   Tensor output_norm;     // f32 [hidden]     norm
   Tensor output;          // [vocab, hidden]  lm_head; token_embd when tied

@@ -130,8 +130,8 @@ size_t write_hf_model(const Checkpoint& ck, const HfExportOptions& o) {
     vector(p + "self_attn.q_proj.bias", L.bq);
     vector(p + "self_attn.k_proj.bias", L.bk);
     vector(p + "self_attn.v_proj.bias", L.bv);
-    BRIOCHE_CHECK(!L.bo.defined(), "layer ", l, " has an output-projection bias, which ",
-                  ck.config.architecture, " in transformers does not take");
+    BRIOCHE_CHECK(!L.bo.defined(), "layer ", l, " has an output-projection bias, which ", ck.config.architecture,
+                  " in transformers does not take");
     vector(p + "self_attn.q_norm.weight", L.q_norm);
     vector(p + "self_attn.k_norm.weight", L.k_norm);
     matrix(p + "mlp.gate_proj.weight", L.w_gate, false);

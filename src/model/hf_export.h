@@ -19,8 +19,8 @@
 namespace brioche::model {
 
 struct HfExportOptions {
-  std::string directory;     // created; must not exist
-  DType dtype = DType::BF16;  // F32, F16 or BF16
+  std::string directory;                     // created; must not exist
+  DType dtype = DType::BF16;                 // F32, F16 or BF16
   int bos_token_id = -1, eos_token_id = -1;  // config.json's, -1: none
 };
 

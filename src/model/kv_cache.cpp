@@ -8,12 +8,12 @@
 namespace brioche::model {
 
 KvCache::KvCache(const ModelConfig& config, KvCacheOptions options) : options_(options) {
-  BRIOCHE_CHECK(options.block_size > 0 && options.n_blocks > 0, "KV cache: block_size ",
-                options.block_size, " and n_blocks ", options.n_blocks, " must be positive");
-  BRIOCHE_CHECK(options.dtype == DType::F32 || options.dtype == DType::F16,
-                "KV cache: dtype must be f32 or f16, got ", dtype_name(options.dtype));
-  BRIOCHE_CHECK(config.kv_layers.empty() || int(config.kv_layers.size()) == config.n_layers, "KV cache: ",
-                config.kv_layers.size(), " per-layer shapes for a model of ", config.n_layers, " layers");
+  BRIOCHE_CHECK(options.block_size > 0 && options.n_blocks > 0, "KV cache: block_size ", options.block_size,
+                " and n_blocks ", options.n_blocks, " must be positive");
+  BRIOCHE_CHECK(options.dtype == DType::F32 || options.dtype == DType::F16, "KV cache: dtype must be f32 or f16, got ",
+                dtype_name(options.dtype));
+  BRIOCHE_CHECK(config.kv_layers.empty() || int(config.kv_layers.size()) == config.n_layers,
+                "KV cache: ", config.kv_layers.size(), " per-layer shapes for a model of ", config.n_layers, " layers");
   for (int l = 0; l < config.n_layers; ++l) {
     const KvLayerShape shape = config.kv_shape(l);
     if (shape.n_kv_heads == 0) {
@@ -27,14 +27,16 @@ KvCache::KvCache(const ModelConfig& config, KvCacheOptions options) : options_(o
     values_.push_back(ops::zeros(options.dtype, dims, options.device));
   }
   BRIOCHE_CHECK(options.n_state_slots >= 0, "KV cache: n_state_slots ", options.n_state_slots, " must be >= 0");
-  BRIOCHE_CHECK(config.state_layers.empty() || int(config.state_layers.size()) == config.n_layers, "KV cache: ",
-                config.state_layers.size(), " per-layer state shapes for a model of ", config.n_layers, " layers");
+  BRIOCHE_CHECK(config.state_layers.empty() || int(config.state_layers.size()) == config.n_layers,
+                "KV cache: ", config.state_layers.size(), " per-layer state shapes for a model of ", config.n_layers,
+                " layers");
   conv_states_.resize(size_t(config.n_layers));
   recurrent_states_.resize(size_t(config.n_layers));
   for (size_t l = 0; l < config.state_layers.size(); ++l) {
     const RecurrentStateShape& s = config.state_layers[l];
     if (s.conv_channels == 0 || options.n_state_slots == 0) continue;
-    conv_states_[l] = ops::zeros(DType::F32, {options.n_state_slots, s.conv_kernel - 1, s.conv_channels}, options.device);
+    conv_states_[l] =
+        ops::zeros(DType::F32, {options.n_state_slots, s.conv_kernel - 1, s.conv_channels}, options.device);
     recurrent_states_[l] =
         ops::zeros(DType::F32, {options.n_state_slots, s.n_heads, s.key_dim, s.value_dim}, options.device);
   }
@@ -64,10 +66,10 @@ size_t KvCache::block_bytes(const ModelConfig& config, int block_size, DType dty
 void KvCache::copy_block(int src, int dst) { copy_block_prefix(src, dst, block_size()); }
 
 void KvCache::copy_block_prefix(int src, int dst, int n_slots) {
-  BRIOCHE_CHECK(src >= 0 && src < n_blocks() && dst >= 0 && dst < n_blocks(), "KV cache: copy_block(",
-                src, ", ", dst, ") outside [0, ", n_blocks(), ")");
-  BRIOCHE_CHECK(n_slots >= 0 && n_slots <= block_size(), "KV cache: copy of ", n_slots,
-                " positions, expected 0..", block_size());
+  BRIOCHE_CHECK(src >= 0 && src < n_blocks() && dst >= 0 && dst < n_blocks(), "KV cache: copy_block(", src, ", ", dst,
+                ") outside [0, ", n_blocks(), ")");
+  BRIOCHE_CHECK(n_slots >= 0 && n_slots <= block_size(), "KV cache: copy of ", n_slots, " positions, expected 0..",
+                block_size());
   if (src == dst || n_slots == 0) return;
   for (size_t l = 0; l < keys_.size(); ++l) {
     if (!keys_[l].defined()) continue;

@@ -19,7 +19,7 @@ namespace brioche::model {
 struct KvCacheOptions {
   int block_size = 16;
   int n_blocks = 0;
-  DType dtype = DType::F32;  // F32 or F16
+  DType dtype = DType::F32;     // F32 or F16
   Device device = Device::CPU;  // the model's device (Model::device())
   // Per-sequence recurrent state slots (ModelConfig::state_layers; hybrid
   // models only): a running sequence holds one (SequenceView::state_slot).
@@ -71,7 +71,7 @@ class KvCache {
   KvCacheOptions options_;
   std::vector<Tensor> keys_;
   std::vector<Tensor> values_;
-  std::vector<Tensor> conv_states_;       // per layer; undefined without state
+  std::vector<Tensor> conv_states_;  // per layer; undefined without state
   std::vector<Tensor> recurrent_states_;
 };
 

@@ -39,8 +39,8 @@ size_t LlamaModel::weight_bytes() const {
   size_t n = w.token_embd.nbytes() + w.output_norm.nbytes();
   if (!ck_.config.tied_embeddings) n += w.output.nbytes();
   for (const LayerWeights& l : w.layers) {
-    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.bo,
-                            &l.q_norm, &l.k_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.bo, &l.q_norm, &l.k_norm,
+                            &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
       n += t->nbytes();
   }
   return n;
@@ -49,23 +49,21 @@ size_t LlamaModel::weight_bytes() const {
 void LlamaModel::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
   const ModelConfig& c = ck_.config;
   check_batch_rows(batch, c.vocab_size);
-  BRIOCHE_CHECK(cache.n_layers() == 0 || cache.keys(0).device() == device(),
-                "forward: the KV cache is on ", device_name(cache.keys(0).device()),
-                " but the model is on ", device_name(device()),
+  BRIOCHE_CHECK(cache.n_layers() == 0 || cache.keys(0).device() == device(), "forward: the KV cache is on ",
+                device_name(cache.keys(0).device()), " but the model is on ", device_name(device()),
                 " (set KvCacheOptions::device to Model::device())");
-  BRIOCHE_CHECK(cache.n_layers() == c.n_layers && cache.keys(0).dim(2) == c.n_kv_heads &&
-                    cache.keys(0).dim(3) == c.head_dim,
-                "forward: KV cache of ", cache.n_layers(), " layers x ", cache.keys(0).describe(),
-                " does not fit the model (", c.n_layers, " layers, ", c.n_kv_heads, " kv heads of ",
-                c.head_dim, ")");
+  BRIOCHE_CHECK(
+      cache.n_layers() == c.n_layers && cache.keys(0).dim(2) == c.n_kv_heads && cache.keys(0).dim(3) == c.head_dim,
+      "forward: KV cache of ", cache.n_layers(), " layers x ", cache.keys(0).describe(), " does not fit the model (",
+      c.n_layers, " layers, ", c.n_kv_heads, " kv heads of ", c.head_dim, ")");
 }
 
 void LlamaModel::shape_logits(int64_t n_logits, Tensor& logits) const {
   const ModelConfig& c = ck_.config;
   // Logits stay where the caller's tensor lives (host by default).
   const Device logits_device = logits.defined() ? logits.device() : Device::CPU;
-  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits ||
-      logits.dim(1) != c.vocab_size || logits.dtype() != DType::F32) {
+  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits || logits.dim(1) != c.vocab_size ||
+      logits.dtype() != DType::F32) {
     logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, logits_device);
     if (n_logits == 0) logits = logits.slice(0, 0, 0);
   }
@@ -100,8 +98,8 @@ bool LlamaModel::forward_from_device_tokens(const ForwardBatch& batch, const Ten
                                             Tensor& logits) {
   BRIOCHE_CHECK(tokens.device() == device() && tokens.dtype() == DType::I32 && tokens.rank() == 1 &&
                     tokens.dim(0) == batch.n_rows(),
-                "forward_from_device_tokens: expected i32 [", batch.n_rows(), "] on ", device_name(device()),
-                ", got ", tokens.describe());
+                "forward_from_device_tokens: expected i32 [", batch.n_rows(), "] on ", device_name(device()), ", got ",
+                tokens.describe());
   check_batch(batch, cache);
   if (batch.n_rows() == 0) return false;
   shape_logits(batch.n_logit_rows(), logits);
@@ -117,8 +115,8 @@ std::vector<AdapterRows> LlamaModel::adapter_segments(const ForwardBatch& batch)
   std::vector<AdapterRows> rows;
   for (const SequenceView& s : batch.sequences) {
     if (s.adapter == nullptr || s.n_rows == 0) continue;
-    BRIOCHE_CHECK(int(s.adapter->layers.size()) == ck_.config.n_layers, "forward: adapter '", s.adapter->name,
-                  "' has ", s.adapter->layers.size(), " layers, the model ", ck_.config.n_layers);
+    BRIOCHE_CHECK(int(s.adapter->layers.size()) == ck_.config.n_layers, "forward: adapter '", s.adapter->name, "' has ",
+                  s.adapter->layers.size(), " layers, the model ", ck_.config.n_layers);
     // Consecutive sequences of one adapter make one segment (the scheduler
     // orders a step's rows by adapter).
     if (!rows.empty() && rows.back().adapter == s.adapter && rows.back().first_row + rows.back().n_rows == s.first_row)
@@ -126,7 +124,8 @@ std::vector<AdapterRows> LlamaModel::adapter_segments(const ForwardBatch& batch)
     else
       rows.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .adapter = s.adapter});
   }
-  std::sort(rows.begin(), rows.end(), [](const AdapterRows& x, const AdapterRows& y) { return x.first_row < y.first_row; });
+  std::sort(rows.begin(), rows.end(),
+            [](const AdapterRows& x, const AdapterRows& y) { return x.first_row < y.first_row; });
   return rows;
 }
 
@@ -135,8 +134,9 @@ Tensor& LlamaModel::lora_scratch(const ForwardBatch& batch, int64_t n_rows) {
   for (const SequenceView& s : batch.sequences)
     if (s.adapter != nullptr) rank = std::max<int64_t>(rank, s.adapter->rank);
   if (!lora_u_.defined() || lora_u_.dim(0) < n_rows || lora_u_.dim(1) < rank || lora_u_.device() != device())
-    lora_u_ = ops::zeros(DType::F32, {std::max<int64_t>(n_rows, lora_u_.defined() ? lora_u_.dim(0) : 0),
-                                      std::max<int64_t>(rank, lora_u_.defined() ? lora_u_.dim(1) : 0)},
+    lora_u_ = ops::zeros(DType::F32,
+                         {std::max<int64_t>(n_rows, lora_u_.defined() ? lora_u_.dim(0) : 0),
+                          std::max<int64_t>(rank, lora_u_.defined() ? lora_u_.dim(1) : 0)},
                          device());
   return lora_u_;
 }
@@ -167,14 +167,16 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   const int64_t n_logits = batch.n_logit_rows();
   std::vector<ops::AttentionSequence> sequences;
   sequences.reserve(batch.sequences.size());
-  for (const SequenceView& s : batch.sequences)
-    sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
+  for (const SequenceView& s : batch.sequences) sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
   // Each block's last matmul adds to a.x, and the next block's first
   // normalizes it: on the GPU's decode path the first writes that norm and
   // hands it on here (ops/norm_handoff.h).
   ops::NormHandoff norm_handoff;
-  AttentionContext ctx{.positions = batch.positions, .sequences = sequences, .inv_freq = inv_freq_,
-                       .collective = collective_, .norm_handoff = &norm_handoff};
+  AttentionContext ctx{.positions = batch.positions,
+                       .sequences = sequences,
+                       .inv_freq = inv_freq_,
+                       .collective = collective_,
+                       .norm_handoff = &norm_handoff};
 
   // Adapter rows: on CUDA through the batch's adapter table on the device
   // (a decode graph's, else uploaded now), on the CPU per run of rows.
@@ -203,9 +205,7 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
     lora.layer = layer;
     norm_handoff.request(a.x, !adapted ? lw.ffn_norm : no_norm);
     attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a, lora);
-    norm_handoff.request(a.x, adapted ? no_norm
-                              : layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
-                                                       : head_norm);
+    norm_handoff.request(a.x, adapted ? no_norm : layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm : head_norm);
     mlp_block(c, lw, a, collective_, lora, &norm_handoff);
   }
   if (n_logits == 0) return;
@@ -234,8 +234,8 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   }
   const Tensor* head[] = {&w.output};
   Tensor* out[] = {&logits};
-  ops::matmul_group(rows, {.weight = w.output_norm, .eps = c.rms_eps, .normed = last, .handoff = &norm_handoff},
-                    head, out);
+  ops::matmul_group(rows, {.weight = w.output_norm, .eps = c.rms_eps, .normed = last, .handoff = &norm_handoff}, head,
+                    out);
 }
 
 }  // namespace brioche::model

@@ -53,10 +53,10 @@ class LlamaModel final : public Model {
   Checkpoint ck_;
   std::vector<float> inv_freq_;  // [head_dim/2] RoPE frequencies, scaling applied
   ActivationBuffers buffers_;
-  Tensor device_logits_;  // [n_logits, vocab] on the device, when the caller's logits are on the host
+  Tensor device_logits_;             // [n_logits, vocab] on the device, when the caller's logits are on the host
   DecodeGraphs graphs_{ck_.config};  // decode steps on CUDA
   ops::Collective* collective_ = nullptr;
-  Tensor lora_u_;  // [rows, rank] f32 on the device: the adapters' x·Aᵀ (ops::lora_rows_add)
+  Tensor lora_u_;                   // [rows, rank] f32 on the device: the adapters' x·Aᵀ (ops::lora_rows_add)
   ops::StagedUpload lora_staging_;  // the adapter table on the host (upload_adapter_table)
   Tensor lora_table_;               // i32 words on the device
   Tensor lora_table_u_;             // f32 [rows, 3 · rank cap]: ops::lora_table_add's scratch

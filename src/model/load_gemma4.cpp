@@ -21,8 +21,8 @@ namespace brioche::model {
 namespace fs = std::filesystem;
 
 bool is_gemma4_directory(const std::string& dir) {
-  auto text = formats::read_regular_file_if_present((fs::path(dir) / "config.json").string(),
-                                                    formats::kMaxConfigJsonBytes);
+  auto text =
+      formats::read_regular_file_if_present((fs::path(dir) / "config.json").string(), formats::kMaxConfigJsonBytes);
   if (!text) return false;
   return is_gemma4_config(try_parse_json_bounded(*text));
 }
@@ -55,7 +55,8 @@ Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
     const float* p = t.data_as<float>();
     std::vector<float> v(p, p + n);
     for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[size_t(i)])) fail(dir, ": tensor '", name, "' [", i, "]: expected a finite number, found ", v[size_t(i)]);
+      if (!std::isfinite(v[size_t(i)]))
+        fail(dir, ": tensor '", name, "' [", i, "]: expected a finite number, found ", v[size_t(i)]);
     return v;
   };
 

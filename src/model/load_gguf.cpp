@@ -40,7 +40,7 @@ ModelConfig read_config(const formats::GgufFile& f, const std::string& arch, con
   c.n_kv_heads = optional_count(keys.n_kv_heads, c.n_heads);
   c.intermediate_size = required_count(keys.intermediate_size);
   c.head_dim = f.find(keys.head_dim) != nullptr ? required_count(keys.head_dim)
-                                                 : derived_head_dim(c.hidden_size, c.n_heads, keys, path);
+                                                : derived_head_dim(c.hidden_size, c.n_heads, keys, path);
   // The vocabulary is token_embd.weight's rows (GGUF has no required key for it).
   const formats::GgufTensorInfo* embedding = f.find_tensor("token_embd.weight");
   if (embedding == nullptr) fail(path, ": tensor 'token_embd.weight' expected, not found");
@@ -50,8 +50,7 @@ ModelConfig read_config(const formats::GgufFile& f, const std::string& arch, con
   c.rms_eps = config_float(f.get_float(keys.rms_eps, 1e-5));
   c.max_context = optional_count(keys.max_context, 0);
   c.rope.theta = config_float(f.get_float(keys.rope_theta, 10000.0));
-  c.rope.style = (arch == "llama" || arch == "mistral") ? ops::RopeStyle::Interleaved
-                                                        : ops::RopeStyle::NeoX;
+  c.rope.style = (arch == "llama" || arch == "mistral") ? ops::RopeStyle::Interleaved : ops::RopeStyle::NeoX;
   std::string scaling = f.get_string(key("rope.scaling.type"), "none");
   float factor = config_float(f.get_float(keys.rope_factor, 0.0));
   if (scaling == "linear" && factor != 0.0f && factor != 1.0f) {
@@ -63,11 +62,11 @@ ModelConfig read_config(const formats::GgufFile& f, const std::string& arch, con
   validate_model_config(c, keys, path);
 
   int rotary_dims = optional_count(key("rope.dimension_count"), c.head_dim);
-  BRIOCHE_CHECK(rotary_dims == c.head_dim, path, ": ", key("rope.dimension_count"), " expected ",
-                c.head_dim, " (RoPE over the whole head), found ", rotary_dims);
+  BRIOCHE_CHECK(rotary_dims == c.head_dim, path, ": ", key("rope.dimension_count"), " expected ", c.head_dim,
+                " (RoPE over the whole head), found ", rotary_dims);
   int value_dim = optional_count(key("attention.value_length"), c.head_dim);
-  BRIOCHE_CHECK(value_dim == c.head_dim, path, ": ", key("attention.value_length"), " expected ",
-                c.head_dim, " (= key_length), found ", value_dim);
+  BRIOCHE_CHECK(value_dim == c.head_dim, path, ": ", key("attention.value_length"), " expected ", c.head_dim,
+                " (= key_length), found ", value_dim);
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
     // Shape first: the conversion must not copy a hostile tensor of any size.
     Tensor factors = f.tensor("rope_freqs.weight");
@@ -96,8 +95,7 @@ Checkpoint load_gguf_checkpoint(const std::string& path) {
   ModelWeights& w = ck.weights;
   w.token_embd = f.tensor("token_embd.weight");
   BRIOCHE_CHECK(w.token_embd.rank() == 2 && w.token_embd.dim(1) == c.hidden_size, path,
-                ": tensor 'token_embd.weight' expected [vocab, ", c.hidden_size, "], found ",
-                w.token_embd.describe());
+                ": tensor 'token_embd.weight' expected [vocab, ", c.hidden_size, "], found ", w.token_embd.describe());
   w.output_norm = f.tensor("output_norm.weight");
   check_shape(w.output_norm, {c.hidden_size}, "output_norm.weight", path);
   if (w.output_norm.dtype() == DType::I32) fail(path, ": tensor 'output_norm.weight' expected a float type, found i32");
@@ -108,8 +106,7 @@ Checkpoint load_gguf_checkpoint(const std::string& path) {
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
 
-  const int64_t hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(),
-                inter = c.intermediate_size;
+  const int64_t hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), inter = c.intermediate_size;
   for (int i = 0; i < c.n_layers; ++i) {
     std::string p = "blk." + std::to_string(i) + ".";
     auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {

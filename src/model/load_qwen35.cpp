@@ -71,7 +71,8 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
   } else {
     c.intermediate_size = cfg.count("intermediate_size");
   }
-  if (cfg.boolean("attention_bias", false)) fail(source, ": ", cfg.prefix, "attention_bias: expected false, found true");
+  if (cfg.boolean("attention_bias", false))
+    fail(source, ": ", cfg.prefix, "attention_bias: expected false, found true");
   const std::string act = cfg.string("hidden_act", "silu");
   if (act != "silu") fail(source, ": ", cfg.prefix, "hidden_act: expected \"silu\", found \"", act, "\"");
 
@@ -80,7 +81,8 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
   if (rope_obj == nullptr) rope_obj = cfg.find("rope_scaling");
   if (rope_obj != nullptr && !rope_obj->is_object()) cfg.wrong("rope_parameters", "an object", *rope_obj);
   static const json kNone = json::object();
-  const ConfigFields rope{.obj = rope_obj ? *rope_obj : kNone, .prefix = cfg.prefix + "rope_parameters.", .source = source};
+  const ConfigFields rope{
+      .obj = rope_obj ? *rope_obj : kNone, .prefix = cfg.prefix + "rope_parameters.", .source = source};
   keys.rope_theta = rope.has("rope_theta") ? rope.prefix + "rope_theta" : cfg.prefix + "rope_theta";
   c.rope.theta = rope.number("rope_theta", cfg.number("rope_theta", 10000.0f));
   c.rope.style = ops::RopeStyle::NeoX;
@@ -92,8 +94,8 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
   validate_model_config(c, keys, source);
   q.rotary_dim = int(float(c.head_dim) * partial);
   if (q.rotary_dim < 2 || q.rotary_dim % 2 != 0)
-    fail(source, ": ", rope.prefix, "partial_rotary_factor: ", partial, " x head_dim ", c.head_dim,
-         " gives ", q.rotary_dim, " rotary dims, expected an even number >= 2");
+    fail(source, ": ", rope.prefix, "partial_rotary_factor: ", partial, " x head_dim ", c.head_dim, " gives ",
+         q.rotary_dim, " rotary dims, expected an even number >= 2");
 
   // Linear-attention layers.
   q.linear_k_heads = cfg.count("linear_num_key_heads");
@@ -117,10 +119,11 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
       cfg.wrong("layer_types", ("an array of " + std::to_string(c.n_layers) + " layer types").c_str(), *types);
     for (int l = 0; l < c.n_layers; ++l) {
       const json& t = (*types)[size_t(l)];
-      if (t == "linear_attention") q.linear_layers[size_t(l)] = 1;
+      if (t == "linear_attention")
+        q.linear_layers[size_t(l)] = 1;
       else if (t != "full_attention")
-        fail(source, ": ", cfg.prefix, "layer_types[", l, "]: expected \"linear_attention\" or \"full_attention\", found ",
-             t.dump().substr(0, 40));
+        fail(source, ": ", cfg.prefix, "layer_types[", l,
+             "]: expected \"linear_attention\" or \"full_attention\", found ", t.dump().substr(0, 40));
     }
   } else {
     // transformers' default: every full_attention_interval-th layer is full attention.
@@ -131,8 +134,10 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
   for (int l = 0; l < c.n_layers; ++l) {
     if (q.linear_layers[size_t(l)]) {
       c.kv_layers.push_back({.n_kv_heads = 0, .head_dim = 0});
-      c.state_layers.push_back({.conv_channels = q.conv_channels(), .conv_kernel = q.conv_kernel,
-                                .n_heads = q.linear_v_heads, .key_dim = q.linear_key_dim,
+      c.state_layers.push_back({.conv_channels = q.conv_channels(),
+                                .conv_kernel = q.conv_kernel,
+                                .n_heads = q.linear_v_heads,
+                                .key_dim = q.linear_key_dim,
                                 .value_dim = q.linear_value_dim});
     } else {
       c.kv_layers.push_back({.n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim});
@@ -144,8 +149,8 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
 }  // namespace
 
 bool is_qwen35_directory(const std::string& dir) {
-  auto text = formats::read_regular_file_if_present((fs::path(dir) / "config.json").string(),
-                                                    formats::kMaxConfigJsonBytes);
+  auto text =
+      formats::read_regular_file_if_present((fs::path(dir) / "config.json").string(), formats::kMaxConfigJsonBytes);
   if (!text) return false;
   const json cfg = try_parse_json_bounded(*text);
   if (!cfg.is_object()) return false;
@@ -159,20 +164,22 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
   auto st = std::make_shared<formats::SafetensorsDir>(formats::SafetensorsDir::open(dir));
   const std::string config_path = (fs::path(dir) / "config.json").string();
   const json& top = st->config();
-  std::string type = top.contains("model_type") && top["model_type"].is_string() ? top["model_type"].get<std::string>() : "";
-  if (type.empty() && top.contains("architectures") && top["architectures"].is_array() && !top["architectures"].empty() &&
-      top["architectures"][0].is_string())
+  std::string type =
+      top.contains("model_type") && top["model_type"].is_string() ? top["model_type"].get<std::string>() : "";
+  if (type.empty() && top.contains("architectures") && top["architectures"].is_array() &&
+      !top["architectures"].empty() && top["architectures"][0].is_string())
     type = top["architectures"][0].get<std::string>();
   const bool moe = type.find("moe") != std::string::npos || type.find("Moe") != std::string::npos;
   // The multimodal layout keeps the text model's settings in text_config.
   const bool nested = top.contains("text_config") && top["text_config"].is_object();
-  const ConfigFields cfg{.obj = nested ? top["text_config"] : top, .prefix = nested ? "text_config." : "",
-                         .source = config_path};
+  const ConfigFields cfg{
+      .obj = nested ? top["text_config"] : top, .prefix = nested ? "text_config." : "", .source = config_path};
   Qwen35Checkpoint ck;
   ck.directory = dir;
   read_qwen35_config(cfg, moe, ck.config, ck.qwen);
   if (nested && !cfg.has("tie_word_embeddings"))
-    ck.config.tied_embeddings = ConfigFields{.obj = top, .prefix = "", .source = config_path}.boolean("tie_word_embeddings", false);
+    ck.config.tied_embeddings =
+        ConfigFields{.obj = top, .prefix = "", .source = config_path}.boolean("tie_word_embeddings", false);
   const ModelConfig& c = ck.config;
   const Qwen35Config& q = ck.qwen;
   const std::string root = nested ? "model.language_model." : "model.";
@@ -246,8 +253,8 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
         check_shape(down, {q.n_experts, hidden, inter}, m + "experts.down_proj", dir);
         for (int e = 0; e < q.n_experts; ++e) {
           Tensor gu = gate_up.select(e);
-          layer.experts.push_back({.gate = gu.slice(0, 0, inter), .up = gu.slice(0, inter, 2 * inter),
-                                   .down = down.select(e)});
+          layer.experts.push_back(
+              {.gate = gu.slice(0, 0, inter), .up = gu.slice(0, inter, 2 * inter), .down = down.select(e)});
         }
       } else {
         for (int e = 0; e < q.n_experts; ++e) {

@@ -24,9 +24,10 @@ using nlohmann::json;
 namespace {
 
 std::string architecture_of(const ConfigFields& cfg) {
-  static const std::pair<const char*, const char*> kClasses[] = {
-      {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
-      {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"}};
+  static const std::pair<const char*, const char*> kClasses[] = {{"LlamaForCausalLM", "llama"},
+                                                                 {"MistralForCausalLM", "mistral"},
+                                                                 {"Qwen2ForCausalLM", "qwen2"},
+                                                                 {"Qwen3ForCausalLM", "qwen3"}};
   if (cfg.has("model_type")) return cfg.string("model_type", "");
   const json* classes = cfg.find("architectures");
   if (classes != nullptr && classes->is_array() && !classes->empty()) {
@@ -66,7 +67,8 @@ ModelConfig read_config(const ConfigFields& cfg, const std::string& arch) {
   const json* rope_obj = cfg.find(rope_key);
   if (rope_obj != nullptr && !rope_obj->is_object()) cfg.wrong(rope_key, "an object", *rope_obj);
   static const json kNoRope = json::object();
-  const ConfigFields rope{.obj = rope_obj ? *rope_obj : kNoRope, .prefix = std::string(rope_key) + ".", .source = source};
+  const ConfigFields rope{
+      .obj = rope_obj ? *rope_obj : kNoRope, .prefix = std::string(rope_key) + ".", .source = source};
   keys.rope_theta = rope.has("rope_theta") ? rope.prefix + "rope_theta" : "rope_theta";
   keys.rope_factor = rope.prefix + "factor";
   keys.rope_low_freq_factor = rope.prefix + "low_freq_factor";
@@ -128,8 +130,9 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
   std::string arch = architecture_of(cfg);
   if (is_gemma4_config(st->config())) {
     // Gemma 4 is its own model (model/gemma4.h), loaded by Model::load only.
-    fail(dir, ": Gemma 4 runs through Model::load (run, chat, serve, bench, info); training, scoring and export "
-              "of Gemma 4 are not implemented yet");
+    fail(dir,
+         ": Gemma 4 runs through Model::load (run, chat, serve, bench, info); training, scoring and export "
+         "of Gemma 4 are not implemented yet");
   }
   if (!is_supported_architecture(arch)) fail_unsupported_architecture(arch, dir);
   ModelConfig& c = ck.config = read_config(cfg, arch);
@@ -147,12 +150,10 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
     if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
     return to_f32(t);
   };
-  auto optional_vector = [&](const std::string& name, int64_t n) {
-    return st->has(name) ? vector(name, n) : Tensor();
-  };
+  auto optional_vector = [&](const std::string& name, int64_t n) { return st->has(name) ? vector(name, n) : Tensor(); };
 
-  const int64_t hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(),
-                inter = c.intermediate_size, vocab = c.vocab_size;
+  const int64_t hidden = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), inter = c.intermediate_size,
+                vocab = c.vocab_size;
   w.token_embd = matrix("model.embed_tokens", vocab, hidden);
   w.output_norm = vector("model.norm.weight", hidden);
   if (!st->has("lm_head.weight")) c.tied_embeddings = true;

@@ -21,8 +21,10 @@ void convert_weights(Checkpoint& ck, DType dtype) {
     if (t.defined() && t.dtype() != dtype) t = ops::convert(t, dtype);
   };
   convert(w.token_embd);
-  if (ck.config.tied_embeddings) w.output = w.token_embd;
-  else convert(w.output);
+  if (ck.config.tied_embeddings)
+    w.output = w.token_embd;
+  else
+    convert(w.output);
   for (LayerWeights& l : w.layers)
     for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) convert(*t);
   ck.config.weight_dtype = dtype;

@@ -16,10 +16,10 @@
 namespace brioche::model {
 
 struct RopeConfig {
-  float theta = 10000.0f;                            // base of the inverse frequencies
-  ops::RopeStyle style = ops::RopeStyle::NeoX;       // which dims are paired
-  ops::RopeScaling scaling;                          // none / linear / llama3
-  std::vector<float> freq_factors;                   // [head_dim/2] GGUF rope_freqs.weight, or empty
+  float theta = 10000.0f;                       // base of the inverse frequencies
+  ops::RopeStyle style = ops::RopeStyle::NeoX;  // which dims are paired
+  ops::RopeScaling scaling;                     // none / linear / llama3
+  std::vector<float> freq_factors;              // [head_dim/2] GGUF rope_freqs.weight, or empty
 };
 
 // One layer's slice of the paged KV cache. Architectures whose layers differ
@@ -58,11 +58,11 @@ struct ModelConfig {
   int head_dim = 0;
   float rms_eps = 1e-5f;
   RopeConfig rope;
-  int max_context = 0;        // trained context length (metadata), 0 if unknown
-  int sliding_window = 0;     // Mistral-style local attention window; 0 = full causal
-  bool tied_embeddings = false;  // lm_head shares token_embd
-  bool qkv_bias = false;         // Qwen2: biases on q/k/v projections
-  bool qk_norm = false;          // Qwen3: RMSNorm over head_dim on q and k before RoPE
+  int max_context = 0;              // trained context length (metadata), 0 if unknown
+  int sliding_window = 0;           // Mistral-style local attention window; 0 = full causal
+  bool tied_embeddings = false;     // lm_head shares token_embd
+  bool qkv_bias = false;            // Qwen2: biases on q/k/v projections
+  bool qk_norm = false;             // Qwen3: RMSNorm over head_dim on q and k before RoPE
   DType weight_dtype = DType::F32;  // dominant weight storage type (informational)
 
   // Per-layer cache shapes; empty: every layer keeps n_kv_heads x head_dim.

@@ -78,8 +78,10 @@ std::unique_ptr<Model> load_qwen35_model(const std::string& dir, const LoadOptio
       if (t.defined() && t.dtype() != dtype) t = ops::convert(t, dtype);
     };
     convert(ck.token_embd);
-    if (ck.config.tied_embeddings) ck.output = ck.token_embd;
-    else convert(ck.output);
+    if (ck.config.tied_embeddings)
+      ck.output = ck.token_embd;
+    else
+      convert(ck.output);
     for (Qwen35Layer& l : ck.layers) {
       for (Tensor* t : {&l.linear.in_qkv, &l.linear.in_z, &l.linear.in_b, &l.linear.in_a, &l.linear.out, &l.full.wq,
                         &l.full.wk, &l.full.wv, &l.full.wo, &l.router, &l.shared_expert_gate})
@@ -101,9 +103,9 @@ size_t Qwen35Model::weight_bytes() const {
   for (const Qwen35Layer& l : ck_.layers) {
     const Qwen35LinearAttention& a = l.linear;
     const Qwen35FullAttention& f = l.full;
-    for (const Tensor* t : {&l.input_norm, &l.post_norm, &a.in_qkv, &a.in_z, &a.in_b, &a.in_a, &a.conv, &a.a_log,
-                            &a.dt_bias, &a.norm, &a.out, &f.wq, &f.wk, &f.wv, &f.wo, &f.q_norm, &f.k_norm,
-                            &l.router, &l.shared_expert_gate})
+    for (const Tensor* t :
+         {&l.input_norm, &l.post_norm, &a.in_qkv, &a.in_z, &a.in_b, &a.in_a, &a.conv, &a.a_log, &a.dt_bias, &a.norm,
+          &a.out, &f.wq, &f.wk, &f.wv, &f.wo, &f.q_norm, &f.k_norm, &l.router, &l.shared_expert_gate})
       n += t->nbytes();
     n += mlp_bytes(l.mlp) + mlp_bytes(l.shared_expert);
     for (const Qwen35Mlp& e : l.experts) n += mlp_bytes(e);
@@ -126,8 +128,9 @@ void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
                   "forward: KV cache layer ", l, " is ", keys.defined() ? keys.describe() : std::string("empty"),
                   ", the model's full-attention layer needs ", shape.n_kv_heads, " kv heads of ", shape.head_dim,
                   " (build the cache from this model's config)");
-    BRIOCHE_CHECK(!linear || const_cast<KvCache&>(cache).recurrent_state(l).defined(), "forward: KV cache layer ", l,
-                  " has no recurrent state slots (KvCacheOptions::n_state_slots), which the linear-attention layer needs");
+    BRIOCHE_CHECK(
+        !linear || const_cast<KvCache&>(cache).recurrent_state(l).defined(), "forward: KV cache layer ", l,
+        " has no recurrent state slots (KvCacheOptions::n_state_slots), which the linear-attention layer needs");
   }
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceView& seq = batch.sequences[s];
@@ -137,8 +140,9 @@ void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
                   "forward: sequence ", s, " has state slot ", seq.state_slot, ", expected one in [0, ",
                   cache.n_state_slots(), ") (hybrid models keep a recurrent state per sequence)");
     for (size_t t = 0; t < s; ++t)
-      BRIOCHE_CHECK(seq.n_rows == 0 || batch.sequences[t].n_rows == 0 || batch.sequences[t].state_slot != seq.state_slot,
-                    "forward: sequences ", t, " and ", s, " share state slot ", seq.state_slot);
+      BRIOCHE_CHECK(
+          seq.n_rows == 0 || batch.sequences[t].n_rows == 0 || batch.sequences[t].state_slot != seq.state_slot,
+          "forward: sequences ", t, " and ", s, " share state slot ", seq.state_slot);
   }
 }
 
@@ -161,8 +165,8 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
   for (const SequenceView& s : batch.sequences) {
     if (s.n_rows == 0) continue;
     attention_seqs.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
-    recurrent_seqs.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .state_slot = s.state_slot,
-                              .starts = s.n_past == 0});
+    recurrent_seqs.push_back(
+        {.first_row = s.first_row, .n_rows = s.n_rows, .state_slot = s.state_slot, .starts = s.n_past == 0});
   }
   // RoPE on the first rotary_dim dims of each head: the op sees one row per
   // (token, head), so each head's row carries its token's position.
@@ -172,8 +176,8 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
     std::fill_n(q_positions.begin() + r * heads, heads, batch.positions[size_t(r)]);
     std::fill_n(k_positions.begin() + r * kv_heads, kv_heads, batch.positions[size_t(r)]);
   }
-  const ops::RopeParams rope{.style = ops::RopeStyle::NeoX, .n_heads = 1, .head_dim = q.rotary_dim,
-                             .inv_freq = inv_freq_};
+  const ops::RopeParams rope{
+      .style = ops::RopeStyle::NeoX, .n_heads = 1, .head_dim = q.rotary_dim, .inv_freq = inv_freq_};
 
   const int64_t hidden = c.hidden_size;
   Tensor x = f32({n, hidden}), h = f32({n, hidden}), out = f32({n, hidden});
@@ -195,8 +199,10 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       Tensor core = f32({n, vw});
       ops::gated_delta_rule(mixed.slice(1, 0, kw), mixed.slice(1, kw, 2 * kw), mixed.slice(1, 2 * kw, 2 * kw + vw), g,
                             beta,
-                            {.n_k_heads = q.linear_k_heads, .n_v_heads = q.linear_v_heads,
-                             .key_dim = q.linear_key_dim, .value_dim = q.linear_value_dim},
+                            {.n_k_heads = q.linear_k_heads,
+                             .n_v_heads = q.linear_v_heads,
+                             .key_dim = q.linear_key_dim,
+                             .value_dim = q.linear_value_dim},
                             recurrent_seqs, cache.recurrent_state(layer), core);
       // RMSNormGated per value head: rms_norm(o)·w, then ·silu(z).
       Tensor core_heads = core.reshape({n * vh, q.linear_value_dim});
@@ -219,7 +225,9 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       ops::rope(k_rot, k_positions, rope);
       ops::store_kv(k, v, attention_seqs, cache.keys(layer), cache.values(layer));
       ops::paged_attention(qs, cache.keys(layer), cache.values(layer), attention_seqs,
-                           {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                           {.n_heads = c.n_heads,
+                            .n_kv_heads = c.n_kv_heads,
+                            .head_dim = c.head_dim,
                             .scale = 1.0f / std::sqrt(float(d))},
                            attn);
       Tensor attn_heads = attn.reshape({n * heads, d});

@@ -28,7 +28,7 @@ class Qwen35Model final : public Model {
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
 
   Qwen35Checkpoint ck_;
-  std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  std::vector<float> inv_freq_;            // [rotary_dim / 2]
   std::vector<float> unit_expert_scales_;  // [n_experts] of 1 (ops::moe_route)
 };
 

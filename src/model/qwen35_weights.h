@@ -63,13 +63,13 @@ struct Qwen35Layer {
   Tensor router;                 // MoE: [n_experts, hidden]
   std::vector<Qwen35Mlp> experts;
   Qwen35Mlp shared_expert;
-  Tensor shared_expert_gate;     // [1, hidden]
+  Tensor shared_expert_gate;  // [1, hidden]
 };
 
 struct Qwen35Checkpoint {
   ModelConfig config;
   Qwen35Config qwen;
-  Tensor token_embd;   // [vocab, hidden]
+  Tensor token_embd;  // [vocab, hidden]
   std::vector<Qwen35Layer> layers;
   Tensor output_norm;  // f32 [hidden], 1 + w
   Tensor output;       // [vocab, hidden]; token_embd when tied

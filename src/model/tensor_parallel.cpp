@@ -62,7 +62,8 @@ Checkpoint shard_checkpoint(const Checkpoint& full, ShardSpec s) {
   out.gguf = full.gguf;
   out.directory = full.directory;
   out.chat_template = full.chat_template;
-  out.source = full.source + " (tensor-parallel shard " + std::to_string(s.rank) + " of " + std::to_string(s.size) + ")";
+  out.source =
+      full.source + " (tensor-parallel shard " + std::to_string(s.rank) + " of " + std::to_string(s.size) + ")";
   const ModelConfig& c = out.config;
   const int64_t q0 = int64_t(s.rank) * c.q_dim(), q1 = q0 + c.q_dim();
   const int64_t kv0 = int64_t(s.rank) * c.kv_dim(), kv1 = kv0 + c.kv_dim();
@@ -138,7 +139,9 @@ ForwardBatch decode(const std::vector<int32_t>& header, const std::vector<int32_
     const size_t len = size_t(seq[3]);
     BRIOCHE_CHECK(table + len <= payload.size(), "tensor parallel: block table of sequence ", i,
                   " runs past the message");
-    b.sequences.push_back({.first_row = seq[0], .n_rows = seq[1], .n_past = seq[2],
+    b.sequences.push_back({.first_row = seq[0],
+                           .n_rows = seq[1],
+                           .n_past = seq[2],
                            .block_table = std::span<const int32_t>(payload.data() + table, len)});
     table += len;
   }
@@ -200,8 +203,10 @@ int64_t run_tensor_parallel_worker(LlamaModel& shard, ops::Collective& collectiv
                   " received an unknown message kind ", header[tp_wire::kKind]);
     payload.resize(size_t(header[tp_wire::kPayloadWords]));
     collective.broadcast(payload, 0);
-    const KvCacheOptions want{.block_size = header[tp_wire::kBlockSize], .n_blocks = header[tp_wire::kBlocks],
-                              .dtype = DType(header[tp_wire::kCacheDType]), .device = shard.device()};
+    const KvCacheOptions want{.block_size = header[tp_wire::kBlockSize],
+                              .n_blocks = header[tp_wire::kBlocks],
+                              .dtype = DType(header[tp_wire::kCacheDType]),
+                              .device = shard.device()};
     if (!cache || cache->n_blocks() != want.n_blocks || cache->block_size() != want.block_size ||
         cache->dtype() != want.dtype) {
       cache.reset();  // free the old one first: two may not fit

@@ -19,19 +19,19 @@ class GgufFile;
 namespace brioche::model {
 
 struct LayerWeights {
-  Tensor attn_norm;                 // f32 [hidden]
-  Tensor wq, wk, wv, wo;            // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
-  Tensor bq, bk, bv, bo;            // f32 [q_dim], [kv_dim] x2, [hidden]; optional (Qwen2: q/k/v)
-  Tensor q_norm, k_norm;            // f32 [head_dim]; optional (Qwen3)
-  Tensor ffn_norm;                  // f32 [hidden]
-  Tensor w_gate, w_up, w_down;      // [inter, hidden] x2, [hidden, inter]
+  Tensor attn_norm;             // f32 [hidden]
+  Tensor wq, wk, wv, wo;        // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
+  Tensor bq, bk, bv, bo;        // f32 [q_dim], [kv_dim] x2, [hidden]; optional (Qwen2: q/k/v)
+  Tensor q_norm, k_norm;        // f32 [head_dim]; optional (Qwen3)
+  Tensor ffn_norm;              // f32 [hidden]
+  Tensor w_gate, w_up, w_down;  // [inter, hidden] x2, [hidden, inter]
 };
 
 struct ModelWeights {
-  Tensor token_embd;                // [vocab, hidden]
+  Tensor token_embd;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
-  Tensor output_norm;               // f32 [hidden]
-  Tensor output;                    // [vocab, hidden]; the token_embd view when tied
+  Tensor output_norm;  // f32 [hidden]
+  Tensor output;       // [vocab, hidden]; the token_embd view when tied
 };
 
 // A checkpoint read from disk: what Model::load needs to build a model.
@@ -41,7 +41,7 @@ struct Checkpoint {
   std::shared_ptr<formats::GgufFile> gguf;  // GGUF only
   std::string directory;                    // safetensors only
   std::string chat_template;
-  std::string source;                       // the path, for messages
+  std::string source;  // the path, for messages
 };
 
 // Architectures the shared Llama blocks implement.

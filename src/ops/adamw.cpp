@@ -34,15 +34,21 @@ void adamw_step(std::span<const AdamWSlot> slots, const AdamWStep& s) {
       BRIOCHE_CHECK(t->numel() == n, "adamw_step: parameter ", slot.param->describe(), " has ", n,
                     " elements but its gradient or moment ", t->describe(), " has ", t->numel());
     }
-    tensors.push_back({.param = contiguous_f32(*slot.param, "param"), .grad = contiguous_f32(*slot.grad, "grad"),
-                       .m = contiguous_f32(*slot.m, "m"), .v = contiguous_f32(*slot.v, "v"), .n = n,
+    tensors.push_back({.param = contiguous_f32(*slot.param, "param"),
+                       .grad = contiguous_f32(*slot.grad, "grad"),
+                       .m = contiguous_f32(*slot.m, "m"),
+                       .v = contiguous_f32(*slot.v, "v"),
+                       .n = n,
                        .lr = s.lr * slot.lr_scale});
   }
   // Bias corrections as train::AdamW computes them (f32 pow).
-  const backend::cpu::AdamWConstants k{.beta1 = s.beta1, .beta2 = s.beta2, .eps = s.eps,
+  const backend::cpu::AdamWConstants k{.beta1 = s.beta1,
+                                       .beta2 = s.beta2,
+                                       .eps = s.eps,
                                        .weight_decay = s.weight_decay,
                                        .c1 = 1.0f - std::pow(s.beta1, float(s.step)),
-                                       .c2 = 1.0f - std::pow(s.beta2, float(s.step)), .grad_scale = s.grad_scale};
+                                       .c2 = 1.0f - std::pow(s.beta2, float(s.step)),
+                                       .grad_scale = s.grad_scale};
   if (device == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::adamw_step(tensors, k);

@@ -15,11 +15,11 @@
 namespace brioche::ops {
 
 struct AdamWStep {
-  float lr = 0.0f;            // base learning rate of this step
+  float lr = 0.0f;  // base learning rate of this step
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float weight_decay = 0.0f;
-  int step = 1;               // t, 1-based (bias corrections)
-  float grad_scale = 1.0f;    // multiplies every gradient (global-norm clipping)
+  int step = 1;             // t, 1-based (bias corrections)
+  float grad_scale = 1.0f;  // multiplies every gradient (global-norm clipping)
 };
 
 // One parameter tensor with its gradient and moments: f32, contiguous, all
@@ -29,7 +29,7 @@ struct AdamWSlot {
   const Tensor* grad;
   Tensor* m;
   Tensor* v;
-  float lr_scale = 1.0f;      // LoRA+: lora_plus_ratio on the B factors
+  float lr_scale = 1.0f;  // LoRA+: lora_plus_ratio on the B factors
 };
 
 // Updates every slot (one kernel launch on CUDA for all slots).

@@ -35,15 +35,14 @@ struct AttentionParams {
 // Writes the batch's new keys/values into the cache at each row's position.
 //   k, v    : f32 [n_rows, n_kv_heads * head_dim]
 //   k_cache, v_cache : [n_blocks, block_size, n_kv_heads, head_dim], f32 or f16
-void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences,
-              Tensor& k_cache, Tensor& v_cache);
+void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences, Tensor& k_cache,
+              Tensor& v_cache);
 
 // rope(q), rope(k) (with q_rope's rotation, k's heads from the cache), then
 // store_kv(k, v): the step between a layer's QKV projection and its
 // attention. One kernel on CUDA; the same results as the three calls.
-void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions,
-                   const RopeParams& q_rope, std::span<const AttentionSequence> sequences,
-                   Tensor& k_cache, Tensor& v_cache);
+void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions, const RopeParams& q_rope,
+                   std::span<const AttentionSequence> sequences, Tensor& k_cache, Tensor& v_cache);
 
 // The step before a layer's attention that paged_attention can take in:
 // rope_store_kv's arguments besides q and the caches.
@@ -89,7 +88,6 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
 //   out : f32 [n_rows, n_heads * head_dim]
 // Rows not covered by any sequence are left untouched.
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     std::span<const AttentionSequence> sequences, const AttentionParams& params,
-                     Tensor& out);
+                     std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out);
 
 }  // namespace brioche::ops

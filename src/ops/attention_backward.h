@@ -32,8 +32,8 @@ struct AttentionSpan {
 
 struct DenseAttentionLayout {
   std::span<const AttentionSpan> spans;
-  std::span<const uint8_t> branch;      // [n_rows]; empty = all 0 (plain causal)
-  std::span<const int32_t> positions;   // [n_rows]; needed only with a sliding window
+  std::span<const uint8_t> branch;     // [n_rows]; empty = all 0 (plain causal)
+  std::span<const int32_t> positions;  // [n_rows]; needed only with a sliding window
 };
 
 struct DenseAttentionParams {
@@ -54,8 +54,8 @@ struct DenseAttentionGrads {
   Tensor& dk;
   Tensor& dv;
 };
-void dense_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                              const Tensor& lse, const Tensor& dout, const DenseAttentionLayout& layout,
+void dense_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& dout, const DenseAttentionLayout& layout,
                               const DenseAttentionParams& params, const DenseAttentionGrads& grads);
 
 }  // namespace brioche::ops

@@ -31,9 +31,15 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, std::span<const R
   }
   BRIOCHE_CHECK(detail::common_device("causal_conv1d", {&x, &weight, &state, &out}) == Device::CPU,
                 "causal_conv1d: runs on the CPU only in this build");
-  backend::cpu::causal_conv1d_silu({.x = xs.data, .weight = ws.data, .state = state.data_as<float>(),
-                                    .out = ys.data, .x_stride = xs.stride, .out_stride = ys.stride,
-                                    .channels = int(channels), .kernel = int(kernel), .sequences = sequences});
+  backend::cpu::causal_conv1d_silu({.x = xs.data,
+                                    .weight = ws.data,
+                                    .state = state.data_as<float>(),
+                                    .out = ys.data,
+                                    .x_stride = xs.stride,
+                                    .out_stride = ys.stride,
+                                    .channels = int(channels),
+                                    .kernel = int(kernel),
+                                    .sequences = sequences});
 }
 
 }  // namespace brioche::ops

@@ -19,8 +19,7 @@ struct F32Rows {
 inline F32Rows f32_rows(const Tensor& t, std::string_view op, std::string_view what) {
   BRIOCHE_CHECK(t.defined(), op, ": ", what, " is undefined");
   BRIOCHE_CHECK(t.dtype() == DType::F32, op, ": ", what, " must be f32, got ", t.describe());
-  BRIOCHE_CHECK(t.rank() == 1 || t.rank() == 2, op, ": ", what, " must be rank 1 or 2, got ",
-                t.describe());
+  BRIOCHE_CHECK(t.rank() == 1 || t.rank() == 2, op, ": ", what, " must be rank 1 or 2, got ", t.describe());
   BRIOCHE_CHECK(t.stride(-1) == 4, op, ": ", what, " rows must be contiguous, got ", t.describe());
   if (t.rank() == 1) return {t.data_as<float>(), 1, t.dim(0), t.dim(0)};
   BRIOCHE_CHECK(t.stride(0) % 4 == 0, op, ": ", what, " row stride must be whole floats");

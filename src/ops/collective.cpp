@@ -53,8 +53,8 @@ std::unique_ptr<Collective> connect_nccl(const CollectiveOptions& o) {
   }
   const std::vector<uint8_t> got = rendezvous(r);
   cuda::Communicator::Options c{.rank = o.rank, .size = o.size};
-  BRIOCHE_CHECK(got.size() == c.id.size(), "connect_nccl: rank ", o.rank, " received ", got.size(),
-                " bytes from ", o.master, " (expected a ", c.id.size(), "-byte NCCL unique id)");
+  BRIOCHE_CHECK(got.size() == c.id.size(), "connect_nccl: rank ", o.rank, " received ", got.size(), " bytes from ",
+                o.master, " (expected a ", c.id.size(), "-byte NCCL unique id)");
   std::copy(got.begin(), got.end(), c.id.begin());
   return std::make_unique<NcclCollective>(c);
 }

@@ -124,8 +124,8 @@ Tensor to_device(const Tensor& t, Device device) {
 
 void copy(const Tensor& src, Tensor& dst) {
   dst.note_written();
-  BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.rank() == dst.rank(),
-                "copy: source ", src.describe(), " and destination ", dst.describe(), " differ");
+  BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.rank() == dst.rank(), "copy: source ",
+                src.describe(), " and destination ", dst.describe(), " differ");
   ByteRows s = byte_rows(src, "source"), d = byte_rows(dst, "destination");
   if (s.stride == s.row_bytes && d.stride == d.row_bytes) {  // both dense: one copy, not one per row
     s = d = {1, s.row_bytes * size_t(s.n_rows), s.row_bytes * size_t(s.n_rows)};
@@ -140,9 +140,12 @@ void copy(const Tensor& src, Tensor& dst) {
   for (int64_t r = 0; r < s.n_rows; ++r) {
     void* to = static_cast<char*>(dst.data()) + r * d.stride;
     const void* from = static_cast<const char*>(src.data()) + r * s.stride;
-    if (src.device() == Device::CUDA && dst.device() == Device::CUDA) cuda::copy_device_to_device(to, from, s.row_bytes);
-    else if (dst.device() == Device::CUDA) cuda::copy_to_device(to, from, s.row_bytes);
-    else cuda::copy_to_host(to, from, s.row_bytes);
+    if (src.device() == Device::CUDA && dst.device() == Device::CUDA)
+      cuda::copy_device_to_device(to, from, s.row_bytes);
+    else if (dst.device() == Device::CUDA)
+      cuda::copy_to_device(to, from, s.row_bytes);
+    else
+      cuda::copy_to_host(to, from, s.row_bytes);
   }
 #else
   fail_no_cuda("copy");
@@ -158,10 +161,8 @@ void PendingCopy::wait() {
 
 PendingCopy copy_async(const Tensor& src, Tensor& dst) {
   dst.note_written();
-  BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() &&
-                    dst.is_contiguous(),
-                "copy_async: source ", src.describe(), " and destination ", dst.describe(),
-                " must match and be dense");
+  BRIOCHE_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() && dst.is_contiguous(),
+                "copy_async: source ", src.describe(), " and destination ", dst.describe(), " must match and be dense");
   PendingCopy pending;
   if (src.device() == Device::CPU && dst.device() == Device::CPU) {
     copy(src, dst);

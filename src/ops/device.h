@@ -57,8 +57,8 @@ class StagedUpload {
 
  private:
   struct Buffer {
-    Tensor host;                  // i32, page-locked when a GPU is present
-    std::shared_ptr<void> read;   // event: its last copy has run
+    Tensor host;                 // i32, page-locked when a GPU is present
+    std::shared_ptr<void> read;  // event: its last copy has run
   };
   Buffer buffers_[2];
   int current_ = 0;

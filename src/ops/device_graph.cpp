@@ -17,9 +17,9 @@ struct DecodeGraph::Impl {
 namespace {
 
 cuda::DecodeBinding binding_of(const DecodeInputs& in) {
-  BRIOCHE_CHECK(in.tokens.device() == Device::CUDA && in.positions.device() == Device::CUDA &&
-                    in.tables.device() == Device::CUDA,
-                "DecodeGraph: inputs must be CUDA tensors");
+  BRIOCHE_CHECK(
+      in.tokens.device() == Device::CUDA && in.positions.device() == Device::CUDA && in.tables.device() == Device::CUDA,
+      "DecodeGraph: inputs must be CUDA tensors");
   BRIOCHE_CHECK(in.tokens.dtype() == DType::I32 && in.positions.dtype() == DType::I32 &&
                     in.tables.dtype() == DType::I32 && in.tables.rank() == 2 && in.tables.is_contiguous(),
                 "DecodeGraph: inputs must be i32 tokens [n], positions [n] and contiguous tables [n, width], got ",
@@ -58,9 +58,7 @@ void DecodeGraph::launch() {
 
 bool DecodeGraph::empty() const { return !impl_ || impl_->graph.empty(); }
 
-bool decode_graphs_enabled() {
-  return env_switch_on("BRIOCHE_CUDA_GRAPHS");
-}
+bool decode_graphs_enabled() { return env_switch_on("BRIOCHE_CUDA_GRAPHS"); }
 
 #else
 

@@ -59,8 +59,7 @@ cuda::InputNorm cuda_norm(const Tensor& x, const RmsNormFirst& norm, std::string
 #endif
 
 void check_gate_up(const Tensor& w_gate, const Tensor& w_up, std::string_view op) {
-  BRIOCHE_CHECK(w_up.dtype() == w_gate.dtype() && w_up.shape() == w_gate.shape() &&
-                    w_up.stride(0) == w_gate.stride(0),
+  BRIOCHE_CHECK(w_up.dtype() == w_gate.dtype() && w_up.shape() == w_gate.shape() && w_up.stride(0) == w_gate.stride(0),
                 op, ": gate ", w_gate.describe(), " and up ", w_up.describe(), " weights differ");
 }
 
@@ -96,8 +95,8 @@ void swiglu_matmul_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_u
 
 void matmul_group_impl(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
                        const RmsNormFirst* norm) {
-  BRIOCHE_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 3, "matmul_group: ", ws.size(),
-                " weights and ", ys.size(), " outputs (expected 1 to 3 of each)");
+  BRIOCHE_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 3, "matmul_group: ", ws.size(), " weights and ",
+                ys.size(), " outputs (expected 1 to 3 of each)");
   std::vector<cpu::MatmulArgs> parts;
   for (size_t i = 0; i < ws.size(); ++i) parts.push_back(detail::matmul_args(x, *ws[i], *ys[i], "matmul_group"));
   const std::shared_ptr<void> handed = norm != nullptr ? take_handed(x, *norm, "matmul_group") : nullptr;
@@ -130,8 +129,7 @@ void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_ga
 }
 
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
-                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch,
-                MlpOutput output) {
+                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch, MlpOutput output) {
   const bool add = output == MlpOutput::AddToY;
 #if BRIOCHE_CUDA
   if (w_gate.device() == Device::CUDA) {
@@ -143,15 +141,16 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate,
     for (const Tensor* t : {&hidden, &scratch, &norm.normed, &y}) t->note_written();
     HandOnWrite write(add ? norm.handoff : nullptr, y, "swiglu_mlp");
     const cuda::InputNorm n = cuda_norm(x, norm, "swiglu_mlp", handed);
-    cuda::matmul_swiglu_down(gate, up, down,
-                             {.norm = &n, .accumulate = add,
-                              .hand_on = {.norm_w = write.norm_w(), .handed = write.slot()}});
+    cuda::matmul_swiglu_down(
+        gate, up, down, {.norm = &n, .accumulate = add, .hand_on = {.norm_w = write.norm_w(), .handed = write.slot()}});
     return write.finish();
   }
 #endif
   swiglu_matmul(x, norm, w_gate, w_up, hidden, scratch);
-  if (add) matmul_accumulate(hidden, w_down, y, y_scratch, norm.handoff);
-  else matmul(hidden, w_down, y);
+  if (add)
+    matmul_accumulate(hidden, w_down, y, y_scratch, norm.handoff);
+  else
+    matmul(hidden, w_down, y);
 }
 
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {

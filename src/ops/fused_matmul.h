@@ -19,8 +19,7 @@ namespace brioche::ops {
 // y += x·wᵀ (a residual add).           x [n, k], w [m, k], y and scratch [n, m]
 // `hand_on`: the handoff whose request for y this op answers, handing on
 // RMSNorm(y) where it can (ops/norm_handoff.h).
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch,
-                       NormHandoff* hand_on = nullptr);
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on = nullptr);
 
 // out = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ).    w_gate, w_up [inter, k] of one dtype;
 //                                      out and scratch [n, inter]

@@ -10,11 +10,10 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
                       Tensor& out) {
   out.note_written();
   state.note_written();
-  BRIOCHE_CHECK(shape.n_k_heads > 0 && shape.n_v_heads % shape.n_k_heads == 0 && shape.key_dim > 0 &&
-                    shape.value_dim > 0,
-                "gated_delta_rule: expected value heads a multiple of key heads and positive dims, got ",
-                shape.n_v_heads, " value heads, ", shape.n_k_heads, " key heads, dims ", shape.key_dim, " and ",
-                shape.value_dim);
+  BRIOCHE_CHECK(
+      shape.n_k_heads > 0 && shape.n_v_heads % shape.n_k_heads == 0 && shape.key_dim > 0 && shape.value_dim > 0,
+      "gated_delta_rule: expected value heads a multiple of key heads and positive dims, got ", shape.n_v_heads,
+      " value heads, ", shape.n_k_heads, " key heads, dims ", shape.key_dim, " and ", shape.value_dim);
   auto qs = detail::f32_rows(q, "gated_delta_rule", "q");
   auto ks = detail::f32_rows(k, "gated_delta_rule", "k");
   auto vs = detail::f32_rows(v, "gated_delta_rule", "v");
@@ -34,25 +33,35 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
   check(bs, shape.n_v_heads, beta, "beta");
   check(os, value_width, out, "out");
   BRIOCHE_CHECK(state.defined() && state.dtype() == DType::F32 && state.rank() == 4 && state.is_contiguous() &&
-                    state.dim(1) == shape.n_v_heads && state.dim(2) == shape.key_dim &&
-                    state.dim(3) == shape.value_dim,
-                "gated_delta_rule: state must be contiguous f32 [slots, ", shape.n_v_heads, ", ", shape.key_dim,
-                ", ", shape.value_dim, "], got ", state.defined() ? state.describe() : std::string("undefined"));
+                    state.dim(1) == shape.n_v_heads && state.dim(2) == shape.key_dim && state.dim(3) == shape.value_dim,
+                "gated_delta_rule: state must be contiguous f32 [slots, ", shape.n_v_heads, ", ", shape.key_dim, ", ",
+                shape.value_dim, "], got ", state.defined() ? state.describe() : std::string("undefined"));
   for (const RecurrentSequence& s : sequences) {
-    BRIOCHE_CHECK(s.first_row >= 0 && s.n_rows >= 0 && s.first_row + s.n_rows <= n,
-                  "gated_delta_rule: sequence rows [", s.first_row, ", ", s.first_row + s.n_rows,
-                  ") outside the batch of ", n);
+    BRIOCHE_CHECK(s.first_row >= 0 && s.n_rows >= 0 && s.first_row + s.n_rows <= n, "gated_delta_rule: sequence rows [",
+                  s.first_row, ", ", s.first_row + s.n_rows, ") outside the batch of ", n);
     BRIOCHE_CHECK(s.state_slot >= 0 && s.state_slot < state.dim(0), "gated_delta_rule: state slot ", s.state_slot,
                   " outside [0, ", state.dim(0), ")");
   }
   BRIOCHE_CHECK(detail::common_device("gated_delta_rule", {&q, &k, &v, &g, &beta, &state, &out}) == Device::CPU,
                 "gated_delta_rule: runs on the CPU only in this build");
-  backend::cpu::gated_delta_rule({.q = qs.data, .k = ks.data, .v = vs.data, .g = gs.data, .beta = bs.data,
-                                  .state = state.data_as<float>(), .out = os.data, .q_stride = qs.stride,
-                                  .k_stride = ks.stride, .v_stride = vs.stride, .g_stride = gs.stride,
-                                  .beta_stride = bs.stride, .out_stride = os.stride, .n_k_heads = shape.n_k_heads,
-                                  .n_v_heads = shape.n_v_heads, .key_dim = shape.key_dim,
-                                  .value_dim = shape.value_dim, .sequences = sequences});
+  backend::cpu::gated_delta_rule({.q = qs.data,
+                                  .k = ks.data,
+                                  .v = vs.data,
+                                  .g = gs.data,
+                                  .beta = bs.data,
+                                  .state = state.data_as<float>(),
+                                  .out = os.data,
+                                  .q_stride = qs.stride,
+                                  .k_stride = ks.stride,
+                                  .v_stride = vs.stride,
+                                  .g_stride = gs.stride,
+                                  .beta_stride = bs.stride,
+                                  .out_stride = os.stride,
+                                  .n_k_heads = shape.n_k_heads,
+                                  .n_v_heads = shape.n_v_heads,
+                                  .key_dim = shape.key_dim,
+                                  .value_dim = shape.value_dim,
+                                  .sequences = sequences});
 }
 
 void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias, Tensor& g,
@@ -68,14 +77,21 @@ void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, con
   for (const detail::F32Rows* r : {&bs, &gs, &betas})
     BRIOCHE_CHECK(r->n_rows == as.n_rows && r->dim == as.dim, "delta_rule_gates: a ", a.describe(), ", b ",
                   b.describe(), ", g ", g.describe(), " and beta ", beta.describe(), " must have one shape");
-  BRIOCHE_CHECK(ls.n_rows == 1 && ls.dim == as.dim && ds.n_rows == 1 && ds.dim == as.dim,
-                "delta_rule_gates: a_log ", a_log.describe(), " and dt_bias ", dt_bias.describe(), " must be [",
-                as.dim, "]");
+  BRIOCHE_CHECK(ls.n_rows == 1 && ls.dim == as.dim && ds.n_rows == 1 && ds.dim == as.dim, "delta_rule_gates: a_log ",
+                a_log.describe(), " and dt_bias ", dt_bias.describe(), " must be [", as.dim, "]");
   BRIOCHE_CHECK(detail::common_device("delta_rule_gates", {&a, &b, &a_log, &dt_bias, &g, &beta}) == Device::CPU,
                 "delta_rule_gates: runs on the CPU only in this build");
-  backend::cpu::delta_rule_gates({.a = as.data, .b = bs.data, .a_log = ls.data, .dt_bias = ds.data, .g = gs.data,
-                                  .beta = betas.data, .n_rows = as.n_rows, .n_heads = as.dim,
-                                  .a_stride = as.stride, .b_stride = bs.stride, .g_stride = gs.stride,
+  backend::cpu::delta_rule_gates({.a = as.data,
+                                  .b = bs.data,
+                                  .a_log = ls.data,
+                                  .dt_bias = ds.data,
+                                  .g = gs.data,
+                                  .beta = betas.data,
+                                  .n_rows = as.n_rows,
+                                  .n_heads = as.dim,
+                                  .a_stride = as.stride,
+                                  .b_stride = bs.stride,
+                                  .g_stride = gs.stride,
                                   .beta_stride = betas.stride});
 }
 

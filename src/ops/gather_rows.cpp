@@ -10,8 +10,8 @@ namespace brioche::ops {
 
 namespace {
 
-backend::cpu::RowIndexArgs row_index_args(const Tensor& src, std::span<const int32_t> rows, Tensor& dst,
-                                          const char* op, int64_t n_indexed) {
+backend::cpu::RowIndexArgs row_index_args(const Tensor& src, std::span<const int32_t> rows, Tensor& dst, const char* op,
+                                          int64_t n_indexed) {
   auto s = detail::f32_rows(src, op, "src");
   auto d = detail::f32_rows(dst, op, "dst");
   BRIOCHE_CHECK(s.dim == d.dim, op, ": src ", src.describe(), " and dst ", dst.describe(), " differ in width");
@@ -19,8 +19,13 @@ backend::cpu::RowIndexArgs row_index_args(const Tensor& src, std::span<const int
     BRIOCHE_CHECK(rows[i] >= 0 && rows[i] < n_indexed, op, ": row index ", rows[i], " at ", i, " outside [0, ",
                   n_indexed, ")");
   }
-  return {.src = s.data, .dst = d.data, .rows = rows.data(), .n = int64_t(rows.size()), .dim = s.dim,
-          .ld_src = s.stride, .ld_dst = d.stride};
+  return {.src = s.data,
+          .dst = d.data,
+          .rows = rows.data(),
+          .n = int64_t(rows.size()),
+          .dim = s.dim,
+          .ld_src = s.stride,
+          .ld_dst = d.stride};
 }
 
 }  // namespace

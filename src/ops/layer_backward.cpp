@@ -15,13 +15,20 @@ void rms_norm_backward(const Tensor& x, const Tensor& weight, float eps, const T
   auto ws = detail::f32_rows(weight, "rms_norm_backward", "weight");
   auto gs = detail::f32_rows(dy, "rms_norm_backward", "dy");
   auto os = detail::f32_rows(dx, "rms_norm_backward", "dx");
-  BRIOCHE_CHECK(ws.n_rows == 1 && ws.dim == xs.dim && gs.dim == xs.dim && os.dim == xs.dim &&
-                    gs.n_rows == xs.n_rows && os.n_rows == xs.n_rows,
-                "rms_norm_backward: shapes x ", x.describe(), ", weight ", weight.describe(), ", dy ",
-                dy.describe(), ", dx ", dx.describe(), " do not agree");
-  const backend::cpu::RmsNormBackwardArgs args{.x = xs.data, .weight = ws.data, .dy = gs.data, .dx = os.data,
-                                               .n_rows = xs.n_rows, .dim = xs.dim, .x_stride = xs.stride,
-                                               .dy_stride = gs.stride, .dx_stride = os.stride, .eps = eps};
+  BRIOCHE_CHECK(ws.n_rows == 1 && ws.dim == xs.dim && gs.dim == xs.dim && os.dim == xs.dim && gs.n_rows == xs.n_rows &&
+                    os.n_rows == xs.n_rows,
+                "rms_norm_backward: shapes x ", x.describe(), ", weight ", weight.describe(), ", dy ", dy.describe(),
+                ", dx ", dx.describe(), " do not agree");
+  const backend::cpu::RmsNormBackwardArgs args{.x = xs.data,
+                                               .weight = ws.data,
+                                               .dy = gs.data,
+                                               .dx = os.data,
+                                               .n_rows = xs.n_rows,
+                                               .dim = xs.dim,
+                                               .x_stride = xs.stride,
+                                               .dy_stride = gs.stride,
+                                               .dx_stride = os.stride,
+                                               .eps = eps};
   if (detail::common_device("rms_norm_backward", {&x, &weight, &dy, &dx}) == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::rms_norm_backward(args);
@@ -38,17 +45,27 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, T
   auto d = detail::f32_rows(dout, "swiglu_backward", "dout");
   // The gradients in f32, or both in dense bf16 (CUDA only).
   const bool grads_bf16 = detail::is_bf16(dgate);
-  BRIOCHE_CHECK(detail::is_bf16(dup) == grads_bf16, "swiglu_backward: dgate and dup must both be f32 or both bf16, "
-                "got ", dgate.describe(), " and ", dup.describe());
+  BRIOCHE_CHECK(detail::is_bf16(dup) == grads_bf16,
+                "swiglu_backward: dgate and dup must both be f32 or both bf16, "
+                "got ",
+                dgate.describe(), " and ", dup.describe());
   auto dg = detail::f32_or_bf16_rows(dgate, g.n_rows, g.dim, "swiglu_backward", "dgate");
   auto du = detail::f32_or_bf16_rows(dup, g.n_rows, g.dim, "swiglu_backward", "dup");
   for (const auto* t : {&u, &d, &dg, &du}) {
-    BRIOCHE_CHECK(t->n_rows == g.n_rows && t->dim == g.dim, "swiglu_backward: every tensor must be ",
-                  gate.describe(), "-shaped");
+    BRIOCHE_CHECK(t->n_rows == g.n_rows && t->dim == g.dim, "swiglu_backward: every tensor must be ", gate.describe(),
+                  "-shaped");
   }
-  const backend::cpu::SwigluBackwardArgs args{.gate = g.data, .up = u.data, .dout = d.data, .dgate = dg.data,
-                                              .dup = du.data, .n_rows = g.n_rows, .dim = g.dim, .ld_gate = g.stride,
-                                              .ld_up = u.stride, .ld_dout = d.stride, .ld_dgate = dg.stride,
+  const backend::cpu::SwigluBackwardArgs args{.gate = g.data,
+                                              .up = u.data,
+                                              .dout = d.data,
+                                              .dgate = dg.data,
+                                              .dup = du.data,
+                                              .n_rows = g.n_rows,
+                                              .dim = g.dim,
+                                              .ld_gate = g.stride,
+                                              .ld_up = u.stride,
+                                              .ld_dout = d.stride,
+                                              .ld_dgate = dg.stride,
                                               .ld_dup = du.stride};
   if (detail::common_device("swiglu_backward", {&gate, &up, &dout, &dgate, &dup}) == Device::CUDA) {
 #if BRIOCHE_CUDA

@@ -42,9 +42,16 @@ float* f32_vector(const Tensor& t, int64_t n, const char* op, const char* what) 
 
 #if BRIOCHE_CUDA
 cuda::LogpHeadDeviceArgs device_args(const LogpHeadArgs& a, const detail::F32Rows& h) {
-  return {.hidden = h.data, .ldh = h.stride, .n = h.n_rows, .H = h.dim, .wtype = a.weight.dtype(),
-          .w = a.weight.data(), .w_row_bytes = size_t(a.weight.stride(0)), .vocab = a.weight.dim(0),
-          .targets = a.targets.data(), .chunk = a.chunk};
+  return {.hidden = h.data,
+          .ldh = h.stride,
+          .n = h.n_rows,
+          .H = h.dim,
+          .wtype = a.weight.dtype(),
+          .w = a.weight.data(),
+          .w_row_bytes = size_t(a.weight.stride(0)),
+          .vocab = a.weight.dim(0),
+          .targets = a.targets.data(),
+          .chunk = a.chunk};
 }
 #endif
 
@@ -70,8 +77,12 @@ void logp_head_forward(const LogpHeadArgs& a, Tensor& lse, Tensor& logp) {
     const int64_t v1 = std::min(V, v0 + a.chunk);
     Tensor z = logits.slice(1, 0, v1 - v0);
     matmul(a.hidden, a.weight.slice(0, v0, v1), z);
-    backend::cpu::logp_chunk_update({.z = z.data_as<float>(), .ldz = z.stride(0) / 4, .n = n, .width = v1 - v0,
-                                     .v0 = v0, .targets = a.targets.data()},
+    backend::cpu::logp_chunk_update({.z = z.data_as<float>(),
+                                     .ldz = z.stride(0) / 4,
+                                     .n = n,
+                                     .width = v1 - v0,
+                                     .v0 = v0,
+                                     .targets = a.targets.data()},
                                     m.data(), s.data(), z_t.data());
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -87,8 +98,8 @@ void logp_head_backward(const LogpHeadArgs& a, const Tensor& lse, const Tensor& 
   const float* lse_in = f32_vector(lse, n, "logp_head_backward", "lse");
   const float* d_logp_in = f32_vector(d_logp, n, "logp_head_backward", "d_logp");
   auto dh = detail::f32_rows(d_hidden, "logp_head_backward", "d_hidden");
-  BRIOCHE_CHECK(dh.n_rows == n && dh.dim == h.dim, "logp_head_backward: d_hidden must be [", n, ", ", h.dim,
-                "], got ", d_hidden.describe());
+  BRIOCHE_CHECK(dh.n_rows == n && dh.dim == h.dim, "logp_head_backward: d_hidden must be [", n, ", ", h.dim, "], got ",
+                d_hidden.describe());
   detail::common_device("logp_head_backward", {&a.hidden, &lse, &d_logp, &d_hidden});
   if (n == 0) return;
   if (a.hidden.device() == Device::CUDA) {
@@ -105,8 +116,12 @@ void logp_head_backward(const LogpHeadArgs& a, const Tensor& lse, const Tensor& 
     Tensor z = logits.slice(1, 0, v1 - v0);
     Tensor w_chunk = a.weight.slice(0, v0, v1);
     matmul(a.hidden, w_chunk, z);
-    backend::cpu::logp_chunk_grad({.z = z.data_as<float>(), .ldz = z.stride(0) / 4, .n = n, .width = v1 - v0,
-                                   .v0 = v0, .targets = a.targets.data()},
+    backend::cpu::logp_chunk_grad({.z = z.data_as<float>(),
+                                   .ldz = z.stride(0) / 4,
+                                   .n = n,
+                                   .width = v1 - v0,
+                                   .v0 = v0,
+                                   .targets = a.targets.data()},
                                   lse_in, d_logp_in);
     const bool first = v0 == 0;
     matmul_input_grad(z, w_chunk, d_hidden,

@@ -33,7 +33,8 @@ void check_low_rank(const LowRank& lr, int64_t in, int64_t out, std::string_view
 // where the tensor-core path takes it as it is.
 detail::F32Rows rows_of(const Tensor& t, int64_t n, int64_t d, bool bf16_ok, std::string_view op,
                         std::string_view what) {
-  BRIOCHE_CHECK(bf16_ok || !detail::is_bf16(t), op, ": bf16 ", what, " ", t.describe(), " needs the tensor-core "
+  BRIOCHE_CHECK(bf16_ok || !detail::is_bf16(t), op, ": bf16 ", what, " ", t.describe(),
+                " needs the tensor-core "
                 "path (CUDA, more than 8 rows, bf16 or quantized weights, widths multiples of 8)");
   const detail::F32Rows r = detail::f32_or_bf16_rows(t, n, d, op, what);
   BRIOCHE_CHECK(r.n_rows == n && r.dim == d, op, ": ", what, " must be [", n, ", ", d, "], got ", t.describe());
@@ -104,8 +105,10 @@ void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
     std::vector<cuda::LoraMatmulPartArgs> args;
     for (size_t i = 0; i < parts.size(); ++i) {
       const LoraMatmulPart& p = parts[i];
-      args.push_back({.base = base[i], .low_rank = low_rank_args(p.low_rank),
-                      .u = p.u ? p.u->data_as<float>() : nullptr, .ld_u = p.u ? p.u->stride(0) / 4 : 0});
+      args.push_back({.base = base[i],
+                      .low_rank = low_rank_args(p.low_rank),
+                      .u = p.u ? p.u->data_as<float>() : nullptr,
+                      .ld_u = p.u ? p.u->stride(0) / 4 : 0});
     }
     return cuda::lora_matmul(args, bf16_data(x));
   }
@@ -157,13 +160,23 @@ void lora_matmul_backward(const Tensor& x, std::span<const LoraMatmulGradPart> p
     for (const LoraMatmulGradPart& p : parts) {
       const detail::F32Rows g = rows_of(p.dy, xs.n_rows, p.w.dim(0), true, "lora_matmul_backward", "dy");
       const detail::F32Rows d = detail::f32_rows(dx, "lora_matmul_backward", "dx");
-      args.push_back({.base = {.dy = g.data, .wtype = p.w.dtype(), .w = p.w.data(), .w_row_bytes = size_t(p.w.stride(0)),
-                               .dx = d.data, .ld_dy = g.stride, .ld_dx = d.stride, .n = g.n_rows, .m = g.dim,
-                               .k = d.dim, .accumulate = mode == GradWrite::Accumulate},
+      args.push_back({.base = {.dy = g.data,
+                               .wtype = p.w.dtype(),
+                               .w = p.w.data(),
+                               .w_row_bytes = size_t(p.w.stride(0)),
+                               .dx = d.data,
+                               .ld_dy = g.stride,
+                               .ld_dx = d.stride,
+                               .n = g.n_rows,
+                               .m = g.dim,
+                               .k = d.dim,
+                               .accumulate = mode == GradWrite::Accumulate},
                       .low_rank = low_rank_args(p.low_rank),
-                      .u = p.u ? p.u->data_as<float>() : nullptr, .ld_u = p.u ? p.u->stride(0) / 4 : 0,
+                      .u = p.u ? p.u->data_as<float>() : nullptr,
+                      .ld_u = p.u ? p.u->stride(0) / 4 : 0,
                       .grad_a = p.grad_a ? p.grad_a->data_as<float>() : nullptr,
-                      .grad_b = p.grad_b ? p.grad_b->data_as<float>() : nullptr, .dy16 = bf16_data(p.dy)});
+                      .grad_b = p.grad_b ? p.grad_b->data_as<float>() : nullptr,
+                      .dy16 = bf16_data(p.dy)});
     }
     return cuda::lora_matmul_backward(xs.data, xs.stride, args, bf16_data(x));
   }
@@ -176,8 +189,8 @@ void lora_matmul_backward(const Tensor& x, std::span<const LoraMatmulGradPart> p
     matmul_weight_grad(p.dy, *p.u, *p.grad_b);  // dB += dyᵀ·u
     Tensor g = f32(xs.n_rows, p.low_rank->a.dim(0), x.device());
     matmul_input_grad(p.dy, p.low_rank->b, g, GradWrite::Overwrite);
-    scale(g, p.low_rank->scale);                                    // g = s·dy·B   [n, r]
-    matmul_weight_grad(g, x, *p.grad_a);                            // dA += gᵀ·x
+    scale(g, p.low_rank->scale);                                     // g = s·dy·B   [n, r]
+    matmul_weight_grad(g, x, *p.grad_a);                             // dA += gᵀ·x
     matmul_input_grad(g, p.low_rank->a, dx, GradWrite::Accumulate);  // dx += g·A
   }
 }

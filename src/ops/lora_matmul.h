@@ -35,10 +35,10 @@ struct LowRank {
 };
 
 struct LoraMatmulPart {
-  const Tensor& w;           // frozen [out, in], any dtype
-  const LowRank* low_rank;   // nullptr: y = x·Wᵀ only
-  Tensor& y;                 // [n, out] f32, written
-  Tensor* u;                 // [n, r] f32, written when low_rank
+  const Tensor& w;          // frozen [out, in], any dtype
+  const LowRank* low_rank;  // nullptr: y = x·Wᵀ only
+  Tensor& y;                // [n, out] f32, written
+  Tensor* u;                // [n, r] f32, written when low_rank
 };
 void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts);
 
@@ -48,11 +48,11 @@ bool lora_matmul_on_tensor_cores(Device device, int64_t n, int64_t in, std::span
 
 struct LoraMatmulGradPart {
   const Tensor& w;
-  const LowRank* low_rank;   // nullptr: dx gets dy·W only
-  const Tensor* u;           // [n, r] from the forward (when low_rank)
-  const Tensor& dy;          // [n, out] f32 (or bf16, see above)
-  Tensor* grad_a;            // [r, in] f32, += (when low_rank)
-  Tensor* grad_b;            // [out, r] f32, +=
+  const LowRank* low_rank;  // nullptr: dx gets dy·W only
+  const Tensor* u;          // [n, r] from the forward (when low_rank)
+  const Tensor& dy;         // [n, out] f32 (or bf16, see above)
+  Tensor* grad_a;           // [r, in] f32, += (when low_rank)
+  Tensor* grad_b;           // [out, r] f32, +=
 };
 // x [n, in] is the forward's input; dx [n, in] f32 is written (Overwrite) or
 // added to (Accumulate) by the sum over the parts.

@@ -19,8 +19,7 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
   auto xs = detail::f32_rows(x, "lora_rows_add", "x");
   auto ys = detail::f32_rows(y, "lora_rows_add", "y");
   auto us = detail::f32_rows(u_scratch, "lora_rows_add", "u_scratch");
-  BRIOCHE_CHECK(xs.n_rows == ys.n_rows, "lora_rows_add: x ", x.describe(), " and y ", y.describe(),
-                " differ in rows");
+  BRIOCHE_CHECK(xs.n_rows == ys.n_rows, "lora_rows_add: x ", x.describe(), " and y ", y.describe(), " differ in rows");
   const Device device = detail::common_device("lora_rows_add", {&x, &y, &u_scratch});
   std::vector<backend::cpu::LoraRowsSegment> segs;
   segs.reserve(segments.size());
@@ -34,8 +33,8 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
                   "lora_rows_add: factors must be contiguous f16 matrices on ", device_name(device), ", got ",
                   a.describe(), " and ", bt.describe());
     const int64_t rank = a.dim(0);
-    BRIOCHE_CHECK(a.dim(1) == xs.dim && bt.dim(0) == rank && bt.dim(1) == ys.dim, "lora_rows_add: A ",
-                  a.describe(), " and s·Bᵀ ", bt.describe(), " do not map ", xs.dim, " features to ", ys.dim);
+    BRIOCHE_CHECK(a.dim(1) == xs.dim && bt.dim(0) == rank && bt.dim(1) == ys.dim, "lora_rows_add: A ", a.describe(),
+                  " and s·Bᵀ ", bt.describe(), " do not map ", xs.dim, " features to ", ys.dim);
     BRIOCHE_CHECK(rank >= 1 && rank <= max_lora_rows_rank() && rank <= us.dim, "lora_rows_add: rank ", rank,
                   " outside [1, ", std::min<int64_t>(max_lora_rows_rank(), us.dim), "]");
     BRIOCHE_CHECK(s.first_row >= end_of_previous && s.n_rows >= 0 && s.first_row + s.n_rows <= xs.n_rows &&
@@ -43,12 +42,22 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
                   "lora_rows_add: segment rows [", s.first_row, ", ", s.first_row + s.n_rows,
                   ") overlap the previous one or leave the batch of ", xs.n_rows);
     end_of_previous = s.first_row + s.n_rows;
-    segs.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .rank = int32_t(rank),
-                    .a = a.data_as<uint16_t>(), .bt = bt.data_as<uint16_t>()});
+    segs.push_back({.first_row = s.first_row,
+                    .n_rows = s.n_rows,
+                    .rank = int32_t(rank),
+                    .a = a.data_as<uint16_t>(),
+                    .bt = bt.data_as<uint16_t>()});
   }
-  const backend::cpu::LoraRowsArgs args{.x = xs.data, .y = ys.data, .u = us.data, .in = xs.dim, .out = ys.dim,
-                                        .ldx = xs.stride, .ldy = ys.stride, .ldu = us.stride,
-                                        .segments = segs.data(), .n_segments = int32_t(segs.size())};
+  const backend::cpu::LoraRowsArgs args{.x = xs.data,
+                                        .y = ys.data,
+                                        .u = us.data,
+                                        .in = xs.dim,
+                                        .out = ys.dim,
+                                        .ldx = xs.stride,
+                                        .ldy = ys.stride,
+                                        .ldu = us.stride,
+                                        .segments = segs.data(),
+                                        .n_segments = int32_t(segs.size())};
   if (device == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::lora_rows_add(args);
@@ -59,20 +68,18 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
   backend::cpu::lora_rows_add(args);
 }
 
-void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
-                    Tensor& u_scratch) {
+void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts, Tensor& u_scratch) {
   u_scratch.note_written();
   for (const LoraTablePart& p : parts)
     if (p.y != nullptr) p.y->note_written();
-  BRIOCHE_CHECK(!parts.empty() && parts.size() <= size_t(backend::cpu::kLoraTableParts),
-                "lora_table_add: 1 to ", backend::cpu::kLoraTableParts, " projections, got ", parts.size());
+  BRIOCHE_CHECK(!parts.empty() && parts.size() <= size_t(backend::cpu::kLoraTableParts), "lora_table_add: 1 to ",
+                backend::cpu::kLoraTableParts, " projections, got ", parts.size());
   BRIOCHE_CHECK(table.row_slot != nullptr && table.factors != nullptr, "lora_table_add: a table without its data");
   auto xs = detail::f32_rows(x, "lora_table_add", "x");
   auto us = detail::f32_rows(u_scratch, "lora_table_add", "u_scratch");
   const Tensor& slots = *table.row_slot;
   const Tensor& factors = *table.factors;
-  BRIOCHE_CHECK(slots.dtype() == DType::I32 && slots.rank() == 1 && slots.dim(0) >= xs.n_rows &&
-                    slots.is_contiguous(),
+  BRIOCHE_CHECK(slots.dtype() == DType::I32 && slots.rank() == 1 && slots.dim(0) >= xs.n_rows && slots.is_contiguous(),
                 "lora_table_add: row slots must be i32 [", xs.n_rows, "], got ", slots.describe());
   constexpr int64_t kWords = int64_t(sizeof(backend::cpu::LoraFactors) / 4);
   BRIOCHE_CHECK(factors.dtype() == DType::I32 && factors.rank() == 1 && factors.dim(0) % kWords == 0 &&
@@ -85,16 +92,22 @@ void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const Lor
                 "lora_table_add: u_scratch ", u_scratch.describe(), " smaller than [", xs.n_rows, ", ",
                 int64_t(parts.size()) * table.rank_cap, "]");
   const Device device = detail::common_device("lora_table_add", {&x, &u_scratch, &slots, &factors});
-  backend::cpu::LoraTableArgs args{.x = xs.data, .ldx = xs.stride, .in = xs.dim, .n_rows = int32_t(xs.n_rows),
+  backend::cpu::LoraTableArgs args{.x = xs.data,
+                                   .ldx = xs.stride,
+                                   .in = xs.dim,
+                                   .n_rows = int32_t(xs.n_rows),
                                    .row_slot = slots.data_as<int32_t>(),
                                    .factors = static_cast<const backend::cpu::LoraFactors*>(factors.data()),
-                                   .slot_stride = table.slot_stride, .rank_cap = table.rank_cap,
-                                   .n_parts = int32_t(parts.size()), .u = us.data, .ldu = us.stride};
+                                   .slot_stride = table.slot_stride,
+                                   .rank_cap = table.rank_cap,
+                                   .n_parts = int32_t(parts.size()),
+                                   .u = us.data,
+                                   .ldu = us.stride};
   const int64_t entries = factors.dim(0) / kWords;
   for (size_t p = 0; p < parts.size(); ++p) {
-    BRIOCHE_CHECK(parts[p].y != nullptr && parts[p].entry >= 0 && parts[p].entry < table.slot_stride &&
-                      parts[p].entry < entries,
-                  "lora_table_add: part ", p, " names entry ", parts[p].entry, " of a slot of ", table.slot_stride);
+    BRIOCHE_CHECK(
+        parts[p].y != nullptr && parts[p].entry >= 0 && parts[p].entry < table.slot_stride && parts[p].entry < entries,
+        "lora_table_add: part ", p, " names entry ", parts[p].entry, " of a slot of ", table.slot_stride);
     auto ys = detail::f32_rows(*parts[p].y, "lora_table_add", "y");
     BRIOCHE_CHECK(ys.n_rows == xs.n_rows, "lora_table_add: x ", x.describe(), " and y ", parts[p].y->describe(),
                   " differ in rows");

@@ -47,13 +47,12 @@ struct LoraTable {
   int32_t rank_cap = 0;              // ≥ every rank the table holds
 };
 struct LoraTablePart {
-  int32_t entry = 0;     // the projection's entry within a slot (layer · projections + projection)
-  Tensor* y = nullptr;   // [n, out] f32, added to
+  int32_t entry = 0;    // the projection's entry within a slot (layer · projections + projection)
+  Tensor* y = nullptr;  // [n, out] f32, added to
 };
 // For 1–3 projections of one x [n, in] (Q/K/V, gate/up): y_p[r] +=
 // (x[r]·A_{s,p}ᵀ)·bt_{s,p} for every row r of slot s ≥ 0, in two launches on
 // CUDA whatever the mix. u_scratch f32 [n, ≥ parts · rank_cap].
-void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
-                    Tensor& u_scratch);
+void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts, Tensor& u_scratch);
 
 }  // namespace brioche::ops

@@ -16,11 +16,11 @@ cpu::MatmulArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor& y, s
   BRIOCHE_CHECK(w.rank() == 2, op, ": weight must be rank 2 [out_features, in_features], got ", w.describe());
   BRIOCHE_CHECK(x.rank() == 2 && y.rank() == 2, op, ": x and y must be rank 2, got x ", x.describe(), " and y ",
                 y.describe());
-  BRIOCHE_CHECK(x.dtype() == DType::F32 && y.dtype() == DType::F32, op, ": x and y must be f32, got x ",
-                x.describe(), " and y ", y.describe());
+  BRIOCHE_CHECK(x.dtype() == DType::F32 && y.dtype() == DType::F32, op, ": x and y must be f32, got x ", x.describe(),
+                " and y ", y.describe());
   const int64_t n = x.dim(0), k = x.dim(1), m = w.dim(0);
-  BRIOCHE_CHECK(w.dim(1) == k, op, ": x ", x.describe(), " has ", k, " features but weight ", w.describe(),
-                " expects ", w.dim(1));
+  BRIOCHE_CHECK(w.dim(1) == k, op, ": x ", x.describe(), " has ", k, " features but weight ", w.describe(), " expects ",
+                w.dim(1));
   BRIOCHE_CHECK(y.dim(0) == n && y.dim(1) == m, op, ": output must be [", n, ", ", m, "], got ", y.describe());
   BRIOCHE_CHECK(n <= 1 || x.stride(1) == 4, op, ": x rows must be contiguous, got ", x.describe());
   BRIOCHE_CHECK(m <= 1 || y.stride(1) == 4, op, ": y rows must be contiguous, got ", y.describe());
@@ -31,9 +31,16 @@ cpu::MatmulArgs matmul_args(const Tensor& x, const Tensor& w, const Tensor& y, s
   BRIOCHE_CHECK(x.device() == w.device() && y.device() == w.device(), op,
                 ": x, w and y must be on the same device, got x on ", device_name(x.device()), ", w on ",
                 device_name(w.device()), ", y on ", device_name(y.device()));
-  return {.x = x.data_as<float>(), .ldx = x.stride(0) / 4, .wtype = w.dtype(), .w = w.data(),
-          .w_row_bytes = size_t(w.stride(0)), .y = y.data_as<float>(), .ldy = y.stride(0) / 4,
-          .n = n, .m = m, .k = k};
+  return {.x = x.data_as<float>(),
+          .ldx = x.stride(0) / 4,
+          .wtype = w.dtype(),
+          .w = w.data(),
+          .w_row_bytes = size_t(w.stride(0)),
+          .y = y.data_as<float>(),
+          .ldy = y.stride(0) / 4,
+          .n = n,
+          .m = m,
+          .k = k};
 }
 
 }  // namespace detail

@@ -16,9 +16,14 @@ MoeRouting moe_route(const Tensor& logits, int top_k, std::span<const float> per
   r.top_k = top_k;
   r.expert.resize(size_t(z.n_rows * top_k));
   r.weight.resize(size_t(z.n_rows * top_k));
-  backend::cpu::moe_route({.logits = z.data, .per_expert_scale = per_expert_scale.data(), .expert = r.expert.data(),
-                           .weight = r.weight.data(), .n_rows = z.n_rows, .logits_stride = z.stride,
-                           .n_experts = int(z.dim), .top_k = top_k});
+  backend::cpu::moe_route({.logits = z.data,
+                           .per_expert_scale = per_expert_scale.data(),
+                           .expert = r.expert.data(),
+                           .weight = r.weight.data(),
+                           .n_rows = z.n_rows,
+                           .logits_stride = z.stride,
+                           .n_experts = int(z.dim),
+                           .top_k = top_k});
   return r;
 }
 
@@ -27,8 +32,8 @@ void scale_rows(Tensor& x, std::span<const float> scale) {
   BRIOCHE_CHECK(x.device() == Device::CPU, "scale_rows: x on ", device_name(x.device()),
                 ": this op has only a CPU kernel in this build (Gemma 4 runs on the CPU only)");
   BRIOCHE_CHECK(int64_t(scale.size()) == xs.n_rows, "scale_rows: ", scale.size(), " scales for ", xs.n_rows, " rows");
-  backend::cpu::scale_rows({.x = xs.data, .scale = scale.data(), .n_rows = xs.n_rows, .dim = xs.dim,
-                            .x_stride = xs.stride});
+  backend::cpu::scale_rows(
+      {.x = xs.data, .scale = scale.data(), .n_rows = xs.n_rows, .dim = xs.dim, .x_stride = xs.stride});
 }
 
 }  // namespace brioche::ops

@@ -35,8 +35,8 @@ void NormHandoff::request(const Tensor& y, const Tensor& norm_weight) {
 
 const Tensor* NormHandoff::take_request(const Tensor& y, const char* op) {
   if (!requested_.defined()) return nullptr;
-  BRIOCHE_CHECK(same_view(requested_, y), op, ": the norm handoff requests the norm of ", requested_.describe(),
-                " at ", requested_.data(), ", but this op adds to ", y.describe(), " at ", y.data(),
+  BRIOCHE_CHECK(same_view(requested_, y), op, ": the norm handoff requests the norm of ", requested_.describe(), " at ",
+                requested_.data(), ", but this op adds to ", y.describe(), " at ", y.data(),
                 " (pass the handoff to the op that adds to the requested tensor)");
   requested_ = Tensor();
   return &requested_norm_;  // (valid until the next request)
@@ -63,8 +63,7 @@ std::shared_ptr<void> NormHandoff::take_handed(const Tensor& x, const Tensor& no
                 ", but this op normalizes ", x.describe(), " at ", x.data());
   BRIOCHE_CHECK(same_view(w, norm_weight), op, ": the norm handed on uses the norm weight at ", w.data(),
                 ", but this op normalizes with the one at ", norm_weight.data());
-  BRIOCHE_CHECK(x.version() == handed_version_, op, ": ", x.describe(), " was written ",
-                x.version() - handed_version_,
+  BRIOCHE_CHECK(x.version() == handed_version_, op, ": ", x.describe(), " was written ", x.version() - handed_version_,
                 " time(s) after its norm was handed on; the norm would be stale (no op may write the tensor "
                 "between the op that hands its norm on and the op that reads it)");
   return norm;

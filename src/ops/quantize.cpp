@@ -16,9 +16,7 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
   cpu::dequantize_row_ref(dtype, src, dst, n);
 }
 
-void quantize_row(DType dtype, const float* src, void* dst, int64_t n) {
-  cpu::quantize_row_ref(dtype, src, dst, n);
-}
+void quantize_row(DType dtype, const float* src, void* dst, int64_t n) { cpu::quantize_row_ref(dtype, src, dst, n); }
 
 #if BRIOCHE_CUDA
 namespace {
@@ -26,13 +24,17 @@ namespace {
 // f32 <-> bf16 of a dense matrix on the device.
 Tensor convert_on_cuda(const Tensor& src, DType dtype) {
   const bool to_bf16 = src.dtype() == DType::F32 && dtype == DType::BF16;
-  BRIOCHE_CHECK((to_bf16 || (src.dtype() == DType::BF16 && dtype == DType::F32)) && src.rank() == 2 &&
-                    src.is_contiguous(),
-                "convert: on CUDA only dense f32 <-> bf16 matrices, got ", src.describe(), " -> ", dtype_name(dtype));
+  BRIOCHE_CHECK(
+      (to_bf16 || (src.dtype() == DType::BF16 && dtype == DType::F32)) && src.rank() == 2 && src.is_contiguous(),
+      "convert: on CUDA only dense f32 <-> bf16 matrices, got ", src.describe(), " -> ", dtype_name(dtype));
   Tensor out = uninitialized(dtype, {src.dim(0), src.dim(1)}, Device::CUDA);  // (written whole)
   if (to_bf16)
-    cuda::convert_rows_to_16bit({.x = src.data_as<float>(), .ldx = src.dim(1), .n = src.dim(0), .k = src.dim(1),
-                                 .out = out.data(), .to_f16 = false});
+    cuda::convert_rows_to_16bit({.x = src.data_as<float>(),
+                                 .ldx = src.dim(1),
+                                 .n = src.dim(0),
+                                 .k = src.dim(1),
+                                 .out = out.data(),
+                                 .to_f16 = false});
   else
     cuda::bf16_to_f32(src.data(), src.numel(), out.data_as<float>());
   return out;
@@ -56,8 +58,8 @@ Tensor convert(const Tensor& src, DType dtype) {
   const int rank = src.rank();
   const int64_t cols = src.dim(-1);
   for (DType t : {src.dtype(), dtype}) {
-    BRIOCHE_CHECK(cols % dtype_info(t).block_elems == 0, "convert: innermost size ", cols,
-                  " is not a multiple of the ", dtype_name(t), " block size ", dtype_info(t).block_elems);
+    BRIOCHE_CHECK(cols % dtype_info(t).block_elems == 0, "convert: innermost size ", cols, " is not a multiple of the ",
+                  dtype_name(t), " block size ", dtype_info(t).block_elems);
   }
   BRIOCHE_CHECK(dtype_info(src.dtype()).quantized || src.stride(-1) == int64_t(dtype_info(src.dtype()).block_bytes),
                 "convert: source rows must be contiguous, got ", src.describe());

@@ -109,15 +109,15 @@ std::vector<uint8_t> serve(const RendezvousOptions& o, const HostPort& hp, Clock
   }
   BRIOCHE_CHECK(bound == 0, "rendezvous: rank 0 cannot listen on port ", hp.port, " (", o.master,
                 "): ", std::strerror(errno));
-  BRIOCHE_CHECK(::listen(listener.fd, o.size) == 0, "rendezvous: listen on ", o.master, " failed: ",
-                std::strerror(errno));
+  BRIOCHE_CHECK(::listen(listener.fd, o.size) == 0, "rendezvous: listen on ", o.master,
+                " failed: ", std::strerror(errno));
   std::vector<Socket> peers;
   std::vector<uint8_t> joined(size_t(o.size), 0);
   joined[0] = 1;
   while (int(peers.size()) < o.size - 1) {
     if (!wait_for(listener.fd, POLLIN, deadline))
-      fail("rendezvous: rank 0 on ", o.master, " timed out after ", o.timeout_s, " s with ", peers.size() + 1,
-           " of ", o.size, " ranks joined");
+      fail("rendezvous: rank 0 on ", o.master, " timed out after ", o.timeout_s, " s with ", peers.size() + 1, " of ",
+           o.size, " ranks joined");
     Socket peer(::accept(listener.fd, nullptr, nullptr));
     if (peer.fd < 0) continue;
     const std::string where = "a rank connecting to " + o.master;
@@ -126,8 +126,8 @@ std::vector<uint8_t> serve(const RendezvousOptions& o, const HostPort& hp, Clock
     const uint32_t rank = read_u32(peer.fd, deadline, where), size = read_u32(peer.fd, deadline, where);
     BRIOCHE_CHECK(int(size) == o.size, "rendezvous: rank ", rank, " expects ", size, " ranks but rank 0 expects ",
                   o.size);
-    BRIOCHE_CHECK(rank >= 1 && int(rank) < o.size, "rendezvous: a rank connected as rank ", rank,
-                  " (expected 1..", o.size - 1, ")");
+    BRIOCHE_CHECK(rank >= 1 && int(rank) < o.size, "rendezvous: a rank connected as rank ", rank, " (expected 1..",
+                  o.size - 1, ")");
     BRIOCHE_CHECK(!joined[rank], "rendezvous: rank ", rank, " connected twice");
     joined[rank] = 1;
     peers.push_back(std::move(peer));
@@ -179,14 +179,15 @@ std::vector<uint8_t> join(const RendezvousOptions& o, const HostPort& hp, Clock:
 
 HostPort parse_host_port(const std::string& address) {
   const size_t colon = address.rfind(':');
-  BRIOCHE_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < address.size(), "rendezvous address '",
-                address, "' is not HOST:PORT");
+  BRIOCHE_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < address.size(), "rendezvous address '", address,
+                "' is not HOST:PORT");
   HostPort hp;
   hp.host = address.substr(0, colon);
-  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']')
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
   const std::string port = address.substr(colon + 1);
-  BRIOCHE_CHECK(port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5,
-                "rendezvous address '", address, "': port '", port, "' is not a number");
+  BRIOCHE_CHECK(port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5, "rendezvous address '",
+                address, "': port '", port, "' is not a number");
   hp.port = std::stoi(port);
   BRIOCHE_CHECK(hp.port > 0 && hp.port < 65536, "rendezvous address '", address, "': port ", hp.port,
                 " outside 1..65535");

@@ -17,13 +17,14 @@ namespace {
 void SampleRun::launch(const Tensor& logits, const cuda::SampleBatch& batch) {
   BRIOCHE_CHECK(logits.rank() == 2 && logits.dtype() == DType::F32 && logits.stride(1) == 4,
                 "SampleRun::launch: logits must be f32 [n, vocab] with contiguous rows, got ", logits.describe());
-  BRIOCHE_CHECK(logits.dim(1) == batch.vocab, "SampleRun::launch: logits have ", logits.dim(1), " columns, the batch expects vocab ",
-                batch.vocab);
+  BRIOCHE_CHECK(logits.dim(1) == batch.vocab, "SampleRun::launch: logits have ", logits.dim(1),
+                " columns, the batch expects vocab ", batch.vocab);
   for (const cuda::SampleRowParams& row : batch.rows) {
     BRIOCHE_CHECK(row.logit_row >= 0 && row.logit_row < logits.dim(0), "SampleRun::launch: logit row ", row.logit_row,
                   " outside the ", logits.dim(0), " rows of ", logits.describe());
   }
-  BRIOCHE_CHECK(logits.device() == Device::CUDA, "SampleRun::launch: expected CUDA logits (host logits are sampled by engine::Sampler), got ",
+  BRIOCHE_CHECK(logits.device() == Device::CUDA,
+                "SampleRun::launch: expected CUDA logits (host logits are sampled by engine::Sampler), got ",
                 logits.describe());
 #if BRIOCHE_CUDA
   run_.launch({.logits = logits.data_as<float>(), .logits_stride = logits.stride(0) / 4, .batch = &batch});

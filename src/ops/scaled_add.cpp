@@ -12,10 +12,10 @@ void add_scaled(const Tensor& x, float s, Tensor& y) {
   y.note_written();
   auto xs = detail::f32_rows(x, "add_scaled", "x");
   auto ys = detail::f32_rows(y, "add_scaled", "y");
-  BRIOCHE_CHECK(xs.n_rows == ys.n_rows && xs.dim == ys.dim, "add_scaled: x ", x.describe(), " and y ",
-                y.describe(), " differ in shape");
-  const backend::cpu::ScaledAddArgs args{.x = xs.data, .y = ys.data, .n_rows = xs.n_rows, .dim = xs.dim,
-                                         .ldx = xs.stride, .ldy = ys.stride, .s = s};
+  BRIOCHE_CHECK(xs.n_rows == ys.n_rows && xs.dim == ys.dim, "add_scaled: x ", x.describe(), " and y ", y.describe(),
+                " differ in shape");
+  const backend::cpu::ScaledAddArgs args{
+      .x = xs.data, .y = ys.data, .n_rows = xs.n_rows, .dim = xs.dim, .ldx = xs.stride, .ldy = ys.stride, .s = s};
   if (detail::common_device("add_scaled", {&x, &y}) == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::add_scaled(args);

@@ -125,13 +125,19 @@ AdapterInfo AdapterRegistry::load(const std::string& name, const std::string& pa
   {
     std::lock_guard lock(mutex_);
     if (entries_.count(name))
-      throw ApiError{.status = 409, .message = "an adapter named '" + name + "' is already loaded; unload it first",
-                     .type = "invalid_request_error", .param = "lora_name", .code = "adapter_exists"};
+      throw ApiError{.status = 409,
+                     .message = "an adapter named '" + name + "' is already loaded; unload it first",
+                     .type = "invalid_request_error",
+                     .param = "lora_name",
+                     .code = "adapter_exists"};
   }
   try {
     return add(name, dir.string());
   } catch (const Error& e) {
-    throw ApiError{.status = 400, .message = e.what(), .type = "invalid_request_error", .param = "lora_path",
+    throw ApiError{.status = 400,
+                   .message = e.what(),
+                   .type = "invalid_request_error",
+                   .param = "lora_path",
                    .code = "invalid_adapter"};
   }
 }
@@ -140,14 +146,20 @@ void AdapterRegistry::unload(const std::string& name) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(name);
   if (it == entries_.end())
-    throw ApiError{.status = 404, .message = "no adapter named '" + name + "' is loaded", .type = "invalid_request_error",
-                   .param = "lora_name", .code = "model_not_found"};
+    throw ApiError{.status = 404,
+                   .message = "no adapter named '" + name + "' is loaded",
+                   .type = "invalid_request_error",
+                   .param = "lora_name",
+                   .code = "model_not_found"};
   if (it->second.device) lru_.erase(it->second.lru);
   entries_.erase(it);
 }
 
 AdapterInfo AdapterRegistry::info(const std::string& name, const Entry& entry) const {
-  return {.name = name, .rank = entry.host->rank, .bytes = entry.host->bytes(), .resident = entry.device != nullptr,
+  return {.name = name,
+          .rank = entry.host->rank,
+          .bytes = entry.host->bytes(),
+          .resident = entry.device != nullptr,
           .path = entry.host->path};
 }
 
@@ -176,16 +188,22 @@ std::string read_adapter_file(const std::string& path, const std::string& file, 
   for (const AdapterFile& f : adapter_files(path)) {
     if (f.name != file) continue;
     if (f.bytes > max_bytes)
-      throw ApiError{.status = 413, .message = "adapter file '" + file + "' has " + std::to_string(f.bytes) +
-                                               " bytes, more than the " + std::to_string(max_bytes) + " this route sends",
-                     .type = "invalid_request_error", .param = "file", .code = "file_too_large"};
+      throw ApiError{.status = 413,
+                     .message = "adapter file '" + file + "' has " + std::to_string(f.bytes) +
+                                " bytes, more than the " + std::to_string(max_bytes) + " this route sends",
+                     .type = "invalid_request_error",
+                     .param = "file",
+                     .code = "file_too_large"};
     const fs::path full = fs::is_regular_file(fs::symlink_status(path)) ? fs::path(path) : fs::path(path) / file;
     std::optional<std::string> content = formats::read_regular_file_if_present(full.string(), max_bytes);
     if (content) return std::move(*content);
     break;
   }
-  throw ApiError{.status = 404, .message = "the adapter has no file named '" + file + "' (GET .../files lists them)",
-                 .type = "invalid_request_error", .param = "file", .code = "not_found"};
+  throw ApiError{.status = 404,
+                 .message = "the adapter has no file named '" + file + "' (GET .../files lists them)",
+                 .type = "invalid_request_error",
+                 .param = "file",
+                 .code = "not_found"};
 }
 
 std::vector<AdapterInfo> AdapterRegistry::list() const {

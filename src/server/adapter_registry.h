@@ -37,7 +37,7 @@ using AdapterReader = std::function<std::shared_ptr<model::ServedAdapter>(const 
 
 struct AdapterOptions {
   std::vector<std::pair<std::string, std::string>> startup;  // --lora NAME=DIR
-  std::string lora_dir;        // --lora-dir: its adapter folders and .gguf files are served; runtime loads must lie inside it
+  std::string lora_dir;  // --lora-dir: its adapter folders and .gguf files are served; runtime loads must lie inside it
   bool allow_runtime = false;  // --allow-runtime-lora: /v1/load_lora_adapter and /v1/unload_lora_adapter
   int max_resident = 8;        // --max-loras: adapters with factors on the device at once
   int max_rank = 64;           // --max-lora-rank
@@ -103,7 +103,7 @@ class AdapterRegistry {
   struct Entry {
     std::shared_ptr<const model::ServedAdapter> host;
     std::shared_ptr<const model::ServedAdapter> device;  // null when evicted
-    std::list<std::string>::iterator lru;               // into lru_ when resident
+    std::list<std::string>::iterator lru;                // into lru_ when resident
   };
   // Reads `dir` and registers it; errors as brioche::Error.
   AdapterInfo add(const std::string& name, const std::string& dir);

@@ -26,14 +26,20 @@ struct ApiError {
 };
 
 inline ApiError invalid_param(std::string param, std::string message) {
-  return ApiError{.status = 400, .message = std::move(message), .type = "invalid_request_error",
-                  .param = std::move(param), .code = "invalid_value"};
+  return ApiError{.status = 400,
+                  .message = std::move(message),
+                  .type = "invalid_request_error",
+                  .param = std::move(param),
+                  .code = "invalid_value"};
 }
 
 // An error with a status and message; type/param/code take their defaults.
 inline ApiError status_error(int status, std::string message) {
-  return ApiError{.status = status, .message = std::move(message), .type = status >= 500 ? "server_error" : "invalid_request_error",
-                  .param = "", .code = ""};
+  return ApiError{.status = status,
+                  .message = std::move(message),
+                  .type = status >= 500 ? "server_error" : "invalid_request_error",
+                  .param = "",
+                  .code = ""};
 }
 
 }  // namespace brioche::server

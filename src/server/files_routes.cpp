@@ -17,13 +17,22 @@ using nlohmann::json;
 namespace {
 
 json file_json(const jobs::FileRecord& f) {
-  return {{"id", f.id},           {"object", "file"},     {"bytes", f.bytes},  {"created_at", f.created_at},
-          {"filename", f.filename}, {"purpose", f.purpose}, {"status", "processed"}, {"status_details", nullptr},
-          {"expires_at", nullptr}, {"kind", f.kind},       {"rows", f.rows}};
+  return {{"id", f.id},
+          {"object", "file"},
+          {"bytes", f.bytes},
+          {"created_at", f.created_at},
+          {"filename", f.filename},
+          {"purpose", f.purpose},
+          {"status", "processed"},
+          {"status_details", nullptr},
+          {"expires_at", nullptr},
+          {"kind", f.kind},
+          {"rows", f.rows}};
 }
 
 ApiError multipart_error(const std::string& message) {
-  return ApiError{.status = 400, .message = message, .type = "invalid_request_error", .param = "file", .code = "invalid_multipart"};
+  return ApiError{
+      .status = 400, .message = message, .type = "invalid_request_error", .param = "file", .code = "invalid_multipart"};
 }
 
 ApiError method_not_allowed(const RouteRequest& r, const std::string& allowed) {
@@ -40,10 +49,13 @@ RouteReply JobsApi::files_route(const RouteRequest& r) {
     if (order != "asc" && order != "desc")
       throw invalid_param("order", "query parameter 'order': expected asc or desc, got '" + order + "'");
     const int limit = int(query_int(r, "limit", 10000, 1, 10000));
-    jobs::Page<jobs::FileRecord> page = store_->files(query_string(r, "purpose"), query_string(r, "after"), limit, order == "asc");
+    jobs::Page<jobs::FileRecord> page =
+        store_->files(query_string(r, "purpose"), query_string(r, "after"), limit, order == "asc");
     json data = json::array();
     for (const jobs::FileRecord& f : page.items) data.push_back(file_json(f));
-    return json_reply(200, {{"object", "list"}, {"data", data}, {"has_more", page.has_more},
+    return json_reply(200, {{"object", "list"},
+                            {"data", data},
+                            {"has_more", page.has_more},
                             {"first_id", page.items.empty() ? json(nullptr) : json(page.items.front().id)},
                             {"last_id", page.items.empty() ? json(nullptr) : json(page.items.back().id)}});
   }
@@ -66,8 +78,11 @@ RouteReply JobsApi::files_route(const RouteRequest& r) {
     return RouteReply{.status = 200, .content_type = "application/jsonl", .body = std::move(content)};
   }
   if (action == "preview") return preview_file(file, r);
-  throw ApiError{.status = 404, .message = "no route for " + r.method + " " + r.path, .type = "invalid_request_error",
-                 .param = "", .code = "not_found"};
+  throw ApiError{.status = 404,
+                 .message = "no route for " + r.method + " " + r.path,
+                 .type = "invalid_request_error",
+                 .param = "",
+                 .code = "not_found"};
 }
 
 RouteReply JobsApi::upload_file(const RouteRequest& r) {
@@ -80,24 +95,43 @@ RouteReply JobsApi::upload_file(const RouteRequest& r) {
   const MultipartPart* purpose = find_part(parts, "purpose");
   if (!purpose) throw invalid_param("purpose", "missing the 'purpose' field (expected 'fine-tune')");
   if (purpose->body != "fine-tune")
-    throw ApiError{.status = 400, .message = "purpose: expected 'fine-tune', got '" + std::string(purpose->body.substr(0, 64)) + "'",
-                   .type = "invalid_request_error", .param = "purpose", .code = "invalid_purpose"};
+    throw ApiError{.status = 400,
+                   .message = "purpose: expected 'fine-tune', got '" + std::string(purpose->body.substr(0, 64)) + "'",
+                   .type = "invalid_request_error",
+                   .param = "purpose",
+                   .code = "invalid_purpose"};
   const MultipartPart* file = find_part(parts, "file");
   if (!file) throw multipart_error("missing the 'file' part (a JSONL file with a filename)");
   if (!file->filename)
-    throw ApiError{.status = 400, .message = "the 'file' part has no filename", .type = "invalid_request_error",
-                   .param = "file", .code = "invalid_filename"};
+    throw ApiError{.status = 400,
+                   .message = "the 'file' part has no filename",
+                   .type = "invalid_request_error",
+                   .param = "file",
+                   .code = "invalid_filename"};
   if (std::string problem = filename_problem(*file->filename); !problem.empty())
-    throw ApiError{.status = 400, .message = problem, .type = "invalid_request_error", .param = "file", .code = "invalid_filename"};
+    throw ApiError{.status = 400,
+                   .message = problem,
+                   .type = "invalid_request_error",
+                   .param = "file",
+                   .code = "invalid_filename"};
   if (file->body.size() > options_.max_file_bytes)
-    throw ApiError{.status = 413, .message = "the file is " + std::to_string(file->body.size()) + " bytes, over the limit of " +
-                                                 std::to_string(options_.max_file_bytes) + " (--max-file-bytes)",
-                   .type = "invalid_request_error", .param = "file", .code = "file_too_large"};
+    throw ApiError{.status = 413,
+                   .message = "the file is " + std::to_string(file->body.size()) + " bytes, over the limit of " +
+                              std::to_string(options_.max_file_bytes) + " (--max-file-bytes)",
+                   .type = "invalid_request_error",
+                   .param = "file",
+                   .code = "file_too_large"};
   if (file->body.find_first_not_of(" \t\r\n") == std::string_view::npos)
-    throw ApiError{.status = 400, .message = *file->filename + ": the file is empty (expected JSONL, one example per line)",
-                   .type = "invalid_request_error", .param = "file", .code = "invalid_file"};
-  jobs::FileRecord record{.id = jobs::random_id("file"), .filename = *file->filename, .bytes = int64_t(file->body.size()),
-                          .created_at = jobs::now_seconds(), .purpose = "fine-tune"};
+    throw ApiError{.status = 400,
+                   .message = *file->filename + ": the file is empty (expected JSONL, one example per line)",
+                   .type = "invalid_request_error",
+                   .param = "file",
+                   .code = "invalid_file"};
+  jobs::FileRecord record{.id = jobs::random_id("file"),
+                          .filename = *file->filename,
+                          .bytes = int64_t(file->body.size()),
+                          .created_at = jobs::now_seconds(),
+                          .purpose = "fine-tune"};
   record.path = options_.data_dir + "/files/" + record.id + ".jsonl";
   const std::string partial = record.path + ".partial";
   {
@@ -122,8 +156,11 @@ RouteReply JobsApi::upload_file(const RouteRequest& r) {
 RouteReply JobsApi::preview_file(const jobs::FileRecord& file, const RouteRequest& r) {
   const std::string model = query_string(r, "model", model_.id);
   if (model != model_.id)
-    throw ApiError{.status = 400, .message = "model '" + model + "': previews use the served model '" + model_.id + "'",
-                   .type = "invalid_request_error", .param = "model", .code = "model_not_found"};
+    throw ApiError{.status = 400,
+                   .message = "model '" + model + "': previews use the served model '" + model_.id + "'",
+                   .type = "invalid_request_error",
+                   .param = "model",
+                   .code = "model_not_found"};
   const int max_length = int(query_int(r, "max_length", 2048, 2, 1 << 24));
   jobs::FilePreview p = jobs::preview_file(file.path, file.filename, model_.text, max_length, 5);
   json lengths = {{"histogram", {{"edges", p.histogram.edges}, {"counts", p.histogram.counts}}}};
@@ -132,15 +169,22 @@ RouteReply JobsApi::preview_file(const jobs::FileRecord& file, const RouteReques
     std::sort(sorted.begin(), sorted.end());
     double sum = 0;
     for (int64_t n : sorted) sum += double(n);
-    auto pct = [&](double q) { return sorted[std::min(sorted.size() - 1, size_t(q * double(sorted.size() - 1) + 0.5))]; };
+    auto pct = [&](double q) {
+      return sorted[std::min(sorted.size() - 1, size_t(q * double(sorted.size() - 1) + 0.5))];
+    };
     lengths["min"] = sorted.front();
     lengths["max"] = sorted.back();
     lengths["mean"] = sum / double(sorted.size());
     lengths["p50"] = pct(0.5);
     lengths["p95"] = pct(0.95);
   }
-  return json_reply(200, {{"object", "file.preview"}, {"id", file.id}, {"kind", p.kind}, {"rows", p.rows},
-                          {"max_length", max_length}, {"truncated_rows", p.truncated_rows}, {"sample", p.sample},
+  return json_reply(200, {{"object", "file.preview"},
+                          {"id", file.id},
+                          {"kind", p.kind},
+                          {"rows", p.rows},
+                          {"max_length", max_length},
+                          {"truncated_rows", p.truncated_rows},
+                          {"sample", p.sample},
                           {"token_lengths", lengths}});
 }
 

@@ -21,8 +21,13 @@ namespace {
 constexpr size_t kMaxSuffixBytes = 64;
 
 json event_json(const jobs::EventRecord& e) {
-  return {{"object", "fine_tuning.job.event"}, {"id", "ftevent-" + std::to_string(e.seq)}, {"created_at", e.created_at},
-          {"level", e.level}, {"type", e.type}, {"message", e.message}, {"data", e.data}};
+  return {{"object", "fine_tuning.job.event"},
+          {"id", "ftevent-" + std::to_string(e.seq)},
+          {"created_at", e.created_at},
+          {"level", e.level},
+          {"type", e.type},
+          {"message", e.message},
+          {"data", e.data}};
 }
 
 // "ftevent-42" -> 42; ApiError 400 otherwise.
@@ -45,7 +50,8 @@ std::string string_field(const json& body, const char* key, bool required) {
     if (required) throw invalid_param(key, std::string("missing '") + key + "'");
     return "";
   }
-  if (!body[key].is_string()) throw invalid_param(key, std::string(key) + ": expected a string, found " + body[key].type_name());
+  if (!body[key].is_string())
+    throw invalid_param(key, std::string(key) + ": expected a string, found " + body[key].type_name());
   return body[key].get<std::string>();
 }
 
@@ -109,17 +115,23 @@ RouteReply JobsApi::jobs_route(const RouteRequest& r) {
   }
   if (action == "cancel" || action == "pause" || action == "resume") {
     if (r.method != "POST") throw method_not_allowed(r, "POST");
-    if (action == "cancel") runner_->cancel(job.id);
-    else if (action == "pause") runner_->pause(job.id);
-    else runner_->resume(job.id);
+    if (action == "cancel")
+      runner_->cancel(job.id);
+    else if (action == "pause")
+      runner_->pause(job.id);
+    else
+      runner_->resume(job.id);
     return json_reply(200, job_json(require_job(job.id)));
   }
   if (r.method != "GET") throw method_not_allowed(r, "GET");
   if (action == "events") return job_events(job, r);
   if (action == "metrics") return job_metrics(job, r);
   if (action == "checkpoints") return job_checkpoints(job, r);
-  throw ApiError{.status = 404, .message = "no route for " + r.method + " " + r.path, .type = "invalid_request_error",
-                 .param = "", .code = "not_found"};
+  throw ApiError{.status = 404,
+                 .message = "no route for " + r.method + " " + r.path,
+                 .type = "invalid_request_error",
+                 .param = "",
+                 .code = "not_found"};
 }
 
 RouteReply JobsApi::create_job(const RouteRequest& r) {
@@ -129,26 +141,38 @@ RouteReply JobsApi::create_job(const RouteRequest& r) {
   } catch (const Error& e) {
     throw status_error(400, e.what());
   }
-  if (!body.is_object()) throw status_error(400, std::string("the request body must be a JSON object, got ") + body.type_name());
+  if (!body.is_object())
+    throw status_error(400, std::string("the request body must be a JSON object, got ") + body.type_name());
   const std::string model = string_field(body, "model", true);
   if (model != model_.id)
-    throw ApiError{.status = 400, .message = "model '" + model + "' does not exist here: this server fine-tunes its served model '" +
-                                                 model_.id + "'",
-                   .type = "invalid_request_error", .param = "model", .code = "model_not_found"};
+    throw ApiError{.status = 400,
+                   .message = "model '" + model + "' does not exist here: this server fine-tunes its served model '" +
+                              model_.id + "'",
+                   .type = "invalid_request_error",
+                   .param = "model",
+                   .code = "model_not_found"};
   const jobs::FileRecord training = require_file(string_field(body, "training_file", true), "training_file");
   std::optional<jobs::FileRecord> validation;
-  if (std::string v = string_field(body, "validation_file", false); !v.empty()) validation = require_file(v, "validation_file");
+  if (std::string v = string_field(body, "validation_file", false); !v.empty())
+    validation = require_file(v, "validation_file");
   const std::string suffix = string_field(body, "suffix", false);
-  if (suffix.size() > kMaxSuffixBytes || suffix.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
-    throw invalid_param("suffix", "suffix: expected up to 64 letters, digits, '.', '_' or '-', got '" + suffix.substr(0, 80) + "'");
+  if (suffix.size() > kMaxSuffixBytes ||
+      suffix.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+          std::string::npos)
+    throw invalid_param(
+        "suffix", "suffix: expected up to 64 letters, digits, '.', '_' or '-', got '" + suffix.substr(0, 80) + "'");
   jobs::JobSpec spec = jobs::parse_job_spec(body);
   const std::string wanted = spec.preference ? "preference" : "sft";
-  for (const jobs::FileRecord* f : std::initializer_list<const jobs::FileRecord*>{&training, validation ? &*validation : nullptr}) {
+  for (const jobs::FileRecord* f :
+       std::initializer_list<const jobs::FileRecord*>{&training, validation ? &*validation : nullptr}) {
     if (f && f->kind != wanted)
       throw ApiError{.status = 400,
-                     .message = "file " + f->id + " (" + f->filename + ") holds " + f->kind + " rows; method '" + spec.method_type +
-                                "' needs " + (spec.preference ? "preference rows {prompt, chosen, rejected}" : "SFT rows (messages, prompt/completion or text)"),
-                     .type = "invalid_request_error", .param = f == &training ? "training_file" : "validation_file",
+                     .message = "file " + f->id + " (" + f->filename + ") holds " + f->kind + " rows; method '" +
+                                spec.method_type + "' needs " +
+                                (spec.preference ? "preference rows {prompt, chosen, rejected}"
+                                                 : "SFT rows (messages, prompt/completion or text)"),
+                     .type = "invalid_request_error",
+                     .param = f == &training ? "training_file" : "validation_file",
                      .code = "file_kind_mismatch"};
   }
   json config = spec.options;
@@ -156,15 +180,24 @@ RouteReply JobsApi::create_job(const RouteRequest& r) {
   config["method"] = spec.method_type == "supervised" ? "sft" : spec.method_type;
   config["seed"] = spec.seed;
   if (!config.contains("device")) config["device"] = options_.default_device;
-  jobs::JobRecord job{.id = jobs::random_id("ftjob"), .created_at = jobs::now_seconds(), .model = model_.id,
-                      .training_file = training.id, .suffix = suffix, .seed = spec.seed, .method = spec.method,
+  jobs::JobRecord job{.id = jobs::random_id("ftjob"),
+                      .created_at = jobs::now_seconds(),
+                      .model = model_.id,
+                      .training_file = training.id,
+                      .suffix = suffix,
+                      .seed = spec.seed,
+                      .method = spec.method,
                       .method_type = spec.method_type};
   if (validation) job.validation_file = validation->id;
   job.total_steps = jobs::total_steps(config, training.rows);
   try {
     job.estimated_memory_bytes = jobs::estimate_memory_bytes(config, model_.shape);
   } catch (const Error& e) {
-    throw ApiError{.status = 400, .message = e.what(), .type = "invalid_request_error", .param = "method", .code = "invalid_hyperparameter"};
+    throw ApiError{.status = 400,
+                   .message = e.what(),
+                   .type = "invalid_request_error",
+                   .param = "method",
+                   .code = "invalid_hyperparameter"};
   }
   // The child's config holds only `brioche train` keys; OpenAI's summary rides in the job record.
   json record_config = config;
@@ -182,7 +215,8 @@ json body_object(const RouteRequest& r) {
   } catch (const Error& e) {
     throw status_error(400, e.what());
   }
-  if (!body.is_object()) throw status_error(400, std::string("the request body must be a JSON object, got ") + body.type_name());
+  if (!body.is_object())
+    throw status_error(400, std::string("the request body must be a JSON object, got ") + body.type_name());
   return body;
 }
 
@@ -196,15 +230,25 @@ RouteReply JobsApi::create_external_job(const RouteRequest& r) {
   std::string method = string_field(body, "method", true);
   if (method == "sft") method = "supervised";
   if (method != "supervised" && method != "dpo" && method != "orpo" && method != "simpo" && method != "ipo")
-    throw ApiError{.status = 400, .message = "method: expected sft, dpo, orpo, simpo or ipo, got '" + method + "'",
-                   .type = "invalid_request_error", .param = "method", .code = "invalid_method"};
-  if (!body.contains("total_steps") || !body["total_steps"].is_number_integer() || body["total_steps"].get<int64_t>() < 0)
+    throw ApiError{.status = 400,
+                   .message = "method: expected sft, dpo, orpo, simpo or ipo, got '" + method + "'",
+                   .type = "invalid_request_error",
+                   .param = "method",
+                   .code = "invalid_method"};
+  if (!body.contains("total_steps") || !body["total_steps"].is_number_integer() ||
+      body["total_steps"].get<int64_t>() < 0)
     throw invalid_param("total_steps", "total_steps: expected a non-negative integer");
   const json config = body.contains("config") && body["config"].is_object() ? body["config"] : json::object();
   const std::string suffix = string_field(body, "suffix", false);
-  jobs::JobRecord job{.id = jobs::random_id("ftjob"), .created_at = jobs::now_seconds(), .status = jobs::status::kRunning,
-                      .model = model.substr(0, 256), .suffix = suffix.substr(0, 64), .seed = config.value("seed", 0),
-                      .method = {{"type", method}}, .train_config = config, .method_type = method,
+  jobs::JobRecord job{.id = jobs::random_id("ftjob"),
+                      .created_at = jobs::now_seconds(),
+                      .status = jobs::status::kRunning,
+                      .model = model.substr(0, 256),
+                      .suffix = suffix.substr(0, 64),
+                      .seed = config.value("seed", 0),
+                      .method = {{"type", method}},
+                      .train_config = config,
+                      .method_type = method,
                       .total_steps = body["total_steps"].get<int64_t>()};
   job.train_config["external"] = true;
   runner_->add_external(job);
@@ -215,15 +259,21 @@ RouteReply JobsApi::create_external_job(const RouteRequest& r) {
 // The answer's status tells the trainer whether the job was cancelled here.
 RouteReply JobsApi::report_external_job(const jobs::JobRecord& job, const RouteRequest& r) {
   if (!job.directory.empty())
-    throw ApiError{.status = 409, .message = "job " + job.id + " runs on this server; only --report-to jobs take reports",
-                   .type = "invalid_request_error", .param = "", .code = "invalid_state"};
+    throw ApiError{.status = 409,
+                   .message = "job " + job.id + " runs on this server; only --report-to jobs take reports",
+                   .type = "invalid_request_error",
+                   .param = "",
+                   .code = "invalid_state"};
   const json body = body_object(r);
   if (body.contains("rows")) {
     if (!body["rows"].is_array() || body["rows"].size() > 10000)
       throw invalid_param("rows", "rows: expected an array of at most 10000 log rows");
     std::vector<json> rows(body["rows"].begin(), body["rows"].end());
     if (!rows.empty() && store_->transition(job.id, {jobs::status::kInterrupted}, jobs::status::kRunning))
-      store_->add_event({.job_id = job.id, .created_at = jobs::now_seconds(), .level = "info", .type = "message",
+      store_->add_event({.job_id = job.id,
+                         .created_at = jobs::now_seconds(),
+                         .level = "info",
+                         .type = "message",
                          .message = "the reporting trainer is back"});
     runner_->record_rows(job.id, rows, std::nullopt);
   }
@@ -260,8 +310,10 @@ RouteReply JobsApi::job_events(const jobs::JobRecord& job, const RouteRequest& r
         return std::string("data: [DONE]\n\n");
       }
       const auto t = std::chrono::steady_clock::now();
-      if (!out.empty()) *quiet_since = t;
-      else if (t - *quiet_since > std::chrono::seconds(15)) out = ": keep-alive\n\n", *quiet_since = t;
+      if (!out.empty())
+        *quiet_since = t;
+      else if (t - *quiet_since > std::chrono::seconds(15))
+        out = ": keep-alive\n\n", *quiet_since = t;
       return out;
     };
     return reply;
@@ -277,7 +329,9 @@ RouteReply JobsApi::job_metrics(const jobs::JobRecord& job, const RouteRequest& 
   const int64_t after_step = query_int(r, "after_step", -1, -1, INT32_MAX);
   json data = json::array();
   for (const jobs::MetricRow& m : store_->metrics(job.id, after_step)) data.push_back(m.row);
-  return json_reply(200, {{"object", "list"}, {"job_id", job.id}, {"total_steps", job.total_steps},
+  return json_reply(200, {{"object", "list"},
+                          {"job_id", job.id},
+                          {"total_steps", job.total_steps},
                           {"best_margin_step", job.best_margin_step ? json(*job.best_margin_step) : json(nullptr)},
                           {"data", data}});
 }
@@ -286,7 +340,8 @@ RouteReply JobsApi::job_checkpoints(const jobs::JobRecord& job, const RouteReque
   const int limit = int(query_int(r, "limit", 10, 1, 1000));
   const std::string after = query_string(r, "after");
   std::map<int64_t, json> step_rows, eval_rows;
-  for (const jobs::MetricRow& m : store_->metrics(job.id, -1)) (m.kind == "step" ? step_rows : eval_rows)[m.step] = m.row;
+  for (const jobs::MetricRow& m : store_->metrics(job.id, -1))
+    (m.kind == "step" ? step_rows : eval_rows)[m.step] = m.row;
   auto found = jobs::checkpoints(job.directory + "/output");
   const std::string name = "ft:" + job.model + ":" + job.suffix + ":" + job.id;
   json data = json::array();
@@ -316,10 +371,16 @@ RouteReply JobsApi::job_checkpoints(const jobs::JobRecord& job, const RouteReque
     const auto written = fs::last_write_time(it->second, ec);
     const int64_t created = ec ? job.created_at
                                : std::chrono::duration_cast<std::chrono::seconds>(
-                                     std::chrono::file_clock::to_sys(written).time_since_epoch()).count();
-    data.push_back({{"object", "fine_tuning.job.checkpoint"}, {"id", id}, {"created_at", created},
-                    {"fine_tuning_job_id", job.id}, {"step_number", it->first},
-                    {"fine_tuned_model_checkpoint", model}, {"metrics", metrics}, {"served", served}});
+                                     std::chrono::file_clock::to_sys(written).time_since_epoch())
+                                     .count();
+    data.push_back({{"object", "fine_tuning.job.checkpoint"},
+                    {"id", id},
+                    {"created_at", created},
+                    {"fine_tuning_job_id", job.id},
+                    {"step_number", it->first},
+                    {"fine_tuned_model_checkpoint", model},
+                    {"metrics", metrics},
+                    {"served", served}});
   }
   return json_reply(200, {{"object", "list"}, {"data", data}, {"has_more", has_more}});
 }

@@ -62,7 +62,7 @@ class App : public std::enable_shared_from_this<App> {
   std::unique_ptr<StructuredOutputCompiler> structured;  // grammar cache over the engine's vocabulary
   std::unique_ptr<AdapterRegistry> adapters;             // LoRA adapters served as models
   std::unique_ptr<JobsApi> jobs;                         // files and fine-tuning jobs (--data-dir); null without
-  std::filesystem::path web_root;  // --web-dir, resolved; empty: the embedded web UI only
+  std::filesystem::path web_root;                        // --web-dir, resolved; empty: the embedded web UI only
   std::atomic<bool> shutting_down{false};
   net::io_context ioc;
   // Requests being translated (translate_request) off the I/O threads.
@@ -70,8 +70,12 @@ class App : public std::enable_shared_from_this<App> {
   std::atomic<int> preparing{0};
   int max_preparing() const { return std::max(1, options.prepare_threads) * 8; }
   ServedModel served() const {
-    return ServedModel{.engine = *engine, .prompter = *prompter, .structured = *structured, .tool_syntax = tool_syntax,
-                       .model_id = model_id, .adapters = adapters.get()};
+    return ServedModel{.engine = *engine,
+                       .prompter = *prompter,
+                       .structured = *structured,
+                       .tool_syntax = tool_syntax,
+                       .model_id = model_id,
+                       .adapters = adapters.get()};
   }
 
  private:
@@ -124,8 +128,10 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec) return self->on_read(ec, n);
       const std::string target(self->parser_->get().target());
       const std::string path = target.substr(0, target.find('?'));
-      if (self->app_->jobs) self->parser_->body_limit(self->app_->jobs->body_limit(path, self->app_->options.max_body_bytes));
-      http::async_read(self->stream_, self->buffer_, *self->parser_, beast::bind_front_handler(&Session::on_read, self));
+      if (self->app_->jobs)
+        self->parser_->body_limit(self->app_->jobs->body_limit(path, self->app_->options.max_body_bytes));
+      http::async_read(self->stream_, self->buffer_, *self->parser_,
+                       beast::bind_front_handler(&Session::on_read, self));
     });
   }
 
@@ -133,16 +139,22 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec == http::error::body_limit) {
       const std::string target(parser_->get().target());
       if (app_->jobs && target.substr(0, target.find('?')) == "/v1/files") {
-        send_error(ApiError{.status = 413,
-                            .message = "the upload exceeds the file size limit of " + std::to_string(app_->jobs->options().max_file_bytes) +
-                                       " bytes (--max-file-bytes)",
-                            .type = "invalid_request_error", .param = "file", .code = "file_too_large"},
-                   /*close=*/true);
+        send_error(
+            ApiError{.status = 413,
+                     .message = "the upload exceeds the file size limit of " +
+                                std::to_string(app_->jobs->options().max_file_bytes) + " bytes (--max-file-bytes)",
+                     .type = "invalid_request_error",
+                     .param = "file",
+                     .code = "file_too_large"},
+            /*close=*/true);
         return;
       }
       send_error(ApiError{.status = 413,
-                          .message = "the request body exceeds the limit of " + std::to_string(app_->options.max_body_bytes) + " bytes",
-                          .type = "invalid_request_error", .param = "", .code = "request_too_large"},
+                          .message = "the request body exceeds the limit of " +
+                                     std::to_string(app_->options.max_body_bytes) + " bytes",
+                          .type = "invalid_request_error",
+                          .param = "",
+                          .code = "request_too_large"},
                  /*close=*/true);
       return;
     }
@@ -230,8 +242,12 @@ class Session : public std::enable_shared_from_this<Session> {
   ApiError timeout_error() const {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%g", app_->options.request_timeout_s);
-    return ApiError{.status = 408, .message = std::string("the request exceeded the server's per-request timeout of ") + seconds + " s",
-                    .type = "timeout_error", .param = "", .code = "timeout"};
+    return ApiError{
+        .status = 408,
+        .message = std::string("the request exceeded the server's per-request timeout of ") + seconds + " s",
+        .type = "timeout_error",
+        .param = "",
+        .code = "timeout"};
   }
 
   void send_error(const ApiError& error, bool close = false) {
@@ -286,9 +302,12 @@ class Session : public std::enable_shared_from_this<Session> {
     if (api && !app_->options.api_key.empty()) {
       std::string auth(request_[http::field::authorization]);
       if (auth != "Bearer " + app_->options.api_key)
-        return send_error(ApiError{.status = 401,
-                                   .message = auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
-                                   .type = "invalid_request_error", .param = "", .code = "invalid_api_key"});
+        return send_error(ApiError{
+            .status = 401,
+            .message = auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key",
+            .type = "invalid_request_error",
+            .param = "",
+            .code = "invalid_api_key"});
     }
     if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return models_route(path, method);
     if (path == "/tokenize" || path == "/detokenize" || path == "/tokenizer_info") return tokenizer_route(path, method);
@@ -298,17 +317,23 @@ class Session : public std::enable_shared_from_this<Session> {
       return change_adapters(path == "/v1/load_lora_adapter");
     }
     std::optional<Endpoint> endpoint;
-    if (path == "/v1/chat/completions") endpoint = Endpoint::ChatCompletions;
-    else if (path == "/v1/completions") endpoint = Endpoint::Completions;
-    else if (path == "/v1/responses") endpoint = Endpoint::Responses;
+    if (path == "/v1/chat/completions")
+      endpoint = Endpoint::ChatCompletions;
+    else if (path == "/v1/completions")
+      endpoint = Endpoint::Completions;
+    else if (path == "/v1/responses")
+      endpoint = Endpoint::Responses;
     if (endpoint) {
       endpoint_ = endpoint_label(*endpoint);
       if (method != http::verb::post) return send_error(status_error(405, "use POST for " + path));
       return start_generation(*endpoint);
     }
     if (method == http::verb::get && !api) return serve_static(path);
-    send_error(ApiError{.status = 404, .message = "no route for " + std::string(request_.method_string()) + " " + path,
-                .type = "invalid_request_error", .param = "", .code = "not_found"});
+    send_error(ApiError{.status = 404,
+                        .message = "no route for " + std::string(request_.method_string()) + " " + path,
+                        .type = "invalid_request_error",
+                        .param = "",
+                        .code = "not_found"});
   }
 
   // GET /v1/models and /v1/models/{id}; DELETE /v1/models/{id} (OpenAI's
@@ -325,8 +350,11 @@ class Session : public std::enable_shared_from_this<Session> {
     const std::string id = rest.substr(0, slash);
     const std::string sub = slash == std::string::npos ? "" : rest.substr(slash + 1);
     auto not_found = [&] {
-      send_error(ApiError{.status = 404, .message = "model '" + id + "' does not exist", .type = "invalid_request_error",
-                          .param = "model", .code = "model_not_found"});
+      send_error(ApiError{.status = 404,
+                          .message = "model '" + id + "' does not exist",
+                          .type = "invalid_request_error",
+                          .param = "model",
+                          .code = "model_not_found"});
     };
     const std::vector<AdapterInfo> adapters = app_->adapters->list();
     auto adapter = std::find_if(adapters.begin(), adapters.end(), [&](const AdapterInfo& a) { return a.name == id; });
@@ -350,7 +378,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (sub.empty()) return send_error(status_error(405, "use GET or DELETE for " + path));
     if (method != http::verb::get) return send_error(status_error(405, "use GET for " + path));
     if (adapter == adapters.end()) {
-      if (id == app_->model_id) return send_error(status_error(404, "the base model's files are not served; only adapters' are"));
+      if (id == app_->model_id)
+        return send_error(status_error(404, "the base model's files are not served; only adapters' are"));
       return not_found();
     }
     if (sub == "files") {
@@ -398,8 +427,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // The base model, then every adapter with the base as its parent (as vLLM lists LoRA modules).
   json served_models() const {
-    const json base = {{"id", app_->model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "brioche"},
-                       {"root", app_->model_id}, {"parent", nullptr}, {"max_model_len", app_->engine->context_length()}};
+    const json base = {{"id", app_->model_id},
+                       {"object", "model"},
+                       {"created", 0},
+                       {"owned_by", "brioche"},
+                       {"root", app_->model_id},
+                       {"parent", nullptr},
+                       {"max_model_len", app_->engine->context_length()}};
     json models = json::array({base});
     for (const AdapterInfo& a : app_->adapters->list()) {
       json m = base;
@@ -417,7 +451,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // is file work, so it runs on the preparation pool.
   void change_adapters(bool load) {
     if (!app_->adapters->runtime_allowed())
-      return send_error(status_error(403, "runtime adapter loading is off: start the server with --allow-runtime-lora and --lora-dir"));
+      return send_error(status_error(
+          403, "runtime adapter loading is off: start the server with --allow-runtime-lora and --lora-dir"));
     net::post(app_->prepare_pool, [self = shared_from_this(), load] {
       std::variant<json, ApiError> outcome = self->apply_adapter_change(load);
       net::post(self->stream_.get_executor(), [self, outcome = std::move(outcome)] {
@@ -432,8 +467,11 @@ class Session : public std::enable_shared_from_this<Session> {
       const json body = parse_json_bounded(request_.body(), "request body");
       auto text_field = [&](const char* field) {
         if (!body.is_object() || !body.contains(field) || !body[field].is_string())
-          throw ApiError{.status = 400, .message = std::string("expected a string \"") + field + "\" in the JSON object body",
-                         .type = "invalid_request_error", .param = field, .code = "invalid_value"};
+          throw ApiError{.status = 400,
+                         .message = std::string("expected a string \"") + field + "\" in the JSON object body",
+                         .type = "invalid_request_error",
+                         .param = field,
+                         .code = "invalid_value"};
         return body[field].get<std::string>();
       };
       const std::string name = text_field("lora_name");
@@ -442,7 +480,10 @@ class Session : public std::enable_shared_from_this<Session> {
         return json{{"object", "lora_adapter"}, {"id", name}, {"unloaded", true}};
       }
       const AdapterInfo info = app_->adapters->load(name, text_field("lora_path"));
-      return json{{"object", "lora_adapter"}, {"id", info.name}, {"parent", app_->model_id}, {"lora_rank", info.rank},
+      return json{{"object", "lora_adapter"},
+                  {"id", info.name},
+                  {"parent", app_->model_id},
+                  {"lora_rank", info.rank},
                   {"bytes", info.bytes}};
     } catch (const ApiError& e) {
       return e;
@@ -457,15 +498,20 @@ class Session : public std::enable_shared_from_this<Session> {
   // checked through the tokenizer, so they run on the preparation pool.
   void jobs_route(const std::string& path, const std::string& target) {
     const size_t q = target.find('?');
-    RouteRequest request{.method = std::string(request_.method_string()), .path = path,
-                         .query = parse_query(q == std::string::npos ? std::string_view() : std::string_view(target).substr(q + 1)),
-                         .content_type = std::string(request_[http::field::content_type]),
-                         .body = request_.body()};
+    RouteRequest request{
+        .method = std::string(request_.method_string()),
+        .path = path,
+        .query = parse_query(q == std::string::npos ? std::string_view() : std::string_view(target).substr(q + 1)),
+        .content_type = std::string(request_[http::field::content_type]),
+        .body = request_.body()};
     if (app_->preparing.fetch_add(1) >= app_->max_preparing()) {
       --app_->preparing;
-      return send_error(ApiError{.status = 429, .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) +
-                                                               "); retry shortly",
-                                 .type = "rate_limit_error", .param = "", .code = "queue_full"});
+      return send_error(ApiError{
+          .status = 429,
+          .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) + "); retry shortly",
+          .type = "rate_limit_error",
+          .param = "",
+          .code = "queue_full"});
     }
     net::post(app_->prepare_pool, [self = shared_from_this(), request = std::move(request)] {
       std::variant<RouteReply, ApiError> outcome = ApiError{};
@@ -499,15 +545,17 @@ class Session : public std::enable_shared_from_this<Session> {
     res->set(http::field::content_type, "text/event-stream");
     res->set(http::field::cache_control, "no-cache");
     res->set("X-Accel-Buffering", "no");
-    if (!app_->options.cors_origin.empty()) res->set(http::field::access_control_allow_origin, app_->options.cors_origin);
+    if (!app_->options.cors_origin.empty())
+      res->set(http::field::access_control_allow_origin, app_->options.cors_origin);
     res->chunked(true);
     res->keep_alive(false);  // the stream ends the connection
     auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
     auto shared_poll = std::make_shared<std::function<std::string(bool&)>>(std::move(poll));
-    http::async_write_header(stream_, *sr, [self = shared_from_this(), res, sr, shared_poll](beast::error_code ec, size_t) {
-      if (ec) return;
-      self->poll_stream_step(shared_poll);
-    });
+    http::async_write_header(stream_, *sr,
+                             [self = shared_from_this(), res, sr, shared_poll](beast::error_code ec, size_t) {
+                               if (ec) return;
+                               self->poll_stream_step(shared_poll);
+                             });
   }
 
   void poll_stream_step(std::shared_ptr<std::function<std::string(bool&)>> poll) {
@@ -516,7 +564,8 @@ class Session : public std::enable_shared_from_this<Session> {
     try {
       text = (*poll)(done);
     } catch (const std::exception& e) {
-      text = "data: " + dump_json(ApiError{.status = 500, .message = e.what(), .type = "server_error"}.to_json()) + "\n\n";
+      text =
+          "data: " + dump_json(ApiError{.status = 500, .message = e.what(), .type = "server_error"}.to_json()) + "\n\n";
       done = true;
     }
     auto after_write = [self = shared_from_this(), poll, done](beast::error_code ec) {
@@ -542,7 +591,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // The embedded web UI, or --web-dir's files first (server/static_files.h).
   void serve_static(const std::string& path) {
     const beast::string_view if_none_match = request_[http::field::if_none_match];
-    StaticReply reply = static_reply(app_->web_root, path, std::string_view(if_none_match.data(), if_none_match.size()));
+    StaticReply reply =
+        static_reply(app_->web_root, path, std::string_view(if_none_match.data(), if_none_match.size()));
     if (reply.status == 404) return send_error(status_error(404, "no file at " + path));
     Response res{http::status(reply.status), request_.version()};
     res.set(http::field::content_type, reply.content_type);
@@ -561,11 +611,20 @@ class Session : public std::enable_shared_from_this<Session> {
   // other connections. The pool is bounded: more waiting preparations than
   // it holds get 429.
   void start_generation(Endpoint endpoint) {
-    if (app_->shutting_down) return send_error(ApiError{.status = 503, .message = "the server is shutting down", .type = "server_error", .param = "", .code = "shutting_down"});
+    if (app_->shutting_down)
+      return send_error(ApiError{.status = 503,
+                                 .message = "the server is shutting down",
+                                 .type = "server_error",
+                                 .param = "",
+                                 .code = "shutting_down"});
     if (app_->preparing.fetch_add(1) >= app_->max_preparing()) {
       --app_->preparing;
-      return send_error(ApiError{.status = 429, .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) + "); retry shortly",
-                                 .type = "rate_limit_error", .param = "", .code = "queue_full"});
+      return send_error(ApiError{
+          .status = 429,
+          .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) + "); retry shortly",
+          .type = "rate_limit_error",
+          .param = "",
+          .code = "queue_full"});
     }
     net::post(app_->prepare_pool, [self = shared_from_this(), endpoint] {
       std::variant<TranslatedRequest, ApiError> outcome = self->translate(endpoint);
@@ -597,8 +656,12 @@ class Session : public std::enable_shared_from_this<Session> {
     warning_ = std::move(translated.warning);
     const bool stream = ctx.stream;
     if (app_->metrics.in_flight.load() >= app_->options.max_queue)
-      return send_error(ApiError{.status = 429, .message = "too many requests in flight (" + std::to_string(app_->options.max_queue) + "); retry shortly",
-                         .type = "rate_limit_error", .param = "", .code = "queue_full"});
+      return send_error(ApiError{
+          .status = 429,
+          .message = "too many requests in flight (" + std::to_string(app_->options.max_queue) + "); retry shortly",
+          .type = "rate_limit_error",
+          .param = "",
+          .code = "queue_full"});
     ++app_->metrics.in_flight;
     counted_in_flight_ = true;
     // Keeps this session alive while the engine works (events are posted through a weak_ptr).
@@ -633,7 +696,8 @@ class Session : public std::enable_shared_from_this<Session> {
     res->set(http::field::content_type, "text/event-stream");
     res->set(http::field::cache_control, "no-cache");
     res->set("X-Accel-Buffering", "no");
-    if (!app_->options.cors_origin.empty()) res->set(http::field::access_control_allow_origin, app_->options.cors_origin);
+    if (!app_->options.cors_origin.empty())
+      res->set(http::field::access_control_allow_origin, app_->options.cors_origin);
     if (!warning_.empty()) res->set(http::field::warning, warning_);
     res->chunked(true);
     res->keep_alive(request_.keep_alive());
@@ -659,8 +723,10 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!self || ec || !self->handle_ || self->handle_->finished()) return;
       char byte;
       ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) self->on_client_gone();
-      else if (n < 0) self->watch_disconnect();  // spurious wake-up
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+        self->on_client_gone();
+      else if (n < 0)
+        self->watch_disconnect();  // spurious wake-up
       // n == 0: half-closed, answer anyway. n > 0: a pipelined request; it is read after this response.
     });
   }
@@ -676,8 +742,10 @@ class Session : public std::enable_shared_from_this<Session> {
     for (engine::GenerationEvent& e : handle_->drain()) {
       if (!e.tokens.empty() && e.choice < int(last_token_.size())) {
         Clock::time_point& last = last_token_[size_t(e.choice)];
-        if (last == Clock::time_point{}) app_->metrics.ttft_seconds.observe(std::chrono::duration<double>(now - started_).count());
-        else app_->metrics.inter_token_seconds.observe(std::chrono::duration<double>(now - last).count());
+        if (last == Clock::time_point{})
+          app_->metrics.ttft_seconds.observe(std::chrono::duration<double>(now - started_).count());
+        else
+          app_->metrics.inter_token_seconds.observe(std::chrono::duration<double>(now - last).count());
         last = now;
       }
       std::string text = builder_->on_event(e);
@@ -712,11 +780,12 @@ class Session : public std::enable_shared_from_this<Session> {
     auto data = std::make_shared<std::string>(std::move(outgoing_));
     outgoing_.clear();
     writing_ = true;
-    net::async_write(stream_, http::make_chunk(net::buffer(*data)), [self = shared_from_this(), data](beast::error_code ec, size_t) {
-      self->writing_ = false;
-      if (ec) return self->on_client_gone();
-      self->flush_stream();
-    });
+    net::async_write(stream_, http::make_chunk(net::buffer(*data)),
+                     [self = shared_from_this(), data](beast::error_code ec, size_t) {
+                       self->writing_ = false;
+                       if (ec) return self->on_client_gone();
+                       self->flush_stream();
+                     });
   }
 
   void finish_generation() {
@@ -732,7 +801,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (builder_->cancelled()) ++app_->metrics.cancelled_requests;
     if (stream_mode_) {
       // The stream itself went out as 200; the metric records how it ended.
-      app_->metrics.count_request(endpoint_, builder_->cancelled() ? builder_->cancel_error().status : builder_->any_error() ? 500 : 200);
+      app_->metrics.count_request(endpoint_, builder_->cancelled()   ? builder_->cancel_error().status
+                                             : builder_->any_error() ? 500
+                                                                     : 200);
       flush_stream();
       return;
     }
@@ -740,8 +811,10 @@ class Session : public std::enable_shared_from_this<Session> {
     // Errors also end this generation: a keep-alive connection's next
     // request must start from a clean session (not `finished_`).
     if (builder_->cancelled() || builder_->any_error()) {
-      ApiError error = builder_->cancelled() ? builder_->cancel_error()
-                                             : ApiError{.status = 500, .message = builder_->error(), .type = "server_error", .param = "", .code = ""};
+      ApiError error =
+          builder_->cancelled()
+              ? builder_->cancel_error()
+              : ApiError{.status = 500, .message = builder_->error(), .type = "server_error", .param = "", .code = ""};
       reset_generation();
       return send_error(error);
     }
@@ -774,7 +847,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string outgoing_;
   int64_t n_prompt_tokens_ = 0;
   std::string model_name_;  // the base model's id or the adapter's the request named
-  std::string warning_;  // structured output degraded: the `Warning` header
+  std::string warning_;     // structured output degraded: the `Warning` header
   bool stream_mode_ = false, writing_ = false, finished_ = false, last_chunk_sent_ = false;
   bool client_gone_ = false, counted_in_flight_ = false;
   std::shared_ptr<Session> keep_alive_;
@@ -785,7 +858,8 @@ std::string model_stem(const std::string& path) {
   std::string name = p.filename().string();
   if (name.empty()) name = p.parent_path().filename().string();
   for (const char* ext : {".gguf", ".safetensors"})
-    if (name.size() > strlen(ext) && name.compare(name.size() - strlen(ext), strlen(ext), ext) == 0) name.resize(name.size() - strlen(ext));
+    if (name.size() > strlen(ext) && name.compare(name.size() - strlen(ext), strlen(ext), ext) == 0)
+      name.resize(name.size() - strlen(ext));
   return name.empty() ? "brioche" : name;
 }
 
@@ -800,10 +874,11 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
     if (tok->eos_id() >= 0) eos = tok->token_text(tok->eos_id());
   }
   prompter = std::make_unique<ChatPrompter>(source, bos, eos);
-  structured = std::make_unique<StructuredOutputCompiler>(*engine, StructuredOutputOptions{.grammar_cache_bytes = options.grammar_cache_mb << 20});
+  structured = std::make_unique<StructuredOutputCompiler>(
+      *engine, StructuredOutputOptions{.grammar_cache_bytes = options.grammar_cache_mb << 20});
   if (!options.web_dir.empty()) web_root = resolve_web_root(options.web_dir);
-  adapters = std::make_unique<AdapterRegistry>(options.adapters, engine->model() ? engine->model()->device() : Device::CPU,
-                                               model_id);
+  adapters = std::make_unique<AdapterRegistry>(options.adapters,
+                                               engine->model() ? engine->model()->device() : Device::CPU, model_id);
   if (!options.jobs.data_dir.empty() && engine->model() && engine->tokenizer()) {
     const std::shared_ptr<const tokenizer::Tokenizer> tok = engine->tokenizer();
     std::error_code ec;
@@ -814,7 +889,8 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
     } else {
       weights_bytes = int64_t(std::filesystem::file_size(options.engine.model_path, ec));
     }
-    JobsModel jobs_model{.id = model_id, .path = options.engine.model_path,
+    JobsModel jobs_model{.id = model_id,
+                         .path = options.engine.model_path,
                          .text = {.tokenizer = tok.get(), .render = train::make_chat_renderer(source, *tok)},
                          .shape = {.config = engine->model()->config(), .weights_bytes = weights_bytes}};
     try {
@@ -826,7 +902,8 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
                  prompter->template_problem().c_str());
-  tool_syntax = prompter->has_template() ? tool_syntax_for_template(source) : ToolSyntax::Hermes;  // the plain format documents Hermes calls
+  tool_syntax = prompter->has_template() ? tool_syntax_for_template(source)
+                                         : ToolSyntax::Hermes;  // the plain format documents Hermes calls
 }
 
 void App::start() {
@@ -869,10 +946,12 @@ void App::begin_shutdown() {
   if (jobs) jobs->stop();  // trainers stop at a checkpoint; their jobs become interrupted
   // Let in-flight requests finish, then cancel what is left.
   auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(options.shutdown_grace_s * 1000));
-  while (metrics.in_flight.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (metrics.in_flight.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   engine->shutdown();  // cancels the rest; their sessions answer and close
   auto drain_deadline = Clock::now() + std::chrono::seconds(2);
-  while (metrics.in_flight.load() > 0 && Clock::now() < drain_deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (metrics.in_flight.load() > 0 && Clock::now() < drain_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // last writes
   prepare_pool.stop();
   prepare_pool.join();
@@ -924,31 +1003,35 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
   try {
     server = std::make_unique<Server>(engine, options);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "brioche serve: cannot start (%s:%u): %s\n", options.host.c_str(), unsigned(options.port), e.what());
+    std::fprintf(stderr, "brioche serve: cannot start (%s:%u): %s\n", options.host.c_str(), unsigned(options.port),
+                 e.what());
     return 1;
   }
   if (!options.quiet) {
     std::string url = "http://" + options.host + ":" + std::to_string(server->port());
-    std::printf("brioche serve: %s on %s (context %d)\n", options.engine.model_path.c_str(), url.c_str(), engine->context_length());
+    std::printf("brioche serve: %s on %s (context %d)\n", options.engine.model_path.c_str(), url.c_str(),
+                engine->context_length());
     const engine::EngineStats stats = engine->stats();
     const int32_t block = options.engine.kv.block_size;
-    std::printf("  KV cache: %d blocks of %d tokens (%lld tokens; %s), up to %d tokens per step\n", stats.kv_blocks_total, block,
-                (long long)stats.kv_blocks_total * block,
-                options.engine.kv.kv_memory_bytes != 0                                  ? "--kv-mb"
+    std::printf("  KV cache: %d blocks of %d tokens (%lld tokens; %s), up to %d tokens per step\n",
+                stats.kv_blocks_total, block, (long long)stats.kv_blocks_total * block,
+                options.engine.kv.kv_memory_bytes != 0                         ? "--kv-mb"
                 : engine->model() && engine->model()->device() == Device::CUDA ? "fitted to the GPU's free memory"
-                                                                                 : "the CPU's default of 256 MiB",
+                                                                               : "the CPU's default of 256 MiB",
                 options.engine.scheduler.max_batch_tokens);
     if (server->jobs_enabled()) {
       std::printf("  fine-tuning jobs: %s (docs/jobs-api.md)\n", options.jobs.data_dir.c_str());
     }
-    std::printf("  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
-                "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'\n",
-                url.c_str(), options.api_key.empty() ? "" : " -H 'Authorization: Bearer $KEY'");
+    std::printf(
+        "  curl %s/v1/chat/completions -H 'Content-Type: application/json'%s \\\n"
+        "    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}]}'\n",
+        url.c_str(), options.api_key.empty() ? "" : " -H 'Authorization: Bearer $KEY'");
     std::fflush(stdout);
   }
   int sig = 0;
   sigwait(&signals, &sig);
-  if (!options.quiet) std::fprintf(stderr, "brioche serve: %s, finishing in-flight requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  if (!options.quiet)
+    std::fprintf(stderr, "brioche serve: %s, finishing in-flight requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   server->shutdown();
   server.reset();
   engine.reset();

@@ -89,7 +89,8 @@ std::string filename_problem(std::string_view name) {
   if (name == "." || name == "..") return "the file name '" + std::string(name) + "' is a directory reference";
   for (unsigned char c : name) {
     if (c == '/' || c == '\\')
-      return "the file name '" + std::string(name) + "' holds a path; give a plain name (the server stores files by id)";
+      return "the file name '" + std::string(name) +
+             "' holds a path; give a plain name (the server stores files by id)";
     if (c < 0x20 || c == 0x7f) return "the file name holds control characters";
   }
   return "";
@@ -133,7 +134,8 @@ void JobsApi::stop() {
 
 bool JobsApi::handles(std::string_view path) {
   auto under = [&](std::string_view root) {
-    return path == root || (path.size() > root.size() && path.substr(0, root.size()) == root && path[root.size()] == '/');
+    return path == root ||
+           (path.size() > root.size() && path.substr(0, root.size()) == root && path[root.size()] == '/');
   };
   return under("/v1/files") || under("/v1/fine_tuning/jobs");
 }
@@ -148,24 +150,33 @@ RouteReply JobsApi::handle(const RouteRequest& request) {
     if (request.path.rfind("/v1/files", 0) == 0) return files_route(request);
     return jobs_route(request);
   } catch (const jobs::JobsError& e) {
-    throw ApiError{.status = e.status, .message = e.what(),
-                   .type = e.status == 429 ? "rate_limit_error" : "invalid_request_error", .param = e.param, .code = e.code};
+    throw ApiError{.status = e.status,
+                   .message = e.what(),
+                   .type = e.status == 429 ? "rate_limit_error" : "invalid_request_error",
+                   .param = e.param,
+                   .code = e.code};
   }
 }
 
 jobs::FileRecord JobsApi::require_file(const std::string& id, const std::string& param) {
   std::optional<jobs::FileRecord> f = store_->file(id);
   if (!f)
-    throw ApiError{.status = param.empty() ? 404 : 400, .message = "file '" + id + "' does not exist",
-                   .type = "invalid_request_error", .param = param, .code = "file_not_found"};
+    throw ApiError{.status = param.empty() ? 404 : 400,
+                   .message = "file '" + id + "' does not exist",
+                   .type = "invalid_request_error",
+                   .param = param,
+                   .code = "file_not_found"};
   return *f;
 }
 
 jobs::JobRecord JobsApi::require_job(const std::string& id) {
   std::optional<jobs::JobRecord> j = store_->job(id);
   if (!j)
-    throw ApiError{.status = 404, .message = "fine-tuning job '" + id + "' does not exist", .type = "invalid_request_error",
-                   .param = "fine_tuning_job_id", .code = "job_not_found"};
+    throw ApiError{.status = 404,
+                   .message = "fine-tuning job '" + id + "' does not exist",
+                   .type = "invalid_request_error",
+                   .param = "fine_tuning_job_id",
+                   .code = "job_not_found"};
   return *j;
 }
 

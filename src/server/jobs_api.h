@@ -24,14 +24,14 @@
 namespace brioche::server {
 
 struct JobsOptions {
-  std::string data_dir;                   // --data-dir; "" = no jobs API
-  size_t max_file_bytes = 64u << 20;      // --max-file-bytes
-  int max_concurrent_jobs = 1;            // --max-concurrent-jobs
-  int max_queued_jobs = 8;                // --max-queued-jobs
-  int64_t memory_budget_mb = 0;           // --jobs-memory-mb; 0: 80% of the machine's memory
-  bool resume_interrupted = false;        // --resume-interrupted-jobs
-  std::string trainer = "/proc/self/exe"; // the program started as `<trainer> train ...`
-  std::string default_device = "cpu";     // the trainer's device unless a job sets `device`
+  std::string data_dir;                    // --data-dir; "" = no jobs API
+  size_t max_file_bytes = 64u << 20;       // --max-file-bytes
+  int max_concurrent_jobs = 1;             // --max-concurrent-jobs
+  int max_queued_jobs = 8;                 // --max-queued-jobs
+  int64_t memory_budget_mb = 0;            // --jobs-memory-mb; 0: 80% of the machine's memory
+  bool resume_interrupted = false;         // --resume-interrupted-jobs
+  std::string trainer = "/proc/self/exe";  // the program started as `<trainer> train ...`
+  std::string default_device = "cpu";      // the trainer's device unless a job sets `device`
 };
 
 // What the jobs API needs of the served model.
@@ -43,8 +43,8 @@ struct JobsModel {
 };
 
 struct RouteRequest {
-  std::string method;  // GET, POST, DELETE
-  std::string path;    // without the query
+  std::string method;                        // GET, POST, DELETE
+  std::string path;                          // without the query
   std::map<std::string, std::string> query;  // decoded
   std::string content_type;
   std::string_view body;

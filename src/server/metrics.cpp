@@ -5,7 +5,8 @@
 
 namespace brioche::server {
 
-Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double value) {
   size_t i = size_t(std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
@@ -76,10 +77,12 @@ std::string label_value(const std::string& s) {
 std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& adapters) const {
   std::string out;
   auto counter = [&](const char* name, const char* help, double v) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + fmt_double(v) + "\n";
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + fmt_double(v) +
+           "\n";
   };
   auto gauge = [&](const char* name, const char* help, double v) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + fmt_double(v) + "\n";
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + fmt_double(v) +
+           "\n";
   };
   out += "# HELP brioche_requests_total HTTP requests by endpoint and status.\n# TYPE brioche_requests_total counter\n";
   {
@@ -89,8 +92,10 @@ std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& a
              std::to_string(n) + "\n";
   }
   counter("brioche_prompt_tokens_total", "Prompt tokens of finished requests.", double(prompt_tokens_.load()));
-  counter("brioche_generation_tokens_total", "Tokens generated for finished requests.", double(generated_tokens_.load()));
-  counter("brioche_cancelled_requests_total", "Requests cancelled (client gone, timeout, shutdown).", double(cancelled_requests.load()));
+  counter("brioche_generation_tokens_total", "Tokens generated for finished requests.",
+          double(generated_tokens_.load()));
+  counter("brioche_cancelled_requests_total", "Requests cancelled (client gone, timeout, shutdown).",
+          double(cancelled_requests.load()));
   gauge("brioche_requests_in_flight", "Generation requests accepted and not finished.", double(in_flight.load()));
   gauge("brioche_open_connections", "Open HTTP connections.", double(open_connections.load()));
   gauge("brioche_queue_depth", "Sequences waiting for the scheduler (new or preempted).", double(e.waiting));
@@ -100,8 +105,10 @@ std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& a
   gauge("brioche_kv_blocks_cached", "Free KV blocks keeping a reusable prefix.", double(e.kv_blocks_cached));
   gauge("brioche_kv_usage_ratio", "Fraction of KV blocks in use.",
         e.kv_blocks_total ? double(e.kv_blocks_used) / double(e.kv_blocks_total) : 0.0);
-  counter("brioche_prefix_cache_hit_blocks_total", "KV blocks reused from the prefix cache.", double(e.prefix_hit_blocks));
-  counter("brioche_prefix_cache_query_blocks_total", "Full prompt blocks looked up in the prefix cache.", double(e.prefix_query_blocks));
+  counter("brioche_prefix_cache_hit_blocks_total", "KV blocks reused from the prefix cache.",
+          double(e.prefix_hit_blocks));
+  counter("brioche_prefix_cache_query_blocks_total", "Full prompt blocks looked up in the prefix cache.",
+          double(e.prefix_query_blocks));
   counter("brioche_prefix_cache_partial_tokens_total",
           "Prompt positions whose K/V were copied from a partly shared cached block.",
           double(e.prefix_hit_partial_tokens));
@@ -111,7 +118,8 @@ std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& a
           "Decode steps queued on the GPU before the host had the tokens they read.", double(e.overlapped_steps));
   counter("brioche_spec_verify_steps_total", "Sequence-steps that verified speculative draft tokens.",
           double(e.spec_verify_steps));
-  counter("brioche_spec_draft_tokens_total", "Speculative draft tokens proposed and verified.", double(e.spec_draft_tokens));
+  counter("brioche_spec_draft_tokens_total", "Speculative draft tokens proposed and verified.",
+          double(e.spec_draft_tokens));
   counter("brioche_spec_accepted_tokens_total", "Speculative draft tokens the model accepted.",
           double(e.spec_accepted_tokens));
   gauge("brioche_spec_acceptance_rate", "Accepted / proposed draft tokens since start (0 without drafts).",
@@ -127,15 +135,18 @@ std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& a
         {"brioche_model_prompt_tokens_total", &ModelCounts::prompt_tokens},
         {"brioche_model_generation_tokens_total", &ModelCounts::generated_tokens}};
     for (const auto& [name, field] : per_model) {
-      out += std::string("# HELP ") + name + " Finished generations by the model (base or adapter) they named.\n# TYPE " +
-             name + " counter\n";
+      out += std::string("# HELP ") + name +
+             " Finished generations by the model (base or adapter) they named.\n# TYPE " + name + " counter\n";
       for (const auto& [model, counts] : by_model_)
         out += std::string(name) + "{model=\"" + label_value(model) + "\"} " + std::to_string(counts.*field) + "\n";
     }
   }
-  ttft_seconds.write(out, "brioche_time_to_first_token_seconds", "Time from request arrival to the first generated token.");
-  inter_token_seconds.write(out, "brioche_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence.");
-  request_seconds.write(out, "brioche_request_duration_seconds", "Time from request arrival to the last byte of the answer.");
+  ttft_seconds.write(out, "brioche_time_to_first_token_seconds",
+                     "Time from request arrival to the first generated token.");
+  inter_token_seconds.write(out, "brioche_inter_token_latency_seconds",
+                            "Time between consecutive generated tokens of a sequence.");
+  request_seconds.write(out, "brioche_request_duration_seconds",
+                        "Time from request arrival to the last byte of the answer.");
   return out;
 }
 

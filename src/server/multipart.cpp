@@ -23,7 +23,8 @@ std::string_view trim(std::string_view s) {
 
 // RFC 2046 bchars: DIGIT / ALPHA / "'()+_,-./:=? " (space not last).
 bool is_bchar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("'()+_,-./:=? ").find(c) != std::string_view::npos;
+  return std::isalnum(static_cast<unsigned char>(c)) ||
+         std::string_view("'()+_,-./:=? ").find(c) != std::string_view::npos;
 }
 
 // Parameters of a header value: `type; key=value; key="quoted \" value"`.
@@ -91,7 +92,8 @@ MultipartPart parse_part_headers(std::string_view headers, size_t index) {
     if (line.empty()) continue;
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos || colon == 0)
-      fail("multipart part ", index, ": expected a 'Name: value' header line, found '", std::string(line.substr(0, 80)), "'");
+      fail("multipart part ", index, ": expected a 'Name: value' header line, found '", std::string(line.substr(0, 80)),
+           "'");
     const std::string name = lower(trim(line.substr(0, colon)));
     const std::string_view value = trim(line.substr(colon + 1));
     if (name == "content-disposition") {
@@ -128,7 +130,8 @@ std::string multipart_boundary(std::string_view content_type) {
   return *boundary;
 }
 
-std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary, const MultipartLimits& limits) {
+std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary,
+                                           const MultipartLimits& limits) {
   BRIOCHE_CHECK(!boundary.empty(), "multipart: empty boundary");
   const std::string dash = "--" + std::string(boundary);
   const std::string delimiter = "\r\n" + dash;

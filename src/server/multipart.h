@@ -36,7 +36,8 @@ struct MultipartLimits {
 std::string multipart_boundary(std::string_view content_type);
 
 // The parts of `body`; throws on a malformed body.
-std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary, const MultipartLimits& limits);
+std::vector<MultipartPart> parse_multipart(std::string_view body, std::string_view boundary,
+                                           const MultipartLimits& limits);
 
 // The first part named `name`, or null.
 const MultipartPart* find_part(const std::vector<MultipartPart>& parts, std::string_view name);

@@ -49,8 +49,8 @@ std::optional<int64_t> get_int(const json& body, const char* key, int64_t lo, in
     wrong_type(key, "an integer", *it);
   double d = it->get<double>();
   if (d < double(lo) || d > double(hi))
-    throw invalid_param(key, "'" + std::string(key) + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                 "], got " + it->dump());
+    throw invalid_param(key, "'" + std::string(key) + "' must be in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "], got " + it->dump());
   return int64_t(d);
 }
 
@@ -85,11 +85,12 @@ std::string content_text(const json& content, const std::string& param) {
     std::string type = part.value("type", "");
     if (type == "text" || type == "input_text" || type == "output_text") {
       auto t = part.find("text");
-      if (t == part.end() || !t->is_string()) throw invalid_param(part_param + ".text", "a text content part needs a string 'text'");
+      if (t == part.end() || !t->is_string())
+        throw invalid_param(part_param + ".text", "a text content part needs a string 'text'");
       text += t->get<std::string>();
     } else {
-      throw invalid_param(part_param + ".type", "content part type '" + type +
-                                                    "' is not supported by this model (expected 'text')");
+      throw invalid_param(part_param + ".type",
+                          "content part type '" + type + "' is not supported by this model (expected 'text')");
     }
   }
   return text;
@@ -104,7 +105,8 @@ json normalize_tool_calls(const json& calls, const std::string& param) {
     if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
       throw invalid_param(p, "a tool call must be an object with a 'function' object");
     json fn = call["function"];
-    if (!fn.contains("name") || !fn["name"].is_string()) throw invalid_param(p + ".function.name", "a tool call needs a string 'name'");
+    if (!fn.contains("name") || !fn["name"].is_string())
+      throw invalid_param(p + ".function.name", "a tool call needs a string 'name'");
     // Templates expect arguments as a mapping; clients send a JSON string.
     if (fn.contains("arguments") && fn["arguments"].is_string()) {
       const std::string& text = fn["arguments"].get_ref<const std::string&>();
@@ -129,11 +131,13 @@ json normalize_messages(const json& messages, const std::string& param) {
     std::string p = param + "[" + std::to_string(i) + "]";
     if (!m.is_object()) wrong_type(p, "a message object", m);
     auto role_it = m.find("role");
-    if (role_it == m.end() || !role_it->is_string()) throw invalid_param(p + ".role", "each message needs a string 'role'");
+    if (role_it == m.end() || !role_it->is_string())
+      throw invalid_param(p + ".role", "each message needs a string 'role'");
     std::string role = role_it->get<std::string>();
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-      throw invalid_param(p + ".role", "role must be one of system, developer, user, assistant, tool; got '" + role + "'");
+      throw invalid_param(p + ".role",
+                          "role must be one of system, developer, user, assistant, tool; got '" + role + "'");
     json msg = {{"role", role}, {"content", content_text(m.value("content", json()), p + ".content")}};
     if (role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null())
       msg["tool_calls"] = normalize_tool_calls(m["tool_calls"], p + ".tool_calls");
@@ -173,31 +177,43 @@ void parse_tools(const json& body, ApiRequest& req) {
   if (choice != body.end() && !choice->is_null()) {
     if (choice->is_string()) {
       std::string v = choice->get<std::string>();
-      if (v == "auto") req.tool_choice = ToolChoiceMode::Auto;
-      else if (v == "none") req.tool_choice = ToolChoiceMode::None;
-      else if (v == "required") req.tool_choice = ToolChoiceMode::Required;
-      else throw invalid_param("tool_choice", "tool_choice must be 'auto', 'none', 'required' or a named function; got '" + v + "'");
+      if (v == "auto")
+        req.tool_choice = ToolChoiceMode::Auto;
+      else if (v == "none")
+        req.tool_choice = ToolChoiceMode::None;
+      else if (v == "required")
+        req.tool_choice = ToolChoiceMode::Required;
+      else
+        throw invalid_param("tool_choice",
+                            "tool_choice must be 'auto', 'none', 'required' or a named function; got '" + v + "'");
     } else if (choice->is_object()) {
       const json& c = *choice;
       std::string name;
-      if (c.contains("function") && c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string())
+      if (c.contains("function") && c["function"].is_object() && c["function"].contains("name") &&
+          c["function"]["name"].is_string())
         name = c["function"]["name"].get<std::string>();
       else if (c.contains("name") && c["name"].is_string())
         name = c["name"].get<std::string>();
       else
-        throw invalid_param("tool_choice", "a named tool_choice needs {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        throw invalid_param("tool_choice",
+                            "a named tool_choice needs {\"type\": \"function\", \"function\": {\"name\": ...}}");
       req.tool_choice = ToolChoiceMode::Named;
       req.tool_choice_name = name;
     } else {
       wrong_type("tool_choice", "a string or an object", *choice);
     }
-    if ((req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named) && req.tools.is_null())
-      throw invalid_param("tool_choice", "tool_choice '" + std::string(req.tool_choice == ToolChoiceMode::Named ? req.tool_choice_name : "required") +
-                                             "' needs a non-empty 'tools' list");
+    if ((req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named) &&
+        req.tools.is_null())
+      throw invalid_param(
+          "tool_choice", "tool_choice '" +
+                             std::string(req.tool_choice == ToolChoiceMode::Named ? req.tool_choice_name : "required") +
+                             "' needs a non-empty 'tools' list");
     if (req.tool_choice == ToolChoiceMode::Named) {
       bool found = false;
       for (const json& t : req.tools) found |= t["function"]["name"] == req.tool_choice_name;
-      if (!found) throw invalid_param("tool_choice", "tool_choice names function '" + req.tool_choice_name + "', which is not in 'tools'");
+      if (!found)
+        throw invalid_param("tool_choice",
+                            "tool_choice names function '" + req.tool_choice_name + "', which is not in 'tools'");
     }
   }
   if (auto p = get_bool(body, "parallel_tool_calls")) req.parallel_tool_calls = *p;
@@ -209,7 +225,8 @@ int32_t token_id(const json& value, const std::string& param, int32_t vocab_size
   bool in_range = value.is_number_unsigned() ? value.get<uint64_t>() < uint64_t(vocab_size)
                                              : value.get<int64_t>() >= 0 && value.get<int64_t>() < vocab_size;
   if (!in_range)
-    throw invalid_param(param, "token id " + value.dump() + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    throw invalid_param(
+        param, "token id " + value.dump() + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
   return int32_t(value.get<int64_t>());
 }
 
@@ -232,10 +249,12 @@ void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_ke
       // Keys are decimal ids ("50256"); anything else (signs, spaces, hex,
       // more digits than an int64) is not an id.
       bool digits = !key.empty() && key.size() <= 18 && key.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) throw invalid_param("logit_bias", "logit_bias keys must be token ids (decimal integers), got '" + key + "'");
+      if (!digits)
+        throw invalid_param("logit_bias", "logit_bias keys must be token ids (decimal integers), got '" + key + "'");
       int32_t id = token_id(json(std::strtoll(key.c_str(), nullptr, 10)), "logit_bias", bounds.vocab_size);
       if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100)
-        throw invalid_param("logit_bias", "logit_bias values must be numbers in [-100, 100], got " + value.dump() + " for token " + key);
+        throw invalid_param("logit_bias", "logit_bias values must be numbers in [-100, 100], got " + value.dump() +
+                                              " for token " + key);
       s.logit_bias.emplace_back(id, value.get<float>());
     }
   }
@@ -252,7 +271,8 @@ void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_ke
     if (stop->is_string()) {
       if (!stop->get<std::string>().empty()) req.generation.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
-      if (stop->size() > 16) throw invalid_param("stop", "at most 16 stop strings are supported, got " + std::to_string(stop->size()));
+      if (stop->size() > 16)
+        throw invalid_param("stop", "at most 16 stop strings are supported, got " + std::to_string(stop->size()));
       for (const json& s_item : *stop) {
         if (!s_item.is_string()) wrong_type("stop", "a string or an array of strings", *stop);
         if (!s_item.get<std::string>().empty()) req.generation.stop.push_back(s_item.get<std::string>());
@@ -278,12 +298,20 @@ void parse_sampling(const json& body, ApiRequest& req, const char* max_tokens_ke
 
 ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, const RequestBounds& bounds) {
   if (int depth = json_nesting_depth(body_text); depth > kMaxJsonDepth)
-    throw ApiError{.status = 400, .message = json_depth_message("the request body", depth), .type = "invalid_request_error",
-                   .param = "", .code = "nesting_too_deep"};
+    throw ApiError{.status = 400,
+                   .message = json_depth_message("the request body", depth),
+                   .type = "invalid_request_error",
+                   .param = "",
+                   .code = "nesting_too_deep"};
   json body = try_parse_json_bounded(body_text);
   if (body.is_discarded())
-    throw ApiError{.status = 400, .message = "the request body is not valid JSON", .type = "invalid_request_error", .param = "", .code = "invalid_json"};
-  if (!body.is_object()) throw status_error(400, std::string("the request body must be a JSON object, got ") + json_type_name(body));
+    throw ApiError{.status = 400,
+                   .message = "the request body is not valid JSON",
+                   .type = "invalid_request_error",
+                   .param = "",
+                   .code = "invalid_json"};
+  if (!body.is_object())
+    throw status_error(400, std::string("the request body must be a JSON object, got ") + json_type_name(body));
   ApiRequest req;
   req.endpoint = endpoint;
   auto model = body.find("model");
@@ -325,7 +353,8 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, co
         for (size_t i = 0; i < ids.size(); ++i)
           req.prompt_token_ids.push_back(token_id(ids[i], "prompt[0][" + std::to_string(i) + "]", bounds.vocab_size));
       } else if (p->is_array() && p->size() > 1) {
-        throw invalid_param("prompt", "batched prompts (an array of several prompts) are not supported; send one request per prompt");
+        throw invalid_param(
+            "prompt", "batched prompts (an array of several prompts) are not supported; send one request per prompt");
       } else {
         wrong_type("prompt", "a string or an array of token ids", *p);
       }
@@ -336,7 +365,9 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, co
       }
       req.echo = get_bool(body, "echo").value_or(false);
       if (req.max_tokens_given && req.generation.max_tokens == 0 && !req.echo)
-        throw invalid_param("max_tokens", "max_tokens 0 scores the prompt only and needs 'echo': true; without echo it must be at least 1");
+        throw invalid_param(
+            "max_tokens",
+            "max_tokens 0 scores the prompt only and needs 'echo': true; without echo it must be at least 1");
       // OpenAI: with echo, logprobs cover the prompt's tokens too.
       req.generation.prompt_logprobs = req.echo && (req.logprobs || req.generation.max_tokens == 0);
       if (!req.max_tokens_given) req.generation.max_tokens = 16;  // OpenAI's default for completions
@@ -345,14 +376,18 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, co
     case Endpoint::Responses: {
       auto input = body.find("input");
       if (input == body.end() || input->is_null()) throw invalid_param("input", "'input' is required");
-      if (auto instr = get_string(body, "instructions")) req.messages.push_back({{"role", "system"}, {"content", *instr}});
+      if (auto instr = get_string(body, "instructions"))
+        req.messages.push_back({{"role", "system"}, {"content", *instr}});
       if (input->is_string()) {
         req.messages.push_back({{"role", "user"}, {"content", input->get<std::string>()}});
       } else if (input->is_array()) {
         json msgs = json::array();
         for (const json& item : *input) {
-          if (item.is_object() && item.value("type", "message") == "message") msgs.push_back(item);
-          else throw invalid_param("input", "input items must be messages ({\"role\", \"content\"}); other item types are not supported");
+          if (item.is_object() && item.value("type", "message") == "message")
+            msgs.push_back(item);
+          else
+            throw invalid_param(
+                "input", "input items must be messages ({\"role\", \"content\"}); other item types are not supported");
         }
         for (json& m : normalize_messages(msgs, "input")) req.messages.push_back(std::move(m));
       } else {
@@ -360,7 +395,8 @@ ApiRequest parse_api_request(Endpoint endpoint, const std::string& body_text, co
       }
       parse_tools(body, req);
       parse_sampling(body, req, "max_output_tokens", bounds);
-      req.responses_echo = {{"tools", json::array()}, {"tool_choice", "auto"}, {"parallel_tool_calls", req.parallel_tool_calls}};
+      req.responses_echo = {
+          {"tools", json::array()}, {"tool_choice", "auto"}, {"parallel_tool_calls", req.parallel_tool_calls}};
       if (auto t = body.find("tools"); t != body.end() && t->is_array()) req.responses_echo["tools"] = *t;
       if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) req.responses_echo["tool_choice"] = *c;
       if (req.generation.n != 1) throw invalid_param("n", "the Responses API produces one output");

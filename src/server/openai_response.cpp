@@ -29,16 +29,20 @@ bool ended_normally(engine::FinishReason r) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(ResponseContext context) : ctx_(std::move(context)) {
-  const char* prefix = ctx_.endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : ctx_.endpoint == Endpoint::Completions ? "cmpl-" : "resp_";
+  const char* prefix = ctx_.endpoint == Endpoint::ChatCompletions ? "chatcmpl-"
+                       : ctx_.endpoint == Endpoint::Completions   ? "cmpl-"
+                                                                  : "resp_";
   id_ = random_id(prefix);
   item_id_ = random_id("msg_");
-  created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  OutputParserOptions parser = ctx_.endpoint == Endpoint::Completions ? OutputParserOptions{.split_reasoning = false} : ctx_.parser;
+  created_ =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  OutputParserOptions parser =
+      ctx_.endpoint == Endpoint::Completions ? OutputParserOptions{.split_reasoning = false} : ctx_.parser;
   for (int i = 0; i < ctx_.n; ++i) {
     choices_.emplace_back(parser);
     if (!ctx_.prefill.empty()) {
       ParsedDelta d = choices_.back().parser.push(ctx_.prefill);
-      choices_.back().content += d.content;  // normally empty: the prefill opens a tool call
+      choices_.back().content += d.content;                     // normally empty: the prefill opens a tool call
       choices_.back().prefill_calls = std::move(d.tool_calls);  // a named call: announced with the first event
     }
     if (!ctx_.echo_text.empty()) {
@@ -93,7 +97,8 @@ json ResponseBuilder::chat_logprob_entries(const engine::GenerationEvent& e) con
     json top = json::array();
     for (const engine::TopLogprob& t : lp.top)
       top.push_back({{"token", t.text}, {"logprob", t.logprob}, {"bytes", byte_array(t.text)}});
-    entries.push_back({{"token", lp.text}, {"logprob", lp.logprob}, {"bytes", byte_array(lp.text)}, {"top_logprobs", top}});
+    entries.push_back(
+        {{"token", lp.text}, {"logprob", lp.logprob}, {"bytes", byte_array(lp.text)}, {"top_logprobs", top}});
   }
   return entries;
 }
@@ -138,10 +143,16 @@ std::string ResponseBuilder::stream_prelude() {
   std::string out;
   out += sse_event("response.created", {{"response", responses_body("in_progress")}});
   out += sse_event("response.in_progress", {{"response", responses_body("in_progress")}});
-  json item = {{"type", "message"}, {"id", item_id_}, {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}};
+  json item = {{"type", "message"},
+               {"id", item_id_},
+               {"status", "in_progress"},
+               {"role", "assistant"},
+               {"content", json::array()}};
   out += sse_event("response.output_item.added", {{"output_index", 0}, {"item", item}});
   out += sse_event("response.content_part.added",
-                   {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0},
+                   {{"item_id", item_id_},
+                    {"output_index", 0},
+                    {"content_index", 0},
                     {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
   return out;
 }
@@ -176,8 +187,10 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
   const size_t lp_start = c.lp_tokens.size();
   if (ctx_.logprobs) {
     if (ctx_.endpoint == Endpoint::Completions && e.choice == 0) add_prompt_logprobs(c, e);
-    if (ctx_.endpoint == Endpoint::Completions) add_completion_logprobs(c, e);
-    else for (json& entry : chat_logprob_entries(e)) c.logprobs.push_back(std::move(entry));
+    if (ctx_.endpoint == Endpoint::Completions)
+      add_completion_logprobs(c, e);
+    else
+      for (json& entry : chat_logprob_entries(e)) c.logprobs.push_back(std::move(entry));
   }
   if (e.done) {
     usage_ = e.usage;
@@ -223,8 +236,10 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
         }
         if (e.finish && ended_normally(*e.finish)) {
           json chunk = chunk_base();
-          chunk["choices"] = json::array(
-              {{{"index", e.choice}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}}});
+          chunk["choices"] = json::array({{{"index", e.choice},
+                                           {"delta", json::object()},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", c.finish_reason}}});
           out += sse(chunk);
         }
         break;
@@ -234,7 +249,9 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
         const bool new_logprobs = ctx_.logprobs && c.lp_tokens.size() > lp_start;
         if (!delta.content.empty() || finished || new_logprobs) {
           json chunk = chunk_base();
-          json choice = {{"index", e.choice}, {"text", delta.content}, {"logprobs", nullptr},
+          json choice = {{"index", e.choice},
+                         {"text", delta.content},
+                         {"logprobs", nullptr},
                          {"finish_reason", finished ? json(c.finish_reason) : json(nullptr)}};
           if (new_logprobs) {
             json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
@@ -244,7 +261,8 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
               tops.push_back(c.lp_top[i]);
               offsets.push_back(c.lp_offsets[i]);
             }
-            choice["logprobs"] = {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+            choice["logprobs"] = {
+                {"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
           }
           chunk["choices"] = json::array({choice});
           out += sse(chunk);
@@ -253,8 +271,11 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
       }
       case Endpoint::Responses: {
         if (!delta.content.empty())
-          out += sse_event("response.output_text.delta", {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0},
-                                                          {"delta", delta.content}, {"logprobs", json::array()}});
+          out += sse_event("response.output_text.delta", {{"item_id", item_id_},
+                                                          {"output_index", 0},
+                                                          {"content_index", 0},
+                                                          {"delta", delta.content},
+                                                          {"logprobs", json::array()}});
         break;
       }
     }
@@ -262,23 +283,32 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
       if (ctx_.endpoint == Endpoint::Responses) {
         const Choice& c0 = choices_[0];
         json part = {{"type", "output_text"}, {"text", c0.content}, {"annotations", json::array()}};
-        out += sse_event("response.output_text.done",
-                         {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"text", c0.content}, {"logprobs", json::array()}});
-        out += sse_event("response.content_part.done", {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+        out += sse_event("response.output_text.done", {{"item_id", item_id_},
+                                                       {"output_index", 0},
+                                                       {"content_index", 0},
+                                                       {"text", c0.content},
+                                                       {"logprobs", json::array()}});
+        out += sse_event("response.content_part.done",
+                         {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
         const bool failed = cancelled_ || !error_.empty();
         const bool cut = failed || c0.finish_reason == "length";
-        json item = {{"type", "message"}, {"id", item_id_}, {"status", cut ? "incomplete" : "completed"}, {"role", "assistant"},
+        json item = {{"type", "message"},
+                     {"id", item_id_},
+                     {"status", cut ? "incomplete" : "completed"},
+                     {"role", "assistant"},
                      {"content", json::array({part})}};
         out += sse_event("response.output_item.done", {{"output_index", 0}, {"item", item}});
         for (size_t i = 0; i < c0.tool_calls.size(); ++i) {
           const ParsedToolCall& t = c0.tool_calls[i];
-          json fc = {{"type", "function_call"}, {"id", random_id("fc_")}, {"call_id", t.id}, {"name", t.name},
-                     {"arguments", t.arguments}, {"status", "completed"}};
+          json fc = {{"type", "function_call"}, {"id", random_id("fc_")},   {"call_id", t.id},
+                     {"name", t.name},          {"arguments", t.arguments}, {"status", "completed"}};
           out += sse_event("response.output_item.added", {{"output_index", int(i) + 1}, {"item", fc}});
           out += sse_event("response.output_item.done", {{"output_index", int(i) + 1}, {"item", fc}});
         }
         std::string status = failed ? "failed" : c0.finish_reason == "length" ? "incomplete" : "completed";
-        out += sse_event(status == "failed" ? "response.failed" : status == "incomplete" ? "response.incomplete" : "response.completed",
+        out += sse_event(status == "failed"       ? "response.failed"
+                         : status == "incomplete" ? "response.incomplete"
+                                                  : "response.completed",
                          {{"response", responses_body(status)}});
       } else {
         if (ctx_.include_usage) {
@@ -290,9 +320,13 @@ std::string ResponseBuilder::on_event(const engine::GenerationEvent& e) {
         // Cut short (timeout, shutdown, engine error): an error event, which
         // OpenAI clients raise as an APIError, then [DONE] (as vLLM ends a
         // failed stream).
-        if (cancelled_) out += "data: " + dump_json(cancel_error_.to_json()) + "\n\n";
+        if (cancelled_)
+          out += "data: " + dump_json(cancel_error_.to_json()) + "\n\n";
         else if (!error_.empty())
-          out += "data: " + dump_json(ApiError{.status = 500, .message = error_, .type = "server_error", .param = "", .code = ""}.to_json()) + "\n\n";
+          out += "data: " +
+                 dump_json(ApiError{.status = 500, .message = error_, .type = "server_error", .param = "", .code = ""}
+                               .to_json()) +
+                 "\n\n";
         out += "data: [DONE]\n\n";
       }
     }
@@ -307,19 +341,38 @@ json ResponseBuilder::responses_body(const std::string& status) const {
     const Choice& c = choices_[0];
     text = c.content;
     if (!c.reasoning.empty())
-      output.push_back({{"type", "reasoning"}, {"id", random_id("rs_")}, {"summary", json::array()},
+      output.push_back({{"type", "reasoning"},
+                        {"id", random_id("rs_")},
+                        {"summary", json::array()},
                         {"content", json::array({{{"type", "reasoning_text"}, {"text", c.reasoning}}})}});
     // The message item is complete only when the response is: a reply cut
     // by max_output_tokens (or an error) is an incomplete message.
-    output.push_back({{"type", "message"}, {"id", item_id_}, {"status", status == "completed" ? "completed" : "incomplete"}, {"role", "assistant"},
-                      {"content", json::array({{{"type", "output_text"}, {"text", c.content}, {"annotations", json::array()}}})}});
+    output.push_back(
+        {{"type", "message"},
+         {"id", item_id_},
+         {"status", status == "completed" ? "completed" : "incomplete"},
+         {"role", "assistant"},
+         {"content", json::array({{{"type", "output_text"}, {"text", c.content}, {"annotations", json::array()}}})}});
     for (const ParsedToolCall& t : c.tool_calls)
-      output.push_back({{"type", "function_call"}, {"id", random_id("fc_")}, {"call_id", t.id}, {"name", t.name},
-                        {"arguments", t.arguments}, {"status", "completed"}});
+      output.push_back({{"type", "function_call"},
+                        {"id", random_id("fc_")},
+                        {"call_id", t.id},
+                        {"name", t.name},
+                        {"arguments", t.arguments},
+                        {"status", "completed"}});
   }
-  json body = {{"id", id_}, {"object", "response"}, {"created_at", created_}, {"status", status}, {"model", ctx_.model},
-               {"output", output}, {"parallel_tool_calls", true}, {"tool_choice", "auto"}, {"tools", json::array()},
-               {"error", nullptr}, {"incomplete_details", nullptr}, {"usage", nullptr}};
+  json body = {{"id", id_},
+               {"object", "response"},
+               {"created_at", created_},
+               {"status", status},
+               {"model", ctx_.model},
+               {"output", output},
+               {"parallel_tool_calls", true},
+               {"tool_choice", "auto"},
+               {"tools", json::array()},
+               {"error", nullptr},
+               {"incomplete_details", nullptr},
+               {"usage", nullptr}};
   if (ctx_.responses_echo.is_object())
     for (const auto& [key, value] : ctx_.responses_echo.items()) body[key] = value;
   if (status == "incomplete") body["incomplete_details"] = {{"reason", "max_output_tokens"}};
@@ -353,11 +406,14 @@ json ResponseBuilder::final_body() const {
     } else {
       json choice = {{"index", i}, {"text", c.content}, {"logprobs", nullptr}, {"finish_reason", c.finish_reason}};
       if (ctx_.logprobs)
-        choice["logprobs"] = {{"tokens", c.lp_tokens}, {"token_logprobs", c.lp_values}, {"top_logprobs", c.lp_top}, {"text_offset", c.lp_offsets}};
+        choice["logprobs"] = {{"tokens", c.lp_tokens},
+                              {"token_logprobs", c.lp_values},
+                              {"top_logprobs", c.lp_top},
+                              {"text_offset", c.lp_offsets}};
       choices.push_back(choice);
     }
   }
-  json body = {{"id", id_}, {"created", created_}, {"model", ctx_.model}, {"system_fingerprint", "brioche"},
+  json body = {{"id", id_},          {"created", created_},  {"model", ctx_.model}, {"system_fingerprint", "brioche"},
                {"choices", choices}, {"usage", usage_json()}};
   body["object"] = ctx_.endpoint == Endpoint::ChatCompletions ? "chat.completion" : "text_completion";
   return body;

@@ -98,8 +98,11 @@ class ResponseBuilder {
   bool done_ = false;
   bool cancelled_ = false;
   std::string error_;
-  ApiError cancel_error_{.status = 503, .message = "the request was cancelled because the server is shutting down",
-                         .type = "server_error", .param = "", .code = "shutting_down"};
+  ApiError cancel_error_{.status = 503,
+                         .message = "the request was cancelled because the server is shutting down",
+                         .type = "server_error",
+                         .param = "",
+                         .code = "shutting_down"};
   int64_t sequence_number_ = 0;
 };
 

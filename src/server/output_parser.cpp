@@ -22,9 +22,7 @@ size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
   return 0;
 }
 
-bool all_space(std::string_view s) {
-  return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
+bool all_space(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
 std::string_view trim(std::string_view s) {
   size_t b = s.find_first_not_of(" \t\r\n");
@@ -44,7 +42,8 @@ std::string random_id(std::string_view prefix, int length) {
 }
 
 OutputParser::OutputParser(OutputParserOptions options)
-    : options_(options), mode_(options.starts_in_reasoning && options.split_reasoning ? Mode::Reasoning : Mode::Start) {}
+    : options_(options),
+      mode_(options.starts_in_reasoning && options.split_reasoning ? Mode::Reasoning : Mode::Start) {}
 
 ParsedDelta OutputParser::push(std::string_view text) {
   pending_.append(text);
@@ -93,12 +92,16 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         std::string_view head = trim(pending_);
         size_t lead = pending_.find_first_not_of(" \t\r\n");
         if (lead == std::string::npos) {
-          if (at_end) { pending_.clear(); return; }
+          if (at_end) {
+            pending_.clear();
+            return;
+          }
           return;
         }
         std::string_view rest = std::string_view(pending_).substr(lead);
         auto could_be = [&](std::string_view marker) {
-          return rest.size() < marker.size() ? marker.substr(0, rest.size()) == rest : rest.substr(0, marker.size()) == marker;
+          return rest.size() < marker.size() ? marker.substr(0, rest.size()) == rest
+                                             : rest.substr(0, marker.size()) == marker;
         };
         if (options_.split_reasoning && could_be(kThinkOpen)) {
           if (rest.size() < kThinkOpen.size()) {
@@ -197,14 +200,16 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         if (close == std::string::npos && !at_end) return;
         take_calls(scanner_->finish(), out);
         if (scanner_->not_a_call()) {
-          out.content += std::string(kToolOpen) + scanner_->text() + (close == std::string::npos ? "" : std::string(kToolClose));
+          out.content +=
+              std::string(kToolOpen) + scanner_->text() + (close == std::string::npos ? "" : std::string(kToolClose));
           content_started_ = true;
           after_tool_call_ = false;
         } else {
           after_tool_call_ = true;
           // Text after the call object inside the tags: stray closing
           // brackets are dropped, anything else is content.
-          std::string_view rest = std::string_view(scanner_->text()).substr(std::min(scanner_->end_offset(), scanner_->text().size()));
+          std::string_view rest =
+              std::string_view(scanner_->text()).substr(std::min(scanner_->end_offset(), scanner_->text().size()));
           if (rest.find_first_not_of(" \t\r\n}]") != std::string_view::npos) {
             out.content += std::string(trim(rest));
             content_started_ = true;
@@ -225,7 +230,8 @@ void OutputParser::run(ParsedDelta& out, bool at_end) {
         if (scanner_->not_a_call()) {
           pending_ = scanner_->text();  // plain JSON (or text) after all: content
         } else if (scanner_->list_ended()) {
-          pending_ = std::string(trim(std::string_view(scanner_->text()).substr(std::min(scanner_->end_offset(), scanner_->text().size()))));
+          pending_ = std::string(trim(
+              std::string_view(scanner_->text()).substr(std::min(scanner_->end_offset(), scanner_->text().size()))));
           after_tool_call_ = true;
         } else {
           return;

@@ -27,7 +27,7 @@
 namespace brioche::server {
 
 struct ParsedToolCall {
-  std::string id;         // "call_<random>"
+  std::string id;  // "call_<random>"
   std::string name;
   std::string arguments;  // JSON text of the arguments object
 };
@@ -60,7 +60,7 @@ class OutputParser {
   OutputParserOptions options_;
   Mode mode_;
   std::string pending_;
-  bool content_started_ = false;  // non-whitespace content was emitted
+  bool content_started_ = false;   // non-whitespace content was emitted
   bool strip_leading_ws_ = false;  // after </think>
   bool after_tool_call_ = false;   // no text since the last tool call
   int n_tool_calls_ = 0;

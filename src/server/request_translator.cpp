@@ -15,7 +15,9 @@ ApiError model_not_found(const std::string& asked, const std::string& served) {
   return ApiError{.status = 404,
                   .message = "the model '" + asked + "' does not exist; this server serves '" + served +
                              "' and the adapters GET /v1/models lists",
-                  .type = "invalid_request_error", .param = "model", .code = "model_not_found"};
+                  .type = "invalid_request_error",
+                  .param = "model",
+                  .code = "model_not_found"};
 }
 
 // The adapter `model` names (null for the base model or no `model`).
@@ -55,7 +57,8 @@ void translate_completion(const ServedModel& served, const std::string& body, Ap
   }
   if (req.echo) {
     // A prompt of token ids echoes as their text (as OpenAI's does).
-    if (req.prompt_token_ids.empty()) out.response.echo_text = req.prompt;
+    if (req.prompt_token_ids.empty())
+      out.response.echo_text = req.prompt;
     else
       for (int32_t t : req.prompt_token_ids) out.response.echo_text += served.engine.codec().token_bytes(t);
   }
@@ -73,12 +76,14 @@ void translate_completion(const ServedModel& served, const std::string& body, Ap
 
 void translate_chat(const ServedModel& served, const std::string& body, ApiRequest& req, TranslatedRequest& out) {
   const bool use_tools = !req.tools.is_null() && req.tool_choice != ToolChoiceMode::None;
-  const bool opens_call = use_tools && (req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named);
+  const bool opens_call =
+      use_tools && (req.tool_choice == ToolChoiceMode::Required || req.tool_choice == ToolChoiceMode::Named);
   const bool hermes = served.tool_syntax != ToolSyntax::Llama3Json;
   // What the prompt ends with so the model must complete a call.
   std::string call_prefill;
   if (opens_call)
-    call_prefill = tool_call_prefill(served.tool_syntax, req.tool_choice == ToolChoiceMode::Named ? &req.tool_choice_name : nullptr);
+    call_prefill = tool_call_prefill(served.tool_syntax,
+                                     req.tool_choice == ToolChoiceMode::Named ? &req.tool_choice_name : nullptr);
   const std::string call_open = opens_call ? tool_call_prefill(served.tool_syntax, nullptr) : "";
 
   StructuredOutputSpec spec = parse_structured_output(body, req, hermes, call_open);
@@ -86,7 +91,8 @@ void translate_chat(const ServedModel& served, const std::string& body, ApiReque
   inject_system_prompt(req.messages, plan.system_prompt);  // the degrade path
   out.warning = std::move(plan.warning);
 
-  std::string prompt = served.prompter.render({.messages = req.messages, .tools = tools_for_prompt(req), .enable_thinking = req.enable_thinking});
+  std::string prompt = served.prompter.render(
+      {.messages = req.messages, .tools = tools_for_prompt(req), .enable_thinking = req.enable_thinking});
   ResponseContext& ctx = out.response;
   ctx.parser.split_reasoning = true;
   ctx.parser.tools = use_tools ? served.tool_syntax : ToolSyntax::None;
@@ -103,14 +109,20 @@ void translate_chat(const ServedModel& served, const std::string& body, ApiReque
 
 // The prompt fits with room for one token; max_tokens defaults to the room
 // left (chat, responses) or stays at the endpoint's default (completions: 16).
-void fit_context(const engine::Engine& engine, Endpoint endpoint, const ApiRequest& req, engine::GenerationRequest& gen) {
-  const std::string param = endpoint == Endpoint::Completions ? "prompt" : endpoint == Endpoint::Responses ? "input" : "messages";
+void fit_context(const engine::Engine& engine, Endpoint endpoint, const ApiRequest& req,
+                 engine::GenerationRequest& gen) {
+  const std::string param = endpoint == Endpoint::Completions ? "prompt"
+                            : endpoint == Endpoint::Responses ? "input"
+                                                              : "messages";
   const int32_t n_prompt = int32_t(gen.prompt_tokens.size());
   if (n_prompt == 0) throw invalid_param(param, "the prompt is empty");
   if (n_prompt >= engine.context_length())
-    throw ApiError{.status = 400, .message = "the prompt has " + std::to_string(n_prompt) + " tokens but the model's context holds " +
-                                             std::to_string(engine.context_length()) + " (including at least one generated token)",
-                   .type = "invalid_request_error", .param = param, .code = "context_length_exceeded"};
+    throw ApiError{.status = 400,
+                   .message = "the prompt has " + std::to_string(n_prompt) + " tokens but the model's context holds " +
+                              std::to_string(engine.context_length()) + " (including at least one generated token)",
+                   .type = "invalid_request_error",
+                   .param = param,
+                   .code = "context_length_exceeded"};
   const int32_t room = engine.context_length() - n_prompt;
   const bool endpoint_default = endpoint == Endpoint::Completions && !req.max_tokens_given;
   gen.max_tokens = req.max_tokens_given || endpoint_default ? std::min(gen.max_tokens, room) : room;
@@ -141,8 +153,10 @@ TranslatedRequest translate_request(const ServedModel& served, Endpoint endpoint
     ctx.logprobs = req.logprobs;
     ctx.responses_echo = req.responses_echo;
     out.generation.top_logprobs = req.logprobs ? req.top_logprobs : -1;
-    if (endpoint == Endpoint::Completions) translate_completion(served, body, req, out);
-    else translate_chat(served, body, req, out);
+    if (endpoint == Endpoint::Completions)
+      translate_completion(served, body, req, out);
+    else
+      translate_chat(served, body, req, out);
     fit_context(served.engine, endpoint, req, out.generation);
   } catch (const brioche::Error& e) {
     // Template errors (raise_exception on an unsupported conversation),

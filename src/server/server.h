@@ -29,20 +29,21 @@ namespace brioche::server {
 struct ServerOptions {
   engine::EngineOptions engine;
   std::string host = "127.0.0.1";
-  uint16_t port = 8080;                 // 0: any free port (see Server::port())
-  std::string api_key;                  // non-empty: require "Authorization: Bearer <key>" on /v1/*
-  std::string model_name;               // id reported by /v1/models; default: the model file's stem
+  uint16_t port = 8080;    // 0: any free port (see Server::port())
+  std::string api_key;     // non-empty: require "Authorization: Bearer <key>" on /v1/*
+  std::string model_name;  // id reported by /v1/models; default: the model file's stem
   int io_threads = 2;
-  size_t grammar_cache_mb = 256;        // compiled grammars kept (LRU by bytes)
-  int prepare_threads = 2;              // translate requests (template, tokenise, compile grammars) off the I/O threads
-  int max_queue = 256;                  // generation requests in flight before 429
-  size_t max_body_bytes = 8u << 20;     // larger bodies get 413
-  double request_timeout_s = 600;       // per generation request
-  double shutdown_grace_s = 10;         // in-flight requests may finish this long after SIGTERM
+  size_t grammar_cache_mb = 256;     // compiled grammars kept (LRU by bytes)
+  int prepare_threads = 2;           // translate requests (template, tokenise, compile grammars) off the I/O threads
+  int max_queue = 256;               // generation requests in flight before 429
+  size_t max_body_bytes = 8u << 20;  // larger bodies get 413
+  double request_timeout_s = 600;    // per generation request
+  double shutdown_grace_s = 10;      // in-flight requests may finish this long after SIGTERM
   std::string cors_origin = "*";
-  std::string web_dir;                  // UI files served at / before the built-in ones (regular files inside it only; no API key needed)
-  AdapterOptions adapters;              // LoRA adapters served as models beside the base (server/adapter_registry.h)
-  JobsOptions jobs;                     // files and fine-tuning jobs (docs/jobs-api.md); data_dir "" = off
+  std::string
+      web_dir;  // UI files served at / before the built-in ones (regular files inside it only; no API key needed)
+  AdapterOptions adapters;  // LoRA adapters served as models beside the base (server/adapter_registry.h)
+  JobsOptions jobs;         // files and fine-tuning jobs (docs/jobs-api.md); data_dir "" = off
   bool quiet = false;
 };
 

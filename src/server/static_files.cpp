@@ -57,7 +57,8 @@ const EmbeddedAsset* find_embedded(std::string_view url_path) {
 std::string disk_etag(const fs::path& file, uintmax_t size) {
   std::error_code ec;
   const auto mtime = fs::last_write_time(file, ec);
-  const long long ns = ec ? 0 : (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count();
+  const long long ns =
+      ec ? 0 : (long long)std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count();
   char tag[64];
   std::snprintf(tag, sizeof tag, "\"d%llx-%llx\"", (unsigned long long)size, (unsigned long long)ns);
   return tag;

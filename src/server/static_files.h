@@ -46,6 +46,7 @@ struct StaticReply {
   std::string content_type;
   std::string etag;  // quoted strong validator ("" with 404)
 };
-StaticReply static_reply(const std::filesystem::path& web_root, std::string_view url_path, std::string_view if_none_match);
+StaticReply static_reply(const std::filesystem::path& web_root, std::string_view url_path,
+                         std::string_view if_none_match);
 
 }  // namespace brioche::server

@@ -63,7 +63,8 @@ bool parse_response_format(const ordered_json& body, StructuredOutputSpec& spec)
   if (!rf.is_object()) wrong_type("response_format", "an object", rf);
   auto type = rf.find("type");
   if (type == rf.end() || !type->is_string())
-    throw invalid_param("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
+    throw invalid_param("response_format.type",
+                        "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
   std::string t = type->get<std::string>();
   if (t == "text") return false;
   if (t == "json_object") {
@@ -72,12 +73,15 @@ bool parse_response_format(const ordered_json& body, StructuredOutputSpec& spec)
     return true;
   }
   if (t != "json_schema")
-    throw invalid_param("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema'; got '" + t + "'");
+    throw invalid_param("response_format.type",
+                        "'response_format.type' must be 'text', 'json_object' or 'json_schema'; got '" + t + "'");
   auto js = rf.find("json_schema");
   if (js == rf.end() || !js->is_object())
-    throw invalid_param("response_format.json_schema", "'response_format' of type 'json_schema' needs a 'json_schema' object");
+    throw invalid_param("response_format.json_schema",
+                        "'response_format' of type 'json_schema' needs a 'json_schema' object");
   spec.field = "response_format.json_schema.schema";
-  if (auto name = js->find("name"); name != js->end() && !name->is_null()) spec.name = string_field(*name, "response_format.json_schema.name");
+  if (auto name = js->find("name"); name != js->end() && !name->is_null())
+    spec.name = string_field(*name, "response_format.json_schema.name");
   spec.strict = bool_field(*js, "strict", "response_format.json_schema").value_or(false);
   auto aw = bool_field(*js, "any_whitespace", "response_format.json_schema");
   if (!aw) aw = bool_field(rf, "any_whitespace", "response_format");
@@ -109,15 +113,21 @@ bool parse_structured_outputs(const ordered_json& body, StructuredOutputSpec& sp
       return true;
     }
     if (auto g = so.find("grammar"); g != so.end() && !g->is_null()) {
-      spec = {.kind = Kind::Grammar, .field = "structured_outputs.grammar", .text = string_field(*g, "structured_outputs.grammar")};
+      spec = {.kind = Kind::Grammar,
+              .field = "structured_outputs.grammar",
+              .text = string_field(*g, "structured_outputs.grammar")};
       return true;
     }
     if (auto r = so.find("regex"); r != so.end() && !r->is_null()) {
-      spec = {.kind = Kind::Regex, .field = "structured_outputs.regex", .text = string_field(*r, "structured_outputs.regex")};
+      spec = {.kind = Kind::Regex,
+              .field = "structured_outputs.regex",
+              .text = string_field(*r, "structured_outputs.regex")};
       return true;
     }
     if (auto c = so.find("choice"); c != so.end() && !c->is_null()) {
-      spec = {.kind = Kind::Choice, .field = "structured_outputs.choice", .choices = choices_field(*c, "structured_outputs.choice")};
+      spec = {.kind = Kind::Choice,
+              .field = "structured_outputs.choice",
+              .choices = choices_field(*c, "structured_outputs.choice")};
       return true;
     }
     if (bool_field(so, "json_object", "structured_outputs").value_or(false)) {
@@ -191,7 +201,8 @@ bool tool_is_strict(const json& tool) {
   return fn.contains("strict") && fn["strict"].is_boolean() && fn["strict"].get<bool>();
 }
 
-bool parse_tools_constraint(const ApiRequest& req, bool hermes, const std::string& tool_open, StructuredOutputSpec& spec) {
+bool parse_tools_constraint(const ApiRequest& req, bool hermes, const std::string& tool_open,
+                            StructuredOutputSpec& spec) {
   if (req.tools.is_null() || req.tool_choice == ToolChoiceMode::None) return false;
   const char* args_key = hermes ? "arguments" : "parameters";
   std::string close = hermes ? "\n</tool_call>" : "";
@@ -247,7 +258,8 @@ grammar::Grammar structured_output_grammar(const StructuredOutputSpec& spec) {
     // degrade path.
     case Kind::JsonSchema:
       return grammar::Grammar::from_json_schema(
-          spec.schema, {.any_whitespace = spec.any_whitespace, .strict = spec.strict, .one_of_as_any_of = !spec.strict});
+          spec.schema,
+          {.any_whitespace = spec.any_whitespace, .strict = spec.strict, .one_of_as_any_of = !spec.strict});
     case Kind::JsonObject: return grammar::Grammar::builtin_json_object();  // OpenAI: an object at the top
     case Kind::Regex: return grammar::Grammar::from_regex(spec.text);
     case Kind::Choice: return grammar::Grammar::from_choices(spec.choices);
@@ -297,9 +309,12 @@ std::string degrade_prompt(const StructuredOutputSpec& spec) {
 std::string warning_value(const std::string& text) {
   std::string clean;
   for (char c : text) {
-    if (c == '"' || c == '\\') clean += '\'';
-    else if (c == '\n' || c == '\r' || c == '\t') clean += ' ';
-    else if (static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f) clean += c;
+    if (c == '"' || c == '\\')
+      clean += '\'';
+    else if (c == '\n' || c == '\r' || c == '\t')
+      clean += ' ';
+    else if (static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f)
+      clean += c;
   }
   if (clean.size() > 400) clean = clean.substr(0, 397) + "...";
   return "199 brioche \"" + clean + "\"";
@@ -375,8 +390,8 @@ grammar::GrammarCache& StructuredOutputCompiler::cache() {
     // vocabulary) for the masks every JSON schema shares; later schemas then
     // compile in a few ms instead of tens.
     options.prewarm = true;
-    cache_ = std::make_unique<grammar::GrammarCache>(engine::grammar_vocabulary(*engine_.tokenizer(), engine_.vocab_size()),
-                                                     options);
+    cache_ = std::make_unique<grammar::GrammarCache>(
+        engine::grammar_vocabulary(*engine_.tokenizer(), engine_.vocab_size()), options);
   });
   return *cache_;
 }

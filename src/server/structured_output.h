@@ -43,12 +43,12 @@ namespace brioche::server {
 struct StructuredOutputSpec {
   enum class Kind { None, Grammar, JsonSchema, JsonObject, Regex, Choice, ToolCall };
   Kind kind = Kind::None;
-  std::string field;                // request field it came from, for messages ("response_format.json_schema.schema")
-  std::string name = "response";   // schema name (degrade prompt)
-  nlohmann::ordered_json schema;    // JsonSchema, ToolCall (the call's schema)
-  std::string text;                 // Grammar (EBNF), Regex
-  std::vector<std::string> choices; // Choice
-  bool strict = false;              // malformed -> 400 instead of degrade
+  std::string field;                 // request field it came from, for messages ("response_format.json_schema.schema")
+  std::string name = "response";     // schema name (degrade prompt)
+  nlohmann::ordered_json schema;     // JsonSchema, ToolCall (the call's schema)
+  std::string text;                  // Grammar (EBNF), Regex
+  std::vector<std::string> choices;  // Choice
+  bool strict = false;               // malformed -> 400 instead of degrade
   bool any_whitespace = true;
   // ToolCall: text the grammar must end with (e.g. "}\n</tool_call>") and
   // whether the grammar waits for the model to open a call (tool_choice auto).
@@ -60,8 +60,8 @@ struct StructuredOutputSpec {
 // Reads the structured-output fields of a request body. Throws ApiError for
 // fields of the wrong type. `tool_open` is what the server prefilled to open
 // a required/named call ("" when none), so the grammar continues after it.
-StructuredOutputSpec parse_structured_output(const std::string& body_text, const ApiRequest& request,
-                                             bool hermes_tools, const std::string& tool_open);
+StructuredOutputSpec parse_structured_output(const std::string& body_text, const ApiRequest& request, bool hermes_tools,
+                                             const std::string& tool_open);
 
 // The grammar a spec asks for (what prepare() compiles). Throws
 // brioche::Error for a schema/grammar/regex that does not convert (too

@@ -188,8 +188,7 @@ void ToolCallScanner::step(char ch, std::vector<ToolCallDelta>& out) {
       return;
     case Phase::Broken:
     case Phase::ListEnd:
-    case Phase::NotACall:
-      return;
+    case Phase::NotACall: return;
   }
   ++pos_;
 }
@@ -215,8 +214,10 @@ void ToolCallScanner::end_value(std::vector<ToolCallDelta>& out) {
     nlohmann::json decoded = nlohmann::json::parse(value, nullptr, false);
     std::string inner = decoded.is_string() ? decoded.get<std::string>() : std::string();
     if (decoded.is_string() && !nlohmann::json::parse(inner, nullptr, false).is_discarded()) {
-      if (named_) emit({.index = index_, .arguments = inner}, out);
-      else held_arguments_ += inner;
+      if (named_)
+        emit({.index = index_, .arguments = inner}, out);
+      else
+        held_arguments_ += inner;
       args_released_ = end;
       return;
     }
@@ -256,8 +257,10 @@ void ToolCallScanner::release_arguments(size_t until, std::vector<ToolCallDelta>
   if (until <= args_released_) return;
   std::string piece = text_.substr(args_released_, until - args_released_);
   args_released_ = until;
-  if (named_) emit({.index = index_, .arguments = std::move(piece)}, out);
-  else held_arguments_ += piece;
+  if (named_)
+    emit({.index = index_, .arguments = std::move(piece)}, out);
+  else
+    held_arguments_ += piece;
 }
 
 void ToolCallScanner::emit(ToolCallDelta piece, std::vector<ToolCallDelta>& out) {

@@ -31,7 +31,7 @@ namespace brioche::server {
 // One piece of a streamed tool call. The first piece of a call carries its
 // id and name; every piece may carry an arguments fragment.
 struct ToolCallDelta {
-  int index = 0;  // the call's number in this output, from 0
+  int index = 0;     // the call's number in this output, from 0
   std::string id;    // set on the call's first piece only
   std::string name;  // set on the call's first piece only
   std::string arguments;
@@ -60,16 +60,16 @@ class ToolCallScanner {
 
  private:
   enum class Phase {
-    ListStart,        // before the first '[' or '{'
-    ObjectStart,      // expecting '{' (after a separator)
-    KeyOrEnd,         // inside an object: a key string or '}'
-    Key,              // inside a key string
+    ListStart,    // before the first '[' or '{'
+    ObjectStart,  // expecting '{' (after a separator)
+    KeyOrEnd,     // inside an object: a key string or '}'
+    Key,          // inside a key string
     Colon,
     ValueStart,
-    Value,            // inside a value (nested, string or scalar)
-    CommaOrEnd,       // after a value: ',' or '}'
-    SeparatorOrEnd,   // after an object: ',' ';' ']' or more objects
-    Broken,           // malformed after a name: the rest is arguments
+    Value,           // inside a value (nested, string or scalar)
+    CommaOrEnd,      // after a value: ',' or '}'
+    SeparatorOrEnd,  // after an object: ',' ';' ']' or more objects
+    Broken,          // malformed after a name: the rest is arguments
     ListEnd,
     NotACall,
   };
@@ -89,19 +89,19 @@ class ToolCallScanner {
   size_t end_offset_ = 0;
 
   // The object being scanned.
-  size_t object_start_ = 0;   // offset of its '{'
-  std::string key_;           // raw key text (between the quotes)
+  size_t object_start_ = 0;  // offset of its '{'
+  std::string key_;          // raw key text (between the quotes)
   bool key_escape_ = false;
   size_t value_start_ = 0;
-  int value_depth_ = 0;       // open brackets inside the value
+  int value_depth_ = 0;  // open brackets inside the value
   bool value_in_string_ = false, value_escape_ = false, value_is_string_ = false;
   bool value_is_name_ = false, value_is_arguments_ = false;
   std::string name_;
   bool named_ = false;
   bool has_arguments_ = false;
   size_t args_start_ = 0, args_released_ = 0;  // offsets in text_ of the arguments value
-  bool args_open_ = false;                    // arguments value being scanned
-  std::string held_arguments_;                // arguments released before the name
+  bool args_open_ = false;                     // arguments value being scanned
+  std::string held_arguments_;                 // arguments released before the name
 };
 
 }  // namespace brioche::server

@@ -6,7 +6,8 @@ namespace brioche::server {
 
 ToolSyntax tool_syntax_for_template(const std::string& chat_template) {
   if (chat_template.find(kHermesFormat.call_open) != std::string::npos) return ToolSyntax::Hermes;
-  if (chat_template.find(kLlama3JsonFormat.python_tag) != std::string::npos || chat_template.find("ipython") != std::string::npos)
+  if (chat_template.find(kLlama3JsonFormat.python_tag) != std::string::npos ||
+      chat_template.find("ipython") != std::string::npos)
     return ToolSyntax::Llama3Json;
   return ToolSyntax::Hermes;
 }

@@ -11,7 +11,7 @@ namespace brioche::server {
 struct EmbeddedAsset {
   std::string_view url_path;  // "/index.html", "/js/app.js"
   std::string_view bytes;
-  std::string_view etag;      // quoted: "\"<20 hex digits of the SHA-256>\""
+  std::string_view etag;  // quoted: "\"<20 hex digits of the SHA-256>\""
 };
 
 // Sorted by url_path (the manifest is); generated at build time.

@@ -18,23 +18,23 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class ExprKind {
-  Literal,    // literal
-  Name,       // name
-  GetAttr,    // operands[0].name
-  GetItem,    // operands[0][operands[1]]
-  Slice,      // operands[0][a:b:c]; operands[1..3] may be null
-  Call,       // operands[0](args, kwargs)
-  Filter,     // operands[0] | name(args, kwargs)
-  Test,       // operands[0] is [not] name(args)
-  Unary,      // op in {"-", "+", "not"}: op operands[0]
-  Binary,     // operands[0] op operands[1]; op in + - * / // % ** ~
+  Literal,  // literal
+  Name,     // name
+  GetAttr,  // operands[0].name
+  GetItem,  // operands[0][operands[1]]
+  Slice,    // operands[0][a:b:c]; operands[1..3] may be null
+  Call,     // operands[0](args, kwargs)
+  Filter,   // operands[0] | name(args, kwargs)
+  Test,     // operands[0] is [not] name(args)
+  Unary,    // op in {"-", "+", "not"}: op operands[0]
+  Binary,   // operands[0] op operands[1]; op in + - * / // % ** ~
   And,
   Or,
   Compare,    // operands[0] ops[0] operands[1] ops[1] operands[2] ... (chained)
   Condition,  // operands[1] if operands[0] else operands[2] (else may be null)
   ListLit,
   TupleLit,
-  DictLit,    // operands: key, value, key, value, ...
+  DictLit,  // operands: key, value, key, value, ...
 };
 
 struct Expr {
@@ -52,34 +52,34 @@ struct Expr {
 };
 
 enum class StmtKind {
-  Text,        // text
-  Print,       // {{ expr }}
-  If,          // branches: (cond, body)...; else_body
-  For,         // targets in expr [if filter]: body [else else_body]
-  Set,         // targets = expr
-  SetAttr,     // target.attr = expr (namespace)
-  SetBlock,    // {% set target | filters %}body{% endset %}
-  Macro,       // name(params=defaults): body
+  Text,      // text
+  Print,     // {{ expr }}
+  If,        // branches: (cond, body)...; else_body
+  For,       // targets in expr [if filter]: body [else else_body]
+  Set,       // targets = expr
+  SetAttr,   // target.attr = expr (namespace)
+  SetBlock,  // {% set target | filters %}body{% endset %}
+  Macro,     // name(params=defaults): body
   Break,
   Continue,
-  FilterBlock, // {% filter f %}body{% endfilter %}
-  Generation,  // transformers' {% generation %}: renders its body
+  FilterBlock,  // {% filter f %}body{% endfilter %}
+  Generation,   // transformers' {% generation %}: renders its body
 };
 
 struct Stmt {
   StmtKind kind;
   int line = 0;
   int column = 0;
-  std::string text;                    // Text; Macro name; SetAttr attribute
-  ExprPtr expr;                        // Print, For iterable, Set/SetAttr value
-  ExprPtr filter;                      // For: `if` condition; SetBlock/FilterBlock: filter chain whose root Name stands for the block text
-  std::vector<std::string> targets;    // For, Set, SetBlock, SetAttr (namespace name)
-  bool target_is_tuple = false;        // `for a, b in` / `set a, b =`
+  std::string text;  // Text; Macro name; SetAttr attribute
+  ExprPtr expr;      // Print, For iterable, Set/SetAttr value
+  ExprPtr filter;  // For: `if` condition; SetBlock/FilterBlock: filter chain whose root Name stands for the block text
+  std::vector<std::string> targets;                // For, Set, SetBlock, SetAttr (namespace name)
+  bool target_is_tuple = false;                    // `for a, b in` / `set a, b =`
   std::vector<std::pair<ExprPtr, Body>> branches;  // If
   Body body;
   Body else_body;
-  std::vector<std::string> params;     // Macro
-  std::vector<ExprPtr> defaults;       // Macro: one per param, null when none
+  std::vector<std::string> params;  // Macro
+  std::vector<ExprPtr> defaults;    // Macro: one per param, null when none
 };
 
 }  // namespace brioche::tmpl

@@ -27,7 +27,8 @@ ChatTemplate ChatTemplate::parse(std::string source, std::string name, RenderLim
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
-  BRIOCHE_CHECK(context.is_object(), parsed_->name, ": template context must be a JSON object, got ", context.type_name());
+  BRIOCHE_CHECK(context.is_object(), parsed_->name, ": template context must be a JSON object, got ",
+                context.type_name());
   Value ctx;
   try {
     ctx = Value::from_json(context);
@@ -65,7 +66,8 @@ static nlohmann::ordered_json normalize_message(const nlohmann::ordered_json& me
 
 nlohmann::ordered_json chat_context(const ChatRequest& request) {
   BRIOCHE_CHECK(request.messages.is_array(), "chat messages must be a JSON array, got ", request.messages.type_name());
-  BRIOCHE_CHECK(request.extra.is_object(), "chat template kwargs must be a JSON object, got ", request.extra.type_name());
+  BRIOCHE_CHECK(request.extra.is_object(), "chat template kwargs must be a JSON object, got ",
+                request.extra.type_name());
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
   if (request.bos_token) context["bos_token"] = *request.bos_token;
   if (request.eos_token) context["eos_token"] = *request.eos_token;
@@ -89,8 +91,10 @@ static std::string content_text(const nlohmann::ordered_json& content) {
   std::string text;
   if (content.is_array()) {
     for (const auto& part : content) {
-      if (part.is_string()) text += part.get<std::string>();
-      else if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
+      if (part.is_string())
+        text += part.get<std::string>();
+      else if (part.is_object() && part.contains("text") && part["text"].is_string())
+        text += part["text"].get<std::string>();
     }
     return text;
   }
@@ -106,7 +110,8 @@ std::string plain_chat_format(const ChatRequest& request) {
     if (!role.empty() && role[0] >= 'a' && role[0] <= 'z') role[0] = char(role[0] - 32);
     out += role + ": " + content_text(m.contains("content") ? m["content"] : nlohmann::ordered_json());
     if (m.contains("tool_calls") && m["tool_calls"].is_array())
-      for (const auto& call : m["tool_calls"]) out += "\n<tool_call>" + call.value("function", call).dump() + "</tool_call>";
+      for (const auto& call : m["tool_calls"])
+        out += "\n<tool_call>" + call.value("function", call).dump() + "</tool_call>";
     out += "\n\n";
   }
   if (request.add_generation_prompt) out += "Assistant:";
@@ -118,7 +123,8 @@ std::optional<std::string> select_chat_template(const nlohmann::json& field, boo
   if (!field.is_array()) return std::nullopt;
   auto find = [&](const char* name) -> std::optional<std::string> {
     for (const auto& entry : field)
-      if (entry.is_object() && entry.value("name", "") == name && entry.contains("template") && entry["template"].is_string())
+      if (entry.is_object() && entry.value("name", "") == name && entry.contains("template") &&
+          entry["template"].is_string())
         return entry["template"].get<std::string>();
     return std::nullopt;
   };

@@ -37,9 +37,9 @@ class ChatTemplate {
 
 struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // [{role, content, tool_calls?, ...}]
-  nlohmann::ordered_json tools = nullptr;                              // null or [tool schema, ...]
+  nlohmann::ordered_json tools = nullptr;                             // null or [tool schema, ...]
   bool add_generation_prompt = false;
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();     // template kwargs: enable_thinking, ...
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();  // template kwargs: enable_thinking, ...
   std::optional<std::string> bos_token;
   std::optional<std::string> eos_token;
 };

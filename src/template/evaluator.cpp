@@ -17,7 +17,8 @@ static ScopePtr child_scope(const ScopePtr& parent) {
 void Renderer::count_iterations(int64_t n) {
   iterations_ += n;
   if (iterations_ > limits_.max_loop_iterations)
-    render_fail("loop iteration limit exceeded (" + std::to_string(limits_.max_loop_iterations) + " iterations per render)");
+    render_fail("loop iteration limit exceeded (" + std::to_string(limits_.max_loop_iterations) +
+                " iterations per render)");
 }
 
 void Renderer::check_size(size_t bytes) const {
@@ -153,7 +154,8 @@ void Renderer::exec_set(const Stmt& s, const ScopePtr& scope, Value value) {
   }
   std::vector<Value> items = iterate(value);
   if (items.size() != s.targets.size())
-    render_fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(s.targets.size()) + " names");
+    render_fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(s.targets.size()) +
+                " names");
   for (size_t i = 0; i < items.size(); ++i) scope->vars[s.targets[i]] = std::move(items[i]);
 }
 
@@ -303,7 +305,8 @@ Value Renderer::eval(const Expr& e, const ScopePtr& scope) {
 
 static std::optional<int64_t> slice_bound(const Value& v) {
   if (v.is_none() || v.is_undefined()) return std::nullopt;
-  if (!v.is_int() && !v.is_bool()) render_fail("slice indices must be integers or None, not " + std::string(v.type_name()));
+  if (!v.is_int() && !v.is_bool())
+    render_fail("slice indices must be integers or None, not " + std::string(v.type_name()));
   return v.as_int();
 }
 
@@ -341,7 +344,8 @@ Value Renderer::eval_inner(const Expr& e, const ScopePtr& scope) {
       Value v = eval(*e.operands[0], scope);
       if (e.name == "not") return Value::boolean(!truthy(v));
       require_defined(v);
-      if (!v.is_number()) render_fail("bad operand type for unary " + e.name + ": '" + std::string(v.type_name()) + "'");
+      if (!v.is_number())
+        render_fail("bad operand type for unary " + e.name + ": '" + std::string(v.type_name()) + "'");
       if (e.name == "+") return v.is_bool() ? Value::integer(v.as_int()) : v;
       if (v.is_float()) return Value::floating(-v.as_number());
       if (v.as_int() == INT64_MIN) render_fail("integer overflow (values beyond 64 bits are not supported)");
@@ -363,10 +367,14 @@ Value Renderer::eval_inner(const Expr& e, const ScopePtr& scope) {
         Value right = eval(*e.operands[i + 1], scope);
         const std::string& op = e.compare_ops[i];
         bool ok;
-        if (op == "==") ok = equal(left, right);
-        else if (op == "!=") ok = !equal(left, right);
-        else if (op == "in") ok = contains(right, left);
-        else if (op == "not in") ok = !contains(right, left);
+        if (op == "==")
+          ok = equal(left, right);
+        else if (op == "!=")
+          ok = !equal(left, right);
+        else if (op == "in")
+          ok = contains(right, left);
+        else if (op == "not in")
+          ok = !contains(right, left);
         else {
           require_defined(left);
           require_defined(right);
@@ -391,7 +399,8 @@ Value Renderer::eval_inner(const Expr& e, const ScopePtr& scope) {
     }
     case ExprKind::DictLit: {
       Dict d;
-      for (size_t i = 0; i + 1 < e.operands.size(); i += 2) d.set(eval(*e.operands[i], scope), eval(*e.operands[i + 1], scope));
+      for (size_t i = 0; i + 1 < e.operands.size(); i += 2)
+        d.set(eval(*e.operands[i], scope), eval(*e.operands[i + 1], scope));
       return Value::dict(std::move(d));
     }
   }
@@ -418,7 +427,8 @@ struct Validator {
   }
   void stmt(const Stmt& s, bool in_loop) {
     if ((s.kind == StmtKind::Break || s.kind == StmtKind::Continue) && !in_loop)
-      fail(name, ":", s.line, ":", s.column, ": '", s.kind == StmtKind::Break ? "break" : "continue", "' outside a for loop");
+      fail(name, ":", s.line, ":", s.column, ": '", s.kind == StmtKind::Break ? "break" : "continue",
+           "' outside a for loop");
     expr(s.expr.get());
     expr(s.filter.get());
     for (const auto& [cond, b] : s.branches) {

@@ -21,10 +21,12 @@ BoundArgs::BoundArgs(std::string_view function, CallArgs& args, std::initializer
                 std::to_string(args.positional.size()));
   for (size_t i = 0; i < args.positional.size(); ++i) bound_[i] = &args.positional[i];
   for (auto& keyword : args.keyword) {
-    const std::string& key = keyword.first;  // a named variable, not a structured binding: older clang cannot capture those
+    const std::string& key =
+        keyword.first;  // a named variable, not a structured binding: older clang cannot capture those
     Value& value = keyword.second;
     auto it = std::find_if(params_.begin(), params_.end(), [&](const char* p) { return key == p; });
-    if (it == params_.end()) render_fail(std::string(function_) + "() got an unexpected keyword argument '" + key + "'");
+    if (it == params_.end())
+      render_fail(std::string(function_) + "() got an unexpected keyword argument '" + key + "'");
     size_t i = size_t(it - params_.begin());
     if (bound_[i]) render_fail(std::string(function_) + "() got multiple values for argument '" + key + "'");
     bound_[i] = &value;
@@ -45,7 +47,8 @@ std::optional<std::string> optional_string(const Value* v) {
 
 int64_t int_arg(const Value* v, int64_t fallback, const char* what) {
   if (!v || v->is_none()) return fallback;
-  if (!v->is_int() && !v->is_bool()) render_fail(std::string(what) + " must be an integer, got " + std::string(v->type_name()));
+  if (!v->is_int() && !v->is_bool())
+    render_fail(std::string(what) + " must be an integer, got " + std::string(v->type_name()));
   return v->as_int();
 }
 
@@ -87,7 +90,8 @@ Value f_escape(Renderer&, const Value& in, CallArgs&) { return Value::string(htm
 
 Value f_replace(Renderer& r, const Value& in, CallArgs& a) {
   BoundArgs args("replace", a, {"old", "new", "count"});
-  std::string out = py_replace(to_str(in), to_str(args.required(0)), to_str(args.required(1)), int_arg(args.get(2), -1, "count"));
+  std::string out =
+      py_replace(to_str(in), to_str(args.required(0)), to_str(args.required(1)), int_arg(args.get(2), -1, "count"));
   r.check_size(out.size());
   return Value::string(std::move(out));
 }
@@ -129,7 +133,8 @@ Value f_wordcount(Renderer&, const Value& in, CallArgs&) {
   int64_t words = 0;
   bool in_word = false;
   for (char32_t c : utf8_decode(to_str(in))) {
-    bool word_char = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
+    bool word_char =
+        (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
     if (word_char && !in_word) ++words;
     in_word = word_char;
   }
@@ -152,7 +157,8 @@ Value f_tojson(Renderer& r, const Value& in, CallArgs& a) {
   }
   style.sort_keys = args.get(3) && truthy(*args.get(3));
   std::string out = to_json(in, style);
-  if (args.get(0) && truthy(*args.get(0))) {  // ensure_ascii=True: \uXXXX outside ' '..'~' (surrogate pairs above the BMP)
+  if (args.get(0) &&
+      truthy(*args.get(0))) {  // ensure_ascii=True: \uXXXX outside ' '..'~' (surrogate pairs above the BMP)
     std::string ascii;
     for (char32_t c : utf8_decode(out)) {
       char buf[16];
@@ -265,7 +271,8 @@ Value f_unique(Renderer&, const Value& in, CallArgs& a) {
   bool case_sensitive = args.get(0) && truthy(*args.get(0));
   std::vector<Value> seen, out;
   for (const Value& item : iterate(in)) {
-    Value key = sort_key(args.get(1) && !args.get(1)->is_none() ? attribute_path(item, *args.get(1)) : item, case_sensitive);
+    Value key =
+        sort_key(args.get(1) && !args.get(1)->is_none() ? attribute_path(item, *args.get(1)) : item, case_sensitive);
     if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) continue;
     seen.push_back(std::move(key));
     out.push_back(item);
@@ -344,16 +351,22 @@ Value filter_items(Renderer& r, const Value& in, CallArgs& a, bool by_attribute,
 }
 Value f_select(Renderer& r, const Value& in, CallArgs& a) { return filter_items(r, in, a, false, true, "select"); }
 Value f_reject(Renderer& r, const Value& in, CallArgs& a) { return filter_items(r, in, a, false, false, "reject"); }
-Value f_selectattr(Renderer& r, const Value& in, CallArgs& a) { return filter_items(r, in, a, true, true, "selectattr"); }
-Value f_rejectattr(Renderer& r, const Value& in, CallArgs& a) { return filter_items(r, in, a, true, false, "rejectattr"); }
+Value f_selectattr(Renderer& r, const Value& in, CallArgs& a) {
+  return filter_items(r, in, a, true, true, "selectattr");
+}
+Value f_rejectattr(Renderer& r, const Value& in, CallArgs& a) {
+  return filter_items(r, in, a, true, false, "rejectattr");
+}
 
 Value f_map(Renderer& r, const Value& in, CallArgs& a) {
   std::vector<Value> out;
   const Value* attribute = nullptr;
   const Value* fallback = nullptr;
   for (const auto& [k, v] : a.keyword) {
-    if (k == "attribute") attribute = &v;
-    else if (k == "default") fallback = &v;
+    if (k == "attribute")
+      attribute = &v;
+    else if (k == "default")
+      fallback = &v;
   }
   if (attribute) {
     for (const Value& item : iterate(in)) {
@@ -396,7 +409,9 @@ std::optional<int64_t> parse_int(std::string text, int base) {
   bool negative = false;
   size_t i = 0;
   if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
-  auto prefixed = [&](char p) { return i + 1 < text.size() && text[i] == '0' && (text[i + 1] == p || text[i + 1] == p - 32); };
+  auto prefixed = [&](char p) {
+    return i + 1 < text.size() && text[i] == '0' && (text[i + 1] == p || text[i + 1] == p - 32);
+  };
   if (base == 0) {
     base = prefixed('x') ? 16 : prefixed('o') ? 8 : prefixed('b') ? 2 : 10;
     if (base != 10) i += 2;
@@ -432,7 +447,8 @@ Value f_int(Renderer&, const Value& in, CallArgs& a) {
   }
   if (in.is_string()) {
     if (auto v = parse_int(in.as_string(), base)) return Value::integer(*v);
-    if (auto f = parse_float(in.as_string()); f && std::isfinite(*f) && std::fabs(*f) < 9.2e18) return Value::integer(int64_t(std::trunc(*f)));
+    if (auto f = parse_float(in.as_string()); f && std::isfinite(*f) && std::fabs(*f) < 9.2e18)
+      return Value::integer(int64_t(std::trunc(*f)));
   }
   return fallback;
 }
@@ -485,20 +501,48 @@ Value f_abs(Renderer&, const Value& in, CallArgs&) {
 
 const std::unordered_map<std::string_view, FilterFn>& filter_table() {
   static const std::unordered_map<std::string_view, FilterFn> table = {
-      {"trim", f_trim},          {"upper", f_upper},       {"lower", f_lower},
-      {"capitalize", f_capitalize}, {"title", f_title},    {"string", f_string},
-      {"safe", f_safe},          {"e", f_escape},          {"escape", f_escape},
-      {"forceescape", f_escape}, {"replace", f_replace},   {"indent", f_indent},
-      {"center", f_center},      {"wordcount", f_wordcount}, {"tojson", f_tojson},
-      {"length", f_length},      {"count", f_length},      {"list", f_list},
-      {"items", f_items},        {"dictsort", f_dictsort}, {"join", f_join},
-      {"first", f_first},        {"last", f_last},         {"reverse", f_reverse},
-      {"sort", f_sort},          {"unique", f_unique},     {"min", f_min},
-      {"max", f_max},            {"sum", f_sum},           {"batch", f_batch},
-      {"select", f_select},      {"reject", f_reject},     {"selectattr", f_selectattr},
-      {"rejectattr", f_rejectattr}, {"map", f_map},        {"default", f_default},
-      {"d", f_default},          {"attr", f_attr},         {"int", f_int},
-      {"float", f_float},        {"round", f_round},       {"abs", f_abs},
+      {"trim", f_trim},
+      {"upper", f_upper},
+      {"lower", f_lower},
+      {"capitalize", f_capitalize},
+      {"title", f_title},
+      {"string", f_string},
+      {"safe", f_safe},
+      {"e", f_escape},
+      {"escape", f_escape},
+      {"forceescape", f_escape},
+      {"replace", f_replace},
+      {"indent", f_indent},
+      {"center", f_center},
+      {"wordcount", f_wordcount},
+      {"tojson", f_tojson},
+      {"length", f_length},
+      {"count", f_length},
+      {"list", f_list},
+      {"items", f_items},
+      {"dictsort", f_dictsort},
+      {"join", f_join},
+      {"first", f_first},
+      {"last", f_last},
+      {"reverse", f_reverse},
+      {"sort", f_sort},
+      {"unique", f_unique},
+      {"min", f_min},
+      {"max", f_max},
+      {"sum", f_sum},
+      {"batch", f_batch},
+      {"select", f_select},
+      {"reject", f_reject},
+      {"selectattr", f_selectattr},
+      {"rejectattr", f_rejectattr},
+      {"map", f_map},
+      {"default", f_default},
+      {"d", f_default},
+      {"attr", f_attr},
+      {"int", f_int},
+      {"float", f_float},
+      {"round", f_round},
+      {"abs", f_abs},
   };
   return table;
 }

@@ -180,12 +180,14 @@ class Lexer {
     const char* close = block ? "%}" : "}}";
     while (true) {
       i = skip_spaces(i);
-      if (i >= src_.size()) fail_at(open, std::string("unexpected end of template, expected '") + close + "' to close this tag");
+      if (i >= src_.size())
+        fail_at(open, std::string("unexpected end of template, expected '") + close + "' to close this tag");
       if (brackets.empty()) {
         char sign = (src_[i] == '-' || (block && src_[i] == '+')) ? src_[i] : 0;
         if (src_.compare(i + (sign ? 1 : 0), 2, close) == 0) {
           SourceLocation end_loc = location(i);
-          tokens_.push_back(Token{block ? TokenKind::BlockEnd : TokenKind::VarEnd, "", 0, 0, end_loc.line, end_loc.column});
+          tokens_.push_back(
+              Token{block ? TokenKind::BlockEnd : TokenKind::VarEnd, "", 0, 0, end_loc.line, end_loc.column});
           return after_close(i + (sign ? 1 : 0) + 2, sign, block);
         }
       }
@@ -215,7 +217,8 @@ class Lexer {
         return i + 2;
       }
     }
-    if (!std::strchr("+-/*%~[](){}><=.:|,;", c) || c == 0) fail_at(i, std::string("unexpected character '") + c + "' in tag");
+    if (!std::strchr("+-/*%~[](){}><=.:|,;", c) || c == 0)
+      fail_at(i, std::string("unexpected character '") + c + "' in tag");
     if (c == '(' || c == '[' || c == '{') brackets += c;
     if (c == ')' || c == ']' || c == '}') {
       char want = c == ')' ? '(' : c == ']' ? '[' : '{';
@@ -230,7 +233,8 @@ class Lexer {
   size_t lex_number(size_t i, Token tok) {
     size_t j = i;
     auto digits = [&] {
-      while (j < src_.size() && (is_digit(src_[j]) || (src_[j] == '_' && j + 1 < src_.size() && is_digit(src_[j + 1])))) ++j;
+      while (j < src_.size() && (is_digit(src_[j]) || (src_[j] == '_' && j + 1 < src_.size() && is_digit(src_[j + 1]))))
+        ++j;
     };
     digits();
     bool is_float = false;
@@ -318,7 +322,8 @@ class Lexer {
         default:
           if (e >= '0' && e <= '7') {
             char32_t cp = char32_t(e - '0');
-            for (int k = 0; k < 2 && j < src_.size() && src_[j] >= '0' && src_[j] <= '7'; ++k) cp = cp * 8 + char32_t(src_[j++] - '0');
+            for (int k = 0; k < 2 && j < src_.size() && src_[j] >= '0' && src_[j] <= '7'; ++k)
+              cp = cp * 8 + char32_t(src_[j++] - '0');
             utf8_append(value, cp);
           } else {
             value += '\\';

@@ -19,11 +19,11 @@ enum class TokenKind : uint8_t {
   BlockBegin,  // {%
   BlockEnd,    // %}
   Name,
-  String,      // text holds the decoded value
+  String,  // text holds the decoded value
   Integer,
   Float,
-  Operator,    // text holds the operator: "+", "//", "(", ...
-  End,         // end of the template
+  Operator,  // text holds the operator: "+", "//", "(", ...
+  End,       // end of the template
 };
 
 struct Token {

@@ -74,8 +74,10 @@ std::string py_format(const std::string& fmt, CallArgs& a) {
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
     if (c == '}') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
-      else render_fail("single '}' encountered in format string");
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}')
+        ++i;
+      else
+        render_fail("single '}' encountered in format string");
       out += '}';
       continue;
     }
@@ -101,7 +103,8 @@ std::string py_format(const std::string& fmt, CallArgs& a) {
     const Value* v = nullptr;
     if (field.empty() || std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
       size_t index = field.empty() ? auto_index++ : size_t(std::stoul(field));
-      if (index >= a.positional.size()) render_fail("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+      if (index >= a.positional.size())
+        render_fail("Replacement index " + std::to_string(index) + " out of range for positional args tuple");
       v = &a.positional[index];
     } else {
       for (const auto& [k, x] : a.keyword)
@@ -129,7 +132,8 @@ Value string_method(const std::string& s, std::string_view name, CallArgs& a, Re
   }
   if (name == "replace") {
     BoundArgs args(name, a, {"old", "new", "count"});
-    std::string out = py_replace(s, str_arg(args.required(0), "replace"), str_arg(args.required(1), "replace"), int_or(args.get(2), -1));
+    std::string out = py_replace(s, str_arg(args.required(0), "replace"), str_arg(args.required(1), "replace"),
+                                 int_or(args.get(2), -1));
     r.check_size(out.size());
     return Value::string(std::move(out));
   }
@@ -179,7 +183,8 @@ Value string_method(const std::string& s, std::string_view name, CallArgs& a, Re
     BoundArgs args(name, a, {"affix"});
     const std::string& x = str_arg(args.required(0), std::string(name).c_str());
     if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value::string(s.substr(x.size()));
-    if (name == "removesuffix" && s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0 && !x.empty())
+    if (name == "removesuffix" && s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0 &&
+        !x.empty())
       return Value::string(s.substr(0, s.size() - x.size()));
     return Value::string(s);
   }
@@ -202,11 +207,16 @@ Value string_method(const std::string& s, std::string_view name, CallArgs& a, Re
     std::u32string text = utf8_decode(s);
     return Value::boolean(!text.empty() && std::all_of(text.begin(), text.end(), pred));
   };
-  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") return all_chars([](char32_t c) { return c >= '0' && c <= '9'; });
+  if (name == "isdigit" || name == "isdecimal" || name == "isnumeric")
+    return all_chars([](char32_t c) { return c >= '0' && c <= '9'; });
   if (name == "isalpha")
-    return all_chars([](char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= 0xc0 && !py_isspace(c)); });
+    return all_chars(
+        [](char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= 0xc0 && !py_isspace(c)); });
   if (name == "isalnum")
-    return all_chars([](char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || (c >= 0xc0 && !py_isspace(c)); });
+    return all_chars([](char32_t c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             (c >= 0xc0 && !py_isspace(c));
+    });
   if (name == "isspace") return all_chars(py_isspace);
   if (name == "islower") return Value::boolean(py_islower(s));
   if (name == "isupper") return Value::boolean(py_isupper(s));
@@ -215,10 +225,11 @@ Value string_method(const std::string& s, std::string_view name, CallArgs& a, Re
 
 bool is_string_method(std::string_view name) {
   static const std::string_view names[] = {
-      "startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "replace", "upper", "lower",
-      "title", "capitalize", "find", "rfind", "index", "rindex", "count", "format", "join", "splitlines",
-      "partition", "rpartition", "removeprefix", "removesuffix", "ljust", "rjust", "center", "zfill",
-      "isdigit", "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace", "islower", "isupper"};
+      "startswith", "endswith", "split",   "rsplit",     "strip",     "lstrip",     "rstrip",       "replace",
+      "upper",      "lower",    "title",   "capitalize", "find",      "rfind",      "index",        "rindex",
+      "count",      "format",   "join",    "splitlines", "partition", "rpartition", "removeprefix", "removesuffix",
+      "ljust",      "rjust",    "center",  "zfill",      "isdigit",   "isdecimal",  "isnumeric",    "isalpha",
+      "isalnum",    "isspace",  "islower", "isupper"};
   return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 
@@ -240,7 +251,9 @@ Value dict_method(const Value& d, std::string_view name, CallArgs& a) {
 Value list_method(const Value& list, std::string_view name, CallArgs& a) {
   BoundArgs args(name, a, {"value"});
   const auto& items = list.items();
-  if (name == "count") return Value::integer(std::count_if(items.begin(), items.end(), [&](const Value& x) { return equal(x, args.required(0)); }));
+  if (name == "count")
+    return Value::integer(
+        std::count_if(items.begin(), items.end(), [&](const Value& x) { return equal(x, args.required(0)); }));
   for (size_t i = 0; i < items.size(); ++i)
     if (equal(items[i], args.required(0))) return Value::integer(int64_t(i));
   render_fail(repr(args.required(0)) + " is not in list");
@@ -252,7 +265,8 @@ Value g_range(Renderer& r, CallArgs& a) {
   if (!a.keyword.empty()) render_fail("range() takes no keyword arguments");
   std::vector<int64_t> n;
   for (const Value& v : a.positional) {
-    if (!v.is_int() && !v.is_bool()) render_fail("range() arguments must be integers, got " + std::string(v.type_name()));
+    if (!v.is_int() && !v.is_bool())
+      render_fail("range() arguments must be integers, got " + std::string(v.type_name()));
     n.push_back(v.as_int());
   }
   if (n.empty() || n.size() > 3) render_fail("range() expects 1 to 3 arguments, got " + std::to_string(n.size()));
@@ -275,10 +289,12 @@ Dict dict_from_args(CallArgs& a, const char* fn) {
   if (a.positional.size() > 1) render_fail(std::string(fn) + "() takes at most one positional argument");
   if (!a.positional.empty()) {
     const Value& init = a.positional[0];
-    if (init.is_dict()) d = init.as_dict();
+    if (init.is_dict())
+      d = init.as_dict();
     else
       for (const Value& pair : iterate(init)) {
-        if (!pair.is_sequence() || pair.items().size() != 2) render_fail(std::string(fn) + "() sequence elements must be pairs");
+        if (!pair.is_sequence() || pair.items().size() != 2)
+          render_fail(std::string(fn) + "() sequence elements must be pairs");
         d.set(pair.items()[0], pair.items()[1]);
       }
   }
@@ -317,15 +333,18 @@ Value find_method(const Value& obj, std::string_view name) {
   if (obj.is_string() && is_string_method(name)) {
     std::string s = obj.as_string();
     std::string method(name);
-    return Value::callable("str." + method, [s, method](Renderer& r, CallArgs& a) { return string_method(s, method, a, r); });
+    return Value::callable("str." + method,
+                           [s, method](Renderer& r, CallArgs& a) { return string_method(s, method, a, r); });
   }
   if (obj.is_dict() && (name == "get" || name == "items" || name == "keys" || name == "values")) {
     std::string method(name);
-    return Value::callable("dict." + method, [obj, method](Renderer&, CallArgs& a) { return dict_method(obj, method, a); });
+    return Value::callable("dict." + method,
+                           [obj, method](Renderer&, CallArgs& a) { return dict_method(obj, method, a); });
   }
   if (obj.is_sequence() && (name == "count" || name == "index")) {
     std::string method(name);
-    return Value::callable("list." + method, [obj, method](Renderer&, CallArgs& a) { return list_method(obj, method, a); });
+    return Value::callable("list." + method,
+                           [obj, method](Renderer&, CallArgs& a) { return list_method(obj, method, a); });
   }
   return Value();
 }

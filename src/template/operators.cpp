@@ -69,7 +69,8 @@ static void slice_indices(int64_t size, std::optional<int64_t> start, std::optio
   last = clamp(stop, step < 0 ? -1 : size);
 }
 
-Value slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop, std::optional<int64_t> step_opt) {
+Value slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop,
+            std::optional<int64_t> step_opt) {
   require_defined(obj);
   int64_t step = step_opt.value_or(1);
   if (step == 0) render_fail("slice step cannot be zero");
@@ -215,7 +216,8 @@ bool contains(const Value& container, const Value& item) {
   switch (container.kind()) {
     case Value::Kind::Undefined: return false;
     case Value::Kind::String:
-      if (!item.is_string()) render_fail("'in <string>' requires string as left operand, not " + std::string(item.type_name()));
+      if (!item.is_string())
+        render_fail("'in <string>' requires string as left operand, not " + std::string(item.type_name()));
       return container.as_string().find(item.as_string()) != std::string::npos;
     case Value::Kind::List:
     case Value::Kind::Tuple:

@@ -56,7 +56,8 @@ class Parser {
     return advance().text;
   }
   void expect_block_end() {
-    if (cur().kind != TokenKind::BlockEnd) fail_at(cur(), "expected '%}' to end the block tag, found " + describe(cur()));
+    if (cur().kind != TokenKind::BlockEnd)
+      fail_at(cur(), "expected '%}' to end the block tag, found " + describe(cur()));
     advance();
   }
 
@@ -137,13 +138,15 @@ class Parser {
         advance();
         auto s = stmt(StmtKind::Print, t);
         s->expr = parse_tuple_or_expr(true);
-        if (cur().kind != TokenKind::VarEnd) fail_at(cur(), "expected '}}' to end the expression, found " + describe(cur()));
+        if (cur().kind != TokenKind::VarEnd)
+          fail_at(cur(), "expected '}}' to end the expression, found " + describe(cur()));
         advance();
         body.push_back(std::move(s));
       } else if (t.kind == TokenKind::BlockBegin) {
         advance();
         const Token& keyword = cur();
-        if (keyword.kind != TokenKind::Name) fail_at(keyword, "expected a tag name after '{%', found " + describe(keyword));
+        if (keyword.kind != TokenKind::Name)
+          fail_at(keyword, "expected a tag name after '{%', found " + describe(keyword));
         for (const char* tag : end_tags) {
           if (keyword.text == tag) {
             ended_by = tag;
@@ -163,15 +166,20 @@ class Parser {
     const std::string& k = keyword.text;
     open_lines_.push_back(keyword.line);
     StmtPtr result;
-    if (k == "if") result = parse_if();
-    else if (k == "for") result = parse_for();
-    else if (k == "set") result = parse_set();
-    else if (k == "macro") result = parse_macro();
+    if (k == "if")
+      result = parse_if();
+    else if (k == "for")
+      result = parse_for();
+    else if (k == "set")
+      result = parse_set();
+    else if (k == "macro")
+      result = parse_macro();
     else if (k == "break" || k == "continue") {
       advance();
       result = stmt(k == "break" ? StmtKind::Break : StmtKind::Continue, keyword);
       expect_block_end();
-    } else if (k == "filter") result = parse_filter_block();
+    } else if (k == "filter")
+      result = parse_filter_block();
     else if (k == "generation") {
       advance();
       result = stmt(StmtKind::Generation, keyword);
@@ -398,9 +406,8 @@ class Parser {
     ExprPtr cmp;
     while (true) {
       std::string op;
-      if (cur().kind == TokenKind::Operator &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" || cur().text == ">" ||
-           cur().text == ">=")) {
+      if (cur().kind == TokenKind::Operator && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                                cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         op = advance().text;
       } else if (is_name("in")) {
         advance();
@@ -490,9 +497,12 @@ class Parser {
       case TokenKind::Name: {
         advance();
         auto e = node(ExprKind::Literal, t);
-        if (t.text == "true" || t.text == "True") e->literal = Value::boolean(true);
-        else if (t.text == "false" || t.text == "False") e->literal = Value::boolean(false);
-        else if (t.text == "none" || t.text == "None") e->literal = Value::none();
+        if (t.text == "true" || t.text == "True")
+          e->literal = Value::boolean(true);
+        else if (t.text == "false" || t.text == "False")
+          e->literal = Value::boolean(false);
+        else if (t.text == "none" || t.text == "None")
+          e->literal = Value::none();
         else {
           e->kind = ExprKind::Name;
           e->name = t.text;
@@ -703,10 +713,14 @@ class Parser {
 
   ExprPtr parse_filter_expr(ExprPtr e) {
     while (true) {
-      if (is_op("|")) e = parse_filter(std::move(e));
-      else if (is_name("is")) e = parse_test(std::move(e));
-      else if (is_op("(")) e = parse_call(std::move(e));
-      else return e;
+      if (is_op("|"))
+        e = parse_filter(std::move(e));
+      else if (is_name("is"))
+        e = parse_test(std::move(e));
+      else if (is_op("("))
+        e = parse_call(std::move(e));
+      else
+        return e;
     }
   }
 

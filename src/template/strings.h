@@ -14,7 +14,8 @@ bool py_isspace(char32_t c);
 // str.strip/lstrip/rstrip; chars == nullopt strips whitespace.
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 // str.split / str.rsplit; sep == nullopt splits on whitespace runs.
-std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit, bool from_right);
+std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit,
+                                  bool from_right);
 std::string py_replace(std::string_view s, std::string_view old, std::string_view replacement, int64_t count);
 std::vector<std::string> py_splitlines(std::string_view s);
 int64_t py_count(std::string_view s, std::string_view sub);
@@ -27,6 +28,6 @@ std::string py_title(std::string_view s);       // str.title
 std::string jinja_title(std::string_view s);    // Jinja's |title filter (words split on spaces, - ( { [ <)
 bool py_islower(std::string_view s);
 bool py_isupper(std::string_view s);
-std::string html_escape(std::string_view s);    // markupsafe.escape
+std::string html_escape(std::string_view s);  // markupsafe.escape
 
 }  // namespace brioche::tmpl

@@ -26,8 +26,12 @@ bool t_true(Renderer&, const Value& v, CallArgs&) { return v.is_bool() && v.as_b
 bool t_false(Renderer&, const Value& v, CallArgs&) { return v.is_bool() && !v.as_bool(); }
 bool t_mapping(Renderer&, const Value& v, CallArgs&) { return v.is_dict(); }
 // Undefined iterates as empty in Jinja, so it counts as iterable.
-bool t_iterable(Renderer&, const Value& v, CallArgs&) { return v.is_string() || v.is_sequence() || v.is_dict() || v.is_undefined(); }
-bool t_sequence(Renderer&, const Value& v, CallArgs&) { return v.is_string() || v.is_sequence() || v.is_dict() || v.is_undefined(); }
+bool t_iterable(Renderer&, const Value& v, CallArgs&) {
+  return v.is_string() || v.is_sequence() || v.is_dict() || v.is_undefined();
+}
+bool t_sequence(Renderer&, const Value& v, CallArgs&) {
+  return v.is_string() || v.is_sequence() || v.is_dict() || v.is_undefined();
+}
 bool t_callable(Renderer&, const Value& v, CallArgs&) { return v.is_callable(); }
 bool t_lower(Renderer&, const Value& v, CallArgs&) { return py_islower(to_str(v)); }
 bool t_upper(Renderer&, const Value& v, CallArgs&) { return py_isupper(to_str(v)); }
@@ -36,7 +40,8 @@ bool t_escaped(Renderer&, const Value&, CallArgs&) { return false; }
 int64_t integer_of(const Value& v, const char* test) {
   require_defined(v);
   if (v.is_float()) return int64_t(v.as_number());
-  if (!v.is_int() && !v.is_bool()) render_fail(std::string("test '") + test + "' needs a number, got " + std::string(v.type_name()));
+  if (!v.is_int() && !v.is_bool())
+    render_fail(std::string("test '") + test + "' needs a number, got " + std::string(v.type_name()));
   return v.as_int();
 }
 bool t_even(Renderer&, const Value& v, CallArgs&) { return integer_of(v, "even") % 2 == 0; }
@@ -68,19 +73,45 @@ bool t_test(Renderer&, const Value& v, CallArgs&) { return v.is_string() && find
 
 const std::unordered_map<std::string_view, TestFn>& test_table() {
   static const std::unordered_map<std::string_view, TestFn> table = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},
-      {"string", t_string},     {"number", t_number},       {"integer", t_integer},
-      {"float", t_float},       {"boolean", t_boolean},     {"true", t_true},
-      {"false", t_false},       {"mapping", t_mapping},     {"iterable", t_iterable},
-      {"sequence", t_sequence}, {"callable", t_callable},   {"lower", t_lower},
-      {"upper", t_upper},       {"escaped", t_escaped},     {"even", t_even},
-      {"odd", t_odd},           {"divisibleby", t_divisibleby}, {"eq", t_eq},
-      {"equalto", t_eq},        {"==", t_eq},               {"ne", t_ne},
-      {"!=", t_ne},             {"lt", t_lt},               {"lessthan", t_lt},
-      {"<", t_lt},              {"le", t_le},               {"<=", t_le},
-      {"gt", t_gt},             {"greaterthan", t_gt},      {">", t_gt},
-      {"ge", t_ge},             {">=", t_ge},               {"in", t_in},
-      {"sameas", t_sameas},     {"filter", t_filter},       {"test", t_test},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"none", t_none},
+      {"string", t_string},
+      {"number", t_number},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"boolean", t_boolean},
+      {"true", t_true},
+      {"false", t_false},
+      {"mapping", t_mapping},
+      {"iterable", t_iterable},
+      {"sequence", t_sequence},
+      {"callable", t_callable},
+      {"lower", t_lower},
+      {"upper", t_upper},
+      {"escaped", t_escaped},
+      {"even", t_even},
+      {"odd", t_odd},
+      {"divisibleby", t_divisibleby},
+      {"eq", t_eq},
+      {"equalto", t_eq},
+      {"==", t_eq},
+      {"ne", t_ne},
+      {"!=", t_ne},
+      {"lt", t_lt},
+      {"lessthan", t_lt},
+      {"<", t_lt},
+      {"le", t_le},
+      {"<=", t_le},
+      {"gt", t_gt},
+      {"greaterthan", t_gt},
+      {">", t_gt},
+      {"ge", t_ge},
+      {">=", t_ge},
+      {"in", t_in},
+      {"sameas", t_sameas},
+      {"filter", t_filter},
+      {"test", t_test},
   };
   return table;
 }

@@ -217,7 +217,8 @@ double Value::as_number() const {
 
 const std::string& Value::as_string() const {
   static const std::string empty;
-  if (kind_ != Kind::String && kind_ != Kind::Undefined) render_fail("expected a string, got " + std::string(type_name()));
+  if (kind_ != Kind::String && kind_ != Kind::Undefined)
+    render_fail("expected a string, got " + std::string(type_name()));
   return ptr_ ? *static_cast<const std::string*>(ptr_.get()) : empty;
 }
 const std::vector<Value>& Value::items() const {
@@ -332,8 +333,8 @@ static int compare_at(const Value& a, const Value& b, std::string_view op, int l
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
-  render_fail("'" + std::string(op) + "' not supported between instances of '" + std::string(a.type_name()) + "' and '" +
-              std::string(b.type_name()) + "'");
+  render_fail("'" + std::string(op) + "' not supported between instances of '" + std::string(a.type_name()) +
+              "' and '" + std::string(b.type_name()) + "'");
 }
 
 int compare(const Value& a, const Value& b, std::string_view op) { return compare_at(a, b, op, 0); }
@@ -384,18 +385,28 @@ static std::string repr_string(const std::string& s) {
   char quote = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, quote);
   for (char32_t c : utf8_decode(s)) {
-    if (c == '\\') out += "\\\\";
-    else if (c == char32_t(quote)) { out += '\\'; out += quote; }
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == char32_t(quote)) {
+      out += '\\';
+      out += quote;
+    } else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (!printable(c)) {
       char buf[16];
-      if (c < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(c));
-      else if (c < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
-      else std::snprintf(buf, sizeof buf, "\\U%08x", unsigned(c));
+      if (c < 0x100)
+        std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(c));
+      else if (c < 0x10000)
+        std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
+      else
+        std::snprintf(buf, sizeof buf, "\\U%08x", unsigned(c));
       out += buf;
-    } else utf8_append(out, c);
+    } else
+      utf8_append(out, c);
   }
   out += quote;
   return out;
@@ -465,9 +476,7 @@ std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return {};
     case Value::Kind::List:
-    case Value::Kind::Tuple:
-      charge_work(int64_t(v.items().size() * sizeof(Value)));
-      return v.items();
+    case Value::Kind::Tuple: charge_work(int64_t(v.items().size() * sizeof(Value))); return v.items();
     case Value::Kind::Dict: {
       charge_work(int64_t(v.as_dict().entries.size() * sizeof(Value)));
       std::vector<Value> keys;
@@ -551,16 +560,22 @@ static void json_value(std::string& out, const Value& v, const JsonStyle& style,
     case Value::Kind::Int: out += std::to_string(v.as_int()); return;
     case Value::Kind::Float: {
       double f = v.as_number();
-      if (std::isnan(f)) out += "NaN";
-      else if (std::isinf(f)) out += f < 0 ? "-Infinity" : "Infinity";
-      else out += format_float(f);
+      if (std::isnan(f))
+        out += "NaN";
+      else if (std::isinf(f))
+        out += f < 0 ? "-Infinity" : "Infinity";
+      else
+        out += format_float(f);
       return;
     }
     case Value::Kind::String: json_string(out, v.as_string()); return;
     case Value::Kind::List:
     case Value::Kind::Tuple: {
       const auto& items = v.items();
-      if (items.empty()) { out += "[]"; return; }
+      if (items.empty()) {
+        out += "[]";
+        return;
+      }
       out += '[';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += style.item_separator;
@@ -575,8 +590,12 @@ static void json_value(std::string& out, const Value& v, const JsonStyle& style,
       std::vector<std::pair<std::string, const Value*>> entries;
       for (const auto& [k, x] : v.as_dict().entries) entries.emplace_back(json_key(k), &x);
       if (style.sort_keys)
-        std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-      if (entries.empty()) { out += "{}"; return; }
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (entries.empty()) {
+        out += "{}";
+        return;
+      }
       out += '{';
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) out += style.item_separator;
@@ -616,8 +635,10 @@ std::u32string utf8_decode(std::string_view s) {
     char32_t cp = extra <= 0 ? c : extra == 1 ? (c & 0x1F) : extra == 2 ? (c & 0x0F) : (c & 0x07);
     for (int k = 1; ok && k <= extra; ++k) {
       unsigned char cc = s[i + size_t(k)];
-      if ((cc & 0xC0) != 0x80) ok = false;
-      else cp = (cp << 6) | (cc & 0x3F);
+      if ((cc & 0xC0) != 0x80)
+        ok = false;
+      else
+        cp = (cp << 6) | (cc & 0x3F);
     }
     if (!ok) {
       out += char32_t(0xFFFD);  // invalid byte: replacement character

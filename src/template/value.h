@@ -51,7 +51,7 @@ class Value {
  public:
   enum class Kind : uint8_t { Undefined, None, Bool, Int, Float, String, List, Tuple, Dict, Namespace, Callable };
 
-  Value() = default;  // Undefined without a hint
+  Value() = default;                         // Undefined without a hint
   static Value undefined(std::string hint);  // hint: "'x' is undefined"
   static Value none();
   static Value boolean(bool b);
@@ -81,8 +81,8 @@ class Value {
 
   bool as_bool() const { return scalar_.b; }
   int64_t as_int() const { return kind_ == Kind::Bool ? int64_t{scalar_.b} : scalar_.i; }
-  double as_number() const;  // int, float or bool as double
-  const std::string& as_string() const;  // String; the hint of an Undefined
+  double as_number() const;                 // int, float or bool as double
+  const std::string& as_string() const;     // String; the hint of an Undefined
   const std::vector<Value>& items() const;  // List or Tuple
   const Dict& as_dict() const;
   Dict& namespace_attrs() const;
@@ -114,8 +114,8 @@ class Value {
 // million times over a million-item list. The Renderer installs its budget
 // for the length of a render; outside a render nothing is counted.
 struct RenderBudget {
-  size_t max_bytes = 0;    // the longest string or list (in bytes of its Values) one operation may build
-  int64_t max_work = 0;    // bytes built, copied, compared or searched by the whole render
+  size_t max_bytes = 0;  // the longest string or list (in bytes of its Values) one operation may build
+  int64_t max_work = 0;  // bytes built, copied, compared or searched by the whole render
   int64_t work = 0;
 };
 
@@ -141,9 +141,9 @@ bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);
 // <0, 0, >0; fails (TypeError-style) for types Python will not order.
 int compare(const Value& a, const Value& b, std::string_view op);
-std::string to_str(const Value& v);   // str(v); Undefined -> ""
-std::string repr(const Value& v);     // repr(v)
-std::string format_float(double f);   // repr(float): shortest round-trip, Python's style
+std::string to_str(const Value& v);  // str(v); Undefined -> ""
+std::string repr(const Value& v);    // repr(v)
+std::string format_float(double f);  // repr(float): shortest round-trip, Python's style
 // Items of an iterable as Jinja iterates: list/tuple items, dict keys, string
 // characters; Undefined iterates as empty. Fails for non-iterables.
 std::vector<Value> iterate(const Value& v);

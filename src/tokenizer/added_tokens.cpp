@@ -35,8 +35,7 @@ void AddedTokenMatcher::build(const std::vector<AddedToken>& tokens) {
   }
 }
 
-int32_t AddedTokenMatcher::longest_at(std::string_view text, size_t pos, bool include_special,
-                                      size_t& length) const {
+int32_t AddedTokenMatcher::longest_at(std::string_view text, size_t pos, bool include_special, size_t& length) const {
   int32_t best = -1;
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {
@@ -56,8 +55,7 @@ int32_t AddedTokenMatcher::longest_at(std::string_view text, size_t pos, bool in
   return best;
 }
 
-bool AddedTokenMatcher::find(std::string_view text, size_t from, bool include_special,
-                             AddedTokenMatch& match) const {
+bool AddedTokenMatcher::find(std::string_view text, size_t from, bool include_special, AddedTokenMatch& match) const {
   if (tokens_.empty()) return false;
   for (size_t pos = from; pos < text.size(); ++pos) {
     if (!first_byte_[static_cast<uint8_t>(text[pos])]) continue;

@@ -47,9 +47,9 @@ class AddedTokenMatcher {
   }
 
   std::vector<AddedToken> tokens_;
-  std::vector<Node> nodes_;                       // trie over token bytes; node 0 is the root
-  std::unordered_map<uint64_t, int32_t> edges_;   // (node << 8 | byte) -> child node
-  std::array<bool, 256> first_byte_{};            // bytes that can start a token
+  std::vector<Node> nodes_;                      // trie over token bytes; node 0 is the root
+  std::unordered_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) -> child node
+  std::array<bool, 256> first_byte_{};           // bytes that can start a token
 };
 
 }  // namespace brioche::tokenizer

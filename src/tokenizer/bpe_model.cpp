@@ -23,8 +23,7 @@ inline uint64_t mix(uint64_t x) {  // splitmix64 finalizer
 
 }  // namespace
 
-BpeModel::BpeModel(std::vector<std::string> keys, const std::vector<BpeMerge>& merges,
-                   BpeModelConfig config)
+BpeModel::BpeModel(std::vector<std::string> keys, const std::vector<BpeMerge>& merges, BpeModelConfig config)
     : config_(config), keys_(std::move(keys)) {
   key_to_id_.reserve(keys_.size());
   for (size_t id = 0; id < keys_.size(); ++id) {
@@ -142,8 +141,7 @@ void BpeModel::merge_small(std::vector<Symbol>& symbols) const {
   }
   symbols.resize(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
-    symbols[i] = Symbol{ids[i], static_cast<int32_t>(i) - 1,
-                        i + 1 < ids.size() ? static_cast<int32_t>(i) + 1 : -1};
+    symbols[i] = Symbol{ids[i], static_cast<int32_t>(i) - 1, i + 1 < ids.size() ? static_cast<int32_t>(i) + 1 : -1};
 }
 
 void BpeModel::merge_large(std::vector<Symbol>& symbols) const {
@@ -210,7 +208,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     merge_large(symbols);
   const size_t first = out.size();
   for (const Symbol& s : symbols) out.push_back(s.id);
-  if (symbols.capacity() > kKeepSymbolCapacity) std::vector<Symbol>().swap(symbols);  // one huge word: give the memory back
+  if (symbols.capacity() > kKeepSymbolCapacity)
+    std::vector<Symbol>().swap(symbols);  // one huge word: give the memory back
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() >= kCacheMaxEntries) cache_.clear();

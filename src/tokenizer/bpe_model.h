@@ -52,7 +52,7 @@ class BpeModel {
   const BpeModelConfig& config() const { return config_; }
 
  private:
-  struct MergeSlot {   // open-addressing table entry keyed by (left << 32 | right)
+  struct MergeSlot {  // open-addressing table entry keyed by (left << 32 | right)
     uint64_t pair = ~uint64_t{0};
     int32_t rank = 0;
     int32_t merged = 0;
@@ -72,8 +72,8 @@ class BpeModel {
   std::vector<std::string> keys_;
   StringToId key_to_id_;
   std::unordered_map<uint32_t, int32_t> codepoint_to_id_;  // single-character pieces (non byte-level)
-  std::array<int32_t, 256> byte_ids_;     // byte-level: byte -> id; byte fallback: <0xXX> -> id
-  std::vector<MergeSlot> merge_table_;    // power-of-two size, load <= 0.5
+  std::array<int32_t, 256> byte_ids_;                      // byte-level: byte -> id; byte fallback: <0xXX> -> id
+  std::vector<MergeSlot> merge_table_;                     // power-of-two size, load <= 0.5
   uint64_t merge_mask_ = 0;
 
   // The per-thread symbol buffer is kept between words up to this many

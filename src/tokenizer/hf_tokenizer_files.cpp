@@ -63,8 +63,13 @@ HfTokenizerFiles hf_tokenizer_files(const formats::GgufFile& gguf, int max_lengt
     vocab[tokens[id]] = id;
     const int64_t t = types[id];
     if (t == kControl || t == kUnknown || t == kUserDefined)
-      added.push_back({{"id", id}, {"content", tokens[id]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", t == kUserDefined}, {"special", t != kUserDefined}});
+      added.push_back({{"id", id},
+                       {"content", tokens[id]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", t == kUserDefined},
+                       {"special", t != kUserDefined}});
   }
   auto token_of = [&](const char* key) -> json {
     const int64_t id = gguf.get_int(key, -1);
@@ -88,17 +93,26 @@ HfTokenizerFiles hf_tokenizer_files(const formats::GgufFile& gguf, int max_lengt
     tok["post_processor"] = {
         {"type", "TemplateProcessing"},
         {"single", {special, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"pair", {special, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, special,
-                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"pair",
+         {special,
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          special,
+          {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
         {"special_tokens", {{bos.get<std::string>(), {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
   } else {
     tok["post_processor"] = byte_level(false);
   }
   tok["decoder"] = byte_level(true);
-  tok["model"] = {{"type", "BPE"},           {"dropout", nullptr},       {"unk_token", nullptr},
-                  {"continuing_subword_prefix", nullptr},                {"end_of_word_suffix", nullptr},
-                  {"fuse_unk", false},       {"byte_fallback", false},   {"ignore_merges", false},
-                  {"vocab", vocab},          {"merges", merges->string_list()}};
+  tok["model"] = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", false},
+                  {"vocab", vocab},
+                  {"merges", merges->string_list()}};
 
   json& cfg = files.tokenizer_config;
   cfg["tokenizer_class"] = "PreTrainedTokenizerFast";

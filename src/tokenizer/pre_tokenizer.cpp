@@ -25,8 +25,7 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
 }
 
 // Match ranges of a literal or regex pattern inside text[range].
-void find_matches(const PreTokenizerStep& step, std::string_view text, Range range,
-                  std::vector<Range>& matches) {
+void find_matches(const PreTokenizerStep& step, std::string_view text, Range range, std::vector<Range>& matches) {
   const std::string_view piece = text.substr(range.first, range.second - range.first);
   if (step.regex) {
     step.regex->find_all(piece, range.first, matches);
@@ -133,9 +132,7 @@ std::string Normalizer::apply(std::string_view input) const {
       case NormalizerStep::Kind::Prepend:
         if (!text.empty()) text.insert(0, step.content);
         break;
-      case NormalizerStep::Kind::Nfc:
-        text = nfc(text);
-        break;
+      case NormalizerStep::Kind::Nfc: text = nfc(text); break;
       case NormalizerStep::Kind::Lowercase:
         // ASCII only; tokenizer.json files of the supported families do not
         // lowercase, and the loader rejects Lowercase for non-ASCII-safe use.
@@ -194,11 +191,9 @@ void PreTokenizer::run(std::string_view piece, bool starts_input, Words& words) 
         for (size_t i = 0; i < words.ranges.size(); ++i) {
           const Range r = words.ranges[i];
           std::string replaced =
-              replace_all(std::string_view(words.text).substr(r.first, r.second - r.first), " ",
-                          step.replacement);
+              replace_all(std::string_view(words.text).substr(r.first, r.second - r.first), " ", step.replacement);
           const bool prepend = step.prepend_scheme == PrependScheme::Always ||
-                               (step.prepend_scheme == PrependScheme::First && starts_input && i == 0 &&
-                                r.first == 0);
+                               (step.prepend_scheme == PrependScheme::First && starts_input && i == 0 && r.first == 0);
           if (prepend && replaced.compare(0, step.replacement.size(), step.replacement) != 0)
             replaced.insert(0, step.replacement);
           const size_t begin = words.text.size();

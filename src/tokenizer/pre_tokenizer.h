@@ -18,9 +18,9 @@ namespace brioche::tokenizer {
 struct NormalizerStep {
   enum class Kind { Replace, Prepend, Nfc, Lowercase, Strip };
   Kind kind = Kind::Replace;
-  std::string pattern{};           // Replace: literal pattern (when regex is null)
-  std::shared_ptr<Regex> regex{};  // Replace: regex pattern
-  std::string content{};           // Replace: replacement; Prepend: prefix
+  std::string pattern{};                         // Replace: literal pattern (when regex is null)
+  std::shared_ptr<Regex> regex{};                // Replace: regex pattern
+  std::string content{};                         // Replace: replacement; Prepend: prefix
   bool strip_left = false, strip_right = false;  // Strip
 };
 

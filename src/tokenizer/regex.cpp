@@ -38,8 +38,7 @@ Regex::Regex(const std::string& pattern) : pattern_(pattern) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code,
-                                   &error_offset, nullptr);
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code, &error_offset, nullptr);
   if (!code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
@@ -52,17 +51,14 @@ Regex::Regex(const std::string& pattern) : pattern_(pattern) {
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-void Regex::find_all(std::string_view text, size_t base,
-                     std::vector<std::pair<size_t, size_t>>& out) const {
+void Regex::find_all(std::string_view text, size_t base, std::vector<std::pair<size_t, size_t>>& out) const {
   auto* code = static_cast<pcre2_code*>(code_);
   ThreadMatchData& md = thread_match_data();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
-    const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK,
-                                          md.data, md.context)
-                        : pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK,
-                                      md.data, md.context);
+    const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md.data, md.context)
+                        : pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md.data, md.context);
     if (rc == PCRE2_ERROR_NOMATCH) return;
     if (rc < 0) {
       PCRE2_UCHAR message[256];

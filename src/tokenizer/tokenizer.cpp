@@ -12,8 +12,8 @@ namespace brioche::tokenizer {
 
 void TokenizerImpl::finish() {
   const size_t n = token_texts.size();
-  BRIOCHE_CHECK(token_bytes.size() == n && special.size() == n, "tokenizer: table sizes differ: texts ",
-                n, ", bytes ", token_bytes.size(), ", special ", special.size());
+  BRIOCHE_CHECK(token_bytes.size() == n && special.size() == n, "tokenizer: table sizes differ: texts ", n, ", bytes ",
+                token_bytes.size(), ", special ", special.size());
   matcher_.build(added_tokens);
   text_to_id_.reserve(n);
   for (const AddedToken& t : added_tokens) text_to_id_.emplace(t.content, t.id);
@@ -33,8 +33,7 @@ void TokenizerImpl::check_id(int32_t id) const {
                 " is out of range [0, ", token_texts.size(), ")");
 }
 
-void TokenizerImpl::encode_piece(std::string_view piece, bool starts_input,
-                                 std::vector<int32_t>& out) const {
+void TokenizerImpl::encode_piece(std::string_view piece, bool starts_input, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   thread_local Words words;
   if (normalizer.empty()) {
@@ -77,8 +76,7 @@ std::string TokenizerImpl::decode(std::span<const int32_t> ids, const DecodeOpti
     bytes += token_bytes[id];
   }
   size_t strip = 0;
-  while (strip < static_cast<size_t>(decoder.strip_leading_spaces) && strip < bytes.size() &&
-         bytes[strip] == ' ')
+  while (strip < static_cast<size_t>(decoder.strip_leading_spaces) && strip < bytes.size() && bytes[strip] == ' ')
     ++strip;
   return utf8_lossy(std::string_view(bytes).substr(strip));
 }
@@ -86,12 +84,11 @@ std::string TokenizerImpl::decode(std::span<const int32_t> ids, const DecodeOpti
 std::vector<int32_t> find_end_of_generation_tokens(const TokenizerImpl& impl) {
   std::vector<int32_t> ids;
   if (impl.eos_id >= 0) ids.push_back(impl.eos_id);
-  static const char* const kNames[] = {"<|im_end|>",  "<|eot_id|>",      "<|eom_id|>", "<|end_of_text|>",
+  static const char* const kNames[] = {"<|im_end|>",    "<|eot_id|>",    "<|eom_id|>", "<|end_of_text|>",
                                        "<|endoftext|>", "<end_of_turn>", "<|end|>",    "</s>",
-                                       "<eos>",       "<|return|>",      "<|call|>"};
+                                       "<eos>",         "<|return|>",    "<|call|>"};
   for (const char* name : kNames)
-    if (auto id = impl.find_token(name); id && std::find(ids.begin(), ids.end(), *id) == ids.end())
-      ids.push_back(*id);
+    if (auto id = impl.find_token(name); id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
   return ids;
 }
 

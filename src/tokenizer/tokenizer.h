@@ -66,7 +66,7 @@ class Tokenizer {
   // The raw bytes this token decodes to (byte-level mapping undone, "▁" -> " ",
   // "<0xAB>" -> one byte). Special tokens give their text. Used for grammar masks.
   std::string token_bytes(int32_t id) const;
-  bool is_special(int32_t id) const;  // control tokens (bos, eos, <|im_start|>, ...)
+  bool is_special(int32_t id) const;                             // control tokens (bos, eos, <|im_start|>, ...)
   std::optional<int32_t> token_id(std::string_view text) const;  // vocabulary string -> id
 
   const TokenizerImpl& impl() const { return *impl_; }
@@ -89,8 +89,8 @@ class StreamingDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   DecodeOptions opts_;
-  std::string pending_;     // bytes decoded but not yet returned (incomplete UTF-8 tail)
-  bool at_start_ = true;    // the leading-space strip applies only to the first text
+  std::string pending_;   // bytes decoded but not yet returned (incomplete UTF-8 tail)
+  bool at_start_ = true;  // the leading-space strip applies only to the first text
 };
 
 }  // namespace brioche::tokenizer

@@ -41,7 +41,10 @@ void byte_level_pre_tokenizer(const std::string& pre, TokenizerImpl& impl) {
 int byte_token_value(const std::string& text) {
   if (text.size() != 6 || text.compare(0, 3, "<0x") != 0 || text[5] != '>') return -1;
   auto hex = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
   };
   const int hi = hex(text[3]), lo = hex(text[4]);
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
@@ -144,8 +147,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
     std::vector<float> scores = score_value->as_floats();
     for (float& score : scores)
       if (std::isnan(score)) score = -INFINITY;  // NaN would break the sort's ordering
-    BRIOCHE_CHECK(scores.size() == n, gguf.path(), ": tokenizer.ggml.scores has ", scores.size(),
-                  " entries, expected ", n);
+    BRIOCHE_CHECK(scores.size() == n, gguf.path(), ": tokenizer.ggml.scores has ", scores.size(), " entries, expected ",
+                  n);
     std::vector<int32_t> by_score(n);
     std::iota(by_score.begin(), by_score.end(), 0);
     std::stable_sort(by_score.begin(), by_score.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
@@ -168,9 +171,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
     }
     config.byte_fallback = true;
     config.unk_id = optional_token_id(gguf, "tokenizer.ggml.unknown_token_id", n);
-    const bool add_space_prefix = gguf.find("tokenizer.ggml.add_space_prefix")
-                                      ? gguf.get("tokenizer.ggml.add_space_prefix").as_bool()
-                                      : true;
+    const bool add_space_prefix =
+        gguf.find("tokenizer.ggml.add_space_prefix") ? gguf.get("tokenizer.ggml.add_space_prefix").as_bool() : true;
     if (add_space_prefix) impl->normalizer.add({.kind = NormalizerStep::Kind::Prepend, .content = "\xE2\x96\x81"});
     impl->normalizer.add({.kind = NormalizerStep::Kind::Replace, .pattern = " ", .content = "\xE2\x96\x81"});
     impl->decoder.strip_leading_spaces = add_space_prefix ? 1 : 0;

@@ -25,13 +25,14 @@ int32_t token_id_of(const json& value, const char* where, int64_t limit) {
   BRIOCHE_CHECK(value.is_number_integer(), "tokenizer.json: ", where, ": expected an integer id, found ",
                 value.dump().substr(0, 100));
   const int64_t id = value.get<int64_t>();
-  BRIOCHE_CHECK(id >= 0 && id < limit, "tokenizer.json: ", where, ": token id ", id, " is out of range [0, ",
-                limit, ")");
+  BRIOCHE_CHECK(id >= 0 && id < limit, "tokenizer.json: ", where, ": token id ", id, " is out of range [0, ", limit,
+                ")");
   return static_cast<int32_t>(id);
 }
 
 const std::string& string_of(const json& value, const char* where) {
-  BRIOCHE_CHECK(value.is_string(), "tokenizer.json: ", where, ": expected a string, found ", value.dump().substr(0, 100));
+  BRIOCHE_CHECK(value.is_string(), "tokenizer.json: ", where, ": expected a string, found ",
+                value.dump().substr(0, 100));
   return value.get_ref<const std::string&>();
 }
 
@@ -43,16 +44,16 @@ std::string short_content(const json& value, const char* where) {
 }
 
 std::string type_of(const json& node, const char* where) {
-  BRIOCHE_CHECK(node.is_object() && node.contains("type") && node["type"].is_string(),
-                "tokenizer.json: ", where, ": expected an object with a string \"type\", found ",
-                node.dump().substr(0, 200));
+  BRIOCHE_CHECK(node.is_object() && node.contains("type") && node["type"].is_string(), "tokenizer.json: ", where,
+                ": expected an object with a string \"type\", found ", node.dump().substr(0, 200));
   return node["type"].get<std::string>();
 }
 
 bool flag(const json& node, const char* key, bool fallback) {
   auto it = node.find(key);
   if (it == node.end() || it->is_null()) return fallback;
-  BRIOCHE_CHECK(it->is_boolean(), "tokenizer.json: \"", key, "\" must be true or false, found ", it->dump().substr(0, 100));
+  BRIOCHE_CHECK(it->is_boolean(), "tokenizer.json: \"", key, "\" must be true or false, found ",
+                it->dump().substr(0, 100));
   return it->get<bool>();
 }
 
@@ -80,7 +81,8 @@ void read_normalizer(const json& node, Normalizer& out) {
     step.content = short_content(node.at("content"), "normalizer Replace");
     out.add(std::move(step));
   } else if (type == "Prepend") {
-    out.add({.kind = NormalizerStep::Kind::Prepend, .content = short_content(node.at("prepend"), "normalizer Prepend")});
+    out.add(
+        {.kind = NormalizerStep::Kind::Prepend, .content = short_content(node.at("prepend"), "normalizer Prepend")});
   } else if (type == "Strip") {
     out.add({.kind = NormalizerStep::Kind::Strip,
              .strip_left = flag(node, "strip_left", true),
@@ -135,15 +137,20 @@ bool read_pre_tokenizer(const json& node, PreTokenizer& out) {
   }
   if (type == "Metaspace") {
     PreTokenizerStep step{.kind = PreTokenizerStep::Kind::Metaspace};
-    step.replacement = node.contains("replacement") ? short_content(node["replacement"], "pre_tokenizer Metaspace replacement")
-                                                    : std::string("\xE2\x96\x81");
+    step.replacement = node.contains("replacement")
+                           ? short_content(node["replacement"], "pre_tokenizer Metaspace replacement")
+                           : std::string("\xE2\x96\x81");
     step.split = flag(node, "split", true);
     if (node.contains("prepend_scheme") && node["prepend_scheme"].is_string()) {
       const std::string scheme = node["prepend_scheme"].get<std::string>();
-      if (scheme == "always") step.prepend_scheme = PrependScheme::Always;
-      else if (scheme == "first") step.prepend_scheme = PrependScheme::First;
-      else if (scheme == "never") step.prepend_scheme = PrependScheme::Never;
-      else fail("tokenizer.json: Metaspace prepend_scheme '", scheme, "' is not always, first or never");
+      if (scheme == "always")
+        step.prepend_scheme = PrependScheme::Always;
+      else if (scheme == "first")
+        step.prepend_scheme = PrependScheme::First;
+      else if (scheme == "never")
+        step.prepend_scheme = PrependScheme::Never;
+      else
+        fail("tokenizer.json: Metaspace prepend_scheme '", scheme, "' is not always, first or never");
     } else {
       step.prepend_scheme = flag(node, "add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;
     }
@@ -180,17 +187,19 @@ void read_decoder(const json& node, DecoderSteps& out) {
     out.replacements.emplace_back(literal, short_content(node.at("content"), "decoder Replace"));
   } else if (type == "Strip") {
     BRIOCHE_CHECK(node.value("content", json(" ")) == " " && node.value("stop", json(0)) == 0,
-                  "tokenizer.json: decoder Strip is supported for leading spaces only, found ", node.dump().substr(0, 200));
+                  "tokenizer.json: decoder Strip is supported for leading spaces only, found ",
+                  node.dump().substr(0, 200));
     const json start_value = node.value("start", json(0));
     BRIOCHE_CHECK(start_value.is_number_integer() && start_value.get<int64_t>() >= 0 &&
                       start_value.get<int64_t>() <= kMaxDecoderStrip,
-                  "tokenizer.json: decoder Strip start ", start_value.dump().substr(0, 40), " is not an integer in [0, ",
-                  kMaxDecoderStrip, "]");
+                  "tokenizer.json: decoder Strip start ", start_value.dump().substr(0, 40),
+                  " is not an integer in [0, ", kMaxDecoderStrip, "]");
     const int start = static_cast<int>(start_value.get<int64_t>());
     out.strip_leading_spaces = std::min(out.strip_leading_spaces + start, kMaxDecoderStrip);
   } else if (type == "Metaspace") {
-    const std::string replacement = node.contains("replacement") ? short_content(node["replacement"], "decoder Metaspace replacement")
-                                                                 : std::string("\xE2\x96\x81");
+    const std::string replacement = node.contains("replacement")
+                                        ? short_content(node["replacement"], "decoder Metaspace replacement")
+                                        : std::string("\xE2\x96\x81");
     out.replacements.emplace_back(replacement, " ");
     const std::string scheme = node.value("prepend_scheme", std::string("always"));
     if (scheme != "never" && flag(node, "add_prefix_space", true))
@@ -221,7 +230,8 @@ int byte_token_value(const std::string& text) {
 
 std::string token_name(const json& value) {  // "bos_token": "<s>" or {"content": "<s>", ...}
   if (value.is_string()) return value.get<std::string>();
-  if (value.is_object() && value.contains("content") && value["content"].is_string()) return value["content"].get<std::string>();
+  if (value.is_object() && value.contains("content") && value["content"].is_string())
+    return value["content"].get<std::string>();
   return {};
 }
 
@@ -258,12 +268,11 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(const json& root, const std::
   auto impl = std::make_unique<TokenizerImpl>();
   const json& model = root.at("model");
   const std::string model_type = model.value("type", std::string("BPE"));
-  BRIOCHE_CHECK(model_type == "BPE", "tokenizer.json: model type '", model_type,
-                "' is not supported (supported: BPE)");
+  BRIOCHE_CHECK(model_type == "BPE", "tokenizer.json: model type '", model_type, "' is not supported (supported: BPE)");
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto it = model.find(affix);
-    BRIOCHE_CHECK(it == model.end() || it->is_null() || it->get<std::string>().empty(),
-                  "tokenizer.json: BPE ", affix, " '", it->dump(), "' is not supported");
+    BRIOCHE_CHECK(it == model.end() || it->is_null() || it->get<std::string>().empty(), "tokenizer.json: BPE ", affix,
+                  " '", it->dump(), "' is not supported");
   }
   BRIOCHE_CHECK(!model.contains("dropout") || model["dropout"].is_null(),
                 "tokenizer.json: BPE dropout is not supported (found ", model["dropout"].dump(), ")");
@@ -355,7 +364,8 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(const json& root, const std::
   }
   std::vector<BpeMerge> merges;
   const json& merge_list = model.at("merges");
-  BRIOCHE_CHECK(merge_list.is_array(), "tokenizer.json: model.merges: expected an array, found ", merge_list.type_name());
+  BRIOCHE_CHECK(merge_list.is_array(), "tokenizer.json: model.merges: expected an array, found ",
+                merge_list.type_name());
   merges.reserve(merge_list.size());
   auto lookup = [&](const std::string& piece, size_t index) {
     auto it = vocab_ids.find(piece);
@@ -369,12 +379,13 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(const json& root, const std::
     if (m.is_string()) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
-      BRIOCHE_CHECK(space != std::string::npos, "tokenizer.json: merge ", i, ": expected \"left right\", found '", s, "'");
+      BRIOCHE_CHECK(space != std::string::npos, "tokenizer.json: merge ", i, ": expected \"left right\", found '", s,
+                    "'");
       left.assign(s, 0, space);
       right.assign(s, space + 1);
     } else {
-      BRIOCHE_CHECK(m.is_array() && m.size() == 2, "tokenizer.json: merge ", i,
-                    ": expected a string or a pair, found ", m.dump());
+      BRIOCHE_CHECK(m.is_array() && m.size() == 2, "tokenizer.json: merge ", i, ": expected a string or a pair, found ",
+                    m.dump());
       left = string_of(m[0], "model.merges");
       right = string_of(m[1], "model.merges");
     }

@@ -16,7 +16,7 @@ constexpr uint32_t kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
 struct NfcData {
   std::unordered_map<uint32_t, uint8_t> combining_class;
   std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> decomposition;  // cp -> {offset, len}
-  std::unordered_map<uint64_t, uint32_t> composition;  // (first << 32 | second) -> composed
+  std::unordered_map<uint64_t, uint32_t> composition;                         // (first << 32 | second) -> composed
   // One bit per code point: set when the character may change under NFC
   // (decomposes, has a non-zero combining class, composes with a previous
   // character, or is a Hangul jamo/syllable).
@@ -75,8 +75,8 @@ void decompose(const NfcData& data, uint32_t cp, std::vector<uint32_t>& out) {
 uint32_t compose_pair(const NfcData& data, uint32_t first, uint32_t second) {
   if (first >= kLBase && first < kLBase + kLCount && second >= kVBase && second < kVBase + kVCount)
     return kSBase + ((first - kLBase) * kVCount + (second - kVBase)) * kTCount;
-  if (first >= kSBase && first < kSBase + kSCount && (first - kSBase) % kTCount == 0 &&
-      second > kTBase && second < kTBase + kTCount)
+  if (first >= kSBase && first < kSBase + kSCount && (first - kSBase) % kTCount == 0 && second > kTBase &&
+      second < kTBase + kTCount)
     return first + (second - kTBase);
   auto it = data.composition.find(uint64_t{first} << 32 | second);
   return it == data.composition.end() ? 0 : it->second;
@@ -143,8 +143,7 @@ uint32_t next_codepoint(std::string_view text, size_t& pos) {
     case 2: cp = (b0 & 0x1F) << 6 | (text[pos + 1] & 0x3F); break;
     case 3: cp = (b0 & 0x0F) << 12 | (text[pos + 1] & 0x3F) << 6 | (text[pos + 2] & 0x3F); break;
     default:
-      cp = (b0 & 0x07) << 18 | (text[pos + 1] & 0x3F) << 12 | (text[pos + 2] & 0x3F) << 6 |
-           (text[pos + 3] & 0x3F);
+      cp = (b0 & 0x07) << 18 | (text[pos + 1] & 0x3F) << 12 | (text[pos + 2] & 0x3F) << 6 | (text[pos + 3] & 0x3F);
   }
   pos += length;
   return cp;
@@ -190,8 +189,7 @@ std::string utf8_lossy(std::string_view bytes) {
     // "substitution of maximal subparts").
     size_t skip = 1;
     const size_t want = utf8_sequence_length(static_cast<uint8_t>(bytes[pos]));
-    while (skip < want && pos + skip < bytes.size() &&
-           valid_sequence_at(bytes.substr(0, pos + skip + 1), pos) == -1)
+    while (skip < want && pos + skip < bytes.size() && valid_sequence_at(bytes.substr(0, pos + skip + 1), pos) == -1)
       ++skip;
     if (length == -1) skip = bytes.size() - pos;
     out.append("\xEF\xBF\xBD");
@@ -235,8 +233,7 @@ std::string nfc(std::string_view text) {
     if (end - i > 1) {
       std::vector<std::pair<uint8_t, uint32_t>> run;
       for (size_t k = i; k < end; ++k) run.emplace_back(classes[k], cps[k]);
-      std::stable_sort(run.begin(), run.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::stable_sort(run.begin(), run.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       for (size_t k = i; k < end; ++k) std::tie(classes[k], cps[k]) = run[k - i];
     }
     i = end;

@@ -40,9 +40,10 @@ std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const mo
                                                bool base_permuted_qk, int max_rank) {
   auto file = formats::GgufFile::open(path);
   const std::string general_type = text_key(*file, "general.type");
-  BRIOCHE_CHECK(general_type == "adapter" && text_key(*file, "adapter.type") == "lora", path,
-                ": expected a GGUF LoRA adapter (general.type \"adapter\", adapter.type \"lora\"), found general.type \"",
-                general_type, "\" and adapter.type \"", text_key(*file, "adapter.type"), "\"");
+  BRIOCHE_CHECK(
+      general_type == "adapter" && text_key(*file, "adapter.type") == "lora", path,
+      ": expected a GGUF LoRA adapter (general.type \"adapter\", adapter.type \"lora\"), found general.type \"",
+      general_type, "\" and adapter.type \"", text_key(*file, "adapter.type"), "\"");
   const std::string arch = text_key(*file, "general.architecture");
   BRIOCHE_CHECK(arch == config.architecture, path, ": an adapter for architecture '", arch, "', the model is '",
                 config.architecture, "'");
@@ -59,7 +60,8 @@ std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const mo
                     " is missing");
       if (a == nullptr) continue;
       const Tensor at = file->tensor(lora_tensor(l, Module(m), "lora_a"));
-      BRIOCHE_CHECK(at.rank() == 2, path, ": ", lora_tensor(l, Module(m), "lora_a"), " is not a matrix: ", at.describe());
+      BRIOCHE_CHECK(at.rank() == 2, path, ": ", lora_tensor(l, Module(m), "lora_a"),
+                    " is not a matrix: ", at.describe());
       BRIOCHE_CHECK(rank == 0 || at.dim(0) == rank, path, ": ", lora_tensor(l, Module(m), "lora_a"), " has rank ",
                     at.dim(0), ", other tensors ", rank, " (one rank per adapter)");
       rank = at.dim(0);

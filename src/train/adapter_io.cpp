@@ -46,7 +46,8 @@ std::string repo_id_from(std::string text) {
     if (text.starts_with(prefix)) text.erase(0, std::strlen(prefix));
   while (!text.empty() && text.back() == '/') text.pop_back();
   const size_t slash = text.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == text.size() || text.find('/', slash + 1) != std::string::npos)
+  if (slash == std::string::npos || slash == 0 || slash + 1 == text.size() ||
+      text.find('/', slash + 1) != std::string::npos)
     return "";
   if (text.front() == '.' || text.size() > 200) return "";
   for (char c : text)
@@ -87,9 +88,9 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
     const std::string name(module_name(e.module));
     if (std::find(targets.begin(), targets.end(), name) == targets.end()) targets.push_back(name);
     writer.add(tensor_name(e.layer, e.module, "lora_A"), e.factors->a);
-    writer.add(tensor_name(e.layer, e.module, "lora_B"),
-               permute && permuted_module(e.module) ? reorder_rows(e.factors->b, ck.config.head_dim, true)
-                                                    : e.factors->b);
+    writer.add(tensor_name(e.layer, e.module, "lora_B"), permute && permuted_module(e.module)
+                                                             ? reorder_rows(e.factors->b, ck.config.head_dim, true)
+                                                             : e.factors->b);
   }
   writer.set_metadata({{"format", "pt"}, {"producer", "brioche"}});
   writer.write(dir + "/adapter_model.safetensors");
@@ -215,8 +216,7 @@ std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter
         const float* b = f->b.row_as<float>(o);
         for (int64_t k = 0; k < r; ++k) bt.row_as<uint16_t>(k)[o] = f32_to_f16(s * b[k]);
       }
-      served->layers[size_t(l)][size_t(m)] = {.a = ops::to_device(a, device),
-                                               .bt = ops::to_device(bt, device)};
+      served->layers[size_t(l)][size_t(m)] = {.a = ops::to_device(a, device), .bt = ops::to_device(bt, device)};
     }
   }
   return served;

@@ -7,8 +7,8 @@ namespace brioche::train {
 namespace {
 
 // Appends one unshared sequence prompt+response as its own span.
-void add_sequence(TokenBatch& b, const std::vector<int32_t>& prompt, const std::vector<int32_t>& response,
-                  int sequence, bool score_prompt) {
+void add_sequence(TokenBatch& b, const std::vector<int32_t>& prompt, const std::vector<int32_t>& response, int sequence,
+                  bool score_prompt) {
   const int32_t first = int32_t(b.tokens.size());
   const int32_t P = int32_t(prompt.size()), L = P + int32_t(response.size());
   for (int32_t k = 0; k < L; ++k) {
@@ -19,8 +19,8 @@ void add_sequence(TokenBatch& b, const std::vector<int32_t>& prompt, const std::
   for (int32_t k = 1; k < L; ++k) {
     const bool is_response = k >= P;
     if (!is_response && !score_prompt) continue;
-    b.scored.push_back({.row = first + k - 1, .target = b.tokens[size_t(first + k)], .sequence = sequence,
-                        .response = is_response});
+    b.scored.push_back(
+        {.row = first + k - 1, .target = b.tokens[size_t(first + k)], .sequence = sequence, .response = is_response});
   }
   b.spans.push_back({first, L});
 }
@@ -28,17 +28,22 @@ void add_sequence(TokenBatch& b, const std::vector<int32_t>& prompt, const std::
 void add_shared(TokenBatch& b, const TokenizedPair& p, int pair, bool score_prompt) {
   const int32_t first = int32_t(b.tokens.size());
   const int32_t P = int32_t(p.prompt.size()), Rc = int32_t(p.chosen.size()), Rr = int32_t(p.rejected.size());
-  for (int32_t k = 0; k < P; ++k) b.tokens.push_back(p.prompt[size_t(k)]), b.positions.push_back(k), b.branch.push_back(0);
-  for (int32_t k = 0; k < Rc; ++k) b.tokens.push_back(p.chosen[size_t(k)]), b.positions.push_back(P + k), b.branch.push_back(1);
-  for (int32_t k = 0; k < Rr; ++k) b.tokens.push_back(p.rejected[size_t(k)]), b.positions.push_back(P + k), b.branch.push_back(2);
+  for (int32_t k = 0; k < P; ++k)
+    b.tokens.push_back(p.prompt[size_t(k)]), b.positions.push_back(k), b.branch.push_back(0);
+  for (int32_t k = 0; k < Rc; ++k)
+    b.tokens.push_back(p.chosen[size_t(k)]), b.positions.push_back(P + k), b.branch.push_back(1);
+  for (int32_t k = 0; k < Rr; ++k)
+    b.tokens.push_back(p.rejected[size_t(k)]), b.positions.push_back(P + k), b.branch.push_back(2);
   if (score_prompt) {
     for (int32_t k = 1; k < P; ++k)
-      b.scored.push_back({.row = first + k - 1, .target = p.prompt[size_t(k)], .sequence = 2 * pair, .response = false});
+      b.scored.push_back(
+          {.row = first + k - 1, .target = p.prompt[size_t(k)], .sequence = 2 * pair, .response = false});
   }
   for (int32_t k = 0; k < Rc; ++k)
     b.scored.push_back({.row = first + P - 1 + k, .target = p.chosen[size_t(k)], .sequence = 2 * pair});
   for (int32_t k = 0; k < Rr; ++k)
-    b.scored.push_back({.row = k == 0 ? first + P - 1 : first + P + Rc + k - 1, .target = p.rejected[size_t(k)],
+    b.scored.push_back({.row = k == 0 ? first + P - 1 : first + P + Rc + k - 1,
+                        .target = p.rejected[size_t(k)],
                         .sequence = 2 * pair + 1});
   b.spans.push_back({first, P + Rc + Rr});
 }

@@ -21,12 +21,12 @@
 namespace brioche::train {
 
 struct TokenizedExample {
-  std::vector<int32_t> prompt;    // may be empty (plain text: every token after the first is scored)
+  std::vector<int32_t> prompt;  // may be empty (plain text: every token after the first is scored)
   std::vector<int32_t> response;
 };
 
 struct TokenizedPair {
-  std::vector<int32_t> prompt;    // at least one token
+  std::vector<int32_t> prompt;  // at least one token
   std::vector<int32_t> chosen;
   std::vector<int32_t> rejected;
 };

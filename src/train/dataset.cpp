@@ -18,9 +18,7 @@ struct LineContext {
   int line;
 };
 
-[[noreturn]] void bad_line(const LineContext& at, const std::string& what) {
-  fail(at.path, ":", at.line, ": ", what);
-}
+[[noreturn]] void bad_line(const LineContext& at, const std::string& what) { fail(at.path, ":", at.line, ": ", what); }
 
 std::string string_field(const json& obj, const char* key, const LineContext& at) {
   if (!obj.contains(key)) bad_line(at, std::string("missing \"") + key + "\"");
@@ -114,8 +112,8 @@ ChatRenderer make_chat_renderer(const std::string& source, const tokenizer::Toke
   }
   auto parsed = std::make_shared<tmpl::ChatTemplate>(tmpl::ChatTemplate::parse(source, "chat_template"));
   return [parsed, bos, eos](const nlohmann::ordered_json& messages, bool gen) {
-    return tmpl::render_chat(*parsed, {.messages = messages, .add_generation_prompt = gen, .bos_token = bos,
-                                       .eos_token = eos});
+    return tmpl::render_chat(*parsed,
+                             {.messages = messages, .add_generation_prompt = gen, .bos_token = bos, .eos_token = eos});
   };
 }
 
@@ -184,8 +182,10 @@ Dataset load_dataset(const std::string& path, const DatasetOptions& o) {
     if (overflow) {
       ++ds.response_overflow;
       if (!o.quiet)
-        std::fprintf(stderr, "warning: %s:%d: the response alone exceeds max_seq_length %d; it was cut and only "
-                     "the last prompt token kept\n", path.c_str(), line_no, o.max_seq_length);
+        std::fprintf(stderr,
+                     "warning: %s:%d: the response alone exceeds max_seq_length %d; it was cut and only "
+                     "the last prompt token kept\n",
+                     path.c_str(), line_no, o.max_seq_length);
     }
   }
   BRIOCHE_CHECK(ds.size() > 0, path, ": no examples");

@@ -40,11 +40,11 @@ using ChatRenderer = std::function<std::string(const nlohmann::ordered_json& mes
 ChatRenderer make_chat_renderer(const std::string& template_source, const tokenizer::Tokenizer& tokenizer);
 
 struct DatasetOptions {
-  bool preference = false;   // the method needs {prompt, chosen, rejected}
+  bool preference = false;  // the method needs {prompt, chosen, rejected}
   int max_seq_length = 2048;
   const tokenizer::Tokenizer* tokenizer = nullptr;
   ChatRenderer render;
-  bool quiet = false;        // no truncation warnings on stderr
+  bool quiet = false;  // no truncation warnings on stderr
 };
 
 struct Dataset {

@@ -55,7 +55,7 @@ class HostOffload {
     Tensor buffer;  // pinned [capacity rows, cols]
     Tensor held;    // its leading rows: the matrix last put
   };
-  std::vector<Slot> host_;          // by slot
+  std::vector<Slot> host_;  // by slot
   int64_t reserved_rows_ = 0;
   std::vector<InFlight> previous_;  // copies begun during the previous layer
   std::vector<InFlight> current_;   // and during this one

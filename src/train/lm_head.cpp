@@ -55,7 +55,8 @@ std::vector<float> FusedLogpHead::forward(const Tensor& hidden, std::span<const 
   const Device dev = hidden.device();
   rows_.resize(size_t(n));
   targets_.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) rows_[size_t(i)] = scored[size_t(i)].row, targets_[size_t(i)] = scored[size_t(i)].target;
+  for (int64_t i = 0; i < n; ++i)
+    rows_[size_t(i)] = scored[size_t(i)].row, targets_[size_t(i)] = scored[size_t(i)].target;
   if (n == 0) return {};
   gathered_ = ops::uninitialized(DType::F32, {n, hidden.dim(1)}, dev);
   ops::gather_rows(hidden, rows_, gathered_);

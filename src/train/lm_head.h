@@ -41,8 +41,8 @@ class FusedLogpHead final : public LogpHead {
  private:
   const Tensor& w_;
   int64_t chunk_;
-  Tensor gathered_;               // [n_scored, H] hidden rows of the scored tokens
-  Tensor lse_;                    // f32 [n_scored] on the hidden's device
+  Tensor gathered_;                      // [n_scored, H] hidden rows of the scored tokens
+  Tensor lse_;                           // f32 [n_scored] on the hidden's device
   std::vector<int32_t> rows_, targets_;  // [n_scored] per scored token
 };
 

@@ -31,9 +31,7 @@ std::optional<Module> parse_module(std::string_view name) {
   return std::nullopt;
 }
 
-float LoraConfig::scale() const {
-  return rs_lora ? alpha / std::sqrt(float(rank)) : alpha / float(rank);
-}
+float LoraConfig::scale() const { return rs_lora ? alpha / std::sqrt(float(rank)) : alpha / float(rank); }
 
 ModuleShape module_shape(const model::ModelConfig& c, Module m) {
   switch (m) {
@@ -79,8 +77,8 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, co
     : config_(lora), scale_(lora.scale()) {
   BRIOCHE_CHECK(lora.rank > 0, "lora: rank must be positive, got ", lora.rank);
   for (const auto& s : sites) {
-    BRIOCHE_CHECK(s.layer >= 0 && s.layer < c.n_layers, "lora: layer ", s.layer, " outside the model's ",
-                  c.n_layers, " layers");
+    BRIOCHE_CHECK(s.layer >= 0 && s.layer < c.n_layers, "lora: layer ", s.layer, " outside the model's ", c.n_layers,
+                  " layers");
   }
   allocate(c, sites);
 }
@@ -136,7 +134,8 @@ std::unique_ptr<LoraAdapter> LoraAdapter::host_copy() const {
     for (int m = 0; m < kNumModules; ++m)
       if (layers_[size_t(l)][size_t(m)]) sites.push_back({l, Module(m)});
   auto copy = std::make_unique<LoraAdapter>(model_config_, config_, sites);
-  for (auto [from, to] : {std::pair{&flat_.a, &copy->flat_.a}, std::pair{&flat_.b, &copy->flat_.b}}) ops::copy(*from, *to);
+  for (auto [from, to] : {std::pair{&flat_.a, &copy->flat_.a}, std::pair{&flat_.b, &copy->flat_.b}})
+    ops::copy(*from, *to);
   return copy;
 }
 

@@ -29,22 +29,22 @@ namespace brioche::train {
 // The seven projections of a Llama block, in PEFT's module names.
 enum class Module : uint8_t { Q, K, V, O, Gate, Up, Down };
 inline constexpr int kNumModules = 7;
-std::string_view module_name(Module m);                   // "q_proj", ..., "down_proj"
-std::string_view module_parent(Module m);                 // "self_attn" or "mlp"
+std::string_view module_name(Module m);                     // "q_proj", ..., "down_proj"
+std::string_view module_parent(Module m);                   // "self_attn" or "mlp"
 std::optional<Module> parse_module(std::string_view name);  // accepts "q_proj" or "q"
 
 struct LoraConfig {
   int rank = 8;
-  float alpha = 16.0f;           // scale = alpha / rank (or / sqrt(rank) with rs_lora)
+  float alpha = 16.0f;  // scale = alpha / rank (or / sqrt(rank) with rs_lora)
   bool rs_lora = false;
   float dropout = 0.0f;
   std::vector<Module> targets = {Module::Q, Module::K, Module::V, Module::O, Module::Gate, Module::Up, Module::Down};
-  int num_layers = -1;           // LoRA on the last num_layers layers; -1 = all
+  int num_layers = -1;  // LoRA on the last num_layers layers; -1 = all
   float scale() const;
 };
 
 struct LoraFactors {
-  Tensor a, b;        // f32 [r, in], [out, r]: views into the adapter's flat buffers
+  Tensor a, b;  // f32 [r, in], [out, r]: views into the adapter's flat buffers
   Tensor grad_a, grad_b;
 };
 

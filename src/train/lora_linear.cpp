@@ -28,7 +28,8 @@ bool any_dropout(std::span<const LoraSite> sites) {
 std::vector<std::optional<ops::LowRank>> low_ranks(std::span<const LoraSite> sites) {
   std::vector<std::optional<ops::LowRank>> out(sites.size());
   for (size_t i = 0; i < sites.size(); ++i)
-    if (sites[i].lora) out[i].emplace(ops::LowRank{.a = sites[i].lora->a, .b = sites[i].lora->b, .scale = sites[i].scale});
+    if (sites[i].lora)
+      out[i].emplace(ops::LowRank{.a = sites[i].lora->a, .b = sites[i].lora->b, .scale = sites[i].scale});
   return out;
 }
 
@@ -44,8 +45,8 @@ void forward_with_dropout(const LoraSite& site, const Tensor& x, Tensor& y, Tens
   const auto& f = *site.lora;
   Tensor xd = f32(n, x.dim(1), dev);
   ops::dropout(x, site.dropout, xd);
-  ops::matmul(xd, f.a, *u);     // drop(x)·Aᵀ             [n, r]
-  ops::scale(*u, site.scale);   // u = s·drop(x)·Aᵀ       (saved)
+  ops::matmul(xd, f.a, *u);    // drop(x)·Aᵀ             [n, r]
+  ops::scale(*u, site.scale);  // u = s·drop(x)·Aᵀ       (saved)
   // y += u·Bᵀ (the scratch is used only where the op runs as matmul + add: the CPU)
   Tensor scratch = dev == Device::CPU ? f32(n, y.dim(1), dev) : Tensor();
   ops::matmul_accumulate(*u, f.b, y, scratch);
@@ -57,16 +58,16 @@ void backward_with_dropout(const LoraSite& site, const LoraLinearBackward& a) {
   auto& f = *site.lora;
   const Device dev = a.dy.device();
   const int64_t n = a.x.dim(0), r = f.a.dim(0);
-  ops::matmul_weight_grad(a.dy, a.u, f.grad_b);                       // dB += dyᵀ·u
+  ops::matmul_weight_grad(a.dy, a.u, f.grad_b);  // dB += dyᵀ·u
   Tensor g = f32(n, r, dev);
   ops::matmul_input_grad(a.dy, f.b, g, ops::GradWrite::Overwrite);
-  ops::scale(g, site.scale);                                          // g = s·dy·B   [n, r]
+  ops::scale(g, site.scale);  // g = s·dy·B   [n, r]
   Tensor xd = f32(n, a.x.dim(1), dev);
   ops::dropout(a.x, site.dropout, xd);
-  ops::matmul_weight_grad(g, xd, f.grad_a);                               // dA += gᵀ·drop(x)
-  Tensor gx = xd;                                                         // (xd is no longer needed)
+  ops::matmul_weight_grad(g, xd, f.grad_a);  // dA += gᵀ·drop(x)
+  Tensor gx = xd;                            // (xd is no longer needed)
   ops::matmul_input_grad(g, f.a, gx, ops::GradWrite::Overwrite);
-  ops::dropout(gx, site.dropout, gx);                                    // drop' = same mask
+  ops::dropout(gx, site.dropout, gx);  // drop' = same mask
   ops::add_scaled(gx, 1.0f, a.dx);
 }
 
@@ -100,14 +101,17 @@ void lora_linear_backward(std::span<const LoraSite> sites, std::span<const LoraL
   const Tensor& x = args[0].x;
   Tensor& dx = args[0].dx;
   for (size_t i = 1; i < args.size(); ++i)
-    BRIOCHE_CHECK(&args[i].x == &x && &args[i].dx == &dx, "lora_linear_backward: a group's sites share x and dx, "
-                  "but site ", i, " has x ", args[i].x.describe(), " and dx ", args[i].dx.describe(), " where site 0 has ",
+    BRIOCHE_CHECK(&args[i].x == &x && &args[i].dx == &dx,
+                  "lora_linear_backward: a group's sites share x and dx, "
+                  "but site ",
+                  i, " has x ", args[i].x.describe(), " and dx ", args[i].dx.describe(), " where site 0 has ",
                   x.describe(), " and ", dx.describe());
   if (any_dropout(sites)) {
     for (size_t i = 0; i < sites.size(); ++i) {
       const LoraLinearBackward& a = args[i];
-      backward_with_dropout(sites[i], {.x = x, .u = a.u, .dy = a.dy, .dx = dx,
-                                       .dx_mode = i == 0 ? a.dx_mode : ops::GradWrite::Accumulate});
+      backward_with_dropout(
+          sites[i],
+          {.x = x, .u = a.u, .dy = a.dy, .dx = dx, .dx_mode = i == 0 ? a.dx_mode : ops::GradWrite::Accumulate});
     }
     return;
   }

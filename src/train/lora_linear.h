@@ -18,9 +18,9 @@
 namespace brioche::train {
 
 struct LoraSite {
-  const Tensor* weight = nullptr;   // frozen [out, in], any dtype
-  const Tensor* bias = nullptr;     // f32 [out] or undefined
-  LoraFactors* lora = nullptr;      // nullptr: plain linear (or adapter disabled)
+  const Tensor* weight = nullptr;  // frozen [out, in], any dtype
+  const Tensor* bias = nullptr;    // f32 [out] or undefined
+  LoraFactors* lora = nullptr;     // nullptr: plain linear (or adapter disabled)
   float scale = 0.0f;
   ops::DropoutMask dropout;
 };

@@ -48,5 +48,4 @@ Tensor reorder_rows(const Tensor& b, int head_dim, bool to_hf) {
   return out;
 }
 
-
 }  // namespace brioche::train

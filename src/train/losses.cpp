@@ -96,8 +96,8 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
         d_rw = 2.0 * x / w.response_n;
         d_rr = -2.0 * x / r.response_n;
         // TRL's rewards/accuracies compares its (summed) rewards
-        chosen_ahead = w.response_sum - ref[size_t(2 * i)].response_sum >
-                       r.response_sum - ref[size_t(2 * i + 1)].response_sum;
+        chosen_ahead =
+            w.response_sum - ref[size_t(2 * i)].response_sum > r.response_sum - ref[size_t(2 * i + 1)].response_sum;
         break;
       }
       case Method::SimPO: {

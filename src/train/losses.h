@@ -36,8 +36,8 @@ bool needs_reference(Method m);  // DPO, IPO
 struct LossConfig {
   Method method = Method::SFT;
   float orpo_lambda = 0.1f;
-  float beta = 0.1f;        // DPO / IPO / SimPO temperature
-  float simpo_gamma = 0.5f; // SimPO target margin
+  float beta = 0.1f;         // DPO / IPO / SimPO temperature
+  float simpo_gamma = 0.5f;  // SimPO target margin
 };
 
 struct SequenceLogps {
@@ -57,10 +57,10 @@ struct LossValue {
   std::vector<double> d_prompt_sum;    // [n_sequences]
   // Preference metrics (sums over pairs; divide by n_pairs).
   int n_pairs = 0;
-  double nll = 0.0;            // the NLL term (ORPO) or the loss (SFT)
-  double or_loss_sum = 0.0;    // Σ −log σ(o) (ORPO) or Σ per-pair loss (others)
-  double correct = 0.0;        // pairs with the chosen ahead (ℓ_w > ℓ_r, or reward_w > reward_r)
-  double margin_sum = 0.0;     // Σ (ℓ_w − ℓ_r)
+  double nll = 0.0;          // the NLL term (ORPO) or the loss (SFT)
+  double or_loss_sum = 0.0;  // Σ −log σ(o) (ORPO) or Σ per-pair loss (others)
+  double correct = 0.0;      // pairs with the chosen ahead (ℓ_w > ℓ_r, or reward_w > reward_r)
+  double margin_sum = 0.0;   // Σ (ℓ_w − ℓ_r)
   double chosen_mean_sum = 0.0, rejected_mean_sum = 0.0;
   // TRL's rewards (sums over pairs), as TRL 1.16 logs them: DPO and IPO
   // β·(π − π_ref) of the summed log-probs (DPOTrainer rewards every loss
@@ -71,7 +71,7 @@ struct LossValue {
   double reward_chosen_sum = 0.0, reward_rejected_sum = 0.0;
   double trl_logps_chosen_sum = 0.0, trl_logps_rejected_sum = 0.0;
   double log_odds_ratio_sum = 0.0, log_odds_chosen_sum = 0.0;
-  int64_t tokens = 0;          // scored tokens in the NLL
+  int64_t tokens = 0;  // scored tokens in the NLL
 };
 
 // log(1 − eˣ) for x < 0, stable at both ends.

@@ -15,7 +15,8 @@ LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& bat
   LossValue loss = compute_loss(config, seqs, reference);
   if (o.backward) {
     const std::vector<float> d_logp = token_grads(batch.scored, loss, o.grad_scale);
-    Tensor d_hidden = ops::uninitialized(DType::F32, {hidden.dim(0), hidden.dim(1)}, hidden.device());  // [n, H], the head writes it whole
+    Tensor d_hidden = ops::uninitialized(DType::F32, {hidden.dim(0), hidden.dim(1)},
+                                         hidden.device());  // [n, H], the head writes it whole
     hidden = Tensor();  // (the head keeps the rows it scores; the stack's backward does not need these)
     head.backward(d_logp, d_hidden);
     model.backward(std::move(d_hidden));
@@ -23,8 +24,8 @@ LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& bat
   return loss;
 }
 
-std::vector<SequenceLogps> batch_logps(TrainModel& model, LogpHead& head, const TokenBatch& batch,
-                                       bool adapter_enabled, const Tensor* prefix_out) {
+std::vector<SequenceLogps> batch_logps(TrainModel& model, LogpHead& head, const TokenBatch& batch, bool adapter_enabled,
+                                       const Tensor* prefix_out) {
   const ForwardOptions fo{.adapter_enabled = adapter_enabled, .for_backward = false};
   Tensor hidden = prefix_out ? model.forward(batch, *prefix_out, fo) : model.forward(batch, fo);
   return sequence_logps(batch.scored, head.forward(hidden, batch.scored), batch.n_sequences);

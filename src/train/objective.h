@@ -13,8 +13,8 @@ namespace brioche::train {
 
 struct ObjectiveOptions {
   uint64_t dropout_seed = 0;
-  double grad_scale = 1.0;        // 1 / grad_accumulation_steps
-  bool backward = true;           // false: value and metrics only (eval)
+  double grad_scale = 1.0;             // 1 / grad_accumulation_steps
+  bool backward = true;                // false: value and metrics only (eval)
   const Tensor* prefix_out = nullptr;  // cached frozen-prefix output for this batch, or null
 };
 
@@ -23,7 +23,7 @@ LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& bat
 
 // Per-sequence log-probs without gradients; adapter_enabled=false gives the
 // frozen base (DPO/IPO reference).
-std::vector<SequenceLogps> batch_logps(TrainModel& model, LogpHead& head, const TokenBatch& batch,
-                                       bool adapter_enabled, const Tensor* prefix_out = nullptr);
+std::vector<SequenceLogps> batch_logps(TrainModel& model, LogpHead& head, const TokenBatch& batch, bool adapter_enabled,
+                                       const Tensor* prefix_out = nullptr);
 
 }  // namespace brioche::train

@@ -59,8 +59,8 @@ AdamW::AdamW(LoraAdapter& adapter, const AdamWConfig& config) : adapter_(adapter
 }
 
 void AdamW::restore(const State& s) {
-  for (auto [from, to, name] : {std::tuple{&s.m_a, &m_a_, "m_a"}, {&s.v_a, &v_a_, "v_a"}, {&s.m_b, &m_b_, "m_b"},
-                                {&s.v_b, &v_b_, "v_b"}}) {
+  for (auto [from, to, name] :
+       {std::tuple{&s.m_a, &m_a_, "m_a"}, {&s.v_a, &v_a_, "v_a"}, {&s.m_b, &m_b_, "m_b"}, {&s.v_b, &v_b_, "v_b"}}) {
     BRIOCHE_CHECK(from->defined() && from->dtype() == DType::F32 && from->numel() == to->numel(), "AdamW: moment ",
                   name, " of the checkpoint has ", from->defined() ? from->numel() : 0, " values, this adapter ",
                   to->numel());
@@ -76,8 +76,13 @@ void AdamW::step(float lr, float grad_scale) {
   const ops::AdamWSlot slots[] = {
       {.param = &f.a, .grad = &f.grad_a, .m = &m_a_, .v = &v_a_, .lr_scale = 1.0f},
       {.param = &f.b, .grad = &f.grad_b, .m = &m_b_, .v = &v_b_, .lr_scale = config_.lora_plus_ratio}};
-  ops::adamw_step(slots, {.lr = lr, .beta1 = config_.beta1, .beta2 = config_.beta2, .eps = config_.eps,
-                          .weight_decay = config_.weight_decay, .step = t_, .grad_scale = grad_scale});
+  ops::adamw_step(slots, {.lr = lr,
+                          .beta1 = config_.beta1,
+                          .beta2 = config_.beta2,
+                          .eps = config_.eps,
+                          .weight_decay = config_.weight_decay,
+                          .step = t_,
+                          .grad_scale = grad_scale});
 }
 
 }  // namespace brioche::train

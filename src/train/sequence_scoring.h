@@ -23,15 +23,15 @@
 namespace brioche::train {
 
 struct ScoringOptions {
-  int batch_size = 8;                // rows (pairs) per forward
-  int64_t head_chunk = 4096;         // vocabulary rows per LM-head tile (0 = full logits)
-  bool adapter_enabled = true;       // false: the frozen base of a model built with an adapter
+  int batch_size = 8;                                       // rows (pairs) per forward
+  int64_t head_chunk = 4096;                                // vocabulary rows per LM-head tile (0 = full logits)
+  bool adapter_enabled = true;                              // false: the frozen base of a model built with an adapter
   std::function<void(size_t done, size_t total)> progress;  // after each batch, or empty
 };
 
 std::vector<SequenceLogps> score_pairs(TrainModel& model, std::span<const TokenizedPair> pairs,
                                        const ScoringOptions& options);
-std::vector<SequenceLogps> score_examples(TrainModel& model, std::span<const TokenizedExample> examples,
-                                          SftScope scope, const ScoringOptions& options);
+std::vector<SequenceLogps> score_examples(TrainModel& model, std::span<const TokenizedExample> examples, SftScope scope,
+                                          const ScoringOptions& options);
 
 }  // namespace brioche::train

@@ -21,12 +21,12 @@ struct ScoredToken {
 };
 
 struct TokenBatch {
-  std::vector<int32_t> tokens;              // [n_rows]
-  std::vector<int32_t> positions;           // [n_rows] RoPE positions
-  std::vector<uint8_t> branch;              // [n_rows] 0 shared, 1 chosen, 2 rejected (prefix-shared rows)
-  std::vector<ops::AttentionSpan> spans;    // one per forward sequence
+  std::vector<int32_t> tokens;            // [n_rows]
+  std::vector<int32_t> positions;         // [n_rows] RoPE positions
+  std::vector<uint8_t> branch;            // [n_rows] 0 shared, 1 chosen, 2 rejected (prefix-shared rows)
+  std::vector<ops::AttentionSpan> spans;  // one per forward sequence
   std::vector<ScoredToken> scored;
-  int n_sequences = 0;                      // logical sequences (see ScoredToken::sequence)
+  int n_sequences = 0;  // logical sequences (see ScoredToken::sequence)
 
   int64_t n_rows() const { return int64_t(tokens.size()); }
   ops::DenseAttentionLayout layout() const { return {.spans = spans, .branch = branch, .positions = positions}; }

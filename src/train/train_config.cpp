@@ -26,12 +26,14 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(iters >= 0 && epochs > 0, "iters must be >= 0 and epochs > 0");
   BRIOCHE_CHECK(save_steps >= 0 && save_total_limit >= 0, "save_steps and save_total_limit must be >= 0, got ",
                 save_steps, " and ", save_total_limit);
-  BRIOCHE_CHECK(eval_samples >= 0 && eval_sample_tokens > 0, "eval_samples must be >= 0 and eval_sample_tokens > 0, got ",
-                eval_samples, " and ", eval_sample_tokens);
+  BRIOCHE_CHECK(eval_samples >= 0 && eval_sample_tokens > 0,
+                "eval_samples must be >= 0 and eval_sample_tokens > 0, got ", eval_samples, " and ",
+                eval_sample_tokens);
   BRIOCHE_CHECK(early_stopping_patience >= 0, "early_stopping_patience must be >= 0, got ", early_stopping_patience);
   BRIOCHE_CHECK((early_stopping_patience == 0 && !keep_best) || steps_per_eval > 0,
                 "early_stopping_patience and keep_best compare evaluations: set steps_per_eval > 0");
-  BRIOCHE_CHECK(resume.empty() || resume_adapter.empty(), "set either resume (a checkpoint) or resume_adapter (a warm start)");
+  BRIOCHE_CHECK(resume.empty() || resume_adapter.empty(),
+                "set either resume (a checkpoint) or resume_adapter (a warm start)");
   BRIOCHE_CHECK(lora_dropout >= 0 && lora_dropout < 1, "lora_dropout must be in [0, 1), got ", lora_dropout);
   BRIOCHE_CHECK(segment_size >= 0, "segment_size must be >= 0, got ", segment_size);
   BRIOCHE_CHECK(head_chunk_size >= 0, "head_chunk_size must be >= 0, got ", head_chunk_size);
@@ -47,18 +49,20 @@ void TrainConfig::finalize() {
   if (fused_head) {
     // orpo_fused_ce / orpo_flash_ce: both name our one fused head (vocab-tiled online
     // log-sum-exp, one kernel family on CUDA); false asks for full logits.
-    if (!*fused_head) head_chunk_size = 0;
-    else if (head_chunk_size == 0) head_chunk_size = 4096;
+    if (!*fused_head)
+      head_chunk_size = 0;
+    else if (head_chunk_size == 0)
+      head_chunk_size = 4096;
     fused_head.reset();
   }
   if (grad_checkpoint) {
-    BRIOCHE_CHECK(segment_size == 0 || segment_size == 1,
-                  "grad_checkpoint and segment_size ", segment_size,
+    BRIOCHE_CHECK(segment_size == 0 || segment_size == 1, "grad_checkpoint and segment_size ", segment_size,
                   " are exclusive (grad_checkpoint is segment_size 1: every layer recomputed in the backward)");
     segment_size = 1;
     grad_checkpoint = false;
   }
-  BRIOCHE_CHECK(!mlp_split, "mlp_split is not supported: the reference splits Gemma4's MLP only; brioche's "
+  BRIOCHE_CHECK(!mlp_split,
+                "mlp_split is not supported: the reference splits Gemma4's MLP only; brioche's "
                 "segmented backward (segment_size, grad_checkpoint) recomputes whole layers");
   BRIOCHE_CHECK(!offload_boundaries || segment_size > 0,
                 "offload_boundaries needs segment_size > 0 (or grad_checkpoint): the segment boundaries are what "
@@ -143,23 +147,29 @@ const std::vector<OptionSpec>& option_specs() {
       {{"model"}, Kind::String, [](TrainConfig& c, const json& v) { c.model = v.get<std::string>(); }},
       {{"base_model_id"}, Kind::String, [](TrainConfig& c, const json& v) { c.base_model_id = v.get<std::string>(); }},
       {{"data"}, Kind::String, [](TrainConfig& c, const json& v) { c.data = v.get<std::string>(); }},
-      {{"output", "adapter_path"}, Kind::String, [](TrainConfig& c, const json& v) { c.output = v.get<std::string>(); }},
-      {{"resume_adapter", "warm_start_adapter", "resume_adapter_file"}, Kind::String,
+      {{"output", "adapter_path"},
+       Kind::String,
+       [](TrainConfig& c, const json& v) { c.output = v.get<std::string>(); }},
+      {{"resume_adapter", "warm_start_adapter", "resume_adapter_file"},
+       Kind::String,
        [](TrainConfig& c, const json& v) { c.resume_adapter = v.get<std::string>(); }},
       {{"method"}, Kind::String, [](TrainConfig& c, const json& v) { c.method = parse_method(v.get<std::string>()); }},
-      {{"sft_scope"}, Kind::String,
+      {{"sft_scope"},
+       Kind::String,
        [](TrainConfig& c, const json& v) { c.sft_scope = parse_sft_scope(v.get<std::string>()); }},
       {{"orpo_lambda"}, Kind::Number, [](TrainConfig& c, const json& v) { c.orpo_lambda = to_float(v); }},
       {{"beta", "dpo_beta"}, Kind::Number, [](TrainConfig& c, const json& v) { c.beta = to_float(v); }},
       {{"simpo_gamma"}, Kind::Number, [](TrainConfig& c, const json& v) { c.simpo_gamma = to_float(v); }},
       {{"learning_rate"}, Kind::Number, [](TrainConfig& c, const json& v) { c.learning_rate = to_float(v); }},
-      {{"lr_schedule", "orpo_lr_schedule"}, Kind::String,
+      {{"lr_schedule", "orpo_lr_schedule"},
+       Kind::String,
        [](TrainConfig& c, const json& v) { c.lr_schedule = parse_lr_schedule(v.get<std::string>()); }},
       {{"warmup", "orpo_warmup_iters"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.warmup = to_int(v); }},
       {{"iters"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.iters = to_int(v); }},
       {{"epochs"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.epochs = to_int(v); }},
       {{"batch_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.batch_size = to_int(v); }},
-      {{"grad_accumulation_steps", "grad_accum"}, Kind::Integer,
+      {{"grad_accumulation_steps", "grad_accum"},
+       Kind::Integer,
        [](TrainConfig& c, const json& v) { c.grad_accumulation_steps = to_int(v); }},
       {{"max_seq_length"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.max_seq_length = to_int(v); }},
       {{"max_grad_norm"}, Kind::Number, [](TrainConfig& c, const json& v) { c.max_grad_norm = to_float(v); }},
@@ -170,25 +180,33 @@ const std::vector<OptionSpec>& option_specs() {
       {{"rs_lora"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.rs_lora = v.get<bool>(); }},
       {{"lora_plus_ratio"}, Kind::Number, [](TrainConfig& c, const json& v) { c.lora_plus_ratio = to_float(v); }},
       {{"lora_dropout"}, Kind::Number, [](TrainConfig& c, const json& v) { c.lora_dropout = to_float(v); }},
-      {{"target_modules"}, Kind::StringList,
+      {{"target_modules"},
+       Kind::StringList,
        [](TrainConfig& c, const json& v) { c.target_modules = v.get<std::vector<std::string>>(); }},
       {{"num_layers"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.num_layers = to_int(v); }},
       {{"segment_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.segment_size = to_int(v); }},
       {{"device"}, Kind::String, [](TrainConfig& c, const json& v) { c.device = v.get<std::string>(); }},
       {{"gpus"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.gpus = to_int(v); }},
-      {{"offload_boundaries"}, Kind::Boolean,
+      {{"offload_boundaries"},
+       Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.offload_boundaries = v.get<bool>(); }},
-      {{"offload_attention"}, Kind::Boolean,
+      {{"offload_attention"},
+       Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.offload_attention = v.get<bool>(); }},
-      {{"boundary_dtype"}, Kind::String, [](TrainConfig& c, const json& v) { c.boundary_dtype = v.get<std::string>(); }},
+      {{"boundary_dtype"},
+       Kind::String,
+       [](TrainConfig& c, const json& v) { c.boundary_dtype = v.get<std::string>(); }},
       {{"device_boundaries"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.device_boundaries = to_int(v); }},
-      {{"orpo_fused_ce", "orpo_flash_ce", "fused_ce"}, Kind::Boolean,
+      {{"orpo_fused_ce", "orpo_flash_ce", "fused_ce"},
+       Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.fused_head = v.get<bool>(); }},
       {{"grad_checkpoint"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.grad_checkpoint = v.get<bool>(); }},
       {{"mlp_split"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.mlp_split = v.get<bool>(); }},
-      {{"prefix_shared", "orpo_prefix_shared"}, Kind::Boolean,
+      {{"prefix_shared", "orpo_prefix_shared"},
+       Kind::Boolean,
        [](TrainConfig& c, const json& v) { c.prefix_shared = v.get<bool>(); }},
-      {{"head_chunk_size", "chunk_size", "orpo_chunk_size"}, Kind::Integer,
+      {{"head_chunk_size", "chunk_size", "orpo_chunk_size"},
+       Kind::Integer,
        [](TrainConfig& c, const json& v) { c.head_chunk_size = to_int(v); }},
       {{"mlp_chunk_size"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.mlp_chunk_size = to_int(v); }},
       {{"steps_per_eval"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.steps_per_eval = to_int(v); }},
@@ -196,11 +214,14 @@ const std::vector<OptionSpec>& option_specs() {
       {{"save_checkpoints"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.save_checkpoints = v.get<bool>(); }},
       {{"save_steps"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.save_steps = to_int(v); }},
       {{"save_total_limit"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.save_total_limit = to_int(v); }},
-      {{"early_stopping_patience"}, Kind::Integer,
+      {{"early_stopping_patience"},
+       Kind::Integer,
        [](TrainConfig& c, const json& v) { c.early_stopping_patience = to_int(v); }},
       {{"eval_samples"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.eval_samples = to_int(v); }},
       {{"eval_sample_tokens"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.eval_sample_tokens = to_int(v); }},
-      {{"keep_best", "load_best_model_at_end"}, Kind::Boolean, [](TrainConfig& c, const json& v) { c.keep_best = v.get<bool>(); }},
+      {{"keep_best", "load_best_model_at_end"},
+       Kind::Boolean,
+       [](TrainConfig& c, const json& v) { c.keep_best = v.get<bool>(); }},
       {{"resume"}, Kind::String, [](TrainConfig& c, const json& v) { c.resume = v.get<std::string>(); }},
       {{"seed"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.seed = to_int(v); }},
       {{"threads"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.threads = to_int(v); }},

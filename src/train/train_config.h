@@ -16,14 +16,14 @@
 namespace brioche::train {
 
 struct TrainConfig {
-  std::string model;             // .gguf file or safetensors directory
+  std::string model;  // .gguf file or safetensors directory
   // The base's Hugging Face id written as the adapter's base_model_name_or_path;
   // empty: the model's own metadata (huggingface_repo_id), else its path.
   std::string base_model_id;
-  std::string data;              // directory with train.jsonl (and valid.jsonl)
+  std::string data;                 // directory with train.jsonl (and valid.jsonl)
   std::string output = "adapters";  // adapter directory (adapter_path)
-  std::string resume_adapter;    // warm start: factor weights only; optimizer and schedule restart
-  std::string resume;            // a checkpoint with trainer_state.json: the run continues exactly (train/train_state.h)
+  std::string resume_adapter;       // warm start: factor weights only; optimizer and schedule restart
+  std::string resume;  // a checkpoint with trainer_state.json: the run continues exactly (train/train_state.h)
 
   Method method = Method::SFT;
   // Which tokens the NLL scores. Unset: what TRL does per method. SFT:
@@ -37,49 +37,50 @@ struct TrainConfig {
     return sft_scope.value_or(method == Method::ORPO ? SftScope::Full : SftScope::Response);
   }
   float orpo_lambda = 0.1f;
-  float beta = 0.1f;             // dpo/ipo/simpo
+  float beta = 0.1f;  // dpo/ipo/simpo
   float simpo_gamma = 0.5f;
 
   std::optional<float> learning_rate;  // default 2e-4 (sft) / 1e-5 (preference)
   LrSchedule lr_schedule = LrSchedule::Cosine;
-  int warmup = -1;               // -1: min(10, steps/10) for orpo, else 0
-  int iters = 0;                 // optimizer steps; 0: from epochs
+  int warmup = -1;  // -1: min(10, steps/10) for orpo, else 0
+  int iters = 0;    // optimizer steps; 0: from epochs
   int epochs = 1;
   int batch_size = 1;
   int grad_accumulation_steps = 1;
   int max_seq_length = 2048;
-  float max_grad_norm = 1.0f;    // 0: no clipping
+  float max_grad_norm = 1.0f;  // 0: no clipping
   float weight_decay = 0.0f;
 
-  std::optional<int> rank;       // default 8 (sft) / 16 (orpo)
-  std::optional<float> scale;    // LoRA scale s directly (mlx convention); default 1 (sft) / 2 (orpo)
-  std::optional<float> alpha;    // PEFT alpha (s = alpha/r); exclusive with scale
+  std::optional<int> rank;     // default 8 (sft) / 16 (orpo)
+  std::optional<float> scale;  // LoRA scale s directly (mlx convention); default 1 (sft) / 2 (orpo)
+  std::optional<float> alpha;  // PEFT alpha (s = alpha/r); exclusive with scale
   bool rs_lora = false;
   float lora_plus_ratio = 1.0f;
   float lora_dropout = 0.0f;
-  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  int num_layers = -1;           // LoRA on the last num_layers layers; -1 = all
+  std::vector<std::string> target_modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+  int num_layers = -1;  // LoRA on the last num_layers layers; -1 = all
 
-  std::string device = "cpu";    // cpu | cuda | auto (cuda when this build and the driver see a GPU)
-  int gpus = 1;                  // data parallel: ranks (one GPU each) sharing every step's micro-batches
-  int segment_size = 0;          // segmented backward: layers per recompute segment (0 = off)
-  bool offload_boundaries = false;  // segment boundaries in host memory while training on CUDA
-  bool offload_attention = false;   // with them, each layer's attention output: the recompute skips the attention
+  std::string device = "cpu";          // cpu | cuda | auto (cuda when this build and the driver see a GPU)
+  int gpus = 1;                        // data parallel: ranks (one GPU each) sharing every step's micro-batches
+  int segment_size = 0;                // segmented backward: layers per recompute segment (0 = off)
+  bool offload_boundaries = false;     // segment boundaries in host memory while training on CUDA
+  bool offload_attention = false;      // with them, each layer's attention output: the recompute skips the attention
   std::string boundary_dtype = "f32";  // f32 | bf16: segment boundaries in bf16 take half the memory
-  int device_boundaries = 0;        // with offload_boundaries: the last N segments' boundaries stay on the device
-  bool prefix_shared = false;    // one [prompt; chosen; rejected] forward per pair
-  int head_chunk_size = 4096;    // fused CE head vocab chunk; 0 = plain head (full logits)
-  int mlp_chunk_size = 0;        // MLP over this many tokens at a time, [tokens, inter] never held; 0 = off
+  int device_boundaries = 0;           // with offload_boundaries: the last N segments' boundaries stay on the device
+  bool prefix_shared = false;          // one [prompt; chosen; rejected] forward per pair
+  int head_chunk_size = 4096;          // fused CE head vocab chunk; 0 = plain head (full logits)
+  int mlp_chunk_size = 0;              // MLP over this many tokens at a time, [tokens, inter] never held; 0 = off
   // The reference's switches, mapped onto the levers above by finalize():
-  std::optional<bool> fused_head;     // orpo_fused_ce / orpo_flash_ce: true = fused head, false = full logits
-  bool grad_checkpoint = false;       // = segment_size 1 (recompute every layer); exclusive with segment_size
-  bool mlp_split = false;             // not supported (an error that says so)
+  std::optional<bool> fused_head;  // orpo_fused_ce / orpo_flash_ce: true = fused head, false = full logits
+  bool grad_checkpoint = false;    // = segment_size 1 (recompute every layer); exclusive with segment_size
+  bool mlp_split = false;          // not supported (an error that says so)
 
-  int steps_per_eval = 0;        // 0: only at the end
+  int steps_per_eval = 0;  // 0: only at the end
   int steps_per_report = 10;
   bool save_checkpoints = false;  // a resumable checkpoint at every evaluation
-  int save_steps = 0;            // and every N steps (0: off), into output/checkpoints/step_N
-  int save_total_limit = 0;      // keep only the newest K checkpoints (0: all)
+  int save_steps = 0;             // and every N steps (0: off), into output/checkpoints/step_N
+  int save_total_limit = 0;       // keep only the newest K checkpoints (0: all)
   // Stop when N evaluations in a row (after step 0) did not lower the
   // evaluation loss (transformers' EarlyStoppingCallback on eval_loss); 0: off.
   int early_stopping_patience = 0;
@@ -89,7 +90,7 @@ struct TrainConfig {
   // At each evaluation, greedy completions of the first N prompts of the
   // evaluation split (log.jsonl "sample" events; needs the CLI's tokenizer).
   int eval_samples = 0;
-  int eval_sample_tokens = 32;   // new tokens per sample
+  int eval_sample_tokens = 32;  // new tokens per sample
   int seed = 0;
   int threads = 0;
   bool quiet = false;
@@ -103,9 +104,9 @@ struct TrainConfig {
 
 // Where options come from, for errors: "train.toml:12:1: option \"rank\": ...".
 struct ConfigSource {
-  std::string name;                                   // file path or "command line"
+  std::string name;                                  // file path or "command line"
   std::map<std::string, std::string> key_locations;  // option -> "file:line:column" (TOML files)
-  bool toml = false;                                  // type names in errors: "a table" vs "an object"
+  bool toml = false;                                 // type names in errors: "a table" vs "an object"
   std::string type_of(const nlohmann::json& value) const;
 };
 

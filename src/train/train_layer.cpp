@@ -33,7 +33,8 @@ LoraSite site(const LayerContext& ctx, const LayerParams& p, Module m, const Ten
     if (LoraFactors* f = p.adapter->factors(p.layer, m)) {
       s.lora = f;
       s.scale = p.adapter->scale();
-      s.dropout = lora_dropout_mask(ctx.lora_dropout ? p.adapter->config().dropout : 0.0f, ctx.dropout_seed, p.layer, m);
+      s.dropout =
+          lora_dropout_mask(ctx.lora_dropout ? p.adapter->config().dropout : 0.0f, ctx.dropout_seed, p.layer, m);
     }
   }
   return s;
@@ -44,13 +45,16 @@ Tensor lora_u_buffer(const LoraSite& s, Device device, int64_t n) {
 }
 
 ops::DenseAttentionParams attention_params(const model::ModelConfig& c) {
-  return {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-          .scale = 1.0f / std::sqrt(float(c.head_dim)), .sliding_window = c.sliding_window};
+  return {.n_heads = c.n_heads,
+          .n_kv_heads = c.n_kv_heads,
+          .head_dim = c.head_dim,
+          .scale = 1.0f / std::sqrt(float(c.head_dim)),
+          .sliding_window = c.sliding_window};
 }
 
 ops::RopeParams rope_params(const LayerContext& ctx, int n_heads) {
-  return {.style = ctx.config.rope.style, .n_heads = n_heads, .head_dim = ctx.config.head_dim,
-          .inv_freq = ctx.inv_freq};
+  return {
+      .style = ctx.config.rope.style, .n_heads = n_heads, .head_dim = ctx.config.head_dim, .inv_freq = ctx.inv_freq};
 }
 
 const Tensor kNoBias;
@@ -72,7 +76,8 @@ struct MlpSites {
 constexpr Module kQkv[3] = {Module::Q, Module::K, Module::V};
 std::array<LoraSite, 3> qkv_sites(const LayerContext& ctx, const LayerParams& p) {
   const auto& w = p.weights;
-  return {site(ctx, p, Module::Q, w.wq, w.bq), site(ctx, p, Module::K, w.wk, w.bk), site(ctx, p, Module::V, w.wv, w.bv)};
+  return {site(ctx, p, Module::Q, w.wq, w.bq), site(ctx, p, Module::K, w.wk, w.bk),
+          site(ctx, p, Module::V, w.wv, w.bv)};
 }
 
 MlpSites mlp_sites(const LayerContext& ctx, const LayerParams& p) {
@@ -112,7 +117,8 @@ bool mlp_in_bf16(const MlpSites& s, const LayerParams& p, Device dev, int64_t n,
 struct MlpBuffers {
   Tensor gate, up, act, d_up;
   MlpBuffers rows(int64_t n) const {
-    return {gate.slice(0, 0, n), up.slice(0, 0, n), act.slice(0, 0, n), d_up.defined() ? d_up.slice(0, 0, n) : Tensor()};
+    return {gate.slice(0, 0, n), up.slice(0, 0, n), act.slice(0, 0, n),
+            d_up.defined() ? d_up.slice(0, 0, n) : Tensor()};
   }
 };
 
@@ -141,8 +147,8 @@ void mlp_gate_up(const MlpSites& s, LayerCache& c, int64_t r0, int64_t r1, MlpBu
 void mlp_backward(const MlpSites& s, const LayerCache& c, int64_t r0, int64_t r1, MlpBuffers& b, Tensor& d_act,
                   const Tensor& dx, Tensor& d_h2) {
   const Tensor h2 = c.h2.slice(0, r0, r1);
-  lora_linear_backward(s.down, {.x = b.act, .u = rows_of(c.lora_u[size_t(Module::Down)], r0, r1), .dy = dx,
-                                .dx = d_act});
+  lora_linear_backward(s.down,
+                       {.x = b.act, .u = rows_of(c.lora_u[size_t(Module::Down)], r0, r1), .dy = dx, .dx = d_act});
   Tensor& d_gate = b.act;
   Tensor& d_up = b.d_up.defined() ? b.d_up : d_act;  // f32: in place (swiglu_backward allows it)
   ops::swiglu_backward(b.gate, b.up, d_act, d_gate, d_up);
@@ -195,8 +201,8 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   if (c.attention_given) {
     BRIOCHE_CHECK(c.attn.defined() && c.attn.dim(0) == n && c.attn.dim(1) == cfg.q_dim() && c.lse.defined() &&
                       c.lse.dim(0) == n && c.lse.dim(1) == cfg.n_heads,
-                  "layer_forward: the given attention output must be [", n, ", ", cfg.q_dim(), "] with lse [", n,
-                  ", ", cfg.n_heads, "], got ", c.attn.describe(), " and ", c.lse.describe());
+                  "layer_forward: the given attention output must be [", n, ", ", cfg.q_dim(), "] with lse [", n, ", ",
+                  cfg.n_heads, "], got ", c.attn.describe(), " and ", c.lse.describe());
     c.attention_given = false;
   } else {
     c.attn = f32(dev, n, cfg.q_dim());

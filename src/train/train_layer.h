@@ -23,13 +23,13 @@ namespace brioche::train {
 
 // Saved activations of one layer, [n_rows, ...] f32.
 struct LayerCache {
-  Tensor x_in;          // [n, hidden] residual input
-  Tensor h1;            // [n, hidden] (only during the projections: the backward normalises x_in again)
-  Tensor q_raw, k_raw;  // [n, q_dim], [n, kv_dim] before the Qwen3 q/k norm (qk_norm only)
-  Tensor q, k, v;       // [n, q_dim], [n, kv_dim] x2, after RoPE
-  Tensor attn, lse;     // [n, q_dim], [n, n_heads]
-  Tensor x_mid, h2;     // [n, hidden]
-  Tensor gate, up, act; // [n, inter] (empty when the MLP ran in row chunks: the backward recomputes them)
+  Tensor x_in;           // [n, hidden] residual input
+  Tensor h1;             // [n, hidden] (only during the projections: the backward normalises x_in again)
+  Tensor q_raw, k_raw;   // [n, q_dim], [n, kv_dim] before the Qwen3 q/k norm (qk_norm only)
+  Tensor q, k, v;        // [n, q_dim], [n, kv_dim] x2, after RoPE
+  Tensor attn, lse;      // [n, q_dim], [n, n_heads]
+  Tensor x_mid, h2;      // [n, hidden]
+  Tensor gate, up, act;  // [n, inter] (empty when the MLP ran in row chunks: the backward recomputes them)
   std::array<Tensor, kNumModules> lora_u;  // [n, r] per adapted module
   // Set before a forward: attn and lse already hold this layer's attention
   // output (kept from the first forward), so the forward skips computing it.
@@ -40,12 +40,12 @@ struct LayerCache {
 // What a layer sees of the batch: positions, attention layout, dropout seed.
 struct LayerContext {
   const model::ModelConfig& config;
-  std::span<const int32_t> positions;       // [n_rows]
+  std::span<const int32_t> positions;  // [n_rows]
   const ops::DenseAttentionLayout& layout;
-  std::span<const float> inv_freq;          // [head_dim/2]
-  uint64_t dropout_seed = 0;                // per micro-step; replayed by recompute
+  std::span<const float> inv_freq;  // [head_dim/2]
+  uint64_t dropout_seed = 0;        // per micro-step; replayed by recompute
   bool adapter_enabled = true;
-  bool lora_dropout = true;                 // training forwards only: evaluation sees the whole adapter
+  bool lora_dropout = true;  // training forwards only: evaluation sees the whole adapter
   // > 0: the MLP runs over this many rows at a time (it is per-token), and
   // its [n, inter] activations are not saved: the backward recomputes
   // gate/up one chunk at a time. The layer then never holds more than

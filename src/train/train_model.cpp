@@ -27,8 +27,8 @@ Tensor copy_of(const Tensor& t, std::optional<Device> device = std::nullopt) {
 
 size_t bytes_of(const LayerCache& c) {
   size_t n = 0;
-  for (const Tensor* t : {&c.x_in, &c.h1, &c.q_raw, &c.k_raw, &c.q, &c.k, &c.v, &c.attn, &c.lse, &c.x_mid, &c.h2,
-                          &c.gate, &c.up, &c.act})
+  for (const Tensor* t :
+       {&c.x_in, &c.h1, &c.q_raw, &c.k_raw, &c.q, &c.k, &c.v, &c.attn, &c.lse, &c.x_mid, &c.h2, &c.gate, &c.up, &c.act})
     n += t->nbytes();
   for (const auto& u : c.lora_u) n += u.nbytes();
   return n;
@@ -52,14 +52,14 @@ TrainModel::TrainModel(const model::Checkpoint& ck, LoraAdapter* adapter, TrainM
   BRIOCHE_CHECK(options.device_boundaries >= 0, "train: device_boundaries must be >= 0, got ",
                 options.device_boundaries);
   BRIOCHE_CHECK(options.device_boundaries == 0 || options.offload_boundaries, "train: device_boundaries ",
-                options.device_boundaries, " needs offload_boundaries (it keeps some of the offloaded boundaries on "
+                options.device_boundaries,
+                " needs offload_boundaries (it keeps some of the offloaded boundaries on "
                 "the device)");
   if (adapter) {
-    BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(),
-                  " layers, model ", c.n_layers);
-    BRIOCHE_CHECK(adapter->device() == device_, "train: the adapter is on ",
-                  device_name(adapter->device()), ", the model on ",
-                  device_name(device_), " (LoraAdapter::to_device)");
+    BRIOCHE_CHECK(adapter->n_layers() == c.n_layers, "train: adapter has ", adapter->n_layers(), " layers, model ",
+                  c.n_layers);
+    BRIOCHE_CHECK(adapter->device() == device_, "train: the adapter is on ", device_name(adapter->device()),
+                  ", the model on ", device_name(device_), " (LoraAdapter::to_device)");
   }
 }
 
@@ -69,8 +69,12 @@ int TrainModel::first_trainable_layer() const {
 
 LayerContext TrainModel::context(const TokenBatch& batch, const ops::DenseAttentionLayout& layout,
                                  const ForwardOptions& o) const {
-  return {.config = ck_.config, .positions = batch.positions, .layout = layout, .inv_freq = inv_freq_,
-          .dropout_seed = o.dropout_seed, .adapter_enabled = o.adapter_enabled,
+  return {.config = ck_.config,
+          .positions = batch.positions,
+          .layout = layout,
+          .inv_freq = inv_freq_,
+          .dropout_seed = o.dropout_seed,
+          .adapter_enabled = o.adapter_enabled,
           .lora_dropout = o.for_backward,  // like PEFT's eval mode: no dropout in evaluation forwards
           .mlp_chunk_rows = options_.mlp_chunk_rows};
 }
@@ -97,8 +101,8 @@ Tensor TrainModel::forward(const TokenBatch& batch, const ForwardOptions& option
 Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& o) {
   const auto& c = ck_.config;
   BRIOCHE_CHECK(prefix_out.dim(0) == batch.n_rows() && prefix_out.dim(1) == c.hidden_size,
-                "train forward: prefix output ", prefix_out.describe(), " does not match ", batch.n_rows(),
-                " rows of ", c.hidden_size);
+                "train forward: prefix output ", prefix_out.describe(), " does not match ", batch.n_rows(), " rows of ",
+                c.hidden_size);
   Tensor x = copy_of(prefix_out);
   caches_.clear();
   boundaries_.clear();
@@ -112,7 +116,8 @@ Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, co
   const bool offload = o.for_backward && !keep_all && options_.offload_boundaries && device_ != Device::CPU;
   attention_offloaded_ = offload && options_.offload_attention;
   // Segments from this one on keep their boundaries on the device when offloading.
-  const int n_segments = keep_all || !o.for_backward ? 0 : (n_layers - first + options_.segment_size - 1) / options_.segment_size;
+  const int n_segments =
+      keep_all || !o.for_backward ? 0 : (n_layers - first + options_.segment_size - 1) / options_.segment_size;
   const int first_on_device = n_segments - std::min(options_.device_boundaries, n_segments);
   LayerCache scratch;
   for (int l = first; l < n_layers; ++l) {

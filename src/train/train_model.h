@@ -115,11 +115,11 @@ class TrainModel {
   const TokenBatch* batch_ = nullptr;
   ops::DenseAttentionLayout layout_;
   ForwardOptions forward_options_;
-  std::vector<LayerCache> caches_;     // per trainable layer (segment_size == 0)
-  std::vector<Tensor> boundaries_;     // residual at each segment start (segment_size > 0)
-  HostOffload host_;                   // offloaded boundaries (and attention outputs), pinned, reused across steps
-  bool attention_offloaded_ = false;   // the last forward(for_backward) put attention outputs in host_
-  Tensor x_final_;                     // [n, hidden] before the final norm
+  std::vector<LayerCache> caches_;    // per trainable layer (segment_size == 0)
+  std::vector<Tensor> boundaries_;    // residual at each segment start (segment_size > 0)
+  HostOffload host_;                  // offloaded boundaries (and attention outputs), pinned, reused across steps
+  bool attention_offloaded_ = false;  // the last forward(for_backward) put attention outputs in host_
+  Tensor x_final_;                    // [n, hidden] before the final norm
 };
 
 }  // namespace brioche::train

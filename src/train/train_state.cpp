@@ -87,8 +87,11 @@ TrainState load_train_state(const std::string& dir, AdamW& optimizer, int n_exam
   for (int i : s.order) BRIOCHE_CHECK(i >= 0 && i < n_examples, path, ": example ", i, " outside the data set");
 
   auto file = formats::SafetensorsFile::open(dir + "/" + kOptimizerFile);
-  AdamW::State opt{.m_a = file->tensor("m_a"), .v_a = file->tensor("v_a"), .m_b = file->tensor("m_b"),
-                   .v_b = file->tensor("v_b"), .t = j.at("adam_step").get<int>()};
+  AdamW::State opt{.m_a = file->tensor("m_a"),
+                   .v_a = file->tensor("v_a"),
+                   .m_b = file->tensor("m_b"),
+                   .v_b = file->tensor("v_b"),
+                   .t = j.at("adam_step").get<int>()};
   optimizer.restore(opt);
   return s;
 }

@@ -20,20 +20,20 @@
 namespace brioche::train {
 
 struct TrainState {
-  int step = 0;                    // optimizer steps done
-  std::mt19937_64 rng;             // shuffles the data order each epoch
-  std::vector<int> order;          // this epoch's order of the training examples
-  size_t cursor = 0;               // next position in `order`
-  double train_loss_sum = 0.0;     // since the last evaluation
+  int step = 0;                 // optimizer steps done
+  std::mt19937_64 rng;          // shuffles the data order each epoch
+  std::vector<int> order;       // this epoch's order of the training examples
+  size_t cursor = 0;            // next position in `order`
+  double train_loss_sum = 0.0;  // since the last evaluation
   int train_loss_n = 0;
   int64_t tokens_done = 0;
-  double seconds = 0.0;            // training time before this process
+  double seconds = 0.0;  // training time before this process
   nlohmann::json evals = nlohmann::json::array();
   double best_margin = 0.0;
   int best_margin_step = -1;
   // Early stopping and keep-best (on the evaluation loss, evaluations after step 0).
   double best_eval_loss = 0.0;
-  int best_eval_step = -1;           // -1: none yet
+  int best_eval_step = -1;  // -1: none yet
   int evals_without_improvement = 0;
 };
 

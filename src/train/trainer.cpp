@@ -36,7 +36,7 @@ uint64_t mix(uint64_t a, uint64_t b) {
 // One data split with its per-example caches.
 struct Trainer::Split {
   const Dataset* data;
-  std::vector<Tensor> prefix;                             // frozen-prefix rows per example (lazy)
+  std::vector<Tensor> prefix;                                          // frozen-prefix rows per example (lazy)
   std::vector<std::optional<std::array<SequenceLogps, 2>>> reference;  // DPO/IPO, per pair (lazy)
   size_t prefix_bytes = 0;
   int size() const { return int(data->size()); }
@@ -44,7 +44,7 @@ struct Trainer::Split {
 
 struct Trainer::MicroBatch {
   TokenBatch batch;
-  Tensor prefix;                       // [n_rows, hidden] or undefined
+  Tensor prefix;  // [n_rows, hidden] or undefined
   std::vector<SequenceLogps> reference;
 };
 
@@ -70,9 +70,14 @@ void add_trl_names(nlohmann::json& j, Method method, const LossValue& sums, doub
 }  // namespace
 
 nlohmann::json EvalMetrics::to_json(Method method) const {
-  nlohmann::json j = {{"loss", loss},          {"nll", nll},       {"or", or_loss},
-                      {"accuracy", accuracy},  {"margin", margin}, {"chosen_logp", chosen_logp},
-                      {"rejected_logp", rejected_logp}, {"examples", examples}};
+  nlohmann::json j = {{"loss", loss},
+                      {"nll", nll},
+                      {"or", or_loss},
+                      {"accuracy", accuracy},
+                      {"margin", margin},
+                      {"chosen_logp", chosen_logp},
+                      {"rejected_logp", rejected_logp},
+                      {"examples", examples}};
   LossValue means;  // the fields are means already: sums over n = 1
   means.reward_chosen_sum = reward_chosen, means.reward_rejected_sum = reward_rejected, means.correct = accuracy;
   means.trl_logps_chosen_sum = trl_logps_chosen, means.trl_logps_rejected_sum = trl_logps_rejected;
@@ -97,17 +102,20 @@ size_t peak_rss_bytes() {
   return 0;
 }
 
-Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data) : config_(std::move(config)), ck_(ck) {
+Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data)
+    : config_(std::move(config)), ck_(ck) {
   config_.finalize();
-  loss_config_ = {.method = config_.method, .orpo_lambda = config_.orpo_lambda, .beta = config_.beta,
+  loss_config_ = {.method = config_.method,
+                  .orpo_lambda = config_.orpo_lambda,
+                  .beta = config_.beta,
                   .simpo_gamma = config_.simpo_gamma};
   auto own = [](Dataset d) { return std::make_unique<Dataset>(std::move(d)); };
   owned_train_ = own(std::move(data.train));
   if (data.valid) owned_valid_ = own(std::move(*data.valid));
   const bool pref = is_preference(config_.method);
   auto check = [&](const Dataset& d, const char* name) {
-    BRIOCHE_CHECK(pref ? !d.pairs.empty() && d.examples.empty() : !d.examples.empty() && d.pairs.empty(),
-                  name, " data does not match method ", method_name(config_.method),
+    BRIOCHE_CHECK(pref ? !d.pairs.empty() && d.examples.empty() : !d.examples.empty() && d.pairs.empty(), name,
+                  " data does not match method ", method_name(config_.method),
                   pref ? " (needs preference pairs)" : " (needs chat/completion/text examples)");
   };
   check(*owned_train_, "training");
@@ -132,21 +140,22 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
     adapter_ = std::make_unique<LoraAdapter>(ck.config, config_.lora_config(), uint64_t(config_.seed));
   }
   const Device device = config_.resolved_device();
-  BRIOCHE_CHECK(ck.weights.output_norm.device() == device, "train: device ", config_.device, " but the model's weights are on ",
-                device_name(ck.weights.output_norm.device()),
+  BRIOCHE_CHECK(ck.weights.output_norm.device() == device, "train: device ", config_.device,
+                " but the model's weights are on ", device_name(ck.weights.output_norm.device()),
                 " (model::move_weights uploads them; `brioche train` does)");
   adapter_->to_device(device);  // factors, gradients and (in run) the AdamW moments live with the weights
-  model_ = std::make_unique<TrainModel>(ck, adapter_.get(),
-                                        TrainModelOptions{.segment_size = config_.segment_size,
-                                                          .offload_boundaries = config_.offload_boundaries,
-                                                          .offload_attention = config_.offload_attention,
-                                                          .boundary_dtype = config_.boundary_dtype == "bf16"
-                                                                                ? DType::BF16
-                                                                                : DType::F32,
-                                                          .device_boundaries = config_.device_boundaries,
-                                                          .mlp_chunk_rows = config_.mlp_chunk_size});
-  if (config_.head_chunk_size > 0) head_ = std::make_unique<FusedLogpHead>(ck.weights.output, config_.head_chunk_size);
-  else head_ = std::make_unique<PlainLogpHead>(ck.weights.output);
+  model_ = std::make_unique<TrainModel>(
+      ck, adapter_.get(),
+      TrainModelOptions{.segment_size = config_.segment_size,
+                        .offload_boundaries = config_.offload_boundaries,
+                        .offload_attention = config_.offload_attention,
+                        .boundary_dtype = config_.boundary_dtype == "bf16" ? DType::BF16 : DType::F32,
+                        .device_boundaries = config_.device_boundaries,
+                        .mlp_chunk_rows = config_.mlp_chunk_size});
+  if (config_.head_chunk_size > 0)
+    head_ = std::make_unique<FusedLogpHead>(ck.weights.output, config_.head_chunk_size);
+  else
+    head_ = std::make_unique<PlainLogpHead>(ck.weights.output);
   auto split = [](const Dataset* d) {
     auto s = std::make_unique<Split>();
     s->data = d;
@@ -185,8 +194,10 @@ namespace {
 std::string duration_text(double seconds) {
   const long s = long(seconds + 0.5);
   char out[32];
-  if (s >= 3600) std::snprintf(out, sizeof out, "%ldh%02ldm", s / 3600, s / 60 % 60);
-  else std::snprintf(out, sizeof out, "%ldm%02lds", s / 60, s % 60);
+  if (s >= 3600)
+    std::snprintf(out, sizeof out, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else
+    std::snprintf(out, sizeof out, "%ldm%02lds", s / 60, s % 60);
   return out;
 }
 
@@ -209,8 +220,9 @@ TokenBatch Trainer::layout(const Split& s, const std::vector<int>& indices) cons
   if (is_preference(config_.method)) {
     std::vector<const TokenizedPair*> ptrs;
     for (int i : indices) ptrs.push_back(&s.data->pairs[size_t(i)]);
-    return build_preference_batch(ptrs, {.method = config_.method, .sft_scope = config_.resolved_sft_scope(),
-                                         .prefix_shared = config_.prefix_shared});
+    return build_preference_batch(
+        ptrs,
+        {.method = config_.method, .sft_scope = config_.resolved_sft_scope(), .prefix_shared = config_.prefix_shared});
   }
   std::vector<const TokenizedExample*> ptrs;
   for (int i : indices) ptrs.push_back(&s.data->examples[size_t(i)]);
@@ -334,11 +346,15 @@ void Trainer::write_samples(int step) {
   for (int i = 0; i < n; ++i) {
     const std::vector<int32_t>& prompt = d.pairs.empty() ? d.examples[size_t(i)].prompt : d.pairs[size_t(i)].prompt;
     if (prompt.empty()) continue;  // a plain text row: nothing to answer
-    const std::vector<int32_t> completion = greedy_completion(*model_, ck_.weights.output, prompt,
-                                                              config_.eval_sample_tokens, sample_decoder_.stop_ids);
+    const std::vector<int32_t> completion =
+        greedy_completion(*model_, ck_.weights.output, prompt, config_.eval_sample_tokens, sample_decoder_.stop_ids);
     const std::string text = sample_decoder_.decode(completion);
-    log_event({{"event", "sample"}, {"step", step}, {"index", i}, {"prompt", sample_decoder_.decode(prompt)},
-               {"completion", text}, {"completion_tokens", completion.size()}});
+    log_event({{"event", "sample"},
+               {"step", step},
+               {"index", i},
+               {"prompt", sample_decoder_.decode(prompt)},
+               {"completion", text},
+               {"completion_tokens", completion.size()}});
     log("sample " + std::to_string(i) + " at step " + std::to_string(step) + ": " + text);
   }
 }
@@ -347,7 +363,8 @@ TrainResult Trainer::run() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const int n = train_->size();
-  const DataParallelShare share{.rank = dp_ ? dp_->rank() : 0, .size = dp_ ? dp_->size() : 1,
+  const DataParallelShare share{.rank = dp_ ? dp_->rank() : 0,
+                                .size = dp_ ? dp_->size() : 1,
                                 .grad_accumulation = config_.grad_accumulation_steps};
   const bool lead = share.rank == 0;  // evaluates, logs, writes the adapter and metrics.json
   const int micro_per_step = share.micro_batches_per_step();
@@ -356,8 +373,8 @@ TrainResult Trainer::run() {
   const int total = config_.iters > 0 ? config_.iters : config_.epochs * steps_per_epoch;
   int warmup = config_.warmup;
   if (warmup < 0) warmup = config_.method == Method::ORPO ? std::min(10, total / 10) : 0;
-  const ScheduleConfig schedule{.learning_rate = *config_.learning_rate, .schedule = config_.lr_schedule,
-                                .warmup = warmup, .total_steps = total};
+  const ScheduleConfig schedule{
+      .learning_rate = *config_.learning_rate, .schedule = config_.lr_schedule, .warmup = warmup, .total_steps = total};
   AdamW optimizer(*adapter_, {.weight_decay = config_.weight_decay, .lora_plus_ratio = config_.lora_plus_ratio});
 
   if (lead) std::filesystem::create_directories(config_.output);  // log.jsonl is written from the first step
@@ -384,7 +401,8 @@ TrainResult Trainer::run() {
       std::to_string(adapter_->parameter_count()) + " parameters)" +
       (share.size > 1 ? ", data parallel over " + std::to_string(share.size) + " GPUs" : ""));
   if (!config_.resume.empty())
-    log("train: resuming " + config_.resume + " at step " + std::to_string(st.step) + " (optimizer, schedule and data order restored)");
+    log("train: resuming " + config_.resume + " at step " + std::to_string(st.step) +
+        " (optimizer, schedule and data order restored)");
   if (!valid_) log("train: no validation split (DIR/valid.jsonl): evaluations run on the training set");
 
   auto next_indices = [&]() {
@@ -428,9 +446,10 @@ TrainResult Trainer::run() {
     result.last_eval = m;
     char line[256];
     if (is_preference(config_.method)) {
-      std::snprintf(line, sizeof line, "eval step %d: loss %.4f nll %.4f or %.4f accuracy %.3f margin %.4f "
-                    "(chosen %.3f rejected %.3f)", step, m.loss, m.nll, m.or_loss, m.accuracy, m.margin,
-                    m.chosen_logp, m.rejected_logp);
+      std::snprintf(line, sizeof line,
+                    "eval step %d: loss %.4f nll %.4f or %.4f accuracy %.3f margin %.4f "
+                    "(chosen %.3f rejected %.3f)",
+                    step, m.loss, m.nll, m.or_loss, m.accuracy, m.margin, m.chosen_logp, m.rejected_logp);
       if (st.best_margin_step < 0 || m.margin > st.best_margin) {
         st.best_margin = m.margin;
         st.best_margin_step = step;
@@ -497,9 +516,14 @@ TrainResult Trainer::run() {
     const int done = step + 1;
     st.step = done;
     if (lead) {
-      nlohmann::json event = {{"event", "step"}, {"step", done}, {"loss", step_loss}, {"learning_rate", lr},
-                              {"grad_norm", norm}, {"tokens", st.tokens_done},
-                              {"tokens_per_s", train_tokens_per_s()}, {"step_seconds", step_seconds},
+      nlohmann::json event = {{"event", "step"},
+                              {"step", done},
+                              {"loss", step_loss},
+                              {"learning_rate", lr},
+                              {"grad_norm", norm},
+                              {"tokens", st.tokens_done},
+                              {"tokens_per_s", train_tokens_per_s()},
+                              {"step_seconds", step_seconds},
                               {"epoch", double(done) / steps_per_epoch}};
       // Rank 0's micro-batches (with --gpus, a share of the step's pairs).
       add_trl_names(event, config_.method, step_sums, step_sums.n_pairs);
@@ -530,9 +554,9 @@ TrainResult Trainer::run() {
         early_stopped = all_reduce_host_sums(vote, *dp_, adapter_->device())[0] > 0;
       }
       if (early_stopped && lead)
-        log("train: early stop at step " + std::to_string(done) + ": " +
-            std::to_string(st.evals_without_improvement) + " evaluations without a lower loss than " +
-            std::to_string(st.best_eval_loss) + " (step " + std::to_string(st.best_eval_step) + ")");
+        log("train: early stop at step " + std::to_string(done) + ": " + std::to_string(st.evals_without_improvement) +
+            " evaluations without a lower loss than " + std::to_string(st.best_eval_loss) + " (step " +
+            std::to_string(st.best_eval_step) + ")");
     }
     const bool save_now = (config_.save_checkpoints && (eval_now || done == total)) ||
                           (config_.save_steps > 0 && done % config_.save_steps == 0) || interrupted;
@@ -556,10 +580,14 @@ TrainResult Trainer::run() {
   } else {
     save(config_.output);
   }
-  result.metrics = {{"config", config_to_json(config_)}, {"evals", st.evals}, {"steps", st.step},
-                    {"total_steps", total}, {"interrupted", interrupted},
+  result.metrics = {{"config", config_to_json(config_)},
+                    {"evals", st.evals},
+                    {"steps", st.step},
+                    {"total_steps", total},
+                    {"interrupted", interrupted},
                     {"eval_split", valid_ ? "valid" : "train"},
-                    {"seconds", result.seconds}, {"peak_memory_bytes", peak_rss_bytes()}};
+                    {"seconds", result.seconds},
+                    {"peak_memory_bytes", peak_rss_bytes()}};
   if (model_->device() == Device::CUDA) result.metrics["peak_device_memory_bytes"] = peak_device_bytes();
   result.metrics["early_stopped"] = early_stopped;
   if (st.best_eval_step >= 0) {

@@ -32,14 +32,14 @@ namespace brioche::train {
 
 struct EvalMetrics {
   double loss = 0.0;
-  double nll = 0.0;        // SFT: the loss; ORPO: its NLL term
-  double or_loss = 0.0;    // preference: mean per-pair objective (ORPO: −log σ(log-odds))
-  double accuracy = 0.0;   // preference: share of pairs with the chosen ahead
-  double margin = 0.0;     // preference: mean (ℓ_w − ℓ_r), length-normalised log-probs
+  double nll = 0.0;                               // SFT: the loss; ORPO: its NLL term
+  double or_loss = 0.0;                           // preference: mean per-pair objective (ORPO: −log σ(log-odds))
+  double accuracy = 0.0;                          // preference: share of pairs with the chosen ahead
+  double margin = 0.0;                            // preference: mean (ℓ_w − ℓ_r), length-normalised log-probs
   double chosen_logp = 0.0, rejected_logp = 0.0;  // mean per-token log-probs
   // TRL's names (LossValue says how each method defines them).
   double reward_chosen = 0.0, reward_rejected = 0.0;
-  double log_odds_ratio = 0.0, log_odds_chosen = 0.0;  // ORPO
+  double log_odds_ratio = 0.0, log_odds_chosen = 0.0;       // ORPO
   double trl_logps_chosen = 0.0, trl_logps_rejected = 0.0;  // TRL's logps/*: sums (DPO/IPO) or means
   int64_t examples = 0;
   // Our names, and for preference methods also TRL's: rewards/chosen,

@@ -31,8 +31,8 @@ TEST(ClusterMergeLayout, EveryBlockHasOneOwnerAndEveryPartialItsOwnSlot) {
           ASSERT_LT(slot, slots) << "block " << b << " split " << s << " of " << active << ", " << blocks
                                  << " blocks: past the buffer's slots";
           ASSERT_FALSE(taken[size_t(owner)][size_t(slot)])
-              << "two partials in slot " << slot << " of split " << owner << " (block " << b << ", split " << s
-              << ", " << blocks << " blocks, " << active << " splits)";
+              << "two partials in slot " << slot << " of split " << owner << " (block " << b << ", split " << s << ", "
+              << blocks << " blocks, " << active << " splits)";
           taken[size_t(owner)][size_t(slot)] = true;
         }
         // The owner finds the block's partials from split 0's slot on.

@@ -139,8 +139,11 @@ void check_case(const AttentionCase& c) {
   SCOPED_TRACE(c.name);
   const int n = rows_of(c), hd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const DenseAttentionLayout layout{.spans = c.spans, .branch = c.branch, .positions = c.positions};
-  const DenseAttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-                                    .scale = 1.0f / std::sqrt(float(c.head_dim)), .sliding_window = c.window};
+  const DenseAttentionParams params{.n_heads = c.n_heads,
+                                    .n_kv_heads = c.n_kv_heads,
+                                    .head_dim = c.head_dim,
+                                    .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                                    .sliding_window = c.window};
   const Padded q = random_rows(n, hd, c.pad, 1, c.q_sigma), k = random_rows(n, kvd, c.pad, 2, 1.0f),
                v = random_rows(n, kvd, 0, 3, 1.0f), dout = random_rows(n, hd, 0, 4, 1.0f);
 
@@ -202,8 +205,11 @@ TEST(CudaAttentionTrain, PrefixSharedBranches) {
   for (int d : {64, 128}) {
     // An odd split (blocks of mixed branches) and a tile-aligned one (whole
     // tiles skipped and fully visible), in one call.
-    AttentionCase c{.name = "prefix-shared d" + std::to_string(d), .n_heads = d == 64 ? 9 : 8,
-                    .n_kv_heads = d == 64 ? 3 : 2, .head_dim = d, .q_sigma = 2.0f};
+    AttentionCase c{.name = "prefix-shared d" + std::to_string(d),
+                    .n_heads = d == 64 ? 9 : 8,
+                    .n_kv_heads = d == 64 ? 3 : 2,
+                    .head_dim = d,
+                    .q_sigma = 2.0f};
     add_prefix_shared(c, 0, 70, 100, 77);
     add_prefix_shared(c, 247, 128, 192, 128);
     add_causal(c, 247 + 448, 45);
@@ -214,14 +220,17 @@ TEST(CudaAttentionTrain, PrefixSharedBranches) {
 TEST(CudaAttentionTrain, SlidingWindow) {
   REQUIRE_CUDA_DEVICE();
   for (int d : {64, 128}) {
-    AttentionCase c{.name = "window 50 d" + std::to_string(d), .window = 50, .n_heads = 4, .n_kv_heads = 4,
-                    .head_dim = d};
+    AttentionCase c{
+        .name = "window 50 d" + std::to_string(d), .window = 50, .n_heads = 4, .n_kv_heads = 4, .head_dim = d};
     c.positions.resize(0);
     c.spans.push_back({0, 300});
     for (int i = 0; i < 300; ++i) c.positions.push_back(i);
     check_case(c);
-    AttentionCase b{.name = "window 96 + branches d" + std::to_string(d), .window = 96, .n_heads = 8,
-                    .n_kv_heads = 2, .head_dim = d};
+    AttentionCase b{.name = "window 96 + branches d" + std::to_string(d),
+                    .window = 96,
+                    .n_heads = 8,
+                    .n_kv_heads = 2,
+                    .head_dim = d};
     add_prefix_shared(b, 0, 150, 130, 141);
     add_prefix_shared(b, 421, 256, 256, 192);
     check_case(b);
@@ -232,8 +241,11 @@ TEST(CudaAttentionTrain, GqaGroups) {
   REQUIRE_CUDA_DEVICE();
   for (int kv : {8, 2, 1}) {
     for (int d : {64, 128}) {
-      AttentionCase c{.name = "gqa 8/" + std::to_string(kv) + " d" + std::to_string(d), .n_heads = 8,
-                      .n_kv_heads = kv, .head_dim = d, .pad = 5};
+      AttentionCase c{.name = "gqa 8/" + std::to_string(kv) + " d" + std::to_string(d),
+                      .n_heads = 8,
+                      .n_kv_heads = kv,
+                      .head_dim = d,
+                      .pad = 5};
       add_prefix_shared(c, 0, 90, 61, 83);
       check_case(c);
     }
@@ -242,8 +254,8 @@ TEST(CudaAttentionTrain, GqaGroups) {
 
 TEST(CudaAttentionTrain, LongerPrefixSharedSpan) {
   REQUIRE_CUDA_DEVICE();
-  AttentionCase c{.name = "prefix-shared 512+700+650 d128", .n_heads = 4, .n_kv_heads = 2, .head_dim = 128,
-                  .q_sigma = 2.0f};
+  AttentionCase c{
+      .name = "prefix-shared 512+700+650 d128", .n_heads = 4, .n_kv_heads = 2, .head_dim = 128, .q_sigma = 2.0f};
   add_prefix_shared(c, 0, 512, 700, 650);
   check_case(c);
 }
@@ -255,10 +267,12 @@ TEST(CudaAttentionTrain, BackwardIsDeterministic) {
   add_prefix_shared(c, 0, 300, 260, 270);
   const int n = rows_of(c), hd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   const DenseAttentionLayout layout{.spans = c.spans, .branch = c.branch};
-  const DenseAttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-                                    .scale = 0.088f};
-  const Tensor q = on_device(random_rows(n, hd, 0, 11, 1.0f)).view, k = on_device(random_rows(n, kvd, 0, 12, 1.0f)).view,
-               v = on_device(random_rows(n, kvd, 0, 13, 1.0f)).view, dout = on_device(random_rows(n, hd, 0, 14, 1.0f)).view;
+  const DenseAttentionParams params{
+      .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .scale = 0.088f};
+  const Tensor q = on_device(random_rows(n, hd, 0, 11, 1.0f)).view,
+               k = on_device(random_rows(n, kvd, 0, 12, 1.0f)).view,
+               v = on_device(random_rows(n, kvd, 0, 13, 1.0f)).view,
+               dout = on_device(random_rows(n, hd, 0, 14, 1.0f)).view;
   Tensor out = zeros(DType::F32, {n, hd}, Device::CUDA), lse = zeros(DType::F32, {n, c.n_heads}, Device::CUDA);
   dense_attention(q, k, v, layout, params, out, lse);
   std::vector<Tensor> runs;
@@ -320,8 +334,8 @@ void bench_shape(const char* name, int heads, int kv_heads, int d, int prompt, i
   add_prefix_shared(c, 0, prompt, chosen, rejected);
   const int n = rows_of(c), hd = heads * d, kvd = kv_heads * d;
   const DenseAttentionLayout layout{.spans = c.spans, .branch = c.branch};
-  const DenseAttentionParams params{.n_heads = heads, .n_kv_heads = kv_heads, .head_dim = d,
-                                    .scale = 1.0f / std::sqrt(float(d))};
+  const DenseAttentionParams params{
+      .n_heads = heads, .n_kv_heads = kv_heads, .head_dim = d, .scale = 1.0f / std::sqrt(float(d))};
   Tensor q = bench_rows(n, hd, 1, 1.7f), k = bench_rows(n, kvd, 2, 1.7f), v = bench_rows(n, kvd, 3, 1.7f),
          dout = bench_rows(n, hd, 4, 1.0f);
   Tensor out = zeros(DType::F32, {n, hd}, Device::CUDA), lse = zeros(DType::F32, {n, heads}, Device::CUDA);
@@ -337,10 +351,7 @@ void bench_shape(const char* name, int heads, int kv_heads, int d, int prompt, i
   };
   const double fwd = time_ms([&] { dense_attention(q, k, v, layout, params, out, lse); }, 10);
   const double bwd = time_ms(
-      [&] {
-        dense_attention_backward(q, k, v, out, lse, dout, layout, params, {.dq = dq, .dk = dk, .dv = dv});
-      },
-      10);
+      [&] { dense_attention_backward(q, k, v, out, lse, dout, layout, params, {.dq = dq, .dk = dk, .dv = dv}); }, 10);
   const double pairs = visible_pairs(prompt, chosen, rejected) * heads;
   std::printf("  %-28s rows %6d  forward %8.3f ms %6.1f TFLOP/s   backward %8.3f ms %6.1f TFLOP/s\n", name, n, fwd,
               4.0 * d * pairs / (fwd * 1e9), bwd, 10.0 * d * pairs / (bwd * 1e9));

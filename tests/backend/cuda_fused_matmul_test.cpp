@@ -82,9 +82,8 @@ double nmse(const Tensor& got_device, const Tensor& want_device) {
   return num / den;
 }
 
-const DType kDtypes[] = {DType::BF16, DType::F16,  DType::F32,         DType::Q8_0,
-                          DType::Q4_0, DType::Q4_K, DType::Q6_K,        DType::AFFINE4_G64,
-                          DType::AFFINE8_G128};
+const DType kDtypes[] = {DType::BF16, DType::F16,  DType::F32,         DType::Q8_0,        DType::Q4_0,
+                         DType::Q4_K, DType::Q6_K, DType::AFFINE4_G64, DType::AFFINE8_G128};
 const int kRows[] = {1, 3, 8, 12};
 
 TEST(CudaFusedMatmul, AccumulateAddsToTheResidual) {
@@ -139,7 +138,8 @@ TEST(CudaFusedMatmul, GroupOfThreeMatchesSeparateMatmuls) {
       const Tensor* ws[] = {&w[0], &w[1], &w[2]};
       Tensor* ys[] = {&got[0], &got[1], &got[2]};
       matmul_group(x, ws, ys);
-      for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(got[i], want[i]), 1e-10) << dtype_name(dtype) << " n=" << n << " part " << i;
+      for (int i = 0; i < 3; ++i)
+        EXPECT_LT(nmse(got[i], want[i]), 1e-10) << dtype_name(dtype) << " n=" << n << " part " << i;
     }
   }
 }
@@ -173,16 +173,16 @@ Tensor nan_f32(int64_t rows, int64_t cols) {
 // `normed` stays untouched (NaN here), which shows the fused kernel ran;
 // elsewhere it holds rms_norm(x).
 bool norm_is_fused(DType dtype, int64_t n, int64_t k) {
-  const bool int8_path = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 ||
-                         dtype == DType::Q4_K || dtype == DType::Q6_K;
+  const bool int8_path = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 || dtype == DType::Q4_K ||
+                         dtype == DType::Q6_K;
   if (n > 8) return dtype != DType::F32;
   return int8_path ? k <= 16384 : k % 4 == 0 && k <= 4096 && n * k * 4 <= 46 * 1024;
 }
 
 TEST(CudaFusedMatmul, RmsNormFirstSameBitsAsRmsNormThenMatmul) {
   REQUIRE_CUDA_DEVICE();
-  const DType dtypes[] = {DType::BF16, DType::F16, DType::F32, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                          DType::Q4_K, DType::Q6_K};
+  const DType dtypes[] = {DType::BF16, DType::F16,  DType::F32,  DType::Q8_0,
+                          DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
   const int64_t ks[] = {576, 4096, 8192};
   const int64_t ms[] = {192, 64, 64};
   for (DType dtype : dtypes) {
@@ -209,11 +209,14 @@ TEST(CudaFusedMatmul, RmsNormFirstSameBitsAsRmsNormThenMatmul) {
         matmul_group(h, ws, want_ys);
         matmul_group(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, ws, got_ys);
         for (int i = 0; i < 3; ++i) expect_same_bits(got[i], want[i], what + " group part " + std::to_string(i));
-        if (norm_is_fused(dtype, n, k)) EXPECT_TRUE(all_nan(normed)) << what << ": normed written, norm not fused";
-        else expect_same_bits(normed, h, what + " normed");
+        if (norm_is_fused(dtype, n, k))
+          EXPECT_TRUE(all_nan(normed)) << what << ": normed written, norm not fused";
+        else
+          expect_same_bits(normed, h, what + " normed");
 
         Tensor gate = zeros(DType::F32, {n, ms[1]}, Device::CUDA), up = zeros(DType::F32, {n, ms[1]}, Device::CUDA);
-        Tensor gate_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA), up_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA);
+        Tensor gate_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA),
+               up_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA);
         swiglu_matmul(h, w[1], w[2], gate_want, up_want);
         swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, w[1], w[2], gate, up);
         expect_same_bits(gate, gate_want, what + " swiglu");
@@ -382,17 +385,18 @@ TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
     for (int b = 0; b < blocks_per_seq; ++b) tables.push_back((b * n_seqs + s * 5) % (n_seqs * blocks_per_seq));
   for (int s = 0; s < n_seqs; ++s) {
     const int rows = s == 6 ? 20 : 1, n_past = s == 6 ? 17 : 3 * s;
-    seqs.push_back({.first_row = int32_t(positions.size()), .n_rows = rows, .n_past = n_past,
-                    .block_table = std::span<const int32_t>(tables).subspan(size_t(s) * blocks_per_seq,
-                                                                            blocks_per_seq)});
+    seqs.push_back(
+        {.first_row = int32_t(positions.size()),
+         .n_rows = rows,
+         .n_past = n_past,
+         .block_table = std::span<const int32_t>(tables).subspan(size_t(s) * blocks_per_seq, blocks_per_seq)});
     for (int i = 0; i < rows; ++i) positions.push_back(n_past + i);
   }
   const int64_t n = int64_t(positions.size());
   std::vector<float> inv_freq(head_dim / 2);
   for (int i = 0; i < head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
   const RopeParams rope{.n_heads = n_heads, .head_dim = head_dim, .inv_freq = inv_freq};
-  const AttentionParams params{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
-                               .scale = 0.125f};
+  const AttentionParams params{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .scale = 0.125f};
   const Tensor q0 = device_f32(n, q_dim, 60), k0 = device_f32(n, kv_dim, 61), v0 = device_f32(n, kv_dim, 62);
   const Tensor residual = device_f32(n, hidden, 63);
   Tensor cache_host = Tensor::zeros(DType::F16, {n_seqs * blocks_per_seq, block_size, n_kv_heads, head_dim});
@@ -449,15 +453,19 @@ TEST(CudaFusedMatmul, AttentionThenInt8ProjectionSameBitsAsTwoOps) {
       for (int b = 0; b < blocks_per_seq; ++b) tables.push_back(b * c.n_rows + s);
     for (int s = 0; s < c.n_rows; ++s) {
       const int n_past = c.n_past + 7 * s;  // each row its own context length
-      seqs.push_back({.first_row = s, .n_rows = 1, .n_past = n_past,
-                      .block_table = std::span<const int32_t>(tables).subspan(size_t(s) * blocks_per_seq,
-                                                                              blocks_per_seq)});
+      seqs.push_back(
+          {.first_row = s,
+           .n_rows = 1,
+           .n_past = n_past,
+           .block_table = std::span<const int32_t>(tables).subspan(size_t(s) * blocks_per_seq, blocks_per_seq)});
       positions.push_back(n_past);
     }
     std::vector<float> inv_freq(c.head_dim / 2);
     for (int i = 0; i < c.head_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
     const RopeParams rope{.n_heads = c.n_heads, .head_dim = c.head_dim, .inv_freq = inv_freq};
-    const AttentionParams params{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+    const AttentionParams params{.n_heads = c.n_heads,
+                                 .n_kv_heads = c.n_kv_heads,
+                                 .head_dim = c.head_dim,
                                  .scale = 1.0f / std::sqrt(float(c.head_dim))};
     const int64_t n = c.n_rows, cache_rows = int64_t(c.n_rows) * blocks_per_seq * kBlockSize;
     const Tensor q0 = device_f32(n, q_dim, 70), k0 = device_f32(n, kv_dim, 71), v0 = device_f32(n, kv_dim, 72);
@@ -488,7 +496,6 @@ TEST(CudaFusedMatmul, AttentionThenInt8ProjectionSameBitsAsTwoOps) {
     }
   }
 }
-
 
 // ---------------------------------------------------------------- streamed GEMV
 // backend/cuda/gemv_stream.cu. Shapes cover a partial last group (rows not a multiple of 8), a
@@ -563,8 +570,7 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
     matmul_group(x, ws, got_ys);
     matmul_group(on_host(x), host_ws, want_ys);
     for (int i = 0; i < 3; ++i)
-      EXPECT_LT(nmse(got[i], to_device(want[i], Device::CUDA)), 1e-10)
-          << dtype_name(dtype) << " part " << i;
+      EXPECT_LT(nmse(got[i], to_device(want[i], Device::CUDA)), 1e-10) << dtype_name(dtype) << " part " << i;
 
     // SwiGLU: a last group of 3 (of 4) rows, whole tiles.
     const int64_t k2 = 4096, inter = stream_rows(dtype, k2) / 2 + 3;
@@ -652,8 +658,10 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
     auto step = [&](bool with_handoff) {
       Tensor y = device_copy(residual);
       Tensor h = zeros(DType::F32, {1, kHidden}, Device::CUDA), scratch = zeros(DType::F32, {1, kHidden}, Device::CUDA);
-      Tensor hidden = zeros(DType::F32, {1, inter}, Device::CUDA), hidden2 = zeros(DType::F32, {1, inter}, Device::CUDA);
-      Step s{.q = zeros(DType::F32, {1, kHidden}, Device::CUDA), .k = zeros(DType::F32, {1, kKv}, Device::CUDA),
+      Tensor hidden = zeros(DType::F32, {1, inter}, Device::CUDA),
+             hidden2 = zeros(DType::F32, {1, inter}, Device::CUDA);
+      Step s{.q = zeros(DType::F32, {1, kHidden}, Device::CUDA),
+             .k = zeros(DType::F32, {1, kKv}, Device::CUDA),
              .v = zeros(DType::F32, {1, kKv}, Device::CUDA)};
       NormHandoff handoff;
       NormHandoff* hp = with_handoff ? &handoff : nullptr;
@@ -661,8 +669,8 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
       matmul_accumulate(attn, wo, y, scratch, hp);
       s.after_o = device_copy(y);
       handoff.request(y, attn_norm);
-      swiglu_mlp(y, {.weight = ffn_norm, .eps = 1e-5f, .normed = h, .handoff = hp}, gate, up, down, y, hidden,
-                 hidden2, scratch);
+      swiglu_mlp(y, {.weight = ffn_norm, .eps = 1e-5f, .normed = h, .handoff = hp}, gate, up, down, y, hidden, hidden2,
+                 scratch);
       s.after_mlp = device_copy(y);
       const Tensor* ws[] = {&wq, &wk, &wv};
       Tensor* ys[] = {&s.q, &s.k, &s.v};
@@ -702,9 +710,9 @@ TEST(CudaFusedMatmul, NormHandoffMisuseIsAnError) {
   const Tensor norm_b = device_f32(1, kHidden, 96).reshape({kHidden});
   ASSERT_TRUE(streams(attn, wo) && streams(residual, wq, nullptr, &norm_a));
   enum Next { kItsNorm, kGemvBetween, kWithdrawn, kAddToYBetween, kCopyOfY, kOtherNormWeight, kRequestForOther };
-  const char* names[] = {"its own norm (control)", "a GEMV of another tensor between", "withdrawn",
-                         "ops::add to y between", "a copy of y", "another norm weight",
-                         "a request for another tensor"};
+  const char* names[] = {
+      "its own norm (control)", "a GEMV of another tensor between", "withdrawn", "ops::add to y between", "a copy of y",
+      "another norm weight",    "a request for another tensor"};
   auto run = [&](Next next, bool with_handoff) {
     Tensor y = device_copy(residual), scratch = zeros(DType::F32, {1, kHidden}, Device::CUDA);
     Tensor h = zeros(DType::F32, {1, kHidden}, Device::CUDA), q = zeros(DType::F32, {1, kHidden}, Device::CUDA);

@@ -48,8 +48,8 @@ namespace {
 constexpr double kInt8Tolerance = 4e-4;      // per case
 constexpr double kInt8MeanTolerance = 1e-4;  // mean over a test's cases
 constexpr float kSentinel = -4242.5f;
-constexpr DType kInt8Types[] = {DType::Q8_0,        DType::Q4_0,        DType::Q4_1,         DType::Q4_K,
-                                DType::Q5_K,        DType::Q6_K,        DType::AFFINE4_G32,  DType::AFFINE4_G64,
+constexpr DType kInt8Types[] = {DType::Q8_0,         DType::Q4_0,        DType::Q4_1,        DType::Q4_K,
+                                DType::Q5_K,         DType::Q6_K,        DType::AFFINE4_G32, DType::AFFINE4_G64,
                                 DType::AFFINE4_G128, DType::AFFINE8_G32, DType::AFFINE8_G64, DType::AFFINE8_G128};
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {
@@ -146,7 +146,8 @@ std::vector<float> download(const DeviceY& y) {
   std::vector<float> out(size_t(y.n * y.m));
   for (int64_t r = 0; r < y.n; ++r) {
     for (int64_t j = 0; j < y.m; ++j) out[r * y.m + j] = host[r * y.ldy + j];
-    for (int64_t j = y.m; j < y.ldy; ++j) EXPECT_EQ(host[r * y.ldy + j], kSentinel) << "padding of row " << r << " written";
+    for (int64_t j = y.m; j < y.ldy; ++j)
+      EXPECT_EQ(host[r * y.ldy + j], kSentinel) << "padding of row " << r << " written";
   }
   return out;
 }
@@ -165,8 +166,16 @@ double nmse(const std::vector<float>& y, const std::vector<double>& ref) {
 }
 
 cpu::MatmulArgs args(const float* x, int64_t ldx, DType dtype, const Weight& w, const DeviceY& y, int64_t k) {
-  return {.x = x, .ldx = ldx, .wtype = dtype, .w = w.device.get(), .w_row_bytes = w.row_bytes, .y = y.data(),
-          .ldy = y.ldy, .n = y.n, .m = y.m, .k = k};
+  return {.x = x,
+          .ldx = ldx,
+          .wtype = dtype,
+          .w = w.device.get(),
+          .w_row_bytes = w.row_bytes,
+          .y = y.data(),
+          .ldy = y.ldy,
+          .n = y.n,
+          .m = y.m,
+          .k = k};
 }
 
 // Worst and mean NMSE per dtype, checked and printed at the end of each test.
@@ -311,9 +320,9 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
   REQUIRE_CUDA_DEVICE();
   Worst plain, acc_worst, swiglu_worst, qkv_worst;
   uint32_t seed = 1300;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::AFFINE4_G32,
-                      DType::AFFINE4_G64, DType::AFFINE4_G128, DType::AFFINE8_G32, DType::AFFINE8_G64,
-                      DType::AFFINE8_G128}) {
+  for (DType dtype :
+       {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::AFFINE4_G32, DType::AFFINE4_G64,
+        DType::AFFINE4_G128, DType::AFFINE8_G32, DType::AFFINE8_G64, DType::AFFINE8_G128}) {
     // Rows for a launch of `mb` MB (the kernel takes ≥ 8), plus `extra`.
     auto rows = [&](int64_t mb, int64_t k, int64_t extra) { return (mb << 20) / int64_t(row_bytes(dtype, k)) + extra; };
     for (int64_t k : {4096, 8192, 14336}) {
@@ -333,7 +342,7 @@ TEST(CudaGemvInt8, StreamedRowsEveryFusion) {
       EXPECT_LT(e_acc, kInt8Tolerance) << "accumulate";
       acc_worst.add(dtype, e_acc);
     }
-    {  // SwiGLU (k = 4,096)
+    {                                             // SwiGLU (k = 4,096)
       const int64_t k = 4096, m = rows(4, k, 3);  // gate and up: over 8 MB
       const Weight wg = make_weight(dtype, m, k, seed++), wu = make_weight(dtype, m, k, seed++);
       ASSERT_TRUE(streams_rows(dtype, wg, m, k, &wu)) << dtype_name(dtype);

@@ -67,7 +67,9 @@ struct DeviceBuffer {
   std::shared_ptr<void> memory;
   size_t bytes = 0;
   template <typename T>
-  T* as() const { return static_cast<T*>(memory.get()); }
+  T* as() const {
+    return static_cast<T*>(memory.get());
+  }
 };
 
 template <typename T>
@@ -149,13 +151,29 @@ void check_matmul(DType wtype, const MatmulCase& c, uint32_t seed) {
     }
   // The CPU op itself, as the engine's reference path.
   std::vector<float> y_cpu(size_t(c.n * c.m));
-  cpu::matmul({.x = x.data(), .ldx = ldx, .wtype = wtype, .w = w.data(), .w_row_bytes = rb, .y = y_cpu.data(),
-               .ldy = c.m, .n = c.n, .m = c.m, .k = c.k});
+  cpu::matmul({.x = x.data(),
+               .ldx = ldx,
+               .wtype = wtype,
+               .w = w.data(),
+               .w_row_bytes = rb,
+               .y = y_cpu.data(),
+               .ldy = c.m,
+               .n = c.n,
+               .m = c.m,
+               .k = c.k});
 
   DeviceBuffer dw = upload(w), dx = upload(x);
   DeviceBuffer dy = upload(std::vector<float>(size_t(c.n * ldy), kSentinel));
-  matmul({.x = dx.as<float>(), .ldx = ldx, .wtype = wtype, .w = dw.as<void>(), .w_row_bytes = rb,
-          .y = dy.as<float>(), .ldy = ldy, .n = c.n, .m = c.m, .k = c.k});
+  matmul({.x = dx.as<float>(),
+          .ldx = ldx,
+          .wtype = wtype,
+          .w = dw.as<void>(),
+          .w_row_bytes = rb,
+          .y = dy.as<float>(),
+          .ldy = ldy,
+          .n = c.n,
+          .m = c.m,
+          .k = c.k});
   std::vector<float> y_all = download<float>(dy);
   std::vector<float> y(size_t(c.n * c.m));
   for (int64_t i = 0; i < c.n; ++i) {
@@ -175,9 +193,9 @@ TEST(CudaMatmul, EveryDtypeGemvAndGemm) {
   REQUIRE_CUDA_DEVICE();
   uint32_t seed = 1;
   for (DType t : kAllWeightTypes) {
-    for (MatmulCase c : {MatmulCase{1, 37, 512, 0, 0}, MatmulCase{3, 64, 256, 4, 3}, MatmulCase{8, 19, 768, 0, 1},
-                         MatmulCase{5, 130, 1024, 8, 0}, MatmulCase{33, 70, 512, 0, 5},
-                         MatmulCase{130, 300, 256, 4, 0}}) {
+    for (MatmulCase c :
+         {MatmulCase{1, 37, 512, 0, 0}, MatmulCase{3, 64, 256, 4, 3}, MatmulCase{8, 19, 768, 0, 1},
+          MatmulCase{5, 130, 1024, 8, 0}, MatmulCase{33, 70, 512, 0, 5}, MatmulCase{130, 300, 256, 4, 0}}) {
       check_matmul(t, c, seed++);
     }
   }
@@ -307,13 +325,28 @@ void check_swiglu_down(const MlpCase& c, uint32_t seed) {
   const char* w_up = c.stacked ? d_gate_up.as<char>() + c.m * rb : d_up.as<char>();
   const std::vector<float> nan(size_t(c.n * c.m), std::numeric_limits<float>::quiet_NaN());
   DeviceBuffer gate_y = upload(nan), up_y = upload(nan), dy = upload(residual);
-  const cpu::MatmulArgs gate{.x = dx.as<float>(), .ldx = ldx, .wtype = c.gate_type, .w = w_gate, .w_row_bytes = rb,
-                             .y = gate_y.as<float>(), .ldy = c.m, .n = c.n, .m = c.m, .k = c.k};
+  const cpu::MatmulArgs gate{.x = dx.as<float>(),
+                             .ldx = ldx,
+                             .wtype = c.gate_type,
+                             .w = w_gate,
+                             .w_row_bytes = rb,
+                             .y = gate_y.as<float>(),
+                             .ldy = c.m,
+                             .n = c.n,
+                             .m = c.m,
+                             .k = c.k};
   cpu::MatmulArgs up = gate;
   up.w = w_up;
   up.y = up_y.as<float>();
-  const cpu::MatmulArgs down_args{.x = gate_y.as<float>(), .ldx = c.m, .wtype = c.down_type, .w = d_down.as<void>(),
-                                  .w_row_bytes = rb_down, .y = dy.as<float>(), .ldy = ldy, .n = c.n, .m = c.k,
+  const cpu::MatmulArgs down_args{.x = gate_y.as<float>(),
+                                  .ldx = c.m,
+                                  .wtype = c.down_type,
+                                  .w = d_down.as<void>(),
+                                  .w_row_bytes = rb_down,
+                                  .y = dy.as<float>(),
+                                  .ldy = ldy,
+                                  .n = c.n,
+                                  .m = c.k,
                                   .k = c.m};
   matmul_swiglu_down(gate, up, down_args, {.accumulate = c.accumulate});
 
@@ -340,19 +373,18 @@ TEST(CudaMlp, SwigluDownWith16BitGateUpMatchesCpu) {
   // One stacked GEMM (≤ 512 rows, weights back to back) and two GEMMs (separate
   // weights, or 520 rows), for bf16, f16 and Q4_0 weights.
   for (DType t : {DType::BF16, DType::F16, DType::Q4_0}) {
-    for (MlpCase c : {MlpCase{t, t, 12, 256, 128, true}, MlpCase{t, t, 64, 256, 128, false},
-                      MlpCase{t, t, 520, 256, 128, true}}) {
+    for (MlpCase c :
+         {MlpCase{t, t, 12, 256, 128, true}, MlpCase{t, t, 64, 256, 128, false}, MlpCase{t, t, 520, 256, 128, true}}) {
       check_swiglu_down(c, seed++);
     }
   }
   // Intermediate sizes not a multiple of 8 (the scalar SwiGLU kernel; up's
   // columns start at a 2-byte aligned address), with gate/up and down of
   // either 16-bit type (the SwiGLU kernel's four type pairs).
-  for (MlpCase c : {MlpCase{DType::BF16, DType::BF16, 20, 256, 100, true},
-                    MlpCase{DType::F16, DType::F16, 530, 256, 45, true},
-                    MlpCase{DType::F16, DType::BF16, 33, 256, 45, false},
-                    MlpCase{DType::BF16, DType::F16, 33, 256, 128, true},
-                    MlpCase{DType::Q8_0, DType::F16, 520, 256, 96, false}}) {
+  for (MlpCase c :
+       {MlpCase{DType::BF16, DType::BF16, 20, 256, 100, true}, MlpCase{DType::F16, DType::F16, 530, 256, 45, true},
+        MlpCase{DType::F16, DType::BF16, 33, 256, 45, false}, MlpCase{DType::BF16, DType::F16, 33, 256, 128, true},
+        MlpCase{DType::Q8_0, DType::F16, 520, 256, 96, false}}) {
     check_swiglu_down(c, seed++);
   }
   // y written, not added to (a tensor-parallel rank's MLP): the GEMMs' path
@@ -377,21 +409,45 @@ TEST(CudaRowOps, RmsNormAddSwigluSoftmaxStrided) {
     // rms_norm
     {
       std::vector<float> ref(size_t(rows * ld), 0.0f);
-      backend::cpu::rms_norm({.x = x.data(), .weight = w.data(), .out = ref.data(), .n_rows = rows, .dim = dim,
-                              .x_stride = ld, .out_stride = ld, .eps = 1e-5f});
+      backend::cpu::rms_norm({.x = x.data(),
+                              .weight = w.data(),
+                              .out = ref.data(),
+                              .n_rows = rows,
+                              .dim = dim,
+                              .x_stride = ld,
+                              .out_stride = ld,
+                              .eps = 1e-5f});
       DeviceBuffer dy = upload(std::vector<float>(size_t(rows * ld), 0.0f));
-      rms_norm({.x = dx.as<float>(), .weight = dw.as<float>(), .out = dy.as<float>(), .n_rows = rows, .dim = dim,
-                .x_stride = ld, .out_stride = ld, .eps = 1e-5f});
+      rms_norm({.x = dx.as<float>(),
+                .weight = dw.as<float>(),
+                .out = dy.as<float>(),
+                .n_rows = rows,
+                .dim = dim,
+                .x_stride = ld,
+                .out_stride = ld,
+                .eps = 1e-5f});
       EXPECT_LT(nmse(download<float>(dy), ref), 1e-10) << "rms_norm";
     }
     // add and add_bias
     {
       std::vector<float> ref(size_t(rows * ld), 0.0f);
-      backend::cpu::add({.a = x.data(), .b = b.data(), .out = ref.data(), .n_rows = rows, .dim = dim,
-                         .a_stride = ld, .b_stride = ld, .out_stride = ld});
+      backend::cpu::add({.a = x.data(),
+                         .b = b.data(),
+                         .out = ref.data(),
+                         .n_rows = rows,
+                         .dim = dim,
+                         .a_stride = ld,
+                         .b_stride = ld,
+                         .out_stride = ld});
       DeviceBuffer dy = upload(std::vector<float>(size_t(rows * ld), 0.0f));
-      add({.a = dx.as<float>(), .b = db.as<float>(), .out = dy.as<float>(), .n_rows = rows, .dim = dim,
-           .a_stride = ld, .b_stride = ld, .out_stride = ld});
+      add({.a = dx.as<float>(),
+           .b = db.as<float>(),
+           .out = dy.as<float>(),
+           .n_rows = rows,
+           .dim = dim,
+           .a_stride = ld,
+           .b_stride = ld,
+           .out_stride = ld});
       EXPECT_LT(nmse(download<float>(dy), ref), 1e-12) << "add";
       std::vector<float> xb = x;
       backend::cpu::add_bias(xb.data(), w.data(), rows, dim, ld);
@@ -402,11 +458,23 @@ TEST(CudaRowOps, RmsNormAddSwigluSoftmaxStrided) {
     // swiglu, in place on gate as the model uses it
     {
       std::vector<float> ref = x;
-      backend::cpu::swiglu({.gate = x.data(), .up = b.data(), .out = ref.data(), .n_rows = rows, .dim = dim,
-                            .gate_stride = ld, .up_stride = ld, .out_stride = ld});
+      backend::cpu::swiglu({.gate = x.data(),
+                            .up = b.data(),
+                            .out = ref.data(),
+                            .n_rows = rows,
+                            .dim = dim,
+                            .gate_stride = ld,
+                            .up_stride = ld,
+                            .out_stride = ld});
       DeviceBuffer dg = upload(x);
-      swiglu({.gate = dg.as<float>(), .up = db.as<float>(), .out = dg.as<float>(), .n_rows = rows, .dim = dim,
-              .gate_stride = ld, .up_stride = ld, .out_stride = ld});
+      swiglu({.gate = dg.as<float>(),
+              .up = db.as<float>(),
+              .out = dg.as<float>(),
+              .n_rows = rows,
+              .dim = dim,
+              .gate_stride = ld,
+              .up_stride = ld,
+              .out_stride = ld});
       EXPECT_LT(nmse(download<float>(dg), ref), 1e-10) << "swiglu";
     }
     // softmax, with one fully masked row
@@ -430,12 +498,12 @@ TEST(CudaRowOps, RmsNormAddSwigluSoftmaxStrided) {
 // for f16; __expf's few ulp of f32 are nothing next to it): NMSE < 2u²/3.
 TEST(CudaRowOps, Swiglu16BitInputsEveryTypePair) {
   REQUIRE_CUDA_DEVICE();
-  for (auto [rows, dim, pad] : {std::tuple{5, 64, 0}, std::tuple{33, 96, 8}, std::tuple{7, 45, 3},
-                                std::tuple{3, 100, 0}}) {
+  for (auto [rows, dim, pad] :
+       {std::tuple{5, 64, 0}, std::tuple{33, 96, 8}, std::tuple{7, 45, 3}, std::tuple{3, 100, 0}}) {
     for (bool f16_in : {false, true}) {
       for (bool f16_out : {false, true}) {
-        SCOPED_TRACE(testing::Message() << rows << "x" << dim << " pad " << pad << (f16_in ? " f16" : " bf16")
-                                        << " to " << (f16_out ? "f16" : "bf16"));
+        SCOPED_TRACE(testing::Message() << rows << "x" << dim << " pad " << pad << (f16_in ? " f16" : " bf16") << " to "
+                                        << (f16_out ? "f16" : "bf16"));
         const int64_t ld = dim + pad;
         auto to_16 = [&](float f) { return f16_in ? f32_to_f16(f) : f32_to_bf16(f); };
         auto from_16 = [](uint16_t h, bool f16) { return f16 ? brioche::f16_to_f32(h) : brioche::bf16_to_f32(h); };
@@ -451,8 +519,13 @@ TEST(CudaRowOps, Swiglu16BitInputsEveryTypePair) {
           }
         }
         DeviceBuffer dg = upload(g16), du = upload(u16), dout = upload(std::vector<uint16_t>(ref.size(), 0));
-        swiglu_16bit_to_16bit({.gate = dg.as<void>(), .up = du.as<void>(), .gate_stride = ld, .up_stride = ld,
-                               .n_rows = rows, .dim = dim, .f16 = f16_in},
+        swiglu_16bit_to_16bit({.gate = dg.as<void>(),
+                               .up = du.as<void>(),
+                               .gate_stride = ld,
+                               .up_stride = ld,
+                               .n_rows = rows,
+                               .dim = dim,
+                               .f16 = f16_in},
                               dout.as<void>(), f16_out);
         const std::vector<uint16_t> out16 = download<uint16_t>(dout);
         std::vector<float> out(out16.size());
@@ -474,14 +547,26 @@ TEST(CudaRowOps, RopeBothPairingsLongPositions) {
       for (int r = 0; r < rows; ++r) pos[r] = r * 3779 % 131072;  // long-context positions
       const int64_t ld = int64_t(heads) * head_dim + 2;
       std::vector<float> x = gaussian(size_t(rows * ld), 11), ref = x;
-      backend::cpu::rope({.x = ref.data(), .positions = pos.data(), .inv_freq = inv_freq.data(), .n_rows = rows,
-                          .x_stride = ld, .n_heads = heads, .head_dim = head_dim, .interleaved = interleaved});
+      backend::cpu::rope({.x = ref.data(),
+                          .positions = pos.data(),
+                          .inv_freq = inv_freq.data(),
+                          .n_rows = rows,
+                          .x_stride = ld,
+                          .n_heads = heads,
+                          .head_dim = head_dim,
+                          .interleaved = interleaved});
       DeviceBuffer dx = upload(x);
-      rope({.x = dx.as<float>(), .positions = pos.data(), .inv_freq = inv_freq.data(), .n_rows = rows,
-            .x_stride = ld, .n_heads = heads, .head_dim = head_dim, .interleaved = interleaved});
+      rope({.x = dx.as<float>(),
+            .positions = pos.data(),
+            .inv_freq = inv_freq.data(),
+            .n_rows = rows,
+            .x_stride = ld,
+            .n_heads = heads,
+            .head_dim = head_dim,
+            .interleaved = interleaved});
       // sincosf on the device vs libm at angles up to ~1e5 rad: both f32 rounding.
-      EXPECT_LT(nmse(download<float>(dx), ref), 1e-9) << (interleaved ? "interleaved" : "neox") << " heads "
-                                                      << heads << " dim " << head_dim;
+      EXPECT_LT(nmse(download<float>(dx), ref), 1e-9)
+          << (interleaved ? "interleaved" : "neox") << " heads " << heads << " dim " << head_dim;
     }
   }
 }
@@ -494,20 +579,41 @@ TEST(CudaEmbedding, EveryDtypeMatchesCpuDecode) {
     const size_t rb = row_bytes(t, hidden);
     std::vector<uint8_t> table(rb * vocab);
     std::vector<float> src = gaussian(size_t(vocab * hidden), 21);
-    for (int64_t r = 0; r < vocab; ++r) cpu::quantize_row_ref(t, src.data() + r * hidden, table.data() + r * rb, hidden);
+    for (int64_t r = 0; r < vocab; ++r)
+      cpu::quantize_row_ref(t, src.data() + r * hidden, table.data() + r * rb, hidden);
     std::vector<float> ref(ids.size() * hidden);
-    cpu::embedding({.dtype = t, .table = table.data(), .row_bytes = rb, .vocab = vocab, .hidden = hidden,
-                    .ids = ids.data(), .n_ids = int64_t(ids.size()), .out = ref.data(), .ldo = hidden});
+    cpu::embedding({.dtype = t,
+                    .table = table.data(),
+                    .row_bytes = rb,
+                    .vocab = vocab,
+                    .hidden = hidden,
+                    .ids = ids.data(),
+                    .n_ids = int64_t(ids.size()),
+                    .out = ref.data(),
+                    .ldo = hidden});
     DeviceBuffer dt = upload(table), dy = upload(std::vector<float>(ids.size() * hidden, 0.0f));
-    embedding({.dtype = t, .table = dt.as<void>(), .row_bytes = rb, .vocab = vocab, .hidden = hidden, .ids = ids.data(),
-               .n_ids = int64_t(ids.size()), .out = dy.as<float>(), .ldo = hidden});
+    embedding({.dtype = t,
+               .table = dt.as<void>(),
+               .row_bytes = rb,
+               .vocab = vocab,
+               .hidden = hidden,
+               .ids = ids.data(),
+               .n_ids = int64_t(ids.size()),
+               .out = dy.as<float>(),
+               .ldo = hidden});
     EXPECT_LT(nmse(download<float>(dy), ref), 1e-12) << dtype_name(t);
   }
   const std::vector<int32_t> bad = {3, 50};
   std::vector<float> table(size_t(vocab * hidden));
   DeviceBuffer dt = upload(table), dy = upload(std::vector<float>(2 * hidden));
-  EXPECT_THROW(embedding({.dtype = DType::F32, .table = dt.as<void>(), .row_bytes = size_t(hidden) * 4,
-                          .vocab = vocab, .hidden = hidden, .ids = bad.data(), .n_ids = 2, .out = dy.as<float>(),
+  EXPECT_THROW(embedding({.dtype = DType::F32,
+                          .table = dt.as<void>(),
+                          .row_bytes = size_t(hidden) * 4,
+                          .vocab = vocab,
+                          .hidden = hidden,
+                          .ids = bad.data(),
+                          .n_ids = 2,
+                          .out = dy.as<float>(),
                           .ldo = hidden}),
                Error);
 }
@@ -516,9 +622,9 @@ TEST(CudaArgmax, FirstMaximumPerRow) {
   REQUIRE_CUDA_DEVICE();
   const int64_t rows = 4, n = 128256;
   std::vector<float> logits = gaussian(size_t(rows * n), 31);
-  logits[5] = 100.0f;              // row 0: single max
-  logits[n + 9] = logits[n + 77777] = 50.0f;  // row 1: tie -> first
-  logits[3 * n + n - 1] = 99.0f;   // row 3: last element
+  logits[5] = 100.0f;                                              // row 0: single max
+  logits[n + 9] = logits[n + 77777] = 50.0f;                       // row 1: tie -> first
+  logits[3 * n + n - 1] = 99.0f;                                   // row 3: last element
   logits[2 * n + 4000] = std::numeric_limits<float>::quiet_NaN();  // row 2: NaN never wins
   DeviceBuffer d = upload(logits);
   std::vector<int32_t> ids(rows);
@@ -602,19 +708,47 @@ double check_attention(const AttentionCase& c, uint32_t seed) {
 
   backend::cpu::KvCacheLayer host_cache{k_cache.data(), v_cache.data(), c.f16, n_blocks, block_size};
   backend::cpu::KvCacheLayer dev_cache{dkc.as<void>(), dvc.as<void>(), c.f16, n_blocks, block_size};
-  backend::cpu::store_kv({.k = k.data(), .v = v.data(), .k_stride = kv_dim, .v_stride = kv_dim, .sequences = seqs.data(),
-                          .n_sequences = int(seqs.size()), .kv_dim = kv_dim, .cache = host_cache});
-  store_kv({.k = dk.as<float>(), .v = dv.as<float>(), .k_stride = kv_dim, .v_stride = kv_dim, .sequences = seqs.data(),
-            .n_sequences = int(seqs.size()), .kv_dim = kv_dim, .cache = dev_cache});
+  backend::cpu::store_kv({.k = k.data(),
+                          .v = v.data(),
+                          .k_stride = kv_dim,
+                          .v_stride = kv_dim,
+                          .sequences = seqs.data(),
+                          .n_sequences = int(seqs.size()),
+                          .kv_dim = kv_dim,
+                          .cache = host_cache});
+  store_kv({.k = dk.as<float>(),
+            .v = dv.as<float>(),
+            .k_stride = kv_dim,
+            .v_stride = kv_dim,
+            .sequences = seqs.data(),
+            .n_sequences = int(seqs.size()),
+            .kv_dim = kv_dim,
+            .cache = dev_cache});
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
-  backend::cpu::paged_attention({.q = q.data(), .out = out.data(), .q_stride = q_dim, .out_stride = q_dim,
-                                 .sequences = seqs.data(), .n_sequences = int(seqs.size()), .n_heads = c.n_heads,
-                                 .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .scale = scale,
-                                 .sliding_window = c.sliding_window, .cache = host_cache});
-  paged_attention({.q = dq.as<float>(), .out = dout.as<float>(), .q_stride = q_dim, .out_stride = q_dim,
-                   .sequences = seqs.data(), .n_sequences = int(seqs.size()), .n_heads = c.n_heads,
-                   .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .scale = scale,
-                   .sliding_window = c.sliding_window, .cache = dev_cache});
+  backend::cpu::paged_attention({.q = q.data(),
+                                 .out = out.data(),
+                                 .q_stride = q_dim,
+                                 .out_stride = q_dim,
+                                 .sequences = seqs.data(),
+                                 .n_sequences = int(seqs.size()),
+                                 .n_heads = c.n_heads,
+                                 .n_kv_heads = c.n_kv_heads,
+                                 .head_dim = c.head_dim,
+                                 .scale = scale,
+                                 .sliding_window = c.sliding_window,
+                                 .cache = host_cache});
+  paged_attention({.q = dq.as<float>(),
+                   .out = dout.as<float>(),
+                   .q_stride = q_dim,
+                   .out_stride = q_dim,
+                   .sequences = seqs.data(),
+                   .n_sequences = int(seqs.size()),
+                   .n_heads = c.n_heads,
+                   .n_kv_heads = c.n_kv_heads,
+                   .head_dim = c.head_dim,
+                   .scale = scale,
+                   .sliding_window = c.sliding_window,
+                   .cache = dev_cache});
   // The caches must agree byte for byte (same f16 rounding).
   std::vector<uint8_t> kc = download<uint8_t>(dkc), vc = download<uint8_t>(dvc);
   EXPECT_TRUE(kc == k_cache) << "K cache differs after store_kv";
@@ -632,8 +766,8 @@ double check_attention(const AttentionCase& c, uint32_t seed) {
   bool prefill = false;
   int decode_rows = 0;
   for (const backend::cpu::KvSequence& s : seqs) {
-    const bool taken = prefill_attention_takes({.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
-                                                .head_dim = c.head_dim, .cache = dev_cache}, s);
+    const bool taken = prefill_attention_takes(
+        {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .cache = dev_cache}, s);
     prefill = prefill || taken;
     if (!taken) decode_rows += s.n_rows;
   }
@@ -653,10 +787,18 @@ double check_attention(const AttentionCase& c, uint32_t seed) {
   for (bool to_f16 : {false, true}) {
     const uint16_t untouched = 0x7fff;
     DeviceBuffer d16 = upload(std::vector<uint16_t>(size_t(n_rows) * q_dim, untouched));
-    paged_attention({.q = dq.as<float>(), .out = dout.as<float>(), .q_stride = q_dim, .out_stride = q_dim,
-                     .sequences = seqs.data(), .n_sequences = int(seqs.size()), .n_heads = c.n_heads,
-                     .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .scale = scale,
-                     .sliding_window = c.sliding_window, .cache = dev_cache},
+    paged_attention({.q = dq.as<float>(),
+                     .out = dout.as<float>(),
+                     .q_stride = q_dim,
+                     .out_stride = q_dim,
+                     .sequences = seqs.data(),
+                     .n_sequences = int(seqs.size()),
+                     .n_heads = c.n_heads,
+                     .n_kv_heads = c.n_kv_heads,
+                     .head_dim = c.head_dim,
+                     .scale = scale,
+                     .sliding_window = c.sliding_window,
+                     .cache = dev_cache},
                     {.rows = d16.as<void>(), .f16 = to_f16});
     const std::vector<uint16_t> got16 = download<uint16_t>(d16);
     size_t differ = 0;
@@ -790,13 +932,22 @@ TEST(CudaAttention, RopeStoreKvSameBitsAsRopeThenStoreKv) {
       DeviceBuffer q1 = upload(q), k1 = upload(k), v1 = upload(v), kc1 = upload(cache), vc1 = upload(cache);
       DeviceBuffer q2 = upload(q), k2 = upload(k), v2 = upload(v), kc2 = upload(cache), vc2 = upload(cache);
       auto rope_of = [&](DeviceBuffer& x, int heads) {
-        return backend::cpu::RopeArgs{.x = x.as<float>(), .positions = pos.data(), .inv_freq = inv_freq.data(),
-                                      .n_rows = n_rows, .x_stride = heads * head_dim, .n_heads = heads,
-                                      .head_dim = head_dim, .interleaved = interleaved};
+        return backend::cpu::RopeArgs{.x = x.as<float>(),
+                                      .positions = pos.data(),
+                                      .inv_freq = inv_freq.data(),
+                                      .n_rows = n_rows,
+                                      .x_stride = heads * head_dim,
+                                      .n_heads = heads,
+                                      .head_dim = head_dim,
+                                      .interleaved = interleaved};
       };
       auto store_of = [&](DeviceBuffer& kb, DeviceBuffer& vb, DeviceBuffer& kc, DeviceBuffer& vc) {
-        return backend::cpu::StoreKvArgs{.k = kb.as<float>(), .v = vb.as<float>(), .k_stride = kv_dim,
-                                         .v_stride = kv_dim, .sequences = seqs.data(), .n_sequences = 2,
+        return backend::cpu::StoreKvArgs{.k = kb.as<float>(),
+                                         .v = vb.as<float>(),
+                                         .k_stride = kv_dim,
+                                         .v_stride = kv_dim,
+                                         .sequences = seqs.data(),
+                                         .n_sequences = 2,
                                          .kv_dim = kv_dim,
                                          .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
       };
@@ -812,8 +963,14 @@ TEST(CudaAttention, RopeStoreKvSameBitsAsRopeThenStoreKv) {
       EXPECT_TRUE(download<uint8_t>(vc1) == download<uint8_t>(vc2)) << what << ": V cache";
       EXPECT_NE(kc, cache) << what << ": nothing stored";
       std::vector<float> q_ref = q;
-      backend::cpu::rope({.x = q_ref.data(), .positions = pos.data(), .inv_freq = inv_freq.data(), .n_rows = n_rows,
-                          .x_stride = q_dim, .n_heads = n_heads, .head_dim = head_dim, .interleaved = interleaved});
+      backend::cpu::rope({.x = q_ref.data(),
+                          .positions = pos.data(),
+                          .inv_freq = inv_freq.data(),
+                          .n_rows = n_rows,
+                          .x_stride = q_dim,
+                          .n_heads = n_heads,
+                          .head_dim = head_dim,
+                          .interleaved = interleaved});
       EXPECT_LT(nmse(download<float>(q2), q_ref), 1e-9) << what << ": q against the CPU";
     }
   }
@@ -848,8 +1005,10 @@ void check_rope_store_kv_in_attention(int n_seqs, const RopeStoreShape& c, bool 
   const std::vector<float> hist = gaussian(cache_elems, 60);
   std::vector<uint8_t> cache(cache_elems * elem);
   for (size_t i = 0; i < cache_elems; ++i) {
-    if (f16) reinterpret_cast<uint16_t*>(cache.data())[i] = f32_to_f16(hist[i]);
-    else reinterpret_cast<float*>(cache.data())[i] = hist[i];
+    if (f16)
+      reinterpret_cast<uint16_t*>(cache.data())[i] = f32_to_f16(hist[i]);
+    else
+      reinterpret_cast<float*>(cache.data())[i] = hist[i];
   }
   const std::vector<float> q = gaussian(size_t(n_rows) * q_dim, 61), k = gaussian(size_t(n_rows) * kv_dim, 62),
                            v = gaussian(size_t(n_rows) * kv_dim, 63);
@@ -859,39 +1018,56 @@ void check_rope_store_kv_in_attention(int n_seqs, const RopeStoreShape& c, bool 
   DeviceBuffer q2 = upload(q), k2 = upload(k), v2 = upload(v), kc2 = upload(cache), vc2 = upload(cache),
                out2 = upload(sentinel);
   auto rope_of = [&](DeviceBuffer& x, int heads) {
-    return backend::cpu::RopeArgs{.x = x.as<float>(), .positions = pos.data(), .inv_freq = inv_freq.data(),
-                                  .n_rows = n_rows, .x_stride = heads * c.head_dim, .n_heads = heads,
-                                  .head_dim = c.head_dim, .interleaved = interleaved};
+    return backend::cpu::RopeArgs{.x = x.as<float>(),
+                                  .positions = pos.data(),
+                                  .inv_freq = inv_freq.data(),
+                                  .n_rows = n_rows,
+                                  .x_stride = heads * c.head_dim,
+                                  .n_heads = heads,
+                                  .head_dim = c.head_dim,
+                                  .interleaved = interleaved};
   };
   auto store_of = [&](DeviceBuffer& kb, DeviceBuffer& vb, DeviceBuffer& kc, DeviceBuffer& vc) {
-    return backend::cpu::StoreKvArgs{.k = kb.as<float>(), .v = vb.as<float>(), .k_stride = kv_dim,
-                                     .v_stride = kv_dim, .sequences = seqs.data(), .n_sequences = n_seqs,
+    return backend::cpu::StoreKvArgs{.k = kb.as<float>(),
+                                     .v = vb.as<float>(),
+                                     .k_stride = kv_dim,
+                                     .v_stride = kv_dim,
+                                     .sequences = seqs.data(),
+                                     .n_sequences = n_seqs,
                                      .kv_dim = kv_dim,
                                      .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
   };
   auto attention_of = [&](DeviceBuffer& qb, DeviceBuffer& out, DeviceBuffer& kc, DeviceBuffer& vc) {
-    return backend::cpu::PagedAttentionArgs{
-        .q = qb.as<float>(), .out = out.as<float>(), .q_stride = q_dim, .out_stride = q_dim,
-        .sequences = seqs.data(), .n_sequences = n_seqs, .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
-        .head_dim = c.head_dim, .scale = 1.0f / std::sqrt(float(c.head_dim)), .sliding_window = c.window,
-        .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
+    return backend::cpu::PagedAttentionArgs{.q = qb.as<float>(),
+                                            .out = out.as<float>(),
+                                            .q_stride = q_dim,
+                                            .out_stride = q_dim,
+                                            .sequences = seqs.data(),
+                                            .n_sequences = n_seqs,
+                                            .n_heads = c.n_heads,
+                                            .n_kv_heads = c.n_kv_heads,
+                                            .head_dim = c.head_dim,
+                                            .scale = 1.0f / std::sqrt(float(c.head_dim)),
+                                            .sliding_window = c.window,
+                                            .cache = {kc.as<void>(), vc.as<void>(), f16, n_blocks, block_size}};
   };
   cuda::rope_store_kv(rope_of(q1, c.n_heads), rope_of(k1, c.n_kv_heads), store_of(k1, v1, kc1, vc1));
   cuda::paged_attention(attention_of(q1, out1, kc1, vc1));  // ADL also finds backend::cpu's
   rope_store_kv_attention(rope_of(q2, c.n_heads), rope_of(k2, c.n_kv_heads), store_of(k2, v2, kc2, vc2),
                           attention_of(q2, out2, kc2, vc2));
-  const std::string what = "heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " d " +
-                           std::to_string(c.head_dim) + " window " + std::to_string(c.window) +
-                           (f16 ? " f16" : " f32") + (interleaved ? " interleaved" : " neox") +
-                           (two_row_sequence ? " (a two-row sequence)" : "") + ", " + std::to_string(n_seqs) +
-                           " sequences";
+  const std::string what =
+      "heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " d " + std::to_string(c.head_dim) +
+      " window " + std::to_string(c.window) + (f16 ? " f16" : " f32") + (interleaved ? " interleaved" : " neox") +
+      (two_row_sequence ? " (a two-row sequence)" : "") + ", " + std::to_string(n_seqs) + " sequences";
   const std::vector<float> got = download<float>(out2);
   EXPECT_TRUE(download<float>(out1) == got) << what << ": attention output";
   EXPECT_TRUE(download<uint8_t>(kc1) == download<uint8_t>(kc2)) << what << ": K cache";
   EXPECT_TRUE(download<uint8_t>(vc1) == download<uint8_t>(vc2)) << what << ": V cache";
   EXPECT_NE(got, sentinel) << what << ": nothing written";
-  if (two_row_sequence) EXPECT_TRUE(download<float>(q2) == download<float>(q1)) << what << ": q rotated";
-  else EXPECT_TRUE(download<float>(q2) == q) << what << ": q rotated in memory, not in the kernel";
+  if (two_row_sequence)
+    EXPECT_TRUE(download<float>(q2) == download<float>(q1)) << what << ": q rotated";
+  else
+    EXPECT_TRUE(download<float>(q2) == q) << what << ": q rotated in memory, not in the kernel";
 }
 
 // A decode step's RoPE + K/V store taken into the attention kernel

@@ -166,8 +166,8 @@ struct InputGradCase {
 };
 
 void check_input_grad(DType wtype, const InputGradCase& c, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << dtype_name(wtype) << " n=" << c.n << " m=" << c.m << " k=" << c.k << " pad="
-                                  << c.pad);
+  SCOPED_TRACE(testing::Message() << dtype_name(wtype) << " n=" << c.n << " m=" << c.m << " k=" << c.k
+                                  << " pad=" << c.pad);
   Tensor w = quantized(random_f32(c.m, c.k, seed, 0.05f), wtype);
   Tensor w_gpu = to_device(w, Device::CUDA);
   Tensor dy = random_f32(c.n, c.m, seed + 1), dx0 = random_f32(c.n, c.k, seed + 2);
@@ -187,16 +187,16 @@ void check_input_grad(DType wtype, const InputGradCase& c, uint32_t seed) {
     for (int64_t e = 0; e < c.k; ++e) added.row_as<float>(r)[e] -= dx0.row_as<float>(r)[e];
   EXPECT_LT(nmse(added, ref), bound * 4 + 1e-12) << "accumulate";
   if (c.n * c.m * c.k > 100'000'000)
-    std::printf("  [input_grad %s %ldx%ldx%ld] nmse %.2e\n", dtype_name(wtype).data(), long(c.n), long(c.m),
-                long(c.k), overwrite);
+    std::printf("  [input_grad %s %ldx%ldx%ld] nmse %.2e\n", dtype_name(wtype).data(), long(c.n), long(c.m), long(c.k),
+                overwrite);
 }
 
 TEST(CudaTrainOps, MatmulInputGradEveryWeightDtype) {
   REQUIRE_CUDA_DEVICE();
   uint32_t seed = 10;
   for (DType t : kAllWeightTypes) {
-    for (InputGradCase c : {InputGradCase{37, 256, 512, 0}, InputGradCase{5, 70, 256, 3},
-                            InputGradCase{130, 300, 1024, 1}}) {
+    for (InputGradCase c :
+         {InputGradCase{37, 256, 512, 0}, InputGradCase{5, 70, 256, 3}, InputGradCase{130, 300, 1024, 1}}) {
       check_input_grad(t, c, seed++);
     }
   }
@@ -237,10 +237,11 @@ void check_lora_matmul(int64_t n, int64_t in, int64_t pad) {
     int64_t out, r;
     float scale;
   };
-  std::vector<Proj> projs = {
-      {quantized(random_f32(48, in, 40, 0.05f), DType::BF16), random_f32(4, in, 41, 0.05f), random_f32(48, 4, 42, 0.5f), 48, 4, 2.0f},
-      {quantized(random_f32(64, in, 43, 0.05f), DType::Q8_0), random_f32(16, in, 44, 0.05f), random_f32(64, 16, 45, 0.5f), 64, 16, 0.5f},
-      {quantized(random_f32(32, in, 46, 0.05f), DType::BF16), Tensor(), Tensor(), 32, 0, 0.0f}};
+  std::vector<Proj> projs = {{quantized(random_f32(48, in, 40, 0.05f), DType::BF16), random_f32(4, in, 41, 0.05f),
+                              random_f32(48, 4, 42, 0.5f), 48, 4, 2.0f},
+                             {quantized(random_f32(64, in, 43, 0.05f), DType::Q8_0), random_f32(16, in, 44, 0.05f),
+                              random_f32(64, 16, 45, 0.5f), 64, 16, 0.5f},
+                             {quantized(random_f32(32, in, 46, 0.05f), DType::BF16), Tensor(), Tensor(), 32, 0, 0.0f}};
   const Tensor x = random_f32(n, in, 47);
   struct Side {
     std::vector<Tensor> w, a, b, y, u, dy, grad_a, grad_b;
@@ -292,7 +293,7 @@ void check_lora_matmul(int64_t n, int64_t in, int64_t pad) {
         const bool lora = projs[i].r > 0;
         if (s == &cpu)  // copies (host() of a CPU tensor is the tensor itself)
           a0.push_back(lora ? padded_on(kCpu, s->grad_a[i], 0) : Tensor()),
-          b0.push_back(lora ? padded_on(kCpu, s->grad_b[i], 0) : Tensor());
+              b0.push_back(lora ? padded_on(kCpu, s->grad_b[i], 0) : Tensor());
         parts.push_back({s->w[i], s->lr[i] ? &*s->lr[i] : nullptr, lora ? &s->u[i] : nullptr, s->dy[i],
                          lora ? &s->grad_a[i] : nullptr, lora ? &s->grad_b[i] : nullptr});
       }
@@ -318,8 +319,7 @@ void check_lora_matmul(int64_t n, int64_t in, int64_t pad) {
 Tensor bf16_on_device(const Tensor& host_f32) {
   Tensor h = Tensor::zeros(DType::BF16, {host_f32.dim(0), host_f32.dim(1)});
   for (int64_t r = 0; r < h.dim(0); ++r)
-    for (int64_t c = 0; c < h.dim(1); ++c)
-      h.row_as<uint16_t>(r)[c] = f32_to_bf16(host_f32.row_as<float>(r)[c]);
+    for (int64_t c = 0; c < h.dim(1); ++c) h.row_as<uint16_t>(r)[c] = f32_to_bf16(host_f32.row_as<float>(r)[c]);
   return to_device(h, Device::CUDA);
 }
 
@@ -357,7 +357,8 @@ TEST(CudaTrainOps, Bf16MlpPathsMatchTheF32Ones) {
   const int64_t n = 40, in = 64, out = 48, r = 8;
   const Tensor x = random_f32(n, in, 93), dy = random_f32(n, out, 94);
   const Tensor w = to_device(quantized(random_f32(out, in, 95, 0.05f), DType::BF16), Device::CUDA);
-  const Tensor a = to_device(random_f32(r, in, 96, 0.05f), Device::CUDA), b = to_device(random_f32(out, r, 97, 0.5f), Device::CUDA);
+  const Tensor a = to_device(random_f32(r, in, 96, 0.05f), Device::CUDA),
+               b = to_device(random_f32(out, r, 97, 0.5f), Device::CUDA);
   const LowRank lr{.a = a, .b = b, .scale = 2.0f};
   struct Result {
     Tensor y, u, dx, grad_a, grad_b;
@@ -600,17 +601,18 @@ TEST(CudaTrainOpsBench, DISABLED_Llama8BShapes) {
     const double fwd = milliseconds([&] { logp_head_forward(args, lse, logp); }, 3);
     const double bwd = milliseconds([&] { logp_head_backward(args, lse, dl, dh, GradWrite::Overwrite); }, 3);
     const double flop = 2.0 * double(n) * double(V) * double(H);
-    std::printf("  logp head bf16 n=%ld H=%ld V=%ld chunk 4096: forward %.2f ms (%.0f TFLOP/s), backward %.2f ms "
-                "(%.0f TFLOP/s)\n",
-                long(n), long(H), long(V), fwd, flop / fwd * 1e-9, bwd, 2 * flop / bwd * 1e-9);
+    std::printf(
+        "  logp head bf16 n=%ld H=%ld V=%ld chunk 4096: forward %.2f ms (%.0f TFLOP/s), backward %.2f ms "
+        "(%.0f TFLOP/s)\n",
+        long(n), long(H), long(V), fwd, flop / fwd * 1e-9, bwd, 2 * flop / bwd * 1e-9);
   }
   for (DType t : {DType::BF16, DType::Q4_K, DType::Q8_0}) {
     Tensor w = tiled_weight(t, I, H, 73);  // down_proj's input grad: dx[n, I] = dy[n, H]·w... as [I, H] here
     Tensor dy = to_device(random_f32(n, I, 74), Device::CUDA);
     Tensor dx = zeros(DType::F32, {n, H}, Device::CUDA);
     const double ms = milliseconds([&] { matmul_input_grad(dy, w, dx, GradWrite::Accumulate); }, 5);
-    std::printf("  matmul_input_grad %s [%ld, %ld]·[%ld, %ld]: %.3f ms (%.0f TFLOP/s)\n", dtype_name(t).data(),
-                long(n), long(I), long(I), long(H), ms, 2.0 * n * I * H / ms * 1e-9);
+    std::printf("  matmul_input_grad %s [%ld, %ld]·[%ld, %ld]: %.3f ms (%.0f TFLOP/s)\n", dtype_name(t).data(), long(n),
+                long(I), long(I), long(H), ms, 2.0 * n * I * H / ms * 1e-9);
   }
   {
     Tensor dy = to_device(random_f32(n, r, 75), Device::CUDA), x = to_device(random_f32(n, H, 76), Device::CUDA);

@@ -35,20 +35,20 @@ namespace brioche::cpu {
 namespace {
 
 constexpr DType kAllWeightTypes[] = {
-    DType::F32,         DType::F16,         DType::BF16,         DType::Q8_0,        DType::Q4_0,
-    DType::Q4_1,        DType::Q4_K,        DType::Q5_K,         DType::Q6_K,        DType::AFFINE4_G32,
+    DType::F32,         DType::F16,          DType::BF16,        DType::Q8_0,        DType::Q4_0,
+    DType::Q4_1,        DType::Q4_K,         DType::Q5_K,        DType::Q6_K,        DType::AFFINE4_G32,
     DType::AFFINE4_G64, DType::AFFINE4_G128, DType::AFFINE8_G32, DType::AFFINE8_G64, DType::AFFINE8_G128,
 };
 
 struct Problem {
   DType wtype;
   int64_t n, m, k;
-  std::vector<uint8_t> w;    // [m, row_bytes]
-  std::vector<float> wf;     // [m, k] dequantized
-  std::vector<float> x;      // [n, k]
-  std::vector<double> ref;   // [n, m]
-  std::vector<double> ref_q8; // [n, m] with x rounded to int8 per 32-block as the kernels do
-  std::vector<double> scale; // [n, m]: ||w_r|| * ||x_c||
+  std::vector<uint8_t> w;      // [m, row_bytes]
+  std::vector<float> wf;       // [m, k] dequantized
+  std::vector<float> x;        // [n, k]
+  std::vector<double> ref;     // [n, m]
+  std::vector<double> ref_q8;  // [n, m] with x rounded to int8 per 32-block as the kernels do
+  std::vector<double> scale;   // [n, m]: ||w_r|| * ||x_c||
 };
 
 Problem make_problem(DType wtype, int64_t n, int64_t m, int64_t k, uint32_t seed) {
@@ -104,8 +104,16 @@ std::vector<float> run(const Problem& p) {
   const float sentinel = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> buf(size_t(2 * kGuard + p.n * ldy), sentinel);
   float* y = buf.data() + kGuard;
-  matmul({.x = p.x.data(), .ldx = p.k, .wtype = p.wtype, .w = p.w.data(), .w_row_bytes = row_bytes(p.wtype, p.k),
-          .y = y, .ldy = ldy, .n = p.n, .m = p.m, .k = p.k});
+  matmul({.x = p.x.data(),
+          .ldx = p.k,
+          .wtype = p.wtype,
+          .w = p.w.data(),
+          .w_row_bytes = row_bytes(p.wtype, p.k),
+          .y = y,
+          .ldy = ldy,
+          .n = p.n,
+          .m = p.m,
+          .k = p.k});
   std::vector<float> out(size_t(p.n * p.m));
   for (int64_t i = 0; i < int64_t(buf.size()); ++i) {
     const int64_t rel = i - kGuard;
@@ -125,10 +133,10 @@ std::vector<float> run(const Problem& p) {
 
 std::vector<int64_t> ks_for(DType t) {
   const int be = dtype_info(t).block_elems;
-  if (be == 1) return {37, 64};           // f32/f16/bf16: tails and full vectors
-  if (be == 256) return {256, 768};       // K-quants: 1 and 3 super-blocks
-  if (be == 32) return {96, 576};         // odd block counts (3, 18)
-  return {be, 3 * be};                    // affine g64/g128
+  if (be == 1) return {37, 64};      // f32/f16/bf16: tails and full vectors
+  if (be == 256) return {256, 768};  // K-quants: 1 and 3 super-blocks
+  if (be == 32) return {96, 576};    // odd block counts (3, 18)
+  return {be, 3 * be};               // affine g64/g128
 }
 
 class MatmulHarness : public ::testing::TestWithParam<DType> {};
@@ -154,12 +162,12 @@ TEST_P(MatmulHarness, MatchesDoubleReferenceOnEveryIsa) {
             err2 += e * e;
             ref2 += p.ref[i] * p.ref[i];
             ASSERT_LE(std::fabs(e), per_output * p.scale[i])
-                << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " m=" << m << " k=" << k
-                << " output " << i << " got " << y[i] << " want " << p.ref[i];
+                << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " m=" << m << " k=" << k << " output "
+                << i << " got " << y[i] << " want " << p.ref[i];
             if (int8_acts) {  // the integer math itself is exact: only f32 rounding remains
               ASSERT_LE(std::fabs(double(y[i]) - p.ref_q8[i]), 1e-5 * p.scale[i])
-                  << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " m=" << m << " k=" << k
-                  << " output " << i << " vs int8-activation reference";
+                  << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " m=" << m << " k=" << k << " output "
+                  << i << " vs int8-activation reference";
             }
           }
           if (y.size() >= 32 && n >= 3) {
@@ -170,8 +178,8 @@ TEST_P(MatmulHarness, MatchesDoubleReferenceOnEveryIsa) {
           if (isa > Isa::Avx2) {
             for (size_t i = 0; i < y.size(); ++i)
               ASSERT_LE(std::fabs(double(y[i]) - avx2_out[i]), 1e-5 * p.scale[i])
-                  << dtype_name(wtype) << " " << isa_name(isa) << " vs avx2, n=" << n << " m=" << m
-                  << " k=" << k << " output " << i;
+                  << dtype_name(wtype) << " " << isa_name(isa) << " vs avx2, n=" << n << " m=" << m << " k=" << k
+                  << " output " << i;
           }
         }
       }
@@ -188,8 +196,8 @@ TEST_P(MatmulHarness, MatchesDoubleReferenceOnEveryIsa) {
 // weight rows 13 and 40 (full tiles plus tail rows), against the reference
 // with the same int8 activations: only f32 rounding may differ.
 TEST(MatmulColumns, EveryBatchSizeMatchesInt8Reference) {
-  const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
-                         DType::Q6_K, DType::AFFINE4_G64, DType::AFFINE8_G32};
+  const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0,        DType::Q4_K,
+                         DType::Q5_K, DType::Q6_K, DType::AFFINE4_G64, DType::AFFINE8_G32};
   std::vector<int64_t> batch_sizes;
   for (int64_t n = 1; n <= 17; ++n) batch_sizes.push_back(n);
   batch_sizes.push_back(33);
@@ -210,8 +218,8 @@ TEST(MatmulColumns, EveryBatchSizeMatchesInt8Reference) {
             clear_isa_override();
             for (size_t i = 0; i < y.size(); ++i)
               ASSERT_LE(std::fabs(double(y[i]) - p.ref_q8[i]), 1e-5 * p.scale[i])
-                  << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " m=" << m << " k=" << k
-                  << " output " << i << " (row " << i / size_t(m) << ") got " << y[i] << " want " << p.ref_q8[i];
+                  << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " m=" << m << " k=" << k << " output "
+                  << i << " (row " << i / size_t(m) << ") got " << y[i] << " want " << p.ref_q8[i];
           }
         }
       }
@@ -225,7 +233,7 @@ TEST(MatmulColumns, EveryBatchSizeMatchesInt8Reference) {
 // 8-lane tails) do the same float arithmetic per output, so every row of a
 // batch equals that row computed alone, bit for bit, on every path.
 TEST(MatmulColumns, RowsAreBitIdenticalAloneAndBatched) {
-  const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K,
+  const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0,        DType::Q4_K,
                          DType::Q5_K, DType::Q6_K, DType::AFFINE4_G32, DType::AFFINE8_G64};
   uint32_t seed = 500;
   for (DType wtype : types) {
@@ -246,9 +254,8 @@ TEST(MatmulColumns, RowsAreBitIdenticalAloneAndBatched) {
             uint32_t a, b;
             std::memcpy(&a, &y[size_t(r)], 4);
             std::memcpy(&b, &together[size_t(c * m + r)], 4);
-            ASSERT_EQ(a, b) << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " row " << c
-                            << " output " << r << ": alone " << y[size_t(r)] << ", batched "
-                            << together[size_t(c * m + r)];
+            ASSERT_EQ(a, b) << dtype_name(wtype) << " " << isa_name(isa) << " n=" << n << " row " << c << " output "
+                            << r << ": alone " << y[size_t(r)] << ", batched " << together[size_t(c * m + r)];
           }
         }
         clear_isa_override();
@@ -263,9 +270,12 @@ TEST(MatmulColumns, RowsAreBitIdenticalAloneAndBatched) {
 // nothing outside each part's y may be written. Parts of mixed dtypes take
 // the per-part fallback.
 TEST(MatmulGroup, EachPartIsBitIdenticalToItsOwnMatmul) {
-  const std::vector<std::vector<DType>> groups = {
-      {DType::Q4_1, DType::Q4_1, DType::Q4_1}, {DType::Q8_0, DType::Q8_0}, {DType::Q4_K, DType::Q4_K, DType::Q4_K},
-      {DType::Q6_K, DType::Q6_K},             {DType::Q4_1, DType::Q8_0}, {DType::F32, DType::F32}};
+  const std::vector<std::vector<DType>> groups = {{DType::Q4_1, DType::Q4_1, DType::Q4_1},
+                                                  {DType::Q8_0, DType::Q8_0},
+                                                  {DType::Q4_K, DType::Q4_K, DType::Q4_K},
+                                                  {DType::Q6_K, DType::Q6_K},
+                                                  {DType::Q4_1, DType::Q8_0},
+                                                  {DType::F32, DType::F32}};
   const int64_t part_rows[] = {300, 21, 70};
   uint32_t seed = 900;
   for (const std::vector<DType>& types : groups) {
@@ -283,9 +293,16 @@ TEST(MatmulGroup, EachPartIsBitIdenticalToItsOwnMatmul) {
         std::vector<MatmulArgs> parts;
         for (const Problem& p : problems) {
           bufs.emplace_back(size_t(2 * kGuard + p.n * (p.m + 1)), -7.0f);
-          parts.push_back({.x = problems[0].x.data(), .ldx = p.k, .wtype = p.wtype, .w = p.w.data(),
-                           .w_row_bytes = row_bytes(p.wtype, p.k), .y = bufs.back().data() + kGuard,
-                           .ldy = p.m + 1, .n = p.n, .m = p.m, .k = p.k});
+          parts.push_back({.x = problems[0].x.data(),
+                           .ldx = p.k,
+                           .wtype = p.wtype,
+                           .w = p.w.data(),
+                           .w_row_bytes = row_bytes(p.wtype, p.k),
+                           .y = bufs.back().data() + kGuard,
+                           .ldy = p.m + 1,
+                           .n = p.n,
+                           .m = p.m,
+                           .k = p.k});
         }
         matmul_group(parts);
         for (size_t i = 0; i < problems.size(); ++i) {
@@ -303,8 +320,8 @@ TEST(MatmulGroup, EachPartIsBitIdenticalToItsOwnMatmul) {
             uint32_t a, b;
             std::memcpy(&a, &got, 4);
             std::memcpy(&b, &want, 4);
-            ASSERT_EQ(a, b) << dtype_name(p.wtype) << " " << isa_name(isa) << " n=" << n << " part " << i
-                            << " at " << rel << ": group " << got << ", alone " << want;
+            ASSERT_EQ(a, b) << dtype_name(p.wtype) << " " << isa_name(isa) << " n=" << n << " part " << i << " at "
+                            << rel << ": group " << got << ", alone " << want;
           }
         }
         clear_isa_override();

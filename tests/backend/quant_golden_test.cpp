@@ -20,9 +20,9 @@ struct Golden {
   std::string provenance;
   DType dtype{};
   int64_t rows = 0, cols = 0;
-  std::vector<uint8_t> blocks;   // [rows, row_bytes]
-  std::vector<float> values;     // [rows, cols]
-  std::vector<float> src;        // [rows, cols] or empty
+  std::vector<uint8_t> blocks;  // [rows, row_bytes]
+  std::vector<float> values;    // [rows, cols]
+  std::vector<float> src;       // [rows, cols] or empty
 };
 
 Golden load_golden(const std::string& name) {
@@ -86,9 +86,9 @@ TEST_P(QuantGoldenWithSource, ReferenceQuantizerMatchesLlamaCppBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantGolden,
-                         ::testing::Values("q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "affine4_g32",
-                                           "affine4_g64", "affine4_g128", "affine8_g32", "affine8_g64",
-                                           "affine8_g128", "model_token_embd", "model_ffn_gate"));
+                         ::testing::Values("q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "affine4_g32", "affine4_g64",
+                                           "affine4_g128", "affine8_g32", "affine8_g64", "affine8_g128",
+                                           "model_token_embd", "model_ffn_gate"));
 
 INSTANTIATE_TEST_SUITE_P(GgufQuantizers, QuantGoldenWithSource, ::testing::Values("q8_0", "q4_0", "q4_1"));
 
@@ -96,11 +96,13 @@ INSTANTIATE_TEST_SUITE_P(GgufQuantizers, QuantGoldenWithSource, ::testing::Value
 // (bounds are per type: max error relative to the row's max magnitude; Q4_0
 // maps the largest value to -8, so the other side clamps at 7/8 of it).
 TEST(QuantRoundTrip, EveryTypeReconstructsWithinItsResolution) {
-  const struct { DType t; double max_rel_err; } kCases[] = {
-      {DType::F16, 1e-3},         {DType::BF16, 8e-3},         {DType::Q8_0, 1e-2},
-      {DType::Q4_0, 0.13},         {DType::Q4_1, 0.1},          {DType::Q4_K, 0.12},
-      {DType::Q5_K, 0.06},        {DType::Q6_K, 0.03},         {DType::AFFINE4_G32, 0.1},
-      {DType::AFFINE4_G64, 0.1},  {DType::AFFINE4_G128, 0.1},  {DType::AFFINE8_G32, 0.01},
+  const struct {
+    DType t;
+    double max_rel_err;
+  } kCases[] = {
+      {DType::F16, 1e-3},         {DType::BF16, 8e-3},         {DType::Q8_0, 1e-2},        {DType::Q4_0, 0.13},
+      {DType::Q4_1, 0.1},         {DType::Q4_K, 0.12},         {DType::Q5_K, 0.06},        {DType::Q6_K, 0.03},
+      {DType::AFFINE4_G32, 0.1},  {DType::AFFINE4_G64, 0.1},   {DType::AFFINE4_G128, 0.1}, {DType::AFFINE8_G32, 0.01},
       {DType::AFFINE8_G64, 0.01}, {DType::AFFINE8_G128, 0.01},
   };
   const int64_t n = 1024;

@@ -43,8 +43,14 @@ TEST(VecF32, SwigluMatchesScalarFormula) {
     gate[i] = -30.0f + 60.0f * float(i) / float(gate.size());
     up[i] = 0.5f + 0.01f * float(i);
   }
-  swiglu({.gate = gate.data(), .up = up.data(), .out = out.data(), .n_rows = n_rows, .dim = dim,
-          .gate_stride = dim, .up_stride = dim, .out_stride = dim});
+  swiglu({.gate = gate.data(),
+          .up = up.data(),
+          .out = out.data(),
+          .n_rows = n_rows,
+          .dim = dim,
+          .gate_stride = dim,
+          .up_stride = dim,
+          .out_stride = dim});
   for (size_t i = 0; i < gate.size(); ++i) {
     const double g = gate[i], want = g / (1.0 + std::exp(-g)) * up[i];
     ASSERT_NEAR(out[i], want, 1e-6 * std::fabs(want) + 1e-30) << "element " << i;

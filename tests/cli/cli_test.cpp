@@ -55,7 +55,8 @@ TEST(Cli, TrainGpusNeedsCudaDevices) {
   if (!have_default_model()) GTEST_SKIP() << "skipped: default model not installed";
   const auto data = std::filesystem::temp_directory_path() / "brioche_cli_test_gpus";
   std::filesystem::create_directories(data);
-  std::ofstream(data / "train.jsonl") << R"({"text": "hello"})" << "\n";
+  std::ofstream(data / "train.jsonl") << R"({"text": "hello"})"
+                                      << "\n";
   Outcome o = run_brioche("train --gpus 2 --data " + data.string() + " -o " + (data / "out").string());
   EXPECT_EQ(o.exit_code, 2) << o.output;
   EXPECT_NE(o.output.find("--gpus 2 trains on GPUs: add --device cuda"), std::string::npos) << o.output;
@@ -139,7 +140,8 @@ TEST(Cli, BenchSpeculativeComparesWithAndWithoutInOneRun) {
   if (!have_default_model()) GTEST_SKIP() << "skipped: default model missing (run scripts/setup.sh)";
   Outcome o = run_brioche("bench -n 24 -r 1 -t 2 --speculative prompt-lookup --temperature 0");
   ASSERT_EQ(o.exit_code, 0) << o.output;
-  EXPECT_NE(o.output.find("speculative: prompt-lookup, up to 4 drafts (adaptive), T 0.00"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find("speculative: prompt-lookup, up to 4 drafts (adaptive), T 0.00"), std::string::npos)
+      << o.output;
   EXPECT_NE(o.output.find("| speed-up | accepted | per step | same output |"), std::string::npos) << o.output;
   // The built-in editing prompt: greedy output identical with and without.
   const size_t row = o.output.find("| edit ");
@@ -167,7 +169,8 @@ TEST(Cli, TrainTomlConfigErrorsNameFileLineAndKey) {
 TEST(Cli, TrainRefusesUnsupportedSwitchesAndDevices) {
   auto dir = std::filesystem::temp_directory_path() / "brioche_cli_test_switches";
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "train.jsonl") << R"({"prompt": "a", "chosen": "b", "rejected": "c"})" << "\n";
+  std::ofstream(dir / "train.jsonl") << R"({"prompt": "a", "chosen": "b", "rejected": "c"})"
+                                     << "\n";
   std::ofstream(dir / "mlp.json") << R"({"mlp_split": true})";
   struct Refusal {
     std::string args, says;
@@ -199,15 +202,18 @@ TEST(Cli, TrainedAdapterLoadsIntoRun) {
   {
     FILE* f = std::fopen((dir / "data" / "train.jsonl").c_str(), "w");
     for (int i = 0; i < 4; ++i) {
-      std::fputs(R"({"messages":[{"role":"user","content":"Repeat: blue boats"},{"role":"assistant","content":"BLUE BOATS"}]})"
-                 "\n", f);
+      std::fputs(
+          R"({"messages":[{"role":"user","content":"Repeat: blue boats"},{"role":"assistant","content":"BLUE BOATS"}]})"
+          "\n",
+          f);
     }
     std::fclose(f);
   }
   // Options from a TOML file, the command line overriding one of them (rank).
   std::ofstream(dir / "train.toml") << "iters = 2\nnum_layers = 1\nrank = 8\nthreads = 2\n";
-  Outcome train = run_brioche("train --config " + (dir / "train.toml").string() + " -d " + (dir / "data").string() +
-                              " -o " + (dir / "adapter").string() + " --rank 4 --grad-checkpoint --boundary-dtype bf16 -q");
+  Outcome train =
+      run_brioche("train --config " + (dir / "train.toml").string() + " -d " + (dir / "data").string() + " -o " +
+                  (dir / "adapter").string() + " --rank 4 --grad-checkpoint --boundary-dtype bf16 -q");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir / "adapter" / "adapter_model.safetensors"));
@@ -219,7 +225,8 @@ TEST(Cli, TrainedAdapterLoadsIntoRun) {
     EXPECT_NE(metrics.find("\"num_layers\": 1"), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("\"boundary_dtype\": \"bf16\""), std::string::npos) << metrics;
   }
-  Outcome adapted = run_brioche("run -p 'Repeat: blue boats' --temp 0 -n 4 -t 2 --adapter " + (dir / "adapter").string());
+  Outcome adapted =
+      run_brioche("run -p 'Repeat: blue boats' --temp 0 -n 4 -t 2 --adapter " + (dir / "adapter").string());
   EXPECT_EQ(adapted.exit_code, 0) << adapted.output;
   Outcome missing = run_brioche("run -p hi --adapter " + (dir / "nope").string());
   EXPECT_EQ(missing.exit_code, 2) << missing.output;

@@ -35,7 +35,9 @@ Outcome brioche(const std::string& args) {
   return o;
 }
 
-std::string fixture(const std::string& name) { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/data/fixtures/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(BRIOCHE_SOURCE_DIR) + "/tests/data/fixtures/" + name;
+}
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);

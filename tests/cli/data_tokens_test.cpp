@@ -43,22 +43,23 @@ TEST_F(DataTokens, EveryFixtureRowMatchesTheReference) {
   int checked = 0;
   for (const auto& [file, rows] : g["files"].items()) {
     data::RowReport report;
-    data::read_examples(data_dir() + "fixtures/" + file, {}, report, [&](const data::RowLocation& at, data::Example& ex) {
-      const json& want = rows[std::to_string(at.number)];
-      SCOPED_TRACE(file + " " + at.text());
-      if (ex.layout == data::Layout::Text) {
-        EXPECT_EQ(counter_->text(ex.text), want["text"].get<int64_t>());
-      } else {
-        ASSERT_EQ(ex.replies.size(), want["replies"].size());
-        for (size_t i = 0; i < ex.replies.size(); ++i) {
-          const data::ExchangeTokens t = counter_->exchange(ex.prompt, ex.replies[i].message);
-          EXPECT_EQ(t.prompt, want["prompt"].get<int64_t>());
-          EXPECT_EQ(t.reply, want["replies"][i].get<int64_t>());
-        }
-      }
-      ++checked;
-      report.keep();
-    });
+    data::read_examples(data_dir() + "fixtures/" + file, {}, report,
+                        [&](const data::RowLocation& at, data::Example& ex) {
+                          const json& want = rows[std::to_string(at.number)];
+                          SCOPED_TRACE(file + " " + at.text());
+                          if (ex.layout == data::Layout::Text) {
+                            EXPECT_EQ(counter_->text(ex.text), want["text"].get<int64_t>());
+                          } else {
+                            ASSERT_EQ(ex.replies.size(), want["replies"].size());
+                            for (size_t i = 0; i < ex.replies.size(); ++i) {
+                              const data::ExchangeTokens t = counter_->exchange(ex.prompt, ex.replies[i].message);
+                              EXPECT_EQ(t.prompt, want["prompt"].get<int64_t>());
+                              EXPECT_EQ(t.reply, want["replies"][i].get<int64_t>());
+                            }
+                          }
+                          ++checked;
+                          report.keep();
+                        });
   }
   EXPECT_GE(checked, 20);
 }
@@ -81,9 +82,12 @@ TEST_F(DataTokens, LengthsAreWhatTrainLoadDatasetBuilds) {
   data::write_jsonl(path.string(), r.rows.train);
   model::Checkpoint ck = model::load_gguf_checkpoint(default_model_path());
   auto tok = engine::load_model_tokenizer(ck.gguf.get(), ck.directory);
-  const train::Dataset ds = train::load_dataset(
-      path.string(), {.preference = true, .max_seq_length = 4096, .tokenizer = tok.get(),
-                      .render = train::make_chat_renderer(ck.chat_template, *tok), .quiet = true});
+  const train::Dataset ds =
+      train::load_dataset(path.string(), {.preference = true,
+                                          .max_seq_length = 4096,
+                                          .tokenizer = tok.get(),
+                                          .render = train::make_chat_renderer(ck.chat_template, *tok),
+                                          .quiet = true});
   ASSERT_EQ(ds.pairs.size(), r.rows.train.size());
   data::RowReport report;
   size_t i = 0;

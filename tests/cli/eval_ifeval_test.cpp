@@ -57,8 +57,10 @@ class EvalIfevalCli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(default_model_path())) GTEST_SKIP() << "skipped: default model not installed";
-    root_ = fs::temp_directory_path() /
-            ("brioche_cli_eval_ifeval_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));  // ctest runs tests in parallel
+    root_ =
+        fs::temp_directory_path() /
+        ("brioche_cli_eval_ifeval_" +
+         std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));  // ctest runs tests in parallel
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
@@ -154,8 +156,9 @@ TEST_F(EvalIfevalCli, ComparesAnAdapterWithTheBase) {
 
 TEST_F(EvalIfevalCli, BadInputIsAUsageError) {
   const fs::path prompts = root_ / "prompts.jsonl";
-  std::ofstream(prompts) << "{\"prompt\": \"hi\", \"instruction_id_list\": [\"punctuation:no_comma\"], \"kwargs\": [{}]}\n"
-                         << "{\"prompt\": \"hi\", \"instruction_id_list\": [\"no:such\"], \"kwargs\": [{}]}\n";
+  std::ofstream(prompts)
+      << "{\"prompt\": \"hi\", \"instruction_id_list\": [\"punctuation:no_comma\"], \"kwargs\": [{}]}\n"
+      << "{\"prompt\": \"hi\", \"instruction_id_list\": [\"no:such\"], \"kwargs\": [{}]}\n";
   Outcome o = brioche("eval ifeval --prompts " + prompts.string(), root_ / "err");
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find(prompts.string() + ":2: unknown IFEval instruction id 'no:such'"), std::string::npos) << o.err;

@@ -48,8 +48,10 @@ class EvalScoringCli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(default_model_path())) GTEST_SKIP() << "skipped: default model not installed";
-    dir_ = fs::temp_directory_path() /
-            ("brioche_eval_scoring_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));  // ctest runs tests in parallel
+    dir_ =
+        fs::temp_directory_path() /
+        ("brioche_eval_scoring_cli_" +
+         std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));  // ctest runs tests in parallel
     fs::create_directories(dir_);
     const nlohmann::json g =
         read_json(std::string(BRIOCHE_SOURCE_DIR) + "/tests/train/golden/sequence_scores_smollm2.json");
@@ -70,8 +72,8 @@ TEST_F(EvalScoringCli, PreferenceAccuracyAndAdapterComparison) {
                       (dir_ / "adapter").string());
   ASSERT_EQ(o.exit_code, 0) << o.output;
   const fs::path out = dir_ / "preference.json";
-  o = brioche("eval preference -q -d " + (dir_ / "pairs.jsonl").string() + " --adapter sft=" +
-              (dir_ / "adapter").string() + " -o " + out.string());
+  o = brioche("eval preference -q -d " + (dir_ / "pairs.jsonl").string() +
+              " --adapter sft=" + (dir_ / "adapter").string() + " -o " + out.string());
   ASSERT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("preference: 5 pairs"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("sft - base: accuracy"), std::string::npos) << o.output;

@@ -114,7 +114,8 @@ TEST(CliExport, HuggingFaceFolderHoldsTheMergedWeights) {
   auto same = [&](const Tensor& gguf_tensor, const Tensor& folder_tensor, bool qk) {
     Tensor want = train::copy_f32(gguf_tensor.rank() == 1 ? gguf_tensor.reshape({1, gguf_tensor.dim(0)}) : gguf_tensor);
     if (qk) want = train::reorder_rows(want, ck.config.head_dim, /*to_hf=*/true);
-    Tensor got = train::copy_f32(folder_tensor.rank() == 1 ? folder_tensor.reshape({1, folder_tensor.dim(0)}) : folder_tensor);
+    Tensor got =
+        train::copy_f32(folder_tensor.rank() == 1 ? folder_tensor.reshape({1, folder_tensor.dim(0)}) : folder_tensor);
     ++compared;
     differing += want.nbytes() != got.nbytes() || std::memcmp(want.data(), got.data(), want.nbytes()) != 0;
   };
@@ -134,7 +135,9 @@ TEST(CliExport, HuggingFaceFolderHoldsTheMergedWeights) {
 
   // --unmerged: the base alone, the adapter beside it naming the folder.
   const std::string unmerged = (root / "unmerged").string();
-  ASSERT_EQ(brioche("export --adapter " + (root / "adapter").string() + " -o " + unmerged + " --unmerged --type bf16").first, 0);
+  ASSERT_EQ(
+      brioche("export --adapter " + (root / "adapter").string() + " -o " + unmerged + " --unmerged --type bf16").first,
+      0);
   EXPECT_EQ(brioche("run -m " + unmerged + " --adapter " + unmerged + "/adapter -p hi -n 4 -t 2").first, 0);
   const auto config = nlohmann::json::parse(std::ifstream(unmerged + "/adapter/adapter_config.json"));
   EXPECT_EQ(config["base_model_name_or_path"], fs::absolute(unmerged).lexically_normal().string());

@@ -75,8 +75,19 @@ TEST(CliTrain, CtrlCSavesAResumableCheckpointAndResumeFinishes) {
       train << R"({"prompt": "Repeat: word )" << i << R"(", "completion": " WORD )" << i << "\"}\n";
   }
   const fs::path out = root / "out";
-  const std::vector<std::string> common = {"train", "-d", (root / "data").string(), "--num-layers", "2", "--rank", "4",
-                                           "--steps-per-report", "1", "--threads", "2", "-o", out.string()};
+  const std::vector<std::string> common = {"train",
+                                           "-d",
+                                           (root / "data").string(),
+                                           "--num-layers",
+                                           "2",
+                                           "--rank",
+                                           "4",
+                                           "--steps-per-report",
+                                           "1",
+                                           "--threads",
+                                           "2",
+                                           "-o",
+                                           out.string()};
   std::vector<std::string> first = common;
   first.insert(first.end(), {"--iters", "200"});
   const int code = run(first, root / "first.log", 3, out / "log.jsonl");

@@ -57,7 +57,8 @@ TEST(EnvRegistry, CoversEverySourceRead) {
     std::stringstream text;
     text << in.rdbuf();
     std::string source = text.str();
-    for (std::sregex_iterator it(source.begin(), source.end(), through_registry), end; it != end; ++it) read.insert((*it)[1]);
+    for (std::sregex_iterator it(source.begin(), source.end(), through_registry), end; it != end; ++it)
+      read.insert((*it)[1]);
     for (std::sregex_iterator it(source.begin(), source.end(), around_registry), end; it != end; ++it)
       ADD_FAILURE() << entry.path() << " reads " << (*it)[1] << " with getenv; use core/env_switch.h";
   }

@@ -29,16 +29,20 @@ TEST(DataConvert, BadRowsNameTheirLineAndWhatWasWrong) {
   const ConvertResult hh = convert(fixture("hh_rlhf.jsonl"), {});
   const std::string s = hh.report.summary();
   EXPECT_NE(s.find("line 3: bad_row: hh-rlhf row: \"chosen\" and \"rejected\" transcripts differ before the last "
-                   "Assistant turn"), std::string::npos) << s;
+                   "Assistant turn"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("line 4: bad_row: hh-rlhf row: \"chosen\" transcript must end with an Assistant turn"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
   const ConvertResult alpaca = convert(fixture("alpaca.json"), {});
   EXPECT_NE(alpaca.report.summary().find("item 3: bad_row: no known layout has keys [instruction]"), std::string::npos);
   // Forced, the layout names the missing key.
   ConvertOptions forced;
   forced.read.layout = Layout::Alpaca;
-  EXPECT_NE(convert(fixture("alpaca.json"), forced).report.summary().find("item 3: bad_row: alpaca row: missing \"output\""),
-            std::string::npos);
+  EXPECT_NE(
+      convert(fixture("alpaca.json"), forced).report.summary().find("item 3: bad_row: alpaca row: missing \"output\""),
+      std::string::npos);
 }
 
 // A binarized row is one pair with scores (also what curate writes): convert keeps the pair, drops the scores.
@@ -46,26 +50,34 @@ TEST(DataConvert, BinarizedRowsArePairs) {
   const ConvertResult r = convert(fixture("ultrafeedback_binarized.jsonl"), {});
   EXPECT_EQ(r.report.kept(), 3);  // the tie stays (convert does not judge scores); line 4's prompts differ
   EXPECT_EQ(r.report.count("bad_row"), 1);
-  EXPECT_EQ(json(r.rows.train[2]), json::parse(R"({"prompt": "Largest planet?", "chosen": "Jupiter.", "rejected": "Saturn."})"));
+  EXPECT_EQ(json(r.rows.train[2]),
+            json::parse(R"({"prompt": "Largest planet?", "chosen": "Jupiter.", "rejected": "Saturn."})"));
 }
 
 TEST(DataConvert, RowsOfAnotherKindAreBadRows) {
   const auto path = std::filesystem::temp_directory_path() / "brioche_data_mixed.jsonl";
-  std::ofstream(path) << R"({"prompt": "p", "completion": "c"})" "\n"
-                      << R"({"prompt": "p", "chosen": "a", "rejected": "b"})" "\n"
-                      << R"({"text": "plain"})" "\n";
+  std::ofstream(path) << R"({"prompt": "p", "completion": "c"})"
+                         "\n"
+                      << R"({"prompt": "p", "chosen": "a", "rejected": "b"})"
+                         "\n"
+                      << R"({"text": "plain"})"
+                         "\n";
   const ConvertResult r = convert(path.string(), {});
   EXPECT_EQ(r.report.kept(), 2);
   EXPECT_EQ(r.report.count("other_kind"), 1);
   EXPECT_NE(r.report.summary().find("line 2: other_kind: a row of preference pairs (preference) in a file of sft "
-                                    "examples (completion at line 1)"), std::string::npos) << r.report.summary();
+                                    "examples (completion at line 1)"),
+            std::string::npos)
+      << r.report.summary();
   EXPECT_THROW(convert(fixture("ultrafeedback.jsonl"), {.read = {.layout = Layout::UltraFeedback}}), Error);
 }
 
 TEST(DataConvert, DedupKeepsTheFirstRowOfEachPrompt) {
   const auto path = std::filesystem::temp_directory_path() / "brioche_data_dups.jsonl";
-  std::ofstream(path) << R"({"prompt": "same", "completion": "one"})" "\n"
-                      << R"({"prompt": " same ", "completion": "two"})" "\n";
+  std::ofstream(path) << R"({"prompt": "same", "completion": "one"})"
+                         "\n"
+                      << R"({"prompt": " same ", "completion": "two"})"
+                         "\n";
   EXPECT_EQ(convert(path.string(), {}).report.kept(), 2);
   const ConvertResult r = convert(path.string(), {.dedup = true});
   EXPECT_EQ(r.report.kept(), 1);
@@ -81,7 +93,7 @@ TEST(DataSplit, SeededAndExactInSize) {
   EXPECT_EQ(json(a.valid), json(b.valid));
   EXPECT_NE(json(a.valid), json(c.valid));
   EXPECT_TRUE(std::is_sorted(a.train.begin(), a.train.end()));  // input order kept
-  EXPECT_EQ(split_rows(rows, 0.99, 1).train.size(), 1u);         // never everything to valid
+  EXPECT_EQ(split_rows(rows, 0.99, 1).train.size(), 1u);        // never everything to valid
   EXPECT_EQ(split_rows({}, 0.5, 1).train.size(), 0u);
 }
 

@@ -46,7 +46,7 @@ TEST(DataCurate, StatsOfTheFixtureByHand) {
   EXPECT_EQ(r.report.kept(), 6);
   EXPECT_EQ(r.report.count("invalid_json"), 1);
   EXPECT_EQ(r.report.count("bad_row"), 2);
-  EXPECT_EQ(r.report.count("tie"), 1);               // line 2: both rated 7
+  EXPECT_EQ(r.report.count("tie"), 1);                  // line 2: both rated 7
   EXPECT_EQ(r.report.count("too_few_completions"), 1);  // line 8: the other is "N/A"
   EXPECT_EQ(r.report.count("duplicate_prompt"), 1);     // line 7 repeats line 1's prompt (whitespace aside)
   EXPECT_EQ(r.stats["completions"], json::parse(R"({"total": 24, "unrated": 1, "empty": 1})"));
@@ -61,8 +61,10 @@ TEST(DataCurate, StatsOfTheFixtureByHand) {
   EXPECT_EQ(bad[1].reason, "invalid_json");
   const std::string summary = r.report.summary();
   EXPECT_NE(summary.find("line 10: bad_row: ultrafeedback row: \"completions\" must be a list, found a JSON string"),
-            std::string::npos) << summary;
-  EXPECT_NE(summary.find("line 12: bad_row: no known layout has keys [question, answer]"), std::string::npos) << summary;
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("line 12: bad_row: no known layout has keys [question, answer]"), std::string::npos)
+      << summary;
 }
 
 TEST(DataCurate, StrictStopsAtTheFirstBadRow) {

@@ -11,7 +11,9 @@
 
 namespace brioche::data {
 
-inline std::string fixture(const std::string& name) { return std::string(BRIOCHE_SOURCE_DIR) + "/tests/data/fixtures/" + name; }
+inline std::string fixture(const std::string& name) {
+  return std::string(BRIOCHE_SOURCE_DIR) + "/tests/data/fixtures/" + name;
+}
 
 inline json golden(const std::string& name) {
   std::ifstream in(std::string(BRIOCHE_SOURCE_DIR) + "/tests/data/golden/" + name);
@@ -28,7 +30,8 @@ inline void expect_report(const RowReport& report, const json& want) {
   EXPECT_EQ(got["kept"], want["kept"]);
   // Key order aside (ordered_json compares in order; nlohmann::json as maps).
   auto unordered = [](const json& j) { return nlohmann::json::parse(j.dump()); };
-  EXPECT_EQ(unordered(got["dropped"]), unordered(want["dropped"])) << got["dropped"].dump() << " vs " << want["dropped"].dump();
+  EXPECT_EQ(unordered(got["dropped"]), unordered(want["dropped"]))
+      << got["dropped"].dump() << " vs " << want["dropped"].dump();
   EXPECT_EQ(unordered(got["dropped_at"]), unordered(want["dropped_at"]));
 }
 

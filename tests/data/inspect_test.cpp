@@ -13,7 +13,7 @@ TEST(DataInspect, DistributionUsesNearestRank) {
   EXPECT_EQ(d["min"], 1.0);
   EXPECT_EQ(d["max"], 10.0);
   EXPECT_EQ(d["mean"], 5.5);
-  EXPECT_EQ(d["p50"], 5.0);   // ceil(0.5·10) = 5th value
+  EXPECT_EQ(d["p50"], 5.0);  // ceil(0.5·10) = 5th value
   EXPECT_EQ(d["p90"], 9.0);
   EXPECT_EQ(d["p99"], 10.0);
   EXPECT_TRUE(distribution({}).empty());
@@ -23,7 +23,8 @@ TEST(DataInspect, HistogramBinsArePowersOfTwo) {
   EXPECT_EQ(length_histogram({20, 33, 40, 64, 127, 128}),
             json::parse(R"([{"from": 16, "to": 32, "rows": 1}, {"from": 32, "to": 64, "rows": 2},
                             {"from": 64, "to": 128, "rows": 2}, {"from": 128, "to": 256, "rows": 1}])"));
-  EXPECT_EQ(length_histogram({3, 9}), json::parse(R"([{"from": 0, "to": 8, "rows": 1}, {"from": 8, "to": 16, "rows": 1}])"));
+  EXPECT_EQ(length_histogram({3, 9}),
+            json::parse(R"([{"from": 0, "to": 8, "rows": 1}, {"from": 8, "to": 16, "rows": 1}])"));
   EXPECT_TRUE(length_histogram({}).empty());
 }
 

@@ -35,7 +35,8 @@ TEST(DataLayout, NamesRoundTrip) {
 }
 
 TEST(DataLayout, HhTranscriptBecomesMessages) {
-  json t = parse_hh_transcript("\n\nHuman: Hi there\n\nAssistant: Hello.\n\nSecond paragraph.\n\nHuman: Bye\n\nAssistant:");
+  json t =
+      parse_hh_transcript("\n\nHuman: Hi there\n\nAssistant: Hello.\n\nSecond paragraph.\n\nHuman: Bye\n\nAssistant:");
   ASSERT_EQ(t.size(), 4u);
   EXPECT_EQ(t[0], (json{{"role", "user"}, {"content", "Hi there"}}));
   EXPECT_EQ(t[1], (json{{"role", "assistant"}, {"content", "Hello.\n\nSecond paragraph."}}));
@@ -51,12 +52,14 @@ TEST(DataLayout, PreferenceRowsNormaliseThePrompt) {
       {"role": "assistant", "content": "A"}], "rejected": [{"role": "user", "content": "Q"},
       {"role": "assistant", "content": "B"}], "score_chosen": "9", "score_rejected": 2})"),
                             Layout::UltraFeedbackBinarized);
-  EXPECT_EQ(preference_row(b.prompt, b.replies[0], b.replies[1]), json::parse(R"({"prompt": "Q", "chosen": "A", "rejected": "B"})"));
+  EXPECT_EQ(preference_row(b.prompt, b.replies[0], b.replies[1]),
+            json::parse(R"({"prompt": "Q", "chosen": "A", "rejected": "B"})"));
   EXPECT_EQ(*b.replies[0].score, 9.0);
   // TRL's explicit prompt with a system message stays a message list.
-  Example t = parse_example(json::parse(R"({"prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}],
+  Example t =
+      parse_example(json::parse(R"({"prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}],
       "chosen": [{"role": "assistant", "content": "A"}], "rejected": [{"role": "assistant", "content": "B"}]})"),
-                            Layout::TrlConversational);
+                    Layout::TrlConversational);
   EXPECT_EQ(preference_row(t.prompt, t.replies[0], t.replies[1])["prompt"].size(), 2u);
   EXPECT_THROW(parse_example(json::parse(R"({"chosen": [{"role": "user", "content": "Q"}, {"role": "assistant",
       "content": "A"}], "rejected": [{"role": "user", "content": "R"}, {"role": "assistant", "content": "B"}]})"),
@@ -75,31 +78,38 @@ TEST(DataLayout, UltraFeedbackScores) {
   EXPECT_EQ(*overall.replies[1].score, 6.5);
   Example fine = parse_example(row, Layout::UltraFeedback, {.source = "fine-grained"});
   EXPECT_DOUBLE_EQ(*fine.replies[0].score, 4.0);  // mean of 5 and 3 (N/A left out)
-  EXPECT_EQ(*fine.replies[1].score, 2.5);          // fine-grained_score wins over the annotations
+  EXPECT_EQ(*fine.replies[1].score, 2.5);         // fine-grained_score wins over the annotations
   Example aspect = parse_example(row, Layout::UltraFeedback, {.source = "honesty"});
   EXPECT_FALSE(aspect.replies[0].score);
   EXPECT_FALSE(aspect.replies[1].score);
-  EXPECT_THROW(parse_example(json::parse(R"({"instruction": "Q", "completions": [{"response": "a", "overall_score": "high"}]})"),
-                             Layout::UltraFeedback),
-               RowError);
+  EXPECT_THROW(
+      parse_example(json::parse(R"({"instruction": "Q", "completions": [{"response": "a", "overall_score": "high"}]})"),
+                    Layout::UltraFeedback),
+      RowError);
 }
 
 TEST(DataLayout, SftRowsAsTrainReadsThem) {
-  Example alpaca = parse_example(json::parse(R"({"instruction": "Do", "input": "this", "output": "done"})"), Layout::Alpaca);
+  Example alpaca =
+      parse_example(json::parse(R"({"instruction": "Do", "input": "this", "output": "done"})"), Layout::Alpaca);
   EXPECT_EQ(sft_row(alpaca), json::parse(R"({"prompt": "Do\n\nthis", "completion": "done"})"));
   Example share = parse_example(json::parse(R"({"conversations": [{"from": "system", "value": "S"},
-      {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"), Layout::ShareGpt);
+      {"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"),
+                                Layout::ShareGpt);
   EXPECT_EQ(sft_row(share), json::parse(R"({"messages": [{"role": "system", "content": "S"},
       {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"));
   // OpenAI-style turns under "conversations", and Alpaca's null input.
   Example openai = parse_example(json::parse(R"({"conversations": [{"role": "user", "content": "Q"},
-      {"role": "assistant", "content": "A"}]})"), Layout::ShareGpt);
+      {"role": "assistant", "content": "A"}]})"),
+                                 Layout::ShareGpt);
   EXPECT_EQ(sft_row(openai), json::parse(R"({"prompt": "Q", "completion": "A"})"));
-  EXPECT_EQ(sft_row(parse_example(json::parse(R"({"instruction": "Do", "input": null, "output": "done"})"), Layout::Alpaca)),
-            json::parse(R"({"prompt": "Do", "completion": "done"})"));
-  EXPECT_THROW(parse_example(json::parse(R"({"conversations": [{"from": "gpt", "value": "A"}, {"from": "human", "value": "Q"}]})"),
-                             Layout::ShareGpt),
-               RowError);
+  EXPECT_EQ(
+      sft_row(parse_example(json::parse(R"({"instruction": "Do", "input": null, "output": "done"})"), Layout::Alpaca)),
+      json::parse(R"({"prompt": "Do", "completion": "done"})"));
+  EXPECT_THROW(
+      parse_example(
+          json::parse(R"({"conversations": [{"from": "gpt", "value": "A"}, {"from": "human", "value": "Q"}]})"),
+          Layout::ShareGpt),
+      RowError);
 }
 
 }  // namespace

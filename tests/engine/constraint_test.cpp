@@ -106,8 +106,9 @@ TEST(SequenceConstraint, PromptOpenedBlockAndACloseTagSplitAcrossTokens) {
 
 TEST(SequenceConstraint, TerminatedGrammarAllowsNothingAndJumpForwardIsTheForcedText) {
   Qwen3& q = qwen3();
-  auto g = grammar::Grammar::from_json_schema(std::string(R"({"type":"object","properties":{"city":{"enum":["Paris"]}},"required":["city"]})"),
-                                              {.any_whitespace = false});
+  auto g = grammar::Grammar::from_json_schema(
+      std::string(R"({"type":"object","properties":{"city":{"enum":["Paris"]}},"required":["city"]})"),
+      {.any_whitespace = false});
   SequenceConstraint c(GrammarConstraint{.compiled = q.cache->get(g)});
   EXPECT_EQ(c.forced_continuation(), "{\"city\": \"Paris\"}");
   feed(c, "{\"city\": \"Paris\"}");
@@ -128,7 +129,8 @@ TEST(SequenceConstraint, VocabularyMarksSpecialAndEosAndPadsTheMask) {
   int32_t im_start = *q.tok->token_id("<|im_start|>");
   EXPECT_TRUE(v->is_special(im_start));
   EXPECT_FALSE(v->is_special(*q.tok->token_id("yes")));
-  for (int32_t eos : q.tok->eos_ids()) EXPECT_NE(std::find(v->eos_ids().begin(), v->eos_ids().end(), eos), v->eos_ids().end());
+  for (int32_t eos : q.tok->eos_ids())
+    EXPECT_NE(std::find(v->eos_ids().begin(), v->eos_ids().end(), eos), v->eos_ids().end());
 }
 
 }  // namespace
@@ -141,8 +143,9 @@ namespace {
 // dormant or while the model may still open a reasoning block.
 TEST(SequenceConstraint, SoleAllowedTokenIsTheOnlyAllowedOne) {
   Qwen3& q = qwen3();
-  auto g = grammar::Grammar::from_json_schema(std::string(R"({"type":"object","properties":{"city":{"enum":["Paris"]}},"required":["city"]})"),
-                                              {.any_whitespace = false});
+  auto g = grammar::Grammar::from_json_schema(
+      std::string(R"({"type":"object","properties":{"city":{"enum":["Paris"]}},"required":["city"]})"),
+      {.any_whitespace = false});
   SequenceConstraint c(GrammarConstraint{.compiled = q.cache->get(g)});
   EXPECT_EQ(c.sole_allowed_token(), -1);  // `{` and `{"` both start the text
   feed(c, "{\"city\": \"Paris\"");
@@ -168,7 +171,8 @@ TEST(SequenceConstraint, SoleAllowedTokenIsTheOnlyAllowedOne) {
 
 TEST(SequenceConstraint, AllowedPrefixOfDraftsLeavesTheMatcherWhereItWas) {
   Qwen3& q = qwen3();
-  SequenceConstraint c(GrammarConstraint{.compiled = q.cache->get(grammar::Grammar::from_choices({"yes please", "no"}))});
+  SequenceConstraint c(
+      GrammarConstraint{.compiled = q.cache->get(grammar::Grammar::from_choices({"yes please", "no"}))});
   std::vector<int32_t> drafts = q.tok->encode("yes please", {.add_special = false});
   const int32_t n_good = int32_t(drafts.size());
   drafts.push_back(*q.tok->token_id("maybe"));

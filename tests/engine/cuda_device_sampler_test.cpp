@@ -77,7 +77,8 @@ Case random_case(std::mt19937_64& rng, int vocab) {
   std::uniform_int_distribution<int32_t> token(0, vocab - 1), small(0, std::min(vocab, 200) - 1);
   if (unit(rng) < 0.3) {
     const int32_t repeated = token(rng);
-    p.logit_bias = {{repeated, 1.5f}, {token(rng), 8.0f}, {token(rng), -100.0f}, {repeated, -0.25f}, {token(rng), 0.75f}};
+    p.logit_bias = {
+        {repeated, 1.5f}, {token(rng), 8.0f}, {token(rng), -100.0f}, {repeated, -0.25f}, {token(rng), 0.75f}};
   }
   p.seed = rng();
   if (unit(rng) < 0.4) {
@@ -186,10 +187,12 @@ void check_against_host(int vocab, int n_rows, uint64_t seed) {
         std::vector<float> full = c.logits;
         Sampler(untruncated, vocab).sample(host_row(c, full));
         float host_bound = std::numeric_limits<float>::infinity();
-        for (const float l : processed) if (l != kNegInf) host_bound = std::min(host_bound, l);
+        for (const float l : processed)
+          if (l != kNegInf) host_bound = std::min(host_bound, l);
         const float v = full[size_t(d.token)];
         bool next_below_cut = v != kNegInf && v < host_bound;
-        for (const float l : full) if (l > v && l < host_bound) next_below_cut = false;
+        for (const float l : full)
+          if (l > v && l < host_bound) next_below_cut = false;
         EXPECT_TRUE(next_below_cut) << where << ": the device drew token " << d.token << " (" << v
                                     << "), not next below the host's top-p cut " << host_bound;
         continue;
@@ -266,7 +269,8 @@ TEST(CudaDeviceSampler, SeededRowAloneEqualsBatched) {
     alone_tokens.push_back(device.sample(logits, alone)[0].token);
     std::vector<DeviceSampler::Row> batched;
     for (int r = 0; r < 10; ++r) {
-      batched.push_back({.sampler = r == 4 ? &batched_sampler : others[size_t(r < 4 ? r : r - 1)].get(), .logit_row = r});
+      batched.push_back(
+          {.sampler = r == 4 ? &batched_sampler : others[size_t(r < 4 ? r : r - 1)].get(), .logit_row = r});
     }
     batched_tokens.push_back(device.sample(logits, batched)[4].token);
   }
@@ -432,9 +436,9 @@ struct EngineOutput {
 
 EngineOutput run_engine(std::shared_ptr<model::Model> model, bool device_sampling) {
   setenv("BRIOCHE_CUDA_SAMPLING", device_sampling ? "1" : "0", 1);
-  auto engine = std::make_unique<Engine>(
-      make_model_runner(model, {.block_size = 16, .n_blocks = 256, .max_context = 256}),
-      std::make_unique<testing::ToyCodec>());
+  auto engine =
+      std::make_unique<Engine>(make_model_runner(model, {.block_size = 16, .n_blocks = 256, .max_context = 256}),
+                               std::make_unique<testing::ToyCodec>());
   unsetenv("BRIOCHE_CUDA_SAMPLING");
   // Submitted together, so both runs batch the same rows at every step (one
   // by one, the engine could start the first before the rest arrived, and a

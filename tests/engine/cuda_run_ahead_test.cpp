@@ -84,9 +84,9 @@ std::shared_ptr<const grammar::CompiledGrammar> compile(const std::string& ebnf)
 
 std::unique_ptr<Engine> make_engine(bool run_ahead, std::vector<int32_t> eos = {}) {
   setenv("BRIOCHE_RUN_AHEAD", run_ahead ? "1" : "0", 1);
-  auto engine = std::make_unique<Engine>(
-      make_model_runner(tiny_model(), {.block_size = 16, .n_blocks = 256, .max_context = 256}),
-      std::make_unique<SemicolonCodec>(std::move(eos)));
+  auto engine =
+      std::make_unique<Engine>(make_model_runner(tiny_model(), {.block_size = 16, .n_blocks = 256, .max_context = 256}),
+                               std::make_unique<SemicolonCodec>(std::move(eos)));
   unsetenv("BRIOCHE_RUN_AHEAD");
   return engine;
 }

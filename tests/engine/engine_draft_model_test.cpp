@@ -115,7 +115,8 @@ TEST(EngineDraftModel, BatchedAndForkedSequencesKeepTheirTokens) {
   requests[1].n = 2;
   std::vector<std::shared_ptr<RequestHandle>> handles = e.engine->submit_all(requests);
   for (int i = 0; i < 4; ++i) {
-    const std::vector<int32_t> expected = ToyRunner::greedy_reference(requests[size_t(i)].prompt_tokens, 40, config.vocab);
+    const std::vector<int32_t> expected =
+        ToyRunner::greedy_reference(requests[size_t(i)].prompt_tokens, 40, config.vocab);
     std::vector<int32_t> choices[2];
     while (std::optional<GenerationEvent> ev = handles[size_t(i)]->next()) {
       ASSERT_NE(ev->finish, FinishReason::Error) << ev->error;
@@ -133,8 +134,8 @@ TEST(EngineDraftModel, BatchedAndForkedSequencesKeepTheirTokens) {
 
 TEST(EngineDraftModel, PreemptionAndCancellationReturnTheDraftsBlocks) {
   // 20 blocks of 4 for three 60-token sequences: someone is preempted.
-  ToyConfig config{.vocab = 16, .context = 256, .block_size = 4, .n_blocks = 20,
-                   .step_delay = std::chrono::microseconds(200)};
+  ToyConfig config{
+      .vocab = 16, .context = 256, .block_size = 4, .n_blocks = 20, .step_delay = std::chrono::microseconds(200)};
   DraftEngine e = draft_engine(config, config, 4);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 3; ++i)
@@ -158,7 +159,8 @@ TEST(EngineDraftModel, PreemptionAndCancellationReturnTheDraftsBlocks) {
 TEST(EngineDraftModel, SeededSampledRequestsAreReproducible) {
   ToyConfig config{.vocab = 16, .context = 256, .block_size = 4, .n_blocks = 128};
   DraftEngine e = draft_engine(config, config, 4);
-  GenerationRequest r{.prompt_tokens = {0, 1, 2, 0, 1, 2}, .sampling = {.temperature = 0.7f, .seed = 99}, .max_tokens = 50};
+  GenerationRequest r{
+      .prompt_tokens = {0, 1, 2, 0, 1, 2}, .sampling = {.temperature = 0.7f, .seed = 99}, .max_tokens = 50};
   std::vector<int32_t> first = collect(*e.engine->submit(r)).tokens;
   EXPECT_EQ(first.size(), 50u);
   EXPECT_EQ(collect(*e.engine->submit(r)).tokens, first);
@@ -180,7 +182,9 @@ TEST(EngineDraftModel, SampledSequencesFollowTheSameDistributionAsWithout) {
       for (int i = 0; i < 100; ++i) {
         // The first decode row is position 4, where the draft is skewed: q differs from p there.
         GenerationRequest r{.prompt_tokens = {0, 1, 2, 3},
-                            .sampling = {.temperature = 2.0f, .top_k = 0, .repetition_penalty = 1.1f,
+                            .sampling = {.temperature = 2.0f,
+                                         .top_k = 0,
+                                         .repetition_penalty = 1.1f,
                                          .seed = first_seed + uint64_t(batch * 100 + i)},
                             .max_tokens = 3};
         r.speculative = speculative;
@@ -206,8 +210,10 @@ TEST(EngineDraftModel, SampledSequencesFollowTheSameDistributionAsWithout) {
   std::vector<std::pair<int, int>> cells;
   std::pair<int, int> rare{0, 0};
   for (size_t c = 0; c < with.size(); ++c) {
-    if (with[c] + without[c] < 20) rare = {rare.first + with[c], rare.second + without[c]};
-    else cells.push_back({with[c], without[c]});
+    if (with[c] + without[c] < 20)
+      rare = {rare.first + with[c], rare.second + without[c]};
+    else
+      cells.push_back({with[c], without[c]});
   }
   if (rare.first + rare.second > 0) cells.push_back(rare);
   double chi = 0;

@@ -115,7 +115,8 @@ void expect_city(const std::string& text) {
 TEST(EngineGrammar, SchemaOutputParsesValidatesAndStopsWhenComplete) {
   Fixture f = load_or_skip({.kv = {.max_context = 512}});
   if (!f.engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
-  Output out = collect(*f.engine->submit(constrained(f, "A student described as JSON:", compact_schema(kPersonSchema), 64)));
+  Output out =
+      collect(*f.engine->submit(constrained(f, "A student described as JSON:", compact_schema(kPersonSchema), 64)));
   expect_person(out.text);
   // The grammar terminated at the closing brace: "stop", nothing sampled after it.
   EXPECT_EQ(out.finish, FinishReason::Stop);
@@ -209,8 +210,8 @@ TEST(EngineGrammar, PreemptedSequencesResumeWithTheirMatcher) {
   Fixture f = load_or_skip({.kv = {.block_size = 16, .n_blocks = 5, .max_context = 64}});
   if (!f.engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
   auto g = compact_schema(kPersonSchema);
-  const char* prompts[] = {"A student described as JSON:", "Another student as JSON:", "JSON for a pupil:",
-                           "Student record in JSON:"};
+  const char* prompts[] = {
+      "A student described as JSON:", "Another student as JSON:", "JSON for a pupil:", "Student record in JSON:"};
   std::vector<Output> alone;
   for (const char* p : prompts) alone.push_back(collect(*f.engine->submit(constrained(f, p, g, 48))));
   uint64_t before = f.engine->stats().preemptions;

@@ -33,12 +33,8 @@ std::vector<int32_t> run_tokens(RequestHandle& handle) {
 }
 
 const char* kPrompts[] = {
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "def fibonacci(n):",
-    "The three primary colors are",
-    "Water boils at a temperature of",
-    "My favourite fruit is the",
+    "The capital of France is",     "Once upon a time, in a small village,", "def fibonacci(n):",
+    "The three primary colors are", "Water boils at a temperature of",       "My favourite fruit is the",
 };
 
 // Runs the four prompts one at a time, then all submitted together (batched,

@@ -15,7 +15,8 @@ using testing::ToyCodec;
 using testing::ToyConfig;
 using testing::ToyRunner;
 
-std::unique_ptr<Engine> make_toy_engine(ToyConfig config, SchedulerOptions options = {}, std::vector<int32_t> eos = {}) {
+std::unique_ptr<Engine> make_toy_engine(ToyConfig config, SchedulerOptions options = {},
+                                        std::vector<int32_t> eos = {}) {
   return std::make_unique<Engine>(std::make_unique<ToyRunner>(config), std::make_unique<ToyCodec>(eos), options);
 }
 
@@ -203,8 +204,9 @@ TEST(EngineScheduler, PartialPrefixSharingIsOffWithThePrefixCache) {
 
 TEST(EngineScheduler, PreemptionResumesWithIdenticalTokens) {
   // 12 blocks of 4 = 48 positions for 4 sequences that each grow to 40.
-  auto engine = make_toy_engine({.context = 512, .block_size = 4, .n_blocks = 12, .step_delay = std::chrono::milliseconds(2)},
-                                {.prefix_cache = false});
+  auto engine =
+      make_toy_engine({.context = 512, .block_size = 4, .n_blocks = 12, .step_delay = std::chrono::milliseconds(2)},
+                      {.prefix_cache = false});
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (int32_t i = 0; i < 4; ++i) handles.push_back(engine->submit(greedy(prompt_of(10, 10 + i), 30)));
   for (int32_t i = 0; i < 4; ++i) {
@@ -250,7 +252,8 @@ TEST(EngineScheduler, SeededSamplingIsTheSameAloneAndBatched) {
   auto engine = make_toy_engine({});
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (int32_t i = 0; i < 6; ++i) handles.push_back(engine->submit(make(i)));
-  for (int32_t i = 0; i < 6; ++i) EXPECT_EQ(collect(*handles[size_t(i)]).tokens[0], alone[size_t(i)]) << "request " << i;
+  for (int32_t i = 0; i < 6; ++i)
+    EXPECT_EQ(collect(*handles[size_t(i)]).tokens[0], alone[size_t(i)]) << "request " << i;
 }
 
 TEST(EngineScheduler, ForksShareThePromptAndFollowTheirSeeds) {

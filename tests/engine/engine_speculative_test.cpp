@@ -72,7 +72,8 @@ TEST(EngineSpeculativeToy, BatchedSequencesKeepTheirTokens) {
   Engine engine(std::make_unique<ToyRunner>(config), std::make_unique<ToyCodec>(), speculating(3));
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < 4; ++i)
-    requests.push_back({.prompt_tokens = {i % 3, (i + 1) % 3, 2, i % 2}, .sampling = {.temperature = 0}, .max_tokens = 40});
+    requests.push_back(
+        {.prompt_tokens = {i % 3, (i + 1) % 3, 2, i % 2}, .sampling = {.temperature = 0}, .max_tokens = 40});
   std::vector<std::shared_ptr<RequestHandle>> handles = engine.submit_all(requests);
   for (int i = 0; i < 4; ++i)
     EXPECT_EQ(collect(*handles[size_t(i)]).tokens,
@@ -99,7 +100,8 @@ TEST(EngineSpeculativeToy, RequestOptOutAndLargeBatchesDoNotSpeculate) {
 TEST(EngineSpeculativeToy, SeededSampledRequestsAreReproducible) {
   ToyConfig config{.vocab = 3, .context = 256, .block_size = 4, .n_blocks = 64};
   Engine engine(std::make_unique<ToyRunner>(config), std::make_unique<ToyCodec>(), speculating(4));
-  GenerationRequest r{.prompt_tokens = {0, 1, 2, 0, 1, 2}, .sampling = {.temperature = 0.3f, .seed = 99}, .max_tokens = 50};
+  GenerationRequest r{
+      .prompt_tokens = {0, 1, 2, 0, 1, 2}, .sampling = {.temperature = 0.3f, .seed = 99}, .max_tokens = 50};
   std::vector<int32_t> first = collect(*engine.submit(r)).tokens;
   EXPECT_EQ(first.size(), 50u);
   EXPECT_EQ(collect(*engine.submit(r)).tokens, first);
@@ -125,7 +127,9 @@ TEST(EngineSpeculativeToy, SampledSequencesFollowTheSameDistributionAsWithout) {
       std::vector<GenerationRequest> requests;
       for (int i = 0; i < 100; ++i) {
         GenerationRequest r{.prompt_tokens = {0, 1, 2, 0, 1},
-                            .sampling = {.temperature = 3.0f, .top_k = 0, .repetition_penalty = 1.1f,
+                            .sampling = {.temperature = 3.0f,
+                                         .top_k = 0,
+                                         .repetition_penalty = 1.1f,
                                          .seed = first_seed + uint64_t(batch * 100 + i)},
                             .max_tokens = 4};
         requests.push_back(std::move(r));
@@ -137,8 +141,10 @@ TEST(EngineSpeculativeToy, SampledSequencesFollowTheSameDistributionAsWithout) {
       }
     }
     EngineStats s = engine.stats();
-    if (speculative) EXPECT_GT(s.spec_accepted_tokens, 1000u);
-    else EXPECT_EQ(s.spec_verify_steps, 0u);
+    if (speculative)
+      EXPECT_GT(s.spec_accepted_tokens, 1000u);
+    else
+      EXPECT_EQ(s.spec_verify_steps, 0u);
     return counts;
   };
   std::vector<int> with = counts_of(true, 1'000'000), without = counts_of(false, 2'000'000);
@@ -146,8 +152,10 @@ TEST(EngineSpeculativeToy, SampledSequencesFollowTheSameDistributionAsWithout) {
   std::vector<std::pair<int, int>> cells;
   std::pair<int, int> rare{0, 0};
   for (size_t c = 0; c < with.size(); ++c) {
-    if (with[c] + without[c] < 20) rare = {rare.first + with[c], rare.second + without[c]};
-    else cells.push_back({with[c], without[c]});
+    if (with[c] + without[c] < 20)
+      rare = {rare.first + with[c], rare.second + without[c]};
+    else
+      cells.push_back({with[c], without[c]});
   }
   if (rare.first + rare.second > 0) cells.push_back(rare);
   double chi = 0;
@@ -218,10 +226,12 @@ TEST_P(EngineSpeculativeModel, GreedyTokensAreTheSameAndEditingAcceptsDrafts) {
       "Copy this sentence exactly: the quick brown fox jumps over the lazy dog. Copy:",
   };
   for (const char* prompt : prompts) {
-    GenerationRequest r{.prompt_tokens = engine->tokenize(prompt, true), .sampling = {.temperature = 0}, .max_tokens = 32};
+    GenerationRequest r{
+        .prompt_tokens = engine->tokenize(prompt, true), .sampling = {.temperature = 0}, .max_tokens = 32};
     expect_same_with_and_without(*engine, r, prompt);
   }
-  GenerationRequest edit{.prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 48};
+  GenerationRequest edit{
+      .prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 48};
   EXPECT_GT(expect_same_with_and_without(*engine, edit, "editing"), 0u) << "an editing prompt must accept drafts";
   // Penalties see the accepted drafts as output, as an unspeculated run does.
   edit.sampling.repetition_penalty = 1.2f;
@@ -232,7 +242,8 @@ TEST_P(EngineSpeculativeModel, GreedyTokensAreTheSameAndEditingAcceptsDrafts) {
 TEST_P(EngineSpeculativeModel, StopStringsAndMaxTokensEndAsWithout) {
   auto engine = load_or_skip();
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
-  GenerationRequest edit{.prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 48};
+  GenerationRequest edit{
+      .prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 48};
   edit.stop = {"garden"};
   uint64_t accepted = expect_same_with_and_without(*engine, edit, "stop string");
   edit.stop.clear();
@@ -256,7 +267,8 @@ TEST_P(EngineSpeculativeModel, JsonSchemaGreedyOutputIsTheSame) {
       "Extract as JSON: Name: Alan Turing. Age: 41. City: Wilmslow.\n";
   uint64_t accepted = 0;
   for (bool jump_forward : {false, true}) {
-    GenerationRequest r{.prompt_tokens = engine->tokenize(prompt, true), .sampling = {.temperature = 0}, .max_tokens = 60};
+    GenerationRequest r{
+        .prompt_tokens = engine->tokenize(prompt, true), .sampling = {.temperature = 0}, .max_tokens = 60};
     r.constraint.compiled = cache.get(grammar::Grammar::from_json_schema(schema));
     r.constraint.jump_forward = jump_forward;
     accepted += expect_same_with_and_without(*engine, r, jump_forward ? "json, jump-forward" : "json");
@@ -267,7 +279,8 @@ TEST_P(EngineSpeculativeModel, JsonSchemaGreedyOutputIsTheSame) {
 TEST_P(EngineSpeculativeModel, ChoicesAndLogprobsAreTheSame) {
   auto engine = load_or_skip();
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
-  GenerationRequest edit{.prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 32};
+  GenerationRequest edit{
+      .prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 32};
   edit.top_logprobs = 2;
   edit.n = 2;  // two choices decoding together, both speculating
   std::vector<int32_t> tokens[2][2];

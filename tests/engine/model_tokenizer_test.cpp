@@ -79,7 +79,7 @@ TEST(ModelTokenizer, PaddingBeyondTheBoundIsRefused) {
 }
 
 TEST(ModelTokenizer, RealModelsPaddingIsAccepted) {
-  EXPECT_NO_THROW(check_tokenizer_fits_model(151665, 152064, "qwen2.5-7b"));   // pads 399
+  EXPECT_NO_THROW(check_tokenizer_fits_model(151665, 152064, "qwen2.5-7b"));    // pads 399
   EXPECT_NO_THROW(check_tokenizer_fits_model(151665, 151936, "qwen2.5-0.5b"));  // pads 271
   EXPECT_NO_THROW(check_tokenizer_fits_model(32011, 32064, "phi-3-mini"));      // pads 53
   EXPECT_NO_THROW(check_tokenizer_fits_model(100015, 102400, "deepseek-v2"));   // pads 2385

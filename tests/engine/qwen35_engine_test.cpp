@@ -45,8 +45,8 @@ Outcome collect(RequestHandle& handle) {
 std::vector<GenerationRequest> requests() {
   const std::vector<int32_t> long_ids = golden_ids("long_ids"), short_ids = golden_ids("short_ids"),
                              prompt_ids = golden_ids("prompt_ids");
-  std::vector<std::vector<int32_t>> prompts = {long_ids, short_ids, prompt_ids,
-                                               {long_ids.begin() + 7, long_ids.begin() + 97}, {5, 6, 7}};
+  std::vector<std::vector<int32_t>> prompts = {
+      long_ids, short_ids, prompt_ids, {long_ids.begin() + 7, long_ids.begin() + 97}, {5, 6, 7}};
   std::vector<GenerationRequest> out;
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest r;
@@ -159,8 +159,7 @@ TEST(Qwen35Engine, SpeculationIsRefusedWithAClearMessage) {
     Engine::load(options);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("speculative decoding is not supported for hybrid models"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("speculative decoding is not supported for hybrid models"), std::string::npos)
         << e.what();
   }
 }

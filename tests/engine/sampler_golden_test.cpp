@@ -183,10 +183,11 @@ TEST(SamplerGolden, DrawsFollowProcessedDistribution) {
     std::vector<float> logits;
     for (int i = 0; i < draws; ++i) {
       logits = g.logits;
-      const int32_t token = sampler.sample({.logits = logits,
-                                            .prompt = g.prompt,
-                                            .output = g.output,
-                                            .allowed_mask = g.mask.empty() ? nullptr : g.mask.data()})
+      const int32_t token = sampler
+                                .sample({.logits = logits,
+                                         .prompt = g.prompt,
+                                         .output = g.output,
+                                         .allowed_mask = g.mask.empty() ? nullptr : g.mask.data()})
                                 .token;
       ++counts[size_t(token)];
     }

@@ -133,7 +133,9 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesSeeOnlyOutput) {
   std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f};
   const std::vector<int32_t> prompt = {0, 0, 0};
   const std::vector<int32_t> output = {1, 2, 2, 2};
-  Sampler sampler({.temperature = 0.0f, .presence_penalty = 0.5f, .frequency_penalty = 0.25f,
+  Sampler sampler({.temperature = 0.0f,
+                   .presence_penalty = 0.5f,
+                   .frequency_penalty = 0.25f,
                    .logit_bias = {{3, -3.0f}, {0, 0.5f}}},
                   4);
   const auto result = sampler.sample({.logits = logits, .prompt = prompt, .output = output});
@@ -155,7 +157,7 @@ TEST(Sampler, LogprobsAreRawLogSoftmax) {
   std::vector<float> logits = {std::log(0.5f), std::log(0.25f), std::log(0.125f), std::log(0.125f)};
   Sampler sampler({.temperature = 0.0f, .logit_bias = {{3, 10.0f}}, .top_logprobs = 3}, 4);
   const auto result = sampler.sample({.logits = logits});
-  EXPECT_EQ(result.token, 3);  // chosen through the bias...
+  EXPECT_EQ(result.token, 3);                          // chosen through the bias...
   EXPECT_NEAR(result.logprob, std::log(0.125), 1e-6);  // ...reported with the model's probability
   ASSERT_EQ(result.top.size(), 3u);
   EXPECT_EQ(result.top[0].first, 0);

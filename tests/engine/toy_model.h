@@ -105,7 +105,8 @@ class ToyRunner final : public ModelRunner {
 
  private:
   size_t slot(const model::SequenceView& s, int32_t pos) const {
-    return size_t(s.block_table[size_t(pos / config_.block_size)]) * config_.block_size + size_t(pos % config_.block_size);
+    return size_t(s.block_table[size_t(pos / config_.block_size)]) * config_.block_size +
+           size_t(pos % config_.block_size);
   }
   ToyConfig config_;
   std::vector<uint64_t> kv_;  // [n_blocks * block_size]

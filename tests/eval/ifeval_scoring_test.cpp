@@ -41,7 +41,8 @@ TEST(IfevalScoring, BuiltinPromptsAreTheIfevalSet) {
 }
 
 TEST(IfevalScoring, StrictNeedsANonBlankResponseLooseTriesTheVariants) {
-  IfevalPrompt p{1, "q", {"startend:quotation", "punctuation:no_comma"}, {nlohmann::json::object(), nlohmann::json::object()}};
+  IfevalPrompt p{
+      1, "q", {"startend:quotation", "punctuation:no_comma"}, {nlohmann::json::object(), nlohmann::json::object()}};
   const PromptScorer scorer(p);
   const ResponseVerdicts blank = scorer.score("   \n");
   EXPECT_EQ(blank.strict, (std::vector<bool>{false, false}));  // no_comma holds, but a blank response follows nothing
@@ -69,11 +70,22 @@ std::string error_of(const std::string& jsonl) {
 }
 
 TEST(IfevalScoring, BadPromptRowsNameTheLineAndWhatWasExpected) {
-  EXPECT_NE(error_of("{\"prompt\": \"x\", \"instruction_id_list\": [\"nope:id\"], \"kwargs\": [{}]}").find("prompts.jsonl:1: unknown IFEval instruction id 'nope:id'"), std::string::npos);
-  EXPECT_NE(error_of("\n{\"prompt\": \"x\", \"instruction_id_list\": [\"keywords:frequency\"], \"kwargs\": [{\"keyword\": \"a\"}]}").find("prompts.jsonl:2: instruction keywords:frequency: kwarg 'frequency': expected a non-negative integer, found nothing"), std::string::npos);
-  EXPECT_NE(error_of("{\"prompt\": \"x\", \"instruction_id_list\": [\"punctuation:no_comma\"], \"kwargs\": []}").find("one object per instruction"), std::string::npos);
+  EXPECT_NE(error_of("{\"prompt\": \"x\", \"instruction_id_list\": [\"nope:id\"], \"kwargs\": [{}]}")
+                .find("prompts.jsonl:1: unknown IFEval instruction id 'nope:id'"),
+            std::string::npos);
+  EXPECT_NE(error_of("\n{\"prompt\": \"x\", \"instruction_id_list\": [\"keywords:frequency\"], \"kwargs\": "
+                     "[{\"keyword\": \"a\"}]}")
+                .find("prompts.jsonl:2: instruction keywords:frequency: kwarg 'frequency': expected a non-negative "
+                      "integer, found nothing"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"prompt\": \"x\", \"instruction_id_list\": [\"punctuation:no_comma\"], \"kwargs\": []}")
+                .find("one object per instruction"),
+            std::string::npos);
   EXPECT_NE(error_of("not json").find("prompts.jsonl:1: not a JSON object"), std::string::npos);
-  EXPECT_NE(error_of("{\"prompt\": \"x\", \"instruction_id_list\": [\"length_constraints:number_words\"], \"kwargs\": [{\"num_words\": 5, \"relation\": \"more than\"}]}").find("expected \"less than\" or \"at least\", found \"more than\""), std::string::npos);
+  EXPECT_NE(error_of("{\"prompt\": \"x\", \"instruction_id_list\": [\"length_constraints:number_words\"], \"kwargs\": "
+                     "[{\"num_words\": 5, \"relation\": \"more than\"}]}")
+                .find("expected \"less than\" or \"at least\", found \"more than\""),
+            std::string::npos);
   EXPECT_NE(error_of("").find("no prompts"), std::string::npos);
 }
 

@@ -22,10 +22,10 @@ TEST(McNemar, ExactPValuesEqualScipy) {
 
 TEST(McNemar, HandComputedTails) {
   EXPECT_DOUBLE_EQ(mcnemar_exact_p(0, 0), 1.0);
-  EXPECT_DOUBLE_EQ(mcnemar_exact_p(5, 0), 2.0 / 32);                // 2 * 0.5^5
-  EXPECT_NEAR(mcnemar_exact_p(3, 7), 2.0 * 176 / 1024, 1e-12);      // 2 * (1+10+45+120)/2^10
-  EXPECT_NEAR(mcnemar_exact_p(10, 4), 2.0 * 1471 / 16384, 1e-12);   // 2 * (1+14+91+364+1001)/2^14
-  EXPECT_DOUBLE_EQ(mcnemar_exact_p(7, 7), 1.0);                      // capped at 1
+  EXPECT_DOUBLE_EQ(mcnemar_exact_p(5, 0), 2.0 / 32);               // 2 * 0.5^5
+  EXPECT_NEAR(mcnemar_exact_p(3, 7), 2.0 * 176 / 1024, 1e-12);     // 2 * (1+10+45+120)/2^10
+  EXPECT_NEAR(mcnemar_exact_p(10, 4), 2.0 * 1471 / 16384, 1e-12);  // 2 * (1+14+91+364+1001)/2^14
+  EXPECT_DOUBLE_EQ(mcnemar_exact_p(7, 7), 1.0);                    // capped at 1
 }
 
 TEST(McNemar, CountsDiscordantPairs) {
@@ -76,7 +76,7 @@ TEST(PairedBootstrap, InstructionLevelWeighsPromptsByTheirInstructions) {
   const PairedUnits d{{1, 1}, {3, 0}, {3, 1}};
   const BootstrapInterval r = paired_bootstrap(d, 2000);
   EXPECT_DOUBLE_EQ(r.difference, (3.0 - 2.0) / 4);
-  EXPECT_GE(r.low, -1.0);   // both picks the 1-instruction prompt: -1
+  EXPECT_GE(r.low, -1.0);      // both picks the 1-instruction prompt: -1
   EXPECT_LE(r.high, 2.0 / 3);  // both picks the 3-instruction prompt: +2/3
   EXPECT_THROW(paired_bootstrap({{1}, {1, 0}, {1}}), std::exception);
 }

@@ -45,7 +45,7 @@ TEST(PreferenceEval, SummaryCountsSumsNotMeans) {
                              {.chosen_sum = -10, .rejected_sum = -2, .chosen_tokens = 5, .rejected_tokens = 1}};
   const PreferenceSummary s = summarize_preferences(pairs);
   EXPECT_EQ(s.pairs, 3);
-  EXPECT_EQ(s.ties, 1);                       // a tie counts as wrong
+  EXPECT_EQ(s.ties, 1);                        // a tie counts as wrong
   EXPECT_DOUBLE_EQ(s.accuracy.mean, 1.0 / 3);  // only pair 1
   EXPECT_DOUBLE_EQ(s.accuracy_per_token.mean, 0.0);
   EXPECT_DOUBLE_EQ(s.margin.mean, (2.0 + 0.0 - 8.0) / 3);
@@ -70,7 +70,8 @@ TEST(PreferenceEval, ComparisonIsPaired) {
 }
 
 TEST(Perplexity, TokenWeightedWithABootstrapInterval) {
-  const RowLogps rows[] = {{.logp_sum = -10, .tokens = 5}, {.logp_sum = -30, .tokens = 10}, {.logp_sum = -3, .tokens = 3}};
+  const RowLogps rows[] = {
+      {.logp_sum = -10, .tokens = 5}, {.logp_sum = -30, .tokens = 10}, {.logp_sum = -3, .tokens = 3}};
   const PerplexitySummary s = summarize_perplexity(rows);
   EXPECT_EQ(s.tokens, 18);
   EXPECT_DOUBLE_EQ(s.nll.mean, 43.0 / 18);  // not the mean of the rows' NLLs (2, 3, 1)

@@ -109,8 +109,9 @@ TEST(GgufHostile, HugeCountsAreBoundedByTheFileSize) {
               HasSubstr("tensor count at byte 8: expected at most"));
   EXPECT_THAT(parse_error(GgufBytes().header(0, ~uint64_t(0)).bytes), HasSubstr("metadata count at byte 16"));
   // A key whose length claims 2^63 bytes.
-  EXPECT_THAT(parse_error(GgufBytes().header(0, 1).put<uint64_t>(uint64_t(1) << 63).put<uint32_t>(0).put<uint8_t>(0).bytes),
-              HasSubstr("metadata #0 key length at byte 24"));
+  EXPECT_THAT(
+      parse_error(GgufBytes().header(0, 1).put<uint64_t>(uint64_t(1) << 63).put<uint32_t>(0).put<uint8_t>(0).bytes),
+      HasSubstr("metadata #0 key length at byte 24"));
   // An array of 2^40 u64 in a tiny file.
   auto arr = GgufBytes().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(10).put<uint64_t>(uint64_t(1) << 40);
   EXPECT_THAT(parse_error(arr.bytes), HasSubstr("metadata #0 ('k') value element count at byte 41"));
@@ -130,7 +131,8 @@ TEST(GgufHostile, BadValueTypesAndNesting) {
   GgufBytes deep = GgufBytes().header(0, 1).str("k").put<uint32_t>(9);
   for (int i = 0; i < 1000; ++i) deep.put<uint32_t>(9).put<uint64_t>(1);
   EXPECT_THAT(parse_error(deep.bytes), HasSubstr("nested at most 8 deep"));
-  auto dup = GgufBytes().header(0, 2).str("k").put<uint32_t>(0).put<uint8_t>(1).str("k").put<uint32_t>(0).put<uint8_t>(1);
+  auto dup =
+      GgufBytes().header(0, 2).str("k").put<uint32_t>(0).put<uint8_t>(1).str("k").put<uint32_t>(0).put<uint8_t>(1);
   EXPECT_THAT(parse_error(dup.bytes), HasSubstr("expected a unique key, found 'k' again"));
 }
 
@@ -148,7 +150,8 @@ TEST(GgufHostile, BadTensorInfos) {
     return GgufBytes().header(1, 0).tensor(name, std::move(ne), type, offset).pad(32, data).bytes;
   };
   EXPECT_NO_THROW(GgufFile::parse(one("ok", {4}, 0, 0, 16).data(), one("ok", {4}, 0, 0, 16).size(), "ok.gguf"));
-  EXPECT_THAT(parse_error(one("t", {}, 0, 0, 0)), HasSubstr("tensor #0 ('t') n_dims at byte 33: expected 1..4, found 0"));
+  EXPECT_THAT(parse_error(one("t", {}, 0, 0, 0)),
+              HasSubstr("tensor #0 ('t') n_dims at byte 33: expected 1..4, found 0"));
   EXPECT_THAT(parse_error(one("t", {1, 1, 1, 1, 1}, 0, 0, 0)), HasSubstr("expected 1..4, found 5"));
   EXPECT_THAT(parse_error(one("t", {uint64_t(1) << 40, uint64_t(1) << 40}, 0, 0, 0)),
               HasSubstr("tensor #0 ('t') shape at byte 37: expected an element count below 2^63"));
@@ -157,7 +160,8 @@ TEST(GgufHostile, BadTensorInfos) {
   EXPECT_THAT(parse_error(one("blk.0.ffn_up.weight", {32}, 6, 0, 32)),
               HasSubstr("unsupported tensor type 6 (Q5_0) for tensor 'blk.0.ffn_up.weight'"));
   EXPECT_THAT(parse_error(one("t", {32}, 999, 0, 32)), HasSubstr("unsupported tensor type 999 (unknown)"));
-  EXPECT_THAT(parse_error(one("t", {33}, 8, 0, 64)), HasSubstr("expected a multiple of the q8_0 block size 32, found 33"));
+  EXPECT_THAT(parse_error(one("t", {33}, 8, 0, 64)),
+              HasSubstr("expected a multiple of the q8_0 block size 32, found 33"));
   EXPECT_THAT(parse_error(one("t", {4}, 0, 8, 64)), HasSubstr("expected a multiple of the alignment 32, found 8"));
   EXPECT_THAT(parse_error(one("t", {4}, 0, 32, 16)),
               HasSubstr("tensor #0 ('t') data at byte 49: expected 16 bytes at data offset 32"));

@@ -23,11 +23,16 @@ void expect_metadata_matches(const GgufFile& file, const nlohmann::json& golden)
     EXPECT_EQ(gguf_type_name(v->type()), g["type"].get<std::string>());
     if (g["type"] != "array") {
       const auto& value = g["value"];
-      if (value.is_string()) EXPECT_EQ(v->as_string(), value.get<std::string>());
-      else if (value.is_boolean()) EXPECT_EQ(v->as_bool(), value.get<bool>());
-      else if (value.is_number_float()) EXPECT_DOUBLE_EQ(v->as_float(), value.get<double>());
-      else if (value.is_number_unsigned()) EXPECT_EQ(v->as_uint(), value.get<uint64_t>());
-      else EXPECT_EQ(v->as_int(), value.get<int64_t>());
+      if (value.is_string())
+        EXPECT_EQ(v->as_string(), value.get<std::string>());
+      else if (value.is_boolean())
+        EXPECT_EQ(v->as_bool(), value.get<bool>());
+      else if (value.is_number_float())
+        EXPECT_DOUBLE_EQ(v->as_float(), value.get<double>());
+      else if (value.is_number_unsigned())
+        EXPECT_EQ(v->as_uint(), value.get<uint64_t>());
+      else
+        EXPECT_EQ(v->as_int(), value.get<int64_t>());
       continue;
     }
     ASSERT_EQ(v->array_size(), g["count"].get<size_t>());
@@ -35,7 +40,8 @@ void expect_metadata_matches(const GgufFile& file, const nlohmann::json& golden)
     if (g.contains("nested")) {
       const auto& items = v->nested();
       ASSERT_EQ(items.size(), g["nested"].size());
-      for (size_t i = 0; i < items.size(); ++i) EXPECT_EQ(items[i].as_ints(), g["nested"][i].get<std::vector<int64_t>>());
+      for (size_t i = 0; i < items.size(); ++i)
+        EXPECT_EQ(items[i].as_ints(), g["nested"][i].get<std::vector<int64_t>>());
       continue;
     }
     if (g["element_type"] == "string") {
@@ -115,8 +121,8 @@ TEST(GgufReader, AccessorsNameTheKey) {
   EXPECT_EQ(file->find("no.such.key"), nullptr);
   EXPECT_THAT(error_of([&] { file->get("no.such.key"); }), ::testing::HasSubstr("'no.such.key'"));
   EXPECT_THAT(error_of([&] { file->get("general.architecture").as_int(); }),
-              ::testing::AllOf(::testing::HasSubstr("general.architecture"), ::testing::HasSubstr("expected an integer"),
-                               ::testing::HasSubstr("string \"llama\"")));
+              ::testing::AllOf(::testing::HasSubstr("general.architecture"),
+                               ::testing::HasSubstr("expected an integer"), ::testing::HasSubstr("string \"llama\"")));
   EXPECT_THAT(error_of([&] { file->get("llama.block_count").as_string(); }),
               ::testing::HasSubstr("key 'llama.block_count': expected string, found u32 30"));
   EXPECT_EQ(file->get_string("missing", "fallback"), "fallback");
@@ -188,8 +194,7 @@ GgufWriter every_type_writer() {
   w.add("u64s", GgufValue::ints(GgufType::U64, {0, 1}));
   w.add("f64s", GgufValue::floats(GgufType::F64, {1.5, -0.25}));
   w.add("bools", GgufValue::bools({true, false, true}));
-  w.add("nested", GgufValue::arrays({GgufValue::strings({"a"}),
-                                     GgufValue::arrays({GgufValue::ints(GgufType::U8, {7})}),
+  w.add("nested", GgufValue::arrays({GgufValue::strings({"a"}), GgufValue::arrays({GgufValue::ints(GgufType::U8, {7})}),
                                      GgufValue::floats(GgufType::F32, {})}));
   Tensor f32 = Tensor::zeros(DType::F32, {2, 3});
   for (int i = 0; i < 6; ++i) f32.data_as<float>()[i] = float(i) - 2.5f;

@@ -94,7 +94,8 @@ TEST(HostileTensorDims, GgufZeroDimIsRefused) {
     b.resize((b.size() + 31) / 32 * 32 + 64, 0);
     return b;
   };
-  for (auto ne : std::vector<std::vector<uint64_t>>{{0}, {4, 0}, {0, 4}, {4, 0, uint64_t(1) << 40, uint64_t(1) << 40}}) {
+  for (auto ne :
+       std::vector<std::vector<uint64_t>>{{0}, {4, 0}, {0, 4}, {4, 0, uint64_t(1) << 40, uint64_t(1) << 40}}) {
     auto bytes = one_tensor(ne);
     EXPECT_THAT(error_of([&] { GgufFile::parse(bytes.data(), bytes.size(), "zero.gguf"); }),
                 HasSubstr("expected a size in 1..2^63-1, found 0"));

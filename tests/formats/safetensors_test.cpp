@@ -26,7 +26,8 @@ float element_as_float(const Tensor& t, int64_t i) {
 // x = scale * q + bias over the brioche affine block layout (dtype.h).
 float affine_element(const Tensor& t, int64_t row, int64_t col) {
   auto info = dtype_info(t.dtype());
-  int bits = (t.dtype() == DType::AFFINE4_G32 || t.dtype() == DType::AFFINE4_G64 || t.dtype() == DType::AFFINE4_G128) ? 4 : 8;
+  int bits =
+      (t.dtype() == DType::AFFINE4_G32 || t.dtype() == DType::AFFINE4_G64 || t.dtype() == DType::AFFINE4_G128) ? 4 : 8;
   const uint8_t* block = t.row_as<uint8_t>(row) + (col / info.block_elems) * info.block_bytes;
   float scale, bias;
   std::memcpy(&scale, block, 4);
@@ -59,7 +60,8 @@ TEST(SafetensorsFile, ReadsPythonWrittenFile) {
   ASSERT_EQ(u8.nbytes, 3u);
   EXPECT_EQ(u8.data[2], 255);
   EXPECT_THAT(error_of([&] { file->tensor("e.u8"); }), HasSubstr("dtype U8 has no brioche DType"));
-  EXPECT_THAT(error_of([&] { file->tensor("zz"); }), HasSubstr("basic.safetensors: tensor 'zz' expected, found absent"));
+  EXPECT_THAT(error_of([&] { file->tensor("zz"); }),
+              HasSubstr("basic.safetensors: tensor 'zz' expected, found absent"));
 }
 
 TEST(SafetensorsDir, ReadsShardedIndex) {
@@ -85,7 +87,11 @@ TEST(SafetensorsDir, ReadsShardedIndex) {
 TEST(SafetensorsDir, RepacksMlxAffineQuantization) {
   auto dir = SafetensorsDir::open(source_path("tests/formats/fixtures/mlx_quant"));
   auto expected = SafetensorsFile::open(source_path("tests/formats/fixtures/mlx_quant_expected.safetensors"));
-  struct Case { const char* prefix; DType dtype; int bits, group; };
+  struct Case {
+    const char* prefix;
+    DType dtype;
+    int bits, group;
+  };
   for (Case c : {Case{"model.layers.0.self_attn.q_proj", DType::AFFINE4_G32, 4, 32},
                  Case{"model.layers.0.mlp.down_proj", DType::AFFINE8_G64, 8, 64},
                  Case{"model.embed_tokens", DType::AFFINE4_G128, 4, 128}}) {
@@ -107,9 +113,9 @@ TEST(SafetensorsDir, RepacksMlxAffineQuantization) {
       }
     }
   }
-  EXPECT_FALSE(dir.is_quantized("lm_head"));      // config says false
+  EXPECT_FALSE(dir.is_quantized("lm_head"));  // config says false
   EXPECT_FALSE(dir.quantization("lm_head").has_value());
-  EXPECT_FALSE(dir.is_quantized("model.norm"));   // no scales
+  EXPECT_FALSE(dir.is_quantized("model.norm"));  // no scales
   EXPECT_EQ(dir.tensor("lm_head.weight").dtype(), DType::F32);
   EXPECT_EQ(dir.tensor("model.layers.0.self_attn.q_proj.weight").dtype(), DType::I32);  // raw u32 words
   EXPECT_THAT(error_of([&] { dir.quantized_weight("lm_head"); }), HasSubstr("expected MLX quantization"));
@@ -233,16 +239,22 @@ TEST(SafetensorsHostile, CorruptHeaders) {
               HasSubstr("tensor 't' data_offsets at byte 9: expected 3 x 4 bytes"));
   EXPECT_THAT(st_error(st_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8)),
               HasSubstr("expected [begin, end] with 0 <= begin <= end"));
-  EXPECT_THAT(st_error(st_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 8)),
-              HasSubstr("tensor 't' data at byte 71: expected bytes [8, 16) of the data section to lie within its 8 bytes"));
-  EXPECT_THAT(st_error(st_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"u":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", 8)),
-              HasSubstr("expected no overlap with tensor 't'"));
-  EXPECT_THAT(st_error(st_bytes(R"({"__metadata__":{"k":1}})", 0)), HasSubstr("__metadata__.k at byte 9: expected a string value"));
+  EXPECT_THAT(
+      st_error(st_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 8)),
+      HasSubstr("tensor 't' data at byte 71: expected bytes [8, 16) of the data section to lie within its 8 bytes"));
+  EXPECT_THAT(
+      st_error(st_bytes(
+          R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"u":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+          8)),
+      HasSubstr("expected no overlap with tensor 't'"));
+  EXPECT_THAT(st_error(st_bytes(R"({"__metadata__":{"k":1}})", 0)),
+              HasSubstr("__metadata__.k at byte 9: expected a string value"));
   EXPECT_THAT(st_error(st_bytes(R"({"t":7})", 0)), HasSubstr("tensor 't' at byte 9: expected an object, found number"));
   EXPECT_THAT(st_error(st_bytes(R"({"t":{"dtype":"F32","shape":[2]}})", 8)), HasSubstr("data_offsets at byte 9"));
   // Deeply nested JSON is refused before parsing (core/json_limits.h), not by a stack overflow.
   std::string deep = "{\"t\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
-  EXPECT_THAT(st_error(st_bytes(deep, 0)), HasSubstr("header JSON at byte 8: expected arrays/objects nested at most 128 deep, found 100001"));
+  EXPECT_THAT(st_error(st_bytes(deep, 0)),
+              HasSubstr("header JSON at byte 8: expected arrays/objects nested at most 128 deep, found 100001"));
   // A number beyond double is nlohmann's out_of_range, not a parse_error: still one brioche::Error (found by safetensors_fuzz).
   EXPECT_THAT(st_error(st_bytes(R"({"t":{"dtype":"F32","shape":[1e400],"data_offsets":[0,4]}})", 4)),
               HasSubstr("header JSON at byte 8: expected valid JSON, found: [json.exception.out_of_range.406]"));
@@ -251,7 +263,8 @@ TEST(SafetensorsHostile, CorruptHeaders) {
 TEST(SafetensorsHostile, BadDirectories) {
   TempDir dir;
   EXPECT_THAT(error_of([&] { SafetensorsDir::open(dir.file("nope")); }), HasSubstr("expected a model directory"));
-  EXPECT_THAT(error_of([&] { SafetensorsDir::open(dir.path().string()); }), HasSubstr("config.json: expected the model's config.json"));
+  EXPECT_THAT(error_of([&] { SafetensorsDir::open(dir.path().string()); }),
+              HasSubstr("config.json: expected the model's config.json"));
   std::ofstream(dir.file("config.json")) << "{\"model_type\": ";
   EXPECT_THAT(error_of([&] { SafetensorsDir::open(dir.path().string()); }), HasSubstr("config.json: JSON at byte"));
   std::ofstream(dir.file("config.json")) << "{\"model_type\": \"llama\"}";

@@ -23,7 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     if (const GgufValue* arch = file->find("general.architecture")) {
-      try { checksum += arch->as_string().size(); } catch (const brioche::Error&) {}
+      try {
+        checksum += arch->as_string().size();
+      } catch (const brioche::Error&) {
+      }
     }
     volatile size_t sink = checksum;
     (void)sink;

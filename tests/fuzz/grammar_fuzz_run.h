@@ -25,9 +25,9 @@ inline std::shared_ptr<const Vocabulary> small_vocabulary() {
   static const auto vocabulary = [] {
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"\"", "true", "false", "null", "{\"", "\":", "\",", "\"}", "ab", "abc", " \"", "\n\n", "  ",
-                          "12", "-0", ".5e", "\xC3\xA9", "\xC3", "\xE2\x82", "\xAC", "hello", "2024-", "-01", "T12:",
-                          "[{", "}]", "\\u00", "\\\""})
+    for (const char* t : {"\"",    "true",  "false", "null", "{\"", "\":", "\",",      "\"}",  "ab",       "abc",
+                          " \"",   "\n\n",  "  ",    "12",   "-0",  ".5e", "\xC3\xA9", "\xC3", "\xE2\x82", "\xAC",
+                          "hello", "2024-", "-01",   "T12:", "[{",  "}]",  "\\u00",    "\\\""})
       tokens.push_back(t);
     tokens.push_back("");  // EOS
     const int32_t eos = static_cast<int32_t>(tokens.size() - 1);

@@ -48,7 +48,8 @@ int memfd_with(std::string_view bytes) {
 std::string write_directory(std::string_view config, std::string_view weights) {
   static const std::string dir = "/dev/shm/brioche_model_load_fuzz_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json", std::ios::binary | std::ios::trunc).write(config.data(), std::streamsize(config.size()));
+  std::ofstream(dir + "/config.json", std::ios::binary | std::ios::trunc)
+      .write(config.data(), std::streamsize(config.size()));
   std::ofstream(dir + "/model.safetensors", std::ios::binary | std::ios::trunc)
       .write(weights.data(), std::streamsize(weights.size()));
   return dir;

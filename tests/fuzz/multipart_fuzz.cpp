@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string boundary = brioche::server::multipart_boundary(content_type);
     if (boundary.empty() || boundary.size() > 70) std::abort();
     for (const brioche::server::MultipartPart& part : brioche::server::parse_multipart(body, boundary, limits)) {
-      if (part.body.data() < body.data() || part.body.data() + part.body.size() > body.data() + body.size()) std::abort();
+      if (part.body.data() < body.data() || part.body.data() + part.body.size() > body.data() + body.size())
+        std::abort();
     }
     if (brioche::server::parse_multipart(body, boundary, limits).size() > limits.max_parts) std::abort();
   } catch (const brioche::Error&) {

@@ -23,8 +23,9 @@ std::shared_ptr<const Vocabulary> json_vocab() {
   static auto v = [] {
     std::vector<std::string> toks;
     for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"\"", "\":", "\",", "\"}", "{\"", " \"", "  ", "\n ", "12", "345", "true", "false", "null",
-                          "name", "na", "me\"", "\": \"", "\", \"", "-0", ".5", "e+", "[{", "}]", "ab", "abc\""})
+    for (const char* t :
+         {"\"",   "\":", "\",",  "\"}",    "{\"",    " \"", "  ", "\n ", "12", "345", "true", "false", "null",
+          "name", "na",  "me\"", "\": \"", "\", \"", "-0",  ".5", "e+",  "[{", "}]",  "ab",   "abc\""})
       toks.push_back(t);
     toks.push_back("");  // EOS
     const int32_t eos = static_cast<int32_t>(toks.size() - 1);
@@ -100,8 +101,8 @@ TEST(Compiler, StructureHashIgnoresRuleNumbering) {
   // The same recursive JSON value group, reached first through a different
   // rule (so numbered differently), hashes alike.
   Automaton a = Automaton::build(Grammar::from_json_schema(std::string("{}")));
-  Automaton b = Automaton::build(
-      Grammar::from_json_schema(std::string(R"({"type":"array","items":{"anyOf":[{"type":"object"},{"type":"array"}]}})")));
+  Automaton b = Automaton::build(Grammar::from_json_schema(
+      std::string(R"({"type":"array","items":{"anyOf":[{"type":"object"},{"type":"array"}]}})")));
   auto ha = a.rule_structure_hashes(), hb = b.rule_structure_hashes();
   int matched = 0;
   for (const char* name : {"json_value", "json_array", "json_object", "json_string"}) {
@@ -139,10 +140,33 @@ std::shared_ptr<const Vocabulary> text_vocab() {
   static auto v = [] {
     std::vector<std::string> toks;
     for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"inter", "international", "internationalization", "in", "int", "caf\xC3\xA9", "caf\xC3",
-                          "\xC3\xA9t\xC3\xA9", "\xE2\x82\xAC", "\xE2\x82", "\xF0\x9F\x98\x80", "\xF0\x9F", "na\xC3\xAFve",
-                          "a\"", "a\\n", "a\\", "x\x01", "x\xA9", "\xC0\xAF", "\xF5\x80", "\xED\xA0\x80", "\xE0\x80\x80",
-                          "ok\", \"", "z\xC3\xA9\"", "tab\t", " \xE4\xB8\xAD\xE6\x96\x87", "\xE4\xB8\xAD\xE6"})
+    for (const char* t : {"inter",
+                          "international",
+                          "internationalization",
+                          "in",
+                          "int",
+                          "caf\xC3\xA9",
+                          "caf\xC3",
+                          "\xC3\xA9t\xC3\xA9",
+                          "\xE2\x82\xAC",
+                          "\xE2\x82",
+                          "\xF0\x9F\x98\x80",
+                          "\xF0\x9F",
+                          "na\xC3\xAFve",
+                          "a\"",
+                          "a\\n",
+                          "a\\",
+                          "x\x01",
+                          "x\xA9",
+                          "\xC0\xAF",
+                          "\xF5\x80",
+                          "\xED\xA0\x80",
+                          "\xE0\x80\x80",
+                          "ok\", \"",
+                          "z\xC3\xA9\"",
+                          "tab\t",
+                          " \xE4\xB8\xAD\xE6\x96\x87",
+                          "\xE4\xB8\xAD\xE6"})
       toks.push_back(t);
     toks.push_back("");  // EOS
     const int32_t eos = static_cast<int32_t>(toks.size() - 1);
@@ -180,7 +204,8 @@ TEST(Compiler, LongBoundedStringsShareMasksAndStayExactAtTheBound) {
   const Vocabulary& v = *text_vocab();
   const std::string schema = R"({"type":"string","maxLength":300})";
   clear_shared_mask_cache();
-  auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(schema), text_vocab(), CompileLimits{.defer_tokens = 0});
+  auto compiled =
+      CompiledGrammar::compile(Grammar::from_json_schema(schema), text_vocab(), CompileLimits{.defer_tokens = 0});
   EXPECT_GT(compiled->stats().num_states, 1500);
   // Most states take their mask from an equivalent one instead of walking.
   EXPECT_GT(compiled->stats().num_shared_states * 4, compiled->stats().num_scannable_states * 3);
@@ -232,16 +257,16 @@ TEST(Vocabulary, BytesAndUtf8BelowEachTrieNode) {
   auto has = [&](int32_t node, uint8_t b) { return (v.trie_bytes_below()[size_t(node)][b >> 6] >> (b & 63) & 1) != 0; };
   const int32_t inter = node_of("inter");
   ASSERT_GE(inter, 0);
-  EXPECT_TRUE(has(inter, 'z'));   // internationalization
-  EXPECT_TRUE(has(inter, 'n'));   // international
+  EXPECT_TRUE(has(inter, 'z'));  // internationalization
+  EXPECT_TRUE(has(inter, 'n'));  // international
   EXPECT_FALSE(has(inter, 'q'));
   EXPECT_FALSE(has(inter, '"'));
   EXPECT_TRUE(v.trie_utf8_below()[size_t(inter)]);
-  EXPECT_TRUE(v.trie_utf8_below()[size_t(node_of("caf"))]);      // "é" and a cut-off "\xC3"
-  EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("x"))]);       // "x\xA9": a stray continuation byte
-  EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("\xC3"))]);    // continues mid-character
+  EXPECT_TRUE(v.trie_utf8_below()[size_t(node_of("caf"))]);        // "é" and a cut-off "\xC3"
+  EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("x"))]);         // "x\xA9": a stray continuation byte
+  EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("\xC3"))]);      // continues mid-character
   EXPECT_FALSE(v.trie_utf8_below()[size_t(node_of("\xE2\x82"))]);  // "\xAC" below: continues mid-character
-  EXPECT_FALSE(v.trie_utf8_below()[0]);                           // single bytes 0x80.. are tokens
+  EXPECT_FALSE(v.trie_utf8_below()[0]);                            // single bytes 0x80.. are tokens
 }
 
 }  // namespace

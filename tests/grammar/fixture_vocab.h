@@ -76,7 +76,8 @@ inline FixtureVocab load_fixture_vocab(const std::string& family) {
   int32_t n = 0;
   std::vector<std::pair<std::string, int32_t>> entries;
   if (vocab.is_array()) {
-    for (size_t i = 0; i < vocab.size(); ++i) entries.emplace_back(vocab[i][0].get<std::string>(), static_cast<int32_t>(i));
+    for (size_t i = 0; i < vocab.size(); ++i)
+      entries.emplace_back(vocab[i][0].get<std::string>(), static_cast<int32_t>(i));
   } else {
     for (auto& [k, v] : vocab.items()) entries.emplace_back(k, v.get<int32_t>());
   }

@@ -20,8 +20,9 @@ std::shared_ptr<const Vocabulary> byte_vocab() {
   static auto v = [] {
     std::vector<std::string> toks;
     for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"\"", "true", "false", "null", "{\"", "\":", "\",", "\"}", "ab", "abc", "yes", "no", " \"",
-                          "\n\n", "  ", "12", "\xC3\xA9", "\xC3", "\xA9", "hello", "//", "2024-", "-01"})
+    for (const char* t :
+         {"\"",  "true", "false", "null", "{\"",      "\":",  "\",",  "\"}",   "ab", "abc",   "yes", "no",
+          " \"", "\n\n", "  ",    "12",   "\xC3\xA9", "\xC3", "\xA9", "hello", "//", "2024-", "-01"})
       toks.push_back(t);
     toks.push_back("");  // EOS
     int32_t eos = static_cast<int32_t>(toks.size() - 1);
@@ -127,9 +128,9 @@ TEST(JsonSchema, UnknownKeywordsAreAnnotations) {
           "properties":{"name":{"type":"string","x-kubernetes-patch-merge-key":"name","_uniqueItems":true},
                         "n":{"type":"integer","javaType":"Long"}},"required":["name"]})";
   EXPECT_EQ(Grammar::from_json_schema(annotated).to_ebnf(), Grammar::from_json_schema(plain).to_ebnf());
-  const auto allof = Grammar::from_json_schema(std::string(
-      R"({"allOf":[{"type":"object","properties":{"a":{"type":"string"}},"x-note":"one"},)"
-      R"({"properties":{"b":{"type":"integer"}},"x-note":"two"}]})"));
+  const auto allof = Grammar::from_json_schema(
+      std::string(R"({"allOf":[{"type":"object","properties":{"a":{"type":"string"}},"x-note":"one"},)"
+                  R"({"properties":{"b":{"type":"integer"}},"x-note":"two"}]})"));
   EXPECT_TRUE(accepts(allof, R"({"a":"s","b":1})"));
 }
 
@@ -143,10 +144,10 @@ TEST(JsonSchema, UndeclaredRequiredKeysKeepTheirOrder) {
 // A tree type whose children refer back through allOf compiles to a
 // recursive rule (it used to unroll until the depth limit refused it).
 TEST(JsonSchema, RecursiveTypeThroughAllOf) {
-  const Grammar g = Grammar::from_json_schema(std::string(
-      R"({"$defs":{"Foo":{"type":"object","properties":{"name":{"type":"string"},)"
-      R"("childFoos":{"type":"array","items":{"allOf":[{"$ref":"#/$defs/Foo"}]}}},"required":["name"]}},)"
-      R"("$ref":"#/$defs/Foo"})"));
+  const Grammar g = Grammar::from_json_schema(
+      std::string(R"({"$defs":{"Foo":{"type":"object","properties":{"name":{"type":"string"},)"
+                  R"("childFoos":{"type":"array","items":{"allOf":[{"$ref":"#/$defs/Foo"}]}}},"required":["name"]}},)"
+                  R"("$ref":"#/$defs/Foo"})"));
   EXPECT_TRUE(accepts(g, R"({"name":"a","childFoos":[{"name":"b","childFoos":[{"name":"c"}]}]})"));
   EXPECT_FALSE(accepts(g, R"({"name":"a","childFoos":[{"childFoos":[]}]})"));
 }
@@ -168,9 +169,7 @@ TEST(JsonSchema, PatternsAreSearchesUnlessAnchored) {
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamedWithPointer) {
-  auto err = [](const char* schema) {
-    return error_of([&] { Grammar::from_json_schema(std::string(schema)); });
-  };
+  auto err = [](const char* schema) { return error_of([&] { Grammar::from_json_schema(std::string(schema)); }); };
   std::string e = err(R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})");
   EXPECT_NE(e.find("'uniqueItems'"), std::string::npos) << e;
   EXPECT_NE(e.find("#/properties/a"), std::string::npos) << e;
@@ -245,7 +244,8 @@ TEST(JsonSchema, LanguageOfCommonKeywords) {
 }
 
 TEST(JsonSchema, RecursiveRefsAndFormats) {
-  Grammar tree = Grammar::from_json_schema(std::string(R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},
+  Grammar tree =
+      Grammar::from_json_schema(std::string(R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer"},
       "kids":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["v"]}},"$ref":"#/$defs/n"})"));
   EXPECT_TRUE(accepts(tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4,"kids":[]}]}]})"));
   EXPECT_FALSE(accepts(tree, R"({"v":1,"kids":[{"w":2}]})"));
@@ -271,7 +271,8 @@ TEST(JsonSchema, RecursiveRefsAndFormats) {
 // format checker accepts): every month 00-13 x day 00-32 of years around
 // the leap-year rules, checked against the Gregorian calendar.
 TEST(JsonSchema, DateFormatIsTheCalendar) {
-  GrammarMatcher m = matcher_for(Grammar::from_json_schema(nlohmann::ordered_json{{"type", "string"}, {"format", "date"}}));
+  GrammarMatcher m =
+      matcher_for(Grammar::from_json_schema(nlohmann::ordered_json{{"type", "string"}, {"format", "date"}}));
   auto is_leap = [](int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; };
   auto days_in = [&](int y, int mo) {
     static const int kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -401,9 +402,8 @@ TEST(Compiler, CacheIsLruByContent) {
 TEST(Compiler, BudgetsFailCleanly) {
   CompileLimits tiny_states;
   tiny_states.automaton.max_states = 50;
-  std::string e = error_of([&] {
-    CompiledGrammar::compile(Grammar::from_ebnf("root ::= [a-z]{100}"), byte_vocab(), tiny_states);
-  });
+  std::string e =
+      error_of([&] { CompiledGrammar::compile(Grammar::from_ebnf("root ::= [a-z]{100}"), byte_vocab(), tiny_states); });
   EXPECT_NE(e.find("size budget"), std::string::npos) << e;
   CompileLimits little_work;
   little_work.max_work = 100;

@@ -34,7 +34,8 @@ Grammar grammar_of(const nlohmann::ordered_json& walk, int max_whitespace) {
 std::string show(std::string_view bytes) {
   std::string out;
   for (unsigned char c : bytes) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') out += static_cast<char>(c);
+    if (c >= 0x20 && c < 0x7f && c != '\\')
+      out += static_cast<char>(c);
     else {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -45,7 +46,8 @@ std::string show(std::string_view bytes) {
 }
 
 void replay(const std::string& family) {
-  auto golden = nlohmann::ordered_json::parse(read_zstd(source_path("tests/grammar/golden/walks_" + family + ".json.zst")));
+  auto golden =
+      nlohmann::ordered_json::parse(read_zstd(source_path("tests/grammar/golden/walks_" + family + ".json.zst")));
   auto vocab = testing::fixture_vocabulary(family);
   ASSERT_EQ(vocab->size(), golden["vocab_size"].get<int32_t>());
   const int words = vocab->num_words();

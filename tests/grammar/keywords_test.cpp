@@ -58,8 +58,8 @@ TEST(SchemaKeywords, WalksAlwaysComplete) {
     return static_cast<uint32_t>(rng >> 33);
   };
   for (const auto& c : golden["cases"]) {
-    auto compiled = CompiledGrammar::compile(
-        Grammar::from_json_schema(c["schema"], SchemaOptions{.any_whitespace = false}), vocab);
+    auto compiled =
+        CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], SchemaOptions{.any_whitespace = false}), vocab);
     for (int walk = 0; walk < 10; ++walk) {
       GrammarMatcher m(compiled);
       std::string text;
@@ -86,8 +86,8 @@ TEST(SchemaKeywords, WalksAlwaysComplete) {
 
 // The counting rules stay exact with free whitespace too.
 TEST(SchemaKeywords, PropertyCountsWithWhitespace) {
-  Grammar g = Grammar::from_json_schema(
-      std::string(R"({"type":"object","additionalProperties":{"type":"integer"},"minProperties":1,"maxProperties":2})"));
+  Grammar g = Grammar::from_json_schema(std::string(
+      R"({"type":"object","additionalProperties":{"type":"integer"},"minProperties":1,"maxProperties":2})"));
   auto compiled = CompiledGrammar::compile(g, single_bytes());
   auto accepts = [&](const std::string& text) {
     GrammarMatcher m(compiled);
@@ -123,11 +123,13 @@ TEST(SchemaKeywords, InexactConditionsAreRefusedWithTheirPointer) {
             std::string::npos)
       << error_of(if_pattern);
   std::string many = R"({"type":"object","properties":{)";
-  for (int i = 0; i < 10; ++i) many += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":{\"type\":\"integer\"}";
+  for (int i = 0; i < 10; ++i)
+    many += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":{\"type\":\"integer\"}";
   // Five independent dependencies: 2^5 object shapes.
   many += R"(},"dependentRequired":{"k0":["k1"],"k2":["k3"],"k4":["k5"],"k6":["k7"],"k8":["k9"]}})";
   EXPECT_NE(error_of(many).find("more than 16 object shapes"), std::string::npos) << error_of(many);
-  const std::string beside_ref = R"({"$defs":{"o":{"type":"object"}},"$ref":"#/$defs/o","dependentRequired":{"a":["b"]}})";
+  const std::string beside_ref =
+      R"({"$defs":{"o":{"type":"object"}},"$ref":"#/$defs/o","dependentRequired":{"a":["b"]}})";
   EXPECT_NE(error_of(beside_ref).find("beside '$ref'"), std::string::npos) << error_of(beside_ref);
 }
 

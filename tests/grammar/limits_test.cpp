@@ -132,7 +132,8 @@ TEST(Limits, DeepEbnfFailsWithTheDepthAndTheLimit) {
   e = error_of([&] { Grammar::from_ebnf("root ::= \"a\"" + repeat("*", 5000)); });
   EXPECT_NE(e.find("the limit is 2048"), std::string::npos) << e;
   // A lookahead's parentheses count too.
-  e = error_of([&] { Grammar::from_ebnf("root ::= \"a\" (= " + repeat("(", 2000) + "\"b\"" + repeat(")", 2000) + ")"); });
+  e = error_of(
+      [&] { Grammar::from_ebnf("root ::= \"a\" (= " + repeat("(", 2000) + "\"b\"" + repeat(")", 2000) + ")"); });
   EXPECT_NE(e.find("the limit is 1024"), std::string::npos) << e;
 }
 
@@ -251,13 +252,15 @@ TEST(Limits, LongSchemaChainsAreBuiltWithoutRecursion) {
   for (int i = 0; i < 1000; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
   const Json object = {{"type", "object"}, {"properties", props}, {"maxProperties", 2}};
   const std::string long_key(5000, 'k');
-  const Json keyed = {{"type", "object"}, {"properties", {{long_key, {{"type", "null"}}}}}, {"additionalProperties", true}};
+  const Json keyed = {
+      {"type", "object"}, {"properties", {{long_key, {{"type", "null"}}}}}, {"additionalProperties", true}};
   on_small_stack([&] {
     std::string digits;
     for (int i = 0; i < 3000; ++i) digits += (i ? ", " : "") + std::to_string(i % 10);
     EXPECT_TRUE(accepts(Grammar::from_json_schema(array, {.any_whitespace = false}), "[" + digits + "]"));
     EXPECT_TRUE(accepts(Grammar::from_json_schema(object, {.any_whitespace = false}), "{\"p7\": 1, \"p999\": 2}"));
-    EXPECT_FALSE(accepts(Grammar::from_json_schema(object, {.any_whitespace = false}), "{\"p7\": 1, \"p8\": 1, \"p9\": 1}"));
+    EXPECT_FALSE(
+        accepts(Grammar::from_json_schema(object, {.any_whitespace = false}), "{\"p7\": 1, \"p8\": 1, \"p9\": 1}"));
     Grammar g = Grammar::from_json_schema(keyed, {.any_whitespace = false});
     EXPECT_TRUE(accepts(g, "{\"" + long_key + "\": null}"));
     EXPECT_FALSE(accepts(g, "{\"" + long_key + "\": 1}"));  // the declared key is not an additional one
@@ -268,7 +271,8 @@ TEST(Limits, LongSchemaChainsAreBuiltWithoutRecursion) {
 TEST(Limits, WrongKeywordTypesAreErrorsWithThePointer) {
   // get<>() on a keyword of the wrong JSON type: a brioche::Error, not nlohmann's.
   for (const char* text : {R"({"$ref": 5})", R"({"properties": {"a": {"format": 3}}})", R"({"minItems": "x"})",
-                           R"({"required": [1]})", R"({"$ref": "#/items/99999999999999999999"})", R"({"minimum": 1e400})", R"({"maxItems": 31e300})", R"({"minLength": -1})"}) {
+                           R"({"required": [1]})", R"({"$ref": "#/items/99999999999999999999"})",
+                           R"({"minimum": 1e400})", R"({"maxItems": 31e300})", R"({"minLength": -1})"}) {
     std::string e = error_of([&] { Grammar::from_json_schema(std::string(text)); });
     EXPECT_NE(e.find("JSON schema"), std::string::npos) << text << ": " << e;
   }
@@ -352,7 +356,8 @@ TEST(Limits, FailedCompilesKeepNothing) {
   const Grammar big = Grammar::from_ebnf("root ::= ([a-z] [0-9]){100000} ([A-Z] [0-9]){100000}");
   CompileLimits tiny;
   tiny.automaton.max_states = 300'000;
-  EXPECT_NE(error_of([&] { CompiledGrammar::compile(big, byte_vocab(), tiny); }).find("size budget"), std::string::npos);
+  EXPECT_NE(error_of([&] { CompiledGrammar::compile(big, byte_vocab(), tiny); }).find("size budget"),
+            std::string::npos);
   const long after_first = resident_bytes();
   for (int i = 0; i < 20; ++i) error_of([&] { CompiledGrammar::compile(big, byte_vocab(), tiny); });
   EXPECT_LT(resident_bytes() - after_first, 200l << 20);

@@ -57,7 +57,8 @@ class Validator {
     if (t == "object") return v.is_object();
     if (t == "array") return v.is_array();
     if (t == "string") return v.is_string();
-    if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+    if (t == "integer")
+      return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
     if (t == "number") return v.is_number();
     if (t == "boolean") return v.is_boolean();
     if (t == "null") return v.is_null();
@@ -72,9 +73,12 @@ class Validator {
       merged.erase("allOf");
       for (auto& part : s["allOf"])
         for (auto& [k, x] : part.items()) {
-          if (k == "properties") for (auto& [pk, pv] : x.items()) merged["properties"][pk] = pv;
-          else if (k == "required") for (auto& r : x) merged["required"].push_back(r);
-          else merged[k] = x;
+          if (k == "properties")
+            for (auto& [pk, pv] : x.items()) merged["properties"][pk] = pv;
+          else if (k == "required")
+            for (auto& r : x) merged["required"].push_back(r);
+          else
+            merged[k] = x;
         }
       return check(v, merged);
     }
@@ -88,8 +92,10 @@ class Validator {
     }
     if (s.contains("type")) {
       bool ok = false;
-      if (s["type"].is_string()) ok = type_ok(v, s["type"].get<std::string>());
-      else for (auto& t : s["type"]) ok |= type_ok(v, t.get<std::string>());
+      if (s["type"].is_string())
+        ok = type_ok(v, s["type"].get<std::string>());
+      else
+        for (auto& t : s["type"]) ok |= type_ok(v, t.get<std::string>());
       if (!ok) return false;
     }
     if (v.is_number()) {
@@ -204,9 +210,12 @@ TEST(Validity, RandomWalksProduceValidJson) {
           bool eos_ok = mask[eos >> 5] >> (eos & 31) & 1;
           int32_t pick;
           double r = std::uniform_real_distribution<double>(0, 1)(rng);
-          if (eos_ok && r < 0.5) pick = eos;
-          else if (!closers.empty() && r < 0.8) pick = closers[rng() % closers.size()];
-          else pick = allowed[rng() % allowed.size()];
+          if (eos_ok && r < 0.5)
+            pick = eos;
+          else if (!closers.empty() && r < 0.8)
+            pick = closers[rng() % closers.size()];
+          else
+            pick = allowed[rng() % allowed.size()];
           ASSERT_TRUE(m.accept_token(pick)) << "masked-in token rejected: " << pick;
           if (pick != eos) text += vocab->token(pick);
         }

@@ -22,9 +22,16 @@ JobsError refusal(const json& body) {
 
 TEST(JobSpec, OpenAiAndBriocheNamesMapOntoTrainOptions) {
   JobSpec s = parse_job_spec({{"seed", 5},
-                              {"method", {{"type", "orpo"}, {"orpo", {{"hyperparameters",
-                                  {{"lambda", 0.2}, {"n_steps", 12}, {"max_length", 256}, {"rank", 8},
-                                   {"n_epochs", "auto"}, {"segment_size", 2}}}}}}}});
+                              {"method",
+                               {{"type", "orpo"},
+                                {"orpo",
+                                 {{"hyperparameters",
+                                   {{"lambda", 0.2},
+                                    {"n_steps", 12},
+                                    {"max_length", 256},
+                                    {"rank", 8},
+                                    {"n_epochs", "auto"},
+                                    {"segment_size", 2}}}}}}}});
   EXPECT_EQ(s.method_type, "orpo");
   EXPECT_TRUE(s.preference);
   EXPECT_EQ(s.seed, 5);
@@ -33,7 +40,8 @@ TEST(JobSpec, OpenAiAndBriocheNamesMapOntoTrainOptions) {
   EXPECT_EQ(s.options["max_seq_length"], 256);
   EXPECT_EQ(s.options["segment_size"], 2);
   EXPECT_FALSE(s.options.contains("epochs"));  // "auto" is the default
-  JobSpec m = parse_job_spec({{"method", {{"type", "dpo"}, {"dpo", {{"hyperparameters", {{"learning_rate_multiplier", 2}}}}}}}});
+  JobSpec m = parse_job_spec(
+      {{"method", {{"type", "dpo"}, {"dpo", {{"hyperparameters", {{"learning_rate_multiplier", 2}}}}}}}});
   EXPECT_DOUBLE_EQ(m.options["learning_rate"].get<double>(), 2e-5);
   JobSpec legacy = parse_job_spec({{"hyperparameters", {{"n_epochs", 3}}}});
   EXPECT_EQ(legacy.method_type, "supervised");
@@ -50,11 +58,13 @@ TEST(JobSpec, RefusalsNameTheKey) {
   EXPECT_EQ(owned.code, "unknown_hyperparameter");
   JobsError type = refusal({{"method", {{"type", "sft"}}}});
   EXPECT_EQ(type.code, "invalid_method");
-  JobsError bad = refusal({{"method", {{"type", "supervised"}, {"supervised", {{"hyperparameters", {{"rank", "x"}}}}}}}});
+  JobsError bad =
+      refusal({{"method", {{"type", "supervised"}, {"supervised", {{"hyperparameters", {{"rank", "x"}}}}}}}});
   EXPECT_EQ(bad.code, "invalid_hyperparameter");
   EXPECT_EQ(bad.param, "method.supervised.hyperparameters.rank");
-  EXPECT_EQ(refusal({{"method", {{"type", "supervised"}, {"supervised", {{"hyperparameters", {{"batch_size", 0}}}}}}}}).code,
-            "invalid_hyperparameter");  // finalize()'s range checks
+  EXPECT_EQ(
+      refusal({{"method", {{"type", "supervised"}, {"supervised", {{"hyperparameters", {{"batch_size", 0}}}}}}}}).code,
+      "invalid_hyperparameter");  // finalize()'s range checks
   EXPECT_EQ(refusal({{"seed", -1}}).param, "seed");
 }
 
@@ -68,7 +78,8 @@ TEST(JobSpec, StepsAndMemoryEstimate) {
   const int64_t base = estimate_memory_bytes({{"method", "sft"}, {"max_seq_length", 128}}, shape);
   const int64_t pref = estimate_memory_bytes({{"method", "orpo"}, {"max_seq_length", 128}}, shape);
   const int64_t longer = estimate_memory_bytes({{"method", "sft"}, {"max_seq_length", 1024}}, shape);
-  const int64_t segmented = estimate_memory_bytes({{"method", "sft"}, {"max_seq_length", 1024}, {"segment_size", 2}}, shape);
+  const int64_t segmented =
+      estimate_memory_bytes({{"method", "sft"}, {"max_seq_length", 1024}, {"segment_size", 2}}, shape);
   EXPECT_GT(base, int64_t(100 + 256) << 20);
   EXPECT_GT(pref, base);
   EXPECT_GT(longer, base);
@@ -80,7 +91,8 @@ TEST(JobSpec, StepsAndMemoryEstimate) {
   EXPECT_LT(seg1, segmented);
   EXPECT_LT(segmented, seg4);
   // 1024 tokens x (1 layer x (10 x 64 + 3 x 128) + 4 boundaries x 64) x 4 B above the unsegmented base's head and rest.
-  EXPECT_EQ(seg1 - (longer - int64_t(1024) * 4 * (10 * 64 + 3 * 128) * 4), int64_t(1024) * (1 * (10 * 64 + 3 * 128) + 4 * 64) * 4);
+  EXPECT_EQ(seg1 - (longer - int64_t(1024) * 4 * (10 * 64 + 3 * 128) * 4),
+            int64_t(1024) * (1 * (10 * 64 + 3 * 128) + 4 * 64) * 4);
 }
 
 TEST(DatasetCheck, RowKindsAndHistogram) {

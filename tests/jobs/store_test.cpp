@@ -16,8 +16,15 @@ class StoreTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   JobRecord job(const std::string& id) {
-    return JobRecord{.id = id, .created_at = 100, .model = "m", .training_file = "file-1", .method = {{"type", "orpo"}},
-                     .train_config = {{"iters", 4}}, .method_type = "orpo", .total_steps = 4, .directory = "/d/" + id};
+    return JobRecord{.id = id,
+                     .created_at = 100,
+                     .model = "m",
+                     .training_file = "file-1",
+                     .method = {{"type", "orpo"}},
+                     .train_config = {{"iters", 4}},
+                     .method_type = "orpo",
+                     .total_steps = 4,
+                     .directory = "/d/" + id};
   }
   std::filesystem::path dir_;
   std::string path_;
@@ -26,8 +33,14 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, FilesPageNewestFirstAndDelete) {
   JobStore store(path_);
   for (int i = 0; i < 5; ++i)
-    store.add_file({.id = "file-" + std::to_string(i), .filename = "f.jsonl", .bytes = i, .created_at = i,
-                    .purpose = "fine-tune", .kind = "sft", .rows = 1, .path = "/p"});
+    store.add_file({.id = "file-" + std::to_string(i),
+                    .filename = "f.jsonl",
+                    .bytes = i,
+                    .created_at = i,
+                    .purpose = "fine-tune",
+                    .kind = "sft",
+                    .rows = 1,
+                    .path = "/p"});
   Page<FileRecord> first = store.files("", "", 2, false);
   ASSERT_EQ(first.items.size(), 2u);
   EXPECT_EQ(first.items[0].id, "file-4");
@@ -53,7 +66,11 @@ TEST_F(StoreTest, JobsSurviveReopenWithEventsAndMetrics) {
     EXPECT_FALSE(store.transition("ftjob-a", {status::kQueued}, status::kCancelled));  // not queued any more
     store.set_progress("ftjob-a", 2, 300, 1234);
     for (int i = 0; i < 5; ++i)
-      store.add_event({.job_id = "ftjob-a", .created_at = i, .level = "info", .type = "message", .message = "e" + std::to_string(i)});
+      store.add_event({.job_id = "ftjob-a",
+                       .created_at = i,
+                       .level = "info",
+                       .type = "message",
+                       .message = "e" + std::to_string(i)});
     store.put_metric("ftjob-a", {.kind = "step", .step = 1, .row = {{"loss", 2.0}}});
     store.put_metric("ftjob-a", {.kind = "eval", .step = 1, .row = {{"loss", 1.9}}});
     store.put_metric("ftjob-a", {.kind = "step", .step = 1, .row = {{"loss", 1.5}}});  // trained again after a resume

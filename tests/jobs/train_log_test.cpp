@@ -17,7 +17,8 @@ TEST(TrainLog, ReadsCompleteLinesFromAnOffset) {
   EXPECT_TRUE(read_log_lines(path, 0).rows.empty());  // not written yet
   {
     std::ofstream out(path);
-    out << "{\"event\":\"step\",\"step\":1,\"loss\":2.5}\nnot json\n{\"event\":\"eval\",\"step\":1,\"loss\":2.0}\n{\"event\":\"st";
+    out << "{\"event\":\"step\",\"step\":1,\"loss\":2.5}\nnot "
+           "json\n{\"event\":\"eval\",\"step\":1,\"loss\":2.0}\n{\"event\":\"st";
   }
   LogChunk first = read_log_lines(path, 0);
   ASSERT_EQ(first.rows.size(), 2u);  // the malformed line skipped, the partial one waits

@@ -142,8 +142,10 @@ TEST(CudaDecodeGraph, NewCacheRecordsAgain) {
     forward(model, *run, {{0, {1, 2, 3}}, {1, {4, 5}}}, true);
     std::vector<float> last;
     for (int step = 0; step < 4; ++step) last = forward(model, *run, {{0, {7}}, {1, {8}}}, true);
-    if (round == 0) first = last;
-    else EXPECT_LT(nmse(last, first), 1e-12) << "the second cache's decode differs from the first's";
+    if (round == 0)
+      first = last;
+    else
+      EXPECT_LT(nmse(last, first), 1e-12) << "the second cache's decode differs from the first's";
   }
 }
 

@@ -36,8 +36,8 @@ std::string fixture_path(const std::string& name) {
 struct Prompt {
   std::vector<int32_t> ids;
   std::vector<int32_t> greedy;
-  std::vector<float> margins;               // top-2 logit margin of each greedy step
-  std::vector<std::vector<float>> logits;   // [ids.size(), vocab]
+  std::vector<float> margins;              // top-2 logit margin of each greedy step
+  std::vector<std::vector<float>> logits;  // [ids.size(), vocab]
 };
 
 std::vector<Prompt> read_goldens(const std::string& name) {
@@ -47,8 +47,10 @@ std::vector<Prompt> read_goldens(const std::string& name) {
   std::ifstream bin(fixture_path("goldens/" + j["logits_file"].get<std::string>()), std::ios::binary);
   std::vector<Prompt> prompts;
   for (const auto& p : j["prompts"]) {
-    Prompt prompt{p["ids"].get<std::vector<int32_t>>(), p["greedy"].get<std::vector<int32_t>>(),
-                  p["top2_margins"].get<std::vector<float>>(), {}};
+    Prompt prompt{p["ids"].get<std::vector<int32_t>>(),
+                  p["greedy"].get<std::vector<int32_t>>(),
+                  p["top2_margins"].get<std::vector<float>>(),
+                  {}};
     for (size_t r = 0; r < prompt.ids.size(); ++r) {
       std::vector<float> row(static_cast<size_t>(vocab));
       bin.read(reinterpret_cast<char*>(row.data()), std::streamsize(row.size() * sizeof(float)));
@@ -164,8 +166,9 @@ TEST_P(Gemma4Fixture, BatchedSequencesEqualEachAlone) {
       const size_t left = prompts_[s].ids.size() - done[s];
       if (left == 0) continue;
       const size_t take = std::min(left, step == 0 ? size_t(3) : s == 0 ? size_t(1) : size_t(4));
-      steps.push_back({&seqs[s], std::vector<int32_t>(prompts_[s].ids.begin() + long(done[s]),
-                                                      prompts_[s].ids.begin() + long(done[s] + take)),
+      steps.push_back({&seqs[s],
+                       std::vector<int32_t>(prompts_[s].ids.begin() + long(done[s]),
+                                            prompts_[s].ids.begin() + long(done[s] + take)),
                        true});
       firsts.push_back(s);
     }

@@ -170,34 +170,39 @@ inline std::vector<HostileCase> hostile_cases() {
   };
   gguf("gguf_zero_heads", set_u32("llama.attention.head_count", 0),
        "llama.attention.head_count: expected an integer in 1..1024, found 0");
-  gguf("gguf_zero_heads_no_head_dim",
-       [](TinyGguf& g) {
-         g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::U32, 0);
-         g.metadata.erase("llama.attention.key_length");
-       },
-       "llama.attention.head_count: expected an integer in 1..1024, found 0");
-  gguf("gguf_heads_not_dividing_hidden",
-       [](TinyGguf& g) {
-         g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::U32, 5);
-         g.metadata.erase("llama.attention.key_length");
-       },
-       "llama.attention.head_count: expected a divisor of llama.embedding_length 32");
+  gguf(
+      "gguf_zero_heads_no_head_dim",
+      [](TinyGguf& g) {
+        g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::U32, 0);
+        g.metadata.erase("llama.attention.key_length");
+      },
+      "llama.attention.head_count: expected an integer in 1..1024, found 0");
+  gguf(
+      "gguf_heads_not_dividing_hidden",
+      [](TinyGguf& g) {
+        g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::U32, 5);
+        g.metadata.erase("llama.attention.key_length");
+      },
+      "llama.attention.head_count: expected a divisor of llama.embedding_length 32");
   gguf("gguf_zero_kv_heads", set_u32("llama.attention.head_count_kv", 0),
        "llama.attention.head_count_kv: expected an integer in 1..4, found 0");
   gguf("gguf_kv_heads_not_dividing_heads", set_u32("llama.attention.head_count_kv", 3),
        "llama.attention.head_count_kv: expected a divisor of llama.attention.head_count 4");
-  gguf("gguf_zero_layers", set_u32("llama.block_count", 0), "llama.block_count: expected an integer in 1..4096, found 0");
+  gguf("gguf_zero_layers", set_u32("llama.block_count", 0),
+       "llama.block_count: expected an integer in 1..4096, found 0");
   gguf("gguf_absurd_layers", set_u32("llama.block_count", 4000000000),
        "llama.block_count: expected an integer in 0..2147483647, found 4000000000");
-  gguf("gguf_u64_layers",
-       [](TinyGguf& g) { g.metadata["llama.block_count"] = GgufValue::integer(GgufType::U64, int64_t(1) << 40); },
-       "llama.block_count: expected an integer in 0..2147483647, found 1099511627776");
-  gguf("gguf_negative_heads",
-       [](TinyGguf& g) { g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::I32, -4); },
-       "llama.attention.head_count: expected an integer in 0..2147483647, found -4");
-  gguf("gguf_string_heads",
-       [](TinyGguf& g) { g.metadata["llama.attention.head_count"] = GgufValue::string("4"); },
-       "'llama.attention.head_count': expected an integer, found string \"4\"");
+  gguf(
+      "gguf_u64_layers",
+      [](TinyGguf& g) { g.metadata["llama.block_count"] = GgufValue::integer(GgufType::U64, int64_t(1) << 40); },
+      "llama.block_count: expected an integer in 0..2147483647, found 1099511627776");
+  gguf(
+      "gguf_negative_heads",
+      [](TinyGguf& g) { g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::I32, -4); },
+      "llama.attention.head_count: expected an integer in 0..2147483647, found -4");
+  gguf(
+      "gguf_string_heads", [](TinyGguf& g) { g.metadata["llama.attention.head_count"] = GgufValue::string("4"); },
+      "'llama.attention.head_count': expected an integer, found string \"4\"");
   gguf("gguf_absurd_hidden", set_u32("llama.embedding_length", 1u << 30),
        "llama.embedding_length: expected an integer in 1..262144, found 1073741824");
   gguf("gguf_zero_intermediate", set_u32("llama.feed_forward_length", 0),
@@ -218,40 +223,55 @@ inline std::vector<HostileCase> hostile_cases() {
        "llama.rope.freq_base: expected a finite number > 0, found nan");
   gguf("gguf_negative_rms_eps", set_f32("llama.attention.layer_norm_rms_epsilon", -1.0),
        "llama.attention.layer_norm_rms_epsilon: expected a number in [0, 1], found -1");
-  gguf("gguf_negative_rope_scaling_factor",
-       [](TinyGguf& g) {
-         g.metadata["llama.rope.scaling.type"] = GgufValue::string("linear");
-         g.metadata["llama.rope.scaling.factor"] = GgufValue::floating(GgufType::F32, -2.0);
-       },
-       "llama.rope.scaling.factor: expected a finite number > 0, found -2");
-  gguf("gguf_zero_rope_freq_factor",
-       [](TinyGguf& g) { g.tensors["rope_freqs.weight"] = Tensor::zeros(DType::F32, {4}); },
-       "rope_freqs.weight[0]: expected a finite number > 0, found 0");
-  gguf("gguf_rope_freqs_wrong_size",
-       [](TinyGguf& g) { g.tensors["rope_freqs.weight"] = ones_f32({4096}); },
-       "tensor 'rope_freqs.weight' expected shape [4]");
-  gguf("gguf_embedding_without_rows",
-       [](TinyGguf& g) { g.tensors["token_embd.weight"] = Tensor::zeros(DType::F32, {0, 32}); },
-       "('token_embd.weight') ne[1] at byte");
-  gguf("gguf_tensor_wrong_shape",
-       [](TinyGguf& g) { g.tensors["blk.1.attn_q.weight"] = Tensor::zeros(DType::F32, {33, 32}); },
-       "tensor 'blk.1.attn_q.weight' expected shape [32, 32]");
-  gguf("gguf_embedding_wrong_width",
-       [](TinyGguf& g) { g.tensors["token_embd.weight"] = Tensor::zeros(DType::F32, {64, 16}); },
-       "tensor 'token_embd.weight' expected [vocab, 32]");
-  gguf("gguf_missing_layer",
-       [](TinyGguf& g) { g.tensors.erase("blk.1.ffn_up.weight"); },
-       "tensor 'blk.1.ffn_up.weight' expected, found absent");
-  gguf("gguf_gate_and_up_of_different_types",
-       [](TinyGguf& g) { g.tensors["blk.1.ffn_up.weight"] = Tensor::zeros(DType::F16, {48, 32}); },
-       "layer 1 up projection: expected the gate projection's type f32");
+  gguf(
+      "gguf_negative_rope_scaling_factor",
+      [](TinyGguf& g) {
+        g.metadata["llama.rope.scaling.type"] = GgufValue::string("linear");
+        g.metadata["llama.rope.scaling.factor"] = GgufValue::floating(GgufType::F32, -2.0);
+      },
+      "llama.rope.scaling.factor: expected a finite number > 0, found -2");
+  gguf(
+      "gguf_zero_rope_freq_factor",
+      [](TinyGguf& g) { g.tensors["rope_freqs.weight"] = Tensor::zeros(DType::F32, {4}); },
+      "rope_freqs.weight[0]: expected a finite number > 0, found 0");
+  gguf(
+      "gguf_rope_freqs_wrong_size", [](TinyGguf& g) { g.tensors["rope_freqs.weight"] = ones_f32({4096}); },
+      "tensor 'rope_freqs.weight' expected shape [4]");
+  gguf(
+      "gguf_embedding_without_rows",
+      [](TinyGguf& g) {
+        g.tensors["token_embd.weight"] = Tensor::zeros(DType::F32, {0, 32});
+      },
+      "('token_embd.weight') ne[1] at byte");
+  gguf(
+      "gguf_tensor_wrong_shape",
+      [](TinyGguf& g) {
+        g.tensors["blk.1.attn_q.weight"] = Tensor::zeros(DType::F32, {33, 32});
+      },
+      "tensor 'blk.1.attn_q.weight' expected shape [32, 32]");
+  gguf(
+      "gguf_embedding_wrong_width",
+      [](TinyGguf& g) {
+        g.tensors["token_embd.weight"] = Tensor::zeros(DType::F32, {64, 16});
+      },
+      "tensor 'token_embd.weight' expected [vocab, 32]");
+  gguf(
+      "gguf_missing_layer", [](TinyGguf& g) { g.tensors.erase("blk.1.ffn_up.weight"); },
+      "tensor 'blk.1.ffn_up.weight' expected, found absent");
+  gguf(
+      "gguf_gate_and_up_of_different_types",
+      [](TinyGguf& g) {
+        g.tensors["blk.1.ffn_up.weight"] = Tensor::zeros(DType::F16, {48, 32});
+      },
+      "layer 1 up projection: expected the gate projection's type f32");
   // Heads over kv heads beyond the kernels' group of 16.
-  gguf("gguf_gqa_group_too_large",
-       [](TinyGguf& g) {
-         g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::U32, 32);
-         g.metadata["llama.attention.head_count_kv"] = GgufValue::integer(GgufType::U32, 1);
-       },
-       "llama.attention.head_count_kv: expected at least 2 (groups of at most 16");
+  gguf(
+      "gguf_gqa_group_too_large",
+      [](TinyGguf& g) {
+        g.metadata["llama.attention.head_count"] = GgufValue::integer(GgufType::U32, 32);
+        g.metadata["llama.attention.head_count_kv"] = GgufValue::integer(GgufType::U32, 1);
+      },
+      "llama.attention.head_count_kv: expected at least 2 (groups of at most 16");
 
   cases.push_back({"gguf_truncated",
                    [](const std::string& dir) {
@@ -261,7 +281,11 @@ inline std::vector<HostileCase> hostile_cases() {
                      return dir + "/model.gguf";
                    },
                    "to lie within the file"});
-  cases.push_back({"gguf_empty", [](const std::string& dir) { std::ofstream(dir + "/model.gguf"); return dir + "/model.gguf"; },
+  cases.push_back({"gguf_empty",
+                   [](const std::string& dir) {
+                     std::ofstream(dir + "/model.gguf");
+                     return dir + "/model.gguf";
+                   },
                    "magic at byte 0: expected 4 bytes, found 0"});
   cases.push_back({"fifo_as_model",
                    [](const std::string& dir) {
@@ -285,55 +309,72 @@ inline std::vector<HostileCase> hostile_cases() {
                      },
                      std::move(expected)});
   };
-  hf("hf_zero_heads",
-     [](nlohmann::json& c) {
-       c["num_attention_heads"] = 0;
-       c.erase("head_dim");
-     },
-     "config.json: num_attention_heads: expected an integer in 1..1024, found 0");
-  hf("hf_heads_not_dividing_hidden",
-     [](nlohmann::json& c) {
-       c["num_attention_heads"] = 3;
-       c["num_key_value_heads"] = 3;
-       c.erase("head_dim");
-     },
-     "config.json: num_attention_heads: expected a divisor of hidden_size 32");
-  hf("hf_zero_layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 0; },
-     "config.json: num_hidden_layers: expected an integer in 1..4096, found 0");
-  hf("hf_absurd_layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 1000000000000; },
-     "config.json: num_hidden_layers: expected an integer in 0..2147483647, found 1000000000000");
-  hf("hf_string_heads", [](nlohmann::json& c) { c["num_attention_heads"] = "4"; },
-     "config.json: num_attention_heads: expected an integer, found \"4\"");
-  hf("hf_zero_vocab", [](nlohmann::json& c) { c["vocab_size"] = 0; },
-     "config.json: vocab_size: expected an integer in 1..2147483647, found 0");
-  hf("hf_vocab_not_matching_embedding", [](nlohmann::json& c) { c["vocab_size"] = 100; },
-     "tensor 'model.embed_tokens.weight' expected shape [100, 32]");
-  hf("hf_zero_head_dim", [](nlohmann::json& c) { c["head_dim"] = 0; },
-     "config.json: head_dim: expected an integer in 2..1024, found 0");
-  hf("hf_negative_context", [](nlohmann::json& c) { c["max_position_embeddings"] = -1; },
-     "config.json: max_position_embeddings: expected an integer in 0..2147483647, found -1");
-  hf("hf_huge_rms_eps", [](nlohmann::json& c) { c["rms_norm_eps"] = 1e300; },
-     "config.json: rms_norm_eps: expected a number in [0, 1], found inf");
-  hf("hf_zero_rope_theta", [](nlohmann::json& c) { c["rope_theta"] = 0; },
-     "config.json: rope_theta: expected a finite number > 0, found 0");
-  hf("hf_llama3_equal_freq_factors",
-     [](nlohmann::json& c) {
-       c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}};
-     },
-     "config.json: rope_scaling.high_freq_factor: expected more than rope_scaling.low_freq_factor 4, found 4");
-  hf("hf_llama3_zero_original_context",
-     [](nlohmann::json& c) {
-       c["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 10000.0}, {"original_max_position_embeddings", 0}};
-     },
-     "config.json: rope_parameters.original_max_position_embeddings: expected an integer in 1..16777216, found 0");
-  hf("hf_rope_scaling_not_an_object", [](nlohmann::json& c) { c["rope_scaling"] = 7; },
-     "config.json: rope_scaling: expected an object, found 7");
-  hf("hf_gqa_group_too_large",
-     [](nlohmann::json& c) {
-       c["num_attention_heads"] = 32;
-       c["num_key_value_heads"] = 1;
-     },
-     "config.json: num_key_value_heads: expected at least 2");
+  hf(
+      "hf_zero_heads",
+      [](nlohmann::json& c) {
+        c["num_attention_heads"] = 0;
+        c.erase("head_dim");
+      },
+      "config.json: num_attention_heads: expected an integer in 1..1024, found 0");
+  hf(
+      "hf_heads_not_dividing_hidden",
+      [](nlohmann::json& c) {
+        c["num_attention_heads"] = 3;
+        c["num_key_value_heads"] = 3;
+        c.erase("head_dim");
+      },
+      "config.json: num_attention_heads: expected a divisor of hidden_size 32");
+  hf(
+      "hf_zero_layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 0; },
+      "config.json: num_hidden_layers: expected an integer in 1..4096, found 0");
+  hf(
+      "hf_absurd_layers", [](nlohmann::json& c) { c["num_hidden_layers"] = 1000000000000; },
+      "config.json: num_hidden_layers: expected an integer in 0..2147483647, found 1000000000000");
+  hf(
+      "hf_string_heads", [](nlohmann::json& c) { c["num_attention_heads"] = "4"; },
+      "config.json: num_attention_heads: expected an integer, found \"4\"");
+  hf(
+      "hf_zero_vocab", [](nlohmann::json& c) { c["vocab_size"] = 0; },
+      "config.json: vocab_size: expected an integer in 1..2147483647, found 0");
+  hf(
+      "hf_vocab_not_matching_embedding", [](nlohmann::json& c) { c["vocab_size"] = 100; },
+      "tensor 'model.embed_tokens.weight' expected shape [100, 32]");
+  hf(
+      "hf_zero_head_dim", [](nlohmann::json& c) { c["head_dim"] = 0; },
+      "config.json: head_dim: expected an integer in 2..1024, found 0");
+  hf(
+      "hf_negative_context", [](nlohmann::json& c) { c["max_position_embeddings"] = -1; },
+      "config.json: max_position_embeddings: expected an integer in 0..2147483647, found -1");
+  hf(
+      "hf_huge_rms_eps", [](nlohmann::json& c) { c["rms_norm_eps"] = 1e300; },
+      "config.json: rms_norm_eps: expected a number in [0, 1], found inf");
+  hf(
+      "hf_zero_rope_theta", [](nlohmann::json& c) { c["rope_theta"] = 0; },
+      "config.json: rope_theta: expected a finite number > 0, found 0");
+  hf(
+      "hf_llama3_equal_freq_factors",
+      [](nlohmann::json& c) {
+        c["rope_scaling"] = {
+            {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 4.0}};
+      },
+      "config.json: rope_scaling.high_freq_factor: expected more than rope_scaling.low_freq_factor 4, found 4");
+  hf(
+      "hf_llama3_zero_original_context",
+      [](nlohmann::json& c) {
+        c["rope_parameters"] = {
+            {"rope_type", "llama3"}, {"rope_theta", 10000.0}, {"original_max_position_embeddings", 0}};
+      },
+      "config.json: rope_parameters.original_max_position_embeddings: expected an integer in 1..16777216, found 0");
+  hf(
+      "hf_rope_scaling_not_an_object", [](nlohmann::json& c) { c["rope_scaling"] = 7; },
+      "config.json: rope_scaling: expected an object, found 7");
+  hf(
+      "hf_gqa_group_too_large",
+      [](nlohmann::json& c) {
+        c["num_attention_heads"] = 32;
+        c["num_key_value_heads"] = 1;
+      },
+      "config.json: num_key_value_heads: expected at least 2");
   cases.push_back({"hf_config_nested_deep",
                    [](const std::string& dir) {
                      TinySafetensors::llama().write(dir + "/model", std::string(10000, '[') + std::string(10000, ']'));

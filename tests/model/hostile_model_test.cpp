@@ -23,8 +23,8 @@ namespace brioche::model {
 namespace {
 
 using formats::testing::TempDir;
-using testing::HostileCase;
 using ::testing::HasSubstr;
+using testing::HostileCase;
 
 // The error of Model::load(path), or a test failure when it does not throw a
 // brioche::Error within 20 s. A load stuck in open() on a FIFO is released by
@@ -106,11 +106,11 @@ TEST(ModelConfigValidation, BoundsNameTheField) {
             "mem: max_context: expected an integer in 0..16777216, found -1");
   EXPECT_EQ(error_with([](ModelConfig& m) { m.sliding_window = -7; }),
             "mem: sliding_window: expected an integer in 0..16777216, found -7");
-  EXPECT_EQ(error_with([](ModelConfig& m) {
-              m.rope.scaling = {.kind = ops::RopeScalingKind::Linear, .factor = 0.0f};
-            }),
+  EXPECT_EQ(error_with([](ModelConfig& m) { m.rope.scaling = {.kind = ops::RopeScalingKind::Linear, .factor = 0.0f}; }),
             "mem: rope.scaling.factor: expected a finite number > 0, found 0");
-  EXPECT_EQ(error_with([](ModelConfig& m) { m.rope.freq_factors = {1.0f, 2.0f}; }),
+  EXPECT_EQ(error_with([](ModelConfig& m) {
+              m.rope.freq_factors = {1.0f, 2.0f};
+            }),
             "mem: rope.freq_factors: expected 4 factors (head_dim / 2), found 2");
   EXPECT_EQ(formats::testing::error_of([] { config_count(int64_t(1) << 31, "k", "f"); }),
             "f: k: expected an integer in 0..2147483647, found 2147483648");

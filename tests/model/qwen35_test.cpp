@@ -79,8 +79,11 @@ struct Runner {
       Seq& s = *c.seq;
       const int32_t end = s.n_past + int32_t(c.tokens.size());
       while (int32_t(s.blocks.size()) * cache.block_size() < end) s.blocks.push_back(next_block++);
-      batch.sequences.push_back({.first_row = batch.n_rows(), .n_rows = int32_t(c.tokens.size()), .n_past = s.n_past,
-                                 .block_table = s.blocks, .state_slot = s.slot});
+      batch.sequences.push_back({.first_row = batch.n_rows(),
+                                 .n_rows = int32_t(c.tokens.size()),
+                                 .n_past = s.n_past,
+                                 .block_table = s.blocks,
+                                 .state_slot = s.slot});
       for (size_t i = 0; i < c.tokens.size(); ++i) {
         batch.tokens.push_back(c.tokens[i]);
         batch.positions.push_back(s.n_past + int32_t(i));
@@ -208,11 +211,12 @@ TEST_P(Qwen35, BatchedRowsEqualEachSequenceAlone) {
     return out;
   };
   const std::vector<int32_t>& L = golden.long_ids;
-  std::vector<std::vector<int32_t>> a = {{L.begin(), L.begin() + 90}, {L.begin() + 90, L.begin() + 91},
-                                         {L.begin() + 91, L.begin() + 200}};
+  std::vector<std::vector<int32_t>> a = {
+      {L.begin(), L.begin() + 90}, {L.begin() + 90, L.begin() + 91}, {L.begin() + 91, L.begin() + 200}};
   std::vector<std::vector<int32_t>> b = {golden.short_ids, {7}, {8}};
   std::vector<std::vector<int32_t>> c = {{golden.prompt_ids.begin(), golden.prompt_ids.begin() + 3},
-                                         {golden.prompt_ids.begin() + 3, golden.prompt_ids.end()}, {9}};
+                                         {golden.prompt_ids.begin() + 3, golden.prompt_ids.end()},
+                                         {9}};
   auto alone_a = solo(a), alone_b = solo(b), alone_c = solo(c);
 
   KvCache cache = make_cache(4);
@@ -220,18 +224,20 @@ TEST_P(Qwen35, BatchedRowsEqualEachSequenceAlone) {
   Runner::Seq sa{.slot = 3}, sb{.slot = 0}, sc{.slot = 2};
   size_t ia = 0, ib = 0, ic = 0;
   for (int step = 0; step < 3; ++step) {
-    std::vector<Runner::Chunk> chunks = {
-        {&sb, b[size_t(step)], std::vector<uint8_t>(b[size_t(step)].size(), 1)},
-        {&sa, a[size_t(step)], std::vector<uint8_t>(a[size_t(step)].size(), 1)},
-        {&sc, c[size_t(step)], std::vector<uint8_t>(c[size_t(step)].size(), 1)}};
+    std::vector<Runner::Chunk> chunks = {{&sb, b[size_t(step)], std::vector<uint8_t>(b[size_t(step)].size(), 1)},
+                                         {&sa, a[size_t(step)], std::vector<uint8_t>(a[size_t(step)].size(), 1)},
+                                         {&sc, c[size_t(step)], std::vector<uint8_t>(c[size_t(step)].size(), 1)}};
     Tensor l = run.step(chunks);
     int64_t r = 0;
     for (size_t i = 0; i < b[size_t(step)].size(); ++i, ++r)
-      ASSERT_EQ(max_abs_diff(l.row_as<float>(r), alone_b[ib++].data(), vocab), 0.0) << "b step " << step << " row " << i;
+      ASSERT_EQ(max_abs_diff(l.row_as<float>(r), alone_b[ib++].data(), vocab), 0.0)
+          << "b step " << step << " row " << i;
     for (size_t i = 0; i < a[size_t(step)].size(); ++i, ++r)
-      ASSERT_EQ(max_abs_diff(l.row_as<float>(r), alone_a[ia++].data(), vocab), 0.0) << "a step " << step << " row " << i;
+      ASSERT_EQ(max_abs_diff(l.row_as<float>(r), alone_a[ia++].data(), vocab), 0.0)
+          << "a step " << step << " row " << i;
     for (size_t i = 0; i < c[size_t(step)].size(); ++i, ++r)
-      ASSERT_EQ(max_abs_diff(l.row_as<float>(r), alone_c[ic++].data(), vocab), 0.0) << "c step " << step << " row " << i;
+      ASSERT_EQ(max_abs_diff(l.row_as<float>(r), alone_c[ic++].data(), vocab), 0.0)
+          << "c step " << step << " row " << i;
   }
 }
 
@@ -349,8 +355,11 @@ TEST(Qwen35Layouts, ConditionalGenerationDirectoryLoadsItsTextModel) {
   });
   copy.edit_config([](nlohmann::json& j) {
     nlohmann::json text = j;
-    j = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"},
-         {"text_config", text}, {"vision_config", {{"depth", 1}}}, {"tie_word_embeddings", true}};
+    j = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+         {"model_type", "qwen3_5"},
+         {"text_config", text},
+         {"vision_config", {{"depth", 1}}},
+         {"tie_word_embeddings", true}};
   });
   EXPECT_EQ(short_prompt_logits(copy.dir().string()), short_prompt_logits(fixture_dir("dense")));
 }

@@ -94,8 +94,7 @@ double prompt_logit_error(Model& model, const SmolGolden& g) {
     model.forward(b.batch, cache, logits);
     EXPECT_EQ(logits.dim(0), 1);
     const float* want = &g.logits[p * g.vocab];
-    for (int v = 0; v < g.vocab; ++v)
-      worst = std::max(worst, std::abs(double(logits.data_as<float>()[v]) - want[v]));
+    for (int v = 0; v < g.vocab; ++v) worst = std::max(worst, std::abs(double(logits.data_as<float>()[v]) - want[v]));
   }
   return worst;
 }
@@ -144,8 +143,7 @@ TEST_F(SmolLM2, DequantizedToF32MatchesTransformers) {
   int total = 0;
   for (const Prompt& p : g.prompts) total += int(p.greedy.size());
   EXPECT_EQ(matched, total);
-  std::printf("[ measured ] smollm2 (weights -> f32) max abs logit error %.2e; greedy %d/%d\n", err,
-              matched, total);
+  std::printf("[ measured ] smollm2 (weights -> f32) max abs logit error %.2e; greedy %d/%d\n", err, matched, total);
 }
 
 // As shipped (Q4_1 weights, Q8_0 embeddings): the quantized matmul kernels
@@ -163,9 +161,10 @@ TEST_F(SmolLM2, QuantizedLogitsStayNearTransformers) {
   EXPECT_LT(err, kQuantizedLogitTolerance);
   double speed = 0;
   int matched = greedy_matches(*model_, g, &speed);
-  std::printf("[ measured ] smollm2 Q4_1 max abs logit error %.3f (tolerance %.1f); greedy tokens "
-              "matching the f32 oracle %d/192; decode %.1f tokens/s with %d threads (informational)\n",
-              err, kQuantizedLogitTolerance, matched, speed, ThreadPool::global().size());
+  std::printf(
+      "[ measured ] smollm2 Q4_1 max abs logit error %.3f (tolerance %.1f); greedy tokens "
+      "matching the f32 oracle %d/192; decode %.1f tokens/s with %d threads (informational)\n",
+      err, kQuantizedLogitTolerance, matched, speed, ThreadPool::global().size());
 }
 
 // Several sequences stepped together — prefill rows of some, decode rows of
@@ -219,8 +218,7 @@ TEST_F(SmolLM2, RaggedBatchMatchesSequencesAlone) {
     for (size_t k = 0; k < who.size(); ++k) {
       int s = who[k];
       const auto& want = alone[s][done[s]++];
-      for (int v = 0; v < vocab; ++v)
-        worst = std::max(worst, std::abs(double(logits.row_as<float>(k)[v]) - want[v]));
+      for (int v = 0; v < vocab; ++v) worst = std::max(worst, std::abs(double(logits.row_as<float>(k)[v]) - want[v]));
       EXPECT_EQ(argmax(logits.row_as<float>(k), vocab), argmax(want.data(), vocab));
     }
   }
@@ -250,8 +248,7 @@ TEST_F(SmolLM2, CopyBlockDuplicatesAPrefix) {
   model_->forward(sa.batch, cache, la);
   BatchBuilder sb({{&b, {text[16]}}}, pool, 16);
   model_->forward(sb.batch, cache, lb);
-  for (int v = 0; v < model_->config().vocab_size; ++v)
-    ASSERT_EQ(la.data_as<float>()[v], lb.data_as<float>()[v]) << v;
+  for (int v = 0; v < model_->config().vocab_size; ++v) ASSERT_EQ(la.data_as<float>()[v], lb.data_as<float>()[v]) << v;
 }
 
 TEST(ModelLoad, MissingPathAndUnsupportedGgufArchitecture) {
@@ -264,8 +261,7 @@ TEST(ModelLoad, MissingPathAndUnsupportedGgufArchitecture) {
     Model::load(path);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unsupported architecture 'gpt2' in " + path), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("unsupported architecture 'gpt2' in " + path), std::string::npos) << e.what();
   }
 }
 

@@ -206,8 +206,10 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
     for (int layer = 0; layer < fc.n_layers; ++layer) {
       for (int half = 0; half < 2; ++half) {  // attention, then MLP
         const LayerWeights& flw = full.weights.layers[size_t(layer)];
-        if (half == 0) attention_block(fc, flw, ctx, full_cache.keys(layer), full_cache.values(layer), fa);
-        else mlp_block(fc, flw, fa);
+        if (half == 0)
+          attention_block(fc, flw, ctx, full_cache.keys(layer), full_cache.values(layer), fa);
+        else
+          mlp_block(fc, flw, fa);
 
         std::vector<Tensor> partials(N);
         Tensor sum;
@@ -223,8 +225,7 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
             if (half == 0) {
               AttentionContext sctx = ctx;
               sctx.collective = &collective;
-              attention_block(s.config, lw, sctx, caches[size_t(r)]->keys(layer), caches[size_t(r)]->values(layer),
-                              sa);
+              attention_block(s.config, lw, sctx, caches[size_t(r)]->keys(layer), caches[size_t(r)]->values(layer), sa);
             } else {
               mlp_block(s.config, lw, sa, &collective);
             }
@@ -242,8 +243,8 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
             for (int64_t c = 0; c < fc.hidden_size; ++c) {
               const double d = std::abs(double(at(results[size_t(r)], i, c)) - at(fa.x, i, c));
               worst = std::max(worst, d);
-              ASSERT_LT(d, 1e-4) << "layer " << layer << (half == 0 ? " attention" : " mlp") << " rank " << r
-                                 << " row " << i << " col " << c;
+              ASSERT_LT(d, 1e-4) << "layer " << layer << (half == 0 ? " attention" : " mlp") << " rank " << r << " row "
+                                 << i << " col " << c;
             }
         }
         ops::copy(results[0], x);

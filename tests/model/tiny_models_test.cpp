@@ -101,8 +101,7 @@ TEST_P(TinyModel, F16CacheStaysClose) {
   EXPECT_LT(max_error(logits, g, 0), 1e-2);  // f16 K/V: ~3 decimal digits
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, TinyModel,
-                         ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Architectures, TinyModel, ::testing::Values("llama", "mistral", "qwen2", "qwen3"));
 
 TEST(TinyModelConfig, FlagsFromConfigJson) {
   auto llama = Model::load(golden_path("tiny_llama"));

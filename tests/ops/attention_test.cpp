@@ -104,8 +104,11 @@ void run_case(const Case& c, uint32_t seed) {
     cpu::set_isa_override(isa);
     Tensor out = Tensor::zeros(DType::F32, {n_rows, q_dim});
     ops::paged_attention(q, kc, vc, seqs,
-                         {.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-                          .scale = scale, .sliding_window = c.sliding_window},
+                         {.n_heads = c.n_heads,
+                          .n_kv_heads = c.n_kv_heads,
+                          .head_dim = c.head_dim,
+                          .scale = scale,
+                          .sliding_window = c.sliding_window},
                          out);
     cpu::clear_isa_override();
     expect_matches_reference(c, seqs, hist_k, hist_v, q, out, scale, cpu::isa_name(isa));
@@ -148,13 +151,11 @@ void expect_matches_reference(const Case& c, const std::vector<ops::AttentionSeq
       }
     }
   }
-  EXPECT_LT(max_err, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim
-                           << " block " << c.block_size << " " << isa;
+  EXPECT_LT(max_err, 2e-5) << "heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim << " block "
+                           << c.block_size << " " << isa;
 }
 
-TEST(PagedAttention, SingleSequencePrefill) {
-  run_case({4, 4, 8, 16, DType::F32, 0, {{0, 37}}}, 1);
-}
+TEST(PagedAttention, SingleSequencePrefill) { run_case({4, 4, 8, 16, DType::F32, 0, {{0, 37}}}, 1); }
 
 TEST(PagedAttention, GqaRaggedMixedPrefillDecode) {
   run_case({6, 2, 20, 3, DType::F32, 0, {{0, 11}, {9, 1}, {4, 7}, {0, 1}, {31, 1}}}, 2);
@@ -166,9 +167,7 @@ TEST(PagedAttention, DecodeManySequences) {
   run_case({9, 3, 64, 16, DType::F32, 0, seqs}, 3);
 }
 
-TEST(PagedAttention, F16Cache) {
-  run_case({4, 1, 32, 5, DType::F16, 0, {{7, 13}, {0, 3}, {20, 1}}}, 4);
-}
+TEST(PagedAttention, F16Cache) { run_case({4, 1, 32, 5, DType::F16, 0, {{7, 13}, {0, 3}, {20, 1}}}, 4); }
 
 // Full 16-slot blocks take the CPU's 8-keys-at-a-time scoring path, for both
 // cache types (the cases above mostly exercise its scalar tail).
@@ -183,9 +182,7 @@ TEST(PagedAttention, LongRowsWideAndOddHeads) {
   run_case({5, 1, 80, 16, DType::F16, 0, {{250, 1}, {33, 3}}}, 8);
 }
 
-TEST(PagedAttention, SlidingWindow) {
-  run_case({2, 1, 16, 4, DType::F32, 5, {{10, 9}, {0, 12}, {3, 1}}}, 5);
-}
+TEST(PagedAttention, SlidingWindow) { run_case({2, 1, 16, 4, DType::F32, 5, {{10, 9}, {0, 12}, {3, 1}}}, 5); }
 
 TEST(PagedAttention, RejectsShortBlockTable) {
   Tensor kc = Tensor::zeros(DType::F32, {4, 4, 1, 8});

@@ -24,8 +24,7 @@ Tensor random_rows(int64_t rows, int64_t cols, uint32_t seed) {
 }
 
 // Hugging Face's _compute_llama3_parameters, in double.
-std::vector<double> llama3_reference(int d, double theta, double factor, double low, double high,
-                                     double old_ctx) {
+std::vector<double> llama3_reference(int d, double theta, double factor, double low, double high, double old_ctx) {
   std::vector<double> out;
   for (int i = 0; i < d / 2; ++i) {
     double w = 1.0 / std::pow(theta, 2.0 * i / d);
@@ -44,16 +43,21 @@ TEST(RopeInvFreq, DefaultLinearLlama3AndFactors) {
   for (int i = 0; i < 32; ++i) EXPECT_NEAR(plain[i], std::pow(10000.0, -2.0 * i / 64), 1e-7 * plain[i] + 1e-12);
   auto linear = ops::rope_inv_freq(64, 10000.0f, {.kind = ops::RopeScalingKind::Linear, .factor = 4});
   for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(linear[i], plain[i] / 4);
-  ops::RopeScaling l3{.kind = ops::RopeScalingKind::Llama3, .factor = 8, .low_freq_factor = 1,
-                      .high_freq_factor = 4, .original_context = 8192};
+  ops::RopeScaling l3{.kind = ops::RopeScalingKind::Llama3,
+                      .factor = 8,
+                      .low_freq_factor = 1,
+                      .high_freq_factor = 4,
+                      .original_context = 8192};
   auto got = ops::rope_inv_freq(128, 500000.0f, l3);
   auto want = llama3_reference(128, 500000.0, 8, 1, 4, 8192);
   int n_scaled = 0, n_blend = 0;
   for (int i = 0; i < 64; ++i) {
     EXPECT_NEAR(got[i], want[i], 2e-6 * want[i]) << i;
     double w0 = std::pow(500000.0, -2.0 * i / 128);
-    if (std::abs(want[i] - w0 / 8) < 1e-12 * w0) ++n_scaled;
-    else if (std::abs(want[i] - w0) > 1e-9 * w0) ++n_blend;
+    if (std::abs(want[i] - w0 / 8) < 1e-12 * w0)
+      ++n_scaled;
+    else if (std::abs(want[i] - w0) > 1e-9 * w0)
+      ++n_blend;
   }
   EXPECT_GT(n_scaled, 0);  // the test covers all three regimes
   EXPECT_GT(n_blend, 0);

@@ -148,7 +148,8 @@ TEST(TrainOps, LogpHeadMatchesFullLogitsInDouble) {
   for (DType wtype : {DType::F32, DType::Q8_0}) {
     // A quantized head is compared with the reference of its own decoded values.
     Tensor wq = wtype == DType::F32 ? w : ops::convert(w, wtype);
-    const HeadReference qref = wtype == DType::F32 ? ref : head_reference(h, ops::convert(wq, DType::F32), targets, d_logp);
+    const HeadReference qref =
+        wtype == DType::F32 ? ref : head_reference(h, ops::convert(wq, DType::F32), targets, d_logp);
     for (int64_t chunk : {int64_t(1), int64_t(256), int64_t(1003), int64_t(5000)}) {
       SCOPED_TRACE(testing::Message() << dtype_name(wtype) << " chunk " << chunk);
       // f32: float accumulation against double (chunk 1 sums 1,003 one-term
@@ -199,7 +200,8 @@ TEST(TrainOps, AdamWMatchesTheReferenceUpdateAndSumOfSquares) {
     float lr_scale;
   };
   std::vector<Slot> slots;
-  for (auto [size, lr_scale] : {std::pair{int64_t(1), 1.0f}, std::pair{int64_t(1000), 16.0f}, std::pair{int64_t(777), 1.0f}}) {
+  for (auto [size, lr_scale] :
+       {std::pair{int64_t(1), 1.0f}, std::pair{int64_t(1000), 16.0f}, std::pair{int64_t(777), 1.0f}}) {
     slots.push_back({random_f32(1, size, uint32_t(size)), random_f32(1, size, uint32_t(size + 1), 0.1f),
                      Tensor::zeros(DType::F32, {1, size}), Tensor::zeros(DType::F32, {1, size}), lr_scale});
   }
@@ -263,8 +265,10 @@ TEST(TrainOps, CopyAsyncOnTheCpuAndLoraMatmulShapeErrors) {
     EXPECT_NE(std::string(e.what()).find("must match and be dense"), std::string::npos) << e.what();
   }
 
-  Tensor x = Tensor::zeros(DType::F32, {4, 8}), w = Tensor::zeros(DType::F32, {6, 8}), y = Tensor::zeros(DType::F32, {4, 6});
-  Tensor a = Tensor::zeros(DType::F32, {2, 7}), b = Tensor::zeros(DType::F32, {6, 2}), u = Tensor::zeros(DType::F32, {4, 2});
+  Tensor x = Tensor::zeros(DType::F32, {4, 8}), w = Tensor::zeros(DType::F32, {6, 8}),
+         y = Tensor::zeros(DType::F32, {4, 6});
+  Tensor a = Tensor::zeros(DType::F32, {2, 7}), b = Tensor::zeros(DType::F32, {6, 2}),
+         u = Tensor::zeros(DType::F32, {4, 2});
   const LowRank lr{.a = a, .b = b, .scale = 1.0f};
   const LoraMatmulPart part{w, &lr, y, &u};
   try {

@@ -16,8 +16,8 @@ namespace fs = std::filesystem;
 
 // A reader that "reads" any folder with an adapter_config.json as a rank-4 adapter.
 std::shared_ptr<model::ServedAdapter> fake_read(const std::string& dir, int max_rank) {
-  BRIOCHE_CHECK(fs::exists(fs::path(dir) / "adapter_config.json") || fs::path(dir).extension() == ".gguf",
-                dir, ": not an adapter");
+  BRIOCHE_CHECK(fs::exists(fs::path(dir) / "adapter_config.json") || fs::path(dir).extension() == ".gguf", dir,
+                ": not an adapter");
   BRIOCHE_CHECK(4 <= max_rank, dir, ": rank 4 above ", max_rank);
   auto a = std::make_shared<model::ServedAdapter>();
   a->rank = 4;
@@ -26,8 +26,9 @@ std::shared_ptr<model::ServedAdapter> fake_read(const std::string& dir, int max_
 
 struct LoraDir {
   // One folder per test: ctest runs the tests of this file as parallel processes.
-  fs::path root = fs::path(BRIOCHE_BINARY_DIR) /
-                  ("adapter_registry_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  fs::path root =
+      fs::path(BRIOCHE_BINARY_DIR) /
+      ("adapter_registry_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   LoraDir() {
     fs::remove_all(root);
     for (const char* name : {"a", "b", "c"}) {
@@ -40,7 +41,9 @@ struct LoraDir {
     fs::create_directory_symlink(root / "outside", root / "adapters" / "escape");
   }
   AdapterOptions options(int max_resident = 2) const {
-    return {.lora_dir = (root / "adapters").string(), .allow_runtime = true, .max_resident = max_resident,
+    return {.lora_dir = (root / "adapters").string(),
+            .allow_runtime = true,
+            .max_resident = max_resident,
             .read = fake_read};
   }
 };
@@ -81,7 +84,7 @@ TEST(AdapterRegistry, KeepsAtMostMaxResidentOnTheDeviceLeastRecentlyUsedOut) {
   r.acquire("b");
   EXPECT_EQ(resident(), (std::vector<std::string>{"a", "b"}));
   std::shared_ptr<const model::ServedAdapter> held = r.acquire("a");  // a is now the most recent
-  r.acquire("c");                                                      // evicts b
+  r.acquire("c");                                                     // evicts b
   EXPECT_EQ(resident(), (std::vector<std::string>{"a", "c"}));
   r.acquire("g");  // evicts a; the request holding it keeps its factors
   EXPECT_EQ(resident(), (std::vector<std::string>{"c", "g"}));

@@ -26,11 +26,12 @@ TEST(HttpFraming, ContentLengthOrChunkedAlone) {
 
 TEST(HttpFraming, EverythingElseIsRefused) {
   for (const char* te : {"gzip", "identity", "chunked, gzip", "gzip, chunked", "xchunked"}) {
-    std::optional<std::string> why =
-        verdict(std::string("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") + te + "\r\nContent-Length: 2\r\n\r\n{}");
+    std::optional<std::string> why = verdict(std::string("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") + te +
+                                             "\r\nContent-Length: 2\r\n\r\n{}");
     ASSERT_TRUE(why) << te;
   }
-  EXPECT_TRUE(verdict("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
+  EXPECT_TRUE(verdict(
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
 }
 
 }  // namespace

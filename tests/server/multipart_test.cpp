@@ -8,14 +8,18 @@ namespace brioche::server {
 namespace {
 
 std::string body_of(const std::string& boundary) {
-  return "--" + boundary + "\r\n"
+  return "--" + boundary +
+         "\r\n"
          "Content-Disposition: form-data; name=\"purpose\"\r\n\r\n"
          "fine-tune\r\n"
-         "--" + boundary + "\r\n"
+         "--" +
+         boundary +
+         "\r\n"
          "Content-Disposition: form-data; name=\"file\"; filename=\"a \\\"b\\\".jsonl\"\r\n"
          "Content-Type: application/octet-stream\r\n\r\n"
          "{\"text\": \"x\"}\n\r\n--not-the-boundary\r\n"
-         "--" + boundary + "--\r\n";
+         "--" +
+         boundary + "--\r\n";
 }
 
 TEST(Multipart, BoundaryFromContentType) {
@@ -52,12 +56,15 @@ TEST(Multipart, PreambleAndEpilogueIgnored) {
 
 TEST(Multipart, MalformedBodiesAreErrors) {
   const std::string good = body_of("XyZ");
-  EXPECT_THROW(parse_multipart(good, "other", {}), Error);                       // wrong boundary
+  EXPECT_THROW(parse_multipart(good, "other", {}), Error);                           // wrong boundary
   EXPECT_THROW(parse_multipart(good.substr(0, good.size() - 9), "XyZ", {}), Error);  // no closing delimiter
-  EXPECT_THROW(parse_multipart(good.substr(0, 60), "XyZ", {}), Error);           // truncated inside a part
-  EXPECT_THROW(parse_multipart("--XyZ\r\nContent-Type: text/plain\r\n\r\nx\r\n--XyZ--", "XyZ", {}), Error);  // no disposition
-  EXPECT_THROW(parse_multipart("--XyZ\r\nContent-Disposition: attachment; name=\"a\"\r\n\r\nx\r\n--XyZ--", "XyZ", {}), Error);
-  EXPECT_THROW(parse_multipart("--XyZ\r\nContent-Disposition: form-data\r\n\r\nx\r\n--XyZ--", "XyZ", {}), Error);  // no name
+  EXPECT_THROW(parse_multipart(good.substr(0, 60), "XyZ", {}), Error);               // truncated inside a part
+  EXPECT_THROW(parse_multipart("--XyZ\r\nContent-Type: text/plain\r\n\r\nx\r\n--XyZ--", "XyZ", {}),
+               Error);  // no disposition
+  EXPECT_THROW(parse_multipart("--XyZ\r\nContent-Disposition: attachment; name=\"a\"\r\n\r\nx\r\n--XyZ--", "XyZ", {}),
+               Error);
+  EXPECT_THROW(parse_multipart("--XyZ\r\nContent-Disposition: form-data\r\n\r\nx\r\n--XyZ--", "XyZ", {}),
+               Error);  // no name
   EXPECT_THROW(parse_multipart("--XyZ\r\nno colon here\r\n\r\nx\r\n--XyZ--", "XyZ", {}), Error);
   EXPECT_THROW(parse_multipart("--XyZ\r\n\r\nx\r\n--XyZ--", "XyZ", {}), Error);  // no headers at all
   EXPECT_THROW(parse_multipart("--XyZjunk\r\n", "XyZ", {}), Error);              // not CRLF after the delimiter
@@ -71,8 +78,8 @@ TEST(Multipart, LimitsOnPartsAndHeaders) {
   many += "--b--";
   EXPECT_EQ(parse_multipart(many, "b", {.max_parts = 5}).size(), 5u);
   EXPECT_THROW(parse_multipart(many, "b", {.max_parts = 4}), Error);
-  const std::string long_header = "--b\r\nContent-Disposition: form-data; name=\"p\"\r\nX-Pad: " + std::string(10000, 'a') +
-                                  "\r\n\r\nv\r\n--b--";
+  const std::string long_header =
+      "--b\r\nContent-Disposition: form-data; name=\"p\"\r\nX-Pad: " + std::string(10000, 'a') + "\r\n\r\nv\r\n--b--";
   EXPECT_THROW(parse_multipart(long_header, "b", {.max_header_bytes = 8192}), Error);
   EXPECT_EQ(parse_multipart(long_header, "b", {.max_header_bytes = 20000}).size(), 1u);
 }

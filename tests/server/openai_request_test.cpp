@@ -40,16 +40,23 @@ TEST(OpenAiRequest, ChatFieldsAreReadAndUnknownOnesIgnored) {
 }
 
 TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
-  struct Case { const char* body; const char* param; };
-  for (Case c : {Case{R"({"messages": [{"role": "user", "content": "x"}], "temperature": "1"})", "temperature"},
-                 Case{R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
-                 Case{R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
-                 Case{R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}})", "logit_bias"},
-                 Case{R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", "stop"},
-                 Case{R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
-                 Case{R"({"messages": []})", "messages"},
-                 Case{R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}},
-                          "tools": [{"type": "function", "function": {"name": "g"}}]})", "tool_choice"}}) {
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  for (
+      Case c :
+      {Case{R"({"messages": [{"role": "user", "content": "x"}], "temperature": "1"})", "temperature"},
+       Case{R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
+       Case{R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
+       Case{R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}})", "logit_bias"},
+       Case{R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", "stop"},
+       Case{R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
+       Case{R"({"messages": []})", "messages"},
+       Case{
+           R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "f"}},
+                          "tools": [{"type": "function", "function": {"name": "g"}}]})",
+           "tool_choice"}}) {
     ApiError e = error_of(Endpoint::ChatCompletions, c.body);
     EXPECT_EQ(e.status, 400) << c.body;
     EXPECT_EQ(e.param, c.param) << c.body;
@@ -61,19 +68,23 @@ TEST(OpenAiRequest, WrongTypesAndRangesNameTheField) {
 
 TEST(OpenAiRequest, EchoWithLogprobsAsksForPromptLogprobsAndMaxTokensZeroNeedsEcho) {
   // lm-evaluation-harness's loglikelihood request: echo the prompt with its logprobs.
-  ApiRequest lm_eval = parse_api_request(Endpoint::Completions, R"({"prompt": [1, 2, 3], "echo": true, "logprobs": 1, "max_tokens": 1})");
+  ApiRequest lm_eval = parse_api_request(Endpoint::Completions,
+                                         R"({"prompt": [1, 2, 3], "echo": true, "logprobs": 1, "max_tokens": 1})");
   EXPECT_TRUE(lm_eval.generation.prompt_logprobs);
   EXPECT_EQ(lm_eval.top_logprobs, 1);
   // OpenAI's legacy scoring call: echo + max_tokens 0 generates nothing.
-  ApiRequest zero = parse_api_request(Endpoint::Completions, R"({"prompt": "a b", "echo": true, "logprobs": 0, "max_tokens": 0})");
+  ApiRequest zero =
+      parse_api_request(Endpoint::Completions, R"({"prompt": "a b", "echo": true, "logprobs": 0, "max_tokens": 0})");
   EXPECT_EQ(zero.generation.max_tokens, 0);
   EXPECT_TRUE(zero.max_tokens_given && zero.generation.prompt_logprobs);
-  EXPECT_FALSE(parse_api_request(Endpoint::Completions, R"({"prompt": "a", "logprobs": 2})").generation.prompt_logprobs);
+  EXPECT_FALSE(
+      parse_api_request(Endpoint::Completions, R"({"prompt": "a", "logprobs": 2})").generation.prompt_logprobs);
   EXPECT_FALSE(parse_api_request(Endpoint::Completions, R"({"prompt": "a", "echo": true})").generation.prompt_logprobs);
   // Without echo there is nothing to return for max_tokens 0; chat never takes it.
   EXPECT_EQ(error_of(Endpoint::Completions, R"({"prompt": "a", "max_tokens": 0})").param, "max_tokens");
-  EXPECT_EQ(error_of(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 0})").param,
-            "max_tokens");
+  EXPECT_EQ(
+      error_of(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 0})").param,
+      "max_tokens");
 }
 
 TEST(OpenAiRequest, CompletionsAndResponses) {

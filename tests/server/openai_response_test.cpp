@@ -47,7 +47,9 @@ std::string run_events(ResponseBuilder& builder, const std::string& text, size_t
 }
 
 ResponseContext chat_context(bool stream) {
-  return {.endpoint = Endpoint::ChatCompletions, .model = "m", .stream = stream,
+  return {.endpoint = Endpoint::ChatCompletions,
+          .model = "m",
+          .stream = stream,
           .parser = {.split_reasoning = true, .tools = ToolSyntax::Hermes}};
 }
 
@@ -80,7 +82,8 @@ TEST(ResponseBuilder, StreamedToolCallsHaveOpenAiDeltaShapeAndAddUpToTheBody) {
         EXPECT_FALSE(tc.contains("id"));
         EXPECT_FALSE(tc.contains("type"));
         EXPECT_FALSE(tc["function"].contains("name"));
-        calls[index]["arguments"] = calls[index]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+        calls[index]["arguments"] =
+            calls[index]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
       }
       ++fragments[index];
     }
@@ -104,7 +107,8 @@ TEST(ResponseBuilder, NamedCallPrefillIsAnnouncedWithTheFirstEvent) {
   ResponseContext ctx = chat_context(true);
   ctx.prefill = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ";
   ResponseBuilder builder(ctx);
-  std::vector<json> chunks = sse_payloads(run_events(builder, "{\"city\": \"Paris\"}}\n</tool_call>", 4, engine::FinishReason::Stop));
+  std::vector<json> chunks =
+      sse_payloads(run_events(builder, "{\"city\": \"Paris\"}}\n</tool_call>", 4, engine::FinishReason::Stop));
   std::string arguments, name;
   for (const json& chunk : chunks) {
     if (chunk == "[DONE]" || !chunk["choices"][0]["delta"].contains("tool_calls")) continue;
@@ -119,8 +123,11 @@ TEST(ResponseBuilder, NamedCallPrefillIsAnnouncedWithTheFirstEvent) {
 
 TEST(ResponseBuilder, TimeoutMidStreamEndsWithAnErrorEventNotAFinishReason) {
   ResponseBuilder builder(chat_context(true));
-  builder.set_cancel_error({.status = 408, .message = "the request exceeded the server's per-request timeout of 0.5 s",
-                            .type = "timeout_error", .param = "", .code = "timeout"});
+  builder.set_cancel_error({.status = 408,
+                            .message = "the request exceeded the server's per-request timeout of 0.5 s",
+                            .type = "timeout_error",
+                            .param = "",
+                            .code = "timeout"});
   std::vector<json> chunks = sse_payloads(run_events(builder, "Once upon a time", 4, engine::FinishReason::Cancelled));
   ASSERT_GE(chunks.size(), 3u);
   for (const json& chunk : chunks) {
@@ -140,7 +147,8 @@ TEST(ResponseBuilder, CutStreamWithUsageSendsTheUsageBeforeTheError) {
   ResponseContext ctx = chat_context(true);
   ctx.include_usage = true;
   ResponseBuilder builder(ctx);
-  builder.set_cancel_error({.status = 408, .message = "timeout", .type = "timeout_error", .param = "", .code = "timeout"});
+  builder.set_cancel_error(
+      {.status = 408, .message = "timeout", .type = "timeout_error", .param = "", .code = "timeout"});
   std::vector<json> chunks = sse_payloads(run_events(builder, "Once upon a time", 4, engine::FinishReason::Cancelled));
   ASSERT_GE(chunks.size(), 3u);
   EXPECT_EQ(chunks[chunks.size() - 3]["usage"]["completion_tokens"], 4);  // the tokens generated before the cut
@@ -160,7 +168,8 @@ TEST(ResponseBuilder, ShutdownMidStreamIsAnErrorTooAndCompletionsHaveNoFinishRea
 
 TEST(ResponseBuilder, ResponsesStreamCutShortFails) {
   ResponseBuilder builder({.endpoint = Endpoint::Responses, .model = "m", .stream = true});
-  builder.set_cancel_error({.status = 408, .message = "timeout", .type = "timeout_error", .param = "", .code = "timeout"});
+  builder.set_cancel_error(
+      {.status = 408, .message = "timeout", .type = "timeout_error", .param = "", .code = "timeout"});
   std::string sse = builder.stream_prelude() + run_events(builder, "Once upon", 3, engine::FinishReason::Cancelled);
   EXPECT_EQ(sse.find("response.completed"), std::string::npos);
   std::vector<json> events = sse_payloads(sse);
@@ -191,7 +200,10 @@ engine::GenerationEvent echo_event() {
 }
 
 TEST(ResponseBuilder, EchoWithLogprobsListsThePromptTokensFirst) {
-  ResponseBuilder builder({.endpoint = Endpoint::Completions, .model = "m", .logprobs = true, .echo_text = "a b c",
+  ResponseBuilder builder({.endpoint = Endpoint::Completions,
+                           .model = "m",
+                           .logprobs = true,
+                           .echo_text = "a b c",
                            .echo_first_token = "a"});
   builder.on_event(echo_event());
   json choice = builder.final_body()["choices"][0];
@@ -205,8 +217,12 @@ TEST(ResponseBuilder, EchoWithLogprobsListsThePromptTokensFirst) {
 }
 
 TEST(ResponseBuilder, StreamedEchoSendsThePromptLogprobsInTheFirstChunk) {
-  ResponseBuilder builder({.endpoint = Endpoint::Completions, .model = "m", .stream = true, .logprobs = true,
-                           .echo_text = "a b c", .echo_first_token = "a"});
+  ResponseBuilder builder({.endpoint = Endpoint::Completions,
+                           .model = "m",
+                           .stream = true,
+                           .logprobs = true,
+                           .echo_text = "a b c",
+                           .echo_first_token = "a"});
   std::vector<json> chunks = sse_payloads(builder.on_event(echo_event()));
   ASSERT_FALSE(chunks.empty());
   EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["tokens"], json({"a", " b", " c", "!"}));

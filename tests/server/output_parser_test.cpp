@@ -55,8 +55,8 @@ TEST_P(EveryChunking, HermesToolCallsAreParsed) {
 
 TEST_P(EveryChunking, ReasoningThenToolCall) {
   Parsed d = feed({.split_reasoning = true, .tools = ToolSyntax::Hermes},
-                       "<think>need weather</think>\n<tool_call>{\"name\": \"w\", \"arguments\": {\"a\": 1}}</tool_call>",
-                       GetParam());
+                  "<think>need weather</think>\n<tool_call>{\"name\": \"w\", \"arguments\": {\"a\": 1}}</tool_call>",
+                  GetParam());
   EXPECT_EQ(d.reasoning, "need weather");
   EXPECT_EQ(d.content, "");
   ASSERT_EQ(d.tool_calls.size(), 1u);
@@ -65,13 +65,13 @@ TEST_P(EveryChunking, ReasoningThenToolCall) {
 
 TEST_P(EveryChunking, Llama3JsonCall) {
   Parsed d = feed({.tools = ToolSyntax::Llama3Json},
-                       "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"a;b\"}}", GetParam());
+                  "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"a;b\"}}", GetParam());
   EXPECT_EQ(d.content, "");
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].name, "search");
   EXPECT_EQ(nlohmann::json::parse(d.tool_calls[0].arguments)["q"], "a;b");
   Parsed two = feed({.tools = ToolSyntax::Llama3Json},
-                         "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": 2}}", GetParam());
+                    "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": 2}}", GetParam());
   ASSERT_EQ(two.tool_calls.size(), 2u);
   EXPECT_EQ(two.tool_calls[1].name, "b");
 }
@@ -129,7 +129,8 @@ TEST_P(EveryChunking, ArgumentsStreamInPiecesThatAddUpToTheWholeCall) {
 }
 
 TEST_P(EveryChunking, Llama3CallsStreamWithDistinctIndexes) {
-  std::string text = "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": \"1;2\"}}; {\"name\": \"b\", \"parameters\": {}}";
+  std::string text =
+      "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": \"1;2\"}}; {\"name\": \"b\", \"parameters\": {}}";
   Parsed d = feed({.tools = ToolSyntax::Llama3Json}, text, GetParam());
   ASSERT_EQ(d.tool_calls.size(), 2u);
   EXPECT_EQ(d.tool_calls[0].arguments, "{\"x\": \"1;2\"}");
@@ -144,7 +145,8 @@ TEST_P(EveryChunking, Llama3CallsStreamWithDistinctIndexes) {
 }
 
 TEST_P(EveryChunking, ArgumentsBeforeNameWaitForIt) {
-  Parsed d = feed({.tools = ToolSyntax::Hermes}, "<tool_call>{\"arguments\": {\"a\": [1]}, \"name\": \"f\"}</tool_call>", GetParam());
+  Parsed d = feed({.tools = ToolSyntax::Hermes},
+                  "<tool_call>{\"arguments\": {\"a\": [1]}, \"name\": \"f\"}</tool_call>", GetParam());
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].name, "f");
   EXPECT_EQ(d.tool_calls[0].arguments, "{\"a\": [1]}");
@@ -153,7 +155,8 @@ TEST_P(EveryChunking, ArgumentsBeforeNameWaitForIt) {
 }
 
 TEST_P(EveryChunking, DoubleEncodedArgumentsAreDecoded) {
-  Parsed d = feed({.tools = ToolSyntax::Hermes}, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", GetParam());
+  Parsed d = feed({.tools = ToolSyntax::Hermes},
+                  "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", GetParam());
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].arguments, "{\"a\": 1}");
 }
@@ -167,7 +170,8 @@ TEST_P(EveryChunking, CallWithoutArgumentsGetsAnEmptyObject) {
 TEST_P(EveryChunking, CallCutShortKeepsItsArgumentsSoFar) {
   // max_tokens inside the arguments: the call stays a call (finish_reason
   // "length" tells the client), with what was generated.
-  Parsed d = feed({.tools = ToolSyntax::Hermes}, "<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Par", GetParam());
+  Parsed d =
+      feed({.tools = ToolSyntax::Hermes}, "<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Par", GetParam());
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].arguments, "{\"city\": \"Par");
   // Cut before the name: not a call, the text is content.
@@ -186,7 +190,8 @@ TEST_P(EveryChunking, Llama3TextAfterTheCallsIsContentAndPlainJsonIsContent) {
 }
 
 TEST_P(EveryChunking, StrayBracketAfterTheCallIsDropped) {
-  Parsed d = feed({.tools = ToolSyntax::Hermes}, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}}\n</tool_call>", GetParam());
+  Parsed d = feed({.tools = ToolSyntax::Hermes},
+                  "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}}\n</tool_call>", GetParam());
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].arguments, "{\"a\": 1}");
   EXPECT_EQ(d.content, "");

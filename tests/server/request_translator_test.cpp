@@ -25,7 +25,8 @@ class TranslatorTest : public ::testing::Test {
     if (!std::filesystem::exists(default_model_path())) return;
     engine_ = engine::Engine::load({.model_path = default_model_path()}).release();
     auto tok = engine_->tokenizer();
-    prompter_ = new ChatPrompter(engine_->model()->chat_template(), tok->token_text(tok->bos_id()), tok->token_text(tok->eos_id()));
+    prompter_ = new ChatPrompter(engine_->model()->chat_template(), tok->token_text(tok->bos_id()),
+                                 tok->token_text(tok->eos_id()));
     structured_ = new StructuredOutputCompiler(*engine_);
   }
   static void TearDownTestSuite() {
@@ -36,7 +37,9 @@ class TranslatorTest : public ::testing::Test {
   void SetUp() override {
     if (engine_ == nullptr) GTEST_SKIP() << "skipped: no default model at " << default_model_path();
   }
-  ServedModel served() const { return {.engine = *engine_, .prompter = *prompter_, .structured = *structured_, .model_id = "smol"}; }
+  ServedModel served() const {
+    return {.engine = *engine_, .prompter = *prompter_, .structured = *structured_, .model_id = "smol"};
+  }
 
   // The ApiError a body gets, or a failure when it translates.
   ApiError error_of(Endpoint endpoint, const std::string& body) const {
@@ -57,40 +60,47 @@ class TranslatorTest : public ::testing::Test {
 TEST_F(TranslatorTest, TokenIdsOutsideTheVocabularyNameTheirField) {
   const std::string vocab = std::to_string(engine_->vocab_size());
   const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": )";
-  for (const std::string& bias : {"{\"" + vocab + "\": 1}", std::string(R"({"4294967297": 1})"), std::string(R"({"-3": 1})"),
-                                  std::string(R"({"99999999999999999999999": 1})"), std::string(R"({"0x10": 1})")}) {
+  for (const std::string& bias :
+       {"{\"" + vocab + "\": 1}", std::string(R"({"4294967297": 1})"), std::string(R"({"-3": 1})"),
+        std::string(R"({"99999999999999999999999": 1})"), std::string(R"({"0x10": 1})")}) {
     ApiError e = error_of(Endpoint::ChatCompletions, chat + bias + "}");
     EXPECT_EQ(e.status, 400) << bias;
     EXPECT_EQ(e.param, "logit_bias") << bias;
   }
-  for (const std::string& prompt : {"[1, " + vocab + "]", std::string("[4294967296]"), std::string("[-1]"), std::string("[18446744073709551615]")}) {
+  for (const std::string& prompt : {"[1, " + vocab + "]", std::string("[4294967296]"), std::string("[-1]"),
+                                    std::string("[18446744073709551615]")}) {
     ApiError e = error_of(Endpoint::Completions, R"({"prompt": )" + prompt + "}");
     EXPECT_EQ(e.status, 400) << prompt;
     EXPECT_EQ(e.param.rfind("prompt[", 0), 0u) << e.param;
     EXPECT_NE(e.message.find("outside the vocabulary"), std::string::npos) << e.message;
   }
-  TranslatedRequest ok = translate_request(served(), Endpoint::Completions, R"({"prompt": [1, 2, 3], "logit_bias": {"0": -100}})");
+  TranslatedRequest ok =
+      translate_request(served(), Endpoint::Completions, R"({"prompt": [1, 2, 3], "logit_bias": {"0": -100}})");
   EXPECT_EQ(ok.generation.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
   ASSERT_EQ(ok.generation.sampling.logit_bias.size(), 1u);
 }
 
 TEST_F(TranslatorTest, NestingPastTheLimitIsAClientError) {
   std::string deep = std::string(5000, '[') + std::string(5000, ']');
-  ApiError body = error_of(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "hi"}], "x": )" + deep + "}");
+  ApiError body =
+      error_of(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "hi"}], "x": )" + deep + "}");
   EXPECT_EQ(body.status, 400);
   EXPECT_NE(body.message.find("the limit is 128"), std::string::npos) << body.message;
   std::string args = nlohmann::json(deep).dump();
-  ApiError tool = error_of(Endpoint::ChatCompletions,
-                           R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": )" +
-                               args + R"(}}]}, {"role": "user", "content": "hi"}]})");
+  ApiError tool = error_of(
+      Endpoint::ChatCompletions,
+      R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": )" +
+          args + R"(}}]}, {"role": "user", "content": "hi"}]})");
   EXPECT_EQ(tool.param, "messages[0].tool_calls[0].function.arguments");
 }
 
 TEST_F(TranslatorTest, UnknownModelIs404) {
-  ApiError e = error_of(Endpoint::ChatCompletions, R"({"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]})");
+  ApiError e =
+      error_of(Endpoint::ChatCompletions, R"({"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]})");
   EXPECT_EQ(e.status, 404);
   EXPECT_EQ(e.code, "model_not_found");
-  EXPECT_NO_THROW(translate_request(served(), Endpoint::ChatCompletions, R"({"model": "smol", "messages": [{"role": "user", "content": "hi"}]})"));
+  EXPECT_NO_THROW(translate_request(served(), Endpoint::ChatCompletions,
+                                    R"({"model": "smol", "messages": [{"role": "user", "content": "hi"}]})"));
 }
 
 TEST_F(TranslatorTest, NamedToolPrefillEscapesTheName) {
@@ -105,16 +115,19 @@ TEST_F(TranslatorTest, NamedToolPrefillEscapesTheName) {
 }
 
 TEST_F(TranslatorTest, MaxTokensDefaults) {
-  TranslatedRequest chat = translate_request(served(), Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "hi"}]})");
+  TranslatedRequest chat =
+      translate_request(served(), Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "hi"}]})");
   EXPECT_EQ(chat.generation.max_tokens, engine_->context_length() - int32_t(chat.generation.prompt_tokens.size()));
   TranslatedRequest completion = translate_request(served(), Endpoint::Completions, R"({"prompt": "hi"})");
   EXPECT_EQ(completion.generation.max_tokens, 16);
-  TranslatedRequest given = translate_request(served(), Endpoint::Completions, R"({"prompt": "hi", "max_tokens": 1000000})");
+  TranslatedRequest given =
+      translate_request(served(), Endpoint::Completions, R"({"prompt": "hi", "max_tokens": 1000000})");
   EXPECT_EQ(given.generation.max_tokens, engine_->context_length() - int32_t(given.generation.prompt_tokens.size()));
 }
 
 TEST_F(TranslatorTest, BosIsAddedOnce) {
-  TranslatedRequest t = translate_request(served(), Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "hi"}]})");
+  TranslatedRequest t =
+      translate_request(served(), Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "hi"}]})");
   // The template writes its own BOS (SmolLM2: <|im_start|>, which also opens
   // every turn): the prompt must not start with it twice.
   auto tok = engine_->tokenizer();
@@ -135,7 +148,8 @@ TEST_F(TranslatorTest, EchoOfTokenIdsIsTheirTextAndAsksForPromptLogprobs) {
   EXPECT_EQ(t.response.echo_first_token, engine_->codec().token_bytes(ids[0]));
   // echo + max_tokens 0 without logprobs: the prompt is still scored (the
   // engine's only work), the response has no logprobs.
-  TranslatedRequest zero = translate_request(served(), Endpoint::Completions, R"({"prompt": "a b", "echo": true, "max_tokens": 0})");
+  TranslatedRequest zero =
+      translate_request(served(), Endpoint::Completions, R"({"prompt": "a b", "echo": true, "max_tokens": 0})");
   EXPECT_EQ(zero.generation.max_tokens, 0);
   EXPECT_TRUE(zero.generation.prompt_logprobs);
   EXPECT_EQ(zero.generation.top_logprobs, 0);
@@ -165,9 +179,13 @@ TEST_F(TranslatorTest, TokenizeDetokenizeAndTokenizerInfo) {
     return "";
   };
   EXPECT_EQ(error_param([&] { tokenize_response(*engine_, R"({"prompt": 5})"); }), "prompt");
-  EXPECT_EQ(error_param([&] { tokenize_response(*engine_, R"({"prompt": "a", "add_special_tokens": "yes"})"); }), "add_special_tokens");
+  EXPECT_EQ(error_param([&] { tokenize_response(*engine_, R"({"prompt": "a", "add_special_tokens": "yes"})"); }),
+            "add_special_tokens");
   EXPECT_EQ(error_param([&] { detokenize_response(*engine_, R"({"tokens": [1, -1]})"); }), "tokens");
-  EXPECT_EQ(error_param([&] { detokenize_response(*engine_, json({{"tokens", {engine_->vocab_size()}}}).dump()); }), "tokens");
+  EXPECT_EQ(error_param([&] {
+              detokenize_response(*engine_, json({{"tokens", {engine_->vocab_size()}}}).dump());
+            }),
+            "tokens");
   EXPECT_EQ(error_param([&] { detokenize_response(*engine_, "[1]"); }), "");
 }
 

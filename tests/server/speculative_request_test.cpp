@@ -8,10 +8,11 @@ namespace {
 
 TEST(SpeculativeRequestField, DefaultsOnAndFalseOptsOut) {
   EXPECT_TRUE(parse_api_request(Endpoint::Completions, R"({"prompt": "a"})").generation.speculative);
-  EXPECT_FALSE(
-      parse_api_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "a"}], "speculative": false})")
-          .generation.speculative);
-  EXPECT_TRUE(parse_api_request(Endpoint::Completions, R"({"prompt": "a", "speculative": true})").generation.speculative);
+  EXPECT_FALSE(parse_api_request(Endpoint::ChatCompletions,
+                                 R"({"messages": [{"role": "user", "content": "a"}], "speculative": false})")
+                   .generation.speculative);
+  EXPECT_TRUE(
+      parse_api_request(Endpoint::Completions, R"({"prompt": "a", "speculative": true})").generation.speculative);
 }
 
 TEST(SpeculativeRequestField, ANonBooleanNamesTheField) {

@@ -44,8 +44,9 @@ TEST_F(StaticFilesTest, ServesRegularFilesInside) {
 }
 
 TEST_F(StaticFilesTest, NothingOutsideOrIrregular) {
-  for (const char* path : {"//etc/passwd", "//proc/self/cmdline", "/../secret.txt", "/sub/../../secret.txt", "/out-link", "/zero",
-                           "/fifo", "/sub", "/sub/", "/missing", "", "index.html", "/%2e%2e/secret.txt"})
+  for (const char* path :
+       {"//etc/passwd", "//proc/self/cmdline", "/../secret.txt", "/sub/../../secret.txt", "/out-link", "/zero", "/fifo",
+        "/sub", "/sub/", "/missing", "", "index.html", "/%2e%2e/secret.txt"})
     EXPECT_FALSE(find_static_file(root_, path)) << path;
 }
 

@@ -30,7 +30,8 @@ TEST(StructuredOutput, NothingRequested) {
 }
 
 TEST(StructuredOutput, JsonSchemaFieldsAndPropertyOrder) {
-  StructuredOutputSpec s = parse(body(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
+  StructuredOutputSpec s =
+      parse(body(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
       "any_whitespace":false,"schema":{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}}}})"));
   EXPECT_EQ(s.kind, Kind::JsonSchema);
   EXPECT_EQ(s.name, "p");
@@ -43,7 +44,8 @@ TEST(StructuredOutput, JsonSchemaFieldsAndPropertyOrder) {
 
 TEST(StructuredOutput, PrecedenceFollowsTheReferenceDesign) {
   const std::string grammar = R"("guided_grammar":"root ::= \"a\"")";
-  const std::string schema = R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"integer"}}})";
+  const std::string schema =
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"integer"}}})";
   const std::string object = R"("response_format":{"type":"json_object"})";
   const std::string so = R"("structured_outputs":{"type":"boolean"})";
   const std::string regex = R"("guided_regex":"[0-9]+")";
@@ -150,9 +152,9 @@ TEST(StructuredOutput, StrictClosesObjectsAndNonStrictReadsJsonSchema) {
   };
   const std::string schema = R"("schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
   for (const char* strict : {"true", "false", "null"}) {
-    StructuredOutputSpec s = parse(body(std::string(R"("response_format":{"type":"json_schema","json_schema":{"name":"p",)") +
-                                        (std::string(strict) == "null" ? "" : std::string("\"strict\":") + strict + ",") +
-                                        schema + "}}"));
+    StructuredOutputSpec s =
+        parse(body(std::string(R"("response_format":{"type":"json_schema","json_schema":{"name":"p",)") +
+                   (std::string(strict) == "null" ? "" : std::string("\"strict\":") + strict + ",") + schema + "}}"));
     const bool is_strict = std::string(strict) == "true";
     EXPECT_EQ(s.strict, is_strict) << strict;
     EXPECT_TRUE(accepts(s, R"({"a": 1})")) << strict;
@@ -185,7 +187,8 @@ TEST(StructuredOutput, RequiredToolCallCoversEveryToolWithHoistedDefs) {
 
 TEST(StructuredOutput, NamedToolCallIsItsArgumentsThenTheClose) {
   StructuredOutputSpec s =
-      parse(body(std::string(kTools) + R"(,"tool_choice":{"type":"function","function":{"name":"b"}})"), true, "<tool_call>\n");
+      parse(body(std::string(kTools) + R"(,"tool_choice":{"type":"function","function":{"name":"b"}})"), true,
+            "<tool_call>\n");
   ASSERT_EQ(s.kind, Kind::ToolCall);
   EXPECT_EQ(s.name, "b");
   EXPECT_EQ(s.suffix, "}\n</tool_call>");
@@ -203,7 +206,8 @@ TEST(StructuredOutput, StrictToolsUnderAutoWaitForTheCallTag) {
 }
 
 TEST(StructuredOutput, ResponsesTextFormat) {
-  std::string b = R"({"input":"hi","text":{"format":{"type":"json_schema","name":"r","strict":true,"schema":{"type":"integer"}}}})";
+  std::string b =
+      R"({"input":"hi","text":{"format":{"type":"json_schema","name":"r","strict":true,"schema":{"type":"integer"}}}})";
   ApiRequest req = parse_api_request(Endpoint::Responses, b);
   StructuredOutputSpec s = parse_structured_output(b, req, true, "");
   EXPECT_EQ(s.kind, Kind::JsonSchema);

@@ -45,9 +45,12 @@ ChatRequest request_for(const json& family, const json& c) {
   req.tools = c["tools"];
   req.add_generation_prompt = c["add_generation_prompt"].get<bool>();
   for (const auto& [k, v] : family["special_tokens"].items()) {
-    if (k == "bos_token") req.bos_token = v.get<std::string>();
-    else if (k == "eos_token") req.eos_token = v.get<std::string>();
-    else req.extra[k] = v;
+    if (k == "bos_token")
+      req.bos_token = v.get<std::string>();
+    else if (k == "eos_token")
+      req.eos_token = v.get<std::string>();
+    else
+      req.extra[k] = v;
   }
   for (const auto& [k, v] : c["kwargs"].items()) req.extra[k] = v;
   return req;
@@ -58,7 +61,8 @@ void expect_error_matches(const std::string& ours, const std::string& oracle, co
   EXPECT_NE(ours, "<no error>") << label << ": oracle failed with " << oracle << " but we rendered";
   const std::string prefix = "TemplateError: ";
   if (oracle.rfind(prefix, 0) == 0) {
-    EXPECT_NE(ours.find("raise_exception: " + oracle.substr(prefix.size())), std::string::npos) << label << ": " << ours;
+    EXPECT_NE(ours.find("raise_exception: " + oracle.substr(prefix.size())), std::string::npos)
+        << label << ": " << ours;
   }
 }
 
@@ -134,15 +138,19 @@ TEST(ChatTemplateErrors, UnknownFilterAtParseTime) {
 }
 
 TEST(ChatTemplateErrors, UnknownTestAndTag) {
-  EXPECT_NE(error_of([] { ChatTemplate::parse("{{ x is bogus }}", "t"); }).find("no test named 'bogus'"), std::string::npos);
-  EXPECT_NE(error_of([] { ChatTemplate::parse("\n{% frobnicate %}", "t"); }).find("t:2:4: encountered unknown tag 'frobnicate'"),
+  EXPECT_NE(error_of([] { ChatTemplate::parse("{{ x is bogus }}", "t"); }).find("no test named 'bogus'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              ChatTemplate::parse("\n{% frobnicate %}", "t");
+            }).find("t:2:4: encountered unknown tag 'frobnicate'"),
             std::string::npos);
   EXPECT_NE(error_of([] { ChatTemplate::parse("{% include 'x' %}", "t"); }).find("not supported"), std::string::npos);
   EXPECT_NE(error_of([] { ChatTemplate::parse("{% break %}", "t"); }).find("outside a for loop"), std::string::npos);
 }
 
 TEST(ChatTemplateErrors, RaiseExceptionMessageAndLine) {
-  std::string e = error_of([] { render_string("line1\n{% if true %}\n  {{ raise_exception('Roles must alternate') }}\n{% endif %}"); });
+  std::string e = error_of(
+      [] { render_string("line1\n{% if true %}\n  {{ raise_exception('Roles must alternate') }}\n{% endif %}"); });
   EXPECT_EQ(e.rfind("t:3:", 0), 0u) << e;
   EXPECT_NE(e.find("raise_exception: Roles must alternate"), std::string::npos) << e;
 }
@@ -170,7 +178,9 @@ TEST(ChatTemplateLimits, HugeRangeAndNestedLoops) {
   EXPECT_NE(error_of([] { render_string("{% for i in range(1000000000) %}{% endfor %}"); }).find("iteration limit"),
             std::string::npos);
   std::string e = error_of([] {
-    render_string("{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}{% endfor %}{% endfor %}{% endfor %}");
+    render_string(
+        "{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}{% endfor %}{% endfor %}{% "
+        "endfor %}");
   });
   EXPECT_NE(e.find("iteration limit"), std::string::npos) << e;
 }
@@ -178,13 +188,16 @@ TEST(ChatTemplateLimits, HugeRangeAndNestedLoops) {
 TEST(ChatTemplateLimits, OutputAndStringBombs) {
   RenderLimits small;
   small.max_output_bytes = 1 << 20;
-  EXPECT_NE(error_of([&] { render_string("{% for i in range(100000) %}{{ 'xxxxxxxxxxxxxxxxxxxxxxxxx' }}{% endfor %}", json::object(), small); })
-                .find("output limit"),
+  EXPECT_NE(error_of([&] {
+              render_string("{% for i in range(100000) %}{{ 'xxxxxxxxxxxxxxxxxxxxxxxxx' }}{% endfor %}", json::object(),
+                            small);
+            }).find("output limit"),
             std::string::npos);
   EXPECT_NE(error_of([] { render_string("{{ 'a' * 1000000000000 }}"); }).find("output limit"), std::string::npos);
   EXPECT_NE(error_of([&] {
-              render_string("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-                            json::object(), small);
+              render_string(
+                  "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                  json::object(), small);
             }).find("limit"),
             std::string::npos);
 }
@@ -213,7 +226,8 @@ TEST(ChatTemplateLimits, DeepJsonValueInTojson) {
 
 TEST(ChatTemplateApi, RenderChatBuildsTransformersContext) {
   auto t = ChatTemplate::parse(
-      "{% for m in messages %}{{ m | tojson }}|{% endfor %}{{ tools is none }}|{{ add_generation_prompt }}|{{ bos_token }}|{{ flag }}",
+      "{% for m in messages %}{{ m | tojson }}|{% endfor %}{{ tools is none }}|{{ add_generation_prompt }}|{{ "
+      "bos_token }}|{{ flag }}",
       "ctx");
   ChatRequest req;
   req.messages = json::array({json{{"role", "assistant"}, {"content", nullptr}, {"reasoning", "r"}}});
@@ -221,23 +235,27 @@ TEST(ChatTemplateApi, RenderChatBuildsTransformersContext) {
   req.bos_token = "<s>";
   req.extra = json{{"flag", 7}};
   EXPECT_EQ(render_chat(t, req),
-            "{\"thinking\": \"r\", \"role\": \"assistant\", \"reasoning\": \"r\", \"reasoning_content\": \"r\"}|True|True|<s>|7");
+            "{\"thinking\": \"r\", \"role\": \"assistant\", \"reasoning\": \"r\", \"reasoning_content\": "
+            "\"r\"}|True|True|<s>|7");
 }
 
 TEST(ChatTemplateApi, PlainFormatFallback) {
   ChatRequest req;
-  req.messages = json::array({json{{"role", "system"}, {"content", "Be brief."}},
-                              json{{"role", "user"}, {"content", json::array({json{{"type", "text"}, {"text", "Hi"}}})}},
-                              json{{"role", "assistant"},
-                                   {"content", ""},
-                                   {"tool_calls", json::array({json{{"function", json{{"name", "f"}, {"arguments", json::object()}}}}})}}});
+  req.messages = json::array(
+      {json{{"role", "system"}, {"content", "Be brief."}},
+       json{{"role", "user"}, {"content", json::array({json{{"type", "text"}, {"text", "Hi"}}})}},
+       json{{"role", "assistant"},
+            {"content", ""},
+            {"tool_calls", json::array({json{{"function", json{{"name", "f"}, {"arguments", json::object()}}}}})}}});
   req.add_generation_prompt = true;
   EXPECT_EQ(plain_chat_format(req),
-            "System: Be brief.\n\nUser: Hi\n\nAssistant: \n<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>\n\nAssistant:");
+            "System: Be brief.\n\nUser: Hi\n\nAssistant: "
+            "\n<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>\n\nAssistant:");
 }
 
 TEST(ChatTemplateApi, SelectsTemplateFromConfigField) {
-  nlohmann::json list = nlohmann::json::array({{{"name", "default"}, {"template", "D"}}, {{"name", "tool_use"}, {"template", "T"}}});
+  nlohmann::json list =
+      nlohmann::json::array({{{"name", "default"}, {"template", "D"}}, {{"name", "tool_use"}, {"template", "T"}}});
   EXPECT_EQ(select_chat_template(list, false).value(), "D");
   EXPECT_EQ(select_chat_template(list, true).value(), "T");
   EXPECT_EQ(select_chat_template(nlohmann::json("S"), true).value(), "S");
@@ -245,7 +263,8 @@ TEST(ChatTemplateApi, SelectsTemplateFromConfigField) {
 }
 
 TEST(ChatTemplateApi, ReusableAcrossRendersAndThreadsOfState) {
-  auto t = ChatTemplate::parse("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}", "sum");
+  auto t = ChatTemplate::parse(
+      "{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}", "sum");
   EXPECT_EQ(t.render(json{{"xs", {1, 2, 3}}}), "6");
   EXPECT_EQ(t.render(json{{"xs", {10}}}), "10");  // no state leaks between renders
 }

@@ -93,9 +93,9 @@ TEST(TemplateLimits, DeepBracketsAndBlocksAreRefusedWithTheLimit) {
 TEST(TemplateLimits, LongChainsAreRefusedWithTheLimit) {
   const int n = 3000;
   const std::vector<std::string> chains = {
-      "{{ " + repeat("1 ~ ", n) + "1 }}",          // binary operators
+      "{{ " + repeat("1 ~ ", n) + "1 }}",  // binary operators
       "{{ " + repeat("1 + ", n) + "1 }}",
-      "{{ " + repeat("x or ", n) + "x }}",         // or / and
+      "{{ " + repeat("x or ", n) + "x }}",  // or / and
       "{{ " + repeat("x and ", n) + "x }}",
       "{{ x" + repeat(".a", n) + " }}",            // attributes
       "{{ x" + repeat("[0]", n) + " }}",           // subscripts
@@ -107,7 +107,8 @@ TEST(TemplateLimits, LongChainsAreRefusedWithTheLimit) {
   };
   for (const std::string& source : chains) {
     std::string e = error_of([&] { ChatTemplate::parse(source, "t"); });
-    EXPECT_TRUE(contains(e, "the limit is 256") || contains(e, "the limit is 200") || contains(e, "chained")) << source.substr(0, 40) << ": " << e;
+    EXPECT_TRUE(contains(e, "the limit is 256") || contains(e, "the limit is 200") || contains(e, "chained"))
+        << source.substr(0, 40) << ": " << e;
   }
   std::string e = error_of([&] { ChatTemplate::parse("{{ " + repeat("1 ~ ", n) + "1 }}", "t"); });
   EXPECT_TRUE(contains(e, "the template nests expressions more than 256 deep here")) << e;
@@ -125,8 +126,10 @@ TEST(TemplateLimits, DeepestAllowedExpressionRendersOnOneMebibyteStack) {
 
   // The deepest bracket nesting that parses, found by trying.
   int depth = 1;
-  while (error_of([&] { ChatTemplate::parse("{{ " + std::string(size_t(depth + 1), '(') + "1" + std::string(size_t(depth + 1), ')') + " }}", "t"); }) ==
-         "<no error>")
+  while (error_of([&] {
+           ChatTemplate::parse(
+               "{{ " + std::string(size_t(depth + 1), '(') + "1" + std::string(size_t(depth + 1), ')') + " }}", "t");
+         }) == "<no error>")
     ++depth;
   std::string parens = "{{ " + std::string(size_t(depth), '(') + "1" + std::string(size_t(depth), ')') + " }}";
   EXPECT_EQ(run_on_small_stack([&] { out = render(parens); }), "");
@@ -134,11 +137,13 @@ TEST(TemplateLimits, DeepestAllowedExpressionRendersOnOneMebibyteStack) {
 
   // The deepest block nesting that parses.
   int blocks = 1;
-  while (error_of([&] { ChatTemplate::parse(repeat("{% if true %}", blocks + 1) + "x" + repeat("{% endif %}", blocks + 1), "t"); }) ==
-         "<no error>")
+  while (error_of([&] {
+           ChatTemplate::parse(repeat("{% if true %}", blocks + 1) + "x" + repeat("{% endif %}", blocks + 1), "t");
+         }) == "<no error>")
     ++blocks;
   EXPECT_GT(blocks, 100);
-  std::string nested = repeat("{% for i in [1] %}{% if true %}", blocks / 2) + "x" + repeat("{% endif %}{% endfor %}", blocks / 2);
+  std::string nested =
+      repeat("{% for i in [1] %}{% if true %}", blocks / 2) + "x" + repeat("{% endif %}{% endfor %}", blocks / 2);
   EXPECT_EQ(run_on_small_stack([&] { out = render(nested); }), "");
   EXPECT_EQ(out, "x");
 }
@@ -156,8 +161,9 @@ TEST(TemplateLimits, RecursiveMacroFailsWithTheLimitOnOneMebibyteStack) {
   EXPECT_TRUE(contains(e, "more than 1000 deep while rendering; the limit is 1000")) << e;
   // Mutual recursion through a namespace-held macro, and through map().
   e = run_on_small_stack([] {
-    render("{% set ns = namespace() %}{% macro a(n) %}{{ ns.b(n) }}{% endmacro %}{% macro b(n) %}{{ a(n) }}{% endmacro %}"
-           "{% set ns.b = b %}{{ a(0) }}");
+    render(
+        "{% set ns = namespace() %}{% macro a(n) %}{{ ns.b(n) }}{% endmacro %}{% macro b(n) %}{{ a(n) }}{% endmacro %}"
+        "{% set ns.b = b %}{{ a(0) }}");
   });
   EXPECT_TRUE(contains(e, "limit")) << e;
 }
@@ -165,7 +171,8 @@ TEST(TemplateLimits, RecursiveMacroFailsWithTheLimitOnOneMebibyteStack) {
 TEST(TemplateLimits, NestingLimitIsConfigurableAndLocated) {
   RenderLimits shallow;
   shallow.max_nesting = 10;
-  std::string e = error_of([&] { render("\n{{ " + repeat("(1 + ", 12) + "1" + std::string(12, ')') + " }}", json::object(), shallow); });
+  std::string e = error_of(
+      [&] { render("\n{{ " + repeat("(1 + ", 12) + "1" + std::string(12, ')') + " }}", json::object(), shallow); });
   EXPECT_TRUE(contains(e, "t:2:")) << e;
   EXPECT_TRUE(contains(e, "the limit is 10")) << e;
   EXPECT_EQ(render("{{ (1 + (2 + 3)) }}", json::object(), shallow), "6");
@@ -192,7 +199,11 @@ TEST(TemplateLimits, FiltersCallingFiltersAreBounded) {
 TEST(TemplateLimits, HugeRangeAndLoopsFailWithTheLimit) {
   std::string e = error_of([] { render("{% for i in range(10**9) %}{% endfor %}"); });
   EXPECT_TRUE(contains(e, "range() of 1000000000 items exceeds the iteration limit (1000000)")) << e;
-  e = error_of([] { render("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(10) %}{% endfor %}{% endfor %}{% endfor %}"); });
+  e = error_of([] {
+    render(
+        "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(10) %}{% endfor %}{% endfor %}{% endfor "
+        "%}");
+  });
   EXPECT_TRUE(contains(e, "loop iteration limit exceeded (1000000 iterations per render)")) << e;
   e = error_of([] { render("{% for i in range(-9223372036854775807, 9223372036854775807, 3) %}{% endfor %}"); });
   EXPECT_TRUE(contains(e, "iteration limit")) << e;
@@ -203,11 +214,18 @@ TEST(TemplateLimits, StringAndListBlowUpsFailWithTheLimit) {
   EXPECT_TRUE(contains(error_of([] { render("{{ 'ab' * 9223372036854775807 }}"); }), "output limit"));
   EXPECT_TRUE(contains(error_of([] { render("{{ [1, 2] * 10**12 }}"); }), "size limit"));
   // Doubling: each step is small, the product is not.
-  EXPECT_TRUE(contains(error_of([] { render("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"); }),
-                       "limit"));
-  EXPECT_TRUE(contains(error_of([] { render("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"); }),
-                       "limit"));
-  std::string e = error_of([] { render("{{ ('a' * 1000000) | replace('', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb') }}"); });
+  EXPECT_TRUE(contains(
+      error_of([] {
+        render("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}");
+      }),
+      "limit"));
+  EXPECT_TRUE(contains(
+      error_of([] {
+        render("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}");
+      }),
+      "limit"));
+  std::string e =
+      error_of([] { render("{{ ('a' * 1000000) | replace('', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb') }}"); });
   EXPECT_TRUE(contains(e, "str.replace() result of")) << e;
   EXPECT_TRUE(contains(e, "exceeds the output limit of 32 MiB")) << e;
   EXPECT_TRUE(contains(error_of([] { render("{{ ('a\\n' * 1000000) | indent('x' * 1000) }}"); }), "output limit"));
@@ -217,18 +235,30 @@ TEST(TemplateLimits, StringAndListBlowUpsFailWithTheLimit) {
   EXPECT_TRUE(contains(error_of([] { render("{{ 'a' | center(10**12) }}"); }), "output limit"));
   EXPECT_TRUE(contains(error_of([] { render("{{ [1] | batch(10**12, 0) | list }}"); }), "output limit"));
   EXPECT_TRUE(contains(error_of([] { render("{% set s = 'x' * 1000000 %}{{ [s] * 1000 }}"); }), "output limit"));
-  EXPECT_TRUE(contains(error_of([] { render("{% set s = 'x' * 1000000 %}{{ ([s] * 1000) | tojson }}"); }), "output limit"));
-  EXPECT_TRUE(contains(error_of([] { render("{% set s = 'x' * 1000000 %}{{ '{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}'.format(s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s) }}"); }),
+  EXPECT_TRUE(
+      contains(error_of([] { render("{% set s = 'x' * 1000000 %}{{ ([s] * 1000) | tojson }}"); }), "output limit"));
+  EXPECT_TRUE(contains(error_of([] {
+                         render(
+                             "{% set s = 'x' * 1000000 %}{{ "
+                             "'{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}{}'.format(s,s,s,s,s,"
+                             "s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s) }}");
+                       }),
                        "output limit"));
 }
 
 // Quadratic patterns: each step is allowed, the total work is not.
 TEST(TemplateLimits, QuadraticWorkFailsWithTheWorkLimit) {
   std::string e = error_of([] {
-    render("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | length }}");
+    render(
+        "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | "
+        "length }}");
   });
-  EXPECT_TRUE(contains(e, "the render built, copied or searched more than 1024 MiB of strings and lists; the limit is 1024 MiB")) << e;
-  e = error_of([] { render("{% set big = range(100000) | list %}{% for i in range(100000) %}{% if -1 in big %}{% endif %}{% endfor %}"); });
+  EXPECT_TRUE(contains(
+      e, "the render built, copied or searched more than 1024 MiB of strings and lists; the limit is 1024 MiB"))
+      << e;
+  e = error_of([] {
+    render("{% set big = range(100000) | list %}{% for i in range(100000) %}{% if -1 in big %}{% endif %}{% endfor %}");
+  });
   EXPECT_TRUE(contains(e, "the limit is 1024 MiB")) << e;
   e = error_of([] { render("{% set s = 'x' * 10000000 %}{% for i in range(1000) %}{{ s[5] }}{% endfor %}"); });
   EXPECT_TRUE(contains(e, "the limit is 1024 MiB")) << e;
@@ -236,7 +266,8 @@ TEST(TemplateLimits, QuadraticWorkFailsWithTheWorkLimit) {
   EXPECT_TRUE(contains(e, "the limit is 1024 MiB")) << e;
   // Ordinary work stays far below: a long conversation through a loop.
   json messages = json::array();
-  for (int i = 0; i < 2000; ++i) messages.push_back(json{{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(500, 'x')}});
+  for (int i = 0; i < 2000; ++i)
+    messages.push_back(json{{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(500, 'x')}});
   std::string out = render("{% for m in messages %}{{ '<|' ~ m.role ~ '|>' ~ m.content | trim ~ '\\n' }}{% endfor %}",
                            json{{"messages", messages}});
   EXPECT_GT(out.size(), 2000u * 500u);
@@ -263,7 +294,8 @@ TEST(TemplateLimits, DeepestAllowedValueRendersOnOneMebibyteStack) {
     out = render("{{ v | tojson }}|{{ v }}|{{ v == v }}|{{ [v] < [v] }}|{{ v | string | length }}", context);
   });
   EXPECT_EQ(e, "");
-  std::string brackets = std::string(size_t(kMaxValueDepth - 1), '[') + "1" + std::string(size_t(kMaxValueDepth - 1), ']');
+  std::string brackets =
+      std::string(size_t(kMaxValueDepth - 1), '[') + "1" + std::string(size_t(kMaxValueDepth - 1), ']');
   EXPECT_EQ(out, brackets + "|" + brackets + "|True|False|" + std::to_string(brackets.size()));
   e = error_of([] { render("{{ v }}", json{{"v", nested_array(kMaxValueDepth)}}); });
   EXPECT_TRUE(contains(e, "the limit is 256")) << e;
@@ -282,11 +314,15 @@ TEST(TemplateLimits, ValuesBuiltByTheTemplateAreBoundedToo) {
   // Namespaces inside namespaces: their depth is not tracked, so printing
   // and comparing stop at the limit, and freeing them does not recurse.
   e = run_on_small_stack([] {
-    render("{% set ns = namespace(v=1) %}{% for i in range(100000) %}{% set ns.v = namespace(v=ns.v) %}{% endfor %}{{ ns.v }}");
+    render(
+        "{% set ns = namespace(v=1) %}{% for i in range(100000) %}{% set ns.v = namespace(v=ns.v) %}{% endfor %}{{ "
+        "ns.v }}");
   });
   EXPECT_TRUE(contains(e, "the value nests lists and dicts more than 256 deep")) << e;
   EXPECT_EQ(run_on_small_stack([] {
-              render("{% set ns = namespace(v=1) %}{% for i in range(100000) %}{% set ns.v = namespace(v=[ns.v]) %}{% endfor %}ok");
+              render(
+                  "{% set ns = namespace(v=1) %}{% for i in range(100000) %}{% set ns.v = namespace(v=[ns.v]) %}{% "
+                  "endfor %}ok");
             }),
             "");
   // A namespace that holds itself prints, compares and serializes to an error.

@@ -22,16 +22,17 @@ std::string smollm2_path() {
 }
 
 TEST(HfTokenizerFiles, RebuiltTokenizerJsonTokenizesAsTheGguf) {
-  if (!std::filesystem::exists(smollm2_path())) GTEST_SKIP() << "skipped: default model not found at " << smollm2_path();
+  if (!std::filesystem::exists(smollm2_path()))
+    GTEST_SKIP() << "skipped: default model not found at " << smollm2_path();
   auto gguf = formats::GgufFile::open(smollm2_path());
   const HfTokenizerFiles files = hf_tokenizer_files(*gguf, 8192);
   auto from_gguf = Tokenizer::from_gguf(*gguf);
   auto from_json = Tokenizer::from_tokenizer_json(files.tokenizer.dump(), files.tokenizer_config.dump());
   ASSERT_EQ(from_json->vocab_size(), from_gguf->vocab_size());
   EXPECT_EQ(from_json->bos_id(), from_gguf->bos_id());
-  for (const char* text : {"Hello world!", "  spaces, digits 12345 and 67,890.1", "Ünïcödé — émojis 🍞🥐 中文字符",
-                           "code:\n\tdef f(x):\n\t\treturn x**2\n", "<|im_start|>user\nhi<|im_end|>\n",
-                           "don't we'll they've", "\n\n\n   \t end"}) {
+  for (const char* text : {"Hello world!", "  spaces, digits 12345 and 67,890.1",
+                           "Ünïcödé — émojis 🍞🥐 中文字符", "code:\n\tdef f(x):\n\t\treturn x**2\n",
+                           "<|im_start|>user\nhi<|im_end|>\n", "don't we'll they've", "\n\n\n   \t end"}) {
     const auto ids = from_gguf->encode(text);
     EXPECT_EQ(from_json->encode(text), ids) << text;
     EXPECT_EQ(from_json->decode(ids), from_gguf->decode(ids)) << text;

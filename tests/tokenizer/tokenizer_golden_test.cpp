@@ -53,8 +53,10 @@ std::string show_ids(const Tokenizer& tok, const std::vector<int32_t>& ids, size
   for (size_t i = from; i < std::min(to, ids.size()); ++i) {
     s << ids[i] << "'";
     for (char c : tok.token_text(ids[i])) {
-      if (c == '\n') s << "\\n";
-      else s << c;
+      if (c == '\n')
+        s << "\\n";
+      else
+        s << c;
     }
     s << "' ";
   }
@@ -71,9 +73,9 @@ void expect_same_ids(const Tokenizer& tok, const std::string& name, size_t doc_i
   std::string prefix;
   for (size_t i = 0; i < at; ++i) prefix += tok.token_bytes(expected[i]);
   const size_t text_at = prefix.size();
-  ADD_FAILURE() << name << ": doc " << doc_index << ": first mismatch at token " << at << " (ours "
-                << ours.size() << " tokens, HF " << expected.size() << ")\n  text near: "
-                << ::testing::PrintToString(doc.substr(text_at > 20 ? text_at - 20 : 0, 60))
+  ADD_FAILURE() << name << ": doc " << doc_index << ": first mismatch at token " << at << " (ours " << ours.size()
+                << " tokens, HF " << expected.size()
+                << ")\n  text near: " << ::testing::PrintToString(doc.substr(text_at > 20 ? text_at - 20 : 0, 60))
                 << "\n  ours: " << show_ids(tok, ours, from, at + 6)
                 << "\n  HF:   " << show_ids(tok, expected, from, at + 6);
 }
@@ -92,8 +94,7 @@ TEST_P(GoldenTest, IdsMatchHuggingFaceOnCorpus) {
   for (size_t i = 0; i < docs.size(); ++i) {
     bytes += docs[i].size();
     const std::vector<int32_t> ids = tok.encode(docs[i]);
-    if (ids != golden.docs[i].ids && ++mismatches <= 3)
-      expect_same_ids(tok, name, i, docs[i], ids, golden.docs[i].ids);
+    if (ids != golden.docs[i].ids && ++mismatches <= 3) expect_same_ids(tok, name, i, docs[i], ids, golden.docs[i].ids);
   }
   EXPECT_EQ(mismatches, 0u) << name << ": documents whose ids differ from " << golden.metadata;
   EXPECT_GE(bytes, 1000000u) << "corpus must be at least 1 MB";
@@ -113,8 +114,8 @@ TEST_P(GoldenTest, DecodeMatchesHuggingFace) {
     const std::string ours = tok.decode(g.ids);
     roundtrips += g.decode_is_input;
     if (ours != expected && ++mismatches <= 3)
-      ADD_FAILURE() << name << ": doc " << i << ": decode differs from HF\n  ours: "
-                    << ::testing::PrintToString(ours.substr(0, 200))
+      ADD_FAILURE() << name << ": doc " << i
+                    << ": decode differs from HF\n  ours: " << ::testing::PrintToString(ours.substr(0, 200))
                     << "\n  HF:   " << ::testing::PrintToString(expected.substr(0, 200));
   }
   EXPECT_EQ(mismatches, 0u);
@@ -144,8 +145,7 @@ TEST_P(GoldenTest, StreamingDetokenizerEqualsDecode) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest,
-                         ::testing::Values("llama2", "llama3", "qwen3", "gemma3", "smollm2"),
+INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest, ::testing::Values("llama2", "llama3", "qwen3", "gemma3", "smollm2"),
                          [](const auto& info) { return info.param; });
 
 // decode(encode(x)) == x for the byte-level vocabularies on every document,
@@ -196,7 +196,7 @@ TEST(Tokenizer, LlamaGgufFromScoresMatchesLlama2Golden) {
     const std::string& t = texts[id];
     if (t.size() == 6 && t.rfind("<0x", 0) == 0) types[id] = 6;
   }
-  types[0] = 2;  // <unk>
+  types[0] = 2;             // <unk>
   types[1] = types[2] = 3;  // <s>, </s>
   formats::GgufWriter writer;
   writer.add("tokenizer.ggml.model", formats::GgufValue::string("llama"));

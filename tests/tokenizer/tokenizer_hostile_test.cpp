@@ -152,36 +152,74 @@ TEST(TokenizerHostile, MalformedTokenizerJsonThrowsWhatWasWrong) {
   const std::vector<Case> cases = {
       {"vocab id negative", [](json& t) { t["model"]["vocab"]["a"] = -5; }, "token id -5 is out of range"},
       {"vocab id huge", [](json& t) { t["model"]["vocab"]["a"] = int64_t{1} << 40; }, "is out of range"},
-      {"vocab id beyond the table", [](json& t) { t["model"]["vocab"]["a"] = 100000; }, "token id 100000 is out of range [0, 1082)"},
+      {"vocab id beyond the table", [](json& t) { t["model"]["vocab"]["a"] = 100000; },
+       "token id 100000 is out of range [0, 1082)"},
       {"vocab id a float", [](json& t) { t["model"]["vocab"]["a"] = 1.5; }, "expected an integer id, found 1.5"},
       {"vocab id a string", [](json& t) { t["model"]["vocab"]["a"] = "1"; }, "expected an integer id"},
-      {"vocab an array", [](json& t) { t["model"]["vocab"] = json::array({1, 2}); }, "model.vocab: expected an object"},
-      {"added token id", [](json& t) { t["added_tokens"][0]["id"] = 1u << 31; }, "added_tokens: token id 2147483648 is out of range"},
-      {"added token content", [](json& t) { t["added_tokens"][0]["content"] = 7; }, "added_tokens content: expected a string"},
-      {"added tokens an object", [](json& t) { t["added_tokens"] = json::object(); }, "added_tokens: expected an array"},
+      {"vocab an array",
+       [](json& t) {
+         t["model"]["vocab"] = json::array({1, 2});
+       },
+       "model.vocab: expected an object"},
+      {"added token id", [](json& t) { t["added_tokens"][0]["id"] = 1u << 31; },
+       "added_tokens: token id 2147483648 is out of range"},
+      {"added token content", [](json& t) { t["added_tokens"][0]["content"] = 7; },
+       "added_tokens content: expected a string"},
+      {"added tokens an object", [](json& t) { t["added_tokens"] = json::object(); },
+       "added_tokens: expected an array"},
       {"merges an object", [](json& t) { t["model"]["merges"] = json::object(); }, "model.merges: expected an array"},
-      {"merge pair of numbers", [](json& t) { t["model"]["merges"] = json::array({json::array({1, 2})}); }, "model.merges: expected a string"},
+      {"merge pair of numbers",
+       [](json& t) {
+         t["model"]["merges"] = json::array({json::array({1, 2})});
+       },
+       "model.merges: expected a string"},
       {"merge without a space", [](json& t) { t["model"]["merges"] = json::array({"ab"}); }, "expected \"left right\""},
-      {"merge of unknown pieces", [](json& t) { t["model"]["merges"] = json::array({"x yz"}); }, "piece 'yz' is not in the vocabulary"},
+      {"merge of unknown pieces", [](json& t) { t["model"]["merges"] = json::array({"x yz"}); },
+       "piece 'yz' is not in the vocabulary"},
       {"model missing", [](json& t) { t.erase("model"); }, "tokenizer.json: unexpected structure"},
       {"model type", [](json& t) { t["model"]["type"] = "WordPiece"; }, "model type 'WordPiece' is not supported"},
-      {"flag not a bool", [](json& t) { t["pre_tokenizer"]["add_prefix_space"] = "yes"; }, "\"add_prefix_space\" must be true or false"},
-      {"normalizer content huge", [](json& t) {
-         t["normalizer"] = json{{"type", "Replace"}, {"pattern", json{{"String", " "}}}, {"content", std::string(1 << 20, 'x')}};
-       }, "normalizer Replace: content of 1048576 bytes; the limit is 32"},
-      {"prepend huge", [](json& t) { t["normalizer"] = json{{"type", "Prepend"}, {"prepend", std::string(100, 'x')}}; }, "the limit is 32"},
-      {"pattern not an object", [](json& t) { t["normalizer"] = json{{"type", "Replace"}, {"pattern", "x"}, {"content", "y"}}; }, "expected pattern"},
-      {"bad regex", [](json& t) {
-         t["pre_tokenizer"] = json{{"type", "Split"}, {"pattern", json{{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
-       }, "PCRE2 error"},
-      {"unknown pre-tokenizer", [](json& t) { t["pre_tokenizer"] = json{{"type", "Whitespace"}}; }, "pre_tokenizer type 'Whitespace' is not supported"},
-      {"type missing", [](json& t) { t["decoder"] = json::array(); }, "decoder: expected an object with a string \"type\""},
-      {"strip start huge", [](json& t) {
+      {"flag not a bool", [](json& t) { t["pre_tokenizer"]["add_prefix_space"] = "yes"; },
+       "\"add_prefix_space\" must be true or false"},
+      {"normalizer content huge",
+       [](json& t) {
+         t["normalizer"] =
+             json{{"type", "Replace"}, {"pattern", json{{"String", " "}}}, {"content", std::string(1 << 20, 'x')}};
+       },
+       "normalizer Replace: content of 1048576 bytes; the limit is 32"},
+      {"prepend huge",
+       [](json& t) {
+         t["normalizer"] = json{{"type", "Prepend"}, {"prepend", std::string(100, 'x')}};
+       },
+       "the limit is 32"},
+      {"pattern not an object",
+       [](json& t) {
+         t["normalizer"] = json{{"type", "Replace"}, {"pattern", "x"}, {"content", "y"}};
+       },
+       "expected pattern"},
+      {"bad regex",
+       [](json& t) {
+         t["pre_tokenizer"] =
+             json{{"type", "Split"}, {"pattern", json{{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+       },
+       "PCRE2 error"},
+      {"unknown pre-tokenizer",
+       [](json& t) {
+         t["pre_tokenizer"] = json{{"type", "Whitespace"}};
+       },
+       "pre_tokenizer type 'Whitespace' is not supported"},
+      {"type missing", [](json& t) { t["decoder"] = json::array(); },
+       "decoder: expected an object with a string \"type\""},
+      {"strip start huge",
+       [](json& t) {
          t["decoder"] = json{{"type", "Strip"}, {"content", " "}, {"start", 1e30}, {"stop", 0}};
-       }, "decoder Strip start 1e+30 is not an integer in [0, 64]"},
-      {"post processor odd", [](json& t) {
-         t["post_processor"] = json{{"type", "TemplateProcessing"}, {"single", json::array({json{{"SpecialToken", json{{"id", 5}}}}})}};
-       }, "post_processor SpecialToken id: expected a string"},
+       },
+       "decoder Strip start 1e+30 is not an integer in [0, 64]"},
+      {"post processor odd",
+       [](json& t) {
+         t["post_processor"] =
+             json{{"type", "TemplateProcessing"}, {"single", json::array({json{{"SpecialToken", json{{"id", 5}}}}})}};
+       },
+       "post_processor SpecialToken id: expected a string"},
   };
   for (const Case& c : cases) {
     json t = tiny_tokenizer();
@@ -212,7 +250,10 @@ TEST(TokenizerHostile, DeepOrInvalidJsonIsRefusedBeforeParsing) {
   EXPECT_NE(e.find("tokenizer_config.json: expected a JSON object"), std::string::npos) << e;
   // Oddly typed config fields are ignored, as transformers would fail later
   // for them; they never crash.
-  EXPECT_EQ(error_of([&] { Tokenizer::from_tokenizer_json(valid, R"({"bos_token": 5, "eos_token": {"content": []}, "add_bos_token": "x"})"); }),
+  EXPECT_EQ(error_of([&] {
+              Tokenizer::from_tokenizer_json(valid,
+                                             R"({"bos_token": 5, "eos_token": {"content": []}, "add_bos_token": "x"})");
+            }),
             "<no error>");
 }
 
@@ -220,7 +261,14 @@ TEST(TokenizerHostile, DeepOrInvalidJsonIsRefusedBeforeParsing) {
 
 std::vector<uint8_t> llama_gguf(int64_t bos_id, float first_score) {
   formats::GgufWriter writer;
-  std::vector<std::string> texts = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "\xE2\x96\x81" "a", std::string(5000, 'b')};
+  std::vector<std::string> texts = {"<unk>",
+                                    "<s>",
+                                    "</s>",
+                                    "\xE2\x96\x81",
+                                    "a",
+                                    "\xE2\x96\x81"
+                                    "a",
+                                    std::string(5000, 'b')};
   std::vector<double> scores = {0, 0, 0, first_score, -1, -2, -3};
   std::vector<int64_t> types = {2, 3, 3, 1, 1, 1, 1};
   writer.add("tokenizer.ggml.model", formats::GgufValue::string("llama"));
@@ -238,14 +286,17 @@ TEST(TokenizerHostile, GgufSpecialIdsOutsideTheVocabularyAreRefused) {
   EXPECT_EQ(tok->encode("a a"), (std::vector<int32_t>{5, 5}));
   for (int64_t bad : {int64_t{7}, int64_t{1} << 40, int64_t{-2}}) {
     const auto bytes = llama_gguf(bad, -0.5f);
-    std::string e = error_of([&] { Tokenizer::from_gguf(*formats::GgufFile::parse(bytes.data(), bytes.size(), "bad.gguf")); });
-    EXPECT_NE(e.find("bad.gguf: tokenizer.ggml.bos_token_id = " + std::to_string(bad) + " is not a token id (the vocabulary has 7 tokens)"),
+    std::string e =
+        error_of([&] { Tokenizer::from_gguf(*formats::GgufFile::parse(bytes.data(), bytes.size(), "bad.gguf")); });
+    EXPECT_NE(e.find("bad.gguf: tokenizer.ggml.bos_token_id = " + std::to_string(bad) +
+                     " is not a token id (the vocabulary has 7 tokens)"),
               std::string::npos)
         << e;
   }
   // NaN scores load (ordered last) instead of breaking the sort.
   const auto nan = llama_gguf(1, std::nanf(""));
-  EXPECT_EQ(error_of([&] { Tokenizer::from_gguf(*formats::GgufFile::parse(nan.data(), nan.size(), "nan.gguf")); }), "<no error>");
+  EXPECT_EQ(error_of([&] { Tokenizer::from_gguf(*formats::GgufFile::parse(nan.data(), nan.size(), "nan.gguf")); }),
+            "<no error>");
 }
 
 }  // namespace

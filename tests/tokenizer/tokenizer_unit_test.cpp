@@ -31,11 +31,11 @@ const Tokenizer& qwen3() {
 }
 
 TEST(Unicode, NfcComposesReordersAndKeepsComposedText) {
-  EXPECT_EQ(nfc("e\u0301"), "\u00e9");                     // e + acute -> é
-  EXPECT_EQ(nfc("a\u0302\u0323"), "\u1ead");               // marks reordered (dot below first), then composed
-  EXPECT_EQ(nfc("\u1100\u1161\u11a8"), "\uac01");          // Hangul L V T -> 각
-  EXPECT_EQ(nfc("\u212b"), "\u00c5");                      // Angstrom sign -> Å (singleton)
-  EXPECT_EQ(nfc("\u0958"), "\u0915\u093c");                // composition exclusion stays decomposed
+  EXPECT_EQ(nfc("e\u0301"), "\u00e9");             // e + acute -> é
+  EXPECT_EQ(nfc("a\u0302\u0323"), "\u1ead");       // marks reordered (dot below first), then composed
+  EXPECT_EQ(nfc("\u1100\u1161\u11a8"), "\uac01");  // Hangul L V T -> 각
+  EXPECT_EQ(nfc("\u212b"), "\u00c5");              // Angstrom sign -> Å (singleton)
+  EXPECT_EQ(nfc("\u0958"), "\u0915\u093c");        // composition exclusion stays decomposed
   EXPECT_EQ(nfc("plain ascii"), "plain ascii");
   EXPECT_EQ(nfc("日本語 😀"), "日本語 😀");
 }
@@ -45,7 +45,10 @@ TEST(Unicode, CompleteUtf8PrefixHoldsBackPartialSequences) {
   EXPECT_EQ(complete_utf8_prefix("ab" + crab.substr(0, 1)), 2u);
   EXPECT_EQ(complete_utf8_prefix("ab" + crab.substr(0, 3)), 2u);
   EXPECT_EQ(complete_utf8_prefix("ab" + crab), 6u);
-  EXPECT_EQ(utf8_lossy("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8_lossy("a\xFF"
+                       "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_TRUE(is_valid_utf8("héllo " + crab));
   EXPECT_FALSE(is_valid_utf8("\xC0\x80"));
 }
@@ -95,7 +98,10 @@ TEST(Tokenizer, Qwen3ByteLevelAndEndOfGeneration) {
   EXPECT_EQ(ids.back(), *im_end);
   EXPECT_TRUE(tok.is_special(*im_end));
   // Invalid UTF-8 input is repaired like a Rust String::from_utf8_lossy.
-  EXPECT_EQ(tok.decode(tok.encode("a\xFF" "b")), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(tok.decode(tok.encode("a\xFF"
+                                  "b")),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 TEST(StreamingDetokenizer, EmojiOverByteFallbackTokensIsHeldUntilComplete) {
@@ -155,10 +161,12 @@ TEST(Tokenizer, UnsupportedComponentsGiveClearErrors) {
   };
   const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})";
   expect_error(R"({"normalizer": {"type": "NFKD"}, )" + model + "}", "normalizer type 'NFKD' is not supported");
-  expect_error(R"({"pre_tokenizer": {"type": "BertPreTokenizer"}, )" + model + "}", "pre_tokenizer type 'BertPreTokenizer'");
+  expect_error(R"({"pre_tokenizer": {"type": "BertPreTokenizer"}, )" + model + "}",
+               "pre_tokenizer type 'BertPreTokenizer'");
   expect_error(R"({"decoder": {"type": "WordPiece"}, )" + model + "}", "decoder type 'WordPiece'");
   expect_error(R"({"model": {"type": "Unigram", "vocab": []}})", "model type 'Unigram' is not supported");
-  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a c"]}})", "piece 'c' is not in the vocabulary");
+  expect_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a c"]}})",
+               "piece 'c' is not in the vocabulary");
   expect_error("{not json", "not valid JSON");
   // A minimal valid one works: merges apply.
   auto tok = Tokenizer::from_tokenizer_json("{" + model + "}");
@@ -167,7 +175,8 @@ TEST(Tokenizer, UnsupportedComponentsGiveClearErrors) {
 
 TEST(Tokenizer, SplitBehaviorsAndMetaspace) {
   // A tiny vocabulary exercising Split behaviors, Digits and Metaspace.
-  const std::string vocab = R"("vocab": {"▁": 0, "a": 1, "b": 2, "1": 3, "2": 4, "-": 5, "▁a": 6, "12": 7, "a-": 8, "-b": 9})";
+  const std::string vocab =
+      R"("vocab": {"▁": 0, "a": 1, "b": 2, "1": 3, "2": 4, "-": 5, "▁a": 6, "12": 7, "a-": 8, "-b": 9})";
   auto make = [&](const std::string& pre) {
     return Tokenizer::from_tokenizer_json(R"({"pre_tokenizer": )" + pre + R"(, "model": {"type": "BPE", )" + vocab +
                                           R"(, "merges": ["▁ a", "1 2", "a -", "- b"]}})");
@@ -182,14 +191,17 @@ TEST(Tokenizer, SplitBehaviorsAndMetaspace) {
   EXPECT_EQ(make(R"({"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithNext"})")->encode("a-b"),
             (std::vector<int32_t>{1, 9}));
   // invert: the matches are the words, the rest is the delimiter.
-  EXPECT_EQ(make(R"({"type": "Split", "pattern": {"Regex": "[ab]"}, "behavior": "Removed", "invert": true})")->encode("a-b"),
-            (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(
+      make(R"({"type": "Split", "pattern": {"Regex": "[ab]"}, "behavior": "Removed", "invert": true})")->encode("a-b"),
+      (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(make(R"({"type": "Digits", "individual_digits": true})")->encode("12"), (std::vector<int32_t>{3, 4}));
   EXPECT_EQ(make(R"({"type": "Digits", "individual_digits": false})")->encode("12"), (std::vector<int32_t>{7}));
-  EXPECT_EQ(make(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true})")->encode("a a"),
-            (std::vector<int32_t>{6, 6}));
-  EXPECT_EQ(make(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": true})")->encode("a a"),
-            (std::vector<int32_t>{1, 6}));
+  EXPECT_EQ(
+      make(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true})")->encode("a a"),
+      (std::vector<int32_t>{6, 6}));
+  EXPECT_EQ(
+      make(R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": true})")->encode("a a"),
+      (std::vector<int32_t>{1, 6}));
 }
 
 }  // namespace

@@ -63,8 +63,8 @@ void expect_grad_matches(const std::function<Vec(const Vec&)>& forward, Vec x, c
     max_err = std::max(max_err, std::abs(fd - analytic[i]));
     max_ref = std::max(max_ref, std::abs(fd));
   }
-  EXPECT_LT(max_err, tol * std::max(1.0, max_ref)) << what << ": max |fd - analytic| " << max_err << " (max |fd| "
-                                                   << max_ref << ")";
+  EXPECT_LT(max_err, tol * std::max(1.0, max_ref))
+      << what << ": max |fd - analytic| " << max_err << " (max |fd| " << max_ref << ")";
 }
 
 TEST(BackwardOps, MatmulInputAndWeightGrad) {
@@ -262,8 +262,11 @@ void check_attention(AttnRef ref, uint32_t seed) {
   Vec q = random_vec(ref.n * qd, rng), k = random_vec(ref.n * kd, rng), v = random_vec(ref.n * kd, rng);
   Vec cot = random_vec(ref.n * qd, rng);
   DenseAttentionLayout layout{.spans = ref.spans, .branch = ref.branch, .positions = ref.pos};
-  DenseAttentionParams params{.n_heads = ref.heads, .n_kv_heads = ref.kv_heads, .head_dim = ref.hd,
-                              .scale = float(1.0 / std::sqrt(double(ref.hd))), .sliding_window = ref.window};
+  DenseAttentionParams params{.n_heads = ref.heads,
+                              .n_kv_heads = ref.kv_heads,
+                              .head_dim = ref.hd,
+                              .scale = float(1.0 / std::sqrt(double(ref.hd))),
+                              .sliding_window = ref.window};
   Tensor qt = to_tensor(q, ref.n, qd), kt = to_tensor(k, ref.n, kd), vt = to_tensor(v, ref.n, kd);
   Tensor out = Tensor::zeros(DType::F32, {ref.n, qd}), lse = Tensor::zeros(DType::F32, {ref.n, ref.heads});
   dense_attention(qt, kt, vt, layout, params, out, lse);
@@ -279,18 +282,34 @@ void check_attention(AttnRef ref, uint32_t seed) {
 }
 
 TEST(BackwardOps, DenseAttentionCausalGqaTwoSpans) {
-  check_attention({.n = 7, .heads = 4, .kv_heads = 2, .hd = 8, .spans = {{0, 3}, {3, 4}}, .branch = {},
+  check_attention({.n = 7,
+                   .heads = 4,
+                   .kv_heads = 2,
+                   .hd = 8,
+                   .spans = {{0, 3}, {3, 4}},
+                   .branch = {},
                    .pos = {0, 1, 2, 0, 1, 2, 3}},
                   6);
 }
 
 TEST(BackwardOps, DenseAttentionPrefixSharedBranchesAndWindow) {
   // [prompt(2); chosen(2); rejected(3)]: rejected rows must not see chosen rows.
-  check_attention({.n = 7, .heads = 2, .kv_heads = 1, .hd = 4, .spans = {{0, 7}}, .branch = {0, 0, 1, 1, 2, 2, 2},
+  check_attention({.n = 7,
+                   .heads = 2,
+                   .kv_heads = 1,
+                   .hd = 4,
+                   .spans = {{0, 7}},
+                   .branch = {0, 0, 1, 1, 2, 2, 2},
                    .pos = {0, 1, 2, 3, 2, 3, 4}},
                   7);
-  check_attention({.n = 6, .heads = 2, .kv_heads = 2, .hd = 4, .spans = {{0, 6}}, .branch = {},
-                   .pos = {0, 1, 2, 3, 4, 5}, .window = 3},
+  check_attention({.n = 6,
+                   .heads = 2,
+                   .kv_heads = 2,
+                   .hd = 4,
+                   .spans = {{0, 6}},
+                   .branch = {},
+                   .pos = {0, 1, 2, 3, 4, 5},
+                   .window = 3},
                   8);
 }
 

@@ -167,7 +167,8 @@ TEST(ConfigFile, ReferenceSwitchesMapToLevers) {
   EXPECT_THAT(error("offload.toml", "offload_boundaries = true\n"), HasSubstr("needs segment_size > 0"));
   EXPECT_THAT(error("attention.toml", "segment_size = 1\noffload_attention = true\n"),
               HasSubstr("offload_attention needs offload_boundaries"));
-  EXPECT_THAT(error("dtype.toml", "boundary_dtype = \"f16\"\n"), HasSubstr("boundary_dtype: expected f32 or bf16, got 'f16'"));
+  EXPECT_THAT(error("dtype.toml", "boundary_dtype = \"f16\"\n"),
+              HasSubstr("boundary_dtype: expected f32 or bf16, got 'f16'"));
   EXPECT_THAT(error("device.toml", "segment_size = 1\ndevice_boundaries = 2\n"),
               HasSubstr("device_boundaries needs offload_boundaries"));
   EXPECT_THAT(error("device.toml", "device = \"tpu\"\n"), HasSubstr("expected cpu, cuda or auto, got 'tpu'"));
@@ -189,7 +190,8 @@ TEST(ConfigFile, WrongTypesNameKeyFileAndLine) {
   EXPECT_THAT(error_of(fractional), HasSubstr(fractional + ":2:1: option \"rank\": wrong type: expected an integer, "
                                                            "found a floating-point number"));
   const std::string list = write("list.toml", "data = \"d\"\ntarget_modules = [\"q_proj\", 3]\n");
-  EXPECT_THAT(error_of(list), HasSubstr(list + ":2:1: option \"target_modules\": wrong type: expected an array of strings"));
+  EXPECT_THAT(error_of(list),
+              HasSubstr(list + ":2:1: option \"target_modules\": wrong type: expected an array of strings"));
   const std::string value = write("value.toml", "data = \"d\"\n  method = \"ppo\"\n");
   EXPECT_THAT(error_of(value), HasSubstr(value + ":2:3: option \"method\": "));
   EXPECT_THAT(error_of(value), HasSubstr("expected sft, dpo, orpo, simpo or ipo, got 'ppo'"));
@@ -206,7 +208,8 @@ TEST(ConfigFile, UnknownKeysAndSectionsAreErrorsInBothFormats) {
   const std::string json = write("unknown.json", R"({"data": "d", "lerning_rate": 1e-4})");
   EXPECT_THAT(error_of(json), HasSubstr(json + ": option \"lerning_rate\": unknown option"));
   const std::string section = write("section.toml", "data = \"d\"\n\n[lora]\nrank = 8\n");
-  EXPECT_THAT(error_of(section), HasSubstr(section + ":3:2: option \"lora\": unknown option (options are top-level keys"));
+  EXPECT_THAT(error_of(section),
+              HasSubstr(section + ":3:2: option \"lora\": unknown option (options are top-level keys"));
   const std::string not_object = write("array.json", "[1, 2]");
   EXPECT_THAT(error_of(not_object), HasSubstr("expected an object of training options"));
   EXPECT_THAT(error_of(write("bad.json", "{\"rank\": }")), HasSubstr("invalid JSON"));

@@ -43,8 +43,8 @@ namespace {
   if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 struct Tolerance {
-  double loss0, grad0;  // first step
-  double loss, factors; // after AdamW steps
+  double loss0, grad0;   // first step
+  double loss, factors;  // after AdamW steps
 };
 constexpr Tolerance kF32{1e-4, 1e-2, 5e-4, 2e-3};
 constexpr Tolerance kBf16{5e-4, 2e-2, 1e-3, 2e-3};
@@ -74,7 +74,8 @@ std::vector<float> host_floats(const Tensor& t) {
 
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) num += std::pow(double(got[i]) - want[i], 2), den += double(want[i]) * want[i];
+  for (size_t i = 0; i < want.size(); ++i)
+    num += std::pow(double(got[i]) - want[i], 2), den += double(want[i]) * want[i];
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
@@ -103,13 +104,14 @@ struct Stack {
   Stack(Device device, DType dtype, const Case& c) : ck(checkpoint(device, dtype)) {
     adapter = test_adapter(ck, c.dropout);
     adapter->to_device(device);
-    model = std::make_unique<TrainModel>(ck, adapter.get(),
-                                         TrainModelOptions{.segment_size = c.segment_size,
-                                                           .offload_boundaries = c.offload && device == Device::CUDA,
-                                                           .offload_attention = c.offload_attention && device == Device::CUDA,
-                                                           .boundary_dtype = c.bf16_boundaries ? DType::BF16 : DType::F32,
-                                                           .device_boundaries = c.offload && device == Device::CUDA ? c.device_boundaries : 0,
-                                                           .mlp_chunk_rows = c.mlp_chunk});
+    model = std::make_unique<TrainModel>(
+        ck, adapter.get(),
+        TrainModelOptions{.segment_size = c.segment_size,
+                          .offload_boundaries = c.offload && device == Device::CUDA,
+                          .offload_attention = c.offload_attention && device == Device::CUDA,
+                          .boundary_dtype = c.bf16_boundaries ? DType::BF16 : DType::F32,
+                          .device_boundaries = c.offload && device == Device::CUDA ? c.device_boundaries : 0,
+                          .mlp_chunk_rows = c.mlp_chunk});
     head = std::make_unique<FusedLogpHead>(ck.weights.output, c.head_chunk);
     optimizer = std::make_unique<AdamW>(*adapter, AdamWConfig{.weight_decay = 0.01f, .lora_plus_ratio = 4.0f});
   }
@@ -131,7 +133,8 @@ TokenBatch golden_batch(const Case& c) {
   std::vector<TokenizedPair> pref;
   for (auto& s : meta["sft"]) sft.push_back({s[0].get<std::vector<int32_t>>(), s[1].get<std::vector<int32_t>>()});
   for (auto& p : meta["preference"])
-    pref.push_back({p[0].get<std::vector<int32_t>>(), p[1].get<std::vector<int32_t>>(), p[2].get<std::vector<int32_t>>()});
+    pref.push_back(
+        {p[0].get<std::vector<int32_t>>(), p[1].get<std::vector<int32_t>>(), p[2].get<std::vector<int32_t>>()});
   if (c.method == Method::SFT) {
     std::vector<const TokenizedExample*> ptrs;
     for (auto& e : sft) ptrs.push_back(&e);
@@ -139,7 +142,8 @@ TokenBatch golden_batch(const Case& c) {
   }
   std::vector<const TokenizedPair*> ptrs;
   for (auto& p : pref) ptrs.push_back(&p);
-  return build_preference_batch(ptrs, {.method = c.method, .sft_scope = SftScope::Full, .prefix_shared = c.prefix_shared});
+  return build_preference_batch(ptrs,
+                                {.method = c.method, .sft_scope = SftScope::Full, .prefix_shared = c.prefix_shared});
 }
 
 void expect_steps_match(const Case& c, DType dtype, const Tolerance& tol) {
@@ -162,9 +166,10 @@ void expect_steps_match(const Case& c, DType dtype, const Tolerance& tol) {
     factors = std::max(factors, rel_l2(host_floats(*g), host_floats(*w)));
   EXPECT_LT(grad0, tol.grad0) << c.name;
   EXPECT_LT(factors, tol.factors) << c.name;
-  std::printf("[ %-34s %s ] step 0: loss rel %.2e, grads rel-L2 %.2e; steps 1-2: loss rel %.2e, grads %.2e; "
-              "factors after 3 steps rel-L2 %.2e\n",
-              c.name, dtype == DType::F32 ? "f32 " : "bf16", loss0, grad0, worst_loss, worst_grad, factors);
+  std::printf(
+      "[ %-34s %s ] step 0: loss rel %.2e, grads rel-L2 %.2e; steps 1-2: loss rel %.2e, grads %.2e; "
+      "factors after 3 steps rel-L2 %.2e\n",
+      c.name, dtype == DType::F32 ? "f32 " : "bf16", loss0, grad0, worst_loss, worst_grad, factors);
 }
 
 TEST(CudaTrain, SftStepsMatchCpu) {
@@ -179,8 +184,13 @@ TEST(CudaTrain, OrpoStepsMatchCpu) {
 
 TEST(CudaTrain, OrpoPrefixSharedSegmentedOffloadDropoutMatchCpu) {
   SKIP_WITHOUT_CUDA();
-  const Case c{.name = "orpo prefix+seg2+offload+dropout", .method = Method::ORPO, .prefix_shared = true,
-               .segment_size = 2, .offload = true, .dropout = 0.1f, .head_chunk = 7};
+  const Case c{.name = "orpo prefix+seg2+offload+dropout",
+               .method = Method::ORPO,
+               .prefix_shared = true,
+               .segment_size = 2,
+               .offload = true,
+               .dropout = 0.1f,
+               .head_chunk = 7};
   expect_steps_match(c, DType::F32, kF32);
 }
 
@@ -208,8 +218,14 @@ void held_after_forward(const Case& c, const std::function<void(const Held&, con
 // instead of recomputing it (segments of 2: two layers' outputs per fetch).
 TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
   SKIP_WITHOUT_CUDA();
-  const Case c{.name = "orpo prefix+seg2+offload attention", .method = Method::ORPO, .prefix_shared = true,
-               .segment_size = 2, .offload = true, .offload_attention = true, .dropout = 0.1f, .head_chunk = 7};
+  const Case c{.name = "orpo prefix+seg2+offload attention",
+               .method = Method::ORPO,
+               .prefix_shared = true,
+               .segment_size = 2,
+               .offload = true,
+               .offload_attention = true,
+               .dropout = 0.1f,
+               .head_chunk = 7};
   expect_steps_match(c, DType::F32, kF32);
   // Every layer's output and lse on the host, beside the f32 boundaries.
   held_after_forward(c, [](const Held& h, const model::ModelConfig& cfg) {
@@ -226,8 +242,13 @@ TEST(CudaTrain, OrpoOffloadedAttentionMatchesCpu) {
 // short batch's offloaded bytes are its own size.
 TEST(CudaTrain, OffloadAcrossBatchesOfVariedLengthsMatchesCpu) {
   SKIP_WITHOUT_CUDA();
-  const Case c{.name = "orpo seg1 offload attention", .method = Method::ORPO, .prefix_shared = true,
-               .segment_size = 1, .offload = true, .offload_attention = true, .head_chunk = 7};
+  const Case c{.name = "orpo seg1 offload attention",
+               .method = Method::ORPO,
+               .prefix_shared = true,
+               .segment_size = 1,
+               .offload = true,
+               .offload_attention = true,
+               .head_chunk = 7};
   Case two_sequences = c;
   two_sequences.prefix_shared = false;
   const TokenBatch short_batch = golden_batch(c), long_batch = golden_batch(two_sequences);
@@ -251,8 +272,14 @@ TEST(CudaTrain, OffloadAcrossBatchesOfVariedLengthsMatchesCpu) {
 // host: the device recomputes from the same rounded residuals as the CPU.
 TEST(CudaTrain, OrpoBf16BoundariesSplitDeviceHostMatchCpu) {
   SKIP_WITHOUT_CUDA();
-  const Case c{.name = "orpo seg1 bf16 boundaries 1 on device", .method = Method::ORPO, .prefix_shared = true,
-               .segment_size = 1, .offload = true, .bf16_boundaries = true, .device_boundaries = 1, .head_chunk = 7};
+  const Case c{.name = "orpo seg1 bf16 boundaries 1 on device",
+               .method = Method::ORPO,
+               .prefix_shared = true,
+               .segment_size = 1,
+               .offload = true,
+               .bf16_boundaries = true,
+               .device_boundaries = 1,
+               .head_chunk = 7};
   expect_steps_match(c, DType::F32, kF32);
   // All but the last layer's boundary on the host, every one in bf16.
   held_after_forward(c, [](const Held& h, const model::ModelConfig& cfg) {
@@ -266,8 +293,8 @@ TEST(CudaTrain, OrpoBf16BoundariesSplitDeviceHostMatchCpu) {
 // mask rows on the device too (DropoutMask::first_row).
 TEST(CudaTrain, SftMlpChunksWithDropoutMatchCpu) {
   SKIP_WITHOUT_CUDA();
-  const Case c{.name = "sft mlp chunks+dropout", .method = Method::SFT, .segment_size = 1, .dropout = 0.1f,
-               .mlp_chunk = 5};
+  const Case c{
+      .name = "sft mlp chunks+dropout", .method = Method::SFT, .segment_size = 1, .dropout = 0.1f, .mlp_chunk = 5};
   // This batch's first loss differs by 1.2e-4 on the H200, chunked or not
   // (MlpChunksMatchWholeBatchOnDevice: 8e-9 between the two); the other
   // bounds are kF32's.

@@ -42,8 +42,11 @@ class DatasetTest : public ::testing::Test {
     return dir_ + "/" + name;
   }
   DatasetOptions options(bool preference, int max_len = 256) {
-    return {.preference = preference, .max_seq_length = max_len, .tokenizer = tok_.get(),
-            .render = make_chat_renderer(ck_->chat_template, *tok_), .quiet = true};
+    return {.preference = preference,
+            .max_seq_length = max_len,
+            .tokenizer = tok_.get(),
+            .render = make_chat_renderer(ck_->chat_template, *tok_),
+            .quiet = true};
   }
   std::string error_of(const std::string& path, const DatasetOptions& o) {
     try {
@@ -59,11 +62,10 @@ class DatasetTest : public ::testing::Test {
 };
 
 TEST_F(DatasetTest, ChatCompletionAndTextFormats) {
-  auto path = write("sft.jsonl", {
-      R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]})",
-      R"({"prompt": "Hi", "completion": "Hello there"})",
-      "",
-      R"({"text": "Plain text to model."})"});
+  auto path =
+      write("sft.jsonl",
+            {R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]})",
+             R"({"prompt": "Hi", "completion": "Hello there"})", "", R"({"text": "Plain text to model."})"});
   Dataset ds = load_dataset(path, options(false));
   ASSERT_EQ(ds.examples.size(), 3u);
   EXPECT_EQ(ds.examples[0].prompt, ds.examples[1].prompt);
@@ -85,8 +87,9 @@ TEST_F(DatasetTest, PreferenceAndDpoAlias) {
 }
 
 TEST_F(DatasetTest, LeftTruncationKeepsTheBoundary) {
-  auto path = write("long.jsonl", {R"({"prompt": "one two three four five six seven eight nine ten", "completion": "done"})",
-                                   R"({"prompt": "x", "completion": "a b c d e f g h i j k l m n o p q r s t u v w x y z"})"});
+  auto path =
+      write("long.jsonl", {R"({"prompt": "one two three four five six seven eight nine ten", "completion": "done"})",
+                           R"({"prompt": "x", "completion": "a b c d e f g h i j k l m n o p q r s t u v w x y z"})"});
   Dataset full = load_dataset(path, options(false, 1000));
   Dataset ds = load_dataset(path, options(false, 20));
   EXPECT_EQ(ds.truncated, 2);
@@ -94,7 +97,8 @@ TEST_F(DatasetTest, LeftTruncationKeepsTheBoundary) {
   // First: the response is intact, the prompt lost tokens on the left.
   EXPECT_EQ(ds.examples[0].response, full.examples[0].response);
   EXPECT_EQ(ds.examples[0].prompt.size() + ds.examples[0].response.size(), 20u);
-  EXPECT_TRUE(std::equal(ds.examples[0].prompt.rbegin(), ds.examples[0].prompt.rend(), full.examples[0].prompt.rbegin()));
+  EXPECT_TRUE(
+      std::equal(ds.examples[0].prompt.rbegin(), ds.examples[0].prompt.rend(), full.examples[0].prompt.rbegin()));
   // Second: the response alone is too long: one prompt token kept, response cut on the right.
   EXPECT_EQ(ds.examples[1].prompt.size(), 1u);
   EXPECT_EQ(ds.examples[1].prompt.back(), full.examples[1].prompt.back());
@@ -110,8 +114,9 @@ TEST_F(DatasetTest, LeftTruncationKeepsTheBoundary) {
 }
 
 TEST_F(DatasetTest, PreferenceTruncationKeepsBothResponses) {
-  auto path = write("long_pairs.jsonl", {R"({"prompt": "one two three four five six seven eight nine ten eleven twelve", )"
-                                         R"("chosen": "A B C D", "rejected": "a"})"});
+  auto path =
+      write("long_pairs.jsonl", {R"({"prompt": "one two three four five six seven eight nine ten eleven twelve", )"
+                                 R"("chosen": "A B C D", "rejected": "a"})"});
   Dataset full = load_dataset(path, options(true, 1000));
   Dataset ds = load_dataset(path, options(true, 24));
   ASSERT_EQ(ds.pairs.size(), 1u);
@@ -132,7 +137,8 @@ TEST_F(DatasetTest, MalformedLinesNameFileAndLine) {
   EXPECT_THAT(error_of(missing, options(true)), HasSubstr("missing.jsonl:1: needs both \"chosen\" and \"rejected\""));
   auto wrong = write("wrong.jsonl", {R"({"text": "fine"})", R"({"prompt": "p", "chosen": "c", "rejected": "r"})"});
   EXPECT_THAT(error_of(wrong, options(false)), HasSubstr("wrong.jsonl:2: preference data needs a preference method"));
-  auto last = write("last.jsonl", {R"({"messages": [{"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}]})"});
+  auto last = write("last.jsonl",
+                    {R"({"messages": [{"role": "assistant", "content": "a"}, {"role": "user", "content": "u"}]})"});
   EXPECT_THAT(error_of(last, options(false)), HasSubstr("last.jsonl:1: the last message must be the assistant's"));
   auto type = write("type.jsonl", {R"({"text": 5})"});
   EXPECT_THAT(error_of(type, options(false)), HasSubstr("type.jsonl:1: \"text\" must be a string"));
@@ -141,7 +147,8 @@ TEST_F(DatasetTest, MalformedLinesNameFileAndLine) {
 TEST(TrainConfig, JsonKeysMethodDefaultsAndErrors) {
   TrainConfig c;
   apply_config_json(c, nlohmann::json::parse(R"({"method": "orpo", "data": "d", "orpo_lambda": 0.2,
-      "target_modules": ["q_proj", "v_proj"], "segment_size": 2, "prefix_shared": true, "rs_lora": true})"), "cfg.json");
+      "target_modules": ["q_proj", "v_proj"], "segment_size": 2, "prefix_shared": true, "rs_lora": true})"),
+                    "cfg.json");
   c.finalize();
   EXPECT_EQ(c.method, Method::ORPO);
   EXPECT_EQ(*c.rank, 16);

@@ -73,7 +73,8 @@ TEST(DataParallelTrainer, TwoRanksEqualOneWithDoubleAccumulation) {
   two.grad_accumulation_steps = 2;
   ThreadRanks ranks(2);
   std::vector<std::unique_ptr<Trainer>> trainers;
-  for (int r = 0; r < 2; ++r) trainers.push_back(std::make_unique<Trainer>(two, ck, TrainData{synthetic_pairs(16, 1), synthetic_pairs(6, 2)}));
+  for (int r = 0; r < 2; ++r)
+    trainers.push_back(std::make_unique<Trainer>(two, ck, TrainData{synthetic_pairs(16, 1), synthetic_pairs(6, 2)}));
   std::vector<TrainResult> got(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -124,8 +125,10 @@ TEST(CudaDataParallel, OneRankThroughNcclEqualsPlainTraining) {
   const TrainResult got = dp.run();
   ASSERT_TRUE(got.last_eval && want.last_eval);
   EXPECT_EQ(got.last_eval->loss, want.last_eval->loss);
-  const Tensor a = ops::to_device(dp.adapter().flat().a, Device::CPU), wa = ops::to_device(plain.adapter().flat().a, Device::CPU);
-  const Tensor b = ops::to_device(dp.adapter().flat().b, Device::CPU), wb = ops::to_device(plain.adapter().flat().b, Device::CPU);
+  const Tensor a = ops::to_device(dp.adapter().flat().a, Device::CPU),
+               wa = ops::to_device(plain.adapter().flat().a, Device::CPU);
+  const Tensor b = ops::to_device(dp.adapter().flat().b, Device::CPU),
+               wb = ops::to_device(plain.adapter().flat().b, Device::CPU);
   EXPECT_EQ(relative_l2(a, wa), 0.0);
   EXPECT_EQ(relative_l2(b, wb), 0.0);
 }

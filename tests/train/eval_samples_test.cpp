@@ -50,7 +50,8 @@ TEST(EvalSamples, EachTokenIsTheArgmaxWithTheAdapterOn) {
   // A stop id ends the completion before it.
   const int32_t stop = completion[3];
   const auto first_stop = std::find(completion.begin(), completion.end(), stop) - completion.begin();
-  const std::vector<int32_t> stopped = greedy_completion(model, ck.weights.output, prompt, 6, std::vector<int32_t>{stop});
+  const std::vector<int32_t> stopped =
+      greedy_completion(model, ck.weights.output, prompt, 6, std::vector<int32_t>{stop});
   EXPECT_EQ(stopped, std::vector<int32_t>(completion.begin(), completion.begin() + first_stop));
 }
 
@@ -64,11 +65,12 @@ TEST(EvalSamples, TheTrainerLogsOneSamplePerPromptPerEvaluation) {
   c.eval_samples = 3;
   c.eval_sample_tokens = 5;
   Trainer trainer(c, ck, {synthetic_pairs(8, 1), synthetic_pairs(4, 2)});
-  trainer.set_sample_decoder({.decode = [](std::span<const int32_t> ids) {
-                                std::string s;
-                                for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
-                                return s;
-                              },
+  trainer.set_sample_decoder({.decode =
+                                  [](std::span<const int32_t> ids) {
+                                    std::string s;
+                                    for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+                                    return s;
+                                  },
                               .stop_ids = {2}});
   trainer.run();
   std::ifstream log(out + "/log.jsonl");

@@ -24,7 +24,8 @@ namespace {
 struct Fixture {
   model::Checkpoint ck = model::load_safetensors_checkpoint(golden("tiny_llama"));
   nlohmann::json meta = nlohmann::json::parse(std::ifstream(golden("train_goldens.json")));
-  std::shared_ptr<formats::SafetensorsFile> factors = formats::SafetensorsFile::open(golden("lora_factors.safetensors"));
+  std::shared_ptr<formats::SafetensorsFile> factors =
+      formats::SafetensorsFile::open(golden("lora_factors.safetensors"));
   std::shared_ptr<formats::SafetensorsFile> grads = formats::SafetensorsFile::open(golden("lora_grads.safetensors"));
   std::unique_ptr<LoraAdapter> adapter;
   std::vector<TokenizedExample> sft;
@@ -44,7 +45,8 @@ struct Fixture {
     }
     for (auto& s : meta["sft"]) sft.push_back({s[0].get<std::vector<int32_t>>(), s[1].get<std::vector<int32_t>>()});
     for (auto& p : meta["preference"])
-      pref.push_back({p[0].get<std::vector<int32_t>>(), p[1].get<std::vector<int32_t>>(), p[2].get<std::vector<int32_t>>()});
+      pref.push_back(
+          {p[0].get<std::vector<int32_t>>(), p[1].get<std::vector<int32_t>>(), p[2].get<std::vector<int32_t>>()});
   }
 
   // A copy of the adapter (same sites and factors) with LoRA dropout p.
@@ -85,8 +87,10 @@ struct Fixture {
     adapter->zero_grads();
     TrainModel model(ck, adapter.get(), mo);
     std::unique_ptr<LogpHead> head;
-    if (head_chunk > 0) head = std::make_unique<FusedLogpHead>(ck.weights.output, head_chunk);
-    else head = std::make_unique<PlainLogpHead>(ck.weights.output);
+    if (head_chunk > 0)
+      head = std::make_unique<FusedLogpHead>(ck.weights.output, head_chunk);
+    else
+      head = std::make_unique<PlainLogpHead>(ck.weights.output);
     TokenBatch b = batch(m, scope, prefix_shared);
     std::vector<SequenceLogps> ref;
     if (needs_reference(m)) ref = batch_logps(model, *head, b, false);
@@ -129,17 +133,38 @@ void expect_matches_torch(Fixture& f, const std::string& kind, Method m, SftScop
               worst_name.c_str());
 }
 
-TEST(TrainGolden, SftFull) { Fixture f; expect_matches_torch(f, "sft_full", Method::SFT, SftScope::Full); }
-TEST(TrainGolden, SftResponse) { Fixture f; expect_matches_torch(f, "sft_response", Method::SFT, SftScope::Response); }
-TEST(TrainGolden, OrpoFull) { Fixture f; expect_matches_torch(f, "orpo_full", Method::ORPO, SftScope::Full); }
-TEST(TrainGolden, OrpoResponse) { Fixture f; expect_matches_torch(f, "orpo_response", Method::ORPO, SftScope::Response); }
-TEST(TrainGolden, Dpo) { Fixture f; expect_matches_torch(f, "dpo", Method::DPO, SftScope::Full); }
-TEST(TrainGolden, Ipo) { Fixture f; expect_matches_torch(f, "ipo", Method::IPO, SftScope::Full); }
-TEST(TrainGolden, Simpo) { Fixture f; expect_matches_torch(f, "simpo", Method::SimPO, SftScope::Full); }
+TEST(TrainGolden, SftFull) {
+  Fixture f;
+  expect_matches_torch(f, "sft_full", Method::SFT, SftScope::Full);
+}
+TEST(TrainGolden, SftResponse) {
+  Fixture f;
+  expect_matches_torch(f, "sft_response", Method::SFT, SftScope::Response);
+}
+TEST(TrainGolden, OrpoFull) {
+  Fixture f;
+  expect_matches_torch(f, "orpo_full", Method::ORPO, SftScope::Full);
+}
+TEST(TrainGolden, OrpoResponse) {
+  Fixture f;
+  expect_matches_torch(f, "orpo_response", Method::ORPO, SftScope::Response);
+}
+TEST(TrainGolden, Dpo) {
+  Fixture f;
+  expect_matches_torch(f, "dpo", Method::DPO, SftScope::Full);
+}
+TEST(TrainGolden, Ipo) {
+  Fixture f;
+  expect_matches_torch(f, "ipo", Method::IPO, SftScope::Full);
+}
+TEST(TrainGolden, Simpo) {
+  Fixture f;
+  expect_matches_torch(f, "simpo", Method::SimPO, SftScope::Full);
+}
 
 // Returns the worst relative L2 difference over the gradients.
-double expect_same_grads(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
-                         double tol, const char* what) {
+double expect_same_grads(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b, double tol,
+                         const char* what) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
@@ -342,7 +367,11 @@ TEST(TrainGolden, AdapterWritesPeftLayoutAndRoundTrips) {
   auto want = nlohmann::json::parse(std::ifstream(golden("peft_adapter/adapter_config.json")));
   for (const char* key : {"peft_type", "task_type", "r", "lora_alpha", "use_rslora", "bias", "fan_in_fan_out"})
     EXPECT_EQ(cfg[key], want[key]) << key;
-  auto sorted = [](nlohmann::json j) { auto v = j.get<std::vector<std::string>>(); std::sort(v.begin(), v.end()); return v; };
+  auto sorted = [](nlohmann::json j) {
+    auto v = j.get<std::vector<std::string>>();
+    std::sort(v.begin(), v.end());
+    return v;
+  };
   EXPECT_EQ(sorted(cfg["target_modules"]), sorted(want["target_modules"]));
 
   // Load peft's own adapter, then check logits of the probe: merged weights in
@@ -361,7 +390,8 @@ TEST(TrainGolden, AdapterWritesPeftLayoutAndRoundTrips) {
   double worst = 0;
   for (int64_t r = 0; r < logits.dim(0); ++r)
     for (int64_t v = 0; v < logits.dim(1); ++v)
-      worst = std::max(worst, std::abs(double(logits.row_as<float>(r)[v]) - f.meta["probe_logits"][r][v].get<double>()));
+      worst =
+          std::max(worst, std::abs(double(logits.row_as<float>(r)[v]) - f.meta["probe_logits"][r][v].get<double>()));
   EXPECT_LT(worst, 1e-4) << "merged-adapter logits vs peft";
   std::printf("[ merged adapter vs peft     ] max |logit diff| %.2e\n", worst);
   nlohmann::json ours_logits = nlohmann::json::array();

@@ -45,12 +45,14 @@ std::string default_model() {
 // (k * 2741 + 17) mod 3600, a fixed permutation (2741 is prime to 3600), so
 // the split is the same on every platform.
 const char* const kDeterminers[] = {"the", "my", "one", "this"};
-const char* const kAdjectives[] = {"red", "blue", "green", "old", "new", "small", "big", "quiet", "happy", "dark",
-                                   "warm", "cold", "bright", "soft", "fast", "slow", "tall", "little", "sweet", "wild",
-                                   "empty", "open", "busy", "heavy", "kind", "funny", "deep", "white", "black", "golden"};
-const char* const kNouns[] = {"house", "door", "river", "bridge", "tree", "garden", "road", "book", "city", "cat",
-                              "dog", "bird", "boat", "train", "street", "window", "table", "chair", "apple", "flower",
-                              "cloud", "star", "moon", "lake", "hill", "room", "box", "clock", "song", "letter"};
+const char* const kAdjectives[] = {"red",   "blue",   "green", "old",   "new",    "small", "big",  "quiet",
+                                   "happy", "dark",   "warm",  "cold",  "bright", "soft",  "fast", "slow",
+                                   "tall",  "little", "sweet", "wild",  "empty",  "open",  "busy", "heavy",
+                                   "kind",  "funny",  "deep",  "white", "black",  "golden"};
+const char* const kNouns[] = {"house", "door",  "river", "bridge", "tree",  "garden", "road",   "book",
+                              "city",  "cat",   "dog",   "bird",   "boat",  "train",  "street", "window",
+                              "table", "chair", "apple", "flower", "cloud", "star",   "moon",   "lake",
+                              "hill",  "room",  "box",   "clock",  "song",  "letter"};
 constexpr int kTrainPhrases = 100, kValidPhrases = 20;
 
 std::string phrase(int k) {
@@ -68,8 +70,11 @@ void write_jsonl(const std::string& path, int begin, int end, bool preference) {
   for (int i = begin; i < end; ++i) {
     const std::string p = phrase(i);
     nlohmann::json j;
-    if (preference) j = {{"prompt", "Repeat: " + p}, {"chosen", upper(p)}, {"rejected", p}};
-    else j = {{"messages", {{{"role", "user"}, {"content", "Repeat: " + p}}, {{"role", "assistant"}, {"content", upper(p)}}}}};
+    if (preference)
+      j = {{"prompt", "Repeat: " + p}, {"chosen", upper(p)}, {"rejected", p}};
+    else
+      j = {{"messages",
+            {{{"role", "user"}, {"content", "Repeat: " + p}}, {{"role", "assistant"}, {"content", upper(p)}}}}};
     out << j.dump() << "\n";
   }
 }
@@ -127,15 +132,18 @@ std::vector<std::string> generate(const std::string& adapter_dir, const tokenize
 std::vector<std::string> alphabetic_words(const std::string& s) {
   std::vector<std::string> words(1);
   for (unsigned char c : s) {
-    if (std::isalpha(c)) words.back() += char(c);
-    else if (!words.back().empty()) words.emplace_back();
+    if (std::isalpha(c))
+      words.back() += char(c);
+    else if (!words.back().empty())
+      words.emplace_back();
   }
   if (words.back().empty()) words.pop_back();
   return words;
 }
 
 TEST(PositiveControl, OrpoPrefersUpperCase) {
-  if (!std::filesystem::exists(default_model())) GTEST_SKIP() << "skipped: default model missing at " << default_model();
+  if (!std::filesystem::exists(default_model()))
+    GTEST_SKIP() << "skipped: default model missing at " << default_model();
   SmolFixture f("train_control_orpo");
   TrainConfig c;
   c.model = default_model();
@@ -189,8 +197,10 @@ TEST(PositiveControl, OrpoPrefersUpperCase) {
     for (const auto& w : alphabetic_words(before[i])) ++base_words, base_upper += upper(w) == w ? 1 : 0;
   }
   const double domain_share = words ? double(domain_words) / words : 0.0;
-  std::printf("[ orpo control ] adapted: %d/%d words are upper-case domain words, %d/%zu answers exact; "
-              "base: %d/%d words upper case\n", domain_words, words, exact, prompts.size(), base_upper, base_words);
+  std::printf(
+      "[ orpo control ] adapted: %d/%d words are upper-case domain words, %d/%zu answers exact; "
+      "base: %d/%d words upper case\n",
+      domain_words, words, exact, prompts.size(), base_upper, base_words);
   // Upper-case words of the domain, not fragments or other words.
   EXPECT_GE(domain_share, 0.85);
   EXPECT_GE(exact, int(prompts.size()) / 2);
@@ -201,7 +211,8 @@ TEST(PositiveControl, OrpoPrefersUpperCase) {
 // in PEFT order, read back and merged into the quantized base, gives the same
 // hidden states as the unmerged adapter in the training stack.
 TEST(PositiveControl, GgufAdapterRoundTripAndMerge) {
-  if (!std::filesystem::exists(default_model())) GTEST_SKIP() << "skipped: default model missing at " << default_model();
+  if (!std::filesystem::exists(default_model()))
+    GTEST_SKIP() << "skipped: default model missing at " << default_model();
   SmolFixture f("train_gguf_roundtrip");
   LoraAdapter adapter(f.ck.config, {.rank = 4, .alpha = 8.0f, .num_layers = 2}, 11);
   std::mt19937 rng(5);
@@ -253,7 +264,8 @@ TEST(PositiveControl, GgufAdapterRoundTripAndMerge) {
 }
 
 TEST(PositiveControl, SftLowersValidationLoss) {
-  if (!std::filesystem::exists(default_model())) GTEST_SKIP() << "skipped: default model missing at " << default_model();
+  if (!std::filesystem::exists(default_model()))
+    GTEST_SKIP() << "skipped: default model missing at " << default_model();
   SmolFixture f("train_control_sft");
   TrainConfig c;
   c.model = default_model();

@@ -51,8 +51,10 @@ void to_f32(model::Checkpoint& ck) {
     if (t.defined() && t.dtype() != DType::F32) t = ops::convert(t, DType::F32);
   };
   convert(ck.weights.token_embd);
-  if (ck.config.tied_embeddings) ck.weights.output = ck.weights.token_embd;
-  else convert(ck.weights.output);
+  if (ck.config.tied_embeddings)
+    ck.weights.output = ck.weights.token_embd;
+  else
+    convert(ck.weights.output);
   for (model::LayerWeights& l : ck.weights.layers)
     for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) convert(*t);
   ck.config.weight_dtype = DType::F32;
@@ -67,8 +69,11 @@ void check_against_oracle(bool f32_weights, Tolerance tolerance) {
   if (f32_weights) to_f32(ck);
   auto tok = engine::load_model_tokenizer(ck.gguf.get(), ck.directory);
   auto options = [&](bool pref) {
-    return DatasetOptions{.preference = pref, .max_seq_length = 4096, .tokenizer = tok.get(),
-                          .render = make_chat_renderer(ck.chat_template, *tok), .quiet = true};
+    return DatasetOptions{.preference = pref,
+                          .max_seq_length = 4096,
+                          .tokenizer = tok.get(),
+                          .render = make_chat_renderer(ck.chat_template, *tok),
+                          .quiet = true};
   };
   TrainModel model(ck, nullptr);
   double worst = 0;
@@ -83,7 +88,8 @@ void check_against_oracle(bool f32_weights, Tolerance tolerance) {
   ASSERT_EQ(pairs.pairs.size(), g["pairs"].size());
   const auto lp = score_pairs(model, pairs.pairs, {.batch_size = 2});
   for (size_t i = 0; i < pairs.pairs.size(); ++i) {
-    expect_near(lp[2 * i].response_sum, lp[2 * i].response_n, g["pairs"][i]["chosen"], "pair " + std::to_string(i) + " chosen");
+    expect_near(lp[2 * i].response_sum, lp[2 * i].response_n, g["pairs"][i]["chosen"],
+                "pair " + std::to_string(i) + " chosen");
     expect_near(lp[2 * i + 1].response_sum, lp[2 * i + 1].response_n, g["pairs"][i]["rejected"],
                 "pair " + std::to_string(i) + " rejected");
     EXPECT_EQ(lp[2 * i].prompt_n, 0);  // the prompt is not scored

@@ -79,8 +79,8 @@ double max_abs_diff(const float* a, const std::vector<float>& b) {
   return d;
 }
 
-const std::vector<std::vector<int32_t>> kPrompts = {{3, 17, 5, 9, 1, 22}, {8, 2, 2, 40, 7}, {30, 4, 11, 6, 19, 5, 2},
-                                                  {3, 17, 5, 9, 1, 22}};
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {3, 17, 5, 9, 1, 22}, {8, 2, 2, 40, 7}, {30, 4, 11, 6, 19, 5, 2}, {3, 17, 5, 9, 1, 22}};
 
 // Logits [step][sequence] of the four prompts in one batch per step (a
 // prefill of all but the last token, then one decode row each), sequence s
@@ -95,8 +95,8 @@ std::vector<std::vector<std::vector<float>>> mixed_batch(model::Model& m,
     std::vector<model::testing::Step> steps;
     for (size_t s = 0; s < kPrompts.size(); ++s) {
       const auto& p = kPrompts[s];
-      steps.push_back({&seqs[s], step == 0 ? std::vector<int32_t>(p.begin(), p.end() - 1) : std::vector<int32_t>{p.back()},
-                       false});
+      steps.push_back(
+          {&seqs[s], step == 0 ? std::vector<int32_t>(p.begin(), p.end() - 1) : std::vector<int32_t>{p.back()}, false});
     }
     BatchBuilder builder(steps, pool, cache.block_size());
     for (size_t s = 0; s < kPrompts.size(); ++s) builder.batch.sequences[s].adapter = adapters[s];
@@ -189,10 +189,10 @@ TEST(CudaServedAdapter, DecodeGraphReplaysAnyMixOfAdapters) {
       std::vector<model::testing::Step> steps;
       for (size_t s = 0; s < kPrompts.size(); ++s) {
         const auto& p = kPrompts[s];
-        steps.push_back({&seqs[s],
-                         step == 0 ? std::vector<int32_t>(p.begin(), p.end() - 1)
-                                   : std::vector<int32_t>{p[(step + s) % p.size()]},
-                         false});
+        steps.push_back(
+            {&seqs[s],
+             step == 0 ? std::vector<int32_t>(p.begin(), p.end() - 1) : std::vector<int32_t>{p[(step + s) % p.size()]},
+             false});
       }
       BatchBuilder builder(steps, pool, cache.block_size());
       for (size_t s = 0; s < kPrompts.size(); ++s) {
@@ -274,7 +274,8 @@ TEST(CudaLoraTableAdd, MatchesTheCpu) {
   Tensor u_gpu = ops::to_device(u_cpu, Device::CUDA);
   const Tensor x_gpu = ops::to_device(x, Device::CUDA);
   auto parts = [](std::vector<Tensor>& ys) {
-    return std::vector<ops::LoraTablePart>{{.entry = 0, .y = &ys[0]}, {.entry = 1, .y = &ys[1]}, {.entry = 2, .y = &ys[2]}};
+    return std::vector<ops::LoraTablePart>{
+        {.entry = 0, .y = &ys[0]}, {.entry = 1, .y = &ys[1]}, {.entry = 2, .y = &ys[2]}};
   };
   const ops::LoraTable t_cpu{.row_slot = &slots_cpu, .factors = &words_cpu, .slot_stride = 3, .rank_cap = kRankCap};
   const ops::LoraTable t_gpu{.row_slot = &slots_gpu, .factors = &words_gpu, .slot_stride = 3, .rank_cap = kRankCap};
@@ -291,7 +292,8 @@ TEST(CudaLoraTableAdd, MatchesTheCpu) {
     double diff = 0, change = 0;
     for (int64_t i = 0; i < got.numel(); ++i) {
       diff = std::max(diff, double(std::abs(got.data_as<float>()[i] - y_cpu[size_t(p)].data_as<float>()[i])));
-      change = std::max(change, double(std::abs(y_cpu[size_t(p)].data_as<float>()[i] - y_base[size_t(p)].data_as<float>()[i])));
+      change = std::max(change,
+                        double(std::abs(y_cpu[size_t(p)].data_as<float>()[i] - y_base[size_t(p)].data_as<float>()[i])));
     }
     EXPECT_LT(diff, 1e-4) << "part " << p;
     EXPECT_GT(change, 1e-2) << "part " << p;  // the update is not vacuous

@@ -40,7 +40,8 @@ TEST(Trainer, OrpoWithAllLeversLearnsAndResumes) {
   EXPECT_GE(r.last_eval->accuracy, 0.9);
   EXPECT_LT(r.last_eval->loss, r.first_eval->loss);
   for (int step : {10, 20, 30}) {
-    EXPECT_TRUE(std::filesystem::exists(out + "/checkpoints/step_" + std::to_string(step) + "/adapter_model.safetensors"));
+    EXPECT_TRUE(
+        std::filesystem::exists(out + "/checkpoints/step_" + std::to_string(step) + "/adapter_model.safetensors"));
   }
   auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
   ASSERT_EQ(metrics["evals"].size(), 4u);  // steps 0, 10, 20, 30
@@ -110,7 +111,8 @@ TEST(Trainer, AnInterruptedRunResumesToTheSameAdapterBitForBit) {
   rest.save_total_limit = 1;
   TrainResult resumed = Trainer(rest, ck, data()).run();
   EXPECT_EQ(resumed.steps, 12);
-  EXPECT_EQ(file_bytes(rest.output + "/adapter_model.safetensors"), file_bytes(c.output + "/adapter_model.safetensors"));
+  EXPECT_EQ(file_bytes(rest.output + "/adapter_model.safetensors"),
+            file_bytes(c.output + "/adapter_model.safetensors"));
   auto full_metrics = nlohmann::json::parse(std::ifstream(c.output + "/metrics.json"));
   auto resumed_metrics = nlohmann::json::parse(std::ifstream(rest.output + "/metrics.json"));
   ASSERT_EQ(resumed_metrics["evals"].size(), full_metrics["evals"].size());  // steps 0 (before the stop), 4, 8, 12
@@ -164,7 +166,8 @@ TEST(Trainer, EarlyStoppingAndKeepBestFollowTheEvaluationLoss) {
   TrainResult r = trainer.run();
   auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
   std::printf("[ early stop ] evals:");
-  for (const auto& e : metrics["evals"]) std::printf(" step %d loss %.4f;", e["step"].get<int>(), e["loss"].get<double>());
+  for (const auto& e : metrics["evals"])
+    std::printf(" step %d loss %.4f;", e["step"].get<int>(), e["loss"].get<double>());
   std::printf("\n");
   EXPECT_EQ(r.steps, 6);  // evaluations at 2 (best), 4, 6
   EXPECT_EQ(metrics["steps"], 6);

@@ -22,7 +22,7 @@ TEST(TrlMetrics, DpoRewardsAreBetaTimesSummedLogRatios) {
   EXPECT_NEAR(v.reward_rejected_sum, 0.1 * (-5.0 - -4.0), 1e-6);  // −0.1
   EXPECT_EQ(v.correct, 1.0);
   EXPECT_NEAR(v.loss, -std::log(1.0 / (1.0 + std::exp(-0.2))), 1e-6);  // −log σ(β·(Δw − Δr))
-  EXPECT_NEAR(v.trl_logps_chosen_sum, -2.0, 1e-12);  // logps/*: summed log-probs
+  EXPECT_NEAR(v.trl_logps_chosen_sum, -2.0, 1e-12);                    // logps/*: summed log-probs
   EXPECT_NEAR(v.trl_logps_rejected_sum, -5.0, 1e-12);
 }
 

@@ -40,8 +40,8 @@ struct TrlGoldens {
   Dataset pairs() const {
     Dataset ds;
     for (const auto& p : meta.at("pairs"))
-      ds.pairs.push_back({p[0].get<std::vector<int32_t>>(), p[1].get<std::vector<int32_t>>(),
-                          p[2].get<std::vector<int32_t>>()});
+      ds.pairs.push_back(
+          {p[0].get<std::vector<int32_t>>(), p[1].get<std::vector<int32_t>>(), p[2].get<std::vector<int32_t>>()});
     return ds;
   }
 
@@ -52,10 +52,14 @@ struct TrlGoldens {
     c.data = "(in memory)";
     c.output = output;
     c.quiet = true;
-    c.method = method == "orpo" ? Method::ORPO : method == "simpo" ? Method::SimPO
-             : m.at("loss_type") == "ipo" ? Method::IPO : Method::DPO;
-    if (c.method == Method::ORPO) c.orpo_lambda = m.at("beta");
-    else c.beta = m.at("beta");
+    c.method = method == "orpo"             ? Method::ORPO
+               : method == "simpo"          ? Method::SimPO
+               : m.at("loss_type") == "ipo" ? Method::IPO
+                                            : Method::DPO;
+    if (c.method == Method::ORPO)
+      c.orpo_lambda = m.at("beta");
+    else
+      c.beta = m.at("beta");
     if (c.method == Method::SimPO) c.simpo_gamma = m.at("simpo_gamma");
     c.resume_adapter = golden("trl/adapter_init");
     c.iters = 1;
@@ -65,7 +69,7 @@ struct TrlGoldens {
     c.lr_schedule = LrSchedule::Constant;
     c.warmup = 0;
     c.head_chunk_size = 13;  // uneven vocab chunks: the fused head as training runs it
-    return c;  // sft_scope unset: ORPO's default (full) is TRL's NLL
+    return c;                // sft_scope unset: ORPO's default (full) is TRL's NLL
   }
 };
 

@@ -12,12 +12,12 @@ struct AdamWTensor {
   float* m;           // [n]
   float* v;           // [n]
   int64_t n;
-  float lr;           // this tensor's learning rate (LoRA+ applied)
+  float lr;  // this tensor's learning rate (LoRA+ applied)
 };
 
 struct AdamWConstants {
   float beta1, beta2, eps, weight_decay;
-  float c1, c2;       // bias corrections 1 − βᵗ
+  float c1, c2;  // bias corrections 1 − βᵗ
   float grad_scale;
 };
 void adamw_step(std::span<const AdamWTensor> tensors, const AdamWConstants& k);

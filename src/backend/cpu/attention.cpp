@@ -174,8 +174,10 @@ template <typename T>
 const AttentionKernels<T>& kernels_for(int head_dim) {
   const brioche::cpu::Isa isa = brioche::cpu::active_isa();
   if (head_dim % 16 == 0 && (isa == brioche::cpu::Isa::Avx512 || isa == brioche::cpu::Isa::Avx512Vnni)) {
-    if constexpr (std::is_same_v<T, float>) return attention_kernels_avx512_f32();
-    else return attention_kernels_avx512_f16();
+    if constexpr (std::is_same_v<T, float>)
+      return attention_kernels_avx512_f32();
+    else
+      return attention_kernels_avx512_f16();
   }
   return attention_kernels_avx2<T>();
 }

@@ -12,9 +12,9 @@ struct KvSequence {
 };
 
 struct KvCacheLayer {
-  void* k;  // [n_blocks, block_size, n_kv_heads, head_dim]
-  void* v;  // same
-  bool f16; // element type: f16 when true, else f32
+  void* k;   // [n_blocks, block_size, n_kv_heads, head_dim]
+  void* v;   // same
+  bool f16;  // element type: f16 when true, else f32
   int n_blocks, block_size;
 };
 

@@ -13,7 +13,6 @@ namespace brioche::backend::cpu {
 
 namespace {
 
-
 // Whether key row j (absolute) is visible from query row i, both in one span.
 struct Visibility {
   const ops::DenseAttentionLayout& layout;

@@ -8,15 +8,15 @@
 namespace brioche::backend::cpu {
 
 struct DenseAttentionArgs {
-  const float* q;    // [n, H·d]  (all row strides in floats)
-  const float* k;    // [n, KV·d]
-  const float* v;    // [n, KV·d]
-  const float* out;  // [n, H·d]  written by forward, read by backward
-  const float* lse;  // [n, H]    written by forward, read by backward
-  const float* dout; // [n, H·d]  backward only
-  float* out_w;      // forward outputs
+  const float* q;     // [n, H·d]  (all row strides in floats)
+  const float* k;     // [n, KV·d]
+  const float* v;     // [n, KV·d]
+  const float* out;   // [n, H·d]  written by forward, read by backward
+  const float* lse;   // [n, H]    written by forward, read by backward
+  const float* dout;  // [n, H·d]  backward only
+  float* out_w;       // forward outputs
   float* lse_w;
-  float* dq;         // backward outputs
+  float* dq;  // backward outputs
   float* dk;
   float* dv;
   int64_t ld_q, ld_k, ld_v, ld_out, ld_lse, ld_dout, ld_dq, ld_dk, ld_dv;

@@ -13,14 +13,11 @@ bool cpu_has(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case Isa::Avx512:
-      return cpu_has(Isa::Avx2) && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vl");
-    case Isa::Avx512Vnni:
-      return cpu_has(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
+      return cpu_has(Isa::Avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    case Isa::Avx512Vnni: return cpu_has(Isa::Avx512) && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 #else

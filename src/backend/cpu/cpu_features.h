@@ -11,10 +11,10 @@
 namespace brioche::cpu {
 
 enum class Isa {
-  Scalar,       // portable C++: dequantize to f32, f32 dot (also a test reference)
-  Avx2,         // 256-bit, int8 dots with vpmaddubsw
-  Avx512,       // 512-bit (F, BW, DQ, VL), int8 dots with vpmaddubsw
-  Avx512Vnni,   // 512-bit with vpdpbusd
+  Scalar,      // portable C++: dequantize to f32, f32 dot (also a test reference)
+  Avx2,        // 256-bit, int8 dots with vpmaddubsw
+  Avx512,      // 512-bit (F, BW, DQ, VL), int8 dots with vpmaddubsw
+  Avx512Vnni,  // 512-bit with vpdpbusd
 };
 
 std::string_view isa_name(Isa isa);

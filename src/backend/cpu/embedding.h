@@ -13,9 +13,9 @@ struct EmbeddingArgs {
   const void* table = nullptr;  // [vocab, hidden] rows of dtype
   size_t row_bytes = 0;         // stride between table rows
   int64_t vocab = 0, hidden = 0;
-  const int32_t* ids = nullptr; // [n_ids]
+  const int32_t* ids = nullptr;  // [n_ids]
   int64_t n_ids = 0;
-  float* out = nullptr;         // [n_ids, hidden], row stride ldo floats
+  float* out = nullptr;  // [n_ids, hidden], row stride ldo floats
   int64_t ldo = 0;
 };
 

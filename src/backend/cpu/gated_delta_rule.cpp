@@ -33,8 +33,10 @@ void gated_delta_rule(const GatedDeltaRuleArgs& a) {
     float* slot = a.state + (int64_t(seq.state_slot) * heads + h) * dk * dv;
     std::vector<float> s(size_t(dk) * size_t(dv));
     std::vector<float> q(static_cast<size_t>(dk)), k(static_cast<size_t>(dk)), delta(static_cast<size_t>(dv));
-    if (seq.starts) std::fill(s.begin(), s.end(), 0.0f);
-    else std::memcpy(s.data(), slot, s.size() * sizeof(float));
+    if (seq.starts)
+      std::fill(s.begin(), s.end(), 0.0f);
+    else
+      std::memcpy(s.data(), slot, s.size() * sizeof(float));
     for (int32_t i = 0; i < seq.n_rows; ++i) {
       const int64_t row = seq.first_row + i;
       l2_normalize(a.q + row * a.q_stride + int64_t(kh) * dk, dk, q_scale, q.data());

@@ -19,7 +19,7 @@ struct SwigluBackwardArgs {
   const float* gate;  // [n_rows, dim] (stride ld for all five)
   const float* up;
   const float* dout;
-  float* dgate;       // may alias dout
+  float* dgate;  // may alias dout
   float* dup;
   int64_t n_rows, dim, ld_gate, ld_up, ld_dout, ld_dgate, ld_dup;
 };

@@ -32,7 +32,6 @@ void dequantize_tile(const MatmulInputGradArgs& a, int64_t m0, int64_t m1, float
   });
 }
 
-
 // Register-blocked update of a [R rows, 16 columns] block of dx over the
 // weight rows [m0, m1):  dx[r, c..c+16) += Σ_j dy[r, j] · w[j, c..c+16).
 // 2R accumulators stay in registers; each weight vector is loaded once for R rows.
@@ -79,8 +78,16 @@ void update_rows(const MatmulInputGradArgs& a, const float* w_tile, int64_t ld_w
   int64_t c = c0;
   if (wide) {
     for (; c + 32 <= c1; c += 32)
-      input_grad_block32_avx512({.dy = dy, .ld_dy = a.ld_dy, .w = w_tile, .ld_w = ld_w, .m0 = m0, .m1 = m1, .dx = dx,
-                                 .ld_dx = a.ld_dx, .c = c, .rows = rows});
+      input_grad_block32_avx512({.dy = dy,
+                                 .ld_dy = a.ld_dy,
+                                 .w = w_tile,
+                                 .ld_w = ld_w,
+                                 .m0 = m0,
+                                 .m1 = m1,
+                                 .dx = dx,
+                                 .ld_dx = a.ld_dx,
+                                 .c = c,
+                                 .rows = rows});
   }
   for (; c + 16 <= c1; c += 16) {
     switch (rows) {
@@ -130,13 +137,13 @@ void matmul_input_grad(const MatmulInputGradArgs& a) {
     const int64_t work = (m1 - m0) * 4 * kCols;  // FMAs per task
     ThreadPool::global().parallel_for(row_blocks * col_blocks, std::max<int64_t>(1, 262144 / work),
                                       [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        const int64_t rb = t / col_blocks, cb = t % col_blocks;
-        const int64_t r0 = rb * 4;
-        update_rows(a, w_tile, ld_w, m0, m1, r0, int(std::min<int64_t>(4, a.n - r0)), cb * kCols,
-                    std::min(a.k, (cb + 1) * kCols), wide);
-      }
-    });
+                                        for (int64_t t = b; t < e; ++t) {
+                                          const int64_t rb = t / col_blocks, cb = t % col_blocks;
+                                          const int64_t r0 = rb * 4;
+                                          update_rows(a, w_tile, ld_w, m0, m1, r0, int(std::min<int64_t>(4, a.n - r0)),
+                                                      cb * kCols, std::min(a.k, (cb + 1) * kCols), wide);
+                                        }
+                                      });
   }
 }
 

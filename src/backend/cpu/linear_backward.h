@@ -9,11 +9,11 @@
 namespace brioche::backend::cpu {
 
 struct MatmulInputGradArgs {
-  const float* dy;     // [n, m], row stride ld_dy floats
+  const float* dy;  // [n, m], row stride ld_dy floats
   DType wtype;
-  const void* w;       // [m, k] rows of wtype, row stride w_row_bytes
+  const void* w;  // [m, k] rows of wtype, row stride w_row_bytes
   size_t w_row_bytes;
-  float* dx;           // [n, k], row stride ld_dx floats
+  float* dx;  // [n, k], row stride ld_dx floats
   int64_t ld_dy, ld_dx;
   int64_t n, m, k;
   bool accumulate;

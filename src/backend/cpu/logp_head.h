@@ -7,7 +7,7 @@
 namespace brioche::backend::cpu {
 
 struct LogpChunk {
-  float* z;                // [n, width] logits of vocabulary rows [v0, v0 + width), row stride ldz
+  float* z;  // [n, width] logits of vocabulary rows [v0, v0 + width), row stride ldz
   int64_t ldz, n, width, v0;
   const int32_t* targets;  // [n]
 };

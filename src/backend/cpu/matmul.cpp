@@ -36,11 +36,9 @@ void for_row_ranges(int64_t m, int64_t n, int64_t k, int tile_rows, Fn&& fn) {
   grain = (grain + tile_rows - 1) / tile_rows * tile_rows;
   const int64_t tiles = (m + tile_rows - 1) / tile_rows;
   const int64_t grain_tiles = grain / tile_rows;
-  pool.parallel_for(tiles, grain_tiles, [&](int64_t t0, int64_t t1) {
-    fn(t0 * tile_rows, std::min(m, t1 * tile_rows));
-  });
+  pool.parallel_for(tiles, grain_tiles,
+                    [&](int64_t t0, int64_t t1) { fn(t0 * tile_rows, std::min(m, t1 * tile_rows)); });
 }
-
 
 // Portable path: decode each weight row to f32 and dot in f32 (no activation
 // quantization). Slow, but it is the reference the SIMD paths are held to.
@@ -148,11 +146,11 @@ void matmul_group(std::span<const MatmulArgs> parts) {
 void matmul(const MatmulArgs& a) {
   const auto info = dtype_info(a.wtype);
   BRIOCHE_CHECK(a.wtype != DType::I32, "matmul: weight dtype i32 is not a number format");
-  BRIOCHE_CHECK(a.k % info.block_elems == 0, "matmul: in_features ", a.k, " is not a multiple of the ",
-                info.name, " block size ", info.block_elems);
+  BRIOCHE_CHECK(a.k % info.block_elems == 0, "matmul: in_features ", a.k, " is not a multiple of the ", info.name,
+                " block size ", info.block_elems);
   BRIOCHE_CHECK(a.w_row_bytes >= row_bytes(a.wtype, a.k), "matmul: weight row stride ", a.w_row_bytes,
-                " bytes is smaller than one ", info.name, " row of ", a.k, " elements (",
-                row_bytes(a.wtype, a.k), " bytes)");
+                " bytes is smaller than one ", info.name, " row of ", a.k, " elements (", row_bytes(a.wtype, a.k),
+                " bytes)");
   if (a.n == 0 || a.m == 0) return;
   if (a.k == 0) {
     for (int64_t c = 0; c < a.n; ++c) std::fill_n(a.y + c * a.ldy, a.m, 0.0f);
@@ -191,9 +189,7 @@ void matmul(const MatmulArgs& a) {
   }
   const QuantizedActs acts = scratch.layout(a.n, a.k);
   if (a.n >= 8) {
-    ThreadPool::global().parallel_for(a.n, 4, [&](int64_t r0, int64_t r1) {
-      quantize_acts(a.x, a.ldx, r0, r1, acts);
-    });
+    ThreadPool::global().parallel_for(a.n, 4, [&](int64_t r0, int64_t r1) { quantize_acts(a.x, a.ldx, r0, r1, acts); });
   } else {
     quantize_acts(a.x, a.ldx, 0, a.n, acts);
   }

@@ -10,12 +10,12 @@
 namespace brioche::cpu {
 
 struct MatmulArgs {
-  const float* x = nullptr;    // [n, k], row stride ldx floats
+  const float* x = nullptr;  // [n, k], row stride ldx floats
   int64_t ldx = 0;
   DType wtype = DType::F32;
-  const void* w = nullptr;     // [m, k] rows of wtype, row stride w_row_bytes
+  const void* w = nullptr;  // [m, k] rows of wtype, row stride w_row_bytes
   size_t w_row_bytes = 0;
-  float* y = nullptr;          // [n, m], row stride ldy floats
+  float* y = nullptr;  // [n, m], row stride ldy floats
   int64_t ldy = 0;
   int64_t n = 0, m = 0, k = 0;
 };

@@ -11,7 +11,6 @@
 #include "backend/cpu/quant_ref.h"
 #include "core/error.h"
 
-
 #include <immintrin.h>
 
 #define BR_AVX512 0

@@ -20,21 +20,21 @@ namespace brioche::cpu {
 // against 8-bit activations.
 struct QuantRowsJob {
   DType wtype;
-  const uint8_t* w;       // [m, k] in wtype blocks
-  size_t w_row_bytes;     // stride between weight rows
+  const uint8_t* w;           // [m, k] in wtype blocks
+  size_t w_row_bytes;         // stride between weight rows
   const QuantizedActs* acts;  // [n, k]
-  float* y;               // [n, m]
-  int64_t ldy;            // floats between rows of y
+  float* y;                   // [n, m]
+  int64_t ldy;                // floats between rows of y
   int64_t row_begin, row_end;
 };
 
 // Same with activations in the column layout (n >= 2, matmul_columns.inc).
 struct QuantColumnsJob {
   DType wtype;
-  const uint8_t* w;         // [m, k] in wtype blocks
+  const uint8_t* w;  // [m, k] in wtype blocks
   size_t w_row_bytes;
-  const ColumnActs* acts;   // [n, k]
-  float* y;                 // [n, m]
+  const ColumnActs* acts;  // [n, k]
+  float* y;                // [n, m]
   int64_t ldy;
   int64_t row_begin, row_end;
 };
@@ -42,10 +42,10 @@ struct QuantColumnsJob {
 // Same for 1-3 activation rows (decode), with the column kernels' arithmetic.
 struct QuantFewJob {
   DType wtype;
-  const uint8_t* w;         // [m, k] in wtype blocks
+  const uint8_t* w;  // [m, k] in wtype blocks
   size_t w_row_bytes;
-  const BlockActs* acts;    // [n, k], n <= kMaxFewRows
-  float* y;                 // [n, m]
+  const BlockActs* acts;  // [n, k], n <= kMaxFewRows
+  float* y;               // [n, m]
   int64_t ldy;
   int64_t row_begin, row_end;
 };
@@ -54,12 +54,12 @@ constexpr int kMaxFewRows = 3;
 // Same for f32/f16/bf16 weights against f32 activations x.
 struct FloatRowsJob {
   DType wtype;
-  const uint8_t* w;       // [m, k]
+  const uint8_t* w;  // [m, k]
   size_t w_row_bytes;
-  const float* x;         // [n, k]
+  const float* x;  // [n, k]
   int64_t ldx;
   int64_t n, k;
-  float* y;               // [n, m]
+  float* y;  // [n, m]
   int64_t ldy;
   int64_t row_begin, row_end;
 };
@@ -70,7 +70,7 @@ struct MatmulKernels {
   int rows_per_tile;  // weight rows one tile handles (threads split on multiples)
   void (*quant_columns)(const QuantColumnsJob& job);
   bool (*quant_columns_supports)(DType wtype);
-  int column_tile_rows;  // weight rows one column-kernel tile handles
+  int column_tile_rows;                       // weight rows one column-kernel tile handles
   void (*quant_few)(const QuantFewJob& job);  // for the column-kernel types
   int few_tile_rows;
 };

@@ -62,9 +62,9 @@ BlockActs ActScratch::layout_blocks(int64_t n_rows, int64_t k) {
 namespace {
 
 struct QuantizedBlock {
-  __m256i q;         // 32 int8 in element order
-  __m256i lane_sums; // 8 int32: Σ of elements 4l..4l+3
-  float d;           // scale: element i ≈ d * q_i
+  __m256i q;          // 32 int8 in element order
+  __m256i lane_sums;  // 8 int32: Σ of elements 4l..4l+3
+  float d;            // scale: element i ≈ d * q_i
 };
 
 // AVX2 (the build baseline): per block, amax → scale, round to nearest
@@ -112,8 +112,7 @@ inline int32_t block_sum(const QuantizedBlock& qb) {
 
 }  // namespace
 
-void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
-                   const QuantizedActs& acts) {
+void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end, const QuantizedActs& acts) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const float* xr = x + r * ldx;
     int8_t* q = const_cast<int8_t*>(acts.q_row(r));

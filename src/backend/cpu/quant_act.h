@@ -42,11 +42,11 @@ struct QuantizedActs {
 struct ColumnActs {
   static constexpr int kGroup = 16;  // activation rows per group (one int32 lane each)
   int64_t n_rows = 0;
-  int64_t n_blocks = 0;   // k / 32
-  int64_t n_groups = 0;   // ceil(n_rows / 16)
-  uint8_t* q = nullptr;   // [n_groups, n_blocks, 8 quads, 16 rows, 4] q + 128
-  float* d = nullptr;     // [n_groups, n_blocks, 16] scale da
-  float* s = nullptr;     // [n_groups, n_blocks, 16] da * Σq over the block
+  int64_t n_blocks = 0;  // k / 32
+  int64_t n_groups = 0;  // ceil(n_rows / 16)
+  uint8_t* q = nullptr;  // [n_groups, n_blocks, 8 quads, 16 rows, 4] q + 128
+  float* d = nullptr;    // [n_groups, n_blocks, 16] scale da
+  float* s = nullptr;    // [n_groups, n_blocks, 16] da * Σq over the block
 
   const uint8_t* q_at(int64_t g, int64_t b) const { return q + (g * n_blocks + b) * 512; }
   const float* d_at(int64_t g, int64_t b) const { return d + (g * n_blocks + b) * kGroup; }
@@ -79,7 +79,9 @@ class ActScratch {
   BlockActs layout_blocks(int64_t n_rows, int64_t k);
 
  private:
-  struct Free { void operator()(void* p) const; };
+  struct Free {
+    void operator()(void* p) const;
+  };
   char* reserve(size_t bytes);
 
   std::unique_ptr<void, Free> buffer_;
@@ -87,14 +89,12 @@ class ActScratch {
 };
 
 // Quantizes rows [row_begin, row_end) of x (row stride ldx floats) into acts.
-void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end,
-                   const QuantizedActs& acts);
+void quantize_acts(const float* x, int64_t ldx, int64_t row_begin, int64_t row_end, const QuantizedActs& acts);
 
 // Quantizes rows [8 octet_begin, 8 octet_end) of x into the column layout,
 // with the same rounding as quantize_acts. Rows in [n_rows, n_groups * 16)
 // are written as padding, so callers cover octets up to n_groups * 2.
-void quantize_acts_columns(const float* x, int64_t ldx, int64_t octet_begin, int64_t octet_end,
-                           const ColumnActs& acts);
+void quantize_acts_columns(const float* x, int64_t ldx, int64_t octet_begin, int64_t octet_end, const ColumnActs& acts);
 
 // Quantizes the rows of x (row stride ldx floats) into acts (same rounding
 // and s as the column layout).

@@ -127,7 +127,10 @@ void quant_q8_0(const float* x, uint8_t* b) {
 void quant_q4_0(const float* x, uint8_t* b) {
   float amax = 0, max = 0;  // max keeps the sign of the largest-magnitude value
   for (int i = 0; i < 32; ++i)
-    if (std::fabs(x[i]) > amax) { amax = std::fabs(x[i]); max = x[i]; }
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
   float d = max / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
   store_f16(b, d);
   for (int i = 0; i < 16; ++i) {
@@ -139,7 +142,10 @@ void quant_q4_0(const float* x, uint8_t* b) {
 
 void quant_q4_1(const float* x, uint8_t* b) {
   float mn = x[0], mx = x[0];
-  for (int i = 1; i < 32; ++i) { mn = std::min(mn, x[i]); mx = std::max(mx, x[i]); }
+  for (int i = 1; i < 32; ++i) {
+    mn = std::min(mn, x[i]);
+    mx = std::max(mx, x[i]);
+  }
   float d = (mx - mn) / 15.0f, id = d != 0 ? 1.0f / d : 0.0f;
   store_f16(b, d);
   store_f16(b + 2, mn);
@@ -163,12 +169,14 @@ void pack_k_scales(const uint8_t* sc, const uint8_t* mn, uint8_t* out) {
 // Shared by Q4_K (max_q 15) and Q5_K (max_q 31): per sub-block x ≈ s*q - m with
 // m = -min(0, min x), s = (max x + m)/max_q; s and m are then quantized to
 // 6 bits against super-block scales d = max s/63, dmin = max m/63.
-void quant_k_sub_scales(const float* x, int max_q, float* d_out, float* dmin_out, uint8_t* sc,
-                        uint8_t* mn, int* q) {
+void quant_k_sub_scales(const float* x, int max_q, float* d_out, float* dmin_out, uint8_t* sc, uint8_t* mn, int* q) {
   float s[8], m[8], max_s = 0, max_m = 0;
   for (int j = 0; j < 8; ++j) {
     float lo = x[32 * j], hi = x[32 * j];
-    for (int i = 1; i < 32; ++i) { lo = std::min(lo, x[32 * j + i]); hi = std::max(hi, x[32 * j + i]); }
+    for (int i = 1; i < 32; ++i) {
+      lo = std::min(lo, x[32 * j + i]);
+      hi = std::max(hi, x[32 * j + i]);
+    }
     m[j] = lo < 0 ? -lo : 0.0f;
     s[j] = (hi + m[j]) / float(max_q);
     max_s = std::max(max_s, s[j]);
@@ -215,8 +223,7 @@ void quant_q5_k(const float* x, uint8_t* b) {
   uint8_t* qs = b + 48;
   std::memset(qh, 0, 32);
   for (int p = 0; p < 4; ++p)
-    for (int i = 0; i < 32; ++i)
-      qs[32 * p + i] = uint8_t((q[64 * p + i] & 15) | ((q[64 * p + 32 + i] & 15) << 4));
+    for (int i = 0; i < 32; ++i) qs[32 * p + i] = uint8_t((q[64 * p + i] & 15) | ((q[64 * p + 32 + i] & 15) << 4));
   for (int j = 0; j < 8; ++j)
     for (int i = 0; i < 32; ++i) qh[i] |= uint8_t(((q[32 * j + i] >> 4) & 1) << j);
 }
@@ -228,9 +235,15 @@ void quant_q6_k(const float* x, uint8_t* b) {
   for (int g = 0; g < 16; ++g) {
     float amax = 0, v = 0;
     for (int i = 0; i < 16; ++i)
-      if (std::fabs(x[16 * g + i]) > amax) { amax = std::fabs(x[16 * g + i]); v = x[16 * g + i]; }
+      if (std::fabs(x[16 * g + i]) > amax) {
+        amax = std::fabs(x[16 * g + i]);
+        v = x[16 * g + i];
+      }
     s[g] = v / -32.0f;
-    if (std::fabs(s[g]) > max_abs_s) { max_abs_s = std::fabs(s[g]); max_s = s[g]; }
+    if (std::fabs(s[g]) > max_abs_s) {
+      max_abs_s = std::fabs(s[g]);
+      max_s = s[g];
+    }
   }
   float d = f16_to_f32(f32_to_f16(max_s / -127.0f));
   int8_t* sc = reinterpret_cast<int8_t*>(b + 192);
@@ -260,7 +273,10 @@ void quant_q6_k(const float* x, uint8_t* b) {
 
 void quant_affine(const float* x, uint8_t* b, int group, int bits) {
   float mn = x[0], mx = x[0];
-  for (int i = 1; i < group; ++i) { mn = std::min(mn, x[i]); mx = std::max(mx, x[i]); }
+  for (int i = 1; i < group; ++i) {
+    mn = std::min(mn, x[i]);
+    mx = std::max(mx, x[i]);
+  }
   int max_q = (1 << bits) - 1;
   float scale = (mx - mn) / float(max_q);
   store_f32(b, scale);
@@ -269,15 +285,17 @@ void quant_affine(const float* x, uint8_t* b, int group, int bits) {
   if (bits == 4) std::memset(q, 0, size_t(group / 2));
   for (int i = 0; i < group; ++i) {
     int v = scale > 0 ? std::clamp(int(std::lround((x[i] - mn) / scale)), 0, max_q) : 0;
-    if (bits == 8) q[i] = uint8_t(v);
-    else q[i / 2] |= uint8_t(v << (4 * (i % 2)));
+    if (bits == 8)
+      q[i] = uint8_t(v);
+    else
+      q[i / 2] |= uint8_t(v << (4 * (i % 2)));
   }
 }
 
 void check_row(DType dtype, int64_t n, const char* what) {
   int be = dtype_info(dtype).block_elems;
-  BRIOCHE_CHECK(n >= 0 && n % be == 0, what, ": row of ", n, " elements is not a multiple of the ",
-                dtype_name(dtype), " block (", be, ")");
+  BRIOCHE_CHECK(n >= 0 && n % be == 0, what, ": row of ", n, " elements is not a multiple of the ", dtype_name(dtype),
+                " block (", be, ")");
   BRIOCHE_CHECK(dtype != DType::I32, what, ": i32 is an index type, not a float storage type");
 }
 

@@ -11,7 +11,7 @@ struct RopeArgs {
   const float* inv_freq;     // [head_dim / 2]
   int64_t n_rows, x_stride;
   int n_heads, head_dim;
-  bool interleaved;          // pairs (2i, 2i+1) instead of (i, i + head_dim/2)
+  bool interleaved;  // pairs (2i, 2i+1) instead of (i, i + head_dim/2)
 };
 
 void rope(const RopeArgs& args);

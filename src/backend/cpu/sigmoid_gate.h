@@ -9,7 +9,7 @@ struct SigmoidGateArgs {
   const float* gate;  // [n_rows, dim] or [n_rows, 1], row stride gate_stride floats
   float* x;           // [n_rows, dim], row stride x_stride floats
   int64_t n_rows, dim, gate_stride, x_stride;
-  bool per_row;       // one gate value per row
+  bool per_row;  // one gate value per row
 };
 
 void sigmoid_gate(const SigmoidGateArgs& args);

@@ -39,7 +39,7 @@ struct RowIndexArgs {
   const int32_t* rows;  // [n] (host memory)
   int64_t n, dim, ld_src, ld_dst;
 };
-void gather_rows(const RowIndexArgs& args);        // dst[i] = src[rows[i]]
-void scatter_add_rows(const RowIndexArgs& args);   // dst[rows[i]] += src[i], i ascending
+void gather_rows(const RowIndexArgs& args);       // dst[i] = src[rows[i]]
+void scatter_add_rows(const RowIndexArgs& args);  // dst[rows[i]] += src[i], i ascending
 
 }  // namespace brioche::backend::cpu

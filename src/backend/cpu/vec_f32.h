@@ -28,8 +28,8 @@ inline float hsum256(__m256 v) {
 // (not inf): enough for silu and softmax, which divide or normalize.
 inline __m256 exp256(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   // r = x - n·ln2 with ln2 split in two so n·ln2_hi is exact
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);

@@ -59,8 +59,8 @@ constexpr int kValuesPerLane = 8;
 template <int HD>
 struct KeyLanes {
   static constexpr int DK = kValuesPerLane;
-  static constexpr int L = HD / DK;   // lanes per key: 8, 16 or 32
-  static constexpr int KW = 32 / L;   // key slots per warp
+  static constexpr int L = HD / DK;  // lanes per key: 8, 16 or 32
+  static constexpr int KW = 32 / L;  // key slots per warp
   static_assert(L >= 1 && L <= 32 && HD % DK == 0, "KeyLanes: head_dim must split into DK-value lanes");
 };
 
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
     load_key(p, table, k_cache, v_cache, step_base + u * KW + key_slot, k1, own_key, own_kv + sl * DK,
              own_kv + HD + sl * DK, slot_elems, col, k, v);
   };
-  auto load_step = [&](int step_base, RawRow<KV, DK> (&k)[U], RawRow<KV, DK> (&v)[U]) {
+  auto load_step = [&](int step_base, RawRow<KV, DK>(&k)[U], RawRow<KV, DK>(&v)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) load_slot_key(step_base, u, k[u], v[u]);
   };
@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
     first_early[u] = kRope && base <= k1 && min(base + u * KW + key_slot, k1) < keys.row.pos;
     if (first_early[u]) load_slot_key(base, u, k_cur[u], v_cur[u]);
   }
-  const bool second_step_early = kRope && base + kStride <= k1 &&
-                                 min(base + kStride + kWarpKeys - 1, k1) < keys.row.pos;
+  const bool second_step_early =
+      kRope && base + kStride <= k1 && min(base + kStride + kWarpKeys - 1, k1) < keys.row.pos;
   if (second_step_early) load_step(base + kStride, k_next, v_next);
   const detail::RopeLane<DPL> rope = early_rope<kRope, DPL>(p, keys, lane);
   output_prologue(p);
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int g = 0; g < kMaxGroup; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
-    // Each slot keeps its own online softmax (m, l, acc), merged below.
+          // Each slot keeps its own online softmax (m, l, acc), merged below.
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (base + u * KW + key_slot > k1)
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
       float m_new = m[g];
 #pragma unroll
       for (int u = 0; u < U; ++u) m_new = fmaxf(m_new, s[u][g]);
-      if (m_new == -INFINITY) continue;  // none of the slot's keys this step (past k1)
+      if (m_new == -INFINITY) continue;        // none of the slot's keys this step (past k1)
       const float corr = exp2f(m[g] - m_new);  // m = −inf the first time: corr 0
       m[g] = m_new;
       l[g] *= corr;
@@ -299,7 +299,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
   if (lane == 0) {
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+    for (int g = 0; g < kMaxGroup; ++g) {
+      sm_m[warp][g] = m[g];
+      sm_l[warp][g] = l[g];
+    }
   }
   if (lane < L) {
 #pragma unroll
@@ -440,11 +443,15 @@ void launch_attention(const AttnParams& p, dim3 grid) {
   const bool batch = p.n_rows >= kBatchRows;
   constexpr int kThreads = kWarps * 32;
   if (group <= 4) {
-    if (batch) launch_split_attention<attention_kernel<KV, HD, 4, kRope, 4>>(p, grid, kThreads, 0);
-    else launch_split_attention<attention_kernel<KV, HD, 4, kRope, 1>>(p, grid, kThreads, 0);
+    if (batch)
+      launch_split_attention<attention_kernel<KV, HD, 4, kRope, 4>>(p, grid, kThreads, 0);
+    else
+      launch_split_attention<attention_kernel<KV, HD, 4, kRope, 1>>(p, grid, kThreads, 0);
   } else if (group <= 8) {
-    if (batch) launch_split_attention<attention_kernel<KV, HD, 8, kRope, 2>>(p, grid, kThreads, 0);
-    else launch_split_attention<attention_kernel<KV, HD, 8, kRope, 1>>(p, grid, kThreads, 0);
+    if (batch)
+      launch_split_attention<attention_kernel<KV, HD, 8, kRope, 2>>(p, grid, kThreads, 0);
+    else
+      launch_split_attention<attention_kernel<KV, HD, 8, kRope, 1>>(p, grid, kThreads, 0);
   } else {
     fail("paged_attention (cuda): at most 8 query heads per KV head, got ", group);
   }
@@ -487,8 +494,11 @@ const int32_t* upload_metadata(const backend::cpu::PagedAttentionArgs& a, int n_
 // host from the sequences' block tables and uploaded.
 KvSlots kv_slots(const backend::cpu::StoreKvArgs& a) {
   if (const DecodeBinding* b = decode_binding())
-    return {.positions = b->positions, .tables = b->tables, .table_stride = b->table_stride,
-            .block_size = a.cache.block_size, .n_rows = b->n_rows};
+    return {.positions = b->positions,
+            .tables = b->tables,
+            .table_stride = b->table_stride,
+            .block_size = a.cache.block_size,
+            .n_rows = b->n_rows};
   int64_t n_rows = 0;
   for (int s = 0; s < a.n_sequences; ++s)
     n_rows = std::max<int64_t>(n_rows, a.sequences[s].first_row + a.sequences[s].n_rows);
@@ -542,8 +552,8 @@ void rope_store_kv(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs
   if (total == 0) return;
   const detail::RopeTables t = detail::rope_tables(q, "rope_store_kv");
   const KvSlots slots = kv_slots(kv);
-  BRIOCHE_CHECK(slots.n_rows <= q.n_rows, "rope_store_kv: the sequences cover ", slots.n_rows,
-                " rows, q has only ", q.n_rows);
+  BRIOCHE_CHECK(slots.n_rows <= q.n_rows, "rope_store_kv: the sequences cover ", slots.n_rows, " rows, q has only ",
+                q.n_rows);
   const unsigned grid = unsigned((total + 255) / 256);
   if (kv.cache.f16)
     detail::launch_dependent(rope_store_kv_kernel<__half>, grid, 256, 0, q, k, t.positions, t.inv_freq, kv.v,
@@ -599,14 +609,30 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
   const bool combine = splits > 1 && !cluster_merge;  // partials through memory, then the combine kernel
   const int base_ctas = n_rows * a.n_kv_heads;
 
-  AttnParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
-               .k = a.cache.k, .v = a.cache.v, .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads,
-               .head_dim = a.head_dim, .block_size = a.cache.block_size,
+  AttnParams p{.q = a.q,
+               .out = a.out,
+               .q_stride = a.q_stride,
+               .out_stride = a.out_stride,
+               .k = a.cache.k,
+               .v = a.cache.v,
+               .n_heads = a.n_heads,
+               .n_kv_heads = a.n_kv_heads,
+               .head_dim = a.head_dim,
+               .block_size = a.cache.block_size,
                .block_shift = std::countr_zero(unsigned(a.cache.block_size)),
-               .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window, .n_rows = n_rows,
-               .row_seq = nullptr, .row_pos = nullptr, .table_offset = nullptr, .tables = nullptr,
-               .table_stride = 0, .splits = splits,
-               .part_acc = nullptr, .part_ml = nullptr, .cluster_merge = cluster_merge, .out16 = out16,
+               .scale_log2 = a.scale * kLog2e,
+               .sliding_window = a.sliding_window,
+               .n_rows = n_rows,
+               .row_seq = nullptr,
+               .row_pos = nullptr,
+               .table_offset = nullptr,
+               .tables = nullptr,
+               .table_stride = 0,
+               .splits = splits,
+               .part_acc = nullptr,
+               .part_ml = nullptr,
+               .cluster_merge = cluster_merge,
+               .out16 = out16,
                .int8 = int8};
   if (bound != nullptr) {
     p.row_pos = bound->positions;
@@ -635,13 +661,19 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
     p.new_v_stride = rope->v_stride;
     p.inv_freq = static_cast<const float*>(upload_cached(rope->inv_freq, size_t(a.head_dim / 2) * 4));
     p.interleaved = rope->interleaved;
-    if (mma) launch_attention_mma(p, grid, true);
-    else if (a.cache.f16) launch_attention_dim<__half, true>(p, grid);
-    else launch_attention_dim<float, true>(p, grid);
+    if (mma)
+      launch_attention_mma(p, grid, true);
+    else if (a.cache.f16)
+      launch_attention_dim<__half, true>(p, grid);
+    else
+      launch_attention_dim<float, true>(p, grid);
   } else {
-    if (mma) launch_attention_mma(p, grid, false);
-    else if (a.cache.f16) launch_attention_dim<__half, false>(p, grid);
-    else launch_attention_dim<float, false>(p, grid);
+    if (mma)
+      launch_attention_mma(p, grid, false);
+    else if (a.cache.f16)
+      launch_attention_dim<__half, false>(p, grid);
+    else
+      launch_attention_dim<float, false>(p, grid);
   }
   if (combine) {
     detail::launch_dependent(combine_kernel, unsigned(n_rows * a.n_heads), unsigned(kCombineThreads), 0, p);
@@ -675,8 +707,12 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
     attend(args, nullptr, out16, int8);
     return;
   }
-  const RopeInAttention rope{.k = k.x, .v = kv.v, .k_stride = k.x_stride, .v_stride = kv.v_stride,
-                             .inv_freq = q.inv_freq, .interleaved = q.interleaved};
+  const RopeInAttention rope{.k = k.x,
+                             .v = kv.v,
+                             .k_stride = k.x_stride,
+                             .v_stride = kv.v_stride,
+                             .inv_freq = q.inv_freq,
+                             .interleaved = q.interleaved};
   attend(args, &rope, out16, int8);
 }
 
@@ -739,9 +775,8 @@ namespace {
 // attention_quantizes_for, with the projection's GEMV arguments `g` made.
 bool quantizes_for(const cpu::MatmulArgs& projection, const detail::GemvArgs& g, int head_dim) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_ATTENTION_INT8");
-  return on && head_dim % 32 == 0 && projection.n >= 1 && projection.n <= detail::kMaxGemvRows &&
-         projection.m > 0 && dtype_info(projection.wtype).quantized &&
-         detail::gemv_quant_reads_int8(projection.wtype, g);
+  return on && head_dim % 32 == 0 && projection.n >= 1 && projection.n <= detail::kMaxGemvRows && projection.m > 0 &&
+         dtype_info(projection.wtype).quantized && detail::gemv_quant_reads_int8(projection.wtype, g);
 }
 
 }  // namespace
@@ -752,8 +787,8 @@ bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim) {
 
 void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                                         const backend::cpu::StoreKvArgs& kv,
-                                        const backend::cpu::PagedAttentionArgs& args,
-                                        const cpu::MatmulArgs& projection, NormHandOn hand_on) {
+                                        const backend::cpu::PagedAttentionArgs& args, const cpu::MatmulArgs& projection,
+                                        NormHandOn hand_on) {
   const detail::GemvArgs g = detail::accumulate_gemv_args(projection, hand_on);
   BRIOCHE_CHECK(quantizes_for(projection, g, args.head_dim) && projection.x == args.out &&
                     projection.k == int64_t(args.n_heads) * args.head_dim,

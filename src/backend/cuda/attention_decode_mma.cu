@@ -42,7 +42,7 @@ using namespace mma_tile;
 
 constexpr int kKeys = 16 * kWarps;  // keys per shared tile: 16 per warp
 constexpr int kThreads = kWarps * 32;
-constexpr int kQRows = 16;          // an mma tile's rows
+constexpr int kQRows = 16;  // an mma tile's rows
 
 // Tiles in flight per CTA, and the CTAs an SM holds with their shared
 // memory: (2·kStages·kKeys + kQRows)·head_dim halves, 100 KB at head_dim 128.
@@ -240,8 +240,10 @@ void launch(const AttnParams& p, dim3 grid) {
 
 template <int D, bool kRope>
 void launch_group(const AttnParams& p, dim3 grid) {
-  if (p.n_heads / p.n_kv_heads <= 4) launch<D, 4, kRope>(p, grid);
-  else launch<D, 8, kRope>(p, grid);
+  if (p.n_heads / p.n_kv_heads <= 4)
+    launch<D, 4, kRope>(p, grid);
+  else
+    launch<D, 8, kRope>(p, grid);
 }
 
 }  // namespace
@@ -264,17 +266,22 @@ int attention_mma_ctas_per_sm() { return kCtasPerSm; }
 
 void launch_attention_mma(const AttnParams& p, dim3 grid, bool rope) {
   const int group = p.n_heads / p.n_kv_heads;
-  BRIOCHE_CHECK((p.head_dim == 64 || p.head_dim == 128) && group >= 1 && group <= 8 &&
-                    p.block_size == 1 << p.block_shift,
-                "attention_mma (cuda): needs head_dim 64 or 128, at most 8 heads per KV head and power-of-two "
-                "blocks; got head_dim ", p.head_dim, ", ", p.n_heads, "/", p.n_kv_heads, " heads, blocks of ",
-                p.block_size, " (shift ", p.block_shift, ")");
+  BRIOCHE_CHECK(
+      (p.head_dim == 64 || p.head_dim == 128) && group >= 1 && group <= 8 && p.block_size == 1 << p.block_shift,
+      "attention_mma (cuda): needs head_dim 64 or 128, at most 8 heads per KV head and power-of-two "
+      "blocks; got head_dim ",
+      p.head_dim, ", ", p.n_heads, "/", p.n_kv_heads, " heads, blocks of ", p.block_size, " (shift ", p.block_shift,
+      ")");
   if (p.head_dim == 64) {
-    if (rope) launch_group<64, true>(p, grid);
-    else launch_group<64, false>(p, grid);
+    if (rope)
+      launch_group<64, true>(p, grid);
+    else
+      launch_group<64, false>(p, grid);
   } else {
-    if (rope) launch_group<128, true>(p, grid);
-    else launch_group<128, false>(p, grid);
+    if (rope)
+      launch_group<128, true>(p, grid);
+    else
+      launch_group<128, false>(p, grid);
   }
 }
 

@@ -37,10 +37,10 @@ struct Int8Out {
 };
 
 struct AttnParams {
-  const float* q;    // [n_rows, n_heads * head_dim], row stride q_stride
-  float* out;        // same layout, row stride out_stride
+  const float* q;  // [n_rows, n_heads * head_dim], row stride q_stride
+  float* out;      // same layout, row stride out_stride
   int64_t q_stride, out_stride;
-  const void* k;     // [n_blocks, block_size, n_kv_heads, head_dim]
+  const void* k;  // [n_blocks, block_size, n_kv_heads, head_dim]
   const void* v;
   int n_heads, n_kv_heads, head_dim, block_size;
   int block_shift;   // log2(block_size) when a power of two (the tensor-core kernel's requirement)
@@ -86,8 +86,10 @@ struct AttnParams {
 // the quantization kernel, 506.0–506.1 with the int8 output, 508.5–509.2
 // with this as well; Q8_0 386.1–389.0, 389.9–392.5, 390.9–394.1.
 __device__ __forceinline__ void output_prologue(const AttnParams& p) {
-  if (p.int8.release_next) detail::pdl_prologue_release_first();
-  else detail::pdl_prologue();
+  if (p.int8.release_next)
+    detail::pdl_prologue_release_first();
+  else
+    detail::pdl_prologue();
 }
 
 // Output value `col` of row r: to out, rounded to out16's 16 bits, or into
@@ -104,8 +106,10 @@ __device__ __forceinline__ void store_output(const AttnParams& p, int r, int64_t
     return;
   }
   const int64_t i = int64_t(r) * p.n_heads * p.head_dim + col;
-  if (p.out16.f16) static_cast<__half*>(p.out16.rows)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(p.out16.rows)[i] = __float2bfloat16_rn(v);
+  if (p.out16.f16)
+    static_cast<__half*>(p.out16.rows)[i] = __float2half_rn(v);
+  else
+    static_cast<__nv_bfloat16*>(p.out16.rows)[i] = __float2bfloat16_rn(v);
 }
 
 __device__ __forceinline__ int row_sequence(const AttnParams& p, int r) {
@@ -155,8 +159,10 @@ __device__ __forceinline__ SplitKeys split_keys(const AttnParams& p, int r, int 
 
 template <typename KV>
 __device__ __forceinline__ KV to_cache(float x) {
-  if constexpr (sizeof(KV) == 2) return __float2half_rn(x);
-  else return x;
+  if constexpr (sizeof(KV) == 2)
+    return __float2half_rn(x);
+  else
+    return x;
 }
 
 // kRope: the cache slot of the row's own key when this split holds it, else
@@ -339,8 +345,8 @@ __device__ __forceinline__ void leave_cluster_merge(const AttnParams& p) {
 // landed, merged and stored (a warp a block).
 template <int HD, int kMaxGroup>
 __device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps][kMaxGroup],
-                                 const float (&sm_l)[kWarps][kMaxGroup], float* sm_acc, int r, int kv_head,
-                                 int split, int active_splits, ClusterInbox<HD, kMaxGroup>& inbox) {
+                                 const float (&sm_l)[kWarps][kMaxGroup], float* sm_acc, int r, int kv_head, int split,
+                                 int active_splits, ClusterInbox<HD, kMaxGroup>& inbox) {
   constexpr int kItems = (kMaxGroup * HD / 4 + kWarps * 32 - 1) / (kWarps * 32);  // 4 values each
   const int group = p.n_heads / p.n_kv_heads, A = active_splits;
   const ClusterMergeLayout layout{group * HD / 32, A};

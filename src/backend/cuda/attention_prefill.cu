@@ -52,15 +52,15 @@ namespace {
 
 using namespace mma_tile;
 
-constexpr int kRows = 64;   // query rows per CTA
-constexpr int kKeys = 64;   // keys per shared-memory tile
+constexpr int kRows = 64;  // query rows per CTA
+constexpr int kKeys = 64;  // keys per shared-memory tile
 constexpr int kWarps = kRows / 16;
 constexpr int kThreads = kWarps * 32;
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct PrefillParams {
-  const float* q;   // [n_rows, n_heads * D], row stride q_stride floats
-  float* out;       // same layout, row stride out_stride
+  const float* q;  // [n_rows, n_heads * D], row stride q_stride floats
+  float* out;      // same layout, row stride out_stride
   int64_t q_stride, out_stride;
   const __half* k;  // [n_blocks, block_size, n_kv_heads, D]
   const __half* v;
@@ -84,8 +84,10 @@ struct PrefillParams {
 // the tensor core's descriptors read for the wgmma one (wgmma.cuh).
 template <int D, bool kWgmma>
 __device__ __forceinline__ int tile_offset(int r, int c) {
-  if constexpr (kWgmma) return wgmma::swizzled_128b<D, kKeys>(r, c);
-  else return swizzled<D>(r, c);
+  if constexpr (kWgmma)
+    return wgmma::swizzled_128b<D, kKeys>(r, c);
+  else
+    return swizzled<D>(r, c);
 }
 
 // Queues the K and V rows of keys [key0, key0 + kKeys) into one buffer; keys
@@ -172,8 +174,8 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
   if constexpr (kWgmma)  // the swizzle atoms need 1,024-byte aligned blocks (launch asks 1 KB more)
     smem += (wgmma::kAtomBytes - shared_address(smem_raw) % wgmma::kAtomBytes) % wgmma::kAtomBytes;
   __half* sk = reinterpret_cast<__half*>(smem);  // [2][kKeys][D]
-  __half* sv = sk + 2 * kKeys * D;                 // [2][kKeys][D]
-  __half* sq = sk + kKeys * D;                     // [kRows][D]: K buffer 1 until the loop starts
+  __half* sv = sk + 2 * kKeys * D;               // [2][kKeys][D]
+  __half* sq = sk + kKeys * D;                   // [kRows][D]: K buffer 1 until the loop starts
 
   const int h = blockIdx.x;
   const int seq = p.tiles[2 * blockIdx.y], row0 = p.tiles[2 * blockIdx.y + 1];
@@ -204,7 +206,8 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
 #pragma unroll
       for (int j = 0; j < 4; ++j) packed[j] = pack2<__half>(src[2 * j] * p.scale_log2, src[2 * j + 1] * p.scale_log2);
     }
-    *reinterpret_cast<uint4*>(sq + tile_offset<D, kWgmma>(r, c)) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    *reinterpret_cast<uint4*>(sq + tile_offset<D, kWgmma>(r, c)) =
+        make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
   __syncthreads();
   uint32_t qf[kDSteps][4];  // this warp's 16 rows as A fragments
@@ -287,9 +290,12 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_attention_kernel(PrefillP
     const float inv = 1.0f / l[i];  // l ≥ 1: a row always sees its own key
     // out = O / l
     const int64_t row = first_row + row0 + r, col = int64_t(h) * D + 2 * t4;
-    if (p.out16.rows == nullptr) store_row(p.out + row * p.out_stride + col, o, i, inv);
-    else if (p.out16.f16) store_row(static_cast<__half*>(p.out16.rows) + row * p.n_heads * D + col, o, i, inv);
-    else store_row(static_cast<__nv_bfloat16*>(p.out16.rows) + row * p.n_heads * D + col, o, i, inv);
+    if (p.out16.rows == nullptr)
+      store_row(p.out + row * p.out_stride + col, o, i, inv);
+    else if (p.out16.f16)
+      store_row(static_cast<__half*>(p.out16.rows) + row * p.n_heads * D + col, o, i, inv);
+    else
+      store_row(static_cast<__nv_bfloat16*>(p.out16.rows) + row * p.n_heads * D + col, o, i, inv);
   }
 }
 
@@ -298,8 +304,8 @@ void launch(const PrefillParams& p, int n_tiles) {
   // Double-buffered K and V (Q staged in K); wgmma: room to align them to 1 KB.
   constexpr size_t kSmem = size_t(4 * kKeys) * D * sizeof(__half) + (kWgmma ? wgmma::kAtomBytes : 0);
   static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kWgmma>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, kWgmma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kSmem)));
     return true;
   }();
   (void)configured;
@@ -331,9 +337,9 @@ bool prefill_kernel_enabled() {
 }  // namespace
 
 bool prefill_attention_takes(const backend::cpu::PagedAttentionArgs& a, const backend::cpu::KvSequence& seq) {
-  return a.cache.f16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_kv_heads > 0 &&
-         a.cache.block_size > 0 && std::has_single_bit(unsigned(a.cache.block_size)) &&
-         a.n_heads % a.n_kv_heads == 0 && seq.n_rows >= kPrefillMinRows && prefill_kernel_enabled();
+  return a.cache.f16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_kv_heads > 0 && a.cache.block_size > 0 &&
+         std::has_single_bit(unsigned(a.cache.block_size)) && a.n_heads % a.n_kv_heads == 0 &&
+         seq.n_rows >= kPrefillMinRows && prefill_kernel_enabled();
 }
 
 std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::PagedAttentionArgs& a,
@@ -372,16 +378,25 @@ std::vector<backend::cpu::KvSequence> prefill_attention(const backend::cpu::Page
   meta.insert(meta.end(), tables.begin(), tables.end());
   const auto* dmeta = static_cast<const int32_t*>(upload_cached(meta.data(), meta.size() * 4));
 
-  const PrefillParams p{.q = a.q, .out = a.out, .q_stride = a.q_stride, .out_stride = a.out_stride,
-                        .k = static_cast<const __half*>(a.cache.k), .v = static_cast<const __half*>(a.cache.v),
-                        .n_heads = a.n_heads, .n_kv_heads = a.n_kv_heads,
+  const PrefillParams p{.q = a.q,
+                        .out = a.out,
+                        .q_stride = a.q_stride,
+                        .out_stride = a.out_stride,
+                        .k = static_cast<const __half*>(a.cache.k),
+                        .v = static_cast<const __half*>(a.cache.v),
+                        .n_heads = a.n_heads,
+                        .n_kv_heads = a.n_kv_heads,
                         .block_shift = std::countr_zero(unsigned(a.cache.block_size)),
-                        .scale_log2 = a.scale * kLog2e, .sliding_window = a.sliding_window,
-                        .tiles = dmeta, .seqs = dmeta + 2 * tiles.size(),
+                        .scale_log2 = a.scale * kLog2e,
+                        .sliding_window = a.sliding_window,
+                        .tiles = dmeta,
+                        .seqs = dmeta + 2 * tiles.size(),
                         .tables = dmeta + 2 * tiles.size() + seqs.size(),
                         .out16 = out16};
-  if (a.head_dim == 64) launch<64>(p, int(tiles.size()));
-  else launch<128>(p, int(tiles.size()));
+  if (a.head_dim == 64)
+    launch<64>(p, int(tiles.size()));
+  else
+    launch<128>(p, int(tiles.size()));
   return rest;
 }
 

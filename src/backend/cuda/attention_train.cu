@@ -27,8 +27,10 @@ __global__ void to_bf16_kernel(const float* x, int64_t ldx, int64_t n, int64_t k
   const int64_t r = i / k, c = i % k;
   const float* src = x + r * ldx + c;
   float4 v;
-  if (vector_loads) v = *reinterpret_cast<const float4*>(src);
-  else v = make_float4(src[0], src[1], src[2], src[3]);
+  if (vector_loads)
+    v = *reinterpret_cast<const float4*>(src);
+  else
+    v = make_float4(src[0], src[1], src[2], src[3]);
   __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
   uint2 packed;
   memcpy(&packed.x, &lo, 4);
@@ -53,8 +55,8 @@ std::shared_ptr<void> to_bf16(const float* x, int64_t ld, int64_t n, int64_t k) 
 // lse2[h][row] = lse·log2 e, and dout rounded to bf16 [n, H·D].
 template <int D>
 __global__ void backward_prologue_kernel(const float* dout, int64_t ld_dout, const float* out, int64_t ld_out,
-                                         const float* lse, int64_t ld_lse, int n_rows, int n_heads,
-                                         bf16* dout16, float* delta, float* lse2) {
+                                         const float* lse, int64_t ld_lse, int n_rows, int n_heads, bf16* dout16,
+                                         float* delta, float* lse2) {
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (w >= int64_t(n_rows) * n_heads) return;
@@ -80,7 +82,7 @@ __global__ void backward_prologue_kernel(const float* dout, int64_t ld_dout, con
 // The layout as device metadata: the blocks, two launch orders and the row
 // arrays, in one upload (blocks first: they are read as int4).
 struct DeviceLayout {
-  int n_rows = 0;    // rows [0, n_rows) cover every span
+  int n_rows = 0;  // rows [0, n_rows) cover every span
   int n_blocks = 0;
   const int32_t* blocks = nullptr;
   const int32_t* query_order = nullptr;  // forward, dq: most key blocks first
@@ -167,10 +169,18 @@ Bf16Qkv qkv_to_bf16(const backend::cpu::DenseAttentionArgs& a, int n_rows) {
 train_attention::Params base_params(const backend::cpu::DenseAttentionArgs& a, const DeviceLayout& dl,
                                     const Bf16Qkv& qkv) {
   const auto& p = a.params;
-  return {.q = static_cast<const bf16*>(qkv.q.get()), .k = static_cast<const bf16*>(qkv.k.get()),
-          .v = static_cast<const bf16*>(qkv.v.get()), .n_rows = dl.n_rows, .n_heads = p.n_heads,
-          .n_kv_heads = p.n_kv_heads, .scale = p.scale, .scale_log2 = p.scale * train_attention::kLog2e,
-          .window = p.sliding_window, .blocks = dl.blocks, .branch = dl.branch, .pos = dl.pos};
+  return {.q = static_cast<const bf16*>(qkv.q.get()),
+          .k = static_cast<const bf16*>(qkv.k.get()),
+          .v = static_cast<const bf16*>(qkv.v.get()),
+          .n_rows = dl.n_rows,
+          .n_heads = p.n_heads,
+          .n_kv_heads = p.n_kv_heads,
+          .scale = p.scale,
+          .scale_log2 = p.scale * train_attention::kLog2e,
+          .window = p.sliding_window,
+          .blocks = dl.blocks,
+          .branch = dl.branch,
+          .pos = dl.pos};
 }
 
 }  // namespace
@@ -210,8 +220,8 @@ void dense_attention_backward(const backend::cpu::DenseAttentionArgs& a) {
     auto* delta_rows = static_cast<float*>(delta.get());
     auto* lse2_rows = static_cast<float*>(lse2.get());
     auto* prologue = d == 64 ? backward_prologue_kernel<64> : backward_prologue_kernel<128>;
-    prologue<<<grid, 256, 0, detail::current_stream()>>>(a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse,
-                                                         dl.n_rows, pr.n_heads, dout_bf16, delta_rows, lse2_rows);
+    prologue<<<grid, 256, 0, detail::current_stream()>>>(a.dout, a.ld_dout, a.out, a.ld_out, a.lse, a.ld_lse, dl.n_rows,
+                                                         pr.n_heads, dout_bf16, delta_rows, lse2_rows);
     CUDA_CHECK_LAUNCH();
   }
   train_attention::Params p = base_params(a, dl, qkv);

@@ -29,10 +29,10 @@ using bf16 = __nv_bfloat16;
 
 // One block of a span (uploaded as kBlockInts int32 each).
 struct Block {
-  int first_row;   // absolute row
-  int n_rows;      // 1..kBlock (the span's last block may be short)
-  int branch;      // the rows' branch when they all share one, −1 when mixed
-  int pos_min;     // positions range (window only; 0 otherwise)
+  int first_row;  // absolute row
+  int n_rows;     // 1..kBlock (the span's last block may be short)
+  int branch;     // the rows' branch when they all share one, −1 when mixed
+  int pos_min;    // positions range (window only; 0 otherwise)
   int pos_max;
   int span_first;  // index of the span's first and last block
   int span_last;
@@ -61,7 +61,7 @@ struct Params {
   int n_rows;  // rows covered by the row arrays
   int n_heads, n_kv_heads;
   float scale, scale_log2;
-  int window;  // 0 = full causal
+  int window;             // 0 = full causal
   const int32_t* blocks;  // [n_blocks][kBlockInts]
   const int32_t* order;   // [n_blocks]: grid y -> block, longest work first
   const int32_t* branch;  // [n_rows] or null (all branch 0)
@@ -109,8 +109,7 @@ struct RowMask {
 
 // 4 bytes global -> shared (through L1); zero-filled when !valid.
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-               "r"(valid ? 4 : 0)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src), "r"(valid ? 4 : 0)
                : "memory");
 }
 // Queues rows [0, n_rows) of a tile of kRows rows (row r at src + r·row_stride,
@@ -144,8 +143,7 @@ __device__ __forceinline__ int next_key_block(const int32_t* blocks, const Block
   return to + 1;
 }
 // The first query block in [from, to] that does not skip key block kb, or to + 1.
-__device__ __forceinline__ int next_query_block(const int32_t* blocks, const Block& kb, int from, int to,
-                                                int window) {
+__device__ __forceinline__ int next_query_block(const int32_t* blocks, const Block& kb, int from, int to, int window) {
   for (int b = from; b <= to; ++b)
     if (classify(load_block(blocks, b), kb, window) != kSkip) return b;
   return to + 1;

@@ -184,10 +184,10 @@ __global__ void __launch_bounds__(kThreads, kDkDvCtas) dkdv_kernel(Params p) {
   // registers beside the 128 of the dK/dV accumulators).
   constexpr int kHalf = D == 64 ? kBlock : kBlock / 2;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* sk = reinterpret_cast<bf16*>(smem);  // [kBlock][D]
-  bf16* sv = sk + kBlock * D;                // [kBlock][D]
-  bf16* sq = sv + kBlock * D;                // [2][kBlock][D]
-  bf16* sdo = sq + 2 * kBlock * D;           // [2][kBlock][D]
+  bf16* sk = reinterpret_cast<bf16*>(smem);                       // [kBlock][D]
+  bf16* sv = sk + kBlock * D;                                     // [kBlock][D]
+  bf16* sq = sv + kBlock * D;                                     // [2][kBlock][D]
+  bf16* sdo = sq + 2 * kBlock * D;                                // [2][kBlock][D]
   float* slse2 = reinterpret_cast<float*>(sdo + 2 * kBlock * D);  // [2][kBlock]
   float* sdelta = slse2 + 2 * kBlock;                             // [2][kBlock]
 
@@ -271,12 +271,11 @@ __global__ void __launch_bounds__(kThreads, kDkDvCtas) dkdv_kernel(Params p) {
         for (int e = 0; e < 4; ++e) {
           const int c = half * kHalf + 8 * j + 2 * t4 + (e & 1);  // query row in the block
           float x = s[j][e] * p.scale_log2 - lse2[c];
-          if (partial && !mask.visible(qb.first_row + c, c < qb.n_rows, krow[e >> 1], kvalid[e >> 1]))
-            x = -INFINITY;
+          if (partial && !mask.visible(qb.first_row + c, c < qb.n_rows, krow[e >> 1], kvalid[e >> 1])) x = -INFINITY;
           s[j][e] = fast_exp2(x);
           dp[j][e] = s[j][e] * (dp[j][e] - delta[c]);
         }
-      // dV[16, D] += Pᵀ[16, kHalf] · dO[kHalf, D];  dK[16, D] += dSᵀ[16, kHalf] · Q[kHalf, D]
+        // dV[16, D] += Pᵀ[16, kHalf] · dO[kHalf, D];  dK[16, D] += dSᵀ[16, kHalf] · Q[kHalf, D]
 #pragma unroll
       for (int ks = 0; ks < kHalf / 16; ++ks) {
         uint32_t ap[4], ads[4];
@@ -344,13 +343,17 @@ void launch_dkdv(const Params& p, int n_blocks) {
 }  // namespace
 
 void launch_backward_dq(const Params& p, int head_dim, int n_blocks) {
-  if (head_dim == 64) launch_dq<64>(p, n_blocks);
-  else launch_dq<128>(p, n_blocks);
+  if (head_dim == 64)
+    launch_dq<64>(p, n_blocks);
+  else
+    launch_dq<128>(p, n_blocks);
 }
 
 void launch_backward_dkdv(const Params& p, int head_dim, int n_blocks) {
-  if (head_dim == 64) launch_dkdv<64>(p, n_blocks);
-  else launch_dkdv<128>(p, n_blocks);
+  if (head_dim == 64)
+    launch_dkdv<64>(p, n_blocks);
+  else
+    launch_dkdv<128>(p, n_blocks);
 }
 
 }  // namespace brioche::cuda::train_attention

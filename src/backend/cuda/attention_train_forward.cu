@@ -121,8 +121,8 @@ template <int D, int kMinCtas>
 void launch(const Params& p, int n_blocks) {
   constexpr size_t kSmem = size_t(4 * kBlock) * D * sizeof(bf16);  // double-buffered K, V (Q staged in K)
   static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, kMinCtas>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(kSmem)));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(forward_kernel<D, kMinCtas>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
     return true;
   }();
   (void)configured;
@@ -141,8 +141,10 @@ int min_ctas() {
 
 void launch_forward(const Params& p, int head_dim, int n_blocks) {
   const bool three = min_ctas() == 3;
-  if (head_dim == 64) three ? launch<64, 3>(p, n_blocks) : launch<64, 2>(p, n_blocks);
-  else three ? launch<128, 3>(p, n_blocks) : launch<128, 2>(p, n_blocks);
+  if (head_dim == 64)
+    three ? launch<64, 3>(p, n_blocks) : launch<64, 2>(p, n_blocks);
+  else
+    three ? launch<128, 3>(p, n_blocks) : launch<128, 2>(p, n_blocks);
 }
 
 }  // namespace brioche::cuda::train_attention

@@ -53,15 +53,16 @@ __global__ void __launch_bounds__(kDequantThreads)
     run[u] = *reinterpret_cast<const uint4*>(staged + (u / 4) * kStagedChunkBytes + (u % 4) * 16);
 }
 
-__global__ void convert_rows_kernel(const float* x, int64_t ldx, int64_t n, int64_t k, void* out,
-                                    bool to_f16) {
+__global__ void convert_rows_kernel(const float* x, int64_t ldx, int64_t n, int64_t k, void* out, bool to_f16) {
   detail::pdl_prologue();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * k) return;
   const int64_t r = i / k, c = i % k;
   const float v = x[r * ldx + c];
-  if (to_f16) static_cast<__half*>(out)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+  if (to_f16)
+    static_cast<__half*>(out)[i] = __float2half_rn(v);
+  else
+    static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
 }
 
 // Eight elements per thread: two 16-byte loads, one 16-byte store (rows of
@@ -78,8 +79,8 @@ __global__ void convert_rows_x8_kernel(const float* x, int64_t ldx, int64_t n, i
   const float4 lo = src[0], hi = src[1];
   uint4 packed;
   if constexpr (kToF16) {
-    const __half2 h[4] = {__floats2half2_rn(lo.x, lo.y), __floats2half2_rn(lo.z, lo.w),
-                          __floats2half2_rn(hi.x, hi.y), __floats2half2_rn(hi.z, hi.w)};
+    const __half2 h[4] = {__floats2half2_rn(lo.x, lo.y), __floats2half2_rn(lo.z, lo.w), __floats2half2_rn(hi.x, hi.y),
+                          __floats2half2_rn(hi.z, hi.w)};
     packed = *reinterpret_cast<const uint4*>(h);
   } else {
     const __nv_bfloat162 h[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
@@ -103,8 +104,8 @@ void bf16_to_f32(const void* x, int64_t n, float* out) {
   CUDA_CHECK_LAUNCH();
 }
 
-void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin,
-                        int64_t row_end, int64_t k, void* out) {
+void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end, int64_t k,
+                        void* out) {
   BRIOCHE_CHECK(k % 32 == 0, "dequantize_to_bf16: k must be a multiple of 32, got ", k);
   BRIOCHE_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0, "dequantize_to_bf16: out must be 16-byte aligned, got ",
                 out);
@@ -114,8 +115,7 @@ void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t 
   const unsigned grid = unsigned((threads + kDequantThreads - 1) / kDequantThreads);
   bool ok = detail::visit_decodable(wtype, [&]<DType T>() {
     dequantize_bf16_kernel<T><<<grid, kDequantThreads, 0, detail::current_stream()>>>(
-        static_cast<const uint8_t*>(w), w_row_bytes, row_begin, n_rows, k,
-        static_cast<__nv_bfloat16*>(out));
+        static_cast<const uint8_t*>(w), w_row_bytes, row_begin, n_rows, k, static_cast<__nv_bfloat16*>(out));
   });
   BRIOCHE_CHECK(ok, "dequantize_to_bf16: cannot decode ", dtype_name(wtype));
   CUDA_CHECK_LAUNCH();
@@ -133,8 +133,10 @@ void convert_rows_to_16bit(const ConvertRowsArgs& a) {
                              a.to_f16);
   } else {
     const unsigned grid = unsigned((total / 8 + 255) / 256);
-    if (a.to_f16) detail::launch_dependent(convert_rows_x8_kernel<true>, grid, 256, 0, a.x, a.ldx, a.n, a.k, a.out);
-    else detail::launch_dependent(convert_rows_x8_kernel<false>, grid, 256, 0, a.x, a.ldx, a.n, a.k, a.out);
+    if (a.to_f16)
+      detail::launch_dependent(convert_rows_x8_kernel<true>, grid, 256, 0, a.x, a.ldx, a.n, a.k, a.out);
+    else
+      detail::launch_dependent(convert_rows_x8_kernel<false>, grid, 256, 0, a.x, a.ldx, a.n, a.k, a.out);
   }
 }
 

@@ -200,17 +200,26 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int64_t stride, in
   int64_t best_i = n;  // sentinel larger than any index
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = row[i];
-    if (v > best) { best = v; best_i = i; }
+    if (v > best) {
+      best = v;
+      best_i = i;
+    }
   }
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, off);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-    if (ov > best || (ov == best && oi < best_i)) { best = ov; best_i = oi; }
+    if (ov > best || (ov == best && oi < best_i)) {
+      best = ov;
+      best_i = oi;
+    }
   }
   __shared__ float wv[32];
   __shared__ int64_t wi[32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) { wv[warp] = best; wi[warp] = best_i; }
+  if (lane == 0) {
+    wv[warp] = best;
+    wi[warp] = best_i;
+  }
   __syncthreads();
   if (warp == 0) {
     const int n_warps = blockDim.x / 32;
@@ -219,7 +228,10 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int64_t stride, in
     for (int off = 16; off > 0; off >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, best, off);
       const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-      if (ov > best || (ov == best && oi < best_i)) { best = ov; best_i = oi; }
+      if (ov > best || (ov == best && oi < best_i)) {
+        best = ov;
+        best_i = oi;
+      }
     }
     if (lane == 0) ids[blockIdx.x] = int32_t(best_i == n ? 0 : best_i);
   }
@@ -250,8 +262,10 @@ void rms_norm_to_16bit(const backend::cpu::RmsNormArgs& a, void* out, bool to_f1
   backend::cpu::RmsNormArgs rows = a;
   rows.out = nullptr;
   rows.out_stride = a.dim;
-  if (to_f16) launch_rms_norm(rows, static_cast<__half*>(out));
-  else launch_rms_norm(rows, static_cast<__nv_bfloat16*>(out));
+  if (to_f16)
+    launch_rms_norm(rows, static_cast<__half*>(out));
+  else
+    launch_rms_norm(rows, static_cast<__nv_bfloat16*>(out));
 }
 
 namespace detail {
@@ -305,16 +319,18 @@ namespace {
 // type.
 template <typename In, typename Out, typename Args>
 void swiglu_into(const Args& a, void* out) {
-  binary_rows(Rows2<In, Out>{static_cast<const In*>(a.gate), a.gate_stride, static_cast<const In*>(a.up),
-                             a.up_stride, static_cast<Out*>(out), a.dim, a.n_rows, a.dim},
+  binary_rows(Rows2<In, Out>{static_cast<const In*>(a.gate), a.gate_stride, static_cast<const In*>(a.up), a.up_stride,
+                             static_cast<Out*>(out), a.dim, a.n_rows, a.dim},
               SiluTimesOp{});
 }
 
 // The same into bf16, or f16 when to_f16.
 template <typename In, typename Args>
 void swiglu_into_16bit(const Args& a, void* out, bool to_f16) {
-  if (to_f16) swiglu_into<In, __half>(a, out);
-  else swiglu_into<In, __nv_bfloat16>(a, out);
+  if (to_f16)
+    swiglu_into<In, __half>(a, out);
+  else
+    swiglu_into<In, __nv_bfloat16>(a, out);
 }
 
 }  // namespace
@@ -324,8 +340,10 @@ void swiglu_to_16bit(const backend::cpu::SwigluArgs& a, void* out, bool to_f16) 
 }
 
 void swiglu_16bit_to_16bit(const Swiglu16bitArgs& a, void* out, bool to_f16) {
-  if (a.f16) swiglu_into_16bit<__half>(a, out, to_f16);
-  else swiglu_into_16bit<__nv_bfloat16>(a, out, to_f16);
+  if (a.f16)
+    swiglu_into_16bit<__half>(a, out, to_f16);
+  else
+    swiglu_into_16bit<__nv_bfloat16>(a, out, to_f16);
 }
 
 void softmax(float* x, int64_t n_rows, int64_t n, int64_t stride) {

@@ -11,8 +11,8 @@ namespace {
 
 // Block per id; thread per 32-element chunk of the row.
 template <DType T>
-__global__ void embedding_kernel(const uint8_t* table, size_t row_bytes, int64_t hidden, const int32_t* ids,
-                                 float* out, int64_t ldo) {
+__global__ void embedding_kernel(const uint8_t* table, size_t row_bytes, int64_t hidden, const int32_t* ids, float* out,
+                                 int64_t ldo) {
   detail::pdl_prologue();
   const uint8_t* row = table + int64_t(ids[blockIdx.x]) * row_bytes;
   float* y = out + blockIdx.x * ldo;
@@ -25,9 +25,12 @@ __global__ void embedding_kernel(const uint8_t* table, size_t row_bytes, int64_t
   // Plain types may have a hidden size that is not a multiple of 32.
   if constexpr (!dtype_info(T).quantized) {
     for (int64_t i = hidden / 32 * 32 + threadIdx.x; i < hidden; i += blockDim.x) {
-      if constexpr (T == DType::F32) y[i] = reinterpret_cast<const float*>(row)[i];
-      else if constexpr (T == DType::F16) y[i] = __half2float(reinterpret_cast<const __half*>(row)[i]);
-      else y[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
+      if constexpr (T == DType::F32)
+        y[i] = reinterpret_cast<const float*>(row)[i];
+      else if constexpr (T == DType::F16)
+        y[i] = __half2float(reinterpret_cast<const __half*>(row)[i]);
+      else
+        y[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
     }
   }
 }

@@ -39,9 +39,9 @@
 namespace brioche::cuda::detail {
 
 struct GemvPart {
-  const void* w;   // [m, k] rows, row stride w_row_bytes
+  const void* w;  // [m, k] rows, row stride w_row_bytes
   size_t w_row_bytes;
-  float* y;        // [n, m], row stride ldy floats
+  float* y;  // [n, m], row stride ldy floats
   int64_t ldy;
   int64_t m;
 };
@@ -52,11 +52,11 @@ inline constexpr int kMaxGemvRows = 8;
 struct GemvArgs {
   const float* x;  // [n, k], row stride ldx floats (16-byte aligned rows)
   int64_t ldx;
-  int n;           // 1..kMaxGemvRows
+  int n;  // 1..kMaxGemvRows
   int64_t k;
   GemvPart parts[3];
   int n_parts = 1;
-  int64_t m = 0;   // rows over all parts
+  int64_t m = 0;  // rows over all parts
   bool accumulate = false;
   const void* w_up = nullptr;
   // Launch rows whose weights a warp asks L2 for before its PDL wait
@@ -114,8 +114,7 @@ __device__ __forceinline__ GemvTarget gemv_target(const GemvArgs& a, int64_t lau
   const auto [p, row] = part_of_row(a, launch_row);
   const size_t off = size_t(row) * p->w_row_bytes;
   return {static_cast<const uint8_t*>(p->w) + off,
-          a.w_up != nullptr ? static_cast<const uint8_t*>(a.w_up) + off : nullptr, p->y + row, p->ldy,
-          p->w_row_bytes};
+          a.w_up != nullptr ? static_cast<const uint8_t*>(a.w_up) + off : nullptr, p->y + row, p->ldy, p->w_row_bytes};
 }
 
 // An L2 policy under which the lines an access brings in are the first L2
@@ -168,8 +167,10 @@ __device__ __forceinline__ void unpack8(uint4 raw, float (&v)[8]) {
 // the CTA's normalized copy in shared memory.
 template <bool kShared>
 __device__ __forceinline__ float4 load_x4(const float* p) {
-  if constexpr (kShared) return *reinterpret_cast<const float4*>(p);
-  else return __ldg(reinterpret_cast<const float4*>(p));
+  if constexpr (kShared)
+    return *reinterpret_cast<const float4*>(p);
+  else
+    return __ldg(reinterpret_cast<const float4*>(p));
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
@@ -194,8 +195,10 @@ __device__ __forceinline__ void gemv_store(const GemvArgs& a, const GemvTarget& 
   float v = s;
   if constexpr (kSwiglu) v = silu(s) * s_up;
   float* out = t.y + int64_t(r) * t.ldy;
-  if (a.accumulate) add_to_output(out, v);
-  else *out = v;
+  if (a.accumulate)
+    add_to_output(out, v);
+  else
+    *out = v;
 }
 
 // Sums each x row's per-lane partials over the warp and stores them (lane 0).

@@ -29,7 +29,10 @@ struct Vec16<float> {
   static constexpr int kElems = 4;
   __device__ static void load(const float* p, float v[4]) {
     float4 f = __ldg(reinterpret_cast<const float4*>(p));
-    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
   }
   __device__ static float one(const float* p) { return p[0]; }
 };
@@ -42,8 +45,7 @@ struct Vec16<float> {
 // stopped reading x each). Each row's sum has the same order either way.
 template <typename W, int kW, int kMaxRows, bool kSharedX>
 __device__ __forceinline__ void dot_rows(const GemvArgs& a, const float* x, int64_t ldx, const W* w0, const W* w1,
-                                         int lane, int64_t k_vec, float (&acc0)[kMaxRows],
-                                         float (&acc1)[kMaxRows]) {
+                                         int lane, int64_t k_vec, float (&acc0)[kMaxRows], float (&acc1)[kMaxRows]) {
   constexpr int E = Vec16<W>::kElems;
   const W* const w[2] = {w0, w1};  // (w1 unused when kW = 1)
 #pragma unroll 4
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(256) gemv_dense_kernel(GemvArgs a, bool vector
   if (row0 >= a.m) return;
   const GemvTarget t0 = gemv_target(a, row0), t1 = gemv_target(a, row1);
   const int64_t k_vec = vectorized ? a.k / (32 * E) * (32 * E) : 0;  // whole warp steps
-  constexpr int kW = kSwiglu || kPairs ? 2 : 1;  // weight rows walked together
+  constexpr int kW = kSwiglu || kPairs ? 2 : 1;                      // weight rows walked together
   float acc0[kMaxRows] = {}, acc1[kMaxRows] = {};
   dot_rows<W, kW, kMaxRows, kNorm>(a, x, ldx, reinterpret_cast<const W*>(t0.w),
                                    reinterpret_cast<const W*>(kSwiglu ? t0.w_up : t1.w), lane, k_vec, acc0, acc1);
@@ -152,22 +154,29 @@ void launch_rows(const GemvArgs& a, bool vec) {
     const int64_t warp_rows = pairs ? (a.m + 1) / 2 : a.m;  // what the warps walk (see the kernel)
     launch_dependent(kernel, unsigned((warp_rows + warps_per_block - 1) / warps_per_block), threads, smem, a, vec);
   };
-  if (a.n == 1) go(gemv_dense_kernel<W, 1, kSwiglu, kNorm>, kDensePairRows<kSwiglu, 1>);
-  else if (a.n <= 4) go(gemv_dense_kernel<W, 4, kSwiglu, kNorm>, kDensePairRows<kSwiglu, 4>);
-  else go(gemv_dense_kernel<W, 8, kSwiglu, kNorm>, kDensePairRows<kSwiglu, 8>);
+  if (a.n == 1)
+    go(gemv_dense_kernel<W, 1, kSwiglu, kNorm>, kDensePairRows<kSwiglu, 1>);
+  else if (a.n <= 4)
+    go(gemv_dense_kernel<W, 4, kSwiglu, kNorm>, kDensePairRows<kSwiglu, 4>);
+  else
+    go(gemv_dense_kernel<W, 8, kSwiglu, kNorm>, kDensePairRows<kSwiglu, 8>);
 }
 
 // The SwiGLU or the plain kernel, taking the norm or not.
 template <typename W, bool kNorm>
 void launch_fused(const GemvArgs& a, bool vec) {
-  if (a.w_up != nullptr) launch_rows<W, true, kNorm>(a, vec);
-  else launch_rows<W, false, kNorm>(a, vec);
+  if (a.w_up != nullptr)
+    launch_rows<W, true, kNorm>(a, vec);
+  else
+    launch_rows<W, false, kNorm>(a, vec);
 }
 
 template <typename W>
 void launch(const GemvArgs& a, bool vec) {
-  if (a.norm_w != nullptr) launch_fused<W, true>(a, vec);
-  else launch_fused<W, false>(a, vec);
+  if (a.norm_w != nullptr)
+    launch_fused<W, true>(a, vec);
+  else
+    launch_fused<W, false>(a, vec);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -196,8 +205,8 @@ bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
       int64_t(env_number("BRIOCHE_CUDA_NORM_FUSION_MB", double(kNormFusionMaxBytes) / (1 << 20)) * (1 << 20));
   if (gemv_stream_takes(wtype, a)) return true;  // any size: its CTAs normalize x once each
   return (wtype == DType::BF16 || wtype == DType::F16 || wtype == DType::F32) && a.k % 4 == 0 &&
-         rms_norm_threads(a.k) == 256 && size_t(a.n) * size_t(a.k) * 4 <= kNormSharedBytes &&
-         aligned16(a.norm_w) && vectorizable(a) && gemv_weight_bytes(a) <= max_bytes;
+         rms_norm_threads(a.k) == 256 && size_t(a.n) * size_t(a.k) * 4 <= kNormSharedBytes && aligned16(a.norm_w) &&
+         vectorizable(a) && gemv_weight_bytes(a) <= max_bytes;
 }
 
 void gemv_dense(DType wtype, const GemvArgs& a) {
@@ -208,8 +217,8 @@ void gemv_dense(DType wtype, const GemvArgs& a) {
   }
   BRIOCHE_CHECK(a.norm_w == nullptr || gemv_dense_takes_norm(wtype, a),
                 "gemv_dense: the RMSNorm of x fuses only where gemv_dense_takes_norm (k a multiple of 4 up to 4,096, "
-                "x̂ within 46 KB, weights within 8 MB, 16-byte aligned rows); got k ", a.k, ", n ", a.n, ", ",
-                gemv_weight_bytes(a), " weight bytes");
+                "x̂ within 46 KB, weights within 8 MB, 16-byte aligned rows); got k ",
+                a.k, ", n ", a.n, ", ", gemv_weight_bytes(a), " weight bytes");
   const bool vec = vectorizable(a);
   switch (wtype) {
     case DType::BF16: launch<__nv_bfloat16>(a, vec); return;

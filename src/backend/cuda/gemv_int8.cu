@@ -35,8 +35,10 @@ __device__ __forceinline__ void quantize_quad(float4 v, bool inside, int64_t c, 
 // The quantization kernels' PDL prologue: a streamed GEMV after them
 // launches first (launch.cuh).
 __device__ __forceinline__ void quantize_prologue(bool streamed_next) {
-  if (streamed_next) pdl_prologue_release_first();
-  else pdl_prologue();
+  if (streamed_next)
+    pdl_prologue_release_first();
+  else
+    pdl_prologue();
 }
 
 // One thread per 4 values (a 32-value block never spans two rows since k is
@@ -235,11 +237,23 @@ bool gemv_int8_covers(DType wtype, const GemvArgs& a) {
   size_t row_align = 0, base_align = 4;
   switch (wtype) {
     case DType::Q8_0:
-    case DType::Q4_0: k_multiple = 64; row_align = 4; break;
-    case DType::Q4_1: k_multiple = 32; row_align = 4; break;
+    case DType::Q4_0:
+      k_multiple = 64;
+      row_align = 4;
+      break;
+    case DType::Q4_1:
+      k_multiple = 32;
+      row_align = 4;
+      break;
     case DType::Q4_K:
-    case DType::Q5_K: k_multiple = 256; row_align = base_align = 16; break;
-    case DType::Q6_K: k_multiple = 256; row_align = 2; break;
+    case DType::Q5_K:
+      k_multiple = 256;
+      row_align = base_align = 16;
+      break;
+    case DType::Q6_K:
+      k_multiple = 256;
+      row_align = 2;
+      break;
     default:
       if (affine_bits(wtype) == 0) return false;
       // MLX affine: 8-byte loads of the groups' scales and q (groups of 32 to 128).
@@ -278,10 +292,14 @@ namespace {
 void launch_quantized(DType wtype, const GemvArgs& a, const Int8Acts& x, bool streamed,
                       const float* x_sum_sq = nullptr) {
   HandedNorm norm = begin_handoff(a, streamed && gemv_stream_rows_hands_on(wtype, a));
-  if (streamed) gemv_stream_rows(wtype, a, x, {.normed_out = norm.written_as(), .x_sum_sq = x_sum_sq});
-  else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K) gemv_int8_kquants(wtype, a, x);
-  else if (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1) gemv_int8_blocks32(wtype, a, x);
-  else gemv_int8_affine(wtype, a, x);
+  if (streamed)
+    gemv_stream_rows(wtype, a, x, {.normed_out = norm.written_as(), .x_sum_sq = x_sum_sq});
+  else if (wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K)
+    gemv_int8_kquants(wtype, a, x);
+  else if (wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_1)
+    gemv_int8_blocks32(wtype, a, x);
+  else
+    gemv_int8_affine(wtype, a, x);
   if (norm) hand_on(a, std::move(norm));
 }
 
@@ -293,15 +311,17 @@ void gemv_int8(DType wtype, const GemvArgs& a) {
   const Int8Scratch x = allocate_int8_acts(a.n, a.k);
   const bool streamed = gemv_stream_rows_takes(wtype, a);
   if (a.norm_w != nullptr) {
-    BRIOCHE_CHECK(gemv_int8_takes_norm(a), "gemv_int8: the RMSNorm of x fuses for k up to 16,384 with 16-byte "
-                  "aligned x rows and norm weight; got k ", a.k, ", row stride ", a.ldx, " floats");
-    launch_dependent(quantize_normed_acts_kernel, unsigned(a.n), rms_norm_threads(a.k), 0, a.x, a.ldx, a.k,
-                     a.norm_w, a.norm_eps, x.q, x.ds, streamed);
+    BRIOCHE_CHECK(gemv_int8_takes_norm(a),
+                  "gemv_int8: the RMSNorm of x fuses for k up to 16,384 with 16-byte "
+                  "aligned x rows and norm weight; got k ",
+                  a.k, ", row stride ", a.ldx, " floats");
+    launch_dependent(quantize_normed_acts_kernel, unsigned(a.n), rms_norm_threads(a.k), 0, a.x, a.ldx, a.k, a.norm_w,
+                     a.norm_eps, x.q, x.ds, streamed);
   } else {
     const int64_t total_quads = int64_t(a.n) * a.k / 4;
     constexpr int kThreads = 256;
-    launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x,
-                     a.ldx, a.k, total_quads, x.q, x.ds, streamed);
+    launch_dependent(quantize_acts_kernel, unsigned((total_quads + kThreads - 1) / kThreads), kThreads, 0, a.x, a.ldx,
+                     a.k, total_quads, x.q, x.ds, streamed);
   }
   launch_quantized(wtype, a, x.acts(), streamed);
 }

@@ -43,9 +43,7 @@ inline constexpr int kInt8Warps = 4;  // weight rows in flight per CTA
 
 #ifdef __CUDACC__
 __device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w))); }
-__device__ __forceinline__ float half_hi(uint32_t w) {
-  return __half2float(__ushort_as_half(uint16_t(w >> 16)));
-}
+__device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ushort_as_half(uint16_t(w >> 16))); }
 // Weight loads, under evict_first_policy (gemv.cuh): SmolLM2-135M decode
 // run ahead, A/B in one call: Q4_1 1,724.7–1,725.3 → 1,744.7–1,746.3
 // tokens/s, Q8_0 1,660.4–1,660.7 → 1,667.6–1,674.0; Llama-3-8B Q4_0 at 4
@@ -58,7 +56,9 @@ __device__ __forceinline__ uint32_t load_weight_u32(const uint8_t* p) {
 }
 __device__ __forceinline__ uint2 load_weight_u64(const uint8_t* p) {
   uint2 v;
-  asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(evict_first_policy()));
+  asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+      : "=r"(v.x), "=r"(v.y)
+      : "l"(p), "l"(evict_first_policy()));
   return v;
 }
 __device__ __forceinline__ uint4 load_weight_u128(const uint8_t* p) {
@@ -116,7 +116,7 @@ __device__ __forceinline__ ScaleMinPair k_scale_min_pair(uint32_t s0, uint32_t s
     sc = a & 0x3F3Fu;
     mn = b & 0x3F3Fu;
   } else {
-    sc = (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);         // (b >> 6) << 4 per byte = (b >> 2) & 0x30
+    sc = (c & 0x0F0Fu) | ((a >> 2) & 0x3030u);  // (b >> 6) << 4 per byte = (b >> 2) & 0x30
     mn = ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
   }
   return {int(sc & 0xFF), int(sc >> 8), int(mn & 0xFF), int(mn >> 8)};
@@ -293,8 +293,8 @@ unsigned int8_grid(int64_t m) {
 template <DType T, int kMaxRows, bool kSwiglu>
 void launch_int8_rows(const GemvArgs& a, const Int8Acts& x) {
   launch_dependent(gemv_int8_kernel<T, kMaxRows, kSwiglu>,
-                   int8_grid<T, kMaxRows, kSwiglu>(int8_warp_rows<T, kMaxRows, kSwiglu>(a.m)),
-                   kInt8Warps * 32, 0, a, x);
+                   int8_grid<T, kMaxRows, kSwiglu>(int8_warp_rows<T, kMaxRows, kSwiglu>(a.m)), kInt8Warps * 32, 0, a,
+                   x);
 }
 
 // Row bound 1, 4 or 8 (runtime n below it), plain or SwiGLU.

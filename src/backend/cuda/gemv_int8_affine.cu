@@ -9,8 +9,7 @@ namespace brioche::cuda::detail {
 
 // One 32-value x block per lane and step (block c = lane, lane + 32, ...).
 template <DType T>
-  requires(affine_bits(T) != 0)
-struct Dot<T> {
+requires(affine_bits(T) != 0) struct Dot<T> {
   static constexpr int kBits = affine_bits(T), kGroup = dtype_info(T).block_elems;
   static constexpr int kGroupBytes = 8 + kGroup * kBits / 8;
   using Lane = BlockLane;

@@ -161,7 +161,7 @@ struct Dot<DType::Q6_K> {
     load_u32x2_a2(p + 64 * l.hh + 8 * l.g, la);       // t = 0 (low nibbles), t = 2 (high)
     load_u32x2_a2(p + 64 * l.hh + 32 + 8 * l.g, lb);  // t = 1, t = 3
     load_u32x2_a2(p + 128 + 32 * l.hh + 8 * l.g, qh);
-    load_u32x2_a2(p + 192 + 8 * l.hh, sc);            // sc[8hh .. 8hh+8)
+    load_u32x2_a2(p + 192 + 8 * l.hh, sc);  // sc[8hh .. 8hh+8)
     Share b;
     b.d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(p + 208))));
     // Scale of sub-block t for this lane's 8 elements: byte 2t + (g >> 1).

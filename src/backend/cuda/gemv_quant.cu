@@ -19,8 +19,7 @@ namespace {
 // chunk (128 B of f32) is 8x the bytes of its weight chunk, so without this
 // reuse L1 traffic for x, not DRAM, bounds the kernel.
 template <DType T, int kMaxRows, int kRowsPerWarp, bool kSwiglu>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_quant_kernel(GemvArgs a) {
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_quant_kernel(GemvArgs a) {
   static_assert(kRowsPerWarp == 1 || kMaxRows == 1, "row reuse is for a single x row");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * kRowsPerWarp;
@@ -62,7 +61,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         float4 xv = __ldg(xr + i);
-        x[4 * i] = xv.x; x[4 * i + 1] = xv.y; x[4 * i + 2] = xv.z; x[4 * i + 3] = xv.w;
+        x[4 * i] = xv.x;
+        x[4 * i + 1] = xv.y;
+        x[4 * i + 2] = xv.z;
+        x[4 * i + 3] = xv.w;
       }
 #pragma unroll
       for (int w = 0; w < kRowsPerWarp; ++w) {
@@ -104,8 +106,10 @@ void launch_fused(const GemvArgs& a) {
     if constexpr (!kSwiglu) {
       if (a.m >= 4 * kGemvWarps * 264) return launch_rows<T, 1, 4, false>(a);
     }
-    if (a.m >= 2 * kGemvWarps * 264) launch_rows<T, 1, 2, kSwiglu>(a);
-    else launch_rows<T, 1, 1, kSwiglu>(a);
+    if (a.m >= 2 * kGemvWarps * 264)
+      launch_rows<T, 1, 2, kSwiglu>(a);
+    else
+      launch_rows<T, 1, 1, kSwiglu>(a);
   } else if (a.n <= 4) {
     launch_rows<T, 4, 1, kSwiglu>(a);
   } else {
@@ -115,8 +119,10 @@ void launch_fused(const GemvArgs& a) {
 
 template <DType T>
 void launch(const GemvArgs& a) {
-  if (a.w_up != nullptr) launch_fused<T, true>(a);
-  else launch_fused<T, false>(a);
+  if (a.w_up != nullptr)
+    launch_fused<T, true>(a);
+  else
+    launch_fused<T, false>(a);
 }
 
 }  // namespace
@@ -140,8 +146,7 @@ void gemv_quant(DType wtype, const GemvArgs& a) {
                 dtype_name(wtype), " on the f32-decode kernels");
   BRIOCHE_CHECK(a.n >= 1 && a.n <= kMaxGemvRows, "gemv_quant: n must be 1..", kMaxGemvRows, ", got ", a.n);
   BRIOCHE_CHECK(a.k % 32 == 0 && a.ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0,
-                "gemv_quant: x rows must be 16-byte aligned with k a multiple of 32, got k ", a.k,
-                ", ldx ", a.ldx);
+                "gemv_quant: x rows must be 16-byte aligned with k a multiple of 32, got k ", a.k, ", ldx ", a.ldx);
   for (int p = 0; p < a.n_parts; ++p)
     BRIOCHE_CHECK((reinterpret_cast<uintptr_t>(a.parts[p].w) & 15) == 0,
                   "gemv_quant: weight pointers must be 16-byte aligned");

@@ -48,16 +48,18 @@ struct DenseTile {
     for (int i = 0; i < kTileRows; ++i) {
       float v[8];
       unpack8<W>(reinterpret_cast<const uint4*>(tile[i])[threadIdx.x], v);
-      acc[i] += v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z +
-                v[7] * x1.w;
+      acc[i] +=
+          v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z + v[7] * x1.w;
     }
   }
 };
 
 template <typename W, bool kSwiglu>
 void launch_norm_or_not(const GemvArgs& a) {
-  if (a.norm_w != nullptr) stream::launch<DenseTile<W, true>, kSwiglu, true>(a, a.x);
-  else stream::launch<DenseTile<W, false>, kSwiglu, false>(a, a.x);
+  if (a.norm_w != nullptr)
+    stream::launch<DenseTile<W, true>, kSwiglu, true>(a, a.x);
+  else
+    stream::launch<DenseTile<W, false>, kSwiglu, false>(a, a.x);
 }
 
 }  // namespace
@@ -76,8 +78,10 @@ void gemv_stream(DType wtype, const GemvArgs& a) {
                 " with the norm), 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ",
                 gemv_weight_bytes(a), " weight bytes");
   const bool swiglu = a.w_up != nullptr;
-  if (wtype == DType::BF16) swiglu ? launch_norm_or_not<__nv_bfloat16, true>(a) : launch_norm_or_not<__nv_bfloat16, false>(a);
-  else swiglu ? launch_norm_or_not<__half, true>(a) : launch_norm_or_not<__half, false>(a);
+  if (wtype == DType::BF16)
+    swiglu ? launch_norm_or_not<__nv_bfloat16, true>(a) : launch_norm_or_not<__nv_bfloat16, false>(a);
+  else
+    swiglu ? launch_norm_or_not<__half, true>(a) : launch_norm_or_not<__half, false>(a);
 }
 
 }  // namespace brioche::cuda::detail

@@ -118,8 +118,8 @@ template <int kRowBytes>
 struct Shared {
   static constexpr int kStages = std::clamp(kTileBudget / (kTileRows * kRowBytes), 2, 16);
   uint8_t tiles[kStages][kTileRows][kRowBytes];
-  uint64_t full[kStages];   // the copy engine has written the slot
-  uint64_t empty[kStages];  // every consumer thread has read it
+  uint64_t full[kStages];                        // the copy engine has written the slot
+  uint64_t empty[kStages];                       // every consumer thread has read it
   float partials[2][kConsumerWarps][kTileRows];  // a group's warp sums (two groups alternate)
   float normed[kMaxNormedK];                     // x̂
 };
@@ -252,8 +252,7 @@ __device__ __forceinline__ void normalize_x(const GemvArgs& a, const float4 (&g)
 // kNorm (dense tiles only: their Acts is the x row's address): x̂ of a.x
 // through a.norm_w, which the consumers compute into shared memory first.
 template <class Tile, bool kSwiglu, bool kNorm>
-__global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x,
-                                                                 bool evict_first) {
+__global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x, bool evict_first) {
   extern __shared__ __align__(128) uint8_t shared[];
   auto& s = *reinterpret_cast<TileShared<Tile>*>(shared);
   init_ring(s.full, s.empty, TileShared<Tile>::kStages, kConsumerThreads);

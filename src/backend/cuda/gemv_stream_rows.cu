@@ -128,7 +128,7 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
     int s0 = 0, s1 = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) group_dots(g, i, s0, s1);
-    s1 >>= kHighShift;  // (exact: a multiple of 2^kHighShift)
+    s1 >>= kHighShift;             // (exact: a multiple of 2^kHighShift)
     const int byte = 2 * (g % 2);  // the group's first sub-block's byte in its word
     const uint32_t sc = word_of(scales, g), mn = word_of(mins, g);
     const int sc0 = int(__byte_perm(sc, 0, 0x4440 + byte));
@@ -241,8 +241,8 @@ template <int kSplit = 1>
 struct Q8_0Chunk
     : ChunkOf<8 * 34, 1, EarlyTiles{.short_k = 3, .short_accumulating = 2, .swiglu = 3, .long_k = 4}, false, kSplit> {
   using Base = Q8_0Chunk::ChunkOf;
-  using typename Base::X;
   using Base::kWords;
+  using typename Base::X;
   static constexpr int kBlockBytes = 34;
   __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     return sum_blocks<kBlockBytes, X::kBlocks>(v, [&](int b, int q) {
@@ -266,8 +266,8 @@ template <int kSplit = 1, bool kReleaseEarly = false>
 struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .short_accumulating = 1, .swiglu = 2, .long_k = 2},
                            kReleaseEarly, kSplit> {
   using Base = Q4_0Chunk::ChunkOf;
-  using typename Base::X;
   using Base::kWords;
+  using typename Base::X;
   static constexpr int kBlockBytes = 18;
   __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     return sum_blocks<kBlockBytes, X::kBlocks>(v, [&](int b, int q) {
@@ -340,8 +340,7 @@ struct Q5_KChunk : ChunkOf<176, 2, early_tiles(2)> {
     return sum_k_groups<0, 4>(v, x, 0, [&](int g, int i, int& s0, int& s1) {
       const uint32_t w = v[kQuantsWord + 8 * g + i], h = v[kHighWord + i];
       s0 = __dp4a(int((w & 0x0F0F0F0Fu) | (((h >> (2 * g)) & 0x01010101u) << 4)), x.q[16 * g + i], s0);
-      s1 = __dp4a(int(((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * g + 1)) & 0x01010101u) << 4)), x.q[16 * g + 8 + i],
-                  s1);
+      s1 = __dp4a(int(((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * g + 1)) & 0x01010101u) << 4)), x.q[16 * g + 8 + i], s1);
     });
   }
 };
@@ -390,8 +389,10 @@ struct Q6_KChunk : ChunkOf<210, 2, early_tiles(2)> {
           const uint32_t ql = v[16 * hh + 8 * (t & 1) + j], qh = v[32 + 8 * hh + j];
           const uint32_t q = ((ql >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * t)) & 0x03030303u) << 4);
           const int centered = int(__vsub4(q, 0x20202020u));
-          if (j < 4) s0 = __dp4a(centered, x.q[8 * b + j], s0);
-          else s1 = __dp4a(centered, x.q[8 * b + j], s1);
+          if (j < 4)
+            s0 = __dp4a(centered, x.q[8 * b + j], s0);
+          else
+            s1 = __dp4a(centered, x.q[8 * b + j], s1);
         }
         const int sc = 8 * hh + 2 * t;  // scale bytes sc, sc + 1 (words 48..51)
         const int sc0 = int(int8_t(v[48 + sc / 4] >> (8 * (sc % 4))));
@@ -500,13 +501,19 @@ Plan plan_of(const GemvArgs& a, const StreamFusions& f) {
   // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
   static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
   constexpr EarlyTiles e = Chunk::kEarly;
-  const int early = kSwiglu                            ? e.swiglu
+  const int early = kSwiglu                             ? e.swiglu
                     : a.k / kChunkValues > kShortChunks ? e.long_k
                     : a.accumulate                      ? e.short_accumulating
                                                         : e.short_k;
   static_assert(kHandoffRows % kRows == 0 || kSwiglu);
-  return {kRows, row_bytes, tile_bytes, stages, (a.m + kRows - 1) / kRows, few_early ? early : stages,
-          stream::weights_evict_first(), f.normed_out.norm_w != nullptr ? kHandoffRows / kRows : 0};
+  return {kRows,
+          row_bytes,
+          tile_bytes,
+          stages,
+          (a.m + kRows - 1) / kRows,
+          few_early ? early : stages,
+          stream::weights_evict_first(),
+          f.normed_out.norm_w != nullptr ? kHandoffRows / kRows : 0};
 }
 
 // The tiles CTA blockIdx.x takes: first, first + step, ... below end.
@@ -645,7 +652,7 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, const StreamFusion
     barrier_arrive(empty0 + kBarrierBytes * at.slot);
     at.advance();
     if constexpr (Chunk::kReleaseBeforeDot) sum = active ? Chunk::dot(v, xc, part) : 0.0f;
-    // Σ over the row's threads.
+      // Σ over the row's threads.
 #pragma unroll
     for (int off = (kRowThreads < 32 ? kRowThreads : 32) / 2; off > 0; off >>= 1)
       sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -662,8 +669,10 @@ __device__ void consume(const GemvArgs& a, const Int8Acts& x, const StreamFusion
       if (stores) sum += s.partials[buffer][warp + 1];
     }
     if (stores && row < m) {
-      if (hands_on) s.handoff_rows[row - first_row] = sum * r;
-      else gemv_store<false>(a, {.y = row_output(a, row)}, 0, sum * r, 0.0f);
+      if (hands_on)
+        s.handoff_rows[row - first_row] = sum * r;
+      else
+        gemv_store<false>(a, {.y = row_output(a, row)}, 0, sum * r, 0.0f);
     }
   }
   if (hands_on) hand_norm_on<Chunk::kConsumerThreads>(a, f.normed_out, s, first_row, y_old, norm_w);
@@ -748,15 +757,19 @@ bool gemv_stream_rows_hands_on(DType wtype, const GemvArgs& a) {
 }
 
 void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
-  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a), "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MLX affine "
-                "weights of at least ", stream::kMinBytes >> 20, " MB with k a multiple of 256 (2,048 for Q6_K) up "
-                "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n,
-                ", k ", a.k, ", ", gemv_weight_bytes(a), " weight bytes, rows of ", a.parts[0].w_row_bytes, " bytes (packed: ",
-                row_bytes(wtype, a.k), ")");
-  BRIOCHE_CHECK(f.normed_out.norm_w == nullptr || (a.accumulate && a.n_parts == 1 && gemv_stream_rows_hands_on(wtype, a)),
-                "gemv_stream_rows: a launch handing y's norm on adds to one y of rows a multiple of ", kHandoffRows,
-                " (not an 8-bit type's down); got ", a.m, " rows of ", dtype_name(wtype), ", k ", a.k, ", ", a.n_parts,
-                " part(s)", a.accumulate ? "" : ", not accumulating");
+  BRIOCHE_CHECK(gemv_stream_rows_takes(wtype, a),
+                "gemv_stream_rows: takes one x row of Q8_0/Q4_0/Q4_K/Q5_K/Q6_K/MLX affine "
+                "weights of at least ",
+                stream::kMinBytes >> 20,
+                " MB with k a multiple of 256 (2,048 for Q6_K) up "
+                "to 16,384 (4,096 for SwiGLU) and packed 16-byte aligned rows; got ",
+                dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ", gemv_weight_bytes(a), " weight bytes, rows of ",
+                a.parts[0].w_row_bytes, " bytes (packed: ", row_bytes(wtype, a.k), ")");
+  BRIOCHE_CHECK(
+      f.normed_out.norm_w == nullptr || (a.accumulate && a.n_parts == 1 && gemv_stream_rows_hands_on(wtype, a)),
+      "gemv_stream_rows: a launch handing y's norm on adds to one y of rows a multiple of ", kHandoffRows,
+      " (not an 8-bit type's down); got ", a.m, " rows of ", dtype_name(wtype), ", k ", a.k, ", ", a.n_parts,
+      " part(s)", a.accumulate ? "" : ", not accumulating");
   switch (wtype) {
     // (Split chunks: ChunkOf's kSplit.)
     case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x, f);

@@ -91,7 +91,7 @@ struct Swiglu16bitArgs {
   const void* gate;  // [n_rows, dim], row stride gate_stride values
   const void* up;    // [n_rows, dim], row stride up_stride values
   int64_t gate_stride, up_stride, n_rows, dim;
-  bool f16;          // gate and up are f16 (else bf16)
+  bool f16;  // gate and up are f16 (else bf16)
 };
 // silu(gate)·up with swiglu's f32 formula on the 16-bit values widened
 // exactly, rounded to nearest even once into out [n_rows, dim] contiguous:
@@ -150,8 +150,8 @@ bool attention_quantizes_for(const cpu::MatmulArgs& projection, int head_dim);
 // `hand_on` as matmul_accumulate's.
 void rope_store_kv_attention_accumulate(const backend::cpu::RopeArgs& q, const backend::cpu::RopeArgs& k,
                                         const backend::cpu::StoreKvArgs& kv,
-                                        const backend::cpu::PagedAttentionArgs& args,
-                                        const cpu::MatmulArgs& projection, NormHandOn hand_on = {});
+                                        const backend::cpu::PagedAttentionArgs& args, const cpu::MatmulArgs& projection,
+                                        NormHandOn hand_on = {});
 // Whether the matmul `a` is a GEMM reading x as 16-bit rows (bf16; f16 for
 // f16 weights): above 8 rows, for 16-bit or quantized weights.
 bool gemm_reads_16bit(const cpu::MatmulArgs& a);
@@ -168,13 +168,13 @@ void argmax_rows(const float* logits, int64_t n_rows, int64_t n, int64_t stride,
 // Dequantizes rows [row_begin, row_end) of a weight of any dtype to bf16:
 //   w   : [m, k] rows of wtype, row stride w_row_bytes
 //   out : bf16 [row_end - row_begin, k], contiguous
-void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin,
-                        int64_t row_end, int64_t k, void* out);
+void dequantize_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end, int64_t k,
+                        void* out);
 // out[i] = bf16(x[i]) (or f16 when `to_f16`) for rows of an f32 matrix.
 struct ConvertRowsArgs {
   const float* x;  // [n, k], row stride ldx floats
   int64_t ldx, n, k;
-  void* out;       // [n, k] contiguous 16-bit values
+  void* out;  // [n, k] contiguous 16-bit values
   bool to_f16;
 };
 void convert_rows_to_16bit(const ConvertRowsArgs& args);

@@ -101,8 +101,8 @@ void launch_swiglu_backward(const SwigluGrads<Out>& a) {
   const void* ptrs[] = {a.gate, a.up, a.dout, a.dgate, a.dup};
   const int64_t strides[] = {a.ld_gate, a.ld_up, a.ld_dout, a.ld_dgate, a.ld_dup};
   if (detail::rows_fit_vec(4, a.dim, ptrs, strides)) {
-    swiglu_backward_vec4_kernel<Out><<<detail::vec_grid(a.n_rows, a.dim, 4), detail::kVecThreads, 0,
-                                       detail::current_stream()>>>(a);
+    swiglu_backward_vec4_kernel<Out>
+        <<<detail::vec_grid(a.n_rows, a.dim, 4), detail::kVecThreads, 0, detail::current_stream()>>>(a);
   } else {
     swiglu_backward_kernel<Out><<<unsigned((total + 255) / 256), 256, 0, detail::current_stream()>>>(a);
   }

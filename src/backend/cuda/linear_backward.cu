@@ -29,8 +29,8 @@ __global__ void f16_rows_to_bf16_kernel(const uint8_t* w, size_t w_row_bytes, in
 
 }  // namespace
 
-void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end,
-                         int64_t k, void* out) {
+void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end, int64_t k,
+                         void* out) {
   if (wtype == DType::F16) {
     const int64_t total = (row_end - row_begin) * k;
     if (total == 0) return;
@@ -47,15 +47,26 @@ void matmul_input_grad(const backend::cpu::MatmulInputGradArgs& a) {
   if (a.n == 0 || a.k == 0) return;
   if (a.m == 0) {  // empty reduction: dx = 0 (or unchanged)
     if (!a.accumulate)
-      CUDA_CHECK(cudaMemset2DAsync(a.dx, size_t(a.ld_dx) * 4, 0, size_t(a.k) * 4, size_t(a.n),
-                                   detail::current_stream()));
+      CUDA_CHECK(
+          cudaMemset2DAsync(a.dx, size_t(a.ld_dx) * 4, 0, size_t(a.k) * 4, size_t(a.n), detail::current_stream()));
     return;
   }
   const float beta = a.accumulate ? 1.0f : 0.0f;
   if (a.wtype == DType::F32) {
-    detail::lt_gemm({.ab_type = CUDA_R_32F, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
-                     .lda = int64_t(a.w_row_bytes / 4), .b = a.dy, .ldb = a.ld_dy, .c = a.dx, .ldc = a.ld_dx,
-                     .m = a.k, .n = a.n, .k = a.m, .beta = beta, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
+    detail::lt_gemm({.ab_type = CUDA_R_32F,
+                     .compute = CUBLAS_COMPUTE_32F,
+                     .a = a.w,
+                     .lda = int64_t(a.w_row_bytes / 4),
+                     .b = a.dy,
+                     .ldb = a.ld_dy,
+                     .c = a.dx,
+                     .ldc = a.ld_dx,
+                     .m = a.k,
+                     .n = a.n,
+                     .k = a.m,
+                     .beta = beta,
+                     .op_a = CUBLAS_OP_N,
+                     .op_b = CUBLAS_OP_N});
     return;
   }
   // dy as bf16 [n, m] contiguous: one rounding (2^-9 relative) and f32's range.
@@ -68,9 +79,20 @@ namespace detail {
 void weight_input_grad_gemm(const backend::cpu::MatmulInputGradArgs& a, const void* dy16, float beta) {
   if (a.wtype == DType::BF16) {
     BRIOCHE_CHECK(a.w_row_bytes % 2 == 0, "matmul_input_grad: bf16 weight rows of odd byte stride");
-    lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
-             .lda = int64_t(a.w_row_bytes / 2), .b = dy16, .ldb = a.m, .c = a.dx, .ldc = a.ld_dx,
-             .m = a.k, .n = a.n, .k = a.m, .beta = beta, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
+    lt_gemm({.ab_type = CUDA_R_16BF,
+             .compute = CUBLAS_COMPUTE_32F,
+             .a = a.w,
+             .lda = int64_t(a.w_row_bytes / 2),
+             .b = dy16,
+             .ldb = a.m,
+             .c = a.dx,
+             .ldc = a.ld_dx,
+             .m = a.k,
+             .n = a.n,
+             .k = a.m,
+             .beta = beta,
+             .op_a = CUBLAS_OP_N,
+             .op_b = CUBLAS_OP_N});
     return;
   }
   // f16 and quantized weights: bf16 tiles of weight rows, i.e. slices of the
@@ -84,9 +106,20 @@ void weight_input_grad_gemm(const backend::cpu::MatmulInputGradArgs& a, const vo
   for (int64_t r0 = 0; r0 < a.m; r0 += tile_rows) {
     const int64_t r1 = std::min(a.m, r0 + tile_rows);
     weight_rows_to_bf16(a.wtype, a.w, a.w_row_bytes, r0, r1, a.k, tile.get());
-    lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k,
-             .b = dy_bf16 + r0, .ldb = a.m, .c = a.dx, .ldc = a.ld_dx, .m = a.k, .n = a.n, .k = r1 - r0,
-             .beta = r0 == 0 ? beta : 1.0f, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
+    lt_gemm({.ab_type = CUDA_R_16BF,
+             .compute = CUBLAS_COMPUTE_32F,
+             .a = tile.get(),
+             .lda = a.k,
+             .b = dy_bf16 + r0,
+             .ldb = a.m,
+             .c = a.dx,
+             .ldc = a.ld_dx,
+             .m = a.k,
+             .n = a.n,
+             .k = r1 - r0,
+             .beta = r0 == 0 ? beta : 1.0f,
+             .op_a = CUBLAS_OP_N,
+             .op_b = CUBLAS_OP_N});
   }
 }
 
@@ -94,9 +127,20 @@ void weight_input_grad_gemm(const backend::cpu::MatmulInputGradArgs& a, const vo
 
 void matmul_weight_grad(const backend::cpu::MatmulWeightGradArgs& a) {
   if (a.n == 0 || a.m == 0 || a.k == 0) return;
-  detail::lt_gemm({.ab_type = CUDA_R_32F, .compute = CUBLAS_COMPUTE_32F, .a = a.x, .lda = a.ld_x, .b = a.dy,
-                   .ldb = a.ld_dy, .c = a.dw, .ldc = a.ld_dw, .m = a.k, .n = a.m, .k = a.n, .beta = 1.0f,
-                   .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_T});
+  detail::lt_gemm({.ab_type = CUDA_R_32F,
+                   .compute = CUBLAS_COMPUTE_32F,
+                   .a = a.x,
+                   .lda = a.ld_x,
+                   .b = a.dy,
+                   .ldb = a.ld_dy,
+                   .c = a.dw,
+                   .ldc = a.ld_dw,
+                   .m = a.k,
+                   .n = a.m,
+                   .k = a.n,
+                   .beta = 1.0f,
+                   .op_a = CUBLAS_OP_N,
+                   .op_b = CUBLAS_OP_T});
 }
 
 }  // namespace brioche::cuda

@@ -66,8 +66,8 @@ __global__ void lse_update_kernel(const float* z, int64_t ldz, int64_t width, in
   }
 }
 
-__global__ void lse_finish_kernel(const float* run_max, const float* run_sum, const float* target_logit,
-                                  int64_t n, float* lse, float* logp) {
+__global__ void lse_finish_kernel(const float* run_max, const float* run_sum, const float* target_logit, int64_t n,
+                                  float* lse, float* logp) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float l = run_max[i] + logf(run_sum[i]);
@@ -85,8 +85,10 @@ __global__ void logp_grad_kernel(const float* z, int64_t ldz, int64_t width, int
   for (int64_t v = threadIdx.x; v < width; v += blockDim.x) {
     float d = -g * expf(z[i * ldz + v] - l);
     if (v == t) d += g;
-    if constexpr (std::is_same_v<OutT, float>) dz[i * ld_dz + v] = d;
-    else dz[i * ld_dz + v] = __float2bfloat16_rn(d);
+    if constexpr (std::is_same_v<OutT, float>)
+      dz[i * ld_dz + v] = d;
+    else
+      dz[i * ld_dz + v] = __float2bfloat16_rn(d);
   }
 }
 
@@ -121,8 +123,17 @@ class HeadOperands {
   // z[n, v1 − v0] (row stride ldz) = h · W[v0:v1]ᵀ; returns the chunk's A operand for reuse.
   const void* logits(int64_t v0, int64_t v1, float* z, int64_t ldz, int64_t* ld_w) {
     const void* w = chunk(v0, v1, ld_w);
-    detail::lt_gemm({.ab_type = type(), .compute = CUBLAS_COMPUTE_32F, .a = w, .lda = *ld_w, .b = h(),
-                     .ldb = ldh(), .c = z, .ldc = ldz, .m = v1 - v0, .n = a_.n, .k = a_.H});
+    detail::lt_gemm({.ab_type = type(),
+                     .compute = CUBLAS_COMPUTE_32F,
+                     .a = w,
+                     .lda = *ld_w,
+                     .b = h(),
+                     .ldb = ldh(),
+                     .c = z,
+                     .ldc = ldz,
+                     .m = v1 - v0,
+                     .n = a_.n,
+                     .k = a_.H});
     return w;
   }
 
@@ -135,8 +146,7 @@ class HeadOperands {
 
 void check_args(const LogpHeadDeviceArgs& a) {
   BRIOCHE_CHECK(a.wtype == DType::F32 || a.w_row_bytes % 2 == 0, "logp head: 16-bit weight rows of odd byte stride");
-  BRIOCHE_CHECK(a.chunk > 0 && a.vocab > 0, "logp head: chunk ", a.chunk, " and vocab ", a.vocab,
-                " must be positive");
+  BRIOCHE_CHECK(a.chunk > 0 && a.vocab > 0, "logp head: chunk ", a.chunk, " and vocab ", a.vocab, " must be positive");
 }
 
 }  // namespace
@@ -147,8 +157,8 @@ void logp_head_forward(const LogpHeadDeviceArgs& a, float* lse, float* logp) {
   cudaStream_t stream = detail::current_stream();
   HeadOperands ops(a);
   const int64_t ldz = ops.width_max();
-  std::shared_ptr<void> z = allocate(size_t(a.n) * size_t(ldz) * 4);             // [n, chunk]
-  std::shared_ptr<void> state = allocate(size_t(a.n) * 3 * 4);                     // max | sum | target logit
+  std::shared_ptr<void> z = allocate(size_t(a.n) * size_t(ldz) * 4);  // [n, chunk]
+  std::shared_ptr<void> state = allocate(size_t(a.n) * 3 * 4);        // max | sum | target logit
   float* run_max = static_cast<float*>(state.get());
   float* run_sum = run_max + a.n;
   float* target_logit = run_sum + a.n;
@@ -160,8 +170,8 @@ void logp_head_forward(const LogpHeadDeviceArgs& a, float* lse, float* logp) {
     const int64_t v1 = std::min(a.vocab, v0 + a.chunk);
     int64_t ld_w = 0;
     ops.logits(v0, v1, static_cast<float*>(z.get()), ldz, &ld_w);
-    lse_update_kernel<<<unsigned(a.n), kRowThreads, 0, stream>>>(static_cast<const float*>(z.get()), ldz, v1 - v0,
-                                                                 v0, targets, run_max, run_sum, target_logit);
+    lse_update_kernel<<<unsigned(a.n), kRowThreads, 0, stream>>>(static_cast<const float*>(z.get()), ldz, v1 - v0, v0,
+                                                                 targets, run_max, run_sum, target_logit);
     CUDA_CHECK_LAUNCH();
   }
   lse_finish_kernel<<<row_blocks, 256, 0, stream>>>(run_max, run_sum, target_logit, a.n, lse, logp);
@@ -176,7 +186,7 @@ void logp_head_backward(const LogpHeadDeviceArgs& a, const float* lse, const flo
   HeadOperands ops(a);
   const bool f32 = a.wtype == DType::F32;
   const int64_t ldz = ops.width_max();
-  std::shared_ptr<void> z = allocate(size_t(a.n) * size_t(ldz) * 4);              // [n, chunk] f32
+  std::shared_ptr<void> z = allocate(size_t(a.n) * size_t(ldz) * 4);                     // [n, chunk] f32
   std::shared_ptr<void> dz16 = f32 ? nullptr : allocate(size_t(a.n) * size_t(ldz) * 2);  // [n, chunk] bf16
   auto* targets = static_cast<const int32_t*>(upload_cached(a.targets, size_t(a.n) * 4));
   float* zf = static_cast<float*>(z.get());
@@ -186,8 +196,8 @@ void logp_head_backward(const LogpHeadDeviceArgs& a, const float* lse, const flo
     const void* w = ops.logits(v0, v1, zf, ldz, &ld_w);
     const void* dz = nullptr;
     if (f32) {
-      logp_grad_kernel<float><<<unsigned(a.n), kRowThreads, 0, stream>>>(zf, ldz, width, v0, targets, lse, d_logp,
-                                                                         zf, ldz);
+      logp_grad_kernel<float>
+          <<<unsigned(a.n), kRowThreads, 0, stream>>>(zf, ldz, width, v0, targets, lse, d_logp, zf, ldz);
       dz = zf;
     } else {
       logp_grad_kernel<__nv_bfloat16><<<unsigned(a.n), kRowThreads, 0, stream>>>(
@@ -195,9 +205,20 @@ void logp_head_backward(const LogpHeadDeviceArgs& a, const float* lse, const flo
       dz = dz16.get();
     }
     CUDA_CHECK_LAUNCH();
-    detail::lt_gemm({.ab_type = ops.type(), .compute = CUBLAS_COMPUTE_32F, .a = w, .lda = ld_w, .b = dz, .ldb = ldz,
-                     .c = d_hidden, .ldc = ld_dh, .m = a.H, .n = a.n, .k = width,
-                     .beta = v0 == 0 && !accumulate ? 0.0f : 1.0f, .op_a = CUBLAS_OP_N, .op_b = CUBLAS_OP_N});
+    detail::lt_gemm({.ab_type = ops.type(),
+                     .compute = CUBLAS_COMPUTE_32F,
+                     .a = w,
+                     .lda = ld_w,
+                     .b = dz,
+                     .ldb = ldz,
+                     .c = d_hidden,
+                     .ldc = ld_dh,
+                     .m = a.H,
+                     .n = a.n,
+                     .k = width,
+                     .beta = v0 == 0 && !accumulate ? 0.0f : 1.0f,
+                     .op_a = CUBLAS_OP_N,
+                     .op_b = CUBLAS_OP_N});
   }
 }
 

@@ -49,10 +49,23 @@ std::shared_ptr<void> to_bf16_padded(const float* x, int64_t ldx, int64_t rows, 
 
 // A bf16 GEMM with f32 output (the only kind here).
 detail::GemmDesc bf16_gemm(const void* a, int64_t lda, cublasOperation_t op_a, const void* b, int64_t ldb,
-                           cublasOperation_t op_b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k,
-                           float alpha, float beta) {
-  return {.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c,
-          .ldc = ldc, .m = m, .n = n, .k = k, .beta = beta, .op_a = op_a, .op_b = op_b, .alpha = alpha};
+                           cublasOperation_t op_b, float* c, int64_t ldc, int64_t m, int64_t n, int64_t k, float alpha,
+                           float beta) {
+  return {.ab_type = CUDA_R_16BF,
+          .compute = CUBLAS_COMPUTE_32F,
+          .a = a,
+          .lda = lda,
+          .b = b,
+          .ldb = ldb,
+          .c = c,
+          .ldc = ldc,
+          .m = m,
+          .n = n,
+          .k = k,
+          .beta = beta,
+          .op_a = op_a,
+          .op_b = op_b,
+          .alpha = alpha};
 }
 
 // bf16 rows as given, or a bf16 copy of the f32 rows (kept alive by `owner`).
@@ -94,7 +107,7 @@ void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmu
   const int64_t n = first.n, in = first.k;
   if (n == 0) return;
   std::shared_ptr<void> x_owner;
-  const void* x16 = x16_given;  // made once, for the first part with LoRA
+  const void* x16 = x16_given;                  // made once, for the first part with LoRA
   float beta = first.accumulate ? 1.0f : 0.0f;  // the first product into dx honours the mode, the rest add
   for (const LoraMatmulGradPartArgs& p : parts) {
     const backend::cpu::MatmulInputGradArgs& a = p.base;

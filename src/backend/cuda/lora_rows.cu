@@ -136,8 +136,8 @@ void lora_table_add(const LoraTableArgs& a) {
   for (int p = 0; p < a.n_parts; ++p) max_out = std::max(max_out, a.out[p]);
   const int32_t k_blocks = (a.rank_cap + 7) / 8;
   const int32_t column_blocks = int32_t((max_out + 255) / 256);
-  table_shrink_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * k_blocks)), 256, 0,
-                        detail::current_stream()>>>(a);
+  table_shrink_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * k_blocks)), 256, 0, detail::current_stream()>>>(
+      a);
   table_expand_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * column_blocks)), 256, 0,
                         detail::current_stream()>>>(a, column_blocks);
   CUDA_CHECK_LAUNCH();

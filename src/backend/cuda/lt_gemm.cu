@@ -94,8 +94,8 @@ constexpr int kTuneCandidates = 8;
 constexpr int kMaxTuneCandidates = 32;
 
 int tune_candidates() {
-  static const int n = int(std::clamp<long>(env_int("BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES", kTuneCandidates), 1,
-                                            kMaxTuneCandidates));
+  static const int n =
+      int(std::clamp<long>(env_int("BRIOCHE_CUDA_GEMM_TUNE_CANDIDATES", kTuneCandidates), 1, kMaxTuneCandidates));
   return n;
 }
 
@@ -134,8 +134,8 @@ cublasLtMatmulAlgo_t fastest(LtContext& ctx, cublasLtMatmulDesc_t op, cublasLtMa
   CUDA_CHECK(cudaEventCreate(&stop));
   const float zero = 0.0f;
   auto run = [&](int i) {
-    return cublasLtMatmul(ctx.handle, op, &g.alpha, g.a, la, g.b, lb, &zero, c.get(), lc, c.get(), lc,
-                          &results[i].algo, ctx.workspace.get(), kWorkspaceBytes, stream);
+    return cublasLtMatmul(ctx.handle, op, &g.alpha, g.a, la, g.b, lb, &zero, c.get(), lc, c.get(), lc, &results[i].algo,
+                          ctx.workspace.get(), kWorkspaceBytes, stream);
   };
   std::vector<float> best_ms(size_t(found), INFINITY);
   std::vector<bool> failed(size_t(found), false);
@@ -190,8 +190,18 @@ void lt_gemm(const GemmDesc& g) {
   // (the key's row count replaced by tune_rows).
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> algos, timed;
   const uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(g.c);
-  const AlgoKey key{int(g.ab_type), int(g.c_type), int(g.compute), int(g.op_a), int(g.op_b), g.m, g.n, g.k, g.lda,
-                    g.ldb, g.ldc, align_a | align_b << 9 | align_c << 18};
+  const AlgoKey key{int(g.ab_type),
+                    int(g.c_type),
+                    int(g.compute),
+                    int(g.op_a),
+                    int(g.op_b),
+                    g.m,
+                    g.n,
+                    g.k,
+                    g.lda,
+                    g.ldb,
+                    g.ldc,
+                    align_a | align_b << 9 | align_c << 18};
   AlgoKey bucket = key;
   bucket.n = tune_rows(g.n);
   cublasLtMatmulAlgo_t algo;
@@ -207,8 +217,8 @@ void lt_gemm(const GemmDesc& g) {
       cublasLtMatmulPreference_t pref;
       CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       size_t ws = kWorkspaceBytes;
-      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                        &ws, sizeof ws));
+      CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
       CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                         sizeof align_a));
       CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,

@@ -15,17 +15,20 @@
 namespace brioche::cuda::detail {
 
 struct GemmDesc {
-  cudaDataType_t ab_type;      // A and B element type
+  cudaDataType_t ab_type;  // A and B element type
   cublasComputeType_t compute;
-  const void* a; int64_t lda;  // ld in elements
-  const void* b; int64_t ldb;
-  void* c; int64_t ldc;        // output, of c_type
+  const void* a;
+  int64_t lda;  // ld in elements
+  const void* b;
+  int64_t ldb;
+  void* c;
+  int64_t ldc;  // output, of c_type
   // f32, or the inputs' own 16-bit type (bf16 → bf16, f16 → f16; still
   // accumulated in f32, rounded once at the store) for outputs that only a
   // 16-bit reader takes: those are written, never accumulated into (beta 0).
   cudaDataType_t c_type = CUDA_R_32F;
   int64_t m, n, k;
-  float beta = 0.0f;           // c = alpha·op(a)·op(b) + beta·c
+  float beta = 0.0f;                     // c = alpha·op(a)·op(b) + beta·c
   cublasOperation_t op_a = CUBLAS_OP_T;  // the forward's y = x·wᵀ: A = w transposed, B = x
   cublasOperation_t op_b = CUBLAS_OP_N;
   float alpha = 1.0f;

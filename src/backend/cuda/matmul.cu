@@ -45,16 +45,36 @@ void weight_gemm_into(const cpu::MatmulArgs& a, const void* x16, const GemmOutpu
   const DType wt = a.wtype;
   if (wt == DType::F32) {
     // Full f32 (no TF32): f32 weights are the accuracy reference path.
-    lt_gemm({.ab_type = CUDA_R_32F, .compute = CUBLAS_COMPUTE_32F, .a = a.w, .lda = int64_t(a.w_row_bytes / 4),
-             .b = a.x, .ldb = a.ldx, .c = out.y, .ldc = out.ld, .c_type = out.type, .m = a.m, .n = a.n, .k = a.k,
+    lt_gemm({.ab_type = CUDA_R_32F,
+             .compute = CUBLAS_COMPUTE_32F,
+             .a = a.w,
+             .lda = int64_t(a.w_row_bytes / 4),
+             .b = a.x,
+             .ldb = a.ldx,
+             .c = out.y,
+             .ldc = out.ld,
+             .c_type = out.type,
+             .m = a.m,
+             .n = a.n,
+             .k = a.k,
              .beta = out.beta});
     return;
   }
   if (wt == DType::BF16 || wt == DType::F16) {
     BRIOCHE_CHECK(a.w_row_bytes % 2 == 0, "matmul: 16-bit weight rows of odd byte stride");
-    lt_gemm({.ab_type = wt == DType::F16 ? CUDA_R_16F : CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = a.w,
-             .lda = int64_t(a.w_row_bytes / 2), .b = x16, .ldb = a.k, .c = out.y, .ldc = out.ld, .c_type = out.type,
-             .m = a.m, .n = a.n, .k = a.k, .beta = out.beta});
+    lt_gemm({.ab_type = wt == DType::F16 ? CUDA_R_16F : CUDA_R_16BF,
+             .compute = CUBLAS_COMPUTE_32F,
+             .a = a.w,
+             .lda = int64_t(a.w_row_bytes / 2),
+             .b = x16,
+             .ldb = a.k,
+             .c = out.y,
+             .ldc = out.ld,
+             .c_type = out.type,
+             .m = a.m,
+             .n = a.n,
+             .k = a.k,
+             .beta = out.beta});
     return;
   }
   // Quantized: expand row tiles of w to bf16, one GEMM per tile into the
@@ -65,9 +85,19 @@ void weight_gemm_into(const cpu::MatmulArgs& a, const void* x16, const GemmOutpu
   for (int64_t r0 = 0; r0 < a.m; r0 += tile_rows) {
     const int64_t r1 = std::min(a.m, r0 + tile_rows);
     dequantize_to_bf16(wt, a.w, a.w_row_bytes, r0, r1, a.k, tile.get());
-    lt_gemm({.ab_type = CUDA_R_16BF, .compute = CUBLAS_COMPUTE_32F, .a = tile.get(), .lda = a.k, .b = x16,
-             .ldb = a.k, .c = static_cast<char*>(out.y) + size_t(r0) * output_bytes(out.type), .ldc = out.ld,
-             .c_type = out.type, .m = r1 - r0, .n = a.n, .k = a.k, .beta = out.beta});
+    lt_gemm({.ab_type = CUDA_R_16BF,
+             .compute = CUBLAS_COMPUTE_32F,
+             .a = tile.get(),
+             .lda = a.k,
+             .b = x16,
+             .ldb = a.k,
+             .c = static_cast<char*>(out.y) + size_t(r0) * output_bytes(out.type),
+             .ldc = out.ld,
+             .c_type = out.type,
+             .m = r1 - r0,
+             .n = a.n,
+             .k = a.k,
+             .beta = out.beta});
   }
 }
 
@@ -123,8 +153,14 @@ bool gemv_takes_norm(DType wtype, const detail::GemvArgs& g) {
 
 // x̂ = RMSNorm(x) of `a`'s rows into norm.normed: `a` reading x̂ instead.
 cpu::MatmulArgs normalized(cpu::MatmulArgs a, const InputNorm& norm) {
-  rms_norm({.x = a.x, .weight = norm.weight, .out = norm.normed, .n_rows = a.n, .dim = a.k, .x_stride = a.ldx,
-            .out_stride = norm.normed_stride, .eps = norm.eps});
+  rms_norm({.x = a.x,
+            .weight = norm.weight,
+            .out = norm.normed,
+            .n_rows = a.n,
+            .dim = a.k,
+            .x_stride = a.ldx,
+            .out_stride = norm.normed_stride,
+            .eps = norm.eps});
   a.x = norm.normed;
   a.ldx = norm.normed_stride;
   return a;
@@ -153,8 +189,14 @@ std::shared_ptr<void> gemm_input(std::span<cpu::MatmulArgs> parts, const InputNo
     return nullptr;
   }
   std::shared_ptr<void> x16 = allocate(size_t(a.n) * size_t(a.k) * 2);
-  rms_norm_to_16bit({.x = a.x, .weight = norm->weight, .out = nullptr, .n_rows = a.n, .dim = a.k, .x_stride = a.ldx,
-                     .out_stride = a.k, .eps = norm->eps},
+  rms_norm_to_16bit({.x = a.x,
+                     .weight = norm->weight,
+                     .out = nullptr,
+                     .n_rows = a.n,
+                     .dim = a.k,
+                     .x_stride = a.ldx,
+                     .out_stride = a.k,
+                     .eps = norm->eps},
                     x16.get(), a.wtype == DType::F16);
   return x16;
 }
@@ -198,8 +240,8 @@ void gemv(const cpu::MatmulArgs& args, detail::GemvArgs g, const InputNorm* norm
   std::shared_ptr<void> aligned;
   if ((reinterpret_cast<uintptr_t>(a.x) & 15) != 0 || a.ldx % 4 != 0) {
     aligned = allocate(size_t(a.n) * size_t(a.k) * 4);
-    CUDA_CHECK(cudaMemcpy2DAsync(aligned.get(), size_t(a.k) * 4, a.x, size_t(a.ldx) * 4, size_t(a.k) * 4,
-                                 size_t(a.n), cudaMemcpyDeviceToDevice, detail::current_stream()));
+    CUDA_CHECK(cudaMemcpy2DAsync(aligned.get(), size_t(a.k) * 4, a.x, size_t(a.ldx) * 4, size_t(a.k) * 4, size_t(a.n),
+                                 cudaMemcpyDeviceToDevice, detail::current_stream()));
     g.x = static_cast<const float*>(aligned.get());
     g.ldx = a.k;
   }
@@ -288,8 +330,13 @@ void gemms_16bit_then_swiglu(std::span<const cpu::MatmulArgs> pair, const void* 
     detail::weight_gemm_16bit(gate, x16, gate16, ld);
     detail::weight_gemm_16bit(up, x16, up16, ld);
   }
-  swiglu_16bit_to_16bit({.gate = gate16, .up = up16, .gate_stride = ld, .up_stride = ld, .n_rows = gate.n,
-                         .dim = gate.m, .f16 = gate.wtype == DType::F16},
+  swiglu_16bit_to_16bit({.gate = gate16,
+                         .up = up16,
+                         .gate_stride = ld,
+                         .up_stride = ld,
+                         .n_rows = gate.n,
+                         .dim = gate.m,
+                         .f16 = gate.wtype == DType::F16},
                         h16, to_f16);
 }
 
@@ -312,8 +359,14 @@ void gemms_then_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& 
   const cpu::MatmulArgs &gate = pair[0], &up = pair[1];
   std::shared_ptr<void> x16 = gemm_input(pair, norm);
   if (h16 != nullptr && gate_up_16bit()) return gemms_16bit_then_swiglu(pair, x16.get(), h16, to_f16);
-  backend::cpu::SwigluArgs s{.gate = gate.y, .up = up.y, .out = gate.y, .n_rows = gate.n, .dim = gate.m,
-                             .gate_stride = gate.ldy, .up_stride = up.ldy, .out_stride = gate.ldy};
+  backend::cpu::SwigluArgs s{.gate = gate.y,
+                             .up = up.y,
+                             .out = gate.y,
+                             .n_rows = gate.n,
+                             .dim = gate.m,
+                             .gate_stride = gate.ldy,
+                             .up_stride = up.ldy,
+                             .out_stride = gate.ldy};
   std::shared_ptr<void> gate_up;
   if (stacked_gemm_takes(pair)) {
     const int64_t m = stacked_rows(pair);
@@ -326,8 +379,10 @@ void gemms_then_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& 
     detail::weight_gemm(gate, x16.get(), 0.0f);
     detail::weight_gemm(up, x16.get(), 0.0f);
   }
-  if (h16 != nullptr) swiglu_to_16bit(s, h16, to_f16);
-  else cuda::swiglu(s);  // (not the CPU one, which ADL also finds)
+  if (h16 != nullptr)
+    swiglu_to_16bit(s, h16, to_f16);
+  else
+    cuda::swiglu(s);  // (not the CPU one, which ADL also finds)
 }
 
 }  // namespace
@@ -375,8 +430,10 @@ void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, 
   // (f32 gate and up weights take f32 GEMMs: the two calls.)
   if (!gemm_reads_16bit(gate) || !gemm_reads_16bit(down) || gate.m == 0 || down.m == 0) {
     matmul_swiglu(gate, up, norm);
-    if (accumulate) matmul_accumulate(down, how.hand_on);
-    else cuda::matmul(down);  // (not the CPU one, which ADL also finds)
+    if (accumulate)
+      matmul_accumulate(down, how.hand_on);
+    else
+      cuda::matmul(down);  // (not the CPU one, which ADL also finds)
     return;
   }
   std::shared_ptr<void> h16 = allocate(size_t(gate.n) * size_t(gate.m) * 2);

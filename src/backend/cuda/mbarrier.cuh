@@ -15,9 +15,7 @@
 
 namespace brioche::cuda::detail {
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 __device__ __forceinline__ void barrier_init(uint32_t bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
@@ -43,11 +41,10 @@ __device__ __forceinline__ void barrier_arrive_expect(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
   }
 }
 

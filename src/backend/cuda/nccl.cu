@@ -7,12 +7,12 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/nccl.h"
 
-#define NCCL_CHECK(call)                                                                          \
-  do {                                                                                            \
-    ncclResult_t r_ = (call);                                                                     \
-    if (r_ != ncclSuccess) [[unlikely]]                                                           \
-      ::brioche::fail("NCCL error ", int(r_), " (", ncclGetErrorString(r_), ") in ", #call, " at ", \
-                      __FILE__, ":", __LINE__);                                                   \
+#define NCCL_CHECK(call)                                                                                           \
+  do {                                                                                                             \
+    ncclResult_t r_ = (call);                                                                                      \
+    if (r_ != ncclSuccess) [[unlikely]]                                                                            \
+      ::brioche::fail("NCCL error ", int(r_), " (", ncclGetErrorString(r_), ") in ", #call, " at ", __FILE__, ":", \
+                      __LINE__);                                                                                   \
   } while (0)
 
 namespace brioche::cuda {
@@ -28,8 +28,7 @@ NcclUniqueId nccl_unique_id() {
 
 void set_device(int device) {
   int n = device_count();
-  BRIOCHE_CHECK(device >= 0 && device < n, "cuda: device ", device, " requested but the driver sees ", n,
-                " GPU(s)");
+  BRIOCHE_CHECK(device >= 0 && device < n, "cuda: device ", device, " requested but the driver sees ", n, " GPU(s)");
   CUDA_CHECK(cudaSetDevice(device));
 }
 
@@ -55,14 +54,14 @@ Communicator::~Communicator() {
 }
 
 void Communicator::all_reduce_sum(float* data, size_t count) {
-  NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_),
-                           detail::current_stream()));
+  NCCL_CHECK(
+      ncclAllReduce(data, data, count, ncclFloat32, ncclSum, static_cast<ncclComm_t>(comm_), detail::current_stream()));
 }
 
 void Communicator::broadcast(void* data, size_t bytes, int root) {
   BRIOCHE_CHECK(root >= 0 && root < size_, "nccl: broadcast root ", root, " outside ", size_, " ranks");
-  NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, static_cast<ncclComm_t>(comm_),
-                           detail::current_stream()));
+  NCCL_CHECK(
+      ncclBroadcast(data, data, bytes, ncclUint8, root, static_cast<ncclComm_t>(comm_), detail::current_stream()));
 }
 
 }  // namespace brioche::cuda

@@ -23,13 +23,10 @@ HandedNorm begin_handoff(const GemvArgs& a, bool hands_on) {
   if (!on || !a.accumulate || !hands_on || norm_w == nullptr || a.hand_on.handed == nullptr || a.n != 1 ||
       a.n_parts != 1)
     return {};
-  return {.y = a.parts[0].y, .norm_w = norm_w, .x = allocate_int8_acts(1, a.m),
-          .sums = allocate(size_t(a.m / 32) * 4)};
+  return {.y = a.parts[0].y, .norm_w = norm_w, .x = allocate_int8_acts(1, a.m), .sums = allocate(size_t(a.m / 32) * 4)};
 }
 
-void hand_on(const GemvArgs& a, HandedNorm norm) {
-  *a.hand_on.handed = std::make_shared<HandedNorm>(std::move(norm));
-}
+void hand_on(const GemvArgs& a, HandedNorm norm) { *a.hand_on.handed = std::make_shared<HandedNorm>(std::move(norm)); }
 
 const HandedNorm* handed_norm_for(const void* handed, const float* x, const float* norm_w) {
   if (handed == nullptr) return nullptr;
@@ -45,4 +42,3 @@ int64_t handed_norms_read() { return handed_reads; }
 void count_handed_norm_read() { ++handed_reads; }
 
 }  // namespace brioche::cuda::detail
-

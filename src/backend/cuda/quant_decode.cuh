@@ -17,9 +17,7 @@
 
 namespace brioche::cuda::detail {
 
-__device__ __forceinline__ float f16_at(const uint8_t* p) {
-  return __half2float(*reinterpret_cast<const __half*>(p));
-}
+__device__ __forceinline__ float f16_at(const uint8_t* p) { return __half2float(*reinterpret_cast<const __half*>(p)); }
 __device__ __forceinline__ float f32_at(const uint8_t* p) { return *reinterpret_cast<const float*>(p); }
 
 // 16 bytes from a 2-byte-aligned address (blocks of 18, 34 and 210 bytes).
@@ -203,12 +201,18 @@ struct AffineDecoder {
   }
 };
 
-template <> struct Decoder<DType::AFFINE4_G32> : AffineDecoder<4, 32> {};
-template <> struct Decoder<DType::AFFINE4_G64> : AffineDecoder<4, 64> {};
-template <> struct Decoder<DType::AFFINE4_G128> : AffineDecoder<4, 128> {};
-template <> struct Decoder<DType::AFFINE8_G32> : AffineDecoder<8, 32> {};
-template <> struct Decoder<DType::AFFINE8_G64> : AffineDecoder<8, 64> {};
-template <> struct Decoder<DType::AFFINE8_G128> : AffineDecoder<8, 128> {};
+template <>
+struct Decoder<DType::AFFINE4_G32> : AffineDecoder<4, 32> {};
+template <>
+struct Decoder<DType::AFFINE4_G64> : AffineDecoder<4, 64> {};
+template <>
+struct Decoder<DType::AFFINE4_G128> : AffineDecoder<4, 128> {};
+template <>
+struct Decoder<DType::AFFINE8_G32> : AffineDecoder<8, 32> {};
+template <>
+struct Decoder<DType::AFFINE8_G64> : AffineDecoder<8, 64> {};
+template <>
+struct Decoder<DType::AFFINE8_G128> : AffineDecoder<8, 128> {};
 
 // Plain types, 32 elements from a row of T.
 template <>

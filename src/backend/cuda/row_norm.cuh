@@ -30,8 +30,10 @@ template <int kThreads>
 struct ThreadGroup {
   __device__ static unsigned size() { return kThreads > 0 ? unsigned(kThreads) : blockDim.x; }
   __device__ static void sync() {
-    if constexpr (kThreads > 0) asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
-    else __syncthreads();
+    if constexpr (kThreads > 0)
+      asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+    else
+      __syncthreads();
   }
 };
 
@@ -55,8 +57,7 @@ __device__ __forceinline__ float block_sum(float v) {
 // are written by no kernel, so a kernel may load them before its PDL wait
 // (launch.cuh): they are then in registers when x arrives.
 template <int kThreads = 0>
-__device__ __forceinline__ void load_norm_weight(const float* __restrict__ w, int64_t dim,
-                                                 float4 (&g)[kRmsNormVec]) {
+__device__ __forceinline__ void load_norm_weight(const float* __restrict__ w, int64_t dim, float4 (&g)[kRmsNormVec]) {
   const float4* w4 = reinterpret_cast<const float4*>(w);
   const int n4 = int(dim / 4);
 #pragma unroll
@@ -72,8 +73,8 @@ __device__ __forceinline__ void load_norm_weight(const float* __restrict__ w, in
 // this is made of. x 16-byte aligned, dim a multiple of 4; every thread of
 // the group must call it.
 template <int kThreads = 0>
-__device__ __forceinline__ void rms_norm_row(const float* __restrict__ x, const float4 (&g)[kRmsNormVec],
-                                             int64_t dim, float eps, float4 (&v)[kRmsNormVec]) {
+__device__ __forceinline__ void rms_norm_row(const float* __restrict__ x, const float4 (&g)[kRmsNormVec], int64_t dim,
+                                             float eps, float4 (&v)[kRmsNormVec]) {
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const int n4 = int(dim / 4);
   float sq = 0.0f;

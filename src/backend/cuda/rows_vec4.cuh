@@ -67,7 +67,7 @@ __device__ __forceinline__ void store1(__nv_bfloat16* p, float v) { *p = __float
 __device__ __forceinline__ void store1(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ float load1(const float* p) { return *p; }
 __device__ __forceinline__ float load1(const __nv_bfloat16* p) { return __bfloat162float(*p); }  // exact
-__device__ __forceinline__ float load1(const __half* p) { return __half2float(*p); }            // exact
+__device__ __forceinline__ float load1(const __half* p) { return __half2float(*p); }             // exact
 
 // Values of T in one 16-byte load: 4 f32, 8 bf16 or f16.
 template <typename T>

@@ -83,8 +83,8 @@ class CachingAllocator {
       cudaError_t err = cudaMalloc(&p, cls);
       if (err != cudaSuccess) {
         cudaGetLastError();
-        fail("CUDA out of memory while recording a graph: could not allocate ", cls, " bytes (",
-             stats_.bytes_in_use, " in use, ", stats_.bytes_cached, " cached): ", cudaGetErrorString(err));
+        fail("CUDA out of memory while recording a graph: could not allocate ", cls, " bytes (", stats_.bytes_in_use,
+             " in use, ", stats_.bytes_cached, " cached): ", cudaGetErrorString(err));
       }
       ++stats_.cuda_mallocs;
     } else {
@@ -97,8 +97,8 @@ class CachingAllocator {
       }
       if (err != cudaSuccess) {
         cudaGetLastError();
-        fail("CUDA out of memory: could not allocate ", cls, " bytes (", stats_.bytes_in_use,
-             " in use, ", stats_.bytes_cached, " cached): ", cudaGetErrorString(err));
+        fail("CUDA out of memory: could not allocate ", cls, " bytes (", stats_.bytes_in_use, " in use, ",
+             stats_.bytes_cached, " cached): ", cudaGetErrorString(err));
       }
       ++stats_.cuda_mallocs;
     }
@@ -273,7 +273,8 @@ void host_waits_for(const std::shared_ptr<void>& event) {
 }
 
 void compute_waits_for(const std::shared_ptr<void>& copy_done) {
-  if (copy_done) CUDA_CHECK(cudaStreamWaitEvent(detail::current_stream(), static_cast<cudaEvent_t>(copy_done.get()), 0));
+  if (copy_done)
+    CUDA_CHECK(cudaStreamWaitEvent(detail::current_stream(), static_cast<cudaEvent_t>(copy_done.get()), 0));
 }
 
 namespace {
@@ -326,8 +327,10 @@ const void* upload_cached(const void* host, size_t bytes) {
   UploadSlot& s = *std::min_element(slots.begin(), slots.end(),
                                     [](const UploadSlot& a, const UploadSlot& b) { return a.last_use < b.last_use; });
   s.last_use = clock;
-  if (s.copied != nullptr) CUDA_CHECK(cudaEventSynchronize(s.copied));  // staging buffer free
-  else CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+  if (s.copied != nullptr)
+    CUDA_CHECK(cudaEventSynchronize(s.copied));  // staging buffer free
+  else
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
   if (s.capacity < bytes) {
     if (s.pinned != nullptr) CUDA_CHECK(cudaFreeHost(s.pinned));
     s.capacity = std::max<size_t>(bytes, 4096);
@@ -381,8 +384,8 @@ Tensor to_device(const Tensor& host) {
                 host.defined() ? host.describe() : std::string("an undefined tensor"));
   Tensor out = empty(host.dtype(), host.shape().data(), host.rank());
   ByteRows r = byte_rows(host);
-  CUDA_CHECK(cudaMemcpy2DAsync(out.data(), r.row_bytes, host.data(), size_t(r.stride), r.row_bytes,
-                               size_t(r.n_rows), cudaMemcpyHostToDevice, detail::current_stream()));
+  CUDA_CHECK(cudaMemcpy2DAsync(out.data(), r.row_bytes, host.data(), size_t(r.stride), r.row_bytes, size_t(r.n_rows),
+                               cudaMemcpyHostToDevice, detail::current_stream()));
   return out;
 }
 
@@ -391,8 +394,8 @@ Tensor to_host(const Tensor& dev) {
                 dev.defined() ? dev.describe() : std::string("an undefined tensor"));
   Tensor out = Tensor::zeros(dev.dtype(), dev.shape().data(), dev.rank());
   ByteRows r = byte_rows(dev);
-  CUDA_CHECK(cudaMemcpy2DAsync(out.data(), r.row_bytes, dev.data(), size_t(r.stride), r.row_bytes,
-                               size_t(r.n_rows), cudaMemcpyDeviceToHost, detail::current_stream()));
+  CUDA_CHECK(cudaMemcpy2DAsync(out.data(), r.row_bytes, dev.data(), size_t(r.stride), r.row_bytes, size_t(r.n_rows),
+                               cudaMemcpyDeviceToHost, detail::current_stream()));
   synchronize();
   return out;
 }

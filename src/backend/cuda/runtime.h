@@ -46,10 +46,10 @@ std::shared_ptr<void> allocate(size_t bytes);
 std::shared_ptr<void> allocate_pinned_host(size_t bytes);
 
 struct AllocatorStats {
-  size_t bytes_in_use = 0;     // handed out now
-  size_t bytes_cached = 0;     // freed, kept for reuse
+  size_t bytes_in_use = 0;  // handed out now
+  size_t bytes_cached = 0;  // freed, kept for reuse
   size_t peak_bytes_in_use = 0;
-  size_t cuda_mallocs = 0;     // calls that reached cudaMalloc
+  size_t cuda_mallocs = 0;  // calls that reached cudaMalloc
 };
 AllocatorStats allocator_stats();
 // Returns cached blocks to the driver.

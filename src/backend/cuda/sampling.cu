@@ -60,7 +60,7 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxCtasPerRow = 8;  // the portable cluster size
+constexpr int kMaxCtasPerRow = 8;                                         // the portable cluster size
 constexpr size_t kWarpMassBytes = size_t(kWarps) * 256 * sizeof(double);  // radix_select's per-warp histograms
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -77,9 +77,7 @@ __device__ __forceinline__ float key_value(uint32_t key) {
 
 // The host's weight of a kept token: expf(l - max) as a float. exp in double
 // rounded to float is the correctly rounded expf except in rare double-rounding cases.
-__device__ __forceinline__ float token_weight(float l, float max_logit) {
-  return float(exp(double(l - max_logit)));
-}
+__device__ __forceinline__ float token_weight(float l, float max_logit) { return float(exp(double(l - max_logit))); }
 
 // A token that can be kept, gathered into rank 0.
 struct Candidate {
@@ -250,7 +248,10 @@ __device__ void block_argmax(float& v, int& index, Shared& s) {
     keep_better(v, index, __shfl_xor_sync(kFull, v, off), __shfl_xor_sync(kFull, index, off));
   }
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) { s.reduce_f[threadIdx.x / 32] = v; s.reduce_i[threadIdx.x / 32] = index; }
+  if ((threadIdx.x & 31) == 0) {
+    s.reduce_f[threadIdx.x / 32] = v;
+    s.reduce_i[threadIdx.x / 32] = index;
+  }
   __syncthreads();
   v = s.reduce_f[0];
   index = s.reduce_i[0];
@@ -436,8 +437,10 @@ __device__ RadixCut radix_select(RowCtas& row, InPlay in_play, WeightOf weight_o
     __syncthreads();
     prefix |= s.chosen_bin << shift;
     prefix_mask |= 0xffu << shift;
-    if (!kByMass) k = s.rest_k;
-    else target = s.rest_target;
+    if (!kByMass)
+      k = s.rest_k;
+    else
+      target = s.rest_target;
     const int from_prefix = s.from_chosen;
     __syncthreads();
     if (shift == 0 || (stop_at > 0 && from_prefix <= stop_at)) return {prefix, from_prefix};
@@ -480,8 +483,12 @@ __device__ int gather_candidates(const float* values, float bound, uint32_t floo
 // few tokens from its prefix up, rank 0 ranks those (best first) alone.
 __device__ int top_raw_tokens(const float* raw, int n, RowCtas& row, Shared& s) {
   const RadixCut cut = radix_select<false>(
-      row, [&](int i, uint32_t& key) { key = order_key(raw[i]); return true; }, NoWeight{}, n, 0.0, s, nullptr,
-      kMaxCandidates);
+      row,
+      [&](int i, uint32_t& key) {
+        key = order_key(raw[i]);
+        return true;
+      },
+      NoWeight{}, n, 0.0, s, nullptr, kMaxCandidates);
   if (cut.from_key <= kMaxCandidates) {
     const int n_candidates = gather_candidates(raw, -INFINITY, cut.key, false, row, s);
     if (row.rank == 0 && threadIdx.x < n_candidates) {
@@ -503,13 +510,14 @@ __device__ int top_raw_tokens(const float* raw, int n, RowCtas& row, Shared& s) 
   above = row_sum(above, row, s);
   const int ties_needed = n - above;  // >= 1
   const uint32_t id_key = radix_select<false>(
-      row,
-      [&](int i, uint32_t& key) {
-        if (order_key(raw[i]) != kth) return false;
-        key = ~uint32_t(i);  // largest key = lowest id
-        return true;
-      },
-      NoWeight{}, ties_needed, 0.0, s).key;
+                              row,
+                              [&](int i, uint32_t& key) {
+                                if (order_key(raw[i]) != kth) return false;
+                                key = ~uint32_t(i);  // largest key = lowest id
+                                return true;
+                              },
+                              NoWeight{}, ties_needed, 0.0, s)
+                              .key;
   const int last_tie = int(~id_key);
   if (row.rank == 0 && threadIdx.x == 0) s.n_top = 0;
   row.sync();
@@ -683,8 +691,8 @@ __device__ int sample_candidates(int n, float max_logit, int top_k, double top_p
 // prefix up), they are gathered into rank 0, which finishes alone: no more
 // passes over the row, no more cluster barriers. Returns the token (on rank
 // 0 at least).
-__device__ int sample_processed(const float* proc, float* weights, int vocab, float max_logit,
-                                const SampleRowParams& p, RowCtas& row, Shared& s, double* warp_mass) {
+__device__ int sample_processed(const float* proc, float* weights, int vocab, float max_logit, const SampleRowParams& p,
+                                RowCtas& row, Shared& s, double* warp_mass) {
   const float kInf = INFINITY;
   const float min_p_bound = p.use_min_p ? max_logit + p.log_min_p : -kInf;
   const bool use_top_p = p.top_p < 1.0f;
@@ -693,8 +701,12 @@ __device__ int sample_processed(const float* proc, float* weights, int vocab, fl
   float top_k_bound = -kInf;
   if (top_k) {
     const RadixCut cut = radix_select<false>(
-        row, [&](int i, uint32_t& key) { key = order_key(proc[i]); return true; }, NoWeight{}, p.top_k, 0.0, s,
-        nullptr, kMaxCandidates);
+        row,
+        [&](int i, uint32_t& key) {
+          key = order_key(proc[i]);
+          return true;
+        },
+        NoWeight{}, p.top_k, 0.0, s, nullptr, kMaxCandidates);
     if (cut.from_key <= kMaxCandidates) {
       const int n = gather_candidates(proc, -kInf, cut.key, true, row, s);
       return row.rank == 0 ? sample_candidates(n, max_logit, p.top_k, -1.0, min_p_bound, p, s) : -1;
@@ -785,11 +797,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                                                           const SampleRowParams* rows,        // [n_rows]
                                                           const SamplePenaltyEntry* entries,  // [n_entries]
                                                           const float* biases,                // [n_biases]
-                                                          const uint32_t* masks,  // [n_masks, mask_words]
+                                                          const uint32_t* masks,              // [n_masks, mask_words]
                                                           int mask_words,
-                                                          float* scratch,          // [n_rows, 2, vocab]
-                                                          SampleResult* results,   // [n_rows]
-                                                          int32_t* tokens) {       // [n_rows]
+                                                          float* scratch,         // [n_rows, 2, vocab]
+                                                          SampleResult* results,  // [n_rows]
+                                                          int32_t* tokens) {      // [n_rows]
   __shared__ Shared s;
   extern __shared__ double warp_mass[];  // [kWarps, 256]
   RowCtas row(vocab);
@@ -808,7 +820,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   const bool has_entries = p.entry_end > p.entry_begin;
   const bool write_processed = has_entries || mask != nullptr || (!greedy && p.temperature != 1.0f);
   float* processed = scratch + int64_t(row_index) * 2 * vocab;  // [vocab]
-  float* weights = processed + vocab;  // [vocab]: top-p candidates' token_weight
+  float* weights = processed + vocab;                           // [vocab]: top-p candidates' token_weight
   const float* proc = write_processed ? processed : raw;
 
   // 1. Raw row: NaN/+inf check, max; processed logits (mask, temperature)
@@ -919,9 +931,12 @@ __global__ void __launch_bounds__(kThreads) greedy_kernel(const float* logits, i
   }
   block_argmax(best, best_index, s);
   bad = block_min(bad, s);
-  if (bad != INT_MAX) write_no_token(out, token_out, SampleStatus::BadLogit, row, raw, bad);
-  else if (best == -INFINITY) write_no_token(out, token_out, SampleStatus::NothingAllowed, row);
-  else write_result(out, token_out, best_index, 0, false, 0.0, raw, row, s);
+  if (bad != INT_MAX)
+    write_no_token(out, token_out, SampleStatus::BadLogit, row, raw, bad);
+  else if (best == -INFINITY)
+    write_no_token(out, token_out, SampleStatus::NothingAllowed, row);
+  else
+    write_result(out, token_out, best_index, 0, false, 0.0, raw, row, s);
 }
 
 size_t align_up(size_t bytes) { return (bytes + 255) & ~size_t(255); }
@@ -1012,16 +1027,18 @@ void SampleRun::launch(const SampleRowsArgs& a) {
   const SampleBatch& b = *a.batch;
   const size_t n_rows = b.rows.size();
   BRIOCHE_CHECK(n_rows > 0, "cuda::SampleRun::launch: expected at least one row");
-  BRIOCHE_CHECK(b.vocab > 0 && a.logits_stride >= b.vocab, "cuda::SampleRun::launch: expected vocab > 0 and a row stride >= vocab, got vocab ",
-                b.vocab, " and stride ", a.logits_stride);
+  BRIOCHE_CHECK(b.vocab > 0 && a.logits_stride >= b.vocab,
+                "cuda::SampleRun::launch: expected vocab > 0 and a row stride >= vocab, got vocab ", b.vocab,
+                " and stride ", a.logits_stride);
   const int mask_words = (b.vocab + 31) / 32;
   BRIOCHE_CHECK(b.masks.size() % size_t(mask_words) == 0, "cuda::SampleRun::launch: masks hold ", b.masks.size(),
                 " words, expected a multiple of ", mask_words, " (ceil(vocab / 32))");
   for (const SampleRowParams& row : b.rows) {
     BRIOCHE_CHECK(row.top_logprobs <= kMaxDeviceTopLogprobs, "cuda::SampleRun::launch: top_logprobs ", row.top_logprobs,
                   " exceeds the device limit ", kMaxDeviceTopLogprobs);
-    BRIOCHE_CHECK(row.entry_begin >= 0 && row.entry_end <= int32_t(b.entries.size()) && row.entry_begin <= row.entry_end,
-                  "cuda::SampleRun::launch: entry range [", row.entry_begin, ", ", row.entry_end, ") outside ", b.entries.size());
+    BRIOCHE_CHECK(
+        row.entry_begin >= 0 && row.entry_end <= int32_t(b.entries.size()) && row.entry_begin <= row.entry_end,
+        "cuda::SampleRun::launch: entry range [", row.entry_begin, ", ", row.entry_end, ") outside ", b.entries.size());
     BRIOCHE_CHECK(row.mask_index < int32_t(b.masks.size() / size_t(mask_words)), "cuda::SampleRun::launch: mask ",
                   row.mask_index, " of ", b.masks.size() / size_t(mask_words));
   }
@@ -1040,8 +1057,10 @@ void SampleRun::launch(const SampleRowsArgs& a) {
   grow_pinned(r.download, r.download_capacity, results_bytes);
   char* host = static_cast<char*>(r.upload);
   std::memcpy(host, b.rows.data(), n_rows * sizeof(SampleRowParams));
-  if (!b.entries.empty()) std::memcpy(host + rows_bytes, b.entries.data(), b.entries.size() * sizeof(SamplePenaltyEntry));
-  if (!b.biases.empty()) std::memcpy(host + rows_bytes + entries_bytes, b.biases.data(), b.biases.size() * sizeof(float));
+  if (!b.entries.empty())
+    std::memcpy(host + rows_bytes, b.entries.data(), b.entries.size() * sizeof(SamplePenaltyEntry));
+  if (!b.biases.empty())
+    std::memcpy(host + rows_bytes + entries_bytes, b.biases.data(), b.biases.size() * sizeof(float));
   if (!b.masks.empty())
     std::memcpy(host + rows_bytes + entries_bytes + biases_bytes, b.masks.data(), b.masks.size() * sizeof(uint32_t));
 

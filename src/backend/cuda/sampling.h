@@ -36,22 +36,22 @@ struct SamplePenaltyEntry {
 };
 
 struct SampleRowParams {
-  int32_t logit_row = 0;      // row of the logits tensor
-  int32_t greedy = 0;         // 1: argmax (first maximum), no draw
-  float temperature = 1.0f;   // divides the logits unless greedy
-  int32_t top_k = 0;          // active when 0 < top_k < vocab
-  float top_p = 1.0f;         // active when < 1
-  float log_min_p = 0.0f;     // std::log(min_p) on the host; used when use_min_p
+  int32_t logit_row = 0;     // row of the logits tensor
+  int32_t greedy = 0;        // 1: argmax (first maximum), no draw
+  float temperature = 1.0f;  // divides the logits unless greedy
+  int32_t top_k = 0;         // active when 0 < top_k < vocab
+  float top_p = 1.0f;        // active when < 1
+  float log_min_p = 0.0f;    // std::log(min_p) on the host; used when use_min_p
   int32_t use_min_p = 0;
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int32_t entry_begin = 0, entry_end = 0;  // SampleBatch::entries of this row, one per distinct token
-  int32_t mask_index = -1;    // row of SampleBatch::masks, -1: every token allowed
-  int32_t want_logprobs = 0;  // report the sampled token's raw logprob
-  int32_t top_logprobs = 0;   // <= kMaxDeviceTopLogprobs
-  int32_t skip = 0;           // 1: not sampled here (the caller handles the row)
-  double u = 0.0;             // the draw in [0, 1), from the request's RNG
+  int32_t mask_index = -1;                 // row of SampleBatch::masks, -1: every token allowed
+  int32_t want_logprobs = 0;               // report the sampled token's raw logprob
+  int32_t top_logprobs = 0;                // <= kMaxDeviceTopLogprobs
+  int32_t skip = 0;                        // 1: not sampled here (the caller handles the row)
+  double u = 0.0;                          // the draw in [0, 1), from the request's RNG
 };
 
 struct SampleBatch {
@@ -67,9 +67,9 @@ enum class SampleStatus : int32_t { Ok = 0, BadLogit = 1, NothingAllowed = 2 };
 struct SampleResult {
   int32_t token = -1;
   SampleStatus status = SampleStatus::Ok;
-  int32_t bad_index = -1;   // first NaN/+inf logit found (BadLogit)
+  int32_t bad_index = -1;  // first NaN/+inf logit found (BadLogit)
   float bad_value = 0.0f;
-  float logprob = 0.0f;     // raw logprob of token (want_logprobs)
+  float logprob = 0.0f;  // raw logprob of token (want_logprobs)
   int32_t n_top = 0;
   int32_t top_tokens[kMaxDeviceTopLogprobs];  // best first, ties to the lower id
   float top_logprobs[kMaxDeviceTopLogprobs];

@@ -45,8 +45,8 @@ void matmul_weight_grad(const backend::cpu::MatmulWeightGradArgs& args);
 // Rows [row_begin, row_end) of a weight of any 16-bit or quantized dtype as
 // bf16 [row_end − row_begin, k] contiguous (f16 of any width; quantized via
 // dequantize_to_bf16, k a multiple of 32).
-void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end,
-                         int64_t k, void* out);
+void weight_rows_to_bf16(DType wtype, const void* w, size_t w_row_bytes, int64_t row_begin, int64_t row_end, int64_t k,
+                         void* out);
 
 // ops::lora_matmul / lora_matmul_backward on tensor cores (the math and the
 // rounding: ops/lora_matmul.h). The parts share x (base.x forward, `x`
@@ -61,19 +61,19 @@ struct LowRankArgs {
   float scale = 0.0f;
 };
 struct LoraMatmulPartArgs {
-  cpu::MatmulArgs base;      // y = x·wᵀ
+  cpu::MatmulArgs base;  // y = x·wᵀ
   LowRankArgs low_rank;
-  float* u;                  // [n, r], row stride ld_u, written
+  float* u;  // [n, r], row stride ld_u, written
   int64_t ld_u;
 };
 void lora_matmul(std::span<const LoraMatmulPartArgs> parts, const void* x16 = nullptr);
 struct LoraMatmulGradPartArgs {
   backend::cpu::MatmulInputGradArgs base;  // dx (=|+=) dy·w
   LowRankArgs low_rank;
-  const float* u;            // [n, r], row stride ld_u
+  const float* u;  // [n, r], row stride ld_u
   int64_t ld_u;
-  float* grad_a;             // [r, in] contiguous, +=
-  float* grad_b;             // [out, r] contiguous, +=
+  float* grad_a;  // [r, in] contiguous, +=
+  float* grad_b;  // [out, r] contiguous, +=
   const void* dy16 = nullptr;
 };
 void lora_matmul_backward(const float* x, int64_t ldx, std::span<const LoraMatmulGradPartArgs> parts,
@@ -89,10 +89,10 @@ void gather_rows(const backend::cpu::RowIndexArgs& args);
 void scatter_add_rows(const backend::cpu::RowIndexArgs& args);
 
 struct LogpHeadDeviceArgs {
-  const float* hidden;     // [n, H], row stride ldh floats
+  const float* hidden;  // [n, H], row stride ldh floats
   int64_t ldh, n, H;
   DType wtype;
-  const void* w;           // [vocab, H] rows of wtype, row stride w_row_bytes
+  const void* w;  // [vocab, H] rows of wtype, row stride w_row_bytes
   size_t w_row_bytes;
   int64_t vocab;
   const int32_t* targets;  // [n] host memory

@@ -44,8 +44,8 @@ __global__ void fill_kernel(backend::cpu::ScaleArgs a) {
   a.x[(t / a.dim) * a.ldx + t % a.dim] = a.s;
 }
 
-__global__ void gather_rows_kernel(const float* src, int64_t ld_src, const int32_t* rows, float* dst,
-                                   int64_t ld_dst, int64_t n, int64_t dim) {
+__global__ void gather_rows_kernel(const float* src, int64_t ld_src, const int32_t* rows, float* dst, int64_t ld_dst,
+                                   int64_t n, int64_t dim) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n * dim) return;
   const int64_t i = t / dim, c = t % dim;
@@ -139,8 +139,8 @@ void gather_rows(const backend::cpu::RowIndexArgs& a) {
   const int64_t total = a.n * a.dim;
   if (total == 0) return;
   auto* rows = static_cast<const int32_t*>(upload_cached(a.rows, size_t(a.n) * 4));
-  gather_rows_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a.src, a.ld_src, rows, a.dst,
-                                                                             a.ld_dst, a.n, a.dim);
+  gather_rows_kernel<<<blocks_for(total), 256, 0, detail::current_stream()>>>(a.src, a.ld_src, rows, a.dst, a.ld_dst,
+                                                                              a.n, a.dim);
   CUDA_CHECK_LAUNCH();
 }
 

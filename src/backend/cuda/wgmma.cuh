@@ -34,9 +34,9 @@
 
 namespace brioche::cuda::wgmma {
 
-constexpr int kRowBytes = 128;                     // a row of the swizzled layout
-constexpr int kSwizzleRowElems = kRowBytes / 2;    // 16-bit elements per row
-constexpr int kAtomBytes = 8 * kRowBytes;          // the swizzle repeats every 8 rows
+constexpr int kRowBytes = 128;                   // a row of the swizzled layout
+constexpr int kSwizzleRowElems = kRowBytes / 2;  // 16-bit elements per row
+constexpr int kAtomBytes = 8 * kRowBytes;        // the swizzle repeats every 8 rows
 
 // Offset in elements of 16-byte chunk `chunk` (0..D/8−1) of row `row` in a
 // tile of kTileRows rows and D columns of 16-bit elements, laid out as above.
@@ -57,9 +57,7 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (kGroupStride << 32) | (uint64_t(1) << 62);
 }
 
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -73,8 +71,7 @@ __device__ __forceinline__ void wgmma_wait() {
 template <int N>
 __device__ __forceinline__ void fence_operands(float (&r)[N][4]) {
 #pragma unroll
-  for (int i = 0; i < N; ++i)
-    asm volatile("" : "+f"(r[i][0]), "+f"(r[i][1]), "+f"(r[i][2]), "+f"(r[i][3])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i][0]), "+f"(r[i][1]), "+f"(r[i][2]), "+f"(r[i][3])::"memory");
 }
 
 // d[64, 64] (+)= a[64, 16]·B[16, 64] for the warpgroup, f16 inputs, f32
