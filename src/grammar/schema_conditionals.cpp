@@ -31,10 +31,12 @@ const char* const kConditionalKeywords[] = {"dependentRequired", "dependentSchem
 bool only_annotations(const Json& s, std::initializer_list<const char*> allowed = {}) {
   if (s.is_boolean()) return s.get<bool>();
   if (!s.is_object()) return false;
-  for (auto& [k, v] : s.items())
+  for (auto& [key, v] : s.items()) {
+    const std::string& k = key;  // clang before 16 cannot capture a structured binding in a lambda
     if (!is_annotation(k) &&
         std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; }) == allowed.end())
       return false;
+  }
   return true;
 }
 
