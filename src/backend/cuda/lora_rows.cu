@@ -1,12 +1,16 @@
-// Shrink: u[row, k] = A_seg[k]·x[row]      one warp per (row, k)
+// Shrink: u[row, k] = A_seg[k]·x[row]      one block of kShrinkThreads per (row, k)
 // Expand: y[row, c] += Σ_k u[row, k]·bt_seg[k, c]   one thread per (row, c)
+// A decode step has a handful of rows, so the shrink's parallelism has to come
+// from the reduction over `in` itself: a block per (row, k) keeps every SM busy
+// at batch 1, where a warp per (row, k) left a down projection (in = 14,336)
+// latency-bound on a few SMs for 32 layers in a row.
 // Segments travel in the kernel parameters (up to kSegmentsPerLaunch per
 // launch), so a launch needs no upload and a row finds its segment by a scan
 // of a few entries.
 // The table path reads a row's adapter slot and the slot's factors from
 // device memory instead (what a decode graph replays with a new mix), and
-// covers up to three projections of one x per launch; per output value it
-// sums in the same order as the segment kernels, so both give the same bits.
+// covers up to three projections of one x per launch; both paths reduce
+// through block_dot, so both give the same bits.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/lora_rows.h"
 #include <algorithm>
@@ -34,19 +38,34 @@ __device__ const LoraRowsSegment* segment_of(const SegmentTable& t, int32_t row)
   return nullptr;
 }
 
-// grid (rows, ceil(max_rank / 8)), 256 threads = 8 warps, one k each.
+constexpr int kShrinkThreads = 512;
+
+// Σ_i a[i]·x[i] over `in` values by the whole block: each thread sums a
+// strided share, then warps reduce by shuffles and warp 0 sums the warps'
+// results, always in the same order. The result is valid in thread 0.
+__device__ float block_dot(const __half* a, const float* x, int64_t in) {
+  __shared__ float warp_sums[kShrinkThreads / 32];
+  float sum = 0.0f;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < in; i += kShrinkThreads) sum += __half2float(a[i]) * x[i];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x >= 32) return 0.0f;
+  sum = threadIdx.x < kShrinkThreads / 32 ? warp_sums[threadIdx.x] : 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  return sum;
+}
+
+// grid (rows, max_rank), kShrinkThreads threads: one block per (row, k).
 __global__ void shrink_kernel(const float* x, int64_t ldx, float* u, int64_t ldu, int64_t in, int32_t first_row,
                               SegmentTable table) {
   const int32_t row = first_row + int32_t(blockIdx.x);
   const LoraRowsSegment* seg = segment_of(table, row);
-  const int32_t k = int32_t(blockIdx.y) * 8 + int32_t(threadIdx.x / 32);
+  const int32_t k = int32_t(blockIdx.y);
   if (seg == nullptr || k >= seg->rank) return;
-  const float* xr = x + int64_t(row) * ldx;
-  const __half* ak = reinterpret_cast<const __half*>(seg->a) + int64_t(k) * in;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x % 32; i < in; i += 32) sum += __half2float(ak[i]) * xr[i];
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) u[int64_t(row) * ldu + k] = sum;
+  const float sum = block_dot(reinterpret_cast<const __half*>(seg->a) + int64_t(k) * in, x + int64_t(row) * ldx, in);
+  if (threadIdx.x == 0) u[int64_t(row) * ldu + k] = sum;
 }
 
 // grid (rows, ceil(out / 256)), 256 threads, one output column each.
@@ -79,7 +98,7 @@ void lora_rows_add(const LoraRowsArgs& a) {
     }
     if (hi <= lo || max_rank == 0) continue;
     const unsigned rows = unsigned(hi - lo);
-    shrink_kernel<<<dim3(rows, unsigned((max_rank + 7) / 8)), 256, 0, detail::current_stream()>>>(
+    shrink_kernel<<<dim3(rows, unsigned(max_rank)), kShrinkThreads, 0, detail::current_stream()>>>(
         a.x, a.ldx, a.u, a.ldu, a.in, lo, table);
     expand_kernel<<<dim3(rows, unsigned((a.out + 255) / 256)), 256, 0, detail::current_stream()>>>(
         a.u, a.ldu, a.y, a.ldy, a.out, lo, table);
@@ -92,22 +111,18 @@ namespace {
 using backend::cpu::LoraFactors;
 using backend::cpu::LoraTableArgs;
 
-// grid (rows, parts · ceil(rank_cap / 8)), 256 threads = 8 warps, one k each.
+// grid (rows, parts · rank_cap), kShrinkThreads threads: one block per (row, part, k).
 __global__ void table_shrink_kernel(LoraTableArgs a) {
   const int32_t row = int32_t(blockIdx.x);
   const int32_t slot = a.row_slot[row];
   if (slot < 0) return;
-  const int32_t k_blocks = (a.rank_cap + 7) / 8;
-  const int32_t p = int32_t(blockIdx.y) / k_blocks;
-  const int32_t k = (int32_t(blockIdx.y) % k_blocks) * 8 + int32_t(threadIdx.x / 32);
+  const int32_t p = int32_t(blockIdx.y) / a.rank_cap;
+  const int32_t k = int32_t(blockIdx.y) % a.rank_cap;
   const LoraFactors f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
   if (f.a == nullptr || k >= f.rank) return;
-  const float* xr = a.x + int64_t(row) * a.ldx;
-  const __half* ak = reinterpret_cast<const __half*>(f.a) + int64_t(k) * a.in;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x % 32; i < a.in; i += 32) sum += __half2float(ak[i]) * xr[i];
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) a.u[int64_t(row) * a.ldu + int64_t(p) * a.rank_cap + k] = sum;
+  const float sum =
+      block_dot(reinterpret_cast<const __half*>(f.a) + int64_t(k) * a.in, a.x + int64_t(row) * a.ldx, a.in);
+  if (threadIdx.x == 0) a.u[int64_t(row) * a.ldu + int64_t(p) * a.rank_cap + k] = sum;
 }
 
 // grid (rows, parts · ceil(max out / 256)), 256 threads, one output column each.
@@ -134,10 +149,9 @@ void lora_table_add(const LoraTableArgs& a) {
   if (a.n_rows == 0 || a.n_parts == 0 || a.rank_cap == 0) return;
   int64_t max_out = 0;
   for (int p = 0; p < a.n_parts; ++p) max_out = std::max(max_out, a.out[p]);
-  const int32_t k_blocks = (a.rank_cap + 7) / 8;
   const int32_t column_blocks = int32_t((max_out + 255) / 256);
-  table_shrink_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * k_blocks)), 256, 0, detail::current_stream()>>>(
-      a);
+  table_shrink_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * a.rank_cap)), kShrinkThreads, 0,
+                        detail::current_stream()>>>(a);
   table_expand_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * column_blocks)), 256, 0,
                         detail::current_stream()>>>(a, column_blocks);
   CUDA_CHECK_LAUNCH();
