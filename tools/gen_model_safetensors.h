@@ -22,6 +22,7 @@
 #include "core/half.h"
 #include "formats/file_write.h"
 #include "formats/safetensors.h"
+#include "model/hf_export.h"
 #include "model/weights.h"
 #include "tools/gen_model_lib.h"
 
@@ -63,35 +64,13 @@ inline void add_matrix(formats::SafetensorsWriter& out, const std::string& prefi
   out.add_raw(prefix + ".biases", "BF16", {rows, groups}, biases.data(), biases.size() * 2);
 }
 
-// A float config value as the short decimal a config.json holds (1e-05,
-// not the double nearest to the float 1e-5f).
-inline double config_number(float v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", double(v));
-  return std::strtod(text, nullptr);
-}
-
+// config.json as `brioche export` writes it, plus MLX's quantization block
+// for affine-quantized weights.
 inline nlohmann::json hf_config(const model::Checkpoint& ck) {
-  const model::ModelConfig& c = ck.config;
-  nlohmann::json cfg = {
-      {"architectures", {c.architecture == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", c.architecture},
-      {"vocab_size", c.vocab_size},
-      {"hidden_size", c.hidden_size},
-      {"intermediate_size", c.intermediate_size},
-      {"num_hidden_layers", c.n_layers},
-      {"num_attention_heads", c.n_heads},
-      {"num_key_value_heads", c.n_kv_heads},
-      {"head_dim", c.head_dim},
-      {"rms_norm_eps", config_number(c.rms_eps)},
-      {"rope_theta", config_number(c.rope.theta)},
-      {"max_position_embeddings", c.max_context},
-      {"tie_word_embeddings", c.tied_embeddings},
-      {"torch_dtype", "bfloat16"},
-  };
-  if (const int bits = affine_bits(c.weight_dtype); bits != 0)
+  nlohmann::json cfg = model::hf_config_json(ck.config, DType::BF16, -1, -1);
+  if (const int bits = affine_bits(ck.config.weight_dtype); bits != 0)
     cfg["quantization"] =
-        cfg["quantization_config"] = {{"bits", bits}, {"group_size", dtype_info(c.weight_dtype).block_elems}};
+        cfg["quantization_config"] = {{"bits", bits}, {"group_size", dtype_info(ck.config.weight_dtype).block_elems}};
   return cfg;
 }
 

@@ -1,5 +1,7 @@
 #include "model/hf_export.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,14 @@ const char* hf_class(const std::string& arch) {
   if (arch == "qwen2") return "Qwen2ForCausalLM";
   if (arch == "qwen3") return "Qwen3ForCausalLM";
   return nullptr;
+}
+
+// A float as the short decimal a config.json holds (1e-05, not
+// 9.999999747378752e-06, the double nearest to the float 1e-5f).
+double config_number(float v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", double(v));
+  return std::strtod(text, nullptr);
 }
 
 const char* dtype_word(DType d) { return d == DType::F32 ? "float32" : d == DType::F16 ? "float16" : "bfloat16"; }
@@ -57,7 +67,7 @@ json hf_config_json(const ModelConfig& c, DType dtype, int bos_token_id, int eos
             {"num_key_value_heads", c.n_kv_heads},
             {"head_dim", c.head_dim},
             {"hidden_act", "silu"},
-            {"rms_norm_eps", c.rms_eps},
+            {"rms_norm_eps", config_number(c.rms_eps)},
             {"max_position_embeddings", c.max_context > 0 ? c.max_context : 4096},
             {"tie_word_embeddings", c.tied_embeddings},
             {"attention_bias", c.qkv_bias},
@@ -67,7 +77,7 @@ json hf_config_json(const ModelConfig& c, DType dtype, int bos_token_id, int eos
             {"dtype", dtype_word(dtype)},
             {"torch_dtype", dtype_word(dtype)}};
   // transformers 5 reads rope_parameters, earlier versions rope_theta + rope_scaling.
-  json rope = {{"rope_theta", c.rope.theta}, {"rope_type", "default"}};
+  json rope = {{"rope_theta", config_number(c.rope.theta)}, {"rope_type", "default"}};
   const ops::RopeScaling& s = c.rope.scaling;
   if (s.kind == ops::RopeScalingKind::Linear) {
     rope["rope_type"] = "linear";
@@ -80,7 +90,7 @@ json hf_config_json(const ModelConfig& c, DType dtype, int bos_token_id, int eos
                  {"original_max_position_embeddings", s.original_context}});
   }
   j["rope_parameters"] = rope;
-  j["rope_theta"] = c.rope.theta;
+  j["rope_theta"] = rope["rope_theta"];
   if (rope["rope_type"] != "default") j["rope_scaling"] = rope;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
