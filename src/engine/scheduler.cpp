@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <numeric>
 
 #include "core/env_switch.h"
 #include "core/error.h"
@@ -20,9 +21,10 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
       blocks_(runner_->kv_block_count(), runner_->kv_block_size()),
       eos_ids_(codec.eos_ids()) {
   // Hybrid models keep a recurrent state per running sequence, in a slot:
-  // at most one running sequence per slot; no prefix cache (a cached block's
-  // K/V says nothing of the recurrent state at its end: docs/server.md);
-  // no speculation (rejected drafts would have to be rolled out of the state).
+  // at most one running sequence per slot; the prefix cache reuses blocks
+  // only up to a state snapshot (a cached block's K/V says nothing of the
+  // recurrent state at its end: docs/server.md); no speculation (rejected
+  // drafts would have to be rolled out of the state).
   if (const int32_t slots = runner_->state_slot_count(); slots > 0) {
     if (options_.speculative_tokens > 0)
       throw Error(
@@ -30,8 +32,13 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
           "recurrent state, and rolling rejected drafts out of it is not supported yet): run without "
           "--speculative");
     options_.max_running = std::min(options_.max_running, slots);
-    options_.prefix_cache = false;
     for (int32_t s = slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
+    state_chunk_ = std::max(runner_->state_chunk(), 1);
+    snapshot_alignment_ = std::lcm(blocks_.block_size(), state_chunk_);
+    if (options_.prefix_cache && runner_->state_snapshot_count() > 0)
+      snapshots_ = std::make_unique<StateSnapshots>(*runner_);
+    else
+      options_.prefix_cache = false;
   }
   BRIOCHE_CHECK(options_.max_batch_tokens > 0 && options_.max_running > 0,
                 "SchedulerOptions: expected positive max_batch_tokens and max_running, got ", options_.max_batch_tokens,
@@ -41,9 +48,10 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
     logits_ = ops::zeros(DType::F32, {1, runner_->vocab_size()}, Device::CUDA);  // the model keeps it there
     run_ahead_enabled_ = env_switch_on("BRIOCHE_RUN_AHEAD");
   }
-  // Drafts are verified on the host, from host logits: not with the device
-  // sampler (CUDA with BRIOCHE_CUDA_SAMPLING=0 verifies as the CPU does).
-  if (options_.speculative_tokens > 0 && !device_sampler_) {
+  // Drafts are verified on the host, from host logits: with the device
+  // sampler, the verify rows' logits are copied back (run()) and the other
+  // rows stay on the device.
+  if (options_.speculative_tokens > 0) {
     proposer_ = proposer ? std::move(proposer)
                          : std::make_unique<PromptLookupProposer>(options_.speculative_min_ngram,
                                                                   options_.speculative_max_ngram);
@@ -170,6 +178,25 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
     seq.block_table.push_back(*hit);
     parent = h;
   }
+  if (snapshots_) {
+    // Hybrid: only as far as a kept state snapshot, the deepest one among
+    // the matched blocks; no partial block (no state is kept inside one).
+    int32_t keep = 0;
+    for (int32_t b = int32_t(seq.block_table.size()); b > 0 && keep == 0; --b) {
+      if (b * bs % snapshot_alignment_ != 0) continue;
+      if (std::optional<int32_t> s = snapshots_->find(block_hash(seq, size_t(b - 1), bs))) {
+        keep = b;
+        seq.state_snapshot = *s;
+      }
+    }
+    while (int32_t(seq.block_table.size()) > keep) {
+      blocks_.release(seq.block_table.back());
+      seq.block_table.pop_back();
+    }
+    seq.registered_blocks = keep;
+    seq.n_computed = keep * bs;
+    return;
+  }
   seq.registered_blocks = int32_t(seq.block_table.size());  // already in the cache
   seq.n_computed = int32_t(seq.block_table.size()) * bs;
   // Below block granularity: a cached block with the same prefix whose first
@@ -215,6 +242,23 @@ void Engine::Scheduler::release_blocks(Sequence& seq) {
   // Its recurrent state goes with its K/V: a resumed sequence starts over.
   if (seq.state_slot >= 0) free_state_slots_.push_back(seq.state_slot);
   seq.state_slot = -1;
+  seq.state_snapshot = -1;
+}
+
+int32_t Engine::Scheduler::snapshot_position(const Sequence& seq) const {
+  return snapshot_alignment_ > 0 ? (int32_t(seq.tokens.size()) - 1) / snapshot_alignment_ * snapshot_alignment_ : 0;
+}
+
+int32_t Engine::Scheduler::align_chunk(const Sequence& seq, int32_t chunk) const {
+  if (state_chunk_ <= 1 || chunk <= 0) return chunk;
+  const int32_t start = seq.n_computed, end = start + chunk;
+  if (snapshots_) {
+    const int32_t at = snapshot_position(seq);
+    if (start < at && at < end) return at - start;
+  }
+  if (end == int32_t(seq.tokens.size())) return chunk;
+  const int32_t aligned = end / state_chunk_ * state_chunk_;
+  return aligned > start ? aligned - start : chunk;  // a budget below one chunk: unaligned rather than stalled
 }
 
 Sequence* Engine::Scheduler::newest_running(const std::vector<Planned>& planned) const {
@@ -311,7 +355,7 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     if (budget <= 0) break;
     Sequence* seq = owned.get();
     if (seq->remaining() <= 1) continue;
-    int32_t chunk = fit_chunk(*seq, std::min(seq->remaining(), budget));
+    int32_t chunk = align_chunk(*seq, fit_chunk(*seq, std::min(seq->remaining(), budget)));
     if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) continue;
     planned.push_back({seq, chunk});
     budget -= chunk;
@@ -331,7 +375,7 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
       continue;
     }
     match_prefix(*seq);
-    int32_t chunk = fit_chunk(*seq, std::min(seq->remaining(), budget));
+    int32_t chunk = align_chunk(*seq, fit_chunk(*seq, std::min(seq->remaining(), budget)));
     if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) {
       release_blocks(*seq);  // waiting sequences hold no blocks
       break;
@@ -344,6 +388,8 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     if (!free_state_slots_.empty()) {  // hybrid models (max_running <= slots, so there is one)
       seq->state_slot = free_state_slots_.back();
       free_state_slots_.pop_back();
+      if (seq->state_snapshot >= 0) snapshots_->restore(seq->state_snapshot, seq->state_slot);
+      seq->state_snapshot = -1;
     }
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
@@ -430,6 +476,11 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
       if (seq.scores_position(seq.n_computed + r)) scored.push_back({&seq, seq.n_computed + r, logit_row++});
     seq.n_computed += p.chunk;
     register_full_blocks(seq);
+    // Hybrid: the state at the prompt's snapshot position, for later
+    // prompts that share this one up to there.
+    if (snapshots_ && seq.n_computed > 0 && seq.n_computed == snapshot_position(seq))
+      snapshots_->save(block_hash(seq, size_t(seq.n_computed / blocks_.block_size() - 1), blocks_.block_size()),
+                       seq.state_slot);
     if (!seq.drafts.empty()) {
       to_verify.push_back({&seq, logit_row});
       logit_row += 1 + int32_t(seq.drafts.size());
@@ -487,6 +538,9 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
     rows.push_back({seq, row, mask, {}, nullptr});
   }
   if (device_sampler_) {
+    // Drafts are judged on the host: their rows' logits come back first
+    // (a few rows; the other rows' stay on the device and are sampled there).
+    std::vector<int32_t> verify_rows = host_verify_logits(to_verify);
     std::vector<DeviceSampler::Row> device_rows;
     device_rows.reserve(rows.size());
     for (const RowSample& r : rows) {
@@ -498,15 +552,17 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
                              .allowed_mask = r.mask,
                              .penalties = &r.seq->penalties});
     }
-    if (device_rows.empty()) return;
-    device_sampler_->launch(logits_, device_rows);
-    if (run_ahead_enabled_) {
-      std::vector<Sequence*> sampled;
-      for (const RowSample& r : rows) sampled.push_back(r.seq);
-      run_ahead(sampled);
+    if (!device_rows.empty()) {
+      device_sampler_->launch(logits_, device_rows);
+      if (run_ahead_enabled_ && to_verify.empty()) {
+        std::vector<Sequence*> sampled;
+        for (const RowSample& r : rows) sampled.push_back(r.seq);
+        run_ahead(sampled);
+      }
+      std::vector<Sampler::Result> results = device_sampler_->collect();
+      for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i].seq, results[i]);
     }
-    std::vector<Sampler::Result> results = device_sampler_->collect();
-    for (size_t i = 0; i < rows.size(); ++i) accept_token(*rows[i].seq, results[i]);
+    for (size_t i = 0; i < to_verify.size(); ++i) verify_drafts(*to_verify[i].first, verify_logits_, verify_rows[i]);
     return;
   }
   ThreadPool::global().run(int(rows.size()), [&](int i) {
@@ -527,7 +583,32 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
   for (const RowSample& r : rows)
     if (r.error) std::rethrow_exception(r.error);
   for (const RowSample& r : rows) accept_token(*r.seq, r.result);
-  for (auto [seq, row] : to_verify) verify_drafts(*seq, row);
+  for (auto [seq, row] : to_verify) verify_drafts(*seq, logits_, row);
+}
+
+std::vector<int32_t> Engine::Scheduler::host_verify_logits(
+    const std::vector<std::pair<Sequence*, int32_t>>& to_verify) {
+  std::vector<int32_t> first_rows;
+  int32_t total = 0;
+  for (const auto& [seq, row] : to_verify) {
+    first_rows.push_back(total);
+    total += 1 + int32_t(seq->drafts.size());
+  }
+  if (total == 0) return first_rows;
+  const int64_t vocab = runner_->vocab_size();
+  if (!verify_logits_.defined() || verify_logits_.dim(0) < total) {
+    // Page-locked, so that each copy goes straight to it; grown in steps of
+    // 16 rows (a step verifies at most speculative_max_batch × (1 + K)).
+    const int64_t rows = (int64_t(total) + 15) / 16 * 16;
+    verify_logits_ = ops::pinned_host_zeros(DType::F32, {rows, vocab});
+  }
+  // One copy per sequence: its 1 + k rows are adjacent in the logits.
+  for (size_t i = 0; i < to_verify.size(); ++i) {
+    const int32_t n = 1 + int32_t(to_verify[i].first->drafts.size());
+    Tensor dst = verify_logits_.slice(0, first_rows[i], first_rows[i] + n);
+    ops::copy(logits_.slice(0, to_verify[i].second, to_verify[i].second + n), dst);
+  }
+  return first_rows;
 }
 
 void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int32_t& budget) {
@@ -568,7 +649,7 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
   }
 }
 
-void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
+void Engine::Scheduler::verify_drafts(Sequence& seq, const Tensor& logits, int32_t first_row) {
   const std::vector<int32_t> drafts = std::move(seq.drafts);
   const std::vector<float> draft_probs = std::move(seq.draft_probs);
   seq.drafts.clear();
@@ -598,7 +679,7 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
       }
     }
     SamplerRow row{
-        .logits = std::span<float>(logits_.row_as<float>(first_row + int32_t(i)), size_t(vocab)),
+        .logits = std::span<float>(logits.row_as<float>(first_row + int32_t(i)), size_t(vocab)),
         .prompt = std::span<const int32_t>(seq.tokens.data(), size_t(seq.n_prompt)),
         .output = std::span<const int32_t>(seq.tokens.data() + seq.n_prompt, seq.tokens.size() - size_t(seq.n_prompt)),
         .allowed_mask = mask,
@@ -661,6 +742,12 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, int32_t first_row) {
 // step's sampling is launched, after those tokens were accepted.
 void Engine::Scheduler::run_ahead(const std::vector<Sequence*>& sampled) {
   if (!waiting_.empty() || sampled.size() != running_.size() || !device_sampler_->all_on_device()) return;
+  // A step queued ahead has no drafts (plan() proposes them from the host's
+  // tokens), and each step run ahead allows the next: while the next plan()
+  // would speculate, it must make that plan.
+  if (proposer_ && int32_t(sampled.size()) <= options_.speculative_max_batch)
+    for (const Sequence* seq : sampled)
+      if (seq->request->request.speculative) return;
   for (size_t i = 0; i < sampled.size(); ++i) {
     const Sequence& seq = *sampled[i];
     if (&seq != running_[i].get()) return;

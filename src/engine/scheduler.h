@@ -24,6 +24,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/speculation_length.h"
+#include "engine/state_snapshots.h"
 #include "engine/stop.h"
 
 namespace brioche::engine {
@@ -52,6 +53,9 @@ struct Sequence {
   // K/V computed with one adapter is never reused by another.
   BlockHash prefix_seed = 0;
   int32_t registered_blocks = 0;  // full computed blocks offered to the prefix cache
+  // Hybrid models: the state snapshot match_prefix found for its reused
+  // blocks, copied into its state slot when it is admitted; -1: none.
+  int32_t state_snapshot = -1;
   int32_t n_generated = 0;
   bool ever_admitted = false;
   // GenerationRequest::prompt_logprobs, choice 0: the logprobs of prompt
@@ -130,10 +134,14 @@ class Engine::Scheduler {
   // within the step's row budget and the blocks free now; one proposer call
   // for all of them.
   void propose_drafts(const std::vector<Planned>& planned, int32_t& budget);
-  // Verdicts on seq.drafts from the logits rows [first_row, first_row + 1 +
-  // drafts): accepts the agreed prefix and the model's own next token, and
-  // gives back the K/V (and blocks) of the rejected positions.
-  void verify_drafts(Sequence& seq, int32_t first_row);
+  // Verdicts on seq.drafts from rows [first_row, first_row + 1 + drafts) of
+  // `logits` (host f32): accepts the agreed prefix and the model's own next
+  // token, and gives back the K/V (and blocks) of the rejected positions.
+  void verify_drafts(Sequence& seq, const Tensor& logits, int32_t first_row);
+  // With the device sampler: copies the verify rows of `to_verify` (each
+  // sequence's 1 + drafts rows from its first logits row) into
+  // verify_logits_, and returns each sequence's first row there.
+  std::vector<int32_t> host_verify_logits(const std::vector<std::pair<Sequence*, int32_t>>& to_verify);
   void accept_token(Sequence& seq, const Sampler::Result& sampled);
   // Appends one generated token (sampled, or forced by jump-forward when
   // `sampled` is null), emits its text; false when the sequence finished.
@@ -155,6 +163,7 @@ class Engine::Scheduler {
   uint64_t next_order_ = 0;
   Tensor logits_;                                  // on the device when device_sampler_ is set
   std::unique_ptr<DeviceSampler> device_sampler_;  // CUDA model and BRIOCHE_CUDA_SAMPLING != 0
+  Tensor verify_logits_;                           // host copies of verify rows (device sampler + speculation)
   model::ForwardBatch batch_;
   // A decode step queued before the host had its tokens (run_ahead): its
   // rows; remove() drops the rows of sequences that finish meanwhile.
@@ -162,8 +171,20 @@ class Engine::Scheduler {
   bool run_ahead_enabled_ = false;  // device sampler and BRIOCHE_RUN_AHEAD != 0
   uint64_t overlapped_steps_ = 0;
   uint64_t preemptions_ = 0, steps_ = 0, prompt_rows_ = 0, generated_ = 0, finished_requests_ = 0;
-  uint64_t partial_hit_tokens_ = 0;          // prompt positions copied from partly shared blocks
-  std::vector<int32_t> free_state_slots_;    // hybrid models: slots no running sequence holds
+  uint64_t partial_hit_tokens_ = 0;        // prompt positions copied from partly shared blocks
+  std::vector<int32_t> free_state_slots_;  // hybrid models: slots no running sequence holds
+  // Hybrid models: prefill splits fall on multiples of state_chunk_ (the
+  // model's results then do not depend on them), and the prefix cache
+  // reuses blocks only up to a kept state snapshot (null without it).
+  int32_t state_chunk_ = 1;
+  int32_t snapshot_alignment_ = 0;  // lcm(block size, state_chunk_): where snapshots are taken
+  std::unique_ptr<StateSnapshots> snapshots_;
+  // The position where a hybrid sequence's state is kept: its last multiple
+  // of snapshot_alignment_ before its last token (0: none).
+  int32_t snapshot_position(const Sequence& seq) const;
+  // A prefill chunk of a hybrid sequence, cut to end at its snapshot
+  // position or a multiple of state_chunk_ (unless it reaches the end).
+  int32_t align_chunk(const Sequence& seq, int32_t chunk) const;
   std::unique_ptr<DraftProposer> proposer_;  // null: no speculation
   SpeculationCosts spec_costs_;
   uint64_t spec_verify_steps_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
