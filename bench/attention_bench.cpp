@@ -48,7 +48,7 @@ void BM_DecodeStep(benchmark::State& state, DType dtype) {
   const ops::AttentionParams params{.n_heads = kHeads, .n_kv_heads = kKvHeads, .head_dim = kHeadDim, .scale = 0.125f};
   for (auto _ : state) {
     for (int l = 0; l < kLayers; ++l)
-      ops::paged_attention(q, keys[size_t(l)], values[size_t(l)], sequences, params, out);
+      ops::paged_attention(q, {.k = keys[size_t(l)], .v = values[size_t(l)], .sequences = sequences}, params, out);
     benchmark::DoNotOptimize(out.data_as<float>());
   }
   state.counters["keys/s"] = benchmark::Counter(double(kLayers) * kSequences * context * double(state.iterations()),

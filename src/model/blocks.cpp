@@ -75,8 +75,9 @@ void add_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<Lora
 
 }  // namespace
 
-void attention_block(const ModelConfig& c, const LayerWeights& w, const AttentionContext& ctx, Tensor& k_cache,
-                     Tensor& v_cache, Activations& a, const LayerLora& lora) {
+void attention_block(const BlockContext& ctx, const LayerWeights& w, const LayerKvCache& cache, Activations& a,
+                     const LayerLora& lora) {
+  const ModelConfig& c = ctx.config;
   const int64_t n = a.h.dim(0);
   const Tensor* qkv_w[] = {&w.wq, &w.wk, &w.wv};
   Tensor* qkv[] = {&a.q, &a.k, &a.v};
@@ -104,6 +105,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   const ops::RopeParams rope{
       .style = c.rope.style, .n_heads = c.n_heads, .head_dim = c.head_dim, .inv_freq = ctx.inv_freq};
   const ops::RopeStoreKvFirst first{.k = a.k, .v = a.v, .positions = ctx.positions, .q_rope = rope};
+  const ops::PagedKvCache paged{.k = cache.k, .v = cache.v, .sequences = ctx.sequences};
   const ops::AttentionParams params{.n_heads = c.n_heads,
                                     .n_kv_heads = c.n_kv_heads,
                                     .head_dim = c.head_dim,
@@ -111,10 +113,10 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
                                     .sliding_window = c.sliding_window};
   if (ctx.collective == nullptr && !w.bo.defined() && !adapted) {
     // a.x += attention·woᵀ: the residual add in the projection.
-    return ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn,
-                                {.w = w.wo, .y = a.x, .scratch = a.out, .hand_on = ctx.norm_handoff});
+    return ops::paged_attention(a.q, first, paged, params,
+                                {.x = a.attn, .w = w.wo, .y = a.x, .scratch = a.out, .hand_on = ctx.norm_handoff});
   }
-  ops::paged_attention(a.q, first, k_cache, v_cache, ctx.sequences, params, a.attn);
+  ops::paged_attention(a.q, first, paged, params, a.attn);
   if (adapted && !w.bo.defined()) {
     // a.x += attention·woᵀ, then each adapter row's low-rank term.
     ops::matmul_accumulate(a.attn, w.wo, a.x, a.out);
@@ -133,8 +135,9 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, const Attentio
   ops::add(a.x, a.out, a.x);
 }
 
-void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops::Collective* collective,
-               const LayerLora& lora, ops::NormHandoff* norm_handoff) {
+void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, const LayerLora& lora) {
+  const ModelConfig& c = ctx.config;
+  ops::Collective* collective = ctx.collective;
   if (lora.adapted()) {
     BRIOCHE_CHECK(collective == nullptr, "mlp_block: adapters are not served with tensor parallelism");
     ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
@@ -148,13 +151,20 @@ void mlp_block(const ModelConfig& c, const LayerWeights& w, Activations& a, ops:
     add_lora(lora, a.gate, {{Projection::Down, &a.x}});
     return;
   }
-  const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = norm_handoff};
-  if (collective == nullptr) return ops::swiglu_mlp(a.x, norm, w.w_gate, w.w_up, w.w_down, a.x, a.gate, a.up, a.out);
+  const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff};
+  const ops::SwigluMlp mlp{.w_gate = w.w_gate,
+                           .w_up = w.w_up,
+                           .w_down = w.w_down,
+                           .hidden = a.gate,
+                           .scratch = a.up,
+                           .y_scratch = a.out,
+                           .output = collective == nullptr ? ops::MlpOutput::AddToY : ops::MlpOutput::WriteY};
+  if (collective == nullptr) return ops::swiglu_mlp(a.x, norm, mlp, a.x);
   // SwiGLU is elementwise over the intermediate columns, so each rank's slice
   // is exact; only down's sum over them is split. The same op as without
   // ranks (the GPU's 16-bit gate/up above 8 rows included), so one rank
   // gives the plain model's numbers.
-  ops::swiglu_mlp(a.x, norm, w.w_gate, w.w_up, w.w_down, a.out, a.gate, a.up, a.out, ops::MlpOutput::WriteY);
+  ops::swiglu_mlp(a.x, norm, mlp, a.out);
   collective->all_reduce_sum(a.out);
   ops::add(a.x, a.out, a.x);
 }

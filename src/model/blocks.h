@@ -41,7 +41,11 @@ class ActivationBuffers {
   Activations full_;
 };
 
-struct AttentionContext {
+// What every block of one forward shares: the model's config, the batch's
+// positions and sequences, and how blocks run (tensor parallelism, the norm
+// handoff).
+struct BlockContext {
+  const ModelConfig& config;
   std::span<const int32_t> positions;  // [n_rows]
   std::span<const ops::AttentionSequence> sequences;
   std::span<const float> inv_freq;  // [head_dim/2] RoPE frequencies
@@ -51,6 +55,12 @@ struct AttentionContext {
   // The decode step's norm handoff (ops/norm_handoff.h): the block's first
   // matmul reads its norm from it, its last answers its request for a.x.
   ops::NormHandoff* norm_handoff = nullptr;
+};
+
+// One layer's paged K/V cache: [n_blocks, block_size, n_kv_heads, head_dim].
+struct LayerKvCache {
+  Tensor& k;
+  Tensor& v;
 };
 
 // The adapters of one layer's rows. With none (the default) the blocks run
@@ -78,15 +88,13 @@ struct LayerLora {
 // With ctx.collective, `w` holds this rank's heads: the o_proj output is a
 // partial sum, all-reduced in a.out before the residual add (the fused
 // accumulate would add the residual once per rank).
-void attention_block(const ModelConfig& config, const LayerWeights& w, const AttentionContext& ctx, Tensor& k_cache,
-                     Tensor& v_cache, Activations& a, const LayerLora& lora = {});
+void attention_block(const BlockContext& ctx, const LayerWeights& w, const LayerKvCache& cache, Activations& a,
+                     const LayerLora& lora = {});
 
 // SwiGLU MLP after RMSNorm (w.ffn_norm): down(silu(gate(h)) · up(h)).
 //   a.x += mlp(rms_norm(a.x))
-// With a collective, `w` holds this rank's slice of the intermediate size:
-// down's output is all-reduced in a.out, then added. `norm_handoff` as
-// AttentionContext's.
-void mlp_block(const ModelConfig& config, const LayerWeights& w, Activations& a, ops::Collective* collective = nullptr,
-               const LayerLora& lora = {}, ops::NormHandoff* norm_handoff = nullptr);
+// With ctx.collective, `w` holds this rank's slice of the intermediate size:
+// down's output is all-reduced in a.out, then added.
+void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, const LayerLora& lora = {});
 
 }  // namespace brioche::model

@@ -188,12 +188,14 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
                                     .sliding_window = spec.sliding ? c.sliding_window : 0};
   if (own_kv) {
     const ops::RopeStoreKvFirst first{.k = k, .v = v, .positions = batch.positions, .q_rope = rope};
-    ops::paged_attention(q, first, cache.keys(layer), cache.values(layer), sequences, params, attn);
+    ops::paged_attention(q, first, {.k = cache.keys(layer), .v = cache.values(layer), .sequences = sequences}, params,
+                         attn);
   } else {
     // The source layer ran earlier in this forward, so its cache already
     // holds these rows' K/V.
     ops::rope(q, batch.positions, rope);
-    ops::paged_attention(q, cache.keys(spec.kv_source), cache.values(spec.kv_source), sequences, params, attn);
+    ops::paged_attention(
+        q, {.k = cache.keys(spec.kv_source), .v = cache.values(spec.kv_source), .sequences = sequences}, params, attn);
   }
   ops::matmul(attn, lw.wo, out);
   ops::rms_norm(out, lw.post_attn_norm, c.rms_eps, out);

@@ -172,11 +172,12 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
   // normalizes it: on the GPU's decode path the first writes that norm and
   // hands it on here (ops/norm_handoff.h).
   ops::NormHandoff norm_handoff;
-  AttentionContext ctx{.positions = batch.positions,
-                       .sequences = sequences,
-                       .inv_freq = inv_freq_,
-                       .collective = collective_,
-                       .norm_handoff = &norm_handoff};
+  BlockContext ctx{.config = c,
+                   .positions = batch.positions,
+                   .sequences = sequences,
+                   .inv_freq = inv_freq_,
+                   .collective = collective_,
+                   .norm_handoff = &norm_handoff};
 
   // Adapter rows: on CUDA through the batch's adapter table on the device
   // (a decode graph's, else uploaded now), on the CPU per run of rows.
@@ -204,9 +205,9 @@ void LlamaModel::forward_on_device(const ForwardBatch& batch, KvCache& cache, Ac
     const LayerWeights& lw = w.layers[layer];
     lora.layer = layer;
     norm_handoff.request(a.x, !adapted ? lw.ffn_norm : no_norm);
-    attention_block(c, lw, ctx, cache.keys(layer), cache.values(layer), a, lora);
+    attention_block(ctx, lw, {.k = cache.keys(layer), .v = cache.values(layer)}, a, lora);
     norm_handoff.request(a.x, adapted ? no_norm : layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm : head_norm);
-    mlp_block(c, lw, a, collective_, lora, &norm_handoff);
+    mlp_block(ctx, lw, a, lora);
   }
   if (n_logits == 0) return;
 

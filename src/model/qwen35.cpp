@@ -195,10 +195,13 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       ops::matmul(h, la.in_b, b);
       ops::matmul(h, la.in_a, a);
       ops::causal_conv1d_silu(qkv, la.conv, recurrent_seqs, cache.conv_state(layer), mixed);
-      ops::delta_rule_gates(a, b, la.a_log, la.dt_bias, g, beta);
+      ops::delta_rule_gates(a, b, {.a_log = la.a_log, .dt_bias = la.dt_bias}, g, beta);
       Tensor core = f32({n, vw});
-      ops::gated_delta_rule(mixed.slice(1, 0, kw), mixed.slice(1, kw, 2 * kw), mixed.slice(1, 2 * kw, 2 * kw + vw), g,
-                            beta,
+      ops::gated_delta_rule({.q = mixed.slice(1, 0, kw),
+                             .k = mixed.slice(1, kw, 2 * kw),
+                             .v = mixed.slice(1, 2 * kw, 2 * kw + vw),
+                             .g = g,
+                             .beta = beta},
                             {.n_k_heads = q.linear_k_heads,
                              .n_v_heads = q.linear_v_heads,
                              .key_dim = q.linear_key_dim,
@@ -224,7 +227,7 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       ops::rope(q_rot, q_positions, rope);
       ops::rope(k_rot, k_positions, rope);
       ops::store_kv(k, v, attention_seqs, cache.keys(layer), cache.values(layer));
-      ops::paged_attention(qs, cache.keys(layer), cache.values(layer), attention_seqs,
+      ops::paged_attention(qs, {.k = cache.keys(layer), .v = cache.values(layer), .sequences = attention_seqs},
                            {.n_heads = c.n_heads,
                             .n_kv_heads = c.n_kv_heads,
                             .head_dim = c.head_dim,

@@ -144,8 +144,9 @@ RopeParams k_rope_of(const RopeParams& q_rope, const Tensor& k_cache) {
 
 }  // namespace
 
-void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions, const RopeParams& q_rope,
-                   std::span<const AttentionSequence> sequences, Tensor& k_cache, Tensor& v_cache) {
+void rope_store_kv(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCache& cache) {
+  auto& [k, v, positions, q_rope] = first;
+  auto& [k_cache, v_cache, sequences] = cache;
   for (const Tensor* t : {&q, &k, &k_cache, &v_cache}) t->note_written();
   const RopeParams k_rope = k_rope_of(q_rope, k_cache);
   if (detail::common_device("rope_store_kv", {&q, &k, &v, &k_cache, &v_cache}) == Device::CUDA) {
@@ -163,8 +164,8 @@ void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_
   store_kv(k, v, sequences, k_cache, v_cache);
 }
 
-void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     std::span<const AttentionSequence> sequences, const AttentionParams& p, Tensor& out) {
+void paged_attention(const Tensor& q, const PagedKvView& cache, const AttentionParams& p, Tensor& out) {
+  auto& [k_cache, v_cache, sequences] = cache;
   out.note_written();
   std::vector<backend::cpu::KvSequence> seqs;
   const backend::cpu::PagedAttentionArgs args = attention_args(q, k_cache, v_cache, sequences, p, out, seqs);
@@ -203,8 +204,9 @@ void rope_store_kv_attention_cuda(Tensor& q, const RopeStoreKvFirst& first, Tens
 
 }  // namespace
 
-void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
-                     std::span<const AttentionSequence> sequences, const AttentionParams& p, Tensor& out) {
+void paged_attention(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCache& cache, const AttentionParams& p,
+                     Tensor& out) {
+  auto& [k_cache, v_cache, sequences] = cache;
   if (detail::common_device("paged_attention", {&q, &first.k, &first.v, &k_cache, &v_cache, &out}) == Device::CUDA) {
     for (const Tensor* t : {&q, &first.k, &k_cache, &v_cache, &out}) t->note_written();
 #if BRIOCHE_CUDA
@@ -213,13 +215,14 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
     detail::fail_no_cuda("paged_attention");
 #endif
   }
-  rope_store_kv(q, first.k, first.v, first.positions, first.q_rope, sequences, k_cache, v_cache);
-  paged_attention(q, k_cache, v_cache, sequences, p, out);
+  rope_store_kv(q, first, cache);
+  paged_attention(q, cache, p, out);
 }
 
-void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
-                     std::span<const AttentionSequence> sequences, const AttentionParams& p, Tensor& out,
+void paged_attention(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCache& cache, const AttentionParams& p,
                      const ProjectAccumulateThen& then) {
+  auto& [k_cache, v_cache, sequences] = cache;
+  Tensor& out = then.x;
 #if BRIOCHE_CUDA
   if (then.w.device() == Device::CUDA) {
     const cpu::MatmulArgs projection = detail::matmul_args(out, then.w, then.y, "paged_attention");
@@ -241,7 +244,7 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
     }
   }
 #endif
-  paged_attention(q, first, k_cache, v_cache, sequences, p, out);
+  paged_attention(q, first, cache, p, out);
   matmul_accumulate(out, then.w, then.y, then.scratch, then.hand_on);
 }
 

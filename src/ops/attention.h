@@ -32,54 +32,69 @@ struct AttentionParams {
   int sliding_window = 0;  // attend only to keys with p − key < window; 0 = all
 };
 
+// One layer's paged cache as attention reads it, and the batch's sequences
+// in it. k, v : [n_blocks, block_size, n_kv_heads, head_dim], f32 or f16
+struct PagedKvView {
+  const Tensor& k;
+  const Tensor& v;
+  std::span<const AttentionSequence> sequences;
+};
+
+// The same, for the ops that also write the batch's keys and values into it.
+struct PagedKvCache {
+  Tensor& k;
+  Tensor& v;
+  std::span<const AttentionSequence> sequences;
+
+  operator PagedKvView() const { return {.k = k, .v = v, .sequences = sequences}; }
+};
+
 // Writes the batch's new keys/values into the cache at each row's position.
 //   k, v    : f32 [n_rows, n_kv_heads * head_dim]
 //   k_cache, v_cache : [n_blocks, block_size, n_kv_heads, head_dim], f32 or f16
 void store_kv(const Tensor& k, const Tensor& v, std::span<const AttentionSequence> sequences, Tensor& k_cache,
               Tensor& v_cache);
 
-// rope(q), rope(k) (with q_rope's rotation, k's heads from the cache), then
-// store_kv(k, v): the step between a layer's QKV projection and its
-// attention. One kernel on CUDA; the same results as the three calls.
-void rope_store_kv(Tensor& q, Tensor& k, const Tensor& v, std::span<const int32_t> positions, const RopeParams& q_rope,
-                   std::span<const AttentionSequence> sequences, Tensor& k_cache, Tensor& v_cache);
-
-// The step before a layer's attention that paged_attention can take in:
-// rope_store_kv's arguments besides q and the caches.
+// rope_store_kv's arguments besides q and the cache: the step before a
+// layer's attention, which paged_attention can take in.
 struct RopeStoreKvFirst {
-  Tensor& k;
-  const Tensor& v;
-  std::span<const int32_t> positions;
+  Tensor& k;                           // f32 [n_rows, n_kv_heads * head_dim]
+  const Tensor& v;                     // f32 [n_rows, n_kv_heads * head_dim]
+  std::span<const int32_t> positions;  // [n_rows]
   const RopeParams& q_rope;
 };
 
-// rope_store_kv(q, first.k, first.v, first.positions, first.q_rope,
-// sequences, k_cache, v_cache), then paged_attention. On CUDA, when every
+// rope(q), rope(k) (with q_rope's rotation, k's heads from the cache), then
+// store_kv(k, v): the step between a layer's QKV projection and its
+// attention. One kernel on CUDA; the same results as the three calls.
+void rope_store_kv(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCache& cache);
+
+// rope_store_kv(q, first, cache), then paged_attention. On CUDA, when every
 // sequence brings one row at its n_past (a decode step), one kernel: its
 // CTAs rotate q in registers and store the rotated K and V themselves,
 // leaving q and k unrotated in memory (the same output and cache bits).
-void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
-                     std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out);
+void paged_attention(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCache& cache, const AttentionParams& params,
+                     Tensor& out);
 
 // The step after a layer's attention that paged_attention can take in: the
-// output projection with its residual add, matmul_accumulate(out, w, y,
-// scratch) (ops/fused_matmul.h).
+// output projection with its residual add, matmul_accumulate(x, w, y,
+// scratch) (ops/fused_matmul.h), x being the attention's output.
 struct ProjectAccumulateThen {
+  Tensor& x;  // the attention's output [n_rows, n_heads * head_dim] (see below for when it is written)
   const Tensor& w;
   Tensor& y;
   Tensor& scratch;
   NormHandoff* hand_on = nullptr;  // as matmul_accumulate's (ops/norm_handoff.h)
 };
 
-// paged_attention(q, first, ...), then matmul_accumulate(out, then.w, then.y,
-// then.scratch). On CUDA, where the projection is a GEMM reading 16-bit rows
-// (above 8 rows), attention writes those rows itself (the bits the
-// conversion of `out` would give) and `out` is not written; where it is a
-// GEMV on int8 activations (up to 8 rows of the int8 path's quantized
-// types), attention writes those (the bits of the GEMV's own quantization)
-// and `out` is not written either.
-void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, Tensor& v_cache,
-                     std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out,
+// paged_attention(q, first, cache, params, then.x), then
+// matmul_accumulate(then.x, then.w, then.y, then.scratch). On CUDA, where the
+// projection is a GEMM reading 16-bit rows (above 8 rows), attention writes
+// those rows itself (the bits the conversion of `then.x` would give) and
+// `then.x` is not written; where it is a GEMV on int8 activations (up to 8
+// rows of the int8 path's quantized types), attention writes those (the
+// bits of the GEMV's own quantization) and `then.x` is not written either.
+void paged_attention(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCache& cache, const AttentionParams& params,
                      const ProjectAccumulateThen& then);
 
 // out[r, h·d:(h+1)·d] = Σ_j softmax_j(scale · q_h·k_j) v_j over the row's
@@ -87,7 +102,6 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, Tensor& k_cache, 
 //   q   : f32 [n_rows, n_heads * head_dim]
 //   out : f32 [n_rows, n_heads * head_dim]
 // Rows not covered by any sequence are left untouched.
-void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     std::span<const AttentionSequence> sequences, const AttentionParams& params, Tensor& out);
+void paged_attention(const Tensor& q, const PagedKvView& cache, const AttentionParams& params, Tensor& out);
 
 }  // namespace brioche::ops

@@ -25,8 +25,9 @@ void check_layout(const DenseAttentionLayout& layout, const DenseAttentionParams
 
 }  // namespace
 
-void dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const DenseAttentionLayout& layout,
-                     const DenseAttentionParams& p, Tensor& out, Tensor& lse) {
+void dense_attention(const DenseAttentionInputs& in, const DenseAttentionLayout& layout, const DenseAttentionParams& p,
+                     Tensor& out, Tensor& lse) {
+  const auto& [q, k, v] = in;
   auto qs = detail::f32_rows(q, "dense_attention", "q");
   auto ks = detail::f32_rows(k, "dense_attention", "k");
   auto vs = detail::f32_rows(v, "dense_attention", "v");
@@ -69,9 +70,11 @@ void dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const De
   backend::cpu::dense_attention(args);
 }
 
-void dense_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                              const Tensor& dout, const DenseAttentionLayout& layout, const DenseAttentionParams& p,
+void dense_attention_backward(const DenseAttentionInputs& in, const DenseAttentionUpstream& upstream,
+                              const DenseAttentionLayout& layout, const DenseAttentionParams& p,
                               const DenseAttentionGrads& g) {
+  const auto& [q, k, v] = in;
+  const auto& [out, lse, dout] = upstream;
   auto qs = detail::f32_rows(q, "dense_attention_backward", "q");
   auto ks = detail::f32_rows(k, "dense_attention_backward", "k");
   auto vs = detail::f32_rows(v, "dense_attention_backward", "v");

@@ -44,9 +44,24 @@ struct DenseAttentionParams {
   int sliding_window = 0;  // 0 = full causal
 };
 
-// q [n, H·d], k/v [n, KV·d], out [n, H·d], lse f32 [n, H] (written)
-void dense_attention(const Tensor& q, const Tensor& k, const Tensor& v, const DenseAttentionLayout& layout,
+// q [n, H·d], k/v [n, KV·d]
+struct DenseAttentionInputs {
+  const Tensor& q;
+  const Tensor& k;
+  const Tensor& v;
+};
+
+// out [n, H·d], lse f32 [n, H] (written)
+void dense_attention(const DenseAttentionInputs& in, const DenseAttentionLayout& layout,
                      const DenseAttentionParams& params, Tensor& out, Tensor& lse);
+
+// What the backward reads besides q, k, v: the forward's out and lse, and
+// dout, the gradient of the loss with respect to out ([n, H·d]).
+struct DenseAttentionUpstream {
+  const Tensor& out;
+  const Tensor& lse;
+  const Tensor& dout;
+};
 
 // dq [n, H·d], dk/dv [n, KV·d] are written (=).
 struct DenseAttentionGrads {
@@ -54,8 +69,8 @@ struct DenseAttentionGrads {
   Tensor& dk;
   Tensor& dv;
 };
-void dense_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                              const Tensor& dout, const DenseAttentionLayout& layout,
-                              const DenseAttentionParams& params, const DenseAttentionGrads& grads);
+void dense_attention_backward(const DenseAttentionInputs& in, const DenseAttentionUpstream& upstream,
+                              const DenseAttentionLayout& layout, const DenseAttentionParams& params,
+                              const DenseAttentionGrads& grads);
 
 }  // namespace brioche::ops

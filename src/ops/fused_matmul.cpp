@@ -119,17 +119,16 @@ void matmul_group_impl(const Tensor& x, std::span<const Tensor* const> ws, std::
 
 }  // namespace
 
-void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch) {
-  swiglu_matmul_impl(x, w_gate, w_up, out, scratch, nullptr);
+void swiglu_matmul(const Tensor& x, const GateUpWeights& w, Tensor& out, Tensor& scratch) {
+  swiglu_matmul_impl(x, w.gate, w.up, out, scratch, nullptr);
 }
 
-void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up, Tensor& out,
-                   Tensor& scratch) {
-  swiglu_matmul_impl(x, w_gate, w_up, out, scratch, &norm);
+void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const GateUpWeights& w, Tensor& out, Tensor& scratch) {
+  swiglu_matmul_impl(x, w.gate, w.up, out, scratch, &norm);
 }
 
-void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
-                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch, MlpOutput output) {
+void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const SwigluMlp& mlp, Tensor& y) {
+  const auto& [w_gate, w_up, w_down, hidden, scratch, y_scratch, output] = mlp;
   const bool add = output == MlpOutput::AddToY;
 #if BRIOCHE_CUDA
   if (w_gate.device() == Device::CUDA) {
@@ -146,7 +145,7 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate,
     return write.finish();
   }
 #endif
-  swiglu_matmul(x, norm, w_gate, w_up, hidden, scratch);
+  swiglu_matmul(x, norm, {.gate = w_gate, .up = w_up}, hidden, scratch);
   if (add)
     matmul_accumulate(hidden, w_down, y, y_scratch, norm.handoff);
   else

@@ -21,9 +21,14 @@ namespace brioche::ops {
 // RMSNorm(y) where it can (ops/norm_handoff.h).
 void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on = nullptr);
 
-// out = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ).    w_gate, w_up [inter, k] of one dtype;
-//                                      out and scratch [n, inter]
-void swiglu_matmul(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch);
+// The two weights of a SwiGLU: gate and up, [inter, k] of one dtype.
+struct GateUpWeights {
+  const Tensor& gate;
+  const Tensor& up;
+};
+
+// out = silu(x·w.gateᵀ) ⊙ (x·w.upᵀ).    out and scratch [n, inter]
+void swiglu_matmul(const Tensor& x, const GateUpWeights& w, Tensor& out, Tensor& scratch);
 
 // ys[i] = x·ws[i]ᵀ for 1–3 weights (Q, K and V), one launch when they share a
 // dtype.
@@ -50,17 +55,27 @@ struct RmsNormFirst {
 void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Tensor* const> ws,
                   std::span<Tensor* const> ys);
 // swiglu_matmul of x̂.
-void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up, Tensor& out,
-                   Tensor& scratch);
+void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const GateUpWeights& w, Tensor& out, Tensor& scratch);
 
 // Where swiglu_mlp puts its result: added to y (the block's residual add), or
 // written to y (a tensor-parallel rank's partial sum, added to the residual
 // after the all-reduce).
 enum class MlpOutput : uint8_t { AddToY, WriteY };
 
+// A Llama MLP's weights, its buffers and where its result goes.
+struct SwigluMlp {
+  const Tensor& w_gate;  // [inter, k]
+  const Tensor& w_up;    // [inter, k], w_gate's dtype
+  const Tensor& w_down;  // [m, inter]
+  Tensor& hidden;        // [n, inter]  the SwiGLU's output
+  Tensor& scratch;       // [n, inter]  the up projection
+  Tensor& y_scratch;     // [n, m]      matmul_accumulate's scratch (unused with WriteY)
+  MlpOutput output = MlpOutput::AddToY;
+};
+
 // y += (silu(x̂·w_gateᵀ) ⊙ (x̂·w_upᵀ))·w_downᵀ: a Llama MLP block with its
 // residual add (y may be x); with MlpOutput::WriteY, y = that product
-// (y_scratch unused). It is swiglu_matmul(x, norm, w_gate, w_up, hidden,
+// (y_scratch unused). It is swiglu_matmul(x, norm, {w_gate, w_up}, hidden,
 // scratch), then matmul_accumulate(hidden, w_down, y, y_scratch) (WriteY:
 // matmul(hidden, w_down, y)); on the GPU above 8 rows (16-bit or quantized
 // weights) the gate and up GEMMs write 16-bit outputs, which the SwiGLU
@@ -69,8 +84,6 @@ enum class MlpOutput : uint8_t { AddToY, WriteY };
 // bf16), and `hidden` and `scratch` are not written. norm.handoff is read
 // for x̂ (as matmul_group's) and, with AddToY, its request for y answered
 // by down (as matmul_accumulate's hand_on).
-void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const Tensor& w_gate, const Tensor& w_up,
-                const Tensor& w_down, Tensor& y, Tensor& hidden, Tensor& scratch, Tensor& y_scratch,
-                MlpOutput output = MlpOutput::AddToY);
+void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const SwigluMlp& mlp, Tensor& y);
 
 }  // namespace brioche::ops

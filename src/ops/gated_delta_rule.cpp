@@ -5,9 +5,9 @@
 
 namespace brioche::ops {
 
-void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                      const DeltaRuleShape& shape, std::span<const RecurrentSequence> sequences, Tensor& state,
-                      Tensor& out) {
+void gated_delta_rule(const DeltaRuleInputs& in, const DeltaRuleShape& shape,
+                      std::span<const RecurrentSequence> sequences, Tensor& state, Tensor& out) {
+  const auto& [q, k, v, g, beta] = in;
   out.note_written();
   state.note_written();
   BRIOCHE_CHECK(
@@ -64,8 +64,8 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
                                   .sequences = sequences});
 }
 
-void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias, Tensor& g,
-                      Tensor& beta) {
+void delta_rule_gates(const Tensor& a, const Tensor& b, const DeltaRuleGateWeights& w, Tensor& g, Tensor& beta) {
+  const auto& [a_log, dt_bias] = w;
   g.note_written();
   beta.note_written();
   auto as = detail::f32_rows(a, "delta_rule_gates", "a");

@@ -29,22 +29,29 @@ struct DeltaRuleShape {
   int value_dim = 0;
 };
 
-//   q, k  : f32 [n_rows, n_k_heads * key_dim]   (rows may be strided)
-//   v     : f32 [n_rows, n_v_heads * value_dim]
-//   g     : f32 [n_rows, n_v_heads]   log of the decay
-//   beta  : f32 [n_rows, n_v_heads]   write strength
+// The rule's per-row inputs (rows may be strided).
+struct DeltaRuleInputs {
+  const Tensor& q;     // f32 [n_rows, n_k_heads * key_dim]
+  const Tensor& k;     // f32 [n_rows, n_k_heads * key_dim]
+  const Tensor& v;     // f32 [n_rows, n_v_heads * value_dim]
+  const Tensor& g;     // f32 [n_rows, n_v_heads]   log of the decay
+  const Tensor& beta;  // f32 [n_rows, n_v_heads]   write strength
+};
+
 //   state : f32 [n_slots, n_v_heads, key_dim, value_dim], per sequence slot
 //   out   : f32 [n_rows, n_v_heads * value_dim]
 // Rows in no sequence are left untouched. CPU only.
-void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                      const DeltaRuleShape& shape, std::span<const RecurrentSequence> sequences, Tensor& state,
-                      Tensor& out);
+void gated_delta_rule(const DeltaRuleInputs& in, const DeltaRuleShape& shape,
+                      std::span<const RecurrentSequence> sequences, Tensor& state, Tensor& out);
 
 // Qwen 3.5's gates from the projections a and b (f32 [n_rows, n_v_heads]):
 //   g    = −exp(a_log[h]) · softplus(a + dt_bias[h])
 //   beta = sigmoid(b)
-// a_log, dt_bias: f32 [n_v_heads]; g, beta: f32 [n_rows, n_v_heads].
-void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias, Tensor& g,
-                      Tensor& beta);
+// g, beta: f32 [n_rows, n_v_heads].
+struct DeltaRuleGateWeights {
+  const Tensor& a_log;    // f32 [n_v_heads]
+  const Tensor& dt_bias;  // f32 [n_v_heads]
+};
+void delta_rule_gates(const Tensor& a, const Tensor& b, const DeltaRuleGateWeights& w, Tensor& g, Tensor& beta);
 
 }  // namespace brioche::ops

@@ -207,7 +207,7 @@ void layer_forward(const LayerContext& ctx, const LayerParams& p, Tensor& x, Lay
   } else {
     c.attn = f32(dev, n, cfg.q_dim());
     c.lse = f32(dev, n, cfg.n_heads);
-    ops::dense_attention(c.q, c.k, c.v, ctx.layout, attention_params(cfg), c.attn, c.lse);
+    ops::dense_attention({.q = c.q, .k = c.k, .v = c.v}, ctx.layout, attention_params(cfg), c.attn, c.lse);
   }
 
   Tensor o = f32(dev, n, cfg.hidden_size);
@@ -277,8 +277,8 @@ void layer_backward(const LayerContext& ctx, const LayerParams& p, LayerCache& c
   lora_linear_backward(site(ctx, p, Module::O, w.wo, w.bo),
                        {.x = c.attn, .u = c.lora_u[size_t(Module::O)], .dy = dx, .dx = d_attn});
   Tensor dq = f32(dev, n, cfg.q_dim()), dk = f32(dev, n, cfg.kv_dim()), dv = f32(dev, n, cfg.kv_dim());
-  ops::dense_attention_backward(c.q, c.k, c.v, c.attn, c.lse, d_attn, ctx.layout, attention_params(cfg),
-                                {.dq = dq, .dk = dk, .dv = dv});
+  ops::dense_attention_backward({.q = c.q, .k = c.k, .v = c.v}, {.out = c.attn, .lse = c.lse, .dout = d_attn},
+                                ctx.layout, attention_params(cfg), {.dq = dq, .dk = dk, .dv = dv});
   c.q = Tensor(), c.k = Tensor(), c.v = Tensor(), c.attn = Tensor(), d_attn = Tensor();
   ops::rope_backward(dq, ctx.positions, rope_params(ctx, cfg.n_heads));
   ops::rope_backward(dk, ctx.positions, rope_params(ctx, cfg.n_kv_heads));

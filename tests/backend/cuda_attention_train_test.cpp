@@ -149,20 +149,21 @@ void check_case(const AttentionCase& c) {
 
   // CPU reference.
   Tensor out_ref = Tensor::zeros(DType::F32, {n, hd}), lse_ref = Tensor::zeros(DType::F32, {n, c.n_heads});
-  dense_attention(q.view, k.view, v.view, layout, params, out_ref, lse_ref);
+  dense_attention({.q = q.view, .k = k.view, .v = v.view}, layout, params, out_ref, lse_ref);
   Tensor dq_ref = Tensor::zeros(DType::F32, {n, hd}), dk_ref = Tensor::zeros(DType::F32, {n, kvd}),
          dv_ref = Tensor::zeros(DType::F32, {n, kvd});
-  dense_attention_backward(q.view, k.view, v.view, out_ref, lse_ref, dout.view, layout, params,
-                           {.dq = dq_ref, .dk = dk_ref, .dv = dv_ref});
+  dense_attention_backward({.q = q.view, .k = k.view, .v = v.view}, {.out = out_ref, .lse = lse_ref, .dout = dout.view},
+                           layout, params, {.dq = dq_ref, .dk = dk_ref, .dv = dv_ref});
 
   // CUDA, outputs in padded storage full of sentinels.
   Padded out = on_device(random_rows(n, hd, c.pad, 5, 1.0f)), dq = on_device(random_rows(n, hd, c.pad, 6, 1.0f)),
          dk = on_device(random_rows(n, kvd, c.pad, 7, 1.0f)), dv = on_device(random_rows(n, kvd, 0, 8, 1.0f));
   Tensor lse = zeros(DType::F32, {n, c.n_heads}, Device::CUDA);
   const Padded qd = on_device(q), kd = on_device(k), vd = on_device(v), doutd = on_device(dout);
-  dense_attention(qd.view, kd.view, vd.view, layout, params, out.view, lse);
+  dense_attention({.q = qd.view, .k = kd.view, .v = vd.view}, layout, params, out.view, lse);
   const Tensor out_ref_d = to_device(out_ref, Device::CUDA), lse_ref_d = to_device(lse_ref, Device::CUDA);
-  dense_attention_backward(qd.view, kd.view, vd.view, out_ref_d, lse_ref_d, doutd.view, layout, params,
+  dense_attention_backward({.q = qd.view, .k = kd.view, .v = vd.view},
+                           {.out = out_ref_d, .lse = lse_ref_d, .dout = doutd.view}, layout, params,
                            {.dq = dq.view, .dk = dk.view, .dv = dv.view});
   synchronize(Device::CUDA);
 
@@ -274,12 +275,13 @@ TEST(CudaAttentionTrain, BackwardIsDeterministic) {
                v = on_device(random_rows(n, kvd, 0, 13, 1.0f)).view,
                dout = on_device(random_rows(n, hd, 0, 14, 1.0f)).view;
   Tensor out = zeros(DType::F32, {n, hd}, Device::CUDA), lse = zeros(DType::F32, {n, c.n_heads}, Device::CUDA);
-  dense_attention(q, k, v, layout, params, out, lse);
+  dense_attention({.q = q, .k = k, .v = v}, layout, params, out, lse);
   std::vector<Tensor> runs;
   for (int run = 0; run < 2; ++run) {
     Tensor dq = zeros(DType::F32, {n, hd}, Device::CUDA), dk = zeros(DType::F32, {n, kvd}, Device::CUDA),
            dv = zeros(DType::F32, {n, kvd}, Device::CUDA);
-    dense_attention_backward(q, k, v, out, lse, dout, layout, params, {.dq = dq, .dk = dk, .dv = dv});
+    dense_attention_backward({.q = q, .k = k, .v = v}, {.out = out, .lse = lse, .dout = dout}, layout, params,
+                             {.dq = dq, .dk = dk, .dv = dv});
     for (const Tensor* t : {&dq, &dk, &dv}) runs.push_back(to_device(*t, Device::CPU));
   }
   for (int i = 0; i < 3; ++i)
@@ -295,7 +297,7 @@ TEST(CudaAttentionTrain, UnsupportedHeadDimIsAClearError) {
   Tensor q = zeros(DType::F32, {16, 160}, Device::CUDA), kv = zeros(DType::F32, {16, 80}, Device::CUDA);
   Tensor out = zeros(DType::F32, {16, 160}, Device::CUDA), lse = zeros(DType::F32, {16, 2}, Device::CUDA);
   try {
-    dense_attention(q, kv, kv, layout, params, out, lse);
+    dense_attention({.q = q, .k = kv, .v = kv}, layout, params, out, lse);
     FAIL() << "head_dim 80 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 80"), std::string::npos) << e.what();
@@ -349,9 +351,13 @@ void bench_shape(const char* name, int heads, int kv_heads, int d, int prompt, i
     synchronize(Device::CUDA);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
   };
-  const double fwd = time_ms([&] { dense_attention(q, k, v, layout, params, out, lse); }, 10);
+  const double fwd = time_ms([&] { dense_attention({.q = q, .k = k, .v = v}, layout, params, out, lse); }, 10);
   const double bwd = time_ms(
-      [&] { dense_attention_backward(q, k, v, out, lse, dout, layout, params, {.dq = dq, .dk = dk, .dv = dv}); }, 10);
+      [&] {
+        dense_attention_backward({.q = q, .k = k, .v = v}, {.out = out, .lse = lse, .dout = dout}, layout, params,
+                                 {.dq = dq, .dk = dk, .dv = dv});
+      },
+      10);
   const double pairs = visible_pairs(prompt, chosen, rejected) * heads;
   std::printf("  %-28s rows %6d  forward %8.3f ms %6.1f TFLOP/s   backward %8.3f ms %6.1f TFLOP/s\n", name, n, fwd,
               4.0 * d * pairs / (fwd * 1e9), bwd, 10.0 * d * pairs / (bwd * 1e9));

@@ -112,7 +112,7 @@ TEST(CudaFusedMatmul, SwigluMatmulMatchesGateUpSwiglu) {
       Tensor x = device_f32(n, k, 6);
       Tensor fused = zeros(DType::F32, {n, inter}, Device::CUDA), scratch = zeros(DType::F32, {n, inter}, Device::CUDA);
       Tensor g = zeros(DType::F32, {n, inter}, Device::CUDA), u = zeros(DType::F32, {n, inter}, Device::CUDA);
-      swiglu_matmul(x, wg, wu, fused, scratch);
+      swiglu_matmul(x, {.gate = wg, .up = wu}, fused, scratch);
       matmul(x, wg, g);
       matmul(x, wu, u);
       swiglu(g, u, g);
@@ -217,8 +217,8 @@ TEST(CudaFusedMatmul, RmsNormFirstSameBitsAsRmsNormThenMatmul) {
         Tensor gate = zeros(DType::F32, {n, ms[1]}, Device::CUDA), up = zeros(DType::F32, {n, ms[1]}, Device::CUDA);
         Tensor gate_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA),
                up_want = zeros(DType::F32, {n, ms[1]}, Device::CUDA);
-        swiglu_matmul(h, w[1], w[2], gate_want, up_want);
-        swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, w[1], w[2], gate, up);
+        swiglu_matmul(h, {.gate = w[1], .up = w[2]}, gate_want, up_want);
+        swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, {.gate = w[1], .up = w[2]}, gate, up);
         expect_same_bits(gate, gate_want, what + " swiglu");
       }
     }
@@ -306,7 +306,7 @@ TEST(CudaFusedMatmul, StackedWeightsMatchSeparateOnes) {
 
       Tensor fused = zeros(DType::F32, {n, inter}, Device::CUDA), scratch = nan_f32(n, inter);
       Tensor g = zeros(DType::F32, {n, inter}, Device::CUDA), u = zeros(DType::F32, {n, inter}, Device::CUDA);
-      swiglu_matmul(x, gate, up, fused, scratch);
+      swiglu_matmul(x, {.gate = gate, .up = up}, fused, scratch);
       matmul(x, device_copy(gate), g);
       matmul(x, device_copy(up), u);
       swiglu(g, u, g);
@@ -353,14 +353,16 @@ TEST(CudaFusedMatmul, SwigluMlpMatchesSwigluThenDown) {
       copy(x, plain);
       Tensor normed = nan_f32(n, k), hidden = nan_f32(n, inter), scratch = nan_f32(n, inter);
       Tensor y_scratch = nan_f32(n, k);
-      swiglu_mlp(fused, {.weight = norm_w, .eps = 1e-6f, .normed = normed}, gate, up, down, fused, hidden, scratch,
-                 y_scratch);
+      swiglu_mlp(
+          fused, {.weight = norm_w, .eps = 1e-6f, .normed = normed},
+          {.w_gate = gate, .w_up = up, .w_down = down, .hidden = hidden, .scratch = scratch, .y_scratch = y_scratch},
+          fused);
       EXPECT_EQ(all_nan(hidden), gate_up_16bit) << what << ": hidden written";
       if (gate_up_16bit) {
         EXPECT_TRUE(all_nan(scratch)) << what << ": the up scratch written";
       }
       Tensor h = nan_f32(n, inter);
-      swiglu_matmul(plain, {.weight = norm_w, .eps = 1e-6f, .normed = normed}, gate, up, h, scratch);
+      swiglu_matmul(plain, {.weight = norm_w, .eps = 1e-6f, .normed = normed}, {.gate = gate, .up = up}, h, scratch);
       matmul_accumulate(h, down, plain, y_scratch);
       EXPECT_LT(nmse(fused, plain), swiglu_mlp_bound(dtype, n)) << what;
     }
@@ -410,9 +412,10 @@ TEST(CudaFusedMatmul, AttentionThenProjectionMatchesTwoOps) {
     Tensor q2 = device_copy(q0), k2 = device_copy(k0), kc2 = device_copy(cache0), vc2 = device_copy(cache0);
     Tensor y1 = device_copy(residual), y2 = device_copy(residual);
     Tensor out1 = nan_f32(n, q_dim), out2 = nan_f32(n, q_dim), scratch = nan_f32(n, hidden);
-    paged_attention(q1, {.k = k1, .v = v0, .positions = positions, .q_rope = rope}, kc1, vc1, seqs, params, out1,
-                    {.w = wo, .y = y1, .scratch = scratch});
-    paged_attention(q2, {.k = k2, .v = v0, .positions = positions, .q_rope = rope}, kc2, vc2, seqs, params, out2);
+    paged_attention(q1, {.k = k1, .v = v0, .positions = positions, .q_rope = rope},
+                    {.k = kc1, .v = vc1, .sequences = seqs}, params, {.x = out1, .w = wo, .y = y1, .scratch = scratch});
+    paged_attention(q2, {.k = k2, .v = v0, .positions = positions, .q_rope = rope},
+                    {.k = kc2, .v = vc2, .sequences = seqs}, params, out2);
     matmul_accumulate(out2, wo, y2, scratch);
     EXPECT_LT(nmse(y1, y2), 1e-10) << dtype_name(dtype);
     const Tensor kc1_host = to_device(kc1, Device::CPU), kc2_host = to_device(kc2, Device::CPU);
@@ -484,9 +487,11 @@ TEST(CudaFusedMatmul, AttentionThenInt8ProjectionSameBitsAsTwoOps) {
       Tensor q2 = device_copy(q0), k2 = device_copy(k0), kc2 = device_copy(cache0), vc2 = device_copy(cache0);
       Tensor y1 = device_copy(residual), y2 = device_copy(residual);
       Tensor out1 = nan_f32(n, q_dim), out2 = nan_f32(n, q_dim), scratch = nan_f32(n, c.hidden);
-      paged_attention(q1, {.k = k1, .v = v0, .positions = positions, .q_rope = rope}, kc1, vc1, seqs, params, out1,
-                      {.w = wo, .y = y1, .scratch = scratch});
-      paged_attention(q2, {.k = k2, .v = v0, .positions = positions, .q_rope = rope}, kc2, vc2, seqs, params, out2);
+      paged_attention(q1, {.k = k1, .v = v0, .positions = positions, .q_rope = rope},
+                      {.k = kc1, .v = vc1, .sequences = seqs}, params,
+                      {.x = out1, .w = wo, .y = y1, .scratch = scratch});
+      paged_attention(q2, {.k = k2, .v = v0, .positions = positions, .q_rope = rope},
+                      {.k = kc2, .v = vc2, .sequences = seqs}, params, out2);
       matmul_accumulate(out2, wo, y2, scratch);
       const Tensor y1_host = on_host(y1), y2_host = on_host(y2);
       EXPECT_EQ(std::memcmp(y1_host.data(), y2_host.data(), y1_host.nbytes()), 0) << what;
@@ -579,8 +584,8 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
     ASSERT_TRUE(streams(x2, gate, &up)) << dtype_name(dtype) << " swiglu";
     Tensor out = zeros(DType::F32, {1, inter}, Device::CUDA), scratch = zeros(DType::F32, {1, inter}, Device::CUDA);
     Tensor out_cpu = Tensor::zeros(DType::F32, {1, inter}), scratch_cpu = Tensor::zeros(DType::F32, {1, inter});
-    swiglu_matmul(x2, gate, up, out, scratch);
-    swiglu_matmul(on_host(x2), on_host(gate), on_host(up), out_cpu, scratch_cpu);
+    swiglu_matmul(x2, {.gate = gate, .up = up}, out, scratch);
+    swiglu_matmul(on_host(x2), {.gate = on_host(gate), .up = on_host(up)}, out_cpu, scratch_cpu);
     EXPECT_LT(nmse(out, to_device(out_cpu, Device::CUDA)), 1e-10) << dtype_name(dtype) << " swiglu";
   }
 }
@@ -617,8 +622,8 @@ TEST(CudaFusedMatmul, StreamedRmsNormFirstSameBitsAsRmsNormThenMatmul) {
 
     Tensor act = zeros(DType::F32, {1, m}, Device::CUDA), act_want = zeros(DType::F32, {1, m}, Device::CUDA);
     Tensor scratch = zeros(DType::F32, {1, m}, Device::CUDA);
-    swiglu_matmul(h, gate, up, act_want, scratch);
-    swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, gate, up, act, scratch);
+    swiglu_matmul(h, {.gate = gate, .up = up}, act_want, scratch);
+    swiglu_matmul(x, {.weight = norm_w, .eps = 1e-5f, .normed = normed}, {.gate = gate, .up = up}, act, scratch);
     expect_same_bits(act, act_want, what + " swiglu");
     EXPECT_TRUE(all_nan(normed)) << what << ": normed written, norm not fused";
   }
@@ -669,8 +674,9 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
       matmul_accumulate(attn, wo, y, scratch, hp);
       s.after_o = device_copy(y);
       handoff.request(y, attn_norm);
-      swiglu_mlp(y, {.weight = ffn_norm, .eps = 1e-5f, .normed = h, .handoff = hp}, gate, up, down, y, hidden, hidden2,
-                 scratch);
+      swiglu_mlp(
+          y, {.weight = ffn_norm, .eps = 1e-5f, .normed = h, .handoff = hp},
+          {.w_gate = gate, .w_up = up, .w_down = down, .hidden = hidden, .scratch = hidden2, .y_scratch = scratch}, y);
       s.after_mlp = device_copy(y);
       const Tensor* ws[] = {&wq, &wk, &wv};
       Tensor* ys[] = {&s.q, &s.k, &s.v};

@@ -193,7 +193,7 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
     const int64_t n = bb.batch.n_rows();
     std::vector<ops::AttentionSequence> seqs;
     for (const SequenceView& s : bb.batch.sequences) seqs.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
-    AttentionContext ctx{.positions = bb.batch.positions, .sequences = seqs, .inv_freq = inv_freq};
+    const BlockContext ctx{.config = fc, .positions = bb.batch.positions, .sequences = seqs, .inv_freq = inv_freq};
 
     ActivationBuffers full_buffers;
     Activations fa = full_buffers.view(fc, n);
@@ -207,9 +207,9 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
       for (int half = 0; half < 2; ++half) {  // attention, then MLP
         const LayerWeights& flw = full.weights.layers[size_t(layer)];
         if (half == 0)
-          attention_block(fc, flw, ctx, full_cache.keys(layer), full_cache.values(layer), fa);
+          attention_block(ctx, flw, {.k = full_cache.keys(layer), .v = full_cache.values(layer)}, fa);
         else
-          mlp_block(fc, flw, fa);
+          mlp_block(ctx, flw, fa);
 
         std::vector<Tensor> partials(N);
         Tensor sum;
@@ -222,13 +222,16 @@ TEST(TensorParallelShard, SummedShardBlocksEqualTheFullBlocks) {
             HandSum collective(r, N, partials, pass == 0 ? nullptr : &sum);
             Activations sa = buffers[size_t(r)].view(s.config, n);
             ops::copy(x, sa.x);
-            if (half == 0) {
-              AttentionContext sctx = ctx;
-              sctx.collective = &collective;
-              attention_block(s.config, lw, sctx, caches[size_t(r)]->keys(layer), caches[size_t(r)]->values(layer), sa);
-            } else {
-              mlp_block(s.config, lw, sa, &collective);
-            }
+            const BlockContext sctx{.config = s.config,
+                                    .positions = ctx.positions,
+                                    .sequences = ctx.sequences,
+                                    .inv_freq = ctx.inv_freq,
+                                    .collective = &collective};
+            if (half == 0)
+              attention_block(sctx, lw, {.k = caches[size_t(r)]->keys(layer), .v = caches[size_t(r)]->values(layer)},
+                              sa);
+            else
+              mlp_block(sctx, lw, sa);
             results.push_back(sa.x);
           }
           if (pass == 0) {

@@ -103,7 +103,7 @@ void run_case(const Case& c, uint32_t seed) {
     if (isa == cpu::Isa::Scalar) continue;  // attention has no scalar-only path
     cpu::set_isa_override(isa);
     Tensor out = Tensor::zeros(DType::F32, {n_rows, q_dim});
-    ops::paged_attention(q, kc, vc, seqs,
+    ops::paged_attention(q, {.k = kc, .v = vc, .sequences = seqs},
                          {.n_heads = c.n_heads,
                           .n_kv_heads = c.n_kv_heads,
                           .head_dim = c.head_dim,

@@ -269,13 +269,13 @@ void check_attention(AttnRef ref, uint32_t seed) {
                               .sliding_window = ref.window};
   Tensor qt = to_tensor(q, ref.n, qd), kt = to_tensor(k, ref.n, kd), vt = to_tensor(v, ref.n, kd);
   Tensor out = Tensor::zeros(DType::F32, {ref.n, qd}), lse = Tensor::zeros(DType::F32, {ref.n, ref.heads});
-  dense_attention(qt, kt, vt, layout, params, out, lse);
+  dense_attention({.q = qt, .k = kt, .v = vt}, layout, params, out, lse);
   Vec want = ref(q, k, v), got = to_vec(out);
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5);
   Tensor dq = Tensor::zeros(DType::F32, {ref.n, qd}), dk = Tensor::zeros(DType::F32, {ref.n, kd}),
          dv = Tensor::zeros(DType::F32, {ref.n, kd});
-  dense_attention_backward(qt, kt, vt, out, lse, to_tensor(cot, ref.n, qd), layout, params,
-                           {.dq = dq, .dk = dk, .dv = dv});
+  dense_attention_backward({.q = qt, .k = kt, .v = vt}, {.out = out, .lse = lse, .dout = to_tensor(cot, ref.n, qd)},
+                           layout, params, {.dq = dq, .dk = dk, .dv = dv});
   expect_grad_matches([&](const Vec& x) { return ref(x, k, v); }, q, cot, to_vec(dq), 1e-4, "attention dq");
   expect_grad_matches([&](const Vec& x) { return ref(q, x, v); }, k, cot, to_vec(dk), 1e-4, "attention dk");
   expect_grad_matches([&](const Vec& x) { return ref(q, k, x); }, v, cot, to_vec(dv), 1e-4, "attention dv");
