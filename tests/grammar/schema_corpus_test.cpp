@@ -1,0 +1,67 @@
+// The real-world schema corpus of bench/schema_corpus.py (213 schemas from
+// pinned PyPI packages, instances judged valid or invalid by `jsonschema`;
+// tools/oracle/schema_corpus.py builds it): every schema that compiles must
+// accept each of its valid instances and reject each invalid one, with the
+// options the bench uses (JSON Schema's reading: strict=false, oneOf exact or
+// refused, at most 20 blanks in a row). Instances are walked byte by byte
+// over a one-byte vocabulary, so the test checks the grammar itself and
+// stays fast; the token-level walks are the bench's (Llama-3) and
+// golden_walks_test's.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "fixture_vocab.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace brioche::grammar {
+namespace {
+
+std::shared_ptr<const Vocabulary> one_byte_tokens() {
+  std::vector<std::string> toks;
+  for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
+  toks.push_back("");  // EOS
+  return std::make_shared<const Vocabulary>(std::move(toks), VocabularyOptions{.eos_ids = {256}, .special_ids = {}});
+}
+
+TEST(SchemaCorpus, CompiledSchemasAgreeWithJsonschema) {
+  const auto corpus =
+      nlohmann::ordered_json::parse(testing::read_zstd(testing::source_path("bench/schema_corpus/corpus.json.zst")));
+  const SchemaOptions options{.any_whitespace = true, .max_whitespace = 20, .strict = false, .one_of_as_any_of = false};
+  auto vocab = one_byte_tokens();
+  int compiled = 0, instances = 0;
+  for (const auto& entry : corpus["schemas"]) {
+    const std::string source = entry["source"].get<std::string>();
+    std::shared_ptr<const CompiledGrammar> grammar;
+    try {
+      grammar = CompiledGrammar::compile(Grammar::from_json_schema(entry["schema"], options), vocab);
+    } catch (const Error&) {
+      continue;  // refused (an unsupported keyword): not a wrong answer
+    }
+    ++compiled;
+    for (const char* kind : {"valid", "invalid"}) {
+      const bool valid = std::string(kind) == "valid";
+      for (const auto& instance : entry[kind]) {
+        const std::string text = instance.get<std::string>();
+        GrammarMatcher m(grammar);
+        const bool accepted = m.accept_bytes(text) && m.can_terminate();
+        EXPECT_EQ(accepted, valid) << source << ": jsonschema says " << kind << ", the grammar "
+                                   << (accepted ? "accepts" : "rejects") << " it:\n"
+                                   << text.substr(0, 2000);
+        ++instances;
+      }
+    }
+  }
+  // What compiled at the time of writing (2026-12-06): fewer means a schema
+  // that compiled is now refused.
+  EXPECT_GE(compiled, 92);
+  EXPECT_GE(instances, 480);
+  std::printf("schema corpus: %d of %zu schemas compiled, %d instances checked\n", compiled, corpus["schemas"].size(),
+              instances);
+}
+
+}  // namespace
+}  // namespace brioche::grammar
