@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_io.h"
 #include "grammar/compiler.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
@@ -27,17 +28,6 @@ using namespace brioche::grammar;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
 
 std::vector<int> byte_table() {
   std::vector<int> table(512, -1);
@@ -54,7 +44,7 @@ std::vector<int> byte_table() {
 }
 
 std::shared_ptr<const Vocabulary> load_llama3(const std::string& path) {
-  auto j = nlohmann::json::parse(run("zstd -dc '" + path + "'"));
+  auto j = nlohmann::json::parse(brioche::bench::read_zstd_file(path));
   int32_t n = 0;
   for (auto& [k, v] : j["model"]["vocab"].items()) n = std::max(n, v.get<int32_t>() + 1);
   for (auto& t : j["added_tokens"]) n = std::max(n, t["id"].get<int32_t>() + 1);
@@ -148,11 +138,13 @@ int main(int argc, char** argv) {
   // The schemas of tools/oracle/grammar_cases.py, dumped by bench/grammar_xgrammar.py --dump.
   nlohmann::ordered_json cases;
   if (only.ends_with(".json")) {
-    cases = nlohmann::ordered_json::array({{{"name", only.substr(only.rfind('/') + 1)},
-                                            {"schema", nlohmann::ordered_json::parse(run("cat '" + only + "'"))}}});
+    cases = nlohmann::ordered_json::array(
+        {{{"name", only.substr(only.rfind('/') + 1)},
+          {"schema", nlohmann::ordered_json::parse(brioche::bench::read_command("cat '" + only + "'"))}}});
     only.clear();
   } else {
-    cases = nlohmann::ordered_json::parse(run("python3 " + source_dir() + "/bench/grammar_xgrammar.py --dump"));
+    cases = nlohmann::ordered_json::parse(
+        brioche::bench::read_command("python3 " + source_dir() + "/bench/grammar_xgrammar.py --dump"));
   }
   std::printf("%-16s %9s %9s %9s %10s %10s %10s %10s %10s %8s\n", "schema", "cold_ms", "warm_ms", "first_us",
               "mask_p50us", "mask_p99us", "mask_max_us", "steady_p50", "steady_p99", "steps");

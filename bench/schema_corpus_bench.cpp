@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_io.h"
 #include "core/error.h"
 #include "grammar/compiler.h"
 #include "grammar/grammar.h"
@@ -29,27 +30,12 @@
 using namespace brioche;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-std::string read_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr, "usage: %s tokenizer.json.zst prepared.json out.jsonl\n", argv[0]);
     return 2;
   }
-  auto tok = tokenizer::Tokenizer::from_tokenizer_json(read_command(std::string("zstd -dc '") + argv[1] + "'"));
+  auto tok = tokenizer::Tokenizer::from_tokenizer_json(bench::read_zstd_file(argv[1]));
   std::ifstream in(argv[2]);
   std::stringstream ss;
   ss << in.rdbuf();
