@@ -11,7 +11,13 @@
 // device memory instead (what a decode graph replays with a new mix), and
 // covers up to three projections of one x per launch; both paths reduce
 // through block_dot, so both give the same bits.
+// All four kernels are dependent launches (launch.cuh), so the adapted layer
+// stays one PDL chain with the GEMVs around it; a shrink block prefetches its
+// row of A into L2 before its wait, while the GEMV before it still runs. The
+// adapter table is written only by host copies queued before the step, so
+// reading it before the wait is as safe as reading a weight.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/lora_rows.h"
 #include <algorithm>
 #include <climits>
@@ -57,20 +63,32 @@ __device__ float block_dot(const __half* a, const float* x, int64_t in) {
   return sum;
 }
 
+// A's row k into L2 (bulk prefetches take 16-byte multiples at 16-byte
+// aligned addresses: every row of A is, when `in` is a multiple of 8).
+__device__ void prefetch_a_row(const __half* a_row, int64_t in) {
+  if (threadIdx.x == 0 && in % 8 == 0 && reinterpret_cast<uintptr_t>(a_row) % 16 == 0)
+    detail::prefetch_l2(a_row, uint32_t(in * sizeof(__half)));
+}
+
 // grid (rows, max_rank), kShrinkThreads threads: one block per (row, k).
 __global__ void shrink_kernel(const float* x, int64_t ldx, float* u, int64_t ldu, int64_t in, int32_t first_row,
                               SegmentTable table) {
   const int32_t row = first_row + int32_t(blockIdx.x);
   const LoraRowsSegment* seg = segment_of(table, row);
   const int32_t k = int32_t(blockIdx.y);
-  if (seg == nullptr || k >= seg->rank) return;
-  const float sum = block_dot(reinterpret_cast<const __half*>(seg->a) + int64_t(k) * in, x + int64_t(row) * ldx, in);
+  const bool active = seg != nullptr && k < seg->rank;
+  const __half* a_row = active ? reinterpret_cast<const __half*>(seg->a) + int64_t(k) * in : nullptr;
+  if (active) prefetch_a_row(a_row, in);
+  detail::pdl_prologue();
+  if (!active) return;
+  const float sum = block_dot(a_row, x + int64_t(row) * ldx, in);
   if (threadIdx.x == 0) u[int64_t(row) * ldu + k] = sum;
 }
 
 // grid (rows, ceil(out / 256)), 256 threads, one output column each.
 __global__ void expand_kernel(const float* u, int64_t ldu, float* y, int64_t ldy, int64_t out, int32_t first_row,
                               SegmentTable table) {
+  detail::pdl_prologue();
   const int32_t row = first_row + int32_t(blockIdx.x);
   const LoraRowsSegment* seg = segment_of(table, row);
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
@@ -98,11 +116,10 @@ void lora_rows_add(const LoraRowsArgs& a) {
     }
     if (hi <= lo || max_rank == 0) continue;
     const unsigned rows = unsigned(hi - lo);
-    shrink_kernel<<<dim3(rows, unsigned(max_rank)), kShrinkThreads, 0, detail::current_stream()>>>(
-        a.x, a.ldx, a.u, a.ldu, a.in, lo, table);
-    expand_kernel<<<dim3(rows, unsigned((a.out + 255) / 256)), 256, 0, detail::current_stream()>>>(
-        a.u, a.ldu, a.y, a.ldy, a.out, lo, table);
-    CUDA_CHECK_LAUNCH();
+    detail::launch_dependent(shrink_kernel, dim3(rows, unsigned(max_rank)), dim3(kShrinkThreads), 0, a.x, a.ldx, a.u,
+                             a.ldu, a.in, lo, table);
+    detail::launch_dependent(expand_kernel, dim3(rows, unsigned((a.out + 255) / 256)), dim3(256), 0, a.u, a.ldu, a.y,
+                             a.ldy, a.out, lo, table);
   }
 }
 
@@ -115,18 +132,21 @@ using backend::cpu::LoraTableArgs;
 __global__ void table_shrink_kernel(LoraTableArgs a) {
   const int32_t row = int32_t(blockIdx.x);
   const int32_t slot = a.row_slot[row];
-  if (slot < 0) return;
   const int32_t p = int32_t(blockIdx.y) / a.rank_cap;
   const int32_t k = int32_t(blockIdx.y) % a.rank_cap;
-  const LoraFactors f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
-  if (f.a == nullptr || k >= f.rank) return;
-  const float sum =
-      block_dot(reinterpret_cast<const __half*>(f.a) + int64_t(k) * a.in, a.x + int64_t(row) * a.ldx, a.in);
+  const LoraFactors f = slot >= 0 ? a.factors[int64_t(slot) * a.slot_stride + a.entry[p]] : LoraFactors{};
+  const bool active = f.a != nullptr && k < f.rank;
+  const __half* a_row = active ? reinterpret_cast<const __half*>(f.a) + int64_t(k) * a.in : nullptr;
+  if (active) prefetch_a_row(a_row, a.in);
+  detail::pdl_prologue();
+  if (!active) return;
+  const float sum = block_dot(a_row, a.x + int64_t(row) * a.ldx, a.in);
   if (threadIdx.x == 0) a.u[int64_t(row) * a.ldu + int64_t(p) * a.rank_cap + k] = sum;
 }
 
 // grid (rows, parts · ceil(max out / 256)), 256 threads, one output column each.
 __global__ void table_expand_kernel(LoraTableArgs a, int32_t column_blocks) {
+  detail::pdl_prologue();
   const int32_t row = int32_t(blockIdx.x);
   const int32_t slot = a.row_slot[row];
   if (slot < 0) return;
@@ -150,11 +170,10 @@ void lora_table_add(const LoraTableArgs& a) {
   int64_t max_out = 0;
   for (int p = 0; p < a.n_parts; ++p) max_out = std::max(max_out, a.out[p]);
   const int32_t column_blocks = int32_t((max_out + 255) / 256);
-  table_shrink_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * a.rank_cap)), kShrinkThreads, 0,
-                        detail::current_stream()>>>(a);
-  table_expand_kernel<<<dim3(unsigned(a.n_rows), unsigned(a.n_parts * column_blocks)), 256, 0,
-                        detail::current_stream()>>>(a, column_blocks);
-  CUDA_CHECK_LAUNCH();
+  detail::launch_dependent(table_shrink_kernel, dim3(unsigned(a.n_rows), unsigned(a.n_parts * a.rank_cap)),
+                           dim3(kShrinkThreads), 0, a);
+  detail::launch_dependent(table_expand_kernel, dim3(unsigned(a.n_rows), unsigned(a.n_parts * column_blocks)),
+                           dim3(256), 0, a, column_blocks);
 }
 
 }  // namespace brioche::cuda
