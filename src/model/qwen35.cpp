@@ -165,8 +165,11 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
   for (const SequenceView& s : batch.sequences) {
     if (s.n_rows == 0) continue;
     attention_seqs.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
-    recurrent_seqs.push_back(
-        {.first_row = s.first_row, .n_rows = s.n_rows, .state_slot = s.state_slot, .starts = s.n_past == 0});
+    recurrent_seqs.push_back({.first_row = s.first_row,
+                              .n_rows = s.n_rows,
+                              .state_slot = s.state_slot,
+                              .starts = s.n_past == 0,
+                              .first_position = s.n_past});
   }
   // RoPE on the first rotary_dim dims of each head: the op sees one row per
   // (token, head), so each head's row carries its token's position.

@@ -14,6 +14,15 @@ struct RecurrentSequence {
   // The sequence starts here (n_past 0): the slot's old contents are ignored
   // and the rows start from a zero state.
   bool starts = false;
+  int32_t first_position = 0;  // position of its first row (n_past): chunks of the delta rule align to it
 };
+
+// Rows per chunk of the gated delta rule's chunked form (ops/gated_delta_rule.h).
+// Chunks cover positions [j·kDeltaRuleChunk, (j+1)·kDeltaRuleChunk): how a
+// sequence's rows are split into forwards changes no result as long as the
+// splits fall on multiples of it (the engine's prefill chunks of hybrid
+// models do; docs/model.md "Qwen 3.5"). Chosen by measurement
+// (bench/delta_rule_bench.cpp).
+inline constexpr int32_t kDeltaRuleChunk = 64;
 
 }  // namespace brioche::ops

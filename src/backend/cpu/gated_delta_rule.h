@@ -16,6 +16,9 @@ struct GatedDeltaRuleArgs {
   int64_t q_stride, k_stride, v_stride, g_stride, beta_stride, out_stride;
   int n_k_heads, n_v_heads, key_dim, value_dim;
   std::span<const ops::RecurrentSequence> sequences;
+  // Rows per chunk of the chunked form (chunks align to positions that are
+  // multiples of it); 1: the recurrent form for every row.
+  int chunk_size = ops::kDeltaRuleChunk;
 };
 
 void gated_delta_rule(const GatedDeltaRuleArgs& args);
