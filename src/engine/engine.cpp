@@ -133,7 +133,10 @@ std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, 
     proposer = std::make_unique<DraftModelProposer>(make_model_runner(options.draft_model, draft_kv),
                                                     double(draft.weight_bytes()) / double(model->weight_bytes()));
   } else {
-    runner = make_model_runner(model, options.kv);
+    KvSizing kv = options.kv;
+    if (!options.scheduler.prefix_cache)
+      kv.state_snapshots = 0;  // hybrid models' snapshots serve only the prefix cache
+    runner = make_model_runner(model, kv);
   }
   auto engine =
       std::make_unique<Engine>(std::move(runner), make_text_codec(tok), options.scheduler, std::move(proposer));

@@ -7,6 +7,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/device.h"
+#include "ops/recurrent_sequence.h"
 #include "tokenizer/tokenizer.h"
 
 namespace brioche::engine {
@@ -47,17 +48,20 @@ class TransformerRunner final : public ModelRunner {
       state_slots_ = sizing.state_slots > 0
                          ? sizing.state_slots
                          : int32_t(std::clamp<size_t>(budget / 4 / std::max<size_t>(per_slot, 1), 1, kMaxStateSlots));
+      snapshots_ = sizing.state_snapshots < 0 ? state_slots_ : sizing.state_snapshots;
       const size_t per_block = model::KvCache::block_bytes(config, sizing.block_size, sizing.dtype);
       if (sizing.n_blocks <= 0 && per_block > 0) {
-        const int32_t state_blocks = int32_t((per_slot * size_t(state_slots_) + per_block - 1) / per_block);
+        const size_t state_bytes = per_slot * size_t(state_slots_ + snapshots_);
+        const int32_t state_blocks = int32_t((state_bytes + per_block - 1) / per_block);
         n_blocks = std::max(n_blocks - state_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
       }
     }
-    cache_ = std::make_unique<model::KvCache>(config, model::KvCacheOptions{.block_size = sizing.block_size,
-                                                                            .n_blocks = n_blocks,
-                                                                            .dtype = sizing.dtype,
-                                                                            .device = model_->device(),
-                                                                            .n_state_slots = state_slots_});
+    cache_ =
+        std::make_unique<model::KvCache>(config, model::KvCacheOptions{.block_size = sizing.block_size,
+                                                                       .n_blocks = n_blocks,
+                                                                       .dtype = sizing.dtype,
+                                                                       .device = model_->device(),
+                                                                       .n_state_slots = state_slots_ + snapshots_});
   }
 
   int32_t vocab_size() const override { return model_->config().vocab_size; }
@@ -65,6 +69,9 @@ class TransformerRunner final : public ModelRunner {
   int32_t kv_block_size() const override { return cache_->block_size(); }
   int32_t kv_block_count() const override { return cache_->n_blocks(); }
   int32_t state_slot_count() const override { return state_slots_; }
+  int32_t state_snapshot_count() const override { return snapshots_; }
+  void copy_state(int32_t src, int32_t dst) override { cache_->copy_state_slot(src, dst); }
+  int32_t state_chunk() const override { return state_slots_ > 0 ? ops::kDeltaRuleChunk : 1; }
   Device device() const override { return model_->device(); }
   void forward(const model::ForwardBatch& batch, Tensor& logits) override { model_->forward(batch, *cache_, logits); }
   bool forward_from_device_tokens(const model::ForwardBatch& batch, const Tensor& tokens, Tensor& logits) override {
@@ -83,7 +90,8 @@ class TransformerRunner final : public ModelRunner {
   std::shared_ptr<model::Model> model_;
   std::unique_ptr<model::KvCache> cache_;
   int32_t context_ = 0;
-  int32_t state_slots_ = 0;  // hybrid models: recurrent state slots in cache_
+  int32_t state_slots_ = 0;  // hybrid models: recurrent state slots in cache_ for running sequences
+  int32_t snapshots_ = 0;    // and snapshot slots after them (the prefix cache's)
 };
 
 class DetokenizerStream final : public TextStream {

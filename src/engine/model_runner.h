@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "model/forward_batch.h"
 
@@ -54,6 +55,18 @@ class ModelRunner {
   // A running sequence holds one (SequenceView::state_slot), so at most this
   // many sequences run at once.
   virtual int32_t state_slot_count() const { return 0; }
+  // Snapshot slots beside them (state slots state_slot_count() ..
+  // + state_snapshot_count() - 1): the prefix cache of hybrid models keeps
+  // the state at a prompt's end there (engine/scheduler.cpp, docs/server.md).
+  virtual int32_t state_snapshot_count() const { return 0; }
+  // Copies the recurrent state of slot src over slot dst (either kind).
+  virtual void copy_state(int32_t src, int32_t dst) {
+    fail("copy_state(", src, ", ", dst, "): this model keeps no recurrent state");
+  }
+  // Positions at which a sequence's rows may be split into forwards without
+  // changing any result (hybrid models: the delta rule's chunk,
+  // ops::kDeltaRuleChunk); 1: anywhere.
+  virtual int32_t state_chunk() const { return 1; }
   // Copies K/V of the first n_tokens positions of block src into block dst
   // (prefix sharing below block granularity). A runner that cannot returns
   // false and the scheduler shares whole blocks only.
@@ -97,6 +110,10 @@ struct KvSizing {
   // the same budget before the KV blocks. 0: as many as a quarter of the
   // budget holds, 1 to kMaxStateSlots.
   int32_t state_slots = 0;
+  // Snapshot slots for the prefix cache of hybrid models, beside the state
+  // slots and from the same budget. -1: as many as state slots; 0: none
+  // (no prefix reuse for hybrid models).
+  int32_t state_snapshots = -1;
 };
 
 inline constexpr int32_t kMaxStateSlots = 64;

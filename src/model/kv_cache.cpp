@@ -63,6 +63,19 @@ size_t KvCache::block_bytes(const ModelConfig& config, int block_size, DType dty
   return 2 * values_per_position * size_t(block_size) * size_t(dtype_info(dtype).block_bytes);
 }
 
+void KvCache::copy_state_slot(int src, int dst) {
+  BRIOCHE_CHECK(src >= 0 && src < n_state_slots() && dst >= 0 && dst < n_state_slots(), "KV cache: copy_state_slot(",
+                src, ", ", dst, ") outside [0, ", n_state_slots(), ")");
+  if (src == dst) return;
+  for (size_t l = 0; l < conv_states_.size(); ++l) {
+    if (!conv_states_[l].defined()) continue;
+    for (Tensor* t : {&conv_states_[l], &recurrent_states_[l]}) {
+      Tensor to = t->slice(0, dst, dst + 1);
+      ops::copy(t->slice(0, src, src + 1), to);
+    }
+  }
+}
+
 void KvCache::copy_block(int src, int dst) { copy_block_prefix(src, dst, block_size()); }
 
 void KvCache::copy_block_prefix(int src, int dst, int n_slots) {

@@ -60,6 +60,9 @@ class KvCache {
   // every layer (a sequence taking the leading tokens of a cached block that
   // it shares only partly; its own positions after them are written later).
   void copy_block_prefix(int src, int dst, int n_slots);
+  // Copies state slot `src` over slot `dst` in every layer with state (a
+  // snapshot of a sequence's recurrent state, or one restored from it).
+  void copy_state_slot(int src, int dst);
 
   // Bytes one block takes over all layers, K and V (for sizing the cache):
   // the sum of the layers' own shapes.

@@ -2,8 +2,9 @@
 // dense: linear-attention layers with a recurrent state per sequence): a
 // mixed batch of very different lengths, with a cancellation and
 // preemptions, gives each request exactly the tokens it gets alone; state
-// slots are handed back; the prefix cache and speculation are off for such
-// models.
+// slots are handed back; the prefix cache reuses a prompt up to a kept state
+// snapshot, with exactly the tokens computed without it; speculation is
+// refused.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -121,17 +122,59 @@ TEST(Qwen35Engine, MixedBatchWithCancellationAndPreemptionGivesEachRequestItsSol
   for (size_t i = 0; i < more.size(); ++i) EXPECT_EQ(collect(*more[i]).tokens, alone[i].tokens) << "request " << i;
 }
 
-// Prefix reuse for hybrid models is limited to what is exact: none. A
-// cached block holds K/V but not the recurrent state after it, so a
-// repeated prompt is computed again (and gives the same tokens).
-TEST(Qwen35Engine, RepeatedPromptIsComputedAgain) {
+EngineOptions without_prefix_cache() {
+  EngineOptions o = small_cache();
+  o.scheduler.prefix_cache = false;
+  return o;
+}
+
+// A repeated prompt (90 tokens) starts from the state snapshot kept at its
+// last 64-position boundary (lcm of the 16-position block and the 64-row
+// delta-rule chunk): 64 prompt tokens come from the cache, and the tokens
+// equal those of an engine without a prefix cache, greedy and seeded.
+TEST(Qwen35Engine, RepeatedPromptStartsFromItsStateSnapshot) {
   auto engine = Engine::load(small_cache());
-  GenerationRequest r = requests()[3];  // 90 tokens: five full blocks
-  Outcome first = collect(*engine->submit(r));
-  Outcome second = collect(*engine->submit(r));
-  EXPECT_EQ(second.tokens, first.tokens);
-  EXPECT_EQ(second.cached_prompt_tokens, 0);
-  EXPECT_EQ(engine->stats().prefix_hit_blocks, 0u);
+  auto plain = Engine::load(without_prefix_cache());
+  for (size_t i : {3, 0}) {  // greedy 90 tokens; greedy 200 tokens (snapshot at 192)
+    GenerationRequest r = requests()[i];
+    const Outcome reference = collect(*plain->submit(r));
+    const Outcome first = collect(*engine->submit(r));
+    const Outcome second = collect(*engine->submit(r));
+    EXPECT_EQ(first.tokens, reference.tokens) << "request " << i;
+    EXPECT_EQ(second.tokens, reference.tokens) << "request " << i;
+    EXPECT_EQ(first.cached_prompt_tokens, 0);
+    EXPECT_EQ(second.cached_prompt_tokens, (int32_t(r.prompt_tokens.size()) - 1) / 64 * 64) << "request " << i;
+  }
+  GenerationRequest seeded = requests()[3];
+  seeded.sampling = {.temperature = 0.9f, .top_p = 0.95f, .seed = 77};
+  const Outcome reference = collect(*plain->submit(seeded));
+  EXPECT_EQ(collect(*engine->submit(seeded)).tokens, reference.tokens);
+  EXPECT_GT(engine->stats().prefix_hit_blocks, 0u);
+  EXPECT_EQ(plain->stats().prefix_hit_blocks, 0u);
+}
+
+// A conversation's next turn (its prompt: the last prompt, the answer and a
+// new message) reuses the last prompt's snapshot; a prompt that shares only
+// a part of a cached prompt below any snapshot computes everything; both
+// give the tokens of an engine without a prefix cache.
+TEST(Qwen35Engine, NextTurnReusesThePreviousPromptAndPartialSharesDoNot) {
+  auto engine = Engine::load(small_cache());
+  auto plain = Engine::load(without_prefix_cache());
+  GenerationRequest turn1 = requests()[3];  // 90 tokens
+  const Outcome answer = collect(*engine->submit(turn1));
+  GenerationRequest turn2 = turn1;
+  turn2.prompt_tokens.insert(turn2.prompt_tokens.end(), answer.tokens.begin(), answer.tokens.end());
+  for (int32_t t : {11, 12, 13, 14, 15}) turn2.prompt_tokens.push_back(t);  // 119 tokens
+  const Outcome reused = collect(*engine->submit(turn2));
+  EXPECT_EQ(reused.cached_prompt_tokens, 64);
+  EXPECT_EQ(reused.tokens, collect(*plain->submit(turn2)).tokens);
+
+  GenerationRequest partial = turn1;  // the first 40 tokens of the cached prompt, then others
+  partial.prompt_tokens.resize(40);
+  for (int32_t t = 0; t < 40; ++t) partial.prompt_tokens.push_back(100 + t);
+  const Outcome computed = collect(*engine->submit(partial));
+  EXPECT_EQ(computed.cached_prompt_tokens, 0);
+  EXPECT_EQ(computed.tokens, collect(*plain->submit(partial)).tokens);
 }
 
 // n > 1: the choices run in their own slots from the prompt.
