@@ -2,8 +2,8 @@
 // against int8 x (gemv_int8.cuh): tiles of whole weight rows brought into
 // shared memory by the bulk copy engine (the pipeline of gemv_stream.cuh),
 // read by consumer threads that each own a fixed 256-value column chunk (one
-// K-quant super-block: 144, 176 or 210 bytes), or half of one (ChunkOf:
-// kSplit).
+// K-quant super-block: 144, 176 or 210 bytes), or half of one (ChunkRun:
+// split).
 //
 // Why not gemv_stream.cu's tiles (8 rows × 2,048 values): a 32-value block
 // of these types is 34 or 18 bytes, 2-byte aligned, so a thread owning a
@@ -23,11 +23,12 @@
 // row j; a tile is 4 gate rows then 4 up rows.
 //
 // A CTA is 4 consumer warps and a producer warp (8 consumer warps where two
-// threads share a chunk: ChunkOf's kSplit); the type says how many CTAs
-// share an SM (and its 200 KB of tile slots). Llama-3-8B decode at batch 1:
-// Q8_0 358–359 → 368–369 tokens/s, Q4_0 494–496 → 509–510 (the warp kernels
-// of gemv_int8.cuh before). BRIOCHE_CUDA_GEMV_STREAM_INT8=0 keeps
-// the warp kernels, for A/B runs.
+// threads share a chunk: ChunkRun's split); the type's tuning says how many CTAs
+// share an SM (and its 200 KB of tile slots). What each weight type runs at
+// each launch position is one table (TypeTuning, below); its measurements are
+// in docs/perf-log/cuda-decode.md#gemv-stream-rows-tuning.
+// BRIOCHE_CUDA_GEMV_STREAM_INT8=0 keeps the warp kernels of gemv_int8.cuh,
+// for A/B runs.
 #include "backend/cuda/gemv_int8.h"
 
 #include <cuda_fp16.h>
@@ -110,9 +111,8 @@ __device__ __forceinline__ float sum_blocks(const uint32_t (&v)[N], BlockDot blo
 // bits of bytes 0..3 and 4..7; 4..7 take the nibbles of bytes 8..11 and the
 // top 2 bits of bytes 0..7), sc_j·S_j is an integer product (exact in
 // float: under 2^24), and d, dmin multiply once: ~20 instructions fewer a
-// super-block than decoding and converting per group. Llama-3-8B decode
-// run ahead, A/B in one call: Q4_K 565.5–566.9 → 573.3–575.0 tokens/s, Q5_K
-// at par.
+// super-block than decoding and converting per group
+// (docs/perf-log/cuda-decode.md#consumer-arithmetic).
 template <int kHighShift, int kGroups, int N, int kValues, class GroupDots>
 __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPart<kValues>& x, int half,
                                               GroupDots group_dots) {
@@ -142,73 +142,118 @@ __device__ __forceinline__ float sum_k_groups(const uint32_t (&v)[N], const XPar
   return half_lo(v[0]) * scaled - half_hi(v[0]) * offset;
 }
 
-// What a chunk type fixes: the bytes of a thread's 256 values (whole
-// 16-byte vectors), the words they fill, the CTAs that share an SM, how many
-// tiles a CTA's producer asks for before the PDL wait (EarlyTiles, below),
-// and whether a thread gives its tile slot back to the producer once its
-// share is in registers (before the arithmetic: the next copy is asked for
-// that much earlier, for ~30 more registers). Llama-3-8B decode, old and
-// new binaries alternating in one call, in two calls: Q4_K 504–507 →
-// 515–516 tokens/s; Q4_0, Q5_K and Q6_K unchanged (514–517 against 513–516,
-// 450–451 both, 385 against 384–386); Q8_0 395 → 390. So only Q4_K releases
-// first, and not in Q/K/V and the lm_head (Q4_KChunk). (The same in the bf16
-// streamed GEMV: 259 → 258.) Since then Q4_0's gate/up releases first too
-// (2026-12-02, two calls: 648.6 / 651.5 → 652.7 / 652.7, then 650.6–653.2
-// → 652.0–656.5 tokens/s run ahead, forward alone 651.3–651.8 → 653.9–654.0);
-// its down (640.0 / 642.5) and O (at par) do not.
-//
-// EarlyTiles: the kernel before a GEMV is a short one (a norm, an x
-// quantization, the attention), bound by L2 round trips. Tiles the GEMV's
-// producers ask for before their PDL wait are requests that those round
-// trips queue behind: a whole ring per CTA (~20–26 MB over the GPU) took the
-// 14-CTA x quantization between gate/up and down from ~3 to ~6 µs. So a
-// producer asks for a few tiles first, waits for the kernel before as the
-// consumers do, then fills the rest of its ring. Tiles first, by A/B runs
-// (docs/perf-log/cuda-decode.md#early-tiles): Q4_0 1, Q4_K/Q5_K/Q6_K 2, Q8_0 3 (Q8_0 has one CTA per
-// SM and tiles of twice the bytes). None at all loses (Q4_0 544 → 526
-// tokens/s): HBM then idles during the kernel before. Q4_0 takes 2 before
-// gate/up, whose kernel before is the norm (8B decode run ahead, three A/B
-// calls: +0.7–0.8%, 591.5–592.4 → 593.4–596.5 tokens/s in the last), and 2
-// before down since the weights leave L2 first (stream::weights_evict_first;
-// two calls: 612.3–614.0 → 616.8–617.1, 612.6–613.9 → 615.3–617.6). Since
-// O and down add to y with red.add (add_to_output in gemv.cuh), Q8_0's O
-// takes 2 and its down 4 (two calls, 2026-12-02, against 441.2–443.4: O 2
-// 443.3–445.2, down 4 443.3–445.7, both 445.9–447.1 tokens/s). More
-// or fewer were at par or slower at every other position and type, before
-// and after those changes (docs/perf-log/cuda-decode.md#weights-evict-first, #red-add).
-//
-// kSplit: threads a chunk (1, or 2 in the O of Q4_K, Q4_0 and Q8_0:
-// launch_chunks; Q4_K's Q/K/V took 2 until Q4_KChunk's change below). Each
-// thread's tile row is one dependent chain of shared loads and __dp4a, on
-// the decode's time in a short GEMV's ramp and tail. Two threads a chunk, 128 values each (a part: X; a half chunk of
-// Q8_0 or Q4_0 is 136 or 72 bytes, read as 8-byte loads), halve it, with 8
-// consumer warps a CTA, rows of 32 threads and the tile unchanged.
-// Llama-3-8B decode run ahead, A/B: Q4_K (Q/K/V and O) 574.8–576.5 →
-// 581.2–584.9 tokens/s (Q/K/V 6.85 → 6.02 µs a layer in the trace); O
-// alone, two calls: Q4_0 594.2–595.8 → 598.6–599.2 and 595.6–595.9 →
-// 597.4–597.5, Q8_0 428.5–429.0 → 430.0–430.1 and 432.9 → 433.5. Not
-// elsewhere (docs/perf-log/cuda-decode.md#two-threads-a-chunk, "two threads a chunk"): with Q/K/V
-// split too Q4_0 and Q8_0 lost 0.6–1.6% (Q4_0's Q/K/V CTAs then leave no
-// room beside them for the attention's), and where a row spans warps (down,
-// or SwiGLU's gate and up rows) the sums' exchange through shared memory
-// every tile cost more than the halved chain saved (gate/up +1.5 µs).
-//
-// The tiles first per launch: those of k ≤ 4,096 without SwiGLU that write y
-// (Q/K/V, the lm_head) and that add to it (O), gate/up (SwiGLU), down (k >
-// 4,096).
-struct EarlyTiles {
-  int short_k, short_accumulating, swiglu, long_k;
+// How a weight type's chunks run at one launch position: what the kernel is
+// compiled with (the positions of a type with equal runs share a kernel).
+//   ctas_per_sm: CTAs sharing an SM and its kSmBudget of tile slots (a
+//     type's, at every position). More CTAs keep more tiles in flight for
+//     small chunks; Q8_0's chunks are twice Q4_0's bytes.
+//   split: threads a chunk, 1 or 2. Each thread's tile row is one dependent
+//     chain of shared loads and __dp4a, which is on the decode's time in a
+//     short GEMV's ramp and tail. Two threads a chunk, 128 values each (a
+//     part: X; a half chunk of Q8_0 or Q4_0 is 136 or 72 bytes, read as
+//     8-byte loads), halve it, with 8 consumer warps a CTA, rows of 32
+//     threads and the tile unchanged. It pays only in the short launches
+//     without SwiGLU: where a row spans warps (down, or SwiGLU's gate and up
+//     rows) the sums' exchange through shared memory every tile costs more
+//     than the halved chain saves, and split Q/K/V CTAs of Q4_0 and Q8_0
+//     leave no room beside them for the attention's.
+//   release_before_dot: a thread gives its tile slot back to the producer
+//     once its share is in registers, before the arithmetic: the next copy
+//     is asked for that much earlier, for ~30 more registers a thread (so
+//     fewer CTAs fit beside the attention's).
+struct ChunkRun {
+  int ctas_per_sm = 1;
+  int split = 1;
+  bool release_before_dot = false;
 };
-constexpr EarlyTiles early_tiles(int n) { return {n, n, n, n}; }
 
-template <int kChunkBytes_, int kCtasPerSm_, EarlyTiles kEarly_, bool kReleaseBeforeDot_ = false, int kSplit_ = 1>
+// One launch position's tuning: its run, and the tiles the producer asks for
+// before its PDL wait. The kernel before a GEMV is a short one (a norm, an x
+// quantization, the attention), bound by L2 round trips; tiles the GEMV's
+// producers ask for before their PDL wait are requests that those round
+// trips queue behind (a whole ring per CTA, ~20–26 MB over the GPU, doubled
+// the x quantization between gate/up and down). So a producer asks for a
+// few tiles first, waits for the kernel before as the consumers do, then
+// fills the rest of its ring. None at all loses too: HBM then idles during
+// the kernel before. BRIOCHE_CUDA_GEMV_EARLY_TILES=0 asks for the whole
+// ring first (A/B runs).
+struct PositionTuning {
+  int split = 1;
+  bool release_before_dot = false;
+  int early_tiles = 1;
+};
+
+// A weight type's tuning at each launch position of a decode step.
+struct TypeTuning {
+  int ctas_per_sm;
+  PositionTuning qkv;      // k ≤ 4,096 writing y: Q/K/V, the lm_head
+  PositionTuning o;        // k ≤ 4,096 adding to y: O (and a launch handing y's norm on)
+  PositionTuning gate_up;  // SwiGLU's gate and up (k ≤ 4,096)
+  PositionTuning down;     // k > 4,096: down, and any longer launch
+
+  constexpr ChunkRun run(const PositionTuning& at) const {
+    return {.ctas_per_sm = ctas_per_sm, .split = at.split, .release_before_dot = at.release_before_dot};
+  }
+};
+
+// The same tuning at every position.
+constexpr TypeTuning uniform_tuning(int ctas_per_sm, int early_tiles) {
+  const PositionTuning at{.early_tiles = early_tiles};
+  return {.ctas_per_sm = ctas_per_sm, .qkv = at, .o = at, .gate_up = at, .down = at};
+}
+
+// The tables, chosen by A/B runs of Llama-3-8B decode (one run per entry
+// and its alternatives: docs/perf-log/cuda-decode.md#gemv-stream-rows-tuning,
+// which links each measurement).
+//
+// Q8_0: one CTA per SM (its 272-byte chunks: 5 tiles of 8 rows in flight at
+// k = 4,096); O split. Three tiles first (tiles of twice Q4_0's bytes), 2 at
+// O and 4 at down, which add to y with red.add and so wait on less.
+constexpr TypeTuning kQ8_0Tuning{.ctas_per_sm = 1,
+                                 .qkv = {.early_tiles = 3},
+                                 .o = {.split = 2, .early_tiles = 2},
+                                 .gate_up = {.early_tiles = 3},
+                                 .down = {.early_tiles = 4}};
+// Q4_0: two CTAs per SM (8 consumer warps, 5 tiles each in flight); O
+// split; gate/up releases its slot early. One tile first; two at gate/up
+// (the kernel before is the norm) and down (its weights leave L2 first:
+// stream::weights_evict_first).
+constexpr TypeTuning kQ4_0Tuning{.ctas_per_sm = 2,
+                                 .qkv = {.early_tiles = 1},
+                                 .o = {.split = 2, .early_tiles = 1},
+                                 .gate_up = {.release_before_dot = true, .early_tiles = 2},
+                                 .down = {.early_tiles = 2}};
+// Q4_K: two CTAs per SM, as Q4_0 (the same 144 bytes a chunk), releasing
+// slots early, O split. Q/K/V and the lm_head take Q4_0's configuration
+// (one thread a chunk, no early release, one tile first): two such CTAs hold
+// Q4_0's share of an SM's registers (ptxas: 126 a thread at 160 threads,
+// 40,960 a pair, against 90 at 288 and 55,296 split), which leaves an
+// attention CTA room beside them before they end (docs/cuda.md, "share SMs
+// by registers"); unsplit with the early release it lost.
+constexpr TypeTuning kQ4_KTuning{.ctas_per_sm = 2,
+                                 .qkv = {.early_tiles = 1},
+                                 .o = {.split = 2, .release_before_dot = true, .early_tiles = 2},
+                                 .gate_up = {.release_before_dot = true, .early_tiles = 2},
+                                 .down = {.release_before_dot = true, .early_tiles = 2}};
+// Q5_K, Q6_K: as Q4_K without the splits and early releases (at par or
+// slower measured).
+constexpr TypeTuning kQ5_KTuning = uniform_tuning(2, 2);
+constexpr TypeTuning kQ6_KTuning = uniform_tuning(2, 2);
+// MLX affine: CTAs per SM and tiles first as the GGUF type of the same bits
+// (Q4_0, Q8_0); not Q4_0's second gate/up and down tiles, nor the splits,
+// which were measured on the GGUF types alone.
+constexpr TypeTuning kAffine4Tuning = uniform_tuning(2, 1);
+constexpr TypeTuning kAffine8Tuning = uniform_tuning(1, 3);
+
+// What a chunk format's kernel reads of its run, and how a thread loads its
+// part of a tile row.
+template <int kChunkBytes_, ChunkRun kRun>
 struct ChunkOf {
   static constexpr int kChunkBytes = kChunkBytes_;
-  static constexpr int kSplit = kSplit_, kPartValues = kChunkValues / kSplit, kPartBytes = kChunkBytes / kSplit;
+  static constexpr int kSplit = kRun.split, kPartValues = kChunkValues / kSplit, kPartBytes = kChunkBytes / kSplit;
   static constexpr int kWords = (kPartBytes + 3) / 4;
-  static constexpr int kCtasPerSm = kCtasPerSm_;
-  static constexpr EarlyTiles kEarly = kEarly_;
-  static constexpr bool kReleaseBeforeDot = kReleaseBeforeDot_;
+  static constexpr int kCtasPerSm = kRun.ctas_per_sm;
+  static constexpr bool kReleaseBeforeDot = kRun.release_before_dot;
   static constexpr int kConsumerWarps = kChunkWarps * kSplit, kConsumerThreads = kConsumerWarps * 32;
   static constexpr int kThreads = kConsumerThreads + 32;  // the last warp produces
   using X = XPart<kPartValues>;
@@ -235,11 +280,8 @@ struct ChunkOf {
 };
 
 // Q8_0: f16 d, then q[32] (int8); a block gives d·dx·Σ q·xq.
-// One CTA per SM (5 tiles of 8 rows in flight at k = 4,096): Llama-3-8B
-// decode 355 → 363 tokens/s; two CTAs (2 tiles each) 348.
-template <int kSplit = 1>
-struct Q8_0Chunk
-    : ChunkOf<8 * 34, 1, EarlyTiles{.short_k = 3, .short_accumulating = 2, .swiglu = 3, .long_k = 4}, false, kSplit> {
+template <ChunkRun kRun>
+struct Q8_0Chunk : ChunkOf<8 * 34, kRun> {
   using Base = Q8_0Chunk::ChunkOf;
   using Base::kWords;
   using typename Base::X;
@@ -259,12 +301,8 @@ struct Q8_0Chunk
 
 // Q4_0: f16 d, then q[16] (byte i: element i in the low nibble, i + 16 in
 // the high one); w = d·(q − 8), so a block gives d·(dx·Σ q·xq − 8·sx).
-// Two CTAs per SM (8 consumer warps, 5 tiles each in flight): Llama-3-8B
-// decode 486–493 → 499–509 tokens/s; one CTA (4 consumer warps for tiles of
-// half the bytes) 415–418.
-template <int kSplit = 1, bool kReleaseEarly = false>
-struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .short_accumulating = 1, .swiglu = 2, .long_k = 2},
-                           kReleaseEarly, kSplit> {
+template <ChunkRun kRun>
+struct Q4_0Chunk : ChunkOf<8 * 18, kRun> {
   using Base = Q4_0Chunk::ChunkOf;
   using Base::kWords;
   using typename Base::X;
@@ -287,30 +325,14 @@ struct Q4_0Chunk : ChunkOf<8 * 18, 2, EarlyTiles{.short_k = 1, .short_accumulati
 // 1..3), qs[128] (words 4..35), whose 32-byte group g holds sub-block 2g in
 // its low nibbles and 2g + 1 in its high ones; sub-block j gives
 // d·sc_j·dx_j·Σ q·xq − dmin·mn_j·sx_j (gemv_int8.cuh: k_scale_min_pair).
-// Two CTAs per SM, as Q4_0 (the same 144 bytes a chunk). Split (kSplit 2),
-// a thread's half super-block is the header (words 0..3) and the 64 quant
-// bytes of groups 2·half and 2·half + 1 (words 4..19).
-//
-// Q/K/V and the lm_head (Q4_KShort) take Q4_0's configuration: one thread a
-// chunk, the slot given back after the dot product, one tile before the PDL
-// wait. Two such CTAs hold Q4_0's share of an SM's registers (ptxas: 126 a
-// thread at 160 threads, 40,960 a pair, against 90 at 288 and 55,296 split),
-// which leaves an attention CTA room beside them before they end, as with
-// Q4_0 (docs/cuda.md, "share SMs by registers"). Found by putting Q4_0
-// weights at one position of a Q4_K model (`cuda_model_bench --dtype-at`,
-// the same bytes): only at Q/K/V did the step change, 637.2 / 634.8 →
-// 651.6 / 650.9 tokens/s, faster than Q4_0 everywhere (645.2 / 647.8;
-// Q4_K's gate/up is the faster one).
-// Llama-3-8B decode run ahead, A/B in one call each (2026-12-02): split with
-// the early release (before) 638.6 / 640.7 and 633.0 / 633.7 → 650.7 /
-// 653.2 and 648.6 / 650.2; unsplit with 2 tiles first 649.2 / 649.8;
-// unsplit keeping the early release 630.3 / 631.4 (why the unsplit launch
-// lost before); split without it 636.7 / 635.3. O kept as it was: unsplit
-// or without the early release it lost 0.8–2%.
-template <int kSplit = 1, bool kReleaseEarly = true, int kTilesFirst = 2>
-struct Q4_KChunk : ChunkOf<144, 2, early_tiles(kTilesFirst), kReleaseEarly, kSplit> {
+// Split (ChunkRun's split 2), a thread's half super-block is the header
+// (words 0..3) and the 64 quant bytes of groups 2·half and 2·half + 1
+// (words 4..19).
+template <ChunkRun kRun>
+struct Q4_KChunk : ChunkOf<144, kRun> {
   using Base = Q4_KChunk::ChunkOf;
   using typename Base::X;
+  static constexpr int kSplit = Base::kSplit;
   static constexpr int kGroups = 4 / kSplit, kQuantsWord = 4, kWords = 4 + 8 * kGroups;
   __device__ static void load(const uint8_t* row, int part, uint32_t (&v)[kWords]) {
     const uint4* src = reinterpret_cast<const uint4*>(row + part / kSplit * Base::kChunkBytes);
@@ -330,11 +352,14 @@ struct Q4_KChunk : ChunkOf<144, 2, early_tiles(kTilesFirst), kReleaseEarly, kSpl
   }
 };
 
-using Q4_KShort = Q4_KChunk<1, false, 1>;
-
 // Q5_K: as Q4_K with qh[32] (words 4..11) before qs (words 12..43): bit j of
 // qh[i] is the fifth bit of element i of sub-block j.
-struct Q5_KChunk : ChunkOf<176, 2, early_tiles(2)> {
+template <ChunkRun kRun>
+struct Q5_KChunk : ChunkOf<176, kRun> {
+  static_assert(kRun.split == 1, "Q5_K's dot reads whole super-blocks");
+  using Base = Q5_KChunk::ChunkOf;
+  using Base::kWords;
+  using typename Base::X;
   static constexpr int kHighWord = 4, kQuantsWord = 12;
   __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     return sum_k_groups<0, 4>(v, x, 0, [&](int g, int i, int& s0, int& s1) {
@@ -356,7 +381,13 @@ struct Q5_KChunk : ChunkOf<176, 2, early_tiles(2)> {
 // moved down in registers by selects on that per-thread constant (a
 // register array indexed at run time would go to local memory); the last
 // chunk of a row ends its 224-byte window exactly at the row's end.
-struct Q6_KChunk : ChunkOf<210, 2, early_tiles(2)> {
+template <ChunkRun kRun>
+struct Q6_KChunk : ChunkOf<210, kRun> {
+  static_assert(kRun.split == 1, "Q6_K's load and dot read whole super-blocks");
+  using Base = Q6_KChunk::ChunkOf;
+  using Base::kChunkBytes;
+  using Base::kWords;
+  using typename Base::X;
   __device__ static void load(const uint8_t* row, int chunk, uint32_t (&v)[kWords]) {
     const int h = chunk & 7;  // halfwords past the boundary
     const uint4* src = reinterpret_cast<const uint4*>(row + size_t(chunk) * kChunkBytes - 2 * h);
@@ -408,16 +439,14 @@ struct Q6_KChunk : ChunkOf<210, 2, early_tiles(2)> {
 // groups of (f32 scale, f32 bias, q packed little-end first), whole 16-byte
 // vectors for every affine type. x block b of the chunk gives
 // scale·dx·Σ q·xq + offset·sx, q decoded as the warp kernels do
-// (gemv_int8.cuh: affine8_centered, affine4_in_order, affine_offset). CTAs
-// per SM and tiles first as the GGUF type of the same bits (Q4_0, Q8_0; not
-// Q4_0's second gate/up and down tiles, which were measured on Q4_0 alone).
-template <int kBits, int kGroup>
-using AffineChunkOf =
-    ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kBits == 4 ? 2 : 1, early_tiles(kBits == 4 ? 1 : 3)>;
-template <int kBits, int kGroup>
-struct AffineChunk : AffineChunkOf<kBits, kGroup> {
-  using AffineChunkOf<kBits, kGroup>::kWords;
-  using typename AffineChunkOf<kBits, kGroup>::X;
+// (gemv_int8.cuh: affine8_centered, affine4_in_order, affine_offset).
+template <int kBits, int kGroup, ChunkRun kRun>
+using AffineChunkOf = ChunkOf<(256 / kGroup) * (8 + kGroup * kBits / 8), kRun>;
+template <int kBits, int kGroup, ChunkRun kRun>
+struct AffineChunk : AffineChunkOf<kBits, kGroup, kRun> {
+  static_assert(kRun.split == 1, "the affine dot reads whole chunks");
+  using AffineChunkOf<kBits, kGroup, kRun>::kWords;
+  using typename AffineChunkOf<kBits, kGroup, kRun>::X;
   static constexpr int kGroupWords = 2 + kGroup * kBits / 32;
   __device__ static float dot(const uint32_t (&v)[kWords], const X& x, int) {
     float sum = 0.0f;
@@ -445,6 +474,19 @@ struct AffineChunk : AffineChunkOf<kBits, kGroup> {
     return sum;
   }
 };
+// The affine formats, one chunk type each (as template arguments of launch_chunks).
+template <ChunkRun kRun>
+using Affine4G32Chunk = AffineChunk<4, 32, kRun>;
+template <ChunkRun kRun>
+using Affine4G64Chunk = AffineChunk<4, 64, kRun>;
+template <ChunkRun kRun>
+using Affine4G128Chunk = AffineChunk<4, 128, kRun>;
+template <ChunkRun kRun>
+using Affine8G32Chunk = AffineChunk<8, 32, kRun>;
+template <ChunkRun kRun>
+using Affine8G64Chunk = AffineChunk<8, 64, kRun>;
+template <ChunkRun kRun>
+using Affine8G128Chunk = AffineChunk<8, 128, kRun>;
 
 // A launch that hands y's norm on (NormedOut, norm_handoff.h) has one CTA
 // per 32 output rows, 128 CTAs for the 8B shape's 4,096 rows: the chunk
@@ -492,26 +534,22 @@ struct Plan {
 };
 
 // (Computed once per launch on the host and passed to the kernel.)
+// `early_tiles`: the launch position's (PositionTuning).
 template <class Chunk, int kRowThreads, bool kSwiglu>
-Plan plan_of(const GemvArgs& a, const StreamFusions& f) {
+Plan plan_of(const GemvArgs& a, const StreamFusions& f, int early_tiles) {
   constexpr int kRows = Chunk::kConsumerThreads / kRowThreads / (kSwiglu ? 2 : 1);
   const uint32_t row_bytes = uint32_t(a.k / kChunkValues * Chunk::kChunkBytes);
   const uint32_t tile_bytes = row_bytes * kRows * (kSwiglu ? 2 : 1);
   const int stages = int(std::min<int64_t>(kMaxStages, kSmBudget / Chunk::kCtasPerSm / tile_bytes));
   // BRIOCHE_CUDA_GEMV_EARLY_TILES=0: the whole ring before the wait (A/B runs).
   static const bool few_early = env_switch_on("BRIOCHE_CUDA_GEMV_EARLY_TILES");
-  constexpr EarlyTiles e = Chunk::kEarly;
-  const int early = kSwiglu                             ? e.swiglu
-                    : a.k / kChunkValues > kShortChunks ? e.long_k
-                    : a.accumulate                      ? e.short_accumulating
-                                                        : e.short_k;
   static_assert(kHandoffRows % kRows == 0 || kSwiglu);
   return {kRows,
           row_bytes,
           tile_bytes,
           stages,
           (a.m + kRows - 1) / kRows,
-          few_early ? early : stages,
+          few_early ? early_tiles : stages,
           stream::weights_evict_first(),
           f.normed_out.norm_w != nullptr ? kHandoffRows / kRows : 0};
 }
@@ -528,7 +566,7 @@ __device__ __forceinline__ TileWalk tile_walk(const Plan& p) {
 
 // The producer: tile t's rows into a slot, one bulk copy per run of rows
 // that are contiguous in global memory; the first p.early_tiles before the
-// PDL wait (EarlyTiles above), the rest after it.
+// PDL wait (PositionTuning above), the rest after it.
 template <class Chunk, int kRowThreads, bool kSwiglu>
 __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
   RingPosition at(p.stages);
@@ -563,11 +601,10 @@ __device__ void produce(const GemvArgs& a, Shared& s, const Plan& p) {
 }
 
 // Where launch row `row` writes: gemv_target's y, walked in 32-bit
-// arithmetic (a launch has fewer than 2^31 rows). The consumers'
-// instructions are on the decode's time (docs/perf-log/cuda-decode.md#consumer-arithmetic): with
-// 32-bit rows, tiles and slot addresses Q4_0's loop is 301 → 280
-// instructions (SASS), and 8B decode run ahead went Q4_0 582.4–582.5 →
-// 586.4–587.7 tokens/s, Q4_K 561.3–562.4 → 564.0–565.9 (A/B, one call).
+// arithmetic (a launch has fewer than 2^31 rows): the consumers'
+// instructions are on the decode's time, and with 32-bit rows, tiles and
+// slot addresses Q4_0's loop is 301 → 280 instructions (SASS;
+// docs/perf-log/cuda-decode.md#consumer-arithmetic).
 __device__ __forceinline__ float* row_output(const GemvArgs& a, int launch_row) {
   const auto [p, row] = part_of_row(a, launch_row);
   return p->y + row;
@@ -697,8 +734,8 @@ __global__ void __launch_bounds__(Chunk::kThreads, Chunk::kCtasPerSm)
 }
 
 template <class Chunk, int kRowThreads, bool kSwiglu>
-void launch(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
-  const Plan p = plan_of<Chunk, kRowThreads, kSwiglu>(a, f);
+void launch(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f, int early_tiles) {
+  const Plan p = plan_of<Chunk, kRowThreads, kSwiglu>(a, f, early_tiles);
   const size_t smem = offsetof(Shared, tiles) + size_t(p.stages) * p.tile_bytes;
   static const bool configured = [] {
     CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>,
@@ -713,26 +750,27 @@ void launch(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
   launch_dependent(gemv_stream_rows_kernel<Chunk, kRowThreads, kSwiglu>, grid, Chunk::kThreads, smem, a, x, f, p);
 }
 
-// Threads a row: 16, 32 or 64, one a chunk. The launches of at most
-// kShortChunks chunks without SwiGLU may split their chunks (kSplit): Short is the chunk
-// type of those that write y (Q/K/V, the lm_head), ShortAccumulating of
-// those that add to it (O); Swiglu is gate/up's (Q4_0's gives its slot
-// back early).
-template <class Chunk, class Short = Chunk, class ShortAccumulating = Short, class Swiglu = Chunk>
+// Threads a row: 16, 32 or 64, one a chunk (two where the position splits
+// its chunks, only in launches of at most kShortChunks chunks without
+// SwiGLU). Each launch takes its position's row of the type's table.
+template <template <ChunkRun> class Format, TypeTuning kTuning>
 void launch_chunks(const GemvArgs& a, const Int8Acts& x, const StreamFusions& f) {
+  using Qkv = Format<kTuning.run(kTuning.qkv)>;
+  using O = Format<kTuning.run(kTuning.o)>;
+  using GateUp = Format<kTuning.run(kTuning.gate_up)>;
+  using Down = Format<kTuning.run(kTuning.down)>;
   const int64_t chunks = a.k / kChunkValues;
-  if (a.w_up != nullptr) return launch<Swiglu, 16, true>(a, x, f);
-  if (f.normed_out.norm_w != nullptr) {
-    using Short8 = EightWarps<ShortAccumulating>;
-    if (chunks <= kShortChunks) return launch<Short8, 16 * Short8::kSplit, false>(a, x, f);
-    if (chunks <= 32) return launch<EightWarps<Chunk>, 32, false>(a, x, f);
-    return launch<EightWarps<Chunk>, 64, false>(a, x, f);
+  if (a.w_up != nullptr) return launch<GateUp, 16, true>(a, x, f, kTuning.gate_up.early_tiles);
+  if (f.normed_out.norm_w != nullptr) {  // (adds to y: O, or down of a 4-bit type)
+    using O8 = EightWarps<O>;
+    if (chunks <= kShortChunks) return launch<O8, 16 * O8::kSplit, false>(a, x, f, kTuning.o.early_tiles);
+    if (chunks <= 32) return launch<EightWarps<Down>, 32, false>(a, x, f, kTuning.down.early_tiles);
+    return launch<EightWarps<Down>, 64, false>(a, x, f, kTuning.down.early_tiles);
   }
-  if (chunks <= kShortChunks && a.accumulate)
-    return launch<ShortAccumulating, 16 * ShortAccumulating::kSplit, false>(a, x, f);
-  if (chunks <= kShortChunks) return launch<Short, 16 * Short::kSplit, false>(a, x, f);
-  if (chunks <= 32) return launch<Chunk, 32, false>(a, x, f);
-  launch<Chunk, 64, false>(a, x, f);
+  if (chunks <= kShortChunks && a.accumulate) return launch<O, 16 * O::kSplit, false>(a, x, f, kTuning.o.early_tiles);
+  if (chunks <= kShortChunks) return launch<Qkv, 16 * Qkv::kSplit, false>(a, x, f, kTuning.qkv.early_tiles);
+  if (chunks <= 32) return launch<Down, 32, false>(a, x, f, kTuning.down.early_tiles);
+  launch<Down, 64, false>(a, x, f, kTuning.down.early_tiles);
 }
 
 }  // namespace
@@ -771,18 +809,17 @@ void gemv_stream_rows(DType wtype, const GemvArgs& a, const Int8Acts& x, const S
       " (not an 8-bit type's down); got ", a.m, " rows of ", dtype_name(wtype), ", k ", a.k, ", ", a.n_parts,
       " part(s)", a.accumulate ? "" : ", not accumulating");
   switch (wtype) {
-    // (Split chunks: ChunkOf's kSplit.)
-    case DType::Q8_0: return launch_chunks<Q8_0Chunk<>, Q8_0Chunk<>, Q8_0Chunk<2>>(a, x, f);
-    case DType::Q4_0: return launch_chunks<Q4_0Chunk<>, Q4_0Chunk<>, Q4_0Chunk<2>, Q4_0Chunk<1, true>>(a, x, f);
-    case DType::Q4_K: return launch_chunks<Q4_KChunk<>, Q4_KShort, Q4_KChunk<2>>(a, x, f);
-    case DType::Q5_K: return launch_chunks<Q5_KChunk>(a, x, f);
-    case DType::Q6_K: return launch_chunks<Q6_KChunk>(a, x, f);
-    case DType::AFFINE4_G32: return launch_chunks<AffineChunk<4, 32>>(a, x, f);
-    case DType::AFFINE4_G64: return launch_chunks<AffineChunk<4, 64>>(a, x, f);
-    case DType::AFFINE4_G128: return launch_chunks<AffineChunk<4, 128>>(a, x, f);
-    case DType::AFFINE8_G32: return launch_chunks<AffineChunk<8, 32>>(a, x, f);
-    case DType::AFFINE8_G64: return launch_chunks<AffineChunk<8, 64>>(a, x, f);
-    default: return launch_chunks<AffineChunk<8, 128>>(a, x, f);
+    case DType::Q8_0: return launch_chunks<Q8_0Chunk, kQ8_0Tuning>(a, x, f);
+    case DType::Q4_0: return launch_chunks<Q4_0Chunk, kQ4_0Tuning>(a, x, f);
+    case DType::Q4_K: return launch_chunks<Q4_KChunk, kQ4_KTuning>(a, x, f);
+    case DType::Q5_K: return launch_chunks<Q5_KChunk, kQ5_KTuning>(a, x, f);
+    case DType::Q6_K: return launch_chunks<Q6_KChunk, kQ6_KTuning>(a, x, f);
+    case DType::AFFINE4_G32: return launch_chunks<Affine4G32Chunk, kAffine4Tuning>(a, x, f);
+    case DType::AFFINE4_G64: return launch_chunks<Affine4G64Chunk, kAffine4Tuning>(a, x, f);
+    case DType::AFFINE4_G128: return launch_chunks<Affine4G128Chunk, kAffine4Tuning>(a, x, f);
+    case DType::AFFINE8_G32: return launch_chunks<Affine8G32Chunk, kAffine8Tuning>(a, x, f);
+    case DType::AFFINE8_G64: return launch_chunks<Affine8G64Chunk, kAffine8Tuning>(a, x, f);
+    default: return launch_chunks<Affine8G128Chunk, kAffine8Tuning>(a, x, f);
   }
 }
 
