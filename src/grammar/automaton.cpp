@@ -889,8 +889,12 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
 // edge's target. After k rounds two states in one class agree on every walk
 // of up to k bytes. It stops early once a round splits nothing (then no
 // later round does either).
-std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t min_states) const {
+std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t min_states,
+                                                   std::vector<int32_t>* prefix_twin,
+                                                   std::vector<int32_t>* prefix_twin_bytes) const {
   std::vector<int32_t> out(states.size());
+  if (prefix_twin) prefix_twin->assign(states.size(), -1);
+  if (prefix_twin_bytes) prefix_twin_bytes->assign(states.size(), 0);
   for (int32_t s = 0; s < static_cast<int32_t>(states.size()); ++s)
     out[s] = states[s].rule >= 0 && rule_start[states[s].rule] >= 0 ? s - rule_start[states[s].rule] : 0;
   struct VectorHash {
@@ -928,6 +932,7 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
     }
     if (!closed) continue;
     size_t num_classes = ids.size();
+    std::vector<int32_t> first_of_class;
     for (int32_t round = 0; round < max_bytes && num_classes < static_cast<size_t>(size); ++round) {
       ids.clear();
       for (int32_t i = 0; i < size; ++i) {
@@ -939,6 +944,20 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
       cls.swap(next);
       if (ids.size() == num_classes) break;
       num_classes = ids.size();
+      // After round + 1 rounds, states of one class read every string of
+      // up to round + 1 bytes alike: remember the earliest such twin.
+      if (prefix_twin && prefix_twin_bytes) {
+        first_of_class.assign(num_classes, -1);
+        for (int32_t i = 0; i < size; ++i) {
+          int32_t& f = first_of_class[cls[i]];
+          if (f < 0) {
+            f = i;
+          } else {
+            (*prefix_twin)[begin + i] = f;
+            (*prefix_twin_bytes)[begin + i] = round + 1;
+          }
+        }
+      }
     }
     std::vector<int32_t> first(num_classes, -1);
     for (int32_t i = 0; i < size; ++i) {

@@ -81,7 +81,17 @@ class Automaton {
   // has thousands of copies of the same states, of which only the last
   // `max_bytes` differ. Rules under `min_states` states keep their own
   // offsets (nothing to gain).
-  std::vector<int32_t> walk_class_offsets(int32_t max_bytes, int32_t min_states) const;
+  //
+  // `prefix_twin` (optional), per state: the offset of an earlier state of
+  // its rule that reads every byte string of up to `prefix_twin_bytes[s]`
+  // bytes the same way (the last refinement round in which they shared a
+  // class), or -1. Tokens that short are classified alike from both, so
+  // the compiler takes them from the twin's mask and walks only the longer
+  // ones: the copies of an unrolled repetition near its bound differ from
+  // the far copies only in tokens longer than what is left of the bound.
+  std::vector<int32_t> walk_class_offsets(int32_t max_bytes, int32_t min_states,
+                                          std::vector<int32_t>* prefix_twin = nullptr,
+                                          std::vector<int32_t>* prefix_twin_bytes = nullptr) const;
   int32_t root_rule = 0;
   uint64_t build_work = 0;  // work units the build spent (AutomatonLimits::max_work)
 

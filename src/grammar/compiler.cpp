@@ -58,8 +58,15 @@ class StatePrecompute {
     byte_buffer_.resize(32 * depth);
   }
 
-  // Appends accepted and uncertain token ids, in rank order.
-  void run(int32_t state, std::vector<int32_t>& accepted, std::vector<int32_t>& uncertain_ranks) {
+  // Appends accepted and uncertain token ids, in rank order. Tokens of at
+  // most `longer_than` bytes are skipped (not classified): the caller has
+  // them from a state that walks them alike (MaskBuilder::derive).
+  void run(int32_t state, std::vector<int32_t>& accepted, std::vector<int32_t>& uncertain_ranks,
+           int32_t longer_than = 0) {
+    const auto& longest_below = v_.trie_longest_below();
+    auto long_enough = [&](int32_t rank) {
+      return longer_than == 0 || static_cast<int32_t>(v_.ranked(rank).size()) > longer_than;
+    };
     const auto& nodes = v_.trie_nodes();
     const auto& edges = v_.trie_edges();
     const auto& sorted = v_.sorted_ids();
@@ -98,6 +105,7 @@ class StatePrecompute {
         edge_index = cursor_[d]++;
       }
       const Vocabulary::TrieEdge edge = edges[edge_index];
+      if (longest_below[edge.node] <= longer_than) continue;  // every token below is the caller's
       const int32_t c = dfa_.next(config_[d], edge.byte);
       work_ += 1 + static_cast<uint64_t>(dfa_.num_nodes(c));
       const uint8_t flags = dfa_.flags(c);
@@ -106,17 +114,20 @@ class StatePrecompute {
       const int32_t k = d + 1;
       if (!(flags & FrontierDfa::kDead)) {
         const Vocabulary::TrieNode& node = nodes[edge.node];
-        if (node.num_exact == 1)
-          accepted.push_back(sorted[node.rank_begin]);
-        else
-          for (int32_t r = node.rank_begin; r < node.rank_begin + node.num_exact; ++r) accepted.push_back(sorted[r]);
+        if (k > longer_than) {
+          if (node.num_exact == 1)
+            accepted.push_back(sorted[node.rank_begin]);
+          else
+            for (int32_t r = node.rank_begin; r < node.rank_begin + node.num_exact; ++r) accepted.push_back(sorted[r]);
+        }
         // Every byte below loops on c (e.g. plain ASCII inside a JSON
         // string): the whole subtree stays alive, so all of it is accepted
         // without reading it. Most of a wide state's walk ends here.
         if (node.rank_end - node.rank_begin - node.num_exact >= kMinBulkTokens &&
             covered(bytes_below[edge.node], dfa_.self_loop_bytes(c), utf8_below[edge.node], c)) {
           work_ += static_cast<uint64_t>(node.rank_end - node.rank_begin - node.num_exact);
-          for (int32_t r = node.rank_begin + node.num_exact; r < node.rank_end; ++r) accepted.push_back(sorted[r]);
+          for (int32_t r = node.rank_begin + node.num_exact; r < node.rank_end; ++r)
+            if (long_enough(r)) accepted.push_back(sorted[r]);
           continue;
         }
         config_[k] = c;
@@ -133,14 +144,14 @@ class StatePrecompute {
       any_escape_[k] = any_esc;
       const Vocabulary::TrieNode& node = nodes[edge.node];
       const int32_t exact_end = node.rank_begin + node.num_exact;
-      for (int32_t r = node.rank_begin; r < exact_end; ++r) {
+      for (int32_t r = node.rank_begin; r < exact_end && k > longer_than; ++r) {
         if (esc)
           accepted.push_back(sorted[r]);
         else if (returns_to_caller(r, k - 1))
           uncertain_ranks.push_back(r);
       }
       for (int32_t r = exact_end; r < node.rank_end; ++r)
-        if (returns_to_caller(r, k)) uncertain_ranks.push_back(r);
+        if (long_enough(r) && returns_to_caller(r, k)) uncertain_ranks.push_back(r);
     }
   }
 
@@ -270,6 +281,18 @@ SharedMaskCache& shared_masks() {
   return cache;
 }
 
+// Per uncertain rank, the bytes it shares with the previous one.
+std::vector<uint16_t> uncertain_lcps(const Vocabulary& v, const std::vector<int32_t>& ranks) {
+  std::vector<uint16_t> lcp(ranks.size(), 0);
+  for (size_t i = 1; i < ranks.size(); ++i) {
+    std::string_view p = v.ranked(ranks[i - 1]), q = v.ranked(ranks[i]);
+    size_t l = 0, m = std::min(p.size(), q.size());
+    while (l < m && p[l] == q[l]) ++l;
+    lcp[i] = static_cast<uint16_t>(l);
+  }
+  return lcp;
+}
+
 std::shared_ptr<const StateMask> make_mask(const Vocabulary& v, const std::vector<int32_t>& acc,
                                            const std::vector<int32_t>& unc) {
   auto sm = std::make_shared<StateMask>();
@@ -280,13 +303,7 @@ std::shared_ptr<const StateMask> make_mask(const Vocabulary& v, const std::vecto
     sm->accepted_ids = acc;  // rank order: canonical, and the matcher only ORs them
   }
   sm->uncertain_ranks = unc;
-  sm->uncertain_lcp.resize(unc.size(), 0);
-  for (size_t i = 1; i < unc.size(); ++i) {
-    std::string_view p = v.ranked(unc[i - 1]), q = v.ranked(unc[i]);
-    size_t l = 0, m = std::min(p.size(), q.size());
-    while (l < m && p[l] == q[l]) ++l;
-    sm->uncertain_lcp[i] = static_cast<uint16_t>(l);
-  }
+  sm->uncertain_lcp = uncertain_lcps(v, unc);
   return sm;
 }
 
@@ -334,7 +351,8 @@ class MaskBuilder {
         dfa_(a),
         pre_(a, v, dfa_),
         rule_hash_(a.rule_structure_hashes()),
-        class_offset_(a.walk_class_offsets(v.max_token_length() + 1, kMinStatesForWalkClasses)) {}
+        class_offset_(
+            a.walk_class_offsets(v.max_token_length() + 1, kMinStatesForWalkClasses, &twin_offset_, &twin_bytes_)) {}
 
   // A state's mask is named by its rule's structure and the first state of
   // that rule that walks every token the same way (walk_class_offsets).
@@ -413,6 +431,7 @@ class MaskBuilder {
   }
 
   const StateMask* compute(int32_t s) {
+    if (twin_offset_[s] >= 0) return derive(s);
     acc_.clear();
     unc_.clear();
     const uint64_t walk_start = pre_.work();
@@ -478,6 +497,79 @@ class MaskBuilder {
   int32_t num_masks() const { return static_cast<int32_t>(masks_.size()); }
 
  private:
+  // The mask of s from its prefix twin t (Automaton::walk_class_offsets):
+  // tokens of at most `twin_bytes_[s]` bytes are classified from s as from
+  // t, so they are copied from t's mask, and only the longer ones are
+  // walked. Near the bound of an unrolled repetition (`c{0,1024}`: the last
+  // max-token-length copies each have their own mask) that walk is a small
+  // part of the trie: from the copy with r characters left, only tokens
+  // longer than r bytes can tell it from the far copies.
+  const StateMask* derive(int32_t s) {
+    const int32_t bytes = twin_bytes_[s];
+    const int32_t twin = a_.rule_start[a_.states[s].rule] + twin_offset_[s];
+    uint64_t twin_work = 0;
+    const StateMask* from = shared(twin, &twin_work);
+    if (from != nullptr)
+      work_ += twin_work;
+    else
+      from = compute(twin);
+    acc_.clear();
+    unc_.clear();
+    const uint64_t walk_start = pre_.work();
+    pre_.run(s, acc_, unc_, bytes);
+    const int32_t words = v_.num_words();
+    uint64_t walk = pre_.work() - walk_start + static_cast<uint64_t>(words) + from->accepted_ids.size() +
+                    from->uncertain_ranks.size();
+    work_ += walk;
+    auto short_enough = [&](std::string_view t) { return static_cast<int32_t>(t.size()) <= bytes; };
+    auto mask = std::make_shared<StateMask>();
+    if (!from->accepted_bits.empty()) {
+      const std::vector<uint32_t>& keep_bits = tokens_up_to(bytes);
+      mask->accepted_bits.resize(words);
+      for (int32_t w = 0; w < words; ++w) mask->accepted_bits[w] = from->accepted_bits[w] & keep_bits[w];
+      for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+    } else {
+      for (int32_t id : from->accepted_ids)
+        if (short_enough(v_.token(id))) acc_.push_back(id);
+      std::sort(acc_.begin(), acc_.end());
+      if (acc_.size() >= static_cast<size_t>(words)) {
+        mask->accepted_bits.assign(words, 0);
+        for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+      } else {
+        mask->accepted_ids = acc_;
+      }
+    }
+    // Uncertain tokens: the twin's short ones and the walked long ones, in
+    // rank order (the matcher walks them as a trie).
+    std::vector<int32_t> uncertain;
+    for (int32_t r : from->uncertain_ranks)
+      if (short_enough(v_.ranked(r))) uncertain.push_back(r);
+    const size_t mid = uncertain.size();
+    uncertain.insert(uncertain.end(), unc_.begin(), unc_.end());
+    std::inplace_merge(uncertain.begin(), uncertain.begin() + static_cast<std::ptrdiff_t>(mid), uncertain.end());
+    mask->uncertain_ranks = std::move(uncertain);
+    mask->uncertain_lcp = uncertain_lcps(v_, mask->uncertain_ranks);
+    keep(mask);
+    pending_.emplace(key_of(s), SharedMask{mask, walk});
+    if (eager_pass_done_) publish();
+    return mask.get();
+  }
+
+  // Bits of the token ids of at most `bytes` bytes (built once per length
+  // and compile, at most max token length + 1 of them). Not charged: what a
+  // mask is charged must not depend on which states this compile computed
+  // before (a warm compile takes them from the cache).
+  const std::vector<uint32_t>& tokens_up_to(int32_t bytes) {
+    if (tokens_up_to_.size() <= static_cast<size_t>(bytes)) tokens_up_to_.resize(bytes + 1);
+    std::vector<uint32_t>& bits = tokens_up_to_[bytes];
+    if (bits.empty()) {
+      bits.assign(v_.num_words(), 0);
+      for (int32_t id = 0; id < v_.num_tokens(); ++id)
+        if (static_cast<int32_t>(v_.token(id).size()) <= bytes) bits[id >> 5] |= 1u << (id & 31);
+    }
+    return bits;
+  }
+
   void publish() {
     SharedMaskCache& cache = shared_masks();
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -505,7 +597,9 @@ class MaskBuilder {
   FrontierDfa dfa_;
   StatePrecompute pre_;
   std::vector<Automaton::StructureHash> rule_hash_;
+  std::vector<int32_t> twin_offset_, twin_bytes_;        // per state (derive); filled with class_offset_
   std::vector<int32_t> class_offset_;                    // per state (key_of)
+  std::vector<std::vector<uint32_t>> tokens_up_to_;      // [bytes]: bits of the tokens that short
   std::vector<std::shared_ptr<const StateMask>> masks_;  // every mask this grammar uses
   std::vector<std::vector<int32_t>> accepted_of_;        // per masks_ entry computed here (rank order)
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;

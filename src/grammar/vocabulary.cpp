@@ -88,6 +88,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
   std::vector<int32_t> parent{-1};
   std::vector<uint8_t> last_byte{0};
   std::vector<int32_t> path{0};  // path[d]: node of depth d on the current token
+  std::vector<uint16_t> depth{0};
   trie_utf8_below_.push_back(1);
   std::vector<uint8_t> well_formed;  // [token length + 1]: the token's rest from d is well-formed UTF-8
   for (size_t r = 0; r < sorted_ids_.size(); ++r) {
@@ -104,6 +105,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
       trie_nodes_.push_back(TrieNode{static_cast<int32_t>(r), 0, d == t.size() ? 1 : 0, 0, 0});
       trie_utf8_below_.push_back(1);
       parent.push_back(path[d - 1]);
+      depth.push_back(static_cast<uint16_t>(d));
       last_byte.push_back(static_cast<uint8_t>(t[d - 1]));
       path.push_back(id);
     }
@@ -125,6 +127,11 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
     const ByteSet& own = trie_bytes_below_[i];
     for (int w = 0; w < 4; ++w) p[w] |= own[w];
     p[last_byte[i] >> 6] |= 1ull << (last_byte[i] & 63);
+  }
+  trie_longest_below_.assign(trie_nodes_.size(), 0);
+  for (size_t i = trie_nodes_.size(); i-- > 1;) {
+    if (trie_nodes_[i].num_exact > 0) trie_longest_below_[i] = std::max(trie_longest_below_[i], depth[i]);
+    trie_longest_below_[parent[i]] = std::max(trie_longest_below_[parent[i]], trie_longest_below_[i]);
   }
   std::vector<int32_t> num_kids(trie_nodes_.size() + 1, 0);
   for (size_t i = 1; i < trie_nodes_.size(); ++i) ++num_kids[parent[i] + 1];

@@ -68,6 +68,10 @@ class Vocabulary {
   // end), so a state that loops on every such character and on the ASCII
   // bytes below accepts the whole subtree unread.
   const std::vector<uint8_t>& trie_utf8_below() const { return trie_utf8_below_; }
+  // Per node: the length in bytes of the longest token of its subtree (its
+  // own prefix included when that is a token), so a walk that only needs
+  // tokens longer than some length skips the subtrees that have none.
+  const std::vector<uint16_t>& trie_longest_below() const { return trie_longest_below_; }
   int32_t max_token_length() const { return max_token_length_; }
 
  private:
@@ -78,8 +82,9 @@ class Vocabulary {
   std::vector<uint16_t> lcp_prev_;
   std::vector<TrieNode> trie_nodes_;
   std::vector<TrieEdge> trie_edges_;
-  std::vector<ByteSet> trie_bytes_below_;  // [trie nodes]
-  std::vector<uint8_t> trie_utf8_below_;   // [trie nodes]
+  std::vector<ByteSet> trie_bytes_below_;     // [trie nodes]
+  std::vector<uint8_t> trie_utf8_below_;      // [trie nodes]
+  std::vector<uint16_t> trie_longest_below_;  // [trie nodes]
   int32_t max_token_length_ = 0;
   int32_t mask_vocab_size_ = 0;
   uint64_t hash_ = 0;
