@@ -22,6 +22,11 @@
 // Measurements (each after a warm-up, median of repeats):
 //   decode b1 : steps of one token after a --prompt-token prompt (128); tokens/s
 //   prefill N : one forward over N prompt tokens (logits of the last row)
+//   verify b1 k=K (--verify K, for K = 1..K): speculative decoding's verify step
+//                 (engine/scheduler.cpp) after the --prompt-token prompt: one
+//                 forward over 1 + K rows, every row's logits copied to the
+//                 host (as the engine judges drafts there), then K positions
+//                 rolled back; ms per step and its cost over decode b1's.
 //   decode bB@C : B sequences with C cached positions each, one token each per step;
 //                 aggregate tokens/s. Their caches hold zeros (not prefilled:
 //                 65k prompt tokens would dominate the run); attention reads
@@ -61,6 +66,7 @@ struct Options {
   std::string dtype = "bf16";
   std::string device = "cuda";
   int decode = 128, prompt = 128, prefill = 2048, prefill_reps = 3, batch = 64, context = 1024, batch_steps = 32;
+  int verify = 0;  // --verify K: verify steps of 1 + k rows, k = 1..K (needs --decode)
   bool check = false, gemv = false;
   int layers = 0;            // 0: the preset's
   int tp = 0, tp_rank = -1;  // tp 0: no tensor parallelism; 1: one rank through the TP path (NCCL of one)
@@ -342,6 +348,59 @@ void bench_decode_run_ahead(const Options& o, model::Model& model, const Row& ro
   row("decode b1 forward alone", o.decode / f, 1e3 * f / o.decode);
 }
 
+// Speculative decoding's verify step at batch 1 as the engine runs it: the
+// last token and k drafts as one chunk (every row's logits), the rows'
+// logits copied to the host, then the k draft positions rolled back (all
+// rejected: the next step runs at the same context length). Decode b1
+// (a graph, greedy argmax) in the same rig first, for the ratio.
+template <class Row>
+void bench_verify(const Options& o, model::Model& model, const Row& row) {
+  const int vocab = model.config().vocab_size;
+  Rig rig(model, 1, o.prompt + o.decode + o.verify + 32);
+  rig.step({prompt(o.prompt, vocab, 5)});
+  int32_t next = rig.argmax()[0];
+  auto decode_ms = [&] {
+    for (int i = 0; i < 8; ++i) {  // warm-up (records the graph)
+      rig.step({{next}});
+      next = rig.argmax()[0];
+      --rig.n_past[0];
+    }
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.decode; ++i) {
+      rig.step({{next}});
+      next = rig.argmax()[0];
+      --rig.n_past[0];
+    }
+    return 1e3 * seconds_since(t0) / o.decode;
+  };
+  const double decode = decode_ms();
+  row("decode b1 (verify's baseline)", 1e3 / decode, decode);
+  Tensor host = ops::pinned_host_zeros(DType::F32, {int64_t(o.verify) + 1, vocab});
+  for (int k = 1; k <= o.verify; ++k) {
+    model::ForwardBatch b;
+    b.sequences.push_back({.first_row = 0, .n_rows = k + 1, .n_past = 0, .block_table = rig.tables[0]});
+    for (int r = 0; r <= k; ++r) {
+      b.tokens.push_back(int32_t((next + 37 * r) % vocab));
+      b.positions.push_back(0);
+      b.wants_logits.push_back(1);
+    }
+    auto verify_step = [&] {
+      b.sequences[0].n_past = rig.n_past[0];
+      for (int r = 0; r <= k; ++r) b.positions[size_t(r)] = rig.n_past[0] + r;
+      model.forward(b, *rig.cache, rig.logits);
+      Tensor dst = host.slice(0, 0, k + 1);
+      ops::copy(rig.logits, dst);  // waits for the forward
+    };
+    for (int i = 0; i < 4; ++i) verify_step();  // warm-up (GEMM timings of this row count)
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o.decode; ++i) verify_step();
+    const double ms = 1e3 * seconds_since(t0) / o.decode;
+    row("verify b1 k=" + std::to_string(k), 1e3 / ms, ms);  // tokens/s with every draft rejected
+    std::printf("  (%.2fx a decode step; all %d drafts accepted would give %.2fx)\n", ms / decode, k,
+                (k + 1) * decode / ms);
+  }
+}
+
 int bench_model(const Options& o, model::Model& m) {
   const Device device = m.device();
   model::Model* model = &m;
@@ -381,6 +440,7 @@ int bench_model(const Options& o, model::Model& m) {
                 o.tp >= 1 ? " per rank" : "", weight_gb * o.decode / s, 1e6 * forward_s / o.decode);
   }
   if (o.decode > 0 && device == Device::CUDA && o.tp == 0) bench_decode_run_ahead(o, *model, row);
+  if (o.decode > 0 && o.verify > 0) bench_verify(o, *model, row);
   if (o.prefill > 0) {
     Rig rig(*model, 1, o.prefill + 16);
     std::vector<double> times, queued;
@@ -728,6 +788,8 @@ int main(int argc, char** argv) {
         o.prefill_reps = std::max(1, std::stoi(next()));
       else if (f == "--batch")
         o.batch = std::stoi(next());
+      else if (f == "--verify")
+        o.verify = std::stoi(next());
       else if (f == "--context")
         o.context = std::stoi(next());
       else if (f == "--batch-steps")
