@@ -53,16 +53,24 @@ struct LoraOutput {
   Tensor* y;
 };
 
-// y += the low-rank term of each projection, for the rows whose adapter has
-// one: 1–3 projections of one x.
-void add_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs) {
+// base() (the base model's projection of x into each output), then y += the
+// low-rank term of each projection for the rows whose adapter has one: 1–3
+// projections of one x. With a table (the GPU's path) the shrink reads only
+// x, so it runs before the base projection: in the dependent-launch chain it
+// overlaps the GEMV's weight prefetch instead of waiting for its last write.
+template <typename BaseProjection>
+void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs,
+                       BaseProjection&& base) {
   if (lora.table != nullptr) {
     std::vector<ops::LoraTablePart> parts;
     for (const LoraOutput& o : outputs)
       parts.push_back({.entry = lora.layer * kProjections + int32_t(o.projection), .y = o.y});
     Tensor u = lora.table->u;
-    return ops::lora_table_add(x, lora.table->table(), parts, u);
+    ops::lora_table_shrink(x, lora.table->table(), parts, u);
+    base();
+    return ops::lora_table_expand(x, lora.table->table(), parts, u);
   }
+  base();
   for (const LoraOutput& o : outputs) {
     std::vector<ops::LoraRows> segments;
     for (const AdapterRows& rows : lora.rows) {
@@ -86,8 +94,8 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
     BRIOCHE_CHECK(ctx.collective == nullptr, "attention_block: adapters are not served with tensor parallelism");
     // The low-rank terms read x̂, which the fused norm does not materialise on the GPU.
     ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
-    ops::matmul_group(a.h, qkv_w, qkv);
-    add_lora(lora, a.h, {{Projection::Q, &a.q}, {Projection::K, &a.k}, {Projection::V, &a.v}});
+    project_with_lora(lora, a.h, {{Projection::Q, &a.q}, {Projection::K, &a.k}, {Projection::V, &a.v}},
+                      [&] { ops::matmul_group(a.h, qkv_w, qkv); });
   } else {
     ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff}, qkv_w,
                       qkv);
@@ -119,8 +127,8 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
   ops::paged_attention(a.q, first, paged, params, a.attn);
   if (adapted && !w.bo.defined()) {
     // a.x += attention·woᵀ, then each adapter row's low-rank term.
-    ops::matmul_accumulate(a.attn, w.wo, a.x, a.out);
-    return add_lora(lora, a.attn, {{Projection::O, &a.x}});
+    return project_with_lora(lora, a.attn, {{Projection::O, &a.x}},
+                             [&] { ops::matmul_accumulate(a.attn, w.wo, a.x, a.out); });
   }
   if (ctx.collective != nullptr) {
     // out = Σ_ranks attn_r·wo_rᵀ, then the bias once.
@@ -128,8 +136,11 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
     ctx.collective->all_reduce_sum(a.out);
     if (w.bo.defined()) ops::add_bias(a.out, w.bo);
   } else {
-    ops::matmul(a.attn, w.wo, a.out);
-    if (adapted) add_lora(lora, a.attn, {{Projection::O, &a.out}});
+    if (adapted) {
+      project_with_lora(lora, a.attn, {{Projection::O, &a.out}}, [&] { ops::matmul(a.attn, w.wo, a.out); });
+    } else {
+      ops::matmul(a.attn, w.wo, a.out);
+    }
     if (w.bo.defined()) ops::add_bias(a.out, w.bo);
   }
   ops::add(a.x, a.out, a.x);
@@ -143,13 +154,12 @@ void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, c
     ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
     const Tensor* gate_up_w[] = {&w.w_gate, &w.w_up};
     Tensor* gate_up[] = {&a.gate, &a.up};
-    ops::matmul_group(a.h, gate_up_w, gate_up);
-    add_lora(lora, a.h, {{Projection::Gate, &a.gate}, {Projection::Up, &a.up}});
+    project_with_lora(lora, a.h, {{Projection::Gate, &a.gate}, {Projection::Up, &a.up}},
+                      [&] { ops::matmul_group(a.h, gate_up_w, gate_up); });
     ops::swiglu(a.gate, a.up, a.gate);
     // a.x += swiglu·w_downᵀ, then each adapter row's low-rank term.
-    ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out);
-    add_lora(lora, a.gate, {{Projection::Down, &a.x}});
-    return;
+    return project_with_lora(lora, a.gate, {{Projection::Down, &a.x}},
+                             [&] { ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out); });
   }
   const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff};
   const ops::SwigluMlp mlp{.w_gate = w.w_gate,

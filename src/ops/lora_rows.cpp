@@ -68,30 +68,33 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
   backend::cpu::lora_rows_add(args);
 }
 
-void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts, Tensor& u_scratch) {
-  u_scratch.note_written();
-  for (const LoraTablePart& p : parts)
-    if (p.y != nullptr) p.y->note_written();
-  BRIOCHE_CHECK(!parts.empty() && parts.size() <= size_t(backend::cpu::kLoraTableParts), "lora_table_add: 1 to ",
+namespace {
+
+enum class TableHalf { Shrink, Expand };
+
+// The checked arguments of one half of the table path. The shrink reads x
+// and writes u; the expand reads u and adds to each part's y. Both check the
+// whole table, so either half alone is as safe as the pair.
+backend::cpu::LoraTableArgs table_args(const char* op, const Tensor& x, const LoraTable& table,
+                                       std::span<const LoraTablePart> parts, const Tensor& u_scratch) {
+  BRIOCHE_CHECK(!parts.empty() && parts.size() <= size_t(backend::cpu::kLoraTableParts), op, ": 1 to ",
                 backend::cpu::kLoraTableParts, " projections, got ", parts.size());
-  BRIOCHE_CHECK(table.row_slot != nullptr && table.factors != nullptr, "lora_table_add: a table without its data");
-  auto xs = detail::f32_rows(x, "lora_table_add", "x");
-  auto us = detail::f32_rows(u_scratch, "lora_table_add", "u_scratch");
+  BRIOCHE_CHECK(table.row_slot != nullptr && table.factors != nullptr, op, ": a table without its data");
+  auto xs = detail::f32_rows(x, op, "x");
+  auto us = detail::f32_rows(u_scratch, op, "u_scratch");
   const Tensor& slots = *table.row_slot;
   const Tensor& factors = *table.factors;
   BRIOCHE_CHECK(slots.dtype() == DType::I32 && slots.rank() == 1 && slots.dim(0) >= xs.n_rows && slots.is_contiguous(),
-                "lora_table_add: row slots must be i32 [", xs.n_rows, "], got ", slots.describe());
+                op, ": row slots must be i32 [", xs.n_rows, "], got ", slots.describe());
   constexpr int64_t kWords = int64_t(sizeof(backend::cpu::LoraFactors) / 4);
   BRIOCHE_CHECK(factors.dtype() == DType::I32 && factors.rank() == 1 && factors.dim(0) % kWords == 0 &&
                     factors.is_contiguous() && reinterpret_cast<uintptr_t>(factors.data()) % 8 == 0,
-                "lora_table_add: factors must be 8-byte aligned i32 words, ", kWords, " per entry; got ",
-                factors.describe());
-  BRIOCHE_CHECK(table.rank_cap >= 1 && table.rank_cap <= max_lora_rows_rank() && table.slot_stride >= 1,
-                "lora_table_add: rank cap ", table.rank_cap, " outside [1, ", max_lora_rows_rank(), "]");
-  BRIOCHE_CHECK(us.n_rows >= xs.n_rows && us.dim >= int64_t(parts.size()) * table.rank_cap,
-                "lora_table_add: u_scratch ", u_scratch.describe(), " smaller than [", xs.n_rows, ", ",
-                int64_t(parts.size()) * table.rank_cap, "]");
-  const Device device = detail::common_device("lora_table_add", {&x, &u_scratch, &slots, &factors});
+                op, ": factors must be 8-byte aligned i32 words, ", kWords, " per entry; got ", factors.describe());
+  BRIOCHE_CHECK(table.rank_cap >= 1 && table.rank_cap <= max_lora_rows_rank() && table.slot_stride >= 1, op,
+                ": rank cap ", table.rank_cap, " outside [1, ", max_lora_rows_rank(), "]");
+  BRIOCHE_CHECK(us.n_rows >= xs.n_rows && us.dim >= int64_t(parts.size()) * table.rank_cap, op, ": u_scratch ",
+                u_scratch.describe(), " smaller than [", xs.n_rows, ", ", int64_t(parts.size()) * table.rank_cap, "]");
+  detail::common_device(op, {&x, &u_scratch, &slots, &factors});
   backend::cpu::LoraTableArgs args{.x = xs.data,
                                    .ldx = xs.stride,
                                    .in = xs.dim,
@@ -107,24 +110,52 @@ void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const Lor
   for (size_t p = 0; p < parts.size(); ++p) {
     BRIOCHE_CHECK(
         parts[p].y != nullptr && parts[p].entry >= 0 && parts[p].entry < table.slot_stride && parts[p].entry < entries,
-        "lora_table_add: part ", p, " names entry ", parts[p].entry, " of a slot of ", table.slot_stride);
-    auto ys = detail::f32_rows(*parts[p].y, "lora_table_add", "y");
-    BRIOCHE_CHECK(ys.n_rows == xs.n_rows, "lora_table_add: x ", x.describe(), " and y ", parts[p].y->describe(),
+        op, ": part ", p, " names entry ", parts[p].entry, " of a slot of ", table.slot_stride);
+    auto ys = detail::f32_rows(*parts[p].y, op, "y");
+    BRIOCHE_CHECK(ys.n_rows == xs.n_rows, op, ": x ", x.describe(), " and y ", parts[p].y->describe(),
                   " differ in rows");
-    detail::common_device("lora_table_add", {&x, parts[p].y});
+    detail::common_device(op, {&x, parts[p].y});
     args.entry[p] = parts[p].entry;
     args.y[p] = ys.data;
     args.ldy[p] = ys.stride;
     args.out[p] = ys.dim;
   }
-  if (device == Device::CUDA) {
+  return args;
+}
+
+void run_table_half(TableHalf half, const char* op, const Tensor& x, const LoraTable& table,
+                    std::span<const LoraTablePart> parts, Tensor& u_scratch) {
+  const backend::cpu::LoraTableArgs args = table_args(op, x, table, parts, u_scratch);
+  if (half == TableHalf::Shrink) {
+    u_scratch.note_written();
+  } else {
+    for (const LoraTablePart& p : parts) p.y->note_written();
+  }
+  if (x.device() == Device::CUDA) {
 #if BRIOCHE_CUDA
-    return cuda::lora_table_add(args);
+    return half == TableHalf::Shrink ? cuda::lora_table_shrink(args) : cuda::lora_table_expand(args);
 #else
-    detail::fail_no_cuda("lora_table_add");
+    detail::fail_no_cuda(op);
 #endif
   }
-  backend::cpu::lora_table_add(args);
+  half == TableHalf::Shrink ? backend::cpu::lora_table_shrink(args) : backend::cpu::lora_table_expand(args);
+}
+
+}  // namespace
+
+void lora_table_shrink(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
+                       Tensor& u_scratch) {
+  run_table_half(TableHalf::Shrink, "lora_table_shrink", x, table, parts, u_scratch);
+}
+
+void lora_table_expand(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
+                       Tensor& u_scratch) {
+  run_table_half(TableHalf::Expand, "lora_table_expand", x, table, parts, u_scratch);
+}
+
+void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts, Tensor& u_scratch) {
+  lora_table_shrink(x, table, parts, u_scratch);
+  lora_table_expand(x, table, parts, u_scratch);
 }
 
 }  // namespace brioche::ops

@@ -55,4 +55,13 @@ struct LoraTablePart {
 // CUDA whatever the mix. u_scratch f32 [n, ≥ parts · rank_cap].
 void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts, Tensor& u_scratch);
 
+// lora_table_add's two halves, for a caller that runs the base projection
+// between them: the shrink (u = x·Aᵀ) reads only x, so it can go before the
+// GEMV that writes y, off the GEMV's critical path; the expand (y += u·bt)
+// after it. The same arguments for both; u_scratch carries u between them.
+void lora_table_shrink(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
+                       Tensor& u_scratch);
+void lora_table_expand(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
+                       Tensor& u_scratch);
+
 }  // namespace brioche::ops

@@ -146,21 +146,32 @@ void lora_rows_add(const LoraRowsArgs& a) {
 // The reference of the CUDA kernels' table path (the model's CPU forward
 // takes lora_rows_add): plain loops, the same math, not the kernels'
 // summation order.
-void lora_table_add(const LoraTableArgs& a) {
+void lora_table_shrink(const LoraTableArgs& a) {
   for (int32_t r = 0; r < a.n_rows; ++r) {
     const int32_t slot = a.row_slot[r];
     if (slot < 0) continue;
     const float* x = a.x + int64_t(r) * a.ldx;
     for (int32_t p = 0; p < a.n_parts; ++p) {
       const LoraFactors& f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
-      if (f.a == nullptr) continue;
       float* u = a.u + int64_t(r) * a.ldu + int64_t(p) * a.rank_cap;
-      for (int32_t k = 0; k < f.rank; ++k) {
+      for (int32_t k = 0; k < f.rank && f.a != nullptr; ++k) {
         const uint16_t* ak = f.a + int64_t(k) * a.in;
         float sum = 0.0f;
         for (int64_t c = 0; c < a.in; ++c) sum += f16_to_f32(ak[c]) * x[c];
         u[k] = sum;
       }
+    }
+  }
+}
+
+void lora_table_expand(const LoraTableArgs& a) {
+  for (int32_t r = 0; r < a.n_rows; ++r) {
+    const int32_t slot = a.row_slot[r];
+    if (slot < 0) continue;
+    for (int32_t p = 0; p < a.n_parts; ++p) {
+      const LoraFactors& f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
+      if (f.a == nullptr) continue;
+      const float* u = a.u + int64_t(r) * a.ldu + int64_t(p) * a.rank_cap;
       float* y = a.y[p] + int64_t(r) * a.ldy[p];
       for (int64_t c = 0; c < a.out[p]; ++c) {
         float sum = 0.0f;

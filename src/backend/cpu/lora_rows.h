@@ -57,6 +57,9 @@ struct LoraTableArgs {
   float* u;  // [n_rows, n_parts · rank_cap] scratch, row stride ldu
   int64_t ldu;
 };
-void lora_table_add(const LoraTableArgs& args);
+// The table path's two halves: the shrink writes u from x, the expand adds
+// u·bt to each y (it reads neither x nor `in`).
+void lora_table_shrink(const LoraTableArgs& args);
+void lora_table_expand(const LoraTableArgs& args);
 
 }  // namespace brioche::backend::cpu

@@ -165,13 +165,17 @@ __global__ void table_expand_kernel(LoraTableArgs a, int32_t column_blocks) {
 
 }  // namespace
 
-void lora_table_add(const LoraTableArgs& a) {
+void lora_table_shrink(const LoraTableArgs& a) {
+  if (a.n_rows == 0 || a.n_parts == 0 || a.rank_cap == 0) return;
+  detail::launch_dependent(table_shrink_kernel, dim3(unsigned(a.n_rows), unsigned(a.n_parts * a.rank_cap)),
+                           dim3(kShrinkThreads), 0, a);
+}
+
+void lora_table_expand(const LoraTableArgs& a) {
   if (a.n_rows == 0 || a.n_parts == 0 || a.rank_cap == 0) return;
   int64_t max_out = 0;
   for (int p = 0; p < a.n_parts; ++p) max_out = std::max(max_out, a.out[p]);
   const int32_t column_blocks = int32_t((max_out + 255) / 256);
-  detail::launch_dependent(table_shrink_kernel, dim3(unsigned(a.n_rows), unsigned(a.n_parts * a.rank_cap)),
-                           dim3(kShrinkThreads), 0, a);
   detail::launch_dependent(table_expand_kernel, dim3(unsigned(a.n_rows), unsigned(a.n_parts * column_blocks)),
                            dim3(256), 0, a, column_blocks);
 }

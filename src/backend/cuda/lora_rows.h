@@ -13,9 +13,9 @@ void lora_rows_add(const backend::cpu::LoraRowsArgs& args);
 
 // The table path (ops::lora_table_add): every pointer in `args` is device
 // memory, the row→slot map and the factors table included, so a captured
-// launch serves any mix of adapters the table holds at replay. Two launches
-// for up to three projections of one x (Q/K/V, gate/up): one shrink, one
-// expand.
-void lora_table_add(const backend::cpu::LoraTableArgs& args);
+// launch serves any mix of adapters the table holds at replay. One launch
+// each for up to three projections of one x (Q/K/V, gate/up).
+void lora_table_shrink(const backend::cpu::LoraTableArgs& args);
+void lora_table_expand(const backend::cpu::LoraTableArgs& args);
 
 }  // namespace brioche::cuda
