@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/device_weights.h"
+#include "model/gemma4_weights.h"
 #include "model/weights.h"
 #include "ops/collective.h"
 #include "ops/device.h"
@@ -166,20 +167,33 @@ int run(const TrainFlags& flags) {
   ThreadPool::configure_global(config.threads > 0 ? config.threads
                                                   : int(std::max(1u, std::thread::hardware_concurrency())));
 
+  // Gemma 4 has its own checkpoint and training stack (CPU only: --device auto picks the CPU for it);
+  // the Llama family shares model::Checkpoint.
+  const bool gemma4 = std::filesystem::is_directory(config.model) && model::is_gemma4_directory(config.model);
+  if (gemma4 && config.device == "auto") config.device = "cpu";
   const Device device = config.resolved_device();
   if (device == Device::CUDA && !ops::cuda_available())
     throw UsageError{
         "--device cuda: no CUDA device is visible, or this build has no CUDA backend "
         "(configure with --preset cuda)"};
-  model::Checkpoint ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
-                                                                     : model::load_gguf_checkpoint(config.model);
-  auto tok = engine::load_model_tokenizer(ck.gguf.get(), ck.directory);
+  if (gemma4 && device != Device::CPU)
+    throw UsageError{config.model + ": Gemma 4 trains on the CPU only in this build (asked for " + device_name(device) +
+                     "; pass --device cpu)"};
+  if (gemma4 && job) throw UsageError{config.model + ": Gemma 4 trains without data parallelism in this build"};
+  model::Checkpoint ck;
+  model::Gemma4Checkpoint g4;
+  if (gemma4)
+    g4 = model::load_gemma4_checkpoint(config.model);
+  else
+    ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
+                                                     : model::load_gguf_checkpoint(config.model);
+  auto tok = engine::load_model_tokenizer(gemma4 ? nullptr : ck.gguf.get(), gemma4 ? g4.directory : ck.directory);
   // Base weights go to the device once, in their stored dtype (bf16, f16, quantized blocks).
   if (device == Device::CUDA) model::move_weights(ck, device);
   train::DatasetOptions options{.preference = train::is_preference(config.method),
                                 .max_seq_length = config.max_seq_length,
                                 .tokenizer = tok.get(),
-                                .render = train::make_chat_renderer(ck.chat_template, *tok),
+                                .render = train::make_chat_renderer(gemma4 ? g4.chat_template : ck.chat_template, *tok),
                                 .quiet = config.quiet};
   train::TrainData data{.train = train::load_dataset(train_path, options)};
   const int64_t train_rows = int64_t(data.train.size());
@@ -189,7 +203,7 @@ int run(const TrainFlags& flags) {
   std::unique_ptr<ops::Collective> collective;
   if (job)
     collective = ops::connect_nccl({.rank = job->rank, .size = job->size, .master = job->master, .timeout_s = 600});
-  train::Trainer trainer(config, ck, std::move(data));
+  train::Trainer trainer(config, gemma4 ? train::gemma4_train_base(g4) : train::llama_train_base(ck), std::move(data));
   trainer.set_data_parallel(collective.get());
   install_stop_handlers();
   trainer.set_stop_flag(&g_stop_requested);

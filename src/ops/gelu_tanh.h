@@ -12,4 +12,10 @@ namespace brioche::ops {
 // gate or up. CPU only in this build.
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 
+// Its backward: dgate = dout · up · gelu_tanh'(gate), dup = dout · gelu_tanh(gate).
+// All f32 [n_rows, dim] on the CPU; dgate may alias dout (dup may not alias
+// dout when both are wanted); dup may be undefined (up is then a constant,
+// e.g. Gemma 4's per-layer inputs).
+void gelu_tanh_mul_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor* dup);
+
 }  // namespace brioche::ops

@@ -63,11 +63,15 @@ std::string huggingface_repo_id(const model::Checkpoint& ck) {
       if (std::string id = repo_id_from(ck.gguf->get_string(key, "")); !id.empty()) return id;
     return "";
   }
-  if (ck.directory.empty()) return "";
-  auto text = formats::read_regular_file_if_present(ck.directory + "/config.json", formats::kMaxConfigJsonBytes);
+  return huggingface_repo_id(ck.directory);
+}
+
+std::string huggingface_repo_id(const std::string& directory) {
+  if (directory.empty()) return "";
+  auto text = formats::read_regular_file_if_present(directory + "/config.json", formats::kMaxConfigJsonBytes);
   if (!text) return "";
   try {
-    const nlohmann::json cfg = parse_json_bounded(*text, ck.directory + "/config.json");
+    const nlohmann::json cfg = parse_json_bounded(*text, directory + "/config.json");
     if (cfg.is_object() && cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
       return repo_id_from(cfg["_name_or_path"].get<std::string>());
   } catch (const Error&) {
@@ -78,8 +82,12 @@ bool has_permuted_qk(const model::Model& m) { return permuted_qk(m.gguf() != nul
 
 void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Checkpoint& ck,
                   const AdapterWriteInfo& info) {
+  save_adapter(dir, adapter, ck.config, has_permuted_qk(ck), info);
+}
+
+void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::ModelConfig& config, bool permute,
+                  const AdapterWriteInfo& info) {
   std::filesystem::create_directories(dir);
-  const bool permute = has_permuted_qk(ck);
   formats::SafetensorsWriter writer;
   std::map<int, bool> layers;
   std::vector<std::string> targets;
@@ -88,9 +96,8 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
     const std::string name(module_name(e.module));
     if (std::find(targets.begin(), targets.end(), name) == targets.end()) targets.push_back(name);
     writer.add(tensor_name(e.layer, e.module, "lora_A"), e.factors->a);
-    writer.add(tensor_name(e.layer, e.module, "lora_B"), permute && permuted_module(e.module)
-                                                             ? reorder_rows(e.factors->b, ck.config.head_dim, true)
-                                                             : e.factors->b);
+    writer.add(tensor_name(e.layer, e.module, "lora_B"),
+               permute && permuted_module(e.module) ? reorder_rows(e.factors->b, config.head_dim, true) : e.factors->b);
   }
   writer.set_metadata({{"format", "pt"}, {"producer", "brioche"}});
   writer.write(dir + "/adapter_model.safetensors");
@@ -112,7 +119,7 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
   cfg["inference_mode"] = true;
   cfg["init_lora_weights"] = true;
   cfg["modules_to_save"] = nullptr;
-  if (int(layers.size()) == ck.config.n_layers) {
+  if (int(layers.size()) == config.n_layers) {
     cfg["layers_to_transform"] = nullptr;
   } else {
     std::vector<int> list;
@@ -131,7 +138,7 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
 }
 
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permute,
-                                          int max_rank) {
+                                          int max_rank, const LoraShapes& shapes) {
   if (is_gguf_adapter_file(dir)) return load_gguf_adapter(dir, config, permute, max_rank);
   const std::string config_path = dir + "/adapter_config.json";
   // A bounded read of a regular file (a FIFO must not hang the load) and a
@@ -180,7 +187,10 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
     if (std::find(lora.targets.begin(), lora.targets.end(), s.module) == lora.targets.end())
       lora.targets.push_back(s.module);
   }
-  auto adapter = std::make_unique<LoraAdapter>(config, lora, sites);
+  for (const auto& s : sites)
+    BRIOCHE_CHECK(!shapes || shapes(s.layer, s.module).in > 0, st_path, ": ", tensor_name(s.layer, s.module, "lora_A"),
+                  " adapts a projection that layer ", s.layer, " of this model does not have");
+  auto adapter = std::make_unique<LoraAdapter>(config, lora, sites, shapes);
   for (auto& e : adapter->entries()) {
     for (const char* ab : {"lora_A", "lora_B"}) {
       const std::string name = tensor_name(e.layer, e.module, ab);

@@ -37,7 +37,12 @@ struct AdapterWriteInfo {
 // general.base_model.0.repo_url / general.source.url / general.url; a
 // safetensors folder's config.json `_name_or_path`. Empty when none does.
 std::string huggingface_repo_id(const model::Checkpoint& checkpoint);
+// The same for a safetensors folder (its config.json `_name_or_path`).
+std::string huggingface_repo_id(const std::string& directory);
 void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Checkpoint& checkpoint,
+                  const AdapterWriteInfo& info = {});
+// The same for a model of `config` (permuted_qk: its q/k rows in llama.cpp's order).
+void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::ModelConfig& config, bool permuted_qk,
                   const AdapterWriteInfo& info = {});
 
 // Reads a PEFT LoRA adapter (ours or peft's) for `checkpoint`, checking
@@ -45,8 +50,10 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& checkpoint);
 // The same for a model of `config`; a rank above max_rank is refused. A
 // path that is a file is read as llama.cpp's GGUF LoRA (load_gguf_adapter).
+// shapes: the model's per-layer projection shapes where its layers differ
+// (Gemma 4); a tensor for a projection the layer lacks is refused.
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permuted_qk,
-                                          int max_rank = 1 << 16);
+                                          int max_rank = 1 << 16, const LoraShapes& shapes = {});
 
 // llama.cpp's GGUF LoRA file (train/adapter_gguf.cpp has the layout).
 bool is_gguf_adapter_file(const std::string& path);

@@ -9,7 +9,7 @@
 
 namespace brioche::train {
 
-std::vector<int32_t> greedy_completion(TrainModel& model, const Tensor& w_out, std::span<const int32_t> prompt,
+std::vector<int32_t> greedy_completion(TrainStack& model, const Tensor& w_out, std::span<const int32_t> prompt,
                                        int max_tokens, std::span<const int32_t> stop_ids) {
   BRIOCHE_CHECK(!prompt.empty(), "greedy_completion: an empty prompt");
   std::vector<int32_t> sequence(prompt.begin(), prompt.end());

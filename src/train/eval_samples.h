@@ -25,7 +25,7 @@ struct SampleDecoder {
 
 // Up to max_tokens greedy tokens after `prompt`: argmax of the final hidden
 // state's logits (w_out [vocab, hidden], any dtype) with the adapter on.
-std::vector<int32_t> greedy_completion(TrainModel& model, const Tensor& w_out, std::span<const int32_t> prompt,
+std::vector<int32_t> greedy_completion(TrainStack& model, const Tensor& w_out, std::span<const int32_t> prompt,
                                        int max_tokens, std::span<const int32_t> stop_ids);
 
 }  // namespace brioche::train

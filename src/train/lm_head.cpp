@@ -121,4 +121,82 @@ void PlainLogpHead::backward(std::span<const float> d_logp, Tensor& d_hidden) {
   scatter_rows(dg, scored_, d_hidden);
 }
 
+SoftcapLogpHead::SoftcapLogpHead(const Tensor& w_out, float cap, int64_t chunk) : w_(w_out), cap_(cap), chunk_(chunk) {
+  BRIOCHE_CHECK(cap > 0.0f, "soft-capped head: cap must be positive, got ", cap);
+  BRIOCHE_CHECK(chunk > 0, "soft-capped head: chunk must be positive, got ", chunk);
+}
+
+Tensor SoftcapLogpHead::capped_chunk(int64_t v0, int64_t v1) {
+  const int64_t n = gathered_.dim(0);
+  if (!tile_.defined() || tile_.dim(1) < v1 - v0) tile_ = Tensor::zeros(DType::F32, {n, v1 - v0});
+  Tensor z = tile_.slice(1, 0, v1 - v0);
+  Tensor dense = Tensor::zeros(DType::F32, {n, v1 - v0});
+  ops::matmul(gathered_, w_.slice(0, v0, v1), dense);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* src = dense.row_as<float>(i);
+    float* dst = z.row_as<float>(i);
+    // transformers: logits / cap, tanh, · cap
+    for (int64_t v = 0; v < v1 - v0; ++v) dst[v] = cap_ * std::tanh(src[v] / cap_);
+  }
+  return dense;  // the capped values are in tile_; the uncapped z is returned for the backward's slope
+}
+
+std::vector<float> SoftcapLogpHead::forward(const Tensor& hidden, std::span<const ScoredToken> scored) {
+  BRIOCHE_CHECK(hidden.device() == Device::CPU && w_.device() == Device::CPU,
+                "soft-capped lm head (Gemma) runs on the CPU only in this build");
+  check_targets(w_, scored);
+  scored_.assign(scored.begin(), scored.end());
+  const int64_t n = int64_t(scored.size()), V = w_.dim(0);
+  std::vector<float> logp(static_cast<size_t>(n));
+  lse_.assign(size_t(n), 0.0);
+  if (n == 0) return logp;
+  gathered_ = gather_rows(hidden, scored);
+  tile_ = Tensor();
+  std::vector<double> mx(size_t(n), -std::numeric_limits<double>::infinity()), sum(size_t(n), 0.0),
+      target(static_cast<size_t>(n));
+  for (int64_t v0 = 0; v0 < V; v0 += chunk_) {
+    const int64_t v1 = std::min(V, v0 + chunk_);
+    capped_chunk(v0, v1);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* z = tile_.row_as<float>(i);
+      double m = mx[size_t(i)];
+      for (int64_t v = 0; v < v1 - v0; ++v) m = std::max(m, double(z[v]));
+      double s = sum[size_t(i)] * std::exp(mx[size_t(i)] - m);
+      for (int64_t v = 0; v < v1 - v0; ++v) s += std::exp(double(z[v]) - m);
+      mx[size_t(i)] = m, sum[size_t(i)] = s;
+      const int32_t t = scored[size_t(i)].target;
+      if (t >= v0 && t < v1) target[size_t(i)] = z[t - v0];
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    lse_[size_t(i)] = mx[size_t(i)] + std::log(sum[size_t(i)]);
+    logp[size_t(i)] = float(target[size_t(i)] - lse_[size_t(i)]);
+  }
+  return logp;
+}
+
+void SoftcapLogpHead::backward(std::span<const float> d_logp, Tensor& d_hidden) {
+  const int64_t n = int64_t(scored_.size()), V = w_.dim(0);
+  BRIOCHE_CHECK(int64_t(d_logp.size()) == n, "soft-capped head: ", d_logp.size(), " gradients for ", n, " tokens");
+  Tensor dg = Tensor::zeros(DType::F32, {std::max<int64_t>(n, 1), d_hidden.dim(1)}).slice(0, 0, n);
+  for (int64_t v0 = 0; n > 0 && v0 < V; v0 += chunk_) {
+    const int64_t v1 = std::min(V, v0 + chunk_);
+    Tensor dz = capped_chunk(v0, v1);  // uncapped z, overwritten with dℓ/dz
+    for (int64_t i = 0; i < n; ++i) {
+      const float* capped = tile_.row_as<float>(i);
+      float* d = dz.row_as<float>(i);
+      const double g = d_logp[size_t(i)], lse = lse_[size_t(i)];
+      const int32_t t = scored_[size_t(i)].target;
+      for (int64_t v = 0; v < v1 - v0; ++v) {
+        const double p = std::exp(double(capped[v]) - lse);
+        const double th = capped[v] / cap_;  // tanh(z/c)
+        d[v] = float(g * ((v0 + v == t ? 1.0 : 0.0) - p) * (1.0 - th * th));
+      }
+    }
+    ops::matmul_input_grad(dz, w_.slice(0, v0, v1), dg, ops::GradWrite::Accumulate);
+  }
+  scatter_rows(dg, scored_, d_hidden);
+  gathered_ = Tensor(), tile_ = Tensor();
+}
+
 }  // namespace brioche::train

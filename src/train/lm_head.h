@@ -59,4 +59,27 @@ class PlainLogpHead final : public LogpHead {
   std::vector<ScoredToken> scored_;
 };
 
+// Gemma's soft-capped head: logits c·tanh(z/c) with z = h·Wᵀ, on the CPU,
+// one vocabulary chunk of z at a time (never [tokens, V]):
+//   forward: online log-sum-exp of the capped logits over the chunks
+//   backward, per chunk again: dℓ/dz_v = d_logp·(1[v = t] − p_v)·(1 − tanh²(z_v/c))
+class SoftcapLogpHead final : public LogpHead {
+ public:
+  // w_out: [V, H] any dtype; cap > 0; chunk: vocabulary rows per tile.
+  SoftcapLogpHead(const Tensor& w_out, float cap, int64_t chunk);
+  std::vector<float> forward(const Tensor& hidden, std::span<const ScoredToken> scored) override;
+  void backward(std::span<const float> d_logp, Tensor& d_hidden) override;
+
+ private:
+  // z = gathered·W[v0:v1]ᵀ into tile_, then capped in place; returns the capped tile [n, v1 − v0].
+  Tensor capped_chunk(int64_t v0, int64_t v1);
+
+  const Tensor& w_;
+  float cap_;
+  int64_t chunk_;
+  Tensor gathered_, tile_;
+  std::vector<double> lse_;
+  std::vector<ScoredToken> scored_;
+};
+
 }  // namespace brioche::train

@@ -46,8 +46,12 @@ ModuleShape module_shape(const model::ModelConfig& c, Module m) {
   return {};
 }
 
-LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, uint64_t seed)
-    : config_(lora), scale_(lora.scale()) {
+LoraShapes uniform_shapes(const model::ModelConfig& config) {
+  return [config](int, Module m) { return module_shape(config, m); };
+}
+
+LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, uint64_t seed, LoraShapes shapes)
+    : config_(lora), scale_(lora.scale()), shapes_(shapes ? std::move(shapes) : uniform_shapes(c)) {
   BRIOCHE_CHECK(lora.rank > 0, "lora: rank must be positive, got ", lora.rank);
   BRIOCHE_CHECK(lora.dropout >= 0.0f && lora.dropout < 1.0f, "lora: dropout must be in [0, 1), got ", lora.dropout);
   BRIOCHE_CHECK(!lora.targets.empty(), "lora: no target modules");
@@ -56,13 +60,16 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, ui
   BRIOCHE_CHECK(adapted > 0, "lora: num_layers must be positive or -1 (all), got ", lora.num_layers);
   std::vector<Site> sites;
   for (int l = n - adapted; l < n; ++l)
-    for (Module m : lora.targets) sites.push_back({l, m});
+    for (Module m : lora.targets)
+      if (shapes_(l, m).in > 0) sites.push_back({l, m});
+  BRIOCHE_CHECK(!sites.empty(), "lora: none of the target modules exists in the adapted layers");
   allocate(c, sites);
   first_layer_ = n - adapted;
   // A drawn in (layer, target order) so a seed gives the same factors as before the flat storage.
   std::mt19937_64 rng(seed);
   for (int l = first_layer_; l < n; ++l) {
     for (Module m : lora.targets) {
+      if (!layers_[size_t(l)][size_t(m)]) continue;  // the layer has no such projection
       LoraFactors& f = *layers_[size_t(l)][size_t(m)];
       // kaiming_uniform_(a=√5): bound = √(6 / ((1 + 5)·fan_in)) = 1/√in
       std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -73,12 +80,15 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, ui
   }
 }
 
-LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, const std::vector<Site>& sites)
-    : config_(lora), scale_(lora.scale()) {
+LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, const std::vector<Site>& sites,
+                         LoraShapes shapes)
+    : config_(lora), scale_(lora.scale()), shapes_(shapes ? std::move(shapes) : uniform_shapes(c)) {
   BRIOCHE_CHECK(lora.rank > 0, "lora: rank must be positive, got ", lora.rank);
   for (const auto& s : sites) {
     BRIOCHE_CHECK(s.layer >= 0 && s.layer < c.n_layers, "lora: layer ", s.layer, " outside the model's ", c.n_layers,
                   " layers");
+    BRIOCHE_CHECK(shapes_(s.layer, s.module).in > 0, "lora: layer ", s.layer, " of this model has no ",
+                  module_name(s.module), " to adapt");
   }
   allocate(c, sites);
 }
@@ -96,7 +106,7 @@ void LoraAdapter::allocate(const model::ModelConfig& c, const std::vector<Site>&
   }
   int64_t n_a = 0, n_b = 0;
   for (auto& e : entries()) {
-    const auto shape = module_shape(c, e.module);
+    const auto shape = shapes_(e.layer, e.module);
     n_a += config_.rank * shape.in;
     n_b += shape.out * config_.rank;
   }
@@ -111,7 +121,7 @@ void LoraAdapter::bind_views() {
   int64_t off_a = 0, off_b = 0;
   const int64_t r = config_.rank;
   for (auto& e : entries()) {
-    const auto shape = module_shape(model_config_, e.module);
+    const auto shape = shapes_(e.layer, e.module);
     LoraFactors& f = *e.factors;
     f.a = flat_.a.slice(0, off_a, off_a + r * shape.in).reshape({r, shape.in});
     f.grad_a = flat_.grad_a.slice(0, off_a, off_a + r * shape.in).reshape({r, shape.in});
@@ -133,7 +143,7 @@ std::unique_ptr<LoraAdapter> LoraAdapter::host_copy() const {
   for (int l = 0; l < int(layers_.size()); ++l)
     for (int m = 0; m < kNumModules; ++m)
       if (layers_[size_t(l)][size_t(m)]) sites.push_back({l, Module(m)});
-  auto copy = std::make_unique<LoraAdapter>(model_config_, config_, sites);
+  auto copy = std::make_unique<LoraAdapter>(model_config_, config_, sites, shapes_);
   for (auto [from, to] : {std::pair{&flat_.a, &copy->flat_.a}, std::pair{&flat_.b, &copy->flat_.b}})
     ops::copy(*from, *to);
   return copy;

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,20 +59,29 @@ struct ModuleShape {
   int64_t in = 0, out = 0;
 };
 ModuleShape module_shape(const model::ModelConfig& config, Module m);
+// The shape of projection m in a layer; {0, 0} where the layer has no such
+// projection (Gemma 4: no k_proj/v_proj in KV-shared layers, no v_proj with
+// attention_k_eq_v). Models whose layers differ pass their own; the default
+// is module_shape(config, m) for every layer.
+using LoraShapes = std::function<ModuleShape(int layer, Module m)>;
+LoraShapes uniform_shapes(const model::ModelConfig& config);
 
 class LoraAdapter {
  public:
-  // Fresh factors for every targeted module of the last num_layers layers.
-  LoraAdapter(const model::ModelConfig& config, const LoraConfig& lora, uint64_t seed);
+  // Fresh factors for every targeted module of the last num_layers layers
+  // (skipping layers that lack a module: shapes gives {0, 0} there).
+  LoraAdapter(const model::ModelConfig& config, const LoraConfig& lora, uint64_t seed, LoraShapes shapes = {});
   // An adapter on exactly the given (layer, module) sites, factors zeroed
   // (a loaded adapter fills them). lora.num_layers is ignored.
   struct Site {
     int layer;
     Module module;
   };
-  LoraAdapter(const model::ModelConfig& config, const LoraConfig& lora, const std::vector<Site>& sites);
+  LoraAdapter(const model::ModelConfig& config, const LoraConfig& lora, const std::vector<Site>& sites,
+              LoraShapes shapes = {});
 
   const LoraConfig& config() const { return config_; }
+  const LoraShapes& shapes() const { return shapes_; }
   float scale() const { return scale_; }
   int n_layers() const { return int(layers_.size()); }
   int first_adapted_layer() const { return first_layer_; }
@@ -109,6 +119,7 @@ class LoraAdapter {
   float scale_;
   int first_layer_;
   model::ModelConfig model_config_;
+  LoraShapes shapes_;
   std::vector<std::array<std::unique_ptr<LoraFactors>, kNumModules>> layers_;
   LoraFlat flat_;
 };

@@ -6,7 +6,7 @@
 
 namespace brioche::train {
 
-LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& batch, const LossConfig& config,
+LossValue run_objective(TrainStack& model, LogpHead& head, const TokenBatch& batch, const LossConfig& config,
                         std::span<const SequenceLogps> reference, const ObjectiveOptions& o) {
   const ForwardOptions fo{.dropout_seed = o.dropout_seed, .adapter_enabled = true, .for_backward = o.backward};
   Tensor hidden = o.prefix_out ? model.forward(batch, *o.prefix_out, fo) : model.forward(batch, fo);  // [n, H]
@@ -24,7 +24,7 @@ LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& bat
   return loss;
 }
 
-std::vector<SequenceLogps> batch_logps(TrainModel& model, LogpHead& head, const TokenBatch& batch, bool adapter_enabled,
+std::vector<SequenceLogps> batch_logps(TrainStack& model, LogpHead& head, const TokenBatch& batch, bool adapter_enabled,
                                        const Tensor* prefix_out) {
   const ForwardOptions fo{.adapter_enabled = adapter_enabled, .for_backward = false};
   Tensor hidden = prefix_out ? model.forward(batch, *prefix_out, fo) : model.forward(batch, fo);

@@ -18,12 +18,12 @@ struct ObjectiveOptions {
   const Tensor* prefix_out = nullptr;  // cached frozen-prefix output for this batch, or null
 };
 
-LossValue run_objective(TrainModel& model, LogpHead& head, const TokenBatch& batch, const LossConfig& loss,
+LossValue run_objective(TrainStack& model, LogpHead& head, const TokenBatch& batch, const LossConfig& loss,
                         std::span<const SequenceLogps> reference, const ObjectiveOptions& options);
 
 // Per-sequence log-probs without gradients; adapter_enabled=false gives the
 // frozen base (DPO/IPO reference).
-std::vector<SequenceLogps> batch_logps(TrainModel& model, LogpHead& head, const TokenBatch& batch, bool adapter_enabled,
+std::vector<SequenceLogps> batch_logps(TrainStack& model, LogpHead& head, const TokenBatch& batch, bool adapter_enabled,
                                        const Tensor* prefix_out = nullptr);
 
 }  // namespace brioche::train

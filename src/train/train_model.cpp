@@ -94,10 +94,6 @@ Tensor TrainModel::frozen_prefix(const TokenBatch& batch) const {
   return x;
 }
 
-Tensor TrainModel::forward(const TokenBatch& batch, const ForwardOptions& options) {
-  return forward(batch, frozen_prefix(batch), options);
-}
-
 Tensor TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& o) {
   const auto& c = ck_.config;
   BRIOCHE_CHECK(prefix_out.dim(0) == batch.n_rows() && prefix_out.dim(1) == c.hidden_size,

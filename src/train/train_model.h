@@ -26,6 +26,7 @@
 #include "train/lora.h"
 #include "train/token_batch.h"
 #include "train/train_layer.h"
+#include "train/train_stack.h"
 
 namespace brioche::train {
 
@@ -53,47 +54,40 @@ struct TrainModelOptions {
   int mlp_chunk_rows = 0;
 };
 
-struct ForwardOptions {
-  uint64_t dropout_seed = 0;
-  bool adapter_enabled = true;
-  bool for_backward = true;  // false: inference-only (eval, reference log-probs), no LoRA dropout
-};
-
-class TrainModel {
+class TrainModel final : public TrainStack {
  public:
   TrainModel(const model::Checkpoint& checkpoint, LoraAdapter* adapter, TrainModelOptions options = {});
 
-  const model::ModelConfig& config() const { return ck_.config; }
+  const model::ModelConfig& config() const override { return ck_.config; }
   const model::ModelWeights& weights() const { return ck_.weights; }
   // Layers below this one carry no adapter: their output depends only on the
   // tokens, so callers may cache it (frozen_prefix).
-  int first_trainable_layer() const;
+  int first_trainable_layer() const override;
 
   // Residual stream entering first_trainable_layer(): embedding + frozen layers.  [n_rows, hidden]
-  Tensor frozen_prefix(const TokenBatch& batch) const;
+  Tensor frozen_prefix(const TokenBatch& batch) const override;
 
   // From the frozen-prefix output to the final-normed hidden states [n_rows, hidden].
   // With for_backward the batch must stay alive until backward().
-  Tensor forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& options);
-  // Convenience: frozen_prefix + forward.
-  Tensor forward(const TokenBatch& batch, const ForwardOptions& options);
+  Tensor forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& options) override;
+  using TrainStack::forward;  // frozen_prefix + forward
 
   // d_hidden: d loss / d final-normed hidden [n_rows, hidden]. Accumulates
   // LoRA gradients; returns nothing (the embedding is frozen). Taken by
   // value and released after the final norm's backward: a caller that moves
   // it in does not hold [n_rows, hidden] through the layers' backward.
-  void backward(Tensor d_hidden);
+  void backward(Tensor d_hidden) override;
 
   // With offload_boundaries: the longest batch (rows) the caller will run,
   // so host buffers are pinned once at that size (HostOffload::reserve_rows).
-  void reserve_offload_rows(int64_t rows) { host_.reserve_rows(rows); }
+  void reserve_offload_rows(int64_t rows) override { host_.reserve_rows(rows); }
 
   // Bytes held for the backward after the last forward (activations,
   // boundaries, offloaded attention outputs); 0 after the backward.
-  size_t saved_bytes() const;
+  size_t saved_bytes() const override;
   // Of those, bytes in host memory (offloaded boundaries and attention outputs).
-  size_t offloaded_bytes() const;
-  Device device() const { return device_; }
+  size_t offloaded_bytes() const override;
+  Device device() const override { return device_; }
 
  private:
   LayerContext context(const TokenBatch& batch, const ops::DenseAttentionLayout& layout,

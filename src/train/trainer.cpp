@@ -103,7 +103,10 @@ size_t peak_rss_bytes() {
 }
 
 Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data)
-    : config_(std::move(config)), ck_(ck) {
+    : Trainer(std::move(config), llama_train_base(ck), std::move(data)) {}
+
+Trainer::Trainer(TrainConfig config, TrainBase base, TrainData data)
+    : config_(std::move(config)), base_(std::move(base)) {
   config_.finalize();
   loss_config_ = {.method = config_.method,
                   .orpo_lambda = config_.orpo_lambda,
@@ -122,7 +125,7 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
   if (owned_valid_) check(*owned_valid_, "validation");
   const std::string& start_from = !config_.resume.empty() ? config_.resume : config_.resume_adapter;
   if (!start_from.empty()) {
-    adapter_ = load_adapter(start_from, ck);
+    adapter_ = base_.load_adapter(start_from);
     adapter_->set_dropout(config_.lora_dropout);
     // The adapter's own shape wins over rank/scale/alpha/target_modules; the
     // config (and so metrics.json) records what is actually trained.
@@ -137,25 +140,27 @@ Trainer::Trainer(TrainConfig config, const model::Checkpoint& ck, TrainData data
       log("train: warm start from " + config_.resume_adapter + " (its rank " + std::to_string(lc.rank) + ", alpha " +
           std::to_string(lc.alpha) + " and target modules; optimizer and schedule restart)");
   } else {
-    adapter_ = std::make_unique<LoraAdapter>(ck.config, config_.lora_config(), uint64_t(config_.seed));
+    adapter_ =
+        std::make_unique<LoraAdapter>(*base_.config, config_.lora_config(), uint64_t(config_.seed), base_.shapes);
   }
   const Device device = config_.resolved_device();
-  BRIOCHE_CHECK(ck.weights.output_norm.device() == device, "train: device ", config_.device,
-                " but the model's weights are on ", device_name(ck.weights.output_norm.device()),
-                " (model::move_weights uploads them; `brioche train` does)");
+  BRIOCHE_CHECK(base_.device == device, "train: device ", config_.device, " but the model's weights are on ",
+                device_name(base_.device), " (model::move_weights uploads them; `brioche train` does)");
   adapter_->to_device(device);  // factors, gradients and (in run) the AdamW moments live with the weights
-  model_ = std::make_unique<TrainModel>(
-      ck, adapter_.get(),
-      TrainModelOptions{.segment_size = config_.segment_size,
-                        .offload_boundaries = config_.offload_boundaries,
-                        .offload_attention = config_.offload_attention,
-                        .boundary_dtype = config_.boundary_dtype == "bf16" ? DType::BF16 : DType::F32,
-                        .device_boundaries = config_.device_boundaries,
-                        .mlp_chunk_rows = config_.mlp_chunk_size});
-  if (config_.head_chunk_size > 0)
-    head_ = std::make_unique<FusedLogpHead>(ck.weights.output, config_.head_chunk_size);
+  model_ = base_.make_stack(
+      adapter_.get(), TrainModelOptions{.segment_size = config_.segment_size,
+                                        .offload_boundaries = config_.offload_boundaries,
+                                        .offload_attention = config_.offload_attention,
+                                        .boundary_dtype = config_.boundary_dtype == "bf16" ? DType::BF16 : DType::F32,
+                                        .device_boundaries = config_.device_boundaries,
+                                        .mlp_chunk_rows = config_.mlp_chunk_size});
+  if (base_.logit_softcap > 0.0f)  // Gemma: the head's logits are soft-capped
+    head_ = std::make_unique<SoftcapLogpHead>(*base_.output, base_.logit_softcap,
+                                              config_.head_chunk_size > 0 ? config_.head_chunk_size : 4096);
+  else if (config_.head_chunk_size > 0)
+    head_ = std::make_unique<FusedLogpHead>(*base_.output, config_.head_chunk_size);
   else
-    head_ = std::make_unique<PlainLogpHead>(ck.weights.output);
+    head_ = std::make_unique<PlainLogpHead>(*base_.output);
   auto split = [](const Dataset* d) {
     auto s = std::make_unique<Split>();
     s->data = d;
@@ -175,11 +180,11 @@ Trainer::~Trainer() = default;
 
 void Trainer::save(const std::string& dir) {
   const AdapterWriteInfo info{
-      .base_model_id = config_.base_model_id.empty() ? huggingface_repo_id(ck_) : config_.base_model_id,
+      .base_model_id = config_.base_model_id.empty() ? base_.huggingface_repo_id : config_.base_model_id,
       .base_model_path = config_.model};
-  if (adapter_->device() == Device::CPU) return save_adapter(dir, *adapter_, ck_, info);
+  if (adapter_->device() == Device::CPU) return base_.save_adapter(dir, *adapter_, info);
   auto host = adapter_->host_copy();
-  save_adapter(dir, *host, ck_, info);
+  base_.save_adapter(dir, *host, info);
 }
 
 void Trainer::log(const std::string& line) const {
@@ -243,7 +248,7 @@ Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indice
   // Frozen-prefix rows: per example, cached (each example's rows are contiguous in the batch).
   constexpr size_t kPrefixCacheLimit = size_t(1) << 30;
   if (with_prefix && model_->first_trainable_layer() > 0) {
-    const int64_t H = ck_.config.hidden_size;
+    const int64_t H = base_.config->hidden_size;
     mb.prefix = ops::zeros(DType::F32, {mb.batch.n_rows(), H}, model_->device());
     int64_t row = 0;
     for (int i : indices) {
@@ -347,7 +352,7 @@ void Trainer::write_samples(int step) {
     const std::vector<int32_t>& prompt = d.pairs.empty() ? d.examples[size_t(i)].prompt : d.pairs[size_t(i)].prompt;
     if (prompt.empty()) continue;  // a plain text row: nothing to answer
     const std::vector<int32_t> completion =
-        greedy_completion(*model_, ck_.weights.output, prompt, config_.eval_sample_tokens, sample_decoder_.stop_ids);
+        greedy_completion(*model_, *base_.output, prompt, config_.eval_sample_tokens, sample_decoder_.stop_ids);
     const std::string text = sample_decoder_.decode(completion);
     log_event({{"event", "sample"},
                {"step", step},
@@ -397,7 +402,7 @@ TrainResult Trainer::run() {
   log("train: " + method_name(config_.method) + ", " + std::to_string(n) + " training examples, " +
       std::to_string(total) + " steps of " + std::to_string(per_step) + ", LoRA rank " +
       std::to_string(adapter_->config().rank) + " scale " + std::to_string(adapter_->scale()) + " on layers " +
-      std::to_string(adapter_->first_adapted_layer()) + ".." + std::to_string(ck_.config.n_layers - 1) + " (" +
+      std::to_string(adapter_->first_adapted_layer()) + ".." + std::to_string(base_.config->n_layers - 1) + " (" +
       std::to_string(adapter_->parameter_count()) + " parameters)" +
       (share.size > 1 ? ", data parallel over " + std::to_string(share.size) + " GPUs" : ""));
   if (!config_.resume.empty())

@@ -26,6 +26,7 @@
 #include "train/optimizer.h"
 #include "train/train_state.h"
 #include "train/train_config.h"
+#include "train/train_base.h"
 #include "train/train_model.h"
 
 namespace brioche::train {
@@ -67,6 +68,8 @@ struct TrainData {
 class Trainer {
  public:
   Trainer(TrainConfig config, const model::Checkpoint& checkpoint, TrainData data);
+  // Any architecture (train_base.h); the base's checkpoint must outlive the trainer.
+  Trainer(TrainConfig config, TrainBase base, TrainData data);
   ~Trainer();
 
   // Data parallel (train/data_parallel.h): this trainer is one rank of
@@ -105,10 +108,10 @@ class Trainer {
   void log_event(const nlohmann::json& event) const;
 
   TrainConfig config_;
-  const model::Checkpoint& ck_;
+  TrainBase base_;
   LossConfig loss_config_;
   std::unique_ptr<LoraAdapter> adapter_;
-  std::unique_ptr<TrainModel> model_;
+  std::unique_ptr<TrainStack> model_;
   std::unique_ptr<LogpHead> head_;
   std::unique_ptr<Dataset> owned_train_, owned_valid_;
   std::unique_ptr<Split> train_, valid_;

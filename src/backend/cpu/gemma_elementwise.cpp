@@ -27,6 +27,33 @@ void gelu_tanh_mul(const GeluTanhMulArgs& a) {
   });
 }
 
+void gelu_tanh_mul_backward(const GeluTanhMulBackwardArgs& a) {
+  // With t = tanh(c·(g + k·g³)):  gelu(g) = ½·g·(1 + t),
+  //   gelu'(g) = ½·(1 + t) + ½·g·(1 − t²)·c·(1 + 3k·g²).
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(a.dim, 1));
+  ThreadPool::global().parallel_for(a.n_rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* g = a.gate + r * a.gate_stride;
+      const float* u = a.up + r * a.up_stride;
+      const float* dy = a.dout + r * a.dout_stride;
+      float* dg = a.dgate + r * a.dgate_stride;
+      float* du = a.dup ? a.dup + r * a.dup_stride : nullptr;
+      for (int64_t i = 0; i < a.dim; ++i) {
+        const float x = g[i], d = dy[i];
+        const float t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
+        const float gelu = 0.5f * x * (1.0f + t);
+        const float slope =
+            0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+        const float up = u[i];
+        if (du) du[i] = d * gelu;
+        dg[i] = d * up * slope;
+      }
+    }
+  });
+}
+
 void softcap(const SoftcapArgs& a) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(a.dim, 1));
   ThreadPool::global().parallel_for(a.n_rows, grain, [&](int64_t begin, int64_t end) {

@@ -1,0 +1,418 @@
+#include "train/gemma4_train_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/add.h"
+#include "ops/device.h"
+#include "ops/embedding.h"
+#include "ops/gelu_tanh.h"
+#include "ops/layer_backward.h"
+#include "ops/linear_backward.h"
+#include "ops/matmul.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/scaled_add.h"
+#include "train/lora_linear.h"
+
+namespace brioche::train {
+
+namespace {
+
+Tensor f32(int64_t n, int64_t d) { return ops::uninitialized(DType::F32, {n, d}, Device::CPU); }
+Tensor zeros(int64_t n, int64_t d) { return ops::zeros(DType::F32, {n, d}, Device::CPU); }
+Tensor copy_of(const Tensor& t) {
+  Tensor out = f32(t.dim(0), t.dim(1));
+  ops::copy(t, out);
+  return out;
+}
+
+const Tensor kNoBias;
+
+// y = RMSNorm over each head's hd values of x [n, heads·hd] (y may be x).
+void rms_heads(const Tensor& x, const Tensor& w, float eps, int64_t heads, int64_t hd, Tensor& y) {
+  const int64_t n = x.dim(0);
+  Tensor yh = y.reshape({n * heads, hd});
+  ops::rms_norm(x.reshape({n * heads, hd}), w, eps, yh);
+}
+
+// dx (=) the per-head RMSNorm backward of dy.
+Tensor rms_heads_backward(const Tensor& x, const Tensor& w, float eps, int64_t heads, int64_t hd, const Tensor& dy) {
+  const int64_t n = x.dim(0);
+  Tensor dx = zeros(n * heads, hd);  // (rms_norm_backward adds into it)
+  ops::rms_norm_backward(x.reshape({n * heads, hd}), w, eps, dy.reshape({n * heads, hd}), dx);
+  return dx.reshape({n, heads * hd});
+}
+
+}  // namespace
+
+LoraShapes gemma4_lora_shapes(const model::Gemma4Config& g) {
+  return [g](int layer, Module m) -> ModuleShape {
+    const model::Gemma4LayerSpec& s = g.layers[size_t(layer)];
+    const int64_t hidden = g.base.hidden_size, q = int64_t(g.base.n_heads) * s.head_dim,
+                  kv = int64_t(s.n_kv_heads) * s.head_dim, inter = s.intermediate_size;
+    const bool own_kv = s.kv_source == layer;
+    switch (m) {
+      case Module::Q: return {hidden, q};
+      case Module::K: return own_kv ? ModuleShape{hidden, kv} : ModuleShape{};
+      case Module::V: return own_kv && !s.v_from_k ? ModuleShape{hidden, kv} : ModuleShape{};
+      case Module::O: return {q, hidden};
+      case Module::Gate:
+      case Module::Up: return {hidden, inter};
+      case Module::Down: return {inter, hidden};
+    }
+    return {};
+  };
+}
+
+Gemma4TrainModel::Gemma4TrainModel(const model::Gemma4Checkpoint& ck, LoraAdapter* adapter)
+    : ck_(ck), adapter_(adapter) {
+  const model::Gemma4Config& g = ck.config;
+  BRIOCHE_CHECK(!g.moe, ck.directory,
+                ": training a Gemma 4 MoE model (enable_moe_block) is not implemented in this build (the router's "
+                "and the experts' backward); dense Gemma 4 models train");
+  BRIOCHE_CHECK(ck.weights.output_norm.device() == Device::CPU, "train: Gemma 4 trains on the CPU only in this build");
+  for (int l = 0; l < g.base.n_layers; ++l) inv_freq_.push_back(g.inv_freq(l));
+  if (adapter) {
+    BRIOCHE_CHECK(adapter->n_layers() == g.base.n_layers, "train: adapter has ", adapter->n_layers(),
+                  " layers, the model ", g.base.n_layers);
+    BRIOCHE_CHECK(adapter->device() == Device::CPU, "train: the adapter is on ", device_name(adapter->device()),
+                  "; Gemma 4 trains on the CPU only in this build");
+  }
+}
+
+int Gemma4TrainModel::first_trainable_layer() const {
+  const int n = ck_.config.base.n_layers;
+  if (!adapter_) return n;
+  // A KV-shared adapted layer differentiates its source's K/V: the source must run in the trainable range.
+  int first = adapter_->first_adapted_layer();
+  for (int l = first; l < n; ++l) first = std::min(first, ck_.config.layers[size_t(l)].kv_source);
+  return first;
+}
+
+Tensor Gemma4TrainModel::embed(const TokenBatch& batch) const {
+  Tensor x = f32(batch.n_rows(), ck_.config.base.hidden_size);
+  ops::embedding(ck_.weights.token_embd, batch.tokens, x);
+  ops::scale(x, float(std::sqrt(double(ck_.config.base.hidden_size))));
+  return x;
+}
+
+Tensor Gemma4TrainModel::per_layer_inputs(const TokenBatch& batch) const {
+  const model::Gemma4Config& g = ck_.config;
+  const model::Gemma4Weights& w = ck_.weights;
+  if (g.ple_dim == 0) return Tensor();
+  for (size_t r = 0; r < batch.tokens.size(); ++r)
+    BRIOCHE_CHECK(batch.tokens[r] >= 0 && batch.tokens[r] < g.ple_vocab, "train: token ", batch.tokens[r], " at row ",
+                  r, " is outside the per-layer input vocabulary of ", g.ple_vocab);
+  const int64_t n = batch.n_rows(), L = g.base.n_layers, P = g.ple_dim;
+  const Tensor x0 = embed(batch);
+  Tensor ple = f32(n, L * P), tok = f32(n, L * P);
+  ops::embedding(w.ple_embd, batch.tokens, tok);
+  ops::scale(tok, float(std::sqrt(double(P))));
+  ops::matmul(x0, w.ple_model_proj, ple);
+  ops::scale(ple, float(1.0 / std::sqrt(double(g.base.hidden_size))));
+  Tensor per_layer = ple.reshape({n * L, P});
+  ops::rms_norm(per_layer, w.ple_proj_norm, g.base.rms_eps, per_layer);
+  ops::add(ple, tok, ple);
+  ops::scale(ple, float(1.0 / std::sqrt(2.0)));
+  return ple;
+}
+
+namespace {
+
+struct SiteMaker {
+  LoraAdapter* adapter;
+  bool enabled, lora_dropout;
+  uint64_t seed;
+  int layer;
+  LoraSite operator()(Module m, const Tensor& w) const {
+    LoraSite s{.weight = &w, .bias = &kNoBias};
+    if (enabled && adapter) {
+      if (LoraFactors* f = adapter->factors(layer, m)) {
+        s.lora = f;
+        s.scale = adapter->scale();
+        s.dropout = lora_dropout_mask(lora_dropout ? adapter->config().dropout : 0.0f, seed, layer, m);
+      }
+    }
+    return s;
+  }
+};
+
+Tensor u_buffer(const LoraSite& s, int64_t n) { return s.lora ? f32(n, s.lora->a.dim(0)) : Tensor(); }
+
+}  // namespace
+
+void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cache& c, std::vector<Tensor>& kv_k,
+                                     std::vector<Tensor>& kv_v) const {
+  const model::Gemma4Config& g = ck_.config;
+  const model::ModelConfig& cfg = g.base;
+  const model::Gemma4LayerSpec& spec = g.layers[size_t(layer)];
+  const model::Gemma4LayerWeights& w = ck_.weights.layers[size_t(layer)];
+  const int64_t n = x.dim(0), H = cfg.n_heads, KV = spec.n_kv_heads, hd = spec.head_dim, hidden = cfg.hidden_size;
+  const float eps = cfg.rms_eps;
+  const bool own_kv = spec.kv_source == layer;
+  const SiteMaker site{adapter_, pass.adapter_enabled, pass.lora_dropout, pass.dropout_seed, layer};
+  c = Cache();
+  c.x_in = copy_of(x);
+  c.h1 = f32(n, hidden);
+  ops::rms_norm(x, w.attn_norm, eps, c.h1);
+
+  // Q (and K, V in layers that compute their own) from h1, one LoRA group.
+  std::vector<LoraSite> sites{site(Module::Q, w.wq)};
+  std::vector<Module> modules{Module::Q};
+  c.q_lin = f32(n, H * hd);
+  std::vector<Tensor*> ys{&c.q_lin};
+  if (own_kv) {
+    c.k_lin = f32(n, KV * hd);
+    sites.push_back(site(Module::K, w.wk)), modules.push_back(Module::K), ys.push_back(&c.k_lin);
+    if (!spec.v_from_k) {
+      c.v_lin = f32(n, KV * hd);
+      sites.push_back(site(Module::V, w.wv)), modules.push_back(Module::V), ys.push_back(&c.v_lin);
+    }
+  }
+  std::vector<Tensor*> us;
+  for (size_t i = 0; i < sites.size(); ++i) {
+    c.lora_u[size_t(modules[i])] = u_buffer(sites[i], n);
+    us.push_back(&c.lora_u[size_t(modules[i])]);
+  }
+  lora_linear_forward(sites, c.h1, ys, us);
+
+  const ops::RopeParams q_rope{
+      .style = ops::RopeStyle::NeoX, .n_heads = int(H), .head_dim = int(hd), .inv_freq = inv_freq_[size_t(layer)]};
+  c.q = f32(n, H * hd);
+  rms_heads(c.q_lin, w.q_norm, eps, H, hd, c.q);
+  ops::rope(c.q, pass.batch.positions, q_rope);
+  if (own_kv) {
+    ops::RopeParams k_rope = q_rope;
+    k_rope.n_heads = int(KV);
+    c.k = f32(n, KV * hd);
+    c.v = f32(n, KV * hd);
+    rms_heads(c.k_lin, w.k_norm, eps, KV, hd, c.k);
+    ops::rope(c.k, pass.batch.positions, k_rope);
+    // attention_k_eq_v: V is k_proj's output, normed without scale, not rotated.
+    rms_heads(spec.v_from_k ? c.k_lin : c.v_lin, w.v_norm, eps, KV, hd, c.v);
+    kv_k[size_t(layer)] = c.k, kv_v[size_t(layer)] = c.v;
+  } else {
+    c.k = kv_k[size_t(spec.kv_source)], c.v = kv_v[size_t(spec.kv_source)];
+    BRIOCHE_CHECK(c.k.defined(), "train: Gemma 4 layer ", layer, " reads layer ", spec.kv_source,
+                  "'s K/V, which this forward did not compute");
+  }
+  c.attn = f32(n, H * hd);
+  c.lse = f32(n, H);
+  const ops::DenseAttentionParams ap{.n_heads = int(H),
+                                     .n_kv_heads = int(KV),
+                                     .head_dim = int(hd),
+                                     .scale = 1.0f,
+                                     .sliding_window = spec.sliding ? cfg.sliding_window : 0};
+  ops::dense_attention({.q = c.q, .k = c.k, .v = c.v}, pass.layout, ap, c.attn, c.lse);
+
+  c.o = f32(n, hidden);
+  const LoraSite so = site(Module::O, w.wo);
+  c.lora_u[size_t(Module::O)] = u_buffer(so, n);
+  lora_linear_forward(so, c.attn, c.o, &c.lora_u[size_t(Module::O)]);
+  Tensor normed = f32(n, hidden);
+  ops::rms_norm(c.o, w.post_attn_norm, eps, normed);
+  ops::add(x, normed, x);
+  c.x_mid = copy_of(x);
+
+  // MLP: m = down(gelu_tanh(gate·h2) ⊙ up·h2)
+  const int64_t inter = spec.intermediate_size;
+  c.h2 = f32(n, hidden);
+  ops::rms_norm(x, w.pre_ffn_norm, eps, c.h2);
+  const LoraSite gu[] = {site(Module::Gate, w.w_gate), site(Module::Up, w.w_up)};
+  c.gate = f32(n, inter), c.up = f32(n, inter), c.act = f32(n, inter);
+  c.lora_u[size_t(Module::Gate)] = u_buffer(gu[0], n);
+  c.lora_u[size_t(Module::Up)] = u_buffer(gu[1], n);
+  Tensor* const gu_y[] = {&c.gate, &c.up};
+  Tensor* const gu_u[] = {&c.lora_u[size_t(Module::Gate)], &c.lora_u[size_t(Module::Up)]};
+  lora_linear_forward(gu, c.h2, gu_y, gu_u);
+  ops::gelu_tanh_mul(c.gate, c.up, c.act);
+  const LoraSite sd = site(Module::Down, w.w_down);
+  c.m = f32(n, hidden);
+  c.lora_u[size_t(Module::Down)] = u_buffer(sd, n);
+  lora_linear_forward(sd, c.act, c.m, &c.lora_u[size_t(Module::Down)]);
+  ops::rms_norm(c.m, w.post_ffn_norm, eps, normed);
+  ops::add(x, normed, x);
+
+  if (g.ple_dim > 0) {
+    const int64_t P = g.ple_dim;
+    c.x2 = copy_of(x);
+    c.ple_gate = f32(n, P), c.ple_act = f32(n, P), c.ple_out = f32(n, hidden);
+    ops::matmul(x, w.ple_gate, c.ple_gate);
+    ops::gelu_tanh_mul(c.ple_gate, pass.ple.slice(1, layer * P, (layer + 1) * P), c.ple_act);
+    ops::matmul(c.ple_act, w.ple_proj, c.ple_out);
+    ops::rms_norm(c.ple_out, w.ple_post_norm, eps, normed);
+    ops::add(x, normed, x);
+  }
+  if (w.layer_scalar != 1.0f) ops::scale(x, w.layer_scalar);
+}
+
+void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Tensor& dx) {
+  const model::Gemma4Config& g = ck_.config;
+  const model::ModelConfig& cfg = g.base;
+  const model::Gemma4LayerSpec& spec = g.layers[size_t(layer)];
+  const model::Gemma4LayerWeights& w = ck_.weights.layers[size_t(layer)];
+  const int64_t n = dx.dim(0), H = cfg.n_heads, KV = spec.n_kv_heads, hd = spec.head_dim, hidden = cfg.hidden_size;
+  const int64_t inter = spec.intermediate_size;
+  const float eps = cfg.rms_eps;
+  const bool own_kv = spec.kv_source == layer;
+  const SiteMaker site{adapter_, pass.adapter_enabled, pass.lora_dropout, pass.dropout_seed, layer};
+
+  if (w.layer_scalar != 1.0f) ops::scale(dx, w.layer_scalar);  // dx = d x3
+  if (g.ple_dim > 0) {
+    const int64_t P = g.ple_dim;
+    Tensor d_out = zeros(n, hidden);
+    ops::rms_norm_backward(c.ple_out, w.ple_post_norm, eps, dx, d_out);
+    Tensor d_act = f32(n, P);
+    ops::matmul_input_grad(d_out, w.ple_proj, d_act, ops::GradWrite::Overwrite);
+    ops::gelu_tanh_mul_backward(c.ple_gate, pass.ple.slice(1, layer * P, (layer + 1) * P), d_act, d_act, nullptr);
+    ops::matmul_input_grad(d_act, w.ple_gate, dx, ops::GradWrite::Accumulate);  // dx = d x2
+  }
+
+  // MLP
+  Tensor d_m = zeros(n, hidden);
+  ops::rms_norm_backward(c.m, w.post_ffn_norm, eps, dx, d_m);
+  Tensor d_act = f32(n, inter), d_up = f32(n, inter);
+  lora_linear_backward(site(Module::Down, w.w_down),
+                       {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = d_m, .dx = d_act});
+  ops::gelu_tanh_mul_backward(c.gate, c.up, d_act, d_act, &d_up);  // d_act becomes d_gate
+  Tensor d_h2 = f32(n, hidden);
+  const LoraSite gu[] = {site(Module::Gate, w.w_gate), site(Module::Up, w.w_up)};
+  const LoraLinearBackward gu_grads[] = {{.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_act, .dx = d_h2},
+                                         {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2}};
+  lora_linear_backward(gu, gu_grads);
+  ops::rms_norm_backward(c.x_mid, w.pre_ffn_norm, eps, d_h2, dx);  // dx = d x_mid
+  c.gate = c.up = c.act = c.m = c.h2 = c.x_mid = Tensor();
+
+  // Attention
+  Tensor d_o = zeros(n, hidden);
+  ops::rms_norm_backward(c.o, w.post_attn_norm, eps, dx, d_o);
+  Tensor d_attn = f32(n, H * hd);
+  lora_linear_backward(site(Module::O, w.wo), {.x = c.attn, .u = c.lora_u[size_t(Module::O)], .dy = d_o, .dx = d_attn});
+  Tensor dq = f32(n, H * hd), dk = f32(n, KV * hd), dv = f32(n, KV * hd);
+  const ops::DenseAttentionParams ap{.n_heads = int(H),
+                                     .n_kv_heads = int(KV),
+                                     .head_dim = int(hd),
+                                     .scale = 1.0f,
+                                     .sliding_window = spec.sliding ? cfg.sliding_window : 0};
+  ops::dense_attention_backward({.q = c.q, .k = c.k, .v = c.v}, {.out = c.attn, .lse = c.lse, .dout = d_attn},
+                                pass.layout, ap, {.dq = dq, .dk = dk, .dv = dv});
+  const size_t src = size_t(spec.kv_source);
+  if (!own_kv) {  // the source layer's K/V: its backward (later in this walk) takes these gradients too
+    if (!dk_[src].defined()) dk_[src] = zeros(n, KV * hd), dv_[src] = zeros(n, KV * hd);
+    ops::add(dk_[src], dk, dk_[src]);
+    ops::add(dv_[src], dv, dv_[src]);
+  } else if (dk_[src].defined()) {
+    ops::add(dk, dk_[src], dk);
+    ops::add(dv, dv_[src], dv);
+    dk_[src] = dv_[src] = Tensor();
+  }
+  const ops::RopeParams q_rope{
+      .style = ops::RopeStyle::NeoX, .n_heads = int(H), .head_dim = int(hd), .inv_freq = inv_freq_[size_t(layer)]};
+  ops::rope_backward(dq, pass.batch.positions, q_rope);
+  std::vector<LoraSite> sites{site(Module::Q, w.wq)};
+  std::vector<Tensor> dys{rms_heads_backward(c.q_lin, w.q_norm, eps, H, hd, dq)};
+  std::vector<Module> modules{Module::Q};
+  std::vector<const Tensor*> xs_u;
+  if (own_kv) {
+    ops::RopeParams k_rope = q_rope;
+    k_rope.n_heads = int(KV);
+    ops::rope_backward(dk, pass.batch.positions, k_rope);
+    Tensor dk_lin = rms_heads_backward(c.k_lin, w.k_norm, eps, KV, hd, dk);
+    Tensor dv_lin = rms_heads_backward(spec.v_from_k ? c.k_lin : c.v_lin, w.v_norm, eps, KV, hd, dv);
+    if (spec.v_from_k) {
+      ops::add(dk_lin, dv_lin, dk_lin);
+      sites.push_back(site(Module::K, w.wk)), dys.push_back(dk_lin), modules.push_back(Module::K);
+    } else {
+      sites.push_back(site(Module::K, w.wk)), dys.push_back(dk_lin), modules.push_back(Module::K);
+      sites.push_back(site(Module::V, w.wv)), dys.push_back(dv_lin), modules.push_back(Module::V);
+    }
+  }
+  Tensor d_h1 = f32(n, hidden);
+  std::vector<LoraLinearBackward> grads;
+  for (size_t i = 0; i < sites.size(); ++i)
+    grads.push_back({.x = c.h1, .u = c.lora_u[size_t(modules[i])], .dy = dys[i], .dx = d_h1});
+  lora_linear_backward(sites, grads);
+  ops::rms_norm_backward(c.x_in, w.attn_norm, eps, d_h1, dx);  // dx = d x_in
+  c = Cache();
+}
+
+Tensor Gemma4TrainModel::frozen_prefix(const TokenBatch& batch) const {
+  Tensor x = embed(batch);
+  const int first = first_trainable_layer();
+  if (first == 0) return x;
+  const Pass pass{.batch = batch,
+                  .layout = batch.layout(),
+                  .ple = per_layer_inputs(batch),
+                  .adapter_enabled = false,
+                  .lora_dropout = false};
+  std::vector<Tensor> kv_k(size_t(ck_.config.base.n_layers)), kv_v(kv_k.size());
+  Cache scratch;
+  for (int l = 0; l < first; ++l) layer_forward(pass, l, x, scratch, kv_k, kv_v);
+  return x;
+}
+
+Tensor Gemma4TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& o) {
+  const model::ModelConfig& cfg = ck_.config.base;
+  BRIOCHE_CHECK(prefix_out.dim(0) == batch.n_rows() && prefix_out.dim(1) == cfg.hidden_size,
+                "train forward: prefix output ", prefix_out.describe(), " does not match ", batch.n_rows(), " rows of ",
+                cfg.hidden_size);
+  Tensor x = copy_of(prefix_out);
+  const int first = first_trainable_layer(), L = cfg.n_layers;
+  const Pass pass{.batch = batch,
+                  .layout = batch.layout(),
+                  .ple = per_layer_inputs(batch),
+                  .dropout_seed = o.dropout_seed,
+                  .adapter_enabled = o.adapter_enabled,
+                  .lora_dropout = o.for_backward};
+  caches_.clear();
+  caches_.resize(o.for_backward ? size_t(L - first) : 0);
+  std::vector<Tensor> kv_k(static_cast<size_t>(L)), kv_v(static_cast<size_t>(L));
+  Cache scratch;
+  for (int l = first; l < L; ++l)
+    layer_forward(pass, l, x, o.for_backward ? caches_[size_t(l - first)] : scratch, kv_k, kv_v);
+  Tensor h = f32(batch.n_rows(), cfg.hidden_size);
+  ops::rms_norm(x, ck_.weights.output_norm, cfg.rms_eps, h);
+  batch_ = o.for_backward ? &batch : nullptr;
+  ple_ = o.for_backward ? pass.ple : Tensor();
+  options_ = o;
+  x_final_ = o.for_backward ? std::move(x) : Tensor();
+  return h;
+}
+
+void Gemma4TrainModel::backward(Tensor d_hidden) {
+  BRIOCHE_CHECK(batch_ != nullptr, "train backward: no forward(for_backward) to differentiate");
+  const model::ModelConfig& cfg = ck_.config.base;
+  Tensor dx = zeros(batch_->n_rows(), cfg.hidden_size);
+  ops::rms_norm_backward(x_final_, ck_.weights.output_norm, cfg.rms_eps, d_hidden, dx);
+  x_final_ = Tensor(), d_hidden = Tensor();
+  const Pass pass{.batch = *batch_,
+                  .layout = batch_->layout(),
+                  .ple = ple_,
+                  .dropout_seed = options_.dropout_seed,
+                  .adapter_enabled = options_.adapter_enabled,
+                  .lora_dropout = true};
+  const int first = first_trainable_layer(), L = cfg.n_layers;
+  dk_.assign(size_t(L), Tensor());
+  dv_.assign(size_t(L), Tensor());
+  for (int l = L - 1; l >= first; --l) layer_backward(pass, l, caches_[size_t(l - first)], dx);
+  batch_ = nullptr;
+  caches_.clear();
+  dk_.clear(), dv_.clear();
+  ple_ = Tensor();
+}
+
+size_t Gemma4TrainModel::saved_bytes() const {
+  size_t n = x_final_.nbytes();
+  for (const Cache& c : caches_) {
+    for (const Tensor* t : {&c.x_in, &c.h1, &c.q_lin, &c.k_lin, &c.v_lin, &c.q, &c.attn, &c.lse, &c.o, &c.x_mid, &c.h2,
+                            &c.gate, &c.up, &c.act, &c.m, &c.x2, &c.ple_gate, &c.ple_act, &c.ple_out})
+      n += t->nbytes();
+    if (c.k_lin.defined()) n += c.k.nbytes() + c.v.nbytes();  // (a KV-shared layer's k/v are its source's)
+    for (const Tensor& u : c.lora_u) n += u.nbytes();
+  }
+  return n;
+}
+
+}  // namespace brioche::train

@@ -1,0 +1,141 @@
+// LoRA training on Gemma 4 against torch autograd + peft
+// (tools/oracle/gemma4_lora_oracle.py): the fixtures' models of
+// tests/fixtures/gemma4/{mix,e2b} with a random, non-zero peft adapter on
+// every projection peft finds (no k/v in KV-shared layers, no v in
+// attention_k_eq_v full layers), two sequences longer than the sliding
+// window in one batch. The mean next-token NLL (through the soft-capped
+// head) and d loss / d every lora_A and lora_B equal transformers' f64
+// values within f32 rounding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "model/gemma4_weights.h"
+#include "train/adapter_io.h"
+#include "train/gemma4_train_model.h"
+#include "train/lm_head.h"
+#include "train/lora_tensors.h"
+
+namespace brioche::train {
+namespace {
+
+std::string fixture(const std::string& path) {
+  return std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/gemma4/" + path;
+}
+
+struct Case {
+  TokenBatch batch;
+  double loss = 0.0;
+};
+
+Case read_case(const std::string& name) {
+  std::ifstream in(fixture("lora/" + name + "/case.json"));
+  const nlohmann::json j = nlohmann::json::parse(in);
+  Case c;
+  c.loss = j["loss"].get<double>();
+  int32_t row = 0;
+  for (const auto& seq : j["sequences"]) {
+    const auto ids = seq.get<std::vector<int32_t>>();
+    c.batch.spans.push_back({row, int32_t(ids.size())});
+    for (size_t i = 0; i < ids.size(); ++i) {
+      c.batch.tokens.push_back(ids[i]);
+      c.batch.positions.push_back(int32_t(i));
+      if (i + 1 < ids.size())
+        c.batch.scored.push_back({.row = row + int32_t(i), .target = ids[i + 1], .sequence = c.batch.n_sequences});
+    }
+    row += int32_t(ids.size());
+    ++c.batch.n_sequences;
+  }
+  return c;
+}
+
+// max |a − b| / max(1, max |b|) over a tensor pair.
+double relative_error(const Tensor& got, const Tensor& want) {
+  const Tensor a = copy_f32(got), b = copy_f32(want);
+  double err = 0.0, scale = 1.0;
+  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data_as<float>()[i])));
+  for (int64_t i = 0; i < b.numel(); ++i)
+    err = std::max(err, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
+  return err / scale;
+}
+
+void check_gradients(const std::string& name) {
+  const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture(name));
+  auto adapter = load_adapter(fixture("lora/" + name), ck.config.base, false, 1 << 16, gemma4_lora_shapes(ck.config));
+  Case c = read_case(name);
+  Gemma4TrainModel model(ck, adapter.get());
+  ASSERT_EQ(model.first_trainable_layer(), 0);
+  const Tensor hidden = model.forward(c.batch, {.for_backward = true});
+  SoftcapLogpHead head(ck.weights.output, ck.config.final_logit_softcap, /*chunk=*/100);  // 4 chunks of 320
+  const std::vector<float> logp = head.forward(hidden, c.batch.scored);
+  double loss = 0.0;
+  for (float l : logp) loss -= l;
+  loss /= double(logp.size());
+  EXPECT_NEAR(loss, c.loss, 1e-4 * std::abs(c.loss)) << name;
+  const std::vector<float> d_logp(logp.size(), -1.0f / float(logp.size()));
+  Tensor d_hidden = Tensor::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)});
+  head.backward(d_logp, d_hidden);
+  adapter->zero_grads();
+  model.backward(std::move(d_hidden));
+
+  auto golden = formats::SafetensorsFile::open(fixture("lora/" + name + "/grads.safetensors"));
+  size_t compared = 0;
+  double worst = 0.0;
+  for (auto& e : adapter->entries()) {
+    for (const char* ab : {"lora_A", "lora_B"}) {
+      const std::string key = "base_model.model.model.layers." + std::to_string(e.layer) + "." +
+                              std::string(module_parent(e.module)) + "." + std::string(module_name(e.module)) + "." +
+                              ab + ".weight";
+      ASSERT_TRUE(golden->has(key)) << key;
+      const double err = relative_error(ab[5] == 'A' ? e.factors->grad_a : e.factors->grad_b, golden->tensor(key));
+      EXPECT_LT(err, 3e-4) << name << " " << key;
+      worst = std::max(worst, err);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, golden->tensors().size()) << "every LoRA tensor peft made is one brioche trains";
+  std::printf("%s: loss %.6f (oracle %.6f), %zu gradient tensors, worst relative error %.2e\n", name.c_str(), loss,
+              c.loss, compared, worst);
+}
+
+TEST(Gemma4Train, LoraGradientsMatchPeftOnSlidingFullAndKEqV) { check_gradients("mix"); }
+
+TEST(Gemma4Train, LoraGradientsMatchPeftOnPerLayerInputsAndKvSharing) { check_gradients("e2b"); }
+
+TEST(Gemma4Train, MoeModelIsRefusedNamingTheBlock) {
+  const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture("moe"));
+  LoraAdapter adapter(ck.config.base, LoraConfig{}, 1, gemma4_lora_shapes(ck.config));
+  try {
+    Gemma4TrainModel model(ck, &adapter);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("enable_moe_block"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Gemma4Train, SitesFollowEachLayersProjections) {
+  // e2b: the last two layers share K/V (no k_proj, v_proj); mix: full layers take V from k_proj.
+  const model::Gemma4Checkpoint e2b = model::load_gemma4_checkpoint(fixture("e2b"));
+  LoraAdapter a(e2b.config.base, LoraConfig{}, 1, gemma4_lora_shapes(e2b.config));
+  const int L = e2b.config.base.n_layers;
+  EXPECT_EQ(a.factors(L - 1, Module::K), nullptr);
+  EXPECT_EQ(a.factors(L - 1, Module::V), nullptr);
+  ASSERT_NE(a.factors(L - 1, Module::Gate), nullptr);
+  EXPECT_EQ(a.factors(L - 1, Module::Gate)->b.dim(0), e2b.config.layers[size_t(L - 1)].intermediate_size);
+  const model::Gemma4Checkpoint mix = model::load_gemma4_checkpoint(fixture("mix"));
+  LoraAdapter b(mix.config.base, LoraConfig{}, 1, gemma4_lora_shapes(mix.config));
+  EXPECT_EQ(b.factors(1, Module::V), nullptr);  // layer 1 is full_attention with attention_k_eq_v
+  ASSERT_NE(b.factors(1, Module::K), nullptr);
+  EXPECT_EQ(b.factors(1, Module::K)->b.dim(0), 32);  // one kv head of 32
+  EXPECT_THROW(LoraAdapter(mix.config.base, LoraConfig{}, std::vector<LoraAdapter::Site>{{1, Module::V}},
+                           gemma4_lora_shapes(mix.config)),
+               Error);
+}
+
+}  // namespace
+}  // namespace brioche::train

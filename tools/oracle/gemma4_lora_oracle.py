@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""LoRA on Gemma 4: loss, LoRA gradients and adapted logits from torch autograd + peft.
+
+For each fixture of tools/oracle/gemma4_oracle.py named below, loads the
+model with transformers (f64, eager attention), wraps it with peft LoRA
+(r=4, alpha=8, q/k/v/o/gate/up/down: peft adapts only the projections a
+layer has, so no k/v in KV-shared layers and no v in attention_k_eq_v full
+layers) with random, non-zero A and B (f32 values), and records for two
+token sequences (longer than the sliding window):
+
+  tests/fixtures/gemma4/lora/<name>/adapter_config.json,
+                                    adapter_model.safetensors   the adapter (PEFT layout, f32)
+  tests/fixtures/gemma4/lora/<name>/grads.safetensors    d loss / d every lora_A, lora_B (f32,
+                                                          named as the adapter's tensors)
+  tests/fixtures/gemma4/lora/<name>/case.json            the sequences, the loss (mean NLL of
+                                                          every next token), tool versions
+  tests/fixtures/gemma4/lora/<name>/logits.f32           the adapted model's logits of sequence 0,
+                                                          [len, vocab] f32 LE (what merging the
+                                                          adapter at load must reproduce)
+
+Usage: python3 tools/oracle/gemma4_lora_oracle.py   (CPU, seconds)
+"""
+import json
+import os
+import shutil
+
+import numpy as np
+import peft
+import torch
+import transformers
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from safetensors.torch import save_file
+from transformers import Gemma4ForCausalLM
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "gemma4")
+OUT = os.path.join(FIXTURES, "lora")
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LENGTHS = [11, 23]  # 23 > the fixtures' sliding windows
+
+
+def build(name, seed):
+    torch.manual_seed(seed)
+    model = Gemma4ForCausalLM.from_pretrained(os.path.join(FIXTURES, name), dtype=torch.float64,
+                                              attn_implementation="eager")
+    model.eval()
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, bias="none",
+                        task_type="CAUSAL_LM")
+    model = get_peft_model(model, config)
+    gen = torch.Generator().manual_seed(seed)
+    for pname, p in model.named_parameters():
+        if "lora_" in pname:
+            with torch.no_grad():
+                values = (torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.2).float()
+                p.copy_(values.double())  # f32 values: brioche reads the adapter in f32
+    vocab = model.config.vocab_size
+    seqs = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in LENGTHS]
+
+    total, count = torch.zeros((), dtype=torch.float64), 0
+    logits0 = None
+    for s in seqs:
+        ids = torch.tensor([s])
+        logits = model(input_ids=ids).logits[0]  # soft-capped by the model
+        if logits0 is None:
+            logits0 = logits.detach().float().numpy()
+        logp = torch.log_softmax(logits, dim=-1)
+        total = total - logp[:-1].gather(1, ids[0, 1:, None]).sum()
+        count += len(s) - 1
+    loss = total / count
+    loss.backward()
+
+    out = os.path.join(OUT, name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    state = {k: v.detach().float().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    save_file(state, os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config["default"].save_pretrained(out)
+    grads = {}
+    for pname, p in model.named_parameters():
+        if "lora_" in pname:
+            key = pname.replace(".default", "")
+            assert key in state, key
+            grads[key] = p.grad.detach().float().contiguous()
+    assert set(grads) == set(state)
+    save_file(grads, os.path.join(out, "grads.safetensors"))
+    logits0.astype("<f4").tofile(os.path.join(out, "logits.f32"))
+    case = {"sequences": seqs, "loss": float(loss), "n_scored": count, "vocab": vocab,
+            "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
+                         "peft": peft.__version__, "script": "tools/oracle/gemma4_lora_oracle.py"}}
+    with open(os.path.join(out, "case.json"), "w") as f:
+        json.dump(case, f, indent=1)
+    print(f"{name}: loss {float(loss):.6f}, {len(grads)} LoRA tensors, "
+          f"max |grad| {max(float(g.abs().max()) for g in grads.values()):.3g}")
+
+
+def main():
+    build("mix", 11)
+    build("e2b", 12)
+
+
+if __name__ == "__main__":
+    main()
