@@ -22,6 +22,9 @@ SamplingParams draft_sampling(const SamplingParams& request) {
   params.top_k = request.top_k;
   params.top_p = request.top_p;
   params.min_p = request.min_p;
+  // The bias too (it needs no history): a request that pushes a token up
+  // would otherwise reject every draft where the bias decides.
+  params.logit_bias = request.logit_bias;
   if (request.seed) params.seed = *request.seed ^ kDraftSeedSalt;
   return params;
 }

@@ -309,13 +309,17 @@ bool shares_a_filling_block(Sequence& seq, int32_t block_size, const std::vector
 std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   std::vector<Planned> planned;
   int32_t budget = options_.max_batch_tokens;
-  int32_t decoding = 0;
+  int32_t decoding = 0, prefilling = 0;
   for (auto& seq : running_) {
     seq->drafts.clear();
     seq->draft_probs.clear();
     if (seq->remaining() == 1) ++decoding;
+    if (seq->remaining() > 1) ++prefilling;
   }
-  const bool speculate = proposer_ && decoding <= options_.speculative_max_batch;
+  // On CUDA a step with prefill rows does not speculate: they would take
+  // its forward past the rows computed exactly as decodes (propose_drafts).
+  const bool cuda_prefill = runner_->device() == Device::CUDA && (prefilling > 0 || !waiting_.empty());
+  const bool speculate = proposer_ && decoding <= options_.speculative_max_batch && !cuda_prefill;
 
   // 1. One decode row for each running sequence, oldest first; preempt the
   // newest when blocks run out.
@@ -611,10 +615,27 @@ std::vector<int32_t> Engine::Scheduler::host_verify_logits(
   return first_rows;
 }
 
+namespace {
+
+// Rows up to which a CUDA forward computes each row as a decode of that row
+// alone would, up to the attention's key splits: the GEMV kernels (n <= 8,
+// backend/cuda/matmul.cu) keep every row's sums in the same order whatever
+// the row count, while from 9 rows the GEMMs read activations rounded to
+// 16 bits and cuBLASLt picks its algorithm by shape. A step that verifies
+// drafts stays within them, so that its rows' logits are a decode's and
+// greedy output is the same as without speculation (docs/speculative.md,
+// "Exactness rests on the forward"). The CPU forward is row-independent at
+// any row count.
+constexpr int32_t kCudaRowExactRows = 8;
+
+}  // namespace
+
 void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int32_t& budget) {
   std::vector<DraftQuery> queries;
   std::vector<Sequence*> askers;
   int32_t left = budget;
+  // planned holds this step's decode rows, one per sequence.
+  if (runner_->device() == Device::CUDA) left = std::min(left, kCudaRowExactRows - int32_t(planned.size()));
   for (const Planned& p : planned) {
     Sequence& seq = *p.seq;
     const GenerationRequest& req = seq.request->request;
