@@ -13,8 +13,9 @@
 //   3. runs each draft as one decode row to get the next, k - 1 times.
 // All sequences asking in a step go through each of these forwards together.
 // Greedy requests take the draft's argmax; sampled ones draw from the
-// draft's distribution q (the request's temperature and top-k/top-p/min-p,
-// without penalties or bias) and hand q to the verifier, whose rejection
+// draft's distribution q (the request's logit bias, temperature and
+// top-k/top-p/min-p; no penalties, no grammar mask) and hand q to the
+// verifier, whose rejection
 // rule makes the output follow the target's distribution whatever q is.
 #pragma once
 
