@@ -72,6 +72,11 @@ struct SchemaOptions {
   // true compiles their union, which also admits a document matching two
   // branches (the server's non-strict requests: better than unconstrained).
   bool one_of_as_any_of = false;
+  // uniqueItems: true where the grammar cannot enforce it (items other than
+  // a small set of enum/const/boolean values; schema_arrays.cpp): false
+  // refuses it with its pointer; true drops it, so an array may repeat an
+  // item (the server's non-strict requests: better than unconstrained).
+  bool unique_items_approximate = false;
 };
 
 class Grammar {

@@ -235,10 +235,28 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
   }
   if (!s.is_object()) unsupported("schema", ptr, "expected an object or boolean, found " + s.dump());
   for (auto& [k, v] : s.items())
-    if (kConstrainingUnsupported.count(k) && !(k == "uniqueItems" && v == false))
+    if (kConstrainingUnsupported.count(k) && k != "uniqueItems")
       unsupported(k, ptr,
                   "a context-free grammar cannot enforce it here; expected only the keywords listed in "
                   "docs/grammar.md (remove it or rewrite the schema without it)");
+  // uniqueItems: true constrains arrays only. A schema whose types exclude
+  // arrays ignores it; a plain array of a few enum/const/boolean values
+  // writes its items as a set (visit_array); anything else is refused, or
+  // dropped with SchemaOptions::unique_items_approximate.
+  if (s.contains("uniqueItems") && s["uniqueItems"] != false) {
+    if (!s["uniqueItems"].is_boolean()) unsupported("uniqueItems", ptr, "expected a boolean");
+    std::string why;
+    std::vector<std::vector<Json>> domain;
+    const bool types_exclude_arrays =
+        s.contains("type") && !(s["type"] == "array") &&
+        !(s["type"].is_array() && std::find(s["type"].begin(), s["type"].end(), Json("array")) != s["type"].end());
+    if (types_exclude_arrays || (!unique_item_domain(s, domain, why) && opt_.unique_items_approximate)) {
+      Json rest = s;
+      rest.erase("uniqueItems");
+      return visit(rest, ptr, hint);
+    }
+    if (!why.empty()) unsupported("uniqueItems", ptr, why);
+  }
 
   // Beside anyOf/oneOf, `not` goes down into every branch (merge_siblings).
   if (s.contains("not") && !s.contains("anyOf") && !s.contains("oneOf")) return visit_not(s, ptr, hint);

@@ -6,7 +6,102 @@
 
 namespace brioche::grammar::schema {
 
+// Most distinct values an array with uniqueItems may draw from: the grammar
+// has one rule per set of values used so far (2^8 = 256 rules).
+constexpr size_t kMaxUniqueDomain = 8;
+
+bool SchemaConverter::unique_item_domain(const Json& s, std::vector<std::vector<Json>>& domain, std::string& why) {
+  domain.clear();
+  const char* expected =
+      "expected a plain array (\"type\": \"array\") whose items are one enum, const or boolean schema of at most 8 "
+      "distinct values: the grammar then writes the items as a set; other arrays cannot be kept duplicate-free by "
+      "a grammar";
+  why = expected;
+  if (!(s.contains("type") && s["type"] == "array") || !s.contains("items") || s.contains("prefixItems")) return false;
+  for (auto& [k, v] : s.items())
+    if (k != "type" && k != "items" && k != "uniqueItems" && k != "minItems" && k != "maxItems" && !is_annotation(k))
+      return false;
+  const Json* items = &s["items"];
+  for (int hops = 0; items->is_object() && items->contains("$ref") && items->size() == 1 && hops < 8; ++hops)
+    items = &resolve((*items)["$ref"].get<std::string>(), "");
+  if (!items->is_object()) return false;
+  std::vector<Json> values;
+  std::string type;
+  for (auto& [k, v] : items->items()) {
+    if (k == "enum" && v.is_array()) {
+      values.assign(v.begin(), v.end());
+    } else if (k == "const") {
+      values.assign(1, v);
+    } else if (k == "type" && v.is_string()) {
+      type = v.get<std::string>();
+    } else if (!is_annotation(k)) {
+      return false;
+    }
+  }
+  if (!items->contains("enum") && !items->contains("const")) {
+    if (type != "boolean") return false;
+    values = {Json(true), Json(false)};
+  }
+  for (const Json& v : values) {
+    if (!type.empty() && !has_type(v, type)) continue;  // not a valid item: never written
+    auto same = std::find_if(domain.begin(), domain.end(), [&](const std::vector<Json>& e) { return e[0] == v; });
+    if (same == domain.end())
+      domain.push_back({v});
+    else if (std::find_if(same->begin(), same->end(), [&](const Json& w) { return w.dump() == v.dump(); }) ==
+             same->end())
+      same->push_back(v);  // another spelling of the same value
+  }
+  if (domain.empty() || domain.size() > kMaxUniqueDomain) {
+    why = std::string(expected) + "; found " + std::to_string(domain.size()) + " distinct values";
+    return false;
+  }
+  why.clear();
+  return true;
+}
+
+// The items as a set: one rule per set of values already written (a bit
+// mask over the domain), whose alternatives are the end of the array (once
+// minItems are written) or one more value not yet in the set.
+std::string SchemaConverter::visit_unique_array(const Json& s, const std::string& ptr, const std::string& hint) {
+  std::vector<std::vector<Json>> domain;
+  std::string why;
+  if (!unique_item_domain(s, domain, why)) unsupported("uniqueItems", ptr, why);
+  const int64_t n = static_cast<int64_t>(domain.size());
+  const int64_t min_items = count_of(s, "minItems", ptr, 0);
+  const int64_t max_bound = count_of(s, "maxItems", ptr, -1);
+  const int64_t max_items = max_bound < 0 ? n : std::min(max_bound, n);
+  if (min_items < 0 || max_items < min_items)
+    unsupported("minItems", ptr,
+                "expected 0 <= minItems <= maxItems and minItems at most the " + std::to_string(n) +
+                    " distinct values the items may take (uniqueItems)");
+  if (max_items == 0) return add_rule(hint + "_arr", open('[') + "\"]\"");
+  auto value = [&](int64_t i) {
+    std::string out;
+    for (const Json& spelling : domain[i]) out += (out.empty() ? "" : " | ") + literal(spelling);
+    return domain[i].size() > 1 ? "(" + out + ")" : out;
+  };
+  // rest[set]: what may follow once the values in `set` are written; made
+  // from the largest sets down, so each rule's successors exist.
+  std::vector<std::string> rest(size_t(1) << n);
+  for (int64_t size = max_items; size >= 1; --size)
+    for (uint32_t set = 0; set < (1u << n); ++set) {
+      if (__builtin_popcount(set) != size) continue;
+      std::string body;
+      if (size >= min_items) body = "\"\"";
+      if (size < max_items)
+        for (int64_t i = 0; i < n; ++i)
+          if (!(set >> i & 1)) body += (body.empty() ? "" : " | ") + comma() + value(i) + " " + rest[set | 1u << i];
+      rest[set] = add_rule(hint + "_set", body);
+    }
+  std::string first;
+  for (int64_t i = 0; i < n; ++i) first += (first.empty() ? "" : " | ") + value(i) + " " + rest[1u << i];
+  std::string body = open('[') + "(" + first + ")" + close(']');
+  if (min_items == 0) body += " | " + open('[') + "\"]\"";
+  return add_rule(hint + "_arr", body);
+}
+
 std::string SchemaConverter::visit_array(const Json& s, const std::string& ptr, const std::string& hint) {
+  if (s.contains("uniqueItems") && s["uniqueItems"] == true) return visit_unique_array(s, ptr, hint);
   int64_t min_items = count_of(s, "minItems", ptr, 0);
   int64_t max_items = count_of(s, "maxItems", ptr, -1);
   if (min_items < 0 || (max_items >= 0 && max_items < min_items))

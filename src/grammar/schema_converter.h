@@ -131,6 +131,13 @@ class SchemaConverter {
   Json merge_all_of(const Json& s, const std::string& ptr);
   std::string visit_type(const Json& s, const std::string& type, const std::string& ptr, const std::string& hint);
 
+  // schema_arrays.cpp
+  std::string visit_unique_array(const Json& s, const std::string& ptr, const std::string& hint);
+  // The distinct values an array with uniqueItems may hold, each with its
+  // spellings (values equal as JSON, e.g. 1 and 1.0, are one element), when
+  // the grammar can write its items as a set; else false and `why`.
+  bool unique_item_domain(const Json& s, std::vector<std::vector<Json>>& domain, std::string& why);
+
   // schema_exclusion.cpp
   std::string visit_not(const Json& s, const std::string& ptr, const std::string& hint);
   static bool has_type(const Json& v, const std::string& t);

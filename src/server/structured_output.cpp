@@ -253,13 +253,14 @@ grammar::Grammar structured_output_grammar(const StructuredOutputSpec& spec) {
     // object without additionalProperties takes only its listed properties.
     // Otherwise JSON Schema's own reading: unlisted properties are allowed
     // unless the schema says additionalProperties: false (docs/grammar.md).
-    // A oneOf whose branches may overlap is refused under strict (400);
-    // otherwise compiled as their union, which beats the unconstrained
-    // degrade path.
+    // A oneOf whose branches may overlap, or a uniqueItems the grammar
+    // cannot enforce, is refused under strict (400); otherwise compiled as
+    // their union / without it, which beats the unconstrained degrade path.
     case Kind::JsonSchema:
-      return grammar::Grammar::from_json_schema(
-          spec.schema,
-          {.any_whitespace = spec.any_whitespace, .strict = spec.strict, .one_of_as_any_of = !spec.strict});
+      return grammar::Grammar::from_json_schema(spec.schema, {.any_whitespace = spec.any_whitespace,
+                                                              .strict = spec.strict,
+                                                              .one_of_as_any_of = !spec.strict,
+                                                              .unique_items_approximate = !spec.strict});
     case Kind::JsonObject: return grammar::Grammar::builtin_json_object();  // OpenAI: an object at the top
     case Kind::Regex: return grammar::Grammar::from_regex(spec.text);
     case Kind::Choice: return grammar::Grammar::from_choices(spec.choices);
@@ -268,8 +269,9 @@ grammar::Grammar structured_output_grammar(const StructuredOutputSpec& spec) {
       // Arguments are closed objects whatever `strict` says: a call is read
       // by a program that expects the parameters it declared.
       // An overlapping oneOf: refused with a strict tool, their union otherwise.
-      std::string text =
-          grammar::json_schema_to_ebnf(spec.schema, {.any_whitespace = false, .one_of_as_any_of = !spec.strict});
+      std::string text = grammar::json_schema_to_ebnf(
+          spec.schema,
+          {.any_whitespace = false, .one_of_as_any_of = !spec.strict, .unique_items_approximate = !spec.strict});
       text += "\nbrioche_tool_call ::= ";
       if (!spec.trigger.empty()) text += "\"\\n\"? ";
       text += "root";

@@ -1,7 +1,8 @@
 """Goldens for the JSON Schema keywords that xgrammar ignores or
 approximates (minProperties/maxProperties, multipleOf, patternProperties,
 propertyNames, fixed-length formats with minLength/maxLength, not,
-dependentRequired/dependentSchemas/dependencies, if/then/else, oneOf): for each
+dependentRequired/dependentSchemas/dependencies, if/then/else, oneOf, uniqueItems over a small set of
+values): for each
 schema, candidate documents and `jsonschema`'s verdict (Draft 2020-12 with
 the format checker). tests/grammar/keywords_test.cpp checks that the
 grammar accepts exactly the valid ones (compact separators ", " / ": ",
@@ -206,6 +207,20 @@ CASES = [
       "oneOf": [{"properties": {"url": {"type": "string"}}, "required": ["url"], "additionalProperties": False},
                 {"properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": False}]},
      [{"url": "u"}, {"path": "p"}, {}, {"url": 1}]),
+    ("unique_items_enum",
+     {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c", 3]}, "uniqueItems": True},
+     [[], ["a"], ["a", "b"], ["c", "b", "a"], ["a", "a"], ["a", "b", "a"], [3], ["d"], ["a", "b", "c", "a"]]),
+    ("unique_items_bounds",
+     {"type": "array", "items": {"enum": ["x", "y", "z", None]}, "uniqueItems": True, "minItems": 2, "maxItems": 3},
+     [[], ["x"], ["x", "y"], ["y", "x", None], ["x", "y", "z", None], ["x", "x"], [None, "z"], ["z", None, "z"]]),
+    ("unique_items_boolean", {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True},
+     [[], [True], [False, True], [True, True], [True, False, True], [1]]),
+    ("unique_items_equal_numbers", {"type": "array", "items": {"enum": [1, 1.0, 2]}, "uniqueItems": True},
+     [Raw("[1]"), Raw("[1.0]"), Raw("[1, 2]"), Raw("[1.0, 2]"), Raw("[1, 1.0]"), Raw("[2, 1, 1]"), Raw("[3]")]),
+    ("unique_items_ref_const",
+     {"type": "array", "items": {"$ref": "#/$defs/only"}, "uniqueItems": True, "$defs": {"only": {"const": "k"}}},
+     [[], ["k"], ["k", "k"], ["j"]]),
+    ("unique_items_not_array_type", {"type": "string", "uniqueItems": True, "maxLength": 2}, ["ab", "abc", 1]),
 ]
 
 

@@ -1,0 +1,67 @@
+// uniqueItems: true beyond the goldens (tests/grammar/golden/schema_keywords.json
+// has the exact set grammars, judged by jsonschema): what the grammar cannot
+// keep duplicate-free is refused with its pointer, or dropped on request
+// (SchemaOptions::unique_items_approximate, the server's non-strict requests).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace brioche::grammar {
+namespace {
+
+std::string refusal(const nlohmann::ordered_json& schema) {
+  try {
+    Grammar::from_json_schema(schema, SchemaOptions{.any_whitespace = false});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool accepts(const nlohmann::ordered_json& schema, const SchemaOptions& options, const std::string& text) {
+  static auto vocab = [] {
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
+    toks.push_back("");
+    return std::make_shared<const Vocabulary>(std::move(toks), VocabularyOptions{.eos_ids = {256}, .special_ids = {}});
+  }();
+  GrammarMatcher m(CompiledGrammar::compile(Grammar::from_json_schema(schema, options), vocab));
+  return m.accept_bytes(text) && m.can_terminate();
+}
+
+TEST(UniqueItems, UnenforceableIsRefusedWithItsPointer) {
+  const nlohmann::ordered_json strings = {
+      {"type", "object"},
+      {"properties", {{"tags", {{"type", "array"}, {"items", {{"type", "string"}}}, {"uniqueItems", true}}}}}};
+  const std::string e = refusal(strings);
+  EXPECT_NE(e.find("unsupported 'uniqueItems' at #/properties/tags"), std::string::npos) << e;
+  EXPECT_NE(e.find("at most 8"), std::string::npos) << e;
+  nlohmann::ordered_json nine = {
+      {"type", "array"}, {"items", {{"enum", nlohmann::ordered_json::array()}}}, {"uniqueItems", true}};
+  for (int i = 0; i < 9; ++i) nine["items"]["enum"].push_back(i);
+  EXPECT_NE(refusal(nine).find("found 9 distinct values"), std::string::npos) << refusal(nine);
+  // No type: any value, arrays of anything included.
+  EXPECT_NE(refusal({{"uniqueItems", true}}).find("'uniqueItems' at #"), std::string::npos);
+  // Types without arrays: nothing to constrain.
+  EXPECT_EQ(refusal({{"type", "string"}, {"uniqueItems", true}}), "");
+  EXPECT_EQ(refusal({{"type", "array"}, {"uniqueItems", false}}), "");
+}
+
+TEST(UniqueItems, ApproximateDropsItWhereNotEnforceable) {
+  const nlohmann::ordered_json strings = {{"type", "array"}, {"items", {{"type", "string"}}}, {"uniqueItems", true}};
+  const SchemaOptions approximate{.any_whitespace = false, .unique_items_approximate = true};
+  EXPECT_TRUE(accepts(strings, approximate, R"(["a", "a"])"));  // duplicates admitted: documented
+  EXPECT_FALSE(accepts(strings, approximate, R"(["a", 1])"));
+  // Where it is enforceable, the option changes nothing.
+  const nlohmann::ordered_json flags = {{"type", "array"}, {"items", {{"type", "boolean"}}}, {"uniqueItems", true}};
+  EXPECT_TRUE(accepts(flags, approximate, "[true, false]"));
+  EXPECT_FALSE(accepts(flags, approximate, "[true, true]"));
+}
+
+}  // namespace
+}  // namespace brioche::grammar
