@@ -129,13 +129,13 @@ EngineOptions without_prefix_cache() {
 }
 
 // A repeated prompt (90 tokens) starts from the state snapshot kept at its
-// last 64-position boundary (lcm of the 16-position block and the 64-row
-// delta-rule chunk): 64 prompt tokens come from the cache, and the tokens
+// last 16-position boundary (lcm of the 16-position block and the 16-row
+// delta-rule chunk): 80 prompt tokens come from the cache, and the tokens
 // equal those of an engine without a prefix cache, greedy and seeded.
 TEST(Qwen35Engine, RepeatedPromptStartsFromItsStateSnapshot) {
   auto engine = Engine::load(small_cache());
   auto plain = Engine::load(without_prefix_cache());
-  for (size_t i : {3, 0}) {  // greedy 90 tokens; greedy 200 tokens (snapshot at 192)
+  for (size_t i : {3, 0}) {  // greedy 90 tokens (snapshot at 80); greedy 200 tokens (at 192)
     GenerationRequest r = requests()[i];
     const Outcome reference = collect(*plain->submit(r));
     const Outcome first = collect(*engine->submit(r));
@@ -143,7 +143,7 @@ TEST(Qwen35Engine, RepeatedPromptStartsFromItsStateSnapshot) {
     EXPECT_EQ(first.tokens, reference.tokens) << "request " << i;
     EXPECT_EQ(second.tokens, reference.tokens) << "request " << i;
     EXPECT_EQ(first.cached_prompt_tokens, 0);
-    EXPECT_EQ(second.cached_prompt_tokens, (int32_t(r.prompt_tokens.size()) - 1) / 64 * 64) << "request " << i;
+    EXPECT_EQ(second.cached_prompt_tokens, (int32_t(r.prompt_tokens.size()) - 1) / 16 * 16) << "request " << i;
   }
   GenerationRequest seeded = requests()[3];
   seeded.sampling = {.temperature = 0.9f, .top_p = 0.95f, .seed = 77};
@@ -166,10 +166,10 @@ TEST(Qwen35Engine, NextTurnReusesThePreviousPromptAndPartialSharesDoNot) {
   turn2.prompt_tokens.insert(turn2.prompt_tokens.end(), answer.tokens.begin(), answer.tokens.end());
   for (int32_t t : {11, 12, 13, 14, 15}) turn2.prompt_tokens.push_back(t);  // 119 tokens
   const Outcome reused = collect(*engine->submit(turn2));
-  EXPECT_EQ(reused.cached_prompt_tokens, 64);
+  EXPECT_EQ(reused.cached_prompt_tokens, 80);
   EXPECT_EQ(reused.tokens, collect(*plain->submit(turn2)).tokens);
 
-  GenerationRequest partial = turn1;  // the first 40 tokens of the cached prompt, then others
+  GenerationRequest partial = turn1;  // the first 40 tokens of the cached prompt (snapshot at 80), then others
   partial.prompt_tokens.resize(40);
   for (int32_t t = 0; t < 40; ++t) partial.prompt_tokens.push_back(100 + t);
   const Outcome computed = collect(*engine->submit(partial));

@@ -9,7 +9,9 @@ against transformers' greedy continuations recorded in their golden.json.
     token ids whose 40-token greedy decode crosses the delta rule's 64-token
     chunk boundary gives transformers' text; concurrent requests (continuous
     batching, one recurrent-state slot each) give what each gives alone; a
-    repeated prompt is computed again (no prefix reuse for hybrid models);
+    repeated prompt starts from the state snapshot kept at its last
+    16-position block boundary (`cached_tokens`) with the same text as
+    `brioche run` computes in full, and so does a next turn that extends it;
     chat completions answer through the fixture's template;
   - `--speculative prompt-lookup` is refused at start with one clear line.
 
@@ -88,7 +90,33 @@ class Serve(unittest.TestCase):
         self.assertEqual(together, alone)
         text, usage = self.completion(g["long_ids"], 12)
         self.assertEqual(text, alone[0])
-        self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertEqual(usage["prompt_tokens_details"]["cached_tokens"], 192)
+
+    def text_completion(self, text, n):
+        text_out, usage = self.completion(text, n)
+        return text_out, usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+
+    def test_repeated_prompt_and_next_turn_reuse_the_state_snapshot(self):
+        # A text no other test sends: the first request computes it all
+        # and keeps the state at its last block boundary before its end.
+        text = "Linear attention keeps a state of fixed size per head; full attention keeps every key. " * 6
+        first, n_prompt, cached = self.text_completion(text, 12)
+        self.assertEqual(cached, 0)
+        kept = (n_prompt - 1) // 16 * 16
+        self.assertGreater(kept, 0, n_prompt)
+        again, _, cached = self.text_completion(text, 12)
+        self.assertEqual((again, cached), (first, kept))
+        # The next turn: the prompt, its answer and a new message.
+        turn2 = text + first + " How are you today?"
+        answer2, _, cached = self.text_completion(turn2, 8)
+        self.assertEqual(cached, kept)
+        # Computed in full by a fresh process (nothing to reuse): the same text.
+        for prompt, n, want in ((text, 12, first), (turn2, 8, answer2)):
+            r = subprocess.run([ARGS.brioche, "run", "-m", fixture("dense"), "--device", "cpu", "-p", prompt, "--raw",
+                                "--temp", "0", "-n", str(n), "--ignore-eos", "-t", "2"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.rstrip("\n"), want.rstrip("\n"))
 
     def test_chat_completion_answers(self):
         status, body = self.server.post("/v1/chat/completions", {

@@ -18,17 +18,65 @@ void l2_normalize(const float* x, int n, float scale, float* out) {
   for (int i = 0; i < n; ++i) out[i] = x[i] * inv;
 }
 
-// Per-thread scratch for one chunk: q̂, k̂, w [C, dk], u [C, dv] (then V'),
-// decays and gates [C]. Grown, never shrunk: decode steps allocate nothing.
+// y_b[c] += Σ_{k<K} coef_b[k] · x[k·ldx + c] for b < NB, c < n: a block of
+// NB output rows against a K × n matrix, each x row loaded once per 16
+// columns for all NB outputs (2·NB accumulators in registers).
+template <int NB>
+void accumulate_block(float* const* y, const float* const* coef, int K, const float* x, int64_t ldx, int n) {
+  int c = 0;
+#if BRIOCHE_VEC_AVX2
+  for (; c + 16 <= n; c += 16) {
+    __m256 lo[NB], hi[NB];
+    for (int b = 0; b < NB; ++b) lo[b] = hi[b] = _mm256_setzero_ps();
+    for (int k = 0; k < K; ++k) {
+      const float* xk = x + int64_t(k) * ldx + c;
+      const __m256 x0 = _mm256_loadu_ps(xk), x1 = _mm256_loadu_ps(xk + 8);
+      for (int b = 0; b < NB; ++b) {
+        const __m256 cb = _mm256_broadcast_ss(coef[b] + k);
+        lo[b] = _mm256_fmadd_ps(cb, x0, lo[b]);
+        hi[b] = _mm256_fmadd_ps(cb, x1, hi[b]);
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      _mm256_storeu_ps(y[b] + c, _mm256_add_ps(_mm256_loadu_ps(y[b] + c), lo[b]));
+      _mm256_storeu_ps(y[b] + c + 8, _mm256_add_ps(_mm256_loadu_ps(y[b] + c + 8), hi[b]));
+    }
+  }
+#endif
+  for (; c < n; ++c)
+    for (int b = 0; b < NB; ++b) {
+      float sum = 0.0f;
+      for (int k = 0; k < K; ++k) sum += coef[b][k] * x[int64_t(k) * ldx + c];
+      y[b][c] += sum;
+    }
+}
+
+// accumulate_block over any number of output rows, four at a time.
+void accumulate_rows(float* const* y, const float* const* coef, int n_rows, int K, const float* x, int64_t ldx, int n) {
+  int b = 0;
+  for (; b + 4 <= n_rows; b += 4) accumulate_block<4>(y + b, coef + b, K, x, ldx, n);
+  switch (n_rows - b) {
+    case 3: accumulate_block<3>(y + b, coef + b, K, x, ldx, n); break;
+    case 2: accumulate_block<2>(y + b, coef + b, K, x, ldx, n); break;
+    case 1: accumulate_block<1>(y + b, coef + b, K, x, ldx, n); break;
+    default: break;
+  }
+}
+
+// Per-thread scratch for one chunk of C rows, grown, never shrunk (decode
+// steps allocate nothing): q̂, k̂, w, kb [C, dk]; u, vb [C, dv]; t, p [C, C];
+// kd [dk, C]; γ, β [C].
 struct ChunkScratch {
-  std::vector<float> q, k, w, u, decay, gamma, beta;
+  std::vector<float> q, k, w, kb, u, vb, t, p, kd, gamma, beta;
   void reserve(int chunk, int dk, int dv) {
     const size_t c = size_t(chunk);
-    for (std::vector<float>* v : {&q, &k, &w})
-      if (v->size() < c * size_t(dk)) v->resize(c * size_t(dk));
-    if (u.size() < c * size_t(dv)) u.resize(c * size_t(dv));
-    for (std::vector<float>* v : {&decay, &gamma, &beta})
-      if (v->size() < c) v->resize(c);
+    auto grow = [](std::vector<float>& v, size_t n) {
+      if (v.size() < n) v.resize(n);
+    };
+    for (std::vector<float>* v : {&q, &k, &w, &kb, &kd}) grow(*v, c * size_t(dk));
+    for (std::vector<float>* v : {&u, &vb}) grow(*v, c * size_t(dv));
+    for (std::vector<float>* v : {&t, &p}) grow(*v, c * c);
+    for (std::vector<float>* v : {&gamma, &beta}) grow(*v, c);
   }
 };
 
@@ -39,7 +87,7 @@ struct HeadTask {
   int h, kh, dk, dv;
   float q_scale;
   float* s;
-  float *q, *k, *w, *u, *decay, *gamma, *beta;
+  float *q, *k, *w, *kb, *u, *vb, *t, *p, *kd, *gamma, *beta;
 
   HeadTask(const GatedDeltaRuleArgs& args, int head, float* state, ChunkScratch& scratch)
       : a(args),
@@ -52,8 +100,12 @@ struct HeadTask {
         q(scratch.q.data()),
         k(scratch.k.data()),
         w(scratch.w.data()),
+        kb(scratch.kb.data()),
         u(scratch.u.data()),
-        decay(scratch.decay.data()),
+        vb(scratch.vb.data()),
+        t(scratch.t.data()),
+        p(scratch.p.data()),
+        kd(scratch.kd.data()),
         gamma(scratch.gamma.data()),
         beta(scratch.beta.data()) {}
 
@@ -92,12 +144,13 @@ struct HeadTask {
   // torch_chunk_gated_delta_rule for one chunk), with γ_i = Σ_{j≤i} g_j the
   // cumulative log decay inside the chunk and S the state before it:
   //   A_ij = β_i (k̂_i·k̂_j) e^{γ_i−γ_j}          (j < i; the UT system I + A)
-  //   U = (I + A)⁻¹ diag(β) V,   W = (I + A)⁻¹ diag(β e^γ) K̂   (forward substitution)
+  //   U = (I + A)⁻¹ diag(β) V,   W = (I + A)⁻¹ diag(β e^γ) K̂
   //   V' = U − W S                                 (the deltas once S is read)
   //   out_i = e^{γ_i} q̂_iᵀS + Σ_{j≤i} (q̂_i·k̂_j) e^{γ_i−γ_j} V'_j
   //   S ← e^{γ_m} S + Σ_j e^{γ_m−γ_j} k̂_j V'_jᵀ
-  // Equal to m recurrent rows in exact arithmetic; it reads and writes S
-  // three times per chunk instead of twice per row.
+  // Equal to m recurrent rows in exact arithmetic; it reads S twice and
+  // writes it once per chunk instead of twice per row, and every product is
+  // a small matrix product (accumulate_rows).
   void chunk_rows(int64_t first, int m) {
     float g_sum = 0.0f;
     for (int i = 0; i < m; ++i) {
@@ -108,54 +161,86 @@ struct HeadTask {
       gamma[i] = g_sum;
       beta[i] = a.beta[row * a.beta_stride + h];
     }
-    // A (strictly lower) and the forward substitution for U and W, row by row.
+    // T = (I + A)⁻¹ (unit lower triangular, zero above): row i is
+    // e_i − Σ_{j<i} A_ij T_j. And P_ij = (q̂_i·k̂_j) e^{γ_i−γ_j} for j ≤ i.
+    std::fill_n(t, int64_t(m) * m, 0.0f);
+    std::fill_n(p, int64_t(m) * m, 0.0f);
     for (int i = 0; i < m; ++i) {
       const float* ki = k + int64_t(i) * dk;
-      float* ui = u + int64_t(i) * dv;
-      float* wi = w + int64_t(i) * dk;
-      const float* v = v_in(first + i);
-      const float bi = beta[i], ei = std::exp(gamma[i]);
-      for (int c = 0; c < dv; ++c) ui[c] = bi * v[c];
-      for (int r = 0; r < dk; ++r) wi[r] = bi * ei * ki[r];
+      const float* qi = q + int64_t(i) * dk;
+      float* ti = t + int64_t(i) * m;
+      float* pi = p + int64_t(i) * m;
+      ti[i] = 1.0f;
       for (int j = 0; j < i; ++j) {
-        const float aij = bi * dot_f32(ki, k + int64_t(j) * dk, dk) * std::exp(gamma[i] - gamma[j]);
-        axpy_f32(ui, -aij, u + int64_t(j) * dv, dv);
-        axpy_f32(wi, -aij, w + int64_t(j) * dk, dk);
+        const float* kj = k + int64_t(j) * dk;
+        const float decay = std::exp(gamma[i] - gamma[j]);
+        const float aij = beta[i] * dot_f32(ki, kj, dk) * decay;
+        const float* tj = t + int64_t(j) * m;
+        for (int c = 0; c <= j; ++c) ti[c] -= aij * tj[c];
+        pi[j] = dot_f32(qi, kj, dk) * decay;
       }
+      pi[i] = dot_f32(qi, ki, dk);
     }
-    // V' = U − W S and the inter-chunk part of the output, e^{γ_i} q̂_iᵀS,
-    // in one pass over S per row.
+    // vb_j = β_j v_j and kb_j = −β_j e^{γ_j} k̂_j; U = T·vb, W = T·kb
+    // (W negated: the next step adds it).
+    std::vector<float*> y(size_t(std::max(2 * m, 8)));
+    std::vector<const float*> coef(y.size());
+    for (int j = 0; j < m; ++j) {
+      const float* v = v_in(first + j);
+      const float* kj = k + int64_t(j) * dk;
+      float* vbj = vb + int64_t(j) * dv;
+      float* kbj = kb + int64_t(j) * dk;
+      const float neg = -beta[j] * std::exp(gamma[j]);
+      for (int c = 0; c < dv; ++c) vbj[c] = beta[j] * v[c];
+      for (int r = 0; r < dk; ++r) kbj[r] = neg * kj[r];
+    }
+    std::fill_n(u, int64_t(m) * dv, 0.0f);
+    std::fill_n(w, int64_t(m) * dk, 0.0f);
+    for (int i0 = 0; i0 < m; i0 += 4) {  // rows i0..i0+3 need T's columns up to their last row
+      const int nb = std::min(4, m - i0), width = i0 + nb;
+      for (int b = 0; b < nb; ++b) {
+        y[size_t(b)] = u + int64_t(i0 + b) * dv;
+        y[size_t(4 + b)] = w + int64_t(i0 + b) * dk;
+        coef[size_t(b)] = coef[size_t(4 + b)] = t + int64_t(i0 + b) * m;
+      }
+      accumulate_rows(y.data(), coef.data(), nb, width, vb, dv, dv);
+      accumulate_rows(y.data() + 4, coef.data() + 4, nb, width, kb, dk, dk);
+    }
+    // P's rows are done with q̂: it becomes e^{γ_i} q̂_i. Then, in one pass
+    // over S for all rows, V' = U − W S and out_i = e^{γ_i} q̂_iᵀ S.
+    for (int i = 0; i < m; ++i) scale_f32(q + int64_t(i) * dk, std::exp(gamma[i]), dk);
     for (int i = 0; i < m; ++i) {
-      float* ui = u + int64_t(i) * dv;
-      const float* wi = w + int64_t(i) * dk;
-      const float* qi = q + int64_t(i) * dk;
-      float* o = out_row(first + i);
-      const float ei = std::exp(gamma[i]);
-      std::fill_n(o, dv, 0.0f);
-      for (int r = 0; r < dk; ++r) {
-        axpy_f32(ui, -wi[r], s_row(r), dv);
-        axpy_f32(o, ei * qi[r], s_row(r), dv);
-      }
+      y[size_t(2 * i)] = u + int64_t(i) * dv;
+      coef[size_t(2 * i)] = w + int64_t(i) * dk;
+      y[size_t(2 * i + 1)] = out_row(first + i);
+      coef[size_t(2 * i + 1)] = q + int64_t(i) * dk;
+      std::fill_n(out_row(first + i), dv, 0.0f);
     }
-    // The intra-chunk part: Σ_{j≤i} (q̂_i·k̂_j) e^{γ_i−γ_j} V'_j.
-    for (int i = 0; i < m; ++i) {
-      const float* qi = q + int64_t(i) * dk;
-      float* o = out_row(first + i);
-      for (int j = 0; j <= i; ++j) {
-        const float p = dot_f32(qi, k + int64_t(j) * dk, dk) * std::exp(gamma[i] - gamma[j]);
-        axpy_f32(o, p, u + int64_t(j) * dv, dv);
+    accumulate_rows(y.data(), coef.data(), 2 * m, dk, s, dv, dv);
+    // The intra-chunk part: out_i += Σ_{j≤i} P_ij V'_j.
+    for (int i0 = 0; i0 < m; i0 += 4) {
+      const int nb = std::min(4, m - i0);
+      for (int b = 0; b < nb; ++b) {
+        y[size_t(b)] = out_row(first + i0 + b);
+        coef[size_t(b)] = p + int64_t(i0 + b) * m;
       }
+      accumulate_rows(y.data(), coef.data(), nb, i0 + nb, u, dv, dv);
     }
-    // S ← e^{γ_m} S + Σ_j e^{γ_m−γ_j} k̂_j V'_jᵀ, a row of S at a time (it
-    // stays in L1 while the m deltas stream past).
+    // S ← e^{γ_m} S + Σ_j e^{γ_m−γ_j} k̂_j V'_jᵀ: row r of S gains
+    // Σ_j kd[r][j] V'_j with kd[r][j] = e^{γ_m−γ_j} k̂_j[r].
     const float g_end = gamma[m - 1];
-    for (int j = 0; j < m; ++j) decay[j] = std::exp(g_end - gamma[j]);
-    const float end_decay = std::exp(g_end);
-    for (int r = 0; r < dk; ++r) {
-      float* sr = s_row(r);
-      scale_f32(sr, end_decay, dv);
-      for (int j = 0; j < m; ++j) axpy_f32(sr, decay[j] * k[int64_t(j) * dk + r], u + int64_t(j) * dv, dv);
+    for (int j = 0; j < m; ++j) {
+      const float decay = std::exp(g_end - gamma[j]);
+      for (int r = 0; r < dk; ++r) kd[int64_t(r) * m + j] = decay * k[int64_t(j) * dk + r];
     }
+    scale_f32(s, std::exp(g_end), int64_t(dk) * dv);
+    std::vector<float*> rows(static_cast<size_t>(dk));
+    std::vector<const float*> kd_rows(static_cast<size_t>(dk));
+    for (int r = 0; r < dk; ++r) {
+      rows[size_t(r)] = s_row(r);
+      kd_rows[size_t(r)] = kd + int64_t(r) * m;
+    }
+    accumulate_rows(rows.data(), kd_rows.data(), dk, m, u, dv, dv);
   }
 };
 
