@@ -50,7 +50,7 @@ Shared& shared() {
 engine::GenerationRequest request(bool constrained, bool any_whitespace, bool jump) {
   Shared& s = shared();
   engine::GenerationRequest r;
-  r.prompt_tokens = s.engine->tokenize(kPrompt, true);
+  r.prompt_tokens = s.engine->tokenize(kPrompt, {.add_bos = true});
   r.sampling.temperature = 0;
   r.max_tokens = kTokens;
   r.ignore_eos = true;

@@ -26,12 +26,12 @@ std::vector<int32_t> chat_prompt_tokens(const engine::Engine& engine, const nloh
   // Templates that start with the bos text already carry it; others get it
   // from the tokenizer when the vocabulary asks for one.
   const bool add_bos = tok && tok->add_bos() && (bos.empty() || prompt.rfind(bos, 0) != 0);
-  return engine.tokenize(prompt, add_bos);
+  return engine.tokenize(prompt, {.add_bos = add_bos});
 }
 
 std::vector<int32_t> raw_prompt_tokens(const engine::Engine& engine, const std::string& text) {
   const tokenizer::Tokenizer* tok = engine.tokenizer().get();
-  return engine.tokenize(text, tok && tok->add_bos());
+  return engine.tokenize(text, {.add_bos = tok && tok->add_bos()});
 }
 
 }  // namespace brioche::cli

@@ -133,8 +133,8 @@ class Engine {
   // Stops taking work, cancels in-flight requests and joins the thread.
   void shutdown();
 
-  std::vector<int32_t> tokenize(std::string_view text, bool add_bos = false) const {
-    return codec_->encode(text, add_bos);
+  std::vector<int32_t> tokenize(std::string_view text, const TextEncoding& encoding = {}) const {
+    return codec_->encode(text, encoding);
   }
   const TextCodec& codec() const { return *codec_; }
   int32_t context_length() const { return context_length_; }

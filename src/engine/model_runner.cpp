@@ -109,8 +109,8 @@ class DetokenizerStream final : public TextStream {
 class TokenizerCodec final : public TextCodec {
  public:
   explicit TokenizerCodec(std::shared_ptr<const tokenizer::Tokenizer> tokenizer) : tokenizer_(std::move(tokenizer)) {}
-  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override {
-    return tokenizer_->encode(text, {.add_special = add_bos, .parse_special = true});
+  std::vector<int32_t> encode(std::string_view text, const TextEncoding& encoding) const override {
+    return tokenizer_->encode(text, {.add_special = encoding.add_bos, .parse_special = true});
   }
   std::vector<int32_t> eos_ids() const override { return tokenizer_->eos_ids(); }
   std::string token_bytes(int32_t token) const override { return tokenizer_->token_bytes(token); }

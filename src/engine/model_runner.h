@@ -84,10 +84,15 @@ class TextStream {
   virtual std::string flush() = 0;
 };
 
+// How TextCodec::encode turns text into tokens.
+struct TextEncoding {
+  bool add_bos = false;  // prepend the vocabulary's BOS (when it says to add one)
+};
+
 class TextCodec {
  public:
   virtual ~TextCodec() = default;
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
+  virtual std::vector<int32_t> encode(std::string_view text, const TextEncoding& encoding) const = 0;
   virtual std::vector<int32_t> eos_ids() const = 0;
   // The bytes one token decodes to (for logprobs "token" / "bytes").
   virtual std::string token_bytes(int32_t token) const = 0;

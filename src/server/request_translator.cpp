@@ -53,7 +53,7 @@ void translate_completion(const ServedModel& served, const std::string& body, Ap
     out.generation.prompt_tokens = req.prompt_token_ids;  // range-checked by parse_api_request
   } else {
     bool add_bos = served.engine.tokenizer() && served.engine.tokenizer()->add_bos();
-    out.generation.prompt_tokens = served.engine.tokenize(req.prompt, add_bos);
+    out.generation.prompt_tokens = served.engine.tokenize(req.prompt, {.add_bos = add_bos});
   }
   if (req.echo) {
     // A prompt of token ids echoes as their text (as OpenAI's does).
@@ -99,7 +99,7 @@ void translate_chat(const ServedModel& served, const std::string& body, ApiReque
   ctx.parser.starts_in_reasoning = prompt_opens_reasoning(prompt);
   prompt += call_prefill;
   ctx.prefill = call_prefill;
-  out.generation.prompt_tokens = served.engine.tokenize(prompt, needs_bos(served.engine, prompt));
+  out.generation.prompt_tokens = served.engine.tokenize(prompt, {.add_bos = needs_bos(served.engine, prompt)});
   // Thinking models: the grammar starts after the reasoning block (a call
   // prefilled in the prompt has none).
   if (spec.kind != StructuredOutputSpec::Kind::ToolCall || !spec.trigger.empty())

@@ -37,7 +37,7 @@ json tokenize_response(const engine::Engine& engine, const std::string& body) {
   }
   std::vector<int32_t> tokens;
   try {
-    tokens = engine.tokenize(prompt->get<std::string>(), add_special);
+    tokens = engine.tokenize(prompt->get<std::string>(), {.add_bos = add_special});
   } catch (const brioche::Error& e) {
     throw invalid_param("prompt", e.what());
   }

@@ -52,7 +52,7 @@ std::string token_text(int32_t token) { return "x" + std::to_string(token) + ";"
 
 class SemicolonCodec final : public TextCodec {
  public:
-  std::vector<int32_t> encode(std::string_view, bool) const override { return {1}; }
+  std::vector<int32_t> encode(std::string_view, const TextEncoding&) const override { return {1}; }
   std::vector<int32_t> eos_ids() const override { return {}; }
   std::string token_bytes(int32_t token) const override { return token_text(token); }
   std::unique_ptr<TextStream> new_stream() const override {

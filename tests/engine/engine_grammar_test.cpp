@@ -66,7 +66,7 @@ Output collect(RequestHandle& handle) {
 
 GenerationRequest constrained(Fixture& f, const std::string& prompt, const grammar::Grammar& g, int32_t max_tokens) {
   GenerationRequest r;
-  r.prompt_tokens = f.engine->tokenize(prompt, true);
+  r.prompt_tokens = f.engine->tokenize(prompt, {.add_bos = true});
   r.sampling.temperature = 0;  // greedy: reproducible
   r.max_tokens = max_tokens;
   r.constraint.compiled = f.cache->get(g);
@@ -180,7 +180,7 @@ TEST(EngineGrammar, BatchRowsWithDifferentGrammarsDoNotMix) {
   std::vector<Output> alone;
   for (Row& r : rows) alone.push_back(collect(*f.engine->submit(constrained(f, r.prompt, r.g, 64))));
   GenerationRequest free_req;
-  free_req.prompt_tokens = f.engine->tokenize("The capital of France is", true);
+  free_req.prompt_tokens = f.engine->tokenize("The capital of France is", {.add_bos = true});
   free_req.sampling.temperature = 0;
   free_req.max_tokens = 12;
   free_req.ignore_eos = true;

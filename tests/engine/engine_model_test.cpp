@@ -53,7 +53,7 @@ TEST(EngineModel, SeededRequestsGiveTheSameTokensAloneAndBatched) {
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
   auto request = [&](int i) {
     GenerationRequest r;
-    r.prompt_tokens = engine->tokenize(kPrompts[i], true);
+    r.prompt_tokens = engine->tokenize(kPrompts[i], {.add_bos = true});
     r.sampling.temperature = 0.8f;
     r.sampling.top_p = 0.95f;
     r.sampling.seed = uint64_t(100 + i);
@@ -71,7 +71,7 @@ TEST(EngineModel, PreemptionKeepsGreedyTokens) {
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
   auto request = [&](int i) {
     GenerationRequest r;
-    r.prompt_tokens = engine->tokenize(kPrompts[i], true);
+    r.prompt_tokens = engine->tokenize(kPrompts[i], {.add_bos = true});
     r.sampling.temperature = 0.0f;
     r.max_tokens = 20;
     r.ignore_eos = true;
@@ -93,7 +93,7 @@ TEST(EngineModel, APartlySharedKvBlockGivesTheSameGreedyTokens) {
   auto engine = load_or_skip({.kv = {.max_context = 256}});
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
   GenerationRequest r;
-  r.prompt_tokens = engine->tokenize(kPrompts[1], true);
+  r.prompt_tokens = engine->tokenize(kPrompts[1], {.add_bos = true});
   ASSERT_LT(r.prompt_tokens.size(), 16u);
   r.sampling.temperature = 0.0f;
   r.max_tokens = 12;

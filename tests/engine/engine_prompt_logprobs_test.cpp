@@ -49,7 +49,7 @@ Outcome run(Engine& engine, GenerationRequest request) {
 // as a prompt with max_tokens 0 must score them the same (prefill rows vs
 // decode rows: same math, f16 K/V either way, so a loose 2e-3).
 void expect_scoring_matches_generation(Engine& engine) {
-  const std::vector<int32_t> prompt = engine.tokenize("The capital of France is", true);
+  const std::vector<int32_t> prompt = engine.tokenize("The capital of France is", {.add_bos = true});
   GenerationRequest gen{.prompt_tokens = prompt, .max_tokens = 12, .ignore_eos = true, .top_logprobs = 2};
   gen.sampling.temperature = 0;
   Outcome generated = run(engine, gen);
@@ -101,7 +101,7 @@ TEST(EnginePromptLogprobs, ChunkedPrefillScoresEveryPromptToken) {
 TEST(EnginePromptLogprobs, MaxTokensZeroNeedsPromptLogprobs) {
   auto engine = load_or_skip({.kv = {.max_context = 256}});
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
-  GenerationRequest r{.prompt_tokens = engine->tokenize("Hi", true), .max_tokens = 0};
+  GenerationRequest r{.prompt_tokens = engine->tokenize("Hi", {.add_bos = true}), .max_tokens = 0};
   auto handle = engine->submit(r);
   std::optional<GenerationEvent> e = handle->next();
   ASSERT_TRUE(e);

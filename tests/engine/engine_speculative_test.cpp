@@ -227,11 +227,12 @@ TEST_P(EngineSpeculativeModel, GreedyTokensAreTheSameAndEditingAcceptsDrafts) {
   };
   for (const char* prompt : prompts) {
     GenerationRequest r{
-        .prompt_tokens = engine->tokenize(prompt, true), .sampling = {.temperature = 0}, .max_tokens = 32};
+        .prompt_tokens = engine->tokenize(prompt, {.add_bos = true}), .sampling = {.temperature = 0}, .max_tokens = 32};
     expect_same_with_and_without(*engine, r, prompt);
   }
-  GenerationRequest edit{
-      .prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 48};
+  GenerationRequest edit{.prompt_tokens = engine->tokenize(kEditPrompt, {.add_bos = true}),
+                         .sampling = {.temperature = 0},
+                         .max_tokens = 48};
   EXPECT_GT(expect_same_with_and_without(*engine, edit, "editing"), 0u) << "an editing prompt must accept drafts";
   // Penalties see the accepted drafts as output, as an unspeculated run does.
   edit.sampling.repetition_penalty = 1.2f;
@@ -242,8 +243,9 @@ TEST_P(EngineSpeculativeModel, GreedyTokensAreTheSameAndEditingAcceptsDrafts) {
 TEST_P(EngineSpeculativeModel, StopStringsAndMaxTokensEndAsWithout) {
   auto engine = load_or_skip();
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
-  GenerationRequest edit{
-      .prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 48};
+  GenerationRequest edit{.prompt_tokens = engine->tokenize(kEditPrompt, {.add_bos = true}),
+                         .sampling = {.temperature = 0},
+                         .max_tokens = 48};
   edit.stop = {"garden"};
   uint64_t accepted = expect_same_with_and_without(*engine, edit, "stop string");
   edit.stop.clear();
@@ -268,7 +270,7 @@ TEST_P(EngineSpeculativeModel, JsonSchemaGreedyOutputIsTheSame) {
   uint64_t accepted = 0;
   for (bool jump_forward : {false, true}) {
     GenerationRequest r{
-        .prompt_tokens = engine->tokenize(prompt, true), .sampling = {.temperature = 0}, .max_tokens = 60};
+        .prompt_tokens = engine->tokenize(prompt, {.add_bos = true}), .sampling = {.temperature = 0}, .max_tokens = 60};
     r.constraint.compiled = cache.get(grammar::Grammar::from_json_schema(schema));
     r.constraint.jump_forward = jump_forward;
     accepted += expect_same_with_and_without(*engine, r, jump_forward ? "json, jump-forward" : "json");
@@ -279,8 +281,9 @@ TEST_P(EngineSpeculativeModel, JsonSchemaGreedyOutputIsTheSame) {
 TEST_P(EngineSpeculativeModel, ChoicesAndLogprobsAreTheSame) {
   auto engine = load_or_skip();
   if (!engine) GTEST_SKIP() << "skipped: default model not found at " << default_model();
-  GenerationRequest edit{
-      .prompt_tokens = engine->tokenize(kEditPrompt, true), .sampling = {.temperature = 0}, .max_tokens = 32};
+  GenerationRequest edit{.prompt_tokens = engine->tokenize(kEditPrompt, {.add_bos = true}),
+                         .sampling = {.temperature = 0},
+                         .max_tokens = 32};
   edit.top_logprobs = 2;
   edit.n = 2;  // two choices decoding together, both speculating
   std::vector<int32_t> tokens[2][2];

@@ -116,7 +116,7 @@ class ToyRunner final : public ModelRunner {
 class ToyCodec final : public TextCodec {
  public:
   explicit ToyCodec(std::vector<int32_t> eos = {}) : eos_(std::move(eos)) {}
-  std::vector<int32_t> encode(std::string_view text, bool) const override {
+  std::vector<int32_t> encode(std::string_view text, const TextEncoding&) const override {
     std::vector<int32_t> out;
     for (char c : text) out.push_back(int32_t(uint8_t(c)) % 64);
     return out;

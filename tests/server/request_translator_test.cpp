@@ -139,7 +139,7 @@ TEST_F(TranslatorTest, BosIsAddedOnce) {
 TEST_F(TranslatorTest, EchoOfTokenIdsIsTheirTextAndAsksForPromptLogprobs) {
   // lm-evaluation-harness sends token ids with echo + logprobs and slices the
   // returned logprobs by its own token counts.
-  const std::vector<int32_t> ids = engine_->tokenize("The cat sat", false);
+  const std::vector<int32_t> ids = engine_->tokenize("The cat sat");
   json body = {{"prompt", ids}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}};
   TranslatedRequest t = translate_request(served(), Endpoint::Completions, body.dump());
   EXPECT_EQ(t.response.echo_text, "The cat sat");
@@ -159,7 +159,7 @@ TEST_F(TranslatorTest, EchoOfTokenIdsIsTheirTextAndAsksForPromptLogprobs) {
 
 TEST_F(TranslatorTest, TokenizeDetokenizeAndTokenizerInfo) {
   json tokens = tokenize_response(*engine_, R"({"prompt": "Hello world", "add_special_tokens": false})");
-  EXPECT_EQ(tokens["tokens"].get<std::vector<int32_t>>(), engine_->tokenize("Hello world", false));
+  EXPECT_EQ(tokens["tokens"].get<std::vector<int32_t>>(), engine_->tokenize("Hello world"));
   EXPECT_EQ(tokens["count"], tokens["tokens"].size());
   EXPECT_EQ(detokenize_response(*engine_, json({{"tokens", tokens["tokens"]}}).dump())["prompt"], "Hello world");
   json info = tokenizer_info_response(*engine_);
