@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "model/served_adapter.h"
 #include "train/adapter_io.h"
+#include "train/train_base.h"
 
 namespace brioche::cli {
 
@@ -138,7 +139,9 @@ std::vector<eval::IfevalRun> generate_runs(const IfevalFlags& f, const std::vect
     std::shared_ptr<model::ServedAdapter> host;
     try {
       const bool permuted = train::has_permuted_qk(*engine->model());
-      host = train::serving_adapter(*train::load_adapter(a.path, engine->model()->config(), permuted), Device::CPU);
+      host = train::serving_adapter(*train::load_adapter(a.path, engine->model()->config(), permuted, 1 << 16,
+                                                         train::lora_shapes_of(*engine->model())),
+                                    Device::CPU);
     } catch (const Error& e) {
       throw UsageError{"--adapter " + a.name + " (" + a.path + "): " + e.what()};
     }

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "model/weights.h"
 #include "train/adapter_io.h"
+#include "train/gemma4_train_model.h"
 
 namespace brioche::cli {
 
@@ -17,6 +18,10 @@ std::shared_ptr<model::Model> load_model(const ModelFlags& flags, int max_contex
   if (!flags.adapter.empty()) {
     options.adjust_checkpoint = [&flags](model::Checkpoint& checkpoint) {
       train::merge_adapter(checkpoint, *train::load_adapter(flags.adapter, checkpoint));
+    };
+    options.adjust_gemma4_checkpoint = [&flags](model::Gemma4Checkpoint& checkpoint) {
+      train::merge_adapter(checkpoint, *train::load_adapter(flags.adapter, checkpoint.config.base, false, 1 << 16,
+                                                            train::gemma4_lora_shapes(checkpoint.config)));
     };
   }
   try {

@@ -5,6 +5,7 @@
 #include "cli/subcommands.h"
 #include "server/server.h"
 #include "train/adapter_io.h"
+#include "train/train_base.h"
 
 namespace brioche::cli {
 
@@ -131,7 +132,8 @@ Subcommand add_serve_command(CLI::App& root) {
             std::shared_ptr<model::Model> served_model = engine->model();
             opts->adapters.read = [served_model](const std::string& dir, int max_rank) {
               const bool permuted = train::has_permuted_qk(*served_model);
-              return train::serving_adapter(*train::load_adapter(dir, served_model->config(), permuted, max_rank),
+              return train::serving_adapter(*train::load_adapter(dir, served_model->config(), permuted, max_rank,
+                                                                 train::lora_shapes_of(*served_model)),
                                             Device::CPU);
             };
             return server::serve_until_signal(std::move(engine), *opts);

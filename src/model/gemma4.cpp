@@ -40,6 +40,7 @@
 #include "ops/fused_matmul.h"
 #include "ops/gather_rows.h"
 #include "ops/gelu_tanh.h"
+#include "ops/lora_rows.h"
 #include "ops/matmul.h"
 #include "ops/moe.h"
 #include "ops/rms_norm.h"
@@ -116,9 +117,11 @@ void Gemma4Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
             : std::to_string(want.n_kv_heads) + " kv heads of " + std::to_string(want.head_dim) + " on the cpu",
         " (build the cache from this model's config())");
   }
-  for (size_t s = 0; s < batch.sequences.size(); ++s)
-    BRIOCHE_CHECK(batch.sequences[s].adapter == nullptr, "forward: sequence ", s,
-                  " names a LoRA adapter; Gemma 4 serves no adapters in this build");
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const ServedAdapter* a = batch.sequences[s].adapter;
+    BRIOCHE_CHECK(a == nullptr || int(a->layers.size()) == c.n_layers, "forward: sequence ", s, "'s LoRA adapter has ",
+                  a ? a->layers.size() : 0, " layers, the model ", c.n_layers);
+  }
   if (ck_.config.ple_dim > 0) {
     for (int32_t r = 0; r < n; ++r)
       BRIOCHE_CHECK(batch.tokens[size_t(r)] < ck_.config.ple_vocab, "forward: token ", batch.tokens[size_t(r)],
@@ -141,6 +144,23 @@ Tensor Gemma4Model::per_layer_inputs(const ForwardBatch& batch, const Tensor& x)
   ops::add(ple, tok, ple);
   ops::scale(ple, float(1.0 / std::sqrt(2.0)));
   return ple;
+}
+
+void Gemma4Model::add_lora(int layer, Projection p, const Tensor& x, Tensor& y) {
+  if (adapter_rows_.empty()) return;
+  std::vector<ops::LoraRows> segments;
+  for (const AdapterRows& rows : adapter_rows_)
+    if (const AdapterProjection* ap = rows.adapter->projection(layer, p)) {
+      static constexpr const char* kNames[kProjections] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                           "gate_proj", "up_proj", "down_proj"};
+      BRIOCHE_CHECK(ap->a.dim(1) == x.dim(1) && ap->bt.dim(1) == y.dim(1), "forward: a served adapter's ",
+                    kNames[int(p)], " of layer ", layer, " maps ", ap->a.dim(1), " to ", ap->bt.dim(1),
+                    " features, the model's ", x.dim(1), " to ", y.dim(1), " (an adapter for another model?)");
+      segments.push_back({.first_row = rows.first_row, .n_rows = rows.n_rows, .a = &ap->a, .bt = &ap->bt});
+    }
+  if (segments.empty()) return;
+  Tensor u = buf_.lora_u.rows(x.dim(0), adapter_rank_);
+  ops::lora_rows_add(x, segments, y, u);
 }
 
 void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<const ops::AttentionSequence> sequences,
@@ -166,6 +186,9 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
     // before k's norm and RoPE.
     ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, std::span(ws, spec.v_from_k ? 2 : 3),
                       std::span(ys, spec.v_from_k ? 2 : 3));
+    add_lora(layer, Projection::Q, h, q);
+    add_lora(layer, Projection::K, h, k);
+    if (!spec.v_from_k) add_lora(layer, Projection::V, h, v);
     if (spec.v_from_k) ops::copy(k, v);
     Tensor k_heads = k.reshape({n * KV, hd});
     Tensor v_heads = v.reshape({n * KV, hd});
@@ -175,6 +198,7 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
     const Tensor* ws[] = {&lw.wq};
     Tensor* ys[] = {&q};
     ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, ws, ys);
+    add_lora(layer, Projection::Q, h, q);
   }
   Tensor q_heads = q.reshape({n * H, hd});
   ops::rms_norm(q_heads, lw.q_norm, c.rms_eps, q_heads);
@@ -198,6 +222,7 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
         q, {.k = cache.keys(spec.kv_source), .v = cache.values(spec.kv_source), .sequences = sequences}, params, attn);
   }
   ops::matmul(attn, lw.wo, out);
+  add_lora(layer, Projection::O, attn, out);
   ops::rms_norm(out, lw.post_attn_norm, c.rms_eps, out);
   ops::add(x, out, x);
 }
@@ -254,8 +279,11 @@ void Gemma4Model::mlp(int layer, Tensor& x) {
   const Tensor* ws[] = {&lw.w_gate, &lw.w_up};
   Tensor* ys[] = {&gate, &up};
   ops::matmul_group(x, {.weight = lw.pre_ffn_norm, .eps = c.rms_eps, .normed = h}, ws, ys);
+  add_lora(layer, Projection::Gate, h, gate);
+  add_lora(layer, Projection::Up, h, up);
   ops::gelu_tanh_mul(gate, up, gate);
   ops::matmul(gate, lw.w_down, out);
+  add_lora(layer, Projection::Down, gate, out);
   if (g.moe) {
     ops::rms_norm(out, lw.post_ffn_norm_1, c.rms_eps, out);
     Tensor moe = buf_.moe_out.rows(n, c.hidden_size);
@@ -282,6 +310,13 @@ void Gemma4Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
                 "; Gemma 4 runs on the CPU only in this build");
   if (n == 0) return;
 
+  adapter_rows_.clear();
+  adapter_rank_ = 0;
+  for (const SequenceView& s : batch.sequences)
+    if (s.adapter != nullptr && s.n_rows > 0) {
+      adapter_rows_.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .adapter = s.adapter});
+      adapter_rank_ = std::max(adapter_rank_, s.adapter->rank);
+    }
   std::vector<ops::AttentionSequence> sequences;
   sequences.reserve(batch.sequences.size());
   for (const SequenceView& s : batch.sequences) sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
@@ -348,9 +383,12 @@ std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptio
          "; use --device cpu)");
   if (options.tp_size > 1)
     fail(dir, ": Gemma 4 runs without tensor parallelism in this build (asked for ", options.tp_size, " ranks)");
-  if (options.adjust_checkpoint)
-    fail(dir, ": Gemma 4 takes no adapter merged at load in this build (LoRA for Gemma 4 is not implemented yet)");
+  if (options.adjust_checkpoint && !options.adjust_gemma4_checkpoint)
+    fail(dir,
+         ": Gemma 4 takes an adapter merged at load through adjust_gemma4_checkpoint (this caller gave only the "
+         "Llama family's adjust_checkpoint)");
   Gemma4Checkpoint ck = load_gemma4_checkpoint(dir);
+  if (options.adjust_gemma4_checkpoint) options.adjust_gemma4_checkpoint(ck);
   if (options.max_context > 0) ck.config.base.max_context = options.max_context;
   validate_model_config(ck.config.base, ConfigKeyNames::fields(), dir);
   if (options.convert_weights) {

@@ -7,6 +7,7 @@
 
 #include "model/gemma4_weights.h"
 #include "model/model.h"
+#include "model/served_adapter.h"
 #include "ops/attention.h"
 
 namespace brioche::model {
@@ -36,6 +37,7 @@ class Gemma4Model final : public Model {
     Scratch ple, ple_tok, ple_gate;              // per-layer inputs
     Scratch router, moe_in, moe_out, expert_in, expert_gate_up, expert_act, expert_out;  // MoE
     Scratch last;                                                                        // rows that want logits
+    Scratch lora_u;                                                                      // served adapters' x·Aᵀ
   };
 
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
@@ -44,17 +46,21 @@ class Gemma4Model final : public Model {
   void mlp(int layer, Tensor& x);
   // The MoE block's expert half: out = Σ_k weight_k · expert_k(rms_norm(x)).
   void experts(int layer, const Tensor& x, Tensor& out);
+  // y += each served adapter's low-rank term of projection p for its rows (x: the projection's input).
+  void add_lora(int layer, Projection p, const Tensor& x, Tensor& y);
   // (proj(x)·hidden^−½ normed per layer + √P·embed_per_layer(tokens))·2^−½: [n, L·P]
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x);
 
   Gemma4Checkpoint ck_;
   std::vector<std::vector<float>> inv_freq_;  // per layer, [head_dim/2]
   Buffers buf_;
+  std::vector<AdapterRows> adapter_rows_;  // this forward's rows that run with a served adapter
+  int32_t adapter_rank_ = 0;               // the largest rank among them
 };
 
 // Model::load for a Gemma 4 directory: refuses what this build cannot run
-// (a CUDA device, tensor parallelism, adapters merged at load) with a
-// one-line error; says in one line when a multimodal checkpoint's text model
+// (a CUDA device, tensor parallelism) with a one-line error; merges an
+// adapter at load through options.adjust_gemma4_checkpoint; says in one line when a multimodal checkpoint's text model
 // is all that is loaded.
 std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptions& options);
 

@@ -27,6 +27,7 @@ class GgufFile;
 namespace brioche::model {
 
 struct Checkpoint;
+struct Gemma4Checkpoint;
 
 struct LoadOptions {
   int max_context = 0;  // override of the trained context length; 0 keeps it
@@ -43,6 +44,8 @@ struct LoadOptions {
   // above the model change its weights (e.g. merging a LoRA adapter, which
   // the train layer knows how to read).
   std::function<void(Checkpoint&)> adjust_checkpoint;
+  // The same for a Gemma 4 checkpoint (its own weights type, model/gemma4_weights.h).
+  std::function<void(Gemma4Checkpoint&)> adjust_gemma4_checkpoint;
   // Tensor parallelism: keep only rank tp_rank's shard of tp_size
   // (model/tensor_parallel.h), sliced after adjust/convert, before upload.
   int tp_rank = 0;

@@ -1,6 +1,7 @@
 #include "train/adapter_io.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -232,29 +233,55 @@ std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter
   return served;
 }
 
+namespace {
+
+// W + s·B·A of every adapted projection of layer l: targets[m] is the weight of Module(m).
+int merge_layer(const LoraAdapter& adapter, int l, const std::array<Tensor*, kNumModules>& targets) {
+  int merged = 0;
+  for (int m = 0; m < kNumModules; ++m) {
+    const LoraFactors* f = adapter.factors(l, Module(m));
+    if (!f) continue;
+    BRIOCHE_CHECK(targets[size_t(m)]->defined(), "merge: layer ", l, " has no ", module_name(Module(m)),
+                  " for the adapter's factors");
+    Tensor merged_w = copy_f32(*targets[size_t(m)]);  // [out, in]
+    BRIOCHE_CHECK(merged_w.dim(0) == f->b.dim(0) && merged_w.dim(1) == f->a.dim(1), "merge: layer ", l, " ",
+                  module_name(Module(m)), " is [", merged_w.dim(0), ", ", merged_w.dim(1), "], the adapter's B·A [",
+                  f->b.dim(0), ", ", f->a.dim(1), "]");
+    const int64_t out = merged_w.dim(0), in = merged_w.dim(1), r = f->a.dim(0);
+    const float s = adapter.scale();
+    for (int64_t o = 0; o < out; ++o) {
+      float* row = merged_w.row_as<float>(o);
+      const float* b = f->b.row_as<float>(o);
+      for (int64_t k = 0; k < r; ++k) {
+        const float coef = s * b[k];
+        const float* a = f->a.row_as<float>(k);
+        for (int64_t i = 0; i < in; ++i) row[i] += coef * a[i];
+      }
+    }
+    *targets[size_t(m)] = merged_w;
+    ++merged;
+  }
+  return merged;
+}
+
+}  // namespace
+
 int merge_adapter(model::Checkpoint& ck, const LoraAdapter& adapter) {
   int merged = 0;
   for (int l = 0; l < ck.config.n_layers; ++l) {
     auto& w = ck.weights.layers[size_t(l)];
-    Tensor* targets[kNumModules] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
-    for (int m = 0; m < kNumModules; ++m) {
-      const LoraFactors* f = adapter.factors(l, Module(m));
-      if (!f) continue;
-      Tensor merged_w = copy_f32(*targets[m]);  // [out, in]
-      const int64_t out = merged_w.dim(0), in = merged_w.dim(1), r = f->a.dim(0);
-      const float s = adapter.scale();
-      for (int64_t o = 0; o < out; ++o) {
-        float* row = merged_w.row_as<float>(o);
-        const float* b = f->b.row_as<float>(o);
-        for (int64_t k = 0; k < r; ++k) {
-          const float coef = s * b[k];
-          const float* a = f->a.row_as<float>(k);
-          for (int64_t i = 0; i < in; ++i) row[i] += coef * a[i];
-        }
-      }
-      *targets[m] = merged_w;
-      ++merged;
-    }
+    merged += merge_layer(adapter, l, {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down});
+  }
+  return merged;
+}
+
+int merge_adapter(model::Gemma4Checkpoint& ck, const LoraAdapter& adapter) {
+  BRIOCHE_CHECK(adapter.n_layers() == ck.config.base.n_layers, "merge: the adapter has ", adapter.n_layers(),
+                " layers, the model ", ck.config.base.n_layers);
+  int merged = 0;
+  for (int l = 0; l < ck.config.base.n_layers; ++l) {
+    auto& w = ck.weights.layers[size_t(l)];
+    merged += merge_layer(adapter, l, {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down});
   }
   return merged;
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "model/gemma4_weights.h"
 #include "model/model.h"
 #include "model/served_adapter.h"
 #include "model/weights.h"
@@ -68,5 +69,7 @@ std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter
 // tensor (dequantizing a quantized base), so the unchanged forward runs the
 // adapted model. Returns the number of merged projections.
 int merge_adapter(model::Checkpoint& checkpoint, const LoraAdapter& adapter);
+// The same for a Gemma 4 checkpoint (load the adapter with gemma4_lora_shapes).
+int merge_adapter(model::Gemma4Checkpoint& checkpoint, const LoraAdapter& adapter);
 
 }  // namespace brioche::train

@@ -1,9 +1,15 @@
 #include "train/train_base.h"
 
 #include "core/error.h"
+#include "model/gemma4.h"
 #include "train/gemma4_train_model.h"
 
 namespace brioche::train {
+
+LoraShapes lora_shapes_of(const model::Model& model) {
+  if (const auto* g = dynamic_cast<const model::Gemma4Model*>(&model)) return gemma4_lora_shapes(g->gemma4_config());
+  return {};
+}
 
 TrainBase llama_train_base(const model::Checkpoint& ck) {
   return {.config = &ck.config,

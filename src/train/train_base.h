@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/gemma4_weights.h"
+#include "model/model.h"
 #include "model/weights.h"
 #include "train/adapter_io.h"
 #include "train/lora.h"
@@ -28,6 +29,10 @@ struct TrainBase {
   std::function<void(const std::string& dir, LoraAdapter&, const AdapterWriteInfo&)> save_adapter;
   std::string huggingface_repo_id;  // empty when the model does not name it
 };
+
+// The per-layer LoRA shapes of a loaded model (Gemma 4's), or empty where
+// every layer has the config's shapes (load_adapter then uses module_shape).
+LoraShapes lora_shapes_of(const model::Model& model);
 
 // Both keep a reference to the checkpoint: it must outlive the TrainBase.
 TrainBase llama_train_base(const model::Checkpoint& checkpoint);
