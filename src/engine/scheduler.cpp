@@ -642,8 +642,8 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
     if (!req.speculative || left <= 0) continue;
     // Room for every draft and the model's token after them: max_tokens, the
     // context, and the step's rows.
-    const int32_t length =
-        seq.speculation.next(options_.speculative_tokens, spec_costs_, options_.speculative_adaptive);
+    const int32_t length = seq.speculation.next(
+        {.max_drafts = options_.speculative_tokens, .costs = spec_costs_, .adaptive = options_.speculative_adaptive});
     const int32_t room = std::min({length, left, req.max_tokens - seq.n_generated - 1,
                                    runner_->context_length() - int32_t(seq.tokens.size()) - 1});
     if (room <= 0) continue;

@@ -23,9 +23,10 @@ int32_t SpeculationLength::best_length(double acceptance, int32_t max_drafts, co
   return best;
 }
 
-int32_t SpeculationLength::next(int32_t max_drafts, const SpeculationCosts& costs, bool adaptive) {
-  if (!adaptive || max_drafts <= 0) return std::max(max_drafts, 0);
-  int32_t k = best_length(acceptance(), max_drafts, costs);
+int32_t SpeculationLength::next(const Budget& budget) {
+  const int32_t max_drafts = budget.max_drafts;
+  if (!budget.adaptive || max_drafts <= 0) return std::max(max_drafts, 0);
+  int32_t k = best_length(acceptance(), max_drafts, budget.costs);
   if (k == 0 && ++idle_steps_ >= kProbeInterval) k = 1;
   if (k > 0) idle_steps_ = 0;
   return k;

@@ -32,8 +32,14 @@ class SpeculationLength {
   static constexpr double kDecay = 0.85;
   static constexpr int32_t kProbeInterval = 8;
 
-  // Drafts to ask for, in [0, max_drafts]. adaptive false: always max_drafts.
-  int32_t next(int32_t max_drafts, const SpeculationCosts& costs, bool adaptive);
+  // What a step may draft, and how.
+  struct Budget {
+    int32_t max_drafts = 0;
+    SpeculationCosts costs;
+    bool adaptive = true;  // false: always max_drafts
+  };
+  // Drafts to ask for, in [0, budget.max_drafts].
+  int32_t next(const Budget& budget);
   // One verify step's outcome: `proposed` drafts checked, `accepted` of them kept
   // (a prefix). Steps whose proposer had no guess are not recorded.
   void record(int32_t proposed, int32_t accepted);

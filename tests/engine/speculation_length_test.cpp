@@ -33,16 +33,16 @@ TEST(SpeculationLength, BestLengthMaximisesTokensPerCost) {
 TEST(SpeculationLength, FollowsTheSequencesAcceptanceAndProbesWhenOff) {
   const SpeculationCosts costs{.row = 0.2, .draft = 0.0};
   SpeculationLength length;
-  EXPECT_GT(length.next(6, costs, true), 0);  // the prior speculates
+  EXPECT_GT(length.next({.max_drafts = 6, .costs = costs}), 0);  // the prior speculates
   for (int i = 0; i < 20; ++i) length.record(4, 0);
   EXPECT_LT(length.acceptance(), 0.05);
   int speculated = 0;
-  for (int step = 0; step < 32; ++step) speculated += length.next(6, costs, true) > 0;
+  for (int step = 0; step < 32; ++step) speculated += length.next({.max_drafts = 6, .costs = costs}) > 0;
   EXPECT_EQ(speculated, 32 / SpeculationLength::kProbeInterval) << "one probe every kProbeInterval steps";
   for (int i = 0; i < 20; ++i) length.record(4, 4);
   EXPECT_GT(length.acceptance(), 0.9);
-  EXPECT_EQ(length.next(6, costs, true), 6);
-  EXPECT_EQ(length.next(6, costs, false), 6);
+  EXPECT_EQ(length.next({.max_drafts = 6, .costs = costs}), 6);
+  EXPECT_EQ(length.next({.max_drafts = 6, .costs = costs, .adaptive = false}), 6);
   length.record(0, 0);  // no guess: no evidence
   EXPECT_GT(length.acceptance(), 0.9);
 }
