@@ -196,8 +196,24 @@ int run(const TrainFlags& flags) {
                                 .render = train::make_chat_renderer(gemma4 ? g4.chat_template : ck.chat_template, *tok),
                                 .quiet = config.quiet};
   train::TrainData data{.train = train::load_dataset(train_path, options)};
+  try {
+    if (config.test_split > 0) {  // before anything counts the training rows
+      data.test = train::split_off(data.train, config.test_split, uint64_t(config.seed));
+      if (!config.quiet)
+        std::fprintf(stderr, "train: %zu of %zu rows of %s held out as the test set (test_split %g, seed %d)\n",
+                     data.test->size(), data.test->size() + data.train.size(), train_path.c_str(),
+                     double(config.test_split), config.seed);
+    }
+  } catch (const Error& e) {
+    throw UsageError{e.what()};
+  }
   const int64_t train_rows = int64_t(data.train.size());
   if (std::filesystem::exists(valid_path)) data.valid = train::load_dataset(valid_path, options);
+  if (!config.test_file.empty()) {
+    if (!std::filesystem::is_regular_file(config.test_file))
+      throw UsageError{"--test-file " + config.test_file + ": expected a JSONL file, found none"};
+    data.test = train::load_dataset(config.test_file, options);
+  }
   if (!job || job->rank == 0) check_output_directory(config, flags.overwrite);
   std::filesystem::create_directories(config.output);
   std::unique_ptr<ops::Collective> collective;
@@ -329,10 +345,24 @@ Subcommand add_train_command(CLI::App& root) {
               "at each evaluation, answer the first N evaluation prompts greedily and log them (default 0 = off)");
   option<int>(app, f, "eval-sample-tokens", "new tokens per evaluation sample (default 32)");
   option<int>(app, f, "early-stopping-patience",
-              "stop after N evaluations in a row that did not lower the evaluation loss (default 0 = off)");
+              "stop after N evaluations in a row that did not improve --metric-for-best (default 0 = off)");
+  option<float>(app, f, "early-stopping-threshold",
+                "an evaluation must beat the best by more than this to restart the patience (default 0)");
   app->add_flag_function(
       "--keep-best", [&f](int64_t) { f.overrides["keep_best"] = true; },
-      "the adapter of the evaluation with the lowest loss becomes the final one (OUTPUT/best)");
+      "the adapter of the evaluation best in --metric-for-best becomes the final one (OUTPUT/best)");
+  option<std::string>(app, f, "metric-for-best",
+                      "what --keep-best and early stopping follow: eval_loss (default) or any evaluation metric, "
+                      "e.g. rewards/margins, rewards/accuracies, margin (the eval_ prefix is optional)");
+  option<bool>(app, f, "greater-is-better",
+               "true or false: whether a higher --metric-for-best is better (default: false for names ending in "
+               "loss, else true)");
+  option<int>(app, f, "eval-batches",
+              "each periodic evaluation reads only the first N batches of the evaluation split (default 0 = all)");
+  option<std::string>(app, f, "test-file",
+                      "a held-out JSONL set evaluated once after training with the final (or best) adapter");
+  option<float>(app, f, "test-split",
+                "hold this fraction of train.jsonl's rows (drawn with --seed) out as the test set, e.g. 0.1");
   app->add_flag("--overwrite", f.overwrite, "replace an earlier run's adapter, metrics and checkpoints in --output");
   option<std::string>(
       app, f, "base-model-id",

@@ -1,7 +1,11 @@
 #include "train/dataset.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
+#include <random>
 
 #include "core/error.h"
 #include "template/chat_template.h"
@@ -193,6 +197,29 @@ Dataset load_dataset(const std::string& path, const DatasetOptions& o) {
     std::fprintf(stderr, "warning: %s: %d examples longer than max_seq_length %d were left-truncated (prompt side)\n",
                  path.c_str(), ds.truncated, o.max_seq_length);
   return ds;
+}
+
+Dataset split_off(Dataset& data, double fraction, uint64_t seed) {
+  const size_t n = data.size();
+  BRIOCHE_CHECK(fraction > 0 && fraction < 1, "test split: expected a fraction in (0, 1), got ", fraction);
+  const size_t k = std::max<size_t>(1, size_t(std::llround(fraction * double(n))));
+  BRIOCHE_CHECK(k < n, "test split: ", fraction, " of ", n, " rows leaves ", n - std::min(k, n),
+                " for training (need at least 1)");
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::mt19937_64 rng(seed);
+  for (size_t i = n - 1; i > 0; --i) std::swap(order[i], order[size_t(rng() % (i + 1))]);
+  std::vector<bool> held(n, false);
+  for (size_t i = 0; i < k; ++i) held[order[i]] = true;
+  Dataset test, kept;
+  auto move_rows = [&](auto& from, auto& to_test, auto& to_keep) {
+    for (size_t i = 0; i < from.size(); ++i) (held[i] ? to_test : to_keep).push_back(std::move(from[i]));
+  };
+  move_rows(data.examples, test.examples, kept.examples);
+  move_rows(data.pairs, test.pairs, kept.pairs);
+  data.examples = std::move(kept.examples);
+  data.pairs = std::move(kept.pairs);
+  return test;
 }
 
 }  // namespace brioche::train

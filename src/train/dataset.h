@@ -57,4 +57,11 @@ struct Dataset {
 
 Dataset load_dataset(const std::string& path, const DatasetOptions& options);
 
+// Moves round(fraction · n) rows (at least one), drawn with `seed`, out of
+// `data` into the returned set (a held-out test split); both keep the file's
+// order. The draw is a Fisher–Yates over std::mt19937_64, whose outputs the
+// standard fixes, so the same rows, fraction and seed give the same split on
+// every machine. At least one row must stay for training.
+Dataset split_off(Dataset& data, double fraction, uint64_t seed);
+
 }  // namespace brioche::train

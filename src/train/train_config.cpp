@@ -30,8 +30,22 @@ void TrainConfig::finalize() {
                 "eval_samples must be >= 0 and eval_sample_tokens > 0, got ", eval_samples, " and ",
                 eval_sample_tokens);
   BRIOCHE_CHECK(early_stopping_patience >= 0, "early_stopping_patience must be >= 0, got ", early_stopping_patience);
+  BRIOCHE_CHECK(early_stopping_threshold >= 0, "early_stopping_threshold must be >= 0, got ", early_stopping_threshold);
   BRIOCHE_CHECK((early_stopping_patience == 0 && !keep_best) || steps_per_eval > 0,
                 "early_stopping_patience and keep_best compare evaluations: set steps_per_eval > 0");
+  {
+    const std::vector<std::string>& names = eval_metric_names(method);
+    if (std::find(names.begin(), names.end(), best_metric_key()) == names.end()) {
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      fail("metric_for_best: ", method_name(method), " evaluations log no '", metric_for_best, "' (expected one of ",
+           known, ", each also with the eval_ prefix)");
+    }
+  }
+  BRIOCHE_CHECK(eval_batches >= 0, "eval_batches must be >= 0, got ", eval_batches);
+  BRIOCHE_CHECK(test_split >= 0 && test_split < 1, "test_split must be in [0, 1), got ", test_split);
+  BRIOCHE_CHECK(test_file.empty() || test_split == 0,
+                "set either test_file (a JSONL file) or test_split (a fraction of the training rows), not both");
   BRIOCHE_CHECK(resume.empty() || resume_adapter.empty(),
                 "set either resume (a checkpoint) or resume_adapter (a warm start)");
   BRIOCHE_CHECK(lora_dropout >= 0 && lora_dropout < 1, "lora_dropout must be in [0, 1), got ", lora_dropout);
@@ -75,6 +89,38 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(device_boundaries == 0 || offload_boundaries,
                 "device_boundaries needs offload_boundaries: it keeps some boundaries on the device instead of the "
                 "host");
+}
+
+std::string TrainConfig::best_metric_key() const {
+  return metric_for_best.rfind("eval_", 0) == 0 ? metric_for_best.substr(5) : metric_for_best;
+}
+
+bool TrainConfig::resolved_greater_is_better() const {
+  const std::string& m = metric_for_best;
+  return greater_is_better.value_or(!(m.size() >= 4 && m.compare(m.size() - 4, 4, "loss") == 0));
+}
+
+const std::vector<std::string>& eval_metric_names(Method method) {
+  static const std::vector<std::string> sft = {"loss", "nll"};
+  static const std::vector<std::string> preference = {"loss",
+                                                      "nll",
+                                                      "or",
+                                                      "accuracy",
+                                                      "margin",
+                                                      "chosen_logp",
+                                                      "rejected_logp",
+                                                      "rewards/chosen",
+                                                      "rewards/rejected",
+                                                      "rewards/margins",
+                                                      "rewards/accuracies",
+                                                      "logps/chosen",
+                                                      "logps/rejected"};
+  static const std::vector<std::string> orpo = [] {
+    std::vector<std::string> names = preference;
+    for (const char* n : {"nll_loss", "log_odds_ratio", "log_odds_chosen"}) names.emplace_back(n);
+    return names;
+  }();
+  return method == Method::ORPO ? orpo : is_preference(method) ? preference : sft;
 }
 
 Device TrainConfig::resolved_device() const {
@@ -217,6 +263,20 @@ const std::vector<OptionSpec>& option_specs() {
       {{"early_stopping_patience"},
        Kind::Integer,
        [](TrainConfig& c, const json& v) { c.early_stopping_patience = to_int(v); }},
+      {{"early_stopping_threshold"},
+       Kind::Number,
+       [](TrainConfig& c, const json& v) { c.early_stopping_threshold = to_float(v); }},
+      {{"metric_for_best", "metric_for_best_model"},
+       Kind::String,
+       [](TrainConfig& c, const json& v) { c.metric_for_best = v.get<std::string>(); }},
+      {{"greater_is_better"},
+       Kind::Boolean,
+       [](TrainConfig& c, const json& v) { c.greater_is_better = v.get<bool>(); }},
+      {{"eval_batches", "val_batches"},
+       Kind::Integer,
+       [](TrainConfig& c, const json& v) { c.eval_batches = to_int(v); }},
+      {{"test_file"}, Kind::String, [](TrainConfig& c, const json& v) { c.test_file = v.get<std::string>(); }},
+      {{"test_split"}, Kind::Number, [](TrainConfig& c, const json& v) { c.test_split = to_float(v); }},
       {{"eval_samples"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.eval_samples = to_int(v); }},
       {{"eval_sample_tokens"}, Kind::Integer, [](TrainConfig& c, const json& v) { c.eval_sample_tokens = to_int(v); }},
       {{"keep_best", "load_best_model_at_end"},
@@ -322,7 +382,13 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["save_steps"] = c.save_steps;
   j["save_total_limit"] = c.save_total_limit;
   j["early_stopping_patience"] = c.early_stopping_patience;
+  j["early_stopping_threshold"] = c.early_stopping_threshold;
   j["keep_best"] = c.keep_best;
+  j["metric_for_best"] = c.metric_for_best;
+  j["greater_is_better"] = c.resolved_greater_is_better();
+  j["eval_batches"] = c.eval_batches;
+  if (!c.test_file.empty()) j["test_file"] = c.test_file;
+  j["test_split"] = c.test_split;
   j["eval_samples"] = c.eval_samples;
   j["eval_sample_tokens"] = c.eval_sample_tokens;
   if (!c.resume.empty()) j["resume"] = c.resume;

@@ -81,12 +81,29 @@ struct TrainConfig {
   bool save_checkpoints = false;  // a resumable checkpoint at every evaluation
   int save_steps = 0;             // and every N steps (0: off), into output/checkpoints/step_N
   int save_total_limit = 0;       // keep only the newest K checkpoints (0: all)
-  // Stop when N evaluations in a row (after step 0) did not lower the
-  // evaluation loss (transformers' EarlyStoppingCallback on eval_loss); 0: off.
+  // Stop when N evaluations in a row (after step 0) did not improve
+  // metric_for_best (transformers' EarlyStoppingCallback); 0: off.
   int early_stopping_patience = 0;
-  // The adapter of the evaluation with the lowest loss becomes the final one
-  // (saved to output/best as it happens; transformers' load_best_model_at_end).
+  // An evaluation counts as an improvement for the patience only when it is
+  // better than the best so far by more than this (transformers' early_stopping_threshold).
+  float early_stopping_threshold = 0.0f;
+  // The adapter of the evaluation best in metric_for_best becomes the final
+  // one (saved to output/best as it happens; transformers' load_best_model_at_end).
   bool keep_best = false;
+  // The evaluation metric early stopping and keep-best follow (transformers'
+  // metric_for_best_model): a name an evaluation logs, with or without the
+  // "eval_" prefix: eval_loss (default), rewards/margins, rewards/accuracies, margin, ...
+  std::string metric_for_best = "eval_loss";
+  // Unset: higher is better unless the name ends in "loss" (transformers' rule).
+  std::optional<bool> greater_is_better;
+  // Each periodic evaluation reads only the first N batches of the evaluation
+  // split (mlx-lm's val_batches); 0: all of it. The test set is read whole.
+  int eval_batches = 0;
+  // A held-out test set evaluated once, after training, with the final
+  // adapter (the best one under keep_best): a JSONL file, or this fraction
+  // of the training rows, drawn with `seed` and left out of training.
+  std::string test_file;
+  float test_split = 0.0f;
   // At each evaluation, greedy completions of the first N prompts of the
   // evaluation split (log.jsonl "sample" events; needs the CLI's tokenizer).
   int eval_samples = 0;
@@ -97,6 +114,9 @@ struct TrainConfig {
 
   // Fills unset method-dependent defaults and checks ranges; errors name the field.
   void finalize();
+  // metric_for_best as an evaluation's JSON key (EvalMetrics::to_json): without "eval_".
+  std::string best_metric_key() const;
+  bool resolved_greater_is_better() const;
   // The device `device` names, after resolving auto (Device::CPU in a build without CUDA).
   Device resolved_device() const;
   LoraConfig lora_config() const;
@@ -116,5 +136,9 @@ struct ConfigSource {
 void apply_config_json(TrainConfig& config, const nlohmann::json& j, const ConfigSource& source);
 void apply_config_json(TrainConfig& config, const nlohmann::json& j, const std::string& source);
 nlohmann::json config_to_json(const TrainConfig& config);
+
+// The metrics an evaluation of `method` logs (EvalMetrics::to_json's keys),
+// which metric_for_best may name.
+const std::vector<std::string>& eval_metric_names(Method method);
 
 }  // namespace brioche::train

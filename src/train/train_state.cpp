@@ -49,8 +49,9 @@ void save_train_state(const std::string& dir, const TrainState& s, const AdamW& 
   j["evals"] = s.evals;
   j["best_margin"] = s.best_margin;
   j["best_margin_step"] = s.best_margin_step;
-  j["best_eval_loss"] = s.best_eval_loss;
-  j["best_eval_step"] = s.best_eval_step;
+  j["metric_for_best"] = s.best_metric_name;
+  j["best_metric"] = s.best_metric;
+  j["best_metric_step"] = s.best_metric_step;
   j["evals_without_improvement"] = s.evals_without_improvement;
   formats::write_file_atomically(dir + "/" + kTrainStateFile, [&](std::ostream& out) { out << j.dump(1) << "\n"; });
 }
@@ -75,9 +76,17 @@ TrainState load_train_state(const std::string& dir, AdamW& optimizer, int n_exam
     s.evals = j.at("evals");
     s.best_margin = j.at("best_margin").get<double>();
     s.best_margin_step = j.at("best_margin_step").get<int>();
-    // Absent in checkpoints written before early stopping existed.
-    s.best_eval_loss = j.value("best_eval_loss", 0.0);
-    s.best_eval_step = j.value("best_eval_step", -1);
+    // Absent in checkpoints written before early stopping existed; those
+    // before metric_for_best tracked the evaluation loss.
+    if (j.contains("best_metric")) {
+      s.best_metric_name = j.at("metric_for_best").get<std::string>();
+      s.best_metric = j.at("best_metric").get<double>();
+      s.best_metric_step = j.at("best_metric_step").get<int>();
+    } else {
+      s.best_metric_name = "eval_loss";
+      s.best_metric = j.value("best_eval_loss", 0.0);
+      s.best_metric_step = j.value("best_eval_step", -1);
+    }
     s.evals_without_improvement = j.value("evals_without_improvement", 0);
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": " + e.what());

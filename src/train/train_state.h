@@ -31,9 +31,11 @@ struct TrainState {
   nlohmann::json evals = nlohmann::json::array();
   double best_margin = 0.0;
   int best_margin_step = -1;
-  // Early stopping and keep-best (on the evaluation loss, evaluations after step 0).
-  double best_eval_loss = 0.0;
-  int best_eval_step = -1;  // -1: none yet
+  // Early stopping and keep-best: the best value of the metric they follow
+  // (TrainConfig::metric_for_best) over the evaluations after step 0.
+  std::string best_metric_name = "eval_loss";
+  double best_metric = 0.0;
+  int best_metric_step = -1;  // -1: none yet
   int evals_without_improvement = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -115,6 +116,7 @@ Trainer::Trainer(TrainConfig config, TrainBase base, TrainData data)
   auto own = [](Dataset d) { return std::make_unique<Dataset>(std::move(d)); };
   owned_train_ = own(std::move(data.train));
   if (data.valid) owned_valid_ = own(std::move(*data.valid));
+  if (data.test) owned_test_ = own(std::move(*data.test));
   const bool pref = is_preference(config_.method);
   auto check = [&](const Dataset& d, const char* name) {
     BRIOCHE_CHECK(pref ? !d.pairs.empty() && d.examples.empty() : !d.examples.empty() && d.pairs.empty(), name,
@@ -123,6 +125,7 @@ Trainer::Trainer(TrainConfig config, TrainBase base, TrainData data)
   };
   check(*owned_train_, "training");
   if (owned_valid_) check(*owned_valid_, "validation");
+  if (owned_test_) check(*owned_test_, "test");
   const std::string& start_from = !config_.resume.empty() ? config_.resume : config_.resume_adapter;
   if (!start_from.empty()) {
     adapter_ = base_.load_adapter(start_from);
@@ -170,6 +173,7 @@ Trainer::Trainer(TrainConfig config, TrainBase base, TrainData data)
   };
   train_ = split(owned_train_.get());
   if (owned_valid_) valid_ = split(owned_valid_.get());
+  if (owned_test_) test_ = split(owned_test_.get());
   // Offloaded activations live in pinned host buffers; pinning the longest
   // batch's size once spares re-pinning (seconds at 8B shapes) at every
   // batch longer than those before it.
@@ -280,15 +284,19 @@ Trainer::MicroBatch Trainer::make_batch(Split& s, const std::vector<int>& indice
   return mb;
 }
 
-EvalMetrics Trainer::evaluate() {
-  Split& s = valid_ ? *valid_ : *train_;
+EvalMetrics Trainer::evaluate() { return evaluate(valid_ ? *valid_ : *train_, 0); }
+
+EvalMetrics Trainer::evaluate(Split& s, int max_batches) {
+  // A cap reads the split's first batches: the same rows at every evaluation, so they compare.
+  const int n =
+      max_batches > 0 ? int(std::min<int64_t>(s.size(), int64_t(max_batches) * config_.batch_size)) : s.size();
   EvalMetrics m;
   double loss_weighted = 0.0, nll_sum = 0.0;
   int64_t nll_tokens = 0, weight = 0;
   double or_sum = 0, correct = 0, margin = 0, chosen = 0, rejected = 0;
   double reward_w = 0, reward_r = 0, log_odds_ratio = 0, log_odds = 0, trl_logps_w = 0, trl_logps_r = 0;
-  for (int b0 = 0; b0 < s.size(); b0 += config_.batch_size) {
-    std::vector<int> idx(size_t(std::min(config_.batch_size, s.size() - b0)));
+  for (int b0 = 0; b0 < n; b0 += config_.batch_size) {
+    std::vector<int> idx(size_t(std::min(config_.batch_size, n - b0)));
     std::iota(idx.begin(), idx.end(), b0);
     MicroBatch mb = make_batch(s, idx, true);
     LossValue v = run_objective(*model_, *head_, mb.batch, loss_config_, mb.reference,
@@ -304,16 +312,16 @@ EvalMetrics Trainer::evaluate() {
     log_odds_ratio += v.log_odds_ratio_sum, log_odds += v.log_odds_chosen_sum;
     trl_logps_w += v.trl_logps_chosen_sum, trl_logps_r += v.trl_logps_rejected_sum;
   }
-  m.examples = s.size();
+  m.examples = n;
   m.loss = weight > 0 ? loss_weighted / double(weight) : 0.0;
   m.nll = nll_tokens > 0 ? nll_sum / double(nll_tokens) : 0.0;
   if (is_preference(config_.method)) {
-    const double n = double(s.size());
-    m.or_loss = or_sum / n, m.accuracy = correct / n, m.margin = margin / n;
-    m.chosen_logp = chosen / n, m.rejected_logp = rejected / n;
-    m.reward_chosen = reward_w / n, m.reward_rejected = reward_r / n;
-    m.log_odds_ratio = log_odds_ratio / n, m.log_odds_chosen = log_odds / n;
-    m.trl_logps_chosen = trl_logps_w / n, m.trl_logps_rejected = trl_logps_r / n;
+    const double n_pairs = double(n);
+    m.or_loss = or_sum / n_pairs, m.accuracy = correct / n_pairs, m.margin = margin / n_pairs;
+    m.chosen_logp = chosen / n_pairs, m.rejected_logp = rejected / n_pairs;
+    m.reward_chosen = reward_w / n_pairs, m.reward_rejected = reward_r / n_pairs;
+    m.log_odds_ratio = log_odds_ratio / n_pairs, m.log_odds_chosen = log_odds / n_pairs;
+    m.trl_logps_chosen = trl_logps_w / n_pairs, m.trl_logps_rejected = trl_logps_r / n_pairs;
   }
   return m;
 }
@@ -409,6 +417,14 @@ TrainResult Trainer::run() {
     log("train: resuming " + config_.resume + " at step " + std::to_string(st.step) +
         " (optimizer, schedule and data order restored)");
   if (!valid_) log("train: no validation split (DIR/valid.jsonl): evaluations run on the training set");
+  const std::string best_key = config_.best_metric_key();
+  const bool higher_is_better = config_.resolved_greater_is_better();
+  if (st.best_metric_step >= 0 && st.best_metric_name != config_.metric_for_best) {
+    log("train: the checkpoint's best evaluation followed " + st.best_metric_name + ", this run " +
+        config_.metric_for_best + ": the best and the patience start over");
+    st.best_metric_step = -1, st.evals_without_improvement = 0;
+  }
+  st.best_metric_name = config_.metric_for_best;
 
   auto next_indices = [&]() {
     std::vector<int> idx;
@@ -432,7 +448,7 @@ TrainResult Trainer::run() {
   auto do_eval = [&](int step) {
     if (!lead) return;
     const auto t0 = Clock::now();
-    EvalMetrics m = evaluate();
+    EvalMetrics m = evaluate(valid_ ? *valid_ : *train_, config_.eval_batches);
     const double elapsed = seconds();
     nlohmann::json j = m.to_json(config_.method);
     j["step"] = step;
@@ -464,15 +480,21 @@ TrainResult Trainer::run() {
     }
     log(line);
     write_samples(step);
-    // Early stopping and keep-best read the evaluation loss of trained adapters (step > 0).
+    // Early stopping and keep-best read metric_for_best of trained adapters (step > 0),
+    // as transformers: any strictly better value is the new best; the patience
+    // restarts only when it is better by more than early_stopping_threshold.
     if (step == 0) return;
-    if (st.best_eval_step < 0 || m.loss < st.best_eval_loss) {
-      st.best_eval_loss = m.loss;
-      st.best_eval_step = step;
+    const double value = j.at(best_key).get<double>();
+    const bool first = st.best_metric_step < 0;
+    const bool better = first || (higher_is_better ? value > st.best_metric : value < st.best_metric);
+    if (first || (better && std::abs(value - st.best_metric) > config_.early_stopping_threshold))
       st.evals_without_improvement = 0;
-      if (config_.keep_best) save(config_.output + "/best");
-    } else {
+    else
       ++st.evals_without_improvement;
+    if (better) {
+      st.best_metric = value;
+      st.best_metric_step = step;
+      if (config_.keep_best) save(config_.output + "/best");
     }
   };
 
@@ -560,8 +582,8 @@ TrainResult Trainer::run() {
       }
       if (early_stopped && lead)
         log("train: early stop at step " + std::to_string(done) + ": " + std::to_string(st.evals_without_improvement) +
-            " evaluations without a lower loss than " + std::to_string(st.best_eval_loss) + " (step " +
-            std::to_string(st.best_eval_step) + ")");
+            " evaluations without a better " + config_.metric_for_best + " than " + std::to_string(st.best_metric) +
+            " (step " + std::to_string(st.best_metric_step) + ")");
     }
     const bool save_now = (config_.save_checkpoints && (eval_now || done == total)) ||
                           (config_.save_steps > 0 && done % config_.save_steps == 0) || interrupted;
@@ -576,7 +598,7 @@ TrainResult Trainer::run() {
   result.best_margin_step = st.best_margin_step;
   result.seconds = seconds();
   if (!lead) return result;  // the other ranks hold the same factors; rank 0 writes them
-  const bool best_is_final = config_.keep_best && st.best_eval_step >= 0;
+  const bool best_is_final = config_.keep_best && st.best_metric_step >= 0;
   if (best_is_final) {  // the best evaluation's adapter, saved when it happened
     namespace fs = std::filesystem;
     for (const char* name : {"adapter_config.json", "adapter_model.safetensors"})
@@ -595,12 +617,42 @@ TrainResult Trainer::run() {
                     {"peak_memory_bytes", peak_rss_bytes()}};
   if (model_->device() == Device::CUDA) result.metrics["peak_device_memory_bytes"] = peak_device_bytes();
   result.metrics["early_stopped"] = early_stopped;
-  if (st.best_eval_step >= 0) {
-    result.metrics["best_eval_loss"] = st.best_eval_loss;
-    result.metrics["best_eval_step"] = st.best_eval_step;
+  // transformers' trainer_state names: the metric, its direction, the best value and its step.
+  result.metrics["metric_for_best"] = config_.metric_for_best;
+  result.metrics["greater_is_better"] = higher_is_better;
+  if (st.best_metric_step >= 0) {
+    result.metrics["best_metric"] = st.best_metric;
+    result.metrics["best_metric_step"] = st.best_metric_step;
   }
   // The step whose adapter OUTPUT holds: the best evaluation's with keep_best, else the last.
-  result.metrics["adapter_step"] = best_is_final ? st.best_eval_step : st.step;
+  const int adapter_step = best_is_final ? st.best_metric_step : st.step;
+  result.metrics["adapter_step"] = adapter_step;
+  std::string test_line;
+  if (test_ && !interrupted) {
+    const auto t0 = std::chrono::steady_clock::now();
+    result.test_eval = evaluate_test(best_is_final);
+    nlohmann::json t = result.test_eval->to_json(config_.method);
+    t["step"] = adapter_step;
+    t["eval_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.metrics["test"] = t;
+    nlohmann::json event = t;
+    event["event"] = "test";
+    log_event(event);
+    const EvalMetrics& m = *result.test_eval;
+    char line[256];
+    if (is_preference(config_.method))
+      std::snprintf(line, sizeof line,
+                    "test (%lld examples, adapter of step %d): loss %.4f accuracy %.3f margin %.4f "
+                    "rewards/margins %.4f",
+                    (long long)m.examples, adapter_step, m.loss, m.accuracy, m.margin,
+                    m.reward_chosen - m.reward_rejected);
+    else
+      std::snprintf(line, sizeof line, "test (%lld examples, adapter of step %d): loss %.4f (ppl %.2f)",
+                    (long long)m.examples, adapter_step, m.loss, std::exp(m.loss));
+    test_line = line;
+  } else if (test_) {
+    result.metrics["test"] = nullptr;  // an interrupted run is not finished: its resume evaluates the test set
+  }
   if (is_preference(config_.method)) {
     result.metrics["best_margin"] = st.best_margin;
     result.metrics["best_margin_step"] = st.best_margin_step;
@@ -611,12 +663,26 @@ TrainResult Trainer::run() {
         ": adapter and metrics.json written to " + config_.output + ", a resumable checkpoint to " +
         result.checkpoint_dir + "; continue with --resume " + result.checkpoint_dir);
   else if (best_is_final)
-    log("adapter of step " + std::to_string(st.best_eval_step) + " (the lowest evaluation loss, " +
-        std::to_string(st.best_eval_loss) + ") written to " + config_.output + " (" + std::to_string(result.seconds) +
+    log("adapter of step " + std::to_string(st.best_metric_step) + " (the best " + config_.metric_for_best + ", " +
+        std::to_string(st.best_metric) + ") written to " + config_.output + " (" + std::to_string(result.seconds) +
         " s)");
   else
     log("adapter written to " + config_.output + " (" + std::to_string(result.seconds) + " s)");
+  if (!test_line.empty()) log(test_line);  // the last line: what the held-out set says of the adapter
   return result;
+}
+
+EvalMetrics Trainer::evaluate_test(bool best_is_final) {
+  if (best_is_final) {  // the in-memory adapter is the last step's: put the best one's factors in its place
+    const std::unique_ptr<LoraAdapter> best = base_.load_adapter(config_.output + "/best");
+    for (const LoraAdapter::Entry& e : best->entries()) {
+      LoraFactors* to = adapter_->factors(e.layer, e.module);
+      BRIOCHE_CHECK(to != nullptr, config_.output, "/best: an adapter on sites this run does not train");
+      ops::copy(e.factors->a, to->a);
+      ops::copy(e.factors->b, to->b);
+    }
+  }
+  return evaluate(*test_, 0);
 }
 
 }  // namespace brioche::train

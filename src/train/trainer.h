@@ -55,6 +55,7 @@ struct TrainResult {
   std::string checkpoint_dir;
   double seconds = 0.0;
   std::optional<EvalMetrics> first_eval, last_eval;  // validation before training and at the end
+  std::optional<EvalMetrics> test_eval;              // the test set, once, with the final adapter
   double best_margin = 0.0;
   int best_margin_step = -1;
   nlohmann::json metrics;  // what metrics.json holds
@@ -63,6 +64,7 @@ struct TrainResult {
 struct TrainData {
   Dataset train;
   std::optional<Dataset> valid;
+  std::optional<Dataset> test;  // evaluated once after training (TrainConfig::test_file / test_split)
 };
 
 class Trainer {
@@ -83,7 +85,7 @@ class Trainer {
   // Decodes eval_samples' completions (train/eval_samples.h); without it no samples are made.
   void set_sample_decoder(SampleDecoder decoder) { sample_decoder_ = std::move(decoder); }
   TrainResult run();
-  EvalMetrics evaluate();  // on the validation set (or the training set when there is none)
+  EvalMetrics evaluate();  // on the validation set (or the training set when there is none), whole
   LoraAdapter& adapter() { return *adapter_; }
   const TrainConfig& config() const { return config_; }
 
@@ -91,6 +93,11 @@ class Trainer {
   struct Split;
   struct MicroBatch;
   MicroBatch make_batch(Split& split, const std::vector<int>& indices, bool with_prefix);
+  // The metrics of the first max_batches batches of `split` (0: all of it).
+  EvalMetrics evaluate(Split& split, int max_batches);
+  // The test set's metrics with the adapter the run leaves in OUTPUT (the
+  // best evaluation's under keep_best, read back from OUTPUT/best).
+  EvalMetrics evaluate_test(bool best_is_final);
   // The examples `indices` of `split` laid out as one batch (no prefix, no reference).
   TokenBatch layout(const Split& split, const std::vector<int>& indices) const;
   // The most rows a micro-batch of `split` can have: its batch_size longest examples together.
@@ -113,8 +120,8 @@ class Trainer {
   std::unique_ptr<LoraAdapter> adapter_;
   std::unique_ptr<TrainStack> model_;
   std::unique_ptr<LogpHead> head_;
-  std::unique_ptr<Dataset> owned_train_, owned_valid_;
-  std::unique_ptr<Split> train_, valid_;
+  std::unique_ptr<Dataset> owned_train_, owned_valid_, owned_test_;
+  std::unique_ptr<Split> train_, valid_, test_;
   ops::Collective* dp_ = nullptr;
   const std::atomic<bool>* stop_ = nullptr;
   SampleDecoder sample_decoder_;

@@ -78,7 +78,12 @@ save_checkpoints = true
 save_steps = 50
 save_total_limit = 3
 early_stopping_patience = 2
+early_stopping_threshold = 0.01
 keep_best = true
+metric_for_best = "nll_loss"
+greater_is_better = true
+eval_batches = 4
+test_split = 0.1
 eval_samples = 3
 eval_sample_tokens = 16
 seed = 42
@@ -94,7 +99,8 @@ threads = 3
     "prefix_shared": true, "head_chunk_size": 2048,
     "mlp_chunk_size": 1024, "steps_per_eval": 25, "steps_per_report": 5,
     "save_checkpoints": true, "save_steps": 50, "save_total_limit": 3, "early_stopping_patience": 2,
-    "keep_best": true, "eval_samples": 3, "eval_sample_tokens": 16, "seed": 42, "threads": 3})");
+    "early_stopping_threshold": 0.01, "keep_best": true, "metric_for_best": "nll_loss",
+    "greater_is_better": true, "eval_batches": 4, "test_split": 0.1, "eval_samples": 3, "eval_sample_tokens": 16, "seed": 42, "threads": 3})");
   TrainConfig from_toml, from_json, defaults;
   apply_config_file(from_toml, toml);
   apply_config_file(from_json, json);

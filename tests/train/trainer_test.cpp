@@ -172,10 +172,12 @@ TEST(Trainer, EarlyStoppingAndKeepBestFollowTheEvaluationLoss) {
   EXPECT_EQ(r.steps, 6);  // evaluations at 2 (best), 4, 6
   EXPECT_EQ(metrics["steps"], 6);
   EXPECT_EQ(metrics["early_stopped"], true);
-  EXPECT_EQ(metrics["best_eval_step"], 2);
+  EXPECT_EQ(metrics["metric_for_best"], "eval_loss");
+  EXPECT_EQ(metrics["greater_is_better"], false);
+  EXPECT_EQ(metrics["best_metric_step"], 2);
   EXPECT_EQ(metrics["adapter_step"], 2);
   ASSERT_EQ(metrics["evals"].size(), 4u);  // 0, 2, 4, 6
-  EXPECT_DOUBLE_EQ(metrics["best_eval_loss"].get<double>(), metrics["evals"][1]["loss"].get<double>());
+  EXPECT_DOUBLE_EQ(metrics["best_metric"].get<double>(), metrics["evals"][1]["loss"].get<double>());
   auto bytes = [](const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
