@@ -933,17 +933,51 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
     if (!closed) continue;
     size_t num_classes = ids.size();
     std::vector<int32_t> first_of_class;
+    // A round's signature of i is (cls[i], cls of each byte edge's target);
+    // states with equal cls have the same edges, so two signatures are
+    // compared in place. Open addressing on the signature's hash, each slot
+    // a representative state: no signature is copied (a long unrolled
+    // repetition runs max_bytes rounds over all its states).
+    auto round_hash = [&](int32_t i) {
+      const AutomatonState& st = states[begin + i];
+      uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint32_t>(cls[i]);
+      for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
+        h = (h ^ static_cast<uint32_t>(cls[byte_edges[e].target - begin])) * 0x100000001b3ull;
+      return h ^ (h >> 29);
+    };
+    auto same_round_signature = [&](int32_t i, int32_t j) {
+      if (cls[i] != cls[j]) return false;
+      const AutomatonState &a = states[begin + i], &b = states[begin + j];
+      for (uint32_t e = 0; e < a.byte_end - a.byte_begin; ++e)
+        if (cls[byte_edges[a.byte_begin + e].target - begin] != cls[byte_edges[b.byte_begin + e].target - begin])
+          return false;
+      return true;
+    };
+    size_t slots = 16;
+    while (slots < static_cast<size_t>(size) * 2) slots *= 2;
+    std::vector<std::pair<uint64_t, int32_t>> table(slots);
     for (int32_t round = 0; round < max_bytes && num_classes < static_cast<size_t>(size); ++round) {
-      ids.clear();
+      std::fill(table.begin(), table.end(), std::make_pair(uint64_t{0}, int32_t{-1}));
+      size_t made = 0;
       for (int32_t i = 0; i < size; ++i) {
-        const AutomatonState& st = states[begin + i];
-        sig.assign({cls[i]});
-        for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) sig.push_back(cls[byte_edges[e].target - begin]);
-        next[i] = classify(sig);
+        const uint64_t h = round_hash(i);
+        for (size_t slot = h & (slots - 1);; slot = (slot + 1) & (slots - 1)) {
+          auto& [slot_hash, rep] = table[slot];
+          if (rep < 0) {
+            slot_hash = h;
+            rep = i;
+            next[i] = static_cast<int32_t>(made++);
+            break;
+          }
+          if (slot_hash == h && same_round_signature(rep, i)) {
+            next[i] = next[rep];
+            break;
+          }
+        }
       }
       cls.swap(next);
-      if (ids.size() == num_classes) break;
-      num_classes = ids.size();
+      if (made == num_classes) break;
+      num_classes = made;
       // After round + 1 rounds, states of one class read every string of
       // up to round + 1 bytes alike: remember the earliest such twin.
       if (prefix_twin && prefix_twin_bytes) {
