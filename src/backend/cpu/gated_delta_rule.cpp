@@ -8,6 +8,10 @@
 #include "backend/cpu/vec_f32.h"
 #include "core/thread_pool.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 namespace brioche::backend::cpu {
 
 namespace {
@@ -244,6 +248,23 @@ struct HeadTask {
   }
 };
 
+// Flush-to-zero and denormals-are-zero for the scope of one task (restored
+// after). Strong decays (g of −20 a row is common) drive e^γ, the state and
+// their products through the denormal range, where every multiply costs
+// ~100 cycles: measured 277 ms instead of 31 for 512 rows of 8 heads with
+// g in [−20, −1]. Values below 1.2e-38 become 0, far below what f32 logits
+// can show.
+class FlushDenormals {
+ public:
+#if defined(__SSE__)
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }  // FTZ (bit 15) | DAZ (bit 6)
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
+
 }  // namespace
 
 // One task per (sequence, value head), updating the head's dk × dv state in
@@ -254,6 +275,7 @@ void gated_delta_rule(const GatedDeltaRuleArgs& a) {
   const int chunk = std::max(a.chunk_size, 1);
   const int n_tasks = int(a.sequences.size()) * heads;
   ThreadPool::global().run(n_tasks, [&](int task) {
+    const FlushDenormals flush;
     const ops::RecurrentSequence& seq = a.sequences[size_t(task / heads)];
     const int h = task % heads;
     float* s = a.state + (int64_t(seq.state_slot) * heads + h) * dk * dv;
