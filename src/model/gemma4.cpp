@@ -51,6 +51,15 @@
 
 namespace brioche::model {
 
+namespace {
+
+// attention_bias: y += b (undefined b: no bias).
+void add_bias(Tensor& y, const Tensor& b) {
+  if (b.defined()) ops::add_bias(y, b);
+}
+
+}  // namespace
+
 Tensor Gemma4Model::Scratch::rows(int64_t n, int64_t width) {
   const int64_t need = std::max<int64_t>(n * width, 1);
   if (!flat.defined() || flat.dim(0) < need) flat = ops::zeros(DType::F32, {need}, Device::CPU);
@@ -71,6 +80,10 @@ size_t Gemma4Model::weight_bytes() const {
   if (!ck_.config.base.tied_embeddings) add(w.output);
   for (const Gemma4LayerWeights& l : w.layers) {
     for (const Tensor* t : {&l.attn_norm,
+                            &l.bq,
+                            &l.bk,
+                            &l.bv,
+                            &l.bo,
                             &l.wq,
                             &l.wk,
                             &l.wv,
@@ -186,6 +199,9 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
     // before k's norm and RoPE.
     ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, std::span(ws, spec.v_from_k ? 2 : 3),
                       std::span(ys, spec.v_from_k ? 2 : 3));
+    add_bias(q, lw.bq);
+    add_bias(k, lw.bk);
+    if (!spec.v_from_k) add_bias(v, lw.bv);
     add_lora(layer, Projection::Q, h, q);
     add_lora(layer, Projection::K, h, k);
     if (!spec.v_from_k) add_lora(layer, Projection::V, h, v);
@@ -198,6 +214,7 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
     const Tensor* ws[] = {&lw.wq};
     Tensor* ys[] = {&q};
     ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, ws, ys);
+    add_bias(q, lw.bq);
     add_lora(layer, Projection::Q, h, q);
   }
   Tensor q_heads = q.reshape({n * H, hd});
@@ -222,6 +239,7 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
         q, {.k = cache.keys(spec.kv_source), .v = cache.values(spec.kv_source), .sequences = sequences}, params, attn);
   }
   ops::matmul(attn, lw.wo, out);
+  add_bias(out, lw.bo);
   add_lora(layer, Projection::O, attn, out);
   ops::rms_norm(out, lw.post_attn_norm, c.rms_eps, out);
   ops::add(x, out, x);

@@ -122,8 +122,7 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
   // What this implementation computes, refused otherwise (naming the key).
   if (const std::string act = t.string("hidden_activation", "gelu_pytorch_tanh"); act != "gelu_pytorch_tanh")
     t.wrong("hidden_activation", "\"gelu_pytorch_tanh\"", json(act));
-  if (t.boolean("attention_bias", false))
-    t.wrong("attention_bias", "false (Gemma 4 projections without biases; biases are not implemented)", json(true));
+  g.attention_bias = t.boolean("attention_bias", false);
   if (const std::string bidi = t.string("use_bidirectional_attention", ""); !bidi.empty() && bidi != "vision")
     t.wrong("use_bidirectional_attention", "null or \"vision\" (causal text attention)", json(bidi));
   if (t.has("final_logit_softcapping")) g.final_logit_softcap = t.positive("final_logit_softcapping", 0.0f);

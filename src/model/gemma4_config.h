@@ -55,6 +55,7 @@ struct Gemma4Config {
   int ple_dim = 0;                   // hidden_size_per_layer_input; 0: no per-layer inputs
   int ple_vocab = 0;                 // vocab_size_per_layer_input
   float final_logit_softcap = 0.0f;  // 0: none
+  bool attention_bias = false;       // q/k/v/o projections with biases (attention_bias)
   bool moe = false;                  // enable_moe_block
   int n_experts = 0, top_k_experts = 0, moe_intermediate_size = 0;
   // Where the text model's tensors live: "model." (Gemma4ForCausalLM) or

@@ -18,6 +18,7 @@ struct Gemma4LayerWeights {
   Tensor attn_norm;             // f32 [hidden]     input_layernorm
   Tensor wq, wk, wv, wo;        // [H·hd, hidden], [kvh·hd, hidden] x2, [hidden, H·hd]; wk/wv undefined
                                 // when KV-shared, wv undefined with attention_k_eq_v (full layers)
+  Tensor bq, bk, bv, bo;        // f32 biases of wq..wo with attention_bias (else undefined), as their weights
   Tensor q_norm, k_norm;        // f32 [hd]         self_attn.{q,k}_norm (k_norm undefined when KV-shared)
   Tensor v_norm;                // f32 [hd] of ones: v_norm has no scale
   Tensor post_attn_norm;        // f32 [hidden]     post_attention_layernorm

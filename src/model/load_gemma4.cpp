@@ -90,6 +90,12 @@ Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
       std::fill_n(l.v_norm.data_as<float>(), hd, 1.0f);
     }
     l.wo = matrix(p + "self_attn.o_proj", hidden, q_dim);
+    if (g.attention_bias) {  // nn.Linear(..., bias=attention_bias) on q, k, v and o
+      l.bq = vector(p + "self_attn.q_proj.bias", q_dim);
+      if (l.wk.defined()) l.bk = vector(p + "self_attn.k_proj.bias", kv_dim);
+      if (l.wv.defined()) l.bv = vector(p + "self_attn.v_proj.bias", kv_dim);
+      l.bo = vector(p + "self_attn.o_proj.bias", hidden);
+    }
     l.post_attn_norm = vector(p + "post_attention_layernorm.weight", hidden);
     l.pre_ffn_norm = vector(p + "pre_feedforward_layernorm.weight", hidden);
     l.post_ffn_norm = vector(p + "post_feedforward_layernorm.weight", hidden);

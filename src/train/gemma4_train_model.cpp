@@ -126,8 +126,8 @@ struct SiteMaker {
   bool enabled, lora_dropout;
   uint64_t seed;
   int layer;
-  LoraSite operator()(Module m, const Tensor& w) const {
-    LoraSite s{.weight = &w, .bias = &kNoBias};
+  LoraSite operator()(Module m, const Tensor& w, const Tensor& bias = kNoBias) const {
+    LoraSite s{.weight = &w, .bias = &bias};
     if (enabled && adapter) {
       if (LoraFactors* f = adapter->factors(layer, m)) {
         s.lora = f;
@@ -159,16 +159,16 @@ void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   ops::rms_norm(x, w.attn_norm, eps, c.h1);
 
   // Q (and K, V in layers that compute their own) from h1, one LoRA group.
-  std::vector<LoraSite> sites{site(Module::Q, w.wq)};
+  std::vector<LoraSite> sites{site(Module::Q, w.wq, w.bq)};
   std::vector<Module> modules{Module::Q};
   c.q_lin = f32(n, H * hd);
   std::vector<Tensor*> ys{&c.q_lin};
   if (own_kv) {
     c.k_lin = f32(n, KV * hd);
-    sites.push_back(site(Module::K, w.wk)), modules.push_back(Module::K), ys.push_back(&c.k_lin);
+    sites.push_back(site(Module::K, w.wk, w.bk)), modules.push_back(Module::K), ys.push_back(&c.k_lin);
     if (!spec.v_from_k) {
       c.v_lin = f32(n, KV * hd);
-      sites.push_back(site(Module::V, w.wv)), modules.push_back(Module::V), ys.push_back(&c.v_lin);
+      sites.push_back(site(Module::V, w.wv, w.bv)), modules.push_back(Module::V), ys.push_back(&c.v_lin);
     }
   }
   std::vector<Tensor*> us;
@@ -208,7 +208,7 @@ void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   ops::dense_attention({.q = c.q, .k = c.k, .v = c.v}, pass.layout, ap, c.attn, c.lse);
 
   c.o = f32(n, hidden);
-  const LoraSite so = site(Module::O, w.wo);
+  const LoraSite so = site(Module::O, w.wo, w.bo);
   c.lora_u[size_t(Module::O)] = u_buffer(so, n);
   lora_linear_forward(so, c.attn, c.o, &c.lora_u[size_t(Module::O)]);
   Tensor normed = f32(n, hidden);
@@ -289,7 +289,8 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   Tensor d_o = zeros(n, hidden);
   ops::rms_norm_backward(c.o, w.post_attn_norm, eps, dx, d_o);
   Tensor d_attn = f32(n, H * hd);
-  lora_linear_backward(site(Module::O, w.wo), {.x = c.attn, .u = c.lora_u[size_t(Module::O)], .dy = d_o, .dx = d_attn});
+  lora_linear_backward(site(Module::O, w.wo, w.bo),
+                       {.x = c.attn, .u = c.lora_u[size_t(Module::O)], .dy = d_o, .dx = d_attn});
   Tensor dq = f32(n, H * hd), dk = f32(n, KV * hd), dv = f32(n, KV * hd);
   const ops::DenseAttentionParams ap{.n_heads = int(H),
                                      .n_kv_heads = int(KV),
@@ -311,7 +312,7 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   const ops::RopeParams q_rope{
       .style = ops::RopeStyle::NeoX, .n_heads = int(H), .head_dim = int(hd), .inv_freq = inv_freq_[size_t(layer)]};
   ops::rope_backward(dq, pass.batch.positions, q_rope);
-  std::vector<LoraSite> sites{site(Module::Q, w.wq)};
+  std::vector<LoraSite> sites{site(Module::Q, w.wq, w.bq)};
   std::vector<Tensor> dys{rms_heads_backward(c.q_lin, w.q_norm, eps, H, hd, dq)};
   std::vector<Module> modules{Module::Q};
   std::vector<const Tensor*> xs_u;
@@ -323,10 +324,10 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
     Tensor dv_lin = rms_heads_backward(spec.v_from_k ? c.k_lin : c.v_lin, w.v_norm, eps, KV, hd, dv);
     if (spec.v_from_k) {
       ops::add(dk_lin, dv_lin, dk_lin);
-      sites.push_back(site(Module::K, w.wk)), dys.push_back(dk_lin), modules.push_back(Module::K);
+      sites.push_back(site(Module::K, w.wk, w.bk)), dys.push_back(dk_lin), modules.push_back(Module::K);
     } else {
-      sites.push_back(site(Module::K, w.wk)), dys.push_back(dk_lin), modules.push_back(Module::K);
-      sites.push_back(site(Module::V, w.wv)), dys.push_back(dv_lin), modules.push_back(Module::V);
+      sites.push_back(site(Module::K, w.wk, w.bk)), dys.push_back(dk_lin), modules.push_back(Module::K);
+      sites.push_back(site(Module::V, w.wv, w.bv)), dys.push_back(dv_lin), modules.push_back(Module::V);
     }
   }
   Tensor d_h1 = f32(n, hidden);

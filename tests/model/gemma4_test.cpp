@@ -338,7 +338,6 @@ TEST(Gemma4Errors, UnsupportedOrInvalidConfigValuesNameTheKey) {
       {"mix", "per_layer_config.1.num_key_value_heads",
        [](nlohmann::json& c) { c["per_layer_config"]["1"]["num_key_value_heads"] = 3; }},
       {"mix", "use_bidirectional_attention", [](nlohmann::json& c) { c["use_bidirectional_attention"] = "all"; }},
-      {"mix", "attention_bias", [](nlohmann::json& c) { c["attention_bias"] = true; }},
       {"mix", "final_logit_softcapping", [](nlohmann::json& c) { c["final_logit_softcapping"] = -1.0; }},
       {"mix", "num_attention_heads", [](nlohmann::json& c) { c["num_attention_heads"] = "4"; }},
       {"e2b", "num_kv_shared_layers", [](nlohmann::json& c) { c["num_kv_shared_layers"] = 5; }},
@@ -353,6 +352,13 @@ TEST(Gemma4Errors, UnsupportedOrInvalidConfigValuesNameTheKey) {
     const std::string msg = load_error(dir);
     EXPECT_NE(msg.find("config.json: " + k.key_in_message), std::string::npos) << msg;
   }
+}
+
+TEST(Gemma4Errors, AttentionBiasWithoutItsTensorsNamesTheTensor) {
+  // attention_bias is read (q/k/v/o biases); a checkpoint that lacks them is refused naming the first one.
+  std::string dir = altered_copy("mix", "bias", [](nlohmann::json& c) { c["attention_bias"] = true; });
+  const std::string msg = load_error(dir);
+  EXPECT_NE(msg.find("model.layers.0.self_attn.q_proj.bias"), std::string::npos) << msg;
 }
 
 TEST(Gemma4Errors, RefusesWhatThisBuildCannotRun) {

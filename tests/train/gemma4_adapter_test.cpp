@@ -143,7 +143,19 @@ TEST(Gemma4AdapterLoad, AnAdapterForAProjectionTheLayerLacksIsRefused) {
   EXPECT_EQ(shapes(0, Module::V).in, m->config().hidden_size);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Adapter, ::testing::Values("mix", "e2b"));
+TEST(Gemma4AttentionBias, BaseModelMatchesTransformers) {
+  // tests/fixtures/gemma4/bias: mix's config with attention_bias (q/k/v/o biases), transformers' f64 logits.
+  Golden g = read_golden("bias");
+  std::ifstream f(fixture("lora/bias/base_logits.f32"), std::ios::binary);
+  f.read(reinterpret_cast<char*>(g.logits.data()), std::streamsize(g.logits.size() * 4));
+  ASSERT_TRUE(f.good());
+  auto m = model::Model::load(fixture("bias"), {});
+  const double err = max_error(run(*m, g.ids, nullptr), 0, g.logits, g.vocab);
+  std::printf("bias base model: largest logit error %.2e\n", err);
+  EXPECT_LT(err, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Adapter, ::testing::Values("mix", "e2b", "bias"));
 
 }  // namespace
 }  // namespace brioche::train

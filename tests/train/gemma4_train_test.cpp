@@ -1,6 +1,6 @@
 // LoRA training on Gemma 4 against torch autograd + peft
 // (tools/oracle/gemma4_lora_oracle.py): the fixtures' models of
-// tests/fixtures/gemma4/{mix,e2b} with a random, non-zero peft adapter on
+// tests/fixtures/gemma4/{mix,e2b,bias} (bias: mix with attention_bias) with a random, non-zero peft adapter on
 // every projection peft finds (no k/v in KV-shared layers, no v in
 // attention_k_eq_v full layers), two sequences longer than the sliding
 // window in one batch. The mean next-token NLL (through the soft-capped
@@ -106,6 +106,8 @@ void check_gradients(const std::string& name) {
 TEST(Gemma4Train, LoraGradientsMatchPeftOnSlidingFullAndKEqV) { check_gradients("mix"); }
 
 TEST(Gemma4Train, LoraGradientsMatchPeftOnPerLayerInputsAndKvSharing) { check_gradients("e2b"); }
+
+TEST(Gemma4Train, LoraGradientsMatchPeftWithAttentionBias) { check_gradients("bias"); }
 
 TEST(Gemma4Train, MoeModelIsRefusedNamingTheBlock) {
   const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture("moe"));

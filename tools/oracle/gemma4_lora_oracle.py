@@ -18,11 +18,18 @@ token sequences (longer than the sliding window):
                                                           [len, vocab] f32 LE (what merging the
                                                           adapter at load must reproduce)
 
+It also makes one more fixture, tests/fixtures/gemma4/bias: the mix model's
+config with attention_bias (q/k/v/o biases), random f32 weights (the
+fixture's norms and scalars random as tools/oracle/gemma4_oracle.py makes
+them), mix's tokenizer; its lora/bias/base_logits.f32 are the model's own
+logits of sequence 0 (adapter disabled).
+
 Usage: python3 tools/oracle/gemma4_lora_oracle.py   (CPU, seconds)
 """
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import peft
@@ -30,13 +37,33 @@ import torch
 import transformers
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import save_file
-from transformers import Gemma4ForCausalLM
+from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "gemma4")
 OUT = os.path.join(FIXTURES, "lora")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LENGTHS = [11, 23]  # 23 > the fixtures' sliding windows
+
+
+def make_bias_fixture(seed):
+    """mix's config with attention_bias: true, saved as tests/fixtures/gemma4/bias."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gemma4_oracle import randomize  # noqa: E402
+    config = Gemma4TextConfig.from_pretrained(os.path.join(FIXTURES, "mix"))
+    config.attention_bias = True
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = Gemma4ForCausalLM(config).float().eval()
+    randomize(model, seed)
+    out = os.path.join(FIXTURES, "bias")
+    shutil.rmtree(out, ignore_errors=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for f in os.listdir(out):
+        if f not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(out, f))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(FIXTURES, "mix", f), os.path.join(out, f))
 
 
 def build(name, seed):
@@ -84,6 +111,9 @@ def build(name, seed):
     assert set(grads) == set(state)
     save_file(grads, os.path.join(out, "grads.safetensors"))
     logits0.astype("<f4").tofile(os.path.join(out, "logits.f32"))
+    with torch.no_grad(), model.disable_adapter():
+        base = model(input_ids=torch.tensor([seqs[0]])).logits[0].float().numpy()
+    base.astype("<f4").tofile(os.path.join(out, "base_logits.f32"))
     case = {"sequences": seqs, "loss": float(loss), "n_scored": count, "vocab": vocab,
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
                          "peft": peft.__version__, "script": "tools/oracle/gemma4_lora_oracle.py"}}
@@ -96,6 +126,8 @@ def build(name, seed):
 def main():
     build("mix", 11)
     build("e2b", 12)
+    make_bias_fixture(13)
+    build("bias", 14)
 
 
 if __name__ == "__main__":
