@@ -109,6 +109,60 @@ TEST(Gemma4Train, LoraGradientsMatchPeftOnPerLayerInputsAndKvSharing) { check_gr
 
 TEST(Gemma4Train, LoraGradientsMatchPeftWithAttentionBias) { check_gradients("bias"); }
 
+// LoRA grads of an adapter on the last two e2b layers (KV-shared: they read
+// layers 1 and 2's K/V), through the frozen-prefix path.
+std::vector<Tensor> last_layer_grads(const model::Gemma4Checkpoint& ck, LoraAdapter& adapter, const TokenBatch& batch,
+                                     int expect_first) {
+  Gemma4TrainModel model(ck, &adapter);
+  EXPECT_EQ(model.first_trainable_layer(), expect_first);
+  const Tensor prefix = model.frozen_prefix(batch);
+  const Tensor hidden = model.forward(batch, prefix, {.for_backward = true});
+  SoftcapLogpHead head(ck.weights.output, ck.config.final_logit_softcap, 4096);
+  const std::vector<float> logp = head.forward(hidden, batch.scored);
+  Tensor d_hidden = Tensor::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)});
+  head.backward(std::vector<float>(logp.size(), -1.0f), d_hidden);
+  adapter.zero_grads();
+  model.backward(std::move(d_hidden));
+  std::vector<Tensor> grads;
+  const int L = ck.config.base.n_layers;
+  for (int l = L - 2; l < L; ++l)
+    for (Module m : {Module::Q, Module::O, Module::Gate, Module::Up, Module::Down})
+      grads.push_back(copy_f32(adapter.factors(l, m)->grad_a)),
+          grads.push_back(copy_f32(adapter.factors(l, m)->grad_b));
+  return grads;
+}
+
+TEST(Gemma4Train, FrozenPrefixStopsAtTheKvSourceOfAdaptedSharedLayers) {
+  const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture("e2b"));
+  const Case c = read_case("e2b");
+  const int L = ck.config.base.n_layers;
+  ASSERT_EQ(ck.config.layers[size_t(L - 2)].kv_source, 1);
+  ASSERT_EQ(ck.config.layers[size_t(L - 1)].kv_source, 2);
+  LoraConfig last_two;
+  last_two.num_layers = 2;
+  LoraAdapter partial(ck.config.base, last_two, 5, gemma4_lora_shapes(ck.config));
+  // The same factors on the last two layers, and factors with B = 0 (no effect on the forward) on the others:
+  // every layer then trains, from the embedding.
+  LoraAdapter full(ck.config.base, LoraConfig{}, 6, gemma4_lora_shapes(ck.config));
+  for (auto& e : full.entries()) {
+    if (const LoraFactors* f = partial.factors(e.layer, e.module)) {
+      std::copy_n(f->a.data_as<float>(), f->a.numel(), e.factors->a.data_as<float>());
+      for (int64_t i = 0; i < f->b.numel(); ++i) e.factors->b.data_as<float>()[i] = 0.01f * float(i % 7 - 3);
+      std::copy_n(e.factors->b.data_as<float>(), f->b.numel(), partial.factors(e.layer, e.module)->b.data_as<float>());
+    }
+  }
+  const std::vector<Tensor> a = last_layer_grads(ck, partial, c.batch, 1);
+  const std::vector<Tensor> b = last_layer_grads(ck, full, c.batch, 0);
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, relative_error(a[i], b[i]));
+  EXPECT_LT(worst, 1e-5);
+  double size = 0.0;
+  for (const Tensor& t : a)
+    for (int64_t i = 0; i < t.numel(); ++i) size = std::max(size, double(std::abs(t.data_as<float>()[i])));
+  EXPECT_GT(size, 1e-3) << "the gradients are not all zero";
+}
+
 TEST(Gemma4Train, MoeModelIsRefusedNamingTheBlock) {
   const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture("moe"));
   LoraAdapter adapter(ck.config.base, LoraConfig{}, 1, gemma4_lora_shapes(ck.config));
