@@ -22,7 +22,9 @@ bool SchemaConverter::unique_item_domain(const Json& s, std::vector<std::vector<
     if (k != "type" && k != "items" && k != "uniqueItems" && k != "minItems" && k != "maxItems" && !is_annotation(k))
       return false;
   const Json* items = &s["items"];
-  for (int hops = 0; items->is_object() && items->contains("$ref") && items->size() == 1 && hops < 8; ++hops)
+  for (int hops = 0;
+       items->is_object() && items->contains("$ref") && (*items)["$ref"].is_string() && items->size() == 1 && hops < 8;
+       ++hops)
     items = &resolve((*items)["$ref"].get<std::string>(), "");
   if (!items->is_object()) return false;
   std::vector<Json> values;
