@@ -386,6 +386,16 @@ class MaskBuilder {
   // under the first two bytes s can read; most of a narrow state's walk
   // dies right there) is at most `limit`. Stops counting past the limit.
   bool walk_is_small(int32_t s, int64_t limit) {
+    // States of one walk class (the far copies of an unrolled repetition)
+    // walk alike: decided once per class and compile.
+    const SharedKey key = key_of(s);
+    if (auto it = small_walk_.find(key); it != small_walk_.end()) return it->second;
+    const bool small = walk_is_small_uncached(s, limit);
+    small_walk_.emplace(key, small);
+    return small;
+  }
+
+  bool walk_is_small_uncached(int32_t s, int64_t limit) {
     const auto& nodes = v_.trie_nodes();
     const auto& edges = v_.trie_edges();
     auto child = [&](int32_t node, uint8_t b) -> int32_t {
@@ -597,11 +607,12 @@ class MaskBuilder {
   FrontierDfa dfa_;
   StatePrecompute pre_;
   std::vector<Automaton::StructureHash> rule_hash_;
-  std::vector<int32_t> twin_offset_, twin_bytes_;        // per state (derive); filled with class_offset_
-  std::vector<int32_t> class_offset_;                    // per state (key_of)
-  std::vector<std::vector<uint32_t>> tokens_up_to_;      // [bytes]: bits of the tokens that short
-  std::vector<std::shared_ptr<const StateMask>> masks_;  // every mask this grammar uses
-  std::vector<std::vector<int32_t>> accepted_of_;        // per masks_ entry computed here (rank order)
+  std::vector<int32_t> twin_offset_, twin_bytes_;                  // per state (derive); filled with class_offset_
+  std::vector<int32_t> class_offset_;                              // per state (key_of)
+  std::unordered_map<SharedKey, bool, SharedKeyHash> small_walk_;  // walk_is_small per class
+  std::vector<std::vector<uint32_t>> tokens_up_to_;                // [bytes]: bits of the tokens that short
+  std::vector<std::shared_ptr<const StateMask>> masks_;            // every mask this grammar uses
+  std::vector<std::vector<int32_t>> accepted_of_;                  // per masks_ entry computed here (rank order)
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;
   std::unordered_set<const StateMask*> owned_;  // cache entries already in masks_
   std::vector<int32_t> acc_, unc_;
