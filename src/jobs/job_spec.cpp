@@ -1,6 +1,7 @@
 #include "jobs/job_spec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -34,6 +35,7 @@ const std::set<std::string>& server_owned() {
                                           "resume_adapter",
                                           "warm_start_adapter",
                                           "resume_adapter_file",
+                                          "test_file",
                                           "method",
                                           "seed",
                                           "save_checkpoints",
@@ -174,6 +176,11 @@ int64_t total_steps(const json& options, int64_t rows) {
   auto get = [&](const char* key, int64_t fallback) {
     return options.contains(key) && options[key].is_number_integer() ? options[key].get<int64_t>() : fallback;
   };
+  // A test split leaves its rows out of training (train::split_off: round(f * rows), at least one).
+  if (options.contains("test_split") && options["test_split"].is_number()) {
+    const double f = options["test_split"].get<double>();
+    if (f > 0 && f < 1 && rows > 1) rows -= std::max<int64_t>(1, std::llround(f * double(rows)));
+  }
   const int64_t iters = get("iters", 0);
   if (iters > 0) return iters;
   const int64_t grad_accum = options.contains("grad_accum") ? get("grad_accum", 1) : get("grad_accumulation_steps", 1);

@@ -56,6 +56,10 @@ TEST(JobSpec, RefusalsNameTheKey) {
   EXPECT_EQ(unknown.param, "method.orpo.hyperparameters.warp");
   JobsError owned = refusal({{"method", {{"type", "orpo"}, {"orpo", {{"hyperparameters", {{"output", "/tmp/x"}}}}}}}});
   EXPECT_EQ(owned.code, "unknown_hyperparameter");
+  // A test file is a path on the server, as the data: a job holds rows out with test_split instead.
+  JobsError test_file =
+      refusal({{"method", {{"type", "orpo"}, {"orpo", {{"hyperparameters", {{"test_file", "/etc/passwd"}}}}}}}});
+  EXPECT_EQ(test_file.code, "unknown_hyperparameter");
   JobsError type = refusal({{"method", {{"type", "sft"}}}});
   EXPECT_EQ(type.code, "invalid_method");
   JobsError bad =
@@ -72,6 +76,7 @@ TEST(JobSpec, StepsAndMemoryEstimate) {
   EXPECT_EQ(total_steps({{"iters", 7}}, 100), 7);
   EXPECT_EQ(total_steps({{"epochs", 2}, {"batch_size", 3}}, 10), 8);  // 2 x ceil(10 / 3)
   EXPECT_EQ(total_steps(json::object(), 5), 5);
+  EXPECT_EQ(total_steps({{"test_split", 0.2}}, 40), 32);  // the 8 held-out rows are not trained on
   ModelShape shape{.weights_bytes = 100 << 20};
   shape.config.vocab_size = 1000, shape.config.hidden_size = 64, shape.config.intermediate_size = 128;
   shape.config.n_layers = 4, shape.config.n_heads = 4, shape.config.n_kv_heads = 2, shape.config.head_dim = 16;
