@@ -25,9 +25,14 @@ namespace brioche::train {
 
 namespace {
 
-std::string tensor_name(int layer, Module m, const char* ab) {
-  return "base_model.model.model.layers." + std::to_string(layer) + "." + std::string(module_parent(m)) + "." +
-         std::string(module_name(m)) + "." + ab + ".weight";
+// Where peft puts the decoder layers: "model.layers" of a ...ForCausalLM; a
+// Gemma4ForConditionalGeneration keeps its text model under "model.language_model".
+constexpr const char* kLayers = "base_model.model.model.layers.";
+constexpr const char* kLanguageModelLayers = "base_model.model.model.language_model.layers.";
+
+std::string tensor_name(int layer, Module m, const char* ab, const char* layers = kLayers) {
+  return layers + std::to_string(layer) + "." + std::string(module_parent(m)) + "." + std::string(module_name(m)) +
+         "." + ab + ".weight";
 }
 
 }  // namespace
@@ -89,6 +94,7 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
 void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::ModelConfig& config, bool permute,
                   const AdapterWriteInfo& info) {
   std::filesystem::create_directories(dir);
+  const char* prefix = info.language_model ? kLanguageModelLayers : kLayers;
   formats::SafetensorsWriter writer;
   std::map<int, bool> layers;
   std::vector<std::string> targets;
@@ -96,8 +102,8 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Mod
     layers[e.layer] = true;
     const std::string name(module_name(e.module));
     if (std::find(targets.begin(), targets.end(), name) == targets.end()) targets.push_back(name);
-    writer.add(tensor_name(e.layer, e.module, "lora_A"), e.factors->a);
-    writer.add(tensor_name(e.layer, e.module, "lora_B"),
+    writer.add(tensor_name(e.layer, e.module, "lora_A", prefix), e.factors->a);
+    writer.add(tensor_name(e.layer, e.module, "lora_B", prefix),
                permute && permuted_module(e.module) ? reorder_rows(e.factors->b, config.head_dim, true) : e.factors->b);
   }
   writer.set_metadata({{"format", "pt"}, {"producer", "brioche"}});
@@ -114,13 +120,27 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Mod
   cfg["lora_alpha"] = c.alpha;
   cfg["lora_dropout"] = c.dropout;
   cfg["use_rslora"] = c.rs_lora;
-  cfg["target_modules"] = targets;
+  const bool all_layers = int(layers.size()) == config.n_layers;
+  if (info.language_model) {
+    // A regex (peft matches it against the whole module name): the text model's projections only, not the
+    // vision or audio towers' modules of the same names. peft takes no layers_to_transform beside a regex,
+    // so the adapted layers are in it.
+    std::string modules, indices = R"(\d+)";
+    for (const std::string& t : targets) modules += (modules.empty() ? "" : "|") + t;
+    if (!all_layers) {
+      indices.clear();
+      for (auto [l, _] : layers) indices += (indices.empty() ? "" : "|") + std::to_string(l);
+    }
+    cfg["target_modules"] = R"(.*language_model\.layers\.()" + indices + R"()\.(self_attn|mlp)\.()" + modules + ")";
+  } else {
+    cfg["target_modules"] = targets;
+  }
   cfg["bias"] = "none";
   cfg["fan_in_fan_out"] = false;
   cfg["inference_mode"] = true;
   cfg["init_lora_weights"] = true;
   cfg["modules_to_save"] = nullptr;
-  if (int(layers.size()) == config.n_layers) {
+  if (all_layers || info.language_model) {
     cfg["layers_to_transform"] = nullptr;
   } else {
     std::vector<int> list;
@@ -171,12 +191,17 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
 
   const std::string st_path = dir + "/adapter_model.safetensors";
   auto file = formats::SafetensorsFile::open(st_path);
+  // peft names the layers by the model it wrapped: model.layers, or model.language_model.layers (Gemma 4's
+  // multimodal class); the adapter's own names decide.
+  const char* prefix = kLayers;
+  for (const auto& t : file->tensors())
+    if (t.name.starts_with(kLanguageModelLayers)) prefix = kLanguageModelLayers;
   std::vector<LoraAdapter::Site> sites;
   for (int l = 0; l < config.n_layers; ++l) {
     for (int m = 0; m < kNumModules; ++m) {
-      const bool has_a = file->has(tensor_name(l, Module(m), "lora_A"));
-      const bool has_b = file->has(tensor_name(l, Module(m), "lora_B"));
-      BRIOCHE_CHECK(has_a == has_b, st_path, ": ", tensor_name(l, Module(m), has_a ? "lora_B" : "lora_A"),
+      const bool has_a = file->has(tensor_name(l, Module(m), "lora_A", prefix));
+      const bool has_b = file->has(tensor_name(l, Module(m), "lora_B", prefix));
+      BRIOCHE_CHECK(has_a == has_b, st_path, ": ", tensor_name(l, Module(m), has_a ? "lora_B" : "lora_A", prefix),
                     " is missing");
       if (has_a) sites.push_back({l, Module(m)});
     }
@@ -189,12 +214,13 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
       lora.targets.push_back(s.module);
   }
   for (const auto& s : sites)
-    BRIOCHE_CHECK(!shapes || shapes(s.layer, s.module).in > 0, st_path, ": ", tensor_name(s.layer, s.module, "lora_A"),
-                  " adapts a projection that layer ", s.layer, " of this model does not have");
+    BRIOCHE_CHECK(!shapes || shapes(s.layer, s.module).in > 0, st_path, ": ",
+                  tensor_name(s.layer, s.module, "lora_A", prefix), " adapts a projection that layer ", s.layer,
+                  " of this model does not have");
   auto adapter = std::make_unique<LoraAdapter>(config, lora, sites, shapes);
   for (auto& e : adapter->entries()) {
     for (const char* ab : {"lora_A", "lora_B"}) {
-      const std::string name = tensor_name(e.layer, e.module, ab);
+      const std::string name = tensor_name(e.layer, e.module, ab, prefix);
       Tensor t = file->tensor(name);
       Tensor& dst = ab[5] == 'A' ? e.factors->a : e.factors->b;
       BRIOCHE_CHECK(t.rank() == 2 && t.dim(0) == dst.dim(0) && t.dim(1) == dst.dim(1), st_path, ": tensor '", name,

@@ -31,6 +31,10 @@ struct AdapterWriteInfo {
   // AutoPeftModelForCausalLM resolves the base), else the local path.
   std::string base_model_id;
   std::string base_model_path;  // the local file or folder trained on (brioche_base_model_path)
+  // The base is a Gemma4ForConditionalGeneration checkpoint: peft finds its decoder layers under
+  // model.language_model, so the tensors are named base_model.model.model.language_model.layers.N...
+  // and target_modules is a regex over the text model's projections (not the towers').
+  bool language_model = false;
 };
 
 // The base's Hugging Face repository id ("org/name") when the model names

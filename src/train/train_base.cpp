@@ -26,27 +26,30 @@ TrainBase llama_train_base(const model::Checkpoint& ck) {
 
 TrainBase gemma4_train_base(const model::Gemma4Checkpoint& ck) {
   const LoraShapes shapes = gemma4_lora_shapes(ck.config);
-  return {
-      .config = &ck.config.base,
-      .output = &ck.weights.output,
-      .logit_softcap = ck.config.final_logit_softcap,
-      .shapes = shapes,
-      .device = ck.weights.output_norm.device(),
-      .make_stack = [&ck](LoraAdapter* adapter, const TrainModelOptions& o) -> std::unique_ptr<TrainStack> {
-        // The Gemma 4 stack keeps every layer's activations on the CPU: the memory levers are not there yet.
-        BRIOCHE_CHECK(o.segment_size == 0 && !o.offload_boundaries && !o.offload_attention && o.mlp_chunk_rows == 0,
-                      "train: Gemma 4 trains without segment_size, offload_boundaries, offload_attention and "
-                      "mlp_chunk_size in this build (found segment_size ",
-                      o.segment_size, ", mlp_chunk_size ", o.mlp_chunk_rows, ")");
-        return std::make_unique<Gemma4TrainModel>(ck, adapter);
-      },
-      .load_adapter =
-          [&ck, shapes](const std::string& dir) {
-            return load_adapter(dir, ck.config.base, /*permuted_qk=*/false, 1 << 16, shapes);
+  return {.config = &ck.config.base,
+          .output = &ck.weights.output,
+          .logit_softcap = ck.config.final_logit_softcap,
+          .shapes = shapes,
+          .device = ck.weights.output_norm.device(),
+          .make_stack = [&ck](LoraAdapter* adapter, const TrainModelOptions& o) -> std::unique_ptr<TrainStack> {
+            // The Gemma 4 stack keeps every layer's activations on the CPU: the memory levers are not there yet.
+            BRIOCHE_CHECK(o.segment_size == 0 && !o.offload_boundaries && !o.offload_attention && o.mlp_chunk_rows == 0,
+                          "train: Gemma 4 trains without segment_size, offload_boundaries, offload_attention and "
+                          "mlp_chunk_size in this build (found segment_size ",
+                          o.segment_size, ", mlp_chunk_size ", o.mlp_chunk_rows, ")");
+            return std::make_unique<Gemma4TrainModel>(ck, adapter);
           },
-      .save_adapter = [&ck](const std::string& dir, LoraAdapter& adapter,
-                            const AdapterWriteInfo& info) { save_adapter(dir, adapter, ck.config.base, false, info); },
-      .huggingface_repo_id = huggingface_repo_id(ck.directory)};
+          .load_adapter =
+              [&ck, shapes](const std::string& dir) {
+                return load_adapter(dir, ck.config.base, /*permuted_qk=*/false, 1 << 16, shapes);
+              },
+          .save_adapter =
+              [&ck](const std::string& dir, LoraAdapter& adapter, const AdapterWriteInfo& info) {
+                AdapterWriteInfo named = info;
+                named.language_model = ck.config.multimodal;  // peft's layer names for the multimodal class
+                save_adapter(dir, adapter, ck.config.base, false, named);
+              },
+          .huggingface_repo_id = huggingface_repo_id(ck.directory)};
 }
 
 }  // namespace brioche::train

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/half.h"
+#include "formats/safetensors.h"
 #include "model/batch_builder.h"
 #include "model/gemma4_weights.h"
 #include "model/kv_cache.h"
@@ -155,7 +156,34 @@ TEST(Gemma4AttentionBias, BaseModelMatchesTransformers) {
   EXPECT_LT(err, 1e-3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Adapter, ::testing::Values("mix", "e2b", "bias"));
+TEST(Gemma4AdapterLoad, MultimodalCheckpointsNameTheLanguageModelsLayers) {
+  // peft wraps a Gemma4ForConditionalGeneration's text layers as model.language_model.layers.N: the moe
+  // fixture's peft adapter reads (above), and one brioche writes for such a base is named so and targets
+  // the text model only (a regex: the towers have q_proj too), back to the same factors.
+  const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture("moe"));
+  ASSERT_TRUE(ck.config.multimodal);
+  auto adapter = load_adapter(fixture("lora/moe"), ck.config.base, false, 1 << 16, gemma4_lora_shapes(ck.config));
+  const std::string dir = ::testing::TempDir() + "/brioche_gemma4_multimodal_adapter";
+  save_adapter(dir, *adapter, ck.config.base, false, {.language_model = true});
+  auto file = formats::SafetensorsFile::open(dir + "/adapter_model.safetensors");
+  EXPECT_TRUE(file->has("base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"));
+  EXPECT_FALSE(file->has("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"));
+  std::ifstream in(dir + "/adapter_config.json");
+  const nlohmann::json cfg = nlohmann::json::parse(in);
+  ASSERT_TRUE(cfg["target_modules"].is_string()) << cfg.dump();
+  EXPECT_EQ(cfg["target_modules"].get<std::string>().rfind(R"(.*language_model\.layers\.)", 0), 0u) << cfg.dump();
+  auto again = load_adapter(dir, ck.config.base, false, 1 << 16, gemma4_lora_shapes(ck.config));
+  ASSERT_EQ(again->entries().size(), adapter->entries().size());
+  for (size_t i = 0; i < adapter->entries().size(); ++i) {
+    const Tensor& a = adapter->entries()[i].factors->b;
+    const Tensor& b = again->entries()[i].factors->b;
+    ASSERT_EQ(a.numel(), b.numel());
+    for (int64_t j = 0; j < a.numel(); ++j) ASSERT_EQ(a.data_as<float>()[j], b.data_as<float>()[j]);
+  }
+}
+
+// moe: a Gemma4ForConditionalGeneration whose peft adapter names model.language_model.layers.
+INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Adapter, ::testing::Values("mix", "e2b", "bias", "moe"));
 
 }  // namespace
 }  // namespace brioche::train

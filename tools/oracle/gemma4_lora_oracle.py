@@ -18,6 +18,10 @@ token sequences (longer than the sliding window):
                                                           [len, vocab] f32 LE (what merging the
                                                           adapter at load must reproduce)
 
+The moe fixture (a Gemma4ForConditionalGeneration) gets its adapter by a
+regex over the text model's projections, so its tensors are named
+base_model.model.model.language_model.layers.N... as peft names them there.
+
 It also makes one more fixture, tests/fixtures/gemma4/bias: the mix model's
 config with attention_bias (q/k/v/o biases), random f32 weights (the
 fixture's norms and scalars random as tools/oracle/gemma4_oracle.py makes
@@ -37,7 +41,7 @@ import torch
 import transformers
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import save_file
-from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+from transformers import Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "gemma4")
@@ -68,10 +72,18 @@ def make_bias_fixture(seed):
 
 def build(name, seed):
     torch.manual_seed(seed)
-    model = Gemma4ForCausalLM.from_pretrained(os.path.join(FIXTURES, name), dtype=torch.float64,
-                                              attn_implementation="eager")
+    multimodal = name == "moe"  # a Gemma4ForConditionalGeneration: peft's names carry model.language_model
+    if multimodal:
+        model = Gemma4ForConditionalGeneration.from_pretrained(os.path.join(FIXTURES, name), dtype=torch.float64,
+                                                               attn_implementation="eager")
+        model.config.get_text_config()._experts_implementation = "eager"
+        targets = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(" + "|".join(TARGETS) + ")"
+    else:
+        model = Gemma4ForCausalLM.from_pretrained(os.path.join(FIXTURES, name), dtype=torch.float64,
+                                                  attn_implementation="eager")
+        targets = TARGETS
     model.eval()
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, bias="none",
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0, bias="none",
                         task_type="CAUSAL_LM")
     model = get_peft_model(model, config)
     gen = torch.Generator().manual_seed(seed)
@@ -80,7 +92,7 @@ def build(name, seed):
             with torch.no_grad():
                 values = (torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.2).float()
                 p.copy_(values.double())  # f32 values: brioche reads the adapter in f32
-    vocab = model.config.vocab_size
+    vocab = model.config.get_text_config().vocab_size
     seqs = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in LENGTHS]
 
     total, count = torch.zeros((), dtype=torch.float64), 0
@@ -128,6 +140,7 @@ def main():
     build("e2b", 12)
     make_bias_fixture(13)
     build("bias", 14)
+    build("moe", 15)  # inference only (brioche does not train the MoE block): its grads are recorded all the same
 
 
 if __name__ == "__main__":
