@@ -10,7 +10,9 @@
 #include "ops/gelu_tanh.h"
 #include "ops/layer_backward.h"
 #include "ops/linear_backward.h"
+#include "ops/gather_rows.h"
 #include "ops/matmul.h"
+#include "ops/moe.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "ops/scaled_add.h"
@@ -69,9 +71,6 @@ LoraShapes gemma4_lora_shapes(const model::Gemma4Config& g) {
 Gemma4TrainModel::Gemma4TrainModel(const model::Gemma4Checkpoint& ck, LoraAdapter* adapter)
     : ck_(ck), adapter_(adapter) {
   const model::Gemma4Config& g = ck.config;
-  BRIOCHE_CHECK(!g.moe, ck.directory,
-                ": training a Gemma 4 MoE model (enable_moe_block) is not implemented in this build (the router's "
-                "and the experts' backward); dense Gemma 4 models train");
   BRIOCHE_CHECK(ck.weights.output_norm.device() == Device::CPU, "train: Gemma 4 trains on the CPU only in this build");
   for (int l = 0; l < g.base.n_layers; ++l) inv_freq_.push_back(g.inv_freq(l));
   if (adapter) {
@@ -232,6 +231,15 @@ void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   c.m = f32(n, hidden);
   c.lora_u[size_t(Module::Down)] = u_buffer(sd, n);
   lora_linear_forward(sd, c.act, c.m, &c.lora_u[size_t(Module::Down)]);
+  if (g.moe) {
+    c.dense = std::move(c.m);
+    moe_forward(layer, c);
+    Tensor dense_normed = f32(n, hidden);
+    c.m = f32(n, hidden);
+    ops::rms_norm(c.dense, w.post_ffn_norm_1, eps, dense_normed);
+    ops::rms_norm(c.moe_out, w.post_ffn_norm_2, eps, c.m);
+    ops::add(dense_normed, c.m, c.m);
+  }
   ops::rms_norm(c.m, w.post_ffn_norm, eps, normed);
   ops::add(x, normed, x);
 
@@ -273,6 +281,13 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   // MLP
   Tensor d_m = zeros(n, hidden);
   ops::rms_norm_backward(c.m, w.post_ffn_norm, eps, dx, d_m);
+  if (g.moe) {  // m = RMSNorm(dense, n1) + RMSNorm(moe_out, n2)
+    Tensor d_dense = zeros(n, hidden), d_moe = zeros(n, hidden);
+    ops::rms_norm_backward(c.dense, w.post_ffn_norm_1, eps, d_m, d_dense);
+    ops::rms_norm_backward(c.moe_out, w.post_ffn_norm_2, eps, d_m, d_moe);
+    moe_backward(layer, c, d_moe, dx);  // dx (d x2, which is also d x_mid's skip part) += the block's input grads
+    d_m = std::move(d_dense);
+  }
   Tensor d_act = f32(n, inter), d_up = f32(n, inter);
   lora_linear_backward(site(Module::Down, w.w_down),
                        {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = d_m, .dx = d_act});
@@ -337,6 +352,99 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   lora_linear_backward(sites, grads);
   ops::rms_norm_backward(c.x_in, w.attn_norm, eps, d_h1, dx);  // dx = d x_in
   c = Cache();
+}
+
+void Gemma4TrainModel::moe_forward(int layer, Cache& c) const {
+  const model::Gemma4Config& g = ck_.config;
+  const model::Gemma4LayerWeights& w = ck_.weights.layers[size_t(layer)];
+  const int64_t n = c.x_mid.dim(0), hidden = g.base.hidden_size, I = g.moe_intermediate_size;
+  const float eps = g.base.rms_eps;
+  Tensor routed = f32(n, hidden);
+  ops::rms_norm(c.x_mid, w.router_norm, eps, routed);  // router_norm = scale·hidden^−½ (no weight of its own)
+  c.router_logits = f32(n, g.n_experts);
+  ops::matmul(routed, w.router_proj, c.router_logits);
+  ops::MoeRouting route = ops::moe_route(c.router_logits, g.top_k_experts, w.expert_scale);
+  c.route_expert = std::move(route.expert);
+  c.route_weight = std::move(route.weight);
+  c.e_in = f32(n, hidden);
+  ops::rms_norm(c.x_mid, w.pre_ffn_norm_2, eps, c.e_in);
+  c.moe_out = zeros(n, hidden);
+  c.experts.assign(size_t(g.n_experts), {});
+  for (int64_t slot = 0; slot < int64_t(c.route_expert.size()); ++slot) {
+    Cache::Expert& e = c.experts[size_t(c.route_expert[size_t(slot)])];
+    e.rows.push_back(int32_t(slot / g.top_k_experts));
+    e.slots.push_back(int32_t(slot));
+    e.weights.push_back(c.route_weight[size_t(slot)]);
+  }
+  for (int id = 0; id < g.n_experts; ++id) {
+    Cache::Expert& e = c.experts[size_t(id)];
+    if (e.rows.empty()) continue;
+    const int64_t m = int64_t(e.rows.size());
+    Tensor in = f32(m, hidden);
+    ops::gather_rows(c.e_in, e.rows, in);
+    e.gate_up = f32(m, 2 * I), e.act = f32(m, I), e.y = f32(m, hidden);
+    ops::matmul(in, w.experts_gate_up.select(id), e.gate_up);  // gate columns, then up
+    ops::gelu_tanh_mul(e.gate_up.slice(1, 0, I), e.gate_up.slice(1, I, 2 * I), e.act);
+    ops::matmul(e.act, w.experts_down.select(id), e.y);
+    Tensor weighted = copy_of(e.y);
+    ops::scale_rows(weighted, e.weights);
+    ops::scatter_add_rows(weighted, e.rows, c.moe_out);
+  }
+}
+
+void Gemma4TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_moe, Tensor& dx) const {
+  const model::Gemma4Config& g = ck_.config;
+  const model::Gemma4LayerWeights& w = ck_.weights.layers[size_t(layer)];
+  const int64_t n = d_moe.dim(0), hidden = g.base.hidden_size, I = g.moe_intermediate_size, K = g.top_k_experts;
+  const float eps = g.base.rms_eps;
+  std::vector<double> d_weight(c.route_weight.size(), 0.0);
+  Tensor d_e_in = zeros(n, hidden);
+  for (int id = 0; id < g.n_experts; ++id) {
+    Cache::Expert& e = c.experts[size_t(id)];
+    if (e.rows.empty()) continue;
+    const int64_t m = int64_t(e.rows.size());
+    // moe_out[r] += w·y  ⇒  dw = d_moe[r]·y,  dy = w·d_moe[r]
+    Tensor d_y = f32(m, hidden);
+    ops::gather_rows(d_moe, e.rows, d_y);
+    for (int64_t i = 0; i < m; ++i) {
+      double dot = 0.0;
+      const float* a = d_y.row_as<float>(i);
+      const float* b = e.y.row_as<float>(i);
+      for (int64_t j = 0; j < hidden; ++j) dot += double(a[j]) * double(b[j]);
+      d_weight[size_t(e.slots[size_t(i)])] = dot;
+    }
+    ops::scale_rows(d_y, e.weights);
+    Tensor d_act = f32(m, I), d_gate_up = f32(m, 2 * I), d_in = f32(m, hidden);
+    ops::matmul_input_grad(d_y, w.experts_down.select(id), d_act, ops::GradWrite::Overwrite);
+    Tensor d_gate = d_gate_up.slice(1, 0, I), d_up = d_gate_up.slice(1, I, 2 * I);
+    ops::gelu_tanh_mul_backward(e.gate_up.slice(1, 0, I), e.gate_up.slice(1, I, 2 * I), d_act, d_gate, &d_up);
+    ops::matmul_input_grad(d_gate_up, w.experts_gate_up.select(id), d_in, ops::GradWrite::Overwrite);
+    ops::scatter_add_rows(d_in, e.rows, d_e_in);
+  }
+  ops::rms_norm_backward(c.x_mid, w.pre_ffn_norm_2, eps, d_e_in, dx);
+  // Router: w_k = q_k·s_k with q the softmax of the top-k logits (transformers' softmax over all experts,
+  // renormalised over the top k, is the same), so dz_k = q_k·(g_k − Σ_j q_j·g_j), g_k = dw_k·s_k.
+  Tensor d_logits = zeros(n, g.n_experts);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* z = c.router_logits.row_as<float>(r);
+    double mx = -1e300, sum = 0.0, mean = 0.0;
+    std::vector<double> q(static_cast<size_t>(K)), gk(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) mx = std::max(mx, double(z[c.route_expert[size_t(r * K + k)]]));
+    for (int64_t k = 0; k < K; ++k) sum += q[size_t(k)] = std::exp(double(z[c.route_expert[size_t(r * K + k)]]) - mx);
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t ex = c.route_expert[size_t(r * K + k)];
+      q[size_t(k)] /= sum;
+      gk[size_t(k)] = d_weight[size_t(r * K + k)] * double(w.expert_scale[size_t(ex)]);
+      mean += q[size_t(k)] * gk[size_t(k)];
+    }
+    float* dz = d_logits.row_as<float>(r);
+    for (int64_t k = 0; k < K; ++k)
+      dz[c.route_expert[size_t(r * K + k)]] = float(q[size_t(k)] * (gk[size_t(k)] - mean));
+  }
+  Tensor d_routed = f32(n, hidden);
+  ops::matmul_input_grad(d_logits, w.router_proj, d_routed, ops::GradWrite::Overwrite);
+  ops::rms_norm_backward(c.x_mid, w.router_norm, eps, d_routed, dx);
+  c.experts.clear();
 }
 
 Tensor Gemma4TrainModel::frozen_prefix(const TokenBatch& batch) const {

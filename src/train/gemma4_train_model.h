@@ -15,8 +15,11 @@
 // KV-shared layers attend over their source layer's K/V (normed and rotated),
 // so their dK/dV are added to the source layer's before its backward. The
 // per-layer inputs ple depend only on the tokens (embeddings are frozen):
-// no gradient flows into them. The MoE block is not differentiated in this
-// build: a model with enable_moe_block is refused.
+// no gradient flows into them. With the MoE block, m is
+// RMSNorm(dense m, n1) + RMSNorm(Σ_k w_k·expert_k(RMSNorm(x_mid, pre_ffn_norm_2)), n2);
+// gradients flow through the experts (frozen, not LoRA targets) and the
+// router: w = softmax over the top-k logits · per_expert_scale, so
+// dz_k = q_k·(g_k − Σ_j q_j·g_j) with q the top-k softmax, g_k = dw_k·scale.
 #pragma once
 
 #include <array>
@@ -55,6 +58,18 @@ class Gemma4TrainModel final : public TrainStack {
     Tensor x_mid, h2, gate, up, act, m;
     Tensor x2, ple_gate, ple_act, ple_out;  // per-layer inputs (P > 0)
     std::array<Tensor, kNumModules> lora_u;
+    // MoE block (enable_moe_block): m above is then the sum of the normed dense and expert outputs.
+    Tensor dense;                       // [n, hidden] the dense MLP's down output
+    Tensor router_logits, e_in;         // [n, E], [n, hidden] the experts' normed input
+    std::vector<int32_t> route_expert;  // [n·top_k]
+    std::vector<float> route_weight;    // [n·top_k]
+    struct Expert {
+      std::vector<int32_t> rows, slots;  // the batch rows routed to it, their (row·top_k + k) slots
+      std::vector<float> weights;
+      Tensor gate_up, act, y;  // [m, 2I], [m, I], [m, hidden] (y before the routing weight)
+    };
+    std::vector<Expert> experts;
+    Tensor moe_out;  // [n, hidden] Σ weight·expert output
   };
 
  private:
@@ -72,6 +87,10 @@ class Gemma4TrainModel final : public TrainStack {
   void layer_forward(const Pass& pass, int layer, Tensor& x, Cache& c, std::vector<Tensor>& kv_k,
                      std::vector<Tensor>& kv_v) const;
   void layer_backward(const Pass& pass, int layer, Cache& c, Tensor& dx);
+  // The MoE block's expert half from c.x_mid into c.moe_out (saving what its backward needs).
+  void moe_forward(int layer, Cache& c) const;
+  // d_moe: d loss / d moe_out; adds the router's and the experts' input gradients into dx (d x_mid).
+  void moe_backward(int layer, Cache& c, const Tensor& d_moe, Tensor& dx) const;
 
   const model::Gemma4Checkpoint& ck_;
   LoraAdapter* adapter_;
