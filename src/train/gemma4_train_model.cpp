@@ -520,6 +520,8 @@ size_t Gemma4TrainModel::saved_bytes() const {
       n += t->nbytes();
     if (c.k_lin.defined()) n += c.k.nbytes() + c.v.nbytes();  // (a KV-shared layer's k/v are its source's)
     for (const Tensor& u : c.lora_u) n += u.nbytes();
+    for (const Tensor* t : {&c.dense, &c.router_logits, &c.e_in, &c.moe_out}) n += t->nbytes();
+    for (const Cache::Expert& e : c.experts) n += e.gate_up.nbytes() + e.act.nbytes() + e.y.nbytes();
   }
   return n;
 }
