@@ -28,14 +28,8 @@
 #include <thread>
 #include <vector>
 
-#include "../../tools/gen_model_lib.h"
+#include "engine/cuda_tiny_engine.h"
 #include "engine/draft_model_proposer.h"
-#include "engine/engine.h"
-#include "grammar/compiler.h"
-#include "grammar/grammar.h"
-#include "grammar/vocabulary.h"
-#include "model/device_weights.h"
-#include "model/llama.h"
 #include "ops/device.h"
 
 namespace brioche::engine {
@@ -44,45 +38,15 @@ namespace {
 #define REQUIRE_CUDA_DEVICE() \
   if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
-constexpr int32_t kVocab = 1000;
+using namespace cuda_test;
 
-// Token t reads "x<t>;" (as in cuda_run_ahead_test.cpp): a grammar over
-// these texts allows whole tokens only.
-std::string token_text(int32_t token) { return "x" + std::to_string(token) + ";"; }
-
-class SemicolonCodec final : public TextCodec {
- public:
-  std::vector<int32_t> encode(std::string_view, const TextEncoding&) const override { return {1}; }
-  std::vector<int32_t> eos_ids() const override { return {}; }
-  std::string token_bytes(int32_t token) const override { return token_text(token); }
-  std::unique_ptr<TextStream> new_stream() const override {
-    struct Stream final : TextStream {
-      std::string push(int32_t token) override { return token_text(token); }
-      std::string flush() override { return {}; }
-    };
-    return std::make_unique<Stream>();
-  }
-};
-
-// A tiny Llama on the GPU; one model object per (seed, copy), so a draft
-// with the target's weights still has its own model (and decode graphs).
-std::shared_ptr<model::Model> tiny_model(uint64_t seed) {
-  const tools::ShapePreset tiny{"tiny", "llama", kVocab, 256, 512, 2, 4, 2, 64, 10000.0f, false, false};
-  model::Checkpoint ck = tools::random_checkpoint(tiny, DType::BF16, seed);
-  model::move_weights(ck, Device::CUDA);
-  return std::make_shared<model::LlamaModel>(std::move(ck));
-}
+// One model object per (seed, copy), so a draft with the target's weights
+// still has its own model (and decode graphs).
+std::shared_ptr<model::Model> tiny_model(uint64_t seed) { return tiny_cuda_llama(seed); }
 
 std::shared_ptr<model::Model> target_model() {
   static std::shared_ptr<model::Model> model = tiny_model(5);
   return model;
-}
-
-std::shared_ptr<const grammar::CompiledGrammar> compile(const std::string& ebnf) {
-  std::vector<std::string> texts;
-  for (int32_t t = 0; t < kVocab; ++t) texts.push_back(token_text(t));
-  static grammar::GrammarCache cache(std::make_shared<grammar::Vocabulary>(texts, grammar::VocabularyOptions{}));
-  return cache.get(grammar::Grammar::from_ebnf(ebnf));
 }
 
 const KvSizing kKv{.block_size = 16, .n_blocks = 256, .max_context = 256};
@@ -111,15 +75,6 @@ Engines draft_model_engine(std::shared_ptr<model::Model> draft) {
   return {std::make_unique<Engine>(make_model_runner(target_model(), kKv), std::make_unique<SemicolonCodec>(),
                                    speculating(), std::move(proposer)),
           raw};
-}
-
-GenerationRequest request(std::vector<int32_t> prompt, int32_t max_tokens, SamplingParams sampling = {}) {
-  GenerationRequest r;
-  r.prompt_tokens = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.sampling = std::move(sampling);
-  return r;
 }
 
 struct Output {
