@@ -7,11 +7,16 @@
 
 namespace brioche::backend::cpu {
 
+namespace {
+
+// gelu_tanh(g) = ½·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))), torch's
+// gelu(approximate="tanh") ("gelu_pytorch_tanh"), in f32 as torch computes it.
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+
+}  // namespace
+
 void gelu_tanh_mul(const GeluTanhMulArgs& a) {
-  // gelu_tanh(g) = ½·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))), torch's
-  // gelu(approximate="tanh") ("gelu_pytorch_tanh"), in f32 as torch computes it.
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCubic = 0.044715f;
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(a.dim, 1));
   ThreadPool::global().parallel_for(a.n_rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -30,8 +35,6 @@ void gelu_tanh_mul(const GeluTanhMulArgs& a) {
 void gelu_tanh_mul_backward(const GeluTanhMulBackwardArgs& a) {
   // With t = tanh(c·(g + k·g³)):  gelu(g) = ½·g·(1 + t),
   //   gelu'(g) = ½·(1 + t) + ½·g·(1 − t²)·c·(1 + 3k·g²).
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCubic = 0.044715f;
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(a.dim, 1));
   ThreadPool::global().parallel_for(a.n_rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
