@@ -290,6 +290,8 @@ Subcommand add_train_command(CLI::App& root) {
   option<float>(app, f, "orpo-lambda", "ORPO weight of the odds-ratio term (default 0.1)");
   option<float>(app, f, "beta", "DPO/IPO/SimPO temperature (default 0.1)");
   option<float>(app, f, "simpo-gamma", "SimPO target margin (default 0.5)");
+  option<float>(app, f, "rpo-alpha",
+                "DPO/IPO: add this weight times the NLL of the chosen replies (TRL's rpo_alpha; default off)");
   option<float>(app, f, "learning-rate", "peak learning rate (default 2e-4 sft, 1e-5 preference)");
   option<std::string>(app, f, "lr-schedule", "cosine (default), linear or constant");
   option<int>(app, f, "warmup", "linear warmup steps (default: orpo min(10, steps/10), else 0)");

@@ -34,22 +34,24 @@ void preference(const LossConfig& c, std::span<const SequenceLogps> seqs, std::s
     BRIOCHE_CHECK(ref.size() == seqs.size(), c.method == Method::DPO ? "dpo" : "ipo", ": ", ref.size(),
                   " reference log-probs for ", seqs.size(), " sequences");
   }
-  // The NLL term of ORPO: token mean over the chosen sequences of the batch.
-  double nll_sum = 0.0;
-  int64_t nll_n = 0;
-  if (c.method == Method::ORPO) {
+  // The NLL term of ORPO (weight 1) and of DPO/IPO with rpo_alpha (weight α):
+  // token mean over the chosen sequences of the batch.
+  if (has_nll_term(c)) {
+    const double weight = c.method == Method::ORPO ? 1.0 : double(*c.rpo_alpha);
+    double nll_sum = 0.0;
+    int64_t nll_n = 0;
     for (int i = 0; i < pairs; ++i) {
       const auto& w = seqs[size_t(2 * i)];
       nll_sum += w.response_sum + w.prompt_sum;
       nll_n += w.response_n + w.prompt_n;
     }
-    BRIOCHE_CHECK(nll_n > 0, "orpo loss: the chosen sequences have no scored tokens");
+    BRIOCHE_CHECK(nll_n > 0, method_name(c.method), " loss: the chosen sequences have no scored tokens");
     out.nll = -nll_sum / double(nll_n);
     out.tokens = nll_n;
-    out.loss = out.nll;
+    out.loss = weight * out.nll;
     for (int i = 0; i < pairs; ++i) {
-      out.d_response_sum[size_t(2 * i)] = -1.0 / double(nll_n);
-      out.d_prompt_sum[size_t(2 * i)] = -1.0 / double(nll_n);
+      out.d_response_sum[size_t(2 * i)] = -weight / double(nll_n);
+      out.d_prompt_sum[size_t(2 * i)] = -weight / double(nll_n);
     }
   }
   for (int i = 0; i < pairs; ++i) {
@@ -152,6 +154,9 @@ SftScope parse_sft_scope(const std::string& name) {
 
 bool is_preference(Method m) { return m != Method::SFT; }
 bool needs_reference(Method m) { return m == Method::DPO || m == Method::IPO; }
+bool has_nll_term(const LossConfig& c) {
+  return c.method == Method::ORPO || (needs_reference(c.method) && c.rpo_alpha.has_value());
+}
 
 double log1mexp(double x) {
   // log(1 − eˣ): log1p(−eˣ) is accurate for x < −ln 2, log(−expm1(x)) near 0.

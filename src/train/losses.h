@@ -13,9 +13,13 @@
 //         o   = (ℓ_w − ℓ_r) − (log1mexp(ℓ_w) − log1mexp(ℓ_r)),  log1mexp(x) = log(1 − eˣ)
 //   DPO   L = mean_i −log σ(β((R_w − R_w^ref) − (R_r − R_r^ref)))   (sums; ref = frozen base)
 //   IPO   L = mean_i ((ℓ_w − ℓ_w^ref) − (ℓ_r − ℓ_r^ref) − 1/(2β))²  (means, as TRL)
+//         either + α · NLL with rpo_alpha α (RPO, Pang et al. 2024): the NLL of
+//         ORPO above, a token mean over the batch's chosen replies, as TRL's
+//         rpo_alpha and TRL 1.16's loss_type ["sigmoid", "sft"], loss_weights [1, α]
 //   SimPO L = mean_i −log σ(β(ℓ_w − ℓ_r) − γ)                       (means, no reference)
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,7 +42,14 @@ struct LossConfig {
   float orpo_lambda = 0.1f;
   float beta = 0.1f;         // DPO / IPO / SimPO temperature
   float simpo_gamma = 0.5f;  // SimPO target margin
+  // DPO / IPO: weight of the chosen replies' NLL added to the loss; unset = no
+  // NLL term (TRL's rpo_alpha None).
+  std::optional<float> rpo_alpha;
 };
+
+// Whether the loss has an NLL term on the chosen replies (ORPO always; DPO and
+// IPO with rpo_alpha): the trainer logs it as TRL's nll_loss.
+bool has_nll_term(const LossConfig& config);
 
 struct SequenceLogps {
   double response_sum = 0.0;
@@ -57,7 +68,7 @@ struct LossValue {
   std::vector<double> d_prompt_sum;    // [n_sequences]
   // Preference metrics (sums over pairs; divide by n_pairs).
   int n_pairs = 0;
-  double nll = 0.0;          // the NLL term (ORPO) or the loss (SFT)
+  double nll = 0.0;          // the NLL term, unweighted (ORPO, DPO/IPO with rpo_alpha) or the loss (SFT)
   double or_loss_sum = 0.0;  // Σ −log σ(o) (ORPO) or Σ per-pair loss (others)
   double correct = 0.0;      // pairs with the chosen ahead (ℓ_w > ℓ_r, or reward_w > reward_r)
   double margin_sum = 0.0;   // Σ (ℓ_w − ℓ_r)

@@ -17,6 +17,13 @@ void TrainConfig::finalize() {
   sft_scope = resolved_sft_scope();
   if (!rank) rank = orpo ? 16 : 8;
   BRIOCHE_CHECK(!(scale && alpha), "set either scale or alpha, not both");
+  if (rpo_alpha) {
+    // TRL has rpo_alpha on DPOTrainer only (every DPO loss type); ORPO and CPO/SimPO have their own NLL weights.
+    BRIOCHE_CHECK(needs_reference(method), "rpo_alpha adds an NLL term to dpo or ipo, not to ", method_name(method),
+                  method == Method::ORPO ? " (ORPO's loss already has its NLL term)" : "");
+    BRIOCHE_CHECK(std::isfinite(*rpo_alpha) && *rpo_alpha >= 0, "rpo_alpha must be a finite number >= 0, got ",
+                  *rpo_alpha);
+  }
   if (!scale && !alpha) scale = orpo ? 2.0f : 1.0f;
   BRIOCHE_CHECK(*rank > 0, "rank must be positive, got ", *rank);
   BRIOCHE_CHECK(*learning_rate > 0, "learning_rate must be positive, got ", *learning_rate);
@@ -34,7 +41,7 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK((early_stopping_patience == 0 && !keep_best) || steps_per_eval > 0,
                 "early_stopping_patience and keep_best compare evaluations: set steps_per_eval > 0");
   {
-    const std::vector<std::string>& names = eval_metric_names(method);
+    const std::vector<std::string>& names = eval_metric_names(method, rpo_alpha.has_value());
     if (std::find(names.begin(), names.end(), best_metric_key()) == names.end()) {
       std::string known;
       for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
@@ -100,7 +107,7 @@ bool TrainConfig::resolved_greater_is_better() const {
   return greater_is_better.value_or(!(m.size() >= 4 && m.compare(m.size() - 4, 4, "loss") == 0));
 }
 
-const std::vector<std::string>& eval_metric_names(Method method) {
+const std::vector<std::string>& eval_metric_names(Method method, bool nll_term) {
   static const std::vector<std::string> sft = {"loss", "nll"};
   static const std::vector<std::string> preference = {"loss",
                                                       "nll",
@@ -120,7 +127,12 @@ const std::vector<std::string>& eval_metric_names(Method method) {
     for (const char* n : {"nll_loss", "log_odds_ratio", "log_odds_chosen"}) names.emplace_back(n);
     return names;
   }();
-  return method == Method::ORPO ? orpo : is_preference(method) ? preference : sft;
+  static const std::vector<std::string> with_nll = [] {
+    std::vector<std::string> names = preference;
+    names.emplace_back("nll_loss");
+    return names;
+  }();
+  return method == Method::ORPO ? orpo : !is_preference(method) ? sft : nll_term ? with_nll : preference;
 }
 
 Device TrainConfig::resolved_device() const {
@@ -206,6 +218,7 @@ const std::vector<OptionSpec>& option_specs() {
       {{"orpo_lambda"}, Kind::Number, [](TrainConfig& c, const json& v) { c.orpo_lambda = to_float(v); }},
       {{"beta", "dpo_beta"}, Kind::Number, [](TrainConfig& c, const json& v) { c.beta = to_float(v); }},
       {{"simpo_gamma"}, Kind::Number, [](TrainConfig& c, const json& v) { c.simpo_gamma = to_float(v); }},
+      {{"rpo_alpha"}, Kind::Number, [](TrainConfig& c, const json& v) { c.rpo_alpha = to_float(v); }},
       {{"learning_rate"}, Kind::Number, [](TrainConfig& c, const json& v) { c.learning_rate = to_float(v); }},
       {{"lr_schedule", "orpo_lr_schedule"},
        Kind::String,
@@ -349,6 +362,7 @@ nlohmann::json config_to_json(const TrainConfig& c) {
   j["orpo_lambda"] = c.orpo_lambda;
   j["beta"] = c.beta;
   j["simpo_gamma"] = c.simpo_gamma;
+  if (c.rpo_alpha) j["rpo_alpha"] = *c.rpo_alpha;
   if (c.learning_rate) j["learning_rate"] = *c.learning_rate;
   j["lr_schedule"] = lr_schedule_name(c.lr_schedule);
   j["warmup"] = c.warmup;

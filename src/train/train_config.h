@@ -39,6 +39,9 @@ struct TrainConfig {
   float orpo_lambda = 0.1f;
   float beta = 0.1f;  // dpo/ipo/simpo
   float simpo_gamma = 0.5f;
+  // DPO/IPO: weight α of the chosen replies' NLL added to the loss (TRL's
+  // rpo_alpha, RPO); unset: no NLL term, as TRL's default None.
+  std::optional<float> rpo_alpha;
 
   std::optional<float> learning_rate;  // default 2e-4 (sft) / 1e-5 (preference)
   LrSchedule lr_schedule = LrSchedule::Cosine;
@@ -139,6 +142,6 @@ nlohmann::json config_to_json(const TrainConfig& config);
 
 // The metrics an evaluation of `method` logs (EvalMetrics::to_json's keys),
 // which metric_for_best may name.
-const std::vector<std::string>& eval_metric_names(Method method);
+const std::vector<std::string>& eval_metric_names(Method method, bool nll_term = false);
 
 }  // namespace brioche::train

@@ -53,7 +53,8 @@ namespace {
 
 // TRL's preference metrics from a LossValue's sums over n pairs (losses.h
 // says how each method defines them).
-void add_trl_names(nlohmann::json& j, Method method, const LossValue& sums, double n) {
+void add_trl_names(nlohmann::json& j, const LossConfig& loss, const LossValue& sums, double n) {
+  const Method method = loss.method;
   if (!is_preference(method) || n <= 0) return;
   j["rewards/chosen"] = sums.reward_chosen_sum / n;
   j["rewards/rejected"] = sums.reward_rejected_sum / n;
@@ -61,8 +62,8 @@ void add_trl_names(nlohmann::json& j, Method method, const LossValue& sums, doub
   j["rewards/accuracies"] = sums.correct / n;
   j["logps/chosen"] = sums.trl_logps_chosen_sum / n;
   j["logps/rejected"] = sums.trl_logps_rejected_sum / n;
+  if (has_nll_term(loss)) j["nll_loss"] = sums.nll;  // unweighted, as TRL logs it (ORPO; DPO's rpo_alpha)
   if (method == Method::ORPO) {
-    j["nll_loss"] = sums.nll;
     j["log_odds_ratio"] = sums.log_odds_ratio_sum / n;
     j["log_odds_chosen"] = sums.log_odds_chosen_sum / n;
   }
@@ -70,7 +71,7 @@ void add_trl_names(nlohmann::json& j, Method method, const LossValue& sums, doub
 
 }  // namespace
 
-nlohmann::json EvalMetrics::to_json(Method method) const {
+nlohmann::json EvalMetrics::to_json(const LossConfig& objective) const {
   nlohmann::json j = {{"loss", loss},
                       {"nll", nll},
                       {"or", or_loss},
@@ -83,7 +84,7 @@ nlohmann::json EvalMetrics::to_json(Method method) const {
   means.reward_chosen_sum = reward_chosen, means.reward_rejected_sum = reward_rejected, means.correct = accuracy;
   means.trl_logps_chosen_sum = trl_logps_chosen, means.trl_logps_rejected_sum = trl_logps_rejected;
   means.nll = nll, means.log_odds_ratio_sum = log_odds_ratio, means.log_odds_chosen_sum = log_odds_chosen;
-  add_trl_names(j, method, means, 1.0);
+  add_trl_names(j, objective, means, 1.0);
   return j;
 }
 
@@ -112,7 +113,8 @@ Trainer::Trainer(TrainConfig config, TrainBase base, TrainData data)
   loss_config_ = {.method = config_.method,
                   .orpo_lambda = config_.orpo_lambda,
                   .beta = config_.beta,
-                  .simpo_gamma = config_.simpo_gamma};
+                  .simpo_gamma = config_.simpo_gamma,
+                  .rpo_alpha = config_.rpo_alpha};
   auto own = [](Dataset d) { return std::make_unique<Dataset>(std::move(d)); };
   owned_train_ = own(std::move(data.train));
   if (data.valid) owned_valid_ = own(std::move(*data.valid));
@@ -450,7 +452,7 @@ TrainResult Trainer::run() {
     const auto t0 = Clock::now();
     EvalMetrics m = evaluate(valid_ ? *valid_ : *train_, config_.eval_batches);
     const double elapsed = seconds();
-    nlohmann::json j = m.to_json(config_.method);
+    nlohmann::json j = m.to_json(loss_config_);
     j["step"] = step;
     j["learning_rate"] = lr;
     j["tokens_per_s"] = train_tokens_per_s();
@@ -553,7 +555,7 @@ TrainResult Trainer::run() {
                               {"step_seconds", step_seconds},
                               {"epoch", double(done) / steps_per_epoch}};
       // Rank 0's micro-batches (with --gpus, a share of the step's pairs).
-      add_trl_names(event, config_.method, step_sums, step_sums.n_pairs);
+      add_trl_names(event, loss_config_, step_sums, step_sums.n_pairs);
       log_event(event);
     }
     if (lead && live_progress) {
@@ -631,7 +633,7 @@ TrainResult Trainer::run() {
   if (test_ && !interrupted) {
     const auto t0 = std::chrono::steady_clock::now();
     result.test_eval = evaluate_test(best_is_final);
-    nlohmann::json t = result.test_eval->to_json(config_.method);
+    nlohmann::json t = result.test_eval->to_json(loss_config_);
     t["step"] = adapter_step;
     t["eval_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.metrics["test"] = t;

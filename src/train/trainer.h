@@ -45,8 +45,9 @@ struct EvalMetrics {
   int64_t examples = 0;
   // Our names, and for preference methods also TRL's: rewards/chosen,
   // rewards/rejected, rewards/margins, rewards/accuracies, logps/chosen,
-  // logps/rejected, and for ORPO nll_loss, log_odds_ratio, log_odds_chosen.
-  nlohmann::json to_json(Method method) const;
+  // logps/rejected; nll_loss where the loss has an NLL term (ORPO, DPO/IPO
+  // with rpo_alpha); for ORPO log_odds_ratio, log_odds_chosen.
+  nlohmann::json to_json(const LossConfig& objective) const;
 };
 
 struct TrainResult {

@@ -180,6 +180,36 @@ TEST(ConfigFile, ReferenceSwitchesMapToLevers) {
   EXPECT_THAT(error("device.toml", "device = \"tpu\"\n"), HasSubstr("expected cpu, cuda or auto, got 'tpu'"));
 }
 
+TEST(ConfigFile, RpoAlphaOnDpoAndIpoOnly) {
+  // TRL's rpo_alpha: a DPOTrainer option (any of its loss types), recorded in metrics.json's config.
+  const std::string toml = write("rpo.toml", "method = \"dpo\"\ndata = \"d\"\nrpo_alpha = 1.0\n");
+  const std::string json = write("rpo.json", R"({"method": "ipo", "data": "d", "rpo_alpha": 0.5})");
+  TrainConfig dpo, ipo, plain;
+  apply_config_file(dpo, toml);
+  apply_config_file(ipo, json);
+  dpo.finalize(), ipo.finalize();
+  EXPECT_EQ(config_to_json(dpo).at("rpo_alpha"), 1.0);
+  EXPECT_EQ(config_to_json(ipo).at("rpo_alpha"), 0.5);
+  plain.data = "d", plain.method = Method::DPO;
+  plain.finalize();
+  EXPECT_FALSE(config_to_json(plain).contains("rpo_alpha")) << "unset is TRL's None: no NLL term";
+  // ORPOTrainer and CPOTrainer have no rpo_alpha (their configs refuse the field), nor does SFTTrainer.
+  for (const char* method : {"sft", "orpo", "simpo"}) {
+    const std::string other = write(std::string("rpo_") + method + ".json",
+                                    std::string(R"({"data": "d", "rpo_alpha": 1.0, "method": ")") + method + "\"}");
+    EXPECT_THAT(error_of(other), HasSubstr(std::string("rpo_alpha adds an NLL term to dpo or ipo, not to ") + method));
+  }
+  EXPECT_THAT(error_of(write("rpo_neg.json", R"({"data": "d", "method": "dpo", "rpo_alpha": -1})")),
+              HasSubstr("rpo_alpha must be a finite number >= 0, got -1"));
+  // nll_loss is an evaluation metric of DPO only with the term.
+  EXPECT_EQ(error_of(write("rpo_best.json", R"({"data": "d", "method": "dpo", "rpo_alpha": 1, "steps_per_eval": 5,
+    "keep_best": true, "metric_for_best": "eval_nll_loss"})")),
+            "");
+  EXPECT_THAT(error_of(write("rpo_best_off.json", R"({"data": "d", "method": "dpo", "steps_per_eval": 5,
+    "keep_best": true, "metric_for_best": "eval_nll_loss"})")),
+              HasSubstr("evaluations log no 'eval_nll_loss'"));
+}
+
 TEST(ConfigFile, MalformedTomlNamesFileAndLine) {
   const std::string path = write("broken.toml", "method = \"orpo\"\nrank = 16\nlearning_rate = = 1e-5\n");
   EXPECT_THAT(error_of(path), HasSubstr(path + ":3:"));

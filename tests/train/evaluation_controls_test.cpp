@@ -29,9 +29,15 @@ nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse
 
 TEST(EvaluationControls, EveryMetricForBestNameIsWhatAnEvaluationLogs) {
   for (Method m : {Method::SFT, Method::DPO, Method::ORPO, Method::SimPO, Method::IPO}) {
-    const nlohmann::json logged = EvalMetrics{}.to_json(m);
+    const nlohmann::json logged = EvalMetrics{}.to_json({.method = m});
     for (const std::string& name : eval_metric_names(m))
       EXPECT_TRUE(logged.contains(name)) << method_name(m) << ": " << name;
+  }
+  for (Method m : {Method::DPO, Method::IPO}) {  // with rpo_alpha: nll_loss too
+    const nlohmann::json logged = EvalMetrics{}.to_json({.method = m, .rpo_alpha = 1.0f});
+    ASSERT_TRUE(logged.contains("nll_loss")) << method_name(m);
+    for (const std::string& name : eval_metric_names(m, /*nll_term=*/true))
+      EXPECT_TRUE(logged.contains(name)) << method_name(m) << " with rpo_alpha: " << name;
   }
 }
 

@@ -1,5 +1,6 @@
 // brioche's first training step against TRL's own trainers on the same model,
 // adapter and data (tools/oracle/trl_goldens.py: DPOTrainer sigmoid and ipo,
+// DPOTrainer sigmoid + sft weighted 0.5 = DPO with rpo_alpha 0.5 ("dpo_rpo"),
 // ORPOTrainer, CPOTrainer simpo; TRL 1.16, f32 on the CPU).
 //
 // The model is the tiny golden Llama, the adapter PEFT's default init (A
@@ -61,6 +62,7 @@ struct TrlGoldens {
     else
       c.beta = m.at("beta");
     if (c.method == Method::SimPO) c.simpo_gamma = m.at("simpo_gamma");
+    if (m.contains("rpo_alpha")) c.rpo_alpha = m.at("rpo_alpha").get<float>();
     c.resume_adapter = golden("trl/adapter_init");
     c.iters = 1;
     c.batch_size = int(meta.at("pairs").size());
@@ -104,7 +106,7 @@ TEST_P(TrlParity, FirstStepMetricsEqualTrls) {
     if (method == "simpo" && name == "nll_loss") continue;
     ASSERT_TRUE(step.contains(name)) << method << ": brioche's step line lacks TRL's " << name;
     EXPECT_PRED2(near, step[name].get<double>(), value.get<double>()) << method << " " << name;
-    std::printf("[ %-5s ] %-20s brioche %12.7f  TRL %12.7f\n", method.c_str(), name.c_str(), step[name].get<double>(),
+    std::printf("[ %-7s ] %-20s brioche %12.7f  TRL %12.7f\n", method.c_str(), name.c_str(), step[name].get<double>(),
                 value.get<double>());
     ++compared;
   }
@@ -126,7 +128,11 @@ TEST_P(TrlParity, FirstStepLoraGradientsEqualTrls) {
   const TokenBatch batch = build_preference_batch(ptrs, {.method = c.method, .sft_scope = c.resolved_sft_scope()});
   std::vector<SequenceLogps> ref;
   if (needs_reference(c.method)) ref = batch_logps(model, head, batch, /*adapter_enabled=*/false);
-  const LossConfig lc{.method = c.method, .orpo_lambda = c.orpo_lambda, .beta = c.beta, .simpo_gamma = c.simpo_gamma};
+  const LossConfig lc{.method = c.method,
+                      .orpo_lambda = c.orpo_lambda,
+                      .beta = c.beta,
+                      .simpo_gamma = c.simpo_gamma,
+                      .rpo_alpha = c.rpo_alpha};
   run_objective(model, head, batch, lc, ref, {});
   double worst = 0;
   std::string worst_name;
@@ -143,11 +149,11 @@ TEST_P(TrlParity, FirstStepLoraGradientsEqualTrls) {
   }
   EXPECT_EQ(tensors, 2 * 7 * g.ck.config.n_layers);
   EXPECT_LT(worst, 1e-4) << method << ": worst gradient " << worst_name;
-  std::printf("[ %-5s ] %d LoRA gradient tensors, worst relative L2 %.2e (%s)\n", method.c_str(), tensors, worst,
+  std::printf("[ %-7s ] %d LoRA gradient tensors, worst relative L2 %.2e (%s)\n", method.c_str(), tensors, worst,
               worst_name.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, TrlParity, ::testing::Values("dpo", "ipo", "orpo", "simpo"),
+INSTANTIATE_TEST_SUITE_P(Methods, TrlParity, ::testing::Values("dpo", "ipo", "dpo_rpo", "orpo", "simpo"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
