@@ -1,6 +1,7 @@
 // brioche's first training step against TRL's own trainers on the same model,
 // adapter and data (tools/oracle/trl_goldens.py: DPOTrainer sigmoid and ipo,
 // DPOTrainer sigmoid + sft weighted 0.5 = DPO with rpo_alpha 0.5 ("dpo_rpo"),
+// ipo + sft weighted 2 = IPO with rpo_alpha 2 ("ipo_rpo"),
 // ORPOTrainer, CPOTrainer simpo; TRL 1.16, f32 on the CPU).
 //
 // The model is the tiny golden Llama, the adapter PEFT's default init (A
@@ -153,7 +154,7 @@ TEST_P(TrlParity, FirstStepLoraGradientsEqualTrls) {
               worst_name.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, TrlParity, ::testing::Values("dpo", "ipo", "dpo_rpo", "orpo", "simpo"),
+INSTANTIATE_TEST_SUITE_P(Methods, TrlParity, ::testing::Values("dpo", "ipo", "dpo_rpo", "ipo_rpo", "orpo", "simpo"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -16,6 +16,7 @@ tokenize step is bypassed and given the ids) go through one optimizer step of
   dpo_rpo : trl.DPOTrainer, loss_type ["sigmoid", "sft"], loss_weights [1, 0.5], beta 0.1: DPO with
           rpo_alpha 0.5 (TRL 1.16 dropped the rpo_alpha field; the "sft" loss type with its weight is what
           replaced it: NLL = −mean of the chosen completion tokens' log-probs over the whole batch)
+  ipo_rpo : the same with loss_type ["ipo", "sft"], loss_weights [1, 2.0]
   orpo  : trl.experimental.orpo.ORPOTrainer, beta (= brioche's orpo_lambda) 0.25
   simpo : trl.experimental.cpo.CPOTrainer, loss_type simpo, beta 2.0, simpo_gamma 0.5, cpo_alpha 0
 
@@ -61,6 +62,7 @@ METHODS = {
     "dpo": {"trainer": "dpo", "loss_type": "sigmoid", "beta": 0.1},
     "ipo": {"trainer": "dpo", "loss_type": "ipo", "beta": 0.1},
     "dpo_rpo": {"trainer": "dpo", "loss_type": "sigmoid", "beta": 0.1, "rpo_alpha": 0.5},
+    "ipo_rpo": {"trainer": "dpo", "loss_type": "ipo", "beta": 0.1, "rpo_alpha": 2.0},
     "orpo": {"trainer": "orpo", "beta": 0.25},
     "simpo": {"trainer": "cpo", "loss_type": "simpo", "beta": 2.0, "simpo_gamma": 0.5},
 }
@@ -185,9 +187,10 @@ def run(method, spec, workdir):
         # TRL 1.16 logs no NLL for DPO (older TRL logged rpo_alpha's as nll_loss, unweighted): computed here
         # from the model at the step's start, then checked against TRL's loss (DPO part + α · NLL).
         metrics["nll_loss"] = chosen_nll()
-        # At step 0 policy == reference: every reward is 0 and DPO's part is log 2.
+        # At step 0 policy == reference: every reward is 0, DPO's part is log 2 and IPO's (1/(2β))².
         assert metrics["rewards/margins"] == 0.0, metrics
-        assert abs(losses[0] - (0.6931471805599453 + spec["rpo_alpha"] * metrics["nll_loss"])) < 1e-5, losses
+        first = 0.6931471805599453 if spec["loss_type"] == "sigmoid" else (1 / (2 * spec["beta"])) ** 2
+        assert abs(losses[0] - (first + spec["rpo_alpha"] * metrics["nll_loss"])) < 1e-5 * losses[0], losses
     return {"loss": losses[0], "metrics": metrics}, capture.grads
 
 
