@@ -71,14 +71,19 @@ void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_
     return ops::lora_table_expand(x, lora.table->table(), parts, u);
   }
   base();
+  // One call for the projections of this x: on the CPU one pool dispatch
+  // for all of them.
+  std::vector<ops::LoraRows> segments[3];
+  std::vector<ops::LoraRowsPart> parts;
   for (const LoraOutput& o : outputs) {
-    std::vector<ops::LoraRows> segments;
+    std::vector<ops::LoraRows>& s = segments[parts.size()];
     for (const AdapterRows& rows : lora.rows) {
       if (const AdapterProjection* ap = rows.adapter->projection(lora.layer, o.projection))
-        segments.push_back({.first_row = rows.first_row, .n_rows = rows.n_rows, .a = &ap->a, .bt = &ap->bt});
+        s.push_back({.first_row = rows.first_row, .n_rows = rows.n_rows, .a = &ap->a, .bt = &ap->bt});
     }
-    ops::lora_rows_add(x, segments, *o.y, *lora.u_scratch);
+    parts.push_back({.segments = s, .y = o.y});
   }
+  ops::lora_rows_add_group(x, parts, *lora.u_scratch);
 }
 
 }  // namespace

@@ -12,16 +12,18 @@ namespace brioche::ops {
 
 int32_t max_lora_rows_rank() { return backend::cpu::kMaxLoraRowsRank; }
 
-void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& y, Tensor& u_scratch) {
-  y.note_written();
-  u_scratch.note_written();
-  if (segments.empty()) return;
+namespace {
+
+// The checked backend arguments of one projection; segs receives the
+// segments the arguments point to.
+backend::cpu::LoraRowsArgs rows_args(const Tensor& x, std::span<const LoraRows> segments, Tensor& y, Tensor& u_scratch,
+                                     std::vector<backend::cpu::LoraRowsSegment>& segs) {
   auto xs = detail::f32_rows(x, "lora_rows_add", "x");
   auto ys = detail::f32_rows(y, "lora_rows_add", "y");
   auto us = detail::f32_rows(u_scratch, "lora_rows_add", "u_scratch");
   BRIOCHE_CHECK(xs.n_rows == ys.n_rows, "lora_rows_add: x ", x.describe(), " and y ", y.describe(), " differ in rows");
   const Device device = detail::common_device("lora_rows_add", {&x, &y, &u_scratch});
-  std::vector<backend::cpu::LoraRowsSegment> segs;
+  segs.clear();
   segs.reserve(segments.size());
   int32_t end_of_previous = 0;
   for (const LoraRows& s : segments) {
@@ -48,17 +50,27 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
                     .a = a.data_as<uint16_t>(),
                     .bt = bt.data_as<uint16_t>()});
   }
-  const backend::cpu::LoraRowsArgs args{.x = xs.data,
-                                        .y = ys.data,
-                                        .u = us.data,
-                                        .in = xs.dim,
-                                        .out = ys.dim,
-                                        .ldx = xs.stride,
-                                        .ldy = ys.stride,
-                                        .ldu = us.stride,
-                                        .segments = segs.data(),
-                                        .n_segments = int32_t(segs.size())};
-  if (device == Device::CUDA) {
+  return backend::cpu::LoraRowsArgs{.x = xs.data,
+                                    .y = ys.data,
+                                    .u = us.data,
+                                    .in = xs.dim,
+                                    .out = ys.dim,
+                                    .ldx = xs.stride,
+                                    .ldy = ys.stride,
+                                    .ldu = us.stride,
+                                    .segments = segs.data(),
+                                    .n_segments = int32_t(segs.size())};
+}
+
+}  // namespace
+
+void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& y, Tensor& u_scratch) {
+  y.note_written();
+  u_scratch.note_written();
+  if (segments.empty()) return;
+  std::vector<backend::cpu::LoraRowsSegment> segs;
+  const backend::cpu::LoraRowsArgs args = rows_args(x, segments, y, u_scratch, segs);
+  if (x.device() == Device::CUDA) {
 #if BRIOCHE_CUDA
     return cuda::lora_rows_add(args);
 #else
@@ -66,6 +78,28 @@ void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& 
 #endif
   }
   backend::cpu::lora_rows_add(args);
+}
+
+void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, Tensor& u_scratch) {
+  BRIOCHE_CHECK(parts.size() <= size_t(backend::cpu::kLoraTableParts), "lora_rows_add_group: 1 to ",
+                backend::cpu::kLoraTableParts, " projections, got ", parts.size());
+  if (x.device() == Device::CUDA) {
+    for (const LoraRowsPart& p : parts) {
+      BRIOCHE_CHECK(p.y != nullptr, "lora_rows_add_group: a part without its output");
+      lora_rows_add(x, p.segments, *p.y, u_scratch);
+    }
+    return;
+  }
+  std::vector<backend::cpu::LoraRowsSegment> segs[backend::cpu::kLoraTableParts];
+  std::vector<backend::cpu::LoraRowsArgs> args;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    BRIOCHE_CHECK(parts[p].y != nullptr, "lora_rows_add_group: a part without its output");
+    parts[p].y->note_written();
+    if (parts[p].segments.empty()) continue;
+    args.push_back(rows_args(x, parts[p].segments, *parts[p].y, u_scratch, segs[p]));
+    args.back().u = nullptr;  // each task keeps its block's u
+  }
+  if (!args.empty()) backend::cpu::lora_rows_add_group(args);
 }
 
 namespace {

@@ -9,9 +9,10 @@
 // step, so their bytes are its cost: f16 halves them, at one rounding of
 // each factor (2^-11 relative). Rows outside
 // every segment keep y. One call per projection whatever the adapters: a
-// shrink (u = x·Aᵀ) and an expand (y += u·bt), on the CPU two parallel
-// loops over blocks of a segment's rows (each factor row read once per
-// block), on CUDA two launches (backend/cuda/lora_rows.h).
+// shrink (u = x·Aᵀ) and an expand (y += u·bt), on the CPU one parallel
+// loop over blocks of a segment's rows (each factor row read once per
+// block; a task shrinks its block, then expands it), on CUDA two launches
+// (backend/cuda/lora_rows.h).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,16 @@ int32_t max_lora_rows_rank();
 // inside [0, n) and disjoint; u_scratch f32 [n, ≥ the largest rank]
 // receives x·Aᵀ (the shrink's output) for the segments' rows.
 void lora_rows_add(const Tensor& x, std::span<const LoraRows> segments, Tensor& y, Tensor& u_scratch);
+
+// lora_rows_add for 1–3 projections of one x (Q/K/V, gate/up), each with its
+// own segments (an adapter may leave a projection alone): the same sums,
+// on the CPU in one pool dispatch for all of them (u_scratch then left
+// unwritten), on CUDA one call per part.
+struct LoraRowsPart {
+  std::span<const LoraRows> segments;
+  Tensor* y = nullptr;  // [n, out] f32, added to
+};
+void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, Tensor& u_scratch);
 
 // The same update with the batch's adapters as data on the tensors' device
 // (Punica's BGMV: each row finds its adapter's factors itself), so one

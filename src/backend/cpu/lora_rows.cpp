@@ -1,6 +1,7 @@
 #include "backend/cpu/lora_rows.h"
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/vec_f32.h"
@@ -29,45 +30,97 @@ struct RowBlock {
 // factor load (and its f16 conversion) then feeds R multiply-adds, not one.
 constexpr int kRowGroup = 4;
 
-// u[i][k] = A[k]·x[i] for R rows: R dot products over `in` per factor row.
+// u[i][k0 + j] = A[k0 + j]·x[i] for R rows and K factor rows: each x
+// vector loaded once for K factor rows, each converted factor vector used
+// by R rows, and R·K independent accumulators (one FMA chain each would
+// wait on the FMA latency). Each u sums its products in the same order
+// whatever R and K. The loops over i, j and v are unrolled by pragma: at
+// -O2 GCC leaves them rolled and keeps the accumulators on the stack (1.6x
+// slower at the default model's shapes, bench/lora_rows_bench.cpp).
+template <int R, int K>
+void shrink_rows_k(const float* const* x, float* const* u, const uint16_t* a, int64_t in, int32_t k0) {
+  float sum[R][K] = {};
+  int64_t c = 0;
+#if BRIOCHE_VEC_AVX2
+  __m256 acc[R][K];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (; c + 8 <= in; c += 8) {
+    __m256 xv[R];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) xv[i] = _mm256_loadu_ps(x[i] + c);
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) {
+      const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + int64_t(k0 + j) * in + c)));
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(w, xv[i], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) sum[i][j] = hsum256(acc[i][j]);
+#endif
+  for (; c < in; ++c)
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j)
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) sum[i][j] += f16_to_f32(a[int64_t(k0 + j) * in + c]) * x[i][c];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) u[i][k0 + j] = sum[i][j];
+}
+
+// u[i][k] = A[k]·x[i] for R rows: R dot products over `in` per factor row,
+// factor rows taken as many at a time as the 16 vector registers allow.
 template <int R>
 void shrink_rows(const float* const* x, float* const* u, const uint16_t* a, int64_t in, int32_t rank) {
-  for (int32_t k = 0; k < rank; ++k) {
-    const uint16_t* ak = a + int64_t(k) * in;
-    float sum[R] = {};
-    int64_t c = 0;
-#if BRIOCHE_VEC_AVX2
-    __m256 acc[R];
-    for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
-    for (; c + 8 <= in; c += 8) {
-      const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ak + c)));
-      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[i] + c), acc[i]);
-    }
-    for (int i = 0; i < R; ++i) sum[i] = hsum256(acc[i]);
-#endif
-    for (; c < in; ++c)
-      for (int i = 0; i < R; ++i) sum[i] += f16_to_f32(ak[c]) * x[i][c];
-    for (int i = 0; i < R; ++i) u[i][k] = sum[i];
-  }
+  constexpr int K = R <= 1 ? 8 : R == 2 ? 4 : R == 3 ? 3 : 2;
+  int32_t k = 0;
+  for (; k + K <= rank; k += K) shrink_rows_k<R, K>(x, u, a, in, k);
+  for (; k < rank; ++k) shrink_rows_k<R, 1>(x, u, a, in, k);
 }
 
 // y[i][c] += Σ_k u[i][k]·bt[k·ld + c] for R rows and c < width: each y
-// vector loaded and stored once, the rank's products summed in registers.
+// vector loaded and stored once, the rank's products summed in registers
+// in k order, V column vectors at a time so R·V FMA chains run together.
 template <int R>
 void expand_rows(float* const* y, const float* const* u, const uint16_t* bt, int64_t ld, int32_t rank, int64_t width) {
   int64_t c = 0;
 #if BRIOCHE_VEC_AVX2
-  for (; c + 8 <= width; c += 8) {
-    __m256 acc[R];
-    for (int i = 0; i < R; ++i) acc[i] = _mm256_loadu_ps(y[i] + c);
-    for (int32_t k = 0; k < rank; ++k) {
-      const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bt + int64_t(k) * ld + c)));
-      for (int i = 0; i < R; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(u[i] + k), b, acc[i]);
+  auto columns = [&]<int V>() {
+    for (; c + 8 * V <= width; c += 8 * V) {
+      __m256 acc[R][V];
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) acc[i][v] = _mm256_loadu_ps(y[i] + c + 8 * v);
+      for (int32_t k = 0; k < rank; ++k) {
+        __m256 b[V];
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v)
+          b[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bt + int64_t(k) * ld + c + 8 * v)));
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) {
+          const __m256 uk = _mm256_broadcast_ss(u[i] + k);
+#pragma GCC unroll 16
+          for (int v = 0; v < V; ++v) acc[i][v] = _mm256_fmadd_ps(uk, b[v], acc[i][v]);
+        }
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) _mm256_storeu_ps(y[i] + c + 8 * v, acc[i][v]);
     }
-    for (int i = 0; i < R; ++i) _mm256_storeu_ps(y[i] + c, acc[i]);
-  }
+  };
+  columns.template operator()<R <= 2 ? 4 : 2>();
+  columns.template operator()<1>();
 #endif
   for (; c < width; ++c) {
+#pragma GCC unroll 16
     for (int i = 0; i < R; ++i) {
       float sum = y[i][c];
       for (int32_t k = 0; k < rank; ++k) sum += u[i][k] * f16_to_f32(bt[int64_t(k) * ld + c]);
@@ -91,56 +144,124 @@ void for_row_groups(int32_t n, Fn&& fn) {
 
 }  // namespace
 
-void lora_rows_add(const LoraRowsArgs& a) {
-  std::vector<RowBlock> blocks;
-  for (int32_t s = 0; s < a.n_segments; ++s) {
-    const LoraRowsSegment& seg = a.segments[s];
-    for (int32_t r = 0; r < seg.n_rows; r += kRowBlock)
-      blocks.push_back({s, seg.first_row + r, std::min(kRowBlock, seg.n_rows - r)});
+namespace {
+
+// One task of a call: a row block of one projection (part), or, where the
+// blocks are too few to keep the threads busy, a block's shrink and its
+// expand by column chunks in two dispatches.
+struct PartBlock {
+  int32_t part;
+  RowBlock block;
+};
+
+std::vector<PartBlock> row_blocks(std::span<const LoraRowsArgs> parts) {
+  std::vector<PartBlock> blocks;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (int32_t s = 0; s < parts[p].n_segments; ++s) {
+      const LoraRowsSegment& seg = parts[p].segments[s];
+      for (int32_t r = 0; r < seg.n_rows; r += kRowBlock)
+        blocks.push_back({int32_t(p), {s, seg.first_row + r, std::min(kRowBlock, seg.n_rows - r)}});
+    }
   }
-  // Shrink: u[row, k] = A[k]·x[row].
-  auto shrink = [&](int t) {
-    const RowBlock& b = blocks[size_t(t)];
-    const LoraRowsSegment& seg = a.segments[b.segment];
-    for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
-      const float* x[R];
-      float* u[R];
-      for (int j = 0; j < R; ++j) {
-        const int64_t row = b.first_row + i + j;
-        x[j] = a.x + row * a.ldx;
-        u[j] = a.u + row * a.ldu;
-      }
-      shrink_rows<R>(x, u, seg.a, a.in, seg.rank);
-    });
-  };
-  // Expand: y[row, c] += Σ_k u[row, k]·bt[k, c], by column chunks.
-  const int64_t n_chunks = (a.out + kColumnChunk - 1) / kColumnChunk;
-  auto expand = [&](int t) {
-    const RowBlock& b = blocks[size_t(t / n_chunks)];
-    const LoraRowsSegment& seg = a.segments[b.segment];
-    const int64_t c0 = (t % n_chunks) * kColumnChunk, width = std::min(kColumnChunk, a.out - c0);
-    for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
-      float* y[R];
-      const float* u[R];
-      for (int j = 0; j < R; ++j) {
-        const int64_t row = b.first_row + i + j;
-        y[j] = a.y + row * a.ldy + c0;
-        u[j] = a.u + row * a.ldu;
-      }
-      expand_rows<R>(y, u, seg.bt + c0, a.out, seg.rank, width);
-    });
-  };
-  const int n_expand = int(int64_t(blocks.size()) * n_chunks);
+  return blocks;
+}
+
+// u[i][k] = A[k]·x[row i] for the block's rows (u rows of stride ldu).
+void shrink_block(const LoraRowsArgs& a, const RowBlock& b, float* u, int64_t ldu) {
+  const LoraRowsSegment& seg = a.segments[b.segment];
+  for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
+    const float* x[R];
+    float* ur[R];
+    for (int j = 0; j < R; ++j) {
+      x[j] = a.x + int64_t(b.first_row + i + j) * a.ldx;
+      ur[j] = u + int64_t(i + j) * ldu;
+    }
+    shrink_rows<R>(x, ur, seg.a, a.in, seg.rank);
+  });
+}
+
+// y[row i, c0 + c] += Σ_k u[i][k]·bt[k, c0 + c] for c < width.
+void expand_block(const LoraRowsArgs& a, const RowBlock& b, const float* u, int64_t ldu, int64_t c0, int64_t width) {
+  const LoraRowsSegment& seg = a.segments[b.segment];
+  for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
+    float* y[R];
+    const float* ur[R];
+    for (int j = 0; j < R; ++j) {
+      y[j] = a.y + int64_t(b.first_row + i + j) * a.ldy + c0;
+      ur[j] = u + int64_t(i + j) * ldu;
+    }
+    expand_rows<R>(y, ur, seg.bt + c0, a.out, seg.rank, width);
+  });
+}
+
+// A block's whole update in one task: the shrink into a local u (the
+// block's rows of a.u too, where the call has one), then the expand over
+// every column. No other task reads it, so shrink and expand need no
+// barrier between them and the parts' tasks share one dispatch.
+void block_update(const LoraRowsArgs& a, const RowBlock& b) {
+  float u[kRowBlock * kMaxLoraRowsRank];
+  const int32_t rank = a.segments[b.segment].rank;
+  shrink_block(a, b, u, rank);
+  expand_block(a, b, u, rank, 0, a.out);
+  if (a.u != nullptr)
+    for (int32_t i = 0; i < b.n_rows; ++i)
+      std::copy_n(u + int64_t(i) * rank, rank, a.u + int64_t(b.first_row + i) * a.ldu);
+}
+
+int64_t block_work(std::span<const LoraRowsArgs> parts, const PartBlock& pb) {
+  const LoraRowsArgs& a = parts[size_t(pb.part)];
+  return int64_t(pb.block.n_rows) * a.segments[pb.block.segment].rank * (a.in + a.out);
+}
+
+}  // namespace
+
+void lora_rows_add(const LoraRowsArgs& a) {
+  const std::vector<PartBlock> blocks = row_blocks(std::span(&a, 1));
   int64_t work = 0;
-  for (const RowBlock& b : blocks) work += int64_t(b.n_rows) * a.segments[b.segment].rank * (a.in + a.out);
-  if (work < kSerialWork) {
-    for (int t = 0; t < int(blocks.size()); ++t) shrink(t);
-    for (int t = 0; t < n_expand; ++t) expand(t);
+  for (const PartBlock& pb : blocks) work += block_work(std::span(&a, 1), pb);
+  ThreadPool& pool = ThreadPool::global();
+  if (work < kSerialWork || int(blocks.size()) >= 2 * pool.size()) {
+    // Enough blocks for every thread (a decode batch of several adapters,
+    // a prefill): one task per block, one dispatch.
+    return pool.run(work < kSerialWork ? 1 : int(blocks.size()), [&](int t) {
+      if (work < kSerialWork) {
+        for (const PartBlock& pb : blocks) block_update(a, pb.block);
+      } else {
+        block_update(a, blocks[size_t(t)].block);
+      }
+    });
+  }
+  // Few blocks of much work (one adapter's rows, wide projections): the
+  // shrink by block, then the expand by block and column chunk.
+  pool.run(int(blocks.size()), [&](int t) {
+    const RowBlock& b = blocks[size_t(t)].block;
+    shrink_block(a, b, a.u + int64_t(b.first_row) * a.ldu, a.ldu);
+  });
+  const int64_t n_chunks = (a.out + kColumnChunk - 1) / kColumnChunk;
+  pool.run(int(int64_t(blocks.size()) * n_chunks), [&](int t) {
+    const RowBlock& b = blocks[size_t(t / n_chunks)].block;
+    const int64_t c0 = (t % n_chunks) * kColumnChunk;
+    expand_block(a, b, a.u + int64_t(b.first_row) * a.ldu, a.ldu, c0, std::min(kColumnChunk, a.out - c0));
+  });
+}
+
+void lora_rows_add_group(std::span<const LoraRowsArgs> parts) {
+  if (parts.size() == 1) return lora_rows_add(parts[0]);
+  const std::vector<PartBlock> blocks = row_blocks(parts);
+  int64_t work = 0;
+  for (const PartBlock& pb : blocks) work += block_work(parts, pb);
+  ThreadPool& pool = ThreadPool::global();
+  if (work >= kSerialWork && int(blocks.size()) < 2 * pool.size()) {
+    for (const LoraRowsArgs& a : parts) lora_rows_add(a);
     return;
   }
-  ThreadPool& pool = ThreadPool::global();
-  pool.run(int(blocks.size()), shrink);
-  pool.run(n_expand, expand);
+  pool.run(work < kSerialWork ? 1 : int(blocks.size()), [&](int t) {
+    if (work < kSerialWork) {
+      for (const PartBlock& pb : blocks) block_update(parts[size_t(pb.part)], pb.block);
+    } else {
+      block_update(parts[size_t(blocks[size_t(t)].part)], blocks[size_t(t)].block);
+    }
+  });
 }
 
 // The reference of the CUDA kernels' table path (the model's CPU forward

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace brioche::backend::cpu {
 
@@ -26,6 +27,11 @@ struct LoraRowsArgs {
 inline constexpr int32_t kMaxLoraRowsRank = 512;
 
 void lora_rows_add(const LoraRowsArgs& args);
+// Several projections of one x (Q/K/V, gate/up) in one pool dispatch: each
+// task shrinks and expands one row block of one part, so x's rows are read
+// while hot and no barrier separates shrink from expand. A part's u may be
+// null (the shrink's output stays local); non-null ones must not overlap.
+void lora_rows_add_group(std::span<const LoraRowsArgs> parts);
 
 // One adapter's factors of one projection in a LoRA table (ops/lora_rows.h:
 // lora_table_add); a null `a` where the adapter leaves the projection alone.

@@ -1,0 +1,120 @@
+// Unmerged LoRA on the CPU at the default model's shapes (SmolLM2-135M:
+// hidden 576, kv 192, intermediate 1536, 30 layers): one decode step's
+// low-rank terms for 16 rows spread 2 per adapter over 8 rank-8 adapters on
+// all seven projections, each layer's factors distinct (39 MB of f16, as in
+// `bench/lora_serving/cpu.sh`; the second argument 1: every layer reads
+// layer 0's factors, 1.3 MB that stay in cache). BM_LoraStepPerProjection calls
+// backend::cpu::lora_rows_add once per projection; BM_LoraStepSharedX once
+// per x (Q/K/V, O, gate/up, down) through lora_rows_add_group, the path
+// model/blocks.cpp takes.
+//   build/<dir>/bench/lora_rows_bench [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "backend/cpu/lora_rows.h"
+#include "core/thread_pool.h"
+
+namespace {
+
+using namespace brioche;
+using backend::cpu::LoraRowsSegment;
+
+constexpr int kLayers = 30, kAdapters = 8, kRank = 8, kRows = 16;
+constexpr int64_t kHidden = 576, kKv = 192, kInter = 1536;
+// Q, K, V, O, gate, up, down: (in, out).
+constexpr int64_t kIn[7] = {kHidden, kHidden, kHidden, kHidden, kHidden, kHidden, kInter};
+constexpr int64_t kOut[7] = {kHidden, kKv, kKv, kHidden, kInter, kInter, kHidden};
+
+std::vector<uint16_t> random_f16(size_t n, uint32_t seed) {
+  // Small normal values' bit patterns: sign, exponents 2^-8..2^-5, any mantissa.
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& h : v) h = uint16_t((rng() & 0x83ff) | ((7 + rng() % 4) << 10));
+  return v;
+}
+
+struct Step {
+  std::vector<uint16_t> a[kLayers][7], bt[kLayers][7];  // all adapters of one (layer, projection)
+  std::vector<float> x[7], y[7], u;
+  Step() {
+    uint32_t seed = 1;
+    for (int l = 0; l < kLayers; ++l) {
+      for (int p = 0; p < 7; ++p) {
+        a[l][p] = random_f16(size_t(kAdapters) * kRank * kIn[p], seed++);
+        bt[l][p] = random_f16(size_t(kAdapters) * kRank * kOut[p], seed++);
+      }
+    }
+    for (int p = 0; p < 7; ++p) {
+      x[p].assign(size_t(kRows) * kIn[p], 0.5f);
+      y[p].assign(size_t(kRows) * kOut[p], 0.0f);
+    }
+    u.assign(size_t(kRows) * 3 * kRank, 0.0f);
+  }
+  std::vector<LoraRowsSegment> segments(int l, int p) const {
+    std::vector<LoraRowsSegment> s;
+    for (int g = 0; g < kAdapters; ++g) {
+      s.push_back({.first_row = 2 * g,
+                   .n_rows = 2,
+                   .rank = kRank,
+                   .a = a[l][p].data() + size_t(g) * kRank * kIn[p],
+                   .bt = bt[l][p].data() + size_t(g) * kRank * kOut[p]});
+    }
+    return s;
+  }
+  backend::cpu::LoraRowsArgs args(int p, const std::vector<LoraRowsSegment>& s) {
+    return {.x = x[p].data(),
+            .y = y[p].data(),
+            .u = u.data(),
+            .in = kIn[p],
+            .out = kOut[p],
+            .ldx = kIn[p],
+            .ldy = kOut[p],
+            .ldu = 3 * kRank,
+            .segments = s.data(),
+            .n_segments = int32_t(s.size())};
+  }
+};
+
+void BM_LoraStepPerProjection(benchmark::State& state) {
+  ThreadPool::configure_global(int(state.range(0)));
+  static Step step;
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) {
+      for (int p = 0; p < 7; ++p) {
+        const auto s = step.segments(l % state.range(1), p);
+        backend::cpu::lora_rows_add(step.args(p, s));
+      }
+    }
+  }
+  state.SetLabel("one decode step, 30 layers x 7 projections");
+}
+BENCHMARK(BM_LoraStepPerProjection)->Args({2, kLayers})->Args({1, kLayers})->Args({1, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_LoraStepSharedX(benchmark::State& state) {
+  ThreadPool::configure_global(int(state.range(0)));
+  static Step step;
+  // The projections that share an x, as model/blocks.cpp groups them.
+  const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 5}, {6}};
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) {
+      for (const auto& g : groups) {
+        std::vector<std::vector<LoraRowsSegment>> segs;
+        std::vector<backend::cpu::LoraRowsArgs> parts;
+        for (int p : g) segs.push_back(step.segments(l % state.range(1), p));
+        for (size_t i = 0; i < g.size(); ++i) {
+          parts.push_back(step.args(g[i], segs[i]));
+          parts.back().u = nullptr;  // as ops::lora_rows_add_group
+        }
+        backend::cpu::lora_rows_add_group(parts);
+      }
+    }
+  }
+  state.SetLabel("one decode step, 30 layers x 4 calls");
+}
+BENCHMARK(BM_LoraStepSharedX)->Args({2, kLayers})->Args({1, kLayers})->Args({1, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
