@@ -53,8 +53,10 @@ std::vector<double> reference(const Tensor& x, std::span<const ops::LoraRows> se
 }
 
 // rows: the batch; the segments put 2 rows on each of 8 adapters (a decode
-// step of 16 streams), part 1 skips adapter 3 and part 2 has no adapter.
-void check_group(int64_t rows) {
+// step of 16 streams), part 1 skips adapter 3, part 2 takes adapter 0 on
+// every row. only_last: parts 0 and 1 without adapters (an adapter of
+// up_proj but not gate_proj), so the group is one projection.
+void check_group(int64_t rows, bool only_last = false) {
   std::mt19937 rng(7);
   constexpr int64_t kIn = 576, kRank = 8;
   const int64_t outs[3] = {576, 192, 1536};
@@ -66,7 +68,7 @@ void check_group(int64_t rows) {
       factors[p].push_back(
           {random_tensor(DType::F16, kRank, kIn, 0.05f, rng), random_tensor(DType::F16, kRank, outs[p], 0.05f, rng)});
     for (int g = 0; g < 8 && 2 * g + 2 <= rows; ++g) {
-      if ((p == 1 && g == 3) || p == 2) continue;
+      if ((p == 1 && g == 3) || p == 2 || only_last) continue;
       segs[p].push_back(
           {.first_row = 2 * g, .n_rows = 2, .a = &factors[p][size_t(g)].a, .bt = &factors[p][size_t(g)].bt});
     }
@@ -98,6 +100,10 @@ void check_group(int64_t rows) {
 TEST(LoraRowsAddGroup, DecodeBatchOfEightAdaptersEqualsOneCallPerProjection) { check_group(16); }
 
 TEST(LoraRowsAddGroup, FewRowsRunOnTheCallingThreadAndEqualOneCallPerProjection) { check_group(2); }
+
+// A prompt of 24 rows on one adapter: 3 blocks of much work, a single part
+// whose u the group does not keep (this crashed the server once).
+TEST(LoraRowsAddGroup, OneAdaptedProjectionOfAPromptEqualsItsOwnCall) { check_group(24, true); }
 
 TEST(LoraRowsAddGroup, RefusesMoreThanThreeProjections) {
   Tensor x = Tensor::zeros(DType::F32, {2, 8}), y = Tensor::zeros(DType::F32, {2, 8}),

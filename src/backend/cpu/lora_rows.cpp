@@ -220,9 +220,10 @@ void lora_rows_add(const LoraRowsArgs& a) {
   int64_t work = 0;
   for (const PartBlock& pb : blocks) work += block_work(std::span(&a, 1), pb);
   ThreadPool& pool = ThreadPool::global();
-  if (work < kSerialWork || int(blocks.size()) >= 2 * pool.size()) {
+  if (work < kSerialWork || int(blocks.size()) >= 2 * pool.size() || a.u == nullptr) {
     // Enough blocks for every thread (a decode batch of several adapters,
-    // a prefill): one task per block, one dispatch.
+    // a prefill), or no u to pass between two dispatches: one task per
+    // block, one dispatch.
     return pool.run(work < kSerialWork ? 1 : int(blocks.size()), [&](int t) {
       if (work < kSerialWork) {
         for (const PartBlock& pb : blocks) block_update(a, pb.block);
@@ -250,12 +251,7 @@ void lora_rows_add_group(std::span<const LoraRowsArgs> parts) {
   const std::vector<PartBlock> blocks = row_blocks(parts);
   int64_t work = 0;
   for (const PartBlock& pb : blocks) work += block_work(parts, pb);
-  ThreadPool& pool = ThreadPool::global();
-  if (work >= kSerialWork && int(blocks.size()) < 2 * pool.size()) {
-    for (const LoraRowsArgs& a : parts) lora_rows_add(a);
-    return;
-  }
-  pool.run(work < kSerialWork ? 1 : int(blocks.size()), [&](int t) {
+  ThreadPool::global().run(work < kSerialWork ? 1 : int(blocks.size()), [&](int t) {
     if (work < kSerialWork) {
       for (const PartBlock& pb : blocks) block_update(parts[size_t(pb.part)], pb.block);
     } else {
