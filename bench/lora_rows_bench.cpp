@@ -90,7 +90,12 @@ void BM_LoraStepPerProjection(benchmark::State& state) {
   }
   state.SetLabel("one decode step, 30 layers x 7 projections");
 }
-BENCHMARK(BM_LoraStepPerProjection)->Args({2, kLayers})->Args({1, kLayers})->Args({1, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LoraStepPerProjection)
+    ->Args({2, kLayers})
+    ->Args({1, kLayers})
+    ->Args({1, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_LoraStepSharedX(benchmark::State& state) {
   ThreadPool::configure_global(int(state.range(0)));
@@ -113,7 +118,12 @@ void BM_LoraStepSharedX(benchmark::State& state) {
   }
   state.SetLabel("one decode step, 30 layers x 4 calls");
 }
-BENCHMARK(BM_LoraStepSharedX)->Args({2, kLayers})->Args({1, kLayers})->Args({1, 1})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LoraStepSharedX)
+    ->Args({2, kLayers})
+    ->Args({1, kLayers})
+    ->Args({1, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 
