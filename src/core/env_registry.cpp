@@ -42,6 +42,8 @@ constexpr EnvVariable kRegistry[] = {
      "dense (bf16/f16/f32) decode GEMVs stream weight tiles through a shared-memory ring; 0: plain loads"},
     {"BRIOCHE_CUDA_GEMV_STREAM_INT8", OnUnlessZero, "1",
      "quantized decode GEMVs stream weight tiles (gemv_stream_rows.cu); 0: the warp kernels of gemv_int8.cuh"},
+    {"BRIOCHE_CUDA_GEMV_STREAM_ROWS", Integer, "8",
+     "most x rows (1..8) a streamed bf16/f16 GEMV takes; 1: 2..8 rows run the warp-per-row kernel"},
     {"BRIOCHE_CUDA_GRAPHS", OnUnlessZero, "1", "decode steps replay CUDA graphs; 0: eager launches"},
     {"BRIOCHE_CUDA_L2_EVICT_FIRST", OnUnlessZero, "1",
      "streamed weights are read with an L2 evict-first policy; 0: the default policy"},

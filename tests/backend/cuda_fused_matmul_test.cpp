@@ -516,11 +516,11 @@ int64_t stream_rows(DType dtype, int64_t k) {
   return (rows + 7) / 8 * 8;
 }
 
-// Whether a one-row launch over weight `w` (SwiGLU's gate, with w_up; x̂
+// Whether a launch of x's rows over weight `w` (SwiGLU's gate, with w_up; x̂
 // through norm_w) goes to a streamed kernel: gemv_stream.cu's for 16-bit
 // weights, gemv_stream_rows.cu's for Q8_0/Q4_0/Q4_K/Q5_K/Q6_K.
 bool streams(const Tensor& x, const Tensor& w, const Tensor* w_up = nullptr, const Tensor* norm_w = nullptr) {
-  cuda::detail::GemvArgs a{.x = x.data_as<float>(), .ldx = x.dim(1), .n = 1, .k = w.dim(1)};
+  cuda::detail::GemvArgs a{.x = x.data_as<float>(), .ldx = x.stride(0) / 4, .n = int(x.dim(0)), .k = w.dim(1)};
   if (w_up != nullptr) a.w_up = w_up->data();
   if (norm_w != nullptr) a.norm_w = norm_w->data_as<float>();
   a.parts[0] = {.w = w.data(), .w_row_bytes = size_t(w.stride(0)), .y = nullptr, .ldy = 0, .m = w.dim(0)};
@@ -587,6 +587,58 @@ TEST(CudaFusedMatmul, StreamedGroupAndSwigluMatchCpu) {
     swiglu_matmul(x2, {.gate = gate, .up = up}, out, scratch);
     swiglu_matmul(on_host(x2), {.gate = on_host(gate), .up = on_host(up)}, out_cpu, scratch_cpu);
     EXPECT_LT(nmse(out, to_device(out_cpu, Device::CUDA)), 1e-10) << dtype_name(dtype) << " swiglu";
+  }
+}
+
+// Up to 8 x rows stream too (a speculative verify, a small decode batch):
+// each row of an n-row launch has the bits of that row launched alone, so a
+// verify row equals a one-row decode; rows n = 2..8 cover the 2-, 4- and
+// 8-row kernels with rows left unused. Plain, accumulate, a group of three
+// and SwiGLU; x rows strided (ldx > k).
+TEST(CudaFusedMatmul, StreamedRowsSameBitsAsOneRowEach) {
+  REQUIRE_CUDA_DEVICE();
+  for (DType dtype : kStreamDtypes) {
+    const int64_t k = kStreamKs[0], m = stream_rows(dtype, k) + 3, ldx = k + 8;
+    const Tensor w = random_weight(dtype, m, k, 80), gate = random_weight(dtype, m / 2, k, 81);
+    const Tensor up = random_weight(dtype, m / 2, k, 82), kv = random_weight(dtype, 516, k, 83);
+    const Tensor x_wide = device_f32(8, ldx, 84), x_all = x_wide.slice(1, 0, k);
+    const Tensor residual = device_f32(8, m, 85);
+    for (int n = 2; n <= 8; ++n) {
+      const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(n);
+      const Tensor x = x_all.slice(0, 0, n);
+      ASSERT_TRUE(streams(x, w)) << what;
+      Tensor y = zeros(DType::F32, {n, m}, Device::CUDA), acc = device_copy(residual.slice(0, 0, n));
+      Tensor y_kv = zeros(DType::F32, {n, 516}, Device::CUDA), y_w = zeros(DType::F32, {n, m}, Device::CUDA);
+      Tensor act = zeros(DType::F32, {n, m / 2}, Device::CUDA), scratch = zeros(DType::F32, {n, m}, Device::CUDA);
+      Tensor act_scratch = zeros(DType::F32, {n, m / 2}, Device::CUDA);
+      matmul(x, w, y);
+      matmul_accumulate(x, w, acc, scratch);
+      const Tensor* group_w[] = {&w, &kv};
+      Tensor* group_y[] = {&y_w, &y_kv};
+      matmul_group(x, group_w, group_y);
+      swiglu_matmul(x, {.gate = gate, .up = up}, act, act_scratch);
+      for (int r = 0; r < n; ++r) {
+        const std::string row = what + " row " + std::to_string(r);
+        const Tensor x1 = x.slice(0, r, r + 1);
+        Tensor y1 = zeros(DType::F32, {1, m}, Device::CUDA), acc1 = device_copy(residual.slice(0, r, r + 1));
+        Tensor y1_w = zeros(DType::F32, {1, m}, Device::CUDA), y1_kv = zeros(DType::F32, {1, 516}, Device::CUDA);
+        Tensor act1 = zeros(DType::F32, {1, m / 2}, Device::CUDA), s1 = zeros(DType::F32, {1, m}, Device::CUDA);
+        Tensor act1_scratch = zeros(DType::F32, {1, m / 2}, Device::CUDA);
+        matmul(x1, w, y1);
+        matmul_accumulate(x1, w, acc1, s1);
+        Tensor* group_y1[] = {&y1_w, &y1_kv};
+        matmul_group(x1, group_w, group_y1);
+        swiglu_matmul(x1, {.gate = gate, .up = up}, act1, act1_scratch);
+        expect_same_bits(device_copy(y.slice(0, r, r + 1)), y1, row);
+        expect_same_bits(device_copy(acc.slice(0, r, r + 1)), acc1, row + " accumulate");
+        expect_same_bits(device_copy(y_w.slice(0, r, r + 1)), y1_w, row + " group");
+        expect_same_bits(device_copy(y_kv.slice(0, r, r + 1)), y1_kv, row + " group part 2");
+        expect_same_bits(device_copy(act.slice(0, r, r + 1)), act1, row + " swiglu");
+      }
+      Tensor want = Tensor::zeros(DType::F32, {n, m});
+      matmul(on_host(x), on_host(w), want);
+      EXPECT_LT(nmse(y, to_device(want, Device::CUDA)), 1e-10) << what << " against the CPU";
+    }
   }
 }
 

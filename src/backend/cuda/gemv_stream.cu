@@ -11,6 +11,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/gemv_stream.cuh"
 #include "core/env_switch.h"
 
@@ -40,40 +42,60 @@ struct DenseTile {
     if (col >= k) return {{}, {}, false};
     return {load_x4<kSharedX>(x + col), load_x4<kSharedX>(x + col + 4), true};
   }
-  __device__ static void accumulate(const uint8_t (&tile)[kTileRows][kRowBytes], const XShare& xs,
-                                    float (&acc)[kTileRows]) {
-    if (!xs.inside) return;
-    const float4 x0 = xs.x0, x1 = xs.x1;
+  // Each weight row's 8 values are unpacked once for all n x rows.
+  template <int kXRows>
+  __device__ static void accumulate(const uint8_t (&tile)[kTileRows][kRowBytes], const XShare (&xs)[kXRows], int n,
+                                    float (&acc)[kXRows][kTileRows]) {
+    if (!xs[0].inside) return;
 #pragma unroll
     for (int i = 0; i < kTileRows; ++i) {
       float v[8];
       unpack8<W>(reinterpret_cast<const uint4*>(tile[i])[threadIdx.x], v);
-      acc[i] +=
-          v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z + v[7] * x1.w;
+#pragma unroll
+      for (int r = 0; r < kXRows; ++r) {
+        if (r >= n) break;
+        const float4 x0 = xs[r].x0, x1 = xs[r].x1;
+        acc[r][i] += v[0] * x0.x + v[1] * x0.y + v[2] * x0.z + v[3] * x0.w + v[4] * x1.x + v[5] * x1.y + v[6] * x1.z +
+                     v[7] * x1.w;
+      }
     }
   }
 };
 
+// The kernel for the launch's x rows: one row (taking the norm or not), or
+// up to 2, 4 or 8 rows of x as given (the caller normalizes them first).
 template <typename W, bool kSwiglu>
 void launch_norm_or_not(const GemvArgs& a) {
   if (a.norm_w != nullptr)
-    stream::launch<DenseTile<W, true>, kSwiglu, true>(a, a.x);
+    stream::launch<DenseTile<W, true>, kSwiglu, true, 1>(a, a.x);
+  else if (a.n == 1)
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 1>(a, a.x);
+  else if (a.n == 2)
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 2>(a, a.x);
+  else if (a.n <= 4)
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 4>(a, a.x);
   else
-    stream::launch<DenseTile<W, false>, kSwiglu, false>(a, a.x);
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 8>(a, a.x);
 }
 
 }  // namespace
 
 bool gemv_stream_takes(DType wtype, const GemvArgs& a) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_GEMV_STREAM");
-  if (!on || (wtype != DType::BF16 && wtype != DType::F16) || !stream::launch_fits(a)) return false;
+  // Up to this many x rows a launch streams (BRIOCHE_CUDA_GEMV_STREAM_ROWS: A/B runs; 1 leaves 2..8 rows
+  // to the warp-per-row kernel, which reads x once per weight row and row).
+  static const int max_rows =
+      std::clamp(int(env_number("BRIOCHE_CUDA_GEMV_STREAM_ROWS", kMaxGemvRows)), 1, kMaxGemvRows);
+  if (!on || (wtype != DType::BF16 && wtype != DType::F16) || a.n > max_rows || !stream::launch_fits(a)) return false;
   bool ok = a.k % 8 == 0 && a.k >= kTileCols;
-  if (a.norm_w != nullptr) ok = ok && rms_norm_threads(a.k) == kConsumerThreads && stream::aligned16(a.norm_w);
+  if (a.norm_w != nullptr)  // (x̂ of one row in shared memory)
+    ok = ok && a.n == 1 && rms_norm_threads(a.k) == kConsumerThreads && stream::aligned16(a.norm_w);
   return ok;
 }
 
 void gemv_stream(DType wtype, const GemvArgs& a) {
-  BRIOCHE_CHECK(gemv_stream_takes(wtype, a), "gemv_stream: takes one x row of bf16/f16 weights of at least ",
+  BRIOCHE_CHECK(gemv_stream_takes(wtype, a),
+                "gemv_stream: takes 1..8 x rows (one with the norm) of bf16/f16 weights of at least ",
                 stream::kMinBytes >> 20, " MB, k a multiple of 8 from ", kTileCols, " (to ", stream::kMaxNormedK,
                 " with the norm), 16-byte aligned rows; got ", dtype_name(wtype), ", n ", a.n, ", k ", a.k, ", ",
                 gemv_weight_bytes(a), " weight bytes");

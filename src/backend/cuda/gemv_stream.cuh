@@ -114,22 +114,24 @@ struct WeightCopier {
 
 // The dynamic shared memory; `normed` only where the kernel takes the norm
 // (the launch's size ends before it otherwise).
-template <int kRowBytes>
+template <int kRowBytes, int kXRows>
 struct Shared {
   static constexpr int kStages = std::clamp(kTileBudget / (kTileRows * kRowBytes), 2, 16);
   uint8_t tiles[kStages][kTileRows][kRowBytes];
-  uint64_t full[kStages];                        // the copy engine has written the slot
-  uint64_t empty[kStages];                       // every consumer thread has read it
-  float partials[2][kConsumerWarps][kTileRows];  // a group's warp sums (two groups alternate)
-  float normed[kMaxNormedK];                     // x̂
+  uint64_t full[kStages];   // the copy engine has written the slot
+  uint64_t empty[kStages];  // every consumer thread has read it
+  // A group's warp sums per x row (two groups alternate).
+  float partials[2][kConsumerWarps][kXRows][kTileRows];
+  float normed[kMaxNormedK];  // x̂ (one x row)
 };
 
-template <class Tile>
-using TileShared = Shared<Tile::kRowBytes>;
+template <class Tile, int kXRows>
+using TileShared = Shared<Tile::kRowBytes, kXRows>;
 
-template <class Tile>
+template <class Tile, int kXRows>
 constexpr size_t shared_bytes(bool norm) {
-  return norm ? sizeof(TileShared<Tile>) : offsetof(TileShared<Tile>, normed);
+  using S = TileShared<Tile, kXRows>;
+  return norm ? sizeof(S) : offsetof(S, normed);
 }
 
 // A slot of a ring of `stages` slots and the parity of its current lap.
@@ -160,11 +162,11 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int s
 
 // The producer (one thread): each tile of each of the CTA's groups, into a
 // slot once its last reader has released it.
-template <class Tile, bool kSwiglu>
-__device__ void produce_tiles(const GemvArgs& a, TileShared<Tile>& s, bool evict_first) {
+template <class Tile, bool kSwiglu, int kXRows>
+__device__ void produce_tiles(const GemvArgs& a, TileShared<Tile, kXRows>& s, bool evict_first) {
   constexpr int kRows = kGroupRows<kSwiglu>;
   const int64_t groups = (a.m + kRows - 1) / kRows, tiles_per_row = (a.k + kTileCols - 1) / kTileCols;
-  RingPosition at(TileShared<Tile>::kStages);
+  RingPosition at(TileShared<Tile, kXRows>::kStages);
   const WeightCopier copy(evict_first);
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int rows = int(std::min<int64_t>(kRows, a.m - g * kRows));
@@ -184,55 +186,67 @@ __device__ void produce_tiles(const GemvArgs& a, TileShared<Tile>& s, bool evict
   }
 }
 
-// Σ over the CTA's 256 consumer threads of each row's partial, then the
-// stores (threads 0..kRows-1, one output row each).
-template <bool kSwiglu>
-__device__ void reduce_store_group(const GemvArgs& a, float (&partials)[kConsumerWarps][kTileRows], int64_t g,
-                                   float (&acc)[kTileRows]) {
+// Σ over the CTA's 256 consumer threads of each (x row, weight row)'s
+// partial, then the stores (threads 0..n·kRows-1, one output each). Every x
+// row's sums take the same order, so an output is the same bits whatever
+// the launch's n (a speculative verify row equals a one-row decode).
+template <bool kSwiglu, int kXRows>
+__device__ void reduce_store_group(const GemvArgs& a, float (&partials)[kConsumerWarps][kXRows][kTileRows], int64_t g,
+                                   float (&acc)[kXRows][kTileRows]) {
   constexpr int kRows = kGroupRows<kSwiglu>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-  for (int i = 0; i < kTileRows; ++i) {
+  for (int r = 0; r < kXRows; ++r) {
+    if (r >= a.n) break;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], off);
-    if (lane == 0) partials[warp][i] = acc[i];
+    for (int i = 0; i < kTileRows; ++i) {
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], off);
+      if (lane == 0) partials[warp][r][i] = acc[r][i];
+    }
   }
   // Only the consumer warps (barrier 1; barrier 0 is __syncthreads). The
   // partials alternate between two buffers: a group's are read before any
   // thread reaches the next group's barrier, so the group after next may
   // overwrite them.
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
-  const int64_t row = g * kRows + threadIdx.x;
-  if (threadIdx.x < kRows && row < a.m) {
+  const int r = threadIdx.x / kRows, i = threadIdx.x % kRows;
+  const int64_t row = g * kRows + i;
+  if (r < a.n && row < a.m) {
     float sum = 0, sum_up = 0;
 #pragma unroll
     for (int w = 0; w < kConsumerWarps; ++w) {
-      sum += partials[w][threadIdx.x];
-      if constexpr (kSwiglu) sum_up += partials[w][kRows + threadIdx.x];
+      sum += partials[w][r][i];
+      if constexpr (kSwiglu) sum_up += partials[w][r][kRows + i];
     }
-    gemv_store<kSwiglu>(a, gemv_target(a, row), 0, sum, sum_up);
+    gemv_store<kSwiglu>(a, gemv_target(a, row), r, sum, sum_up);
   }
 }
 
-// A consumer thread: its share of every tile of the CTA's groups.
-template <class Tile, bool kSwiglu>
-__device__ void consume_tiles(const GemvArgs& a, TileShared<Tile>& s, const typename Tile::Acts& x) {
+// A consumer thread: its share of every tile of the CTA's groups, against
+// each of the launch's n ≤ kXRows x rows (row r at x + r·ldx: the tiles'
+// Acts are x's address).
+template <class Tile, bool kSwiglu, int kXRows>
+__device__ void consume_tiles(const GemvArgs& a, TileShared<Tile, kXRows>& s, const typename Tile::Acts& x) {
   constexpr int kRows = kGroupRows<kSwiglu>;
   const int64_t groups = (a.m + kRows - 1) / kRows, tiles_per_row = (a.k + kTileCols - 1) / kTileCols;
-  RingPosition at(TileShared<Tile>::kStages);
+  RingPosition at(TileShared<Tile, kXRows>::kStages);
   int group_parity = 0;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, group_parity ^= 1) {
-    float acc[kTileRows] = {};
+    float acc[kXRows][kTileRows] = {};
     for (int64_t c = 0; c < tiles_per_row; ++c) {
-      const typename Tile::XShare xs = Tile::load_x(x, a.k, c * kTileCols);
+      typename Tile::XShare xs[kXRows];
+#pragma unroll
+      for (int r = 0; r < kXRows; ++r)
+        if (r < a.n) xs[r] = Tile::load_x(x + r * a.ldx, a.k, c * kTileCols);
       barrier_wait(shared_address(&s.full[at.slot]), at.parity);
-      Tile::accumulate(s.tiles[at.slot], xs, acc);
+      Tile::accumulate(s.tiles[at.slot], xs, a.n, acc);
       // Each thread releases its own reads (an arrival orders only the
       // arriving thread's accesses before the copy engine's next write).
       barrier_arrive(shared_address(&s.empty[at.slot]));
       at.advance();
     }
-    reduce_store_group<kSwiglu>(a, s.partials[group_parity], g, acc);
+    reduce_store_group<kSwiglu, kXRows>(a, s.partials[group_parity], g, acc);
   }
 }
 
@@ -249,13 +263,14 @@ __device__ __forceinline__ void normalize_x(const GemvArgs& a, const float4 (&g)
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumerThreads) : "memory");
 }
 
-// kNorm (dense tiles only: their Acts is the x row's address): x̂ of a.x
-// through a.norm_w, which the consumers compute into shared memory first.
-template <class Tile, bool kSwiglu, bool kNorm>
+// kNorm (one x row): x̂ of a.x through a.norm_w, which the consumers
+// compute into shared memory first.
+template <class Tile, bool kSwiglu, bool kNorm, int kXRows>
 __global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x, bool evict_first) {
+  static_assert(!kNorm || kXRows == 1, "x̂ in shared memory holds one row");
   extern __shared__ __align__(128) uint8_t shared[];
-  auto& s = *reinterpret_cast<TileShared<Tile>*>(shared);
-  init_ring(s.full, s.empty, TileShared<Tile>::kStages, kConsumerThreads);
+  auto& s = *reinterpret_cast<TileShared<Tile, kXRows>*>(shared);
+  init_ring(s.full, s.empty, TileShared<Tile, kXRows>::kStages, kConsumerThreads);
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
     // The weights, which no kernel writes, stream in before (and while) the
@@ -264,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, ty
     // nothing in global memory and reads only weights, so it needs no wait
     // of its own; the consumers' wait keeps the CTA from completing before
     // the previous kernel.
-    if (threadIdx.x == kConsumerThreads) produce_tiles<Tile, kSwiglu>(a, s, evict_first);
+    if (threadIdx.x == kConsumerThreads) produce_tiles<Tile, kSwiglu, kXRows>(a, s, evict_first);
     return;
   }
   float4 g[kNorm ? kRmsNormVec : 1];
@@ -274,22 +289,22 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, ty
     normalize_x(a, g, s.normed);
     x = s.normed;
   }
-  consume_tiles<Tile, kSwiglu>(a, s, x);
+  consume_tiles<Tile, kSwiglu, kXRows>(a, s, x);
 }
 
 // One CTA per SM (fewer for few groups).
-template <class Tile, bool kSwiglu, bool kNorm>
+template <class Tile, bool kSwiglu, bool kNorm, int kXRows>
 void launch(const GemvArgs& a, const typename Tile::Acts& x) {
-  constexpr size_t smem = shared_bytes<Tile>(kNorm);
-  static const bool configured = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_stream_kernel<Tile, kSwiglu, kNorm>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  constexpr size_t smem = shared_bytes<Tile, kXRows>(kNorm);
+  auto* kernel = gemv_stream_kernel<Tile, kSwiglu, kNorm, kXRows>;
+  static const bool configured = [kernel] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
   const int64_t groups = (a.m + kGroupRows<kSwiglu> - 1) / kGroupRows<kSwiglu>;
   const unsigned grid = unsigned(std::min<int64_t>(groups, multiprocessor_count()));
-  launch_dependent(gemv_stream_kernel<Tile, kSwiglu, kNorm>, grid, kThreads, smem, a, x, weights_evict_first());
+  launch_dependent(kernel, grid, kThreads, smem, a, x, weights_evict_first());
 }
 #endif
 
@@ -300,15 +315,15 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 // (Every Llama-3-8B launch is at least 32 MB in bf16, Q, K and V being one.)
 inline constexpr int64_t kMinBytes = int64_t(8) << 20;
 
-// Whether a launch's weights suit a streamed kernel: one x row, 16-byte
-// aligned rows and bases (bulk copies), at least kMinBytes.
+// Whether a launch's weights suit a streamed kernel: 16-byte aligned rows
+// and bases (bulk copies), at least kMinBytes.
 inline bool weights_fit(const GemvArgs& a) {
-  bool ok = a.n == 1 && (a.w_up == nullptr || aligned16(a.w_up)) && gemv_weight_bytes(a) >= kMinBytes;
+  bool ok = (a.w_up == nullptr || aligned16(a.w_up)) && gemv_weight_bytes(a) >= kMinBytes;
   for (int p = 0; p < a.n_parts; ++p) ok = ok && aligned16(a.parts[p].w) && a.parts[p].w_row_bytes % 16 == 0;
   return ok;
 }
 
-// The same, and the f32 x row the dense tiles read as 16-byte vectors.
-inline bool launch_fits(const GemvArgs& a) { return weights_fit(a) && aligned16(a.x); }
+// The same, and the f32 x rows the dense tiles read as 16-byte vectors.
+inline bool launch_fits(const GemvArgs& a) { return weights_fit(a) && aligned16(a.x) && a.ldx % 4 == 0; }
 
 }  // namespace brioche::cuda::detail::stream

@@ -780,7 +780,7 @@ bool gemv_stream_rows_takes(DType wtype, const GemvArgs& a) {
   const bool typed = wtype == DType::Q8_0 || wtype == DType::Q4_0 || wtype == DType::Q4_K || wtype == DType::Q5_K ||
                      (wtype == DType::Q6_K && a.k % 2048 == 0) ||  // (Q6_K: 16-byte aligned rows)
                      affine_bits(wtype) != 0;
-  if (!on || !typed || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
+  if (!on || !typed || a.n != 1 || !stream::weights_fit(a)) return false;  // (x: the int8 scratch)
   const int64_t max_chunks = a.w_up != nullptr ? kShortChunks : 64;
   if (a.k % kChunkValues != 0 || a.k / kChunkValues > max_chunks) return false;
   // Packed rows: the tile's row stride is the row's bytes.
