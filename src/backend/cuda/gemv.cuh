@@ -225,7 +225,7 @@ void gemv_dense(DType wtype, const GemvArgs& args);  // f32, f16, bf16
 // launch is small enough that each CTA normalizing x again costs less than
 // a norm kernel (it re-reads x and norm_w per 8 weight rows).
 bool gemv_dense_takes_norm(DType wtype, const GemvArgs& args);
-// Big one-row launches of bf16/f16 weights, streamed through shared memory
+// Big launches (1..8 x rows) of bf16/f16 weights, streamed through shared memory
 // by the copy engine (gemv_stream.cu); gemv_dense hands them over.
 bool gemv_stream_takes(DType wtype, const GemvArgs& args);
 void gemv_stream(DType wtype, const GemvArgs& args);

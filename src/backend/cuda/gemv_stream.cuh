@@ -1,4 +1,4 @@
-// The streamed decode GEMV: one x row against weights of many MB, the weight
+// The streamed decode GEMV: 1..8 x rows against weights of many MB, the weight
 // tiles brought into shared memory by the bulk copy engine several tiles
 // ahead of the arithmetic. This is its pipeline; gemv_stream.cu has the tiles
 // of bf16/f16 weights.
