@@ -68,6 +68,7 @@ void BlockAllocator::evict_cached(int32_t block) {
     }
     info.cached = false;
     info.tokens.clear();
+    if (on_evict_) on_evict_(info.hash);
   }
 }
 

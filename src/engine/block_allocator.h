@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <optional>
 #include <span>
@@ -77,6 +78,12 @@ class BlockAllocator {
   // that hash the call does nothing.
   void register_full_block(int32_t block, BlockHash parent, BlockHash hash, std::span<const int32_t> block_tokens);
 
+  // Whether a cached block holds `hash` (held or free).
+  bool is_cached(BlockHash hash) const { return by_hash_.count(hash) != 0; }
+  // Called with a block's hash when eviction takes it out of the prefix
+  // cache (the hybrid models' state snapshot at its end goes with it).
+  void on_evict(std::function<void(BlockHash)> callback) { on_evict_ = std::move(callback); }
+
   BlockAllocatorStats stats() const;
 
  private:
@@ -101,6 +108,7 @@ class BlockAllocator {
   std::unordered_multimap<BlockHash, int32_t> by_parent_;  // parent hash -> cached blocks that follow it
   uint64_t hit_blocks_ = 0;
   uint64_t query_blocks_ = 0;
+  std::function<void(BlockHash)> on_evict_;
 };
 
 }  // namespace brioche::engine

@@ -98,6 +98,15 @@ struct EngineStats {
   uint64_t spec_verify_steps = 0;
   uint64_t spec_draft_tokens = 0;
   uint64_t spec_accepted_tokens = 0;
+  // Hybrid models' prefix cache (engine/state_snapshots.h): snapshot slots,
+  // those holding a snapshot, snapshots taken, prompts started from one,
+  // snapshots replaced (LRU) and freed with their block.
+  int32_t state_snapshot_slots = 0;
+  int32_t state_snapshots_kept = 0;
+  uint64_t state_snapshots_saved = 0;
+  uint64_t state_snapshots_restored = 0;
+  uint64_t state_snapshots_replaced = 0;
+  uint64_t state_snapshots_dropped = 0;
 };
 
 class Engine {

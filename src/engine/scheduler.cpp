@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <exception>
 #include <numeric>
@@ -35,10 +36,13 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
     for (int32_t s = slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
     state_chunk_ = std::max(runner_->state_chunk(), 1);
     snapshot_alignment_ = std::lcm(blocks_.block_size(), state_chunk_);
-    if (options_.prefix_cache && runner_->state_snapshot_count() > 0)
+    if (options_.prefix_cache && runner_->state_snapshot_count() > 0) {
       snapshots_ = std::make_unique<StateSnapshots>(*runner_);
-    else
+      // A snapshot is of no use without its block: it goes with it.
+      blocks_.on_evict([snapshots = snapshots_.get()](BlockHash hash) { snapshots->drop(hash); });
+    } else {
       options_.prefix_cache = false;
+    }
   }
   BRIOCHE_CHECK(options_.max_batch_tokens > 0 && options_.max_running > 0,
                 "SchedulerOptions: expected positive max_batch_tokens and max_running, got ", options_.max_batch_tokens,
@@ -181,9 +185,11 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
   if (snapshots_) {
     // Hybrid: only as far as a kept state snapshot, the deepest one among
     // the matched blocks; no partial block (no state is kept inside one).
+    // A preempted sequence's own state differs from the snapshots' past its
+    // first state split: it recomputes from below it.
     int32_t keep = 0;
     for (int32_t b = int32_t(seq.block_table.size()); b > 0 && keep == 0; --b) {
-      if (b * bs % snapshot_alignment_ != 0) continue;
+      if (b * bs % snapshot_alignment_ != 0 || b * bs > canonical_end(seq)) continue;
       if (std::optional<int32_t> s = snapshots_->find(block_hash(seq, size_t(b - 1), bs))) {
         keep = b;
         seq.state_snapshot = *s;
@@ -223,8 +229,11 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
 void Engine::Scheduler::register_full_blocks(Sequence& seq) {
   int32_t bs = blocks_.block_size();
   int32_t full = seq.n_computed / bs;
+  // Hybrid: blocks past the first state split hold K/V that only this
+  // sequence's cuts give (canonical_end).
+  const int64_t limit = snapshots_ ? canonical_end(seq) : INT32_MAX;
   for (; seq.registered_blocks < full; ++seq.registered_blocks) {
-    if (!options_.prefix_cache) continue;
+    if (!options_.prefix_cache || int64_t(seq.registered_blocks + 1) * bs > limit) continue;
     const size_t b = size_t(seq.registered_blocks);
     std::span<const int32_t> block_tokens(seq.tokens.data() + b * size_t(bs), size_t(bs));
     const BlockHash parent = b == 0 ? seq.prefix_seed : block_hash(seq, b - 1, bs);
@@ -239,26 +248,64 @@ void Engine::Scheduler::release_blocks(Sequence& seq) {
   seq.block_table.clear();
   seq.registered_blocks = 0;
   seq.n_computed = 0;
-  // Its recurrent state goes with its K/V: a resumed sequence starts over.
+  // Its recurrent state goes with its K/V: a resumed sequence starts over
+  // (its state_splits stay: the recompute cuts its rows there again).
   if (seq.state_slot >= 0) free_state_slots_.push_back(seq.state_slot);
   seq.state_slot = -1;
   seq.state_snapshot = -1;
+  for (const ops::StateCheckpoint& cp : seq.checkpoints) snapshots_->release(cp.slot);
+  seq.checkpoints.clear();
 }
 
-int32_t Engine::Scheduler::snapshot_position(const Sequence& seq) const {
-  return snapshot_alignment_ > 0 ? (int32_t(seq.tokens.size()) - 1) / snapshot_alignment_ * snapshot_alignment_ : 0;
+int32_t Engine::Scheduler::canonical_end(const Sequence& seq) const {
+  return seq.state_splits.empty() ? INT32_MAX : seq.state_splits.front();
 }
 
 int32_t Engine::Scheduler::align_chunk(const Sequence& seq, int32_t chunk) const {
   if (state_chunk_ <= 1 || chunk <= 0) return chunk;
   const int32_t start = seq.n_computed, end = start + chunk;
-  if (snapshots_) {
-    const int32_t at = snapshot_position(seq);
-    if (start < at && at < end) return at - start;
-  }
   if (end == int32_t(seq.tokens.size())) return chunk;
-  const int32_t aligned = end / state_chunk_ * state_chunk_;
-  return aligned > start ? aligned - start : chunk;  // a budget below one chunk: unaligned rather than stalled
+  // The last cut at or before `end`: the grid, or where an earlier forward
+  // ended (a recompute replays those forwards' cuts).
+  int32_t cut = end / state_chunk_ * state_chunk_;
+  auto after = std::upper_bound(seq.state_splits.begin(), seq.state_splits.end(), end);
+  if (after != seq.state_splits.begin()) cut = std::max(cut, *std::prev(after));
+  if (cut > start) return cut - start;
+  // Less budget (or blocks) than the grid needs: a chunk cut off the grid
+  // would be a split that a solo run of this sequence does not make, so it
+  // waits for a step with room, which comes while the oldest prefill takes
+  // the budget first and decode rows leave a chunk's worth. Where they
+  // never can, it runs cut off the grid (exact for itself, reused by no
+  // other prompt) rather than never.
+  return options_.max_batch_tokens - options_.max_running >= state_chunk_ ? 0 : chunk;
+}
+
+void Engine::Scheduler::plan_snapshots(Sequence& seq, int32_t chunk) {
+  if (!snapshots_) return;
+  const int32_t bs = blocks_.block_size();
+  const int64_t last = std::min<int64_t>(seq.n_computed + chunk, canonical_end(seq));
+  // Deepest first: with fewer free slots than boundaries, the ones that
+  // save the most computing are kept (as the LRU keeps a prompt's later
+  // boundaries over its earlier ones).
+  for (int64_t b = last / snapshot_alignment_ * int64_t(snapshot_alignment_); b > seq.n_computed;
+       b -= snapshot_alignment_) {
+    const BlockHash hash = block_hash(seq, size_t(b / bs - 1), bs);
+    if (snapshots_->contains(hash)) continue;  // kept already, or taken in this step by another sequence
+    std::optional<int32_t> slot = snapshots_->reserve(hash);
+    if (!slot) break;
+    seq.checkpoints.insert(seq.checkpoints.begin(), {.position = int32_t(b), .slot = *slot});
+  }
+}
+
+void Engine::Scheduler::publish_snapshots(Sequence& seq) {
+  for (const ops::StateCheckpoint& cp : seq.checkpoints) {
+    // Registered by register_full_blocks just before (or already cached).
+    if (blocks_.is_cached(block_hash(seq, size_t(cp.position / blocks_.block_size() - 1), blocks_.block_size())))
+      snapshots_->publish(cp.slot);
+    else
+      snapshots_->release(cp.slot);
+  }
+  seq.checkpoints.clear();
 }
 
 Sequence* Engine::Scheduler::newest_running(const std::vector<Planned>& planned) const {
@@ -286,7 +333,10 @@ namespace {
 // Hashes of the prompt blocks a chunk completes: they enter the prefix cache
 // when this step's forward has written them.
 void add_filled_block_hashes(Sequence& seq, int32_t chunk, int32_t block_size, std::vector<BlockHash>& out) {
-  const size_t full_after = size_t(seq.n_computed + chunk) / size_t(block_size);
+  // (Hybrid: only blocks below the first state split enter the cache.)
+  const int32_t end =
+      seq.state_splits.empty() ? seq.n_computed + chunk : std::min(seq.n_computed + chunk, seq.state_splits.front());
+  const size_t full_after = size_t(end) / size_t(block_size);
   for (size_t b = size_t(seq.registered_blocks); b < full_after; ++b) out.push_back(block_hash(seq, b, block_size));
 }
 
@@ -361,6 +411,7 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     if (seq->remaining() <= 1) continue;
     int32_t chunk = align_chunk(*seq, fit_chunk(*seq, std::min(seq->remaining(), budget)));
     if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) continue;
+    plan_snapshots(*seq, chunk);
     planned.push_back({seq, chunk});
     budget -= chunk;
     if (options_.prefix_cache) add_filled_block_hashes(*seq, chunk, blocks_.block_size(), filling);
@@ -392,8 +443,10 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     if (!free_state_slots_.empty()) {  // hybrid models (max_running <= slots, so there is one)
       seq->state_slot = free_state_slots_.back();
       free_state_slots_.pop_back();
+      // Copied now, before plan_snapshots may hand its slot to a new snapshot.
       if (seq->state_snapshot >= 0) snapshots_->restore(seq->state_snapshot, seq->state_slot);
       seq->state_snapshot = -1;
+      plan_snapshots(*seq, chunk);
     }
     running_.push_back(std::move(*it));
     it = waiting_.erase(it);
@@ -437,6 +490,13 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     view.block_table = std::span<const int32_t>(seq.block_table);
     view.adapter = seq.request->request.adapter.get();
     view.state_slot = seq.state_slot;
+    if (state_chunk_ > 1) {
+      // The cuts of earlier forwards inside these rows (a recompute), and this step's snapshots.
+      auto first = std::upper_bound(seq.state_splits.begin(), seq.state_splits.end(), seq.n_computed);
+      auto last = std::lower_bound(first, seq.state_splits.end(), seq.n_computed + view.n_rows);
+      view.state_splits = std::span<const int32_t>(first, last);
+      view.state_checkpoints = seq.checkpoints;
+    }
     batch.sequences.push_back(view);
     bool reaches_end = seq.n_computed + p.chunk == int32_t(seq.tokens.size());
     for (int32_t r = 0; r < p.chunk; ++r) {
@@ -479,12 +539,12 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
     for (int32_t r = 0; r < p.chunk; ++r)
       if (seq.scores_position(seq.n_computed + r)) scored.push_back({&seq, seq.n_computed + r, logit_row++});
     seq.n_computed += p.chunk;
+    // Hybrid: a forward that ended off the chunk grid is a cut a recompute must make again.
+    if (state_chunk_ > 1 && seq.n_computed % state_chunk_ != 0 &&
+        (seq.state_splits.empty() || seq.n_computed > seq.state_splits.back()))
+      seq.state_splits.push_back(seq.n_computed);
     register_full_blocks(seq);
-    // Hybrid: the state at the prompt's snapshot position, for later
-    // prompts that share this one up to there.
-    if (snapshots_ && seq.n_computed > 0 && seq.n_computed == snapshot_position(seq))
-      snapshots_->save(block_hash(seq, size_t(seq.n_computed / blocks_.block_size() - 1), blocks_.block_size()),
-                       seq.state_slot);
+    if (snapshots_) publish_snapshots(seq);
     if (!seq.drafts.empty()) {
       to_verify.push_back({&seq, logit_row});
       logit_row += 1 + int32_t(seq.drafts.size());
@@ -953,6 +1013,15 @@ EngineStats Engine::Scheduler::stats() const {
   s.spec_verify_steps = spec_verify_steps_;
   s.spec_draft_tokens = spec_draft_tokens_;
   s.spec_accepted_tokens = spec_accepted_tokens_;
+  if (snapshots_) {
+    const StateSnapshotStats snap = snapshots_->stats();
+    s.state_snapshot_slots = snap.slots;
+    s.state_snapshots_kept = snap.kept;
+    s.state_snapshots_saved = snap.saved;
+    s.state_snapshots_restored = snap.restored;
+    s.state_snapshots_replaced = snap.replaced;
+    s.state_snapshots_dropped = snap.dropped;
+  }
   return s;
 }
 

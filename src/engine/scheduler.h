@@ -84,6 +84,18 @@ struct Sequence {
 
   // Its recurrent-state slot while running (hybrid models); -1 otherwise.
   int32_t state_slot = -1;
+  // Hybrid models: positions off the delta rule's chunk grid where a
+  // forward of its rows ended (its prompt's end, each decode step), in
+  // order. Its state depends on where its rows were cut, so a recompute
+  // (after preemption) cuts them there again (SequenceView::state_splits)
+  // and resumes with bit-identical state; and its blocks and snapshots
+  // serve the prefix cache only up to the first (below it they hold what
+  // any prompt with those tokens computes). Kept across preemption.
+  std::vector<int32_t> state_splits;
+  // This step's state snapshots (hybrid prefix cache): taken inside its
+  // rows at block boundaries, published under the blocks' hashes once the
+  // forward has run (Scheduler::plan_snapshots).
+  std::vector<ops::StateCheckpoint> checkpoints;
 
   int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
 };
@@ -179,12 +191,17 @@ class Engine::Scheduler {
   int32_t state_chunk_ = 1;
   int32_t snapshot_alignment_ = 0;  // lcm(block size, state_chunk_): where snapshots are taken
   std::unique_ptr<StateSnapshots> snapshots_;
-  // The position where a hybrid sequence's state is kept: its last multiple
-  // of snapshot_alignment_ before its last token (0: none).
-  int32_t snapshot_position(const Sequence& seq) const;
-  // A prefill chunk of a hybrid sequence, cut to end at its snapshot
-  // position or a multiple of state_chunk_ (unless it reaches the end).
+  // Hybrid models: where seq's blocks and state stop being what any prompt
+  // with its tokens computes (its first state split; INT32_MAX: nowhere).
+  int32_t canonical_end(const Sequence& seq) const;
+  // A prefill chunk of a hybrid sequence, cut to end on the delta rule's
+  // chunk grid or at one of its state splits (unless it reaches the end).
   int32_t align_chunk(const Sequence& seq, int32_t chunk) const;
+  // Reserves snapshot slots for the block boundaries seq's next `chunk`
+  // rows cross (within its canonical prefix, where none is kept yet).
+  void plan_snapshots(Sequence& seq, int32_t chunk);
+  // After the forward: publishes seq's checkpoints whose blocks are cached.
+  void publish_snapshots(Sequence& seq);
   std::unique_ptr<DraftProposer> proposer_;  // null: no speculation
   SpeculationCosts spec_costs_;
   uint64_t spec_verify_steps_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace brioche::engine {
 
 StateSnapshots::StateSnapshots(ModelRunner& runner) : runner_(runner) {
@@ -9,9 +11,15 @@ StateSnapshots::StateSnapshots(ModelRunner& runner) : runner_(runner) {
   for (int32_t i = 0; i < runner.state_snapshot_count(); ++i) entries_.push_back({.slot = first + i});
 }
 
+StateSnapshots::Entry& StateSnapshots::entry_of(int32_t slot) {
+  const int32_t i = slot - runner_.state_slot_count();
+  BRIOCHE_CHECK(i >= 0 && i < int32_t(entries_.size()), "StateSnapshots: slot ", slot, " is not a snapshot slot");
+  return entries_[size_t(i)];
+}
+
 std::optional<int32_t> StateSnapshots::find(BlockHash hash) {
   for (Entry& e : entries_) {
-    if (e.last_use != 0 && e.hash == hash) {
+    if (e.use == Use::Kept && e.hash == hash) {
       e.last_use = ++clock_;
       return e.slot;
     }
@@ -19,25 +27,61 @@ std::optional<int32_t> StateSnapshots::find(BlockHash hash) {
   return std::nullopt;
 }
 
-void StateSnapshots::save(BlockHash hash, int32_t state_slot) {
-  if (entries_.empty()) return;
-  auto it =
-      std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.last_use != 0 && e.hash == hash; });
-  if (it != entries_.end()) {  // the same prefix again: the state after the same tokens is already kept
-    it->last_use = ++clock_;
-    return;
+bool StateSnapshots::contains(BlockHash hash) const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [&](const Entry& e) { return e.use != Use::Free && e.hash == hash; });
+}
+
+std::optional<int32_t> StateSnapshots::reserve(BlockHash hash) {
+  Entry* pick = nullptr;
+  for (Entry& e : entries_) {
+    if (e.use == Use::Reserved) continue;
+    if (e.use == Use::Free) {
+      pick = &e;
+      break;
+    }
+    if (!pick || e.last_use < pick->last_use) pick = &e;
   }
-  it = std::min_element(entries_.begin(), entries_.end(),
-                        [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-  runner_.copy_state(state_slot, it->slot);
-  it->hash = hash;
-  it->last_use = ++clock_;
-  ++saved_;
+  if (!pick) return std::nullopt;
+  if (pick->use == Use::Kept) ++stats_.replaced;
+  pick->use = Use::Reserved;
+  pick->hash = hash;
+  return pick->slot;
+}
+
+void StateSnapshots::publish(int32_t slot) {
+  Entry& e = entry_of(slot);
+  BRIOCHE_CHECK(e.use == Use::Reserved, "StateSnapshots::publish: slot ", slot, " was not reserved");
+  e.use = Use::Kept;
+  e.last_use = ++clock_;
+  ++stats_.saved;
+}
+
+void StateSnapshots::release(int32_t slot) {
+  Entry& e = entry_of(slot);
+  BRIOCHE_CHECK(e.use == Use::Reserved, "StateSnapshots::release: slot ", slot, " was not reserved");
+  e.use = Use::Free;
+}
+
+void StateSnapshots::drop(BlockHash hash) {
+  for (Entry& e : entries_) {
+    if (e.use == Use::Kept && e.hash == hash) {
+      e.use = Use::Free;
+      ++stats_.dropped;
+    }
+  }
 }
 
 void StateSnapshots::restore(int32_t snapshot, int32_t state_slot) {
   runner_.copy_state(snapshot, state_slot);
-  ++restored_;
+  ++stats_.restored;
+}
+
+StateSnapshotStats StateSnapshots::stats() const {
+  StateSnapshotStats s = stats_;
+  s.slots = int32_t(entries_.size());
+  s.kept = int32_t(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.use == Use::Kept; }));
+  return s;
 }
 
 }  // namespace brioche::engine

@@ -13,6 +13,8 @@
 #include <span>
 #include <vector>
 
+#include "ops/recurrent_sequence.h"
+
 namespace brioche::model {
 
 struct ServedAdapter;
@@ -27,6 +29,12 @@ struct SequenceView {
   // conv_state / recurrent_state); -1 for models without such state. The
   // slot holds the state after n_past tokens; at n_past 0 it is reset.
   int32_t state_slot = -1;
+  // Hybrid models: where the recurrent state's pieces are cut besides the
+  // delta rule's chunk grid, and copies of the state to take inside the
+  // rows (ops::RecurrentSequence::splits, checkpoints; the engine's
+  // snapshots and exact recompute).
+  std::span<const int32_t> state_splits;
+  std::span<const ops::StateCheckpoint> state_checkpoints;
 };
 
 struct ForwardBatch {

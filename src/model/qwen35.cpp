@@ -169,7 +169,9 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
                               .n_rows = s.n_rows,
                               .state_slot = s.state_slot,
                               .starts = s.n_past == 0,
-                              .first_position = s.n_past});
+                              .first_position = s.n_past,
+                              .splits = s.state_splits,
+                              .checkpoints = s.state_checkpoints});
   }
   // RoPE on the first rotary_dim dims of each head: the op sees one row per
   // (token, head), so each head's row carries its token's position.

@@ -29,6 +29,7 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, std::span<const R
     BRIOCHE_CHECK(s.state_slot >= 0 && s.state_slot < state.dim(0), "causal_conv1d: state slot ", s.state_slot,
                   " outside [0, ", state.dim(0), ")");
   }
+  check_splits_and_checkpoints(sequences, state.dim(0), "causal_conv1d");
   BRIOCHE_CHECK(detail::common_device("causal_conv1d", {&x, &weight, &state, &out}) == Device::CPU,
                 "causal_conv1d: runs on the CPU only in this build");
   backend::cpu::causal_conv1d_silu({.x = xs.data,

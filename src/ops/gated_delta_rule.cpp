@@ -42,6 +42,7 @@ void gated_delta_rule(const DeltaRuleInputs& in, const DeltaRuleShape& shape,
     BRIOCHE_CHECK(s.state_slot >= 0 && s.state_slot < state.dim(0), "gated_delta_rule: state slot ", s.state_slot,
                   " outside [0, ", state.dim(0), ")");
   }
+  check_splits_and_checkpoints(sequences, state.dim(0), "gated_delta_rule");
   BRIOCHE_CHECK(detail::common_device("gated_delta_rule", {&q, &k, &v, &g, &beta, &state, &out}) == Device::CPU,
                 "gated_delta_rule: runs on the CPU only in this build");
   backend::cpu::gated_delta_rule({.q = qs.data,

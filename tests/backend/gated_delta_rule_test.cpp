@@ -142,6 +142,76 @@ TEST(GatedDeltaRule, SingleRowsAreRecurrentSteps) {
   EXPECT_LT(max_abs_diff(stepped.state, recurrent.state) / max_abs(recurrent.state), 2e-5);
 }
 
+// One forward over every row of `r` in slot 0 of `n_slots` slots, cut at
+// `splits` inside it and copying the state to `checkpoints`.
+Result run_once(const Rows& r, const std::vector<int32_t>& splits,
+                const std::vector<ops::StateCheckpoint>& checkpoints = {}, int n_slots = 1) {
+  Result res{std::vector<float>(size_t(r.n) * kVHeads * kDv, 0.0f),
+             std::vector<float>(size_t(n_slots) * kVHeads * kDk * kDv, 0.0f)};
+  const ops::RecurrentSequence seq{.first_row = 0,
+                                   .n_rows = r.n,
+                                   .state_slot = 0,
+                                   .starts = true,
+                                   .first_position = 0,
+                                   .splits = splits,
+                                   .checkpoints = checkpoints};
+  gated_delta_rule({.q = r.qkv.data(),
+                    .k = r.qkv.data() + kKHeads * kDk,
+                    .v = r.qkv.data() + 2 * kKHeads * kDk,
+                    .g = r.g.data(),
+                    .beta = r.beta.data(),
+                    .state = res.state.data(),
+                    .out = res.out.data(),
+                    .q_stride = kWidth,
+                    .k_stride = kWidth,
+                    .v_stride = kWidth,
+                    .g_stride = kVHeads,
+                    .beta_stride = kVHeads,
+                    .out_stride = kVHeads * kDv,
+                    .n_k_heads = kKHeads,
+                    .n_v_heads = kVHeads,
+                    .key_dim = kDk,
+                    .value_dim = kDv,
+                    .sequences = {&seq, 1},
+                    .chunk_size = 16});
+  return res;
+}
+
+// A forward told where earlier forwards ended (RecurrentSequence::splits)
+// computes bit for bit what those forwards computed: a prompt, decode
+// rows one by one, then a chunk (what a preempted sequence's recompute
+// replays in one forward).
+TEST(GatedDeltaRule, SplitsInOneForwardEqualSeparateForwards) {
+  const Rows r(120);
+  std::vector<int> ends = {37};
+  for (int p = 38; p < 60; ++p) ends.push_back(p);
+  ends.push_back(75);  // a chunk of 15 across the grid at 64
+  const Result separate = run(r, 16, ends);
+  const Result once = run_once(r, std::vector<int32_t>(ends.begin(), ends.end()));
+  EXPECT_EQ(once.out, separate.out);
+  EXPECT_EQ(once.state, separate.state);
+  // Without the splits the outputs differ (in the last bits; the state's
+  // difference decays away over the rows after them).
+  EXPECT_NE(run_once(r, {}).out, separate.out);
+}
+
+// A checkpoint holds the state after the rows before its position: that of
+// a forward over those rows alone.
+TEST(GatedDeltaRule, CheckpointsHoldTheStateAtTheirPosition) {
+  const Rows r(120);
+  const Result once = run_once(r, {}, {{.position = 32, .slot = 1}, {.position = 96, .slot = 2}}, 3);
+  const size_t slot = size_t(kVHeads) * kDk * kDv;
+  for (int at : {32, 96}) {
+    Rows prefix = r;
+    prefix.n = at;
+    const Result upto = run_once(prefix, {});
+    const std::vector<float> copy(once.state.begin() + (at == 32 ? 1 : 2) * slot,
+                                  once.state.begin() + (at == 32 ? 2 : 3) * slot);
+    EXPECT_EQ(copy, upto.state) << "checkpoint at " << at;
+  }
+  EXPECT_EQ(once.out, run_once(r, {}).out);  // checkpoints on the grid change nothing
+}
+
 // out_t[c] = silu(Σ_j w[c][j] · in_{t−(K−1)+j}[c]) with the state's inputs
 // before the first row, straight from the formula.
 TEST(CausalConv1d, VectorisedEqualsScalarFormula) {
@@ -178,6 +248,38 @@ TEST(CausalConv1d, VectorisedEqualsScalarFormula) {
       for (int c = 0; c < kChannels; ++c)
         ASSERT_EQ(state[size_t(j) * kChannels + size_t(c)], input(rows - kHistory + j, c)) << rows << " rows";
   }
+}
+
+// A conv checkpoint holds the K-1 inputs before its position, from the old
+// state where the position is near the first row.
+TEST(CausalConv1d, CheckpointsHoldTheInputsBeforeTheirPosition) {
+  constexpr int kChannels = 300, kKernel = 4, kHistory = kKernel - 1, kRows = 10;
+  const std::vector<float> x = random_floats(size_t(kRows) * kChannels, -2, 2, 21);
+  const std::vector<float> w = random_floats(size_t(kChannels) * kKernel, -1, 1, 22);
+  const size_t slot = size_t(kHistory) * kChannels;
+  std::vector<float> state = random_floats(slot * 3, -2, 2, 23), out(size_t(kRows) * kChannels);
+  const std::vector<float> old_state(state.begin(), state.begin() + ptrdiff_t(slot));
+  const std::vector<ops::StateCheckpoint> checkpoints = {{.position = 101, .slot = 1}, {.position = 107, .slot = 2}};
+  const ops::RecurrentSequence seq{
+      .first_row = 0, .n_rows = kRows, .state_slot = 0, .first_position = 100, .checkpoints = checkpoints};
+  causal_conv1d_silu({.x = x.data(),
+                      .weight = w.data(),
+                      .state = state.data(),
+                      .out = out.data(),
+                      .x_stride = kChannels,
+                      .out_stride = kChannels,
+                      .channels = kChannels,
+                      .kernel = kKernel,
+                      .sequences = {&seq, 1}});
+  auto input = [&](int s, int c) {  // s relative to the first row
+    return s >= 0 ? x[size_t(s) * kChannels + size_t(c)] : old_state[size_t(kHistory + s) * kChannels + size_t(c)];
+  };
+  for (const ops::StateCheckpoint& cp : checkpoints)
+    for (int j = 0; j < kHistory; ++j)
+      for (int c = 0; c < kChannels; ++c)
+        ASSERT_EQ(state[size_t(cp.slot) * slot + size_t(j) * kChannels + size_t(c)],
+                  input(cp.position - 100 - kHistory + j, c))
+            << "checkpoint at " << cp.position;
 }
 
 }  // namespace

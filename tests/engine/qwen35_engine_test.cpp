@@ -1,9 +1,12 @@
 // The engine on a hybrid model (Qwen 3.5 dense fixture, tests/fixtures/qwen35/
 // dense: linear-attention layers with a recurrent state per sequence): a
 // mixed batch of very different lengths, with a cancellation and
-// preemptions, gives each request exactly the tokens it gets alone; state
-// slots are handed back; the prefix cache reuses a prompt up to a kept state
-// snapshot, with exactly the tokens computed without it; speculation is
+// preemptions, gives each request exactly the tokens it gets alone (and a
+// preempted sequence's recompute reproduces its state bit for bit: equal
+// logprobs); state slots are handed back; the prefix cache reuses a prompt
+// up to a kept state snapshot (one at every block boundary a prompt
+// crosses: a shared system prompt is reused), with exactly the tokens
+// computed without it, also when snapshots are evicted; speculation is
 // refused.
 #include <gtest/gtest.h>
 
@@ -26,6 +29,7 @@ std::vector<int32_t> golden_ids(const char* key) {
 
 struct Outcome {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // of each token, when the request asks for them
   FinishReason finish = FinishReason::Error;
   int32_t cached_prompt_tokens = -1;
 };
@@ -35,6 +39,7 @@ Outcome collect(RequestHandle& handle) {
   while (std::optional<GenerationEvent> e = handle.next()) {
     EXPECT_NE(e->finish, FinishReason::Error) << e->error;
     out.tokens.insert(out.tokens.end(), e->tokens.begin(), e->tokens.end());
+    for (const TokenLogprob& lp : e->logprobs) out.logprobs.push_back(lp.logprob);
     if (e->finish) out.finish = *e->finish;
     if (e->done) out.cached_prompt_tokens = e->usage.cached_prompt_tokens;
   }
@@ -122,6 +127,34 @@ TEST(Qwen35Engine, MixedBatchWithCancellationAndPreemptionGivesEachRequestItsSol
   for (size_t i = 0; i < more.size(); ++i) EXPECT_EQ(collect(*more[i]).tokens, alone[i].tokens) << "request " << i;
 }
 
+// Under forced preemption (20 blocks for five prompts of up to 200 tokens),
+// each preempted sequence recomputes its prompt and generated tokens in
+// forwards cut where its first computation's were (its prompt's end, each
+// decode step): its state is the one it had, bit for bit, so every token's
+// logprob equals the solo run's exactly, not just the tokens.
+TEST(Qwen35Engine, PreemptedSequencesRecomputeTheirStateBitForBit) {
+  auto engine = Engine::load(small_cache());
+  auto batch = [] {
+    std::vector<GenerationRequest> r = requests();
+    for (GenerationRequest& req : r) {
+      req.top_logprobs = 0;
+      req.max_tokens = 40;
+    }
+    return r;
+  };
+  std::vector<Outcome> alone;
+  for (GenerationRequest& r : batch()) alone.push_back(collect(*engine->submit(std::move(r))));
+  const uint64_t preemptions_before = engine->stats().preemptions;
+  std::vector<std::shared_ptr<RequestHandle>> handles = engine->submit_all(batch());
+  for (size_t i = 0; i < handles.size(); ++i) {
+    const Outcome together = collect(*handles[i]);
+    ASSERT_EQ(alone[i].logprobs.size(), 40u);
+    EXPECT_EQ(together.tokens, alone[i].tokens) << "request " << i;
+    EXPECT_EQ(together.logprobs, alone[i].logprobs) << "request " << i;
+  }
+  EXPECT_GT(engine->stats().preemptions, preemptions_before);
+}
+
 EngineOptions without_prefix_cache() {
   EngineOptions o = small_cache();
   o.scheduler.prefix_cache = false;
@@ -175,6 +208,72 @@ TEST(Qwen35Engine, NextTurnReusesThePreviousPromptAndPartialSharesDoNot) {
   const Outcome computed = collect(*engine->submit(partial));
   EXPECT_EQ(computed.cached_prompt_tokens, 0);
   EXPECT_EQ(computed.tokens, collect(*plain->submit(partial)).tokens);
+}
+
+// Requests with one 48-token system prompt (3 blocks) and different user
+// messages: the first keeps a snapshot at each block boundary its prompt
+// crosses, so the others start from the one at the system prompt's end
+// (48 cached tokens), with the tokens of an engine without a prefix cache,
+// greedy and seeded.
+TEST(Qwen35Engine, SharedSystemPromptIsReusedAcrossDifferentUserMessages) {
+  auto engine = Engine::load(small_cache());
+  auto plain = Engine::load(without_prefix_cache());
+  const std::vector<int32_t> long_ids = golden_ids("long_ids");
+  const std::vector<int32_t> system(long_ids.begin(), long_ids.begin() + 48);
+  auto ask = [&](int32_t first_user_token, int32_t user_tokens, std::optional<uint64_t> seed) {
+    GenerationRequest r;
+    r.prompt_tokens = system;
+    for (int32_t t = 0; t < user_tokens; ++t) r.prompt_tokens.push_back((first_user_token + 7 * t) % 500);
+    r.sampling.temperature = seed ? 0.9f : 0.0f;
+    r.sampling.seed = seed;
+    r.max_tokens = 16;
+    r.ignore_eos = true;
+    return r;
+  };
+  const std::vector<GenerationRequest> turns = {ask(300, 30, std::nullopt), ask(11, 21, std::nullopt),
+                                                ask(50, 40, uint64_t(5)), ask(401, 9, uint64_t(6))};
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const Outcome got = collect(*engine->submit(turns[i]));
+    EXPECT_EQ(got.cached_prompt_tokens, i == 0 ? 0 : 48) << "request " << i;
+    EXPECT_EQ(got.tokens, collect(*plain->submit(turns[i])).tokens) << "request " << i;
+  }
+  const EngineStats s = engine->stats();
+  EXPECT_EQ(s.state_snapshots_restored, 3u);
+  EXPECT_GE(s.state_snapshots_saved, 4u);  // 16, 32, 48, 64 of the first prompt at least
+}
+
+// Memory pressure, with prompts of up to 200 tokens: two snapshot slots
+// (snapshots replaced, LRU), then 16 slots and 20 KV blocks (snapshots
+// freed with their evicted blocks). Every request still gets the tokens of
+// an engine without a prefix cache; what is reused is what is still kept.
+TEST(Qwen35Engine, MemoryPressureEvictsSnapshotsWithoutWrongOutput) {
+  auto plain = Engine::load(without_prefix_cache());
+  std::vector<GenerationRequest> order = requests();
+  const std::vector<GenerationRequest> again = requests();
+  order.insert(order.end(), again.begin(), again.end());  // each prompt twice, all in turn
+  order.push_back(requests()[3]);
+  order.push_back(requests()[3]);  // twice in a row: reused from its last boundary
+  std::vector<Outcome> reference;
+  for (const GenerationRequest& r : order) reference.push_back(collect(*plain->submit(r)));
+  for (int32_t slots : {2, 16}) {
+    EngineOptions tight = small_cache();
+    tight.kv.state_snapshots = slots;
+    auto engine = Engine::load(tight);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Outcome got = collect(*engine->submit(order[i]));
+      EXPECT_EQ(got.tokens, reference[i].tokens) << slots << " slots, request " << i;
+      if (i + 1 == order.size()) EXPECT_EQ(got.cached_prompt_tokens, 80) << slots << " slots";
+    }
+    const EngineStats s = engine->stats();
+    EXPECT_EQ(s.state_snapshot_slots, slots);
+    EXPECT_LE(s.state_snapshots_kept, slots);
+    EXPECT_GT(slots == 2 ? s.state_snapshots_replaced : s.state_snapshots_dropped, 0u) << slots << " slots";
+    EXPECT_GT(s.state_snapshots_restored, 0u);
+    std::printf(
+        "[ measured ] %d slots: snapshots saved %llu, replaced %llu, freed with their block %llu, restored %llu\n",
+        slots, (unsigned long long)s.state_snapshots_saved, (unsigned long long)s.state_snapshots_replaced,
+        (unsigned long long)s.state_snapshots_dropped, (unsigned long long)s.state_snapshots_restored);
+  }
 }
 
 // n > 1: the choices run in their own slots from the prompt.

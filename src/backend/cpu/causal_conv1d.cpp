@@ -71,6 +71,13 @@ void causal_conv1d_silu(const CausalConv1dArgs& a) {
       }
       silu_in_place(out, width);
     }
+    // Checkpoints first (they may read the old state): the K-1 inputs
+    // before their position.
+    for (const ops::StateCheckpoint& cp : seq.checkpoints) {
+      float* copy = a.state + int64_t(cp.slot) * history * a.channels + c0;
+      const int64_t t = cp.position - seq.first_position;
+      for (int j = 0; j < history; ++j) std::copy_n(input(t - history + j), width, copy + int64_t(j) * a.channels);
+    }
     // The new state: the last K-1 inputs. Ascending j reads state rows at
     // or after the one it writes, so the shift is safe in place.
     for (int j = 0; j < history; ++j) {

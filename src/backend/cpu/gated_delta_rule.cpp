@@ -269,7 +269,9 @@ class FlushDenormals {
 
 // One task per (sequence, value head), updating the head's dk × dv state in
 // its slot. Rows go by chunks aligned to positions that are multiples of
-// chunk_size; a chunk of one row (a decode step) takes the recurrent form.
+// chunk_size, also cut at the sequence's splits and checkpoints; a piece of
+// one row (a decode step) takes the recurrent form. A checkpoint copies the
+// head's state, as it is after the rows before its position, to its slot.
 void gated_delta_rule(const GatedDeltaRuleArgs& a) {
   const int dk = a.key_dim, dv = a.value_dim, heads = a.n_v_heads;
   const int chunk = std::max(a.chunk_size, 1);
@@ -283,15 +285,30 @@ void gated_delta_rule(const GatedDeltaRuleArgs& a) {
     thread_local ChunkScratch scratch;
     scratch.reserve(chunk, dk, dv);
     HeadTask t(a, h, s, scratch);
+    size_t next_split = 0, next_checkpoint = 0;
+    auto take_checkpoints = [&](int64_t position) {
+      for (; next_checkpoint < seq.checkpoints.size() && seq.checkpoints[next_checkpoint].position == position;
+           ++next_checkpoint) {
+        float* copy = a.state + (int64_t(seq.checkpoints[next_checkpoint].slot) * heads + h) * dk * dv;
+        std::copy_n(s, int64_t(dk) * dv, copy);
+      }
+    };
+    take_checkpoints(seq.first_position);
     for (int32_t i = 0; i < seq.n_rows;) {
       const int64_t position = int64_t(seq.first_position) + i;
-      const int m = int(std::min<int64_t>(seq.n_rows - i, chunk - position % chunk));
+      int64_t end = std::min<int64_t>(seq.first_position + seq.n_rows, position + chunk - position % chunk);
+      while (next_split < seq.splits.size() && seq.splits[next_split] <= position) ++next_split;
+      if (next_split < seq.splits.size()) end = std::min<int64_t>(end, seq.splits[next_split]);
+      if (next_checkpoint < seq.checkpoints.size())
+        end = std::min<int64_t>(end, seq.checkpoints[next_checkpoint].position);
+      const int m = int(end - position);
       if (m == 1) {
         t.recurrent_row(seq.first_row + i);
       } else {
         t.chunk_rows(seq.first_row + i, m);
       }
       i += m;
+      take_checkpoints(end);
     }
   });
 }
