@@ -90,15 +90,22 @@ class SafetensorsDir {
   Tensor tensor(std::string_view name) const;                   // plain weights, zero-copy
   RawTensor raw(std::string_view name) const;
 
-  // MLX affine quantized linear: "<p>.weight" (U32 packed, [out, in*bits/32]),
-  // "<p>.scales" and "<p>.biases" (bf16/f16/f32, [out, in/group]); bits and
-  // group_size from config["quantization"] (or "quantization_config"), with
-  // per-layer overrides keyed by "<p>" (an object, or false = not quantized).
+  // MLX affine quantized linear: "<p>.weight" (U32 packed, [..., out, in*bits/32]),
+  // "<p>.scales" and "<p>.biases" (bf16/f16/f32, [..., out, in/group]); bits
+  // (2, 3, 4, 5, 6 or 8) and group_size (32, 64 or 128) from
+  // config["quantization"] (or "quantization_config"), with per-module
+  // overrides keyed by "<p>" (an object, or false = not quantized), as
+  // mixed-precision quants write them.
   std::optional<AffineQuant> quantization(std::string_view prefix) const;
   bool is_quantized(std::string_view prefix) const;
   // Repacked into DType::AFFINE{4,8}_G{32,64,128} blocks (f32 scale, f32 bias,
-  // packed q), shape [out, in]; a new CPU tensor.
+  // packed q), shape [..., out, in]; a new CPU tensor. 2, 3, 5 and 6-bit
+  // groups become 8-bit blocks (the same values, 8 bits of memory each).
   Tensor quantized_weight(std::string_view prefix) const;
+  // A linear's weight "<p>": MLX-quantized when "<p>.scales" exists, else
+  // the stored "<p>.weight" (zero-copy). A packed U32 weight without scales
+  // is an error naming the missing tensor.
+  Tensor linear_weight(std::string_view prefix) const;
 
  private:
   std::string dir_;

@@ -60,6 +60,20 @@ float load_float(const RawTensor& t, size_t i) {
   return t.dtype == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
+// One group of `n` values of `bits` bits (value j at bit j·bits of the
+// little-endian byte stream, as MLX packs any width) -> one byte each.
+void widen_to_bytes(const uint8_t* packed, int bits, int n, uint8_t* out) {
+  const unsigned mask = (1u << bits) - 1;
+  for (int j = 0; j < n; ++j) {
+    const size_t bit = size_t(j) * size_t(bits);
+    // A value spans at most two bytes (bits <= 6); the second is inside the
+    // group whenever the value reaches into it.
+    unsigned two = packed[bit / 8];
+    if (bit % 8 + size_t(bits) > 8) two |= unsigned(packed[bit / 8 + 1]) << 8;
+    out[j] = uint8_t((two >> (bit % 8)) & mask);
+  }
+}
+
 }  // namespace
 
 SafetensorsDir SafetensorsDir::open(const std::string& dir) {
@@ -168,10 +182,15 @@ std::optional<AffineQuant> SafetensorsDir::quantization(std::string_view prefix)
   }
   if (q == nullptr) return std::nullopt;
   std::string where = dir_ + "/config.json: quantization";
-  auto mode = q->find("mode");
-  if (mode != q->end() && *mode != "affine") {
-    fail(where, ".mode: expected \"affine\", found ", mode->dump());
-  }
+  // MLX's other modes (mxfp4, nvfp4, mxfp8) have no bias and a shared
+  // exponent per group: not affine blocks.
+  auto check_mode = [&](const nlohmann::json& obj, const std::string& at) {
+    auto mode = obj.find("mode");
+    if (mode != obj.end() && *mode != "affine")
+      fail(where, at, ".mode: expected \"affine\" (MLX's mxfp4/nvfp4/mxfp8 are not supported), found ",
+           mode->dump().substr(0, 80));
+  };
+  check_mode(*q, "");
   auto read_int = [&](const nlohmann::json& obj, const char* key, const std::string& at, int fallback) {
     auto it = obj.find(key);
     if (it == obj.end()) {
@@ -184,11 +203,14 @@ std::optional<AffineQuant> SafetensorsDir::quantization(std::string_view prefix)
     }
     return int(it->get<int64_t>());
   };
+  // Per-module overrides (mixed-precision quants, mlx-lm's quant_predicate)
+  // are keyed by the module's path, which is the tensor name's prefix.
   auto layer = q->find(std::string(prefix));
   if (layer != q->end()) {
     if (layer->is_boolean() && !layer->get<bool>()) return std::nullopt;
     if (layer->is_object()) {
       std::string at = "['" + std::string(prefix) + "']";
+      check_mode(*layer, at);
       int bits = read_int(*layer, "bits", at, q->contains("bits") ? read_int(*q, "bits", "", 0) : 0);
       int group = read_int(*layer, "group_size", at, q->contains("group_size") ? read_int(*q, "group_size", "", 0) : 0);
       return AffineQuant{bits, group};
@@ -202,14 +224,37 @@ bool SafetensorsDir::is_quantized(std::string_view prefix) const {
   return has(p + ".scales") && quantization(prefix).has_value();
 }
 
+Tensor SafetensorsDir::linear_weight(std::string_view prefix) const {
+  const std::string p(prefix);
+  if (has(p + ".scales")) return quantized_weight(prefix);
+  const SafetensorsTensorInfo* w = file_of(p + ".weight").find(p + ".weight");
+  // A packed weight without its scales would read as an i32 matrix of the
+  // wrong width: name what is missing instead.
+  if (w->dtype == "U32") {
+    auto quant = quantization(prefix);
+    fail(dir_, ": tensor '", p, ".scales' expected beside the MLX-packed (U32) '", p, ".weight'",
+         quant ? " (config.json quantization: bits " + std::to_string(quant->bits) + ", group_size " +
+                     std::to_string(quant->group_size) + ")"
+               : std::string(" (and config.json has no quantization block)"),
+         ", found absent");
+  }
+  return tensor(p + ".weight");
+}
+
 Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
   std::string p(prefix);
   auto quant = quantization(prefix);
   if (!quant) fail(dir_, ": '", p, "' expected MLX quantization in config.json, found none for it");
+  // brioche's blocks hold 4 or 8 bits; MLX's 2, 3, 5 and 6-bit groups are
+  // widened to 8-bit groups with the same scale and bias (exact: q < 2^bits
+  // fits a byte), at 8 bits' memory.
+  const int stored_bits = quant->bits;
+  const bool widen = stored_bits == 2 || stored_bits == 3 || stored_bits == 5 || stored_bits == 6;
   DType dtype;
-  if (!affine_dtype(quant->bits, quant->group_size, &dtype)) {
-    fail(dir_, ": '", p, "' quantization expected bits 4 or 8 and group_size 32, 64 or 128, found bits ", quant->bits,
-         " group_size ", quant->group_size);
+  if (!(stored_bits == 4 || stored_bits == 8 || widen) ||
+      !affine_dtype(widen ? 8 : stored_bits, quant->group_size, &dtype)) {
+    fail(dir_, ": '", p, "' quantization expected bits 2, 3, 4, 5, 6 or 8 and group_size 32, 64 or 128, found bits ",
+         stored_bits, " group_size ", quant->group_size);
   }
   RawTensor w = raw(p + ".weight");  // [..., out, in * bits / 32] u32 words
   RawTensor s = raw(p + ".scales");  // [..., out, in / group]
@@ -226,11 +271,15 @@ Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
     fail(wfile, ": tensor '", p, ".weight' expected at least one u32 word per row, found shape ",
          nlohmann::json(w.shape).dump());
   }
-  const int64_t in = words_per_row * 32 / quant->bits;
+  if (words_per_row * 32 % stored_bits != 0) {
+    fail(wfile, ": tensor '", p, ".weight' has ", words_per_row, " u32 words per row, expected a multiple of ",
+         stored_bits, " for ", stored_bits, "-bit groups (config.json quantization)");
+  }
+  const int64_t in = words_per_row * 32 / stored_bits;
   const int64_t groups = in / quant->group_size;
   if (in % quant->group_size != 0) {
-    fail(wfile, ": tensor '", p, ".weight' has ", in, " inputs per row, expected a multiple of group_size ",
-         quant->group_size);
+    fail(wfile, ": tensor '", p, ".weight' has ", in, " inputs per row (", words_per_row, " words of ", stored_bits,
+         "-bit values), expected a multiple of group_size ", quant->group_size, " (config.json quantization)");
   }
   for (const RawTensor* t : {&s, &b}) {
     const char* what = t == &s ? ".scales" : ".biases";
@@ -240,8 +289,8 @@ Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
     std::vector<int64_t> expected(w.shape.begin(), w.shape.end() - 1);
     expected.push_back(groups);
     if (t->shape != expected) {
-      fail(file_of(p + what).path(), ": tensor '", p, what, "' expected shape [", nlohmann::json(expected).dump(),
-           "] to match the weight, found ", nlohmann::json(t->shape).dump());
+      fail(file_of(p + what).path(), ": tensor '", p, what, "' expected shape ", nlohmann::json(expected).dump(), " (",
+           in, " inputs in groups of ", quant->group_size, " by config.json), found ", nlohmann::json(t->shape).dump());
     }
   }
   std::vector<int64_t> shape(w.shape.begin(), w.shape.end() - 1);
@@ -253,7 +302,7 @@ Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
   // significant first; on a little-endian host those bytes already are the
   // block's packed q (element j at bit j*bits of the byte stream), so a group
   // is two f32 values followed by a plain copy of its group*bits/8 bytes.
-  const size_t q_bytes = size_t(quant->group_size) * quant->bits / 8;
+  const size_t q_bytes = size_t(quant->group_size) * size_t(stored_bits) / 8;  // bytes of one stored group
   const size_t block_bytes = size_t(dtype_info(dtype).block_bytes);
   uint8_t* dst = static_cast<uint8_t*>(out.data());
   ThreadPool::global().parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
@@ -265,7 +314,10 @@ Tensor SafetensorsDir::quantized_weight(std::string_view prefix) const {
         float bias = load_float(b, size_t(r * groups + g));
         std::memcpy(block, &scale, 4);
         std::memcpy(block + 4, &bias, 4);
-        std::memcpy(block + 8, q_row + size_t(g) * q_bytes, q_bytes);
+        if (widen)
+          widen_to_bytes(q_row + size_t(g) * q_bytes, stored_bits, quant->group_size, block + 8);
+        else
+          std::memcpy(block + 8, q_row + size_t(g) * q_bytes, q_bytes);
       }
     }
   });

@@ -1,9 +1,19 @@
-// A Gemma 4 Hugging Face directory -> Gemma4Checkpoint. Every tensor the
-// config implies is looked up and shape-checked (errors name the tensor and
-// the directory); tensors of the vision and audio towers of a multimodal
+// A Gemma 4 Hugging Face or MLX directory -> Gemma4Checkpoint. Every tensor
+// the config implies is looked up and shape-checked (errors name the tensor
+// and the directory); tensors of the vision and audio towers of a multimodal
 // checkpoint are not read.
+//
+// MLX directories (mlx-lm / mlx-vlm conversions, quantized or not) differ
+// from transformers' in three ways: a multimodal model's text weights are
+// "language_model.model.*" (transformers: "model.language_model.*") and its
+// head "language_model.lm_head"; the experts are stacked per projection,
+// "experts.switch_glu.{gate,up,down}_proj" [E, I, H] / [E, H, I]
+// (transformers: gate_up_proj [E, 2I, H]); KV-shared layers have no k/v
+// projections (transformers keeps unused ones). Quantized linears, with
+// per-module bits, go through SafetensorsDir::linear_weight.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -15,10 +25,37 @@
 #include "model/gemma4_weights.h"
 #include "model/weights.h"
 #include "ops/device.h"
+#include "ops/quantize.h"
 
 namespace brioche::model {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// MLX's stacked gate [E, I, H] and up [E, I, H] -> [E, 2I, H], each expert's
+// gate rows then its up rows (the layout Gemma4Model reads). Rows of any
+// dtype are whole blocks, so a byte copy per expert; a mixed-precision file
+// may quantize the two differently, which then meet as f32.
+Tensor stack_gate_up(Tensor gate, Tensor up) {
+  if (gate.dtype() != up.dtype()) {
+    gate = ops::convert(gate, DType::F32);
+    up = ops::convert(up, DType::F32);
+  }
+  const int64_t experts = gate.dim(0);
+  Tensor out = Tensor::zeros(gate.dtype(), {experts, 2 * gate.dim(1), gate.dim(2)});
+  const size_t half = gate.nbytes() / size_t(experts);  // one expert's rows of one projection
+  auto* dst = static_cast<uint8_t*>(out.data());
+  const auto* g = static_cast<const uint8_t*>(gate.data());
+  const auto* u = static_cast<const uint8_t*>(up.data());
+  for (int64_t e = 0; e < experts; ++e) {
+    std::memcpy(dst + size_t(e) * 2 * half, g + size_t(e) * half, half);
+    std::memcpy(dst + size_t(e) * 2 * half + half, u + size_t(e) * half, half);
+  }
+  return out;
+}
+
+}  // namespace
 
 bool is_gemma4_directory(const std::string& dir) {
   auto text =
@@ -36,11 +73,19 @@ Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
   const Gemma4Config& g = ck.config;
   const ModelConfig& c = g.base;
   Gemma4Weights& w = ck.weights;
-  const std::string& pre = g.tensor_prefix;
+  // An MLX multimodal conversion names the text model "language_model.model.".
+  const bool mlx_nested = st->has("language_model.model.embed_tokens.weight");
+  const std::string pre = mlx_nested ? "language_model.model." : g.tensor_prefix;
+  const std::string head = mlx_nested ? "language_model.lm_head" : "lm_head";
 
   auto matrix = [&](const std::string& prefix, int64_t rows, int64_t cols) {
-    Tensor t = st->is_quantized(prefix) ? st->quantized_weight(prefix) : st->tensor(prefix + ".weight");
+    Tensor t = st->linear_weight(prefix);
     check_shape(t, {rows, cols}, prefix + ".weight", dir);
+    return t;
+  };
+  auto stacked = [&](const std::string& prefix, std::initializer_list<int64_t> shape) {
+    Tensor t = st->linear_weight(prefix);
+    check_shape(t, shape, prefix + ".weight", dir);
     return t;
   };
   auto float_tensor = [&](const std::string& name, std::initializer_list<int64_t> shape) {
@@ -63,8 +108,8 @@ Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
   const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
   w.token_embd = matrix(pre + "embed_tokens", vocab, hidden);
   w.output_norm = vector(pre + "norm.weight", hidden);
-  const bool has_head = st->has("lm_head.weight") || st->is_quantized("lm_head");
-  w.output = has_head ? matrix("lm_head", vocab, hidden) : w.token_embd;
+  const bool has_head = st->has(head + ".weight");
+  w.output = has_head ? matrix(head, vocab, hidden) : w.token_embd;
   ck.config.base.tied_embeddings = !has_head;
 
   const int64_t P = g.ple_dim, L = c.n_layers;
@@ -121,8 +166,15 @@ Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
       const float root = float(1.0 / std::sqrt(double(hidden)));
       for (int64_t j = 0; j < hidden; ++j) l.router_norm.data_as<float>()[j] = scale[size_t(j)] * root;
       l.expert_scale = host_floats(p + "router.per_expert_scale", E);
-      l.experts_gate_up = float_tensor(p + "experts.gate_up_proj", {E, 2 * I, hidden});
-      l.experts_down = float_tensor(p + "experts.down_proj", {E, hidden, I});
+      if (st->has(p + "experts.switch_glu.gate_proj.weight")) {  // MLX: stacked per projection
+        const std::string x = p + "experts.switch_glu.";
+        l.experts_gate_up =
+            stack_gate_up(stacked(x + "gate_proj", {E, I, hidden}), stacked(x + "up_proj", {E, I, hidden}));
+        l.experts_down = stacked(x + "down_proj", {E, hidden, I});
+      } else {
+        l.experts_gate_up = float_tensor(p + "experts.gate_up_proj", {E, 2 * I, hidden});
+        l.experts_down = float_tensor(p + "experts.down_proj", {E, hidden, I});
+      }
       l.post_ffn_norm_1 = vector(p + "post_feedforward_layernorm_1.weight", hidden);
       l.pre_ffn_norm_2 = vector(p + "pre_feedforward_layernorm_2.weight", hidden);
       l.post_ffn_norm_2 = vector(p + "post_feedforward_layernorm_2.weight", hidden);

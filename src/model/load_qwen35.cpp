@@ -9,6 +9,15 @@
 // not read). MoE experts are read per expert ("mlp.experts.E.gate_proj.weight",
 // as transformers saves them) or stacked ("mlp.experts.gate_up_proj" [E, 2I, H]
 // and "mlp.experts.down_proj" [E, H, I], transformers' in-memory layout).
+//
+// MLX directories (mlx-lm / mlx-vlm conversions, quantized or not): tensors
+// "language_model.model.*" and "language_model.lm_head", experts stacked per
+// projection ("mlp.switch_mlp.{gate,up,down}_proj" [E, I, H] / [E, H, I]),
+// the conv as [C, K, 1] (transformers: [C, 1, K]) and, as mlx-lm's sanitize
+// writes them whenever it moves the conv, the zero-centred norms stored as
+// 1 + w. The conv's shape tells the two apart, as it does for mlx-lm.
+// Quantized linears, with per-module bits, go through
+// SafetensorsDir::linear_weight.
 #include <cmath>
 #include <filesystem>
 
@@ -34,6 +43,13 @@ bool is_qwen35_name(const std::string& s) {
   return s == "qwen3_5" || s == "qwen3_5_text" || s == "qwen3_5_moe" || s == "qwen3_5_moe_text" ||
          s == "Qwen3_5ForCausalLM" || s == "Qwen3_5ForConditionalGeneration" || s == "Qwen3_5MoeForCausalLM" ||
          s == "Qwen3_5MoeForConditionalGeneration";
+}
+
+// "[128, 1, 4]", as check_shape writes shapes.
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
 }
 
 // A count in [lo, hi], naming the key.
@@ -176,28 +192,52 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
       .obj = nested ? top["text_config"] : top, .prefix = nested ? "text_config." : "", .source = config_path};
   Qwen35Checkpoint ck;
   ck.directory = dir;
+  ck.multimodal = nested;
   read_qwen35_config(cfg, moe, ck.config, ck.qwen);
   if (nested && !cfg.has("tie_word_embeddings"))
     ck.config.tied_embeddings =
         ConfigFields{.obj = top, .prefix = "", .source = config_path}.boolean("tie_word_embeddings", false);
   const ModelConfig& c = ck.config;
   const Qwen35Config& q = ck.qwen;
-  const std::string root = nested ? "model.language_model." : "model.";
+  const bool mlx_names = st->has("language_model.model.embed_tokens.weight");
+  const std::string root = mlx_names ? "language_model.model." : nested ? "model.language_model." : "model.";
+  const std::string head = mlx_names ? "language_model.lm_head" : "lm_head";
 
   auto matrix = [&](const std::string& prefix, int64_t rows, int64_t cols) {
-    Tensor t = st->is_quantized(prefix) ? st->quantized_weight(prefix) : st->tensor(prefix + ".weight");
+    Tensor t = st->linear_weight(prefix);
     check_shape(t, {rows, cols}, prefix + ".weight", dir);
     return t;
   };
+  auto stacked = [&](const std::string& prefix, std::initializer_list<int64_t> shape) {
+    Tensor t = st->linear_weight(prefix);
+    check_shape(t, shape, prefix + ".weight", dir);
+    return t;
+  };
+  // MLX's layout (conv [C, K, 1], norms as 1 + w) or transformers' ([C, 1, K], w).
+  bool mlx_layout = false;
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (!q.linear_layers[size_t(l)]) continue;
+    const std::string name = root + "layers." + std::to_string(l) + ".linear_attn.conv1d.weight";
+    const formats::SafetensorsTensorInfo* conv = st->file_of(name).find(name);
+    const std::vector<int64_t> mlx_shape{q.conv_channels(), q.conv_kernel, 1};
+    const std::vector<int64_t> hf_shape{q.conv_channels(), 1, q.conv_kernel};
+    if (conv->shape != mlx_shape && conv->shape != hf_shape)
+      fail(dir, ": tensor '", name, "' expected shape ", shape_text(hf_shape), " (transformers) or ",
+           shape_text(mlx_shape), " (MLX), found ", shape_text(conv->shape));
+    mlx_layout = conv->shape == mlx_shape;
+    break;
+  }
   auto vector = [&](const std::string& name, int64_t n) {
     Tensor t = st->tensor(name);
     check_shape(t, {n}, name, dir);
     if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
     return to_f32(t);
   };
-  // transformers' zero-centred RMSNorm multiplies by 1 + w: stored as such.
+  // transformers' zero-centred RMSNorm multiplies by 1 + w: stored as such
+  // (an MLX file holds 1 + w already).
   auto centred_norm = [&](const std::string& name, int64_t n) {
     Tensor w = vector(name, n);
+    if (mlx_layout) return w;
     Tensor out = Tensor::zeros(DType::F32, {n});
     for (int64_t i = 0; i < n; ++i) out.data_as<float>()[i] = 1.0f + w.data_as<float>()[i];
     return out;
@@ -206,8 +246,8 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
   const int64_t hidden = c.hidden_size, vocab = c.vocab_size;
   ck.token_embd = matrix(root + "embed_tokens", vocab, hidden);
   ck.output_norm = centred_norm(root + "norm.weight", hidden);
-  if (!st->has("lm_head.weight") && !st->is_quantized("lm_head")) ck.config.tied_embeddings = true;
-  ck.output = c.tied_embeddings ? ck.token_embd : matrix("lm_head", vocab, hidden);
+  if (!st->has(head + ".weight")) ck.config.tied_embeddings = true;
+  ck.output = c.tied_embeddings ? ck.token_embd : matrix(head, vocab, hidden);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = root + "layers." + std::to_string(l) + ".";
@@ -222,7 +262,10 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
       la.in_b = matrix(a + "in_proj_b", q.linear_v_heads, hidden);
       la.in_a = matrix(a + "in_proj_a", q.linear_v_heads, hidden);
       Tensor conv = st->tensor(a + "conv1d.weight");
-      check_shape(conv, {q.conv_channels(), 1, q.conv_kernel}, a + "conv1d.weight", dir);
+      if (mlx_layout)
+        check_shape(conv, {q.conv_channels(), q.conv_kernel, 1}, a + "conv1d.weight", dir);
+      else
+        check_shape(conv, {q.conv_channels(), 1, q.conv_kernel}, a + "conv1d.weight", dir);
       la.conv = to_f32(conv.reshape({q.conv_channels(), q.conv_kernel}));
       la.a_log = vector(a + "A_log", q.linear_v_heads);
       la.dt_bias = vector(a + "dt_bias", q.linear_v_heads);
@@ -246,7 +289,13 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
       const std::string m = p + "mlp.";
       const int64_t inter = q.expert_intermediate;
       layer.router = matrix(m + "gate", q.n_experts, hidden);
-      if (st->has(m + "experts.gate_up_proj")) {
+      if (st->has(m + "switch_mlp.gate_proj.weight")) {  // MLX: stacked per projection, each maybe quantized
+        Tensor gate = stacked(m + "switch_mlp.gate_proj", {q.n_experts, inter, hidden});
+        Tensor up = stacked(m + "switch_mlp.up_proj", {q.n_experts, inter, hidden});
+        Tensor down = stacked(m + "switch_mlp.down_proj", {q.n_experts, hidden, inter});
+        for (int e = 0; e < q.n_experts; ++e)
+          layer.experts.push_back({.gate = gate.select(e), .up = up.select(e), .down = down.select(e)});
+      } else if (st->has(m + "experts.gate_up_proj")) {
         Tensor gate_up = st->tensor(m + "experts.gate_up_proj");
         Tensor down = st->tensor(m + "experts.down_proj");
         check_shape(gate_up, {q.n_experts, 2 * inter, hidden}, m + "experts.gate_up_proj", dir);

@@ -140,7 +140,7 @@ Checkpoint load_safetensors_checkpoint(const std::string& dir) {
 
   // A linear's weight: MLX affine blocks when quantized, else the stored tensor.
   auto matrix = [&](const std::string& prefix, int64_t rows, int64_t cols) {
-    Tensor t = st->is_quantized(prefix) ? st->quantized_weight(prefix) : st->tensor(prefix + ".weight");
+    Tensor t = st->linear_weight(prefix);
     check_shape(t, {rows, cols}, prefix + ".weight", dir);
     return t;
   };
