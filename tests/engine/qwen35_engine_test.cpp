@@ -202,7 +202,9 @@ TEST(Qwen35Engine, NextTurnReusesThePreviousPromptAndPartialSharesDoNot) {
   EXPECT_EQ(reused.cached_prompt_tokens, 80);
   EXPECT_EQ(reused.tokens, collect(*plain->submit(turn2)).tokens);
 
-  GenerationRequest partial = turn1;  // the first 40 tokens of the cached prompt (snapshot at 80), then others
+  // The first 40 tokens of the cached prompt, then others: its snapshots at
+  // 16 and 32 were replaced by deeper ones (3 slots keep 80, 96, 112).
+  GenerationRequest partial = turn1;
   partial.prompt_tokens.resize(40);
   for (int32_t t = 0; t < 40; ++t) partial.prompt_tokens.push_back(100 + t);
   const Outcome computed = collect(*engine->submit(partial));

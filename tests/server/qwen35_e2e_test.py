@@ -12,6 +12,9 @@ against transformers' greedy continuations recorded in their golden.json.
     repeated prompt starts from the state snapshot kept at its last
     16-position block boundary (`cached_tokens`) with the same text as
     `brioche run` computes in full, and so does a next turn that extends it;
+    requests with one system text and different user messages start from
+    the snapshot at the last block boundary inside the system text
+    (completions, and chat with one system message);
     chat completions answer through the fixture's template;
   - `--speculative prompt-lookup` is refused at start with one clear line.
 
@@ -117,6 +120,41 @@ class Serve(unittest.TestCase):
                                capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.rstrip("\n"), want.rstrip("\n"))
+
+    def test_shared_system_prompt_is_reused_by_different_user_messages(self):
+        # A system text of more than three blocks, no other test sends it;
+        # the first request keeps a state snapshot at every block boundary
+        # its prompt crosses, so the others start from the last one inside
+        # the shared text, whatever follows it.
+        system = "You are a terse assistant for a hybrid-attention test; answer in one line. " * 3
+        _, n_system, _ = self.text_completion(system, 1)
+        users = ("Q: What keeps a fixed-size state?", "Q: Name a gated layer.", "Q: Why split chunks at 16?")
+        texts = []
+        for i, user in enumerate(users):
+            text, n_prompt, cached = self.text_completion(system + user, 10)
+            texts.append(text)
+            self.assertGreater(n_prompt, n_system)
+            # The boundary below the system text's last token (which may
+            # merge with the user text's first), 48 or more.
+            self.assertEqual(cached, (n_system - 1) // 16 * 16, (i, n_system, n_prompt))
+            self.assertGreaterEqual(cached, 48)
+        # Computed in full by a fresh process: the same text.
+        for user, want in zip(users, texts):
+            r = subprocess.run([ARGS.brioche, "run", "-m", fixture("dense"), "--device", "cpu", "-p", system + user,
+                                "--raw", "--temp", "0", "-n", "10", "--ignore-eos", "-t", "2"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.rstrip("\n"), want.rstrip("\n"))
+        # Chat: the same system message with different user messages.
+        cached = []
+        for user in users:
+            status, body = self.server.post("/v1/chat/completions", {
+                "messages": [{"role": "system", "content": system + " (chat)"}, {"role": "user", "content": user}],
+                "max_tokens": 4, "temperature": 0})
+            self.assertEqual(status, 200, body)
+            cached.append(json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"])
+        self.assertEqual(cached[0], 0)
+        self.assertGreaterEqual(min(cached[1:]), 48, cached)
 
     def test_chat_completion_answers(self):
         status, body = self.server.post("/v1/chat/completions", {
