@@ -15,10 +15,19 @@ namespace {
 
 constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 
+// The end of a round of a counted repetition (local state ids).
+struct LocalCounter {
+  int32_t loop_target = -1, exit_target = -1;
+  int32_t rounds = 0;
+  bool operator==(const LocalCounter&) const = default;
+};
+
 struct LocalState {
   std::vector<int32_t> eps;
   std::vector<ByteEdge> bytes;
   std::vector<RuleEdge> rules;
+  int32_t loop = -1;     // the counted repetition whose body holds it (index in its rule)
+  LocalCounter counter;  // loop_target >= 0: a round ends here
 };
 
 struct Fragment {
@@ -140,7 +149,11 @@ class RuleBuilder {
   // one builder reused for every rule allocates little.
   std::vector<LocalState> states;
   int32_t num_states() const { return used_; }
-  void reset() { used_ = 0; }
+  void reset() {
+    used_ = 0;
+    num_loops_ = 0;
+    current_loop_ = -1;
+  }
 
   int32_t new_state() {
     work_.add_state();
@@ -153,7 +166,9 @@ class RuleBuilder {
       st.eps.clear();
       st.bytes.clear();
       st.rules.clear();
+      st.counter = LocalCounter{};
     }
+    states[used_].loop = current_loop_;
     return used_++;
   }
 
@@ -224,8 +239,19 @@ class RuleBuilder {
       }
       case Expr::Kind::kRepeat: {
         int32_t child = e.children[0];
+        // A part of more than `from` copies is counted (CounterEdge), all
+        // but its last `window` copies; those are written out, so that
+        // tokens near the bound see the states they will meet.
+        const int64_t window = limits_.counter_window;
+        const int64_t from = std::max<int64_t>(2 * window, limits_.counter_from);
+        const bool can_count = window > 0 && current_loop_ < 0 && !can_be_empty(child, 0);
         int32_t s = new_state(), cur = s;
-        for (int32_t i = 0; i < e.min_repeat; ++i) {
+        int64_t required = e.min_repeat;
+        if (can_count && required > from) {
+          cur = counted(child, cur, required - window, -1);
+          required = window;
+        }
+        for (int64_t i = 0; i < required; ++i) {
           Fragment f = build(child);
           states[cur].eps.push_back(f.start);
           cur = f.end;
@@ -237,7 +263,12 @@ class RuleBuilder {
           return {s, cur};
         }
         int32_t t = new_state();
-        for (int32_t i = e.min_repeat; i < e.max_repeat; ++i) {
+        int64_t optional = static_cast<int64_t>(e.max_repeat) - e.min_repeat;
+        if (can_count && optional > from) {
+          cur = counted(child, cur, optional - window, t);
+          optional = window;
+        }
+        for (int64_t i = 0; i < optional; ++i) {
           Fragment f = build(child);
           states[cur].eps.push_back(f.start);
           states[cur].eps.push_back(t);
@@ -251,6 +282,50 @@ class RuleBuilder {
   }
 
  private:
+  // `rounds` rounds of `child` after `before`, counted: a head state that
+  // starts a round (and may leave to `leave` when >= 0: an optional part),
+  // the body once, and a counter edge at the body's end. Returns the state
+  // the bound leads to (where the written-out copies start).
+  int32_t counted(int32_t child, int32_t before, int64_t rounds, int32_t leave) {
+    const int32_t outer = current_loop_;
+    current_loop_ = num_loops_++;
+    const int32_t head = new_state();
+    const Fragment body = build(child);
+    current_loop_ = outer;
+    const int32_t after = new_state();
+    states[before].eps.push_back(head);
+    states[head].eps.push_back(body.start);
+    if (leave >= 0) states[head].eps.push_back(leave);
+    states[body.end].counter = LocalCounter{head, after, static_cast<int32_t>(rounds)};
+    return after;
+  }
+
+  // Whether `id` may match the empty string (conservative: any rule call
+  // that stays a call counts as maybe empty). A counted body must read a
+  // byte per round, else its counter could go round without input.
+  bool can_be_empty(int32_t id, int depth) const {
+    const Expr& e = g_.exprs[id];
+    if (depth > 64) return true;
+    switch (e.kind) {
+      case Expr::Kind::kEmpty: return true;
+      case Expr::Kind::kBytes: return e.bytes.empty();
+      case Expr::Kind::kCharClass: return false;
+      case Expr::Kind::kRuleRef: return !inlined_[e.rule] || can_be_empty(g_.rules[e.rule].body, depth + 1);
+      case Expr::Kind::kRepeat: return e.min_repeat == 0 || can_be_empty(e.children[0], depth + 1);
+      case Expr::Kind::kSequence:
+        for (int32_t c : e.children)
+          if (!can_be_empty(c, depth + 1)) return false;
+        return true;
+      case Expr::Kind::kChoice:
+        for (int32_t c : e.children)
+          if (can_be_empty(c, depth + 1)) return true;
+        return false;
+    }
+    return true;
+  }
+
+  int32_t current_loop_ = -1;  // the counted repetition being built, or -1
+  int32_t num_loops_ = 0;      // in this rule
   const Grammar& g_;
   const AutomatonLimits& limits_;
   const std::vector<char>& inlined_;
@@ -416,8 +491,12 @@ struct FinalState {
   bool accepting = false;
   std::vector<ByteEdge> bytes;
   std::vector<RuleEdge> rules;
+  int32_t loop = -1;
+  LocalCounter counter;
   bool operator==(const FinalState& o) const {
-    if (accepting != o.accepting || bytes.size() != o.bytes.size() || rules.size() != o.rules.size()) return false;
+    if (accepting != o.accepting || bytes.size() != o.bytes.size() || rules.size() != o.rules.size() ||
+        loop != o.loop || !(counter == o.counter))
+      return false;
     for (size_t i = 0; i < bytes.size(); ++i)
       if (bytes[i].lo != o.bytes[i].lo || bytes[i].hi != o.bytes[i].hi || bytes[i].target != o.bytes[i].target)
         return false;
@@ -460,6 +539,8 @@ uint64_t hash_state(const FinalState& st) {
   };
   for (auto& e : st.bytes) mix((uint64_t(e.lo) << 40) | (uint64_t(e.hi) << 32) | uint32_t(e.target));
   for (auto& e : st.rules) mix((uint64_t(uint32_t(e.rule)) << 32) | uint32_t(e.target) | (1ull << 63));
+  mix((uint64_t(uint32_t(st.loop)) << 32) | uint32_t(st.counter.loop_target));
+  mix((uint64_t(uint32_t(st.counter.exit_target)) << 32) | uint32_t(st.counter.rounds));
   return h;
 }
 
@@ -490,6 +571,13 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork&
       stack.pop_back();
       budget.add_steps(1 + ls[s].bytes.size() + ls[s].rules.size());
       if (s == f.end) st.accepting = true;
+      if (ls[s].counter.loop_target >= 0) {
+        // One counter per closure: a round's end has no epsilon out, and
+        // counted repetitions do not nest in one rule.
+        BRIOCHE_CHECK(st.counter.loop_target < 0 || st.counter == ls[s].counter,
+                      "grammar: two counted repetitions end at one state");
+        st.counter = ls[s].counter;
+      }
       for (auto& e : ls[s].bytes) st.bytes.push_back(e);
       for (auto& e : ls[s].rules) st.rules.push_back(e);
       for (int32_t t : ls[s].eps)
@@ -508,6 +596,11 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork&
     };
     for (auto& e : st.bytes) e.target = target_of(e.target);
     for (auto& e : st.rules) e.target = target_of(e.target);
+    if (st.counter.loop_target >= 0) {
+      st.counter.loop_target = target_of(st.counter.loop_target);
+      st.counter.exit_target = target_of(st.counter.exit_target);
+    }
+    st.loop = ls[src].loop;
     out[k] = std::move(st);
   }
   // Merge states with identical (accepting, edges) until nothing changes:
@@ -526,6 +619,10 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork&
   for (int32_t i = 0; i < count; ++i) {
     for (auto& e : out[i].bytes) preds[e.target].push_back(i);
     for (auto& e : out[i].rules) preds[e.target].push_back(i);
+    if (out[i].counter.loop_target >= 0) {
+      preds[out[i].counter.loop_target].push_back(i);
+      preds[out[i].counter.exit_target].push_back(i);
+    }
   }
   // Current content of a state: targets through `find`, canonical order.
   // Written into `st` (reused buffers: this runs for every comparison).
@@ -535,6 +632,12 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork&
     st.rules.assign(out[i].rules.begin(), out[i].rules.end());
     for (auto& e : st.bytes) e.target = find(e.target);
     for (auto& e : st.rules) e.target = find(e.target);
+    st.loop = out[i].loop;
+    st.counter = out[i].counter;
+    if (st.counter.loop_target >= 0) {
+      st.counter.loop_target = find(st.counter.loop_target);
+      st.counter.exit_target = find(st.counter.exit_target);
+    }
     canonicalize(st);
   };
   auto content = [&](int32_t i) {
@@ -595,6 +698,10 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork&
   for (auto& st : next) {
     for (auto& e : st.bytes) e.target = id[e.target];
     for (auto& e : st.rules) e.target = id[e.target];
+    if (st.counter.loop_target >= 0) {
+      st.counter.loop_target = id[st.counter.loop_target];
+      st.counter.exit_target = id[st.counter.exit_target];
+    }
     canonicalize(st);
   }
   out = std::move(next);
@@ -631,6 +738,10 @@ void reject_left_recursion(const Automaton& a) {
       }
       for (uint32_t i = st.rule_begin; i < st.rule_end; ++i)
         if (nullable[a.rule_edges[i].rule]) stack.push_back(a.rule_edges[i].target);
+      if (st.counter >= 0) {  // an epsilon move either way
+        stack.push_back(a.counters[st.counter].loop_target);
+        stack.push_back(a.counters[st.counter].exit_target);
+      }
     }
   };
   for (int32_t r = 0; r < num_rules; ++r)
@@ -733,6 +844,11 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
       AutomatonState s;
       s.rule = static_cast<int32_t>(r);
       s.accepting = st.accepting;
+      s.loop = st.loop;
+      if (st.counter.loop_target >= 0) {
+        s.counter = static_cast<int32_t>(a.counters.size());
+        a.counters.push_back({st.counter.loop_target + base, st.counter.exit_target + base, st.counter.rounds});
+      }
       s.byte_begin = static_cast<uint32_t>(a.byte_edges.size());
       for (auto e : st.bytes) {
         e.target += base;
@@ -793,6 +909,15 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
     std::sort(deps[r].begin(), deps[r].end());
     deps[r].erase(std::unique(deps[r].begin(), deps[r].end()), deps[r].end());
   }
+  // A counter edge by its targets, not its bound: masks never depend on the
+  // bound (PdaWalker::Counts), so a string of maxLength 20000 shares the
+  // masks of one of 30000.
+  auto add_counter = [&](Hasher128& h, const AutomatonState& st, int32_t begin) {
+    if (st.counter < 0) return;
+    const CounterEdge& c = counters[st.counter];
+    h.add(0xCC00000000ull | static_cast<uint32_t>(st.loop));
+    h.add((uint64_t(uint32_t(c.loop_target - begin)) << 32) | uint32_t(c.exit_target - begin));
+  };
   // Strongly connected components, callees first.
   std::vector<char> live(n, 0);
   for (int32_t r = 0; r < n; ++r) live[r] = rule_start[r] >= 0;
@@ -820,6 +945,7 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
                         static_cast<uint32_t>(rule_edges[i].target - begin));
       std::sort(calls.begin(), calls.end());
       for (uint64_t x : calls) h.add(x);
+      add_counter(h, st, begin);
     }
     return h.a;
   };
@@ -865,6 +991,7 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
           h.add(y);
           h.add(t);
         }
+        add_counter(h, st, begin);
         h.add(0xE0);
       }
       if (rule_lookahead[r] >= 0) {
@@ -927,6 +1054,12 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
         closed &= inside(rule_edges[e].target);
         sig.push_back(rule_edges[e].rule);
         sig.push_back(rule_edges[e].target - begin);  // the same continuation, exactly
+      }
+      if (st.counter >= 0) {  // masks take a round's end back to the loop's start
+        const int32_t to = counters[st.counter].loop_target;
+        closed &= inside(to);
+        sig.push_back(-2);
+        sig.push_back(to - begin);
       }
       cls[i] = classify(sig);
     }

@@ -26,8 +26,25 @@ struct RuleEdge {
   int32_t target;  // state to continue at after the callee completes
 };
 
+// A counted repetition (x{m,n} with large m or n - m) is not unrolled: its
+// body is built once, and the state that ends a round of it carries a
+// counter edge, an epsilon move taken at run time: with `count + 1 < rounds`
+// back to the body's start (`loop_target`, count + 1), else on to
+// `exit_target` (count 0), where `window` written-out copies of the body
+// follow (at least as many as the longest token has bytes, so that no
+// token's mask depends on the count: see PdaWalker::Counts).
+struct CounterEdge {
+  int32_t loop_target;  // global state id
+  int32_t exit_target;  // global state id
+  int32_t rounds;       // rounds of the body before the exit
+};
+
 struct AutomatonState {
   int32_t rule = -1;
+  // The counted repetition (its index among its rule's) whose body holds
+  // this state, or -1. Within one a stack node keeps its count.
+  int32_t loop = -1;
+  int32_t counter = -1;  // into Automaton::counters: the round ends here; -1: none
   bool accepting = false;
   uint32_t byte_begin = 0, byte_end = 0;           // into Automaton::byte_edges
   uint32_t rule_begin = 0, rule_end = 0;           // into Automaton::rule_edges
@@ -44,6 +61,14 @@ struct AutomatonLimits {
   // its own): NFA states made, epsilon-closure steps, state comparisons of
   // the merge. Counted, so the answer does not depend on the machine.
   uint64_t max_work = UINT64_MAX;
+  // Counted repetitions (CounterEdge): a repetition whose required or
+  // optional part has more than max(2 * counter_window, counter_from)
+  // copies counts them instead of unrolling, keeping `counter_window`
+  // written-out copies next to the bound. CompiledGrammar::compile sets the
+  // window to the vocabulary's longest token (its masks are exact with
+  // it); 0 unrolls every repetition.
+  int32_t counter_window = 0;
+  int64_t counter_from = 0;
 };
 
 class Automaton {
@@ -53,6 +78,7 @@ class Automaton {
   std::vector<AutomatonState> states;
   std::vector<ByteEdge> byte_edges;
   std::vector<RuleEdge> rule_edges;
+  std::vector<CounterEdge> counters;
   // Per rule: its start state, or -1 when the rule was inlined into its
   // callers (small, non-recursive) or is unreachable. Rules past the
   // grammar's own are lookahead assertions of rule_lookahead.

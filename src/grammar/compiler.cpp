@@ -676,6 +676,10 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
   CompiledGrammar* out = &out_ref;
   AutomatonLimits automaton_limits = limits.automaton;
   automaton_limits.max_work = std::min(automaton_limits.max_work, limits.max_work);
+  // Counted repetitions keep a written-out copy per byte of the longest
+  // token next to their bounds: then no mask depends on a count.
+  if (automaton_limits.counter_window == 0)
+    automaton_limits.counter_window = std::max(1, vocabulary->max_token_length());
   out->automaton_ = Automaton::build(grammar, automaton_limits);
   out->stats_.automaton_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out->vocabulary_ = std::move(vocabulary);

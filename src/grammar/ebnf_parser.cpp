@@ -226,7 +226,7 @@ class EbnfParser {
         }
         expect('}');
         if (hi >= 0 && hi < lo) error("a repetition {m,n} with m <= n", at);
-        if (lo > 100000 || hi > 100000) error("a repetition count at most 100000", at);
+        if (lo > kMaxRepeatCount || hi > kMaxRepeatCount) error("a repetition count at most 2147483647", at);
         item = g_.repeat(item, static_cast<int32_t>(lo), static_cast<int32_t>(hi));
       } else {
         return item;
@@ -239,7 +239,7 @@ class EbnfParser {
     int64_t v = 0;
     while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
       v = v * 10 + (text_[pos_] - '0');
-      if (v > 1000000) error("a small repetition count", at);
+      if (v > kMaxRepeatCount) error("a repetition count at most 2147483647", at);
       ++pos_;
     }
     if (pos_ == start) error("a number in the repetition", pos_);

@@ -20,7 +20,7 @@ void set_range(uint64_t* bits, int lo, int hi) {
 }  // namespace
 
 FrontierDfa::FrontierDfa(const Automaton& automaton, size_t max_configs, size_t max_table_bytes)
-    : a_(automaton), max_configs_(max_configs), walker_(automaton, arena_) {
+    : a_(automaton), max_configs_(max_configs), walker_(automaton, arena_, PdaWalker::Counts::kIgnore) {
   // Class boundaries: every edge range starts a class at lo and at hi + 1.
   bool boundary[257] = {};
   boundary[0] = true;

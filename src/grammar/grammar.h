@@ -26,6 +26,8 @@ inline constexpr int kMaxRegexNesting = 256;      // groups, and quantifiers sta
 inline constexpr int kMaxEbnfNesting = 1024;      // parentheses (a regex level becomes up to 3)
 inline constexpr int kMaxExpressionDepth = 2048;  // IR nodes inside each other (groups, choices, repetitions)
 inline constexpr int kMaxSchemaDepth = 128;       // sub-schemas inside each other, $ref hops included
+// x{m,n} counts: larger ones are counted, not unrolled (AutomatonLimits::counter_window).
+inline constexpr int64_t kMaxRepeatCount = 2147483647;
 // Rules inlined into their callers may nest this deep (inlining adds the
 // callee's depth to the caller's walk).
 inline constexpr int kMaxInlineDepth = 256;

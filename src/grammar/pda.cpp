@@ -13,43 +13,42 @@ void StackArena::grow() {
   table_.assign(table_.size() * 2, -1);
   mask_ = table_.size() - 1;
   for (int32_t id = 0; id < size(); ++id) {
-    uint64_t slot = slot_hash(key(nodes_[id].state, nodes_[id].parent)) & mask_;
+    uint64_t slot = slot_hash(nodes_[id]) & mask_;
     while (table_[slot] >= 0) slot = (slot + 1) & mask_;
     table_[slot] = id;
   }
 }
 
-int32_t StackArena::intern(int32_t state, int32_t parent) {
-  uint64_t k = key(state, parent);
-  uint64_t slot = slot_hash(k) & mask_;
+int32_t StackArena::intern(int32_t state, int32_t parent, int32_t count) {
+  uint64_t slot = slot_hash(state, parent, count) & mask_;
   for (;;) {
     int32_t id = table_[slot];
     if (id < 0) break;
     const StackNode& n = nodes_[id];
-    if (n.state == state && n.parent == parent) return id;
+    if (n.state == state && n.parent == parent && n.count == count) return id;
     slot = (slot + 1) & mask_;
   }
   int32_t id = size();
-  nodes_.push_back({state, parent});
+  nodes_.push_back({state, parent, count});
   table_[slot] = id;
   if (nodes_.size() * 2 > table_.size()) grow();
   return id;
 }
 
-void StackArena::erase_key(uint64_t k) {
+void StackArena::erase_node(int32_t victim) {
   // Backward-shift deletion keeps linear probing chains intact.
-  uint64_t slot = slot_hash(k) & mask_;
+  uint64_t slot = slot_hash(nodes_[victim]) & mask_;
   while (true) {
     int32_t id = table_[slot];
     if (id < 0) return;
-    if (key(nodes_[id].state, nodes_[id].parent) == k) break;
+    if (id == victim) break;
     slot = (slot + 1) & mask_;
   }
   uint64_t hole = slot;
   uint64_t next = (hole + 1) & mask_;
   while (table_[next] >= 0) {
     int32_t id = table_[next];
-    uint64_t home = slot_hash(key(nodes_[id].state, nodes_[id].parent)) & mask_;
+    uint64_t home = slot_hash(nodes_[id]) & mask_;
     // Move it into the hole if its home is not strictly between hole and next.
     bool between = hole <= next ? (home > hole && home <= next) : (home > hole || home <= next);
     if (!between) {
@@ -67,13 +66,13 @@ void StackArena::truncate(int32_t n) {
     nodes_.resize(n);
     std::fill(table_.begin(), table_.end(), -1);
     for (int32_t id = 0; id < n; ++id) {
-      uint64_t slot = slot_hash(key(nodes_[id].state, nodes_[id].parent)) & mask_;
+      uint64_t slot = slot_hash(nodes_[id]) & mask_;
       while (table_[slot] >= 0) slot = (slot + 1) & mask_;
       table_[slot] = id;
     }
     return;
   }
-  for (int32_t id = size() - 1; id >= n; --id) erase_key(key(nodes_[id].state, nodes_[id].parent));
+  for (int32_t id = size() - 1; id >= n; --id) erase_node(id);
   nodes_.resize(n);
 }
 
@@ -98,8 +97,19 @@ void PdaWalker::visit(int32_t start, Frontier& out) {
     if (st.byte_begin != st.byte_end) out.nodes.push_back(id);
     for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
       const RuleEdge& e = a_.rule_edges[i];
-      int32_t ret = arena_.intern(e.target, n.parent);
+      const int32_t ret = moved(n, e.target);
       work_.push_back(arena_.intern(a_.rule_start[e.rule], ret));
+    }
+    if (st.counter >= 0) {
+      // One more round of a counted repetition: back to its start, or out
+      // through its written-out copies once the bound is reached.
+      const CounterEdge& c = a_.counters[st.counter];
+      if (!track_counts_)
+        work_.push_back(arena_.intern(c.loop_target, n.parent));
+      else if (n.count + 1 < c.rounds)
+        work_.push_back(arena_.intern(c.loop_target, n.parent, n.count + 1));
+      else
+        work_.push_back(arena_.intern(c.exit_target, n.parent));
     }
     if (st.accepting) {
       if (n.parent == kRootEnd)
@@ -127,7 +137,7 @@ void PdaWalker::advance(const Frontier& in, uint8_t byte, Frontier& out) {
     if (byte < st.first_byte_lo || byte > st.first_byte_hi) continue;
     for (uint32_t i = st.byte_begin; i < st.byte_end; ++i) {
       const ByteEdge& e = a_.byte_edges[i];
-      if (byte >= e.lo && byte <= e.hi) visit(arena_.intern(e.target, n.parent), out);
+      if (byte >= e.lo && byte <= e.hi) visit(moved(n, e.target), out);
     }
   }
 }

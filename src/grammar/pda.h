@@ -5,6 +5,10 @@
 // shared and hash-consed, so a set of stacks is a set of node ids, equal
 // stacks have equal ids, and a past set stays valid (rollback is keeping
 // the old id list). Nodes created after a checkpoint can be dropped again.
+//
+// A node also carries a count: how many times the counted repetition its
+// state belongs to (Automaton::counters) has gone round so far. States of
+// no counted repetition always have count 0.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,7 @@ namespace brioche::grammar {
 struct StackNode {
   int32_t state;
   int32_t parent;  // node id, or kRootEnd / kContext
+  int32_t count;   // rounds of the counted repetition `state` is in (0 outside one)
 };
 
 inline constexpr int32_t kRootEnd = -1;  // popping here completes the grammar
@@ -25,7 +30,7 @@ inline constexpr int32_t kContext = -2;  // unknown caller: mask precompute of o
 class StackArena {
  public:
   StackArena();
-  int32_t intern(int32_t state, int32_t parent);
+  int32_t intern(int32_t state, int32_t parent, int32_t count = 0);
   const StackNode& node(int32_t id) const { return nodes_[id]; }
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
   size_t memory_bytes() const { return nodes_.capacity() * sizeof(StackNode) + table_.capacity() * sizeof(int32_t); }
@@ -33,17 +38,17 @@ class StackArena {
   void truncate(int32_t n);
 
  private:
-  static uint64_t key(int32_t state, int32_t parent) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent);
-  }
-  static uint64_t slot_hash(uint64_t k) {
+  static uint64_t slot_hash(int32_t state, int32_t parent, int32_t count) {
+    uint64_t k = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent);
+    k ^= static_cast<uint64_t>(static_cast<uint32_t>(count)) * 0x9e3779b97f4a7c15ull;
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdull;
     k ^= k >> 33;
     return k;
   }
+  static uint64_t slot_hash(const StackNode& n) { return slot_hash(n.state, n.parent, n.count); }
   void grow();
-  void erase_key(uint64_t k);
+  void erase_node(int32_t id);
 
   std::vector<StackNode> nodes_;
   std::vector<int32_t> table_;  // open addressing, linear probing; -1 = empty
@@ -66,7 +71,15 @@ struct Frontier {
 
 class PdaWalker {
  public:
-  PdaWalker(const Automaton& automaton, StackArena& arena) : a_(automaton), arena_(arena) {}
+  // What a counted repetition does at run time. kTrack (the matcher):
+  // counts rounds and leaves the repetition at its bound. kIgnore (the mask
+  // compiler): every round goes back to the repetition's start, as if it
+  // never ended; exact for masks because each counted repetition is
+  // followed by written-out copies of its body at least as many as the
+  // longest token has bytes (Automaton::counters).
+  enum class Counts { kTrack, kIgnore };
+  PdaWalker(const Automaton& automaton, StackArena& arena, Counts counts = Counts::kTrack)
+      : a_(automaton), arena_(arena), track_counts_(counts == Counts::kTrack) {}
 
   // Closure of a single stack (pushes callees, pops finished rules).
   void closure_of(int32_t node, Frontier& out);
@@ -78,9 +91,17 @@ class PdaWalker {
  private:
   void begin_generation();
   void visit(int32_t node, Frontier& out);
+  // The node for `target` after `from`'s state moved there inside one rule:
+  // the count is kept within one counted repetition, else it is 0.
+  int32_t moved(const StackNode& from, int32_t target) {
+    const int32_t loop = a_.states[target].loop;
+    const bool keep = track_counts_ && loop >= 0 && loop == a_.states[from.state].loop;
+    return arena_.intern(target, from.parent, keep ? from.count : 0);
+  }
 
   const Automaton& a_;
   StackArena& arena_;
+  bool track_counts_;
   std::vector<uint32_t> stamp_;
   uint32_t generation_ = 0;
   std::vector<int32_t> work_;

@@ -175,7 +175,7 @@ class RegexParser {
           while (pos_ < p_.size() && std::isdigit(static_cast<unsigned char>(p_[pos_]))) {
             v = v * 10 + (p_[pos_++] - '0');
             // The EBNF's own bound; checked per digit so the number never overflows.
-            if (v > 100000) error("a repetition count at most 100000 in {m,n}");
+            if (v > kMaxRepeatCount) error("a repetition count at most 2147483647 in {m,n}");
           }
           return pos_ == s ? -1 : v;
         };

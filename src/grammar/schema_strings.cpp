@@ -164,7 +164,9 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
     const int64_t from = std::max(v.min, lo - others);
     const int64_t to = hi < 0 ? v.max : v.max < 0 ? hi - others : std::min(v.max, hi - others);
     if (to >= 0 && to < from) none_fits();
-    if (from > 10000 || to > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
+    if (from > kMaxRepeatCount || to > kMaxRepeatCount)
+      unsupported(from > kMaxRepeatCount ? "minLength" : "maxLength", ptr,
+                  "expected a length bound of at most 2147483647, found " + std::to_string(std::max(from, to)));
     v.min = from;
     v.max = to;
   } else {
@@ -234,7 +236,10 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
   if (s.contains("minLength") || s.contains("maxLength")) {
     int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
     if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
-    if (lo > 10000 || hi > 10000) unsupported("maxLength", ptr, "length bounds above 10000");
+    // Any bound is exact: a large one is counted, not unrolled (CounterEdge).
+    if (lo > kMaxRepeatCount || hi > kMaxRepeatCount)
+      unsupported(lo > kMaxRepeatCount ? "minLength" : "maxLength", ptr,
+                  "expected a length bound of at most 2147483647, found " + std::to_string(std::max(lo, hi)));
     std::string rep = "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
     return string_rule(hint + "_str", "(" + basic("json_char") + ")" + rep);
   }

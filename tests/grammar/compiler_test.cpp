@@ -196,16 +196,18 @@ TEST(Compiler, WholeSubtreeAcceptanceEqualsTokenByTokenChecks) {
   }
 }
 
-// A bounded string unrolls into one copy of the character states per
-// position; states far from the bound walk every token alike and share one
-// mask (Automaton::walk_class_offsets), so only the last positions cost a
-// walk each. The masks must stay exact right up to the bound.
+// A bounded string unrolled (counted repetitions off) has one copy of the
+// character states per position; states far from the bound walk every
+// token alike and share one mask (Automaton::walk_class_offsets), so only
+// the last positions cost a walk each. The masks must stay exact right up
+// to the bound.
 TEST(Compiler, LongBoundedStringsShareMasksAndStayExactAtTheBound) {
   const Vocabulary& v = *text_vocab();
   const std::string schema = R"({"type":"string","maxLength":300})";
   clear_shared_mask_cache();
-  auto compiled =
-      CompiledGrammar::compile(Grammar::from_json_schema(schema), text_vocab(), CompileLimits{.defer_tokens = 0});
+  CompileLimits unrolled{.defer_tokens = 0};
+  unrolled.automaton.counter_from = INT64_MAX;
+  auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(schema), text_vocab(), unrolled);
   EXPECT_GT(compiled->stats().num_states, 1500);
   // Most states take their mask from an equivalent one instead of walking.
   EXPECT_GT(compiled->stats().num_shared_states * 4, compiled->stats().num_scannable_states * 3);
@@ -235,9 +237,18 @@ TEST(Compiler, LongBoundedStringsShareMasksAndStayExactAtTheBound) {
                             R"("b":{"type":"string","maxLength":1024},"c":{"type":"string","maxLength":1024}},)"
                             R"("required":["a","b","c"]})";
   clear_shared_mask_cache();
-  auto big = CompiledGrammar::compile(Grammar::from_json_schema(three), testing::fixture_vocabulary("llama3"));
+  CompileLimits llama_unrolled;
+  llama_unrolled.automaton.counter_from = INT64_MAX;
+  auto big =
+      CompiledGrammar::compile(Grammar::from_json_schema(three), testing::fixture_vocabulary("llama3"), llama_unrolled);
   EXPECT_GT(big->stats().num_states, 30000);
   EXPECT_LT(big->stats().work, kDefaultCompileWork / 4);
+  // Counted (the default): the 1024 copies become one counted body and the
+  // copies within a token of the bound (where the masks' work is).
+  clear_shared_mask_cache();
+  auto counted = CompiledGrammar::compile(Grammar::from_json_schema(three), testing::fixture_vocabulary("llama3"));
+  EXPECT_LT(counted->stats().num_states * 4, big->stats().num_states);
+  EXPECT_LT(counted->stats().work, kDefaultCompileWork / 4);
 }
 
 TEST(Vocabulary, BytesAndUtf8BelowEachTrieNode) {

@@ -356,6 +356,7 @@ TEST(Limits, FailedCompilesKeepNothing) {
   const Grammar big = Grammar::from_ebnf("root ::= ([a-z] [0-9]){100000} ([A-Z] [0-9]){100000}");
   CompileLimits tiny;
   tiny.automaton.max_states = 300'000;
+  tiny.automaton.counter_from = INT64_MAX;  // unrolled (counted, it takes a few states)
   EXPECT_NE(error_of([&] { CompiledGrammar::compile(big, byte_vocab(), tiny); }).find("size budget"),
             std::string::npos);
   const long after_first = resident_bytes();
@@ -367,9 +368,12 @@ TEST(Limits, FailedCompilesKeepNothing) {
 
 TEST(Limits, CacheIsBoundedByBytes) {
   auto grammar_of = [](int i) { return Grammar::from_ebnf("root ::= \"" + std::to_string(i) + "\" [a-z]{300}"); };
-  const size_t one = CompiledGrammar::compile(grammar_of(0), byte_vocab())->memory_bytes();
+  CompileLimits unrolled;  // sizes that grow with the repetition counts
+  unrolled.automaton.counter_from = INT64_MAX;
+  const size_t one = CompiledGrammar::compile(grammar_of(0), byte_vocab(), unrolled)->memory_bytes();
   ASSERT_GT(one, 1000u);
-  GrammarCache cache(byte_vocab(), GrammarCacheOptions{.max_entries = 1000, .max_bytes = one * 3 + one / 2});
+  GrammarCache cache(byte_vocab(),
+                     GrammarCacheOptions{.max_entries = 1000, .max_bytes = one * 3 + one / 2, .limits = unrolled});
   std::vector<const CompiledGrammar*> first;
   for (int i = 0; i < 10; ++i) {
     auto compiled = cache.get(grammar_of(i));

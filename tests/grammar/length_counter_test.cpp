@@ -1,0 +1,191 @@
+// Counted repetitions (Automaton CounterEdge): length and item bounds far
+// above what is unrolled. The language is checked against `jsonschema`'s
+// verdicts on documents a few characters or items around each bound
+// (tests/grammar/golden/length_counter.json from
+// tools/oracle/length_counter_goldens.py); the masks are checked without
+// trusting them: near the bounds, every token's bit must equal whether the
+// matcher accepts its bytes (GrammarMatcher::accept_token walks the stacks,
+// counts included, no mask).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "fixture_vocab.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace brioche::grammar {
+namespace {
+
+const nlohmann::ordered_json& golden() {
+  static const nlohmann::ordered_json g = nlohmann::ordered_json::parse(
+      testing::read_file(testing::source_path("tests/grammar/golden/length_counter.json")));
+  return g;
+}
+
+std::string text_of(const nlohmann::ordered_json& parts) {
+  std::string out;
+  for (const auto& p : parts)
+    for (int64_t k = 0; k < p[1].get<int64_t>(); ++k) out += p[0].get<std::string>();
+  return out;
+}
+
+std::shared_ptr<const Vocabulary> single_bytes() {
+  static auto v = [] {
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
+    toks.push_back("");  // EOS
+    return std::make_shared<const Vocabulary>(std::move(toks), VocabularyOptions{.eos_ids = {256}, .special_ids = {}});
+  }();
+  return v;
+}
+
+// Every string of 1 to 4 bytes over an alphabet that writes JSON strings
+// with escapes (\n, \", \\) and a two-byte character, arrays and integers:
+// tokens of up to 4 characters cross the bounds.
+std::shared_ptr<const Vocabulary> small_alphabet() {
+  static auto v = [] {
+    const std::string alphabet = "a7\"\\n[], \xC3\xA9";
+    std::vector<std::string> tokens{""};
+    std::vector<std::string> level{""};
+    for (int len = 1; len <= 4; ++len) {
+      std::vector<std::string> next;
+      for (const std::string& p : level)
+        for (char c : alphabet) next.push_back(p + c);
+      tokens.insert(tokens.end(), next.begin(), next.end());
+      level = std::move(next);
+    }
+    return std::make_shared<const Vocabulary>(std::move(tokens), VocabularyOptions{.eos_ids = {0}, .special_ids = {}});
+  }();
+  return v;
+}
+
+const SchemaOptions kCompact{.any_whitespace = false, .strict = false};
+
+TEST(LengthCounter, AcceptsExactlyWhatJsonschemaValidates) {
+  int checked = 0;
+  for (const auto& c : golden()["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), single_bytes());
+    // Counted, not unrolled: the automaton does not grow with the bound.
+    EXPECT_LT(compiled->stats().num_states, 2000) << name;
+    EXPECT_FALSE(compiled->automaton().counters.empty()) << name;
+    for (const auto& cand : c["candidates"]) {
+      const std::string text = text_of(cand["parts"]);
+      GrammarMatcher m(compiled);
+      const bool accepted = m.accept_bytes(text) && m.can_terminate();
+      EXPECT_EQ(accepted, cand["valid"].get<bool>())
+          << name << ": a document of " << text.size() << " bytes ending " << text.substr(text.size() - 24);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 200);
+}
+
+// From `prefix`, `steps` steps of a walk: at each, every token's mask bit
+// must equal whether the matcher accepts it. Prefers long tokens that keep
+// the document open, so the walk runs across the bound. Returns the number
+// of bits that differed (the test wants 0).
+int mask_mismatches(const std::shared_ptr<const CompiledGrammar>& compiled, const std::string& prefix, int steps,
+                    uint64_t seed, const std::string& name, bool report = true) {
+  const Vocabulary& v = compiled->vocabulary();
+  GrammarMatcher m(compiled);
+  if (!m.accept_bytes(prefix)) return 0;  // an invalid candidate can be dead before its end
+  std::vector<uint32_t> mask(size_t(v.num_words()));
+  uint64_t rng = seed;
+  auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(rng >> 33);
+  };
+  int mismatches = 0;
+  for (int step = 0; step < steps && !m.is_terminated(); ++step) {
+    m.fill_next_token_bitmask(mask.data());
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < v.size(); ++id) {
+      const bool bit = (mask[size_t(id) >> 5] >> (id & 31) & 1) != 0;
+      bool accepted;
+      if (v.token(id).empty()) {
+        accepted = m.can_terminate();
+      } else {
+        accepted = m.accept_token(id);
+        if (accepted) m.rollback(1);
+      }
+      if (bit != accepted && ++mismatches <= 3 && report)
+        ADD_FAILURE() << name << ": token '" << v.token(id) << "' mask " << bit << ", matcher " << accepted << " after "
+                      << step << " steps past a prefix of " << prefix.size() << " bytes";
+      if (accepted && !v.token(id).empty()) allowed.push_back(id);
+    }
+    if (allowed.empty()) break;
+    int32_t pick = allowed[next() % allowed.size()];
+    for (int tries = 0; tries < 8; ++tries) {
+      const int32_t p = allowed[next() % allowed.size()];
+      if (v.token(p).size() > v.token(pick).size()) pick = p;
+    }
+    EXPECT_TRUE(m.accept_token(pick));
+  }
+  return mismatches;
+}
+
+// Prefixes of the golden candidates that end a few characters before the
+// bound (up to `cut` bytes off the end), for walks across it.
+std::vector<std::string> prefixes_near_bounds(const nlohmann::ordered_json& c, size_t cut, size_t every) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  for (const auto& cand : c["candidates"]) {
+    if (i++ % every != 0) continue;
+    const std::string text = text_of(cand["parts"]);
+    if (text.size() > 100) out.push_back(text.substr(0, text.size() - cut));
+  }
+  return out;
+}
+
+TEST(LengthCounter, MasksAreExactAcrossTheBounds) {
+  int walks = 0;
+  for (const auto& c : golden()["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), small_alphabet());
+    uint64_t seed = 7;
+    for (const std::string& prefix : prefixes_near_bounds(c, 12, 5)) {
+      EXPECT_EQ(mask_mismatches(compiled, prefix, 10, seed++, name), 0);
+      ++walks;
+    }
+  }
+  EXPECT_GE(walks, 40);
+}
+
+// The written-out copies after a counted part are what keeps the masks
+// independent of the count. With fewer of them than a token has
+// characters, a mask taken from the counted body is wrong near the bound;
+// the check above must see it (so it can fail).
+TEST(LengthCounter, AWindowShorterThanTheLongestTokenIsCaught) {
+  CompileLimits short_window;
+  short_window.automaton.counter_window = 2;  // tokens have up to 4 characters
+  auto compiled = CompiledGrammar::compile(
+      Grammar::from_json_schema(nlohmann::ordered_json{{"type", "string"}, {"maxLength", 20000}}, kCompact),
+      small_alphabet(), short_window);
+  int mismatches = 0;
+  for (int written = 19990; written <= 20000; ++written)
+    mismatches += mask_mismatches(compiled, "\"" + std::string(written, 'a'), 1, 3, "short window", /*report=*/false);
+  EXPECT_GT(mismatches, 0);
+}
+
+// On Llama-3's 128k tokens (its longest token sets the window): every
+// token's bit at positions around maxLength 20000, after ASCII, two-byte
+// characters and escapes.
+TEST(LengthCounter, Llama3MasksAreExactAroundTheBound) {
+  auto vocab = testing::fixture_vocabulary("llama3");
+  auto compiled = CompiledGrammar::compile(
+      Grammar::from_json_schema(nlohmann::ordered_json{{"type", "string"}, {"maxLength", 20000}}, kCompact), vocab);
+  EXPECT_LT(compiled->stats().num_states, 4000);
+  const std::string far = "\"" + std::string(19000, 'x');
+  for (const std::string& tail :
+       {std::string(), std::string(1000 - 130, 'x'), std::string(1000 - 3, 'x'), std::string(999, 'y'),
+        std::string(1000, 'z'), std::string(996, 'x') + "\xC3\xA9\\n\\u00e9"}) {
+    EXPECT_EQ(mask_mismatches(compiled, far + tail, 1, 1, "llama3 after " + std::to_string(19000 + tail.size())), 0);
+  }
+}
+
+}  // namespace
+}  // namespace brioche::grammar
