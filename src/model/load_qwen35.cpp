@@ -28,6 +28,8 @@
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
 #include "model/config_fields.h"
+#include "model/load_qwen35_gguf.h"
+#include "model/qwen35_config.h"
 #include "model/qwen35_weights.h"
 #include "model/weights.h"
 #include "ops/rope.h"
@@ -56,6 +58,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 void check_count(int value, int lo, int hi, const std::string& key, const std::string& source) {
   if (value < lo || value > hi) fail(source, ": ", key, ": expected an integer in ", lo, "..", hi, ", found ", value);
 }
+
+}  // namespace
 
 void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen35Config& q) {
   const std::string& source = cfg.source;
@@ -162,8 +166,6 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
   }
 }
 
-}  // namespace
-
 bool is_qwen35_directory(const std::string& dir) {
   auto text =
       formats::read_regular_file_if_present((fs::path(dir) / "config.json").string(), formats::kMaxConfigJsonBytes);
@@ -177,6 +179,8 @@ bool is_qwen35_directory(const std::string& dir) {
 }
 
 Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return load_qwen35_gguf_checkpoint(dir);  // a llama.cpp file
   auto st = std::make_shared<formats::SafetensorsDir>(formats::SafetensorsDir::open(dir));
   const std::string config_path = (fs::path(dir) / "config.json").string();
   const json& top = st->config();
