@@ -52,11 +52,20 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
   min_props = count_of(s, "minProperties", ptr, 0);
   max_props = count_of(s, "maxProperties", ptr, -1);
   if (max_props >= 0 && max_props < min_props) unsupported("minProperties", ptr, "minProperties exceeds maxProperties");
-  if (min_props > 64 || max_props > 64)
-    unsupported(min_props > 64 ? "minProperties" : "maxProperties", ptr,
-                "expected a bound of at most 64 (the grammar counts members, one rule per count), found " +
-                    std::to_string(std::max(min_props, max_props)));
   const bool counted = min_props > 0 || max_props >= 0;
+  // The grammar counts declared members with one rule per (member, count
+  // so far); counts past the declared members are a repetition of the
+  // additional ones, counted without rules (a CounterEdge), so any bound
+  // works there. Refused: more (member, count) pairs than 64 x 64.
+  {
+    const int64_t declared = static_cast<int64_t>(props.size());
+    const int64_t counts = std::min(std::max(min_props, max_props), declared + 1);
+    if (counted && declared * counts > 64 * 64)
+      unsupported(min_props > max_props ? "minProperties" : "maxProperties", ptr,
+                  "expected at most 4096 (declared property, count) pairs (the grammar has one rule per pair), found " +
+                      std::to_string(declared) + " declared properties and a bound of " +
+                      std::to_string(std::max(min_props, max_props)));
+  }
   // Additional properties: none, a schema, or anything; their key is any
   // other string, or what propertyNames / patternProperties allow.
   std::string addl;      // value expr; empty = not allowed

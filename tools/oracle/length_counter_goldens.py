@@ -8,8 +8,9 @@ checks that the grammar accepts exactly the valid ones and that masks near
 the bounds are exact.
 
 A candidate is stored as parts [[text, times], ...] (its JSON text is each
-text repeated `times` times, concatenated), so 20,000-character strings cost
-a few bytes here.
+text repeated `times` times, concatenated; a third element "indexed" puts
+the repetition's index, from 0, in place of each "{i}": distinct keys), so
+20,000-character strings cost a few bytes here.
 
   python3 tools/oracle/length_counter_goldens.py   # writes tests/grammar/golden/length_counter.json
 """
@@ -57,6 +58,15 @@ def array_parts(n, item='"x"'):
     return [["[", 1], [item + ", ", n - 1], [item, 1], ["]", 1]]
 
 
+def object_parts(n, value="1", declared=""):
+    """An object: the `declared` members' text first, then n more members (keys k0, k1, ..., last)."""
+    head = [["{", 1]] + ([[declared, 1]] if declared else [])
+    if n == 0:
+        return head + [["}", 1]]
+    sep = ", " if declared else ""
+    return head + [[sep, 1], ['"k{i}": ' + value + ", ", n - 1, "indexed"], ['"last": ' + value, 1], ["}", 1]]
+
+
 CASES = [
     ("max_length_20000", {"type": "string", "maxLength": 20000}, string_candidates([20000])),
     ("min_max_length_12000_12005", {"type": "string", "minLength": 12000, "maxLength": 12005},
@@ -75,11 +85,25 @@ CASES = [
      {"type": "object", "properties": {"text": {"type": "string", "maxLength": 50000}, "n": {"type": "integer"}},
       "required": ["text", "n"], "additionalProperties": False},
      [[['{"text": ', 1]] + string_parts(n, last=u) + [[', "n": 1}', 1]] for n in around(50000) for u in ["a", "\\n"]]),
+    ("max_properties_1000", {"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 1000},
+     [object_parts(n) for n in around(1000)] + [object_parts(0), object_parts(1), object_parts(999, '"s"')]),
+    ("min_max_properties_declared_300_302",
+     {"type": "object", "properties": {"id": {"type": "string"}, "tag": {"type": "string"}}, "required": ["id"],
+      "additionalProperties": {"type": "integer"}, "minProperties": 300, "maxProperties": 302},
+     [object_parts(n, declared='"id": "x"') for n in around(300) + around(302)] +
+     [object_parts(n, declared='"id": "x", "tag": "t"') for n in around(301)] +
+     [object_parts(300, declared='"tag": "t"')]),
 ]
 
 
 def text_of(parts):
-    return "".join(t * k for t, k in parts)
+    out = []
+    for p in parts:
+        if len(p) == 3:
+            out.extend(p[0].replace("{i}", str(i)) for i in range(p[1]))
+        else:
+            out.append(p[0] * p[1])
+    return "".join(out)
 
 
 def main():
