@@ -104,6 +104,10 @@ void check_draft_vocabulary(const model::Model& target, const tokenizer::Tokeniz
                                 "' in its tokenizer but '", target_tokenizer.token_bytes(id),
                                 "' in the model's: a draft model must share the model's tokenizer"));
   if (draft.device() != target.device()) throw Error("--draft-model: expected the draft on the model's device");
+  if (draft.config().has_sequence_state())
+    throw Error(
+        "--draft-model: a hybrid draft model (linear-attention layers with a recurrent state) is not supported: "
+        "its proposer keeps no state slots; use a Llama-family draft or prompt lookup");
 }
 
 }  // namespace
@@ -134,8 +138,9 @@ std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, 
                                                     double(draft.weight_bytes()) / double(model->weight_bytes()));
   } else {
     KvSizing kv = options.kv;
-    if (!options.scheduler.prefix_cache)
-      kv.state_snapshots = 0;  // hybrid models' snapshots serve only the prefix cache
+    // Hybrid models' snapshot slots serve the prefix cache and speculation
+    // (the state before the drafts).
+    if (!options.scheduler.prefix_cache && options.scheduler.speculative_tokens == 0) kv.state_snapshots = 0;
     runner = make_model_runner(model, kv);
   }
   auto engine =

@@ -24,19 +24,19 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
   // Hybrid models keep a recurrent state per running sequence, in a slot:
   // at most one running sequence per slot; the prefix cache reuses blocks
   // only up to a state snapshot (a cached block's K/V says nothing of the
-  // recurrent state at its end: docs/server.md); no speculation (rejected
-  // drafts would have to be rolled out of the state).
+  // recurrent state at its end: docs/server.md); speculation rolls
+  // rejected drafts out of the state by a snapshot taken before them
+  // (verify_drafts), in a slot of the same pool.
   if (const int32_t slots = runner_->state_slot_count(); slots > 0) {
-    if (options_.speculative_tokens > 0)
+    if (options_.speculative_tokens > 0 && runner_->state_snapshot_count() == 0)
       throw Error(
-          "speculative decoding is not supported for hybrid models (their linear-attention layers keep a "
-          "recurrent state, and rolling rejected drafts out of it is not supported yet): run without "
-          "--speculative");
+          "speculative decoding of a hybrid model needs state snapshot slots (KvSizing::state_snapshots > 0) to "
+          "roll rejected drafts out of its recurrent state: run without --speculative, or with snapshot slots");
     options_.max_running = std::min(options_.max_running, slots);
     for (int32_t s = slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
     state_chunk_ = std::max(runner_->state_chunk(), 1);
     snapshot_alignment_ = std::lcm(blocks_.block_size(), state_chunk_);
-    if (options_.prefix_cache && runner_->state_snapshot_count() > 0) {
+    if (runner_->state_snapshot_count() > 0) {
       snapshots_ = std::make_unique<StateSnapshots>(*runner_);
       // A snapshot is of no use without its block: it goes with it.
       blocks_.on_evict([snapshots = snapshots_.get()](BlockHash hash) { snapshots->drop(hash); });
@@ -231,7 +231,7 @@ void Engine::Scheduler::register_full_blocks(Sequence& seq) {
   int32_t full = seq.n_computed / bs;
   // Hybrid: blocks past the first state split hold K/V that only this
   // sequence's cuts give (canonical_end).
-  const int64_t limit = snapshots_ ? canonical_end(seq) : INT32_MAX;
+  const int64_t limit = state_chunk_ > 1 ? canonical_end(seq) : INT32_MAX;
   for (; seq.registered_blocks < full; ++seq.registered_blocks) {
     if (!options_.prefix_cache || int64_t(seq.registered_blocks + 1) * bs > limit) continue;
     const size_t b = size_t(seq.registered_blocks);
@@ -255,6 +255,14 @@ void Engine::Scheduler::release_blocks(Sequence& seq) {
   seq.state_snapshot = -1;
   for (const ops::StateCheckpoint& cp : seq.checkpoints) snapshots_->release(cp.slot);
   seq.checkpoints.clear();
+  if (seq.rollback.slot >= 0) snapshots_->release(seq.rollback.slot);
+  seq.rollback.slot = -1;
+}
+
+void Engine::Scheduler::add_state_split(Sequence& seq, int32_t position) {
+  if (state_chunk_ > 1 && position % state_chunk_ != 0 &&
+      (seq.state_splits.empty() || position > seq.state_splits.back()))
+    seq.state_splits.push_back(position);
 }
 
 int32_t Engine::Scheduler::canonical_end(const Sequence& seq) const {
@@ -281,7 +289,7 @@ int32_t Engine::Scheduler::align_chunk(const Sequence& seq, int32_t chunk) const
 }
 
 void Engine::Scheduler::plan_snapshots(Sequence& seq, int32_t chunk) {
-  if (!snapshots_) return;
+  if (!snapshots_ || !options_.prefix_cache) return;
   const int32_t bs = blocks_.block_size();
   const int64_t last = std::min<int64_t>(seq.n_computed + chunk, canonical_end(seq));
   // Deepest first: with fewer free slots than boundaries, the ones that
@@ -490,7 +498,16 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     view.block_table = std::span<const int32_t>(seq.block_table);
     view.adapter = seq.request->request.adapter.get();
     view.state_slot = seq.state_slot;
-    if (state_chunk_ > 1) {
+    if (state_chunk_ > 1 && !seq.drafts.empty()) {
+      // Drafts of a hybrid model: each row is cut as a decode step is (the
+      // recurrent form), and the state before the first draft is kept to
+      // roll rejected ones back (verify_drafts).
+      seq.draft_splits.clear();
+      for (size_t d = 0; d < seq.drafts.size(); ++d) seq.draft_splits.push_back(seq.n_computed + p.chunk + int32_t(d));
+      view.state_splits = seq.draft_splits;
+      seq.rollback.position = seq.n_computed + p.chunk;
+      view.state_checkpoints = std::span<const ops::StateCheckpoint>(&seq.rollback, 1);
+    } else if (state_chunk_ > 1) {
       // The cuts of earlier forwards inside these rows (a recompute), and this step's snapshots.
       auto first = std::upper_bound(seq.state_splits.begin(), seq.state_splits.end(), seq.n_computed);
       auto last = std::lower_bound(first, seq.state_splits.end(), seq.n_computed + view.n_rows);
@@ -540,9 +557,7 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
       if (seq.scores_position(seq.n_computed + r)) scored.push_back({&seq, seq.n_computed + r, logit_row++});
     seq.n_computed += p.chunk;
     // Hybrid: a forward that ended off the chunk grid is a cut a recompute must make again.
-    if (state_chunk_ > 1 && seq.n_computed % state_chunk_ != 0 &&
-        (seq.state_splits.empty() || seq.n_computed > seq.state_splits.back()))
-      seq.state_splits.push_back(seq.n_computed);
+    add_state_split(seq, seq.n_computed);
     register_full_blocks(seq);
     if (snapshots_) publish_snapshots(seq);
     if (!seq.drafts.empty()) {
@@ -722,8 +737,19 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
     if (seq.constraint) draft.tokens.resize(size_t(seq.constraint->allowed_prefix(draft.tokens)));
     if (draft.tokens.empty()) continue;
     if (!draft.probs.empty()) draft.probs.resize(draft.tokens.size() * vocab);
+    // Hybrid: a slot for the state before the drafts (from the snapshot
+    // pool, as a prefix snapshot's would be); none free, no drafts.
+    if (state_chunk_ > 1) {
+      std::optional<int32_t> slot = snapshots_->reserve_scratch();
+      if (!slot) continue;
+      seq.rollback.slot = *slot;
+    }
     // Only blocks free now: speculation never preempts anyone.
-    if (!ensure_blocks(seq, seq.n_computed + 1 + int32_t(draft.tokens.size()))) continue;
+    if (!ensure_blocks(seq, seq.n_computed + 1 + int32_t(draft.tokens.size()))) {
+      if (seq.rollback.slot >= 0) snapshots_->release(seq.rollback.slot);
+      seq.rollback.slot = -1;
+      continue;
+    }
     budget -= int32_t(draft.tokens.size());
     seq.drafts = std::move(draft.tokens);
     seq.draft_probs = std::move(draft.probs);
@@ -786,6 +812,19 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, const Tensor& logits, int32
       while (seq.block_table.size() > keep) {
         blocks_.release(seq.block_table.back());
         seq.block_table.pop_back();
+      }
+      if (seq.rollback.slot >= 0) {
+        // Hybrid: the state went through every draft row. Unless all were
+        // accepted, it goes back to before them and the accepted ones are
+        // computed again in the next step (their K/V rewritten with the
+        // same values), each cut as the decode step it stands for.
+        for (int32_t i = 1; i <= accepted; ++i) add_state_split(seq, base + i);
+        if (accepted < int32_t(drafts.size())) {
+          snapshots_->restore_scratch(seq.rollback.slot, seq.state_slot);
+          seq.n_computed = base;
+        }
+        snapshots_->release(seq.rollback.slot);
+        seq.rollback.slot = -1;
       }
       register_full_blocks(seq);
       accept_token(seq, verdict.result);  // may finish the sequence

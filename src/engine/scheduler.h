@@ -96,6 +96,11 @@ struct Sequence {
   // rows at block boundaries, published under the blocks' hashes once the
   // forward has run (Scheduler::plan_snapshots).
   std::vector<ops::StateCheckpoint> checkpoints;
+  // Speculation on a hybrid model: the state before this step's drafts,
+  // copied into a scratch slot of the snapshot pool (slot -1: none), and
+  // the cuts that run each draft row as a decode step.
+  ops::StateCheckpoint rollback{.position = 0, .slot = -1};
+  std::vector<int32_t> draft_splits;
 
   int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
 };
@@ -197,6 +202,9 @@ class Engine::Scheduler {
   // A prefill chunk of a hybrid sequence, cut to end on the delta rule's
   // chunk grid or at one of its state splits (unless it reaches the end).
   int32_t align_chunk(const Sequence& seq, int32_t chunk) const;
+  // Records a forward's end at `position` in seq.state_splits (hybrid
+  // models; positions on the chunk grid need no record).
+  void add_state_split(Sequence& seq, int32_t position);
   // Reserves snapshot slots for the block boundaries seq's next `chunk`
   // rows cross (within its canonical prefix, where none is kept yet).
   void plan_snapshots(Sequence& seq, int32_t chunk);

@@ -46,6 +46,10 @@ class StateSnapshots {
   // used snapshot's. It is held until publish or release; nullopt when
   // every slot is held.
   std::optional<int32_t> reserve(BlockHash hash);
+  // A slot for a state kept for a while by one sequence (speculation's
+  // state before its drafts), held until release; nullopt when every slot
+  // is held.
+  std::optional<int32_t> reserve_scratch() { return reserve(kNoHash); }
   // The forward has written the reserved `slot`: it is the snapshot of its hash.
   void publish(int32_t slot);
   // Gives a reserved slot back unwritten.
@@ -54,10 +58,13 @@ class StateSnapshots {
   void drop(BlockHash hash);
   // Copies snapshot `snapshot` into `state_slot`.
   void restore(int32_t snapshot, int32_t state_slot);
+  // Copies a scratch slot into `state_slot`.
+  void restore_scratch(int32_t scratch, int32_t state_slot) { runner_.copy_state(scratch, state_slot); }
 
   StateSnapshotStats stats() const;
 
  private:
+  static constexpr BlockHash kNoHash = 0;  // chain_block_hash never returns 0
   enum class Use { Free, Reserved, Kept };
   struct Entry {
     BlockHash hash = 0;
