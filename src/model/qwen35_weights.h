@@ -18,6 +18,10 @@
 #include "core/tensor.h"
 #include "model/model_config.h"
 
+namespace brioche::formats {
+class GgufFile;
+}
+
 namespace brioche::model {
 
 // What ModelConfig does not say about a Qwen 3.5 model.
@@ -73,8 +77,12 @@ struct Qwen35Checkpoint {
   std::vector<Qwen35Layer> layers;
   Tensor output_norm;  // f32 [hidden], 1 + w
   Tensor output;       // [vocab, hidden]; token_embd when tied
-  std::string directory;
+  std::string directory;  // the safetensors directory; empty for a GGUF file
   std::string chat_template;
+  std::shared_ptr<const formats::GgufFile> gguf;  // a GGUF checkpoint's file (its tokenizer); null for a directory
+  // The multimodal layout (Qwen3_5ForConditionalGeneration): tensors under
+  // model.language_model., so peft names an adapter's layers there too.
+  bool multimodal = false;
 };
 
 // Whether the safetensors directory holds a Qwen 3.5 text model
