@@ -183,7 +183,7 @@ Qwen35Checkpoint load_qwen35_gguf_checkpoint(const std::string& path) {
     fail(path, ": general.architecture: expected \"qwen35\" or \"qwen35moe\", found \"", arch, "\"");
   const json config = config_from_metadata(f, arch);
   Qwen35Checkpoint ck;
-  ck.directory = path;
+  ck.gguf = file;  // the tokenizer and chat template live in it
   read_qwen35_config(
       ConfigFields{.obj = config, .prefix = "", .source = path + " (GGUF metadata, named as config.json keys)"},
       arch == "qwen35moe", ck.config, ck.qwen);

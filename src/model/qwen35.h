@@ -18,7 +18,7 @@ class Qwen35Model final : public Model {
   explicit Qwen35Model(Qwen35Checkpoint checkpoint);
 
   const ModelConfig& config() const override { return ck_.config; }
-  const formats::GgufFile* gguf() const override { return nullptr; }
+  const formats::GgufFile* gguf() const override { return ck_.gguf.get(); }
   std::string directory() const override { return ck_.directory; }
   std::string chat_template() const override { return ck_.chat_template; }
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;

@@ -75,8 +75,8 @@ struct Qwen35Checkpoint {
   Qwen35Config qwen;
   Tensor token_embd;  // [vocab, hidden]
   std::vector<Qwen35Layer> layers;
-  Tensor output_norm;  // f32 [hidden], 1 + w
-  Tensor output;       // [vocab, hidden]; token_embd when tied
+  Tensor output_norm;     // f32 [hidden], 1 + w
+  Tensor output;          // [vocab, hidden]; token_embd when tied
   std::string directory;  // the safetensors directory; empty for a GGUF file
   std::string chat_template;
   std::shared_ptr<const formats::GgufFile> gguf;  // a GGUF checkpoint's file (its tokenizer); null for a directory
