@@ -5,6 +5,7 @@
 #include "model/weights.h"
 #include "train/adapter_io.h"
 #include "train/gemma4_train_model.h"
+#include "train/qwen35_train_model.h"
 
 namespace brioche::cli {
 
@@ -22,6 +23,10 @@ std::shared_ptr<model::Model> load_model(const ModelFlags& flags, int max_contex
     options.adjust_gemma4_checkpoint = [&flags](model::Gemma4Checkpoint& checkpoint) {
       train::merge_adapter(checkpoint, *train::load_adapter(flags.adapter, checkpoint.config.base, false, 1 << 16,
                                                             train::gemma4_lora_shapes(checkpoint.config)));
+    };
+    options.adjust_qwen35_checkpoint = [&flags](model::Qwen35Checkpoint& checkpoint) {
+      train::merge_adapter(checkpoint, *train::load_adapter(flags.adapter, checkpoint.config, false, 1 << 16,
+                                                            train::qwen35_lora_shapes(checkpoint)));
     };
   }
   try {

@@ -22,6 +22,7 @@
 #include "core/thread_pool.h"
 #include "model/device_weights.h"
 #include "model/gemma4_weights.h"
+#include "model/qwen35_weights.h"
 #include "model/weights.h"
 #include "ops/collective.h"
 #include "ops/device.h"
@@ -167,33 +168,45 @@ int run(const TrainFlags& flags) {
   ThreadPool::configure_global(config.threads > 0 ? config.threads
                                                   : int(std::max(1u, std::thread::hardware_concurrency())));
 
-  // Gemma 4 has its own checkpoint and training stack (CPU only: --device auto picks the CPU for it);
-  // the Llama family shares model::Checkpoint.
+  // Gemma 4 and Qwen 3.5 have their own checkpoints and training stacks (CPU only: --device auto picks
+  // the CPU for them); the Llama family shares model::Checkpoint.
   const bool gemma4 = std::filesystem::is_directory(config.model) && model::is_gemma4_directory(config.model);
-  if (gemma4 && config.device == "auto") config.device = "cpu";
+  const bool qwen35 = std::filesystem::is_directory(config.model) && model::is_qwen35_directory(config.model);
+  const char* own_stack = gemma4 ? "Gemma 4" : qwen35 ? "Qwen 3.5" : nullptr;
+  if (own_stack && config.device == "auto") config.device = "cpu";
   const Device device = config.resolved_device();
   if (device == Device::CUDA && !ops::cuda_available())
     throw UsageError{
         "--device cuda: no CUDA device is visible, or this build has no CUDA backend "
         "(configure with --preset cuda)"};
-  if (gemma4 && device != Device::CPU)
-    throw UsageError{config.model + ": Gemma 4 trains on the CPU only in this build (asked for " + device_name(device) +
-                     "; pass --device cpu)"};
-  if (gemma4 && job) throw UsageError{config.model + ": Gemma 4 trains without data parallelism in this build"};
+  if (own_stack && device != Device::CPU)
+    throw UsageError{config.model + ": " + own_stack + " trains on the CPU only in this build (asked for " +
+                     device_name(device) + "; pass --device cpu)"};
+  if (own_stack && job)
+    throw UsageError{config.model + ": " + own_stack + " trains without data parallelism in this build"};
+  if (qwen35 && config.prefix_shared)
+    throw UsageError{config.model +
+                     ": Qwen 3.5 trains without prefix_shared in this build (its linear-attention layers would have "
+                     "to continue the prompt's recurrent state in each branch)"};
   model::Checkpoint ck;
   model::Gemma4Checkpoint g4;
+  model::Qwen35Checkpoint q35;
   if (gemma4)
     g4 = model::load_gemma4_checkpoint(config.model);
+  else if (qwen35)
+    q35 = model::load_qwen35_checkpoint(config.model);
   else
     ck = std::filesystem::is_directory(config.model) ? model::load_safetensors_checkpoint(config.model)
                                                      : model::load_gguf_checkpoint(config.model);
-  auto tok = engine::load_model_tokenizer(gemma4 ? nullptr : ck.gguf.get(), gemma4 ? g4.directory : ck.directory);
+  const std::string& model_dir = gemma4 ? g4.directory : qwen35 ? q35.directory : ck.directory;
+  const std::string& chat_template = gemma4 ? g4.chat_template : qwen35 ? q35.chat_template : ck.chat_template;
+  auto tok = engine::load_model_tokenizer(own_stack ? nullptr : ck.gguf.get(), model_dir);
   // Base weights go to the device once, in their stored dtype (bf16, f16, quantized blocks).
   if (device == Device::CUDA) model::move_weights(ck, device);
   train::DatasetOptions options{.preference = train::is_preference(config.method),
                                 .max_seq_length = config.max_seq_length,
                                 .tokenizer = tok.get(),
-                                .render = train::make_chat_renderer(gemma4 ? g4.chat_template : ck.chat_template, *tok),
+                                .render = train::make_chat_renderer(chat_template, *tok),
                                 .quiet = config.quiet};
   train::TrainData data{.train = train::load_dataset(train_path, options)};
   try {
@@ -219,7 +232,11 @@ int run(const TrainFlags& flags) {
   std::unique_ptr<ops::Collective> collective;
   if (job)
     collective = ops::connect_nccl({.rank = job->rank, .size = job->size, .master = job->master, .timeout_s = 600});
-  train::Trainer trainer(config, gemma4 ? train::gemma4_train_base(g4) : train::llama_train_base(ck), std::move(data));
+  train::Trainer trainer(config,
+                         gemma4   ? train::gemma4_train_base(g4)
+                         : qwen35 ? train::qwen35_train_base(q35)
+                                  : train::llama_train_base(ck),
+                         std::move(data));
   trainer.set_data_parallel(collective.get());
   install_stop_handlers();
   trainer.set_stop_flag(&g_stop_requested);
@@ -312,7 +329,9 @@ Subcommand add_train_command(CLI::App& root) {
       "--rs-lora", [&f](int64_t) { f.overrides["rs_lora"] = true; }, "rank-stabilised scale alpha/sqrt(rank)");
   option<float>(app, f, "lora-plus-ratio", "LoRA+: learning-rate multiplier of the B factors (default 1)");
   option<float>(app, f, "lora-dropout", "dropout on the LoRA input (default 0)");
-  option<std::vector<std::string>>(app, f, "target-modules", "projections to adapt (default all seven)");
+  option<std::vector<std::string>>(app, f, "target-modules",
+                                   "projections to adapt (default q/k/v/o and gate/up/down; Qwen 3.5 also takes "
+                                   "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj)");
   option<int>(app, f, "num-layers", "adapt only the last N layers (default -1 = all)");
   option<int>(app, f, "segment-size", "segmented backward: layers per recompute segment (default 0 = off)");
   app->add_flag_function(

@@ -28,6 +28,7 @@ namespace brioche::model {
 
 struct Checkpoint;
 struct Gemma4Checkpoint;
+struct Qwen35Checkpoint;
 
 struct LoadOptions {
   int max_context = 0;  // override of the trained context length; 0 keeps it
@@ -46,6 +47,8 @@ struct LoadOptions {
   std::function<void(Checkpoint&)> adjust_checkpoint;
   // The same for a Gemma 4 checkpoint (its own weights type, model/gemma4_weights.h).
   std::function<void(Gemma4Checkpoint&)> adjust_gemma4_checkpoint;
+  // The same for a Qwen 3.5 checkpoint (model/qwen35_weights.h).
+  std::function<void(Qwen35Checkpoint&)> adjust_qwen35_checkpoint;
   // Tensor parallelism: keep only rank tp_rank's shard of tp_size
   // (model/tensor_parallel.h), sliced after adjust/convert, before upload.
   int tp_rank = 0;

@@ -68,8 +68,12 @@ std::unique_ptr<Model> load_qwen35_model(const std::string& dir, const LoadOptio
   if (options.device != Device::CPU)
     fail(dir, ": Qwen 3.5 runs on the CPU only in this build (asked for ", device_name(options.device), ")");
   if (options.tp_size > 1) fail(dir, ": Qwen 3.5 does not support --tensor-parallel in this build");
-  if (options.adjust_checkpoint) fail(dir, ": merging an adapter into Qwen 3.5 (--adapter) is not supported yet");
+  if (options.adjust_checkpoint && !options.adjust_qwen35_checkpoint)
+    fail(dir,
+         ": Qwen 3.5 takes an adapter merged at load through adjust_qwen35_checkpoint (this caller gave only the "
+         "Llama family's adjust_checkpoint)");
   Qwen35Checkpoint ck = load_qwen35_checkpoint(dir);
+  if (options.adjust_qwen35_checkpoint) options.adjust_qwen35_checkpoint(ck);
   if (options.max_context > 0) ck.config.max_context = options.max_context;
   validate_model_config(ck.config, ConfigKeyNames::fields(), dir);
   if (options.convert_weights) {

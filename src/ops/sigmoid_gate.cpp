@@ -22,4 +22,34 @@ void sigmoid_gate(const Tensor& gate, Tensor& x) {
                               .per_row = gs.dim != xs.dim});
 }
 
+void sigmoid_gate_backward(const Tensor& gate, const Tensor& x, const Tensor& dy, Tensor& dx, Tensor& dgate) {
+  dx.note_written();
+  dgate.note_written();
+  auto gs = detail::f32_rows(gate, "sigmoid_gate_backward", "gate");
+  auto xs = detail::f32_rows(x, "sigmoid_gate_backward", "x");
+  auto ds = detail::f32_rows(dy, "sigmoid_gate_backward", "dy");
+  auto dxs = detail::f32_rows(dx, "sigmoid_gate_backward", "dx");
+  auto dgs = detail::f32_rows(dgate, "sigmoid_gate_backward", "dgate");
+  BRIOCHE_CHECK(gs.n_rows == xs.n_rows && (gs.dim == xs.dim || gs.dim == 1) && dgs.n_rows == gs.n_rows &&
+                    dgs.dim == gs.dim && ds.n_rows == xs.n_rows && ds.dim == xs.dim && dxs.n_rows == xs.n_rows &&
+                    dxs.dim == xs.dim,
+                "sigmoid_gate_backward: gate ", gate.describe(), ", x ", x.describe(), ", dy ", dy.describe(), ", dx ",
+                dx.describe(), " and dgate ", dgate.describe(), " do not agree");
+  BRIOCHE_CHECK(detail::common_device("sigmoid_gate_backward", {&gate, &x, &dy, &dx, &dgate}) == Device::CPU,
+                "sigmoid_gate_backward: runs on the CPU only in this build");
+  backend::cpu::sigmoid_gate_backward({.gate = gs.data,
+                                       .x = xs.data,
+                                       .dy = ds.data,
+                                       .dx = dxs.data,
+                                       .dgate = dgs.data,
+                                       .n_rows = xs.n_rows,
+                                       .dim = xs.dim,
+                                       .gate_stride = gs.stride,
+                                       .x_stride = xs.stride,
+                                       .dy_stride = ds.stride,
+                                       .dx_stride = dxs.stride,
+                                       .dgate_stride = dgs.stride,
+                                       .per_row = gs.dim != xs.dim});
+}
+
 }  // namespace brioche::ops

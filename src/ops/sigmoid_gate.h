@@ -12,4 +12,10 @@ namespace brioche::ops {
 // CPU only.
 void sigmoid_gate(const Tensor& gate, Tensor& x);
 
+// Its backward (for training), y = x·σ(g):
+//   dx = dy·σ(g),   dg = dy·x·σ(g)·(1 − σ(g))   (per row: dg = Σ_i of that)
+//   x    : f32 [n_rows, dim] the ungated input;  dy, dx : f32 [n_rows, dim] (dx written, may alias dy)
+//   dgate: f32 shaped as gate, written.  CPU only.
+void sigmoid_gate_backward(const Tensor& gate, const Tensor& x, const Tensor& dy, Tensor& dx, Tensor& dgate);
+
 }  // namespace brioche::ops

@@ -53,7 +53,7 @@ std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const mo
   std::vector<LoraAdapter::Site> sites;
   int64_t rank = 0;
   for (int l = 0; l < config.n_layers; ++l) {
-    for (int m = 0; m < kNumModules; ++m) {
+    for (int m = 0; m < kLlamaModules; ++m) {
       const formats::GgufTensorInfo* a = file->find_tensor(lora_tensor(l, Module(m), "lora_a"));
       const formats::GgufTensorInfo* b = file->find_tensor(lora_tensor(l, Module(m), "lora_b"));
       BRIOCHE_CHECK((a == nullptr) == (b == nullptr), path, ": ", lora_tensor(l, Module(m), a ? "lora_b" : "lora_a"),

@@ -131,7 +131,8 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Mod
       indices.clear();
       for (auto [l, _] : layers) indices += (indices.empty() ? "" : "|") + std::to_string(l);
     }
-    cfg["target_modules"] = R"(.*language_model\.layers\.()" + indices + R"()\.(self_attn|mlp)\.()" + modules + ")";
+    cfg["target_modules"] =
+        R"(.*language_model\.layers\.()" + indices + R"()\.(self_attn|mlp|linear_attn)\.()" + modules + ")";
   } else {
     cfg["target_modules"] = targets;
   }
@@ -206,7 +207,8 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
       if (has_a) sites.push_back({l, Module(m)});
     }
   }
-  BRIOCHE_CHECK(!sites.empty(), st_path, ": no LoRA tensors named base_model.model.model.layers.N.<self_attn|mlp>.",
+  BRIOCHE_CHECK(!sites.empty(), st_path,
+                ": no LoRA tensors named base_model.model.model.layers.N.<self_attn|mlp|linear_attn>.",
                 "<module>.lora_A.weight");
   lora.targets.clear();
   for (const auto& s : sites) {
@@ -234,13 +236,18 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
 }
 
 std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter, Device device) {
-  static_assert(int(Module::Down) == int(model::Projection::Down) && kNumModules == model::kProjections);
+  static_assert(int(Module::Down) == int(model::Projection::Down) && kLlamaModules == model::kProjections);
+  for (int l = 0; l < adapter.n_layers(); ++l)
+    for (int m = kLlamaModules; m < kNumModules; ++m)
+      BRIOCHE_CHECK(
+          !adapter.factors(l, Module(m)), "adapter: layer ", l, "'s ", module_name(Module(m)),
+          " cannot be served unmerged (serve --lora takes q/k/v/o and gate/up/down); merge it with --adapter");
   auto served = std::make_shared<model::ServedAdapter>();
   served->rank = adapter.config().rank;
   served->layers.resize(size_t(adapter.n_layers()));
   const float s = adapter.scale();
   for (int l = 0; l < adapter.n_layers(); ++l) {
-    for (int m = 0; m < kNumModules; ++m) {
+    for (int m = 0; m < kLlamaModules; ++m) {
       const LoraFactors* f = adapter.factors(l, Module(m));
       if (!f) continue;
       const int64_t r = f->a.dim(0), in = f->a.dim(1), out = f->b.dim(0);
@@ -267,8 +274,8 @@ int merge_layer(const LoraAdapter& adapter, int l, const std::array<Tensor*, kNu
   for (int m = 0; m < kNumModules; ++m) {
     const LoraFactors* f = adapter.factors(l, Module(m));
     if (!f) continue;
-    BRIOCHE_CHECK(targets[size_t(m)]->defined(), "merge: layer ", l, " has no ", module_name(Module(m)),
-                  " for the adapter's factors");
+    BRIOCHE_CHECK(targets[size_t(m)] && targets[size_t(m)]->defined(), "merge: layer ", l, " has no ",
+                  module_name(Module(m)), " for the adapter's factors");
     Tensor merged_w = copy_f32(*targets[size_t(m)]);  // [out, in]
     BRIOCHE_CHECK(merged_w.dim(0) == f->b.dim(0) && merged_w.dim(1) == f->a.dim(1), "merge: layer ", l, " ",
                   module_name(Module(m)), " is [", merged_w.dim(0), ", ", merged_w.dim(1), "], the adapter's B·A [",
@@ -308,6 +315,22 @@ int merge_adapter(model::Gemma4Checkpoint& ck, const LoraAdapter& adapter) {
   for (int l = 0; l < ck.config.base.n_layers; ++l) {
     auto& w = ck.weights.layers[size_t(l)];
     merged += merge_layer(adapter, l, {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down});
+  }
+  return merged;
+}
+
+int merge_adapter(model::Qwen35Checkpoint& ck, const LoraAdapter& adapter) {
+  BRIOCHE_CHECK(adapter.n_layers() == ck.config.n_layers, "merge: the adapter has ", adapter.n_layers(),
+                " layers, the model ", ck.config.n_layers);
+  int merged = 0;
+  for (int l = 0; l < ck.config.n_layers; ++l) {
+    model::Qwen35Layer& w = ck.layers[size_t(l)];
+    model::Qwen35LinearAttention& la = w.linear;
+    model::Qwen35FullAttention& fa = w.full;
+    // In Module order: q/k/v/o, gate/up/down, then the linear-attention projections.
+    merged += merge_layer(adapter, l,
+                          {&fa.wq, &fa.wk, &fa.wv, &fa.wo, &w.mlp.gate, &w.mlp.up, &w.mlp.down, &la.in_qkv, &la.in_z,
+                           &la.in_b, &la.in_a, &la.out});
   }
   return merged;
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "model/gemma4_weights.h"
+#include "model/qwen35_weights.h"
 #include "model/model.h"
 #include "model/served_adapter.h"
 #include "model/weights.h"
@@ -75,5 +76,7 @@ std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter
 int merge_adapter(model::Checkpoint& checkpoint, const LoraAdapter& adapter);
 // The same for a Gemma 4 checkpoint (load the adapter with gemma4_lora_shapes).
 int merge_adapter(model::Gemma4Checkpoint& checkpoint, const LoraAdapter& adapter);
+// The same for a Qwen 3.5 checkpoint (load the adapter with qwen35_lora_shapes).
+int merge_adapter(model::Qwen35Checkpoint& checkpoint, const LoraAdapter& adapter);
 
 }  // namespace brioche::train

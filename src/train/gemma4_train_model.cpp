@@ -30,8 +30,6 @@ Tensor copy_of(const Tensor& t) {
   return out;
 }
 
-const Tensor kNoBias;
-
 // y = RMSNorm over each head's hd values of x [n, heads·hd] (y may be x).
 void rms_heads(const Tensor& x, const Tensor& w, float eps, int64_t heads, int64_t hd, Tensor& y) {
   const int64_t n = x.dim(0);
@@ -63,6 +61,7 @@ LoraShapes gemma4_lora_shapes(const model::Gemma4Config& g) {
       case Module::Gate:
       case Module::Up: return {hidden, inter};
       case Module::Down: return {inter, hidden};
+      default: break;  // no linear-attention projections
     }
     return {};
   };
@@ -118,30 +117,6 @@ Tensor Gemma4TrainModel::per_layer_inputs(const TokenBatch& batch) const {
   return ple;
 }
 
-namespace {
-
-struct SiteMaker {
-  LoraAdapter* adapter;
-  bool enabled, lora_dropout;
-  uint64_t seed;
-  int layer;
-  LoraSite operator()(Module m, const Tensor& w, const Tensor& bias = kNoBias) const {
-    LoraSite s{.weight = &w, .bias = &bias};
-    if (enabled && adapter) {
-      if (LoraFactors* f = adapter->factors(layer, m)) {
-        s.lora = f;
-        s.scale = adapter->scale();
-        s.dropout = lora_dropout_mask(lora_dropout ? adapter->config().dropout : 0.0f, seed, layer, m);
-      }
-    }
-    return s;
-  }
-};
-
-Tensor u_buffer(const LoraSite& s, int64_t n) { return s.lora ? f32(n, s.lora->a.dim(0)) : Tensor(); }
-
-}  // namespace
-
 void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cache& c, std::vector<Tensor>& kv_k,
                                      std::vector<Tensor>& kv_v) const {
   const model::Gemma4Config& g = ck_.config;
@@ -151,28 +126,32 @@ void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   const int64_t n = x.dim(0), H = cfg.n_heads, KV = spec.n_kv_heads, hd = spec.head_dim, hidden = cfg.hidden_size;
   const float eps = cfg.rms_eps;
   const bool own_kv = spec.kv_source == layer;
-  const SiteMaker site{adapter_, pass.adapter_enabled, pass.lora_dropout, pass.dropout_seed, layer};
+  const LayerSites site{.adapter = adapter_,
+                        .layer = layer,
+                        .enabled = pass.adapter_enabled,
+                        .lora_dropout = pass.lora_dropout,
+                        .seed = pass.dropout_seed};
   c = Cache();
   c.x_in = copy_of(x);
   c.h1 = f32(n, hidden);
   ops::rms_norm(x, w.attn_norm, eps, c.h1);
 
   // Q (and K, V in layers that compute their own) from h1, one LoRA group.
-  std::vector<LoraSite> sites{site(Module::Q, w.wq, w.bq)};
+  std::vector<LoraSite> sites{site(Module::Q, w.wq, &w.bq)};
   std::vector<Module> modules{Module::Q};
   c.q_lin = f32(n, H * hd);
   std::vector<Tensor*> ys{&c.q_lin};
   if (own_kv) {
     c.k_lin = f32(n, KV * hd);
-    sites.push_back(site(Module::K, w.wk, w.bk)), modules.push_back(Module::K), ys.push_back(&c.k_lin);
+    sites.push_back(site(Module::K, w.wk, &w.bk)), modules.push_back(Module::K), ys.push_back(&c.k_lin);
     if (!spec.v_from_k) {
       c.v_lin = f32(n, KV * hd);
-      sites.push_back(site(Module::V, w.wv, w.bv)), modules.push_back(Module::V), ys.push_back(&c.v_lin);
+      sites.push_back(site(Module::V, w.wv, &w.bv)), modules.push_back(Module::V), ys.push_back(&c.v_lin);
     }
   }
   std::vector<Tensor*> us;
   for (size_t i = 0; i < sites.size(); ++i) {
-    c.lora_u[size_t(modules[i])] = u_buffer(sites[i], n);
+    c.lora_u[size_t(modules[i])] = lora_u_buffer(sites[i], n);
     us.push_back(&c.lora_u[size_t(modules[i])]);
   }
   lora_linear_forward(sites, c.h1, ys, us);
@@ -207,8 +186,8 @@ void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   ops::dense_attention({.q = c.q, .k = c.k, .v = c.v}, pass.layout, ap, c.attn, c.lse);
 
   c.o = f32(n, hidden);
-  const LoraSite so = site(Module::O, w.wo, w.bo);
-  c.lora_u[size_t(Module::O)] = u_buffer(so, n);
+  const LoraSite so = site(Module::O, w.wo, &w.bo);
+  c.lora_u[size_t(Module::O)] = lora_u_buffer(so, n);
   lora_linear_forward(so, c.attn, c.o, &c.lora_u[size_t(Module::O)]);
   Tensor normed = f32(n, hidden);
   ops::rms_norm(c.o, w.post_attn_norm, eps, normed);
@@ -221,15 +200,15 @@ void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   ops::rms_norm(x, w.pre_ffn_norm, eps, c.h2);
   const LoraSite gu[] = {site(Module::Gate, w.w_gate), site(Module::Up, w.w_up)};
   c.gate = f32(n, inter), c.up = f32(n, inter), c.act = f32(n, inter);
-  c.lora_u[size_t(Module::Gate)] = u_buffer(gu[0], n);
-  c.lora_u[size_t(Module::Up)] = u_buffer(gu[1], n);
+  c.lora_u[size_t(Module::Gate)] = lora_u_buffer(gu[0], n);
+  c.lora_u[size_t(Module::Up)] = lora_u_buffer(gu[1], n);
   Tensor* const gu_y[] = {&c.gate, &c.up};
   Tensor* const gu_u[] = {&c.lora_u[size_t(Module::Gate)], &c.lora_u[size_t(Module::Up)]};
   lora_linear_forward(gu, c.h2, gu_y, gu_u);
   ops::gelu_tanh_mul(c.gate, c.up, c.act);
   const LoraSite sd = site(Module::Down, w.w_down);
   c.m = f32(n, hidden);
-  c.lora_u[size_t(Module::Down)] = u_buffer(sd, n);
+  c.lora_u[size_t(Module::Down)] = lora_u_buffer(sd, n);
   lora_linear_forward(sd, c.act, c.m, &c.lora_u[size_t(Module::Down)]);
   if (g.moe) {
     c.dense = std::move(c.m);
@@ -265,7 +244,11 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   const int64_t inter = spec.intermediate_size;
   const float eps = cfg.rms_eps;
   const bool own_kv = spec.kv_source == layer;
-  const SiteMaker site{adapter_, pass.adapter_enabled, pass.lora_dropout, pass.dropout_seed, layer};
+  const LayerSites site{.adapter = adapter_,
+                        .layer = layer,
+                        .enabled = pass.adapter_enabled,
+                        .lora_dropout = pass.lora_dropout,
+                        .seed = pass.dropout_seed};
 
   if (w.layer_scalar != 1.0f) ops::scale(dx, w.layer_scalar);  // dx = d x3
   if (g.ple_dim > 0) {
@@ -304,7 +287,7 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   Tensor d_o = zeros(n, hidden);
   ops::rms_norm_backward(c.o, w.post_attn_norm, eps, dx, d_o);
   Tensor d_attn = f32(n, H * hd);
-  lora_linear_backward(site(Module::O, w.wo, w.bo),
+  lora_linear_backward(site(Module::O, w.wo, &w.bo),
                        {.x = c.attn, .u = c.lora_u[size_t(Module::O)], .dy = d_o, .dx = d_attn});
   Tensor dq = f32(n, H * hd), dk = f32(n, KV * hd), dv = f32(n, KV * hd);
   const ops::DenseAttentionParams ap{.n_heads = int(H),
@@ -327,7 +310,7 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   const ops::RopeParams q_rope{
       .style = ops::RopeStyle::NeoX, .n_heads = int(H), .head_dim = int(hd), .inv_freq = inv_freq_[size_t(layer)]};
   ops::rope_backward(dq, pass.batch.positions, q_rope);
-  std::vector<LoraSite> sites{site(Module::Q, w.wq, w.bq)};
+  std::vector<LoraSite> sites{site(Module::Q, w.wq, &w.bq)};
   std::vector<Tensor> dys{rms_heads_backward(c.q_lin, w.q_norm, eps, H, hd, dq)};
   std::vector<Module> modules{Module::Q};
   std::vector<const Tensor*> xs_u;
@@ -339,10 +322,10 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
     Tensor dv_lin = rms_heads_backward(spec.v_from_k ? c.k_lin : c.v_lin, w.v_norm, eps, KV, hd, dv);
     if (spec.v_from_k) {
       ops::add(dk_lin, dv_lin, dk_lin);
-      sites.push_back(site(Module::K, w.wk, w.bk)), dys.push_back(dk_lin), modules.push_back(Module::K);
+      sites.push_back(site(Module::K, w.wk, &w.bk)), dys.push_back(dk_lin), modules.push_back(Module::K);
     } else {
-      sites.push_back(site(Module::K, w.wk, w.bk)), dys.push_back(dk_lin), modules.push_back(Module::K);
-      sites.push_back(site(Module::V, w.wv, w.bv)), dys.push_back(dv_lin), modules.push_back(Module::V);
+      sites.push_back(site(Module::K, w.wk, &w.bk)), dys.push_back(dk_lin), modules.push_back(Module::K);
+      sites.push_back(site(Module::V, w.wv, &w.bv)), dys.push_back(dv_lin), modules.push_back(Module::V);
     }
   }
   Tensor d_h1 = f32(n, hidden);

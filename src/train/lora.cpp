@@ -12,21 +12,23 @@ namespace brioche::train {
 
 namespace {
 
-constexpr std::array<std::string_view, kNumModules> kNames = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                              "gate_proj", "up_proj", "down_proj"};
+constexpr std::array<std::string_view, kNumModules> kNames = {"q_proj",    "k_proj",    "v_proj",    "o_proj",
+                                                              "gate_proj", "up_proj",   "down_proj", "in_proj_qkv",
+                                                              "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
 
 }  // namespace
 
 std::string_view module_name(Module m) { return kNames[size_t(m)]; }
 
 std::string_view module_parent(Module m) {
-  return m == Module::Gate || m == Module::Up || m == Module::Down ? "mlp" : "self_attn";
+  if (m == Module::Gate || m == Module::Up || m == Module::Down) return "mlp";
+  return int(m) >= kLlamaModules ? "linear_attn" : "self_attn";
 }
 
 std::optional<Module> parse_module(std::string_view name) {
   for (int i = 0; i < kNumModules; ++i) {
     std::string_view full = kNames[size_t(i)];
-    if (name == full || name == full.substr(0, full.size() - 5)) return Module(i);
+    if (name == full || (full.ends_with("_proj") && name == full.substr(0, full.size() - 5))) return Module(i);
   }
   return std::nullopt;
 }
@@ -42,6 +44,7 @@ ModuleShape module_shape(const model::ModelConfig& c, Module m) {
     case Module::Gate:
     case Module::Up: return {c.hidden_size, c.intermediate_size};
     case Module::Down: return {c.intermediate_size, c.hidden_size};
+    default: break;  // the Llama family has no linear-attention projections
   }
   return {};
 }

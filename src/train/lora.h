@@ -27,12 +27,15 @@
 
 namespace brioche::train {
 
-// The seven projections of a Llama block, in PEFT's module names.
-enum class Module : uint8_t { Q, K, V, O, Gate, Up, Down };
-inline constexpr int kNumModules = 7;
-std::string_view module_name(Module m);                     // "q_proj", ..., "down_proj"
-std::string_view module_parent(Module m);                   // "self_attn" or "mlp"
-std::optional<Module> parse_module(std::string_view name);  // accepts "q_proj" or "q"
+// The seven projections of a Llama block, then the five of Qwen 3.5's Gated
+// DeltaNet (linear-attention) block, in PEFT's module names. A model's
+// LoraShapes give {0, 0} for the projections its layers lack.
+enum class Module : uint8_t { Q, K, V, O, Gate, Up, Down, LinearQkv, LinearZ, LinearB, LinearA, LinearOut };
+inline constexpr int kNumModules = 12;
+inline constexpr int kLlamaModules = 7;    // Q..Down: the projections served adapters and GGUF LoRA know
+std::string_view module_name(Module m);    // "q_proj", ..., "down_proj", "in_proj_qkv", ..., "out_proj"
+std::string_view module_parent(Module m);  // "self_attn", "mlp" or "linear_attn"
+std::optional<Module> parse_module(std::string_view name);  // accepts "q_proj" or "q" (short forms of *_proj)
 
 struct LoraConfig {
   int rank = 8;

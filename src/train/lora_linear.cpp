@@ -14,6 +14,22 @@
 
 namespace brioche::train {
 
+LoraSite LayerSites::operator()(Module m, const Tensor& weight, const Tensor* bias) const {
+  LoraSite s{.weight = &weight, .bias = bias};
+  if (enabled && adapter) {
+    if (LoraFactors* f = adapter->factors(layer, m)) {
+      s.lora = f;
+      s.scale = adapter->scale();
+      s.dropout = lora_dropout_mask(lora_dropout ? adapter->config().dropout : 0.0f, seed, layer, m);
+    }
+  }
+  return s;
+}
+
+Tensor lora_u_buffer(const LoraSite& site, int64_t n) {
+  return site.lora ? Tensor::zeros(DType::F32, {n, site.lora->a.dim(0)}) : Tensor();
+}
+
 namespace {
 
 // Buffers live on the device of the activations (the CPU or the GPU); each

@@ -25,6 +25,21 @@ struct LoraSite {
   ops::DropoutMask dropout;
 };
 
+// The sites of one layer in one forward: LoraSite(m, W) carries the
+// adapter's factors, scale and dropout mask where the adapter adapts
+// (layer, m) and is enabled, else W alone. Architectures with their own
+// training stacks (Gemma 4, Qwen 3.5) build their sites with it.
+struct LayerSites {
+  LoraAdapter* adapter = nullptr;
+  int layer = 0;
+  bool enabled = true;
+  bool lora_dropout = true;  // training forwards: the adapter's dropout; evaluation: none
+  uint64_t seed = 0;         // the micro-step's dropout seed
+  LoraSite operator()(Module m, const Tensor& weight, const Tensor* bias = nullptr) const;
+};
+// f32 [n, r] on the CPU for a site with LoRA (its u, saved for the backward), else undefined.
+Tensor lora_u_buffer(const LoraSite& site, int64_t n);
+
 // ys[i] [n, out_i] written; us[i] [n, r] written when sites[i] has LoRA
 // (saved for backward).
 void lora_linear_forward(std::span<const LoraSite> sites, const Tensor& x, std::span<Tensor* const> ys,

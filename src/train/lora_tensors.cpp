@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/error.h"
 #include "ops/quantize.h"
 
 namespace brioche::train {
@@ -20,8 +21,10 @@ int64_t hf_row_of_gguf_row(int64_t r, int head_dim) {
 bool permuted_module(Module m) { return m == Module::Q || m == Module::K; }
 
 std::string gguf_weight_name(int layer, Module m) {
-  static constexpr const char* kNames[kNumModules] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
-                                                      "ffn_gate", "ffn_up", "ffn_down"};
+  static constexpr const char* kNames[kLlamaModules] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                        "ffn_gate", "ffn_up", "ffn_down"};
+  BRIOCHE_CHECK(int(m) < kLlamaModules, "GGUF LoRA: no llama.cpp tensor name for ", module_name(m), " (layer ", layer,
+                "); Qwen 3.5's linear-attention adapters stay in the PEFT layout");
   return "blk." + std::to_string(layer) + "." + kNames[size_t(m)] + ".weight";
 }
 

@@ -1,7 +1,8 @@
 // What the trainer needs of a base model, whatever its architecture: its
 // sizes, LM head, the shapes of its LoRA sites, how to build its training
 // stack and how to read and write its adapters. llama_train_base serves the
-// Llama family (model::Checkpoint), gemma4_train_base Gemma 4.
+// Llama family (model::Checkpoint), gemma4_train_base Gemma 4,
+// qwen35_train_base Qwen 3.5.
 #pragma once
 
 #include <functional>
@@ -10,6 +11,7 @@
 
 #include "model/gemma4_weights.h"
 #include "model/model.h"
+#include "model/qwen35_weights.h"
 #include "model/weights.h"
 #include "train/adapter_io.h"
 #include "train/lora.h"
@@ -37,5 +39,6 @@ LoraShapes lora_shapes_of(const model::Model& model);
 // Both keep a reference to the checkpoint: it must outlive the TrainBase.
 TrainBase llama_train_base(const model::Checkpoint& checkpoint);
 TrainBase gemma4_train_base(const model::Gemma4Checkpoint& checkpoint);
+TrainBase qwen35_train_base(const model::Qwen35Checkpoint& checkpoint);
 
 }  // namespace brioche::train

@@ -35,7 +35,7 @@ struct Fixture {
     LoraConfig lora{.rank = meta["rank"], .alpha = meta["alpha"]};
     std::vector<LoraAdapter::Site> sites;
     for (int l = 0; l < ck.config.n_layers; ++l)
-      for (int m = 0; m < kNumModules; ++m) sites.push_back({l, Module(m)});
+      for (int m = 0; m < kLlamaModules; ++m) sites.push_back({l, Module(m)});
     adapter = std::make_unique<LoraAdapter>(ck.config, lora, sites);
     for (auto& e : adapter->entries()) {
       const std::string key = "layers." + std::to_string(e.layer) + "." + std::string(module_name(e.module));

@@ -8,10 +8,6 @@
 #include "backend/cpu/vec_f32.h"
 #include "core/thread_pool.h"
 
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
-
 namespace brioche::backend::cpu {
 
 namespace {
@@ -246,23 +242,6 @@ struct HeadTask {
     }
     accumulate_rows(rows.data(), kd_rows.data(), dk, m, u, dv, dv);
   }
-};
-
-// Flush-to-zero and denormals-are-zero for the scope of one task (restored
-// after). Strong decays (g of −20 a row is common) drive e^γ, the state and
-// their products through the denormal range, where every multiply costs
-// ~100 cycles: measured 277 ms instead of 31 for 512 rows of 8 heads with
-// g in [−20, −1]. Values below 1.2e-38 become 0, far below what f32 logits
-// can show.
-class FlushDenormals {
- public:
-#if defined(__SSE__)
-  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }  // FTZ (bit 15) | DAZ (bit 6)
-  ~FlushDenormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned saved_;
-#endif
 };
 
 }  // namespace

@@ -14,4 +14,13 @@ struct SigmoidGateArgs {
 
 void sigmoid_gate(const SigmoidGateArgs& args);
 
+struct SigmoidGateBackwardArgs {
+  const float *gate, *x, *dy;
+  float *dx, *dgate;  // dx may alias dy
+  int64_t n_rows, dim, gate_stride, x_stride, dy_stride, dx_stride, dgate_stride;
+  bool per_row;
+};
+
+void sigmoid_gate_backward(const SigmoidGateBackwardArgs& args);
+
 }  // namespace brioche::backend::cpu

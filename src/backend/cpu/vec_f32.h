@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdint>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define BRIOCHE_VEC_AVX2 1
@@ -131,5 +134,22 @@ inline void axpy_f32_f16(float* y, float a, const uint16_t* x, int64_t n) {
 #endif
   for (; i < n; ++i) y[i] += a * f16_to_f32(x[i]);
 }
+
+// Flush-to-zero and denormals-are-zero for the scope of one task (restored
+// after): the delta-rule kernels' tasks. Strong decays (g of −20 a row is common) drive e^γ, the state and
+// their products through the denormal range, where every multiply costs
+// ~100 cycles: measured 277 ms instead of 31 for 512 rows of 8 heads with
+// g in [−20, −1]. Values below 1.2e-38 become 0, far below what f32 logits
+// can show.
+class FlushDenormals {
+ public:
+#if defined(__SSE__)
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }  // FTZ (bit 15) | DAZ (bit 6)
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
 
 }  // namespace brioche::backend::cpu

@@ -1,0 +1,98 @@
+// Qwen 3.5's dense text model for LoRA training (model/qwen35.cpp has the
+// architecture), on the CPU: the forward saves what the backward needs, the
+// backward accumulates LoRA gradients on the gated attention's q/k/v/o, the
+// Gated DeltaNet's in_proj_qkv/in_proj_z/in_proj_b/in_proj_a/out_proj and
+// the MLP's gate/up/down (peft's module names). Per layer, with
+// RMSNorm(x, w) = x·(mean(x²) + eps)^−½ ⊙ w (w stored as 1 + w):
+//
+//   h1 = RMSNorm(x_in, input_layernorm)
+//   linear layers (Gated DeltaNet):
+//     qkv, z, b, a = lora(h1)
+//     mixed = silu(causal_conv1d(qkv))                    ops/causal_conv1d_backward.h
+//     g = −e^{A_log}·softplus(a + dt_bias),  β = σ(b)
+//     core = gated_delta_rule(split(mixed), g, β)         ops/gated_delta_rule_backward.h
+//     o = lora_out(RMSNorm(core per value head, norm) ⊙ silu(z))
+//   full-attention layers:
+//     [q | gate] per head, k, v = lora(h1)
+//     q, k = RMSNorm per head, RoPE on the first rotary_dim dims of each head
+//     o = lora_o(attention(q, k, v; scale d^−½) ⊙ σ(gate))
+//   x_mid = x_in + o;  h2 = RMSNorm(x_mid, post_attention_layernorm)
+//   x_out = x_mid + lora_down(silu(lora_gate(h2)) ⊙ lora_up(h2))
+//
+// Sequences are whole (each starts from a zero recurrent state); the
+// prefix-shared preference layout (a rejected branch continuing the
+// prompt's state) is refused. The MoE variant (qwen3_5_moe) is refused.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "model/qwen35_weights.h"
+#include "ops/recurrent_sequence.h"
+#include "train/lora.h"
+#include "train/train_stack.h"
+
+namespace brioche::train {
+
+// Each layer's projection shapes: q/k/v/o on full-attention layers, the five
+// linear-attention projections on linear layers, gate/up/down on all.
+LoraShapes qwen35_lora_shapes(const model::Qwen35Checkpoint& checkpoint);
+
+class Qwen35TrainModel final : public TrainStack {
+ public:
+  Qwen35TrainModel(const model::Qwen35Checkpoint& checkpoint, LoraAdapter* adapter);
+
+  const model::ModelConfig& config() const override { return ck_.config; }
+  int first_trainable_layer() const override;
+  Tensor frozen_prefix(const TokenBatch& batch) const override;
+  Tensor forward(const TokenBatch& batch, const Tensor& prefix_out, const ForwardOptions& options) override;
+  using TrainStack::forward;
+  void backward(Tensor d_hidden) override;
+  size_t saved_bytes() const override;
+  Device device() const override { return Device::CPU; }
+
+  // Saved activations of one layer (f32 [n, ...]).
+  struct Cache {
+    Tensor x_in, h1;
+    // Gated DeltaNet
+    Tensor qkv, mixed, z, a, b, g, beta, core, normed, gated;
+    // Gated attention
+    Tensor q_gate, k_lin, v, q, k, attn, lse, attn_gated;
+    // MLP
+    Tensor x_mid, h2, gate, up, act;
+    std::array<Tensor, kNumModules> lora_u;
+  };
+
+ private:
+  struct Pass {  // what every layer of one forward sees
+    const TokenBatch& batch;
+    ops::DenseAttentionLayout layout;
+    std::vector<ops::RecurrentSequence> sequences;  // one per span, each starting from a zero state
+    std::vector<int32_t> q_positions, k_positions;  // per (row, head): the partial RoPE sees one head per row
+    uint64_t dropout_seed = 0;
+    bool adapter_enabled = true;
+    bool lora_dropout = true;
+  };
+  Pass make_pass(const TokenBatch& batch, const ForwardOptions& options) const;
+  Tensor embed(const TokenBatch& batch) const;
+  void layer_forward(const Pass& pass, int layer, Tensor& x, Cache& c) const;
+  void linear_forward(const Pass& pass, int layer, Cache& c, Tensor& out) const;
+  void full_forward(const Pass& pass, int layer, Cache& c, Tensor& out) const;
+  // dx: d x_out in, d x_in out.
+  void layer_backward(const Pass& pass, int layer, Cache& c, Tensor& dx);
+  // d_out: d loss / d the mixer's output; adds d h1's contribution into d_h1 (written).
+  void linear_backward(const Pass& pass, int layer, Cache& c, const Tensor& d_out, Tensor& d_h1);
+  void full_backward(const Pass& pass, int layer, Cache& c, const Tensor& d_out, Tensor& d_h1);
+
+  const model::Qwen35Checkpoint& ck_;
+  LoraAdapter* adapter_;
+  std::vector<float> inv_freq_;  // [rotary_dim / 2]
+
+  // Saved by forward(for_backward) for backward().
+  const TokenBatch* batch_ = nullptr;
+  ForwardOptions options_;
+  std::vector<Cache> caches_;  // per layer from first_trainable_layer()
+  Tensor x_final_;
+};
+
+}  // namespace brioche::train

@@ -1,0 +1,191 @@
+// LoRA training on Qwen 3.5 against torch autograd + peft
+// (tools/oracle/qwen35_lora_oracle.py, f64): the dense fixture of
+// tests/fixtures/qwen35/dense (Gated DeltaNet and gated-attention layers)
+// with a random, non-zero peft adapter on q/k/v/o, gate/up/down and the
+// linear-attention layers' in_proj_qkv/in_proj_z/in_proj_b/in_proj_a/out_proj,
+// two sequences (75 and 37 rows: longer than a delta-rule chunk and than the
+// backward's checkpoint interval) in one batch. The mean next-token NLL and
+// d loss / d every lora_A and lora_B equal peft's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "model/qwen35_weights.h"
+#include "train/adapter_io.h"
+#include "train/lm_head.h"
+#include "train/lora_tensors.h"
+#include "train/qwen35_train_model.h"
+
+namespace brioche::train {
+namespace {
+
+std::string fixture(const std::string& path) {
+  return std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/qwen35/" + path;
+}
+
+struct Case {
+  TokenBatch batch;
+  double loss = 0.0;
+};
+
+Case read_case() {
+  std::ifstream in(fixture("lora/dense/case.json"));
+  const nlohmann::json j = nlohmann::json::parse(in);
+  Case c;
+  c.loss = j["loss"].get<double>();
+  int32_t row = 0;
+  for (const auto& seq : j["sequences"]) {
+    const auto ids = seq.get<std::vector<int32_t>>();
+    c.batch.spans.push_back({row, int32_t(ids.size())});
+    for (size_t i = 0; i < ids.size(); ++i) {
+      c.batch.tokens.push_back(ids[i]);
+      c.batch.positions.push_back(int32_t(i));
+      if (i + 1 < ids.size())
+        c.batch.scored.push_back({.row = row + int32_t(i), .target = ids[i + 1], .sequence = c.batch.n_sequences});
+    }
+    row += int32_t(ids.size());
+    ++c.batch.n_sequences;
+  }
+  return c;
+}
+
+// max |a − b| / max |b| over a tensor pair (relative to the tensor's own scale).
+double relative_error(const Tensor& got, const Tensor& want) {
+  const Tensor a = copy_f32(got), b = copy_f32(want);
+  double err = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data_as<float>()[i])));
+  for (int64_t i = 0; i < b.numel(); ++i)
+    err = std::max(err, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
+  return err / std::max(scale, 1e-30);
+}
+
+// Loss and LoRA gradients of `adapter` on the case's batch (mean NLL of every next token).
+double loss_and_grads(const model::Qwen35Checkpoint& ck, LoraAdapter& adapter, const TokenBatch& batch,
+                      int expect_first = 0) {
+  Qwen35TrainModel model(ck, &adapter);
+  EXPECT_EQ(model.first_trainable_layer(), expect_first);
+  const Tensor prefix = model.frozen_prefix(batch);
+  const Tensor hidden = model.forward(batch, prefix, {.for_backward = true});
+  PlainLogpHead head(ck.output);
+  const std::vector<float> logp = head.forward(hidden, batch.scored);
+  double loss = 0.0;
+  for (float l : logp) loss -= l;
+  loss /= double(logp.size());
+  const std::vector<float> d_logp(logp.size(), -1.0f / float(logp.size()));
+  Tensor d_hidden = Tensor::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)});
+  head.backward(d_logp, d_hidden);
+  adapter.zero_grads();
+  model.backward(std::move(d_hidden));
+  return loss;
+}
+
+TEST(Qwen35Train, LoraGradientsMatchPeftThroughDeltaNetAndGatedAttention) {
+  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
+  auto adapter = load_adapter(fixture("lora/dense"), ck.config, false, 1 << 16, qwen35_lora_shapes(ck));
+  const Case c = read_case();
+  const double loss = loss_and_grads(ck, *adapter, c.batch);
+  EXPECT_NEAR(loss, c.loss, 1e-6 * std::abs(c.loss));
+
+  auto golden = formats::SafetensorsFile::open(fixture("lora/dense/grads.safetensors"));
+  size_t compared = 0;
+  double worst = 0.0;
+  std::string worst_key;
+  for (auto& e : adapter->entries()) {
+    for (const char* ab : {"lora_A", "lora_B"}) {
+      const std::string key = "base_model.model.model.layers." + std::to_string(e.layer) + "." +
+                              std::string(module_parent(e.module)) + "." + std::string(module_name(e.module)) + "." +
+                              ab + ".weight";
+      ASSERT_TRUE(golden->has(key)) << key;
+      const double err = relative_error(ab[5] == 'A' ? e.factors->grad_a : e.factors->grad_b, golden->tensor(key));
+      EXPECT_LT(err, 3e-4) << key;  // f32 against f64: the worst is 1.4e-4 (relative to the tensor's largest entry)
+      if (err > worst) worst = err, worst_key = key;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, golden->tensors().size()) << "every LoRA tensor peft made is one brioche trains";
+  EXPECT_EQ(compared, 60u) << "q/k/v/o + gate/up/down on 2 full layers, 5 + 3 projections on 2 linear layers";
+  std::printf(
+      "qwen35 dense: loss %.8f (oracle %.8f, %.1e relative), %zu gradient tensors, worst relative error %.2e (%s)\n",
+      loss, c.loss, std::abs(loss - c.loss) / c.loss, compared, worst, worst_key.c_str());
+}
+
+TEST(Qwen35Train, FrozenPrefixGivesTheSameGradientsAsTrainingFromTheEmbedding) {
+  // An adapter on the last two layers starts the trainable range at layer 2 (a linear layer); the same
+  // factors there, with B = 0 (no effect on the forward) on layers 0 and 1, train from the embedding.
+  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
+  const Case c = read_case();
+  LoraConfig lora;
+  lora.targets = {Module::Q,       Module::K,       Module::V,       Module::O,
+                  Module::Gate,    Module::Up,      Module::Down,    Module::LinearQkv,
+                  Module::LinearZ, Module::LinearB, Module::LinearA, Module::LinearOut};
+  LoraConfig last_two = lora;
+  last_two.num_layers = 2;
+  LoraAdapter partial(ck.config, last_two, 5, qwen35_lora_shapes(ck));
+  LoraAdapter full(ck.config, lora, 6, qwen35_lora_shapes(ck));
+  for (auto& e : full.entries()) {
+    if (LoraFactors* f = partial.factors(e.layer, e.module)) {
+      std::copy_n(f->a.data_as<float>(), f->a.numel(), e.factors->a.data_as<float>());
+      for (int64_t i = 0; i < f->b.numel(); ++i) e.factors->b.data_as<float>()[i] = 0.01f * float(i % 7 - 3);
+      std::copy_n(e.factors->b.data_as<float>(), f->b.numel(), f->b.data_as<float>());
+    }
+  }
+  loss_and_grads(ck, partial, c.batch, 2);
+  loss_and_grads(ck, full, c.batch, 0);
+  double worst = 0.0, size = 0.0;
+  size_t compared = 0;
+  for (auto& e : partial.entries()) {
+    const LoraFactors* f = full.factors(e.layer, e.module);
+    ASSERT_NE(f, nullptr);
+    worst =
+        std::max({worst, relative_error(e.factors->grad_a, f->grad_a), relative_error(e.factors->grad_b, f->grad_b)});
+    for (int64_t i = 0; i < e.factors->grad_b.numel(); ++i)
+      size = std::max(size, double(std::abs(e.factors->grad_b.data_as<float>()[i])));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 15u);  // layer 2 (linear): 5 + 3, layer 3 (full): 4 + 3
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GT(size, 1e-3) << "the gradients are not all zero";
+}
+
+TEST(Qwen35Train, SitesFollowEachLayersKind) {
+  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
+  LoraConfig lora;
+  lora.targets = {Module::Q, Module::O, Module::LinearQkv, Module::LinearB, Module::LinearOut, Module::Down};
+  LoraAdapter a(ck.config, lora, 1, qwen35_lora_shapes(ck));
+  // Layers: linear, full, linear, full.
+  EXPECT_EQ(a.factors(0, Module::Q), nullptr);
+  ASSERT_NE(a.factors(0, Module::LinearQkv), nullptr);
+  EXPECT_EQ(a.factors(0, Module::LinearQkv)->b.dim(0), ck.qwen.conv_channels());
+  EXPECT_EQ(a.factors(0, Module::LinearB)->b.dim(0), ck.qwen.linear_v_heads);
+  EXPECT_EQ(a.factors(0, Module::LinearOut)->a.dim(1), ck.qwen.value_width());
+  EXPECT_EQ(a.factors(1, Module::LinearQkv), nullptr);
+  ASSERT_NE(a.factors(1, Module::Q), nullptr);
+  EXPECT_EQ(a.factors(1, Module::Q)->b.dim(0), 2 * ck.config.n_heads * ck.config.head_dim);  // query and gate rows
+  ASSERT_NE(a.factors(2, Module::Down), nullptr);
+  EXPECT_THROW(LoraAdapter(ck.config, lora, std::vector<LoraAdapter::Site>{{0, Module::Q}}, qwen35_lora_shapes(ck)),
+               Error);
+  EXPECT_EQ(parse_module("in_proj_qkv"), Module::LinearQkv);
+  EXPECT_EQ(parse_module("out"), Module::LinearOut);
+  EXPECT_FALSE(parse_module("in_pr").has_value());
+}
+
+TEST(Qwen35Train, RefusesThePrefixSharedLayout) {
+  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
+  LoraAdapter adapter(ck.config, LoraConfig{}, 1, qwen35_lora_shapes(ck));
+  Qwen35TrainModel model(ck, &adapter);
+  TokenBatch batch{.tokens = {5, 6, 7, 8}, .positions = {0, 1, 2, 2}, .branch = {0, 0, 1, 2}, .spans = {{0, 4}}};
+  try {
+    model.forward(batch, {.for_backward = true});
+    FAIL() << "a branched batch was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prefix_shared"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace brioche::train

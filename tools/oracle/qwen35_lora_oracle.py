@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""LoRA on Qwen 3.5: loss, LoRA gradients and adapted logits from torch autograd + peft.
+
+Loads the dense fixture of tools/oracle/qwen35_oracle.py (tests/fixtures/qwen35/dense,
+layers [linear, full, linear, full]) with transformers in f64, wraps it with peft
+LoRA (r=4, alpha=8) on every projection peft finds under these names:
+
+  full attention : q_proj (query and gate rows), k_proj, v_proj, o_proj
+  Gated DeltaNet : in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
+  MLP            : gate_proj, up_proj, down_proj
+
+with random, non-zero A and B (f32 values), and records for two token sequences,
+both longer than a delta-rule chunk (64 in transformers, 16 in brioche's forward)
+and than brioche's backward checkpoint interval (32):
+
+  tests/fixtures/qwen35/lora/dense/adapter_config.json,
+                                   adapter_model.safetensors  the adapter (PEFT layout, f32)
+  tests/fixtures/qwen35/lora/dense/grads.safetensors   d loss / d every lora_A, lora_B (f32,
+                                                        named as the adapter's tensors)
+  tests/fixtures/qwen35/lora/dense/case.json           the sequences, the loss (mean NLL of
+                                                        every next token), tool versions
+  tests/fixtures/qwen35/lora/dense/logits.f32          the adapted model's logits of sequence 0,
+                                                        [len, vocab] f32 LE (what merging the
+                                                        adapter at load must reproduce)
+  tests/fixtures/qwen35/lora/dense/base_logits.f32     the same without the adapter
+
+transformers' delta-rule functions cast q/k/v/g/beta to f32 whatever the model's
+dtype; so that autograd runs in f64 end to end, this script swaps
+torch_chunk_gated_delta_rule for an f64 transcription of transformers' own
+torch_recurrent_gated_delta_rule (the same rule, row by row) and checks that the
+swap moves the logits by less than 1e-4 (f32 rounding of the chunked form) against transformers' unpatched forward.
+
+Usage: python3 tools/oracle/qwen35_lora_oracle.py   (CPU, seconds)
+"""
+import json
+import os
+import shutil
+
+import peft
+import torch
+import transformers
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from safetensors.torch import save_file
+from transformers import Qwen3_5ForCausalLM
+from transformers.models.qwen3_5 import modeling_qwen3_5
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "qwen35", "dense")
+OUT = os.path.join(ROOT, "tests", "fixtures", "qwen35", "lora", "dense")
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+           "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+LENGTHS = [75, 37]  # 75 > 64 (transformers' chunk) > 2·32 (brioche's backward checkpoints)
+
+
+def recurrent_f64(query, key, value, g, beta, initial_state=None, output_final_state=False,
+                  use_qk_l2norm_in_kernel=False, **kwargs):
+    """transformers' torch_recurrent_gated_delta_rule without its cast to f32."""
+    assert initial_state is None
+    n_k, n_v = key.shape[2], value.shape[2]
+    if n_k != n_v:
+        query = query.repeat_interleave(n_v // n_k, dim=2)
+        key = key.repeat_interleave(n_v // n_k, dim=2)
+    query, key, value, beta, g = [x.transpose(1, 2).contiguous() for x in (query, key, value, beta, g)]
+    if use_qk_l2norm_in_kernel:
+        query = query * torch.rsqrt((query * query).sum(-1, keepdim=True) + 1e-6)
+        key = key * torch.rsqrt((key * key).sum(-1, keepdim=True) + 1e-6)
+    query = query / query.shape[-1] ** 0.5
+    b, h, t, dk = key.shape
+    state = torch.zeros(b, h, dk, value.shape[-1], dtype=value.dtype)
+    outs = []
+    for i in range(t):
+        state = state * g[:, :, i].exp()[..., None, None]
+        kv_mem = (state * key[:, :, i, :, None]).sum(-2)
+        delta = (value[:, :, i] - kv_mem) * beta[:, :, i, None]
+        state = state + key[:, :, i, :, None] * delta[:, :, None, :]
+        outs.append((state * query[:, :, i, :, None]).sum(-2))
+    out = torch.stack(outs, dim=2).transpose(1, 2).contiguous()
+    return out, (state if output_final_state else None)
+
+
+def main():
+    torch.set_num_threads(2)
+    seed = 47
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM.from_pretrained(FIXTURE, dtype=torch.float64, attn_implementation="eager").eval()
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, bias="none",
+                        task_type="CAUSAL_LM")
+    model = get_peft_model(model, config)
+    gen = torch.Generator().manual_seed(seed)
+    for pname, p in model.named_parameters():
+        if "lora_" in pname:
+            with torch.no_grad():
+                values = (torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.2).float()
+                p.copy_(values.double())  # f32 values: brioche reads the adapter in f32
+    vocab = model.config.vocab_size
+    seqs = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in LENGTHS]
+
+    with torch.no_grad():
+        unpatched = model(input_ids=torch.tensor([seqs[0]])).logits[0]
+    modeling_qwen3_5.torch_chunk_gated_delta_rule = recurrent_f64
+    with torch.no_grad():
+        patched = model(input_ids=torch.tensor([seqs[0]])).logits[0]
+    swap = float((patched - unpatched).abs().max())
+    assert 0 < swap < 1e-4, f"the f64 recurrence moved the logits by {swap}"
+
+    total, count = torch.zeros((), dtype=torch.float64), 0
+    logits0 = None
+    for s in seqs:
+        ids = torch.tensor([s])
+        logits = model(input_ids=ids).logits[0]
+        if logits0 is None:
+            logits0 = logits.detach().float().numpy()
+        logp = torch.log_softmax(logits, dim=-1)
+        total = total - logp[:-1].gather(1, ids[0, 1:, None]).sum()
+        count += len(s) - 1
+    loss = total / count
+    loss.backward()
+
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(OUT)
+    state = {k: v.detach().float().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    save_file(state, os.path.join(OUT, "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config["default"].save_pretrained(OUT)
+    grads = {}
+    for pname, p in model.named_parameters():
+        if "lora_" in pname:
+            key = pname.replace(".default", "")
+            assert key in state, key
+            grads[key] = p.grad.detach().float().contiguous()
+    assert set(grads) == set(state)
+    save_file(grads, os.path.join(OUT, "grads.safetensors"))
+    logits0.astype("<f4").tofile(os.path.join(OUT, "logits.f32"))
+    with torch.no_grad(), model.disable_adapter():
+        base = model(input_ids=torch.tensor([seqs[0]])).logits[0].float().numpy()
+    base.astype("<f4").tofile(os.path.join(OUT, "base_logits.f32"))
+    case = {"sequences": seqs, "loss": loss.item(), "n_scored": count, "vocab": vocab,
+            "f64_recurrence_logit_shift": swap,
+            "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
+                         "peft": peft.__version__, "script": "tools/oracle/qwen35_lora_oracle.py"}}
+    with open(os.path.join(OUT, "case.json"), "w") as f:
+        json.dump(case, f, indent=1)
+    modules = sorted({k.split(".")[-3] for k in grads})
+    print(f"dense: loss {float(loss):.8f}, {len(grads)} LoRA tensors on {modules}, "
+          f"max |grad| {max(float(g.abs().max()) for g in grads.values()):.3g}, f64 swap moved logits {swap:.2e}")
+
+
+if __name__ == "__main__":
+    main()
