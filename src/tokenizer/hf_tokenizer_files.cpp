@@ -35,9 +35,12 @@ void pre_tokenizer_for(const std::string& pre, const std::string& path, json& to
   } else if (pre == "qwen2") {
     tok["normalizer"] = {{"type", "NFC"}};
     tok["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split(kQwen2Pattern), byte_level(false)}}};
+  } else if (pre == "qwen35") {
+    tok["normalizer"] = {{"type", "NFC"}};
+    tok["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split(kQwen35Pattern), byte_level(false)}}};
   } else {
     fail(path, ": tokenizer.ggml.pre '", pre,
-         "' has no tokenizer.json equivalent here (supported: default, gpt2, smollm, llama-bpe, qwen2)");
+         "' has no tokenizer.json equivalent here (supported: default, gpt2, smollm, llama-bpe, qwen2, qwen35)");
   }
 }
 

@@ -77,6 +77,11 @@ inline constexpr const char* kLlama3Pattern =
 inline constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen 3.5's (tokenizer.ggml.pre qwen35): Qwen2's with combining marks
+// (\p{M}) kept inside words, as transformers' Qwen3_5Tokenizer writes it.
+inline constexpr const char* kQwen35Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 class PreTokenizer {
  public:
   void add(PreTokenizerStep step) { steps_.push_back(std::move(step)); }

@@ -32,8 +32,12 @@ void byte_level_pre_tokenizer(const std::string& pre, TokenizerImpl& impl) {
   } else if (pre == "qwen2") {
     impl.normalizer.add({.kind = NormalizerStep::Kind::Nfc});
     split(kQwen2Pattern);
+  } else if (pre == "qwen35") {
+    impl.normalizer.add({.kind = NormalizerStep::Kind::Nfc});
+    split(kQwen35Pattern);
   } else {
-    fail("GGUF tokenizer.ggml.pre '", pre, "' is not supported (supported: default, gpt2, smollm, llama-bpe, qwen2)");
+    fail("GGUF tokenizer.ggml.pre '", pre,
+         "' is not supported (supported: default, gpt2, smollm, llama-bpe, qwen2, qwen35)");
   }
   impl.pre_tokenizer.add(std::move(byte_level));
 }
