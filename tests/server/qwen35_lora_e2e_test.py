@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Qwen 3.5 LoRA end to end: `brioche train` on the dense fixture
+(tools/oracle/qwen35_oracle.py: Gated DeltaNet and gated-attention layers)
+with LoRA on q/k/v/o, gate/up/down and the linear-attention projections
+in_proj_qkv/in_proj_z/in_proj_b/in_proj_a/out_proj writes a PEFT adapter;
+peft loads it onto transformers' Qwen3_5ForCausalLM (f64) and its greedy
+tokens and their log-probabilities are what `brioche serve --adapter DIR`
+(the adapter merged at load) gives, within 1e-3. The adapter changes the
+answer (the base model's greedy text differs). DPO and ORPO train on the
+same model (the loss falls); --prefix-shared is refused with a reason.
+
+Usage: qwen35_lora_e2e_test.py --brioche build/cpu/brioche [--model tests/fixtures/qwen35]
+Exits 77 (skipped) when the binary, torch, transformers, peft or jinja2 is missing.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_process import Server, e2e_main  # noqa: E402
+
+ARGS = None
+FACTS = [("What is the capital of France?", "Paris."), ("What color is the sky?", "Blue."),
+         ("How many legs has a cat?", "Four."), ("What do bees make?", "Honey.")]
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+           "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+N_TOKENS = 4
+
+
+class Qwen35Lora(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="qwen35_lora_")
+        cls.model = os.path.join(ARGS.model, "dense")
+        cls.data = os.path.join(cls.tmp, "data")
+        os.makedirs(cls.data)
+        with open(os.path.join(cls.data, "train.jsonl"), "w") as f:
+            for i in range(16):
+                q, a = FACTS[i % len(FACTS)]
+                f.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                                 {"role": "assistant", "content": a}]}) + "\n")
+        cls.adapter = os.path.join(cls.tmp, "adapter")
+        r = cls.train(cls.data, cls.adapter, "--iters", "60", "--batch-size", "4", "--learning-rate", "1e-2")
+        assert r.returncode == 0, r.stderr
+        cls.prompt_ids = cls.render("What do bees make?")
+        cls.peft_tokens, cls.peft_logprobs = cls.peft_greedy()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def train(cls, data, out, *extra):
+        return subprocess.run([ARGS.brioche, "train", "-m", cls.model, "-d", data, "-o", out, "--rank", "8",
+                               "--threads", "2", "--target-modules", *TARGETS, *extra],
+                              capture_output=True, text=True, timeout=300)
+
+    @classmethod
+    def render(cls, question):
+        import jinja2
+        from tokenizers import Tokenizer
+        with open(os.path.join(cls.model, "tokenizer_config.json")) as f:
+            cfg = json.load(f)
+        text = jinja2.Template(cfg["chat_template"]).render(
+            messages=[{"role": "user", "content": question}], add_generation_prompt=True)
+        return Tokenizer.from_file(os.path.join(cls.model, "tokenizer.json")).encode(
+            text, add_special_tokens=False).ids
+
+    @classmethod
+    def peft_greedy(cls):
+        import torch
+        from peft import PeftModel
+        from tokenizers import Tokenizer
+        from transformers import Qwen3_5ForCausalLM
+        base = Qwen3_5ForCausalLM.from_pretrained(cls.model, dtype=torch.float64, attn_implementation="eager")
+        model = PeftModel.from_pretrained(base, cls.adapter).eval()
+        adapted = {n.split(".")[-2] for n, _ in model.named_modules() if n.endswith(".lora_A")}
+        assert adapted == set(TARGETS), f"peft adapted {sorted(adapted)}"
+        tok = Tokenizer.from_file(os.path.join(cls.model, "tokenizer.json"))
+        ids, tokens, logprobs = list(cls.prompt_ids), [], []
+        with torch.no_grad():
+            for _ in range(N_TOKENS):
+                logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1], dim=-1)
+                t = int(logp.argmax())
+                tokens.append(tok.decode([t], skip_special_tokens=False))
+                logprobs.append(float(logp[t]))
+                ids.append(t)
+        return tokens, logprobs
+
+    def complete(self, server):
+        status, body = server.post("/v1/completions", {"model": "dense", "prompt": self.prompt_ids,
+                                                       "max_tokens": N_TOKENS, "temperature": 0, "logprobs": 1,
+                                                       "ignore_eos": True})
+        self.assertEqual(status, 200, body)
+        lp = json.loads(body)["choices"][0]["logprobs"]
+        return lp["tokens"], lp["token_logprobs"]
+
+    def test_merged_at_load_matches_peft_and_changes_the_answer(self):
+        server = Server(ARGS.brioche, self.model, "--adapter", self.adapter)
+        try:
+            tokens, logprobs = self.complete(server)
+        finally:
+            server.stop()
+        self.assertEqual(tokens, self.peft_tokens)
+        err = max(abs(a - b) for a, b in zip(logprobs, self.peft_logprobs))
+        print(f"serve --adapter (merged): tokens {tokens}, largest log-prob difference from peft {err:.2e}")
+        self.assertLess(err, 1e-3)
+        server = Server(ARGS.brioche, self.model)
+        try:
+            base_tokens, _ = self.complete(server)
+        finally:
+            server.stop()
+        self.assertNotEqual(base_tokens, tokens, "the adapter changes the answer")
+
+    def test_preference_methods_train(self):
+        data = os.path.join(self.tmp, "pairs")
+        os.makedirs(data, exist_ok=True)
+        with open(os.path.join(data, "train.jsonl"), "w") as f:
+            for i in range(8):
+                q, a = FACTS[i % len(FACTS)]
+                f.write(json.dumps({"prompt": [{"role": "user", "content": q}],
+                                    "chosen": [{"role": "assistant", "content": a}],
+                                    "rejected": [{"role": "assistant", "content": "I do not know."}]}) + "\n")
+        for method in ("dpo", "orpo"):
+            out = os.path.join(self.tmp, method)
+            r = self.train(data, out, "--method", method, "--iters", "20", "--batch-size", "4", "--learning-rate",
+                           "1e-2")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "log.jsonl")) as f:
+                losses = [row["loss"] for row in map(json.loads, f) if row.get("event") == "step"]
+            self.assertGreater(len(losses), 1, method)
+            print(f"{method}: loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} logged steps")
+            self.assertLess(losses[-1], losses[0], method)
+        r = self.train(data, os.path.join(self.tmp, "shared"), "--method", "orpo", "--iters", "2", "--prefix-shared")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("prefix_shared", r.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(e2e_main("qwen35_lora_e2e", globals(), needs=("torch", "transformers", "peft", "jinja2", "tokenizers")))
