@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "model/forward_batch.h"
@@ -90,6 +91,30 @@ TEST_P(Qwen35Gguf, LogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Qwen35Gguf, ::testing::Values("dense", "moe"));
+
+// Q8_0, as users have it quantized: the untiling moves quantized rows (and
+// ssm_out's columns, through f32 where a head is less than a block) and must
+// read as the same file dequantized by gguf-py. On the scalar CPU path
+// (every weight row made f32, then f32 dots in one order) the two are
+// bit-identical (measured 0); a row or column moved wrongly in the quantized
+// form alone would not be.
+TEST(Qwen35GgufQuantized, Q8ReadsAsItsDequantizedCopy) {
+  cpu::set_isa_override(cpu::Isa::Scalar);
+  std::unique_ptr<Model> q8 = Model::load(fixtures() + "gguf/dense.q8_0.gguf");
+  std::unique_ptr<Model> f32 = Model::load(fixtures() + "gguf/dense.q8_0-dequantized.f32.gguf");
+  EXPECT_EQ(q8->config().weight_dtype, DType::Q8_0);
+  std::ifstream in(fixtures() + "dense/golden.json");
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::vector<int32_t> ids = g["long_ids"].get<std::vector<int32_t>>();
+  const std::vector<float> a = prefill(*q8, ids, {}), b = prefill(*f32, ids, {});
+  cpu::clear_isa_override();
+  double scale = 0;
+  for (float v : b) scale = std::max(scale, double(std::abs(v)));
+  const double err = max_abs_diff(a, b) / scale;
+  std::printf("[ measured ] qwen35 dense Q8_0 GGUF vs its f32 dequantized copy, 200 rows: %.2e of the largest logit\n",
+              err);
+  EXPECT_LT(err, 1e-4);
+}
 
 // The dense file rewritten with one metadata key or tensor changed.
 std::string error_with(const std::function<void(formats::GgufWriter&, const formats::GgufFile&)>& edit,
