@@ -257,6 +257,7 @@ void Engine::Scheduler::release_blocks(Sequence& seq) {
   seq.checkpoints.clear();
   if (seq.rollback.slot >= 0) snapshots_->release(seq.rollback.slot);
   seq.rollback.slot = -1;
+  seq.catching_up = false;
 }
 
 void Engine::Scheduler::add_state_split(Sequence& seq, int32_t position) {
@@ -371,8 +372,8 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   for (auto& seq : running_) {
     seq->drafts.clear();
     seq->draft_probs.clear();
-    if (seq->remaining() == 1) ++decoding;
-    if (seq->remaining() > 1) ++prefilling;
+    if (seq->remaining() == 1 || seq->catching_up) ++decoding;
+    if (seq->remaining() > 1 && !seq->catching_up) ++prefilling;
   }
   // On CUDA a step with prefill rows does not speculate: they would take
   // its forward past the rows computed exactly as decodes (propose_drafts).
@@ -380,11 +381,13 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
   const bool speculate = proposer_ && decoding <= options_.speculative_max_batch && !cuda_prefill;
 
   // 1. One decode row for each running sequence, oldest first; preempt the
-  // newest when blocks run out.
+  // newest when blocks run out. A hybrid sequence catching up on accepted
+  // drafts (verify_drafts) decodes its rows with them, so it may draft again.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i].get();
-    if (seq->remaining() != 1) continue;
-    bool have_blocks = ensure_blocks(*seq, seq->n_computed + 1);
+    const int32_t rows = seq->catching_up && seq->remaining() <= budget ? seq->remaining() : 1;
+    if (seq->remaining() != rows) continue;
+    bool have_blocks = ensure_blocks(*seq, seq->n_computed + rows);
     while (!have_blocks) {
       Sequence* victim = newest_running(planned);
       if (victim == seq && running_.size() == 1) {
@@ -399,11 +402,11 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
         --i;
         break;
       }
-      have_blocks = ensure_blocks(*seq, seq->n_computed + 1);
+      have_blocks = ensure_blocks(*seq, seq->n_computed + rows);
     }
     if (!have_blocks) continue;
-    planned.push_back({seq, 1});
-    --budget;
+    planned.push_back({seq, rows});
+    budget -= rows;
   }
   // Drafts once every decode row has its block, so that they never cause a
   // preemption; they come before prefill in the budget.
@@ -417,6 +420,8 @@ std::vector<Engine::Scheduler::Planned> Engine::Scheduler::plan() {
     if (budget <= 0) break;
     Sequence* seq = owned.get();
     if (seq->remaining() <= 1) continue;
+    if (seq->catching_up && std::any_of(planned.begin(), planned.end(), [&](const Planned& p) { return p.seq == seq; }))
+      continue;  // its rows run as a decode (1.)
     int32_t chunk = align_chunk(*seq, fit_chunk(*seq, std::min(seq->remaining(), budget)));
     if (chunk <= 0 || !ensure_blocks(*seq, seq->n_computed + chunk)) continue;
     plan_snapshots(*seq, chunk);
@@ -500,9 +505,12 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     view.state_slot = seq.state_slot;
     if (state_chunk_ > 1 && !seq.drafts.empty()) {
       // Drafts of a hybrid model: each row is cut as a decode step is (the
-      // recurrent form), and the state before the first draft is kept to
-      // roll rejected ones back (verify_drafts).
-      seq.draft_splits.clear();
+      // recurrent form), after the cuts of the rows it catches up on, and
+      // the state before the first draft is kept to roll rejected ones
+      // back (verify_drafts).
+      seq.draft_splits.assign(
+          std::upper_bound(seq.state_splits.begin(), seq.state_splits.end(), seq.n_computed),
+          std::lower_bound(seq.state_splits.begin(), seq.state_splits.end(), seq.n_computed + p.chunk));
       for (size_t d = 0; d < seq.drafts.size(); ++d) seq.draft_splits.push_back(seq.n_computed + p.chunk + int32_t(d));
       view.state_splits = seq.draft_splits;
       seq.rollback.position = seq.n_computed + p.chunk;
@@ -532,7 +540,7 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     // Prompt rows: every row of a chunk longer than one (prefill, or a
     // preempted sequence's recompute), and a lone row that is a prompt token
     // (the last one, when the rest came from the prefix cache).
-    if (p.chunk > 1 || seq.n_computed < seq.n_prompt) prompt_rows_ += uint64_t(p.chunk);
+    if ((p.chunk > 1 && !seq.catching_up) || seq.n_computed < seq.n_prompt) prompt_rows_ += uint64_t(p.chunk);
   }
   runner_->forward(batch, logits_);
 }
@@ -556,6 +564,7 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
     for (int32_t r = 0; r < p.chunk; ++r)
       if (seq.scores_position(seq.n_computed + r)) scored.push_back({&seq, seq.n_computed + r, logit_row++});
     seq.n_computed += p.chunk;
+    seq.catching_up = false;
     // Hybrid: a forward that ended off the chunk grid is a cut a recompute must make again.
     add_state_split(seq, seq.n_computed);
     register_full_blocks(seq);
@@ -708,8 +717,10 @@ constexpr int32_t kCudaRowExactRows = 8;
 void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int32_t& budget) {
   std::vector<DraftQuery> queries;
   std::vector<Sequence*> askers;
+  std::vector<int32_t> planned_rows;  // each asker's planned rows
   int32_t left = budget;
-  // planned holds this step's decode rows, one per sequence.
+  // planned holds this step's decode rows, one per sequence (a hybrid
+  // sequence catching up: its rows up to its last token).
   if (runner_->device() == Device::CUDA) left = std::min(left, kCudaRowExactRows - int32_t(planned.size()));
   for (const Planned& p : planned) {
     Sequence& seq = *p.seq;
@@ -724,6 +735,7 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
     if (room <= 0) continue;
     queries.push_back({.sequence = seq.order, .tokens = seq.tokens, .max_tokens = room, .sampling = &req.sampling});
     askers.push_back(&seq);
+    planned_rows.push_back(p.chunk);
     left -= room;
   }
   if (queries.empty()) return;
@@ -745,7 +757,7 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
       seq.rollback.slot = *slot;
     }
     // Only blocks free now: speculation never preempts anyone.
-    if (!ensure_blocks(seq, seq.n_computed + 1 + int32_t(draft.tokens.size()))) {
+    if (!ensure_blocks(seq, seq.n_computed + planned_rows[i] + int32_t(draft.tokens.size()))) {
       if (seq.rollback.slot >= 0) snapshots_->release(seq.rollback.slot);
       seq.rollback.slot = -1;
       continue;
@@ -822,6 +834,7 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, const Tensor& logits, int32
         if (accepted < int32_t(drafts.size())) {
           snapshots_->restore_scratch(seq.rollback.slot, seq.state_slot);
           seq.n_computed = base;
+          seq.catching_up = accepted > 0;
         }
         snapshots_->release(seq.rollback.slot);
         seq.rollback.slot = -1;

@@ -101,6 +101,10 @@ struct Sequence {
   // the cuts that run each draft row as a decode step.
   ops::StateCheckpoint rollback{.position = 0, .slot = -1};
   std::vector<int32_t> draft_splits;
+  // Hybrid, after a rejection: its state was rolled back to before the
+  // drafts and its next rows are accepted drafts and the model's token,
+  // run as a decode (with new drafts) rather than as a prefill chunk.
+  bool catching_up = false;
 
   int32_t remaining() const { return int32_t(tokens.size()) - n_computed; }
 };

@@ -376,9 +376,10 @@ TEST(Qwen35Engine, SpeculationGivesTheTokensOfPlainDecoding) {
     const EngineStats s = engine->stats();
     EXPECT_GT(s.spec_draft_tokens, s.spec_accepted_tokens);  // some rejected: rolled back
     if (!lookup) EXPECT_GT(s.spec_accepted_tokens, s.spec_draft_tokens / 3);
-    std::printf("[ measured ] %s: %llu verify steps, %llu drafts, %llu accepted\n",
-                lookup ? "prompt lookup" : "reference drafts", (unsigned long long)s.spec_verify_steps,
-                (unsigned long long)s.spec_draft_tokens, (unsigned long long)s.spec_accepted_tokens);
+    std::printf("[ measured ] %s: %llu steps for %zu x 80 tokens, %llu verify steps, %llu drafts, %llu accepted\n",
+                lookup ? "prompt lookup" : "reference drafts", (unsigned long long)s.steps, batch.size(),
+                (unsigned long long)s.spec_verify_steps, (unsigned long long)s.spec_draft_tokens,
+                (unsigned long long)s.spec_accepted_tokens);
   }
 }
 
