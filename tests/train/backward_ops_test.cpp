@@ -11,10 +11,13 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "ops/attention_backward.h"
+#include "ops/causal_conv1d_backward.h"
+#include "ops/gated_delta_rule_backward.h"
 #include "ops/layer_backward.h"
 #include "ops/linear_backward.h"
 #include "ops/quantize.h"
 #include "ops/rope.h"
+#include "ops/sigmoid_gate.h"
 
 namespace brioche::ops {
 namespace {
@@ -98,6 +101,36 @@ TEST(BackwardOps, MatmulInputAndWeightGrad) {
   matmul_input_grad(dy, wt, dx1, GradWrite::Overwrite);
   once = to_vec(dx1);
   for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-5);
+}
+
+// The weight gradient in both orientations of its register blocks (dA-like:
+// few rows, many columns; dB-like: many rows, few columns), with row and
+// column tails: equal to an f64 sum, and accumulating over row chunks (as the
+// MLP's chunks do) equals one call bit for bit.
+TEST(BackwardOps, MatmulWeightGradBlocksAndRowChunks) {
+  std::mt19937 rng(5);
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{13, 250}, {50, 13}, {16, 576}, {100, 16}, {1, 1}}) {
+    const int64_t n = 37;
+    Vec dyv = random_vec(n * m, rng), xv = random_vec(n * k, rng), start = random_vec(m * k, rng);
+    Tensor dy = to_tensor(dyv, n, m), x = to_tensor(xv, n, k);
+    Tensor whole = to_tensor(start, m, k), chunked = to_tensor(start, m, k);
+    matmul_weight_grad(dy, x, whole);
+    Vec got = to_vec(whole);
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t c = 0; c < k; ++c) {
+        double want = start[size_t(j * k + c)];
+        for (int64_t r = 0; r < n; ++r) want += dyv[size_t(r * m + j)] * xv[size_t(r * k + c)];
+        ASSERT_NEAR(got[size_t(j * k + c)], want, 1e-4) << m << "x" << k << " at " << j << "," << c;
+      }
+    for (int64_t r0 = 0; r0 < n; r0 += 10) {
+      const int64_t rows = std::min<int64_t>(10, n - r0);
+      Tensor dy_part = to_tensor(Vec(dyv.begin() + r0 * m, dyv.begin() + (r0 + rows) * m), rows, m);
+      Tensor x_part = to_tensor(Vec(xv.begin() + r0 * k, xv.begin() + (r0 + rows) * k), rows, k);
+      matmul_weight_grad(dy_part, x_part, chunked);
+    }
+    Vec chunks = to_vec(chunked);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(chunks[i], got[i]) << m << "x" << k << " element " << i;
+  }
 }
 
 TEST(BackwardOps, MatmulInputGradQuantizedEqualsDequantized) {
@@ -311,6 +344,194 @@ TEST(BackwardOps, DenseAttentionPrefixSharedBranchesAndWindow) {
                    .pos = {0, 1, 2, 3, 4, 5},
                    .window = 3},
                   8);
+}
+
+// The AVX-512 attention (blocks of 32 query rows, backward in chunks of
+// query blocks with partial dK/dV sums) against the vector loop the tests
+// above check with finite differences: spans of several blocks, a
+// prefix-shared span, a sliding window, GQA and a head_dim that is not a
+// multiple of 16.
+TEST(BackwardOps, DenseAttentionBlocksEqualVectorLoop) {
+  bool has_avx512 = false;
+  for (cpu::Isa isa : cpu::available_isas()) has_avx512 |= isa >= cpu::Isa::Avx512;
+  if (!has_avx512) GTEST_SKIP() << "skipped: no AVX-512 on this CPU";
+  const int64_t n = 230;
+  const int heads = 6, kv_heads = 2, hd = 24;
+  std::vector<AttentionSpan> spans{{0, 70}, {70, 160}};
+  std::vector<uint8_t> branch(static_cast<size_t>(n), 0);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < 70; ++i) pos[size_t(i)] = int32_t(i);
+  // second span: [prompt 40; chosen 55; rejected 65], each branch's positions restart at 40
+  for (int64_t i = 70; i < n; ++i) {
+    const int64_t r = i - 70;
+    branch[size_t(i)] = r < 40 ? 0 : r < 95 ? 1 : 2;
+    pos[size_t(i)] = int32_t(r < 95 ? r : r - 55);
+  }
+  std::mt19937 rng(11);
+  const int64_t qd = heads * hd, kd = kv_heads * hd;
+  Tensor q = to_tensor(random_vec(n * qd, rng), n, qd), k = to_tensor(random_vec(n * kd, rng), n, kd),
+         v = to_tensor(random_vec(n * kd, rng), n, kd), dout = to_tensor(random_vec(n * qd, rng), n, qd);
+  for (int window : {0, 50}) {
+    DenseAttentionLayout layout{.spans = spans, .branch = branch, .positions = pos};
+    DenseAttentionParams params{
+        .n_heads = heads, .n_kv_heads = kv_heads, .head_dim = hd, .scale = 0.2f, .sliding_window = window};
+    std::vector<Vec> results;
+    for (cpu::Isa isa : {cpu::Isa::Avx2, cpu::active_isa()}) {
+      cpu::set_isa_override(isa);
+      Tensor out = Tensor::zeros(DType::F32, {n, qd}), lse = Tensor::zeros(DType::F32, {n, heads});
+      dense_attention({.q = q, .k = k, .v = v}, layout, params, out, lse);
+      Tensor dq = Tensor::zeros(DType::F32, {n, qd}), dk = Tensor::zeros(DType::F32, {n, kd}),
+             dv = Tensor::zeros(DType::F32, {n, kd});
+      dense_attention_backward({.q = q, .k = k, .v = v}, {.out = out, .lse = lse, .dout = dout}, layout, params,
+                               {.dq = dq, .dk = dk, .dv = dv});
+      cpu::clear_isa_override();
+      Vec all;
+      for (const Tensor* t : {&out, &lse, &dq, &dk, &dv}) {
+        Vec part = to_vec(*t);
+        all.insert(all.end(), part.begin(), part.end());
+      }
+      results.push_back(all);
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i)
+      ASSERT_NEAR(results[1][i], results[0][i], 2e-5 * std::max(1.0, std::abs(results[0][i])))
+          << "window " << window << " element " << i;
+  }
+}
+
+// The gated delta rule with its q/k L2 norms (ops/gated_delta_rule_backward.h), in f64: two sequences (37 rows,
+// past the backward's 32-row checkpoint interval, and 5), 2 key heads serving 4 value heads.
+TEST(BackwardOps, GatedDeltaRuleTwoSequencesGqaAcrossCheckpoints) {
+  std::mt19937 rng(47);
+  const int nk = 2, nv = 4, dk = 4, dv = 3;
+  const std::vector<RecurrentSequence> seqs{{.first_row = 0, .n_rows = 37, .state_slot = 0, .starts = true},
+                                            {.first_row = 37, .n_rows = 5, .state_slot = 1, .starts = true}};
+  const int64_t n = 42, kw = nk * dk, vw = nv * dv;
+  Vec q = random_vec(n * kw, rng), k = random_vec(n * kw, rng), v = random_vec(n * vw, rng);
+  Vec g(n * nv), beta(n * nv);
+  std::uniform_real_distribution<double> decay(-2.0, -0.05), strength(0.1, 0.9);
+  for (auto& x : g) x = decay(rng);
+  for (auto& x : beta) x = strength(rng);
+  const Vec cot = random_vec(n * vw, rng);
+  auto forward = [&](const Vec& qv, const Vec& kv, const Vec& vv, const Vec& gv, const Vec& bv) {
+    Vec out(n * vw, 0.0);
+    for (const RecurrentSequence& s : seqs)
+      for (int h = 0; h < nv; ++h) {
+        const int kh = h / (nv / nk);
+        std::vector<double> S(dk * dv, 0.0);
+        for (int64_t t = s.first_row; t < s.first_row + s.n_rows; ++t) {
+          double qn = 1e-6, kn = 1e-6;
+          for (int i = 0; i < dk; ++i) qn += qv[t * kw + kh * dk + i] * qv[t * kw + kh * dk + i];
+          for (int i = 0; i < dk; ++i) kn += kv[t * kw + kh * dk + i] * kv[t * kw + kh * dk + i];
+          std::vector<double> qh(dk), kh_(dk);
+          for (int i = 0; i < dk; ++i) {
+            qh[i] = qv[t * kw + kh * dk + i] / std::sqrt(qn) / std::sqrt(double(dk));
+            kh_[i] = kv[t * kw + kh * dk + i] / std::sqrt(kn);
+          }
+          const double alpha = std::exp(gv[t * nv + h]), b = bv[t * nv + h];
+          for (auto& x : S) x *= alpha;
+          for (int j = 0; j < dv; ++j) {
+            double pred = 0;
+            for (int i = 0; i < dk; ++i) pred += S[i * dv + j] * kh_[i];
+            const double delta = b * (vv[t * vw + h * dv + j] - pred);
+            for (int i = 0; i < dk; ++i) S[i * dv + j] += kh_[i] * delta;
+          }
+          for (int j = 0; j < dv; ++j) {
+            double o = 0;
+            for (int i = 0; i < dk; ++i) o += S[i * dv + j] * qh[i];
+            out[t * vw + h * dv + j] = o;
+          }
+        }
+      }
+    return out;
+  };
+  Tensor dq = Tensor::zeros(DType::F32, {n, kw}), dk_t = Tensor::zeros(DType::F32, {n, kw}),
+         dv_t = Tensor::zeros(DType::F32, {n, vw}), dg = Tensor::zeros(DType::F32, {n, nv}),
+         db = Tensor::zeros(DType::F32, {n, nv});
+  gated_delta_rule_backward({.q = to_tensor(q, n, kw),
+                             .k = to_tensor(k, n, kw),
+                             .v = to_tensor(v, n, vw),
+                             .g = to_tensor(g, n, nv),
+                             .beta = to_tensor(beta, n, nv)},
+                            {.n_k_heads = nk, .n_v_heads = nv, .key_dim = dk, .value_dim = dv}, seqs,
+                            to_tensor(cot, n, vw), {.dq = dq, .dk = dk_t, .dv = dv_t, .dg = dg, .dbeta = db});
+  expect_grad_matches([&](const Vec& x) { return forward(x, k, v, g, beta); }, q, cot, to_vec(dq), 1e-4, "dq");
+  expect_grad_matches([&](const Vec& x) { return forward(q, x, v, g, beta); }, k, cot, to_vec(dk_t), 1e-4, "dk");
+  expect_grad_matches([&](const Vec& x) { return forward(q, k, x, g, beta); }, v, cot, to_vec(dv_t), 1e-4, "dv");
+  expect_grad_matches([&](const Vec& x) { return forward(q, k, v, x, beta); }, g, cot, to_vec(dg), 1e-4, "dg");
+  expect_grad_matches([&](const Vec& x) { return forward(q, k, v, g, x); }, beta, cot, to_vec(db), 1e-4, "dbeta");
+}
+
+// g = −e^{a_log}·softplus(a + dt_bias), β = σ(b).
+TEST(BackwardOps, DeltaRuleGates) {
+  std::mt19937 rng(48);
+  const int64_t n = 5, h = 3;
+  Vec a = random_vec(n * h, rng, 2.0), b = random_vec(n * h, rng, 2.0), a_log = random_vec(h, rng),
+      dt = random_vec(h, rng), cot_g = random_vec(n * h, rng), cot_b = random_vec(n * h, rng);
+  auto gates = [&](const Vec& av, const Vec& bv) {
+    Vec y(2 * n * h);  // g then β
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < h; ++j) {
+        y[r * h + j] = -std::exp(a_log[j]) * std::log1p(std::exp(av[r * h + j] + dt[j]));
+        y[n * h + r * h + j] = 1.0 / (1.0 + std::exp(-bv[r * h + j]));
+      }
+    return y;
+  };
+  Vec cot = cot_g;
+  cot.insert(cot.end(), cot_b.begin(), cot_b.end());
+  Tensor da = Tensor::zeros(DType::F32, {n, h}), db = Tensor::zeros(DType::F32, {n, h});
+  const Tensor al = to_tensor(a_log, 1, h).reshape({h}), dtb = to_tensor(dt, 1, h).reshape({h});
+  delta_rule_gates_backward(to_tensor(a, n, h), to_tensor(b, n, h), {.a_log = al, .dt_bias = dtb},
+                            to_tensor(cot_g, n, h), to_tensor(cot_b, n, h), da, db);
+  expect_grad_matches([&](const Vec& x) { return gates(x, b); }, a, cot, to_vec(da), 1e-4, "da");
+  expect_grad_matches([&](const Vec& x) { return gates(a, x); }, b, cot, to_vec(db), 1e-4, "db");
+}
+
+// The causal depthwise conv1d + SiLU over two sequences (inputs before each are 0), kernel 4.
+TEST(BackwardOps, CausalConv1dSiluTwoSequences) {
+  std::mt19937 rng(49);
+  const int64_t n = 11, C = 5, K = 4;
+  const std::vector<RecurrentSequence> seqs{{.first_row = 0, .n_rows = 7, .state_slot = 0, .starts = true},
+                                            {.first_row = 7, .n_rows = 4, .state_slot = 1, .starts = true}};
+  Vec x = random_vec(n * C, rng), w = random_vec(C * K, rng), cot = random_vec(n * C, rng);
+  auto fwd = [&](const Vec& xv) {
+    Vec y(n * C, 0.0);
+    for (const RecurrentSequence& s : seqs)
+      for (int64_t t = s.first_row; t < s.first_row + s.n_rows; ++t)
+        for (int64_t c = 0; c < C; ++c) {
+          double p = 0;
+          for (int64_t j = 0; j < K; ++j) {
+            const int64_t src = t - (K - 1) + j;
+            if (src >= s.first_row) p += w[c * K + j] * xv[src * C + c];
+          }
+          y[t * C + c] = p / (1.0 + std::exp(-p));
+        }
+    return y;
+  };
+  Tensor dx = Tensor::zeros(DType::F32, {n, C});
+  causal_conv1d_silu_backward(to_tensor(x, n, C), to_tensor(w, C, K), seqs, to_tensor(cot, n, C), dx);
+  expect_grad_matches(fwd, x, cot, to_vec(dx), 1e-4, "conv dx");
+}
+
+// y = x·σ(g), per element and with one gate per row.
+TEST(BackwardOps, SigmoidGate) {
+  std::mt19937 rng(50);
+  const int64_t n = 3, d = 6;
+  for (const bool per_row : {false, true}) {
+    const int64_t gd = per_row ? 1 : d;
+    Vec x = random_vec(n * d, rng), g = random_vec(n * gd, rng, 2.0), cot = random_vec(n * d, rng);
+    auto fwd = [&](const Vec& xv, const Vec& gv) {
+      Vec y(n * d);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t i = 0; i < d; ++i)
+          y[r * d + i] = xv[r * d + i] / (1.0 + std::exp(-gv[r * gd + (per_row ? 0 : i)]));
+      return y;
+    };
+    Tensor dx = Tensor::zeros(DType::F32, {n, d}), dg = Tensor::zeros(DType::F32, {n, gd});
+    sigmoid_gate_backward(to_tensor(g, n, gd), to_tensor(x, n, d), to_tensor(cot, n, d), dx, dg);
+    expect_grad_matches([&](const Vec& v) { return fwd(v, g); }, x, cot, to_vec(dx), 1e-4, "sigmoid_gate dx");
+    expect_grad_matches([&](const Vec& v) { return fwd(x, v); }, g, cot, to_vec(dg), 1e-4, "sigmoid_gate dg");
+  }
 }
 
 }  // namespace

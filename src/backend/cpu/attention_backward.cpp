@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/vec_f32.h"
 #include "core/thread_pool.h"
 
@@ -31,6 +32,7 @@ struct Visibility {
 }  // namespace
 
 void dense_attention(const DenseAttentionArgs& a) {
+  if (::brioche::cpu::active_isa() >= ::brioche::cpu::Isa::Avx512) return dense_attention_avx512(a);
   const auto& p = a.params;
   const int d = p.head_dim, group = p.n_heads / p.n_kv_heads;
   const Visibility visible{a.layout, p.sliding_window};
@@ -74,6 +76,7 @@ void dense_attention(const DenseAttentionArgs& a) {
 // One task per (span, KV head): it owns dk/dv of that head in that span, so
 // the query heads of its GQA group accumulate there without races.
 void dense_attention_backward(const DenseAttentionArgs& a) {
+  if (::brioche::cpu::active_isa() >= ::brioche::cpu::Isa::Avx512) return dense_attention_backward_avx512(a);
   const auto& p = a.params;
   const int d = p.head_dim, group = p.n_heads / p.n_kv_heads;
   const Visibility visible{a.layout, p.sliding_window};

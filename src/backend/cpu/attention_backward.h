@@ -27,4 +27,10 @@ struct DenseAttentionArgs {
 void dense_attention(const DenseAttentionArgs& args);
 void dense_attention_backward(const DenseAttentionArgs& args);
 
+// The same as blocked matrix products in AVX-512 registers
+// (attention_training_avx512.cpp); the two above call them when the CPU has
+// AVX-512 and run their vector loops otherwise.
+void dense_attention_avx512(const DenseAttentionArgs& args);
+void dense_attention_backward_avx512(const DenseAttentionArgs& args);
+
 }  // namespace brioche::backend::cpu

@@ -147,8 +147,46 @@ void matmul_input_grad(const MatmulInputGradArgs& a) {
   }
 }
 
-// dw[j, :] += Σ_n dy[n, j] · x[n, :], one output row per task.
+// dw[j, :] += Σ_n dy[n, j] · x[n, :].
+// AVX-512: register-blocked outer products (weight_grad_block_avx512), the
+// vectors along dw's longer side: for LoRA's dA ([r, in], r small) along the
+// input features with the r rows of dy broadcast; for dB ([out, r]) along the
+// output features with the r columns of x broadcast. Each task owns one
+// [≤ 8, ≤ 48] block of dw and walks all n rows (they were one output row per
+// task, one axpy per token: ~2 GFLOP/s for dB, whose k = r is 16 floats).
+// Every element is one FMA chain over n in order from its old value, so
+// accumulating over row chunks (the MLP's) equals one call bit for bit.
 void matmul_weight_grad(const MatmulWeightGradArgs& a) {
+  if (::brioche::cpu::active_isa() >= ::brioche::cpu::Isa::Avx512) {
+    // Orientation: q (vectorised) runs along dw's columns (k) or its rows (m).
+    const bool along_k = a.k >= a.m || a.k >= 48;
+    const int64_t p_len = along_k ? a.m : a.k, q_len = along_k ? a.k : a.m;
+    const int64_t p_blocks = (p_len + 7) / 8, q_blocks = (q_len + 47) / 48;
+    ThreadPool::global().parallel_for(p_blocks * q_blocks, 1, [&](int64_t b, int64_t e) {
+      float c[8 * 48];
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t p0 = (t / q_blocks) * 8, q0 = (t % q_blocks) * 48;
+        const int pc = int(std::min<int64_t>(8, p_len - p0)), qc = int(std::min<int64_t>(48, q_len - q0));
+        // dw element of block (i, q)
+        auto at = [&](int i, int q) -> float& {
+          return along_k ? a.dw[(p0 + i) * a.ld_dw + q0 + q] : a.dw[(q0 + q) * a.ld_dw + p0 + i];
+        };
+        for (int i = 0; i < pc; ++i)
+          for (int q = 0; q < 48; ++q) c[i * 48 + q] = q < qc ? at(i, q) : 0.0f;
+        weight_grad_block_avx512({.p = along_k ? a.dy + p0 : a.x + p0,
+                                  .ld_p = along_k ? a.ld_dy : a.ld_x,
+                                  .v = along_k ? a.x + q0 : a.dy + q0,
+                                  .ld_v = along_k ? a.ld_x : a.ld_dy,
+                                  .n = a.n,
+                                  .c = c,
+                                  .p_count = pc,
+                                  .q_count = qc});
+        for (int i = 0; i < pc; ++i)
+          for (int q = 0; q < qc; ++q) at(i, q) = c[i * 48 + q];
+      }
+    });
+    return;
+  }
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, a.n * a.k));
   ThreadPool::global().parallel_for(a.m, grain, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {

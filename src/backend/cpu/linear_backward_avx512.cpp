@@ -1,6 +1,7 @@
 // matmul_input_grad's register block compiled for AVX-512 (see
 // linear_backward.cpp): 32 columns per block instead of AVX2's 16, the same
 // sum over the weight rows in the same order (bit-identical results).
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cpu/linear_backward_kernels.h"
@@ -42,7 +43,49 @@ void block32(const float* dy, int64_t ld_dy, const float* w, int64_t ld_w, int64
   }
 }
 
+template <int P>
+void outer(const OuterBlock& b) {
+  constexpr int kV = 3;  // 48 columns
+  const int tail = b.q_count - 32;
+  const __mmask16 m0 = __mmask16((1u << std::min(b.q_count, 16)) - 1);
+  const __mmask16 m1 = b.q_count > 16 ? __mmask16((1u << std::min(b.q_count - 16, 16)) - 1) : 0;
+  const __mmask16 m2 = tail > 0 ? __mmask16((1u << tail) - 1) : 0;
+  __m512 acc[P][kV];
+#pragma GCC unroll 8
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < kV; ++v) acc[i][v] = _mm512_loadu_ps(b.c + i * 48 + v * 16);
+  const float* vr = b.v;
+  const float* pr = b.p;
+  for (int64_t r = 0; r < b.n; ++r, vr += b.ld_v, pr += b.ld_p) {
+    const __m512 x0 = _mm512_maskz_loadu_ps(m0, vr), x1 = _mm512_maskz_loadu_ps(m1, vr + 16),
+                 x2 = _mm512_maskz_loadu_ps(m2, vr + 32);
+#pragma GCC unroll 8
+    for (int i = 0; i < P; ++i) {
+      const __m512 s = _mm512_set1_ps(pr[i]);
+      acc[i][0] = _mm512_fmadd_ps(s, x0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(s, x1, acc[i][1]);
+      acc[i][2] = _mm512_fmadd_ps(s, x2, acc[i][2]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < kV; ++v) _mm512_storeu_ps(b.c + i * 48 + v * 16, acc[i][v]);
+}
+
 }  // namespace
+
+void weight_grad_block_avx512(const OuterBlock& b) {
+  switch (b.p_count) {
+    case 8: return outer<8>(b);
+    case 7: return outer<7>(b);
+    case 6: return outer<6>(b);
+    case 5: return outer<5>(b);
+    case 4: return outer<4>(b);
+    case 3: return outer<3>(b);
+    case 2: return outer<2>(b);
+    default: return outer<1>(b);
+  }
+}
 
 void input_grad_block32_avx512(const InputGradBlock& b) {
   switch (b.rows) {
