@@ -1,6 +1,8 @@
 #include "model/blocks.h"
 
+#include <array>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -62,13 +64,16 @@ template <typename BaseProjection>
 void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs,
                        BaseProjection&& base) {
   if (lora.table != nullptr) {
-    std::vector<ops::LoraTablePart> parts;
+    std::array<ops::LoraTablePart, 3> storage;  // (1-3 projections: no allocation per call)
+    size_t n = 0;
     for (const LoraOutput& o : outputs)
-      parts.push_back({.entry = lora.layer * kProjections + int32_t(o.projection), .y = o.y});
+      storage[n++] = {.entry = lora.layer * kProjections + int32_t(o.projection), .y = o.y};
+    const std::span<const ops::LoraTablePart> parts(storage.data(), n);
     Tensor u = lora.table->u;
-    ops::lora_table_shrink(x, lora.table->table(), parts, u);
+    const ops::LoraTable table = lora.table->table();
+    ops::lora_table_shrink(x, table, parts, u);
     base();
-    return ops::lora_table_expand(x, lora.table->table(), parts, u);
+    return ops::lora_table_expand(x, table, parts, u);
   }
   base();
   // One call for the projections of this x: on the CPU one pool dispatch
