@@ -19,7 +19,7 @@ class Gemma4Model final : public Model {
 
   const ModelConfig& config() const override { return ck_.config.base; }
   const Gemma4Config& gemma4_config() const { return ck_.config; }
-  const formats::GgufFile* gguf() const override { return nullptr; }
+  const formats::GgufFile* gguf() const override { return ck_.gguf.get(); }
   std::string directory() const override { return ck_.directory; }
   std::string chat_template() const override { return ck_.chat_template; }
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;

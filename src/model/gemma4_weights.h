@@ -12,6 +12,10 @@
 #include "core/tensor.h"
 #include "model/gemma4_config.h"
 
+namespace brioche::formats {
+class GgufFile;
+}
+
 namespace brioche::model {
 
 struct Gemma4LayerWeights {
@@ -56,7 +60,8 @@ struct Gemma4Checkpoint {
   Gemma4Weights weights;
   std::string directory;
   std::string chat_template;
-  std::shared_ptr<const void> files;  // keeps the mapped safetensors alive
+  std::shared_ptr<const void> files;              // keeps the mapped safetensors (or GGUF file) alive
+  std::shared_ptr<const formats::GgufFile> gguf;  // a GGUF checkpoint's file (its tokenizer); null for a directory
 };
 
 // Reads a Hugging Face directory (config.json + safetensors). Errors are one

@@ -23,6 +23,7 @@
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
 #include "model/gemma4_weights.h"
+#include "model/load_gemma4_gguf.h"
 #include "model/weights.h"
 #include "ops/device.h"
 #include "ops/quantize.h"
@@ -65,6 +66,8 @@ bool is_gemma4_directory(const std::string& dir) {
 }
 
 Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return load_gemma4_gguf_checkpoint(dir);  // a llama.cpp file
   auto st = std::make_shared<formats::SafetensorsDir>(formats::SafetensorsDir::open(dir));
   Gemma4Checkpoint ck;
   ck.directory = dir;

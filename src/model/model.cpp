@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/gemma4.h"
 #include "model/llama.h"
+#include "model/load_gemma4_gguf.h"
 #include "model/load_qwen35_gguf.h"
 #include "model/qwen35.h"
 #include "model/weights.h"
@@ -55,6 +56,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
   // Qwen 3.5 likewise: hybrid linear/full attention layers (model/qwen35.h).
   if (fs::is_directory(path) && is_qwen35_directory(path)) return load_qwen35_model(path, options);
   if (!fs::is_directory(path) && is_qwen35_gguf(path)) return load_qwen35_model(path, options);
+  if (!fs::is_directory(path) && is_gemma4_gguf(path)) return load_gemma4_model(path, options);
   Checkpoint ck = fs::is_directory(path) ? load_safetensors_checkpoint(path) : load_gguf_checkpoint(path);
   if (options.max_context > 0) ck.config.max_context = options.max_context;
   if (options.adjust_checkpoint) options.adjust_checkpoint(ck);
@@ -72,7 +74,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
 bool Model::has_cuda_kernels(const std::string& path) {
   namespace fs = std::filesystem;
   return !(fs::is_directory(path) && (is_gemma4_directory(path) || is_qwen35_directory(path))) &&
-         !(!fs::is_directory(path) && is_qwen35_gguf(path));
+         !(!fs::is_directory(path) && (is_qwen35_gguf(path) || is_gemma4_gguf(path)));
 }
 
 }  // namespace brioche::model
