@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/gemma4.h"
+#include "model/qwen35.h"
 #include "train/gemma4_train_model.h"
 #include "train/qwen35_train_model.h"
 
@@ -9,6 +10,9 @@ namespace brioche::train {
 
 LoraShapes lora_shapes_of(const model::Model& model) {
   if (const auto* g = dynamic_cast<const model::Gemma4Model*>(&model)) return gemma4_lora_shapes(g->gemma4_config());
+  BRIOCHE_CHECK(dynamic_cast<const model::Qwen35Model*>(&model) == nullptr, model.directory(),
+                ": Qwen 3.5 takes LoRA adapters merged at load (--adapter DIR); serving them unmerged (--lora, "
+                "--lora-dir) is not supported yet");
   return {};
 }
 

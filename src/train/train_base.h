@@ -34,6 +34,7 @@ struct TrainBase {
 
 // The per-layer LoRA shapes of a loaded model (Gemma 4's), or empty where
 // every layer has the config's shapes (load_adapter then uses module_shape).
+// For serving unmerged; a Qwen 3.5 model refuses (its adapters merge at load).
 LoraShapes lora_shapes_of(const model::Model& model);
 
 // Both keep a reference to the checkpoint: it must outlive the TrainBase.
