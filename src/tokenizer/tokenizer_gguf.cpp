@@ -72,8 +72,8 @@ int32_t optional_token_id(const formats::GgufFile& gguf, const char* key, size_t
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
   const std::string kind = gguf.get_string("tokenizer.ggml.model", "");
-  BRIOCHE_CHECK(kind == "gpt2" || kind == "llama", gguf.path(), ": tokenizer.ggml.model '", kind,
-                "' is not supported (supported: gpt2, llama)");
+  BRIOCHE_CHECK(kind == "gpt2" || kind == "llama" || kind == "gemma4", gguf.path(), ": tokenizer.ggml.model '", kind,
+                "' is not supported (supported: gpt2, llama, gemma4)");
   auto impl = std::make_unique<TokenizerImpl>();
   const std::vector<std::string>& texts = gguf.get("tokenizer.ggml.tokens").string_list();
   const size_t n = texts.size();
@@ -121,10 +121,22 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
 
   BpeModelConfig config;
   config.byte_level = byte_level;
+  // SentencePiece-style text (llama, gemma4): spaces become U+2581 before
+  // BPE, which falls back to <0xXX> byte tokens.
+  auto sentencepiece_text = [&] {
+    config.byte_fallback = true;
+    config.unk_id = optional_token_id(gguf, "tokenizer.ggml.unknown_token_id", n);
+    const bool add_space_prefix =
+        gguf.find("tokenizer.ggml.add_space_prefix") ? gguf.get("tokenizer.ggml.add_space_prefix").as_bool() : true;
+    if (add_space_prefix) impl->normalizer.add({.kind = NormalizerStep::Kind::Prepend, .content = "\xE2\x96\x81"});
+    impl->normalizer.add({.kind = NormalizerStep::Kind::Replace, .pattern = " ", .content = "\xE2\x96\x81"});
+    impl->decoder.strip_leading_spaces = add_space_prefix ? 1 : 0;
+  };
   std::vector<BpeMerge> merges;
-  if (byte_level) {
+  // gpt2 and gemma4 list their merges; llama's come from the scores.
+  if (byte_level || kind == "gemma4") {
     const auto* merge_value = gguf.find("tokenizer.ggml.merges");
-    BRIOCHE_CHECK(merge_value, gguf.path(), ": tokenizer.ggml.merges is missing (needed for model gpt2)");
+    BRIOCHE_CHECK(merge_value, gguf.path(), ": tokenizer.ggml.merges is missing (needed for model ", kind, ")");
     const std::vector<std::string>& list = merge_value->string_list();
     merges.reserve(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
@@ -141,7 +153,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
       const std::string left = s.substr(0, space), right = s.substr(space + 1);
       merges.push_back(BpeMerge{find(left), find(right), find(left + right)});
     }
-    byte_level_pre_tokenizer(gguf.get_string("tokenizer.ggml.pre", "default"), *impl);
+    if (byte_level)
+      byte_level_pre_tokenizer(gguf.get_string("tokenizer.ggml.pre", "default"), *impl);
+    else
+      // Gemma's tokenizer.json: Replace(" ", U+2581), then its Split on " "
+      // finds no space left: BPE runs over the whole text (no pre-tokenizer).
+      sentencepiece_text();
   } else {
     // SentencePiece BPE: merging two pieces is allowed when their
     // concatenation is a piece; higher score merges first. Every split of
@@ -173,13 +190,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
       }
       rank += any;
     }
-    config.byte_fallback = true;
-    config.unk_id = optional_token_id(gguf, "tokenizer.ggml.unknown_token_id", n);
-    const bool add_space_prefix =
-        gguf.find("tokenizer.ggml.add_space_prefix") ? gguf.get("tokenizer.ggml.add_space_prefix").as_bool() : true;
-    if (add_space_prefix) impl->normalizer.add({.kind = NormalizerStep::Kind::Prepend, .content = "\xE2\x96\x81"});
-    impl->normalizer.add({.kind = NormalizerStep::Kind::Replace, .pattern = " ", .content = "\xE2\x96\x81"});
-    impl->decoder.strip_leading_spaces = add_space_prefix ? 1 : 0;
+    sentencepiece_text();
   }
   // Merges from scores come sorted by rank already; give each its rank.
   impl->model = std::make_unique<BpeModel>(std::move(keys), merges, config);

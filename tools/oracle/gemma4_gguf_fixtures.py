@@ -59,6 +59,7 @@ def main():
             src = os.path.join(tmp, name)
             shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "gemma4", name), src)
             byte_fallback_tokenizer(os.path.join(src, "tokenizer.json"))
+            shutil.copy(os.path.join(src, "tokenizer.json"), os.path.join(out, "tokenizer.json"))
             sys.argv = [os.path.join(llama, "convert_hf_to_gguf.py"), src, "--outtype", "f32",
                         "--outfile", os.path.join(out, f"{name}.f32.gguf")]
             try:
@@ -66,6 +67,24 @@ def main():
             except SystemExit as e:
                 if e.code:
                     raise
+    tokenizer_goldens(os.path.join(out, "tokenizer.json"), os.path.join(out, "tokenizer_goldens.json"))
+
+
+TEXTS = ["The quick brown fox", "Hello world, how are you today?", "  two  spaces and\nnewlines\n\n",
+         "caf\u00e9 \u00fcber na\u00efve \U0001f35e", "jumps over the lazy dog.", "x"]
+
+
+def tokenizer_goldens(path, out):
+    """The ids `tokenizers` gives the tokenizer.json the GGUFs were made
+    from (no special tokens added): brioche's reading of the GGUF's
+    tokenizer (model gemma4) must give the same."""
+    import json
+    import tokenizers
+    tok = tokenizers.Tokenizer.from_file(path)
+    cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in TEXTS]
+    with open(out, "w") as f:
+        json.dump({"cases": cases, "produced_by": {"tokenizers": tokenizers.__version__,
+                                                   "script": "tools/oracle/gemma4_gguf_fixtures.py"}}, f, indent=1)
 
 
 if __name__ == "__main__":
