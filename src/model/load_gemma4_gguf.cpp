@@ -25,7 +25,10 @@
 //   attention_k_eq_v on full layers and on KV-shared layers), attn_output,
 //   attn_q_norm, attn_k_norm, post_attention_norm, ffn_norm (pre-feedforward),
 //   ffn_gate, ffn_up, ffn_down, post_ffw_norm, layer_output_scale (layer_scalar),
-//   inp_gate, proj, post_norm (the per-layer input's gate, projection, norm)}.
+//   inp_gate, proj, post_norm (the per-layer input's gate, projection, norm)};
+//   the MoE block: ffn_gate_inp (router.proj), ffn_gate_inp.scale (router.scale),
+//   ffn_gate_up_exps [E, 2I, H], ffn_down_exps [E, H, I], ffn_down_exps.scale
+//   (router.per_expert_scale), post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2.
 #include <cmath>
 #include <filesystem>
 
@@ -221,6 +224,20 @@ Gemma4Checkpoint load_gemma4_gguf_checkpoint(const std::string& path) {
     return to_f32(t);
   };
 
+  auto stacked = [&](const std::string& name, std::initializer_list<int64_t> shape) {
+    Tensor t = f.tensor(name);
+    check_shape(t, shape, name, path);
+    return t;
+  };
+  auto host_floats = [&](const std::string& name, int64_t n) {
+    Tensor t = vector(name, n);
+    std::vector<float> v(t.data_as<float>(), t.data_as<float>() + n);
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[size_t(i)]))
+        fail(path, ": tensor '", name, "' [", i, "]: expected a finite number, found ", v[size_t(i)]);
+    return v;
+  };
+
   const int64_t hidden = c.hidden_size;
   w.token_embd = matrix("token_embd.weight", c.vocab_size, hidden);
   w.output_norm = vector("output_norm.weight", hidden);
@@ -269,8 +286,22 @@ Gemma4Checkpoint load_gemma4_gguf_checkpoint(const std::string& path) {
       l.ple_proj = matrix(p + "proj.weight", hidden, P);
       l.ple_post_norm = vector(p + "post_norm.weight", hidden);
     }
-    if (g.moe)
-      fail(path, ": the MoE block of a Gemma 4 GGUF file is not read yet (use the Hugging Face or MLX directory)");
+    if (g.moe) {
+      const int64_t E = g.n_experts, I = g.moe_intermediate_size;
+      l.router_proj = matrix(p + "ffn_gate_inp.weight", E, hidden);
+      // router.scale (ffn_gate_inp.scale) folded with hidden^−½ into one norm
+      // weight, as load_gemma4.cpp does; per_expert_scale is ffn_down_exps.scale.
+      const std::vector<float> scale = host_floats(p + "ffn_gate_inp.scale", hidden);
+      l.router_norm = ops::zeros(DType::F32, {hidden}, Device::CPU);
+      const float root = float(1.0 / std::sqrt(double(hidden)));
+      for (int64_t j = 0; j < hidden; ++j) l.router_norm.data_as<float>()[j] = scale[size_t(j)] * root;
+      l.expert_scale = host_floats(p + "ffn_down_exps.scale", E);
+      l.experts_gate_up = stacked(p + "ffn_gate_up_exps.weight", {E, 2 * I, hidden});
+      l.experts_down = stacked(p + "ffn_down_exps.weight", {E, hidden, I});
+      l.post_ffn_norm_1 = vector(p + "post_ffw_norm_1.weight", hidden);
+      l.pre_ffn_norm_2 = vector(p + "pre_ffw_norm_2.weight", hidden);
+      l.post_ffn_norm_2 = vector(p + "post_ffw_norm_2.weight", hidden);
+    }
     w.layers.push_back(std::move(l));
   }
   ck.config.base.weight_dtype = w.token_embd.dtype();

@@ -1,6 +1,5 @@
 // Gemma 4 GGUF files (llama.cpp's "gemma4" architecture, as its
-// convert_hf_to_gguf.py writes them) -> Gemma4Checkpoint. The MoE block is
-// not read from GGUF yet (refused naming it).
+// convert_hf_to_gguf.py writes them) -> Gemma4Checkpoint, dense or MoE.
 #pragma once
 
 #include <string>

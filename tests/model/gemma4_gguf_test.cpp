@@ -77,7 +77,7 @@ TEST_P(Gemma4Gguf, LogitsMatchTransformers) {
   EXPECT_LT(err, kTolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Gguf, ::testing::Values("mix", "e2b"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Gguf, ::testing::Values("mix", "e2b", "moe"));
 
 // The mix file rewritten with one metadata key or tensor changed.
 std::string error_with(const std::string& drop_key, const std::string& drop_tensor,

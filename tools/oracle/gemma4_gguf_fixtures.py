@@ -7,12 +7,13 @@ llama-cpp-python==0.3.36`, unpack, pass vendor/llama.cpp) converts the
 random-weight transformers fixtures tests/fixtures/gemma4/{mix,e2b} to f32
 GGUF:
 
-  tests/fixtures/gemma4/gguf/{mix,e2b}.f32.gguf
+  tests/fixtures/gemma4/gguf/{mix,e2b,moe}.f32.gguf
 
 mix: sliding + full layers with their own head dims and kv heads,
 proportional partial RoPE (rope_freqs), attention_k_eq_v, untied head,
 soft-capping; e2b: per-layer inputs, KV-shared layers with the double-wide
-MLP, tied embeddings (bf16 weights, exact in f32). f32 is lossless, so the
+MLP, tied embeddings (bf16 weights, exact in f32); moe: the MoE block
+beside the dense MLP, from a Gemma4ForConditionalGeneration (bf16). f32 is lossless, so the
 fixtures' goldens (tests/fixtures/gemma4/goldens, transformers' logits on
 token ids, tools/oracle/gemma4_oracle.py) are the oracle for these files.
 
@@ -20,8 +21,11 @@ The converter reads Gemma's tokenizer kind only (SentencePiece-style BPE
 with byte fallback, LlamaHfVocab); the fixtures' byte-level BPE is not one,
 so each is converted from a copy whose tokenizer.json is a byte-fallback
 BPE of the same size trained here (the GGUF's tokenizer is that one; the
-tests compare logits on token ids). The MoE fixture is not converted:
-brioche does not read the MoE block from GGUF yet.
+tests compare logits on token ids). One converter limit is worked
+around: transformers 5.25 drops global_head_dim when it equals head_dim
+(per_layer_config is then {}), which the converter needs; the moe
+fixture's full layers have head_dim 16 like the sliding ones, so the
+converter is handed global_head_dim = head_dim.
 
 Usage: python3 tools/oracle/gemma4_gguf_fixtures.py <llama.cpp source dir>
 """
@@ -52,10 +56,19 @@ def byte_fallback_tokenizer(path):
 def main():
     llama = os.path.abspath(sys.argv[1])
     sys.path[:0] = [llama, os.path.join(llama, "gguf-py")]
+    import conversion.gemma as gemma
+    init = gemma.Gemma4Model.__init__
+
+    def init_with_global_head_dim(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.hparams.get("global_head_dim") is None and not self.hparams.get("per_layer_config"):
+            self.hparams["global_head_dim"] = self.hparams["head_dim"]
+
+    gemma.Gemma4Model.__init__ = init_with_global_head_dim
     out = os.path.join(ROOT, "tests", "fixtures", "gemma4", "gguf")
     os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("mix", "e2b"):
+        for name in ("mix", "e2b", "moe"):
             src = os.path.join(tmp, name)
             shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "gemma4", name), src)
             byte_fallback_tokenizer(os.path.join(src, "tokenizer.json"))
