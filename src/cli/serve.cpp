@@ -51,6 +51,12 @@ Subcommand add_serve_command(CLI::App& root) {
                   "reserve; 256 on the CPU)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
+  app->add_option("--state-snapshots", opts->engine.kv.state_snapshots,
+                  "hybrid models (Qwen 3.5): recurrent-state snapshot slots of the prefix cache, each as large as a "
+                  "sequence's state and taken from the KV memory; more keep more block boundaries reusable, e.g. a "
+                  "shared system prompt's (-1: as many as state slots; 0: no prefix reuse for them)")
+      ->check(CLI::Range(-1, 4096))
+      ->capture_default_str();
   app->add_option("--kv-cache-type", *kv_type,
                   "KV cache element type: f16, or f32 (CPU only; exact attention, twice the memory)")
       ->check(CLI::IsMember({"f16", "f32"}))

@@ -30,8 +30,9 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
   if (const int32_t slots = runner_->state_slot_count(); slots > 0) {
     if (options_.speculative_tokens > 0 && runner_->state_snapshot_count() == 0)
       throw Error(
-          "speculative decoding of a hybrid model needs state snapshot slots (KvSizing::state_snapshots > 0) to "
-          "roll rejected drafts out of its recurrent state: run without --speculative, or with snapshot slots");
+          "speculative decoding of a hybrid model needs state snapshot slots (--state-snapshots, KvSizing::"
+          "state_snapshots > 0) to roll rejected drafts out of its recurrent state: run without --speculative, or "
+          "with snapshot slots");
     options_.max_running = std::min(options_.max_running, slots);
     for (int32_t s = slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
     state_chunk_ = std::max(runner_->state_chunk(), 1);

@@ -18,7 +18,8 @@ against transformers' greedy continuations recorded in their golden.json.
     chat completions answer through the fixture's template;
   - `serve --speculative prompt-lookup` proposes drafts (rolled out of the
     recurrent state when rejected) and answers with the text of a server
-    without speculation.
+    without speculation; `--state-snapshots 0` turns hybrid prefix reuse
+    off (and speculation is then refused, naming the flag).
 
 Usage: qwen35_e2e_test.py --brioche build/cpu/brioche [--model tests/fixtures/qwen35]
 Exits 77 (skipped) when the binary is missing.
@@ -81,6 +82,26 @@ class RunCommand(unittest.TestCase):
             self.assertEqual(json.loads(body)["choices"][0]["text"], text)
         finally:
             plain.stop()
+
+
+    def test_state_snapshots_flag(self):
+        # --state-snapshots 0: no snapshot, so a repeated prompt computes
+        # everything again; with --speculative it is refused with the flag's name.
+        g = golden("dense")
+        server = Server(ARGS.brioche, fixture("dense"), "--device", "cpu", "--state-snapshots", "0")
+        try:
+            for _ in range(2):
+                status, body = server.post("/v1/completions", {"prompt": g["long_ids"][:90], "max_tokens": 2,
+                                                               "temperature": 0})
+                self.assertEqual(status, 200, body)
+                self.assertEqual(json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        finally:
+            server.stop()
+        r = subprocess.run([ARGS.brioche, "serve", "-m", fixture("dense"), "--port", str(free_port()),
+                            "--state-snapshots", "0", "--speculative", "prompt-lookup"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("needs state snapshot slots (--state-snapshots", r.stderr)
 
 
 class Serve(unittest.TestCase):
