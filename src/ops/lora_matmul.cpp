@@ -20,6 +20,16 @@ namespace {
 // Scratch written whole by the op that fills it.
 Tensor f32(int64_t n, int64_t d, Device device) { return uninitialized(DType::F32, {n, d}, device); }
 
+// mᵀ of an f32 matrix on the CPU (a LoRA factor: a few thousand floats).
+Tensor transposed(const Tensor& m) {
+  const detail::F32Rows rows = detail::f32_rows(m, "lora_matmul", "factor");
+  Tensor t = uninitialized(DType::F32, {rows.dim, rows.n_rows}, Device::CPU);
+  float* dst = t.data_as<float>();
+  for (int64_t r = 0; r < rows.n_rows; ++r)
+    for (int64_t c = 0; c < rows.dim; ++c) dst[c * rows.n_rows + r] = rows.data[r * rows.stride + c];
+  return t;
+}
+
 // Checks the factors against a projection with `in` inputs and `out` outputs.
 void check_low_rank(const LowRank& lr, int64_t in, int64_t out, std::string_view op) {
   const detail::F32Rows a = detail::f32_rows(lr.a, op, "lora A");
@@ -116,6 +126,16 @@ void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
   for (const LoraMatmulPart& p : parts) {
     matmul(x, p.w, p.y);
     if (!p.low_rank) continue;
+    if (x.device() == Device::CPU) {
+      // The low-rank products through the factors' transposes as matmul_input_grad
+      // runs them (register panels over rows of x): ops::matmul's f32 path is a
+      // decode kernel of dot products, and u·Bᵀ's are r = 16 long (~10% of a
+      // CPU ORPO step on SmolLM2-135M went there).
+      matmul_input_grad(x, transposed(p.low_rank->a), *p.u, GradWrite::Overwrite);     // x·Aᵀ   [n, r]
+      scale(*p.u, p.low_rank->scale);                                                  // u = s·x·Aᵀ
+      matmul_input_grad(*p.u, transposed(p.low_rank->b), p.y, GradWrite::Accumulate);  // y += u·Bᵀ
+      continue;
+    }
     matmul(x, p.low_rank->a, *p.u);  // x·Aᵀ            [n, r]
     scale(*p.u, p.low_rank->scale);  // u = s·x·Aᵀ
     // y += u·Bᵀ (the scratch is used only where the op runs as matmul + add: the CPU)

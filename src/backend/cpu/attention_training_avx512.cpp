@@ -4,8 +4,8 @@
 // row and one key at a time: a 64-float dot product with a horizontal sum
 // per score and three 64-float axpys per key in the backward, ~20 GFLOP/s
 // on one core. Here a block of up to 32 query rows meets all the keys it
-// sees as a few small GEMMs through one register panel (6 rows × 64 columns
-// of accumulators, each B row loaded once for the 6 broadcasts):
+// sees as a few small GEMMs (panel_gemm.h: 6 rows × 64 columns of
+// accumulators, each B row loaded once for the 6 broadcasts):
 //
 //   forward, per (span, query head, block of query rows):
 //     S = scale·Q_b·Kᵀ (through Kᵀ, keys contiguous), masked to −∞,
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/cpu/attention_backward.h"
+#include "backend/cpu/panel_gemm.h"
 #include "core/thread_pool.h"
 
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
@@ -43,68 +44,24 @@ namespace brioche::backend::cpu {
 namespace {
 
 constexpr int kBlock = 32;  // query rows per block
-constexpr int kPanelRows = 6, kPanelCols = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 __mmask16 lanes(int n) { return n >= 16 ? __mmask16(0xffff) : n > 0 ? __mmask16((1u << n) - 1) : __mmask16(0); }
 
-// out[r, 0..w) (+)= Σ_{t<T} a[r·sr + t·st] · b[t·ldb + 0..w)    for r < R, w ≤ 64.
-// Each output element is one FMA chain over t in order.
-template <int R>
-void panel(const float* a, int64_t sr, int64_t st, const float* b, int64_t ldb, int64_t T, int w, float* out,
-           int64_t ldo, bool accumulate) {
-  const __mmask16 m0 = lanes(w), m1 = lanes(w - 16), m2 = lanes(w - 32), m3 = lanes(w - 48);
-  __m512 c[R][4];
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    const float* o = out + r * ldo;
-    c[r][0] = accumulate ? _mm512_maskz_loadu_ps(m0, o) : _mm512_setzero_ps();
-    c[r][1] = accumulate ? _mm512_maskz_loadu_ps(m1, o + 16) : _mm512_setzero_ps();
-    c[r][2] = accumulate ? _mm512_maskz_loadu_ps(m2, o + 32) : _mm512_setzero_ps();
-    c[r][3] = accumulate ? _mm512_maskz_loadu_ps(m3, o + 48) : _mm512_setzero_ps();
-  }
-  for (int64_t t = 0; t < T; ++t) {
-    const float* bt = b + t * ldb;
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bt), b1 = _mm512_maskz_loadu_ps(m1, bt + 16),
-                 b2 = _mm512_maskz_loadu_ps(m2, bt + 32), b3 = _mm512_maskz_loadu_ps(m3, bt + 48);
-    const float* at = a + t * st;
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(at[r * sr]);
-      c[r][0] = _mm512_fmadd_ps(s, b0, c[r][0]);
-      c[r][1] = _mm512_fmadd_ps(s, b1, c[r][1]);
-      c[r][2] = _mm512_fmadd_ps(s, b2, c[r][2]);
-      c[r][3] = _mm512_fmadd_ps(s, b3, c[r][3]);
-    }
-  }
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    float* o = out + r * ldo;
-    _mm512_mask_storeu_ps(o, m0, c[r][0]);
-    _mm512_mask_storeu_ps(o + 16, m1, c[r][1]);
-    _mm512_mask_storeu_ps(o + 32, m2, c[r][2]);
-    _mm512_mask_storeu_ps(o + 48, m3, c[r][3]);
-  }
-}
-
 // out[rows, width] (+)= A[rows, T] · B[T, width], A element (r, t) at a[r·sr + t·st].
 void gemm(int64_t rows, const float* a, int64_t sr, int64_t st, const float* b, int64_t ldb, int64_t T, int64_t width,
           float* out, int64_t ldo, bool accumulate) {
-  for (int64_t c0 = 0; c0 < width; c0 += kPanelCols) {
-    const int w = int(std::min<int64_t>(kPanelCols, width - c0));
-    for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
-      const float* ar = a + r0 * sr;
-      float* o = out + r0 * ldo + c0;
-      switch (std::min<int64_t>(kPanelRows, rows - r0)) {
-        case 6: panel<6>(ar, sr, st, b + c0, ldb, T, w, o, ldo, accumulate); break;
-        case 5: panel<5>(ar, sr, st, b + c0, ldb, T, w, o, ldo, accumulate); break;
-        case 4: panel<4>(ar, sr, st, b + c0, ldb, T, w, o, ldo, accumulate); break;
-        case 3: panel<3>(ar, sr, st, b + c0, ldb, T, w, o, ldo, accumulate); break;
-        case 2: panel<2>(ar, sr, st, b + c0, ldb, T, w, o, ldo, accumulate); break;
-        default: panel<1>(ar, sr, st, b + c0, ldb, T, w, o, ldo, accumulate); break;
-      }
-    }
-  }
+  panel_gemm_avx512({.a = a,
+                     .sr = sr,
+                     .st = st,
+                     .b = b,
+                     .ldb = ldb,
+                     .out = out,
+                     .ldo = ldo,
+                     .rows = rows,
+                     .width = width,
+                     .T = T,
+                     .accumulate = accumulate});
 }
 
 // e^x for 16 floats (x = n·ln2 + r, Taylor to r^7, 2^n in the exponent bits;

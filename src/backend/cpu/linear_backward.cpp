@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/linear_backward_kernels.h"
+#include "backend/cpu/panel_gemm.h"
 #include "backend/cpu/quant_ref.h"
 #include "core/thread_pool.h"
 
@@ -133,6 +134,28 @@ void matmul_input_grad(const MatmulInputGradArgs& a) {
       dequantize_tile(a, m0, m1, tile.data());
       w_tile = tile.data();
       ld_w = a.k;
+    }
+    if (wide) {
+      // AVX-512: panels of 6 rows × 64 columns (panel_gemm.h), tasks of 24 rows × 128 columns.
+      constexpr int64_t kRows = 24;
+      const int64_t tasks = ((a.n + kRows - 1) / kRows) * col_blocks;
+      ThreadPool::global().parallel_for(tasks, 1, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t r0 = (t / col_blocks) * kRows, c0 = (t % col_blocks) * kCols;
+          panel_gemm_avx512({.a = a.dy + r0 * a.ld_dy + m0,
+                             .sr = a.ld_dy,
+                             .st = 1,
+                             .b = w_tile + c0,
+                             .ldb = ld_w,
+                             .out = a.dx + r0 * a.ld_dx + c0,
+                             .ldo = a.ld_dx,
+                             .rows = std::min(kRows, a.n - r0),
+                             .width = std::min(kCols, a.k - c0),
+                             .T = m1 - m0,
+                             .accumulate = true});
+        }
+      });
+      continue;
     }
     const int64_t work = (m1 - m0) * 4 * kCols;  // FMAs per task
     ThreadPool::global().parallel_for(row_blocks * col_blocks, std::max<int64_t>(1, 262144 / work),
