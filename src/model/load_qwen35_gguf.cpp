@@ -145,8 +145,12 @@ Tensor untile_rows(const Tensor& t, int64_t first, int k_heads, int r, int64_t h
 }
 
 // The same along the columns of [rows, k_heads · r · head_cols]: each row's
-// head-wide chunks move whole when a head is a whole number of blocks, else
-// the matrix goes through f32.
+// head-wide chunks move whole when a head is a whole number of blocks. Else
+// (Q8_0 over heads narrower than 32, a K-quant's 256-wide blocks over
+// 128-wide heads) the matrix is moved and kept in f32: exact, at 4 bytes a
+// weight for this one matrix per linear layer (requantizing to Q8_0 would
+// put two heads' values in one block and change the weights: 6e-2 of the
+// largest logit on the random Q8_0 fixture, which amplifies such changes).
 Tensor untile_columns(Tensor t, int k_heads, int r, int64_t head_cols) {
   if (head_cols % dtype_info(t.dtype()).block_elems != 0) t = ops::convert(t, DType::F32);
   const DTypeInfo used = dtype_info(t.dtype());
