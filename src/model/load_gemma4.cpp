@@ -3,7 +3,7 @@
 // and the directory); tensors of the vision and audio towers of a multimodal
 // checkpoint are not read.
 //
-// MLX directories (mlx-lm / mlx-vlm conversions, quantized or not) differ
+// MLX directories (mlx-lm conversions, quantized or not) differ
 // from transformers' in three ways: a multimodal model's text weights are
 // "language_model.model.*" (transformers: "model.language_model.*") and its
 // head "language_model.lm_head"; the experts are stacked per projection,

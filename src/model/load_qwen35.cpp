@@ -10,7 +10,7 @@
 // as transformers saves them) or stacked ("mlp.experts.gate_up_proj" [E, 2I, H]
 // and "mlp.experts.down_proj" [E, H, I], transformers' in-memory layout).
 //
-// MLX directories (mlx-lm / mlx-vlm conversions, quantized or not): tensors
+// MLX directories (mlx-lm conversions, quantized or not): tensors
 // "language_model.model.*" and "language_model.lm_head", experts stacked per
 // projection ("mlp.switch_mlp.{gate,up,down}_proj" [E, I, H] / [E, H, I]),
 // the conv as [C, K, 1] (transformers: [C, 1, K]) and, as mlx-lm's sanitize
