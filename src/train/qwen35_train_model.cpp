@@ -12,7 +12,11 @@
 #include "ops/embedding.h"
 #include "ops/gated_delta_rule.h"
 #include "ops/gated_delta_rule_backward.h"
+#include "ops/gather_rows.h"
 #include "ops/layer_backward.h"
+#include "ops/linear_backward.h"
+#include "ops/matmul.h"
+#include "ops/moe.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "ops/sigmoid_gate.h"
@@ -76,9 +80,8 @@ LoraShapes qwen35_lora_shapes(const model::Qwen35Checkpoint& ck) {
 Qwen35TrainModel::Qwen35TrainModel(const model::Qwen35Checkpoint& ck, LoraAdapter* adapter)
     : ck_(ck),
       adapter_(adapter),
-      inv_freq_(ops::rope_inv_freq(ck.qwen.rotary_dim, ck.config.rope.theta, ck.config.rope.scaling)) {
-  BRIOCHE_CHECK(ck.qwen.n_experts == 0, "train: ", ck.directory,
-                " is a Qwen 3.5 mixture-of-experts model; this build trains the dense Qwen 3.5 only");
+      inv_freq_(ops::rope_inv_freq(ck.qwen.rotary_dim, ck.config.rope.theta, ck.config.rope.scaling)),
+      unit_expert_scales_(size_t(ck.qwen.n_experts), 1.0f) {
   BRIOCHE_CHECK(ck.output_norm.device() == Device::CPU, "train: Qwen 3.5 trains on the CPU only in this build");
   if (adapter) {
     BRIOCHE_CHECK(adapter->n_layers() == ck.config.n_layers, "train: adapter has ", adapter->n_layers(),
@@ -150,6 +153,11 @@ void Qwen35TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
                         .seed = pass.dropout_seed};
   c.h2 = f32(n, hidden);
   ops::rms_norm(x, w.post_norm, eps, c.h2);
+  if (ck_.qwen.n_experts > 0) {
+    moe_forward(layer, c, out);
+    ops::add(x, out, x);
+    return;
+  }
   const LoraSite gu[] = {site(Module::Gate, w.mlp.gate), site(Module::Up, w.mlp.up)};
   c.gate = f32(n, inter), c.up = f32(n, inter), c.act = f32(n, inter);
   c.lora_u[size_t(Module::Gate)] = lora_u_buffer(gu[0], n);
@@ -266,16 +274,22 @@ void Qwen35TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
                         .lora_dropout = pass.lora_dropout,
                         .seed = pass.dropout_seed};
   // MLP (dx = d x_out = d of the MLP's output, and the skip's)
-  Tensor d_act = f32(n, inter), d_up = f32(n, inter);
-  lora_linear_backward(site(Module::Down, w.mlp.down),
-                       {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = dx, .dx = d_act});
-  ops::swiglu_backward(c.gate, c.up, d_act, d_act, d_up);  // d_act becomes d gate
-  Tensor d_h2 = f32(n, hidden);
-  const LoraSite gu[] = {site(Module::Gate, w.mlp.gate), site(Module::Up, w.mlp.up)};
-  const LoraLinearBackward gu_grads[] = {{.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_act, .dx = d_h2},
-                                         {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2}};
-  lora_linear_backward(gu, gu_grads);
-  ops::rms_norm_backward(c.x_mid, w.post_norm, eps, d_h2, dx);  // dx = d x_mid
+  if (ck_.qwen.n_experts > 0) {
+    Tensor d_h2 = f32(n, hidden);
+    moe_backward(layer, c, dx, d_h2);
+    ops::rms_norm_backward(c.x_mid, w.post_norm, eps, d_h2, dx);  // dx = d x_mid
+  } else {
+    Tensor d_act = f32(n, inter), d_up = f32(n, inter);
+    lora_linear_backward(site(Module::Down, w.mlp.down),
+                         {.x = c.act, .u = c.lora_u[size_t(Module::Down)], .dy = dx, .dx = d_act});
+    ops::swiglu_backward(c.gate, c.up, d_act, d_act, d_up);  // d_act becomes d gate
+    Tensor d_h2 = f32(n, hidden);
+    const LoraSite gu[] = {site(Module::Gate, w.mlp.gate), site(Module::Up, w.mlp.up)};
+    const LoraLinearBackward gu_grads[] = {{.x = c.h2, .u = c.lora_u[size_t(Module::Gate)], .dy = d_act, .dx = d_h2},
+                                           {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2}};
+    lora_linear_backward(gu, gu_grads);
+    ops::rms_norm_backward(c.x_mid, w.post_norm, eps, d_h2, dx);  // dx = d x_mid
+  }
   c.gate = c.up = c.act = c.h2 = c.x_mid = Tensor();
 
   // The mixer (dx is also d of its output)
@@ -377,6 +391,108 @@ void Qwen35TrainModel::full_backward(const Pass& pass, int layer, Cache& c, cons
   lora_linear_backward(sites, grads);
 }
 
+void Qwen35TrainModel::moe_forward(int layer, Cache& c, Tensor& out) const {
+  const model::Qwen35Config& q = ck_.qwen;
+  const model::Qwen35Layer& w = ck_.layers[size_t(layer)];
+  const int64_t n = c.h2.dim(0), hidden = ck_.config.hidden_size, I = q.expert_intermediate;
+  c.router_logits = f32(n, q.n_experts);
+  ops::matmul(c.h2, w.router, c.router_logits);
+  ops::MoeRouting route = ops::moe_route(c.router_logits, q.experts_per_token, unit_expert_scales_);
+  c.route_expert = std::move(route.expert);
+  c.route_weight = std::move(route.weight);
+  c.experts.assign(size_t(q.n_experts), {});
+  for (int64_t slot = 0; slot < int64_t(c.route_expert.size()); ++slot) {
+    Cache::Expert& e = c.experts[size_t(c.route_expert[size_t(slot)])];
+    e.rows.push_back(int32_t(slot / q.experts_per_token));
+    e.slots.push_back(int32_t(slot));
+    e.weights.push_back(c.route_weight[size_t(slot)]);
+  }
+  std::fill_n(out.data_as<float>(), out.numel(), 0.0f);
+  for (int id = 0; id < q.n_experts; ++id) {
+    Cache::Expert& e = c.experts[size_t(id)];
+    if (e.rows.empty()) continue;
+    const model::Qwen35Mlp& m = w.experts[size_t(id)];
+    const int64_t rows = int64_t(e.rows.size());
+    Tensor in = f32(rows, hidden), act = f32(rows, I);
+    ops::gather_rows(c.h2, e.rows, in);
+    e.gate = f32(rows, I), e.up = f32(rows, I), e.y = f32(rows, hidden);
+    ops::matmul(in, m.gate, e.gate);
+    ops::matmul(in, m.up, e.up);
+    ops::swiglu(e.gate, e.up, act);
+    ops::matmul(act, m.down, e.y);
+    Tensor weighted = copy_of(e.y);
+    ops::scale_rows(weighted, e.weights);
+    ops::scatter_add_rows(weighted, e.rows, out);
+  }
+  if (w.shared_expert.gate.defined()) {
+    const int64_t SI = q.shared_expert_intermediate;
+    c.shared_gate = f32(n, SI), c.shared_up = f32(n, SI), c.shared_out = f32(n, hidden), c.shared_logit = f32(n, 1);
+    Tensor act = f32(n, SI);
+    ops::matmul(c.h2, w.shared_expert.gate, c.shared_gate);
+    ops::matmul(c.h2, w.shared_expert.up, c.shared_up);
+    ops::swiglu(c.shared_gate, c.shared_up, act);
+    ops::matmul(act, w.shared_expert.down, c.shared_out);
+    ops::matmul(c.h2, w.shared_expert_gate, c.shared_logit);
+    Tensor gated = copy_of(c.shared_out);
+    ops::sigmoid_gate(c.shared_logit, gated);
+    ops::add(out, gated, out);
+  }
+}
+
+void Qwen35TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_out, Tensor& d_h2) const {
+  const model::Qwen35Config& q = ck_.qwen;
+  const model::Qwen35Layer& w = ck_.layers[size_t(layer)];
+  const int64_t n = d_out.dim(0), hidden = ck_.config.hidden_size, I = q.expert_intermediate, K = q.experts_per_token;
+  std::fill_n(d_h2.data_as<float>(), d_h2.numel(), 0.0f);
+  std::vector<double> d_weight(c.route_weight.size(), 0.0);
+  for (int id = 0; id < q.n_experts; ++id) {
+    Cache::Expert& e = c.experts[size_t(id)];
+    if (e.rows.empty()) continue;
+    const model::Qwen35Mlp& m = w.experts[size_t(id)];
+    const int64_t rows = int64_t(e.rows.size());
+    // out[r] += w·y  ⇒  dw = d_out[r]·y,  dy = w·d_out[r]
+    Tensor d_y = f32(rows, hidden);
+    ops::gather_rows(d_out, e.rows, d_y);
+    for (int64_t i = 0; i < rows; ++i) {
+      double dot = 0.0;
+      const float* a = d_y.row_as<float>(i);
+      const float* b = e.y.row_as<float>(i);
+      for (int64_t j = 0; j < hidden; ++j) dot += double(a[j]) * double(b[j]);
+      d_weight[size_t(e.slots[size_t(i)])] = dot;
+    }
+    ops::scale_rows(d_y, e.weights);
+    Tensor d_act = f32(rows, I), d_up = f32(rows, I), d_in = f32(rows, hidden);
+    ops::matmul_input_grad(d_y, m.down, d_act, ops::GradWrite::Overwrite);
+    ops::swiglu_backward(e.gate, e.up, d_act, d_act, d_up);  // d_act becomes d gate
+    ops::matmul_input_grad(d_act, m.gate, d_in, ops::GradWrite::Overwrite);
+    ops::matmul_input_grad(d_up, m.up, d_in, ops::GradWrite::Accumulate);
+    ops::scatter_add_rows(d_in, e.rows, d_h2);
+  }
+  // Router: w_k = softmax over the top-k logits (transformers' softmax over all experts renormalised over the
+  // top k is the same), so dz_k = w_k·(g_k − Σ_j w_j·g_j) with g_k = dw_k.
+  Tensor d_logits = zeros({n, q.n_experts});
+  for (int64_t r = 0; r < n; ++r) {
+    double mean = 0.0;
+    for (int64_t k = 0; k < K; ++k) mean += double(c.route_weight[size_t(r * K + k)]) * d_weight[size_t(r * K + k)];
+    float* dz = d_logits.row_as<float>(r);
+    for (int64_t k = 0; k < K; ++k)
+      dz[c.route_expert[size_t(r * K + k)]] =
+          float(double(c.route_weight[size_t(r * K + k)]) * (d_weight[size_t(r * K + k)] - mean));
+  }
+  ops::matmul_input_grad(d_logits, w.router, d_h2, ops::GradWrite::Accumulate);
+  if (w.shared_expert.gate.defined()) {
+    const int64_t SI = q.shared_expert_intermediate;
+    Tensor d_shared = f32(n, hidden), d_logit = f32(n, 1), d_act = f32(n, SI), d_up = f32(n, SI);
+    ops::sigmoid_gate_backward(c.shared_logit, c.shared_out, d_out, d_shared, d_logit);
+    ops::matmul_input_grad(d_logit, w.shared_expert_gate, d_h2, ops::GradWrite::Accumulate);
+    ops::matmul_input_grad(d_shared, w.shared_expert.down, d_act, ops::GradWrite::Overwrite);
+    ops::swiglu_backward(c.shared_gate, c.shared_up, d_act, d_act, d_up);
+    ops::matmul_input_grad(d_act, w.shared_expert.gate, d_h2, ops::GradWrite::Accumulate);
+    ops::matmul_input_grad(d_up, w.shared_expert.up, d_h2, ops::GradWrite::Accumulate);
+  }
+  c.experts.clear();
+}
+
 Tensor Qwen35TrainModel::frozen_prefix(const TokenBatch& batch) const {
   Tensor x = embed(batch);
   const int first = first_trainable_layer();
@@ -430,6 +546,9 @@ size_t Qwen35TrainModel::saved_bytes() const {
                             &c.lse,  &c.attn_gated, &c.x_mid, &c.h2,     &c.gate,  &c.up, &c.act})
       n += t->nbytes();
     for (const Tensor& u : c.lora_u) n += u.nbytes();
+    for (const Tensor* t : {&c.router_logits, &c.shared_gate, &c.shared_up, &c.shared_out, &c.shared_logit})
+      n += t->nbytes();
+    for (const Cache::Expert& e : c.experts) n += e.gate.nbytes() + e.up.nbytes() + e.y.nbytes();
   }
   return n;
 }

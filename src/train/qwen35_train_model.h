@@ -18,10 +18,16 @@
 //     o = lora_o(attention(q, k, v; scale d^−½) ⊙ σ(gate))
 //   x_mid = x_in + o;  h2 = RMSNorm(x_mid, post_attention_layernorm)
 //   x_out = x_mid + lora_down(silu(lora_gate(h2)) ⊙ lora_up(h2))
+// In qwen3_5_moe the MLP is the MoE block (frozen, not LoRA targets, as in
+// Gemma 4; gradients flow through it to the layers below):
+//   x_out = x_mid + Σ_k w_k·expert_k(h2) + σ(h2·w_sgᵀ)·shared_expert(h2)
+//   w = softmax(router logits) over all experts, top k, renormalised: the
+//   softmax of the top-k logits, so dz_k = w_k·(g_k − Σ_j w_j·g_j), g_k = d out·expert_k(h2)
+//   shared gate: d c = Σ d out ⊙ shared·σ(c)(1 − σ(c)) (ops::sigmoid_gate_backward)
 //
 // Sequences are whole (each starts from a zero recurrent state); the
 // prefix-shared preference layout (a rejected branch continuing the
-// prompt's state) is refused. The MoE variant (qwen3_5_moe) is refused.
+// prompt's state) is refused.
 #pragma once
 
 #include <array>
@@ -61,6 +67,17 @@ class Qwen35TrainModel final : public TrainStack {
     // MLP
     Tensor x_mid, h2, gate, up, act;
     std::array<Tensor, kNumModules> lora_u;
+    // MoE block (qwen3_5_moe)
+    Tensor router_logits;               // [n, E]
+    std::vector<int32_t> route_expert;  // [n·top_k]
+    std::vector<float> route_weight;    // [n·top_k]
+    struct Expert {
+      std::vector<int32_t> rows, slots;  // the batch rows routed to it, their (row·top_k + k) slots
+      std::vector<float> weights;
+      Tensor gate, up, y;  // [m, I] x2, [m, hidden] (y before the routing weight)
+    };
+    std::vector<Expert> experts;
+    Tensor shared_gate, shared_up, shared_out, shared_logit;  // [n, SI] x2, [n, hidden], [n, 1]
   };
 
  private:
@@ -83,10 +100,14 @@ class Qwen35TrainModel final : public TrainStack {
   // d_out: d loss / d the mixer's output; adds d h1's contribution into d_h1 (written).
   void linear_backward(const Pass& pass, int layer, Cache& c, const Tensor& d_out, Tensor& d_h1);
   void full_backward(const Pass& pass, int layer, Cache& c, const Tensor& d_out, Tensor& d_h1);
+  // The MoE block from c.h2 into out (saving what its backward needs); its backward writes d_h2.
+  void moe_forward(int layer, Cache& c, Tensor& out) const;
+  void moe_backward(int layer, Cache& c, const Tensor& d_out, Tensor& d_h2) const;
 
   const model::Qwen35Checkpoint& ck_;
   LoraAdapter* adapter_;
-  std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  std::vector<float> inv_freq_;            // [rotary_dim / 2]
+  std::vector<float> unit_expert_scales_;  // [n_experts] of 1 (ops::moe_route)
 
   // Saved by forward(for_backward) for backward().
   const TokenBatch* batch_ = nullptr;

@@ -33,8 +33,8 @@ struct Case {
   double loss = 0.0;
 };
 
-Case read_case() {
-  std::ifstream in(fixture("lora/dense/case.json"));
+Case read_case(const std::string& name = "dense") {
+  std::ifstream in(fixture("lora/" + name + "/case.json"));
   const nlohmann::json j = nlohmann::json::parse(in);
   Case c;
   c.loss = j["loss"].get<double>();
@@ -54,14 +54,15 @@ Case read_case() {
   return c;
 }
 
-// max |a − b| / max |b| over a tensor pair (relative to the tensor's own scale).
-double relative_error(const Tensor& got, const Tensor& want) {
+// max |a − b| / max |b| over a tensor pair (relative to the tensor's own scale; with floor 1: relative to
+// max(1, max |b|), the Gemma 4 test's measure).
+double relative_error(const Tensor& got, const Tensor& want, double floor = 1e-30) {
   const Tensor a = copy_f32(got), b = copy_f32(want);
   double err = 0.0, scale = 0.0;
   for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data_as<float>()[i])));
   for (int64_t i = 0; i < b.numel(); ++i)
     err = std::max(err, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
-  return err / std::max(scale, 1e-30);
+  return err / std::max(scale, floor);
 }
 
 // Loss and LoRA gradients of `adapter` on the case's batch (mean NLL of every next token).
@@ -84,16 +85,16 @@ double loss_and_grads(const model::Qwen35Checkpoint& ck, LoraAdapter& adapter, c
   return loss;
 }
 
-TEST(Qwen35Train, LoraGradientsMatchPeftThroughDeltaNetAndGatedAttention) {
-  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
-  auto adapter = load_adapter(fixture("lora/dense"), ck.config, false, 1 << 16, qwen35_lora_shapes(ck));
-  const Case c = read_case();
+void check_gradients(const std::string& name, size_t expect_tensors) {
+  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture(name));
+  auto adapter = load_adapter(fixture("lora/" + name), ck.config, false, 1 << 16, qwen35_lora_shapes(ck));
+  const Case c = read_case(name);
   const double loss = loss_and_grads(ck, *adapter, c.batch);
   EXPECT_NEAR(loss, c.loss, 1e-6 * std::abs(c.loss));
 
-  auto golden = formats::SafetensorsFile::open(fixture("lora/dense/grads.safetensors"));
+  auto golden = formats::SafetensorsFile::open(fixture("lora/" + name + "/grads.safetensors"));
   size_t compared = 0;
-  double worst = 0.0;
+  double worst = 0.0, worst_floored = 0.0;
   std::string worst_key;
   for (auto& e : adapter->entries()) {
     for (const char* ab : {"lora_A", "lora_B"}) {
@@ -101,17 +102,30 @@ TEST(Qwen35Train, LoraGradientsMatchPeftThroughDeltaNetAndGatedAttention) {
                               std::string(module_parent(e.module)) + "." + std::string(module_name(e.module)) + "." +
                               ab + ".weight";
       ASSERT_TRUE(golden->has(key)) << key;
-      const double err = relative_error(ab[5] == 'A' ? e.factors->grad_a : e.factors->grad_b, golden->tensor(key));
-      EXPECT_LT(err, 3e-4) << key;  // f32 against f64: the worst is 1.4e-4 (relative to the tensor's largest entry)
+      const Tensor& got = ab[5] == 'A' ? e.factors->grad_a : e.factors->grad_b;
+      const double err = relative_error(got, golden->tensor(key));
+      EXPECT_LT(err, 5e-4) << key;  // f32 against f64: the worst is 2.4e-4 of the tensor's largest entry
+      worst_floored = std::max(worst_floored, relative_error(got, golden->tensor(key), 1.0));
       if (err > worst) worst = err, worst_key = key;
       ++compared;
     }
   }
   EXPECT_EQ(compared, golden->tensors().size()) << "every LoRA tensor peft made is one brioche trains";
-  EXPECT_EQ(compared, 60u) << "q/k/v/o + gate/up/down on 2 full layers, 5 + 3 projections on 2 linear layers";
+  EXPECT_EQ(compared, expect_tensors);
   std::printf(
-      "qwen35 dense: loss %.8f (oracle %.8f, %.1e relative), %zu gradient tensors, worst relative error %.2e (%s)\n",
-      loss, c.loss, std::abs(loss - c.loss) / c.loss, compared, worst, worst_key.c_str());
+      "qwen35 %s: loss %.8f (oracle %.8f, %.1e relative), %zu gradient tensors, worst relative error %.2e (%s), "
+      "%.2e relative to max(1, max |grad|)\n",
+      name.c_str(), loss, c.loss, std::abs(loss - c.loss) / c.loss, compared, worst, worst_key.c_str(), worst_floored);
+}
+
+TEST(Qwen35Train, LoraGradientsMatchPeftThroughDeltaNetAndGatedAttention) {
+  check_gradients("dense", 60);  // q/k/v/o + gate/up/down on 2 full layers, 5 + 3 projections on 2 linear layers
+}
+
+TEST(Qwen35Train, LoraGradientsMatchPeftThroughTheMoeBlock) {
+  // moe: top-2 of 4 experts and a gated shared expert, frozen (transformers' router softmax runs in f32, the rest
+  // in f64); LoRA on q/k/v/o of 2 full layers and the 5 projections of 2 linear layers.
+  check_gradients("moe", 36);
 }
 
 TEST(Qwen35Train, FrozenPrefixGivesTheSameGradientsAsTrainingFromTheEmbedding) {

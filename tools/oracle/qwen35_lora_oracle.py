@@ -1,28 +1,29 @@
 #!/usr/bin/env python3
 """LoRA on Qwen 3.5: loss, LoRA gradients and adapted logits from torch autograd + peft.
 
-Loads the dense fixture of tools/oracle/qwen35_oracle.py (tests/fixtures/qwen35/dense,
-layers [linear, full, linear, full]) with transformers in f64, wraps it with peft
+Loads the fixtures of tools/oracle/qwen35_oracle.py (tests/fixtures/qwen35/{dense,moe},
+layers [linear, full, linear, full]) with transformers in f64, wraps each with peft
 LoRA (r=4, alpha=8) on every projection peft finds under these names:
 
   full attention : q_proj (query and gate rows), k_proj, v_proj, o_proj
   Gated DeltaNet : in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
-  MLP            : gate_proj, up_proj, down_proj
+  MLP            : gate_proj, up_proj, down_proj  (dense only: the moe fixture's MoE block,
+                   router, experts and gated shared expert, stays frozen, as brioche trains it)
 
 with random, non-zero A and B (f32 values), and records for two token sequences,
 both longer than a delta-rule chunk (64 in transformers, 16 in brioche's forward)
 and than brioche's backward checkpoint interval (32):
 
-  tests/fixtures/qwen35/lora/dense/adapter_config.json,
+  tests/fixtures/qwen35/lora/<name>/adapter_config.json,
                                    adapter_model.safetensors  the adapter (PEFT layout, f32)
-  tests/fixtures/qwen35/lora/dense/grads.safetensors   d loss / d every lora_A, lora_B (f32,
+  tests/fixtures/qwen35/lora/<name>/grads.safetensors   d loss / d every lora_A, lora_B (f32,
                                                         named as the adapter's tensors)
-  tests/fixtures/qwen35/lora/dense/case.json           the sequences, the loss (mean NLL of
+  tests/fixtures/qwen35/lora/<name>/case.json           the sequences, the loss (mean NLL of
                                                         every next token), tool versions
-  tests/fixtures/qwen35/lora/dense/logits.f32          the adapted model's logits of sequence 0,
+  tests/fixtures/qwen35/lora/<name>/logits.f32          the adapted model's logits of sequence 0,
                                                         [len, vocab] f32 LE (what merging the
                                                         adapter at load must reproduce)
-  tests/fixtures/qwen35/lora/dense/base_logits.f32     the same without the adapter
+  tests/fixtures/qwen35/lora/<name>/base_logits.f32     the same without the adapter
 
 transformers' delta-rule functions cast q/k/v/g/beta to f32 whatever the model's
 dtype; so that autograd runs in f64 end to end, this script swaps
@@ -43,12 +44,14 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import save_file
 from transformers import Qwen3_5ForCausalLM
 from transformers.models.qwen3_5 import modeling_qwen3_5
+from transformers.models.qwen3_5_moe import Qwen3_5MoeForCausalLM, modeling_qwen3_5_moe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURE = os.path.join(ROOT, "tests", "fixtures", "qwen35", "dense")
-OUT = os.path.join(ROOT, "tests", "fixtures", "qwen35", "lora", "dense")
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-           "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "qwen35")
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+TARGETS = ATTENTION[:4] + ["gate_proj", "up_proj", "down_proj"] + ATTENTION[4:]
+MODULES = (modeling_qwen3_5, modeling_qwen3_5_moe)
+ORIGINAL = [m.torch_chunk_gated_delta_rule for m in MODULES]
 LENGTHS = [75, 37]  # 75 > 64 (transformers' chunk) > 2·32 (brioche's backward checkpoints)
 
 
@@ -78,12 +81,14 @@ def recurrent_f64(query, key, value, g, beta, initial_state=None, output_final_s
     return out, (state if output_final_state else None)
 
 
-def main():
-    torch.set_num_threads(2)
-    seed = 47
+def build(name, model_cls, targets, seed):
+    for m, f in zip(MODULES, ORIGINAL):
+        m.torch_chunk_gated_delta_rule = f
     torch.manual_seed(seed)
-    model = Qwen3_5ForCausalLM.from_pretrained(FIXTURE, dtype=torch.float64, attn_implementation="eager").eval()
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, bias="none",
+    model = model_cls.from_pretrained(os.path.join(FIXTURES, name), dtype=torch.float64,
+                                      attn_implementation="eager").eval()
+    model.config._experts_implementation = "eager"
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0, bias="none",
                         task_type="CAUSAL_LM")
     model = get_peft_model(model, config)
     gen = torch.Generator().manual_seed(seed)
@@ -97,7 +102,8 @@ def main():
 
     with torch.no_grad():
         unpatched = model(input_ids=torch.tensor([seqs[0]])).logits[0]
-    modeling_qwen3_5.torch_chunk_gated_delta_rule = recurrent_f64
+    for m in MODULES:
+        m.torch_chunk_gated_delta_rule = recurrent_f64
     with torch.no_grad():
         patched = model(input_ids=torch.tensor([seqs[0]])).logits[0]
     swap = float((patched - unpatched).abs().max())
@@ -116,11 +122,12 @@ def main():
     loss = total / count
     loss.backward()
 
-    shutil.rmtree(OUT, ignore_errors=True)
-    os.makedirs(OUT)
+    out = os.path.join(FIXTURES, "lora", name)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
     state = {k: v.detach().float().contiguous() for k, v in get_peft_model_state_dict(model).items()}
-    save_file(state, os.path.join(OUT, "adapter_model.safetensors"), metadata={"format": "pt"})
-    model.peft_config["default"].save_pretrained(OUT)
+    save_file(state, os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config["default"].save_pretrained(out)
     grads = {}
     for pname, p in model.named_parameters():
         if "lora_" in pname:
@@ -128,20 +135,26 @@ def main():
             assert key in state, key
             grads[key] = p.grad.detach().float().contiguous()
     assert set(grads) == set(state)
-    save_file(grads, os.path.join(OUT, "grads.safetensors"))
-    logits0.astype("<f4").tofile(os.path.join(OUT, "logits.f32"))
+    save_file(grads, os.path.join(out, "grads.safetensors"))
+    logits0.astype("<f4").tofile(os.path.join(out, "logits.f32"))
     with torch.no_grad(), model.disable_adapter():
         base = model(input_ids=torch.tensor([seqs[0]])).logits[0].float().numpy()
-    base.astype("<f4").tofile(os.path.join(OUT, "base_logits.f32"))
+    base.astype("<f4").tofile(os.path.join(out, "base_logits.f32"))
     case = {"sequences": seqs, "loss": loss.item(), "n_scored": count, "vocab": vocab,
             "f64_recurrence_logit_shift": swap,
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
                          "peft": peft.__version__, "script": "tools/oracle/qwen35_lora_oracle.py"}}
-    with open(os.path.join(OUT, "case.json"), "w") as f:
+    with open(os.path.join(out, "case.json"), "w") as f:
         json.dump(case, f, indent=1)
     modules = sorted({k.split(".")[-3] for k in grads})
-    print(f"dense: loss {float(loss):.8f}, {len(grads)} LoRA tensors on {modules}, "
+    print(f"{name}: loss {float(loss):.8f}, {len(grads)} LoRA tensors on {modules}, "
           f"max |grad| {max(float(g.abs().max()) for g in grads.values()):.3g}, f64 swap moved logits {swap:.2e}")
+
+
+def main():
+    torch.set_num_threads(2)
+    build("dense", Qwen3_5ForCausalLM, TARGETS, 47)
+    build("moe", Qwen3_5MoeForCausalLM, ATTENTION, 48)
 
 
 if __name__ == "__main__":
