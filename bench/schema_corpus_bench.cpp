@@ -69,6 +69,16 @@ int main(int argc, char** argv) {
     }
     line["compile_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     line["compiled"] = compiled != nullptr;
+    if (compiled) {  // where the compile time went (bench/schema_corpus.py --out keeps these)
+      const grammar::CompileStats& st = compiled->stats();
+      line["stats"] = {{"states", st.num_states},
+                       {"scannable", st.num_scannable_states},
+                       {"masks", st.num_distinct_masks},
+                       {"shared", st.num_shared_states},
+                       {"deferred", st.num_deferred_states},
+                       {"work", st.work},
+                       {"automaton_ms", st.automaton_seconds * 1e3}};
+    }
     std::vector<bool> accepted;
     std::vector<double> mask_us;
     if (compiled) {

@@ -3,6 +3,7 @@
 #include "grammar/automaton.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -1005,6 +1006,158 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
       Hasher128 m = h;
       m.add(0xF2000000ull | i);
       out[members[i]] = StructureHash{m.a, m.b};
+    }
+  }
+  return out;
+}
+
+// Round k's hash of a state covers walks of up to k bytes: its own edges
+// (round 0) and round k - 1's hash of each byte edge's target. Calls and
+// counter edges read no byte, so their targets' hashes of the same round
+// are used: states are visited with those targets first (a cycle of them
+// leaves the rule uncomputed). The partition by hash can only refine from
+// round to round; once a round splits nothing, the hash of a state depends
+// only on its class, so the remaining rounds run over one state per class
+// (the first of its class in visiting order, which comes after the first
+// of each class it depends on).
+std::vector<Automaton::StructureHash> Automaton::forward_hashes(int32_t bytes,
+                                                                const std::vector<StructureHash>& rule_hashes,
+                                                                const std::vector<char>& wanted) const {
+  std::vector<StructureHash> out(states.size());
+  std::vector<int32_t> order, color, rep_of;
+  std::vector<StructureHash> base, prev, next;
+  std::vector<std::array<uint64_t, 4>> calls;
+  for (int32_t r = 0; r < first_lookahead_rule; ++r) {
+    const int32_t begin = rule_start[r], size = begin < 0 || !wanted[r] ? 0 : rule_size(r);
+    if (size == 0) continue;
+    // Visiting order: depth-first post-order over calls and counter edges.
+    auto same_round_targets = [&](int32_t i, std::vector<int32_t>& targets) {
+      targets.clear();
+      const AutomatonState& st = states[begin + i];
+      for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) targets.push_back(rule_edges[e].target - begin);
+      if (st.counter >= 0) targets.push_back(counters[st.counter].loop_target - begin);
+    };
+    order.clear();
+    color.assign(size, 0);
+    bool cyclic = false;
+    std::vector<std::pair<int32_t, size_t>> stack;
+    std::vector<int32_t> targets;
+    for (int32_t root = 0; root < size && !cyclic; ++root) {
+      if (color[root]) continue;
+      color[root] = 1;
+      stack.assign(1, {root, 0});
+      while (!stack.empty() && !cyclic) {
+        auto& [v, next_edge] = stack.back();
+        same_round_targets(v, targets);
+        if (next_edge < targets.size()) {
+          const int32_t w = targets[next_edge++];
+          if (color[w] == 1) cyclic = true;
+          if (color[w] == 0) {
+            color[w] = 1;
+            stack.push_back({w, 0});
+          }
+          continue;
+        }
+        color[v] = 2;
+        order.push_back(v);
+        stack.pop_back();
+      }
+    }
+    if (cyclic) continue;
+    // Round 0: what the state is.
+    base.assign(size, {});
+    for (int32_t i = 0; i < size; ++i) {
+      const AutomatonState& st = states[begin + i];
+      Hasher128 h;
+      h.add(st.accepting ? 0xF0A1 : 0xF0A0);
+      if (st.accepting && rule_lookahead[r] >= 0) {
+        h.add(rule_hashes[rule_lookahead[r]].a);
+        h.add(rule_hashes[rule_lookahead[r]].b);
+      }
+      for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
+        h.add((uint64_t(byte_edges[e].lo) << 8) | byte_edges[e].hi);
+      h.add(0xF0B0 + (st.counter >= 0 ? 1 : 0));
+      base[i] = {h.a, h.b};
+    }
+    prev = base;
+    next.assign(size, {});
+    rep_of.assign(size, -1);
+    auto round = [&](int32_t i, auto&& value_of) {
+      const AutomatonState& st = states[begin + i];
+      Hasher128 h;
+      h.add(base[i].a);
+      h.add(base[i].b);
+      for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) {
+        const StructureHash& t = value_of(prev, byte_edges[e].target - begin);
+        h.add(t.a);
+        h.add(t.b);
+      }
+      // Calls by callee and continuation, sorted: edge order follows rule indices.
+      calls.clear();
+      for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) {
+        const StructureHash& callee = rule_hashes[rule_edges[e].rule];
+        const StructureHash& t = value_of(next, rule_edges[e].target - begin);
+        calls.push_back({callee.a, callee.b, t.a, t.b});
+      }
+      std::sort(calls.begin(), calls.end());
+      for (const auto& c : calls)
+        for (uint64_t x : c) h.add(x);
+      if (st.counter >= 0) {
+        const StructureHash& t = value_of(next, counters[st.counter].loop_target - begin);
+        h.add(t.a);
+        h.add(t.b);
+      }
+      next[i] = {h.a, h.b};
+    };
+    auto own = [](const std::vector<StructureHash>& v, int32_t i) -> const StructureHash& { return v[i]; };
+    auto by_class = [&](const std::vector<StructureHash>& v, int32_t i) -> const StructureHash& {
+      return v[rep_of[i]];
+    };
+    size_t slots = 16;
+    while (slots < static_cast<size_t>(size) * 2) slots *= 2;
+    std::vector<int32_t> table;
+    auto count_classes = [&](const std::vector<StructureHash>& v) {  // distinct hashes (open addressing)
+      table.assign(slots, -1);
+      size_t distinct = 0;
+      for (int32_t i = 0; i < size; ++i)
+        for (size_t slot = (v[i].a ^ (v[i].b >> 7)) & (slots - 1);; slot = (slot + 1) & (slots - 1)) {
+          if (table[slot] < 0) {
+            table[slot] = i;
+            ++distinct;
+            break;
+          }
+          if (v[table[slot]] == v[i]) break;
+        }
+      return distinct;
+    };
+    auto classes = count_classes(prev);
+    int32_t k = 1;
+    for (; k <= bytes; ++k) {
+      for (int32_t i : order) round(i, own);
+      prev.swap(next);
+      const auto now = count_classes(prev);
+      const bool stable = now == classes;
+      classes = now;
+      if (stable) break;
+    }
+    if (k < bytes) {
+      // Stable: one state per class (the first in visiting order) for the
+      // remaining rounds.
+      std::unordered_map<uint64_t, int32_t> first;  // by hash (a; b checked)
+      std::vector<int32_t> reps;
+      for (int32_t i : order) {
+        auto [it, inserted] = first.emplace(prev[i].a ^ (prev[i].b * 0x9e3779b97f4a7c15ull), i);
+        BRIOCHE_CHECK(inserted || prev[it->second] == prev[i], "grammar: forward hash collision");
+        rep_of[i] = it->second;
+        if (inserted) reps.push_back(i);
+      }
+      for (++k; k <= bytes; ++k) {
+        for (int32_t i : reps) round(i, by_class);
+        prev.swap(next);
+      }
+      for (int32_t i = 0; i < size; ++i) out[begin + i] = prev[rep_of[i]];
+    } else {
+      for (int32_t i = 0; i < size; ++i) out[begin + i] = prev[i];
     }
   }
   return out;

@@ -97,6 +97,20 @@ class Automaton {
     bool operator==(const StructureHash&) const = default;
   };
   std::vector<StructureHash> rule_structure_hashes() const;
+  // Per state, a 128-bit hash of everything a walk of up to `bytes` bytes
+  // from it depends on (with an unknown caller below its rule): what it
+  // reads, the calls it makes (by the callee's structure hash, `rule_hashes`
+  // from rule_structure_hashes()), where it may return and the lookahead
+  // then checked, and the same of every state such a walk reaches. Equal
+  // hashes mean equal token masks for tokens of up to `bytes` bytes, in any
+  // rule of any grammar: the copy with r characters left of a string of
+  // maxLength 64 and one of maxLength 100 are alike. {0, 0} where it is not
+  // computed (not wanted; lookahead rules; rules whose calls or counters
+  // form a cycle without a byte read).
+  // Only rules with `wanted[r]` are computed (it costs up to `bytes` rounds
+  // over a rule's states).
+  std::vector<StructureHash> forward_hashes(int32_t bytes, const std::vector<StructureHash>& rule_hashes,
+                                            const std::vector<char>& wanted) const;
   // Number of states of rule r (they are contiguous from rule_start[r]).
   int32_t rule_size(int32_t r) const;
   // Per state, the offset in its rule of the first state of that rule that

@@ -336,9 +336,14 @@ void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
                              vocabulary, all_states);
 }
 
-// Rules of at least this many states get walk classes (key_of): below it,
-// the partition costs more than the masks it saves.
-constexpr int32_t kMinStatesForWalkClasses = 256;
+// Rules of at least this many states get walk classes and prefix twins
+// (derive): below it, the partition costs more than the masks it saves. A
+// pattern's bounded run ([a-z0-9-]{0,63}: ~64 states) walked the whole
+// vocabulary once per position before (2-3 ms each on Llama-3).
+constexpr int32_t kMinStatesForWalkClasses = 16;
+
+// Rules larger than this get no forward hashes (MaskBuilder's constructor).
+constexpr int32_t kMaxStatesForForwardHashes = 4096;
 
 // Computes, deduplicates and owns the masks of one compiled grammar; kept
 // alive after compile() for the deferred states.
@@ -352,11 +357,32 @@ class MaskBuilder {
         pre_(a, v, dfa_),
         rule_hash_(a.rule_structure_hashes()),
         class_offset_(
-            a.walk_class_offsets(v.max_token_length() + 1, kMinStatesForWalkClasses, &twin_offset_, &twin_bytes_)) {}
+            a.walk_class_offsets(v.max_token_length() + 1, kMinStatesForWalkClasses, &twin_offset_, &twin_bytes_)) {
+    // Forward hashes where they pay: byte-level rules (no calls: strings
+    // and patterns) with copies near a bound (prefix twins), whose masks
+    // recur across bounds; elsewhere the rule's own key. Rules that call
+    // others (objects, arrays) are left out: their rounds (up to the longest
+    // token over all their states) cost more than they share.
+    std::vector<char> near_bound(a.rule_start.size(), 0);
+    for (size_t s = 0; s < a.states.size(); ++s)
+      if (twin_offset_[s] >= 0) near_bound[a.states[s].rule] = 1;
+    for (size_t s = 0; s < a.states.size(); ++s)
+      if (a.states[s].rule_begin != a.states[s].rule_end) near_bound[a.states[s].rule] = 0;
+    for (size_t r = 0; r < near_bound.size(); ++r)
+      if (near_bound[r] && a.rule_size(static_cast<int32_t>(r)) > kMaxStatesForForwardHashes) near_bound[r] = 0;
+    forward_ = a.forward_hashes(v.max_token_length() + 1, rule_hash_, near_bound);
+  }
 
-  // A state's mask is named by its rule's structure and the first state of
-  // that rule that walks every token the same way (walk_class_offsets).
+  // A state's mask is named by what every walk of up to the longest token
+  // from it meets (Automaton::forward_hashes), so that states alike in
+  // different rules or grammars share it (near the bounds of strings with
+  // different maxLength); where that is not computed, by its rule's
+  // structure and the first state of that rule that walks every token the
+  // same way (walk_class_offsets).
+  static constexpr int32_t kForwardKey = -1;  // offsets are >= 0
   SharedKey key_of(int32_t s) const {
+    const Automaton::StructureHash& f = forward_[s];
+    if (f.a != 0 || f.b != 0) return SharedKey{v_.content_hash(), f.a, f.b, kForwardKey};
     const int32_t rule = a_.states[s].rule;
     return SharedKey{v_.content_hash(), rule_hash_[rule].a, rule_hash_[rule].b, class_offset_[s]};
   }
@@ -609,6 +635,7 @@ class MaskBuilder {
   std::vector<Automaton::StructureHash> rule_hash_;
   std::vector<int32_t> twin_offset_, twin_bytes_;                  // per state (derive); filled with class_offset_
   std::vector<int32_t> class_offset_;                              // per state (key_of)
+  std::vector<Automaton::StructureHash> forward_;                  // per state (key_of); {0, 0}: none
   std::unordered_map<SharedKey, bool, SharedKeyHash> small_walk_;  // walk_is_small per class
   std::vector<std::vector<uint32_t>> tokens_up_to_;                // [bytes]: bits of the tokens that short
   std::vector<std::shared_ptr<const StateMask>> masks_;            // every mask this grammar uses

@@ -251,6 +251,56 @@ TEST(Compiler, LongBoundedStringsShareMasksAndStayExactAtTheBound) {
   EXPECT_LT(counted->stats().work, kDefaultCompileWork / 4);
 }
 
+// Masks are shared by what a walk of up to the longest token meets
+// (Automaton::forward_hashes), not by rule: the copies near the bound of a
+// string of maxLength 30 are those of one of maxLength 45, in another rule
+// and another grammar. Every state's mask taken from the cache must equal
+// the one a cold compile computes.
+TEST(Compiler, NearBoundMasksAreSharedAcrossBounds) {
+  auto same = [](const StateMask* a, const StateMask* b) {
+    if ((a == nullptr) != (b == nullptr)) return false;
+    return a == nullptr || (a->accepted_bits == b->accepted_bits && a->accepted_ids == b->accepted_ids &&
+                            a->uncertain_ranks == b->uncertain_ranks);
+  };
+  const std::string first = R"({"type":"string","maxLength":30})";
+  const std::string second =
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":45},"b":{"type":"string","pattern":"^[a-z]{0,30}$"}}})";
+  clear_shared_mask_cache();
+  auto cold =
+      CompiledGrammar::compile(Grammar::from_json_schema(second), text_vocab(), CompileLimits{.defer_tokens = 0});
+  clear_shared_mask_cache();
+  CompiledGrammar::compile(Grammar::from_json_schema(first), text_vocab(), CompileLimits{.defer_tokens = 0});
+  CompiledGrammar::compile(Grammar::from_json_schema(std::string(R"({"type":"string","pattern":"^[a-z]{0,20}$"})")),
+                           text_vocab(), CompileLimits{.defer_tokens = 0});
+  auto warm =
+      CompiledGrammar::compile(Grammar::from_json_schema(second), text_vocab(), CompileLimits{.defer_tokens = 0});
+  EXPECT_GT(warm->stats().num_shared_states, 60);  // the last 30 positions of "a" and 20 of "b", and more
+  ASSERT_EQ(warm->stats().num_states, cold->stats().num_states);
+  int compared = 0;
+  for (int32_t s = 0; s < warm->stats().num_states; ++s) {
+    EXPECT_TRUE(same(warm->mask_of_state(s), cold->mask_of_state(s))) << "state " << s;
+    compared += warm->mask_of_state(s) != nullptr;
+  }
+  EXPECT_GT(compared, 100);
+  // And without trusting either compile: each token's bit at every length
+  // against what the matcher accepts.
+  const Vocabulary& v = *text_vocab();
+  GrammarMatcher m(warm);
+  std::vector<uint32_t> mask(size_t(m.mask_words()));
+  for (const auto& [open, bound] : {std::pair<std::string, int>{"{\"a\":\"", 45}, {"{\"b\":\"", 30}})
+    for (int written = 0; written <= bound; ++written) {
+      m.reset();
+      ASSERT_TRUE(m.accept_bytes(open + std::string(size_t(written), 'i')));
+      m.fill_next_token_bitmask(mask.data());
+      for (int32_t id = 0; id < v.num_tokens(); ++id) {
+        const bool in_mask = mask[size_t(id) >> 5] >> (id & 31) & 1;
+        const bool accepts = m.accept_token(id);
+        if (accepts) m.rollback(1);
+        ASSERT_EQ(in_mask, accepts) << open << " + " << written << " characters: token '" << v.token(id) << "'";
+      }
+    }
+}
+
 TEST(Vocabulary, BytesAndUtf8BelowEachTrieNode) {
   const Vocabulary& v = *text_vocab();
   auto node_of = [&](std::string_view prefix) {
