@@ -74,6 +74,31 @@ int32_t SequenceConstraint::allowed_prefix(std::span<const int32_t> drafts) {
   return n;
 }
 
+const uint32_t* SequenceConstraint::draft_mask(bool* any_allowed) {
+  *any_allowed = true;
+  if (phase_ != Phase::Active) return nullptr;
+  if (matcher_.is_terminated()) {
+    *any_allowed = false;
+    return nullptr;
+  }
+  draft_mask_.resize(size_t(matcher_.mask_words()));
+  matcher_.fill_next_token_bitmask(draft_mask_.data());
+  *any_allowed = std::any_of(draft_mask_.begin(), draft_mask_.end(), [](uint32_t w) { return w != 0; });
+  return draft_mask_.data();
+}
+
+bool SequenceConstraint::advance_draft(int32_t token) {
+  if (phase_ != Phase::Active) return true;
+  if (matcher_.is_terminated() || !matcher_.accept_token(token)) return false;
+  ++draft_steps_;
+  return true;
+}
+
+void SequenceConstraint::rollback_drafts() {
+  matcher_.rollback(draft_steps_);
+  draft_steps_ = 0;
+}
+
 std::string SequenceConstraint::forced_continuation() {
   if (!active() || matcher_.is_terminated()) return {};
   return matcher_.find_jump_forward_string();

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "grammar/compiler.h"
@@ -60,6 +61,21 @@ class SequenceConstraint {
   // run). The matcher walks them and rolls back, so its state is unchanged.
   // All of them while dormant (inside reasoning: nothing is masked there).
   int32_t allowed_prefix(std::span<const int32_t> drafts);
+  // Proposing under the grammar (speculative decoding: a draft model draws
+  // each draft from its logits masked by draft_mask(), then advance_draft()s
+  // the matcher over it, so every draft is one the grammar allows). Drafts
+  // are walked on the matcher itself and undone by rollback_drafts(), which
+  // the proposer calls before it returns (DraftGrammarWalk does): the
+  // sequence's own state never sees an unverified draft. While dormant
+  // (inside reasoning, or before the model chose whether to open a block)
+  // there is no mask and nothing is walked.
+  // The mask after the drafts walked so far, or null while dormant;
+  // `*any_allowed` false: the grammar allows nothing more (stop drafting).
+  const uint32_t* draft_mask(bool* any_allowed);
+  // False when the grammar rejects `token` (state unchanged; stop drafting).
+  bool advance_draft(int32_t token);
+  void rollback_drafts();
+  int32_t walked_drafts() const { return draft_steps_; }
   bool active() const { return phase_ == Phase::Active; }
   // The grammar is complete and allows nothing more (or EOS was accepted).
   bool terminated() const { return active() && matcher_.is_terminated(); }
@@ -79,7 +95,26 @@ class SequenceConstraint {
   Phase phase_ = Phase::Active;
   std::string reasoning_tail_;  // last bytes of the reasoning text (close-tag search window)
   std::vector<uint32_t> mask_;
+  std::vector<uint32_t> draft_mask_;  // draft_mask()'s own buffer: mask_ stays the sequence's
+  int32_t draft_steps_ = 0;           // drafts walked since the last rollback_drafts()
   int32_t rejected_ = 0;
+};
+
+// Rolls a constraint's draft walk back when it goes out of scope (also when
+// a draft forward throws), so the sequence's matcher is left as it was.
+class DraftGrammarWalk {
+ public:
+  explicit DraftGrammarWalk(SequenceConstraint* constraint) : constraint_(constraint) {}
+  ~DraftGrammarWalk() {
+    if (constraint_) constraint_->rollback_drafts();
+  }
+  DraftGrammarWalk(const DraftGrammarWalk&) = delete;
+  DraftGrammarWalk& operator=(const DraftGrammarWalk&) = delete;
+  DraftGrammarWalk(DraftGrammarWalk&& other) noexcept : constraint_(std::exchange(other.constraint_, nullptr)) {}
+  DraftGrammarWalk& operator=(DraftGrammarWalk&&) = delete;
+
+ private:
+  SequenceConstraint* constraint_;
 };
 
 // The grammar engine's view of a tokenizer: every id's bytes, its special

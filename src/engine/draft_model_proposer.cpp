@@ -66,14 +66,24 @@ void DraftModelProposer::forget(uint64_t sequence) {
   states_.erase(sequence);
 }
 
-void DraftModelProposer::draw(SequenceDraft& state, int32_t row, Draft& draft) {
+bool DraftModelProposer::draw(SequenceDraft& state, int32_t row, SequenceConstraint* constraint, Draft& draft) {
   const int32_t vocab = runner_->vocab_size();
   std::span<float> logits(logits_.row_as<float>(row), size_t(vocab));
-  const Sampler::Result result = state.sampler->sample(SamplerRow{.logits = logits});
+  // Under the request's grammar the draft is drawn from the masked logits
+  // (q is then the masked distribution: still the one the draft came from,
+  // which is all the rejection rule needs) and the walk advances over it.
+  const uint32_t* mask = nullptr;
+  if (constraint) {
+    bool any_allowed = true;
+    mask = constraint->draft_mask(&any_allowed);
+    if (!any_allowed) return false;
+  }
+  const Sampler::Result result = state.sampler->sample(SamplerRow{.logits = logits, .allowed_mask = mask});
+  if (constraint && !constraint->advance_draft(result.token)) return false;
   draft.tokens.push_back(result.token);
-  if (state.sampler->is_greedy()) return;
+  if (state.sampler->is_greedy()) return true;
   // q = softmax of the processed logits (temperature applied, truncated
-  // tokens at -inf): the distribution sample() drew from.
+  // and masked tokens at -inf): the distribution sample() drew from.
   const float max_logit = *std::max_element(logits.begin(), logits.end());
   const size_t base = draft.probs.size();
   draft.probs.resize(base + size_t(vocab));
@@ -84,15 +94,18 @@ void DraftModelProposer::draw(SequenceDraft& state, int32_t row, Draft& draft) {
     total += w;
   }
   for (int32_t t = 0; t < vocab; ++t) draft.probs[base + size_t(t)] = float(draft.probs[base + size_t(t)] / total);
+  return true;
 }
 
 std::vector<Draft> DraftModelProposer::propose(std::span<const DraftQuery> queries) {
   std::vector<Draft> drafts(queries.size());
+  // Grammar walks of the queries' constraints, rolled back when this returns.
+  std::vector<DraftGrammarWalk> walks;
   struct Active {
     size_t query;
     SequenceDraft* state;
     int32_t length;  // T: tokens of the sequence now
-    int32_t want;    // drafts to make
+    int32_t want;    // drafts to make (fewer once the grammar allows no more)
   };
   std::vector<Active> active;
   for (size_t i = 0; i < queries.size(); ++i) {
@@ -114,6 +127,7 @@ std::vector<Draft> DraftModelProposer::propose(std::span<const DraftQuery> queri
     int32_t want = std::min(q.max_tokens, runner_->context_length() - length);
     while (want > 0 && !ensure_blocks(state, length + want - 1)) --want;
     if (want <= 0) continue;
+    if (q.constraint) walks.emplace_back(q.constraint);
     active.push_back({i, &state, length, want});
   }
   if (active.empty()) return drafts;
@@ -152,8 +166,8 @@ std::vector<Draft> DraftModelProposer::propose(std::span<const DraftQuery> queri
     runner_->forward(batch_, logits_);
     if (logits_.device() != Device::CPU) logits_ = ops::to_device(logits_, Device::CPU);
     for (size_t r = 0; r < with_logits.size(); ++r) {
-      const Active& a = active[with_logits[r]];
-      draw(*a.state, int32_t(r), drafts[a.query]);
+      Active& a = active[with_logits[r]];
+      if (!draw(*a.state, int32_t(r), queries[a.query].constraint, drafts[a.query])) a.want = 0;
     }
   }
 
@@ -185,7 +199,10 @@ std::vector<Draft> DraftModelProposer::propose(std::span<const DraftQuery> queri
     if (rows.empty()) break;
     runner_->forward(batch_, logits_);
     if (logits_.device() != Device::CPU) logits_ = ops::to_device(logits_, Device::CPU);
-    for (size_t r = 0; r < rows.size(); ++r) draw(*active[rows[r]].state, int32_t(r), drafts[active[rows[r]].query]);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      Active& a = active[rows[r]];
+      if (!draw(*a.state, int32_t(r), queries[a.query].constraint, drafts[a.query])) a.want = j;
+    }
   }
   return drafts;
 }

@@ -14,9 +14,10 @@
 // All sequences asking in a step go through each of these forwards together.
 // Greedy requests take the draft's argmax; sampled ones draw from the
 // draft's distribution q (the request's logit bias, temperature and
-// top-k/top-p/min-p; no penalties, no grammar mask) and hand q to the
-// verifier, whose rejection
-// rule makes the output follow the target's distribution whatever q is.
+// top-k/top-p/min-p, and the grammar's mask: the drafts are walked on the
+// request's matcher and rolled back, so every draft is grammatical; no
+// penalties) and hand q to the verifier, whose rejection rule makes the
+// output follow the target's distribution whatever q is.
 #pragma once
 
 #include <cstdint>
@@ -54,8 +55,10 @@ class DraftModelProposer final : public DraftProposer {
   // Frees blocks past those covering `n_positions`.
   void trim_blocks(SequenceDraft& state, int32_t n_positions);
   bool ensure_blocks(SequenceDraft& state, int32_t n_positions);
-  // Draws the next draft from logits row `row` of logits_ into `draft` (q appended when sampled).
-  void draw(SequenceDraft& state, int32_t row, Draft& draft);
+  // Draws the next draft from logits row `row` of logits_ into `draft` (q
+  // appended when sampled), under `constraint`'s mask when there is one,
+  // advancing its walk. False: the grammar allows no further draft.
+  bool draw(SequenceDraft& state, int32_t row, SequenceConstraint* constraint, Draft& draft);
 
   std::unique_ptr<ModelRunner> runner_;
   double cost_per_draft_;

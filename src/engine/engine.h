@@ -65,6 +65,11 @@ struct SchedulerOptions {
   // One more verify row's cost relative to a decode step, for the adaptive
   // length (measured for the default model on the CPU: docs/speculative.md).
   double speculative_row_cost = 0.1;
+  // Proposers draft under the request's grammar (a draft model samples from
+  // its logits masked by it; prompt lookup passes over matches it forbids);
+  // false: drafts are proposed blind and cut at the first forbidden token
+  // (for measuring the difference: bench/spec_grammar_bench.cpp).
+  bool speculative_grammar_drafts = true;
 };
 
 struct EngineOptions {

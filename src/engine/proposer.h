@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 
 namespace brioche::engine {
@@ -26,6 +27,11 @@ struct DraftQuery {
   int32_t max_tokens = 0;           // drafts wanted, >= 1
   const SamplingParams* sampling =
       nullptr;  // the request's; a model proposer draws with its temperature and truncation
+  // The request's grammar (null: none, or proposing under it is off). A
+  // proposer proposes only drafts it allows, walking it with draft_mask() /
+  // advance_draft() and leaving it as it found it (DraftGrammarWalk); the
+  // scheduler still cuts drafts at the first forbidden one.
+  SequenceConstraint* constraint = nullptr;
 };
 
 struct Draft {
@@ -62,8 +68,15 @@ class PromptLookupProposer final : public DraftProposer {
   PromptLookupProposer(int32_t min_ngram, int32_t max_ngram);
   const char* name() const override { return "prompt-lookup"; }
   std::vector<Draft> propose(std::span<const DraftQuery> queries) override;
-  // Up to `max_tokens` tokens that may follow `tokens`; empty when no n-gram matches.
-  std::vector<int32_t> lookup(std::span<const int32_t> tokens, int32_t max_tokens) const;
+  // Up to `max_tokens` tokens that may follow `tokens`; empty when no n-gram
+  // matches. Under a grammar (`constraint`), a match whose continuation the
+  // grammar forbids from its first token on is passed over for the next
+  // one: the first match the grammar allows whole wins, else the one it
+  // allows the longest prefix of (cut there), among the first
+  // kGrammarCandidates matches.
+  std::vector<int32_t> lookup(std::span<const int32_t> tokens, int32_t max_tokens,
+                              SequenceConstraint* constraint = nullptr) const;
+  static constexpr int32_t kGrammarCandidates = 16;
 
  private:
   int32_t min_ngram_;

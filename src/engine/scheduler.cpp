@@ -734,7 +734,11 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
     const int32_t room = std::min({length, left, req.max_tokens - seq.n_generated - 1,
                                    runner_->context_length() - int32_t(seq.tokens.size()) - 1});
     if (room <= 0) continue;
-    queries.push_back({.sequence = seq.order, .tokens = seq.tokens, .max_tokens = room, .sampling = &req.sampling});
+    queries.push_back({.sequence = seq.order,
+                       .tokens = seq.tokens,
+                       .max_tokens = room,
+                       .sampling = &req.sampling,
+                       .constraint = options_.speculative_grammar_drafts ? seq.constraint.get() : nullptr});
     askers.push_back(&seq);
     planned_rows.push_back(p.chunk);
     left -= room;
@@ -746,7 +750,8 @@ void Engine::Scheduler::propose_drafts(const std::vector<Planned>& planned, int3
     Sequence& seq = *askers[i];
     Draft& draft = drafts[i];
     // Under a grammar, only the drafts it allows are run: the rest would be
-    // rejected by the mask at verification anyway.
+    // rejected by the mask at verification anyway. (Proposers given the
+    // constraint propose only allowed drafts; this cut is for those not.)
     if (seq.constraint) draft.tokens.resize(size_t(seq.constraint->allowed_prefix(draft.tokens)));
     if (draft.tokens.empty()) continue;
     if (!draft.probs.empty()) draft.probs.resize(draft.tokens.size() * vocab);
