@@ -564,6 +564,16 @@ class MaskBuilder {
       mask->accepted_bits.resize(words);
       for (int32_t w = 0; w < words; ++w) mask->accepted_bits[w] = from->accepted_bits[w] & keep_bits[w];
       for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+      // Few tokens left (near the bound): a list, as compute() would store
+      // it; ORing a whole bitset per mask costs a microsecond.
+      size_t count = 0;
+      for (uint32_t w : mask->accepted_bits) count += static_cast<size_t>(__builtin_popcount(w));
+      if (count < static_cast<size_t>(words)) {
+        for (int32_t w = 0; w < words; ++w)
+          for (uint32_t bits = mask->accepted_bits[w]; bits != 0; bits &= bits - 1)
+            mask->accepted_ids.push_back(w * 32 + __builtin_ctz(bits));
+        std::vector<uint32_t>().swap(mask->accepted_bits);
+      }
     } else {
       for (int32_t id : from->accepted_ids)
         if (short_enough(v_.token(id))) acc_.push_back(id);
