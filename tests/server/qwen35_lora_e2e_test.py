@@ -6,8 +6,10 @@ in_proj_qkv/in_proj_z/in_proj_b/in_proj_a/out_proj writes a PEFT adapter;
 peft loads it onto transformers' Qwen3_5ForCausalLM (f64) and its greedy
 tokens and their log-probabilities are what `brioche serve --adapter DIR`
 (the adapter merged at load) gives, within 1e-3. The adapter changes the
-answer (the base model's greedy text differs). DPO and ORPO train on the
-same model (the loss falls); --prefix-shared is refused with a reason.
+answer (the base model's greedy text differs). The same on the moe fixture
+(Qwen3_5MoeForCausalLM; LoRA on the attention and DeltaNet projections, the
+MoE block frozen). DPO and ORPO train on the dense model (the loss falls);
+--prefix-shared is refused with a reason.
 
 Usage: qwen35_lora_e2e_test.py --brioche build/cpu/brioche [--model tests/fixtures/qwen35]
 Exits 77 (skipped) when the binary, torch, transformers, peft or jinja2 is missing.
@@ -26,8 +28,8 @@ from serve_process import Server, e2e_main  # noqa: E402
 ARGS = None
 FACTS = [("What is the capital of France?", "Paris."), ("What color is the sky?", "Blue."),
          ("How many legs has a cat?", "Four."), ("What do bees make?", "Honey.")]
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-           "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"]
+TARGETS = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
 N_TOKENS = 4
 
 
@@ -47,16 +49,16 @@ class Qwen35Lora(unittest.TestCase):
         r = cls.train(cls.data, cls.adapter, "--iters", "60", "--batch-size", "4", "--learning-rate", "1e-2")
         assert r.returncode == 0, r.stderr
         cls.prompt_ids = cls.render("What do bees make?")
-        cls.peft_tokens, cls.peft_logprobs = cls.peft_greedy()
+        cls.peft_tokens, cls.peft_logprobs = cls.peft_greedy(cls.model, cls.adapter, TARGETS)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
-    def train(cls, data, out, *extra):
-        return subprocess.run([ARGS.brioche, "train", "-m", cls.model, "-d", data, "-o", out, "--rank", "8",
-                               "--threads", "2", "--target-modules", *TARGETS, *extra],
+    def train(cls, data, out, *extra, model=None, targets=TARGETS):
+        return subprocess.run([ARGS.brioche, "train", "-m", model or cls.model, "-d", data, "-o", out, "--rank", "8",
+                               "--threads", "2", "--target-modules", *targets, *extra],
                               capture_output=True, text=True, timeout=300)
 
     @classmethod
@@ -71,16 +73,18 @@ class Qwen35Lora(unittest.TestCase):
             text, add_special_tokens=False).ids
 
     @classmethod
-    def peft_greedy(cls):
+    def peft_greedy(cls, model_dir, adapter, targets):
         import torch
         from peft import PeftModel
         from tokenizers import Tokenizer
-        from transformers import Qwen3_5ForCausalLM
-        base = Qwen3_5ForCausalLM.from_pretrained(cls.model, dtype=torch.float64, attn_implementation="eager")
-        model = PeftModel.from_pretrained(base, cls.adapter).eval()
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM
+        model_cls = Qwen3_5MoeForCausalLM if model_dir.endswith("moe") else Qwen3_5ForCausalLM
+        base = model_cls.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager")
+        base.config._experts_implementation = "eager"
+        model = PeftModel.from_pretrained(base, adapter).eval()
         adapted = {n.split(".")[-2] for n, _ in model.named_modules() if n.endswith(".lora_A")}
-        assert adapted == set(TARGETS), f"peft adapted {sorted(adapted)}"
-        tok = Tokenizer.from_file(os.path.join(cls.model, "tokenizer.json"))
+        assert adapted == set(targets), f"peft adapted {sorted(adapted)}"
+        tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
         ids, tokens, logprobs = list(cls.prompt_ids), [], []
         with torch.no_grad():
             for _ in range(N_TOKENS):
@@ -91,8 +95,8 @@ class Qwen35Lora(unittest.TestCase):
                 ids.append(t)
         return tokens, logprobs
 
-    def complete(self, server):
-        status, body = server.post("/v1/completions", {"model": "dense", "prompt": self.prompt_ids,
+    def complete(self, server, model="dense"):
+        status, body = server.post("/v1/completions", {"model": model, "prompt": self.prompt_ids,
                                                        "max_tokens": N_TOKENS, "temperature": 0, "logprobs": 1,
                                                        "ignore_eos": True})
         self.assertEqual(status, 200, body)
@@ -115,6 +119,23 @@ class Qwen35Lora(unittest.TestCase):
         finally:
             server.stop()
         self.assertNotEqual(base_tokens, tokens, "the adapter changes the answer")
+
+    def test_moe_adapter_merged_at_load_matches_peft(self):
+        moe = os.path.join(ARGS.model, "moe")
+        adapter = os.path.join(self.tmp, "moe_adapter")
+        r = self.train(self.data, adapter, "--iters", "60", "--batch-size", "4", "--learning-rate", "1e-2", model=moe,
+                       targets=ATTENTION)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        peft_tokens, peft_logprobs = self.peft_greedy(moe, adapter, ATTENTION)
+        server = Server(ARGS.brioche, moe, "--adapter", adapter)
+        try:
+            tokens, logprobs = self.complete(server, "moe")
+        finally:
+            server.stop()
+        self.assertEqual(tokens, peft_tokens)
+        err = max(abs(a - b) for a, b in zip(logprobs, peft_logprobs))
+        print(f"moe serve --adapter (merged): tokens {tokens}, largest log-prob difference from peft {err:.2e}")
+        self.assertLess(err, 1e-3)
 
     def test_preference_methods_train(self):
         data = os.path.join(self.tmp, "pairs")
