@@ -123,6 +123,9 @@ std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, 
     // of positions: the draft keeps every running sequence's K/V as the
     // target does (bytes per position: sum over layers of K and V).
     KvSizing target_kv = options.kv, draft_kv = options.kv;
+    target_kv.window_sequences = options.scheduler.max_running;
+    target_kv.window_step_rows = options.scheduler.max_batch_tokens;
+    draft_kv.window_blocks = 0;  // the proposer keeps one table per sequence
     if (target_kv.n_blocks <= 0) {
       const size_t budget = kv_budget_bytes(options.kv, model->device());
       const double target_block =
@@ -138,6 +141,8 @@ std::unique_ptr<Engine> Engine::from_model(std::shared_ptr<model::Model> model, 
                                                     double(draft.weight_bytes()) / double(model->weight_bytes()));
   } else {
     KvSizing kv = options.kv;
+    kv.window_sequences = options.scheduler.max_running;  // what the window pool is sized for
+    kv.window_step_rows = options.scheduler.max_batch_tokens;
     // Hybrid models' snapshot slots serve the prefix cache and speculation
     // (the state before the drafts).
     if (!options.scheduler.prefix_cache && options.scheduler.speculative_tokens == 0) kv.state_snapshots = 0;

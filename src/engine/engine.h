@@ -89,6 +89,10 @@ struct EngineStats {
   int32_t kv_blocks_total = 0;
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_cached = 0;  // free but holding reusable prefixes
+  // The sliding layers' window pool (0 without one: docs/server.md "Sliding-window memory").
+  int32_t kv_window_blocks_total = 0;
+  int32_t kv_window_blocks_used = 0;
+  int32_t kv_window_blocks_cached = 0;
   uint64_t prefix_hit_blocks = 0;
   uint64_t prefix_query_blocks = 0;
   uint64_t prefix_hit_partial_tokens = 0;  // positions copied from cached blocks shared only partly

@@ -56,11 +56,34 @@ class TransformerRunner final : public ModelRunner {
         n_blocks = std::max(n_blocks - state_blocks, (context_ + sizing.block_size - 1) / sizing.block_size + 1);
       }
     }
+    int32_t window_blocks = 0;
+    window_ = model::KvCache::max_window(config);
+    if (window_ > 0 && sizing.window_blocks != 0 && !config.has_sequence_state()) {
+      // A sequence's live window blocks: the W - 1 positions before its
+      // next row and the block of that row; a step's rows add theirs.
+      const int32_t bs = sizing.block_size;
+      const int64_t per_sequence = (window_ - 1 + bs - 1) / bs + 2;
+      const int64_t wanted = sizing.window_blocks > 0 ? sizing.window_blocks
+                                                      : int64_t(std::max(sizing.window_sequences, 1)) * per_sequence +
+                                                            (std::max(sizing.window_step_rows, 1) + bs - 1) / bs;
+      // Never more than the main pool: both tables cover the same positions.
+      window_blocks = int32_t(std::min<int64_t>(wanted, n_blocks));
+      const size_t window_bytes = model::KvCache::window_block_bytes(config, bs, sizing.dtype);
+      const size_t main_bytes = model::KvCache::block_bytes(config, bs, sizing.dtype) - window_bytes;
+      if (sizing.n_blocks <= 0 && main_bytes > 0) {
+        // The budget that held n_blocks of every layer holds more main
+        // blocks once the sliding layers keep only window_blocks.
+        const size_t budget = size_t(n_blocks) * (main_bytes + window_bytes);
+        n_blocks = int32_t(
+            std::clamp<size_t>((budget - size_t(window_blocks) * window_bytes) / main_bytes, 1, size_t(INT32_MAX)));
+      }
+    }
     cache_ =
         std::make_unique<model::KvCache>(config, model::KvCacheOptions{.block_size = sizing.block_size,
                                                                        .n_blocks = n_blocks,
                                                                        .dtype = sizing.dtype,
                                                                        .device = model_->device(),
+                                                                       .n_window_blocks = window_blocks,
                                                                        .n_state_slots = state_slots_ + snapshots_});
   }
 
@@ -68,6 +91,8 @@ class TransformerRunner final : public ModelRunner {
   int32_t context_length() const override { return context_; }
   int32_t kv_block_size() const override { return cache_->block_size(); }
   int32_t kv_block_count() const override { return cache_->n_blocks(); }
+  int32_t kv_window_block_count() const override { return cache_->n_window_blocks(); }
+  int32_t kv_window() const override { return cache_->n_window_blocks() > 0 ? window_ : 0; }
   int32_t state_slot_count() const override { return state_slots_; }
   int32_t state_snapshot_count() const override { return snapshots_; }
   void copy_state(int32_t src, int32_t dst) override { cache_->copy_state_slot(src, dst); }
@@ -82,6 +107,8 @@ class TransformerRunner final : public ModelRunner {
     // here would leave the other ranks' blocks uncopied (whole-block sharing,
     // which needs no copy, still applies).
     if (!model_->kv_cache_is_whole()) return false;
+    // The window pool's blocks are not addressed by src/dst (a second table).
+    if (cache_->n_window_blocks() > 0) return false;
     cache_->copy_block_prefix(src, dst, n_tokens);
     return true;
   }
@@ -90,6 +117,7 @@ class TransformerRunner final : public ModelRunner {
   std::shared_ptr<model::Model> model_;
   std::unique_ptr<model::KvCache> cache_;
   int32_t context_ = 0;
+  int32_t window_ = 0;       // the model's largest sliding window (0: none)
   int32_t state_slots_ = 0;  // hybrid models: recurrent state slots in cache_ for running sequences
   int32_t snapshots_ = 0;    // and snapshot slots after them (the prefix cache's)
 };

@@ -36,6 +36,12 @@ class ModelRunner {
   virtual int32_t context_length() const = 0;  // positions a sequence may use
   virtual int32_t kv_block_size() const = 0;
   virtual int32_t kv_block_count() const = 0;
+  // The window pool (model::KvCache's, for sliding-window layers): its
+  // blocks, addressed by SequenceView::window_block_table, and the window
+  // they serve (a row at p reads p - window + 1 .. p there). 0 blocks: no
+  // pool, every layer keeps every block of the main table.
+  virtual int32_t kv_window_block_count() const { return 0; }
+  virtual int32_t kv_window() const { return 0; }
   // Where the model computes: with Device::CUDA the scheduler asks for
   // device logits and samples them there (device_sampler.h).
   virtual Device device() const { return Device::CPU; }
@@ -119,6 +125,15 @@ struct KvSizing {
   // slots and from the same budget. -1: as many as state slots; 0: none
   // (no prefix reuse for hybrid models).
   int32_t state_snapshots = -1;
+  // Sliding-window layers' own pool of blocks (docs/server.md "Sliding-window
+  // memory"): -1: sized for `window_sequences` sequences' windows plus one
+  // step of `window_step_rows` rows, and the main pool gets what that saves
+  // of the budget; 0: none (sliding layers keep every block, as full ones
+  // do); > 0: that many blocks. Only for models with sliding layers and no
+  // recurrent state.
+  int32_t window_blocks = -1;
+  int32_t window_sequences = 64;   // Engine::from_model: SchedulerOptions::max_running
+  int32_t window_step_rows = 512;  // Engine::from_model: SchedulerOptions::max_batch_tokens
 };
 
 inline constexpr int32_t kMaxStateSlots = 64;

@@ -21,6 +21,10 @@ Engine::Scheduler::Scheduler(std::unique_ptr<ModelRunner> runner, const TextCode
       options_(options),
       blocks_(runner_->kv_block_count(), runner_->kv_block_size()),
       eos_ids_(codec.eos_ids()) {
+  if (runner_->kv_window_block_count() > 0) {
+    window_blocks_ = std::make_unique<BlockAllocator>(runner_->kv_window_block_count(), runner_->kv_block_size());
+    window_ = runner_->kv_window();
+  }
   // Hybrid models keep a recurrent state per running sequence, in a slot:
   // at most one running sequence per slot; the prefix cache reuses blocks
   // only up to a state snapshot (a cached block's K/V says nothing of the
@@ -144,12 +148,19 @@ bool Engine::Scheduler::ensure_blocks(Sequence& seq, int32_t n_positions) {
   int32_t need = (n_positions + bs - 1) / bs - int32_t(seq.block_table.size());
   if (need <= 0) return true;
   if (need > blocks_.available_blocks()) return false;
+  if (window_blocks_ && need > window_blocks_->available_blocks()) return false;
   for (int32_t i = 0; i < need; ++i) seq.block_table.push_back(*blocks_.allocate());
+  if (window_blocks_)
+    for (int32_t i = 0; i < need; ++i) seq.window_table.push_back(*window_blocks_->allocate());
   return true;
 }
 
 int32_t Engine::Scheduler::fit_chunk(const Sequence& seq, int32_t wanted) const {
   int64_t capacity = int64_t(seq.block_table.size() + blocks_.available_blocks()) * blocks_.block_size();
+  // The window pool: its table is as long, its blocks before window_live given back already.
+  if (window_blocks_)
+    capacity = std::min<int64_t>(
+        capacity, int64_t(seq.window_table.size() + window_blocks_->available_blocks()) * blocks_.block_size());
   return int32_t(std::clamp<int64_t>(capacity - seq.n_computed, 0, wanted));
 }
 
@@ -204,6 +215,18 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
     seq.n_computed = keep * bs;
     return;
   }
+  if (window_blocks_) {
+    // Sliding layers: as far as their window before the end is cached too;
+    // no partial block (the runner copies main-pool blocks only).
+    const int32_t keep = match_window_prefix(seq, int32_t(seq.block_table.size()));
+    while (int32_t(seq.block_table.size()) > keep) {
+      blocks_.release(seq.block_table.back());
+      seq.block_table.pop_back();
+    }
+    seq.registered_blocks = keep;
+    seq.n_computed = keep * bs;
+    return;
+  }
   seq.registered_blocks = int32_t(seq.block_table.size());  // already in the cache
   seq.n_computed = int32_t(seq.block_table.size()) * bs;
   // Below block granularity: a cached block with the same prefix whose first
@@ -227,6 +250,46 @@ void Engine::Scheduler::match_prefix(Sequence& seq) {
   blocks_.release(partial->block);
 }
 
+int32_t Engine::Scheduler::match_window_prefix(Sequence& seq, int32_t matched) {
+  const int32_t bs = blocks_.block_size();
+  for (int32_t m = matched; m > 0; --m) {
+    // Rows from position m·bs on read the sliding layers' K/V from m·bs - window + 1.
+    const int32_t first = std::max(0, m * bs - window_ + 1) / bs;
+    bool cached = true;
+    for (int32_t b = first; b < m && cached; ++b) cached = window_blocks_->is_cached(block_hash(seq, size_t(b), bs));
+    if (!cached) continue;
+    std::vector<int32_t> taken;
+    for (int32_t b = first; b < m; ++b) {
+      const std::span<const int32_t> block_tokens(seq.tokens.data() + size_t(b) * bs, size_t(bs));
+      std::optional<int32_t> hit = window_blocks_->lookup(block_hash(seq, size_t(b), bs), block_tokens);
+      if (!hit) break;  // a hash collision: not this prefix
+      taken.push_back(*hit);
+    }
+    if (int32_t(taken.size()) != m - first) {
+      for (int32_t block : taken) window_blocks_->release(block);
+      continue;
+    }
+    seq.window_table.assign(size_t(first), -1);
+    seq.window_table.insert(seq.window_table.end(), taken.begin(), taken.end());
+    seq.window_live = first;
+    return m;
+  }
+  return 0;
+}
+
+void Engine::Scheduler::free_out_of_window(Sequence& seq) {
+  if (!window_blocks_) return;
+  const int32_t bs = blocks_.block_size();
+  // The next row (position n_computed) reads from n_computed - window + 1 on.
+  const int32_t first_read = seq.n_computed - window_ + 1;
+  for (; seq.window_live < int32_t(seq.window_table.size()) && (seq.window_live + 1) * bs <= first_read;
+       ++seq.window_live) {
+    int32_t& block = seq.window_table[size_t(seq.window_live)];
+    if (block >= 0) window_blocks_->release(block);
+    block = -1;
+  }
+}
+
 void Engine::Scheduler::register_full_blocks(Sequence& seq) {
   int32_t bs = blocks_.block_size();
   int32_t full = seq.n_computed / bs;
@@ -239,7 +302,11 @@ void Engine::Scheduler::register_full_blocks(Sequence& seq) {
     std::span<const int32_t> block_tokens(seq.tokens.data() + b * size_t(bs), size_t(bs));
     const BlockHash parent = b == 0 ? seq.prefix_seed : block_hash(seq, b - 1, bs);
     blocks_.register_full_block(seq.block_table[b], parent, block_hash(seq, b, bs), block_tokens);
+    // The sliding layers' K/V of the block, under the same hash, while it is still held.
+    if (window_blocks_ && seq.window_table[b] >= 0)
+      window_blocks_->register_full_block(seq.window_table[b], parent, block_hash(seq, b, bs), block_tokens);
   }
+  free_out_of_window(seq);
 }
 
 void Engine::Scheduler::release_blocks(Sequence& seq) {
@@ -247,6 +314,10 @@ void Engine::Scheduler::release_blocks(Sequence& seq) {
   // which is the part other requests are most likely to share.
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) blocks_.release(*it);
   seq.block_table.clear();
+  for (auto it = seq.window_table.rbegin(); it != seq.window_table.rend(); ++it)
+    if (*it >= 0) window_blocks_->release(*it);
+  seq.window_table.clear();
+  seq.window_live = 0;
   seq.registered_blocks = 0;
   seq.n_computed = 0;
   // Its recurrent state goes with its K/V: a resumed sequence starts over
@@ -502,6 +573,7 @@ void Engine::Scheduler::queue_forward(const std::vector<Planned>& planned) {
     view.n_rows = p.chunk + int32_t(seq.drafts.size());
     view.n_past = seq.n_computed;
     view.block_table = std::span<const int32_t>(seq.block_table);
+    view.window_block_table = std::span<const int32_t>(seq.window_table);
     view.adapter = seq.request->request.adapter.get();
     view.state_slot = seq.state_slot;
     if (state_chunk_ > 1 && !seq.drafts.empty()) {
@@ -831,6 +903,10 @@ void Engine::Scheduler::verify_drafts(Sequence& seq, const Tensor& logits, int32
         blocks_.release(seq.block_table.back());
         seq.block_table.pop_back();
       }
+      while (seq.window_table.size() > keep) {
+        if (seq.window_table.back() >= 0) window_blocks_->release(seq.window_table.back());
+        seq.window_table.pop_back();
+      }
       if (seq.rollback.slot >= 0) {
         // Hybrid: the state went through every draft row. Unless all were
         // accepted, it goes back to before them and the accepted ones are
@@ -906,6 +982,7 @@ void Engine::Scheduler::run_ahead(const std::vector<Sequence*>& sampled) {
                                .n_rows = 1,
                                .n_past = seq->n_computed,
                                .block_table = std::span<const int32_t>(seq->block_table),
+                               .window_block_table = std::span<const int32_t>(seq->window_table),
                                .adapter = seq->request->request.adapter.get(),
                                .state_slot = seq->state_slot});
     batch.positions.push_back(seq->n_computed);
@@ -1059,6 +1136,12 @@ EngineStats Engine::Scheduler::stats() const {
   s.kv_blocks_total = b.total_blocks;
   s.kv_blocks_used = b.used_blocks;
   s.kv_blocks_cached = b.cached_free_blocks;
+  if (window_blocks_) {
+    const BlockAllocatorStats w = window_blocks_->stats();
+    s.kv_window_blocks_total = w.total_blocks;
+    s.kv_window_blocks_used = w.used_blocks;
+    s.kv_window_blocks_cached = w.cached_free_blocks;
+  }
   s.prefix_hit_blocks = b.prefix_hit_blocks;
   s.prefix_query_blocks = b.prefix_query_blocks;
   s.prefix_hit_partial_tokens = partial_hit_tokens_;

@@ -45,6 +45,11 @@ struct Sequence {
   int32_t n_prompt = 0;
   int32_t n_computed = 0;
   std::vector<int32_t> block_table;  // KV blocks covering positions [0, n_computed + pending)
+  // The window pool's table (sliding layers, ModelRunner::kv_window_block_count
+  // > 0): as long as block_table; entries before window_live are -1, given
+  // back once no later row's window reaches them (free_out_of_window).
+  std::vector<int32_t> window_table;
+  int32_t window_live = 0;
   // Chained hashes of the token blocks, extended on demand (scheduler.cpp
   // block_hash): a block's hash depends only on the tokens up to its end, so
   // it is computed once however often the prompt is matched.
@@ -141,6 +146,13 @@ class Engine::Scheduler {
   void match_prefix(Sequence& seq);
   void register_full_blocks(Sequence& seq);
   void release_blocks(Sequence& seq);
+  // Gives back seq's window-pool blocks that every row from n_computed on
+  // reads past (positions < n_computed - window + 1).
+  void free_out_of_window(Sequence& seq);
+  // Among prefixes of the first `matched` blocks, the longest whose sliding
+  // layers' K/V is cached too (the window before its end, in the window
+  // pool's prefix cache); takes those blocks into seq.window_table.
+  int32_t match_window_prefix(Sequence& seq, int32_t matched);
   void preempt(Sequence* seq);
   // Runs `planned` (its forward already queued when `forward_queued`: a step
   // run ahead), samples the rows that reached their last token and accepts
@@ -178,6 +190,9 @@ class Engine::Scheduler {
   const TextCodec& codec_;
   SchedulerOptions options_;
   BlockAllocator blocks_;
+  // The sliding layers' pool (null without one) and their window.
+  std::unique_ptr<BlockAllocator> window_blocks_;
+  int32_t window_ = 0;
   std::vector<int32_t> eos_ids_;
   std::vector<std::unique_ptr<Sequence>> running_;  // oldest first
   std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order

@@ -20,10 +20,15 @@ namespace brioche::model {
 struct ServedAdapter;
 
 struct SequenceView {
-  int32_t first_row = 0;                   // index of this sequence's first row in the batch
-  int32_t n_rows = 0;                      // rows of this sequence in the batch
-  int32_t n_past = 0;                      // positions already in the KV cache before these rows
-  std::span<const int32_t> block_table;    // covers positions [0, n_past + n_rows)
+  int32_t first_row = 0;                 // index of this sequence's first row in the batch
+  int32_t n_rows = 0;                    // rows of this sequence in the batch
+  int32_t n_past = 0;                    // positions already in the KV cache before these rows
+  std::span<const int32_t> block_table;  // covers positions [0, n_past + n_rows)
+  // The window pool's table (KvCache::windowed layers; empty when the cache
+  // has no window pool): as long as block_table, but only the blocks that a
+  // row of this batch can read through the layers' windows are valid; the
+  // entries before them are -1 (given back).
+  std::span<const int32_t> window_block_table;
   const ServedAdapter* adapter = nullptr;  // the LoRA its rows run with (model/served_adapter.h); null: the base
   // Its recurrent-state slot in the KvCache (hybrid models: KvCache::
   // conv_state / recurrent_state); -1 for models without such state. The

@@ -176,8 +176,9 @@ void Gemma4Model::add_lora(int layer, Projection p, const Tensor& x, Tensor& y) 
   ops::lora_rows_add(x, segments, y, u);
 }
 
-void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<const ops::AttentionSequence> sequences,
-                            KvCache& cache, Tensor& x) {
+void Gemma4Model::attention(int layer, const ForwardBatch& batch,
+                            std::span<const ops::AttentionSequence> main_sequences,
+                            std::span<const ops::AttentionSequence> window_sequences, KvCache& cache, Tensor& x) {
   const Gemma4Config& g = ck_.config;
   const ModelConfig& c = g.base;
   const Gemma4LayerSpec& spec = g.layers[size_t(layer)];
@@ -189,6 +190,10 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch, std::span<cons
   Tensor attn = buf_.attn.rows(n, H * hd);  // [n, H·hd]
   Tensor out = buf_.out.rows(n, c.hidden_size);
   const bool own_kv = !g.kv_shared(layer);
+  // The layer whose cache holds the K/V read here (itself unless KV-shared)
+  // decides the table: a sliding layer's blocks may be in the window pool.
+  const std::span<const ops::AttentionSequence> sequences =
+      cache.windowed(spec.kv_source) ? window_sequences : main_sequences;
   Tensor k, v;
   if (own_kv) {
     k = buf_.k.rows(n, KV * hd);  // [n, KV·hd]
@@ -338,6 +343,10 @@ void Gemma4Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
   std::vector<ops::AttentionSequence> sequences;
   sequences.reserve(batch.sequences.size());
   for (const SequenceView& s : batch.sequences) sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
+  std::vector<ops::AttentionSequence> window_sequences;
+  if (cache.n_window_blocks() > 0)
+    for (const SequenceView& s : batch.sequences)
+      window_sequences.push_back({s.first_row, s.n_rows, s.n_past, s.window_block_table});
 
   Tensor x = buf_.x.rows(n, c.hidden_size);  // [n, hidden] residual stream
   ops::embedding(w.token_embd, batch.tokens, x);
@@ -347,7 +356,7 @@ void Gemma4Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
 
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const Gemma4LayerWeights& lw = w.layers[size_t(layer)];
-    attention(layer, batch, sequences, cache, x);
+    attention(layer, batch, sequences, window_sequences, cache, x);
     mlp(layer, x);
     if (g.ple_dim > 0) {
       const int64_t P = g.ple_dim;

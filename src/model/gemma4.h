@@ -41,8 +41,10 @@ class Gemma4Model final : public Model {
   };
 
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  // `sequences` address the main blocks, `window_sequences` the window pool
+  // (the layers KvCache::windowed; empty when the cache has none).
   void attention(int layer, const ForwardBatch& batch, std::span<const ops::AttentionSequence> sequences,
-                 KvCache& cache, Tensor& x);
+                 std::span<const ops::AttentionSequence> window_sequences, KvCache& cache, Tensor& x);
   void mlp(int layer, Tensor& x);
   // The MoE block's expert half: out = Σ_k weight_k · expert_k(rms_norm(x)).
   void experts(int layer, const Tensor& x, Tensor& out);

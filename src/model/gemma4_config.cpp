@@ -222,7 +222,9 @@ Gemma4Config read_gemma4_config(const json& config, const std::string& source) {
   }
   for (int i = 0; i < c.n_layers; ++i) {
     const Gemma4LayerSpec& l = g.layers[size_t(i)];
-    c.kv_layers.push_back(l.kv_source == i ? KvLayerShape{l.n_kv_heads, l.head_dim} : KvLayerShape{0, 0});
+    // A KV-shared layer keeps none: it reads its source's (same type, so the same window).
+    c.kv_layers.push_back(l.kv_source == i ? KvLayerShape{l.n_kv_heads, l.head_dim, l.sliding ? c.sliding_window : 0}
+                                           : KvLayerShape{0, 0, 0});
   }
 
   // Per-layer inputs.

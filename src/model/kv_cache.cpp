@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -14,15 +15,17 @@ KvCache::KvCache(const ModelConfig& config, KvCacheOptions options) : options_(o
                 dtype_name(options.dtype));
   BRIOCHE_CHECK(config.kv_layers.empty() || int(config.kv_layers.size()) == config.n_layers,
                 "KV cache: ", config.kv_layers.size(), " per-layer shapes for a model of ", config.n_layers, " layers");
+  BRIOCHE_CHECK(options.n_window_blocks >= 0, "KV cache: n_window_blocks ", options.n_window_blocks, " must be >= 0");
   for (int l = 0; l < config.n_layers; ++l) {
     const KvLayerShape shape = config.kv_shape(l);
+    windowed_.push_back(options.n_window_blocks > 0 && shape.window > 0 && shape.n_kv_heads > 0);
     if (shape.n_kv_heads == 0) {
       keys_.emplace_back();
       values_.emplace_back();
       continue;
     }
-    const std::initializer_list<int64_t> dims = {options.n_blocks, options.block_size, shape.n_kv_heads,
-                                                 shape.head_dim};
+    const int64_t blocks = windowed_.back() ? options.n_window_blocks : options.n_blocks;
+    const std::initializer_list<int64_t> dims = {blocks, options.block_size, shape.n_kv_heads, shape.head_dim};
     keys_.push_back(ops::zeros(options.dtype, dims, options.device));
     values_.push_back(ops::zeros(options.dtype, dims, options.device));
   }
@@ -63,6 +66,20 @@ size_t KvCache::block_bytes(const ModelConfig& config, int block_size, DType dty
   return 2 * values_per_position * size_t(block_size) * size_t(dtype_info(dtype).block_bytes);
 }
 
+size_t KvCache::window_block_bytes(const ModelConfig& config, int block_size, DType dtype) {
+  size_t values_per_position = 0;
+  for (int l = 0; l < config.n_layers; ++l)
+    if (config.kv_shape(l).window > 0) values_per_position += size_t(config.kv_shape(l).dim());
+  return 2 * values_per_position * size_t(block_size) * size_t(dtype_info(dtype).block_bytes);
+}
+
+int KvCache::max_window(const ModelConfig& config) {
+  int window = 0;
+  for (int l = 0; l < config.n_layers; ++l)
+    if (config.kv_shape(l).n_kv_heads > 0) window = std::max(window, config.kv_shape(l).window);
+  return window;
+}
+
 void KvCache::copy_state_slot(int src, int dst) {
   BRIOCHE_CHECK(src >= 0 && src < n_state_slots() && dst >= 0 && dst < n_state_slots(), "KV cache: copy_state_slot(",
                 src, ", ", dst, ") outside [0, ", n_state_slots(), ")");
@@ -85,7 +102,7 @@ void KvCache::copy_block_prefix(int src, int dst, int n_slots) {
                 block_size());
   if (src == dst || n_slots == 0) return;
   for (size_t l = 0; l < keys_.size(); ++l) {
-    if (!keys_[l].defined()) continue;
+    if (!keys_[l].defined() || windowed_[l]) continue;
     for (Tensor* t : {&keys_[l], &values_[l]}) {
       // [1, n_slots, n_kv_heads, head_dim]: contiguous, the block's leading positions
       Tensor to = t->slice(0, dst, dst + 1).slice(1, 0, n_slots);

@@ -29,6 +29,11 @@ struct RopeConfig {
 struct KvLayerShape {
   int n_kv_heads = 0;  // 0: the layer keeps no K/V in the cache
   int head_dim = 0;
+  // A sliding-window layer's window (a row at p reads keys p - window + 1 ..
+  // p); 0: it reads every earlier key. Its K/V may then live in the cache's
+  // window pool, whose blocks the engine frees once no row can read them
+  // (KvCacheOptions::n_window_blocks, docs/server.md "Sliding-window memory").
+  int window = 0;
   int64_t dim() const { return int64_t(n_kv_heads) * head_dim; }
 };
 

@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/cpu/attention.h"
@@ -35,9 +36,15 @@ backend::cpu::KvCacheLayer cache_layer(const Tensor& k_cache, const Tensor& v_ca
           .block_size = int(k_cache.dim(1))};
 }
 
-// Checks every sequence's rows and block table and converts them.
+// Checks every sequence's rows and block table and converts them. Only the
+// entries the op touches must be blocks: a store writes positions from
+// n_past on (first_key = kStoreOnly); attention reads from the first key in
+// a row's window (sliding_window > 0), or from 0. The engine gives back the
+// window pool's blocks before that (-1 entries: KvCache's window pool).
+constexpr int kStoreOnly = -1;
 std::vector<backend::cpu::KvSequence> kv_sequences(std::span<const AttentionSequence> sequences, int64_t n_rows,
-                                                   const backend::cpu::KvCacheLayer& cache, const char* op) {
+                                                   const backend::cpu::KvCacheLayer& cache, const char* op,
+                                                   int window) {
   std::vector<backend::cpu::KvSequence> out;
   out.reserve(sequences.size());
   for (size_t s = 0; s < sequences.size(); ++s) {
@@ -50,7 +57,10 @@ std::vector<backend::cpu::KvSequence> kv_sequences(std::span<const AttentionSequ
     int64_t needed = (positions + cache.block_size - 1) / cache.block_size;
     BRIOCHE_CHECK(int64_t(seq.block_table.size()) >= needed, op, ": sequence ", s, " needs ", needed, " blocks for ",
                   positions, " positions, its block table has ", seq.block_table.size());
-    for (int64_t b = 0; b < needed; ++b) {
+    const int64_t first_key = window == kStoreOnly ? seq.n_past
+                              : window > 0         ? std::max<int64_t>(0, int64_t(seq.n_past) - window + 1)
+                                                   : 0;
+    for (int64_t b = first_key / cache.block_size; b < needed; ++b) {
       int32_t id = seq.block_table[b];
       BRIOCHE_CHECK(id >= 0 && id < cache.n_blocks, op, ": sequence ", s, " block table entry ", b, " is ", id,
                     ", the cache has ", cache.n_blocks, " blocks");
@@ -73,7 +83,7 @@ backend::cpu::StoreKvArgs store_kv_args(const Tensor& k, const Tensor& v, std::s
   auto cache = cache_layer(k_cache, v_cache, n_kv_heads, head_dim, "store_kv");
   BRIOCHE_CHECK(kr.dim == int64_t(n_kv_heads) * head_dim, "store_kv: k rows have ", kr.dim, " values, the cache holds ",
                 n_kv_heads, " x ", head_dim);
-  seqs = kv_sequences(sequences, kr.n_rows, cache, "store_kv");
+  seqs = kv_sequences(sequences, kr.n_rows, cache, "store_kv", kStoreOnly);
   return {.k = kr.data,
           .v = vr.data,
           .k_stride = kr.stride,
@@ -118,7 +128,7 @@ backend::cpu::PagedAttentionArgs attention_args(const Tensor& q, const Tensor& k
   BRIOCHE_CHECK(orows.n_rows == qr.n_rows && orows.dim == qr.dim, "paged_attention: out ", out.describe(),
                 " does not match q ", q.describe());
   auto cache = cache_layer(k_cache, v_cache, p.n_kv_heads, p.head_dim, "paged_attention");
-  seqs = kv_sequences(sequences, qr.n_rows, cache, "paged_attention");
+  seqs = kv_sequences(sequences, qr.n_rows, cache, "paged_attention", p.sliding_window);
   return {.q = qr.data,
           .out = orows.data,
           .q_stride = qr.stride,
