@@ -289,6 +289,7 @@ class RuleBuilder {
   // the bound leads to (where the written-out copies start).
   int32_t counted(int32_t child, int32_t before, int64_t rounds, int32_t leave) {
     const int32_t outer = current_loop_;
+    BRIOCHE_CHECK(num_loops_ < 32767, "grammar: more than 32767 counted repetitions in one rule");
     current_loop_ = num_loops_++;
     const int32_t head = new_state();
     const Fragment body = build(child);
@@ -845,7 +846,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
       AutomatonState s;
       s.rule = static_cast<int32_t>(r);
       s.accepting = st.accepting;
-      s.loop = st.loop;
+      s.loop = static_cast<int16_t>(st.loop);
       if (st.counter.loop_target >= 0) {
         s.counter = static_cast<int32_t>(a.counters.size());
         a.counters.push_back({st.counter.loop_target + base, st.counter.exit_target + base, st.counter.rounds});

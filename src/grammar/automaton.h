@@ -41,13 +41,13 @@ struct CounterEdge {
 
 struct AutomatonState {
   int32_t rule = -1;
+  int32_t counter = -1;                   // into Automaton::counters: a round ends here; -1: none
+  uint32_t byte_begin = 0, byte_end = 0;  // into Automaton::byte_edges
+  uint32_t rule_begin = 0, rule_end = 0;  // into Automaton::rule_edges
   // The counted repetition (its index among its rule's) whose body holds
   // this state, or -1. Within one a stack node keeps its count.
-  int32_t loop = -1;
-  int32_t counter = -1;  // into Automaton::counters: the round ends here; -1: none
+  int16_t loop = -1;
   bool accepting = false;
-  uint32_t byte_begin = 0, byte_end = 0;           // into Automaton::byte_edges
-  uint32_t rule_begin = 0, rule_end = 0;           // into Automaton::rule_edges
   uint8_t first_byte_lo = 255, first_byte_hi = 0;  // bounds of all byte edges (fast reject)
 };
 

@@ -94,8 +94,9 @@ class PdaWalker {
   // The node for `target` after `from`'s state moved there inside one rule:
   // the count is kept within one counted repetition, else it is 0.
   int32_t moved(const StackNode& from, int32_t target) {
+    if (from.count == 0) return arena_.intern(target, from.parent);  // nothing to keep (and outside every count)
     const int32_t loop = a_.states[target].loop;
-    const bool keep = track_counts_ && loop >= 0 && loop == a_.states[from.state].loop;
+    const bool keep = loop >= 0 && loop == a_.states[from.state].loop;
     return arena_.intern(target, from.parent, keep ? from.count : 0);
   }
 
