@@ -22,6 +22,7 @@
 #include "core/thread_pool.h"
 #include "model/device_weights.h"
 #include "model/gemma4_weights.h"
+#include "model/load_qwen35_gguf.h"
 #include "model/qwen35_weights.h"
 #include "model/weights.h"
 #include "ops/collective.h"
@@ -171,7 +172,8 @@ int run(const TrainFlags& flags) {
   // Gemma 4 and Qwen 3.5 have their own checkpoints and training stacks (CPU only: --device auto picks
   // the CPU for them); the Llama family shares model::Checkpoint.
   const bool gemma4 = std::filesystem::is_directory(config.model) && model::is_gemma4_directory(config.model);
-  const bool qwen35 = std::filesystem::is_directory(config.model) && model::is_qwen35_directory(config.model);
+  const bool qwen35 = std::filesystem::is_directory(config.model) ? model::is_qwen35_directory(config.model)
+                                                                  : model::is_qwen35_gguf(config.model);
   const char* own_stack = gemma4 ? "Gemma 4" : qwen35 ? "Qwen 3.5" : nullptr;
   if (own_stack && config.device == "auto") config.device = "cpu";
   const Device device = config.resolved_device();
@@ -200,7 +202,7 @@ int run(const TrainFlags& flags) {
                                                      : model::load_gguf_checkpoint(config.model);
   const std::string& model_dir = gemma4 ? g4.directory : qwen35 ? q35.directory : ck.directory;
   const std::string& chat_template = gemma4 ? g4.chat_template : qwen35 ? q35.chat_template : ck.chat_template;
-  auto tok = engine::load_model_tokenizer(own_stack ? nullptr : ck.gguf.get(), model_dir);
+  auto tok = engine::load_model_tokenizer(gemma4 ? nullptr : qwen35 ? q35.gguf.get() : ck.gguf.get(), model_dir);
   // Base weights go to the device once, in their stored dtype (bf16, f16, quantized blocks).
   if (device == Device::CUDA) model::move_weights(ck, device);
   train::DatasetOptions options{.preference = train::is_preference(config.method),
