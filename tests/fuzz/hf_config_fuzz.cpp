@@ -2,15 +2,17 @@
 // (src/model/load_qwen35.cpp) and Gemma 4 (src/model/gemma4_config.cpp,
 // load_gemma4.cpp), each beside real weights: a mutated config.json goes
 // into a directory holding one of the committed fixtures' model.safetensors
-// (tests/fixtures/qwen35/{dense,moe}, tests/fixtures/gemma4/{mix,e2b,moe}),
+// (tests/fixtures/qwen35/{dense,moe}, tests/fixtures/gemma4/{mix,e2b,moe},
+// and the MLX ones qwen35/mlx-{dense,moe}, gemma4/mlx-{ple,moe}: their
+// quantization blocks, per-module bits and group sizes, mutate too),
 // then Model::load and, when it loads, one forward of two tokens (with a
 // state slot for hybrid models). Any input must either load and run or throw
 // brioche::Error: no crash, no SIGFPE, no allocation the config alone asks
 // for (libFuzzer's malloc limit catches those).
 //
-// Input: one byte choosing the fixture (its value modulo 5, in the order
+// Input: one byte choosing the fixture (its value modulo 9, in the order
 // above), then the config.json text. Seeds: tests/fuzz/corpus/hf_config (the
-// five fixtures' own configs); dictionary tests/fuzz/hf_config.dict.
+// nine fixtures' own configs); dictionary tests/fuzz/hf_config.dict.
 #include <unistd.h>
 
 #include <array>
@@ -32,8 +34,9 @@ namespace {
 using namespace brioche;
 namespace fs = std::filesystem;
 
-constexpr std::array<const char*, 5> kFixtures = {"qwen35/dense", "qwen35/moe", "gemma4/mix", "gemma4/e2b",
-                                                  "gemma4/moe"};
+constexpr std::array<const char*, 9> kFixtures = {"qwen35/dense",   "qwen35/moe",     "gemma4/mix",
+                                                  "gemma4/e2b",     "gemma4/moe",     "qwen35/mlx-dense",
+                                                  "qwen35/mlx-moe", "gemma4/mlx-ple", "gemma4/mlx-moe"};
 
 // One directory per fixture in /dev/shm, holding a copy of its weights
 // (made once per process); config.json is rewritten per input.
