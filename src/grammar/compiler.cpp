@@ -467,7 +467,10 @@ class MaskBuilder {
   }
 
   const StateMask* compute(int32_t s) {
-    if (twin_offset_[s] >= 0) return derive(s);
+    // Deferred states (computed on a mask's first use, after the eager
+    // pass) are small: their own walk is cheaper than a derivation's
+    // bitset passes over the whole vocabulary.
+    if (twin_offset_[s] >= 0 && !eager_pass_done_) return derive(s);
     acc_.clear();
     unc_.clear();
     const uint64_t walk_start = pre_.work();
