@@ -1019,6 +1019,9 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
                 : engine->model() && engine->model()->device() == Device::CUDA ? "fitted to the GPU's free memory"
                                                                                : "the CPU's default of 256 MiB",
                 options.engine.scheduler.max_batch_tokens);
+    if (stats.kv_window_blocks_total > 0)
+      std::printf("  sliding-window layers: %d blocks of their own, freed once out of the window (docs/server.md)\n",
+                  stats.kv_window_blocks_total);
     if (server->jobs_enabled()) {
       std::printf("  fine-tuning jobs: %s (docs/jobs-api.md)\n", options.jobs.data_dir.c_str());
     }

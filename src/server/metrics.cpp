@@ -103,6 +103,10 @@ std::string Metrics::render(const engine::EngineStats& e, const AdapterCounts& a
   gauge("brioche_kv_blocks_total", "KV cache blocks.", double(e.kv_blocks_total));
   gauge("brioche_kv_blocks_used", "KV cache blocks held by sequences.", double(e.kv_blocks_used));
   gauge("brioche_kv_blocks_cached", "Free KV blocks keeping a reusable prefix.", double(e.kv_blocks_cached));
+  gauge("brioche_kv_window_blocks_total", "Sliding-window layers' KV blocks (0: they use the main blocks).",
+        double(e.kv_window_blocks_total));
+  gauge("brioche_kv_window_blocks_used", "Sliding-window layers' KV blocks held by sequences.",
+        double(e.kv_window_blocks_used));
   gauge("brioche_kv_usage_ratio", "Fraction of KV blocks in use.",
         e.kv_blocks_total ? double(e.kv_blocks_used) / double(e.kv_blocks_total) : 0.0);
   counter("brioche_prefix_cache_hit_blocks_total", "KV blocks reused from the prefix cache.",
