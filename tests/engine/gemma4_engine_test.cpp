@@ -151,4 +151,35 @@ TEST(Gemma4Engine, PrefixReuseTakesOnlyWhatTheWindowPoolStillHolds) {
   }
 }
 
+// Forks share the prompt's window blocks through the prefix cache; drafts
+// (prompt lookup on a repetitive prompt) write K/V past n_computed and
+// give back the rejected positions' blocks in both tables.
+TEST(Gemma4Engine, ForksAndSpeculationWithTheWindowPoolGiveTheTokensOfKeepingEveryBlock) {
+  auto keep_all = Engine::load(options(256, 0));
+  auto windowed = Engine::load(options(256, 12, 4));
+  EngineOptions speculating = options(256, 12, 4);
+  speculating.scheduler.speculative_tokens = 4;
+  auto drafting = Engine::load(speculating);  // greedy only: seeded drafts draw differently
+  std::vector<int32_t> repetitive;
+  for (int i = 0; i < 6; ++i)
+    for (int32_t id : prompt(9, 7)) repetitive.push_back(id);
+  GenerationRequest forks = request(prompt(8, 30), 40, true);
+  forks.n = 3;
+  std::vector<std::vector<int32_t>> want(3), got(3);
+  for (auto [engine, out] : {std::pair{keep_all.get(), &want}, std::pair{windowed.get(), &got}}) {
+    std::shared_ptr<RequestHandle> h = engine->submit(GenerationRequest(forks));
+    while (std::optional<GenerationEvent> e = h->next()) {
+      EXPECT_NE(e->finish, FinishReason::Error) << e->error;
+      (*out)[size_t(e->choice)].insert((*out)[size_t(e->choice)].end(), e->tokens.begin(), e->tokens.end());
+    }
+  }
+  EXPECT_EQ(got, want);
+  const Outcome plain = collect(*keep_all->submit(request(repetitive, 60, false)));
+  const Outcome drafted = collect(*drafting->submit(request(repetitive, 60, false)));
+  EXPECT_EQ(drafted.tokens, plain.tokens);
+  const EngineStats spec = drafting->stats();
+  EXPECT_GT(spec.spec_accepted_tokens, 0u);
+  EXPECT_LT(spec.spec_accepted_tokens, spec.spec_draft_tokens);  // rejected ones gave their blocks back
+}
+
 }  // namespace
