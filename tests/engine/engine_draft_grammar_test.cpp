@@ -128,6 +128,21 @@ TEST(EngineDraftGrammar, GreedyOutputUnderJsonSchemaAndRegexIsTheSame) {
   EXPECT_GT(accepted, 10u) << "drafts proposed under the grammar must have been kept";
 }
 
+TEST(EngineDraftGrammar, SampledSeededRequestsUnderAGrammarAreReproducibleAndGrammatical) {
+  // Sampled: the draft draws from its masked distribution q and hands that q
+  // to the rejection rule. The same seed gives the same tokens, in the
+  // grammar, with drafts kept.
+  LOAD_OR_SKIP(engine, DType::Q8_0, true);
+  grammar::GrammarCache cache(grammar_vocabulary(*engine->tokenizer(), engine->vocab_size()));
+  GenerationRequest r = constrained(*engine, cache, kRegexPrompt, grammar::Grammar::from_regex(kRegex), 40);
+  r.sampling = {.temperature = 0.8f, .top_p = 0.95f, .seed = 7};
+  const uint64_t before = engine->stats().spec_accepted_tokens;
+  const Output first = collect(*engine->submit(r));
+  EXPECT_EQ(collect(*engine->submit(r)).tokens, first.tokens);
+  EXPECT_TRUE(std::regex_match(first.text, std::regex(kRegex))) << first.text;
+  EXPECT_GT(engine->stats().spec_accepted_tokens, before);
+}
+
 // The default model with `token`'s logit raised far above the rest in every
 // row: a draft that, proposing blind, always guesses `token` first.
 class Pushing final : public ModelRunner {
