@@ -237,6 +237,14 @@ Tensor SafetensorsFile::tensor(std::string_view name) const {
   }
   // The mapping is private copy-on-write, so a writable pointer cannot alter the file.
   void* data = const_cast<uint8_t*>(data_ + info->begin);
+  // The format does not align tensors (the reference writer pads its header
+  // to 8 bytes, mlx's writer does not): a tensor at an offset its element
+  // size does not divide is copied, since kernels read elements in place.
+  if (reinterpret_cast<uintptr_t>(data) % dtype_info(dtype).block_bytes != 0) {
+    Tensor copy = Tensor::zeros(dtype, shape.data(), int(shape.size()));
+    std::memcpy(copy.data(), data, copy.nbytes());
+    return copy;
+  }
   return Tensor::view(data, dtype, shape.data(), int(shape.size()), owner_);
 }
 

@@ -1,6 +1,8 @@
 // safetensors reader/writer against fixtures written by the python safetensors
 // package, MLX affine repacking against MLX-packed weights, and hostile files.
 #include <cmath>
+#include <cstring>
+#include <fstream>
 
 #include "core/half.h"
 #include "formats/file_write.h"
@@ -62,6 +64,27 @@ TEST(SafetensorsFile, ReadsPythonWrittenFile) {
   EXPECT_THAT(error_of([&] { file->tensor("e.u8"); }), HasSubstr("dtype U8 has no brioche DType"));
   EXPECT_THAT(error_of([&] { file->tensor("zz"); }),
               HasSubstr("basic.safetensors: tensor 'zz' expected, found absent"));
+}
+
+// A tensor the file places at an odd byte (the format does not align; mlx's
+// writer does not pad its header) comes back as an aligned copy with the
+// same values, not a misaligned view.
+TEST(SafetensorsFile, MisalignedTensorIsCopiedAligned) {
+  TempDir dir;
+  std::string header = R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})";
+  if ((8 + header.size()) % 2 == 0) header += " ";  // data at an odd offset
+  const float values[3] = {1.5f, -2.25f, 3.0f};
+  std::string bytes(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(values), sizeof(values));
+  const std::string path = dir.file("odd.safetensors");
+  std::ofstream(path, std::ios::binary) << bytes;
+  auto file = SafetensorsFile::open(path);
+  const Tensor t = file->tensor("a");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % alignof(float), 0u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(t.data_as<float>()[i], values[i]);
 }
 
 TEST(SafetensorsDir, ReadsShardedIndex) {
@@ -176,7 +199,8 @@ TEST(SafetensorsWriter, WriteStreamsWhatSerializeReturns) {
   auto file = SafetensorsFile::open(dir.file("m.safetensors"));
   EXPECT_EQ(std::memcmp(file->tensor("dense").data(), f32.data(), f32.nbytes()), 0);
   EXPECT_EQ(std::memcmp(file->tensor("copied").data(), halves, sizeof halves), 0);
-  const auto* moved = static_cast<const uint8_t*>(file->tensor("moved").data());
+  const Tensor moved_tensor = file->tensor("moved");  // (at an offset U32 does not divide: a copy)
+  const auto* moved = static_cast<const uint8_t*>(moved_tensor.data());
   for (int i = 0; i < 32; ++i) ASSERT_EQ(moved[i], uint8_t(i * 29 + 3));
   EXPECT_THROW(w.add_raw("short", "U32", {4, 2}, std::vector<uint8_t>(31)), Error);
 }
