@@ -45,6 +45,8 @@ constexpr EnvVariable kRegistry[] = {
     {"BRIOCHE_CUDA_GEMV_STREAM_ROWS", Integer, "8",
      "most x rows (1..8) a streamed bf16/f16 GEMV takes; 1: 2..8 rows run the warp-per-row kernel"},
     {"BRIOCHE_CUDA_GRAPHS", OnUnlessZero, "1", "decode steps replay CUDA graphs; 0: eager launches"},
+    {"BRIOCHE_CUDA_GRAPHS_VERIFY", OnUnlessZero, "1",
+     "speculative verify steps replay CUDA graphs too; 0: they run eagerly"},
     {"BRIOCHE_CUDA_L2_EVICT_FIRST", OnUnlessZero, "1",
      "streamed weights are read with an L2 evict-first policy; 0: the default policy"},
     {"BRIOCHE_CUDA_NORM_FUSION_MB", Integer, "8",

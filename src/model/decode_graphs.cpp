@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "core/env_switch.h"
 #include "ops/device.h"
 
 namespace brioche::model {
@@ -21,11 +22,15 @@ int bucket_rows(int n) {
 
 }  // namespace
 
-bool DecodeGraphs::is_decode_step(const ForwardBatch& batch) {
-  if (batch.n_rows() == 0 || batch.sequences.size() != size_t(batch.n_rows())) return false;
-  for (const SequenceView& s : batch.sequences)
-    if (s.n_rows != 1) return false;
-  return std::all_of(batch.wants_logits.begin(), batch.wants_logits.end(), [](uint8_t w) { return w != 0; });
+bool DecodeGraphs::is_graph_step(const ForwardBatch& batch) {
+  if (batch.n_rows() == 0) return false;
+  int32_t next_row = 0;
+  for (const SequenceView& s : batch.sequences) {
+    if (s.n_rows < 1 || s.n_rows > kMaxRowsPerSequence || s.first_row != next_row) return false;
+    next_row += s.n_rows;
+  }
+  return next_row == batch.n_rows() &&
+         std::all_of(batch.wants_logits.begin(), batch.wants_logits.end(), [](uint8_t w) { return w != 0; });
 }
 
 size_t DecodeGraphs::n_graphs() const {
@@ -59,14 +64,18 @@ ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int
 
 bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& logits, const Forward& forward,
                        const Tensor* device_tokens) {
-  if (cache.device() != Device::CUDA || !ops::decode_graphs_enabled() || !is_decode_step(batch)) return false;
+  if (cache.device() != Device::CUDA || !ops::decode_graphs_enabled() || !is_graph_step(batch)) return false;
   const int n = batch.n_rows();
+  const bool shared = size_t(n) != batch.sequences.size();  // a verify step: rows of one sequence
+  static const bool verify_graphs = env_switch_on("BRIOCHE_CUDA_GRAPHS_VERIFY");  // =0: eager (A/B runs)
+  if (shared && !verify_graphs) return false;
   const int rank_cap = adapter_rank_cap(batch);
   const int rows = bucket_rows(n);
   if (rows == 0) return false;
   const int block_size = cache.block_size();
   int needed = 1;  // blocks of the longest sequence after this step
-  for (const SequenceView& s : batch.sequences) needed = std::max(needed, (s.n_past + block_size) / block_size);
+  for (const SequenceView& s : batch.sequences)
+    needed = std::max(needed, (s.n_past + s.n_rows + block_size - 1) / block_size);
   const int width = std::max(4, int(std::bit_ceil(unsigned(needed))));
 
   std::vector<const void*> addresses;
@@ -81,7 +90,7 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
   if (device_tokens != nullptr) {
     // Recording runs the step eagerly first; a step fed from the device is
     // queued behind work the host has not waited for, so it only replays.
-    auto recorded = buckets_.find({rows, width, rank_cap});
+    auto recorded = buckets_.find({rows, width, rank_cap, shared});
     if (recorded == buckets_.end() || recorded->second.graph.empty()) return false;
   }
 
@@ -94,21 +103,24 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
   int32_t* tables = positions + rows;
   std::fill(positions, positions + rows, -1);
   for (const SequenceView& s : batch.sequences) {
-    const int r = s.first_row;
-    tokens[r] = batch.tokens[size_t(r)];
-    positions[r] = s.n_past;
     const size_t copied = std::min(s.block_table.size(), size_t(width));
-    std::copy_n(s.block_table.begin(), copied, tables + size_t(r) * width);
+    for (int i = 0; i < s.n_rows; ++i) {
+      const int r = s.first_row + i;
+      tokens[r] = batch.tokens[size_t(r)];
+      positions[r] = s.n_past + i;
+      std::copy_n(s.block_table.begin(), copied, tables + size_t(r) * width);
+    }
   }
 
-  auto [it, fresh] = buckets_.try_emplace({rows, width, rank_cap});
+  auto [it, fresh] = buckets_.try_emplace({rows, width, rank_cap, shared});
   Bucket& b = it->second;
   if (fresh) {
     b.input_block = ops::zeros(DType::I32, {int64_t(n_inputs)}, Device::CUDA);
     b.inputs = {.tokens = b.input_block.slice(0, 0, rows),
                 .positions = b.input_block.slice(0, rows, 2 * rows),
                 .tables = b.input_block.slice(0, 2 * rows, int64_t(n_inputs)).reshape({rows, width}),
-                .max_keys = width * block_size};
+                .max_keys = width * block_size,
+                .rows_share_sequences = shared};
     b.logits = ops::zeros(DType::F32, {rows, config_.vocab_size}, Device::CUDA);
     if (rank_cap > 0) {
       b.adapter_block =

@@ -10,6 +10,15 @@
 // records the graph; later steps upload the inputs in one copy, replay, and
 // copy the logits out.
 //
+// Verify steps of speculative decoding are graphs too: each sequence brings
+// its last token and its drafts (at most kMaxRowsPerSequence rows), every
+// row wants logits. Row r of such a step is recorded as a decode row at its
+// own position with a copy of its sequence's block table; the attention then
+// stores every row's K/V before any row attends (ops::DecodeInputs::
+// rows_share_sequences), so a draft row reads the keys of the rows before
+// it. Buckets are keyed by that as well: a decode step's graph fuses the
+// store into the attention, which a verify step's must not.
+//
 // Steps with adapter rows are graphs too: the batch's adapter table (which
 // adapter each row runs with, and every adapter's factors: model/
 // adapter_table.h) is uploaded with the inputs and read by the graph's LoRA
@@ -47,7 +56,7 @@ class DecodeGraphs {
 
   // Runs `batch` through its bucket's graph and writes its logits (host or
   // device tensor [n_rows, vocab]). False, with nothing done, when the batch
-  // is not a decode step the graphs take (or graphs are disabled). With
+  // is not a step the graphs take (is_graph_step; or graphs are disabled). With
   // `device_tokens` (i32 [n_rows] on the device, read in stream order) the
   // rows' tokens come from there, and only a bucket whose graph is recorded
   // takes the batch.
@@ -72,16 +81,23 @@ class DecodeGraphs {
     AdapterTable adapters;  // views of adapter_block, and the LoRA scratch
   };
 
-  static bool is_decode_step(const ForwardBatch& batch);
+  // Rows one sequence may bring to a recorded step (its token and up to 15
+  // drafts): longer runs are prefill chunks, which the prefill kernels take.
+  static constexpr int kMaxRowsPerSequence = 16;
+
+  // A step the graphs take: sequences of 1..kMaxRowsPerSequence rows in
+  // batch order, every row wanting logits.
+  static bool is_graph_step(const ForwardBatch& batch);
   // The padded batch of a step's inputs (tokens | positions | tables) that a
   // bucket's forward runs on.
   static ForwardBatch padded(std::span<const int32_t> inputs, int rows, int width);
 
   const ModelConfig& config_;
-  std::map<std::tuple<int, int, int>, Bucket> buckets_;  // by (rows, table width, adapter rank cap)
-  std::vector<const void*> cache_addresses_;             // the cache the graphs write
-  ops::StagedUpload staging_;                            // a step's input_block, on the host
-  ops::StagedUpload adapter_staging_;                    // a step's adapter table, on the host
+  // By (rows, table width, adapter rank cap, rows share sequences).
+  std::map<std::tuple<int, int, int, bool>, Bucket> buckets_;
+  std::vector<const void*> cache_addresses_;  // the cache the graphs write
+  ops::StagedUpload staging_;                 // a step's input_block, on the host
+  ops::StagedUpload adapter_staging_;         // a step's adapter table, on the host
 };
 
 }  // namespace brioche::model

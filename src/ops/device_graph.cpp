@@ -32,7 +32,8 @@ cuda::DecodeBinding binding_of(const DecodeInputs& in) {
           .tables = in.tables.data_as<int32_t>(),
           .n_rows = int(n),
           .table_stride = int(in.tables.dim(1)),
-          .max_keys = in.max_keys};
+          .max_keys = in.max_keys,
+          .rows_share_sequences = in.rows_share_sequences};
 }
 
 }  // namespace

@@ -10,13 +10,17 @@
 
 namespace brioche::ops {
 
-// Device-resident per-step inputs of a recorded decode step: row r is
-// sequence r with one new token; position −1 marks a padding row.
+// Device-resident per-step inputs of a recorded decode step: row r is a
+// token at its position with its sequence's block table; position −1 marks
+// a padding row. Row r is sequence r's one new token unless
+// rows_share_sequences (a verify step: a sequence's rows are consecutive, at
+// consecutive positions; backend/cuda/graph.h).
 struct DecodeInputs {
   Tensor tokens;     // i32 [n_rows]
   Tensor positions;  // i32 [n_rows]
   Tensor tables;     // i32 [n_rows, table_stride] block tables
   int max_keys = 0;  // bound on position + 1 while the graph is used
+  bool rows_share_sequences = false;
 };
 
 class DecodeGraph {

@@ -49,9 +49,9 @@ struct DecodeRun {
 };
 
 std::vector<float> forward(LlamaModel& m, DecodeRun& run, const std::vector<std::pair<int, std::vector<int32_t>>>& work,
-                           bool graphs) {
+                           bool graphs, bool all_logits = false) {
   std::vector<Step> steps;
-  for (const auto& [s, tokens] : work) steps.push_back({&run.seqs[size_t(s)], tokens});
+  for (const auto& [s, tokens] : work) steps.push_back({&run.seqs[size_t(s)], tokens, all_logits});
   BatchBuilder b(std::move(steps), run.pool, 16);
   setenv("BRIOCHE_CUDA_GRAPHS", graphs ? "1" : "0", 1);
   Tensor logits;
@@ -128,6 +128,45 @@ TEST(CudaDecodeGraph, MatchesEagerBf16) {
 TEST(CudaDecodeGraph, MatchesEagerQuantized) {
   REQUIRE_CUDA_DEVICE();
   check_graphs_match_eager(DType::Q4_K);
+}
+
+// Verify steps of speculative decoding (a sequence's token and its drafts,
+// logits at every row) replayed as graphs against eager steps: each draft
+// row must read the keys the rows before it store in the same step. Row
+// counts 1..5 per sequence, mixed with one-row sequences, so the buckets are
+// recorded and replayed; the tolerance is the decode test's.
+TEST(CudaDecodeGraph, VerifyStepsMatchEager) {
+  REQUIRE_CUDA_DEVICE();
+  Checkpoint ck = tools::random_checkpoint(kTiny, DType::Q4_K, 11);
+  move_weights(ck, Device::CUDA);
+  LlamaModel model(std::move(ck));
+  const int vocab = model.config().vocab_size;
+  const int n_seqs = 4;
+  DecodeRun eager(model.config(), n_seqs), graph(model.config(), n_seqs);
+  std::vector<std::pair<int, std::vector<int32_t>>> prefill;
+  for (int s = 0; s < n_seqs; ++s) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 9 + 13 * s; ++i) p.push_back((s * 71 + i * 29) % vocab);
+    prefill.push_back({s, p});
+  }
+  forward(model, eager, prefill, false);
+  forward(model, graph, prefill, true);
+  const size_t graphs_before = model.n_decode_graphs();
+  for (int step = 0; step < 24; ++step) {
+    std::vector<std::pair<int, std::vector<int32_t>>> work;
+    for (int s = 0; s < n_seqs; ++s) {
+      const int rows = 1 + (step + s) % 5;  // the step's token and 0..4 drafts
+      std::vector<int32_t> tokens;
+      for (int i = 0; i < rows; ++i) tokens.push_back((step * 37 + s * 11 + i * 5) % vocab);
+      work.push_back({s, tokens});
+    }
+    std::vector<float> ref = forward(model, eager, work, false, true);
+    std::vector<float> got = forward(model, graph, work, true, true);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LT(nmse(got, ref), 1e-5) << "step " << step;
+    ASSERT_EQ(argmax_rows(got, vocab), argmax_rows(ref, vocab)) << "step " << step;
+  }
+  EXPECT_GT(model.n_decode_graphs(), graphs_before) << "no verify step ran as a graph";
 }
 
 // A new KV cache (other addresses) drops the recorded graphs.

@@ -693,9 +693,11 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
   // Inside the attention kernel only when every row is a sequence's one new
   // token at its n_past (a decode step): then no row's attention reads a key
   // another CTA of the call stores, and no row goes to the prefill kernel.
+  // A bound verify step's rows read each other's keys: two launches.
   static const bool fuse = env_switch_on("BRIOCHE_CUDA_FUSE_ROPE");  // =0: always the two launches
-  bool decode = fuse && decode_binding() != nullptr;
-  if (fuse && !decode) {
+  const DecodeBinding* bound = decode_binding();
+  bool decode = fuse && bound != nullptr && !bound->rows_share_sequences;
+  if (fuse && bound == nullptr) {
     decode = true;
     for (int s = 0; s < kv.n_sequences && decode; ++s) {
       const backend::cpu::KvSequence& seq = kv.sequences[s];

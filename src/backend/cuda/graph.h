@@ -16,10 +16,14 @@
 
 namespace brioche::cuda {
 
-// Per-step inputs of a decode batch in device memory. Row r is sequence r
-// with one new token; a row whose position is −1 is padding: its K/V are not
+// Per-step inputs of a decode batch in device memory. Row r is a token at
+// its position, reading the keys at positions [0, position] through its own
+// block table; a row whose position is −1 is padding: its K/V are not
 // stored and its attention output is not written (its other values are
-// computed and ignored).
+// computed and ignored). In a decode step row r is sequence r's one new
+// token; in a verify step (rows_share_sequences) the k + 1 rows of one
+// sequence are consecutive rows at consecutive positions with copies of its
+// table, so every row's K/V must be stored before any row attends.
 struct DecodeBinding {
   const int32_t* tokens = nullptr;     // [n_rows]
   const int32_t* positions = nullptr;  // [n_rows] = the sequence's n_past, or −1
@@ -27,6 +31,7 @@ struct DecodeBinding {
   int n_rows = 0;
   int table_stride = 0;
   int max_keys = 0;  // bound on positions + 1 over the graph's life (sizes attention splits)
+  bool rows_share_sequences = false;
 };
 
 // The binding the launchers on this thread read (nullptr: none).
