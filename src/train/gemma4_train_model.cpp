@@ -17,6 +17,7 @@
 #include "ops/rope.h"
 #include "ops/scaled_add.h"
 #include "train/lora_linear.h"
+#include "train/moe_grad.h"
 
 namespace brioche::train {
 
@@ -386,17 +387,7 @@ void Gemma4TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_moe, Te
     Cache::Expert& e = c.experts[size_t(id)];
     if (e.rows.empty()) continue;
     const int64_t m = int64_t(e.rows.size());
-    // moe_out[r] += w·y  ⇒  dw = d_moe[r]·y,  dy = w·d_moe[r]
-    Tensor d_y = f32(m, hidden);
-    ops::gather_rows(d_moe, e.rows, d_y);
-    for (int64_t i = 0; i < m; ++i) {
-      double dot = 0.0;
-      const float* a = d_y.row_as<float>(i);
-      const float* b = e.y.row_as<float>(i);
-      for (int64_t j = 0; j < hidden; ++j) dot += double(a[j]) * double(b[j]);
-      d_weight[size_t(e.slots[size_t(i)])] = dot;
-    }
-    ops::scale_rows(d_y, e.weights);
+    Tensor d_y = expert_output_grad(d_moe, e.rows, e.slots, e.weights, e.y, d_weight);
     Tensor d_act = f32(m, I), d_gate_up = f32(m, 2 * I), d_in = f32(m, hidden);
     ops::matmul_input_grad(d_y, w.experts_down.select(id), d_act, ops::GradWrite::Overwrite);
     Tensor d_gate = d_gate_up.slice(1, 0, I), d_up = d_gate_up.slice(1, I, 2 * I);

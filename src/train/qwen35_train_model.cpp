@@ -22,6 +22,7 @@
 #include "ops/sigmoid_gate.h"
 #include "ops/swiglu.h"
 #include "train/lora_linear.h"
+#include "train/moe_grad.h"
 
 namespace brioche::train {
 
@@ -450,17 +451,7 @@ void Qwen35TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_out, Te
     if (e.rows.empty()) continue;
     const model::Qwen35Mlp& m = w.experts[size_t(id)];
     const int64_t rows = int64_t(e.rows.size());
-    // out[r] += w·y  ⇒  dw = d_out[r]·y,  dy = w·d_out[r]
-    Tensor d_y = f32(rows, hidden);
-    ops::gather_rows(d_out, e.rows, d_y);
-    for (int64_t i = 0; i < rows; ++i) {
-      double dot = 0.0;
-      const float* a = d_y.row_as<float>(i);
-      const float* b = e.y.row_as<float>(i);
-      for (int64_t j = 0; j < hidden; ++j) dot += double(a[j]) * double(b[j]);
-      d_weight[size_t(e.slots[size_t(i)])] = dot;
-    }
-    ops::scale_rows(d_y, e.weights);
+    Tensor d_y = expert_output_grad(d_out, e.rows, e.slots, e.weights, e.y, d_weight);
     Tensor d_act = f32(rows, I), d_up = f32(rows, I), d_in = f32(rows, hidden);
     ops::matmul_input_grad(d_y, m.down, d_act, ops::GradWrite::Overwrite);
     ops::swiglu_backward(e.gate, e.up, d_act, d_act, d_up);  // d_act becomes d gate
