@@ -289,21 +289,30 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
     if (s.contains(key)) {
       const Json& alts = s[key];
       if (!alts.is_array() || alts.empty()) unsupported(key, ptr, "expected a non-empty array");
-      std::vector<Json> branches;
-      for (const Json& alt : alts) branches.push_back(merge_siblings(s, alt, key));
-      if (std::string(key) == "oneOf" && !opt_.one_of_as_any_of)
+      std::vector<Json> merged;
+      for (const Json& alt : alts) merged.push_back(merge_siblings(s, alt, key));
+      std::vector<std::pair<size_t, Json>> branches;  // (index in the schema, branch)
+      if (std::string(key) == "oneOf" && !opt_.one_of_as_any_of) {
+        branches = drop_shared_types(merged, ptr);
         for (size_t i = 0; i < branches.size(); ++i)
           for (size_t j = i + 1; j < branches.size(); ++j)
-            if (!provably_disjoint(branches[i], branches[j], ptr, 0))
+            if (!provably_disjoint(branches[i].second, branches[j].second, ptr, 0))
               unsupported("oneOf", ptr,
-                          "branches " + std::to_string(i) + " and " + std::to_string(j) +
+                          "branches " + std::to_string(branches[i].first) + " and " +
+                              std::to_string(branches[j].first) +
                               " may both match one document, and oneOf must then reject it (a grammar writes their "
                               "union); expected branches told apart by type, by const/enum values, or by a required "
                               "property with disjoint values (a discriminator)");
+      } else {
+        for (size_t i = 0; i < merged.size(); ++i) branches.emplace_back(i, std::move(merged[i]));
+      }
       std::string out;
-      for (size_t i = 0; i < branches.size(); ++i)
-        out += (i ? " | " : "") + visit(branches[i], pointer_child(pointer_child(ptr, key), std::to_string(i)),
-                                        hint + "_" + std::to_string(i));
+      for (size_t i = 0; i < branches.size(); ++i) {
+        const size_t index = branches[i].first;
+        out +=
+            (i ? " | " : "") + visit(branches[i].second, pointer_child(pointer_child(ptr, key), std::to_string(index)),
+                                     hint + "_" + std::to_string(index));
+      }
       return add_rule(hint + "_case", out);
     }
   }

@@ -176,6 +176,11 @@ class SchemaConverter {
   const Json& follow_refs(const Json& s, const std::string& ptr);
   unsigned possible_types(const Json& s, const std::string& ptr, int depth);
   bool provably_disjoint(const Json& a, const Json& b, const std::string& ptr, int depth);
+  // oneOf's branches with every JSON type that two branches admit whole
+  // (null in {"type": ["string", "null"]} and {"type": ["number", "null"]})
+  // taken out of all of them: oneOf rejects each value of such a type. The
+  // branches that admit nothing else are dropped (original index kept).
+  std::vector<std::pair<size_t, Json>> drop_shared_types(const std::vector<Json>& branches, const std::string& ptr);
 
   // schema_objects.cpp
   std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint);

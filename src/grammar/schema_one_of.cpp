@@ -12,6 +12,7 @@
 // SchemaOptions::one_of_as_any_of, compiles the union).
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "grammar/schema_converter.h"
 
@@ -51,6 +52,79 @@ unsigned value_bit(const Json& v) {
   if (v.is_string()) return kString;
   if (v.is_number_float()) return std::floor(v.get<double>()) == v.get<double>() ? kIntegral : kFractional;
   return kIntegral;
+}
+
+// The keywords that constrain values of one JSON type only (JSON Schema's
+// validation vocabulary); a schema with them still admits every value of
+// the other types its `type` lists. ("number" covers integers too.)
+const std::map<std::string, std::string>& keyword_types() {
+  static const std::map<std::string, std::string> kKeywordType = {{"minLength", "string"},
+                                                                  {"maxLength", "string"},
+                                                                  {"pattern", "string"},
+                                                                  {"format", "string"},
+                                                                  {"contentEncoding", "string"},
+                                                                  {"contentMediaType", "string"},
+                                                                  {"minimum", "number"},
+                                                                  {"maximum", "number"},
+                                                                  {"exclusiveMinimum", "number"},
+                                                                  {"exclusiveMaximum", "number"},
+                                                                  {"multipleOf", "number"},
+                                                                  {"properties", "object"},
+                                                                  {"required", "object"},
+                                                                  {"additionalProperties", "object"},
+                                                                  {"patternProperties", "object"},
+                                                                  {"propertyNames", "object"},
+                                                                  {"minProperties", "object"},
+                                                                  {"maxProperties", "object"},
+                                                                  {"dependentRequired", "object"},
+                                                                  {"dependentSchemas", "object"},
+                                                                  {"dependencies", "object"},
+                                                                  {"unevaluatedProperties", "object"},
+                                                                  {"items", "array"},
+                                                                  {"prefixItems", "array"},
+                                                                  {"additionalItems", "array"},
+                                                                  {"contains", "array"},
+                                                                  {"minContains", "array"},
+                                                                  {"maxContains", "array"},
+                                                                  {"minItems", "array"},
+                                                                  {"maxItems", "array"},
+                                                                  {"uniqueItems", "array"},
+                                                                  {"unevaluatedItems", "array"}};
+  return kKeywordType;
+}
+
+// The types a schema of only `type`/`nullable` and type-specific keywords
+// lists (nullable adds null); nullopt for any other schema.
+std::optional<std::vector<std::string>> listed_types(const Json& s) {
+  if (!s.is_object() || !s.contains("type")) return std::nullopt;
+  for (auto& [k, v] : s.items())
+    if (k != "type" && k != "nullable" && !is_annotation(k) && !keyword_types().count(k)) return std::nullopt;
+  std::vector<std::string> types;
+  if (s["type"].is_string()) {
+    types.push_back(s["type"].get<std::string>());
+  } else if (s["type"].is_array()) {
+    for (const Json& t : s["type"]) {
+      if (!t.is_string()) return std::nullopt;
+      types.push_back(t.get<std::string>());
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (s.contains("nullable") && s["nullable"] == Json(true) &&
+      std::find(types.begin(), types.end(), "null") == types.end())
+    types.push_back("null");
+  return types;
+}
+
+// Whether `s` admits every value of type `t` (t not a number type).
+bool admits_whole_type(const Json& s, const std::string& t) {
+  const auto types = listed_types(s);
+  if (!types || std::find(types->begin(), types->end(), t) == types->end()) return false;
+  for (auto& [k, v] : s.items()) {
+    auto it = keyword_types().find(k);
+    if (it != keyword_types().end() && it->second == t) return false;
+  }
+  return true;
 }
 
 // JSON Schema's equality: numbers by value (1 == 1.0), the rest structurally.
@@ -169,6 +243,55 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
     }
   }
   return false;
+}
+
+}  // namespace brioche::grammar::schema
+
+namespace brioche::grammar::schema {
+
+// A value of a type that two branches admit whole matches both, so oneOf
+// rejects every value of that type: the type leaves every branch, and the
+// rest is checked for disjointness as usual. (Kubernetes' Quantity is
+// oneOf [{"type": ["string", "null"]}, {"type": ["number", "null"]}]:
+// strings and numbers, never null.) Only branches that list their types
+// and constrain nothing but per-type keywords are rewritten; any other
+// branch that may hold such a type leaves the list as it was (the caller
+// then finds the overlap and reports it).
+std::vector<std::pair<size_t, Json>> SchemaConverter::drop_shared_types(const std::vector<Json>& branches,
+                                                                        const std::string& ptr) {
+  std::vector<std::pair<size_t, Json>> unchanged;
+  for (size_t i = 0; i < branches.size(); ++i) unchanged.emplace_back(i, branches[i]);
+  std::vector<std::string> shared;
+  for (const char* t : {"null", "boolean", "string", "object", "array"}) {
+    const auto whole =
+        std::count_if(branches.begin(), branches.end(), [&](const Json& b) { return admits_whole_type(b, t); });
+    if (whole >= 2) shared.push_back(t);
+  }
+  if (shared.empty()) return unchanged;
+  std::vector<std::pair<size_t, Json>> kept;
+  for (size_t i = 0; i < branches.size(); ++i) {
+    const Json& b = branches[i];
+    const unsigned possible = possible_types(b, ptr, 0);
+    const bool touches =
+        std::any_of(shared.begin(), shared.end(), [&](const std::string& t) { return (possible & type_bit(t)) != 0; });
+    if (!touches) {
+      kept.emplace_back(i, b);
+      continue;
+    }
+    const auto types = listed_types(b);
+    if (!types) return unchanged;
+    std::vector<std::string> rest;
+    for (const std::string& t : *types)
+      if (std::find(shared.begin(), shared.end(), t) == shared.end()) rest.push_back(t);
+    if (rest.empty()) continue;  // admits only values oneOf rejects
+    Json narrowed = b;
+    narrowed.erase("nullable");
+    narrowed["type"] = rest.size() == 1 ? Json(rest[0]) : Json(rest);
+    kept.emplace_back(i, std::move(narrowed));
+  }
+  if (kept.empty())
+    unsupported("oneOf", ptr, "every value its branches admit matches two of them: no document is valid");
+  return kept;
 }
 
 }  // namespace brioche::grammar::schema

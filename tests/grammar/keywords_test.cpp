@@ -131,6 +131,15 @@ TEST(SchemaKeywords, InexactConditionsAreRefusedWithTheirPointer) {
   const std::string beside_ref =
       R"({"$defs":{"o":{"type":"object"}},"$ref":"#/$defs/o","dependentRequired":{"a":["b"]}})";
   EXPECT_NE(error_of(beside_ref).find("beside '$ref'"), std::string::npos) << error_of(beside_ref);
+  // null is admitted whole by two branches, but a third lists it in an
+  // enum (its type cannot be narrowed): still refused, not guessed.
+  const std::string shared_in_enum = R"({"oneOf":[{"type":["string","null"]},{"type":"null"},{"enum":[null,1]}]})";
+  EXPECT_NE(error_of(shared_in_enum).find("unsupported 'oneOf' at #: branches 0 and 1 may both match"),
+            std::string::npos)
+      << error_of(shared_in_enum);
+  // Every value matches two branches: no document is valid.
+  const std::string all_shared = R"({"oneOf":[{"type":["string","null"]},{"type":["null","string"]}]})";
+  EXPECT_NE(error_of(all_shared).find("no document is valid"), std::string::npos) << error_of(all_shared);
 }
 
 }  // namespace

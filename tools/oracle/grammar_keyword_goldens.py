@@ -207,6 +207,17 @@ CASES = [
       "oneOf": [{"properties": {"url": {"type": "string"}}, "required": ["url"], "additionalProperties": False},
                 {"properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": False}]},
      [{"url": "u"}, {"path": "p"}, {}, {"url": 1}]),
+    # A type that two branches admit whole leaves every branch (oneOf rejects all its values):
+    # Kubernetes' Quantity and IntOrString.
+    ("one_of_shared_null", {"oneOf": [{"type": ["string", "null"]}, {"type": ["number", "null"]}]},
+     ["a", 1, 1.5, None, True, [], {}]),
+    ("one_of_shared_null_and_string",
+     {"oneOf": [{"type": ["string", "null"]}, {"type": ["integer", "null", "string"], "minimum": 2},
+                {"type": "boolean"}, {"type": "null"}]},
+     ["a", 1, 2, None, True, 1.5]),
+    ("one_of_shared_only_the_constrained_rest",
+     {"oneOf": [{"type": ["string", "null"], "maxLength": 2}, {"type": ["null", "array"], "maxItems": 1}]},
+     ["ab", "abc", None, [], [1], [1, 2], 0]),
     ("unique_items_enum",
      {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c", 3]}, "uniqueItems": True},
      [[], ["a"], ["a", "b"], ["c", "b", "a"], ["a", "a"], ["a", "b", "a"], [3], ["d"], ["a", "b", "c", "a"]]),
