@@ -30,17 +30,13 @@ logits of sequence 0 (adapter disabled).
 
 Usage: python3 tools/oracle/gemma4_lora_oracle.py   (CPU, seconds)
 """
-import json
 import os
 import shutil
 import sys
 
-import numpy as np
-import peft
 import torch
-import transformers
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
-from safetensors.torch import save_file
+from lora_case import save_lora_case
+from peft import LoraConfig, get_peft_model
 from transformers import Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -108,29 +104,8 @@ def build(name, seed):
     loss = total / count
     loss.backward()
 
-    out = os.path.join(OUT, name)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    state = {k: v.detach().float().contiguous() for k, v in get_peft_model_state_dict(model).items()}
-    save_file(state, os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
-    model.peft_config["default"].save_pretrained(out)
-    grads = {}
-    for pname, p in model.named_parameters():
-        if "lora_" in pname:
-            key = pname.replace(".default", "")
-            assert key in state, key
-            grads[key] = p.grad.detach().float().contiguous()
-    assert set(grads) == set(state)
-    save_file(grads, os.path.join(out, "grads.safetensors"))
-    logits0.astype("<f4").tofile(os.path.join(out, "logits.f32"))
-    with torch.no_grad(), model.disable_adapter():
-        base = model(input_ids=torch.tensor([seqs[0]])).logits[0].float().numpy()
-    base.astype("<f4").tofile(os.path.join(out, "base_logits.f32"))
-    case = {"sequences": seqs, "loss": float(loss), "n_scored": count, "vocab": vocab,
-            "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
-                         "peft": peft.__version__, "script": "tools/oracle/gemma4_lora_oracle.py"}}
-    with open(os.path.join(out, "case.json"), "w") as f:
-        json.dump(case, f, indent=1)
+    grads = save_lora_case(model, os.path.join(OUT, name), seqs, loss, count, vocab,
+                           logits0, "tools/oracle/gemma4_lora_oracle.py")
     print(f"{name}: loss {float(loss):.6f}, {len(grads)} LoRA tensors, "
           f"max |grad| {max(float(g.abs().max()) for g in grads.values()):.3g}")
 

@@ -33,15 +33,11 @@ swap moves the logits by less than 1e-4 (f32 rounding of the chunked form) again
 
 Usage: python3 tools/oracle/qwen35_lora_oracle.py   (CPU, seconds)
 """
-import json
 import os
-import shutil
 
-import peft
 import torch
-import transformers
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
-from safetensors.torch import save_file
+from lora_case import save_lora_case
+from peft import LoraConfig, get_peft_model
 from transformers import Qwen3_5ForCausalLM
 from transformers.models.qwen3_5 import modeling_qwen3_5
 from transformers.models.qwen3_5_moe import Qwen3_5MoeForCausalLM, modeling_qwen3_5_moe
@@ -122,30 +118,9 @@ def build(name, model_cls, targets, seed):
     loss = total / count
     loss.backward()
 
-    out = os.path.join(FIXTURES, "lora", name)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    state = {k: v.detach().float().contiguous() for k, v in get_peft_model_state_dict(model).items()}
-    save_file(state, os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
-    model.peft_config["default"].save_pretrained(out)
-    grads = {}
-    for pname, p in model.named_parameters():
-        if "lora_" in pname:
-            key = pname.replace(".default", "")
-            assert key in state, key
-            grads[key] = p.grad.detach().float().contiguous()
-    assert set(grads) == set(state)
-    save_file(grads, os.path.join(out, "grads.safetensors"))
-    logits0.astype("<f4").tofile(os.path.join(out, "logits.f32"))
-    with torch.no_grad(), model.disable_adapter():
-        base = model(input_ids=torch.tensor([seqs[0]])).logits[0].float().numpy()
-    base.astype("<f4").tofile(os.path.join(out, "base_logits.f32"))
-    case = {"sequences": seqs, "loss": loss.item(), "n_scored": count, "vocab": vocab,
-            "f64_recurrence_logit_shift": swap,
-            "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
-                         "peft": peft.__version__, "script": "tools/oracle/qwen35_lora_oracle.py"}}
-    with open(os.path.join(out, "case.json"), "w") as f:
-        json.dump(case, f, indent=1)
+    grads = save_lora_case(model, os.path.join(FIXTURES, "lora", name), seqs, loss, count, vocab,
+                           logits0, "tools/oracle/qwen35_lora_oracle.py",
+                           {"f64_recurrence_logit_shift": swap})
     modules = sorted({k.split(".")[-3] for k in grads})
     print(f"{name}: loss {float(loss):.8f}, {len(grads)} LoRA tensors on {modules}, "
           f"max |grad| {max(float(g.abs().max()) for g in grads.values()):.3g}, f64 swap moved logits {swap:.2e}")
