@@ -20,6 +20,7 @@
 #include "train/adapter_io.h"
 #include "train/gemma4_train_model.h"
 #include "train/lm_head.h"
+#include "lora_oracle_case.h"
 #include "train/lora_tensors.h"
 
 namespace brioche::train {
@@ -29,46 +30,17 @@ std::string fixture(const std::string& path) {
   return std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/gemma4/" + path;
 }
 
-struct Case {
-  TokenBatch batch;
-  double loss = 0.0;
-};
-
-Case read_case(const std::string& name) {
-  std::ifstream in(fixture("lora/" + name + "/case.json"));
-  const nlohmann::json j = nlohmann::json::parse(in);
-  Case c;
-  c.loss = j["loss"].get<double>();
-  int32_t row = 0;
-  for (const auto& seq : j["sequences"]) {
-    const auto ids = seq.get<std::vector<int32_t>>();
-    c.batch.spans.push_back({row, int32_t(ids.size())});
-    for (size_t i = 0; i < ids.size(); ++i) {
-      c.batch.tokens.push_back(ids[i]);
-      c.batch.positions.push_back(int32_t(i));
-      if (i + 1 < ids.size())
-        c.batch.scored.push_back({.row = row + int32_t(i), .target = ids[i + 1], .sequence = c.batch.n_sequences});
-    }
-    row += int32_t(ids.size());
-    ++c.batch.n_sequences;
-  }
-  return c;
+LoraOracleCase read_case(const std::string& name) {
+  return read_lora_oracle_case(fixture("lora/" + name + "/case.json"));
 }
 
 // max |a − b| / max(1, max |b|) over a tensor pair.
-double relative_error(const Tensor& got, const Tensor& want) {
-  const Tensor a = copy_f32(got), b = copy_f32(want);
-  double err = 0.0, scale = 1.0;
-  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data_as<float>()[i])));
-  for (int64_t i = 0; i < b.numel(); ++i)
-    err = std::max(err, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
-  return err / scale;
-}
+double relative_error(const Tensor& got, const Tensor& want) { return lora_relative_error(got, want, 1.0); }
 
 void check_gradients(const std::string& name) {
   const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture(name));
   auto adapter = load_adapter(fixture("lora/" + name), ck.config.base, false, 1 << 16, gemma4_lora_shapes(ck.config));
-  Case c = read_case(name);
+  LoraOracleCase c = read_case(name);
   Gemma4TrainModel model(ck, adapter.get());
   ASSERT_EQ(model.first_trainable_layer(), 0);
   const Tensor hidden = model.forward(c.batch, {.for_backward = true});
@@ -136,7 +108,7 @@ std::vector<Tensor> last_layer_grads(const model::Gemma4Checkpoint& ck, LoraAdap
 
 TEST(Gemma4Train, FrozenPrefixStopsAtTheKvSourceOfAdaptedSharedLayers) {
   const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture("e2b"));
-  const Case c = read_case("e2b");
+  const LoraOracleCase c = read_case("e2b");
   const int L = ck.config.base.n_layers;
   ASSERT_EQ(ck.config.layers[size_t(L - 2)].kv_source, 1);
   ASSERT_EQ(ck.config.layers[size_t(L - 1)].kv_source, 2);

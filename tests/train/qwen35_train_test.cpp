@@ -18,6 +18,7 @@
 #include "model/qwen35_weights.h"
 #include "train/adapter_io.h"
 #include "train/lm_head.h"
+#include "lora_oracle_case.h"
 #include "train/lora_tensors.h"
 #include "train/qwen35_train_model.h"
 
@@ -28,41 +29,14 @@ std::string fixture(const std::string& path) {
   return std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/qwen35/" + path;
 }
 
-struct Case {
-  TokenBatch batch;
-  double loss = 0.0;
-};
-
-Case read_case(const std::string& name = "dense") {
-  std::ifstream in(fixture("lora/" + name + "/case.json"));
-  const nlohmann::json j = nlohmann::json::parse(in);
-  Case c;
-  c.loss = j["loss"].get<double>();
-  int32_t row = 0;
-  for (const auto& seq : j["sequences"]) {
-    const auto ids = seq.get<std::vector<int32_t>>();
-    c.batch.spans.push_back({row, int32_t(ids.size())});
-    for (size_t i = 0; i < ids.size(); ++i) {
-      c.batch.tokens.push_back(ids[i]);
-      c.batch.positions.push_back(int32_t(i));
-      if (i + 1 < ids.size())
-        c.batch.scored.push_back({.row = row + int32_t(i), .target = ids[i + 1], .sequence = c.batch.n_sequences});
-    }
-    row += int32_t(ids.size());
-    ++c.batch.n_sequences;
-  }
-  return c;
+LoraOracleCase read_case(const std::string& name = "dense") {
+  return read_lora_oracle_case(fixture("lora/" + name + "/case.json"));
 }
 
 // max |a − b| / max |b| over a tensor pair (relative to the tensor's own scale; with floor 1: relative to
 // max(1, max |b|), the Gemma 4 test's measure).
 double relative_error(const Tensor& got, const Tensor& want, double floor = 1e-30) {
-  const Tensor a = copy_f32(got), b = copy_f32(want);
-  double err = 0.0, scale = 0.0;
-  for (int64_t i = 0; i < b.numel(); ++i) scale = std::max(scale, double(std::abs(b.data_as<float>()[i])));
-  for (int64_t i = 0; i < b.numel(); ++i)
-    err = std::max(err, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
-  return err / std::max(scale, floor);
+  return lora_relative_error(got, want, floor);
 }
 
 // Loss and LoRA gradients of `adapter` on the case's batch (mean NLL of every next token).
@@ -88,7 +62,7 @@ double loss_and_grads(const model::Qwen35Checkpoint& ck, LoraAdapter& adapter, c
 void check_gradients(const std::string& name, size_t expect_tensors) {
   const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture(name));
   auto adapter = load_adapter(fixture("lora/" + name), ck.config, false, 1 << 16, qwen35_lora_shapes(ck));
-  const Case c = read_case(name);
+  const LoraOracleCase c = read_case(name);
   const double loss = loss_and_grads(ck, *adapter, c.batch);
   EXPECT_NEAR(loss, c.loss, 1e-6 * std::abs(c.loss));
 
@@ -132,7 +106,7 @@ TEST(Qwen35Train, FrozenPrefixGivesTheSameGradientsAsTrainingFromTheEmbedding) {
   // An adapter on the last two layers starts the trainable range at layer 2 (a linear layer); the same
   // factors there, with B = 0 (no effect on the forward) on layers 0 and 1, train from the embedding.
   const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
-  const Case c = read_case();
+  const LoraOracleCase c = read_case();
   LoraConfig lora;
   lora.targets = {Module::Q,       Module::K,       Module::V,       Module::O,
                   Module::Gate,    Module::Up,      Module::Down,    Module::LinearQkv,
