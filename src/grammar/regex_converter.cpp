@@ -1,6 +1,7 @@
 // Regex -> EBNF expression. Supports what JSON-schema patterns and
 // guided_regex use in practice: literals and escapes, ".", classes with
 // ranges/negation/\d\w\s, groups (capturing, (?:...), named), alternation,
+// Unicode general categories (\p{L}, \P{M}, \p{Nd}, unicode_categories.h),
 // quantifiers * + ? {m} {m,} {m,n} (lazy/possessive suffixes accepted: they
 // do not change the language), and ^ / $ at the ends. The whole pattern must
 // match (xgrammar's convention). Lookaround and backreferences are errors.
@@ -18,6 +19,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/unicode_categories.h"
 #include "grammar/utf8.h"
 
 namespace brioche::grammar {
@@ -247,6 +249,19 @@ class RegexParser {
         }
         cp = parse_hex(4);
         return false;
+      case 'p':
+      case 'P': {
+        // A Unicode general category: \p{L}, \p{Nd}, \p{gc=Letter}; \P{...} is its complement.
+        if (!peek('{')) error("'{' after \\p (a Unicode general category such as \\p{L})");
+        const size_t close = p_.find('}', pos_);
+        if (close == std::string::npos) error("'}' closing \\p{...}");
+        const std::string name = p_.substr(pos_ + 1, close - pos_ - 1);
+        if (!unicode_category_ranges(name, cls))
+          error("a Unicode general category in \\p{...} (L, Lu, Nd, Letter, ...)");
+        pos_ = close + 1;
+        if (e == 'P') cls = complement(cls);
+        return true;
+      }
       case 'b':
       case 'B': --pos_; error("no word-boundary assertions (\\b, \\B)");
       default:

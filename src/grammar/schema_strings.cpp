@@ -85,7 +85,9 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
     } else if (c == '\\') {
       if (i + 1 >= p.size()) fail_combination();
       const char e = p[i + 1];
-      if (e == 'u' && i + 6 <= p.size())
+      if ((e == 'p' || e == 'P') && i + 2 < p.size() && p[i + 2] == '{' && p.find('}', i) != std::string::npos)
+        end = p.find('}', i) + 1;  // a Unicode general category: one character
+      else if (e == 'u' && i + 6 <= p.size())
         end = i + 6;
       else if (e == 'x' && i + 4 <= p.size())
         end = i + 4;
