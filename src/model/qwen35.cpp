@@ -33,11 +33,13 @@
 #include "ops/device.h"
 #include "ops/embedding.h"
 #include "ops/gated_delta_rule.h"
+#include "ops/gather_rows.h"
 #include "ops/quantize.h"
 #include "ops/matmul.h"
 #include "ops/moe.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
+#include "ops/scaled_add.h"
 #include "ops/sigmoid_gate.h"
 #include "ops/swiglu.h"
 
@@ -45,12 +47,10 @@ namespace brioche::model {
 
 namespace {
 
-Tensor f32(std::initializer_list<int64_t> shape) { return Tensor::zeros(DType::F32, shape); }
-
-// h·W_gateᵀ, h·W_upᵀ, silu(gate)·up, ·W_downᵀ into `out` [n, hidden].
+// h·W_gateᵀ, h·W_upᵀ, silu(gate)·up, ·W_downᵀ into `out` [n, hidden], on h's device.
 void swiglu_mlp(const Tensor& h, const Qwen35Mlp& w, Tensor& out) {
   const int64_t n = h.dim(0), inter = w.gate.dim(0);
-  Tensor gate = f32({n, inter}), up = f32({n, inter});
+  Tensor gate = ops::zeros(DType::F32, {n, inter}, h.device()), up = ops::zeros(DType::F32, {n, inter}, h.device());
   ops::matmul(h, w.gate, gate);
   ops::matmul(h, w.up, up);
   ops::swiglu(gate, up, gate);
@@ -62,11 +62,37 @@ void swiglu_mlp(const Tensor& h, const Qwen35Mlp& w, Tensor& out) {
 Qwen35Model::Qwen35Model(Qwen35Checkpoint checkpoint)
     : ck_(std::move(checkpoint)),
       inv_freq_(ops::rope_inv_freq(ck_.qwen.rotary_dim, ck_.config.rope.theta, ck_.config.rope.scaling)),
-      unit_expert_scales_(size_t(ck_.qwen.n_experts), 1.0f) {}
+      unit_expert_scales_(size_t(ck_.qwen.n_experts), 1.0f),
+      device_(ck_.token_embd.defined() ? ck_.token_embd.device() : Device::CPU) {}
+
+void move_qwen35_weights(Qwen35Checkpoint& ck, Device device) {
+  auto move = [device](Tensor& t) {
+    if (t.defined()) t = ops::to_device(t, device);
+  };
+  auto move_mlp = [&move](Qwen35Mlp& m) {
+    for (Tensor* t : {&m.gate, &m.up, &m.down}) move(*t);
+  };
+  const bool tied = ck.output.defined() && ck.output.data() == ck.token_embd.data();
+  move(ck.token_embd);
+  move(ck.output_norm);
+  if (tied)
+    ck.output = ck.token_embd;
+  else
+    move(ck.output);
+  for (Qwen35Layer& l : ck.layers) {
+    Qwen35LinearAttention& a = l.linear;
+    Qwen35FullAttention& f = l.full;
+    for (Tensor* t :
+         {&l.input_norm, &l.post_norm, &a.in_qkv, &a.in_z, &a.in_b, &a.in_a, &a.conv, &a.a_log, &a.dt_bias, &a.norm,
+          &a.out, &f.wq, &f.wk, &f.wv, &f.wo, &f.q_norm, &f.k_norm, &l.router, &l.shared_expert_gate})
+      move(*t);
+    move_mlp(l.mlp);
+    move_mlp(l.shared_expert);
+    for (Qwen35Mlp& e : l.experts) move_mlp(e);
+  }
+}
 
 std::unique_ptr<Model> load_qwen35_model(const std::string& dir, const LoadOptions& options) {
-  if (options.device != Device::CPU)
-    fail(dir, ": Qwen 3.5 runs on the CPU only in this build (asked for ", device_name(options.device), ")");
   if (options.tp_size > 1) fail(dir, ": Qwen 3.5 does not support --tensor-parallel in this build");
   if (options.adjust_checkpoint && !options.adjust_qwen35_checkpoint)
     fail(dir,
@@ -97,6 +123,7 @@ std::unique_ptr<Model> load_qwen35_model(const std::string& dir, const LoadOptio
     }
     ck.config.weight_dtype = dtype;
   }
+  if (options.device != Device::CPU) move_qwen35_weights(ck, options.device);
   return std::make_unique<Qwen35Model>(std::move(ck));
 }
 
@@ -120,8 +147,8 @@ size_t Qwen35Model::weight_bytes() const {
 void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) const {
   const ModelConfig& c = ck_.config;
   check_batch_rows(batch, c.vocab_size);
-  BRIOCHE_CHECK(cache.device() == Device::CPU, "forward: Qwen 3.5 runs on the CPU only in this build; the cache is on ",
-                device_name(cache.device()));
+  BRIOCHE_CHECK(cache.device() == device_, "forward: the KV cache is on ", device_name(cache.device()),
+                " but the model is on ", device_name(device_), " (set KvCacheOptions::device to Model::device())");
   BRIOCHE_CHECK(cache.n_layers() == c.n_layers, "forward: KV cache of ", cache.n_layers(),
                 " layers does not fit the model (", c.n_layers, " layers)");
   for (int l = 0; l < c.n_layers; ++l) {
@@ -155,11 +182,13 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
   const Qwen35Config& q = ck_.qwen;
   check_batch(batch, cache);
   const int64_t n = batch.n_rows(), n_logits = batch.n_logit_rows();
-  BRIOCHE_CHECK(!logits.defined() || logits.device() == Device::CPU,
-                "forward: Qwen 3.5 runs on the CPU only in this build; logits must be a host tensor");
+  // Logits stay where the caller's tensor lives (host by default).
+  const Device logits_device = logits.defined() ? logits.device() : Device::CPU;
+  BRIOCHE_CHECK(logits_device == Device::CPU || logits_device == device_, "forward: logits on ",
+                device_name(logits_device), ", expected the host or the model's device (", device_name(device_), ")");
   if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits || logits.dim(1) != c.vocab_size ||
       logits.dtype() != DType::F32) {
-    logits = f32({std::max<int64_t>(n_logits, 1), c.vocab_size});
+    logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, logits_device);
     if (n_logits == 0) logits = logits.slice(0, 0, 0);
   }
   if (n == 0) return;
@@ -189,7 +218,7 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       .style = ops::RopeStyle::NeoX, .n_heads = 1, .head_dim = q.rotary_dim, .inv_freq = inv_freq_};
 
   const int64_t hidden = c.hidden_size;
-  Tensor x = f32({n, hidden}), h = f32({n, hidden}), out = f32({n, hidden});
+  Tensor x = buffer({n, hidden}), h = buffer({n, hidden}), out = buffer({n, hidden});
   ops::embedding(ck_.token_embd, batch.tokens, x);
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const Qwen35Layer& w = ck_.layers[size_t(layer)];
@@ -197,15 +226,15 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
     if (q.linear_layers[size_t(layer)]) {
       const Qwen35LinearAttention& la = w.linear;
       const int64_t kw = q.key_width(), vw = q.value_width(), vh = q.linear_v_heads;
-      Tensor qkv = f32({n, q.conv_channels()}), mixed = f32({n, q.conv_channels()});
-      Tensor z = f32({n, vw}), a = f32({n, vh}), b = f32({n, vh}), g = f32({n, vh}), beta = f32({n, vh});
+      Tensor qkv = buffer({n, q.conv_channels()}), mixed = buffer({n, q.conv_channels()});
+      Tensor z = buffer({n, vw}), a = buffer({n, vh}), b = buffer({n, vh}), g = buffer({n, vh}), beta = buffer({n, vh});
       ops::matmul(h, la.in_qkv, qkv);
       ops::matmul(h, la.in_z, z);
       ops::matmul(h, la.in_b, b);
       ops::matmul(h, la.in_a, a);
       ops::causal_conv1d_silu(qkv, la.conv, recurrent_seqs, cache.conv_state(layer), mixed);
       ops::delta_rule_gates(a, b, {.a_log = la.a_log, .dt_bias = la.dt_bias}, g, beta);
-      Tensor core = f32({n, vw});
+      Tensor core = buffer({n, vw});
       ops::gated_delta_rule({.q = mixed.slice(1, 0, kw),
                              .k = mixed.slice(1, kw, 2 * kw),
                              .v = mixed.slice(1, 2 * kw, 2 * kw + vw),
@@ -223,8 +252,8 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       ops::matmul(core, la.out, out);
     } else {
       const Qwen35FullAttention& fa = w.full;
-      Tensor q_gate = f32({n, heads * 2 * d}), qs = f32({n, heads * d}), k = f32({n, kv_heads * d}),
-             v = f32({n, kv_heads * d}), attn = f32({n, heads * d});
+      Tensor q_gate = buffer({n, heads * 2 * d}), qs = buffer({n, heads * d}), k = buffer({n, kv_heads * d}),
+             v = buffer({n, kv_heads * d}), attn = buffer({n, heads * d});
       ops::matmul(h, fa.wq, q_gate);
       ops::matmul(h, fa.wk, k);
       ops::matmul(h, fa.wv, v);
@@ -251,11 +280,13 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
     ops::rms_norm(x, w.post_norm, c.rms_eps, h);
     if (q.n_experts == 0) {
       swiglu_mlp(h, w.mlp, out);
+    } else if (device_ != Device::CPU) {
+      moe_on_device(h, w, out);
     } else {
       // Router: softmax over experts, the top k renormalised to sum 1
       // (ops::moe_route with unit expert scales); rows grouped per expert.
       const int64_t experts = q.n_experts, top_k = q.experts_per_token;
-      Tensor router = f32({n, experts});
+      Tensor router = buffer({n, experts});
       ops::matmul(h, w.router, router);
       const ops::MoeRouting routing = ops::moe_route(router, int(top_k), unit_expert_scales_);
       std::vector<std::vector<std::pair<int64_t, float>>> routed(static_cast<size_t>(experts));  // (row, weight)
@@ -267,7 +298,7 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
         const auto& rows = routed[size_t(e)];
         if (rows.empty()) continue;
         const int64_t m = int64_t(rows.size());
-        Tensor in = f32({m, hidden}), y = f32({m, hidden});
+        Tensor in = buffer({m, hidden}), y = buffer({m, hidden});
         for (int64_t i = 0; i < m; ++i)
           std::copy_n(h.row_as<float>(rows[size_t(i)].first), hidden, in.row_as<float>(i));
         swiglu_mlp(in, w.experts[size_t(e)], y);
@@ -279,7 +310,7 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
         }
       }
       if (w.shared_expert.gate.defined()) {
-        Tensor shared = f32({n, hidden}), gate = f32({n, 1});
+        Tensor shared = buffer({n, hidden}), gate = buffer({n, 1});
         swiglu_mlp(h, w.shared_expert, shared);
         ops::matmul(h, w.shared_expert_gate, gate);
         ops::sigmoid_gate(gate, shared);
@@ -291,11 +322,68 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
   if (n_logits == 0) return;
 
   // Only rows that want logits go through the final norm and the lm_head.
-  Tensor rows = f32({n_logits, hidden});
-  for (int64_t r = 0, j = 0; r < n; ++r)
-    if (batch.wants_logits[size_t(r)]) std::copy_n(x.row_as<float>(r), hidden, rows.row_as<float>(j++));
+  std::vector<int32_t> logit_rows;
+  for (int64_t r = 0; r < n; ++r)
+    if (batch.wants_logits[size_t(r)]) logit_rows.push_back(int32_t(r));
+  Tensor rows = buffer({n_logits, hidden});
+  ops::gather_rows(x, logit_rows, rows);
   ops::rms_norm(rows, ck_.output_norm, c.rms_eps, rows);
-  ops::matmul(rows, ck_.output, logits);
+  if (logits.device() == device_) return ops::matmul(rows, ck_.output, logits);
+  // Model on the device, logits wanted on the host: one copy back.
+  Tensor device_logits = buffer({n_logits, c.vocab_size});
+  ops::matmul(rows, ck_.output, device_logits);
+  ops::copy(device_logits, logits);
+}
+
+Tensor Qwen35Model::buffer(std::initializer_list<int64_t> shape) const {
+  return device_ == Device::CPU ? Tensor::zeros(DType::F32, shape) : ops::zeros(DType::F32, shape, device_);
+}
+
+// The MoE block on a device: the router's logits come back to the host for
+// the routing (ops::moe_route); the routed rows, grouped by expert (rows
+// ascending in each), are gathered once; each chosen expert runs on its
+// rows only (at ≤ 8 rows a GEMV that reads only that expert's weights),
+// its outputs are scaled by the routing weights and added to their rows in
+// expert order, as the CPU loop adds them.
+void Qwen35Model::moe_on_device(const Tensor& h, const Qwen35Layer& w, Tensor& out) {
+  const Qwen35Config& q = ck_.qwen;
+  const int64_t n = h.dim(0), hidden = h.dim(1), experts = q.n_experts, top_k = q.experts_per_token;
+  Tensor router = buffer({n, experts});
+  ops::matmul(h, w.router, router);
+  const ops::MoeRouting routing =
+      ops::moe_route(ops::to_device(router, Device::CPU), int(top_k), unit_expert_scales_);  // (waits for it)
+  std::vector<std::vector<std::pair<int32_t, float>>> routed(static_cast<size_t>(experts));  // (row, weight)
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < top_k; ++i)
+      routed[size_t(routing.expert[size_t(r * top_k + i)])].push_back(
+          {int32_t(r), routing.weight[size_t(r * top_k + i)]});
+  std::vector<int32_t> rows;
+  std::vector<float> weights;
+  for (const auto& expert_rows : routed)
+    for (const auto& [row, weight] : expert_rows) {
+      rows.push_back(row);
+      weights.push_back(weight);
+    }
+  const int64_t total = int64_t(rows.size());
+  Tensor in = buffer({total, hidden}), y = buffer({total, hidden});
+  ops::gather_rows(h, rows, in);
+  for (int64_t e = 0, first = 0; e < experts; ++e) {
+    const int64_t m = int64_t(routed[size_t(e)].size());
+    if (m == 0) continue;
+    Tensor y_e = y.slice(0, first, first + m);
+    swiglu_mlp(in.slice(0, first, first + m), w.experts[size_t(e)], y_e);
+    first += m;
+  }
+  ops::scale_rows(y, weights);
+  ops::fill(out, 0.0f);
+  ops::scatter_add_rows(y, rows, out);
+  if (w.shared_expert.gate.defined()) {
+    Tensor shared = buffer({n, hidden}), gate = buffer({n, 1});
+    swiglu_mlp(h, w.shared_expert, shared);
+    ops::matmul(h, w.shared_expert_gate, gate);
+    ops::sigmoid_gate(gate, shared);
+    ops::add(out, shared, out);
+  }
 }
 
 }  // namespace brioche::model

@@ -1,8 +1,9 @@
 // The Qwen 3.5 text model (see qwen35.cpp for the architecture): hybrid
-// Gated DeltaNet / gated attention layers, dense or mixture-of-experts MLPs.
-// CPU only in this build.
+// Gated DeltaNet / gated attention layers, dense or mixture-of-experts MLPs,
+// on the CPU or on CUDA (where its weights are).
 #pragma once
 
+#include <initializer_list>
 #include <vector>
 
 #include "model/model.h"
@@ -11,10 +12,11 @@
 namespace brioche::model {
 
 // Not reentrant (one engine thread owns a model). forward needs a KvCache
-// with state slots (KvCacheOptions::n_state_slots) and every sequence of the
-// batch with a slot (SequenceView::state_slot).
+// with state slots (KvCacheOptions::n_state_slots) on the model's device and
+// every sequence of the batch with a slot (SequenceView::state_slot).
 class Qwen35Model final : public Model {
  public:
+  // Runs where the checkpoint's weights are (move_qwen35_weights).
   explicit Qwen35Model(Qwen35Checkpoint checkpoint);
 
   const ModelConfig& config() const override { return ck_.config; }
@@ -23,18 +25,26 @@ class Qwen35Model final : public Model {
   std::string chat_template() const override { return ck_.chat_template; }
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
   size_t weight_bytes() const override;
+  Device device() const override { return device_; }
 
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  Tensor buffer(std::initializer_list<int64_t> shape) const;  // f32 zeros on the model's device
+  void moe_on_device(const Tensor& h, const Qwen35Layer& w, Tensor& out);
 
   Qwen35Checkpoint ck_;
   std::vector<float> inv_freq_;            // [rotary_dim / 2]
   std::vector<float> unit_expert_scales_;  // [n_experts] of 1 (ops::moe_route)
+  Device device_ = Device::CPU;
 };
 
+// Copies every weight tensor to `device` in its stored dtype (tied
+// embeddings stay one tensor); the host copies are released.
+void move_qwen35_weights(Qwen35Checkpoint& checkpoint, Device device);
+
 // Model::load's path for a Qwen 3.5 directory (is_qwen35_directory): refuses
-// a device other than the CPU, tensor parallelism and merged adapters;
-// honours max_context and convert_weights.
+// tensor parallelism and merged adapters; honours max_context,
+// convert_weights and the device.
 std::unique_ptr<Model> load_qwen35_model(const std::string& dir, const LoadOptions& options);
 
 }  // namespace brioche::model

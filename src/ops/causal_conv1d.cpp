@@ -2,6 +2,9 @@
 
 #include "backend/cpu/causal_conv1d.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -30,17 +33,23 @@ void causal_conv1d_silu(const Tensor& x, const Tensor& weight, std::span<const R
                   " outside [0, ", state.dim(0), ")");
   }
   check_splits_and_checkpoints(sequences, state.dim(0), "causal_conv1d");
-  BRIOCHE_CHECK(detail::common_device("causal_conv1d", {&x, &weight, &state, &out}) == Device::CPU,
-                "causal_conv1d: runs on the CPU only in this build");
-  backend::cpu::causal_conv1d_silu({.x = xs.data,
-                                    .weight = ws.data,
-                                    .state = state.data_as<float>(),
-                                    .out = ys.data,
-                                    .x_stride = xs.stride,
-                                    .out_stride = ys.stride,
-                                    .channels = int(channels),
-                                    .kernel = int(kernel),
-                                    .sequences = sequences});
+  const backend::cpu::CausalConv1dArgs args{.x = xs.data,
+                                            .weight = ws.data,
+                                            .state = state.data_as<float>(),
+                                            .out = ys.data,
+                                            .x_stride = xs.stride,
+                                            .out_stride = ys.stride,
+                                            .channels = int(channels),
+                                            .kernel = int(kernel),
+                                            .sequences = sequences};
+  if (detail::common_device("causal_conv1d", {&x, &weight, &state, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::causal_conv1d_silu(args);
+#else
+    detail::fail_no_cuda("causal_conv1d");
+#endif
+  }
+  backend::cpu::causal_conv1d_silu(args);
 }
 
 }  // namespace brioche::ops

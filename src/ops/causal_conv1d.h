@@ -21,7 +21,7 @@ namespace brioche::ops {
 //   weight : f32 [channels, K]           the depthwise kernel
 //   state  : f32 [n_slots, K-1, channels] read and written per sequence slot
 //   out    : f32 [n_rows, channels]      must not alias x
-// Rows in no sequence are left untouched. CPU only.
+// Rows in no sequence are left untouched. CPU and CUDA.
 void causal_conv1d_silu(const Tensor& x, const Tensor& weight, std::span<const RecurrentSequence> sequences,
                         Tensor& state, Tensor& out);
 

@@ -2,6 +2,9 @@
 
 #include "backend/cpu/gated_delta_rule.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -43,26 +46,32 @@ void gated_delta_rule(const DeltaRuleInputs& in, const DeltaRuleShape& shape,
                   " outside [0, ", state.dim(0), ")");
   }
   check_splits_and_checkpoints(sequences, state.dim(0), "gated_delta_rule");
-  BRIOCHE_CHECK(detail::common_device("gated_delta_rule", {&q, &k, &v, &g, &beta, &state, &out}) == Device::CPU,
-                "gated_delta_rule: runs on the CPU only in this build");
-  backend::cpu::gated_delta_rule({.q = qs.data,
-                                  .k = ks.data,
-                                  .v = vs.data,
-                                  .g = gs.data,
-                                  .beta = bs.data,
-                                  .state = state.data_as<float>(),
-                                  .out = os.data,
-                                  .q_stride = qs.stride,
-                                  .k_stride = ks.stride,
-                                  .v_stride = vs.stride,
-                                  .g_stride = gs.stride,
-                                  .beta_stride = bs.stride,
-                                  .out_stride = os.stride,
-                                  .n_k_heads = shape.n_k_heads,
-                                  .n_v_heads = shape.n_v_heads,
-                                  .key_dim = shape.key_dim,
-                                  .value_dim = shape.value_dim,
-                                  .sequences = sequences});
+  const backend::cpu::GatedDeltaRuleArgs args{.q = qs.data,
+                                              .k = ks.data,
+                                              .v = vs.data,
+                                              .g = gs.data,
+                                              .beta = bs.data,
+                                              .state = state.data_as<float>(),
+                                              .out = os.data,
+                                              .q_stride = qs.stride,
+                                              .k_stride = ks.stride,
+                                              .v_stride = vs.stride,
+                                              .g_stride = gs.stride,
+                                              .beta_stride = bs.stride,
+                                              .out_stride = os.stride,
+                                              .n_k_heads = shape.n_k_heads,
+                                              .n_v_heads = shape.n_v_heads,
+                                              .key_dim = shape.key_dim,
+                                              .value_dim = shape.value_dim,
+                                              .sequences = sequences};
+  if (detail::common_device("gated_delta_rule", {&q, &k, &v, &g, &beta, &state, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::gated_delta_rule(args);
+#else
+    detail::fail_no_cuda("gated_delta_rule");
+#endif
+  }
+  backend::cpu::gated_delta_rule(args);
 }
 
 void delta_rule_gates(const Tensor& a, const Tensor& b, const DeltaRuleGateWeights& w, Tensor& g, Tensor& beta) {
@@ -80,20 +89,26 @@ void delta_rule_gates(const Tensor& a, const Tensor& b, const DeltaRuleGateWeigh
                   b.describe(), ", g ", g.describe(), " and beta ", beta.describe(), " must have one shape");
   BRIOCHE_CHECK(ls.n_rows == 1 && ls.dim == as.dim && ds.n_rows == 1 && ds.dim == as.dim, "delta_rule_gates: a_log ",
                 a_log.describe(), " and dt_bias ", dt_bias.describe(), " must be [", as.dim, "]");
-  BRIOCHE_CHECK(detail::common_device("delta_rule_gates", {&a, &b, &a_log, &dt_bias, &g, &beta}) == Device::CPU,
-                "delta_rule_gates: runs on the CPU only in this build");
-  backend::cpu::delta_rule_gates({.a = as.data,
-                                  .b = bs.data,
-                                  .a_log = ls.data,
-                                  .dt_bias = ds.data,
-                                  .g = gs.data,
-                                  .beta = betas.data,
-                                  .n_rows = as.n_rows,
-                                  .n_heads = as.dim,
-                                  .a_stride = as.stride,
-                                  .b_stride = bs.stride,
-                                  .g_stride = gs.stride,
-                                  .beta_stride = betas.stride});
+  const backend::cpu::DeltaRuleGatesArgs args{.a = as.data,
+                                              .b = bs.data,
+                                              .a_log = ls.data,
+                                              .dt_bias = ds.data,
+                                              .g = gs.data,
+                                              .beta = betas.data,
+                                              .n_rows = as.n_rows,
+                                              .n_heads = as.dim,
+                                              .a_stride = as.stride,
+                                              .b_stride = bs.stride,
+                                              .g_stride = gs.stride,
+                                              .beta_stride = betas.stride};
+  if (detail::common_device("delta_rule_gates", {&a, &b, &a_log, &dt_bias, &g, &beta}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::delta_rule_gates(args);
+#else
+    detail::fail_no_cuda("delta_rule_gates");
+#endif
+  }
+  backend::cpu::delta_rule_gates(args);
 }
 
 }  // namespace brioche::ops

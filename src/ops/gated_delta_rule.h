@@ -40,14 +40,14 @@ struct DeltaRuleInputs {
 
 //   state : f32 [n_slots, n_v_heads, key_dim, value_dim], per sequence slot
 //   out   : f32 [n_rows, n_v_heads * value_dim]
-// Rows in no sequence are left untouched. CPU only.
+// Rows in no sequence are left untouched. CPU and CUDA (backend/cuda/gated_delta_rule.cu).
 void gated_delta_rule(const DeltaRuleInputs& in, const DeltaRuleShape& shape,
                       std::span<const RecurrentSequence> sequences, Tensor& state, Tensor& out);
 
 // Qwen 3.5's gates from the projections a and b (f32 [n_rows, n_v_heads]):
 //   g    = −exp(a_log[h]) · softplus(a + dt_bias[h])
 //   beta = sigmoid(b)
-// g, beta: f32 [n_rows, n_v_heads].
+// g, beta: f32 [n_rows, n_v_heads].  CPU and CUDA.
 struct DeltaRuleGateWeights {
   const Tensor& a_log;    // f32 [n_v_heads]
   const Tensor& dt_bias;  // f32 [n_v_heads]

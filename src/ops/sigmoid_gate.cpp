@@ -2,6 +2,9 @@
 
 #include "backend/cpu/sigmoid_gate.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -11,15 +14,21 @@ void sigmoid_gate(const Tensor& gate, Tensor& x) {
   auto xs = detail::f32_rows(x, "sigmoid_gate", "x");
   BRIOCHE_CHECK(gs.n_rows == xs.n_rows && (gs.dim == xs.dim || gs.dim == 1), "sigmoid_gate: gate ", gate.describe(),
                 " must be [", xs.n_rows, ", ", xs.dim, "] or [", xs.n_rows, ", 1] for x ", x.describe());
-  BRIOCHE_CHECK(detail::common_device("sigmoid_gate", {&gate, &x}) == Device::CPU,
-                "sigmoid_gate: runs on the CPU only in this build");
-  backend::cpu::sigmoid_gate({.gate = gs.data,
-                              .x = xs.data,
-                              .n_rows = xs.n_rows,
-                              .dim = xs.dim,
-                              .gate_stride = gs.stride,
-                              .x_stride = xs.stride,
-                              .per_row = gs.dim != xs.dim});
+  const backend::cpu::SigmoidGateArgs args{.gate = gs.data,
+                                           .x = xs.data,
+                                           .n_rows = xs.n_rows,
+                                           .dim = xs.dim,
+                                           .gate_stride = gs.stride,
+                                           .x_stride = xs.stride,
+                                           .per_row = gs.dim != xs.dim};
+  if (detail::common_device("sigmoid_gate", {&gate, &x}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::sigmoid_gate(args);
+#else
+    detail::fail_no_cuda("sigmoid_gate");
+#endif
+  }
+  backend::cpu::sigmoid_gate(args);
 }
 
 void sigmoid_gate_backward(const Tensor& gate, const Tensor& x, const Tensor& dy, Tensor& dx, Tensor& dgate) {

@@ -9,7 +9,7 @@ namespace brioche::ops {
 
 //   x    : f32 [n_rows, dim]
 //   gate : f32 [n_rows, dim], or [n_rows, 1] (one gate per row); rows may be strided
-// CPU only.
+// CPU and CUDA.
 void sigmoid_gate(const Tensor& gate, Tensor& x);
 
 // Its backward (for training), y = x·σ(g):

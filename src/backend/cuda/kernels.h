@@ -11,10 +11,13 @@
 
 #include "backend/cpu/add.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/causal_conv1d.h"
 #include "backend/cpu/embedding.h"
+#include "backend/cpu/gated_delta_rule.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/rope.h"
+#include "backend/cpu/sigmoid_gate.h"
 #include "backend/cpu/swiglu.h"
 #include "backend/cuda/norm_hand_on.h"
 
@@ -180,5 +183,16 @@ struct ConvertRowsArgs {
 void convert_rows_to_16bit(const ConvertRowsArgs& args);
 // out[i] = f32(x[i]) for n contiguous bf16 values (exact).
 void bf16_to_f32(const void* x, int64_t n, float* out);
+
+// Qwen 3.5's linear-attention layers and gates (ops/causal_conv1d.h,
+// ops/gated_delta_rule.h, ops/sigmoid_gate.h). The sequences'
+// rows, slots, splits and checkpoints are host memory, uploaded as a plan.
+// causal_conv1d_silu: a thread per (sequence, channel), the window in registers.
+void causal_conv1d_silu(const backend::cpu::CausalConv1dArgs& args);
+// gated_delta_rule: a CTA per (sequence, value head), the state in shared
+// memory; the CPU kernel's pieces, each in the chunked form.
+void gated_delta_rule(const backend::cpu::GatedDeltaRuleArgs& args);
+void delta_rule_gates(const backend::cpu::DeltaRuleGatesArgs& args);
+void sigmoid_gate(const backend::cpu::SigmoidGateArgs& args);
 
 }  // namespace brioche::cuda
