@@ -57,6 +57,12 @@ Subcommand add_serve_command(CLI::App& root) {
                   "shared system prompt's (-1: as many as state slots; 0: no prefix reuse for them)")
       ->check(CLI::Range(-1, 4096))
       ->capture_default_str();
+  app->add_option("--kv-window-blocks", opts->engine.kv.window_blocks,
+                  "models with sliding-window layers (Gemma 4): KV blocks of the window pool those layers keep their "
+                  "window in, freed once out of the window (-1: enough for --max-running sequences and one step, "
+                  "the rest of the KV memory to the other layers; 0: no pool, every layer keeps every block)")
+      ->check(CLI::Range(-1, 1 << 24))
+      ->capture_default_str();
   app->add_option("--kv-cache-type", *kv_type,
                   "KV cache element type: f16, or f32 (CPU only; exact attention, twice the memory)")
       ->check(CLI::IsMember({"f16", "f32"}))

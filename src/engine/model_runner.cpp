@@ -63,6 +63,10 @@ class TransformerRunner final : public ModelRunner {
       // next row and the block of that row; a step's rows add theirs.
       const int32_t bs = sizing.block_size;
       const int64_t per_sequence = (window_ - 1 + bs - 1) / bs + 2;
+      BRIOCHE_CHECK(sizing.window_blocks < 0 || sizing.window_blocks >= per_sequence, "KV cache: a window pool of ",
+                    sizing.window_blocks, " blocks cannot hold one sequence's sliding window (", window_,
+                    " positions in blocks of ", bs, " need at least ", per_sequence,
+                    " blocks; 0 keeps every block instead)");
       const int64_t wanted = sizing.window_blocks > 0 ? sizing.window_blocks
                                                       : int64_t(std::max(sizing.window_sequences, 1)) * per_sequence +
                                                             (std::max(sizing.window_step_rows, 1) + bs - 1) / bs;

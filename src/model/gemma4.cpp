@@ -25,6 +25,11 @@
 //                    post_per_layer_input_norm)
 //     x *= layer_scalar
 //   logits = lm_head·RMSNorm(x, norm), then cap·tanh(logits/cap) with soft-capping
+//
+// Every step is an op (ops/), so the same code runs on the CPU or on CUDA
+// (weights, scratch and cache on the model's device). Nothing here hands a
+// norm on between ops (ops/norm_handoff.h): each post-norm reads the output
+// its own op just wrote.
 #include "model/gemma4.h"
 
 #include <algorithm>
@@ -53,21 +58,65 @@ namespace brioche::model {
 
 namespace {
 
+// Up to this many rows (decode steps), the device runs the MoE experts as
+// one expert matmul over every (row, expert) pair; above, expert by expert
+// over the rows routed to it (GEMMs).
+constexpr int64_t kExpertMatmulRows = 8;
+
 // attention_bias: y += b (undefined b: no bias).
 void add_bias(Tensor& y, const Tensor& b) {
   if (b.defined()) ops::add_bias(y, b);
+}
+
+// ys = RMSNorm(x)·wsᵀ, RMSNorm(x) in `normed` when `normed_read` (served
+// adapters read it after the projections): on the GPU the fused norm of
+// matmul_group does not write it (ops/fused_matmul.h), so there the norm
+// runs on its own first.
+void normed_group(const Tensor& x, const ops::RmsNormFirst& norm, std::span<const Tensor* const> ws,
+                  std::span<Tensor* const> ys, bool normed_read) {
+  if (normed_read && x.device() != Device::CPU) {
+    ops::rms_norm(x, norm.weight, norm.eps, norm.normed);
+    ops::matmul_group(norm.normed, ws, ys);
+    return;
+  }
+  ops::matmul_group(x, norm, ws, ys);
 }
 
 }  // namespace
 
 Tensor Gemma4Model::Scratch::rows(int64_t n, int64_t width) {
   const int64_t need = std::max<int64_t>(n * width, 1);
-  if (!flat.defined() || flat.dim(0) < need) flat = ops::zeros(DType::F32, {need}, Device::CPU);
+  if (!flat.defined() || flat.dim(0) < need) flat = ops::zeros(DType::F32, {need}, device);
   return flat.slice(0, 0, n * width).reshape({n, width});
 }
 
-Gemma4Model::Gemma4Model(Gemma4Checkpoint checkpoint) : ck_(std::move(checkpoint)) {
+Gemma4Model::Gemma4Model(Gemma4Checkpoint checkpoint)
+    : ck_(std::move(checkpoint)), device_(ck_.weights.token_embd.device()) {
   for (int i = 0; i < ck_.config.base.n_layers; ++i) inv_freq_.push_back(ck_.config.inv_freq(i));
+  Buffers& b = buf_;
+  for (Scratch* s : {&b.x,
+                     &b.h,
+                     &b.q,
+                     &b.k,
+                     &b.v,
+                     &b.attn,
+                     &b.out,
+                     &b.gate,
+                     &b.up,
+                     &b.ple,
+                     &b.ple_tok,
+                     &b.ple_gate,
+                     &b.router,
+                     &b.moe_in,
+                     &b.moe_out,
+                     &b.expert_in,
+                     &b.expert_gate_up,
+                     &b.expert_act,
+                     &b.expert_out,
+                     &b.last,
+                     &b.lora_u,
+                     &b.logits})
+    s->device = device_;
 }
 
 size_t Gemma4Model::weight_bytes() const {
@@ -121,14 +170,14 @@ void Gemma4Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
     const KvLayerShape want = c.kv_shape(l);
     const Tensor& k = cache.keys(l);
     const bool fits = want.n_kv_heads == 0 ? !k.defined()
-                                           : k.defined() && k.device() == Device::CPU && k.dim(2) == want.n_kv_heads &&
+                                           : k.defined() && k.device() == device_ && k.dim(2) == want.n_kv_heads &&
                                                  k.dim(3) == want.head_dim;
-    BRIOCHE_CHECK(
-        fits, "forward: KV cache layer ", l, " is ", k.defined() ? k.describe() : std::string("empty"), ", expected ",
-        want.n_kv_heads == 0
-            ? std::string("none (a KV-shared layer)")
-            : std::to_string(want.n_kv_heads) + " kv heads of " + std::to_string(want.head_dim) + " on the cpu",
-        " (build the cache from this model's config())");
+    BRIOCHE_CHECK(fits, "forward: KV cache layer ", l, " is ", k.defined() ? k.describe() : std::string("empty"),
+                  ", expected ",
+                  want.n_kv_heads == 0 ? std::string("none (a KV-shared layer)")
+                                       : std::to_string(want.n_kv_heads) + " kv heads of " +
+                                             std::to_string(want.head_dim) + " on " + device_name(device_),
+                  " (build the cache from this model's config() on its device())");
   }
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const ServedAdapter* a = batch.sequences[s].adapter;
@@ -202,8 +251,8 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch,
     Tensor* ys[] = {&q, &k, &v};
     // With attention_k_eq_v there is no v_proj: V is k_proj's output, taken
     // before k's norm and RoPE.
-    ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, std::span(ws, spec.v_from_k ? 2 : 3),
-                      std::span(ys, spec.v_from_k ? 2 : 3));
+    normed_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, std::span(ws, spec.v_from_k ? 2 : 3),
+                 std::span(ys, spec.v_from_k ? 2 : 3), !adapter_rows_.empty());
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     if (!spec.v_from_k) add_bias(v, lw.bv);
@@ -218,7 +267,7 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch,
   } else {
     const Tensor* ws[] = {&lw.wq};
     Tensor* ys[] = {&q};
-    ops::matmul_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, ws, ys);
+    normed_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, ws, ys, !adapter_rows_.empty());
     add_bias(q, lw.bq);
     add_lora(layer, Projection::Q, h, q);
   }
@@ -264,6 +313,37 @@ void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
   // The experts read RMSNorm(x, pre_feedforward_layernorm_2).
   ops::rms_norm(x, lw.pre_ffn_norm_2, g.base.rms_eps, routed);
   ops::fill(out, 0.0f);
+  if (device_ != Device::CPU && n <= kExpertMatmulRows) {
+    // Decode rows on the device: every (row, expert) pair in one
+    // ops::expert_matmul per projection, which reads only the chosen
+    // experts' weights. A row's pairs in ascending expert order, added to
+    // out in that order (the order of the expert loop below).
+    std::vector<int32_t> pair_row, pair_expert, pair_index;
+    std::vector<float> pair_weight;
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<int> ks(size_t(route.top_k));
+      std::iota(ks.begin(), ks.end(), 0);
+      std::sort(ks.begin(), ks.end(), [&](int a, int b) {
+        return route.expert[size_t(r * route.top_k + a)] < route.expert[size_t(r * route.top_k + b)];
+      });
+      for (int k : ks) {
+        pair_index.push_back(int32_t(pair_row.size()));
+        pair_row.push_back(int32_t(r));
+        pair_expert.push_back(route.expert[size_t(r * route.top_k + k)]);
+        pair_weight.push_back(route.weight[size_t(r * route.top_k + k)]);
+      }
+    }
+    const int64_t pairs = int64_t(pair_row.size());
+    Tensor gate_up = buf_.expert_gate_up.rows(pairs, 2 * I);  // [pairs, 2I]: gate columns, then up
+    Tensor act = buf_.expert_act.rows(pairs, I);
+    Tensor y = buf_.expert_out.rows(pairs, hidden);
+    ops::expert_matmul(routed, pair_row, lw.experts_gate_up, pair_expert, gate_up);
+    ops::gelu_tanh_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act);
+    ops::expert_matmul(act, pair_index, lw.experts_down, pair_expert, y);
+    ops::scale_rows(y, pair_weight);
+    ops::scatter_add_rows(y, pair_row, out);
+    return;
+  }
   std::vector<int32_t> rows;
   std::vector<float> weights;
   for (int e = 0; e < g.n_experts; ++e) {
@@ -301,7 +381,7 @@ void Gemma4Model::mlp(int layer, Tensor& x) {
   Tensor out = buf_.out.rows(n, c.hidden_size);
   const Tensor* ws[] = {&lw.w_gate, &lw.w_up};
   Tensor* ys[] = {&gate, &up};
-  ops::matmul_group(x, {.weight = lw.pre_ffn_norm, .eps = c.rms_eps, .normed = h}, ws, ys);
+  normed_group(x, {.weight = lw.pre_ffn_norm, .eps = c.rms_eps, .normed = h}, ws, ys, !adapter_rows_.empty());
   add_lora(layer, Projection::Gate, h, gate);
   add_lora(layer, Projection::Up, h, up);
   ops::gelu_tanh_mul(gate, up, gate);
@@ -319,18 +399,28 @@ void Gemma4Model::mlp(int layer, Tensor& x) {
 }
 
 void Gemma4Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
+  const ModelConfig& c = ck_.config.base;
+  check_batch(batch, cache);
+  const int64_t n_logits = batch.n_logit_rows();
+  // Logits land where the caller's tensor lives (the host when it has none).
+  const Device logits_device = logits.defined() ? logits.device() : Device::CPU;
+  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits || logits.dim(1) != c.vocab_size ||
+      logits.dtype() != DType::F32) {
+    logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, logits_device);
+    if (n_logits == 0) logits = logits.slice(0, 0, 0);
+  }
+  if (n_logits == 0 || logits.device() == device_) return forward_on_device(batch, cache, logits);
+  // The model on the device, logits wanted on the host: one copy back.
+  Tensor on_device = buf_.logits.rows(n_logits, c.vocab_size);
+  forward_on_device(batch, cache, on_device);
+  ops::copy(on_device, logits);
+}
+
+void Gemma4Model::forward_on_device(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
   const Gemma4Config& g = ck_.config;
   const ModelConfig& c = g.base;
   const Gemma4Weights& w = ck_.weights;
-  check_batch(batch, cache);
   const int64_t n = batch.n_rows(), n_logits = batch.n_logit_rows();
-  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits || logits.dim(1) != c.vocab_size ||
-      logits.dtype() != DType::F32) {
-    logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, Device::CPU);
-    if (n_logits == 0) logits = logits.slice(0, 0, 0);
-  }
-  BRIOCHE_CHECK(logits.device() == Device::CPU, "forward: logits on ", device_name(logits.device()),
-                "; Gemma 4 runs on the CPU only in this build");
   if (n == 0) return;
 
   adapter_rows_.clear();
@@ -404,10 +494,50 @@ void convert_matrices(Gemma4Weights& w, bool tied, DType dtype) {
 
 }  // namespace
 
+void move_gemma4_weights(Gemma4Weights& w, bool tied_embeddings, Device device) {
+  auto move = [device](Tensor& t) {
+    if (t.defined()) t = ops::to_device(t, device);
+  };
+  move(w.token_embd);
+  if (tied_embeddings)
+    w.output = w.token_embd;
+  else
+    move(w.output);
+  for (Tensor* t : {&w.output_norm, &w.ple_embd, &w.ple_model_proj, &w.ple_proj_norm}) move(*t);
+  for (Gemma4LayerWeights& l : w.layers)
+    for (Tensor* t : {&l.attn_norm,
+                      &l.wq,
+                      &l.wk,
+                      &l.wv,
+                      &l.wo,
+                      &l.bq,
+                      &l.bk,
+                      &l.bv,
+                      &l.bo,
+                      &l.q_norm,
+                      &l.k_norm,
+                      &l.v_norm,
+                      &l.post_attn_norm,
+                      &l.pre_ffn_norm,
+                      &l.w_gate,
+                      &l.w_up,
+                      &l.w_down,
+                      &l.post_ffn_norm,
+                      &l.ple_gate,
+                      &l.ple_proj,
+                      &l.ple_post_norm,
+                      &l.router_proj,
+                      &l.router_norm,
+                      &l.experts_gate_up,
+                      &l.experts_down,
+                      &l.post_ffn_norm_1,
+                      &l.pre_ffn_norm_2,
+                      &l.post_ffn_norm_2})
+      move(*t);
+  ops::synchronize(device);
+}
+
 std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptions& options) {
-  if (options.device != Device::CPU)
-    fail(dir, ": Gemma 4 runs on the CPU only in this build (asked for ", device_name(options.device),
-         "; use --device cpu)");
   if (options.tp_size > 1)
     fail(dir, ": Gemma 4 runs without tensor parallelism in this build (asked for ", options.tp_size, " ranks)");
   if (options.adjust_checkpoint && !options.adjust_gemma4_checkpoint)
@@ -427,6 +557,7 @@ std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptio
                  "%s: a multimodal Gemma 4 checkpoint: loading its text model only (vision and audio "
                  "towers are not loaded)\n",
                  dir.c_str());
+  if (options.device != Device::CPU) move_gemma4_weights(ck.weights, ck.config.base.tied_embeddings, options.device);
   return std::make_unique<Gemma4Model>(std::move(ck));
 }
 

@@ -1,4 +1,5 @@
-// Gemma 4's text model (see gemma4.cpp for the architecture), on the CPU.
+// Gemma 4's text model (see gemma4.cpp for the architecture), on the CPU or
+// on CUDA (weights, scratch and the KV cache on the model's device).
 #pragma once
 
 #include <memory>
@@ -23,13 +24,15 @@ class Gemma4Model final : public Model {
   std::string directory() const override { return ck_.directory; }
   std::string chat_template() const override { return ck_.chat_template; }
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
+  Device device() const override { return device_; }
   size_t weight_bytes() const override;
 
  private:
-  // Scratch of one role: a flat f32 buffer viewed as [rows, width], grown
-  // to the largest batch seen (widths differ by layer).
+  // Scratch of one role: a flat f32 buffer on the model's device viewed as
+  // [rows, width], grown to the largest batch seen (widths differ by layer).
   struct Scratch {
     Tensor flat;
+    Device device = Device::CPU;
     Tensor rows(int64_t n, int64_t width);
   };
   struct Buffers {
@@ -38,9 +41,12 @@ class Gemma4Model final : public Model {
     Scratch router, moe_in, moe_out, expert_in, expert_gate_up, expert_act, expert_out;  // MoE
     Scratch last;                                                                        // rows that want logits
     Scratch lora_u;                                                                      // served adapters' x·Aᵀ
+    Scratch logits;  // the head's output on the device when the caller wants it on the host
   };
 
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  // The forward on the model's device, logits there too ([n_logit_rows, vocab]).
+  void forward_on_device(const ForwardBatch& batch, KvCache& cache, Tensor& logits);
   // `sequences` address the main blocks, `window_sequences` the window pool
   // (the layers KvCache::windowed; empty when the cache has none).
   void attention(int layer, const ForwardBatch& batch, std::span<const ops::AttentionSequence> sequences,
@@ -54,6 +60,7 @@ class Gemma4Model final : public Model {
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x);
 
   Gemma4Checkpoint ck_;
+  Device device_ = Device::CPU;               // where the weights live (the load's LoadOptions::device)
   std::vector<std::vector<float>> inv_freq_;  // per layer, [head_dim/2]
   Buffers buf_;
   std::vector<AdapterRows> adapter_rows_;  // this forward's rows that run with a served adapter
@@ -61,9 +68,14 @@ class Gemma4Model final : public Model {
 };
 
 // Model::load for a Gemma 4 directory: refuses what this build cannot run
-// (a CUDA device, tensor parallelism) with a one-line error; merges an
+// (tensor parallelism) with a one-line error; with a device other than the
+// CPU, uploads every weight (move_gemma4_weights); merges an
 // adapter at load through options.adjust_gemma4_checkpoint; says in one line when a multimodal checkpoint's text model
 // is all that is loaded.
 std::unique_ptr<Model> load_gemma4_model(const std::string& dir, const LoadOptions& options);
+
+// Copies every tensor of `weights` to `device` in its stored dtype (tied
+// embeddings stay one tensor); the host copies are released.
+void move_gemma4_weights(Gemma4Weights& weights, bool tied_embeddings, Device device);
 
 }  // namespace brioche::model

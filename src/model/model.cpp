@@ -73,8 +73,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, LoadOptions options)
 
 bool Model::has_cuda_kernels(const std::string& path) {
   namespace fs = std::filesystem;
-  return !(fs::is_directory(path) && (is_gemma4_directory(path) || is_qwen35_directory(path))) &&
-         !(!fs::is_directory(path) && (is_qwen35_gguf(path) || is_gemma4_gguf(path)));
+  return !(fs::is_directory(path) && is_qwen35_directory(path)) && !(!fs::is_directory(path) && is_qwen35_gguf(path));
 }
 
 }  // namespace brioche::model

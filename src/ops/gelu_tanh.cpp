@@ -2,6 +2,9 @@
 
 #include "backend/cpu/gemma_elementwise.h"
 #include "ops/check_f32.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/gemma_kernels.h"
+#endif
 
 namespace brioche::ops {
 
@@ -12,17 +15,23 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   BRIOCHE_CHECK(u.n_rows == g.n_rows && u.dim == g.dim && y.n_rows == g.n_rows && y.dim == g.dim,
                 "gelu_tanh_mul: shapes differ: gate ", gate.describe(), ", up ", up.describe(), ", out ",
                 out.describe());
-  BRIOCHE_CHECK(detail::common_device("gelu_tanh_mul", {&gate, &up, &out}) == Device::CPU, "gelu_tanh_mul: tensors on ",
-                device_name(gate.device()),
-                ": this op has only a CPU kernel in this build (Gemma 4 runs on the CPU only)");
-  backend::cpu::gelu_tanh_mul({.gate = g.data,
-                               .up = u.data,
-                               .out = y.data,
-                               .n_rows = g.n_rows,
-                               .dim = g.dim,
-                               .gate_stride = g.stride,
-                               .up_stride = u.stride,
-                               .out_stride = y.stride});
+  out.note_written();
+  const backend::cpu::GeluTanhMulArgs args{.gate = g.data,
+                                           .up = u.data,
+                                           .out = y.data,
+                                           .n_rows = g.n_rows,
+                                           .dim = g.dim,
+                                           .gate_stride = g.stride,
+                                           .up_stride = u.stride,
+                                           .out_stride = y.stride};
+  if (detail::common_device("gelu_tanh_mul", {&gate, &up, &out}) == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::gelu_tanh_mul(args);
+#else
+    detail::fail_no_cuda("gelu_tanh_mul");
+#endif
+  }
+  backend::cpu::gelu_tanh_mul(args);
 }
 
 void gelu_tanh_mul_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate, Tensor* dup) {

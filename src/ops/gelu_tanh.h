@@ -9,7 +9,7 @@ namespace brioche::ops {
 
 // gate, up, out : f32 [n_rows, dim], rows contiguous (row strides may
 // differ: gate and up may be column ranges of one matrix); out may alias
-// gate or up. CPU only in this build.
+// gate or up. On the tensors' device (one for all three).
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 
 // Its backward: dgate = dout · up · gelu_tanh'(gate), dup = dout · gelu_tanh(gate).

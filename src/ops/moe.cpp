@@ -2,13 +2,21 @@
 
 #include "backend/cpu/moe.h"
 #include "ops/check_f32.h"
+#include "ops/device.h"
+#include "ops/matmul.h"
+#include "ops/matmul_args.h"
+#if BRIOCHE_CUDA
+#include "backend/cuda/gemma_kernels.h"
+#endif
 
 namespace brioche::ops {
 
-MoeRouting moe_route(const Tensor& logits, int top_k, std::span<const float> per_expert_scale) {
+MoeRouting moe_route(const Tensor& logits_in, int top_k, std::span<const float> per_expert_scale) {
+  // The routing runs on the host, where its caller needs the experts' ids:
+  // device logits ([n_rows, n_experts], a few floats a row) are read back
+  // first (this waits for the device).
+  const Tensor logits = logits_in.device() == Device::CPU ? logits_in : to_device(logits_in, Device::CPU);
   auto z = detail::f32_rows(logits, "moe_route", "logits");
-  BRIOCHE_CHECK(logits.device() == Device::CPU, "moe_route: logits on ", device_name(logits.device()),
-                ": this op has only a CPU kernel in this build (Gemma 4 runs on the CPU only)");
   BRIOCHE_CHECK(int64_t(per_expert_scale.size()) == z.dim, "moe_route: ", per_expert_scale.size(),
                 " expert scales for ", z.dim, " experts");
   BRIOCHE_CHECK(top_k >= 1 && top_k <= z.dim, "moe_route: top_k ", top_k, " outside 1..", z.dim);
@@ -27,13 +35,68 @@ MoeRouting moe_route(const Tensor& logits, int top_k, std::span<const float> per
   return r;
 }
 
+void expert_matmul(const Tensor& x, std::span<const int32_t> x_rows, const Tensor& experts,
+                   std::span<const int32_t> expert, Tensor& y) {
+  y.note_written();
+  BRIOCHE_CHECK(experts.defined() && experts.rank() == 3, "expert_matmul: experts must be [n_experts, m, k], got ",
+                experts.defined() ? experts.describe() : std::string("undefined"));
+  BRIOCHE_CHECK(x_rows.size() == expert.size(), "expert_matmul: ", x_rows.size(), " x rows for ", expert.size(),
+                " experts");
+  const int64_t n_pairs = int64_t(expert.size()), n_x = x.defined() && x.rank() == 2 ? x.dim(0) : 0;
+  BRIOCHE_CHECK(y.defined() && y.rank() == 2 && y.dim(0) == n_pairs, "expert_matmul: y must be [", n_pairs,
+                ", m], got ", y.defined() ? y.describe() : std::string("undefined"));
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    BRIOCHE_CHECK(expert[size_t(p)] >= 0 && expert[size_t(p)] < experts.dim(0), "expert_matmul: pair ", p,
+                  " names expert ", expert[size_t(p)], " of ", experts.dim(0));
+    BRIOCHE_CHECK(x_rows[size_t(p)] >= 0 && x_rows[size_t(p)] < n_x, "expert_matmul: pair ", p, " reads x row ",
+                  x_rows[size_t(p)], " of ", n_x);
+  }
+  if (n_pairs == 0) return;
+  // One pair as a matmul of one expert's matrix: checks x, y and the shapes.
+  const cpu::MatmulArgs first =
+      detail::matmul_args(x.slice(0, 0, 1), experts.select(0), y.slice(0, 0, 1), "expert_matmul");
+  BRIOCHE_CHECK(experts.stride(1) == int64_t(first.w_row_bytes), "expert_matmul: expert rows must be packed");
+  BRIOCHE_CHECK((first.k <= 1 || x.stride(1) == 4) && (first.m <= 1 || y.stride(1) == 4),
+                "expert_matmul: x and y rows must be contiguous, got x ", x.describe(), " and y ", y.describe());
+  if (x.device() == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::expert_matmul({.x = first.x,
+                                .ldx = first.ldx,
+                                .wtype = first.wtype,
+                                .w = experts.data(),
+                                .expert_bytes = size_t(experts.stride(0)),
+                                .w_row_bytes = first.w_row_bytes,
+                                .x_rows = x_rows.data(),
+                                .expert = expert.data(),
+                                .n_pairs = n_pairs,
+                                .m = first.m,
+                                .k = first.k,
+                                .y = first.y,
+                                .ldy = first.ldy});
+#else
+    detail::fail_no_cuda("expert_matmul");
+#endif
+  }
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    Tensor yp = y.slice(0, p, p + 1);
+    matmul(x.slice(0, x_rows[size_t(p)], x_rows[size_t(p)] + 1), experts.select(expert[size_t(p)]), yp);
+  }
+}
+
 void scale_rows(Tensor& x, std::span<const float> scale) {
   auto xs = detail::f32_rows(x, "scale_rows", "x");
-  BRIOCHE_CHECK(x.device() == Device::CPU, "scale_rows: x on ", device_name(x.device()),
-                ": this op has only a CPU kernel in this build (Gemma 4 runs on the CPU only)");
   BRIOCHE_CHECK(int64_t(scale.size()) == xs.n_rows, "scale_rows: ", scale.size(), " scales for ", xs.n_rows, " rows");
-  backend::cpu::scale_rows(
-      {.x = xs.data, .scale = scale.data(), .n_rows = xs.n_rows, .dim = xs.dim, .x_stride = xs.stride});
+  x.note_written();
+  const backend::cpu::ScaleRowsArgs args{
+      .x = xs.data, .scale = scale.data(), .n_rows = xs.n_rows, .dim = xs.dim, .x_stride = xs.stride};
+  if (x.device() == Device::CUDA) {
+#if BRIOCHE_CUDA
+    return cuda::scale_rows(args);  // scale is host memory: the launcher uploads it
+#else
+    detail::fail_no_cuda("scale_rows");
+#endif
+  }
+  backend::cpu::scale_rows(args);
 }
 
 }  // namespace brioche::ops

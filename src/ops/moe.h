@@ -18,10 +18,22 @@ struct MoeRouting {
   std::vector<float> weight;    // [n_rows * top_k]
 };
 
-// logits : f32 [n_rows, n_experts] on the CPU; per_expert_scale [n_experts].
+// logits : f32 [n_rows, n_experts] (device logits are read back: the
+// routing runs on the host, where the expert loop needs it); per_expert_scale [n_experts].
 MoeRouting moe_route(const Tensor& logits, int top_k, std::span<const float> per_expert_scale);
 
-// x[r, :] *= scale[r]    x : f32 [n_rows, dim] on the CPU; scale [n_rows]
+// y[p, :] = x[x_rows[p], :] · experts[expert[p]]ᵀ for each (row, expert)
+// pair p: the decode path of the MoE experts, which reads only the chosen
+// experts' weights, every pair in one launch on CUDA (backend/cuda/moe.cu;
+// on the CPU one matmul per pair).
+//   x       : f32 [n_x, k]
+//   experts : [n_experts, m, k], any weight dtype (rows of a quantized dtype:
+//             k a multiple of 32 on CUDA)
+//   x_rows, expert : [n_pairs] host memory;  y : f32 [n_pairs, m]; same device as x
+void expert_matmul(const Tensor& x, std::span<const int32_t> x_rows, const Tensor& experts,
+                   std::span<const int32_t> expert, Tensor& y);
+
+// x[r, :] *= scale[r]    x : f32 [n_rows, dim] on its device; scale [n_rows] host memory
 void scale_rows(Tensor& x, std::span<const float> scale);
 
 }  // namespace brioche::ops

@@ -6,7 +6,7 @@
 
 namespace brioche::ops {
 
-// x : f32 [n_rows, dim] (or rank 1), in place; cap > 0. CPU only in this build.
+// x : f32 [n_rows, dim] (or rank 1), in place, on its device; cap > 0.
 void softcap(Tensor& x, float cap);
 
 }  // namespace brioche::ops

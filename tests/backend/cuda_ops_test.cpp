@@ -842,6 +842,24 @@ TEST(CudaAttention, DecodePrefillGqaSplitsWindows) {
   }
 }
 
+// Shapes the fast kernels do not take go to the plain kernel of
+// attention_any_dim.cu: Gemma 4's head dims (512 on its full layers; 16 and
+// 32 in the test models; 48, not a multiple of a warp), groups of 16 query
+// heads per KV head, sliding windows, prefill and decode rows in one call.
+// f32 arithmetic like the CPU's: exact up to summation order (bound 1e-10).
+TEST(CudaAttention, AnyHeadDimAndWideGroups) {
+  REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 140;
+  for (bool f16 : {true, false}) {
+    check_attention({4, 2, 16, f16, 0, {{0, 5}, {12, 1}, {3, 37}}}, seed++);
+    check_attention({4, 1, 32, f16, 8, {{0, 37}, {20, 1}, {7, 9}}}, seed++);
+    check_attention({3, 3, 48, f16, 0, {{30, 2}, {0, 17}}}, seed++);
+    check_attention({8, 2, 512, f16, 0, {{0, 20}, {700, 1}, {33, 1}}}, seed++);
+    check_attention({32, 4, 512, f16, 100, {{300, 1}, {0, 40}}}, seed++);
+    check_attention({32, 2, 128, f16, 0, {{50, 1}, {0, 19}}}, seed++);  // a group of 16
+  }
+}
+
 // Decode rows whose splits (at most 16) merge in their thread block cluster
 // (attention_paged.cuh, merge_in_cluster) instead of the combine kernel: one
 // row of 100 and of 250 keys (Llama-3-8B heads), rows of different lengths

@@ -44,11 +44,14 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/add.h"
+#include "ops/gelu_tanh.h"
 #include "ops/device.h"
 #include "ops/layer_backward.h"
 #include "ops/matmul.h"
+#include "ops/moe.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
+#include "ops/softcap.h"
 #include "ops/softmax.h"
 #include "ops/swiglu.h"
 
@@ -286,6 +289,72 @@ void add_add(std::vector<OpCase>& cases, Shape2 s) {
   cases.push_back(std::move(bias));
 }
 
+// Gemma's element-wise ops: the GELU (tanh form) gate, soft-capping and the
+// per-row weights of the MoE experts' outputs, f32 on both sides: < 1e-10,
+// except the GELU's 1 + tanh(·), which cancels for negative gates (a lone
+// value of gate -3 is ~1e-4 relative off in f32): < 1e-7 there.
+void add_gemma_rows(std::vector<OpCase>& cases, Shape2 s) {
+  OpCase gelu{.op = "gelu_tanh_mul",
+              .name = "gelu_tanh_mul_" + shape_name(s),
+              .inputs = {normal_f32(s.rows, s.cols, 11, 3.0f), normal_f32(s.rows, s.cols, 12)},
+              .out_rows = s.rows,
+              .out_cols = s.cols,
+              .input_pad = 3,
+              .cpu_bound = 1e-7,
+              .device_bound = 1e-7};
+  gelu.forward = [](const std::vector<Tensor>& in, Tensor& out) { ops::gelu_tanh_mul(in[0], in[1], out); };
+  gelu.reference = [](const std::vector<Tensor>& in) {
+    std::vector<double> y(size_t(in[0].numel()));
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double g = at(in[0], int64_t(i));
+      y[i] = 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) * at(in[1], int64_t(i));
+    }
+    return y;
+  };
+  cases.push_back(std::move(gelu));
+
+  constexpr float kCap = 8.0f;
+  OpCase cap{.op = "softcap",
+             .name = "softcap_" + shape_name(s),
+             .inputs = {normal_f32(s.rows, s.cols, 13, 12.0f)},
+             .out_rows = s.rows,
+             .out_cols = s.cols,
+             .input_pad = 2,
+             .cpu_bound = 1e-10,
+             .device_bound = 1e-10};
+  cap.forward = [](const std::vector<Tensor>& in, Tensor& out) {
+    ops::copy(in[0], out);
+    ops::softcap(out, kCap);
+  };
+  cap.reference = [](const std::vector<Tensor>& in) {
+    std::vector<double> y(size_t(in[0].numel()));
+    for (size_t i = 0; i < y.size(); ++i) y[i] = kCap * std::tanh(at(in[0], int64_t(i)) / kCap);
+    return y;
+  };
+  cases.push_back(std::move(cap));
+
+  auto scales = std::make_shared<std::vector<float>>();
+  for (int64_t r = 0; r < s.rows; ++r) scales->push_back(0.25f + 0.5f * float(r % 5) - (r % 2 ? 1.5f : 0.0f));
+  OpCase rows{.op = "scale_rows",
+              .name = "scale_rows_" + shape_name(s),
+              .inputs = {normal_f32(s.rows, s.cols, 14)},
+              .out_rows = s.rows,
+              .out_cols = s.cols,
+              .input_pad = 1,
+              .cpu_bound = 1e-12,
+              .device_bound = 1e-12};
+  rows.forward = [scales](const std::vector<Tensor>& in, Tensor& out) {
+    ops::copy(in[0], out);
+    ops::scale_rows(out, *scales);  // host scales (the CUDA launcher uploads them)
+  };
+  rows.reference = [scales, s](const std::vector<Tensor>& in) {
+    std::vector<double> y(size_t(s.rows * s.cols));
+    for (int64_t i = 0; i < s.rows * s.cols; ++i) y[size_t(i)] = at(in[0], i) * double((*scales)[size_t(i / s.cols)]);
+    return y;
+  };
+  cases.push_back(std::move(rows));
+}
+
 // RoPE over rows of n_heads heads of 64 at positions up to 100,000 (long
 // contexts: the angle's argument reduction).
 void add_rope(std::vector<OpCase>& cases, ops::RopeStyle style, int64_t rows, int n_heads) {
@@ -370,6 +439,51 @@ void add_matmul(std::vector<OpCase>& cases, DType wtype, int64_t n) {
   cases.push_back(std::move(c));
 }
 
+// The MoE experts' decode matmul: y[p] = x[x_rows[p]]·w[expert[p]]ᵀ over 7
+// (row, expert) pairs of 5 experts [38, k] of `wtype` (k 48 for the dense
+// types: not a multiple of a warp; 64 for the quantized ones).
+void add_expert_matmul(std::vector<OpCase>& cases, DType wtype) {
+  constexpr int64_t kE = 5, kM = 38;
+  const bool dense = wtype == DType::F32 || wtype == DType::F16 || wtype == DType::BF16;
+  const int64_t k = dense ? 48 : 64;
+  static const std::vector<int32_t> x_rows = {0, 0, 1, 2, 2, 1, 0}, experts = {4, 1, 0, 4, 2, 3, 1};
+  const Tensor source = normal_f32(kE * kM, k, 15);
+  Tensor w = Tensor::zeros(wtype, {kE, kM, k});
+  const size_t rb = row_bytes(wtype, k);
+  auto dequantized = std::make_shared<std::vector<float>>(size_t(kE * kM * k));
+  for (int64_t r = 0; r < kE * kM; ++r) {
+    uint8_t* row = static_cast<uint8_t*>(w.data()) + size_t(r) * rb;
+    if (wtype == DType::F32)
+      std::memcpy(row, source.row_as<float>(r), size_t(k) * sizeof(float));
+    else
+      cpu::quantize_row_ref(wtype, source.row_as<float>(r), row, k);
+    cpu::dequantize_row_ref(wtype, row, dequantized->data() + r * k, k);
+  }
+  const int64_t pairs = int64_t(x_rows.size());
+  OpCase c{.op = "expert_matmul",
+           .name = "expert_matmul_" + std::string(dtype_name(wtype)),
+           .inputs = {normal_f32(3, k, 16), w},
+           .out_rows = pairs,
+           .out_cols = kM,
+           .cpu_bound = wtype == DType::F32 ? 1e-10 : 1e-4,
+           .device_bound = wtype == DType::F32 ? 1e-10 : 1e-3};
+  c.forward = [](const std::vector<Tensor>& in, Tensor& out) {
+    ops::expert_matmul(in[0], x_rows, in[1], experts, out);
+  };
+  c.reference = [dequantized, k, pairs](const std::vector<Tensor>& in) {
+    std::vector<double> y(size_t(pairs * kM));
+    for (int64_t p = 0; p < pairs; ++p)
+      for (int64_t j = 0; j < kM; ++j) {
+        double sum = 0;
+        const float* wr = dequantized->data() + (experts[size_t(p)] * kM + j) * k;
+        for (int64_t t = 0; t < k; ++t) sum += at(in[0], x_rows[size_t(p)] * k + t) * double(wr[t]);
+        y[size_t(p * kM + j)] = sum;
+      }
+    return y;
+  };
+  cases.push_back(std::move(c));
+}
+
 const std::vector<OpCase>& registry() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> all;
@@ -378,6 +492,7 @@ const std::vector<OpCase>& registry() {
       add_swiglu(all, s);
       add_softmax(all, s);
       add_add(all, s);
+      add_gemma_rows(all, s);
     }
     for (ops::RopeStyle style : {ops::RopeStyle::Interleaved, ops::RopeStyle::NeoX}) {
       add_rope(all, style, 1, 1);
@@ -389,6 +504,8 @@ const std::vector<OpCase>& registry() {
                     DType::Q5_K, DType::Q6_K, DType::AFFINE4_G32, DType::AFFINE4_G64, DType::AFFINE4_G128,
                     DType::AFFINE8_G32, DType::AFFINE8_G64, DType::AFFINE8_G128})
       for (int64_t n : {1, 3, 17}) add_matmul(all, t, n);
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::AFFINE4_G64})
+      add_expert_matmul(all, t);
     return all;
   }();
   return cases;
@@ -513,7 +630,8 @@ TEST(OpBackendRegistry, CoversItsOps) {
     EXPECT_GT(c.device_bound, 0) << c.name;
     EXPECT_EQ(c.has_gradient, c.backward != nullptr) << c.name;
   }
-  EXPECT_EQ(ops_seen, (std::vector<std::string>{"rms_norm", "swiglu", "softmax", "add", "add_bias", "rope", "matmul"}));
+  EXPECT_EQ(ops_seen, (std::vector<std::string>{"rms_norm", "swiglu", "softmax", "add", "add_bias", "gelu_tanh_mul",
+                                                "softcap", "scale_rows", "rope", "matmul", "expert_matmul"}));
   EXPECT_GT(gradients, 0);
 }
 

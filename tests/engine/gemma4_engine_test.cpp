@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -107,6 +108,21 @@ TEST(Gemma4Engine, GeneratingFarPastTheWindowInFourWindowBlocksGivesTheTokensOfK
     ASSERT_EQ(want.tokens.size(), 300u);
     EXPECT_EQ(got.tokens, want.tokens) << (seeded ? "seeded" : "greedy");
     EXPECT_EQ(got.finish, FinishReason::Length);
+  }
+}
+
+// A window pool smaller than one sequence's window (6 positions in blocks
+// of 4: 4 blocks) could never run a long sequence: refused at load, with
+// the least it needs.
+TEST(Gemma4Engine, AWindowPoolTooSmallForOneWindowIsRefused) {
+  try {
+    Engine::load(options(128, 3));
+    FAIL() << "a window pool of 3 blocks loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("window pool of 3 blocks cannot hold one sequence's sliding window"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("at least 4 blocks"), std::string::npos) << e.what();
   }
 }
 

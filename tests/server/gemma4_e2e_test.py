@@ -130,5 +130,35 @@ class Serve(unittest.TestCase):
         self.assertTrue(self.server.alive())
 
 
+class WindowPoolFlag(unittest.TestCase):
+    """`serve --kv-window-blocks`: the sliding layers' pool as the user sizes it."""
+
+    def window_blocks_served(self, *flag):
+        server = Server(ARGS.brioche, os.path.join(FIXTURES, "e2b"), "--device", "cpu", "--kv-mb", "4", *flag)
+        try:
+            p = golden("e2b")["text_prompts"][0]
+            status, body = server.post("/v1/completions", {"model": "e2b", "prompt": p["text"],
+                                                           "max_tokens": len(p["greedy"]), "temperature": 0})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(json.loads(body)["choices"][0]["text"], p["greedy_text"])
+            _, metrics = server.get("/metrics")
+            total = [line for line in metrics.splitlines() if line.startswith("brioche_kv_window_blocks_total ")]
+            self.assertEqual(len(total), 1, metrics)
+            return int(float(total[0].split()[1]))
+        finally:
+            server.stop()
+
+    def test_explicit_auto_and_no_pool(self):
+        self.assertEqual(self.window_blocks_served("--kv-window-blocks", "40"), 40)
+        self.assertEqual(self.window_blocks_served("--kv-window-blocks", "0"), 0)
+        self.assertGreater(self.window_blocks_served(), 0)
+
+    def test_a_pool_too_small_for_one_window_is_refused_with_the_least_it_needs(self):
+        with self.assertRaises(RuntimeError) as refused:
+            Server(ARGS.brioche, os.path.join(FIXTURES, "e2b"), "--device", "cpu", "--kv-window-blocks", "1")
+        self.assertIn("window pool of 1 blocks cannot hold one sequence's sliding window", str(refused.exception))
+        self.assertIn("at least", str(refused.exception))
+
+
 if __name__ == "__main__":
     sys.exit(e2e_main("gemma4_e2e", globals()))

@@ -24,6 +24,7 @@
 #include <bit>
 #include <vector>
 
+#include "backend/cuda/attention_any_dim.cuh"
 #include "backend/cuda/attention_decode_mma.h"
 #include "backend/cuda/attention_decode_splits.h"
 #include "backend/cuda/attention_paged.cuh"
@@ -603,9 +604,13 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
                   bound->n_rows);
     max_keys = bound->max_keys;
   }
-  const bool mma =
-      attention_mma_takes(a.cache.f16, a.cache.block_size, a.head_dim, a.n_heads / a.n_kv_heads, covered_rows);
-  const auto [splits, cluster_merge] = decode_splits(covered_rows, a.n_kv_heads, a.head_dim, max_keys, mma);
+  // Shapes the fast kernels do not take (Gemma 4's head dims 512, or 16 and
+  // 32 in test models) run on the plain kernel of attention_any_dim.cu.
+  const bool any_dim = !fast_attention_takes(a.head_dim, a.n_heads / a.n_kv_heads);
+  const bool mma = !any_dim && attention_mma_takes(a.cache.f16, a.cache.block_size, a.head_dim,
+                                                   a.n_heads / a.n_kv_heads, covered_rows);
+  const auto [splits, cluster_merge] = any_dim ? DecodeSplits{.splits = 1, .cluster_merge = false}
+                                               : decode_splits(covered_rows, a.n_kv_heads, a.head_dim, max_keys, mma);
   const bool combine = splits > 1 && !cluster_merge;  // partials through memory, then the combine kernel
   const int base_ctas = n_rows * a.n_kv_heads;
 
@@ -653,6 +658,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
     p.part_acc = static_cast<float*>(part_acc.get());
     p.part_ml = static_cast<float*>(part_ml.get());
   }
+  if (any_dim) return attend_any_dim(p, a.cache.f16);  // (rope_store_kv_attend sends no RoPE here)
   const dim3 grid{unsigned(base_ctas), unsigned(splits), 1u};
   if (rope != nullptr) {
     p.new_k = rope->k;
@@ -694,7 +700,9 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
   // token at its n_past (a decode step): then no row's attention reads a key
   // another CTA of the call stores, and no row goes to the prefill kernel.
   // A bound verify step's rows read each other's keys: two launches.
-  static const bool fuse = env_switch_on("BRIOCHE_CUDA_FUSE_ROPE");  // =0: always the two launches
+  static const bool fuse_on = env_switch_on("BRIOCHE_CUDA_FUSE_ROPE");  // =0: always the two launches
+  // (The plain kernel of the shapes the fast ones do not take has no RoPE in it.)
+  const bool fuse = fuse_on && fast_attention_takes(args.head_dim, args.n_heads / args.n_kv_heads);
   const DecodeBinding* bound = decode_binding();
   bool decode = fuse && bound != nullptr && !bound->rows_share_sequences;
   if (fuse && bound == nullptr) {
@@ -777,8 +785,9 @@ namespace {
 // attention_quantizes_for, with the projection's GEMV arguments `g` made.
 bool quantizes_for(const cpu::MatmulArgs& projection, const detail::GemvArgs& g, int head_dim) {
   static const bool on = env_switch_on("BRIOCHE_CUDA_ATTENTION_INT8");
-  return on && head_dim % 32 == 0 && projection.n >= 1 && projection.n <= detail::kMaxGemvRows && projection.m > 0 &&
-         dtype_info(projection.wtype).quantized && detail::gemv_quant_reads_int8(projection.wtype, g);
+  return on && head_dim % 32 == 0 && head_dim <= 256 && projection.n >= 1 && projection.n <= detail::kMaxGemvRows &&
+         projection.m > 0 && dtype_info(projection.wtype).quantized &&
+         detail::gemv_quant_reads_int8(projection.wtype, g);
 }
 
 }  // namespace
