@@ -82,6 +82,12 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
       unsupported("patternProperties", ptr,
                   "combined with properties, required, propertyNames or additionalProperties other than false: "
                   "keys would need the complement of the pattern");
+    // JSON Schema's reading: without additionalProperties, keys the pattern
+    // does not match are allowed too (with any value): the complement again.
+    if (!opt_.strict && !s.contains("additionalProperties"))
+      unsupported("patternProperties", ptr,
+                  "without additionalProperties: false, keys the pattern does not match are allowed too; keys "
+                  "would need the complement of the pattern");
     auto [pattern, value_schema] = *pp.items().begin();
     addl_key = key_rule(hint, pattern, pp_ptr);
     addl = visit(value_schema, pointer_child(pp_ptr, pattern), hint + "_pp");
@@ -217,11 +223,12 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
   return add_rule(hint + "_obj", body);
 }
 
-// A key (quotes included) whose content matches `pattern`.
+// A key (quotes included) whose content matches `pattern` (a search, as
+// for a string's `pattern`: ^x- admits x-anything).
 std::string SchemaConverter::key_rule(const std::string& hint, const std::string& pattern, const std::string& ptr) {
   std::string body;
   try {
-    body = regex_to_ebnf_expr(pattern, /*inside_json_string=*/true);
+    body = regex_to_ebnf_expr(search_pattern(pattern), /*inside_json_string=*/true);
   } catch (const Error& e) {
     unsupported("patternProperties", ptr, e.what());
   }

@@ -29,17 +29,44 @@ bool format_is_defined(const std::string& f) {
 // the pattern's lengths all fit the bounds. Other patterns: a named error.
 // JSON Schema's `pattern` is an ECMA-262 search, not a full match: an end
 // the pattern does not anchor (^, $) may hold any characters. (^https?://
-// admits "https://example.com", not only the prefix itself.) A
-// top-level alternation anchored at one end only (^a|b) keeps full-match
-// semantics: it admits a subset of the valid strings, never an invalid one.
+// admits "https://example.com", not only the prefix itself.) Each branch of
+// a top-level alternation is anchored on its own: ^a$|^b$ is two full
+// matches, ^a|b$ a prefix or a suffix.
 std::string SchemaConverter::search_pattern(const std::string& p) {
-  const bool at_start = !p.empty() && p.front() == '^';
-  size_t backslashes = 0;  // before the last character: an odd run makes a final '$' a literal
-  while (backslashes + 1 < p.size() && p[p.size() - 2 - backslashes] == '\\') ++backslashes;
-  const bool at_end = p.size() > (at_start ? 1u : 0u) && p.back() == '$' && backslashes % 2 == 0;
-  if (at_start && at_end) return p;
-  std::string body = p.substr(at_start ? 1 : 0, p.size() - (at_start ? 1 : 0) - (at_end ? 1 : 0));
-  return std::string("^") + (at_start ? "" : "[\\s\\S]*") + "(?:" + body + ")" + (at_end ? "" : "[\\s\\S]*") + "$";
+  // The top-level branches: '|' outside groups, classes and escapes.
+  std::vector<std::string> branches;
+  size_t from = 0;
+  int depth = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\') {
+      ++i;
+    } else if (p[i] == '[') {
+      ++i;
+      if (i < p.size() && p[i] == '^') ++i;
+      if (i < p.size() && p[i] == ']') ++i;  // a leading ']' is a literal
+      for (; i < p.size() && p[i] != ']'; ++i)
+        if (p[i] == '\\') ++i;
+    } else if (p[i] == '(') {
+      ++depth;
+    } else if (p[i] == ')') {
+      --depth;
+    } else if (p[i] == '|' && depth == 0) {
+      branches.push_back(p.substr(from, i - from));
+      from = i + 1;
+    }
+  }
+  branches.push_back(p.substr(from));
+  std::string out;
+  for (const std::string& b : branches) {
+    const bool at_start = !b.empty() && b.front() == '^';
+    size_t backslashes = 0;  // before the last character: an odd run makes a final '$' a literal
+    while (backslashes + 1 < b.size() && b[b.size() - 2 - backslashes] == '\\') ++backslashes;
+    const bool at_end = b.size() > (at_start ? 1u : 0u) && b.back() == '$' && backslashes % 2 == 0;
+    const std::string body = b.substr(at_start ? 1 : 0, b.size() - (at_start ? 1 : 0) - (at_end ? 1 : 0));
+    out += std::string(out.empty() ? "" : "|") + (at_start ? "" : "[\\s\\S]*") + "(?:" + body + ")" +
+           (at_end ? "" : "[\\s\\S]*");
+  }
+  return "^(?:" + out + ")$";
 }
 
 std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi,

@@ -55,10 +55,12 @@ TEST(SchemaCorpus, CompiledSchemasAgreeWithJsonschema) {
       }
     }
   }
-  // What compiled at the time of writing (2026-12-06, \p{...} categories in patterns):
-  // fewer means a schema that compiled is now refused.
-  // 109 before \p{...}; 94 before oneOf's shared null; 92 before length bounds above 10,000 were counted
-  EXPECT_GE(compiled, 111);
+  // What compiled at the time of writing (2026-12-06, patterns as searches per top-level branch,
+  // patternProperties keys as searches and refused without additionalProperties: false):
+  // fewer means a schema that compiled is now refused. 111 before (two of them compiled
+  // patternProperties inexactly); 109 before \p{...}; 94 before oneOf's shared null; 92 before
+  // length bounds above 10,000 were counted.
+  EXPECT_GE(compiled, 110);
   EXPECT_GE(instances, 480);
   std::printf("schema corpus: %d of %zu schemas compiled, %d instances checked\n", compiled, corpus["schemas"].size(),
               instances);
