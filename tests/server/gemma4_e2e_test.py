@@ -56,12 +56,13 @@ class RunCommand(unittest.TestCase):
         self.assertEqual(len(lines), 1, r.stderr)
         self.assertIn("text model", lines[0])
 
-    def test_cuda_is_refused_with_one_line(self):
+    def test_cuda_runs_or_says_why_not_in_one_line(self):
         r = subprocess.run([ARGS.brioche, "run", "-m", os.path.join(FIXTURES, "mix"), "--device", "cuda", "-p", "hi",
                             "-n", "1"], capture_output=True, text=True, timeout=60)
-        self.assertNotEqual(r.returncode, 0)
-        # A CPU build refuses --device cuda itself; a CUDA build reaches the model's refusal.
-        self.assertTrue("CPU only" in r.stderr or "cuda" in r.stderr.lower(), r.stderr)
+        if r.returncode == 0:  # a CUDA build on a machine with a GPU
+            self.assertNotEqual(r.stdout, "", r.stderr)
+        else:  # a CPU build, or no device
+            self.assertIn("cuda", r.stderr.lower(), r.stderr)
 
 
 class Serve(unittest.TestCase):
