@@ -289,6 +289,14 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
     if (s.contains(key)) {
       const Json& alts = s[key];
       if (!alts.is_array() || alts.empty()) unsupported(key, ptr, "expected a non-empty array");
+      if (std::string(key) == "oneOf" && !s.contains("anyOf")) {
+        if (const auto shapes = one_of_required_shapes(s, ptr)) {
+          std::string out;
+          for (size_t i = 0; i < shapes->size(); ++i)
+            out += (i ? " | " : "") + visit((*shapes)[i], ptr, hint + "_shape" + std::to_string(i));
+          return add_rule(hint + "_case", out);
+        }
+      }
       std::vector<Json> merged;
       for (const Json& alt : alts) merged.push_back(merge_siblings(s, alt, key));
       std::vector<std::pair<size_t, Json>> branches;  // (index in the schema, branch)

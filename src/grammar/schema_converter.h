@@ -181,6 +181,12 @@ class SchemaConverter {
   // taken out of all of them: oneOf rejects each value of such a type. The
   // branches that admit nothing else are dropped (original index kept).
   std::vector<std::pair<size_t, Json>> drop_shared_types(const std::vector<Json>& branches, const std::string& ptr);
+  // An object schema whose oneOf branches only list `required` keys (AWS
+  // CloudFormation's "exactly one of these"): the object shapes in which
+  // exactly one branch's keys are all present, each as a plain schema
+  // (those keys required, the other branches' missing keys forbidden);
+  // nullopt when `s` is not of that form or the shapes are too many.
+  std::optional<std::vector<Json>> one_of_required_shapes(const Json& s, const std::string& ptr);
 
   // schema_objects.cpp
   std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint);

@@ -295,3 +295,85 @@ std::vector<std::pair<size_t, Json>> SchemaConverter::drop_shared_types(const st
 }
 
 }  // namespace brioche::grammar::schema
+
+namespace brioche::grammar::schema {
+
+// oneOf [{required: R_1}, ..., {required: R_n}] beside an object schema S:
+// a document is valid when it satisfies S and exactly one R_i is all
+// present. Which R_i are present depends only on P = the document's keys
+// among U = R_1 u ... u R_n, so the valid documents are the union, over the
+// subsets P of U that contain exactly one R_i (and S's required keys in
+// U), of "S, with P required and U \ P absent". The shapes differ in some
+// key's presence, so no document matches two: their union is exact.
+std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const Json& s, const std::string& ptr) {
+  constexpr size_t kMaxKeys = 10;    // 2^10 presence patterns looked at
+  constexpr size_t kMaxShapes = 16;  // as for the other case splits
+  const Json& alts = s["oneOf"];
+  if (!alts.is_array() || alts.size() < 2) return std::nullopt;
+  // The schema around: an object schema of plain keywords only.
+  for (auto& [k, v] : s.items())
+    if (k != "oneOf" && k != "type" && k != "properties" && k != "required" && k != "additionalProperties" &&
+        !is_annotation(k))
+      return std::nullopt;
+  if (s.contains("type") && s["type"] != Json("object")) return std::nullopt;
+  if (s.contains("properties") && !s["properties"].is_object()) return std::nullopt;
+  std::vector<std::string> keys;  // U, in first-seen order
+  std::vector<std::vector<size_t>> sets;
+  for (const Json& alt : alts) {
+    if (!alt.is_object() || !alt.contains("required") || !alt["required"].is_array()) return std::nullopt;
+    for (auto& [k, v] : alt.items())
+      if (k != "required" && !is_annotation(k)) return std::nullopt;
+    std::vector<size_t> set;
+    for (const Json& r : alt["required"]) {
+      if (!r.is_string()) return std::nullopt;
+      const auto it = std::find(keys.begin(), keys.end(), r.get<std::string>());
+      set.push_back(static_cast<size_t>(it - keys.begin()));
+      if (it == keys.end()) keys.push_back(r.get<std::string>());
+    }
+    sets.push_back(set);
+  }
+  if (keys.size() > kMaxKeys) return std::nullopt;
+  std::vector<std::string> outer_required;
+  if (s.contains("required")) {
+    if (!s["required"].is_array()) return std::nullopt;
+    for (const Json& r : s["required"]) {
+      if (!r.is_string()) return std::nullopt;
+      outer_required.push_back(r.get<std::string>());
+    }
+  }
+  Json base = s;
+  base.erase("oneOf");
+  base["type"] = "object";
+  // The forbidden keys are declared in the shapes; an object that declared
+  // none stays open in strict mode too ({"type": "object"} alone is any object).
+  if ((!s.contains("properties") || s["properties"].empty()) && !s.contains("additionalProperties"))
+    base["additionalProperties"] = true;
+  std::vector<Json> shapes;
+  for (uint32_t present = 0; present < (1u << keys.size()); ++present) {
+    int matched = 0;
+    for (const auto& set : sets)
+      matched += std::all_of(set.begin(), set.end(), [&](size_t k) { return (present >> k & 1) != 0; });
+    if (matched != 1) continue;
+    bool possible = true;
+    Json shape = base;
+    if (!shape.contains("required")) shape["required"] = Json::array();
+    if (!shape.contains("properties")) shape["properties"] = Json::object();
+    for (size_t k = 0; k < keys.size(); ++k) {
+      const bool outer = std::find(outer_required.begin(), outer_required.end(), keys[k]) != outer_required.end();
+      if (present >> k & 1) {
+        if (!outer) shape["required"].push_back(keys[k]);
+      } else if (outer) {
+        possible = false;  // S requires a key this shape forbids
+      } else {
+        shape["properties"][keys[k]] = false;
+      }
+    }
+    if (!possible || object_impossible(shape)) continue;
+    shapes.push_back(std::move(shape));
+  }
+  if (shapes.size() > kMaxShapes) return std::nullopt;
+  if (shapes.empty()) unsupported("oneOf", ptr, "no object has exactly one branch's required keys: nothing is valid");
+  return shapes;
+}
+
+}  // namespace brioche::grammar::schema
