@@ -81,9 +81,10 @@ void BM_LoraGradB(benchmark::State& state) {
 }
 BENCHMARK(BM_LoraGradB)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
-// dx[rows, 576] = dy[rows, 1536]·W, W Q4_1 [1536, 576]
+// dx[rows, 576] = dy[rows, 1536]·W, W Q4_1 [1536, 576] (arg 1: AMX off, the f32 AVX-512 panels)
 void BM_InputGradQ4_1(benchmark::State& state) {
   one_thread();
+  if (state.range(0) == 1 && cpu::amx_bf16_available()) cpu::set_amx_override(false);
   Tensor wf = Tensor::zeros(DType::F32, {kInter, kHidden});
   auto w = random_floats(size_t(kInter * kHidden), 5, 0.05f);
   std::copy(w.begin(), w.end(), wf.data_as<float>());
@@ -102,10 +103,11 @@ void BM_InputGradQ4_1(benchmark::State& state) {
                                      .m = kInter,
                                      .k = kHidden,
                                      .accumulate = false});
+  cpu::clear_amx_override();
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * kRows * kInter * kHidden, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_InputGradQ4_1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_InputGradQ4_1)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 struct AttentionData {
   std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;

@@ -15,6 +15,9 @@ using enum EnvKind;
 // Sorted by name (env_registry_test checks it).
 constexpr EnvVariable kRegistry[] = {
     {"BRIOCHE_API_KEY", Text, "", "the server API key `brioche train --report-to` sends (--report-key overrides it)"},
+    {"BRIOCHE_CPU_AMX", OnUnlessZero, "1",
+     "CPU training products through a quantized base on AMX bf16 tiles (f32 sums) where the CPU has them; 0: int8 "
+     "forward, f32 AVX-512 backward"},
     {"BRIOCHE_CUDA_ATTENTION_CLUSTER", OnUnlessZero, "1",
      "decode attention combines its splits inside a thread-block cluster; 0: the separate combine kernel"},
     {"BRIOCHE_CUDA_ATTENTION_INT8", OnUnlessZero, "1",

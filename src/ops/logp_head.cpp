@@ -5,9 +5,11 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/linear_backward.h"
 #include "backend/cpu/logp_head.h"
 #include "ops/check_f32.h"
 #include "ops/matmul.h"
+#include "ops/matmul_args.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/train_kernels.h"
 #endif
@@ -15,6 +17,24 @@
 namespace brioche::ops {
 
 namespace {
+
+// z = hidden·wᵀ of a vocabulary chunk (CPU): a quantized head on AMX as the
+// training layers' products (bf16 tiles, f32 sums), else cpu::matmul.
+void chunk_logits(const Tensor& hidden, const Tensor& w, Tensor& z) {
+  const cpu::MatmulArgs b = detail::matmul_args(hidden, w, z, "logp_head");
+  z.note_written();
+  if (!backend::cpu::training_matmul_amx({.x = b.x,
+                                          .ldx = b.ldx,
+                                          .wtype = b.wtype,
+                                          .w = b.w,
+                                          .w_row_bytes = b.w_row_bytes,
+                                          .y = b.y,
+                                          .ldy = b.ldy,
+                                          .n = b.n,
+                                          .m = b.m,
+                                          .k = b.k}))
+    matmul(hidden, w, z);
+}
 
 // Checks shapes and targets; returns hidden's rows.
 detail::F32Rows check_head(const LogpHeadArgs& a, const char* op) {
@@ -76,7 +96,7 @@ void logp_head_forward(const LogpHeadArgs& a, Tensor& lse, Tensor& logp) {
   for (int64_t v0 = 0; v0 < V; v0 += a.chunk) {
     const int64_t v1 = std::min(V, v0 + a.chunk);
     Tensor z = logits.slice(1, 0, v1 - v0);
-    matmul(a.hidden, a.weight.slice(0, v0, v1), z);
+    chunk_logits(a.hidden, a.weight.slice(0, v0, v1), z);
     backend::cpu::logp_chunk_update({.z = z.data_as<float>(),
                                      .ldz = z.stride(0) / 4,
                                      .n = n,
@@ -115,7 +135,7 @@ void logp_head_backward(const LogpHeadArgs& a, const Tensor& lse, const Tensor& 
     const int64_t v1 = std::min(V, v0 + a.chunk);
     Tensor z = logits.slice(1, 0, v1 - v0);
     Tensor w_chunk = a.weight.slice(0, v0, v1);
-    matmul(a.hidden, w_chunk, z);
+    chunk_logits(a.hidden, w_chunk, z);
     backend::cpu::logp_chunk_grad({.z = z.data_as<float>(),
                                    .ldz = z.stride(0) / 4,
                                    .n = n,

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "backend/cpu/linear_backward.h"
 #include "core/error.h"
 #include "ops/check_f32.h"
 #include "ops/device.h"
@@ -123,8 +124,23 @@ void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
     return cuda::lora_matmul(args, bf16_data(x));
   }
 #endif
-  for (const LoraMatmulPart& p : parts) {
-    matmul(x, p.w, p.y);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const LoraMatmulPart& p = parts[i];
+    // A quantized base on a CPU with AMX: bf16 tiles with f32 sums, as the
+    // backward's input gradient (backend/cpu/linear_backward.h); otherwise
+    // cpu::matmul (8-bit activations for quantized weights).
+    const cpu::MatmulArgs& b = base[i];
+    const bool amx = x.device() == Device::CPU && backend::cpu::training_matmul_amx({.x = b.x,
+                                                                                     .ldx = b.ldx,
+                                                                                     .wtype = b.wtype,
+                                                                                     .w = b.w,
+                                                                                     .w_row_bytes = b.w_row_bytes,
+                                                                                     .y = b.y,
+                                                                                     .ldy = b.ldy,
+                                                                                     .n = b.n,
+                                                                                     .m = b.m,
+                                                                                     .k = b.k});
+    if (!amx) matmul(x, p.w, p.y);
     if (!p.low_rank) continue;
     if (x.device() == Device::CPU) {
       // The low-rank products through the factors' transposes as matmul_input_grad

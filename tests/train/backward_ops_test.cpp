@@ -7,9 +7,12 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/linear_backward.h"
 #include "ops/attention_backward.h"
 #include "ops/causal_conv1d_backward.h"
 #include "ops/gated_delta_rule_backward.h"
@@ -171,6 +174,119 @@ TEST(BackwardOps, MatmulInputGradSameOnEveryInstructionSet) {
   }
   for (size_t r = 1; r < results.size(); ++r)
     for (size_t i = 0; i < results[0].size(); ++i) ASSERT_NEAR(results[r][i], results[0][i], 1e-5) << "element " << i;
+}
+
+// Σ_t |a(r, t)·b(t, c)| and Σ_t a(r, t)·b(t, c) in f64 (a [n, T], b [T, w]).
+std::pair<Vec, Vec> sums_and_sizes(const Vec& a, const Vec& b, int64_t n, int64_t T, int64_t w) {
+  Vec sum(size_t(n * w), 0.0), size(size_t(n * w), 0.0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < w; ++c) {
+        const double p = a[size_t(r * T + t)] * b[size_t(t * w + c)];
+        sum[size_t(r * w + c)] += p;
+        size[size_t(r * w + c)] += std::abs(p);
+      }
+  return {sum, size};
+}
+
+// The AMX GEMM (backend/cpu/amx_gemm.h) against an f64 sum, over row,
+// column and t tails, B as stored and transposed, accumulating and not:
+// split hi + lo inputs keep ~2⁻¹⁶ of Σ|a·b| (f32-like), plain bf16 inputs
+// 2⁻⁸ (each input rounded once, f32 sums).
+TEST(BackwardOps, AmxGemmSplitAndPlainBf16Bounds) {
+  if (!cpu::amx_bf16_available()) GTEST_SKIP() << "no AMX bf16 on this CPU";
+  std::mt19937 rng(11);
+  for (auto [n, T, w] : {std::tuple<int64_t, int64_t, int64_t>{37, 45, 250}, {8, 33, 16}, {70, 96, 64}, {9, 1, 40}}) {
+    const Vec a = random_vec(n * T, rng), b = random_vec(T * w, rng), start = random_vec(n * w, rng);
+    Vec bt(b.size());  // [w, T]
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < w; ++c) bt[size_t(c * T + t)] = b[size_t(t * w + c)];
+    const auto [sum, size] = sums_and_sizes(a, b, n, T, w);
+    std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), btf(bt.begin(), bt.end());
+    for (bool split : {true, false})
+      for (bool transposed : {false, true})
+        for (bool accumulate : {false, true}) {
+          std::vector<float> out(start.begin(), start.end());
+          backend::cpu::amx_gemm({.a = af.data(),
+                                  .lda = T,
+                                  .b = transposed ? btf.data() : bf.data(),
+                                  .ldb = transposed ? T : w,
+                                  .out = out.data(),
+                                  .ldo = w,
+                                  .rows = n,
+                                  .width = w,
+                                  .T = T,
+                                  .accumulate = accumulate,
+                                  .split = split,
+                                  .b_transposed = transposed});
+          for (size_t i = 0; i < out.size(); ++i) {
+            const double want = sum[i] + (accumulate ? start[i] : 0.0);
+            const double tol = (split ? 2e-5 : 8e-3) * size[i] + 1e-6 * (1 + std::abs(want));
+            ASSERT_NEAR(out[i], want, tol) << n << "x" << T << "x" << w << " split " << split << " transposed "
+                                           << transposed << " accumulate " << accumulate << " element " << i;
+          }
+        }
+  }
+}
+
+// A quantized weight's products on AMX (bf16 inputs, f32 sums): the input
+// gradient and the training forward within the bf16 bound of an f64 sum
+// over the decoded weight; an f32 weight keeps the f32 path (no AMX).
+TEST(BackwardOps, QuantizedProductsOnAmxStayWithinTheBf16Bound) {
+  if (!cpu::amx_bf16_available()) GTEST_SKIP() << "no AMX bf16 on this CPU";
+  std::mt19937 rng(12);
+  for (auto [n, m, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 70, 256}, {8, 64, 64}, {70, 96, 96}}) {
+    for (DType t : {DType::Q4_1, DType::Q8_0, DType::Q4_K}) {
+      if (k % dtype_info(t).block_elems != 0) continue;
+      Tensor w = convert(to_tensor(random_vec(m * k, rng), m, k), t);
+      const Vec wd = to_vec(convert(w, DType::F32));  // [m, k]
+      Vec wdt(wd.size());                             // [k, m]
+      for (int64_t j = 0; j < m; ++j)
+        for (int64_t c = 0; c < k; ++c) wdt[size_t(c * m + j)] = wd[size_t(j * k + c)];
+      const Vec dyv = random_vec(n * m, rng), xv = random_vec(n * k, rng), start = random_vec(n * k, rng);
+      // dx (+)= dy·W
+      Tensor dy = to_tensor(dyv, n, m), dx = to_tensor(start, n, k), fresh = to_tensor(start, n, k);
+      cpu::set_amx_override(true);
+      matmul_input_grad(dy, w, dx, GradWrite::Accumulate);
+      matmul_input_grad(dy, w, fresh, GradWrite::Overwrite);
+      const auto [gsum, gsize] = sums_and_sizes(dyv, wd, n, m, k);
+      const Vec got = to_vec(dx), over = to_vec(fresh);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(over[i], gsum[i], 8e-3 * gsize[i] + 1e-6) << dtype_name(t) << " dx element " << i;
+        ASSERT_NEAR(got[i], start[i] + gsum[i], 8e-3 * gsize[i] + 1e-5) << dtype_name(t) << " dx element " << i;
+      }
+      // y = x·Wᵀ
+      Tensor x = to_tensor(xv, n, k), y = Tensor::zeros(DType::F32, {n, m});
+      const backend::cpu::TrainingMatmulArgs args{.x = x.data_as<float>(),
+                                                  .ldx = k,
+                                                  .wtype = t,
+                                                  .w = w.data(),
+                                                  .w_row_bytes = size_t(w.stride(0)),
+                                                  .y = y.data_as<float>(),
+                                                  .ldy = m,
+                                                  .n = n,
+                                                  .m = m,
+                                                  .k = k};
+      ASSERT_TRUE(backend::cpu::training_matmul_amx(args));
+      cpu::clear_amx_override();
+      const auto [ysum, ysize] = sums_and_sizes(xv, wdt, n, k, m);
+      const Vec yv = to_vec(y);
+      for (size_t i = 0; i < yv.size(); ++i)
+        ASSERT_NEAR(yv[i], ysum[i], 8e-3 * ysize[i] + 1e-6) << dtype_name(t) << " y element " << i;
+    }
+  }
+  Tensor wf = to_tensor(random_vec(64 * 64, rng), 64, 64), x = to_tensor(random_vec(16 * 64, rng), 16, 64);
+  Tensor y = Tensor::zeros(DType::F32, {16, 64});
+  EXPECT_FALSE(backend::cpu::training_matmul_amx({.x = x.data_as<float>(),
+                                                  .ldx = 64,
+                                                  .wtype = DType::F32,
+                                                  .w = wf.data(),
+                                                  .w_row_bytes = 256,
+                                                  .y = y.data_as<float>(),
+                                                  .ldy = 64,
+                                                  .n = 16,
+                                                  .m = 64,
+                                                  .k = 64}));
 }
 
 TEST(BackwardOps, RmsNorm) {

@@ -29,4 +29,18 @@ Isa active_isa();
 void set_isa_override(Isa isa);
 void clear_isa_override();
 
+// AMX bf16 tiles (TDPBF16PS) with AVX512-BF16 conversions, on a CPU that has
+// them and a kernel that grants this process the tile data state
+// (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here).
+bool amx_bf16_available();
+
+// Whether the CPU training products through a quantized base run on AMX
+// now (backend/cpu/linear_backward.h): available, the active path is
+// AVX-512 or wider, BRIOCHE_CPU_AMX is not "0", and no override says off.
+bool amx_bf16_active();
+
+// Force AMX off (or on, where available) for tests and A/B runs.
+void set_amx_override(bool on);
+void clear_amx_override();
+
 }  // namespace brioche::cpu

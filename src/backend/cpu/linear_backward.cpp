@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/linear_backward_kernels.h"
 #include "backend/cpu/panel_gemm.h"
@@ -23,14 +24,43 @@ inline void axpy(float a, const float* __restrict row, float* __restrict out, in
   for (int64_t i = 0; i < k; ++i) out[i] += a * row[i];
 }
 
-// Rows of w tile [m0, m1) as f32, [m1 - m0, k] contiguous.
-void dequantize_tile(const MatmulInputGradArgs& a, int64_t m0, int64_t m1, float* tile) {
+// Rows [m0, m1) of w ([m, k] rows of wtype) as f32, [m1 - m0, k] contiguous.
+void dequantize_rows(DType wtype, const void* w, size_t w_row_bytes, int64_t k, int64_t m0, int64_t m1, float* tile) {
   ThreadPool::global().parallel_for(m1 - m0, 16, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {
-      const void* row = static_cast<const char*>(a.w) + size_t(m0 + j) * a.w_row_bytes;
-      ::brioche::cpu::dequantize_row_ref(a.wtype, row, tile + j * a.k, a.k);  // (backend level: no call up into ops)
+      const void* row = static_cast<const char*>(w) + size_t(m0 + j) * w_row_bytes;
+      ::brioche::cpu::dequantize_row_ref(wtype, row, tile + j * k, k);  // (backend level: no call up into ops)
     }
   });
+}
+
+void dequantize_tile(const MatmulInputGradArgs& a, int64_t m0, int64_t m1, float* tile) {
+  dequantize_rows(a.wtype, a.w, a.w_row_bytes, a.k, m0, m1, tile);
+}
+
+// Whether a product through a base weight runs on AMX bf16 tiles: only for
+// quantized weights (f32/f16/bf16 bases keep the f32 panels, which the
+// golden and TRL/PEFT parity tests hold to f32 tolerances), and not for
+// LoRA's rank-r products (m or k = r: packing the wide operand cost more
+// than their products). The inputs are rounded to bf16 once, with f32 sums:
+// the CUDA path's tensor-core arithmetic (PEFT's bf16), more accurate than
+// the 8-bit activations cpu::matmul gives a quantized forward.
+bool amx_for(DType wtype, int64_t n, int64_t m, int64_t k) {
+  return n >= 8 && m >= 64 && k >= 64 && dtype_info(wtype).quantized && ::brioche::cpu::amx_bf16_active();
+}
+constexpr bool kAmxSplit = false;
+
+// w [m, k] as f32 rows: in place for f32, else decoded into this thread's scratch.
+const float* f32_weight(DType wtype, const void* w, size_t w_row_bytes, int64_t m, int64_t k, int64_t& ld_w) {
+  if (wtype == DType::F32) {
+    ld_w = int64_t(w_row_bytes / 4);
+    return static_cast<const float*>(w);
+  }
+  thread_local std::vector<float> decoded;  // [m, k]
+  if (decoded.size() < size_t(m * k)) decoded.resize(size_t(m * k));
+  dequantize_rows(wtype, w, w_row_bytes, k, 0, m, decoded.data());
+  ld_w = k;
+  return decoded.data();
 }
 
 // Register-blocked update of a [R rows, 16 columns] block of dx over the
@@ -114,6 +144,23 @@ void update_rows(const MatmulInputGradArgs& a, const float* w_tile, int64_t ld_w
 // weight is decoded one tile at a time (f32 weights are read in place).
 // Each tile is split into tasks of 4 dx rows × 128 columns.
 void matmul_input_grad(const MatmulInputGradArgs& a) {
+  if (amx_for(a.wtype, a.n, a.m, a.k)) {
+    // AMX: the whole weight decoded once, one bf16 GEMM (amx_gemm.h).
+    int64_t ld_w = 0;
+    const float* w = f32_weight(a.wtype, a.w, a.w_row_bytes, a.m, a.k, ld_w);
+    amx_gemm({.a = a.dy,
+              .lda = a.ld_dy,
+              .b = w,
+              .ldb = ld_w,
+              .out = a.dx,
+              .ldo = a.ld_dx,
+              .rows = a.n,
+              .width = a.k,
+              .T = a.m,
+              .accumulate = a.accumulate,
+              .split = kAmxSplit});
+    return;
+  }
   if (!a.accumulate) {
     for (int64_t r = 0; r < a.n; ++r) std::memset(a.dx + r * a.ld_dx, 0, size_t(a.k) * 4);
   }
@@ -168,6 +215,25 @@ void matmul_input_grad(const MatmulInputGradArgs& a) {
                                         }
                                       });
   }
+}
+
+bool training_matmul_amx(const TrainingMatmulArgs& a) {
+  if (!amx_for(a.wtype, a.n, a.m, a.k)) return false;
+  int64_t ld_w = 0;
+  const float* w = f32_weight(a.wtype, a.w, a.w_row_bytes, a.m, a.k, ld_w);
+  amx_gemm({.a = a.x,
+            .lda = a.ldx,
+            .b = w,
+            .ldb = ld_w,
+            .out = a.y,
+            .ldo = a.ldy,
+            .rows = a.n,
+            .width = a.m,
+            .T = a.k,
+            .accumulate = false,
+            .split = kAmxSplit,
+            .b_transposed = true});
+  return true;
 }
 
 // dw[j, :] += Σ_n dy[n, j] · x[n, :].

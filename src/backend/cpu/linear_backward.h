@@ -29,4 +29,21 @@ struct MatmulWeightGradArgs {
 };
 void matmul_weight_grad(const MatmulWeightGradArgs& args);
 
+// A training forward's y = x·wᵀ ([n, k]·[m, k]ᵀ, any weight dtype) on AMX:
+// the weight decoded to f32 once, one split-bf16 GEMM (amx_gemm.h, about
+// f32 accuracy: closer to x·wᵀ than the int8 activations of cpu::matmul's
+// quantized path). Returns false, doing nothing, where AMX is not active or
+// n < 8; the caller then runs cpu::matmul.
+struct TrainingMatmulArgs {
+  const float* x;  // [n, k], row stride ldx floats
+  int64_t ldx;
+  DType wtype;
+  const void* w;  // [m, k] rows of wtype, row stride w_row_bytes
+  size_t w_row_bytes;
+  float* y;  // [n, m], row stride ldy floats
+  int64_t ldy;
+  int64_t n, m, k;
+};
+bool training_matmul_amx(const TrainingMatmulArgs& args);
+
 }  // namespace brioche::backend::cpu
