@@ -191,6 +191,7 @@ class SchemaConverter {
   // schema_objects.cpp
   std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint);
   std::string key_rule(const std::string& hint, const std::string& pattern, const std::string& ptr);
+  static std::optional<std::string> unmatched_keys(const std::string& pattern);
 };
 
 }  // namespace brioche::grammar::schema

@@ -2,6 +2,8 @@
 // min/maxProperties, patternProperties, propertyNames.
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 
 #include "grammar/schema_converter.h"
 
@@ -70,6 +72,7 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
   // other string, or what propertyNames / patternProperties allow.
   std::string addl;      // value expr; empty = not allowed
   std::string addl_key;  // key expr; empty = any key that differs from the declared ones
+  std::string other_kv;  // members whose key no patternProperties pattern matches (JSON Schema's reading)
   if (s.contains("patternProperties")) {
     const Json& pp = s["patternProperties"];
     const std::string pp_ptr = pointer_child(ptr, "patternProperties");
@@ -82,15 +85,22 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
       unsupported("patternProperties", ptr,
                   "combined with properties, required, propertyNames or additionalProperties other than false: "
                   "keys would need the complement of the pattern");
-    // JSON Schema's reading: without additionalProperties, keys the pattern
-    // does not match are allowed too (with any value): the complement again.
-    if (!opt_.strict && !s.contains("additionalProperties"))
-      unsupported("patternProperties", ptr,
-                  "without additionalProperties: false, keys the pattern does not match are allowed too; keys "
-                  "would need the complement of the pattern");
     auto [pattern, value_schema] = *pp.items().begin();
     addl_key = key_rule(hint, pattern, pp_ptr);
     addl = visit(value_schema, pointer_child(pp_ptr, pattern), hint + "_pp");
+    // JSON Schema's reading: without additionalProperties, keys the pattern
+    // does not match are allowed too, with any value: written where the
+    // complement is simple (none for a pattern every key matches; keys
+    // without any of a class's characters for a one-character search).
+    if (!opt_.strict && !s.contains("additionalProperties")) {
+      const std::optional<std::string> others = unmatched_keys(pattern);
+      if (!others)
+        unsupported("patternProperties", ptr,
+                    "without additionalProperties: false, keys the pattern does not match are allowed too; keys "
+                    "would need the complement of the pattern (written for patterns every key matches and "
+                    "one-character searches like [a-z] or \\w)");
+      if (!others->empty()) other_kv = key_rule(hint + "_other", *others, pp_ptr) + colon() + basic("json_value");
+    }
   } else if (s.contains("propertyNames")) {
     const std::string pn_ptr = pointer_child(ptr, "propertyNames");
     if (has_props || !forbidden.empty() || !required.empty())
@@ -137,6 +147,7 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
       addl_key = add_rule(hint + "_addl_key", excluded_key(keys));
     }
     addl_kv = addl_key + colon() + addl;
+    if (!other_kv.empty()) addl_kv = add_rule(hint + "_member", addl_kv + " | " + other_kv);
   }
   const int64_t n = static_cast<int64_t>(kv.size());
   // rest(i, c): what may follow once c >= 1 members are out, from declared
@@ -221,6 +232,29 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     unsupported(s.contains("minProperties") ? "minProperties" : "maxProperties", ptr,
                 "no object satisfies the property counts with the allowed properties");
   return add_rule(hint + "_obj", body);
+}
+
+// The keys a patternProperties pattern does not match, as a pattern: ""
+// when every key matches it (.*, ^.*$, an empty pattern); for a search of
+// one character of a class (`[a-z]`, `\\w`, `x`, maybe with `+`), the keys
+// made only of other characters; nullopt for anything else.
+std::optional<std::string> SchemaConverter::unmatched_keys(const std::string& pattern) {
+  static const std::set<std::string> kEveryKey = {"", "^", "$", ".*", "^.*", ".*$", "^.*$", "[\\s\\S]*", "^[\\s\\S]*$"};
+  if (kEveryKey.count(pattern)) return std::string();
+  std::string atom = pattern;
+  if (!atom.empty() && atom.back() == '+' && (atom.size() < 2 || atom[atom.size() - 2] != '\\')) atom.pop_back();
+  static const std::map<std::string, std::string> kEscapes = {{"\\w", "\\W"}, {"\\W", "\\w"}, {"\\d", "\\D"},
+                                                              {"\\D", "\\d"}, {"\\s", "\\S"}, {"\\S", "\\s"}};
+  if (auto it = kEscapes.find(atom); it != kEscapes.end()) return "^" + it->second + "*$";
+  if (atom.size() >= 3 && atom.front() == '[' && atom.back() == ']' && atom.find('[', 1) == std::string::npos &&
+      atom.find(']') == atom.size() - 1 && atom[atom.size() - 2] != '\\') {
+    const bool negated = atom[1] == '^';
+    const std::string body = atom.substr(negated ? 2 : 1, atom.size() - (negated ? 3 : 2));
+    if (body.empty()) return std::nullopt;
+    return "^[" + std::string(negated ? "" : "^") + body + "]*$";
+  }
+  if (atom.size() == 1 && std::isalnum(static_cast<unsigned char>(atom[0]))) return "^[^" + atom + "]*$";
+  return std::nullopt;
 }
 
 // A key (quotes included) whose content matches `pattern` (a search, as

@@ -238,6 +238,12 @@ CASES = [
     ("pattern_properties_search",
      {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
      [{}, {"x-a": 1}, {"x-": 2}, {"x-b": 1, "x-": 3}, {"ax-": 1}, {"X-a": 1}, {"x-a": "s"}]),
+    # JSON Schema's reading (strict=false): keys the pattern does not match take any value.
+    ("pattern_properties_open_class", {"type": "object", "patternProperties": {"[a-z]": {"type": "integer"}}},
+     [{}, {"ab": 1}, {"ab": "s"}, {"1a": 2}, {"1a": "s"}, {"12": "s"}, {"-": None, "x": 3}, {"": [1]}],
+     {"strict": False}),
+    ("pattern_properties_open_every_key", {"type": "object", "patternProperties": {".*": {"type": "integer"}}},
+     [{}, {"ab": 1}, {"ab": "s"}, {"": 2}, {"": None}], {"strict": False}),
     ("pattern_branches_anchored_apart", {"type": "string", "pattern": "^[a-z]$|^[0-9]{2}$"},
      ["a", "ab", "12", "123", "1", "", "a12"]),
     ("pattern_branches_prefix_or_suffix", {"type": "string", "pattern": "^ab|cd$"},
@@ -264,7 +270,7 @@ def main():
     out = {"tool": f"jsonschema {importlib.metadata.version('jsonschema')} (Draft 2020-12 unless the schema's "
                    "$schema names another, format checker)",
            "separators": "json.dumps defaults: ', ' and ': '", "cases": []}
-    for name, schema, docs in CASES:
+    for name, schema, docs, *options in CASES:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         validator = cls(schema, format_checker=checker)
         candidates = []
@@ -272,7 +278,10 @@ def main():
             text = str(d) if isinstance(d, Raw) else json.dumps(d)
             candidates.append({"text": text, "valid": validator.is_valid(json.loads(text))})
         assert any(c["valid"] for c in candidates) and not all(c["valid"] for c in candidates), name
-        out["cases"].append({"name": name, "schema": schema, "candidates": candidates})
+        case = {"name": name, "schema": schema, "candidates": candidates}
+        if options:
+            case["options"] = options[0]  # SchemaOptions fields (default: strict)
+        out["cases"].append(case)
     with open(OUT, "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
