@@ -302,15 +302,18 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
       std::vector<std::pair<size_t, Json>> branches;  // (index in the schema, branch)
       if (std::string(key) == "oneOf" && !opt_.one_of_as_any_of) {
         branches = drop_shared_types(merged, ptr);
-        for (size_t i = 0; i < branches.size(); ++i)
-          for (size_t j = i + 1; j < branches.size(); ++j)
-            if (!provably_disjoint(branches[i].second, branches[j].second, ptr, 0))
-              unsupported("oneOf", ptr,
-                          "branches " + std::to_string(branches[i].first) + " and " +
-                              std::to_string(branches[j].first) +
-                              " may both match one document, and oneOf must then reject it (a grammar writes their "
-                              "union); expected branches told apart by type, by const/enum values, or by a required "
-                              "property with disjoint values (a discriminator)");
+        if (auto exclusive = exclusive_closed_objects(branches, ptr))
+          branches = std::move(*exclusive);  // exact
+        else
+          for (size_t i = 0; i < branches.size(); ++i)
+            for (size_t j = i + 1; j < branches.size(); ++j)
+              if (!provably_disjoint(branches[i].second, branches[j].second, ptr, 0))
+                unsupported("oneOf", ptr,
+                            "branches " + std::to_string(branches[i].first) + " and " +
+                                std::to_string(branches[j].first) +
+                                " may both match one document, and oneOf must then reject it (a grammar writes their "
+                                "union); expected branches told apart by type, by const/enum values, or by a required "
+                                "property with disjoint values (a discriminator)");
       } else {
         for (size_t i = 0; i < merged.size(); ++i) branches.emplace_back(i, std::move(merged[i]));
       }

@@ -187,6 +187,12 @@ class SchemaConverter {
   // (those keys required, the other branches' missing keys forbidden);
   // nullopt when `s` is not of that form or the shapes are too many.
   std::optional<std::vector<Json>> one_of_required_shapes(const Json& s, const std::string& ptr);
+  // oneOf whose object branches are closed (additionalProperties false, no
+  // required) and agree on the properties they share: each branch keeps the
+  // objects no other branch admits (at least one key another lacks); the
+  // rest must be proven disjoint from everything. nullopt when not of that form.
+  std::optional<std::vector<std::pair<size_t, Json>>> exclusive_closed_objects(
+      const std::vector<std::pair<size_t, Json>>& branches, const std::string& ptr);
 
   // schema_objects.cpp
   std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint);

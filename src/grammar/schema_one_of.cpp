@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "grammar/schema_converter.h"
 
@@ -374,6 +375,98 @@ std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const J
   if (shapes.size() > kMaxShapes) return std::nullopt;
   if (shapes.empty()) unsupported("oneOf", ptr, "no object has exactly one branch's required keys: nothing is valid");
   return shapes;
+}
+
+}  // namespace brioche::grammar::schema
+
+namespace brioche::grammar::schema {
+
+// Closed objects (additionalProperties false, no required, nothing but
+// type/properties): a document of branch i matches branch j exactly when
+// its keys all lie in K_j (a shared property has one schema in both), so it
+// matches no other branch exactly when, for every j, it has a key of
+// K_i \ K_j. When one of those sets is inside all the others (D), that is
+// "some key of D present": minProperties 1 when D = K_i, else a union of
+// "k required" for k in D. An empty K_i \ K_j leaves branch i nothing
+// (every object of it matches j too), and {} matches them all.
+std::optional<std::vector<std::pair<size_t, Json>>> SchemaConverter::exclusive_closed_objects(
+    const std::vector<std::pair<size_t, Json>>& branches, const std::string& ptr) {
+  constexpr size_t kMaxKeyShapes = 8;
+  struct Closed {
+    size_t at;  // index into branches
+    const Json* schema;
+    std::set<std::string> keys;
+  };
+  std::vector<Closed> closed;
+  std::vector<size_t> others;
+  for (size_t i = 0; i < branches.size(); ++i) {
+    const Json& b = branches[i].second;
+    const Json* target = &b;
+    if (b.is_object() && b.contains("$ref")) {
+      for (auto& [k, v] : b.items())
+        if (k != "$ref" && !is_annotation(k)) target = nullptr;
+      if (target) target = &follow_refs(b, ptr);
+    }
+    bool is_closed = target && target->is_object() && target->contains("type") && (*target)["type"] == "object" &&
+                     target->contains("additionalProperties") && (*target)["additionalProperties"] == Json(false) &&
+                     (!target->contains("properties") || (*target)["properties"].is_object());
+    if (is_closed)
+      for (auto& [k, v] : target->items())
+        if (k != "type" && k != "properties" && k != "additionalProperties" && !is_annotation(k)) is_closed = false;
+    if (!is_closed) {
+      others.push_back(i);
+      continue;
+    }
+    Closed c{i, target, {}};
+    if (target->contains("properties"))
+      for (auto& [k, v] : (*target)["properties"].items()) c.keys.insert(k);
+    closed.push_back(std::move(c));
+  }
+  if (closed.size() < 2) return std::nullopt;
+  for (size_t a = 0; a < closed.size(); ++a)
+    for (size_t b = a + 1; b < closed.size(); ++b)
+      for (const std::string& k : closed[a].keys)
+        if (closed[b].keys.count(k) && (*closed[a].schema)["properties"][k] != (*closed[b].schema)["properties"][k])
+          return std::nullopt;
+  for (size_t o : others)
+    for (size_t j = 0; j < branches.size(); ++j)
+      if (j != o && !provably_disjoint(branches[o].second, branches[j].second, ptr, 0)) return std::nullopt;
+  std::vector<std::pair<size_t, Json>> out;
+  for (size_t o : others) out.push_back(branches[o]);
+  for (const Closed& c : closed) {
+    std::vector<std::set<std::string>> lacking;  // K_i \ K_j for each other closed branch j
+    bool none_left = false;
+    for (const Closed& other : closed) {
+      if (&other == &c) continue;
+      std::set<std::string> d;
+      for (const std::string& k : c.keys)
+        if (!other.keys.count(k)) d.insert(k);
+      none_left = none_left || d.empty();
+      lacking.push_back(std::move(d));
+    }
+    if (none_left) continue;
+    const std::set<std::string>& least = *std::min_element(
+        lacking.begin(), lacking.end(), [](const auto& x, const auto& y) { return x.size() < y.size(); });
+    for (const auto& d : lacking)
+      if (!std::includes(d.begin(), d.end(), least.begin(), least.end())) return std::nullopt;
+    Json shape = *c.schema;
+    if (least == c.keys) {
+      shape["minProperties"] = 1;
+    } else {
+      if (least.size() > kMaxKeyShapes) return std::nullopt;
+      Json cases = Json::array();
+      for (const std::string& k : least) {
+        Json one = shape;
+        one["required"] = Json::array({k});
+        cases.push_back(std::move(one));
+      }
+      shape = cases.size() == 1 ? cases[0] : Json{{"anyOf", cases}};
+    }
+    out.emplace_back(branches[c.at].first, std::move(shape));
+  }
+  if (out.empty()) unsupported("oneOf", ptr, "every object its branches admit matches two of them: nothing is valid");
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return out;
 }
 
 }  // namespace brioche::grammar::schema

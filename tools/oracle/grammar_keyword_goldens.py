@@ -234,6 +234,22 @@ CASES = [
      {"type": "object", "oneOf": [{"required": ["url"]}, {"required": ["path", "root"]}]},
      [{}, {"url": 1}, {"path": "p"}, {"path": "p", "root": "r"}, {"url": 1, "path": "p"},
       {"url": 1, "path": "p", "root": "r"}, {"url": "u", "other": 1}]),
+    # oneOf of closed objects without required keys (Buildkite, Bitbucket): {} and objects of
+    # shared keys only match several; each branch keeps objects with a key the others lack.
+    ("one_of_closed_objects",
+     {"oneOf": [{"enum": ["simple", "other"]},
+                {"type": "object", "properties": {"email": {"type": "string"}, "if": {"type": "string"}},
+                 "additionalProperties": False},
+                {"type": "object", "properties": {"slack": {"type": "string"}, "if": {"type": "string"}},
+                 "additionalProperties": False},
+                {"type": "object", "properties": {"step": {"type": "integer"}}, "additionalProperties": False}]},
+     ["simple", "x", {}, {"if": "a"}, {"email": "e"}, {"email": "e", "if": "a"}, {"slack": "s"},
+      {"email": "e", "slack": "s"}, {"step": 1}, {"step": "1"}, {"step": 1, "if": "a"}, {"slack": 1}]),
+    ("one_of_closed_objects_nested_keys",
+     {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+                {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                 "additionalProperties": False}]},
+     [{}, {"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"b": "x"}]),
     # Patterns are searches, per top-level branch (schema_strings.cpp search_pattern), keys too.
     ("pattern_properties_search",
      {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
