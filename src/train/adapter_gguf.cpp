@@ -1,17 +1,26 @@
 // llama.cpp's GGUF LoRA files (its convert_lora_to_gguf.py writes them from
 // a PEFT adapter; llama-server --lora and llama-export-lora read them):
 //   general.type = "adapter", adapter.type = "lora", adapter.lora.alpha (f32),
-//   general.architecture = the base's;
+//   general.architecture = the base's ("llama", "qwen2", "qwen3", "gemma4", ...);
 //   blk.N.<attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down>.weight.lora_a  ne [in, r]
 //   ...weight.lora_b                                                                 ne [r, out]
-// i.e. PEFT's A [r, in] and B [out, r] row-major. The scale is alpha / r, or
-// 1 when alpha is 0 (llama.cpp's rule). Like a "llama" base converted by
-// llama.cpp, q/k B rows come interleaved for RoPE; they are put in Hugging
-// Face order when the base is not (a safetensors base).
+// i.e. PEFT's A [r, in] and B [out, r] row-major, untransposed. The scale is
+// alpha / r, or 1 when alpha is 0 (llama.cpp's rule; its converter ignores
+// use_rslora). Like a "llama" base converted by llama.cpp, q/k B rows come
+// interleaved for RoPE; they are put in Hugging Face order when the base is
+// not (a safetensors base). Gemma 4's converter renames only, and its layers
+// differ (head dims, kv heads, no k/v in KV-shared layers, no v with
+// attention_k_eq_v): each tensor is checked against its layer's shape.
+//
+// Stricter than llama.cpp where it would guess: a missing adapter.lora.alpha
+// (llama.cpp takes scale 1; its converter always writes the key) and any
+// tensor that is not a projection's factor (llama.cpp skips "_norm.weight"
+// tensors mergekit adds, so the adapter applies partly) are refused by name.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -37,20 +46,28 @@ bool is_gguf_adapter_file(const std::string& path) {
 }
 
 std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const model::ModelConfig& config,
-                                               bool base_permuted_qk, int max_rank) {
+                                               bool base_permuted_qk, int max_rank, const LoraShapes& shapes) {
   auto file = formats::GgufFile::open(path);
   const std::string general_type = text_key(*file, "general.type");
   BRIOCHE_CHECK(
       general_type == "adapter" && text_key(*file, "adapter.type") == "lora", path,
       ": expected a GGUF LoRA adapter (general.type \"adapter\", adapter.type \"lora\"), found general.type \"",
       general_type, "\" and adapter.type \"", text_key(*file, "adapter.type"), "\"");
+  BRIOCHE_CHECK(!config.architecture.starts_with("qwen3_5"), path,
+                ": GGUF LoRA files are not read for Qwen 3.5 (its gated q and linear-attention projections have no "
+                "checked GGUF layout); use the PEFT adapter folder");
   const std::string arch = text_key(*file, "general.architecture");
   BRIOCHE_CHECK(arch == config.architecture, path, ": an adapter for architecture '", arch, "', the model is '",
                 config.architecture, "'");
-  double alpha = 0;
-  if (const formats::GgufValue* a = file->find("adapter.lora.alpha")) alpha = a->as_float();
+  const formats::GgufValue* alpha_value = file->find("adapter.lora.alpha");
+  BRIOCHE_CHECK(alpha_value != nullptr, path,
+                ": metadata 'adapter.lora.alpha' expected (llama.cpp's convert_lora_to_gguf.py writes PEFT's "
+                "lora_alpha there), found absent");
+  const double alpha = alpha_value->as_float();
+  BRIOCHE_CHECK(std::isfinite(alpha), path, ": adapter.lora.alpha is not finite");
 
   std::vector<LoraAdapter::Site> sites;
+  std::unordered_set<std::string> known;  // every tensor name a site reads
   int64_t rank = 0;
   for (int l = 0; l < config.n_layers; ++l) {
     for (int m = 0; m < kLlamaModules; ++m) {
@@ -59,6 +76,8 @@ std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const mo
       BRIOCHE_CHECK((a == nullptr) == (b == nullptr), path, ": ", lora_tensor(l, Module(m), a ? "lora_b" : "lora_a"),
                     " is missing");
       if (a == nullptr) continue;
+      BRIOCHE_CHECK(!shapes || shapes(l, Module(m)).in > 0, path, ": tensor '", lora_tensor(l, Module(m), "lora_a"),
+                    "' adapts a projection that layer ", l, " of this model does not have");
       const Tensor at = file->tensor(lora_tensor(l, Module(m), "lora_a"));
       BRIOCHE_CHECK(at.rank() == 2, path, ": ", lora_tensor(l, Module(m), "lora_a"),
                     " is not a matrix: ", at.describe());
@@ -66,20 +85,25 @@ std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const mo
                     at.dim(0), ", other tensors ", rank, " (one rank per adapter)");
       rank = at.dim(0);
       sites.push_back({l, Module(m)});
+      known.insert(lora_tensor(l, Module(m), "lora_a"));
+      known.insert(lora_tensor(l, Module(m), "lora_b"));
     }
   }
+  for (const formats::GgufTensorInfo& t : file->tensors())
+    BRIOCHE_CHECK(known.count(t.name) != 0, path, ": tensor '", t.name,
+                  "' is not a LoRA factor brioche applies (expected blk.N.<attn_q|attn_k|attn_v|attn_output|ffn_gate|",
+                  "ffn_up|ffn_down>.weight.lora_a/.lora_b for N < ", config.n_layers, ")");
   BRIOCHE_CHECK(!sites.empty(), path, ": no LoRA tensors named blk.N.<projection>.weight.lora_a");
   BRIOCHE_CHECK(rank >= 1 && rank <= max_rank, path, ": rank ", rank, " outside [1, ", max_rank, "]");
-  BRIOCHE_CHECK(std::isfinite(alpha), path, ": adapter.lora.alpha is not finite");
 
   LoraConfig lora;
   lora.rank = int(rank);
-  lora.alpha = alpha == 0 ? float(rank) : float(alpha);  // scale 1 without an alpha, as llama.cpp
+  lora.alpha = alpha == 0 ? float(rank) : float(alpha);  // scale 1 with alpha 0, as llama.cpp
   lora.targets.clear();
   for (const auto& s : sites)
     if (std::find(lora.targets.begin(), lora.targets.end(), s.module) == lora.targets.end())
       lora.targets.push_back(s.module);
-  auto adapter = std::make_unique<LoraAdapter>(config, lora, sites);
+  auto adapter = std::make_unique<LoraAdapter>(config, lora, sites, shapes);
   const bool lora_permuted = arch == "llama";
   for (auto& e : adapter->entries()) {
     for (const char* ab : {"lora_a", "lora_b"}) {

@@ -161,7 +161,7 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
 
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permute,
                                           int max_rank, const LoraShapes& shapes) {
-  if (is_gguf_adapter_file(dir)) return load_gguf_adapter(dir, config, permute, max_rank);
+  if (is_gguf_adapter_file(dir)) return load_gguf_adapter(dir, config, permute, max_rank, shapes);
   const std::string config_path = dir + "/adapter_config.json";
   // A bounded read of a regular file (a FIFO must not hang the load) and a
   // bounded parse (nesting deeper than kMaxJsonDepth is refused before

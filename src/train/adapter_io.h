@@ -61,10 +61,12 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::C
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::ModelConfig& config, bool permuted_qk,
                                           int max_rank = 1 << 16, const LoraShapes& shapes = {});
 
-// llama.cpp's GGUF LoRA file (train/adapter_gguf.cpp has the layout).
+// llama.cpp's GGUF LoRA file (train/adapter_gguf.cpp has the layout);
+// shapes as load_adapter's (Gemma 4's per-layer projections).
 bool is_gguf_adapter_file(const std::string& path);
 std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const model::ModelConfig& config,
-                                               bool base_permuted_qk, int max_rank = 1 << 16);
+                                               bool base_permuted_qk, int max_rank = 1 << 16,
+                                               const LoraShapes& shapes = {});
 
 // The serving hook: the adapter unmerged, its factors on `device` as
 // ops::lora_rows_add takes them (A, and s·Bᵀ, in f16).
