@@ -49,6 +49,9 @@ struct AutomatonState {
   int16_t loop = -1;
   bool accepting = false;
   uint8_t first_byte_lo = 255, first_byte_hi = 0;  // bounds of all byte edges (fast reject)
+  // Accepting with no edge: a rule that reaches it returns at once. A call
+  // that continues here is a tail call (PdaWalker).
+  bool only_returns() const { return accepting && byte_begin == byte_end && rule_begin == rule_end && counter < 0; }
 };
 
 struct AutomatonLimits {

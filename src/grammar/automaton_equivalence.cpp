@@ -9,24 +9,10 @@
 
 #include "core/error.h"
 #include "grammar/automaton.h"
+#include "grammar/hash128.h"
 #include "grammar/rule_plan.h"
 
 namespace brioche::grammar {
-
-namespace {
-
-// Two independent 64-bit streams: together a 128-bit content key.
-struct Hasher128 {
-  uint64_t a = 0x6a09e667f3bcc908ull, b = 0xbb67ae8584caa73bull;
-  void add(uint64_t v) {
-    a = (a ^ v) * 0x100000001b3ull;
-    a ^= a >> 31;
-    b += v * 0x9e3779b97f4a7c15ull;
-    b = (b ^ (b >> 29)) * 0xbf58476d1ce4e5b9ull;
-  }
-};
-
-}  // namespace
 
 std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
   const int32_t n = static_cast<int32_t>(rule_start.size());

@@ -1,6 +1,7 @@
 #include "grammar/compiler.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "grammar/schema_formats.h"
 #include "grammar/frontier_dfa.h"
+#include "grammar/hash128.h"
 #include "grammar/pda.h"
 
 namespace brioche::grammar {
@@ -33,6 +35,13 @@ void release_free_memory() {
   malloc_trim(0);
 #endif
 }
+
+// Tokens a walk leaves out (not classified): the caller has them from a
+// state that walks them alike (MaskBuilder::derive, derive_first_bytes).
+struct WalkSkip {
+  int32_t longer_than = 0;                // tokens of at most this many bytes
+  const uint64_t* first_bytes = nullptr;  // [4]: tokens whose first byte is in this set
+};
 
 // Walks the vocabulary trie from one state with an unknown caller below it.
 // After k bytes the stacks are F[k]; E[k] says some stack returned into the
@@ -58,11 +67,11 @@ class StatePrecompute {
     byte_buffer_.resize(32 * depth);
   }
 
-  // Appends accepted and uncertain token ids, in rank order. Tokens of at
-  // most `longer_than` bytes are skipped (not classified): the caller has
-  // them from a state that walks them alike (MaskBuilder::derive).
-  void run(int32_t state, std::vector<int32_t>& accepted, std::vector<int32_t>& uncertain_ranks,
-           int32_t longer_than = 0) {
+  // Appends accepted and uncertain token ids, in rank order, except the
+  // tokens `skip` names.
+  void run(int32_t state, std::vector<int32_t>& accepted, std::vector<int32_t>& uncertain_ranks, WalkSkip skip = {}) {
+    const int32_t longer_than = skip.longer_than;
+    const uint64_t* skip_first = skip.first_bytes;
     const auto& longest_below = v_.trie_longest_below();
     auto long_enough = [&](int32_t rank) {
       return longer_than == 0 || static_cast<int32_t>(v_.ranked(rank).size()) > longer_than;
@@ -106,6 +115,7 @@ class StatePrecompute {
       }
       const Vocabulary::TrieEdge edge = edges[edge_index];
       if (longest_below[edge.node] <= longer_than) continue;  // every token below is the caller's
+      if (d == 0 && skip_first != nullptr && (skip_first[edge.byte >> 6] >> (edge.byte & 63) & 1)) continue;
       const int32_t c = dfa_.next(config_[d], edge.byte);
       work_ += 1 + static_cast<uint64_t>(dfa_.num_nodes(c));
       const uint8_t flags = dfa_.flags(c);
@@ -430,10 +440,7 @@ class MaskBuilder {
       auto it = std::lower_bound(lo, hi, b, [](const Vocabulary::TrieEdge& e, uint8_t x) { return e.byte < x; });
       return it != hi && it->byte == b ? it->node : -1;
     };
-    if (root_child_.empty()) {  // the root's child per byte, looked up once
-      root_child_.assign(256, -1);
-      for (int32_t e = nodes[0].kid_begin; e < nodes[0].kid_end; ++e) root_child_[edges[e].byte] = edges[e].node;
-    }
+    init_root_children();  // the root's child per byte, looked up once
     const int32_t c0 = dfa_.start(s);
     int64_t total = 0;
     // One level first: every token starting with a readable byte. Often
@@ -471,11 +478,21 @@ class MaskBuilder {
     // pass) are small: their own walk is cheaper than a derivation's
     // bitset passes over the whole vocabulary.
     if (twin_offset_[s] >= 0 && !eager_pass_done_) return derive(s);
+    // A wide state whose first bytes mostly lead where an earlier state's
+    // do: copy those tokens from it and walk only the others.
+    const bool wide = first_byte_tokens(s) >= v_.num_words();
+    Key128 twin_key{};
+    uint64_t key_work = 0;  // part of the state's charge (stored with its mask, so a cache hit pays it too)
+    if (wide) {
+      twin_key = first_byte_keys(s, s_keys_, &key_work);
+      if (auto it = first_byte_twins_.find(twin_key); it != first_byte_twins_.end())
+        if (const StateMask* m = derive_first_bytes(s, it->second, &key_work)) return m;
+    }
     acc_.clear();
     unc_.clear();
     const uint64_t walk_start = pre_.work();
     pre_.run(s, acc_, unc_);
-    const uint64_t walk = pre_.work() - walk_start;
+    const uint64_t walk = pre_.work() - walk_start + key_work;
     work_ += walk;
     // Identical entries are common (e.g. every position of a whitespace
     // run); share them.
@@ -500,6 +517,7 @@ class MaskBuilder {
     // grammar find it in pending_.
     pending_.emplace(key_of(s), SharedMask{mask, walk});
     if (eager_pass_done_) publish();
+    if (wide) first_byte_twins_.emplace(twin_key, FirstByteTwin{s, mask});
     return found;
   }
 
@@ -536,6 +554,214 @@ class MaskBuilder {
   int32_t num_masks() const { return static_cast<int32_t>(masks_.size()); }
 
  private:
+  // ---- First-byte twins ----
+  // Every token that starts with byte b is classified from the
+  // configuration after b (and, where it returns into the caller, the
+  // rule's lookahead), so two states whose configurations after b hold the
+  // same stacks up to structure classify those tokens alike. The trie
+  // nodes of an excluded-key rule (a key must differ from the declared
+  // ones: one rule per node, thousands in a large schema) differ from each
+  // other only in the few bytes that follow the trie; every other first
+  // byte leads into the same "rest of a key" rule. Their masks are copied
+  // from the first such state and only the differing first bytes walked.
+  using Key128 = Automaton::StructureHash;
+  struct Key128Hash {
+    size_t operator()(const Key128& k) const { return static_cast<size_t>(k.a ^ (k.b * 0x9e3779b97f4a7c15ull)); }
+  };
+  struct FirstByteTwin {
+    int32_t state;
+    std::shared_ptr<const StateMask> mask;
+  };
+  static constexpr Key128 kCallerKey{0x0123456789abcdefull, 0xfedcba9876543210ull};
+
+  // Tokens whose first byte s can read (an upper bound of its walk).
+  int64_t first_byte_tokens(int32_t s) {
+    const auto& nodes = v_.trie_nodes();
+    init_root_children();
+    int64_t total = 0;
+    for (char b : dfa_.readable_bytes(dfa_.start(s))) {
+      const int32_t n = root_child_[static_cast<uint8_t>(b)];
+      if (n >= 0) total += nodes[n].rank_end - nodes[n].rank_begin;
+    }
+    return total;
+  }
+
+  // A stack by what it does: each frame by its rule's structure hash and
+  // its state's offset in the rule, down to the unknown caller. A frame at
+  // a state that only returns (accepting, no edges) is left out: the
+  // closure passes through it without reading, so [x | it | caller] and
+  // [x | caller] walk alike.
+  Key128 stack_key(int32_t node) {
+    const StackArena& arena = dfa_.arena();
+    if (node_key_.size() < static_cast<size_t>(arena.size())) node_key_.resize(arena.size());
+    chain_.clear();
+    int32_t n = node;
+    while (n >= 0 && node_key_[n].a == 0 && node_key_[n].b == 0) {
+      chain_.push_back(n);
+      n = arena.node(n).parent;
+    }
+    Key128 below = n >= 0 ? node_key_[n] : kCallerKey;
+    for (auto it = chain_.rbegin(); it != chain_.rend(); ++it) {
+      const StackNode& frame = arena.node(*it);
+      const AutomatonState& st = a_.states[frame.state];
+      const bool only_returns =
+          st.accepting && st.byte_begin == st.byte_end && st.rule_begin == st.rule_end && st.counter < 0;
+      if (!only_returns) {
+        Hasher128 h;
+        h.add(rule_hash_[st.rule].a);
+        h.add(rule_hash_[st.rule].b);
+        h.add(static_cast<uint64_t>(frame.state - a_.rule_start[st.rule]));
+        h.add(below.a);
+        h.add(below.b);
+        below = Key128{h.a, h.b | 1};  // never {0, 0} (= not computed)
+      }
+      node_key_[*it] = below;
+    }
+    return below;
+  }
+
+  // A configuration by its stacks' keys (a set) and whether it returned
+  // into the caller; {0, 0} for the dead one (no stack, no return).
+  Key128 config_key(int32_t c) {
+    if (config_key_.size() <= static_cast<size_t>(c)) config_key_.resize(dfa_.num_configs());
+    Key128& key = config_key_[c];
+    if (key.a != 0 || key.b != 0 || dfa_.flags(c) == FrontierDfa::kDead) return key;
+    frame_keys_.clear();
+    for (int32_t node : dfa_.stacks(c)) frame_keys_.push_back(stack_key(node));
+    std::sort(frame_keys_.begin(), frame_keys_.end(),
+              [](const Key128& x, const Key128& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; });
+    frame_keys_.erase(std::unique(frame_keys_.begin(), frame_keys_.end()), frame_keys_.end());
+    Hasher128 h;
+    h.add(dfa_.escaped(c) ? 0xE1 : 0xE0);
+    h.add(frame_keys_.size());
+    for (const Key128& k : frame_keys_) {
+      h.add(k.a);
+      h.add(k.b);
+    }
+    key = Key128{h.a, h.b | 1};
+    return key;
+  }
+
+  // keys[b]: the configuration key after first byte b from s ({0, 0}
+  // where s cannot read b). Returns the key under which s is looked up as
+  // a twin: its lookahead's structure and its widest first byte's key.
+  Key128 first_byte_keys(int32_t s, std::array<Key128, 256>& keys, uint64_t* work) {
+    keys.fill(Key128{});
+    const int32_t c0 = dfa_.start(s);
+    const std::string bytes(dfa_.readable_bytes(c0));  // a copy: next() may grow the pool
+    const auto& nodes = v_.trie_nodes();
+    int32_t widest = -1, widest_tokens = -1;
+    for (char ch : bytes) {
+      const uint8_t b = static_cast<uint8_t>(ch);
+      keys[b] = config_key(dfa_.next(c0, b));
+      const int32_t n = root_child_[b];
+      const int32_t tokens = n >= 0 ? nodes[n].rank_end - nodes[n].rank_begin : 0;
+      if (tokens > widest_tokens) widest = b, widest_tokens = tokens;
+    }
+    *work += 1 + bytes.size();
+    const int32_t la = a_.rule_lookahead[a_.states[s].rule];
+    Hasher128 h;
+    h.add(la >= 0 ? rule_hash_[la].a : 0);
+    h.add(la >= 0 ? rule_hash_[la].b : 0);
+    h.add(static_cast<uint64_t>(widest));
+    if (widest >= 0) {
+      h.add(keys[widest].a);
+      h.add(keys[widest].b);
+    }
+    return Key128{h.a, h.b};
+  }
+
+  // The mask of s from a first-byte twin (s_keys_ holds s's keys): the
+  // twin's tokens under the first bytes where both lead to equal
+  // configurations, walked tokens under the others. nullptr when they
+  // share too little to be worth it (the caller walks s).
+  const StateMask* derive_first_bytes(int32_t s, const FirstByteTwin& twin, uint64_t* key_work) {
+    first_byte_keys(twin.state, t_keys_, key_work);
+    const auto& nodes = v_.trie_nodes();
+    const auto& sorted = v_.sorted_ids();
+    uint64_t same[4] = {0, 0, 0, 0};
+    int64_t shared_tokens = 0;
+    bool all_same = true;
+    for (int b = 0; b < 256; ++b) {
+      if (s_keys_[b] != t_keys_[b]) {
+        all_same = false;
+        continue;
+      }
+      same[b >> 6] |= 1ull << (b & 63);
+      const int32_t n = root_child_[b];
+      if (n >= 0 && (s_keys_[b].a != 0 || s_keys_[b].b != 0)) shared_tokens += nodes[n].rank_end - nodes[n].rank_begin;
+    }
+    const StateMask* from = twin.mask.get();
+    const int32_t words = v_.num_words();
+    if (all_same) {  // every token alike: the twin's mask itself
+      work_ += *key_work;
+      pending_.emplace(key_of(s), SharedMask{twin.mask, *key_work});
+      if (eager_pass_done_) publish();
+      return twin.mask.get();
+    }
+    if (shared_tokens < words) return nullptr;
+    auto in_same = [&](std::string_view token) {
+      const uint8_t b = static_cast<uint8_t>(token[0]);
+      return (same[b >> 6] >> (b & 63) & 1) != 0;
+    };
+    acc_.clear();
+    unc_.clear();
+    const uint64_t walk_start = pre_.work();
+    pre_.run(s, acc_, unc_, {.first_bytes = same});
+    const uint64_t walk = pre_.work() - walk_start + *key_work + static_cast<uint64_t>(words) +
+                          from->accepted_ids.size() + from->uncertain_ranks.size();
+    work_ += walk;
+    auto mask = std::make_shared<StateMask>();
+    if (!from->accepted_bits.empty()) {
+      mask->accepted_bits = from->accepted_bits;
+      for (int b = 0; b < 256; ++b) {  // the twin's tokens under the other first bytes go
+        const int32_t n = root_child_[b];
+        if (n < 0 || (same[b >> 6] >> (b & 63) & 1) || (t_keys_[b].a == 0 && t_keys_[b].b == 0)) continue;
+        for (int32_t r = nodes[n].rank_begin; r < nodes[n].rank_end; ++r)
+          mask->accepted_bits[sorted[r] >> 5] &= ~(1u << (sorted[r] & 31));
+      }
+      for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+      size_t count = 0;
+      for (uint32_t w : mask->accepted_bits) count += static_cast<size_t>(__builtin_popcount(w));
+      if (count < static_cast<size_t>(words)) {  // a list, as compute() would store it
+        for (int32_t w = 0; w < words; ++w)
+          for (uint32_t bits = mask->accepted_bits[w]; bits != 0; bits &= bits - 1)
+            mask->accepted_ids.push_back(w * 32 + __builtin_ctz(bits));
+        std::vector<uint32_t>().swap(mask->accepted_bits);
+      }
+    } else {
+      for (int32_t id : from->accepted_ids)
+        if (in_same(v_.token(id))) acc_.push_back(id);
+      std::sort(acc_.begin(), acc_.end());
+      if (acc_.size() >= static_cast<size_t>(words)) {
+        mask->accepted_bits.assign(words, 0);
+        for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+      } else {
+        mask->accepted_ids = acc_;
+      }
+    }
+    std::vector<int32_t> uncertain;
+    for (int32_t r : from->uncertain_ranks)
+      if (in_same(v_.ranked(r))) uncertain.push_back(r);
+    const size_t mid = uncertain.size();
+    uncertain.insert(uncertain.end(), unc_.begin(), unc_.end());
+    std::inplace_merge(uncertain.begin(), uncertain.begin() + static_cast<std::ptrdiff_t>(mid), uncertain.end());
+    mask->uncertain_ranks = std::move(uncertain);
+    mask->uncertain_lcp = uncertain_lcps(v_, mask->uncertain_ranks);
+    keep(mask);
+    pending_.emplace(key_of(s), SharedMask{mask, walk});
+    if (eager_pass_done_) publish();
+    return mask.get();
+  }
+
+  void init_root_children() {
+    if (!root_child_.empty()) return;
+    const auto& nodes = v_.trie_nodes();
+    const auto& edges = v_.trie_edges();
+    root_child_.assign(256, -1);
+    for (int32_t e = nodes[0].kid_begin; e < nodes[0].kid_end; ++e) root_child_[edges[e].byte] = edges[e].node;
+  }
+
   // The mask of s from its prefix twin t (Automaton::walk_class_offsets):
   // tokens of at most `twin_bytes_[s]` bytes are classified from s as from
   // t, so they are copied from t's mask, and only the longer ones are
@@ -555,7 +781,7 @@ class MaskBuilder {
     acc_.clear();
     unc_.clear();
     const uint64_t walk_start = pre_.work();
-    pre_.run(s, acc_, unc_, bytes);
+    pre_.run(s, acc_, unc_, {.longer_than = bytes});
     const int32_t words = v_.num_words();
     uint64_t walk = pre_.work() - walk_start + static_cast<uint64_t>(words) + from->accepted_ids.size() +
                     from->uncertain_ranks.size();
@@ -657,6 +883,12 @@ class MaskBuilder {
   std::unordered_set<const StateMask*> owned_;  // cache entries already in masks_
   std::vector<int32_t> acc_, unc_;
   std::vector<int32_t> root_child_;  // [256] trie node of each first byte, -1: none
+  // First-byte twins: per state key (first_byte_keys), the first state
+  // walked with it; keys of the DFA's stacks and configurations.
+  std::unordered_map<Key128, FirstByteTwin, Key128Hash> first_byte_twins_;
+  std::vector<Key128> node_key_, config_key_, frame_keys_;
+  std::vector<int32_t> chain_;
+  std::array<Key128, 256> s_keys_, t_keys_;
   size_t total_bytes_ = 0;
   uint64_t work_ = 0;
   std::unordered_map<SharedKey, SharedMask, SharedKeyHash> pending_;  // computed here, not yet published

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -54,6 +55,11 @@ class FrontierDfa {
   int32_t num_configs() const { return static_cast<int32_t>(flags_.size()); }
   // Stacks in configuration c (what a transition from it costs to compute).
   int32_t num_nodes(int32_t c) const { return node_begin_[c + 1] - node_begin_[c]; }
+  // The stacks of configuration c: sorted node ids of arena().
+  std::span<const int32_t> stacks(int32_t c) const {
+    return {nodes_.data() + node_begin_[c], static_cast<size_t>(node_begin_[c + 1] - node_begin_[c])};
+  }
+  const StackArena& arena() const { return arena_; }
   // Bytes held (tables, interned keys, the stack arena), an estimate.
   size_t memory_bytes() const;
   // Bytes b with next(c, b) == c, as 256 bits ([4] words): a token suffix

@@ -97,7 +97,11 @@ void PdaWalker::visit(int32_t start, Frontier& out) {
     if (st.byte_begin != st.byte_end) out.nodes.push_back(id);
     for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
       const RuleEdge& e = a_.rule_edges[i];
-      const int32_t ret = moved(n, e.target);
+      // A tail call (the caller only returns after it) returns straight to
+      // the caller's caller: the same stacks whatever rule made the call,
+      // so configurations (and the mask compiler's DFA rows) are shared,
+      // and right recursion keeps a bounded stack.
+      const int32_t ret = a_.states[e.target].only_returns() ? n.parent : moved(n, e.target);
       work_.push_back(arena_.intern(a_.rule_start[e.rule], ret));
     }
     if (st.counter >= 0) {
