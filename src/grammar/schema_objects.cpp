@@ -236,8 +236,8 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
 
 // The keys a patternProperties pattern does not match, as a pattern: ""
 // when every key matches it (.*, ^.*$, an empty pattern); for a search of
-// one character of a class (`[a-z]`, `\\w`, `x`, maybe with `+`), the keys
-// made only of other characters; nullopt for anything else.
+// one character of a class (`[a-z]`, `\w`, `x`, `.`, maybe with `+`), the
+// keys made only of other characters; nullopt for anything else.
 std::optional<std::string> SchemaConverter::unmatched_keys(const std::string& pattern) {
   static const std::set<std::string> kEveryKey = {"", "^", "$", ".*", "^.*", ".*$", "^.*$", "[\\s\\S]*", "^[\\s\\S]*$"};
   if (kEveryKey.count(pattern)) return std::string();
@@ -246,6 +246,7 @@ std::optional<std::string> SchemaConverter::unmatched_keys(const std::string& pa
   static const std::map<std::string, std::string> kEscapes = {{"\\w", "\\W"}, {"\\W", "\\w"}, {"\\d", "\\D"},
                                                               {"\\D", "\\d"}, {"\\s", "\\S"}, {"\\S", "\\s"}};
   if (auto it = kEscapes.find(atom); it != kEscapes.end()) return "^" + it->second + "*$";
+  if (atom == ".") return std::string("^$");  // every key but the empty one
   if (atom.size() >= 3 && atom.front() == '[' && atom.back() == ']' && atom.find('[', 1) == std::string::npos &&
       atom.find(']') == atom.size() - 1 && atom[atom.size() - 2] != '\\') {
     const bool negated = atom[1] == '^';

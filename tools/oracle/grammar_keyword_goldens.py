@@ -258,6 +258,8 @@ CASES = [
     ("pattern_properties_open_class", {"type": "object", "patternProperties": {"[a-z]": {"type": "integer"}}},
      [{}, {"ab": 1}, {"ab": "s"}, {"1a": 2}, {"1a": "s"}, {"12": "s"}, {"-": None, "x": 3}, {"": [1]}],
      {"strict": False}),
+    ("pattern_properties_open_any_character", {"type": "object", "patternProperties": {".": {"type": "string"}}},
+     [{}, {"a": "s"}, {"a": 1}, {"": 1}, {"": "s", "b": "t"}, {"": 1, "b": 2}], {"strict": False}),
     ("pattern_properties_open_every_key", {"type": "object", "patternProperties": {".*": {"type": "integer"}}},
      [{}, {"ab": 1}, {"ab": "s"}, {"": 2}, {"": None}], {"strict": False}),
     ("pattern_branches_anchored_apart", {"type": "string", "pattern": "^[a-z]$|^[0-9]{2}$"},
