@@ -68,8 +68,9 @@ LoraShapes gemma4_lora_shapes(const model::Gemma4Config& g) {
   };
 }
 
-Gemma4TrainModel::Gemma4TrainModel(const model::Gemma4Checkpoint& ck, LoraAdapter* adapter)
-    : ck_(ck), adapter_(adapter) {
+Gemma4TrainModel::Gemma4TrainModel(const model::Gemma4Checkpoint& ck, LoraAdapter* adapter, int segment_size)
+    : ck_(ck), adapter_(adapter), segment_size_(segment_size) {
+  BRIOCHE_CHECK(segment_size >= 0, "train: segment_size must be >= 0, found ", segment_size);
   const model::Gemma4Config& g = ck.config;
   BRIOCHE_CHECK(ck.weights.output_norm.device() == Device::CPU, "train: Gemma 4 trains on the CPU only in this build");
   for (int l = 0; l < g.base.n_layers; ++l) inv_freq_.push_back(g.inv_freq(l));
@@ -449,12 +450,24 @@ Tensor Gemma4TrainModel::forward(const TokenBatch& batch, const Tensor& prefix_o
                   .dropout_seed = o.dropout_seed,
                   .adapter_enabled = o.adapter_enabled,
                   .lora_dropout = o.for_backward};
-  caches_.clear();
-  caches_.resize(o.for_backward ? size_t(L - first) : 0);
+  const bool segmented = o.for_backward && segment_size_ > 0;
+  caches_.clear(), boundaries_.clear(), kv_k_.clear(), kv_v_.clear();
+  caches_.resize(o.for_backward && !segmented ? size_t(L - first) : 0);
   std::vector<Tensor> kv_k(static_cast<size_t>(L)), kv_v(static_cast<size_t>(L));
   Cache scratch;
-  for (int l = first; l < L; ++l)
-    layer_forward(pass, l, x, o.for_backward ? caches_[size_t(l - first)] : scratch, kv_k, kv_v);
+  for (int l = first; l < L; ++l) {
+    if (segmented && (l - first) % segment_size_ == 0) boundaries_.push_back(copy_of(x));
+    layer_forward(pass, l, x, o.for_backward && !segmented ? caches_[size_t(l - first)] : scratch, kv_k, kv_v);
+  }
+  if (segmented) {
+    // Keep only the K/V some KV-shared layer reads (its source may lie in an earlier segment).
+    std::vector<bool> read(size_t(L), false);
+    for (int l = first; l < L; ++l)
+      if (const int src = ck_.config.layers[size_t(l)].kv_source; src != l) read[size_t(src)] = true;
+    for (int l = 0; l < L; ++l)
+      if (!read[size_t(l)]) kv_k[size_t(l)] = kv_v[size_t(l)] = Tensor();
+    kv_k_ = std::move(kv_k), kv_v_ = std::move(kv_v);
+  }
   Tensor h = f32(batch.n_rows(), cfg.hidden_size);
   ops::rms_norm(x, ck_.weights.output_norm, cfg.rms_eps, h);
   batch_ = o.for_backward ? &batch : nullptr;
@@ -479,15 +492,34 @@ void Gemma4TrainModel::backward(Tensor d_hidden) {
   const int first = first_trainable_layer(), L = cfg.n_layers;
   dk_.assign(size_t(L), Tensor());
   dv_.assign(size_t(L), Tensor());
-  for (int l = L - 1; l >= first; --l) layer_backward(pass, l, caches_[size_t(l - first)], dx);
+  if (boundaries_.empty()) {
+    for (int l = L - 1; l >= first; --l) layer_backward(pass, l, caches_[size_t(l - first)], dx);
+  } else {
+    // One segment at a time, last first: its forward again from the saved residual (the same ops and
+    // dropout masks, so the same activations), then its layers' backward.
+    for (int s = int(boundaries_.size()) - 1; s >= 0; --s) {
+      const int lo = first + s * segment_size_, hi = std::min(L, lo + segment_size_);
+      std::vector<Cache> segment(size_t(hi - lo));
+      std::vector<Tensor> kv_k = kv_k_, kv_v = kv_v_;
+      Tensor x = std::move(boundaries_[size_t(s)]);
+      for (int l = lo; l < hi; ++l) layer_forward(pass, l, x, segment[size_t(l - lo)], kv_k, kv_v);
+      x = Tensor();
+      for (int l = hi - 1; l >= lo; --l) {
+        layer_backward(pass, l, segment[size_t(l - lo)], dx);
+        segment[size_t(l - lo)] = Cache();
+      }
+    }
+  }
   batch_ = nullptr;
-  caches_.clear();
+  caches_.clear(), boundaries_.clear(), kv_k_.clear(), kv_v_.clear();
   dk_.clear(), dv_.clear();
   ple_ = Tensor();
 }
 
 size_t Gemma4TrainModel::saved_bytes() const {
   size_t n = x_final_.nbytes();
+  for (const Tensor& b : boundaries_) n += b.nbytes();
+  for (size_t l = 0; l < kv_k_.size(); ++l) n += kv_k_[l].nbytes() + kv_v_[l].nbytes();
   for (const Cache& c : caches_) {
     for (const Tensor* t : {&c.x_in, &c.h1, &c.q_lin, &c.k_lin, &c.v_lin, &c.q, &c.attn, &c.lse, &c.o, &c.x_mid, &c.h2,
                             &c.gate, &c.up, &c.act, &c.m, &c.x2, &c.ple_gate, &c.ple_act, &c.ple_out})

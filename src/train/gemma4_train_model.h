@@ -38,7 +38,10 @@ LoraShapes gemma4_lora_shapes(const model::Gemma4Config& config);
 
 class Gemma4TrainModel final : public TrainStack {
  public:
-  Gemma4TrainModel(const model::Gemma4Checkpoint& checkpoint, LoraAdapter* adapter);
+  // segment_size > 0: the segmented backward (train_model.h): the forward keeps the residual at every
+  // segment_size-th trainable layer, and the K/V of layers a KV-shared layer of a later segment reads; the
+  // backward recomputes one segment at a time (dK/dV of KV-shared layers wait in dk_/dv_ for their source).
+  Gemma4TrainModel(const model::Gemma4Checkpoint& checkpoint, LoraAdapter* adapter, int segment_size = 0);
 
   const model::ModelConfig& config() const override { return ck_.config.base; }
   int first_trainable_layer() const override;
@@ -100,8 +103,11 @@ class Gemma4TrainModel final : public TrainStack {
   const TokenBatch* batch_ = nullptr;
   Tensor ple_;
   ForwardOptions options_;
-  std::vector<Cache> caches_;    // per layer from first_trainable_layer()
-  std::vector<Tensor> dk_, dv_;  // per layer: dK/dV from the KV-shared layers that read it
+  int segment_size_ = 0;
+  std::vector<Cache> caches_;        // per layer from first_trainable_layer() (segment_size 0)
+  std::vector<Tensor> boundaries_;   // the residual at each segment's first layer (segment_size > 0)
+  std::vector<Tensor> kv_k_, kv_v_;  // per layer (segment_size > 0): the K/V a KV-shared layer reads, else empty
+  std::vector<Tensor> dk_, dv_;      // per layer: dK/dV from the KV-shared layers that read it
   Tensor x_final_;
 };
 

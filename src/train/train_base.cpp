@@ -37,12 +37,12 @@ TrainBase gemma4_train_base(const model::Gemma4Checkpoint& ck) {
           .shapes = shapes,
           .device = ck.weights.output_norm.device(),
           .make_stack = [&ck](LoraAdapter* adapter, const TrainModelOptions& o) -> std::unique_ptr<TrainStack> {
-            // The Gemma 4 stack keeps every layer's activations on the CPU: the memory levers are not there yet.
-            BRIOCHE_CHECK(o.segment_size == 0 && !o.offload_boundaries && !o.offload_attention && o.mlp_chunk_rows == 0,
-                          "train: Gemma 4 trains without segment_size, offload_boundaries, offload_attention and "
-                          "mlp_chunk_size in this build (found segment_size ",
-                          o.segment_size, ", mlp_chunk_size ", o.mlp_chunk_rows, ")");
-            return std::make_unique<Gemma4TrainModel>(ck, adapter);
+            // The Gemma 4 stack runs on the CPU with the segmented backward; offloads and MLP chunks are not there yet.
+            BRIOCHE_CHECK(!o.offload_boundaries && !o.offload_attention && o.mlp_chunk_rows == 0,
+                          "train: Gemma 4 trains without offload_boundaries, offload_attention and mlp_chunk_size in "
+                          "this build (found mlp_chunk_size ",
+                          o.mlp_chunk_rows, ")");
+            return std::make_unique<Gemma4TrainModel>(ck, adapter, o.segment_size);
           },
           .load_adapter =
               [&ck, shapes](const std::string& dir) {
