@@ -8,8 +8,11 @@ namespace brioche::engine {
 
 BlockHash chain_block_hash(BlockHash parent, std::span<const int32_t> block_tokens) {
   // FNV-1a over the parent hash and the token ids, then a splitmix64 finalizer
-  // so that nearby inputs spread over all 64 bits.
-  uint64_t h = 0xcbf29ce484222325ull ^ parent;
+  // so that nearby inputs spread over all 64 bits. (The offset basis is not
+  // XORed with the parent as well: the first byte mixed in would cancel the
+  // parent's low byte, and a parent below 256 — a small adapter id as the
+  // chain's start — would vanish.)
+  uint64_t h = 0xcbf29ce484222325ull;
   auto mix_in = [&](uint64_t v) {
     for (int i = 0; i < 8; ++i) {
       h ^= (v >> (8 * i)) & 0xff;

@@ -40,6 +40,18 @@ TEST(BlockAllocator, ChainedHashNamesTheWholePrefix) {
   EXPECT_EQ(chain_block_hash(ha, b), chain_block_hash(chain_block_hash(0, a), b));
 }
 
+TEST(BlockAllocator, EveryByteOfTheParentNamesTheChain) {
+  // The chain's start is 0 for the base model and the adapter's id otherwise
+  // (engine/scheduler.h prefix_seed): parents that differ in any one byte, a
+  // small id included, give different hashes (the low byte once cancelled out).
+  const std::vector<int32_t> b = {5, 6, 7, 8};
+  const BlockHash base = chain_block_hash(0, b);
+  for (int byte = 0; byte < 8; ++byte)
+    for (uint64_t v : {uint64_t(1), uint64_t(0xa1), uint64_t(0xff)})
+      EXPECT_NE(chain_block_hash(v << (8 * byte), b), base) << "byte " << byte << " value " << v;
+  EXPECT_NE(chain_block_hash(0x1234567890abcd01ull, b), chain_block_hash(0x1234567890abcd02ull, b));
+}
+
 TEST(BlockAllocator, PrefixCacheReusesReleasedBlocksUntilEvicted) {
   BlockAllocator alloc(2, 4);
   std::vector<int32_t> tokens = {1, 2, 3, 4};
