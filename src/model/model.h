@@ -64,8 +64,8 @@ class Model {
   // architecture/tensor and the file.
   static std::unique_ptr<Model> load(const std::string& path, LoadOptions options = {});
   // Whether this build has CUDA kernels for the architecture at `path`
-  // (Gemma 4 and Qwen 3.5 run on the CPU only so far): `--device auto`
-  // picks the CPU for the others rather than refuse them.
+  // (every architecture it loads does now: Llama family, Gemma 4, Qwen 3.5):
+  // `--device auto` picks the CPU for any that lacks them rather than refuse it.
   static bool has_cuda_kernels(const std::string& path);
 
   virtual const ModelConfig& config() const = 0;
