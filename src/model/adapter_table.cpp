@@ -20,7 +20,7 @@ size_t slot_words(int32_t rows) { return size_t(rows + 1) / 2 * 2; }  // even: t
 }  // namespace
 
 size_t adapter_table_words(int32_t rows, int32_t slots, int32_t n_layers) {
-  return slot_words(rows) + size_t(slots) * size_t(n_layers) * kProjections * kWordsPerEntry;
+  return slot_words(rows) + size_t(slots) * size_t(n_layers) * kBlockProjections * kWordsPerEntry;
 }
 
 int32_t adapter_rank_cap(const ForwardBatch& batch) {
@@ -40,7 +40,7 @@ void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t slots, 
   std::fill(row_slot, row_slot + rows, -1);
   auto* factors = reinterpret_cast<backend::cpu::LoraFactors*>(words.data() + slot_words(rows));
   std::vector<const ServedAdapter*> adapters;  // by slot
-  const int32_t slot_stride = n_layers * kProjections;
+  const int32_t slot_stride = n_layers * kBlockProjections;
   for (const SequenceView& s : batch.sequences) {
     if (s.adapter == nullptr || s.n_rows == 0) continue;
     const ServedAdapter& ad = *s.adapter;
@@ -52,7 +52,12 @@ void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t slots, 
       BRIOCHE_CHECK(slot < slots, "fill_adapter_table: the batch has more than ", slots, " adapters");
       adapters.push_back(&ad);
       for (int32_t layer = 0; layer < n_layers; ++layer)
-        for (int p = 0; p < kProjections; ++p) {
+        for (int p = kBlockProjections; p < kProjections; ++p)
+          BRIOCHE_CHECK(ad.projection(layer, Projection(p)) == nullptr, "forward: adapter '", ad.name, "' adapts ",
+                        projection_name(Projection(p)), " of layer ", layer,
+                        ", which the Llama blocks do not have (the table holds q/k/v/o and gate/up/down)");
+      for (int32_t layer = 0; layer < n_layers; ++layer)
+        for (int p = 0; p < kBlockProjections; ++p) {
           const AdapterProjection* ap = ad.projection(layer, Projection(p));
           if (ap == nullptr) continue;
           BRIOCHE_CHECK(ap->a.dtype() == DType::F16 && ap->bt.dtype() == DType::F16 && ap->a.rank() == 2 &&
@@ -62,7 +67,7 @@ void fill_adapter_table(const ForwardBatch& batch, int32_t rows, int32_t slots, 
                         "forward: adapter '", ad.name, "' layer ", layer, " projection ", p,
                         ": expected contiguous f16 factors of one rank on the CUDA device, got ", ap->a.describe(),
                         " and ", ap->bt.describe());
-          factors[size_t(slot) * size_t(slot_stride) + size_t(layer) * kProjections + size_t(p)] = {
+          factors[size_t(slot) * size_t(slot_stride) + size_t(layer) * kBlockProjections + size_t(p)] = {
               .a = ap->a.data_as<uint16_t>(), .bt = ap->bt.data_as<uint16_t>(), .rank = int32_t(ap->a.dim(0))};
         }
     }
@@ -79,7 +84,7 @@ AdapterTable adapter_table_views(const Tensor& block, int32_t rows, int32_t slot
   const int64_t first_factor = int64_t(slot_words(rows));
   return {.row_slot = block.slice(0, 0, rows),
           .factors = block.slice(0, first_factor, block.dim(0)),
-          .slot_stride = n_layers * kProjections,
+          .slot_stride = n_layers * kBlockProjections,
           .rank_cap = rank_cap,
           .u = u};
 }

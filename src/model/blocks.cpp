@@ -67,7 +67,7 @@ void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_
     std::array<ops::LoraTablePart, 3> storage;  // (1-3 projections: no allocation per call)
     size_t n = 0;
     for (const LoraOutput& o : outputs)
-      storage[n++] = {.entry = lora.layer * kProjections + int32_t(o.projection), .y = o.y};
+      storage[n++] = {.entry = lora.layer * kBlockProjections + int32_t(o.projection), .y = o.y};
     const std::span<const ops::LoraTablePart> parts(storage.data(), n);
     Tensor u = lora.table->u;
     const ops::LoraTable table = lora.table->table();

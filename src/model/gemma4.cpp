@@ -210,19 +210,8 @@ Tensor Gemma4Model::per_layer_inputs(const ForwardBatch& batch, const Tensor& x)
 
 void Gemma4Model::add_lora(int layer, Projection p, const Tensor& x, Tensor& y) {
   if (adapter_rows_.empty()) return;
-  std::vector<ops::LoraRows> segments;
-  for (const AdapterRows& rows : adapter_rows_)
-    if (const AdapterProjection* ap = rows.adapter->projection(layer, p)) {
-      static constexpr const char* kNames[kProjections] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                           "gate_proj", "up_proj", "down_proj"};
-      BRIOCHE_CHECK(ap->a.dim(1) == x.dim(1) && ap->bt.dim(1) == y.dim(1), "forward: a served adapter's ",
-                    kNames[int(p)], " of layer ", layer, " maps ", ap->a.dim(1), " to ", ap->bt.dim(1),
-                    " features, the model's ", x.dim(1), " to ", y.dim(1), " (an adapter for another model?)");
-      segments.push_back({.first_row = rows.first_row, .n_rows = rows.n_rows, .a = &ap->a, .bt = &ap->bt});
-    }
-  if (segments.empty()) return;
   Tensor u = buf_.lora_u.rows(x.dim(0), adapter_rank_);
-  ops::lora_rows_add(x, segments, y, u);
+  add_adapter_rows(adapter_rows_, {.layer = layer, .projection = p}, x, y, u);
 }
 
 void Gemma4Model::attention(int layer, const ForwardBatch& batch,

@@ -20,6 +20,11 @@
 //   out = (attention(q, K, V) ⊙ sigmoid(gate)) · W_oᵀ (causal GQA over the paged cache)
 // moe(h): softmax router over experts, top-k renormalised to sum 1,
 //   Σ_k w_k·expert_k(h) + sigmoid(h·w_sgᵀ)·shared_expert(h).
+// Served LoRA adapters (unmerged, per sequence: model/served_adapter.h): the
+// rows of a sequence with adapter (A, s·Bᵀ) get y += (x·Aᵀ)·(s·Bᵀ) on every
+// projection it targets, right after the projection's matmul: q/k/v/o,
+// in_proj_qkv/z/b/a, out_proj and the dense MLP's gate/up/down (peft's
+// targets; the MoE block is frozen, as in training).
 #include "model/qwen35.h"
 
 #include <algorithm>
@@ -47,14 +52,24 @@ namespace brioche::model {
 
 namespace {
 
-// h·W_gateᵀ, h·W_upᵀ, silu(gate)·up, ·W_downᵀ into `out` [n, hidden], on h's device.
-void swiglu_mlp(const Tensor& h, const Qwen35Mlp& w, Tensor& out) {
+// h·W_gateᵀ, h·W_upᵀ, silu(gate)·up, ·W_downᵀ into `out` [n, hidden], on h's
+// device; add_lora(p, x, y) adds the served adapters' terms to each
+// projection's output y of input x (the dense MLP; experts take none).
+template <typename AddLora>
+void swiglu_mlp(const Tensor& h, const Qwen35Mlp& w, Tensor& out, AddLora&& add_lora) {
   const int64_t n = h.dim(0), inter = w.gate.dim(0);
   Tensor gate = ops::zeros(DType::F32, {n, inter}, h.device()), up = ops::zeros(DType::F32, {n, inter}, h.device());
   ops::matmul(h, w.gate, gate);
+  add_lora(Projection::Gate, h, gate);
   ops::matmul(h, w.up, up);
+  add_lora(Projection::Up, h, up);
   ops::swiglu(gate, up, gate);
   ops::matmul(gate, w.down, out);
+  add_lora(Projection::Down, gate, out);
+}
+
+void swiglu_mlp(const Tensor& h, const Qwen35Mlp& w, Tensor& out) {
+  swiglu_mlp(h, w, out, [](Projection, const Tensor&, Tensor&) {});
 }
 
 }  // namespace
@@ -165,8 +180,9 @@ void Qwen35Model::check_batch(const ForwardBatch& batch, const KvCache& cache) c
   }
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const SequenceView& seq = batch.sequences[s];
-    BRIOCHE_CHECK(seq.adapter == nullptr, "forward: sequence ", s,
-                  " names a LoRA adapter; served adapters are not supported for Qwen 3.5 yet");
+    BRIOCHE_CHECK(seq.adapter == nullptr || int(seq.adapter->layers.size()) == c.n_layers, "forward: sequence ", s,
+                  "'s LoRA adapter has ", seq.adapter ? seq.adapter->layers.size() : 0, " layers, the model ",
+                  c.n_layers);
     BRIOCHE_CHECK(seq.n_rows == 0 || (seq.state_slot >= 0 && seq.state_slot < cache.n_state_slots()),
                   "forward: sequence ", s, " has state slot ", seq.state_slot, ", expected one in [0, ",
                   cache.n_state_slots(), ") (hybrid models keep a recurrent state per sequence)");
@@ -192,6 +208,18 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
     if (n_logits == 0) logits = logits.slice(0, 0, 0);
   }
   if (n == 0) return;
+
+  // Served adapters: the rows of each sequence that names one, in row order.
+  adapter_rows_.clear();
+  int32_t adapter_rank = 0;
+  for (const SequenceView& s : batch.sequences)
+    if (s.adapter != nullptr && s.n_rows > 0) {
+      adapter_rows_.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .adapter = s.adapter});
+      adapter_rank = std::max(adapter_rank, s.adapter->rank);
+    }
+  std::sort(adapter_rows_.begin(), adapter_rows_.end(),
+            [](const AdapterRows& a, const AdapterRows& b) { return a.first_row < b.first_row; });
+  lora_u_ = adapter_rows_.empty() ? Tensor() : buffer({n, adapter_rank});
 
   std::vector<ops::AttentionSequence> attention_seqs;
   std::vector<ops::RecurrentSequence> recurrent_seqs;
@@ -232,6 +260,10 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       ops::matmul(h, la.in_z, z);
       ops::matmul(h, la.in_b, b);
       ops::matmul(h, la.in_a, a);
+      add_lora(layer, Projection::LinearQkv, h, qkv);
+      add_lora(layer, Projection::LinearZ, h, z);
+      add_lora(layer, Projection::LinearB, h, b);
+      add_lora(layer, Projection::LinearA, h, a);
       ops::causal_conv1d_silu(qkv, la.conv, recurrent_seqs, cache.conv_state(layer), mixed);
       ops::delta_rule_gates(a, b, {.a_log = la.a_log, .dt_bias = la.dt_bias}, g, beta);
       Tensor core = buffer({n, vw});
@@ -250,6 +282,7 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       ops::rms_norm(core_heads, la.norm, c.rms_eps, core_heads);
       ops::swiglu(z, core, core);
       ops::matmul(core, la.out, out);
+      add_lora(layer, Projection::LinearOut, core, out);
     } else {
       const Qwen35FullAttention& fa = w.full;
       Tensor q_gate = buffer({n, heads * 2 * d}), qs = buffer({n, heads * d}), k = buffer({n, kv_heads * d}),
@@ -257,6 +290,9 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       ops::matmul(h, fa.wq, q_gate);
       ops::matmul(h, fa.wk, k);
       ops::matmul(h, fa.wv, v);
+      add_lora(layer, Projection::Q, h, q_gate);  // [query | gate] rows per head, as peft's q_proj
+      add_lora(layer, Projection::K, h, k);
+      add_lora(layer, Projection::V, h, v);
       const Tensor per_head = q_gate.reshape({n * heads, 2 * d});  // [query | gate] per head
       Tensor q_heads = qs.reshape({n * heads, d}), k_heads = k.reshape({n * kv_heads, d});
       ops::rms_norm(per_head.slice(1, 0, d), fa.q_norm, c.rms_eps, q_heads);
@@ -274,12 +310,13 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
       Tensor attn_heads = attn.reshape({n * heads, d});
       ops::sigmoid_gate(per_head.slice(1, d, 2 * d), attn_heads);
       ops::matmul(attn, fa.wo, out);
+      add_lora(layer, Projection::O, attn, out);
     }
     ops::add(x, out, x);
 
     ops::rms_norm(x, w.post_norm, c.rms_eps, h);
     if (q.n_experts == 0) {
-      swiglu_mlp(h, w.mlp, out);
+      swiglu_mlp(h, w.mlp, out, [&](Projection p, const Tensor& in, Tensor& y) { add_lora(layer, p, in, y); });
     } else if (device_ != Device::CPU) {
       moe_on_device(h, w, out);
     } else {
@@ -333,6 +370,10 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
   Tensor device_logits = buffer({n_logits, c.vocab_size});
   ops::matmul(rows, ck_.output, device_logits);
   ops::copy(device_logits, logits);
+}
+
+void Qwen35Model::add_lora(int layer, Projection p, const Tensor& x, Tensor& y) {
+  if (!adapter_rows_.empty()) add_adapter_rows(adapter_rows_, {.layer = layer, .projection = p}, x, y, lora_u_);
 }
 
 Tensor Qwen35Model::buffer(std::initializer_list<int64_t> shape) const {

@@ -8,12 +8,16 @@
 
 #include "model/model.h"
 #include "model/qwen35_weights.h"
+#include "model/served_adapter.h"
 
 namespace brioche::model {
 
 // Not reentrant (one engine thread owns a model). forward needs a KvCache
 // with state slots (KvCacheOptions::n_state_slots) on the model's device and
-// every sequence of the batch with a slot (SequenceView::state_slot).
+// every sequence of the batch with a slot (SequenceView::state_slot). A
+// sequence may name a served LoRA adapter (SequenceView::adapter: unmerged,
+// its rows get each adapted projection's low-rank term; many adapters and the
+// base in one batch).
 class Qwen35Model final : public Model {
  public:
   // Runs where the checkpoint's weights are (move_qwen35_weights).
@@ -26,16 +30,21 @@ class Qwen35Model final : public Model {
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
   size_t weight_bytes() const override;
   Device device() const override { return device_; }
+  const Qwen35Config& qwen35_config() const { return ck_.qwen; }
 
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
   Tensor buffer(std::initializer_list<int64_t> shape) const;  // f32 zeros on the model's device
   void moe_on_device(const Tensor& h, const Qwen35Layer& w, Tensor& out);
+  // y += each served adapter's low-rank term of projection p for its rows (x: the projection's input).
+  void add_lora(int layer, Projection p, const Tensor& x, Tensor& y);
 
   Qwen35Checkpoint ck_;
   std::vector<float> inv_freq_;            // [rotary_dim / 2]
   std::vector<float> unit_expert_scales_;  // [n_experts] of 1 (ops::moe_route)
   Device device_ = Device::CPU;
+  std::vector<AdapterRows> adapter_rows_;  // this forward's rows that run with a served adapter, in row order
+  Tensor lora_u_;                          // f32 [n, the largest rank among them]: their x·Aᵀ
 };
 
 // Copies every weight tensor to `device` in its stored dtype (tied

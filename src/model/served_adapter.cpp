@@ -1,8 +1,31 @@
 #include "model/served_adapter.h"
 
+#include "core/error.h"
 #include "ops/device.h"
+#include "ops/lora_rows.h"
 
 namespace brioche::model {
+
+std::string_view projection_name(Projection p) {
+  static constexpr std::string_view kNames[kProjections] = {"q_proj",    "k_proj",    "v_proj",    "o_proj",
+                                                            "gate_proj", "up_proj",   "down_proj", "in_proj_qkv",
+                                                            "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
+  return kNames[size_t(p)];
+}
+
+void add_adapter_rows(std::span<const AdapterRows> rows, AdapterSite site, const Tensor& x, Tensor& y,
+                      Tensor& u_scratch) {
+  std::vector<ops::LoraRows> segments;
+  for (const AdapterRows& r : rows)
+    if (const AdapterProjection* ap = r.adapter->projection(site.layer, site.projection)) {
+      BRIOCHE_CHECK(ap->a.dim(1) == x.dim(1) && ap->bt.dim(1) == y.dim(1), "forward: served adapter '", r.adapter->name,
+                    "''s ", projection_name(site.projection), " of layer ", site.layer, " maps ", ap->a.dim(1), " to ",
+                    ap->bt.dim(1), " features, the model's ", x.dim(1), " to ", y.dim(1),
+                    " (an adapter for another model?)");
+      segments.push_back({.first_row = r.first_row, .n_rows = r.n_rows, .a = &ap->a, .bt = &ap->bt});
+    }
+  if (!segments.empty()) ops::lora_rows_add(x, segments, y, u_scratch);
+}
 
 std::shared_ptr<ServedAdapter> copy_to_device(const ServedAdapter& adapter, Device device) {
   auto copy = std::make_shared<ServedAdapter>();

@@ -10,16 +10,26 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace brioche::model {
 
-// The seven projections of a Llama block, in PEFT's target-module order.
-enum class Projection : uint8_t { Q, K, V, O, Gate, Up, Down };
-inline constexpr int kProjections = 7;
+// The projections an adapter may target, in PEFT's target-module order
+// (train::Module's): a Llama block's seven, then the Gated DeltaNet's five
+// (Qwen 3.5's linear-attention layers: in_proj_qkv, in_proj_z, in_proj_b,
+// in_proj_a, out_proj).
+enum class Projection : uint8_t { Q, K, V, O, Gate, Up, Down, LinearQkv, LinearZ, LinearB, LinearA, LinearOut };
+inline constexpr int kProjections = 12;
+// The Llama block's seven (Q..Down): what model/blocks.h applies and the
+// CUDA adapter table holds per layer (model/adapter_table.h).
+inline constexpr int kBlockProjections = 7;
+// peft's module name: "q_proj", ..., "down_proj", "in_proj_qkv", ..., "out_proj".
+std::string_view projection_name(Projection p);
 
 struct AdapterProjection {
   Tensor a;   // f16 [rank, in]; undefined where the adapter leaves the projection alone
@@ -53,5 +63,20 @@ struct AdapterRows {
   int32_t first_row = 0, n_rows = 0;
   const ServedAdapter* adapter = nullptr;
 };
+
+// One projection of one layer.
+struct AdapterSite {
+  int layer = 0;
+  Projection projection = Projection::Q;
+};
+
+// y += (x·Aᵀ)·(s·Bᵀ) of `site` for the rows of each adapter that targets it
+// (ops::lora_rows_add: one shrink and one expand whatever the mix; rows of
+// the base and of adapters that leave the projection alone keep y). x [n, in]
+// is the projection's input, y [n, out] its output, u_scratch f32
+// [n, ≥ the largest rank]. A factor of another shape fails naming the
+// projection and the layer (an adapter for another model).
+void add_adapter_rows(std::span<const AdapterRows> rows, AdapterSite site, const Tensor& x, Tensor& y,
+                      Tensor& u_scratch);
 
 }  // namespace brioche::model

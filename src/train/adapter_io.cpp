@@ -236,18 +236,16 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
 }
 
 std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter, Device device) {
-  static_assert(int(Module::Down) == int(model::Projection::Down) && kLlamaModules == model::kProjections);
-  for (int l = 0; l < adapter.n_layers(); ++l)
-    for (int m = kLlamaModules; m < kNumModules; ++m)
-      BRIOCHE_CHECK(
-          !adapter.factors(l, Module(m)), "adapter: layer ", l, "'s ", module_name(Module(m)),
-          " cannot be served unmerged (serve --lora takes q/k/v/o and gate/up/down); merge it with --adapter");
+  // Module and Projection name the same projections in the same order.
+  static_assert(int(Module::Down) == int(model::Projection::Down) &&
+                int(Module::LinearOut) == int(model::Projection::LinearOut) && kNumModules == model::kProjections &&
+                kLlamaModules == model::kBlockProjections);
   auto served = std::make_shared<model::ServedAdapter>();
   served->rank = adapter.config().rank;
   served->layers.resize(size_t(adapter.n_layers()));
   const float s = adapter.scale();
   for (int l = 0; l < adapter.n_layers(); ++l) {
-    for (int m = 0; m < kLlamaModules; ++m) {
+    for (int m = 0; m < kNumModules; ++m) {
       const LoraFactors* f = adapter.factors(l, Module(m));
       if (!f) continue;
       const int64_t r = f->a.dim(0), in = f->a.dim(1), out = f->b.dim(0);

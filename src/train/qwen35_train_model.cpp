@@ -54,9 +54,9 @@ ops::DenseAttentionParams attention_params(const model::ModelConfig& c) {
 
 }  // namespace
 
-LoraShapes qwen35_lora_shapes(const model::Qwen35Checkpoint& ck) {
-  const model::ModelConfig c = ck.config;
-  const model::Qwen35Config q = ck.qwen;
+LoraShapes qwen35_lora_shapes(const model::Qwen35Checkpoint& ck) { return qwen35_lora_shapes(ck.config, ck.qwen); }
+
+LoraShapes qwen35_lora_shapes(const model::ModelConfig& c, const model::Qwen35Config& q) {
   return [c, q](int layer, Module m) -> ModuleShape {
     const bool linear = q.linear_layers[size_t(layer)] != 0;
     const int64_t hidden = c.hidden_size, heads_dim = int64_t(c.n_heads) * c.head_dim;

@@ -43,6 +43,7 @@ namespace brioche::train {
 // Each layer's projection shapes: q/k/v/o on full-attention layers, the five
 // linear-attention projections on linear layers, gate/up/down on all.
 LoraShapes qwen35_lora_shapes(const model::Qwen35Checkpoint& checkpoint);
+LoraShapes qwen35_lora_shapes(const model::ModelConfig& config, const model::Qwen35Config& qwen);
 
 class Qwen35TrainModel final : public TrainStack {
  public:

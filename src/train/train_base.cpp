@@ -10,9 +10,8 @@ namespace brioche::train {
 
 LoraShapes lora_shapes_of(const model::Model& model) {
   if (const auto* g = dynamic_cast<const model::Gemma4Model*>(&model)) return gemma4_lora_shapes(g->gemma4_config());
-  BRIOCHE_CHECK(dynamic_cast<const model::Qwen35Model*>(&model) == nullptr, model.directory(),
-                ": Qwen 3.5 takes LoRA adapters merged at load (--adapter DIR); serving them unmerged (--lora, "
-                "--lora-dir) is not supported yet");
+  if (const auto* q = dynamic_cast<const model::Qwen35Model*>(&model))
+    return qwen35_lora_shapes(q->config(), q->qwen35_config());
   return {};
 }
 

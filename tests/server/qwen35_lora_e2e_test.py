@@ -8,12 +8,17 @@ tokens and their log-probabilities are what `brioche serve --adapter DIR`
 (the adapter merged at load) gives, within 1e-3. The adapter changes the
 answer (the base model's greedy text differs). The same on the moe fixture
 (Qwen3_5MoeForCausalLM; LoRA on the attention and DeltaNet projections, the
-MoE block frozen). DPO and ORPO train on the dense model (the loss falls);
---prefix-shared is refused with a reason.
+MoE block frozen). Served unmerged (`serve --lora NAME=DIR`, the request's
+`model` naming it), each adapter gives the merged server's greedy tokens
+(log-probs within 1e-3: the served factors are f16) and the seeded sampled
+ones, alone and in a batch of six concurrent requests over two adapters and
+the base (on the moe fixture too). DPO and ORPO train on the dense model
+(the loss falls); --prefix-shared is refused with a reason.
 
 Usage: qwen35_lora_e2e_test.py --brioche build/cpu/brioche [--model tests/fixtures/qwen35]
 Exits 77 (skipped) when the binary, torch, transformers, peft or jinja2 is missing.
 """
+import concurrent.futures
 import json
 import os
 import shutil
@@ -95,13 +100,56 @@ class Qwen35Lora(unittest.TestCase):
                 ids.append(t)
         return tokens, logprobs
 
-    def complete(self, server, model="dense"):
-        status, body = server.post("/v1/completions", {"model": model, "prompt": self.prompt_ids,
-                                                       "max_tokens": N_TOKENS, "temperature": 0, "logprobs": 1,
-                                                       "ignore_eos": True})
+    def complete(self, server, model="dense", seed=None):
+        body = {"model": model, "prompt": self.prompt_ids, "max_tokens": N_TOKENS, "temperature": 0, "logprobs": 1,
+                "ignore_eos": True}
+        if seed is not None:
+            body.update({"temperature": 1.0, "seed": seed})
+        status, body = server.post("/v1/completions", body)
         self.assertEqual(status, 200, body)
         lp = json.loads(body)["choices"][0]["logprobs"]
         return lp["tokens"], lp["token_logprobs"]
+
+    def merged_answers(self, model_dir, adapter):
+        """Greedy (tokens, logprobs) and seeded tokens of a server with `adapter` merged at load."""
+        server = Server(ARGS.brioche, model_dir, "--adapter", adapter)
+        try:
+            return self.complete(server, os.path.basename(model_dir)), self.complete(
+                server, os.path.basename(model_dir), seed=7)[0]
+        finally:
+            server.stop()
+
+    def assert_served_unmerged(self, model_dir, adapters):
+        """adapters: name -> folder. Each served unmerged (alone, then in a batch of six over the adapters and the
+        base) gives its merged server's greedy tokens, log-probs within 1e-3 and seeded tokens."""
+        base = os.path.basename(model_dir)
+        merged = {name: self.merged_answers(model_dir, path) for name, path in adapters.items()}
+        args = [a for name, path in adapters.items() for a in ("--lora", f"{name}={path}")]
+        server = Server(ARGS.brioche, model_dir, *args)
+        try:
+            alone = {name: (self.complete(server, name), self.complete(server, name, seed=7)[0])
+                     for name in [*adapters, base]}
+            names = [*adapters, base] * (6 // (len(adapters) + 1))
+            with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+                together = list(pool.map(lambda n: (self.complete(server, n), self.complete(server, n, seed=7)[0]),
+                                         names))
+        finally:
+            server.stop()
+        for name in adapters:
+            (tokens, logprobs), seeded = alone[name]
+            (want_tokens, want_logprobs), want_seeded = merged[name]
+            err = max(abs(a - b) for a, b in zip(logprobs, want_logprobs))
+            print(f"{base} serve --lora {name} (unmerged): tokens {tokens}, seeded {seeded}, largest log-prob "
+                  f"difference from --adapter (merged) {err:.2e}")
+            self.assertEqual(tokens, want_tokens, name)
+            self.assertEqual(seeded, want_seeded, name)
+            self.assertLess(err, 1e-3, name)
+            self.assertNotEqual(tokens, alone[base][0][0], f"adapter {name} changes the answer")
+        for name, got in zip(names, together):
+            self.assertEqual(got[0][0], alone[name][0][0], f"{name} in the batch")
+            self.assertEqual(got[1], alone[name][1], f"{name} seeded in the batch")
+            for a, b in zip(got[0][1], alone[name][0][1]):
+                self.assertAlmostEqual(a, b, delta=1e-4, msg=f"{name} in the batch")
 
     def test_merged_at_load_matches_peft_and_changes_the_answer(self):
         server = Server(ARGS.brioche, self.model, "--adapter", self.adapter)
@@ -120,6 +168,24 @@ class Qwen35Lora(unittest.TestCase):
             server.stop()
         self.assertNotEqual(base_tokens, tokens, "the adapter changes the answer")
 
+    def test_served_unmerged_equals_merged_alone_and_batched(self):
+        # A second adapter on other targets (attention and the DeltaNet's z and out projections), rank 8.
+        adapter_b = os.path.join(self.tmp, "adapter_b")
+        r = self.train(self.data, adapter_b, "--iters", "30", "--batch-size", "4", "--learning-rate", "1e-2",
+                       targets=["q_proj", "o_proj", "in_proj_z", "out_proj", "down_proj"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_served_unmerged(self.model, {"a": self.adapter, "b": adapter_b})
+        # The trained adapter served unmerged gives peft's greedy answer too.
+        server = Server(ARGS.brioche, self.model, "--lora", f"a={self.adapter}")
+        try:
+            tokens, logprobs = self.complete(server, "a")
+        finally:
+            server.stop()
+        self.assertEqual(tokens, self.peft_tokens)
+        err = max(abs(a - b) for a, b in zip(logprobs, self.peft_logprobs))
+        print(f"serve --lora (unmerged): largest log-prob difference from peft {err:.2e}")
+        self.assertLess(err, 1e-3)
+
     def test_moe_adapter_merged_at_load_matches_peft(self):
         moe = os.path.join(ARGS.model, "moe")
         adapter = os.path.join(self.tmp, "moe_adapter")
@@ -136,6 +202,7 @@ class Qwen35Lora(unittest.TestCase):
         err = max(abs(a - b) for a, b in zip(logprobs, peft_logprobs))
         print(f"moe serve --adapter (merged): tokens {tokens}, largest log-prob difference from peft {err:.2e}")
         self.assertLess(err, 1e-3)
+        self.assert_served_unmerged(moe, {"m": adapter})
 
     def test_preference_methods_train(self):
         data = os.path.join(self.tmp, "pairs")
