@@ -17,8 +17,9 @@ bench/spec_grammar_bench.cpp). Modes: brioche plain / prompt lookup
 model on a second server (-m TARGET --draft-model DRAFT). llama.cpp: a
 server per mode (its speculation is chosen at start): plain,
 --spec-type ngram-simple (n-gram 3, draft 4: what brioche's lookup matches
-at most and drafts), and with --draft -md DRAFT; every llama-server with
---no-repack, --poll 0 and OMP_WAIT_POLICY=PASSIVE (why: at `common` below).
+at most and drafts), and with --draft -md DRAFT --spec-type draft-simple;
+every llama-server with --no-repack, --poll 0 and OMP_WAIT_POLICY=PASSIVE
+(why: at `common` below).
 
 Every (server, prompt) pair runs once unmeasured first, so both prefix
 caches hold the prompt and the timed requests measure generation. A round
@@ -235,8 +236,10 @@ def main():
                       ("llama.cpp ngram-simple", ll, {}, "llama.cpp plain")]
         if args.draft:
             ldp = Server("llama-target", [args.llama_server, "-m", args.target, *common], "llama")
+            # -md alone loads the draft but leaves --spec-type at none.
             ld = Server("llama-draft", [args.llama_server, "-m", args.target, "-md", args.model, *common,
-                                        "--spec-draft-n-max", k, "--spec-draft-n-min", "0"], "llama")
+                                        "--spec-type", "draft-simple", "--spec-draft-n-max", k,
+                                        "--spec-draft-n-min", "0"], "llama")
             servers += [ldp, ld]
             modes += [("llama.cpp plain (target)", ldp, {}, "llama.cpp plain (target)"),
                       ("llama.cpp draft model", ld, {}, "llama.cpp plain (target)")]
