@@ -120,7 +120,9 @@ Subcommand add_serve_command(CLI::App& root) {
   auto speculative = std::make_shared<SpeculativeFlags>();
   speculative->add_to(*app);
   return {app, [=] {
-            opts->jobs.default_device = model->resolved_device() == Device::CUDA ? "cuda" : "cpu";
+            // On a GPU, "auto": the trainer takes the GPU where the model's family trains there and the
+            // CPU where it trains only there (Gemma 4, Qwen 3.5), instead of refusing the job.
+            opts->jobs.default_device = model->resolved_device() == Device::CUDA ? "auto" : "cpu";
             opts->engine.kv.kv_memory_bytes = size_t(*kv_mb) << 20;  // 0: fitted to the device (KvSizing)
             opts->engine.scheduler.max_batch_tokens = *batch_tokens > 0                          ? *batch_tokens
                                                       : model->resolved_device() == Device::CUDA ? kCudaBatchTokens
