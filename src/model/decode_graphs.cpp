@@ -66,7 +66,7 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
                        const Tensor* device_tokens) {
   if (cache.device() != Device::CUDA || !ops::decode_graphs_enabled() || !is_graph_step(batch)) return false;
   const int n = batch.n_rows();
-  const bool shared = size_t(n) != batch.sequences.size();  // a verify step: rows of one sequence
+  const bool shared = size_t(n) != batch.sequences.size();                        // a verify step: rows of one sequence
   static const bool verify_graphs = env_switch_on("BRIOCHE_CUDA_GRAPHS_VERIFY");  // =0: eager (A/B runs)
   if (shared && !verify_graphs) return false;
   const int rank_cap = adapter_rank_cap(batch);
