@@ -127,36 +127,8 @@ size_t Gemma4Model::weight_bytes() const {
   };
   for (const Tensor* t : {&w.token_embd, &w.output_norm, &w.ple_embd, &w.ple_model_proj, &w.ple_proj_norm}) add(*t);
   if (!ck_.config.base.tied_embeddings) add(w.output);
-  for (const Gemma4LayerWeights& l : w.layers) {
-    for (const Tensor* t : {&l.attn_norm,
-                            &l.bq,
-                            &l.bk,
-                            &l.bv,
-                            &l.bo,
-                            &l.wq,
-                            &l.wk,
-                            &l.wv,
-                            &l.wo,
-                            &l.q_norm,
-                            &l.k_norm,
-                            &l.post_attn_norm,
-                            &l.pre_ffn_norm,
-                            &l.w_gate,
-                            &l.w_up,
-                            &l.w_down,
-                            &l.post_ffn_norm,
-                            &l.ple_gate,
-                            &l.ple_proj,
-                            &l.ple_post_norm,
-                            &l.router_proj,
-                            &l.router_norm,
-                            &l.experts_gate_up,
-                            &l.experts_down,
-                            &l.post_ffn_norm_1,
-                            &l.pre_ffn_norm_2,
-                            &l.post_ffn_norm_2})
-      add(*t);
-  }
+  for (const Gemma4LayerWeights& l : w.layers)
+    for (Tensor Gemma4LayerWeights::*t : kGemma4LayerTensors) add(l.*t);
   return n;
 }
 
@@ -494,35 +466,7 @@ void move_gemma4_weights(Gemma4Weights& w, bool tied_embeddings, Device device) 
     move(w.output);
   for (Tensor* t : {&w.output_norm, &w.ple_embd, &w.ple_model_proj, &w.ple_proj_norm}) move(*t);
   for (Gemma4LayerWeights& l : w.layers)
-    for (Tensor* t : {&l.attn_norm,
-                      &l.wq,
-                      &l.wk,
-                      &l.wv,
-                      &l.wo,
-                      &l.bq,
-                      &l.bk,
-                      &l.bv,
-                      &l.bo,
-                      &l.q_norm,
-                      &l.k_norm,
-                      &l.v_norm,
-                      &l.post_attn_norm,
-                      &l.pre_ffn_norm,
-                      &l.w_gate,
-                      &l.w_up,
-                      &l.w_down,
-                      &l.post_ffn_norm,
-                      &l.ple_gate,
-                      &l.ple_proj,
-                      &l.ple_post_norm,
-                      &l.router_proj,
-                      &l.router_norm,
-                      &l.experts_gate_up,
-                      &l.experts_down,
-                      &l.post_ffn_norm_1,
-                      &l.pre_ffn_norm_2,
-                      &l.post_ffn_norm_2})
-      move(*t);
+    for (Tensor Gemma4LayerWeights::*t : kGemma4LayerTensors) move(l.*t);
   ops::synchronize(device);
 }
 

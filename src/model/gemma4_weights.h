@@ -45,6 +45,37 @@ struct Gemma4LayerWeights {
   Tensor post_ffn_norm_1, pre_ffn_norm_2, post_ffn_norm_2;  // f32 [hidden]
 };
 
+// Every tensor of a layer (each may be undefined), for what walks them all:
+// moving the weights to a device, counting their bytes.
+inline constexpr Tensor Gemma4LayerWeights::*kGemma4LayerTensors[] = {&Gemma4LayerWeights::attn_norm,
+                                                                      &Gemma4LayerWeights::wq,
+                                                                      &Gemma4LayerWeights::wk,
+                                                                      &Gemma4LayerWeights::wv,
+                                                                      &Gemma4LayerWeights::wo,
+                                                                      &Gemma4LayerWeights::bq,
+                                                                      &Gemma4LayerWeights::bk,
+                                                                      &Gemma4LayerWeights::bv,
+                                                                      &Gemma4LayerWeights::bo,
+                                                                      &Gemma4LayerWeights::q_norm,
+                                                                      &Gemma4LayerWeights::k_norm,
+                                                                      &Gemma4LayerWeights::v_norm,
+                                                                      &Gemma4LayerWeights::post_attn_norm,
+                                                                      &Gemma4LayerWeights::pre_ffn_norm,
+                                                                      &Gemma4LayerWeights::w_gate,
+                                                                      &Gemma4LayerWeights::w_up,
+                                                                      &Gemma4LayerWeights::w_down,
+                                                                      &Gemma4LayerWeights::post_ffn_norm,
+                                                                      &Gemma4LayerWeights::ple_gate,
+                                                                      &Gemma4LayerWeights::ple_proj,
+                                                                      &Gemma4LayerWeights::ple_post_norm,
+                                                                      &Gemma4LayerWeights::router_proj,
+                                                                      &Gemma4LayerWeights::router_norm,
+                                                                      &Gemma4LayerWeights::experts_gate_up,
+                                                                      &Gemma4LayerWeights::experts_down,
+                                                                      &Gemma4LayerWeights::post_ffn_norm_1,
+                                                                      &Gemma4LayerWeights::pre_ffn_norm_2,
+                                                                      &Gemma4LayerWeights::post_ffn_norm_2};
+
 struct Gemma4Weights {
   Tensor token_embd;  // [vocab, hidden]  embed_tokens (scaled by √hidden when read)
   std::vector<Gemma4LayerWeights> layers;
