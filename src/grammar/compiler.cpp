@@ -512,28 +512,49 @@ class MaskBuilder {
           mask->accepted_bits[sorted[r] >> 5] &= ~(1u << (sorted[r] & 31));
       }
       for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
-      size_t count = 0;
-      for (uint32_t w : mask->accepted_bits) count += static_cast<size_t>(__builtin_popcount(w));
-      if (count < static_cast<size_t>(words)) {  // a list, as compute() would store it
-        for (int32_t w = 0; w < words; ++w)
-          for (uint32_t bits = mask->accepted_bits[w]; bits != 0; bits &= bits - 1)
-            mask->accepted_ids.push_back(w * 32 + __builtin_ctz(bits));
-        std::vector<uint32_t>().swap(mask->accepted_bits);
-      }
+      list_if_few(*mask, words);
     } else {
-      for (int32_t id : from->accepted_ids)
-        if (in_same(v_.token(id))) acc_.push_back(id);
-      std::sort(acc_.begin(), acc_.end());
-      if (acc_.size() >= static_cast<size_t>(words)) {
-        mask->accepted_bits.assign(words, 0);
-        for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
-      } else {
-        mask->accepted_ids = acc_;
-      }
+      accept_listed(*mask, *from, words, in_same);
     }
+    return finish_derived(s, std::move(mask), *from, in_same, walk);
+  }
+
+  // Bits to a list when fewer than `words` tokens are accepted, as compute()
+  // would store them (ORing a whole bitset per mask costs a microsecond).
+  static void list_if_few(StateMask& mask, int32_t words) {
+    size_t count = 0;
+    for (uint32_t w : mask.accepted_bits) count += static_cast<size_t>(__builtin_popcount(w));
+    if (count >= static_cast<size_t>(words)) return;
+    for (int32_t w = 0; w < words; ++w)
+      for (uint32_t bits = mask.accepted_bits[w]; bits != 0; bits &= bits - 1)
+        mask.accepted_ids.push_back(w * 32 + __builtin_ctz(bits));
+    std::vector<uint32_t>().swap(mask.accepted_bits);
+  }
+
+  // A derived mask's accepted tokens when its source's are a list: the
+  // source's that `carried` keeps, with the walked acc_.
+  template <class Carried>
+  void accept_listed(StateMask& mask, const StateMask& from, int32_t words, const Carried& carried) {
+    for (int32_t id : from.accepted_ids)
+      if (carried(v_.token(id))) acc_.push_back(id);
+    std::sort(acc_.begin(), acc_.end());
+    if (acc_.size() >= static_cast<size_t>(words)) {
+      mask.accepted_bits.assign(words, 0);
+      for (int32_t id : acc_) mask.accepted_bits[id >> 5] |= 1u << (id & 31);
+    } else {
+      mask.accepted_ids = acc_;
+    }
+  }
+
+  // A derived mask's uncertain tokens, the source's that `carried` keeps and
+  // the walked unc_ in rank order (the matcher walks them as a trie); then
+  // the mask is kept as s's.
+  template <class Carried>
+  const StateMask* finish_derived(int32_t s, std::shared_ptr<StateMask> mask, const StateMask& from,
+                                  const Carried& carried, uint64_t walk) {
     std::vector<int32_t> uncertain;
-    for (int32_t r : from->uncertain_ranks)
-      if (in_same(v_.ranked(r))) uncertain.push_back(r);
+    for (int32_t r : from.uncertain_ranks)
+      if (carried(v_.ranked(r))) uncertain.push_back(r);
     const size_t mid = uncertain.size();
     uncertain.insert(uncertain.end(), unc_.begin(), unc_.end());
     std::inplace_merge(uncertain.begin(), uncertain.begin() + static_cast<std::ptrdiff_t>(mid), uncertain.end());
@@ -584,41 +605,12 @@ class MaskBuilder {
       mask->accepted_bits.resize(words);
       for (int32_t w = 0; w < words; ++w) mask->accepted_bits[w] = from->accepted_bits[w] & keep_bits[w];
       for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
-      // Few tokens left (near the bound): a list, as compute() would store
-      // it; ORing a whole bitset per mask costs a microsecond.
-      size_t count = 0;
-      for (uint32_t w : mask->accepted_bits) count += static_cast<size_t>(__builtin_popcount(w));
-      if (count < static_cast<size_t>(words)) {
-        for (int32_t w = 0; w < words; ++w)
-          for (uint32_t bits = mask->accepted_bits[w]; bits != 0; bits &= bits - 1)
-            mask->accepted_ids.push_back(w * 32 + __builtin_ctz(bits));
-        std::vector<uint32_t>().swap(mask->accepted_bits);
-      }
+      list_if_few(*mask, words);  // few tokens left near the bound
     } else {
-      for (int32_t id : from->accepted_ids)
-        if (short_enough(v_.token(id))) acc_.push_back(id);
-      std::sort(acc_.begin(), acc_.end());
-      if (acc_.size() >= static_cast<size_t>(words)) {
-        mask->accepted_bits.assign(words, 0);
-        for (int32_t id : acc_) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
-      } else {
-        mask->accepted_ids = acc_;
-      }
+      accept_listed(*mask, *from, words, short_enough);
     }
-    // Uncertain tokens: the twin's short ones and the walked long ones, in
-    // rank order (the matcher walks them as a trie).
-    std::vector<int32_t> uncertain;
-    for (int32_t r : from->uncertain_ranks)
-      if (short_enough(v_.ranked(r))) uncertain.push_back(r);
-    const size_t mid = uncertain.size();
-    uncertain.insert(uncertain.end(), unc_.begin(), unc_.end());
-    std::inplace_merge(uncertain.begin(), uncertain.begin() + static_cast<std::ptrdiff_t>(mid), uncertain.end());
-    mask->uncertain_ranks = std::move(uncertain);
-    mask->uncertain_lcp = uncertain_lcps(v_, mask->uncertain_ranks);
-    keep(mask);
-    pending_.emplace(key_of(s), SharedMask{mask, walk});
-    if (eager_pass_done_) publish();
-    return mask.get();
+    // Uncertain tokens: the twin's short ones and the walked long ones.
+    return finish_derived(s, std::move(mask), *from, short_enough, walk);
   }
 
   // Bits of the token ids of at most `bytes` bytes (built once per length

@@ -229,7 +229,9 @@ TEST(Compiler, LongBoundedStringsShareMasksAndStayExactAtTheBound) {
       allowed += accepts;
       EXPECT_EQ(in_mask, accepts) << "after " << written << " characters: token " << id << " '" << v.token(id) << "'";
     }
-    if (written == 300) EXPECT_GE(allowed, 1);  // the closing quote
+    if (written == 300) {
+      EXPECT_GE(allowed, 1);  // the closing quote
+    }
   }
   // Three strings of 1024 characters on Llama-3's 128k tokens: about 37k
   // states, well within the default work budget (it used to exceed it).
