@@ -18,6 +18,9 @@ constexpr EnvVariable kRegistry[] = {
     {"BRIOCHE_CPU_AMX", OnUnlessZero, "1",
      "CPU training products through a quantized base on AMX bf16 tiles (f32 sums) where the CPU has them; 0: int8 "
      "forward, f32 AVX-512 backward"},
+    {"BRIOCHE_CPU_AMX_TILES_MB", Integer, "2048",
+     "MiB of bf16 AMX tiles CPU training keeps of a quantized base (made once, 2 bytes a weight element per product); "
+     "past it a weight is decoded per call; 0: every call"},
     {"BRIOCHE_CUDA_ATTENTION_CLUSTER", OnUnlessZero, "1",
      "decode attention combines its splits inside a thread-block cluster; 0: the separate combine kernel"},
     {"BRIOCHE_CUDA_ATTENTION_INT8", OnUnlessZero, "1",

@@ -1,6 +1,7 @@
 #include "ops/linear_backward.h"
 
 #include "backend/cpu/linear_backward.h"
+#include "ops/amx_weight_tiles.h"
 #include "ops/check_f32.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/train_kernels.h"
@@ -32,7 +33,10 @@ void matmul_input_grad(const Tensor& dy, const Tensor& w, Tensor& dx, GradWrite 
     detail::fail_no_cuda("matmul_input_grad");
 #endif
   }
-  backend::cpu::matmul_input_grad(args);
+  backend::cpu::MatmulInputGradArgs cpu_args = args;
+  if (backend::cpu::amx_weight_products(args.wtype, args.n, args.m, args.k))
+    cpu_args.w_tiles = amx_weight_tiles(w, backend::cpu::AmxWeightProduct::InputGrad);
+  backend::cpu::matmul_input_grad(cpu_args);
 }
 
 void matmul_weight_grad(const Tensor& dy, const Tensor& x, Tensor& dw) {

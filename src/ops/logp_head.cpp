@@ -7,6 +7,7 @@
 
 #include "backend/cpu/linear_backward.h"
 #include "backend/cpu/logp_head.h"
+#include "ops/amx_weight_tiles.h"
 #include "ops/check_f32.h"
 #include "ops/matmul.h"
 #include "ops/matmul_args.h"
@@ -23,17 +24,7 @@ namespace {
 void chunk_logits(const Tensor& hidden, const Tensor& w, Tensor& z) {
   const cpu::MatmulArgs b = detail::matmul_args(hidden, w, z, "logp_head");
   z.note_written();
-  if (!backend::cpu::training_matmul_amx({.x = b.x,
-                                          .ldx = b.ldx,
-                                          .wtype = b.wtype,
-                                          .w = b.w,
-                                          .w_row_bytes = b.w_row_bytes,
-                                          .y = b.y,
-                                          .ldy = b.ldy,
-                                          .n = b.n,
-                                          .m = b.m,
-                                          .k = b.k}))
-    matmul(hidden, w, z);
+  if (!training_matmul_on_amx(w, b)) matmul(hidden, w, z);
 }
 
 // Checks shapes and targets; returns hidden's rows.

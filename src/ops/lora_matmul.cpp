@@ -4,6 +4,7 @@
 
 #include "backend/cpu/linear_backward.h"
 #include "core/error.h"
+#include "ops/amx_weight_tiles.h"
 #include "ops/check_f32.h"
 #include "ops/device.h"
 #include "ops/fused_matmul.h"
@@ -129,17 +130,7 @@ void lora_matmul(const Tensor& x, std::span<const LoraMatmulPart> parts) {
     // A quantized base on a CPU with AMX: bf16 tiles with f32 sums, as the
     // backward's input gradient (backend/cpu/linear_backward.h); otherwise
     // cpu::matmul (8-bit activations for quantized weights).
-    const cpu::MatmulArgs& b = base[i];
-    const bool amx = x.device() == Device::CPU && backend::cpu::training_matmul_amx({.x = b.x,
-                                                                                     .ldx = b.ldx,
-                                                                                     .wtype = b.wtype,
-                                                                                     .w = b.w,
-                                                                                     .w_row_bytes = b.w_row_bytes,
-                                                                                     .y = b.y,
-                                                                                     .ldy = b.ldy,
-                                                                                     .n = b.n,
-                                                                                     .m = b.m,
-                                                                                     .k = b.k});
+    const bool amx = x.device() == Device::CPU && training_matmul_on_amx(p.w, base[i]);
     if (!amx) matmul(x, p.w, p.y);
     if (!p.low_rank) continue;
     if (x.device() == Device::CPU) {

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/quant_ref.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,amx-tile,amx-bf16")
@@ -83,19 +85,28 @@ void pack_a(const AmxGemm& g, const Packed& p, uint16_t* hi, uint16_t* lo, int64
   }
 }
 
+// Rows of B's source matrix as f32: row i at data + (i − first)·ld (B as
+// stored, a decoded weight's rows, or a block of them in a thread's scratch).
+struct SourceRows {
+  const float* data;
+  int64_t ld, first;
+  const float* row(int64_t i) const { return data + (i - first) * ld; }
+};
+
 // B row pairs [q0, q1) → hi (and lo) VNNI tiles, zero past T × width.
-void pack_b(const AmxGemm& g, const Packed& p, uint16_t* hi, uint16_t* lo, int64_t q0, int64_t q1) {
+void pack_b(SourceRows b, int64_t T, int64_t width, const Packed& p, bool split, uint16_t* hi, uint16_t* lo, int64_t q0,
+            int64_t q1) {
   const int64_t chunks = p.t_pad / 32;
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t t0 = 2 * q;
     for (int64_t c = 0; c < p.width_pad; c += 16) {
-      const __mmask16 m = lanes(g.width - c);
-      const __m512 x0 = t0 < g.T ? _mm512_maskz_loadu_ps(m, g.b + t0 * g.ldb + c) : _mm512_setzero_ps();
-      const __m512 x1 = t0 + 1 < g.T ? _mm512_maskz_loadu_ps(m, g.b + (t0 + 1) * g.ldb + c) : _mm512_setzero_ps();
+      const __mmask16 m = lanes(width - c);
+      const __m512 x0 = t0 < T ? _mm512_maskz_loadu_ps(m, b.row(t0) + c) : _mm512_setzero_ps();
+      const __m512 x1 = t0 + 1 < T ? _mm512_maskz_loadu_ps(m, b.row(t0 + 1) + c) : _mm512_setzero_ps();
       const __m256i h0 = to_bf16(x0), h1 = to_bf16(x1);
       const int64_t at = tile_at(c / 16, t0 / 32, chunks) + (q % 16) * 32;
       _mm512_storeu_si512(hi + at, pair(h0, h1));
-      if (g.split) {
+      if (split) {
         const __m256i l0 = to_bf16(_mm512_sub_ps(x0, from_bf16(h0))), l1 = to_bf16(_mm512_sub_ps(x1, from_bf16(h1)));
         _mm512_storeu_si512(lo + at, pair(l0, l1));
       }
@@ -105,19 +116,20 @@ void pack_b(const AmxGemm& g, const Packed& p, uint16_t* hi, uint16_t* lo, int64
 
 // B stored transposed (W [width, T]): columns [c0, c1) → hi (and lo) VNNI
 // tiles. A row of W is 16 pairs of t a chunk; its pairs go 16 words apart.
-void pack_b_transposed(const AmxGemm& g, const Packed& p, uint16_t* hi, uint16_t* lo, int64_t c0, int64_t c1) {
+void pack_b_transposed(SourceRows b, int64_t T, int64_t width, const Packed& p, bool split, uint16_t* hi, uint16_t* lo,
+                       int64_t c0, int64_t c1) {
   const int64_t chunks = p.t_pad / 32;
   const __m512i apart =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
   for (int64_t c = c0; c < c1; ++c) {
-    const float* row = g.b + c * g.ldb;
+    const float* row = c < width ? b.row(c) : nullptr;
     for (int64_t t = 0; t < p.t_pad; t += 32) {
-      const __m512 x0 = c < g.width ? _mm512_maskz_loadu_ps(lanes(g.T - t), row + t) : _mm512_setzero_ps();
-      const __m512 x1 = c < g.width ? _mm512_maskz_loadu_ps(lanes(g.T - t - 16), row + t + 16) : _mm512_setzero_ps();
+      const __m512 x0 = row ? _mm512_maskz_loadu_ps(lanes(T - t), row + t) : _mm512_setzero_ps();
+      const __m512 x1 = row ? _mm512_maskz_loadu_ps(lanes(T - t - 16), row + t + 16) : _mm512_setzero_ps();
       const __m256i h0 = to_bf16(x0), h1 = to_bf16(x1);
       const int64_t at = tile_at(c / 16, t / 32, chunks) + (c % 16) * 2;
       _mm512_i32scatter_epi32(hi + at, apart, _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1), 4);
-      if (g.split) {
+      if (split) {
         const __m256i l0 = to_bf16(_mm512_sub_ps(x0, from_bf16(h0))), l1 = to_bf16(_mm512_sub_ps(x1, from_bf16(h1)));
         _mm512_i32scatter_epi32(lo + at, apart, _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1), 4);
       }
@@ -194,27 +206,33 @@ void amx_gemm(const AmxGemm& g) {
       for (int64_t r = 0; r < g.rows; ++r) std::memset(g.out + r * g.ldo, 0, size_t(g.width) * 4);
     return;
   }
+  BRIOCHE_CHECK(!(g.b_tiles && g.split), "amx_gemm: packed weight tiles hold plain bf16, got split = true");
   thread_local std::vector<uint16_t> a_buf, b_buf;
   Packed p{.rows_pad = round_up(g.rows, kBlock), .width_pad = round_up(g.width, kBlock), .t_pad = round_up(g.T, 32)};
   const int64_t a_size = p.rows_pad * p.t_pad, b_size = p.t_pad * p.width_pad;
   uint16_t* a = scratch(a_buf, g.split ? 2 * a_size : a_size);
-  uint16_t* b = scratch(b_buf, g.split ? 2 * b_size : b_size);
   p.a_hi = a;
   p.a_lo = g.split ? a + a_size : a;
-  p.b_hi = b;
-  p.b_lo = g.split ? b + b_size : b;
   ThreadPool& pool = ThreadPool::global();
   pool.parallel_for(p.rows_pad, 16, [&](int64_t r0, int64_t r1) {
     pack_a(g, p, const_cast<uint16_t*>(p.a_hi), const_cast<uint16_t*>(p.a_lo), r0, r1);
   });
-  if (g.b_transposed) {
-    pool.parallel_for(p.width_pad, 16, [&](int64_t c0, int64_t c1) {
-      pack_b_transposed(g, p, const_cast<uint16_t*>(p.b_hi), const_cast<uint16_t*>(p.b_lo), c0, c1);
-    });
+  if (g.b_tiles) {
+    p.b_hi = p.b_lo = g.b_tiles;
   } else {
-    pool.parallel_for(p.t_pad / 2, 16, [&](int64_t q0, int64_t q1) {
-      pack_b(g, p, const_cast<uint16_t*>(p.b_hi), const_cast<uint16_t*>(p.b_lo), q0, q1);
-    });
+    uint16_t* b = scratch(b_buf, g.split ? 2 * b_size : b_size);
+    uint16_t* b_lo = g.split ? b + b_size : b;
+    p.b_hi = b;
+    p.b_lo = b_lo;
+    const SourceRows src{.data = g.b, .ld = g.ldb, .first = 0};
+    if (g.b_transposed) {
+      pool.parallel_for(p.width_pad, 16, [&](int64_t c0, int64_t c1) {
+        pack_b_transposed(src, g.T, g.width, p, g.split, b, b_lo, c0, c1);
+      });
+    } else {
+      pool.parallel_for(p.t_pad / 2, 16,
+                        [&](int64_t q0, int64_t q1) { pack_b(src, g.T, g.width, p, g.split, b, b_lo, q0, q1); });
+    }
   }
   const int64_t groups = (p.rows_pad + kGroupRows - 1) / kGroupRows;
   pool.parallel_for(groups, 1, [&](int64_t g0, int64_t g1) {
@@ -240,6 +258,49 @@ void amx_gemm(const AmxGemm& g) {
         }
     }
     _tile_release();
+  });
+}
+
+namespace {
+
+struct WeightShape {
+  int64_t T, width;
+};
+WeightShape weight_shape(const AmxWeight& w) {
+  return w.product == AmxWeightProduct::Forward ? WeightShape{w.k, w.m} : WeightShape{w.m, w.k};
+}
+
+}  // namespace
+
+size_t amx_weight_tiles_size(const AmxWeight& w) {
+  const WeightShape s = weight_shape(w);
+  return size_t(round_up(s.T, 32) * round_up(s.width, kBlock));
+}
+
+// Forward: a task decodes 16 rows of W (16 columns of B, one strip of
+// tiles); InputGrad: 32 rows (one chunk of t across every strip). Each
+// thread decodes into its own [≤ 32, k] f32 block, which the packing reads
+// while it is still in cache.
+void amx_pack_weight(const AmxWeight& w, uint16_t* tiles) {
+  const WeightShape s = weight_shape(w);
+  const Packed p{.rows_pad = 0, .width_pad = round_up(s.width, kBlock), .t_pad = round_up(s.T, 32)};
+  const bool forward = w.product == AmxWeightProduct::Forward;
+  const int64_t block_rows = forward ? 16 : 32;
+  const int64_t blocks = (forward ? p.width_pad : p.t_pad) / block_rows;
+  ThreadPool::global().parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> decoded;  // [block_rows, k]
+    float* rows = scratch(decoded, block_rows * w.k);
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t r0 = blk * block_rows, r1 = std::min(w.m, r0 + block_rows);
+      for (int64_t r = r0; r < r1; ++r)
+        ::brioche::cpu::dequantize_row_ref(w.wtype, static_cast<const char*>(w.w) + size_t(r) * w.w_row_bytes,
+                                           rows + (r - r0) * w.k, w.k);
+      const SourceRows src{.data = rows, .ld = w.k, .first = r0};
+      if (forward)
+        pack_b_transposed(src, s.T, s.width, p, false, tiles, tiles, r0, r0 + block_rows);
+      else
+        pack_b(src, s.T, s.width, p, false, tiles, tiles, r0 / 2, (r0 + block_rows) / 2);
+    }
   });
 }
 

@@ -15,12 +15,16 @@
 // uses, as the CUDA path's tensor cores do; the split runs 3× the products
 // and measured ~2.2× slower per call).
 //
-// The operands are packed per call into bf16 copies (A rows padded to 32,
-// B as VNNI pairs of rows), from one thread's scratch; the products run on
-// the global thread pool in blocks of 32 × 32 outputs.
+// A is packed per call into bf16 tiles (rows padded to 32); B likewise (VNNI
+// pairs of rows), unless it comes packed already: a quantized weight's tiles
+// made by amx_pack_weight, once a run (ops/amx_weight_tiles.h) or per call.
+// The products run on the global thread pool in blocks of 32 × 32 outputs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "core/dtype.h"
 
 namespace brioche::backend::cpu {
 
@@ -35,9 +39,35 @@ struct AmxGemm {
   bool accumulate;            // out += a·b, else out = a·b
   bool split = true;          // hi + lo (about f32), or bf16 inputs only
   bool b_transposed = false;  // B(t, c) = b[c·ldb + t]: y = x·Wᵀ with W [width, T] as stored
+  // B already packed (amx_pack_weight, plain bf16): b, ldb, b_transposed are
+  // not read, and split must be false.
+  const uint16_t* b_tiles = nullptr;
 };
 
 // Needs cpu::amx_bf16_available().
 void amx_gemm(const AmxGemm& g);
+
+// Which product a weight W [m, k] is packed for, as amx_gemm's B:
+//   Forward    y = x·Wᵀ   B(t, c) = W[c, t], T = k, width = m
+//   InputGrad  dx = dy·W  B(t, c) = W[t, c], T = m, width = k
+// The two pair different elements (AMX sums over pairs of t), so a weight
+// used both ways has two packings.
+enum class AmxWeightProduct : uint8_t { Forward, InputGrad };
+
+struct AmxWeight {
+  DType wtype;
+  const void* w;  // [m, k] rows of wtype, rows w_row_bytes apart
+  size_t w_row_bytes;
+  int64_t m, k;
+  AmxWeightProduct product;
+};
+
+// uint16 elements amx_pack_weight writes (T and width padded to 32).
+size_t amx_weight_tiles_size(const AmxWeight& w);
+
+// W decoded row block by row block (in parallel, each block in one thread's
+// cache) straight into B's bf16 tiles for `product`: the same bits as
+// amx_gemm packing the f32 decoded weight with split false.
+void amx_pack_weight(const AmxWeight& w, uint16_t* tiles);
 
 }  // namespace brioche::backend::cpu

@@ -38,29 +38,31 @@ void dequantize_tile(const MatmulInputGradArgs& a, int64_t m0, int64_t m1, float
   dequantize_rows(a.wtype, a.w, a.w_row_bytes, a.k, m0, m1, tile);
 }
 
-// Whether a product through a base weight runs on AMX bf16 tiles: only for
-// quantized weights (f32/f16/bf16 bases keep the f32 panels, which the
-// golden and TRL/PEFT parity tests hold to f32 tolerances), and not for
-// LoRA's rank-r products (m or k = r: packing the wide operand cost more
-// than their products). The inputs are rounded to bf16 once, with f32 sums:
-// the CUDA path's tensor-core arithmetic (PEFT's bf16), more accurate than
-// the 8-bit activations cpu::matmul gives a quantized forward.
-bool amx_for(DType wtype, int64_t n, int64_t m, int64_t k) {
-  return n >= 8 && m >= 64 && k >= 64 && dtype_info(wtype).quantized && ::brioche::cpu::amx_bf16_active();
-}
-constexpr bool kAmxSplit = false;
-
-// w [m, k] as f32 rows: in place for f32, else decoded into this thread's scratch.
-const float* f32_weight(DType wtype, const void* w, size_t w_row_bytes, int64_t m, int64_t k, int64_t& ld_w) {
-  if (wtype == DType::F32) {
-    ld_w = int64_t(w_row_bytes / 4);
-    return static_cast<const float*>(w);
+// One product through a quantized weight on AMX (amx_gemm.h) — the forward
+// y = x·Wᵀ or the input gradient dx (+)= dy·W: W's bf16 tiles as given (made
+// once a run, ops/amx_weight_tiles.h) or decoded straight into this
+// thread's scratch tiles for this call.
+void weight_product_on_amx(const float* a, int64_t lda, const AmxWeight& w, const uint16_t* tiles, float* out,
+                           int64_t ldo, int64_t n, bool accumulate) {
+  if (!tiles) {
+    thread_local std::vector<uint16_t> per_call;
+    per_call.resize(amx_weight_tiles_size(w));
+    amx_pack_weight(w, per_call.data());
+    tiles = per_call.data();
   }
-  thread_local std::vector<float> decoded;  // [m, k]
-  if (decoded.size() < size_t(m * k)) decoded.resize(size_t(m * k));
-  dequantize_rows(wtype, w, w_row_bytes, k, 0, m, decoded.data());
-  ld_w = k;
-  return decoded.data();
+  const bool forward = w.product == AmxWeightProduct::Forward;
+  amx_gemm({.a = a,
+            .lda = lda,
+            .b = nullptr,
+            .ldb = 0,
+            .out = out,
+            .ldo = ldo,
+            .rows = n,
+            .width = forward ? w.m : w.k,
+            .T = forward ? w.k : w.m,
+            .accumulate = accumulate,
+            .split = false,
+            .b_tiles = tiles});
 }
 
 // Register-blocked update of a [R rows, 16 columns] block of dx over the
@@ -144,21 +146,15 @@ void update_rows(const MatmulInputGradArgs& a, const float* w_tile, int64_t ld_w
 // weight is decoded one tile at a time (f32 weights are read in place).
 // Each tile is split into tasks of 4 dx rows × 128 columns.
 void matmul_input_grad(const MatmulInputGradArgs& a) {
-  if (amx_for(a.wtype, a.n, a.m, a.k)) {
-    // AMX: the whole weight decoded once, one bf16 GEMM (amx_gemm.h).
-    int64_t ld_w = 0;
-    const float* w = f32_weight(a.wtype, a.w, a.w_row_bytes, a.m, a.k, ld_w);
-    amx_gemm({.a = a.dy,
-              .lda = a.ld_dy,
-              .b = w,
-              .ldb = ld_w,
-              .out = a.dx,
-              .ldo = a.ld_dx,
-              .rows = a.n,
-              .width = a.k,
-              .T = a.m,
-              .accumulate = a.accumulate,
-              .split = kAmxSplit});
+  if (amx_weight_products(a.wtype, a.n, a.m, a.k)) {
+    weight_product_on_amx(a.dy, a.ld_dy,
+                          {.wtype = a.wtype,
+                           .w = a.w,
+                           .w_row_bytes = a.w_row_bytes,
+                           .m = a.m,
+                           .k = a.k,
+                           .product = AmxWeightProduct::InputGrad},
+                          a.w_tiles, a.dx, a.ld_dx, a.n, a.accumulate);
     return;
   }
   if (!a.accumulate) {
@@ -217,22 +213,24 @@ void matmul_input_grad(const MatmulInputGradArgs& a) {
   }
 }
 
+// Only quantized weights (f32/f16/bf16 bases keep the f32 panels, which the
+// golden and TRL/PEFT parity tests hold to f32 tolerances), and not LoRA's
+// rank-r products (m or k = r: packing the wide operand cost more than
+// their products).
+bool amx_weight_products(DType wtype, int64_t n, int64_t m, int64_t k) {
+  return n >= 8 && m >= 64 && k >= 64 && dtype_info(wtype).quantized && ::brioche::cpu::amx_bf16_active();
+}
+
 bool training_matmul_amx(const TrainingMatmulArgs& a) {
-  if (!amx_for(a.wtype, a.n, a.m, a.k)) return false;
-  int64_t ld_w = 0;
-  const float* w = f32_weight(a.wtype, a.w, a.w_row_bytes, a.m, a.k, ld_w);
-  amx_gemm({.a = a.x,
-            .lda = a.ldx,
-            .b = w,
-            .ldb = ld_w,
-            .out = a.y,
-            .ldo = a.ldy,
-            .rows = a.n,
-            .width = a.m,
-            .T = a.k,
-            .accumulate = false,
-            .split = kAmxSplit,
-            .b_transposed = true});
+  if (!amx_weight_products(a.wtype, a.n, a.m, a.k)) return false;
+  weight_product_on_amx(a.x, a.ldx,
+                        {.wtype = a.wtype,
+                         .w = a.w,
+                         .w_row_bytes = a.w_row_bytes,
+                         .m = a.m,
+                         .k = a.k,
+                         .product = AmxWeightProduct::Forward},
+                        a.w_tiles, a.y, a.ldy, a.n, false);
   return true;
 }
 

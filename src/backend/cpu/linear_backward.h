@@ -17,6 +17,9 @@ struct MatmulInputGradArgs {
   int64_t ld_dy, ld_dx;
   int64_t n, m, k;
   bool accumulate;
+  // W's AMX tiles for AmxWeightProduct::InputGrad, where amx_weight_products
+  // holds and they were made (ops/amx_weight_tiles.h); else decoded per call.
+  const uint16_t* w_tiles = nullptr;
 };
 void matmul_input_grad(const MatmulInputGradArgs& args);
 
@@ -29,11 +32,15 @@ struct MatmulWeightGradArgs {
 };
 void matmul_weight_grad(const MatmulWeightGradArgs& args);
 
-// A training forward's y = x·wᵀ ([n, k]·[m, k]ᵀ, any weight dtype) on AMX:
-// the weight decoded to f32 once, one split-bf16 GEMM (amx_gemm.h, about
-// f32 accuracy: closer to x·wᵀ than the int8 activations of cpu::matmul's
-// quantized path). Returns false, doing nothing, where AMX is not active or
-// n < 8; the caller then runs cpu::matmul.
+// Whether a product through w [m, k] with n rows of activations runs on AMX
+// bf16 tiles (amx_gemm.h; bf16 inputs, f32 sums, the CUDA path's
+// tensor-core arithmetic, closer to x·wᵀ than the int8 activations of
+// cpu::matmul's quantized path): a quantized w on a CPU with AMX active.
+bool amx_weight_products(DType wtype, int64_t n, int64_t m, int64_t k);
+
+// A training forward's y = x·wᵀ ([n, k]·[m, k]ᵀ) on AMX where
+// amx_weight_products holds; else returns false, doing nothing, and the
+// caller runs cpu::matmul.
 struct TrainingMatmulArgs {
   const float* x;  // [n, k], row stride ldx floats
   int64_t ldx;
@@ -43,6 +50,7 @@ struct TrainingMatmulArgs {
   float* y;  // [n, m], row stride ldy floats
   int64_t ldy;
   int64_t n, m, k;
+  const uint16_t* w_tiles = nullptr;  // AmxWeightProduct::Forward tiles, as MatmulInputGradArgs'
 };
 bool training_matmul_amx(const TrainingMatmulArgs& args);
 
