@@ -114,7 +114,7 @@ def run(model, args, branch, checkpointing):
     times, first = [], None
     try:
         for step in range(args.steps + 1):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             opt.zero_grad(set_to_none=True)
             loss = orpo_loss(model, chosen, rejected, args.prompt)
             loss.backward()
@@ -126,7 +126,8 @@ def run(model, args, branch, checkpointing):
                 first = loss.item()
             else:
                 times.append(dt)
-            print(f"  step {step}: loss {loss.item():.4f} {dt:.0f} ms", file=sys.stderr, flush=True)
+            cpu = time.process_time() - c0  # the process's CPU time, all threads (spin-waits included)
+            print(f"  step {step}: loss {loss.item():.4f} {dt:.0f} ms, {cpu:.2f} CPU-s", file=sys.stderr, flush=True)
     except torch.cuda.OutOfMemoryError as e:
         print(f"| peer transformers+peft | orpo P {args.prompt}, {branch} per branch | "
               f"checkpointing {'on' if checkpointing else 'off'} | out of memory | "

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -507,6 +508,7 @@ TrainResult Trainer::run() {
   bool interrupted = false, early_stopped = false;
   for (int step = st.step; step < total && !interrupted && !early_stopped; ++step) {
     const auto step_start = Clock::now();
+    const std::clock_t step_cpu_start = std::clock();  // the process's CPU time: all its threads
     adapter_->zero_grads();
     double step_loss = 0.0, step_tokens = 0.0;
     LossValue step_sums;  // the step's preference sums over its micro-batches (this rank's)
@@ -539,6 +541,7 @@ TrainResult Trainer::run() {
     lr = learning_rate_at(schedule, step);
     optimizer.step(lr, clip_factor(norm, config_.max_grad_norm));  // clipping folded into the update
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+    const double step_cpu_seconds = double(std::clock() - step_cpu_start) / CLOCKS_PER_SEC;
     step_seconds_sum += step_seconds;
     tokens_this_run += int64_t(step_tokens + 0.5);
     st.train_loss_sum += step_loss, ++st.train_loss_n;
@@ -553,6 +556,7 @@ TrainResult Trainer::run() {
                               {"tokens", st.tokens_done},
                               {"tokens_per_s", train_tokens_per_s()},
                               {"step_seconds", step_seconds},
+                              {"step_cpu_seconds", step_cpu_seconds},
                               {"epoch", double(done) / steps_per_epoch}};
       // Rank 0's micro-batches (with --gpus, a share of the step's pairs).
       add_trl_names(event, loss_config_, step_sums, step_sums.n_pairs);
