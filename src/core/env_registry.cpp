@@ -28,6 +28,9 @@ constexpr EnvVariable kRegistry[] = {
      "projection quantizes it"},
     {"BRIOCHE_CUDA_ATTENTION_RELEASE", OnUnlessZero, "1",
      "decode attention lets the next kernel launch as it finishes (PDL release); 0: the plain prologue"},
+    {"BRIOCHE_CUDA_ATTENTION_ROW_SPLITS", OnUnlessZero, "1",
+     "decode attention launches of up to 7 rows split each row's keys by its own length (rows get the bits they get "
+     "alone: exact speculative verification); 0: by the launch's longest row and row count"},
     {"BRIOCHE_CUDA_DECODE_MMA", OnUnlessZero, "1",
      "batched decode attention on tensor cores (mma) for enough rows per KV head; 0: the scalar kernel"},
     {"BRIOCHE_CUDA_FUSE_NORM", OnUnlessZero, "1",

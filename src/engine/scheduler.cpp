@@ -774,16 +774,18 @@ std::vector<int32_t> Engine::Scheduler::host_verify_logits(
 
 namespace {
 
-// Rows up to which a CUDA forward computes each row as a decode of that row
-// alone would, up to the attention's key splits: the GEMV kernels (n <= 8,
-// backend/cuda/matmul.cu) keep every row's sums in the same order whatever
-// the row count, while from 9 rows the GEMMs read activations rounded to
-// 16 bits and cuBLASLt picks its algorithm by shape. A step that verifies
+// Rows up to which a CUDA forward computes each row to the bit as a decode
+// of that row alone would: the GEMV kernels (n <= 8, backend/cuda/matmul.cu)
+// keep every row's sums in the same order whatever the row count, and the
+// decode attention splits each row's keys by the row's own length up to 7
+// rows (kRowExactRows, backend/cuda/attention_decode_splits.h; from 8 rows
+// its batch kernels take several keys a slot, or tensor cores). From 9 rows
+// the GEMMs read activations rounded to 16 bits. A step that verifies
 // drafts stays within them, so that its rows' logits are a decode's and
 // greedy output is the same as without speculation (docs/speculative.md,
 // "Exactness rests on the forward"). The CPU forward is row-independent at
 // any row count.
-constexpr int32_t kCudaRowExactRows = 8;
+constexpr int32_t kCudaRowExactRows = 7;
 
 }  // namespace
 

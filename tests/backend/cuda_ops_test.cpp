@@ -891,7 +891,7 @@ TEST(CudaAttention, SplitsMergeInTheirCluster) {
         max_keys = std::max(max_keys, n_past + n_rows);
       }
       const bool mma = attention_mma_takes(c.f16, 16, c.head_dim, c.n_heads / c.n_kv_heads, rows);
-      const DecodeSplits split = decode_splits(rows, c.n_kv_heads, c.head_dim, max_keys, mma);
+      const DecodeSplits split = decode_splits(rows, rows, c.n_kv_heads, c.head_dim, max_keys, mma);
       EXPECT_TRUE(split.cluster_merge) << split.splits << " splits: the combine kernel would merge them";
       EXPECT_GT(split.splits, 1);
       check_attention(c, seed++);

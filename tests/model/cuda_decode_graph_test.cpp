@@ -15,7 +15,10 @@
 
 #if BRIOCHE_CUDA
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -167,6 +170,53 @@ TEST(CudaDecodeGraph, VerifyStepsMatchEager) {
     ASSERT_EQ(argmax_rows(got, vocab), argmax_rows(ref, vocab)) << "step " << step;
   }
   EXPECT_GT(model.n_decode_graphs(), graphs_before) << "no verify step ran as a graph";
+}
+
+// Exactness of speculative verification on CUDA (docs/speculative.md): a
+// verify step (a sequence's token and its drafts, 2–6 rows, here beside
+// another sequence's decode row) must give each row the logits, to the
+// bit, of decoding that position alone, eagerly and in graphs. SmolLM2's
+// heads (9 query, 3 KV, head_dim 64) in Q4_1 like the default model;
+// contexts from 20 keys to past 512, where a lone row's attention goes from
+// merging its splits in the cluster to the combine kernel while the verify
+// launch, sized for its longest row, already uses the combine kernel.
+TEST(CudaDecodeGraph, VerifyRowsHaveDecodeBits) {
+  REQUIRE_CUDA_DEVICE();
+  const tools::ShapePreset smol{"smol", "llama", 1000, 576, 1536, 2, 9, 3, 64, 100000.0f, true, false};
+  Checkpoint ck = tools::random_checkpoint(smol, DType::Q4_1, 17);
+  move_weights(ck, Device::CUDA);
+  LlamaModel model(std::move(ck));
+  const int vocab = model.config().vocab_size;
+  for (bool graphs : {false, true}) {
+    for (const int prompt : {20, 100, 250, 509}) {
+      const int rows = 2 + prompt % 5;  // the token and 1..5 drafts
+      std::vector<int32_t> p, q, tokens;
+      for (int i = 0; i < prompt; ++i) p.push_back((i * 37 + 5) % vocab);
+      for (int i = 0; i < 30; ++i) q.push_back((i * 11 + 3) % vocab);
+      for (int i = 0; i < rows; ++i) tokens.push_back((i * 101 + prompt) % vocab);
+
+      DecodeRun alone(model.config(), 1), verify(model.config(), 2);
+      forward(model, alone, {{0, p}}, false);
+      forward(model, verify, {{0, p}, {1, q}}, false);
+      std::vector<float> decoded;  // row i: position prompt + i decoded alone
+      for (int32_t t : tokens) {
+        const std::vector<float> l = forward(model, alone, {{0, {t}}}, graphs);
+        decoded.insert(decoded.end(), l.begin(), l.end());
+      }
+      const std::vector<float> verified = forward(model, verify, {{0, tokens}, {1, {q.back()}}}, graphs, true);
+      ASSERT_EQ(verified.size(), decoded.size() + size_t(vocab));
+      for (int i = 0; i < rows; ++i) {
+        float worst = 0.0f;
+        for (int v = 0; v < vocab; ++v)
+          worst = std::max(worst, std::abs(verified[size_t(i) * vocab + v] - decoded[size_t(i) * vocab + v]));
+        EXPECT_EQ(std::memcmp(verified.data() + size_t(i) * vocab, decoded.data() + size_t(i) * vocab,
+                              size_t(vocab) * sizeof(float)),
+                  0)
+            << (graphs ? "graphs" : "eager") << ", prompt " << prompt << ", row " << i << " of " << rows
+            << ": largest difference " << worst;
+      }
+    }
+  }
 }
 
 // A new KV cache (other addresses) drops the recorded graphs.

@@ -320,7 +320,6 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttnParams p) {
 // turns them into weights 2^(m_s − M) in shared memory; then each thread
 // takes one output value and every (kCombineThreads / head_dim)-th split,
 // all of its loads in flight together, and the groups' sums are added.
-constexpr int kCombineThreads = 256;
 constexpr int kMaxSplits = 64;
 
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(AttnParams p) {
@@ -609,8 +608,9 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
   const bool any_dim = !fast_attention_takes(a.head_dim, a.n_heads / a.n_kv_heads);
   const bool mma = !any_dim && attention_mma_takes(a.cache.f16, a.cache.block_size, a.head_dim,
                                                    a.n_heads / a.n_kv_heads, covered_rows);
-  const auto [splits, cluster_merge] = any_dim ? DecodeSplits{.splits = 1, .cluster_merge = false}
-                                               : decode_splits(covered_rows, a.n_kv_heads, a.head_dim, max_keys, mma);
+  const auto [splits, cluster_merge, row_splits] =
+      any_dim ? DecodeSplits{.splits = 1, .cluster_merge = false, .rows = {}}
+              : decode_splits(covered_rows, n_rows, a.n_kv_heads, a.head_dim, max_keys, mma);
   const bool combine = splits > 1 && !cluster_merge;  // partials through memory, then the combine kernel
   const int base_ctas = n_rows * a.n_kv_heads;
 
@@ -634,6 +634,7 @@ void attend(const backend::cpu::PagedAttentionArgs& args, const RopeInAttention*
                .tables = nullptr,
                .table_stride = 0,
                .splits = splits,
+               .row_splits = row_splits,
                .part_acc = nullptr,
                .part_ml = nullptr,
                .cluster_merge = cluster_merge,
@@ -726,34 +727,38 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
   attend(args, &rope, out16, int8);
 }
 
-// The fewest keys a launch gives a split at its longest row: 16
-// (kMinSplitKeys), or on the CUDA-core kernel two steps of a CTA's key
-// slots (kWarps warps × KeyLanes' 32 / L slots, a key a slot at a row) where
-// that is more and the splits still merge in their cluster: 32 keys at
-// head_dim 64, up to 512 keys. A split of one step does little more than
-// its share of the merge: SmolLM2 at batch 1, 128-token prompts (8 splits,
-// all with keys, instead of 16 with half idle), 1,630–1,679 → 1,754–1,755
-// tokens/s. Past 512 keys two steps a split lost 3% (32 splits against 64,
-// both through the combine kernel), so longer contexts keep 16; at head_dim
-// 128 two steps are 16 keys (docs/perf-log/cuda-decode.md#smollm2-attention-splits, "SmolLM2's attention splits").
+// Two steps of the CUDA-core kernel's key slots (kWarps warps × KeyLanes'
+// 32 / L slots, a key a slot at a row): 32 keys at head_dim 64, 16 at 128.
+// A split of one step does little more than its share of the merge: SmolLM2
+// at batch 1, 128-token prompts (8 splits, all with keys, instead of 16 with
+// half idle), 1,630–1,679 → 1,754–1,755 tokens/s. Past 16 such splits (512
+// keys at head_dim 64) two steps a split lost 3% (32 splits against 64, both
+// through the combine kernel), so longer contexts take kMinSplitKeys
+// (docs/perf-log/cuda-decode.md#smollm2-attention-splits, "SmolLM2's attention splits").
+int two_steps_keys(int head_dim) { return std::max(kMinSplitKeys, 2 * kWarps * 32 / (head_dim / kValuesPerLane)); }
+
+// The fewest keys a launch gives a split at its longest row (the batch
+// kernels' rule): two steps on the CUDA-core kernel while the splits still
+// merge in their cluster, else kMinSplitKeys.
 int min_split_keys(int head_dim, int max_keys, bool mma) {
-  const int two_steps = 2 * kWarps * 32 / (head_dim / kValuesPerLane);
-  if (!mma && two_steps > kMinSplitKeys && max_keys <= kMaxClusterSplits * two_steps) return two_steps;
+  const int two_steps = two_steps_keys(head_dim);
+  if (!mma && max_keys <= kMaxClusterSplits * two_steps) return two_steps;
   return kMinSplitKeys;
 }
 
+static_assert(kRowExactRows < kBatchRows && kRowExactRows < kMmaMinRows,
+              "row-exact launches must stay on the one-key-a-slot CUDA-core kernel");
+
 }  // namespace
 
-DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int head_dim, int max_keys, bool mma) {
+DecodeSplits decode_splits(int covered_rows, int launch_rows, int n_kv_heads, int head_dim, int max_keys, bool mma) {
   // Enough CTAs to fill the GPU (as many per SM as the kernel's registers
   // and shared memory let it hold: 4 for the CUDA-core kernel, 2 for the
   // tensor-core one), never splits under min_split_keys: a decode step has
   // few (row, KV head) pairs, and a CTA's walk over its keys is a latency
   // chain.
-  const int covered_ctas = std::max(1, covered_rows * n_kv_heads);  // rows of no sequence return at once
   const int ctas_per_sm = mma ? attention_mma_ctas_per_sm() : 4;
-  int splits = std::max(1, (ctas_per_sm * multiprocessor_count() + covered_ctas - 1) / covered_ctas);
-  splits = std::min({splits, std::max(1, max_keys / min_split_keys(head_dim, max_keys, mma)), kMaxSplits});
+  const auto fill = [&](int ctas) { return std::max(1, (ctas_per_sm * multiprocessor_count() + ctas - 1) / ctas); };
   // Up to 16 splits merge in their cluster (merge_in_cluster) instead of a
   // combine kernel: at batch 1, launches sized for up to 256 keys (a decode
   // graph sizes them by its bucket; 512 at head_dim 64, min_split_keys
@@ -767,7 +772,20 @@ DecodeSplits decode_splits(int covered_rows, int n_kv_heads, int head_dim, int m
   // keep it.
   // BRIOCHE_CUDA_ATTENTION_CLUSTER=0: always the combine kernel (A/B runs).
   static const bool cluster_on = env_switch_on("BRIOCHE_CUDA_ATTENTION_CLUSTER");
-  return {splits, cluster_on && splits > 1 && splits <= kMaxClusterSplits};
+  // BRIOCHE_CUDA_ATTENTION_ROW_SPLITS=0: small launches split by the launch's rule too (A/B runs).
+  static const bool row_exact_on = env_switch_on("BRIOCHE_CUDA_ATTENTION_ROW_SPLITS");
+  int splits = 0;
+  RowSplitRule rows;
+  if (row_exact_on && !mma && launch_rows <= kRowExactRows) {
+    // Each row as it would split alone: a lone row's fill of the GPU.
+    rows = {.cap = std::min(fill(n_kv_heads), kMaxSplits), .short_keys = two_steps_keys(head_dim)};
+    splits = rows.splits(max_keys);
+  } else {
+    const int covered_ctas = std::max(1, covered_rows * n_kv_heads);  // rows of no sequence return at once
+    splits =
+        std::min({fill(covered_ctas), std::max(1, max_keys / min_split_keys(head_dim, max_keys, mma)), kMaxSplits});
+  }
+  return {splits, cluster_on && splits > 1 && splits <= kMaxClusterSplits, rows};
 }
 
 void paged_attention(const backend::cpu::PagedAttentionArgs& args, AttentionOut16 out16) {

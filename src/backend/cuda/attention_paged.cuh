@@ -24,6 +24,10 @@
 namespace brioche::cuda::paged {
 
 constexpr int kWarps = 4;  // warps of a CTA in both kernels
+// Threads of attention.cu's combine kernel: a thread group per head_dim
+// values, so kCombineThreads / head_dim groups share the splits
+// (merge_in_cluster sums in its order).
+constexpr int kCombineThreads = 256;
 
 // The attention's output as the int8 blocks of an integer GEMV's x
 // (gemv_int8.h: q [n_rows, n_heads · head_dim], ds per 32 values), for the
@@ -57,8 +61,9 @@ struct AttnParams {
   const int32_t* tables;
   int table_stride;
   int splits;
-  float* part_acc;  // [n_rows, n_heads, splits, head_dim]
-  float* part_ml;   // [n_rows, n_heads, splits, 2]
+  RowSplitRule row_splits;  // cap > 0: each row splits by its own length (kRowExactRows)
+  float* part_acc;          // [n_rows, n_heads, splits, head_dim]
+  float* part_ml;           // [n_rows, n_heads, splits, 2]
   // The splits of each (row, KV head) are one thread block cluster and merge
   // through distributed shared memory (merge_in_cluster) instead of part_acc,
   // part_ml and the combine kernel.
@@ -121,11 +126,12 @@ __device__ __forceinline__ const int32_t* row_table(const AttnParams& p, int seq
 }
 
 // Row r's keys [first, pos] (a sliding window starts later) and the splits
-// that share them: as many as give each at least kMinSplitKeys, up to the
+// that share them: in a row-exact launch (p.row_splits set) the row's own
+// rule, else as many as give each at least kMinSplitKeys, up to the
 // launch's p.splits. A decode graph's launch has splits for its bucket's
 // longest context; shorter contexts leave the rest idle, and the combine
 // reads only the active ones.
-constexpr int kMinSplitKeys = kWarps * 4;  // (one step of the CUDA-core kernel's warps at head_dim 128)
+static_assert(kMinSplitKeys == kWarps * 4, "kMinSplitKeys: one step of the CUDA-core kernel's warps at head_dim 128");
 
 struct RowKeys {
   int first, pos, n_keys, active_splits;
@@ -135,7 +141,9 @@ __device__ __forceinline__ RowKeys row_keys(const AttnParams& p, int r) {
   const int pos = p.row_pos[r];
   const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
   const int n_keys = pos - first + 1;
-  return {first, pos, n_keys, min(p.splits, max(1, (n_keys + kMinSplitKeys - 1) / kMinSplitKeys))};
+  const int active = p.row_splits.cap > 0 ? p.row_splits.splits(n_keys)
+                                          : min(p.splits, max(1, (n_keys + kMinSplitKeys - 1) / kMinSplitKeys));
+  return {first, pos, n_keys, active};
 }
 
 // The keys [k0, k1] (inclusive; k1 < k0 when none) that split `split` of row
@@ -398,11 +406,20 @@ __device__ void merge_in_cluster(const AttnParams& p, const float (&sm_m)[kWarps
     float ll = w * sml.y;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) ll += __shfl_xor_sync(0xffffffffu, ll, off);
+    // Σ_s w_s·acc_s in the combine kernel's order (its thread group g sums
+    // splits g, g + G, ...; then the groups are added in turn), so a row
+    // has the same bits whichever merges it (RowSplitRule).
+    constexpr int G = kCombineThreads / HD;
     float out = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kMaxClusterSplits; ++s) {
-      const float ws = __shfl_sync(0xffffffffu, w, s);
-      if (s < A) out += ws * acc[first + s][lane];
+    for (int g = 0; g < G; ++g) {
+      float group_sum = 0.0f;
+#pragma unroll
+      for (int s = g; s < kMaxClusterSplits; s += G) {
+        const float ws = __shfl_sync(0xffffffffu, w, s);
+        if (s < A) group_sum += ws * acc[first + s][lane];
+      }
+      out += group_sum;
     }
     store_output(p, r, int64_t(kv_head * group) * HD + b * 32 + lane, out / ll);
   }
