@@ -34,6 +34,8 @@
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl")
 #include <immintrin.h>
 
+#include "backend/cpu/exp_avx512.h"
+
 // GCC 12 flags the deliberately undefined registers inside its own AVX-512
 // intrinsics (`__Y = __Y`) as uninitialized once they are inlined here.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -62,26 +64,6 @@ void gemm(int64_t rows, const float* a, int64_t sr, int64_t st, const float* b, 
                      .width = width,
                      .T = T,
                      .accumulate = accumulate});
-}
-
-// e^x for 16 floats (x = n·ln2 + r, Taylor to r^7, 2^n in the exponent bits;
-// a few ulp for x in [−87, 88]); −∞ gives exactly 0.
-__m512 exp512(__m512 x) {
-  const __mmask16 dead = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i two_n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(__mmask16(~dead), p, _mm512_castsi512_ps(two_n));
 }
 
 // row[j] = e^{row[j] − shift} for j < n (−∞ → 0); returns Σ row.
