@@ -6,7 +6,8 @@
 // layer 0's factors, 1.3 MB that stay in cache). BM_LoraStepPerProjection calls
 // backend::cpu::lora_rows_add once per projection; BM_LoraStepSharedX once
 // per x (Q/K/V, O, gate/up, down) through lora_rows_add_group, the path
-// model/blocks.cpp takes.
+// model/blocks.cpp takes. The kernels are the widest this CPU runs
+// (AVX-512 where it has it).
 //   build/<dir>/bench/lora_rows_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 

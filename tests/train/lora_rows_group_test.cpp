@@ -1,12 +1,16 @@
 // ops::lora_rows_add_group: several projections of one x in one call (the
 // CPU serves Q/K/V and gate/up this way) give each projection exactly what
-// its own lora_rows_add gives, and both match a double-precision reference.
+// its own lora_rows_add gives, and both match a double-precision reference,
+// on every instruction set this CPU runs (the AVX2 and AVX-512 kernels).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -97,13 +101,70 @@ void check_group(int64_t rows, bool only_last = false) {
   }
 }
 
-TEST(LoraRowsAddGroup, DecodeBatchOfEightAdaptersEqualsOneCallPerProjection) { check_group(16); }
+// Runs fn once on each instruction set the CPU has (the kernels follow
+// cpu::active_isa()), naming it on failure.
+template <typename Fn>
+void on_every_isa(Fn&& fn) {
+  for (const cpu::Isa isa : cpu::available_isas()) {
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)));
+    cpu::set_isa_override(isa);
+    fn();
+    cpu::clear_isa_override();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
 
-TEST(LoraRowsAddGroup, FewRowsRunOnTheCallingThreadAndEqualOneCallPerProjection) { check_group(2); }
+TEST(LoraRowsAddGroup, DecodeBatchOfEightAdaptersEqualsOneCallPerProjection) {
+  on_every_isa([] { check_group(16); });
+}
+
+TEST(LoraRowsAddGroup, FewRowsRunOnTheCallingThreadAndEqualOneCallPerProjection) {
+  on_every_isa([] { check_group(2); });
+}
 
 // A prompt of 24 rows on one adapter: 3 blocks of much work, a single part
 // whose u the group does not keep (this crashed the server once).
-TEST(LoraRowsAddGroup, OneAdaptedProjectionOfAPromptEqualsItsOwnCall) { check_group(24, true); }
+TEST(LoraRowsAddGroup, OneAdaptedProjectionOfAPromptEqualsItsOwnCall) {
+  on_every_isa([] { check_group(24, true); });
+}
+
+// Shapes off every vector width: in and out not multiples of 8 or 16 (the
+// kernels' masked or scalar tails), ranks that leave partial groups of
+// factor rows (1, 3, 5, 11), and segments of 1 to 5 rows (row groups of 1
+// to 4), against the double reference.
+TEST(LoraRowsAdd, OddShapesMatchTheReferenceOnEveryIsa) {
+  std::mt19937 rng(11);
+  struct Shape {
+    int64_t in, out;
+    int64_t rank;
+  };
+  const Shape shapes[] = {{37, 53, 3}, {16, 16, 1}, {100, 70, 5}, {200, 9, 11}, {8, 300, 8}};
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE("in " + std::to_string(shape.in) + " out " + std::to_string(shape.out) + " rank " +
+                 std::to_string(shape.rank));
+    constexpr int64_t kRows = 15;
+    const Tensor x = random_tensor(DType::F32, kRows, shape.in, 1.0f, rng);
+    const Tensor y0 = random_tensor(DType::F32, kRows, shape.out, 1.0f, rng);
+    std::vector<Factors> factors;
+    for (int g = 0; g < 5; ++g)
+      factors.push_back({random_tensor(DType::F16, shape.rank, shape.in, 0.1f, rng),
+                         random_tensor(DType::F16, shape.rank, shape.out, 0.1f, rng)});
+    // rows 0..14: adapter g on g + 1 rows (1, 2, 3, 4, 5 rows), row 14's segment of 5 ends the batch
+    std::vector<ops::LoraRows> segs;
+    for (int32_t g = 0, row = 0; g < 5; row += g + 1, ++g)
+      segs.push_back({.first_row = row, .n_rows = g + 1, .a = &factors[size_t(g)].a, .bt = &factors[size_t(g)].bt});
+    const std::vector<double> want = reference(x, segs, y0);
+    on_every_isa([&] {
+      Tensor y = Tensor::zeros(DType::F32, {kRows, shape.out});
+      std::copy_n(y0.data_as<float>(), kRows * shape.out, y.data_as<float>());
+      Tensor u = Tensor::zeros(DType::F32, {kRows, shape.rank});
+      ops::lora_rows_add(x, segs, y, u);
+      for (int64_t i = 0; i < kRows * shape.out; ++i)
+        ASSERT_NEAR(y.data_as<float>()[i], want[size_t(i)], 1e-4 * (1.0 + std::fabs(want[size_t(i)])))
+            << "element " << i;
+    });
+  }
+}
 
 TEST(LoraRowsAddGroup, RefusesMoreThanThreeProjections) {
   Tensor x = Tensor::zeros(DType::F32, {2, 8}), y = Tensor::zeros(DType::F32, {2, 8}),

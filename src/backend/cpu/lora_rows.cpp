@@ -4,6 +4,8 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/lora_rows_kernels.h"
 #include "backend/cpu/vec_f32.h"
 #include "core/thread_pool.h"
 
@@ -26,10 +28,6 @@ struct RowBlock {
   int32_t segment, first_row, n_rows;
 };
 
-// Up to kRowGroup rows go through each loaded factor vector together: a
-// factor load (and its f16 conversion) then feeds R multiply-adds, not one.
-constexpr int kRowGroup = 4;
-
 // u[i][k0 + j] = A[k0 + j]·x[i] for R rows and K factor rows: each x
 // vector loaded once for K factor rows, each converted factor vector used
 // by R rows, and R·K independent accumulators (one FMA chain each would
@@ -47,7 +45,13 @@ void shrink_rows_k(const float* const* x, float* const* u, const uint16_t* a, in
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 16
     for (int j = 0; j < K; ++j) acc[i][j] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+  for (int j = 0; j < K; ++j) prefetch_factor_row_start(a + int64_t(k0 + j) * in, in);
   for (; c + 8 <= in; c += 8) {
+    if (c % 32 == 0) {  // one prefetch per cache line of each factor row
+#pragma GCC unroll 16
+      for (int j = 0; j < K; ++j) prefetch_factor_line(a + int64_t(k0 + j) * in + c + kLoraPrefetchAhead);
+    }
     __m256 xv[R];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) xv[i] = _mm256_loadu_ps(x[i] + c);
@@ -91,8 +95,12 @@ template <int R>
 void expand_rows(float* const* y, const float* const* u, const uint16_t* bt, int64_t ld, int32_t rank, int64_t width) {
   int64_t c = 0;
 #if BRIOCHE_VEC_AVX2
+  for (int32_t k = 0; k < rank; ++k) prefetch_factor_row_start(bt + int64_t(k) * ld, width);
   auto columns = [&]<int V>() {
     for (; c + 8 * V <= width; c += 8 * V) {
+      if (c % 32 == 0) {  // one prefetch per cache line of each factor row
+        for (int32_t k = 0; k < rank; ++k) prefetch_factor_line(bt + int64_t(k) * ld + c + kLoraPrefetchAhead);
+      }
       __m256 acc[R][V];
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i)
@@ -129,17 +137,32 @@ void expand_rows(float* const* y, const float* const* u, const uint16_t* bt, int
   }
 }
 
-// fn.template operator()<R>(i) for the row groups [i, i + R) that cover [0, n).
+}  // namespace
+
+const LoraRowKernels& lora_row_kernels_avx2() {
+  static const LoraRowKernels kernels{
+      .shrink = {&shrink_rows<1>, &shrink_rows<2>, &shrink_rows<3>, &shrink_rows<4>},
+      .expand = {&expand_rows<1>, &expand_rows<2>, &expand_rows<3>, &expand_rows<4>},
+  };
+  return kernels;
+}
+
+namespace {
+
+// The widest kernels this CPU runs (the override of tests and benchmarks
+// included).
+const LoraRowKernels& row_kernels() {
+  switch (brioche::cpu::active_isa()) {
+    case brioche::cpu::Isa::Avx512:
+    case brioche::cpu::Isa::Avx512Vnni: return lora_row_kernels_avx512();
+    default: return lora_row_kernels_avx2();
+  }
+}
+
+// fn(i, R) for the row groups [i, i + R) that cover [0, n).
 template <typename Fn>
 void for_row_groups(int32_t n, Fn&& fn) {
-  for (int32_t i = 0; i < n; i += kRowGroup) {
-    switch (std::min(kRowGroup, n - i)) {
-      case 4: fn.template operator()<4>(i); break;
-      case 3: fn.template operator()<3>(i); break;
-      case 2: fn.template operator()<2>(i); break;
-      default: fn.template operator()<1>(i); break;
-    }
-  }
+  for (int32_t i = 0; i < n; i += kLoraRowGroup) fn(i, std::min(kLoraRowGroup, n - i));
 }
 
 }  // namespace
@@ -169,28 +192,30 @@ std::vector<PartBlock> row_blocks(std::span<const LoraRowsArgs> parts) {
 // u[i][k] = A[k]·x[row i] for the block's rows (u rows of stride ldu).
 void shrink_block(const LoraRowsArgs& a, const RowBlock& b, float* u, int64_t ldu) {
   const LoraRowsSegment& seg = a.segments[b.segment];
-  for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
-    const float* x[R];
-    float* ur[R];
-    for (int j = 0; j < R; ++j) {
+  const LoraRowKernels& kernels = row_kernels();
+  for_row_groups(b.n_rows, [&](int32_t i, int rows) {
+    const float* x[kLoraRowGroup];
+    float* ur[kLoraRowGroup];
+    for (int j = 0; j < rows; ++j) {
       x[j] = a.x + int64_t(b.first_row + i + j) * a.ldx;
       ur[j] = u + int64_t(i + j) * ldu;
     }
-    shrink_rows<R>(x, ur, seg.a, a.in, seg.rank);
+    kernels.shrink[rows - 1](x, ur, seg.a, a.in, seg.rank);
   });
 }
 
 // y[row i, c0 + c] += Σ_k u[i][k]·bt[k, c0 + c] for c < width.
 void expand_block(const LoraRowsArgs& a, const RowBlock& b, const float* u, int64_t ldu, int64_t c0, int64_t width) {
   const LoraRowsSegment& seg = a.segments[b.segment];
-  for_row_groups(b.n_rows, [&]<int R>(int32_t i) {
-    float* y[R];
-    const float* ur[R];
-    for (int j = 0; j < R; ++j) {
+  const LoraRowKernels& kernels = row_kernels();
+  for_row_groups(b.n_rows, [&](int32_t i, int rows) {
+    float* y[kLoraRowGroup];
+    const float* ur[kLoraRowGroup];
+    for (int j = 0; j < rows; ++j) {
       y[j] = a.y + int64_t(b.first_row + i + j) * a.ldy + c0;
       ur[j] = u + int64_t(i + j) * ldu;
     }
-    expand_rows<R>(y, ur, seg.bt + c0, a.out, seg.rank, width);
+    kernels.expand[rows - 1](y, ur, seg.bt + c0, a.out, seg.rank, width);
   });
 }
 
