@@ -280,6 +280,173 @@ std::vector<Automaton::StructureHash> Automaton::forward_hashes(int32_t bytes,
   return out;
 }
 
+namespace {
+
+// The rounds of walk_class_offsets over one rule's states [begin, begin +
+// size), from the classes `cls` (ids 0..num_classes-1). Classes keep their
+// ids across rounds, and a round visits only the states with a byte edge
+// into a state whose class changed in the round before: the others keep
+// their round signature (class, class of each byte edge's target), so they
+// stay together. A long unrolled repetition (`c{0,4096}`) splits off a few
+// states per round near its bound; a round costs those few instead of the
+// whole rule. The partitions are Moore's, round by round, so the results
+// equal a full pass per round: `out` is the least state of each final
+// class; a state that becomes the least of its class in round r >= 1 has,
+// as prefix twin, the least of its class before that round, for r bytes;
+// one that never does, the least of its final class, for the number of
+// rounds that split.
+void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_t max_bytes, std::vector<int32_t>& cls,
+                         int32_t num_classes, std::vector<int32_t>& out, std::vector<int32_t>* prefix_twin,
+                         std::vector<int32_t>* prefix_twin_bytes) {
+  // Byte-edge predecessors inside the rule (CSR).
+  std::vector<int32_t> pred_begin(size + 1, 0), preds;
+  for (int32_t i = 0; i < size; ++i) {
+    const AutomatonState& st = a.states[begin + i];
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) ++pred_begin[a.byte_edges[e].target - begin + 1];
+  }
+  for (int32_t i = 0; i < size; ++i) pred_begin[i + 1] += pred_begin[i];
+  preds.resize(pred_begin[size]);
+  {
+    std::vector<int32_t> fill(pred_begin.begin(), pred_begin.end() - 1);
+    for (int32_t i = 0; i < size; ++i) {
+      const AutomatonState& st = a.states[begin + i];
+      for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) preds[fill[a.byte_edges[e].target - begin]++] = i;
+    }
+  }
+  // Members of each class, ascending; entries of states that moved out are
+  // skipped (head past the leading ones, so the least is found fast).
+  std::vector<std::vector<int32_t>> members(num_classes);
+  std::vector<int32_t> head(num_classes, 0), count(num_classes, 0);
+  for (int32_t i = 0; i < size; ++i) {
+    members[cls[i]].push_back(i);
+    ++count[cls[i]];
+  }
+  auto least = [&](int32_t c) {
+    int32_t& h = head[c];
+    while (cls[members[c][h]] != c) ++h;
+    return members[c][h];
+  };
+  auto round_hash = [&](int32_t i) {
+    const AutomatonState& st = a.states[begin + i];
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint32_t>(cls[i]);
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
+      h = (h ^ static_cast<uint32_t>(cls[a.byte_edges[e].target - begin])) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+  };
+  // Same class and the same classes of targets (equal classes have equal edges).
+  auto same_round_signature = [&](int32_t i, int32_t j) {
+    if (cls[i] != cls[j]) return false;
+    const AutomatonState &x = a.states[begin + i], &y = a.states[begin + j];
+    for (uint32_t e = 0; e < x.byte_end - x.byte_begin; ++e)
+      if (cls[a.byte_edges[x.byte_begin + e].target - begin] != cls[a.byte_edges[y.byte_begin + e].target - begin])
+        return false;
+    return true;
+  };
+  const bool twins = prefix_twin != nullptr && prefix_twin_bytes != nullptr;
+  std::vector<uint32_t> stamp(size, 0);
+  std::vector<int32_t> touched, changed, reps, rep_class, split;  // split: classes that lost members this round
+  std::vector<std::pair<uint64_t, int32_t>> keyed;                // (round hash, state) of one class's touched
+  struct Move {
+    int32_t state, from, to;
+  };
+  std::vector<Move> moves;                         // applied after the round
+  std::vector<int32_t> least_before(num_classes);  // per class that lost members this round: its least before
+  int32_t rounds_split = 0;
+  for (int32_t r = 0; r < max_bytes && num_classes < size; ++r) {
+    const uint32_t generation = static_cast<uint32_t>(r) + 1;
+    touched.clear();
+    if (r == 0) {
+      for (int32_t i = 0; i < size; ++i) touched.push_back(i);
+    } else {
+      for (int32_t t : changed)
+        for (int32_t k = pred_begin[t]; k < pred_begin[t + 1]; ++k) touched.push_back(preds[k]);
+      std::sort(touched.begin(), touched.end());
+      touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    }
+    for (int32_t i : touched) stamp[i] = generation;
+    std::stable_sort(touched.begin(), touched.end(), [&](int32_t x, int32_t y) { return cls[x] < cls[y]; });
+    moves.clear();
+    split.clear();
+    int32_t next_class = num_classes;
+    for (size_t lo = 0; lo < touched.size();) {
+      const int32_t c = cls[touched[lo]];
+      size_t hi = lo;
+      while (hi < touched.size() && cls[touched[hi]] == c) ++hi;
+      // The class keeps the signature of its untouched members (all alike),
+      // or, when every member is touched, that of its least member.
+      int32_t own = touched[lo];
+      if (static_cast<int32_t>(hi - lo) < count[c])
+        for (size_t k = head[c];; ++k)
+          if (const int32_t m = members[c][k]; cls[m] == c && stamp[m] != generation) {
+            own = m;
+            break;
+          }
+      keyed.clear();
+      for (size_t k = lo; k < hi; ++k) keyed.emplace_back(round_hash(touched[k]), touched[k]);
+      std::sort(keyed.begin(), keyed.end());  // by hash, then ascending state within a hash
+      reps.assign(1, own);
+      rep_class.assign(1, c);
+      const size_t moves_before = moves.size();
+      for (const auto& [h, i] : keyed) {
+        int32_t target = -1;
+        for (size_t g = 0; target < 0 && g < reps.size(); ++g)
+          if (reps[g] == i || same_round_signature(reps[g], i)) target = rep_class[g];
+        if (target < 0) {
+          reps.push_back(i);
+          rep_class.push_back(next_class++);
+          target = rep_class.back();
+        }
+        if (target != c) moves.push_back({i, c, target});
+      }
+      if (moves.size() != moves_before) {
+        split.push_back(c);
+        least_before[c] = least(c);
+      }
+      lo = hi;
+    }
+    if (moves.empty()) break;  // a round that splits nothing: no later one does
+    ++rounds_split;
+    // New classes get their members in ascending order.
+    std::sort(moves.begin(), moves.end(),
+              [](const Move& x, const Move& y) { return x.to != y.to ? x.to < y.to : x.state < y.state; });
+    members.resize(next_class);
+    head.resize(next_class, 0);
+    count.resize(next_class, 0);
+    least_before.resize(next_class);
+    changed.clear();
+    for (const Move& m : moves) {
+      --count[m.from];
+      ++count[m.to];
+      cls[m.state] = m.to;
+      members[m.to].push_back(m.state);
+      changed.push_back(m.state);
+    }
+    // Who became the least of a class: the least of each class that lost
+    // members (if it changed) and of each new class.
+    auto record = [&](int32_t state, int32_t twin) {
+      if (twins && state != twin && r >= 1) {
+        (*prefix_twin)[begin + state] = twin;
+        (*prefix_twin_bytes)[begin + state] = r;
+      }
+    };
+    for (int32_t c : split)
+      if (count[c] > 0) record(least(c), least_before[c]);
+    for (size_t k = 0; k < moves.size(); ++k)  // the first of each new class is its least
+      if (k == 0 || moves[k - 1].to != moves[k].to) record(moves[k].state, least_before[moves[k].from]);
+    num_classes = next_class;
+  }
+  for (int32_t i = 0; i < size; ++i) {
+    const int32_t first = least(cls[i]);
+    out[begin + i] = first;
+    if (twins && first != i && rounds_split > 0) {
+      (*prefix_twin)[begin + i] = first;
+      (*prefix_twin_bytes)[begin + i] = rounds_split;
+    }
+  }
+}
+
+}  // namespace
+
 // Moore's partition refinement, one round per byte of walk: round 0 splits
 // states by what they are (accepting, byte ranges read, calls with their
 // return offsets); round k splits them by round k-1's class of each byte
@@ -305,7 +472,7 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
     const int32_t begin = rule_start[r], size = begin < 0 ? 0 : rule_size(r);
     if (size < min_states) continue;
     auto inside = [&](int32_t t) { return t >= begin && t < begin + size; };
-    std::vector<int32_t> cls(size), next(size);
+    std::vector<int32_t> cls(size);
     std::unordered_map<std::vector<int64_t>, int32_t, VectorHash> ids;
     auto classify = [&](const std::vector<int64_t>& sig) {
       return ids.emplace(sig, static_cast<int32_t>(ids.size())).first->second;
@@ -334,73 +501,8 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
       cls[i] = classify(sig);
     }
     if (!closed) continue;
-    size_t num_classes = ids.size();
-    std::vector<int32_t> first_of_class;
-    // A round's signature of i is (cls[i], cls of each byte edge's target);
-    // states with equal cls have the same edges, so two signatures are
-    // compared in place. Open addressing on the signature's hash, each slot
-    // a representative state: no signature is copied (a long unrolled
-    // repetition runs max_bytes rounds over all its states).
-    auto round_hash = [&](int32_t i) {
-      const AutomatonState& st = states[begin + i];
-      uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint32_t>(cls[i]);
-      for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
-        h = (h ^ static_cast<uint32_t>(cls[byte_edges[e].target - begin])) * 0x100000001b3ull;
-      return h ^ (h >> 29);
-    };
-    auto same_round_signature = [&](int32_t i, int32_t j) {
-      if (cls[i] != cls[j]) return false;
-      const AutomatonState &a = states[begin + i], &b = states[begin + j];
-      for (uint32_t e = 0; e < a.byte_end - a.byte_begin; ++e)
-        if (cls[byte_edges[a.byte_begin + e].target - begin] != cls[byte_edges[b.byte_begin + e].target - begin])
-          return false;
-      return true;
-    };
-    size_t slots = 16;
-    while (slots < static_cast<size_t>(size) * 2) slots *= 2;
-    std::vector<std::pair<uint64_t, int32_t>> table(slots);
-    for (int32_t round = 0; round < max_bytes && num_classes < static_cast<size_t>(size); ++round) {
-      std::fill(table.begin(), table.end(), std::make_pair(uint64_t{0}, int32_t{-1}));
-      size_t made = 0;
-      for (int32_t i = 0; i < size; ++i) {
-        const uint64_t h = round_hash(i);
-        for (size_t slot = h & (slots - 1);; slot = (slot + 1) & (slots - 1)) {
-          auto& [slot_hash, rep] = table[slot];
-          if (rep < 0) {
-            slot_hash = h;
-            rep = i;
-            next[i] = static_cast<int32_t>(made++);
-            break;
-          }
-          if (slot_hash == h && same_round_signature(rep, i)) {
-            next[i] = next[rep];
-            break;
-          }
-        }
-      }
-      cls.swap(next);
-      if (made == num_classes) break;
-      num_classes = made;
-      // After round + 1 rounds, states of one class read every string of
-      // up to round + 1 bytes alike: remember the earliest such twin.
-      if (prefix_twin && prefix_twin_bytes) {
-        first_of_class.assign(num_classes, -1);
-        for (int32_t i = 0; i < size; ++i) {
-          int32_t& f = first_of_class[cls[i]];
-          if (f < 0) {
-            f = i;
-          } else {
-            (*prefix_twin)[begin + i] = f;
-            (*prefix_twin_bytes)[begin + i] = round + 1;
-          }
-        }
-      }
-    }
-    std::vector<int32_t> first(num_classes, -1);
-    for (int32_t i = 0; i < size; ++i) {
-      if (first[cls[i]] < 0) first[cls[i]] = i;
-      out[begin + i] = first[cls[i]];
-    }
+    refine_walk_classes(*this, begin, size, max_bytes, cls, static_cast<int32_t>(ids.size()), out, prefix_twin,
+                        prefix_twin_bytes);
   }
   return out;
 }

@@ -532,12 +532,12 @@ class MaskBuilder {
   }
 
   // A derived mask's accepted tokens when its source's are a list: the
-  // source's that `carried` keeps, with the walked acc_.
+  // source's that `carried` keeps, with the walked acc_ (the two are
+  // disjoint; left unsorted: the matcher only ORs them).
   template <class Carried>
   void accept_listed(StateMask& mask, const StateMask& from, int32_t words, const Carried& carried) {
     for (int32_t id : from.accepted_ids)
       if (carried(v_.token(id))) acc_.push_back(id);
-    std::sort(acc_.begin(), acc_.end());
     if (acc_.size() >= static_cast<size_t>(words)) {
       mask.accepted_bits.assign(words, 0);
       for (int32_t id : acc_) mask.accepted_bits[id >> 5] |= 1u << (id & 31);

@@ -39,21 +39,32 @@ FrontierDfa::FrontierDfa(const Automaton& automaton, size_t max_configs, size_t 
 }
 
 size_t FrontierDfa::memory_bytes() const {
-  // An unordered_map node: the key string (heap part when long), the value,
-  // the bucket pointer and the allocator's overhead, about 64 bytes.
   return table_.capacity() * sizeof(int32_t) + nodes_.capacity() * sizeof(int32_t) +
          node_begin_.capacity() * sizeof(int32_t) + flags_.capacity() + num_readable_.capacity() * sizeof(int32_t) +
          (readable_begin_.capacity() + readable_size_.capacity()) * sizeof(int32_t) + readable_pool_.capacity() +
-         self_loop_.capacity() * sizeof(self_loop_[0]) + self_loop_done_.capacity() + utf8_loop_.capacity() +
-         index_.size() * 64 + nodes_.size() * sizeof(int32_t) + arena_.memory_bytes();
+         (self_loop_.capacity() + not_self_loop_.capacity()) * sizeof(self_loop_[0]) + utf8_loop_.capacity() +
+         slots_.capacity() * sizeof(int32_t) + config_hash_.capacity() * sizeof(uint64_t) + arena_.memory_bytes();
 }
 
 int32_t FrontierDfa::intern(Frontier& f) {
   std::sort(f.nodes.begin(), f.nodes.end());
-  key_.assign(reinterpret_cast<const char*>(f.nodes.data()), f.nodes.size() * sizeof(int32_t));
-  key_ += f.escaped ? '\1' : '\0';
-  auto [it, inserted] = index_.emplace(key_, static_cast<int32_t>(flags_.size()));
-  if (!inserted) return it->second;
+  uint64_t h = f.escaped ? 0x9e3779b97f4a7c15ull : 0xc2b2ae3d27d4eb4full;
+  for (int32_t node : f.nodes) h = (h ^ static_cast<uint32_t>(node)) * 0x100000001b3ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  const uint8_t escaped_flag = f.escaped ? kEscaped : 0;
+  if (slots_.empty()) slots_.assign(1024, -1);
+  const size_t mask = slots_.size() - 1;
+  size_t slot = h & mask;
+  for (int32_t id; (id = slots_[slot]) >= 0; slot = (slot + 1) & mask) {
+    if (config_hash_[id] != h || (flags_[id] & kEscaped) != escaped_flag) continue;
+    const int32_t n = node_begin_[id + 1] - node_begin_[id];
+    if (n == static_cast<int32_t>(f.nodes.size()) &&
+        std::equal(f.nodes.begin(), f.nodes.end(), nodes_.begin() + node_begin_[id]))
+      return id;
+  }
+  const int32_t id = static_cast<int32_t>(flags_.size());
   BRIOCHE_CHECK(flags_.size() < max_configs_, "grammar compile: more than ", max_configs_,
                 " distinct stack configurations (size budget: ", num_classes_,
                 " byte classes per table row); simplify the grammar");
@@ -61,8 +72,8 @@ int32_t FrontierDfa::intern(Frontier& f) {
   node_begin_.push_back(static_cast<int32_t>(nodes_.size()));
   flags_.push_back(static_cast<uint8_t>((f.nodes.empty() ? kDead : 0) | (f.escaped ? kEscaped : 0)));
   uint64_t bits[4] = {0, 0, 0, 0};
-  for (int32_t id : f.nodes) {
-    const AutomatonState& st = a_.states[arena_.node(id).state];
+  for (int32_t node : f.nodes) {
+    const AutomatonState& st = a_.states[arena_.node(node).state];
     for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) set_range(bits, a_.byte_edges[e].lo, a_.byte_edges[e].hi);
   }
   num_readable_.push_back(__builtin_popcountll(bits[0]) + __builtin_popcountll(bits[1]) +
@@ -70,10 +81,21 @@ int32_t FrontierDfa::intern(Frontier& f) {
   readable_begin_.push_back(-1);
   readable_size_.push_back(0);
   self_loop_.push_back({0, 0, 0, 0});
-  self_loop_done_.push_back(0);
+  not_self_loop_.push_back({0, 0, 0, 0});
   utf8_loop_.push_back(-1);
   table_.resize(table_.size() + num_classes_, -1);
-  return it->second;
+  config_hash_.push_back(h);
+  slots_[slot] = id;
+  if (flags_.size() * 2 > slots_.size()) {  // keep the load at most 1/2
+    slots_.assign(slots_.size() * 2, -1);
+    const size_t grown = slots_.size() - 1;
+    for (int32_t c = 0; c <= id; ++c) {
+      size_t s = config_hash_[c] & grown;
+      while (slots_[s] >= 0) s = (s + 1) & grown;
+      slots_[s] = c;
+    }
+  }
+  return id;
 }
 
 int32_t FrontierDfa::start(int32_t state) {
@@ -104,17 +126,20 @@ void FrontierDfa::compute_readable(int32_t c) {
   readable_size_[c] = static_cast<int32_t>(readable_pool_.size()) - readable_begin_[c];
 }
 
-void FrontierDfa::compute_self_loop(int32_t c) {
-  std::array<uint64_t, 4> bits{0, 0, 0, 0};
-  if (!dead(c)) {
-    const std::string bytes(readable_bytes(c));  // a copy: next() may grow the pool
-    for (char ch : bytes) {
-      const uint8_t b = static_cast<uint8_t>(ch);
-      if (next(c, b) == c) bits[b >> 6] |= 1ull << (b & 63);
+bool FrontierDfa::decide_loops(int32_t c, const uint64_t* bytes, int word_begin, int word_end) {
+  for (int w = word_begin; w < word_end; ++w)
+    if ((bytes[w] & not_self_loop_[c][w]) != 0) return false;
+  for (int w = word_begin; w < word_end; ++w) {
+    for (uint64_t todo = bytes[w] & ~self_loop_[c][w]; todo != 0; todo &= todo - 1) {
+      const int b = w * 64 + __builtin_ctzll(todo);
+      const uint64_t bit = 1ull << (b & 63);
+      // next() may grow the per-configuration tables: index them afterwards.
+      const bool loops = !dead(c) && next(c, static_cast<uint8_t>(b)) == c;
+      (loops ? self_loop_ : not_self_loop_)[c][w] |= bit;
+      if (!loops) return false;
     }
   }
-  self_loop_[c] = bits;
-  self_loop_done_[c] = 1;
+  return true;
 }
 
 namespace {

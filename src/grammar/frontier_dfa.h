@@ -15,7 +15,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "grammar/automaton.h"
@@ -62,12 +61,17 @@ class FrontierDfa {
   const StackArena& arena() const { return arena_; }
   // Bytes held (tables, interned keys, the stack arena), an estimate.
   size_t memory_bytes() const;
-  // Bytes b with next(c, b) == c, as 256 bits ([4] words): a token suffix
-  // made only of them leaves c unchanged (so alive, if c is). Computed on
-  // first use from c's readable bytes.
-  const uint64_t* self_loop_bytes(int32_t c) {
-    if (!self_loop_done_[c]) compute_self_loop(c);
-    return self_loop_[c].data();
+  // Whether next(c, b) == c for every byte b of `bytes` in its words
+  // [word_begin, word_end) (a 256-bit set, [4] words): a token suffix made
+  // only of such bytes leaves c unchanged (so alive, if c is; a dead c
+  // loops on nothing). Decided byte by byte on first need and remembered,
+  // stopping at the first byte that leaves c: most configurations loop on
+  // nothing, and computing all their transitions (a closure each) would
+  // cost more than the walks that ask.
+  bool loops_on(int32_t c, const uint64_t* bytes, int word_begin, int word_end) {
+    for (int w = word_begin; w < word_end; ++w)
+      if ((bytes[w] & ~self_loop_[c][w]) != 0) return decide_loops(c, bytes, word_begin, word_end);
+    return true;
   }
   // Every well-formed UTF-8 character from U+0080 up (surrogates included)
   // read from c comes back to c, with every configuration on the way alive
@@ -84,7 +88,7 @@ class FrontierDfa {
   int32_t compute(int32_t c, uint8_t byte);
   int32_t intern(Frontier& f);
   void compute_readable(int32_t c);
-  void compute_self_loop(int32_t c);
+  bool decide_loops(int32_t c, const uint64_t* bytes, int word_begin, int word_end);
   bool utf8_returns(int32_t home, int32_t c, int seq, int pos, std::vector<std::pair<int32_t, int>>& seen);
 
   const Automaton& a_;
@@ -100,12 +104,16 @@ class FrontierDfa {
   std::vector<int32_t> num_readable_;                    // per configuration
   std::vector<int32_t> readable_begin_, readable_size_;  // per configuration, into readable_pool_; -1 = not yet
   std::string readable_pool_;
-  std::vector<std::array<uint64_t, 4>> self_loop_;  // per configuration
-  std::vector<uint8_t> self_loop_done_;             // per configuration
-  std::vector<int8_t> utf8_loop_;                   // per configuration: -1 not yet, 0/1
-  std::unordered_map<std::string, int32_t> index_;  // configuration key -> id
+  // Per configuration, bytes known to loop (next(c, b) == c) and bytes
+  // known not to (loops_on decides them on first need).
+  std::vector<std::array<uint64_t, 4>> self_loop_, not_self_loop_;
+  std::vector<int8_t> utf8_loop_;  // per configuration: -1 not yet, 0/1
+  // Interned configurations: open addressing with linear probing over
+  // config ids (-1 empty), keyed by the hash of (sorted stacks, escaped);
+  // a probe compares against nodes_ in place, so no key is copied.
+  std::vector<int32_t> slots_;
+  std::vector<uint64_t> config_hash_;  // per configuration
   Frontier scratch_in_, scratch_out_;
-  std::string key_;
 };
 
 }  // namespace brioche::grammar

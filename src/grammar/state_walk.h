@@ -113,7 +113,7 @@ class StatePrecompute {
         // string): the whole subtree stays alive, so all of it is accepted
         // without reading it. Most of a wide state's walk ends here.
         if (node.rank_end - node.rank_begin - node.num_exact >= kMinBulkTokens &&
-            covered(bytes_below[edge.node], dfa_.self_loop_bytes(c), utf8_below[edge.node], c)) {
+            covered(bytes_below[edge.node], utf8_below[edge.node], c)) {
           work_ += static_cast<uint64_t>(node.rank_end - node.rank_begin - node.num_exact);
           for (int32_t r = node.rank_begin + node.num_exact; r < node.rank_end; ++r)
             if (long_enough(r)) accepted.push_back(sorted[r]);
@@ -159,9 +159,9 @@ class StatePrecompute {
   static constexpr int32_t kMinBulkTokens = 1;
   // Every token below stays alive in c: its ASCII bytes loop on c, and its
   // other bytes (if any) form whole characters that c loops on.
-  bool covered(const Vocabulary::ByteSet& below, const uint64_t* loop, uint8_t utf8_below, int32_t c) {
-    if (((below[0] & ~loop[0]) | (below[1] & ~loop[1])) != 0) return false;
-    if (((below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0) return true;
+  bool covered(const Vocabulary::ByteSet& below, uint8_t utf8_below, int32_t c) {
+    if (!dfa_.loops_on(c, below.data(), 0, 2)) return false;
+    if ((below[2] | below[3]) == 0 || dfa_.loops_on(c, below.data(), 2, 4)) return true;
     return utf8_below && dfa_.loops_on_utf8(c);
   }
 
