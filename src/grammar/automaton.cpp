@@ -6,6 +6,7 @@
 #include "grammar/automaton.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <unordered_map>
 
@@ -34,6 +35,9 @@ struct LocalState {
 struct Fragment {
   int32_t start, end;
 };
+
+// Most states (before merging) the layers of one length bound %{m,n} may take.
+constexpr int64_t kMaxLengthBoundStates = 150000;
 
 // The build's work counter: every unit is added here and the budget is
 // checked at once, so a grammar whose lowering is superlinear (long chains
@@ -102,6 +106,7 @@ class RuleBuilder {
           states[cur].bytes.push_back({c, c, n});
           cur = n;
         }
+        if (item_ends_ && !e.bytes.empty()) item_ends_->push_back(cur);
         return {s, cur};
       }
       case Expr::Kind::kCharClass: {
@@ -127,10 +132,14 @@ class RuleBuilder {
             }
           }
         }
+        if (item_ends_) item_ends_->push_back(t);
         return {s, t};
       }
       case Expr::Kind::kRuleRef: {
         if (inlined_[e.rule]) return build(g_.rules[e.rule].body);
+        if (item_ends_)
+          fail("grammar: a length bound %{m,n} counts classes and literals; found a call of rule '",
+               g_.rules[e.rule].name, "' inside it");
         int32_t s = new_state(), t = new_state();
         states[s].rules.push_back({e.rule, t});
         return {s, t};
@@ -160,7 +169,7 @@ class RuleBuilder {
         // tokens near the bound see the states they will meet.
         const int64_t window = limits_.counter_window;
         const int64_t from = std::max<int64_t>(2 * window, limits_.counter_from);
-        const bool can_count = window > 0 && current_loop_ < 0 && !can_be_empty(child, 0);
+        const bool can_count = window > 0 && current_loop_ < 0 && !item_ends_ && !can_be_empty(child, 0);
         int32_t s = new_state(), cur = s;
         int64_t required = e.min_repeat;
         if (can_count && required > from) {
@@ -193,6 +202,7 @@ class RuleBuilder {
         states[cur].eps.push_back(t);
         return {s, t};
       }
+      case Expr::Kind::kLengthBound: return length_bounded(e);
     }
     fail("grammar: unknown expression kind");
   }
@@ -228,7 +238,8 @@ class RuleBuilder {
       case Expr::Kind::kBytes: return e.bytes.empty();
       case Expr::Kind::kCharClass: return false;
       case Expr::Kind::kRuleRef: return !inlined_[e.rule] || can_be_empty(g_.rules[e.rule].body, depth + 1);
-      case Expr::Kind::kRepeat: return e.min_repeat == 0 || can_be_empty(e.children[0], depth + 1);
+      case Expr::Kind::kRepeat:
+      case Expr::Kind::kLengthBound: return e.min_repeat == 0 || can_be_empty(e.children[0], depth + 1);
       case Expr::Kind::kSequence:
         for (int32_t c : e.children)
           if (!can_be_empty(c, depth + 1)) return false;
@@ -241,8 +252,176 @@ class RuleBuilder {
     return true;
   }
 
-  int32_t current_loop_ = -1;  // the counted repetition being built, or -1
-  int32_t num_loops_ = 0;      // in this rule
+  // kLengthBound: the child's matches of lo..hi items, the product of its
+  // automaton and a count of items read. The child is built once per count
+  // (a layer; inner repetitions unrolled, so every layer has the same
+  // states), and the last byte of each item (a class or a literal) leads
+  // into the next layer's copy of the state after that item; the last
+  // layer reads no item, and states that can no longer end are dropped.
+  // With a window W (counted()) and hi - lo well above it, the counts
+  // lo .. hi - W - R - 1 are one layer read as a counted repetition (R: the
+  // most items a state of the child needs to end): each item's end there
+  // carries a counter edge (all in one loop: the count is kept while the
+  // stack moves between its states) back into that layer, or at the bound
+  // into W + R + 1 written-out layers. Masks ignore counts and stay exact:
+  // a token reads at most W items, so it cannot tell the counted layer from
+  // the written-out ones, and whatever state it ends in can still end.
+  // Not inlined into build(): that recursion runs once per expression level
+  // (up to kMaxExpressionDepth) and must keep a small frame.
+  [[gnu::noinline]] Fragment length_bounded(const Expr& e) {
+    if (item_ends_) fail("grammar: a length bound %{m,n} inside another one");
+    const int64_t lo = e.min_repeat, hi = e.max_repeat;
+    struct Layer {
+      Fragment f;
+      std::vector<int32_t> ends;  // per item, the state after it
+      int32_t first = 0, last = 0;
+    };
+    auto build_layer = [&] {
+      Layer l;
+      l.first = used_;
+      item_ends_ = &l.ends;
+      l.f = build(e.children[0]);
+      item_ends_ = nullptr;
+      l.last = used_;
+      return l;
+    };
+    // A probe layer (dropped again) gives the size of one and the most items
+    // any of its states needs to reach the end (`reach`).
+    const Layer probe = build_layer();
+    const int32_t layer_states = probe.last - probe.first;
+    const int64_t reach = items_to_end(probe);
+    used_ = probe.first;
+    // Counted when far apart: the written-out layers then cover a token's
+    // items (W) and, after them, the items any state still needs to end
+    // (reach): from a counted state a token can only reach states that can
+    // still end, as the masks (which ignore counts) assume.
+    const int64_t window = limits_.counter_window, written = window + reach;
+    const bool counted_layer = window > 0 && current_loop_ < 0 && hi >= 0 &&
+                               hi - lo > std::max<int64_t>(2 * window, limits_.counter_from) + reach;
+    // Layers 0..before-1 hold the counts 0..before-1; then the counted
+    // layer (counts lo .. hi - written - 1) and the written-out ones
+    // (hi - written .. hi).
+    const int64_t before = counted_layer ? lo : hi >= 0 ? hi + 1 : lo + 1;
+    const int64_t after = counted_layer ? written + 1 : 0;
+    // Its own budget, below the automaton's: the mask compiler walks every
+    // layer, and a large class (Unicode \\w: ~700 ranges) in a pattern of
+    // hundreds of layers made compiles of seconds.
+    const int64_t total = static_cast<int64_t>(layer_states) * (before + after + 1);
+    const int64_t budget = std::min<int64_t>(kMaxLengthBoundStates, static_cast<int64_t>(limits_.max_states));
+    BRIOCHE_CHECK(total < budget, "grammar too large: a length bound %{", lo, ",", hi, "} over ", layer_states,
+                  " states needs about ", total, " automaton states (its budget: ", budget, ")");
+    std::vector<Layer> layers;
+    auto add_layer = [&] {
+      layers.push_back(build_layer());
+      BRIOCHE_CHECK(
+          layers.back().last - layers.back().first == layer_states && layers.back().ends.size() == probe.ends.size(),
+          "grammar: layers of a length bound differ");
+    };
+    const int32_t loop = counted_layer ? num_loops_++ : -1;
+    for (int64_t k = 0; k < before; ++k) add_layer();
+    if (counted_layer) {
+      current_loop_ = loop;
+      add_layer();
+      current_loop_ = -1;
+    }
+    for (int64_t k = 0; k < after; ++k) add_layer();
+    const int32_t far = counted_layer ? static_cast<int32_t>(before) : -1;
+    const int32_t n = static_cast<int32_t>(layers.size());
+    const size_t items = layers[0].ends.size();
+    const int32_t start = new_state(), end = new_state();
+    states[start].eps.push_back(layers[0].f.start);
+    // Where an item read in layer k leads: the next layer (or the counted
+    // one's own copy through a counter edge), or nowhere (-1).
+    std::vector<int32_t> counter_end(items, -1);
+    if (counted_layer) {
+      current_loop_ = loop;
+      for (size_t i = 0; i < items; ++i) {
+        counter_end[i] = new_state();
+        states[counter_end[i]].counter =
+            LocalCounter{layers[far].ends[i], layers[far + 1].ends[i], static_cast<int32_t>(hi - lo - written)};
+      }
+      current_loop_ = -1;
+    }
+    auto next = [&](int32_t k, size_t i) -> int32_t {
+      if (k == far) return counter_end[i];
+      if (k + 1 < n) return layers[k + 1].ends[i];
+      return hi < 0 ? layers[k].ends[i] : -1;  // no upper bound: the last layer loops
+    };
+    std::vector<int32_t> item_of;
+    for (int32_t k = 0; k < n; ++k) {
+      Layer& l = layers[k];
+      item_of.assign(static_cast<size_t>(l.last - l.first), -1);
+      for (size_t i = 0; i < items; ++i) item_of[l.ends[i] - l.first] = static_cast<int32_t>(i);
+      for (int32_t s = l.first; s < l.last; ++s)
+        for (ByteEdge& b : states[s].bytes)
+          if (b.target >= l.first && b.target < l.last && item_of[b.target - l.first] >= 0)
+            b.target = next(k, static_cast<size_t>(item_of[b.target - l.first]));
+      const bool accepts = k == far || k >= before || k >= lo;
+      if (accepts) states[l.f.end].eps.push_back(end);
+    }
+    // Drop what cannot reach the end (edges to -1, the last layer's items).
+    const int32_t first = layers[0].first, last = used_;
+    std::vector<char> alive(static_cast<size_t>(last - first), 0);
+    auto is_alive = [&](int32_t t) { return t >= 0 && (t < first || alive[t - first]); };
+    alive[end - first] = 1;
+    for (bool changed = true; changed;) {
+      changed = false;
+      work_.add_steps(static_cast<uint64_t>(last - first));
+      for (int32_t s = last - 1; s >= first; --s) {
+        if (alive[s - first]) continue;
+        const LocalState& st = states[s];
+        bool a = st.counter.loop_target >= 0 && (is_alive(st.counter.loop_target) || is_alive(st.counter.exit_target));
+        for (int32_t t : st.eps) a = a || is_alive(t);
+        for (const ByteEdge& b : st.bytes) a = a || is_alive(b.target);
+        if (a) alive[s - first] = changed = 1;
+      }
+    }
+    for (int32_t s = first; s < last; ++s) {
+      LocalState& st = states[s];
+      std::erase_if(st.eps, [&](int32_t t) { return !is_alive(t); });
+      std::erase_if(st.bytes, [&](const ByteEdge& b) { return !is_alive(b.target); });
+    }
+    return {start, end};
+  }
+
+  // The most items any state of a layer must still read to reach its end
+  // (states that cannot reach it left out): a 0-1 breadth-first search
+  // backwards from the end, an edge into an item's end costing one.
+  template <typename Layer>
+  int64_t items_to_end(const Layer& l) {
+    const int32_t n = l.last - l.first;
+    std::vector<char> item_end(static_cast<size_t>(n), 0);
+    for (int32_t t : l.ends) item_end[t - l.first] = 1;
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> preds(static_cast<size_t>(n));  // (source, cost)
+    for (int32_t s = l.first; s < l.last; ++s) {
+      for (int32_t t : states[s].eps)
+        if (t >= l.first && t < l.last) preds[t - l.first].push_back({s - l.first, 0});
+      for (const ByteEdge& b : states[s].bytes)
+        if (b.target >= l.first && b.target < l.last)
+          preds[b.target - l.first].push_back({s - l.first, item_end[b.target - l.first]});
+    }
+    work_.add_steps(static_cast<uint64_t>(n));
+    std::vector<int64_t> dist(static_cast<size_t>(n), INT64_MAX);
+    std::deque<int32_t> queue{l.f.end - l.first};
+    dist[l.f.end - l.first] = 0;
+    while (!queue.empty()) {
+      const int32_t t = queue.front();
+      queue.pop_front();
+      for (auto [s, cost] : preds[t])
+        if (dist[t] + cost < dist[s]) {
+          dist[s] = dist[t] + cost;
+          cost ? queue.push_back(s) : queue.push_front(s);
+        }
+    }
+    int64_t most = 0;
+    for (int64_t d : dist)
+      if (d != INT64_MAX) most = std::max(most, d);
+    return most;
+  }
+
+  std::vector<int32_t>* item_ends_ = nullptr;  // inside a length bound: the end of each item built
+  int32_t current_loop_ = -1;                  // the counted repetition being built, or -1
+  int32_t num_loops_ = 0;                      // in this rule
   const Grammar& g_;
   const AutomatonLimits& limits_;
   const std::vector<char>& inlined_;

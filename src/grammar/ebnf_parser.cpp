@@ -205,7 +205,10 @@ class EbnfParser {
       } else if (c == '?') {
         ++pos_;
         item = g_.repeat(item, 0, 1);
-      } else if (c == '{') {
+      } else if (c == '{' || (c == '%' && pos_ + 1 < text_.size() && text_[pos_ + 1] == '{')) {
+        // {m,n}: a repetition; %{m,n}: the item's matches of m..n characters (Expr::Kind::kLengthBound).
+        const bool length = c == '%';
+        if (length) ++pos_;
         size_t at = pos_++;
         skip_space();
         int64_t lo = parse_int(at);
@@ -227,7 +230,8 @@ class EbnfParser {
         expect('}');
         if (hi >= 0 && hi < lo) error("a repetition {m,n} with m <= n", at);
         if (lo > kMaxRepeatCount || hi > kMaxRepeatCount) error("a repetition count at most 2147483647", at);
-        item = g_.repeat(item, static_cast<int32_t>(lo), static_cast<int32_t>(hi));
+        item = length ? g_.length_bound(item, static_cast<int32_t>(lo), static_cast<int32_t>(hi))
+                      : g_.repeat(item, static_cast<int32_t>(lo), static_cast<int32_t>(hi));
       } else {
         return item;
       }

@@ -65,6 +65,16 @@ int32_t Grammar::repeat(int32_t child, int32_t min_repeat, int32_t max_repeat) {
   e.max_repeat = max_repeat;
   return add(std::move(e));
 }
+int32_t Grammar::length_bound(int32_t child, int32_t min_items, int32_t max_items) {
+  BRIOCHE_CHECK(max_items < 0 || max_items >= min_items, "grammar: length bound %{", min_items, ",", max_items,
+                "} has max < min");
+  Expr e;
+  e.kind = Expr::Kind::kLengthBound;
+  e.children = {child};
+  e.min_repeat = min_items;
+  e.max_repeat = max_items;
+  return add(std::move(e));
+}
 int32_t Grammar::add_rule(std::string name) {
   rules.push_back(Rule{std::move(name), -1, -1});
   return static_cast<int32_t>(rules.size() - 1);
@@ -141,9 +151,11 @@ void print_expr(const Grammar& g, int32_t id, std::string& out) {
       break;
     }
     case Expr::Kind::kRepeat:
+    case Expr::Kind::kLengthBound:
       out += '(';
       print_expr(g, e.children[0], out);
       out += ')';
+      if (e.kind == Expr::Kind::kLengthBound) out += '%';
       if (e.max_repeat < 0)
         out += "{" + std::to_string(e.min_repeat) + ",}";
       else

@@ -42,14 +42,19 @@ struct Expr {
     kSequence,   // children in order
     kChoice,     // any one child
     kRepeat,     // child repeated min..max times (max < 0: unbounded)
+    // child's matches that read min..max items (max < 0: unbounded), an
+    // item being one character class or one literal matched: one count over
+    // the whole child, e.g. a pattern's characters under maxLength
+    // (EBNF `(child)%{m,n}`; lowered in automaton.cpp as child x counter)
+    kLengthBound,
   };
   Kind kind = Kind::kEmpty;
   std::string bytes;                                  // kBytes
   std::vector<std::pair<uint32_t, uint32_t>> ranges;  // kCharClass, inclusive codepoints
   bool negated = false;                               // kCharClass
   int32_t rule = -1;                                  // kRuleRef
-  std::vector<int32_t> children;                      // kSequence, kChoice, kRepeat (1 child)
-  int32_t min_repeat = 0, max_repeat = -1;            // kRepeat
+  std::vector<int32_t> children;                      // kSequence, kChoice, kRepeat, kLengthBound (1 child)
+  int32_t min_repeat = 0, max_repeat = -1;            // kRepeat, kLengthBound
   int32_t depth = 1;  // 1 + the deepest child (set by Grammar::add; <= kMaxExpressionDepth)
 };
 
@@ -113,6 +118,7 @@ class Grammar {
   int32_t sequence(std::vector<int32_t> children);
   int32_t choice(std::vector<int32_t> children);
   int32_t repeat(int32_t child, int32_t min_repeat, int32_t max_repeat);
+  int32_t length_bound(int32_t child, int32_t min_items, int32_t max_items);
   int32_t add_rule(std::string name);                // body left unset
   int32_t find_rule(const std::string& name) const;  // -1 if absent
 };

@@ -240,7 +240,7 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
                   "a context-free grammar cannot enforce it here; expected only the keywords listed in "
                   "docs/grammar.md (remove it or rewrite the schema without it)");
   // uniqueItems: true constrains arrays only. A schema whose types exclude
-  // arrays ignores it; a plain array of a few enum/const/boolean values
+  // arrays, or whose maxItems is at most 1, ignores it; a plain array of a few enum/const/boolean values
   // writes its items as a set (visit_array); anything else is refused, or
   // dropped with SchemaOptions::unique_items_approximate.
   if (s.contains("uniqueItems") && s["uniqueItems"] != false) {
@@ -250,7 +250,9 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
     const bool types_exclude_arrays =
         s.contains("type") && !(s["type"] == "array") &&
         !(s["type"].is_array() && std::find(s["type"].begin(), s["type"].end(), Json("array")) != s["type"].end());
-    if (types_exclude_arrays || (!unique_item_domain(s, domain, why) && opt_.unique_items_approximate)) {
+    // With maxItems 0 or 1 no two items can be equal: the keyword holds always.
+    const bool at_most_one = s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() <= 1;
+    if (types_exclude_arrays || at_most_one || (!unique_item_domain(s, domain, why) && opt_.unique_items_approximate)) {
       Json rest = s;
       rest.erase("uniqueItems");
       return visit(rest, ptr, hint);

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/regex_scan.h"
 #include "grammar/unicode_categories.h"
 #include "grammar/utf8.h"
 
@@ -64,6 +65,35 @@ const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const Ranges kSpace = {{'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
                        {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 const Ranges kJsonForbidden = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+// Python's str.isspace, what `jsonschema` (Python's re) reads \s as.
+const Ranges kPythonSpace = {{'\t', '\r'},     {0x1C, ' '},      {0x85, 0x85},     {0xA0, 0xA0},     {0x1680, 0x1680},
+                             {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
+
+Ranges category(const char* name) {
+  Ranges r;
+  unicode_category_ranges(name, r);
+  return r;
+}
+
+// A character as a JSON string writes it where it must be escaped: the
+// short escape where JSON has one, else \u with lowercase hex (what
+// Python's json.dumps and most writers produce).
+std::string json_escaped(uint32_t cp) {
+  switch (cp) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    case '\b': return "\\b";
+    case '\f': return "\\f";
+    default: {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      return buf;
+    }
+  }
+}
 
 std::string class_text(const Ranges& r) {
   auto cp_text = [](uint32_t cp) {
@@ -94,11 +124,7 @@ int regex_group_depth(const std::string& p) {
     if (p[i] == '\\') {
       ++i;
     } else if (p[i] == '[') {
-      ++i;
-      if (i < p.size() && p[i] == '^') ++i;
-      if (i < p.size() && p[i] == ']') ++i;  // a leading ']' is a literal
-      for (; i < p.size() && p[i] != ']'; ++i)
-        if (p[i] == '\\') ++i;
+      i = regex_class_end(p, i);
     } else if (p[i] == '(') {
       deepest = std::max(deepest, ++depth);
     } else if (p[i] == ')' && depth > 0) {
@@ -126,7 +152,9 @@ class RegexParser {
   const std::string& p_;
   bool json_;
   size_t pos_ = 0;
-  int nesting_ = 0;  // groups open around pos_
+  int nesting_ = 0;        // groups open around pos_
+  bool at_start_ = true;   // no character can have been read before pos_
+  int start_anchors_ = 0;  // '^' met where nothing can have been read (always true: dropped)
 
   [[noreturn]] void error(const std::string& expected) const {
     fail("regex: at offset ", pos_, " of /", pattern_excerpt(p_), "/: expected ", expected, ", found ",
@@ -148,16 +176,30 @@ class RegexParser {
 
   std::string parse_concat() {
     std::string out;
+    const bool from_start = at_start_;  // nothing can be read before this branch
     while (pos_ < p_.size() && !peek('|') && !peek(')')) {
       if (peek('$') && (pos_ + 1 == p_.size() || p_[pos_ + 1] == ')' || p_[pos_ + 1] == '|')) {
         ++pos_;  // end anchor: the whole pattern matches anyway
         continue;
       }
-      if (peek('^')) error("'^' only at the start of the pattern");
+      if (peek('^')) {
+        // An anchor where nothing can have been read yet (`^(^arn:...)$`) always holds.
+        if (!out.empty() || !from_start) error("'^' only at the start of the pattern");
+        ++pos_;
+        ++start_anchors_;
+        continue;
+      }
+      at_start_ = from_start && out.empty();  // a group opened here starts at the start too
+      const int anchors = start_anchors_;
       std::string atom = parse_atom();
-      atom = parse_quantifier(atom);
+      const std::string quantified = parse_quantifier(atom);
+      // A second round of a repeated group would start elsewhere: its '^' would not hold.
+      if (quantified != atom && start_anchors_ != anchors) error("'^' only at the start of the pattern");
+      atom = quantified;
+      at_start_ = false;
       out += (out.empty() ? "" : " ") + atom;
     }
+    at_start_ = from_start;  // for the next branch of the same alternation
     return out.empty() ? "\"\"" : "(" + out + ")";
   }
 
@@ -220,13 +262,16 @@ class RegexParser {
   bool parse_escape(Ranges& cls, uint32_t& cp) {
     if (pos_ >= p_.size()) error("an escape after '\\'");
     char e = p_[pos_++];
+    // A JSON-schema pattern reads \d \w \s as its validators do (Python's
+    // re, also Rust's regex: Unicode digits Nd, letters and numbers L N and
+    // '_', Python's whitespace); a plain regex as ECMA-262 and xgrammar do.
     switch (e) {
-      case 'd': cls = kDigit; return true;
-      case 'D': cls = complement(kDigit); return true;
-      case 'w': cls = kWord; return true;
-      case 'W': cls = complement(kWord); return true;
-      case 's': cls = kSpace; return true;
-      case 'S': cls = complement(kSpace); return true;
+      case 'd': cls = json_ ? category("Nd") : kDigit; return true;
+      case 'D': cls = complement(json_ ? category("Nd") : kDigit); return true;
+      case 'w': cls = json_ ? word() : kWord; return true;
+      case 'W': cls = complement(json_ ? word() : kWord); return true;
+      case 's': cls = json_ ? kPythonSpace : kSpace; return true;
+      case 'S': cls = complement(json_ ? kPythonSpace : kSpace); return true;
       case 'n': cp = '\n'; return false;
       case 'r': cp = '\r'; return false;
       case 't': cp = '\t'; return false;
@@ -286,31 +331,33 @@ class RegexParser {
     return cp;
   }
 
+  static Ranges word() {
+    Ranges r = category("L"), n = category("N");
+    r.insert(r.end(), n.begin(), n.end());
+    r.emplace_back('_', '_');
+    return normalize(r);
+  }
+
+  // Inside a JSON string a character JSON must escape ('"', '\\',
+  // U+0000..U+001F) is offered as its escape (json_escaped), one literal
+  // each: one character, as length bounds count them (`%{m,n}`).
   std::string class_expr(Ranges r) {
-    if (json_) r = subtract(r, kJsonForbidden);
     r = normalize(r);
     if (r.empty()) error("a character class that matches something");
-    return class_text(r);
+    if (!json_) return class_text(r);
+    const Ranges raw = subtract(r, kJsonForbidden);
+    std::string out = raw.empty() ? "" : class_text(raw);
+    for (auto [lo, hi] : subtract(r, complement(kJsonForbidden)))
+      for (uint32_t cp = lo; cp <= hi; ++cp) out += (out.empty() ? "" : " | ") + ebnf_quote(json_escaped(cp));
+    return raw == r ? out : "(" + out + ")";
   }
 
   std::string literal_expr(uint32_t cp) {
     std::string s;
-    if (json_ && (cp < 0x20 || cp == '"' || cp == '\\')) {
-      // Written as the JSON escape of the character.
-      char buf[8];
-      switch (cp) {
-        case '"': s = "\\\""; break;
-        case '\\': s = "\\\\"; break;
-        case '\n': s = "\\n"; break;
-        case '\r': s = "\\r"; break;
-        case '\t': s = "\\t"; break;
-        case '\b': s = "\\b"; break;
-        case '\f': s = "\\f"; break;
-        default: std::snprintf(buf, sizeof buf, "\\u%04x", cp); s = buf;
-      }
-    } else {
+    if (json_ && (cp < 0x20 || cp == '"' || cp == '\\'))
+      s = json_escaped(cp);  // written as the JSON escape of the character
+    else
       append_utf8(s, cp);
-    }
     return ebnf_quote(s);
   }
 
@@ -344,7 +391,9 @@ class RegexParser {
     if (c == '[') return parse_class();
     if (c == '.') {
       ++pos_;
-      return class_expr({{0, 0x10FFFF}});
+      // Any character; in a JSON-schema pattern any but a newline, as
+      // validators read it (ECMA-262 and Python without the dotall flag).
+      return class_expr(json_ ? complement({{'\n', '\n'}}) : Ranges{{0, 0x10FFFF}});
     }
     if (c == '\\') {
       ++pos_;

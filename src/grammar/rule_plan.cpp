@@ -87,7 +87,8 @@ RulePlan plan_rules(const Grammar& g, const AutomatonLimits& limits, int32_t num
       case Expr::Kind::kBytes: return static_cast<int64_t>(e.bytes.size());
       case Expr::Kind::kCharClass: return 4;
       case Expr::Kind::kRuleRef: return plan.inlined[e.rule] ? size[e.rule] : 1;
-      case Expr::Kind::kRepeat: {
+      case Expr::Kind::kRepeat:
+      case Expr::Kind::kLengthBound: {  // a layer per count (automaton.cpp)
         int64_t copies = e.max_repeat < 0 ? e.min_repeat + 1 : std::max(e.max_repeat, 1);
         return std::min<int64_t>(expr_size(e.children[0]) * copies + 1, int64_t(1) << 40);
       }

@@ -156,7 +156,11 @@ class SchemaConverter {
 
   // schema_strings.cpp
   static std::string search_pattern(const std::string& p);
-  std::string length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr);
+  // The pattern's strings of lo..hi characters as a regex of one-character
+  // atoms, or nullopt when the pattern is not of that shape.
+  std::optional<std::string> length_bounded_atoms(const std::string& pattern, int64_t lo, int64_t hi,
+                                                  const std::string& ptr);
+  std::string pattern_ebnf(const std::string& regex, const std::string& ptr);  // inside a JSON string
   std::string visit_string(const Json& s, const std::string& ptr, const std::string& hint);
 
   // schema_arrays.cpp

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "grammar/regex_scan.h"
 #include "grammar/schema_converter.h"
 #include "grammar/utf8.h"
 
@@ -21,12 +22,15 @@ bool format_is_defined(const std::string& f) {
 
 }  // namespace
 
-// pattern + minLength/maxLength, exact when the pattern is a sequence of
-// one-character atoms (a class, an escape like \d, '.', or a literal
-// character), each maybe repeated, with at most one whose count varies
-// (`^[a-z][a-z0-9-]*$`, `\d{3,}`, `^arn:` + any rest): the length bounds
-// then bound that atom's count. Several varying atoms are exact only when
-// the pattern's lengths all fit the bounds. Other patterns: a named error.
+// pattern + minLength/maxLength, two ways, both exact. The cheap one, when
+// the pattern is a sequence of one-character atoms (a class, an escape like
+// \d, '.', or a literal character), each maybe repeated, with at most one
+// whose count varies (`^[a-z][a-z0-9-]*$`, `\d{3,}`, `^arn:` + any rest),
+// or with every length of the pattern inside the bounds: the bounds go to
+// that atom's count (length_bounded_atoms). Any other pattern: one count of
+// characters over the whole pattern, `(pattern)%{lo,hi}` (Expr::Kind::
+// kLengthBound: the product of the pattern's automaton and a counter; every
+// class and literal the JSON-string regex writes is one character).
 // JSON Schema's `pattern` is an ECMA-262 search, not a full match: an end
 // the pattern does not anchor (^, $) may hold any characters. (^https?://
 // admits "https://example.com", not only the prefix itself.) Each branch of
@@ -41,11 +45,7 @@ std::string SchemaConverter::search_pattern(const std::string& p) {
     if (p[i] == '\\') {
       ++i;
     } else if (p[i] == '[') {
-      ++i;
-      if (i < p.size() && p[i] == '^') ++i;
-      if (i < p.size() && p[i] == ']') ++i;  // a leading ']' is a literal
-      for (; i < p.size() && p[i] != ']'; ++i)
-        if (p[i] == '\\') ++i;
+      i = regex_class_end(p, i);
     } else if (p[i] == '(') {
       ++depth;
     } else if (p[i] == ')') {
@@ -69,15 +69,8 @@ std::string SchemaConverter::search_pattern(const std::string& p) {
   return "^(?:" + out + ")$";
 }
 
-std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, int64_t lo, int64_t hi,
-                                                    const std::string& ptr) {
-  auto fail_combination = [&] {
-    unsupported(hi >= 0 ? "maxLength" : "minLength", ptr,
-                "pattern combined with minLength/maxLength is implemented for a sequence of one-character atoms "
-                "(classes, escapes like \\d, '.', literal characters), each maybe repeated, with at most one "
-                "repetition the pattern leaves unbounded (like ^[a-z][a-z0-9-]*$); found '" +
-                    pattern + "'");
-  };
+std::optional<std::string> SchemaConverter::length_bounded_atoms(const std::string& pattern, int64_t lo, int64_t hi,
+                                                                 const std::string& ptr) {
   // An atom matches exactly one character; `min`..`max` repetitions (max < 0: unbounded).
   struct Atom {
     std::string text;
@@ -102,15 +95,15 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
     if (c == '[') {
       size_t k = i + 1;
       if (k < p.size() && p[k] == '^') ++k;
-      if (k < p.size() && p[k] == ']') fail_combination();  // [] and [^]: ECMA's empty and any class
+      if (k < p.size() && p[k] == ']') return std::nullopt;  // [] and [^]: ECMA's empty and any class
       for (; k < p.size() && p[k] != ']'; ++k) {
-        if (p[k] == '[') fail_combination();
+        if (p[k] == '[') return std::nullopt;
         if (p[k] == '\\') ++k;
       }
-      if (k >= p.size()) fail_combination();
+      if (k >= p.size()) return std::nullopt;
       end = k + 1;
     } else if (c == '\\') {
-      if (i + 1 >= p.size()) fail_combination();
+      if (i + 1 >= p.size()) return std::nullopt;
       const char e = p[i + 1];
       if ((e == 'p' || e == 'P') && i + 2 < p.size() && p[i + 2] == '{' && p.find('}', i) != std::string::npos)
         end = p.find('}', i) + 1;  // a Unicode general category: one character
@@ -121,13 +114,13 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
       else if (std::string("dDwWsSntrfv.-\\/[](){}*+?^$|").find(e) != std::string::npos)
         end = i + 2;
       else
-        fail_combination();  // \b, back-references, ...: not one character
+        return std::nullopt;  // \b, back-references, ...: not one character
     } else if (std::string("()|*+?{}^$").find(c) != std::string::npos) {
-      fail_combination();
+      return std::nullopt;
     } else {
       uint32_t cp;
       const size_t len = decode_utf8(p, i, &cp);
-      if (len == 0) fail_combination();
+      if (len == 0) return std::nullopt;
       end = i + len;
     }
     Atom atom{p.substr(i, end - i)};
@@ -138,18 +131,18 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
       ++i;
     } else if (i < p.size() && p[i] == '{') {
       const size_t close = p.find('}', i);
-      if (close == std::string::npos) fail_combination();
+      if (close == std::string::npos) return std::nullopt;
       const std::string inner = p.substr(i + 1, close - i - 1);
       const size_t comma = inner.find(',');
-      auto number = [&](const std::string& t) -> int64_t {
-        if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) fail_combination();
+      auto number = [&](const std::string& t) -> int64_t {  // -2: not a count
+        if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) return -2;
         return std::stoll(t);
       };
       atom.min = number(comma == std::string::npos ? inner : inner.substr(0, comma));
       atom.max = comma == std::string::npos  ? atom.min
                  : comma + 1 == inner.size() ? -1
                                              : number(inner.substr(comma + 1));
-      if (atom.max >= 0 && atom.max < atom.min) fail_combination();
+      if (atom.min < 0 || atom.max == -2 || (atom.max >= 0 && atom.max < atom.min)) return std::nullopt;
       i = close + 1;
     }
     if (i < p.size() && p[i] == '?') ++i;  // a lazy quantifier matches the same strings
@@ -204,7 +197,7 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
     int64_t longest = 0;
     for (const Atom& a : atoms) longest = a.max < 0 || longest < 0 ? -1 : longest + a.max;
     if (varying.empty() && (fixed < lo || (hi >= 0 && fixed > hi))) none_fits();
-    if (fixed < lo || (hi >= 0 && (longest < 0 || longest > hi))) fail_combination();
+    if (fixed < lo || (hi >= 0 && (longest < 0 || longest > hi))) return std::nullopt;
   }
   std::string out = "^";
   for (const Atom& a : atoms) {
@@ -213,6 +206,14 @@ std::string SchemaConverter::length_bounded_pattern(const std::string& pattern, 
     out += "{" + std::to_string(a.min) + "," + (a.max >= 0 ? std::to_string(a.max) : "") + "}";
   }
   return out + "$";
+}
+
+std::string SchemaConverter::pattern_ebnf(const std::string& pattern, const std::string& ptr) {
+  try {
+    return regex_to_ebnf_expr(pattern, /*inside_json_string=*/true);
+  } catch (const Error& e) {
+    unsupported("pattern", ptr, e.what());
+  }
 }
 
 std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
@@ -250,17 +251,15 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
     if (s.contains("minLength") || s.contains("maxLength")) {
       int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
       if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
-      pattern = length_bounded_pattern(pattern, lo, hi, ptr);
-    } else {
-      pattern = search_pattern(pattern);
+      if (std::optional<std::string> atoms = length_bounded_atoms(pattern, lo, hi, ptr))
+        return string_rule(hint + "_pattern", pattern_ebnf(*atoms, ptr));
+      if (lo > kMaxRepeatCount || hi > kMaxRepeatCount)
+        unsupported(lo > kMaxRepeatCount ? "minLength" : "maxLength", ptr,
+                    "expected a length bound of at most 2147483647, found " + std::to_string(std::max(lo, hi)));
+      const std::string bound = "%{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
+      return string_rule(hint + "_pattern", "(" + pattern_ebnf(search_pattern(pattern), ptr) + ")" + bound);
     }
-    std::string body;
-    try {
-      body = regex_to_ebnf_expr(pattern, /*inside_json_string=*/true);
-    } catch (const Error& e) {
-      unsupported("pattern", ptr, e.what());
-    }
-    return string_rule(hint + "_pattern", body);
+    return string_rule(hint + "_pattern", pattern_ebnf(search_pattern(pattern), ptr));
   }
   if (s.contains("minLength") || s.contains("maxLength")) {
     int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);

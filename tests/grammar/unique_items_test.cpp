@@ -52,6 +52,19 @@ TEST(UniqueItems, UnenforceableIsRefusedWithItsPointer) {
   EXPECT_EQ(refusal({{"type", "array"}, {"uniqueItems", false}}), "");
 }
 
+// With maxItems 0 or 1 no two items can be equal: exact with no set at all,
+// in strict requests too (verdicts: jsonschema 4.26, Draft 2020-12).
+TEST(UniqueItems, AtMostOneItemIsAlwaysUnique) {
+  const nlohmann::ordered_json one = {
+      {"type", "array"}, {"items", {{"type", "string"}}}, {"uniqueItems", true}, {"maxItems", 1}};
+  const SchemaOptions exact{.any_whitespace = false, .unique_items_approximate = false};
+  EXPECT_TRUE(accepts(one, exact, "[]"));
+  EXPECT_TRUE(accepts(one, exact, R"(["a"])"));
+  EXPECT_FALSE(accepts(one, exact, R"(["a", "a"])"));
+  EXPECT_FALSE(accepts(one, exact, R"(["a", "b"])"));
+  EXPECT_FALSE(accepts(one, exact, "[1]"));
+}
+
 TEST(UniqueItems, ApproximateDropsItWhereNotEnforceable) {
   const nlohmann::ordered_json strings = {{"type", "array"}, {"items", {{"type", "string"}}}, {"uniqueItems", true}};
   const SchemaOptions approximate{.any_whitespace = false, .unique_items_approximate = true};
