@@ -5,7 +5,9 @@
 //   - the LoRA factor gradients dA += gᵀ·x ([16, 576]) and dB += dyᵀ·u
 //     ([1536, 16]) of gate_proj, on the active instruction set and on AVX2 (the
 //     one-output-row-per-task loop the AVX-512 blocks replaced),
-//   - the input gradient dx = dy·W through a Q4_1 gate_proj ([1536, 576]),
+//   - the input gradient dx = dy·W through a Q4_1 gate_proj ([1536, 576]):
+//     AMX with W's tiles made per call, made once, or W decoded to f32 first,
+//     and the f32 panels,
 //   - the training attention forward and backward over the two sequences.
 //   build/<dir>/bench/train_ops_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -13,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/amx_gemm.h"
 #include "backend/cpu/attention_backward.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/linear_backward.h"
@@ -81,17 +84,49 @@ void BM_LoraGradB(benchmark::State& state) {
 }
 BENCHMARK(BM_LoraGradB)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
-// dx[rows, 576] = dy[rows, 1536]·W, W Q4_1 [1536, 576] (arg 1: AMX off, the f32 AVX-512 panels)
+// dx[rows, 576] = dy[rows, 1536]·W, W Q4_1 [1536, 576]. arg 0: AMX, W decoded
+// into tiles per call; 1: AMX off, the f32 AVX-512 panels; 2: AMX through
+// tiles made once (ops/amx_weight_tiles.h, what training runs); 3: AMX, W
+// decoded to f32 and packed from there per call (the path before 2).
 void BM_InputGradQ4_1(benchmark::State& state) {
   one_thread();
-  if (state.range(0) == 1 && cpu::amx_bf16_available()) cpu::set_amx_override(false);
+  const int64_t variant = state.range(0);
+  if (variant != 1 && !cpu::amx_bf16_available()) {
+    state.SkipWithError("no AMX bf16 on this CPU");
+    return;
+  }
+  if (variant == 1 && cpu::amx_bf16_available()) cpu::set_amx_override(false);
   Tensor wf = Tensor::zeros(DType::F32, {kInter, kHidden});
   auto w = random_floats(size_t(kInter * kHidden), 5, 0.05f);
   std::copy(w.begin(), w.end(), wf.data_as<float>());
   Tensor wq = ops::convert(wf, DType::Q4_1);
   auto dy = random_floats(size_t(kRows * kInter), 6);
-  std::vector<float> dx(size_t(kRows * kHidden));
-  for (auto _ : state)
+  std::vector<float> dx(size_t(kRows * kHidden)), decoded(size_t(kInter * kHidden));
+  const backend::cpu::AmxWeight shape{.wtype = DType::Q4_1,
+                                      .w = wq.data(),
+                                      .w_row_bytes = size_t(wq.stride(0)),
+                                      .m = kInter,
+                                      .k = kHidden,
+                                      .product = backend::cpu::AmxWeightProduct::InputGrad};
+  std::vector<uint16_t> tiles(variant == 2 ? backend::cpu::amx_weight_tiles_size(shape) : 0);
+  if (variant == 2) backend::cpu::amx_pack_weight(shape, tiles.data());
+  for (auto _ : state) {
+    if (variant == 3) {
+      for (int64_t r = 0; r < kInter; ++r)
+        ops::dequantize_row(DType::Q4_1, wq.row_ptr(r), decoded.data() + r * kHidden, kHidden);
+      backend::cpu::amx_gemm({.a = dy.data(),
+                              .lda = kInter,
+                              .b = decoded.data(),
+                              .ldb = kHidden,
+                              .out = dx.data(),
+                              .ldo = kHidden,
+                              .rows = kRows,
+                              .width = kHidden,
+                              .T = kInter,
+                              .accumulate = false,
+                              .split = false});
+      continue;
+    }
     backend::cpu::matmul_input_grad({.dy = dy.data(),
                                      .wtype = DType::Q4_1,
                                      .w = wq.data(),
@@ -102,12 +137,14 @@ void BM_InputGradQ4_1(benchmark::State& state) {
                                      .n = kRows,
                                      .m = kInter,
                                      .k = kHidden,
-                                     .accumulate = false});
+                                     .accumulate = false,
+                                     .w_tiles = variant == 2 ? tiles.data() : nullptr});
+  }
   cpu::clear_amx_override();
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * kRows * kInter * kHidden, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_InputGradQ4_1)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_InputGradQ4_1)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 
 struct AttentionData {
   std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
