@@ -12,31 +12,17 @@
 #include "grammar/compiler.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "mask_check.h"
 
 namespace brioche::grammar {
 namespace {
 
-// Every string of 1 to 4 bytes over an alphabet that can write JSON strings
-// with escapes and two-byte characters, and arrays (compact separators): multi-byte tokens cross
-// the bounds, and the longest token (4) is what the derivation relies on.
-std::shared_ptr<const Vocabulary> small_alphabet_vocab() {
-  const std::string alphabet = "a\"\\n[], \xC3\xA9";
-  std::vector<std::string> tokens{""};
-  std::vector<std::string> level{""};
-  for (int len = 1; len <= 4; ++len) {
-    std::vector<std::string> next;
-    for (const std::string& p : level)
-      for (char c : alphabet) next.push_back(p + c);
-    tokens.insert(tokens.end(), next.begin(), next.end());
-    level = std::move(next);
-  }
-  return std::make_shared<const Vocabulary>(std::move(tokens), VocabularyOptions{.eos_ids = {0}, .special_ids = {}});
-}
-
 // Walks `walks` times and checks every token's bit at every step. Returns
 // the number of steps checked.
 int check_walks(const nlohmann::ordered_json& schema, int walks) {
-  auto vocab = small_alphabet_vocab();
+  // Multi-byte tokens cross the bounds, and the longest token (4) is what
+  // the derivation relies on.
+  auto vocab = testing_masks::alphabet_vocabulary("a\"\\n[], \xC3\xA9");
   auto compiled = CompiledGrammar::compile(
       Grammar::from_json_schema(schema, SchemaOptions{.any_whitespace = false, .strict = false}), vocab);
   std::vector<uint32_t> mask(vocab->num_words());

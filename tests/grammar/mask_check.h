@@ -1,5 +1,5 @@
 // Shared by the tests of counted lengths (length_counter_test.cpp,
-// pattern_length_test.cpp): candidate documents stored as repeated parts,
+// pattern_length_test.cpp, bounded_repetition_test.cpp): candidate documents stored as repeated parts,
 // small vocabularies, and a check of every token's mask bit against the
 // matcher (no mask trusted).
 #pragma once
@@ -40,23 +40,25 @@ inline std::shared_ptr<const Vocabulary> single_bytes() {
   return v;
 }
 
-// Every string of 1 to 4 bytes over an alphabet that writes JSON strings
-// with escapes (\n, \", \\) and a two-byte character, arrays and integers:
-// tokens of up to 4 characters cross the bounds.
+// Every string of 1 to 4 bytes over `alphabet` (token 0 is EOS): with
+// escapes (\n, \", \\) and a two-byte character in the alphabet, tokens of
+// up to 4 characters write JSON strings, arrays and integers across the
+// bounds.
+inline std::shared_ptr<const Vocabulary> alphabet_vocabulary(const std::string& alphabet) {
+  std::vector<std::string> tokens{""};
+  std::vector<std::string> level{""};
+  for (int len = 1; len <= 4; ++len) {
+    std::vector<std::string> next;
+    for (const std::string& p : level)
+      for (char c : alphabet) next.push_back(p + c);
+    tokens.insert(tokens.end(), next.begin(), next.end());
+    level = std::move(next);
+  }
+  return std::make_shared<const Vocabulary>(std::move(tokens), VocabularyOptions{.eos_ids = {0}, .special_ids = {}});
+}
+
 inline std::shared_ptr<const Vocabulary> small_alphabet() {
-  static auto v = [] {
-    const std::string alphabet = "a7\"\\n[], \xC3\xA9";
-    std::vector<std::string> tokens{""};
-    std::vector<std::string> level{""};
-    for (int len = 1; len <= 4; ++len) {
-      std::vector<std::string> next;
-      for (const std::string& p : level)
-        for (char c : alphabet) next.push_back(p + c);
-      tokens.insert(tokens.end(), next.begin(), next.end());
-      level = std::move(next);
-    }
-    return std::make_shared<const Vocabulary>(std::move(tokens), VocabularyOptions{.eos_ids = {0}, .special_ids = {}});
-  }();
+  static auto v = alphabet_vocabulary("a7\"\\n[], \xC3\xA9");
   return v;
 }
 
