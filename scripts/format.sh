@@ -10,6 +10,10 @@ command -v clang-format >/dev/null || { echo "format: clang-format is not instal
 # they would be indented wrongly, so they are left as written.
 mapfile -t files < <(git ls-files 'src/*.cpp' 'src/*.h' 'src/*.cu' 'src/*.cuh' 'tests/*.cpp' 'tests/*.h' \
                                   'tools/*.cpp' 'tools/*.h' 'bench/*.cpp' 'bench/*.h' 'bench/*.cu')
+case "${1:-}" in
+  "" | --check) ;;
+  *) echo "format: unknown argument '$1' (none formats every tracked source in place; --check only checks)"; exit 2 ;;
+esac
 if [[ "${1:-}" == "--check" ]]; then
   bad=0
   for f in "${files[@]}"; do
