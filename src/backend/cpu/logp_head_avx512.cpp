@@ -1,7 +1,7 @@
 // The fused log-prob head's per-row steps with AVX-512 (logp_head.cpp
 // dispatches): e^x of 16 logits at a time (exp_avx512.h, a few ulp) where the
-// scalar loops called the library's expf once a logit, 49,152 of them a row
-// at the default model's vocabulary, twice a step (~6% of a CPU ORPO step).
+// scalar loops called the library's expf once a logit, twice a step over
+// every row's whole vocabulary (BENCHMARKS.md, training: the CPU ORPO step).
 #include <algorithm>
 #include <limits>
 

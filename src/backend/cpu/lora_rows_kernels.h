@@ -5,10 +5,9 @@
 //
 // Every factor row is f16, read as a stream that the kernels prefetch
 // kLoraPrefetchAhead elements ahead: a decode step reads every factor of the
-// batch once (39 MB for 8 rank-8 adapters on SmolLM2's seven projections),
-// in up to `rank` short streams per call that the hardware prefetcher does
-// not ramp up on (without it the loads waited on memory: 87% of the
-// expand's samples on one vcvtph2ps under `perf`).
+// batch once, in up to `rank` short streams per call that the hardware
+// prefetcher does not ramp up on, so without it the kernels wait on memory
+// (BENCHMARKS.md, lora-serving: "Prefetching the factor rows on the CPU").
 #pragma once
 
 #include <cstdint>

@@ -729,12 +729,10 @@ void rope_store_kv_attend(const backend::cpu::RopeArgs& q, const backend::cpu::R
 
 // Two steps of the CUDA-core kernel's key slots (kWarps warps × KeyLanes'
 // 32 / L slots, a key a slot at a row): 32 keys at head_dim 64, 16 at 128.
-// A split of one step does little more than its share of the merge: SmolLM2
-// at batch 1, 128-token prompts (8 splits, all with keys, instead of 16 with
-// half idle), 1,630–1,679 → 1,754–1,755 tokens/s. Past 16 such splits (512
-// keys at head_dim 64) two steps a split lost 3% (32 splits against 64, both
-// through the combine kernel), so longer contexts take kMinSplitKeys
-// (docs/perf-log/cuda-decode.md#smollm2-attention-splits, "SmolLM2's attention splits").
+// A split of one step does little more than its share of the merge, so
+// short contexts give each split two steps; past 16 such splits (512 keys at
+// head_dim 64) that was slower than more, smaller splits, so longer contexts
+// take kMinSplitKeys (measured in docs/perf-log/cuda-decode.md#smollm2-attention-splits).
 int two_steps_keys(int head_dim) { return std::max(kMinSplitKeys, 2 * kWarps * 32 / (head_dim / kValuesPerLane)); }
 
 // The fewest keys a launch gives a split at its longest row (the batch
