@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/regex_dfa.h"
 #include "grammar/regex_scan.h"
 #include "grammar/unicode_categories.h"
 #include "grammar/utf8.h"
@@ -140,6 +141,29 @@ std::string pattern_excerpt(const std::string& p) { return p.size() <= 80 ? p : 
 class RegexParser {
  public:
   RegexParser(const std::string& p, bool json) : p_(p), json_(json) {}
+
+  // One atom that reads one character at `pos` (a class, '.', an escape
+  // such as \d or \n, a literal): its code points; `pos` moves past it.
+  Ranges character_at(size_t& pos) {
+    pos_ = pos;
+    Ranges r;
+    const char c = p_[pos_];
+    if (c == '[') {
+      r = parse_class_ranges();
+    } else if (c == '.') {
+      ++pos_;
+      r = json_ ? complement({{'\n', '\n'}}) : Ranges{{0, 0x10FFFF}};
+    } else if (c == '\\') {
+      ++pos_;
+      uint32_t cp = 0;
+      if (!parse_escape(r, cp)) r = {{cp, cp}};
+    } else {
+      const uint32_t cp = parse_literal_cp();
+      r = {{cp, cp}};
+    }
+    pos = pos_;
+    return normalize(r);
+  }
 
   std::string parse() {
     if (peek('^')) ++pos_;
@@ -331,25 +355,11 @@ class RegexParser {
     return cp;
   }
 
-  static Ranges word() {
-    Ranges r = category("L"), n = category("N");
-    r.insert(r.end(), n.begin(), n.end());
-    r.emplace_back('_', '_');
-    return normalize(r);
-  }
+  static Ranges word() { return regex_word_characters(true); }
 
-  // Inside a JSON string a character JSON must escape ('"', '\\',
-  // U+0000..U+001F) is offered as its escape (json_escaped), one literal
-  // each: one character, as length bounds count them (`%{m,n}`).
-  std::string class_expr(Ranges r) {
-    r = normalize(r);
-    if (r.empty()) error("a character class that matches something");
-    if (!json_) return class_text(r);
-    const Ranges raw = subtract(r, kJsonForbidden);
-    std::string out = raw.empty() ? "" : class_text(raw);
-    for (auto [lo, hi] : subtract(r, complement(kJsonForbidden)))
-      for (uint32_t cp = lo; cp <= hi; ++cp) out += (out.empty() ? "" : " | ") + ebnf_quote(json_escaped(cp));
-    return raw == r ? out : "(" + out + ")";
+  std::string class_expr(const Ranges& r) {
+    if (normalize(r).empty()) error("a character class that matches something");
+    return regex_class_ebnf(r, json_);
   }
 
   std::string literal_expr(uint32_t cp) {
@@ -407,7 +417,9 @@ class RegexParser {
     return literal_expr(parse_literal_cp());
   }
 
-  std::string parse_class() {
+  std::string parse_class() { return class_expr(parse_class_ranges()); }
+
+  Ranges parse_class_ranges() {
     ++pos_;
     bool negated = false;
     if (peek('^')) {
@@ -445,11 +457,36 @@ class RegexParser {
     }
     if (!peek(']')) error("']' closing the class");
     ++pos_;
-    return class_expr(negated ? complement(r) : r);
+    return negated ? complement(r) : r;
   }
 };
 
 }  // namespace
+
+// Inside a JSON string a character JSON must escape ('"', '\\',
+// U+0000..U+001F) is offered as its escape (json_escaped), one literal
+// each: one character, as length bounds count them (`%{m,n}`).
+std::string regex_class_ebnf(const CodepointRanges& ranges, bool inside_json_string) {
+  const Ranges r = normalize(ranges);
+  if (!inside_json_string) return class_text(r);
+  const Ranges raw = subtract(r, kJsonForbidden);
+  std::string out = raw.empty() ? "" : class_text(raw);
+  for (auto [lo, hi] : subtract(r, complement(kJsonForbidden)))
+    for (uint32_t cp = lo; cp <= hi; ++cp) out += (out.empty() ? "" : " | ") + ebnf_quote(json_escaped(cp));
+  return raw == r ? out : "(" + out + ")";
+}
+
+CodepointRanges regex_character_at(const std::string& pattern, size_t& pos, bool inside_json_string) {
+  return RegexParser(pattern, inside_json_string).character_at(pos);
+}
+
+CodepointRanges regex_word_characters(bool inside_json_string) {
+  if (!inside_json_string) return kWord;
+  Ranges r = category("L"), n = category("N");
+  r.insert(r.end(), n.begin(), n.end());
+  r.emplace_back('_', '_');
+  return normalize(r);
+}
 
 std::string regex_to_ebnf_expr(const std::string& pattern, bool inside_json_string) {
   return RegexParser(pattern, inside_json_string).parse();

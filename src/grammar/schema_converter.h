@@ -161,6 +161,12 @@ class SchemaConverter {
   std::optional<std::string> length_bounded_atoms(const std::string& pattern, int64_t lo, int64_t hi,
                                                   const std::string& ptr);
   std::string pattern_ebnf(const std::string& regex, const std::string& ptr);  // inside a JSON string
+  // A pattern with assertions (lookahead, \b, anchors inside it) within
+  // lo..hi characters (hi < 0: no upper bound): its DFA (regex_dfa.h) as one
+  // expression under `%{lo,hi}` when it is a tree of repetitions, else one
+  // rule per state (the bounds counted in the DFA); returns the string rule.
+  std::string assertion_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr,
+                                const std::string& hint);
   std::string visit_string(const Json& s, const std::string& ptr, const std::string& hint);
 
   // schema_arrays.cpp

@@ -18,7 +18,10 @@ namespace brioche::grammar::schema {
 //   not {enum|const: ...}  next to an enum/const: those values dropped;
 //                          next to a plain {type: string}: any string but
 //                          those (excluded_value);
-// anything else (not {required}, not {pattern}, ...) is refused with the
+//   not {pattern: P}       next to {type: string} (and its own pattern,
+//                          lengths): strings P finds no match in, a
+//                          negative lookahead over the whole string;
+// anything else (not {required}, ...) is refused with the
 // pointer, as before.
 std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, const std::string& hint) {
   const std::string not_ptr = pointer_child(ptr, "not");
@@ -28,7 +31,9 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
   // The refusal's message (unsupported() itself is [[noreturn]]; a lambda
   // calling it is not, and would leave the function's end reachable).
   auto refusal = [](const std::string& why) {
-    return why + "; expected not {type}, or not {enum/const} beside an enum, a const or a plain string type";
+    return why +
+           "; expected not {type}, not {enum/const} beside an enum, a const or a plain string type, or not {pattern} "
+           "beside a string type";
   };
   if (!n.is_object()) unsupported("not", ptr, refusal("found " + n.dump().substr(0, 80)));
   if (rest.contains("$ref") || rest.contains("allOf")) unsupported("not", ptr, refusal("not beside $ref or allOf"));
@@ -63,6 +68,18 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
       rest["enum"] = values;
     }
     rest["type"] = kept.size() == 1 ? Json(kept[0]) : Json(kept);
+    return visit(rest, ptr, hint);
+  }
+  if (keys.size() == 1 && keys[0] == "pattern" && n["pattern"].is_string() && rest.contains("type") &&
+      rest["type"] == "string" && !rest.contains("format") && !rest.contains("enum") && !rest.contains("const")) {
+    // Strings in which the sibling pattern (if any) finds a match and the
+    // excluded one finds none: both searches as lookaheads from the start,
+    // one pattern with assertions (regex_dfa.h).
+    std::string combined = "^";
+    if (rest.contains("pattern") && rest["pattern"].is_string())
+      combined += "(?=[\\s\\S]*(?:" + rest["pattern"].get<std::string>() + "))";
+    combined += "(?![\\s\\S]*(?:" + n["pattern"].get<std::string>() + "))";
+    rest["pattern"] = combined;
     return visit(rest, ptr, hint);
   }
   if (keys.size() == 1 && (keys[0] == "enum" || keys[0] == "const")) {

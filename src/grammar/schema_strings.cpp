@@ -2,12 +2,17 @@
 
 #include <algorithm>
 
+#include "grammar/regex_dfa.h"
 #include "grammar/regex_scan.h"
 #include "grammar/schema_converter.h"
 #include "grammar/utf8.h"
 
 namespace brioche::grammar::schema {
 namespace {
+
+// A pattern's DFA written as one expression may take this much EBNF text
+// (shared sub-expressions are written out again); past it, rules.
+constexpr size_t kMaxDfaExpressionBytes = 64 << 10;
 
 // The formats JSON Schema 2020-12 defines (section 7.3 of its validation
 // vocabulary); draft-04's and OpenAPI's extras are not among them.
@@ -216,6 +221,47 @@ std::string SchemaConverter::pattern_ebnf(const std::string& pattern, const std:
   }
 }
 
+std::string SchemaConverter::assertion_pattern(const std::string& pattern, int64_t lo, int64_t hi,
+                                               const std::string& ptr, const std::string& hint) {
+  const bool bounded = lo > 0 || hi >= 0;
+  RegexDfa dfa;
+  try {
+    dfa = regex_search_dfa(pattern, {.inside_json_string = true});
+    // A tree of repetitions is one expression, bounded like any pattern's.
+    const std::string expr = regex_dfa_expression(dfa, /*inside_json_string=*/true, kMaxDfaExpressionBytes);
+    if (!expr.empty()) {
+      if (!bounded) return string_rule(hint + "_pattern", expr);
+      if (lo > kMaxRepeatCount || hi > kMaxRepeatCount)
+        unsupported(lo > kMaxRepeatCount ? "minLength" : "maxLength", ptr,
+                    "expected a length bound of at most 2147483647, found " + std::to_string(std::max(lo, hi)));
+      return string_rule(hint + "_pattern",
+                         "(" + expr + ")%{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}");
+    }
+    // Other cycles: one rule per state, the length bounds counted in the DFA.
+    if (bounded) dfa = regex_search_dfa(pattern, {.inside_json_string = true, .min_length = lo, .max_length = hi});
+  } catch (const Error& e) {
+    unsupported("pattern", ptr, e.what());
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < dfa.states.size(); ++i) names.push_back(fresh(hint + "_re"));
+  for (size_t i = 0; i < dfa.states.size(); ++i) {
+    const RegexDfa::State& st = dfa.states[i];
+    // A state's loop on itself is a repetition, not a call: s ::= (loop)* (other edges | "").
+    std::string loop, rest;
+    for (const RegexDfa::Edge& e : st.edges) {
+      if (e.target == static_cast<int32_t>(i))
+        loop = "(" + regex_class_ebnf(e.chars, true) + ")* ";
+      else
+        rest += (rest.empty() ? "" : " | ") + regex_class_ebnf(e.chars, true) + " " + names[e.target];
+    }
+    if (st.accepting) rest += rest.empty() ? "\"\"" : " | \"\"";
+    const std::string body = loop + "(" + rest + ")";
+    count_text(names[i].size() + body.size());
+    rules_.emplace_back(names[i], body);
+  }
+  return string_rule(hint + "_pattern", names[0]);
+}
+
 std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
   // A format JSON Schema does not define (OpenAPI's int32, int64, byte,
   // double; Kubernetes' int-or-string; private ones) asserts nothing:
@@ -248,6 +294,27 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
   }
   if (s.contains("pattern")) {
     std::string pattern = s["pattern"].get<std::string>();
+    // Anchors inside a group (`(a|^b$)`) are read by the DFA too: the plain
+    // converter's refusal sends such a pattern there (its own error kept
+    // when the DFA cannot read it either).
+    bool assertions = regex_has_assertions(pattern);
+    if (!assertions) {
+      try {
+        (void)regex_to_ebnf_expr(search_pattern(pattern), /*inside_json_string=*/true);
+      } catch (const Error& plain) {
+        try {
+          (void)regex_search_dfa(pattern, {});
+        } catch (const Error&) {
+          unsupported("pattern", ptr, plain.what());
+        }
+        assertions = true;
+      }
+    }
+    if (assertions) {
+      const int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
+      if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
+      return assertion_pattern(pattern, lo, hi, ptr, hint);
+    }
     if (s.contains("minLength") || s.contains("maxLength")) {
       int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
       if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");

@@ -1,0 +1,117 @@
+// `pattern`s with assertions (regex_dfa.h): lookahead (?=X) (?!X), word
+// boundaries \b \B, anchors inside groups, \A \Z — alone and with
+// minLength/maxLength. The language is checked against `jsonschema`'s
+// verdicts (tests/grammar/golden/regex_assertions.json from
+// tools/oracle/regex_assertion_goldens.py: the corpus' patterns and one per
+// assertion), and the masks token by token against the matcher.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "fixture_vocab.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/regex_dfa.h"
+#include "mask_check.h"
+
+namespace brioche::grammar {
+namespace {
+
+using testing_masks::mask_mismatches;
+using testing_masks::single_bytes;
+using testing_masks::small_alphabet;
+
+const nlohmann::ordered_json& golden() {
+  static const nlohmann::ordered_json g = nlohmann::ordered_json::parse(
+      testing::read_file(testing::source_path("tests/grammar/golden/regex_assertions.json")));
+  return g;
+}
+
+const SchemaOptions kCompact{.any_whitespace = false, .strict = false};
+
+TEST(RegexAssertions, AcceptsExactlyWhatJsonschemaValidates) {
+  int checked = 0, valid = 0;
+  for (const auto& vocab : {single_bytes(), small_alphabet()}) {
+    for (const auto& c : golden()["cases"]) {
+      const std::string name = c["name"].get<std::string>();
+      auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), vocab);
+      for (const auto& cand : c["candidates"]) {
+        const std::string text = cand["text"].get<std::string>();
+        GrammarMatcher m(compiled);
+        const bool accepted = m.accept_bytes(text) && m.can_terminate();
+        EXPECT_EQ(accepted, cand["valid"].get<bool>())
+            << name << ": jsonschema says " << (cand["valid"].get<bool>() ? "valid" : "invalid") << " for " << text;
+        ++checked;
+        valid += cand["valid"].get<bool>();
+      }
+    }
+  }
+  EXPECT_GE(checked, 4000);
+  EXPECT_GE(valid, 1500);
+}
+
+TEST(RegexAssertions, MasksMatchTheMatcher) {
+  int walks = 0;
+  for (const auto& c : golden()["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), small_alphabet());
+    uint64_t seed = 5;
+    size_t i = 0;
+    for (const auto& cand : c["candidates"]) {
+      if (i++ % 8 != 0) continue;
+      const std::string text = cand["text"].get<std::string>();
+      EXPECT_EQ(mask_mismatches(compiled, text.substr(0, text.size() / 2), 6, seed++, name), 0);
+      ++walks;
+    }
+  }
+  EXPECT_GE(walks, 200);
+}
+
+// A lookahead at the start makes a tree of repetitions: one expression, so a
+// length bound counts it like any pattern (%{m,n}), even a large one.
+TEST(RegexAssertions, TreeDfaIsOneExpressionUnderALengthBound) {
+  const nlohmann::ordered_json schema = {
+      {"type", "string"}, {"pattern", "^(?!aws:)[a-zA-Z0-9:]+$"}, {"minLength", 1}, {"maxLength", 100000}};
+  const Grammar g = Grammar::from_json_schema(schema, kCompact);
+  EXPECT_NE(g.to_ebnf().find(")%{1,100000}"), std::string::npos) << g.to_ebnf();
+  auto compiled = CompiledGrammar::compile(g, small_alphabet());
+  GrammarMatcher ok(compiled);
+  EXPECT_TRUE(ok.accept_bytes("\"aws" + std::string(99996, 'a') + "\"") && ok.can_terminate());
+  GrammarMatcher long_one(compiled);
+  EXPECT_FALSE(long_one.accept_bytes("\"aws" + std::string(99998, 'a') + "\""));
+  GrammarMatcher reserved(compiled);
+  EXPECT_FALSE(reserved.accept_bytes("\"aws:"));
+}
+
+TEST(RegexAssertions, RefusesWhatItCannotDecide) {
+  for (const char* p : {"(?<=a)b", "(?<!a)b", "(?=(?!a))b", "(?i)aws", "^(?!(?i)aws)x", "(a)\\1"}) {
+    const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", p}};
+    EXPECT_THROW(Grammar::from_json_schema(schema, kCompact), Error) << p;
+  }
+  // A DFA past its budget is refused with the size, not built.
+  try {
+    (void)regex_search_dfa("(?=.*a).{0,3000}b", {.max_states = 100});
+    ADD_FAILURE() << "expected the DFA budget to refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 100 states"), std::string::npos) << e.what();
+  }
+}
+
+// ECMA-262's $ is the very end (Python's also matches before a final
+// newline); \Z is the very end in Python.
+TEST(RegexAssertions, EndIsTheVeryEnd) {
+  const RegexDfa dfa = regex_search_dfa("(?=a$)", {});
+  ASSERT_FALSE(dfa.states.empty());
+  const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", "(?=a$)"}};
+  auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(schema, kCompact), single_bytes());
+  for (const auto& [text, ok] : std::vector<std::pair<std::string, bool>>{
+           {"\"a\"", true}, {"\"ba\"", true}, {"\"a\\n\"", false}, {"\"ab\"", false}}) {
+    GrammarMatcher m(compiled);
+    EXPECT_EQ(m.accept_bytes(text) && m.can_terminate(), ok) << text;
+  }
+}
+
+}  // namespace
+}  // namespace brioche::grammar
