@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -80,6 +81,46 @@ struct SharedMaskCache {
 SharedMaskCache& shared_masks() {
   static SharedMaskCache cache;
   return cache;
+}
+
+// Bits of the token ids of at most `bytes` bytes, per vocabulary: built on
+// first need from the nearest shorter length already built and kept for the
+// process (at most max token length + 1 bitsets a vocabulary, 2 MiB for
+// Llama-3), so that a deferred state's first mask (derive) does not pay a
+// pass over the whole vocabulary.
+const std::vector<uint32_t>& token_length_bits(const Vocabulary& v, int32_t bytes) {
+  struct PerVocabulary {
+    std::vector<int32_t> length_begin, ids;  // ids by byte length: [length_begin[l], length_begin[l + 1])
+    std::vector<std::unique_ptr<std::vector<uint32_t>>> bits;  // [length]; null: not built yet
+  };
+  static std::mutex mutex;
+  static std::unordered_map<uint64_t, std::unique_ptr<PerVocabulary>> all;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<PerVocabulary>& slot = all[v.content_hash() ^ static_cast<uint64_t>(v.num_tokens()) << 40];
+  if (slot == nullptr) {
+    slot = std::make_unique<PerVocabulary>();
+    int32_t longest = 0;  // of every id (special ones too, which the trie leaves out)
+    for (int32_t id = 0; id < v.num_tokens(); ++id) longest = std::max<int32_t>(longest, v.token(id).size());
+    slot->length_begin.assign(longest + 2, 0);
+    for (int32_t id = 0; id < v.num_tokens(); ++id) ++slot->length_begin[v.token(id).size() + 1];
+    for (int32_t l = 0; l <= longest; ++l) slot->length_begin[l + 1] += slot->length_begin[l];
+    slot->ids.resize(v.num_tokens());
+    std::vector<int32_t> fill(slot->length_begin.begin(), slot->length_begin.end() - 1);
+    for (int32_t id = 0; id < v.num_tokens(); ++id) slot->ids[fill[v.token(id).size()]++] = id;
+    slot->bits.resize(longest + 1);
+  }
+  PerVocabulary& pv = *slot;
+  bytes = std::clamp<int32_t>(bytes, 0, static_cast<int32_t>(pv.bits.size()) - 1);
+  if (pv.bits[bytes] == nullptr) {
+    int32_t from = bytes - 1;
+    while (from >= 0 && pv.bits[from] == nullptr) --from;
+    auto bits = from >= 0 ? std::make_unique<std::vector<uint32_t>>(*pv.bits[from])
+                          : std::make_unique<std::vector<uint32_t>>(v.num_words(), 0);
+    for (int32_t k = pv.length_begin[from + 1]; k < pv.length_begin[bytes + 1]; ++k)
+      (*bits)[pv.ids[k] >> 5] |= 1u << (pv.ids[k] & 31);
+    pv.bits[bytes] = std::move(bits);
+  }
+  return *pv.bits[bytes];
 }
 
 // Per uncertain rank, the bytes it shares with the previous one.
@@ -264,11 +305,60 @@ class MaskBuilder {
     return true;
   }
 
+  // Whether s has a prefix twin (derive) that reads alike at least
+  // kMinLazyTwinBytes bytes: then its mask is left to the first mask that
+  // needs it (deferred), whatever its size. Near the bound of a repetition
+  // every copy has its own mask (the last max-token-length copies of each
+  // string with maxLength, each layer of a pattern's length count), and a
+  // generation visits a few of them: computing all of them eagerly was the
+  // largest part of the slowest compiles (0.1 ms each, thousands per
+  // schema). The derivation walks only the tokens longer than the shared
+  // bytes: with 16 or more, ~35 us on Llama-3 at first use; with fewer it
+  // costs 0.2-0.4 ms, too much for a mask, so those stay eager.
+  static constexpr int32_t kMinLazyTwinBytes = 16;
+  bool has_prefix_twin(int32_t s) const { return twin_offset_[s] >= 0 && twin_bytes_[s] >= kMinLazyTwinBytes; }
+
+  // Whether the wide state s has a first-byte twin from which it derives
+  // (derive_first_bytes) by walking at most kMaxLazyTwinTokens tokens (under
+  // the first bytes where the two differ): then it is left to its first use
+  // too (the inner nodes of excluded-key tries, a few letters each:
+  // thousands in a large schema, few of them ever reached). The roots of
+  // the tries differ from their twins under most letters (0.1-0.6 ms on
+  // Llama-3) and are the ones a generation reaches: computed eagerly.
+  // Charges the key computation.
+  static constexpr int64_t kMaxLazyTwinTokens = 16384;
+  bool has_first_byte_twin(int32_t s) {
+    const int64_t tokens = first_byte_tokens(s);
+    if (tokens < v_.num_words()) return false;
+    uint64_t key_work = 0;
+    const Key128 twin_key = first_byte_keys(s, s_keys_, &key_work);
+    work_ += key_work;
+    auto it = first_byte_twins_.find(twin_key);
+    if (it == first_byte_twins_.end()) return false;
+    first_byte_keys(it->second.state, t_keys_, &key_work);
+    const int64_t shared = shares_first_bytes();
+    return shared == kAllFirstBytesSame || (shared >= v_.num_words() && tokens - shared <= kMaxLazyTwinTokens);
+  }
+
+  // A wide state taken from a cache (this compile's or the process's) is
+  // a first-byte twin of later states as if it had been walked here
+  // (compute() registers the ones it walks), so that which states
+  // has_first_byte_twin defers, and what they are charged, does not depend
+  // on what the process compiled before.
+  void note_shared(int32_t s) {
+    if (twin_offset_[s] >= 0 || first_byte_tokens(s) < v_.num_words()) return;
+    auto entry = pending_.find(key_of(s));
+    if (entry == pending_.end()) return;
+    uint64_t unused = 0;
+    first_byte_twins_.emplace(first_byte_keys(s, s_keys_, &unused), FirstByteTwin{s, entry->second.mask});
+  }
+
   const StateMask* compute(int32_t s) {
-    // Deferred states (computed on a mask's first use, after the eager
-    // pass) are small: their own walk is cheaper than a derivation's
-    // bitset passes over the whole vocabulary.
-    if (twin_offset_[s] >= 0 && !eager_pass_done_) return derive(s);
+    // A state with a prefix twin is derived from it (the twin computed
+    // first where it is not yet): in the eager pass, and at first use where
+    // it was deferred for its twin (deferred small states: their own walk
+    // is cheaper than a derivation's bitset passes over the vocabulary).
+    if (twin_offset_[s] >= 0 && (!eager_pass_done_ || has_prefix_twin(s))) return derive(s);
     // A wide state whose first bytes mostly lead where an earlier state's
     // do: copy those tokens from it and walk only the others.
     const bool wide = first_byte_tokens(s) >= v_.num_words();
@@ -462,6 +552,26 @@ class MaskBuilder {
     return Key128{h.a, h.b};
   }
 
+  // The tokens under the first bytes after which s and its twin (s_keys_,
+  // t_keys_) reach equal configurations, and those bytes in `same` ([4],
+  // optional); kAllFirstBytesSame when that is every byte.
+  static constexpr int64_t kAllFirstBytesSame = std::numeric_limits<int64_t>::max();
+  int64_t shares_first_bytes(uint64_t* same = nullptr) {
+    const auto& nodes = v_.trie_nodes();
+    int64_t shared_tokens = 0;
+    bool all_same = true;
+    for (int b = 0; b < 256; ++b) {
+      if (s_keys_[b] != t_keys_[b]) {
+        all_same = false;
+        continue;
+      }
+      if (same != nullptr) same[b >> 6] |= 1ull << (b & 63);
+      const int32_t n = root_child_[b];
+      if (n >= 0 && (s_keys_[b].a != 0 || s_keys_[b].b != 0)) shared_tokens += nodes[n].rank_end - nodes[n].rank_begin;
+    }
+    return all_same ? kAllFirstBytesSame : shared_tokens;
+  }
+
   // The mask of s from a first-byte twin (s_keys_ holds s's keys): the
   // twin's tokens under the first bytes where both lead to equal
   // configurations, walked tokens under the others. nullptr when they
@@ -471,17 +581,8 @@ class MaskBuilder {
     const auto& nodes = v_.trie_nodes();
     const auto& sorted = v_.sorted_ids();
     uint64_t same[4] = {0, 0, 0, 0};
-    int64_t shared_tokens = 0;
-    bool all_same = true;
-    for (int b = 0; b < 256; ++b) {
-      if (s_keys_[b] != t_keys_[b]) {
-        all_same = false;
-        continue;
-      }
-      same[b >> 6] |= 1ull << (b & 63);
-      const int32_t n = root_child_[b];
-      if (n >= 0 && (s_keys_[b].a != 0 || s_keys_[b].b != 0)) shared_tokens += nodes[n].rank_end - nodes[n].rank_begin;
-    }
+    const int64_t shared_tokens = shares_first_bytes(same);
+    const bool all_same = shared_tokens == kAllFirstBytesSame;
     const StateMask* from = twin.mask.get();
     const int32_t words = v_.num_words();
     if (all_same) {  // every token alike: the twin's mask itself
@@ -613,20 +714,10 @@ class MaskBuilder {
     return finish_derived(s, std::move(mask), *from, short_enough, walk);
   }
 
-  // Bits of the token ids of at most `bytes` bytes (built once per length
-  // and compile, at most max token length + 1 of them). Not charged: what a
-  // mask is charged must not depend on which states this compile computed
-  // before (a warm compile takes them from the cache).
-  const std::vector<uint32_t>& tokens_up_to(int32_t bytes) {
-    if (tokens_up_to_.size() <= static_cast<size_t>(bytes)) tokens_up_to_.resize(bytes + 1);
-    std::vector<uint32_t>& bits = tokens_up_to_[bytes];
-    if (bits.empty()) {
-      bits.assign(v_.num_words(), 0);
-      for (int32_t id = 0; id < v_.num_tokens(); ++id)
-        if (static_cast<int32_t>(v_.token(id).size()) <= bytes) bits[id >> 5] |= 1u << (id & 31);
-    }
-    return bits;
-  }
+  // Bits of the token ids of at most `bytes` bytes (token_length_bits).
+  // Not charged: what a mask is charged must not depend on which states
+  // this compile computed before (a warm compile takes them from the cache).
+  const std::vector<uint32_t>& tokens_up_to(int32_t bytes) { return token_length_bits(v_, bytes); }
 
   void publish() {
     SharedMaskCache& cache = shared_masks();
@@ -659,7 +750,6 @@ class MaskBuilder {
   std::vector<int32_t> class_offset_;                              // per state (key_of)
   std::vector<Automaton::StructureHash> forward_;                  // per state (key_of); {0, 0}: none
   std::unordered_map<SharedKey, bool, SharedKeyHash> small_walk_;  // walk_is_small per class
-  std::vector<std::vector<uint32_t>> tokens_up_to_;                // [bytes]: bits of the tokens that short
   std::vector<std::shared_ptr<const StateMask>> masks_;            // every mask this grammar uses
   std::vector<std::vector<int32_t>> accepted_of_;                  // per masks_ entry computed here (rank order)
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;
@@ -764,9 +854,12 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
     // A small state is charged its deferral check only (taken from a cache
     // when there, else left to the first mask that needs it); any other
     // state is charged its walk, computed or not.
+    // States whose masks derive from an earlier state's (prefix or
+    // first-byte twins) are deferred the same way, charged their checks.
     uint64_t walk_work = 0;
     const StateMask* m = nullptr;
-    if (limits.defer_tokens > 0 && builder.walk_is_small(s, limits.defer_tokens)) {
+    if (limits.defer_tokens > 0 && (builder.has_prefix_twin(s) || builder.walk_is_small(s, limits.defer_tokens) ||
+                                    builder.has_first_byte_twin(s))) {
       m = builder.shared(s, &walk_work);
       if (m != nullptr) {
         ++out->stats_.num_shared_states;
@@ -776,6 +869,7 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
       }
     } else if ((m = builder.shared(s, &walk_work)) != nullptr) {
       builder.charge(walk_work);
+      builder.note_shared(s);
       ++out->stats_.num_shared_states;
     } else {
       m = builder.compute(s);
