@@ -755,6 +755,9 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   const size_t num_rules = num_grammar_rules + la_body.size();
   a.rule_lookahead.resize(num_rules, -1);
   a.first_lookahead_rule = num_grammar_rules;
+  a.rule_unique_item.assign(num_rules, 0);
+  for (int32_t r = 0; r < num_grammar_rules; ++r)
+    if (grammar.rules[r].unique_item) a.rule_unique_item[r] = a.has_unique_items = true;
   RulePlan plan = plan_rules(grammar, limits, static_cast<int32_t>(num_rules));
   a.rule_start.assign(num_rules, -1);
   std::vector<std::vector<FinalState>> per_rule(num_rules);

@@ -88,7 +88,12 @@ class Automaton {
   std::vector<int32_t> rule_start;
   std::vector<std::string> rule_names;
   std::vector<int32_t> rule_lookahead;  // per rule: its lookahead rule, or -1
-  int32_t first_lookahead_rule = 0;     // rules from here on are lookahead assertions
+  // Per rule: a uniqueItems item (Rule::unique_item). A call of one returns
+  // into a node that records where the item started (StackNode::unique);
+  // returning there compares the item with the earlier ones (pda.h).
+  std::vector<char> rule_unique_item;
+  bool has_unique_items = false;
+  int32_t first_lookahead_rule = 0;  // rules from here on are lookahead assertions
 
   // Per rule, a 128-bit hash of everything its token masks depend on: its
   // states relative to its start, its lookahead, and (recursively) the

@@ -112,6 +112,7 @@ std::vector<Automaton::StructureHash> Automaton::rule_structure_hashes() const {
         add_counter(h, st, begin);
         h.add(0xE0);
       }
+      if (has_unique_items && rule_unique_item[r]) h.add(0xF3);  // its callers' walks stop at its end (pda.h)
       if (rule_lookahead[r] >= 0) {
         auto [x, y] = ref(rule_lookahead[r]);
         h.add(0xF1);

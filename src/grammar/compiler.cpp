@@ -492,6 +492,7 @@ class MaskBuilder {
         h.add(rule_hash_[st.rule].a);
         h.add(rule_hash_[st.rule].b);
         h.add(static_cast<uint64_t>(frame.state - a_.rule_start[st.rule]));
+        if (frame.unique != 0) h.add(0xA1000000ull ^ static_cast<uint32_t>(frame.unique));  // an item in progress
         h.add(below.a);
         h.add(below.b);
         below = Key128{h.a, h.b | 1};  // never {0, 0} (= not computed)
@@ -513,7 +514,7 @@ class MaskBuilder {
               [](const Key128& x, const Key128& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; });
     frame_keys_.erase(std::unique(frame_keys_.begin(), frame_keys_.end()), frame_keys_.end());
     Hasher128 h;
-    h.add(dfa_.escaped(c) ? 0xE1 : 0xE0);
+    h.add((dfa_.escaped(c) ? 0xE1 : 0xE0) | (dfa_.item_end(c) ? 0x100 : 0));
     h.add(frame_keys_.size());
     for (const Key128& k : frame_keys_) {
       h.add(k.a);

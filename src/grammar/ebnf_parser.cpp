@@ -1,7 +1,7 @@
 // EBNF front end: the dialect xgrammar accepts, which is a superset of
 // llama.cpp's GBNF.
 //
-//   rule      ::= name "::=" choice lookahead?
+//   rule      ::= name "::=" "%unique_item"? choice lookahead?
 //   choice    ::= sequence ("|" sequence)*
 //   sequence  ::= (primary quantifier*)*       ends at "|", ")", a new "name ::=", or EOF
 //   primary   ::= "..." | '...' | [class] | [^class] | name | "(" choice ")" | "."
@@ -62,6 +62,11 @@ class EbnfParser {
       if (g_.rules[rule].body >= 0) error("rule '" + name + "' defined only once", name_pos);
       defined_.resize(g_.rules.size(), false);
       defined_[rule] = true;
+      skip_space();
+      if (text_.compare(pos_, 12, "%unique_item") == 0) {
+        g_.rules[rule].unique_item = true;
+        pos_ += 12;
+      }
       g_.rules[rule].body = parse_choice(/*nested=*/false);
       skip_space();
       if (text_.compare(pos_, 2, "(=") == 0) {

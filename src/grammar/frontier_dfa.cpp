@@ -48,17 +48,17 @@ size_t FrontierDfa::memory_bytes() const {
 
 int32_t FrontierDfa::intern(Frontier& f) {
   std::sort(f.nodes.begin(), f.nodes.end());
-  uint64_t h = f.escaped ? 0x9e3779b97f4a7c15ull : 0xc2b2ae3d27d4eb4full;
+  uint64_t h = (f.escaped ? 0x9e3779b97f4a7c15ull : 0xc2b2ae3d27d4eb4full) ^ (f.item_end ? 0x5bd1e995ull : 0);
   for (int32_t node : f.nodes) h = (h ^ static_cast<uint32_t>(node)) * 0x100000001b3ull;
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
-  const uint8_t escaped_flag = f.escaped ? kEscaped : 0;
+  const uint8_t escaped_flag = (f.escaped ? kEscaped : 0) | (f.item_end ? kItemEnd : 0);
   if (slots_.empty()) slots_.assign(1024, -1);
   const size_t mask = slots_.size() - 1;
   size_t slot = h & mask;
   for (int32_t id; (id = slots_[slot]) >= 0; slot = (slot + 1) & mask) {
-    if (config_hash_[id] != h || (flags_[id] & kEscaped) != escaped_flag) continue;
+    if (config_hash_[id] != h || (flags_[id] & (kEscaped | kItemEnd)) != escaped_flag) continue;
     const int32_t n = node_begin_[id + 1] - node_begin_[id];
     if (n == static_cast<int32_t>(f.nodes.size()) &&
         std::equal(f.nodes.begin(), f.nodes.end(), nodes_.begin() + node_begin_[id]))
@@ -70,7 +70,7 @@ int32_t FrontierDfa::intern(Frontier& f) {
                 " byte classes per table row); simplify the grammar");
   nodes_.insert(nodes_.end(), f.nodes.begin(), f.nodes.end());
   node_begin_.push_back(static_cast<int32_t>(nodes_.size()));
-  flags_.push_back(static_cast<uint8_t>((f.nodes.empty() ? kDead : 0) | (f.escaped ? kEscaped : 0)));
+  flags_.push_back(static_cast<uint8_t>((f.nodes.empty() ? kDead : 0) | escaped_flag));
   uint64_t bits[4] = {0, 0, 0, 0};
   for (int32_t node : f.nodes) {
     const AutomatonState& st = a_.states[arena_.node(node).state];

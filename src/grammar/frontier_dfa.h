@@ -46,8 +46,10 @@ class FrontierDfa {
   bool dead(int32_t c) const { return (flags_[c] & kDead) != 0; }
   // Some stack returned into the caller on the last byte.
   bool escaped(int32_t c) const { return (flags_[c] & kEscaped) != 0; }
-  // Both in one load: kDead | kEscaped bits.
-  static constexpr uint8_t kDead = 1, kEscaped = 2;
+  // Some stack ended a uniqueItems item on the last byte (Frontier::item_end).
+  bool item_end(int32_t c) const { return (flags_[c] & kItemEnd) != 0; }
+  // All in one load: kDead | kEscaped | kItemEnd bits.
+  static constexpr uint8_t kDead = 1, kEscaped = 2, kItemEnd = 4;
   uint8_t flags(int32_t c) const { return flags_[c]; }
   // How many distinct bytes some stack of c has an edge for.
   int32_t num_readable(int32_t c) const { return num_readable_[c]; }
@@ -100,7 +102,7 @@ class FrontierDfa {
   std::vector<int32_t> table_;                           // [num_configs, num_classes]; -1 = not computed yet
   std::vector<int32_t> node_begin_;                      // [num_configs + 1] into nodes_
   std::vector<int32_t> nodes_;                           // sorted stack-node ids per configuration
-  std::vector<uint8_t> flags_;                           // per configuration: kDead | kEscaped
+  std::vector<uint8_t> flags_;                           // per configuration: kDead | kEscaped | kItemEnd
   std::vector<int32_t> num_readable_;                    // per configuration
   std::vector<int32_t> readable_begin_, readable_size_;  // per configuration, into readable_pool_; -1 = not yet
   std::string readable_pool_;
@@ -109,7 +111,7 @@ class FrontierDfa {
   std::vector<std::array<uint64_t, 4>> self_loop_, not_self_loop_;
   std::vector<int8_t> utf8_loop_;  // per configuration: -1 not yet, 0/1
   // Interned configurations: open addressing with linear probing over
-  // config ids (-1 empty), keyed by the hash of (sorted stacks, escaped);
+  // config ids (-1 empty), keyed by the hash of (sorted stacks, escaped, item_end);
   // a probe compares against nodes_ in place, so no key is copied.
   std::vector<int32_t> slots_;
   std::vector<uint64_t> config_hash_;  // per configuration

@@ -177,6 +177,7 @@ std::string Grammar::to_ebnf() const {
   std::string out;
   for (const Rule& r : rules) {
     out += r.name + " ::= ";
+    if (r.unique_item) out += "%unique_item ";
     print_expr(*this, r.body, out);
     if (r.lookahead >= 0) {
       out += " (= ";

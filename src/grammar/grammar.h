@@ -62,6 +62,13 @@ struct Rule {
   std::string name;
   int32_t body = -1;       // expression index
   int32_t lookahead = -1;  // optional lookahead assertion (parsed, kept, not enforced)
+  // An item of an array whose items must differ (JSON Schema uniqueItems;
+  // EBNF `name ::= %unique_item body`): each value this rule matches is
+  // compared, as JSON, with the values the earlier calls made from the same
+  // caller frame matched, and a repeat is rejected (the matcher checks it
+  // at run time: unique_items.h). The rule is never inlined, nor is a rule
+  // that calls it (the frame that holds the values seen must be its own).
+  bool unique_item = false;
 };
 
 // Options for the JSON Schema front end.

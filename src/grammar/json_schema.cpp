@@ -240,24 +240,35 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
                   "a context-free grammar cannot enforce it here; expected only the keywords listed in "
                   "docs/grammar.md (remove it or rewrite the schema without it)");
   // uniqueItems: true constrains arrays only. A schema whose types exclude
-  // arrays, or whose maxItems is at most 1, ignores it; a plain array of a few enum/const/boolean values
-  // writes its items as a set (visit_array); anything else is refused, or
+  // arrays, or whose maxItems is at most 1, ignores it; visit_array enforces
+  // it (a set of a few values, else a run-time check), anyOf/oneOf/allOf
+  // take it into their branches; beside $ref, const, enum, not or the
+  // conditionals, or with no type at all (any value), it is refused, or
   // dropped with SchemaOptions::unique_items_approximate.
   if (s.contains("uniqueItems") && s["uniqueItems"] != false) {
     if (!s["uniqueItems"].is_boolean()) unsupported("uniqueItems", ptr, "expected a boolean");
-    std::string why;
-    std::vector<std::vector<Json>> domain;
     const bool types_exclude_arrays =
         s.contains("type") && !(s["type"] == "array") &&
         !(s["type"].is_array() && std::find(s["type"].begin(), s["type"].end(), Json("array")) != s["type"].end());
     // With maxItems 0 or 1 no two items can be equal: the keyword holds always.
     const bool at_most_one = s.contains("maxItems") && s["maxItems"].is_number() && s["maxItems"].get<double>() <= 1;
-    if (types_exclude_arrays || at_most_one || (!unique_item_domain(s, domain, why) && opt_.unique_items_approximate)) {
+    const bool split = s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf");
+    const bool an_array = s.contains("type") || s.contains("items") || s.contains("prefixItems") ||
+                          s.contains("minItems") || s.contains("maxItems");
+    std::string beside;
+    for (const char* k : {"$ref", "const", "enum", "not", "if", "dependentSchemas", "dependencies"})
+      if (s.contains(k)) beside = k;
+    const bool enforced = split || (beside.empty() && an_array);
+    if (types_exclude_arrays || at_most_one || (!enforced && opt_.unique_items_approximate)) {
       Json rest = s;
       rest.erase("uniqueItems");
       return visit(rest, ptr, hint);
     }
-    if (!why.empty()) unsupported("uniqueItems", ptr, why);
+    if (!enforced)
+      unsupported("uniqueItems", ptr,
+                  beside.empty() ? "expected an array schema (\"type\": \"array\" or items): any value is not "
+                                   "checked for repeated items"
+                                 : "expected no '" + beside + "' beside it (its arrays would not be checked)");
   }
 
   // Beside anyOf/oneOf, `not` goes down into every branch (merge_siblings).

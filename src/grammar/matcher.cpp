@@ -10,6 +10,10 @@ namespace brioche::grammar {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled, MatcherOptions options)
     : compiled_(std::move(compiled)), options_(options), walker_(compiled_->automaton(), arena_) {
   BRIOCHE_CHECK(compiled_ != nullptr, "GrammarMatcher: compiled grammar is null");
+  if (compiled_->automaton().has_unique_items) {
+    items_ = std::make_unique<UniqueItems>();
+    walker_.set_unique_items(items_.get());
+  }
   reset();
 }
 
@@ -17,15 +21,16 @@ void GrammarMatcher::reset() {
   arena_.truncate(0);
   history_.clear();
   dropped_steps_ = 0;
+  if (items_) items_->reset();
   const Automaton& a = compiled_->automaton();
   int32_t root = arena_.intern(a.rule_start[a.root_rule], kRootEnd);
   Frontier f;
   walker_.closure_of(root, f);
-  history_.push_back(Step{std::move(f), arena_.size(), false});
+  history_.push_back(Step{std::move(f), arena_.size(), false, items_ ? items_->mark() : UniqueItems::Mark{}});
 }
 
 void GrammarMatcher::push(Frontier f, bool eos) {
-  history_.push_back(Step{std::move(f), arena_.size(), eos});
+  history_.push_back(Step{std::move(f), arena_.size(), eos, items_ ? items_->mark() : UniqueItems::Mark{}});
   if (options_.max_rollback_tokens >= 0 && static_cast<int32_t>(history_.size()) > options_.max_rollback_tokens + 1) {
     history_.erase(history_.begin());
     ++dropped_steps_;
@@ -42,16 +47,33 @@ bool GrammarMatcher::is_terminated() const {
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   if (history_.back().eos) return false;
   int32_t checkpoint = arena_.size();
+  const int32_t base = text_size();
   Frontier cur = current(), next;
-  for (unsigned char c : bytes) {
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto c = static_cast<uint8_t>(bytes[i]);
+    if (items_) items_->put(base + static_cast<int32_t>(i), c);
     walker_.advance(cur, c, next);
     if (next.nodes.empty() && !next.completed) {
       arena_.truncate(checkpoint);
+      if (items_) items_->rollback(history_.back().items);
       return false;
     }
     std::swap(cur, next);
   }
   push(std::move(cur), false);
+  return true;
+}
+
+bool GrammarMatcher::can_read(std::string_view bytes) {
+  const int32_t base = text_size();
+  Frontier cur = current(), next;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto c = static_cast<uint8_t>(bytes[i]);
+    if (items_) items_->put(base + static_cast<int32_t>(i), c);
+    walker_.advance(cur, c, next);
+    if (next.nodes.empty() && !next.completed) return false;
+    std::swap(cur, next);
+  }
   return true;
 }
 
@@ -76,6 +98,7 @@ void GrammarMatcher::rollback(int32_t n) {
                 history_.size() - 1, " steps can be undone");
   for (int32_t i = 0; i < n; ++i) history_.pop_back();
   arena_.truncate(history_.back().arena_size);
+  if (items_) items_->rollback(history_.back().items);
 }
 
 void GrammarMatcher::check_uncertain(int32_t node, const StateMask& m, uint32_t* mask) {
@@ -85,6 +108,7 @@ void GrammarMatcher::check_uncertain(int32_t node, const StateMask& m, uint32_t*
   if (scratch_.empty()) scratch_.resize(64);
   scratch_[0].clear();
   scratch_[0].nodes.push_back(node);
+  const int32_t base = text_size();
   int32_t valid = 0;
   size_t j = 0;
   while (j < count) {
@@ -101,6 +125,7 @@ void GrammarMatcher::check_uncertain(int32_t node, const StateMask& m, uint32_t*
     int32_t k = valid;
     bool dead = false;
     while (k < len) {
+      if (items_) items_->put(base + k, static_cast<uint8_t>(tok[k]));
       walker_.advance(scratch_[k], static_cast<uint8_t>(tok[k]), scratch_[k + 1]);
       ++k;
       if (scratch_[k].nodes.empty()) {
@@ -156,17 +181,73 @@ void GrammarMatcher::fill_next_token_bitmask(uint32_t* mask) {
     const StateMask* m = compiled_->mask_of_state(arena_.node(node).state);
     if (m && !m->uncertain_ranks.empty()) check_uncertain(node, *m, mask);
   }
+  if (items_ != nullptr) {
+    items_->rollback(history_.back().items);  // the text and values of the walks above
+    drop_repeated_items(f, mask);
+    items_->rollback(history_.back().items);
+  }
   if (f.completed)
     for (int32_t id : v.eos_ids()) mask[id >> 5] |= 1u << (id & 31);
   arena_.truncate(checkpoint);
+}
+
+// A state's accepted tokens include those that end its rule exactly at the
+// token's end (any caller takes a return). Where returning from there, with
+// no byte read, ends a uniqueItems item, the item must also be new: such a
+// token writes the item's last byte, so it ends with `"` (a string), `}`,
+// `]`, a digit, `e` (true/false) or `l` (null), of a kind an earlier value
+// of that array has. Those tokens whose item would repeat an earlier value
+// are read again from all the stacks (another stack may still take them).
+// Tokens that end an item before their last byte are uncertain already
+// (the mask compiler stops at item ends: state_walk.h) and were checked.
+void GrammarMatcher::drop_repeated_items(const Frontier& f, uint32_t* mask) {
+  const Automaton& a = compiled_->automaton();
+  const Vocabulary& v = compiled_->vocabulary();
+  items_in_progress_.clear();
+  for (int32_t node : f.nodes) {
+    for (int32_t p = arena_.node(node).parent; p >= 0;) {
+      const StackNode& q = arena_.node(p);
+      if (q.unique < 0) {
+        if (std::find(items_in_progress_.begin(), items_in_progress_.end(), q.unique) == items_in_progress_.end())
+          items_in_progress_.push_back(q.unique);
+        break;
+      }
+      if (!a.states[q.state].accepting) break;
+      p = q.parent;
+    }
+  }
+  repeat_candidates_.clear();
+  const int32_t written = text_size();
+  for (int32_t item : items_in_progress_) {
+    uint32_t kinds = items_->seen_kinds(item);
+    const int32_t start = items_->start_of(item);
+    if (start < written) kinds &= UniqueItems::kind_bit(items_->text()[start]);
+    for (int b = 0; b < 256 && kinds != 0; ++b) {
+      const bool last_byte = ((kinds & UniqueItems::kind_bit('"')) && b == '"') ||
+                             ((kinds & UniqueItems::kind_bit('{')) && b == '}') ||
+                             ((kinds & UniqueItems::kind_bit('[')) && b == ']') ||
+                             ((kinds & UniqueItems::kind_bit('0')) && b >= '0' && b <= '9') ||
+                             ((kinds & (UniqueItems::kind_bit('t') | UniqueItems::kind_bit('f'))) && b == 'e') ||
+                             ((kinds & UniqueItems::kind_bit('n')) && b == 'l');
+      if (!last_byte) continue;
+      for (int32_t id : v.ids_ending_with(static_cast<uint8_t>(b)))
+        if ((mask[id >> 5] >> (id & 31) & 1) && items_->repeats(item, v.token(id))) repeat_candidates_.push_back(id);
+    }
+  }
+  std::sort(repeat_candidates_.begin(), repeat_candidates_.end());
+  repeat_candidates_.erase(std::unique(repeat_candidates_.begin(), repeat_candidates_.end()), repeat_candidates_.end());
+  for (int32_t id : repeat_candidates_)
+    if (!can_read(v.token(id))) mask[id >> 5] &= ~(1u << (id & 31));
 }
 
 int32_t GrammarMatcher::sole_allowed_token(uint32_t* mask) {
   if (history_.back().eos) return -1;
   const Frontier& f = current();
   if (f.completed || f.nodes.empty()) return -1;  // EOS allowed, or nothing
-  // Cheap exit: a state that accepts two tokens on its own, whatever the stack.
+  // Cheap exit: a state that accepts two tokens on its own, whatever the
+  // stack (with uniqueItems the mask may drop some of them: always filled).
   for (int32_t node : f.nodes) {
+    if (items_) break;
     const StateMask* m = compiled_->mask_of_state(arena_.node(node).state);
     if (m && (!m->accepted_bits.empty() || m->accepted_ids.size() >= 2)) return -1;
   }
@@ -185,6 +266,7 @@ std::string GrammarMatcher::find_jump_forward_string() {
   std::string out;
   if (is_terminated()) return out;
   const int32_t checkpoint = arena_.size();
+  const int32_t base = text_size();
   Frontier cur = current(), next;
   for (int guard = 0; guard < 4096; ++guard) {
     if (cur.completed) break;
@@ -196,11 +278,14 @@ std::string GrammarMatcher::find_jump_forward_string() {
       if (bits[w]) byte = w * 64 + __builtin_ctzll(bits[w]);
     }
     if (count != 1) break;
+    if (items_) items_->put(base + guard, static_cast<uint8_t>(byte));
     walker_.advance(cur, static_cast<uint8_t>(byte), next);
+    if (next.nodes.empty() && !next.completed) break;  // the byte would repeat a uniqueItems item
     out += static_cast<char>(byte);
     std::swap(cur, next);
   }
   arena_.truncate(checkpoint);
+  if (items_) items_->rollback(history_.back().items);
   // Do not end inside a UTF-8 sequence: drop an incomplete trailing character.
   size_t end = out.size(), i = end;
   while (i > 0 && (static_cast<unsigned char>(out[i - 1]) & 0xC0) == 0x80) --i;

@@ -10,6 +10,7 @@
 
 #include "grammar/compiler.h"
 #include "grammar/pda.h"
+#include "grammar/unique_items.h"
 
 namespace brioche::grammar {
 
@@ -59,11 +60,20 @@ class GrammarMatcher {
     Frontier frontier;
     int32_t arena_size;
     bool eos = false;
+    UniqueItems::Mark items{};  // uniqueItems values and text at this step
   };
   const Frontier& current() const { return history_.back().frontier; }
   void push(Frontier f, bool eos);
   // Sets the bits of uncertain tokens of `node` that the full stack accepts.
   void check_uncertain(int32_t node, const StateMask& m, uint32_t* mask);
+  // The text written so far (positions of the next bytes start here).
+  int32_t text_size() const { return static_cast<int32_t>(history_.back().items.text); }
+  // uniqueItems: clears the bits of tokens that end an item repeating an
+  // earlier one (a state's accepted tokens assume that its rule may end;
+  // where that ends an item, the item decides). See fill_next_token_bitmask.
+  void drop_repeated_items(const Frontier& f, uint32_t* mask);
+  // Whether `bytes` can be read from the current stacks (nothing kept).
+  bool can_read(std::string_view bytes);
 
   std::shared_ptr<const CompiledGrammar> compiled_;
   MatcherOptions options_;
@@ -73,6 +83,9 @@ class GrammarMatcher {
   int32_t dropped_steps_ = 0;  // history entries forgotten past max_rollback_tokens
   std::vector<Frontier> scratch_;
   std::vector<int32_t> seen_states_;
+  // Only for grammars with uniqueItems item rules (null otherwise).
+  std::unique_ptr<UniqueItems> items_;
+  std::vector<int32_t> items_in_progress_, repeat_candidates_;
 };
 
 }  // namespace brioche::grammar

@@ -1,6 +1,7 @@
 #include "grammar/pda.h"
 
 #include "core/error.h"
+#include "grammar/unique_items.h"
 
 namespace brioche::grammar {
 
@@ -19,17 +20,17 @@ void StackArena::grow() {
   }
 }
 
-int32_t StackArena::intern(int32_t state, int32_t parent, int32_t count) {
-  uint64_t slot = slot_hash(state, parent, count) & mask_;
+int32_t StackArena::intern(int32_t state, int32_t parent, int32_t count, int32_t unique) {
+  uint64_t slot = slot_hash(state, parent, count, unique) & mask_;
   for (;;) {
     int32_t id = table_[slot];
     if (id < 0) break;
     const StackNode& n = nodes_[id];
-    if (n.state == state && n.parent == parent && n.count == count) return id;
+    if (n.state == state && n.parent == parent && n.count == count && n.unique == unique) return id;
     slot = (slot + 1) & mask_;
   }
   int32_t id = size();
-  nodes_.push_back({state, parent, count});
+  nodes_.push_back({state, parent, count, unique});
   table_[slot] = id;
   if (nodes_.size() * 2 > table_.size()) grow();
   return id;
@@ -97,11 +98,17 @@ void PdaWalker::visit(int32_t start, Frontier& out) {
     if (st.byte_begin != st.byte_end) out.nodes.push_back(id);
     for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
       const RuleEdge& e = a_.rule_edges[i];
-      // A tail call (the caller only returns after it) returns straight to
-      // the caller's caller: the same stacks whatever rule made the call,
-      // so configurations (and the mask compiler's DFA rows) are shared,
-      // and right recursion keeps a bounded stack.
-      const int32_t ret = a_.states[e.target].only_returns() ? n.parent : moved(n, e.target);
+      int32_t ret;
+      if (a_.has_unique_items && a_.rule_unique_item[e.rule]) {
+        // An item starts: its return node records where (never a tail call).
+        ret = moved(n, e.target, items_ != nullptr ? items_->item_starts(n.unique) : kItemInProgress);
+      } else {
+        // A tail call (the caller only returns after it) returns straight to
+        // the caller's caller: the same stacks whatever rule made the call,
+        // so configurations (and the mask compiler's DFA rows) are shared,
+        // and right recursion keeps a bounded stack.
+        ret = a_.states[e.target].only_returns() ? n.parent : moved(n, e.target);
+      }
       work_.push_back(arena_.intern(a_.rule_start[e.rule], ret));
     }
     if (st.counter >= 0) {
@@ -109,21 +116,34 @@ void PdaWalker::visit(int32_t start, Frontier& out) {
       // through its written-out copies once the bound is reached.
       const CounterEdge& c = a_.counters[st.counter];
       if (!track_counts_)
-        work_.push_back(arena_.intern(c.loop_target, n.parent));
+        work_.push_back(arena_.intern(c.loop_target, n.parent, 0, n.unique));
       else if (n.count + 1 < c.rounds)
-        work_.push_back(arena_.intern(c.loop_target, n.parent, n.count + 1));
+        work_.push_back(arena_.intern(c.loop_target, n.parent, n.count + 1, n.unique));
       else
-        work_.push_back(arena_.intern(c.exit_target, n.parent));
+        work_.push_back(arena_.intern(c.exit_target, n.parent, 0, n.unique));
     }
     if (st.accepting) {
-      if (n.parent == kRootEnd)
+      if (n.parent == kRootEnd) {
         out.completed = true;
-      else if (n.parent == kContext)
+      } else if (n.parent == kContext) {
         out.escaped = true;
-      else
+      } else if (a_.has_unique_items && arena_.node(n.parent).unique < 0) {
+        const int32_t next = item_ended(arena_.node(n.parent), out);  // (a copy: interning may move nodes)
+        if (next >= 0) work_.push_back(next);
+      } else {
         work_.push_back(n.parent);
+      }
     }
   }
+}
+
+int32_t PdaWalker::item_ended(StackNode into, Frontier& out) {
+  if (items_ == nullptr) {
+    out.item_end = true;
+    return -1;
+  }
+  const int32_t seen = items_->item_ends(into.unique);
+  return seen < 0 ? -1 : arena_.intern(into.state, into.parent, into.count, seen);
 }
 
 void PdaWalker::closure_of(int32_t node, Frontier& out) {

@@ -106,12 +106,21 @@ RulePlan plan_rules(const Grammar& g, const AutomatonLimits& limits, int32_t num
     for (int32_t c : e.children) d = std::max(d, 1 + expr_depth(c));
     return d;
   };
+  // A uniqueItems item rule keeps its frame (its calls mark where an item
+  // starts and ends), and so does its caller (the values seen so far live
+  // on the caller's frame: inlined, two arrays in one rule would share them).
+  auto keeps_frame = [&](int32_t r) {
+    if (g.rules[r].unique_item) return true;
+    for (int32_t callee : refs[r])
+      if (g.rules[callee].unique_item) return true;
+    return false;
+  };
   for (const std::vector<int32_t>& members : components.members)
     for (int32_t r : members) {
       size[r] = expr_size(g.rules[r].body);
       depth[r] = expr_depth(g.rules[r].body);
       plan.inlined[r] = !recursive[r] && r != g.root && g.rules[r].lookahead < 0 && size[r] <= limits.inline_limit &&
-                        depth[r] <= kMaxInlineDepth;
+                        depth[r] <= kMaxInlineDepth && !keeps_frame(r);
     }
   // Reachability through the rules that stay.
   plan.needed.assign(num_rules, 0);

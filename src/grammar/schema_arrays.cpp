@@ -103,7 +103,24 @@ std::string SchemaConverter::visit_unique_array(const Json& s, const std::string
 }
 
 std::string SchemaConverter::visit_array(const Json& s, const std::string& ptr, const std::string& hint) {
-  if (s.contains("uniqueItems") && s["uniqueItems"] == true) return visit_unique_array(s, ptr, hint);
+  // uniqueItems: items of a few values are written as a set; any other
+  // item is a call of an item rule (`%unique_item`) that the matcher
+  // compares with the earlier items at run time (unique_items.h).
+  bool distinct = false;
+  if (s.contains("uniqueItems") && s["uniqueItems"] == true) {
+    std::vector<std::vector<Json>> domain;
+    std::string why;
+    if (unique_item_domain(s, domain, why)) return visit_unique_array(s, ptr, hint);
+    // The values seen live on the array rule's frame: every item must be
+    // called from that one rule, which the tail rules of prefixItems are not.
+    if (s.contains("prefixItems"))
+      unsupported("uniqueItems", ptr,
+                  "expected items without prefixItems: the items of a tuple are not compared with each other");
+    distinct = true;
+  }
+  auto item_rule = [&](const std::string& item, const std::string& name) {
+    return distinct ? add_rule(name, "%unique_item " + item) : item;
+  };
   int64_t min_items = count_of(s, "minItems", ptr, 0);
   int64_t max_items = count_of(s, "maxItems", ptr, -1);
   if (min_items < 0 || (max_items >= 0 && max_items < min_items))
@@ -124,13 +141,13 @@ std::string SchemaConverter::visit_array(const Json& s, const std::string& ptr, 
     if (it.is_boolean() && !it.get<bool>())
       closed = true;
     else
-      rest = visit(it, pointer_child(ptr, "items"), hint + "_item");
+      rest = item_rule(visit(it, pointer_child(ptr, "items"), hint + "_item"), hint + "_uitem");
   } else if (!prefix.empty() && opt_.strict) {
     closed = true;
-  } else if (prefix.empty() && min_items == 0 && max_items < 0) {
+  } else if (prefix.empty() && min_items == 0 && max_items < 0 && !distinct) {
     return basic("json_array");
   } else {
-    rest = basic("json_value");
+    rest = item_rule(basic("json_value"), hint + "_uitem");
   }
   int64_t k = static_cast<int64_t>(prefix.size());
   if (closed) {

@@ -24,9 +24,11 @@ struct WalkSkip {
 
 // Walks the vocabulary trie from one state with an unknown caller below it.
 // After k bytes the stacks are F[k]; E[k] says some stack returned into the
-// caller there. A token of length L is
+// caller there, I[k] that some stack ended a uniqueItems item there (it may
+// go on only if the item is new: the matcher decides). A token of length L is
 //   accepted  if F[L] is non-empty or E[L] (the rule ended exactly at its end),
-//   uncertain if not accepted and E[j] for some 1 <= j < L,
+//   uncertain if not accepted and E[j] for some 1 <= j < L, or I[j] for some
+//             1 <= j <= L,
 //   rejected  otherwise.
 // Returning at j = 0 is ignored: the matcher's closure already contains the
 // caller's own stacks. F[k] are configurations of a lazily built DFA shared
@@ -38,6 +40,7 @@ class StatePrecompute {
     config_.resize(depth);
     escape_.resize(depth);
     any_escape_.resize(depth);
+    any_item_end_.resize(depth);
     cursor_.resize(depth);
     cursor_end_.resize(depth);
     by_byte_.resize(depth);
@@ -63,7 +66,7 @@ class StatePrecompute {
     lookahead_ = a_.rule_lookahead[a_.states[state].rule];
     lookahead_start_ = lookahead_ >= 0 ? dfa_.start(a_.rule_start[lookahead_]) : -1;
     config_[0] = dfa_.start(state);
-    escape_[0] = any_escape_[0] = 0;
+    escape_[0] = any_escape_[0] = any_item_end_[0] = 0;
     // Depth-first over the trie. At depth d the children to try are either
     // all of the node's edges (edges[cursor_[d]..cursor_end_[d]) or, when
     // the configuration reads few bytes and no escape happened on the path,
@@ -100,6 +103,7 @@ class StatePrecompute {
       const uint8_t flags = dfa_.flags(c);
       const uint8_t esc = (flags & FrontierDfa::kEscaped) ? 1 : 0;
       const uint8_t any_esc = any_escape_[d] | esc;
+      const uint8_t any_item_end = any_item_end_[d] | ((flags & FrontierDfa::kItemEnd) ? 1 : 0);
       const int32_t k = d + 1;
       if (!(flags & FrontierDfa::kDead)) {
         const Vocabulary::TrieNode& node = nodes[edge.node];
@@ -122,25 +126,28 @@ class StatePrecompute {
         config_[k] = c;
         escape_[k] = esc;
         any_escape_[k] = any_esc;
+        any_item_end_[k] = any_item_end;
         enter(k, edge.node);
         d = k;
         continue;
       }
-      if (!any_esc) continue;  // nothing below returns to the caller: all rejected
+      // nothing below returns to the caller or ends an item: all rejected
+      if (!any_esc && !any_item_end) continue;
       // Dead after k bytes: this node's tokens and its whole subtree are
-      // decided by escape_ / any_escape_ alone.
+      // decided by escape_ / any_escape_ / any_item_end alone.
       escape_[k] = esc;
       any_escape_[k] = any_esc;
+      any_item_end_[k] = any_item_end;
       const Vocabulary::TrieNode& node = nodes[edge.node];
       const int32_t exact_end = node.rank_begin + node.num_exact;
       for (int32_t r = node.rank_begin; r < exact_end && k > longer_than; ++r) {
         if (esc)
           accepted.push_back(sorted[r]);
-        else if (returns_to_caller(r, k - 1))
+        else if (any_item_end || returns_to_caller(r, k - 1))
           uncertain_ranks.push_back(r);
       }
       for (int32_t r = exact_end; r < node.rank_end; ++r)
-        if (long_enough(r) && returns_to_caller(r, k)) uncertain_ranks.push_back(r);
+        if (long_enough(r) && (any_item_end || returns_to_caller(r, k))) uncertain_ranks.push_back(r);
     }
   }
 
@@ -171,7 +178,7 @@ class StatePrecompute {
     cursor_[d] = n.kid_begin;
     cursor_end_[d] = n.kid_end;
     by_byte_[d] = 0;
-    if (any_escape_[d]) return;  // dead children may still hold uncertain tokens
+    if (any_escape_[d] || any_item_end_[d]) return;  // dead children may still hold uncertain tokens
     const int32_t kids = n.kid_end - n.kid_begin;
     // Binary searches cost ~log2(kids) each; a scan costs one lookup per kid.
     if (dfa_.num_readable(config_[d]) * 8 >= kids) return;
@@ -216,7 +223,7 @@ class StatePrecompute {
 
   int32_t lookahead_ = -1, lookahead_start_ = -1;
   std::vector<int32_t> config_;  // [max token length + 1] configuration after d bytes
-  std::vector<uint8_t> escape_, any_escape_;
+  std::vector<uint8_t> escape_, any_escape_, any_item_end_;
   std::vector<int32_t> cursor_, cursor_end_;  // per depth: next child edge, end of the child list
   // Per depth, when children are looked up by byte: the bytes to try,
   // byte_buffer_[byte_cursor_[d], byte_end_[d]) (32 slots per depth).

@@ -154,6 +154,15 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, VocabularyOptions o
     for (int k = 0; k < 4; ++k) mix(static_cast<unsigned char>(id >> (8 * k)));
   h ^= static_cast<uint64_t>(mask_vocab_size_) * 0x9e3779b97f4a7c15ull;
   hash_ = h;
+
+  // Ids by last byte (counting sort): what can end a uniqueItems item.
+  last_byte_begin_.assign(257, 0);
+  for (int32_t id : sorted_ids_) ++last_byte_begin_[static_cast<uint8_t>(tokens_[id].back()) + 1];
+  for (int b = 0; b < 256; ++b) last_byte_begin_[b + 1] += last_byte_begin_[b];
+  last_byte_ids_.resize(sorted_ids_.size());
+  std::vector<int32_t> fill(last_byte_begin_.begin(), last_byte_begin_.end() - 1);
+  for (int32_t id = 0; id < n; ++id)
+    if (!special_[id]) last_byte_ids_[fill[static_cast<uint8_t>(tokens_[id].back())]++] = id;
 }
 
 }  // namespace brioche::grammar

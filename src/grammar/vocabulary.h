@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,12 @@ class Vocabulary {
   // tokens longer than some length skips the subtrees that have none.
   const std::vector<uint16_t>& trie_longest_below() const { return trie_longest_below_; }
   int32_t max_token_length() const { return max_token_length_; }
+  // The ids (ascending) of the tokens a grammar may produce whose last byte
+  // is b: the tokens that can end a JSON value of a kind (`"`, `}`, digits).
+  std::span<const int32_t> ids_ending_with(uint8_t b) const {
+    return {last_byte_ids_.data() + last_byte_begin_[b],
+            static_cast<size_t>(last_byte_begin_[b + 1] - last_byte_begin_[b])};
+  }
 
  private:
   std::vector<std::string> tokens_;
@@ -85,6 +92,8 @@ class Vocabulary {
   std::vector<ByteSet> trie_bytes_below_;     // [trie nodes]
   std::vector<uint8_t> trie_utf8_below_;      // [trie nodes]
   std::vector<uint16_t> trie_longest_below_;  // [trie nodes]
+  std::vector<int32_t> last_byte_begin_;      // [257] into last_byte_ids_
+  std::vector<int32_t> last_byte_ids_;
   int32_t max_token_length_ = 0;
   int32_t mask_vocab_size_ = 0;
   uint64_t hash_ = 0;
