@@ -35,6 +35,10 @@ namespace {
 
 constexpr int kMaxSymbols = 256;
 constexpr int32_t kMaxNfaStates = 20000;
+// Steps of the subset construction (NFA states visited by closures and
+// moves): a pattern whose threads are many makes each DFA state costly
+// long before the state cap; past this, refused (under a second of one core).
+constexpr int64_t kMaxDeterminizeWork = 20'000'000;
 using Symbols = std::bitset<kMaxSymbols>;
 
 enum class Cond : uint8_t { kNone, kStart, kEnd, kWordBoundary, kNotWordBoundary, kLook };
@@ -418,6 +422,14 @@ class Determinizer {
   int32_t final_;
   const RegexDfaOptions& options_;
   std::map<DState, int32_t> index_;
+  mutable int64_t work_ = 0;
+
+  void charge(size_t steps) const {
+    work_ += static_cast<int64_t>(steps);
+    if (work_ > kMaxDeterminizeWork)
+      fail("regex: deciding its assertions takes more than ", kMaxDeterminizeWork,
+           " steps (its threads are too many); the limit is ", kMaxDeterminizeWork);
+  }
 
   Side side_of(int a) const { return word_boundaries_ && alphabet_.word[a] ? kWordChar : kOtherChar; }
   int64_t next_count(int64_t c) const {
@@ -447,6 +459,7 @@ class Determinizer {
           set.push_back(e.target);
         }
     std::sort(set.begin(), set.end());
+    charge(set.size() + nfa_.eps.size() / 16);  // the `seen` flags cleared
   }
 
   // The main thread's closure: each state with the lookaheads crossed on the way.
@@ -456,6 +469,7 @@ class Determinizer {
     while (!todo.empty()) {
       auto [s, looks] = todo.back();
       todo.pop_back();
+      charge(1 + nfa_.eps[s].size());
       for (const Nfa::Eps& e : nfa_.eps[s]) {
         if (!holds(e.cond, x)) continue;
         std::vector<int32_t> l = looks;
@@ -524,6 +538,7 @@ class Determinizer {
       if (t.state == final_ && t.obligations.empty()) return {t};
     // A thread whose obligations include another's on the same state adds nothing.
     std::vector<Thread> kept;
+    charge(out.size() * out.size() / 8 + out.size());
     for (const Thread& t : out) {
       bool subsumed = false;
       for (const Thread& u : kept)

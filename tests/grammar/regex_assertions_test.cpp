@@ -60,13 +60,13 @@ TEST(RegexAssertions, MasksMatchTheMatcher) {
     uint64_t seed = 5;
     size_t i = 0;
     for (const auto& cand : c["candidates"]) {
-      if (i++ % 8 != 0) continue;
+      if (i++ % 16 != 0) continue;
       const std::string text = cand["text"].get<std::string>();
       EXPECT_EQ(mask_mismatches(compiled, text.substr(0, text.size() / 2), 6, seed++, name), 0);
       ++walks;
     }
   }
-  EXPECT_GE(walks, 200);
+  EXPECT_GE(walks, 120);
 }
 
 // A lookahead at the start makes a tree of repetitions: one expression, so a
@@ -89,6 +89,13 @@ TEST(RegexAssertions, RefusesWhatItCannotDecide) {
   for (const char* p : {"(?<=a)b", "(?<!a)b", "(?=(?!a))b", "(?i)aws", "^(?!(?i)aws)x", "(a)\\1"}) {
     const nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", p}};
     EXPECT_THROW(Grammar::from_json_schema(schema, kCompact), Error) << p;
+  }
+  // Threads too many to decide in bounded time: refused by the work count.
+  try {
+    (void)regex_search_dfa("(?=(.{0,50}){0,50}z)", {});
+    ADD_FAILURE() << "expected the work budget to refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("steps"), std::string::npos) << e.what();
   }
   // A DFA past its budget is refused with the size, not built.
   try {
