@@ -114,7 +114,8 @@ class StructuredOutput(unittest.TestCase):
 
     def test_strict_malformed_schema_is_400_naming_where(self):
         import openai
-        bad = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
+        # a tuple's items are not compared with each other: uniqueItems is refused there
+        bad = {"type": "object", "properties": {"xs": {"type": "array", "prefixItems": [{}], "uniqueItems": True}}}
         with self.assertRaises(openai.BadRequestError) as ctx:
             self.chat("hi", max_tokens=5, response_format=schema_format(bad, strict=True))
         body = ctx.exception.body
