@@ -134,6 +134,21 @@ bool UniqueItems::repeats(int32_t in_progress, std::string_view rest) {
     }
     return false;
   }
+  // Integers (a mask after a comma tries every digit token): their form is
+  // 'i', the digits, ';' (JSON writes no leading zero; "-0" is 0).
+  auto digits = [](std::string_view x) { return x.find_first_not_of("0123456789") == std::string_view::npos; };
+  const std::string_view first = prefix.empty() ? rest : prefix;
+  if (!rest.empty() && first.front() != '-' && digits(prefix) && digits(rest) &&
+      (first.front() != '0' || prefix.size() + rest.size() == 1)) {
+    const size_t n = prefix.size() + rest.size();
+    for (int32_t s = p.seen; s != 0; s = sets_[s].prev) {
+      const std::string& v = sets_[s].value;
+      if (v.size() == n + 2 && v[0] == 'i' && v.compare(1, prefix.size(), prefix) == 0 &&
+          v.compare(1 + prefix.size(), rest.size(), rest) == 0)
+        return true;
+    }
+    return false;
+  }
   if (!canonical(p.start, rest)) return false;
   return contains(p.seen, canonical_, fnv(canonical_));
 }

@@ -130,6 +130,9 @@ TEST(UniqueItemsRuntime, Llama3MaskBitsAgreeWithTheMatcher) {
       {{{"type", "array"}, {"items", {{"type", "object"}}}, {"uniqueItems", true}},
        {"[{\"a\": 1}, {\"a\": 1", "[{\"a\": 1}, {\"a\": 1.0", "[{}, {"}},
       {{{"type", "array"}, {"items", {{"type", "integer"}}}, {"uniqueItems", true}}, {"[12, 1", "[7, "}},
+      // A bounded integer ends at its last digit: "2" there would repeat 12.
+      {{{"type", "array"}, {"items", {{"type", "integer"}, {"maximum", 99}}}, {"uniqueItems", true}},
+       {"[12, 1", "[12, ", "[7, 12, 7"}},
   };
   for (const auto& [schema, prefixes] : cases) {
     auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(schema, kCorpusOptions), vocab);
