@@ -47,34 +47,33 @@ bool GrammarMatcher::is_terminated() const {
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {
   if (history_.back().eos) return false;
   int32_t checkpoint = arena_.size();
+  Frontier f;
+  if (!read_bytes(bytes, f)) {
+    arena_.truncate(checkpoint);
+    if (items_) items_->rollback(history_.back().items);
+    return false;
+  }
+  push(std::move(f), false);
+  return true;
+}
+
+bool GrammarMatcher::read_bytes(std::string_view bytes, Frontier& out) {
   const int32_t base = text_size();
-  Frontier cur = current(), next;
+  out = current();
+  Frontier next;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const auto c = static_cast<uint8_t>(bytes[i]);
     if (items_) items_->put(base + static_cast<int32_t>(i), c);
-    walker_.advance(cur, c, next);
-    if (next.nodes.empty() && !next.completed) {
-      arena_.truncate(checkpoint);
-      if (items_) items_->rollback(history_.back().items);
-      return false;
-    }
-    std::swap(cur, next);
+    walker_.advance(out, c, next);
+    if (next.nodes.empty() && !next.completed) return false;
+    std::swap(out, next);
   }
-  push(std::move(cur), false);
   return true;
 }
 
 bool GrammarMatcher::can_read(std::string_view bytes) {
-  const int32_t base = text_size();
-  Frontier cur = current(), next;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const auto c = static_cast<uint8_t>(bytes[i]);
-    if (items_) items_->put(base + static_cast<int32_t>(i), c);
-    walker_.advance(cur, c, next);
-    if (next.nodes.empty() && !next.completed) return false;
-    std::swap(cur, next);
-  }
-  return true;
+  Frontier f;
+  return read_bytes(bytes, f);
 }
 
 bool GrammarMatcher::accept_token(int32_t token_id) {

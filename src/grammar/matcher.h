@@ -72,6 +72,9 @@ class GrammarMatcher {
   // earlier one (a state's accepted tokens assume that its rule may end;
   // where that ends an item, the item decides). See fill_next_token_bitmask.
   void drop_repeated_items(const Frontier& f, uint32_t* mask);
+  // Reads `bytes` from the current stacks into `out`; false at the first
+  // byte no stack takes. Nothing is pushed: the caller keeps or drops it.
+  bool read_bytes(std::string_view bytes, Frontier& out);
   // Whether `bytes` can be read from the current stacks (nothing kept).
   bool can_read(std::string_view bytes);
 
