@@ -1,5 +1,6 @@
-// Shared by the tests of counted lengths (length_counter_test.cpp,
-// pattern_length_test.cpp, bounded_repetition_test.cpp): candidate documents stored as repeated parts,
+// Shared by the grammar's golden tests (length_counter, pattern_length,
+// bounded_repetition, regex_assertions, unique_items_runtime): golden files,
+// the whole-document check, candidate documents stored as repeated parts,
 // small vocabularies, and a check of every token's mask bit against the
 // matcher (no mask trusted).
 #pragma once
@@ -12,10 +13,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fixture_vocab.h"
 #include "grammar/compiler.h"
 #include "grammar/matcher.h"
 
 namespace brioche::grammar::testing_masks {
+
+// A golden file of tests/grammar/golden/ (written by a tools/oracle script).
+inline nlohmann::ordered_json golden_file(const std::string& name) {
+  return nlohmann::ordered_json::parse(testing::read_file(testing::source_path("tests/grammar/golden/" + name)));
+}
+
+// Whether the grammar accepts `text` as a whole document.
+inline bool accepts_document(const std::shared_ptr<const CompiledGrammar>& compiled, const std::string& text) {
+  GrammarMatcher m(compiled);
+  return m.accept_bytes(text) && m.can_terminate();
+}
 
 // A candidate's text: each part's text repeated; an "indexed" part puts the
 // repetition's index in place of "{i}" (distinct keys).

@@ -28,8 +28,7 @@ using testing_masks::small_alphabet;
 using testing_masks::text_of;
 
 const nlohmann::ordered_json& golden() {
-  static const nlohmann::ordered_json g = nlohmann::ordered_json::parse(
-      testing::read_file(testing::source_path("tests/grammar/golden/pattern_length.json")));
+  static const nlohmann::ordered_json g = testing_masks::golden_file("pattern_length.json");
   return g;
 }
 
@@ -48,8 +47,7 @@ TEST(PatternLength, AcceptsExactlyWhatJsonschemaValidates) {
       auto compiled = CompiledGrammar::compile(g, vocab);
       for (const auto& cand : c["candidates"]) {
         const std::string text = text_of(cand["parts"]);
-        GrammarMatcher m(compiled);
-        const bool accepted = m.accept_bytes(text) && m.can_terminate();
+        const bool accepted = testing_masks::accepts_document(compiled, text);
         EXPECT_EQ(accepted, cand["valid"].get<bool>())
             << name << ": jsonschema says " << (cand["valid"].get<bool>() ? "valid" : "invalid") << " for a string of "
             << text.size() << " bytes: " << text.substr(0, 80) << (text.size() > 80 ? "..." : "");
