@@ -16,12 +16,13 @@ length_counter.json), so 20,000-character strings cost a few bytes here.
 
   python3 tools/oracle/pattern_length_goldens.py   # writes tests/grammar/golden/pattern_length.json
 """
-import importlib.metadata
 import json
 import os
 import re
 
 import jsonschema
+
+import judged_goldens
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "grammar", "golden", "pattern_length.json")
@@ -117,12 +118,4 @@ case("placeholder_256", r"^\$\{(\w+.)+\w+\}$", 0, 256, [
     (["$", "{", "a.b}"], 1)],
     extra=["${a.b}", "${a}", "${.b}", "${a..b}"])
 
-tool = f"jsonschema {importlib.metadata.version('jsonschema')} (Draft 2020-12)"
-with open(OUT, "w") as f:
-    json.dump({"generator": "tools/oracle/pattern_length_goldens.py", "judge": tool, "cases": CASES}, f, indent=0)
-    f.write("\n")
-n = sum(len(c["candidates"]) for c in CASES)
-v = sum(x["valid"] for c in CASES for x in c["candidates"])
-print(f"{OUT}: {len(CASES)} schemas, {n} candidates ({v} valid)")
-for c in CASES:
-    print(c["name"], len(c["candidates"]), sum(x["valid"] for x in c["candidates"]))
+judged_goldens.write(OUT, "tools/oracle/pattern_length_goldens.py", CASES)

@@ -15,13 +15,14 @@ accepts exactly the valid ones and that its masks are exact.
 
   python3 tools/oracle/regex_assertion_goldens.py   # writes tests/grammar/golden/regex_assertions.json
 """
-import importlib.metadata
 import json
 import os
 import random
 import re
 
 import jsonschema
+
+import judged_goldens
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "grammar", "golden", "regex_assertions.json")
@@ -112,13 +113,4 @@ case("not_pattern_prefix", r"^[A-Za-z][A-Za-z0-9_]*$", ["deploy_key", "bk_x", "B
      list("bBkKuildte_1"), lo=1, hi=12, extra={"not": {"pattern": "^([Bb][Uu][Ii][Ll][Dd][Kk][Ii][Tt][Ee]|[Bb][Kk])"}})
 case("not_pattern_alone", None, ["abc", "a.b", "..", ".", ""], list("ab."), extra={"not": {"pattern": r"\.\."}})
 
-tool = f"jsonschema {importlib.metadata.version('jsonschema')} (Draft 2020-12)"
-with open(OUT, "w") as f:
-    json.dump({"generator": "tools/oracle/regex_assertion_goldens.py", "judge": tool, "cases": CASES}, f, indent=0,
-              ensure_ascii=False)
-    f.write("\n")
-n = sum(len(c["candidates"]) for c in CASES)
-v = sum(x["valid"] for c in CASES for x in c["candidates"])
-print(f"{OUT}: {len(CASES)} schemas, {n} candidates ({v} valid)")
-for c in CASES:
-    print(c["name"], len(c["candidates"]), sum(x["valid"] for x in c["candidates"]))
+judged_goldens.write(OUT, "tools/oracle/regex_assertion_goldens.py", CASES, ensure_ascii=False)
