@@ -670,12 +670,15 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
     finish(seq, std::move(event));
     return true;
   });
-  // Masks first (each row's from its own matcher, no sharing between rows),
-  // then every row is sampled on the pool: rows are independent (each
-  // sequence has its own sampler and RNG; the sampler's scratch is per
-  // thread), so the result does not depend on the thread. With a 49k-token
-  // vocabulary this is a visible part of a 16-sequence decode step. Tokens
-  // are then accepted one by one in plan order.
+  // Masks first, then every row is sampled on the pool: rows are
+  // independent (each sequence has its own matcher, sampler and RNG; the
+  // sampler's scratch is per thread; a compiled grammar that several rows
+  // share builds its deferred masks under its own lock), so the result does
+  // not depend on the thread. With a 128k-token vocabulary and 64
+  // constrained rows the masks alone are a visible part of a decode step,
+  // and on CUDA they are made while the step's forward runs (run-ahead):
+  // spread over the pool, they stay shorter than it. Tokens are then
+  // accepted one by one in plan order.
   struct RowSample {
     Sequence* seq;
     int32_t row;
@@ -685,19 +688,30 @@ void Engine::Scheduler::run(const std::vector<Planned>& planned, bool forward_qu
   };
   std::vector<RowSample> rows;
   rows.reserve(to_sample.size());
-  for (auto [seq, row] : to_sample) {
-    const uint32_t* mask = nullptr;
-    if (seq->constraint) {
-      bool any_allowed = true;
-      mask = seq->constraint->next_mask(&any_allowed);
-      if (!any_allowed) {
-        // The grammar allows nothing (not even EOS): never sample an all -inf row.
-        finish(seq, FinishReason::Stop);
-        continue;
-      }
+  for (auto [seq, row] : to_sample) rows.push_back({seq, row, nullptr, {}, nullptr});
+  std::vector<char> any_allowed(rows.size(), 1);
+  ThreadPool::global().run(int(rows.size()), [&](int i) {
+    RowSample& r = rows[size_t(i)];
+    if (!r.seq->constraint) return;
+    try {
+      bool allowed = true;
+      r.mask = r.seq->constraint->next_mask(&allowed);
+      any_allowed[size_t(i)] = allowed;
+    } catch (...) {
+      r.error = std::current_exception();  // rethrown on this thread below
     }
-    rows.push_back({seq, row, mask, {}, nullptr});
+  });
+  for (const RowSample& r : rows)
+    if (r.error) std::rethrow_exception(r.error);
+  size_t kept = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // The grammar allows nothing (not even EOS): never sample an all -inf row.
+    if (!any_allowed[i])
+      finish(rows[i].seq, FinishReason::Stop);
+    else
+      rows[kept++] = rows[i];
   }
+  rows.resize(kept);
   if (device_sampler_) {
     // Drafts are judged on the host: their rows' logits come back first
     // (a few rows; the other rows' stay on the device and are sampled there).
