@@ -429,85 +429,80 @@ class RuleBuilder {
   int32_t used_ = 0;
 };
 
-struct FinalState {
-  bool accepting = false;
+// A rule's states after epsilon removal and merging: local ids 0..n-1
+// (start = 0), edges in flat arrays (a rule may have 100k+ states: one
+// allocation per state and edge list was most of the build).
+struct FinishedRule {
+  struct State {
+    bool accepting = false;
+    int32_t loop = -1;
+    LocalCounter counter;
+    uint32_t byte_begin = 0, byte_end = 0, rule_begin = 0, rule_end = 0;  // into bytes, rules
+  };
+  std::vector<State> states;
   std::vector<ByteEdge> bytes;
   std::vector<RuleEdge> rules;
-  int32_t loop = -1;
-  LocalCounter counter;
-  bool operator==(const FinalState& o) const {
-    if (accepting != o.accepting || bytes.size() != o.bytes.size() || rules.size() != o.rules.size() ||
-        loop != o.loop || !(counter == o.counter))
-      return false;
-    for (size_t i = 0; i < bytes.size(); ++i)
-      if (bytes[i].lo != o.bytes[i].lo || bytes[i].hi != o.bytes[i].hi || bytes[i].target != o.bytes[i].target)
-        return false;
-    for (size_t i = 0; i < rules.size(); ++i)
-      if (rules[i].rule != o.rules[i].rule || rules[i].target != o.rules[i].target) return false;
-    return true;
-  }
 };
 
-void canonicalize(FinalState& st) {
-  std::sort(st.bytes.begin(), st.bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
+// Sorts a state's edges into their canonical order: byte ranges to the same
+// target merged (overlapping or adjacent), then ordered by (lo, target);
+// calls ordered by (rule, target) without repeats. Returns the new ends.
+void canonicalize(std::vector<ByteEdge>& bytes, size_t byte_begin, std::vector<RuleEdge>& rules, size_t rule_begin) {
+  auto b0 = bytes.begin() + static_cast<std::ptrdiff_t>(byte_begin);
+  std::sort(b0, bytes.end(), [](const ByteEdge& a, const ByteEdge& b) {
     return a.target != b.target ? a.target < b.target : a.lo < b.lo;
   });
-  // Merge overlapping/adjacent ranges that go to the same target (in place).
-  size_t kept = 0;
-  for (size_t i = 0; i < st.bytes.size(); ++i) {
-    const ByteEdge e = st.bytes[i];
-    if (kept > 0 && st.bytes[kept - 1].target == e.target && e.lo <= st.bytes[kept - 1].hi + 1)
-      st.bytes[kept - 1].hi = std::max(st.bytes[kept - 1].hi, e.hi);
+  size_t kept = byte_begin;
+  for (size_t i = byte_begin; i < bytes.size(); ++i) {
+    const ByteEdge e = bytes[i];
+    if (kept > byte_begin && bytes[kept - 1].target == e.target && e.lo <= bytes[kept - 1].hi + 1)
+      bytes[kept - 1].hi = std::max(bytes[kept - 1].hi, e.hi);
     else
-      st.bytes[kept++] = e;
+      bytes[kept++] = e;
   }
-  st.bytes.resize(kept);
-  std::sort(st.bytes.begin(), st.bytes.end(),
+  bytes.resize(kept);
+  std::sort(bytes.begin() + static_cast<std::ptrdiff_t>(byte_begin), bytes.end(),
             [](const ByteEdge& a, const ByteEdge& b) { return a.lo != b.lo ? a.lo < b.lo : a.target < b.target; });
-  std::sort(st.rules.begin(), st.rules.end(), [](const RuleEdge& a, const RuleEdge& b) {
+  auto r0 = rules.begin() + static_cast<std::ptrdiff_t>(rule_begin);
+  std::sort(r0, rules.end(), [](const RuleEdge& a, const RuleEdge& b) {
     return a.rule != b.rule ? a.rule < b.rule : a.target < b.target;
   });
-  st.rules.erase(
-      std::unique(st.rules.begin(), st.rules.end(),
+  rules.erase(
+      std::unique(rules.begin() + static_cast<std::ptrdiff_t>(rule_begin), rules.end(),
                   [](const RuleEdge& a, const RuleEdge& b) { return a.rule == b.rule && a.target == b.target; }),
-      st.rules.end());
-}
-
-uint64_t hash_state(const FinalState& st) {
-  uint64_t h = st.accepting ? 0x9e3779b97f4a7c15ull : 0x12345ull;
-  auto mix = [&](uint64_t v) {
-    h = (h ^ v) * 0x100000001b3ull;
-    h ^= h >> 29;
-  };
-  for (auto& e : st.bytes) mix((uint64_t(e.lo) << 40) | (uint64_t(e.hi) << 32) | uint32_t(e.target));
-  for (auto& e : st.rules) mix((uint64_t(uint32_t(e.rule)) << 32) | uint32_t(e.target) | (1ull << 63));
-  mix((uint64_t(uint32_t(st.loop)) << 32) | uint32_t(st.counter.loop_target));
-  mix((uint64_t(uint32_t(st.counter.exit_target)) << 32) | uint32_t(st.counter.rounds));
-  return h;
+      rules.end());
 }
 
 // Epsilon removal + merging of equivalent states; returns the rule's
 // states (local ids 0..n-1, start = 0) with targets in local ids.
-std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork& budget) {
+FinishedRule finish_rule(const RuleBuilder& b, Fragment f, BuildWork& budget) {
   const auto& ls = b.states;
   size_t n = static_cast<size_t>(b.num_states());
-  // Epsilon closures, computed on demand for reachable states only.
+  // Epsilon closures, computed on demand for reachable states only, in
+  // discovery order (which numbers the states). raw: each state's edges as
+  // its closure collects them (targets in discovery ids), not yet canonical.
+  FinishedRule raw;
   std::vector<int32_t> remap(n, -1);
-  std::vector<int32_t> order;  // local ids in discovery order
-  std::vector<FinalState> out;
-  std::vector<int32_t> work{f.start};
+  std::vector<int32_t> order{f.start};  // local ids in discovery order
   remap[f.start] = 0;
-  order.push_back(f.start);
-  out.emplace_back();
   std::vector<uint32_t> seen(n, 0);
   uint32_t stamp = 0;
   std::vector<int32_t> stack;
+  auto target_of = [&](int32_t t) {
+    if (remap[t] < 0) {
+      remap[t] = static_cast<int32_t>(order.size());
+      order.push_back(t);
+    }
+    return remap[t];
+  };
   for (size_t k = 0; k < order.size(); ++k) {
     int32_t src = order[k];
     ++stamp;
     stack.assign(1, src);
     seen[src] = stamp;
-    FinalState st;
+    FinishedRule::State st;
+    st.byte_begin = static_cast<uint32_t>(raw.bytes.size());
+    st.rule_begin = static_cast<uint32_t>(raw.rules.size());
     while (!stack.empty()) {
       int32_t s = stack.back();
       stack.pop_back();
@@ -520,75 +515,169 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork&
                       "grammar: two counted repetitions end at one state");
         st.counter = ls[s].counter;
       }
-      for (auto& e : ls[s].bytes) st.bytes.push_back(e);
-      for (auto& e : ls[s].rules) st.rules.push_back(e);
+      raw.bytes.insert(raw.bytes.end(), ls[s].bytes.begin(), ls[s].bytes.end());
+      raw.rules.insert(raw.rules.end(), ls[s].rules.begin(), ls[s].rules.end());
       for (int32_t t : ls[s].eps)
         if (seen[t] != stamp) {
           seen[t] = stamp;
           stack.push_back(t);
         }
     }
-    auto target_of = [&](int32_t t) {
-      if (remap[t] < 0) {
-        remap[t] = static_cast<int32_t>(order.size());
-        order.push_back(t);
-        out.emplace_back();
-      }
-      return remap[t];
-    };
-    for (auto& e : st.bytes) e.target = target_of(e.target);
-    for (auto& e : st.rules) e.target = target_of(e.target);
+    st.byte_end = static_cast<uint32_t>(raw.bytes.size());
+    st.rule_end = static_cast<uint32_t>(raw.rules.size());
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) raw.bytes[e].target = target_of(raw.bytes[e].target);
+    for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) raw.rules[e].target = target_of(raw.rules[e].target);
     if (st.counter.loop_target >= 0) {
       st.counter.loop_target = target_of(st.counter.loop_target);
       st.counter.exit_target = target_of(st.counter.exit_target);
     }
     st.loop = ls[src].loop;
-    out[k] = std::move(st);
+    raw.states.push_back(st);
   }
   // Merge states with identical (accepting, edges) until nothing changes:
   // they have the same future, so sharing them shrinks the mask tables.
+  // Merging never makes two states differ, so every order of merges ends in
+  // the same partition; the lowest id of each class survives (the start
+  // state stays 0), so the result does not depend on the order either.
   // Worklist form: when a state merges away, only its predecessors' edges
   // change, so only they are looked at again (a chain of n mergeable states
   // costs O(n), not n rounds over the whole rule).
-  const int32_t count = static_cast<int32_t>(out.size());
+  const int32_t count = static_cast<int32_t>(raw.states.size());
   std::vector<int32_t> rep(count);
   for (int32_t i = 0; i < count; ++i) rep[i] = i;
   auto find = [&](int32_t x) {
     while (rep[x] != x) x = rep[x] = rep[rep[x]];
     return x;
   };
-  std::vector<std::vector<int32_t>> preds(count);
-  for (int32_t i = 0; i < count; ++i) {
-    for (auto& e : out[i].bytes) preds[e.target].push_back(i);
-    for (auto& e : out[i].rules) preds[e.target].push_back(i);
-    if (out[i].counter.loop_target >= 0) {
-      preds[out[i].counter.loop_target].push_back(i);
-      preds[out[i].counter.exit_target].push_back(i);
-    }
-  }
-  // Current content of a state: targets through `find`, canonical order.
-  // Written into `st` (reused buffers: this runs for every comparison).
-  auto content_into = [&](int32_t i, FinalState& st) {
-    st.accepting = out[i].accepting;
-    st.bytes.assign(out[i].bytes.begin(), out[i].bytes.end());
-    st.rules.assign(out[i].rules.begin(), out[i].rules.end());
-    for (auto& e : st.bytes) e.target = find(e.target);
-    for (auto& e : st.rules) e.target = find(e.target);
-    st.loop = out[i].loop;
-    st.counter = out[i].counter;
+  // Predecessors per state (flat), and each class's members as a circular
+  // list, so that a merge queues the predecessors of the whole class gone.
+  std::vector<int32_t> pred_begin(count + 1, 0), preds;
+  auto each_target = [&](int32_t i, auto&& fn) {
+    const FinishedRule::State& st = raw.states[i];
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) fn(raw.bytes[e].target);
+    for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) fn(raw.rules[e].target);
     if (st.counter.loop_target >= 0) {
-      st.counter.loop_target = find(st.counter.loop_target);
-      st.counter.exit_target = find(st.counter.exit_target);
+      fn(st.counter.loop_target);
+      fn(st.counter.exit_target);
     }
-    canonicalize(st);
   };
-  auto content = [&](int32_t i) {
-    FinalState st;
-    content_into(i, st);
-    return st;
+  for (int32_t i = 0; i < count; ++i) each_target(i, [&](int32_t t) { ++pred_begin[t + 1]; });
+  for (int32_t i = 0; i < count; ++i) pred_begin[i + 1] += pred_begin[i];
+  preds.resize(pred_begin[count]);
+  {
+    std::vector<int32_t> fill(pred_begin.begin(), pred_begin.end() - 1);
+    for (int32_t i = 0; i < count; ++i) each_target(i, [&](int32_t t) { preds[fill[t]++] = i; });
+  }
+  std::vector<int32_t> next_member(count);
+  for (int32_t i = 0; i < count; ++i) next_member[i] = i;
+  // Content of each state as last computed (targets through `find`,
+  // canonical), in flat pools; a newer computation appends. Comparing with
+  // an older content is sound: if it equals a current content, its targets
+  // are all still representatives, so it is current too.
+  struct Content {
+    uint32_t byte_begin = 0, byte_end = 0, rule_begin = 0, rule_end = 0;
+    uint64_t hash = 0;
   };
-  FinalState ci, cj;
-  std::unordered_map<uint64_t, std::vector<int32_t>> table;
+  std::vector<Content> content(count);
+  std::vector<ByteEdge> content_bytes;
+  std::vector<RuleEdge> content_rules;
+  content_bytes.reserve(raw.bytes.size());
+  content_rules.reserve(raw.rules.size());
+  auto compute_content = [&](int32_t i) {
+    const FinishedRule::State& st = raw.states[i];
+    Content c;
+    c.byte_begin = static_cast<uint32_t>(content_bytes.size());
+    c.rule_begin = static_cast<uint32_t>(content_rules.size());
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) {
+      ByteEdge be = raw.bytes[e];
+      be.target = find(be.target);
+      content_bytes.push_back(be);
+    }
+    for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) {
+      RuleEdge re = raw.rules[e];
+      re.target = find(re.target);
+      content_rules.push_back(re);
+    }
+    canonicalize(content_bytes, c.byte_begin, content_rules, c.rule_begin);
+    c.byte_end = static_cast<uint32_t>(content_bytes.size());
+    c.rule_end = static_cast<uint32_t>(content_rules.size());
+    uint64_t h = st.accepting ? 0x9e3779b97f4a7c15ull : 0x12345ull;
+    auto mix = [&](uint64_t v) {
+      h = (h ^ v) * 0x100000001b3ull;
+      h ^= h >> 29;
+    };
+    for (uint32_t e = c.byte_begin; e < c.byte_end; ++e) {
+      const ByteEdge& be = content_bytes[e];
+      mix((uint64_t(be.lo) << 40) | (uint64_t(be.hi) << 32) | uint32_t(be.target));
+    }
+    for (uint32_t e = c.rule_begin; e < c.rule_end; ++e)
+      mix((uint64_t(uint32_t(content_rules[e].rule)) << 32) | uint32_t(content_rules[e].target) | (1ull << 63));
+    const int32_t loop_target = st.counter.loop_target >= 0 ? find(st.counter.loop_target) : -1;
+    const int32_t exit_target = st.counter.loop_target >= 0 ? find(st.counter.exit_target) : -1;
+    mix((uint64_t(uint32_t(st.loop)) << 32) | uint32_t(loop_target));
+    mix((uint64_t(uint32_t(exit_target)) << 32) | uint32_t(st.counter.rounds));
+    c.hash = h;
+    content[i] = c;
+  };
+  auto same_content = [&](int32_t i, int32_t j) {
+    const Content &x = content[i], &y = content[j];
+    const FinishedRule::State &si = raw.states[i], &sj = raw.states[j];
+    if (x.hash != y.hash || si.accepting != sj.accepting || si.loop != sj.loop ||
+        x.byte_end - x.byte_begin != y.byte_end - y.byte_begin ||
+        x.rule_end - x.rule_begin != y.rule_end - y.rule_begin)
+      return false;
+    if (si.counter.rounds != sj.counter.rounds || (si.counter.loop_target < 0) != (sj.counter.loop_target < 0))
+      return false;
+    if (si.counter.loop_target >= 0 && (find(si.counter.loop_target) != find(sj.counter.loop_target) ||
+                                        find(si.counter.exit_target) != find(sj.counter.exit_target)))
+      return false;
+    for (uint32_t a = x.byte_begin, b = y.byte_begin; a < x.byte_end; ++a, ++b)
+      if (content_bytes[a].lo != content_bytes[b].lo || content_bytes[a].hi != content_bytes[b].hi ||
+          content_bytes[a].target != content_bytes[b].target)
+        return false;
+    for (uint32_t a = x.rule_begin, b = y.rule_begin; a < x.rule_end; ++a, ++b)
+      if (content_rules[a].rule != content_rules[b].rule || content_rules[a].target != content_rules[b].target)
+        return false;
+    return true;
+  };
+  // States by content hash: open addressing over the hashes seen, each slot
+  // heading a chain of entries (a state may be entered again after its
+  // content changed; older entries stay and are compared by their state's
+  // latest content).
+  std::vector<uint64_t> slot_hash(1024);
+  std::vector<int32_t> slot_head(1024, -1);
+  std::vector<int32_t> entry_state, entry_next;
+  size_t used_slots = 0;
+  auto slot_of = [&](uint64_t h) {
+    size_t mask = slot_hash.size() - 1, s = (h ^ (h >> 31)) & mask;
+    while (slot_head[s] >= 0 && slot_hash[s] != h) s = (s + 1) & mask;
+    return s;
+  };
+  auto add_entry = [&](uint64_t h, int32_t state) {
+    size_t s = slot_of(h);
+    if (slot_head[s] < 0) {
+      slot_hash[s] = h;
+      if (++used_slots * 2 > slot_hash.size()) {
+        std::vector<uint64_t> old_hash(slot_hash.size() * 2);
+        std::vector<int32_t> old_head(slot_head.size() * 2, -1);
+        old_hash.swap(slot_hash);
+        old_head.swap(slot_head);
+        for (size_t o = 0; o < old_head.size(); ++o)
+          if (old_head[o] >= 0) {
+            const size_t t = slot_of(old_hash[o]);
+            slot_hash[t] = old_hash[o];
+            slot_head[t] = old_head[o];
+          }
+        s = slot_of(h);
+        slot_hash[s] = h;
+      }
+    }
+    entry_state.push_back(state);
+    entry_next.push_back(slot_head[s]);
+    slot_head[s] = static_cast<int32_t>(entry_state.size()) - 1;
+  };
+  std::vector<uint64_t> entered_hash(count, 0);  // the hash a state was last entered under
+  std::vector<char> entered(count, 0);
   // First in, first out, each state queued once at a time: a state with
   // many successors (the start of a wide alternative) is looked at again
   // once per round of merges below it, not once per merge.
@@ -599,54 +688,89 @@ std::vector<FinalState> finish_rule(const RuleBuilder& b, Fragment f, BuildWork&
     const int32_t i = pending[head];
     queued[i] = 0;
     if (find(i) != i) continue;
-    content_into(i, ci);
-    budget.add_steps(1 + ci.bytes.size() + ci.rules.size());
-    auto& bucket = table[hash_state(ci)];
+    compute_content(i);
+    const uint64_t cost = 1 + content[i].byte_end - content[i].byte_begin + content[i].rule_end - content[i].rule_begin;
+    budget.add_steps(cost);
+    const uint64_t h = content[i].hash;
     int32_t twin = -1;
-    for (int32_t j : bucket) {
+    const size_t s = slot_of(h);
+    for (int32_t e = slot_head[s]; e >= 0; e = entry_next[e]) {
+      const int32_t j = entry_state[e];
       if (j == i || find(j) != j) continue;
-      content_into(j, cj);
-      budget.add_steps(1 + cj.bytes.size() + cj.rules.size());
-      if (cj == ci) {
+      budget.add_steps(cost);
+      if (same_content(i, j)) {
         twin = j;
         break;
       }
     }
     if (twin < 0) {
-      if (std::find(bucket.begin(), bucket.end(), i) == bucket.end()) bucket.push_back(i);
+      if (!entered[i] || entered_hash[i] != h) {
+        add_entry(h, i);
+        entered[i] = 1;
+        entered_hash[i] = h;
+      }
       continue;
     }
     // The lower index survives (the start state stays 0).
     const int32_t keep = std::min(i, twin), gone = std::max(i, twin);
     rep[gone] = keep;
-    if (std::find(bucket.begin(), bucket.end(), keep) == bucket.end()) bucket.push_back(keep);
-    for (int32_t p : preds[gone])
-      if (!queued[p]) {
-        queued[p] = 1;
-        pending.push_back(p);
+    if (keep == i && (!entered[i] || entered_hash[i] != h)) {
+      add_entry(h, i);
+      entered[i] = 1;
+      entered_hash[i] = h;
+    }
+    uint64_t queued_preds = 0;
+    int32_t m = gone;
+    do {
+      for (int32_t k = pred_begin[m]; k < pred_begin[m + 1]; ++k) {
+        const int32_t p = preds[k];
+        if (!queued[p]) {
+          queued[p] = 1;
+          pending.push_back(p);
+        }
       }
-    budget.add_steps(1 + preds[gone].size());
-    for (int32_t p : preds[gone]) preds[keep].push_back(p);
-    std::vector<int32_t>().swap(preds[gone]);  // gone is never a representative again
+      queued_preds += static_cast<uint64_t>(pred_begin[m + 1] - pred_begin[m]);
+      m = next_member[m];
+    } while (m != gone);
+    budget.add_steps(1 + queued_preds);
+    std::swap(next_member[keep], next_member[gone]);  // splice the two classes' circular lists
   }
-  // Compact: keep representatives in order, renumber.
+  // Compact: keep representatives in order, renumber (monotone, so the
+  // canonical order of each state's edges is kept).
   std::vector<int32_t> id(count, -1);
-  std::vector<FinalState> next;
+  int32_t kept = 0;
   for (int32_t i = 0; i < count; ++i)
-    if (find(i) == i) {
-      id[i] = static_cast<int32_t>(next.size());
-      next.push_back(content(i));
-    }
-  for (auto& st : next) {
-    for (auto& e : st.bytes) e.target = id[e.target];
-    for (auto& e : st.rules) e.target = id[e.target];
+    if (find(i) == i) id[i] = kept++;
+  FinishedRule out;
+  out.states.reserve(kept);
+  for (int32_t i = 0; i < count; ++i) {
+    if (id[i] < 0) continue;
+    compute_content(i);  // current: its targets are final representatives
+    const FinishedRule::State& from = raw.states[i];
+    FinishedRule::State st;
+    st.accepting = from.accepting;
+    st.loop = from.loop;
+    st.counter = from.counter;
     if (st.counter.loop_target >= 0) {
-      st.counter.loop_target = id[st.counter.loop_target];
-      st.counter.exit_target = id[st.counter.exit_target];
+      st.counter.loop_target = id[find(st.counter.loop_target)];
+      st.counter.exit_target = id[find(st.counter.exit_target)];
     }
-    canonicalize(st);
+    st.byte_begin = static_cast<uint32_t>(out.bytes.size());
+    for (uint32_t e = content[i].byte_begin; e < content[i].byte_end; ++e) {
+      ByteEdge be = content_bytes[e];
+      be.target = id[be.target];
+      out.bytes.push_back(be);
+    }
+    st.byte_end = static_cast<uint32_t>(out.bytes.size());
+    st.rule_begin = static_cast<uint32_t>(out.rules.size());
+    for (uint32_t e = content[i].rule_begin; e < content[i].rule_end; ++e) {
+      RuleEdge re = content_rules[e];
+      re.target = id[re.target];
+      out.rules.push_back(re);
+    }
+    st.rule_end = static_cast<uint32_t>(out.rules.size());
+    out.states.push_back(st);
   }
-  out = std::move(next);
   return out;
 }
 
@@ -760,7 +884,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
     if (grammar.rules[r].unique_item) a.rule_unique_item[r] = a.has_unique_items = true;
   RulePlan plan = plan_rules(grammar, limits, static_cast<int32_t>(num_rules));
   a.rule_start.assign(num_rules, -1);
-  std::vector<std::vector<FinalState>> per_rule(num_rules);
+  std::vector<FinishedRule> per_rule(num_rules);
   BuildWork work{.limit = limits.max_work};
   RuleBuilder b(grammar, limits, plan.inlined, work);
   size_t total = 0;
@@ -777,7 +901,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
     Fragment f = b.build(is_la ? la_body[r - num_grammar_rules] : grammar.rules[r].body);
     per_rule[r] = finish_rule(b, f, work);
     a.rule_start[r] = static_cast<int32_t>(total);
-    total += per_rule[r].size();
+    total += per_rule[r].states.size();
     BRIOCHE_CHECK(total <= limits.max_states, "grammar too large: more than ", limits.max_states,
                   " automaton states (size budget)");
   }
@@ -785,7 +909,8 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   for (size_t r = 0; r < num_rules; ++r) {
     int32_t base = a.rule_start[r];
     if (base < 0) continue;
-    for (auto& st : per_rule[r]) {
+    const FinishedRule& fr = per_rule[r];
+    for (const FinishedRule::State& st : fr.states) {
       AutomatonState s;
       s.rule = static_cast<int32_t>(r);
       s.accepting = st.accepting;
@@ -795,7 +920,8 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
         a.counters.push_back({st.counter.loop_target + base, st.counter.exit_target + base, st.counter.rounds});
       }
       s.byte_begin = static_cast<uint32_t>(a.byte_edges.size());
-      for (auto e : st.bytes) {
+      for (uint32_t i = st.byte_begin; i < st.byte_end; ++i) {
+        ByteEdge e = fr.bytes[i];
         e.target += base;
         s.first_byte_lo = std::min(s.first_byte_lo, e.lo);
         s.first_byte_hi = std::max(s.first_byte_hi, e.hi);
@@ -803,13 +929,15 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
       }
       s.byte_end = static_cast<uint32_t>(a.byte_edges.size());
       s.rule_begin = static_cast<uint32_t>(a.rule_edges.size());
-      for (auto e : st.rules) {
+      for (uint32_t i = st.rule_begin; i < st.rule_end; ++i) {
+        RuleEdge e = fr.rules[i];
         e.target += base;
         a.rule_edges.push_back(e);
       }
       s.rule_end = static_cast<uint32_t>(a.rule_edges.size());
       a.states.push_back(s);
     }
+    per_rule[r] = FinishedRule{};  // freed as we go
   }
 
   // Left recursion makes the pushdown closure non-terminating; reject it.
