@@ -131,7 +131,7 @@ struct GrammarCacheOptions {
   size_t max_entries = 64;
   size_t max_bytes = 256ull << 20;
   CompileLimits limits;
-  // Run prewarm_shared_masks(vocabulary) in the constructor: ~0.1-0.2 s once
+  // Run prewarm_shared_masks(vocabulary) in the constructor: ~0.35 s once
   // (Llama-3), after which a new JSON schema compiles in a few ms.
   bool prewarm = false;
 };
