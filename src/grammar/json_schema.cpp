@@ -275,7 +275,9 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
   if (s.contains("not") && !s.contains("anyOf") && !s.contains("oneOf")) return visit_not(s, ptr, hint);
   // Conditional object keywords split the schema into plain ones (beside
   // anyOf/oneOf they go into each branch, beside allOf into the merge).
-  if (has_conditional(s) && !s.contains("anyOf") && !s.contains("oneOf") && !s.contains("allOf"))
+  // (An allOf of conditions only on an object schema is split the same way.)
+  if (has_conditional(s) && !s.contains("anyOf") && !s.contains("oneOf") &&
+      (!s.contains("allOf") || (conditions_only(s["allOf"]) && object_schema(s))))
     return visit_conditional(s, ptr, hint);
   if (s.contains("$ref")) {
     const std::string ref = s["$ref"].get<std::string>();
@@ -312,9 +314,24 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
       }
       std::vector<Json> merged;
       for (const Json& alt : alts) merged.push_back(merge_siblings(s, alt, key));
+      // A branch no value matches (its types and the parent's do not meet)
+      // adds nothing to either union.
+      std::vector<Json> kept;
+      std::vector<size_t> origin;  // kept branch -> its index in the schema
+      for (size_t i = 0; i < merged.size(); ++i)
+        if (merged[i] != Json(false)) {
+          kept.push_back(std::move(merged[i]));
+          origin.push_back(i);
+        }
+      if (kept.empty()) unsupported(key, ptr, "no branch admits a value of the types beside it: nothing is valid");
+      merged = std::move(kept);
       std::vector<std::pair<size_t, Json>> branches;  // (index in the schema, branch)
       if (std::string(key) == "oneOf" && !opt_.one_of_as_any_of) {
-        branches = drop_shared_types(merged, ptr);
+        const std::vector<std::pair<size_t, Json>> flat = flatten_one_of(merged, ptr, 0);
+        std::vector<Json> flat_branches;
+        for (const auto& [at, b] : flat) flat_branches.push_back(b);
+        branches = drop_shared_types(flat_branches, ptr);
+        for (auto& [at, b] : branches) at = origin[flat[at].first];  // the index in the schema, for pointers and names
         if (auto exclusive = exclusive_closed_objects(branches, ptr))
           branches = std::move(*exclusive);  // exact
         else
@@ -328,7 +345,7 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
                                 "union); expected branches told apart by type, by const/enum values, or by a required "
                                 "property with disjoint values (a discriminator)");
       } else {
-        for (size_t i = 0; i < merged.size(); ++i) branches.emplace_back(i, std::move(merged[i]));
+        for (size_t i = 0; i < merged.size(); ++i) branches.emplace_back(origin[i], std::move(merged[i]));
       }
       std::string out;
       for (size_t i = 0; i < branches.size(); ++i) {
@@ -404,59 +421,265 @@ int64_t SchemaConverter::count_of(const Json& s, const char* key, const std::str
 }
 
 // anyOf/oneOf branches inherit the parent's other keywords (e.g. a shared
-// "type" next to anyOf); only keys absent from the branch are copied.
+// "type" next to anyOf): each branch is the conjunction of the parent's
+// keywords and its own. Keywords the branch lacks are copied; where both
+// say something (or the branch is a $ref, whose siblings a visit would not
+// read), the two are merged as allOf merges (exact, or refused).
 Json SchemaConverter::merge_siblings(const Json& parent, const Json& branch, const char* key) {
   if (!branch.is_object()) return branch;
-  Json merged = branch;
+  Json rest = Json::object();
   for (auto& [k, v] : parent.items())
-    if (k != key && !is_annotation(k) && !merged.contains(k)) merged[k] = v;
-  return merged;
+    if (k != key && !is_annotation(k)) rest[k] = v;
+  if (rest.empty()) return branch;
+  bool plain_copy = !branch.contains("$ref");
+  for (auto& [k, v] : rest.items()) plain_copy = plain_copy && (!branch.contains(k) || branch[k] == v);
+  if (plain_copy) {
+    Json merged = branch;
+    for (auto& [k, v] : rest.items()) merged[k] = v;
+    return merged;
+  }
+  return merge_all_of(Json{{"allOf", Json::array({rest, branch})}}, where_);
 }
 
-// allOf of object-like schemas: properties and required are unioned, other
-// keywords must agree. Anything else is reported instead of being guessed.
+// allOf: one schema for the conjunction of its parts and the keywords
+// beside it, exactly, or refused naming what does not merge. Schema objects
+// are conjunctions of their keywords, so keywords found in one part only
+// are kept as they are; for a keyword in several parts:
+//   required: the union; type: the types all admit (integer inside number);
+//   minimum counts (minItems, minLength, minProperties): the largest, maximum
+//   counts the smallest; a nested allOf: its parts join this one's;
+//   properties and additionalProperties: per key, the conjunction of what
+//   each part says of it (its declared schema, else its additionalProperties,
+//   else anything), and additionalProperties the conjunction of all;
+//   if/then/else and not: each is one condition on the same value, kept
+//   apart (an `allOf` of conditions, split case by case when visited);
+//   anything else must be equal in every part.
 Json SchemaConverter::merge_all_of(const Json& s, const std::string& ptr) {
   const Json& parts = s["allOf"];
   if (!parts.is_array() || parts.empty()) unsupported("allOf", ptr, "expected a non-empty array");
+  Json around = s;
+  around.erase("allOf");
+  struct Part {
+    const Json* schema;
+    std::string ptr;
+  };
+  struct Members {  // one part's properties, additionalProperties, patternProperties
+    const Json* properties = nullptr;
+    const Json* additional = nullptr;
+    const Json* patterns = nullptr;
+    std::string ptr;
+  };
+  std::vector<Members> members;
+  Json conditions = Json::array();
   Json merged = Json::object();
-  for (auto& [k, v] : s.items())
-    if (k != "allOf") merged[k] = v;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const Json* part = &parts[i];
-    std::string part_ptr = pointer_child(pointer_child(ptr, "allOf"), std::to_string(i));
+  // The parts in document order: the schema around, then allOf's, a nested
+  // allOf's parts in its place.
+  std::vector<Part> order{{&around, ptr}};
+  std::vector<Part> pending;  // a stack: the next part is at the back
+  for (size_t i = parts.size(); i-- > 0;)
+    pending.push_back({&parts[i], pointer_child(pointer_child(ptr, "allOf"), std::to_string(i))});
+  while (!pending.empty()) {
+    Part part = pending.back();
+    pending.pop_back();
     // A $ref chain (or cycle) is followed at most kMaxSchemaDepth hops.
-    for (int hops = 0; part->is_object() && part->contains("$ref"); ++hops) {
+    for (int hops = 0; part.schema->is_object() && part.schema->contains("$ref"); ++hops) {
       if (hops == kMaxSchemaDepth)
-        unsupported("$ref", part_ptr,
+        unsupported("$ref", part.ptr,
                     "a chain of more than " + std::to_string(kMaxSchemaDepth) +
                         " $refs (or a cycle of them) inside allOf; the limit is " + std::to_string(kMaxSchemaDepth));
-      part = &resolve((*part)["$ref"].get<std::string>(), part_ptr);
+      part.schema = &resolve((*part.schema)["$ref"].get<std::string>(), part.ptr);
     }
-    if (!part->is_object()) unsupported("allOf", part_ptr, "expected object schemas");
-    for (auto& [k, v] : part->items()) {
-      if (is_annotation(k)) continue;
+    if (*part.schema == Json(true)) continue;
+    if (!part.schema->is_object()) unsupported("allOf", part.ptr, "expected object schemas");
+    if (order.size() > 4096) unsupported("allOf", ptr, "more than 4096 parts (nested allOf included)");
+    order.push_back(part);
+    if (part.schema->contains("allOf")) {
+      const Json& inner = (*part.schema)["allOf"];
+      if (!inner.is_array() || inner.empty()) unsupported("allOf", part.ptr, "expected a non-empty array");
+      for (size_t i = inner.size(); i-- > 0;)
+        pending.push_back({&inner[i], pointer_child(pointer_child(part.ptr, "allOf"), std::to_string(i))});
+    }
+  }
+  auto count_keyword = [](const std::string& k) {
+    return k == "minItems" || k == "minLength" || k == "minProperties" || k == "maxItems" || k == "maxLength" ||
+           k == "maxProperties";
+  };
+  for (const Part& part : order) {
+    Members m{.ptr = part.ptr};
+    Json condition = Json::object();
+    for (auto& [k, v] : part.schema->items()) {
+      if (is_annotation(k) || k == "allOf") continue;
       if (k == "properties") {
-        if (!merged.contains("properties")) merged["properties"] = Json::object();
-        for (auto& [pk, pv] : v.items()) {
-          if (merged["properties"].contains(pk) && merged["properties"][pk] != pv)
-            unsupported("allOf", part_ptr, "property '" + pk + "' is defined differently in two branches");
-          merged["properties"][pk] = pv;
-        }
+        if (!v.is_object()) unsupported("properties", part.ptr, "expected an object");
+        m.properties = &v;
+      } else if (k == "additionalProperties") {
+        m.additional = &v;
+      } else if (k == "patternProperties") {
+        m.patterns = &v;
       } else if (k == "required") {
+        if (!v.is_array()) unsupported("required", part.ptr, "expected an array");
         if (!merged.contains("required")) merged["required"] = Json::array();
         for (auto& r : v)
           if (std::find(merged["required"].begin(), merged["required"].end(), r) == merged["required"].end())
             merged["required"].push_back(r);
-      } else if (k == "allOf") {
-        unsupported("allOf", part_ptr, "nested allOf");
+      } else if (k == "if" || k == "then" || k == "else") {
+        condition[k] = v;
+      } else if (k == "not") {
+        conditions.push_back(Json{{"not", v}});
+      } else if (k == "type" && merged.contains("type") && merged["type"] != v) {
+        const std::vector<std::string> here = type_list(merged["type"], ptr), there = type_list(v, part.ptr);
+        std::vector<std::string> both;
+        for (const std::string& t : here)
+          for (const std::string& u : there)
+            if (t == u || (t == "integer" && u == "number"))
+              both.push_back(t);
+            else if (t == "number" && u == "integer")
+              both.push_back(u);
+        if (both.empty()) return Json(false);  // no value has a type all parts admit
+        merged["type"] = both.size() == 1 ? Json(both[0]) : Json(both);
+      } else if (k == "items" && merged.contains(k) && merged[k] != v && !merged.contains("prefixItems") &&
+                 !part.schema->contains("prefixItems") && !v.is_array() && !merged[k].is_array()) {
+        merged[k] = both_values(merged[k], v, part.ptr);
+      } else if (count_keyword(k) && merged.contains(k) && merged[k] != v) {
+        const int64_t here = count_of(merged, k.c_str(), ptr, 0),
+                      there = count_of(*part.schema, k.c_str(), part.ptr, 0);
+        merged[k] = k.rfind("min", 0) == 0 ? std::max(here, there) : std::min(here, there);
       } else if (merged.contains(k) && merged[k] != v) {
-        unsupported("allOf", part_ptr, "keyword '" + k + "' has conflicting values across branches");
+        unsupported("allOf", part.ptr, "keyword '" + k + "' has conflicting values across branches");
       } else {
         merged[k] = v;
       }
     }
+    if (!condition.empty()) conditions.push_back(std::move(condition));
+    if (m.properties || m.additional || m.patterns) members.push_back(std::move(m));
   }
+  // Members: a key's schema in each part is its declared one, else that
+  // part's additionalProperties (patternProperties: the keys they match are
+  // not known here, so such a part must declare every key another declares,
+  // and no other part may constrain additional keys).
+  const Members* with_patterns = nullptr;
+  for (const Members& m : members)
+    if (m.patterns) {
+      if (with_patterns && *with_patterns->patterns != *m.patterns)
+        unsupported("allOf", m.ptr, "patternProperties in two branches, differently");
+      with_patterns = &m;
+    }
+  Json properties = Json::object();
+  for (const Members& m : members)
+    if (m.properties)
+      for (auto& [key, v] : m.properties->items())
+        if (!properties.contains(key)) properties[key] = Json(true);
+  Json additional = Json(true);
+  for (const Members& m : members) {
+    const Json absent = Json(true);
+    const Json& extra = m.additional ? *m.additional : absent;
+    if (with_patterns && with_patterns != &m && (m.properties || !only_true(extra))) {
+      bool declared_there = true;
+      if (m.properties)
+        for (auto& [key, v] : m.properties->items())
+          declared_there = declared_there && with_patterns->properties && with_patterns->properties->contains(key);
+      if (!declared_there || !only_true(extra))
+        unsupported("allOf", m.ptr,
+                    "it constrains keys that patternProperties in another branch may match (expected the keys of "
+                    "every branch declared beside the patternProperties)");
+    }
+    for (auto& [key, schema] : properties.items()) {
+      const Json& here = m.properties && m.properties->contains(key) ? (*m.properties)[key] : extra;
+      schema = both_values(schema, here, m.ptr);
+    }
+    additional = both_values(additional, extra, m.ptr);
+  }
+  if (!members.empty()) {
+    if (!properties.empty()) merged["properties"] = properties;
+    const bool any_additional =
+        std::any_of(members.begin(), members.end(), [](const Members& m) { return m.additional; });
+    if (any_additional) merged["additionalProperties"] = additional;
+    if (with_patterns) merged["patternProperties"] = *with_patterns->patterns;
+  }
+  // Several `not`s of one kind are one: not P and not Q is not (P or Q),
+  // for patterns (P|Q finds a match where one of them does), types and
+  // listed values.
+  size_t not_count = 0;
+  std::string not_kind;
+  for (const Json& c : conditions)
+    if (c.contains("not")) {
+      const Json& n = c["not"];
+      std::string kind;
+      size_t keys = 0;
+      if (n.is_object())
+        for (auto& [k, v] : n.items())
+          if (!is_annotation(k)) {
+            ++keys;
+            kind = k;
+          }
+      if (keys != 1 || !(kind == "pattern" || kind == "type" || kind == "enum" || kind == "const")) kind = "?";
+      if (kind == "const") kind = "enum";
+      not_kind = not_count++ == 0 || not_kind == kind ? kind : "?";
+    }
+  if (not_count > 1 && not_kind != "?") {
+    Json joined = not_kind == "pattern" ? Json("") : Json::array();
+    Json kept = Json::array();
+    for (Json& c : conditions) {
+      if (!c.contains("not")) {
+        kept.push_back(std::move(c));
+        continue;
+      }
+      const Json& n = c["not"];
+      if (not_kind == "pattern") {
+        joined = joined.get<std::string>() + (joined.get<std::string>().empty() ? "" : "|") +
+                 "(?:" + n["pattern"].get<std::string>() + ")";
+      } else {
+        const Json one = not_kind == "type" ? n["type"] : n.contains("const") ? Json::array({n["const"]}) : n["enum"];
+        for (const Json& v : one.is_array() ? one : Json::array({one})) joined.push_back(v);
+      }
+    }
+    kept.push_back(Json{{"not", Json{{not_kind, joined}}}});
+    conditions = std::move(kept);
+  }
+  // Conditions: one if/then/else and one not stay keywords; more are an
+  // allOf of conditions (visit_conditional splits them one at a time).
+  size_t ifs = 0, nots = 0;
+  for (const Json& c : conditions) ++(c.contains("not") ? nots : ifs);
+  if (ifs <= 1 && nots <= 1 && !(nots == 1 && ifs == 1)) {
+    for (const Json& c : conditions)
+      for (auto& [k, v] : c.items()) merged[k] = v;
+  } else if (object_schema(merged)) {
+    merged["allOf"] = conditions;
+  } else {
+    unsupported("allOf", ptr,
+                "several conditions (if/then/else, not) on a schema that is not an object schema; expected them on "
+                "\"type\": \"object\" (split case by case), or `not`s of one kind (patterns, types, values)");
+  }
+  // An object schema with a required key it forbids admits nothing.
+  if (object_schema(merged) && object_impossible(merged)) return Json(false);
   return merged;
+}
+
+// A value that must match `a` and `b` (schemas of one property, or of
+// additional properties): one schema when intersect_schemas finds one, else
+// their allOf (merged, or refused, when it is visited).
+Json SchemaConverter::both_values(const Json& a, const Json& b, const std::string& ptr) {
+  if (only_true(b) || a == b) return a;
+  if (only_true(a)) return b;
+  if (a == Json(false) || b == Json(false)) return Json(false);
+  if (std::optional<Json> merged = intersect_schemas(a, b, ptr)) return *merged;
+  Json parts = Json::array();
+  for (const Json* x : {&a, &b}) {
+    if (x->is_object() && x->size() == 1 && x->contains("allOf") && (*x)["allOf"].is_array())
+      parts.insert(parts.end(), (*x)["allOf"].begin(), (*x)["allOf"].end());
+    else
+      parts.push_back(*x);
+  }
+  return Json{{"allOf", parts}};
+}
+
+// `true` or a schema of annotations only: any value.
+bool SchemaConverter::only_true(const Json& s) {
+  if (s.is_boolean()) return s.get<bool>();
+  if (!s.is_object()) return false;
+  for (auto& [k, v] : s.items())
+    if (!is_annotation(k)) return false;
+  return true;
 }
 
 std::string SchemaConverter::visit_type(const Json& s, const std::string& type, const std::string& ptr,

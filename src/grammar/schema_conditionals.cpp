@@ -72,14 +72,44 @@ const std::vector<std::vector<std::string>> kInteractingKeywords = {
 
 }  // namespace
 
+// The schema the value of key `key` must match in an object of `s`: its
+// declared schema, else additionalProperties (absent: any value), a $ref
+// with nothing beside it followed (so its const/enum can be read).
+Json SchemaConverter::value_schema_of(const Json& s, const std::string& key, const std::string& ptr) {
+  const Json* d = declared(s, key);
+  if (!d && s.contains("patternProperties"))
+    unsupported("if", ptr, "property '" + key + "' is undeclared and patternProperties may constrain it");
+  const Json* v = d ? d : s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
+  if (!v) return Json::object();
+  for (int hops = 0; v->is_object() && v->contains("$ref") && only_annotations(*v, {"$ref"}) && hops < kMaxSchemaDepth;
+       ++hops)
+    v = &resolve((*v)["$ref"].get<std::string>(), ptr);
+  return v->is_boolean() && v->get<bool>() ? Json::object() : *v;
+}
+
 // One schema for a value that must match both `a` and `b`, exactly; nullopt
 // when they cannot be said as one (the caller refuses). Schema objects are
 // conjunctions of their keywords, so two with no keyword in common merge
 // into one (unless a group of keywords that read each other is split);
 // listed values are filtered by the other side's plain type or values.
-std::optional<Json> SchemaConverter::intersect_schemas(const Json& a, const Json& b, const std::string& ptr) {
-  if (a == b || only_annotations(b)) return a;
-  if (only_annotations(a)) return b;
+std::optional<Json> SchemaConverter::intersect_schemas(const Json& a_in, const Json& b_in, const std::string& ptr) {
+  if (a_in == b_in || only_annotations(b_in)) return a_in;
+  if (only_annotations(a_in)) return b_in;
+  // A $ref with nothing beside it is its target (read here, not copied
+  // into the grammar unless the two merge).
+  auto bare_target = [&](const Json& s) -> const Json& {
+    const Json* v = &s;
+    for (int hops = 0;
+         v->is_object() && v->contains("$ref") && only_annotations(*v, {"$ref"}) && hops < kMaxSchemaDepth; ++hops)
+      v = &resolve((*v)["$ref"].get<std::string>(), ptr);
+    return *v;
+  };
+  const Json& a = bare_target(a_in);
+  const Json& b = bare_target(b_in);
+  if (&a != &a_in || &b != &b_in) {
+    if (a == b || only_annotations(b)) return a;
+    if (only_annotations(a)) return b;
+  }
   if (a == Json(false) || b == Json(false)) return Json(false);
   if (!a.is_object() || !b.is_object()) return std::nullopt;
   auto values = [](const Json& s) -> std::optional<Json> {
@@ -98,10 +128,21 @@ std::optional<Json> SchemaConverter::intersect_schemas(const Json& a, const Json
       for (const Json& v : listed)
         if (in_list(*vb, v)) kept.push_back(v);
     } else {
-      if (!only_annotations(other, {"type"})) return std::nullopt;
-      const std::vector<std::string> types = type_list(other["type"], ptr);
+      // The other side: a type, and values it excludes (`not {const/enum}`).
+      if (!only_annotations(other, {"type", "not"})) return std::nullopt;
+      Json excluded = Json::array();
+      if (other.contains("not")) {
+        const Json& n = other["not"];
+        if (!n.is_object() || !only_annotations(n, {"const", "enum"}) || n.contains("const") == n.contains("enum"))
+          return std::nullopt;
+        excluded = n.contains("const") ? Json::array({n["const"]}) : n["enum"];
+        if (!excluded.is_array()) return std::nullopt;
+      }
       for (const Json& v : listed)
-        if (std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); }))
+        if (!in_list(excluded, v) &&
+            !(v.is_number() && std::any_of(excluded.begin(), excluded.end(), [&](const Json& w) {
+                return w.is_number() && w.get<double>() == v.get<double>();
+              })))
           kept.push_back(v);
     }
     for (const Json* side : {&a, &b})  // a type beside the values on either side filters them too
@@ -133,8 +174,42 @@ std::optional<Json> SchemaConverter::intersect_schemas(const Json& a, const Json
 }
 
 bool SchemaConverter::has_conditional(const Json& s) {
-  return s.is_object() && std::any_of(std::begin(kConditionalKeywords), std::end(kConditionalKeywords),
-                                      [&](const char* k) { return s.contains(k); });
+  return s.is_object() && (std::any_of(std::begin(kConditionalKeywords), std::end(kConditionalKeywords),
+                                       [&](const char* k) { return s.contains(k); }) ||
+                           (s.contains("allOf") && conditions_only(s["allOf"])));
+}
+
+// Whether `s` admits objects only: "type": "object", or no type and
+// object keywords (what visit() infers), so the branches are read the same way.
+bool SchemaConverter::object_schema(const Json& s) {
+  if (s.contains("type")) return s["type"] == Json("object") || s["type"] == Json::array({"object"});
+  return s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
+         s.contains("minProperties") || s.contains("maxProperties");
+}
+
+// The conditional keyword of `s` that errors name.
+std::string SchemaConverter::conditional_keyword(const Json& s) {
+  for (const char* k : kConditionalKeywords)
+    if (s.contains(k)) return k;
+  return "allOf";
+}
+
+// An allOf whose parts are all conditions on the value (if/then/else, not):
+// each splits the object case by case, one after the other.
+bool SchemaConverter::conditions_only(const Json& parts) {
+  if (!parts.is_array() || parts.empty()) return false;
+  for (const Json& part : parts) {
+    if (!part.is_object()) return false;
+    bool condition = false;
+    for (auto& [k, v] : part.items()) {
+      if (k == "if" || k == "not")
+        condition = true;
+      else if (k != "then" && k != "else" && !is_annotation(k))
+        return false;
+    }
+    if (!condition) return false;
+  }
+  return true;
 }
 
 // Whether an object valid for `s` may have `key` (patternProperties are
@@ -179,13 +254,13 @@ std::optional<Json> SchemaConverter::merge_object(Json s, const Json& extra, con
         if (only_annotations(pv)) {
           continue;  // true or {}: any value
         } else if (const Json* d = declared(s, pk)) {
-          std::optional<Json> both = intersect_schemas(*d, pv, ptr);
-          if (!both) refuse(k, "constrains property '" + pk + "' in a way that cannot be merged with its schema");
-          s["properties"][pk] = *both;
+          s["properties"][pk] = both_values(*d, pv, ptr);  // an allOf of both when they do not merge here
         } else if (!can_have(s, pk)) {
           continue;  // the key may not appear at all: nothing to add
+        } else if (s.contains("patternProperties")) {
+          refuse(k, "constrains property '" + pk + "' that patternProperties may constrain too");
         } else if (s.contains("additionalProperties") && !only_annotations(s["additionalProperties"])) {
-          refuse(k, "constrains property '" + pk + "' that additionalProperties constrains too");
+          s["properties"][pk] = both_values(s["additionalProperties"], pv, ptr);
         } else {
           if (!s.contains("properties")) s["properties"] = Json::object();
           s["properties"][pk] = pv;
@@ -199,20 +274,53 @@ std::optional<Json> SchemaConverter::merge_object(Json s, const Json& extra, con
     } else if (k == "maxProperties") {
       const int64_t here = count_of(s, "maxProperties", ptr, -1), there = count_of(extra, "maxProperties", ptr, 0);
       s[k] = here < 0 ? there : std::min(here, there);
-    } else if (k == "additionalProperties" && only_annotations(v)) {
-      continue;
+    } else if (k == "additionalProperties") {
+      // Below, once extra's own properties are in.
+      if (!only_annotations(v) && (s.contains("patternProperties") || extra.contains("patternProperties")))
+        refuse(k, "constrains keys beside patternProperties");
+    } else if (k == "anyOf" && !s.contains("anyOf") && !s.contains("oneOf")) {
+      s[k] = v;  // each branch merged with the schema when visited
+    } else if (k == "if" || k == "then" || k == "else" || k == "not") {
+      continue;  // conditions, below
     } else if (k == "dependentRequired" && s.contains(k)) {
       for (auto& [dk, dv] : v.items()) {
         if (!s[k].contains(dk)) s[k][dk] = Json::array();
         for (const Json& r : dv)
           if (!in_list(s[k][dk], r)) s[k][dk].push_back(r);
       }
-    } else if (!s.contains(k) && (k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies" ||
-                                  k == "if" || k == "then" || k == "else" || k == "not")) {
+    } else if (!s.contains(k) && (k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies")) {
       s[k] = v;  // handled when the merged schema is visited
     } else if (!(s.contains(k) && s[k] == v)) {
       refuse(k, "cannot be intersected with the schema around it exactly");
     }
+  }
+  // additionalProperties of `extra`: every key `extra` does not declare
+  // must match it too (declared ones of `s` included).
+  if (extra.contains("additionalProperties") && !only_annotations(extra["additionalProperties"])) {
+    const Json& more = extra["additionalProperties"];
+    if (s.contains("properties"))
+      for (auto& [pk, pv] : s["properties"].items())
+        if (!(extra.contains("properties") && extra["properties"].contains(pk))) pv = both_values(pv, more, ptr);
+    s["additionalProperties"] =
+        both_values(s.contains("additionalProperties") ? s["additionalProperties"] : Json(true), more, ptr);
+  }
+  // Conditions of `extra` join the schema's as an allOf of conditions (split
+  // one after the other when the merged schema is visited).
+  Json conditions = Json::array();
+  Json condition = Json::object();
+  for (const char* k : {"if", "then", "else"})
+    if (extra.contains(k)) condition[k] = extra[k];
+  if (condition.contains("if")) conditions.push_back(condition);
+  if (extra.contains("not")) conditions.push_back(Json{{"not", extra["not"]}});
+  if (!conditions.empty()) {
+    if (s.contains("allOf") && !conditions_only(s["allOf"]))
+      refuse("allOf", "cannot be intersected with the schema around it exactly");
+    if (!s.contains("allOf")) s["allOf"] = Json::array();
+    if (s.contains("not")) {
+      s["allOf"].push_back(Json{{"not", s["not"]}});
+      s.erase("not");
+    }
+    for (Json& c : conditions) s["allOf"].push_back(std::move(c));
   }
   if (object_impossible(s)) return std::nullopt;
   return s;
@@ -232,7 +340,7 @@ std::vector<Json> SchemaConverter::split_conditionals(const Json& s, const std::
       for (Json& p : parts) todo.push_back(std::move(p));
     }
     if (done.size() + todo.size() > kMaxConditionalBranches)
-      unsupported(s.contains("if") ? "if" : "dependentRequired", ptr,
+      unsupported(conditional_keyword(s), ptr,
                   "the conditions split the schema into more than " + std::to_string(kMaxConditionalBranches) +
                       " object shapes (one per combination of keys present); the limit is " +
                       std::to_string(kMaxConditionalBranches));
@@ -286,8 +394,44 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
     }
     return out;
   }
+  if (!s.contains("if") && s.contains("allOf") && conditions_only(s["allOf"])) {
+    // The next condition of an allOf of conditions: `not X` is "if X then
+    // nothing"; then/else without an if constrain nothing.
+    Json part = s["allOf"][0];
+    s["allOf"].erase(0);
+    if (s["allOf"].empty()) s.erase("allOf");
+    if (part.contains("not")) {
+      const Json& n = part["not"];
+      Json nots = Json::array();  // not {anyOf: [X, Y]}: not X, not Y
+      if (n.is_object() && n.contains("anyOf") && only_annotations(n, {"anyOf"}) && n["anyOf"].is_array())
+        for (const Json& x : n["anyOf"]) nots.push_back(Json{{"not", x}});
+      if (part.contains("if") || !nots.empty()) {  // each not becomes a part of its own
+        if (!s.contains("allOf")) s["allOf"] = Json::array();
+        if (nots.empty()) nots.push_back(Json{{"not", n}});
+        for (Json& x : nots) s["allOf"].push_back(std::move(x));
+        part.erase("not");
+      } else {
+        part = Json{{"if", n}, {"then", false}};
+      }
+    }
+    for (const char* k : {"if", "then", "else"})
+      if (part.contains(k)) s[k] = part[k];
+    if (!s.contains("if")) {
+      s.erase("then");
+      s.erase("else");
+    }
+    return {s};
+  }
   if (!s.contains("if")) return {s};
-  const Json cond = s["if"];
+  Json cond = s["if"];
+  // if {not: X} then T else E is if X then E else T.
+  while (cond.is_object() && cond.contains("not") && only_annotations(cond, {"not"})) {
+    const Json swapped_then = s.contains("else") ? s["else"] : Json(true);
+    const Json swapped_else = s.contains("then") ? s["then"] : Json(true);
+    s["then"] = swapped_then;
+    s["else"] = swapped_else;
+    cond = Json(cond["not"]);
+  }
   const std::optional<Json> then_s = s.contains("then") ? std::optional<Json>(s["then"]) : std::nullopt;
   const std::optional<Json> else_s = s.contains("else") ? std::optional<Json>(s["else"]) : std::nullopt;
   s.erase("if");
@@ -309,21 +453,32 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
                     "; expected an `if` of properties with const/enum values and required keys "
                     "(like {\"properties\": {\"kind\": {\"const\": \"a\"}}, \"required\": [\"kind\"]})");
   };
-  if (!only_annotations(cond, {"properties", "required", "type"}))
-    refuse("its keywords are not all properties/required/type");
   if (cond.contains("type")) {
     const std::vector<std::string> types = type_list(cond["type"], if_ptr);
-    if (std::find(types.begin(), types.end(), "object") == types.end()) refuse("its type excludes objects");
+    if (std::find(types.begin(), types.end(), "object") == types.end()) {  // never holds on an object
+      keep(with(s, else_s, "else"));
+      return out;
+    }
   }
-  // The values each tested property must have for `if` to hold.
-  std::vector<std::pair<std::string, Json>> tests;
+  if (!only_annotations(cond, {"properties", "required", "type"}))
+    refuse("its keywords are not all properties/required/type");
+  // The values each tested property must have for `if` to hold; and
+  // properties tested as objects whose own properties have const/enum values
+  // (GitHub's actions: runs: {properties: {using: {const: composite}}}).
+  std::vector<std::pair<std::string, Json>> tests, nested;
   if (cond.contains("properties")) {
     if (!cond["properties"].is_object()) refuse("its properties is not an object");
     for (auto& [p, ps] : cond["properties"].items()) {
       if (only_annotations(ps)) continue;  // true or {}: always holds
+      if (nested_object_test(ps)) {
+        nested.emplace_back(p, ps);
+        continue;
+      }
       if (!ps.is_object() || !only_annotations(ps, {"const", "enum", "type"}) ||
           (ps.contains("const") == ps.contains("enum")))
-        refuse("property '" + p + "' is tested by something other than one const or enum");
+        refuse("property '" + p +
+               "' is tested by something other than one const or enum (or an object whose properties are tested "
+               "so)");
       Json values = ps.contains("const") ? Json::array({ps["const"]}) : ps["enum"];
       if (!values.is_array()) refuse("property '" + p + "' has an enum that is not an array");
       if (ps.contains("type")) {  // values of another type can never match
@@ -346,16 +501,19 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
   std::optional<Json> holds = s;
   for (const auto& [p, values] : tests) {
     if (!holds) break;
-    const Json* d = declared(*holds, p);
     if (!can_have(*holds, p)) continue;
-    if (!d && holds->contains("additionalProperties") && !only_annotations((*holds)["additionalProperties"]))
-      refuse("property '" + p + "' is undeclared and additionalProperties constrains it");
-    const std::optional<Json> narrowed =
-        intersect_schemas(d ? *d : Json::object(), values.empty() ? Json(false) : Json{{"enum", values}}, if_ptr);
+    const std::optional<Json> narrowed = intersect_schemas(
+        value_schema_of(*holds, p, if_ptr), values.empty() ? Json(false) : Json{{"enum", values}}, if_ptr);
     if (!narrowed)
       refuse("property '" + p + "' has a schema beside the one `if` tests (expected a type, const or enum)");
     if (!holds->contains("properties")) (*holds)["properties"] = Json::object();
     (*holds)["properties"][p] = *narrowed;
+  }
+  for (const auto& [p, test] : nested) {
+    if (!holds) break;
+    if (!can_have(*holds, p)) continue;
+    if (!holds->contains("properties")) (*holds)["properties"] = Json::object();
+    (*holds)["properties"][p] = both_values(value_schema_of(*holds, p, if_ptr), test, if_ptr);
   }
   if (holds)
     for (const std::string& r : cond_required) add_required(*holds, r);
@@ -374,10 +532,7 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
     if (!can_have(s, p)) continue;
     Json other = s;
     add_required(other, p);
-    const Json* d = declared(s, p);
-    Json value_schema = d ? *d : Json::object();
-    if (!d && s.contains("additionalProperties") && !only_annotations(s["additionalProperties"]))
-      refuse("property '" + p + "' is undeclared and additionalProperties constrains it");
+    Json value_schema = value_schema_of(s, p, if_ptr);
     if (only_annotations(value_schema, {"type"}) && value_schema.contains("type")) {
       // Types of finitely many values (boolean, null) are their values.
       const std::vector<std::string> types = type_list(value_schema["type"], ptr);
@@ -407,7 +562,55 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
     other["properties"][p] = value_schema;
     keep(with(other, else_s, "else"));
   }
+  // A property tested as an object fails the test when it is present and
+  // of another type (the test says object), or an object whose tested
+  // property is present with another value: one branch per way.
+  for (const auto& [p, test] : nested) {
+    if (!can_have(s, p)) continue;
+    const Json declared_schema = value_schema_of(s, p, if_ptr);
+    std::vector<Json> ways;
+    if (test.contains("type") && (possible_types(declared_schema, if_ptr, 0) & ~4u) != 0)
+      ways.push_back(Json{{"type", Json::array({"null", "boolean", "string", "number", "array"})}});
+    for (auto& [q, qs] : test["properties"].items()) {
+      if (only_annotations(qs)) continue;
+      const Json values = qs.contains("const") ? Json::array({qs["const"]}) : qs["enum"];
+      Json other_value = Json{{"not", Json{{"enum", values}}}};
+      if (qs.contains("type")) {
+        Json typed = Json::array();  // a value of another type fails the test too
+        for (const Json& v : values)
+          for (const std::string& t : type_list(qs["type"], if_ptr))
+            if (has_type(v, t) && !in_list(typed, v)) typed.push_back(v);
+        other_value = Json{{"not", Json{{"enum", typed}}}};
+      }
+      ways.push_back(Json{{"type", "object"}, {"required", Json::array({q})}, {"properties", Json{{q, other_value}}}});
+    }
+    for (const Json& way : ways) {
+      Json other = s;
+      add_required(other, p);
+      if (!other.contains("properties")) other["properties"] = Json::object();
+      other["properties"][p] = both_values(declared_schema, way, if_ptr);
+      keep(with(other, else_s, "else"));
+    }
+  }
   return out;
+}
+
+// `{"type": "object", "properties": {q: {"const": ...}}}`: an object test
+// of const/enum values (type object optional; without it, values of other
+// types pass the test).
+bool SchemaConverter::nested_object_test(const Json& t) {
+  if (!t.is_object() || !only_annotations(t, {"type", "properties"}) || !t.contains("properties") ||
+      !t["properties"].is_object() || t["properties"].empty())
+    return false;
+  if (t.contains("type") && t["type"] != Json("object")) return false;
+  for (auto& [q, qs] : t["properties"].items()) {
+    if (only_annotations(qs)) continue;
+    if (!qs.is_object() || !only_annotations(qs, {"const", "enum", "type"}) ||
+        qs.contains("const") == qs.contains("enum"))
+      return false;
+    if (qs.contains("enum") && !qs["enum"].is_array()) return false;
+  }
+  return true;
 }
 
 // The conditional keywords of an object-only schema: the union of the plain
@@ -415,20 +618,10 @@ std::vector<Json> SchemaConverter::split_one_conditional(Json s, const std::stri
 std::string SchemaConverter::visit_conditional(const Json& s, const std::string& ptr, const std::string& hint) {
   for (const char* k : {"$ref", "const", "enum", "patternProperties", "propertyNames"})
     if (s.contains(k))
-      unsupported(std::string(s.contains("if") ? "if" : "dependentRequired"), ptr,
+      unsupported(conditional_keyword(s), ptr,
                   std::string("beside '") + k + "': expected it beside properties/required/additionalProperties only");
-  bool object_only = false;
-  if (s.contains("type")) {
-    const std::vector<std::string> types = type_list(s["type"], ptr);
-    object_only = types.size() == 1 && types[0] == "object";
-  } else {
-    // No type: what visit() infers (an object for object keywords), so the
-    // branches are read the same way.
-    object_only = s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
-                  s.contains("minProperties") || s.contains("maxProperties");
-  }
-  if (!object_only)
-    unsupported(s.contains("if") ? "if" : "dependentRequired", ptr,
+  if (!object_schema(s))
+    unsupported(conditional_keyword(s), ptr,
                 "expected it on an object schema (\"type\": \"object\" alone): the conditions apply to objects only");
   // Strict mode closes an object that declares properties; the branches
   // declare more (forbidden or required keys) than `s` did, so its
@@ -439,8 +632,7 @@ std::string SchemaConverter::visit_conditional(const Json& s, const std::string&
         !((s.contains("properties") && !s["properties"].empty()) || (s.contains("required") && !s["required"].empty()));
   std::vector<Json> parts = split_conditionals(open_s, ptr);
   if (parts.empty())
-    unsupported(s.contains("if") ? "if" : "dependentRequired", ptr,
-                "no object satisfies the conditions: the schema matches nothing");
+    unsupported(conditional_keyword(s), ptr, "no object satisfies the conditions: the schema matches nothing");
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (!parts[i].contains("type")) parts[i]["type"] = "object";

@@ -129,6 +129,8 @@ class SchemaConverter {
   int64_t count_of(const Json& s, const char* key, const std::string& ptr, int64_t fallback);
   Json merge_siblings(const Json& parent, const Json& branch, const char* key);
   Json merge_all_of(const Json& s, const std::string& ptr);
+  Json both_values(const Json& a, const Json& b, const std::string& ptr);
+  static bool only_true(const Json& s);
   std::string visit_type(const Json& s, const std::string& type, const std::string& ptr, const std::string& hint);
 
   // schema_arrays.cpp
@@ -174,9 +176,14 @@ class SchemaConverter {
 
   // schema_conditionals.cpp
   static bool has_conditional(const Json& s);
+  static bool conditions_only(const Json& parts);
+  static bool nested_object_test(const Json& t);
+  static bool object_schema(const Json& s);
+  static std::string conditional_keyword(const Json& s);
   static bool can_have(const Json& s, const std::string& key);
   static bool object_impossible(const Json& s);
   std::optional<Json> intersect_schemas(const Json& a, const Json& b, const std::string& ptr);
+  Json value_schema_of(const Json& s, const std::string& key, const std::string& ptr);
   std::optional<Json> merge_object(Json s, const Json& extra, const std::string& keyword, const std::string& ptr);
   std::vector<Json> split_conditionals(const Json& s, const std::string& ptr);
   std::vector<Json> split_one_conditional(Json s, const std::string& ptr);
@@ -186,6 +193,11 @@ class SchemaConverter {
   const Json& follow_refs(const Json& s, const std::string& ptr);
   unsigned possible_types(const Json& s, const std::string& ptr, int depth);
   bool provably_disjoint(const Json& a, const Json& b, const std::string& ptr, int depth);
+  // oneOf's branches with each branch that is only a oneOf of proven
+  // disjoint branches (itself or through $refs) replaced by those branches,
+  // each with the index of the branch it came from.
+  std::vector<std::pair<size_t, Json>> flatten_one_of(const std::vector<Json>& branches, const std::string& ptr,
+                                                      int depth);
   // oneOf's branches with every JSON type that two branches admit whole
   // (null in {"type": ["string", "null"]} and {"type": ["number", "null"]})
   // taken out of all of them: oneOf rejects each value of such a type. The
@@ -197,6 +209,8 @@ class SchemaConverter {
   // (those keys required, the other branches' missing keys forbidden);
   // nullopt when `s` is not of that form or the shapes are too many.
   std::optional<std::vector<Json>> one_of_required_shapes(const Json& s, const std::string& ptr);
+  bool presence_keys(const Json& s, const Json& b, std::vector<std::string>& keys, const std::string& ptr, int depth);
+  static bool presence_holds(const Json& b, const std::vector<std::string>& keys, uint32_t present);
   // oneOf whose object branches are closed (additionalProperties false, no
   // required) and agree on the properties they share: each branch keeps the
   // objects no other branch admits (at least one key another lacks); the

@@ -40,6 +40,34 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
   std::vector<std::string> keys;
   for (auto& [k, v] : n.items())
     if (!is_annotation(k)) keys.push_back(k);
+  // not {required: [k]} (a type object beside it changes nothing): an
+  // object without k. Non-objects satisfy any `required`, so `not` rejects
+  // them: the schema around must be an object schema.
+  bool object_test = keys.size() == 1 || (keys.size() == 2 && n.contains("type") && n["type"] == "object");
+  if (object_test && n.contains("required") && n["required"].is_array() && n["required"].size() == 1 &&
+      n["required"][0].is_string() && !rest.contains("const") && !rest.contains("enum")) {
+    const std::string key = n["required"][0].get<std::string>();
+    bool object_only = rest.contains("type") ? rest["type"] == "object"
+                                             : rest.contains("properties") || rest.contains("required") ||
+                                                   rest.contains("additionalProperties");
+    if (!object_only)
+      unsupported("not", ptr,
+                  refusal("not {required} rejects every value that is not an object; expected it on an object schema "
+                          "(\"type\": \"object\")"));
+    if (rest.contains("required") && rest["required"].is_array() &&
+        std::find(rest["required"].begin(), rest["required"].end(), Json(key)) != rest["required"].end())
+      unsupported("not", ptr,
+                  "not {required: [\"" + key + "\"]} beside required: [\"" + key + "\"]: the schema matches nothing");
+    // Strict mode closes an object that declares properties: keep the
+    // schema's own openness when declaring the forbidden key.
+    if (opt_.strict && !rest.contains("additionalProperties"))
+      rest["additionalProperties"] = !((rest.contains("properties") && !rest["properties"].empty()) ||
+                                       (rest.contains("required") && !rest["required"].empty()));
+    if (!rest.contains("properties")) rest["properties"] = Json::object();
+    rest["properties"][key] = false;
+    rest["type"] = "object";
+    return visit(rest, ptr, hint);
+  }
   if (keys.size() == 1 && keys[0] == "type") {
     std::vector<std::string> excluded = type_list(n["type"], not_ptr);
     if (std::find(excluded.begin(), excluded.end(), "number") != excluded.end()) excluded.push_back("integer");
@@ -116,6 +144,25 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
     unsupported(
         "not", ptr,
         refusal("not {" + keys[0] + "} is enforced only beside an enum, a const or a plain {\"type\": \"string\"}"));
+  }
+  // not {anyOf: [X, Y]} is not X and not Y; a `not` of an object test
+  // (required keys, properties with const/enum values) beside an object
+  // schema is "if X then nothing": conditions, split case by case.
+  bool object_schema = rest.contains("type") ? rest["type"] == "object"
+                                             : rest.contains("properties") || rest.contains("required") ||
+                                                   rest.contains("additionalProperties");
+  const bool any_of_only = keys.size() == 1 && keys[0] == "anyOf" && n["anyOf"].is_array() && !n["anyOf"].empty();
+  bool tests_objects = !keys.empty();
+  for (const std::string& k : keys)
+    tests_objects = tests_objects && (k == "required" || k == "properties" || k == "type");
+  if (object_schema && !rest.contains("const") && !rest.contains("enum") && (any_of_only || tests_objects)) {
+    Json conditions = Json::array();
+    if (any_of_only)
+      for (const Json& x : n["anyOf"]) conditions.push_back(Json{{"not", x}});
+    else
+      conditions.push_back(Json{{"not", n}});
+    rest["allOf"] = conditions;
+    return visit(rest, ptr, hint);
   }
   unsupported("not", ptr,
               refusal(keys.empty() ? "an empty not matches nothing"

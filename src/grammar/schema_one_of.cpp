@@ -15,7 +15,9 @@
 #include <map>
 #include <set>
 
+#include "grammar/regex_dfa.h"
 #include "grammar/schema_converter.h"
+#include "grammar/utf8.h"
 
 namespace brioche::grammar::schema {
 namespace {
@@ -134,6 +136,52 @@ bool same_value(const Json& a, const Json& b) {
   return a == b;
 }
 
+// Whether `pattern` finds a match in `text` (decoded), as jsonschema reads
+// patterns; nullopt when the pattern is not one the DFA builder reads.
+std::optional<bool> pattern_finds(const std::string& pattern, const std::string& text) {
+  RegexDfa dfa;
+  try {
+    dfa = regex_search_dfa(pattern, RegexDfaOptions{});
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  int32_t state = 0;
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    const size_t len = decode_utf8(text, i, &cp);
+    if (len == 0) return std::nullopt;
+    i += len;
+    int32_t next = -1;
+    for (const RegexDfa::Edge& e : dfa.states[size_t(state)].edges)
+      for (const auto& [lo, hi] : e.chars)
+        if (lo <= cp && cp <= hi) next = e.target;
+    if (next < 0) return false;  // every state of the DFA can still accept: no edge is a dead end
+    state = next;
+  }
+  return dfa.states[size_t(state)].accepting;
+}
+
+// Whether a propertyNames schema provably rejects the key `key` (false:
+// admitted, or not known).
+bool property_name_rejected(const Json& names, const std::string& key) {
+  if (names == Json(false)) return true;
+  if (!names.is_object()) return false;
+  if (names.contains("const") && names["const"] != Json(key)) return true;
+  if (names.contains("enum") && names["enum"].is_array() &&
+      std::find(names["enum"].begin(), names["enum"].end(), Json(key)) == names["enum"].end())
+    return true;
+  if (names.contains("pattern") && names["pattern"].is_string() &&
+      pattern_finds(names["pattern"].get<std::string>(), key) == std::optional<bool>(false))
+    return true;
+  if (names.contains("not") && names["not"].is_object()) {
+    const Json& n = names["not"];
+    bool only_pattern = n.contains("pattern") && n["pattern"].is_string();
+    for (auto& [k, v] : n.items()) only_pattern = only_pattern && (k == "pattern" || is_annotation(k));
+    if (only_pattern && pattern_finds(n["pattern"].get<std::string>(), key) == std::optional<bool>(true)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // Follows a chain of $refs (siblings of a $ref can only narrow what it
@@ -203,8 +251,23 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
     const Json& other = va ? b : a;
     const std::optional<Json>& other_values = va ? vb : va;
     bool apart = true;
+    // Values the other side's `not {const/enum}` excludes.
+    std::optional<Json> other_excluded;
+    if (other.is_object() && other.contains("not") && other["not"].is_object()) {
+      size_t listing = 0, others = 0;
+      for (auto& [k, v] : other["not"].items()) {
+        if (k == "const" || k == "enum")
+          ++listing;
+        else if (!is_annotation(k))
+          ++others;
+      }
+      if (listing == 1 && others == 0) other_excluded = values(other["not"]);
+    }
     for (const Json& v : *listed) {
       if (!(value_bit(v) & possible_types(other, ptr, depth))) continue;
+      if (other_excluded &&
+          std::any_of(other_excluded->begin(), other_excluded->end(), [&](const Json& w) { return same_value(v, w); }))
+        continue;
       if (other_values &&
           std::none_of(other_values->begin(), other_values->end(), [&](const Json& w) { return same_value(v, w); }))
         continue;
@@ -212,6 +275,16 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
       break;
     }
     if (apart) return true;
+  }
+  // A union (anyOf/oneOf) admits at most what its alternatives admit (its
+  // sibling keywords only narrow that): apart when every alternative is.
+  for (const Json* side : {&a, &b}) {
+    const Json& other = side == &a ? b : a;
+    for (const char* key : {"anyOf", "oneOf"})
+      if (side->is_object() && side->contains(key) && (*side)[key].is_array() && !(*side)[key].empty() &&
+          std::all_of((*side)[key].begin(), (*side)[key].end(),
+                      [&](const Json& alt) { return provably_disjoint(alt, other, ptr, depth + 1); }))
+        return true;
   }
   if (common != kObject || !a.is_object() || !b.is_object()) return false;
   // Objects: a property that tells them apart.
@@ -225,10 +298,25 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
     return nullptr;
   };
   auto forbids = [&](const Json& s, const std::string& key) {
+    if (s.contains("propertyNames") && property_name_rejected(s["propertyNames"], key)) return true;
     if (const Json* p = property(s, key)) return *p == Json(false);
     return s.contains("additionalProperties") && s["additionalProperties"] == Json(false) &&
            !s.contains("patternProperties");
   };
+  // A closed object (additionalProperties false, no patternProperties) with
+  // at least one key has a key of its declared ones: apart from an object
+  // that forbids them all.
+  for (const Json* side : {&a, &b}) {
+    const Json& here = *side;
+    const Json& there = side == &a ? b : a;
+    const bool closed = here.contains("additionalProperties") && here["additionalProperties"] == Json(false) &&
+                        !here.contains("patternProperties") && here.contains("properties") &&
+                        here["properties"].is_object();
+    if (!closed || count_of(here, "minProperties", ptr, 0) < 1) continue;
+    bool all_forbidden = true;
+    for (auto& [key, value] : here["properties"].items()) all_forbidden = all_forbidden && forbids(there, key);
+    if (all_forbidden) return true;
+  }
   for (const Json* side : {&a, &b}) {
     const Json& here = *side;
     const Json& there = side == &a ? b : a;
@@ -306,33 +394,84 @@ namespace brioche::grammar::schema {
 // subsets P of U that contain exactly one R_i (and S's required keys in
 // U), of "S, with P required and U \ P absent". The shapes differ in some
 // key's presence, so no document matches two: their union is exact.
+// Whether `b` (an oneOf branch beside the object schema `s`) depends only on
+// which keys are present: required lists, combined by not/anyOf/oneOf/allOf,
+// with type object and properties that admit any value or repeat what `s`
+// declares for them. Adds the keys it names to `keys`.
+bool SchemaConverter::presence_keys(const Json& s, const Json& b, std::vector<std::string>& keys,
+                                    const std::string& ptr, int depth) {
+  if (!b.is_object() || depth > 8) return false;
+  bool tests = false;
+  for (auto& [k, v] : b.items()) {
+    if (is_annotation(k) || (k == "type" && v == Json("object"))) continue;
+    if (k == "required") {
+      if (!v.is_array()) return false;
+      for (const Json& r : v) {
+        if (!r.is_string()) return false;
+        if (std::find(keys.begin(), keys.end(), r.get<std::string>()) == keys.end())
+          keys.push_back(r.get<std::string>());
+      }
+      tests = true;
+    } else if (k == "properties" && v.is_object()) {
+      for (auto& [key, value] : v.items())
+        if (!only_true(value) &&
+            !(s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key) &&
+              follow_refs(value, ptr) == follow_refs(s["properties"][key], ptr)))
+          return false;
+    } else if (k == "not") {
+      if (!presence_keys(s, v, keys, ptr, depth + 1)) return false;
+      tests = true;
+    } else if ((k == "anyOf" || k == "oneOf" || k == "allOf") && v.is_array() && !v.empty()) {
+      for (const Json& x : v)
+        if (!presence_keys(s, x, keys, ptr, depth + 1)) return false;
+      tests = true;
+    } else {
+      return false;
+    }
+  }
+  return tests || depth > 0;
+}
+
+// Whether a branch that presence_keys accepted holds when the keys of
+// `present` (bits over `keys`) are there and the others are not.
+bool SchemaConverter::presence_holds(const Json& b, const std::vector<std::string>& keys, uint32_t present) {
+  auto has = [&](const std::string& k) {
+    const size_t i = static_cast<size_t>(std::find(keys.begin(), keys.end(), k) - keys.begin());
+    return (present >> i & 1) != 0;
+  };
+  if (b.contains("required"))
+    for (const Json& r : b["required"])
+      if (!has(r.get<std::string>())) return false;
+  if (b.contains("not") && presence_holds(b["not"], keys, present)) return false;
+  if (b.contains("allOf"))
+    for (const Json& x : b["allOf"])
+      if (!presence_holds(x, keys, present)) return false;
+  if (b.contains("anyOf") && std::none_of(b["anyOf"].begin(), b["anyOf"].end(),
+                                          [&](const Json& x) { return presence_holds(x, keys, present); }))
+    return false;
+  if (b.contains("oneOf") && std::count_if(b["oneOf"].begin(), b["oneOf"].end(),
+                                           [&](const Json& x) { return presence_holds(x, keys, present); }) != 1)
+    return false;
+  return true;
+}
+
 std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const Json& s, const std::string& ptr) {
   constexpr size_t kMaxKeys = 10;    // 2^10 presence patterns looked at
   constexpr size_t kMaxShapes = 16;  // as for the other case splits
   const Json& alts = s["oneOf"];
   if (!alts.is_array() || alts.size() < 2) return std::nullopt;
-  // The schema around: an object schema of plain keywords only.
+  // The schema around: an object schema (its other keywords stay in every
+  // shape: each shape is the schema and one presence pattern).
   for (auto& [k, v] : s.items())
-    if (k != "oneOf" && k != "type" && k != "properties" && k != "required" && k != "additionalProperties" &&
-        !is_annotation(k))
-      return std::nullopt;
+    if (k == "anyOf" || k == "allOf" || k == "$ref" || k == "const" || k == "enum") return std::nullopt;
   if (s.contains("type") && s["type"] != Json("object")) return std::nullopt;
+  if (!s.contains("type") && !s.contains("properties") && !s.contains("required") &&
+      !s.contains("additionalProperties"))
+    return std::nullopt;
   if (s.contains("properties") && !s["properties"].is_object()) return std::nullopt;
   std::vector<std::string> keys;  // U, in first-seen order
-  std::vector<std::vector<size_t>> sets;
-  for (const Json& alt : alts) {
-    if (!alt.is_object() || !alt.contains("required") || !alt["required"].is_array()) return std::nullopt;
-    for (auto& [k, v] : alt.items())
-      if (k != "required" && !is_annotation(k)) return std::nullopt;
-    std::vector<size_t> set;
-    for (const Json& r : alt["required"]) {
-      if (!r.is_string()) return std::nullopt;
-      const auto it = std::find(keys.begin(), keys.end(), r.get<std::string>());
-      set.push_back(static_cast<size_t>(it - keys.begin()));
-      if (it == keys.end()) keys.push_back(r.get<std::string>());
-    }
-    sets.push_back(set);
-  }
+  for (const Json& alt : alts)
+    if (!presence_keys(s, alt, keys, ptr, 0)) return std::nullopt;
   if (keys.size() > kMaxKeys) return std::nullopt;
   std::vector<std::string> outer_required;
   if (s.contains("required")) {
@@ -352,8 +491,7 @@ std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const J
   std::vector<Json> shapes;
   for (uint32_t present = 0; present < (1u << keys.size()); ++present) {
     int matched = 0;
-    for (const auto& set : sets)
-      matched += std::all_of(set.begin(), set.end(), [&](size_t k) { return (present >> k & 1) != 0; });
+    for (const Json& alt : alts) matched += presence_holds(alt, keys, present);
     if (matched != 1) continue;
     bool possible = true;
     Json shape = base;
@@ -466,6 +604,50 @@ std::optional<std::vector<std::pair<size_t, Json>>> SchemaConverter::exclusive_c
   }
   if (out.empty()) unsupported("oneOf", ptr, "every object its branches admit matches two of them: nothing is valid");
   std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return out;
+}
+
+}  // namespace brioche::grammar::schema
+
+namespace brioche::grammar::schema {
+
+// A branch that is only a oneOf (itself or through $refs) whose own
+// branches are proven pairwise disjoint stands for its branches: with
+// X and Y disjoint, "exactly one of (exactly one of X, Y) and Z" is
+// "exactly one of X, Y, Z" (the two differ only on documents in X, Y and Z
+// at once). Spliced in, the branches can be told apart from the outer ones
+// by the rules above (Travis' env: oneOf [envVars, {global, matrix}],
+// envVars a oneOf of a string, a closed object and an array).
+std::vector<std::pair<size_t, Json>> SchemaConverter::flatten_one_of(const std::vector<Json>& branches,
+                                                                     const std::string& ptr, int depth) {
+  std::vector<std::pair<size_t, Json>> out;
+  for (size_t at = 0; at < branches.size(); ++at) {
+    const Json& b = branches[at];
+    const Json* inner = &b;
+    bool only = b.is_object();
+    if (only)
+      for (auto& [k, v] : b.items()) only = only && (k == "$ref" || k == "oneOf" || is_annotation(k));
+    if (only && b.contains("$ref")) {
+      only = !b.contains("oneOf");
+      inner = &follow_refs(b, ptr);
+      if (only && inner->is_object())
+        for (auto& [k, v] : inner->items()) only = only && (k == "oneOf" || is_annotation(k));
+    }
+    only = only && depth < kMaxDisjointDepth && inner->is_object() && inner->contains("oneOf") &&
+           (*inner)["oneOf"].is_array() && !(*inner)["oneOf"].empty();
+    if (only) {
+      const Json& alts = (*inner)["oneOf"];
+      for (size_t i = 0; i < alts.size() && only; ++i)
+        for (size_t j = i + 1; j < alts.size() && only; ++j) only = provably_disjoint(alts[i], alts[j], ptr, 0);
+    }
+    if (!only) {
+      out.emplace_back(at, b);
+      continue;
+    }
+    for (auto& [inner_at, alt] :
+         flatten_one_of(std::vector<Json>((*inner)["oneOf"].begin(), (*inner)["oneOf"].end()), ptr, depth + 1))
+      out.emplace_back(at, std::move(alt));
+  }
   return out;
 }
 

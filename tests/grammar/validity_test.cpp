@@ -68,7 +68,8 @@ class Validator {
   bool check(const Json& v, const Json& s) {
     if (s.is_boolean()) return s.get<bool>();
     if (s.contains("$ref")) return check(v, resolve(s["$ref"].get<std::string>()));
-    if (s.contains("allOf")) {  // brioche's documented reading: branches' properties are merged
+    if (s.contains(
+            "allOf")) {  // branches' properties merged: exact for the schemas below (no additionalProperties in a branch)
       Json merged = s;
       merged.erase("allOf");
       for (auto& part : s["allOf"])
@@ -172,9 +173,12 @@ const char* kSchemas[] = {
         "children":{"type":"array","maxItems":2,"items":{"$ref":"#/$defs/node"}}},"required":["label"]}},
         "$ref":"#/$defs/node"})",
     // Mixed: prefixItems tuple, additionalProperties schema, allOf, ipv4, date-time.
+    // (additionalProperties beside allOf applies to every key the schema
+    // itself does not declare, so the branches' keys are declared here too.)
     R"({"allOf":[{"type":"object","properties":{"host":{"type":"string","format":"ipv4"}},"required":["host"]},
         {"properties":{"seen":{"type":"string","format":"date-time"},
         "point":{"type":"array","prefixItems":[{"type":"integer"},{"type":"integer"}]}}}],
+        "properties":{"host":{},"seen":{},"point":{}},
         "additionalProperties":{"type":"integer","minimum":-5,"maximum":5}})",
     // Anything JSON.
     R"({})",

@@ -1,0 +1,111 @@
+// oneOf, allOf and conditions in the shapes of the schema corpus that the
+// converter makes exact (docs/grammar.md, "Conditional keywords and oneOf"):
+// the grammar accepts exactly what `jsonschema` validates
+// (tests/grammar/golden/schema_combinators.json from
+// tools/oracle/schema_combinator_goldens.py), the masks agree with the
+// matcher token by token, and what is not exact is refused by name.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "mask_check.h"
+
+namespace brioche::grammar {
+namespace {
+
+using testing_masks::mask_mismatches;
+using testing_masks::single_bytes;
+using testing_masks::small_alphabet;
+
+const nlohmann::ordered_json& golden() {
+  static const nlohmann::ordered_json g = testing_masks::golden_file("schema_combinators.json");
+  return g;
+}
+
+// JSON Schema's reading (the corpus bench's), separators ", " and ": " as
+// the goldens write them.
+const SchemaOptions kCompact{.any_whitespace = false, .strict = false};
+
+TEST(SchemaCombinators, AcceptExactlyWhatJsonschemaValidates) {
+  int checked = 0, valid = 0;
+  for (const auto& vocab : {single_bytes(), small_alphabet()}) {
+    for (const auto& c : golden()["cases"]) {
+      const std::string name = c["name"].get<std::string>();
+      std::shared_ptr<const CompiledGrammar> compiled;
+      try {
+        compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), vocab);
+      } catch (const Error& e) {
+        ADD_FAILURE() << name << ": refused: " << e.what();
+        continue;
+      }
+      for (const auto& cand : c["candidates"]) {
+        const std::string text = cand["text"].get<std::string>();
+        const bool accepted = testing_masks::accepts_document(compiled, text);
+        EXPECT_EQ(accepted, cand["valid"].get<bool>())
+            << name << ": jsonschema says " << (cand["valid"].get<bool>() ? "valid" : "invalid") << " for " << text;
+        ++checked;
+        valid += cand["valid"].get<bool>();
+      }
+    }
+  }
+  EXPECT_GE(checked, 280);
+  EXPECT_GE(valid, 130);
+}
+
+TEST(SchemaCombinators, MasksMatchTheMatcher) {
+  int walks = 0;
+  uint64_t seed = 11;
+  for (const auto& c : golden()["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), small_alphabet());
+    for (const auto& cand : c["candidates"]) {
+      if (!cand["valid"].get<bool>()) continue;
+      const std::string text = cand["text"].get<std::string>();
+      EXPECT_EQ(mask_mismatches(compiled, text.substr(0, text.size() / 2), 6, seed++, name), 0);
+      ++walks;
+    }
+  }
+  EXPECT_GE(walks, 60);
+}
+
+std::string error_of(const std::string& schema) {
+  try {
+    Grammar::from_json_schema(schema, kCompact);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SchemaCombinators, WhatIsNotExactIsRefusedByName) {
+  // Open objects that require different keys: one with both keys matches
+  // both branches (GitHub's jobs: runs-on vs uses).
+  std::string e = error_of(R"({"oneOf":[{"type":"object","required":["a"]},{"type":"object","required":["b"]}]})");
+  EXPECT_NE(e.find("unsupported 'oneOf' at #: branches 0 and 1 may both match"), std::string::npos) << e;
+  // A nested oneOf whose own branches overlap is not spliced into the outer one.
+  e = error_of(R"({"oneOf":[{"oneOf":[{"type":"integer"},{"type":"number"}]},{"type":"string"}]})");
+  EXPECT_NE(e.find("unsupported 'oneOf'"), std::string::npos) << e;
+  // A `not` the grammar cannot say, and several conditions on strings.
+  e = error_of(R"({"type":"object","not":{"minProperties":2}})");
+  EXPECT_NE(e.find("not {minProperties}"), std::string::npos) << e;
+  e = error_of(R"({"type":"string","allOf":[{"not":{"pattern":"a"}},{"not":{"const":"b"}}]})");
+  EXPECT_NE(e.find("unsupported 'allOf' at #: several conditions"), std::string::npos) << e;
+  // An if that tests a property by a pattern.
+  e = error_of(R"({"type":"object","if":{"properties":{"a":{"pattern":"^x"}}},"then":{"required":["b"]}})");
+  EXPECT_NE(e.find("unsupported 'if' at #: property 'a' is tested by something other than one const or enum"),
+            std::string::npos)
+      << e;
+  // The types beside a oneOf admit none of its branches: nothing is valid.
+  e = error_of(R"({"type":"object","oneOf":[{"type":"string"},{"type":"integer"}]})");
+  EXPECT_NE(e.find("no branch admits a value of the types beside it"), std::string::npos) << e;
+  // Two branches of allOf with different patternProperties.
+  e = error_of(R"({"allOf":[{"patternProperties":{"^a":{"type":"string"}}},{"patternProperties":{"^b":{}}}]})");
+  EXPECT_NE(e.find("patternProperties in two branches"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace brioche::grammar
