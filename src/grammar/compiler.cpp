@@ -21,6 +21,7 @@
 #include "grammar/hash128.h"
 #include "grammar/state_walk.h"
 #include "grammar/pda.h"
+#include "grammar/rule_dedup.h"
 
 namespace brioche::grammar {
 namespace {
@@ -837,7 +838,8 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
   // token next to their bounds: then no mask depends on a count.
   if (automaton_limits.counter_window == 0)
     automaton_limits.counter_window = std::max(1, vocabulary->max_token_length());
-  out->automaton_ = Automaton::build(grammar, automaton_limits);
+  // Sub-schemas repeated under different rule names become one rule first.
+  out->automaton_ = Automaton::build(merge_equal_rules(grammar), automaton_limits);
   out->stats_.automaton_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   out->vocabulary_ = std::move(vocabulary);
   const Automaton& a = out->automaton_;
