@@ -209,8 +209,15 @@ class SchemaConverter {
   // (those keys required, the other branches' missing keys forbidden);
   // nullopt when `s` is not of that form or the shapes are too many.
   std::optional<std::vector<Json>> one_of_required_shapes(const Json& s, const std::string& ptr);
-  bool presence_keys(const Json& s, const Json& b, std::vector<std::string>& keys, const std::string& ptr, int depth);
-  static bool presence_holds(const Json& b, const std::vector<std::string>& keys, uint32_t present);
+  // What a oneOf branch of presence tests reads: keys, and (key, schema)
+  // value atoms whose "does not match" side is complement_schema's.
+  struct PresenceAtoms {
+    std::vector<std::string> keys;
+    std::vector<std::pair<std::string, Json>> values;
+  };
+  bool presence_keys(const Json& s, const Json& b, PresenceAtoms& atoms, const std::string& ptr, int depth);
+  static bool presence_holds(const Json& b, const PresenceAtoms& atoms, uint32_t bits);
+  std::optional<Json> complement_schema(const Json& s, const std::string& ptr);
   // oneOf whose object branches are closed (additionalProperties false, no
   // required) and agree on the properties they share: each branch keeps the
   // objects no other branch admits (at least one key another lacks); the

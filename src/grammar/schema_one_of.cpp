@@ -182,6 +182,13 @@ bool property_name_rejected(const Json& names, const std::string& key) {
   return false;
 }
 
+// Whether `s` has no keyword but `key` that constrains.
+bool only_annotations_but(const Json& s, const char* key) {
+  for (auto& [k, v] : s.items())
+    if (k != key && !is_annotation(k)) return false;
+  return true;
+}
+
 }  // namespace
 
 // Follows a chain of $refs (siblings of a $ref can only narrow what it
@@ -395,35 +402,46 @@ namespace brioche::grammar::schema {
 // U), of "S, with P required and U \ P absent". The shapes differ in some
 // key's presence, so no document matches two: their union is exact.
 // Whether `b` (an oneOf branch beside the object schema `s`) depends only on
-// which keys are present: required lists, combined by not/anyOf/oneOf/allOf,
-// with type object and properties that admit any value or repeat what `s`
-// declares for them. Adds the keys it names to `keys`.
-bool SchemaConverter::presence_keys(const Json& s, const Json& b, std::vector<std::string>& keys,
-                                    const std::string& ptr, int depth) {
+// which keys are present and whether some of their values match a schema:
+// required lists, combined by not/anyOf/oneOf/allOf, with type object and
+// properties (any value, the schema `s` declares for the key, or one other
+// schema per key: a value atom). Adds the keys and atoms it names to `atoms`.
+bool SchemaConverter::presence_keys(const Json& s, const Json& b, PresenceAtoms& atoms, const std::string& ptr,
+                                    int depth) {
   if (!b.is_object() || depth > 8) return false;
+  auto add_key = [&](const std::string& key) {
+    if (std::find(atoms.keys.begin(), atoms.keys.end(), key) == atoms.keys.end()) atoms.keys.push_back(key);
+  };
   bool tests = false;
   for (auto& [k, v] : b.items()) {
-    if (is_annotation(k) || (k == "type" && v == Json("object"))) continue;
+    if (is_annotation(k) || (k == "type" && v == Json("object")) || (k == "additionalProperties" && only_true(v)))
+      continue;
     if (k == "required") {
       if (!v.is_array()) return false;
       for (const Json& r : v) {
         if (!r.is_string()) return false;
-        if (std::find(keys.begin(), keys.end(), r.get<std::string>()) == keys.end())
-          keys.push_back(r.get<std::string>());
+        add_key(r.get<std::string>());
       }
       tests = true;
     } else if (k == "properties" && v.is_object()) {
-      for (auto& [key, value] : v.items())
-        if (!only_true(value) &&
-            !(s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key) &&
-              follow_refs(value, ptr) == follow_refs(s["properties"][key], ptr)))
-          return false;
+      for (auto& [key, value] : v.items()) {
+        if (only_true(value) ||
+            (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key) &&
+             follow_refs(value, ptr) == follow_refs(s["properties"][key], ptr)))
+          continue;
+        const auto same_key = [&](const std::pair<std::string, Json>& a) { return a.first == key; };
+        const auto it = std::find_if(atoms.values.begin(), atoms.values.end(), same_key);
+        if (it != atoms.values.end() && it->second != value) return false;  // one value atom per key
+        if (it == atoms.values.end()) atoms.values.emplace_back(key, value);
+        add_key(key);
+        tests = true;
+      }
     } else if (k == "not") {
-      if (!presence_keys(s, v, keys, ptr, depth + 1)) return false;
+      if (!presence_keys(s, v, atoms, ptr, depth + 1)) return false;
       tests = true;
     } else if ((k == "anyOf" || k == "oneOf" || k == "allOf") && v.is_array() && !v.empty()) {
       for (const Json& x : v)
-        if (!presence_keys(s, x, keys, ptr, depth + 1)) return false;
+        if (!presence_keys(s, x, atoms, ptr, depth + 1)) return false;
       tests = true;
     } else {
       return false;
@@ -432,27 +450,95 @@ bool SchemaConverter::presence_keys(const Json& s, const Json& b, std::vector<st
   return tests || depth > 0;
 }
 
-// Whether a branch that presence_keys accepted holds when the keys of
-// `present` (bits over `keys`) are there and the others are not.
-bool SchemaConverter::presence_holds(const Json& b, const std::vector<std::string>& keys, uint32_t present) {
-  auto has = [&](const std::string& k) {
-    const size_t i = static_cast<size_t>(std::find(keys.begin(), keys.end(), k) - keys.begin());
-    return (present >> i & 1) != 0;
+// Whether a branch that presence_keys accepted holds on an object whose
+// keys among atoms.keys are those of `bits` (bit i: keys[i] present), with
+// the value atoms' answers in the bits after them.
+bool SchemaConverter::presence_holds(const Json& b, const PresenceAtoms& atoms, uint32_t bits) {
+  auto index = [&](const std::string& k) {
+    return static_cast<size_t>(std::find(atoms.keys.begin(), atoms.keys.end(), k) - atoms.keys.begin());
   };
   if (b.contains("required"))
     for (const Json& r : b["required"])
-      if (!has(r.get<std::string>())) return false;
-  if (b.contains("not") && presence_holds(b["not"], keys, present)) return false;
+      if ((bits >> index(r.get<std::string>()) & 1) == 0) return false;
+  if (b.contains("properties"))
+    for (size_t a = 0; a < atoms.values.size(); ++a) {
+      const auto& [key, value] = atoms.values[a];
+      if (b["properties"].contains(key) && b["properties"][key] == value && (bits >> index(key) & 1) != 0 &&
+          (bits >> (atoms.keys.size() + a) & 1) == 0)
+        return false;  // present, and its value does not match
+    }
+  if (b.contains("not") && presence_holds(b["not"], atoms, bits)) return false;
   if (b.contains("allOf"))
     for (const Json& x : b["allOf"])
-      if (!presence_holds(x, keys, present)) return false;
-  if (b.contains("anyOf") && std::none_of(b["anyOf"].begin(), b["anyOf"].end(),
-                                          [&](const Json& x) { return presence_holds(x, keys, present); }))
+      if (!presence_holds(x, atoms, bits)) return false;
+  if (b.contains("anyOf") &&
+      std::none_of(b["anyOf"].begin(), b["anyOf"].end(), [&](const Json& x) { return presence_holds(x, atoms, bits); }))
     return false;
   if (b.contains("oneOf") && std::count_if(b["oneOf"].begin(), b["oneOf"].end(),
-                                           [&](const Json& x) { return presence_holds(x, keys, present); }) != 1)
+                                           [&](const Json& x) { return presence_holds(x, atoms, bits); }) != 1)
     return false;
   return true;
+}
+
+// The values `s` rejects, as a schema, for the simple shapes whose
+// complement the converter can say: type lists, a string with a pattern,
+// and unions (anyOf, or oneOf proven disjoint) of those; nullopt otherwise.
+// Per JSON type: a type no branch admits is in the complement whole; a type
+// one branch admits whole is not in it; a string type one branch admits
+// under a pattern leaves the strings that pattern finds no match in.
+std::optional<Json> SchemaConverter::complement_schema(const Json& s_in, const std::string& ptr) {
+  const Json& s = follow_refs(s_in, ptr);
+  if (!s.is_object()) return std::nullopt;
+  std::vector<Json> branches;
+  const char* union_key = s.contains("anyOf") ? "anyOf" : s.contains("oneOf") ? "oneOf" : nullptr;
+  if (union_key) {
+    if (!only_annotations_but(s, union_key) || !s[union_key].is_array()) return std::nullopt;
+    for (const Json& b : s[union_key]) branches.push_back(follow_refs(b, ptr));
+    if (std::string(union_key) == "oneOf")
+      for (size_t i = 0; i < branches.size(); ++i)
+        for (size_t j = i + 1; j < branches.size(); ++j)
+          if (!provably_disjoint(branches[i], branches[j], ptr, 0)) return std::nullopt;
+  } else {
+    branches.push_back(s);
+  }
+  // For each JSON type: whole (admitted entirely), or the patterns admitted.
+  std::map<std::string, bool> whole;
+  std::map<std::string, std::vector<std::string>> patterns;
+  for (const Json& b : branches) {
+    if (!b.is_object() || !b.contains("type")) return std::nullopt;
+    const std::vector<std::string> types = type_list(b["type"], ptr);
+    bool with_pattern = false;
+    for (auto& [k, v] : b.items()) {
+      if (k == "type" || is_annotation(k)) continue;
+      if (k == "pattern" && v.is_string() && types.size() == 1 && types[0] == "string") {
+        with_pattern = true;
+        continue;
+      }
+      return std::nullopt;
+    }
+    for (const std::string& t : types) {
+      if (t == "integer") return std::nullopt;  // "number but not integer" is not said here
+      if (with_pattern)
+        patterns[t].push_back(b["pattern"].get<std::string>());
+      else
+        whole[t] = true;
+    }
+  }
+  Json rest_types = Json::array();
+  Json out = Json::array();
+  for (const char* t : {"null", "boolean", "object", "array", "number", "string"}) {
+    if (whole.count(t)) continue;
+    if (!patterns.count(t)) {
+      rest_types.push_back(t);
+      continue;
+    }
+    std::string joined;
+    for (const std::string& p : patterns[t]) joined += (joined.empty() ? "" : "|") + ("(?:" + p + ")");
+    out.push_back(Json{{"type", t}, {"not", Json{{"pattern", joined}}}});
+  }
+  if (!rest_types.empty()) out.push_back(Json{{"type", rest_types}});
+  if (out.empty()) return Json(false);
+  return out.size() == 1 ? out[0] : Json{{"anyOf", out}};
 }
 
 std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const Json& s, const std::string& ptr) {
@@ -465,14 +551,25 @@ std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const J
   for (auto& [k, v] : s.items())
     if (k == "anyOf" || k == "allOf" || k == "$ref" || k == "const" || k == "enum") return std::nullopt;
   if (s.contains("type") && s["type"] != Json("object")) return std::nullopt;
+  const bool objects_only = std::all_of(alts.begin(), alts.end(), [](const Json& b) {
+    return b.is_object() && b.contains("type") && b["type"] == Json("object");
+  });
   if (!s.contains("type") && !s.contains("properties") && !s.contains("required") &&
-      !s.contains("additionalProperties"))
+      !s.contains("additionalProperties") && !objects_only)
     return std::nullopt;
   if (s.contains("properties") && !s["properties"].is_object()) return std::nullopt;
-  std::vector<std::string> keys;  // U, in first-seen order
+  PresenceAtoms atoms;  // U, in first-seen order, and the value atoms
   for (const Json& alt : alts)
-    if (!presence_keys(s, alt, keys, ptr, 0)) return std::nullopt;
-  if (keys.size() > kMaxKeys) return std::nullopt;
+    if (!presence_keys(s, alt, atoms, ptr, 0)) return std::nullopt;
+  const std::vector<std::string>& keys = atoms.keys;
+  if (keys.size() + atoms.values.size() > kMaxKeys) return std::nullopt;
+  // A value atom's "does not match" side needs the complement of its schema.
+  std::vector<Json> complements;
+  for (const auto& [key, value] : atoms.values) {
+    const std::optional<Json> c = complement_schema(value, ptr);
+    if (!c) return std::nullopt;
+    complements.push_back(*c);
+  }
   std::vector<std::string> outer_required;
   if (s.contains("required")) {
     if (!s["required"].is_array()) return std::nullopt;
@@ -489,9 +586,15 @@ std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const J
   if ((!s.contains("properties") || s["properties"].empty()) && !s.contains("additionalProperties"))
     base["additionalProperties"] = true;
   std::vector<Json> shapes;
-  for (uint32_t present = 0; present < (1u << keys.size()); ++present) {
+  for (uint32_t present = 0; present < (1u << (keys.size() + atoms.values.size())); ++present) {
+    bool meaningful = true;  // a value atom of an absent key is left 0 (one shape, not two)
+    for (size_t a = 0; a < atoms.values.size(); ++a) {
+      const size_t k = static_cast<size_t>(std::find(keys.begin(), keys.end(), atoms.values[a].first) - keys.begin());
+      if ((present >> (keys.size() + a) & 1) != 0 && (present >> k & 1) == 0) meaningful = false;
+    }
+    if (!meaningful) continue;
     int matched = 0;
-    for (const Json& alt : alts) matched += presence_holds(alt, keys, present);
+    for (const Json& alt : alts) matched += presence_holds(alt, atoms, present);
     if (matched != 1) continue;
     bool possible = true;
     Json shape = base;
@@ -506,6 +609,17 @@ std::optional<std::vector<Json>> SchemaConverter::one_of_required_shapes(const J
       } else {
         shape["properties"][keys[k]] = false;
       }
+    }
+    for (size_t a = 0; a < atoms.values.size() && possible; ++a) {
+      const auto& [key, value] = atoms.values[a];
+      const size_t k = static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
+      if ((present >> k & 1) == 0) continue;
+      const Json declared = shape["properties"].contains(key)        ? shape["properties"][key]
+                            : shape.contains("additionalProperties") ? shape["additionalProperties"]
+                                                                     : Json(true);
+      shape["properties"][key] =
+          both_values(declared, (present >> (keys.size() + a) & 1) != 0 ? value : complements[a], ptr);
+      possible = shape["properties"][key] != Json(false);
     }
     if (!possible || object_impossible(shape)) continue;
     shapes.push_back(std::move(shape));

@@ -246,7 +246,25 @@ BETA_DOCS = ['{"updates": [{"eco": "npm"}]}', '{"updates": [{"eco": "beta"}]}', 
              '{"beta": false, "updates": [{"eco": "beta", "dir": "/"}]}', '{"beta": false, "updates": [{"eco": "pip", "dir": "/"}]}',
              '{"updates": [{"dir": "/"}]}', '{"updates": []}', '{"beta": true}']
 
+# GitHub's workflow jobs (timeouts required): open objects, one requiring
+# runs-on and a valid timeout, the other uses. An object with all three
+# matches both, unless its timeout is invalid: a case split on which keys are
+# present and whether the timeout matches (its complement: not a number and
+# not a string the pattern finds a match in).
+JOBS = {
+    "$defs": {"expr": {"type": "string", "pattern": "^\\$\\{\\{.*\\}\\}$"}},
+    "oneOf": [{"type": "object", "additionalProperties": True, "required": ["runs-on", "timeout"],
+               "properties": {"timeout": {"oneOf": [{"type": "number"}, {"$ref": "#/$defs/expr"}]}}},
+              {"type": "object", "required": ["uses"]}],
+}
+JOBS_DOCS = ['{"timeout": 5, "runs-on": "x"}', '{"timeout": "${{ a }}", "runs-on": "x"}', '{"timeout": "abc", "runs-on": "x"}',
+             '{"uses": "u"}', '{"timeout": 5, "runs-on": "x", "uses": "u"}', '{"timeout": "abc", "runs-on": "x", "uses": "u"}',
+             '{"timeout": true, "uses": "u"}', '{"timeout": null, "runs-on": "x", "uses": "u"}',
+             '{"timeout": [], "runs-on": "x", "uses": "u"}', '{"timeout": "${{ b }}", "runs-on": "x", "uses": "u"}',
+             '{"runs-on": "x"}', '{"runs-on": "x", "uses": "u"}', '{}', '"x"']
+
 CASES = [
+    ("one_of_value_split", JOBS, JOBS_DOCS),
     ("one_of_nested", ENV, ENV_DOCS),
     ("one_of_of_one_ofs", SNAP, SNAP_DOCS),
     ("one_of_property_names", STEP, STEP_DOCS),
