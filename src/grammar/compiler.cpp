@@ -225,6 +225,7 @@ class MaskBuilder {
     for (size_t r = 0; r < near_bound.size(); ++r)
       if (near_bound[r] && a.rule_size(static_cast<int32_t>(r)) > kMaxStatesForForwardHashes) near_bound[r] = 0;
     forward_ = a.forward_hashes(v.max_token_length() + 1, rule_hash_, near_bound);
+    many_states_ = a.states.size() > kManyStates;
   }
 
   // A state's mask is named by what every walk of up to the longest token
@@ -349,8 +350,14 @@ class MaskBuilder {
     if (it == first_byte_twins_.end()) return false;
     first_byte_keys(it->second.state, t_keys_, &key_work);
     const int64_t shared = shares_first_bytes();
-    return shared == kAllFirstBytesSame || (shared >= v_.num_words() && tokens - shared <= kMaxLazyTwinTokens);
+    return shared == kAllFirstBytesSame ||
+           (shared >= v_.num_words() && (tokens - shared <= kMaxLazyTwinTokens || many_states_));
   }
+  // In a grammar of more than this many automaton states the roots are
+  // deferred too: the Kubernetes list schema (184k states) has 1.8k of them
+  // at ~0.25 ms each, half a second of its compile, and a generation
+  // reaches a few dozen (each then costs its first mask ~0.25 ms).
+  static constexpr size_t kManyStates = 100'000;
 
   // A wide state taken from a cache (this compile's or the process's) is
   // a first-byte twin of later states as if it had been walked here
@@ -779,6 +786,7 @@ class MaskBuilder {
   uint64_t work_ = 0;
   std::unordered_map<SharedKey, SharedMask, SharedKeyHash> pending_;  // computed here, not yet published
   bool eager_pass_done_ = false;
+  bool many_states_ = false;  // more than kManyStates automaton states
 };
 
 CompiledGrammar::CompiledGrammar() = default;
