@@ -501,11 +501,21 @@ std::optional<Json> SchemaConverter::complement_schema(const Json& s_in, const s
   } else {
     branches.push_back(s);
   }
-  // For each JSON type: whole (admitted entirely), or the patterns admitted.
+  // For each JSON type: whole (admitted entirely), or the patterns admitted,
+  // or (objects) the closed object schema admitted.
   std::map<std::string, bool> whole;
   std::map<std::string, std::vector<std::string>> patterns;
+  const Json* closed = nullptr;
   for (const Json& b : branches) {
     if (!b.is_object() || !b.contains("type")) return std::nullopt;
+    if (b["type"] == Json("object") && b.contains("additionalProperties") && b["additionalProperties"] == Json(false)) {
+      for (auto& [k, v] : b.items())
+        if (k != "type" && k != "additionalProperties" && k != "properties" && !is_annotation(k)) return std::nullopt;
+      if (closed || (b.contains("properties") && (!b["properties"].is_object() || b["properties"].size() > 3)))
+        return std::nullopt;
+      closed = &b;
+      continue;
+    }
     const std::vector<std::string> types = type_list(b["type"], ptr);
     bool with_pattern = false;
     for (auto& [k, v] : b.items()) {
@@ -526,6 +536,32 @@ std::optional<Json> SchemaConverter::complement_schema(const Json& s_in, const s
   }
   Json rest_types = Json::array();
   Json out = Json::array();
+  if (closed && !whole.count("object")) {
+    // Objects a closed object schema {K: S_k} rejects: a key k of K present
+    // with a value outside S_k, or a key outside K: for each set P of K's
+    // keys present (the others absent), more than |P| keys.
+    std::vector<std::string> keys;
+    if (closed->contains("properties"))
+      for (auto& [k, v] : (*closed)["properties"].items()) keys.push_back(k);
+    for (const std::string& k : keys) {
+      const std::optional<Json> outside = complement_schema((*closed)["properties"][k], ptr);
+      if (!outside) return std::nullopt;
+      if (*outside != Json(false))
+        out.push_back(Json{{"type", "object"}, {"required", Json::array({k})}, {"properties", Json{{k, *outside}}}});
+    }
+    for (uint32_t present = 0; present < (1u << keys.size()); ++present) {
+      Json shape = Json{{"type", "object"}, {"required", Json::array()}, {"properties", Json::object()}};
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (present >> i & 1)
+          shape["required"].push_back(keys[i]);
+        else
+          shape["properties"][keys[i]] = false;
+      }
+      shape["minProperties"] = shape["required"].size() + 1;
+      out.push_back(std::move(shape));
+    }
+    whole["object"] = true;  // said above
+  }
   for (const char* t : {"null", "boolean", "object", "array", "number", "string"}) {
     if (whole.count(t)) continue;
     if (!patterns.count(t)) {

@@ -263,8 +263,28 @@ JOBS_DOCS = ['{"timeout": 5, "runs-on": "x"}', '{"timeout": "${{ a }}", "runs-on
              '{"timeout": [], "runs-on": "x", "uses": "u"}', '{"timeout": "${{ b }}", "runs-on": "x", "uses": "u"}',
              '{"runs-on": "x"}', '{"runs-on": "x", "uses": "u"}', '{}', '"x"']
 
+# Travis' npm deployments: exactly one of two keys whose values may be a
+# string or a closed object; an invalid value makes a branch fail (the
+# complement of a closed object: a key outside it, or a value outside a
+# key's schema).
+NPM = {
+    "$defs": {"secret": {"oneOf": [{"type": "string"},
+                                   {"type": "object", "additionalProperties": False,
+                                    "properties": {"secure": {"type": "string"}}}]}},
+    "type": "object", "required": ["provider"], "properties": {"provider": {"const": "npm"}},
+    "oneOf": [{"properties": {"api_key": {"$ref": "#/$defs/secret"}}, "required": ["api_key"]},
+              {"properties": {"api_token": {"$ref": "#/$defs/secret"}}, "required": ["api_token"]}],
+}
+NPM_DOCS = ['{"provider": "npm", "api_key": "k"}', '{"provider": "npm", "api_token": {"secure": "s"}}',
+            '{"provider": "npm", "api_key": "k", "api_token": "t"}', '{"provider": "npm", "api_key": "k", "api_token": 1}',
+            '{"provider": "npm", "api_key": {"secure": 1}, "api_token": "t"}',
+            '{"provider": "npm", "api_key": {"x": 1}, "api_token": {}}', '{"provider": "npm", "api_key": {}, "api_token": {}}',
+            '{"provider": "npm", "api_key": {"secure": "s", "x": 2}, "api_token": {"secure": "t"}}',
+            '{"provider": "npm", "api_key": null, "api_token": []}', '{"provider": "npm"}', '{"provider": "npm", "api_key": 1}']
+
 CASES = [
     ("one_of_value_split", JOBS, JOBS_DOCS),
+    ("one_of_closed_complement", NPM, NPM_DOCS),
     ("one_of_nested", ENV, ENV_DOCS),
     ("one_of_of_one_ofs", SNAP, SNAP_DOCS),
     ("one_of_property_names", STEP, STEP_DOCS),
