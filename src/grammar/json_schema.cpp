@@ -234,6 +234,7 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
     unsupported("false", ptr, "the schema 'false' matches nothing");
   }
   if (!s.is_object()) unsupported("schema", ptr, "expected an object or boolean, found " + s.dump());
+  if (s.contains("unevaluatedProperties")) return visit(close_unevaluated(s, ptr), ptr, hint);
   for (auto& [k, v] : s.items())
     if (kConstrainingUnsupported.count(k) && k != "uniqueItems")
       unsupported(k, ptr,
@@ -574,10 +575,24 @@ Json SchemaConverter::merge_all_of(const Json& s, const std::string& ptr) {
     const Json absent = Json(true);
     const Json& extra = m.additional ? *m.additional : absent;
     if (with_patterns && with_patterns != &m && (m.properties || !only_true(extra))) {
+      // A key declared here only: the merged patternProperties reach it as
+      // they reach any key they match (visit_object), which is what their
+      // part says of it, unless that part's additionalProperties would
+      // take it instead (it matches no pattern): then the key is refused
+      // where a pattern matches it.
       bool declared_there = true;
+      const bool there_additional = with_patterns->additional && !only_true(*with_patterns->additional);
       if (m.properties)
         for (auto& [key, v] : m.properties->items())
-          declared_there = declared_there && with_patterns->properties && with_patterns->properties->contains(key);
+          if (there_additional && !(with_patterns->properties && with_patterns->properties->contains(key)))
+            for (auto& [pattern, value] : with_patterns->patterns->items()) {
+              bool matches = true;  // a pattern the DFA cannot read counts as matching
+              try {
+                matches = regex_dfa_accepts(regex_search_dfa(pattern, {}), key);
+              } catch (const Error&) {
+              }
+              declared_there = declared_there && !matches;
+            }
       if (!declared_there || !only_true(extra))
         unsupported("allOf", m.ptr,
                     "it constrains keys that patternProperties in another branch may match (expected the keys of "

@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "grammar/grammar.h"
 #include "grammar/regex_scan.h"
+#include "grammar/utf8.h"
 
 namespace brioche::grammar {
 namespace {
@@ -550,6 +551,84 @@ class Determinizer {
   }
 };
 
+// A DFA over symbols (trans[s * n + a], -1: dead) trimmed to the states
+// that reach an accepting one and minimised (Moore), its edges labelled with
+// the code points of their symbols; no states when the start reaches none.
+RegexDfa minimal_dfa(int n, const std::vector<int32_t>& trans, const std::vector<char>& accepting,
+                     const std::vector<CodepointRanges>& symbol_ranges) {
+  const int32_t m = static_cast<int32_t>(accepting.size());
+  // Trim: keep the states from which an accepting one can be reached.
+  std::vector<std::vector<int32_t>> preds(m);
+  for (int32_t s = 0; s < m; ++s)
+    for (int a = 0; a < n; ++a)
+      if (int32_t t = trans[s * n + a]; t >= 0) preds[t].push_back(s);
+  std::vector<char> live(m, 0);
+  std::vector<int32_t> todo;
+  for (int32_t s = 0; s < m; ++s)
+    if (accepting[s]) live[s] = 1, todo.push_back(s);
+  while (!todo.empty()) {
+    const int32_t t = todo.back();
+    todo.pop_back();
+    for (int32_t s : preds[t])
+      if (!live[s]) live[s] = 1, todo.push_back(s);
+  }
+  if (m == 0 || !live[0]) return {};
+
+  // Minimise (Moore): states with the same acceptance and the same classes after each symbol are one.
+  std::vector<int32_t> cls(m, -1);
+  for (int32_t s = 0; s < m; ++s)
+    if (live[s]) cls[s] = accepting[s] ? 1 : 0;
+  for (size_t classes = 0;;) {
+    std::map<std::vector<int32_t>, int32_t> ids;
+    std::vector<int32_t> next(m, -1);
+    for (int32_t s = 0; s < m; ++s) {
+      if (!live[s]) continue;
+      std::vector<int32_t> sig{cls[s]};
+      for (int a = 0; a < n; ++a) {
+        const int32_t t = trans[s * n + a];
+        sig.push_back(t >= 0 && live[t] ? cls[t] : -1);
+      }
+      next[s] = ids.emplace(std::move(sig), static_cast<int32_t>(ids.size())).first->second;
+    }
+    cls = std::move(next);
+    if (ids.size() == classes) break;
+    classes = ids.size();
+  }
+  // Number the classes from the start's, in the order they are met.
+  std::vector<int32_t> number(m, -1), rep;
+  number[cls[0]] = 0;
+  rep.push_back(0);
+  for (size_t i = 0; i < rep.size(); ++i)
+    for (int a = 0; a < n; ++a)
+      if (int32_t t = trans[rep[i] * n + a]; t >= 0 && live[t] && number[cls[t]] < 0) {
+        number[cls[t]] = static_cast<int32_t>(rep.size());
+        rep.push_back(t);
+      }
+  RegexDfa out;
+  out.states.resize(rep.size());
+  for (size_t i = 0; i < rep.size(); ++i) {
+    RegexDfa::State& st = out.states[i];
+    st.accepting = accepting[rep[i]];
+    std::map<int32_t, CodepointRanges> by_target;
+    for (int a = 0; a < n; ++a)
+      if (int32_t t = trans[rep[i] * n + a]; t >= 0 && live[t]) {
+        CodepointRanges& r = by_target[number[cls[t]]];
+        r.insert(r.end(), symbol_ranges[a].begin(), symbol_ranges[a].end());
+      }
+    for (auto& [target, r] : by_target) {
+      std::sort(r.begin(), r.end());
+      CodepointRanges merged;
+      for (auto [lo, hi] : r)
+        if (!merged.empty() && merged.back().second + 1 >= lo)
+          merged.back().second = std::max(merged.back().second, hi);
+        else
+          merged.emplace_back(lo, hi);
+      st.edges.push_back({std::move(merged), target});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 bool regex_has_assertions(const std::string& p) {
@@ -588,80 +667,136 @@ RegexDfa regex_search_dfa(const std::string& pattern, const RegexDfaOptions& opt
 
   Determinizer det(nfa, alphabet, parser.uses_word_boundaries(), final_state, options);
   det.run(start);
-  const int32_t m = static_cast<int32_t>(det.accepting.size());
-
-  // Trim: keep the states from which an accepting one can be reached.
-  std::vector<std::vector<int32_t>> preds(m);
-  for (int32_t s = 0; s < m; ++s)
-    for (int a = 0; a < n; ++a)
-      if (int32_t t = det.trans[s * n + a]; t >= 0) preds[t].push_back(s);
-  std::vector<char> live(m, 0);
-  std::vector<int32_t> todo;
-  for (int32_t s = 0; s < m; ++s)
-    if (det.accepting[s]) live[s] = 1, todo.push_back(s);
-  while (!todo.empty()) {
-    const int32_t t = todo.back();
-    todo.pop_back();
-    for (int32_t s : preds[t])
-      if (!live[s]) live[s] = 1, todo.push_back(s);
-  }
-  if (!live[0])
+  RegexDfa out = minimal_dfa(n, det.trans, det.accepting, alphabet.ranges);
+  if (out.states.empty())
     fail("regex: no string matches /", excerpt(pattern), "/",
          options.min_length > 0 || options.max_length >= 0 ? " within the length bounds" : "");
+  return out;
+}
 
-  // Minimise (Moore): states with the same acceptance and the same classes after each symbol are one.
-  std::vector<int32_t> cls(m, -1);
-  for (int32_t s = 0; s < m; ++s)
-    if (live[s]) cls[s] = det.accepting[s] ? 1 : 0;
-  for (size_t classes = 0;;) {
-    std::map<std::vector<int32_t>, int32_t> ids;
-    std::vector<int32_t> next(m, -1);
-    for (int32_t s = 0; s < m; ++s) {
-      if (!live[s]) continue;
-      std::vector<int32_t> sig{cls[s]};
-      for (int a = 0; a < n; ++a) {
-        const int32_t t = det.trans[s * n + a];
-        sig.push_back(t >= 0 && live[t] ? cls[t] : -1);
-      }
-      next[s] = ids.emplace(std::move(sig), static_cast<int32_t>(ids.size())).first->second;
+RegexDfa regex_dfa_product(const std::vector<const RegexDfa*>& all, const std::vector<const RegexDfa*>& none,
+                           int32_t max_states) {
+  for (const RegexDfa* d : all)
+    if (d->states.empty()) return {};
+  std::vector<const RegexDfa*> parts = all;
+  parts.insert(parts.end(), none.begin(), none.end());
+  // The code points cut into intervals that no part's edge splits; the
+  // intervals every part state sends alike are one symbol.
+  std::vector<uint32_t> cuts{0, 0x110000};
+  for (const RegexDfa* d : parts)
+    for (const RegexDfa::State& st : d->states)
+      for (const RegexDfa::Edge& e : st.edges)
+        for (auto [lo, hi] : e.chars) {
+          cuts.push_back(lo);
+          cuts.push_back(hi + 1);
+        }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  const size_t intervals = cuts.size() - 1;
+  std::vector<std::vector<int32_t>> column(intervals);  // per interval: each part state's target
+  for (const RegexDfa* d : parts)
+    for (const RegexDfa::State& st : d->states) {
+      std::vector<int32_t> target(intervals, -1);
+      for (const RegexDfa::Edge& e : st.edges)
+        for (auto [lo, hi] : e.chars)
+          for (size_t j = std::lower_bound(cuts.begin(), cuts.end(), lo) - cuts.begin(); cuts[j] <= hi; ++j)
+            target[j] = e.target;
+      for (size_t j = 0; j < intervals; ++j) column[j].push_back(target[j]);
     }
-    cls = std::move(next);
-    if (ids.size() == classes) break;
-    classes = ids.size();
+  std::map<std::vector<int32_t>, int> symbol_of;
+  std::vector<CodepointRanges> symbol_ranges;
+  std::vector<size_t> representative;  // an interval of each symbol
+  for (size_t j = 0; j < intervals; ++j) {
+    auto [it, fresh] = symbol_of.emplace(column[j], static_cast<int>(symbol_ranges.size()));
+    if (fresh) {
+      symbol_ranges.emplace_back();
+      representative.push_back(j);
+    }
+    CodepointRanges& r = symbol_ranges[it->second];
+    if (!r.empty() && r.back().second + 1 == cuts[j])
+      r.back().second = cuts[j + 1] - 1;
+    else
+      r.emplace_back(cuts[j], cuts[j + 1] - 1);
   }
-  // Number the classes from the start's, in the order they are met.
-  std::vector<int32_t> number(m, -1), rep;
-  number[cls[0]] = 0;
-  rep.push_back(0);
-  for (size_t i = 0; i < rep.size(); ++i)
-    for (int a = 0; a < n; ++a)
-      if (int32_t t = det.trans[rep[i] * n + a]; t >= 0 && live[t] && number[cls[t]] < 0) {
-        number[cls[t]] = static_cast<int32_t>(rep.size());
-        rep.push_back(t);
-      }
-  RegexDfa out;
-  out.states.resize(rep.size());
-  for (size_t i = 0; i < rep.size(); ++i) {
-    RegexDfa::State& st = out.states[i];
-    st.accepting = det.accepting[rep[i]];
-    std::map<int32_t, CodepointRanges> by_target;
-    for (int a = 0; a < n; ++a)
-      if (int32_t t = det.trans[rep[i] * n + a]; t >= 0 && live[t]) {
-        CodepointRanges& r = by_target[number[cls[t]]];
-        r.insert(r.end(), alphabet.ranges[a].begin(), alphabet.ranges[a].end());
-      }
-    for (auto& [target, r] : by_target) {
-      std::sort(r.begin(), r.end());
-      CodepointRanges merged;
-      for (auto [lo, hi] : r)
-        if (!merged.empty() && merged.back().second + 1 >= lo)
-          merged.back().second = std::max(merged.back().second, hi);
-        else
-          merged.emplace_back(lo, hi);
-      st.edges.push_back({std::move(merged), target});
+  const int n = static_cast<int>(symbol_ranges.size());
+  std::vector<size_t> offset;  // where each part's states start in a column
+  for (size_t p = 0, o = 0; p < parts.size(); o += parts[p]->states.size(), ++p) offset.push_back(o);
+  // The product of the parts' states (-1: that part is dead), breadth first.
+  std::map<std::vector<int32_t>, int32_t> index;
+  std::vector<std::vector<int32_t>> tuples;
+  std::vector<int32_t> trans;
+  std::vector<char> accepting;
+  auto intern = [&](std::vector<int32_t> t) -> int32_t {
+    for (size_t p = 0; p < all.size(); ++p)
+      if (t[p] < 0) return -1;
+    auto [it, fresh] = index.emplace(t, static_cast<int32_t>(tuples.size()));
+    if (fresh) {
+      if (tuples.size() >= static_cast<size_t>(max_states))
+        fail("regex: the intersection of the patterns needs a DFA of more than ", max_states, " states; the limit is ",
+             max_states);
+      tuples.push_back(std::move(t));
     }
+    return it->second;
+  };
+  std::vector<int32_t> start;
+  for (const RegexDfa* d : parts) start.push_back(d->states.empty() ? -1 : 0);
+  intern(start);
+  for (size_t i = 0; i < tuples.size(); ++i) {
+    bool accepts = true;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const bool in = tuples[i][p] >= 0 && parts[p]->states[tuples[i][p]].accepting;
+      accepts = accepts && (p < all.size() ? in : !in);
+    }
+    accepting.push_back(accepts);
+    for (int a = 0; a < n; ++a) {
+      std::vector<int32_t> next(parts.size(), -1);
+      for (size_t p = 0; p < parts.size(); ++p)
+        if (tuples[i][p] >= 0) next[p] = column[representative[a]][offset[p] + tuples[i][p]];
+      trans.push_back(intern(std::move(next)));
+    }
+  }
+  return minimal_dfa(n, trans, accepting, symbol_ranges);
+}
+
+RegexDfa regex_dfa_of_strings(const std::vector<std::string>& texts) {
+  RegexDfa out;
+  if (texts.empty()) return out;
+  out.states.emplace_back();
+  for (const std::string& t : texts) {
+    int32_t s = 0;
+    for (size_t i = 0; i < t.size();) {
+      uint32_t cp = static_cast<unsigned char>(t[i]);
+      const size_t len = decode_utf8(t, i, &cp);
+      i += len == 0 ? 1 : len;
+      int32_t next = -1;
+      for (const RegexDfa::Edge& e : out.states[s].edges)
+        if (e.chars[0].first == cp) next = e.target;
+      if (next < 0) {
+        next = static_cast<int32_t>(out.states.size());
+        out.states[s].edges.push_back({{{cp, cp}}, next});
+        out.states.emplace_back();
+      }
+      s = next;
+    }
+    out.states[s].accepting = true;
   }
   return out;
+}
+
+bool regex_dfa_accepts(const RegexDfa& dfa, const std::string& text) {
+  if (dfa.states.empty()) return false;
+  int32_t s = 0;
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp = static_cast<unsigned char>(text[i]);
+    const size_t len = decode_utf8(text, i, &cp);
+    i += len == 0 ? 1 : len;
+    int32_t next = -1;
+    for (const RegexDfa::Edge& e : dfa.states[s].edges)
+      if (contains(e.chars, cp)) next = e.target;
+    if (next < 0) return false;
+    s = next;
+  }
+  return dfa.states[s].accepting;
 }
 
 namespace {

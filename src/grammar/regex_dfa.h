@@ -41,7 +41,9 @@ struct RegexDfa {
     std::vector<Edge> edges;
     bool accepting = false;
   };
-  std::vector<State> states;  // states[0] is the start; every state can reach an accepting one
+  // states[0] is the start; every state can reach an accepting one (but
+  // regex_dfa_of_strings' tries need not be minimal). No states: no string.
+  std::vector<State> states;
 };
 
 // Whether the pattern has an assertion the plain converter does not read:
@@ -56,6 +58,17 @@ bool regex_has_assertions(const std::string& pattern);
 // lookarounds, backreferences and inline flags are errors, as is a DFA past
 // max_states.
 RegexDfa regex_search_dfa(const std::string& pattern, const RegexDfaOptions& options);
+
+// The strings that every DFA of `all` accepts and no DFA of `none` accepts
+// (the intersection of the one and the complements of the other), as a
+// minimal DFA; no states when there is none. Past max_states product
+// states, an error.
+RegexDfa regex_dfa_product(const std::vector<const RegexDfa*>& all, const std::vector<const RegexDfa*>& none,
+                           int32_t max_states = 4096);
+// Exactly these strings (UTF-8, read as code points).
+RegexDfa regex_dfa_of_strings(const std::vector<std::string>& texts);
+// Whether the DFA accepts the string (UTF-8, read as code points).
+bool regex_dfa_accepts(const RegexDfa& dfa, const std::string& text);
 
 // The DFA as one EBNF expression, when the text stays within max_bytes;
 // else "". A DFA whose only cycles are loops of a state on itself (a tree

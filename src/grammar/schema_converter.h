@@ -32,6 +32,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/regex_dfa.h"
 #include "grammar/schema_formats.h"
 
 namespace brioche::grammar::schema {
@@ -170,6 +171,16 @@ class SchemaConverter {
   std::string assertion_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr,
                                 const std::string& hint);
   std::string visit_string(const Json& s, const std::string& ptr, const std::string& hint);
+  // A format and a pattern on one string: the format's strings the pattern
+  // finds a match in (formats of a regular language: format_regex).
+  std::string format_and_pattern(const Json& s, const std::string& f, const std::string& ptr, const std::string& hint);
+  // The strings of format: regex the grammar writes (valid Python regexes).
+  std::string regex_format_rule(const std::string& hint);
+  // One rule per state of a DFA over a JSON string's characters (escapes
+  // offered for those JSON escapes); returns the start state's rule.
+  std::string dfa_rules(const RegexDfa& dfa, const std::string& hint);
+  // A JSON string rule of the DFA's strings: one expression when it fits, else dfa_rules.
+  std::string dfa_string_rule(const RegexDfa& dfa, const std::string& hint);
 
   // schema_arrays.cpp
   std::string visit_array(const Json& s, const std::string& ptr, const std::string& hint);
@@ -227,8 +238,26 @@ class SchemaConverter {
 
   // schema_objects.cpp
   std::string visit_object(const Json& s, const std::string& ptr, const std::string& hint);
-  std::string key_rule(const std::string& hint, const std::string& pattern, const std::string& ptr);
-  static std::optional<std::string> unmatched_keys(const std::string& pattern);
+  // A patternProperties entry: the keys its pattern finds a match in.
+  struct KeyPattern {
+    std::string pattern;
+    Json schema;
+    std::string ptr;
+    RegexDfa keys;
+  };
+  std::vector<KeyPattern> key_patterns(const Json& s, const std::string& ptr);
+  // One schema for a value that must match `a` and `b` (false: none can);
+  // refused under `keyword` at ptr, saying `what`, when they do not merge.
+  Json both_schemas(const Json& a, const Json& b, const std::string& keyword, const std::string& ptr,
+                    const std::string& what);
+  // unevaluatedProperties (in `s`) as additionalProperties of the schema
+  // merged with what it applies in place; refused where that is not exact.
+  Json close_unevaluated(const Json& s, const std::string& ptr);
+  // The members an object may add besides its declared keys `names` when
+  // patternProperties are given: one kind of key per set of patterns it
+  // matches (and additionalProperties for none); "" when none may be added.
+  std::string pattern_members(const std::vector<KeyPattern>& patterns, const std::vector<std::string>& names,
+                              const Json& additional, const std::string& ptr, const std::string& hint);
 };
 
 }  // namespace brioche::grammar::schema

@@ -20,7 +20,9 @@ namespace brioche::grammar::schema {
 //                          those (excluded_value);
 //   not {pattern: P}       next to {type: string} (and its own pattern,
 //                          lengths): strings P finds no match in, a
-//                          negative lookahead over the whole string;
+//                          negative lookahead over the whole string; so
+//                          is not {anyOf: [{pattern: P1}, ...]}: none of
+//                          them finds one;
 // anything else (not {required}, ...) is refused with the
 // pointer, as before.
 std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, const std::string& hint) {
@@ -98,15 +100,38 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
     rest["type"] = kept.size() == 1 ? Json(kept[0]) : Json(kept);
     return visit(rest, ptr, hint);
   }
-  if (keys.size() == 1 && keys[0] == "pattern" && n["pattern"].is_string() && rest.contains("type") &&
-      rest["type"] == "string" && !rest.contains("format") && !rest.contains("enum") && !rest.contains("const")) {
-    // Strings in which the sibling pattern (if any) finds a match and the
-    // excluded one finds none: both searches as lookaheads from the start,
-    // one pattern with assertions (regex_dfa.h).
+  // not {pattern} or not {anyOf: [{pattern}, ...]} (no excluded pattern matches).
+  std::vector<std::string> excluded_patterns;
+  if (keys.size() == 1 && keys[0] == "pattern" && n["pattern"].is_string()) excluded_patterns.push_back(n["pattern"]);
+  if (keys.size() == 1 && keys[0] == "anyOf" && n["anyOf"].is_array() && !n["anyOf"].empty())
+    for (const Json& branch : n["anyOf"]) {
+      bool only_pattern = branch.is_object() && branch.contains("pattern") && branch["pattern"].is_string();
+      if (only_pattern)
+        for (auto& [k, v] : branch.items())
+          only_pattern = only_pattern && (k == "pattern" || (k == "type" && v == "string") || is_annotation(k));
+      if (!only_pattern) {
+        excluded_patterns.clear();
+        break;
+      }
+      excluded_patterns.push_back(branch["pattern"]);
+    }
+  if (!excluded_patterns.empty() && rest.contains("type") && rest["type"] == "string" && !rest.contains("format") &&
+      !rest.contains("enum") && !rest.contains("const")) {
+    // Strings in which the sibling pattern (if any) finds a match and no
+    // excluded one finds one: the searches as lookaheads from the start,
+    // one pattern with assertions (regex_dfa.h). Python's $ (what
+    // validators run) also matches before a final newline, ECMA-262's only
+    // at the very end: strings ending in a newline are left out where an
+    // excluded pattern has a $, so both readings exclude alike.
     std::string combined = "^";
     if (rest.contains("pattern") && rest["pattern"].is_string())
       combined += "(?=[\\s\\S]*(?:" + rest["pattern"].get<std::string>() + "))";
-    combined += "(?![\\s\\S]*(?:" + n["pattern"].get<std::string>() + "))";
+    bool dollar = false;
+    for (const std::string& p : excluded_patterns) {
+      combined += "(?![\\s\\S]*(?:" + p + "))";
+      dollar = dollar || p.find('$') != std::string::npos;
+    }
+    if (dollar) combined += "(?![\\s\\S]*\\n$)";
     rest["pattern"] = combined;
     return visit(rest, ptr, hint);
   }

@@ -370,6 +370,37 @@ std::string format_ebnf(const std::string& f) {
   return "";
 }
 
+std::string format_regex(const std::string& f) {
+  // The languages of format_ebnf (a test compares the two), in regex syntax
+  // (regex_dfa.h reads it) so that a format can meet a `pattern`.
+  static const std::string kLeapYear = "(0[48]|[2468][048]|[13579][26])";
+  static const std::string kDate =
+      "(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-"
+      "((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|"
+      "([0-9]{2}" +
+      kLeapYear + "|" + kLeapYear + "00)-02-29";
+  static const std::string kTime =
+      "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+\\-]([01][0-9]|2[0-3]):[0-5][0-9])";
+  static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])";
+  static const std::string kPct = "%[0-9A-Fa-f][0-9A-Fa-f]";
+  static const std::string kPchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|" + kPct + ")";
+  if (f == "date") return "(" + kDate + ")";
+  if (f == "time") return "(" + kTime + ")";
+  if (f == "date-time") return "(" + kDate + ")T" + kTime;
+  if (f == "uuid") return "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}";
+  if (f == "ipv4") return "(" + kOctet + "\\.){3}" + kOctet;
+  if (f == "uri") {
+    const std::string userinfo = "([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + kPct + ")*";
+    const std::string host = "([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" + kPct + ")*";
+    const std::string segment = kPchar + "*";
+    const std::string qf = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|" + kPct + ")*";
+    return "[a-zA-Z][a-zA-Z+.\\-]*:(//(" + userinfo + "@)?" + host + "(:[0-9]*)?(/" + segment + ")*|/?(" + kPchar +
+           "+(/" + segment + ")*)?)(\\?" + qf + ")?(#" + qf + ")?";
+  }
+  if (f == "hostname") return "[a-z0-9]([a-z0-9\\-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9\\-]*[a-z0-9])?)*";
+  return "";
+}
+
 std::string supported_formats() { return "date, time, date-time, uuid, email, ipv4, uri, hostname"; }
 
 }  // namespace brioche::grammar

@@ -41,5 +41,9 @@ std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const Decim
 // `format`; empty when the format is not supported.
 std::string format_ebnf(const std::string& format);
 std::string supported_formats();
+// The same language as a regex over the string's characters (full match),
+// for a format that meets a `pattern`; empty for a format without one
+// (email: its quoted local part).
+std::string format_regex(const std::string& format);
 
 }  // namespace brioche::grammar

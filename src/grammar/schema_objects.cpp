@@ -8,6 +8,13 @@
 #include "grammar/schema_converter.h"
 
 namespace brioche::grammar::schema {
+namespace {
+
+// patternProperties with more patterns are refused: keys are told apart by
+// the set of patterns they match, one kind of key per set (2^n).
+constexpr size_t kMaxKeyPatterns = 4;
+
+}  // namespace
 
 std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr, const std::string& hint) {
   std::vector<std::pair<std::string, std::string>> props;  // raw key text, value expr
@@ -17,16 +24,34 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     for (auto& r : s["required"])
       if (required.insert(r.get<std::string>()).second) required_order.push_back(r.get<std::string>());
   }
+  // patternProperties apply to every key their pattern finds a match in,
+  // declared ones too: a declared key's value must match its own schema and
+  // every such pattern's.
+  const std::vector<KeyPattern> patterns = key_patterns(s, ptr);
+  auto with_patterns = [&](Json value, const std::string& key) {
+    for (const KeyPattern& kp : patterns) {
+      if (!regex_dfa_accepts(kp.keys, key)) continue;
+      if (!key.empty() && key.back() == '\n' && kp.pattern.find('$') != std::string::npos)
+        unsupported("patternProperties", kp.ptr,
+                    "declared key '" + key +
+                        "' ends in a newline, where Python's $ (what validators run) and "
+                        "ECMA-262's differ");
+      value = both_schemas(value, kp.schema, "patternProperties", kp.ptr,
+                           "declared key '" + key + "' must match its schema and the pattern's");
+    }
+    return value;
+  };
   std::vector<std::string> forbidden;  // `properties: {k: false}`: k may not appear (nor as an additional key)
   if (s.contains("properties")) {
     for (auto& [k, v] : s["properties"].items()) {
-      if (v == Json(false)) {
+      const Json value = v == Json(false) ? v : with_patterns(v, k);
+      if (value == Json(false)) {
         if (required.count(k))
           unsupported("required", ptr, "'" + k + "' is required and its schema is false: the schema matches nothing");
         forbidden.push_back(k);
         continue;
       }
-      props.emplace_back(k, visit(v, pointer_child(pointer_child(ptr, "properties"), k), hint + "_" + k));
+      props.emplace_back(k, visit(value, pointer_child(pointer_child(ptr, "properties"), k), hint + "_" + k));
     }
   }
   // Keys that may appear (forbidden ones do not count: they close nothing).
@@ -38,6 +63,14 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     bool found = false;
     for (auto& p : props) found |= p.first == r;
     if (found) continue;
+    if (std::any_of(patterns.begin(), patterns.end(),
+                    [&](const KeyPattern& kp) { return regex_dfa_accepts(kp.keys, r); })) {
+      const Json value = with_patterns(Json(true), r);
+      if (value == Json(false))
+        unsupported("required", ptr, "'" + r + "' is required and no value matches its patterns' schemas");
+      props.emplace_back(r, visit(value, pointer_child(ptr, "patternProperties"), hint + "_" + r));
+      continue;
+    }
     if (undeclared_value.empty()) {
       const Json a = s.contains("additionalProperties") ? s["additionalProperties"] : Json(true);
       if (a == Json(false))
@@ -70,37 +103,18 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
   }
   // Additional properties: none, a schema, or anything; their key is any
   // other string, or what propertyNames / patternProperties allow.
-  std::string addl;      // value expr; empty = not allowed
-  std::string addl_key;  // key expr; empty = any key that differs from the declared ones
-  std::string other_kv;  // members whose key no patternProperties pattern matches (JSON Schema's reading)
-  if (s.contains("patternProperties")) {
-    const Json& pp = s["patternProperties"];
-    const std::string pp_ptr = pointer_child(ptr, "patternProperties");
-    if (!pp.is_object()) unsupported("patternProperties", ptr, "expected an object");
-    if (pp.size() != 1)
-      unsupported("patternProperties", ptr,
-                  "only one pattern is implemented (a key matching several patterns must satisfy all their schemas)");
-    if (has_props || !forbidden.empty() || !required.empty() || s.contains("propertyNames") ||
-        (s.contains("additionalProperties") && s["additionalProperties"] != Json(false)))
-      unsupported("patternProperties", ptr,
-                  "combined with properties, required, propertyNames or additionalProperties other than false: "
-                  "keys would need the complement of the pattern");
-    auto [pattern, value_schema] = *pp.items().begin();
-    addl_key = key_rule(hint, pattern, pp_ptr);
-    addl = visit(value_schema, pointer_child(pp_ptr, pattern), hint + "_pp");
-    // JSON Schema's reading: without additionalProperties, keys the pattern
-    // does not match are allowed too, with any value: written where the
-    // complement is simple (none for a pattern every key matches; keys
-    // without any of a class's characters for a one-character search).
-    if (!opt_.strict && !s.contains("additionalProperties")) {
-      const std::optional<std::string> others = unmatched_keys(pattern);
-      if (!others)
-        unsupported("patternProperties", ptr,
-                    "without additionalProperties: false, keys the pattern does not match are allowed too; keys "
-                    "would need the complement of the pattern (written for patterns every key matches and "
-                    "one-character searches like [a-z] or \\w)");
-      if (!others->empty()) other_kv = key_rule(hint + "_other", *others, pp_ptr) + colon() + basic("json_value");
-    }
+  std::string addl;        // value expr; empty = not allowed
+  std::string addl_key;    // key expr; empty = any key that differs from the declared ones
+  std::string pattern_kv;  // with patternProperties: the members beside the declared ones ("" none)
+  if (!patterns.empty()) {
+    if (s.contains("propertyNames"))
+      unsupported("patternProperties", ptr, "combined with propertyNames (keys would be checked against both)");
+    // Keys no pattern matches take additionalProperties (absent: any
+    // value, or, in strict mode, no such key).
+    const Json additional = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opt_.strict);
+    std::vector<std::string> names = forbidden;
+    for (auto& p : props) names.push_back(p.first);
+    pattern_kv = pattern_members(patterns, names, additional, ptr, hint);
   } else if (s.contains("propertyNames")) {
     const std::string pn_ptr = pointer_child(ptr, "propertyNames");
     if (has_props || !forbidden.empty() || !required.empty())
@@ -147,8 +161,8 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
       addl_key = add_rule(hint + "_addl_key", excluded_key(keys));
     }
     addl_kv = addl_key + colon() + addl;
-    if (!other_kv.empty()) addl_kv = add_rule(hint + "_member", addl_kv + " | " + other_kv);
   }
+  if (!patterns.empty()) addl_kv = pattern_kv;
   const int64_t n = static_cast<int64_t>(kv.size());
   // rest(i, c): what may follow once c >= 1 members are out, from declared
   // property i on (nullopt: nothing can satisfy min/maxProperties). The
@@ -234,40 +248,169 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
   return add_rule(hint + "_obj", body);
 }
 
-// The keys a patternProperties pattern does not match, as a pattern: ""
-// when every key matches it (.*, ^.*$, an empty pattern); for a search of
-// one character of a class (`[a-z]`, `\w`, `x`, `.`, maybe with `+`), the
-// keys made only of other characters; nullopt for anything else.
-std::optional<std::string> SchemaConverter::unmatched_keys(const std::string& pattern) {
-  static const std::set<std::string> kEveryKey = {"", "^", "$", ".*", "^.*", ".*$", "^.*$", "[\\s\\S]*", "^[\\s\\S]*$"};
-  if (kEveryKey.count(pattern)) return std::string();
-  std::string atom = pattern;
-  if (!atom.empty() && atom.back() == '+' && (atom.size() < 2 || atom[atom.size() - 2] != '\\')) atom.pop_back();
-  static const std::map<std::string, std::string> kEscapes = {{"\\w", "\\W"}, {"\\W", "\\w"}, {"\\d", "\\D"},
-                                                              {"\\D", "\\d"}, {"\\s", "\\S"}, {"\\S", "\\s"}};
-  if (auto it = kEscapes.find(atom); it != kEscapes.end()) return "^" + it->second + "*$";
-  if (atom == ".") return std::string("^$");  // every key but the empty one
-  if (atom.size() >= 3 && atom.front() == '[' && atom.back() == ']' && atom.find('[', 1) == std::string::npos &&
-      atom.find(']') == atom.size() - 1 && atom[atom.size() - 2] != '\\') {
-    const bool negated = atom[1] == '^';
-    const std::string body = atom.substr(negated ? 2 : 1, atom.size() - (negated ? 3 : 2));
-    if (body.empty()) return std::nullopt;
-    return "^[" + std::string(negated ? "" : "^") + body + "]*$";
+// patternProperties: each pattern's keys as a DFA over their characters
+// (a search, as for a string's `pattern`: ^x- admits x-anything).
+std::vector<SchemaConverter::KeyPattern> SchemaConverter::key_patterns(const Json& s, const std::string& ptr) {
+  std::vector<KeyPattern> out;
+  if (!s.contains("patternProperties")) return out;
+  const Json& pp = s["patternProperties"];
+  const std::string pp_ptr = pointer_child(ptr, "patternProperties");
+  if (!pp.is_object()) unsupported("patternProperties", ptr, "expected an object");
+  if (pp.size() > kMaxKeyPatterns)
+    unsupported("patternProperties", ptr,
+                "expected at most " + std::to_string(kMaxKeyPatterns) + " patterns (keys are told apart by the set " +
+                    "of patterns they match, 2^n sets), found " + std::to_string(pp.size()));
+  for (auto& [pattern, schema] : pp.items()) {
+    KeyPattern kp{pattern, schema, pointer_child(pp_ptr, pattern), {}};
+    try {
+      kp.keys = regex_search_dfa(pattern, {.inside_json_string = true});
+    } catch (const Error& e) {
+      unsupported("patternProperties", kp.ptr, e.what());
+    }
+    out.push_back(std::move(kp));
   }
-  if (atom.size() == 1 && std::isalnum(static_cast<unsigned char>(atom[0]))) return "^[^" + atom + "]*$";
-  return std::nullopt;
+  return out;
 }
 
-// A key (quotes included) whose content matches `pattern` (a search, as
-// for a string's `pattern`: ^x- admits x-anything).
-std::string SchemaConverter::key_rule(const std::string& hint, const std::string& pattern, const std::string& ptr) {
-  std::string body;
-  try {
-    body = regex_to_ebnf_expr(search_pattern(pattern), /*inside_json_string=*/true);
-  } catch (const Error& e) {
-    unsupported("patternProperties", ptr, e.what());
+namespace {
+
+// true, or an object of annotations only: any value.
+bool any_value(const Json& s) {
+  if (s.is_boolean()) return s.get<bool>();
+  if (!s.is_object()) return false;
+  for (auto& [k, v] : s.items())
+    if (!is_annotation(k)) return false;
+  return true;
+}
+
+}  // namespace
+
+Json SchemaConverter::both_schemas(const Json& a, const Json& b, const std::string& keyword, const std::string& ptr,
+                                   const std::string& what) {
+  if (any_value(b)) return a;
+  if (any_value(a)) return b;
+  if (a == Json(false) || b == Json(false)) return Json(false);
+  Json x = follow_refs(a, ptr), y = follow_refs(b, ptr);
+  if (any_value(y)) return a;
+  if (any_value(x)) return b;
+  if (x == Json(false) || y == Json(false)) return Json(false);
+  // JSON types: a value has one (an integer-valued number is an integer
+  // and a number), so two type lists meet in their common types.
+  if (x.is_object() && y.is_object() && x.contains("type") && y.contains("type") && x["type"] != y["type"]) {
+    const std::vector<std::string> tx = type_list(x["type"], ptr), ty = type_list(y["type"], ptr);
+    auto has = [](const std::vector<std::string>& l, const std::string& t) {
+      return std::find(l.begin(), l.end(), t) != l.end();
+    };
+    Json common = Json::array();
+    for (const char* name : {"null", "boolean", "object", "array", "number", "integer", "string"}) {
+      const std::string t = name;
+      const bool in_x = has(tx, t) || (t == "integer" && has(tx, "number"));
+      const bool in_y = has(ty, t) || (t == "integer" && has(ty, "number"));
+      if (in_x && in_y && !(t == "integer" && has(tx, "number") && has(ty, "number"))) common.push_back(t);
+    }
+    if (common.empty()) return Json(false);
+    x["type"] = y["type"] = common.size() == 1 ? common[0] : common;
   }
-  return string_rule(hint + "_key", body);
+  const std::optional<Json> merged = intersect_schemas(x, y, ptr);
+  if (!merged)
+    unsupported(keyword, ptr,
+                what +
+                    "; expected schemas that merge into one (properties, required, types, values, or keywords "
+                    "only one side uses)");
+  return *merged;
+}
+
+// unevaluatedProperties where the evaluated keys are known statically: the
+// schema and the allOf branches and $refs it applies in place (2019-09 on,
+// a $ref beside other keywords is one more allOf branch) evaluate exactly
+// the keys of their properties and patternProperties, or every key when
+// one has additionalProperties. With an applicator whose evaluated keys
+// depend on which branch holds (anyOf, oneOf, if, dependentSchemas,
+// dependencies) it is refused. So it is the additionalProperties of the
+// merged schema, or, when every key is evaluated, nothing.
+Json SchemaConverter::close_unevaluated(const Json& s, const std::string& ptr) {
+  Json rest = s;
+  rest.erase("unevaluatedProperties");
+  if (rest.contains("$ref")) {
+    Json parts = rest.contains("allOf") ? rest["allOf"] : Json::array();
+    parts.insert(parts.begin(), Json{{"$ref", rest["$ref"]}});
+    rest.erase("$ref");
+    rest["allOf"] = std::move(parts);
+  }
+  const Json& unevaluated = s["unevaluatedProperties"];
+  if (any_value(unevaluated)) return rest;
+  bool every_key = false;
+  std::vector<const Json*> todo{&rest};
+  for (size_t visited = 0; !todo.empty(); ++visited) {
+    if (visited > 4096)
+      unsupported("unevaluatedProperties", ptr, "expected at most 4096 schemas applied in place (allOf, $ref)");
+    const Json& e = follow_refs(*todo.back(), ptr);
+    todo.pop_back();
+    if (!e.is_object()) continue;
+    for (const char* k : {"anyOf", "oneOf", "if", "dependentSchemas", "dependencies", "unevaluatedProperties"})
+      if (e.contains(k))
+        unsupported("unevaluatedProperties", ptr,
+                    std::string("the keys it leaves depend on which branch of '") + k +
+                        "' holds; expected properties, patternProperties, additionalProperties, allOf and $ref "
+                        "around it");
+    every_key = every_key || e.contains("additionalProperties");
+    if (e.contains("allOf") && e["allOf"].is_array())
+      for (const Json& part : e["allOf"]) todo.push_back(&part);
+  }
+  if (every_key) return rest;
+  // The merged schema's own additionalProperties (one beside allOf would be
+  // one more conjunct, closing the object to the keys declared beside it).
+  if (rest.contains("allOf")) rest = merge_all_of(rest, ptr);
+  if (!rest.is_object() || rest.contains("allOf"))
+    unsupported("unevaluatedProperties", ptr, "expected allOf branches that merge into one object schema");
+  rest["additionalProperties"] = unevaluated;
+  return rest;
+}
+
+std::string SchemaConverter::pattern_members(const std::vector<KeyPattern>& patterns,
+                                             const std::vector<std::string>& names, const Json& additional,
+                                             const std::string& ptr, const std::string& hint) {
+  // Python's $ (what validators run) also matches before a final newline,
+  // ECMA-262's only at the very end: keys ending in a newline are left out
+  // where a pattern has a $, so a key's kind is the same in both readings.
+  std::vector<RegexDfa> excluded{regex_dfa_of_strings(names)};
+  if (std::any_of(patterns.begin(), patterns.end(),
+                  [](const KeyPattern& kp) { return kp.pattern.find('$') != std::string::npos; }))
+    excluded.push_back(regex_search_dfa("\\n$", {.inside_json_string = true}));
+  std::vector<std::string> members;
+  for (uint32_t set = 0; set < (1u << patterns.size()); ++set) {
+    // Keys matching exactly the patterns of `set`: their value matches each
+    // one's schema; keys matching none take additionalProperties.
+    Json value = set == 0 ? additional : Json(true);
+    std::vector<const RegexDfa*> all, none;
+    std::string value_ptr = pointer_child(ptr, "additionalProperties"), what;
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (!(set >> i & 1)) {
+        none.push_back(&patterns[i].keys);
+        continue;
+      }
+      all.push_back(&patterns[i].keys);
+      what += (what.empty() ? "keys matching '" : "' and '") + patterns[i].pattern;
+      value = both_schemas(value, patterns[i].schema, "patternProperties", patterns[i].ptr,
+                           what + "' must match each pattern's schema");
+      value_ptr = patterns[i].ptr;
+    }
+    if (value == Json(false)) continue;
+    for (const RegexDfa& d : excluded) none.push_back(&d);
+    RegexDfa keys;
+    try {
+      keys = regex_dfa_product(all, none);
+    } catch (const Error& e) {
+      unsupported("patternProperties", ptr, e.what());
+    }
+    if (keys.states.empty()) continue;
+    const std::string v = any_value(value) ? basic("json_value") : visit(value, value_ptr, hint + "_pp");
+    members.push_back(dfa_string_rule(keys, hint + "_key") + colon() + v);
+  }
+  if (members.size() <= 1) return members.empty() ? "" : members[0];
+  std::string body;
+  for (const std::string& m : members) body += (body.empty() ? "" : " | ") + m;
+  return add_rule(hint + "_member", body);
 }
 
 }  // namespace brioche::grammar::schema

@@ -14,6 +14,10 @@ namespace {
 // (shared sub-expressions are written out again); past it, rules.
 constexpr size_t kMaxDfaExpressionBytes = 64 << 10;
 
+// format: regex writes groups nested at most this deep (Python's parser
+// recurses per group: a deep nesting would stop it, not be a regex error).
+constexpr int kRegexFormatNesting = 16;
+
 // The formats JSON Schema 2020-12 defines (section 7.3 of its validation
 // vocabulary); draft-04's and OpenAPI's extras are not among them.
 bool format_is_defined(const std::string& f) {
@@ -221,6 +225,33 @@ std::string SchemaConverter::pattern_ebnf(const std::string& pattern, const std:
   }
 }
 
+// One rule per state of the DFA (inside a JSON string); returns the start's.
+std::string SchemaConverter::dfa_rules(const RegexDfa& dfa, const std::string& hint) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < dfa.states.size(); ++i) names.push_back(fresh(hint + "_re"));
+  for (size_t i = 0; i < dfa.states.size(); ++i) {
+    const RegexDfa::State& st = dfa.states[i];
+    // A state's loop on itself is a repetition, not a call: s ::= (loop)* (other edges | "").
+    std::string loop, rest;
+    for (const RegexDfa::Edge& e : st.edges) {
+      if (e.target == static_cast<int32_t>(i))
+        loop = "(" + regex_class_ebnf(e.chars, true) + ")* ";
+      else
+        rest += (rest.empty() ? "" : " | ") + regex_class_ebnf(e.chars, true) + " " + names[e.target];
+    }
+    if (st.accepting) rest += rest.empty() ? "\"\"" : " | \"\"";
+    const std::string body = loop + "(" + rest + ")";
+    count_text(names[i].size() + body.size());
+    rules_.emplace_back(names[i], body);
+  }
+  return names[0];
+}
+
+std::string SchemaConverter::dfa_string_rule(const RegexDfa& dfa, const std::string& hint) {
+  const std::string expr = regex_dfa_expression(dfa, /*inside_json_string=*/true, kMaxDfaExpressionBytes);
+  return string_rule(hint, expr.empty() ? dfa_rules(dfa, hint) : expr);
+}
+
 std::string SchemaConverter::assertion_pattern(const std::string& pattern, int64_t lo, int64_t hi,
                                                const std::string& ptr, const std::string& hint) {
   const bool bounded = lo > 0 || hi >= 0;
@@ -242,24 +273,82 @@ std::string SchemaConverter::assertion_pattern(const std::string& pattern, int64
   } catch (const Error& e) {
     unsupported("pattern", ptr, e.what());
   }
-  std::vector<std::string> names;
-  for (size_t i = 0; i < dfa.states.size(); ++i) names.push_back(fresh(hint + "_re"));
-  for (size_t i = 0; i < dfa.states.size(); ++i) {
-    const RegexDfa::State& st = dfa.states[i];
-    // A state's loop on itself is a repetition, not a call: s ::= (loop)* (other edges | "").
-    std::string loop, rest;
-    for (const RegexDfa::Edge& e : st.edges) {
-      if (e.target == static_cast<int32_t>(i))
-        loop = "(" + regex_class_ebnf(e.chars, true) + ")* ";
-      else
-        rest += (rest.empty() ? "" : " | ") + regex_class_ebnf(e.chars, true) + " " + names[e.target];
-    }
-    if (st.accepting) rest += rest.empty() ? "\"\"" : " | \"\"";
-    const std::string body = loop + "(" + rest + ")";
-    count_text(names[i].size() + body.size());
-    rules_.emplace_back(names[i], body);
+  return string_rule(hint + "_pattern", dfa_rules(dfa, hint));
+}
+
+std::string SchemaConverter::format_and_pattern(const Json& s, const std::string& f, const std::string& ptr,
+                                                const std::string& hint) {
+  const std::string regular = format_regex(f);
+  if (regular.empty())
+    unsupported("pattern", ptr,
+                "beside format '" + f +
+                    "', whose strings are no regex here (expected one of date, "
+                    "time, date-time, uuid, ipv4, uri, hostname)");
+  const int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
+  if (hi >= 0 && hi < lo) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
+  RegexDfa both;
+  try {
+    const RegexDfa format = regex_search_dfa("^(?:" + regular + ")$", {.inside_json_string = true});
+    const RegexDfa pattern = regex_search_dfa(s["pattern"].get<std::string>(),
+                                              {.inside_json_string = true, .min_length = lo, .max_length = hi});
+    both = regex_dfa_product({&format, &pattern}, {});
+  } catch (const Error& e) {
+    unsupported("pattern", ptr, e.what());
   }
-  return string_rule(hint + "_pattern", names[0]);
+  if (both.states.empty())
+    unsupported("pattern", ptr, "no string of format '" + f + "' matches it (within the length bounds)");
+  return dfa_string_rule(both, hint + "_" + sanitize(f));
+}
+
+// format: regex, as validators check it: Python's re.compile (jsonschema's
+// format checker) must accept the string. That language is not context-free
+// (a back-reference needs its group, group names must differ, a lookbehind
+// a fixed width), so the grammar writes a part of it that always compiles:
+// literals, '.', classes with escapes and ranges within 0-9, a-z, A-Z,
+// escapes (\d \D \s \S \w \W \n \t \r \f \v \a, \x.., \u...., escaped
+// punctuation and backslash), groups (?: ...) and ( ... ) nested at most
+// kRegexFormatNesting deep, lookahead (?= ...) (?! ...) unquantified,
+// anchors ^ $ \b \B \A \Z unquantified, alternation, and * + ? {m} {m,}
+// {m,n} (m <= n < 10, counts of at most 4 digits) each maybe lazy. Every
+// string it admits is a valid regex; valid regexes outside it (back-
+// references, named groups, lookbehind, inline flags) are not generated.
+std::string SchemaConverter::regex_format_rule(const std::string& hint) {
+  const std::string bs = "\"\\\\\\\\\"";  // one backslash of the regex: "\\" in the JSON text
+  const std::string punct = "[.^$*+?{}()|\\[\\]/\\-#&~%,:;<=>@_'! ]";
+  std::string ranges;
+  for (const std::string& run : {std::string("0123456789"), std::string("abcdefghijklmnopqrstuvwxyz"),
+                                 std::string("ABCDEFGHIJKLMNOPQRSTUVWXYZ")})
+    for (size_t i = 0; i < run.size(); ++i)
+      ranges += std::string(ranges.empty() ? "" : " | ") + "\"" + run[i] + "-\" [" + run[i] + "-" + run.back() + "]";
+  const std::string hex = "[0-9A-Fa-f]";
+  const std::string char_escape = "\"x\" " + hex + " " + hex + " | \"u\" " + hex + "{4}";
+  const std::string literal = add_rule(hint + "_re_literal", "[^\\\"\\\\\\x00-\\x1f.^$*+?{}()|\\[\\]] | \"\\\\\\\"\"");
+  const std::string escape =
+      add_rule(hint + "_re_escape", bs + " ([dDsSwWntrfva] | " + punct + " | " + bs + " | " + char_escape + ")");
+  const std::string class_item = add_rule(
+      hint + "_re_class_item", "[^\\\"\\\\\\x00-\\x1f\\[\\]\\-^] | \"\\\\\\\"\" | " + bs + " ([dDsSwWntrfv] | " +
+                                   punct + " | " + bs + " | " + char_escape + ") | " + ranges);
+  const std::string char_class = add_rule(hint + "_re_class", "\"[\" \"^\"? " + class_item + "+ \"]\"");
+  std::string pairs;
+  for (char m = '0'; m <= '9'; ++m) pairs += std::string(pairs.empty() ? "" : " | ") + "\"" + m + ",\" [" + m + "-9]";
+  const std::string quantifier =
+      add_rule(hint + "_re_quantifier", "([*+?] | \"{\" ([0-9]{1,4} \",\"? | " + pairs + ") \"}\") \"?\"?");
+  const std::string anchor = "[$^] | " + bs + " [bBAZ]";
+  // Alternations nested d deep: groups inside one are the next depth's.
+  std::string inner;  // the alternation one level down ("" at the deepest)
+  std::string alternation;
+  for (int depth = kRegexFormatNesting; depth >= 0; --depth) {
+    std::string atom = literal + " | \".\" | " + escape + " | " + char_class;
+    std::string piece = "(" + atom + ") " + quantifier + "? | " + anchor;
+    if (!inner.empty()) {
+      piece = "(" + atom + " | \"(\" (\"?:\")? " + inner + " \")\") " + quantifier + "? | " + anchor +
+              " | \"(?\" [=!] " + inner + " \")\"";
+    }
+    const std::string piece_rule = add_rule(hint + "_re_piece", piece);
+    alternation = add_rule(hint + "_re_alternation", piece_rule + "* (\"|\" " + piece_rule + "*)*");
+    inner = alternation;
+  }
+  return string_rule(hint + "_regex", alternation);
 }
 
 std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
@@ -275,10 +364,15 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
   }
   if (s.contains("format")) {
     std::string f = s["format"].get<std::string>();
-    std::string body = format_ebnf(f);
-    if (body.empty()) unsupported("format", ptr, "expected one of " + supported_formats() + ", found '" + f + "'");
-    if (s.contains("pattern"))
-      unsupported("pattern", ptr, "expected either format or pattern on one string, found both");
+    std::string body = f == "regex" ? std::string("regex") : format_ebnf(f);
+    if (body.empty())
+      unsupported("format", ptr, "expected one of " + supported_formats() + ", regex, found '" + f + "'");
+    if (f == "regex") {
+      for (const char* k : {"pattern", "minLength", "maxLength"})
+        if (s.contains(k)) unsupported(k, ptr, "beside format 'regex' (expected it alone on a string)");
+      return regex_format_rule(hint);
+    }
+    if (s.contains("pattern")) return format_and_pattern(s, f, ptr, hint);
     if (s.contains("minLength") || s.contains("maxLength")) {
       // Exact only for formats of one fixed length: the bounds either
       // admit it (and add nothing) or admit no string.
