@@ -275,6 +275,11 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
       if (other_excluded &&
           std::any_of(other_excluded->begin(), other_excluded->end(), [&](const Json& w) { return same_value(v, w); }))
         continue;
+      // A string the other side's pattern finds no match in (GitHub's
+      // secrets: "inherit" against an expression ${{ ... }}).
+      if (v.is_string() && other.is_object() && other.contains("pattern") && other["pattern"].is_string() &&
+          pattern_finds(other["pattern"].get<std::string>(), v.get<std::string>()) == std::optional<bool>(false))
+        continue;
       if (other_values &&
           std::none_of(other_values->begin(), other_values->end(), [&](const Json& w) { return same_value(v, w); }))
         continue;

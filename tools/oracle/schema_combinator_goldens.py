@@ -282,8 +282,20 @@ NPM_DOCS = ['{"provider": "npm", "api_key": "k"}', '{"provider": "npm", "api_tok
             '{"provider": "npm", "api_key": {"secure": "s", "x": 2}, "api_token": {"secure": "t"}}',
             '{"provider": "npm", "api_key": null, "api_token": []}', '{"provider": "npm"}', '{"provider": "npm", "api_key": 1}']
 
+# GitHub's reusable workflow secrets: a oneOf (an object, or a string with
+# an expression) beside the value "inherit", which the pattern finds no
+# match in.
+SECRETS = {
+    "$defs": {"env": {"oneOf": [{"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+                                {"type": "string", "pattern": "^.*\\$\\{\\{(.|[\r\n])*\\}\\}.*$"}]}},
+    "oneOf": [{"$ref": "#/$defs/env"}, {"type": "string", "enum": ["inherit"]}],
+}
+SECRETS_DOCS = ['"inherit"', '"${{ secrets }}"', '"a ${{ b }} c"', '"x"', '"inherit ${{ x }}"', '{}', '{"a": "b"}',
+                '{"a": true}', '1']
+
 CASES = [
     ("one_of_value_split", JOBS, JOBS_DOCS),
+    ("one_of_value_vs_pattern", SECRETS, SECRETS_DOCS),
     ("one_of_closed_complement", NPM, NPM_DOCS),
     ("one_of_nested", ENV, ENV_DOCS),
     ("one_of_of_one_ofs", SNAP, SNAP_DOCS),
