@@ -39,6 +39,16 @@ struct Fragment {
 // Most states (before merging) the layers of one length bound %{m,n} may take.
 constexpr int64_t kMaxLengthBoundStates = 150000;
 
+// Inside a length bound, an item (a class, or a choice of classes and
+// literals: one JSON character with its escapes) that takes more states
+// than this is read through a call of a shared item rule
+// (Automaton::first_item_rule) instead of holding its states in every
+// layer: Unicode \w is ~700 ranges, 650-2,900 states, a JSON `.` with its
+// 34 escapes ~200, and a bound of 256 has hundreds of layers.
+constexpr int32_t kMinSharedItemStates = 24;
+
+using CodepointRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+
 // The build's work counter: every unit is added here and the budget is
 // checked at once, so a grammar whose lowering is superlinear (long chains
 // of optional items, wide alternatives merging) stops at the same point on
@@ -62,8 +72,15 @@ struct BuildWork {
 
 class RuleBuilder {
  public:
-  RuleBuilder(const Grammar& g, const AutomatonLimits& limits, const std::vector<char>& inlined, BuildWork& work)
-      : g_(g), limits_(limits), inlined_(inlined), work_(work) {}
+  // Item rules get ids from `first_item_rule` on (after every grammar and
+  // lookahead rule).
+  RuleBuilder(const Grammar& g, const AutomatonLimits& limits, const std::vector<char>& inlined, BuildWork& work,
+              int32_t first_item_rule)
+      : g_(g), limits_(limits), inlined_(inlined), work_(work), first_item_rule_(first_item_rule) {}
+
+  // The expression of each item rule made so far, by rule id -
+  // first_item_rule (build() of it is the rule's body).
+  const std::vector<int32_t>& item_rules() const { return item_rules_; }
 
   // [num_states()] in use; entries past it are kept for their buffers, so
   // one builder reused for every rule allocates little.
@@ -110,28 +127,9 @@ class RuleBuilder {
         return {s, cur};
       }
       case Expr::Kind::kCharClass: {
+        if (share_items_ && item_ends_ && item_rule(id) >= 0) return call_item(id);
         int32_t s = new_state(), t = new_state();
-        // Share prefixes of the byte sequences (a small trie keyed by range).
-        std::map<std::pair<int32_t, std::pair<uint8_t, uint8_t>>, int32_t> trie;
-        for (auto [lo, hi] : normalize_class(e)) {
-          for (const ByteSeq& seq : utf8_sequences(lo, hi)) {
-            int32_t cur = s;
-            for (size_t i = 0; i < seq.size(); ++i) {
-              if (i + 1 == seq.size()) {
-                states[cur].bytes.push_back({seq[i].first, seq[i].second, t});
-              } else {
-                auto key = std::make_pair(cur, seq[i]);
-                auto it = trie.find(key);
-                if (it == trie.end()) {
-                  int32_t n = new_state();
-                  states[cur].bytes.push_back({seq[i].first, seq[i].second, n});
-                  it = trie.emplace(key, n).first;
-                }
-                cur = it->second;
-              }
-            }
-          }
-        }
+        read_ranges(s, t, normalize_class(e));
         if (item_ends_) item_ends_->push_back(t);
         return {s, t};
       }
@@ -154,6 +152,7 @@ class RuleBuilder {
         return f;
       }
       case Expr::Kind::kChoice: {
+        if (share_items_ && item_ends_ && item_rule(id) >= 0) return call_item(id);
         int32_t s = new_state(), t = new_state();
         for (int32_t c : e.children) {
           Fragment f = build(c);
@@ -227,6 +226,69 @@ class RuleBuilder {
     return after;
   }
 
+  // Byte edges from s to t reading one character of `ranges` (UTF-8
+  // sequences sharing their prefixes: a small trie keyed by range).
+  void read_ranges(int32_t s, int32_t t, const CodepointRanges& ranges) {
+    std::map<std::pair<int32_t, std::pair<uint8_t, uint8_t>>, int32_t> trie;
+    for (auto [lo, hi] : ranges) {
+      for (const ByteSeq& seq : utf8_sequences(lo, hi)) {
+        int32_t cur = s;
+        for (size_t i = 0; i < seq.size(); ++i) {
+          if (i + 1 == seq.size()) {
+            states[cur].bytes.push_back({seq[i].first, seq[i].second, t});
+          } else {
+            auto key = std::make_pair(cur, seq[i]);
+            auto it = trie.find(key);
+            if (it == trie.end()) {
+              int32_t n = new_state();
+              states[cur].bytes.push_back({seq[i].first, seq[i].second, n});
+              it = trie.emplace(key, n).first;
+            }
+            cur = it->second;
+          }
+        }
+      }
+    }
+  }
+
+  // Inside a length bound: the item rule that reads expression `id` (one
+  // item: a class, or a choice of classes and non-empty literals), or -1
+  // when it is not one item or small enough to write out in every layer.
+  // Decided once per expression (its states are built once to count them).
+  int32_t item_rule(int32_t id) {
+    auto it = item_rule_of_.find(id);
+    if (it != item_rule_of_.end()) return it->second;
+    auto one_item = [&](int32_t c) {
+      const Expr& x = g_.exprs[c];
+      return x.kind == Expr::Kind::kCharClass || (x.kind == Expr::Kind::kBytes && !x.bytes.empty());
+    };
+    const Expr& e = g_.exprs[id];
+    bool single = e.kind == Expr::Kind::kCharClass;
+    if (e.kind == Expr::Kind::kChoice) single = std::all_of(e.children.begin(), e.children.end(), one_item);
+    int32_t rule = -1;
+    if (single) {
+      std::vector<int32_t>* saved = item_ends_;
+      const int32_t mark = used_;
+      item_ends_ = nullptr;
+      build(id);
+      item_ends_ = saved;
+      if (used_ - mark > kMinSharedItemStates) {
+        rule = first_item_rule_ + static_cast<int32_t>(item_rules_.size());
+        item_rules_.push_back(id);
+      }
+      used_ = mark;  // the states built to count them are dropped
+    }
+    item_rule_of_.emplace(id, rule);
+    return rule;
+  }
+  // A call of expression id's item rule, returning to the item's end.
+  Fragment call_item(int32_t id) {
+    const int32_t s = new_state(), t = new_state();
+    states[s].rules.push_back({item_rule_of_.at(id), t});
+    item_ends_->push_back(t);
+    return {s, t};
+  }
+
   // Whether `id` may match the empty string (conservative: any rule call
   // that stays a call counts as maybe empty). A counted body must read a
   // byte per round, else its counter could go round without input.
@@ -287,27 +349,48 @@ class RuleBuilder {
     };
     // A probe layer (dropped again) gives the size of one and the most items
     // any of its states needs to reach the end (`reach`).
-    const Layer probe = build_layer();
-    const int32_t layer_states = probe.last - probe.first;
-    const int64_t reach = items_to_end(probe);
+    Layer probe = build_layer();
+    int32_t layer_states = probe.last - probe.first;
+    int64_t reach = items_to_end(probe);
     used_ = probe.first;
     // Counted when far apart: the written-out layers then cover a token's
     // items (W) and, after them, the items any state still needs to end
     // (reach): from a counted state a token can only reach states that can
     // still end, as the masks (which ignore counts) assume.
-    const int64_t window = limits_.counter_window, written = window + reach;
-    const bool counted_layer = window > 0 && current_loop_ < 0 && hi >= 0 &&
-                               hi - lo > std::max<int64_t>(2 * window, limits_.counter_from) + reach;
+    const int64_t window = limits_.counter_window;
+    auto is_counted = [&] {
+      return window > 0 && current_loop_ < 0 && hi >= 0 &&
+             hi - lo > std::max<int64_t>(2 * window, limits_.counter_from) + reach;
+    };
     // Layers 0..before-1 hold the counts 0..before-1; then the counted
     // layer (counts lo .. hi - written - 1) and the written-out ones
     // (hi - written .. hi).
-    const int64_t before = counted_layer ? lo : hi >= 0 ? hi + 1 : lo + 1;
-    const int64_t after = counted_layer ? written + 1 : 0;
+    auto layers_needed = [&] {
+      const int64_t before = is_counted() ? lo : hi >= 0 ? hi + 1 : lo + 1;
+      const int64_t after = is_counted() ? window + reach + 1 : 0;
+      return before + after + 1;
+    };
     // Its own budget, below the automaton's: the mask compiler walks every
     // layer, and a large class (Unicode \\w: ~700 ranges) in a pattern of
     // hundreds of layers made compiles of seconds.
-    const int64_t total = static_cast<int64_t>(layer_states) * (before + after + 1);
     const int64_t budget = std::min<int64_t>(kMaxLengthBoundStates, static_cast<int64_t>(limits_.max_states));
+    if (static_cast<int64_t>(layer_states) * layers_needed() >= budget) {
+      // Too large with every item written out in each layer: large items
+      // become calls of shared item rules (item_rule()), a few states a
+      // layer. Only then: a mask whose stacks stand inside an item rule
+      // leaves the tokens that end the item to the matcher (uncertain).
+      share_items_ = true;
+      probe = build_layer();
+      layer_states = probe.last - probe.first;
+      reach = items_to_end(probe);
+      used_ = probe.first;
+    }
+    const bool counted_layer = is_counted();
+    const int64_t written = window + reach;
+    const int64_t before = counted_layer ? lo : hi >= 0 ? hi + 1 : lo + 1;
+    const int64_t after = counted_layer ? written + 1 : 0;
+    const int64_t total = static_cast<int64_t>(layer_states) * layers_needed();
+    if (total >= budget) share_items_ = false;
     BRIOCHE_CHECK(total < budget, "grammar too large: a length bound %{", lo, ",", hi, "} over ", layer_states,
                   " states needs about ", total, " automaton states (its budget: ", budget, ")");
     std::vector<Layer> layers;
@@ -352,10 +435,14 @@ class RuleBuilder {
       Layer& l = layers[k];
       item_of.assign(static_cast<size_t>(l.last - l.first), -1);
       for (size_t i = 0; i < items; ++i) item_of[l.ends[i] - l.first] = static_cast<int32_t>(i);
-      for (int32_t s = l.first; s < l.last; ++s)
-        for (ByteEdge& b : states[s].bytes)
-          if (b.target >= l.first && b.target < l.last && item_of[b.target - l.first] >= 0)
-            b.target = next(k, static_cast<size_t>(item_of[b.target - l.first]));
+      auto redirect = [&](int32_t& target) {
+        if (target >= l.first && target < l.last && item_of[target - l.first] >= 0)
+          target = next(k, static_cast<size_t>(item_of[target - l.first]));
+      };
+      for (int32_t s = l.first; s < l.last; ++s) {
+        for (ByteEdge& b : states[s].bytes) redirect(b.target);
+        for (RuleEdge& r : states[s].rules) redirect(r.target);  // class rules (kCharClass)
+      }
       const bool accepts = k == far || k >= before || k >= lo;
       if (accepts) states[l.f.end].eps.push_back(end);
     }
@@ -373,13 +460,16 @@ class RuleBuilder {
         bool a = st.counter.loop_target >= 0 && (is_alive(st.counter.loop_target) || is_alive(st.counter.exit_target));
         for (int32_t t : st.eps) a = a || is_alive(t);
         for (const ByteEdge& b : st.bytes) a = a || is_alive(b.target);
+        for (const RuleEdge& r : st.rules) a = a || is_alive(r.target);
         if (a) alive[s - first] = changed = 1;
       }
     }
+    share_items_ = false;
     for (int32_t s = first; s < last; ++s) {
       LocalState& st = states[s];
       std::erase_if(st.eps, [&](int32_t t) { return !is_alive(t); });
       std::erase_if(st.bytes, [&](const ByteEdge& b) { return !is_alive(b.target); });
+      std::erase_if(st.rules, [&](const RuleEdge& r) { return !is_alive(r.target); });
     }
     return {start, end};
   }
@@ -399,6 +489,9 @@ class RuleBuilder {
       for (const ByteEdge& b : states[s].bytes)
         if (b.target >= l.first && b.target < l.last)
           preds[b.target - l.first].push_back({s - l.first, item_end[b.target - l.first]});
+      for (const RuleEdge& r : states[s].rules)
+        if (r.target >= l.first && r.target < l.last)
+          preds[r.target - l.first].push_back({s - l.first, item_end[r.target - l.first]});
     }
     work_.add_steps(static_cast<uint64_t>(n));
     std::vector<int64_t> dist(static_cast<size_t>(n), INT64_MAX);
@@ -420,6 +513,7 @@ class RuleBuilder {
   }
 
   std::vector<int32_t>* item_ends_ = nullptr;  // inside a length bound: the end of each item built
+  bool share_items_ = false;                   // inside a length bound: large items are item-rule calls
   int32_t current_loop_ = -1;                  // the counted repetition being built, or -1
   int32_t num_loops_ = 0;                      // in this rule
   const Grammar& g_;
@@ -427,6 +521,9 @@ class RuleBuilder {
   const std::vector<char>& inlined_;
   BuildWork& work_;
   int32_t used_ = 0;
+  const int32_t first_item_rule_;
+  std::vector<int32_t> item_rules_;                    // expression of each item rule
+  std::unordered_map<int32_t, int32_t> item_rule_of_;  // expression -> item rule, or -1
 };
 
 // A rule's states after epsilon removal and merging: local ids 0..n-1
@@ -886,7 +983,8 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   a.rule_start.assign(num_rules, -1);
   std::vector<FinishedRule> per_rule(num_rules);
   BuildWork work{.limit = limits.max_work};
-  RuleBuilder b(grammar, limits, plan.inlined, work);
+  a.first_item_rule = static_cast<int32_t>(num_rules);
+  RuleBuilder b(grammar, limits, plan.inlined, work, a.first_item_rule);
   size_t total = 0;
   std::vector<int32_t> lookahead_owner(num_rules, -1);
   for (int32_t owner = 0; owner < num_grammar_rules; ++owner)
@@ -905,8 +1003,20 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
     BRIOCHE_CHECK(total <= limits.max_states, "grammar too large: more than ", limits.max_states,
                   " automaton states (size budget)");
   }
+  // The item rules the length bounds called (building them makes no more:
+  // they are built outside any length bound).
+  for (size_t k = 0; k < b.item_rules().size(); ++k) {
+    b.reset();
+    Fragment f = b.build(b.item_rules()[k]);
+    per_rule.push_back(finish_rule(b, f, work));
+    a.rule_start.push_back(static_cast<int32_t>(total));
+    a.rule_names.push_back("item#" + std::to_string(k));
+    a.rule_lookahead.push_back(-1);
+    a.rule_unique_item.push_back(0);
+    total += per_rule.back().states.size();
+  }
   a.states.reserve(total);
-  for (size_t r = 0; r < num_rules; ++r) {
+  for (size_t r = 0; r < per_rule.size(); ++r) {
     int32_t base = a.rule_start[r];
     if (base < 0) continue;
     const FinishedRule& fr = per_rule[r];

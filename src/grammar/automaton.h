@@ -93,7 +93,13 @@ class Automaton {
   // returning there compares the item with the earlier ones (pda.h).
   std::vector<char> rule_unique_item;
   bool has_unique_items = false;
-  int32_t first_lookahead_rule = 0;  // rules from here on are lookahead assertions
+  // Rules [first_lookahead_rule, first_item_rule) are lookahead
+  // assertions; rules from first_item_rule on read one item of a length
+  // bound (a large class, or a JSON character with its escapes): the
+  // bound's layers call it instead of each holding its states.
+  int32_t first_lookahead_rule = 0;
+  int32_t first_item_rule = 0;
+  bool is_lookahead_rule(int32_t r) const { return r >= first_lookahead_rule && r < first_item_rule; }
 
   // Per rule, a 128-bit hash of everything its token masks depend on: its
   // states relative to its start, its lookahead, and (recursively) the

@@ -145,8 +145,8 @@ std::vector<Automaton::StructureHash> Automaton::forward_hashes(int32_t bytes,
   std::vector<int32_t> order, color, rep_of;
   std::vector<StructureHash> base, prev, next;
   std::vector<std::array<uint64_t, 4>> calls;
-  for (int32_t r = 0; r < first_lookahead_rule; ++r) {
-    const int32_t begin = rule_start[r], size = begin < 0 || !wanted[r] ? 0 : rule_size(r);
+  for (int32_t r = 0; r < static_cast<int32_t>(rule_start.size()); ++r) {
+    const int32_t begin = rule_start[r], size = begin < 0 || !wanted[r] || is_lookahead_rule(r) ? 0 : rule_size(r);
     if (size == 0) continue;
     // Visiting order: depth-first post-order over calls and counter edges.
     auto same_round_targets = [&](int32_t i, std::vector<int32_t>& targets) {
@@ -299,11 +299,20 @@ namespace {
 void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_t max_bytes, std::vector<int32_t>& cls,
                          int32_t num_classes, std::vector<int32_t>& out, std::vector<int32_t>* prefix_twin,
                          std::vector<int32_t>* prefix_twin_bytes) {
-  // Byte-edge predecessors inside the rule (CSR).
+  // A call of an item rule reads at least one byte before it returns, so
+  // its return target counts like a byte edge's target (round k - 1's
+  // class); other calls are compared by their exact target (round 0).
+  auto item_calls = [&](const AutomatonState& st) {
+    uint32_t e = st.rule_begin;
+    while (e < st.rule_end && a.rule_edges[e].rule < a.first_item_rule) ++e;
+    return std::make_pair(e, st.rule_end);  // rule edges are sorted by rule
+  };
+  // Byte-edge (and item-call) predecessors inside the rule (CSR).
   std::vector<int32_t> pred_begin(size + 1, 0), preds;
   for (int32_t i = 0; i < size; ++i) {
     const AutomatonState& st = a.states[begin + i];
     for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) ++pred_begin[a.byte_edges[e].target - begin + 1];
+    for (auto [e, end] = item_calls(st); e < end; ++e) ++pred_begin[a.rule_edges[e].target - begin + 1];
   }
   for (int32_t i = 0; i < size; ++i) pred_begin[i + 1] += pred_begin[i];
   preds.resize(pred_begin[size]);
@@ -312,6 +321,7 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
     for (int32_t i = 0; i < size; ++i) {
       const AutomatonState& st = a.states[begin + i];
       for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) preds[fill[a.byte_edges[e].target - begin]++] = i;
+      for (auto [e, end] = item_calls(st); e < end; ++e) preds[fill[a.rule_edges[e].target - begin]++] = i;
     }
   }
   // Members of each class, ascending; entries of states that moved out are
@@ -332,6 +342,8 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
     uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint32_t>(cls[i]);
     for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
       h = (h ^ static_cast<uint32_t>(cls[a.byte_edges[e].target - begin])) * 0x100000001b3ull;
+    for (auto [e, end] = item_calls(st); e < end; ++e)
+      h = (h ^ static_cast<uint32_t>(cls[a.rule_edges[e].target - begin])) * 0x100000001b3ull;
     return h ^ (h >> 29);
   };
   // Same class and the same classes of targets (equal classes have equal edges).
@@ -341,6 +353,9 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
     for (uint32_t e = 0; e < x.byte_end - x.byte_begin; ++e)
       if (cls[a.byte_edges[x.byte_begin + e].target - begin] != cls[a.byte_edges[y.byte_begin + e].target - begin])
         return false;
+    // (equal classes call the same item rules, in the same order)
+    for (uint32_t e = item_calls(x).first, f = item_calls(y).first; e < x.rule_end; ++e, ++f)
+      if (cls[a.rule_edges[e].target - begin] != cls[a.rule_edges[f].target - begin]) return false;
     return true;
   };
   const bool twins = prefix_twin != nullptr && prefix_twin_bytes != nullptr;
@@ -491,7 +506,9 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
       for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) {
         closed &= inside(rule_edges[e].target);
         sig.push_back(rule_edges[e].rule);
-        sig.push_back(rule_edges[e].target - begin);  // the same continuation, exactly
+        // The same continuation, exactly; an item rule's by its class in
+        // the rounds (refine_walk_classes).
+        if (rule_edges[e].rule < first_item_rule) sig.push_back(rule_edges[e].target - begin);
       }
       if (st.counter >= 0) {  // masks take a round's end back to the loop's start
         const int32_t to = counters[st.counter].loop_target;

@@ -869,7 +869,7 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
   for (int32_t s = 0; s < num_states; ++s) {
     if (!a.has_byte_edges(s)) continue;
     const int32_t rule = a.states[s].rule;
-    if (rule >= a.first_lookahead_rule) continue;  // lookaheads are only matched, never masked
+    if (a.is_lookahead_rule(rule)) continue;  // lookaheads are only matched, never masked
     ++out->stats_.num_scannable_states;
     // Deferral is decided before the caches are asked, so that what a state
     // is charged does not depend on what other grammars compiled before.

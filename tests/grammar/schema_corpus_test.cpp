@@ -71,7 +71,9 @@ TEST(SchemaCorpus, CompiledSchemasAgreeWithJsonschema) {
   // 195 with patternProperties beside other keywords (the keys' kinds as DFAs: complements and
   // intersections of the patterns), unevaluatedProperties beside allOf/$ref, a format beside a
   // pattern, not {anyOf: [{pattern}, ...]} and format: regex.
-  EXPECT_GE(compiled, 195);  // 111 before open patternProperties; 110 before oneOf of required lists
+  // 202 with the large items of a length bound past its state budget (Unicode \w, \d, \s, a JSON
+  // character with its escapes) read through shared item rules (automaton.cpp, item_rule).
+  EXPECT_GE(compiled, 202);  // 111 before open patternProperties; 110 before oneOf of required lists
   EXPECT_GE(instances, 480);
   std::printf("schema corpus: %d of %zu schemas compiled, %d instances checked\n", compiled, corpus["schemas"].size(),
               instances);
