@@ -139,12 +139,21 @@ bool same_value(const Json& a, const Json& b) {
 // Whether `pattern` finds a match in `text` (decoded), as jsonschema reads
 // patterns; nullopt when the pattern is not one the DFA builder reads.
 std::optional<bool> pattern_finds(const std::string& pattern, const std::string& text) {
-  RegexDfa dfa;
-  try {
-    dfa = regex_search_dfa(pattern, RegexDfaOptions{});
-  } catch (const Error&) {
-    return std::nullopt;
+  // Each pattern's DFA is built once per thread (a schema may ask about
+  // many keys against one propertyNames pattern); a bounded cache.
+  thread_local std::map<std::string, std::optional<RegexDfa>> built;
+  auto it = built.find(pattern);
+  if (it == built.end()) {
+    if (built.size() >= 64) built.clear();
+    std::optional<RegexDfa> dfa;
+    try {
+      dfa = regex_search_dfa(pattern, RegexDfaOptions{});
+    } catch (const Error&) {
+    }
+    it = built.emplace(pattern, std::move(dfa)).first;
   }
+  if (!it->second) return std::nullopt;
+  const RegexDfa& dfa = *it->second;
   int32_t state = 0;
   for (size_t i = 0; i < text.size();) {
     uint32_t cp;
@@ -492,6 +501,7 @@ bool SchemaConverter::presence_holds(const Json& b, const PresenceAtoms& atoms, 
 // one branch admits whole is not in it; a string type one branch admits
 // under a pattern leaves the strings that pattern finds no match in.
 std::optional<Json> SchemaConverter::complement_schema(const Json& s_in, const std::string& ptr) {
+  VisitScope scope(*this, ptr);  // a closed object's keys recurse: bounded like nesting
   const Json& s = follow_refs(s_in, ptr);
   if (!s.is_object()) return std::nullopt;
   std::vector<Json> branches;

@@ -88,6 +88,13 @@ TEST(SchemaCombinators, WhatIsNotExactIsRefusedByName) {
   std::string e = error_of(R"({"oneOf":[{"type":"object","required":["a"],"properties":{"a":{"type":"integer"}}},)"
                            R"({"type":"object","required":["b"]}]})");
   EXPECT_NE(e.find("unsupported 'oneOf' at #: branches 0 and 1 may both match"), std::string::npos) << e;
+  // The complement of a closed object that contains itself does not end:
+  // refused at the nesting limit, not a crash.
+  e = error_of(
+      R"({"$defs":{"X":{"type":"object","additionalProperties":false,"properties":{"a":{"$ref":"#/$defs/X"}}}},)"
+      R"("oneOf":[{"type":"object","required":["k"],"properties":{"k":{"$ref":"#/$defs/X"}}},)"
+      R"({"type":"object","required":["j"]}]})");
+  EXPECT_NE(e.find("nest more than 128 deep"), std::string::npos) << e;
   // A nested oneOf whose own branches overlap is not spliced into the outer one.
   e = error_of(R"({"oneOf":[{"oneOf":[{"type":"integer"},{"type":"number"}]},{"type":"string"}]})");
   EXPECT_NE(e.find("unsupported 'oneOf'"), std::string::npos) << e;
