@@ -358,6 +358,12 @@ class MaskBuilder {
   // at ~0.25 ms each, half a second of its compile, and a generation
   // reaches a few dozen (each then costs its first mask ~0.25 ms).
   static constexpr size_t kManyStates = 100'000;
+  // The deferral bound of small walks (CompileLimits::defer_tokens), raised
+  // 8x in grammars of more than kManyStates states: there thousands of
+  // states walk a few thousand tokens each (the Kubernetes list's 6k
+  // excluded-key nodes at ~40 us each: a quarter of a second of its
+  // compile), which is then what such a state's first mask costs.
+  int64_t small_walk_limit(int64_t defer_tokens) const { return many_states_ ? 8 * defer_tokens : defer_tokens; }
 
   // A wide state taken from a cache (this compile's or the process's) is
   // a first-byte twin of later states as if it had been walked here
@@ -880,8 +886,9 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
     // first-byte twins) are deferred the same way, charged their checks.
     uint64_t walk_work = 0;
     const StateMask* m = nullptr;
-    if (limits.defer_tokens > 0 && (builder.has_prefix_twin(s) || builder.walk_is_small(s, limits.defer_tokens) ||
-                                    builder.has_first_byte_twin(s))) {
+    if (limits.defer_tokens > 0 &&
+        (builder.has_prefix_twin(s) || builder.walk_is_small(s, builder.small_walk_limit(limits.defer_tokens)) ||
+         builder.has_first_byte_twin(s))) {
       m = builder.shared(s, &walk_work);
       if (m != nullptr) {
         ++out->stats_.num_shared_states;
