@@ -2,6 +2,7 @@
 // min/maxProperties, patternProperties, propertyNames.
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <map>
 
@@ -371,12 +372,10 @@ std::string SchemaConverter::pattern_members(const std::vector<KeyPattern>& patt
                                              const std::vector<std::string>& names, const Json& additional,
                                              const std::string& ptr, const std::string& hint) {
   // Python's $ (what validators run) also matches before a final newline,
-  // ECMA-262's only at the very end: keys ending in a newline are left out
-  // where a pattern has a $, so a key's kind is the same in both readings.
-  std::vector<RegexDfa> excluded{regex_dfa_of_strings(names)};
-  if (std::any_of(patterns.begin(), patterns.end(),
-                  [](const KeyPattern& kp) { return kp.pattern.find('$') != std::string::npos; }))
-    excluded.push_back(regex_search_dfa("\\n$", {.inside_json_string = true}));
+  // ECMA-262's only at the very end: where a key must not match a pattern
+  // with a $, keys ending in a newline are left out, so a key's kind is the
+  // same in both readings.
+  const RegexDfa newline_end = regex_search_dfa("\\n$", {.inside_json_string = true});
   std::vector<std::string> members;
   for (uint32_t set = 0; set < (1u << patterns.size()); ++set) {
     // Keys matching exactly the patterns of `set`: their value matches each
@@ -384,9 +383,11 @@ std::string SchemaConverter::pattern_members(const std::vector<KeyPattern>& patt
     Json value = set == 0 ? additional : Json(true);
     std::vector<const RegexDfa*> all, none;
     std::string value_ptr = pointer_child(ptr, "additionalProperties"), what;
+    bool dollar_excluded = false;
     for (size_t i = 0; i < patterns.size(); ++i) {
       if (!(set >> i & 1)) {
         none.push_back(&patterns[i].keys);
+        dollar_excluded = dollar_excluded || patterns[i].pattern.find('$') != std::string::npos;
         continue;
       }
       all.push_back(&patterns[i].keys);
@@ -396,7 +397,27 @@ std::string SchemaConverter::pattern_members(const std::vector<KeyPattern>& patt
       value_ptr = patterns[i].ptr;
     }
     if (value == Json(false)) continue;
-    for (const RegexDfa& d : excluded) none.push_back(&d);
+    // The declared names the region's patterns match (the others are not in it anyway).
+    std::vector<std::string> taken;
+    for (const std::string& n : names)
+      if (std::all_of(all.begin(), all.end(), [&](const RegexDfa* d) { return regex_dfa_accepts(*d, n); }))
+        taken.push_back(n);
+    const std::string v_hint = hint + "_pp";
+    if (all.size() == 1 && none.empty() && taken.empty()) {
+      // One pattern's keys as they are: its plain expression (counted
+      // repetitions stay counted), else its DFA.
+      std::string body;
+      try {
+        body = regex_to_ebnf_expr(search_pattern(patterns[std::countr_zero(set)].pattern), /*inside_json_string=*/true);
+      } catch (const Error&) {
+      }
+      const std::string key = body.empty() ? dfa_string_rule(*all[0], hint + "_key") : string_rule(hint + "_key", body);
+      members.push_back(key + colon() + (any_value(value) ? basic("json_value") : visit(value, value_ptr, v_hint)));
+      continue;
+    }
+    const RegexDfa declared = regex_dfa_of_strings(taken);
+    if (!taken.empty()) none.push_back(&declared);
+    if (dollar_excluded) none.push_back(&newline_end);
     RegexDfa keys;
     try {
       keys = regex_dfa_product(all, none);
@@ -404,7 +425,7 @@ std::string SchemaConverter::pattern_members(const std::vector<KeyPattern>& patt
       unsupported("patternProperties", ptr, e.what());
     }
     if (keys.states.empty()) continue;
-    const std::string v = any_value(value) ? basic("json_value") : visit(value, value_ptr, hint + "_pp");
+    const std::string v = any_value(value) ? basic("json_value") : visit(value, value_ptr, v_hint);
     members.push_back(dfa_string_rule(keys, hint + "_key") + colon() + v);
   }
   if (members.size() <= 1) return members.empty() ? "" : members[0];
