@@ -615,7 +615,94 @@ bool SchemaConverter::nested_object_test(const Json& t) {
 
 // The conditional keywords of an object-only schema: the union of the plain
 // schemas they split into.
+// if {contains: C} then T else E on an array schema whose items are I, with
+// T bounding the array to one item (readthedocs' install list: an item with
+// method "uv" must be alone): either no item matches C (items I and not C,
+// with E), or some item does, which with at most one item is [x], x in I
+// and C. The two are disjoint and their union is the schema. C is an object
+// test (type object, required keys, properties with const/enum values) whose
+// failures are a union of object shapes (nested_object_test's ways).
+std::string SchemaConverter::visit_array_conditional(const Json& s, const std::string& ptr, const std::string& hint) {
+  auto refuse = [&](const std::string& why) {
+    unsupported("if", ptr,
+                why +
+                    "; expected on an array: if {contains: an object test} then {maxItems: 1 (minItems)} "
+                    "(else {minItems/maxItems})");
+  };
+  const Json& cond = s["if"];
+  if (!cond.is_object() || !only_annotations(cond, {"contains"})) refuse("its keywords are not contains alone");
+  const Json& c = cond["contains"];
+  if (!c.is_object() || !only_annotations(c, {"type", "properties", "required"}) ||
+      (c.contains("type") && c["type"] != Json("object")) || (c.contains("required") && !c["required"].is_array()))
+    refuse("contains is not an object test");
+  const Json test_properties = c.contains("properties") ? c["properties"] : Json::object();
+  if (!nested_object_test(Json{{"properties", test_properties.empty() ? Json{{"_", true}} : test_properties}}))
+    refuse("contains tests a property by something other than const or enum");
+  const Json then_s = s.contains("then") ? s["then"] : Json(true);
+  const Json else_s = s.contains("else") ? s["else"] : Json(true);
+  for (const Json* branch : {&then_s, &else_s})
+    if (!(branch->is_boolean() && branch->get<bool>()) &&
+        (!branch->is_object() || !only_annotations(*branch, {"minItems", "maxItems"})))
+      refuse("then/else say more than minItems/maxItems");
+  if (count_of(then_s.is_object() ? then_s : Json::object(), "maxItems", ptr, 2) > 1)
+    refuse("then does not bound the array to one item (maxItems: 1)");
+  for (const char* k : {"prefixItems", "contains", "uniqueItems", "dependentRequired", "dependentSchemas",
+                        "dependencies", "allOf", "anyOf", "oneOf", "not"})
+    if (s.contains(k)) refuse(std::string("beside '") + k + "'");
+  Json base = s;
+  for (const char* k : {"if", "then", "else"}) base.erase(k);
+  const Json items = base.contains("items") ? base["items"] : Json(true);
+  if (items.is_array()) refuse("items is a list (a tuple)");
+  auto bounded = [&](Json b, const Json& extra) {
+    if (extra.is_object())
+      for (const char* k : {"minItems", "maxItems"})
+        if (extra.contains(k)) {
+          const int64_t here = count_of(b, k, ptr, std::string(k) == "minItems" ? 0 : -1),
+                        there = count_of(extra, k, ptr, 0);
+          b[k] = std::string(k) == "minItems" ? std::max(here, there) : here < 0 ? there : std::min(here, there);
+        }
+    return b;
+  };
+  // The ways an item fails C (each an object shape, or the other types).
+  Json fails = Json::array();
+  if (c.contains("type"))
+    fails.push_back(Json{{"type", Json::array({"null", "boolean", "string", "number", "array"})}});
+  if (c.contains("required"))
+    for (const Json& r : c["required"])
+      fails.push_back(Json{{"type", "object"}, {"properties", Json{{r.get<std::string>(), false}}}});
+  for (auto& [q, qs] : test_properties.items()) {
+    if (only_annotations(qs)) continue;
+    const Json values = qs.contains("const") ? Json::array({qs["const"]}) : qs["enum"];
+    fails.push_back(Json{{"type", "object"},
+                         {"required", Json::array({q})},
+                         {"properties", Json{{q, Json{{"not", Json{{"enum", values}}}}}}}});
+  }
+  const unsigned item_types = possible_types(items, ptr, 0);
+  Json kept = Json::array();
+  for (const Json& way : fails)
+    if (possible_types(way, ptr, 0) & item_types) kept.push_back(both_values(items, way, ptr));
+  std::vector<std::string> alts;
+  Json none = bounded(base, else_s);  // no item matches C
+  if (kept.empty()) {
+    none["maxItems"] = 0;
+  } else {
+    none["items"] = kept.size() == 1 ? kept[0] : Json{{"anyOf", kept}};
+  }
+  alts.push_back(visit(none, ptr, hint + "_none"));
+  Json one = bounded(base, then_s);  // one item, and it matches C
+  one["minItems"] = std::max<int64_t>(1, count_of(one, "minItems", ptr, 0));
+  one["maxItems"] = 1;
+  one["items"] = both_values(items, c, ptr);
+  if (count_of(one, "minItems", ptr, 0) <= 1 && count_of(one, "maxItems", ptr, 1) >= 1)
+    alts.push_back(visit(one, ptr, hint + "_one"));
+  std::string out;
+  for (const std::string& a : alts) out += (out.empty() ? "" : " | ") + a;
+  return add_rule(hint + "_cond", out);
+}
+
 std::string SchemaConverter::visit_conditional(const Json& s, const std::string& ptr, const std::string& hint) {
+  if (s.contains("if") && s.contains("type") && s["type"] == Json("array"))
+    return visit_array_conditional(s, ptr, hint);
   for (const char* k : {"$ref", "const", "enum", "patternProperties", "propertyNames"})
     if (s.contains(k))
       unsupported(conditional_keyword(s), ptr,

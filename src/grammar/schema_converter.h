@@ -199,6 +199,7 @@ class SchemaConverter {
   std::vector<Json> split_conditionals(const Json& s, const std::string& ptr);
   std::vector<Json> split_one_conditional(Json s, const std::string& ptr);
   std::string visit_conditional(const Json& s, const std::string& ptr, const std::string& hint);
+  std::string visit_array_conditional(const Json& s, const std::string& ptr, const std::string& hint);
 
   // schema_one_of.cpp
   const Json& follow_refs(const Json& s, const std::string& ptr);

@@ -293,7 +293,27 @@ SECRETS = {
 SECRETS_DOCS = ['"inherit"', '"${{ secrets }}"', '"a ${{ b }} c"', '"x"', '"inherit ${{ x }}"', '{}', '{"a": "b"}',
                 '{"a": true}', '1']
 
+# Readthedocs' install list: an item with method "uv" must be alone
+# (if {contains} then {maxItems: 1}): no item is a uv one, or one item is.
+INSTALL = {
+    "type": "array",
+    "items": {"anyOf": [
+        {"type": "object", "additionalProperties": False, "required": ["req"],
+         "properties": {"req": {"type": "string"}, "method": {"enum": ["pip", "setuptools"]}}},
+        {"type": "object", "additionalProperties": False, "required": ["method"],
+         "properties": {"method": {"enum": ["uv"]}, "cmd": {"type": "string"}}}]},
+    "allOf": [{"if": {"contains": {"type": "object", "properties": {"method": {"const": "uv"}}, "required": ["method"]}},
+               "then": {"minItems": 1, "maxItems": 1}}],
+}
+# (An item of the list without a uv item declares method before req: the
+# test's keys come first in the merged item, as a parent's before a branch's.)
+INSTALL_DOCS = ['[]', '[{"req": "a"}]', '[{"req": "a"}, {"method": "pip", "req": "b"}]', '[{"method": "uv"}]',
+                '[{"method": "uv", "cmd": "x"}]', '[{"method": "uv", "cmd": "x"}, {"req": "a"}]',
+                '[{"req": "a"}, {"method": "uv"}]', '[{"method": "uv"}, {"method": "uv"}]',
+                '[{"req": "a", "method": "uv"}]', '[1]', '{}']
+
 CASES = [
+    ("array_if_contains", INSTALL, INSTALL_DOCS),
     ("one_of_value_split", JOBS, JOBS_DOCS),
     ("one_of_value_vs_pattern", SECRETS, SECRETS_DOCS),
     ("one_of_closed_complement", NPM, NPM_DOCS),
