@@ -81,6 +81,14 @@ class RuleBuilder {
   // The expression of each item rule made so far, by rule id -
   // first_item_rule (build() of it is the rule's body).
   const std::vector<int32_t>& item_rules() const { return item_rules_; }
+  // The body of the item rule of expression id: its characters of two or
+  // more bytes (call_item reads the one-byte ones).
+  Fragment build_item(int32_t id) {
+    wide_only_ = true;
+    const Fragment f = build(id);
+    wide_only_ = false;
+    return f;
+  }
 
   // [num_states()] in use; entries past it are kept for their buffers, so
   // one builder reused for every rule allocates little.
@@ -117,6 +125,10 @@ class RuleBuilder {
         return {s, s};
       }
       case Expr::Kind::kBytes: {
+        if (wide_only_ && e.bytes.size() == 1 && static_cast<uint8_t>(e.bytes[0]) < 0x80) {
+          const int32_t s = new_state(), t = new_state();  // read at the call site
+          return {s, t};
+        }
         int32_t s = new_state(), cur = s;
         for (unsigned char c : e.bytes) {
           int32_t n = new_state();
@@ -129,7 +141,7 @@ class RuleBuilder {
       case Expr::Kind::kCharClass: {
         if (share_items_ && item_ends_ && item_rule(id) >= 0) return call_item(id);
         int32_t s = new_state(), t = new_state();
-        read_ranges(s, t, normalize_class(e));
+        read_ranges(s, t, wide_only_ ? clipped(normalize_class(e), 0x80, 0x10FFFF) : normalize_class(e));
         if (item_ends_) item_ends_->push_back(t);
         return {s, t};
       }
@@ -281,12 +293,34 @@ class RuleBuilder {
     item_rule_of_.emplace(id, rule);
     return rule;
   }
-  // A call of expression id's item rule, returning to the item's end.
+  // A call of expression id's item rule, returning to the item's end. Its
+  // one-byte characters are read here (the rule reads the rest: build_item),
+  // so the call site reads bytes: its mask covers the tokens that start in
+  // the call, and the mask compiler leaves the rule's start state out.
   Fragment call_item(int32_t id) {
     const int32_t s = new_state(), t = new_state();
+    const Expr& e = g_.exprs[id];
+    CodepointRanges ascii;
+    auto add = [&](const Expr& x) {
+      if (x.kind == Expr::Kind::kCharClass)
+        for (auto r : clipped(normalize_class(x), 0, 0x7F)) ascii.push_back(r);
+      if (x.kind == Expr::Kind::kBytes && x.bytes.size() == 1 && static_cast<uint8_t>(x.bytes[0]) < 0x80)
+        ascii.push_back({static_cast<uint8_t>(x.bytes[0]), static_cast<uint8_t>(x.bytes[0])});
+    };
+    if (e.kind == Expr::Kind::kChoice)
+      for (int32_t c : e.children) add(g_.exprs[c]);
+    else
+      add(e);
+    for (auto [lo, hi] : ascii) states[s].bytes.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), t});
     states[s].rules.push_back({item_rule_of_.at(id), t});
     item_ends_->push_back(t);
     return {s, t};
+  }
+  static CodepointRanges clipped(const CodepointRanges& ranges, uint32_t lo, uint32_t hi) {
+    CodepointRanges out;
+    for (auto [a, b] : ranges)
+      if (b >= lo && a <= hi) out.push_back({std::max(a, lo), std::min(b, hi)});
+    return out;
   }
 
   // Whether `id` may match the empty string (conservative: any rule call
@@ -514,6 +548,7 @@ class RuleBuilder {
 
   std::vector<int32_t>* item_ends_ = nullptr;  // inside a length bound: the end of each item built
   bool share_items_ = false;                   // inside a length bound: large items are item-rule calls
+  bool wide_only_ = false;                     // building an item rule: one-byte characters left out
   int32_t current_loop_ = -1;                  // the counted repetition being built, or -1
   int32_t num_loops_ = 0;                      // in this rule
   const Grammar& g_;
@@ -1007,7 +1042,7 @@ Automaton Automaton::build(const Grammar& grammar, const AutomatonLimits& limits
   // they are built outside any length bound).
   for (size_t k = 0; k < b.item_rules().size(); ++k) {
     b.reset();
-    Fragment f = b.build(b.item_rules()[k]);
+    Fragment f = b.build_item(b.item_rules()[k]);
     per_rule.push_back(finish_rule(b, f, work));
     a.rule_start.push_back(static_cast<int32_t>(total));
     a.rule_names.push_back("item#" + std::to_string(k));

@@ -872,10 +872,19 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
                   " states done); simplify the grammar or raise CompileLimits::max_work");
   };
   check_work(0);
+  // An item rule's start whose every call site reads bytes too (its
+  // one-byte characters) has no mask: those call sites stand in the same
+  // frontier and their masks hold every token that starts in the call.
+  std::vector<char> item_start_covered(a.rule_start.size(), 1);
+  for (int32_t s = 0; s < num_states; ++s)
+    for (uint32_t e = a.states[s].rule_begin; e < a.states[s].rule_end; ++e)
+      if (a.rule_edges[e].rule >= a.first_item_rule && !a.has_byte_edges(s))
+        item_start_covered[a.rule_edges[e].rule] = 0;
   for (int32_t s = 0; s < num_states; ++s) {
     if (!a.has_byte_edges(s)) continue;
     const int32_t rule = a.states[s].rule;
     if (a.is_lookahead_rule(rule)) continue;  // lookaheads are only matched, never masked
+    if (rule >= a.first_item_rule && s == a.rule_start[rule] && item_start_covered[rule]) continue;
     ++out->stats_.num_scannable_states;
     // Deferral is decided before the caches are asked, so that what a state
     // is charged does not depend on what other grammars compiled before.
