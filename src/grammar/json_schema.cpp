@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -226,6 +227,30 @@ const Json& SchemaConverter::resolve(const std::string& ref, const std::string& 
   return *cur;
 }
 
+// Keywords beside $ref: drafts 4 to 7 ignore them (the reference replaces
+// the schema); from 2019-09 on, and so in a schema that names no draft (read
+// as the latest), they apply with it, as an allOf of the reference and the
+// rest. The schema as it is to be read, or nullopt where it reads as it is
+// (nothing but annotations beside the reference).
+std::optional<Json> SchemaConverter::ref_with_siblings(const Json& s) const {
+  Json rest = s;
+  rest.erase("$ref");
+  bool constrains = false;
+  for (auto& [k, v] : rest.items()) constrains = constrains || !is_annotation(k);
+  if (!constrains) return std::nullopt;
+  if (ref_replaces_schema()) return Json{{"$ref", s["$ref"]}};
+  return Json{{"allOf", Json::array({Json{{"$ref", s["$ref"]}}, std::move(rest)})}};
+}
+
+// Whether the root names draft 3, 4, 6 or 7 in $schema.
+bool SchemaConverter::ref_replaces_schema() const {
+  if (!root_.is_object() || !root_.contains("$schema") || !root_["$schema"].is_string()) return false;
+  const std::string uri = root_["$schema"].get<std::string>();
+  for (const char* draft : {"draft-03", "draft-04", "draft-06", "draft-07"})
+    if (uri.find(draft) != std::string::npos) return true;
+  return false;
+}
+
 std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const std::string& hint_in) {
   VisitScope scope(*this, ptr);
   const std::string hint = hint_in.size() <= kMaxNameChars ? hint_in : hint_in.substr(0, kMaxNameChars);
@@ -240,6 +265,9 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
       unsupported(k, ptr,
                   "a context-free grammar cannot enforce it here; expected only the keywords listed in "
                   "docs/grammar.md (remove it or rewrite the schema without it)");
+  if (s.contains("$ref")) {
+    if (const std::optional<Json> read = ref_with_siblings(s)) return visit(*read, ptr, hint);
+  }
   // uniqueItems: true constrains arrays only. A schema whose types exclude
   // arrays, or whose maxItems is at most 1, ignores it; visit_array enforces
   // it (a set of a few values, else a run-time check), anyOf/oneOf/allOf

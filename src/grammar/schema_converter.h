@@ -127,6 +127,8 @@ class SchemaConverter {
   std::string string_rule(const std::string& hint, const std::string& content);
   const Json& resolve(const std::string& ref, const std::string& ptr);
   std::string visit(const Json& s, const std::string& ptr, const std::string& hint_in);
+  std::optional<Json> ref_with_siblings(const Json& s) const;
+  bool ref_replaces_schema() const;
   int64_t count_of(const Json& s, const char* key, const std::string& ptr, int64_t fallback);
   Json merge_siblings(const Json& parent, const Json& branch, const char* key);
   Json merge_all_of(const Json& s, const std::string& ptr);

@@ -24,6 +24,28 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "grammar", "golden", "schema_keywords.json")
 
 CASES = [
+    # Keywords beside $ref apply from 2019-09 on (and with no $schema, read as 2020-12);
+    # drafts 4-7 ignore them.
+    ("ref_siblings_apply",
+     {"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 3},
+     ["", "ab", "abc", "abcd", 5]),
+    ("ref_siblings_ignored_draft07",
+     {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"s": {"type": "string"}},
+      "$ref": "#/definitions/s", "maxLength": 3},
+     ["", "abc", "abcd", 5]),
+    ("ref_siblings_object",
+     {"$defs": {"o": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+      "type": "object", "properties": {"p": {"$ref": "#/$defs/o", "required": ["a"],
+                                               "properties": {"b": {"type": "string"}}}},
+      "required": ["p"], "additionalProperties": False},
+     [{"p": {}}, {"p": {"a": 1}}, {"p": {"a": 1, "b": "x"}}, {"p": {"a": 1, "b": 2}}, {"p": {"b": "x"}},
+      {"p": {"a": "1"}}]),
+    ("ref_siblings_dependent_required",
+     {"$defs": {"o": {"type": "object"}}, "$ref": "#/$defs/o", "dependentRequired": {"a": ["b"]}},
+     [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": 1}, {"c": 1}, [], "a"]),
+    ("ref_siblings_unique_items",
+     {"$defs": {"a": {"type": "array"}}, "$ref": "#/$defs/a", "uniqueItems": True},
+     [[], [1, 2], [1, 1], ["a", "a"], ["a", "b"], [[1], [1]], [{"x": 1}, {"x": 1}], [1, 1.0], "s"]),
     ("min_max_properties_additional",
      {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2, "maxProperties": 3},
      [{}, {"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 2, "c": 3, "d": 4},
