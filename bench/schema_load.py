@@ -15,6 +15,7 @@ import concurrent.futures
 import json
 import statistics
 import time
+import urllib.error
 import urllib.request
 
 SCHEMA = {
@@ -33,8 +34,15 @@ def one(port, i, tokens, constrained):
                                    "json_schema": {"name": "person", "strict": True, "schema": SCHEMA}}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        out = json.loads(r.read())
+    for attempt in range(100):
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                out = json.loads(r.read())
+            break
+        except urllib.error.HTTPError as e:  # 429: more preparations at once than the server takes; retry, as
+            if e.code != 429 or attempt == 99:  # the openai client does
+                raise
+            time.sleep(0.05)
     text = out["choices"][0]["message"]["content"] or ""
     if constrained and not (text.startswith("{") and '"name"' in text):
         raise SystemExit(f"constrained request {i} did not follow the schema: {text[:80]!r}")

@@ -443,7 +443,8 @@ bool SchemaConverter::presence_keys(const Json& s, const Json& b, PresenceAtoms&
             (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key) &&
              follow_refs(value, ptr) == follow_refs(s["properties"][key], ptr)))
           continue;
-        const auto same_key = [&](const std::pair<std::string, Json>& a) { return a.first == key; };
+        const std::string& name = key;  // (a lambda may not capture a structured binding before C++20)
+        const auto same_key = [&](const std::pair<std::string, Json>& a) { return a.first == name; };
         const auto it = std::find_if(atoms.values.begin(), atoms.values.end(), same_key);
         if (it != atoms.values.end() && it->second != value) return false;  // one value atom per key
         if (it == atoms.values.end()) atoms.values.emplace_back(key, value);
