@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <variant>
 
@@ -67,8 +68,38 @@ class App : public std::enable_shared_from_this<App> {
   net::io_context ioc;
   // Requests being translated (translate_request) off the I/O threads.
   net::thread_pool prepare_pool{size_t(std::max(1, options.prepare_threads))};
+  // Requests waiting for or in preparation: at most --max-queue of them, and
+  // bodies of at most 8 x --max-body per preparation thread in all (a lone
+  // one is always taken: an upload may be larger). A burst of small
+  // requests (64 clients at once) waits its turn; many large bodies are
+  // what the bound is for.
   std::atomic<int> preparing{0};
-  int max_preparing() const { return std::max(1, options.prepare_threads) * 8; }
+  std::atomic<size_t> preparing_bytes{0};
+  size_t max_preparing_bytes() const {
+    return size_t(std::max(1, options.prepare_threads)) * 8 * options.max_body_bytes;
+  }
+  // Admits a preparation of a body of `bytes`; else the 429 that says which bound it met.
+  std::optional<ApiError> admit_preparation(size_t bytes) {
+    const int waiting = preparing.fetch_add(1);
+    const size_t held = preparing_bytes.fetch_add(bytes);
+    if (waiting < options.max_queue && (waiting == 0 || held + bytes <= max_preparing_bytes())) return std::nullopt;
+    end_preparation(bytes);
+    const std::string bound = waiting >= options.max_queue
+                                  ? "too many requests being prepared (" + std::to_string(options.max_queue) + ")"
+                                  : "too many request bytes being prepared (" + size_text(max_preparing_bytes()) + ")";
+    return ApiError{.status = 429,
+                    .message = bound + "; retry shortly",
+                    .type = "rate_limit_error",
+                    .param = "",
+                    .code = "queue_full"};
+  }
+  static std::string size_text(size_t bytes) {
+    return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes >> 10) + " KiB";
+  }
+  void end_preparation(size_t bytes) {
+    preparing_bytes -= bytes;
+    --preparing;
+  }
   ServedModel served() const {
     return ServedModel{.engine = *engine,
                        .prompter = *prompter,
@@ -504,16 +535,9 @@ class Session : public std::enable_shared_from_this<Session> {
         .query = parse_query(q == std::string::npos ? std::string_view() : std::string_view(target).substr(q + 1)),
         .content_type = std::string(request_[http::field::content_type]),
         .body = request_.body()};
-    if (app_->preparing.fetch_add(1) >= app_->max_preparing()) {
-      --app_->preparing;
-      return send_error(ApiError{
-          .status = 429,
-          .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) + "); retry shortly",
-          .type = "rate_limit_error",
-          .param = "",
-          .code = "queue_full"});
-    }
-    net::post(app_->prepare_pool, [self = shared_from_this(), request = std::move(request)] {
+    const size_t bytes = request.body.size();
+    if (std::optional<ApiError> refused = app_->admit_preparation(bytes)) return send_error(*refused);
+    net::post(app_->prepare_pool, [self = shared_from_this(), request = std::move(request), bytes] {
       std::variant<RouteReply, ApiError> outcome = ApiError{};
       try {
         outcome = self->app_->jobs->handle(request);
@@ -524,7 +548,7 @@ class Session : public std::enable_shared_from_this<Session> {
       } catch (const std::exception& e) {
         outcome = status_error(500, std::string("internal error in ") + request.path + ": " + e.what());
       }
-      --self->app_->preparing;
+      self->app_->end_preparation(bytes);
       net::post(self->stream_.get_executor(), [self, outcome = std::move(outcome)]() mutable {
         if (auto* error = std::get_if<ApiError>(&outcome)) return self->send_error(*error);
         RouteReply& reply = std::get<RouteReply>(outcome);
@@ -617,18 +641,11 @@ class Session : public std::enable_shared_from_this<Session> {
                                  .type = "server_error",
                                  .param = "",
                                  .code = "shutting_down"});
-    if (app_->preparing.fetch_add(1) >= app_->max_preparing()) {
-      --app_->preparing;
-      return send_error(ApiError{
-          .status = 429,
-          .message = "too many requests being prepared (" + std::to_string(app_->max_preparing()) + "); retry shortly",
-          .type = "rate_limit_error",
-          .param = "",
-          .code = "queue_full"});
-    }
-    net::post(app_->prepare_pool, [self = shared_from_this(), endpoint] {
+    const size_t bytes = request_.body().size();
+    if (std::optional<ApiError> refused = app_->admit_preparation(bytes)) return send_error(*refused);
+    net::post(app_->prepare_pool, [self = shared_from_this(), endpoint, bytes] {
       std::variant<TranslatedRequest, ApiError> outcome = self->translate(endpoint);
-      --self->app_->preparing;
+      self->app_->end_preparation(bytes);
       net::post(self->stream_.get_executor(), [self, outcome = std::move(outcome)]() mutable {
         if (auto* error = std::get_if<ApiError>(&outcome)) return self->send_error(*error);
         self->submit_generation(std::move(std::get<TranslatedRequest>(outcome)));

@@ -7,6 +7,7 @@ and exits 77 (CTest reports it as skipped) when python's `openai` package, curl 
 """
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
@@ -390,6 +391,58 @@ class AuthAndLimitsTest(unittest.TestCase):
             streamed = head + streamed
             self.assertTrue(streamed.rstrip().endswith("data: [DONE]"), streamed[-300:])
             self.assertEqual(server.proc.wait(timeout=30), 0)
+        finally:
+            server.stop()
+
+
+class PreparationQueueTest(unittest.TestCase):
+    """Requests wait for the preparation pool up to --max-queue and a bound on their bodies' bytes."""
+
+    @staticmethod
+    def post(url, body):
+        req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=300) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def burst(self, url, bodies):
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            return list(pool.map(lambda b: self.post(url, b), bodies))
+
+    @staticmethod
+    def schema_body(i, padding=""):
+        # A schema of its own per request: each is compiled, so the preparations overlap.
+        schema = {"type": "object", "properties": {f"field_{i}": {"type": "integer", "minimum": i}},
+                  "required": [f"field_{i}"], "additionalProperties": False}
+        return {"messages": [{"role": "user", "content": "A number as JSON." + padding}], "max_tokens": 8,
+                "temperature": 0, "response_format": {"type": "json_schema",
+                                                      "json_schema": {"name": f"s{i}", "schema": schema}}}
+
+    def test_a_burst_of_small_requests_waits_its_turn(self):
+        # One preparation thread; 48 requests with their own schemas at once (the old bound took 8).
+        server = ServerProcess("--prepare-threads", "1")
+        try:
+            results = self.burst(server.url, [self.schema_body(i) for i in range(48)])
+            self.assertEqual([status for status, _ in results], [200] * 48, [r for r in results if r[0] != 200][:2])
+            for i, (_, out) in enumerate(results):
+                self.assertIn(f'"field_{i}"', out["choices"][0]["message"]["content"])
+        finally:
+            server.stop()
+
+    def test_large_bodies_past_the_byte_bound_get_a_named_429(self):
+        # --max-body 64 KiB and one thread: 512 KiB of bodies may wait; 24 bodies of ~60 KiB at once exceed it.
+        server = ServerProcess("--prepare-threads", "1", "--max-body", "65536")
+        try:
+            results = self.burst(server.url, [self.schema_body(i, " " * 60000) for i in range(24)])
+            statuses = [status for status, _ in results]
+            self.assertTrue(set(statuses) <= {200, 429}, statuses)
+            refused = [out for status, out in results if status == 429]
+            self.assertTrue(refused, statuses)
+            self.assertIn("too many request bytes being prepared (512 KiB)", refused[0]["error"]["message"])
+            self.assertEqual(self.post(server.url, self.schema_body(99))[0], 200)  # and it keeps serving
         finally:
             server.stop()
 
