@@ -17,7 +17,7 @@ struct Key128Hash {
 };
 
 // Per expression: a 128-bit hash of its tree with every rule reference as
-// the same placeholder (children precede their parents in the arena).
+// one marker value (children precede their parents in the arena).
 std::vector<Key128> shape_hashes(const Grammar& g) {
   std::vector<Key128> shape(g.exprs.size());
   for (size_t i = 0; i < g.exprs.size(); ++i) {
@@ -60,7 +60,7 @@ Grammar merge_equal_rules(const Grammar& g) {
   const std::vector<Key128> shape = shape_hashes(g);
   // Per rule: its shape (body, lookahead, item flag) and the rules it
   // references, in the order of a depth-first walk of its trees (the
-  // placeholders of the shape, in order). A tree is walked as a tree: an
+  // marked positions of the shape, in order). A tree is walked as a tree: an
   // arena whose rules share subtrees so much that the walks pass 4x the
   // arena is left as it is (no converter builds one).
   std::vector<Key128> rule_shape(num_rules);
