@@ -129,6 +129,9 @@ class SchemaConverter {
   std::string visit(const Json& s, const std::string& ptr, const std::string& hint_in);
   std::optional<Json> ref_with_siblings(const Json& s) const;
   bool ref_replaces_schema() const;
+  // False for a format that a later draft than the root's defines (absent
+  // $schema: 2020-12, which defines them all).
+  bool format_in_draft(const std::string& f) const;
   int64_t count_of(const Json& s, const char* key, const std::string& ptr, int64_t fallback);
   Json merge_siblings(const Json& parent, const Json& branch, const char* key);
   Json merge_all_of(const Json& s, const std::string& ptr);
@@ -256,6 +259,21 @@ class SchemaConverter {
   // unevaluatedProperties (in `s`) as additionalProperties of the schema
   // merged with what it applies in place; refused where that is not exact.
   Json close_unevaluated(const Json& s, const std::string& ptr);
+  // propertyNames beside declared keys (schema_property_names.cpp), read as
+  // a language of keys: enum/const values, a pattern, not {pattern} and
+  // length bounds; anything else is refused.
+  struct KeyNames {
+    std::optional<std::vector<std::string>> values;  // enum/const: only these
+    std::optional<RegexDfa> pattern, excluded;       // must match / must not match
+    std::optional<std::string> excluded_pattern;
+    int64_t min_length = 0, max_length = -1;
+  };
+  KeyNames key_names(const Json& s, const std::string& ptr);
+  bool key_name_admitted(const KeyNames& names, const std::string& key, const std::string& ptr);
+  // The key of an added member: a name admitted and none of `declared`; ""
+  // when no such key exists.
+  std::string key_names_except(const KeyNames& names, const std::vector<std::string>& declared, const std::string& ptr,
+                               const std::string& hint);
   // The members an object may add besides its declared keys `names` when
   // patternProperties are given: one kind of key per set of patterns it
   // matches (and additionalProperties for none); "" when none may be added.

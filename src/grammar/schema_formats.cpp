@@ -316,6 +316,74 @@ std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const Decim
   return bodies;
 }
 
+namespace {
+
+// RFC 3986's URI-reference (URI / relative-ref), as the validators that
+// jsonschema's format checker asks write it (rfc3987 and rfc3986-validator:
+// the same regexes). host is IP-literal / reg-name: reg-name admits every
+// IPv4address. A dec-octet inside an IPv6 address may have leading zeros
+// ("01"), as both validators' regexes allow.
+std::string uri_reference_ebnf() {
+  const std::string pct = "\"%\" [0-9A-Fa-f] [0-9A-Fa-f]";
+  const std::string pchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-] | " + pct + ")";
+  const std::string segment_nz_nc = "([a-zA-Z0-9_.~!$&'()*+,;=@\\-] | " + pct + ")";
+  const std::string h16 = "[0-9A-Fa-f]{1,4}";
+  const std::string octet = "(\"25\" [0-5] | \"2\" [0-4] [0-9] | [01]? [0-9] [0-9]?)";
+  const std::string ls32 = "(" + h16 + " \":\" " + h16 + " | (" + octet + " \".\"){3} " + octet + ")";
+  auto before = [&](int n) {  // [ *n( h16 ":" ) h16 ]
+    return "((" + h16 + " \":\"){0," + std::to_string(n) + "} " + h16 + ")?";
+  };
+  const std::string ipv6 = "((" + h16 + " \":\"){6} " + ls32 + " | \"::\" (" + h16 + " \":\"){5} " + ls32 + " | " +
+                           before(0) + " \"::\" (" + h16 + " \":\"){4} " + ls32 + " | " + before(1) + " \"::\" (" +
+                           h16 + " \":\"){3} " + ls32 + " | " + before(2) + " \"::\" (" + h16 + " \":\"){2} " + ls32 +
+                           " | " + before(3) + " \"::\" " + h16 + " \":\" " + ls32 + " | " + before(4) + " \"::\" " +
+                           ls32 + " | " + before(5) + " \"::\" " + h16 + " | " + before(6) + " \"::\")";
+  const std::string ip_future = "\"v\" [0-9A-Fa-f]+ \".\" [a-zA-Z0-9_.~!$&'()*+,;=:\\-]+";
+  const std::string host =
+      "(\"[\" (" + ipv6 + " | " + ip_future + ") \"]\" | ([a-zA-Z0-9_.~!$&'()*+,;=\\-] | " + pct + ")*)";
+  const std::string authority = "(([a-zA-Z0-9_.~!$&'()*+,;=:\\-] | " + pct + ")* \"@\")? " + host + " (\":\" [0-9]*)?";
+  const std::string abempty = "\"//\" " + authority + " (\"/\" " + pchar + "*)*";
+  const std::string absolute = "\"/\" (" + pchar + "+ (\"/\" " + pchar + "*)*)?";
+  const std::string rootless = pchar + "+ (\"/\" " + pchar + "*)*";
+  const std::string noscheme = segment_nz_nc + "+ (\"/\" " + pchar + "*)*";
+  const std::string query = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-] | " + pct + ")*";
+  return "([a-zA-Z] [a-zA-Z0-9+.\\-]* \":\" (" + abempty + " | " + absolute + " | " + rootless + ")? | (" + abempty +
+         " | " + absolute + " | " + noscheme + ")?) (\"?\" " + query + ")? (\"#\" " + query + ")?";
+}
+
+// ISO 8601 durations as jsonschema's checker (2019-09 and 2020-12 only)
+// reads them: isoduration's parse_duration must succeed and the string must
+// end with one of D M Y W H S. That parser reads, after an optional sign and
+// "P", numbers (Python Decimal text of [+-0-9.eE], ',' as the decimal
+// point) each followed by its designator, in the order Y M D W, then after
+// "T" in the order H M S; W only where every date value before it is zero
+// (P0Y1W); characters before "T" that follow the last designator are
+// dropped unread (P1D2T1H); "T" after numbers and no designator is read
+// as a date-time, which never ends with a designator. Exponents have at
+// most 5 digits: Decimal's multiplication by the sign overflows (an error
+// the checker does not catch) from 10^1000000 on.
+std::string duration_ebnf() {
+  const std::string exponent = "([eE] [+\\-]? [0-9]{1,5})?";
+  const std::string number = "[+\\-]? ([0-9]+ ([.,] [0-9]*)? | [.,] [0-9]+) " + exponent;
+  const std::string zero = "[+\\-]? (\"0\"+ ([.,] \"0\"*)? | [.,] \"0\"+) " + exponent;
+  auto designated = [&](const std::string& value, char d) { return "(" + value + " \"" + d + "\")"; };
+  // The date part with at least one designator.
+  const std::string ymd = "(" + designated(number, 'Y') + " " + designated(number, 'M') + "? " +
+                          designated(number, 'D') + "? | " + designated(number, 'M') + " " + designated(number, 'D') +
+                          "? | " + designated(number, 'D') + ")";
+  const std::string weeks = designated(zero, 'Y') + "? " + designated(zero, 'M') + "? " + designated(zero, 'D') + "? " +
+                            designated(number, 'W');
+  const std::string time = "(" + designated(number, 'H') + " " + designated(number, 'M') + "? " +
+                           designated(number, 'S') + "? | " + designated(number, 'M') + " " + designated(number, 'S') +
+                           "? | " + designated(number, 'S') + ")";
+  const std::string dropped = "[+\\-0-9.,eE]*";
+  const std::string dropped_with_comma = "[+\\-0-9.eE]* \",\" [+\\-0-9.,eE]*";
+  return "[+\\-]? \"P\" ((" + ymd + " | " + weeks + ") (" + dropped + " \"T\" " + time + ")? | (" + dropped_with_comma +
+         ")? \"T\" " + time + ")";
+}
+
+}  // namespace
+
 std::string format_ebnf(const std::string& f) {
   // Real calendar dates (what validators check: Python's date.fromisoformat,
   // rfc3339-validator): years 0001-9999, month lengths, Feb 29 only in leap
@@ -367,6 +435,8 @@ std::string format_ebnf(const std::string& f) {
            segment + ")* | \"/\"? (" + kPchar + "+ (\"/\" " + segment + ")*)?) (\"?\" " + qf + ")? (\"#\" " + qf + ")?";
   }
   if (f == "hostname") return "[a-z0-9] ([a-z0-9\\-]* [a-z0-9])? (\".\" [a-z0-9] ([a-z0-9\\-]* [a-z0-9])?)*";
+  if (f == "uri-reference") return uri_reference_ebnf();
+  if (f == "duration") return duration_ebnf();
   return "";
 }
 
@@ -398,9 +468,32 @@ std::string format_regex(const std::string& f) {
            "+(/" + segment + ")*)?)(\\?" + qf + ")?(#" + qf + ")?";
   }
   if (f == "hostname") return "[a-z0-9]([a-z0-9\\-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9\\-]*[a-z0-9])?)*";
+  if (f == "uri-reference") {
+    const std::string pchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|" + kPct + ")";
+    const std::string segment_nz_nc = "([a-zA-Z0-9_.~!$&'()*+,;=@\\-]|" + kPct + ")";
+    const std::string h16 = "[0-9A-Fa-f]{1,4}";
+    const std::string ls32 = "(" + h16 + ":" + h16 + "|(" + kOctet + "\\.){3}" + kOctet + ")";
+    auto before = [&](int n) { return "((" + h16 + ":){0," + std::to_string(n) + "}" + h16 + ")?"; };
+    const std::string ipv6 = "((" + h16 + ":){6}" + ls32 + "|::(" + h16 + ":){5}" + ls32 + "|" + before(0) + "::(" +
+                             h16 + ":){4}" + ls32 + "|" + before(1) + "::(" + h16 + ":){3}" + ls32 + "|" + before(2) +
+                             "::(" + h16 + ":){2}" + ls32 + "|" + before(3) + "::" + h16 + ":" + ls32 + "|" +
+                             before(4) + "::" + ls32 + "|" + before(5) + "::" + h16 + "|" + before(6) + "::)";
+    const std::string host = "(\\[(" + ipv6 +
+                             "|v[0-9A-Fa-f]+\\.[a-zA-Z0-9_.~!$&'()*+,;=:\\-]+)\\]|([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" +
+                             kPct + ")*)";
+    const std::string authority = "(([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + kPct + ")*@)?" + host + "(:[0-9]*)?";
+    const std::string abempty = "//" + authority + "(/" + pchar + "*)*";
+    const std::string absolute = "/(" + pchar + "+(/" + pchar + "*)*)?";
+    const std::string query = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|" + kPct + ")*";
+    return "([a-zA-Z][a-zA-Z0-9+.\\-]*:(" + abempty + "|" + absolute + "|" + pchar + "+(/" + pchar + "*)*)?|(" +
+           abempty + "|" + absolute + "|" + segment_nz_nc + "+(/" + pchar + "*)*)?)(\\?" + query + ")?(#" + query +
+           ")?";
+  }
   return "";
 }
 
-std::string supported_formats() { return "date, time, date-time, uuid, email, ipv4, uri, hostname"; }
+std::string supported_formats() {
+  return "date, time, date-time, uuid, email, ipv4, uri, uri-reference, hostname, duration";
+}
 
 }  // namespace brioche::grammar

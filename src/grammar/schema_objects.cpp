@@ -15,6 +15,15 @@ namespace {
 // the set of patterns they match, one kind of key per set (2^n).
 constexpr size_t kMaxKeyPatterns = 4;
 
+// true, or an object of annotations only: any value.
+bool any_value(const Json& s) {
+  if (s.is_boolean()) return s.get<bool>();
+  if (!s.is_object()) return false;
+  for (auto& [k, v] : s.items())
+    if (!is_annotation(k)) return false;
+  return true;
+}
+
 }  // namespace
 
 std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr, const std::string& hint) {
@@ -42,10 +51,16 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     }
     return value;
   };
+  // propertyNames beside declared keys: they must satisfy it too.
+  std::optional<KeyNames> names;
+  if (s.contains("propertyNames") && patterns.empty() &&
+      ((s.contains("properties") && s["properties"].is_object() && !s["properties"].empty()) || !required.empty()))
+    names = key_names(s, ptr);
   std::vector<std::string> forbidden;  // `properties: {k: false}`: k may not appear (nor as an additional key)
   if (s.contains("properties")) {
     for (auto& [k, v] : s["properties"].items()) {
-      const Json value = v == Json(false) ? v : with_patterns(v, k);
+      const bool named = !names || key_name_admitted(*names, k, ptr);
+      const Json value = v == Json(false) || !named ? Json(false) : with_patterns(v, k);
       if (value == Json(false)) {
         if (required.count(k))
           unsupported("required", ptr, "'" + k + "' is required and its schema is false: the schema matches nothing");
@@ -64,6 +79,8 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     bool found = false;
     for (auto& p : props) found |= p.first == r;
     if (found) continue;
+    if (names && !key_name_admitted(*names, r, ptr))
+      unsupported("required", ptr, "'" + r + "' is required and propertyNames refuses it: the schema matches nothing");
     if (std::any_of(patterns.begin(), patterns.end(),
                     [&](const KeyPattern& kp) { return regex_dfa_accepts(kp.keys, r); })) {
       const Json value = with_patterns(Json(true), r);
@@ -116,17 +133,25 @@ std::string SchemaConverter::visit_object(const Json& s, const std::string& ptr,
     std::vector<std::string> names = forbidden;
     for (auto& p : props) names.push_back(p.first);
     pattern_kv = pattern_members(patterns, names, additional, ptr, hint);
+  } else if (names) {
+    // Added keys: the names' language without the declared ones; their
+    // value as additionalProperties says (absent: any, or none when strict).
+    std::vector<std::string> declared = forbidden;
+    for (auto& p : props) declared.push_back(p.first);
+    addl_key = key_names_except(*names, declared, ptr, hint + "_name");
+    const Json a = s.contains("additionalProperties") ? s["additionalProperties"] : Json(!opt_.strict);
+    if (addl_key.empty() || a == Json(false))
+      addl.clear();
+    else
+      addl = any_value(a) ? basic("json_value") : visit(a, pointer_child(ptr, "additionalProperties"), hint + "_addl");
   } else if (s.contains("propertyNames")) {
     const std::string pn_ptr = pointer_child(ptr, "propertyNames");
-    if (has_props || !forbidden.empty() || !required.empty())
-      unsupported("propertyNames", ptr,
-                  "combined with properties/required: declared keys are not checked against propertyNames");
-    Json names = s["propertyNames"];
-    if (!names.is_object()) unsupported("propertyNames", ptr, "expected a schema object");
-    if (!names.contains("type")) names["type"] = "string";
-    if (names["type"] != "string")
+    Json name_schema = s["propertyNames"];
+    if (!name_schema.is_object()) unsupported("propertyNames", ptr, "expected a schema object");
+    if (!name_schema.contains("type")) name_schema["type"] = "string";
+    if (name_schema["type"] != "string")
       unsupported("propertyNames", pn_ptr, "property names are strings: expected type string");
-    addl_key = visit(names, pn_ptr, hint + "_name");
+    addl_key = visit(name_schema, pn_ptr, hint + "_name");
     if (s.contains("additionalProperties")) {
       const Json& a = s["additionalProperties"];
       if (a.is_boolean())
@@ -272,19 +297,6 @@ std::vector<SchemaConverter::KeyPattern> SchemaConverter::key_patterns(const Jso
   }
   return out;
 }
-
-namespace {
-
-// true, or an object of annotations only: any value.
-bool any_value(const Json& s) {
-  if (s.is_boolean()) return s.get<bool>();
-  if (!s.is_object()) return false;
-  for (auto& [k, v] : s.items())
-    if (!is_annotation(k)) return false;
-  return true;
-}
-
-}  // namespace
 
 Json SchemaConverter::both_schemas(const Json& a, const Json& b, const std::string& keyword, const std::string& ptr,
                                    const std::string& what) {

@@ -1,6 +1,7 @@
 // JSON Schema strings: pattern (a search), format, minLength/maxLength.
 
 #include <algorithm>
+#include <initializer_list>
 
 #include "grammar/regex_dfa.h"
 #include "grammar/regex_scan.h"
@@ -30,6 +31,21 @@ bool format_is_defined(const std::string& f) {
 }
 
 }  // namespace
+
+// Formats later drafts added: uri-reference (draft 6), duration and uuid
+// (2019-09). Under a root that names an earlier draft they are unknown
+// formats, which validators leave unchecked (jsonschema's format checker
+// is per draft). uuid stays written: any uuid is valid there too.
+bool SchemaConverter::format_in_draft(const std::string& f) const {
+  if (!root_.is_object() || !root_.contains("$schema") || !root_["$schema"].is_string()) return true;
+  const std::string uri = root_["$schema"].get<std::string>();
+  auto names = [&](std::initializer_list<const char*> drafts) {
+    return std::any_of(drafts.begin(), drafts.end(), [&](const char* d) { return uri.find(d) != std::string::npos; });
+  };
+  if (f == "duration") return !names({"draft-03", "draft-04", "draft-06", "draft-07"});
+  if (f == "uri-reference") return !names({"draft-03", "draft-04"});
+  return true;
+}
 
 // pattern + minLength/maxLength, two ways, both exact. The cheap one, when
 // the pattern is a sequence of one-character atoms (a class, an escape like
@@ -356,8 +372,9 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
   // double; Kubernetes' int-or-string; private ones) asserts nothing:
   // validators ignore it, and so does the grammar. A defined format the
   // grammar does not write is refused, not ignored: validators check it.
-  if (s.contains("format") && s["format"].is_string() && !format_is_defined(s["format"].get<std::string>()) &&
-      format_ebnf(s["format"].get<std::string>()).empty()) {
+  if (s.contains("format") && s["format"].is_string() &&
+      (!format_in_draft(s["format"].get<std::string>()) ||
+       (!format_is_defined(s["format"].get<std::string>()) && format_ebnf(s["format"].get<std::string>()).empty()))) {
     Json rest = s;
     rest.erase("format");
     return visit_string(rest, ptr, hint);

@@ -1,0 +1,103 @@
+// The formats uri-reference and duration, and propertyNames beside declared
+// properties: the grammar accepts exactly what `jsonschema` (its format
+// checker with rfc3986-validator/rfc3987 and isoduration loaded) validates
+// (tests/grammar/golden/formats_and_names.json from
+// tools/oracle/formats_and_names_goldens.py), and its masks match the
+// matcher token by token.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "grammar/compiler.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "mask_check.h"
+
+namespace brioche::grammar {
+namespace {
+
+using testing_masks::mask_mismatches;
+using testing_masks::single_bytes;
+using testing_masks::small_alphabet;
+
+const nlohmann::ordered_json& golden() {
+  static const nlohmann::ordered_json g = testing_masks::golden_file("formats_and_names.json");
+  return g;
+}
+
+const SchemaOptions kCompact{.any_whitespace = false, .strict = false};
+
+std::string error_of(const nlohmann::ordered_json& schema) {
+  try {
+    (void)Grammar::from_json_schema(schema, kCompact);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(FormatsAndNames, AcceptsExactlyWhatJsonschemaValidates) {
+  int checked = 0, valid = 0;
+  for (const auto& vocab : {single_bytes(), small_alphabet()}) {
+    for (const auto& c : golden()["cases"]) {
+      const std::string name = c["name"].get<std::string>();
+      auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), vocab);
+      for (const auto& cand : c["candidates"]) {
+        const std::string text = cand["text"].get<std::string>();
+        EXPECT_EQ(testing_masks::accepts_document(compiled, text), cand["valid"].get<bool>())
+            << name << ": jsonschema says " << (cand["valid"].get<bool>() ? "valid" : "invalid") << " for " << text;
+        ++checked;
+        valid += cand["valid"].get<bool>();
+      }
+    }
+  }
+  EXPECT_GE(checked, 3000);
+  EXPECT_GE(valid, 600);
+}
+
+TEST(FormatsAndNames, MasksMatchTheMatcher) {
+  int walks = 0;
+  for (const auto& c : golden()["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), small_alphabet());
+    uint64_t seed = 5;
+    size_t i = 0;
+    for (const auto& cand : c["candidates"]) {
+      if (i++ % 8 != 0 || !cand["valid"].get<bool>()) continue;
+      const std::string text = cand["text"].get<std::string>();
+      EXPECT_EQ(mask_mismatches(compiled, text.substr(0, text.size() / 2), 6, seed++, name), 0);
+      ++walks;
+    }
+  }
+  EXPECT_GE(walks, 30);
+}
+
+TEST(FormatsAndNames, RefusalsNameTheKeyword) {
+  // Neither format has a regular form beside a pattern, nor a fixed length.
+  EXPECT_NE(error_of({{"type", "string"}, {"format", "duration"}, {"pattern", "^P"}})
+                .find("unsupported 'pattern' at #: beside format 'duration'"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"type", "string"}, {"format", "uri-reference"}, {"maxLength", 20}})
+                .find("unsupported 'maxLength' at #: format 'uri-reference' combined with minLength/maxLength"),
+            std::string::npos);
+  // A required key the names refuse: nothing is valid.
+  EXPECT_NE(error_of({{"type", "object"}, {"required", {"b"}}, {"propertyNames", {{"pattern", "^a"}}}})
+                .find("unsupported 'required' at #: 'b' is required and propertyNames refuses it"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"type", "object"},
+                      {"properties", {{"b", {{"type", "string"}}}}},
+                      {"required", {"b"}},
+                      {"propertyNames", {{"enum", {"a"}}}}})
+                .find("unsupported 'required' at #: 'b' is required and its schema is false"),
+            std::string::npos);
+  // Names read only as a language of keys.
+  EXPECT_NE(error_of({{"type", "object"},
+                      {"properties", {{"a", {{"type", "string"}}}}},
+                      {"propertyNames", {{"anyOf", {{{"pattern", "^a"}}, {{"pattern", "^b"}}}}}}})
+                .find("unsupported 'propertyNames' at #/propertyNames: 'anyOf' beside declared properties"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace brioche::grammar

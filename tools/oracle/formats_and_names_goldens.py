@@ -1,0 +1,205 @@
+"""Goldens for the formats `uri-reference` and `duration` and for
+`propertyNames` beside `properties`/`required`.
+
+Each candidate is judged by `jsonschema` with its format checker. That
+checker tests uri-reference only with rfc3987 or rfc3986-validator
+installed, and duration only with isoduration (which needs arrow); without
+them both formats pass every string. This script installs them into a
+scratch folder (FORMAT_CHECKERS, default /tmp/format_checkers; pip
+--no-deps, pinned) and puts it on sys.path, so the verdicts are those of a
+judge that checks the formats. uri-reference candidates are also put to
+both rfc3987 and rfc3986-validator directly: the script stops if the two
+disagree on one (the grammar writes their common language). Left out:
+  - strings ending in a newline (both validators' regexes end in Python's
+    `$`, which also matches before a final newline; the grammar does not
+    write such a string);
+  - durations on which the checker raises instead of answering (an
+    exponent past Decimal's range: decimal.Overflow, which jsonschema does
+    not catch).
+tests/grammar/formats_and_names_test.cpp checks that the grammar accepts
+exactly the valid ones and that its masks are exact.
+
+  python3 tools/oracle/formats_and_names_goldens.py   # writes tests/grammar/golden/formats_and_names.json
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+
+CHECKERS = os.environ.get("FORMAT_CHECKERS", "/tmp/format_checkers")
+PINS = ["isoduration==20.11.0", "arrow==1.4.0", "rfc3986-validator==0.1.1", "rfc3987==1.3.8"]
+if not os.path.isdir(os.path.join(CHECKERS, "isoduration")):
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--break-system-packages", "--no-deps",
+                    "--target", CHECKERS] + PINS, check=True)
+sys.path.insert(0, CHECKERS)
+
+import jsonschema  # noqa: E402
+import rfc3986_validator  # noqa: E402
+import rfc3987  # noqa: E402
+
+import judged_goldens  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OUT = os.path.join(ROOT, "tests", "grammar", "golden", "formats_and_names.json")
+CASES = []
+D2020 = "https://json-schema.org/draft/2020-12/schema"
+assert "duration" in jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers, "isoduration did not load"
+assert "uri-reference" in jsonschema.Draft7Validator.FORMAT_CHECKER.checkers, "no uri-reference checker"
+
+
+def verdict(validator, doc):
+    try:
+        return validator.is_valid(doc)
+    except ArithmeticError:  # decimal.Overflow inside isoduration: no answer
+        return None
+
+
+def strings_in(doc):
+    if isinstance(doc, str):
+        yield doc
+    elif isinstance(doc, dict):
+        for k, v in doc.items():
+            yield k
+            yield from strings_in(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from strings_in(v)
+
+
+def case(name, schema, docs):
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    v = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    out, seen = [], set()
+    for d in docs:
+        text = json.dumps(d, ensure_ascii=False)
+        if text in seen or any(s.endswith("\n") for s in strings_in(d)):
+            continue
+        ok = verdict(v, d)
+        if ok is None:
+            continue
+        seen.add(text)
+        out.append({"text": text, "valid": ok})
+    assert any(c["valid"] for c in out) and any(not c["valid"] for c in out), name
+    CASES.append({"name": name, "schema": schema, "candidates": out})
+
+
+rng = random.Random(20261207)
+
+
+def random_strings(alphabet, n, lo, hi, prefix=""):
+    return [prefix + "".join(rng.choice(alphabet) for _ in range(rng.randint(lo, hi))) for _ in range(n)]
+
+
+# ---- duration ---------------------------------------------------------------
+
+DURATIONS = ["P1D", "P1Y", "P1M", "P1W", "PT1H", "PT1M", "PT1S", "P1Y2M3DT4H5M6S", "P1Y2M3D", "PT4H5M6S", "P0Y1W",
+             "P0.0Y0M0D2W", "P-0Y1W", "P1Y1W", "P1D1W", "P1D2T1H", "P1,5T1H", "P1T1H", "PT", "P", "", "P1DT",
+             "PT1H2", "P1D2", "P2020-01-01T00:00:00", "P1e2D", "P1E+2D", "P1e-3D", "-P1D", "+P1D", "P1,5D", "P.5D",
+             "P5.D", "P.D", "P,D", "P1.5.5D", "P1e2e3D", "P+-1D", "PT1.5S", "PT1,5H30M", "P1M1Y", "P1DT1S1M",
+             "PT1H1H", "P1Y2M3D4W", "PPT1H", "P1d", "p1D", "P1Dx", "xP1D", "P 1D", "P1D ", "P1DT1HT1M", "PT1D",
+             "P1WT1H", "P0DT0S", "P00Y00M00D1W", "P1Y.T1H", "P1Y,T1H", "P1YeT1H", "P,T1H", "P.T1H", "P1.T1H",
+             "P1,T1H", "P+,-T1H", "P-1,5T1S", "P1e99999D", "P12345678901234567890123456789012345D", "PT0S",
+             "P1Y2M", "P3W", "PT36H", "P0.5Y", "P1YT", "P-1D", "--P1D", "-PT1M", "P1Y1M1D1W", "P0Y0M1W", "P0M1W",
+             "P1M0W", "P0.000e5Y1W", "P.0Y1W", "P0.Y1W", "P0,Y1W"]
+DURATIONS += random_strings("PTYMDWHS0123.,e+-", 500, 1, 9, prefix="P")
+DURATIONS += random_strings("PTYMDWHS0123.,eE+-x", 200, 1, 10)
+case("duration", {"$schema": D2020, "type": "string", "format": "duration"}, DURATIONS)
+case("duration_in_an_object", {"$schema": D2020, "type": "object", "properties": {
+    "timeout": {"type": "string", "format": "duration"}, "n": {"type": "integer"}}, "required": ["timeout"]},
+    [{"timeout": d} for d in DURATIONS[:80]] + [{"timeout": "PT5M", "n": 3}, {"n": 3}, {"timeout": 5}])
+# Draft 7 does not define duration: jsonschema leaves it unchecked there.
+case("duration_under_draft_07", {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+                                 "properties": {"t": {"type": "string", "format": "duration"}},
+                                 "additionalProperties": False},
+     [{"t": d} for d in DURATIONS[:40]] + [{"t": 5}, {"u": "P1D"}])
+
+# ---- uri-reference ------------------------------------------------------------
+
+URI_REFS = ["", "a", ".yaml", "../a/b?c#d", "/abs/path", "//host", "//host:80/p", "//user:pw@host/p", "http://x",
+            "https://example.com/a?b=c#d", "mailto:a@b", "a:b", "a:b:c", "1a:b", "+a:b", "a+b.c-d:e", ":a", "a b",
+            "a%20b", "a%2", "a%zz", "%", "?q", "#f", "#f#g", "a#b?c", "[::1]", "//[::1]/", "//[::1]:8080",
+            "//[v1.x]", "//[v1.]", "//[1:2:3:4:5:6:7:8]", "//[1:2:3:4:5:6:7:8:9]", "//[1::8]", "//[::]",
+            "//[::ffff:1.2.3.4]", "//[::ffff:01.002.3.4]", "//[::ffff:256.1.1.1]", "//[1:2:3:4:5:6:1.2.3.4]",
+            "//[1:2:3:4:5:6:7::]", "//[1:2:3:4:5:6::7]", "//[1::2::3]", "//[:::]", "//[12345::]", "//[g::]",
+            "//host[1]", "http://[::1]x", "a/b:c", "./a:b", "a@b", "@", "//@", "//a@b@c", "x://a:b:c",
+            "http://a:8x", "http://a:", "http:", "http:/", "http:///", "é", "a\"b", "a\\b", "a<b>", "a{b}",
+            "a|b", "a^b", "a`b", "a b#c", "http://ex ample.com", "urn:isbn:0451450523", "tel:+1-816-555-1212",
+            "file:///etc/hosts", "data:text/plain;base64,SGVsbG8=", "a?b?c/d", "a#b/c?d", "~user", "!$&'()*+,;=",
+            "-._~", "//host/%41", "v1.x", "//v1.x", "HTTP://EXAMPLE.COM"]
+URI_ALPHABET = "ab:/?#[]@!$&'()*+,;=-._~%0F1 \"<é\\v"
+URI_REFS += random_strings(URI_ALPHABET, 400, 0, 10)
+URI_REFS += random_strings("0123456789abcdefABCDEF:.[]/", 200, 1, 16, prefix="//[")
+for s in URI_REFS:
+    a = bool(rfc3986_validator.validate_rfc3986(s, rule="URI_reference"))
+    try:
+        rfc3987.parse(s, rule="URI_reference")
+        b = True
+    except ValueError:
+        b = False
+    assert a == b, f"rfc3986-validator and rfc3987 disagree on {s!r}: {a} vs {b}"
+case("uri_reference", {"type": "string", "format": "uri-reference"}, URI_REFS)
+case("uri_reference_in_an_array", {"type": "array", "items": {"type": "string", "format": "uri-reference"}},
+     [[s] for s in URI_REFS[:60]] + [[], ["a", "b c"], ["a", "//h/p"]])
+# GitLab's includes: a uri-reference the pattern finds a match in (the format's DFA times the pattern's).
+YAML_REFS = [s + suffix for s in URI_REFS[:120] for suffix in ("", ".yml", "/a.yaml")] + [
+    "a b.yml", ".yml", "x.yaml#f", "x.yml?q", "//[::1]/a.yml", "//[::1/a.yml", "é.yml", "%zz.yml", "a.yml\n"]
+case("uri_reference_beside_a_pattern", {"type": "string", "format": "uri-reference", "pattern": "\\.ya?ml$"},
+     YAML_REFS)
+# Draft 4 does not define uri-reference: unchecked there.
+case("uri_reference_under_draft_04", {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+                                      "properties": {"u": {"type": "string", "format": "uri-reference"}},
+                                      "additionalProperties": False},
+     [{"u": s} for s in URI_REFS[:40]] + [{"u": 1}, {"v": "a"}])
+
+# ---- propertyNames beside properties / required ----------------------------------
+
+NAME_VALUES = [1, "s", None, {}]
+NAME_KEYS = ["version", "build", "Build", "b-1", "", "a b", "when", "unless", "run", "x/y", "é", "a\"b", "1a",
+             "a" * 12, "deploy_2", "-"]
+
+
+def keyed(keys, rng, base=None, n=60):
+    docs = [{}] + [dict(base or {}, **{k: v}) for k in keys for v in NAME_VALUES]
+    for _ in range(n):
+        d = dict(base or {})
+        for k in rng.sample(keys, rng.randint(1, 3)):
+            d[k] = rng.choice(NAME_VALUES)
+        docs.append(d)
+    return docs
+
+
+def declared_first(docs, declared):
+    """Members in the grammar's order: declared keys in declaration order, then the others."""
+    return [{k: d[k] for k in sorted(d, key=lambda k: declared.index(k) if k in declared else len(declared))}
+            for d in docs]
+
+
+# CircleCI's workflows: a declared key beside keys of any non-empty name.
+WORKFLOWS = {"type": "object", "properties": {"version": {"type": ["number", "string"]}},
+             "propertyNames": {"pattern": ".+"}, "additionalProperties": {"type": "object"}}
+case("names_any_nonempty_beside_a_declared_key", WORKFLOWS,
+     declared_first(keyed(NAME_KEYS, rng) + [{"version": 2, "w": {}}, {"w": {}, "": {}}, {"version": "x", "": {}}]
+                    + [{"build": {"jobs": []}}, {"version": 2.1, "build": {}, "deploy": {}}], ["version"]))
+# CircleCI's steps: one key of a pattern, never when/unless, some declared.
+STEP = {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z\\d/_-]*$", "not": {"pattern": "^(when|unless)$"}},
+        "minProperties": 1, "maxProperties": 1,
+        "properties": {"run": {"type": "string"}, "when": {"type": "string"}, "Save": {"type": "string"}}}
+case("names_pattern_and_not_pattern_beside_declared_keys", STEP,
+     declared_first(keyed(NAME_KEYS + ["Save", "save", "x-y_z/1", "whenever"], rng), ["run", "when", "Save"]))
+# Declared keys the names refuse, a required one the names admit, an enum of names.
+ENUM_NAMES = {"type": "object", "properties": {"a": {"type": "integer"}, "zz": {"type": "string"}},
+              "required": ["a"], "propertyNames": {"enum": ["a", "b", "c"]}}
+case("names_enum_beside_declared_keys", ENUM_NAMES,
+     declared_first(keyed(["a", "b", "c", "d", "zz"], rng, base={"a": 1}) + [{"b": 1}], ["a", "zz"]))
+LENGTHS = {"type": "object", "properties": {"id": {"type": "string"}, "identifier": {"type": "string"}},
+           "propertyNames": {"maxLength": 3, "minLength": 2}, "additionalProperties": {"type": "integer"}}
+case("names_length_bounds_beside_declared_keys", LENGTHS,
+     declared_first(keyed(["id", "identifier", "ab", "abc", "abcd", "a", "é1", "ééé", "éééé"], rng),
+                    ["id", "identifier"]))
+REQUIRED_UNDECLARED = {"type": "object", "required": ["x-a"], "propertyNames": {"pattern": "^x-"},
+                       "additionalProperties": {"type": "integer"}}
+case("names_pattern_beside_a_required_key", REQUIRED_UNDECLARED,
+     declared_first(keyed(["x-a", "x-b", "y", "X-a", "x-"], rng, base={"x-a": 1}) + [{"y": 1}], ["x-a"]))
+
+judged_goldens.write(OUT, "tools/oracle/formats_and_names_goldens.py", CASES, ensure_ascii=False)
