@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@
 #include "formats/safetensors.h"
 #include "ops/device.h"
 #include "ops/quantize.h"
+#include "ops/scaled_add.h"
 #include "train/lora_tensors.h"
 
 namespace brioche::train {
@@ -30,12 +32,43 @@ namespace {
 constexpr const char* kLayers = "base_model.model.model.layers.";
 constexpr const char* kLanguageModelLayers = "base_model.model.model.language_model.layers.";
 
-std::string tensor_name(int layer, Module m, const char* ab, const char* layers = kLayers) {
-  return layers + std::to_string(layer) + "." + std::string(module_parent(m)) + "." + std::string(module_name(m)) +
-         "." + ab + ".weight";
+// Where peft finds module m inside a decoder layer of this model: Qwen 3.5 MoE's gate/up/down are the shared
+// expert's; the experts' 3-D parameters are wrapped on their module (Gemma 4: layers.N.experts, Qwen 3.5:
+// layers.N.mlp.experts).
+std::string module_path(const model::ModelConfig& c, Module m) {
+  const std::string name(module_name(m));
+  switch (m) {
+    case Module::Gate:
+    case Module::Up:
+    case Module::Down: return (c.architecture == "qwen3_5_moe" ? "mlp.shared_expert." : "mlp.") + name;
+    case Module::SharedExpertGate: return "mlp." + name;
+    case Module::ExpertGateUp:
+    case Module::ExpertDown: return c.architecture == "gemma4" ? "experts" : "mlp.experts";
+    default: return std::string(module_parent(m)) + "." + name;
+  }
+}
+
+// peft nests one ParamWrapper per targeted parameter of a module, in the order the module registers them:
+// with both expert parameters targeted, gate_up_proj's wrapper is the inner one (experts.base_layer.lora_A)
+// and down_proj's the outer (experts.lora_A); with one, it is experts.lora_A.
+struct ExpertNesting {
+  bool both = false;
+};
+
+std::string tensor_name(const model::ModelConfig& c, int layer, Module m, const char* ab, const char* layers,
+                        ExpertNesting nesting = {}) {
+  const bool inner = m == Module::ExpertGateUp && nesting.both;
+  return layers + std::to_string(layer) + "." + module_path(c, m) + (inner ? ".base_layer." : ".") + ab + ".weight";
 }
 
 }  // namespace
+
+std::string peft_tensor_name(const model::ModelConfig& config, const LoraAdapter& adapter, int layer, Module m,
+                             const char* ab, bool language_model) {
+  const ExpertNesting nesting{.both = adapter.factors(layer, Module::ExpertGateUp) &&
+                                      adapter.factors(layer, Module::ExpertDown)};
+  return tensor_name(config, layer, m, ab, language_model ? kLanguageModelLayers : kLayers, nesting);
+}
 
 namespace {
 bool permuted_qk(bool from_gguf, const model::ModelConfig& c) {
@@ -97,13 +130,16 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Mod
   const char* prefix = info.language_model ? kLanguageModelLayers : kLayers;
   formats::SafetensorsWriter writer;
   std::map<int, bool> layers;
-  std::vector<std::string> targets;
+  std::vector<std::string> targets, parameters;  // peft's target_modules and target_parameters
   for (auto& e : adapter.entries()) {
     layers[e.layer] = true;
     const std::string name(module_name(e.module));
-    if (std::find(targets.begin(), targets.end(), name) == targets.end()) targets.push_back(name);
-    writer.add(tensor_name(e.layer, e.module, "lora_A", prefix), e.factors->a);
-    writer.add(tensor_name(e.layer, e.module, "lora_B", prefix),
+    std::vector<std::string>& list = is_expert_module(e.module) ? parameters : targets;
+    if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
+    const ExpertNesting nesting{.both = adapter.factors(e.layer, Module::ExpertGateUp) &&
+                                        adapter.factors(e.layer, Module::ExpertDown)};
+    writer.add(tensor_name(config, e.layer, e.module, "lora_A", prefix, nesting), e.factors->a);
+    writer.add(tensor_name(config, e.layer, e.module, "lora_B", prefix, nesting),
                permute && permuted_module(e.module) ? reorder_rows(e.factors->b, config.head_dim, true) : e.factors->b);
   }
   writer.set_metadata({{"format", "pt"}, {"producer", "brioche"}});
@@ -131,11 +167,15 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Mod
       indices.clear();
       for (auto [l, _] : layers) indices += (indices.empty() ? "" : "|") + std::to_string(l);
     }
-    cfg["target_modules"] =
-        R"(.*language_model\.layers\.()" + indices + R"()\.(self_attn|mlp|linear_attn)\.()" + modules + ")";
+    cfg["target_modules"] = targets.empty()
+                                ? nlohmann::ordered_json(nullptr)
+                                : nlohmann::ordered_json(R"(.*language_model\.layers\.()" + indices +
+                                                         R"()\.(self_attn|mlp|linear_attn)\.()" + modules + ")");
   } else {
-    cfg["target_modules"] = targets;
+    cfg["target_modules"] = targets.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(targets);
   }
+  // The experts' 3-D parameters (peft's ParamWrapper); peft matches them by suffix in every layer it adapts.
+  if (!parameters.empty()) cfg["target_parameters"] = parameters;
   cfg["bias"] = "none";
   cfg["fan_in_fan_out"] = false;
   cfg["inference_mode"] = true;
@@ -154,6 +194,35 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Mod
   BRIOCHE_CHECK(out.good(), "cannot write ", dir, "/adapter_config.json");
   out << cfg.dump(2) << "\n";
 }
+
+namespace {
+
+struct ExpertTargets {
+  bool gate_up = false, down = false;
+};
+
+// peft's target_parameters: the experts' 3-D parameters ("experts.gate_up_proj", "experts.down_proj", or any
+// name ending so); anything else is refused.
+ExpertTargets read_expert_targets(const nlohmann::json& cfg, const std::string& config_path) {
+  ExpertTargets t;
+  if (!cfg.contains("target_parameters") || cfg["target_parameters"].is_null()) return t;
+  const nlohmann::json& list = cfg["target_parameters"];
+  BRIOCHE_CHECK(list.is_array(), config_path, ": expected a list for \"target_parameters\", found ", list.dump());
+  for (const nlohmann::json& p : list) {
+    const std::string name = p.is_string() ? p.get<std::string>() : p.dump();
+    if (name == "gate_up_proj" || name.ends_with(".gate_up_proj")) {
+      t.gate_up = true;
+    } else if (name == "down_proj" || name.ends_with("experts.down_proj")) {
+      t.down = true;
+    } else {
+      BRIOCHE_CHECK(false, config_path, ": target_parameters entry '", name,
+                    "' is not supported (brioche adapts the MoE experts' experts.gate_up_proj and experts.down_proj)");
+    }
+  }
+  return t;
+}
+
+}  // namespace
 
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& ck) {
   return load_adapter(dir, ck.config, has_permuted_qk(ck));
@@ -197,16 +266,27 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
   const char* prefix = kLayers;
   for (const auto& t : file->tensors())
     if (t.name.starts_with(kLanguageModelLayers)) prefix = kLanguageModelLayers;
+  // Which expert parameters peft wrapped decides which of them experts.lora_A names (ExpertNesting).
+  const ExpertTargets expert_targets = read_expert_targets(cfg, config_path);
+  const ExpertNesting nesting{.both = expert_targets.gate_up && expert_targets.down};
   std::vector<LoraAdapter::Site> sites;
+  std::set<std::string> known;  // every tensor name a site reads
   for (int l = 0; l < config.n_layers; ++l) {
     for (int m = 0; m < kNumModules; ++m) {
-      const bool has_a = file->has(tensor_name(l, Module(m), "lora_A", prefix));
-      const bool has_b = file->has(tensor_name(l, Module(m), "lora_B", prefix));
-      BRIOCHE_CHECK(has_a == has_b, st_path, ": ", tensor_name(l, Module(m), has_a ? "lora_B" : "lora_A", prefix),
-                    " is missing");
-      if (has_a) sites.push_back({l, Module(m)});
+      if (Module(m) == Module::ExpertGateUp && !expert_targets.gate_up) continue;
+      if (Module(m) == Module::ExpertDown && !expert_targets.down) continue;
+      const std::string a_name = tensor_name(config, l, Module(m), "lora_A", prefix, nesting);
+      const std::string b_name = tensor_name(config, l, Module(m), "lora_B", prefix, nesting);
+      const bool has_a = file->has(a_name), has_b = file->has(b_name);
+      BRIOCHE_CHECK(has_a == has_b, st_path, ": ", has_a ? b_name : a_name, " is missing");
+      if (has_a) sites.push_back({l, Module(m)}), known.insert(a_name), known.insert(b_name);
     }
   }
+  for (const auto& t : file->tensors())
+    BRIOCHE_CHECK(known.count(t.name) != 0 || t.name.find(".lora_") == std::string::npos, st_path, ": tensor '", t.name,
+                  "' is no LoRA factor of a projection brioche adapts on this ", config.architecture,
+                  " model (expected <layers>.N.<module path>.lora_A/lora_B.weight; the experts' as "
+                  "target_parameters lists them)");
   BRIOCHE_CHECK(!sites.empty(), st_path,
                 ": no LoRA tensors named base_model.model.model.layers.N.<self_attn|mlp|linear_attn>.",
                 "<module>.lora_A.weight");
@@ -217,12 +297,12 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
   }
   for (const auto& s : sites)
     BRIOCHE_CHECK(!shapes || shapes(s.layer, s.module).in > 0, st_path, ": ",
-                  tensor_name(s.layer, s.module, "lora_A", prefix), " adapts a projection that layer ", s.layer,
-                  " of this model does not have");
+                  tensor_name(config, s.layer, s.module, "lora_A", prefix, nesting), " adapts a projection that layer ",
+                  s.layer, " of this model does not have");
   auto adapter = std::make_unique<LoraAdapter>(config, lora, sites, shapes);
   for (auto& e : adapter->entries()) {
     for (const char* ab : {"lora_A", "lora_B"}) {
-      const std::string name = tensor_name(e.layer, e.module, ab, prefix);
+      const std::string name = tensor_name(config, e.layer, e.module, ab, prefix, nesting);
       Tensor t = file->tensor(name);
       Tensor& dst = ab[5] == 'A' ? e.factors->a : e.factors->b;
       BRIOCHE_CHECK(t.rank() == 2 && t.dim(0) == dst.dim(0) && t.dim(1) == dst.dim(1), st_path, ": tensor '", name,
@@ -238,14 +318,28 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
 std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter, Device device) {
   // Module and Projection name the same projections in the same order.
   static_assert(int(Module::Down) == int(model::Projection::Down) &&
-                int(Module::LinearOut) == int(model::Projection::LinearOut) && kNumModules == model::kProjections &&
+                int(Module::LinearOut) == int(model::Projection::LinearOut) && kServedModules == model::kProjections &&
                 kLlamaModules == model::kBlockProjections);
+  // What the unmerged forward does not apply is refused, never dropped: the MoE experts' factors and Qwen 3.5
+  // MoE's shared expert (its gate/up/down and shared_expert_gate).
+  const bool shared_expert_mlp = adapter.model_config().architecture == "qwen3_5_moe";
+  for (int l = 0; l < adapter.n_layers(); ++l)
+    for (int m = 0; m < kNumModules; ++m) {
+      const Module mod = Module(m);
+      const bool unserved = m >= kServedModules ||
+                            (shared_expert_mlp && (mod == Module::Gate || mod == Module::Up || mod == Module::Down));
+      BRIOCHE_CHECK(
+          !unserved || !adapter.factors(l, mod), "adapter: LoRA on ",
+          m >= kServedModules ? std::string(module_name(mod)) : "the shared expert's " + std::string(module_name(mod)),
+          " (layer ", l, ") is not served unmerged (--lora, --lora-dir, /v1/load_lora_adapter); ",
+          "load it merged with --adapter DIR");
+    }
   auto served = std::make_shared<model::ServedAdapter>();
   served->rank = adapter.config().rank;
   served->layers.resize(size_t(adapter.n_layers()));
   const float s = adapter.scale();
   for (int l = 0; l < adapter.n_layers(); ++l) {
-    for (int m = 0; m < kNumModules; ++m) {
+    for (int m = 0; m < kServedModules; ++m) {
       const LoraFactors* f = adapter.factors(l, Module(m));
       if (!f) continue;
       const int64_t r = f->a.dim(0), in = f->a.dim(1), out = f->b.dim(0);
@@ -271,7 +365,7 @@ int merge_layer(const LoraAdapter& adapter, int l, const std::array<Tensor*, kNu
   int merged = 0;
   for (int m = 0; m < kNumModules; ++m) {
     const LoraFactors* f = adapter.factors(l, Module(m));
-    if (!f) continue;
+    if (!f || is_expert_module(Module(m))) continue;  // (merge_experts)
     BRIOCHE_CHECK(targets[size_t(m)] && targets[size_t(m)]->defined(), "merge: layer ", l, " has no ",
                   module_name(Module(m)), " for the adapter's factors");
     Tensor merged_w = copy_f32(*targets[size_t(m)]);  // [out, in]
@@ -295,6 +389,49 @@ int merge_layer(const LoraAdapter& adapter, int l, const std::array<Tensor*, kNu
   return merged;
 }
 
+// B_e·A_e of expert e of an expert parameter's factors (lora.h's layout), as f32 [out, in], times s.
+Tensor expert_delta(const LoraFactors& f, int64_t e, int64_t n_experts, float s) {
+  const int64_t r = f.a.dim(0) / n_experts, in = f.a.dim(1), out = f.b.dim(0);
+  Tensor delta = Tensor::zeros(DType::F32, {out, in});
+  for (int64_t o = 0; o < out; ++o) {
+    float* row = delta.row_as<float>(o);
+    const float* b = f.b.row_as<float>(o);
+    for (int64_t j = 0; j < r; ++j) {
+      const float coef = s * b[j * n_experts + e];
+      const float* a = f.a.row_as<float>(e * r + j);
+      for (int64_t i = 0; i < in; ++i) row[i] += coef * a[i];
+    }
+  }
+  return delta;
+}
+
+// w [E, out, in] (any dtype) becomes f32 W_e + s·B_e·A_e for every expert.
+void merge_expert_stack(const LoraAdapter& adapter, int l, Module m, Tensor& w) {
+  const LoraFactors& f = *adapter.factors(l, m);
+  const int64_t E = w.dim(0), out = w.dim(1), in = w.dim(2);
+  BRIOCHE_CHECK(f.a.dim(0) % E == 0 && f.b.dim(0) == out && f.a.dim(1) == in, "merge: layer ", l, " ", module_name(m),
+                " is ", w.describe(), ", the adapter's factors A ", f.a.describe(), " and B ", f.b.describe());
+  Tensor merged = Tensor::zeros(DType::F32, {E, out, in});
+  for (int64_t e = 0; e < E; ++e) {
+    Tensor dst = merged.select(e);
+    Tensor we = copy_f32(w.select(e));
+    ops::add_scaled(expert_delta(f, e, E, adapter.scale()), 1.0f, we);
+    std::memcpy(dst.data(), we.data(), we.nbytes());
+  }
+  w = merged;
+}
+
+// rows [from, from + w.rows) of delta added to w (f32 W + the rows).
+void add_rows(const Tensor& delta, int64_t from, Tensor& w) {
+  Tensor merged = copy_f32(w);
+  for (int64_t o = 0; o < merged.dim(0); ++o) {
+    float* row = merged.row_as<float>(o);
+    const float* d = delta.row_as<float>(from + o);
+    for (int64_t i = 0; i < merged.dim(1); ++i) row[i] += d[i];
+  }
+  w = merged;
+}
+
 }  // namespace
 
 int merge_adapter(model::Checkpoint& ck, const LoraAdapter& adapter) {
@@ -313,6 +450,8 @@ int merge_adapter(model::Gemma4Checkpoint& ck, const LoraAdapter& adapter) {
   for (int l = 0; l < ck.config.base.n_layers; ++l) {
     auto& w = ck.weights.layers[size_t(l)];
     merged += merge_layer(adapter, l, {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down});
+    for (auto [m, stack] : {std::pair{Module::ExpertGateUp, &w.experts_gate_up}, {Module::ExpertDown, &w.experts_down}})
+      if (adapter.factors(l, m)) merge_expert_stack(adapter, l, m, *stack), ++merged;
   }
   return merged;
 }
@@ -325,10 +464,30 @@ int merge_adapter(model::Qwen35Checkpoint& ck, const LoraAdapter& adapter) {
     model::Qwen35Layer& w = ck.layers[size_t(l)];
     model::Qwen35LinearAttention& la = w.linear;
     model::Qwen35FullAttention& fa = w.full;
-    // In Module order: q/k/v/o, gate/up/down, then the linear-attention projections.
+    // In Module order: q/k/v/o, gate/up/down (the shared expert's in the MoE model), then the
+    // linear-attention projections and the shared expert's gate.
+    model::Qwen35Mlp& mlp = ck.qwen.n_experts > 0 ? w.shared_expert : w.mlp;
     merged += merge_layer(adapter, l,
-                          {&fa.wq, &fa.wk, &fa.wv, &fa.wo, &w.mlp.gate, &w.mlp.up, &w.mlp.down, &la.in_qkv, &la.in_z,
-                           &la.in_b, &la.in_a, &la.out});
+                          {&fa.wq, &fa.wk, &fa.wv, &fa.wo, &mlp.gate, &mlp.up, &mlp.down, &la.in_qkv, &la.in_z,
+                           &la.in_b, &la.in_a, &la.out, nullptr, nullptr, &w.shared_expert_gate});
+    // The experts: peft's gate_up_proj delta [2I, hidden] is the gate rows, then the up rows.
+    const int64_t E = int64_t(w.experts.size());
+    if (const LoraFactors* f = adapter.factors(l, Module::ExpertGateUp)) {
+      for (int64_t e = 0; e < E; ++e) {
+        const Tensor delta = expert_delta(*f, e, E, adapter.scale());
+        BRIOCHE_CHECK(
+            delta.dim(0) == 2 * w.experts[size_t(e)].gate.dim(0) && delta.dim(1) == w.experts[size_t(e)].gate.dim(1),
+            "merge: layer ", l, " experts.gate_up_proj's B·A is [", delta.dim(0), ", ", delta.dim(1),
+            "], the expert's gate ", w.experts[size_t(e)].gate.describe());
+        add_rows(delta, 0, w.experts[size_t(e)].gate);
+        add_rows(delta, w.experts[size_t(e)].gate.dim(0), w.experts[size_t(e)].up);
+      }
+      ++merged;
+    }
+    if (const LoraFactors* f = adapter.factors(l, Module::ExpertDown)) {
+      for (int64_t e = 0; e < E; ++e) add_rows(expert_delta(*f, e, E, adapter.scale()), 0, w.experts[size_t(e)].down);
+      ++merged;
+    }
   }
   return merged;
 }

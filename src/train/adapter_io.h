@@ -51,6 +51,13 @@ void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::Che
 void save_adapter(const std::string& dir, LoraAdapter& adapter, const model::ModelConfig& config, bool permuted_qk,
                   const AdapterWriteInfo& info = {});
 
+// The name peft gives factor `ab` ("lora_A" or "lora_B") of (layer, m) of `adapter` on a model of `config`:
+// base_model.model.model[.language_model].layers.N.<path>.<ab>.weight, the path by the model (Qwen 3.5 MoE's
+// gate/up/down are mlp.shared_expert's; the experts' parameters are peft's nested ParamWrappers on
+// experts / mlp.experts: gate_up_proj under .base_layer when down_proj is adapted too).
+std::string peft_tensor_name(const model::ModelConfig& config, const LoraAdapter& adapter, int layer, Module m,
+                             const char* ab, bool language_model = false);
+
 // Reads a PEFT LoRA adapter (ours or peft's) for `checkpoint`, checking
 // every shape against the model. Errors name the file and the tensor.
 std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::Checkpoint& checkpoint);

@@ -16,6 +16,7 @@
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "ops/scaled_add.h"
+#include "train/expert_lora.h"
 #include "train/lora_linear.h"
 #include "train/moe_grad.h"
 
@@ -62,7 +63,10 @@ LoraShapes gemma4_lora_shapes(const model::Gemma4Config& g) {
       case Module::Gate:
       case Module::Up: return {hidden, inter};
       case Module::Down: return {inter, hidden};
-      default: break;  // no linear-attention projections
+      case Module::ExpertGateUp:  // the MoE block's [E, 2I, hidden] and [E, hidden, I]
+        return g.moe ? ModuleShape{hidden, 2 * g.moe_intermediate_size, g.n_experts} : ModuleShape{};
+      case Module::ExpertDown: return g.moe ? ModuleShape{g.moe_intermediate_size, hidden, g.n_experts} : ModuleShape{};
+      default: break;  // no linear-attention projections, no shared expert
     }
     return {};
   };
@@ -214,7 +218,7 @@ void Gemma4TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   lora_linear_forward(sd, c.act, c.m, &c.lora_u[size_t(Module::Down)]);
   if (g.moe) {
     c.dense = std::move(c.m);
-    moe_forward(layer, c);
+    moe_forward(site, c);
     Tensor dense_normed = f32(n, hidden);
     c.m = f32(n, hidden);
     ops::rms_norm(c.dense, w.post_ffn_norm_1, eps, dense_normed);
@@ -270,7 +274,7 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
     Tensor d_dense = zeros(n, hidden), d_moe = zeros(n, hidden);
     ops::rms_norm_backward(c.dense, w.post_ffn_norm_1, eps, d_m, d_dense);
     ops::rms_norm_backward(c.moe_out, w.post_ffn_norm_2, eps, d_m, d_moe);
-    moe_backward(layer, c, d_moe, dx);  // dx (d x2, which is also d x_mid's skip part) += the block's input grads
+    moe_backward(site, c, d_moe, dx);  // dx (d x2, which is also d x_mid's skip part) += the block's input grads
     d_m = std::move(d_dense);
   }
   Tensor d_act = f32(n, inter), d_up = f32(n, inter);
@@ -339,7 +343,8 @@ void Gemma4TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   c = Cache();
 }
 
-void Gemma4TrainModel::moe_forward(int layer, Cache& c) const {
+void Gemma4TrainModel::moe_forward(const LayerSites& sites, Cache& c) const {
+  const int layer = sites.layer;
   const model::Gemma4Config& g = ck_.config;
   const model::Gemma4LayerWeights& w = ck_.weights.layers[size_t(layer)];
   const int64_t n = c.x_mid.dim(0), hidden = g.base.hidden_size, I = g.moe_intermediate_size;
@@ -369,15 +374,22 @@ void Gemma4TrainModel::moe_forward(int layer, Cache& c) const {
     ops::gather_rows(c.e_in, e.rows, in);
     e.gate_up = f32(m, 2 * I), e.act = f32(m, I), e.y = f32(m, hidden);
     ops::matmul(in, w.experts_gate_up.select(id), e.gate_up);  // gate columns, then up
+    if (const ExpertLora gu = expert_site(sites, Module::ExpertGateUp, id, g.n_experts); gu.factors) {
+      e.u_gate_up = expert_lora_forward(gu, in, e.gate_up);
+      e.in = in;
+    }
     ops::gelu_tanh_mul(e.gate_up.slice(1, 0, I), e.gate_up.slice(1, I, 2 * I), e.act);
     ops::matmul(e.act, w.experts_down.select(id), e.y);
+    if (const ExpertLora dn = expert_site(sites, Module::ExpertDown, id, g.n_experts); dn.factors)
+      e.u_down = expert_lora_forward(dn, e.act, e.y);
     Tensor weighted = copy_of(e.y);
     ops::scale_rows(weighted, e.weights);
     ops::scatter_add_rows(weighted, e.rows, c.moe_out);
   }
 }
 
-void Gemma4TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_moe, Tensor& dx) const {
+void Gemma4TrainModel::moe_backward(const LayerSites& sites, Cache& c, const Tensor& d_moe, Tensor& dx) const {
+  const int layer = sites.layer;
   const model::Gemma4Config& g = ck_.config;
   const model::Gemma4LayerWeights& w = ck_.weights.layers[size_t(layer)];
   const int64_t n = d_moe.dim(0), hidden = g.base.hidden_size, I = g.moe_intermediate_size, K = g.top_k_experts;
@@ -391,9 +403,13 @@ void Gemma4TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_moe, Te
     Tensor d_y = expert_output_grad(d_moe, e.rows, e.slots, e.weights, e.y, d_weight);
     Tensor d_act = f32(m, I), d_gate_up = f32(m, 2 * I), d_in = f32(m, hidden);
     ops::matmul_input_grad(d_y, w.experts_down.select(id), d_act, ops::GradWrite::Overwrite);
+    if (const ExpertLora dn = expert_site(sites, Module::ExpertDown, id, g.n_experts); dn.factors)
+      expert_lora_backward(dn, e.act, e.u_down, d_y, d_act);
     Tensor d_gate = d_gate_up.slice(1, 0, I), d_up = d_gate_up.slice(1, I, 2 * I);
     ops::gelu_tanh_mul_backward(e.gate_up.slice(1, 0, I), e.gate_up.slice(1, I, 2 * I), d_act, d_gate, &d_up);
     ops::matmul_input_grad(d_gate_up, w.experts_gate_up.select(id), d_in, ops::GradWrite::Overwrite);
+    if (const ExpertLora gu = expert_site(sites, Module::ExpertGateUp, id, g.n_experts); gu.factors)
+      expert_lora_backward(gu, e.in, e.u_gate_up, d_gate_up, d_in);
     ops::scatter_add_rows(d_in, e.rows, d_e_in);
   }
   ops::rms_norm_backward(c.x_mid, w.pre_ffn_norm_2, eps, d_e_in, dx);
@@ -527,7 +543,9 @@ size_t Gemma4TrainModel::saved_bytes() const {
     if (c.k_lin.defined()) n += c.k.nbytes() + c.v.nbytes();  // (a KV-shared layer's k/v are its source's)
     for (const Tensor& u : c.lora_u) n += u.nbytes();
     for (const Tensor* t : {&c.dense, &c.router_logits, &c.e_in, &c.moe_out}) n += t->nbytes();
-    for (const Cache::Expert& e : c.experts) n += e.gate_up.nbytes() + e.act.nbytes() + e.y.nbytes();
+    for (const Cache::Expert& e : c.experts)
+      n +=
+          e.gate_up.nbytes() + e.act.nbytes() + e.y.nbytes() + e.in.nbytes() + e.u_gate_up.nbytes() + e.u_down.nbytes();
   }
   return n;
 }

@@ -16,8 +16,10 @@
 // so their dK/dV are added to the source layer's before its backward. The
 // per-layer inputs ple depend only on the tokens (embeddings are frozen):
 // no gradient flows into them. With the MoE block, m is
-// RMSNorm(dense m, n1) + RMSNorm(Σ_k w_k·expert_k(RMSNorm(x_mid, pre_ffn_norm_2)), n2);
-// gradients flow through the experts (frozen, not LoRA targets) and the
+// RMSNorm(dense m, n1) + RMSNorm(Σ_k w_k·expert_k(RMSNorm(x_mid, pre_ffn_norm_2)), n2),
+// expert_e(x) = (W_e,down + s·B·A)·(gelu_tanh(g) ⊙ u), [g | u] = (W_e,gate_up + s·B·A)·x
+// with LoRA per expert on experts.gate_up_proj / experts.down_proj (expert_lora.h,
+// only the rows routed to e see its factors); gradients flow through the experts and the
 // router: w = softmax over the top-k logits · per_expert_scale, so
 // dz_k = q_k·(g_k − Σ_j q_j·g_j) with q the top-k softmax, g_k = dw_k·scale.
 #pragma once
@@ -27,6 +29,7 @@
 
 #include "model/gemma4_weights.h"
 #include "train/lora.h"
+#include "train/lora_linear.h"
 #include "train/train_stack.h"
 
 namespace brioche::train {
@@ -69,7 +72,9 @@ class Gemma4TrainModel final : public TrainStack {
     struct Expert {
       std::vector<int32_t> rows, slots;  // the batch rows routed to it, their (row·top_k + k) slots
       std::vector<float> weights;
-      Tensor gate_up, act, y;  // [m, 2I], [m, I], [m, hidden] (y before the routing weight)
+      Tensor gate_up, act, y;    // [m, 2I], [m, I], [m, hidden] (y before the routing weight)
+      Tensor in;                 // [m, hidden] the routed rows of e_in (kept where gate_up_proj has LoRA)
+      Tensor u_gate_up, u_down;  // [m, r] expert LoRA's u (experts.gate_up_proj, experts.down_proj)
     };
     std::vector<Expert> experts;
     Tensor moe_out;  // [n, hidden] Σ weight·expert output
@@ -90,10 +95,12 @@ class Gemma4TrainModel final : public TrainStack {
   void layer_forward(const Pass& pass, int layer, Tensor& x, Cache& c, std::vector<Tensor>& kv_k,
                      std::vector<Tensor>& kv_v) const;
   void layer_backward(const Pass& pass, int layer, Cache& c, Tensor& dx);
-  // The MoE block's expert half from c.x_mid into c.moe_out (saving what its backward needs).
-  void moe_forward(int layer, Cache& c) const;
-  // d_moe: d loss / d moe_out; adds the router's and the experts' input gradients into dx (d x_mid).
-  void moe_backward(int layer, Cache& c, const Tensor& d_moe, Tensor& dx) const;
+  // The MoE block's expert half from c.x_mid into c.moe_out (saving what its backward needs); LoRA on the
+  // experts' gate_up_proj/down_proj where `sites` adapts them.
+  void moe_forward(const LayerSites& sites, Cache& c) const;
+  // d_moe: d loss / d moe_out; adds the router's and the experts' input gradients into dx (d x_mid) and the
+  // experts' LoRA gradients into the adapter.
+  void moe_backward(const LayerSites& sites, Cache& c, const Tensor& d_moe, Tensor& dx) const;
 
   const model::Gemma4Checkpoint& ck_;
   LoraAdapter* adapter_;

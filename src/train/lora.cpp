@@ -12,20 +12,33 @@ namespace brioche::train {
 
 namespace {
 
-constexpr std::array<std::string_view, kNumModules> kNames = {"q_proj",    "k_proj",    "v_proj",    "o_proj",
-                                                              "gate_proj", "up_proj",   "down_proj", "in_proj_qkv",
-                                                              "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"};
+constexpr std::array<std::string_view, kNumModules> kNames = {"q_proj",
+                                                              "k_proj",
+                                                              "v_proj",
+                                                              "o_proj",
+                                                              "gate_proj",
+                                                              "up_proj",
+                                                              "down_proj",
+                                                              "in_proj_qkv",
+                                                              "in_proj_z",
+                                                              "in_proj_b",
+                                                              "in_proj_a",
+                                                              "out_proj",
+                                                              "experts.gate_up_proj",
+                                                              "experts.down_proj",
+                                                              "shared_expert_gate"};
 
 }  // namespace
 
 std::string_view module_name(Module m) { return kNames[size_t(m)]; }
 
 std::string_view module_parent(Module m) {
-  if (m == Module::Gate || m == Module::Up || m == Module::Down) return "mlp";
+  if (m == Module::Gate || m == Module::Up || m == Module::Down || int(m) >= kServedModules) return "mlp";
   return int(m) >= kLlamaModules ? "linear_attn" : "self_attn";
 }
 
 std::optional<Module> parse_module(std::string_view name) {
+  if (name == "gate_up_proj") return Module::ExpertGateUp;  // the only gate_up_proj of the supported models
   for (int i = 0; i < kNumModules; ++i) {
     std::string_view full = kNames[size_t(i)];
     if (name == full || (full.ends_with("_proj") && name == full.substr(0, full.size() - 5))) return Module(i);
@@ -66,6 +79,7 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, ui
     for (Module m : lora.targets)
       if (shapes_(l, m).in > 0) sites.push_back({l, m});
   BRIOCHE_CHECK(!sites.empty(), "lora: none of the target modules exists in the adapted layers");
+  check_expert_dropout(sites, lora.dropout);
   allocate(c, sites);
   first_layer_ = n - adapted;
   // A drawn in (layer, target order) so a seed gives the same factors as before the flat storage.
@@ -96,6 +110,14 @@ LoraAdapter::LoraAdapter(const model::ModelConfig& c, const LoraConfig& lora, co
   allocate(c, sites);
 }
 
+void LoraAdapter::check_expert_dropout(const std::vector<Site>& sites, float p) const {
+  if (p == 0.0f) return;
+  for (const Site& s : sites)
+    BRIOCHE_CHECK(!is_expert_module(s.module), "lora: dropout ", p, " with LoRA on ", module_name(s.module),
+                  ": peft's ParamWrapper (the experts' 3-D parameters) refuses lora_dropout != 0; set lora_dropout 0 ",
+                  "or leave the experts out of target_modules");
+}
+
 void LoraAdapter::allocate(const model::ModelConfig& c, const std::vector<Site>& sites) {
   model_config_ = c;
   layers_.clear();
@@ -110,8 +132,8 @@ void LoraAdapter::allocate(const model::ModelConfig& c, const std::vector<Site>&
   int64_t n_a = 0, n_b = 0;
   for (auto& e : entries()) {
     const auto shape = shapes_(e.layer, e.module);
-    n_a += config_.rank * shape.in;
-    n_b += shape.out * config_.rank;
+    n_a += config_.rank * shape.experts * shape.in;
+    n_b += shape.out * config_.rank * shape.experts;
   }
   flat_ = {.a = Tensor::zeros(DType::F32, {std::max<int64_t>(n_a, 1)}),
            .b = Tensor::zeros(DType::F32, {std::max<int64_t>(n_b, 1)}),
@@ -122,9 +144,9 @@ void LoraAdapter::allocate(const model::ModelConfig& c, const std::vector<Site>&
 
 void LoraAdapter::bind_views() {
   int64_t off_a = 0, off_b = 0;
-  const int64_t r = config_.rank;
   for (auto& e : entries()) {
     const auto shape = shapes_(e.layer, e.module);
+    const int64_t r = config_.rank * shape.experts;  // every expert's rank-r factors side by side
     LoraFactors& f = *e.factors;
     f.a = flat_.a.slice(0, off_a, off_a + r * shape.in).reshape({r, shape.in});
     f.grad_a = flat_.grad_a.slice(0, off_a, off_a + r * shape.in).reshape({r, shape.in});
@@ -154,6 +176,9 @@ std::unique_ptr<LoraAdapter> LoraAdapter::host_copy() const {
 
 void LoraAdapter::set_dropout(float p) {
   BRIOCHE_CHECK(p >= 0.0f && p < 1.0f, "lora: dropout must be in [0, 1), got ", p);
+  std::vector<Site> sites;
+  for (const Entry& e : entries()) sites.push_back({e.layer, e.module});
+  check_expert_dropout(sites, p);
   config_.dropout = p;
 }
 

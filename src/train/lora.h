@@ -28,14 +28,39 @@
 namespace brioche::train {
 
 // The seven projections of a Llama block, then the five of Qwen 3.5's Gated
-// DeltaNet (linear-attention) block, in PEFT's module names. A model's
-// LoraShapes give {0, 0} for the projections its layers lack.
-enum class Module : uint8_t { Q, K, V, O, Gate, Up, Down, LinearQkv, LinearZ, LinearB, LinearA, LinearOut };
-inline constexpr int kNumModules = 12;
+// DeltaNet (linear-attention) block, in PEFT's module names, then the MoE
+// block's: the experts' fused 3-D parameters (peft's target_parameters
+// "experts.gate_up_proj" [E, 2I, hidden] and "experts.down_proj" [E, hidden, I],
+// one rank-r A/B pair per expert) and Qwen 3.5's shared-expert gate (a
+// Linear [1, hidden]; the shared expert's own projections are Gate/Up/Down).
+// A model's LoraShapes give {0, 0} for the projections its layers lack.
+enum class Module : uint8_t {
+  Q,
+  K,
+  V,
+  O,
+  Gate,
+  Up,
+  Down,
+  LinearQkv,
+  LinearZ,
+  LinearB,
+  LinearA,
+  LinearOut,
+  ExpertGateUp,
+  ExpertDown,
+  SharedExpertGate
+};
+inline constexpr int kNumModules = 15;
 inline constexpr int kLlamaModules = 7;    // Q..Down: the projections served adapters and GGUF LoRA know
-std::string_view module_name(Module m);    // "q_proj", ..., "down_proj", "in_proj_qkv", ..., "out_proj"
-std::string_view module_parent(Module m);  // "self_attn", "mlp" or "linear_attn"
-std::optional<Module> parse_module(std::string_view name);  // accepts "q_proj" or "q" (short forms of *_proj)
+inline constexpr int kServedModules = 12;  // Q..LinearOut: the projections an unmerged served adapter applies
+std::string_view module_name(Module m);    // "q_proj", ..., "out_proj", "experts.gate_up_proj", ...
+std::string_view module_parent(Module m);  // "self_attn", "mlp" or "linear_attn" (Q..LinearOut)
+// The experts' 3-D parameters: peft's ParamWrapper (no dropout, per-expert factors).
+inline bool is_expert_module(Module m) { return m == Module::ExpertGateUp || m == Module::ExpertDown; }
+// Accepts "q_proj" or "q" (short forms of *_proj), "experts.gate_up_proj" / "gate_up_proj",
+// "experts.down_proj", "shared_expert_gate".
+std::optional<Module> parse_module(std::string_view name);
 
 struct LoraConfig {
   int rank = 8;
@@ -57,9 +82,13 @@ struct LoraFlat {
   Tensor a, b, grad_a, grad_b;
 };
 
-// Input/output features of a projection in a model.
+// Input/output features of a projection in a model. experts > 1: a 3-D
+// expert parameter, factored as peft's ParamWrapper does it: A [experts·r, in]
+// (expert e's A_e is rows e·r .. e·r + r − 1), B [out, r·experts] (B_e[o, j] =
+// B[o, j·experts + e]), so expert e's weight is W_e + s·B_e·A_e.
 struct ModuleShape {
   int64_t in = 0, out = 0;
+  int64_t experts = 1;
 };
 ModuleShape module_shape(const model::ModelConfig& config, Module m);
 // The shape of projection m in a layer; {0, 0} where the layer has no such
@@ -85,6 +114,7 @@ class LoraAdapter {
 
   const LoraConfig& config() const { return config_; }
   const LoraShapes& shapes() const { return shapes_; }
+  const model::ModelConfig& model_config() const { return model_config_; }
   float scale() const { return scale_; }
   int n_layers() const { return int(layers_.size()); }
   int first_adapted_layer() const { return first_layer_; }
@@ -117,6 +147,8 @@ class LoraAdapter {
   // Allocates the flat buffers on the CPU for `sites` (zeros) and points the factors into them.
   void allocate(const model::ModelConfig& config, const std::vector<Site>& sites);
   void bind_views();
+  // peft's ParamWrapper refuses dropout: so does an adapter on the experts.
+  void check_expert_dropout(const std::vector<Site>& sites, float p) const;
 
   LoraConfig config_;
   float scale_;

@@ -22,6 +22,7 @@
 #include "ops/sigmoid_gate.h"
 #include "ops/swiglu.h"
 #include "train/lora_linear.h"
+#include "train/expert_lora.h"
 #include "train/moe_grad.h"
 
 namespace brioche::train {
@@ -34,6 +35,20 @@ Tensor copy_of(const Tensor& t) {
   Tensor out = f32(t.dim(0), t.dim(1));
   ops::copy(t, out);
   return out;
+}
+
+// dst [m, w] += src[:, from : from + w].
+void add_columns(const Tensor& src, int64_t from, Tensor& dst) {
+  for (int64_t r = 0; r < dst.dim(0); ++r) {
+    const float* a = src.row_as<float>(r) + from;
+    float* b = dst.row_as<float>(r);
+    for (int64_t j = 0; j < dst.dim(1); ++j) b[j] += a[j];
+  }
+}
+
+// dst[:, at : at + w] = src [m, w].
+void copy_columns(const Tensor& src, Tensor& dst, int64_t at) {
+  for (int64_t r = 0; r < src.dim(0); ++r) std::copy_n(src.row_as<float>(r), src.dim(1), dst.row_as<float>(r) + at);
 }
 
 // The Gated DeltaNet core's shape.
@@ -60,14 +75,25 @@ LoraShapes qwen35_lora_shapes(const model::ModelConfig& c, const model::Qwen35Co
   return [c, q](int layer, Module m) -> ModuleShape {
     const bool linear = q.linear_layers[size_t(layer)] != 0;
     const int64_t hidden = c.hidden_size, heads_dim = int64_t(c.n_heads) * c.head_dim;
+    const bool shared = q.n_experts > 0 && q.shared_expert_intermediate > 0;
     switch (m) {
       case Module::Q: return linear ? ModuleShape{} : ModuleShape{hidden, 2 * heads_dim};  // query and gate rows
       case Module::K:
       case Module::V: return linear ? ModuleShape{} : ModuleShape{hidden, c.kv_dim()};
       case Module::O: return linear ? ModuleShape{} : ModuleShape{heads_dim, hidden};
+      // gate/up/down: the dense MLP's, or in qwen3_5_moe the shared expert's (mlp.shared_expert.*)
       case Module::Gate:
-      case Module::Up: return q.n_experts > 0 ? ModuleShape{} : ModuleShape{hidden, c.intermediate_size};
-      case Module::Down: return q.n_experts > 0 ? ModuleShape{} : ModuleShape{c.intermediate_size, hidden};
+      case Module::Up:
+        if (q.n_experts == 0) return {hidden, c.intermediate_size};
+        return shared ? ModuleShape{hidden, q.shared_expert_intermediate} : ModuleShape{};
+      case Module::Down:
+        if (q.n_experts == 0) return {c.intermediate_size, hidden};
+        return shared ? ModuleShape{q.shared_expert_intermediate, hidden} : ModuleShape{};
+      case Module::SharedExpertGate: return shared ? ModuleShape{hidden, 1} : ModuleShape{};
+      case Module::ExpertGateUp:
+        return q.n_experts > 0 ? ModuleShape{hidden, 2 * q.expert_intermediate, q.n_experts} : ModuleShape{};
+      case Module::ExpertDown:
+        return q.n_experts > 0 ? ModuleShape{q.expert_intermediate, hidden, q.n_experts} : ModuleShape{};
       case Module::LinearQkv: return linear ? ModuleShape{hidden, q.conv_channels()} : ModuleShape{};
       case Module::LinearZ: return linear ? ModuleShape{hidden, q.value_width()} : ModuleShape{};
       case Module::LinearB:
@@ -155,7 +181,7 @@ void Qwen35TrainModel::layer_forward(const Pass& pass, int layer, Tensor& x, Cac
   c.h2 = f32(n, hidden);
   ops::rms_norm(x, w.post_norm, eps, c.h2);
   if (ck_.qwen.n_experts > 0) {
-    moe_forward(layer, c, out);
+    moe_forward(site, c, out);
     ops::add(x, out, x);
     return;
   }
@@ -277,7 +303,7 @@ void Qwen35TrainModel::layer_backward(const Pass& pass, int layer, Cache& c, Ten
   // MLP (dx = d x_out = d of the MLP's output, and the skip's)
   if (ck_.qwen.n_experts > 0) {
     Tensor d_h2 = f32(n, hidden);
-    moe_backward(layer, c, dx, d_h2);
+    moe_backward(site, c, dx, d_h2);
     ops::rms_norm_backward(c.x_mid, w.post_norm, eps, d_h2, dx);  // dx = d x_mid
   } else {
     Tensor d_act = f32(n, inter), d_up = f32(n, inter);
@@ -392,7 +418,8 @@ void Qwen35TrainModel::full_backward(const Pass& pass, int layer, Cache& c, cons
   lora_linear_backward(sites, grads);
 }
 
-void Qwen35TrainModel::moe_forward(int layer, Cache& c, Tensor& out) const {
+void Qwen35TrainModel::moe_forward(const LayerSites& sites, Cache& c, Tensor& out) const {
+  const int layer = sites.layer;
   const model::Qwen35Config& q = ck_.qwen;
   const model::Qwen35Layer& w = ck_.layers[size_t(layer)];
   const int64_t n = c.h2.dim(0), hidden = ck_.config.hidden_size, I = q.expert_intermediate;
@@ -419,8 +446,20 @@ void Qwen35TrainModel::moe_forward(int layer, Cache& c, Tensor& out) const {
     e.gate = f32(rows, I), e.up = f32(rows, I), e.y = f32(rows, hidden);
     ops::matmul(in, m.gate, e.gate);
     ops::matmul(in, m.up, e.up);
+    if (const ExpertLora gu = expert_site(sites, Module::ExpertGateUp, id, q.n_experts); gu.factors) {
+      // peft's gate_up_proj delta [2I, hidden]: gate rows, then up rows (brioche keeps the two apart)
+      Tensor delta = zeros({rows, 2 * I});
+      e.u_gate_up = expert_lora_forward(gu, in, delta);
+      add_columns(delta, 0, e.gate);
+      add_columns(delta, I, e.up);
+      e.in = in;
+    }
     ops::swiglu(e.gate, e.up, act);
     ops::matmul(act, m.down, e.y);
+    if (const ExpertLora dn = expert_site(sites, Module::ExpertDown, id, q.n_experts); dn.factors) {
+      e.u_down = expert_lora_forward(dn, act, e.y);
+      e.act = act;
+    }
     Tensor weighted = copy_of(e.y);
     ops::scale_rows(weighted, e.weights);
     ops::scatter_add_rows(weighted, e.rows, out);
@@ -428,19 +467,29 @@ void Qwen35TrainModel::moe_forward(int layer, Cache& c, Tensor& out) const {
   if (w.shared_expert.gate.defined()) {
     const int64_t SI = q.shared_expert_intermediate;
     c.shared_gate = f32(n, SI), c.shared_up = f32(n, SI), c.shared_out = f32(n, hidden), c.shared_logit = f32(n, 1);
-    Tensor act = f32(n, SI);
-    ops::matmul(c.h2, w.shared_expert.gate, c.shared_gate);
-    ops::matmul(c.h2, w.shared_expert.up, c.shared_up);
-    ops::swiglu(c.shared_gate, c.shared_up, act);
-    ops::matmul(act, w.shared_expert.down, c.shared_out);
-    ops::matmul(c.h2, w.shared_expert_gate, c.shared_logit);
+    c.shared_act = f32(n, SI);
+    // The shared expert's gate/up/down and its sigmoid gate: plain Linear layers, LoRA as on any projection.
+    const LoraSite gu[] = {sites(Module::Gate, w.shared_expert.gate), sites(Module::Up, w.shared_expert.up)};
+    c.lora_u[size_t(Module::Gate)] = lora_u_buffer(gu[0], n);
+    c.lora_u[size_t(Module::Up)] = lora_u_buffer(gu[1], n);
+    Tensor* const gu_y[] = {&c.shared_gate, &c.shared_up};
+    Tensor* const gu_u[] = {&c.lora_u[size_t(Module::Gate)], &c.lora_u[size_t(Module::Up)]};
+    lora_linear_forward(gu, c.h2, gu_y, gu_u);
+    ops::swiglu(c.shared_gate, c.shared_up, c.shared_act);
+    const LoraSite sd = sites(Module::Down, w.shared_expert.down);
+    c.lora_u[size_t(Module::Down)] = lora_u_buffer(sd, n);
+    lora_linear_forward(sd, c.shared_act, c.shared_out, &c.lora_u[size_t(Module::Down)]);
+    const LoraSite sg = sites(Module::SharedExpertGate, w.shared_expert_gate);
+    c.lora_u[size_t(Module::SharedExpertGate)] = lora_u_buffer(sg, n);
+    lora_linear_forward(sg, c.h2, c.shared_logit, &c.lora_u[size_t(Module::SharedExpertGate)]);
     Tensor gated = copy_of(c.shared_out);
     ops::sigmoid_gate(c.shared_logit, gated);
     ops::add(out, gated, out);
   }
 }
 
-void Qwen35TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_out, Tensor& d_h2) const {
+void Qwen35TrainModel::moe_backward(const LayerSites& sites, Cache& c, const Tensor& d_out, Tensor& d_h2) const {
+  const int layer = sites.layer;
   const model::Qwen35Config& q = ck_.qwen;
   const model::Qwen35Layer& w = ck_.layers[size_t(layer)];
   const int64_t n = d_out.dim(0), hidden = ck_.config.hidden_size, I = q.expert_intermediate, K = q.experts_per_token;
@@ -454,9 +503,17 @@ void Qwen35TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_out, Te
     Tensor d_y = expert_output_grad(d_out, e.rows, e.slots, e.weights, e.y, d_weight);
     Tensor d_act = f32(rows, I), d_up = f32(rows, I), d_in = f32(rows, hidden);
     ops::matmul_input_grad(d_y, m.down, d_act, ops::GradWrite::Overwrite);
+    if (const ExpertLora dn = expert_site(sites, Module::ExpertDown, id, q.n_experts); dn.factors)
+      expert_lora_backward(dn, e.act, e.u_down, d_y, d_act);
     ops::swiglu_backward(e.gate, e.up, d_act, d_act, d_up);  // d_act becomes d gate
     ops::matmul_input_grad(d_act, m.gate, d_in, ops::GradWrite::Overwrite);
     ops::matmul_input_grad(d_up, m.up, d_in, ops::GradWrite::Accumulate);
+    if (const ExpertLora gu = expert_site(sites, Module::ExpertGateUp, id, q.n_experts); gu.factors) {
+      Tensor d_gate_up = f32(rows, 2 * I);  // [d gate | d up], as the delta's rows
+      copy_columns(d_act, d_gate_up, 0);
+      copy_columns(d_up, d_gate_up, I);
+      expert_lora_backward(gu, e.in, e.u_gate_up, d_gate_up, d_in);
+    }
     ops::scatter_add_rows(d_in, e.rows, d_h2);
   }
   // Router: w_k = softmax over the top-k logits (transformers' softmax over all experts renormalised over the
@@ -475,11 +532,23 @@ void Qwen35TrainModel::moe_backward(int layer, Cache& c, const Tensor& d_out, Te
     const int64_t SI = q.shared_expert_intermediate;
     Tensor d_shared = f32(n, hidden), d_logit = f32(n, 1), d_act = f32(n, SI), d_up = f32(n, SI);
     ops::sigmoid_gate_backward(c.shared_logit, c.shared_out, d_out, d_shared, d_logit);
-    ops::matmul_input_grad(d_logit, w.shared_expert_gate, d_h2, ops::GradWrite::Accumulate);
-    ops::matmul_input_grad(d_shared, w.shared_expert.down, d_act, ops::GradWrite::Overwrite);
+    lora_linear_backward(sites(Module::SharedExpertGate, w.shared_expert_gate),
+                         {.x = c.h2,
+                          .u = c.lora_u[size_t(Module::SharedExpertGate)],
+                          .dy = d_logit,
+                          .dx = d_h2,
+                          .dx_mode = ops::GradWrite::Accumulate});
+    lora_linear_backward(sites(Module::Down, w.shared_expert.down),
+                         {.x = c.shared_act, .u = c.lora_u[size_t(Module::Down)], .dy = d_shared, .dx = d_act});
     ops::swiglu_backward(c.shared_gate, c.shared_up, d_act, d_act, d_up);
-    ops::matmul_input_grad(d_act, w.shared_expert.gate, d_h2, ops::GradWrite::Accumulate);
-    ops::matmul_input_grad(d_up, w.shared_expert.up, d_h2, ops::GradWrite::Accumulate);
+    const LoraSite gu[] = {sites(Module::Gate, w.shared_expert.gate), sites(Module::Up, w.shared_expert.up)};
+    const LoraLinearBackward gu_grads[] = {{.x = c.h2,
+                                            .u = c.lora_u[size_t(Module::Gate)],
+                                            .dy = d_act,
+                                            .dx = d_h2,
+                                            .dx_mode = ops::GradWrite::Accumulate},
+                                           {.x = c.h2, .u = c.lora_u[size_t(Module::Up)], .dy = d_up, .dx = d_h2}};
+    lora_linear_backward(gu, gu_grads);
   }
   c.experts.clear();
 }
@@ -537,9 +606,12 @@ size_t Qwen35TrainModel::saved_bytes() const {
                             &c.lse,  &c.attn_gated, &c.x_mid, &c.h2,     &c.gate,  &c.up, &c.act})
       n += t->nbytes();
     for (const Tensor& u : c.lora_u) n += u.nbytes();
-    for (const Tensor* t : {&c.router_logits, &c.shared_gate, &c.shared_up, &c.shared_out, &c.shared_logit})
+    for (const Tensor* t :
+         {&c.router_logits, &c.shared_gate, &c.shared_up, &c.shared_act, &c.shared_out, &c.shared_logit})
       n += t->nbytes();
-    for (const Cache::Expert& e : c.experts) n += e.gate.nbytes() + e.up.nbytes() + e.y.nbytes();
+    for (const Cache::Expert& e : c.experts)
+      n += e.gate.nbytes() + e.up.nbytes() + e.y.nbytes() + e.in.nbytes() + e.act.nbytes() + e.u_gate_up.nbytes() +
+           e.u_down.nbytes();
   }
   return n;
 }

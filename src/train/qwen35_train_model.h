@@ -18,9 +18,11 @@
 //     o = lora_o(attention(q, k, v; scale d^−½) ⊙ σ(gate))
 //   x_mid = x_in + o;  h2 = RMSNorm(x_mid, post_attention_layernorm)
 //   x_out = x_mid + lora_down(silu(lora_gate(h2)) ⊙ lora_up(h2))
-// In qwen3_5_moe the MLP is the MoE block (frozen, not LoRA targets, as in
-// Gemma 4; gradients flow through it to the layers below):
-//   x_out = x_mid + Σ_k w_k·expert_k(h2) + σ(h2·w_sgᵀ)·shared_expert(h2)
+// In qwen3_5_moe the MLP is the MoE block:
+//   x_out = x_mid + Σ_k w_k·expert_k(h2) + σ(lora_sg(h2))·shared_expert(h2)
+//   expert_e: LoRA per expert on experts.gate_up_proj (the delta's gate rows, then up rows) and
+//   experts.down_proj (expert_lora.h: only rows routed to e see its factors); shared_expert:
+//   gate_proj/up_proj/down_proj with LoRA as the dense MLP's
 //   w = softmax(router logits) over all experts, top k, renormalised: the
 //   softmax of the top-k logits, so dz_k = w_k·(g_k − Σ_j w_j·g_j), g_k = d out·expert_k(h2)
 //   shared gate: d c = Σ d out ⊙ shared·σ(c)(1 − σ(c)) (ops::sigmoid_gate_backward)
@@ -36,6 +38,7 @@
 #include "model/qwen35_weights.h"
 #include "ops/recurrent_sequence.h"
 #include "train/lora.h"
+#include "train/lora_linear.h"
 #include "train/train_stack.h"
 
 namespace brioche::train {
@@ -75,10 +78,12 @@ class Qwen35TrainModel final : public TrainStack {
     struct Expert {
       std::vector<int32_t> rows, slots;  // the batch rows routed to it, their (row·top_k + k) slots
       std::vector<float> weights;
-      Tensor gate, up, y;  // [m, I] x2, [m, hidden] (y before the routing weight)
+      Tensor gate, up, y;        // [m, I] x2, [m, hidden] (y before the routing weight)
+      Tensor in, act;            // [m, hidden], [m, I]: kept where experts.gate_up_proj / down_proj have LoRA
+      Tensor u_gate_up, u_down;  // [m, r] expert LoRA's u
     };
     std::vector<Expert> experts;
-    Tensor shared_gate, shared_up, shared_out, shared_logit;  // [n, SI] x2, [n, hidden], [n, 1]
+    Tensor shared_gate, shared_up, shared_act, shared_out, shared_logit;  // [n, SI] x3, [n, hidden], [n, 1]
   };
 
  private:
@@ -102,8 +107,10 @@ class Qwen35TrainModel final : public TrainStack {
   void linear_backward(const Pass& pass, int layer, Cache& c, const Tensor& d_out, Tensor& d_h1);
   void full_backward(const Pass& pass, int layer, Cache& c, const Tensor& d_out, Tensor& d_h1);
   // The MoE block from c.h2 into out (saving what its backward needs); its backward writes d_h2.
-  void moe_forward(int layer, Cache& c, Tensor& out) const;
-  void moe_backward(int layer, Cache& c, const Tensor& d_out, Tensor& d_h2) const;
+  // LoRA on the experts (experts.gate_up_proj/down_proj), the shared expert's gate/up/down and its gate
+  // (shared_expert_gate) where `sites` adapts them.
+  void moe_forward(const LayerSites& sites, Cache& c, Tensor& out) const;
+  void moe_backward(const LayerSites& sites, Cache& c, const Tensor& d_out, Tensor& d_h2) const;
 
   const model::Qwen35Checkpoint& ck_;
   LoraAdapter* adapter_;

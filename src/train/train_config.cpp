@@ -63,8 +63,9 @@ void TrainConfig::finalize() {
   BRIOCHE_CHECK(lora_plus_ratio > 0, "lora_plus_ratio must be positive, got ", lora_plus_ratio);
   for (const auto& m : target_modules)
     BRIOCHE_CHECK(parse_module(m), "target_modules: unknown module '", m,
-                  "' (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or Qwen 3.5's ",
-                  "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj)");
+                  "' (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, Qwen 3.5's ",
+                  "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj, the MoE experts' experts.gate_up_proj, ",
+                  "experts.down_proj, or Qwen 3.5's shared_expert_gate)");
   BRIOCHE_CHECK(!data.empty(), "no data directory (--data DIR with train.jsonl)");
   BRIOCHE_CHECK(device == "cpu" || device == "cuda" || device == "auto", "device: expected cpu, cuda or auto, got '",
                 device, "'");

@@ -198,8 +198,10 @@ TEST_P(Qwen35ServedAdapter, MixedBatchEqualsMergedModels) {
 
 TEST_P(Qwen35ServedAdapter, EveryTargetIsServed) {
   // serving_adapter keeps all twelve of peft's module names (none is refused
-  // or dropped); a MoE model's gate/up/down are the frozen MoE block's and
-  // are refused at load.
+  // or dropped); a MoE model's gate/up/down are its shared expert's, which
+  // train and merge at load but are refused unmerged, as are the experts'
+  // and shared_expert_gate's factors (the served forward adapts nothing in
+  // the MoE block; an adapter is never served with part of it dropped).
   auto m = model::Model::load(fixture(GetParam()));
   const Adapters ad(*m);
   const model::ServedAdapter& s = *ad.served_a;
@@ -214,7 +216,19 @@ TEST_P(Qwen35ServedAdapter, EveryTargetIsServed) {
   EXPECT_EQ(served, GetParam() == "moe" ? 2 * 5 + 2 * 4 : 2 * 5 + 2 * 4 + 4 * 3);
   if (GetParam() == "moe") {
     const LoraShapes shapes = lora_shapes_of(*m);
-    EXPECT_EQ(shapes(1, Module::Gate).in, 0);
+    EXPECT_EQ(shapes(1, Module::Gate).in, m->config().hidden_size);
+    for (Module mod :
+         {Module::Gate, Module::Down, Module::ExpertGateUp, Module::ExpertDown, Module::SharedExpertGate}) {
+      const auto adapter = random_adapter(*m, {.rank = 4, .alpha = 8, .targets = {Module::Q, mod}}, 13);
+      try {
+        serving_adapter(*adapter, Device::CPU);
+        ADD_FAILURE() << module_name(mod) << " was served unmerged";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(module_name(mod)) + " (layer 0) is not served unmerged"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 

@@ -59,8 +59,9 @@ double loss_and_grads(const model::Qwen35Checkpoint& ck, LoraAdapter& adapter, c
   return loss;
 }
 
-void check_gradients(const std::string& name, size_t expect_tensors) {
-  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture(name));
+// name: the case in lora/; model_dir: its fixture (the case's name unless given).
+void check_gradients(const std::string& name, size_t expect_tensors, const std::string& model_dir = "") {
+  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture(model_dir.empty() ? name : model_dir));
   auto adapter = load_adapter(fixture("lora/" + name), ck.config, false, 1 << 16, qwen35_lora_shapes(ck));
   const LoraOracleCase c = read_case(name);
   const double loss = loss_and_grads(ck, *adapter, c.batch);
@@ -72,9 +73,7 @@ void check_gradients(const std::string& name, size_t expect_tensors) {
   std::string worst_key;
   for (auto& e : adapter->entries()) {
     for (const char* ab : {"lora_A", "lora_B"}) {
-      const std::string key = "base_model.model.model.layers." + std::to_string(e.layer) + "." +
-                              std::string(module_parent(e.module)) + "." + std::string(module_name(e.module)) + "." +
-                              ab + ".weight";
+      const std::string key = peft_tensor_name(ck.config, *adapter, e.layer, e.module, ab);
       ASSERT_TRUE(golden->has(key)) << key;
       const Tensor& got = ab[5] == 'A' ? e.factors->grad_a : e.factors->grad_b;
       const double err = relative_error(got, golden->tensor(key));
@@ -100,6 +99,13 @@ TEST(Qwen35Train, LoraGradientsMatchPeftThroughTheMoeBlock) {
   // moe: top-2 of 4 experts and a gated shared expert, frozen (transformers' router softmax runs in f32, the rest
   // in f64); LoRA on q/k/v/o of 2 full layers and the 5 projections of 2 linear layers.
   check_gradients("moe", 36);
+}
+
+TEST(Qwen35Train, ExpertAndSharedExpertLoraGradientsMatchPeft) {
+  // moe_experts: LoRA on everything peft adapts in the moe model: the 12 module names (gate/up/down are the
+  // shared expert's), shared_expert_gate, and target_parameters experts.gate_up_proj / experts.down_proj
+  // (per-expert rank-4 factors; peft's gate_up delta is gate rows, then up rows, which brioche keeps apart).
+  check_gradients("moe_experts", 84, "moe");  // 36 + 4 layers × (3 shared expert + 1 gate + 2 expert) × 2
 }
 
 TEST(Qwen35Train, FrozenPrefixGivesTheSameGradientsAsTrainingFromTheEmbedding) {

@@ -21,6 +21,10 @@ token sequences (longer than the sliding window):
 The moe fixture (a Gemma4ForConditionalGeneration) gets its adapter by a
 regex over the text model's projections, so its tensors are named
 base_model.model.model.language_model.layers.N... as peft names them there.
+Its second case, lora/moe_experts, adds peft's target_parameters
+["experts.gate_up_proj", "experts.down_proj"] (LoRA per expert on the MoE
+block's 3-D parameters: layers.N.experts.base_layer.lora_A [E·r, hidden],
+lora_B [2I, r·E] for gate_up_proj; layers.N.experts.lora_A/B for down_proj).
 
 It also makes one more fixture, tests/fixtures/gemma4/bias: the mix model's
 config with attention_bias (q/k/v/o biases), random f32 weights (the
@@ -66,11 +70,12 @@ def make_bias_fixture(seed):
         shutil.copy(os.path.join(FIXTURES, "mix", f), os.path.join(out, f))
 
 
-def build(name, seed):
+def build(name, seed, fixture=None, target_parameters=None):
+    fixture = fixture or name
     torch.manual_seed(seed)
-    multimodal = name == "moe"  # a Gemma4ForConditionalGeneration: peft's names carry model.language_model
+    multimodal = fixture == "moe"  # a Gemma4ForConditionalGeneration: peft's names carry model.language_model
     if multimodal:
-        model = Gemma4ForConditionalGeneration.from_pretrained(os.path.join(FIXTURES, name), dtype=torch.float64,
+        model = Gemma4ForConditionalGeneration.from_pretrained(os.path.join(FIXTURES, fixture), dtype=torch.float64,
                                                                attn_implementation="eager")
         model.config.get_text_config()._experts_implementation = "eager"
         targets = r".*language_model\.layers\.\d+\.(self_attn|mlp)\.(" + "|".join(TARGETS) + ")"
@@ -80,7 +85,7 @@ def build(name, seed):
         targets = TARGETS
     model.eval()
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0, bias="none",
-                        task_type="CAUSAL_LM")
+                        task_type="CAUSAL_LM", target_parameters=target_parameters)
     model = get_peft_model(model, config)
     gen = torch.Generator().manual_seed(seed)
     for pname, p in model.named_parameters():
@@ -115,7 +120,10 @@ def main():
     build("e2b", 12)
     make_bias_fixture(13)
     build("bias", 14)
-    build("moe", 15)  # inference only (brioche does not train the MoE block): its grads are recorded all the same
+    build("moe", 15)
+    # LoRA on the experts' 3-D parameters too (peft's ParamWrapper: A [E·r, in], B [out, r·E] per parameter;
+    # with both targeted, gate_up_proj's wrapper is experts.base_layer, down_proj's experts).
+    build("moe_experts", 16, fixture="moe", target_parameters=["experts.gate_up_proj", "experts.down_proj"])
 
 
 if __name__ == "__main__":

@@ -7,8 +7,15 @@ LoRA (r=4, alpha=8) on every projection peft finds under these names:
 
   full attention : q_proj (query and gate rows), k_proj, v_proj, o_proj
   Gated DeltaNet : in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
-  MLP            : gate_proj, up_proj, down_proj  (dense only: the moe fixture's MoE block,
-                   router, experts and gated shared expert, stays frozen, as brioche trains it)
+  MLP            : gate_proj, up_proj, down_proj  (dense only in lora/moe, whose MoE block
+                   stays frozen)
+
+and a third case, lora/moe_experts, on the moe fixture with everything peft can
+adapt in the MoE block as well: gate_proj/up_proj/down_proj (the shared expert's),
+shared_expert_gate, and target_parameters ["experts.gate_up_proj",
+"experts.down_proj"] (peft's ParamWrapper: per expert rank-r factors, A [E·r, in],
+B [out, r·E]; gate_up_proj's wrapper is mlp.experts.base_layer, down_proj's
+mlp.experts),
 
 with random, non-zero A and B (f32 values), and records for two token sequences,
 both longer than a delta-rule chunk (64 in transformers, 16 in brioche's forward)
@@ -37,7 +44,7 @@ import os
 
 import torch
 from lora_case import save_lora_case
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from transformers import Qwen3_5ForCausalLM
 from transformers.models.qwen3_5 import modeling_qwen3_5
 from transformers.models.qwen3_5_moe import Qwen3_5MoeForCausalLM, modeling_qwen3_5_moe
@@ -77,15 +84,15 @@ def recurrent_f64(query, key, value, g, beta, initial_state=None, output_final_s
     return out, (state if output_final_state else None)
 
 
-def build(name, model_cls, targets, seed):
+def build(name, model_cls, targets, seed, fixture=None, target_parameters=None):
     for m, f in zip(MODULES, ORIGINAL):
         m.torch_chunk_gated_delta_rule = f
     torch.manual_seed(seed)
-    model = model_cls.from_pretrained(os.path.join(FIXTURES, name), dtype=torch.float64,
+    model = model_cls.from_pretrained(os.path.join(FIXTURES, fixture or name), dtype=torch.float64,
                                       attn_implementation="eager").eval()
     model.config._experts_implementation = "eager"
     config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0, bias="none",
-                        task_type="CAUSAL_LM")
+                        task_type="CAUSAL_LM", target_parameters=target_parameters)
     model = get_peft_model(model, config)
     gen = torch.Generator().manual_seed(seed)
     for pname, p in model.named_parameters():
@@ -130,6 +137,23 @@ def main():
     torch.set_num_threads(2)
     build("dense", Qwen3_5ForCausalLM, TARGETS, 47)
     build("moe", Qwen3_5MoeForCausalLM, ATTENTION, 48)
+    build("moe_experts", Qwen3_5MoeForCausalLM, TARGETS + ["shared_expert_gate"], 49, fixture="moe",
+          target_parameters=["experts.gate_up_proj", "experts.down_proj"])
+    check_expert_nesting()
+
+
+def check_expert_nesting():
+    """peft nests the two ParamWrappers in the order the module registers its parameters (gate_up_proj
+    first), whatever the order of target_parameters: brioche reads and writes the names so."""
+    for order in (["experts.gate_up_proj", "experts.down_proj"], ["experts.down_proj", "experts.gate_up_proj"]):
+        model = Qwen3_5MoeForCausalLM.from_pretrained(os.path.join(FIXTURES, "moe"), dtype=torch.float64)
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_parameters=order, task_type="CAUSAL_LM"))
+        state = get_peft_model_state_dict(model)
+        cfg = model.config
+        inner = state["base_model.model.model.layers.0.mlp.experts.base_layer.lora_B.weight"]
+        outer = state["base_model.model.model.layers.0.mlp.experts.lora_B.weight"]
+        assert inner.shape == (2 * cfg.moe_intermediate_size, 4 * cfg.num_experts), (order, inner.shape)
+        assert outer.shape == (cfg.hidden_size, 4 * cfg.num_experts), (order, outer.shape)
 
 
 if __name__ == "__main__":
