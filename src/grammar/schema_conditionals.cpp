@@ -707,6 +707,9 @@ std::string SchemaConverter::visit_conditional(const Json& s, const std::string&
     if (s.contains(k))
       unsupported(conditional_keyword(s), ptr,
                   std::string("beside '") + k + "': expected it beside properties/required/additionalProperties only");
+  if (s.contains("type") && s["type"].is_array() && s["type"].size() > 1 &&
+      std::find(s["type"].begin(), s["type"].end(), Json("object")) != s["type"].end())
+    return visit_conditional_by_type(s, ptr, hint);
   if (!object_schema(s))
     unsupported(conditional_keyword(s), ptr,
                 "expected it on an object schema (\"type\": \"object\" alone): the conditions apply to objects only");

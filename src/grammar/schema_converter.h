@@ -259,6 +259,13 @@ class SchemaConverter {
   // unevaluatedProperties (in `s`) as additionalProperties of the schema
   // merged with what it applies in place; refused where that is not exact.
   Json close_unevaluated(const Json& s, const std::string& ptr);
+  // Conditions beside a type list of object and other types
+  // (schema_conditions_by_type.cpp): the object case as visit_conditional
+  // splits it, each other type with the conditions decided for all its
+  // values (holds_on_type: whether x holds on every value of JSON type t,
+  // not object; nullopt when it depends on the value).
+  std::string visit_conditional_by_type(const Json& s, const std::string& ptr, const std::string& hint);
+  std::optional<bool> holds_on_type(const Json& x, const std::string& t, const std::string& ptr);
   // propertyNames beside declared keys (schema_property_names.cpp), read as
   // a language of keys: enum/const values, a pattern, not {pattern} and
   // length bounds; anything else is refused.

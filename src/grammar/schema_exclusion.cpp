@@ -177,15 +177,47 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
                                              : rest.contains("properties") || rest.contains("required") ||
                                                    rest.contains("additionalProperties");
   const bool any_of_only = keys.size() == 1 && keys[0] == "anyOf" && n["anyOf"].is_array() && !n["anyOf"].empty();
-  bool tests_objects = !keys.empty();
-  for (const std::string& k : keys)
-    tests_objects = tests_objects && (k == "required" || k == "properties" || k == "type");
-  if (object_schema && !rest.contains("const") && !rest.contains("enum") && (any_of_only || tests_objects)) {
+  auto is_object_test = [](const Json& x) {
+    bool test = x.is_object();
+    if (test)
+      for (auto& [k, v] : x.items())
+        test = test && (k == "required" || k == "properties" || k == "type" || is_annotation(k));
+    return test;
+  };
+  bool tests_objects = !keys.empty() && is_object_test(n);
+  // not {allOf: [X, Y]} of object tests is not (X and Y): the one test that
+  // requires what both require and tests each property both test (a
+  // property tested by both, differently, is refused below).
+  Json all_of_test;
+  if (keys.size() == 1 && keys[0] == "allOf" && n["allOf"].is_array() && !n["allOf"].empty()) {
+    all_of_test = Json{{"type", "object"}, {"required", Json::array()}, {"properties", Json::object()}};
+    for (const Json& part : n["allOf"]) {
+      if (!is_object_test(part) || (part.contains("type") && part["type"] != "object")) {
+        all_of_test = Json();
+        break;
+      }
+      for (const Json& r : part.value("required", Json::array()))
+        if (std::find(all_of_test["required"].begin(), all_of_test["required"].end(), r) ==
+            all_of_test["required"].end())
+          all_of_test["required"].push_back(r);
+      const Json properties = part.value("properties", Json::object());
+      for (auto& [k, v] : properties.items()) {
+        if (all_of_test["properties"].contains(k) && all_of_test["properties"][k] != v) {
+          all_of_test = Json();
+          break;
+        }
+        all_of_test["properties"][k] = v;
+      }
+      if (all_of_test.is_null()) break;
+    }
+  }
+  if (object_schema && !rest.contains("const") && !rest.contains("enum") &&
+      (any_of_only || tests_objects || !all_of_test.is_null())) {
     Json conditions = Json::array();
     if (any_of_only)
       for (const Json& x : n["anyOf"]) conditions.push_back(Json{{"not", x}});
     else
-      conditions.push_back(Json{{"not", n}});
+      conditions.push_back(Json{{"not", all_of_test.is_null() ? n : all_of_test}});
     rest["allOf"] = conditions;
     return visit(rest, ptr, hint);
   }

@@ -1,5 +1,6 @@
-// The formats uri-reference and duration, and propertyNames beside declared
-// properties: the grammar accepts exactly what `jsonschema` (its format
+// The formats uri-reference and duration, propertyNames beside declared
+// properties, not {allOf: [object tests]} and conditions beside a type list
+// of object and other types: the grammar accepts exactly what `jsonschema` (its format
 // checker with rfc3986-validator/rfc3987 and isoduration loaded) validates
 // (tests/grammar/golden/formats_and_names.json from
 // tools/oracle/formats_and_names_goldens.py), and its masks match the

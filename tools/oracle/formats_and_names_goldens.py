@@ -1,5 +1,7 @@
-"""Goldens for the formats `uri-reference` and `duration` and for
-`propertyNames` beside `properties`/`required`.
+"""Goldens for the formats `uri-reference` and `duration`, `propertyNames`
+beside `properties`/`required`, `not {allOf: [object tests]}` (CircleCI's
+workflows) and if/then/else beside a type list of object and other types
+(GitLab's artifacts: `["object", "null"]`).
 
 Each candidate is judged by `jsonschema` with its format checker. That
 checker tests uri-reference only with rfc3987 or rfc3986-validator
@@ -172,7 +174,7 @@ def keyed(keys, rng, base=None, n=60):
 def declared_first(docs, declared):
     """Members in the grammar's order: declared keys in declaration order, then the others."""
     return [{k: d[k] for k in sorted(d, key=lambda k: declared.index(k) if k in declared else len(declared))}
-            for d in docs]
+            if isinstance(d, dict) else d for d in docs]
 
 
 # CircleCI's workflows: a declared key beside keys of any non-empty name.
@@ -201,5 +203,39 @@ REQUIRED_UNDECLARED = {"type": "object", "required": ["x-a"], "propertyNames": {
                        "additionalProperties": {"type": "integer"}}
 case("names_pattern_beside_a_required_key", REQUIRED_UNDECLARED,
      declared_first(keyed(["x-a", "x-b", "y", "X-a", "x-"], rng, base={"x-a": 1}) + [{"y": 1}], ["x-a"]))
+
+# ---- not {allOf: [object tests]} ---------------------------------------------------
+
+# CircleCI's workflows: `when` and `unless` not both.
+WORKFLOW = {"type": "object", "properties": {"when": {"type": "string"}, "unless": {"type": "string"},
+                                             "jobs": {"type": "array"}},
+            "required": ["jobs"], "not": {"allOf": [{"required": ["when"]}, {"required": ["unless"]}]}}
+case("not_all_of_required", WORKFLOW,
+     declared_first(keyed(["when", "unless", "jobs", "other"], rng, base={"jobs": []}) + [{"when": "a"}],
+                    ["when", "unless", "jobs"]))
+NOT_BOTH_VALUES = {"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": {"type": "integer"}},
+                   "not": {"allOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},
+                                     {"type": "object", "required": ["b"]}]}}
+case("not_all_of_object_tests", NOT_BOTH_VALUES,
+     declared_first([{}, {"a": 1}, {"a": 2}, {"b": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 1}, {"a": 3}, {"a": 2, "b": "x"},
+                     {"c": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 2, "c": 3}], ["a", "b"]))
+
+# ---- conditions beside a type list of object and other types ---------------------------
+
+# GitLab's artifacts: an object or null; `public` not beside `access`.
+ARTIFACTS = {"type": ["object", "null"], "additionalProperties": False,
+             "if": {"type": "object", "required": ["access"]}, "then": {"not": {"required": ["public"]}},
+             "properties": {"name": {"type": "string"}, "access": {"type": "string", "enum": ["none", "all"]},
+                            "public": {"type": "boolean"}}}
+OBJECT_OR_NULL = [None, 1, "x", [], {}, {"name": "a"}, {"access": "all"}, {"public": True},
+                  {"access": "none", "public": False}, {"name": "a", "access": "all"}, {"name": "a", "public": False},
+                  {"access": "x"}, {"other": 1}, {"name": "a", "access": "none", "public": True}]
+case("if_beside_object_or_null", ARTIFACTS, declared_first(OBJECT_OR_NULL, ["name", "access", "public"]))
+# An `if` that holds on null (required is vacuous there): its `then` decides.
+HOLDS_ON_NULL = {"type": ["object", "null", "string"], "if": {"required": ["access"]},
+                 "then": {"type": ["object", "string"], "required": ["name"]},
+                 "properties": {"name": {"type": "string"}, "access": {"type": "string"}}}
+case("if_holds_on_null_and_strings", HOLDS_ON_NULL,
+     declared_first(OBJECT_OR_NULL + ["", "abc", True], ["name", "access", "public"]))
 
 judged_goldens.write(OUT, "tools/oracle/formats_and_names_goldens.py", CASES, ensure_ascii=False)
