@@ -333,7 +333,8 @@ Subcommand add_train_command(CLI::App& root) {
   option<float>(app, f, "lora-dropout", "dropout on the LoRA input (default 0)");
   option<std::vector<std::string>>(app, f, "target-modules",
                                    "projections to adapt (default q/k/v/o and gate/up/down; Qwen 3.5 also takes "
-                                   "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj)");
+                                   "in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj, shared_expert_gate; "
+                                   "MoE models experts.gate_up_proj, experts.down_proj)");
   option<int>(app, f, "num-layers", "adapt only the last N layers (default -1 = all)");
   option<int>(app, f, "segment-size", "segmented backward: layers per recompute segment (default 0 = off)");
   app->add_flag_function(
