@@ -3,8 +3,11 @@
 // gated delta rule over a prefill of `rows` rows of one sequence by chunk
 // size (1 = the recurrent form for every row), a decode step of 16
 // sequences, and the causal conv1d. The chunk size of ops::kDeltaRuleChunk
-// was chosen from BM_DeltaRulePrefill.
-//   build/<dir>/bench/delta_rule_bench
+// was chosen from BM_DeltaRulePrefill. BM_DeltaRuleBackward: the training
+// backward (Qwen 3.5 LoRA) over 2 sequences of 1,024 rows at 16 heads of
+// 128 × 128, in the recurrent walk (chunk 1) and in chunks of 16.
+//   build/<dir>/bench/delta_rule_bench [--benchmark_filter=Backward --benchmark_repetitions=3
+//                                       --benchmark_enable_random_interleaving=true]
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -12,6 +15,7 @@
 
 #include "backend/cpu/causal_conv1d.h"
 #include "backend/cpu/gated_delta_rule.h"
+#include "backend/cpu/gated_delta_rule_backward.h"
 
 namespace {
 
@@ -85,6 +89,52 @@ void BM_DeltaRuleDecode(benchmark::State& state) {
       benchmark::Counter(double(kSeqs) * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_DeltaRuleDecode)->Unit(benchmark::kMicrosecond);
+
+void BM_DeltaRuleBackward(benchmark::State& state) {
+  constexpr int kSeqs = 2, kRows = 1024, kHeads = 16, kWidth = kHeads * kDim, kQkv = 3 * kWidth;
+  const int chunk = int(state.range(0));
+  const int64_t n = int64_t(kSeqs) * kRows;
+  std::vector<float> qkv = random_floats(size_t(n) * kQkv, -1, 1, 6),
+                     g = random_floats(size_t(n) * kHeads, -0.5f, -0.01f, 7),
+                     beta = random_floats(size_t(n) * kHeads, 0, 1, 8),
+                     dout = random_floats(size_t(n) * kWidth, -1, 1, 9);
+  std::vector<float> dqkv(size_t(n) * kQkv), dg(size_t(n) * kHeads), dbeta(size_t(n) * kHeads);
+  std::vector<ops::RecurrentSequence> seqs;
+  for (int s = 0; s < kSeqs; ++s)
+    seqs.push_back({.first_row = s * kRows, .n_rows = kRows, .state_slot = s, .starts = true});
+  const backend::cpu::GatedDeltaRuleBackwardArgs args{.q = qkv.data(),
+                                                      .k = qkv.data() + kWidth,
+                                                      .v = qkv.data() + 2 * kWidth,
+                                                      .g = g.data(),
+                                                      .beta = beta.data(),
+                                                      .dout = dout.data(),
+                                                      .dq = dqkv.data(),
+                                                      .dk = dqkv.data() + kWidth,
+                                                      .dv = dqkv.data() + 2 * kWidth,
+                                                      .dg = dg.data(),
+                                                      .dbeta = dbeta.data(),
+                                                      .n_rows = n,
+                                                      .q_stride = kQkv,
+                                                      .k_stride = kQkv,
+                                                      .v_stride = kQkv,
+                                                      .g_stride = kHeads,
+                                                      .beta_stride = kHeads,
+                                                      .dout_stride = kWidth,
+                                                      .dq_stride = kQkv,
+                                                      .dk_stride = kQkv,
+                                                      .dv_stride = kQkv,
+                                                      .dg_stride = kHeads,
+                                                      .dbeta_stride = kHeads,
+                                                      .n_k_heads = kHeads,
+                                                      .n_v_heads = kHeads,
+                                                      .key_dim = kDim,
+                                                      .value_dim = kDim,
+                                                      .sequences = seqs,
+                                                      .chunk_size = chunk};
+  for (auto _ : state) backend::cpu::gated_delta_rule_backward(args);
+  state.counters["rows/s"] = benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DeltaRuleBackward)->Arg(1)->Arg(16)->ArgName("chunk")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_CausalConv1d(benchmark::State& state) {
   const int rows = int(state.range(0));

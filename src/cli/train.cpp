@@ -186,10 +186,6 @@ int run(const TrainFlags& flags) {
                      device_name(device) + "; pass --device cpu)"};
   if (own_stack && job)
     throw UsageError{config.model + ": " + own_stack + " trains without data parallelism in this build"};
-  if (qwen35 && config.prefix_shared)
-    throw UsageError{config.model +
-                     ": Qwen 3.5 trains without prefix_shared in this build (its linear-attention layers would have "
-                     "to continue the prompt's recurrent state in each branch)"};
   model::Checkpoint ck;
   model::Gemma4Checkpoint g4;
   model::Qwen35Checkpoint q35;

@@ -21,6 +21,9 @@ constexpr EnvVariable kRegistry[] = {
     {"BRIOCHE_CPU_AMX_TILES_MB", Integer, "2048",
      "MiB of bf16 AMX tiles CPU training keeps of a quantized base (made once, 2 bytes a weight element per product); "
      "past it a weight is decoded per call; 0: every call"},
+    {"BRIOCHE_CPU_DELTA_RULE_CHUNKED_BACKWARD", OnUnlessZero, "1",
+     "Qwen 3.5 training: the gated delta rule's backward in chunks of 16 rows (small GEMMs against the state); 0: "
+     "the recurrent walk, row by row"},
     {"BRIOCHE_CUDA_ATTENTION_CLUSTER", OnUnlessZero, "1",
      "decode attention combines its splits inside a thread-block cluster; 0: the separate combine kernel"},
     {"BRIOCHE_CUDA_ATTENTION_INT8", OnUnlessZero, "1",

@@ -1,7 +1,9 @@
 // Backward of ops::causal_conv1d_silu for LoRA training (Qwen 3.5's short
-// convolution in front of the delta rule), over whole sequences (each
-// starts at zero inputs; the frozen kernel gets no gradient):
-//   p[t, c]  = Σ_{j<K} w[c, j] · x[t − (K−1) + j, c]     (x before the sequence: 0)
+// convolution in front of the delta rule; the frozen kernel gets no
+// gradient). A sequence starts at zero inputs, or continues a state (its
+// K−1 inputs before it: a prefix-shared branch reads its prompt's last
+// rows), whose gradient is then given back:
+//   p[t, c]  = Σ_{j<K} w[c, j] · x[t − (K−1) + j, c]     (x before the sequence: 0 or the state)
 //   out      = silu(p)
 //   dp       = dout · σ(p)·(1 + p·(1 − σ(p)))
 //   dx[s, c] = Σ_{j<K} w[c, j] · dp[s + (K−1) − j, c]    (rows of the same sequence only)
@@ -18,8 +20,14 @@ namespace brioche::ops {
 //   weight : f32 [channels, K]
 //   dout   : f32 [n_rows, channels]  d loss / d out
 //   dx     : f32 [n_rows, channels]  written (=); rows in no sequence get 0
-// Every sequence must start (starts = true). CPU only.
+// For sequences that do not start, `state` ([n_slots, K−1, channels], as the
+// forward's state) holds the inputs before them, and `d_state` (same shape)
+// gets their gradient at those slots. CPU only.
+struct ConvStateGrad {
+  const Tensor* state = nullptr;
+  Tensor* d_state = nullptr;
+};
 void causal_conv1d_silu_backward(const Tensor& x, const Tensor& weight, std::span<const RecurrentSequence> sequences,
-                                 const Tensor& dout, Tensor& dx);
+                                 const Tensor& dout, Tensor& dx, const ConvStateGrad& states = {});
 
 }  // namespace brioche::ops

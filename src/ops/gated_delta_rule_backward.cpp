@@ -1,13 +1,14 @@
 #include "ops/gated_delta_rule_backward.h"
 
 #include "backend/cpu/gated_delta_rule_backward.h"
+#include "core/env_switch.h"
 #include "ops/check_f32.h"
 
 namespace brioche::ops {
 
 void gated_delta_rule_backward(const DeltaRuleInputs& in, const DeltaRuleShape& shape,
                                std::span<const RecurrentSequence> sequences, const Tensor& dout,
-                               const DeltaRuleGrads& grads) {
+                               const DeltaRuleGrads& grads, const DeltaRuleStateGrads& states) {
   constexpr const char* op = "gated_delta_rule_backward";
   BRIOCHE_CHECK(
       shape.n_k_heads > 0 && shape.n_v_heads % shape.n_k_heads == 0 && shape.key_dim > 0 && shape.value_dim > 0, op,
@@ -44,41 +45,61 @@ void gated_delta_rule_backward(const DeltaRuleInputs& in, const DeltaRuleShape& 
   for (const RecurrentSequence& s : sequences) {
     BRIOCHE_CHECK(s.first_row >= 0 && s.n_rows >= 0 && s.first_row + s.n_rows <= n, op, ": sequence rows [",
                   s.first_row, ", ", s.first_row + s.n_rows, ") outside the batch of ", n);
-    BRIOCHE_CHECK(s.starts, op, ": every sequence must start at a zero state (training sequences are whole); ",
-                  "the one at row ", s.first_row, " continues a state");
+    BRIOCHE_CHECK(s.starts || states.initial_state != nullptr, op, ": the sequence at row ", s.first_row,
+                  " continues a state, and no initial_state was given");
   }
+  const int64_t state_floats = int64_t(shape.n_v_heads) * shape.key_dim * shape.value_dim;
+  auto state_data = [&](const Tensor* t, const char* what) -> float* {
+    if (t == nullptr) return nullptr;
+    BRIOCHE_CHECK(
+        t->dtype() == DType::F32 && t->is_contiguous() && t->device() == Device::CPU && t->numel() % state_floats == 0,
+        op, ": ", what, " must be f32 [n_slots, ", shape.n_v_heads, ", ", shape.key_dim, ", ", shape.value_dim,
+        "] contiguous on the CPU, got ", t->describe());
+    for (const RecurrentSequence& s : sequences)
+      BRIOCHE_CHECK(s.state_slot >= 0 && s.state_slot < t->numel() / state_floats, op, ": ", what, " ", t->describe(),
+                    " has no slot ", s.state_slot, " (sequence at row ", s.first_row, ")");
+    return t->data_as<float>();
+  };
+  const float* initial_state = state_data(states.initial_state, "initial_state");
+  float* d_initial_state = state_data(states.d_initial_state, "d_initial_state");
+  const float* d_final_state = state_data(states.d_final_state, "d_final_state");
+  if (states.d_initial_state != nullptr) states.d_initial_state->note_written();
   BRIOCHE_CHECK(detail::common_device(op, {&in.q, &in.k, &in.v, &in.g, &in.beta, &dout, &grads.dq, &grads.dk, &grads.dv,
                                            &grads.dg, &grads.dbeta}) == Device::CPU,
                 op, ": runs on the CPU only in this build");
-  backend::cpu::gated_delta_rule_backward({.q = qs.data,
-                                           .k = ks.data,
-                                           .v = vs.data,
-                                           .g = gs.data,
-                                           .beta = bs.data,
-                                           .dout = ds.data,
-                                           .dq = dqs.data,
-                                           .dk = dks.data,
-                                           .dv = dvs.data,
-                                           .dg = dgs.data,
-                                           .dbeta = dbs.data,
-                                           .n_rows = n,
-                                           .q_stride = qs.stride,
-                                           .k_stride = ks.stride,
-                                           .v_stride = vs.stride,
-                                           .g_stride = gs.stride,
-                                           .beta_stride = bs.stride,
-                                           .dout_stride = ds.stride,
-                                           .dq_stride = dqs.stride,
-                                           .dk_stride = dks.stride,
-                                           .dv_stride = dvs.stride,
-                                           .dg_stride = dgs.stride,
-                                           .dbeta_stride = dbs.stride,
-                                           .n_k_heads = shape.n_k_heads,
-                                           .n_v_heads = shape.n_v_heads,
-                                           .key_dim = shape.key_dim,
-                                           .value_dim = shape.value_dim,
-                                           .sequences = sequences,
-                                           .checkpoint_rows = kDeltaRuleBackwardRows});
+  backend::cpu::gated_delta_rule_backward(
+      {.q = qs.data,
+       .k = ks.data,
+       .v = vs.data,
+       .g = gs.data,
+       .beta = bs.data,
+       .dout = ds.data,
+       .dq = dqs.data,
+       .dk = dks.data,
+       .dv = dvs.data,
+       .dg = dgs.data,
+       .dbeta = dbs.data,
+       .n_rows = n,
+       .q_stride = qs.stride,
+       .k_stride = ks.stride,
+       .v_stride = vs.stride,
+       .g_stride = gs.stride,
+       .beta_stride = bs.stride,
+       .dout_stride = ds.stride,
+       .dq_stride = dqs.stride,
+       .dk_stride = dks.stride,
+       .dv_stride = dvs.stride,
+       .dg_stride = dgs.stride,
+       .dbeta_stride = dbs.stride,
+       .n_k_heads = shape.n_k_heads,
+       .n_v_heads = shape.n_v_heads,
+       .key_dim = shape.key_dim,
+       .value_dim = shape.value_dim,
+       .sequences = sequences,
+       .initial_state = initial_state,
+       .d_initial_state = d_initial_state,
+       .d_final_state = d_final_state,
+       .chunk_size = env_switch_on("BRIOCHE_CPU_DELTA_RULE_CHUNKED_BACKWARD") ? int(kDeltaRuleChunk) : 1});
 }
 
 void delta_rule_gates_backward(const Tensor& a, const Tensor& b, const DeltaRuleGateWeights& w, const Tensor& dg,

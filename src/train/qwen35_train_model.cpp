@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "core/error.h"
 #include "ops/add.h"
@@ -49,6 +50,42 @@ void add_columns(const Tensor& src, int64_t from, Tensor& dst) {
 // dst[:, at : at + w] = src [m, w].
 void copy_columns(const Tensor& src, Tensor& dst, int64_t at) {
   for (int64_t r = 0; r < src.dim(0); ++r) std::copy_n(src.row_as<float>(r), src.dim(1), dst.row_as<float>(r) + at);
+}
+
+// Prefix-shared branches' states ([B, ...]: branch b starts from root branch_root[b]'s state in roots [R, ...]).
+Tensor branch_states(std::span<const int32_t> branch_root, const Tensor& roots) {
+  const int64_t per = roots.numel() / roots.dim(0), B = int64_t(branch_root.size());
+  Tensor out = ops::uninitialized(DType::F32, {B, per}, Device::CPU);
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(roots.data_as<float>() + branch_root[size_t(b)] * per, per, out.data_as<float>() + b * per);
+  return out;
+}
+
+// d_roots[branch_root[b]] += d_branches[b]: both branches continue the prompt's state, so its gradient is the sum.
+void add_to_roots(std::span<const int32_t> branch_root, const Tensor& d_branches, Tensor& d_roots) {
+  const int64_t per = d_branches.numel() / d_branches.dim(0);
+  for (size_t b = 0; b < branch_root.size(); ++b) {
+    const float* src = d_branches.data_as<float>() + int64_t(b) * per;
+    float* dst = d_roots.data_as<float>() + branch_root[b] * per;
+    for (int64_t i = 0; i < per; ++i) dst[i] += src[i];
+  }
+}
+
+// A branch's conv state [K−1, C] is its root's last K−1 inputs (zeros before the root's first row): their
+// gradients add into those rows of d_qkv.
+void add_conv_state_grads(std::span<const ops::RecurrentSequence> roots, std::span<const int32_t> branch_root,
+                          const Tensor& d_branch_conv, Tensor& d_qkv) {
+  const int64_t K1 = d_branch_conv.dim(1), C = d_branch_conv.dim(2);
+  for (size_t b = 0; b < branch_root.size(); ++b) {
+    const ops::RecurrentSequence& root = roots[size_t(branch_root[b])];
+    for (int64_t i = 0; i < K1; ++i) {
+      const int64_t row = int64_t(root.first_row) + root.n_rows - K1 + i;
+      if (row < root.first_row) continue;
+      const float* src = d_branch_conv.data_as<float>() + (int64_t(b) * K1 + i) * C;
+      float* dst = d_qkv.row_as<float>(row);
+      for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
+    }
+  }
 }
 
 // The Gated DeltaNet core's shape.
@@ -129,21 +166,40 @@ Tensor Qwen35TrainModel::embed(const TokenBatch& batch) const {
 }
 
 Qwen35TrainModel::Pass Qwen35TrainModel::make_pass(const TokenBatch& batch, const ForwardOptions& o) const {
-  for (uint8_t b : batch.branch)
-    BRIOCHE_CHECK(b == 0, "train: Qwen 3.5 trains without prefix_shared (its linear-attention layers would have to ",
-                  "continue the prompt's recurrent state in each branch); found a branch-", int(b), " row");
   Pass pass{.batch = batch,
             .layout = batch.layout(),
             .dropout_seed = o.dropout_seed,
             .adapter_enabled = o.adapter_enabled,
             .lora_dropout = o.for_backward};
-  for (size_t i = 0; i < batch.spans.size(); ++i) {
-    const ops::AttentionSpan& s = batch.spans[i];
-    pass.sequences.push_back({.first_row = s.first_row,
-                              .n_rows = s.n_rows,
-                              .state_slot = int32_t(i),
-                              .starts = true,
-                              .first_position = s.n_rows > 0 ? batch.positions[size_t(s.first_row)] : 0});
+  for (const ops::AttentionSpan& s : batch.spans) {
+    // A prefix-shared span's rows are [prompt (branch 0); chosen (1); rejected (2)].
+    int32_t run[3] = {0, 0, 0};
+    int expect = 0;
+    for (int32_t r = s.first_row; r < s.first_row + s.n_rows; ++r) {
+      const int b = batch.branch.empty() ? 0 : batch.branch[size_t(r)];
+      BRIOCHE_CHECK(b >= expect && b <= 2, "train: the span at row ", s.first_row,
+                    " is not laid out as [prompt; chosen; rejected]: a branch-", b, " row at row ", r, " after branch ",
+                    expect);
+      expect = b;
+      ++run[b];
+    }
+    const int32_t root = int32_t(pass.sequences.size());
+    auto sequence = [&](int32_t first, int32_t rows, int32_t slot, bool starts) {
+      return ops::RecurrentSequence{.first_row = first,
+                                    .n_rows = rows,
+                                    .state_slot = slot,
+                                    .starts = starts,
+                                    .first_position = rows > 0 ? batch.positions[size_t(first)] : 0};
+    };
+    pass.sequences.push_back(sequence(s.first_row, run[0], root, true));
+    int32_t first = s.first_row + run[0];
+    for (int b = 1; b <= 2; ++b) {
+      if (run[b] == 0) continue;
+      BRIOCHE_CHECK(run[0] > 0, "train: the span at row ", s.first_row, " has branch rows and no prompt");
+      pass.branches.push_back(sequence(first, run[b], int32_t(pass.branches.size()), false));
+      pass.branch_root.push_back(root);
+      first += run[b];
+    }
   }
   const int64_t n = batch.n_rows(), heads = ck_.config.n_heads, kv_heads = ck_.config.n_kv_heads;
   pass.q_positions.resize(size_t(n * heads));
@@ -203,7 +259,7 @@ void Qwen35TrainModel::linear_forward(const Pass& pass, int layer, Cache& c, Ten
   const model::Qwen35Config& q = ck_.qwen;
   const model::Qwen35LinearAttention& la = ck_.layers[size_t(layer)].linear;
   const int64_t n = c.h1.dim(0), kw = q.key_width(), vw = q.value_width(), vh = q.linear_v_heads,
-                channels = q.conv_channels(), spans = int64_t(pass.sequences.size());
+                channels = q.conv_channels(), roots = int64_t(pass.sequences.size());
   const LayerSites site{.adapter = adapter_,
                         .layer = layer,
                         .enabled = pass.adapter_enabled,
@@ -224,20 +280,32 @@ void Qwen35TrainModel::linear_forward(const Pass& pass, int layer, Cache& c, Ten
   lora_linear_forward(std::span(sites, 2), c.h1, std::span(ys, 2), std::span(us, 2));
   lora_linear_forward(std::span(sites + 2, 2), c.h1, std::span(ys + 2, 2), std::span(us + 2, 2));
 
-  // The training batch's sequences are whole: scratch state slots, one per span, start at zero.
-  Tensor conv_state = zeros({std::max<int64_t>(spans, 1), q.conv_kernel - 1, channels});
+  // Scratch state slots: the roots' start at zero; each branch's starts as a copy of its root's final state.
+  const int64_t branches = int64_t(pass.branches.size()), K1 = q.conv_kernel - 1, dk = q.linear_key_dim,
+                dv = q.linear_value_dim;
+  Tensor conv_state = zeros({std::max<int64_t>(roots, 1), K1, channels});
   c.mixed = f32(n, channels);
   ops::causal_conv1d_silu(c.qkv, la.conv, pass.sequences, conv_state, c.mixed);
+  if (branches > 0) {
+    Tensor branch_conv = branch_states(pass.branch_root, conv_state).reshape({branches, K1, channels});
+    ops::causal_conv1d_silu(c.qkv, la.conv, pass.branches, branch_conv, c.mixed);
+    c.root_conv = std::move(conv_state);
+  }
   c.g = f32(n, vh), c.beta = f32(n, vh);
   ops::delta_rule_gates(c.a, c.b, {.a_log = la.a_log, .dt_bias = la.dt_bias}, c.g, c.beta);
-  Tensor state = zeros({std::max<int64_t>(spans, 1), vh, q.linear_key_dim, q.linear_value_dim});
+  Tensor state = zeros({std::max<int64_t>(roots, 1), vh, dk, dv});
   c.core = f32(n, vw);
-  ops::gated_delta_rule({.q = c.mixed.slice(1, 0, kw),
-                         .k = c.mixed.slice(1, kw, 2 * kw),
-                         .v = c.mixed.slice(1, 2 * kw, 2 * kw + vw),
-                         .g = c.g,
-                         .beta = c.beta},
-                        delta_shape(q), pass.sequences, state, c.core);
+  const ops::DeltaRuleInputs rule{.q = c.mixed.slice(1, 0, kw),
+                                  .k = c.mixed.slice(1, kw, 2 * kw),
+                                  .v = c.mixed.slice(1, 2 * kw, 2 * kw + vw),
+                                  .g = c.g,
+                                  .beta = c.beta};
+  ops::gated_delta_rule(rule, delta_shape(q), pass.sequences, state, c.core);
+  if (branches > 0) {
+    Tensor branch_state = branch_states(pass.branch_root, state).reshape({branches, vh, dk, dv});
+    ops::gated_delta_rule(rule, delta_shape(q), pass.branches, branch_state, c.core);
+    c.root_state = std::move(state);
+  }
   // RMSNormGated per value head: rms_norm(core)·norm, then ·silu(z).
   c.normed = f32(n, vw);
   Tensor normed_heads = c.normed.reshape({n * vh, q.linear_value_dim});
@@ -333,7 +401,7 @@ void Qwen35TrainModel::linear_backward(const Pass& pass, int layer, Cache& c, co
   const model::Qwen35Config& q = ck_.qwen;
   const model::Qwen35LinearAttention& la = ck_.layers[size_t(layer)].linear;
   const int64_t n = d_out.dim(0), kw = q.key_width(), vw = q.value_width(), vh = q.linear_v_heads,
-                channels = q.conv_channels(), dv = q.linear_value_dim;
+                channels = q.conv_channels(), dv = q.linear_value_dim, key_dim = q.linear_key_dim;
   const LayerSites site{.adapter = adapter_,
                         .layer = layer,
                         .enabled = pass.adapter_enabled,
@@ -352,17 +420,42 @@ void Qwen35TrainModel::linear_backward(const Pass& pass, int layer, Cache& c, co
   // The delta rule, then its gates, then the conv in front of it.
   Tensor d_mixed = f32(n, channels), dg = f32(n, vh), dbeta = f32(n, vh);
   Tensor dq = d_mixed.slice(1, 0, kw), dk = d_mixed.slice(1, kw, 2 * kw), dvv = d_mixed.slice(1, 2 * kw, 2 * kw + vw);
-  ops::gated_delta_rule_backward({.q = c.mixed.slice(1, 0, kw),
+  const ops::DeltaRuleInputs rule{.q = c.mixed.slice(1, 0, kw),
                                   .k = c.mixed.slice(1, kw, 2 * kw),
                                   .v = c.mixed.slice(1, 2 * kw, 2 * kw + vw),
                                   .g = c.g,
-                                  .beta = c.beta},
-                                 delta_shape(q), pass.sequences, d_core,
-                                 {.dq = dq, .dk = dk, .dv = dvv, .dg = dg, .dbeta = dbeta});
+                                  .beta = c.beta};
+  const ops::DeltaRuleGrads rule_grads{.dq = dq, .dk = dk, .dv = dvv, .dg = dg, .dbeta = dbeta};
+  const int64_t branches = int64_t(pass.branches.size());
+  Tensor d_root_state;  // d of each root's final state: the sum over its branches of d of their initial state
+  if (branches > 0) {
+    const Tensor branch_state = branch_states(pass.branch_root, c.root_state).reshape({branches, vh, key_dim, dv});
+    Tensor d_branch_state = f32(branches, vh * key_dim * dv).reshape({branches, vh, key_dim, dv});
+    ops::gated_delta_rule_backward(rule, delta_shape(q), pass.branches, d_core, rule_grads,
+                                   {.initial_state = &branch_state, .d_initial_state = &d_branch_state});
+    d_root_state = zeros({c.root_state.dim(0), vh, key_dim, dv});
+    add_to_roots(pass.branch_root, d_branch_state, d_root_state);
+  }
+  ops::gated_delta_rule_backward(rule, delta_shape(q), pass.sequences, d_core, rule_grads,
+                                 {.d_final_state = branches > 0 ? &d_root_state : nullptr});
   Tensor da = f32(n, vh), db = f32(n, vh);
   ops::delta_rule_gates_backward(c.a, c.b, {.a_log = la.a_log, .dt_bias = la.dt_bias}, dg, dbeta, da, db);
   Tensor d_qkv = f32(n, channels);
-  ops::causal_conv1d_silu_backward(c.qkv, la.conv, pass.sequences, d_mixed, d_qkv);
+  if (branches > 0) {
+    // One call over roots and branches; the branches' conv states are their roots' last K−1 inputs, whose
+    // gradients then add into those rows of d_qkv.
+    std::vector<ops::RecurrentSequence> all = pass.sequences;
+    all.insert(all.end(), pass.branches.begin(), pass.branches.end());
+    const int64_t K1 = q.conv_kernel - 1;
+    const Tensor branch_conv = branch_states(pass.branch_root, c.root_conv).reshape({branches, K1, channels});
+    Tensor d_branch_conv = f32(branches, K1 * channels).reshape({branches, K1, channels});
+    ops::causal_conv1d_silu_backward(c.qkv, la.conv, all, d_mixed, d_qkv,
+                                     {.state = &branch_conv, .d_state = &d_branch_conv});
+    add_conv_state_grads(pass.sequences, pass.branch_root, d_branch_conv, d_qkv);
+  } else {
+    ops::causal_conv1d_silu_backward(c.qkv, la.conv, pass.sequences, d_mixed, d_qkv);
+  }
+  c.root_state = c.root_conv = Tensor();
   // The four input projections read h1: two groups (the second adds into d_h1).
   const LoraSite sites[] = {site(Module::LinearQkv, la.in_qkv), site(Module::LinearZ, la.in_z),
                             site(Module::LinearB, la.in_b), site(Module::LinearA, la.in_a)};
@@ -606,6 +699,7 @@ size_t Qwen35TrainModel::saved_bytes() const {
                             &c.lse,  &c.attn_gated, &c.x_mid, &c.h2,     &c.gate,  &c.up, &c.act})
       n += t->nbytes();
     for (const Tensor& u : c.lora_u) n += u.nbytes();
+    n += c.root_state.nbytes() + c.root_conv.nbytes();
     for (const Tensor* t :
          {&c.router_logits, &c.shared_gate, &c.shared_up, &c.shared_act, &c.shared_out, &c.shared_logit})
       n += t->nbytes();

@@ -27,9 +27,13 @@
 //   softmax of the top-k logits, so dz_k = w_k·(g_k − Σ_j w_j·g_j), g_k = d out·expert_k(h2)
 //   shared gate: d c = Σ d out ⊙ shared·σ(c)(1 − σ(c)) (ops::sigmoid_gate_backward)
 //
-// Sequences are whole (each starts from a zero recurrent state); the
-// prefix-shared preference layout (a rejected branch continuing the
-// prompt's state) is refused.
+// Prefix-shared preference pairs ([prompt; chosen; rejected] in one span,
+// batch_builder.h): the prompt runs once from a zero state; each branch
+// continues the prompt's conv inputs and delta-rule state (in its own state
+// slot), and the full-attention layers read the prompt's K/V. Backward: the
+// branches first, giving d of the state each started from; their sum is the
+// gradient of the prompt's final state (and of its last K−1 conv inputs),
+// with which the prompt's backward starts.
 #pragma once
 
 #include <array>
@@ -66,6 +70,7 @@ class Qwen35TrainModel final : public TrainStack {
     Tensor x_in, h1;
     // Gated DeltaNet
     Tensor qkv, mixed, z, a, b, g, beta, core, normed, gated;
+    Tensor root_state, root_conv;  // prefix-shared: each root's state after it, [R, vh, dk, dv] and [R, K−1, C]
     // Gated attention
     Tensor q_gate, k_lin, v, q, k, attn, lse, attn_gated;
     // MLP
@@ -90,7 +95,12 @@ class Qwen35TrainModel final : public TrainStack {
   struct Pass {  // what every layer of one forward sees
     const TokenBatch& batch;
     ops::DenseAttentionLayout layout;
-    std::vector<ops::RecurrentSequence> sequences;  // one per span, each starting from a zero state
+    // Roots (an unshared span, or a prefix-shared span's prompt), starting
+    // from a zero state in slots 0..R−1; branches (a prompt's chosen and
+    // rejected rows) in slots 0..B−1 of their own state tensors, continuing
+    // the state of root branch_root[b].
+    std::vector<ops::RecurrentSequence> sequences, branches;
+    std::vector<int32_t> branch_root;
     std::vector<int32_t> q_positions, k_positions;  // per (row, head): the partial RoPE sees one head per row
     uint64_t dropout_seed = 0;
     bool adapter_enabled = true;

@@ -5,7 +5,8 @@
 // linear-attention layers' in_proj_qkv/in_proj_z/in_proj_b/in_proj_a/out_proj,
 // two sequences (75 and 37 rows: longer than a delta-rule chunk and than the
 // backward's checkpoint interval) in one batch. The mean next-token NLL and
-// d loss / d every lora_A and lora_B equal peft's.
+// d loss / d every lora_A and lora_B equal peft's; the prefix-shared layout
+// gives the plain layout's gradients.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "model/qwen35_weights.h"
 #include "train/adapter_io.h"
+#include "train/batch_builder.h"
 #include "train/lm_head.h"
 #include "lora_oracle_case.h"
 #include "train/lora_tensors.h"
@@ -168,16 +170,89 @@ TEST(Qwen35Train, SitesFollowEachLayersKind) {
   EXPECT_FALSE(parse_module("in_pr").has_value());
 }
 
-TEST(Qwen35Train, RefusesThePrefixSharedLayout) {
+// One pair through the prefix-shared layout ([prompt; chosen; rejected] in one span, each branch continuing the
+// prompt's conv and delta-rule state) or laid out plainly as two sequences; one weight per scored token by
+// (sequence, target), so both layouts have the same loss.
+struct PairRun {
+  std::vector<float> logp;
+  std::vector<Tensor> grads;
+  int64_t rows = 0;
+};
+
+PairRun run_pair(const model::Qwen35Checkpoint& ck, LoraAdapter& adapter, const TokenizedPair& pair, bool shared) {
+  const TokenizedPair* pairs[] = {&pair, &pair};
+  const TokenBatch batch =
+      build_preference_batch(pairs, {.method = Method::ORPO, .sft_scope = SftScope::Response, .prefix_shared = shared});
+  Qwen35TrainModel model(ck, &adapter);
+  const Tensor hidden = model.forward(batch, model.frozen_prefix(batch), {.for_backward = true});
+  PlainLogpHead head(ck.output);
+  PairRun out;
+  out.rows = batch.n_rows();
+  out.logp = head.forward(hidden, batch.scored);
+  std::vector<float> d_logp;
+  for (const ScoredToken& t : batch.scored)
+    d_logp.push_back(t.sequence % 2 == 0 ? -0.5f : 0.25f + 0.001f * float(t.target % 100) + 0.1f * t.sequence);
+  Tensor d_hidden = Tensor::zeros(DType::F32, {hidden.dim(0), hidden.dim(1)});
+  head.backward(d_logp, d_hidden);
+  adapter.zero_grads();
+  model.backward(std::move(d_hidden));
+  for (auto& e : adapter.entries()) {
+    out.grads.push_back(copy_f32(e.factors->grad_a));
+    out.grads.push_back(copy_f32(e.factors->grad_b));
+  }
+  return out;
+}
+
+TEST(Qwen35Train, PrefixSharedEqualsTheTwoSequencesLaidOutPlainly) {
+  // A 37-token prompt (two delta-rule chunks and a ragged one: the branches continue a state from inside a chunk)
+  // with replies of 38 and 30 tokens, twice in one batch. Both branches' gradients flow back into the prompt
+  // through its final delta-rule state and its last 3 conv inputs, where they add.
+  const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
+  auto adapter = load_adapter(fixture("lora/dense"), ck.config, false, 1 << 16, qwen35_lora_shapes(ck));
+  const LoraOracleCase c = read_case();
+  ASSERT_EQ(c.batch.spans.size(), 2u);
+  const auto& s0 = c.batch.spans[0];
+  const auto& s1 = c.batch.spans[1];
+  ASSERT_GE(s0.n_rows, 75);
+  ASSERT_GE(s1.n_rows, 31);
+  const auto tokens = [&](int32_t from, int32_t to) {
+    return std::vector<int32_t>(c.batch.tokens.begin() + from, c.batch.tokens.begin() + to);
+  };
+  const TokenizedPair pair{.prompt = tokens(s0.first_row, s0.first_row + 37),
+                           .chosen = tokens(s0.first_row + 37, s0.first_row + 75),
+                           .rejected = tokens(s1.first_row + 1, s1.first_row + 31)};
+  const PairRun plain = run_pair(ck, *adapter, pair, false);
+  const PairRun shared = run_pair(ck, *adapter, pair, true);
+  ASSERT_EQ(plain.logp.size(), shared.logp.size());
+  double logp_err = 0.0, grad_err = 0.0, size = 0.0;
+  for (size_t i = 0; i < plain.logp.size(); ++i)
+    logp_err = std::max(logp_err, double(std::abs(plain.logp[i] - shared.logp[i])));
+  ASSERT_EQ(plain.grads.size(), shared.grads.size());
+  for (size_t i = 0; i < plain.grads.size(); ++i) {
+    grad_err = std::max(grad_err, relative_error(shared.grads[i], plain.grads[i]));
+    for (int64_t j = 0; j < plain.grads[i].numel(); ++j)
+      size = std::max(size, double(std::abs(plain.grads[i].data_as<float>()[j])));
+  }
+  std::printf(
+      "qwen35 prefix-shared: %zu log-probs within %.2e, %zu gradient tensors within %.2e (relative) of the plain "
+      "layout\n",
+      plain.logp.size(), logp_err, plain.grads.size(), grad_err);
+  EXPECT_EQ(shared.rows, plain.rows - 2 * 37) << "each prompt runs once";
+  EXPECT_LT(logp_err, 1e-4);  // f32 rounding: the chunks around the prompt's end are cut differently
+  EXPECT_LT(grad_err, 1e-4);
+  EXPECT_GT(size, 1e-3) << "the gradients are not all zero";
+}
+
+TEST(Qwen35Train, RefusesABranchLayoutOtherThanPromptChosenRejected) {
   const model::Qwen35Checkpoint ck = model::load_qwen35_checkpoint(fixture("dense"));
   LoraAdapter adapter(ck.config, LoraConfig{}, 1, qwen35_lora_shapes(ck));
   Qwen35TrainModel model(ck, &adapter);
-  TokenBatch batch{.tokens = {5, 6, 7, 8}, .positions = {0, 1, 2, 2}, .branch = {0, 0, 1, 2}, .spans = {{0, 4}}};
+  TokenBatch batch{.tokens = {5, 6, 7, 8}, .positions = {0, 1, 2, 2}, .branch = {0, 0, 2, 1}, .spans = {{0, 4}}};
   try {
     model.forward(batch, {.for_backward = true});
-    FAIL() << "a branched batch was accepted";
+    FAIL() << "a rejected row before a chosen row was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("prefix_shared"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[prompt; chosen; rejected]"), std::string::npos) << e.what();
   }
 }
 

@@ -27,8 +27,11 @@ void causal_conv1d_silu_backward(const CausalConv1dBackwardArgs& a) {
         std::fill(p.begin(), p.end(), 0.0f);
         for (int64_t j = 0; j < K; ++j) {
           const int64_t src = t - (K - 1) + j;
-          if (src < first) continue;
           const float* x = a.x + src * a.x_stride;
+          if (src < first) {  // an input before the sequence: 0, or the state's row src − first + K − 1
+            if (s.starts || a.state == nullptr) continue;
+            x = a.state + (int64_t(s.state_slot) * (K - 1) + (src - first + K - 1)) * C;
+          }
           const float* w = &wt[size_t(j * C)];
           for (int64_t c = 0; c < C; ++c) p[size_t(c)] += w[c] * x[c];
         }
@@ -52,6 +55,19 @@ void causal_conv1d_silu_backward(const CausalConv1dBackwardArgs& a) {
         }
       }
     });
+    if (s.starts || a.d_state == nullptr) continue;
+    // State row i is the input at first − (K−1) + i: output row first + i − j read it through tap j.
+    for (int64_t i = 0; i < K - 1; ++i) {
+      float* ds = a.d_state + (int64_t(s.state_slot) * (K - 1) + i) * C;
+      std::fill_n(ds, C, 0.0f);
+      for (int64_t j = 0; j <= i; ++j) {
+        const int64_t dst = first + i - j;
+        if (dst >= end) continue;
+        const float* d = &dp[size_t(dst * C)];
+        const float* w = &wt[size_t(j * C)];
+        for (int64_t c = 0; c < C; ++c) ds[c] += w[c] * d[c];
+      }
+    }
   }
 }
 

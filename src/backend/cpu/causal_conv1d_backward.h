@@ -14,6 +14,11 @@ struct CausalConv1dBackwardArgs {
   int64_t n_rows, x_stride, dout_stride, dx_stride;
   int channels, kernel;
   std::span<const ops::RecurrentSequence> sequences;
+  // [n_slots, kernel − 1, channels] per sequence slot, or null: the inputs
+  // before a sequence that does not start (read), and their gradient
+  // (written for those sequences).
+  const float* state = nullptr;
+  float* d_state = nullptr;
 };
 
 void causal_conv1d_silu_backward(const CausalConv1dBackwardArgs& args);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/delta_rule_gemm.h"
 #include "backend/cpu/vec_f32.h"
 #include "core/thread_pool.h"
 
@@ -16,51 +17,6 @@ namespace {
 void l2_normalize(const float* x, int n, float scale, float* out) {
   const float inv = scale / std::sqrt(dot_f32(x, x, n) + 1e-6f);
   for (int i = 0; i < n; ++i) out[i] = x[i] * inv;
-}
-
-// y_b[c] += Σ_{k<K} coef_b[k] · x[k·ldx + c] for b < NB, c < n: a block of
-// NB output rows against a K × n matrix, each x row loaded once per 16
-// columns for all NB outputs (2·NB accumulators in registers).
-template <int NB>
-void accumulate_block(float* const* y, const float* const* coef, int K, const float* x, int64_t ldx, int n) {
-  int c = 0;
-#if BRIOCHE_VEC_AVX2
-  for (; c + 16 <= n; c += 16) {
-    __m256 lo[NB], hi[NB];
-    for (int b = 0; b < NB; ++b) lo[b] = hi[b] = _mm256_setzero_ps();
-    for (int k = 0; k < K; ++k) {
-      const float* xk = x + int64_t(k) * ldx + c;
-      const __m256 x0 = _mm256_loadu_ps(xk), x1 = _mm256_loadu_ps(xk + 8);
-      for (int b = 0; b < NB; ++b) {
-        const __m256 cb = _mm256_broadcast_ss(coef[b] + k);
-        lo[b] = _mm256_fmadd_ps(cb, x0, lo[b]);
-        hi[b] = _mm256_fmadd_ps(cb, x1, hi[b]);
-      }
-    }
-    for (int b = 0; b < NB; ++b) {
-      _mm256_storeu_ps(y[b] + c, _mm256_add_ps(_mm256_loadu_ps(y[b] + c), lo[b]));
-      _mm256_storeu_ps(y[b] + c + 8, _mm256_add_ps(_mm256_loadu_ps(y[b] + c + 8), hi[b]));
-    }
-  }
-#endif
-  for (; c < n; ++c)
-    for (int b = 0; b < NB; ++b) {
-      float sum = 0.0f;
-      for (int k = 0; k < K; ++k) sum += coef[b][k] * x[int64_t(k) * ldx + c];
-      y[b][c] += sum;
-    }
-}
-
-// accumulate_block over any number of output rows, four at a time.
-void accumulate_rows(float* const* y, const float* const* coef, int n_rows, int K, const float* x, int64_t ldx, int n) {
-  int b = 0;
-  for (; b + 4 <= n_rows; b += 4) accumulate_block<4>(y + b, coef + b, K, x, ldx, n);
-  switch (n_rows - b) {
-    case 3: accumulate_block<3>(y + b, coef + b, K, x, ldx, n); break;
-    case 2: accumulate_block<2>(y + b, coef + b, K, x, ldx, n); break;
-    case 1: accumulate_block<1>(y + b, coef + b, K, x, ldx, n); break;
-    default: break;
-  }
 }
 
 // Per-thread scratch for one chunk of C rows, grown, never shrunk (decode

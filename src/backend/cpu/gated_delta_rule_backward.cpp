@@ -1,5 +1,7 @@
 #include "backend/cpu/gated_delta_rule_backward.h"
 
+#include "backend/cpu/gated_delta_rule_chunk_backward.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,12 +13,7 @@ namespace brioche::backend::cpu {
 
 namespace {
 
-// The rows' q̂ = l2norm(q)/√dk and k̂ = l2norm(k) per key head, and the
-// inverse norms r = (Σx² + 1e-6)^−½ the norms' backward needs.
-struct NormedKeys {
-  std::vector<float> q, k;    // [n_rows, n_k_heads·dk]
-  std::vector<float> rq, rk;  // [n_rows, n_k_heads]
-};
+using detail::NormedKeys;
 
 NormedKeys normalize(const GatedDeltaRuleBackwardArgs& a) {
   const int64_t n = a.n_rows, nk = a.n_k_heads, dk = a.key_dim, width = nk * dk;
@@ -41,7 +38,8 @@ NormedKeys normalize(const GatedDeltaRuleBackwardArgs& a) {
   return out;
 }
 
-// One (sequence, value head): the recurrence forward with checkpoints, then
+// One (sequence, value head) in the recurrent form (the reference, and the
+// form before the chunked one): the recurrence forward with checkpoints, then
 // block by block backward. dq̂/dk̂ land in this value head's columns of
 // dqh/dkh ([n_rows, n_v_heads·dk]); dv, dg, dβ in its columns of the outputs.
 class HeadBackward {
@@ -62,12 +60,15 @@ class HeadBackward {
     // checkpoints[b]: the state before row first_row + b·block (S_{t−1} of that row).
     checkpoints_.assign(size_t(n_blocks * S), 0.0f);
     std::vector<float> state(size_t(S), 0.0f);
+    const int64_t slot_offset = (int64_t(seq.state_slot) * a_.n_v_heads + h_) * S;
+    if (!seq.starts && a_.initial_state != nullptr) std::copy_n(a_.initial_state + slot_offset, S, state.begin());
     for (int64_t i = 0; i < seq.n_rows; ++i) {
       if (i % block == 0) std::copy(state.begin(), state.end(), checkpoints_.begin() + (i / block) * S);
       step(seq.first_row + i, state.data(), state.data());
     }
     states_.assign(size_t((block + 1) * S), 0.0f);
     std::vector<float> dstate(size_t(S), 0.0f);
+    if (a_.d_final_state != nullptr) std::copy_n(a_.d_final_state + slot_offset, S, dstate.begin());
     for (int64_t b = n_blocks - 1; b >= 0; --b) {
       const int64_t i0 = b * block, m = std::min<int64_t>(block, seq.n_rows - i0);
       std::copy_n(checkpoints_.begin() + b * S, S, states_.begin());
@@ -76,6 +77,8 @@ class HeadBackward {
       for (int64_t i = m - 1; i >= 0; --i)
         back(seq.first_row + i0 + i, &states_[size_t(i * S)], &states_[size_t((i + 1) * S)], dstate.data());
     }
+    if (!seq.starts && a_.d_initial_state != nullptr)
+      std::copy(dstate.begin(), dstate.end(), a_.d_initial_state + slot_offset);
   }
 
  private:
@@ -159,28 +162,30 @@ class HeadBackward {
 }  // namespace
 
 void gated_delta_rule_backward(const GatedDeltaRuleBackwardArgs& a) {
-  const int64_t n = a.n_rows, nk = a.n_k_heads, nv = a.n_v_heads, dk = a.key_dim, dv = a.value_dim;
-  for (int64_t r = 0; r < n; ++r) {  // rows in no sequence get zero gradients
-    std::fill_n(a.dq + r * a.dq_stride, nk * dk, 0.0f);
-    std::fill_n(a.dk + r * a.dk_stride, nk * dk, 0.0f);
-    std::fill_n(a.dv + r * a.dv_stride, nv * dv, 0.0f);
-    std::fill_n(a.dg + r * a.dg_stride, nv, 0.0f);
-    std::fill_n(a.dbeta + r * a.dbeta_stride, nv, 0.0f);
-  }
+  const int64_t n = a.n_rows, nk = a.n_k_heads, nv = a.n_v_heads, dk = a.key_dim;
   const NormedKeys normed = normalize(a);
   std::vector<float> dqh(size_t(n * nv * dk), 0.0f), dkh(size_t(n * nv * dk), 0.0f);  // d q̂, d k̂ per value head
   const int n_tasks = int(a.sequences.size() * size_t(nv));
   ThreadPool::global().run(n_tasks, [&](int task) {
     const FlushDenormals flush;
-    HeadBackward head(a, normed, int(task % nv), dqh.data(), dkh.data());
-    head.run(a.sequences[size_t(task / nv)]);
+    const ops::RecurrentSequence& seq = a.sequences[size_t(task / nv)];
+    if (a.chunk_size > 1) {
+      detail::chunked_head_backward(a, normed, int(task % nv), seq, dqh.data(), dkh.data());
+    } else {
+      HeadBackward head(a, normed, int(task % nv), dqh.data(), dkh.data());
+      head.run(seq);
+    }
   });
-  // Σ over the value heads of each key head, then through q̂ = l2norm(q)/√dk and k̂ = l2norm(k).
+  // Σ over the value heads of each key head, then through q̂ = l2norm(q)/√dk
+  // and k̂ = l2norm(k), for the sequences' rows (the others are left as they are).
+  std::vector<uint8_t> in_sequence(size_t(n), 0);
+  for (const ops::RecurrentSequence& s : a.sequences) std::fill_n(in_sequence.begin() + s.first_row, s.n_rows, 1);
   const int64_t group = nv / nk;
   const float q_scale = 1.0f / std::sqrt(float(dk));
   ThreadPool::global().parallel_for(n, 16, [&](int64_t r0, int64_t r1) {
     std::vector<float> dy(static_cast<size_t>(dk));
-    for (int64_t r = r0; r < r1; ++r)
+    for (int64_t r = r0; r < r1; ++r) {
+      if (!in_sequence[size_t(r)]) continue;
       for (int64_t h = 0; h < nk; ++h)
         for (int which = 0; which < 2; ++which) {
           const std::vector<float>& d_hat = which == 0 ? dqh : dkh;
@@ -193,6 +198,7 @@ void gated_delta_rule_backward(const GatedDeltaRuleBackwardArgs& a) {
           const float c = rn * rn * rn * dot_f32(x, dy.data(), dk);
           for (int64_t i = 0; i < dk; ++i) dx[i] = rn * dy[size_t(i)] - x[i] * c;
         }
+    }
   });
 }
 
