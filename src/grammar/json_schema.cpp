@@ -573,6 +573,10 @@ Json SchemaConverter::merge_all_of(const Json& s, const std::string& ptr) {
         const int64_t here = count_of(merged, k.c_str(), ptr, 0),
                       there = count_of(*part.schema, k.c_str(), part.ptr, 0);
         merged[k] = k.rfind("min", 0) == 0 ? std::max(here, there) : std::min(here, there);
+      } else if (k == "pattern" && merged.contains(k) && merged[k] != v && v.is_string() && merged[k].is_string()) {
+        // Both patterns find a match: two searches as lookaheads from the start.
+        merged[k] =
+            "^(?=[\\s\\S]*(?:" + merged[k].get<std::string>() + "))(?=[\\s\\S]*(?:" + v.get<std::string>() + "))";
       } else if (merged.contains(k) && merged[k] != v) {
         unsupported("allOf", part.ptr, "keyword '" + k + "' has conflicting values across branches");
       } else {

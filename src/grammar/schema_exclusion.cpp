@@ -115,14 +115,16 @@ std::string SchemaConverter::visit_not(const Json& s, const std::string& ptr, co
       }
       excluded_patterns.push_back(branch["pattern"]);
     }
-  if (!excluded_patterns.empty() && rest.contains("type") && rest["type"] == "string" && !rest.contains("format") &&
-      !rest.contains("enum") && !rest.contains("const")) {
+  if (!excluded_patterns.empty() && rest.contains("type") && rest["type"] == "string" && !rest.contains("enum") &&
+      !rest.contains("const")) {
     // Strings in which the sibling pattern (if any) finds a match and no
     // excluded one finds one: the searches as lookaheads from the start,
     // one pattern with assertions (regex_dfa.h). Python's $ (what
     // validators run) also matches before a final newline, ECMA-262's only
     // at the very end: strings ending in a newline are left out where an
-    // excluded pattern has a $, so both readings exclude alike.
+    // excluded pattern has a $, so both readings exclude alike. Beside a
+    // format the combined pattern meets the format's language
+    // (format_and_pattern; a format with no regular form is refused there).
     std::string combined = "^";
     if (rest.contains("pattern") && rest["pattern"].is_string())
       combined += "(?=[\\s\\S]*(?:" + rest["pattern"].get<std::string>() + "))";

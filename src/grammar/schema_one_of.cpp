@@ -6,8 +6,9 @@
 //     other numbers counted apart, so integer/number meet at the integers);
 //   - both list their values (const/enum) and no value is in both;
 //   - both admit only objects and a property tells them apart: required by
-//     both with disjoint schemas (a discriminator such as "kind": "a" vs
-//     "kind": "b"), or required by one and forbidden by the other.
+//     one with a schema disjoint from the other's for it (a discriminator
+//     such as "kind": "a" vs "kind": "b"), or required by one and
+//     forbidden by the other.
 // Anything else is not proven disjoint; the caller refuses it (or, when
 // SchemaOptions::one_of_as_any_of, compiles the union).
 #include <algorithm>
@@ -309,10 +310,6 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
   }
   if (common != kObject || !a.is_object() || !b.is_object()) return false;
   // Objects: a property that tells them apart.
-  auto required = [](const Json& s, const std::string& key) {
-    return s.contains("required") && s["required"].is_array() &&
-           std::find(s["required"].begin(), s["required"].end(), Json(key)) != s["required"].end();
-  };
   auto property = [](const Json& s, const std::string& key) -> const Json* {
     if (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(key))
       return &s["properties"][key];
@@ -346,7 +343,9 @@ bool SchemaConverter::provably_disjoint(const Json& a_in, const Json& b_in, cons
       if (!r.is_string()) continue;
       const std::string key = r.get<std::string>();
       if (forbids(there, key)) return true;
-      if (!required(there, key)) continue;
+      // Required here: an object without it matches only `there`; one with
+      // it matches both only with a value both schemas admit (`there` need
+      // not require it: GitLab's when: delayed vs when: not delayed).
       const Json* pa = property(here, key);
       const Json* pb = property(there, key);
       if (pa && pb && provably_disjoint(*pa, *pb, ptr, depth + 1)) return true;

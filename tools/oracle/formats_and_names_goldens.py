@@ -1,7 +1,9 @@
 """Goldens for the formats `uri-reference` and `duration`, `propertyNames`
 beside `properties`/`required`, `not {allOf: [object tests]}` (CircleCI's
 workflows) and if/then/else beside a type list of object and other types
-(GitLab's artifacts: `["object", "null"]`).
+(GitLab's artifacts: `["object", "null"]`), two patterns in allOf,
+`not {pattern}` beside a format, and oneOf branches told apart by a key
+one of them requires (GitLab's `when: delayed`).
 
 Each candidate is judged by `jsonschema` with its format checker. That
 checker tests uri-reference only with rfc3987 or rfc3986-validator
@@ -219,6 +221,33 @@ NOT_BOTH_VALUES = {"type": "object", "properties": {"a": {"enum": [1, 2]}, "b": 
 case("not_all_of_object_tests", NOT_BOTH_VALUES,
      declared_first([{}, {"a": 1}, {"a": 2}, {"b": 1}, {"a": 1, "b": 1}, {"a": 2, "b": 1}, {"a": 3}, {"a": 2, "b": "x"},
                      {"c": 1}, {"a": 1, "c": 1}, {"a": 1, "b": 2, "c": 3}], ["a", "b"]))
+
+# ---- two patterns, a not {pattern} beside a format ---------------------------------------
+
+# GitLab's include: a YAML uri-reference, remote only over http(s).
+INCLUDE = {"type": "string", "format": "uri-reference", "pattern": "\\w\\.ya?ml$",
+           "anyOf": [{"pattern": "^https?://"}, {"not": {"pattern": "^\\w+://"}}]}
+INCLUDES = ["a.yml", "a.yaml", ".yml", "x/a.yml", "https://h/a.yml", "http://h/a.yaml", "ftp://h/a.yml",
+            "s3://b/a.yml", "https://h/a.json", "a b.yml", "//h/a.yml", "c:a.yml", "c://a.yml", "é.yml", "_.yml",
+            "a.yml?x", "https://h/a.yml#f", "a.ymlx", "HTTPS://h/a.yml", "https:/h/a.yml", "a.yml\n", ""]
+case("gitlab_include_string", INCLUDE, INCLUDES + [s + "/b.yml" for s in URI_REFS[:60]])
+TWO_PATTERNS = {"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}, {"maxLength": 4}]}
+case("all_of_two_patterns", TWO_PATTERNS, ["ab", "a", "b", "axb", "axxb", "axxxb", "ba", "", "aab", "abab", "a\nb"])
+
+# ---- oneOf told apart by a key one branch requires -----------------------------------------
+
+# GitLab's jobs: `when: delayed` needs `start_in`; any other `when` (or none) is the other branch.
+DELAYED = {"type": "object", "additionalProperties": False,
+           "properties": {"when": {"enum": ["delayed", "manual", "always"]}, "start_in": {"type": "string"},
+                          "script": {"type": "string"}},
+           "oneOf": [{"properties": {"when": {"enum": ["delayed"]}}, "required": ["when", "start_in"]},
+                     {"properties": {"when": {"not": {"enum": ["delayed"]}}}}]}
+case("one_of_required_key_with_disjoint_values", DELAYED,
+     declared_first([{}, {"when": "delayed"}, {"when": "delayed", "start_in": "1h"}, {"when": "manual"},
+                     {"when": "manual", "start_in": "1h"}, {"start_in": "1h"}, {"script": "x"},
+                     {"when": "always", "script": "x"}, {"when": "delayed", "start_in": "1h", "script": "x"},
+                     {"when": "never"}, {"when": "delayed", "start_in": 1}, {"other": 1}],
+                    ["when", "start_in", "script"]))
 
 # ---- conditions beside a type list of object and other types ---------------------------
 
