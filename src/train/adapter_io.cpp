@@ -450,8 +450,10 @@ int merge_adapter(model::Gemma4Checkpoint& ck, const LoraAdapter& adapter) {
   for (int l = 0; l < ck.config.base.n_layers; ++l) {
     auto& w = ck.weights.layers[size_t(l)];
     merged += merge_layer(adapter, l, {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down});
-    for (auto [m, stack] : {std::pair{Module::ExpertGateUp, &w.experts_gate_up}, {Module::ExpertDown, &w.experts_down}})
-      if (adapter.factors(l, m)) merge_expert_stack(adapter, l, m, *stack), ++merged;
+    if (adapter.factors(l, Module::ExpertGateUp))
+      merge_expert_stack(adapter, l, Module::ExpertGateUp, w.experts_gate_up), ++merged;
+    if (adapter.factors(l, Module::ExpertDown))
+      merge_expert_stack(adapter, l, Module::ExpertDown, w.experts_down), ++merged;
   }
   return merged;
 }
