@@ -629,6 +629,45 @@ TEST(BackwardOps, CausalConv1dSiluTwoSequences) {
   expect_grad_matches(fwd, x, cot, to_vec(dx), 1e-4, "conv dx");
 }
 
+// A sequence continuing a conv state (a prefix-shared branch: its K−1 inputs before it are its prompt's last rows),
+// beside one that starts: d x of both and d of the state, kernel 4, the continuing sequence shorter than K−1 too.
+TEST(BackwardOps, CausalConv1dSiluContinuingAState) {
+  std::mt19937 rng(51);
+  const int64_t C = 5, K = 4;
+  for (const int32_t rows : {6, 2}) {
+    const int64_t n = 3 + rows;
+    const std::vector<RecurrentSequence> seqs{{.first_row = 0, .n_rows = 3, .state_slot = 0, .starts = true},
+                                              {.first_row = 3, .n_rows = rows, .state_slot = 1, .starts = false}};
+    Vec x = random_vec(n * C, rng), w = random_vec(C * K, rng), state = random_vec(2 * (K - 1) * C, rng),
+        cot = random_vec(n * C, rng);
+    auto fwd = [&](const Vec& xv, const Vec& sv) {
+      Vec y(n * C, 0.0);
+      for (const RecurrentSequence& s : seqs)
+        for (int64_t t = s.first_row; t < s.first_row + s.n_rows; ++t)
+          for (int64_t c = 0; c < C; ++c) {
+            double p = 0;
+            for (int64_t j = 0; j < K; ++j) {
+              const int64_t src = t - (K - 1) + j;
+              if (src >= s.first_row)
+                p += w[c * K + j] * xv[src * C + c];
+              else if (!s.starts)
+                p += w[c * K + j] * sv[(s.state_slot * (K - 1) + (src - s.first_row + K - 1)) * C + c];
+            }
+            y[t * C + c] = p / (1.0 + std::exp(-p));
+          }
+      return y;
+    };
+    Tensor dx = Tensor::zeros(DType::F32, {n, C}), d_state = Tensor::zeros(DType::F32, {2, K - 1, C});
+    const Tensor st = to_tensor(state, 2 * (K - 1), C).reshape({2, K - 1, C});
+    causal_conv1d_silu_backward(to_tensor(x, n, C), to_tensor(w, C, K), seqs, to_tensor(cot, n, C), dx,
+                                {.state = &st, .d_state = &d_state});
+    expect_grad_matches([&](const Vec& v) { return fwd(v, state); }, x, cot, to_vec(dx), 1e-4, "conv dx");
+    Vec d_slot1 = to_vec(d_state.reshape({2 * (K - 1), C}));
+    std::fill_n(d_slot1.begin(), (K - 1) * C, 0.0);  // slot 0 starts: not written, not read
+    expect_grad_matches([&](const Vec& v) { return fwd(x, v); }, state, cot, d_slot1, 1e-4, "conv d state");
+  }
+}
+
 // y = x·σ(g), per element and with one gate per row.
 TEST(BackwardOps, SigmoidGate) {
   std::mt19937 rng(50);
