@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <mutex>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -190,6 +192,100 @@ void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
                              vocabulary, all_states);
 }
 
+// Per state of a string's rules, a lower bound of the bytes any path from
+// the string's start reads before it; -1 elsewhere (objects, arrays:
+// their states after many keys are reached by most generations). A
+// string's rules: one that reads bytes only or calls the item rules of a
+// length bound, and the rules it continues into: rules whose every call
+// returns to the end of a string (nothing, or the closing quote, left to
+// read), as the rules of a pattern counted in its DFA (one per DFA state
+// and length, SchemaConverter::dfa_rules) are called. A call counts as no
+// byte, a counter's exit as its rounds - 1 (each round of a counted body
+// reads at least one byte): the written-out copies near the bound of a
+// counted repetition are as deep as the bound.
+std::vector<int64_t> bytes_into_string(const Automaton& a) {
+  const int32_t n = static_cast<int32_t>(a.states.size());
+  const size_t rules = a.rule_start.size();
+  auto ends_string = [&](int32_t t) {  // only returns, or reads `"` and then only returns
+    const AutomatonState& st = a.states[t];
+    if (st.only_returns()) return true;
+    if (st.accepting || st.rule_begin != st.rule_end || st.counter >= 0 || st.byte_begin == st.byte_end) return false;
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) {
+      const ByteEdge& b = a.byte_edges[e];
+      if (b.lo != '"' || b.hi != '"' || !a.states[b.target].only_returns()) return false;
+    }
+    return true;
+  };
+  // A call continues the string when every call of its callee returns to
+  // the end of a string.
+  std::vector<char> every_call_ends(rules, 1);
+  for (const RuleEdge& e : a.rule_edges)
+    if (!ends_string(e.target)) every_call_ends[e.rule] = 0;
+  auto continues = [&](const RuleEdge& e) { return e.rule < a.first_item_rule && every_call_ends[e.rule]; };
+  // String rules, innermost first: a rule is one once every call it makes
+  // is of an item rule or continues into a string rule.
+  std::vector<char> is_string(rules, 0), blocked(rules, 0);
+  std::vector<int32_t> pending(rules, 0);
+  std::vector<std::vector<int32_t>> callers(rules);  // per rule, the rules whose calls continue into it
+  for (int32_t s = 0; s < n; ++s)
+    for (uint32_t e = a.states[s].rule_begin; e < a.states[s].rule_end; ++e) {
+      const RuleEdge& re = a.rule_edges[e];
+      const int32_t caller = a.states[s].rule;
+      if (re.rule >= a.first_item_rule) continue;
+      if (!continues(re)) {
+        blocked[caller] = 1;
+        continue;
+      }
+      ++pending[caller];
+      callers[re.rule].push_back(caller);
+    }
+  std::vector<int32_t> ready;
+  for (size_t r = 0; r < rules; ++r)
+    if (a.rule_start[r] >= 0 && !blocked[r] && pending[r] == 0) ready.push_back(static_cast<int32_t>(r));
+  while (!ready.empty()) {
+    const int32_t r = ready.back();
+    ready.pop_back();
+    is_string[r] = 1;
+    for (int32_t caller : callers[r])
+      if (--pending[caller] == 0 && !blocked[caller] && a.rule_start[caller] >= 0) ready.push_back(caller);
+  }
+  // A string rule called only from string rules is as deep as the least
+  // deep of its calls; any other starts at 0 (a lower bound anywhere).
+  std::vector<char> entered(rules, 0);
+  for (size_t r = 0; r < rules; ++r)
+    entered[r] = is_string[r] && !callers[r].empty() &&
+                 std::all_of(callers[r].begin(), callers[r].end(), [&](int32_t c) { return is_string[c] != 0; });
+  constexpr int64_t kUnreached = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> depth(n, kUnreached);
+  using Entry = std::pair<int64_t, int32_t>;  // (depth, state), least first
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  auto relax = [&](int32_t t, int64_t d) {
+    if (d < depth[t]) depth[t] = d, queue.push({d, t});
+  };
+  for (size_t r = 0; r < rules; ++r)
+    if (a.rule_start[r] >= 0 && is_string[r] && !entered[r]) relax(a.rule_start[r], 0);
+  while (!queue.empty()) {
+    const auto [d, s] = queue.top();
+    queue.pop();
+    if (d != depth[s]) continue;
+    const AutomatonState& st = a.states[s];
+    for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) relax(a.byte_edges[e].target, d + 1);
+    for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) {
+      const RuleEdge& re = a.rule_edges[e];
+      relax(re.target, d);
+      if (entered[re.rule]) relax(a.rule_start[re.rule], d);
+    }
+    if (st.counter >= 0) {
+      const CounterEdge& c = a.counters[st.counter];
+      relax(c.loop_target, d);
+      relax(c.exit_target, d + std::max<int64_t>(0, c.rounds - 1));
+    }
+  }
+  for (int64_t& d : depth)
+    if (d == kUnreached) d = -1;
+  return depth;
+}
+
 // Rules of at least this many states get walk classes and prefix twins
 // (derive): below it, the partition costs more than the masks it saves. A
 // pattern's bounded run ([a-z0-9-]{0,63}: ~64 states) walked the whole
@@ -225,6 +321,7 @@ class MaskBuilder {
     for (size_t r = 0; r < near_bound.size(); ++r)
       if (near_bound[r] && a.rule_size(static_cast<int32_t>(r)) > kMaxStatesForForwardHashes) near_bound[r] = 0;
     forward_ = a.forward_hashes(v.max_token_length() + 1, rule_hash_, near_bound);
+    depth_ = bytes_into_string(a);
     many_states_ = a.states.size() > kManyStates;
   }
 
@@ -330,6 +427,18 @@ class MaskBuilder {
   // costs 0.2-0.4 ms, too much for a mask, so those stay eager.
   static constexpr int32_t kMinLazyTwinBytes = 16;
   bool has_prefix_twin(int32_t s) const { return twin_offset_[s] >= 0 && twin_bytes_[s] >= kMinLazyTwinBytes; }
+
+  // Whether s lies at least kDeepBytes bytes into a string or pattern
+  // (bytes_into_string): then its mask is left to its first use, whatever it
+  // costs. The layers of a length bound near its far end (the last
+  // max-token-length copies, each with its own mask) are reached only by a
+  // generation that wrote that many characters of the string, which pays
+  // their walks (0.1-2 ms each) over at least kDeepBytes / longest-token
+  // steps; computed eagerly they were most of the slowest compiles (the
+  // ARN and tag patterns of CloudFormation schemas under maxLength
+  // 1024-2048: thousands of such states, seconds).
+  static constexpr int64_t kDeepBytes = 32;
+  bool is_deep(int32_t s) const { return depth_[s] >= kDeepBytes; }
 
   // Whether the wide state s has a first-byte twin from which it derives
   // (derive_first_bytes) by walking at most kMaxLazyTwinTokens tokens (under
@@ -774,6 +883,7 @@ class MaskBuilder {
   std::vector<Automaton::StructureHash> rule_hash_;
   std::vector<int32_t> twin_offset_, twin_bytes_;                  // per state (derive); filled with class_offset_
   std::vector<int32_t> class_offset_;                              // per state (key_of)
+  std::vector<int64_t> depth_;                                     // per state (is_deep): bytes_into_string
   std::vector<Automaton::StructureHash> forward_;                  // per state (key_of); {0, 0}: none
   std::unordered_map<SharedKey, bool, SharedKeyHash> small_walk_;  // walk_is_small per class
   std::vector<std::shared_ptr<const StateMask>> masks_;            // every mask this grammar uses
@@ -896,14 +1006,15 @@ void CompiledGrammar::build_into(CompiledGrammar& out_ref, const Grammar& gramma
     uint64_t walk_work = 0;
     const StateMask* m = nullptr;
     if (limits.defer_tokens > 0 &&
-        (builder.has_prefix_twin(s) || builder.walk_is_small(s, builder.small_walk_limit(limits.defer_tokens)) ||
-         builder.has_first_byte_twin(s))) {
+        (builder.has_prefix_twin(s) || builder.is_deep(s) ||
+         builder.walk_is_small(s, builder.small_walk_limit(limits.defer_tokens)) || builder.has_first_byte_twin(s))) {
       m = builder.shared(s, &walk_work);
       if (m != nullptr) {
         ++out->stats_.num_shared_states;
       } else {
         out->deferred_[s] = 1;
         ++out->stats_.num_deferred_states;
+        out->stats_.num_deep_states += builder.is_deep(s) && !builder.has_prefix_twin(s);
       }
     } else if ((m = builder.shared(s, &walk_work)) != nullptr) {
       builder.charge(walk_work);

@@ -65,6 +65,7 @@ struct CompileStats {
   int32_t num_distinct_masks = 0;    // after sharing identical entries (at compile time)
   int32_t num_shared_states = 0;     // entries taken from the process-wide cache
   int32_t num_deferred_states = 0;   // small entries left to the first mask that needs them
+  int32_t num_deep_states = 0;       // of those, the ones left for their depth in a string (MaskBuilder::is_deep)
   size_t mask_bytes = 0;
   uint64_t work = 0;  // work units of the compile (CompileLimits::max_work)
   double seconds = 0.0;

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "grammar/automaton.h"
 #include "grammar/compiler.h"
@@ -295,6 +296,66 @@ TEST(Compiler, NearBoundMasksAreSharedAcrossBounds) {
       m.reset();
       ASSERT_TRUE(m.accept_bytes(open + std::string(size_t(written), 'i')));
       m.fill_next_token_bitmask(mask.data());
+      for (int32_t id = 0; id < v.num_tokens(); ++id) {
+        const bool in_mask = mask[size_t(id) >> 5] >> (id & 31) & 1;
+        const bool accepts = m.accept_token(id);
+        if (accepts) m.rollback(1);
+        ASSERT_EQ(in_mask, accepts) << open << " + " << written << " characters: token '" << v.token(id) << "'";
+      }
+    }
+}
+
+// States at least 32 bytes into a string (MaskBuilder::is_deep) are left to
+// their first mask: the copies near the far bound of a counted string, the
+// layers of a pattern's length count, and the rules of a pattern whose
+// lengths are counted in its DFA (a length lookahead: one rule per state and
+// length, called only where a string ends). Those masks, computed at first
+// use, equal the eager compile's at every length up to the bounds, and each
+// token's bit is what the matcher accepts. Strings of fewer than 32 bytes
+// leave nothing for its depth: the count is a lower bound (a counter's exit
+// counts its rounds, the calls of a DFA's rules count where they are made),
+// and 31 bytes are not 32.
+TEST(Compiler, DeepStringStatesWaitForTheirFirstMaskAndEqualEagerOnes) {
+  const Vocabulary& v = *text_vocab();
+  // Depth counts bytes, the opening quote included: an ASCII string of at
+  // most 30 characters has no state 32 bytes in (one of 31 has: the state
+  // after its last character, where the closing quote is read).
+  const std::string shallow =
+      R"({"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]*$","maxLength":30},)"
+      R"("b":{"type":"string","pattern":"(?=^.{3,30}$)^[a-z0-9]+(-[a-z0-9]+)*$"},)"
+      R"("c":{"type":"string","pattern":"^(?!aws:)[a-z:]*$","maxLength":30}}})";
+  clear_shared_mask_cache();
+  EXPECT_EQ(CompiledGrammar::compile(Grammar::from_json_schema(shallow), text_vocab())->stats().num_deep_states, 0);
+  // The DFA's rules alone: their states past 32 characters wait too.
+  const std::string chain = R"({"type":"string","pattern":"(?=^.{3,70}$)^[a-z0-9]+(-[a-z0-9]+)*$"})";
+  EXPECT_GT(CompiledGrammar::compile(Grammar::from_json_schema(chain), text_vocab())->stats().num_deep_states, 20);
+  const std::string deep = R"({"type":"object","properties":{"a":{"type":"string","maxLength":3000},)"
+                           R"("b":{"type":"string","pattern":"(?=^.{3,70}$)^[a-z0-9]+(-[a-z0-9]+)*$"},)"
+                           R"("c":{"type":"string","pattern":"^(?!aws:)[a-z:]*$","minLength":1,"maxLength":300}}})";
+  clear_shared_mask_cache();
+  auto eager =
+      CompiledGrammar::compile(Grammar::from_json_schema(deep), text_vocab(), CompileLimits{.defer_tokens = 0});
+  clear_shared_mask_cache();
+  auto lazy = CompiledGrammar::compile(Grammar::from_json_schema(deep), text_vocab());
+  EXPECT_EQ(eager->stats().num_deep_states, 0);
+  EXPECT_GT(lazy->stats().num_deep_states, 100);
+  GrammarMatcher m(lazy), reference(eager);
+  std::vector<uint32_t> mask(size_t(m.mask_words())), expected(mask.size());
+  for (const auto& [open, bound, fill] : {std::tuple<std::string, int, std::string>{"{\"a\":\"", 3000, "i"},
+                                          {"{\"b\":\"", 70, "a-"},
+                                          {"{\"c\":\"", 300, "a:"}})
+    for (int written = 0; written <= bound; written += written < bound - 40 ? 37 : 1) {
+      std::string text;
+      while (static_cast<int>(text.size()) < written) text += fill;
+      text.resize(size_t(written));
+      if (!text.empty() && text.back() == '-') text.back() = 'a';  // a label ends in a letter or digit
+      m.reset();
+      reference.reset();
+      ASSERT_TRUE(m.accept_bytes(open + text)) << open << written;
+      ASSERT_TRUE(reference.accept_bytes(open + text));
+      m.fill_next_token_bitmask(mask.data());
+      reference.fill_next_token_bitmask(expected.data());
+      ASSERT_EQ(mask, expected) << open << " + " << written << " characters";
       for (int32_t id = 0; id < v.num_tokens(); ++id) {
         const bool in_mask = mask[size_t(id) >> 5] >> (id & 31) & 1;
         const bool accepts = m.accept_token(id);
