@@ -180,7 +180,13 @@ class SchemaConverter {
   // finds a match in (formats of a regular language: format_regex).
   std::string format_and_pattern(const Json& s, const std::string& f, const std::string& ptr, const std::string& hint);
   // The strings of format: regex the grammar writes (valid Python regexes).
-  std::string regex_format_rule(const std::string& hint);
+  // format: regex; with a pattern `^P.+S$` / `^P.*S$` (P, S literal
+  // characters): the written regexes wrapped in P and S.
+  struct RegexWrap {
+    std::string prefix, suffix;
+    bool nonempty = false;
+  };
+  std::string regex_format_rule(const std::string& hint, const RegexWrap& wrap);
   // One rule per state of a DFA over a JSON string's characters (escapes
   // offered for those JSON escapes); returns the start state's rule.
   std::string dfa_rules(const RegexDfa& dfa, const std::string& hint);

@@ -328,7 +328,7 @@ std::string SchemaConverter::format_and_pattern(const Json& s, const std::string
 // {m,n} (m <= n < 10, counts of at most 4 digits) each maybe lazy. Every
 // string it admits is a valid regex; valid regexes outside it (back-
 // references, named groups, lookbehind, inline flags) are not generated.
-std::string SchemaConverter::regex_format_rule(const std::string& hint) {
+std::string SchemaConverter::regex_format_rule(const std::string& hint, const RegexWrap& wrap) {
   const std::string bs = "\"\\\\\\\\\"";  // one backslash of the regex: "\\" in the JSON text
   const std::string punct = "[.^$*+?{}()|\\[\\]/\\-#&~%,:;<=>@_'! ]";
   std::string ranges;
@@ -363,8 +363,13 @@ std::string SchemaConverter::regex_format_rule(const std::string& hint) {
     const std::string piece_rule = add_rule(hint + "_re_piece", piece);
     alternation = add_rule(hint + "_re_alternation", piece_rule + "* (\"|\" " + piece_rule + "*)*");
     inner = alternation;
+    // The outermost alternation without the empty regex.
+    if (depth == 0 && wrap.nonempty)
+      alternation = "(" + piece_rule + "+ (\"|\" " + piece_rule + "*)* | (\"|\" " + piece_rule + "*)+)";
   }
-  return string_rule(hint + "_regex", alternation);
+  if (wrap.prefix.empty() && wrap.suffix.empty()) return string_rule(hint + "_regex", alternation);
+  auto quoted = [&](const std::string& text) { return text.empty() ? std::string() : ebnf_quote(text) + " "; };
+  return string_rule(hint + "_regex", quoted(wrap.prefix) + "(" + alternation + ") " + quoted(wrap.suffix));
 }
 
 std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
@@ -385,9 +390,29 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
     if (body.empty())
       unsupported("format", ptr, "expected one of " + supported_formats() + ", regex, found '" + f + "'");
     if (f == "regex") {
-      for (const char* k : {"pattern", "minLength", "maxLength"})
+      for (const char* k : {"minLength", "maxLength"})
         if (s.contains(k)) unsupported(k, ptr, "beside format 'regex' (expected it alone on a string)");
-      return regex_format_rule(hint);
+      if (!s.contains("pattern")) return regex_format_rule(hint, RegexWrap{});
+      // GitLab's coverage, `^/.+/$`: a pattern of literal characters around
+      // `.+` or `.*`. Such characters are literals of the written regexes,
+      // so prefix + regex + suffix compiles too (a top-level | splits it
+      // into branches that each keep their literal end); its `.` (no
+      // newline) admits every written regex, which holds none.
+      static const std::string kPlain =
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/#~%@,:;<=>!&_'` -";
+      const std::string pattern = s["pattern"].is_string() ? s["pattern"].get<std::string>() : std::string();
+      const size_t dot = pattern.find('.');
+      const bool shaped = pattern.size() >= 4 && pattern.front() == '^' && pattern.back() == '$' &&
+                          dot != std::string::npos && dot + 1 < pattern.size() - 1 &&
+                          (pattern[dot + 1] == '+' || pattern[dot + 1] == '*');
+      const std::string prefix = shaped ? pattern.substr(1, dot - 1) : "";
+      const std::string suffix = shaped ? pattern.substr(dot + 2, pattern.size() - dot - 3) : "";
+      auto plain = [&](const std::string& t) { return t.find_first_not_of(kPlain) == std::string::npos; };
+      if (!shaped || !plain(prefix) || !plain(suffix))
+        unsupported("pattern", ptr,
+                    "beside format 'regex': expected ^P.+S$ or ^P.*S$ with P and S literal characters, found '" +
+                        pattern + "'");
+      return regex_format_rule(hint, {.prefix = prefix, .suffix = suffix, .nonempty = pattern[dot + 1] == '+'});
     }
     if (s.contains("pattern")) return format_and_pattern(s, f, ptr, hint);
     if (s.contains("minLength") || s.contains("maxLength")) {

@@ -249,6 +249,21 @@ case("one_of_required_key_with_disjoint_values", DELAYED,
                      {"when": "never"}, {"when": "delayed", "start_in": 1}, {"other": 1}],
                     ["when", "start_in", "script"]))
 
+# ---- format: regex beside a pattern of literals around .+ -----------------------------------
+
+# GitLab's coverage: a regex between slashes. Valid candidates are regexes of the part the grammar
+# writes (docs/grammar.md, "format: regex") between the slashes; other valid ones (never written:
+# "/\\/", whose last slash an escape takes, or regexes outside the part) are left out.
+IN_PART = ["a", "a|b", "(a)+", "[a-z]*", "\\d{2,3}", "^a$", "(?=a)a", "a*?", "|", "a|", "Code coverage: \\d+\\.\\d+",
+           "(?:x|y){1,3}z", "[^/]+", "\\bword\\b", "\\/", "é", "(a(b(c)))", "\\\\"]
+NOT_REGEX = ["(", ")", "a(", "[a", "a{2,1}", "(?<=a+)b"]
+COVERAGE = {"type": "string", "format": "regex", "pattern": "^/.+/$"}
+for r in IN_PART:
+    import re as _re
+    _re.compile("/" + r + "/")
+case("regex_format_between_slashes", COVERAGE,
+     ["/" + r + "/" for r in IN_PART + NOT_REGEX] + ["//", "/", "a", "/a", "a/", "x/a/", "/a/x", "/a\nb/", ""])
+
 # ---- conditions beside a type list of object and other types ---------------------------
 
 # GitLab's artifacts: an object or null; `public` not beside `access`.
