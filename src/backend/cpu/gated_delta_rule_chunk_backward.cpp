@@ -106,12 +106,12 @@ class ChunkedBackward {
   // Scratch of one chunk of up to M rows.
   size_t chunk_floats(int M) const {
     const size_t m = size_t(M), dk = size_t(dk_), dv = size_t(dv_);
-    return 5 * m + 10 * m * m + 9 * m * dk + 4 * m * dv + dk * 2 * m;
+    return 5 * m + 11 * m * m + 9 * m * dk + 4 * m * dv + dk * 2 * m;
   }
   void layout(int M, float* p) {
     const int64_t m = M, mm = m * m, md = m * dk_, mv = m * dv_;
     for (float** v : {&gam_, &eg_, &beta_, &dgam_, &dbeta_}) *v = p, p += m;
-    for (float** v : {&kk_, &t_, &tt_, &qk_, &pt_, &dp_, &dt_, &x_, &da_, &coef_}) *v = p, p += mm;
+    for (float** v : {&kk_, &t_, &tt_, &qk_, &pt_, &dp_, &dt_, &x_, &da_, &coef_, &decay_}) *v = p, p += mm;
     for (float** v : {&kb_, &w_, &qg_, &kd_, &dkd_, &dkb_}) *v = p, p += md;
     dqw_ = p, p += 2 * md;  // [dQg; dW]
     wn_ = p, p += md;
@@ -121,7 +121,7 @@ class ChunkedBackward {
     coef_t_ = p;  // [dk, 2m]
   }
 
-  // γ, e^γ, β, K̂K̂ᵀ, T = (I + A)⁻¹ (forward substitution: row i of T is
+  // γ, e^γ, β, Γ, K̂K̂ᵀ, T = (I + A)⁻¹ (forward substitution: row i of T is
   // e_i − Σ_{j<i} A_ij T_j), Kb and W = T·Kb for the m rows from r0.
   void prepare(int64_t r0, int m) {
     float g_sum = 0.0f;
@@ -131,13 +131,15 @@ class ChunkedBackward {
       eg_[i] = std::exp(g_sum);
       beta_[i] = a_.beta[(r0 + i) * a_.beta_stride + h_];
     }
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j <= i; ++j) decay_[i * m + j] = std::exp(gam_[i] - gam_[j]);
     dot_rows(khat(r0), qk_stride_, m, khat(r0), qk_stride_, m, dk_, kk_, m);
     std::fill_n(t_, int64_t(m) * m, 0.0f);
     for (int i = 0; i < m; ++i) {
       float* ti = t_ + int64_t(i) * m;
       ti[i] = 1.0f;
       for (int j = 0; j < i; ++j) {
-        const float aij = beta_[i] * kk_[i * m + j] * std::exp(gam_[i] - gam_[j]);
+        const float aij = beta_[i] * kk_[i * m + j] * decay_[i * m + j];
         const float* tj = t_ + int64_t(j) * m;
         for (int c = 0; c <= j; ++c) ti[c] -= aij * tj[c];
       }
@@ -206,7 +208,7 @@ class ChunkedBackward {
     dot_rows(qhat(r0), qk_stride_, m, khat(r0), qk_stride_, m, dk_, qk_, m);
     std::fill_n(pt_, int64_t(m) * m, 0.0f);
     for (int i = 0; i < m; ++i)
-      for (int j = 0; j <= i; ++j) pt_[j * m + i] = qk_[i * m + j] * std::exp(gam_[i] - gam_[j]);
+      for (int j = 0; j <= i; ++j) pt_[j * m + i] = qk_[i * m + j] * decay_[i * m + j];
     // dV' = Pᵀ·dO + Kd·dS⁺;  dKd = V'·dS⁺ᵀ;  ⟨S, dS⁺⟩ for the decay of S
     std::fill_n(dvp_, int64_t(m) * dv_, 0.0f);
     rows_times(dvp_, dv_, pt_, m, m, ob_, dv_, dv_);
@@ -227,13 +229,10 @@ class ChunkedBackward {
     scale_f32(ds, ege, int64_t(dk_) * dv_);
     rows_times(ds, dv_, coef_t_, 2 * m, dk_, ob_, dv_, dv_);
     // dT = dV'·(βV)ᵀ + dW·Kbᵀ (the lower triangle is read)
-    for (int i = 0; i < m; ++i)
-      for (int j = 0; j < m; ++j) {
-        dt_[i * m + j] = beta_[j] * dot_f32(dvp_ + int64_t(i) * dv_, value(r0 + j), dv_);
-        x_[i * m + j] = 0.0f;
-      }
+    dot_rows(dvp_, dv_, m, value(r0), a_.v_stride, m, dv_, dt_, m);
     dot_rows(dw, dk_, m, kb_, dk_, m, dk_, x_, m);
-    for (int i = 0; i < m * m; ++i) dt_[i] += x_[i];
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < m; ++j) dt_[i * m + j] = beta_[j] * dt_[i * m + j] + x_[i * m + j];
     // d(βV) = Tᵀ·dV';  dKb = Tᵀ·dW
     std::fill_n(dvb_, int64_t(m) * dv_, 0.0f);
     rows_times(dvb_, dv_, tt_, m, m, dvp_, dv_, dv_);
@@ -273,7 +272,7 @@ class ChunkedBackward {
     std::fill_n(coef_, int64_t(m) * m, 0.0f);
     for (int i = 0; i < m; ++i)
       for (int j = 0; j <= i; ++j) {
-        const float decay = std::exp(gam_[i] - gam_[j]);
+        const float decay = decay_[i * m + j];
         const float gij = dp_[i * m + j] * decay;
         if (j < i) {
           const float mij = da_[i * m + j] * decay;
@@ -320,7 +319,7 @@ class ChunkedBackward {
   float *dqh_, *dkh_;
   float* vprime_ = nullptr;
   float *gam_, *eg_, *beta_, *dgam_, *dbeta_;
-  float *kk_, *t_, *tt_, *qk_, *pt_, *dp_, *dt_, *x_, *da_, *coef_;
+  float *kk_, *t_, *tt_, *qk_, *pt_, *dp_, *dt_, *x_, *da_, *coef_, *decay_;  // decay_: Γ (lower triangle)
   float *kb_, *w_, *qg_, *kd_, *dkd_, *dkb_, *dqw_, *wn_, *ob_, *dvp_, *dvb_, *coef_t_;
 };
 
