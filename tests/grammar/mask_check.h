@@ -1,12 +1,15 @@
 // Shared by the grammar's golden tests (length_counter, pattern_length,
-// bounded_repetition, regex_assertions, unique_items_runtime): golden files,
-// the whole-document check, candidate documents stored as repeated parts,
-// small vocabularies, and a check of every token's mask bit against the
-// matcher (no mask trusted).
+// bounded_repetition, regex_assertions, keys_and_formats, formats_and_names,
+// schema_combinators, unique_items_runtime): golden files, the
+// whole-document check, candidate documents stored as repeated parts, small
+// vocabularies, a check of every token's mask bit against the matcher (no
+// mask trusted), and the two loops over a golden file's cases: jsonschema's
+// verdicts and mask walks.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +18,7 @@
 
 #include "fixture_vocab.h"
 #include "grammar/compiler.h"
+#include "grammar/grammar.h"
 #include "grammar/matcher.h"
 
 namespace brioche::grammar::testing_masks {
@@ -117,6 +121,76 @@ inline int mask_mismatches(const std::shared_ptr<const CompiledGrammar>& compile
     EXPECT_TRUE(m.accept_token(pick));
   }
   return mismatches;
+}
+
+// A golden candidate's document: its "text", or its "parts" (text_of).
+inline std::string candidate_text(const nlohmann::ordered_json& candidate) {
+  return candidate.contains("text") ? candidate["text"].get<std::string>() : text_of(candidate["parts"]);
+}
+
+struct Verdicts {
+  int checked = 0, valid = 0;
+  Verdicts& operator+=(const Verdicts& o) {
+    checked += o.checked;
+    valid += o.valid;
+    return *this;
+  }
+};
+
+// Every candidate of every golden case ({"name", "schema", "candidates":
+// [{"text" or "parts", "valid"}]}, valid as `jsonschema` judged it) on
+// `vocab`: accepted as a whole document exactly when it is valid. A schema
+// that does not compile fails the test, naming the case. `each_grammar`,
+// when given, checks a case's grammar and compiled grammar too. Returns the
+// counts, for the caller's floor (a golden file that lost its cases fails).
+inline Verdicts expect_jsonschema_verdicts(
+    const nlohmann::ordered_json& cases, const SchemaOptions& options, const std::shared_ptr<const Vocabulary>& vocab,
+    const std::function<void(const std::string& name, const Grammar&, const CompiledGrammar&)>& each_grammar = {}) {
+  Verdicts n;
+  for (const auto& c : cases) {
+    const std::string name = c["name"].get<std::string>();
+    std::shared_ptr<const CompiledGrammar> compiled;
+    try {
+      const Grammar g = Grammar::from_json_schema(c["schema"], options);
+      compiled = CompiledGrammar::compile(g, vocab);
+      if (each_grammar) each_grammar(name, g, *compiled);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << name << ": refused: " << e.what();
+      continue;
+    }
+    for (const auto& candidate : c["candidates"]) {
+      const std::string text = candidate_text(candidate);
+      const bool valid = candidate["valid"].get<bool>();
+      EXPECT_EQ(accepts_document(compiled, text), valid)
+          << name << ": jsonschema says " << (valid ? "valid" : "invalid") << " for a document of " << text.size()
+          << " bytes: " << text.substr(0, 80) << (text.size() > 80 ? "..." : "");
+      ++n.checked;
+      n.valid += valid;
+    }
+  }
+  return n;
+}
+
+// Mask walks (mask_mismatches, `steps` steps) from the first half of each
+// candidate that keep(its index in the case, candidate) picks, the seed
+// counting up from `seed` in every case. Returns the number of walks.
+inline int walk_from_candidates(const nlohmann::ordered_json& cases, const SchemaOptions& options,
+                                const std::shared_ptr<const Vocabulary>& vocab, uint64_t seed,
+                                const std::function<bool(size_t, const nlohmann::ordered_json&)>& keep, int steps = 6) {
+  int walks = 0;
+  for (const auto& c : cases) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], options), vocab);
+    uint64_t s = seed;
+    size_t i = 0;
+    for (const auto& candidate : c["candidates"]) {
+      if (!keep(i++, candidate)) continue;
+      const std::string text = candidate_text(candidate);
+      EXPECT_EQ(mask_mismatches(compiled, text.substr(0, text.size() / 2), steps, s++, name), 0);
+      ++walks;
+    }
+  }
+  return walks;
 }
 
 }  // namespace brioche::grammar::testing_masks

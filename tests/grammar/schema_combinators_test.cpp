@@ -31,44 +31,17 @@ const nlohmann::ordered_json& golden() {
 const SchemaOptions kCompact{.any_whitespace = false, .strict = false};
 
 TEST(SchemaCombinators, AcceptExactlyWhatJsonschemaValidates) {
-  int checked = 0, valid = 0;
-  for (const auto& vocab : {single_bytes(), small_alphabet()}) {
-    for (const auto& c : golden()["cases"]) {
-      const std::string name = c["name"].get<std::string>();
-      std::shared_ptr<const CompiledGrammar> compiled;
-      try {
-        compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), vocab);
-      } catch (const Error& e) {
-        ADD_FAILURE() << name << ": refused: " << e.what();
-        continue;
-      }
-      for (const auto& cand : c["candidates"]) {
-        const std::string text = cand["text"].get<std::string>();
-        const bool accepted = testing_masks::accepts_document(compiled, text);
-        EXPECT_EQ(accepted, cand["valid"].get<bool>())
-            << name << ": jsonschema says " << (cand["valid"].get<bool>() ? "valid" : "invalid") << " for " << text;
-        ++checked;
-        valid += cand["valid"].get<bool>();
-      }
-    }
-  }
-  EXPECT_GE(checked, 280);
-  EXPECT_GE(valid, 130);
+  testing_masks::Verdicts n;
+  for (const auto& vocab : {single_bytes(), small_alphabet()})
+    n += testing_masks::expect_jsonschema_verdicts(golden()["cases"], kCompact, vocab);
+  EXPECT_GE(n.checked, 280);
+  EXPECT_GE(n.valid, 130);
 }
 
 TEST(SchemaCombinators, MasksMatchTheMatcher) {
-  int walks = 0;
-  uint64_t seed = 11;
-  for (const auto& c : golden()["cases"]) {
-    const std::string name = c["name"].get<std::string>();
-    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], kCompact), small_alphabet());
-    for (const auto& cand : c["candidates"]) {
-      if (!cand["valid"].get<bool>()) continue;
-      const std::string text = cand["text"].get<std::string>();
-      EXPECT_EQ(mask_mismatches(compiled, text.substr(0, text.size() / 2), 6, seed++, name), 0);
-      ++walks;
-    }
-  }
+  const int walks = testing_masks::walk_from_candidates(
+      golden()["cases"], kCompact, small_alphabet(), 11,
+      [](size_t, const nlohmann::ordered_json& c) { return c["valid"].get<bool>(); });
   EXPECT_GE(walks, 60);
 }
 
