@@ -5,7 +5,8 @@
 // sequences, and the causal conv1d. The chunk size of ops::kDeltaRuleChunk
 // was chosen from BM_DeltaRulePrefill. BM_DeltaRuleBackward: the training
 // backward (Qwen 3.5 LoRA) over 2 sequences of 1,024 rows at 16 heads of
-// 128 × 128, in the recurrent walk (chunk 1) and in chunks of 16.
+// 128 × 128, in the recurrent walk (chunk 1) and in chunks of 16 with AVX2
+// products (avx2_only 1) or the widest the CPU runs.
 //   build/<dir>/bench/delta_rule_bench [--benchmark_filter=Backward --benchmark_repetitions=3
 //                                       --benchmark_enable_random_interleaving=true]
 #include <benchmark/benchmark.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/causal_conv1d.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gated_delta_rule.h"
 #include "backend/cpu/gated_delta_rule_backward.h"
 
@@ -131,10 +133,18 @@ void BM_DeltaRuleBackward(benchmark::State& state) {
                                                       .value_dim = kDim,
                                                       .sequences = seqs,
                                                       .chunk_size = chunk};
+  if (state.range(1) == 1) cpu::set_isa_override(cpu::Isa::Avx2);
   for (auto _ : state) backend::cpu::gated_delta_rule_backward(args);
+  cpu::clear_isa_override();
   state.counters["rows/s"] = benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_DeltaRuleBackward)->Arg(1)->Arg(16)->ArgName("chunk")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DeltaRuleBackward)
+    ->Args({1, 1})
+    ->Args({16, 1})
+    ->Args({16, 0})
+    ->ArgNames({"chunk", "avx2_only"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_CausalConv1d(benchmark::State& state) {
   const int rows = int(state.range(0));

@@ -6,7 +6,8 @@
 // a prefix-shared branch) and 5 rows; 2 key heads serving 4 value heads of
 // 16 × 24. The loss reads the outputs and every sequence's final state, so
 // the gradients of q, k, v, g, β and of the continued initial state are all
-// checked, in the chunked form and in the recurrent reference.
+// checked, in the chunked form (AVX2 and, where the CPU has it, AVX-512
+// products) and in the recurrent reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/gated_delta_rule_backward.h"
 #include "formats/safetensors.h"
 #include "ops/gated_delta_rule.h"
@@ -84,7 +86,16 @@ TEST(DeltaRuleGolden, ChunkedAndRecurrentBackwardMatchTorchAutograd) {
   const Tensor q = g.get("q"), k = g.get("k"), v = g.get("v"), gate = g.get("g"), beta = g.get("beta"),
                initial = g.get("initial_state"), dout = g.get("dout"), d_final = g.get("d_final_state");
   const char* names[] = {"q", "k", "v", "g", "beta", "initial_state"};
-  for (int chunk : {int(kDeltaRuleChunk), 1}) {
+  struct Form {
+    int chunk;
+    cpu::Isa isa;
+  };
+  std::vector<Form> forms{{1, cpu::Isa::Avx2}};
+  for (cpu::Isa isa : cpu::available_isas())  // the chunked form's products in every lane width this CPU runs
+    if (isa == cpu::Isa::Avx2 || isa == cpu::Isa::Avx512) forms.push_back({int(kDeltaRuleChunk), isa});
+  for (const Form& form : forms) {
+    const int chunk = form.chunk;
+    cpu::set_isa_override(form.isa);
     std::vector<Tensor> grads;
     for (const char* name : names) {
       const Tensor like = g.get(name);
@@ -136,10 +147,11 @@ TEST(DeltaRuleGolden, ChunkedAndRecurrentBackwardMatchTorchAutograd) {
       if (g.sequences[size_t(s)].starts) std::fill_n(grads[5].data_as<float>() + s * per, per, 0.0f);
     for (size_t i = 0; i < grads.size(); ++i) {
       const double err = relative_error(grads[i], g.get(("d_" + std::string(names[i])).c_str()));
-      std::printf("delta rule %s backward: d%s within %.2e of torch autograd (f64)\n",
-                  chunk > 1 ? "chunked" : "recurrent", names[i], err);
+      std::printf("delta rule %s backward (%s): d%s within %.2e of torch autograd (f64)\n",
+                  chunk > 1 ? "chunked" : "recurrent", std::string(cpu::isa_name(form.isa)).c_str(), names[i], err);
       EXPECT_LT(err, 5e-6) << "d" << names[i] << ", chunk " << chunk;  // f32 against f64: measured <= 2.9e-7
     }
+    cpu::clear_isa_override();
   }
 }
 

@@ -19,7 +19,11 @@ struct NormedKeys {
 // ([n_rows, n_v_heads·dk], written for the sequence's rows); dv, dg, dβ in
 // its columns of args' outputs; the initial state's gradient, for a
 // sequence that does not start, in args.d_initial_state.
+// (Its products in the widest lanes the CPU runs: cpu::active_isa().)
 void chunked_head_backward(const GatedDeltaRuleBackwardArgs& args, const NormedKeys& normed, int h,
                            const ops::RecurrentSequence& seq, float* dqh, float* dkh);
+// The same with AVX-512 products (gated_delta_rule_chunk_backward_avx512.cpp).
+void chunked_head_backward_avx512(const GatedDeltaRuleBackwardArgs& args, const NormedKeys& normed, int h,
+                                  const ops::RecurrentSequence& seq, float* dqh, float* dkh);
 
 }  // namespace brioche::backend::cpu::detail
