@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <bitset>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -57,6 +58,75 @@ struct Node {
 
 std::string excerpt(const std::string& p) { return p.size() <= 80 ? p : p.substr(0, 77) + "..."; }
 
+// Case-insensitive matching (an inline (?i)) as Python's re does it, which
+// jsonschema runs: ASCII letters match both cases, and s, k and i also
+// match the non-ASCII letters that fold to them (U+017F, U+212A; U+0130,
+// U+0131). A class with other non-ASCII characters (whose case would need
+// Unicode's tables) is refused, unless it has all of them (`.`, [^a-z]):
+// then it is the complement of the folded characters it leaves out.
+const std::vector<std::vector<uint32_t>>& case_groups() {
+  static const std::vector<std::vector<uint32_t>> kGroups = {
+      {'s', 'S', 0x17F}, {'k', 'K', 0x212A}, {'i', 'I', 0x130, 0x131}};
+  return kGroups;
+}
+
+CodepointRanges ranges_of(const std::set<uint32_t>& cps) {
+  CodepointRanges out;
+  for (uint32_t cp : cps) {
+    if (!out.empty() && out.back().second + 1 == cp)
+      out.back().second = cp;
+    else
+      out.emplace_back(cp, cp);
+  }
+  return out;
+}
+
+CodepointRanges complement_ranges(const CodepointRanges& r) {
+  CodepointRanges out;
+  uint32_t next = 0;
+  for (auto [lo, hi] : r) {
+    if (lo > next) out.emplace_back(next, lo - 1);
+    next = hi + 1;
+  }
+  if (next <= 0x10FFFF) out.emplace_back(next, 0x10FFFF);
+  return out;
+}
+
+// The folded set of `chars` (ASCII or the special letters), or nullopt when
+// `chars` holds other non-ASCII characters.
+std::optional<std::set<uint32_t>> fold_small(const CodepointRanges& chars) {
+  std::set<uint32_t> out;
+  for (auto [lo, hi] : chars)
+    for (uint32_t cp = lo; cp <= hi; ++cp) {
+      bool special = false;
+      for (const auto& g : case_groups())
+        if (std::find(g.begin(), g.end(), cp) != g.end()) {
+          out.insert(g.begin(), g.end());
+          special = true;
+        }
+      if (special) continue;
+      if (cp >= 0x80) return std::nullopt;
+      out.insert(cp);
+      if (cp >= 'a' && cp <= 'z') out.insert(cp - 'a' + 'A');
+      if (cp >= 'A' && cp <= 'Z') out.insert(cp - 'A' + 'a');
+    }
+  return out;
+}
+
+std::optional<CodepointRanges> fold_case(const CodepointRanges& chars) {
+  uint64_t size = 0;
+  for (auto [lo, hi] : chars) size += hi - lo + 1;
+  if (size <= 0x80 + 4) {
+    if (auto small = fold_small(chars)) return ranges_of(*small);
+  }
+  const CodepointRanges left_out = complement_ranges(chars);
+  uint64_t left = 0;
+  for (auto [lo, hi] : left_out) left += hi - lo + 1;
+  if (left > 0x80 + 4) return std::nullopt;
+  if (auto small = fold_small(left_out)) return complement_ranges(ranges_of(*small));
+  return std::nullopt;
+}
+
 class AssertionParser {
  public:
   AssertionParser(const std::string& p, bool json) : p_(p), json_(json) {}
@@ -75,6 +145,11 @@ class AssertionParser {
   int nesting_ = 0;
   bool in_look_ = false;
   bool word_boundaries_ = false;
+  // An inline (?i) read in the enclosing group (or at the top): it holds to
+  // the group's end, later branches included (PCRE's, Java's and Rust's
+  // reading; Python 3.11 accepts the flag only at the start of the pattern,
+  // where all of them agree).
+  bool ignore_case_ = false;
 
   [[noreturn]] void error(const std::string& expected) const {
     fail("regex: at offset ", pos_, " of /", excerpt(p_), "/: expected ", expected, ", found ",
@@ -164,19 +239,38 @@ class AssertionParser {
     if (c == '*' || c == '+' || c == '?') error("something to repeat before the quantifier");
     if (c == ')') error("a matching '('");
     Node n{.kind = Node::Kind::kChars};
+    const size_t from = pos_;
     n.chars = regex_character_at(p_, pos_, json_);
     if (n.chars.empty()) error("a character class that matches something");
+    if (ignore_case_) {
+      std::optional<CodepointRanges> folded = fold_case(n.chars);
+      if (!folded) {
+        pos_ = from;
+        error("under (?i), a character or class of ASCII characters (or one holding every non-ASCII character)");
+      }
+      n.chars = std::move(*folded);
+    }
     return n;
   }
 
   Node group() {
     if (++nesting_ > kMaxRegexNesting) error("groups nested at most 256 deep");
     ++pos_;
+    if (peek('?') && peek('i', 1) && peek(')', 2)) {  // (?i): the rest of the enclosing group
+      pos_ += 3;
+      --nesting_;
+      ignore_case_ = true;
+      return Node{.kind = Node::Kind::kSequence};
+    }
+    const bool outer_case = ignore_case_;
     bool look = false, negative = false;
     if (peek('?')) {
       ++pos_;
       if (peek(':')) {
         ++pos_;
+      } else if (peek('i') && peek(':', 1)) {  // (?i:...): this group only
+        pos_ += 2;
+        ignore_case_ = true;
       } else if (peek('=') || peek('!')) {
         look = true;
         negative = peek('!');
@@ -187,7 +281,7 @@ class AssertionParser {
         while (pos_ < p_.size() && p_[pos_] != '>') ++pos_;
         ++pos_;
       } else {
-        error("a group kind (?: (?= (?! or (?<name> (no inline flags such as (?i))");
+        error("a group kind (?: (?= (?! or (?<name> (of the inline flags only (?i))");
       }
     }
     if (look && in_look_) error("no lookaround inside a lookaround");
@@ -195,6 +289,7 @@ class AssertionParser {
     in_look_ = in_look_ || look;
     Node inner = alternation();
     in_look_ = outer;
+    ignore_case_ = outer_case;
     if (!peek(')')) error("')'");
     ++pos_;
     --nesting_;

@@ -264,6 +264,26 @@ for r in IN_PART:
 case("regex_format_between_slashes", COVERAGE,
      ["/" + r + "/" for r in IN_PART + NOT_REGEX] + ["//", "/", "a", "/a", "a/", "x/a/", "/a/x", "/a\nb/", ""])
 
+# ---- case-insensitive patterns: (?i) --------------------------------------------------------
+
+# Python's re folds ASCII letters and, for s, k and i, the non-ASCII letters U+017F, U+212A, U+0130 and
+# U+0131. CloudFormation's hook alias (its (?i) sits inside the lookahead there, which Python 3.11
+# refuses; at the start all readings agree).
+CASE_ALPHABET = "aAsSſkKKiIİıwW0é-:"
+CASE_STRINGS = ["", "aws", "AWS", "Aws", "awſ", "abc", "ABC", "sſS", "KK", "İı", "é", "É", "a-b", "x::y::z",
+                "Aws::Foo::Bar", "MyCo::Foo::Bar", "aWs1::b2::c3", "ab::cd::ef"]
+CASE_STRINGS += random_strings(CASE_ALPHABET, 200, 0, 6)
+CASE_STRINGS += [a + "::" + b + "::" + c for a, b, c in zip(random_strings("awsAWSſkK0", 40, 1, 5),
+                                                          random_strings("awsAWSſkK0", 40, 2, 4),
+                                                          random_strings("awsAWSſkK0", 40, 2, 4))]
+for name, pattern in [("case_insensitive_class", "(?i)^[a-z]+$"), ("case_insensitive_prefix", "(?i)^aws"),
+                      ("case_insensitive_negated_class", "(?i)^[^s:]+$"),
+                      ("case_insensitive_hook_alias", "(?i)^(?!aws)[A-Za-z0-9]{2,8}::[A-Za-z0-9]{2,8}::[A-Za-z0-9]{2,8}$"),
+                      # CloudFormation's own form, ^(?!(?i)aws)..., read to the group's end (PCRE's, Java's
+                      # reading) is this; formats_and_names_test.cpp compiles that form against these verdicts.
+                      ("case_insensitive_group", "^(?!(?i:aws))[A-Za-z0-9]{2,8}::[A-Za-z0-9]{2,8}::[A-Za-z0-9]{2,8}$")]:
+    case(name, {"type": "string", "pattern": pattern}, CASE_STRINGS)
+
 # ---- conditions beside a type list of object and other types ---------------------------
 
 # GitLab's artifacts: an object or null; `public` not beside `access`.
