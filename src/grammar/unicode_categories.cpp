@@ -62,6 +62,14 @@ const std::map<std::string, std::string>& long_names() {
 }  // namespace
 
 bool unicode_category_ranges(const std::string& name_in, std::vector<std::pair<uint32_t, uint32_t>>& out) {
+  // \p{Print}: no Unicode property (nor one of ECMA-262 or Python's re), but
+  // Java's POSIX class, which CloudFormation's schemas are written for:
+  // printable ASCII, U+0020..U+007E. (The `regex` module reads it as every
+  // printable character; ASCII is what both admit.)
+  if (name_in == "Print") {
+    out = {{0x20, 0x7E}};
+    return true;
+  }
   std::string name = name_in;
   for (const char* prefix : {"gc=", "General_Category="})
     if (name.rfind(prefix, 0) == 0) name = name.substr(std::string(prefix).size());

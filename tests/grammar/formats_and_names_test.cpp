@@ -96,6 +96,24 @@ TEST(FormatsAndNames, CaseInsensitiveFlagInsideALookaheadReadsToTheGroupsEnd) {
   EXPECT_GE(valid, 15);
 }
 
+// \p{Print} (CloudFormation's host key description) is Java's POSIX class,
+// printable ASCII; Python's re has none, so the golden judges [ -~].
+TEST(FormatsAndNames, PrintClassIsPrintableAscii) {
+  const auto* ascii = &golden()["cases"][0];
+  for (const auto& c : golden()["cases"])
+    if (c["name"] == "print_class_as_ascii") ascii = &c;
+  ASSERT_EQ((*ascii)["name"], "print_class_as_ascii");
+  const nlohmann::ordered_json print = {{"type", "string"}, {"pattern", "^[\\p{Print}]*$"}, {"maxLength", 200}};
+  auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(print, kCompact), single_bytes());
+  int valid = 0;
+  for (const auto& cand : (*ascii)["candidates"]) {
+    const std::string text = cand["text"].get<std::string>();
+    EXPECT_EQ(testing_masks::accepts_document(compiled, text), cand["valid"].get<bool>()) << text;
+    valid += cand["valid"].get<bool>();
+  }
+  EXPECT_GE(valid, 6);
+}
+
 TEST(FormatsAndNames, RefusalsNameTheKeyword) {
   // (?i) beside non-ASCII letters (their case needs Unicode's tables).
   EXPECT_THROW((void)regex_search_dfa("(?i)^é", {}), Error);

@@ -57,7 +57,9 @@ TEST(UnicodeCategories, NamesAndRefusals) {
   EXPECT_EQ(a, b);
   EXPECT_FALSE(unicode_category_ranges("Greek", a));  // a script, not a category
   EXPECT_FALSE(unicode_category_ranges("Xx", a));
-  EXPECT_FALSE(unicode_category_ranges("Print", a));
+  EXPECT_FALSE(unicode_category_ranges("Graph", a));  // a POSIX class other than Print
+  ASSERT_TRUE(unicode_category_ranges("Print", a));   // Java's POSIX class: printable ASCII
+  EXPECT_EQ(a, (std::vector<std::pair<uint32_t, uint32_t>>{{0x20, 0x7E}}));
   // The categories cover every code point exactly once.
   uint64_t total = 0;
   for (const char* group : {"L", "M", "N", "P", "S", "Z", "C"}) {

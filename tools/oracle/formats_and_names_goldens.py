@@ -284,6 +284,14 @@ for name, pattern in [("case_insensitive_class", "(?i)^[a-z]+$"), ("case_insensi
                       ("case_insensitive_group", "^(?!(?i:aws))[A-Za-z0-9]{2,8}::[A-Za-z0-9]{2,8}::[A-Za-z0-9]{2,8}$")]:
     case(name, {"type": "string", "pattern": pattern}, CASE_STRINGS)
 
+# ---- \p{Print} ------------------------------------------------------------------------
+
+# CloudFormation's host key description. Python's re has no \p; the grammar reads Java's POSIX class,
+# printable ASCII: formats_and_names_test.cpp compiles ^[\p{Print}]*$ against these verdicts of [ -~].
+PRINTABLE = ["", "abc", "a b", "~", " ", "\t", "\n", "é", "a\u007f", "Host key #1 (rsa)", "\u00a0", "x" * 200,
+             "x" * 201, "\"", "\\", "日本"]
+case("print_class_as_ascii", {"type": "string", "pattern": "^[ -~]*$", "maxLength": 200}, PRINTABLE)
+
 # ---- conditions beside a type list of object and other types ---------------------------
 
 # GitLab's artifacts: an object or null; `public` not beside `access`.
