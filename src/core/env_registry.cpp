@@ -86,7 +86,7 @@ constexpr EnvVariable kRegistry[] = {
     {"BRIOCHE_MODEL", Text, "",
      "the default model for every command (else ~/.cache/brioche/models/SmolLM2-135M-Instruct.Q4_1.gguf)"},
     {"BRIOCHE_POISON", OffUnlessOne, "0",
-     "fill fresh device buffers with NaN so a read before a write shows (the GPU tests set it)"},
+     "fill fresh activations (CPU and CUDA) with NaN so a read before a write shows (every test binary sets it)"},
     {"BRIOCHE_RUN_AHEAD", OnUnlessZero, "1",
      "on CUDA, the next decode step is launched before the sampled token returns; 0: step by step"},
 };

@@ -1,6 +1,7 @@
 #include "ops/device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/env_switch.h"
@@ -63,11 +64,28 @@ Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device) {
 #endif
 }
 
+namespace {
+
+// A contiguous CPU tensor, 64-byte aligned like Tensor::zeros, left as the
+// allocator returned it (no pass over its pages until the op writes them).
+Tensor unfilled_host(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor layout = Tensor::view(nullptr, dtype, shape, nullptr);  // only for nbytes()
+  const size_t bytes = std::max<size_t>(64, (layout.nbytes() + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, bytes);
+  BRIOCHE_CHECK(p != nullptr, "out of memory: could not allocate ", layout.nbytes(), " bytes");
+  return Tensor::view(p, dtype, shape, std::shared_ptr<void>(p, [](void* q) { std::free(q); }));
+}
+
+}  // namespace
+
 Tensor uninitialized(DType dtype, std::initializer_list<int64_t> shape, Device device) {
   constexpr uint8_t kPoison = 0xFF;  // NaN as f32, f16 and bf16
-  if (device == Device::CPU) return Tensor::filled_bytes(dtype, shape.begin(), int(shape.size()), kPoison);
-#if BRIOCHE_CUDA
   static const bool poison = env_flag_set("BRIOCHE_POISON");
+  if (device == Device::CPU) {
+    if (poison) return Tensor::filled_bytes(dtype, shape.begin(), int(shape.size()), kPoison);
+    return unfilled_host(dtype, shape);
+  }
+#if BRIOCHE_CUDA
   Tensor t = cuda::empty(dtype, shape);
   if (poison) cuda::fill_bytes(t.data(), kPoison, t.nbytes());
   return t;

@@ -27,10 +27,11 @@ Tensor zeros(DType dtype, std::initializer_list<int64_t> shape, Device device);
 
 // A contiguous tensor on `device` whose contents are unspecified, for a
 // buffer that an op overwrites whole (every activation of a training step:
-// zero-filling them first is one more pass over memory each). It is filled
-// with 0xFF bytes, NaN in every float type, on the CPU and, when the
-// environment has BRIOCHE_POISON=1 (the GPU tests), on CUDA: a read before
-// the write then shows up as NaN instead of passing on zeros.
+// zero-filling them first is one more pass over memory each). When the
+// environment has BRIOCHE_POISON=1 (every test binary sets it, see
+// tests/poison_env.cpp) it is filled with 0xFF bytes, NaN in every float
+// type, on either device: a read before the write then shows up as NaN
+// instead of passing on zeros or on a previous buffer's values.
 Tensor uninitialized(DType dtype, std::initializer_list<int64_t> shape, Device device);
 
 // A zero-filled contiguous CPU tensor in page-locked memory when this build

@@ -9,6 +9,7 @@
 #include "backend/cpu/logp_head.h"
 #include "ops/amx_weight_tiles.h"
 #include "ops/check_f32.h"
+#include "ops/device.h"
 #include "ops/matmul.h"
 #include "ops/matmul_args.h"
 #if BRIOCHE_CUDA
@@ -83,7 +84,8 @@ void logp_head_forward(const LogpHeadArgs& a, Tensor& lse, Tensor& logp) {
 #endif
   }
   std::vector<float> m(size_t(n), -std::numeric_limits<float>::infinity()), s(size_t(n), 0.0f), z_t(size_t(n), 0.0f);
-  Tensor logits = Tensor::zeros(DType::F32, {n, std::min(a.chunk, V)});  // [n, chunk]
+  // [n, chunk]; each chunk's product overwrites the columns it reads
+  Tensor logits = uninitialized(DType::F32, {n, std::min(a.chunk, V)}, Device::CPU);
   for (int64_t v0 = 0; v0 < V; v0 += a.chunk) {
     const int64_t v1 = std::min(V, v0 + a.chunk);
     Tensor z = logits.slice(1, 0, v1 - v0);
@@ -121,7 +123,7 @@ void logp_head_backward(const LogpHeadArgs& a, const Tensor& lse, const Tensor& 
     detail::fail_no_cuda("logp_head_backward");
 #endif
   }
-  Tensor logits = Tensor::zeros(DType::F32, {n, std::min(a.chunk, V)});
+  Tensor logits = uninitialized(DType::F32, {n, std::min(a.chunk, V)}, Device::CPU);  // [n, chunk], as above
   for (int64_t v0 = 0; v0 < V; v0 += a.chunk) {
     const int64_t v1 = std::min(V, v0 + a.chunk);
     Tensor z = logits.slice(1, 0, v1 - v0);
