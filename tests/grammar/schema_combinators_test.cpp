@@ -17,7 +17,6 @@
 namespace brioche::grammar {
 namespace {
 
-using testing_masks::mask_mismatches;
 using testing_masks::single_bytes;
 using testing_masks::small_alphabet;
 
