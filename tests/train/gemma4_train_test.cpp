@@ -209,12 +209,6 @@ TEST(Gemma4Train, SitesFollowEachLayersProjections) {
 // The log-probs and d loss / d every LoRA factor of a preference pair as one prefix-shared forward
 // ([prompt; chosen; rejected], the rejected rows masked from the chosen ones, positions restarting after the
 // prompt) and as the two sequences laid out plainly (the layout the peft goldens above check).
-struct PairRun {
-  std::vector<float> logp;
-  std::vector<Tensor> grads;
-  int64_t rows = 0;
-};
-
 PairRun run_pair(const model::Gemma4Checkpoint& ck, LoraAdapter& adapter, const TokenizedPair& pair, bool shared) {
   const TokenizedPair* pairs[] = {&pair};
   const TokenBatch batch =
@@ -260,26 +254,8 @@ TEST_P(Gemma4PrefixShared, EqualsTheTwoSequencesLaidOutPlainly) {
   const TokenizedPair pair{.prompt = {b.begin(), b.begin() + 12},
                            .chosen = {b.begin() + 12, b.begin() + 21},
                            .rejected = {a.begin() + 1, a.begin() + 8}};
-  const PairRun plain = run_pair(ck, *adapter, pair, false);
-  const PairRun shared = run_pair(ck, *adapter, pair, true);
-  ASSERT_EQ(plain.logp.size(), shared.logp.size());
-  double logp_err = 0.0, grad_err = 0.0, size = 0.0;
-  for (size_t i = 0; i < plain.logp.size(); ++i)
-    logp_err = std::max(logp_err, double(std::abs(plain.logp[i] - shared.logp[i])));
-  ASSERT_EQ(plain.grads.size(), shared.grads.size());
-  for (size_t i = 0; i < plain.grads.size(); ++i) {
-    grad_err = std::max(grad_err, relative_error(shared.grads[i], plain.grads[i]));
-    for (int64_t j = 0; j < plain.grads[i].numel(); ++j)
-      size = std::max(size, double(std::abs(plain.grads[i].data_as<float>()[j])));
-  }
-  std::printf(
-      "%s prefix-shared: %zu log-probs within %.2e, %zu gradient tensors within %.2e (relative) of the "
-      "plain layout\n",
-      name.c_str(), plain.logp.size(), logp_err, plain.grads.size(), grad_err);
-  EXPECT_EQ(shared.rows, plain.rows - 12) << "the prompt runs once";
-  EXPECT_LT(logp_err, 1e-4);  // f32 rounding: the rows' sums run in another order
-  EXPECT_LT(grad_err, 1e-4);
-  EXPECT_GT(size, 1e-3) << "the gradients are not all zero";
+  expect_prefix_shared_equals_plain(name, run_pair(ck, *adapter, pair, false), run_pair(ck, *adapter, pair, true), 12,
+                                    1.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4PrefixShared, ::testing::Values("mix", "e2b", "moe"));

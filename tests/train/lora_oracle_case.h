@@ -1,10 +1,14 @@
 // Test helper: the cases tools/oracle/lora_case.py writes (case.json: token
 // sequences and the oracle's loss) as a TokenBatch scoring every next token,
-// and the error measure the LoRA-gradient tests compare with.
+// the error measure the LoRA-gradient tests compare with, and the check
+// that a preference pair's prefix-shared layout equals its plain one.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -52,6 +56,41 @@ inline double lora_relative_error(const Tensor& got, const Tensor& want, double 
   for (int64_t i = 0; i < b.numel(); ++i)
     err = std::max(err, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
   return err / std::max(scale, floor);
+}
+
+// One preference pair through a training model: the scored log-probs, the
+// LoRA factors' gradients (a, b per entry) and the rows the batch took.
+struct PairRun {
+  std::vector<float> logp;
+  std::vector<Tensor> grads;
+  int64_t rows = 0;
+};
+
+// The pair in the prefix-shared layout against the same pair laid out
+// plainly: `saved_rows` fewer rows (each prompt run once), the same
+// log-probs and gradients within 1e-4 (f32 rounding: sums run in another
+// order; gradients relative to each tensor's largest, floored at
+// grad_floor), and gradients that are not all zero.
+inline void expect_prefix_shared_equals_plain(const std::string& name, const PairRun& plain, const PairRun& shared,
+                                              int64_t saved_rows, double grad_floor) {
+  ASSERT_EQ(plain.logp.size(), shared.logp.size());
+  ASSERT_EQ(plain.grads.size(), shared.grads.size());
+  double logp_err = 0.0, grad_err = 0.0, size = 0.0;
+  for (size_t i = 0; i < plain.logp.size(); ++i)
+    logp_err = std::max(logp_err, double(std::abs(plain.logp[i] - shared.logp[i])));
+  for (size_t i = 0; i < plain.grads.size(); ++i) {
+    grad_err = std::max(grad_err, lora_relative_error(shared.grads[i], plain.grads[i], grad_floor));
+    for (int64_t j = 0; j < plain.grads[i].numel(); ++j)
+      size = std::max(size, double(std::abs(plain.grads[i].data_as<float>()[j])));
+  }
+  std::printf(
+      "%s prefix-shared: %zu log-probs within %.2e, %zu gradient tensors within %.2e (relative) of the "
+      "plain layout\n",
+      name.c_str(), plain.logp.size(), logp_err, plain.grads.size(), grad_err);
+  EXPECT_EQ(shared.rows, plain.rows - saved_rows) << name << ": each prompt runs once";
+  EXPECT_LT(logp_err, 1e-4) << name;
+  EXPECT_LT(grad_err, 1e-4) << name;
+  EXPECT_GT(size, 1e-3) << name << ": the gradients are not all zero";
 }
 
 }  // namespace brioche::train
