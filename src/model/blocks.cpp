@@ -55,6 +55,17 @@ struct LoraOutput {
   Tensor* y;
 };
 
+// The table path's parts of 1–3 projections of one x (no allocation per call).
+struct TableParts {
+  std::array<ops::LoraTablePart, 3> storage;
+  size_t n = 0;
+  TableParts(const LayerLora& lora, std::initializer_list<LoraOutput> outputs) {
+    for (const LoraOutput& o : outputs)
+      storage[n++] = {.entry = lora.layer * kBlockProjections + int32_t(o.projection), .y = o.y};
+  }
+  std::span<const ops::LoraTablePart> span() const { return {storage.data(), n}; }
+};
+
 // base() (the base model's projection of x into each output), then y += the
 // low-rank term of each projection for the rows whose adapter has one: 1–3
 // projections of one x. With a table (the GPU's path) the shrink reads only
@@ -64,16 +75,12 @@ template <typename BaseProjection>
 void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs,
                        BaseProjection&& base) {
   if (lora.table != nullptr) {
-    std::array<ops::LoraTablePart, 3> storage;  // (1-3 projections: no allocation per call)
-    size_t n = 0;
-    for (const LoraOutput& o : outputs)
-      storage[n++] = {.entry = lora.layer * kBlockProjections + int32_t(o.projection), .y = o.y};
-    const std::span<const ops::LoraTablePart> parts(storage.data(), n);
+    const TableParts parts(lora, outputs);
     Tensor u = lora.table->u;
     const ops::LoraTable table = lora.table->table();
-    ops::lora_table_shrink(x, table, parts, u);
+    ops::lora_table_shrink(x, table, parts.span(), u);
     base();
-    return ops::lora_table_expand(x, table, parts, u);
+    return ops::lora_table_expand(x, table, parts.span(), u);
   }
   base();
   // One call for the projections of this x: on the CPU one pool dispatch
@@ -102,10 +109,21 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
   const bool adapted = lora.adapted();
   if (adapted) {
     BRIOCHE_CHECK(ctx.collective == nullptr, "attention_block: adapters are not served with tensor parallelism");
-    // The low-rank terms read x̂, which the fused norm does not materialise on the GPU.
-    ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
-    project_with_lora(lora, a.h, {{Projection::Q, &a.q}, {Projection::K, &a.k}, {Projection::V, &a.v}},
-                      [&] { ops::matmul_group(a.h, qkv_w, qkv); });
+    const std::initializer_list<LoraOutput> outputs = {
+        {Projection::Q, &a.q}, {Projection::K, &a.k}, {Projection::V, &a.v}};
+    if (lora.table != nullptr) {
+      // The shrink normalises x itself and the GEMVs keep their fused norm:
+      // x̂ is never written and no norm kernel runs apart.
+      const TableParts parts(lora, outputs);
+      Tensor u = lora.table->u;
+      const ops::LoraTable table = lora.table->table();
+      ops::lora_table_shrink(a.x, {.weight = w.attn_norm, .eps = c.rms_eps}, table, parts.span(), u);
+      ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv);
+      ops::lora_table_expand(a.x, table, parts.span(), u);
+    } else {
+      ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
+      project_with_lora(lora, a.h, outputs, [&] { ops::matmul_group(a.h, qkv_w, qkv); });
+    }
   } else {
     ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff}, qkv_w,
                       qkv);
@@ -161,12 +179,22 @@ void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, c
   ops::Collective* collective = ctx.collective;
   if (lora.adapted()) {
     BRIOCHE_CHECK(collective == nullptr, "mlp_block: adapters are not served with tensor parallelism");
-    ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
     const Tensor* gate_up_w[] = {&w.w_gate, &w.w_up};
     Tensor* gate_up[] = {&a.gate, &a.up};
-    project_with_lora(lora, a.h, {{Projection::Gate, &a.gate}, {Projection::Up, &a.up}},
-                      [&] { ops::matmul_group(a.h, gate_up_w, gate_up); });
-    ops::swiglu(a.gate, a.up, a.gate);
+    const std::initializer_list<LoraOutput> outputs = {{Projection::Gate, &a.gate}, {Projection::Up, &a.up}};
+    if (lora.table != nullptr) {
+      // As for Q/K/V (attention_block), and SwiGLU in the expand's launch.
+      const TableParts parts(lora, outputs);
+      Tensor u = lora.table->u;
+      const ops::LoraTable table = lora.table->table();
+      ops::lora_table_shrink(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps}, table, parts.span(), u);
+      ops::matmul_group(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h}, gate_up_w, gate_up);
+      ops::lora_table_expand_swiglu(a.x, table, parts.span(), u, a.gate);
+    } else {
+      ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
+      project_with_lora(lora, a.h, outputs, [&] { ops::matmul_group(a.h, gate_up_w, gate_up); });
+      ops::swiglu(a.gate, a.up, a.gate);
+    }
     // a.x += swiglu·w_downᵀ, then each adapter row's low-rank term.
     return project_with_lora(lora, a.gate, {{Projection::Down, &a.x}},
                              [&] { ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out); });

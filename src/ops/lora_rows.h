@@ -75,4 +75,21 @@ void lora_table_shrink(const Tensor& x, const LoraTable& table, std::span<const 
 void lora_table_expand(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
                        Tensor& u_scratch);
 
+// lora_table_shrink of x̂ = RMSNorm(x)·weight instead of x (each row's
+// rstd computed beside the dot products: backend/cpu/lora_rows.h,
+// LoraTableArgs::norm_w), for a base projection that normalises x inside
+// its own GEMV: no x̂ is written and no norm runs apart.
+struct LoraInputNorm {
+  const Tensor& weight;  // [in] f32
+  float eps;
+};
+void lora_table_shrink(const Tensor& x, const LoraInputNorm& norm, const LoraTable& table,
+                       std::span<const LoraTablePart> parts, Tensor& u_scratch);
+// lora_table_expand of gate and up (parts[0], parts[1], of equal width) into
+// SwiGLU: hidden[r] = silu(gate[r] + term)·(up[r] + term) for every row, the
+// adapter's terms only where it has a slot; gate and up are left as they are
+// (hidden may be gate). The adapted MLP's SwiGLU in the expand's launch.
+void lora_table_expand_swiglu(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
+                              Tensor& u_scratch, Tensor& hidden);
+
 }  // namespace brioche::ops

@@ -1,6 +1,7 @@
 #include "backend/cpu/lora_rows.h"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <vector>
 
@@ -289,10 +290,19 @@ void lora_rows_add_group(std::span<const LoraRowsArgs> parts) {
 // takes lora_rows_add): plain loops, the same math, not the kernels'
 // summation order.
 void lora_table_shrink(const LoraTableArgs& a) {
+  std::vector<float> normed;
   for (int32_t r = 0; r < a.n_rows; ++r) {
     const int32_t slot = a.row_slot[r];
     if (slot < 0) continue;
     const float* x = a.x + int64_t(r) * a.ldx;
+    if (a.norm_w != nullptr) {
+      float sum_sq = 0.0f;
+      for (int64_t c = 0; c < a.in; ++c) sum_sq += x[c] * x[c];
+      const float rstd = 1.0f / std::sqrt(sum_sq / float(a.in) + a.norm_eps);
+      normed.resize(size_t(a.in));
+      for (int64_t c = 0; c < a.in; ++c) normed[size_t(c)] = x[c] * rstd * a.norm_w[c];
+      x = normed.data();
+    }
     for (int32_t p = 0; p < a.n_parts; ++p) {
       const LoraFactors& f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
       float* u = a.u + int64_t(r) * a.ldu + int64_t(p) * a.rank_cap;
@@ -306,20 +316,39 @@ void lora_table_shrink(const LoraTableArgs& a) {
   }
 }
 
+namespace {
+
+// Σ_k u[r, p·rank_cap + k]·bt_f[k, c]: part p's low-rank term of row r at
+// column c (0 for a row without a slot or a slot that leaves p alone).
+float table_term(const LoraTableArgs& a, int32_t r, int32_t p, int64_t c) {
+  const int32_t slot = a.row_slot[r];
+  if (slot < 0) return 0.0f;
+  const LoraFactors& f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
+  if (f.a == nullptr) return 0.0f;
+  const float* u = a.u + int64_t(r) * a.ldu + int64_t(p) * a.rank_cap;
+  float sum = 0.0f;
+  for (int32_t k = 0; k < f.rank; ++k) sum += u[k] * f16_to_f32(f.bt[int64_t(k) * a.out[p] + c]);
+  return sum;
+}
+
+}  // namespace
+
 void lora_table_expand(const LoraTableArgs& a) {
   for (int32_t r = 0; r < a.n_rows; ++r) {
-    const int32_t slot = a.row_slot[r];
-    if (slot < 0) continue;
-    for (int32_t p = 0; p < a.n_parts; ++p) {
-      const LoraFactors& f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
-      if (f.a == nullptr) continue;
-      const float* u = a.u + int64_t(r) * a.ldu + int64_t(p) * a.rank_cap;
-      float* y = a.y[p] + int64_t(r) * a.ldy[p];
-      for (int64_t c = 0; c < a.out[p]; ++c) {
-        float sum = 0.0f;
-        for (int32_t k = 0; k < f.rank; ++k) sum += u[k] * f16_to_f32(f.bt[int64_t(k) * a.out[p] + c]);
-        y[c] += sum;
+    if (a.swiglu_out != nullptr) {
+      const float* gate = a.y[0] + int64_t(r) * a.ldy[0];
+      const float* up = a.y[1] + int64_t(r) * a.ldy[1];
+      float* out = a.swiglu_out + int64_t(r) * a.ld_swiglu;
+      for (int64_t c = 0; c < a.out[0]; ++c) {
+        const float g = gate[c] + table_term(a, r, 0, c), v = up[c] + table_term(a, r, 1, c);
+        out[c] = g / (1.0f + std::exp(-g)) * v;
       }
+      continue;
+    }
+    if (a.row_slot[r] < 0) continue;  // (y kept bit for bit)
+    for (int32_t p = 0; p < a.n_parts; ++p) {
+      float* y = a.y[p] + int64_t(r) * a.ldy[p];
+      for (int64_t c = 0; c < a.out[p]; ++c) y[c] += table_term(a, r, p, c);
     }
   }
 }

@@ -62,9 +62,22 @@ struct LoraTableArgs {
   int64_t ldy[kLoraTableParts], out[kLoraTableParts];
   float* u;  // [n_rows, n_parts · rank_cap] scratch, row stride ldu
   int64_t ldu;
+  // Shrink of x̂ = RMSNorm(x)·norm_w instead of x, when norm_w [in] is set:
+  //   u[r, ·k] = rstd_r·Σ_c A_f[k, c]·norm_w[c]·x[r, c],  rstd_r = 1/√(mean_c x[r, c]² + norm_eps)
+  // so a base projection that normalises x inside its own GEMV needs no x̂
+  // written for the low-rank terms.
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
+  // Expand of gate and up (parts 0 and 1, of equal width) into SwiGLU, when
+  // swiglu_out is set: for every row (adapted or not)
+  //   swiglu_out[r, c] = silu(g)·v,  g = y_0[r, c] + term_0,  v = y_1[r, c] + term_1
+  // y_0 and y_1 are read, not written; swiglu_out (row stride ld_swiglu) may be y_0.
+  float* swiglu_out = nullptr;
+  int64_t ld_swiglu = 0;
 };
-// The table path's two halves: the shrink writes u from x, the expand adds
-// u·bt to each y (it reads neither x nor `in`).
+// The table path's two halves: the shrink writes u from x (or x̂), the
+// expand adds u·bt to each y, or writes their SwiGLU (it reads neither x nor
+// `in`).
 void lora_table_shrink(const LoraTableArgs& args);
 void lora_table_expand(const LoraTableArgs& args);
 

@@ -63,6 +63,33 @@ __device__ float block_dot(const __half* a, const float* x, int64_t in) {
   return sum;
 }
 
+// Σ_i a[i]·w[i]·x[i] and Σ_i x[i]² over `in` values by the whole block, in
+// block_dot's order; valid in thread 0. (The shrink of a normalised x: the
+// block reads the whole row anyway, so its sum of squares costs one FMA.)
+__device__ float2 block_dot_and_sum_sq(const __half* a, const float* w, const float* x, int64_t in) {
+  __shared__ float2 warp_sums[kShrinkThreads / 32];
+  float2 sum{0.0f, 0.0f};
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < in; i += kShrinkThreads) {
+    const float xi = x[i];
+    sum.x += __half2float(a[i]) * w[i] * xi;
+    sum.y += xi * xi;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset);
+    sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset);
+  }
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x >= 32) return float2{0.0f, 0.0f};
+  sum = threadIdx.x < kShrinkThreads / 32 ? warp_sums[threadIdx.x] : float2{0.0f, 0.0f};
+  for (int offset = 16; offset > 0; offset /= 2) {
+    sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset);
+    sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset);
+  }
+  return sum;
+}
+
 // A's row k into L2 (bulk prefetches take 16-byte multiples at 16-byte
 // aligned addresses: every row of A is, when `in` is a multiple of 8).
 __device__ void prefetch_a_row(const __half* a_row, int64_t in) {
@@ -140,8 +167,26 @@ __global__ void table_shrink_kernel(LoraTableArgs a) {
   if (active) prefetch_a_row(a_row, a.in);
   detail::pdl_prologue();
   if (!active) return;
-  const float sum = block_dot(a_row, a.x + int64_t(row) * a.ldx, a.in);
+  const float* x = a.x + int64_t(row) * a.ldx;
+  float sum;
+  if (a.norm_w != nullptr) {  // u = rstd·Σ A·w·x (LoraTableArgs::norm_w)
+    const float2 s = block_dot_and_sum_sq(a_row, a.norm_w, x, a.in);
+    sum = s.x * rsqrtf(s.y / float(a.in) + a.norm_eps);
+  } else {
+    sum = block_dot(a_row, x, a.in);
+  }
   if (threadIdx.x == 0) a.u[int64_t(row) * a.ldu + int64_t(p) * a.rank_cap + k] = sum;
+}
+
+// Part p's low-rank term of row r at column c through the row's slot.
+__device__ float table_term(const LoraTableArgs& a, int32_t slot, int32_t row, int32_t p, int64_t c) {
+  const LoraFactors f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
+  if (f.a == nullptr) return 0.0f;
+  const float* ur = a.u + int64_t(row) * a.ldu + int64_t(p) * a.rank_cap;
+  const __half* bt = reinterpret_cast<const __half*>(f.bt);
+  float sum = 0.0f;
+  for (int32_t k = 0; k < f.rank; ++k) sum += ur[k] * __half2float(bt[int64_t(k) * a.out[p] + c]);
+  return sum;
 }
 
 // grid (rows, parts · ceil(max out / 256)), 256 threads, one output column each.
@@ -154,13 +199,25 @@ __global__ void table_expand_kernel(LoraTableArgs a, int32_t column_blocks) {
   const int64_t c = int64_t(int32_t(blockIdx.y) % column_blocks) * blockDim.x + threadIdx.x;
   const int64_t out = a.out[p];
   if (c >= out) return;
-  const LoraFactors f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
-  if (f.a == nullptr) return;
-  const float* ur = a.u + int64_t(row) * a.ldu + int64_t(p) * a.rank_cap;
-  const __half* bt = reinterpret_cast<const __half*>(f.bt);
-  float sum = 0.0f;
-  for (int32_t k = 0; k < f.rank; ++k) sum += ur[k] * __half2float(bt[int64_t(k) * out + c]);
-  a.y[p][int64_t(row) * a.ldy[p] + c] += sum;
+  if (a.factors[int64_t(slot) * a.slot_stride + a.entry[p]].a == nullptr) return;
+  a.y[p][int64_t(row) * a.ldy[p] + c] += table_term(a, slot, row, p, c);
+}
+
+// grid (rows, ceil(out / 256)), 256 threads: gate and up with their terms
+// into SwiGLU (LoraTableArgs::swiglu_out), every row, one column each; the
+// SwiGLU kernel's formula.
+__global__ void table_expand_swiglu_kernel(LoraTableArgs a) {
+  detail::pdl_prologue();
+  const int32_t row = int32_t(blockIdx.x);
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= a.out[0]) return;
+  const int32_t slot = a.row_slot[row];
+  float g = a.y[0][int64_t(row) * a.ldy[0] + c], v = a.y[1][int64_t(row) * a.ldy[1] + c];
+  if (slot >= 0) {
+    g += table_term(a, slot, row, 0, c);
+    v += table_term(a, slot, row, 1, c);
+  }
+  a.swiglu_out[int64_t(row) * a.ld_swiglu + c] = g / (1.0f + __expf(-g)) * v;
 }
 
 }  // namespace
@@ -173,6 +230,9 @@ void lora_table_shrink(const LoraTableArgs& a) {
 
 void lora_table_expand(const LoraTableArgs& a) {
   if (a.n_rows == 0 || a.n_parts == 0 || a.rank_cap == 0) return;
+  if (a.swiglu_out != nullptr)
+    return detail::launch_dependent(table_expand_swiglu_kernel,
+                                    dim3(unsigned(a.n_rows), unsigned((a.out[0] + 255) / 256)), dim3(256), 0, a);
   int64_t max_out = 0;
   for (int p = 0; p < a.n_parts; ++p) max_out = std::max(max_out, a.out[p]);
   const int32_t column_blocks = int32_t((max_out + 255) / 256);

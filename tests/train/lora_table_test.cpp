@@ -1,0 +1,180 @@
+// The LoRA table's fused variants (ops/lora_rows.h): the shrink of a
+// normalised x and the expand into SwiGLU equal the separate ops they
+// replace in the adapted blocks (rms_norm then the shrink; the expand then
+// swiglu), on the CPU's reference loops and on CUDA against them. Rows of
+// two slots and of the base, a slot that leaves a projection alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/lora_rows.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "ops/device.h"
+#include "ops/lora_rows.h"
+#include "ops/rms_norm.h"
+#include "ops/swiglu.h"
+
+namespace brioche::ops {
+namespace {
+
+constexpr int64_t kRows = 5, kIn = 96, kOut = 80, kRankCap = 8;
+constexpr float kEps = 1e-5f;
+
+// Two projections (gate and up shapes: in → out each) of two slots:
+// slot 0 rank 8 on both, slot 1 rank 3 on part 0 only; rows 1 and 3 have
+// no slot.
+struct TableCase {
+  std::mt19937 rng{7};
+  std::normal_distribution<float> normal{0.0f, 1.0f};
+  std::vector<Tensor> factors;  // per (slot, part): a, bt (undefined where the slot leaves the part alone)
+  Tensor words, slots, x, norm_w, gate, up, u;
+
+  Tensor f32(int64_t r, int64_t c, float scale = 1.0f) {
+    Tensor t = Tensor::zeros(DType::F32, {r, c});
+    for (int64_t i = 0; i < r * c; ++i) t.data_as<float>()[i] = scale * normal(rng);
+    return t;
+  }
+  Tensor f16(int64_t r, int64_t c) {
+    Tensor t = Tensor::zeros(DType::F16, {r, c});
+    for (int64_t i = 0; i < r * c; ++i) t.data_as<uint16_t>()[i] = f32_to_f16(0.3f * normal(rng));
+    return t;
+  }
+  TableCase() {
+    const int ranks[2][2] = {{8, 8}, {3, 0}};
+    for (auto& slot : ranks)
+      for (int r : slot) {
+        factors.push_back(r ? f16(r, kIn) : Tensor());
+        factors.push_back(r ? f16(r, kOut) : Tensor());
+      }
+    slots = Tensor::zeros(DType::I32, {kRows});
+    const int32_t row_slot[kRows] = {1, -1, 0, -1, 0};
+    std::memcpy(slots.data(), row_slot, sizeof(row_slot));
+    x = f32(kRows, kIn, 3.0f);  // far from unit RMS: the norm matters
+    norm_w = f32(1, kIn).reshape({kIn});
+    gate = f32(kRows, kOut);
+    up = f32(kRows, kOut);
+    u = Tensor::zeros(DType::F32, {kRows, 2 * kRankCap});
+    words = table_words(factors);
+  }
+  static Tensor table_words(const std::vector<Tensor>& f) {
+    std::vector<backend::cpu::LoraFactors> entries;
+    for (size_t i = 0; i < f.size(); i += 2)
+      entries.push_back(f[i].defined() ? backend::cpu::LoraFactors{.a = f[i].data_as<uint16_t>(),
+                                                                   .bt = f[i + 1].data_as<uint16_t>(),
+                                                                   .rank = int32_t(f[i].dim(0))}
+                                       : backend::cpu::LoraFactors{});
+    Tensor t = Tensor::zeros(DType::I32, {int64_t(entries.size() * 6)});
+    std::memcpy(t.data(), entries.data(), entries.size() * sizeof(entries[0]));
+    return t;
+  }
+};
+
+// A copy of t on `device` (to_device returns t itself on its own device).
+Tensor copy_on(const Tensor& t, Device device) {
+  Tensor out = t.rank() == 1 ? zeros(t.dtype(), {t.dim(0)}, device) : zeros(t.dtype(), {t.dim(0), t.dim(1)}, device);
+  copy(t, out);
+  return out;
+}
+
+// The same case's tensors on one device, copies of its own.
+struct OnDevice {
+  std::vector<Tensor> factors;
+  Tensor words, slots, x, norm_w, gate, up, u;
+  explicit OnDevice(const TableCase& c, Device d) {
+    for (const Tensor& t : c.factors) factors.push_back(t.defined() ? copy_on(t, d) : Tensor());
+    words = copy_on(TableCase::table_words(factors), d);
+    slots = copy_on(c.slots, d);
+    x = copy_on(c.x, d);
+    norm_w = copy_on(c.norm_w, d);
+    gate = copy_on(c.gate, d);
+    up = copy_on(c.up, d);
+    u = copy_on(c.u, d);
+  }
+  LoraTable table() const { return {.row_slot = &slots, .factors = &words, .slot_stride = 2, .rank_cap = kRankCap}; }
+  std::vector<LoraTablePart> parts() { return {{.entry = 0, .y = &gate}, {.entry = 1, .y = &up}}; }
+};
+
+Tensor on_cpu(const Tensor& t) { return copy_on(t, Device::CPU); }
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.numel(), b.numel());
+  double d = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) d = std::max(d, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
+  return d;
+}
+
+// u of the normalised shrink, and the SwiGLU of the fused expand, on one device.
+struct Fused {
+  Tensor u, hidden;
+};
+Fused run_fused(OnDevice& d) {
+  auto parts = d.parts();
+  lora_table_shrink(d.x, {.weight = d.norm_w, .eps = kEps}, d.table(), parts, d.u);
+  Tensor hidden = zeros(DType::F32, {kRows, kOut}, d.x.device());
+  lora_table_expand_swiglu(d.x, d.table(), parts, d.u, hidden);
+  return {on_cpu(d.u), on_cpu(hidden)};
+}
+
+TEST(LoraTable, NormalisedShrinkAndSwigluExpandEqualTheSeparateOps) {
+  TableCase c;
+  OnDevice fused(c, Device::CPU);
+  const Tensor gate_before = on_cpu(fused.gate);
+  const Fused got = run_fused(fused);
+
+  // The separate ops: x̂ = RMSNorm(x)·w, its shrink, the expand into gate and up, SwiGLU.
+  OnDevice apart(c, Device::CPU);
+  Tensor normed = Tensor::zeros(DType::F32, {kRows, kIn});
+  rms_norm(apart.x, apart.norm_w, kEps, normed);
+  auto parts = apart.parts();
+  lora_table_shrink(normed, apart.table(), parts, apart.u);
+  lora_table_expand(normed, apart.table(), parts, apart.u);
+  Tensor hidden = Tensor::zeros(DType::F32, {kRows, kOut});
+  swiglu(apart.gate, apart.up, hidden);
+
+  EXPECT_LT(max_abs_diff(got.u, apart.u), 1e-4);
+  EXPECT_LT(max_abs_diff(got.hidden, hidden), 1e-4);
+  // Not vacuous: the rows' terms change SwiGLU, and x's scale reaches u
+  // only through the norm (the plain shrink of x differs by ~3x).
+  EXPECT_GT(max_abs_diff(got.hidden, [&] {
+              Tensor plain = Tensor::zeros(DType::F32, {kRows, kOut});
+              swiglu(c.gate, c.up, plain);
+              return plain;
+            }()),
+            1e-2);
+  OnDevice raw(c, Device::CPU);
+  auto raw_parts = raw.parts();
+  lora_table_shrink(raw.x, raw.table(), raw_parts, raw.u);
+  EXPECT_GT(max_abs_diff(raw.u, apart.u), 1e-1);
+  // The fused expand leaves gate and up as they were.
+  EXPECT_EQ(max_abs_diff(on_cpu(fused.gate), gate_before), 0.0);
+}
+
+TEST(LoraTable, FusedVariantsRefuseWrongShapes) {
+  TableCase c;
+  OnDevice d(c, Device::CPU);
+  auto parts = d.parts();
+  const Tensor short_w = Tensor::zeros(DType::F32, {kIn - 1});
+  EXPECT_THROW(lora_table_shrink(d.x, {.weight = short_w, .eps = kEps}, d.table(), parts, d.u), Error);
+  Tensor narrow = Tensor::zeros(DType::F32, {kRows, kOut - 1});
+  EXPECT_THROW(lora_table_expand_swiglu(d.x, d.table(), parts, d.u, narrow), Error);
+  std::vector<LoraTablePart> one = {parts[0]};
+  Tensor hidden = Tensor::zeros(DType::F32, {kRows, kOut});
+  EXPECT_THROW(lora_table_expand_swiglu(d.x, d.table(), one, d.u, hidden), Error);
+}
+
+TEST(CudaLoraTable, FusedVariantsMatchTheCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
+  TableCase c;
+  OnDevice cpu(c, Device::CPU), gpu(c, Device::CUDA);
+  const Fused want = run_fused(cpu), got = run_fused(gpu);
+  EXPECT_LT(max_abs_diff(got.u, want.u), 1e-4);
+  EXPECT_LT(max_abs_diff(got.hidden, want.hidden), 1e-4);
+  EXPECT_EQ(max_abs_diff(on_cpu(gpu.gate), c.gate), 0.0);
+}
+
+}  // namespace
+}  // namespace brioche::ops
