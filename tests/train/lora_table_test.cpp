@@ -103,7 +103,8 @@ Tensor on_cpu(const Tensor& t) { return copy_on(t, Device::CPU); }
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.numel(), b.numel());
   double d = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) d = std::max(d, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    d = std::max(d, double(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
   return d;
 }
 
@@ -139,11 +140,12 @@ TEST(LoraTable, NormalisedShrinkAndSwigluExpandEqualTheSeparateOps) {
   EXPECT_LT(max_abs_diff(got.hidden, hidden), 1e-4);
   // Not vacuous: the rows' terms change SwiGLU, and x's scale reaches u
   // only through the norm (the plain shrink of x differs by ~3x).
-  EXPECT_GT(max_abs_diff(got.hidden, [&] {
-              Tensor plain = Tensor::zeros(DType::F32, {kRows, kOut});
-              swiglu(c.gate, c.up, plain);
-              return plain;
-            }()),
+  EXPECT_GT(max_abs_diff(got.hidden,
+                         [&] {
+                           Tensor plain = Tensor::zeros(DType::F32, {kRows, kOut});
+                           swiglu(c.gate, c.up, plain);
+                           return plain;
+                         }()),
             1e-2);
   OnDevice raw(c, Device::CPU);
   auto raw_parts = raw.parts();
