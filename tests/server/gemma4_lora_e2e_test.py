@@ -21,6 +21,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from greedy_reference import greedy_decode  # noqa: E402
 from serve_process import Server, e2e_main  # noqa: E402
 
 ARGS = None
@@ -68,20 +69,10 @@ class Gemma4Lora(unittest.TestCase):
     def peft_greedy(cls):
         import torch
         from peft import PeftModel
-        from tokenizers import Tokenizer
         from transformers import Gemma4ForCausalLM
         base = Gemma4ForCausalLM.from_pretrained(cls.model, dtype=torch.float64, attn_implementation="eager")
         model = PeftModel.from_pretrained(base, cls.adapter).eval()
-        tok = Tokenizer.from_file(os.path.join(cls.model, "tokenizer.json"))
-        ids, tokens, logprobs = list(cls.prompt_ids), [], []
-        with torch.no_grad():
-            for _ in range(N_TOKENS):
-                logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1], dim=-1)
-                t = int(logp.argmax())
-                tokens.append(tok.decode([t], skip_special_tokens=False))
-                logprobs.append(float(logp[t]))
-                ids.append(t)
-        return tokens, logprobs
+        return greedy_decode(model, os.path.join(cls.model, "tokenizer.json"), cls.prompt_ids, N_TOKENS)
 
     def complete(self, server, model):
         status, body = server.post("/v1/completions", {"model": model, "prompt": self.prompt_ids,

@@ -23,6 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from greedy_reference import greedy_decode  # noqa: E402
 from serve_process import Server, e2e_main  # noqa: E402
 
 ARGS = None
@@ -57,7 +58,6 @@ def peft_greedy(family, model_dir, adapter, prompt_ids):
     import torch
     from peft import PeftModel
     from peft.tuners.lora import ParamWrapper
-    from tokenizers import Tokenizer
     from transformers import Gemma4ForConditionalGeneration, Qwen3_5MoeForCausalLM
     cls = Gemma4ForConditionalGeneration if family == "gemma4" else Qwen3_5MoeForCausalLM
     model = cls.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager")
@@ -67,15 +67,7 @@ def peft_greedy(family, model_dir, adapter, prompt_ids):
         model = PeftModel.from_pretrained(model, adapter)
         wrapped = {m.parameter_name for m in model.modules() if isinstance(m, ParamWrapper)}
     model.eval()
-    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-    ids, tokens, logprobs = list(prompt_ids), [], []
-    with torch.no_grad():
-        for _ in range(N_TOKENS):
-            logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1], dim=-1)
-            t = int(logp.argmax())
-            tokens.append(tok.decode([t], skip_special_tokens=False))
-            logprobs.append(float(logp[t]))
-            ids.append(t)
+    tokens, logprobs = greedy_decode(model, os.path.join(model_dir, "tokenizer.json"), prompt_ids, N_TOKENS)
     return tokens, logprobs, wrapped
 
 

@@ -28,6 +28,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from greedy_reference import greedy_decode  # noqa: E402
 from serve_process import Server, e2e_main  # noqa: E402
 
 ARGS = None
@@ -81,7 +82,6 @@ class Qwen35Lora(unittest.TestCase):
     def peft_greedy(cls, model_dir, adapter, targets):
         import torch
         from peft import PeftModel
-        from tokenizers import Tokenizer
         from transformers import Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM
         model_cls = Qwen3_5MoeForCausalLM if model_dir.endswith("moe") else Qwen3_5ForCausalLM
         base = model_cls.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager")
@@ -89,16 +89,7 @@ class Qwen35Lora(unittest.TestCase):
         model = PeftModel.from_pretrained(base, adapter).eval()
         adapted = {n.split(".")[-2] for n, _ in model.named_modules() if n.endswith(".lora_A")}
         assert adapted == set(targets), f"peft adapted {sorted(adapted)}"
-        tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-        ids, tokens, logprobs = list(cls.prompt_ids), [], []
-        with torch.no_grad():
-            for _ in range(N_TOKENS):
-                logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1], dim=-1)
-                t = int(logp.argmax())
-                tokens.append(tok.decode([t], skip_special_tokens=False))
-                logprobs.append(float(logp[t]))
-                ids.append(t)
-        return tokens, logprobs
+        return greedy_decode(model, os.path.join(model_dir, "tokenizer.json"), cls.prompt_ids, N_TOKENS)
 
     def complete(self, server, model="dense", seed=None):
         body = {"model": model, "prompt": self.prompt_ids, "max_tokens": N_TOKENS, "temperature": 0, "logprobs": 1,
