@@ -899,25 +899,30 @@ namespace {
 // State elimination (Brzozowski-McCluskey) over the DFA with a new start and
 // a new end: removing q turns each path p -> q (-> q)* -> r into an edge
 // p -> r labelled A (L)* B. The state whose removal makes the fewest new
-// edges goes first. "" when the text grows past max_bytes.
-std::string eliminated_expression(const RegexDfa& dfa, bool inside_json_string, size_t max_bytes) {
+// edges goes first. "" when the text grows past the budget.
+std::string eliminated_expression(const RegexDfa& dfa, bool inside_json_string, const DfaExpressionBudget& budget) {
   const int32_t n = static_cast<int32_t>(dfa.states.size());
   const int32_t start = n, end = n + 1;
   const std::string kEmpty = "\"\"";
-  std::vector<std::map<int32_t, std::string>> out(n + 2), in(n + 2);  // label of p -> r, both ways
-  auto add = [&](int32_t p, int32_t r, const std::string& label) {
-    std::string& l = out[p][r];
-    l = l.empty() ? label : "(" + l + " | " + label + ")";
-    in[r][p] = l;
-    return l.size() <= max_bytes;
+  struct Label {
+    std::string text;
+    size_t classes = 0;  // character classes written in text
   };
-  add(start, 0, kEmpty);
+  std::vector<std::map<int32_t, Label>> out(n + 2), in(n + 2);  // label of p -> r, both ways
+  auto add = [&](int32_t p, int32_t r, const Label& label) {
+    Label& l = out[p][r];
+    l = l.text.empty() ? label : Label{"(" + l.text + " | " + label.text + ")", l.classes + label.classes};
+    in[r][p] = l;
+    return l.classes <= budget.max_classes && l.text.size() <= budget.max_bytes;
+  };
+  add(start, 0, {kEmpty});
   for (int32_t s = 0; s < n; ++s) {
-    for (const RegexDfa::Edge& e : dfa.states[s].edges) add(s, e.target, regex_class_ebnf(e.chars, inside_json_string));
-    if (dfa.states[s].accepting) add(s, end, kEmpty);
+    for (const RegexDfa::Edge& e : dfa.states[s].edges)
+      add(s, e.target, {regex_class_ebnf(e.chars, inside_json_string), 1});
+    if (dfa.states[s].accepting) add(s, end, {kEmpty});
   }
-  auto concat = [&](const std::string& a, const std::string& b) {
-    return a == kEmpty ? b : b == kEmpty ? a : a + " " + b;
+  auto concat = [&](const Label& a, const Label& b) {
+    return a.text == kEmpty ? b : b.text == kEmpty ? a : Label{a.text + " " + b.text, a.classes + b.classes};
   };
   std::vector<char> gone(n, 0);
   for (int32_t round = 0; round < n; ++round) {
@@ -930,7 +935,8 @@ std::string eliminated_expression(const RegexDfa& dfa, bool inside_json_string, 
     }
     gone[q] = 1;
     auto self = out[q].find(q);
-    const std::string loop = self == out[q].end() ? "" : "(" + self->second + ")*";
+    const Label loop =
+        self == out[q].end() ? Label{kEmpty} : Label{"(" + self->second.text + ")*", self->second.classes};
     out[q].erase(q);
     in[q].erase(q);
     const auto preds = in[q];
@@ -939,17 +945,17 @@ std::string eliminated_expression(const RegexDfa& dfa, bool inside_json_string, 
     for (const auto& [r, b] : succs) in[r].erase(q);
     for (const auto& [p, a] : preds)
       for (const auto& [r, b] : succs)
-        if (!add(p, r, concat(concat(a, loop.empty() ? kEmpty : loop), b))) return "";
+        if (!add(p, r, concat(concat(a, loop), b))) return "";
     out[q].clear();
     in[q].clear();
   }
   auto it = out[start].find(end);
-  return it == out[start].end() ? "" : "(" + it->second + ")";
+  return it == out[start].end() ? "" : "(" + it->second.text + ")";
 }
 
 }  // namespace
 
-std::string regex_dfa_expression(const RegexDfa& dfa, bool inside_json_string, size_t max_bytes) {
+std::string regex_dfa_expression(const RegexDfa& dfa, bool inside_json_string, const DfaExpressionBudget& budget) {
   // Order the states so that every edge but a self-loop goes forward (a
   // depth-first post-order); a back edge means a longer cycle: written by
   // state elimination instead.
@@ -963,7 +969,7 @@ std::string regex_dfa_expression(const RegexDfa& dfa, bool inside_json_string, s
     if (next < dfa.states[s].edges.size()) {
       const int32_t t = dfa.states[s].edges[next++].target;
       if (t == s) continue;
-      if (mark[t] == 1) return eliminated_expression(dfa, inside_json_string, max_bytes);
+      if (mark[t] == 1) return eliminated_expression(dfa, inside_json_string, budget);
       if (mark[t] == 0) {
         mark[t] = 1;
         stack.push_back({t, 0});
@@ -975,23 +981,26 @@ std::string regex_dfa_expression(const RegexDfa& dfa, bool inside_json_string, s
     stack.pop_back();
   }
   std::vector<std::string> text(n);
-  for (int32_t s : post) {  // targets before their sources
+  std::vector<size_t> classes(n, 0);  // character classes written in text[s]
+  for (int32_t s : post) {            // targets before their sources
     const RegexDfa::State& st = dfa.states[s];
     std::string loop, rest;
     for (const RegexDfa::Edge& e : st.edges) {
+      ++classes[s];
       if (e.target == s) {
         loop = "(" + regex_class_ebnf(e.chars, inside_json_string) + ")*";
         continue;
       }
       const std::string& after = text[e.target];
+      classes[s] += classes[e.target];
       rest += (rest.empty() ? "" : " | ") + regex_class_ebnf(e.chars, inside_json_string) +
               (after == "\"\"" ? "" : " " + after);
-      if (rest.size() > max_bytes) return "";
+      if (classes[s] > budget.max_classes || rest.size() > budget.max_bytes) return "";
     }
     if (st.accepting && !rest.empty()) rest += " | \"\"";
     if (rest.empty()) rest = loop.empty() ? "\"\"" : "";
     text[s] = loop.empty() ? "(" + rest + ")" : rest.empty() ? loop : "(" + loop + " (" + rest + "))";
-    if (text[s].size() > max_bytes) return "";
+    if (text[s].size() > budget.max_bytes) return "";
   }
   return text[0];
 }

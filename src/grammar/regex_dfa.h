@@ -70,12 +70,22 @@ RegexDfa regex_dfa_of_strings(const std::vector<std::string>& texts);
 // Whether the DFA accepts the string (UTF-8, read as code points).
 bool regex_dfa_accepts(const RegexDfa& dfa, const std::string& text);
 
-// The DFA as one EBNF expression, when the text stays within max_bytes;
-// else "". A DFA whose only cycles are loops of a state on itself (a tree
-// of repetitions, as a lookahead near the start makes: `^(?!aws:)[a-z:]+$`)
+// How large an expression regex_dfa_expression may write. Shared
+// sub-expressions are written out again per path, so the size is counted in
+// character classes: each is one item of a length bound and one set of
+// UTF-8 states in the automaton, whatever its text (a \p{L} class is ~17 KB
+// of ranges, `[a-z]` 5 bytes). The bytes only guard the grammar's text.
+struct DfaExpressionBudget {
+  size_t max_classes = 2048;
+  size_t max_bytes = 1 << 20;
+};
+
+// The DFA as one EBNF expression, when it stays within the budget; else "".
+// A DFA whose only cycles are loops of a state on itself (a tree of
+// repetitions, as a lookahead near the start makes: `^(?!aws:)[a-z:]+$`)
 // is written state by state; any other by state elimination. As an
 // expression it composes like any pattern (a length bound `%{m,n}` counts
 // its classes); as rules (one per state) it would not.
-std::string regex_dfa_expression(const RegexDfa& dfa, bool inside_json_string, size_t max_bytes);
+std::string regex_dfa_expression(const RegexDfa& dfa, bool inside_json_string, const DfaExpressionBudget& budget);
 
 }  // namespace brioche::grammar

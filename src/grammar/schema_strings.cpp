@@ -11,9 +11,9 @@
 namespace brioche::grammar::schema {
 namespace {
 
-// A pattern's DFA written as one expression may take this much EBNF text
-// (shared sub-expressions are written out again); past it, rules.
-constexpr size_t kMaxDfaExpressionBytes = 64 << 10;
+// A pattern's DFA written as one expression (shared sub-expressions are
+// written out again) may hold this many character classes; past it, rules.
+constexpr DfaExpressionBudget kDfaExpressionBudget{.max_classes = 2048, .max_bytes = 1 << 20};
 
 // format: regex writes groups nested at most this deep (Python's parser
 // recurses per group: a deep nesting would stop it, not be a regex error).
@@ -264,7 +264,7 @@ std::string SchemaConverter::dfa_rules(const RegexDfa& dfa, const std::string& h
 }
 
 std::string SchemaConverter::dfa_string_rule(const RegexDfa& dfa, const std::string& hint) {
-  const std::string expr = regex_dfa_expression(dfa, /*inside_json_string=*/true, kMaxDfaExpressionBytes);
+  const std::string expr = regex_dfa_expression(dfa, /*inside_json_string=*/true, kDfaExpressionBudget);
   return string_rule(hint, expr.empty() ? dfa_rules(dfa, hint) : expr);
 }
 
@@ -275,7 +275,7 @@ std::string SchemaConverter::assertion_pattern(const std::string& pattern, int64
   try {
     dfa = regex_search_dfa(pattern, {.inside_json_string = true});
     // A tree of repetitions is one expression, bounded like any pattern's.
-    const std::string expr = regex_dfa_expression(dfa, /*inside_json_string=*/true, kMaxDfaExpressionBytes);
+    const std::string expr = regex_dfa_expression(dfa, /*inside_json_string=*/true, kDfaExpressionBudget);
     if (!expr.empty()) {
       if (!bounded) return string_rule(hint + "_pattern", expr);
       if (lo > kMaxRepeatCount || hi > kMaxRepeatCount)

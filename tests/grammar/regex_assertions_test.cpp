@@ -59,6 +59,24 @@ TEST(RegexAssertions, TreeDfaIsOneExpressionUnderALengthBound) {
   EXPECT_FALSE(reserved.accept_bytes("\"aws:"));
 }
 
+// The budget of such an expression counts character classes, not text: the
+// tag-key class of \p{L}\p{Z}\p{N} is ~17 KB of ranges, and `(?!aws:.*)`
+// writes it once per state of the lookahead (11 classes, 88 KB). Counted in
+// bytes (64 KiB) it fell back to one rule per DFA state and length (1,028
+// rules, 320k automaton states under maxLength 1024).
+TEST(RegexAssertions, ExpressionBudgetCountsClassesNotBytes) {
+  const nlohmann::ordered_json schema = {{"type", "string"},
+                                         {"pattern", "^(?!aws:.*)([\\p{L}\\p{Z}\\p{N}_.:=+\\/\\-@%]*)$"},
+                                         {"minLength", 1},
+                                         {"maxLength", 1024}};
+  const std::string ebnf = Grammar::from_json_schema(schema, kCompact).to_ebnf();
+  EXPECT_NE(ebnf.find(")%{1,1024}"), std::string::npos) << ebnf.substr(0, 400);
+  EXPECT_GT(ebnf.size(), size_t{64} << 10);
+  const RegexDfa dfa = regex_search_dfa("^(?!aws:)[a-z:]*$", {});
+  EXPECT_FALSE(regex_dfa_expression(dfa, true, {.max_classes = 64}).empty());
+  EXPECT_TRUE(regex_dfa_expression(dfa, true, {.max_classes = 4}).empty());
+}
+
 TEST(RegexAssertions, RefusesWhatItCannotDecide) {
   // Inline flags other than (?i), and (?i) beside non-ASCII letters.
   for (const char* p : {"(?<=a)b", "(?<!a)b", "(?=(?!a))b", "(?m)^aws", "^(?!(?i)éws)x", "(a)\\1"}) {

@@ -36,6 +36,9 @@ CASES = [
     # CloudFormation's tag keys and values.
     ("tag_key", {"type": "string", "pattern": "^([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)$", "minLength": 1, "maxLength": 4}),
     ("tag_value", {"type": "string", "pattern": "^([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)$", "maxLength": 3}),
+    # The same class behind a lookahead (one counted expression, regex_dfa.h's class budget).
+    ("tag_key_not_aws", {"type": "string", "pattern": "^(?!aws:.*)([\\p{L}\\p{Z}\\p{N}_.:=+\\/\\-@%]*)$",
+                         "minLength": 1, "maxLength": 6}),
     ("letters_search", {"type": "string", "pattern": "\\p{L}"}),
     ("not_mark", {"type": "string", "pattern": "^[\\P{M}]{0,3}$"}),
     ("long_names", {"type": "string", "pattern": "^\\p{Lu}\\p{Ll}*\\p{gc=Decimal_Number}?$"}),
@@ -43,6 +46,9 @@ CASES = [
     ("numbers_and_separators", {"type": "string", "pattern": "^\\p{N}+(\\p{Zs}\\p{N}+)*$"}),
     ("other_and_marks", {"type": "string", "pattern": "^[\\p{C}\\p{M}]$"}),
 ]
+
+# Candidates beside the sampled ones, for cases whose language turns on a word.
+SEEDS = {"tag_key_not_aws": ["aws:", "aws:x", "aws", "awsx", "aws.", "Aws:", "xaws:", "aw:s", "aws:é", "a:w", "aws:xyz"]}
 
 
 def ours(cp):
@@ -73,6 +79,7 @@ def main():
                 cands.add("A" + a + b)
                 cands.add(a + b + a + b + "1")
         cands.add("")
+        cands.update(SEEDS.get(name, []))
         candidates = []
         for s in sorted(cands):
             if "\\" in s or '"' in s or any(ord(c) < 0x20 for c in s):
