@@ -81,21 +81,26 @@ Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
   const std::string pre = mlx_nested ? "language_model.model." : g.tensor_prefix;
   const std::string head = mlx_nested ? "language_model.lm_head" : "lm_head";
 
+  // A matrix is float or MLX-quantized; an i32 one (a mislabelled dtype) would
+  // fail only in the first forward's matmul, without its name.
+  auto not_index = [&](const Tensor& t, const std::string& name) {
+    if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
+    return t;
+  };
   auto matrix = [&](const std::string& prefix, int64_t rows, int64_t cols) {
     Tensor t = st->linear_weight(prefix);
     check_shape(t, {rows, cols}, prefix + ".weight", dir);
-    return t;
+    return not_index(t, prefix + ".weight");
   };
   auto stacked = [&](const std::string& prefix, std::initializer_list<int64_t> shape) {
     Tensor t = st->linear_weight(prefix);
     check_shape(t, shape, prefix + ".weight", dir);
-    return t;
+    return not_index(t, prefix + ".weight");
   };
   auto float_tensor = [&](const std::string& name, std::initializer_list<int64_t> shape) {
     Tensor t = st->tensor(name);
     check_shape(t, shape, name, dir);  // before any copy, which a hostile size would make huge
-    if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
-    return t;
+    return not_index(t, name);
   };
   auto vector = [&](const std::string& name, int64_t n) { return to_f32(float_tensor(name, {n})); };
   auto host_floats = [&](const std::string& name, int64_t n) {

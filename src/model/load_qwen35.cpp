@@ -20,6 +20,7 @@
 // SafetensorsDir::linear_weight.
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -54,11 +55,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-// A count in [lo, hi], naming the key.
-void check_count(int value, int lo, int hi, const std::string& key, const std::string& source) {
-  if (value < lo || value > hi) fail(source, ": ", key, ": expected an integer in ", lo, "..", hi, ", found ", value);
-}
-
 }  // namespace
 
 void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen35Config& q) {
@@ -68,28 +64,25 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
                          &keys.n_kv_heads, &keys.head_dim, &keys.rms_eps, &keys.max_context})
     *k = cfg.prefix + *k;
   c.architecture = moe ? "qwen3_5_moe" : "qwen3_5";
-  c.vocab_size = cfg.count("vocab_size");
-  c.hidden_size = cfg.count("hidden_size");
-  c.n_layers = cfg.count("num_hidden_layers");
-  c.n_heads = cfg.count("num_attention_heads");
-  c.n_kv_heads = cfg.count("num_key_value_heads", c.n_heads);
-  c.head_dim = cfg.has("head_dim") ? cfg.count("head_dim") : derived_head_dim(c.hidden_size, c.n_heads, keys, source);
+  // Absent keys take transformers 5.25's Qwen3_5TextConfig defaults (head_dim
+  // 256 and 4 kv heads, not hidden / heads), so a file reads as transformers reads it.
+  c.vocab_size = cfg.count("vocab_size", 1, std::numeric_limits<int>::max());
+  c.hidden_size = cfg.count("hidden_size", 1, kMaxHiddenSize);
+  c.n_layers = cfg.count("num_hidden_layers", 1, kMaxLayers);
+  c.n_heads = cfg.count("num_attention_heads", 1, kMaxHeads);
+  c.n_kv_heads = cfg.count("num_key_value_heads", 1, c.n_heads, 4);
+  c.head_dim = cfg.count("head_dim", 2, kMaxHeadDim, 256);
   c.rms_eps = cfg.number("rms_norm_eps", 1e-6f);
-  c.max_context = cfg.count("max_position_embeddings", 0);
+  c.max_context = cfg.count("max_position_embeddings", 0, kMaxContext, 0);
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false);
   if (moe) {
-    q.n_experts = cfg.count("num_experts");
-    q.experts_per_token = cfg.count("num_experts_per_tok");
-    q.expert_intermediate = cfg.count("moe_intermediate_size");
-    q.shared_expert_intermediate = cfg.count("shared_expert_intermediate_size");
-    check_count(q.n_experts, 1, 4096, cfg.prefix + "num_experts", source);
-    check_count(q.experts_per_token, 1, q.n_experts, cfg.prefix + "num_experts_per_tok", source);
-    check_count(q.expert_intermediate, 1, kMaxIntermediateSize, cfg.prefix + "moe_intermediate_size", source);
-    check_count(q.shared_expert_intermediate, 0, kMaxIntermediateSize, cfg.prefix + "shared_expert_intermediate_size",
-                source);
+    q.n_experts = cfg.count("num_experts", 1, 4096);
+    q.experts_per_token = cfg.count("num_experts_per_tok", 1, q.n_experts);
+    q.expert_intermediate = cfg.count("moe_intermediate_size", 1, kMaxIntermediateSize);
+    q.shared_expert_intermediate = cfg.count("shared_expert_intermediate_size", 0, kMaxIntermediateSize);
     c.intermediate_size = q.expert_intermediate;
   } else {
-    c.intermediate_size = cfg.count("intermediate_size");
+    c.intermediate_size = cfg.count("intermediate_size", 1, kMaxIntermediateSize);
   }
   if (cfg.boolean("attention_bias", false))
     fail(source, ": ", cfg.prefix, "attention_bias: expected false, found true");
@@ -103,6 +96,10 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
   static const json kNone = json::object();
   const ConfigFields rope{
       .obj = rope_obj ? *rope_obj : kNone, .prefix = cfg.prefix + "rope_parameters.", .source = source};
+  // A scaling key (factor, beta_fast, ...) would change the angles: refused,
+  // not ignored. The M-RoPE sections are plain RoPE for text (one position a
+  // token on every axis).
+  rope.only({"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"});
   keys.rope_theta = rope.has("rope_theta") ? rope.prefix + "rope_theta" : cfg.prefix + "rope_theta";
   c.rope.theta = rope.number("rope_theta", cfg.number("rope_theta", 10000.0f));
   c.rope.style = ops::RopeStyle::NeoX;
@@ -118,19 +115,14 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
          q.rotary_dim, " rotary dims, expected an even number >= 2");
 
   // Linear-attention layers.
-  q.linear_k_heads = cfg.count("linear_num_key_heads");
-  q.linear_v_heads = cfg.count("linear_num_value_heads");
-  q.linear_key_dim = cfg.count("linear_key_head_dim");
-  q.linear_value_dim = cfg.count("linear_value_head_dim");
-  q.conv_kernel = cfg.count("linear_conv_kernel_dim", 4);
-  check_count(q.linear_k_heads, 1, kMaxHeads, cfg.prefix + "linear_num_key_heads", source);
-  check_count(q.linear_v_heads, 1, kMaxHeads, cfg.prefix + "linear_num_value_heads", source);
+  q.linear_k_heads = cfg.count("linear_num_key_heads", 1, kMaxHeads);
+  q.linear_v_heads = cfg.count("linear_num_value_heads", 1, kMaxHeads);
   if (q.linear_v_heads % q.linear_k_heads != 0)
     fail(source, ": ", cfg.prefix, "linear_num_value_heads: expected a multiple of linear_num_key_heads ",
          q.linear_k_heads, ", found ", q.linear_v_heads);
-  check_count(q.linear_key_dim, 1, kMaxHeadDim, cfg.prefix + "linear_key_head_dim", source);
-  check_count(q.linear_value_dim, 1, kMaxHeadDim, cfg.prefix + "linear_value_head_dim", source);
-  check_count(q.conv_kernel, 2, 64, cfg.prefix + "linear_conv_kernel_dim", source);
+  q.linear_key_dim = cfg.count("linear_key_head_dim", 1, kMaxHeadDim);
+  q.linear_value_dim = cfg.count("linear_value_head_dim", 1, kMaxHeadDim);
+  q.conv_kernel = cfg.count("linear_conv_kernel_dim", 2, 64, 4);
 
   q.linear_layers.assign(size_t(c.n_layers), 0);
   const json* types = cfg.find("layer_types");
@@ -147,8 +139,7 @@ void read_qwen35_config(const ConfigFields& cfg, bool moe, ModelConfig& c, Qwen3
     }
   } else {
     // transformers' default: every full_attention_interval-th layer is full attention.
-    const int interval = cfg.count("full_attention_interval", 4);
-    check_count(interval, 1, kMaxLayers, cfg.prefix + "full_attention_interval", source);
+    const int interval = cfg.count("full_attention_interval", 1, kMaxLayers, 4);
     for (int l = 0; l < c.n_layers; ++l) q.linear_layers[size_t(l)] = (l + 1) % interval != 0;
   }
   for (int l = 0; l < c.n_layers; ++l) {
@@ -191,7 +182,9 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
     type = top["architectures"][0].get<std::string>();
   const bool moe = type.find("moe") != std::string::npos || type.find("Moe") != std::string::npos;
   // The multimodal layout keeps the text model's settings in text_config.
-  const bool nested = top.contains("text_config") && top["text_config"].is_object();
+  const ConfigFields top_fields{.obj = top, .prefix = "", .source = config_path};
+  const bool nested = top_fields.has("text_config");
+  if (nested && !top["text_config"].is_object()) top_fields.wrong("text_config", "an object", top["text_config"]);
   const ConfigFields cfg{
       .obj = nested ? top["text_config"] : top, .prefix = nested ? "text_config." : "", .source = config_path};
   Qwen35Checkpoint ck;
@@ -207,15 +200,21 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
   const std::string root = mlx_names ? "language_model.model." : nested ? "model.language_model." : "model.";
   const std::string head = mlx_names ? "language_model.lm_head" : "lm_head";
 
+  // Every weight is float or MLX-quantized; an i32 one (a mislabelled dtype)
+  // would fail only in the first forward, without its name.
+  auto not_index = [&](const Tensor& t, const std::string& name) {
+    if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
+    return t;
+  };
   auto matrix = [&](const std::string& prefix, int64_t rows, int64_t cols) {
     Tensor t = st->linear_weight(prefix);
     check_shape(t, {rows, cols}, prefix + ".weight", dir);
-    return t;
+    return not_index(t, prefix + ".weight");
   };
   auto stacked = [&](const std::string& prefix, std::initializer_list<int64_t> shape) {
     Tensor t = st->linear_weight(prefix);
     check_shape(t, shape, prefix + ".weight", dir);
-    return t;
+    return not_index(t, prefix + ".weight");
   };
   // MLX's layout (conv [C, K, 1], norms as 1 + w) or transformers' ([C, 1, K], w).
   bool mlx_layout = false;
@@ -234,8 +233,16 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
   auto vector = [&](const std::string& name, int64_t n) {
     Tensor t = st->tensor(name);
     check_shape(t, {n}, name, dir);
-    if (t.dtype() == DType::I32) fail(dir, ": tensor '", name, "' expected a float type, found i32 (or u32)");
-    return to_f32(t);
+    return to_f32(not_index(t, name));
+  };
+  // The decay's per-head parameters: exp(A_log) and softplus(a + dt_bias) of
+  // a non-finite value poison every later state of the sequence.
+  auto finite_vector = [&](const std::string& name, int64_t n) {
+    Tensor t = vector(name, n);
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(t.data_as<float>()[i]))
+        fail(dir, ": tensor '", name, "' [", i, "]: expected a finite number, found ", t.data_as<float>()[i]);
+    return t;
   };
   // transformers' zero-centred RMSNorm multiplies by 1 + w: stored as such
   // (an MLX file holds 1 + w already).
@@ -270,9 +277,9 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
         check_shape(conv, {q.conv_channels(), q.conv_kernel, 1}, a + "conv1d.weight", dir);
       else
         check_shape(conv, {q.conv_channels(), 1, q.conv_kernel}, a + "conv1d.weight", dir);
-      la.conv = to_f32(conv.reshape({q.conv_channels(), q.conv_kernel}));
-      la.a_log = vector(a + "A_log", q.linear_v_heads);
-      la.dt_bias = vector(a + "dt_bias", q.linear_v_heads);
+      la.conv = to_f32(not_index(conv, a + "conv1d.weight").reshape({q.conv_channels(), q.conv_kernel}));
+      la.a_log = finite_vector(a + "A_log", q.linear_v_heads);
+      la.dt_bias = finite_vector(a + "dt_bias", q.linear_v_heads);
       la.norm = vector(a + "norm.weight", q.linear_value_dim);
       la.out = matrix(a + "out_proj", hidden, q.value_width());
     } else {
@@ -304,6 +311,8 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
         Tensor down = st->tensor(m + "experts.down_proj");
         check_shape(gate_up, {q.n_experts, 2 * inter, hidden}, m + "experts.gate_up_proj", dir);
         check_shape(down, {q.n_experts, hidden, inter}, m + "experts.down_proj", dir);
+        not_index(gate_up, m + "experts.gate_up_proj");
+        not_index(down, m + "experts.down_proj");
         for (int e = 0; e < q.n_experts; ++e) {
           Tensor gu = gate_up.select(e);
           layer.experts.push_back(
@@ -323,6 +332,11 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
                                .up = matrix(m + "shared_expert.up_proj", si, hidden),
                                .down = matrix(m + "shared_expert.down_proj", hidden, si)};
         layer.shared_expert_gate = matrix(m + "shared_expert_gate", 1, hidden);
+      } else if (st->has(m + "shared_expert_gate.weight") || st->has(m + "shared_expert.gate_proj.weight") ||
+                 st->has(m + "shared_expert.gate_proj.scales")) {
+        // Size 0 means no shared expert: one in the file would be dropped silently.
+        fail(config_path, ": ", cfg.prefix, "shared_expert_intermediate_size: expected the width of ", m,
+             "shared_expert.* (present in ", dir, "), found 0");
       }
     }
     ck.layers.push_back(std::move(layer));

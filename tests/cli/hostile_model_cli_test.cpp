@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "cli/run_brioche.h"
 #include "model/hostile_model_files.h"
 
 namespace brioche::cli {
@@ -17,23 +17,10 @@ namespace {
 
 using model::testing::HostileCase;
 
-struct Outcome {
-  int exit_code = -1;  // -1 when killed by a signal
-  std::string output;  // stdout and stderr together
-};
+using Outcome = BriocheOutcome;
 
 // `timeout` turns a hang into exit code 124, so a regression fails the test.
-Outcome run_brioche(const std::string& args) {
-  std::string command = "timeout 30 " + std::string(BRIOCHE_BINARY_DIR) + "/brioche " + args + " 2>&1";
-  Outcome outcome;
-  FILE* pipe = popen(command.c_str(), "r");
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) outcome.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return outcome;
-}
+Outcome run_brioche(const std::string& args) { return run_brioche_shell(args); }
 
 int count_lines(const std::string& s) {
   int lines = 0;

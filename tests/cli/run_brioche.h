@@ -55,6 +55,26 @@ inline int run_brioche(const std::vector<std::string>& args, const std::filesyst
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// What `brioche <args>` printed (stdout and stderr together) and its exit
+// code, -1 when a signal ended it; `timeout` turns a hang into exit code 124.
+struct BriocheOutcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+inline BriocheOutcome run_brioche_shell(const std::string& args, int timeout_seconds = 30) {
+  const std::string command = "timeout " + std::to_string(timeout_seconds) + " " + std::string(BRIOCHE_BINARY_DIR) +
+                              "/brioche " + args + " 2>&1";
+  BriocheOutcome outcome;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.output.append(buffer, n);
+  const int status = pclose(pipe);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return outcome;
+}
+
 inline std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p);
   return std::string(std::istreambuf_iterator<char>(in), {});
