@@ -30,6 +30,60 @@ bool format_is_defined(const std::string& f) {
   return kDefined.count(f) > 0;
 }
 
+// A pattern that opens with a length lookahead, `(?=^.{m,n}$)R` or
+// `^(?=.{m,n}$)R` (n may be open, `{m,}`, or absent, `{m}`): the rest R,
+// read from the string's start, and the lengths the lookahead allows.
+struct LengthLookahead {
+  std::string rest;  // R anchored at the start: ^R
+  int64_t lo = 0, hi = -1;
+};
+
+std::optional<LengthLookahead> leading_length_lookahead(const std::string& p) {
+  size_t i = 0;
+  if (p.compare(0, 6, "(?=^.{") == 0) {
+    i = 6;
+  } else if (p.compare(0, 6, "^(?=.{") == 0 || p.compare(0, 7, "^(?=^.{") == 0) {
+    i = p[4] == '^' ? 7 : 6;
+  } else {
+    return std::nullopt;
+  }
+  auto number = [&](int64_t* out) {
+    const size_t from = i;
+    while (i < p.size() && p[i] >= '0' && p[i] <= '9' && i - from < 9) ++i;
+    if (i == from || (i < p.size() && p[i] >= '0' && p[i] <= '9')) return false;
+    *out = std::stoll(p.substr(from, i - from));
+    return true;
+  };
+  LengthLookahead out;
+  if (!number(&out.lo)) return std::nullopt;
+  out.hi = out.lo;
+  if (i < p.size() && p[i] == ',') {
+    ++i;
+    out.hi = -1;
+    if (i < p.size() && p[i] != '}' && !number(&out.hi)) return std::nullopt;
+  }
+  if (p.compare(i, 3, "}$)") != 0 || (out.hi >= 0 && out.hi < out.lo)) return std::nullopt;
+  const std::string rest = p.substr(i + 3);
+  // A top-level '|' would end the lookahead's branch: `(?=^.{2}$)a|b` is
+  // `((?=^.{2}$)a)|b`.
+  int depth = 0;
+  for (size_t k = 0; k < rest.size(); ++k) {
+    if (rest[k] == '\\') {
+      ++k;
+    } else if (rest[k] == '[') {
+      k = regex_class_end(rest, k);
+    } else if (rest[k] == '(') {
+      ++depth;
+    } else if (rest[k] == ')') {
+      --depth;
+    } else if (rest[k] == '|' && depth == 0) {
+      return std::nullopt;
+    }
+  }
+  out.rest = "^" + rest;  // one branch: ^R reads it from the start
+  return out;
+}
+
 }  // namespace
 
 // Formats later drafts added: uri-reference (draft 6), duration and uuid
@@ -430,6 +484,39 @@ std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr,
   }
   if (s.contains("pattern")) {
     std::string pattern = s["pattern"].get<std::string>();
+    // `(?=^.{3,63}$)R` is a length count the DFA would hold (one state per
+    // state of R and length, then one rule each); as minLength/maxLength
+    // beside ^(?:R) it is one counted bound, `(R)%{3,63}`. Exact where no
+    // string of R holds a newline, which '.' excludes: then the lookahead
+    // says nothing but the length.
+    if (std::optional<LengthLookahead> ahead = leading_length_lookahead(pattern)) {
+      bool newline = true;
+      try {
+        const RegexDfa rest = regex_search_dfa(ahead->rest, {.inside_json_string = true});
+        newline = std::any_of(rest.states.begin(), rest.states.end(), [](const RegexDfa::State& st) {
+          return std::any_of(st.edges.begin(), st.edges.end(), [](const RegexDfa::Edge& e) {
+            return std::any_of(e.chars.begin(), e.chars.end(),
+                               [](const auto& range) { return range.first <= '\n' && '\n' <= range.second; });
+          });
+        });
+      } catch (const Error&) {
+        // R alone is not read here: the whole pattern's DFA decides (or refuses).
+      }
+      if (!newline) {
+        const int64_t lo = std::max(count_of(s, "minLength", ptr, 0), ahead->lo);
+        const int64_t max_length = count_of(s, "maxLength", ptr, -1);
+        const int64_t hi = max_length < 0 ? ahead->hi : ahead->hi < 0 ? max_length : std::min(max_length, ahead->hi);
+        if (hi >= 0 && hi < lo)
+          unsupported("pattern", ptr,
+                      "no string matches pattern '" + pattern + "' within the length bounds " + std::to_string(lo) +
+                          ".." + std::to_string(hi));
+        Json counted = s;
+        counted["pattern"] = ahead->rest;
+        counted["minLength"] = lo;
+        if (hi >= 0) counted["maxLength"] = hi;
+        return visit_string(counted, ptr, hint);
+      }
+    }
     // Anchors inside a group (`(a|^b$)`) are read by the DFA too: the plain
     // converter's refusal sends such a pattern there (its own error kept
     // when the DFA cannot read it either).

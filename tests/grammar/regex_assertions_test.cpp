@@ -77,6 +77,28 @@ TEST(RegexAssertions, ExpressionBudgetCountsClassesNotBytes) {
   EXPECT_TRUE(regex_dfa_expression(dfa, true, {.max_classes = 4}).empty());
 }
 
+// A leading `(?=^.{m,n}$)` is a length count: read as minLength/maxLength
+// beside the rest (one counted bound), not held by the DFA (one rule per
+// state and length). Kept as a lookahead where the rest admits a newline,
+// which '.' excludes; bounds that exclude each other leave no string.
+TEST(RegexAssertions, LengthLookaheadIsALengthBound) {
+  auto ebnf = [](const char* pattern, int64_t lo, int64_t hi) {
+    nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", pattern}};
+    if (lo > 0) schema["minLength"] = lo;
+    if (hi >= 0) schema["maxLength"] = hi;
+    return Grammar::from_json_schema(schema, kCompact).to_ebnf();
+  };
+  const char* bucket =
+      "(?=^.{3,63}$)(?!^(\\d+\\.)+\\d+$)(^(([a-z0-9]|[a-z0-9][a-z0-9\\-]*[a-z0-9])\\.)*([a-z0-9]|[a-z0-9][a-z0-9\\-]*"
+      "[a-z0-9])$)";
+  EXPECT_NE(ebnf(bucket, 3, 63).find(")%{3,63}"), std::string::npos);
+  EXPECT_NE(ebnf(bucket, 0, -1).find(")%{3,63}"), std::string::npos);
+  EXPECT_NE(ebnf("^(?=.{2,8}$)[a-z]+$", 4, 6).find("{4,6}"), std::string::npos);
+  EXPECT_NE(ebnf("(?=^.{4,}$)[a-z]+$", 0, 10).find("{4,10}"), std::string::npos);
+  EXPECT_EQ(ebnf("(?=^.{3,5}$)ab", 0, -1).find("{3,5}"), std::string::npos);  // "ab\nc" must stay out
+  EXPECT_THROW(ebnf("(?=^.{2,3}$)[a-z]+$", 5, -1), Error);
+}
+
 TEST(RegexAssertions, RefusesWhatItCannotDecide) {
   // Inline flags other than (?i), and (?i) beside non-ASCII letters.
   for (const char* p : {"(?<=a)b", "(?<!a)b", "(?=(?!a))b", "(?m)^aws", "^(?!(?i)éws)x", "(a)\\1"}) {

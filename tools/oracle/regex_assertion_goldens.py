@@ -91,6 +91,20 @@ case("cron_word_boundaries", r"cron\((\b[0-5]?[0-9]\b) (\b2[0-3]\b|\b[0-1]?[0-9]
 case("s3_bucket_name", r"(?=^.{3,63}$)(?!^(\d+\.)+\d+$)(^(([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])\.)*([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])$)",
      ["my-bucket", "ab", "abc", "1.2.3.4", "1.2.3.a", "a..b", "a-.b", "-ab", "a" * 63, "a" * 64, "a.b-c.d"],
      list("ab1.-"))
+# A leading length lookahead is read as minLength/maxLength beside the rest
+# (where no string of the rest holds a newline): with the schema's own
+# bounds, open and exact counts, ^ outside it; kept as a lookahead where the
+# rest admits a newline or a top-level | ends the lookahead's branch.
+case("s3_bucket_name_bounded", r"(?=^.{3,63}$)(?!^(\d+\.)+\d+$)(^(([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])\.)*([a-z0-9]|[a-z0-9][a-z0-9\-]*[a-z0-9])$)",
+     ["my-bucket", "ab", "abc", "1.2.3.4", "1.2.3.a", "a..b", "a" * 63, "a" * 64, "a.b-c.d"], list("ab1.-"), lo=3, hi=63)
+case("length_ahead_anchor_outside", r"^(?=.{2,5}$)[a-z]+(-[a-z]+)*$", ["a", "ab", "a-b", "abcde", "abcdef", "a--b", "-ab"],
+     list("ab-\n"))
+case("length_ahead_with_bounds", r"^(?=^.{2,8}$)[a-z]+$", ["ab", "abc", "abcd", "abcdef", "abcdefg", "abcdefghi"],
+     list("abz\n"), lo=4, hi=6)
+case("length_ahead_open", r"(?=^.{3,}$)[a-z]+\d$", ["ab1", "a1", "abc1", "abc", "1", "ab1x"], list("ab1\n"))
+case("length_ahead_exact", r"(?=^.{4}$)\d+$", ["1234", "123", "12345", "12a4"], list("12a\n"))
+case("length_ahead_rest_has_newline", r"(?=^.{3,5}$)ab", ["ab", "abc", "ab\nc", "xab", "abcdef", "ab\n"], list("abc\n"))
+case("length_ahead_one_branch", r"(?=^.{2,3}$)ab|cd", ["ab", "abc", "abcd", "xcd", "cd", "cdefg", "a"], list("abcd\n"))
 case("no_controls_to_the_end", r"^[^\u0000-\u001F\u007F-\u009F\u2028\u2029]*(?![\s\S])",
      ["abc", "a\nb", "a\u2028", "\u0085x", "é", "\t"], list("a\n\u2028\u0085é\t\u007f"), hi=6)
 case("not_reserved_names", r"^(?!memoryStrategyId$|actorId$|sessionId$)[a-z][a-z0-9]*$",
