@@ -110,6 +110,12 @@ json config_from_metadata(const formats::GgufFile& f) {
        {std::pair{"attention.value_length", head_full}, {"attention.value_length_swa", head_swa}})
     if (const int64_t v = f.get_int(key(k), want); v != want)
       fail(path, ": ", key(k), ": expected ", want, " (= the key length), found ", v);
+  // llama.cpp rotates rope.dimension_count[_swa] dims of a head; here every
+  // pair is rotated (the full layers' partial rotation is rope_freqs.weight's).
+  for (const auto& [k, want] : {std::pair{"rope.dimension_count", head_full}, {"rope.dimension_count_swa", head_swa}})
+    if (const int64_t v = f.get_int(key(k), want); v != want)
+      fail(path, ": ", key(k), ": expected ", want,
+           " (= the key length; rope_freqs.weight gives partial rotation), found ", v);
   const std::vector<int64_t> kv_heads = per_layer("attention.head_count_kv");
   c["head_dim"] = head_swa;
   // The base count is the sliding layers' (the first one's; else layer 0's).
@@ -163,6 +169,7 @@ json config_from_metadata(const formats::GgufFile& f) {
   if (f.find_tensor("rope_freqs.weight") != nullptr) {
     Tensor factors = f.tensor("rope_freqs.weight");
     check_shape(factors, {head_full / 2}, "rope_freqs.weight", path);
+    if (factors.dtype() == DType::I32) fail(path, ": tensor 'rope_freqs.weight' expected a float type, found i32");
     if (factors.dtype() != DType::F32) factors = to_f32(factors);
     int64_t rotated = 0;
     while (rotated < head_full / 2 && factors.data_as<float>()[rotated] == 1.0f) ++rotated;
@@ -212,22 +219,27 @@ Gemma4Checkpoint load_gemma4_gguf_checkpoint(const std::string& path) {
   const ModelConfig& c = g.base;
   Gemma4Weights& w = ck.weights;
 
+  // Weights are float or quantized; an i32 one would fail only in the first
+  // forward (an i32 embedding inside a worker thread), without its name.
+  auto not_index = [&](const Tensor& t, const std::string& name) {
+    if (t.dtype() == DType::I32) fail(path, ": tensor '", name, "' expected a float type, found i32");
+    return t;
+  };
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
     Tensor t = f.tensor(name);
     check_shape(t, {rows, cols}, name, path);
-    return t;
+    return not_index(t, name);
   };
   auto vector = [&](const std::string& name, int64_t n) {
     Tensor t = f.tensor(name);
     check_shape(t, {n}, name, path);  // before the f32 copy, which a hostile size would make huge
-    if (t.dtype() == DType::I32) fail(path, ": tensor '", name, "' expected a float type, found i32");
-    return to_f32(t);
+    return to_f32(not_index(t, name));
   };
 
   auto stacked = [&](const std::string& name, std::initializer_list<int64_t> shape) {
     Tensor t = f.tensor(name);
     check_shape(t, shape, name, path);
-    return t;
+    return not_index(t, name);
   };
   auto host_floats = [&](const std::string& name, int64_t n) {
     Tensor t = vector(name, n);

@@ -74,6 +74,8 @@ json config_from_metadata(const formats::GgufFile& f, const std::string& arch) {
   c["hidden_size"] = integer("embedding_length");
   // A file converted with its MTP head has those layers after the model's.
   const int64_t blocks = integer("block_count"), mtp = f.get_int(key("nextn_predict_layers"), 0);
+  if (blocks < 1 || blocks > kMaxLayers)
+    fail(path, ": ", key("block_count"), ": expected 1..", kMaxLayers, ", found ", blocks);
   if (mtp < 0 || mtp >= blocks)
     fail(path, ": ", key("nextn_predict_layers"), ": expected 0..", blocks - 1, " (", key("block_count"), " ", blocks,
          "), found ", mtp);
@@ -196,10 +198,16 @@ Qwen35Checkpoint load_qwen35_gguf_checkpoint(const std::string& path) {
   const int64_t hidden = c.hidden_size;
   const int k_heads = q.linear_k_heads, r = q.linear_v_heads / q.linear_k_heads;
 
+  // A matrix is float or quantized; an i32 one would fail only in the first
+  // forward (an i32 embedding inside a worker thread), without its name.
+  auto not_index = [&](const Tensor& t, const std::string& name) {
+    if (t.dtype() == DType::I32) fail(path, ": tensor '", name, "' expected a float type, found i32");
+    return t;
+  };
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
     Tensor t = f.tensor(name);
     check_shape(t, {rows, cols}, name, path);
-    return t;
+    return not_index(t, name);
   };
   auto floats = [&](const std::string& name, std::initializer_list<int64_t> shape) {
     Tensor t = f.tensor(name);
@@ -240,6 +248,10 @@ Qwen35Checkpoint load_qwen35_gguf_checkpoint(const std::string& path) {
       la.dt_bias =
           untile_rows(vector(p + "ssm_dt.bias", q.linear_v_heads).reshape({q.linear_v_heads, 1}), 0, k_heads, r, 1)
               .reshape({q.linear_v_heads});
+      for (int h = 0; h < q.linear_v_heads; ++h)  // softplus(a + dt_bias) of a non-finite one poisons the state
+        if (!std::isfinite(la.dt_bias.data_as<float>()[h]))
+          fail(path, ": tensor '", p, "ssm_dt.bias' (head ", h, "): expected a finite number, found ",
+               la.dt_bias.data_as<float>()[h]);
       la.norm = vector(p + "ssm_norm.weight", q.linear_value_dim);
       la.out = untile_columns(matrix(p + "ssm_out.weight", hidden, q.value_width()), k_heads, r, q.linear_value_dim);
     } else {
@@ -261,7 +273,7 @@ Qwen35Checkpoint load_qwen35_gguf_checkpoint(const std::string& path) {
       auto stacked = [&](const std::string& name, std::initializer_list<int64_t> shape) {
         Tensor t = f.tensor(name);
         check_shape(t, shape, name, path);
-        return t;
+        return not_index(t, name);
       };
       Tensor gate = stacked(p + "ffn_gate_exps.weight", {E, inter, hidden});
       Tensor up = stacked(p + "ffn_up_exps.weight", {E, inter, hidden});
@@ -274,6 +286,10 @@ Qwen35Checkpoint load_qwen35_gguf_checkpoint(const std::string& path) {
                                .up = matrix(p + "ffn_up_shexp.weight", si, hidden),
                                .down = matrix(p + "ffn_down_shexp.weight", hidden, si)};
         layer.shared_expert_gate = matrix(p + "ffn_gate_inp_shexp.weight", 1, hidden);
+      } else if (f.find_tensor(p + "ffn_gate_inp_shexp.weight") || f.find_tensor(p + "ffn_up_shexp.weight")) {
+        // Length 0 (or absent) means no shared expert: one in the file would be dropped silently.
+        fail(path, ": ", arch, ".expert_shared_feed_forward_length: expected the width of ", p,
+             "ffn_*_shexp (present), found ", q.shared_expert_intermediate);
       }
     }
     ck.layers.push_back(std::move(layer));

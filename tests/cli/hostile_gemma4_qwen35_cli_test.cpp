@@ -1,8 +1,9 @@
-// `brioche run -m DIR` on the Gemma 4 and Qwen 3.5 fixtures made hostile one
-// way at a time (issues 46 and 47): a config.json key missing, of the wrong
-// type, out of range or inconsistent with another; a tensor missing, of the
-// wrong shape or dtype, or non-finite where the loader reads it; a truncated
-// or lying safetensors file. Each gives one line that names the key or the
+// `brioche run -m MODEL` on the Gemma 4 and Qwen 3.5 fixtures (safetensors
+// directories and GGUF files) made hostile one way at a time (issues 46 and
+// 47): a config.json key or GGUF metadata value missing, of the wrong type,
+// out of range or inconsistent with another; a tensor missing, of the wrong
+// shape or dtype, or non-finite where the loader reads it; a truncated or
+// lying safetensors file. Each gives one line that names the key or the
 // tensor, with what was expected and what was found, and a non-zero exit
 // (not a signal, not a hang) within seconds.
 #include <gtest/gtest.h>
@@ -14,12 +15,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/run_brioche.h"
+#include "core/tensor.h"
+#include "formats/gguf.h"
 
 namespace brioche::cli {
 namespace {
@@ -67,7 +71,8 @@ void retype_4_bytes(SafetensorsParts& parts, const std::string& name, const std:
   parts.data.append(4 * numel, '\0');
 }
 
-using Edit = std::function<void(const fs::path& dir)>;
+// What `-m` names: the directory, or the GGUF file.
+using Edit = std::function<void(const fs::path& model)>;
 
 Edit config(std::function<void(json&)> change) {
   return [change](const fs::path& dir) {
@@ -93,9 +98,75 @@ Edit file_bytes(std::function<void(std::string&)> change) {
   };
 }
 
+// A GGUF file's metadata and tensors (views of the original until rewritten).
+struct GgufParts {
+  std::vector<std::pair<std::string, formats::GgufValue>> metadata;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
+
+Edit gguf(std::function<void(GgufParts&)> change) {
+  return [change](const fs::path& file) {
+    GgufParts parts;
+    {
+      auto f = formats::GgufFile::open(file.string());
+      parts.metadata = f->metadata();
+      for (const formats::GgufTensorInfo& t : f->tensors()) parts.tensors.emplace_back(t.name, f->tensor(t.name));
+    }
+    change(parts);
+    formats::GgufWriter w;
+    for (auto& [key, value] : parts.metadata) w.add(key, value);
+    for (auto& [name, tensor] : parts.tensors) w.add_tensor(name, tensor);
+    const fs::path rewritten = file.string() + ".new";
+    w.write(rewritten.string());
+    fs::rename(rewritten, file);
+  };
+}
+
+formats::GgufValue& metadata(GgufParts& parts, const std::string& key) {
+  for (auto& [k, v] : parts.metadata)
+    if (k == key) return v;
+  throw std::runtime_error("no metadata " + key);
+}
+
+// The same integer with the value's GGUF type.
+void set_int(GgufParts& parts, const std::string& key, int64_t value) {
+  formats::GgufValue& v = metadata(parts, key);
+  v = formats::GgufValue::integer(v.type(), value);
+}
+
+Tensor& gguf_tensor(GgufParts& parts, const std::string& name) {
+  for (auto& [n, t] : parts.tensors)
+    if (n == name) return t;
+  throw std::runtime_error("no tensor " + name);
+}
+
+// An f32 copy of tensor `name` with element 0 NaN.
+void nan_first(GgufParts& parts, const std::string& name) {
+  Tensor& t = gguf_tensor(parts, name);
+  Tensor copy = Tensor::zeros(DType::F32, t.shape().data(), t.rank());
+  std::memcpy(copy.data(), t.data(), copy.nbytes());
+  copy.data_as<float>()[0] = NAN;
+  t = copy;
+}
+
+// Relabels f32 tensor `name` as ggml's i32 (type 26) in the file's tensor
+// table: the writer refuses i32, a mislabelled file need not.
+Edit gguf_i32(const std::string& name) {
+  return [name](const fs::path& file) {
+    std::string bytes = read_text(file);
+    const size_t at = bytes.find(name);
+    uint32_t n_dims = 0;
+    std::memcpy(&n_dims, bytes.data() + at + name.size(), 4);
+    const size_t type_at = at + name.size() + 4 + 8 * size_t(n_dims);
+    const uint32_t ggml_i32 = 26;
+    std::memcpy(bytes.data() + type_at, &ggml_i32, 4);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  };
+}
+
 struct HostileFixture {
   std::string name;     // the test's name
-  std::string fixture;  // under tests/fixtures/
+  std::string fixture;  // under tests/fixtures/: a directory or a .gguf file
   Edit edit;
   std::string expected;  // in the one line of error
 };
@@ -218,6 +289,41 @@ std::vector<HostileFixture> hostile_fixtures() {
          std::memcpy(b.data(), &len, 8);
        }),
        "model.safetensors: header length at byte 0: expected at most"},
+
+      // ---- GGUF ----
+      {"Gemma4GgufIndexDtypeEmbedding", "gemma4/gguf/e2b.f32.gguf", gguf_i32("token_embd.weight"),
+       "tensor 'token_embd.weight' expected a float type, found i32"},
+      {"Gemma4GgufRopeDimensions", "gemma4/gguf/e2b.f32.gguf",
+       gguf([](GgufParts& p) { set_int(p, "gemma4.rope.dimension_count", 1000); }),
+       "gemma4.rope.dimension_count: expected 32 (= the key length; rope_freqs.weight gives partial rotation), "
+       "found 1000"},
+      {"Gemma4GgufPatternLength", "gemma4/gguf/e2b.f32.gguf", gguf([](GgufParts& p) {
+         metadata(p, "gemma4.attention.sliding_window_pattern") = formats::GgufValue::bools({true, false});
+       }),
+       "gemma4.attention.sliding_window_pattern: expected 5 booleans, found array<bool>[2]"},
+      {"Gemma4GgufKvSharedPastTheLayers", "gemma4/gguf/e2b.f32.gguf",
+       gguf([](GgufParts& p) { set_int(p, "gemma4.attention.shared_kv_layers", 9); }),
+       "num_kv_shared_layers: expected an integer in 0..4, found 9"},
+      {"Gemma4GgufNonFiniteExpertScale", "gemma4/gguf/moe.f32.gguf",
+       gguf([](GgufParts& p) { nan_first(p, "blk.0.ffn_down_exps.scale"); }),
+       "tensor 'blk.0.ffn_down_exps.scale' [0]: expected a finite number, found nan"},
+      {"Qwen35GgufBlockCountZero", "qwen35/gguf/dense.f32.gguf",
+       gguf([](GgufParts& p) { set_int(p, "qwen35.block_count", 0); }),
+       "qwen35.block_count: expected 1..4096, found 0"},
+      {"Qwen35GgufGroupsNotDividing", "qwen35/gguf/dense.f32.gguf",
+       gguf([](GgufParts& p) { set_int(p, "qwen35.ssm.group_count", 3); }),
+       "linear_num_value_heads: expected a multiple of linear_num_key_heads 3, found 4"},
+      {"Qwen35GgufMissingStateTensor", "qwen35/gguf/dense.f32.gguf",
+       gguf([](GgufParts& p) { std::erase_if(p.tensors, [](const auto& t) { return t.first == "blk.2.ssm_a"; }); }),
+       "tensor 'blk.2.ssm_a' expected, found absent"},
+      {"Qwen35GgufIndexDtypeEmbedding", "qwen35/gguf/dense.f32.gguf", gguf_i32("token_embd.weight"),
+       "tensor 'token_embd.weight' expected a float type, found i32"},
+      {"Qwen35GgufNonFiniteDtBias", "qwen35/gguf/dense.f32.gguf",
+       gguf([](GgufParts& p) { nan_first(p, "blk.0.ssm_dt.bias"); }),
+       "tensor 'blk.0.ssm_dt.bias' (head 0): expected a finite number, found nan"},
+      {"Qwen35GgufSharedExpertDropped", "qwen35/gguf/moe.f32.gguf",
+       gguf([](GgufParts& p) { set_int(p, "qwen35moe.expert_shared_feed_forward_length", 0); }),
+       "qwen35moe.expert_shared_feed_forward_length: expected the width of blk.0.ffn_*_shexp (present), found 0"},
   };
 }
 
@@ -232,10 +338,13 @@ class HostileGemma4Qwen35 : public ::testing::TestWithParam<HostileFixture> {};
 TEST_P(HostileGemma4Qwen35, RunFailsWithOneLineNamingIt) {
   const HostileFixture& c = GetParam();
   const fs::path dir = fs::temp_directory_path() / ("brioche_hostile_" + c.name + "_" + std::to_string(::getpid()));
+  const fs::path fixture = fs::path(BRIOCHE_SOURCE_DIR) / "tests/fixtures" / c.fixture;
   fs::remove_all(dir);
-  fs::copy(std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/" + c.fixture, dir, fs::copy_options::recursive);
-  c.edit(dir);
-  const BriocheOutcome o = run_brioche_shell("run -m " + dir.string() + " -p hi -n 4");
+  fs::create_directories(dir);
+  const fs::path model = fs::is_directory(fixture) ? dir / "model" : dir / fixture.filename();
+  fs::copy(fixture, model, fs::copy_options::recursive);
+  c.edit(model);
+  const BriocheOutcome o = run_brioche_shell("run -m " + model.string() + " -p hi -n 4");
   fs::remove_all(dir);
   EXPECT_TRUE(o.exit_code == 1 || o.exit_code == 2) << "exit " << o.exit_code << "\n" << o.output;
   EXPECT_EQ(count_lines(o.output), 1) << o.output;
@@ -247,7 +356,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, HostileGemma4Qwen35, ::testing::ValuesIn(hostile
 
 // The control: every fixture the cases start from runs.
 TEST(HostileGemma4Qwen35Control, UnchangedFixturesRun) {
-  for (const char* fixture : {"gemma4/e2b", "gemma4/moe", "qwen35/dense", "qwen35/moe"}) {
+  for (const char* fixture : {"gemma4/e2b", "gemma4/moe", "gemma4/gguf/e2b.f32.gguf", "gemma4/gguf/moe.f32.gguf",
+                              "qwen35/dense", "qwen35/moe", "qwen35/gguf/dense.f32.gguf", "qwen35/gguf/moe.f32.gguf"}) {
     const BriocheOutcome o =
         run_brioche_shell("run -m " + std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/" + fixture + " -p hi -n 4");
     EXPECT_EQ(o.exit_code, 0) << fixture << ":\n" << o.output;
