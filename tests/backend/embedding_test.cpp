@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/quant_ref.h"
@@ -49,6 +50,31 @@ TEST(Embedding, OutOfRangeIdIsANamedError) {
       EXPECT_NE(msg.find("token id " + std::to_string(bad)), std::string::npos) << msg;
       EXPECT_NE(msg.find("[0, 4)"), std::string::npos) << msg;
     }
+  }
+}
+
+// Checked before the parallel loop: an exception thrown in a worker thread
+// would end the process instead of reaching the caller.
+TEST(Embedding, IndexTypedTableIsANamedErrorNotAnAbort) {
+  Tensor table = Tensor::zeros(DType::I32, {4, 32});
+  const std::vector<int32_t> ids(4096, 1);  // many chunks
+  Tensor out = Tensor::zeros(DType::F32, {int64_t(ids.size()), 32});
+  Tensor f32_table = Tensor::zeros(DType::F32, {4, 32});
+  // Each round on a fresh thread (a loop started inside a failed task would
+  // run inline), right after a valid lookup, so the workers are awake to
+  // claim chunks.
+  for (int round = 0; round < 50; ++round) {
+    std::string error;
+    std::thread caller([&] {
+      ops::embedding(f32_table, ids, out);
+      try {
+        ops::embedding(table, ids, out);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    });
+    caller.join();
+    ASSERT_NE(error.find("i32 is an index type"), std::string::npos) << "round " << round << ": '" << error << "'";
   }
 }
 
