@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "grammar/grammar.h"
 
 namespace brioche::grammar {
 namespace {
@@ -318,39 +319,6 @@ std::vector<std::string> decimal_range_rules(const DecimalBound& lo, const Decim
 
 namespace {
 
-// RFC 3986's URI-reference (URI / relative-ref), as the validators that
-// jsonschema's format checker asks write it (rfc3987 and rfc3986-validator:
-// the same regexes). host is IP-literal / reg-name: reg-name admits every
-// IPv4address. A dec-octet inside an IPv6 address may have leading zeros
-// ("01"), as both validators' regexes allow.
-std::string uri_reference_ebnf() {
-  const std::string pct = "\"%\" [0-9A-Fa-f] [0-9A-Fa-f]";
-  const std::string pchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-] | " + pct + ")";
-  const std::string segment_nz_nc = "([a-zA-Z0-9_.~!$&'()*+,;=@\\-] | " + pct + ")";
-  const std::string h16 = "[0-9A-Fa-f]{1,4}";
-  const std::string octet = "(\"25\" [0-5] | \"2\" [0-4] [0-9] | [01]? [0-9] [0-9]?)";
-  const std::string ls32 = "(" + h16 + " \":\" " + h16 + " | (" + octet + " \".\"){3} " + octet + ")";
-  auto before = [&](int n) {  // [ *n( h16 ":" ) h16 ]
-    return "((" + h16 + " \":\"){0," + std::to_string(n) + "} " + h16 + ")?";
-  };
-  const std::string ipv6 = "((" + h16 + " \":\"){6} " + ls32 + " | \"::\" (" + h16 + " \":\"){5} " + ls32 + " | " +
-                           before(0) + " \"::\" (" + h16 + " \":\"){4} " + ls32 + " | " + before(1) + " \"::\" (" +
-                           h16 + " \":\"){3} " + ls32 + " | " + before(2) + " \"::\" (" + h16 + " \":\"){2} " + ls32 +
-                           " | " + before(3) + " \"::\" " + h16 + " \":\" " + ls32 + " | " + before(4) + " \"::\" " +
-                           ls32 + " | " + before(5) + " \"::\" " + h16 + " | " + before(6) + " \"::\")";
-  const std::string ip_future = "\"v\" [0-9A-Fa-f]+ \".\" [a-zA-Z0-9_.~!$&'()*+,;=:\\-]+";
-  const std::string host =
-      "(\"[\" (" + ipv6 + " | " + ip_future + ") \"]\" | ([a-zA-Z0-9_.~!$&'()*+,;=\\-] | " + pct + ")*)";
-  const std::string authority = "(([a-zA-Z0-9_.~!$&'()*+,;=:\\-] | " + pct + ")* \"@\")? " + host + " (\":\" [0-9]*)?";
-  const std::string abempty = "\"//\" " + authority + " (\"/\" " + pchar + "*)*";
-  const std::string absolute = "\"/\" (" + pchar + "+ (\"/\" " + pchar + "*)*)?";
-  const std::string rootless = pchar + "+ (\"/\" " + pchar + "*)*";
-  const std::string noscheme = segment_nz_nc + "+ (\"/\" " + pchar + "*)*";
-  const std::string query = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-] | " + pct + ")*";
-  return "([a-zA-Z] [a-zA-Z0-9+.\\-]* \":\" (" + abempty + " | " + absolute + " | " + rootless + ")? | (" + abempty +
-         " | " + absolute + " | " + noscheme + ")?) (\"?\" " + query + ")? (\"#\" " + query + ")?";
-}
-
 // ISO 8601 durations as jsonschema's checker (2019-09 and 2020-12 only)
 // reads them: isoduration's parse_duration must succeed and the string must
 // end with one of D M Y W H S. That parser reads, after an optional sign and
@@ -382,6 +350,40 @@ std::string duration_ebnf() {
          ")? \"T\" " + time + ")";
 }
 
+// RFC 3986's URI-reference (URI / relative-ref), as the validators that
+// jsonschema's format checker asks write it (rfc3987 and rfc3986-validator:
+// the same regexes), as a regex over the string's characters. host is
+// IP-literal / reg-name (reg-name admits every IPv4address). The IP literal
+// (an IPv6 address or IPvFuture in brackets) is written once: the two kinds
+// of reference share the authority, `(scheme ":")? ("//" authority ... |
+// absolute path)?`, beside scheme ":" rootless and a relative path. A
+// dec-octet inside an IPv6 address may have leading zeros ("01"), as both
+// validators' regexes allow.
+std::string uri_reference_regex() {
+  const std::string pct = "%[0-9A-Fa-f][0-9A-Fa-f]";
+  const std::string pchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|" + pct + ")";
+  const std::string segment_nz_nc = "([a-zA-Z0-9_.~!$&'()*+,;=@\\-]|" + pct + ")";
+  const std::string h16 = "[0-9A-Fa-f]{1,4}";
+  const std::string octet = "(25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)";
+  const std::string ls32 = "(" + h16 + ":" + h16 + "|(" + octet + "\\.){3}" + octet + ")";
+  auto before = [&](int n) { return "((" + h16 + ":){0," + std::to_string(n) + "}" + h16 + ")?"; };
+  const std::string ipv6 = "((" + h16 + ":){6}" + ls32 + "|::(" + h16 + ":){5}" + ls32 + "|" + before(0) + "::(" + h16 +
+                           ":){4}" + ls32 + "|" + before(1) + "::(" + h16 + ":){3}" + ls32 + "|" + before(2) + "::(" +
+                           h16 + ":){2}" + ls32 + "|" + before(3) + "::" + h16 + ":" + ls32 + "|" + before(4) +
+                           "::" + ls32 + "|" + before(5) + "::" + h16 + "|" + before(6) + "::)";
+  const std::string ip_literal = "\\[(" + ipv6 + "|v[0-9A-Fa-f]+\\.[a-zA-Z0-9_.~!$&'()*+,;=:\\-]+)\\]";
+  const std::string host = "(" + ip_literal + "|([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" + pct + ")*)";
+  const std::string authority = "(([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + pct + ")*@)?" + host + "(:[0-9]*)?";
+  const std::string abempty = "//" + authority + "(/" + pchar + "*)*";
+  const std::string absolute = "/(" + pchar + "+(/" + pchar + "*)*)?";
+  const std::string rootless = pchar + "+(/" + pchar + "*)*";
+  const std::string noscheme = segment_nz_nc + "+(/" + pchar + "*)*";
+  const std::string query = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|" + pct + ")*";
+  const std::string scheme = "[a-zA-Z][a-zA-Z0-9+.\\-]*:";
+  return "((" + scheme + ")?(" + abempty + "|" + absolute + ")?|" + scheme + rootless + "|" + noscheme + ")(\\?" +
+         query + ")?(#" + query + ")?";
+}
+
 }  // namespace
 
 std::string format_ebnf(const std::string& f) {
@@ -408,8 +410,6 @@ std::string format_ebnf(const std::string& f) {
       "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]+)? "
       "(\"Z\" | [+\\-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])";
   static const std::string kOctet = "(\"25\" [0-5] | \"2\" [0-4] [0-9] | [01]? [0-9]? [0-9])";
-  static const std::string kPct = "\"%\" [0-9A-Fa-f] [0-9A-Fa-f]";
-  static const std::string kPchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-] | " + kPct + ")";
   if (f == "date") return kDate;
   if (f == "time") return kTime;
   if (f == "date-time") return kDate + " \"T\" " + kTime;
@@ -426,16 +426,9 @@ std::string format_ebnf(const std::string& f) {
            ") \"@\" [A-Za-z0-9] ([\\-A-Za-z0-9]* [A-Za-z0-9])? "
            "(\".\" [A-Za-z0-9] [\\-A-Za-z0-9]* [A-Za-z0-9])*";
   }
-  if (f == "uri") {
-    std::string userinfo = "([a-zA-Z0-9_.~!$&'()*+,;=:\\-] | " + kPct + ")*";
-    std::string host = "([a-zA-Z0-9_.~!$&'()*+,;=\\-] | " + kPct + ")*";
-    std::string segment = kPchar + "*";
-    std::string qf = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-] | " + kPct + ")*";
-    return "[a-zA-Z] [a-zA-Z+.\\-]* \":\" (\"//\" (" + userinfo + " \"@\")? " + host + " (\":\" [0-9]*)? (\"/\" " +
-           segment + ")* | \"/\"? (" + kPchar + "+ (\"/\" " + segment + ")*)?) (\"?\" " + qf + ")? (\"#\" " + qf + ")?";
-  }
+  // Written once, as a regex (format_regex), and read into EBNF here.
+  if (f == "uri" || f == "uri-reference") return regex_to_ebnf_expr(format_regex(f), /*inside_json_string=*/true);
   if (f == "hostname") return "[a-z0-9] ([a-z0-9\\-]* [a-z0-9])? (\".\" [a-z0-9] ([a-z0-9\\-]* [a-z0-9])?)*";
-  if (f == "uri-reference") return uri_reference_ebnf();
   if (f == "duration") return duration_ebnf();
   return "";
 }
@@ -452,43 +445,24 @@ std::string format_regex(const std::string& f) {
   static const std::string kTime =
       "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+\\-]([01][0-9]|2[0-3]):[0-5][0-9])";
   static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])";
-  static const std::string kPct = "%[0-9A-Fa-f][0-9A-Fa-f]";
-  static const std::string kPchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|" + kPct + ")";
   if (f == "date") return "(" + kDate + ")";
   if (f == "time") return "(" + kTime + ")";
   if (f == "date-time") return "(" + kDate + ")T" + kTime;
   if (f == "uuid") return "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}";
   if (f == "ipv4") return "(" + kOctet + "\\.){3}" + kOctet;
   if (f == "uri") {
-    const std::string userinfo = "([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + kPct + ")*";
-    const std::string host = "([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" + kPct + ")*";
-    const std::string segment = kPchar + "*";
-    const std::string qf = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|" + kPct + ")*";
-    return "[a-zA-Z][a-zA-Z+.\\-]*:(//(" + userinfo + "@)?" + host + "(:[0-9]*)?(/" + segment + ")*|/?(" + kPchar +
-           "+(/" + segment + ")*)?)(\\?" + qf + ")?(#" + qf + ")?";
+    // A part of RFC 3986's URI: no IP literal, no digit in the scheme (the
+    // language xgrammar writes; tests/grammar/golden_walks_test.cpp).
+    const std::string pct = "%[0-9A-Fa-f][0-9A-Fa-f]";
+    const std::string pchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|" + pct + ")";
+    const std::string userinfo = "([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + pct + ")*";
+    const std::string host = "([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" + pct + ")*";
+    const std::string qf = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|" + pct + ")*";
+    return "[a-zA-Z][a-zA-Z+.\\-]*:(//(" + userinfo + "@)?" + host + "(:[0-9]*)?(/" + pchar + "*)*|/?(" + pchar +
+           "+(/" + pchar + "*)*)?)(\\?" + qf + ")?(#" + qf + ")?";
   }
   if (f == "hostname") return "[a-z0-9]([a-z0-9\\-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9\\-]*[a-z0-9])?)*";
-  if (f == "uri-reference") {
-    const std::string pchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|" + kPct + ")";
-    const std::string segment_nz_nc = "([a-zA-Z0-9_.~!$&'()*+,;=@\\-]|" + kPct + ")";
-    const std::string h16 = "[0-9A-Fa-f]{1,4}";
-    const std::string ls32 = "(" + h16 + ":" + h16 + "|(" + kOctet + "\\.){3}" + kOctet + ")";
-    auto before = [&](int n) { return "((" + h16 + ":){0," + std::to_string(n) + "}" + h16 + ")?"; };
-    const std::string ipv6 = "((" + h16 + ":){6}" + ls32 + "|::(" + h16 + ":){5}" + ls32 + "|" + before(0) + "::(" +
-                             h16 + ":){4}" + ls32 + "|" + before(1) + "::(" + h16 + ":){3}" + ls32 + "|" + before(2) +
-                             "::(" + h16 + ":){2}" + ls32 + "|" + before(3) + "::" + h16 + ":" + ls32 + "|" +
-                             before(4) + "::" + ls32 + "|" + before(5) + "::" + h16 + "|" + before(6) + "::)";
-    const std::string host = "(\\[(" + ipv6 +
-                             "|v[0-9A-Fa-f]+\\.[a-zA-Z0-9_.~!$&'()*+,;=:\\-]+)\\]|([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" +
-                             kPct + ")*)";
-    const std::string authority = "(([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + kPct + ")*@)?" + host + "(:[0-9]*)?";
-    const std::string abempty = "//" + authority + "(/" + pchar + "*)*";
-    const std::string absolute = "/(" + pchar + "+(/" + pchar + "*)*)?";
-    const std::string query = "([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|" + kPct + ")*";
-    return "([a-zA-Z][a-zA-Z0-9+.\\-]*:(" + abempty + "|" + absolute + "|" + pchar + "+(/" + pchar + "*)*)?|(" +
-           abempty + "|" + absolute + "|" + segment_nz_nc + "+(/" + pchar + "*)*)?)(\\?" + query + ")?(#" + query +
-           ")?";
-  }
+  if (f == "uri-reference") return uri_reference_regex();
   return "";
 }
 

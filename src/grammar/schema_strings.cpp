@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "grammar/regex_dfa.h"
 #include "grammar/regex_scan.h"
@@ -28,6 +31,19 @@ bool format_is_defined(const std::string& f) {
       "iri",       "iri-reference", "uuid", "uri-template", "json-pointer", "relative-json-pointer",
       "regex"};
   return kDefined.count(f) > 0;
+}
+
+// A format's language as a DFA, built once per process: uri-reference's
+// (its IPv6 literal) takes ~40 ms to determinise, and a schema may hold it
+// beside many patterns (GitLab's includes: 14).
+const RegexDfa& format_dfa(const std::string& format, const std::string& regular) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<const RegexDfa>> built;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<const RegexDfa>& dfa = built[format];
+  if (!dfa)
+    dfa = std::make_unique<const RegexDfa>(regex_search_dfa("^(?:" + regular + ")$", {.inside_json_string = true}));
+  return *dfa;
 }
 
 // A pattern that opens with a length lookahead, `(?=^.{m,n}$)R` or
@@ -358,7 +374,7 @@ std::string SchemaConverter::format_and_pattern(const Json& s, const std::string
   if (hi >= 0 && hi < lo) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
   RegexDfa both;
   try {
-    const RegexDfa format = regex_search_dfa("^(?:" + regular + ")$", {.inside_json_string = true});
+    const RegexDfa& format = format_dfa(f, regular);
     const RegexDfa pattern = regex_search_dfa(s["pattern"].get<std::string>(),
                                               {.inside_json_string = true, .min_length = lo, .max_length = hi});
     both = regex_dfa_product({&format, &pattern}, {});

@@ -14,6 +14,7 @@
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "grammar/regex_dfa.h"
+#include "grammar/schema_formats.h"
 #include "mask_check.h"
 
 namespace brioche::grammar {
@@ -90,6 +91,22 @@ TEST(FormatsAndNames, PrintClassIsPrintableAscii) {
     valid += cand["valid"].get<bool>();
   }
   EXPECT_GE(valid, 6);
+}
+
+// uri-reference is written once, as a regex (format_regex), with its IP
+// literal in one place: the EBNF is read from it, and the language beside a
+// pattern (the format's DFA times the pattern's) is the same regex's.
+TEST(FormatsAndNames, UriReferenceIsWrittenOnce) {
+  const std::string ebnf = format_ebnf("uri-reference");
+  EXPECT_EQ(ebnf, regex_to_ebnf_expr(format_regex("uri-reference"), /*inside_json_string=*/true));
+  size_t literals = 0;
+  for (size_t at = ebnf.find("\"[\""); at != std::string::npos; at = ebnf.find("\"[\"", at + 1)) ++literals;
+  EXPECT_EQ(literals, 1u) << ebnf;
+  const RegexDfa dfa = regex_search_dfa("^(?:" + format_regex("uri-reference") + ")$", {});
+  for (const char* ok : {"//[::1]/a.yml", "http://[v1.x]:80/p?q#f", "a/b", ""})
+    EXPECT_TRUE(regex_dfa_accepts(dfa, ok)) << ok;
+  for (const char* bad : {"//[::1/a.yml", "//[1::2::3]", "a b", "%zz"})
+    EXPECT_FALSE(regex_dfa_accepts(dfa, bad)) << bad;
 }
 
 TEST(FormatsAndNames, RefusalsNameTheKeyword) {
