@@ -66,11 +66,14 @@ struct TableParts {
   std::span<const ops::LoraTablePart> span() const { return {storage.data(), n}; }
 };
 
-// base() (the base model's projection of x into each output), then y += the
-// low-rank term of each projection for the rows whose adapter has one: 1–3
-// projections of one x. With a table (the GPU's path) the shrink reads only
-// x, so it runs before the base projection: in the dependent-launch chain it
-// overlaps the GEMV's weight prefetch instead of waiting for its last write.
+// base(terms): the base model's projection of x into each output, adding
+// `terms` (the adapters' low-rank terms) where they are given; then, without
+// a table, y += the low-rank term of each projection for the rows whose
+// adapter has one: 1–3 projections of one x. With a table (the GPU's path)
+// the shrink reads only x, so it runs before the base projection (in the
+// dependent-launch chain it overlaps the GEMV's weight prefetch instead of
+// waiting for its last write), and the base projection adds the terms in
+// its own store: no expand launch.
 template <typename BaseProjection>
 void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs,
                        BaseProjection&& base) {
@@ -79,10 +82,10 @@ void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_
     Tensor u = lora.table->u;
     const ops::LoraTable table = lora.table->table();
     ops::lora_table_shrink(x, table, parts.span(), u);
-    base();
-    return ops::lora_table_expand(x, table, parts.span(), u);
+    const ops::LoraTerms terms{.table = table, .parts = parts.span(), .u_scratch = u};
+    return base(&terms);
   }
-  base();
+  base(nullptr);
   // One call for the projections of this x: on the CPU one pool dispatch
   // for all of them.
   std::vector<ops::LoraRows> segments[3];
@@ -118,11 +121,12 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
       Tensor u = lora.table->u;
       const ops::LoraTable table = lora.table->table();
       ops::lora_table_shrink(a.x, {.weight = w.attn_norm, .eps = c.rms_eps}, table, parts.span(), u);
-      ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv);
-      ops::lora_table_expand(a.x, table, parts.span(), u);
+      const ops::LoraTerms terms{.table = table, .parts = parts.span(), .u_scratch = u};
+      ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv, &terms);
     } else {
       ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
-      project_with_lora(lora, a.h, outputs, [&] { ops::matmul_group(a.h, qkv_w, qkv); });
+      project_with_lora(lora, a.h, outputs,
+                        [&](const ops::LoraTerms* terms) { ops::matmul_group(a.h, qkv_w, qkv, terms); });
     }
   } else {
     ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff}, qkv_w,
@@ -155,8 +159,9 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
   ops::paged_attention(a.q, first, paged, params, a.attn);
   if (adapted && !w.bo.defined()) {
     // a.x += attention·woᵀ, then each adapter row's low-rank term.
-    return project_with_lora(lora, a.attn, {{Projection::O, &a.x}},
-                             [&] { ops::matmul_accumulate(a.attn, w.wo, a.x, a.out); });
+    return project_with_lora(lora, a.attn, {{Projection::O, &a.x}}, [&](const ops::LoraTerms* terms) {
+      ops::matmul_accumulate(a.attn, w.wo, a.x, a.out, nullptr, terms);
+    });
   }
   if (ctx.collective != nullptr) {
     // out = Σ_ranks attn_r·wo_rᵀ, then the bias once.
@@ -165,7 +170,10 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
     if (w.bo.defined()) ops::add_bias(a.out, w.bo);
   } else {
     if (adapted) {
-      project_with_lora(lora, a.attn, {{Projection::O, &a.out}}, [&] { ops::matmul(a.attn, w.wo, a.out); });
+      const Tensor* wo[] = {&w.wo};
+      Tensor* out[] = {&a.out};
+      project_with_lora(lora, a.attn, {{Projection::O, &a.out}},
+                        [&](const ops::LoraTerms* terms) { ops::matmul_group(a.attn, wo, out, terms); });
     } else {
       ops::matmul(a.attn, w.wo, a.out);
     }
@@ -183,21 +191,25 @@ void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, c
     Tensor* gate_up[] = {&a.gate, &a.up};
     const std::initializer_list<LoraOutput> outputs = {{Projection::Gate, &a.gate}, {Projection::Up, &a.up}};
     if (lora.table != nullptr) {
-      // As for Q/K/V (attention_block), and SwiGLU in the expand's launch.
+      // As for Q/K/V (attention_block), the terms added before the SwiGLU
+      // inside the fused gate/up GEMV.
       const TableParts parts(lora, outputs);
       Tensor u = lora.table->u;
       const ops::LoraTable table = lora.table->table();
       ops::lora_table_shrink(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps}, table, parts.span(), u);
-      ops::matmul_group(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h}, gate_up_w, gate_up);
-      ops::lora_table_expand_swiglu(a.x, table, parts.span(), u, a.gate);
+      const ops::LoraTerms terms{.table = table, .parts = parts.span(), .u_scratch = u};
+      ops::swiglu_matmul(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h}, {.gate = w.w_gate, .up = w.w_up},
+                         a.gate, a.up, &terms);
     } else {
       ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
-      project_with_lora(lora, a.h, outputs, [&] { ops::matmul_group(a.h, gate_up_w, gate_up); });
+      project_with_lora(lora, a.h, outputs,
+                        [&](const ops::LoraTerms* terms) { ops::matmul_group(a.h, gate_up_w, gate_up, terms); });
       ops::swiglu(a.gate, a.up, a.gate);
     }
-    // a.x += swiglu·w_downᵀ, then each adapter row's low-rank term.
-    return project_with_lora(lora, a.gate, {{Projection::Down, &a.x}},
-                             [&] { ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out); });
+    // a.x += swiglu·w_downᵀ with each adapter row's low-rank term.
+    return project_with_lora(lora, a.gate, {{Projection::Down, &a.x}}, [&](const ops::LoraTerms* terms) {
+      ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out, nullptr, terms);
+    });
   }
   const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff};
   const ops::SwigluMlp mlp{.w_gate = w.w_gate,

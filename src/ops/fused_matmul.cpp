@@ -1,11 +1,13 @@
 #include "ops/fused_matmul.h"
 
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "ops/add.h"
 #include "ops/check_f32.h"
+#include "ops/lora_rows.h"
 #include "ops/matmul.h"
 #include "ops/matmul_args.h"
 #include "ops/rms_norm.h"
@@ -16,13 +18,38 @@
 
 namespace brioche::ops {
 
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on) {
+namespace {
+
+// The backend's arguments of `lora`'s terms for a projection of x writing
+// `outputs` (the parts' y must be these, in order).
+std::optional<backend::cpu::LoraTableArgs> lora_terms_args(const char* op, const Tensor& x, const LoraTerms* lora,
+                                                           std::span<Tensor* const> outputs) {
+  if (lora == nullptr) return std::nullopt;
+  BRIOCHE_CHECK(lora->parts.size() == outputs.size(), op, ": adapter terms of ", lora->parts.size(),
+                " outputs for a projection of ", outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i)
+    BRIOCHE_CHECK(lora->parts[i].y == outputs[i], op, ": adapter part ", i, " adds to another tensor than output ", i);
+  return detail::lora_table_args(op, x, lora->table, lora->parts, lora->u_scratch);
+}
+
+const backend::cpu::LoraTableArgs* or_null(const std::optional<backend::cpu::LoraTableArgs>& args) {
+  return args ? &*args : nullptr;
+}
+
+}  // namespace
+
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on,
+                       const LoraTerms* lora) {
   const cpu::MatmulArgs args = detail::matmul_args(x, w, y, "matmul_accumulate");  // (checks on the CPU too)
+  Tensor* const outputs[] = {&y};
+  const auto terms = lora_terms_args("matmul_accumulate", x, lora, outputs);
+  BRIOCHE_CHECK(!terms || hand_on == nullptr, "matmul_accumulate: adapter terms with a norm handoff (the norm would ",
+                "be of y without them)");
   y.note_written();
   HandOnWrite write(hand_on, y, "matmul_accumulate");
 #if BRIOCHE_CUDA
   if (w.device() == Device::CUDA) {
-    cuda::matmul_accumulate(args, {.norm_w = write.norm_w(), .handed = write.slot()});
+    cuda::matmul_accumulate(args, {.norm_w = write.norm_w(), .handed = write.slot()}, or_null(terms));
     return write.finish();
   }
 #else
@@ -30,6 +57,7 @@ void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scra
 #endif
   matmul(x, w, scratch);
   add(y, scratch, y);
+  if (terms) backend::cpu::lora_table_expand(*terms);
   write.finish();
 }
 
@@ -64,24 +92,30 @@ void check_gate_up(const Tensor& w_gate, const Tensor& w_up, std::string_view op
 }
 
 void swiglu_matmul_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, Tensor& out, Tensor& scratch,
-                        const RmsNormFirst* norm) {
+                        const RmsNormFirst* norm, const LoraTerms* lora = nullptr) {
   const cpu::MatmulArgs gate = detail::matmul_args(x, w_gate, out, "swiglu_matmul");
   const cpu::MatmulArgs up = detail::matmul_args(x, w_up, scratch, "swiglu_matmul");
   check_gate_up(w_gate, w_up, "swiglu_matmul");
+  Tensor* const outputs[] = {&out, &scratch};
+  auto terms = lora_terms_args("swiglu_matmul", x, lora, outputs);
+  if (terms) {
+    terms->swiglu_out = terms->y[0];
+    terms->ld_swiglu = terms->ldy[0];
+  }
   const std::shared_ptr<void> handed = norm != nullptr ? take_handed(x, *norm, "swiglu_matmul") : nullptr;
   out.note_written();
   scratch.note_written();
 #if BRIOCHE_CUDA
   if (w_gate.device() == Device::CUDA) {
-    if (norm == nullptr) return cuda::matmul_swiglu(gate, up);
+    if (norm == nullptr) return cuda::matmul_swiglu(gate, up, nullptr, or_null(terms));
     norm->normed.note_written();
     const cuda::InputNorm n = cuda_norm(x, *norm, "swiglu_matmul", handed);
-    return cuda::matmul_swiglu(gate, up, &n);
+    return cuda::matmul_swiglu(gate, up, &n, or_null(terms));
   }
 #endif
   if (norm != nullptr) {
     rms_norm(x, norm->weight, norm->eps, norm->normed);
-    return swiglu_matmul_impl(norm->normed, w_gate, w_up, out, scratch, nullptr);
+    return swiglu_matmul_impl(norm->normed, w_gate, w_up, out, scratch, nullptr, lora);
   }
   if (w_gate.device() == Device::CPU) {
     const cpu::MatmulArgs both[] = {gate, up};  // one activation quantization for the two
@@ -90,31 +124,37 @@ void swiglu_matmul_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_u
     matmul(x, w_gate, out);
     matmul(x, w_up, scratch);
   }
+  if (terms) return backend::cpu::lora_table_expand(*terms);  // SwiGLU of gate and up with their terms
   swiglu(out, scratch, out);
 }
 
 void matmul_group_impl(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
-                       const RmsNormFirst* norm) {
+                       const RmsNormFirst* norm, const LoraTerms* lora = nullptr) {
   BRIOCHE_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 3, "matmul_group: ", ws.size(), " weights and ",
                 ys.size(), " outputs (expected 1 to 3 of each)");
   std::vector<cpu::MatmulArgs> parts;
   for (size_t i = 0; i < ws.size(); ++i) parts.push_back(detail::matmul_args(x, *ws[i], *ys[i], "matmul_group"));
+  const auto terms = lora_terms_args("matmul_group", x, lora, ys);
   const std::shared_ptr<void> handed = norm != nullptr ? take_handed(x, *norm, "matmul_group") : nullptr;
   for (Tensor* y : ys) y->note_written();
 #if BRIOCHE_CUDA
   if (ws[0]->device() == Device::CUDA) {
-    if (norm == nullptr) return cuda::matmul_group(parts);
+    if (norm == nullptr) return cuda::matmul_group(parts, nullptr, or_null(terms));
     norm->normed.note_written();
     const cuda::InputNorm n = cuda_norm(x, *norm, "matmul_group", handed);
-    return cuda::matmul_group(parts, &n);
+    return cuda::matmul_group(parts, &n, or_null(terms));
   }
 #endif
   if (norm != nullptr) {
     rms_norm(x, norm->weight, norm->eps, norm->normed);
-    return matmul_group_impl(norm->normed, ws, ys, nullptr);
+    return matmul_group_impl(norm->normed, ws, ys, nullptr, lora);
   }
-  if (ws[0]->device() == Device::CPU) return cpu::matmul_group(parts);  // one activation quantization
-  for (size_t i = 0; i < ws.size(); ++i) matmul(x, *ws[i], *ys[i]);
+  if (ws[0]->device() == Device::CPU) {
+    cpu::matmul_group(parts);  // one activation quantization
+  } else {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(x, *ws[i], *ys[i]);
+  }
+  if (terms) backend::cpu::lora_table_expand(*terms);
 }
 
 }  // namespace
@@ -123,8 +163,9 @@ void swiglu_matmul(const Tensor& x, const GateUpWeights& w, Tensor& out, Tensor&
   swiglu_matmul_impl(x, w.gate, w.up, out, scratch, nullptr);
 }
 
-void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const GateUpWeights& w, Tensor& out, Tensor& scratch) {
-  swiglu_matmul_impl(x, w.gate, w.up, out, scratch, &norm);
+void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const GateUpWeights& w, Tensor& out, Tensor& scratch,
+                   const LoraTerms* lora) {
+  swiglu_matmul_impl(x, w.gate, w.up, out, scratch, &norm, lora);
 }
 
 void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const SwigluMlp& mlp, Tensor& y) {
@@ -152,13 +193,14 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const SwigluMlp& mlp,
     matmul(hidden, w_down, y);
 }
 
-void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys) {
-  matmul_group_impl(x, ws, ys, nullptr);
+void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
+                  const LoraTerms* lora) {
+  matmul_group_impl(x, ws, ys, nullptr, lora);
 }
 
 void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Tensor* const> ws,
-                  std::span<Tensor* const> ys) {
-  matmul_group_impl(x, ws, ys, &norm);
+                  std::span<Tensor* const> ys, const LoraTerms* lora) {
+  matmul_group_impl(x, ws, ys, &norm, lora);
 }
 
 }  // namespace brioche::ops

@@ -16,10 +16,19 @@
 
 namespace brioche::ops {
 
+struct LoraTerms;  // ops/lora_rows.h
+
+// `lora` (matmul_accumulate, matmul_group and swiglu_matmul of x̂): the
+// served adapters' low-rank terms of the outputs too, their shrink already
+// run (ops/lora_rows.h, LoraTerms): y = x·wᵀ + the row's adapter term,
+// before the SwiGLU for gate and up. On the GPU's decode path the GEMV adds
+// them in its store; elsewhere the table's expand runs after the base.
+
 // y += x·wᵀ (a residual add).           x [n, k], w [m, k], y and scratch [n, m]
 // `hand_on`: the handoff whose request for y this op answers, handing on
-// RMSNorm(y) where it can (ops/norm_handoff.h).
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on = nullptr);
+// RMSNorm(y) where it can (ops/norm_handoff.h); not with `lora`.
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on = nullptr,
+                       const LoraTerms* lora = nullptr);
 
 // The two weights of a SwiGLU: gate and up, [inter, k] of one dtype.
 struct GateUpWeights {
@@ -32,7 +41,8 @@ void swiglu_matmul(const Tensor& x, const GateUpWeights& w, Tensor& out, Tensor&
 
 // ys[i] = x·ws[i]ᵀ for 1–3 weights (Q, K and V), one launch when they share a
 // dtype.
-void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys);
+void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
+                  const LoraTerms* lora = nullptr);
 
 // The RMSNorm a block applies to x before its first matmuls:
 // x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The ops below taking it multiply
@@ -51,11 +61,12 @@ struct RmsNormFirst {
   NormHandoff* handoff = nullptr;
 };
 
-// matmul_group of x̂.
+// matmul_group of x̂; lora's parts write ys, in order.
 void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Tensor* const> ws,
-                  std::span<Tensor* const> ys);
-// swiglu_matmul of x̂.
-void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const GateUpWeights& w, Tensor& out, Tensor& scratch);
+                  std::span<Tensor* const> ys, const LoraTerms* lora = nullptr);
+// swiglu_matmul of x̂; lora's parts are gate's (y: out) and up's (y: scratch).
+void swiglu_matmul(const Tensor& x, const RmsNormFirst& norm, const GateUpWeights& w, Tensor& out, Tensor& scratch,
+                   const LoraTerms* lora = nullptr);
 
 // Where swiglu_mlp puts its result: added to y (the block's residual add), or
 // written to y (a tensor-parallel rank's partial sum, added to the residual

@@ -106,11 +106,12 @@ namespace {
 
 enum class TableHalf { Shrink, Expand };
 
-// The checked arguments of one half of the table path. The shrink reads x
-// and writes u; the expand reads u and adds to each part's y. Both check the
-// whole table, so either half alone is as safe as the pair.
-backend::cpu::LoraTableArgs table_args(const char* op, const Tensor& x, const LoraTable& table,
-                                       std::span<const LoraTablePart> parts, const Tensor& u_scratch) {
+}  // namespace
+
+// The shrink reads x and writes u; the expand reads u and adds to each
+// part's y.
+backend::cpu::LoraTableArgs detail::lora_table_args(const char* op, const Tensor& x, const LoraTable& table,
+                                                    std::span<const LoraTablePart> parts, const Tensor& u_scratch) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= size_t(backend::cpu::kLoraTableParts), op, ": 1 to ",
                 backend::cpu::kLoraTableParts, " projections, got ", parts.size());
   BRIOCHE_CHECK(table.row_slot != nullptr && table.factors != nullptr, op, ": a table without its data");
@@ -157,6 +158,8 @@ backend::cpu::LoraTableArgs table_args(const char* op, const Tensor& x, const Lo
   return args;
 }
 
+namespace {
+
 void run_table_half(TableHalf half, const char* op, const backend::cpu::LoraTableArgs& args,
                     std::span<const LoraTablePart> parts, Tensor& u_scratch, const Tensor& x,
                     Tensor* hidden = nullptr) {
@@ -182,13 +185,13 @@ void run_table_half(TableHalf half, const char* op, const backend::cpu::LoraTabl
 void lora_table_shrink(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
                        Tensor& u_scratch) {
   const char* op = "lora_table_shrink";
-  run_table_half(TableHalf::Shrink, op, table_args(op, x, table, parts, u_scratch), parts, u_scratch, x);
+  run_table_half(TableHalf::Shrink, op, detail::lora_table_args(op, x, table, parts, u_scratch), parts, u_scratch, x);
 }
 
 void lora_table_shrink(const Tensor& x, const LoraInputNorm& norm, const LoraTable& table,
                        std::span<const LoraTablePart> parts, Tensor& u_scratch) {
   const char* op = "lora_table_shrink (normalised x)";
-  backend::cpu::LoraTableArgs args = table_args(op, x, table, parts, u_scratch);
+  backend::cpu::LoraTableArgs args = detail::lora_table_args(op, x, table, parts, u_scratch);
   const detail::F32Rows ws = detail::f32_rows(norm.weight, op, "norm weight");
   BRIOCHE_CHECK(ws.n_rows == 1 && ws.dim == args.in, op, ": norm weight must be [", args.in, "], got ",
                 norm.weight.describe());
@@ -201,14 +204,14 @@ void lora_table_shrink(const Tensor& x, const LoraInputNorm& norm, const LoraTab
 void lora_table_expand(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
                        Tensor& u_scratch) {
   const char* op = "lora_table_expand";
-  run_table_half(TableHalf::Expand, op, table_args(op, x, table, parts, u_scratch), parts, u_scratch, x);
+  run_table_half(TableHalf::Expand, op, detail::lora_table_args(op, x, table, parts, u_scratch), parts, u_scratch, x);
 }
 
 void lora_table_expand_swiglu(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
                               Tensor& u_scratch, Tensor& hidden) {
   const char* op = "lora_table_expand_swiglu";
   BRIOCHE_CHECK(parts.size() == 2, op, ": gate and up (2 parts), got ", parts.size());
-  backend::cpu::LoraTableArgs args = table_args(op, x, table, parts, u_scratch);
+  backend::cpu::LoraTableArgs args = detail::lora_table_args(op, x, table, parts, u_scratch);
   BRIOCHE_CHECK(args.out[0] == args.out[1], op, ": gate ", parts[0].y->describe(), " and up ", parts[1].y->describe(),
                 " differ in width");
   const detail::F32Rows hs = detail::f32_rows(hidden, op, "hidden");

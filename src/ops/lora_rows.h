@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/cpu/lora_rows.h"
 #include "core/tensor.h"
 
 namespace brioche::ops {
@@ -91,5 +92,23 @@ void lora_table_shrink(const Tensor& x, const LoraInputNorm& norm, const LoraTab
 // (hidden may be gate). The adapted MLP's SwiGLU in the expand's launch.
 void lora_table_expand_swiglu(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
                               Tensor& u_scratch, Tensor& hidden);
+
+// The expand handed to the base projection that writes the parts' y
+// (ops/fused_matmul.h: matmul_group, swiglu_matmul, matmul_accumulate take
+// it): the same terms as lora_table_expand, which on the GPU's decode path
+// the GEMV adds in its own store, so the adapted projection is the shrink
+// and the base GEMV, no expand launch between them and the next op.
+struct LoraTerms {
+  const LoraTable& table;
+  std::span<const LoraTablePart> parts;  // each part's y is one of the projection's outputs
+  Tensor& u_scratch;                     // lora_table_shrink's output
+};
+
+namespace detail {
+// The checked backend arguments of the table path for x (both halves check
+// the whole table, so either alone is as safe as the pair).
+backend::cpu::LoraTableArgs lora_table_args(const char* op, const Tensor& x, const LoraTable& table,
+                                            std::span<const LoraTablePart> parts, const Tensor& u_scratch);
+}  // namespace detail
 
 }  // namespace brioche::ops

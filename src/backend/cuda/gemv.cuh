@@ -19,6 +19,11 @@
 //     its x quantization, the dense kernels into shared memory at the start
 //     of each CTA (gemv_dense_takes_norm says when), with the bits of
 //     `rms_norm` (row_norm.cuh).
+//   * lora: each output gets its row's adapter term (the LoRA table's
+//     expand, backend/cpu/lora_rows.h) through the group's reduction in the
+//     streamed kernel (gemv_stream.cuh, LoraLanes), so a served adapter's
+//     projection costs no expand launch of its own; where
+//     gemv_stream_takes_lora is false the expand kernel runs after.
 // (The streamed int8 GEMV has fusions of its own, outside these arguments:
 // gemv_int8.h, StreamFusions.)
 #pragma once
@@ -26,6 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cpu/lora_rows.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/norm_hand_on.h"
@@ -67,6 +73,11 @@ struct GemvArgs {
   // With accumulate: also write RMSNorm(y) for the next op, where the launch
   // can (norm_handoff.h). Host-side only.
   NormHandOn hand_on;
+  // The adapter table's terms added to the outputs, when lora.u is set: part
+  // p's output c of x row r gets Σ_k u[r, p·rank_cap + k]·bt_f[k, c] of the
+  // factors f of its slot (with w_up: part 0 is gate and part 1 up). lora.y
+  // is not read: the GEMV's own outputs are the parts' y.
+  backend::cpu::LoraTableArgs lora{};
 };
 
 inline constexpr int kGemvWarps = 4;  // rows of w per block
@@ -234,6 +245,9 @@ void gemv_quant(DType wtype, const GemvArgs& args);  // every block-quantized dt
 bool gemv_quant_takes_norm(DType wtype, const GemvArgs& args);
 // The launch arguments of matmul_accumulate(a) for a ≤ 8-row `a` (matmul.cu).
 GemvArgs accumulate_gemv_args(const cpu::MatmulArgs& a, NormHandOn hand_on = {});
+// Whether gemv_stream takes `args` with args.lora's terms: launches it
+// streams of up to 4 x rows, ranks up to 32, parts of whole groups.
+bool gemv_stream_takes_lora(DType wtype, const GemvArgs& args);
 // Whether gemv_quant runs on the int8 path (gemv_int8.h), reading x as
 // int8 blocks that one kernel quantizes first.
 bool gemv_quant_reads_int8(DType wtype, const GemvArgs& args);

@@ -211,6 +211,8 @@ bool gemv_dense_takes_norm(DType wtype, const GemvArgs& a) {
 
 void gemv_dense(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(a.n >= 1 && a.n <= kMaxGemvRows, "gemv_dense: n must be 1..", kMaxGemvRows, ", got ", a.n);
+  BRIOCHE_CHECK(a.lora.u == nullptr || gemv_stream_takes_lora(wtype, a),
+                "gemv_dense: adapter terms are added only by the streamed GEMV (gemv_stream_takes_lora)");
   if (gemv_stream_takes(wtype, a)) {
     gemv_stream(wtype, a);
     return;

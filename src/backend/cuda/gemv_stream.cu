@@ -63,19 +63,28 @@ struct DenseTile {
 };
 
 // The kernel for the launch's x rows: one row (taking the norm or not), or
-// up to 2, 4 or 8 rows of x as given (the caller normalizes them first).
-template <typename W, bool kSwiglu>
+// up to 2, 4 or 8 rows of x as given (the caller normalizes them first);
+// kLora: with the adapter terms (GemvArgs::lora).
+template <typename W, bool kSwiglu, bool kLora>
 void launch_norm_or_not(const GemvArgs& a) {
   if (a.norm_w != nullptr)
-    stream::launch<DenseTile<W, true>, kSwiglu, true, 1>(a, a.x);
+    stream::launch<DenseTile<W, true>, kSwiglu, true, 1, kLora>(a, a.x);
   else if (a.n == 1)
-    stream::launch<DenseTile<W, false>, kSwiglu, false, 1>(a, a.x);
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 1, kLora>(a, a.x);
   else if (a.n == 2)
-    stream::launch<DenseTile<W, false>, kSwiglu, false, 2>(a, a.x);
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 2, kLora>(a, a.x);
   else if (a.n <= 4)
-    stream::launch<DenseTile<W, false>, kSwiglu, false, 4>(a, a.x);
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 4, kLora>(a, a.x);
+  else if constexpr (!kLora)  // (gemv_stream_takes_lora)
+    stream::launch<DenseTile<W, false>, kSwiglu, false, 8, kLora>(a, a.x);
+}
+
+template <typename W, bool kSwiglu>
+void launch_terms_or_not(const GemvArgs& a) {
+  if (a.lora.u != nullptr)
+    launch_norm_or_not<W, kSwiglu, true>(a);
   else
-    stream::launch<DenseTile<W, false>, kSwiglu, false, 8>(a, a.x);
+    launch_norm_or_not<W, kSwiglu, false>(a);
 }
 
 }  // namespace
@@ -93,6 +102,17 @@ bool gemv_stream_takes(DType wtype, const GemvArgs& a) {
   return ok;
 }
 
+bool gemv_stream_takes_lora(DType wtype, const GemvArgs& a) {
+  // Up to 4 x rows and ranks up to 32: what LoraLanes holds in warp 0's
+  // registers (8 rows spilled). Each part's rows whole groups, so a group
+  // reads one part's factors.
+  if (!gemv_stream_takes(wtype, a) || a.n > 4 || a.lora.rank_cap > 32 || a.n_parts > stream::kLoraParts) return false;
+  const int rows = a.w_up != nullptr ? stream::kGroupRows<true> : stream::kGroupRows<false>;
+  for (int p = 0; p < a.n_parts; ++p)
+    if (a.parts[p].m % rows != 0) return false;
+  return true;
+}
+
 void gemv_stream(DType wtype, const GemvArgs& a) {
   BRIOCHE_CHECK(gemv_stream_takes(wtype, a),
                 "gemv_stream: takes 1..8 x rows (one with the norm) of bf16/f16 weights of at least ",
@@ -101,9 +121,9 @@ void gemv_stream(DType wtype, const GemvArgs& a) {
                 gemv_weight_bytes(a), " weight bytes");
   const bool swiglu = a.w_up != nullptr;
   if (wtype == DType::BF16)
-    swiglu ? launch_norm_or_not<__nv_bfloat16, true>(a) : launch_norm_or_not<__nv_bfloat16, false>(a);
+    swiglu ? launch_terms_or_not<__nv_bfloat16, true>(a) : launch_terms_or_not<__nv_bfloat16, false>(a);
   else
-    swiglu ? launch_norm_or_not<__half, true>(a) : launch_norm_or_not<__half, false>(a);
+    swiglu ? launch_terms_or_not<__half, true>(a) : launch_terms_or_not<__half, false>(a);
 }
 
 }  // namespace brioche::cuda::detail

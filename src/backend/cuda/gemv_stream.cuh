@@ -223,17 +223,124 @@ __device__ void reduce_store_group(const GemvArgs& a, float (&partials)[kConsume
   }
 }
 
+// The adapter terms (GemvArgs::lora) in the streamed GEMV, carried by warp
+// 0: its lane k holds, for each x row r and part p, u[r, p·rank_cap + k]
+// and row k of the part's s·Bᵀ for the row's adapter (null past the
+// factors' rank, or for a row without adapter), read once per launch: the
+// table before the PDL wait (host copies, like weights), u after it. At the
+// start of each group the lane loads its factor values of the group's
+// outputs, and at its end, after the tiles, adds u·value into its partial
+// sums, which the group's reduction carries into the outputs; so the loads'
+// latency hides under the tiles' (a lane reads one row of bt, the warp
+// rank of them: the term of output c is Σ_k u[k]·bt[k, c]). Groups lie
+// inside one part (gemv_stream_takes_lora), so a group reads one part.
+inline constexpr int kLoraParts = 3;
+
+template <int kXRows>
+struct LoraLanes {
+  const __half* bt[kXRows][kLoraParts];
+  float u[kXRows][kLoraParts];
+
+  // Before the PDL wait: each row's factors.
+  __device__ __forceinline__ void find_factors(const GemvArgs& a, int parts, int lane) {
+    const backend::cpu::LoraTableArgs& t = a.lora;
+#pragma unroll
+    for (int r = 0; r < kXRows; ++r) {
+      const int32_t slot = r < a.n ? t.row_slot[r] : -1;
+#pragma unroll
+      for (int p = 0; p < kLoraParts; ++p) {
+        bt[r][p] = nullptr;
+        u[r][p] = 0.0f;
+        if (slot < 0 || p >= parts) continue;
+        const backend::cpu::LoraFactors f = t.factors[int64_t(slot) * t.slot_stride + t.entry[p]];
+        if (f.a != nullptr && lane < f.rank)
+          bt[r][p] = reinterpret_cast<const __half*>(f.bt) + int64_t(lane) * t.out[p];
+      }
+    }
+  }
+  // After the wait: u, which the shrink before wrote.
+  __device__ __forceinline__ void read_u(const GemvArgs& a, int lane) {
+    const backend::cpu::LoraTableArgs& t = a.lora;
+#pragma unroll
+    for (int r = 0; r < kXRows; ++r)
+#pragma unroll
+      for (int p = 0; p < kLoraParts; ++p)
+        if (bt[r][p] != nullptr) u[r][p] = t.u[int64_t(r) * t.ldu + int64_t(p) * t.rank_cap + lane];
+  }
+};
+
+// Part p's element of a per-part array, by selects (a run-time index into
+// registers would put the array in local memory).
+template <class T>
+__device__ __forceinline__ T of_part(const T (&v)[kLoraParts], int p) {
+  return p == 0 ? v[0] : p == 1 ? v[1] : v[2];
+}
+
+// Group g's part and the column of its first row there.
+__device__ __forceinline__ void group_part(const GemvArgs& a, int64_t first_row, int& p, int64_t& col) {
+  p = 0;
+  col = first_row;
+  if (col >= a.parts[0].m) {
+    col -= a.parts[0].m;
+    p = 1;
+    if (col >= a.parts[1].m) {
+      col -= a.parts[1].m;
+      p = 2;
+    }
+  }
+}
+
+// A lane's factor values of group g (SwiGLU: gate's 4 rows, then up's).
+template <bool kSwiglu, int kXRows>
+struct LoraGroup {
+  __half b[kXRows][kTileRows];
+  int part;
+
+  __device__ __forceinline__ void load(const GemvArgs& a, const LoraLanes<kXRows>& lanes, int64_t g) {
+    constexpr int kRows = kGroupRows<kSwiglu>;
+    int64_t col;
+    group_part(a, g * kRows, part, col);
+    const int rows = int(std::min<int64_t>(kRows, a.m - g * kRows));
+#pragma unroll
+    for (int r = 0; r < kXRows; ++r) {
+      const __half* row = of_part(lanes.bt[r], part);
+      const __half* up = kSwiglu ? lanes.bt[r][1] : nullptr;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        b[r][i] = row != nullptr && i < rows ? row[col + i] : __half(0.0f);
+        if constexpr (kSwiglu) b[r][kRows + i] = up != nullptr && i < rows ? up[col + i] : __half(0.0f);
+      }
+    }
+  }
+  __device__ __forceinline__ void add(const LoraLanes<kXRows>& lanes, float (&acc)[kXRows][kTileRows]) const {
+    constexpr int kRows = kGroupRows<kSwiglu>;
+#pragma unroll
+    for (int r = 0; r < kXRows; ++r) {
+      const float u = of_part(lanes.u[r], part);
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        acc[r][i] += u * __half2float(b[r][i]);
+        if constexpr (kSwiglu) acc[r][kRows + i] += lanes.u[r][1] * __half2float(b[r][kRows + i]);
+      }
+    }
+  }
+};
+
 // A consumer thread: its share of every tile of the CTA's groups, against
 // each of the launch's n ≤ kXRows x rows (row r at x + r·ldx: the tiles'
-// Acts are x's address).
-template <class Tile, bool kSwiglu, int kXRows>
-__device__ void consume_tiles(const GemvArgs& a, TileShared<Tile, kXRows>& s, const typename Tile::Acts& x) {
+// Acts are x's address); kLora: warp 0 adds the adapter terms (LoraLanes).
+template <class Tile, bool kSwiglu, int kXRows, bool kLora>
+__device__ void consume_tiles(const GemvArgs& a, TileShared<Tile, kXRows>& s, const typename Tile::Acts& x,
+                              const LoraLanes<kXRows>& lora) {
   constexpr int kRows = kGroupRows<kSwiglu>;
   const int64_t groups = (a.m + kRows - 1) / kRows, tiles_per_row = (a.k + kTileCols - 1) / kTileCols;
   RingPosition at(TileShared<Tile, kXRows>::kStages);
   int group_parity = 0;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, group_parity ^= 1) {
     float acc[kXRows][kTileRows] = {};
+    LoraGroup<kSwiglu, kXRows> terms;
+    if constexpr (kLora)
+      if (threadIdx.x < 32) terms.load(a, lora, g);
     for (int64_t c = 0; c < tiles_per_row; ++c) {
       typename Tile::XShare xs[kXRows];
 #pragma unroll
@@ -246,6 +353,8 @@ __device__ void consume_tiles(const GemvArgs& a, TileShared<Tile, kXRows>& s, co
       barrier_arrive(shared_address(&s.empty[at.slot]));
       at.advance();
     }
+    if constexpr (kLora)
+      if (threadIdx.x < 32) terms.add(lora, acc);
     reduce_store_group<kSwiglu, kXRows>(a, s.partials[group_parity], g, acc);
   }
 }
@@ -265,7 +374,7 @@ __device__ __forceinline__ void normalize_x(const GemvArgs& a, const float4 (&g)
 
 // kNorm (one x row): x̂ of a.x through a.norm_w, which the consumers
 // compute into shared memory first.
-template <class Tile, bool kSwiglu, bool kNorm, int kXRows>
+template <class Tile, bool kSwiglu, bool kNorm, int kXRows, bool kLora>
 __global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, typename Tile::Acts x, bool evict_first) {
   static_assert(!kNorm || kXRows == 1, "x̂ in shared memory holds one row");
   extern __shared__ __align__(128) uint8_t shared[];
@@ -284,19 +393,24 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_stream_kernel(GemvArgs a, ty
   }
   float4 g[kNorm ? kRmsNormVec : 1];
   if constexpr (kNorm) load_norm_weight<kConsumerThreads>(a.norm_w, a.k, g);  // before the wait: weights
+  LoraLanes<kXRows> lora;
+  if constexpr (kLora)
+    if (threadIdx.x < 32) lora.find_factors(a, kSwiglu ? 2 : a.n_parts, int(threadIdx.x));
   pdl_prologue();
+  if constexpr (kLora)
+    if (threadIdx.x < 32) lora.read_u(a, int(threadIdx.x));
   if constexpr (kNorm) {
     normalize_x(a, g, s.normed);
     x = s.normed;
   }
-  consume_tiles<Tile, kSwiglu, kXRows>(a, s, x);
+  consume_tiles<Tile, kSwiglu, kXRows, kLora>(a, s, x, lora);
 }
 
 // One CTA per SM (fewer for few groups).
-template <class Tile, bool kSwiglu, bool kNorm, int kXRows>
+template <class Tile, bool kSwiglu, bool kNorm, int kXRows, bool kLora = false>
 void launch(const GemvArgs& a, const typename Tile::Acts& x) {
   constexpr size_t smem = shared_bytes<Tile, kXRows>(kNorm);
-  auto* kernel = gemv_stream_kernel<Tile, kSwiglu, kNorm, kXRows>;
+  auto* kernel = gemv_stream_kernel<Tile, kSwiglu, kNorm, kXRows, kLora>;
   static const bool configured = [kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;

@@ -14,6 +14,7 @@
 #include "backend/cpu/causal_conv1d.h"
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/gated_delta_rule.h"
+#include "backend/cpu/lora_rows.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/rope.h"
@@ -30,7 +31,16 @@ void matmul(const cpu::MatmulArgs& args);
 // Decode fusions (gemv.cuh), each one launch where it would be two or three:
 // y += x·wᵀ (cuBLASLt with β = 1 for n > 8); `hand_on`: also write
 // RMSNorm(y) for the next op where the GEMV can (ops::NormHandoff).
-void matmul_accumulate(const cpu::MatmulArgs& args, NormHandOn hand_on = {});
+//
+// `lora` (matmul_accumulate, matmul_swiglu, matmul_group): also the LoRA
+// table's terms of the outputs (lora->y are the outputs, in order; for
+// matmul_swiglu gate's and up's, with lora->swiglu_out = gate.y), added in
+// the decode GEMV's store where it takes them (gemv.cuh), else by the
+// table's expand kernel after the matmuls (matmul_swiglu then runs gate and
+// up unfused and the SwiGLU expand). Not with a hand_on request: the norm
+// would miss the terms.
+void matmul_accumulate(const cpu::MatmulArgs& args, NormHandOn hand_on = {},
+                       const backend::cpu::LoraTableArgs* lora = nullptr);
 
 // The RMSNorm a matmul's x goes through first (ops::RmsNormFirst):
 // x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The decode GEMVs take it in
@@ -50,7 +60,8 @@ struct InputNorm {
 // gate.y = silu(x·w_gateᵀ) ⊙ (x·w_upᵀ); `up` (same x, w shaped and typed
 // like gate's) writes up.y only for n > 8, where the two GEMMs share one
 // 16-bit conversion of x.
-void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const InputNorm* norm = nullptr);
+void matmul_swiglu(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, const InputNorm* norm = nullptr,
+                   const backend::cpu::LoraTableArgs* lora = nullptr);
 // down.y += gate.y·w_downᵀ after matmul_swiglu(gate, up, norm) (down.x is
 // gate.y): a Llama MLP with its residual add; with !accumulate down.y =
 // gate.y·w_downᵀ (a tensor-parallel rank's partial sum). For n > 8 with 16-bit or
@@ -72,7 +83,8 @@ void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, 
                         const SwigluDown& how = {});
 // y_i = x·w_iᵀ for 1–3 weights (Q, K, V): one GEMV launch for n ≤ 8, one
 // conversion of x for the GEMMs above, when they share x and dtype.
-void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr);
+void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm = nullptr,
+                  const backend::cpu::LoraTableArgs* lora = nullptr);
 
 void rms_norm(const backend::cpu::RmsNormArgs& args);
 // The same x̂, rounded to bf16 (f16 when to_f16) into out [n_rows, dim]

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/lora_rows.h"
 #include "backend/cuda/lt_gemm.h"
 #include "backend/cuda/norm_handoff.h"
 #include "backend/cuda/weight_gemm.h"
@@ -393,10 +394,38 @@ void matmul(const cpu::MatmulArgs& a) {
   gemv(a, {.parts = {gemv_part(a)}});
 }
 
-void matmul_accumulate(const cpu::MatmulArgs& a, NormHandOn hand_on) {
+namespace {
+
+// Whether the decode GEMV `g` over `a`'s weights (of x̂ with `norm`) adds
+// the table's terms `lora` itself (gemv.cuh, GemvArgs::lora); if not, the
+// expand kernel adds them after. Without the norm fused the streamed GEMV
+// takes no fewer launches, so asking with it set answers for both.
+bool gemv_adds_lora(const cpu::MatmulArgs& a, detail::GemvArgs g, const InputNorm* norm,
+                    const backend::cpu::LoraTableArgs& lora) {
+  if (a.n > kMaxGemvRows || dtype_info(a.wtype).quantized) return false;
+  g = launch_args(a, g);
+  g.lora = lora;
+  if (norm != nullptr) {
+    g.norm_w = norm->weight;
+    g.norm_eps = norm->eps;
+  }
+  return detail::gemv_stream_takes_lora(a.wtype, g);
+}
+
+}  // namespace
+
+void matmul_accumulate(const cpu::MatmulArgs& a, NormHandOn hand_on, const backend::cpu::LoraTableArgs* lora) {
+  BRIOCHE_CHECK(lora == nullptr || hand_on.norm_w == nullptr,
+                "matmul_accumulate: a norm handed on from an output that adapter terms change");
   if (a.n == 0 || a.m == 0) return;
+  detail::GemvArgs g{.parts = {gemv_part(a)}, .accumulate = true, .hand_on = hand_on};
+  if (lora != nullptr && !gemv_adds_lora(a, g, nullptr, *lora)) {
+    matmul_accumulate(a, hand_on);
+    return cuda::lora_table_expand(*lora);  // (not the CPU one, which ADL also finds)
+  }
   if (a.n > kMaxGemvRows) return gemm(a, 1.0f);
-  gemv(a, {.parts = {gemv_part(a)}, .accumulate = true, .hand_on = hand_on});
+  if (lora != nullptr) g.lora = *lora;
+  gemv(a, g);
 }
 
 namespace detail {
@@ -417,9 +446,21 @@ void matmul_accumulate_16bit(const cpu::MatmulArgs& a, const void* x16) {
   detail::weight_gemm(a, x16, 1.0f);
 }
 
-void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm) {
+void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm,
+                   const backend::cpu::LoraTableArgs* lora) {
+  BRIOCHE_CHECK(lora == nullptr || lora->swiglu_out == gate_args.y, "matmul_swiglu: adapter terms whose SwiGLU goes ",
+                "elsewhere than gate's output");
   if (gate_args.n == 0 || gate_args.m == 0) return;
-  if (gate_args.n <= kMaxGemvRows) return gemv(gate_args, {.parts = {gemv_part(gate_args)}, .w_up = up_args.w}, norm);
+  detail::GemvArgs g{.parts = {gemv_part(gate_args)}, .w_up = up_args.w};
+  if (lora != nullptr && !gemv_adds_lora(gate_args, g, norm, *lora)) {
+    const cpu::MatmulArgs gate_up[] = {gate_args, up_args};
+    matmul_group(gate_up, norm);
+    return cuda::lora_table_expand(*lora);  // (not the CPU one, which ADL also finds)
+  }
+  if (gate_args.n <= kMaxGemvRows) {
+    if (lora != nullptr) g.lora = *lora;
+    return gemv(gate_args, g, norm);
+  }
   gemms_then_swiglu(gate_args, up_args, norm, nullptr, false);
 }
 
@@ -441,16 +482,22 @@ void matmul_swiglu_down(const cpu::MatmulArgs& gate, const cpu::MatmulArgs& up, 
   detail::weight_gemm(down, h16.get(), accumulate ? 1.0f : 0.0f);
 }
 
-void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm) {
+void matmul_group(std::span<const cpu::MatmulArgs> parts, const InputNorm* norm,
+                  const backend::cpu::LoraTableArgs* lora) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= 3, "matmul_group: 1 to 3 weights, got ", parts.size());
   const cpu::MatmulArgs& a = parts[0];
   bool shared = true;  // one x, one dtype: one GEMV launch or one conversion
   for (const cpu::MatmulArgs& p : parts)
     shared = shared && p.x == a.x && p.ldx == a.ldx && p.n == a.n && p.k == a.k && p.wtype == a.wtype;
   if (a.n == 0) return;
+  detail::GemvArgs g{.n_parts = int(parts.size())};
+  for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
+  if (lora != nullptr && !(shared && gemv_adds_lora(a, g, norm, *lora))) {
+    matmul_group(parts, norm);
+    return cuda::lora_table_expand(*lora);  // (not the CPU one, which ADL also finds)
+  }
   if (shared && a.n <= kMaxGemvRows) {
-    detail::GemvArgs g{.n_parts = int(parts.size())};
-    for (size_t i = 0; i < parts.size(); ++i) g.parts[i] = gemv_part(parts[i]);
+    if (lora != nullptr) g.lora = *lora;
     return gemv(a, g, norm);
   }
   std::array<cpu::MatmulArgs, 3> storage;  // (1 to 3 parts: no allocation per call)
