@@ -95,9 +95,10 @@ void lora_table_expand_swiglu(const Tensor& x, const LoraTable& table, std::span
 
 // The expand handed to the base projection that writes the parts' y
 // (ops/fused_matmul.h: matmul_group, swiglu_matmul, matmul_accumulate take
-// it): the same terms as lora_table_expand, which on the GPU's decode path
-// the GEMV adds in its own store, so the adapted projection is the shrink
-// and the base GEMV, no expand launch between them and the next op.
+// it): the same terms as lora_table_expand, which the GPU's streamed decode
+// GEMV adds through its own reduction (backend/cuda/gemv_stream.cuh), so the
+// adapted projection is the shrink and the base GEMV, no expand launch
+// between them and the next op; elsewhere the expand runs after the base.
 struct LoraTerms {
   const LoraTable& table;
   std::span<const LoraTablePart> parts;  // each part's y is one of the projection's outputs
