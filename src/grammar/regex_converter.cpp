@@ -15,6 +15,7 @@
 // three levels of EBNF parentheses and IR nodes.
 #include <algorithm>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -186,6 +187,36 @@ class RegexParser {
   }
   bool peek(char c) const { return pos_ < p_.size() && p_[pos_] == c; }
 
+  // Whether nothing can be read after p_[i] in a match: what follows only
+  // closes groups (unquantified) or starts other branches of them. A '$'
+  // there is the end the full match has anyway; elsewhere (`^(a$)b`,
+  // `(a$)+`, `^(?:a$)` with the search's tail after it) it asserts an end
+  // this converter cannot write (it is no literal either), and is refused:
+  // a schema's pattern goes to the DFA (regex_dfa.h), which reads it.
+  bool ends_every_match(size_t i) const {
+    while (i < p_.size()) {
+      if (p_[i] == ')') {
+        ++i;
+        if (i < p_.size() && std::string_view("*+?{").find(p_[i]) != std::string_view::npos) return false;
+      } else if (p_[i] == '|') {
+        int depth = 0;  // skip the other branches, to the ')' that closes this group
+        for (++i; i < p_.size() && !(p_[i] == ')' && depth == 0); ++i) {
+          if (p_[i] == '\\')
+            ++i;
+          else if (p_[i] == '[')
+            i = regex_class_end(p_, i);
+          else if (p_[i] == '(')
+            ++depth;
+          else if (p_[i] == ')')
+            --depth;
+        }
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
   std::string parse_alt() {
     std::vector<std::string> alts{parse_concat()};
     while (peek('|')) {
@@ -202,7 +233,8 @@ class RegexParser {
     std::string out;
     const bool from_start = at_start_;  // nothing can be read before this branch
     while (pos_ < p_.size() && !peek('|') && !peek(')')) {
-      if (peek('$') && (pos_ + 1 == p_.size() || p_[pos_ + 1] == ')' || p_[pos_ + 1] == '|')) {
+      if (peek('$')) {
+        if (!ends_every_match(pos_ + 1)) error("'$' only where a match ends");
         ++pos_;  // end anchor: the whole pattern matches anyway
         continue;
       }

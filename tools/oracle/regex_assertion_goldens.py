@@ -105,6 +105,12 @@ case("length_ahead_open", r"(?=^.{3,}$)[a-z]+\d$", ["ab1", "a1", "abc1", "abc", 
 case("length_ahead_exact", r"(?=^.{4}$)\d+$", ["1234", "123", "12345", "12a4"], list("12a\n"))
 case("length_ahead_rest_has_newline", r"(?=^.{3,5}$)ab", ["ab", "abc", "ab\nc", "xab", "abcdef", "ab\n"], list("abc\n"))
 case("length_ahead_one_branch", r"(?=^.{2,3}$)ab|cd", ["ab", "abc", "abcd", "xcd", "cd", "cdefg", "a"], list("abcd\n"))
+# '$' inside a group: the end of the string, not of the group (the plain
+# converter drops only a '$' after which nothing can be read).
+case("end_anchor_in_group", r"^([a-z]+$)", ["ab", "a-", "ab-c", "-ab", "", "abc"], list("ab-"))
+case("end_anchor_in_a_branch", r"^(?:ab$|cd)e", ["abe", "ab", "cde", "cdex", "cd", "abcde"], list("abcde"))
+case("end_anchor_in_a_repeated_group", r"(a$)+", ["a", "aa", "ab", "ba", "", "b"], list("ab"))
+case("end_anchor_in_a_last_branch", r"^(ab|c$)", ["ab", "abc", "c", "cx", "xc", ""], list("abcx"))
 case("no_controls_to_the_end", r"^[^\u0000-\u001F\u007F-\u009F\u2028\u2029]*(?![\s\S])",
      ["abc", "a\nb", "a\u2028", "\u0085x", "é", "\t"], list("a\n\u2028\u0085é\t\u007f"), hi=6)
 case("not_reserved_names", r"^(?!memoryStrategyId$|actorId$|sessionId$)[a-z][a-z0-9]*$",
