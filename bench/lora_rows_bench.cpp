@@ -6,8 +6,10 @@
 // layer 0's factors, 1.3 MB that stay in cache). BM_LoraStepPerProjection calls
 // backend::cpu::lora_rows_add once per projection; BM_LoraStepSharedX once
 // per x (Q/K/V, O, gate/up, down) through lora_rows_add_group, the path
-// model/blocks.cpp takes. The kernels are the widest this CPU runs
-// (AVX-512 where it has it).
+// model/blocks.cpp takes, with f16 or Q8_0 factors (q8_0:1);
+// BM_LoraStepBetweenWeights the same between reads of 80 MB (the base
+// model's weights in a server step), so the factors come from DRAM. The
+// kernels are the widest this CPU runs (AVX-512 where it has it).
 //   build/<dir>/bench/lora_rows_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -15,7 +17,9 @@
 #include <vector>
 
 #include "backend/cpu/lora_rows.h"
+#include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "ops/lora_rows.h"
 
 namespace {
 
@@ -36,8 +40,22 @@ std::vector<uint16_t> random_f16(size_t n, uint32_t seed) {
   return v;
 }
 
+// The same factors in Q8_0 by block column (ops::lora_factor_q8_0, what the
+// server holds for a quantized model on the CPU), adapter after adapter.
+std::vector<uint8_t> to_q8_0(const std::vector<uint16_t>& f16, int64_t n) {
+  std::vector<uint8_t> q;
+  for (size_t g = 0; g < kAdapters; ++g) {
+    Tensor f = Tensor::zeros(DType::F16, {kRank, n});
+    std::copy_n(f16.data() + g * kRank * size_t(n), kRank * n, f.data_as<uint16_t>());
+    const Tensor packed = ops::lora_factor_q8_0(f);
+    q.insert(q.end(), packed.data_as<uint8_t>(), packed.data_as<uint8_t>() + packed.nbytes());
+  }
+  return q;
+}
+
 struct Step {
   std::vector<uint16_t> a[kLayers][7], bt[kLayers][7];  // all adapters of one (layer, projection)
+  std::vector<uint8_t> a_q8[kLayers][7], bt_q8[kLayers][7];
   std::vector<float> x[7], y[7], u;
   Step() {
     uint32_t seed = 1;
@@ -45,6 +63,8 @@ struct Step {
       for (int p = 0; p < 7; ++p) {
         a[l][p] = random_f16(size_t(kAdapters) * kRank * kIn[p], seed++);
         bt[l][p] = random_f16(size_t(kAdapters) * kRank * kOut[p], seed++);
+        a_q8[l][p] = to_q8_0(a[l][p], kIn[p]);
+        bt_q8[l][p] = to_q8_0(bt[l][p], kOut[p]);
       }
     }
     for (int p = 0; p < 7; ++p) {
@@ -53,14 +73,22 @@ struct Step {
     }
     u.assign(size_t(kRows) * 3 * kRank, 0.0f);
   }
-  std::vector<LoraRowsSegment> segments(int l, int p) const {
+  std::vector<LoraRowsSegment> segments(int l, int p, bool q8 = false) const {
     std::vector<LoraRowsSegment> s;
     for (int g = 0; g < kAdapters; ++g) {
-      s.push_back({.first_row = 2 * g,
-                   .n_rows = 2,
-                   .rank = kRank,
-                   .a = a[l][p].data() + size_t(g) * kRank * kIn[p],
-                   .bt = bt[l][p].data() + size_t(g) * kRank * kOut[p]});
+      if (q8) {
+        s.push_back({.first_row = 2 * g,
+                     .n_rows = 2,
+                     .rank = kRank,
+                     .a_q8 = a_q8[l][p].data() + size_t(g) * kRank * kIn[p] / 32 * 34,
+                     .bt_q8 = bt_q8[l][p].data() + size_t(g) * kRank * kOut[p] / 32 * 34});
+      } else {
+        s.push_back({.first_row = 2 * g,
+                     .n_rows = 2,
+                     .rank = kRank,
+                     .a = a[l][p].data() + size_t(g) * kRank * kIn[p],
+                     .bt = bt[l][p].data() + size_t(g) * kRank * kOut[p]});
+      }
     }
     return s;
   }
@@ -108,7 +136,7 @@ void BM_LoraStepSharedX(benchmark::State& state) {
       for (const auto& g : groups) {
         std::vector<std::vector<LoraRowsSegment>> segs;
         std::vector<backend::cpu::LoraRowsArgs> parts;
-        for (int p : g) segs.push_back(step.segments(l % state.range(1), p));
+        for (int p : g) segs.push_back(step.segments(l % state.range(1), p, state.range(2) != 0));
         for (size_t i = 0; i < g.size(); ++i) {
           parts.push_back(step.args(g[i], segs[i]));
           parts.back().u = nullptr;  // as ops::lora_rows_add_group
@@ -120,9 +148,61 @@ void BM_LoraStepSharedX(benchmark::State& state) {
   state.SetLabel("one decode step, 30 layers x 4 calls");
 }
 BENCHMARK(BM_LoraStepSharedX)
-    ->Args({2, kLayers})
-    ->Args({1, kLayers})
-    ->Args({1, 1})
+    ->ArgNames({"threads", "layers", "q8_0"})
+    ->Args({2, kLayers, 0})
+    ->Args({1, kLayers, 0})
+    ->Args({1, 1, 0})
+    ->Args({2, kLayers, 1})
+    ->Args({1, kLayers, 1})
+    ->Args({1, 1, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// As in the server: between two calls the base model's projections stream
+// their weights (80 MB of Q4_1 a step, ~0.67 MB per call here), which
+// evicts the factors from the last-level cache, so every step reads them
+// from DRAM. The second argument 0: the weights' reads alone, no LoRA call
+// (subtract it).
+void BM_LoraStepBetweenWeights(benchmark::State& state) {
+  ThreadPool::configure_global(int(state.range(0)));
+  static Step step;
+  static std::vector<uint64_t> weights(size_t(80) << 17, 1);  // 80 MB
+  const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 5}, {6}};
+  const size_t slice = weights.size() / (kLayers * groups.size());
+  uint64_t sum = 0;
+  for (auto _ : state) {
+    size_t w = 0;
+    for (int l = 0; l < kLayers; ++l) {
+      for (const auto& g : groups) {
+        ThreadPool::global().parallel_for(int64_t(slice), 4096, [&](int64_t i0, int64_t i1) {
+          uint64_t s = 0;
+          for (int64_t i = i0; i < i1; i += 8) s += weights[w + size_t(i)];
+          if (s == 42) sum += s;
+        });
+        w += slice;
+        if (state.range(1) == 0) continue;
+        std::vector<std::vector<LoraRowsSegment>> segs;
+        std::vector<backend::cpu::LoraRowsArgs> parts;
+        for (int p : g) segs.push_back(step.segments(l, p, state.range(2) != 0));
+        for (size_t i = 0; i < g.size(); ++i) {
+          parts.push_back(step.args(g[i], segs[i]));
+          parts.back().u = nullptr;
+        }
+        backend::cpu::lora_rows_add_group(parts);
+      }
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.SetLabel(state.range(1) ? "one decode step between 80 MB of weight reads" : "the weight reads alone");
+}
+BENCHMARK(BM_LoraStepBetweenWeights)
+    ->ArgNames({"threads", "lora", "q8_0"})
+    ->Args({2, 1, 0})
+    ->Args({2, 1, 1})
+    ->Args({2, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Args({1, 0, 0})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -144,11 +144,14 @@ Subcommand add_serve_command(CLI::App& root) {
             std::shared_ptr<engine::Engine> engine = load_engine(*model, opts->engine);
             opts->engine.model_path = resolve_model_path(model->model);
             std::shared_ptr<model::Model> served_model = engine->model();
-            opts->adapters.read = [served_model](const std::string& dir, int max_rank) {
+            const bool q8_0_factors = model::serves_q8_0_factors(*served_model, model->weights_dtype != "stored");
+            opts->adapters.read = [served_model, q8_0_factors](const std::string& dir, int max_rank) {
               const bool permuted = train::has_permuted_qk(*served_model);
-              return train::serving_adapter(*train::load_adapter(dir, served_model->config(), permuted, max_rank,
-                                                                 train::lora_shapes_of(*served_model)),
-                                            Device::CPU);
+              auto adapter =
+                  train::serving_adapter(*train::load_adapter(dir, served_model->config(), permuted, max_rank,
+                                                              train::lora_shapes_of(*served_model)),
+                                         Device::CPU);
+              return q8_0_factors ? model::with_q8_0_factors(*adapter) : adapter;
             };
             return server::serve_until_signal(std::move(engine), *opts);
           }};

@@ -19,6 +19,8 @@
 
 namespace brioche::model {
 
+class Model;
+
 // The projections an adapter may target, in PEFT's target-module order
 // (train::Module's): a Llama block's seven, then the Gated DeltaNet's five
 // (Qwen 3.5's linear-attention layers: in_proj_qkv, in_proj_z, in_proj_b,
@@ -34,6 +36,9 @@ std::string_view projection_name(Projection p);
 struct AdapterProjection {
   Tensor a;   // f16 [rank, in]; undefined where the adapter leaves the projection alone
   Tensor bt;  // f16 [rank, out] = s·Bᵀ
+  // (or both Q8_0 by block column, [in / 32, rank · 32] and [out / 32, rank · 32]: with_q8_0_factors)
+  int64_t in_features() const { return a.dtype() == DType::Q8_0 ? a.dim(0) * 32 : a.dim(1); }
+  int64_t out_features() const { return bt.dtype() == DType::Q8_0 ? bt.dim(0) * 32 : bt.dim(1); }
 };
 
 struct ServedAdapter {
@@ -57,6 +62,20 @@ struct ServedAdapter {
 
 // A copy whose factors live on `device` (the same tensors when already there).
 std::shared_ptr<ServedAdapter> copy_to_device(const ServedAdapter& adapter, Device device);
+
+// Whether `model` serves its adapters' factors in Q8_0 (with_q8_0_factors):
+// on the CPU, where its projections are quantized as its GGUF stores them
+// (weights_converted: --weights-dtype converted them at load). A decode step
+// reads every factor of the batch's adapters from memory, so halving their
+// bytes pays; Q8_0's rounding of the low-rank term (~0.4% of it) is far
+// below what the base's 4- or 8-bit weights and 8-bit activations round.
+// Models in f32, f16 or bf16 keep f16 factors.
+bool serves_q8_0_factors(const Model& model, bool weights_converted);
+
+// A copy with every factor in Q8_0 by block column (ops::lora_factor_q8_0;
+// a projection whose factor rows are not whole blocks of 32 stays f16).
+// CPU factors only.
+std::shared_ptr<ServedAdapter> with_q8_0_factors(const ServedAdapter& adapter);
 
 // Consecutive batch rows that run with one adapter.
 struct AdapterRows {

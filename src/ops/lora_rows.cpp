@@ -1,9 +1,11 @@
 #include "ops/lora_rows.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/cpu/lora_rows.h"
 #include "ops/check_f32.h"
+#include "ops/quantize.h"
 #if BRIOCHE_CUDA
 #include "backend/cuda/lora_rows.h"
 #endif
@@ -11,6 +13,31 @@
 namespace brioche::ops {
 
 int32_t max_lora_rows_rank() { return backend::cpu::kMaxLoraRowsRank; }
+
+namespace {
+
+constexpr int64_t kQ8Block = 32;
+
+}  // namespace
+
+Tensor lora_factor_q8_0(const Tensor& factor) {
+  BRIOCHE_CHECK((factor.dtype() == DType::F16 || factor.dtype() == DType::F32) && factor.rank() == 2 &&
+                    factor.device() == Device::CPU && factor.dim(1) % kQ8Block == 0,
+                "lora_factor_q8_0: a CPU f16 or f32 factor [rank, n] with n a multiple of ", kQ8Block, ", got ",
+                factor.describe());
+  const int64_t rank = factor.dim(0), n = factor.dim(1);
+  const Tensor f32 = factor.dtype() == DType::F32 ? factor : convert(factor, DType::F32);
+  // Column block b of every factor row, gathered as the rank rows of one
+  // [rank, 32] matrix: quantized as one row of rank blocks.
+  Tensor out = Tensor::zeros(DType::Q8_0, {n / kQ8Block, rank * kQ8Block});
+  std::vector<float> column_block(size_t(rank * kQ8Block));
+  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+    for (int64_t k = 0; k < rank; ++k)
+      std::copy_n(f32.row_as<float>(k) + b * kQ8Block, kQ8Block, column_block.data() + k * kQ8Block);
+    quantize_row(DType::Q8_0, column_block.data(), out.row_ptr(b), rank * kQ8Block);
+  }
+  return out;
+}
 
 namespace {
 
@@ -30,13 +57,19 @@ backend::cpu::LoraRowsArgs rows_args(const Tensor& x, std::span<const LoraRows> 
     BRIOCHE_CHECK(s.a != nullptr && s.bt != nullptr, "lora_rows_add: a segment without factors");
     const Tensor& a = *s.a;
     const Tensor& bt = *s.bt;
-    BRIOCHE_CHECK(a.dtype() == DType::F16 && bt.dtype() == DType::F16 && a.rank() == 2 && bt.rank() == 2 &&
-                      a.is_contiguous() && bt.is_contiguous() && a.device() == device && bt.device() == device,
-                  "lora_rows_add: factors must be contiguous f16 matrices on ", device_name(device), ", got ",
-                  a.describe(), " and ", bt.describe());
-    const int64_t rank = a.dim(0);
-    BRIOCHE_CHECK(a.dim(1) == xs.dim && bt.dim(0) == rank && bt.dim(1) == ys.dim, "lora_rows_add: A ", a.describe(),
-                  " and s·Bᵀ ", bt.describe(), " do not map ", xs.dim, " features to ", ys.dim);
+    // f16, or on the CPU Q8_0 by block column (lora_factor_q8_0).
+    const auto factor_format_ok = [&](const Tensor& f) {
+      return f.dtype() == DType::F16 || (f.dtype() == DType::Q8_0 && device == Device::CPU);
+    };
+    BRIOCHE_CHECK(factor_format_ok(a) && factor_format_ok(bt) && a.rank() == 2 && bt.rank() == 2 && a.is_contiguous() &&
+                      bt.is_contiguous() && a.device() == device && bt.device() == device,
+                  "lora_rows_add: factors must be contiguous f16 (or, on the CPU, q8_0) matrices on ",
+                  device_name(device), ", got ", a.describe(), " and ", bt.describe());
+    const auto rank_of = [](const Tensor& f) { return f.dtype() == DType::Q8_0 ? f.dim(1) / kQ8Block : f.dim(0); };
+    const auto features_of = [](const Tensor& f) { return f.dtype() == DType::Q8_0 ? f.dim(0) * kQ8Block : f.dim(1); };
+    const int64_t rank = rank_of(a);
+    BRIOCHE_CHECK(features_of(a) == xs.dim && rank_of(bt) == rank && features_of(bt) == ys.dim, "lora_rows_add: A ",
+                  a.describe(), " and s·Bᵀ ", bt.describe(), " do not map ", xs.dim, " features to ", ys.dim);
     BRIOCHE_CHECK(rank >= 1 && rank <= max_lora_rows_rank() && rank <= us.dim, "lora_rows_add: rank ", rank,
                   " outside [1, ", std::min<int64_t>(max_lora_rows_rank(), us.dim), "]");
     BRIOCHE_CHECK(s.first_row >= end_of_previous && s.n_rows >= 0 && s.first_row + s.n_rows <= xs.n_rows &&
@@ -44,11 +77,14 @@ backend::cpu::LoraRowsArgs rows_args(const Tensor& x, std::span<const LoraRows> 
                   "lora_rows_add: segment rows [", s.first_row, ", ", s.first_row + s.n_rows,
                   ") overlap the previous one or leave the batch of ", xs.n_rows);
     end_of_previous = s.first_row + s.n_rows;
+    const bool a_q8 = a.dtype() == DType::Q8_0, bt_q8 = bt.dtype() == DType::Q8_0;
     segs.push_back({.first_row = s.first_row,
                     .n_rows = s.n_rows,
                     .rank = int32_t(rank),
-                    .a = a.data_as<uint16_t>(),
-                    .bt = bt.data_as<uint16_t>()});
+                    .a = a_q8 ? nullptr : a.data_as<uint16_t>(),
+                    .bt = bt_q8 ? nullptr : bt.data_as<uint16_t>(),
+                    .a_q8 = a_q8 ? a.data_as<uint8_t>() : nullptr,
+                    .bt_q8 = bt_q8 ? bt.data_as<uint8_t>() : nullptr});
   }
   return backend::cpu::LoraRowsArgs{.x = xs.data,
                                     .y = ys.data,

@@ -25,9 +25,17 @@ namespace brioche::ops {
 
 struct LoraRows {
   int32_t first_row = 0, n_rows = 0;
-  const Tensor* a = nullptr;   // [rank, in]
-  const Tensor* bt = nullptr;  // [rank, out]
+  const Tensor* a = nullptr;   // f16 [rank, in], or CPU Q8_0 from lora_factor_q8_0: [in / 32, rank · 32]
+  const Tensor* bt = nullptr;  // f16 [rank, out], or CPU Q8_0 from lora_factor_q8_0: [out / 32, rank · 32]
 };
+
+// A factor f [rank, n] (f16 or f32, n a multiple of 32) in Q8_0 for the CPU
+// kernels, by block column: row b of the result holds f[k, 32b..32b+32)
+// for k = 0..rank−1 as rank blocks of 32 (an f16 scale, 32 int8), so a
+// kernel that takes every factor row's block b at once reads the factor as
+// one stream (the hardware prefetcher follows it; rank short row streams
+// it does not), and half the bytes of f16.
+Tensor lora_factor_q8_0(const Tensor& factor);
 
 // The largest adapter rank the op takes.
 int32_t max_lora_rows_rank();

@@ -1,11 +1,13 @@
 // ops::lora_rows_add_group: several projections of one x in one call (the
 // CPU serves Q/K/V and gate/up this way) give each projection exactly what
 // its own lora_rows_add gives, and both match a double-precision reference,
-// on every instruction set this CPU runs (the AVX2 and AVX-512 kernels).
+// on every instruction set this CPU runs (the AVX2 and AVX-512 kernels),
+// with f16 factors and with Q8_0 ones by block column.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,21 +38,31 @@ struct Factors {
   Tensor a, bt;
 };
 
+// Element [k, c] of a factor: f16 [rank, n], or Q8_0 by block column as
+// ops/lora_rows.h lays it out (row c/32 holds block k of every factor row:
+// an f16 scale d, then 32 int8 q; the value is d·q).
+double factor_value(const Tensor& f, int64_t k, int64_t c) {
+  if (f.dtype() == DType::F16) return f16_to_f32(f.row_as<uint16_t>(k)[c]);
+  const auto* block = static_cast<const uint8_t*>(f.row_ptr(c / 32)) + k * 34;
+  uint16_t d;
+  std::memcpy(&d, block, 2);
+  return double(f16_to_f32(d)) * double(reinterpret_cast<const int8_t*>(block + 2)[c % 32]);
+}
+int64_t factor_rank(const Tensor& f) { return f.dtype() == DType::F16 ? f.dim(0) : f.dim(1) / 32; }
+
 // y[r] + (x[r]·Aᵀ)·bt in double for the segments' rows, y elsewhere.
 std::vector<double> reference(const Tensor& x, std::span<const ops::LoraRows> segs, const Tensor& y) {
   const int64_t in = x.dim(1), out = y.dim(1);
   std::vector<double> want(size_t(y.dim(0) * out));
   for (int64_t i = 0; i < y.dim(0) * out; ++i) want[size_t(i)] = y.data_as<float>()[i];
   for (const ops::LoraRows& s : segs) {
-    const int64_t rank = s.a->dim(0);
+    const int64_t rank = factor_rank(*s.a);
     for (int32_t r = s.first_row; r < s.first_row + s.n_rows; ++r) {
       std::vector<double> u(size_t(rank), 0.0);
       for (int64_t k = 0; k < rank; ++k)
-        for (int64_t c = 0; c < in; ++c)
-          u[size_t(k)] += double(f16_to_f32(s.a->data_as<uint16_t>()[k * in + c])) * x.data_as<float>()[r * in + c];
+        for (int64_t c = 0; c < in; ++c) u[size_t(k)] += factor_value(*s.a, k, c) * x.data_as<float>()[r * in + c];
       for (int64_t c = 0; c < out; ++c)
-        for (int64_t k = 0; k < rank; ++k)
-          want[size_t(r * out + c)] += u[size_t(k)] * f16_to_f32(s.bt->data_as<uint16_t>()[k * out + c]);
+        for (int64_t k = 0; k < rank; ++k) want[size_t(r * out + c)] += u[size_t(k)] * factor_value(*s.bt, k, c);
     }
   }
   return want;
@@ -60,7 +72,7 @@ std::vector<double> reference(const Tensor& x, std::span<const ops::LoraRows> se
 // step of 16 streams), part 1 skips adapter 3, part 2 takes adapter 0 on
 // every row. only_last: parts 0 and 1 without adapters (an adapter of
 // up_proj but not gate_proj), so the group is one projection.
-void check_group(int64_t rows, bool only_last = false) {
+void check_group(int64_t rows, bool only_last = false, bool q8_0 = false) {
   std::mt19937 rng(7);
   constexpr int64_t kIn = 576, kRank = 8;
   const int64_t outs[3] = {576, 192, 1536};
@@ -68,9 +80,12 @@ void check_group(int64_t rows, bool only_last = false) {
   std::vector<Factors> factors[3];
   std::vector<ops::LoraRows> segs[3];
   for (int p = 0; p < 3; ++p) {
-    for (int g = 0; g < 8; ++g)
+    for (int g = 0; g < 8; ++g) {
       factors[p].push_back(
           {random_tensor(DType::F16, kRank, kIn, 0.05f, rng), random_tensor(DType::F16, kRank, outs[p], 0.05f, rng)});
+      if (q8_0)
+        factors[p].back() = {ops::lora_factor_q8_0(factors[p].back().a), ops::lora_factor_q8_0(factors[p].back().bt)};
+    }
     for (int g = 0; g < 8 && 2 * g + 2 <= rows; ++g) {
       if ((p == 1 && g == 3) || p == 2 || only_last) continue;
       segs[p].push_back(
@@ -164,6 +179,84 @@ TEST(LoraRowsAdd, OddShapesMatchTheReferenceOnEveryIsa) {
             << "element " << i;
     });
   }
+}
+
+// Q8_0 factors by block column (what a CPU server of a quantized model
+// holds): the group equals one call per projection, and both the double
+// reference of the dequantized factors, at a decode batch and a prompt.
+TEST(LoraRowsAddGroup, Q8FactorsEqualOneCallPerProjection) {
+  on_every_isa([] {
+    check_group(16, false, true);
+    check_group(24, true, true);
+  });
+}
+
+// Q8_0 factors at shapes of whole blocks with ranks that leave partial
+// groups of factor rows and segments of 1 to 5 rows, one segment's factors
+// in f16 beside the others' (each segment takes its own format): against
+// the double reference of the values the factors hold, and within Q8_0's
+// rounding of the same factors in f16.
+TEST(LoraRowsAdd, Q8FactorsMatchTheReferenceAndTheirF16OnEveryIsa) {
+  std::mt19937 rng(13);
+  struct Shape {
+    int64_t in, out;
+    int64_t rank;
+  };
+  const Shape shapes[] = {{576, 192, 8}, {32, 64, 1}, {96, 1536, 5}, {1536, 576, 16}, {160, 96, 11}};
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE("in " + std::to_string(shape.in) + " out " + std::to_string(shape.out) + " rank " +
+                 std::to_string(shape.rank));
+    constexpr int64_t kRows = 15;
+    const Tensor x = random_tensor(DType::F32, kRows, shape.in, 1.0f, rng);
+    const Tensor y0 = random_tensor(DType::F32, kRows, shape.out, 1.0f, rng);
+    std::vector<Factors> f16, q8;
+    for (int g = 0; g < 5; ++g) {
+      f16.push_back({random_tensor(DType::F16, shape.rank, shape.in, 0.1f, rng),
+                     random_tensor(DType::F16, shape.rank, shape.out, 0.1f, rng)});
+      q8.push_back(g == 2 ? f16.back()
+                          : Factors{ops::lora_factor_q8_0(f16.back().a), ops::lora_factor_q8_0(f16.back().bt)});
+    }
+    std::vector<ops::LoraRows> segs_q8, segs_f16;
+    for (int32_t g = 0, row = 0; g < 5; row += g + 1, ++g) {
+      segs_q8.push_back({.first_row = row, .n_rows = g + 1, .a = &q8[size_t(g)].a, .bt = &q8[size_t(g)].bt});
+      segs_f16.push_back({.first_row = row, .n_rows = g + 1, .a = &f16[size_t(g)].a, .bt = &f16[size_t(g)].bt});
+    }
+    const std::vector<double> want = reference(x, segs_q8, y0), want_f16 = reference(x, segs_f16, y0);
+    // Q8_0 rounds each value by up to half its block's step (max|block|/254):
+    // a few tenths of a percent of the low-rank term, which is at most
+    // √in·0.1·√rank·0.1·√rank in size here.
+    double term_rms = 0.0;
+    for (size_t i = 0; i < want_f16.size(); ++i) {
+      const double term = want_f16[i] - y0.data_as<float>()[i];
+      term_rms += term * term;
+    }
+    term_rms = std::sqrt(term_rms / double(want_f16.size()));
+    on_every_isa([&] {
+      Tensor y = Tensor::zeros(DType::F32, {kRows, shape.out});
+      std::copy_n(y0.data_as<float>(), kRows * shape.out, y.data_as<float>());
+      Tensor u = Tensor::zeros(DType::F32, {kRows, shape.rank});
+      ops::lora_rows_add(x, segs_q8, y, u);
+      double err_rms = 0.0;
+      for (int64_t i = 0; i < kRows * shape.out; ++i) {
+        ASSERT_NEAR(y.data_as<float>()[i], want[size_t(i)], 1e-4 * (1.0 + std::fabs(want[size_t(i)])))
+            << "element " << i;
+        const double err = y.data_as<float>()[i] - want_f16[size_t(i)];
+        err_rms += err * err;
+      }
+      err_rms = std::sqrt(err_rms / double(kRows * shape.out));
+      EXPECT_LT(err_rms, 0.02 * term_rms) << "Q8_0 against f16: rms error " << err_rms << ", term rms " << term_rms;
+      EXPECT_GT(err_rms, 0.0) << "the Q8_0 factors were not used";
+    });
+  }
+}
+
+TEST(LoraRowsAdd, Q8FactorsNeedWholeBlocksOnTheCpu) {
+  Tensor f = Tensor::zeros(DType::F16, {4, 40});
+  EXPECT_THROW(ops::lora_factor_q8_0(f), Error);
+  const Tensor q = ops::lora_factor_q8_0(Tensor::zeros(DType::F16, {4, 64}));
+  EXPECT_EQ(q.dtype(), DType::Q8_0);
+  EXPECT_EQ(q.dim(0), 2);
+  EXPECT_EQ(q.dim(1), 4 * 32);
 }
 
 TEST(LoraRowsAddGroup, RefusesMoreThanThreeProjections) {

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/lora_rows_kernels.h"
 #include "backend/cpu/vec_f32.h"
+#include "core/half.h"
 #include "core/thread_pool.h"
 
 namespace brioche::backend::cpu {
@@ -18,8 +20,9 @@ namespace {
 // block, not once per row (a segment's rows share its adapter).
 constexpr int32_t kRowBlock = 8;
 // Output columns per expand task: a factor row's slice stays in L1 while
-// every row of the block takes it.
+// every row of the block takes it. Whole Q8_0 blocks.
 constexpr int64_t kColumnChunk = 256;
+static_assert(kColumnChunk % kQ8Block == 0);
 // Below this many multiply-adds a call runs on the calling thread: a
 // decode step of one row makes 7 calls per layer, each a few microseconds
 // of work, which a dispatch to the pool would cost again.
@@ -47,7 +50,7 @@ void shrink_rows_k(const float* const* x, float* const* u, const uint16_t* a, in
 #pragma GCC unroll 16
     for (int j = 0; j < K; ++j) acc[i][j] = _mm256_setzero_ps();
 #pragma GCC unroll 16
-  for (int j = 0; j < K; ++j) prefetch_factor_row_start(a + int64_t(k0 + j) * in, in);
+  for (int j = 0; j < K; ++j) prefetch_factor_row_start(a + int64_t(k0 + j) * in, 2 * in);
   for (; c + 8 <= in; c += 8) {
     if (c % 32 == 0) {  // one prefetch per cache line of each factor row
 #pragma GCC unroll 16
@@ -96,7 +99,7 @@ template <int R>
 void expand_rows(float* const* y, const float* const* u, const uint16_t* bt, int64_t ld, int32_t rank, int64_t width) {
   int64_t c = 0;
 #if BRIOCHE_VEC_AVX2
-  for (int32_t k = 0; k < rank; ++k) prefetch_factor_row_start(bt + int64_t(k) * ld, width);
+  for (int32_t k = 0; k < rank; ++k) prefetch_factor_row_start(bt + int64_t(k) * ld, 2 * width);
   auto columns = [&]<int V>() {
     for (; c + 8 * V <= width; c += 8 * V) {
       if (c % 32 == 0) {  // one prefetch per cache line of each factor row
@@ -138,12 +141,132 @@ void expand_rows(float* const* y, const float* const* u, const uint16_t* bt, int
   }
 }
 
+// Q8_0 block b of a factor row: its scale d and its 32 int8 values.
+inline float q8_scale(const uint8_t* block) {
+  uint16_t d;
+  std::memcpy(&d, block, 2);
+  return f16_to_f32(d);
+}
+inline const int8_t* q8_values(const uint8_t* block) { return reinterpret_cast<const int8_t*>(block + 2); }
+
+// shrink_rows_k on Q8_0 factors by block column (in a multiple of 32):
+// per step the K factor rows' block b, adjacent in memory, each 8-value
+// group decoded (d·q) once for the R rows.
+template <int R, int K>
+void shrink_q8_rows_k(const float* const* x, float* const* u, const uint8_t* a, int64_t in, int32_t rank, int32_t k0) {
+  const int64_t column_bytes = int64_t(rank) * kQ8BlockBytes;
+  float sum[R][K] = {};
+#if BRIOCHE_VEC_AVX2
+  __m256 acc[R][K];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) acc[i][j] = _mm256_setzero_ps();
+  prefetch_stream_start(a + int64_t(k0) * kQ8BlockBytes, in / kQ8Block * column_bytes, kLoraQ8PrefetchBytes);
+  for (int64_t c = 0; c < in; c += kQ8Block) {
+    const uint8_t* blocks = a + c / kQ8Block * column_bytes + int64_t(k0) * kQ8BlockBytes;
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) {
+      const uint8_t* block = blocks + j * kQ8BlockBytes;
+      prefetch_factor_line(block + kLoraQ8PrefetchBytes);
+      const __m256 d = _mm256_set1_ps(q8_scale(block));
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q8_values(block) + 8 * v));
+        const __m256 w = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+#pragma GCC unroll 16
+        for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[i] + c + 8 * v), acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) sum[i][j] = hsum256(acc[i][j]);
+#else
+  for (int64_t c = 0; c < in; c += kQ8Block)
+    for (int j = 0; j < K; ++j) {
+      const uint8_t* block = a + c / kQ8Block * column_bytes + int64_t(k0 + j) * kQ8BlockBytes;
+      const float d = q8_scale(block);
+      for (int t = 0; t < kQ8Block; ++t)
+        for (int i = 0; i < R; ++i) sum[i][j] += d * float(q8_values(block)[t]) * x[i][c + t];
+    }
+#endif
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < K; ++j) u[i][k0 + j] = sum[i][j];
+}
+
+template <int R>
+void shrink_q8_rows(const float* const* x, float* const* u, const uint8_t* a, int64_t in, int32_t rank) {
+  constexpr int K = R <= 1 ? 8 : R == 2 ? 4 : R == 3 ? 3 : 2;
+  int32_t k = 0;
+  for (; k + K <= rank; k += K) shrink_q8_rows_k<R, K>(x, u, a, in, rank, k);
+  for (; k < rank; ++k) shrink_q8_rows_k<R, 1>(x, u, a, in, rank, k);
+}
+
+// expand_rows on Q8_0 factors by block column (width a multiple of 32): V
+// column vectors of 8 per pass, inside one block column (a whole one for
+// R ≤ 2, half of one above).
+template <int R>
+void expand_q8_rows(float* const* y, const float* const* u, const uint8_t* bt, int32_t rank, int64_t width) {
+  const int64_t column_bytes = int64_t(rank) * kQ8BlockBytes;
+#if BRIOCHE_VEC_AVX2
+  constexpr int V = R <= 2 ? 4 : 2;
+  prefetch_stream_start(bt, width / kQ8Block * column_bytes, kLoraQ8PrefetchBytes);
+  for (int64_t c = 0; c < width; c += 8 * V) {
+    const uint8_t* column = bt + c / kQ8Block * column_bytes;
+    const int64_t in_block = c % kQ8Block;
+    __m256 acc[R][V];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm256_loadu_ps(y[i] + c + 8 * v);
+    for (int32_t k = 0; k < rank; ++k) {
+      const uint8_t* block = column + int64_t(k) * kQ8BlockBytes;
+      if (in_block == 0) prefetch_factor_line(block + kLoraQ8PrefetchBytes);
+      const __m256 d = _mm256_set1_ps(q8_scale(block));
+      __m256 w[V];
+#pragma GCC unroll 16
+      for (int v = 0; v < V; ++v) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q8_values(block) + in_block + 8 * v));
+        w[v] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        const __m256 uk = _mm256_broadcast_ss(u[i] + k);
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) acc[i][v] = _mm256_fmadd_ps(uk, w[v], acc[i][v]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < V; ++v) _mm256_storeu_ps(y[i] + c + 8 * v, acc[i][v]);
+  }
+#else
+  for (int64_t c = 0; c < width; ++c) {
+    for (int i = 0; i < R; ++i) {
+      float sum = y[i][c];
+      for (int32_t k = 0; k < rank; ++k) {
+        const uint8_t* block = bt + c / kQ8Block * column_bytes + int64_t(k) * kQ8BlockBytes;
+        sum += u[i][k] * (q8_scale(block) * float(q8_values(block)[c % kQ8Block]));
+      }
+      y[i][c] = sum;
+    }
+  }
+#endif
+}
+
 }  // namespace
 
 const LoraRowKernels& lora_row_kernels_avx2() {
   static const LoraRowKernels kernels{
       .shrink = {&shrink_rows<1>, &shrink_rows<2>, &shrink_rows<3>, &shrink_rows<4>},
       .expand = {&expand_rows<1>, &expand_rows<2>, &expand_rows<3>, &expand_rows<4>},
+      .shrink_q8 = {&shrink_q8_rows<1>, &shrink_q8_rows<2>, &shrink_q8_rows<3>, &shrink_q8_rows<4>},
+      .expand_q8 = {&expand_q8_rows<1>, &expand_q8_rows<2>, &expand_q8_rows<3>, &expand_q8_rows<4>},
   };
   return kernels;
 }
@@ -201,7 +324,11 @@ void shrink_block(const LoraRowsArgs& a, const RowBlock& b, float* u, int64_t ld
       x[j] = a.x + int64_t(b.first_row + i + j) * a.ldx;
       ur[j] = u + int64_t(i + j) * ldu;
     }
-    kernels.shrink[rows - 1](x, ur, seg.a, a.in, seg.rank);
+    if (seg.a_q8 != nullptr) {
+      kernels.shrink_q8[rows - 1](x, ur, seg.a_q8, a.in, seg.rank);
+    } else {
+      kernels.shrink[rows - 1](x, ur, seg.a, a.in, seg.rank);
+    }
   });
 }
 
@@ -216,7 +343,12 @@ void expand_block(const LoraRowsArgs& a, const RowBlock& b, const float* u, int6
       y[j] = a.y + int64_t(b.first_row + i + j) * a.ldy + c0;
       ur[j] = u + int64_t(i + j) * ldu;
     }
-    kernels.expand[rows - 1](y, ur, seg.bt + c0, a.out, seg.rank, width);
+    if (seg.bt_q8 != nullptr) {
+      // (c0 and width are whole block columns: chunks are multiples of 32)
+      kernels.expand_q8[rows - 1](y, ur, seg.bt_q8 + c0 / kQ8Block * seg.rank * kQ8BlockBytes, seg.rank, width);
+    } else {
+      kernels.expand[rows - 1](y, ur, seg.bt + c0, a.out, seg.rank, width);
+    }
   });
 }
 

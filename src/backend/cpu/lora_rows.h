@@ -12,6 +12,11 @@ struct LoraRowsSegment {
   int32_t first_row = 0, n_rows = 0, rank = 0;
   const uint16_t* a = nullptr;   // f16 [rank, in] row-major
   const uint16_t* bt = nullptr;  // f16 [rank, out] row-major: s·Bᵀ
+  // On the CPU, a factor may come in Q8_0 by block column instead
+  // (ops::lora_factor_q8_0: half the bytes, read as one stream), its f16
+  // pointer then null.
+  const uint8_t* a_q8 = nullptr;   // Q8_0 [in / 32, rank · 32]
+  const uint8_t* bt_q8 = nullptr;  // Q8_0 [out / 32, rank · 32]: s·Bᵀ
 };
 
 struct LoraRowsArgs {
