@@ -197,12 +197,9 @@ backend::cpu::LoraTableArgs detail::lora_table_args(const char* op, const Tensor
 namespace {
 
 void run_table_half(TableHalf half, const char* op, const backend::cpu::LoraTableArgs& args,
-                    std::span<const LoraTablePart> parts, Tensor& u_scratch, const Tensor& x,
-                    Tensor* hidden = nullptr) {
+                    std::span<const LoraTablePart> parts, Tensor& u_scratch, const Tensor& x) {
   if (half == TableHalf::Shrink) {
     u_scratch.note_written();
-  } else if (hidden != nullptr) {
-    hidden->note_written();
   } else {
     for (const LoraTablePart& p : parts) p.y->note_written();
   }
@@ -241,22 +238,6 @@ void lora_table_expand(const Tensor& x, const LoraTable& table, std::span<const 
                        Tensor& u_scratch) {
   const char* op = "lora_table_expand";
   run_table_half(TableHalf::Expand, op, detail::lora_table_args(op, x, table, parts, u_scratch), parts, u_scratch, x);
-}
-
-void lora_table_expand_swiglu(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
-                              Tensor& u_scratch, Tensor& hidden) {
-  const char* op = "lora_table_expand_swiglu";
-  BRIOCHE_CHECK(parts.size() == 2, op, ": gate and up (2 parts), got ", parts.size());
-  backend::cpu::LoraTableArgs args = detail::lora_table_args(op, x, table, parts, u_scratch);
-  BRIOCHE_CHECK(args.out[0] == args.out[1], op, ": gate ", parts[0].y->describe(), " and up ", parts[1].y->describe(),
-                " differ in width");
-  const detail::F32Rows hs = detail::f32_rows(hidden, op, "hidden");
-  BRIOCHE_CHECK(hs.n_rows == args.n_rows && hs.dim == args.out[0], op, ": hidden ", hidden.describe(),
-                " does not match gate ", parts[0].y->describe());
-  detail::common_device(op, {&x, &hidden});
-  args.swiglu_out = hs.data;
-  args.ld_swiglu = hs.stride;
-  run_table_half(TableHalf::Expand, op, args, parts, u_scratch, x, &hidden);
 }
 
 void lora_table_add(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts, Tensor& u_scratch) {

@@ -94,13 +94,6 @@ struct LoraInputNorm {
 };
 void lora_table_shrink(const Tensor& x, const LoraInputNorm& norm, const LoraTable& table,
                        std::span<const LoraTablePart> parts, Tensor& u_scratch);
-// lora_table_expand of gate and up (parts[0], parts[1], of equal width) into
-// SwiGLU: hidden[r] = silu(gate[r] + term)·(up[r] + term) for every row, the
-// adapter's terms only where it has a slot; gate and up are left as they are
-// (hidden may be gate). The adapted MLP's SwiGLU in the expand's launch.
-void lora_table_expand_swiglu(const Tensor& x, const LoraTable& table, std::span<const LoraTablePart> parts,
-                              Tensor& u_scratch, Tensor& hidden);
-
 // The expand handed to the base projection that writes the parts' y
 // (ops/fused_matmul.h: matmul_group, swiglu_matmul, matmul_accumulate take
 // it): the same terms as lora_table_expand, which the GPU's streamed decode
