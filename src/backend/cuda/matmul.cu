@@ -398,8 +398,9 @@ namespace {
 
 // Whether the decode GEMV `g` over `a`'s weights (of x̂ with `norm`) adds
 // the table's terms `lora` itself (gemv.cuh, GemvArgs::lora); if not, the
-// expand kernel adds them after. Without the norm fused the streamed GEMV
-// takes no fewer launches, so asking with it set answers for both.
+// expand kernel adds them after. gemv() may normalise x apart and launch
+// without the norm; the streamed GEMV takes every launch without the norm
+// that it takes with it, so asking with the norm set answers for both.
 bool gemv_adds_lora(const cpu::MatmulArgs& a, detail::GemvArgs g, const InputNorm* norm,
                     const backend::cpu::LoraTableArgs& lora) {
   if (a.n > kMaxGemvRows || dtype_info(a.wtype).quantized) return false;
