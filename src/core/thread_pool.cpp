@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <memory>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -50,7 +51,14 @@ void ThreadPool::work_on(uint32_t generation) {
     if (gen != generation || next >= n_tasks) break;
     if (!claim_.compare_exchange_weak(word, pack(gen, n_tasks, next + 1), std::memory_order_acq_rel)) continue;
     // A successful claim of an unfinished task keeps the job (fn, ctx) alive.
-    job_fn_(job_ctx_, int(next));
+    // Once a task has thrown, the rest are claimed and counted, not run.
+    if (!job_failed_.load(std::memory_order_acquire)) {
+      try {
+        job_fn_(job_ctx_, int(next));
+      } catch (...) {
+        if (!job_failed_.exchange(true, std::memory_order_acq_rel)) job_error_ = std::current_exception();
+      }
+    }
     tasks_done_.fetch_add(1, std::memory_order_acq_rel);
     word = claim_.load(std::memory_order_acquire);
   }
@@ -60,6 +68,8 @@ void ThreadPool::work_on(uint32_t generation) {
 void ThreadPool::dispatch(int n_tasks, TaskFn fn, void* ctx) {
   job_fn_ = fn;
   job_ctx_ = ctx;
+  job_failed_.store(false, std::memory_order_relaxed);
+  job_error_ = nullptr;
   tasks_done_.store(0, std::memory_order_relaxed);
   const uint32_t generation = ++generation_;
   {
@@ -77,6 +87,7 @@ void ThreadPool::dispatch(int n_tasks, TaskFn fn, void* ctx) {
       std::this_thread::yield();  // let a descheduled worker finish its task
     }
   }
+  if (job_failed_.load(std::memory_order_acquire)) std::rethrow_exception(std::exchange(job_error_, nullptr));
 }
 
 void ThreadPool::worker_loop() {

@@ -6,12 +6,18 @@
 // the tasks to be done, not for every worker to show up: on an oversubscribed
 // machine a descheduled worker simply misses the loop instead of stalling it.
 // A loop started from inside a task runs inline (no nesting).
+//
+// A task that throws fails its loop, not the process: the first exception is
+// kept, the loop's tasks not yet started are skipped, and the caller gets the
+// exception once every task that did start has finished (so no thread is
+// still inside the loop's frame when the caller unwinds it).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -80,7 +86,7 @@ class ThreadPool {
   void dispatch(int n_tasks, TaskFn fn, void* ctx);
   void worker_loop();
   // Claims and runs tasks of job `generation` until none is left (or the job
-  // is no longer current). Returns how many it ran.
+  // is no longer current); a task's exception is kept in job_error_.
   void work_on(uint32_t generation);
 
   // The current job's claim word: generation (32 bits) | task count (16) |
@@ -101,6 +107,11 @@ class ThreadPool {
   // Valid while a job of the current generation has unfinished tasks.
   TaskFn job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
+  // The job's first exception: job_failed_ claims the right to write
+  // job_error_, which the dispatching thread reads once every task is done
+  // (tasks_done_'s release/acquire orders the write before the read).
+  std::atomic<bool> job_failed_{false};
+  std::exception_ptr job_error_;
   static thread_local bool in_task_;
 };
 
