@@ -105,8 +105,17 @@ void GrammarMatcher::check_uncertain(int32_t node, const StateMask& m, uint32_t*
   const auto& sorted = v.sorted_ids();
   const size_t count = m.uncertain_ranks.size();
   if (scratch_.empty()) scratch_.resize(64);
+  // From the node and the frontier's item-rule stacks, as the mask
+  // compiler walked the node's state with its calls: a token may start
+  // inside a length bound's item rule the node calls (whose start has no
+  // mask of its own: its call sites hold its tokens), then leave the rule.
+  // Every stack walked is a current one, so no token outside the grammar
+  // gets in. (Not the node's closure again: re-entering it would repeat
+  // uniqueItems' item starts and ends.)
   scratch_[0].clear();
   scratch_[0].nodes.push_back(node);
+  for (int32_t item : item_nodes_)
+    if (item != node) scratch_[0].nodes.push_back(item);
   const int32_t base = text_size();
   int32_t valid = 0;
   size_t j = 0;
@@ -176,6 +185,10 @@ void GrammarMatcher::fill_next_token_bitmask(uint32_t* mask) {
     }
   }
   // Context-dependent part: tokens that leave their rule mid-token.
+  const Automaton& a = compiled_->automaton();
+  item_nodes_.clear();
+  for (int32_t node : f.nodes)
+    if (a.states[arena_.node(node).state].rule >= a.first_item_rule) item_nodes_.push_back(node);
   for (int32_t node : f.nodes) {
     const StateMask* m = compiled_->mask_of_state(arena_.node(node).state);
     if (m && !m->uncertain_ranks.empty()) check_uncertain(node, *m, mask);

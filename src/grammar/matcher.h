@@ -86,6 +86,7 @@ class GrammarMatcher {
   int32_t dropped_steps_ = 0;  // history entries forgotten past max_rollback_tokens
   std::vector<Frontier> scratch_;
   std::vector<int32_t> seen_states_;
+  std::vector<int32_t> item_nodes_;  // stacks of the frontier inside a length bound's item rule
   // Only for grammars with uniqueItems item rules (null otherwise).
   std::unique_ptr<UniqueItems> items_;
   std::vector<int32_t> items_in_progress_, repeat_candidates_;

@@ -77,5 +77,34 @@ TEST(PatternLengthUnicode, Llama3MasksAreExactAcrossTheBounds) {
   EXPECT_GE(walks, 20);
 }
 
+// A token that starts inside a shared item rule (a multi-byte character),
+// ends the string and goes on into the caller (`…"\n\n`, `。",\n`) is
+// uncertain at the item's call site (the item rule's start has no mask);
+// the matcher must walk it from the call site's closure, as the compiler
+// did, not from the call site's own byte edges (it was left out: valid
+// documents rejected). tests/grammar/golden/item_rule_masks.json from
+// tools/oracle/item_rule_mask_goldens.py.
+TEST(PatternLengthUnicode, Llama3MasksHoldTokensThatLeaveAnItemAndTheString) {
+  const nlohmann::ordered_json g = testing_masks::golden_file("item_rule_masks.json");
+  static auto vocab = testing::fixture_vocabulary("llama3");
+  const SchemaOptions blanks{.any_whitespace = true, .max_whitespace = 20, .strict = false};
+  int checked = 0;
+  for (const auto& c : g["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = CompiledGrammar::compile(Grammar::from_json_schema(c["schema"], blanks), vocab);
+    const Automaton& a = compiled->automaton();
+    EXPECT_GT(a.rule_start.size(), static_cast<size_t>(a.first_item_rule)) << name << ": expected item rules";
+    for (const auto& cand : c["candidates"]) {
+      const std::string text = cand["text"].get<std::string>();
+      EXPECT_EQ(testing_masks::accepts_document(compiled, text), cand["valid"].get<bool>()) << name << ": " << text;
+      ++checked;
+    }
+    uint64_t seed = 11;
+    for (const auto& prefix : c["prefixes"])
+      EXPECT_EQ(mask_mismatches(compiled, prefix.get<std::string>(), 2, seed++, name), 0) << prefix;
+  }
+  EXPECT_GE(checked, 20);
+}
+
 }  // namespace
 }  // namespace brioche::grammar
