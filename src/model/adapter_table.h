@@ -1,4 +1,4 @@
-// A batch's LoRA adapters as data on the device (ops::lora_table_add): one
+// A batch's LoRA adapters as data on the device (ops::lora_table_shrink and ops::LoraTerms): one
 // block of i32 words, uploaded before each forward that has adapter rows,
 //
 //   row_slot [rows, padded to even]      the row's adapter slot, −1 for the base

@@ -64,14 +64,16 @@ struct LayerKvCache {
 };
 
 // The adapters of one layer's rows. With none (the default) the blocks run
-// the base model's fused ops; with any, every projection runs as its own
-// matmul over the materialised input, and the rows of each adapter add their
-// low-rank term to its output, before the bias or the SwiGLU that follow (o
-// and down add theirs to the residual after their matmul's own residual
-// add). On the CPU the terms come per run of rows (ops::lora_rows_add); on
-// CUDA from the batch's adapter table on the device (ops::lora_table_add,
-// one shrink and one expand for Q/K/V and for gate/up), which a decode
-// graph replays with any mix.
+// the base model's fused ops; with any, the rows of each adapter add their
+// low-rank term to every projection's output, before the bias or the SwiGLU
+// that follow (o and down add theirs to the residual). On the CPU every
+// projection runs as its own matmul over the materialised input and the
+// terms come per run of rows after it (ops::lora_rows_add); on CUDA from the
+// batch's adapter table on the device, which a decode graph replays with
+// any mix: one shrink for Q/K/V and one for gate/up (of x̂, the GEMVs
+// keeping their fused norm), and the terms added by the base projection
+// itself (ops::LoraTerms: in the streamed decode GEMV, else an expand
+// kernel after it).
 struct LayerLora {
   int layer = 0;
   std::span<const AdapterRows> rows;    // in row order; empty: no adapter in the batch

@@ -59,7 +59,7 @@ class LlamaModel final : public Model {
   Tensor lora_u_;                   // [rows, rank] f32 on the device: the adapters' x·Aᵀ (ops::lora_rows_add)
   ops::StagedUpload lora_staging_;  // the adapter table on the host (upload_adapter_table)
   Tensor lora_table_;               // i32 words on the device
-  Tensor lora_table_u_;             // f32 [rows, 3 · rank cap]: ops::lora_table_add's scratch
+  Tensor lora_table_u_;             // f32 [rows, 3 · rank cap]: the table path's u (ops::lora_table_shrink's output)
 };
 
 }  // namespace brioche::model
