@@ -175,10 +175,12 @@ std::optional<AffineQuant> SafetensorsDir::quantization(std::string_view prefix)
   const nlohmann::json* q = nullptr;
   for (const char* key : {"quantization", "quantization_config"}) {
     auto it = config_->find(key);
-    if (it != config_->end() && it->is_object()) {
-      q = &*it;
-      break;
-    }
+    if (it == config_->end() || it->is_null()) continue;
+    if (!it->is_object())
+      fail(dir_, "/config.json: ", key, ": expected an object (bits, group_size, per-module entries), found ",
+           it->type_name());
+    q = &*it;
+    break;
   }
   if (q == nullptr) return std::nullopt;
   std::string where = dir_ + "/config.json: quantization";

@@ -237,6 +237,16 @@ TEST(MlxQuantization, BadFilesGiveOneLineErrors) {
     EXPECT_THAT(c.load_error(), HasSubstr("quantization.mode: expected \"affine\""));
   }
   {
+    // A quantization block that is not an object was read as none, and the
+    // error blamed the tensors.
+    BrokenCopy c("gemma4/mlx-moe");
+    nlohmann::json cfg = c.config();
+    cfg["quantization"] = nlohmann::json::array({4, 64});
+    c.write_config(cfg);
+    EXPECT_THAT(c.load_error(), HasSubstr("config.json: quantization: expected an object (bits, group_size, "
+                                          "per-module entries), found array"));
+  }
+  {
     BrokenCopy c("gemma4/mlx-moe");
     c.drop_tensor("language_model.model.layers.1.experts.switch_glu.up_proj.biases");
     EXPECT_THAT(c.load_error(),
