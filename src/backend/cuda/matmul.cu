@@ -417,7 +417,8 @@ bool gemv_adds_lora(const cpu::MatmulArgs& a, detail::GemvArgs g, const InputNor
 
 void matmul_accumulate(const cpu::MatmulArgs& a, NormHandOn hand_on, const backend::cpu::LoraTableArgs* lora) {
   BRIOCHE_CHECK(lora == nullptr || hand_on.norm_w == nullptr,
-                "matmul_accumulate: a norm handed on from an output that adapter terms change");
+                "matmul_accumulate: expected no norm handoff request with adapter terms (the norm would miss ",
+                "them), found both");
   if (a.n == 0 || a.m == 0) return;
   detail::GemvArgs g{.parts = {gemv_part(a)}, .accumulate = true, .hand_on = hand_on};
   if (lora != nullptr && !gemv_adds_lora(a, g, nullptr, *lora)) {
@@ -449,8 +450,10 @@ void matmul_accumulate_16bit(const cpu::MatmulArgs& a, const void* x16) {
 
 void matmul_swiglu(const cpu::MatmulArgs& gate_args, const cpu::MatmulArgs& up_args, const InputNorm* norm,
                    const backend::cpu::LoraTableArgs* lora) {
-  BRIOCHE_CHECK(lora == nullptr || lora->swiglu_out == gate_args.y, "matmul_swiglu: adapter terms whose SwiGLU goes ",
-                "elsewhere than gate's output");
+  BRIOCHE_CHECK(lora == nullptr || lora->swiglu_out == gate_args.y,
+                "matmul_swiglu: expected the adapter terms' SwiGLU output to be gate's output ",
+                static_cast<const void*>(gate_args.y), ", found ",
+                static_cast<const void*>(lora == nullptr ? nullptr : lora->swiglu_out));
   if (gate_args.n == 0 || gate_args.m == 0) return;
   detail::GemvArgs g{.parts = {gemv_part(gate_args)}, .w_up = up_args.w};
   if (lora != nullptr && !gemv_adds_lora(gate_args, g, norm, *lora)) {
