@@ -186,6 +186,12 @@ void Gemma4Model::add_lora(int layer, Projection p, const Tensor& x, Tensor& y) 
   add_adapter_rows(adapter_rows_, {.layer = layer, .projection = p}, x, y, u);
 }
 
+void Gemma4Model::add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y) {
+  site.n_experts = ck_.config.n_experts;
+  Tensor u = buf_.lora_u.rows(x.dim(0), adapter_rank_);
+  add_expert_adapter_rows(adapter_rows_, site, x, y, u);
+}
+
 void Gemma4Model::attention(int layer, const ForwardBatch& batch,
                             std::span<const ops::AttentionSequence> main_sequences,
                             std::span<const ops::AttentionSequence> window_sequences, KvCache& cache, Tensor& x) {
@@ -274,7 +280,10 @@ void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
   // The experts read RMSNorm(x, pre_feedforward_layernorm_2).
   ops::rms_norm(x, lw.pre_ffn_norm_2, g.base.rms_eps, routed);
   ops::fill(out, 0.0f);
-  if (device_ != Device::CPU && n <= kExpertMatmulRows) {
+  // Rows of adapters with expert factors take the expert loop below (their
+  // low-rank terms go on each expert's gathered rows).
+  const bool adapted = any_adapts_experts(adapter_rows_, layer);
+  if (device_ != Device::CPU && n <= kExpertMatmulRows && !adapted) {
     // Decode rows on the device: every (row, expert) pair in one
     // ops::expert_matmul per projection, which reads only the chosen
     // experts' weights. A row's pairs in ascending expert order, added to
@@ -324,8 +333,14 @@ void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
     Tensor y = buf_.expert_out.rows(m, hidden);
     ops::gather_rows(routed, rows, in);
     ops::matmul(in, lw.experts_gate_up.select(e), gate_up);
-    ops::gelu_tanh_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act);
+    Tensor gate = gate_up.slice(1, 0, I), up = gate_up.slice(1, I, 2 * I);
+    if (adapted) {
+      add_expert_lora({.layer = layer, .expert = e, .part = Projection::Gate, .batch_rows = rows}, in, gate);
+      add_expert_lora({.layer = layer, .expert = e, .part = Projection::Up, .batch_rows = rows}, in, up);
+    }
+    ops::gelu_tanh_mul(gate, up, act);
     ops::matmul(act, lw.experts_down.select(e), y);
+    if (adapted) add_expert_lora({.layer = layer, .expert = e, .part = Projection::Down, .batch_rows = rows}, act, y);
     ops::scale_rows(y, weights);
     ops::scatter_add_rows(y, rows, out);
   }

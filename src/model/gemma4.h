@@ -56,6 +56,8 @@ class Gemma4Model final : public Model {
   void experts(int layer, const Tensor& x, Tensor& out);
   // y += each served adapter's low-rank term of projection p for its rows (x: the projection's input).
   void add_lora(int layer, Projection p, const Tensor& x, Tensor& y);
+  // y += the low-rank term of an expert's part for the expert's rows whose adapter adapts it (x: its gathered input).
+  void add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y);
   // (proj(x)·hidden^−½ normed per layer + √P·embed_per_layer(tokens))·2^−½: [n, L·P]
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x);
 

@@ -23,8 +23,10 @@
 // Served LoRA adapters (unmerged, per sequence: model/served_adapter.h): the
 // rows of a sequence with adapter (A, s·Bᵀ) get y += (x·Aᵀ)·(s·Bᵀ) on every
 // projection it targets, right after the projection's matmul: q/k/v/o,
-// in_proj_qkv/z/b/a, out_proj and the dense MLP's gate/up/down (peft's
-// targets; the MoE block is frozen, as in training).
+// in_proj_qkv/z/b/a, out_proj, the dense MLP's gate/up/down or the MoE
+// block's shared expert's and its shared_expert_gate (peft's targets), and
+// on the routed experts (experts.gate_up_proj, experts.down_proj) each
+// expert's A_e, s·B_eᵀ for the rows routed to it.
 #include "model/qwen35.h"
 
 #include <algorithm>
@@ -54,7 +56,7 @@ namespace {
 
 // h·W_gateᵀ, h·W_upᵀ, silu(gate)·up, ·W_downᵀ into `out` [n, hidden], on h's
 // device; add_lora(p, x, y) adds the served adapters' terms to each
-// projection's output y of input x (the dense MLP; experts take none).
+// projection's output y of input x (p: Gate, Up or Down).
 template <typename AddLora>
 void swiglu_mlp(const Tensor& h, const Qwen35Mlp& w, Tensor& out, AddLora&& add_lora) {
   const int64_t n = h.dim(0), inter = w.gate.dim(0);
@@ -318,7 +320,7 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
     if (q.n_experts == 0) {
       swiglu_mlp(h, w.mlp, out, [&](Projection p, const Tensor& in, Tensor& y) { add_lora(layer, p, in, y); });
     } else if (device_ != Device::CPU) {
-      moe_on_device(h, w, out);
+      moe_on_device(layer, h, w, out);
     } else {
       // Router: softmax over experts, the top k renormalised to sum 1
       // (ops::moe_route with unit expert scales); rows grouped per expert.
@@ -331,14 +333,24 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
         for (int64_t i = 0; i < top_k; ++i)
           routed[size_t(routing.expert[size_t(r * top_k + i)])].push_back({r, routing.weight[size_t(r * top_k + i)]});
       std::fill_n(out.data_as<float>(), n * hidden, 0.0f);
+      const bool adapted = any_adapts_experts(adapter_rows_, layer);
+      std::vector<int32_t> batch_rows;
       for (int64_t e = 0; e < experts; ++e) {
         const auto& rows = routed[size_t(e)];
         if (rows.empty()) continue;
         const int64_t m = int64_t(rows.size());
         Tensor in = buffer({m, hidden}), y = buffer({m, hidden});
-        for (int64_t i = 0; i < m; ++i)
+        batch_rows.clear();
+        for (int64_t i = 0; i < m; ++i) {
           std::copy_n(h.row_as<float>(rows[size_t(i)].first), hidden, in.row_as<float>(i));
-        swiglu_mlp(in, w.experts[size_t(e)], y);
+          batch_rows.push_back(int32_t(rows[size_t(i)].first));
+        }
+        if (adapted)
+          swiglu_mlp(in, w.experts[size_t(e)], y, [&](Projection p, const Tensor& x_e, Tensor& y_e) {
+            add_expert_lora({.layer = layer, .expert = int(e), .part = p, .batch_rows = batch_rows}, x_e, y_e);
+          });
+        else
+          swiglu_mlp(in, w.experts[size_t(e)], y);
         for (int64_t i = 0; i < m; ++i) {
           float* dst = out.row_as<float>(rows[size_t(i)].first);
           const float* src = y.row_as<float>(i);
@@ -346,13 +358,7 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
           for (int64_t j = 0; j < hidden; ++j) dst[j] += src[j] * weight;
         }
       }
-      if (w.shared_expert.gate.defined()) {
-        Tensor shared = buffer({n, hidden}), gate = buffer({n, 1});
-        swiglu_mlp(h, w.shared_expert, shared);
-        ops::matmul(h, w.shared_expert_gate, gate);
-        ops::sigmoid_gate(gate, shared);
-        ops::add(out, shared, out);
-      }
+      shared_expert(layer, h, w, out);
     }
     ops::add(x, out, x);
   }
@@ -386,7 +392,7 @@ Tensor Qwen35Model::buffer(std::initializer_list<int64_t> shape) const {
 // rows only (at ≤ 8 rows a GEMV that reads only that expert's weights),
 // its outputs are scaled by the routing weights and added to their rows in
 // expert order, as the CPU loop adds them.
-void Qwen35Model::moe_on_device(const Tensor& h, const Qwen35Layer& w, Tensor& out) {
+void Qwen35Model::moe_on_device(int layer, const Tensor& h, const Qwen35Layer& w, Tensor& out) {
   const Qwen35Config& q = ck_.qwen;
   const int64_t n = h.dim(0), hidden = h.dim(1), experts = q.n_experts, top_k = q.experts_per_token;
   Tensor router = buffer({n, experts});
@@ -408,23 +414,42 @@ void Qwen35Model::moe_on_device(const Tensor& h, const Qwen35Layer& w, Tensor& o
   const int64_t total = int64_t(rows.size());
   Tensor in = buffer({total, hidden}), y = buffer({total, hidden});
   ops::gather_rows(h, rows, in);
+  const bool adapted = any_adapts_experts(adapter_rows_, layer);
   for (int64_t e = 0, first = 0; e < experts; ++e) {
     const int64_t m = int64_t(routed[size_t(e)].size());
     if (m == 0) continue;
     Tensor y_e = y.slice(0, first, first + m);
-    swiglu_mlp(in.slice(0, first, first + m), w.experts[size_t(e)], y_e);
+    const Tensor in_e = in.slice(0, first, first + m);
+    const std::span<const int32_t> batch_rows(rows.data() + first, size_t(m));
+    if (adapted)
+      swiglu_mlp(in_e, w.experts[size_t(e)], y_e, [&](Projection p, const Tensor& x_e, Tensor& out_e) {
+        add_expert_lora({.layer = layer, .expert = int(e), .part = p, .batch_rows = batch_rows}, x_e, out_e);
+      });
+    else
+      swiglu_mlp(in_e, w.experts[size_t(e)], y_e);
     first += m;
   }
   ops::scale_rows(y, weights);
   ops::fill(out, 0.0f);
   ops::scatter_add_rows(y, rows, out);
-  if (w.shared_expert.gate.defined()) {
-    Tensor shared = buffer({n, hidden}), gate = buffer({n, 1});
-    swiglu_mlp(h, w.shared_expert, shared);
-    ops::matmul(h, w.shared_expert_gate, gate);
-    ops::sigmoid_gate(gate, shared);
-    ops::add(out, shared, out);
-  }
+  shared_expert(layer, h, w, out);
+}
+
+void Qwen35Model::shared_expert(int layer, const Tensor& h, const Qwen35Layer& w, Tensor& out) {
+  if (!w.shared_expert.gate.defined()) return;
+  const int64_t n = h.dim(0), hidden = h.dim(1);
+  Tensor shared = buffer({n, hidden}), gate = buffer({n, 1});
+  const auto add = [&](Projection p, const Tensor& x, Tensor& y) { add_lora(layer, p, x, y); };
+  swiglu_mlp(h, w.shared_expert, shared, add);
+  ops::matmul(h, w.shared_expert_gate, gate);
+  add_lora(layer, Projection::SharedExpertGate, h, gate);
+  ops::sigmoid_gate(gate, shared);
+  ops::add(out, shared, out);
+}
+
+void Qwen35Model::add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y) {
+  site.n_experts = ck_.qwen.n_experts;
+  add_expert_adapter_rows(adapter_rows_, site, x, y, lora_u_);
 }
 
 }  // namespace brioche::model

@@ -35,9 +35,13 @@ class Qwen35Model final : public Model {
  private:
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
   Tensor buffer(std::initializer_list<int64_t> shape) const;  // f32 zeros on the model's device
-  void moe_on_device(const Tensor& h, const Qwen35Layer& w, Tensor& out);
+  void moe_on_device(int layer, const Tensor& h, const Qwen35Layer& w, Tensor& out);
+  // out += sigmoid(h·w_sgᵀ)·shared_expert(h), with the served adapters' terms (none without a shared expert).
+  void shared_expert(int layer, const Tensor& h, const Qwen35Layer& w, Tensor& out);
   // y += each served adapter's low-rank term of projection p for its rows (x: the projection's input).
   void add_lora(int layer, Projection p, const Tensor& x, Tensor& y);
+  // y += the low-rank term of an expert's part for the expert's rows whose adapter adapts it (x: its gathered input).
+  void add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y);
 
   Qwen35Checkpoint ck_;
   std::vector<float> inv_freq_;            // [rotary_dim / 2]

@@ -3,6 +3,14 @@
 //
 //   y = x·Wᵀ + (x·Aᵀ)·(s·Bᵀ)     on each projection the adapter targets
 //
+// and on a MoE layer's experts (peft's ParamWrapper on experts.gate_up_proj
+// and experts.down_proj: A [E·r, in], B [out, r·E], expert e's A_e the rows
+// e·r .. e·r + r − 1 of A and B_e[o, j] = B[o, j·E + e], so its weight is
+// W_e + s·B_e·A_e; peft's get_delta_weight, einsum "o r e, e r i -> e o i"),
+// for the rows routed to expert e only:
+//
+//   y_e = x·W_eᵀ + (x·A_eᵀ)·(s·B_eᵀ)
+//
 // The factors live on the model's device in f16 (ops/lora_rows.h says
 // why), the scale s folded into bt = s·Bᵀ once. Read from PEFT files by train/adapter_io.h (serving_adapter).
 #pragma once
@@ -24,13 +32,30 @@ class Model;
 // The projections an adapter may target, in PEFT's target-module order
 // (train::Module's): a Llama block's seven, then the Gated DeltaNet's five
 // (Qwen 3.5's linear-attention layers: in_proj_qkv, in_proj_z, in_proj_b,
-// in_proj_a, out_proj).
-enum class Projection : uint8_t { Q, K, V, O, Gate, Up, Down, LinearQkv, LinearZ, LinearB, LinearA, LinearOut };
-inline constexpr int kProjections = 12;
+// in_proj_a, out_proj), then Qwen 3.5 MoE's shared_expert_gate ([1, hidden]).
+// On a Qwen 3.5 MoE layer Gate/Up/Down are its shared expert's (peft's
+// mlp.shared_expert.gate_proj...); the routed experts' factors are apart
+// (ServedAdapter::experts).
+enum class Projection : uint8_t {
+  Q,
+  K,
+  V,
+  O,
+  Gate,
+  Up,
+  Down,
+  LinearQkv,
+  LinearZ,
+  LinearB,
+  LinearA,
+  LinearOut,
+  SharedExpertGate
+};
+inline constexpr int kProjections = 13;
 // The Llama block's seven (Q..Down): what model/blocks.h applies and the
 // CUDA adapter table holds per layer (model/adapter_table.h).
 inline constexpr int kBlockProjections = 7;
-// peft's module name: "q_proj", ..., "down_proj", "in_proj_qkv", ..., "out_proj".
+// peft's module name: "q_proj", ..., "down_proj", "in_proj_qkv", ..., "out_proj", "shared_expert_gate".
 std::string_view projection_name(Projection p);
 
 struct AdapterProjection {
@@ -41,23 +66,31 @@ struct AdapterProjection {
   int64_t out_features() const { return bt.dtype() == DType::Q8_0 ? bt.dim(0) * 32 : bt.dim(1); }
 };
 
+// One expert's factors. gate_up's s·B_eᵀ [r, 2I] is kept as its gate
+// columns and its up columns (peft's gate_up_proj delta is the gate rows,
+// then the up rows), both with A_e (one tensor), so experts that compute
+// gate and up apart (Qwen 3.5) and side by side (Gemma 4) take them alike.
+struct AdapterExpert {
+  AdapterProjection gate, up;  // experts.gate_up_proj; undefined where the adapter leaves it alone
+  AdapterProjection down;      // experts.down_proj; likewise
+};
+
 struct ServedAdapter {
   std::string name;  // the model id requests name it by
   std::string path;  // where it was read from
   uint64_t id = 0;   // unique per load: keys the prefix cache, so rows never share K/V across adapters
   int32_t rank = 0;  // the largest rank over its projections
   std::vector<std::array<AdapterProjection, kProjections>> layers;  // [n_layers]
+  // [n_layers][n_experts]: the MoE experts' factors; a layer's list is empty
+  // where the adapter adapts neither expert parameter there.
+  std::vector<std::vector<AdapterExpert>> experts;
 
   const AdapterProjection* projection(int layer, Projection p) const {
     const AdapterProjection& ap = layers[size_t(layer)][size_t(p)];
     return ap.a.defined() ? &ap : nullptr;
   }
-  size_t bytes() const {
-    size_t n = 0;
-    for (const auto& layer : layers)
-      for (const AdapterProjection& p : layer) n += p.a.defined() ? p.a.nbytes() + p.bt.nbytes() : 0;
-    return n;
-  }
+  bool adapts_experts(int layer) const { return size_t(layer) < experts.size() && !experts[size_t(layer)].empty(); }
+  size_t bytes() const;
 };
 
 // A copy whose factors live on `device` (the same tensors when already there).
@@ -88,6 +121,30 @@ struct AdapterSite {
   int layer = 0;
   Projection projection = Projection::Q;
 };
+
+// One expert of a MoE layer and the batch rows routed to it: row i of the
+// expert's input x [m, in] (gathered) is batch row batch_rows[i], ascending.
+// part is Gate or Up (experts.gate_up_proj's columns) or Down.
+struct ExpertSite {
+  int layer = 0;
+  int expert = 0;
+  int n_experts = 0;  // the model's, which an adapter's expert list must match
+  Projection part = Projection::Gate;
+  std::span<const int32_t> batch_rows;
+};
+
+// Whether any of `rows`' adapters adapts layer's experts (else the MoE block
+// runs as the base's, fused paths included).
+bool any_adapts_experts(std::span<const AdapterRows> rows, int layer);
+
+// y_e += (x·A_eᵀ)·(s·B_eᵀ) of the site's part for the expert's rows whose
+// batch row belongs to an adapter that adapts it (ops::lora_rows_add, one
+// segment per adapter's run of rows); the rest keep y. x [m, in], y [m, out]
+// (a column view is fine), u_scratch f32 [≥ m, ≥ the largest rank]. An
+// adapter with another expert count or factors of another shape fails
+// naming the parameter, the layer and the expert.
+void add_expert_adapter_rows(std::span<const AdapterRows> rows, const ExpertSite& site, const Tensor& x, Tensor& y,
+                             Tensor& u_scratch);
 
 // y += (x·Aᵀ)·(s·Bᵀ) of `site` for the rows of each adapter that targets it
 // (ops::lora_rows_add: one shrink and one expand whatever the mix; rows of

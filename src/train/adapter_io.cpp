@@ -315,44 +315,83 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
   return adapter;
 }
 
+namespace {
+
+// A [r, in] and B [out, r] as the served f16 factors A and s·Bᵀ [r, out].
+model::AdapterProjection served_factors(const Tensor& a, const Tensor& b, float s) {
+  const int64_t r = a.dim(0), in = a.dim(1), out = b.dim(0);
+  const Tensor a32 = copy_f32(a), b32 = copy_f32(b);
+  Tensor a16 = Tensor::zeros(DType::F16, {r, in});
+  Tensor bt = Tensor::zeros(DType::F16, {r, out});  // s·Bᵀ
+  for (int64_t k = 0; k < r; ++k)
+    for (int64_t i = 0; i < in; ++i) a16.row_as<uint16_t>(k)[i] = f32_to_f16(a32.row_as<float>(k)[i]);
+  for (int64_t o = 0; o < out; ++o) {
+    const float* row = b32.row_as<float>(o);
+    for (int64_t k = 0; k < r; ++k) bt.row_as<uint16_t>(k)[o] = f32_to_f16(s * row[k]);
+  }
+  return {.a = a16, .bt = bt};
+}
+
+// Expert e's A_e [r, in] and rows [first_out, first_out + n_out) of B_e [out, r] from an expert parameter's f32
+// factors (lora.h's layout: A [E·r, in], B_e[o, j] = B[o, j·E + e]).
+std::pair<Tensor, Tensor> expert_factors(const LoraFactors& f, int64_t e, int64_t n_experts, int64_t first_out,
+                                         int64_t n_out) {
+  BRIOCHE_CHECK(f.a.dtype() == DType::F32 && f.b.dtype() == DType::F32 && f.a.dim(0) % n_experts == 0 &&
+                    f.b.dim(1) == f.a.dim(0) && first_out + n_out <= f.b.dim(0),
+                "serving_adapter: expert factors A ", f.a.describe(), " and B ", f.b.describe(), " for ", n_experts,
+                " experts (expected f32 A [E·r, in], B [out, r·E])");
+  const int64_t r = f.a.dim(0) / n_experts, in = f.a.dim(1);
+  Tensor a = Tensor::zeros(DType::F32, {r, in}), b = Tensor::zeros(DType::F32, {n_out, r});
+  for (int64_t j = 0; j < r; ++j) std::memcpy(a.row_as<float>(j), f.a.row_as<float>(e * r + j), size_t(in) * 4);
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t j = 0; j < r; ++j) b.row_as<float>(o)[j] = f.b.row_as<float>(first_out + o)[j * n_experts + e];
+  return {a, b};
+}
+
+}  // namespace
+
 std::shared_ptr<model::ServedAdapter> serving_adapter(const LoraAdapter& adapter, Device device) {
-  // Module and Projection name the same projections in the same order.
+  // Module and Projection name the same projections in the same order up to LinearOut; the experts' two
+  // parameters go to ServedAdapter::experts, shared_expert_gate to Projection::SharedExpertGate.
   static_assert(int(Module::Down) == int(model::Projection::Down) &&
-                int(Module::LinearOut) == int(model::Projection::LinearOut) && kServedModules == model::kProjections &&
-                kLlamaModules == model::kBlockProjections);
-  // What the unmerged forward does not apply is refused, never dropped: the MoE experts' factors and Qwen 3.5
-  // MoE's shared expert (its gate/up/down and shared_expert_gate).
-  const bool shared_expert_mlp = adapter.model_config().architecture == "qwen3_5_moe";
-  for (int l = 0; l < adapter.n_layers(); ++l)
-    for (int m = 0; m < kNumModules; ++m) {
-      const Module mod = Module(m);
-      const bool unserved = m >= kServedModules ||
-                            (shared_expert_mlp && (mod == Module::Gate || mod == Module::Up || mod == Module::Down));
-      BRIOCHE_CHECK(
-          !unserved || !adapter.factors(l, mod), "adapter: LoRA on ",
-          m >= kServedModules ? std::string(module_name(mod)) : "the shared expert's " + std::string(module_name(mod)),
-          " (layer ", l, ") is not served unmerged (--lora, --lora-dir, /v1/load_lora_adapter); ",
-          "load it merged with --adapter DIR");
-    }
+                int(Module::LinearOut) == int(model::Projection::LinearOut) &&
+                kServedModules + 1 == model::kProjections && kLlamaModules == model::kBlockProjections &&
+                kNumModules == kServedModules + 3);
   auto served = std::make_shared<model::ServedAdapter>();
   served->rank = adapter.config().rank;
   served->layers.resize(size_t(adapter.n_layers()));
+  served->experts.resize(size_t(adapter.n_layers()));
   const float s = adapter.scale();
+  const auto on_device = [device](model::AdapterProjection p) {
+    return model::AdapterProjection{.a = ops::to_device(p.a, device), .bt = ops::to_device(p.bt, device)};
+  };
   for (int l = 0; l < adapter.n_layers(); ++l) {
-    for (int m = 0; m < kServedModules; ++m) {
-      const LoraFactors* f = adapter.factors(l, Module(m));
-      if (!f) continue;
-      const int64_t r = f->a.dim(0), in = f->a.dim(1), out = f->b.dim(0);
-      const Tensor a32 = copy_f32(f->a);
-      Tensor a = Tensor::zeros(DType::F16, {r, in});
-      Tensor bt = Tensor::zeros(DType::F16, {r, out});  // s·Bᵀ
-      for (int64_t k = 0; k < r; ++k)
-        for (int64_t i = 0; i < in; ++i) a.row_as<uint16_t>(k)[i] = f32_to_f16(a32.row_as<float>(k)[i]);
-      for (int64_t o = 0; o < out; ++o) {
-        const float* b = f->b.row_as<float>(o);
-        for (int64_t k = 0; k < r; ++k) bt.row_as<uint16_t>(k)[o] = f32_to_f16(s * b[k]);
+    for (int m = 0; m < kServedModules; ++m)
+      if (const LoraFactors* f = adapter.factors(l, Module(m)))
+        served->layers[size_t(l)][size_t(m)] = on_device(served_factors(f->a, f->b, s));
+    if (const LoraFactors* f = adapter.factors(l, Module::SharedExpertGate))
+      served->layers[size_t(l)][size_t(model::Projection::SharedExpertGate)] = on_device(served_factors(f->a, f->b, s));
+    const LoraFactors* gate_up = adapter.factors(l, Module::ExpertGateUp);
+    const LoraFactors* down = adapter.factors(l, Module::ExpertDown);
+    if (!gate_up && !down) continue;
+    const int64_t n_experts =
+        std::max(adapter.shapes()(l, Module::ExpertGateUp).experts, adapter.shapes()(l, Module::ExpertDown).experts);
+    std::vector<model::AdapterExpert>& experts = served->experts[size_t(l)];
+    experts.resize(size_t(n_experts));
+    for (int64_t e = 0; e < n_experts; ++e) {
+      model::AdapterExpert& x = experts[size_t(e)];
+      if (gate_up) {
+        // peft's gate_up_proj delta [2I, in]: the gate's I rows, then the up's.
+        const int64_t inter = gate_up->b.dim(0) / 2;
+        const auto [a, b_gate] = expert_factors(*gate_up, e, n_experts, 0, inter);
+        const Tensor b_up = expert_factors(*gate_up, e, n_experts, inter, inter).second;
+        x.gate = on_device(served_factors(a, b_gate, s));
+        x.up = {.a = x.gate.a, .bt = ops::to_device(served_factors(a, b_up, s).bt, device)};
       }
-      served->layers[size_t(l)][size_t(m)] = {.a = ops::to_device(a, device), .bt = ops::to_device(bt, device)};
+      if (down) {
+        auto [a, b] = expert_factors(*down, e, n_experts, 0, down->b.dim(0));
+        x.down = on_device(served_factors(a, b, s));
+      }
     }
   }
   return served;

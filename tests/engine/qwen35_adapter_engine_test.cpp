@@ -55,6 +55,8 @@ std::pair<int64_t, int64_t> projection_shape(const model::Model& m, int layer, P
       return linear ? std::pair{hidden, int64_t(q.linear_v_heads)} : std::pair<int64_t, int64_t>{};
     case Projection::LinearOut:
       return linear ? std::pair{int64_t(q.value_width()), hidden} : std::pair<int64_t, int64_t>{};
+    case Projection::SharedExpertGate:
+      return q.n_experts > 0 ? std::pair{hidden, int64_t(1)} : std::pair<int64_t, int64_t>{};
   }
   return {};
 }

@@ -8,10 +8,9 @@
 //   - written by brioche: the same tensor names, shapes and values as peft's
 //     file (peft's nested ParamWrapper names), and target_parameters in
 //     adapter_config.json; read back equal;
-//   - what is not supported is refused naming it: unmerged serving of
-//     expert or shared-expert factors, LoRA dropout on the experts, an
-//     unknown target_parameters entry, expert tensors without
-//     target_parameters.
+//   - what is not supported is refused naming it: LoRA dropout on the
+//     experts, an unknown target_parameters entry, expert tensors without
+//     target_parameters. (Served unmerged: served_expert_adapter_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -176,7 +175,6 @@ TEST_P(ExpertAdapter, UnsupportedUsesAreRefusedNamingWhat) {
     }
     return "(no error)";
   };
-  EXPECT_NE(message([&] { serving_adapter(*adapter, Device::CPU); }).find("is not served unmerged"), std::string::npos);
   EXPECT_NE(message([&] { adapter->set_dropout(0.1f); }).find("refuses lora_dropout != 0"), std::string::npos);
   LoraConfig with_dropout{.dropout = 0.05f, .targets = {Module::Q, Module::ExpertDown}};
   EXPECT_NE(message([&] { LoraAdapter(config, with_dropout, 1, shapes); }).find("experts.down_proj"),

@@ -197,11 +197,11 @@ TEST_P(Qwen35ServedAdapter, MixedBatchEqualsMergedModels) {
 }
 
 TEST_P(Qwen35ServedAdapter, EveryTargetIsServed) {
-  // serving_adapter keeps all twelve of peft's module names (none is refused
-  // or dropped); a MoE model's gate/up/down are its shared expert's, which
-  // train and merge at load but are refused unmerged, as are the experts'
-  // and shared_expert_gate's factors (the served forward adapts nothing in
-  // the MoE block; an adapter is never served with part of it dropped).
+  // serving_adapter keeps every module peft targets (none is refused or
+  // dropped): the twelve projections, and on a MoE model its shared
+  // expert's gate/up/down (Projection::Gate/Up/Down there), its
+  // shared_expert_gate and the experts' two parameters (ServedAdapter::experts;
+  // served_expert_adapter_test.cpp checks their arithmetic).
   auto m = model::Model::load(fixture(GetParam()));
   const Adapters ad(*m);
   const model::ServedAdapter& s = *ad.served_a;
@@ -217,16 +217,22 @@ TEST_P(Qwen35ServedAdapter, EveryTargetIsServed) {
   if (GetParam() == "moe") {
     const LoraShapes shapes = lora_shapes_of(*m);
     EXPECT_EQ(shapes(1, Module::Gate).in, m->config().hidden_size);
+    const int64_t n_experts = shapes(1, Module::ExpertDown).experts;
     for (Module mod :
          {Module::Gate, Module::Down, Module::ExpertGateUp, Module::ExpertDown, Module::SharedExpertGate}) {
       const auto adapter = random_adapter(*m, {.rank = 4, .alpha = 8, .targets = {Module::Q, mod}}, 13);
-      try {
-        serving_adapter(*adapter, Device::CPU);
-        ADD_FAILURE() << module_name(mod) << " was served unmerged";
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(std::string(module_name(mod)) + " (layer 0) is not served unmerged"),
-                  std::string::npos)
-            << e.what();
+      const auto served_mod = serving_adapter(*adapter, Device::CPU);
+      for (int l = 0; l < m->config().n_layers; ++l) {
+        if (mod == Module::ExpertGateUp || mod == Module::ExpertDown) {
+          ASSERT_EQ(int64_t(served_mod->experts[size_t(l)].size()), n_experts) << module_name(mod);
+          const model::AdapterExpert& e = served_mod->experts[size_t(l)][0];
+          EXPECT_EQ(e.gate.a.defined(), mod == Module::ExpertGateUp);
+          EXPECT_EQ(e.down.a.defined(), mod == Module::ExpertDown);
+        } else {
+          const model::Projection p =
+              mod == Module::SharedExpertGate ? model::Projection::SharedExpertGate : model::Projection(int(mod));
+          EXPECT_NE(served_mod->projection(l, p), nullptr) << module_name(mod) << " of layer " << l;
+        }
       }
     }
   }
