@@ -6,6 +6,7 @@
 #include "cli/common.h"
 #include "cli/subcommands.h"
 #include "core/error.h"
+#include "core/printable.h"
 
 namespace brioche::cli {
 
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
     for (const auto& sub : subcommands) {
       if (sub.app->parsed()) where += " " + sub.app->get_name();
     }
-    std::fprintf(stderr, "brioche: %s (see '%s --help')\n", e.what(), where.c_str());
+    std::fprintf(stderr, "brioche: %s (see '%s --help')\n", printable(e.what()).c_str(), where.c_str());
     return kExitUsage;
   }
   for (const auto& sub : subcommands) {
@@ -39,13 +40,14 @@ int main(int argc, char** argv) {
     try {
       return sub.run();
     } catch (const UsageError& e) {
-      std::fprintf(stderr, "brioche %s: %s\n", sub.app->get_name().c_str(), e.message.c_str());
+      std::fprintf(stderr, "brioche %s: %s\n", sub.app->get_name().c_str(), printable(e.message).c_str());
       return kExitUsage;
     } catch (const Error& e) {
-      std::fprintf(stderr, "brioche %s: %s\n", sub.app->get_name().c_str(), e.what());
+      std::fprintf(stderr, "brioche %s: %s\n", sub.app->get_name().c_str(), printable(e.what()).c_str());
       return kExitFailure;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "brioche %s: unexpected error: %s\n", sub.app->get_name().c_str(), e.what());
+      std::fprintf(stderr, "brioche %s: unexpected error: %s\n", sub.app->get_name().c_str(),
+                   printable(e.what()).c_str());
       return kExitFailure;
     }
   }

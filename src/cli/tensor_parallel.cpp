@@ -6,6 +6,7 @@
 
 #include "cli/workers.h"
 #include "core/error.h"
+#include "core/printable.h"
 #include "model/llama.h"
 #include "model/tensor_parallel.h"
 #include "ops/collective.h"
@@ -51,7 +52,7 @@ std::shared_ptr<model::Model> load_tensor_parallel(const ModelFlags& flags, cons
     try {
       model::run_tensor_parallel_worker(*shard, *collective);
     } catch (const Error& e) {
-      std::fprintf(stderr, "brioche: tensor-parallel rank %d: %s\n", rank, e.what());
+      std::fprintf(stderr, "brioche: tensor-parallel rank %d: %s\n", rank, printable(e.what()).c_str());
       std::fflush(nullptr);
       std::_Exit(kExitFailure);
     }

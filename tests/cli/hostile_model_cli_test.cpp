@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli/run_brioche.h"
@@ -91,6 +93,38 @@ TEST(HostileModelCli, PaddedModelLoads) {
   EXPECT_EQ(o.exit_code, 0) << o.output;
   EXPECT_NE(o.output.find("vocab 64"), std::string::npos) << o.output;
   EXPECT_NE(o.output.find("tokenizer      vocab 60"), std::string::npos) << o.output;
+}
+
+// Errors quote bytes from the files: a model_type decoded from JSON escapes
+// into terminal control bytes (an ESC sequence clears the screen, a carriage
+// return rewrites the line), a key that is not UTF-8 quoted by the JSON
+// parser. They reach the terminal escaped, on one line, naming the file.
+TEST(HostileModelCli, ControlBytesInAnErrorArePrintedEscaped) {
+  TempDir dir;
+  const std::string header = "{}      ";
+  const uint64_t header_len = header.size();
+  std::ofstream st(dir.path / "model.safetensors", std::ios::binary);
+  st.write(reinterpret_cast<const char*>(&header_len), 8);
+  st << header;
+  st.close();
+  struct Case {
+    std::string config, expected, escaped;
+  };
+  const Case cases[] = {
+      {R"({"model_type": "\u001b[2Jevil\r", "architectures": ["LlamaForCausalLM"]})", "unsupported architecture",
+       "'\\x1b[2Jevil\\x0d'"},
+      {"{\"\xff\xfe\": 1}", "config.json: JSON at byte", "\\xff"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(dir.path / "config.json", std::ios::binary | std::ios::trunc) << c.config;
+    for (const char* command : {"info -m ", "run -p hi -n 2 -m "}) {
+      const Outcome o = run_brioche(command + dir.path.string());
+      expect_clean_failure(o, c.expected, command + c.config);
+      for (const char raw : {'\x1b', '\r', '\xff'})
+        EXPECT_EQ(o.output.find(raw), std::string::npos) << command << c.config << ": a raw byte reached the terminal";
+      EXPECT_NE(o.output.find(c.escaped), std::string::npos) << command << c.config << ": " << o.output;
+    }
+  }
 }
 
 }  // namespace
