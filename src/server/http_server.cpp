@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/printable.h"
 #include "server/adapter_registry.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
@@ -913,12 +914,13 @@ App::App(std::shared_ptr<engine::Engine> eng, ServerOptions opts) : engine(std::
     try {
       jobs = std::make_unique<JobsApi>(options.jobs, std::move(jobs_model), adapters.get());
     } catch (const std::exception& e) {  // the server still serves models; only training is off
-      std::fprintf(stderr, "brioche serve: the files and fine-tuning jobs API is off: %s\n", e.what());
+      std::fprintf(stderr, "brioche serve: the files and fine-tuning jobs API is off: %s\n",
+                   printable(e.what()).c_str());
     }
   }
   if (!prompter->template_problem().empty() && !options.quiet)
     std::fprintf(stderr, "brioche serve: the model's chat template is not usable (%s); using the plain chat format\n",
-                 prompter->template_problem().c_str());
+                 printable(prompter->template_problem()).c_str());
   tool_syntax = prompter->has_template() ? tool_syntax_for_template(source)
                                          : ToolSyntax::Hermes;  // the plain format documents Hermes calls
 }
@@ -1003,7 +1005,8 @@ int run_server(const ServerOptions& options) {
   try {
     engine = engine::Engine::load(options.engine);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "brioche serve: cannot load %s: %s\n", options.engine.model_path.c_str(), e.what());
+    std::fprintf(stderr, "brioche serve: cannot load %s: %s\n", options.engine.model_path.c_str(),
+                 printable(e.what()).c_str());
     return 1;
   }
   return serve_until_signal(std::move(engine), options);
@@ -1021,7 +1024,7 @@ int serve_until_signal(std::shared_ptr<engine::Engine> engine, const ServerOptio
     server = std::make_unique<Server>(engine, options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "brioche serve: cannot start (%s:%u): %s\n", options.host.c_str(), unsigned(options.port),
-                 e.what());
+                 printable(e.what()).c_str());
     return 1;
   }
   if (!options.quiet) {
