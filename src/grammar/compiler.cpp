@@ -200,9 +200,11 @@ void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary) {
 // returns to the end of a string (nothing, or the closing quote, left to
 // read), as the rules of a pattern counted in its DFA (one per DFA state
 // and length, SchemaConverter::dfa_rules) are called. A call counts as no
-// byte, a counter's exit as its rounds - 1 (each round of a counted body
-// reads at least one byte): the written-out copies near the bound of a
-// counted repetition are as deep as the bound.
+// byte, except an item rule's (one byte: it reads one item of a length
+// bound, so a layer reached through k item calls is k bytes deep), a
+// counter's exit as its rounds - 1 (each round of a counted body reads at
+// least one byte): the written-out copies near the bound of a counted
+// repetition are as deep as the bound.
 std::vector<int64_t> bytes_into_string(const Automaton& a) {
   const int32_t n = static_cast<int32_t>(a.states.size());
   const size_t rules = a.rule_start.size();
@@ -272,7 +274,9 @@ std::vector<int64_t> bytes_into_string(const Automaton& a) {
     for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) relax(a.byte_edges[e].target, d + 1);
     for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) {
       const RuleEdge& re = a.rule_edges[e];
-      relax(re.target, d);
+      // An item rule reads one item (a character, or a non-empty literal)
+      // before it returns: at least one byte.
+      relax(re.target, re.rule >= a.first_item_rule ? d + 1 : d);
       if (entered[re.rule]) relax(a.rule_start[re.rule], d);
     }
     if (st.counter >= 0) {

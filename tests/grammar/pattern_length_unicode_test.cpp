@@ -77,6 +77,23 @@ TEST(PatternLengthUnicode, Llama3MasksAreExactAcrossTheBounds) {
   EXPECT_GE(walks, 20);
 }
 
+// A layer of the bound lies as many bytes into the string as the items
+// that lead to it, calls of shared item rules included (each reads one
+// character): the layers past the first 32 bytes are left to their first
+// mask (CompileStats::num_deep_states), as the same layers written out are.
+// Counted as no byte, the item calls made every layer look 1-5 bytes deep
+// (CloudFormation's `^...|(\$(\.[\w/_-]+...)*)$` under maxLength 256: 73
+// eager walks of 1-8 ms each).
+// (The bounds of 1024 and 2048 had deep layers before, past their counter;
+// those of 200 and 256, written out whole, had none.)
+TEST(PatternLengthUnicode, LayersPastTheFirstItemsWaitForTheirFirstMask) {
+  for (const auto& c : golden()["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    auto compiled = compile_llama3(c["schema"]);
+    EXPECT_GT(compiled->stats().num_deep_states, 30) << name;
+  }
+}
+
 // A token that starts inside a shared item rule (a multi-byte character),
 // ends the string and goes on into the caller (`…"\n\n`, `。",\n`) is
 // uncertain at the item's call site (the item rule's start has no mask);
