@@ -362,6 +362,7 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
   std::vector<uint32_t> stamp(size, 0);
   std::vector<int32_t> touched, changed, reps, rep_class, split;  // split: classes that lost members this round
   std::vector<std::pair<uint64_t, int32_t>> keyed;                // (round hash, state) of one class's touched
+  std::vector<uint64_t> rep_hash;                                 // round hash of each of reps
   struct Move {
     int32_t state, from, to;
   };
@@ -402,14 +403,22 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
       std::sort(keyed.begin(), keyed.end());  // by hash, then ascending state within a hash
       reps.assign(1, own);
       rep_class.assign(1, c);
+      rep_hash.assign(1, round_hash(own));
       const size_t moves_before = moves.size();
       for (const auto& [h, i] : keyed) {
+        // Equal signatures have equal round hashes, and at most one rep has
+        // i's signature (reps differ pairwise). Reps after the first are
+        // made in ascending hash order (keyed is sorted), so the ones with
+        // hash h are the last few: a class that splits into thousands costs
+        // a comparison or two per state, not one per rep.
         int32_t target = -1;
-        for (size_t g = 0; target < 0 && g < reps.size(); ++g)
-          if (reps[g] == i || same_round_signature(reps[g], i)) target = rep_class[g];
+        if (rep_hash[0] == h && (reps[0] == i || same_round_signature(reps[0], i))) target = rep_class[0];
+        for (size_t g = reps.size(); target < 0 && g-- > 1 && rep_hash[g] == h;)
+          if (same_round_signature(reps[g], i)) target = rep_class[g];
         if (target < 0) {
           reps.push_back(i);
           rep_class.push_back(next_class++);
+          rep_hash.push_back(h);
           target = rep_class.back();
         }
         if (target != c) moves.push_back({i, c, target});
