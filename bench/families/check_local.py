@@ -6,13 +6,17 @@ transformers installed):
    unexpected tensor (the layout is transformers' own);
 2. `brioche run --raw --temp 0 --ignore-eos` prints the text of
    transformers' greedy tokens (16 of them, eos off) for a text prompt;
-3. torch_peer.py's forward (f32 on the CPU) gives transformers' logits for
+3. at every real shape (all layers), make_model.py's tensor names and shapes
+   are those of transformers' model built from the same config.json (on the
+   meta device: nothing allocated);
+4. torch_peer.py's forward (f32 on the CPU) gives transformers' logits for
    a 70-token prompt (past Gemma's window of 8 and Qwen's delta-rule chunk
    of 64) and for 6 decode steps after it.
 
   python3 bench/families/check_local.py --brioche build/cpu/brioche [--work /tmp/h22-families]
 """
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -25,6 +29,41 @@ sys.path.insert(0, HERE)
 import torch_peer  # noqa: E402
 
 SHAPES = ["gemma4-tiny", "gemma4-tiny-keqv", "qwen3.5-tiny", "qwen3.5-moe-tiny"]
+REAL = ["gemma4-e4b", "gemma4-31b", "qwen3.5-9b", "qwen3.5-35b-a3b"]
+
+
+def layout_check(shape, work):
+    """make_model's tensor list against transformers' parameters and persistent buffers for the config."""
+    import json
+
+    from transformers import AutoConfig
+
+    import make_model
+    config = make_model.load_config(shape)
+    d = os.path.join(work, "layout-" + shape)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(d))
+    want = {k: list(v.shape) for k, v in model.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        want.pop("lm_head.weight", None)
+    # Qwen 3.5 MoE: the module holds experts stacked, save_pretrained writes them one by one
+    # (mlp.experts.E.{gate,up,down}_proj.weight, as tests/fixtures/qwen35/moe has them).
+    for k in [k for k in want if k.endswith("mlp.experts.gate_up_proj") and "qwen3_5" in config["model_type"]]:
+        E, two_i, h = want.pop(k)
+        _, _, i = want.pop(k.replace("gate_up_proj", "down_proj"))
+        base = k[: -len("gate_up_proj")]
+        for e in range(E):
+            want.update({f"{base}{e}.gate_proj.weight": [two_i // 2, h], f"{base}{e}.up_proj.weight": [two_i // 2, h],
+                         f"{base}{e}.down_proj.weight": [h, i]})
+    got = {name: shape for name, shape, _ in make_model.tensor_list(config)}
+    assert got == want, (f"{shape}: missing {sorted(set(want) - set(got))[:5]}, extra {sorted(set(got) - set(want))[:5]}, "
+                         f"shapes differ {[(k, got[k], want[k]) for k in got if k in want and got[k] != want[k]][:5]}")
+    n = sum(math.prod(v) for v in got.values())
+    print(f"{shape}: {len(got)} tensors, {n / 1e9:.2f}B values: names and shapes = transformers' ({type(model).__name__})",
+          flush=True)
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
 
@@ -87,6 +126,8 @@ def main():
     ap.add_argument("--work", default="/tmp/h22-families")
     ap.add_argument("--shapes", nargs="*", default=SHAPES)
     a = ap.parse_args()
+    for s in REAL:
+        layout_check(s, a.work)
     for s in a.shapes:
         check(s, a.brioche, a.work)
 

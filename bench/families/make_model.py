@@ -6,8 +6,8 @@ the tensor names and shapes transformers' `Gemma4ForCausalLM` /
 `Qwen3_5ForCausalLM` / `Qwen3_5MoeForCausalLM` save (the text-only layout:
 `model.*`; released checkpoints are multimodal and prefix
 `model.language_model.`, which brioche reads the same way), and the fixture
-tokenizers (tests/fixtures/{gemma4/e2b,qwen35/dense}: 320 / 512 tokens, so
-ids past them have no text; `brioche bench` draws random ids and needs none).
+tokenizers (tests/fixtures/{gemma4/e2b,qwen35/dense}: 320 / 512 tokens),
+their vocabularies filled with "fill<id>" tokens up to the model's rows.
 
 Needs only torch. The safetensors file is written here (8-byte little-endian
 header length, the JSON header padded with spaces to a multiple of 8, then
@@ -102,7 +102,8 @@ def cut_layers(config, n):
 
 
 def gemma4_layer_dims(c, i):
-    over = c.get("per_layer_config", {}).get(str(i), {})
+    # transformers writes the keys zero-padded past 9 layers ("05"): compare them as numbers
+    over = {int(k): v for k, v in c.get("per_layer_config", {}).items()}.get(i, {})
     return over.get("head_dim", c["head_dim"]), over.get("num_key_value_heads", c["num_key_value_heads"])
 
 
@@ -263,6 +264,22 @@ def file_entries(tensors, bits, group):
     return entries, overrides
 
 
+def write_tokenizer(src, out, vocab_size):
+    """The fixture's tokenizer, its BPE vocabulary filled up to the model's rows with tokens "fill<id>"
+    (plain ASCII, which byte-level BPE decodes as itself; no merge makes them, so no text encodes to
+    them): brioche's engine refuses a model whose embedding has far more rows than its tokenizer has
+    ids (untrained rows sampling would pick), and random weights pick any of the 262,144 ids."""
+    shutil.copy(os.path.join(src, "tokenizer_config.json"), os.path.join(out, "tokenizer_config.json"))
+    with open(os.path.join(src, "tokenizer.json")) as f:
+        tok = json.load(f)
+    vocab = tok["model"]["vocab"]
+    used = set(vocab.values()) | {t["id"] for t in tok.get("added_tokens", [])}
+    for i in range(max(used) + 1, vocab_size):
+        vocab[f"fill{i}"] = i
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
 # ------------------------------------------------------------------ writing
 DTYPE_BYTES = {"BF16": 2, "U32": 4}
 
@@ -343,8 +360,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZERS[fam], name), os.path.join(a.out, name))
+    write_tokenizer(TOKENIZERS[fam], a.out, config["vocab_size"])
     size = write_safetensors(os.path.join(a.out, "model.safetensors"), entries, a.device, a.seed)
     with open(os.path.join(a.out, "brioche_shape.json"), "w") as f:
         json.dump({"shape": a.shape, "layers": config["num_hidden_layers"], "real_layers": real_layers,

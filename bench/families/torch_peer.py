@@ -190,10 +190,12 @@ class Gemma4:
             self.inv_freq[t] = torch.cat((f, torch.zeros(hd // 2 - angles))).to(device)
         self.layers = []
         last_of_type = {}
+        # transformers writes per_layer_config's keys zero-padded past 9 layers ("05")
+        per_layer = {int(k): v for k, v in c.get("per_layer_config", {}).items()}
         for i in range(self.L):
             p = f"{pre}layers.{i}."
             t = c["layer_types"][i]
-            over = c.get("per_layer_config", {}).get(str(i), {})
+            over = per_layer.get(i, {})
             hd, kvh = over.get("head_dim", c["head_dim"]), over.get("num_key_value_heads", c["num_key_value_heads"])
             l = dict(type=t, hd=hd, kvh=kvh, shared=i >= self.first_shared,
                      in_norm=v(p + "input_layernorm.weight"), wq=g(p + "self_attn.q_proj.weight"),
@@ -223,9 +225,10 @@ class Gemma4:
 
     def head_dim_of_type(self, t):
         c = self.c
+        per_layer = {int(k): v for k, v in c.get("per_layer_config", {}).items()}
         for i, lt in enumerate(c["layer_types"]):
             if lt == t:
-                return c.get("per_layer_config", {}).get(str(i), {}).get("head_dim", c["head_dim"])
+                return per_layer.get(i, {}).get("head_dim", c["head_dim"])
         return c["head_dim"]
 
     def new_caches(self, B, T):
@@ -584,9 +587,12 @@ def prefill_rate(m, n, reps=3):
         tokens = torch.randint(0, m.c["vocab_size"], (1, n), device=dev)
         sync(dev)
         t0 = time.perf_counter()
-        m.prefill(tokens).argmax(-1).cpu()
+        logits = m.prefill(tokens)
+        logits.argmax(-1).cpu()
         if r:
             times.append(time.perf_counter() - t0)
+        elif not torch.isfinite(logits).all():
+            print("torch_peer: NOT FINITE: the prompt's last logits hold NaN or Inf", flush=True)
     t = sorted(times)[len(times) // 2]
     return n / t, 1e3 * t
 
