@@ -12,16 +12,22 @@
 #
 # Environment: OUT (logs and table; default /tmp/families_out), FAMILIES_WORK
 # (where models are written, one at a time, deleted after; default
+# /dev/shm/brioche_families when /dev/shm has 40 GB free, else
 # /tmp/brioche_families), FAMILIES_BUDGET_S (shapes not started once this
-# many seconds have passed are skipped and listed; default 420),
+# many seconds have passed are skipped and listed; default 400; each
+# command also has a time limit, so one hang costs minutes, not the call),
 # FAMILIES_SHAPES (a subset of the plan's names, space-separated).
-set -u
+set -u -o pipefail
 bin=${1:?usage: run_gpu.sh BRIOCHE_BIN [--cpu]}
 mode=${2:-gpu}
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/families_out}
-work=${FAMILIES_WORK:-/tmp/brioche_families}
-budget=${FAMILIES_BUDGET_S:-420}
+# Models go to /dev/shm when it has room (memory speed, and brioche's mmap shares the pages), else /tmp.
+shm_free_gb=$(df -BG --output=avail /dev/shm 2> /dev/null | tail -1 | tr -dc 0-9)
+default_work=/tmp/brioche_families
+[ "${shm_free_gb:-0}" -gt 40 ] && default_work=/dev/shm/brioche_families
+work=${FAMILIES_WORK:-$default_work}
+budget=${FAMILIES_BUDGET_S:-400}
 mkdir -p "$out" "$work"
 export LD_LIBRARY_PATH=$(dirname "$(readlink -f "$bin")")/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 table=$out/table.md
@@ -62,9 +68,9 @@ threads=()
 # vocabulary, so finite values mean finite logits everywhere.
 nan_check() {
   local port=$(( 18000 + RANDOM % 2000 )) pid i
-  "$bin" serve -m "$1" --device "$device" "${threads[@]}" --port $port --ctx 512 > "$2.serve.log" 2>&1 &
+  timeout 150 "$bin" serve -m "$1" --device "$device" "${threads[@]}" --port $port --ctx 512 > "$2.serve.log" 2>&1 &
   pid=$!
-  for i in $(seq 600); do curl -sf localhost:$port/health > /dev/null && break; kill -0 $pid 2> /dev/null || break; sleep 0.2; done
+  for i in $(seq 500); do curl -sf localhost:$port/health > /dev/null && break; kill -0 $pid 2> /dev/null || break; sleep 0.2; done
   curl -s localhost:$port/v1/completions -H 'Content-Type: application/json' \
     -d '{"prompt": [2, 100, 200, 300, 40, 50, 60, 70], "max_tokens": 4, "temperature": 0, "logprobs": 1}' \
     > "$2.nan.json" 2>&1
@@ -99,24 +105,30 @@ for entry in "${plan[@]}"; do
   dir=$work/$name
   rm -rf "$dir"
   layer_arg=(); [ "$layers" != 0 ] && layer_arg=(--layers "$layers")
-  if ! python3 "$here/make_model.py" --shape "$shape" --out "$dir" --bits "$bits" "${layer_arg[@]}" \
+  if ! timeout 180 python3 "$here/make_model.py" --shape "$shape" --out "$dir" --bits "$bits" "${layer_arg[@]}" \
       2>&1 | tee "$out/$name.make.log"; then
     echo "| $name | | | make_model failed: $out/$name.make.log | | | | | |" >> "$table"; continue
   fi
   real=$(python3 -c "import json; s = json.load(open('$dir/brioche_shape.json')); print(f\"{s['layers']}/{s['real_layers']}\")")
   weights=$([ "$bits" = 0 ] && echo bf16 || echo "affine${bits}_g64")
-  # Prefill alone (its cache holds one sequence of the prompt), then decode at 1 and at $batch rows
-  # (a cache of 64 x 8,192 positions would not fit beside a 31B layer's K/V).
+  rm -f "$out/$name.bench_pp.log"
+  # One call: prefill, then decode at 1 and at $batch rows (its cache holds $batch sequences of the
+  # prompt's length: 38 GB at most, for gemma4-31b-L12); if that fails, prefill and decode apart.
   t0=$SECONDS
-  "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p "$prefill" -n 1 -b 1 -r 2 > "$out/$name.bench_pp.log" 2>&1
-  "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p 16 -n "$decode" -b 1 -b "$batch" -r 2 \
-    > "$out/$name.bench_tg.log" 2>&1
-  cat "$out/$name.bench_pp.log" "$out/$name.bench_tg.log" | grep -E "^\||model:|error|Error" | grep -v "pp 16 \|tg 1 "
+  if ! timeout 240 "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p "$prefill" -n "$decode" -b 1 -b "$batch" -r 2 \
+      > "$out/$name.bench_tg.log" 2>&1; then
+    echo "   brioche bench in one call failed ($(tail -1 "$out/$name.bench_tg.log")): prefill and decode apart"
+    timeout 120 "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p "$prefill" -n 1 -b 1 -r 2 > "$out/$name.bench_pp.log" 2>&1
+    timeout 120 "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p 16 -n "$decode" -b 1 -b "$batch" -r 2 \
+      > "$out/$name.bench_tg.log" 2>&1
+  fi
+  touch "$out/$name.bench_pp.log"
+  cat "$out/$name.bench_pp.log" "$out/$name.bench_tg.log" | grep -E "^\||model:|error|Error" | grep -v "pp 16 \|tg 1 \|---\|tokens/s"
   echo "   brioche bench: $(( SECONDS - t0 )) s"
   echo "   NaN check: $(nan_check "$dir" "$out/$name")"
   if [ "$bits" = 0 ]; then
     t0=$SECONDS
-    python3 "$here/torch_peer.py" --model "$dir" --device "$device" --prefill "$prefill" --decode "$decode" \
+    timeout 240 python3 "$here/torch_peer.py" --model "$dir" --device "$device" --prefill "$prefill" --decode "$decode" \
       --batch "$batch" --batch-steps "$decode" > "$out/$name.peer.log" 2>&1
     grep -E "^\||torch_peer|Error|error" "$out/$name.peer.log" | tail -6
     echo "   torch peer: $(( SECONDS - t0 )) s"
