@@ -186,12 +186,6 @@ void Gemma4Model::add_lora(int layer, Projection p, const Tensor& x, Tensor& y) 
   add_adapter_rows(adapter_rows_, {.layer = layer, .projection = p}, x, y, u);
 }
 
-void Gemma4Model::add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y) {
-  site.n_experts = ck_.config.n_experts;
-  Tensor u = buf_.lora_u.rows(x.dim(0), adapter_rank_);
-  add_expert_adapter_rows(adapter_rows_, site, x, y, u);
-}
-
 void Gemma4Model::attention(int layer, const ForwardBatch& batch,
                             std::span<const ops::AttentionSequence> main_sequences,
                             std::span<const ops::AttentionSequence> window_sequences, KvCache& cache, Tensor& x) {
@@ -280,10 +274,8 @@ void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
   // The experts read RMSNorm(x, pre_feedforward_layernorm_2).
   ops::rms_norm(x, lw.pre_ffn_norm_2, g.base.rms_eps, routed);
   ops::fill(out, 0.0f);
-  // Rows of adapters with expert factors take the expert loop below (their
-  // low-rank terms go on each expert's gathered rows).
-  const bool adapted = any_adapts_experts(adapter_rows_, layer);
-  if (device_ != Device::CPU && n <= kExpertMatmulRows && !adapted) {
+  if (any_adapts_experts(adapter_rows_, layer)) return experts_with_adapters(layer, routed, route, out);
+  if (device_ != Device::CPU && n <= kExpertMatmulRows) {
     // Decode rows on the device: every (row, expert) pair in one
     // ops::expert_matmul per projection, which reads only the chosen
     // experts' weights. A row's pairs in ascending expert order, added to
@@ -333,17 +325,57 @@ void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
     Tensor y = buf_.expert_out.rows(m, hidden);
     ops::gather_rows(routed, rows, in);
     ops::matmul(in, lw.experts_gate_up.select(e), gate_up);
-    Tensor gate = gate_up.slice(1, 0, I), up = gate_up.slice(1, I, 2 * I);
-    if (adapted) {
-      add_expert_lora({.layer = layer, .expert = e, .part = Projection::Gate, .batch_rows = rows}, in, gate);
-      add_expert_lora({.layer = layer, .expert = e, .part = Projection::Up, .batch_rows = rows}, in, up);
-    }
-    ops::gelu_tanh_mul(gate, up, act);
+    ops::gelu_tanh_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act);
     ops::matmul(act, lw.experts_down.select(e), y);
-    if (adapted) add_expert_lora({.layer = layer, .expert = e, .part = Projection::Down, .batch_rows = rows}, act, y);
     ops::scale_rows(y, weights);
     ops::scatter_add_rows(y, rows, out);
   }
+}
+
+void Gemma4Model::experts_with_adapters(int layer, const Tensor& routed, const ops::MoeRouting& route, Tensor& out) {
+  const Gemma4Config& g = ck_.config;
+  const Gemma4LayerWeights& lw = ck_.weights.layers[size_t(layer)];
+  const int64_t n = routed.dim(0), hidden = g.base.hidden_size, I = g.moe_intermediate_size;
+  // (row, weight) pairs grouped by expert, rows ascending in each: expert e's are [first[e], first[e + 1]).
+  std::vector<int32_t> rows;
+  std::vector<float> weights;
+  std::vector<int64_t> first(size_t(g.n_experts) + 1, 0);
+  for (int e = 0; e < g.n_experts; ++e) {
+    first[size_t(e)] = int64_t(rows.size());
+    for (int64_t r = 0; r < n; ++r)
+      for (int k = 0; k < route.top_k; ++k)
+        if (route.expert[size_t(r * route.top_k + k)] == e) {
+          rows.push_back(int32_t(r));
+          weights.push_back(route.weight[size_t(r * route.top_k + k)]);
+        }
+  }
+  first.back() = int64_t(rows.size());
+  const int64_t total = int64_t(rows.size());
+  Tensor in = buf_.expert_in.rows(total, hidden);
+  Tensor gate_up = buf_.expert_gate_up.rows(total, 2 * I);  // [total, 2I]: gate columns, then up
+  Tensor act = buf_.expert_act.rows(total, I);
+  Tensor y = buf_.expert_out.rows(total, hidden);
+  Tensor u = buf_.lora_u.rows(total, adapter_rank_);
+  ops::gather_rows(routed, rows, in);
+  const auto each_expert = [&](auto&& run) {
+    for (int e = 0; e < g.n_experts; ++e)
+      if (first[size_t(e) + 1] > first[size_t(e)]) run(e, first[size_t(e)], first[size_t(e) + 1]);
+  };
+  each_expert([&](int e, int64_t begin, int64_t end) {
+    Tensor gu = gate_up.slice(0, begin, end);
+    ops::matmul(in.slice(0, begin, end), lw.experts_gate_up.select(e), gu);
+  });
+  Tensor gate = gate_up.slice(1, 0, I), up = gate_up.slice(1, I, 2 * I);
+  const ExpertRows layout{.layer = layer, .batch_rows = rows, .expert_first = first};
+  add_expert_gate_up_adapter_rows(adapter_rows_, layout, in, gate, up, u);
+  ops::gelu_tanh_mul(gate, up, act);
+  each_expert([&](int e, int64_t begin, int64_t end) {
+    Tensor y_e = y.slice(0, begin, end);
+    ops::matmul(act.slice(0, begin, end), lw.experts_down.select(e), y_e);
+  });
+  add_expert_adapter_rows(adapter_rows_, layout, Projection::Down, act, y, u);
+  ops::scale_rows(y, weights);
+  ops::scatter_add_rows(y, rows, out);
 }
 
 void Gemma4Model::mlp(int layer, Tensor& x) {

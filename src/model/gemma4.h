@@ -11,6 +11,10 @@
 #include "model/served_adapter.h"
 #include "ops/attention.h"
 
+namespace brioche::ops {
+struct MoeRouting;
+}
+
 namespace brioche::model {
 
 // Not reentrant: forward reuses its scratch buffers (one engine thread owns a model).
@@ -54,10 +58,12 @@ class Gemma4Model final : public Model {
   void mlp(int layer, Tensor& x);
   // The MoE block's expert half: out = Σ_k weight_k · expert_k(rms_norm(x)).
   void experts(int layer, const Tensor& x, Tensor& out);
+  // experts() for a batch with served adapters that adapt this layer's experts: the routed rows gathered by
+  // expert once, each expert's matmuls on its rows, then each part's low-rank terms for every expert's adapter
+  // rows in one call (ExpertRows); out = Σ_k weight_k · y (routed: the experts' normed input).
+  void experts_with_adapters(int layer, const Tensor& routed, const ops::MoeRouting& route, Tensor& out);
   // y += each served adapter's low-rank term of projection p for its rows (x: the projection's input).
   void add_lora(int layer, Projection p, const Tensor& x, Tensor& y);
-  // y += the low-rank term of an expert's part for the expert's rows whose adapter adapts it (x: its gathered input).
-  void add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y);
   // (proj(x)·hidden^−½ normed per layer + √P·embed_per_layer(tokens))·2^−½: [n, L·P]
   Tensor per_layer_inputs(const ForwardBatch& batch, const Tensor& x);
 

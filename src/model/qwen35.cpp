@@ -333,29 +333,39 @@ void Qwen35Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
         for (int64_t i = 0; i < top_k; ++i)
           routed[size_t(routing.expert[size_t(r * top_k + i)])].push_back({r, routing.weight[size_t(r * top_k + i)]});
       std::fill_n(out.data_as<float>(), n * hidden, 0.0f);
-      const bool adapted = any_adapts_experts(adapter_rows_, layer);
-      std::vector<int32_t> batch_rows;
-      for (int64_t e = 0; e < experts; ++e) {
-        const auto& rows = routed[size_t(e)];
-        if (rows.empty()) continue;
-        const int64_t m = int64_t(rows.size());
-        Tensor in = buffer({m, hidden}), y = buffer({m, hidden});
-        batch_rows.clear();
-        for (int64_t i = 0; i < m; ++i) {
-          std::copy_n(h.row_as<float>(rows[size_t(i)].first), hidden, in.row_as<float>(i));
-          batch_rows.push_back(int32_t(rows[size_t(i)].first));
-        }
-        if (adapted)
-          swiglu_mlp(in, w.experts[size_t(e)], y, [&](Projection p, const Tensor& x_e, Tensor& y_e) {
-            add_expert_lora({.layer = layer, .expert = int(e), .part = p, .batch_rows = batch_rows}, x_e, y_e);
-          });
-        else
-          swiglu_mlp(in, w.experts[size_t(e)], y);
-        for (int64_t i = 0; i < m; ++i) {
+      // out[row] += weight · y[i] for each of the expert's rows, experts in order.
+      const auto accumulate = [&](const std::vector<std::pair<int64_t, float>>& rows, const Tensor& y) {
+        for (int64_t i = 0; i < int64_t(rows.size()); ++i) {
           float* dst = out.row_as<float>(rows[size_t(i)].first);
           const float* src = y.row_as<float>(i);
           const float weight = rows[size_t(i)].second;
           for (int64_t j = 0; j < hidden; ++j) dst[j] += src[j] * weight;
+        }
+      };
+      if (any_adapts_experts(adapter_rows_, layer)) {
+        // The routed rows gathered by expert once (ExpertRows), the experts with the adapters' terms.
+        std::vector<int32_t> rows;
+        std::vector<int64_t> first;
+        for (const auto& expert_rows : routed) {
+          first.push_back(int64_t(rows.size()));
+          for (const auto& [row, weight] : expert_rows) rows.push_back(int32_t(row));
+        }
+        first.push_back(int64_t(rows.size()));
+        Tensor in = buffer({int64_t(rows.size()), hidden}), y = buffer({int64_t(rows.size()), hidden});
+        ops::gather_rows(h, rows, in);
+        routed_experts_with_adapters(layer, w, {.layer = layer, .batch_rows = rows, .expert_first = first}, in, y);
+        for (int64_t e = 0; e < experts; ++e)
+          accumulate(routed[size_t(e)], y.slice(0, first[size_t(e)], first[size_t(e) + 1]));
+      } else {
+        for (int64_t e = 0; e < experts; ++e) {
+          const auto& rows = routed[size_t(e)];
+          if (rows.empty()) continue;
+          const int64_t m = int64_t(rows.size());
+          Tensor in = buffer({m, hidden}), y = buffer({m, hidden});
+          for (int64_t i = 0; i < m; ++i)
+            std::copy_n(h.row_as<float>(rows[size_t(i)].first), hidden, in.row_as<float>(i));
+          swiglu_mlp(in, w.experts[size_t(e)], y);
+          accumulate(rows, y);
         }
       }
       shared_expert(layer, h, w, out);
@@ -414,20 +424,19 @@ void Qwen35Model::moe_on_device(int layer, const Tensor& h, const Qwen35Layer& w
   const int64_t total = int64_t(rows.size());
   Tensor in = buffer({total, hidden}), y = buffer({total, hidden});
   ops::gather_rows(h, rows, in);
-  const bool adapted = any_adapts_experts(adapter_rows_, layer);
-  for (int64_t e = 0, first = 0; e < experts; ++e) {
-    const int64_t m = int64_t(routed[size_t(e)].size());
-    if (m == 0) continue;
-    Tensor y_e = y.slice(0, first, first + m);
-    const Tensor in_e = in.slice(0, first, first + m);
-    const std::span<const int32_t> batch_rows(rows.data() + first, size_t(m));
-    if (adapted)
-      swiglu_mlp(in_e, w.experts[size_t(e)], y_e, [&](Projection p, const Tensor& x_e, Tensor& out_e) {
-        add_expert_lora({.layer = layer, .expert = int(e), .part = p, .batch_rows = batch_rows}, x_e, out_e);
-      });
-    else
-      swiglu_mlp(in_e, w.experts[size_t(e)], y_e);
-    first += m;
+  if (any_adapts_experts(adapter_rows_, layer)) {
+    std::vector<int64_t> first;
+    for (int64_t e = 0, at = 0; e < experts; at += int64_t(routed[size_t(e)].size()), ++e) first.push_back(at);
+    first.push_back(total);
+    routed_experts_with_adapters(layer, w, {.layer = layer, .batch_rows = rows, .expert_first = first}, in, y);
+  } else {
+    for (int64_t e = 0, first = 0; e < experts; ++e) {
+      const int64_t m = int64_t(routed[size_t(e)].size());
+      if (m == 0) continue;
+      Tensor y_e = y.slice(0, first, first + m);
+      swiglu_mlp(in.slice(0, first, first + m), w.experts[size_t(e)], y_e);
+      first += m;
+    }
   }
   ops::scale_rows(y, weights);
   ops::fill(out, 0.0f);
@@ -447,9 +456,29 @@ void Qwen35Model::shared_expert(int layer, const Tensor& h, const Qwen35Layer& w
   ops::add(out, shared, out);
 }
 
-void Qwen35Model::add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y) {
-  site.n_experts = ck_.qwen.n_experts;
-  add_expert_adapter_rows(adapter_rows_, site, x, y, lora_u_);
+void Qwen35Model::routed_experts_with_adapters(int layer, const Qwen35Layer& w, const ExpertRows& rows,
+                                               const Tensor& in, Tensor& y) {
+  const int64_t total = in.dim(0), inter = ck_.qwen.expert_intermediate;
+  Tensor gate = buffer({total, inter}), up = buffer({total, inter});
+  Tensor u = buffer({total, std::max<int64_t>(lora_u_.dim(1), 1)});
+  const auto each_expert = [&](auto&& run) {
+    for (size_t e = 0; e + 1 < rows.expert_first.size(); ++e)
+      if (rows.expert_first[e + 1] > rows.expert_first[e])
+        run(w.experts[e], rows.expert_first[e], rows.expert_first[e + 1]);
+  };
+  each_expert([&](const Qwen35Mlp& expert, int64_t begin, int64_t end) {
+    Tensor gate_e = gate.slice(0, begin, end), up_e = up.slice(0, begin, end);
+    const Tensor in_e = in.slice(0, begin, end);
+    ops::matmul(in_e, expert.gate, gate_e);
+    ops::matmul(in_e, expert.up, up_e);
+  });
+  add_expert_gate_up_adapter_rows(adapter_rows_, rows, in, gate, up, u);
+  ops::swiglu(gate, up, gate);
+  each_expert([&](const Qwen35Mlp& expert, int64_t begin, int64_t end) {
+    Tensor y_e = y.slice(0, begin, end);
+    ops::matmul(gate.slice(0, begin, end), expert.down, y_e);
+  });
+  add_expert_adapter_rows(adapter_rows_, rows, Projection::Down, gate, y, u);
 }
 
 }  // namespace brioche::model

@@ -40,8 +40,10 @@ class Qwen35Model final : public Model {
   void shared_expert(int layer, const Tensor& h, const Qwen35Layer& w, Tensor& out);
   // y += each served adapter's low-rank term of projection p for its rows (x: the projection's input).
   void add_lora(int layer, Projection p, const Tensor& x, Tensor& y);
-  // y += the low-rank term of an expert's part for the expert's rows whose adapter adapts it (x: its gathered input).
-  void add_expert_lora(ExpertSite site, const Tensor& x, Tensor& y);
+  // y = expert_e(in) for each expert's rows (in, y [total, hidden]: the routed rows gathered by expert), with
+  // the served adapters' expert terms (gate/up, then down: one call each for every expert's adapter rows).
+  void routed_experts_with_adapters(int layer, const Qwen35Layer& w, const ExpertRows& rows, const Tensor& in,
+                                    Tensor& y);
 
   Qwen35Checkpoint ck_;
   std::vector<float> inv_freq_;            // [rotary_dim / 2]

@@ -52,38 +52,67 @@ bool any_adapts_experts(std::span<const AdapterRows> rows, int layer) {
                      [layer](const AdapterRows& r) { return r.adapter->adapts_experts(layer); });
 }
 
-void add_expert_adapter_rows(std::span<const AdapterRows> rows, const ExpertSite& site, const Tensor& x, Tensor& y,
-                             Tensor& u_scratch) {
-  BRIOCHE_CHECK(site.part == Projection::Gate || site.part == Projection::Up || site.part == Projection::Down,
-                "add_expert_adapter_rows: an expert's part is its gate, up or down, got ", projection_name(site.part));
-  const std::span<const int32_t> batch_rows = site.batch_rows;
+namespace {
+
+// The lora_rows_add segments of `part` for every expert's rows (ExpertRows) of the adapters that adapt it,
+// ascending; x and y give the shapes the factors must map.
+std::vector<ops::LoraRows> expert_segments(std::span<const AdapterRows> rows, const ExpertRows& experts,
+                                           Projection part, const Tensor& x, const Tensor& y) {
+  BRIOCHE_CHECK(part == Projection::Gate || part == Projection::Up || part == Projection::Down,
+                "add_expert_adapter_rows: an expert's part is its gate, up or down, got ", projection_name(part));
+  const int64_t n_experts = int64_t(experts.expert_first.size()) - 1;
+  BRIOCHE_CHECK(n_experts >= 1 && experts.expert_first.back() == int64_t(experts.batch_rows.size()),
+                "add_expert_adapter_rows: expert_first must hold n_experts + 1 offsets ending at the ",
+                experts.batch_rows.size(), " rows");
   std::vector<ops::LoraRows> segments;
   for (const AdapterRows& r : rows) {
-    if (!r.adapter->adapts_experts(site.layer)) continue;
-    const std::vector<AdapterExpert>& experts = r.adapter->experts[size_t(site.layer)];
-    BRIOCHE_CHECK(int(experts.size()) == site.n_experts, "forward: served adapter '", r.adapter->name, "''s ",
-                  expert_parameter_name(site.part), " of layer ", site.layer, " has factors for ", experts.size(),
-                  " experts, the model ", site.n_experts, " (an adapter for another model?)");
-    const AdapterProjection& ap = expert_part(experts[size_t(site.expert)], site.part);
-    if (!ap.a.defined()) continue;
-    BRIOCHE_CHECK(ap.in_features() == x.dim(1) && ap.out_features() == y.dim(1), "forward: served adapter '",
-                  r.adapter->name, "''s ", expert_parameter_name(site.part), " of layer ", site.layer, " (expert ",
-                  site.expert,
-                  site.part == Projection::Down   ? ""
-                  : site.part == Projection::Gate ? ", gate"
-                                                  : ", up",
-                  ") maps ", ap.in_features(), " to ", ap.out_features(), " features, the model's ", x.dim(1), " to ",
-                  y.dim(1), " (an adapter for another model?)");
-    // The expert's rows from this adapter's run of batch rows: one range, as both are ascending.
-    const auto first = std::lower_bound(batch_rows.begin(), batch_rows.end(), r.first_row);
-    const auto last = std::lower_bound(first, batch_rows.end(), r.first_row + r.n_rows);
-    if (first == last) continue;
-    segments.push_back(
-        {.first_row = int32_t(first - batch_rows.begin()), .n_rows = int32_t(last - first), .a = &ap.a, .bt = &ap.bt});
+    if (!r.adapter->adapts_experts(experts.layer)) continue;
+    const std::vector<AdapterExpert>& factors = r.adapter->experts[size_t(experts.layer)];
+    BRIOCHE_CHECK(int64_t(factors.size()) == n_experts, "forward: served adapter '", r.adapter->name, "''s ",
+                  expert_parameter_name(part), " of layer ", experts.layer, " has factors for ", factors.size(),
+                  " experts, the model ", n_experts, " (an adapter for another model?)");
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const AdapterProjection& ap = expert_part(factors[size_t(e)], part);
+      if (!ap.a.defined()) continue;
+      BRIOCHE_CHECK(ap.in_features() == x.dim(1) && ap.out_features() == y.dim(1), "forward: served adapter '",
+                    r.adapter->name, "''s ", expert_parameter_name(part), " of layer ", experts.layer, " (expert ", e,
+                    part == Projection::Down   ? ""
+                    : part == Projection::Gate ? ", gate"
+                                               : ", up",
+                    ") maps ", ap.in_features(), " to ", ap.out_features(), " features, the model's ", x.dim(1), " to ",
+                    y.dim(1), " (an adapter for another model?)");
+      // The expert's rows from this adapter's run of batch rows: one range, as both ascend.
+      const auto begin = experts.batch_rows.begin() + experts.expert_first[size_t(e)];
+      const auto end = experts.batch_rows.begin() + experts.expert_first[size_t(e + 1)];
+      const auto first = std::lower_bound(begin, end, r.first_row);
+      const auto last = std::lower_bound(first, end, r.first_row + r.n_rows);
+      if (first == last) continue;
+      segments.push_back({.first_row = int32_t(first - experts.batch_rows.begin()),
+                          .n_rows = int32_t(last - first),
+                          .a = &ap.a,
+                          .bt = &ap.bt});
+    }
   }
   std::sort(segments.begin(), segments.end(),
             [](const ops::LoraRows& a, const ops::LoraRows& b) { return a.first_row < b.first_row; });
+  return segments;
+}
+
+}  // namespace
+
+void add_expert_adapter_rows(std::span<const AdapterRows> rows, const ExpertRows& experts, Projection part,
+                             const Tensor& x, Tensor& y, Tensor& u_scratch) {
+  const std::vector<ops::LoraRows> segments = expert_segments(rows, experts, part, x, y);
   if (!segments.empty()) ops::lora_rows_add(x, segments, y, u_scratch);
+}
+
+void add_expert_gate_up_adapter_rows(std::span<const AdapterRows> rows, const ExpertRows& experts, const Tensor& x,
+                                     Tensor& gate, Tensor& up, Tensor& u_scratch) {
+  const std::vector<ops::LoraRows> gate_segments = expert_segments(rows, experts, Projection::Gate, x, gate);
+  const std::vector<ops::LoraRows> up_segments = expert_segments(rows, experts, Projection::Up, x, up);
+  if (gate_segments.empty() && up_segments.empty()) return;
+  const ops::LoraRowsPart parts[] = {{.segments = gate_segments, .y = &gate}, {.segments = up_segments, .y = &up}};
+  ops::lora_rows_add_group(x, parts, u_scratch);
 }
 
 void add_adapter_rows(std::span<const AdapterRows> rows, AdapterSite site, const Tensor& x, Tensor& y,

@@ -122,29 +122,31 @@ struct AdapterSite {
   Projection projection = Projection::Q;
 };
 
-// One expert of a MoE layer and the batch rows routed to it: row i of the
-// expert's input x [m, in] (gathered) is batch row batch_rows[i], ascending.
-// part is Gate or Up (experts.gate_up_proj's columns) or Down.
-struct ExpertSite {
+// A MoE layer's routed rows gathered by expert: expert e's are rows
+// [expert_first[e], expert_first[e + 1]) of the experts' inputs and outputs,
+// and row i is batch row batch_rows[i] (ascending within an expert).
+struct ExpertRows {
   int layer = 0;
-  int expert = 0;
-  int n_experts = 0;  // the model's, which an adapter's expert list must match
-  Projection part = Projection::Gate;
-  std::span<const int32_t> batch_rows;
+  std::span<const int32_t> batch_rows;    // [total]
+  std::span<const int64_t> expert_first;  // [n_experts + 1]: the model's expert count, which an adapter's must match
 };
 
 // Whether any of `rows`' adapters adapts layer's experts (else the MoE block
 // runs as the base's, fused paths included).
 bool any_adapts_experts(std::span<const AdapterRows> rows, int layer);
 
-// y_e += (x·A_eᵀ)·(s·B_eᵀ) of the site's part for the expert's rows whose
-// batch row belongs to an adapter that adapts it (ops::lora_rows_add, one
-// segment per adapter's run of rows); the rest keep y. x [m, in], y [m, out]
-// (a column view is fine), u_scratch f32 [≥ m, ≥ the largest rank]. An
-// adapter with another expert count or factors of another shape fails
-// naming the parameter, the layer and the expert.
-void add_expert_adapter_rows(std::span<const AdapterRows> rows, const ExpertSite& site, const Tensor& x, Tensor& y,
-                             Tensor& u_scratch);
+// y_e += (x·A_eᵀ)·(s·B_eᵀ) of `part` (Down, or Gate / Up: experts.gate_up_proj's
+// columns) for every expert's rows whose batch row belongs to an adapter that
+// adapts it, in one ops::lora_rows_add (a segment per expert and adapter
+// run); the rest keep y. x [total, in], y [total, out] (a column view is
+// fine), u_scratch f32 [≥ total, ≥ the largest rank]. An adapter with
+// another expert count or factors of another shape fails naming the
+// parameter, the layer and the expert.
+void add_expert_adapter_rows(std::span<const AdapterRows> rows, const ExpertRows& experts, Projection part,
+                             const Tensor& x, Tensor& y, Tensor& u_scratch);
+// The gate's and the up's terms (one x) in one ops::lora_rows_add_group.
+void add_expert_gate_up_adapter_rows(std::span<const AdapterRows> rows, const ExpertRows& experts, const Tensor& x,
+                                     Tensor& gate, Tensor& up, Tensor& u_scratch);
 
 // y += (x·Aᵀ)·(s·Bᵀ) of `site` for the rows of each adapter that targets it
 // (ops::lora_rows_add: one shrink and one expand whatever the mix; rows of
