@@ -105,13 +105,18 @@ def check(shape, brioche, work):
         gen = model.generate(prompt, max_new_tokens=6, do_sample=False, min_new_tokens=6)
         ref = model(gen).logits[0].float()  # every position's logits
         peer = torch_peer.load_model(d, torch.device("cpu"), torch.float32)
-        peer.new_caches(1, gen.shape[1] + 4)
-        rows = [peer.prefill(prompt)[0]]
-        pos = torch.tensor([prompt.shape[1]])
-        for j in range(prompt.shape[1], gen.shape[1]):
-            rows.append(peer.decode(gen[:, j:j + 1], pos)[0])
-            pos += 1
-    got = torch.stack(rows)
+        paths = [False, True] if getattr(peer, "moe", False) else [False]  # MoE: the loop and the grouped GEMM
+        for grouped in paths:
+            peer.grouped_mm = grouped
+            peer.new_caches(1, gen.shape[1] + 4)
+            rows = [peer.prefill(prompt)[0]]
+            pos = torch.tensor([prompt.shape[1]])
+            for j in range(prompt.shape[1], gen.shape[1]):
+                rows.append(peer.decode(gen[:, j:j + 1], pos)[0])
+                pos += 1
+            if grouped:
+                assert (torch.stack(rows) - got).abs().max() < 1e-5, f"{shape}: grouped GEMM experts != loop"
+            got = torch.stack(rows)
     ref = ref[prompt.shape[1] - 1: gen.shape[1]]
     err = (got - ref).abs().max().item()
     scale = ref.abs().max().item()

@@ -126,16 +126,17 @@ def softcap(x, cap):
     return x if not cap else torch.tanh(x / cap) * cap
 
 
-def grouped_experts(x, ids, weights, gate_up, down, act):
+def grouped_experts(x, ids, weights, gate_up, down, act, grouped):
     """Rows x [T, H] through experts ids [T, k] with weights [T, k]: Σ w·down_e(act(gate_e x)·up_e x).
-    gate_up [E, 2I, H], down [E, H, I]. On CUDA one grouped GEMM per projection over the rows sorted
-    by expert (graph-safe: offsets from a scatter-add, no host sync); elsewhere a loop over experts."""
+    gate_up [E, 2I, H], down [E, H, I]. grouped (on CUDA): one grouped GEMM per projection over the
+    rows sorted by expert (graph-safe: offsets from a scatter-add, no host sync); else a loop over
+    experts (check_local runs both on the CPU)."""
     T, k = ids.shape
     E = gate_up.shape[0]
     flat = ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
     rows = x[order // k]
-    if x.is_cuda:
+    if grouped:
         counts = torch.zeros(E, dtype=torch.int32, device=x.device).scatter_add_(
             0, flat.int()[order].long(), torch.ones_like(flat, dtype=torch.int32))
         offs = torch.cumsum(counts, 0, dtype=torch.int32)
@@ -345,6 +346,7 @@ class Qwen35:
         self.K = c["linear_conv_kernel_dim"]
         self.conv_dim = 2 * self.nk * self.dk + self.nv * self.dv
         self.moe = "num_experts" in c
+        self.grouped_mm = device.type == "cuda"  # the experts through torch's grouped GEMM (else a loop)
         self.top_k = c.get("num_experts_per_tok")
         rp = c["rope_parameters"]
         rot = int(self.hd * rp.get("partial_rotary_factor", 1.0))
@@ -403,7 +405,7 @@ class Qwen35:
         probs = torch.softmax((x @ l["router"].T).float(), -1)
         w, ids = torch.topk(probs, self.top_k, -1)
         w = (w / w.sum(-1, keepdim=True)).to(h.dtype)
-        y = grouped_experts(x, ids, w, l["gate_up"], l["down"], F.silu)
+        y = grouped_experts(x, ids, w, l["gate_up"], l["down"], F.silu, self.grouped_mm)
         g, u = (x @ l["s_gu"].T).chunk(2, -1)
         y = y + torch.sigmoid(x @ l["s_gate"].T) * ((F.silu(g) * u) @ l["s_down"].T)
         return y.reshape(B, S, H)
