@@ -9,7 +9,10 @@ transformers installed):
 3. at every real shape (all layers), make_model.py's tensor names and shapes
    are those of transformers' model built from the same config.json (on the
    meta device: nothing allocated);
-4. torch_peer.py's forward (f32 on the CPU) gives transformers' logits for
+4. brioche on a 4-bit directory (--bits 4, read with --weights-dtype f32)
+   prints transformers' greedy text on the same codes dequantized to f32
+   here (checks the MLX packing);
+5. torch_peer.py's forward (f32 on the CPU) gives transformers' logits for
    a 70-token prompt (past Gemma's window of 8 and Qwen's delta-rule chunk
    of 64) and for 6 decode steps after it.
 
@@ -29,6 +32,8 @@ sys.path.insert(0, HERE)
 import torch_peer  # noqa: E402
 
 SHAPES = ["gemma4-tiny", "gemma4-tiny-keqv", "qwen3.5-tiny", "qwen3.5-moe-tiny"]
+QUANTIZED = ["gemma4-tiny", "qwen3.5-moe-tiny"]
+PROMPT = "The quick brown fox jumps over the lazy dog"
 REAL = ["gemma4-e4b", "gemma4-31b", "qwen3.5-9b", "qwen3.5-35b-a3b"]
 
 
@@ -64,7 +69,86 @@ def layout_check(shape, work):
     n = sum(math.prod(v) for v in got.values())
     print(f"{shape}: {len(got)} tensors, {n / 1e9:.2f}B values: names and shapes = transformers' ({type(model).__name__})",
           flush=True)
-PROMPT = "The quick brown fox jumps over the lazy dog"
+
+
+def compare_greedy(what, model, hf_dir, brioche_dir, brioche, extra=()):
+    """`brioche run` on brioche_dir prints the text of transformers' 16 greedy tokens (model, loaded from hf_dir),
+    up to a near-tie: where they part, transformers' top two logits must be within 1e-3 (bf16 weights, f32
+    arithmetic either way). Returns what it found, in words."""
+    tok = AutoTokenizer.from_pretrained(hf_dir)
+    ids = tok(PROMPT, return_tensors="pt").input_ids
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=16, do_sample=False, min_new_tokens=16)
+    new = out[0, ids.shape[1]:]
+    want = tok.decode(new, skip_special_tokens=True)  # brioche prints no special token
+    r = subprocess.run([brioche, "run", "-m", brioche_dir, "--device", "cpu", "-p", PROMPT, "--raw", "--temp", "0",
+                        "-n", "16", "--ignore-eos", "-t", "2", *extra], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{what}: brioche run failed: {r.stderr}"
+    text = r.stdout.rstrip("\n")
+    if text == want:
+        return f"brioche's 16 greedy tokens = transformers' ({want!r})"
+    k = max(j for j in range(len(new) + 1) if text.startswith(tok.decode(new[:j], skip_special_tokens=True)))
+    with torch.no_grad():
+        top = model(out).logits[0, ids.shape[1] - 1 + k].float().topk(2).values
+    margin = (top[0] - top[1]).item()
+    assert margin < 1e-3, (f"{what}: brioche printed {text!r}, transformers' greedy text is {want!r}; they part at "
+                           f"generated token {k}, where transformers' margin is {margin:.2e}\n{r.stderr}")
+    return f"brioche's greedy tokens = transformers' up to a near-tie at token {k} (margin {margin:.1e})"
+
+
+def dequantize(src, dst):
+    """An MLX-affine directory -> the same model in f32 under the same names (what its codes mean: element j of
+    a row at bits [j*bits, (j+1)*bits) of the row's little-endian u32 words, w = q * scale + bias per group)."""
+    import json
+    import shutil
+
+    import make_model
+    st = torch_peer.Safetensors(src)
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    q = config.pop("quantization")
+    config.pop("quantization_config")
+    entries = []
+    for name in sorted(st.index):
+        if name.endswith((".scales", ".biases")):
+            continue
+        m, base, v = st.index[name]
+        prefix = name[: -len(".weight")] if name.endswith(".weight") else None
+        if prefix and prefix + ".scales" in st.index:
+            bits = q.get(prefix, q)["bits"]
+            b, e = v["data_offsets"]
+            words = torch.frombuffer(m, dtype=torch.int32, count=(e - b) // 4, offset=base + b).reshape(v["shape"])
+            shifts = torch.arange(0, 32, bits, dtype=torch.int64)
+            codes = ((words.to(torch.int64) & 0xFFFFFFFF)[..., None] >> shifts) & ((1 << bits) - 1)
+            codes = codes.reshape(v["shape"][0], -1).float()
+            scales = st.get(prefix + ".scales", "cpu", torch.float32)
+            biases = st.get(prefix + ".biases", "cpu", torch.float32)
+            group = codes.shape[1] // scales.shape[1]
+            w = (codes.view(codes.shape[0], -1, group) * scales[..., None] + biases[..., None]).reshape(codes.shape)
+        else:
+            w = st.get(name, "cpu", torch.float32)
+        entries.append((name, "F32", list(w.shape), lambda gen, device, row0, rows, w=w: w[row0:row0 + rows]))
+    os.makedirs(dst, exist_ok=True)
+    make_model.write_safetensors(os.path.join(dst, "model.safetensors"), entries, "cpu", 0)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, name), os.path.join(dst, name))
+
+
+def quantized_check(shape, brioche, work):
+    """brioche on make_model's 4-bit directory, its weights dequantized at load (--weights-dtype f32, so the
+    arithmetic is f32 as in transformers, not int8 activations), prints transformers' greedy text on the codes
+    dequantized here: the packing, scales and biases mean what make_model meant."""
+    d = os.path.join(work, shape + "-q4")
+    subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), "--shape", shape, "--bits", "4", "--out", d],
+                   check=True)
+    dequantize(d, d + "-dequantized")
+    model = AutoModelForCausalLM.from_pretrained(d + "-dequantized", dtype=torch.float32).eval()
+    found = compare_greedy(shape + " 4-bit", model, d + "-dequantized", d, brioche, ("--weights-dtype", "f32"))
+    print(f"{shape} 4-bit, dequantized by brioche at load: {found} (transformers on the codes dequantized here)",
+          flush=True)
 
 
 def check(shape, brioche, work):
@@ -74,29 +158,7 @@ def check(shape, brioche, work):
     missing, unexpected = info["missing_keys"], info["unexpected_keys"]
     assert not missing and not unexpected, f"{shape}: missing {missing}, unexpected {unexpected}"
     model.eval()
-    tok = AutoTokenizer.from_pretrained(d)
-    ids = tok(PROMPT, return_tensors="pt").input_ids
-    model.generation_config.eos_token_id = None
-    with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=16, do_sample=False, min_new_tokens=16)
-    new = out[0, ids.shape[1]:]
-    want = tok.decode(new, skip_special_tokens=True)  # brioche prints no special token
-    r = subprocess.run([brioche, "run", "-m", d, "--device", "cpu", "-p", PROMPT, "--raw", "--temp", "0", "-n", "16",
-                        "--ignore-eos", "-t", "2"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{shape}: brioche run failed: {r.stderr}"
-    text = r.stdout.rstrip("\n")
-    if text == want:
-        greedy = f"brioche's 16 greedy tokens = transformers' ({want!r})"
-    else:
-        # Equal up to a near-tie: the first token whose text brioche does not continue with must be one
-        # where transformers' top two logits are within 1e-3 (bf16 weights, f32 arithmetic either way).
-        k = max(j for j in range(len(new) + 1) if text.startswith(tok.decode(new[:j], skip_special_tokens=True)))
-        with torch.no_grad():
-            top = model(out).logits[0, ids.shape[1] - 1 + k].float().topk(2).values
-        margin = (top[0] - top[1]).item()
-        assert margin < 1e-3, (f"{shape}: brioche printed {text!r}, transformers' greedy text is {want!r}; they part "
-                               f"at generated token {k}, where transformers' margin is {margin:.2e}\n{r.stderr}")
-        greedy = f"brioche's greedy tokens = transformers' up to a near-tie at token {k} (margin {margin:.1e})"
+    greedy = compare_greedy(shape, model, d, d, brioche)
 
     # The peer against transformers: a 70-token prompt, then 6 steps of transformers' greedy tokens.
     g = torch.Generator().manual_seed(1)
@@ -135,6 +197,8 @@ def main():
         layout_check(s, a.work)
     for s in a.shapes:
         check(s, a.brioche, a.work)
+    for s in QUANTIZED:
+        quantized_check(s, a.brioche, a.work)
 
 
 if __name__ == "__main__":

@@ -238,8 +238,9 @@ def quantized_entries(name, shape, bits, group):
     scale = STD / math.sqrt(((levels + 1) ** 2 - 1) / 12.0)
 
     def words(gen, device, row0, rows):
-        w = torch.randint(0, 1 << 16, (rows, inp * bits // 32, 2), generator=gen, device=device, dtype=torch.int32)
-        return (w[..., 0] | (w[..., 1] << 16)).contiguous()  # int32 holding the u32 bit pattern
+        # every bit pattern of the u32 words, held as int32 (the same bytes)
+        return torch.randint(-2 ** 31, 2 ** 31, (rows, inp * bits // 32), generator=gen, device=device,
+                             dtype=torch.int32)
 
     def const(value):
         return lambda gen, device, row0, rows: torch.full((rows, inp // group), value, device=device,
@@ -281,7 +282,7 @@ def write_tokenizer(src, out, vocab_size):
 
 
 # ------------------------------------------------------------------ writing
-DTYPE_BYTES = {"BF16": 2, "U32": 4}
+DTYPE_BYTES = {"BF16": 2, "U32": 4, "F32": 4}
 
 
 def header_bytes(entries):
