@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
                        {"shared", st.num_shared_states},
                        {"deferred", st.num_deferred_states},
                        {"work", st.work},
-                       {"automaton_ms", st.automaton_seconds * 1e3}};
+                       {"automaton_ms", st.automaton_seconds * 1e3},
+                       {"memory_mb", compiled->memory_bytes() / 1e6}};  // after the compile, before any mask
     }
     std::vector<bool> accepted;
     std::vector<double> mask_us;
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
         digests.push_back(hex);
       }
     }
+    if (compiled) line["stats"]["memory_after_walks_mb"] = compiled->memory_bytes() / 1e6;  // deferred masks grow it
     line["accepted"] = accepted;
     line["mask_digests"] = digests;
     line["mask_us"] = mask_us;

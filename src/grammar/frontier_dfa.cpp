@@ -39,8 +39,10 @@ FrontierDfa::FrontierDfa(const Automaton& automaton, size_t max_configs, size_t 
 }
 
 size_t FrontierDfa::memory_bytes() const {
-  return table_.capacity() * sizeof(int32_t) + nodes_.capacity() * sizeof(int32_t) +
-         node_begin_.capacity() * sizeof(int32_t) + flags_.capacity() + num_readable_.capacity() * sizeof(int32_t) +
+  const size_t rows = row_blocks_.empty() ? 0 : (row_blocks_.size() - 1) * kRowsPerBlock + rows_in_last_block_;
+  return rows * num_classes_ * sizeof(int32_t) + rows_.capacity() * sizeof(int32_t*) +
+         nodes_.capacity() * sizeof(int32_t) + node_begin_.capacity() * sizeof(int32_t) + flags_.capacity() +
+         num_readable_.capacity() * sizeof(int32_t) +
          (readable_begin_.capacity() + readable_size_.capacity()) * sizeof(int32_t) + readable_pool_.capacity() +
          (self_loop_.capacity() + not_self_loop_.capacity()) * sizeof(self_loop_[0]) + utf8_loop_.capacity() +
          slots_.capacity() * sizeof(int32_t) + config_hash_.capacity() * sizeof(uint64_t) + arena_.memory_bytes();
@@ -83,7 +85,7 @@ int32_t FrontierDfa::intern(Frontier& f) {
   self_loop_.push_back({0, 0, 0, 0});
   not_self_loop_.push_back({0, 0, 0, 0});
   utf8_loop_.push_back(-1);
-  table_.resize(table_.size() + num_classes_, -1);
+  rows_.push_back(nullptr);
   config_hash_.push_back(h);
   slots_[slot] = id;
   if (flags_.size() * 2 > slots_.size()) {  // keep the load at most 1/2
@@ -96,6 +98,18 @@ int32_t FrontierDfa::intern(Frontier& f) {
     }
   }
   return id;
+}
+
+int32_t* FrontierDfa::add_row(int32_t c) {
+  if (row_blocks_.empty() || rows_in_last_block_ == kRowsPerBlock) {
+    // uninitialised: each row is filled when handed out, so untouched pages stay unmapped
+    row_blocks_.emplace_back(new int32_t[static_cast<size_t>(kRowsPerBlock) * num_classes_]);
+    rows_in_last_block_ = 0;
+  }
+  int32_t* row = row_blocks_.back().get() + static_cast<size_t>(rows_in_last_block_++) * num_classes_;
+  std::fill_n(row, num_classes_, -1);
+  rows_[c] = row;
+  return row;
 }
 
 int32_t FrontierDfa::start(int32_t state) {

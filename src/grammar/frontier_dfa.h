@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,9 +25,10 @@ namespace brioche::grammar {
 
 class FrontierDfa {
  public:
-  // At most max_configs configurations, and a transition table of at most
-  // max_table_bytes (configurations x byte classes x 4): past either the
-  // compile fails (a size budget) instead of taking the machine's memory.
+  // At most max_configs configurations, and at most max_table_bytes of
+  // transition rows as if every configuration had one (configurations x
+  // byte classes x 4): past either the compile fails (a size budget)
+  // instead of taking the machine's memory.
   explicit FrontierDfa(const Automaton& automaton, size_t max_configs = 4'000'000,
                        size_t max_table_bytes = 256ull << 20);
 
@@ -34,13 +36,11 @@ class FrontierDfa {
   int32_t start(int32_t state);
   // Configuration after reading `byte` from configuration c.
   int32_t next(int32_t c, uint8_t byte) {
-    const size_t slot = static_cast<size_t>(c) * num_classes_ + class_of_[byte];
-    int32_t t = table_[slot];
-    if (t < 0) {
-      t = compute(c, byte);  // may grow table_
-      table_[slot] = t;
-    }
-    return t;
+    int32_t* row = rows_[c];
+    if (row == nullptr) row = add_row(c);
+    const int32_t cls = class_of_[byte];
+    if (row[cls] < 0) row[cls] = compute(c, byte);  // may intern configurations (rows stay where they are)
+    return row[cls];
   }
   // No stack can read another byte (the walk ends here).
   bool dead(int32_t c) const { return (flags_[c] & kDead) != 0; }
@@ -88,6 +88,7 @@ class FrontierDfa {
 
  private:
   int32_t compute(int32_t c, uint8_t byte);
+  int32_t* add_row(int32_t c);
   int32_t intern(Frontier& f);
   void compute_readable(int32_t c);
   bool decide_loops(int32_t c, const uint64_t* bytes, int word_begin, int word_end);
@@ -99,7 +100,15 @@ class FrontierDfa {
   PdaWalker walker_;
   uint8_t class_of_[256];
   int32_t num_classes_ = 0;
-  std::vector<int32_t> table_;                           // [num_configs, num_classes]; -1 = not computed yet
+  // Transition rows, made on a configuration's first next(): most
+  // configurations are only reached (a walk's last byte, a dead end) and
+  // never left, and a row is num_classes_ entries (up to 1 KiB). Rows live
+  // in blocks that never move, so a row pointer stays valid while compute()
+  // interns more configurations.
+  std::vector<int32_t*> rows_;                          // per configuration; nullptr = no row yet
+  std::vector<std::unique_ptr<int32_t[]>> row_blocks_;  // kRowsPerBlock rows each, -1 = not computed yet
+  int32_t rows_in_last_block_ = 0;
+  static constexpr int32_t kRowsPerBlock = 256;
   std::vector<int32_t> node_begin_;                      // [num_configs + 1] into nodes_
   std::vector<int32_t> nodes_;                           // sorted stack-node ids per configuration
   std::vector<uint8_t> flags_;                           // per configuration: kDead | kEscaped | kItemEnd
