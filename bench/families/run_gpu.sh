@@ -70,7 +70,7 @@ threads=()
 # vocabulary, so finite values mean finite logits everywhere.
 nan_check() {
   local port=$(( 18000 + RANDOM % 2000 )) pid i
-  timeout 150 "$bin" serve -m "$1" --device "$device" "${threads[@]}" --port $port --ctx 512 > "$2.serve.log" 2>&1 &
+  timeout 150 "$bin" serve -m "$1" --device "$device" ${threads[@]+"${threads[@]}"} --port $port --ctx 512 > "$2.serve.log" 2>&1 &
   pid=$!
   for i in $(seq 500); do curl -sf localhost:$port/health > /dev/null && break; kill -0 $pid 2> /dev/null || break; sleep 0.2; done
   curl -s localhost:$port/v1/completions -H 'Content-Type: application/json' \
@@ -107,7 +107,7 @@ for entry in "${plan[@]}"; do
   dir=$work/$name
   rm -rf "$dir"
   layer_arg=(); [ "$layers" != 0 ] && layer_arg=(--layers "$layers")
-  if ! timeout 180 python3 "$here/make_model.py" --shape "$shape" --out "$dir" --bits "$bits" "${layer_arg[@]}" \
+  if ! timeout 180 python3 "$here/make_model.py" --shape "$shape" --out "$dir" --bits "$bits" ${layer_arg[@]+"${layer_arg[@]}"} \
       2>&1 | tee "$out/$name.make.log"; then
     echo "| $name | | | make_model failed: $out/$name.make.log | | | | | |" >> "$table"; continue
   fi
@@ -117,11 +117,11 @@ for entry in "${plan[@]}"; do
   # One call: prefill, then decode at 1 and at $batch rows (its cache holds $batch sequences of the
   # prompt's length: 38 GB at most, for gemma4-31b-L12); if that fails, prefill and decode apart.
   t0=$SECONDS
-  if ! timeout 240 "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p "$prefill" -n "$decode" -b 1 -b "$batch" -r 2 \
+  if ! timeout 240 "$bin" bench -m "$dir" --device "$device" ${threads[@]+"${threads[@]}"} -p "$prefill" -n "$decode" -b 1 -b "$batch" -r 2 \
       > "$out/$name.bench_tg.log" 2>&1; then
     echo "   brioche bench in one call failed ($(tail -1 "$out/$name.bench_tg.log")): prefill and decode apart"
-    timeout 120 "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p "$prefill" -n 1 -b 1 -r 2 > "$out/$name.bench_pp.log" 2>&1
-    timeout 120 "$bin" bench -m "$dir" --device "$device" "${threads[@]}" -p 16 -n "$decode" -b 1 -b "$batch" -r 2 \
+    timeout 120 "$bin" bench -m "$dir" --device "$device" ${threads[@]+"${threads[@]}"} -p "$prefill" -n 1 -b 1 -r 2 > "$out/$name.bench_pp.log" 2>&1
+    timeout 120 "$bin" bench -m "$dir" --device "$device" ${threads[@]+"${threads[@]}"} -p 16 -n "$decode" -b 1 -b "$batch" -r 2 \
       > "$out/$name.bench_tg.log" 2>&1
   fi
   touch "$out/$name.bench_pp.log"
