@@ -147,7 +147,7 @@ class RuleBuilder {
       case Expr::Kind::kCharClass: {
         if (share_items_ && item_ends_ && item_rule(id) >= 0) return call_item(id);
         int32_t s = new_state(), t = new_state();
-        read_ranges(s, t, wide_only_ ? clipped(normalize_class(e), 0x80, 0x10FFFF) : normalize_class(e));
+        read_class(id, s, t);
         if (item_ends_) item_ends_->push_back(t);
         return {s, t};
       }
@@ -244,6 +244,53 @@ class RuleBuilder {
     return after;
   }
 
+  // The class of expression id, normalised once per grammar (a Unicode
+  // class is ~700 ranges to sort, and a repetition or a length bound builds
+  // it once per copy or layer).
+  const CodepointRanges& normalized(int32_t id) {
+    auto it = normalized_.find(id);
+    if (it == normalized_.end()) it = normalized_.emplace(id, normalize_class(g_.exprs[id])).first;
+    return it->second;
+  }
+
+  // Byte edges from fresh states s to t reading one character of class
+  // expression id (its characters of two or more bytes in an item rule:
+  // wide_only_). The first build of a class is recorded (its new states in
+  // creation order and every edge, states numbered from s = 0, t = 1) and
+  // later ones replay it: `\w{1,255}` builds \w's ~310 UTF-8 states 254
+  // times. A replay makes the same states and edges in the same order.
+  void read_class(int32_t id, int32_t s, int32_t t) {
+    ClassTemplate& tpl = class_templates_[2 * static_cast<int64_t>(id) + (wide_only_ ? 1 : 0)];
+    if (!tpl.recorded) {
+      const int32_t first_new = used_;
+      const CodepointRanges& ranges = normalized(id);
+      read_ranges(s, t, wide_only_ ? clipped(ranges, 0x80, 0x10FFFF) : ranges);
+      auto local = [&](int32_t g) { return g == s ? 0 : g == t ? 1 : g - first_new + 2; };
+      tpl.new_states = used_ - first_new;
+      auto record = [&](int32_t g) {
+        for (const ByteEdge& b : states[g].bytes) tpl.edges.push_back({local(g), b.lo, b.hi, local(b.target)});
+      };
+      record(s);
+      for (int32_t g = first_new; g < used_; ++g) record(g);
+      tpl.recorded = true;
+      return;
+    }
+    const int32_t first_new = used_;
+    for (int32_t i = 0; i < tpl.new_states; ++i) new_state();
+    auto global = [&](int32_t l) { return l == 0 ? s : l == 1 ? t : first_new + l - 2; };
+    for (const ClassTemplate::Edge& e : tpl.edges) states[global(e.from)].bytes.push_back({e.lo, e.hi, global(e.to)});
+  }
+  struct ClassTemplate {
+    struct Edge {
+      int32_t from;
+      uint8_t lo, hi;
+      int32_t to;
+    };
+    bool recorded = false;
+    int32_t new_states = 0;
+    std::vector<Edge> edges;  // per state in local order, each state's edges in order
+  };
+
   // Byte edges from s to t reading one character of `ranges` (UTF-8
   // sequences sharing their prefixes: a small trie keyed by range).
   void read_ranges(int32_t s, int32_t t, const CodepointRanges& ranges) {
@@ -307,16 +354,17 @@ class RuleBuilder {
     const int32_t s = new_state(), t = new_state();
     const Expr& e = g_.exprs[id];
     CodepointRanges ascii;
-    auto add = [&](const Expr& x) {
+    auto add = [&](int32_t x_id) {
+      const Expr& x = g_.exprs[x_id];
       if (x.kind == Expr::Kind::kCharClass)
-        for (auto r : clipped(normalize_class(x), 0, 0x7F)) ascii.push_back(r);
+        for (auto r : clipped(normalized(x_id), 0, 0x7F)) ascii.push_back(r);
       if (x.kind == Expr::Kind::kBytes && x.bytes.size() == 1 && static_cast<uint8_t>(x.bytes[0]) < 0x80)
         ascii.push_back({static_cast<uint8_t>(x.bytes[0]), static_cast<uint8_t>(x.bytes[0])});
     };
     if (e.kind == Expr::Kind::kChoice)
-      for (int32_t c : e.children) add(g_.exprs[c]);
+      for (int32_t c : e.children) add(c);
     else
-      add(e);
+      add(id);
     for (auto [lo, hi] : ascii) states[s].bytes.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), t});
     states[s].rules.push_back({item_rule_of_.at(id), t});
     item_ends_->push_back(t);
@@ -563,8 +611,10 @@ class RuleBuilder {
   BuildWork& work_;
   int32_t used_ = 0;
   const int32_t first_item_rule_;
-  std::vector<int32_t> item_rules_;                    // expression of each item rule
-  std::unordered_map<int32_t, int32_t> item_rule_of_;  // expression -> item rule, or -1
+  std::vector<int32_t> item_rules_;                             // expression of each item rule
+  std::unordered_map<int32_t, int32_t> item_rule_of_;           // expression -> item rule, or -1
+  std::unordered_map<int32_t, CodepointRanges> normalized_;     // class expression -> its ranges
+  std::unordered_map<int64_t, ClassTemplate> class_templates_;  // 2 * class expression + wide_only_
 };
 
 // A rule's states after epsilon removal and merging: local ids 0..n-1
