@@ -255,6 +255,83 @@ TEST_P(ServedExpertAdapter, EveryExpertFactorIsServed) {
   size_t want = 0;
   for (const auto& e : ad.p->entries()) want += size_t(e.factors->a.numel() + e.factors->b.numel()) * 2;
   EXPECT_EQ(s.bytes(), want);
+  // A copy for a device keeps every expert and the sharing.
+  const auto copy = model::copy_to_device(s, Device::CPU);
+  ASSERT_EQ(copy->experts.size(), s.experts.size());
+  EXPECT_EQ(copy->bytes(), want);
+  EXPECT_EQ(copy->experts[1][2].gate.a.data(), copy->experts[1][2].up.a.data());
+}
+
+// y = x·Wᵀ-free terms of the expert parts for a hand-made ExpertRows, in double from the f16 factors.
+TEST(ServedExpertFactors, Q8_0FactorsGiveTheF16TermsWithinTheirRounding) {
+  // One layer, 2 experts, in 64, I 32, rank 4: every factor row whole Q8_0 blocks.
+  std::mt19937 rng{5};
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto f16 = [&](int64_t rows, int64_t cols) {
+    Tensor t = Tensor::zeros(DType::F16, {rows, cols});
+    for (int64_t i = 0; i < rows * cols; ++i) t.data_as<uint16_t>()[i] = f32_to_f16(normal(rng));
+    return t;
+  };
+  model::ServedAdapter adapter;
+  adapter.name = "q8";
+  adapter.rank = 4;
+  adapter.layers.resize(1);
+  adapter.experts.resize(1);
+  for (int e = 0; e < 2; ++e) {
+    const Tensor a = f16(4, 64);
+    adapter.experts[0].push_back({.gate = {.a = a, .bt = f16(4, 32)},
+                                  .up = {.a = a, .bt = f16(4, 32)},
+                                  .down = {.a = f16(4, 32), .bt = f16(4, 64)}});
+  }
+  const auto q8 = model::with_q8_0_factors(adapter);
+  const model::AdapterExpert& e0 = q8->experts[0][0];
+  EXPECT_EQ(e0.gate.a.dtype(), DType::Q8_0);
+  EXPECT_EQ(e0.down.bt.dtype(), DType::Q8_0);
+  EXPECT_EQ(e0.gate.a.data(), e0.up.a.data()) << "gate and up keep one A_e";
+  EXPECT_LT(q8->bytes(), adapter.bytes());
+
+  // Batch rows 0..3 under the adapter, row 4 the base; expert 0 takes rows 0, 2, 4, expert 1 rows 1, 2, 3.
+  const std::vector<int32_t> batch_rows = {0, 2, 4, 1, 2, 3};
+  const std::vector<int64_t> first = {0, 3, 6};
+  const model::ExpertRows layout{.layer = 0, .batch_rows = batch_rows, .expert_first = first};
+  Tensor x = Tensor::zeros(DType::F32, {6, 64}), act = Tensor::zeros(DType::F32, {6, 32});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = normal(rng);
+  for (int64_t i = 0; i < act.numel(); ++i) act.data_as<float>()[i] = normal(rng);
+  Tensor u = Tensor::zeros(DType::F32, {6, 4});
+  double scale = 0, worst_f16 = 0, worst_q8 = 0;
+  for (const model::ServedAdapter* ad : {&adapter, q8.get()}) {
+    const std::vector<model::AdapterRows> rows = {{.first_row = 0, .n_rows = 4, .adapter = ad}};
+    Tensor gate_up = Tensor::zeros(DType::F32, {6, 64}), down = Tensor::zeros(DType::F32, {6, 64});
+    Tensor gate = gate_up.slice(1, 0, 32), up = gate_up.slice(1, 32, 64);
+    model::add_expert_gate_up_adapter_rows(rows, layout, x, gate, up, u);
+    model::add_expert_adapter_rows(rows, layout, model::Projection::Down, act, down, u);
+    for (int64_t i = 0; i < 6; ++i) {
+      const int e = i < 3 ? 0 : 1;
+      const bool adapted = batch_rows[size_t(i)] < 4;
+      const model::AdapterExpert& f = adapter.experts[0][size_t(e)];
+      const auto term = [&](const Tensor& in, const model::AdapterProjection& p, int64_t o) {
+        double sum = 0;
+        for (int64_t k = 0; k < 4; ++k) {
+          double uk = 0;
+          for (int64_t c = 0; c < in.dim(1); ++c)
+            uk += double(in.row_as<float>(i)[c]) * f16_to_f32(p.a.row_as<uint16_t>(k)[c]);
+          sum += uk * f16_to_f32(p.bt.row_as<uint16_t>(k)[o]);
+        }
+        return adapted ? sum : 0.0;
+      };
+      for (int64_t o = 0; o < 64; ++o) {
+        const double want_gu = o < 32 ? term(x, f.gate, o) : term(x, f.up, o - 32), want_d = term(act, f.down, o);
+        scale = std::max({scale, std::abs(want_gu), std::abs(want_d)});
+        const double err =
+            std::max(std::abs(gate_up.row_as<float>(i)[o] - want_gu), std::abs(down.row_as<float>(i)[o] - want_d));
+        (ad == &adapter ? worst_f16 : worst_q8) = std::max(ad == &adapter ? worst_f16 : worst_q8, err);
+      }
+    }
+  }
+  std::printf("expert terms: f16 factors within %.2e, Q8_0 within %.2e of the double terms (largest %.3g)\n", worst_f16,
+              worst_q8, scale);
+  EXPECT_LT(worst_f16, 1e-5 * scale);
+  EXPECT_LT(worst_q8, 2e-2 * scale);  // Q8_0 rounds each factor to ~0.4% of its block's largest value
 }
 
 // An adapter file for the family's moe fixture with `edit` applied to its tensors.
