@@ -74,17 +74,27 @@ struct TableParts {
 // dependent-launch chain it overlaps the GEMV's weight prefetch instead of
 // waiting for its last write), and the base projection adds the terms in
 // its own store: no expand launch.
+// The table path alone: the shrink of x (of RMSNorm(x)·norm.weight when a
+// norm is given, for a base projection that normalises x in its own GEMV),
+// then base(&terms).
+template <typename BaseProjection>
+void project_with_table(const LayerLora& lora, const Tensor& x, const ops::LoraInputNorm* norm,
+                        std::initializer_list<LoraOutput> outputs, BaseProjection&& base) {
+  const TableParts parts(lora, outputs);
+  Tensor u = lora.table->u;
+  const ops::LoraTable table = lora.table->table();
+  if (norm != nullptr)
+    ops::lora_table_shrink(x, *norm, table, parts.span(), u);
+  else
+    ops::lora_table_shrink(x, table, parts.span(), u);
+  const ops::LoraTerms terms{.table = table, .parts = parts.span(), .u_scratch = u};
+  base(&terms);
+}
+
 template <typename BaseProjection>
 void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs,
                        BaseProjection&& base) {
-  if (lora.table != nullptr) {
-    const TableParts parts(lora, outputs);
-    Tensor u = lora.table->u;
-    const ops::LoraTable table = lora.table->table();
-    ops::lora_table_shrink(x, table, parts.span(), u);
-    const ops::LoraTerms terms{.table = table, .parts = parts.span(), .u_scratch = u};
-    return base(&terms);
-  }
+  if (lora.table != nullptr) return project_with_table(lora, x, nullptr, outputs, base);
   base(nullptr);
   // One call for the projections of this x: on the CPU one pool dispatch
   // for all of them.
@@ -117,12 +127,10 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
     if (lora.table != nullptr) {
       // The shrink normalises x itself and the GEMVs keep their fused norm:
       // x̂ is never written and no norm kernel runs apart.
-      const TableParts parts(lora, outputs);
-      Tensor u = lora.table->u;
-      const ops::LoraTable table = lora.table->table();
-      ops::lora_table_shrink(a.x, {.weight = w.attn_norm, .eps = c.rms_eps}, table, parts.span(), u);
-      const ops::LoraTerms terms{.table = table, .parts = parts.span(), .u_scratch = u};
-      ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv, &terms);
+      const ops::LoraInputNorm norm{.weight = w.attn_norm, .eps = c.rms_eps};
+      project_with_table(lora, a.x, &norm, outputs, [&](const ops::LoraTerms* terms) {
+        ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h}, qkv_w, qkv, terms);
+      });
     } else {
       ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
       project_with_lora(lora, a.h, outputs,
@@ -193,13 +201,11 @@ void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, c
     if (lora.table != nullptr) {
       // As for Q/K/V (attention_block), the terms added before the SwiGLU
       // inside the fused gate/up GEMV.
-      const TableParts parts(lora, outputs);
-      Tensor u = lora.table->u;
-      const ops::LoraTable table = lora.table->table();
-      ops::lora_table_shrink(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps}, table, parts.span(), u);
-      const ops::LoraTerms terms{.table = table, .parts = parts.span(), .u_scratch = u};
-      ops::swiglu_matmul(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h}, {.gate = w.w_gate, .up = w.w_up},
-                         a.gate, a.up, &terms);
+      const ops::LoraInputNorm norm{.weight = w.ffn_norm, .eps = c.rms_eps};
+      project_with_table(lora, a.x, &norm, outputs, [&](const ops::LoraTerms* terms) {
+        ops::swiglu_matmul(a.x, {.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h},
+                           {.gate = w.w_gate, .up = w.w_up}, a.gate, a.up, terms);
+      });
     } else {
       ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
       project_with_lora(lora, a.h, outputs,

@@ -166,5 +166,60 @@ TEST(CudaLoraTable, NormalisedShrinkMatchesTheCpu) {
   EXPECT_LT(max_abs_diff(run_normalised_shrink(gpu), run_normalised_shrink(cpu)), 1e-4);
 }
 
+// The case's rows repeated `copies` times: a batch as large as a server's.
+TableCase tiled(const TableCase& c, int64_t copies) {
+  TableCase t = c;
+  auto tile = [&](const Tensor& src) {
+    const int64_t rows = src.dim(0), cols = src.rank() == 1 ? 1 : src.dim(1);
+    Tensor out = src.rank() == 1 ? Tensor::zeros(src.dtype(), {rows * copies})
+                                 : Tensor::zeros(src.dtype(), {rows * copies, cols});
+    for (int64_t i = 0; i < copies; ++i)
+      std::memcpy(static_cast<char*>(out.data()) + i * src.nbytes(), src.data(), src.nbytes());
+    return out;
+  };
+  t.slots = tile(c.slots);
+  t.x = tile(c.x);
+  t.gate = tile(c.gate);
+  t.up = tile(c.up);
+  t.u = tile(c.u);
+  return t;
+}
+
+// The CUDA shrink gives a block more ranks as the rows grow (fewer reads of
+// x); a row's u must not depend on how many rows share its step, bit for
+// bit, or a request's tokens would change with the server's load.
+TEST(CudaLoraTable, ARowsShrinkHasTheSameBitsInAnyBatch) {
+  if (!cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
+  const TableCase c;
+  for (const bool normalised : {false, true}) {
+    auto shrink = [&](const TableCase& tc) {
+      OnDevice gpu(tc, Device::CUDA);
+      auto parts = gpu.parts();
+      if (normalised)
+        lora_table_shrink(gpu.x, {.weight = gpu.norm_w, .eps = kEps}, gpu.table(), parts, gpu.u);
+      else
+        lora_table_shrink(gpu.x, gpu.table(), parts, gpu.u);
+      return on_cpu(gpu.u);
+    };
+    const Tensor one = shrink(c);
+    for (const int64_t copies : {13, 52, 200}) {
+      const Tensor many = shrink(tiled(c, copies));
+      for (int64_t i = 0; i < copies; ++i)
+        ASSERT_EQ(std::memcmp(static_cast<const char*>(many.data()) + i * one.nbytes(), one.data(), one.nbytes()), 0)
+            << (normalised ? "normalised" : "plain") << " shrink, " << copies * kRows << " rows: copy " << i
+            << " differs from the same rows alone";
+    }
+    // And the batch's values are the CPU's.
+    const TableCase tall = tiled(c, 200);
+    OnDevice cpu(tall, Device::CPU);
+    auto parts = cpu.parts();
+    if (normalised)
+      lora_table_shrink(cpu.x, {.weight = cpu.norm_w, .eps = kEps}, cpu.table(), parts, cpu.u);
+    else
+      lora_table_shrink(cpu.x, cpu.table(), parts, cpu.u);
+    EXPECT_LT(max_abs_diff(shrink(tall), cpu.u), 1e-4);
+  }
+}
+
 }  // namespace
 }  // namespace brioche::ops

@@ -9,11 +9,13 @@
 // of a few entries.
 // The table path reads a row's adapter slot and the slot's factors from
 // device memory instead (what a decode graph replays with a new mix), and
-// covers up to three projections of one x per launch; both paths reduce
-// through block_dot, so both give the same bits.
+// covers up to three projections of one x per launch; past a handful of rows
+// a table shrink block takes several ranks of one (row, part) with one read
+// of x (lora_table_shrink). Both paths reduce through block_dots, so both
+// give the same bits, whatever the batch.
 // All four kernels are dependent launches (launch.cuh), so the adapted layer
 // stays one PDL chain with the GEMVs around it; a shrink block prefetches its
-// row of A into L2 before its wait, while the GEMV before it still runs. The
+// rows of A into L2 before its wait, while the GEMV before it still runs. The
 // adapter table is written only by host copies queued before the step, so
 // reading it before the wait is as safe as reading a weight.
 #include "backend/cuda/cuda_check.h"
@@ -46,66 +48,63 @@ __device__ const LoraRowsSegment* segment_of(const SegmentTable& t, int32_t row)
 
 constexpr int kShrinkThreads = 512;
 
-// Σ_i a[i]·x[i] over `in` values by the whole block: each thread sums a
-// strided share, then warps reduce by shuffles and warp 0 sums the warps'
-// results, always in the same order. The result is valid in thread 0.
-__device__ float block_dot(const __half* a, const float* x, int64_t in) {
-  __shared__ float warp_sums[kShrinkThreads / 32];
-  float sum = 0.0f;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < in; i += kShrinkThreads) sum += __half2float(a[i]) * x[i];
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x >= 32) return 0.0f;
-  sum = threadIdx.x < kShrinkThreads / 32 ? warp_sums[threadIdx.x] : 0.0f;
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  return sum;
-}
-
-// Σ_i a[i]·w[i]·x[i] and Σ_i x[i]² over `in` values by the whole block, in
-// block_dot's order; valid in thread 0. (The shrink of a normalised x: the
-// block reads the whole row anyway, so its sum of squares costs one FMA.)
-__device__ float2 block_dot_and_sum_sq(const __half* a, const float* w, const float* x, int64_t in) {
-  __shared__ float2 warp_sums[kShrinkThreads / 32];
-  float2 sum{0.0f, 0.0f};
+// G dot products over `in` values by the whole block, with one read of x:
+//   sums[j] = Σ_i a_j[i]·x[i]            a_j = a + j·in, for j < n (the rest stay 0)
+// and with a norm weight w (kNorm)
+//   sums[j] = Σ_i a_j[i]·w[i]·x[i],  sums[G] = Σ_i x[i]²
+// Each thread sums a strided share, then warps reduce by shuffles and warp 0
+// sums the warps' results, always in the same order, so a product's bits do
+// not depend on G. The sums are valid in thread 0.
+template <int G, bool kNorm>
+__device__ void block_dots(const __half* a, int n, const float* w, const float* x, int64_t in, float (&sums)[G + 1]) {
+  __shared__ float warp_sums[kShrinkThreads / 32][G + 1];
+  for (int j = 0; j <= G; ++j) sums[j] = 0.0f;
 #pragma unroll 4
   for (int64_t i = threadIdx.x; i < in; i += kShrinkThreads) {
     const float xi = x[i];
-    sum.x += __half2float(a[i]) * w[i] * xi;
-    sum.y += xi * xi;
+    const float wi = kNorm ? w[i] : 1.0f;
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+      if (j < n) sums[j] += kNorm ? __half2float(a[j * in + i]) * wi * xi : __half2float(a[j * in + i]) * xi;
+    if (kNorm) sums[G] += xi * xi;
   }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset);
-    sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset);
+#pragma unroll
+  for (int j = 0; j <= G; ++j) {
+    for (int offset = 16; offset > 0; offset /= 2) sums[j] += __shfl_down_sync(0xffffffffu, sums[j], offset);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32][j] = sums[j];
   }
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
   __syncthreads();
-  if (threadIdx.x >= 32) return float2{0.0f, 0.0f};
-  sum = threadIdx.x < kShrinkThreads / 32 ? warp_sums[threadIdx.x] : float2{0.0f, 0.0f};
-  for (int offset = 16; offset > 0; offset /= 2) {
-    sum.x += __shfl_down_sync(0xffffffffu, sum.x, offset);
-    sum.y += __shfl_down_sync(0xffffffffu, sum.y, offset);
+  if (threadIdx.x >= 32) return;
+#pragma unroll
+  for (int j = 0; j <= G; ++j) {
+    sums[j] = threadIdx.x < kShrinkThreads / 32 ? warp_sums[threadIdx.x][j] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) sums[j] += __shfl_down_sync(0xffffffffu, sums[j], offset);
   }
-  return sum;
 }
 
-// A's row k into L2 (bulk prefetches take 16-byte multiples at 16-byte
-// aligned addresses: every row of A is, when `in` is a multiple of 8).
-__device__ void prefetch_a_row(const __half* a_row, int64_t in) {
-  if (threadIdx.x == 0 && in % 8 == 0 && reinterpret_cast<uintptr_t>(a_row) % 16 == 0)
-    detail::prefetch_l2(a_row, uint32_t(in * sizeof(__half)));
+__device__ float block_dot(const __half* a, const float* x, int64_t in) {
+  float sums[2];
+  block_dots<1, false>(a, 1, nullptr, x, in, sums);
+  return sums[0];
+}
+
+// n rows of A from row k into L2 (bulk prefetches take 16-byte multiples
+// at 16-byte aligned addresses: every row of A is, when `in` is a multiple
+// of 8).
+__device__ void prefetch_a_rows(const __half* a_rows, int n, int64_t in) {
+  if (threadIdx.x == 0 && in % 8 == 0 && reinterpret_cast<uintptr_t>(a_rows) % 16 == 0)
+    detail::prefetch_l2(a_rows, uint32_t(n * in * sizeof(__half)));
 }
 
 // grid (rows, max_rank), kShrinkThreads threads: one block per (row, k).
 __global__ void shrink_kernel(const float* x, int64_t ldx, float* u, int64_t ldu, int64_t in, int32_t first_row,
-                              SegmentTable table) {
+                              const __grid_constant__ SegmentTable table) {
   const int32_t row = first_row + int32_t(blockIdx.x);
   const LoraRowsSegment* seg = segment_of(table, row);
   const int32_t k = int32_t(blockIdx.y);
   const bool active = seg != nullptr && k < seg->rank;
   const __half* a_row = active ? reinterpret_cast<const __half*>(seg->a) + int64_t(k) * in : nullptr;
-  if (active) prefetch_a_row(a_row, in);
+  if (active) prefetch_a_rows(a_row, 1, in);
   detail::pdl_prologue();
   if (!active) return;
   const float sum = block_dot(a_row, x + int64_t(row) * ldx, in);
@@ -114,7 +113,7 @@ __global__ void shrink_kernel(const float* x, int64_t ldx, float* u, int64_t ldu
 
 // grid (rows, ceil(out / 256)), 256 threads, one output column each.
 __global__ void expand_kernel(const float* u, int64_t ldu, float* y, int64_t ldy, int64_t out, int32_t first_row,
-                              SegmentTable table) {
+                              const __grid_constant__ SegmentTable table) {
   detail::pdl_prologue();
   const int32_t row = first_row + int32_t(blockIdx.x);
   const LoraRowsSegment* seg = segment_of(table, row);
@@ -155,27 +154,34 @@ namespace {
 using backend::cpu::LoraFactors;
 using backend::cpu::LoraTableArgs;
 
-// grid (rows, parts · rank_cap), kShrinkThreads threads: one block per (row, part, k).
-__global__ void table_shrink_kernel(LoraTableArgs a) {
+// grid (rows, parts · groups), kShrinkThreads threads: one block per (row,
+// part, group of G ranks).
+template <int G>
+__global__ void table_shrink_kernel(LoraTableArgs a, int32_t groups) {
   const int32_t row = int32_t(blockIdx.x);
   const int32_t slot = a.row_slot[row];
-  const int32_t p = int32_t(blockIdx.y) / a.rank_cap;
-  const int32_t k = int32_t(blockIdx.y) % a.rank_cap;
+  const int32_t p = int32_t(blockIdx.y) / groups;
+  const int32_t k0 = int32_t(blockIdx.y) % groups * G;
   const LoraFactors f = slot >= 0 ? a.factors[int64_t(slot) * a.slot_stride + a.entry[p]] : LoraFactors{};
-  const bool active = f.a != nullptr && k < f.rank;
-  const __half* a_row = active ? reinterpret_cast<const __half*>(f.a) + int64_t(k) * a.in : nullptr;
-  if (active) prefetch_a_row(a_row, a.in);
+  const int n = f.a != nullptr ? min(G, f.rank - k0) : 0;
+  const __half* a_rows = n > 0 ? reinterpret_cast<const __half*>(f.a) + int64_t(k0) * a.in : nullptr;
+  if (n > 0) prefetch_a_rows(a_rows, n, a.in);
   detail::pdl_prologue();
-  if (!active) return;
+  if (n <= 0) return;
   const float* x = a.x + int64_t(row) * a.ldx;
-  float sum;
+  float sums[G + 1];
+  float scale = 1.0f;
   if (a.norm_w != nullptr) {  // u = rstd·Σ A·w·x (LoraTableArgs::norm_w)
-    const float2 s = block_dot_and_sum_sq(a_row, a.norm_w, x, a.in);
-    sum = s.x * rsqrtf(s.y / float(a.in) + a.norm_eps);
+    block_dots<G, true>(a_rows, n, a.norm_w, x, a.in, sums);
+    scale = rsqrtf(sums[G] / float(a.in) + a.norm_eps);
   } else {
-    sum = block_dot(a_row, x, a.in);
+    block_dots<G, false>(a_rows, n, nullptr, x, a.in, sums);
   }
-  if (threadIdx.x == 0) a.u[int64_t(row) * a.ldu + int64_t(p) * a.rank_cap + k] = sum;
+  if (threadIdx.x != 0) return;
+  float* u = a.u + int64_t(row) * a.ldu + int64_t(p) * a.rank_cap + k0;
+#pragma unroll
+  for (int j = 0; j < G; ++j)
+    if (j < n) u[j] = sums[j] * scale;
 }
 
 // Part p's low-rank term of row r at column c through the row's slot.
@@ -222,10 +228,30 @@ __global__ void table_expand_swiglu_kernel(LoraTableArgs a) {
 
 }  // namespace
 
+// A block per (row, part, k) keeps every SM busy at a handful of rows, but
+// each block reads the whole row of x (and norm_w) for one rank's dot
+// product: at 16 rows of Q/K/V that is 768 blocks re-reading ~30 MB from L2.
+// So a block takes G ranks, the largest power of two up to 16 (and up to
+// rank_cap) that still leaves about one block per SM (132 on an H100 or
+// H200); the sums' bits do not depend on G.
+constexpr int64_t kShrinkBlocksWanted = 128;
+
 void lora_table_shrink(const LoraTableArgs& a) {
   if (a.n_rows == 0 || a.n_parts == 0 || a.rank_cap == 0) return;
-  detail::launch_dependent(table_shrink_kernel, dim3(unsigned(a.n_rows), unsigned(a.n_parts * a.rank_cap)),
-                           dim3(kShrinkThreads), 0, a);
+  const int64_t blocks_per_group = int64_t(a.n_rows) * a.n_parts;
+  int g = 1;
+  while (2 * g <= std::min(16, a.rank_cap) &&
+         blocks_per_group * ((a.rank_cap + 2 * g - 1) / (2 * g)) >= kShrinkBlocksWanted)
+    g *= 2;
+  const int32_t groups = (a.rank_cap + g - 1) / g;
+  const dim3 grid(unsigned(a.n_rows), unsigned(a.n_parts * groups)), block(kShrinkThreads);
+  switch (g) {
+    case 1: return detail::launch_dependent(table_shrink_kernel<1>, grid, block, 0, a, groups);
+    case 2: return detail::launch_dependent(table_shrink_kernel<2>, grid, block, 0, a, groups);
+    case 4: return detail::launch_dependent(table_shrink_kernel<4>, grid, block, 0, a, groups);
+    case 8: return detail::launch_dependent(table_shrink_kernel<8>, grid, block, 0, a, groups);
+    default: return detail::launch_dependent(table_shrink_kernel<16>, grid, block, 0, a, groups);
+  }
 }
 
 void lora_table_expand(const LoraTableArgs& a) {
