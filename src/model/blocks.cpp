@@ -95,9 +95,9 @@ template <typename BaseProjection>
 void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs,
                        BaseProjection&& base) {
   if (lora.table != nullptr) return project_with_table(lora, x, nullptr, outputs, base);
-  base(nullptr);
   // One call for the projections of this x: on the CPU one pool dispatch
-  // for all of them.
+  // for all of them. Its segments are gathered and their factors' first
+  // reads requested before the base projection, which they then overlap.
   std::vector<ops::LoraRows> segments[3];
   std::vector<ops::LoraRowsPart> parts;
   for (const LoraOutput& o : outputs) {
@@ -108,6 +108,8 @@ void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_
     }
     parts.push_back({.segments = s, .y = o.y});
   }
+  ops::prefetch_lora_rows(parts);
+  base(nullptr);
   ops::lora_rows_add_group(x, parts, *lora.u_scratch);
 }
 

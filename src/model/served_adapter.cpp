@@ -181,6 +181,12 @@ std::shared_ptr<ServedAdapter> with_q8_0_factors(const ServedAdapter& adapter) {
       p = {.a = ops::lora_factor_q8_0(p.a), .bt = ops::lora_factor_q8_0(p.bt)};
     }
   }
+  // In one buffer in the order a step reads them (ops::pack_in_order).
+  std::vector<Tensor*> in_step_order;
+  for (auto& layer : copy->layers)
+    for (AdapterProjection& p : layer)
+      if (p.a.defined()) in_step_order.insert(in_step_order.end(), {&p.a, &p.bt});
+  ops::pack_in_order(in_step_order);
   // An expert's gate and up (one A_e, s·B_eᵀ of the same shape) change format together.
   for (auto& layer : copy->experts)
     for (AdapterExpert& e : layer) {

@@ -1,6 +1,8 @@
 #include "ops/lora_rows.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/lora_rows.h"
@@ -37,6 +39,27 @@ Tensor lora_factor_q8_0(const Tensor& factor) {
     quantize_row(DType::Q8_0, column_block.data(), out.row_ptr(b), rank * kQ8Block);
   }
   return out;
+}
+
+void pack_in_order(std::span<Tensor* const> factors) {
+  const auto padded = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
+  size_t total = 0;
+  for (const Tensor* f : factors) {
+    BRIOCHE_CHECK(f->device() == Device::CPU && f->is_contiguous(), "pack_in_order: a contiguous CPU tensor, got ",
+                  f->describe());
+    total += padded(f->nbytes());
+  }
+  if (total == 0) return;
+  void* buffer = std::aligned_alloc(64, total);
+  BRIOCHE_CHECK(buffer != nullptr, "pack_in_order: could not allocate ", total, " bytes");
+  const std::shared_ptr<void> owner(buffer, [](void* p) { std::free(p); });
+  size_t offset = 0;
+  for (Tensor* f : factors) {
+    char* data = static_cast<char*>(buffer) + offset;
+    std::memcpy(data, f->data(), f->nbytes());
+    *f = Tensor::view(data, f->dtype(), f->shape().data(), f->rank(), owner);
+    offset += padded(f->nbytes());
+  }
 }
 
 namespace {
@@ -136,6 +159,13 @@ void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, T
     args.back().u = nullptr;  // each task keeps its block's u
   }
   if (!args.empty()) backend::cpu::lora_rows_add_group(args);
+}
+
+void prefetch_lora_rows(std::span<const LoraRowsPart> parts) {
+  for (const LoraRowsPart& p : parts)
+    for (const LoraRows& s : p.segments)
+      for (const Tensor* f : {s.a, s.bt})
+        if (f != nullptr && f->device() == Device::CPU) __builtin_prefetch(f->data());
 }
 
 namespace {

@@ -37,6 +37,16 @@ struct LoraRows {
 // it does not), and half the bytes of f16.
 Tensor lora_factor_q8_0(const Tensor& factor);
 
+// Copies of the contiguous CPU tensors *factors[i], in that order, in one
+// buffer (each from a 64-byte boundary), put in place of the originals. The
+// server packs an adapter's factors in the order a decode step reads them
+// (layer by layer: Q's A and s·Bᵀ, then K's, ... Down's): a task of
+// lora_rows_add_group takes one adapter's projections in turn, so it reads
+// one near-sequential stream. Factors allocated one by one lie scattered
+// over the heap, each a stream of a few KB that starts from DRAM with its
+// own latency (and often its own TLB miss).
+void pack_in_order(std::span<Tensor* const> factors);
+
 // The largest adapter rank the op takes.
 int32_t max_lora_rows_rank();
 
@@ -54,6 +64,14 @@ struct LoraRowsPart {
   Tensor* y = nullptr;  // [n, out] f32, added to
 };
 void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, Tensor& u_scratch);
+
+// Asks the CPU's memory for what a lora_rows_add_group of `parts` reads
+// first: each factor's storage record and the first line of its data. The
+// model calls it before the base projection of the same x: a step's base
+// weights evict these, and the call would otherwise stall on them one
+// after another (~5 us a call, 120 calls a step at the default model),
+// where now they arrive during the projection.
+void prefetch_lora_rows(std::span<const LoraRowsPart> parts);
 
 // The same update with the batch's adapters as data on the tensors' device
 // (Punica's BGMV: each row finds its adapter's factors itself), so one

@@ -191,6 +191,34 @@ TEST(LoraRowsAddGroup, Q8FactorsEqualOneCallPerProjection) {
   });
 }
 
+// pack_in_order: the same bytes, shapes and dtypes, now one after another
+// from 64-byte boundaries in the order given (what a step's tasks read as
+// one stream), and the originals untouched.
+TEST(LoraRowsPack, FactorsKeepTheirBytesInOneBufferInTheOrderGiven) {
+  std::mt19937 rng(5);
+  const Tensor f16 = random_tensor(DType::F16, 8, 576, 0.1f, rng);
+  const Tensor q8_a = ops::lora_factor_q8_0(f16),
+               q8_b = ops::lora_factor_q8_0(random_tensor(DType::F16, 3, 96, 0.1f, rng));
+  const Tensor originals[] = {q8_b, f16, q8_a};
+  Tensor packed[] = {q8_b, f16, q8_a};
+  Tensor* order[] = {&packed[0], &packed[1], &packed[2]};
+  ops::pack_in_order(order);
+  size_t expected_offset = 0;
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(packed[i].dtype(), originals[i].dtype());
+    EXPECT_EQ(packed[i].shape(), originals[i].shape());
+    EXPECT_TRUE(packed[i].is_contiguous());
+    ASSERT_EQ(packed[i].nbytes(), originals[i].nbytes());
+    EXPECT_NE(packed[i].data(), originals[i].data());
+    EXPECT_EQ(std::memcmp(packed[i].data(), originals[i].data(), originals[i].nbytes()), 0);
+    EXPECT_EQ(static_cast<const char*>(packed[i].data()) - static_cast<const char*>(packed[0].data()),
+              ptrdiff_t(expected_offset));
+    expected_offset += (originals[i].nbytes() + 63) / 64 * 64;
+  }
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(packed[0].data()) % 64, 0u);
+}
+
 // Q8_0 factors at shapes of whole blocks with ranks that leave partial
 // groups of factor rows and segments of 1 to 5 rows, one segment's factors
 // in f16 beside the others' (each segment takes its own format): against

@@ -405,16 +405,26 @@ void lora_rows_add(const LoraRowsArgs& a) {
 }
 
 void lora_rows_add_group(std::span<const LoraRowsArgs> parts) {
-  if (parts.size() == 1) return lora_rows_add(parts[0]);
-  const std::vector<PartBlock> blocks = row_blocks(parts);
+  if (parts.size() == 1 && parts[0].u != nullptr) return lora_rows_add(parts[0]);
+  // One task per row block, taking that block in every part: a block's
+  // rows share one adapter, whose factors the server allocated one after
+  // another (A, s·Bᵀ, projection by projection), so a task reads one
+  // near-sequential stream instead of a few KB in each of 2·parts places
+  // between other tasks' reads.
+  std::vector<PartBlock> blocks = row_blocks(parts);
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const PartBlock& l, const PartBlock& r) { return l.block.first_row < r.block.first_row; });
+  std::vector<size_t> task_begin;  // [tasks + 1]: blocks [task_begin[t], task_begin[t + 1]) share their rows
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (i == 0 || blocks[i].block.first_row != blocks[i - 1].block.first_row) task_begin.push_back(i);
+  task_begin.push_back(blocks.size());
   int64_t work = 0;
   for (const PartBlock& pb : blocks) work += block_work(parts, pb);
-  ThreadPool::global().run(work < kSerialWork ? 1 : int(blocks.size()), [&](int t) {
-    if (work < kSerialWork) {
-      for (const PartBlock& pb : blocks) block_update(parts[size_t(pb.part)], pb.block);
-    } else {
-      block_update(parts[size_t(blocks[size_t(t)].part)], blocks[size_t(t)].block);
-    }
+  const int n_tasks = int(task_begin.size()) - 1;
+  ThreadPool::global().run(work < kSerialWork ? 1 : n_tasks, [&](int t) {
+    const size_t begin = work < kSerialWork ? 0 : task_begin[size_t(t)];
+    const size_t end = work < kSerialWork ? blocks.size() : task_begin[size_t(t) + 1];
+    for (size_t i = begin; i < end; ++i) block_update(parts[size_t(blocks[i].part)], blocks[i].block);
   });
 }
 
