@@ -90,6 +90,17 @@ class MoeExpertLora(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
+    def greedy_logprobs(self, model, prompt, name, *flags):
+        """The greedy completion's tokens and log-probs of `brioche serve MODEL FLAGS` for model `name`."""
+        server = Server(ARGS.brioche, model, *flags)
+        try:
+            status, body = server.post("/v1/completions", {"model": name, "prompt": prompt, "max_tokens": N_TOKENS,
+                                                           "temperature": 0, "logprobs": 1, "ignore_eos": True})
+        finally:
+            server.stop()
+        self.assertEqual(status, 200, body)
+        return json.loads(body)["choices"][0]["logprobs"]
+
     def check_family(self, family):
         model = os.path.join(ARGS.model, family, "moe")
         adapter = os.path.join(self.tmp, family)
@@ -108,14 +119,7 @@ class MoeExpertLora(unittest.TestCase):
         peft_tokens, peft_logprobs, wrapped = peft_greedy(family, model, adapter, prompt)
         self.assertEqual(wrapped, {"gate_up_proj", "down_proj"})
         _, base_logprobs, _ = peft_greedy(family, model, None, prompt)
-        server = Server(ARGS.brioche, model, "--adapter", adapter)
-        try:
-            status, body = server.post("/v1/completions", {"model": "moe", "prompt": prompt, "max_tokens": N_TOKENS,
-                                                           "temperature": 0, "logprobs": 1, "ignore_eos": True})
-        finally:
-            server.stop()
-        self.assertEqual(status, 200, body)
-        lp = json.loads(body)["choices"][0]["logprobs"]
+        lp = self.greedy_logprobs(model, prompt, "moe", "--adapter", adapter)
         err = max(abs(a - b) for a, b in zip(lp["token_logprobs"], peft_logprobs))
         moved = max(abs(a - b) for a, b in zip(peft_logprobs, base_logprobs))
         print(f"{family}: serve --adapter tokens {lp['tokens']}, peft {peft_tokens}, largest log-prob difference "
@@ -125,14 +129,7 @@ class MoeExpertLora(unittest.TestCase):
         self.assertGreater(moved, 1e-2)
 
         # Served unmerged, per request (f16 factors): peft's greedy tokens.
-        server = Server(ARGS.brioche, model, "--lora", f"a={adapter}")
-        try:
-            status, body = server.post("/v1/completions", {"model": "a", "prompt": prompt, "max_tokens": N_TOKENS,
-                                                           "temperature": 0, "logprobs": 1, "ignore_eos": True})
-        finally:
-            server.stop()
-        self.assertEqual(status, 200, body)
-        lp = json.loads(body)["choices"][0]["logprobs"]
+        lp = self.greedy_logprobs(model, prompt, "a", "--lora", f"a={adapter}")
         err = max(abs(a - b) for a, b in zip(lp["token_logprobs"], peft_logprobs))
         print(f"{family}: serve --lora (unmerged) tokens {lp['tokens']}, largest log-prob difference from peft "
               f"{err:.2e}")
