@@ -112,7 +112,7 @@ std::unique_ptr<LoraAdapter> load_gguf_adapter(const std::string& path, const mo
       Tensor& dst = ab[5] == 'a' ? e.factors->a : e.factors->b;
       BRIOCHE_CHECK(t.rank() == 2 && t.dim(0) == dst.dim(0) && t.dim(1) == dst.dim(1), path, ": tensor '", name,
                     "' expected shape [", dst.dim(0), ", ", dst.dim(1), "], found ", t.describe());
-      Tensor f = copy_f32(t);
+      Tensor f = factor_f32(t, path, name);
       if (ab[5] == 'b' && permuted_module(e.module) && lora_permuted && !base_permuted_qk)
         f = reorder_rows(f, config.head_dim, /*to_hf=*/true);
       std::memcpy(dst.data(), f.data(), f.nbytes());

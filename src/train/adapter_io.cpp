@@ -307,7 +307,7 @@ std::unique_ptr<LoraAdapter> load_adapter(const std::string& dir, const model::M
       Tensor& dst = ab[5] == 'A' ? e.factors->a : e.factors->b;
       BRIOCHE_CHECK(t.rank() == 2 && t.dim(0) == dst.dim(0) && t.dim(1) == dst.dim(1), st_path, ": tensor '", name,
                     "' expected shape [", dst.dim(0), ", ", dst.dim(1), "], found ", t.describe());
-      Tensor f = copy_f32(t);
+      Tensor f = factor_f32(t, st_path, name);
       if (ab[5] == 'B' && permute && permuted_module(e.module)) f = reorder_rows(f, config.head_dim, false);
       std::memcpy(dst.data(), f.data(), f.nbytes());
     }

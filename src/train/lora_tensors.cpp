@@ -1,5 +1,6 @@
 #include "train/lora_tensors.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -37,6 +38,18 @@ Tensor copy_f32(const Tensor& t) {
       ops::dequantize_row(t.dtype(), t.row_ptr(r), out.row_as<float>(r), t.dim(1));
     }
   }
+  return out;
+}
+
+Tensor factor_f32(const Tensor& t, const std::string& file, const std::string& name) {
+  const DTypeInfo info = dtype_info(t.dtype());
+  BRIOCHE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16 || info.quantized, file,
+                ": tensor '", name, "' expected float values (f32, f16, bf16 or a quantized type), found ", info.name);
+  Tensor out = copy_f32(t);
+  const float* v = out.data_as<float>();
+  for (int64_t i = 0; i < out.numel(); ++i)
+    BRIOCHE_CHECK(std::isfinite(v[i]), file, ": tensor '", name, "' expected finite values, found ", v[i],
+                  " at element ", i);
   return out;
 }
 

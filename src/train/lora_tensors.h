@@ -14,6 +14,12 @@ namespace brioche::train {
 // A CPU f32 copy of a [rows, cols] tensor of any dtype (quantized rows dequantized).
 Tensor copy_f32(const Tensor& t);
 
+// copy_f32 of an adapter file's LoRA factor, refused with `file` and the
+// tensor's name when its dtype holds no numbers (i32) or a value is not
+// finite: a NaN factor would make every request of the adapter fail at its
+// first sampled token.
+Tensor factor_f32(const Tensor& t, const std::string& file, const std::string& name);
+
 // Whether a projection's rows are per-head (Q, K), the ones llama.cpp's
 // converter interleaves for RoPE in "llama" GGUF files.
 bool permuted_module(Module m);

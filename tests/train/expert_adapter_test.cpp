@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -195,6 +196,48 @@ TEST_P(ExpertAdapter, UnsupportedUsesAreRefusedNamingWhat) {
   write(cfg);
   const std::string no_parameters = message([&] { load_adapter(dir, config, false, 1 << 16, shapes); });
   EXPECT_NE(no_parameters.find("lora_A.weight' is no LoRA factor"), std::string::npos) << no_parameters;
+}
+
+// A factor that holds no numbers (i32) or a non-finite value is refused at
+// load naming the file and the tensor: served, a NaN factor made every
+// request of its adapter fail at its first sampled token.
+TEST_P(ExpertAdapter, FactorsThatAreNotFiniteNumbersAreRefusedNamingTheTensor) {
+  const std::string family = GetParam();
+  model::ModelConfig config;
+  LoraShapes shapes;
+  auto adapter = peft_adapter(family, config, shapes);
+  const std::string dir = ::testing::TempDir() + "/h24_expert_adapter_nan_" + family;
+  std::filesystem::remove_all(dir);
+  for (auto& e : adapter->entries())
+    if (e.module == Module::ExpertDown) e.factors->b.data_as<float>()[3] = std::nanf("");
+  save_adapter(dir, *adapter, config, false, {.language_model = family == "gemma4"});
+  auto message = [&] {
+    try {
+      load_adapter(dir, config, false, 1 << 16, shapes);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string nan = message();
+  EXPECT_NE(nan.find("experts.lora_B.weight' expected finite values, found nan at element 3"), std::string::npos)
+      << nan;
+
+  // The first tensor's dtype rewritten F32 -> I32 in the header (same width).
+  const std::string path = dir + "/adapter_model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t at = bytes.find("\"F32\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 5, "\"I32\"");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  const std::string i32 = message();
+  EXPECT_NE(i32.find("expected float values (f32, f16, bf16 or a quantized type), found i32"), std::string::npos)
+      << i32;
+  EXPECT_NE(i32.find("adapter_model.safetensors: tensor '"), std::string::npos) << i32;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ExpertAdapter, ::testing::Values("gemma4", "qwen35"));
