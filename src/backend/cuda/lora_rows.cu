@@ -15,7 +15,8 @@
 // give the same bits, whatever the batch.
 // All four kernels are dependent launches (launch.cuh), so the adapted layer
 // stays one PDL chain with the GEMVs around it; a shrink block prefetches its
-// rows of A into L2 before its wait, while the GEMV before it still runs. The
+// rows of A into L2 before its wait, while the GEMV before it still runs, and
+// an expand thread loads its column of Bᵀ into registers there. The
 // adapter table is written only by host copies queued before the step, so
 // reading it before the wait is as safe as reading a weight.
 #include "backend/cuda/cuda_check.h"
@@ -111,19 +112,52 @@ __global__ void shrink_kernel(const float* x, int64_t ldx, float* u, int64_t ldu
   if (threadIdx.x == 0) u[int64_t(row) * ldu + k] = sum;
 }
 
+// A low-rank term's factors for one output column c: Bᵀ's first ranks are
+// weights, so they are loaded before the wait, behind the kernel before this
+// one; u (the shrink's output) is read after it. Then the step pays no L2
+// round trip per rank, only one for u.
+//   term = Σ_k u[k]·bt[k, c]        k ascending, whatever the rank (same bits)
+constexpr int kRanksBeforeWait = 16;
+
+struct TermColumn {
+  const __half* bt;  // bt[k, c] at bt[k · out]; null: no term
+  int64_t out;
+  int32_t rank;
+  __half early[kRanksBeforeWait];
+};
+
+__device__ TermColumn load_term_column(const void* bt, int64_t out, int32_t rank, int64_t c) {
+  TermColumn t;
+  t.bt = bt != nullptr ? reinterpret_cast<const __half*>(bt) + c : nullptr;
+  t.out = out;
+  t.rank = t.bt != nullptr ? rank : 0;
+#pragma unroll
+  for (int k = 0; k < kRanksBeforeWait; ++k)
+    if (k < t.rank) t.early[k] = t.bt[int64_t(k) * out];
+  return t;
+}
+
+__device__ float finish_term(const TermColumn& t, const float* ur) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kRanksBeforeWait; ++k)
+    if (k < t.rank) sum += ur[k] * __half2float(t.early[k]);
+#pragma unroll 8
+  for (int32_t k = kRanksBeforeWait; k < t.rank; ++k) sum += ur[k] * __half2float(t.bt[int64_t(k) * t.out]);
+  return sum;
+}
+
 // grid (rows, ceil(out / 256)), 256 threads, one output column each.
 __global__ void expand_kernel(const float* u, int64_t ldu, float* y, int64_t ldy, int64_t out, int32_t first_row,
                               const __grid_constant__ SegmentTable table) {
-  detail::pdl_prologue();
   const int32_t row = first_row + int32_t(blockIdx.x);
   const LoraRowsSegment* seg = segment_of(table, row);
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (seg == nullptr || c >= out) return;
-  const float* ur = u + int64_t(row) * ldu;
-  const __half* bt = reinterpret_cast<const __half*>(seg->bt);
-  float sum = 0.0f;
-  for (int32_t k = 0; k < seg->rank; ++k) sum += ur[k] * __half2float(bt[int64_t(k) * out + c]);
-  y[int64_t(row) * ldy + c] += sum;
+  const bool active = seg != nullptr && c < out;
+  const TermColumn t = load_term_column(active ? seg->bt : nullptr, out, active ? seg->rank : 0, c);
+  detail::pdl_prologue();
+  if (!active) return;
+  y[int64_t(row) * ldy + c] += finish_term(t, u + int64_t(row) * ldu);
 }
 
 }  // namespace
@@ -184,45 +218,43 @@ __global__ void table_shrink_kernel(LoraTableArgs a, int32_t groups) {
     if (j < n) u[j] = sums[j] * scale;
 }
 
-// Part p's low-rank term of row r at column c through the row's slot.
-__device__ float table_term(const LoraTableArgs& a, int32_t slot, int32_t row, int32_t p, int64_t c) {
+// Part p's term column of a row through the row's slot (slot < 0 or a part
+// the adapter does not target: no term). The adapter table is read before the
+// wait, as the shrink does.
+__device__ TermColumn load_table_column(const LoraTableArgs& a, int32_t slot, int32_t p, int64_t c) {
+  if (slot < 0 || c >= a.out[p]) return load_term_column(nullptr, 0, 0, 0);
   const LoraFactors f = a.factors[int64_t(slot) * a.slot_stride + a.entry[p]];
-  if (f.a == nullptr) return 0.0f;
-  const float* ur = a.u + int64_t(row) * a.ldu + int64_t(p) * a.rank_cap;
-  const __half* bt = reinterpret_cast<const __half*>(f.bt);
-  float sum = 0.0f;
-  for (int32_t k = 0; k < f.rank; ++k) sum += ur[k] * __half2float(bt[int64_t(k) * a.out[p] + c]);
-  return sum;
+  return load_term_column(f.a != nullptr ? f.bt : nullptr, a.out[p], f.rank, c);
+}
+
+__device__ const float* table_u(const LoraTableArgs& a, int32_t row, int32_t p) {
+  return a.u + int64_t(row) * a.ldu + int64_t(p) * a.rank_cap;
 }
 
 // grid (rows, parts · ceil(max out / 256)), 256 threads, one output column each.
 __global__ void table_expand_kernel(LoraTableArgs a, int32_t column_blocks) {
-  detail::pdl_prologue();
   const int32_t row = int32_t(blockIdx.x);
-  const int32_t slot = a.row_slot[row];
-  if (slot < 0) return;
   const int32_t p = int32_t(blockIdx.y) / column_blocks;
   const int64_t c = int64_t(int32_t(blockIdx.y) % column_blocks) * blockDim.x + threadIdx.x;
-  const int64_t out = a.out[p];
-  if (c >= out) return;
-  if (a.factors[int64_t(slot) * a.slot_stride + a.entry[p]].a == nullptr) return;
-  a.y[p][int64_t(row) * a.ldy[p] + c] += table_term(a, slot, row, p, c);
+  const TermColumn t = load_table_column(a, a.row_slot[row], p, c);
+  detail::pdl_prologue();
+  if (t.bt == nullptr) return;
+  a.y[p][int64_t(row) * a.ldy[p] + c] += finish_term(t, table_u(a, row, p));
 }
 
 // grid (rows, ceil(out / 256)), 256 threads: gate and up with their terms
 // into SwiGLU (LoraTableArgs::swiglu_out), every row, one column each; the
 // SwiGLU kernel's formula.
 __global__ void table_expand_swiglu_kernel(LoraTableArgs a) {
-  detail::pdl_prologue();
   const int32_t row = int32_t(blockIdx.x);
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (c >= a.out[0]) return;
   const int32_t slot = a.row_slot[row];
+  const TermColumn gate = load_table_column(a, slot, 0, c), up = load_table_column(a, slot, 1, c);
+  detail::pdl_prologue();
+  if (c >= a.out[0]) return;
   float g = a.y[0][int64_t(row) * a.ldy[0] + c], v = a.y[1][int64_t(row) * a.ldy[1] + c];
-  if (slot >= 0) {
-    g += table_term(a, slot, row, 0, c);
-    v += table_term(a, slot, row, 1, c);
-  }
+  if (gate.bt != nullptr) g += finish_term(gate, table_u(a, row, 0));
+  if (up.bt != nullptr) v += finish_term(up, table_u(a, row, 1));
   a.swiglu_out[int64_t(row) * a.ld_swiglu + c] = g / (1.0f + __expf(-g)) * v;
 }
 
