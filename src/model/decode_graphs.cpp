@@ -42,10 +42,11 @@ void DecodeGraphs::clear() {
   cache_addresses_.clear();
 }
 
-ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int width) {
+ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int width, bool windowed) {
   const int32_t* tokens = inputs.data();
   const int32_t* positions = tokens + rows;
   const int32_t* tables = positions + rows;
+  const int32_t* window_tables = tables + size_t(rows) * width;
   ForwardBatch b;
   for (int r = 0; r < rows; ++r) {
     // Padding rows (position −1 on the device) pose as a fresh sequence in
@@ -58,6 +59,9 @@ ForwardBatch DecodeGraphs::padded(std::span<const int32_t> inputs, int rows, int
                            .n_rows = 1,
                            .n_past = n_past,
                            .block_table = std::span<const int32_t>(tables + size_t(r) * width, size_t(width))});
+    if (windowed)
+      b.sequences.back().window_block_table =
+          std::span<const int32_t>(window_tables + size_t(r) * width, size_t(width));
   }
   return b;
 }
@@ -77,11 +81,16 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
   for (const SequenceView& s : batch.sequences)
     needed = std::max(needed, (s.n_past + s.n_rows + block_size - 1) / block_size);
   const int width = std::max(4, int(std::bit_ceil(unsigned(needed))));
+  const bool windowed = cache.n_window_blocks() > 0;
+  if (windowed && std::any_of(batch.sequences.begin(), batch.sequences.end(),
+                              [](const SequenceView& s) { return s.window_block_table.empty(); }))
+    return false;  // (the eager forward says what is missing)
 
   std::vector<const void*> addresses;
   for (int l = 0; l < cache.n_layers(); ++l) {
-    addresses.push_back(cache.keys(l).data());
-    addresses.push_back(cache.values(l).data());
+    // (KV-shared layers have no tensors.)
+    addresses.push_back(cache.keys(l).defined() ? cache.keys(l).data() : nullptr);
+    addresses.push_back(cache.values(l).defined() ? cache.values(l).data() : nullptr);
   }
   if (addresses != cache_addresses_) {
     buckets_.clear();
@@ -94,21 +103,25 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
     if (recorded == buckets_.end() || recorded->second.graph.empty()) return false;
   }
 
-  // This step's inputs: tokens | positions (−1 for padding) | block tables.
-  const size_t n_inputs = size_t(rows) * size_t(2 + width);
+  // This step's inputs: tokens | positions (−1 for padding) | block tables
+  // | window-pool tables (when windowed).
+  const size_t n_inputs = size_t(rows) * size_t(2 + width * (windowed ? 2 : 1));
   const std::span<int32_t> inputs = staging_.fill(n_inputs);
   std::fill(inputs.begin(), inputs.end(), 0);
   int32_t* tokens = inputs.data();
   int32_t* positions = tokens + rows;
   int32_t* tables = positions + rows;
+  int32_t* window_tables = tables + size_t(rows) * width;
   std::fill(positions, positions + rows, -1);
   for (const SequenceView& s : batch.sequences) {
     const size_t copied = std::min(s.block_table.size(), size_t(width));
+    const size_t window_copied = std::min(s.window_block_table.size(), size_t(width));
     for (int i = 0; i < s.n_rows; ++i) {
       const int r = s.first_row + i;
       tokens[r] = batch.tokens[size_t(r)];
       positions[r] = s.n_past + i;
       std::copy_n(s.block_table.begin(), copied, tables + size_t(r) * width);
+      if (windowed) std::copy_n(s.window_block_table.begin(), window_copied, window_tables + size_t(r) * width);
     }
   }
 
@@ -118,7 +131,11 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
     b.input_block = ops::zeros(DType::I32, {int64_t(n_inputs)}, Device::CUDA);
     b.inputs = {.tokens = b.input_block.slice(0, 0, rows),
                 .positions = b.input_block.slice(0, rows, 2 * rows),
-                .tables = b.input_block.slice(0, 2 * rows, int64_t(n_inputs)).reshape({rows, width}),
+                .tables = b.input_block.slice(0, 2 * rows, int64_t(2 + width) * rows).reshape({rows, width}),
+                .window_tables =
+                    windowed
+                        ? b.input_block.slice(0, int64_t(2 + width) * rows, int64_t(n_inputs)).reshape({rows, width})
+                        : Tensor(),
                 .max_keys = width * block_size,
                 .rows_share_sequences = shared};
     b.logits = ops::zeros(DType::F32, {rows, config_.vocab_size}, Device::CUDA);
@@ -140,8 +157,8 @@ bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache, Tensor& 
   }
 
   if (b.graph.empty()) {
-    const ForwardBatch pb = padded(inputs, rows, width);
-    Activations a = b.buffers.view(config_, rows, Device::CUDA);
+    const ForwardBatch pb = padded(inputs, rows, width, windowed);
+    Activations a = block_activations_ ? b.buffers.view(config_, rows, Device::CUDA) : Activations{};
     auto record = [&] { forward(pb, a, b.logits, rank_cap > 0 ? &b.adapters : nullptr); };
     ops::DecodeGraph::run_eagerly(b.inputs, record);
     b.graph.capture(b.inputs, record);

@@ -25,6 +25,10 @@
 // launches, so any mix of adapters replays one graph; buckets are keyed by
 // the adapters' rank cap as well (0 for the base alone).
 //
+// A cache with a window pool (KvCache::n_window_blocks, Gemma 4's sliding
+// layers) adds each row's window-pool table to the inputs, at the same
+// width; the forward reads it under ops::ScopedWindowTables.
+//
 // Graphs hold the KV cache's addresses: a different cache drops them all.
 #pragma once
 
@@ -52,7 +56,11 @@ class DecodeGraphs {
   using Forward =
       std::function<void(const ForwardBatch& batch, Activations& a, Tensor& logits, const AdapterTable* adapters)>;
 
-  explicit DecodeGraphs(const ModelConfig& config) : config_(config) {}
+  // `block_activations`: each bucket owns the Activations of the Llama
+  // blocks (blocks.h) that the forward writes; false for a model that keeps
+  // its own scratch per bucket (Gemma 4), which then gets an empty one.
+  explicit DecodeGraphs(const ModelConfig& config, bool block_activations = true)
+      : config_(config), block_activations_(block_activations) {}
 
   // Runs `batch` through its bucket's graph and writes its logits (host or
   // device tensor [n_rows, vocab]). False, with nothing done, when the batch
@@ -73,7 +81,7 @@ class DecodeGraphs {
  private:
   struct Bucket {
     ActivationBuffers buffers;
-    Tensor input_block;        // i32 [rows · (2 + width)]: tokens | positions | tables
+    Tensor input_block;        // i32 [rows · (2 + width · tables)]: tokens | positions | tables | window tables
     ops::DecodeInputs inputs;  // views of input_block
     Tensor logits;             // [rows, vocab] on the device
     ops::DecodeGraph graph;
@@ -88,11 +96,12 @@ class DecodeGraphs {
   // A step the graphs take: sequences of 1..kMaxRowsPerSequence rows in
   // batch order, every row wanting logits.
   static bool is_graph_step(const ForwardBatch& batch);
-  // The padded batch of a step's inputs (tokens | positions | tables) that a
-  // bucket's forward runs on.
-  static ForwardBatch padded(std::span<const int32_t> inputs, int rows, int width);
+  // The padded batch of a step's inputs (tokens | positions | tables |
+  // window tables when `windowed`) that a bucket's forward runs on.
+  static ForwardBatch padded(std::span<const int32_t> inputs, int rows, int width, bool windowed);
 
   const ModelConfig& config_;
+  const bool block_activations_;
   // By (rows, table width, adapter rank cap, rows share sequences).
   std::map<std::tuple<int, int, int, bool>, Bucket> buckets_;
   std::vector<const void*> cache_addresses_;  // the cache the graphs write

@@ -27,9 +27,10 @@
 //   logits = lm_head·RMSNorm(x, norm), then cap·tanh(logits/cap) with soft-capping
 //
 // Every step is an op (ops/), so the same code runs on the CPU or on CUDA
-// (weights, scratch and cache on the model's device). Nothing here hands a
-// norm on between ops (ops/norm_handoff.h): each post-norm reads the output
-// its own op just wrote.
+// (weights, scratch and cache on the model's device); on CUDA a decode step
+// runs as a recorded graph (model/decode_graphs.h) where graphs_take says
+// so. Nothing here hands a norm on between ops (ops/norm_handoff.h): each
+// post-norm reads the output its own op just wrote.
 #include "model/gemma4.h"
 
 #include <algorithm>
@@ -41,6 +42,7 @@
 #include "ops/add.h"
 #include "ops/attention.h"
 #include "ops/device.h"
+#include "ops/device_graph.h"
 #include "ops/embedding.h"
 #include "ops/fused_matmul.h"
 #include "ops/gather_rows.h"
@@ -86,14 +88,12 @@ void normed_group(const Tensor& x, const ops::RmsNormFirst& norm, std::span<cons
 
 Tensor Gemma4Model::Scratch::rows(int64_t n, int64_t width) {
   const int64_t need = std::max<int64_t>(n * width, 1);
-  if (!flat.defined() || flat.dim(0) < need) flat = ops::zeros(DType::F32, {need}, device);
+  if (!flat.defined() || flat.dim(0) < need) flat = ops::zeros(dtype, {need}, device);
   return flat.slice(0, 0, n * width).reshape({n, width});
 }
 
-Gemma4Model::Gemma4Model(Gemma4Checkpoint checkpoint)
-    : ck_(std::move(checkpoint)), device_(ck_.weights.token_embd.device()) {
-  for (int i = 0; i < ck_.config.base.n_layers; ++i) inv_freq_.push_back(ck_.config.inv_freq(i));
-  Buffers& b = buf_;
+Gemma4Model::Buffers::Buffers(Device device) {
+  Buffers& b = *this;
   for (Scratch* s : {&b.x,
                      &b.h,
                      &b.q,
@@ -113,10 +113,18 @@ Gemma4Model::Gemma4Model(Gemma4Checkpoint checkpoint)
                      &b.expert_gate_up,
                      &b.expert_act,
                      &b.expert_out,
+                     &b.route_expert,
+                     &b.route_weight,
                      &b.last,
                      &b.lora_u,
                      &b.logits})
-    s->device = device_;
+    s->device = device;
+  b.route_expert.dtype = DType::I32;
+}
+
+Gemma4Model::Gemma4Model(Gemma4Checkpoint checkpoint)
+    : ck_(std::move(checkpoint)), device_(ck_.weights.token_embd.device()) {
+  for (int i = 0; i < ck_.config.base.n_layers; ++i) inv_freq_.push_back(ck_.config.inv_freq(i));
 }
 
 size_t Gemma4Model::weight_bytes() const {
@@ -167,8 +175,8 @@ Tensor Gemma4Model::per_layer_inputs(const ForwardBatch& batch, const Tensor& x)
   const Gemma4Config& g = ck_.config;
   const Gemma4Weights& w = ck_.weights;
   const int64_t n = batch.n_rows(), L = g.base.n_layers, P = g.ple_dim;
-  Tensor ple = buf_.ple.rows(n, L * P);      // [n, L·P]
-  Tensor tok = buf_.ple_tok.rows(n, L * P);  // [n, L·P]
+  Tensor ple = buf_->ple.rows(n, L * P);      // [n, L·P]
+  Tensor tok = buf_->ple_tok.rows(n, L * P);  // [n, L·P]
   ops::embedding(w.ple_embd, batch.tokens, tok);
   ops::scale(tok, float(std::sqrt(double(P))));
   ops::matmul(x, w.ple_model_proj, ple);
@@ -181,8 +189,14 @@ Tensor Gemma4Model::per_layer_inputs(const ForwardBatch& batch, const Tensor& x)
 }
 
 void Gemma4Model::add_lora(int layer, Projection p, const Tensor& x, Tensor& y) {
+  if (lora_table_ != nullptr) {
+    const ops::LoraTablePart part{.entry = layer * kBlockProjections + int32_t(p), .y = &y};
+    Tensor u = lora_table_->u;
+    ops::lora_table_add(x, lora_table_->table(), std::span(&part, 1), u);
+    return;
+  }
   if (adapter_rows_.empty()) return;
-  Tensor u = buf_.lora_u.rows(x.dim(0), adapter_rank_);
+  Tensor u = buf_->lora_u.rows(x.dim(0), adapter_rank_);
   add_adapter_rows(adapter_rows_, {.layer = layer, .projection = p}, x, y, u);
 }
 
@@ -195,10 +209,10 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch,
   const Gemma4LayerWeights& lw = ck_.weights.layers[size_t(layer)];
   const int64_t n = x.dim(0), hd = spec.head_dim, H = c.n_heads, KV = spec.n_kv_heads;
 
-  Tensor h = buf_.h.rows(n, c.hidden_size);
-  Tensor q = buf_.q.rows(n, H * hd);        // [n, H·hd]
-  Tensor attn = buf_.attn.rows(n, H * hd);  // [n, H·hd]
-  Tensor out = buf_.out.rows(n, c.hidden_size);
+  Tensor h = buf_->h.rows(n, c.hidden_size);
+  Tensor q = buf_->q.rows(n, H * hd);        // [n, H·hd]
+  Tensor attn = buf_->attn.rows(n, H * hd);  // [n, H·hd]
+  Tensor out = buf_->out.rows(n, c.hidden_size);
   const bool own_kv = !g.kv_shared(layer);
   // The layer whose cache holds the K/V read here (itself unless KV-shared)
   // decides the table: a sliding layer's blocks may be in the window pool.
@@ -206,14 +220,14 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch,
       cache.windowed(spec.kv_source) ? window_sequences : main_sequences;
   Tensor k, v;
   if (own_kv) {
-    k = buf_.k.rows(n, KV * hd);  // [n, KV·hd]
-    v = buf_.v.rows(n, KV * hd);
+    k = buf_->k.rows(n, KV * hd);  // [n, KV·hd]
+    v = buf_->v.rows(n, KV * hd);
     const Tensor* ws[] = {&lw.wq, &lw.wk, &lw.wv};
     Tensor* ys[] = {&q, &k, &v};
     // With attention_k_eq_v there is no v_proj: V is k_proj's output, taken
     // before k's norm and RoPE.
     normed_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, std::span(ws, spec.v_from_k ? 2 : 3),
-                 std::span(ys, spec.v_from_k ? 2 : 3), !adapter_rows_.empty());
+                 std::span(ys, spec.v_from_k ? 2 : 3), adapted());
     add_bias(q, lw.bq);
     add_bias(k, lw.bk);
     if (!spec.v_from_k) add_bias(v, lw.bv);
@@ -228,7 +242,7 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch,
   } else {
     const Tensor* ws[] = {&lw.wq};
     Tensor* ys[] = {&q};
-    normed_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, ws, ys, !adapter_rows_.empty());
+    normed_group(x, {.weight = lw.attn_norm, .eps = c.rms_eps, .normed = h}, ws, ys, adapted());
     add_bias(q, lw.bq);
     add_lora(layer, Projection::Q, h, q);
   }
@@ -242,6 +256,8 @@ void Gemma4Model::attention(int layer, const ForwardBatch& batch,
                                     .head_dim = int(hd),
                                     .scale = 1.0f,
                                     .sliding_window = spec.sliding ? c.sliding_window : 0};
+  // A bound decode step (a CUDA graph) reads the window pool's tables from its inputs.
+  const ops::ScopedWindowTables window_tables(cache.windowed(spec.kv_source));
   if (own_kv) {
     const ops::RopeStoreKvFirst first{.k = k, .v = v, .positions = batch.positions, .q_rope = rope};
     ops::paged_attention(q, first, {.k = cache.keys(layer), .v = cache.values(layer), .sequences = sequences}, params,
@@ -266,46 +282,41 @@ void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
   const int64_t n = x.dim(0), hidden = g.base.hidden_size, I = g.moe_intermediate_size;
   // The router reads the residual stream: RMSNorm without scale, times
   // scale·hidden^−½ (folded into router_norm), projected to expert logits.
-  Tensor routed = buf_.moe_in.rows(n, hidden);
-  Tensor logits = buf_.router.rows(n, g.n_experts);
+  Tensor routed = buf_->moe_in.rows(n, hidden);
+  Tensor logits = buf_->router.rows(n, g.n_experts);
   ops::rms_norm(x, lw.router_norm, g.base.rms_eps, routed);
   ops::matmul(routed, lw.router_proj, logits);
+  if (device_ != Device::CPU && n <= kExpertMatmulRows && !any_adapts_experts(adapter_rows_, layer)) {
+    // Decode rows on the device, routed there (no wait for the host: a
+    // decode graph records this): every (row, expert) pair in one
+    // ops::expert_matmul per projection, which reads only the chosen
+    // experts' weights. Row r's pairs are [r·k, (r + 1)·k) in ascending
+    // expert order, added to out in that order (the expert loop's below).
+    const int k = g.top_k_experts;
+    const int64_t pairs = n * k;
+    Tensor expert = buf_->route_expert.rows(pairs, 1).reshape({pairs});
+    Tensor weight = buf_->route_weight.rows(pairs, 1).reshape({pairs});
+    ops::moe_route_pairs(logits, k, lw.expert_scale, expert, weight);
+    // The experts read RMSNorm(x, pre_feedforward_layernorm_2).
+    ops::rms_norm(x, lw.pre_ffn_norm_2, g.base.rms_eps, routed);
+    std::vector<int32_t> pair_row(static_cast<size_t>(pairs)), pair_index(static_cast<size_t>(pairs));
+    for (int64_t p = 0; p < pairs; ++p) pair_row[size_t(p)] = int32_t(p / k), pair_index[size_t(p)] = int32_t(p);
+    Tensor gate_up = buf_->expert_gate_up.rows(pairs, 2 * I);  // [pairs, 2I]: gate columns, then up
+    Tensor act = buf_->expert_act.rows(pairs, I);
+    Tensor y = buf_->expert_out.rows(pairs, hidden);
+    ops::expert_matmul(routed, pair_row, lw.experts_gate_up, expert, gate_up);
+    ops::gelu_tanh_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act);
+    ops::expert_matmul(act, pair_index, lw.experts_down, expert, y);
+    ops::scale_rows(y, weight);
+    ops::fill(out, 0.0f);
+    ops::scatter_add_rows(y, pair_row, out);
+    return;
+  }
   const ops::MoeRouting route = ops::moe_route(logits, g.top_k_experts, lw.expert_scale);
   // The experts read RMSNorm(x, pre_feedforward_layernorm_2).
   ops::rms_norm(x, lw.pre_ffn_norm_2, g.base.rms_eps, routed);
   ops::fill(out, 0.0f);
   if (any_adapts_experts(adapter_rows_, layer)) return experts_with_adapters(layer, routed, route, out);
-  if (device_ != Device::CPU && n <= kExpertMatmulRows) {
-    // Decode rows on the device: every (row, expert) pair in one
-    // ops::expert_matmul per projection, which reads only the chosen
-    // experts' weights. A row's pairs in ascending expert order, added to
-    // out in that order (the order of the expert loop below).
-    std::vector<int32_t> pair_row, pair_expert, pair_index;
-    std::vector<float> pair_weight;
-    for (int64_t r = 0; r < n; ++r) {
-      std::vector<int> ks(size_t(route.top_k));
-      std::iota(ks.begin(), ks.end(), 0);
-      std::sort(ks.begin(), ks.end(), [&](int a, int b) {
-        return route.expert[size_t(r * route.top_k + a)] < route.expert[size_t(r * route.top_k + b)];
-      });
-      for (int k : ks) {
-        pair_index.push_back(int32_t(pair_row.size()));
-        pair_row.push_back(int32_t(r));
-        pair_expert.push_back(route.expert[size_t(r * route.top_k + k)]);
-        pair_weight.push_back(route.weight[size_t(r * route.top_k + k)]);
-      }
-    }
-    const int64_t pairs = int64_t(pair_row.size());
-    Tensor gate_up = buf_.expert_gate_up.rows(pairs, 2 * I);  // [pairs, 2I]: gate columns, then up
-    Tensor act = buf_.expert_act.rows(pairs, I);
-    Tensor y = buf_.expert_out.rows(pairs, hidden);
-    ops::expert_matmul(routed, pair_row, lw.experts_gate_up, pair_expert, gate_up);
-    ops::gelu_tanh_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act);
-    ops::expert_matmul(act, pair_index, lw.experts_down, pair_expert, y);
-    ops::scale_rows(y, pair_weight);
-    ops::scatter_add_rows(y, pair_row, out);
-    return;
-  }
   std::vector<int32_t> rows;
   std::vector<float> weights;
   for (int e = 0; e < g.n_experts; ++e) {
@@ -319,10 +330,10 @@ void Gemma4Model::experts(int layer, const Tensor& x, Tensor& out) {
         }
     if (rows.empty()) continue;
     const int64_t m = int64_t(rows.size());
-    Tensor in = buf_.expert_in.rows(m, hidden);
-    Tensor gate_up = buf_.expert_gate_up.rows(m, 2 * I);  // [m, 2I]: gate columns, then up
-    Tensor act = buf_.expert_act.rows(m, I);
-    Tensor y = buf_.expert_out.rows(m, hidden);
+    Tensor in = buf_->expert_in.rows(m, hidden);
+    Tensor gate_up = buf_->expert_gate_up.rows(m, 2 * I);  // [m, 2I]: gate columns, then up
+    Tensor act = buf_->expert_act.rows(m, I);
+    Tensor y = buf_->expert_out.rows(m, hidden);
     ops::gather_rows(routed, rows, in);
     ops::matmul(in, lw.experts_gate_up.select(e), gate_up);
     ops::gelu_tanh_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act);
@@ -351,11 +362,11 @@ void Gemma4Model::experts_with_adapters(int layer, const Tensor& routed, const o
   }
   first.back() = int64_t(rows.size());
   const int64_t total = int64_t(rows.size());
-  Tensor in = buf_.expert_in.rows(total, hidden);
-  Tensor gate_up = buf_.expert_gate_up.rows(total, 2 * I);  // [total, 2I]: gate columns, then up
-  Tensor act = buf_.expert_act.rows(total, I);
-  Tensor y = buf_.expert_out.rows(total, hidden);
-  Tensor u = buf_.lora_u.rows(total, adapter_rank_);
+  Tensor in = buf_->expert_in.rows(total, hidden);
+  Tensor gate_up = buf_->expert_gate_up.rows(total, 2 * I);  // [total, 2I]: gate columns, then up
+  Tensor act = buf_->expert_act.rows(total, I);
+  Tensor y = buf_->expert_out.rows(total, hidden);
+  Tensor u = buf_->lora_u.rows(total, adapter_rank_);
   ops::gather_rows(routed, rows, in);
   const auto each_expert = [&](auto&& run) {
     for (int e = 0; e < g.n_experts; ++e)
@@ -383,13 +394,13 @@ void Gemma4Model::mlp(int layer, Tensor& x) {
   const ModelConfig& c = g.base;
   const Gemma4LayerWeights& lw = ck_.weights.layers[size_t(layer)];
   const int64_t n = x.dim(0), inter = g.layers[size_t(layer)].intermediate_size;
-  Tensor h = buf_.h.rows(n, c.hidden_size);
-  Tensor gate = buf_.gate.rows(n, inter);
-  Tensor up = buf_.up.rows(n, inter);
-  Tensor out = buf_.out.rows(n, c.hidden_size);
+  Tensor h = buf_->h.rows(n, c.hidden_size);
+  Tensor gate = buf_->gate.rows(n, inter);
+  Tensor up = buf_->up.rows(n, inter);
+  Tensor out = buf_->out.rows(n, c.hidden_size);
   const Tensor* ws[] = {&lw.w_gate, &lw.w_up};
   Tensor* ys[] = {&gate, &up};
-  normed_group(x, {.weight = lw.pre_ffn_norm, .eps = c.rms_eps, .normed = h}, ws, ys, !adapter_rows_.empty());
+  normed_group(x, {.weight = lw.pre_ffn_norm, .eps = c.rms_eps, .normed = h}, ws, ys, adapted());
   add_lora(layer, Projection::Gate, h, gate);
   add_lora(layer, Projection::Up, h, up);
   ops::gelu_tanh_mul(gate, up, gate);
@@ -397,7 +408,7 @@ void Gemma4Model::mlp(int layer, Tensor& x) {
   add_lora(layer, Projection::Down, gate, out);
   if (g.moe) {
     ops::rms_norm(out, lw.post_ffn_norm_1, c.rms_eps, out);
-    Tensor moe = buf_.moe_out.rows(n, c.hidden_size);
+    Tensor moe = buf_->moe_out.rows(n, c.hidden_size);
     experts(layer, x, moe);
     ops::rms_norm(moe, lw.post_ffn_norm_2, c.rms_eps, moe);
     ops::add(out, moe, out);
@@ -417,14 +428,76 @@ void Gemma4Model::forward(const ForwardBatch& batch, KvCache& cache, Tensor& log
     logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), c.vocab_size}, logits_device);
     if (n_logits == 0) logits = logits.slice(0, 0, 0);
   }
+  if (batch.n_rows() > 0 && graphs_take(batch) && run_graph(batch, cache, logits, nullptr)) return;
   if (n_logits == 0 || logits.device() == device_) return forward_on_device(batch, cache, logits);
   // The model on the device, logits wanted on the host: one copy back.
-  Tensor on_device = buf_.logits.rows(n_logits, c.vocab_size);
+  Tensor on_device = buf_->logits.rows(n_logits, c.vocab_size);
   forward_on_device(batch, cache, on_device);
   ops::copy(on_device, logits);
 }
 
-void Gemma4Model::forward_on_device(const ForwardBatch& batch, KvCache& cache, Tensor& logits) {
+bool Gemma4Model::forward_from_device_tokens(const ForwardBatch& batch, const Tensor& tokens, KvCache& cache,
+                                             Tensor& logits) {
+  BRIOCHE_CHECK(tokens.device() == device_ && tokens.dtype() == DType::I32 && tokens.rank() == 1 &&
+                    tokens.dim(0) == batch.n_rows(),
+                "forward_from_device_tokens: expected i32 [", batch.n_rows(), "] on ", device_name(device_), ", got ",
+                tokens.describe());
+  check_batch(batch, cache);
+  if (batch.n_rows() == 0 || !graphs_take(batch)) return false;
+  const int64_t n_logits = batch.n_logit_rows(), vocab = ck_.config.base.vocab_size;
+  if (!logits.defined() || logits.rank() != 2 || logits.dim(0) != n_logits || logits.dim(1) != vocab ||
+      logits.dtype() != DType::F32)
+    logits = ops::zeros(DType::F32, {std::max<int64_t>(n_logits, 1), vocab},
+                        logits.defined() ? logits.device() : Device::CPU);
+  return run_graph(batch, cache, logits, &tokens);
+}
+
+bool Gemma4Model::graphs_take(const ForwardBatch& batch) const {
+  if (device_ != Device::CUDA || (ck_.config.moe && batch.n_rows() > kExpertMatmulRows)) return false;
+  return table_takes(batch);
+}
+
+bool Gemma4Model::table_takes(const ForwardBatch& batch) const {
+  return device_ == Device::CUDA &&
+         std::none_of(batch.sequences.begin(), batch.sequences.end(), [&](const SequenceView& s) {
+           if (s.adapter == nullptr) return false;
+           for (int layer = 0; layer < ck_.config.base.n_layers; ++layer)
+             if (s.adapter->adapts_experts(layer)) return true;
+           return false;
+         });
+}
+
+AdapterTable Gemma4Model::upload_adapter_table(const ForwardBatch& batch) {
+  const int32_t rows = batch.n_rows(), n_layers = ck_.config.base.n_layers;
+  const int32_t rank_cap = adapter_rank_cap(batch);
+  const int32_t slots = int32_t(batch.sequences.size());
+  const size_t words = adapter_table_words(rows, slots, n_layers);
+  fill_adapter_table(batch, rows, slots, n_layers, lora_staging_.fill(words));
+  if (!lora_table_block_.defined() || size_t(lora_table_block_.dim(0)) < words)
+    lora_table_block_ = ops::zeros(DType::I32, {int64_t(words)}, device_);
+  Tensor block = lora_table_block_.slice(0, 0, int64_t(words));
+  lora_staging_.upload(block);
+  Tensor u = buf_->lora_table_u.rows(rows, 3 * rank_cap);
+  return adapter_table_views(block, rows, slots, n_layers, rank_cap, u);
+}
+
+bool Gemma4Model::run_graph(const ForwardBatch& batch, KvCache& cache, Tensor& logits, const Tensor* device_tokens) {
+  const auto forward = [&](const ForwardBatch& padded, Activations&, Tensor& out, const AdapterTable* adapters) {
+    // The bucket's scratch: a graph replays the addresses it recorded.
+    Buffers& bucket = graph_buf_.try_emplace(padded.n_rows(), device_).first->second;
+    struct Use {
+      Buffers*& current;
+      Buffers* before;
+      ~Use() { current = before; }
+    } use{buf_, buf_};
+    buf_ = &bucket;
+    forward_on_device(padded, cache, out, adapters);
+  };
+  return graphs_.run(batch, cache, logits, forward, device_tokens);
+}
+
+void Gemma4Model::forward_on_device(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                                    const AdapterTable* adapters) {
   const Gemma4Config& g = ck_.config;
   const ModelConfig& c = g.base;
   const Gemma4Weights& w = ck_.weights;
@@ -438,6 +511,19 @@ void Gemma4Model::forward_on_device(const ForwardBatch& batch, KvCache& cache, T
       adapter_rows_.push_back({.first_row = s.first_row, .n_rows = s.n_rows, .adapter = s.adapter});
       adapter_rank_ = std::max(adapter_rank_, s.adapter->rank);
     }
+  // Adapter rows on CUDA take the adapters' table on the device (a decode
+  // graph's, else uploaded now), unless an adapter adapts the MoE experts,
+  // whose terms only the per-run path adds.
+  AdapterTable uploaded;
+  lora_table_ = adapters;
+  if (lora_table_ == nullptr && !adapter_rows_.empty() && table_takes(batch)) {
+    uploaded = upload_adapter_table(batch);
+    lora_table_ = &uploaded;
+  }
+  struct Forget {  // the table lives for this forward only
+    const AdapterTable*& table;
+    ~Forget() { table = nullptr; }
+  } forget{lora_table_};
   std::vector<ops::AttentionSequence> sequences;
   sequences.reserve(batch.sequences.size());
   for (const SequenceView& s : batch.sequences) sequences.push_back({s.first_row, s.n_rows, s.n_past, s.block_table});
@@ -446,7 +532,7 @@ void Gemma4Model::forward_on_device(const ForwardBatch& batch, KvCache& cache, T
     for (const SequenceView& s : batch.sequences)
       window_sequences.push_back({s.first_row, s.n_rows, s.n_past, s.window_block_table});
 
-  Tensor x = buf_.x.rows(n, c.hidden_size);  // [n, hidden] residual stream
+  Tensor x = buf_->x.rows(n, c.hidden_size);  // [n, hidden] residual stream
   ops::embedding(w.token_embd, batch.tokens, x);
   ops::scale(x, float(std::sqrt(double(c.hidden_size))));
   Tensor ple;
@@ -458,8 +544,8 @@ void Gemma4Model::forward_on_device(const ForwardBatch& batch, KvCache& cache, T
     mlp(layer, x);
     if (g.ple_dim > 0) {
       const int64_t P = g.ple_dim;
-      Tensor gate = buf_.ple_gate.rows(n, P);
-      Tensor out = buf_.out.rows(n, c.hidden_size);
+      Tensor gate = buf_->ple_gate.rows(n, P);
+      Tensor out = buf_->out.rows(n, c.hidden_size);
       ops::matmul(x, lw.ple_gate, gate);
       ops::gelu_tanh_mul(gate, ple.slice(1, layer * P, (layer + 1) * P), gate);
       ops::matmul(gate, lw.ple_proj, out);
@@ -470,13 +556,18 @@ void Gemma4Model::forward_on_device(const ForwardBatch& batch, KvCache& cache, T
   }
   if (n_logits == 0) return;
 
-  // Only the rows that want logits go through the final norm and the head.
-  std::vector<int32_t> wanted;
-  for (int32_t r = 0; r < n; ++r)
-    if (batch.wants_logits[size_t(r)]) wanted.push_back(r);
-  Tensor last = buf_.last.rows(n_logits, c.hidden_size);
-  ops::gather_rows(x, wanted, last);
-  ops::rms_norm(last, w.output_norm, c.rms_eps, last);
+  // Only the rows that want logits go through the final norm and the head
+  // (every row in a decode step: no gather).
+  Tensor last = buf_->last.rows(n_logits, c.hidden_size);
+  if (n_logits == n) {
+    ops::rms_norm(x, w.output_norm, c.rms_eps, last);
+  } else {
+    std::vector<int32_t> wanted;
+    for (int32_t r = 0; r < n; ++r)
+      if (batch.wants_logits[size_t(r)]) wanted.push_back(r);
+    ops::gather_rows(x, wanted, last);
+    ops::rms_norm(last, w.output_norm, c.rms_eps, last);
+  }
   ops::matmul(last, w.output, logits);
   if (g.final_logit_softcap > 0.0f) ops::softcap(logits, g.final_logit_softcap);
 }

@@ -2,14 +2,18 @@
 // on CUDA (weights, scratch and the KV cache on the model's device).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "model/adapter_table.h"
+#include "model/decode_graphs.h"
 #include "model/gemma4_weights.h"
 #include "model/model.h"
 #include "model/served_adapter.h"
 #include "ops/attention.h"
+#include "ops/device.h"
 
 namespace brioche::ops {
 struct MoeRouting;
@@ -28,29 +32,59 @@ class Gemma4Model final : public Model {
   std::string directory() const override { return ck_.directory; }
   std::string chat_template() const override { return ck_.chat_template; }
   void forward(const ForwardBatch& batch, KvCache& cache, Tensor& logits) override;
+  bool forward_from_device_tokens(const ForwardBatch& batch, const Tensor& tokens, KvCache& cache,
+                                  Tensor& logits) override;
   Device device() const override { return device_; }
   size_t weight_bytes() const override;
+  // Decode graphs recorded so far (CUDA; see decode_graphs.h).
+  size_t n_decode_graphs() const { return graphs_.n_graphs(); }
 
  private:
-  // Scratch of one role: a flat f32 buffer on the model's device viewed as
-  // [rows, width], grown to the largest batch seen (widths differ by layer).
+  // Scratch of one role: a flat buffer (f32 unless said) on the model's
+  // device viewed as [rows, width], grown to the largest batch seen (widths
+  // differ by layer).
   struct Scratch {
     Tensor flat;
     Device device = Device::CPU;
+    DType dtype = DType::F32;
     Tensor rows(int64_t n, int64_t width);
   };
   struct Buffers {
+    explicit Buffers(Device device);
     Scratch x, h, q, k, v, attn, out, gate, up;  // residual stream, normed input, attention, MLP
     Scratch ple, ple_tok, ple_gate;              // per-layer inputs
     Scratch router, moe_in, moe_out, expert_in, expert_gate_up, expert_act, expert_out;  // MoE
-    Scratch last;                                                                        // rows that want logits
-    Scratch lora_u;                                                                      // served adapters' x·Aᵀ
-    Scratch logits;  // the head's output on the device when the caller wants it on the host
+    Scratch route_expert, route_weight;  // decode rows' routing on the device (route_expert: i32 ids)
+    Scratch last;                        // rows that want logits
+    Scratch lora_u;                      // served adapters' x·Aᵀ
+    Scratch lora_table_u;                // the adapter table's x·Aᵀ: [rows, 3 · rank cap]
+    Scratch logits;                      // the head's output on the device when the caller wants it on the host
   };
 
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
+  // Whether a decode step of `batch` may run as a CUDA graph (graphs_): when
+  // its adapters, if any, go through the adapter table (table_takes), and
+  // with the MoE block only up to kExpertMatmulRows rows: past them the
+  // experts are routed on the host (ops::moe_route reads the router's logits
+  // back mid-step), which a graph cannot record.
+  bool graphs_take(const ForwardBatch& batch) const;
+  // Whether the batch's adapter rows take the adapter table on the device
+  // (model/adapter_table.h: any mix in one recorded launch pair per
+  // projection): on CUDA, unless an adapter adapts the MoE experts (their
+  // terms are added per run of rows, add_adapter_rows, which passes the
+  // rows in the launch: a replay would repeat them for any mix).
+  bool table_takes(const ForwardBatch& batch) const;
+  // The batch's adapter table uploaded (CUDA, outside graphs).
+  AdapterTable upload_adapter_table(const ForwardBatch& batch);
+  // Whether this forward adds adapter terms (per run of rows or by the table).
+  bool adapted() const { return lora_table_ != nullptr || !adapter_rows_.empty(); }
+  // graphs_.run with this model's forward, on the scratch of the bucket's rows.
+  bool run_graph(const ForwardBatch& batch, KvCache& cache, Tensor& logits, const Tensor* device_tokens);
   // The forward on the model's device, logits there too ([n_logit_rows, vocab]).
-  void forward_on_device(const ForwardBatch& batch, KvCache& cache, Tensor& logits);
+  // `adapters`: the batch's adapter table on the device (a decode graph's);
+  // when null, a CUDA batch with adapter rows uploads its own (table_takes).
+  void forward_on_device(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                         const AdapterTable* adapters = nullptr);
   // `sequences` address the main blocks, `window_sequences` the window pool
   // (the layers KvCache::windowed; empty when the cache has none).
   void attention(int layer, const ForwardBatch& batch, std::span<const ops::AttentionSequence> sequences,
@@ -70,9 +104,17 @@ class Gemma4Model final : public Model {
   Gemma4Checkpoint ck_;
   Device device_ = Device::CPU;               // where the weights live (the load's LoadOptions::device)
   std::vector<std::vector<float>> inv_freq_;  // per layer, [head_dim/2]
-  Buffers buf_;
-  std::vector<AdapterRows> adapter_rows_;  // this forward's rows that run with a served adapter
-  int32_t adapter_rank_ = 0;               // the largest rank among them
+  // The scratch this forward uses: eager_buf_, or a decode graph bucket's
+  // own (graph_buf_, by padded row count), whose addresses the graph holds.
+  Buffers eager_buf_{device_};
+  std::map<int64_t, Buffers> graph_buf_;
+  Buffers* buf_ = &eager_buf_;
+  DecodeGraphs graphs_{ck_.config.base, /*block_activations=*/false};  // decode steps on CUDA
+  std::vector<AdapterRows> adapter_rows_;     // this forward's rows that run with a served adapter
+  int32_t adapter_rank_ = 0;                  // the largest rank among them
+  const AdapterTable* lora_table_ = nullptr;  // this forward's adapter table (CUDA), when it takes one
+  ops::StagedUpload lora_staging_;            // the adapter table on the host (upload_adapter_table)
+  Tensor lora_table_block_;                   // i32 words on the device
 };
 
 // Model::load for a Gemma 4 directory: refuses what this build cannot run

@@ -1,5 +1,7 @@
 #include "ops/device_graph.h"
 
+#include <optional>
+
 #include "core/env_switch.h"
 #include "core/error.h"
 #if BRIOCHE_CUDA
@@ -36,20 +38,67 @@ cuda::DecodeBinding binding_of(const DecodeInputs& in) {
           .rows_share_sequences = in.rows_share_sequences};
 }
 
+// The step bound on this thread: its binding (which the launchers read
+// through cuda::decode_binding(), so ScopedWindowTables may change its
+// tables in place) and its window tables.
+struct BoundStep {
+  cuda::DecodeBinding binding;
+  const int32_t* main_tables = nullptr;
+  const int32_t* window_tables = nullptr;  // null: the cache has no window pool
+};
+thread_local BoundStep* t_bound = nullptr;
+
+// Binds `in` for the scope's lifetime.
+class BindStep {
+ public:
+  explicit BindStep(const DecodeInputs& in) {
+    step_.binding = binding_of(in);
+    step_.main_tables = step_.binding.tables;
+    if (in.window_tables.defined()) {
+      BRIOCHE_CHECK(in.window_tables.device() == Device::CUDA && in.window_tables.dtype() == DType::I32 &&
+                        in.window_tables.is_contiguous() && in.window_tables.rank() == 2 &&
+                        in.window_tables.dim(0) == in.tables.dim(0) && in.window_tables.dim(1) == in.tables.dim(1),
+                    "DecodeGraph: window tables must be contiguous i32 CUDA tensors shaped like the tables ",
+                    in.tables.describe(), ", got ", in.window_tables.describe());
+      step_.window_tables = in.window_tables.data_as<int32_t>();
+    }
+    bind_.emplace(step_.binding);
+    t_bound = &step_;
+  }
+  ~BindStep() { t_bound = nullptr; }
+  BindStep(const BindStep&) = delete;
+  BindStep& operator=(const BindStep&) = delete;
+
+ private:
+  BoundStep step_;
+  std::optional<cuda::ScopedDecodeBinding> bind_;  // declared last: unbound before step_ goes
+};
+
 }  // namespace
 
 void DecodeGraph::run_eagerly(const DecodeInputs& in, const std::function<void()>& record) {
-  const cuda::DecodeBinding binding = binding_of(in);
-  cuda::ScopedDecodeBinding bind(binding);
+  BindStep bind(in);
   record();
 }
 
 void DecodeGraph::capture(const DecodeInputs& in, const std::function<void()>& record) {
-  const cuda::DecodeBinding binding = binding_of(in);
   auto impl = std::make_unique<Impl>();
-  cuda::ScopedDecodeBinding bind(binding);
+  BindStep bind(in);
   impl->graph.capture(record);
   impl_ = std::move(impl);
+}
+
+ScopedWindowTables::ScopedWindowTables(bool on) {
+  if (!on || t_bound == nullptr) return;
+  BRIOCHE_CHECK(t_bound->window_tables != nullptr,
+                "DecodeGraph: a layer reads the window pool but the bound step has no window tables "
+                "(DecodeInputs::window_tables)");
+  t_bound->binding.tables = t_bound->window_tables;
+  swapped_ = true;
+}
+
+ScopedWindowTables::~ScopedWindowTables() {
+  if (swapped_ && t_bound != nullptr) t_bound->binding.tables = t_bound->main_tables;
 }
 
 void DecodeGraph::launch() {
@@ -73,6 +122,8 @@ void DecodeGraph::run_eagerly(const DecodeInputs&, const std::function<void()>&)
 }
 void DecodeGraph::launch() { fail("DecodeGraph: CUDA graphs need the CUDA backend (configure with --preset cuda)"); }
 bool DecodeGraph::empty() const { return true; }
+ScopedWindowTables::ScopedWindowTables(bool) {}
+ScopedWindowTables::~ScopedWindowTables() = default;
 bool decode_graphs_enabled() { return false; }
 
 #endif

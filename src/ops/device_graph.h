@@ -19,6 +19,10 @@ struct DecodeInputs {
   Tensor tokens;     // i32 [n_rows]
   Tensor positions;  // i32 [n_rows]
   Tensor tables;     // i32 [n_rows, table_stride] block tables
+  // i32 [n_rows, table_stride]: the window pool's block tables (the layers
+  // KvCache::windowed read through them, under ScopedWindowTables); undefined
+  // when the cache has no window pool.
+  Tensor window_tables;
   int max_keys = 0;  // bound on position + 1 while the graph is used
   bool rows_share_sequences = false;
 };
@@ -45,6 +49,22 @@ class DecodeGraph {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// While alive, and a decode step is bound (run_eagerly, capture), the
+// kernels of that step read block tables from its inputs' window_tables
+// instead of tables: the attention of a layer whose K/V live in the window
+// pool (Gemma 4's sliding layers). Outside a bound step it does nothing,
+// and so it does when `on` is false.
+class ScopedWindowTables {
+ public:
+  explicit ScopedWindowTables(bool on);
+  ~ScopedWindowTables();
+  ScopedWindowTables(const ScopedWindowTables&) = delete;
+  ScopedWindowTables& operator=(const ScopedWindowTables&) = delete;
+
+ private:
+  bool swapped_ = false;
 };
 
 // False when BRIOCHE_CUDA_GRAPHS=0 (eager decode, for comparison and
