@@ -17,7 +17,9 @@
 //   - an adapter for another model: an expert count or an expert factor's
 //     shape that the model does not have fails in one line naming the
 //     tensor (at load) or the parameter, layer and expert (in the forward).
-// On CUDA the same batch against the CPU (skipped without a GPU).
+// On CUDA the same batch against the CPU in f32, and Gemma 4's expert block
+// with those adapters replayed op by op on both devices in f32 and in the
+// stored bf16 (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,13 +29,20 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "formats/safetensors.h"
+#include "model/gemma4_weights.h"
 #include "model/model.h"
 #include "ops/device.h"
+#include "ops/gather_rows.h"
+#include "ops/gelu_tanh.h"
+#include "ops/matmul.h"
+#include "ops/moe.h"
+#include "ops/quantize.h"
 #include "train/adapter_io.h"
 #include "train/lora_tensors.h"
 #include "train/train_base.h"
@@ -74,8 +83,9 @@ std::unique_ptr<LoraAdapter> expert_only_adapter(const std::string& family, cons
   return adapter;
 }
 
-std::unique_ptr<model::Model> merged_model(const std::string& family, const LoraAdapter* adapter) {
-  model::LoadOptions options;
+std::unique_ptr<model::Model> merged_model(const std::string& family, const LoraAdapter* adapter,
+                                           std::optional<DType> convert_weights = std::nullopt) {
+  model::LoadOptions options{.convert_weights = convert_weights};
   if (adapter) {
     options.adjust_gemma4_checkpoint = [adapter](model::Gemma4Checkpoint& ck) { merge_adapter(ck, *adapter); };
     options.adjust_qwen35_checkpoint = [adapter](model::Qwen35Checkpoint& ck) { merge_adapter(ck, *adapter); };
@@ -366,11 +376,17 @@ TEST_P(ServedExpertAdapter, AnAdapterForAnotherModelFailsNamingTheTensor) {
   }
 }
 
+// Both with f32 weights (LoadOptions::convert_weights, exact for gemma4's
+// bf16 fixture; qwen35's is f32): with bf16 weights the GPU's GEMMs above 8
+// rows read x rounded to bf16 (docs/cuda.md), which these random models
+// amplify to tenths and units (gemma4 on an H100: 2.71 on P's prompt, 0.17
+// on the base beside it; ServedExpertAdapterOps replays the expert block op
+// by op in both dtypes). In f32 a wrong kernel still stands out.
 TEST_P(ServedExpertAdapter, CudaMixedBatchMatchesTheCpu) {
   if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
   const std::string family = GetParam();
-  auto cpu = merged_model(family, nullptr);
-  auto gpu = model::Model::load(fixture(family, "moe"), {.device = Device::CUDA});
+  auto cpu = merged_model(family, nullptr, DType::F32);
+  auto gpu = model::Model::load(fixture(family, "moe"), {.convert_weights = DType::F32, .device = Device::CUDA});
   const Adapters ad(family, *cpu);
   const auto gpu_p = model::copy_to_device(*ad.served_p, Device::CUDA),
              gpu_q = model::copy_to_device(*ad.served_q, Device::CUDA);
@@ -385,6 +401,208 @@ TEST_P(ServedExpertAdapter, CudaMixedBatchMatchesTheCpu) {
     worst = std::max(worst, err);
   }
   std::printf("%s on CUDA: mixed expert-adapter batch within %.2e of the CPU\n", family.c_str(), worst);
+}
+
+// Gemma4Model::experts_with_adapters' ops (src/model/gemma4.cpp) replayed
+// one by one on CUDA and on the CPU, in the model's buffer layout, on layer
+// 0 of the gemma4 moe fixture with P and Q: the routed rows gathered by
+// expert (each row twice, not adjacent), each expert's gate/up matmul into
+// its row range of one [total, 2I] buffer (ranges from row > 0), the
+// adapters' gate and up terms on its column halves (lora_rows_add, ldy 2I),
+// gelu_tanh_mul of the halves, the down matmul into row ranges, the down
+// terms, scale_rows and scatter_add_rows (each destination twice). Two
+// batches: the mixed prefill's layout (P 11 rows, the base 11, Q 17, P 6:
+// the experts' matmuls are GEMMs) and a decode step's (one row each:
+// GEMVs). After each op its output is compared with the CPU's, chained (the
+// GPU's own inputs, as in the forward) and alone (the GPU's buffers reset to
+// the CPU's before the op); the first op off names the culprit of a CUDA/CPU
+// mismatch of the whole model.
+//
+// Bounds, relative to the op's largest output: f32 weights 1e-4 (summation
+// order, tanhf); bf16 weights 2e-2, as GEMMs above 8 rows read x rounded to
+// bf16 (2^-9 relative per term). A wrong row, column or stride is off by
+// the outputs' own size.
+struct ExpertOpsCase {
+  std::string name;
+  std::vector<int32_t> run_rows;  // rows of each batch run: P, the base, Q, P
+};
+
+// The forward's buffers (f32): total = the batch's (row, expert) pairs, r = the largest adapter rank.
+struct ExpertOpBuffers {
+  Tensor in;       // [total, hidden] routed rows gathered by expert
+  Tensor gate_up;  // [total, 2I]     gate columns, then up
+  Tensor act;      // [total, I]
+  Tensor y;        // [total, hidden]
+  Tensor u;        // [total, r]      lora_rows_add's x·Aᵀ
+  Tensor out;      // [n, hidden]
+};
+constexpr Tensor ExpertOpBuffers::*kExpertOpBuffers[] = {&ExpertOpBuffers::in,  &ExpertOpBuffers::gate_up,
+                                                         &ExpertOpBuffers::act, &ExpertOpBuffers::y,
+                                                         &ExpertOpBuffers::u,   &ExpertOpBuffers::out};
+
+// What one device's replay reads.
+struct ExpertOpInputs {
+  Tensor routed;                                 // [n, hidden]
+  Tensor gate_up_w, down_w;                      // [E, 2I, hidden], [E, hidden, I]
+  std::vector<model::AdapterRows> adapter_rows;  // the batch's runs with an adapter
+  std::shared_ptr<model::ServedAdapter> p, q;    // (device copies that adapter_rows point to)
+};
+
+struct ExpertOp {
+  std::string name;
+  Tensor ExpertOpBuffers::*output;
+  std::function<void(const ExpertOpInputs&, ExpertOpBuffers&)> run;
+};
+
+double max_abs(const Tensor& host) {
+  double m = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) m = std::max(m, std::abs(double(host.data_as<float>()[i])));
+  return m;
+}
+
+// max |a − b| over two same-shaped f32 tensors (any devices); ∞ at a NaN.
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const Tensor ha = ops::to_device(a, Device::CPU), hb = ops::to_device(b, Device::CPU);
+  double err = 0;
+  for (int64_t i = 0; i < ha.numel(); ++i) {
+    const double x = ha.data_as<float>()[i], y = hb.data_as<float>()[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
+    err = std::max(err, std::abs(x - y));
+  }
+  return err;
+}
+
+TEST(ServedExpertAdapterOps, CudaExpertsWithAdaptersOpByOpMatchTheCpu) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device";
+  auto m = merged_model("gemma4", nullptr);
+  const Adapters ad("gemma4", *m);
+  const model::Gemma4Checkpoint ck = model::load_gemma4_checkpoint(fixture("gemma4", "moe"));
+  const model::Gemma4LayerWeights& lw = ck.weights.layers[0];
+  const int layer = 0, top_k = ck.config.top_k_experts, n_experts = ck.config.n_experts;
+  const int64_t hidden = ck.config.base.hidden_size, I = ck.config.moe_intermediate_size;
+  const int64_t rank = std::max(ad.served_p->rank, ad.served_q->rank);  // the forward's adapter_rank_
+  ASSERT_EQ(lw.experts_gate_up.dtype(), DType::BF16) << "the fixture's stored dtype";
+
+  std::string report, first_off;
+  for (const ExpertOpsCase& c : {ExpertOpsCase{"prefill", {11, 11, 17, 6}}, ExpertOpsCase{"decode", {1, 1, 1, 1}}}) {
+    // The batch, its routing (random router logits, the fixture's expert scales) and the forward's gathering:
+    // (row, weight) pairs grouped by expert, rows ascending in each.
+    int64_t n = 0;
+    for (int32_t r : c.run_rows) n += r;
+    std::mt19937 rng{7};
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Tensor routed = Tensor::zeros(DType::F32, {n, hidden}), logits = Tensor::zeros(DType::F32, {n, n_experts});
+    for (int64_t i = 0; i < routed.numel(); ++i) routed.data_as<float>()[i] = normal(rng);
+    for (int64_t i = 0; i < logits.numel(); ++i) logits.data_as<float>()[i] = normal(rng);
+    const ops::MoeRouting route = ops::moe_route(logits, top_k, lw.expert_scale);
+    std::vector<int32_t> rows;
+    std::vector<float> weights;
+    std::vector<int64_t> first(size_t(n_experts) + 1, 0);
+    for (int e = 0; e < n_experts; ++e) {
+      first[size_t(e)] = int64_t(rows.size());
+      for (int64_t r = 0; r < n; ++r)
+        for (int k = 0; k < top_k; ++k)
+          if (route.expert[size_t(r * top_k + k)] == e) {
+            rows.push_back(int32_t(r));
+            weights.push_back(route.weight[size_t(r * top_k + k)]);
+          }
+    }
+    first.back() = int64_t(rows.size());
+    const int64_t total = int64_t(rows.size());
+    const model::ExpertRows layout{.layer = layer, .batch_rows = rows, .expert_first = first};
+    const int32_t runs[4] = {0, c.run_rows[0], c.run_rows[0] + c.run_rows[1],
+                             c.run_rows[0] + c.run_rows[1] + c.run_rows[2]};
+
+    const auto each_expert = [&](auto&& run) {
+      for (int e = 0; e < n_experts; ++e)
+        if (first[size_t(e) + 1] > first[size_t(e)]) run(e, first[size_t(e)], first[size_t(e) + 1]);
+    };
+    const std::vector<ExpertOp> op_list = {
+        {"gather_rows (each row twice, not adjacent)", &ExpertOpBuffers::in,
+         [&](const ExpertOpInputs& s, ExpertOpBuffers& b) { ops::gather_rows(s.routed, rows, b.in); }},
+        {"matmul gate_up, each expert into its rows of [total, 2I]", &ExpertOpBuffers::gate_up,
+         [&](const ExpertOpInputs& s, ExpertOpBuffers& b) {
+           each_expert([&](int e, int64_t begin, int64_t end) {
+             Tensor gu = b.gate_up.slice(0, begin, end);
+             ops::matmul(b.in.slice(0, begin, end), s.gate_up_w.select(e), gu);
+           });
+         }},
+        {"add_expert_gate_up_adapter_rows (column halves, ldy 2I)", &ExpertOpBuffers::gate_up,
+         [&](const ExpertOpInputs& s, ExpertOpBuffers& b) {
+           Tensor gate = b.gate_up.slice(1, 0, I), up = b.gate_up.slice(1, I, 2 * I);
+           model::add_expert_gate_up_adapter_rows(s.adapter_rows, layout, b.in, gate, up, b.u);
+         }},
+        {"gelu_tanh_mul of the column halves", &ExpertOpBuffers::act,
+         [&](const ExpertOpInputs&, ExpertOpBuffers& b) {
+           ops::gelu_tanh_mul(b.gate_up.slice(1, 0, I), b.gate_up.slice(1, I, 2 * I), b.act);
+         }},
+        {"matmul down, each expert into its rows of [total, hidden]", &ExpertOpBuffers::y,
+         [&](const ExpertOpInputs& s, ExpertOpBuffers& b) {
+           each_expert([&](int e, int64_t begin, int64_t end) {
+             Tensor y_e = b.y.slice(0, begin, end);
+             ops::matmul(b.act.slice(0, begin, end), s.down_w.select(e), y_e);
+           });
+         }},
+        {"add_expert_adapter_rows down", &ExpertOpBuffers::y,
+         [&](const ExpertOpInputs& s, ExpertOpBuffers& b) {
+           model::add_expert_adapter_rows(s.adapter_rows, layout, model::Projection::Down, b.act, b.y, b.u);
+         }},
+        {"scale_rows", &ExpertOpBuffers::y,
+         [&](const ExpertOpInputs&, ExpertOpBuffers& b) { ops::scale_rows(b.y, weights); }},
+        {"scatter_add_rows (each destination twice)", &ExpertOpBuffers::out,
+         [&](const ExpertOpInputs&, ExpertOpBuffers& b) { ops::scatter_add_rows(b.y, rows, b.out); }},
+    };
+
+    for (const DType wtype : {DType::F32, DType::BF16}) {
+      const auto inputs = [&](Device d) {
+        ExpertOpInputs s;
+        s.routed = ops::to_device(routed, d);
+        const auto weight = [&](const Tensor& w) {
+          return ops::to_device(wtype == DType::F32 ? ops::convert(w, DType::F32) : w, d);
+        };
+        s.gate_up_w = weight(lw.experts_gate_up);
+        s.down_w = weight(lw.experts_down);
+        s.p = model::copy_to_device(*ad.served_p, d);
+        s.q = model::copy_to_device(*ad.served_q, d);
+        s.adapter_rows = {{.first_row = runs[0], .n_rows = c.run_rows[0], .adapter = s.p.get()},
+                          {.first_row = runs[2], .n_rows = c.run_rows[2], .adapter = s.q.get()},
+                          {.first_row = runs[3], .n_rows = c.run_rows[3], .adapter = s.p.get()}};
+        return s;
+      };
+      const auto buffers = [&](Device d) {
+        return ExpertOpBuffers{.in = ops::zeros(DType::F32, {total, hidden}, d),
+                               .gate_up = ops::zeros(DType::F32, {total, 2 * I}, d),
+                               .act = ops::zeros(DType::F32, {total, I}, d),
+                               .y = ops::zeros(DType::F32, {total, hidden}, d),
+                               .u = ops::zeros(DType::F32, {total, rank}, d),
+                               .out = ops::zeros(DType::F32, {n, hidden}, d)};
+      };
+      const ExpertOpInputs cpu_in = inputs(Device::CPU), gpu_in = inputs(Device::CUDA);
+      ExpertOpBuffers cpu = buffers(Device::CPU), chained = buffers(Device::CUDA), alone = buffers(Device::CUDA);
+      const double bound = wtype == DType::F32 ? 1e-4 : 2e-2;
+      char line[256];
+      std::snprintf(line, sizeof line, "%s, %s weights (%lld rows, %lld pairs; bound %.0e of the largest output):\n",
+                    c.name.c_str(), std::string(dtype_name(wtype)).c_str(), (long long)n, (long long)total, bound);
+      report += line;
+      for (const ExpertOp& op : op_list) {
+        for (Tensor ExpertOpBuffers::*t : kExpertOpBuffers) ops::copy(cpu.*t, alone.*t);
+        op.run(cpu_in, cpu);
+        op.run(gpu_in, chained);
+        op.run(gpu_in, alone);
+        const double scale = std::max(max_abs(cpu.*op.output), 1e-30);
+        const double err_chained = max_abs_diff(chained.*op.output, cpu.*op.output) / scale;
+        const double err_alone = max_abs_diff(alone.*op.output, cpu.*op.output) / scale;
+        const bool off = !(err_chained <= bound && err_alone <= bound);
+        std::snprintf(line, sizeof line, "  %-58s chained %.2e  alone %.2e  (largest %.3g)%s\n", op.name.c_str(),
+                      err_chained, err_alone, scale, off ? "  <- OFF" : "");
+        report += line;
+        if (off && first_off.empty()) first_off = c.name + ", " + std::string(dtype_name(wtype)) + ": " + op.name;
+      }
+    }
+  }
+  std::printf("gemma4 experts_with_adapters on CUDA against the CPU, op by op (max |diff| / max |cpu|):\n%s",
+              report.c_str());
+  EXPECT_TRUE(first_off.empty()) << "first op off: " << first_off << "\n" << report;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ServedExpertAdapter, ::testing::Values("gemma4", "qwen35"));
