@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "core/json_limits.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
@@ -107,9 +108,8 @@ Gemma4Checkpoint load_gemma4_checkpoint(const std::string& dir) {
     Tensor t = vector(name, n);
     const float* p = t.data_as<float>();
     std::vector<float> v(p, p + n);
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[size_t(i)]))
-        fail(dir, ": tensor '", name, "' [", i, "]: expected a finite number, found ", v[size_t(i)]);
+    if (const auto i = first_non_finite(v))
+      fail(dir, ": tensor '", name, "' [", *i, "]: expected a finite number, found ", v[size_t(*i)]);
     return v;
   };
 

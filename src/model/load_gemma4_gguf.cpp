@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "formats/gguf.h"
 #include "model/gemma4_weights.h"
 #include "model/load_gemma4_gguf.h"
@@ -244,9 +245,8 @@ Gemma4Checkpoint load_gemma4_gguf_checkpoint(const std::string& path) {
   auto host_floats = [&](const std::string& name, int64_t n) {
     Tensor t = vector(name, n);
     std::vector<float> v(t.data_as<float>(), t.data_as<float>() + n);
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[size_t(i)]))
-        fail(path, ": tensor '", name, "' [", i, "]: expected a finite number, found ", v[size_t(i)]);
+    if (const auto i = first_non_finite(v))
+      fail(path, ": tensor '", name, "' [", *i, "]: expected a finite number, found ", v[size_t(*i)]);
     return v;
   };
 

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "core/json_limits.h"
 #include "formats/regular_file.h"
 #include "formats/safetensors.h"
@@ -239,9 +240,9 @@ Qwen35Checkpoint load_qwen35_checkpoint(const std::string& dir) {
   // a non-finite value poison every later state of the sequence.
   auto finite_vector = [&](const std::string& name, int64_t n) {
     Tensor t = vector(name, n);
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(t.data_as<float>()[i]))
-        fail(dir, ": tensor '", name, "' [", i, "]: expected a finite number, found ", t.data_as<float>()[i]);
+    const std::span<const float> v(t.data_as<float>(), size_t(n));
+    if (const auto i = first_non_finite(v))
+      fail(dir, ": tensor '", name, "' [", *i, "]: expected a finite number, found ", v[size_t(*i)]);
     return t;
   };
   // transformers' zero-centred RMSNorm multiplies by 1 + w: stored as such

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "ops/quantize.h"
 
 namespace brioche::train {
@@ -46,10 +47,9 @@ Tensor factor_f32(const Tensor& t, const std::string& file, const std::string& n
   BRIOCHE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F16 || t.dtype() == DType::BF16 || info.quantized, file,
                 ": tensor '", name, "' expected float values (f32, f16, bf16 or a quantized type), found ", info.name);
   Tensor out = copy_f32(t);
-  const float* v = out.data_as<float>();
-  for (int64_t i = 0; i < out.numel(); ++i)
-    BRIOCHE_CHECK(std::isfinite(v[i]), file, ": tensor '", name, "' expected finite values, found ", v[i],
-                  " at element ", i);
+  const std::span<const float> v(out.data_as<float>(), size_t(out.numel()));
+  if (const auto i = first_non_finite(v))
+    fail(file, ": tensor '", name, "' expected finite values, found ", v[size_t(*i)], " at element ", *i);
   return out;
 }
 
