@@ -8,7 +8,8 @@
   batch-1    one stream with one adapter against one on the base: decode
              tokens/s between the first and the last token
 
-Rounds alternate adapter and base runs; medians are printed.
+An untimed warm-up round runs every load once; then rounds alternate
+adapter and base runs, and medians are printed.
 
   python3 bench/lora_serving/load.py --port 8080 --adapters a0,a1,...,a7 --tokens 128 --rounds 3
 """
@@ -63,11 +64,18 @@ def main():
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--streams", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup-tokens", type=int, default=16, help="tokens a stream of the untimed warm-up round makes")
     p.add_argument("--label", default="")
     a = p.parse_args()
     adapters = a.adapters.split(",")
     spread = [adapters[i % len(adapters)] for i in range(a.streams)]
-    stream(a.port, "", 0, 8)  # warm-up
+    # Warm-up, untimed: each load once, so that what a server does once per
+    # batch shape (CUDA graph recording, GEMM algorithm timing, adapter
+    # uploads) is not in the first round.
+    for models in ([""] * a.streams, spread):
+        aggregate(a.port, models, a.warmup_tokens)
+    batch1(a.port, "", a.warmup_tokens)
+    batch1(a.port, adapters[0], a.warmup_tokens)
     runs = {"agg_base": [], "agg_lora": [], "dec_base": [], "dec_lora": [], "b1_base": [], "b1_lora": []}
     for _ in range(a.rounds):
         for key, models in (("base", [""] * a.streams), ("lora", spread)):
