@@ -146,6 +146,11 @@ class Automaton {
   std::vector<int32_t> walk_class_offsets(int32_t max_bytes, int32_t min_states,
                                           std::vector<int32_t>* prefix_twin = nullptr,
                                           std::vector<int32_t>* prefix_twin_bytes = nullptr) const;
+  // Per rule: 1 when every way through it reads at least one byte before
+  // it returns (no accepting state reachable from its start by calls and
+  // counter edges alone): an item rule, an object, a quoted string; 0 for
+  // rules that may match the empty string, inlined or unreachable ones.
+  std::vector<char> rules_reading_before_return() const;
   int32_t root_rule = 0;
   uint64_t build_work = 0;  // work units the build spent (AutomatonLimits::max_work)
 

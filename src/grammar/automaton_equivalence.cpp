@@ -296,23 +296,22 @@ namespace {
 // as prefix twin, the least of its class before that round, for r bytes;
 // one that never does, the least of its final class, for the number of
 // rounds that split.
-void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_t max_bytes, std::vector<int32_t>& cls,
-                         int32_t num_classes, std::vector<int32_t>& out, std::vector<int32_t>* prefix_twin,
-                         std::vector<int32_t>* prefix_twin_bytes) {
-  // A call of an item rule reads at least one byte before it returns, so
-  // its return target counts like a byte edge's target (round k - 1's
-  // class); other calls are compared by their exact target (round 0).
-  auto item_calls = [&](const AutomatonState& st) {
-    uint32_t e = st.rule_begin;
-    while (e < st.rule_end && a.rule_edges[e].rule < a.first_item_rule) ++e;
-    return std::make_pair(e, st.rule_end);  // rule edges are sorted by rule
-  };
-  // Byte-edge (and item-call) predecessors inside the rule (CSR).
+void refine_walk_classes(const Automaton& a, const std::vector<char>& reading_call, int32_t begin, int32_t size,
+                         int32_t max_bytes, std::vector<int32_t>& cls, int32_t num_classes, std::vector<int32_t>& out,
+                         std::vector<int32_t>* prefix_twin, std::vector<int32_t>* prefix_twin_bytes) {
+  // A call of a rule that reads at least one byte before it returns (an
+  // item rule, an object, a quoted string) counts like a byte edge: its
+  // return target by round k - 1's class; other calls (reading_call 0) are
+  // compared by their exact target (round 0). Calls the same way in every
+  // state of a class (equal first signatures), in the same order.
+  auto reads = [&](uint32_t e) { return reading_call[a.rule_edges[e].rule] != 0; };
+  // Byte-edge (and reading-call) predecessors inside the rule (CSR).
   std::vector<int32_t> pred_begin(size + 1, 0), preds;
   for (int32_t i = 0; i < size; ++i) {
     const AutomatonState& st = a.states[begin + i];
     for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) ++pred_begin[a.byte_edges[e].target - begin + 1];
-    for (auto [e, end] = item_calls(st); e < end; ++e) ++pred_begin[a.rule_edges[e].target - begin + 1];
+    for (uint32_t e = st.rule_begin; e < st.rule_end; ++e)
+      if (reads(e)) ++pred_begin[a.rule_edges[e].target - begin + 1];
   }
   for (int32_t i = 0; i < size; ++i) pred_begin[i + 1] += pred_begin[i];
   preds.resize(pred_begin[size]);
@@ -321,7 +320,8 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
     for (int32_t i = 0; i < size; ++i) {
       const AutomatonState& st = a.states[begin + i];
       for (uint32_t e = st.byte_begin; e < st.byte_end; ++e) preds[fill[a.byte_edges[e].target - begin]++] = i;
-      for (auto [e, end] = item_calls(st); e < end; ++e) preds[fill[a.rule_edges[e].target - begin]++] = i;
+      for (uint32_t e = st.rule_begin; e < st.rule_end; ++e)
+        if (reads(e)) preds[fill[a.rule_edges[e].target - begin]++] = i;
     }
   }
   // Members of each class, ascending; entries of states that moved out are
@@ -342,8 +342,8 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
     uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint32_t>(cls[i]);
     for (uint32_t e = st.byte_begin; e < st.byte_end; ++e)
       h = (h ^ static_cast<uint32_t>(cls[a.byte_edges[e].target - begin])) * 0x100000001b3ull;
-    for (auto [e, end] = item_calls(st); e < end; ++e)
-      h = (h ^ static_cast<uint32_t>(cls[a.rule_edges[e].target - begin])) * 0x100000001b3ull;
+    for (uint32_t e = st.rule_begin; e < st.rule_end; ++e)
+      if (reads(e)) h = (h ^ static_cast<uint32_t>(cls[a.rule_edges[e].target - begin])) * 0x100000001b3ull;
     return h ^ (h >> 29);
   };
   // Same class and the same classes of targets (equal classes have equal edges).
@@ -353,9 +353,9 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
     for (uint32_t e = 0; e < x.byte_end - x.byte_begin; ++e)
       if (cls[a.byte_edges[x.byte_begin + e].target - begin] != cls[a.byte_edges[y.byte_begin + e].target - begin])
         return false;
-    // (equal classes call the same item rules, in the same order)
-    for (uint32_t e = item_calls(x).first, f = item_calls(y).first; e < x.rule_end; ++e, ++f)
-      if (cls[a.rule_edges[e].target - begin] != cls[a.rule_edges[f].target - begin]) return false;
+    // (equal classes call the same rules, in the same order)
+    for (uint32_t e = x.rule_begin, f = y.rule_begin; e < x.rule_end; ++e, ++f)
+      if (reads(e) && cls[a.rule_edges[e].target - begin] != cls[a.rule_edges[f].target - begin]) return false;
     return true;
   };
   const bool twins = prefix_twin != nullptr && prefix_twin_bytes != nullptr;
@@ -478,9 +478,55 @@ void refine_walk_classes(const Automaton& a, int32_t begin, int32_t size, int32_
 // edge's target. After k rounds two states in one class agree on every walk
 // of up to k bytes. It stops early once a round splits nothing (then no
 // later round does either).
+std::vector<char> Automaton::rules_reading_before_return() const {
+  // Least fixed point of "can return without reading": a rule can when an
+  // accepting state is reachable from its start by calls of rules that
+  // can and by counter edges (which read nothing). Every rule starts as
+  // reading; a pass marks the rules that can return at once, and a later
+  // pass those whose epsilon paths go through them.
+  const int32_t n = static_cast<int32_t>(rule_start.size());
+  std::vector<char> reads(n, 0);
+  for (int32_t r = 0; r < n; ++r) reads[r] = rule_start[r] >= 0;
+  std::vector<int32_t> stack;
+  std::vector<uint32_t> seen(states.size(), 0);
+  uint32_t stamp = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t r = 0; r < n; ++r) {
+      if (!reads[r]) continue;
+      ++stamp;
+      stack.assign(1, rule_start[r]);
+      seen[rule_start[r]] = stamp;
+      bool returns = false;
+      auto push = [&](int32_t t) {
+        if (seen[t] != stamp) seen[t] = stamp, stack.push_back(t);
+      };
+      while (!stack.empty() && !returns) {
+        const AutomatonState& st = states[stack.back()];
+        stack.pop_back();
+        returns = st.accepting;
+        for (uint32_t e = st.rule_begin; e < st.rule_end; ++e)
+          if (!reads[rule_edges[e].rule]) push(rule_edges[e].target);
+        if (st.counter >= 0) {
+          push(counters[st.counter].loop_target);
+          push(counters[st.counter].exit_target);
+        }
+      }
+      if (returns) reads[r] = 0, changed = true;
+    }
+  }
+  return reads;
+}
+
 std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t min_states,
                                                    std::vector<int32_t>* prefix_twin,
                                                    std::vector<int32_t>* prefix_twin_bytes) const {
+  // Calls compared by their return target's class in the rounds: those of
+  // rules that read a byte before they return, except uniqueItems items
+  // (whose return node records where the item began).
+  std::vector<char> reading_call = rules_reading_before_return();
+  for (size_t r = 0; r < reading_call.size(); ++r)
+    if (r < rule_unique_item.size() && rule_unique_item[r]) reading_call[r] = 0;
   std::vector<int32_t> out(states.size());
   if (prefix_twin) prefix_twin->assign(states.size(), -1);
   if (prefix_twin_bytes) prefix_twin_bytes->assign(states.size(), 0);
@@ -515,9 +561,9 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
       for (uint32_t e = st.rule_begin; e < st.rule_end; ++e) {
         closed &= inside(rule_edges[e].target);
         sig.push_back(rule_edges[e].rule);
-        // The same continuation, exactly; an item rule's by its class in
+        // The same continuation, exactly; a reading call's by its class in
         // the rounds (refine_walk_classes).
-        if (rule_edges[e].rule < first_item_rule) sig.push_back(rule_edges[e].target - begin);
+        if (!reading_call[rule_edges[e].rule]) sig.push_back(rule_edges[e].target - begin);
       }
       if (st.counter >= 0) {  // masks take a round's end back to the loop's start
         const int32_t to = counters[st.counter].loop_target;
@@ -528,8 +574,8 @@ std::vector<int32_t> Automaton::walk_class_offsets(int32_t max_bytes, int32_t mi
       cls[i] = classify(sig);
     }
     if (!closed) continue;
-    refine_walk_classes(*this, begin, size, max_bytes, cls, static_cast<int32_t>(ids.size()), out, prefix_twin,
-                        prefix_twin_bytes);
+    refine_walk_classes(*this, reading_call, begin, size, max_bytes, cls, static_cast<int32_t>(ids.size()), out,
+                        prefix_twin, prefix_twin_bytes);
   }
   return out;
 }

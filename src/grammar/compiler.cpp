@@ -24,6 +24,7 @@
 #include "grammar/state_walk.h"
 #include "grammar/pda.h"
 #include "grammar/rule_dedup.h"
+#include "grammar/short_walk_keys.h"
 
 namespace brioche::grammar {
 namespace {
@@ -311,7 +312,16 @@ class MaskBuilder {
         pre_(a, v, dfa_),
         rule_hash_(a.rule_structure_hashes()),
         class_offset_(
-            a.walk_class_offsets(v.max_token_length() + 1, kMinStatesForWalkClasses, &twin_offset_, &twin_bytes_)) {
+            a.walk_class_offsets(v.max_token_length() + 1, kMinStatesForWalkClasses, &twin_offset_, &twin_bytes_)),
+        reading_(a.rules_reading_before_return()),
+        short_walk_keys_(a, rule_hash_, reading_, [this](int32_t s) {
+          const SharedKey k = key_of(s);
+          Hasher128 h;
+          h.add(k.a);
+          h.add(k.b);
+          h.add(static_cast<uint64_t>(static_cast<uint32_t>(k.offset)));
+          return Key128{h.a, h.b | 1};
+        }) {
     // Forward hashes where they pay: byte-level rules (no calls: strings
     // and patterns) with copies near a bound (prefix twins), whose masks
     // recur across bounds; elsewhere the rule's own key. Rules that call
@@ -368,9 +378,10 @@ class MaskBuilder {
   // under the first two bytes s can read; most of a narrow state's walk
   // dies right there) is at most `limit`. Stops counting past the limit.
   bool walk_is_small(int32_t s, int64_t limit) {
-    // States of one walk class (the far copies of an unrolled repetition)
-    // walk alike: decided once per class and compile.
-    const SharedKey key = key_of(s);
+    // The estimate reads two bytes: states whose walks agree that far (the
+    // far copies of an unrolled repetition, the copies of an array's items
+    // and an object's members) are decided once per compile.
+    const Key128 key = short_walk_keys_.two_bytes(s);
     if (auto it = small_walk_.find(key); it != small_walk_.end()) return it->second;
     const bool small = walk_is_small_uncached(s, limit);
     small_walk_.emplace(key, small);
@@ -560,6 +571,8 @@ class MaskBuilder {
   void end_eager_pass() {
     eager_pass_done_ = true;
     publish();
+    short_walk_keys_.release();
+    decltype(small_walk_)().swap(small_walk_);
     const size_t large = static_cast<size_t>(v_.num_words());
     for (auto& [hash, bucket] : by_hash_)
       bucket.erase(
@@ -885,13 +898,13 @@ class MaskBuilder {
   FrontierDfa dfa_;
   StatePrecompute pre_;
   std::vector<Automaton::StructureHash> rule_hash_;
-  std::vector<int32_t> twin_offset_, twin_bytes_;                  // per state (derive); filled with class_offset_
-  std::vector<int32_t> class_offset_;                              // per state (key_of)
-  std::vector<int64_t> depth_;                                     // per state (is_deep): bytes_into_string
-  std::vector<Automaton::StructureHash> forward_;                  // per state (key_of); {0, 0}: none
-  std::unordered_map<SharedKey, bool, SharedKeyHash> small_walk_;  // walk_is_small per class
-  std::vector<std::shared_ptr<const StateMask>> masks_;            // every mask this grammar uses
-  std::vector<std::vector<int32_t>> accepted_of_;                  // per masks_ entry computed here (rank order)
+  std::vector<int32_t> twin_offset_, twin_bytes_;            // per state (derive); filled with class_offset_
+  std::vector<int32_t> class_offset_;                        // per state (key_of)
+  std::vector<int64_t> depth_;                               // per state (is_deep): bytes_into_string
+  std::vector<Automaton::StructureHash> forward_;            // per state (key_of); {0, 0}: none
+  std::unordered_map<Key128, bool, Key128Hash> small_walk_;  // walk_is_small per ShortWalkKeys::two_bytes
+  std::vector<std::shared_ptr<const StateMask>> masks_;      // every mask this grammar uses
+  std::vector<std::vector<int32_t>> accepted_of_;            // per masks_ entry computed here (rank order)
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash_;
   std::unordered_set<const StateMask*> owned_;  // cache entries already in masks_
   std::vector<int32_t> acc_, unc_;
@@ -906,7 +919,9 @@ class MaskBuilder {
   uint64_t work_ = 0;
   std::unordered_map<SharedKey, SharedMask, SharedKeyHash> pending_;  // computed here, not yet published
   bool eager_pass_done_ = false;
-  bool many_states_ = false;  // more than kManyStates automaton states
+  bool many_states_ = false;       // more than kManyStates automaton states
+  std::vector<char> reading_;      // per rule: Automaton::rules_reading_before_return
+  ShortWalkKeys short_walk_keys_;  // walk_is_small's cache key
 };
 
 CompiledGrammar::CompiledGrammar() = default;
