@@ -92,36 +92,6 @@ Tensor Gemma4Model::Scratch::rows(int64_t n, int64_t width) {
   return flat.slice(0, 0, n * width).reshape({n, width});
 }
 
-Gemma4Model::Buffers::Buffers(Device device) {
-  Buffers& b = *this;
-  for (Scratch* s : {&b.x,
-                     &b.h,
-                     &b.q,
-                     &b.k,
-                     &b.v,
-                     &b.attn,
-                     &b.out,
-                     &b.gate,
-                     &b.up,
-                     &b.ple,
-                     &b.ple_tok,
-                     &b.ple_gate,
-                     &b.router,
-                     &b.moe_in,
-                     &b.moe_out,
-                     &b.expert_in,
-                     &b.expert_gate_up,
-                     &b.expert_act,
-                     &b.expert_out,
-                     &b.route_expert,
-                     &b.route_weight,
-                     &b.last,
-                     &b.lora_u,
-                     &b.logits})
-    s->device = device;
-  b.route_expert.dtype = DType::I32;
-}
-
 Gemma4Model::Gemma4Model(Gemma4Checkpoint checkpoint)
     : ck_(std::move(checkpoint)), device_(ck_.weights.token_embd.device()) {
   for (int i = 0; i < ck_.config.base.n_layers; ++i) inv_freq_.push_back(ck_.config.inv_freq(i));

@@ -42,23 +42,28 @@ class Gemma4Model final : public Model {
  private:
   // Scratch of one role: a flat buffer (f32 unless said) on the model's
   // device viewed as [rows, width], grown to the largest batch seen (widths
-  // differ by layer).
+  // differ by layer). Made only with its device, so no role can be left on
+  // the host by a forgotten assignment.
   struct Scratch {
+    explicit Scratch(Device device, DType dtype = DType::F32) : device(device), dtype(dtype) {}
     Tensor flat;
-    Device device = Device::CPU;
-    DType dtype = DType::F32;
+    Device device;
+    DType dtype;
     Tensor rows(int64_t n, int64_t width);
   };
   struct Buffers {
-    explicit Buffers(Device device);
-    Scratch x, h, q, k, v, attn, out, gate, up;  // residual stream, normed input, attention, MLP
-    Scratch ple, ple_tok, ple_gate;              // per-layer inputs
-    Scratch router, moe_in, moe_out, expert_in, expert_gate_up, expert_act, expert_out;  // MoE
-    Scratch route_expert, route_weight;  // decode rows' routing on the device (route_expert: i32 ids)
-    Scratch last;                        // rows that want logits
-    Scratch lora_u;                      // served adapters' x·Aᵀ
-    Scratch lora_table_u;                // the adapter table's x·Aᵀ: [rows, 3 · rank cap]
-    Scratch logits;                      // the head's output on the device when the caller wants it on the host
+    explicit Buffers(Device device) : device(device) {}
+    Device device;
+    Scratch x{device}, h{device}, q{device}, k{device}, v{device}, attn{device}, out{device}, gate{device},
+        up{device};                                          // residual stream, normed input, attention, MLP
+    Scratch ple{device}, ple_tok{device}, ple_gate{device};  // per-layer inputs
+    Scratch router{device}, moe_in{device}, moe_out{device}, expert_in{device}, expert_gate_up{device},
+        expert_act{device}, expert_out{device};                      // MoE
+    Scratch route_expert{device, DType::I32}, route_weight{device};  // decode rows' routing on the device (i32 ids)
+    Scratch last{device};                                            // rows that want logits
+    Scratch lora_u{device};                                          // served adapters' x·Aᵀ
+    Scratch lora_table_u{device};  // the adapter table's x·Aᵀ: [rows, 3 · rank cap]
+    Scratch logits{device};        // the head's output on the device when the caller wants it on the host
   };
 
   void check_batch(const ForwardBatch& batch, const KvCache& cache) const;
