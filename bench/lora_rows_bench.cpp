@@ -8,18 +8,23 @@
 // per x (Q/K/V, O, gate/up, down) through lora_rows_add_group, the path
 // model/blocks.cpp takes, with f16 or Q8_0 factors (q8_0:1);
 // BM_LoraStepBetweenWeights the same between reads of 80 MB (the base
-// model's weights in a server step), so the factors come from DRAM. The
+// model's weights in a server step), so the factors come from DRAM;
+// BM_LoraStepAfterBaseProjection after the real base projections (Q4_1
+// column kernels), with and without their read-ahead of the factors. The
 // kernels are the widest this CPU runs (AVX-512 where it has it).
 //   build/<dir>/bench/lora_rows_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/lora_rows.h"
+#include "backend/cpu/matmul.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "ops/lora_rows.h"
+#include "ops/quantize.h"
 
 namespace {
 
@@ -203,6 +208,97 @@ BENCHMARK(BM_LoraStepBetweenWeights)
     ->Args({1, 1, 0})
     ->Args({1, 1, 1})
     ->Args({1, 0, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// A decode step of 16 rows as the server runs it on the CPU: the base
+// projections (Q4_1 weights of the default model's shapes, 66 MB, through
+// cpu::matmul_group's column kernels), each followed by the adapters' call
+// on the same x (Q8_0 factors, 8 adapters, 2 rows each). read_ahead 1: the
+// base projection gets the factors of the call after it (read_ahead.h), as
+// model/blocks.cpp gives them. lora 0: the base alone. Compare the three in
+// one run: --benchmark_repetitions=6 --benchmark_enable_random_interleaving.
+struct BaseWeights {
+  std::vector<uint8_t> w[kLayers][7];  // Q4_1 [out, in] per projection
+  std::vector<float> x_in, x_inter, y[7];
+  BaseWeights() {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::vector<float> row(static_cast<size_t>(kInter));
+    for (float& v : row) v = normal(rng);
+    for (int l = 0; l < kLayers; ++l)
+      for (int p = 0; p < 7; ++p) {
+        const size_t row_bytes = size_t(kIn[p]) / 32 * 20;
+        w[l][p].resize(row_bytes * size_t(kOut[p]));
+        for (int64_t r = 0; r < kOut[p]; ++r)
+          ops::quantize_row(DType::Q4_1, row.data(), &w[l][p][r * row_bytes], kIn[p]);
+      }
+    x_in.assign(size_t(kRows) * kHidden, 0.5f);
+    x_inter.assign(size_t(kRows) * kInter, 0.5f);
+    for (int p = 0; p < 7; ++p) y[p].assign(size_t(kRows) * kOut[p], 0.0f);
+  }
+  cpu::MatmulArgs args(int l, int p) {
+    return {.x = kIn[p] == kHidden ? x_in.data() : x_inter.data(),
+            .ldx = kIn[p],
+            .wtype = DType::Q4_1,
+            .w = w[l][p].data(),
+            .w_row_bytes = size_t(kIn[p]) / 32 * 20,
+            .y = y[p].data(),
+            .ldy = kOut[p],
+            .n = kRows,
+            .m = kOut[p],
+            .k = kIn[p]};
+  }
+};
+
+void BM_LoraStepAfterBaseProjection(benchmark::State& state) {
+  ThreadPool::configure_global(int(state.range(0)));
+  static Step step;
+  static BaseWeights base;
+  const bool lora = state.range(1) != 0, read_ahead = state.range(2) != 0;
+  const std::vector<std::vector<int>> groups = {{0, 1, 2}, {3}, {4, 5}, {6}};
+  double base_s = 0, lora_s = 0;
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l) {
+      for (const auto& g : groups) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<cpu::MatmulArgs> projections;
+        std::vector<cpu::ByteRange> factors;
+        for (int p : g) {
+          projections.push_back(base.args(l, p));
+          factors.push_back({.data = step.a_q8[l][p].data(), .bytes = step.a_q8[l][p].size()});
+          factors.push_back({.data = step.bt_q8[l][p].data(), .bytes = step.bt_q8[l][p].size()});
+        }
+        cpu::matmul_group(projections,
+                          read_ahead ? std::span<const cpu::ByteRange>(factors) : std::span<const cpu::ByteRange>{});
+        const auto t1 = std::chrono::steady_clock::now();
+        base_s += std::chrono::duration<double>(t1 - t0).count();
+        if (!lora) continue;
+        std::vector<std::vector<LoraRowsSegment>> segs;
+        std::vector<backend::cpu::LoraRowsArgs> parts;
+        for (int p : g) segs.push_back(step.segments(l, p, true));
+        for (size_t i = 0; i < g.size(); ++i) {
+          parts.push_back(step.args(g[i], segs[i]));
+          parts.back().u = nullptr;
+        }
+        backend::cpu::lora_rows_add_group(parts);
+        lora_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+      }
+    }
+  }
+  // Wall time of each half a step (the base projections, the adapters' calls).
+  state.counters["base_us"] = benchmark::Counter(base_s * 1e6 / double(state.iterations()));
+  state.counters["lora_us"] = benchmark::Counter(lora_s * 1e6 / double(state.iterations()));
+  state.SetLabel(!lora ? "the base projections alone" : read_ahead ? "with adapters, read-ahead" : "with adapters");
+}
+BENCHMARK(BM_LoraStepAfterBaseProjection)
+    ->ArgNames({"threads", "lora", "read_ahead"})
+    ->Args({2, 0, 0})
+    ->Args({2, 1, 0})
+    ->Args({2, 1, 1})
+    ->Args({1, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -50,6 +50,8 @@ Activations ActivationBuffers::view(const ModelConfig& c, int64_t n, Device devi
 
 namespace {
 
+using ReadAhead = std::span<const cpu::ByteRange>;
+
 struct LoraOutput {
   Projection projection;
   Tensor* y;
@@ -91,13 +93,19 @@ void project_with_table(const LayerLora& lora, const Tensor& x, const ops::LoraI
   base(&terms);
 }
 
+// base(terms, read_ahead): the base projection of x into the outputs. With
+// a table, base(&terms, {}) (project_with_table); without (the CPU's path),
+// base(nullptr, the adapters' factor bytes): the projection requests them
+// while its dot products run (ops::lora_rows_read_ahead), then the
+// adapters' terms are added, reading them from cache.
 template <typename BaseProjection>
 void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_list<LoraOutput> outputs,
                        BaseProjection&& base) {
-  if (lora.table != nullptr) return project_with_table(lora, x, nullptr, outputs, base);
+  if (lora.table != nullptr)
+    return project_with_table(lora, x, nullptr, outputs,
+                              [&](const ops::LoraTerms* terms) { base(terms, ReadAhead{}); });
   // One call for the projections of this x: on the CPU one pool dispatch
-  // for all of them. Its segments are gathered and their factors' first
-  // reads requested before the base projection, which they then overlap.
+  // for all of them.
   std::vector<ops::LoraRows> segments[3];
   std::vector<ops::LoraRowsPart> parts;
   for (const LoraOutput& o : outputs) {
@@ -108,8 +116,9 @@ void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_
     }
     parts.push_back({.segments = s, .y = o.y});
   }
-  ops::prefetch_lora_rows(parts);
-  base(nullptr);
+  std::vector<cpu::ByteRange> read_ahead;
+  ops::lora_rows_read_ahead(parts, read_ahead);
+  base(nullptr, read_ahead);
   ops::lora_rows_add_group(x, parts, *lora.u_scratch);
 }
 
@@ -135,8 +144,9 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
       });
     } else {
       ops::rms_norm(a.x, w.attn_norm, c.rms_eps, a.h);
-      project_with_lora(lora, a.h, outputs,
-                        [&](const ops::LoraTerms* terms) { ops::matmul_group(a.h, qkv_w, qkv, terms); });
+      project_with_lora(lora, a.h, outputs, [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
+        ops::matmul_group(a.h, qkv_w, qkv, terms, read_ahead);
+      });
     }
   } else {
     ops::matmul_group(a.x, {.weight = w.attn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff}, qkv_w,
@@ -169,9 +179,12 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
   ops::paged_attention(a.q, first, paged, params, a.attn);
   if (adapted && !w.bo.defined()) {
     // a.x += attention·woᵀ, then each adapter row's low-rank term.
-    return project_with_lora(lora, a.attn, {{Projection::O, &a.x}}, [&](const ops::LoraTerms* terms) {
-      ops::matmul_accumulate(a.attn, w.wo, a.x, a.out, nullptr, terms);
-    });
+    return project_with_lora(lora, a.attn, {{Projection::O, &a.x}},
+                             [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
+                               if (terms != nullptr)
+                                 return ops::matmul_accumulate(a.attn, w.wo, a.x, a.out, nullptr, terms);
+                               ops::matmul_accumulate(a.attn, w.wo, a.x, a.out, read_ahead);
+                             });
   }
   if (ctx.collective != nullptr) {
     // out = Σ_ranks attn_r·wo_rᵀ, then the bias once.
@@ -183,7 +196,9 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
       const Tensor* wo[] = {&w.wo};
       Tensor* out[] = {&a.out};
       project_with_lora(lora, a.attn, {{Projection::O, &a.out}},
-                        [&](const ops::LoraTerms* terms) { ops::matmul_group(a.attn, wo, out, terms); });
+                        [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
+                          ops::matmul_group(a.attn, wo, out, terms, read_ahead);
+                        });
     } else {
       ops::matmul(a.attn, w.wo, a.out);
     }
@@ -210,14 +225,18 @@ void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, c
       });
     } else {
       ops::rms_norm(a.x, w.ffn_norm, c.rms_eps, a.h);
-      project_with_lora(lora, a.h, outputs,
-                        [&](const ops::LoraTerms* terms) { ops::matmul_group(a.h, gate_up_w, gate_up, terms); });
+      project_with_lora(lora, a.h, outputs, [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
+        ops::matmul_group(a.h, gate_up_w, gate_up, terms, read_ahead);
+      });
       ops::swiglu(a.gate, a.up, a.gate);
     }
     // a.x += swiglu·w_downᵀ with each adapter row's low-rank term.
-    return project_with_lora(lora, a.gate, {{Projection::Down, &a.x}}, [&](const ops::LoraTerms* terms) {
-      ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out, nullptr, terms);
-    });
+    return project_with_lora(lora, a.gate, {{Projection::Down, &a.x}},
+                             [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
+                               if (terms != nullptr)
+                                 return ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out, nullptr, terms);
+                               ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out, read_ahead);
+                             });
   }
   const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff};
   const ops::SwigluMlp mlp{.w_gate = w.w_gate,

@@ -129,7 +129,8 @@ void swiglu_matmul_impl(const Tensor& x, const Tensor& w_gate, const Tensor& w_u
 }
 
 void matmul_group_impl(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
-                       const RmsNormFirst* norm, const LoraTerms* lora = nullptr) {
+                       const RmsNormFirst* norm, const LoraTerms* lora = nullptr,
+                       std::span<const cpu::ByteRange> read_ahead = {}) {
   BRIOCHE_CHECK(ws.size() == ys.size() && !ws.empty() && ws.size() <= 3, "matmul_group: ", ws.size(), " weights and ",
                 ys.size(), " outputs (expected 1 to 3 of each)");
   std::vector<cpu::MatmulArgs> parts;
@@ -150,7 +151,7 @@ void matmul_group_impl(const Tensor& x, std::span<const Tensor* const> ws, std::
     return matmul_group_impl(norm->normed, ws, ys, nullptr, lora);
   }
   if (ws[0]->device() == Device::CPU) {
-    cpu::matmul_group(parts);  // one activation quantization
+    cpu::matmul_group(parts, read_ahead);  // one activation quantization
   } else {
     for (size_t i = 0; i < ws.size(); ++i) matmul(x, *ws[i], *ys[i]);
   }
@@ -194,8 +195,20 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const SwigluMlp& mlp,
 }
 
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
-                  const LoraTerms* lora) {
-  matmul_group_impl(x, ws, ys, nullptr, lora);
+                  const LoraTerms* lora, std::span<const cpu::ByteRange> read_ahead) {
+  matmul_group_impl(x, ws, ys, nullptr, lora, read_ahead);
+}
+
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch,
+                       std::span<const cpu::ByteRange> read_ahead) {
+  if (w.device() != Device::CPU) return matmul_accumulate(x, w, y, scratch);
+  // y += x·wᵀ as matmul_accumulate's CPU path: the product into scratch,
+  // then the add.
+  const cpu::MatmulArgs args = detail::matmul_args(x, w, scratch, "matmul_accumulate");
+  y.note_written();
+  scratch.note_written();
+  cpu::matmul(args, read_ahead);
+  add(y, scratch, y);
 }
 
 void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Tensor* const> ws,

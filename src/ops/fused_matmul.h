@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/cpu/matmul.h"
 #include "core/tensor.h"
 #include "ops/norm_handoff.h"
 
@@ -39,10 +40,19 @@ struct GateUpWeights {
 // out = silu(x·w.gateᵀ) ⊙ (x·w.upᵀ).    out and scratch [n, inter]
 void swiglu_matmul(const Tensor& x, const GateUpWeights& w, Tensor& out, Tensor& scratch);
 
+// `read_ahead` (below, the CPU's served adapters, ops/lora_rows.h: the
+// factors the op after the base projection reads): bytes requested from
+// memory while the projection's dot products run (backend/cpu/matmul.h,
+// ByteRange). The same results; on another device nothing is requested.
+
 // ys[i] = x·ws[i]ᵀ for 1–3 weights (Q, K and V), one launch when they share a
 // dtype.
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
-                  const LoraTerms* lora = nullptr);
+                  const LoraTerms* lora = nullptr, std::span<const cpu::ByteRange> read_ahead = {});
+
+// matmul_accumulate(x, w, y, scratch) with a read-ahead.
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch,
+                       std::span<const cpu::ByteRange> read_ahead);
 
 // The RMSNorm a block applies to x before its first matmuls:
 // x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The ops below taking it multiply

@@ -161,11 +161,24 @@ void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, T
   if (!args.empty()) backend::cpu::lora_rows_add_group(args);
 }
 
-void prefetch_lora_rows(std::span<const LoraRowsPart> parts) {
+void lora_rows_read_ahead(std::span<const LoraRowsPart> parts, std::vector<cpu::ByteRange>& ranges) {
+  ranges.clear();
+  // Where a range ends up to its next cache line: pack_in_order starts each
+  // factor at a 64-byte boundary, so the next factor of the pack meets it.
+  const auto line_end = [](const cpu::ByteRange& r) {
+    return (reinterpret_cast<uintptr_t>(r.data) + r.bytes + 63) / 64 * 64;
+  };
   for (const LoraRowsPart& p : parts)
     for (const LoraRows& s : p.segments)
-      for (const Tensor* f : {s.a, s.bt})
-        if (f != nullptr && f->device() == Device::CPU) __builtin_prefetch(f->data());
+      for (const Tensor* f : {s.a, s.bt}) {
+        if (f == nullptr || f->device() != Device::CPU) continue;
+        const auto data = reinterpret_cast<uintptr_t>(f->data());
+        if (!ranges.empty() && line_end(ranges.back()) == data) {
+          ranges.back().bytes = data + f->nbytes() - reinterpret_cast<uintptr_t>(ranges.back().data);
+          continue;
+        }
+        ranges.push_back({.data = f->data(), .bytes = f->nbytes()});
+      }
 }
 
 namespace {

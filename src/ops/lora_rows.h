@@ -17,8 +17,10 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "backend/cpu/lora_rows.h"
+#include "backend/cpu/matmul.h"
 #include "core/tensor.h"
 
 namespace brioche::ops {
@@ -65,13 +67,15 @@ struct LoraRowsPart {
 };
 void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, Tensor& u_scratch);
 
-// Asks the CPU's memory for what a lora_rows_add_group of `parts` reads
-// first: each factor's storage record and the first line of its data. The
-// model calls it before the base projection of the same x: a step's base
-// weights evict these, and the call would otherwise stall on them one
-// after another (~5 us a call, 120 calls a step at the default model),
-// where now they arrive during the projection.
-void prefetch_lora_rows(std::span<const LoraRowsPart> parts);
+// The bytes a lora_rows_add_group of `parts` reads (its CPU factors; ranges
+// that meet merged, so an adapter whose factors pack_in_order laid out
+// gives one range a call), into `ranges` (cleared first). The model hands
+// them to the base projection of the same x as its read-ahead
+// (ops/fused_matmul.h): a step's base weights evict the factors, which
+// would otherwise come from DRAM while the adapters' kernels wait on them,
+// a stream of a few KB per adapter and projection; requested a few lines
+// per weight block of the projection, they arrive under its dot products.
+void lora_rows_read_ahead(std::span<const LoraRowsPart> parts, std::vector<cpu::ByteRange>& ranges);
 
 // The same update with the batch's adapters as data on the tensors' device
 // (Punica's BGMV: each row finds its adapter's factors itself), so one

@@ -304,7 +304,11 @@ TEST(MatmulGroup, EachPartIsBitIdenticalToItsOwnMatmul) {
                            .m = p.m,
                            .k = p.k});
         }
-        matmul_group(parts);
+        // With a read-ahead (read_ahead.h): requests only, so the same bits.
+        const ByteRange read_ahead[] = {{.data = problems[0].w.data() + 3, .bytes = 1000},
+                                        {.data = problems[0].x.data(), .bytes = 0},
+                                        {.data = problems.back().w.data(), .bytes = problems.back().w.size()}};
+        matmul_group(parts, read_ahead);
         for (size_t i = 0; i < problems.size(); ++i) {
           const Problem& p = problems[i];
           const std::vector<float> alone = run(p);

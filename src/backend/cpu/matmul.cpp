@@ -70,9 +70,12 @@ constexpr size_t kMaxGroupParts = 8;  // Q/K/V and gate/up: 3 and 2; more run on
 
 // Runs kernel(job for part p, rows [r0, r1)) over the weight rows of every
 // part, in tiles of tile_rows, in one pool dispatch: the parts' tiles are
-// numbered one after the other.
+// numbered one after the other. A job that takes a read-ahead gets the
+// lines of `read_ahead` in proportion to its tiles: tiles [t0, t1) of T
+// request lines [t0·L/T, t1·L/T) of L.
 template <typename Job, typename Kernel>
-void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> jobs, int tile_rows, Kernel kernel) {
+void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> jobs, int tile_rows, Kernel kernel,
+                     std::span<const ByteRange> read_ahead = {}) {
   BRIOCHE_CHECK(!parts.empty() && parts.size() <= kMaxGroupParts, "matmul_group: ", parts.size(),
                 " parts, expected 1 to ", kMaxGroupParts);
   std::array<int64_t, kMaxGroupParts + 1> first_tile{};  // running tile counts, [parts + 1] used
@@ -83,6 +86,8 @@ void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> job
   }
   const int64_t min_rows_for_work = (int64_t(1) << 16) / work_per_row + 1;
   const int64_t grain_tiles = std::max<int64_t>(1, (min_rows_for_work + tile_rows - 1) / tile_rows);
+  const int64_t read_ahead_lines = range_lines(read_ahead);
+  const int64_t n_tiles = first_tile[parts.size()];
   ThreadPool::global().parallel_for(first_tile[parts.size()], grain_tiles, [&](int64_t t0, int64_t t1) {
     const auto used_end = first_tile.begin() + ptrdiff_t(parts.size() + 1);
     size_t p = size_t(std::upper_bound(first_tile.begin(), used_end, t0) - first_tile.begin()) - 1;
@@ -92,6 +97,15 @@ void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> job
       Job part = jobs[p];
       part.row_begin = (t - first_tile[p]) * tile_rows;
       part.row_end = std::min(parts[p].m, (end - first_tile[p]) * tile_rows);
+      if constexpr (requires { part.read_ahead; }) {
+        if (read_ahead_lines > 0) {
+          const int64_t first = t * read_ahead_lines / n_tiles;
+          part.read_ahead = {.ranges = read_ahead.data(),
+                             .n_ranges = int32_t(read_ahead.size()),
+                             .first = first,
+                             .count = end * read_ahead_lines / n_tiles - first};
+        }
+      }
       kernel(part);
       t = end;
     }
@@ -101,13 +115,15 @@ void run_group_tiles(std::span<const MatmulArgs> parts, std::span<const Job> job
 // Runs `kernel` on copies of `job` covering rows [0, a.m) in tiles of
 // tile_rows (each copy's row_begin/row_end set): a group of one.
 template <typename Job, typename Kernel>
-void run_row_tiles(const MatmulArgs& a, int tile_rows, const Job& job, Kernel kernel) {
-  run_group_tiles<Job>(std::span<const MatmulArgs>(&a, 1), std::span<const Job>(&job, 1), tile_rows, kernel);
+void run_row_tiles(const MatmulArgs& a, int tile_rows, const Job& job, Kernel kernel,
+                   std::span<const ByteRange> read_ahead = {}) {
+  run_group_tiles<Job>(std::span<const MatmulArgs>(&a, 1), std::span<const Job>(&job, 1), tile_rows, kernel,
+                       read_ahead);
 }
 
 }  // namespace
 
-void matmul_group(std::span<const MatmulArgs> parts) {
+void matmul_group(std::span<const MatmulArgs> parts, std::span<const ByteRange> read_ahead) {
   const MatmulKernels* kernels = kernels_for(active_isa());
   bool shared = kernels != nullptr && parts.size() > 1 && parts.size() <= kMaxGroupParts &&
                 plain_quantized_shape(parts[0]) && kernels->quant_columns_supports(parts[0].wtype);
@@ -116,7 +132,9 @@ void matmul_group(std::span<const MatmulArgs> parts) {
              p.k == parts[0].k && p.wtype == parts[0].wtype;
   }
   if (!shared) {
-    for (const MatmulArgs& p : parts) matmul(p);
+    // (the read-ahead once, beside the part nearest to the op that reads it)
+    for (size_t i = 0; i < parts.size(); ++i)
+      matmul(parts[i], i + 1 == parts.size() ? read_ahead : std::span<const ByteRange>{});
     return;
   }
   // As matmul(): the same quantization and kernels, so each part's output
@@ -130,7 +148,7 @@ void matmul_group(std::span<const MatmulArgs> parts) {
     std::vector<QuantFewJob> jobs;
     for (const MatmulArgs& p : parts)
       jobs.push_back({p.wtype, static_cast<const uint8_t*>(p.w), p.w_row_bytes, &acts, p.y, p.ldy, 0, 0});
-    run_group_tiles<QuantFewJob>(parts, jobs, kernels->few_tile_rows, kernels->quant_few);
+    run_group_tiles<QuantFewJob>(parts, jobs, kernels->few_tile_rows, kernels->quant_few, read_ahead);
     return;
   }
   const ColumnActs acts = scratch.layout_columns(a.n, a.k);
@@ -140,10 +158,10 @@ void matmul_group(std::span<const MatmulArgs> parts) {
   std::vector<QuantColumnsJob> jobs;
   for (const MatmulArgs& p : parts)
     jobs.push_back({p.wtype, static_cast<const uint8_t*>(p.w), p.w_row_bytes, &acts, p.y, p.ldy, 0, 0});
-  run_group_tiles<QuantColumnsJob>(parts, jobs, kernels->column_tile_rows, kernels->quant_columns);
+  run_group_tiles<QuantColumnsJob>(parts, jobs, kernels->column_tile_rows, kernels->quant_columns, read_ahead);
 }
 
-void matmul(const MatmulArgs& a) {
+void matmul(const MatmulArgs& a, std::span<const ByteRange> read_ahead) {
   const auto info = dtype_info(a.wtype);
   BRIOCHE_CHECK(a.wtype != DType::I32, "matmul: weight dtype i32 is not a number format");
   BRIOCHE_CHECK(a.k % info.block_elems == 0, "matmul: in_features ", a.k, " is not a multiple of the ", info.name,
@@ -175,7 +193,7 @@ void matmul(const MatmulArgs& a) {
     const BlockActs acts = scratch.layout_blocks(a.n, a.k);
     quantize_acts_blocks(a.x, a.ldx, acts);
     run_row_tiles(a, kernels->few_tile_rows, QuantFewJob{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0},
-                  kernels->quant_few);
+                  kernels->quant_few, read_ahead);
     return;
   }
   if (column_type) {
@@ -184,7 +202,7 @@ void matmul(const MatmulArgs& a) {
       quantize_acts_columns(a.x, a.ldx, o0, o1, acts);  // 8 rows per octet
     });
     run_row_tiles(a, kernels->column_tile_rows, QuantColumnsJob{a.wtype, w, a.w_row_bytes, &acts, a.y, a.ldy, 0, 0},
-                  kernels->quant_columns);
+                  kernels->quant_columns, read_ahead);
     return;
   }
   const QuantizedActs acts = scratch.layout(a.n, a.k);

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cpu/quant_act.h"
+#include "backend/cpu/read_ahead.h"
 #include "core/dtype.h"
 
 namespace brioche::cpu {
@@ -37,6 +38,7 @@ struct QuantColumnsJob {
   float* y;                // [n, m]
   int64_t ldy;
   int64_t row_begin, row_end;
+  ReadAheadLines read_ahead = {};
 };
 
 // Same for 1-3 activation rows (decode), with the column kernels' arithmetic.
@@ -48,6 +50,7 @@ struct QuantFewJob {
   float* y;               // [n, m]
   int64_t ldy;
   int64_t row_begin, row_end;
+  ReadAheadLines read_ahead = {};
 };
 constexpr int kMaxFewRows = 3;
 
