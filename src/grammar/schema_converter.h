@@ -70,6 +70,10 @@ class SchemaConverter {
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> names_{"root"};
   std::map<std::string, std::string> ref_rules_;  // JSON pointer -> rule name
+  // visit_string's rule per string keywords (format, pattern, minLength,
+  // maxLength as JSON): a repeated pattern is converted, and its regex
+  // DFAs built, once per schema.
+  std::map<std::string, std::string> string_rules_;
   std::set<std::string> basics_;
   std::string key_rest_;                    // rule name of an excluded key's free rest, once made
   std::string value_rest_;                  // the same for an excluded value
@@ -176,6 +180,7 @@ class SchemaConverter {
   std::string assertion_pattern(const std::string& pattern, int64_t lo, int64_t hi, const std::string& ptr,
                                 const std::string& hint);
   std::string visit_string(const Json& s, const std::string& ptr, const std::string& hint);
+  std::string convert_string(const Json& s, const std::string& ptr, const std::string& hint);  // visit_string's work
   // A format and a pattern on one string: the format's strings the pattern
   // finds a match in (formats of a regular language: format_regex).
   std::string format_and_pattern(const Json& s, const std::string& f, const std::string& ptr, const std::string& hint);

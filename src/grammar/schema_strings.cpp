@@ -443,6 +443,20 @@ std::string SchemaConverter::regex_format_rule(const std::string& hint, const Re
 }
 
 std::string SchemaConverter::visit_string(const Json& s, const std::string& ptr, const std::string& hint) {
+  // The rule depends on these keywords only (and on the converter's
+  // options): equal ones share it. GitLab CI holds `\.ya?ml$` beside
+  // uri-reference 8 times, each a product of two DFAs.
+  Json keywords = Json::object();
+  for (const char* k : {"format", "pattern", "minLength", "maxLength"})
+    if (s.contains(k)) keywords[k] = s[k];
+  const std::string key = keywords.dump();
+  if (auto it = string_rules_.find(key); it != string_rules_.end()) return it->second;
+  std::string rule = convert_string(s, ptr, hint);
+  string_rules_.emplace(key, rule);
+  return rule;
+}
+
+std::string SchemaConverter::convert_string(const Json& s, const std::string& ptr, const std::string& hint) {
   // A format JSON Schema does not define (OpenAPI's int32, int64, byte,
   // double; Kubernetes' int-or-string; private ones) asserts nothing:
   // validators ignore it, and so does the grammar. A defined format the
