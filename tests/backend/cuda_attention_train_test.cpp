@@ -31,12 +31,10 @@
 #include "core/tensor.h"
 #include "ops/attention_backward.h"
 #include "ops/device.h"
+#include "require_cuda.h"
 
 namespace brioche::ops {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 constexpr float kSentinel = -12345.678f;
 constexpr double kNmseBound = 1e-4;

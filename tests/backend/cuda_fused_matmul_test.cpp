@@ -39,12 +39,10 @@
 #include "ops/quantize.h"
 #include "ops/rms_norm.h"
 #include "ops/swiglu.h"
+#include "require_cuda.h"
 
 namespace brioche::ops {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 Tensor random_f32(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);

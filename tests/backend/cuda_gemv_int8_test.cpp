@@ -38,12 +38,10 @@
 #include "backend/cuda/gemv_int8.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "require_cuda.h"
 
 namespace brioche::cuda {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (device_count() == 0) GTEST_SKIP() << "skipped: no CUDA device"
 
 constexpr double kInt8Tolerance = 4e-4;      // per case
 constexpr double kInt8MeanTolerance = 1e-4;  // mean over a test's cases

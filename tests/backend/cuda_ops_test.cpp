@@ -52,12 +52,10 @@
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "require_cuda.h"
 
 namespace brioche::cuda {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (device_count() == 0) GTEST_SKIP() << "skipped: no CUDA device"
 
 constexpr float kSentinel = -12345.678f;  // written around outputs, must survive
 constexpr int kPad = 64;                  // sentinel floats after each buffer

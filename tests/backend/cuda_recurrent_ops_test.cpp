@@ -17,12 +17,10 @@
 #include "ops/device.h"
 #include "ops/gated_delta_rule.h"
 #include "ops/sigmoid_gate.h"
+#include "require_cuda.h"
 
 namespace brioche::ops {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 Tensor random_tensor(std::initializer_list<int64_t> shape, float lo, float hi, uint32_t seed) {
   Tensor t = Tensor::zeros(DType::F32, shape);

@@ -48,12 +48,10 @@
 #include "ops/rope.h"
 #include "ops/scaled_add.h"
 #include "ops/swiglu.h"
+#include "require_cuda.h"
 
 namespace brioche::ops {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 Tensor random_f32(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

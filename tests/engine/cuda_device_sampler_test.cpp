@@ -36,12 +36,10 @@
 #include "model/llama.h"
 #include "ops/device.h"
 #include "toy_model.h"
+#include "require_cuda.h"
 
 namespace brioche::engine {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 

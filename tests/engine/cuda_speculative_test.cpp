@@ -31,12 +31,10 @@
 #include "engine/cuda_tiny_engine.h"
 #include "engine/draft_model_proposer.h"
 #include "ops/device.h"
+#include "require_cuda.h"
 
 namespace brioche::engine {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 using namespace cuda_test;
 

@@ -27,6 +27,7 @@
 #include "model/llama.h"
 #include "ops/device.h"
 #include "tools/gen_model_lib.h"
+#include "require_cuda.h"
 
 namespace brioche::model {
 namespace {
@@ -35,9 +36,6 @@ using testing::BatchBuilder;
 using testing::BlockPool;
 using testing::Step;
 using testing::TestSequence;
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 const tools::ShapePreset kTiny{"tiny", "llama", 1000, 256, 512, 2, 4, 2, 64, 10000.0f, false, false};
 

@@ -33,6 +33,7 @@
 #include "model/gemma4.h"
 #include "model/model.h"
 #include "ops/device.h"
+#include "require_cuda.h"
 
 namespace brioche::model {
 namespace {
@@ -41,9 +42,6 @@ using testing::BatchBuilder;
 using testing::BlockPool;
 using testing::Step;
 using testing::TestSequence;
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 constexpr int kSequences = 10;
 constexpr int kBlockSize = 4;

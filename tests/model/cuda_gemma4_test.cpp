@@ -31,6 +31,7 @@
 #include "batch_builder.h"
 #include "model/model.h"
 #include "ops/device.h"
+#include "require_cuda.h"
 
 namespace brioche::model {
 namespace {
@@ -39,9 +40,6 @@ using testing::BatchBuilder;
 using testing::BlockPool;
 using testing::Step;
 using testing::TestSequence;
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 constexpr double kF32Bound = 2e-3;      // f32 weights and cache: against the CPU and transformers
 constexpr double kStoredBound = 1.0;    // stored (bf16) weights: against transformers

@@ -14,12 +14,10 @@
 
 #include "model/model.h"
 #include "ops/device.h"
+#include "require_cuda.h"
 
 namespace brioche::model {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 std::string fixture_dir(const std::string& name) {
   return std::string(BRIOCHE_SOURCE_DIR) + "/tests/fixtures/qwen35/" + name;

@@ -16,12 +16,10 @@
 #include "core/error.h"
 #include "ops/device.h"
 #include "ops/moe.h"
+#include "require_cuda.h"
 
 namespace brioche::ops {
 namespace {
-
-#define REQUIRE_CUDA_DEVICE() \
-  if (!ops::cuda_available()) GTEST_SKIP() << "skipped: no CUDA device"
 
 // Router logits [rows, experts] with ties: every row repeats some values
 // (rounded to quarters), so equal probabilities meet at the top-k border.
