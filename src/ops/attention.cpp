@@ -231,7 +231,7 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCach
 
 void paged_attention(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCache& cache, const AttentionParams& p,
                      const ProjectAccumulateThen& then) {
-  auto& [k_cache, v_cache, sequences] = cache;
+  [[maybe_unused]] auto& [k_cache, v_cache, sequences] = cache;  // (read only on CUDA)
   Tensor& out = then.x;
 #if BRIOCHE_CUDA
   if (then.w.device() == Device::CUDA) {

@@ -32,9 +32,11 @@ std::optional<backend::cpu::LoraTableArgs> lora_terms_args(const char* op, const
   return detail::lora_table_args(op, x, lora->table, lora->parts, lora->u_scratch);
 }
 
+#if BRIOCHE_CUDA
 const backend::cpu::LoraTableArgs* or_null(const std::optional<backend::cpu::LoraTableArgs>& args) {
   return args ? &*args : nullptr;
 }
+#endif
 
 }  // namespace
 
