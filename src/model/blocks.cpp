@@ -116,9 +116,8 @@ void project_with_lora(const LayerLora& lora, const Tensor& x, std::initializer_
     }
     parts.push_back({.segments = s, .y = o.y});
   }
-  std::vector<cpu::ByteRange> read_ahead;
-  ops::lora_rows_read_ahead(parts, read_ahead);
-  base(nullptr, read_ahead);
+  std::array<cpu::ByteRange, ops::kLoraReadAheadRanges> read_ahead;
+  base(nullptr, ops::lora_rows_read_ahead(parts, read_ahead));
   ops::lora_rows_add_group(x, parts, *lora.u_scratch);
 }
 
@@ -179,12 +178,10 @@ void attention_block(const BlockContext& ctx, const LayerWeights& w, const Layer
   ops::paged_attention(a.q, first, paged, params, a.attn);
   if (adapted && !w.bo.defined()) {
     // a.x += attention·woᵀ, then each adapter row's low-rank term.
-    return project_with_lora(lora, a.attn, {{Projection::O, &a.x}},
-                             [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
-                               if (terms != nullptr)
-                                 return ops::matmul_accumulate(a.attn, w.wo, a.x, a.out, nullptr, terms);
-                               ops::matmul_accumulate(a.attn, w.wo, a.x, a.out, read_ahead);
-                             });
+    return project_with_lora(
+        lora, a.attn, {{Projection::O, &a.x}}, [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
+          ops::matmul_accumulate(a.attn, w.wo, a.x, a.out, {.lora = terms, .read_ahead = read_ahead});
+        });
   }
   if (ctx.collective != nullptr) {
     // out = Σ_ranks attn_r·wo_rᵀ, then the bias once.
@@ -231,12 +228,10 @@ void mlp_block(const BlockContext& ctx, const LayerWeights& w, Activations& a, c
       ops::swiglu(a.gate, a.up, a.gate);
     }
     // a.x += swiglu·w_downᵀ with each adapter row's low-rank term.
-    return project_with_lora(lora, a.gate, {{Projection::Down, &a.x}},
-                             [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
-                               if (terms != nullptr)
-                                 return ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out, nullptr, terms);
-                               ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out, read_ahead);
-                             });
+    return project_with_lora(
+        lora, a.gate, {{Projection::Down, &a.x}}, [&](const ops::LoraTerms* terms, ReadAhead read_ahead) {
+          ops::matmul_accumulate(a.gate, w.w_down, a.x, a.out, {.lora = terms, .read_ahead = read_ahead});
+        });
   }
   const ops::RmsNormFirst norm{.weight = w.ffn_norm, .eps = c.rms_eps, .normed = a.h, .handoff = ctx.norm_handoff};
   const ops::SwigluMlp mlp{.w_gate = w.w_gate,

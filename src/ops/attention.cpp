@@ -255,7 +255,7 @@ void paged_attention(Tensor& q, const RopeStoreKvFirst& first, const PagedKvCach
   }
 #endif
   paged_attention(q, first, cache, p, out);
-  matmul_accumulate(out, then.w, then.y, then.scratch, then.hand_on);
+  matmul_accumulate(out, then.w, then.y, then.scratch, {.hand_on = then.hand_on});
 }
 
 }  // namespace brioche::ops

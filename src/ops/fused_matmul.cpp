@@ -40,15 +40,14 @@ const backend::cpu::LoraTableArgs* or_null(const std::optional<backend::cpu::Lor
 
 }  // namespace
 
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on,
-                       const LoraTerms* lora) {
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, const AccumulateWith& with) {
   const cpu::MatmulArgs args = detail::matmul_args(x, w, y, "matmul_accumulate");  // (checks on the CPU too)
   Tensor* const outputs[] = {&y};
-  const auto terms = lora_terms_args("matmul_accumulate", x, lora, outputs);
-  BRIOCHE_CHECK(!terms || hand_on == nullptr, "matmul_accumulate: adapter terms with a norm handoff (the norm would ",
-                "be of y without them)");
+  const auto terms = lora_terms_args("matmul_accumulate", x, with.lora, outputs);
+  BRIOCHE_CHECK(!terms || with.hand_on == nullptr, "matmul_accumulate: adapter terms with a norm handoff (the norm ",
+                "would be of y without them)");
   y.note_written();
-  HandOnWrite write(hand_on, y, "matmul_accumulate");
+  HandOnWrite write(with.hand_on, y, "matmul_accumulate");
 #if BRIOCHE_CUDA
   if (w.device() == Device::CUDA) {
     cuda::matmul_accumulate(args, {.norm_w = write.norm_w(), .handed = write.slot()}, or_null(terms));
@@ -57,7 +56,10 @@ void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scra
 #else
   (void)args;
 #endif
-  matmul(x, w, scratch);
+  // The CPU: the product into scratch (ops::matmul's CPU path, with the
+  // read-ahead), then the add.
+  scratch.note_written();
+  cpu::matmul(detail::matmul_args(x, w, scratch, "matmul_accumulate"), with.read_ahead);
   add(y, scratch, y);
   if (terms) backend::cpu::lora_table_expand(*terms);
   write.finish();
@@ -191,7 +193,7 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const SwigluMlp& mlp,
 #endif
   swiglu_matmul(x, norm, {.gate = w_gate, .up = w_up}, hidden, scratch);
   if (add)
-    matmul_accumulate(hidden, w_down, y, y_scratch, norm.handoff);
+    matmul_accumulate(hidden, w_down, y, y_scratch, {.hand_on = norm.handoff});
   else
     matmul(hidden, w_down, y);
 }
@@ -199,18 +201,6 @@ void swiglu_mlp(const Tensor& x, const RmsNormFirst& norm, const SwigluMlp& mlp,
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
                   const LoraTerms* lora, std::span<const cpu::ByteRange> read_ahead) {
   matmul_group_impl(x, ws, ys, nullptr, lora, read_ahead);
-}
-
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch,
-                       std::span<const cpu::ByteRange> read_ahead) {
-  if (w.device() != Device::CPU) return matmul_accumulate(x, w, y, scratch);
-  // y += x·wᵀ as matmul_accumulate's CPU path: the product into scratch,
-  // then the add.
-  const cpu::MatmulArgs args = detail::matmul_args(x, w, scratch, "matmul_accumulate");
-  y.note_written();
-  scratch.note_written();
-  cpu::matmul(args, read_ahead);
-  add(y, scratch, y);
 }
 
 void matmul_group(const Tensor& x, const RmsNormFirst& norm, std::span<const Tensor* const> ws,

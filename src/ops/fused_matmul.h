@@ -24,12 +24,24 @@ struct LoraTerms;  // ops/lora_rows.h
 // run (ops/lora_rows.h, LoraTerms): y = x·wᵀ + the row's adapter term,
 // before the SwiGLU for gate and up. On the GPU's decode path the GEMV adds
 // them in its store; elsewhere the table's expand runs after the base.
+//
+// `read_ahead` (matmul_accumulate, matmul_group; the CPU's served adapters,
+// ops/lora_rows.h: the factors the op after the base projection reads):
+// bytes requested from memory while the projection's dot products run
+// (backend/cpu/read_ahead.h, ByteRange). The same results; on another
+// device nothing is requested.
+
+// What matmul_accumulate does beside y += x·wᵀ; each defaults to nothing.
+struct AccumulateWith {
+  // The handoff whose request for y this op answers, handing on RMSNorm(y)
+  // where it can (ops/norm_handoff.h); not with `lora`.
+  NormHandoff* hand_on = nullptr;
+  const LoraTerms* lora = nullptr;
+  std::span<const cpu::ByteRange> read_ahead;
+};
 
 // y += x·wᵀ (a residual add).           x [n, k], w [m, k], y and scratch [n, m]
-// `hand_on`: the handoff whose request for y this op answers, handing on
-// RMSNorm(y) where it can (ops/norm_handoff.h); not with `lora`.
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, NormHandoff* hand_on = nullptr,
-                       const LoraTerms* lora = nullptr);
+void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch, const AccumulateWith& with = {});
 
 // The two weights of a SwiGLU: gate and up, [inter, k] of one dtype.
 struct GateUpWeights {
@@ -40,19 +52,10 @@ struct GateUpWeights {
 // out = silu(x·w.gateᵀ) ⊙ (x·w.upᵀ).    out and scratch [n, inter]
 void swiglu_matmul(const Tensor& x, const GateUpWeights& w, Tensor& out, Tensor& scratch);
 
-// `read_ahead` (below, the CPU's served adapters, ops/lora_rows.h: the
-// factors the op after the base projection reads): bytes requested from
-// memory while the projection's dot products run (backend/cpu/matmul.h,
-// ByteRange). The same results; on another device nothing is requested.
-
 // ys[i] = x·ws[i]ᵀ for 1–3 weights (Q, K and V), one launch when they share a
 // dtype.
 void matmul_group(const Tensor& x, std::span<const Tensor* const> ws, std::span<Tensor* const> ys,
                   const LoraTerms* lora = nullptr, std::span<const cpu::ByteRange> read_ahead = {});
-
-// matmul_accumulate(x, w, y, scratch) with a read-ahead.
-void matmul_accumulate(const Tensor& x, const Tensor& w, Tensor& y, Tensor& scratch,
-                       std::span<const cpu::ByteRange> read_ahead);
 
 // The RMSNorm a block applies to x before its first matmuls:
 // x̂ = x · (mean(x²) + eps)^(−1/2) ⊙ weight. The ops below taking it multiply

@@ -161,8 +161,9 @@ void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, T
   if (!args.empty()) backend::cpu::lora_rows_add_group(args);
 }
 
-void lora_rows_read_ahead(std::span<const LoraRowsPart> parts, std::vector<cpu::ByteRange>& ranges) {
-  ranges.clear();
+std::span<const cpu::ByteRange> lora_rows_read_ahead(std::span<const LoraRowsPart> parts,
+                                                     std::span<cpu::ByteRange> storage) {
+  size_t n = 0;
   // Where a range ends up to its next cache line: pack_in_order starts each
   // factor at a 64-byte boundary, so the next factor of the pack meets it.
   const auto line_end = [](const cpu::ByteRange& r) {
@@ -173,12 +174,14 @@ void lora_rows_read_ahead(std::span<const LoraRowsPart> parts, std::vector<cpu::
       for (const Tensor* f : {s.a, s.bt}) {
         if (f == nullptr || f->device() != Device::CPU) continue;
         const auto data = reinterpret_cast<uintptr_t>(f->data());
-        if (!ranges.empty() && line_end(ranges.back()) == data) {
-          ranges.back().bytes = data + f->nbytes() - reinterpret_cast<uintptr_t>(ranges.back().data);
+        if (n > 0 && line_end(storage[n - 1]) == data) {
+          storage[n - 1].bytes = data + f->nbytes() - reinterpret_cast<uintptr_t>(storage[n - 1].data);
           continue;
         }
-        ranges.push_back({.data = f->data(), .bytes = f->nbytes()});
+        if (n == storage.size()) return storage;  // full: the first ranges only (above)
+        storage[n++] = {.data = f->data(), .bytes = f->nbytes()};
       }
+  return storage.first(n);
 }
 
 namespace {

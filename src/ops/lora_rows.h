@@ -69,13 +69,24 @@ void lora_rows_add_group(const Tensor& x, std::span<const LoraRowsPart> parts, T
 
 // The bytes a lora_rows_add_group of `parts` reads (its CPU factors; ranges
 // that meet merged, so an adapter whose factors pack_in_order laid out
-// gives one range a call), into `ranges` (cleared first). The model hands
-// them to the base projection of the same x as its read-ahead
-// (ops/fused_matmul.h): a step's base weights evict the factors, which
-// would otherwise come from DRAM while the adapters' kernels wait on them,
-// a stream of a few KB per adapter and projection; requested a few lines
-// per weight block of the projection, they arrive under its dot products.
-void lora_rows_read_ahead(std::span<const LoraRowsPart> parts, std::vector<cpu::ByteRange>& ranges);
+// gives at most one range a projection), written to the front of
+// `storage`; returns that part of it. The model hands them to the base
+// projection of the same x as its read-ahead (ops/fused_matmul.h): a step's
+// base weights evict the factors, which would otherwise come from DRAM while
+// the adapters' kernels wait on them, a stream of a few KB per adapter and
+// projection; requested a few lines per weight block of the projection,
+// they arrive under its dot products. Where the factors need more ranges
+// than `storage` holds, the first ones only: a read-ahead changes no
+// result, so a step with more adapters than the storage covers runs, its
+// later factors read from memory when their kernel reaches them.
+std::span<const cpu::ByteRange> lora_rows_read_ahead(std::span<const LoraRowsPart> parts,
+                                                     std::span<cpu::ByteRange> storage);
+
+// The storage a caller of lora_rows_read_ahead keeps on its stack: one
+// range per factor at most, two per adapter segment and projection, so
+// 96 cover 3 projections of 16 segments none of whose factors meet (a step
+// of 16 sequences over 16 adapters); 1.5 KB.
+inline constexpr size_t kLoraReadAheadRanges = 96;
 
 // The same update with the batch's adapters as data on the tensors' device
 // (Punica's BGMV: each row finds its adapter's factors itself), so one

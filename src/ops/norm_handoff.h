@@ -9,7 +9,7 @@
 //
 //   NormHandoff handoff;
 //   handoff.request(y, ffn_norm);                 // what the next writer hands on
-//   matmul_accumulate(attn, wo, y, scratch, &handoff);    // writer
+//   matmul_accumulate(attn, wo, y, scratch, {.hand_on = &handoff});  // writer
 //   swiglu_mlp(y, {.weight = ffn_norm, ..., .handoff = &handoff}, ...);  // reader
 //
 // A wrong use is an error, not stale numbers: the reader is given the norm

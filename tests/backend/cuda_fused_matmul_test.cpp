@@ -721,7 +721,7 @@ TEST(CudaFusedMatmul, StreamedNormHandoffMatchesNormKernels) {
       NormHandoff handoff;
       NormHandoff* hp = with_handoff ? &handoff : nullptr;
       handoff.request(y, ffn_norm);
-      matmul_accumulate(attn, wo, y, scratch, hp);
+      matmul_accumulate(attn, wo, y, scratch, {.hand_on = hp});
       s.after_o = device_copy(y);
       handoff.request(y, attn_norm);
       swiglu_mlp(
@@ -776,7 +776,7 @@ TEST(CudaFusedMatmul, NormHandoffMisuseIsAnError) {
     NormHandoff* hp = with_handoff ? &handoff : nullptr;
     handoff.request(next == kRequestForOther ? scratch : y, norm_a);
     if (next == kWithdrawn) handoff.request(y, Tensor());
-    matmul_accumulate(attn, wo, y, scratch, hp);
+    matmul_accumulate(attn, wo, y, scratch, {.hand_on = hp});
     const Tensor* ws[] = {&wq};
     Tensor* ys[] = {&q};
     Tensor x = next == kCopyOfY ? device_copy(y) : y;

@@ -114,7 +114,7 @@ TEST(NormHandoff, CpuOpsTakePartAndCheck) {
     Tensor y = random_f32(1, kDim, 8), scratch = Tensor::zeros(DType::F32, {1, kDim});
     Tensor normed = Tensor::zeros(DType::F32, {1, kDim}), q = Tensor::zeros(DType::F32, {1, kDim});
     if (h != nullptr) h->request(y, f.norm_w);
-    ops::matmul_accumulate(x, w, y, scratch, h);
+    ops::matmul_accumulate(x, w, y, scratch, {.hand_on = h});
     if (h != nullptr) {
       EXPECT_FALSE(h->has_request() || h->has_handed());
     }

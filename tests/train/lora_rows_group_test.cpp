@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -285,6 +287,47 @@ TEST(LoraRowsAdd, Q8FactorsNeedWholeBlocksOnTheCpu) {
   EXPECT_EQ(q.dtype(), DType::Q8_0);
   EXPECT_EQ(q.dim(0), 2);
   EXPECT_EQ(q.dim(1), 4 * 32);
+}
+
+// lora_rows_read_ahead: a segment's A and bt that pack_in_order laid out
+// one after the other make one range (A's first byte to bt's last), factors
+// that do not meet in the order read one range each; with less storage
+// than that, the first ranges and nothing past the storage.
+TEST(LoraRowsReadAhead, FactorsThatMeetMakeOneRangeAndTheStorageBoundsTheRanges) {
+  std::mt19937 rng(21);
+  std::vector<Factors> f;
+  for (int g = 0; g < 2; ++g)
+    f.push_back({ops::lora_factor_q8_0(random_tensor(DType::F16, 3, 64, 0.1f, rng)),
+                 ops::lora_factor_q8_0(random_tensor(DType::F16, 3, 32, 0.1f, rng))});
+  // Adapter 0 in the order read; adapter 1's bt before its A, so they never meet.
+  Tensor* order[] = {&f[0].a, &f[0].bt, &f[1].bt, &f[1].a};
+  ops::pack_in_order(order);
+  const ops::LoraRows segs[] = {{.first_row = 0, .n_rows = 1, .a = &f[0].a, .bt = &f[0].bt},
+                                {.first_row = 1, .n_rows = 1, .a = &f[1].a, .bt = &f[1].bt}};
+  Tensor y = Tensor::zeros(DType::F32, {2, 32});
+  const ops::LoraRowsPart parts[] = {{segs, &y}};
+  const auto end = [](const auto& r) { return static_cast<const char*>(r.data) + r.bytes; };
+  const auto tensor_end = [](const Tensor& t) { return static_cast<const char*>(t.data()) + t.nbytes(); };
+
+  std::array<cpu::ByteRange, 4> storage;
+  const std::span<const cpu::ByteRange> ranges = ops::lora_rows_read_ahead(parts, storage);
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges.data(), storage.data());
+  EXPECT_EQ(ranges[0].data, f[0].a.data());
+  EXPECT_EQ(end(ranges[0]), tensor_end(f[0].bt));
+  EXPECT_EQ(ranges[1].data, f[1].a.data());
+  EXPECT_EQ(end(ranges[1]), tensor_end(f[1].a));
+  EXPECT_EQ(ranges[2].data, f[1].bt.data());
+  EXPECT_EQ(end(ranges[2]), tensor_end(f[1].bt));
+
+  std::array<cpu::ByteRange, 3> canary;
+  canary.fill({.data = &canary, .bytes = 7});
+  const auto two = ops::lora_rows_read_ahead(parts, std::span(canary).first(2));
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(end(two[0]), tensor_end(f[0].bt));
+  EXPECT_EQ(two[1].data, f[1].a.data());
+  EXPECT_EQ(canary[2].data, &canary) << "written past the storage";
+  EXPECT_TRUE(ops::lora_rows_read_ahead(parts, {}).empty());
 }
 
 TEST(LoraRowsAddGroup, RefusesMoreThanThreeProjections) {

@@ -239,7 +239,7 @@ void check_on(const ProjShape& shape, Device d) {
     const LoraTablePart parts[] = {{.entry = 2, .y = &y}};
     lora_table_shrink(hin, table, parts, u);
     const LoraTerms terms{.table = table, .parts = parts, .u_scratch = u};
-    matmul_accumulate(hin, w[2], y, scratch, nullptr, &terms);
+    matmul_accumulate(hin, w[2], y, scratch, {.lora = &terms});
     matmul_accumulate(hin, w[2], base, scratch);
     const std::vector<float> got = values(y), want = values(base);
     Check check;
@@ -284,7 +284,7 @@ TEST(LoraTerms, RefusesTermsOfOtherOutputs) {
   const Tensor h = Tensor::zeros(DType::F32, {2, 16});
   const LoraTablePart parts[] = {{.entry = 2, .y = &other}};
   const LoraTerms terms{.table = t.table(), .parts = parts, .u_scratch = u};
-  EXPECT_THROW(matmul_accumulate(h, c.weights[2], y, scratch, nullptr, &terms), Error);
+  EXPECT_THROW(matmul_accumulate(h, c.weights[2], y, scratch, {.lora = &terms}), Error);
 }
 
 }  // namespace
