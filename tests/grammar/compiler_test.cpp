@@ -98,6 +98,52 @@ TEST(Compiler, PrewarmedCacheSharesTheJsonRules) {
   EXPECT_GT(g->stats().num_shared_states, 0);
 }
 
+// Single bytes and every pair of regex characters: wide enough that the
+// states of format: regex walk more tokens than CompileLimits::defer_tokens
+// (they are computed at compile time, as with a real tokenizer).
+std::shared_ptr<const Vocabulary> regex_pairs_vocab() {
+  static auto v = [] {
+    const std::string chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789()[]|*+?.^$\\/{},";
+    std::vector<std::string> toks;
+    for (int b = 0; b < 256; ++b) toks.push_back(std::string(1, static_cast<char>(b)));
+    for (char x : chars)
+      for (char y : chars) toks.push_back(std::string{x, y});
+    toks.push_back("");  // EOS
+    const int32_t eos = static_cast<int32_t>(toks.size() - 1);
+    return std::make_shared<const Vocabulary>(std::move(toks), VocabularyOptions{.eos_ids = {eos}, .special_ids = {}});
+  }();
+  return v;
+}
+
+TEST(Compiler, PrewarmedCacheSharesTheRegexFormatLevels) {
+  // format: regex nests its groups level by level; every level below the
+  // top is the same rules in any schema, so after the prewarm a schema
+  // whose `pattern` wraps the regex (GitLab's `^/.+/$`) walks few states of
+  // its own, and its masks are those of a cold compile.
+  Grammar g = Grammar::from_json_schema(std::string(R"({"type":"string","format":"regex","pattern":"^/.+/$"})"));
+  auto walked = [](const CompiledGrammar& c) {
+    const CompileStats& st = c.stats();
+    return st.num_scannable_states - st.num_shared_states - st.num_deferred_states;
+  };
+  clear_shared_mask_cache();
+  auto cold = CompiledGrammar::compile(g, regex_pairs_vocab());
+  clear_shared_mask_cache();
+  prewarm_shared_masks(regex_pairs_vocab());
+  auto warm = CompiledGrammar::compile(g, regex_pairs_vocab());
+  EXPECT_GT(walked(*cold), 20);
+  EXPECT_LT(walked(*warm) * 4, walked(*cold))
+      << walked(*warm) << " states walked after the prewarm, " << walked(*cold) << " cold";
+  GrammarMatcher a(cold), b(warm);
+  std::vector<uint32_t> mask_a(a.mask_words()), mask_b(b.mask_words());
+  for (char c : std::string(R"("/(?:a|[b-d]+)*\\d{2,3}(x(y))?/")")) {
+    a.fill_next_token_bitmask(mask_a.data());
+    b.fill_next_token_bitmask(mask_b.data());
+    EXPECT_EQ(mask_a, mask_b) << "before '" << c << "'";
+    ASSERT_TRUE(a.accept_token(static_cast<uint8_t>(c)));
+    ASSERT_TRUE(b.accept_token(static_cast<uint8_t>(c)));
+  }
+}
+
 TEST(Compiler, StructureHashIgnoresRuleNumbering) {
   // The same recursive JSON value group, reached first through a different
   // rule (so numbered differently), hashes alike.
