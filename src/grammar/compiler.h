@@ -121,8 +121,9 @@ void clear_shared_mask_cache();
 // Computes the shared masks of the builtin JSON grammar and of the JSON
 // Schema building blocks (every basic type and format, with default and
 // compact whitespace; the nested levels of format: regex) for this
-// vocabulary, so that later schemas only pay for their own rules. Takes about as long as a few cold schema compiles;
-// worth it once per tokenizer in a server.
+// vocabulary, so that later schemas only pay for their own rules. Takes
+// about as long as a few cold schema compiles; worth it once per tokenizer
+// in a server.
 void prewarm_shared_masks(const std::shared_ptr<const Vocabulary>& vocabulary);
 
 struct GrammarCacheOptions {

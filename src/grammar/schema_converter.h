@@ -173,6 +173,8 @@ class SchemaConverter {
   std::optional<std::string> length_bounded_atoms(const std::string& pattern, int64_t lo, int64_t hi,
                                                   const std::string& ptr);
   std::string pattern_ebnf(const std::string& regex, const std::string& ptr);  // inside a JSON string
+  std::string format_with_length(const Json& s, const std::string& f, const std::string& body, const std::string& ptr,
+                                 const std::string& hint);
   // A pattern with assertions (lookahead, \b, anchors inside it) within
   // lo..hi characters (hi < 0: no upper bound): its DFA (regex_dfa.h) as one
   // expression under `%{lo,hi}` when it is a tree of repetitions, else one

@@ -409,7 +409,9 @@ std::string format_ebnf(const std::string& f) {
   static const std::string kTime =
       "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]+)? "
       "(\"Z\" | [+\\-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])";
-  static const std::string kOctet = "(\"25\" [0-5] | \"2\" [0-4] [0-9] | [01]? [0-9]? [0-9])";
+  // No leading zero ("01" is refused by Python's ipaddress, which
+  // validators use: an octal reading would differ).
+  static const std::string kOctet = "(\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9])";
   if (f == "date") return kDate;
   if (f == "time") return kTime;
   if (f == "date-time") return kDate + " \"T\" " + kTime;
@@ -444,7 +446,7 @@ std::string format_regex(const std::string& f) {
       kLeapYear + "|" + kLeapYear + "00)-02-29";
   static const std::string kTime =
       "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+\\-]([01][0-9]|2[0-3]):[0-5][0-9])";
-  static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])";
+  static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])";
   if (f == "date") return "(" + kDate + ")";
   if (f == "time") return "(" + kTime + ")";
   if (f == "date-time") return "(" + kDate + ")T" + kTime;

@@ -5,6 +5,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "grammar/regex_dfa.h"
 #include "grammar/regex_scan.h"
@@ -44,6 +46,59 @@ const RegexDfa& format_dfa(const std::string& format, const std::string& regular
   if (!dfa)
     dfa = std::make_unique<const RegexDfa>(regex_search_dfa("^(?:" + regular + ")$", {.inside_json_string = true}));
   return *dfa;
+}
+
+// The fewest and the most characters of a DFA's strings (the most: -1 when
+// a cycle repeats without bound; every state reaches an accepting one, so
+// any cycle from the start does).
+std::pair<int64_t, int64_t> length_range(const RegexDfa& dfa) {
+  const size_t n = dfa.states.size();
+  std::vector<int64_t> fewest(n, -1), most(n, -1);  // from each state to an end
+  std::vector<uint8_t> mark(n, 0);                  // 1 on the DFS path, 2 done
+  bool cycle = false;
+  // Depth-first, children before parents (the DFA has a few hundred states).
+  std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
+  mark[0] = 1;
+  while (!stack.empty() && !cycle) {
+    auto& [s, e] = stack.back();
+    const RegexDfa::State& st = dfa.states[size_t(s)];
+    if (e < st.edges.size()) {
+      const int32_t t = st.edges[e++].target;
+      if (mark[size_t(t)] == 1) cycle = true;
+      if (mark[size_t(t)] == 0) {
+        mark[size_t(t)] = 1;
+        stack.push_back({t, 0});
+      }
+      continue;
+    }
+    int64_t lo = st.accepting ? 0 : -1, hi = st.accepting ? 0 : -1;
+    for (const RegexDfa::Edge& edge : st.edges) {
+      const size_t t = size_t(edge.target);
+      if (fewest[t] >= 0 && (lo < 0 || fewest[t] + 1 < lo)) lo = fewest[t] + 1;
+      if (most[t] >= 0) hi = std::max(hi, most[t] + 1);
+    }
+    fewest[size_t(s)] = lo;
+    most[size_t(s)] = hi;
+    mark[size_t(s)] = 2;
+    stack.pop_back();
+  }
+  if (n == 0) return {-1, -1};
+  if (cycle) {  // the fewest still need every path: a breadth-first search
+    std::vector<int64_t> dist(n, -1);
+    std::vector<int32_t> queue{0};
+    dist[0] = 0;
+    for (size_t i = 0; i < queue.size(); ++i)
+      for (const RegexDfa::Edge& edge : dfa.states[size_t(queue[i])].edges)
+        if (dist[size_t(edge.target)] < 0) {
+          dist[size_t(edge.target)] = dist[size_t(queue[i])] + 1;
+          queue.push_back(edge.target);
+        }
+    int64_t lo = -1;
+    for (size_t s = 0; s < n; ++s)
+      if (dfa.states[s].accepting && dist[s] >= 0 && (lo < 0 || dist[s] < lo)) lo = dist[s];
+    return {lo, -1};
+  }
+  return {fewest[0], most[0]};
 }
 
 // A pattern that opens with a length lookahead, `(?=^.{m,n}$)R` or
@@ -386,6 +441,40 @@ std::string SchemaConverter::format_and_pattern(const Json& s, const std::string
   return dfa_string_rule(both, hint + "_" + sanitize(f));
 }
 
+// A format whose strings vary in length, with minLength/maxLength: one
+// count of characters over the format's language, `(F)%{lo,hi}` as for a
+// pattern (Expr::Kind::kLengthBound; `"format": "uri", "maxLength": 4096`
+// is common in Snowplow's and CloudFormation's schemas). The count needs
+// one item per JSON character: the format's regex (format_regex) read into
+// EBNF writes that, and so does email's EBNF (classes, one-character
+// literals, and escapes such as \" that are one character each).
+std::string SchemaConverter::format_with_length(const Json& s, const std::string& f, const std::string& body,
+                                                const std::string& ptr, const std::string& hint) {
+  const char* which = s.contains("maxLength") ? "maxLength" : "minLength";
+  const std::string regular = format_regex(f);
+  const std::string counted = !regular.empty() ? pattern_ebnf(regular, ptr) : f == "email" ? body : std::string();
+  if (counted.empty())
+    unsupported(which, ptr,
+                "beside format '" + f +
+                    "' (expected a format whose length can be counted: date, time, date-time, uuid, email, ipv4, "
+                    "uri, uri-reference, hostname)");
+  const int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
+  if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
+  if (lo > kMaxRepeatCount || hi > kMaxRepeatCount)
+    unsupported(lo > kMaxRepeatCount ? "minLength" : "maxLength", ptr,
+                "expected a length bound of at most 2147483647, found " + std::to_string(std::max(lo, hi)));
+  if (!regular.empty()) {  // bounds that admit none of the format's strings: said here, not a dead rule
+    const auto [shortest, longest] = length_range(format_dfa(f, regular));
+    if ((hi >= 0 && hi < shortest) || (longest >= 0 && lo > longest))
+      unsupported(which, ptr,
+                  "no string of format '" + f + "' has " + std::to_string(lo) + ".." +
+                      (hi >= 0 ? std::to_string(hi) : "") + " characters (its strings have " +
+                      std::to_string(shortest) + ".." + (longest >= 0 ? std::to_string(longest) : "") + ")");
+  }
+  const std::string bound = "%{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "}";
+  return string_rule(hint + "_" + sanitize(f), "(" + counted + ")" + bound);
+}
+
 // format: regex, as validators check it: Python's re.compile (jsonschema's
 // format checker) must accept the string. That language is not context-free
 // (a back-reference needs its group, group names must differ, a lookbehind
@@ -500,15 +589,18 @@ std::string SchemaConverter::convert_string(const Json& s, const std::string& pt
     }
     if (s.contains("pattern")) return format_and_pattern(s, f, ptr, hint);
     if (s.contains("minLength") || s.contains("maxLength")) {
-      // Exact only for formats of one fixed length: the bounds either
-      // admit it (and add nothing) or admit no string.
-      const int64_t fixed = f == "uuid" ? 36 : f == "date" ? 10 : -1;
       const char* which = s.contains("maxLength") ? "maxLength" : "minLength";
-      if (fixed < 0)
-        unsupported(which, ptr, "format '" + f + "' combined with minLength/maxLength (its strings vary in length)");
-      if (count_of(s, "minLength", ptr, 0) > fixed ||
-          (s.contains("maxLength") && count_of(s, "maxLength", ptr, 0) < fixed))
-        unsupported(which, ptr, "format '" + f + "' strings have " + std::to_string(fixed) + " characters; none fits");
+      // Formats of one fixed length: the bounds either admit it (and add
+      // nothing) or admit no string.
+      const int64_t fixed = f == "uuid" ? 36 : f == "date" ? 10 : -1;
+      if (fixed >= 0) {
+        if (count_of(s, "minLength", ptr, 0) > fixed ||
+            (s.contains("maxLength") && count_of(s, "maxLength", ptr, 0) < fixed))
+          unsupported(which, ptr,
+                      "format '" + f + "' strings have " + std::to_string(fixed) + " characters; none fits");
+        return string_rule(hint + "_" + sanitize(f), "(" + body + ")");
+      }
+      return format_with_length(s, f, body, ptr, hint);
     }
     return string_rule(hint + "_" + sanitize(f), "(" + body + ")");
   }
