@@ -359,18 +359,28 @@ std::string duration_ebnf() {
 // absolute path)?`, beside scheme ":" rootless and a relative path. A
 // dec-octet inside an IPv6 address may have leading zeros ("01"), as both
 // validators' regexes allow.
+// RFC 4291's text form of an IPv6 address (RFC 3986's IPv6address rule):
+// eight groups of 1-4 hex digits, one run of them written `::`, the last
+// two maybe an IPv4 address whose octets are `octet`.
+std::string ipv6_regex(const std::string& octet) {
+  const std::string h16 = "[0-9A-Fa-f]{1,4}";
+  const std::string ls32 = "(" + h16 + ":" + h16 + "|(" + octet + "\\.){3}" + octet + ")";
+  auto before = [&](int n) { return "((" + h16 + ":){0," + std::to_string(n) + "}" + h16 + ")?"; };
+  return "((" + h16 + ":){6}" + ls32 + "|::(" + h16 + ":){5}" + ls32 + "|" + before(0) + "::(" + h16 + ":){4}" + ls32 +
+         "|" + before(1) + "::(" + h16 + ":){3}" + ls32 + "|" + before(2) + "::(" + h16 + ":){2}" + ls32 + "|" +
+         before(3) + "::" + h16 + ":" + ls32 + "|" + before(4) + "::" + ls32 + "|" + before(5) + "::" + h16 + "|" +
+         before(6) + "::)";
+}
+
+// A dec-octet without a leading zero ("01" is refused by Python's
+// ipaddress, which validators use: an octal reading would differ).
+const char* const kOctetRegex = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])";
+
 std::string uri_reference_regex() {
   const std::string pct = "%[0-9A-Fa-f][0-9A-Fa-f]";
   const std::string pchar = "([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|" + pct + ")";
   const std::string segment_nz_nc = "([a-zA-Z0-9_.~!$&'()*+,;=@\\-]|" + pct + ")";
-  const std::string h16 = "[0-9A-Fa-f]{1,4}";
-  const std::string octet = "(25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)";
-  const std::string ls32 = "(" + h16 + ":" + h16 + "|(" + octet + "\\.){3}" + octet + ")";
-  auto before = [&](int n) { return "((" + h16 + ":){0," + std::to_string(n) + "}" + h16 + ")?"; };
-  const std::string ipv6 = "((" + h16 + ":){6}" + ls32 + "|::(" + h16 + ":){5}" + ls32 + "|" + before(0) + "::(" + h16 +
-                           ":){4}" + ls32 + "|" + before(1) + "::(" + h16 + ":){3}" + ls32 + "|" + before(2) + "::(" +
-                           h16 + ":){2}" + ls32 + "|" + before(3) + "::" + h16 + ":" + ls32 + "|" + before(4) +
-                           "::" + ls32 + "|" + before(5) + "::" + h16 + "|" + before(6) + "::)";
+  const std::string ipv6 = ipv6_regex("(25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)");
   const std::string ip_literal = "\\[(" + ipv6 + "|v[0-9A-Fa-f]+\\.[a-zA-Z0-9_.~!$&'()*+,;=:\\-]+)\\]";
   const std::string host = "(" + ip_literal + "|([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" + pct + ")*)";
   const std::string authority = "(([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + pct + ")*@)?" + host + "(:[0-9]*)?";
@@ -429,7 +439,8 @@ std::string format_ebnf(const std::string& f) {
            "(\".\" [A-Za-z0-9] [\\-A-Za-z0-9]* [A-Za-z0-9])*";
   }
   // Written once, as a regex (format_regex), and read into EBNF here.
-  if (f == "uri" || f == "uri-reference") return regex_to_ebnf_expr(format_regex(f), /*inside_json_string=*/true);
+  if (f == "uri" || f == "uri-reference" || f == "ipv6" || f == "json-pointer")
+    return regex_to_ebnf_expr(format_regex(f), /*inside_json_string=*/true);
   if (f == "hostname") return "[a-z0-9] ([a-z0-9\\-]* [a-z0-9])? (\".\" [a-z0-9] ([a-z0-9\\-]* [a-z0-9])?)*";
   if (f == "duration") return duration_ebnf();
   return "";
@@ -446,7 +457,7 @@ std::string format_regex(const std::string& f) {
       kLeapYear + "|" + kLeapYear + "00)-02-29";
   static const std::string kTime =
       "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+\\-]([01][0-9]|2[0-3]):[0-5][0-9])";
-  static const std::string kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])";
+  static const std::string kOctet = kOctetRegex;
   if (f == "date") return "(" + kDate + ")";
   if (f == "time") return "(" + kTime + ")";
   if (f == "date-time") return "(" + kDate + ")T" + kTime;
@@ -465,11 +476,16 @@ std::string format_regex(const std::string& f) {
   }
   if (f == "hostname") return "[a-z0-9]([a-z0-9\\-]*[a-z0-9])?(\\.[a-z0-9]([a-z0-9\\-]*[a-z0-9])?)*";
   if (f == "uri-reference") return uri_reference_regex();
+  // What Python's ipaddress.IPv6Address reads (jsonschema's checker), no
+  // scope id (`%eth0`: the checker refuses it).
+  if (f == "ipv6") return ipv6_regex(kOctetRegex);
+  // RFC 6901: "" or "/"-prefixed reference tokens, `~` only as ~0 or ~1.
+  if (f == "json-pointer") return "(/([^/~]|~[01])*)*";
   return "";
 }
 
 std::string supported_formats() {
-  return "date, time, date-time, uuid, email, ipv4, uri, uri-reference, hostname, duration";
+  return "date, time, date-time, uuid, email, ipv4, ipv6, uri, uri-reference, hostname, json-pointer, duration";
 }
 
 }  // namespace brioche::grammar

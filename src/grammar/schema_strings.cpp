@@ -168,7 +168,7 @@ bool SchemaConverter::format_in_draft(const std::string& f) const {
     return std::any_of(drafts.begin(), drafts.end(), [&](const char* d) { return uri.find(d) != std::string::npos; });
   };
   if (f == "duration") return !names({"draft-03", "draft-04", "draft-06", "draft-07"});
-  if (f == "uri-reference") return !names({"draft-03", "draft-04"});
+  if (f == "uri-reference" || f == "json-pointer") return !names({"draft-03", "draft-04"});
   return true;
 }
 
@@ -457,7 +457,7 @@ std::string SchemaConverter::format_with_length(const Json& s, const std::string
     unsupported(which, ptr,
                 "beside format '" + f +
                     "' (expected a format whose length can be counted: date, time, date-time, uuid, email, ipv4, "
-                    "uri, uri-reference, hostname)");
+                    "ipv6, uri, uri-reference, hostname, json-pointer)");
   const int64_t lo = count_of(s, "minLength", ptr, 0), hi = count_of(s, "maxLength", ptr, -1);
   if (lo < 0 || (hi >= 0 && hi < lo)) unsupported("minLength", ptr, "expected 0 <= minLength <= maxLength");
   if (lo > kMaxRepeatCount || hi > kMaxRepeatCount)

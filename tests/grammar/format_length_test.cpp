@@ -1,7 +1,8 @@
 // A `format` whose strings vary in length beside minLength/maxLength
-// (date-time, time, ipv4, email, hostname, uri): one count of characters
-// over the format's language, `(F)%{m,n}` (schema_strings.cpp's
-// format_with_length). The language is checked against `jsonschema`'s
+// (date-time, time, ipv4, ipv6, email, hostname, uri, json-pointer): one
+// count of characters over the format's language, `(F)%{m,n}`
+// (schema_strings.cpp's format_with_length); and the ipv6 and json-pointer
+// formats themselves. The language is checked against `jsonschema`'s
 // verdicts on values a few characters around each bound
 // (tests/grammar/golden/format_length.json from
 // tools/oracle/format_length_goldens.py); the masks near the bounds are
@@ -33,7 +34,7 @@ const SchemaOptions kCompact{.any_whitespace = false, .strict = false};
 // Tokens of up to 4 characters that write the candidates' formats (digits,
 // the separators of dates, addresses and URIs, a few letters, the quote).
 std::shared_ptr<const Vocabulary> format_alphabet() {
-  static auto v = testing_masks::alphabet_vocabulary("019:.-@/aTZ\"");
+  static auto v = testing_masks::alphabet_vocabulary("019:.-@/aTZ~\"");
   return v;
 }
 

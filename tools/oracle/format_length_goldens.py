@@ -1,5 +1,6 @@
 """Goldens for a `format` beside minLength/maxLength where the format's
-strings vary in length (date-time, time, ipv4, email, hostname, uri): one
+strings vary in length (date-time, time, ipv4, ipv6, email, hostname, uri,
+json-pointer): one
 count of characters over the format's language (the grammar's `%{m,n}`,
 schema_strings.cpp's format_with_length). `"format": "uri", "maxLength":
 4096` and `"format": "email", "maxLength": 254` are common in real schemas
@@ -9,7 +10,7 @@ varying parts (fractional seconds, offsets, octets, labels, paths, a quoted
 local part), and values that break the format at an allowed length.
 
 Judged by `jsonschema` (Draft 2020-12 with its format checker). It checks
-date-time, time, ipv4 and email; it does not check hostname and uri here
+date-time, time, ipv4, ipv6, email and json-pointer; it does not check hostname and uri here
 (no fqdn, no rfc3987), and its email is any string with an "@", where the
 grammar writes RFC 5321's dot-atom or quoted local part and a domain of
 labels. So, as in keys_and_formats_goldens.py, candidates whose verdict
@@ -128,6 +129,22 @@ case("uri_at_most_30", "uri", None, 30, [
     (["urn:isbn:", "0"], 1),
     (["http://h.io/p?q=", "1", "#f"], 1),
 ], extra=["https://ex.io/a b", "ex.io/path", "1http://x.io", "mailto:a@b.io", "http://[::1]/"])
+# IPv6 as Python's ipaddress reads it (no scope id), the length in groups and "::".
+case("ipv6_3_41", "ipv6", 3, 41, [
+    (["fe80::", "a"], 1),
+    (["1:2:3:4:5:6:", "f", ":8"], 1),
+    (["::ffff:1.2.3.", "4"], 1),
+    (["2001:db8::", "0"], 1),
+], extra=["::", "::1", "1::", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8:9",
+          "1::2::3", "12345::", "fe80::1%eth0", "::ffff:1.2.3.04", "::ffff:256.1.1.1", "1:2:3:4:5:6:1.2.3.4",
+          "1:2:3:4:5:6:7:1.2.3.4", ":1:2::", "ABCD:EF01::", "g::1", "0000:0000:0000:0000:0000:0000:0000:0001",
+          "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255", "1.2.3.4"])
+# RFC 6901 pointers: "" or "/"-prefixed tokens, ~ only as ~0 or ~1, any other character.
+case("json_pointer_at_most_12", "json-pointer", None, 12, [
+    (["/a", "b", "/c"], 1),
+    (["/~0", "x", "~1"], 1),
+    (["/", "é"], 1),
+], extra=["", "/", "//", "a/b", "/~2", "/~", "/a~", '/a"b', "/a\\b", "/a\nb", "/ /", "/0/1"])
 # A bound far past the longest token: the count runs through its counted layer.
 case("uri_at_most_8192", "uri", 16, 8192, [
     (["https://ex.io/", "a"], 1),
