@@ -196,37 +196,6 @@ std::string SchemaConverter::string_rule(const std::string& hint, const std::str
   return add_rule(hint, "\"\\\"\" " + content + " \"\\\"\" " + string_lookahead());
 }
 
-const Json& SchemaConverter::resolve(const std::string& ref, const std::string& ptr) {
-  if (ref.empty() || ref[0] != '#')
-    unsupported("$ref", ptr, "only local references (#/...) are supported, got '" + ref + "'");
-  const Json* cur = &root_;
-  size_t pos = 1;
-  while (pos < ref.size()) {
-    if (ref[pos] != '/') unsupported("$ref", ptr, "malformed JSON pointer '" + ref + "'");
-    size_t next = ref.find('/', pos + 1);
-    std::string tok = ref.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
-    std::string key;
-    for (size_t i = 0; i < tok.size(); ++i) {
-      if (tok[i] == '~' && i + 1 < tok.size()) {
-        key += tok[i + 1] == '1' ? '/' : '~';
-        ++i;
-      } else {
-        key += tok[i];
-      }
-    }
-    if (cur->is_object() && cur->contains(key)) {
-      cur = &(*cur)[key];
-    } else if (cur->is_array() && !key.empty() && key.size() <= 9 && std::all_of(key.begin(), key.end(), ::isdigit) &&
-               std::stoul(key) < cur->size()) {
-      cur = &(*cur)[std::stoul(key)];
-    } else {
-      unsupported("$ref", ptr, "reference '" + ref + "' does not resolve");
-    }
-    pos = next == std::string::npos ? ref.size() : next;
-  }
-  return *cur;
-}
-
 // Keywords beside $ref: drafts 4 to 7 ignore them (the reference replaces
 // the schema); from 2019-09 on, and so in a schema that names no draft (read
 // as the latest), they apply with it, as an allOf of the reference and the
@@ -316,7 +285,12 @@ std::string SchemaConverter::visit(const Json& s, const std::string& ptr, const 
     ref_rules_[ref] = name;  // before visiting: recursion refers back to it
     size_t slot = rules_.size();
     rules_.emplace_back(name, "");
-    std::string body = visit(resolve(ref, ptr), ref.substr(1, kMaxNameChars * 4), name);
+    // Errors inside the target name it by the pointer it was reached by
+    // (a pointer fragment), else as this $ref.
+    const size_t hash = ref.find('#');
+    const bool pointer = hash != std::string::npos && (hash + 1 == ref.size() || ref[hash + 1] == '/');
+    std::string body =
+        visit(resolve(ref, ptr), pointer ? ref.substr(hash + 1, kMaxNameChars * 4) : ptr + "/$ref", name);
     count_text(body.size());
     rules_[slot].second = body;
     return name;

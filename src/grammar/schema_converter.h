@@ -69,7 +69,12 @@ class SchemaConverter {
   std::string ws_;  // empty when !any_whitespace
   std::vector<std::pair<std::string, std::string>> rules_;
   std::set<std::string> names_{"root"};
-  std::map<std::string, std::string> ref_rules_;  // JSON pointer -> rule name
+  std::map<std::string, std::string> ref_rules_;  // $ref -> rule name
+  // Subschemas a $ref may name other than by a pointer from the root: by
+  // `$anchor` or a plain-name `$id`/`id` ("#name"), and by an `$id` URI
+  // (the root's own included). Built on the first such $ref.
+  std::map<std::string, const Json*> anchors_, ids_;
+  bool ids_indexed_ = false;
   // visit_string's rule per string keywords (format, pattern, minLength,
   // maxLength as JSON): a repeated pattern is converted, and its regex
   // DFAs built, once per schema.
@@ -129,7 +134,10 @@ class SchemaConverter {
   void count_text(size_t bytes);
   std::string basic(const std::string& name);
   std::string string_rule(const std::string& hint, const std::string& content);
+  // schema_refs.cpp
   const Json& resolve(const std::string& ref, const std::string& ptr);
+  const Json& resolve_pointer(const Json& base, const std::string& ref, size_t pos, const std::string& ptr);
+  void index_ids(const Json& s, int depth);
   std::string visit(const Json& s, const std::string& ptr, const std::string& hint_in);
   std::optional<Json> ref_with_siblings(const Json& s) const;
   bool ref_replaces_schema() const;
