@@ -40,8 +40,9 @@ TEST(SchemaRefs, WhatNamesNothingOrTwoThingsIsRefused) {
   e = error_of({{"$ref", "https://elsewhere.io/s.json#/a"}});
   EXPECT_NE(e.find("names no $id in the schema"), std::string::npos) << e;
   EXPECT_NE(e.find("nothing is fetched"), std::string::npos) << e;
-  e = error_of({{"$defs", {{"a", {{"$anchor", "x"}, {"type", "string"}}}, {"b", {{"$anchor", "x"}, {"type", "integer"}}}}},
-                {"$ref", "#x"}});
+  e = error_of(
+      {{"$defs", {{"a", {{"$anchor", "x"}, {"type", "string"}}}, {"b", {{"$anchor", "x"}, {"type", "integer"}}}}},
+       {"$ref", "#x"}});
   EXPECT_NE(e.find("'#x' names two subschemas"), std::string::npos) << e;
   // A property called "id" (draft 4's keyword, a common name) names nothing.
   e = error_of({{"properties", {{"id", {{"type", "string"}}}}}, {"items", {{"$ref", "#/properties/id"}}}});
