@@ -115,6 +115,7 @@ std::string SchemaConverter::convert() {
 }
 
 std::string SchemaConverter::convert_unchecked() {
+  refuse_nested_pointers(root_, "", 0, "");
   std::string body = visit(root_, "", "root");
   std::string out = "root ::= " + body + "\n";
   for (auto& [name, text] : rules_) out += name + " ::= " + text + "\n";

@@ -138,6 +138,7 @@ class SchemaConverter {
   const Json& resolve(const std::string& ref, const std::string& ptr);
   const Json& resolve_pointer(const Json& base, const std::string& ref, size_t pos, const std::string& ptr);
   void index_ids(const Json& s, int depth);
+  void refuse_nested_pointers(const Json& s, const std::string& ptr, int depth, const std::string& resource);
   std::string visit(const Json& s, const std::string& ptr, const std::string& hint_in);
   std::optional<Json> ref_with_siblings(const Json& s) const;
   bool ref_replaces_schema() const;

@@ -3,6 +3,9 @@
 // "#node"), and URIs that name the root or a subschema by its `$id`
 // ("https://example.com/root.json#/definitions/a", "item.json"), relative
 // ones against the root's `$id`. Nothing outside the schema is fetched.
+// A subschema with an `$id` URI of its own is a resource of its own: a
+// pointer inside it ("#/$defs/b") means its own definitions, not the
+// root's, and is refused (refuse_nested_pointers) rather than misread.
 #include <algorithm>
 #include <string>
 
@@ -56,6 +59,33 @@ void SchemaConverter::index_ids(const Json& s, int depth) {
     // Data, not schemas: an "id" there names nothing.
     if (key == "enum" || key == "const" || key == "default" || key == "examples") continue;
     index_ids(value, depth + 1);
+  }
+}
+
+void SchemaConverter::refuse_nested_pointers(const Json& s, const std::string& ptr, int depth,
+                                             const std::string& resource) {
+  if (depth > kMaxSchemaDepth) return;  // a deeper schema is refused by its visit
+  if (s.is_array()) {
+    for (size_t i = 0; i < s.size(); ++i)
+      refuse_nested_pointers(s[i], pointer_child(ptr, std::to_string(i)), depth + 1, resource);
+    return;
+  }
+  if (!s.is_object()) return;
+  std::string inside = resource;
+  if (depth > 0 && s.contains("$id") && s["$id"].is_string() && !s["$id"].get<std::string>().empty() &&
+      s["$id"].get<std::string>()[0] != '#')
+    inside = s["$id"].get<std::string>();
+  if (!inside.empty() && s.contains("$ref") && s["$ref"].is_string()) {
+    const std::string ref = s["$ref"].get<std::string>();
+    if (ref.empty() || (ref[0] == '#' && (ref.size() == 1 || ref[1] == '/')))
+      unsupported("$ref", ptr,
+                  "'" + ref + "' inside the subschema with $id '" + inside +
+                      "' is a pointer into that resource, which is read here only from the root (expected the "
+                      "subschema's definitions at the root, or a reference that names the resource)");
+  }
+  for (const auto& [key, value] : s.items()) {
+    if (key == "enum" || key == "const" || key == "default" || key == "examples") continue;
+    refuse_nested_pointers(value, pointer_child(ptr, key), depth + 1, inside);
   }
 }
 

@@ -44,6 +44,21 @@ TEST(SchemaRefs, WhatNamesNothingOrTwoThingsIsRefused) {
       {{"$defs", {{"a", {{"$anchor", "x"}, {"type", "string"}}}, {"b", {{"$anchor", "x"}, {"type", "integer"}}}}},
        {"$ref", "#x"}});
   EXPECT_NE(e.find("'#x' names two subschemas"), std::string::npos) << e;
+  // A pointer inside a subschema with an $id of its own means that
+  // resource's definitions (jsonschema reads the integer): refused, not
+  // read from the root (the string).
+  e = error_of({{"$id", "https://x.io/root.json"},
+                {"$defs",
+                 {{"a",
+                   {{"$id", "a.json"},
+                    {"$defs", {{"b", {{"type", "integer"}}}}},
+                    {"type", "array"},
+                    {"items", {{"$ref", "#/$defs/b"}}}}},
+                  {"b", {{"type", "string"}}}}},
+                {"$ref", "#/$defs/a"}});
+  EXPECT_NE(e.find("unsupported '$ref' at #/$defs/a/items: '#/$defs/b' inside the subschema with $id 'a.json'"),
+            std::string::npos)
+      << e;
   // A property called "id" (draft 4's keyword, a common name) names nothing.
   e = error_of({{"properties", {{"id", {{"type", "string"}}}}}, {"items", {{"$ref", "#/properties/id"}}}});
   EXPECT_EQ(e, "");
