@@ -38,26 +38,10 @@ OUT = os.path.join(ROOT, "tests", "grammar", "golden", "format_length.json")
 
 # The grammar's languages for the formats the judge does not check (schema_formats.cpp).
 HOSTNAME = re.compile(r"[a-z0-9]([a-z0-9\-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9\-]*[a-z0-9])?)*")
-PCT = "%[0-9A-Fa-f][0-9A-Fa-f]"
-PCHAR = f"([a-zA-Z0-9_.~!$&'()*+,;=:@\\-]|{PCT})"
-URI = re.compile(
-    "[a-zA-Z][a-zA-Z+.\\-]*:(//(([a-zA-Z0-9_.~!$&'()*+,;=:\\-]|" + PCT + ")*@)?([a-zA-Z0-9_.~!$&'()*+,;=\\-]|" + PCT
-    + ")*(:[0-9]*)?(/" + PCHAR + "*)*|/?(" + PCHAR + "+(/" + PCHAR + "*)*)?)(\\?([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|"
-    + PCT + ")*)?(#([a-zA-Z0-9_.~!$&'()*+,;=:@/?\\-]|" + PCT + ")*)?")
 ATEXT = r"[a-zA-Z0-9_!#$%&'*+/=?^`{|}~\-]"
 EMAIL = re.compile("(" + ATEXT + "+(\\." + ATEXT + "+)*|\"(\\\\[ -~]|[ !#-\\[\\]-~])*\")"
                    r"@[A-Za-z0-9]([\-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9][\-A-Za-z0-9]*[A-Za-z0-9])*")
-UNCHECKED = {"hostname": HOSTNAME, "uri": URI, "email": EMAIL}
-
-
-def fill(pieces, total, grow):
-    """pieces: [text, ...]; the piece at index `grow` repeated so that the value
-    has `total` characters (None when the others are already longer)."""
-    fixed = sum(len(p) for i, p in enumerate(pieces) if i != grow)
-    unit = pieces[grow]
-    if total < fixed or (total - fixed) % len(unit):
-        return None
-    return [(p, (total - fixed) // len(unit) if i == grow else 1) for i, p in enumerate(pieces)]
+UNCHECKED = {"hostname": HOSTNAME, "uri": judged_goldens.URI, "email": EMAIL}
 
 
 CASES = []
@@ -77,7 +61,7 @@ def case(name, fmt, lo, hi, shapes, extra=()):
     cands = []
     for pieces, grow in shapes:
         for t in sorted(totals):
-            f = fill(pieces, t, grow)
+            f = judged_goldens.fill(pieces, t, grow)
             if f is not None:
                 cands.append(f)
     cands += [[(s, 1)] for s in extra]

@@ -32,16 +32,6 @@ def around(bound, width=2):
     return [n for n in range(bound - width, bound + width + 1) if n >= 0]
 
 
-def fill(pieces, total, grow):
-    """pieces: [text, ...]; the piece at index `grow` is repeated so that the
-    string has `total` characters (None when the others are already longer)."""
-    fixed = sum(len(p) for i, p in enumerate(pieces) if i != grow)
-    unit = pieces[grow]
-    if total < fixed or (total - fixed) % len(unit):
-        return None
-    return [(p, (total - fixed) // len(unit) if i == grow else 1) for i, p in enumerate(pieces)]
-
-
 CASES = []
 
 
@@ -62,7 +52,7 @@ def case(name, pattern, lo, hi, shapes, extra=()):
     cands = []
     for pieces, grow in shapes:
         for t in sorted(totals):
-            f = fill(pieces, t, grow)
+            f = judged_goldens.fill(pieces, t, grow)
             if f is not None:
                 cands.append(f)
     for s in extra:
