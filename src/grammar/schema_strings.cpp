@@ -50,55 +50,47 @@ const RegexDfa& format_dfa(const std::string& format, const std::string& regular
 
 // The fewest and the most characters of a DFA's strings (the most: -1 when
 // a cycle repeats without bound; every state reaches an accepting one, so
-// any cycle from the start does).
+// any cycle from the start does). The fewest: a breadth-first search; the
+// most: the longest path, depth-first, children before parents.
 std::pair<int64_t, int64_t> length_range(const RegexDfa& dfa) {
   const size_t n = dfa.states.size();
-  std::vector<int64_t> fewest(n, -1), most(n, -1);  // from each state to an end
-  std::vector<uint8_t> mark(n, 0);                  // 1 on the DFS path, 2 done
-  bool cycle = false;
-  // Depth-first, children before parents (the DFA has a few hundred states).
+  if (n == 0) return {-1, -1};
+  std::vector<int64_t> dist(n, -1);
+  std::vector<int32_t> queue{0};
+  dist[0] = 0;
+  for (size_t i = 0; i < queue.size(); ++i)
+    for (const RegexDfa::Edge& edge : dfa.states[size_t(queue[i])].edges)
+      if (dist[size_t(edge.target)] < 0) {
+        dist[size_t(edge.target)] = dist[size_t(queue[i])] + 1;
+        queue.push_back(edge.target);
+      }
+  int64_t fewest = -1;
+  for (size_t s = 0; s < n; ++s)
+    if (dfa.states[s].accepting && dist[s] >= 0 && (fewest < 0 || dist[s] < fewest)) fewest = dist[s];
+  std::vector<int64_t> most(n, -1);  // from each state to an end
+  std::vector<uint8_t> mark(n, 0);   // 1 on the path, 2 done
   std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
   mark[0] = 1;
-  while (!stack.empty() && !cycle) {
+  while (!stack.empty()) {
     auto& [s, e] = stack.back();
     const RegexDfa::State& st = dfa.states[size_t(s)];
     if (e < st.edges.size()) {
       const int32_t t = st.edges[e++].target;
-      if (mark[size_t(t)] == 1) cycle = true;
+      if (mark[size_t(t)] == 1) return {fewest, -1};  // a cycle
       if (mark[size_t(t)] == 0) {
         mark[size_t(t)] = 1;
         stack.push_back({t, 0});
       }
       continue;
     }
-    int64_t lo = st.accepting ? 0 : -1, hi = st.accepting ? 0 : -1;
-    for (const RegexDfa::Edge& edge : st.edges) {
-      const size_t t = size_t(edge.target);
-      if (fewest[t] >= 0 && (lo < 0 || fewest[t] + 1 < lo)) lo = fewest[t] + 1;
-      if (most[t] >= 0) hi = std::max(hi, most[t] + 1);
-    }
-    fewest[size_t(s)] = lo;
+    int64_t hi = st.accepting ? 0 : -1;
+    for (const RegexDfa::Edge& edge : st.edges)
+      if (most[size_t(edge.target)] >= 0) hi = std::max(hi, most[size_t(edge.target)] + 1);
     most[size_t(s)] = hi;
     mark[size_t(s)] = 2;
     stack.pop_back();
   }
-  if (n == 0) return {-1, -1};
-  if (cycle) {  // the fewest still need every path: a breadth-first search
-    std::vector<int64_t> dist(n, -1);
-    std::vector<int32_t> queue{0};
-    dist[0] = 0;
-    for (size_t i = 0; i < queue.size(); ++i)
-      for (const RegexDfa::Edge& edge : dfa.states[size_t(queue[i])].edges)
-        if (dist[size_t(edge.target)] < 0) {
-          dist[size_t(edge.target)] = dist[size_t(queue[i])] + 1;
-          queue.push_back(edge.target);
-        }
-    int64_t lo = -1;
-    for (size_t s = 0; s < n; ++s)
-      if (dfa.states[s].accepting && dist[s] >= 0 && (lo < 0 || dist[s] < lo)) lo = dist[s];
-    return {lo, -1};
-  }
-  return {fewest[0], most[0]};
+  return {fewest, most[0]};
 }
 
 // A pattern that opens with a length lookahead, `(?=^.{m,n}$)R` or
